@@ -1,0 +1,133 @@
+#include "compiler/canonicalise.hpp"
+
+#include "ir/expr.hpp"
+
+#include <cmath>
+#include <optional>
+#include <unordered_map>
+
+namespace kiln {
+
+namespace {
+
+bool is_scalar(const NodePtr& n) { return n->op == OpKind::Scalar; }
+bool scalar_is(const NodePtr& n, double v) { return is_scalar(n) && n->value == v; }
+
+// Rounds a host double the way a store to `t` would, so folded constants equal computed ones.
+double to_dtype(double v, DType t) {
+    switch (t) {
+    case DType::Float32: case DType::Float16: case DType::BFloat16: return (double)(float)v;
+    case DType::Bool: return v != 0 ? 1 : 0;
+    case DType::Int32: case DType::Int8: case DType::UInt8: {
+        if (std::isnan(v)) return 0;
+        double tr = std::trunc(v);
+        int64_t i = tr < -2147483648.0 ? INT32_MIN : tr > 2147483647.0 ? INT32_MAX : (int64_t)tr;
+        if (t == DType::Int8) return (double)(int8_t)(uint8_t)(i & 0xff);
+        if (t == DType::UInt8) return (double)(uint8_t)(i & 0xff);
+        return (double)i;
+    }
+    }
+    return v;
+}
+
+std::optional<double> fold(const Node& n) {
+    auto a = [&](int i) { return n.inputs[i]->value; };
+    switch (n.op) {
+    case OpKind::Neg: return -a(0);
+    case OpKind::Abs: return std::fabs(a(0));
+    case OpKind::Square: return a(0) * a(0);
+    case OpKind::Sqrt: return std::sqrt(a(0));
+    case OpKind::Exp: return std::exp(a(0));
+    case OpKind::Log: return std::log(a(0));
+    case OpKind::Reciprocal: return 1.0 / a(0);
+    case OpKind::Cast: return a(0);
+    case OpKind::Add: return a(0) + a(1);
+    case OpKind::Sub: return a(0) - a(1);
+    case OpKind::Mul: return a(0) * a(1);
+    case OpKind::Div: return a(0) / a(1);
+    case OpKind::Maximum: return (std::isnan(a(0)) || a(0) > a(1)) ? a(0) : a(1);
+    case OpKind::Minimum: return (std::isnan(a(0)) || a(0) < a(1)) ? a(0) : a(1);
+    default: return std::nullopt;
+    }
+}
+
+struct Canon {
+    CanonicaliseStats st;
+    std::unordered_map<const Node*, NodePtr> memo;
+
+    NodePtr rebuild(const Node& n, std::vector<NodePtr> ins) {
+        Node p = n;
+        p.inputs = std::move(ins);
+        return intern(std::move(p));
+    }
+
+    NodePtr run(const NodePtr& np) {
+        if (auto it = memo.find(np.get()); it != memo.end()) return it->second;
+        const Node& n = *np;
+        std::vector<NodePtr> ins;
+        for (auto& i : n.inputs) ins.push_back(run(i));
+        NodePtr out = visit(n, std::move(ins));
+        memo[np.get()] = out;
+        return out;
+    }
+
+    NodePtr visit(const Node& n, std::vector<NodePtr> ins) {
+        if (is_elementwise(n.op) && !ins.empty()) {
+            bool all_scalar = true, all_weak = true;
+            for (auto& i : ins) all_scalar &= is_scalar(i), all_weak &= i->weak;
+            // Integer arithmetic folds only where the double result is exact; floats always.
+            if (all_scalar && (is_float(n.dtype) || n.op == OpKind::Cast || n.op == OpKind::Neg || n.op == OpKind::Add ||
+                               n.op == OpKind::Sub || n.op == OpKind::Mul)) {
+                if (auto v = fold(n)) {
+                    ++st.folded;
+                    Node s;
+                    s.op = OpKind::Scalar;
+                    s.dtype = n.dtype;
+                    s.value = to_dtype(*v, n.dtype);
+                    s.weak = all_weak;
+                    return intern(std::move(s));
+                }
+            }
+        }
+        auto keeps = [&](const NodePtr& x) { return x->dtype == n.dtype && x->shape == n.shape; };
+        switch (n.op) {
+        case OpKind::Add:
+            if (scalar_is(ins[1], 0) && keeps(ins[0])) { ++st.identities; return ins[0]; }
+            if (scalar_is(ins[0], 0) && keeps(ins[1])) { ++st.identities; return ins[1]; }
+            break;
+        case OpKind::Sub:
+            if (scalar_is(ins[1], 0) && keeps(ins[0])) { ++st.identities; return ins[0]; }
+            break;
+        case OpKind::Mul:
+            if (scalar_is(ins[1], 1) && keeps(ins[0])) { ++st.identities; return ins[0]; }
+            if (scalar_is(ins[0], 1) && keeps(ins[1])) { ++st.identities; return ins[1]; }
+            break;
+        case OpKind::Div: case OpKind::Pow:
+            if (scalar_is(ins[1], 1) && keeps(ins[0])) { ++st.identities; return ins[0]; }
+            break;
+        case OpKind::Neg:
+            if (ins[0]->op == OpKind::Neg && keeps(ins[0]->inputs[0])) { ++st.identities; return ins[0]->inputs[0]; }
+            break;
+        default: break;
+        }
+        if (is_commutative(n.op) && ins.size() == 2) {
+            auto rank = [](const NodePtr& x) { return std::make_pair(x->op == OpKind::Scalar ? 1 : 0, x->id); };
+            if (rank(ins[1]) < rank(ins[0])) {
+                std::swap(ins[0], ins[1]);
+                ++st.reordered;
+            }
+        }
+        return rebuild(n, std::move(ins));
+    }
+};
+
+} // namespace
+
+NodePtr canonicalise(const NodePtr& root, CanonicaliseStats* stats) {
+    Canon c;
+    NodePtr out = c.run(root);
+    if (stats) *stats = c.st;
+    return out;
+}
+
+} // namespace kiln

@@ -1,0 +1,145 @@
+// The kernel IR: what one kernel stage computes, in a form both backends render directly.
+//
+// Why it exists: the expression graph says *what* to compute; this says *how one kernel walks
+// memory*. The lowering (compiler/lower.cpp) turns a partitioned stage into a Kernel; the LLVM
+// renderer (codegen/llvm) and the CUDA C renderer (codegen/cuda) are small printers over it, so
+// every semantic decision (promotion, NaN rules, RNG, integer wrap-around) is made once, here
+// and in the lowering, never in a backend.
+//
+// The iteration domain has `rank` dimensions. Their sizes are run-time arguments. Each dim is
+// either parallel (P) or reduced (R). A kernel is executed once per point of the P dims; for
+// that point it runs its blocks in order:
+//   - a Loop block iterates over every point of the R dims (row-major, last dim fastest) and
+//     runs its instructions there; in an elementwise kernel (no R dims) it runs exactly once.
+//     Accumulators listed in the block are reset before the loop and updated at each point.
+//   - a Point block runs once (R coordinates all 0). It may read accumulator results of earlier
+//     Loop blocks and store to outputs whose strides over the R dims are 0.
+// Values defined in a Loop block are visible only inside it; values of a Point block are
+// visible in every later block. Accumulator results are visible in every later block.
+//
+// Buffers are strided views: element address = base + sum_d coord[d] * stride[buf][d] (in
+// elements; the runtime folds the view's offset into base). Strides are run-time arguments;
+// `layout[buf][d]` tells the renderer which are known to be 0 or 1 so it can specialise.
+#pragma once
+#include "ir/dtype.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::kir {
+
+using ComputeType = kiln::ComputeType;  // F32 or I32: the only types values have in a kernel
+
+enum class Op : uint8_t {
+    // ---- leaves
+    ConstF,      // f32 immediate `fimm`
+    ConstI,      // i32 immediate `iimm`
+    ParamF,      // f32 kernel argument fparams[index]
+    ParamI,      // i32 kernel argument iparams[index]
+    Load,        // buffer[index] at the current point, converted from its storage dtype to the compute type
+    Gather,      // buffer[index] at the current point plus a[0] * iparams[aux] elements along the
+                 // gathered axis (a[0] is i32; the lowering already wrapped/clipped it into range)
+    Coord,       // i32 coordinate of domain dim `index` at the current point
+    LinearId,    // i32: low 32 bits of the row-major linear index of the current point over the whole domain
+    AccResult,   // result of accumulator `index` (value for Sum/Max/Min, i32 position for ArgMax/ArgMin)
+    // ---- unary (type of a[0] unless noted)
+    Neg, Abs, Sqrt, Exp, Exp2, Log, Log2, Tanh,   // Sqrt..Tanh: F32 only
+    Rint,        // F32: round half to even
+    Sign,        // -1, 0, +1 (F32: NaN stays NaN; I32)
+    IsFinite,    // F32 -> I32 (1 when neither inf nor NaN)
+    ToF32,       // I32 -> F32 (value conversion)
+    ToI32,       // F32 -> I32: truncation toward zero, saturating at the i32 range, NaN -> 0 (PTX cvt.rzi.sat, llvm.fptosi.sat)
+    WrapI8,      // I32 -> I32: sign-extend the low 8 bits (int8 arithmetic wrap-around)
+    WrapU8,      // I32 -> I32: zero-extend the low 8 bits
+    ToBool,      // I32 or F32 -> I32: 1 when != 0 (NaN is true, as in NumPy)
+    // ---- binary (both operands have the same type; comparisons give I32 0/1)
+    Add, Sub, Mul, Div,    // Div: F32 only (integer true division is lowered through ToF32)
+    Pow,                   // F32
+    Max, Min,              // F32: NaN-propagating (NumPy's maximum/minimum)
+    Eq, Ne, Lt, Le, Gt, Ge,
+    And, Or, Xor,          // I32 bitwise
+    Shl, Shr,              // I32; Shr is a logical (unsigned) shift; shift amount in [0, 31]
+    MulHi,                 // I32: high 32 bits of the unsigned 32x32 product (Philox RNG)
+    // ---- ternary
+    Select,                // a[0] (I32, nonzero = true) ? a[1] : a[2]
+};
+
+const char* op_name(Op op);
+
+struct Instr {
+    Op op;
+    ComputeType type;      // type of the result
+    int a[3] = {-1, -1, -1};  // operand instruction ids
+    int index = 0;         // buffer / param / dim / accumulator index
+    int aux = 0;           // Gather: iparams index of the gathered axis stride
+    float fimm = 0;
+    int32_t iimm = 0;
+};
+
+enum class AccKind : uint8_t { Sum, Max, Min, ArgMax, ArgMin };
+
+// A reduction over all R dims. Sum starts at 0, Max at -inf / INT32_MIN, Min at +inf / INT32_MAX.
+// Max/Min propagate NaN. ArgMax/ArgMin keep the first position of the extreme value, a NaN
+// counting as the extreme (first NaN wins), and yield that position as the i32 row-major index
+// over the R dims. Float Sum may be reassociated (vectorised / tree order).
+struct Accum {
+    AccKind kind;
+    ComputeType type;   // type of the reduced value
+    int value;          // instruction id (in the Loop block) whose value is reduced
+};
+
+enum class StrideKind : uint8_t { Zero, One, Any };
+
+struct Buffer {
+    DType dtype;                       // storage dtype
+    bool output = false;               // written by this kernel (never also read by it)
+    std::vector<StrideKind> layout;    // per domain dim
+};
+
+struct Store {
+    int buffer;
+    int value;    // instruction id; its type equals compute_type(buffer dtype); Bool stores 0/1
+};
+
+struct Block {
+    bool loop = true;                 // Loop block (iterates R dims) or Point block
+    std::vector<int> instrs;          // instruction ids, in a valid evaluation order
+    std::vector<int> accums;          // Loop blocks only
+    std::vector<Store> stores;
+};
+
+struct Kernel {
+    std::string name;                 // a C identifier, unique per key ("kiln_<hash>")
+    int rank = 0;
+    std::vector<bool> reduced;        // per domain dim
+    // Full reduction: no P dims, exactly two blocks (Loop, then Point). Backends split the
+    // Loop block's work (over R dim 0) into chunks that produce partial accumulator states,
+    // combine the partials in chunk order (deterministic), then run the Point block.
+    bool full_reduce = false;
+    std::vector<Buffer> buffers;
+    int num_fparams = 0;
+    int num_iparams = 0;
+    std::vector<Instr> instrs;
+    std::vector<Accum> accums;
+    std::vector<Block> blocks;
+
+    bool has_reduction() const {
+        for (bool r : reduced) if (r) return true;
+        return false;
+    }
+};
+
+// Run-time arguments of one launch, in the Kernel's numbering.
+struct LaunchArgs {
+    std::vector<int64_t> sizes;        // [rank]
+    std::vector<void*> buffers;        // base pointers with the view offset applied
+    std::vector<int64_t> strides;      // [buffer * rank + dim], in elements
+    std::vector<float> fparams;
+    std::vector<int32_t> iparams;
+};
+
+// Human-readable listing, used by KILN_LOG=debug and in test failure messages.
+std::string to_string(const Kernel& k);
+
+} // namespace kiln::kir

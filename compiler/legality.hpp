@@ -1,0 +1,45 @@
+// legality: decides which reductions can be computed inside the kernel that consumes them and
+// which must be split into a stage of their own. Runs after cse, before partition.
+//
+// The seeds' rule: a reduction may be broadcast back into the same kernel only if it comes
+// before the broadcast in the postfix order of the expression, i.e. it is fully reduced before
+// any element that uses it is computed. kiln's row and column kernels honour this by
+// construction: a kernel makes one pass over the reduced dims per reduction level (the level
+// is the reduction's position in postfix order among the reductions it depends on), so every
+// reduction is finished before the pass that broadcasts it. What remains illegal inside one
+// kernel, and is split here instead of being an error as it was in nervanagpu:
+//   - a reduction over other axes, or over a domain of another shape, than the stage reduces;
+//   - a reduction whose result is broadcast back into an elementwise stage;
+//   - a full reduction consumed by anything but its own final step (its two-step kernel has
+//     no later pass), including one full reduction feeding another;
+//   - the computed input of a reshape, and the computed source of a take, which are read at
+//     positions other than the current point and so must be in memory.
+#pragma once
+#include "ir/node.hpp"
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln {
+
+// The iteration space chosen for a stage rooted at `root` that writes `dst_shape`.
+struct StageContext {
+    Shape domain;
+    std::vector<bool> reduced;  // empty set: elementwise
+    bool full() const;
+    bool any_reduced() const;
+};
+
+StageContext choose_context(const NodePtr& root, const Shape& dst_shape);
+
+struct LegalityResult {
+    // Nodes to compute in a stage of their own, dependencies first. A Reshape node listed
+    // here means: its input is computed into memory and the Reshape reads that memory.
+    std::vector<NodePtr> materialized;
+    std::unordered_map<const Node*, std::string> reasons;
+};
+
+LegalityResult legality(const NodePtr& root, const Shape& dst_shape);
+
+} // namespace kiln

@@ -1,0 +1,422 @@
+#include "compiler/lower.hpp"
+
+#include "ir/error.hpp"
+#include "ir/expr.hpp"
+#include "ir/rng.hpp"
+
+#include <cmath>
+#include <functional>
+#include <unordered_map>
+
+namespace kiln {
+
+namespace {
+
+using kir::Op;
+using CT = ComputeType;
+
+struct Lowerer {
+    const Stage& st;
+    kir::Kernel k;
+    LoweredStage out;
+    int n = 0;                                      // domain rank
+    bool needs_coords = false;                      // some instruction reads a coordinate: no dim merging
+    std::vector<std::vector<int64_t>> dstrides;     // per buffer: strides over the domain
+    std::unordered_map<const Node*, int> buf_of;
+    std::unordered_map<const Node*, int> param_of;
+    std::unordered_map<const Node*, int> acc_of;
+    std::unordered_map<const Node*, std::pair<int, int>> rand_slots;
+    std::unordered_map<const Node*, int> memo;      // per block
+    int cur = -1;                                   // current block
+
+    explicit Lowerer(const Stage& s) : st(s), n((int)s.domain.size()) {
+        k.rank = n;
+        k.reduced = s.reduced;
+    }
+
+    // ---- instruction helpers
+    int emit(kir::Instr in) {
+        k.instrs.push_back(in);
+        int id = (int)k.instrs.size() - 1;
+        k.blocks[cur].instrs.push_back(id);
+        return id;
+    }
+    int op1(Op op, CT t, int a) { kir::Instr i{op, t}; i.a[0] = a; return emit(i); }
+    int op2(Op op, CT t, int a, int b) { kir::Instr i{op, t}; i.a[0] = a; i.a[1] = b; return emit(i); }
+    int op3(Op op, CT t, int a, int b, int c) { kir::Instr i{op, t}; i.a[0] = a; i.a[1] = b; i.a[2] = c; return emit(i); }
+    int cf(float v) { kir::Instr i{Op::ConstF, CT::F32}; i.fimm = v; return emit(i); }
+    int ci(int32_t v) { kir::Instr i{Op::ConstI, CT::I32}; i.iimm = v; return emit(i); }
+    CT type_of(int id) const { return k.instrs[id].type; }
+
+    // Value `v` re-expressed in dtype `t`'s representation (the wrap-around of a store).
+    int convert(int v, DType t) {
+        CT from = type_of(v);
+        if (is_float(t)) return from == CT::F32 ? v : op1(Op::ToF32, CT::F32, v);
+        if (t == DType::Bool) return op1(Op::ToBool, CT::I32, v);
+        if (from == CT::F32) v = op1(Op::ToI32, CT::I32, v);
+        return wrap(v, t);
+    }
+    int wrap(int v, DType t) {
+        if (t == DType::Int8) return op1(Op::WrapI8, CT::I32, v);
+        if (t == DType::UInt8) return op1(Op::WrapU8, CT::I32, v);
+        if (t == DType::Bool) return op1(Op::ToBool, CT::I32, v);
+        return v;
+    }
+    int as_f32(int v) { return type_of(v) == CT::F32 ? v : op1(Op::ToF32, CT::F32, v); }
+
+    // ---- buffers
+    std::vector<int64_t> map_strides(const Shape& shape, const Strides& strides) {
+        std::vector<int64_t> s(n, 0);
+        int off = n - (int)shape.size();
+        for (int d = 0; d < n; ++d) {
+            int j = d - off;
+            if (j >= 0 && shape[j] != 1) s[d] = strides[j];
+        }
+        return s;
+    }
+    int add_buffer(DType dt, bool output, std::vector<int64_t> strides, BufferSource src) {
+        k.buffers.push_back({dt, output, {}});
+        dstrides.push_back(std::move(strides));
+        out.sources.push_back(std::move(src));
+        return (int)k.buffers.size() - 1;
+    }
+    int buffer_for(const Node& nd) {
+        if (auto it = buf_of.find(&nd); it != buf_of.end()) return it->second;
+        int b;
+        if (auto t = st.inputs_from_temps.find(&nd); t != st.inputs_from_temps.end()) {
+            BufferSource src;
+            src.is_temp = true;
+            src.temp = t->second;
+            b = add_buffer(nd.dtype, false, map_strides(nd.shape, contiguous_strides(nd.shape)), src);
+        } else {
+            KILN_CHECK_INTERNAL(nd.op == OpKind::Leaf, "buffer_for on {}", node_str(nd));
+            BufferSource src;
+            src.view = nd.view;
+            b = add_buffer(nd.dtype, false, map_strides(nd.shape, nd.view.strides), src);
+        }
+        buf_of[&nd] = b;
+        return b;
+    }
+    int param(const Node& nd) {
+        CT t = compute_type(nd.dtype);
+        auto it = param_of.find(&nd);
+        int slot;
+        if (it != param_of.end()) slot = it->second;
+        else if (t == CT::F32) {
+            slot = k.num_fparams++;
+            out.args.fparams.push_back((float)nd.value);
+            param_of[&nd] = slot;
+        } else {
+            slot = k.num_iparams++;
+            out.args.iparams.push_back((int32_t)nd.value);
+            param_of[&nd] = slot;
+        }
+        kir::Instr i{t == CT::F32 ? Op::ParamF : Op::ParamI, t};
+        i.index = slot;
+        return emit(i);
+    }
+    int new_iparam(int32_t v) {
+        out.args.iparams.push_back(v);
+        return k.num_iparams++;
+    }
+    int iparam(int slot) { kir::Instr i{Op::ParamI, CT::I32}; i.index = slot; return emit(i); }
+
+    // ---- nodes
+    int value(const NodePtr& np) {
+        const Node* nd = np.get();
+        if (auto it = memo.find(nd); it != memo.end()) return it->second;
+        int v = compute(*nd);
+        memo[nd] = v;
+        return v;
+    }
+
+    int coord_linear(const Node& nd) {
+        // Row-major index over the node's own shape (it may be broadcast in the domain).
+        if (nd.shape == st.domain) {
+            kir::Instr i{Op::LinearId, CT::I32};
+            return emit(i);
+        }
+        needs_coords = true;
+        int off = n - nd.rank();
+        int lin = ci(0);
+        int64_t mult = 1;
+        for (int j = nd.rank() - 1; j >= 0; --j) {
+            if (nd.shape[j] != 1) {
+                kir::Instr c{Op::Coord, CT::I32};
+                c.index = j + off;
+                int cv = emit(c);
+                lin = op2(Op::Add, CT::I32, lin, op2(Op::Mul, CT::I32, cv, ci((int32_t)(uint32_t)mult)));
+            }
+            mult *= nd.shape[j];
+        }
+        return lin;
+    }
+
+    int philox(const Node& nd) {
+        auto it = rand_slots.find(&nd);
+        if (it == rand_slots.end()) {
+            int seed = new_iparam(0), ctr = new_iparam(0);
+            it = rand_slots.emplace(&nd, std::make_pair(seed, ctr)).first;
+            out.rands.push_back({nd.serial, seed, ctr});
+        }
+        int x0 = coord_linear(nd);
+        int x1 = iparam(it->second.second);
+        int key = iparam(it->second.first);
+        int m = ci((int32_t)kPhiloxM), w = ci((int32_t)kPhiloxW);
+        for (int r = 0; r < kPhiloxRounds; ++r) {
+            int hi = op2(Op::MulHi, CT::I32, x0, m);
+            int lo = op2(Op::Mul, CT::I32, x0, m);
+            x0 = op2(Op::Xor, CT::I32, op2(Op::Xor, CT::I32, hi, key), x1);
+            x1 = lo;
+            if (r + 1 < kPhiloxRounds) key = op2(Op::Add, CT::I32, key, w);
+        }
+        int top = op2(Op::Shr, CT::I32, x0, ci(8));
+        return op2(Op::Mul, CT::F32, op1(Op::ToF32, CT::F32, top), cf(1.0f / 16777216.0f));
+    }
+
+    int gather(const Node& nd) {
+        const Node& src = *nd.inputs[0];
+        int axis = nd.axis;
+        int idx_rank = nd.rank() - src.rank() + 1;
+        // Strides over the domain: source dims before the axis line up with the result's
+        // first dims, those after it with the result's last dims; the indices' dims read 0.
+        Strides s(nd.rank(), 0);
+        for (int j = 0; j < src.rank(); ++j) {
+            if (j == axis || src.shape[j] == 1) continue;
+            int rj = j < axis ? j : j + idx_rank - 1;
+            s[rj] = src.view.strides[j];
+        }
+        BufferSource bs;
+        bs.view = src.view;
+        int b = add_buffer(src.dtype, false, map_strides(nd.shape, s), bs);
+        int len = new_iparam((int32_t)src.shape[axis]);
+        int stride = new_iparam((int32_t)src.view.strides[axis]);
+        KILN_CHECK_INTERNAL(src.view.strides[axis] == (int32_t)src.view.strides[axis], "take stride overflow");
+        // Negative indices count from the end; out-of-range ones are clipped into [0, len).
+        int i = convert(value(nd.inputs[1]), DType::Int32);
+        int L = iparam(len);
+        int neg = op2(Op::Lt, CT::I32, i, ci(0));
+        i = op3(Op::Select, CT::I32, neg, op2(Op::Add, CT::I32, i, L), i);
+        i = op2(Op::Max, CT::I32, i, ci(0));
+        i = op2(Op::Min, CT::I32, i, op2(Op::Sub, CT::I32, L, ci(1)));
+        kir::Instr g{Op::Gather, compute_type(src.dtype)};
+        g.a[0] = i;
+        g.index = b;
+        g.aux = stride;
+        return emit(g);
+    }
+
+    int compute(const Node& nd) {
+        if (st.inputs_from_temps.count(&nd) || nd.op == OpKind::Leaf) {
+            kir::Instr i{Op::Load, compute_type(nd.dtype)};
+            i.index = buffer_for(nd);
+            return emit(i);
+        }
+        if (is_reduction(nd.op)) {
+            auto it = acc_of.find(&nd);
+            KILN_CHECK_INTERNAL(it != acc_of.end(), "reduction %{} read before its pass", nd.id);
+            kir::Instr i{Op::AccResult, (nd.op == OpKind::ArgMax || nd.op == OpKind::ArgMin) ? CT::I32 : k.accums[it->second].type};
+            i.index = it->second;
+            return emit(i);
+        }
+        const DType t = nd.dtype;
+        const CT ct = compute_type(t);
+        auto in = [&](int i) { return value(nd.inputs[i]); };
+        auto in_as = [&](int i, DType dt) { return convert(in(i), dt); };
+        switch (nd.op) {
+        case OpKind::Scalar: return param(nd);
+        case OpKind::Rand: return philox(nd);
+        case OpKind::Iota: {
+            needs_coords = true;
+            kir::Instr c{Op::Coord, CT::I32};
+            c.index = n - nd.rank() + nd.axis;
+            return emit(c);
+        }
+        case OpKind::Take: return gather(nd);
+        case OpKind::Neg: return wrap(op1(Op::Neg, ct, in_as(0, t)), t);
+        case OpKind::Abs: return t == DType::Bool ? in(0) : wrap(op1(Op::Abs, ct, in_as(0, t)), t);
+        case OpKind::Square: { int x = in_as(0, t); return wrap(op2(Op::Mul, ct, x, x), t); }
+        case OpKind::Sqrt: return op1(Op::Sqrt, CT::F32, in_as(0, t));
+        case OpKind::Exp: return op1(Op::Exp, CT::F32, in_as(0, t));
+        case OpKind::Exp2: return op1(Op::Exp2, CT::F32, in_as(0, t));
+        case OpKind::Log: return op1(Op::Log, CT::F32, in_as(0, t));
+        case OpKind::Log2: return op1(Op::Log2, CT::F32, in_as(0, t));
+        case OpKind::Tanh: return op1(Op::Tanh, CT::F32, in_as(0, t));
+        case OpKind::SafeLog:
+            return op1(Op::Log, CT::F32, op2(Op::Max, CT::F32, in_as(0, t), cf((float)std::exp(-50.0))));
+        case OpKind::Sig: case OpKind::Sig2: {
+            int x = op1(Op::Neg, CT::F32, in_as(0, t));
+            int e = op1(nd.op == OpKind::Sig ? Op::Exp : Op::Exp2, CT::F32, x);
+            return op2(Op::Div, CT::F32, cf(1.0f), op2(Op::Add, CT::F32, cf(1.0f), e));
+        }
+        case OpKind::Tanh2:  // (2^(2x) - 1) / (2^(2x) + 1) == tanh(x ln 2), without the overflow
+            return op1(Op::Tanh, CT::F32, op2(Op::Mul, CT::F32, in_as(0, t), cf((float)std::log(2.0))));
+        case OpKind::Reciprocal: return op2(Op::Div, CT::F32, cf(1.0f), in_as(0, t));
+        case OpKind::Sgn: return op1(Op::Sign, ct, in_as(0, t));
+        case OpKind::Rint: return op1(Op::Rint, CT::F32, in_as(0, t));
+        case OpKind::Finite: {
+            int x = in(0);
+            return type_of(x) == CT::F32 ? op1(Op::IsFinite, CT::I32, x) : ci(1);
+        }
+        case OpKind::Cast: return convert(in(0), t);
+        case OpKind::Add: return wrap(op2(Op::Add, ct, in_as(0, t), in_as(1, t)), t);
+        case OpKind::Sub: return wrap(op2(Op::Sub, ct, in_as(0, t), in_as(1, t)), t);
+        case OpKind::Mul: return wrap(op2(Op::Mul, ct, in_as(0, t), in_as(1, t)), t);
+        case OpKind::Div: return op2(Op::Div, CT::F32, in_as(0, t), in_as(1, t));
+        case OpKind::Pow: return op2(Op::Pow, CT::F32, in_as(0, t), in_as(1, t));
+        case OpKind::Maximum: return op2(Op::Max, ct, in_as(0, t), in_as(1, t));
+        case OpKind::Minimum: return op2(Op::Min, ct, in_as(0, t), in_as(1, t));
+        case OpKind::Eq: case OpKind::Ne: case OpKind::Gt: case OpKind::Ge: case OpKind::Lt: case OpKind::Le: {
+            DType ot = result_type(Expr(nd.inputs[0]), Expr(nd.inputs[1]));
+            Op op = nd.op == OpKind::Eq ? Op::Eq : nd.op == OpKind::Ne ? Op::Ne : nd.op == OpKind::Gt ? Op::Gt
+                  : nd.op == OpKind::Ge ? Op::Ge : nd.op == OpKind::Lt ? Op::Lt : Op::Le;
+            return op2(op, CT::I32, in_as(0, ot), in_as(1, ot));
+        }
+        case OpKind::Where: {
+            int c = op1(Op::ToBool, CT::I32, in(0));
+            return op3(Op::Select, ct, c, in_as(1, t), in_as(2, t));
+        }
+        default: break;
+        }
+        throw InternalError(fmt::format("lower: no lowering for {}", node_str(nd)));
+    }
+
+    // ---- reduction levels: a reduction's pass comes after every reduction it depends on.
+    std::unordered_map<const Node*, int> levels;
+    int level_of(const Node* nd) {
+        if (auto it = levels.find(nd); it != levels.end()) return it->second;
+        int lv = 0;
+        if (!st.inputs_from_temps.count(nd) && nd->op != OpKind::Leaf) {
+            for (auto& i : nd->inputs) lv = std::max(lv, level_of(i.get()));
+            if (is_reduction(nd->op)) ++lv;
+        }
+        levels[nd] = lv;
+        return lv;
+    }
+
+    void open_block(bool loop) {
+        k.blocks.push_back({});
+        k.blocks.back().loop = loop;
+        cur = (int)k.blocks.size() - 1;
+        memo.clear();
+    }
+
+    void run() {
+        // Output first so that it is buffer 0 of every kernel.
+        const StageOutput& o = st.out;
+        BufferSource osrc;
+        std::vector<int64_t> ostrides;
+        if (o.is_temp) {
+            osrc.is_temp = true;
+            osrc.temp = o.temp;
+            ostrides = map_strides(o.shape, contiguous_strides(o.shape));
+        } else {
+            osrc.view = o.view;
+            ostrides = map_strides(o.view.shape, o.view.strides);
+        }
+        int obuf = add_buffer(o.dtype, true, ostrides, osrc);
+
+        // Reductions fused into this stage, by level, in postfix order.
+        int levels_total = level_of(st.root.get());
+        std::vector<std::vector<const Node*>> by_level(levels_total + 1);
+        for (const Node* nd : postorder(st.root)) {
+            if (st.inputs_from_temps.count(nd)) continue;
+            if (is_reduction(nd->op)) by_level[level_of(nd)].push_back(nd);
+        }
+        // postorder() descends into temps' inputs too; only reductions reachable without
+        // crossing a temp belong here.
+        std::unordered_map<const Node*, bool> reachable;
+        std::function<void(const Node*)> mark = [&](const Node* nd) {
+            if (reachable[nd]) return;
+            reachable[nd] = true;
+            if (st.inputs_from_temps.count(nd) || nd->op == OpKind::Leaf) return;
+            for (auto& i : nd->inputs) mark(i.get());
+        };
+        mark(st.root.get());
+        for (int lv = 1; lv <= levels_total; ++lv) {
+            open_block(true);
+            for (const Node* r : by_level[lv]) {
+                if (!reachable[r] || st.inputs_from_temps.count(r)) continue;
+                int v = value(r->inputs[0]);
+                kir::AccKind kind = r->op == OpKind::Sum ? kir::AccKind::Sum : r->op == OpKind::Max ? kir::AccKind::Max
+                                  : r->op == OpKind::Min ? kir::AccKind::Min : r->op == OpKind::ArgMax ? kir::AccKind::ArgMax
+                                  : kir::AccKind::ArgMin;
+                if (kind == kir::AccKind::Sum) v = convert(v, r->dtype);  // int8 sum accumulates as int32
+                k.accums.push_back({kind, type_of(v), v});
+                k.blocks[cur].accums.push_back((int)k.accums.size() - 1);
+                acc_of[r] = (int)k.accums.size() - 1;
+            }
+        }
+        bool point_store = true;
+        for (int d = 0; d < n; ++d)
+            if (st.reduced[d] && ostrides[d] != 0 && st.domain[d] != 1) point_store = false;
+        if (levels_total == 0) point_store = false;
+        open_block(!point_store);
+        int v = convert(value(st.root), o.dtype);
+        k.blocks[cur].stores.push_back({obuf, v});
+        k.buffers[obuf].output = true;
+    }
+
+    void finish(const std::string& target) {
+        // Sizes and strides of this launch, then dims merged where every buffer allows it.
+        std::vector<int64_t> sizes(st.domain.begin(), st.domain.end());
+        std::vector<bool> red = st.reduced;
+        std::vector<int> keep;
+        for (int d = 0; d < n; ++d) keep.push_back(d);
+        if (!needs_coords) {
+            std::vector<int> kept;
+            for (int d : keep)
+                if (sizes[d] != 1) kept.push_back(d);
+            keep = kept;
+        }
+        std::vector<int64_t> msizes;
+        std::vector<bool> mred;
+        std::vector<std::vector<int64_t>> ms(dstrides.size());
+        for (int d : keep) {
+            bool merge = !needs_coords && !msizes.empty() && mred.back() == red[d];
+            // The group so far is outer to `d`: it merges when its innermost stride steps over
+            // exactly one run of `d` in every buffer.
+            if (merge)
+                for (size_t b = 0; b < ms.size(); ++b)
+                    if (ms[b].back() != dstrides[b][d] * sizes[d]) { merge = false; break; }
+            if (merge) {
+                msizes.back() *= sizes[d];
+                for (size_t b = 0; b < ms.size(); ++b) ms[b].back() = dstrides[b][d];
+            } else {
+                msizes.push_back(sizes[d]);
+                mred.push_back(red[d]);
+                for (size_t b = 0; b < ms.size(); ++b) ms[b].push_back(dstrides[b][d]);
+            }
+        }
+        k.rank = (int)msizes.size();
+        k.reduced = mred;
+        bool any_p = false, any_r = false;
+        for (bool r : mred) (r ? any_r : any_p) = true;
+        k.full_reduce = any_r && !any_p;
+        out.args.sizes = msizes;
+        out.args.strides.clear();
+        for (size_t b = 0; b < ms.size(); ++b) {
+            k.buffers[b].layout.clear();
+            for (int64_t s : ms[b]) {
+                k.buffers[b].layout.push_back(s == 0 ? kir::StrideKind::Zero : s == 1 ? kir::StrideKind::One : kir::StrideKind::Any);
+                out.args.strides.push_back(s);
+            }
+        }
+        out.args.buffers.assign(k.buffers.size(), nullptr);
+        out.key = key_material(k, target);
+        k.name = kernel_name_for(out.key);
+        out.kernel = std::move(k);
+    }
+
+};
+
+} // namespace
+
+LoweredStage lower(const Stage& stage, const std::string& target) {
+    Lowerer l(stage);
+    l.run();
+    l.finish(target);
+    return std::move(l.out);
+}
+
+} // namespace kiln

@@ -1,0 +1,21 @@
+// The lowering script: one assignment `dst = expr` through every pass, in order, flat:
+//   canonicalise -> cse -> legality -> partition -> lower (+ key) for each stage.
+// With KILN_LOG=debug the graph is printed after each pass, and a pass that changed nothing
+// says so.
+#pragma once
+#include "compiler/lower.hpp"
+#include "compiler/stage.hpp"
+
+#include <vector>
+
+namespace kiln {
+
+struct CompiledAssignment {
+    Plan plan;
+    std::vector<LoweredStage> stages;
+};
+
+// `expr` must broadcast to dst's shape (the runtime checks that and reports user errors).
+CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst, const std::string& target);
+
+} // namespace kiln

@@ -1,0 +1,115 @@
+// The lazy operator API. Every function here builds (or finds) a node and checks the operands
+// at once, so a mistake is reported where it is made, naming the operation, the shapes and
+// dtypes involved and what would be valid. Nothing executes until the expression is assigned
+// into a tensor or evaluated (runtime/).
+//
+// Reductions take an axis (negative counts from the end) or kAllAxes, and keep the reduced
+// dimension (size 1) by default, as neon's backend does, so `A - mean(A, 1)` broadcasts;
+// pass keepdims=false for NumPy's default.
+#pragma once
+#include "ir/node.hpp"
+
+#include <cstdint>
+#include <optional>
+
+namespace kiln {
+
+class Expr {
+public:
+    Expr() = default;
+    explicit Expr(NodePtr n) : node_(std::move(n)) {}
+    Expr(double v);   // a weak float scalar: adopts the other operand's float dtype
+    Expr(float v);
+    Expr(int v);      // a weak integer scalar
+    Expr(int64_t v);
+
+    const NodePtr& node() const { return node_; }
+    DType dtype() const;
+    const Shape& shape() const;
+    int rank() const { return (int)shape().size(); }
+    int64_t size() const { return numel(shape()); }
+    bool valid() const { return node_ != nullptr; }
+    std::string str() const { return graph_str(node_); }
+
+private:
+    NodePtr node_;
+};
+
+// ---- leaves
+Expr leaf(const View& v);
+Expr scalar(double v, DType dtype);  // a strongly typed scalar
+Expr rand(const Shape& shape);       // uniform [0, 1), float32; broadcast it or pass the shape
+Expr iota(const Shape& shape, int axis);
+
+// ---- unary
+Expr negative(const Expr& a);
+Expr absolute(const Expr& a);
+inline Expr fabs(const Expr& a) { return absolute(a); }
+Expr sqrt(const Expr& a);
+Expr square(const Expr& a);
+Expr exp(const Expr& a);
+Expr exp2(const Expr& a);
+Expr log(const Expr& a);
+Expr log2(const Expr& a);
+Expr safelog(const Expr& a);     // log(max(a, exp(-50))): never -inf for a >= 0
+Expr sig(const Expr& a);         // 1 / (1 + exp(-a))
+Expr sig2(const Expr& a);        // 1 / (1 + exp2(-a))
+Expr tanh(const Expr& a);
+Expr tanh2(const Expr& a);       // (exp2(2a) - 1) / (exp2(2a) + 1)
+Expr reciprocal(const Expr& a);
+Expr sgn(const Expr& a);
+Expr rint(const Expr& a);        // round half to even
+Expr finite(const Expr& a);      // bool
+Expr cast(const Expr& a, DType to);
+
+// ---- binary (NumPy broadcasting and promotion)
+Expr add(const Expr& a, const Expr& b);
+Expr subtract(const Expr& a, const Expr& b);
+Expr multiply(const Expr& a, const Expr& b);
+Expr divide(const Expr& a, const Expr& b);  // true division: integers give a float
+Expr power(const Expr& a, const Expr& b);
+Expr maximum(const Expr& a, const Expr& b);
+Expr minimum(const Expr& a, const Expr& b);
+Expr equal(const Expr& a, const Expr& b);
+Expr not_equal(const Expr& a, const Expr& b);
+Expr greater(const Expr& a, const Expr& b);
+Expr greater_equal(const Expr& a, const Expr& b);
+Expr less(const Expr& a, const Expr& b);
+Expr less_equal(const Expr& a, const Expr& b);
+Expr where(const Expr& cond, const Expr& a, const Expr& b);
+Expr clip(const Expr& a, const Expr& lo, const Expr& hi);
+
+// ---- reductions
+inline constexpr int all_axes = kAllAxes;
+Expr sum(const Expr& a, int axis = kAllAxes, bool keepdims = true);
+Expr max(const Expr& a, int axis = kAllAxes, bool keepdims = true);
+Expr min(const Expr& a, int axis = kAllAxes, bool keepdims = true);
+Expr mean(const Expr& a, int axis = kAllAxes, bool keepdims = true);
+Expr var(const Expr& a, int axis = kAllAxes, bool keepdims = true);   // population variance (ddof 0)
+Expr std(const Expr& a, int axis = kAllAxes, bool keepdims = true);
+Expr argmax(const Expr& a, int axis = kAllAxes, bool keepdims = true);  // int32; flat index for all axes
+Expr argmin(const Expr& a, int axis = kAllAxes, bool keepdims = true);
+
+// ---- shape and data movement
+Expr reshape(const Expr& a, const Shape& shape);  // one dim may be -1
+Expr expand_dims(const Expr& a, int axis);
+Expr onehot(const Expr& indices, int64_t num_classes, int axis = -1, DType dtype = DType::Float32);
+Expr take(const Expr& a, const Expr& indices, std::optional<int> axis = std::nullopt);  // negative indices count from the end; out-of-range ones are clipped
+
+// ---- operators
+Expr operator+(const Expr& a, const Expr& b);
+Expr operator-(const Expr& a, const Expr& b);
+Expr operator*(const Expr& a, const Expr& b);
+Expr operator/(const Expr& a, const Expr& b);
+Expr operator-(const Expr& a);
+Expr operator==(const Expr& a, const Expr& b);
+Expr operator!=(const Expr& a, const Expr& b);
+Expr operator<(const Expr& a, const Expr& b);
+Expr operator<=(const Expr& a, const Expr& b);
+Expr operator>(const Expr& a, const Expr& b);
+Expr operator>=(const Expr& a, const Expr& b);
+
+// Result dtype of a binary arithmetic op under kiln's promotion (NumPy's, capped at 32 bits).
+DType result_type(const Expr& a, const Expr& b);
+
+} // namespace kiln

@@ -1,0 +1,214 @@
+#include "ir/node.hpp"
+
+#include "ir/error.hpp"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace kiln {
+
+const char* opkind_name(OpKind k) {
+    switch (k) {
+    case OpKind::Leaf: return "tensor";
+    case OpKind::Scalar: return "scalar";
+    case OpKind::Rand: return "rand";
+    case OpKind::Iota: return "iota";
+    case OpKind::Neg: return "negative";
+    case OpKind::Abs: return "absolute";
+    case OpKind::Sqrt: return "sqrt";
+    case OpKind::Square: return "square";
+    case OpKind::Exp: return "exp";
+    case OpKind::Exp2: return "exp2";
+    case OpKind::Log: return "log";
+    case OpKind::Log2: return "log2";
+    case OpKind::SafeLog: return "safelog";
+    case OpKind::Sig: return "sig";
+    case OpKind::Sig2: return "sig2";
+    case OpKind::Tanh: return "tanh";
+    case OpKind::Tanh2: return "tanh2";
+    case OpKind::Reciprocal: return "reciprocal";
+    case OpKind::Sgn: return "sgn";
+    case OpKind::Rint: return "rint";
+    case OpKind::Finite: return "finite";
+    case OpKind::Cast: return "cast";
+    case OpKind::Add: return "add";
+    case OpKind::Sub: return "subtract";
+    case OpKind::Mul: return "multiply";
+    case OpKind::Div: return "divide";
+    case OpKind::Pow: return "power";
+    case OpKind::Maximum: return "maximum";
+    case OpKind::Minimum: return "minimum";
+    case OpKind::Eq: return "equal";
+    case OpKind::Ne: return "not_equal";
+    case OpKind::Gt: return "greater";
+    case OpKind::Ge: return "greater_equal";
+    case OpKind::Lt: return "less";
+    case OpKind::Le: return "less_equal";
+    case OpKind::Where: return "where";
+    case OpKind::Sum: return "sum";
+    case OpKind::Max: return "max";
+    case OpKind::Min: return "min";
+    case OpKind::ArgMax: return "argmax";
+    case OpKind::ArgMin: return "argmin";
+    case OpKind::Reshape: return "reshape";
+    case OpKind::Take: return "take";
+    }
+    return "?";
+}
+
+bool is_unary(OpKind k) { return k >= OpKind::Neg && k <= OpKind::Cast; }
+bool is_binary(OpKind k) { return k >= OpKind::Add && k <= OpKind::Le; }
+bool is_elementwise(OpKind k) { return is_unary(k) || is_binary(k) || k == OpKind::Where; }
+bool is_reduction(OpKind k) { return k >= OpKind::Sum && k <= OpKind::ArgMin; }
+bool is_comparison(OpKind k) { return k >= OpKind::Eq && k <= OpKind::Le; }
+bool is_commutative(OpKind k) {
+    return k == OpKind::Add || k == OpKind::Mul || k == OpKind::Maximum || k == OpKind::Minimum || k == OpKind::Eq ||
+           k == OpKind::Ne;
+}
+
+bool View::is_contiguous() const {
+    int64_t expect = 1;
+    for (size_t i = shape.size(); i-- > 0;) {
+        if (shape[i] != 1 && strides[i] != expect) return false;
+        expect *= shape[i];
+    }
+    return true;
+}
+
+namespace {
+
+size_t mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
+
+size_t structural_hash(const Node& n) {
+    size_t h = mix((size_t)n.op, (size_t)n.dtype);
+    for (int64_t d : n.shape) h = mix(h, (size_t)d);
+    for (auto& in : n.inputs) h = mix(h, std::hash<const void*>()(in.get()));
+    h = mix(h, (size_t)n.axis);
+    uint64_t bits;
+    std::memcpy(&bits, &n.value, sizeof bits);
+    h = mix(h, bits);
+    h = mix(h, n.weak);
+    h = mix(h, n.serial);
+    if (n.op == OpKind::Leaf) {
+        h = mix(h, std::hash<const void*>()(n.view.storage.get()));
+        h = mix(h, (size_t)n.view.offset);
+        for (int64_t s : n.view.strides) h = mix(h, (size_t)s);
+    }
+    return h;
+}
+
+bool same_value(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }  // NaN == NaN, -0 != 0
+
+bool structurally_equal(const Node& a, const Node& b) {
+    if (a.op != b.op || a.dtype != b.dtype || a.shape != b.shape || a.axis != b.axis || !same_value(a.value, b.value) ||
+        a.weak != b.weak || a.serial != b.serial || a.inputs.size() != b.inputs.size())
+        return false;
+    for (size_t i = 0; i < a.inputs.size(); ++i)
+        if (a.inputs[i] != b.inputs[i]) return false;
+    if (a.op == OpKind::Leaf && !a.view.same_layout(b.view)) return false;
+    return true;
+}
+
+struct InternTable {
+    std::mutex mu;
+    std::unordered_multimap<size_t, std::pair<const Node*, std::weak_ptr<const Node>>> map;
+    std::atomic<uint64_t> next_id{1};
+};
+
+InternTable& table() {
+    static InternTable* t = new InternTable();  // never destroyed: nodes may outlive static teardown
+    return *t;
+}
+
+} // namespace
+
+NodePtr intern(Node proto) {
+    proto.hash = structural_hash(proto);
+    auto& t = table();
+    // Candidates locked during the search are released only after the mutex: dropping the last
+    // reference runs the node's deleter, which takes the mutex itself.
+    std::vector<NodePtr> candidates;
+    std::lock_guard<std::mutex> lock(t.mu);
+    auto range = t.map.equal_range(proto.hash);
+    for (auto it = range.first; it != range.second; ++it) {
+        if (auto existing = it->second.second.lock()) {
+            if (structurally_equal(*existing, proto)) return existing;
+            candidates.push_back(std::move(existing));
+        }
+    }
+    proto.id = t.next_id++;
+    size_t h = proto.hash;
+    Node* raw = new Node(std::move(proto));
+    NodePtr ptr(raw, [h](const Node* n) {
+        auto& tab = table();
+        {
+            std::lock_guard<std::mutex> l(tab.mu);
+            auto r = tab.map.equal_range(h);
+            for (auto it = r.first; it != r.second; ++it)
+                if (it->second.first == n) {
+                    tab.map.erase(it);
+                    break;
+                }
+        }
+        delete n;  // outside the lock: deleting releases inputs, which re-enter this deleter
+    });
+    t.map.emplace(h, std::make_pair(raw, std::weak_ptr<const Node>(ptr)));
+    return ptr;
+}
+
+size_t live_node_count() {
+    auto& t = table();
+    std::lock_guard<std::mutex> lock(t.mu);
+    return t.map.size();
+}
+
+std::vector<const Node*> postorder(const NodePtr& root) {
+    std::vector<const Node*> out;
+    std::unordered_set<const Node*> seen;
+    std::vector<std::pair<const Node*, size_t>> stack{{root.get(), 0}};
+    seen.insert(root.get());
+    while (!stack.empty()) {
+        auto& [n, i] = stack.back();
+        if (i < n->inputs.size()) {
+            const Node* c = n->inputs[i++].get();
+            if (seen.insert(c).second) stack.push_back({c, 0});
+        } else {
+            out.push_back(n);
+            stack.pop_back();
+        }
+    }
+    return out;
+}
+
+std::string node_str(const Node& n) {
+    std::string args;
+    for (auto& in : n.inputs) args += fmt::format("{}%{}", args.empty() ? "" : ", ", in->id);
+    std::string attr;
+    switch (n.op) {
+    case OpKind::Leaf:
+        attr = fmt::format("@{} offset={} strides={}", fmt::ptr(n.view.storage.get()), n.view.offset,
+                           shape_str(n.view.strides));
+        break;
+    case OpKind::Scalar: attr = fmt::format("{}{}", n.value, n.weak ? " (weak)" : ""); break;
+    case OpKind::Rand: attr = fmt::format("#{}", n.serial); break;
+    case OpKind::Iota: case OpKind::Take: attr = fmt::format("axis={}", n.axis); break;
+    default:
+        if (is_reduction(n.op)) attr = n.axis == kAllAxes ? "axis=all" : fmt::format("axis={}", n.axis);
+    }
+    std::string inner = args;
+    if (!attr.empty()) inner += (inner.empty() ? "" : ", ") + attr;
+    return fmt::format("%{} = {}({}) {} {}", n.id, opkind_name(n.op), inner, dtype_name(n.dtype), shape_str(n.shape));
+}
+
+std::string graph_str(const NodePtr& root) {
+    std::string s;
+    for (const Node* n : postorder(root)) s += "  " + node_str(*n) + "\n";
+    return s;
+}
+
+} // namespace kiln

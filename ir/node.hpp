@@ -1,0 +1,94 @@
+// Expression graph nodes: immutable and hash-consed at construction, so structurally equal
+// subtrees are one node (two `mean(A, axis=1)` are one object). Nodes carry their result dtype
+// and shape; reductions always keep their reduced dims (size 1) and a Reshape node on top
+// removes them when the caller asked for keepdims=false.
+#pragma once
+#include "ir/dtype.hpp"
+#include "ir/shape.hpp"
+#include "ir/storage.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+enum class OpKind : uint8_t {
+    // leaves
+    Leaf,    // a tensor view
+    Scalar,  // a constant; becomes a kernel argument, not source text
+    Rand,    // uniform [0, 1) float32 from the evaluating context's counter-based RNG
+    Iota,    // int32 coordinate along `axis` of `shape` (one-hot encoding is built from it)
+    // unary elementwise
+    Neg, Abs, Sqrt, Square, Exp, Exp2, Log, Log2, SafeLog, Sig, Sig2, Tanh, Tanh2, Reciprocal, Sgn, Rint, Finite,
+    Cast,
+    // binary elementwise
+    Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Gt, Ge, Lt, Le,
+    // ternary elementwise
+    Where,
+    // reductions over `axis` (or all dims when axis == kAllAxes); result keeps dims
+    Sum, Max, Min, ArgMax, ArgMin,
+    // data movement
+    Reshape,  // same elements, new shape (row-major order)
+    Take,     // inputs {source, indices}: source gathered along `axis` by indices
+};
+
+inline constexpr int kAllAxes = -1;
+
+const char* opkind_name(OpKind k);
+bool is_unary(OpKind k);
+bool is_binary(OpKind k);
+bool is_elementwise(OpKind k);  // unary, binary, Where, Cast
+bool is_reduction(OpKind k);
+bool is_commutative(OpKind k);
+bool is_comparison(OpKind k);
+
+struct View {
+    std::shared_ptr<Storage> storage;
+    DType dtype = DType::Float32;
+    Shape shape;
+    Strides strides;
+    int64_t offset = 0;  // in elements
+
+    bool is_contiguous() const;
+    bool same_layout(const View& o) const {
+        return storage == o.storage && dtype == o.dtype && shape == o.shape && strides == o.strides && offset == o.offset;
+    }
+};
+
+struct Node;
+using NodePtr = std::shared_ptr<const Node>;
+
+struct Node {
+    OpKind op;
+    DType dtype;
+    Shape shape;
+    std::vector<NodePtr> inputs;
+    // attributes (meaning depends on op)
+    int axis = kAllAxes;      // reductions, Iota, Take
+    double value = 0;         // Scalar
+    bool weak = false;        // Scalar: a literal without an explicit dtype (NumPy's "weak" scalars)
+    uint64_t serial = 0;      // Rand: unique per call, so two rand() never merge
+    View view;                // Leaf
+    // derived
+    size_t hash = 0;
+    uint64_t id = 0;          // creation order; stable printing and operand ordering
+
+    int64_t size() const { return numel(shape); }
+    int rank() const { return (int)shape.size(); }
+};
+
+// The only way to make a node: returns the existing node when a structurally equal one is alive.
+NodePtr intern(Node proto);
+
+// Number of live interned nodes (tests use it to check that hash-consing shares nodes).
+size_t live_node_count();
+
+// One line per node reachable from `root`, inputs first: "%12 = add(%3, %11) float32 (128, 32)".
+std::string graph_str(const NodePtr& root);
+std::string node_str(const Node& n);  // the node alone, operands by id
+
+// Postorder (inputs before users), each node once.
+std::vector<const Node*> postorder(const NodePtr& root);
+
+} // namespace kiln

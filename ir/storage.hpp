@@ -1,0 +1,29 @@
+// A block of memory owned by a backend. ir/ only needs its identity, size and where it lives;
+// the runtime subclasses it (host memory, device memory) and owns allocation.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln {
+
+enum class DeviceKind : uint8_t { CPU, CUDA };
+
+struct Device {
+    DeviceKind kind = DeviceKind::CPU;
+    int index = 0;
+    bool operator==(const Device&) const = default;
+};
+
+struct Storage {
+    void* data = nullptr;
+    size_t nbytes = 0;
+    Device device;
+    // Set by the first write (assignment, upload, fill). Reading a tensor whose storage was
+    // never written is a user error kiln can detect cheaply: `empty()` followed by a read.
+    std::atomic<bool> written{false};
+    // Bumped after every write into this storage, so graphs can tell a stale read apart.
+    virtual ~Storage() = default;
+};
+
+} // namespace kiln

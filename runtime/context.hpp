@@ -1,0 +1,92 @@
+// Context: the factory of tensors and the place expressions run (the seeds' NervanaGPU).
+// It owns the backend (CPU through LLVM ORC JIT; CUDA in a later milestone), the kernel
+// cache, the RNG state and the counters. KILN_BACKEND=cpu|cuda forces the backend.
+#pragma once
+#include "runtime/tensor.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+enum class Backend { CPU, CUDA };
+
+struct ContextOptions {
+    std::string device;                 // "cpu", "cuda", "cuda:N"; empty: KILN_BACKEND, else the best available
+    uint64_t seed = 0;                  // RNG seed
+    DType default_dtype = DType::Float32;
+};
+
+struct Counters {
+    uint64_t compiles = 0;          // kernels compiled (JIT)
+    uint64_t memory_hits = 0;       // kernels found in the in-memory cache
+    double compile_ms = 0;          // time spent compiling
+    uint64_t launches = 0;          // kernels run
+    uint64_t assignments = 0;       // expressions evaluated
+};
+
+class Context {
+public:
+    explicit Context(ContextOptions opts = {});
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+
+    // The process-wide context used where none is given (created on first use).
+    static Context& default_context();
+
+    Backend backend() const;
+    std::string device_name() const;
+    DType default_dtype() const;
+
+    // ---- tensors
+    Tensor empty(const Shape& shape);
+    Tensor empty(const Shape& shape, DType dtype);
+    Tensor zeros(const Shape& shape, DType dtype);
+    Tensor zeros(const Shape& shape) { return zeros(shape, default_dtype()); }
+    Tensor ones(const Shape& shape, DType dtype);
+    Tensor ones(const Shape& shape) { return ones(shape, default_dtype()); }
+    Tensor full(const Shape& shape, double value, DType dtype);
+    Tensor arange(int64_t n, DType dtype);
+    // Host data (row-major, `src_dtype` values) copied into a new tensor of `dtype`.
+    Tensor array(const void* data, size_t count, DType src_dtype, const Shape& shape, DType dtype);
+    template <typename T>
+    Tensor array(const std::vector<T>& data, const Shape& shape) { return array(data, shape, dtype_of<T>()); }
+    template <typename T>
+    Tensor array(const std::vector<T>& data, const Shape& shape, DType dtype);
+    Tensor array(const std::vector<double>& data, const Shape& shape, DType dtype);
+
+    // ---- evaluation
+    void assign(Tensor& dst, const Expr& e);
+    Tensor eval(const Expr& e);
+    Expr rand(const Shape& shape) { return kiln::rand(shape); }
+
+    // ---- state
+    void seed(uint64_t s);
+    Counters counters() const;
+    void reset_counters();
+    void synchronize();
+
+    struct Impl;
+    Impl& impl() { return *impl_; }
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+template <typename T>
+Tensor Context::array(const std::vector<T>& data, const Shape& shape, DType dtype) {
+    if constexpr (std::is_same_v<T, bool>) {
+        std::vector<uint8_t> tmp(data.begin(), data.end());
+        return array(tmp.data(), tmp.size(), DType::Bool, shape, dtype);
+    } else {
+        return array(data.data(), data.size(), dtype_of<T>(), shape, dtype);
+    }
+}
+
+// Evaluates `e` on the context of its first tensor operand (else the default context).
+Tensor eval(const Expr& e);
+
+} // namespace kiln

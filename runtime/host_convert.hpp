@@ -1,0 +1,14 @@
+// Element conversion between host buffers of any two dtypes (uploads, downloads, casts on
+// the host), with the same rules as kernel stores: round to nearest even for 16-bit floats,
+// truncation with wrap-around for integers (saturating at int32, NaN -> 0), bool = (x != 0).
+#pragma once
+#include "ir/dtype.hpp"
+
+#include <cstdint>
+
+namespace kiln {
+
+double load_element(DType t, const void* p);
+void store_element(DType t, void* p, double v);
+
+} // namespace kiln
