@@ -1,0 +1,85 @@
+// IR pieces: dtypes and promotion, shapes and broadcasting, views, hash-consing.
+#include "tests/support/catch.hpp"
+
+#include "ir/error.hpp"
+#include "ir/expr.hpp"
+#include "ir/view_ops.hpp"
+
+#include <memory>
+
+using namespace kiln;
+
+namespace {
+View host_view(Shape shape, DType t = DType::Float32) {
+    View v;
+    v.storage = std::make_shared<Storage>();
+    v.dtype = t;
+    v.shape = shape;
+    v.strides = contiguous_strides(shape);
+    return v;
+}
+}  // namespace
+
+TEST_CASE("promotion follows NumPy within kiln's dtypes") {
+    CHECK(promote(DType::Int8, DType::UInt8) == DType::Int32);
+    CHECK(promote(DType::Int8, DType::Float16) == DType::Float16);
+    CHECK(promote(DType::Int32, DType::Float16) == DType::Float32);
+    CHECK(promote(DType::Float16, DType::BFloat16) == DType::Float32);
+    CHECK(promote(DType::Bool, DType::UInt8) == DType::UInt8);
+    Expr a = leaf(host_view({2, 3}, DType::Float16));
+    Expr i = leaf(host_view({2, 3}, DType::Int8));
+    CHECK((a * 2.5).dtype() == DType::Float16);   // weak scalar keeps the tensor's float type
+    CHECK((i * 2).dtype() == DType::Int8);
+    CHECK((i * 2.5).dtype() == DType::Float32);   // int tensor with a float literal
+    CHECK((i / i).dtype() == DType::Float32);     // true division
+    CHECK(sqrt(i).dtype() == DType::Float16);     // NumPy: small ints give float16
+    CHECK((i < 3).dtype() == DType::Bool);
+    CHECK(sum(i).dtype() == DType::Int32);
+    CHECK(mean(i).dtype() == DType::Float32);
+    CHECK(argmax(a, 1).dtype() == DType::Int32);
+}
+
+TEST_CASE("broadcasting and reduction shapes") {
+    CHECK(broadcast_shapes({3, 1, 5}, {4, 1}, "t") == Shape{3, 4, 5});
+    CHECK_THROWS_AS(broadcast_shapes({3}, {4}, "t"), Error);
+    Expr a = leaf(host_view({4, 6}));
+    CHECK(sum(a, 1).shape() == Shape{4, 1});
+    CHECK(sum(a, 1, false).shape() == Shape{4});
+    CHECK(sum(a, -2, false).shape() == Shape{6});
+    CHECK(sum(a).shape() == Shape{1, 1});
+    CHECK(onehot(leaf(host_view({5}, DType::Int32)), 3, 0).shape() == Shape{3, 5});
+    CHECK(take(a, leaf(host_view({2, 2}, DType::Int32)), 1).shape() == Shape{4, 2, 2});
+}
+
+TEST_CASE("views: slicing with steps, transpose, reshape") {
+    View v = host_view({4, 6});
+    View s = slice_view(v, {Slice::range(1, 4, 2), Slice::range(Slice::kNone, Slice::kNone, -2)});
+    CHECK(s.shape == Shape{2, 3});
+    CHECK(s.strides == Strides{12, -2});
+    CHECK(s.offset == 6 + 5);
+    View t = transpose_view(v, {});
+    CHECK(t.shape == Shape{6, 4});
+    CHECK(t.strides == Strides{1, 6});
+    CHECK(reshape_view(v, {2, 12})->strides == Strides{12, 1});
+    CHECK_FALSE(reshape_view(t, {24}).has_value());        // a transpose cannot be flattened in place
+    View col = slice_view(v, {Slice::all(), Slice::range(0, 3)});
+    auto r = reshape_view(col, {2, 2, 3});
+    REQUIRE(r.has_value());
+    CHECK(r->strides == Strides{12, 6, 1});
+    CHECK(slice_view(v, {Slice::at(-1)}).offset == 18);
+}
+
+TEST_CASE("nodes are hash-consed: equal subtrees are one node") {
+    Expr a = leaf(host_view({8, 4}));
+    Expr m1 = mean(a, 1), m2 = mean(a, 1);
+    CHECK(m1.node() == m2.node());
+    CHECK((a + 1.0).node() == (a + 1.0).node());
+    CHECK((a + 1.0).node() != (a + 2.0).node());
+    CHECK(rand({2}).node() != rand({2}).node());  // every rand() is its own draw
+    size_t before = live_node_count();
+    {
+        Expr tmp = exp(a) * 3.0;
+        CHECK(live_node_count() > before);
+    }
+    CHECK(live_node_count() == before);  // dead nodes leave the table
+}

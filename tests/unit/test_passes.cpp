@@ -1,0 +1,141 @@
+// One section per compiler pass: canonicalise, cse, legality, partition, lower/key.
+#include "tests/support/catch.hpp"
+
+#include "compiler/canonicalise.hpp"
+#include "compiler/cse.hpp"
+#include "compiler/legality.hpp"
+#include "compiler/lower.hpp"
+#include "compiler/partition.hpp"
+#include "compiler/pipeline.hpp"
+#include "ir/expr.hpp"
+#include "ir/view_ops.hpp"
+
+#include <memory>
+
+using namespace kiln;
+
+namespace {
+View host_view(Shape shape, DType t = DType::Float32) {
+    View v;
+    v.storage = std::make_shared<Storage>();
+    v.dtype = t;
+    v.shape = shape;
+    v.strides = contiguous_strides(shape);
+    return v;
+}
+int count_op(const NodePtr& root, OpKind k) {
+    int n = 0;
+    for (const Node* x : postorder(root)) n += x->op == k;
+    return n;
+}
+Expr batchnorm(const Expr& A) { return reciprocal(sqrt(var(A, 1) + 0.001)) * (A - mean(A, 1)); }
+}  // namespace
+
+TEST_CASE("canonicalise folds constants and strips identities") {
+    Expr a = leaf(host_view({3, 5}));
+    CanonicaliseStats st;
+    NodePtr r = canonicalise((a * 1.0 + 0.0).node(), &st);
+    CHECK(r == a.node());
+    CHECK(st.identities == 2);
+    r = canonicalise((a * (Expr(2.0) * Expr(3.0))).node(), &st);
+    CHECK(st.folded == 1);
+    REQUIRE(r->inputs.size() == 2);
+    CHECK(r->inputs[1]->op == OpKind::Scalar);
+    CHECK(r->inputs[1]->value == 6.0);
+    CHECK(canonicalise((-(-a)).node()) == a.node());
+    // b*a and a*b become one node
+    Expr b = leaf(host_view({3, 5}));
+    CHECK(canonicalise((b * a).node()) == canonicalise((a * b).node()));
+    // an identity that would change the dtype is kept: int8 * 1.0 is float32
+    Expr i = leaf(host_view({3}, DType::Int8));
+    CHECK(canonicalise((i * 1.0).node())->op == OpKind::Mul);
+    CanonicaliseStats none;
+    canonicalise(exp(a).node(), &none);
+    CHECK_FALSE(none.changed());
+}
+
+TEST_CASE("cse: the two mean(A, axis=1) of batch normalisation are one node") {
+    Expr A = leaf(host_view({128, 32}));
+    CseStats st;
+    NodePtr r = cse(canonicalise(batchnorm(A).node()), &st);
+    CHECK(count_op(r, OpKind::Sum) == 2);  // mean(A) and the sum inside var, not three
+    bool reported = false;
+    for (auto& s : st.shared) reported |= s.find("computed once") != std::string::npos && s.find("sum") != std::string::npos;
+    CHECK(reported);
+    auto uses = use_counts(r);
+    int shared_means = 0;
+    for (const Node* n : postorder(r))
+        if (n->op == OpKind::Mul && !n->inputs.empty() && n->inputs[0]->op == OpKind::Sum && uses[n] >= 2) ++shared_means;
+    CHECK(shared_means == 1);
+}
+
+TEST_CASE("legality: same-axis reductions fuse (postfix order = pass order), others split") {
+    Expr A = leaf(host_view({64, 32}));
+    CHECK(legality(batchnorm(A).node(), {64, 32}).materialized.empty());
+    // the division form, which nervanagpu could not fuse, also fuses here
+    Expr div = (A - mean(A, 1)) / sqrt(var(A, 1) + 0.001);
+    CHECK(legality(div.node(), {64, 32}).materialized.empty());
+    // different axes: one reduction goes to its own stage, with a reason
+    Expr mixed = A - mean(A, 0) - mean(A, 1);
+    auto l = legality(mixed.node(), {64, 32});
+    REQUIRE(l.materialized.size() == 1);
+    CHECK(l.reasons[l.materialized[0].get()].find("does not match") != std::string::npos);
+    // a full reduction broadcast back is split
+    auto f = legality((A - mean(A)).node(), {64, 32});
+    CHECK(f.materialized.size() == 1);
+    // full variance: the inner full mean feeds another full reduction
+    auto fv = legality(var(A).node(), {1, 1});
+    CHECK(fv.materialized.size() == 1);
+}
+
+TEST_CASE("partition classifies stages") {
+    Expr A = leaf(host_view({64, 32}));
+    auto kind_of = [](const Expr& e, const Shape& dst_shape) {
+        View dst = host_view(dst_shape);
+        auto l = legality(e.node(), dst_shape);
+        return partition(e.node(), dst, l).stages.back().kind;
+    };
+    CHECK(kind_of(exp(A) + 1.0, {64, 32}) == StageKind::Elementwise);
+    CHECK(kind_of(sum(A, 1), {64, 1}) == StageKind::RowReduction);
+    CHECK(kind_of(sum(A, 0), {1, 32}) == StageKind::ColumnReduction);
+    CHECK(kind_of(sum(A), {1, 1}) == StageKind::FullReduction);
+    CHECK(kind_of(batchnorm(A), {64, 32}) == StageKind::RowReduction);
+    // writing A from A.T goes through a temporary
+    View a = A.node()->view;
+    Expr sq = leaf(host_view({8, 8}));
+    View sqv = sq.node()->view;
+    Expr tr = leaf(transpose_view(sqv, {}));
+    auto plan = partition(tr.node(), sqv, legality(tr.node(), {8, 8}));
+    CHECK(plan.stages.size() == 2);
+    CHECK(plan.temps.size() == 1);
+    (void)a;
+}
+
+TEST_CASE("lower + key: sizes are arguments, layouts and structure are the key") {
+    auto key_of = [](Shape s) {
+        Expr A = leaf(host_view(s));
+        View dst = host_view(s);
+        auto ca = compile_assignment(batchnorm(A).node(), dst, "test");
+        REQUIRE(ca.stages.size() == 1);
+        return ca.stages[0];
+    };
+    auto a = key_of({128, 32}), b = key_of({4096, 16384});
+    CHECK(a.key == b.key);                       // a new batch size reuses the kernel
+    CHECK(a.kernel.name == b.kernel.name);
+    CHECK(a.args.sizes != b.args.sizes);
+    CHECK(a.kernel.blocks.size() == 3);          // mean pass, variance pass, store pass
+    // 3-d contiguous elementwise merges to rank 1
+    Expr C = leaf(host_view({4, 5, 6}));
+    View d3 = host_view({4, 5, 6});
+    auto e = compile_assignment((C * 2.0).node(), d3, "test");
+    CHECK(e.stages[0].kernel.rank == 1);
+    // a strided view keeps its rank and changes the key
+    View st = slice_view(host_view({4, 10}), {Slice::all(), Slice::range(0, 10, 2)});
+    auto s = compile_assignment((leaf(st) * 2.0).node(), host_view({4, 5}), "test");
+    CHECK(s.stages[0].kernel.rank == 2);
+    CHECK(s.stages[0].key != compile_assignment((leaf(host_view({4, 5})) * 2.0).node(), host_view({4, 5}), "test").stages[0].key);
+    // scalar values are arguments: a different constant is the same kernel
+    CHECK(compile_assignment((C * 3.0).node(), d3, "test").stages[0].key == e.stages[0].key);
+    // the target is part of the key
+    CHECK(compile_assignment((C * 2.0).node(), d3, "other").stages[0].key != e.stages[0].key);
+}
