@@ -16,7 +16,7 @@ namespace {
 double max_rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i)
-        worst = std::max(worst, std::abs(got[i] - ref[i]) / std::max(1e-6, std::abs(ref[i])));
+        worst = std::max(worst, std::abs(got[i] - ref[i]) / (1.0 + std::abs(ref[i])));  // relative, absolute near 0
     return worst;
 }
 

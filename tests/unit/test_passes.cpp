@@ -62,11 +62,12 @@ TEST_CASE("cse: the two mean(A, axis=1) of batch normalisation are one node") {
     bool reported = false;
     for (auto& s : st.shared) reported |= s.find("computed once") != std::string::npos && s.find("sum") != std::string::npos;
     CHECK(reported);
+    // A - mean(A, 1) appears in var and in the numerator: one node with two users.
     auto uses = use_counts(r);
-    int shared_means = 0;
+    int shared = 0;
     for (const Node* n : postorder(r))
-        if (n->op == OpKind::Mul && !n->inputs.empty() && n->inputs[0]->op == OpKind::Sum && uses[n] >= 2) ++shared_means;
-    CHECK(shared_means == 1);
+        if (n->op == OpKind::Sub && uses[n] >= 2) ++shared;
+    CHECK(shared == 1);
 }
 
 TEST_CASE("legality: same-axis reductions fuse (postfix order = pass order), others split") {
@@ -130,7 +131,7 @@ TEST_CASE("lower + key: sizes are arguments, layouts and structure are the key")
     auto e = compile_assignment((C * 2.0).node(), d3, "test");
     CHECK(e.stages[0].kernel.rank == 1);
     // a strided view keeps its rank and changes the key
-    View st = slice_view(host_view({4, 10}), {Slice::all(), Slice::range(0, 10, 2)});
+    View st = slice_view(host_view({4, 10}), {Slice::all(), Slice::range(0, 5)});
     auto s = compile_assignment((leaf(st) * 2.0).node(), host_view({4, 5}), "test");
     CHECK(s.stages[0].kernel.rank == 2);
     CHECK(s.stages[0].key != compile_assignment((leaf(host_view({4, 5})) * 2.0).node(), host_view({4, 5}), "test").stages[0].key);
