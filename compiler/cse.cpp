@@ -30,6 +30,13 @@ NodePtr cse(const NodePtr& root, CseStats* stats) {
     if (stats) {
         stats->nodes = (int)results.size();
         stats->merged = before - (int)results.size();
+        std::unordered_map<const Node*, int64_t> tree;
+        for (const Node* n : postorder(out)) {
+            int64_t t = 1;
+            for (auto& i : n->inputs) t += tree[i.get()];
+            tree[n] = t;
+        }
+        stats->written = tree[out.get()];
         auto uses = use_counts(out);
         for (const Node* n : postorder(out)) {
             int count = uses.count(n) ? uses[n] : 0;

@@ -14,6 +14,7 @@ namespace kiln {
 
 struct CseStats {
     int nodes = 0;
+    int64_t written = 0;               // operations in the expression as written (shared subtrees counted per use)
     int merged = 0;                    // nodes that were distinct objects before and one after
     std::vector<std::string> shared;   // "sum(...) axis=1 used 2 times: computed once"
     bool changed() const { return merged > 0; }

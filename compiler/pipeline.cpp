@@ -39,8 +39,16 @@ CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst_in, c
     if (debug) {
         std::string shared;
         for (auto& s : es.shared) shared += "  cse: " + s + "\n";
-        if (es.changed()) log_debug("after cse ({} nodes merged, {} nodes):\n{}{}", es.merged, es.nodes, shared, graph_str(root));
-        else log_debug("cse: no change ({} nodes, all distinct){}", es.nodes, shared.empty() ? "" : "\n" + shared);
+        // Nodes are hash-consed when built, so the merging shows as the difference between the
+        // expression as written and the graph.
+        if (es.changed())
+            log_debug("after cse ({} operations as written, {} nodes merged now, {} distinct):\n{}{}", es.written, es.merged,
+                      es.nodes, shared, graph_str(root));
+        else if (es.written > es.nodes)
+            log_debug("cse: {} operations as written, {} distinct (merged when built; the pass changed nothing more)\n{}",
+                      es.written, es.nodes, shared);
+        else
+            log_debug("cse: no change ({} nodes, no shared subtree)", es.nodes);
     }
 
     LegalityResult legal = legality(root, dst.shape);
