@@ -388,10 +388,19 @@ struct Lowerer {
                 for (size_t b = 0; b < ms.size(); ++b) ms[b].push_back(dstrides[b][d]);
             }
         }
-        k.rank = (int)msizes.size();
-        k.reduced = mred;
         bool any_p = false, any_r = false;
         for (bool r : mred) (r ? any_r : any_p) = true;
+        bool two_step = k.blocks.size() == 2 && k.blocks[0].loop && !k.blocks[1].loop;
+        if (any_r && !any_p && !two_step) {
+            // Several passes over all of the data (var of a single row): not a two-step full
+            // reduction, so keep one parallel dim of size 1 to run the passes in order.
+            msizes.insert(msizes.begin(), 1);
+            mred.insert(mred.begin(), false);
+            for (auto& b : ms) b.insert(b.begin(), 0);
+            any_p = true;
+        }
+        k.rank = (int)msizes.size();
+        k.reduced = mred;
         k.full_reduce = any_r && !any_p;
         out.args.sizes = msizes;
         out.args.strides.clear();
