@@ -4,44 +4,127 @@
 
 namespace kiln::kir {
 
+// A switch rather than a table so that adding an Op without a name is a -Wswitch warning.
 const char* op_name(Op op) {
-    static const char* names[] = {"constf", "consti", "paramf", "parami", "load", "gather", "coord", "linear_id",
-                                  "acc_result", "neg", "abs", "sqrt", "exp", "exp2", "log", "log2", "tanh", "rint",
-                                  "sign", "isfinite", "to_f32", "to_i32", "wrap_i8", "wrap_u8", "to_bool", "add", "sub",
-                                  "mul", "div", "pow", "max", "min", "eq", "ne", "lt", "le", "gt", "ge", "and", "or",
-                                  "xor", "shl", "shr", "mulhi", "select"};
-    return names[(int)op];
+    switch (op) {
+    case Op::ConstF: return "constf";
+    case Op::ConstI: return "consti";
+    case Op::ParamF: return "paramf";
+    case Op::ParamI: return "parami";
+    case Op::Load: return "load";
+    case Op::Gather: return "gather";
+    case Op::Coord: return "coord";
+    case Op::LinearId: return "linear_id";
+    case Op::AccResult: return "acc_result";
+    case Op::Neg: return "neg";
+    case Op::Abs: return "abs";
+    case Op::Sqrt: return "sqrt";
+    case Op::Exp: return "exp";
+    case Op::Exp2: return "exp2";
+    case Op::Log: return "log";
+    case Op::Log2: return "log2";
+    case Op::Tanh: return "tanh";
+    case Op::Rint: return "rint";
+    case Op::Sign: return "sign";
+    case Op::IsFinite: return "isfinite";
+    case Op::ToF32: return "to_f32";
+    case Op::ToI32: return "to_i32";
+    case Op::WrapI8: return "wrap_i8";
+    case Op::WrapU8: return "wrap_u8";
+    case Op::ToBool: return "to_bool";
+    case Op::Add: return "add";
+    case Op::Sub: return "sub";
+    case Op::Mul: return "mul";
+    case Op::Div: return "div";
+    case Op::Pow: return "pow";
+    case Op::Max: return "max";
+    case Op::Min: return "min";
+    case Op::Eq: return "eq";
+    case Op::Ne: return "ne";
+    case Op::Lt: return "lt";
+    case Op::Le: return "le";
+    case Op::Gt: return "gt";
+    case Op::Ge: return "ge";
+    case Op::And: return "and";
+    case Op::Or: return "or";
+    case Op::Xor: return "xor";
+    case Op::Shl: return "shl";
+    case Op::Shr: return "shr";
+    case Op::MulHi: return "mulhi";
+    case Op::Select: return "select";
+    }
+    return "?";
 }
 
-std::string to_string(const Kernel& k) {
-    static const char* acc_names[] = {"sum", "max", "min", "argmax", "argmin"};
-    std::string s = fmt::format("kernel {} rank {} reduced [", k.name, k.rank);
-    for (bool r : k.reduced) s += r ? 'R' : 'P';
-    s += k.full_reduce ? "] full\n" : "]\n";
-    for (size_t b = 0; b < k.buffers.size(); ++b) {
-        s += fmt::format("  buf{} {} {} strides ", b, dtype_name(k.buffers[b].dtype), k.buffers[b].output ? "out" : "in");
-        for (auto l : k.buffers[b].layout) s += "01x"[(int)l];
-        s += "\n";
+namespace {
+
+const char* acc_name(AccKind k) {
+    switch (k) {
+    case AccKind::Sum: return "sum";
+    case AccKind::Max: return "max";
+    case AccKind::Min: return "min";
+    case AccKind::ArgMax: return "argmax";
+    case AccKind::ArgMin: return "argmin";
     }
+    return "?";
+}
+
+const char* type_name(ComputeType t) { return t == ComputeType::F32 ? "f32" : "i32"; }
+
+// Operands first, then the immediate or index that qualifies the op: `%7 = gather f32 %6, buf2, ip[3]`.
+std::string instr_line(const Instr& in, int id) {
+    std::string s = fmt::format("%{} = {} {}", id, op_name(in.op), type_name(in.type));
+    const char* sep = " ";
+    auto arg = [&](const std::string& a) {
+        s += sep;
+        s += a;
+        sep = ", ";
+    };
+    for (int a : in.a)
+        if (a >= 0) arg(fmt::format("%{}", a));
+    switch (in.op) {
+    case Op::ConstF: arg(fmt::format("{}", in.fimm)); break;
+    case Op::ConstI: arg(fmt::format("{}", in.iimm)); break;
+    case Op::ParamF: arg(fmt::format("fp[{}]", in.index)); break;
+    case Op::ParamI: arg(fmt::format("ip[{}]", in.index)); break;
+    case Op::Load: arg(fmt::format("buf{}", in.index)); break;
+    case Op::Gather: arg(fmt::format("buf{}", in.index)); arg(fmt::format("ip[{}]", in.aux)); break;
+    case Op::Coord: arg(fmt::format("dim{}", in.index)); break;
+    case Op::AccResult: arg(fmt::format("acc{}", in.index)); break;
+    default: break;
+    }
+    return s;
+}
+
+} // namespace
+
+std::string to_string(const Kernel& k) {
+    std::string s = fmt::format("kernel {}: rank {}, dims [", k.name, k.rank);
+    for (size_t d = 0; d < k.reduced.size(); ++d) s += k.reduced[d] ? 'R' : 'P';
+    s += "]";
+    if (k.full_reduce) s += ", full reduction";
+    s += fmt::format(", {} fparams, {} iparams\n", k.num_fparams, k.num_iparams);
+    for (size_t b = 0; b < k.buffers.size(); ++b) {
+        const Buffer& buf = k.buffers[b];
+        std::string layout;
+        for (StrideKind l : buf.layout) layout += l == StrideKind::Zero ? '0' : l == StrideKind::One ? '1' : 'x';
+        s += fmt::format("  buf{}: {} {} strides [{}]\n", b, buf.output ? "out" : "in ", dtype_name(buf.dtype), layout);
+    }
+    for (size_t a = 0; a < k.accums.size(); ++a)
+        s += fmt::format("  acc{}: {} {} of %{}\n", a, acc_name(k.accums[a].kind), type_name(k.accums[a].type),
+                         k.accums[a].value);
     for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
         const Block& b = k.blocks[bi];
-        s += fmt::format("  block {} ({}):\n", bi, b.loop ? "loop over reduced dims" : "once per point");
+        s += fmt::format("  block {} ({}):\n", bi, b.loop ? "loop over R" : "point");
         for (int id : b.instrs) {
-            const Instr& in = k.instrs[id];
-            std::string args;
-            for (int a : in.a)
-                if (a >= 0) args += fmt::format(" %{}", a);
-            std::string extra;
-            if (in.op == Op::ConstF) extra = fmt::format(" {}", in.fimm);
-            else if (in.op == Op::ConstI) extra = fmt::format(" {}", in.iimm);
-            else if (in.op == Op::ParamF || in.op == Op::ParamI || in.op == Op::Load || in.op == Op::Gather ||
-                     in.op == Op::Coord || in.op == Op::AccResult)
-                extra = fmt::format(" #{}", in.index);
-            s += fmt::format("    %{} = {} {}{}{}\n", id, op_name(in.op), in.type == ComputeType::F32 ? "f32" : "i32", args, extra);
+            if (id >= 0 && id < (int)k.instrs.size()) s += "    " + instr_line(k.instrs[id], id) + "\n";
+            else s += fmt::format("    %{} = <out of range>\n", id);
         }
-        for (int a : b.accums)
-            s += fmt::format("    acc{} = {}(%{})\n", a, acc_names[(int)k.accums[a].kind], k.accums[a].value);
-        for (auto& st : b.stores) s += fmt::format("    store buf{} <- %{}\n", st.buffer, st.value);
+        for (int a : b.accums) {
+            int v = a >= 0 && a < (int)k.accums.size() ? k.accums[a].value : -1;
+            s += fmt::format("    accumulate acc{} <- %{}\n", a, v);
+        }
+        for (const Store& st : b.stores) s += fmt::format("    store buf{} <- %{}\n", st.buffer, st.value);
     }
     return s;
 }

@@ -178,20 +178,30 @@ struct Lowerer {
         const Node& src = *nd.inputs[0];
         int axis = nd.axis;
         int idx_rank = nd.rank() - src.rank() + 1;
+        // The source is a tensor view or a temporary an earlier stage wrote (contiguous).
+        BufferSource bs;
+        Strides src_strides;
+        if (auto t = st.inputs_from_temps.find(&src); t != st.inputs_from_temps.end()) {
+            bs.is_temp = true;
+            bs.temp = t->second;
+            src_strides = contiguous_strides(src.shape);
+        } else {
+            KILN_CHECK_INTERNAL(src.op == OpKind::Leaf, "take from a computed operand that is not in memory");
+            bs.view = src.view;
+            src_strides = src.view.strides;
+        }
         // Strides over the domain: source dims before the axis line up with the result's
         // first dims, those after it with the result's last dims; the indices' dims read 0.
         Strides s(nd.rank(), 0);
         for (int j = 0; j < src.rank(); ++j) {
             if (j == axis || src.shape[j] == 1) continue;
             int rj = j < axis ? j : j + idx_rank - 1;
-            s[rj] = src.view.strides[j];
+            s[rj] = src_strides[j];
         }
-        BufferSource bs;
-        bs.view = src.view;
         int b = add_buffer(src.dtype, false, map_strides(nd.shape, s), bs);
         int len = new_iparam((int32_t)src.shape[axis]);
-        int stride = new_iparam((int32_t)src.view.strides[axis]);
-        KILN_CHECK_INTERNAL(src.view.strides[axis] == (int32_t)src.view.strides[axis], "take stride overflow");
+        KILN_CHECK_INTERNAL(src_strides[axis] == (int32_t)src_strides[axis], "take: stride along the axis overflows int32");
+        int stride = new_iparam((int32_t)src_strides[axis]);
         // Negative indices count from the end; out-of-range ones are clipped into [0, len).
         int i = convert(value(nd.inputs[1]), DType::Int32);
         int L = iparam(len);
@@ -227,6 +237,7 @@ struct Lowerer {
         case OpKind::Scalar: return param(nd);
         case OpKind::Rand: return philox(nd);
         case OpKind::Iota: {
+            if (nd.shape[nd.axis] == 1) return ci(0);  // broadcast along its own axis: always 0
             needs_coords = true;
             kir::Instr c{Op::Coord, CT::I32};
             c.index = n - nd.rank() + nd.axis;
@@ -316,15 +327,9 @@ struct Lowerer {
         }
         int obuf = add_buffer(o.dtype, true, ostrides, osrc);
 
-        // Reductions fused into this stage, by level, in postfix order.
-        int levels_total = level_of(st.root.get());
-        std::vector<std::vector<const Node*>> by_level(levels_total + 1);
-        for (const Node* nd : postorder(st.root)) {
-            if (st.inputs_from_temps.count(nd)) continue;
-            if (is_reduction(nd->op)) by_level[level_of(nd)].push_back(nd);
-        }
-        // postorder() descends into temps' inputs too; only reductions reachable without
-        // crossing a temp belong here.
+        // Reductions fused into this stage, by level, in postfix order. postorder() also
+        // descends below nodes that earlier stages computed; only what is reachable without
+        // crossing one of those belongs to this stage.
         std::unordered_map<const Node*, bool> reachable;
         std::function<void(const Node*)> mark = [&](const Node* nd) {
             if (reachable[nd]) return;
@@ -333,10 +338,15 @@ struct Lowerer {
             for (auto& i : nd->inputs) mark(i.get());
         };
         mark(st.root.get());
+        int levels_total = level_of(st.root.get());
+        std::vector<std::vector<const Node*>> by_level(levels_total + 1);
+        for (const Node* nd : postorder(st.root)) {
+            if (!reachable[nd] || st.inputs_from_temps.count(nd)) continue;
+            if (is_reduction(nd->op)) by_level[level_of(nd)].push_back(nd);
+        }
         for (int lv = 1; lv <= levels_total; ++lv) {
             open_block(true);
             for (const Node* r : by_level[lv]) {
-                if (!reachable[r] || st.inputs_from_temps.count(r)) continue;
                 int v = value(r->inputs[0]);
                 kir::AccKind kind = r->op == OpKind::Sum ? kir::AccKind::Sum : r->op == OpKind::Max ? kir::AccKind::Max
                                   : r->op == OpKind::Min ? kir::AccKind::Min : r->op == OpKind::ArgMax ? kir::AccKind::ArgMax

@@ -96,6 +96,11 @@ Plan partition(const NodePtr& root, const View& dst, const LegalityResult& legal
     bool overlap = false;
     for (const Node* l : leaves)
         if (l->view.storage == dst.storage && !l->view.same_layout(dst)) overlap = true;
+    // take() reads its source at other positions than the one being written, whatever the view.
+    for (const Node* n : postorder(root))
+        if (n->op == OpKind::Take && !temp_of.count(n->inputs[0].get()) && n->inputs[0]->op == OpKind::Leaf &&
+            n->inputs[0]->view.storage == dst.storage)
+            overlap = true;
 
     StageOutput final_out;
     final_out.view = dst;

@@ -33,7 +33,8 @@ enum class OpKind : uint8_t {
     Take,     // inputs {source, indices}: source gathered along `axis` by indices
 };
 
-inline constexpr int kAllAxes = -1;
+// "Reduce over every axis". Not -1: that is the last axis, as in NumPy.
+inline constexpr int kAllAxes = INT32_MIN;
 
 const char* opkind_name(OpKind k);
 bool is_unary(OpKind k);

@@ -275,6 +275,7 @@ Tensor Tensor::reshape(const Shape& s) const {
 }
 
 Tensor& Tensor::assign(const Expr& e) {
+    if (!defined()) throw Error("assign: the destination is an empty kiln::Tensor (default-constructed)");
     context().assign(*this, e);
     return *this;
 }

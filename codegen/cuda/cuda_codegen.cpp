@@ -1,0 +1,861 @@
+#include "codegen/cuda/cuda_codegen.hpp"
+
+#include "ir/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+namespace kiln::codegen {
+
+namespace {
+
+using kir::AccKind;
+using kir::Op;
+using kir::StrideKind;
+using CT = ComputeType;
+
+// Device helpers shared by every kernel. The 16-bit float conversions are bit-for-bit those of
+// ir/half.hpp, so the CPU and CUDA backends store identical bits.
+constexpr const char* kPrelude = R"(// ---- kiln prelude
+#define KILN_NO_POS 2147483647
+
+__device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {
+    const unsigned sign = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        const float v = (float)m * 5.9604644775390625e-8f;  // m * 2^-24
+        return sign ? -v : v;
+    }
+    if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+// Round to nearest even; overflow gives inf; NaN keeps its sign and top payload bits (quieted).
+__device__ __forceinline__ unsigned short kiln_f32_to_f16(float f) {
+    const unsigned u = __float_as_uint(f);
+    const unsigned sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+    if (a < 0x38800000u) {
+        if (a < 0x33000000u) return (unsigned short)sign;
+        const unsigned e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;
+        unsigned r = m >> shift;
+        const unsigned rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (r & 1u))) ++r;
+        return (unsigned short)(sign | r);
+    }
+    unsigned r = (a - 0x38000000u) >> 13;
+    const unsigned rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
+    return (unsigned short)(sign | r);
+}
+
+__device__ __forceinline__ float kiln_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+__device__ __forceinline__ unsigned short kiln_f32_to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+// Truncation toward zero, saturating, NaN -> 0 (PTX cvt.rzi.sat).
+__device__ __forceinline__ int kiln_f32_to_i32(float x) {
+    if (x != x) return 0;
+    if (x >= 2147483648.0f) return 2147483647;
+    if (x <= -2147483648.0f) return -2147483647 - 1;
+    return (int)x;
+}
+
+// NumPy's maximum/minimum: a NaN operand gives NaN.
+__device__ __forceinline__ float kiln_maxf(float x, float y) { return (x > y || x != x) ? x : y; }
+__device__ __forceinline__ float kiln_minf(float x, float y) { return (x < y || x != x) ? x : y; }
+
+// Accumulators: a state is (v, p); `add` folds in (x, q) and is also the combine of two states.
+// Arg kinds keep the extreme value with the smallest position, a NaN counting as the extreme;
+// an empty state has position KILN_NO_POS, so it loses every tie.
+struct kiln_sum_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return 0.0f; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v += x; }
+};
+struct kiln_sum_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return 0; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = (int)((unsigned)v + (unsigned)x); }
+};
+struct kiln_max_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return __uint_as_float(0xff800000u); }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v || x != x) v = x; }
+};
+struct kiln_max_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return -2147483647 - 1; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v) v = x; }
+};
+struct kiln_min_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return __uint_as_float(0x7f800000u); }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v || x != x) v = x; }
+};
+struct kiln_min_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return 2147483647; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v) v = x; }
+};
+struct kiln_argmax_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return __uint_as_float(0xff800000u); }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x > v || (x == v && q < p)));
+        if (take) { v = x; p = q; }
+    }
+};
+struct kiln_argmin_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return __uint_as_float(0x7f800000u); }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x < v || (x == v && q < p)));
+        if (take) { v = x; p = q; }
+    }
+};
+struct kiln_argmax_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return -2147483647 - 1; }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        if (x > v || (x == v && q < p)) { v = x; p = q; }
+    }
+};
+struct kiln_argmin_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return 2147483647; }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        if (x < v || (x == v && q < p)) { v = x; p = q; }
+    }
+};
+
+// Lane 0 ends with the warp's combined state.
+template <class A>
+__device__ __forceinline__ void kiln_warp_reduce(typename A::T& v, int& p) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const typename A::T x = __shfl_down_sync(0xffffffffu, v, o);
+        const int q = __shfl_down_sync(0xffffffffu, p, o);
+        A::add(v, p, x, q);
+    }
+}
+
+// Every thread ends with the block's combined state, always combined in the same order.
+// sv/sp: shared scratch of 33 entries; blockDim.x is a multiple of 32. Called by all threads.
+template <class A>
+__device__ __forceinline__ void kiln_block_reduce(typename A::T& v, int& p, typename A::T* sv, int* sp) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    kiln_warp_reduce<A>(v, p);
+    if (lane == 0) { sv[warp] = v; sp[warp] = p; }
+    __syncthreads();
+    if (warp == 0) {
+        const int nwarps = blockDim.x >> 5;
+        v = lane < nwarps ? sv[lane] : A::init();
+        p = lane < nwarps ? sp[lane] : KILN_NO_POS;
+        kiln_warp_reduce<A>(v, p);
+        if (lane == 0) { sv[32] = v; sp[32] = p; }
+    }
+    __syncthreads();
+    v = sv[32];
+    p = sp[32];
+    __syncthreads();
+}
+// ---- end of prelude
+)";
+
+const char* ctype(CT t) { return t == CT::F32 ? "float" : "int"; }
+
+bool is_arg(AccKind k) { return k == AccKind::ArgMax || k == AccKind::ArgMin; }
+
+const char* acc_struct(const kir::Accum& a) {
+    bool f = a.type == CT::F32;
+    switch (a.kind) {
+    case AccKind::Sum: return f ? "kiln_sum_f" : "kiln_sum_i";
+    case AccKind::Max: return f ? "kiln_max_f" : "kiln_max_i";
+    case AccKind::Min: return f ? "kiln_min_f" : "kiln_min_i";
+    case AccKind::ArgMax: return f ? "kiln_argmax_f" : "kiln_argmax_i";
+    case AccKind::ArgMin: return f ? "kiln_argmin_f" : "kiln_argmin_i";
+    }
+    return "?";
+}
+
+// Type of AccResult: the position for Arg kinds, else the reduced value.
+CT acc_result_type(const kir::Accum& a) { return is_arg(a.kind) ? CT::I32 : a.type; }
+
+// A float literal that reads back to exactly `f`.
+std::string float_literal(float f) {
+    if (std::isnan(f) || std::isinf(f)) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        return fmt::format("__uint_as_float(0x{:08x}u)", u);
+    }
+    std::string s = fmt::format("{}", f);
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    return s + "f";
+}
+
+std::string int_literal(int32_t i) {
+    return i == INT32_MIN ? std::string("(-2147483647 - 1)") : fmt::format("{}", i);
+}
+
+const char* storage_type(DType t) {
+    switch (t) {
+    case DType::Float32: return "float";
+    case DType::Float16: case DType::BFloat16: return "unsigned short";
+    case DType::Int32: return "int";
+    case DType::Int8: case DType::UInt8: case DType::Bool: return "unsigned char";
+    }
+    return "?";
+}
+
+std::string load_expr(DType t, const std::string& elem) {
+    switch (t) {
+    case DType::Float32: case DType::Int32: return elem;
+    case DType::Float16: return fmt::format("kiln_f16_to_f32({})", elem);
+    case DType::BFloat16: return fmt::format("kiln_bf16_to_f32({})", elem);
+    case DType::Int8: return fmt::format("((int){} ^ 0x80) - 0x80", elem);
+    case DType::UInt8: return fmt::format("(int){}", elem);
+    case DType::Bool: return fmt::format("(int)({} != 0)", elem);
+    }
+    return "?";
+}
+
+std::string store_value(DType t, const std::string& v) {
+    switch (t) {
+    case DType::Float32: case DType::Int32: return v;
+    case DType::Float16: return fmt::format("kiln_f32_to_f16({})", v);
+    case DType::BFloat16: return fmt::format("kiln_f32_to_bf16({})", v);
+    case DType::Int8: case DType::UInt8: return fmt::format("(unsigned char)({} & 0xff)", v);
+    case DType::Bool: return fmt::format("(unsigned char)({} != 0)", v);
+    }
+    return "?";
+}
+
+// Number of operands `a[]` an op reads.
+int arity(Op op) {
+    switch (op) {
+    case Op::ConstF: case Op::ConstI: case Op::ParamF: case Op::ParamI: case Op::Load: case Op::Coord:
+    case Op::LinearId: case Op::AccResult:
+        return 0;
+    case Op::Gather: case Op::Neg: case Op::Abs: case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log:
+    case Op::Log2: case Op::Tanh: case Op::Rint: case Op::Sign: case Op::IsFinite: case Op::ToF32: case Op::ToI32:
+    case Op::WrapI8: case Op::WrapU8: case Op::ToBool:
+        return 1;
+    case Op::Select: return 3;
+    default: return 2;
+    }
+}
+
+// Structural checks, so that a malformed Kernel fails here with its listing rather than in NVRTC
+// with a confusing message (or, worse, compiles into something wrong).
+void validate(const kir::Kernel& k) {
+    auto fail = [&](const std::string& why) {
+        throw InternalError(fmt::format("emit_cuda: {}\n{}", why, kir::to_string(k)));
+    };
+    bool ident = !k.name.empty() && !std::isdigit((unsigned char)k.name[0]);
+    for (char c : k.name) ident = ident && (std::isalnum((unsigned char)c) || c == '_');
+    if (!ident) fail(fmt::format("kernel name '{}' is not a C identifier", k.name));
+    if (k.rank < 0 || (int)k.reduced.size() != k.rank) fail("reduced[] does not match rank");
+    if (k.buffers.empty()) fail("no buffers");
+    for (auto& b : k.buffers)
+        if ((int)b.layout.size() != k.rank) fail("a buffer layout does not match rank");
+    const int n = (int)k.instrs.size();
+    std::vector<int> block_of(n, -1);
+    for (size_t bi = 0; bi < k.blocks.size(); ++bi)
+        for (int id : k.blocks[bi].instrs) {
+            if (id < 0 || id >= n) fail(fmt::format("block {} lists instruction %{}", bi, id));
+            if (block_of[id] >= 0) fail(fmt::format("instruction %{} is in two blocks", id));
+            block_of[id] = (int)bi;
+        }
+    for (int id = 0; id < n; ++id) {
+        const kir::Instr& in = k.instrs[id];
+        for (int i = 0; i < 3; ++i) {
+            const bool used = i < arity(in.op);
+            if (used ? (in.a[i] < 0 || in.a[i] >= n) : in.a[i] >= n)
+                fail(fmt::format("%{} ({}) operand {} is %{}", id, kir::op_name(in.op), i, in.a[i]));
+        }
+        bool bad = false;
+        switch (in.op) {
+        case Op::ParamF: bad = in.index < 0 || in.index >= k.num_fparams; break;
+        case Op::ParamI: bad = in.index < 0 || in.index >= k.num_iparams; break;
+        case Op::Load: bad = in.index < 0 || in.index >= (int)k.buffers.size(); break;
+        case Op::Gather:
+            bad = in.index < 0 || in.index >= (int)k.buffers.size() || in.aux < 0 || in.aux >= k.num_iparams;
+            break;
+        case Op::Coord: bad = in.index < 0 || in.index >= k.rank; break;
+        case Op::AccResult: bad = in.index < 0 || in.index >= (int)k.accums.size(); break;
+        default: break;
+        }
+        if (bad) fail(fmt::format("%{} ({}) has an index out of range", id, kir::op_name(in.op)));
+        // The rendered load yields the storage dtype's compute type; the IR promises the same.
+        if ((in.op == Op::Load || in.op == Op::Gather) && in.type != compute_type(k.buffers[in.index].dtype))
+            fail(fmt::format("%{} loads buf{} as the wrong compute type", id, in.index));
+    }
+    for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
+        const kir::Block& b = k.blocks[bi];
+        if (!b.loop && !b.accums.empty()) fail(fmt::format("point block {} has accumulators", bi));
+        for (int a : b.accums) {
+            if (a < 0 || a >= (int)k.accums.size()) fail(fmt::format("block {} lists acc{}", bi, a));
+            const int v = k.accums[a].value;
+            if (v < 0 || v >= n || block_of[v] != (int)bi || k.instrs[v].type != k.accums[a].type)
+                fail(fmt::format("acc{} reduces %{}, not a value of its type in block {}", a, v, bi));
+        }
+        for (auto& st : b.stores) {
+            if (st.buffer < 0 || st.buffer >= (int)k.buffers.size() || !k.buffers[st.buffer].output)
+                fail(fmt::format("block {} stores to buf{}, not an output", bi, st.buffer));
+            if (st.value < 0 || st.value >= n) fail(fmt::format("block {} stores %{}", bi, st.value));
+            if (k.instrs[st.value].type != compute_type(k.buffers[st.buffer].dtype))
+                fail(fmt::format("block {} stores %{} of the wrong compute type to buf{}", bi, st.value, st.buffer));
+        }
+    }
+    if (k.full_reduce) {
+        if (k.blocks.size() != 2 || !k.blocks[0].loop || k.blocks[1].loop)
+            fail("a full reduction has exactly two blocks: Loop, then Point");
+        for (bool r : k.reduced)
+            if (!r) fail("a full reduction has no parallel dims");
+    }
+}
+
+// What a group of instructions and stores touches: buffers, coordinates, the linear index.
+struct Uses {
+    std::vector<bool> buffers;
+    std::vector<bool> coords;   // by Coord
+    bool linear_id = false;
+};
+
+class Emitter {
+public:
+    explicit Emitter(const kir::Kernel& k) : k_(k) {
+        for (int d = 0; d < k.rank; ++d) (k.reduced[d] ? rdims_ : pdims_).push_back(d);
+        for (size_t bi = 0; bi < k.blocks.size(); ++bi) block_uses_.push_back(uses_of(k.blocks[bi]));
+        all_uses_ = Uses{std::vector<bool>(k.buffers.size()), std::vector<bool>(k.rank), false};
+        for (auto& u : block_uses_) merge(all_uses_, u);
+    }
+
+    CudaSource run() {
+        CudaSource src;
+        out_ = "// generated by kiln from the kernel IR; compile with NVRTC, no headers needed\n";
+        out_ += kPrelude;
+        emit_args_struct();
+        if (k_.full_reduce) {
+            emit_partial_kernel();
+            emit_final_kernel();
+            src.entry_points = {k_.name + "_partial", k_.name + "_final"};
+        } else if (k_.has_reduction()) {
+            emit_reduction_kernel();
+            src.entry_points = {k_.name};
+        } else {
+            emit_elementwise_kernel();
+            src.entry_points = {k_.name};
+        }
+        src.code = std::move(out_);
+        return src;
+    }
+
+private:
+    // Where the code being emitted runs: which coordinates are variables and how offsets read.
+    enum class Scope {
+        Elementwise,   // one thread per domain point, all coordinates from `i`
+        PPoint,        // per P point of a reduction: R coordinates are 0
+        RLoop,         // inside a loop over R points: every coordinate is a variable
+    };
+
+    const kir::Kernel& k_;
+    std::vector<int> pdims_, rdims_;
+    std::vector<Uses> block_uses_;
+    Uses all_uses_;
+    std::string out_;
+    int indent_ = 0;
+    Scope scope_ = Scope::Elementwise;
+
+    template <typename... T>
+    void line(fmt::format_string<T...> f, T&&... args) {
+        out_.append(4 * indent_, ' ');
+        out_ += fmt::format(f, std::forward<T>(args)...);
+        out_ += '\n';
+    }
+    void open(const std::string& head) {
+        if (head.empty()) line("{{");
+        else line("{} {{", head);
+        ++indent_;
+    }
+    void close() { --indent_; line("}}"); }
+
+    static void merge(Uses& into, const Uses& u) {
+        for (size_t i = 0; i < u.buffers.size(); ++i) into.buffers[i] = into.buffers[i] || u.buffers[i];
+        for (size_t i = 0; i < u.coords.size(); ++i) into.coords[i] = into.coords[i] || u.coords[i];
+        into.linear_id = into.linear_id || u.linear_id;
+    }
+
+    Uses uses_of(const kir::Block& b) const {
+        Uses u{std::vector<bool>(k_.buffers.size()), std::vector<bool>(k_.rank), false};
+        for (int id : b.instrs) {
+            const kir::Instr& in = k_.instrs[id];
+            if (in.op == Op::Load || in.op == Op::Gather) u.buffers[in.index] = true;
+            if (in.op == Op::Coord) u.coords[in.index] = true;
+            if (in.op == Op::LinearId) u.linear_id = true;
+        }
+        for (auto& st : b.stores) u.buffers[st.buffer] = true;
+        return u;
+    }
+
+    // Coordinates among `dims` that code with uses `u` reads, in the current scope.
+    std::vector<bool> needed_coords(const Uses& u, const std::vector<int>& dims, bool linear_from_coords) const {
+        std::vector<bool> need(k_.rank, false);
+        for (int d : dims) {
+            need[d] = u.coords[d] || (u.linear_id && linear_from_coords);
+            for (size_t b = 0; b < k_.buffers.size(); ++b)
+                if (u.buffers[b] && k_.buffers[b].layout[d] != StrideKind::Zero) need[d] = true;
+        }
+        return need;
+    }
+
+    std::string size(int d) const { return fmt::format("a.sizes[{}]", d); }
+
+    std::string product(const std::vector<int>& dims) const {
+        if (dims.empty()) return "1LL";
+        std::string s;
+        for (int d : dims) s += (s.empty() ? "" : " * ") + size(d);
+        return s;
+    }
+
+    // Declares `c<d>` for the needed dims of `dims` from their row-major flattened index `lin`.
+    void emit_coords(const std::vector<int>& dims, const std::string& lin, const std::vector<bool>& need,
+                     const std::string& tmp) {
+        int outer = -1;
+        for (int j = 0; j < (int)dims.size() && outer < 0; ++j)
+            if (need[dims[j]]) outer = j;
+        if (outer < 0) return;
+        std::string cur = lin;
+        for (int j = (int)dims.size() - 1; j >= outer; --j) {
+            int d = dims[j];
+            if (need[d]) line("const long long c{} = {};", d, j == 0 ? cur : fmt::format("{} % {}", cur, size(d)));
+            if (j == outer) break;
+            if (cur == lin) {
+                line("long long {} = {} / {};", tmp, lin, size(d));
+                cur = tmp;
+            } else {
+                line("{} /= {};", tmp, size(d));
+            }
+        }
+    }
+
+    // sum over `dims` of c<d> * stride, constants folded from the layout; "" when empty.
+    std::string offset_terms(int b, const std::vector<int>& dims) const {
+        std::string s;
+        for (int d : dims) {
+            StrideKind l = k_.buffers[b].layout[d];
+            if (l == StrideKind::Zero) continue;
+            if (!s.empty()) s += " + ";
+            s += l == StrideKind::One ? fmt::format("c{}", d) : fmt::format("c{} * a.strides[{}]", d, b * k_.rank + d);
+        }
+        return s;
+    }
+
+    // Offset expression of buffer b in the current scope (variables declared by the scope).
+    std::string offset(int b) const {
+        if (scope_ == Scope::PPoint) {
+            return offset_terms(b, pdims_).empty() ? "0" : fmt::format("pb{}", b);
+        }
+        return fmt::format("o{}", b);
+    }
+
+    std::string coord(int d) const {
+        if (scope_ == Scope::PPoint && k_.reduced[d]) return "0";
+        return fmt::format("c{}", d);
+    }
+
+    std::string linear_id() const {
+        if (scope_ == Scope::Elementwise) return "(int)(unsigned)i";
+        if (k_.rank == 0) return "0";
+        std::string e = coord(0);
+        for (int d = 1; d < k_.rank; ++d) e = fmt::format("({}) * {} + {}", e, size(d), coord(d));
+        return fmt::format("(int)(unsigned)({})", e);
+    }
+
+    std::string v(int id) const { return fmt::format("v{}", id); }
+
+    std::string expr(const kir::Instr& in) const {
+        const bool f = in.type == CT::F32;
+        const std::string x = in.a[0] >= 0 ? v(in.a[0]) : "", y = in.a[1] >= 0 ? v(in.a[1]) : "";
+        const bool fx = in.a[0] >= 0 && k_.instrs[in.a[0]].type == CT::F32;   // operand type
+        switch (in.op) {
+        case Op::ConstF: return float_literal(in.fimm);
+        case Op::ConstI: return int_literal(in.iimm);
+        case Op::ParamF: return fmt::format("a.fp[{}]", in.index);
+        case Op::ParamI: return fmt::format("a.ip[{}]", in.index);
+        case Op::Load: return load_expr(k_.buffers[in.index].dtype, fmt::format("b{}[{}]", in.index, offset(in.index)));
+        case Op::Gather:
+            return load_expr(k_.buffers[in.index].dtype,
+                             fmt::format("b{}[{} + (long long){} * a.ip[{}]]", in.index, offset(in.index), x, in.aux));
+        case Op::Coord: return fmt::format("(int){}", coord(in.index));
+        case Op::LinearId: return linear_id();
+        case Op::AccResult: return fmt::format("acc{}", in.index);
+        case Op::Neg: return f ? "-" + x : fmt::format("(int)(0u - (unsigned){})", x);
+        case Op::Abs: return f ? fmt::format("fabsf({})", x) : fmt::format("{0} < 0 ? (int)(0u - (unsigned){0}) : {0}", x);
+        case Op::Sqrt: return fmt::format("sqrtf({})", x);
+        case Op::Exp: return fmt::format("expf({})", x);
+        case Op::Exp2: return fmt::format("exp2f({})", x);
+        case Op::Log: return fmt::format("logf({})", x);
+        case Op::Log2: return fmt::format("log2f({})", x);
+        case Op::Tanh: return fmt::format("tanhf({})", x);
+        case Op::Rint: return fmt::format("rintf({})", x);
+        case Op::Sign:
+            return f ? fmt::format("{0} != {0} ? {0} : (float)(({0} > 0.0f) - ({0} < 0.0f))", x)
+                     : fmt::format("({0} > 0) - ({0} < 0)", x);
+        case Op::IsFinite: return fmt::format("(int)((__float_as_uint({}) & 0x7f800000u) != 0x7f800000u)", x);
+        case Op::ToF32: return fmt::format("(float){}", x);
+        case Op::ToI32: return fmt::format("kiln_f32_to_i32({})", x);
+        case Op::WrapI8: return fmt::format("(({} & 0xff) ^ 0x80) - 0x80", x);
+        case Op::WrapU8: return fmt::format("{} & 0xff", x);
+        case Op::ToBool: return fmt::format("(int)({} != {})", x, fx ? "0.0f" : "0");
+        case Op::Add: return f ? fmt::format("{} + {}", x, y) : fmt::format("(int)((unsigned){} + (unsigned){})", x, y);
+        case Op::Sub: return f ? fmt::format("{} - {}", x, y) : fmt::format("(int)((unsigned){} - (unsigned){})", x, y);
+        case Op::Mul: return f ? fmt::format("{} * {}", x, y) : fmt::format("(int)((unsigned){} * (unsigned){})", x, y);
+        case Op::Div: return fmt::format("{} / {}", x, y);
+        case Op::Pow: return fmt::format("powf({}, {})", x, y);
+        case Op::Max: return f ? fmt::format("kiln_maxf({}, {})", x, y) : fmt::format("{0} > {1} ? {0} : {1}", x, y);
+        case Op::Min: return f ? fmt::format("kiln_minf({}, {})", x, y) : fmt::format("{0} < {1} ? {0} : {1}", x, y);
+        case Op::Eq: return fmt::format("(int)({} == {})", x, y);
+        case Op::Ne: return fmt::format("(int)({} != {})", x, y);
+        case Op::Lt: return fmt::format("(int)({} < {})", x, y);
+        case Op::Le: return fmt::format("(int)({} <= {})", x, y);
+        case Op::Gt: return fmt::format("(int)({} > {})", x, y);
+        case Op::Ge: return fmt::format("(int)({} >= {})", x, y);
+        case Op::And: return fmt::format("{} & {}", x, y);
+        case Op::Or: return fmt::format("{} | {}", x, y);
+        case Op::Xor: return fmt::format("{} ^ {}", x, y);
+        case Op::Shl: return fmt::format("(int)((unsigned){} << ({} & 31))", x, y);
+        case Op::Shr: return fmt::format("(int)((unsigned){} >> ({} & 31))", x, y);
+        case Op::MulHi: return fmt::format("(int)__umulhi((unsigned){}, (unsigned){})", x, y);
+        case Op::Select: return fmt::format("{} != 0 ? {} : {}", x, y, v(in.a[2]));
+        }
+        return "?";
+    }
+
+    void emit_instrs(const kir::Block& b) {
+        for (int id : b.instrs) line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
+    }
+
+    void emit_stores(const kir::Block& b) {
+        for (auto& st : b.stores)
+            line("b{}[{}] = {};", st.buffer, offset(st.buffer), store_value(k_.buffers[st.buffer].dtype, v(st.value)));
+    }
+
+    // ---- pieces shared by the kernels
+
+    void emit_args_struct() {
+        const int r = std::max(k_.rank, 1), nb = (int)k_.buffers.size(), s = std::max(nb * k_.rank, 1);
+        line("");
+        line("// Kernel parameters; layout documented in codegen/cuda/cuda_codegen.hpp.");
+        open("struct Args");
+        line("long long sizes[{}];", r);
+        line("void* buf[{}];", nb);
+        line("long long strides[{}];", s);
+        line("float fp[{}];", std::max(k_.num_fparams, 1));
+        line("int ip[{}];", std::max(k_.num_iparams, 1));
+        --indent_;
+        line("}};");
+    }
+
+    void emit_buffer_pointers(const Uses& u) {
+        for (size_t b = 0; b < k_.buffers.size(); ++b) {
+            if (!u.buffers[b]) continue;
+            const char* t = storage_type(k_.buffers[b].dtype);
+            if (k_.buffers[b].output) line("{0}* const b{1} = ({0}*)a.buf[{1}];", t, b);
+            else line("const {0}* const b{1} = (const {0}*)a.buf[{1}];", t, b);
+        }
+    }
+
+    void emit_scratch() {
+        bool f = false, i = false;
+        for (auto& a : k_.accums) (a.type == CT::F32 ? f : i) = true;
+        if (f) line("__shared__ float kiln_svf[33];");
+        if (i) line("__shared__ int kiln_svi[33];");
+        if (f || i) line("__shared__ int kiln_sp[33];");
+    }
+
+    void declare_acc_results(const kir::Block& b) {
+        for (int ai : b.accums) line("{} acc{};", ctype(acc_result_type(k_.accums[ai])), ai);
+    }
+    void init_acc_states(const kir::Block& b) {
+        for (int ai : b.accums) {
+            const kir::Accum& ac = k_.accums[ai];
+            line("{} acc{}_v = {}::init();", ctype(ac.type), ai, acc_struct(ac));
+            line("int acc{}_p = KILN_NO_POS;", ai);
+        }
+    }
+    void add_to_acc_states(const kir::Block& b, const std::string& pos) {
+        for (int ai : b.accums) {
+            const kir::Accum& ac = k_.accums[ai];
+            line("{}::add(acc{}_v, acc{}_p, {}, {});", acc_struct(ac), ai, ai, v(ac.value), pos);
+        }
+    }
+    void block_reduce_acc_states(const kir::Block& b) {
+        for (int ai : b.accums) {
+            const kir::Accum& ac = k_.accums[ai];
+            line("kiln_block_reduce<{}>(acc{}_v, acc{}_p, {}, kiln_sp);", acc_struct(ac), ai, ai,
+                 ac.type == CT::F32 ? "kiln_svf" : "kiln_svi");
+        }
+    }
+    // An Arg accumulator that saw no point (an empty R domain) yields position 0.
+    void set_acc_results(const kir::Block& b) {
+        for (int ai : b.accums) {
+            if (is_arg(k_.accums[ai].kind)) line("acc{0} = acc{0}_p == KILN_NO_POS ? 0 : acc{0}_p;", ai);
+            else line("acc{0} = acc{0}_v;", ai);
+        }
+    }
+
+    // Declares o<b> for the buffers the block uses, inside an R loop: P part plus R part.
+    void emit_rloop_offsets(const Uses& u) {
+        for (size_t b = 0; b < k_.buffers.size(); ++b) {
+            if (!u.buffers[b]) continue;
+            std::string p = offset_terms((int)b, pdims_).empty() ? "" : fmt::format("pb{}", b);
+            std::string r = offset_terms((int)b, rdims_);
+            std::string e = p.empty() ? r : r.empty() ? p : p + " + " + r;
+            line("const long long o{} = {};", b, e.empty() ? "0" : e);
+        }
+    }
+
+    // The body of a Loop block for one R point at flattened R index `ri`.
+    void emit_rloop_body(size_t bi) {
+        const kir::Block& b = k_.blocks[bi];
+        scope_ = Scope::RLoop;
+        emit_coords(rdims_, "ri", needed_coords(block_uses_[bi], rdims_, true), "tr");
+        emit_rloop_offsets(block_uses_[bi]);
+        emit_instrs(b);
+        add_to_acc_states(b, "(int)ri");
+        emit_stores(b);
+        scope_ = Scope::PPoint;
+    }
+
+    // ---- the kernels
+
+    void emit_elementwise_kernel() {
+        line("");
+        open(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a)", kCudaBlockSize, k_.name));
+        emit_buffer_pointers(all_uses_);
+        std::vector<int> all;
+        for (int d = 0; d < k_.rank; ++d) all.push_back(d);
+        line("const long long n = {};", product(all));
+        open("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+             "i += (long long)gridDim.x * blockDim.x)");
+        scope_ = Scope::Elementwise;
+        emit_coords(all, "i", needed_coords(all_uses_, all, false), "t");
+        for (size_t b = 0; b < k_.buffers.size(); ++b) {
+            if (!all_uses_.buffers[b]) continue;
+            std::string e = offset_terms((int)b, all);
+            line("const long long o{} = {};", b, e.empty() ? "0" : e);
+        }
+        // With no reduced dim a Loop block runs once and its accumulators see one point.
+        for (const kir::Block& b : k_.blocks) {
+            if (!b.loop) {
+                emit_instrs(b);
+                emit_stores(b);
+                continue;
+            }
+            declare_acc_results(b);
+            open("");
+            init_acc_states(b);
+            emit_instrs(b);
+            add_to_acc_states(b, "0");
+            emit_stores(b);
+            set_acc_results(b);
+            close();
+        }
+        close();
+        close();
+    }
+
+    void emit_pbase_offsets() {
+        for (size_t b = 0; b < k_.buffers.size(); ++b) {
+            if (!all_uses_.buffers[b]) continue;
+            std::string e = offset_terms((int)b, pdims_);
+            if (!e.empty()) line("const long long pb{} = {};", b, e);
+        }
+    }
+
+    void emit_reduction_kernel() {
+        line("");
+        open(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a)", kCudaBlockSize, k_.name));
+        emit_buffer_pointers(all_uses_);
+        emit_scratch();
+        line("const long long np = {};", product(pdims_));
+        line("const long long nr = {};", product(rdims_));
+        open("for (long long pi = blockIdx.x; pi < np; pi += gridDim.x)");
+        scope_ = Scope::PPoint;
+        emit_coords(pdims_, "pi", needed_coords(all_uses_, pdims_, true), "tp");
+        emit_pbase_offsets();
+        for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
+            const kir::Block& b = k_.blocks[bi];
+            if (!b.loop) {
+                // Every thread computes the Point block (later blocks may read its values);
+                // one thread stores.
+                emit_instrs(b);
+                if (!b.stores.empty()) {
+                    open("if (threadIdx.x == 0)");
+                    emit_stores(b);
+                    close();
+                }
+                continue;
+            }
+            declare_acc_results(b);
+            open("");
+            init_acc_states(b);
+            open("for (long long ri = threadIdx.x; ri < nr; ri += blockDim.x)");
+            emit_rloop_body(bi);
+            close();
+            block_reduce_acc_states(b);
+            set_acc_results(b);
+            close();
+        }
+        // The scratch of the last reduction is free again (kiln_block_reduce ends with a barrier).
+        close();
+        close();
+    }
+
+    size_t record_bytes() const { return 8 * k_.accums.size(); }
+
+    void emit_partial_kernel() {
+        const kir::Block& b = k_.blocks[0];
+        line("");
+        open(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}_partial(const Args a, "
+                         "unsigned char* const partials, const int num_partials)",
+                         kCudaBlockSize, k_.name));
+        emit_buffer_pointers(block_uses_[0]);
+        emit_scratch();
+        line("const long long nr = {};", product(rdims_));
+        line("const long long chunk = (nr + num_partials - 1) / num_partials;");
+        open("for (int part = blockIdx.x; part < num_partials; part += gridDim.x)");
+        scope_ = Scope::PPoint;
+        line("const long long rbegin = (long long)part * chunk;");
+        line("const long long rend = rbegin + chunk < nr ? rbegin + chunk : nr;");
+        init_acc_states(b);
+        open("for (long long ri = rbegin + threadIdx.x; ri < rend; ri += blockDim.x)");
+        emit_rloop_body(0);
+        close();
+        block_reduce_acc_states(b);
+        open("if (threadIdx.x == 0)");
+        line("unsigned char* const rec = partials + (long long)part * {};", record_bytes());
+        for (int ai : b.accums) {
+            line("*({}*)(rec + {}) = acc{}_v;", ctype(k_.accums[ai].type), 8 * ai, ai);
+            line("*(int*)(rec + {}) = acc{}_p;", 8 * ai + 4, ai);
+        }
+        close();
+        close();
+        close();
+    }
+
+    void emit_final_kernel() {
+        const kir::Block& loop = k_.blocks[0];
+        const kir::Block& point = k_.blocks[1];
+        line("");
+        open(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}_final(const Args a, "
+                         "const unsigned char* const partials, const int num_partials)",
+                         kCudaBlockSize, k_.name));
+        emit_buffer_pointers(block_uses_[1]);
+        emit_scratch();
+        scope_ = Scope::PPoint;
+        declare_acc_results(loop);
+        init_acc_states(loop);
+        // Thread t folds records t, t + blockDim.x, ... in order, then the block combines the
+        // threads in a fixed tree: the same partials always give the same result.
+        open("for (int j = threadIdx.x; j < num_partials; j += blockDim.x)");
+        line("const unsigned char* const rec = partials + (long long)j * {};", record_bytes());
+        for (int ai : loop.accums) {
+            const kir::Accum& ac = k_.accums[ai];
+            line("{}::add(acc{}_v, acc{}_p, *(const {}*)(rec + {}), *(const int*)(rec + {}));", acc_struct(ac), ai, ai,
+                 ctype(ac.type), 8 * ai, 8 * ai + 4);
+        }
+        close();
+        block_reduce_acc_states(loop);
+        set_acc_results(loop);
+        emit_instrs(point);
+        if (!point.stores.empty()) {
+            open("if (threadIdx.x == 0)");
+            emit_stores(point);
+            close();
+        }
+        close();
+    }
+};
+
+int64_t product_of(const kir::Kernel& k, const kir::LaunchArgs& a, bool reduced) {
+    int64_t n = 1;
+    for (int d = 0; d < k.rank; ++d)
+        if (k.reduced[d] == reduced) n *= a.sizes[d];
+    return n;
+}
+
+size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+} // namespace
+
+CudaSource emit_cuda(const kir::Kernel& k) {
+    validate(k);
+    return Emitter(k).run();
+}
+
+CudaArgsLayout cuda_args_layout(const kir::Kernel& k) {
+    const size_t r = std::max(k.rank, 1), nb = k.buffers.size(), s = std::max<size_t>(nb * k.rank, 1);
+    CudaArgsLayout l;
+    l.sizes = 0;
+    l.buffers = 8 * r;
+    l.strides = l.buffers + 8 * nb;
+    l.fparams = l.strides + 8 * s;
+    l.iparams = l.fparams + 4 * std::max(k.num_fparams, 1);
+    l.total = align_up(l.iparams + 4 * std::max(k.num_iparams, 1), 8);
+    return l;
+}
+
+std::vector<uint8_t> pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs& a) {
+    const size_t nb = k.buffers.size();
+    KILN_CHECK_INTERNAL(a.sizes.size() == (size_t)k.rank && a.buffers.size() == nb &&
+                            a.strides.size() == nb * k.rank && a.fparams.size() == (size_t)k.num_fparams &&
+                            a.iparams.size() == (size_t)k.num_iparams,
+                        "pack_cuda_args: launch arguments of {} do not match it (sizes {}/{}, buffers {}/{}, "
+                        "strides {}/{}, fparams {}/{}, iparams {}/{})",
+                        k.name, a.sizes.size(), k.rank, a.buffers.size(), nb, a.strides.size(), nb * k.rank,
+                        a.fparams.size(), k.num_fparams, a.iparams.size(), k.num_iparams);
+    static_assert(sizeof(void*) == 8, "the Args layout assumes 64-bit device pointers");
+    const CudaArgsLayout l = cuda_args_layout(k);
+    std::vector<uint8_t> bytes(l.total, 0);
+    auto put = [&](size_t off, const void* src, size_t n) {
+        if (n) std::memcpy(bytes.data() + off, src, n);
+    };
+    put(l.sizes, a.sizes.data(), 8 * a.sizes.size());
+    put(l.buffers, a.buffers.data(), 8 * a.buffers.size());
+    put(l.strides, a.strides.data(), 8 * a.strides.size());
+    put(l.fparams, a.fparams.data(), 4 * a.fparams.size());
+    put(l.iparams, a.iparams.data(), 4 * a.iparams.size());
+    return bytes;
+}
+
+CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a) {
+    KILN_CHECK_INTERNAL(a.sizes.size() == (size_t)k.rank, "plan_cuda_launch: {} sizes for rank {}", a.sizes.size(),
+                        k.rank);
+    CudaLaunchPlan plan;
+    const int64_t np = product_of(k, a, false), nr = product_of(k, a, true);
+    if (k.full_reduce) {
+        const int64_t parts = std::clamp<int64_t>((nr + kCudaPointsPerPartial - 1) / kCudaPointsPerPartial, 1,
+                                                  kCudaMaxPartials);
+        plan.num_partials = (int)parts;
+        plan.partials_bytes = (size_t)parts * 8 * k.accums.size();
+        plan.launches = {{k.name + "_partial", (uint32_t)parts}, {k.name + "_final", 1}};
+    } else if (k.has_reduction()) {
+        plan.launches = {{k.name, (uint32_t)std::min(np, kCudaMaxGrid)}};
+    } else {
+        plan.launches = {{k.name, (uint32_t)std::min((np + kCudaBlockSize - 1) / kCudaBlockSize, kCudaMaxGrid)}};
+    }
+    return plan;
+}
+
+} // namespace kiln::codegen

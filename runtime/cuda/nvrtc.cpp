@@ -1,0 +1,93 @@
+#include "runtime/cuda/nvrtc.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#ifdef KILN_HAVE_NVRTC
+#include <nvrtc.h>
+#endif
+
+namespace kiln::cuda {
+
+#ifdef KILN_HAVE_NVRTC
+
+namespace {
+
+// Destroys the program on every path out of nvrtc_compile.
+struct Program {
+    nvrtcProgram p = nullptr;
+    ~Program() {
+        if (p) nvrtcDestroyProgram(&p);
+    }
+};
+
+std::string program_log(nvrtcProgram p) {
+    size_t n = 0;
+    if (nvrtcGetProgramLogSize(p, &n) != NVRTC_SUCCESS || n <= 1) return {};
+    std::string log(n, '\0');
+    if (nvrtcGetProgramLog(p, log.data()) != NVRTC_SUCCESS) return {};
+    log.resize(n - 1);  // drop the terminating NUL
+    return log;
+}
+
+} // namespace
+
+NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, int sm, bool want_cubin) {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    NvrtcResult r;
+    auto finish = [&](bool ok) {
+        r.ok = ok;
+        r.milliseconds = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+        return r;
+    };
+    Program prog;
+    nvrtcResult st = nvrtcCreateProgram(&prog.p, source.c_str(), name.c_str(), 0, nullptr, nullptr);
+    if (st != NVRTC_SUCCESS) {
+        r.log = fmt::format("nvrtcCreateProgram({}): {}", name, nvrtcGetErrorString(st));
+        return finish(false);
+    }
+    const std::string arch = fmt::format("--gpu-architecture={}_{}", want_cubin ? "sm" : "compute", sm);
+    const char* opts[] = {arch.c_str(), "-default-device", "--std=c++17", "-fmad=true"};
+    st = nvrtcCompileProgram(prog.p, (int)(sizeof opts / sizeof opts[0]), opts);
+    r.log = program_log(prog.p);
+    if (st != NVRTC_SUCCESS) {
+        if (r.log.empty()) r.log = fmt::format("nvrtcCompileProgram({}, {}): {}", name, arch, nvrtcGetErrorString(st));
+        return finish(false);
+    }
+    size_t n = 0;
+    st = want_cubin ? nvrtcGetCUBINSize(prog.p, &n) : nvrtcGetPTXSize(prog.p, &n);
+    if (st == NVRTC_SUCCESS) {
+        r.binary.resize(n);
+        st = want_cubin ? nvrtcGetCUBIN(prog.p, r.binary.data()) : nvrtcGetPTX(prog.p, r.binary.data());
+    }
+    if (st != NVRTC_SUCCESS) {
+        r.log += fmt::format("{}reading the {} of {}: {}", r.log.empty() ? "" : "\n", want_cubin ? "cubin" : "PTX", name,
+                             nvrtcGetErrorString(st));
+        r.binary.clear();
+        return finish(false);
+    }
+    return finish(true);
+}
+
+std::string nvrtc_version() {
+    int major = 0, minor = 0;
+    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
+    return fmt::format("{}.{}", major, minor);
+}
+
+#else
+
+NvrtcResult nvrtc_compile(const std::string&, const std::string& name, int sm, bool) {
+    NvrtcResult r;
+    r.log = fmt::format("cannot compile {} for sm_{}: kiln was built without NVRTC (no CUDA toolkit found at build time)",
+                        name, sm);
+    return r;
+}
+
+std::string nvrtc_version() { return "none"; }
+
+#endif
+
+} // namespace kiln::cuda

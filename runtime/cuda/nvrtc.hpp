@@ -1,0 +1,25 @@
+// Compiling CUDA C to a cubin (or PTX) with NVRTC. NVRTC needs no GPU, so this also runs on
+// machines without one (the offline cache warm-up, the tests). Safe to call from several
+// threads at once: every call uses its own NVRTC program.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kiln::cuda {
+
+struct NvrtcResult {
+    bool ok = false;
+    std::string log;              // NVRTC's compile log, or why nothing was compiled
+    std::vector<char> binary;     // cubin, or PTX text (with its terminating NUL) when !want_cubin
+    double milliseconds = 0;      // wall time of the whole compile
+};
+
+// `name` is the program name that NVRTC's messages show (e.g. "kiln_1234abcd.cu").
+// `sm` is the compute capability times ten (80, 90). Options: --gpu-architecture=sm_XX (or
+// compute_XX for PTX), -default-device, --std=c++17, -fmad=true.
+NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, int sm, bool want_cubin = true);
+
+// "major.minor" of the NVRTC library in use, or "none" when kiln was built without it.
+std::string nvrtc_version();
+
+} // namespace kiln::cuda

@@ -1,0 +1,416 @@
+// One test case per user mistake: each asserts that kiln reports it as a kiln::Error (never an
+// InternalError, a crash or a silent wrong answer), of the right kind (it picks the Python
+// exception class in the bindings), with a message that names the operation, the shapes and
+// dtypes involved and what would be valid. Messages are checked by substrings so that the
+// wording may improve without breaking the tests, as long as the key facts stay.
+#include "tests/support/catch.hpp"
+
+#include <kiln/kiln.hpp>
+
+#include <functional>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+using kiln::DType;
+using kiln::Error;
+using kiln::Expr;
+using kiln::Shape;
+using kiln::Slice;
+using kiln::Tensor;
+
+// A bug in kiln must not be catchable as a user error (and vice versa), and user errors are
+// runtime errors as far as generic C++ code is concerned.
+static_assert(!std::is_base_of_v<kiln::Error, kiln::InternalError>, "InternalError must not be a kiln::Error");
+static_assert(!std::is_base_of_v<kiln::InternalError, kiln::Error>, "kiln::Error must not be an InternalError");
+static_assert(std::is_base_of_v<std::runtime_error, kiln::Error>, "kiln::Error must be a std::runtime_error");
+
+namespace {
+
+// The CPU context every case uses: the device is named so that KILN_BACKEND in the environment
+// does not change what is being tested.
+kiln::Context& cpu() {
+    static kiln::Context ctx(kiln::ContextOptions{"cpu", 0, DType::Float32});
+    return ctx;
+}
+
+Tensor f32(const Shape& s) {
+    std::vector<float> v((size_t)kiln::numel(s));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.5f + (float)i;
+    return cpu().array(v, s);
+}
+
+Tensor typed(const Shape& s, DType t) {
+    std::vector<int32_t> v((size_t)kiln::numel(s));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = (int32_t)(i % 2 + 1);
+    return cpu().array(v.data(), v.size(), DType::Int32, s, t);
+}
+
+const char* kind_name(Error::Kind k) {
+    switch (k) {
+    case Error::Kind::Value: return "Value";
+    case Error::Kind::Type: return "Type";
+    case Error::Kind::Index: return "Index";
+    case Error::Kind::Memory: return "Memory";
+    case Error::Kind::Runtime: return "Runtime";
+    }
+    return "?";
+}
+
+// Runs `f`, which must throw a kiln::Error, and returns the message. Any other exception
+// (InternalError included) escapes and fails the test case as unexpected.
+std::string error_of(const std::function<void()>& f, Error::Kind kind) {
+    try {
+        f();
+    } catch (const Error& e) {
+        INFO("message: " << e.what());
+        INFO("expected kind " << kind_name(kind) << ", got " << kind_name(e.kind()));
+        CHECK(e.kind() == kind);
+        return e.what();
+    }
+    FAIL("no kiln::Error was thrown");
+    return {};
+}
+
+void has_all(const std::string& msg, std::initializer_list<const char*> parts) {
+    for (const char* p : parts) {
+        INFO("message: " << msg);
+        INFO("expected to contain: " << p);
+        CHECK(msg.find(p) != std::string::npos);
+    }
+}
+
+} // namespace
+
+TEST_CASE("exception hierarchy: InternalError is not a kiln::Error, kiln::Error is a runtime_error") {
+    // The static_asserts above say it at compile time; this says it where a handler would.
+    bool caught_as_user_error = false;
+    try {
+        throw kiln::InternalError("x");
+    } catch (const kiln::Error&) {
+        caught_as_user_error = true;
+    } catch (const std::logic_error&) {
+    }
+    CHECK_FALSE(caught_as_user_error);
+    bool caught_as_runtime = false;
+    try {
+        throw Error("y");
+    } catch (const std::runtime_error&) {
+        caught_as_runtime = true;
+    }
+    CHECK(caught_as_runtime);
+    CHECK(Error("z").kind() == Error::Kind::Value);  // the default kind
+}
+
+TEST_CASE("add: operands that do not broadcast") {
+    Tensor a = f32({2, 3}), b = f32({4});
+    std::string m = error_of([&] { (void)(Expr(a) + Expr(b)); }, Error::Kind::Value);
+    has_all(m, {"add", "(2, 3)", "(4,)", "broadcast", "3 vs 4", "equal or one of them 1"});
+}
+
+TEST_CASE("where: condition that does not broadcast with the values") {
+    Tensor a = f32({2, 3}), c = typed({5, 1}, DType::Bool);
+    std::string m = error_of([&] { (void)kiln::where(c, a, 1.0); }, Error::Kind::Value);
+    has_all(m, {"where", "(5, 1)", "(2, 3)"});
+}
+
+TEST_CASE("assign: expression shape does not fit the destination") {
+    Tensor dst = cpu().zeros({2, 3}, DType::Float32);
+    Tensor src = f32({3, 2});
+    std::string m = error_of([&] { dst.assign(Expr(src) * 2.0); }, Error::Kind::Value);
+    has_all(m, {"assign", "(3, 2)", "(2, 3)", "float32", "broadcast"});
+    // the failed assignment left the destination as it was
+    for (float x : dst.to_vector<float>()) CHECK(x == 0.0f);
+}
+
+TEST_CASE("sum: axis out of range (positive)") {
+    Tensor a = f32({2, 3});
+    std::string m = error_of([&] { (void)kiln::sum(a, 2); }, Error::Kind::Index);
+    has_all(m, {"sum", "axis 2", "rank 2", "-2 to 1"});
+}
+
+TEST_CASE("sum: axis out of range (negative)") {
+    Tensor a = f32({2, 3});
+    std::string m = error_of([&] { (void)kiln::sum(a, -3); }, Error::Kind::Index);
+    has_all(m, {"sum", "axis -3", "rank 2", "-2 to 1"});
+}
+
+TEST_CASE("argmax: axis out of range (positive and negative)") {
+    Tensor a = f32({4, 5, 6});
+    std::string m = error_of([&] { (void)kiln::argmax(a, 3); }, Error::Kind::Index);
+    has_all(m, {"argmax", "axis 3", "rank 3", "-3 to 2"});
+    m = error_of([&] { (void)kiln::argmax(a, -4); }, Error::Kind::Index);
+    has_all(m, {"argmax", "axis -4", "rank 3", "-3 to 2"});
+}
+
+TEST_CASE("reduction: an axis given for a 0-d operand") {
+    Tensor s = f32({});
+    std::string m = error_of([&] { (void)kiln::sum(s, 0); }, Error::Kind::Index);
+    has_all(m, {"sum", "axis 0", "0-d", "axis=all"});
+    m = error_of([&] { (void)kiln::argmin(s, 1); }, Error::Kind::Index);
+    has_all(m, {"argmin", "axis 1", "0-d"});
+}
+
+TEST_CASE("reduction: axis -1 on a 0-d operand is an axis like any other, not 'all axes'") {
+    // NumPy: np.sum(np.float32(1), axis=-1) raises AxisError. -1 must not be confused with the
+    // all-axes marker.
+    Tensor s = f32({});
+    std::string m = error_of([&] { (void)kiln::max(s, -1); }, Error::Kind::Index);
+    has_all(m, {"max", "axis -1", "0-d"});
+}
+
+TEST_CASE("max: zero-size axis has no identity") {
+    Tensor e = cpu().empty({0, 3}, DType::Float32);
+    std::string m = error_of([&] { (void)kiln::max(e, 0); }, Error::Kind::Value);
+    has_all(m, {"max", "zero-size", "axis 0", "float32 (0, 3)", "non-empty"});
+    // sum has an identity (0): the same reduction is fine
+    CHECK(kiln::sum(e, 0).shape() == Shape{1, 3});
+}
+
+TEST_CASE("argmin: zero-size operand reduced over all axes") {
+    Tensor e = cpu().empty({2, 0}, DType::Int32);
+    std::string m = error_of([&] { (void)kiln::argmin(e); }, Error::Kind::Value);
+    has_all(m, {"argmin", "zero-size", "all axes", "int32 (2, 0)"});
+}
+
+TEST_CASE("negative: bool operand") {
+    Tensor b = typed({3}, DType::Bool);
+    std::string m = error_of([&] { (void)(-Expr(b)); }, Error::Kind::Type);
+    has_all(m, {"negative", "bool", "(3,)", "equal(a, false)"});
+}
+
+TEST_CASE("subtract: two bool operands") {
+    Tensor a = typed({2, 2}, DType::Bool), b = typed({2}, DType::Bool);
+    std::string m = error_of([&] { (void)(Expr(a) - Expr(b)); }, Error::Kind::Type);
+    has_all(m, {"subtract", "bool (2, 2)", "bool (2,)", "not_equal"});
+}
+
+TEST_CASE("power: integer operands") {
+    Tensor a = typed({3}, DType::Int32), b = typed({3}, DType::Int8);
+    std::string m = error_of([&] { (void)kiln::power(a, b); }, Error::Kind::Type);
+    has_all(m, {"power", "int32 (3,)", "int8 (3,)", "cast", "float"});
+    // an integer literal exponent is still an integer power
+    m = error_of([&] { (void)kiln::power(a, 2); }, Error::Kind::Type);
+    has_all(m, {"power", "int32"});
+}
+
+TEST_CASE("sgn: bool operand") {
+    Tensor b = typed({2, 1}, DType::Bool);
+    std::string m = error_of([&] { (void)kiln::sgn(b); }, Error::Kind::Type);
+    has_all(m, {"sgn", "bool", "(2, 1)", "cast"});
+}
+
+TEST_CASE("onehot: float indices") {
+    Tensor i = f32({4});
+    std::string m = error_of([&] { (void)kiln::onehot(i, 3); }, Error::Kind::Type);
+    has_all(m, {"onehot", "float32 (4,)", "integer", "int32"});
+}
+
+TEST_CASE("onehot: num_classes 0") {
+    Tensor i = typed({4}, DType::Int32);
+    std::string m = error_of([&] { (void)kiln::onehot(i, 0); }, Error::Kind::Value);
+    has_all(m, {"onehot", "num_classes", "positive", "got 0"});
+}
+
+TEST_CASE("onehot: axis out of range") {
+    Tensor i = typed({4}, DType::Int32);
+    // the result has rank 2, so the valid axes are -2..1
+    std::string m = error_of([&] { (void)kiln::onehot(i, 3, 2); }, Error::Kind::Index);
+    has_all(m, {"onehot", "axis 2", "-2 to 1"});
+}
+
+TEST_CASE("take: float indices") {
+    Tensor a = f32({5}), i = f32({2});
+    std::string m = error_of([&] { (void)kiln::take(a, i); }, Error::Kind::Type);
+    has_all(m, {"take", "float32 (2,)", "integer"});
+}
+
+TEST_CASE("take: gathering from an empty axis") {
+    Tensor a = cpu().empty({3, 0}, DType::Float32);
+    Tensor i = typed({2}, DType::Int32);
+    std::string m = error_of([&] { (void)kiln::take(a, i, 1); }, Error::Kind::Index);
+    has_all(m, {"take", "empty axis 1", "(3, 0)"});
+}
+
+TEST_CASE("take: axis out of range and axis on a 0-d source") {
+    Tensor a = f32({3, 4}), i = typed({2}, DType::Int32), s = f32({});
+    std::string m = error_of([&] { (void)kiln::take(a, i, 2); }, Error::Kind::Index);
+    has_all(m, {"take", "axis 2", "rank 2"});
+    m = error_of([&] { (void)kiln::take(s, i, 0); }, Error::Kind::Index);
+    has_all(m, {"take", "0-d"});
+}
+
+TEST_CASE("reshape: wrong element count") {
+    Tensor a = f32({2, 3});
+    std::string m = error_of([&] { (void)kiln::reshape(a, {4, 2}); }, Error::Kind::Value);
+    has_all(m, {"reshape", "(2, 3)", "6 elements", "(4, 2)", "8 elements"});
+    // the tensor method reports the same mistake
+    m = error_of([&] { (void)a.reshape({5}); }, Error::Kind::Value);
+    has_all(m, {"reshape", "(2, 3)", "(5,)"});
+}
+
+TEST_CASE("reshape: -1 that cannot be resolved") {
+    Tensor a = f32({2, 3});
+    std::string m = error_of([&] { (void)kiln::reshape(a, {-1, 4}); }, Error::Kind::Value);
+    has_all(m, {"reshape", "(2, 3)", "6 elements", "(-1, 4)"});
+}
+
+TEST_CASE("reshape: two -1") {
+    Tensor a = f32({2, 3});
+    std::string m = error_of([&] { (void)kiln::reshape(a, {-1, -1}); }, Error::Kind::Value);
+    has_all(m, {"reshape", "only one dimension can be -1", "(-1, -1)"});
+}
+
+TEST_CASE("reshape: negative dimension other than -1") {
+    Tensor a = f32({2, 3});
+    std::string m = error_of([&] { (void)kiln::reshape(a, {-2, -3}); }, Error::Kind::Value);
+    has_all(m, {"reshape", "negative dimension -2"});
+}
+
+TEST_CASE("slice: step 0") {
+    Tensor a = f32({4, 5});
+    std::string m = error_of([&] { (void)a.slice({Slice::all(), Slice::range(0, 5, 0)}); }, Error::Kind::Value);
+    has_all(m, {"slice", "step", "0", "dimension 1", "(4, 5)"});
+}
+
+TEST_CASE("slice: index out of range (positive and negative)") {
+    Tensor a = f32({3, 2});
+    std::string m = error_of([&] { (void)a[5]; }, Error::Kind::Index);
+    has_all(m, {"slice", "index 5", "dimension 0", "size 3", "-3 to 2"});
+    m = error_of([&] { (void)a.slice({Slice::all(), Slice::at(-3)}); }, Error::Kind::Index);
+    has_all(m, {"slice", "index -3", "dimension 1", "size 2", "-2 to 1"});
+}
+
+TEST_CASE("slice: too many indices") {
+    Tensor a = f32({2, 3});
+    std::string m = error_of([&] { (void)a.slice({Slice::at(0), Slice::all(), Slice::all()}); }, Error::Kind::Index);
+    has_all(m, {"slice", "3 indices", "(2, 3)", "at most 2"});
+}
+
+TEST_CASE("transpose: not a permutation") {
+    Tensor a = f32({2, 3, 4});
+    std::string m = error_of([&] { (void)a.transpose({0, 0, 1}); }, Error::Kind::Value);
+    has_all(m, {"transpose", "(0, 0, 1)", "permutation", "0..2", "(2, 3, 4)"});
+    m = error_of([&] { (void)a.transpose({1, 0}); }, Error::Kind::Value);
+    has_all(m, {"transpose", "(1, 0)", "permutation"});
+    m = error_of([&] { (void)a.transpose({0, 1, 3}); }, Error::Kind::Value);
+    has_all(m, {"transpose", "(0, 1, 3)"});
+}
+
+TEST_CASE("empty(): assigning from a tensor that was never written") {
+    Tensor never = cpu().empty({2, 3}, DType::Float16);
+    Tensor dst = cpu().ones({2, 3}, DType::Float32);
+    std::string m = error_of([&] { dst.assign(Expr(never) + 1.0); }, Error::Kind::Value);
+    has_all(m, {"assign", "float16", "(2, 3)", "never written", "empty()", "zeros()"});
+    // nothing was written into the destination
+    for (float x : dst.to_vector<float>()) CHECK(x == 1.0f);
+}
+
+TEST_CASE("empty(): reading a tensor that was never written back to the host") {
+    Tensor never = cpu().empty({4}, DType::Int8);
+    std::string m = error_of([&] { (void)never.to_vector<int8_t>(); }, Error::Kind::Value);
+    has_all(m, {"copy_to_host", "int8", "(4,)", "never written"});
+}
+
+TEST_CASE("array(): host element count does not match the shape") {
+    std::vector<float> host{1, 2, 3, 4, 5};
+    std::string m = error_of([&] { (void)cpu().array(host, {2, 3}); }, Error::Kind::Value);
+    has_all(m, {"array", "5 host values", "(2, 3)", "6 elements"});
+}
+
+TEST_CASE("empty(): negative dimension") {
+    std::string m = error_of([&] { (void)cpu().empty({3, -1}, DType::Float32); }, Error::Kind::Value);
+    has_all(m, {"empty", "negative dimension", "(3, -1)"});
+}
+
+TEST_CASE("rand(): negative dimension") {
+    std::string m = error_of([&] { (void)kiln::rand({-2}); }, Error::Kind::Value);
+    has_all(m, {"rand", "negative dimension", "(-2,)"});
+}
+
+TEST_CASE("arange(): negative length") {
+    std::string m = error_of([&] { (void)cpu().arange(-4, DType::Int32); }, Error::Kind::Value);
+    has_all(m, {"arange", "negative length -4"});
+}
+
+TEST_CASE("a default-constructed Expr used as an operand") {
+    Expr nothing;
+    Tensor a = f32({2});
+    std::string m = error_of([&] { (void)(Expr(a) * nothing); }, Error::Kind::Value);
+    has_all(m, {"empty", "default-constructed", "kiln::Expr", "operand"});
+    m = error_of([&] { (void)kiln::exp(nothing); }, Error::Kind::Value);
+    has_all(m, {"default-constructed"});
+}
+
+TEST_CASE("assign: into a default-constructed Tensor") {
+    Tensor nothing;
+    Tensor a = f32({2});
+    // through the context
+    std::string m = error_of([&] { cpu().assign(nothing, Expr(a) + 1.0); }, Error::Kind::Value);
+    has_all(m, {"assign", "destination", "empty kiln::Tensor", "default-constructed"});
+    // through the tensor, the usual spelling: the message must still say it is the assignment's
+    // destination that is empty
+    m = error_of([&] { nothing.assign(Expr(a) + 1.0); }, Error::Kind::Value);
+    has_all(m, {"assign", "destination", "empty kiln::Tensor"});
+    m = error_of([&] { nothing[kiln::all] = Expr(a) * 2.0; }, Error::Kind::Value);
+    has_all(m, {"assign", "empty kiln::Tensor"});
+}
+
+TEST_CASE("a default-constructed Tensor used as an operand or read back") {
+    Tensor nothing;
+    std::string m = error_of([&] { (void)(Expr(nothing) + 1.0); }, Error::Kind::Value);
+    has_all(m, {"empty kiln::Tensor"});
+    m = error_of([&] { (void)nothing.to_vector<float>(); }, Error::Kind::Value);
+    has_all(m, {"copy_to_host", "empty"});
+}
+
+TEST_CASE("assign: a default-constructed Expr") {
+    Tensor dst = cpu().zeros({2}, DType::Float32);
+    std::string m = error_of([&] { dst.assign(Expr()); }, Error::Kind::Value);
+    has_all(m, {"assign", "expression is empty", "default-constructed"});
+}
+
+TEST_CASE("Context: unknown device string") {
+    std::string m = error_of([&] { kiln::Context c(kiln::ContextOptions{"tpu:0", 0, DType::Float32}); },
+                             Error::Kind::Value);
+    has_all(m, {"Context", "unknown device 'tpu:0'", "'cpu'", "'cuda'", "'cuda:N'"});
+}
+
+TEST_CASE("Context: a CUDA device on a build that runs on the CPU only") {
+    std::string m = error_of([&] { kiln::Context c(kiln::ContextOptions{"cuda", 0, DType::Float32}); },
+                             Error::Kind::Runtime);
+    has_all(m, {"Context", "'cuda'", "CPU", "'cpu'"});
+    m = error_of([&] { kiln::Context c(kiln::ContextOptions{"cuda:1", 0, DType::Float32}); }, Error::Kind::Runtime);
+    has_all(m, {"'cuda:1'"});
+}
+
+TEST_CASE("eval: an empty Expr") {
+    std::string m = error_of([&] { (void)kiln::eval(Expr()); }, Error::Kind::Value);
+    has_all(m, {"eval", "expression is empty", "default-constructed"});
+    m = error_of([&] { (void)cpu().eval(Expr()); }, Error::Kind::Value);
+    has_all(m, {"eval", "empty"});
+}
+
+TEST_CASE("iota: axis out of range") {
+    std::string m = error_of([&] { (void)kiln::iota({3, 4}, 2); }, Error::Kind::Index);
+    has_all(m, {"iota", "axis 2", "rank 2", "-2 to 1"});
+    m = error_of([&] { (void)kiln::iota({3, 4}, -3); }, Error::Kind::Index);
+    has_all(m, {"iota", "axis -3"});
+}
+
+TEST_CASE("expand_dims: axis out of range") {
+    Tensor a = f32({2, 3});
+    // the result has rank 3: valid axes are -3..2
+    std::string m = error_of([&] { (void)kiln::expand_dims(a, 3); }, Error::Kind::Index);
+    has_all(m, {"expand_dims", "axis 3", "rank 3", "-3 to 2"});
+    m = error_of([&] { (void)kiln::expand_dims(a, -4); }, Error::Kind::Index);
+    has_all(m, {"expand_dims", "axis -4"});
+}
+
+TEST_CASE("Tensor::context of a default-constructed Tensor") {
+    Tensor nothing;
+    std::string m = error_of([&] { (void)nothing.context(); }, Error::Kind::Value);
+    has_all(m, {"empty kiln::Tensor", "no context"});
+}

@@ -1,0 +1,320 @@
+// CUDA C renderer and NVRTC: every hand-built kernel is rendered and compiled for sm_80 and
+// sm_90 (NVRTC needs no GPU), the Args packing matches the struct the device code declares.
+#include "tests/support/catch.hpp"
+
+#include "codegen/cuda/cuda_codegen.hpp"
+#include "ir/error.hpp"
+#include "runtime/cuda/nvrtc.hpp"
+#include "tests/unit/cuda/sample_kernels.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <string>
+
+using namespace kiln;
+using codegen::CudaSource;
+
+namespace {
+
+#ifdef KILN_HAVE_NVRTC
+constexpr bool kHaveNvrtc = true;
+#else
+constexpr bool kHaveNvrtc = false;
+#endif
+
+bool contains(const std::vector<char>& bin, const std::string& s) {
+    return std::search(bin.begin(), bin.end(), s.begin(), s.end()) != bin.end();
+}
+
+// Compiles for both architectures; on failure the message carries the log and the source.
+void require_compiles(const std::string& what, const CudaSource& src) {
+    if (!kHaveNvrtc) return;
+    for (int sm : {80, 90}) {
+        cuda::NvrtcResult r = cuda::nvrtc_compile(src.code, what + ".cu", sm);
+        if (!r.ok) FAIL(fmt::format("{} failed for sm_{}:\n{}\n---- source ----\n{}", what, sm, r.log, src.code));
+        CHECK(!r.binary.empty());
+        for (const std::string& e : src.entry_points) {
+            INFO(what << " sm_" << sm << " entry " << e);
+            CHECK(contains(r.binary, e));   // extern "C": the symbol is the plain name
+        }
+    }
+}
+
+// Appends a kernel that reads the first element of each Args member and checks, in its PTX,
+// the parameter's size and each load's byte offset against the host layout.
+void require_device_layout(const kir::Kernel& k, const codegen::CudaArgsLayout& l) {
+    if (!kHaveNvrtc) return;
+    std::string code = codegen::emit_cuda(k).code;
+    code += "extern \"C\" __global__ void kiln_layout_probe(const Args a, long long* out) {\n"
+            "    out[0] = a.sizes[0];\n"
+            "    out[1] = (long long)a.buf[0];\n"
+            "    out[2] = a.strides[0];\n"
+            "    out[3] = __float_as_int(a.fp[0]);\n"
+            "    out[4] = a.ip[0];\n"
+            "}\n";
+    cuda::NvrtcResult r = cuda::nvrtc_compile(code, "layout_probe.cu", 90, /*want_cubin=*/false);
+    REQUIRE(r.ok);
+    std::string ptx(r.binary.begin(), r.binary.end());
+    INFO(ptx);
+    CHECK(ptx.find(fmt::format(".param .align 8 .b8 kiln_layout_probe_param_0[{}]", l.total)) != std::string::npos);
+    CHECK(ptx.find("[kiln_layout_probe_param_0]") != std::string::npos);   // sizes at 0
+    for (size_t off : {l.buffers, l.strides, l.fparams, l.iparams})
+        CHECK(ptx.find(fmt::format("[kiln_layout_probe_param_0+{}]", off)) != std::string::npos);
+}
+
+} // namespace
+
+TEST_CASE("sample kernels cover every Op and every AccKind") {
+    std::set<int> ops, accs, dtypes_loaded, dtypes_stored;
+    for (auto& [name, k] : test::sample_kernels()) {
+        for (auto& b : k.blocks)
+            for (int id : b.instrs) {
+                ops.insert((int)k.instrs[id].op);
+                if (k.instrs[id].op == kir::Op::Load) dtypes_loaded.insert((int)k.buffers[k.instrs[id].index].dtype);
+            }
+        for (auto& a : k.accums) accs.insert((int)a.kind * 2 + (a.type == ComputeType::F32));
+        for (auto& b : k.blocks)
+            for (auto& st : b.stores) dtypes_stored.insert((int)k.buffers[st.buffer].dtype);
+    }
+    for (int op = 0; op <= (int)kir::Op::Select; ++op) {
+        INFO("op " << kir::op_name((kir::Op)op));
+        CHECK(ops.count(op) == 1);
+    }
+    CHECK(accs.size() == 10);   // 5 kinds x {f32, i32}
+    CHECK((int)dtypes_loaded.size() == kNumDTypes);
+    CHECK((int)dtypes_stored.size() == kNumDTypes);
+}
+
+TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_90") {
+    for (auto& [name, k] : test::sample_kernels()) {
+        SECTION(name) {
+            CudaSource src = codegen::emit_cuda(k);
+            CHECK(src.code.find("#include") == std::string::npos);
+            if (k.full_reduce) {
+                REQUIRE(src.entry_points == std::vector<std::string>{k.name + "_partial", k.name + "_final"});
+            } else {
+                REQUIRE(src.entry_points == std::vector<std::string>{k.name});
+            }
+            for (const std::string& e : src.entry_points)
+                CHECK(src.code.find(fmt::format("extern \"C\" __global__ void __launch_bounds__(256) {}(", e)) !=
+                      std::string::npos);
+            require_compiles(name, src);
+        }
+    }
+}
+
+TEST_CASE("kernel shapes: block reduction only where there are reduced dims") {
+    CHECK(codegen::emit_cuda(test::dtypes_kernel()).code.find("kiln_block_reduce<") == std::string::npos);
+    std::string row = codegen::emit_cuda(test::row_softmax_kernel()).code;
+    CHECK(row.find("kiln_block_reduce<kiln_max_f>") != std::string::npos);
+    CHECK(row.find("kiln_block_reduce<kiln_argmax_f>") != std::string::npos);
+    CHECK(row.find("kiln_block_reduce<kiln_sum_f>") != std::string::npos);
+    CHECK(row.find("if (threadIdx.x == 0)") != std::string::npos);   // Point-block stores
+    std::string full = codegen::emit_cuda(test::full_reduce_kernel()).code;
+    CHECK(full.find("kiln_full_partial(const Args a, unsigned char* const partials, const int num_partials)") !=
+          std::string::npos);
+    CHECK(full.find("kiln_full_final(const Args a, const unsigned char* const partials, const int num_partials)") !=
+          std::string::npos);
+}
+
+TEST_CASE("layout specialisation: stride-0 dims vanish, stride-1 dims need no stride argument") {
+    test::KernelBuilder b("kiln_layout", "PP");
+    int out = b.output(DType::Float32, "x1");
+    int in = b.input(DType::Float32, "0x");
+    b.loop();
+    b.store(out, b.load(in));
+    std::string code = codegen::emit_cuda(b.kernel()).code;
+    CHECK(code.find("const long long o0 = c0 * a.strides[0] + c1;") != std::string::npos);
+    CHECK(code.find("const long long o1 = c1 * a.strides[3];") != std::string::npos);
+}
+
+TEST_CASE("float constants render exactly, including non-finite values") {
+    test::KernelBuilder b("kiln_consts", "P");
+    int out = b.output(DType::Float32, "1");
+    b.loop();
+    const float vals[] = {1.0f, -0.1f, 3.4028235e38f, 1e-45f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN, 16777216.0f};
+    std::vector<int> ids;
+    for (float v : vals) ids.push_back(b.cf(v));
+    b.store(out, test::sum_all(b, ids));
+    CudaSource src = codegen::emit_cuda(b.kernel());
+    CHECK(src.code.find("= 1.0f;") != std::string::npos);
+    CHECK(src.code.find("= -0.1f;") != std::string::npos);
+    CHECK(src.code.find("= -0.0f;") != std::string::npos);
+    CHECK(src.code.find("__uint_as_float(0x7f800000u)") != std::string::npos);
+    CHECK(src.code.find("__uint_as_float(0xff800000u)") != std::string::npos);
+    require_compiles("consts", src);
+}
+
+TEST_CASE("emit_cuda rejects malformed kernels") {
+    kir::Kernel bad_name = test::scalar_kernel();
+    bad_name.name = "1kernel";
+    CHECK_THROWS_AS(codegen::emit_cuda(bad_name), InternalError);
+
+    kir::Kernel bad_full = test::full_reduce_kernel();
+    bad_full.blocks.push_back(bad_full.blocks.back());
+    CHECK_THROWS_AS(codegen::emit_cuda(bad_full), InternalError);
+
+    kir::Kernel bad_store = test::scalar_kernel();
+    bad_store.blocks[0].stores[0].buffer = 1;   // an input
+    CHECK_THROWS_AS(codegen::emit_cuda(bad_store), InternalError);
+
+    kir::Kernel bad_type = test::scalar_kernel();
+    bad_type.buffers[0].dtype = DType::Int32;   // stores an f32 value
+    CHECK_THROWS_AS(codegen::emit_cuda(bad_type), InternalError);
+
+    kir::Kernel bad_operand = test::scalar_kernel();
+    bad_operand.instrs.back().a[1] = -1;   // a binary op with one operand
+    CHECK_THROWS_AS(codegen::emit_cuda(bad_operand), InternalError);
+
+    kir::Kernel bad_param = test::mean_kernel();
+    bad_param.num_fparams = 0;
+    CHECK_THROWS_AS(codegen::emit_cuda(bad_param), InternalError);
+}
+
+TEST_CASE("pack_cuda_args lays out sizes, buffers, strides, fparams, iparams") {
+    // rank 2, 3 buffers, 2 fparams, 1 iparam
+    test::KernelBuilder b("kiln_pack", "PR");
+    int out = b.output(DType::Float32, "x0");
+    int in0 = b.input(DType::Float32, "xx");
+    b.input(DType::Int8, "0x");
+    int f0 = b.fparam();
+    b.fparam();
+    int i0 = b.iparam();
+    b.loop();
+    int acc = b.accum(kir::AccKind::Sum, b.op(kir::Op::Mul, ComputeType::F32, b.load(in0), b.paramf(f0)));
+    b.point();
+    b.store(out, b.op(kir::Op::Add, ComputeType::F32, b.acc_result(acc),
+                      b.op(kir::Op::ToF32, ComputeType::F32, b.parami(i0))));
+    const kir::Kernel& k = b.kernel();
+
+    codegen::CudaArgsLayout l = codegen::cuda_args_layout(k);
+    CHECK(l.sizes == 0);
+    CHECK(l.buffers == 16);
+    CHECK(l.strides == 40);
+    CHECK(l.fparams == 88);
+    CHECK(l.iparams == 96);
+    CHECK(l.total == 104);   // 100 rounded up to the struct's alignment
+
+    kir::LaunchArgs a;
+    a.sizes = {3, 5};
+    int x0, x1, x2;
+    a.buffers = {&x0, &x1, &x2};
+    a.strides = {1, 0, 5, 1, 0, 7};
+    a.fparams = {0.5f, -2.0f};
+    a.iparams = {-9};
+    std::vector<uint8_t> bytes = codegen::pack_cuda_args(k, a);
+    REQUIRE(bytes.size() == 104);
+    auto at = [&](size_t off, auto v) {
+        std::memcpy(&v, bytes.data() + off, sizeof v);
+        return v;
+    };
+    CHECK(at(0, int64_t{}) == 3);
+    CHECK(at(8, int64_t{}) == 5);
+    CHECK(at(16, (void*)nullptr) == (void*)&x0);
+    CHECK(at(32, (void*)nullptr) == (void*)&x2);
+    CHECK(at(40 + 8 * 2, int64_t{}) == 5);
+    CHECK(at(40 + 8 * 5, int64_t{}) == 7);
+    CHECK(at(88, float{}) == 0.5f);
+    CHECK(at(92, float{}) == -2.0f);
+    CHECK(at(96, int32_t{}) == -9);
+    CHECK(at(100, int32_t{}) == 0);   // padding is zero
+
+    // The device struct has exactly this layout: the PTX of a probe kernel shows the parameter's
+    // size and the byte offset of each member it reads.
+    require_device_layout(k, l);
+
+    kir::LaunchArgs wrong = a;
+    wrong.iparams.clear();
+    CHECK_THROWS_AS(codegen::pack_cuda_args(k, wrong), InternalError);
+}
+
+TEST_CASE("pack_cuda_args pads empty arrays to one slot") {
+    kir::Kernel k = test::scalar_kernel();   // rank 0, 2 buffers, no params
+    codegen::CudaArgsLayout l = codegen::cuda_args_layout(k);
+    CHECK(l.buffers == 8);
+    CHECK(l.strides == 24);
+    CHECK(l.fparams == 32);
+    CHECK(l.iparams == 36);
+    CHECK(l.total == 40);
+    kir::LaunchArgs a;
+    int x = 0, y = 0;
+    a.buffers = {&x, &y};
+    CHECK(codegen::pack_cuda_args(k, a).size() == 40);
+
+    require_device_layout(k, l);
+}
+
+TEST_CASE("plan_cuda_launch follows the documented launch convention") {
+    using codegen::kCudaBlockSize;
+    kir::LaunchArgs a;
+
+    a.sizes = {1000, 3};
+    codegen::CudaLaunchPlan p = codegen::plan_cuda_launch(test::all_ops_kernel(), a);
+    REQUIRE(p.launches.size() == 1);
+    CHECK(p.launches[0].entry == "kiln_all_ops");
+    CHECK(p.launches[0].grid == (3000 + kCudaBlockSize - 1) / kCudaBlockSize);
+    CHECK(p.launches[0].block == (uint32_t)kCudaBlockSize);
+
+    a.sizes = {1LL << 40};
+    CHECK(codegen::plan_cuda_launch(test::dtypes_kernel(), a).launches[0].grid == codegen::kCudaMaxGrid);
+    a.sizes = {0};
+    CHECK(codegen::plan_cuda_launch(test::dtypes_kernel(), a).launches[0].grid == 0);
+
+    a.sizes = {77, 4096};   // one block per row
+    CHECK(codegen::plan_cuda_launch(test::row_softmax_kernel(), a).launches[0].grid == 77);
+
+    kir::Kernel full = test::full_reduce_kernel();
+    a.sizes = {100, 1000};
+    p = codegen::plan_cuda_launch(full, a);
+    REQUIRE(p.launches.size() == 2);
+    CHECK(p.launches[0].entry == "kiln_full_partial");
+    CHECK(p.launches[1].entry == "kiln_full_final");
+    CHECK(p.num_partials == (100000 + codegen::kCudaPointsPerPartial - 1) / codegen::kCudaPointsPerPartial);
+    CHECK(p.launches[0].grid == (uint32_t)p.num_partials);
+    CHECK(p.launches[1].grid == 1);
+    CHECK(p.partials_bytes == (size_t)p.num_partials * 8 * full.accums.size());
+    a.sizes = {0, 5};   // an empty full reduction still runs, to store the identity
+    CHECK(codegen::plan_cuda_launch(full, a).num_partials == 1);
+    a.sizes = {1LL << 20, 1LL << 20};
+    CHECK(codegen::plan_cuda_launch(full, a).num_partials == codegen::kCudaMaxPartials);
+}
+
+TEST_CASE("NVRTC reports a broken source with a log") {
+    cuda::NvrtcResult r = cuda::nvrtc_compile("extern \"C\" __global__ void k() { undeclared_thing(); }", "broken.cu", 80);
+    CHECK_FALSE(r.ok);
+    CHECK_FALSE(r.log.empty());
+    CHECK(r.binary.empty());
+    if (kHaveNvrtc) CHECK(r.log.find("undeclared_thing") != std::string::npos);
+}
+
+TEST_CASE("NVRTC version and PTX output") {
+    std::string v = cuda::nvrtc_version();
+    CHECK_FALSE(v.empty());
+    if (!kHaveNvrtc) {
+        CHECK(v == "none");
+        return;
+    }
+    CHECK(v != "none");
+    CudaSource src = codegen::emit_cuda(test::mean_kernel());
+    cuda::NvrtcResult r = cuda::nvrtc_compile(src.code, "mean.cu", 90, /*want_cubin=*/false);
+    REQUIRE(r.ok);
+    std::string ptx(r.binary.begin(), r.binary.end());
+    CHECK(ptx.find(".entry kiln_mean_partial") != std::string::npos);
+    CHECK(ptx.find(".entry kiln_mean_final") != std::string::npos);
+    CHECK(r.milliseconds > 0);
+}
+
+TEST_CASE("kernel IR listing names ops, buffers, accumulators and stores") {
+    std::string s = kir::to_string(test::row_softmax_kernel());
+    CHECK(s.find("kernel kiln_row_softmax: rank 2, dims [PR]") != std::string::npos);
+    CHECK(s.find("buf3: in  float16 strides [x1]") != std::string::npos);
+    CHECK(s.find("acc1: argmax f32 of %0") != std::string::npos);
+    CHECK(s.find("%4 = exp f32 %3") != std::string::npos);
+    CHECK(s.find("store buf0 <- %") != std::string::npos);
+    CHECK(s.find("block 2 (point)") != std::string::npos);
+    for (int op = 0; op <= (int)kir::Op::Select; ++op) CHECK(std::string(kir::op_name((kir::Op)op)) != "?");
+}
