@@ -67,13 +67,15 @@ struct Legality {
     void process(const NodePtr& root, const Shape& dst_shape) {
         StageContext ctx = choose_context(root, dst_shape);
         std::unordered_set<const Node*> seen;
-        visit(root, ctx, seen, false);
+        visit(root, ctx, seen, false, true);
     }
 
     // `in_full_reduction`: inside the operand of a full reduction fused into this stage.
-    void visit(const NodePtr& np, const StageContext& ctx, std::unordered_set<const Node*>& seen, bool in_full) {
+    // `is_root`: the node this stage computes (already marked done when it is materialized).
+    void visit(const NodePtr& np, const StageContext& ctx, std::unordered_set<const Node*>& seen, bool in_full,
+               bool is_root = false) {
         const Node& n = *np;
-        if (done.count(&n) || !seen.insert(&n).second) return;
+        if ((done.count(&n) && !is_root) || !seen.insert(&n).second) return;
         switch (n.op) {
         case OpKind::Leaf: case OpKind::Scalar: case OpKind::Rand: case OpKind::Iota: return;
         case OpKind::Reshape:

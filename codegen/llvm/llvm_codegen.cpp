@@ -58,9 +58,14 @@ void check_kernel(const kir::Kernel& k) {
     const int n = (int)k.instrs.size();
     for (const auto& buf : k.buffers)
         if ((int)buf.layout.size() != k.rank) bad("buffer layout has the wrong length");
-    for (const auto& in : k.instrs)
+    for (const auto& in : k.instrs) {
         for (int a : in.a)
             if (a >= n) bad("operand id out of range");
+        if ((in.op == Op::Load || in.op == Op::Gather) && (in.index < 0 || in.index >= (int)k.buffers.size()))
+            bad("load of a missing buffer");
+        if (in.op == Op::Coord && (in.index < 0 || in.index >= k.rank)) bad("coordinate of a missing dim");
+        if (in.op == Op::AccResult && (in.index < 0 || in.index >= (int)k.accums.size())) bad("missing accumulator");
+    }
     for (const auto& ac : k.accums)
         if (ac.value < 0 || ac.value >= n) bad("accumulator value id out of range");
     for (const auto& blk : k.blocks) {
@@ -558,7 +563,6 @@ private:
     }
 
     Value* load(int buf, CT want, Value* extra) {
-        if (buf < 0 || buf >= (int)k_.buffers.size()) throw InternalError("llvm codegen: load of a missing buffer in " + k_.name);
         const DType t = k_.buffers[buf].dtype;
         Value* p = address(buf, extra);
         Type* st = storage_type(ctx_, t);
@@ -677,11 +681,7 @@ private:
             for (int d = 0; d < k_.rank; ++d) lin = b_.CreateAdd(b_.CreateMul(lin, size_[d]), coord_at(d));
             return b_.CreateTrunc(lin, i32_);
         }
-        case Op::AccResult: {
-            if (in.index < 0 || in.index >= (int)k_.accums.size())
-                throw InternalError("llvm codegen: accumulator index out of range in " + k_.name);
-            return is_arg(k_.accums[in.index].kind) ? acc_pos(in.index) : acc_value(in.index);
-        }
+        case Op::AccResult: return is_arg(k_.accums[in.index].kind) ? acc_pos(in.index) : acc_value(in.index);
         case Op::Neg: return F ? b_.CreateFNeg(A(0)) : b_.CreateSub(i32c(0), A(0));
         case Op::Abs:
             return F ? b_.CreateUnaryIntrinsic(Intrinsic::fabs, A(0))

@@ -136,3 +136,25 @@ TEST_CASE("cpu jit: inner loops vectorise") {
         CHECK(cpu::llvm_ir_text(kb.kernel(), true).find(" x i16>") != std::string::npos);
     }
 }
+
+TEST_CASE("cpu jit: launches from several threads share the pool") {
+    cpu::CpuJit jit(3);
+    const cpu::CpuKernel* k = jit.compile(axpy_kernel("threads_axpy"), "threads_axpy");
+    const int64_t n = 200003;  // large enough to be split into tasks
+    auto x = random_floats(n, -1, 1, 81), y = random_floats(n, -1, 1, 82);
+    std::vector<std::vector<float>> out(4, std::vector<float>(n));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int rep = 0; rep < 5; ++rep) {
+                Launch l({n});
+                l.buffer(out[t].data(), {1}).buffer(x.data(), {1}).buffer(y.data(), {1}).fparam((float)(t + 1));
+                jit.launch(k, l.args);
+            }
+        });
+    for (auto& t : threads) t.join();
+    int bad = 0;
+    for (int t = 0; t < 4; ++t)
+        for (int64_t i = 0; i < n; ++i) bad += out[t][i] != (float)(t + 1) * x[i] + y[i];
+    CHECK(bad == 0);
+}
