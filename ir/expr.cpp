@@ -218,6 +218,10 @@ Expr reduce(OpKind op, const Expr& a, int axis, bool keepdims) {
     if (count == 0 && op != OpKind::Sum)
         fail(Error::Kind::Value, "{}: zero-size reduction over {} of {} has no identity; reduce a non-empty axis",
              name, axis == kAllAxes ? std::string("all axes") : fmt::format("axis {}", axis), describe(a));
+    if (n.rank() == 0) {  // nothing to reduce: NumPy returns the value (argmax/argmin: index 0)
+        if (op == OpKind::ArgMax || op == OpKind::ArgMin) return scalar(0, DType::Int32);
+        return cast(a, op == OpKind::Sum && !is_float(n.dtype) ? DType::Int32 : n.dtype);
+    }
     Shape kept = n.shape;
     for (int i = 0; i < n.rank(); ++i)
         if (axis == kAllAxes || i == axis) kept[i] = 1;
