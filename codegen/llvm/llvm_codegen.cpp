@@ -434,7 +434,8 @@ private:
 
     // ---- accumulators
     // Float Max/Min reduce i32 keys ordered like the floats, NaN mapped to the extreme key: an
-    // integer max/min reduction, which LLVM vectorises, that propagates NaN.
+    // integer max/min reduction, which LLVM vectorises, that propagates NaN. The bit mapping is
+    // its own inverse. (Unlike the sequential rule, -0 and +0 are ordered: max(-0, +0) is +0.)
     static bool keyed(const kir::Accum& ac) {
         return ac.type == CT::F32 && (ac.kind == AccKind::Max || ac.kind == AccKind::Min);
     }

@@ -116,8 +116,8 @@ void optimise(llvm::Module& m, llvm::TargetMachine& tm, bool vector_math) {
 // where n allows, so that tasks start aligned and inner loops have fewer remainders.
 int64_t split_point(int64_t n, int64_t t, int64_t tasks) {
     constexpr int64_t kAlign = 16;
-    int64_t at = n * t / tasks;
     if (t == tasks) return n;
+    const int64_t at = n * t / tasks;
     return n >= tasks * kAlign * 4 ? at / kAlign * kAlign : at;
 }
 

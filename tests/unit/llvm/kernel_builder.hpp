@@ -4,6 +4,7 @@
 #include "compiler/kernel_ir.hpp"
 #include "runtime/cpu/cpu_jit.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

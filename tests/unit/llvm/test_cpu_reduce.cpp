@@ -3,6 +3,7 @@
 #include "tests/support/catch.hpp"
 #include "tests/unit/llvm/kernel_builder.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
