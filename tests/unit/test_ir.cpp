@@ -1,5 +1,6 @@
 // IR pieces: dtypes and promotion, shapes and broadcasting, views, hash-consing.
 #include "tests/support/catch.hpp"
+#include "tests/support/views.hpp"
 
 #include "ir/error.hpp"
 #include "ir/expr.hpp"
@@ -10,14 +11,7 @@
 using namespace kiln;
 
 namespace {
-View host_view(Shape shape, DType t = DType::Float32) {
-    View v;
-    v.storage = std::make_shared<Storage>();
-    v.dtype = t;
-    v.shape = shape;
-    v.strides = contiguous_strides(shape);
-    return v;
-}
+using test::host_view;
 }  // namespace
 
 TEST_CASE("promotion follows NumPy within kiln's dtypes") {

@@ -1,5 +1,6 @@
 // One section per compiler pass: canonicalise, cse, legality, partition, lower/key.
 #include "tests/support/catch.hpp"
+#include "tests/support/views.hpp"
 
 #include "compiler/canonicalise.hpp"
 #include "compiler/cse.hpp"
@@ -15,14 +16,7 @@
 using namespace kiln;
 
 namespace {
-View host_view(Shape shape, DType t = DType::Float32) {
-    View v;
-    v.storage = std::make_shared<Storage>();
-    v.dtype = t;
-    v.shape = shape;
-    v.strides = contiguous_strides(shape);
-    return v;
-}
+using test::host_view;
 int count_op(const NodePtr& root, OpKind k) {
     int n = 0;
     for (const Node* x : postorder(root)) n += x->op == k;
