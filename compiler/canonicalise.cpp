@@ -30,8 +30,9 @@ double to_dtype(double v, DType t) {
     return v;
 }
 
-std::optional<double> fold(const Node& n) {
-    auto a = [&](int i) { return n.inputs[i]->value; };
+// `ins` are the operands after canonicalisation (already folded scalars), not n.inputs.
+std::optional<double> fold(const Node& n, const std::vector<NodePtr>& ins) {
+    auto a = [&](int i) { return ins[i]->value; };
     switch (n.op) {
     case OpKind::Neg: return -a(0);
     case OpKind::Abs: return std::fabs(a(0));
@@ -78,7 +79,7 @@ struct Canon {
             // Integer arithmetic folds only where the double result is exact; floats always.
             if (all_scalar && (is_float(n.dtype) || n.op == OpKind::Cast || n.op == OpKind::Neg || n.op == OpKind::Add ||
                                n.op == OpKind::Sub || n.op == OpKind::Mul)) {
-                if (auto v = fold(n)) {
+                if (auto v = fold(n, ins)) {
                     ++st.folded;
                     Node s;
                     s.op = OpKind::Scalar;

@@ -278,7 +278,11 @@ struct Lowerer {
         case OpKind::Maximum: return op2(Op::Max, ct, in_as(0, t), in_as(1, t));
         case OpKind::Minimum: return op2(Op::Min, ct, in_as(0, t), in_as(1, t));
         case OpKind::Eq: case OpKind::Ne: case OpKind::Gt: case OpKind::Ge: case OpKind::Lt: case OpKind::Le: {
+            // Compared in the compute type, never narrowed: an int8 tensor compared with the
+            // literal 200 compares against 200 (NumPy 2), not against a wrapped -56.
             DType ot = result_type(Expr(nd.inputs[0]), Expr(nd.inputs[1]));
+            if (is_integer(ot)) ot = DType::Int32;
+            else if (is_float(ot)) ot = DType::Float32;
             Op op = nd.op == OpKind::Eq ? Op::Eq : nd.op == OpKind::Ne ? Op::Ne : nd.op == OpKind::Gt ? Op::Gt
                   : nd.op == OpKind::Ge ? Op::Ge : nd.op == OpKind::Lt ? Op::Lt : Op::Le;
             return op2(op, CT::I32, in_as(0, ot), in_as(1, ot));

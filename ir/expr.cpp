@@ -55,7 +55,23 @@ Expr unary(OpKind op, const Expr& a, DType result) { return make(op, result, N(a
 
 Expr float_unary(OpKind op, const Expr& a) { return unary(op, a, float_result(N(a).dtype)); }
 
+// NumPy 2: a Python integer that does not fit the result's integer dtype is an error, not a
+// silent wrap-around (comparisons are exempt: they compare the true values).
+void check_weak_int_fits(OpKind op, const Expr& lit, const Expr& other, DType result) {
+    if (!is_weak(lit) || N(lit).dtype != DType::Int32 || !is_integer(result) || is_comparison(op)) return;
+    double v = N(lit).value;
+    double lo = result == DType::Int8 ? -128 : result == DType::UInt8 ? 0 : -2147483648.0;
+    double hi = result == DType::Int8 ? 127 : result == DType::UInt8 ? 255 : 2147483647.0;
+    if (v < lo || v > hi)
+        fail(Error::Kind::Value,
+             "{}: the integer literal {} is out of range for {} (the dtype of the other operand, {}; valid: {} to {}); "
+             "cast the tensor to a wider dtype or pass a typed scalar",
+             opkind_name(op), v, dtype_name(result), describe(other), lo, hi);
+}
+
 Expr binary(OpKind op, const Expr& a, const Expr& b, DType result) {
+    check_weak_int_fits(op, a, b, result);
+    check_weak_int_fits(op, b, a, result);
     Shape s = broadcast_shapes(N(a).shape, N(b).shape, opkind_name(op));
     return make(op, result, std::move(s), {a.node(), b.node()});
 }

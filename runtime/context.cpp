@@ -6,7 +6,7 @@
 #include "runtime/host_convert.hpp"
 
 #include "runtime/kir_interpreter.hpp"
-#if defined(KILN_HAVE_LLVM) && __has_include("runtime/cpu/cpu_jit.hpp")
+#ifdef KILN_HAVE_LLVM
 #include "runtime/cpu/cpu_jit.hpp"
 #define KILN_CPU_JIT 1
 #endif

@@ -414,3 +414,13 @@ TEST_CASE("Tensor::context of a default-constructed Tensor") {
     std::string m = error_of([&] { (void)nothing.context(); }, Error::Kind::Value);
     has_all(m, {"empty kiln::Tensor", "no context"});
 }
+
+TEST_CASE("add: an integer literal out of the int8 operand's range (NumPy 2 raises too)") {
+    Tensor x = typed({2}, DType::Int8);
+    std::string m = error_of([&] { (void)(x + 300); }, Error::Kind::Value);
+    has_all(m, {"add", "300", "int8", "-128 to 127"});
+    // comparisons compare true values instead: int8 values are all below 200
+    Tensor out = cpu().empty({2}, DType::Bool);
+    out.assign(x < 200);
+    CHECK(out.to_vector<bool>() == std::vector<bool>{true, true});
+}
