@@ -37,15 +37,18 @@ NodePtr cse(const NodePtr& root, CseStats* stats) {
             tree[n] = t;
         }
         stats->written = tree[out.get()];
-        auto uses = use_counts(out);
-        for (const Node* n : postorder(out)) {
-            int count = uses.count(n) ? uses[n] : 0;
-            if (count < 2 || n->inputs.empty()) continue;
-            // Name the reduction inside the shared subtree: that is the work saved.
-            std::string red;
-            for (const Node* m : postorder(NodePtr(NodePtr{}, n)))
-                if (is_reduction(m->op)) { red = fmt::format(" (contains {} over {})", opkind_name(m->op), m->axis == kAllAxes ? std::string("all axes") : fmt::format("axis {}", m->axis)); break; }
-            stats->shared.push_back(fmt::format("{}  used {} times: computed once{}", node_str(*n), count, red));
+        // Occurrences as written: the number of paths from the root to each node. A reduction
+        // written twice (the two mean(A, axis=1) of batch normalisation) is one node here.
+        std::vector<const Node*> order = postorder(out);
+        std::unordered_map<const Node*, int64_t> paths{{out.get(), 1}};
+        for (auto it = order.rbegin(); it != order.rend(); ++it)
+            for (auto& in : (*it)->inputs) paths[in.get()] += paths[*it];
+        for (const Node* n : order) {
+            if (!is_reduction(n->op) || paths[n] < 2) continue;
+            stats->shared.push_back(fmt::format("{}(%{}, {}) appears {} times as written: computed once", opkind_name(n->op),
+                                                n->inputs[0]->id,
+                                                n->axis == kAllAxes ? std::string("all axes") : fmt::format("axis={}", n->axis),
+                                                paths[n]));
         }
     }
     return out;
