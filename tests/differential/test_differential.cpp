@@ -154,18 +154,8 @@ std::string shape_s(const Shape& s) {
     return r + ")";
 }
 
-const char* dname(DType t) {
-    switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int32: return "int32";
-    case DType::Int8: return "int8";
-    case DType::UInt8: return "uint8";
-    case DType::Bool: return "bool";
-    }
-    return "?";
-}
+// Names come from the library: only the dtype *rules* are re-derived independently here.
+const char* dname(DType t) { return kiln::dtype_name(t).data(); }
 
 const std::vector<DType> kAllDTypes = {DType::Float32, DType::Float16, DType::BFloat16, DType::Int32,
                                        DType::Int8,    DType::UInt8,   DType::Bool};
