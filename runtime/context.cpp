@@ -1,43 +1,32 @@
-#include "runtime/context.hpp"
+#include "runtime/context_impl.hpp"
 
 #include "compiler/log.hpp"
-#include "compiler/pipeline.hpp"
 #include "ir/error.hpp"
 #include "runtime/host_convert.hpp"
-
 #include "runtime/kir_interpreter.hpp"
-#ifdef KILN_HAVE_LLVM
-#include "runtime/cpu/cpu_jit.hpp"
-#define KILN_CPU_JIT 1
+#ifdef KILN_CUDA
+#include "runtime/cuda/validate.hpp"
 #endif
 
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
-#include <unordered_set>
 
 namespace kiln {
 
 namespace {
 
 // Host memory of the CPU backend, 64-byte aligned so vector loads of contiguous data align.
-struct HostStorage : Storage {
-    Context* owner = nullptr;
+struct HostStorage : OwnedStorage {
     ~HostStorage() override { std::free(data); }
 };
 
-std::shared_ptr<Storage> host_alloc(Context* owner, size_t nbytes) {
-    auto s = std::make_shared<HostStorage>();
-    s->owner = owner;
-    size_t padded = (nbytes + 63) / 64 * 64;
-    s->data = padded ? std::aligned_alloc(64, padded) : nullptr;
-    if (padded && !s->data)
-        fail(Error::Kind::Memory, "empty: out of host memory allocating {} bytes", nbytes);
-    s->nbytes = nbytes;
-    s->device = Device{DeviceKind::CPU, 0};
-    return s;
-}
+#ifdef KILN_CUDA
+// Device memory from the context's caching allocator; returned to its cache when the last view dies.
+struct DeviceStorage : OwnedStorage {
+    std::shared_ptr<cuda::Allocator> allocator;
+    ~DeviceStorage() override { allocator->release((CUdeviceptr)data, nbytes); }
+};
+#endif
 
 std::string host_target() {
     std::string t = "cpu-x86_64";
@@ -49,49 +38,91 @@ std::string host_target() {
     return t;
 }
 
+// "cuda" -> 0, "cuda:3" -> 3; -1 when malformed.
+int cuda_index(const std::string& dev) {
+    if (dev == "cuda") return 0;
+    if (dev.rfind("cuda:", 0) != 0 || dev.size() == 5 || dev.size() > 9) return -1;
+    int i = 0;
+    for (char c : dev.substr(5)) {
+        if (c < '0' || c > '9') return -1;
+        i = i * 10 + (c - '0');
+    }
+    return i;
+}
+
+void check_readable(const NodePtr& root, const char* op) {
+    for (const Node* n : postorder(root))
+        if (n->op == OpKind::Leaf && !n->view.storage->written)
+            fail(Error::Kind::Value,
+                 "{}: reads a {} tensor of shape {} that was never written (created by empty() and not assigned); "
+                 "assign it, or create it with zeros()/array()",
+                 op, dtype_name(n->dtype), shape_str(n->shape));
+}
+
 } // namespace
 
-struct Context::Impl {
-    Context* self;
-    Backend backend = Backend::CPU;
-    DType default_dtype = DType::Float32;
-    uint32_t seed = 0;
-    uint32_t rng_counter = 0;
-    Counters counters;
-    std::mutex mu;
-    std::string target;
-#ifdef KILN_CPU_JIT
-    cpu::CpuJit jit;
-#endif
-
-    void run(const View& dst, const NodePtr& expr);
-};
-
 Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
-    impl_->self = this;
-    impl_->default_dtype = opts.default_dtype;
-    impl_->seed = (uint32_t)(opts.seed ^ (opts.seed >> 32));
+    Impl& m = *impl_;
+    m.self = this;
+    m.default_dtype = opts.default_dtype;
+    m.seed = (uint32_t)(opts.seed ^ (opts.seed >> 32));
     std::string dev = opts.device;
-    if (dev.empty()) {
+    const bool from_env = dev.empty();
+    if (from_env) {
         const char* e = std::getenv("KILN_BACKEND");
         dev = e ? e : "";
     }
-    if (!dev.empty() && dev != "cpu" && dev.rfind("cuda", 0) != 0)
-        fail(Error::Kind::Value, "Context: unknown device '{}'; valid: 'cpu', 'cuda', 'cuda:N' (KILN_BACKEND=cpu|cuda)", dev);
-    if (dev.rfind("cuda", 0) == 0)
-        fail(Error::Kind::Runtime,
-             "Context: device '{}' requested, but this build of kiln runs expressions on the CPU only (the CUDA runtime "
-             "is not part of it yet); use device 'cpu' or unset KILN_BACKEND",
-             dev);
-    impl_->target = host_target();
+    if (!dev.empty() && dev != "cpu" && cuda_index(dev) < 0)
+        fail(Error::Kind::Value, "Context: unknown device '{}'{}; valid: 'cpu', 'cuda', 'cuda:N' (KILN_BACKEND=cpu|cuda)",
+             dev, from_env ? " (from KILN_BACKEND)" : "");
+    const char* v = std::getenv("KILN_VALIDATE");
+    if (v && *v && std::strcmp(v, "0") != 0) {
+        if (std::strcmp(v, "cpu") != 0)
+            fail(Error::Kind::Value, "Context: KILN_VALIDATE='{}' is not understood; valid: 'cpu' (run every CUDA kernel "
+                                     "on the CPU backend too and compare) or unset",
+                 v);
+        m.validate = true;
+    }
+    if (dev != "cpu") {
+#ifdef KILN_CUDA
+        try {
+            m.cuda = std::make_unique<cuda::CudaBackend>(dev.empty() ? 0 : cuda_index(dev));
+            m.backend = Backend::CUDA;
+            m.target = m.cuda->target();
+        } catch (const Error& e) {
+            if (!dev.empty())
+                fail(Error::Kind::Runtime, "Context: device '{}' requested{}, but it cannot be used: {}; use device 'cpu'{}",
+                     dev, from_env ? " by KILN_BACKEND" : "", e.what(), from_env ? " (KILN_BACKEND=cpu)" : "");
+            log_info("Context: no CUDA device ({}); running on the CPU", e.what());
+        }
+#else
+        if (!dev.empty())
+            fail(Error::Kind::Runtime,
+                 "Context: device '{}' requested, but this build of kiln has no CUDA backend (built without the CUDA "
+                 "toolkit's NVRTC); use device 'cpu'",
+                 dev);
+#endif
+    }
+    if (m.backend == Backend::CPU) m.target = host_target();
+#ifdef KILN_CPU_JIT
+    if (m.backend == Backend::CPU || m.validate) m.jit = std::make_unique<cpu::CpuJit>();
+#endif
 }
 
 Context::~Context() {
     if (log_level() >= LogLevel::Info) {
         auto c = counters();
-        log_info("counters: {} compiles ({:.1f} ms), {} memory hits, {} launches, {} assignments", c.compiles,
-                 c.compile_ms, c.memory_hits, c.launches, c.assignments);
+        log_info("counters ({}): {} compiles ({:.1f} ms), {} memory hits, {} disk hits, {} launches, {} assignments "
+                 "({} plan cache hits)",
+                 device_name(), c.compiles, c.compile_ms, c.memory_hits, c.disk_hits, c.launches, c.assignments,
+                 c.plan_hits);
     }
+#ifdef KILN_CUDA
+    if (impl_->cuda) {
+        impl_->plans.clear();
+        impl_->temps.clear();
+    }
+#endif
 }
 
 Context& Context::default_context() {
@@ -100,8 +131,64 @@ Context& Context::default_context() {
 }
 
 Backend Context::backend() const { return impl_->backend; }
-std::string Context::device_name() const { return "cpu"; }
+
+std::string Context::device_name() const {
+#ifdef KILN_CUDA
+    if (impl_->cuda) return fmt::format("cuda:{}", impl_->cuda->info().index);
+#endif
+    return "cpu";
+}
+
+std::string Context::device_description() const {
+#ifdef KILN_CUDA
+    if (impl_->cuda) {
+        auto& i = impl_->cuda->info();
+        return fmt::format("cuda:{} {} (sm_{}, {} SMs, {:.1f} GiB)", i.index, i.name, i.sm, i.multiprocessors,
+                           i.total_memory / double(1u << 30));
+    }
+#endif
+    return "cpu " + impl_->target;
+}
+
 DType Context::default_dtype() const { return impl_->default_dtype; }
+
+std::shared_ptr<Storage> Context::Impl::alloc(size_t nbytes, const char* op) {
+#ifdef KILN_CUDA
+    if (cuda) {
+        auto s = std::make_shared<DeviceStorage>();
+        s->owner = self;
+        s->allocator = cuda->allocator();
+        s->data = (void*)cuda->allocator()->allocate(nbytes, op);
+        s->nbytes = nbytes;
+        s->device = Device{DeviceKind::CUDA, cuda->info().index};
+        return s;
+    }
+#endif
+    auto s = std::make_shared<HostStorage>();
+    s->owner = self;
+    size_t padded = (nbytes + 63) / 64 * 64;
+    s->data = padded ? std::aligned_alloc(64, padded) : nullptr;
+    if (padded && !s->data) fail(Error::Kind::Memory, "{}: out of host memory allocating {} bytes", op, nbytes);
+    s->nbytes = nbytes;
+    s->device = Device{DeviceKind::CPU, 0};
+    return s;
+}
+
+void Context::Impl::write_bytes(Storage& s, size_t off, const void* src, size_t n) {
+    if (n == 0) return;
+#ifdef KILN_CUDA
+    if (cuda) return cuda->upload((CUdeviceptr)s.data + off, src, n);
+#endif
+    std::memcpy(static_cast<char*>(s.data) + off, src, n);
+}
+
+void Context::Impl::read_bytes(const Storage& s, size_t off, void* dst, size_t n) {
+    if (n == 0) return;
+#ifdef KILN_CUDA
+    if (cuda) return cuda->download(dst, (CUdeviceptr)s.data + off, n);
+#endif
+    std::memcpy(dst, static_cast<const char*>(s.data) + off, n);
+}
 
 Tensor Context::empty(const Shape& shape) { return empty(shape, impl_->default_dtype); }
 
@@ -112,7 +199,7 @@ Tensor Context::empty(const Shape& shape, DType dtype) {
     v.dtype = dtype;
     v.shape = shape;
     v.strides = contiguous_strides(shape);
-    v.storage = host_alloc(this, (size_t)numel(shape) * dtype_size(dtype));
+    v.storage = impl_->alloc((size_t)numel(shape) * dtype_size(dtype), "empty");
     if (numel(shape) == 0) v.storage->written = true;
     return Tensor(this, v);
 }
@@ -142,12 +229,12 @@ Tensor Context::array(const void* data, size_t count, DType src, const Shape& sh
 }
 
 Tensor Context::array(const std::vector<double>& data, const Shape& shape, DType dtype) {
-    std::vector<float> f(data.begin(), data.end());
     if (dtype == DType::Int32) {  // int32 values above 2^24 do not survive float
         std::vector<int32_t> i(data.size());
         for (size_t k = 0; k < data.size(); ++k) store_element(DType::Int32, &i[k], data[k]);
         return array(i.data(), i.size(), DType::Int32, shape, dtype);
     }
+    std::vector<float> f(data.begin(), data.end());
     return array(f.data(), f.size(), DType::Float32, shape, dtype);
 }
 
@@ -160,10 +247,21 @@ void Context::seed(uint64_t s) {
 Counters Context::counters() const {
     Counters c = impl_->counters;
 #ifdef KILN_CPU_JIT
-    auto j = impl_->jit.counters();
-    c.compiles = j.compiles;
-    c.memory_hits = j.memory_hits;
-    c.compile_ms = j.compile_ms;
+    if (impl_->jit && impl_->backend == Backend::CPU) {
+        auto j = impl_->jit->counters();
+        c.compiles = j.compiles;
+        c.memory_hits = j.memory_hits;
+        c.compile_ms = j.compile_ms;
+    }
+#endif
+#ifdef KILN_CUDA
+    if (impl_->cuda) {
+        auto g = impl_->cuda->counters();
+        c.compiles = g.compiles;
+        c.memory_hits = g.memory_hits;
+        c.disk_hits = g.disk_hits;
+        c.compile_ms = g.compile_ms;
+    }
 #endif
     return c;
 }
@@ -171,60 +269,137 @@ Counters Context::counters() const {
 void Context::reset_counters() {
     impl_->counters = {};
 #ifdef KILN_CPU_JIT
-    impl_->jit.reset_counters();
+    if (impl_->jit) impl_->jit->reset_counters();
+#endif
+#ifdef KILN_CUDA
+    if (impl_->cuda) impl_->cuda->reset_counters();
 #endif
 }
 
-void Context::synchronize() {}
-
-namespace {
-
-void check_readable(const NodePtr& root, const char* op) {
-    for (const Node* n : postorder(root)) {
-        if (n->op != OpKind::Leaf) continue;
-        if (!n->view.storage->written)
-            fail(Error::Kind::Value,
-                 "{}: reads a {} tensor of shape {} that was never written (created by empty() and not assigned); "
-                 "assign it, or create it with zeros()/array()",
-                 op, dtype_name(n->dtype), shape_str(n->shape));
-    }
+void Context::synchronize() {
+#ifdef KILN_CUDA
+    if (impl_->cuda) impl_->cuda->synchronize();
+#endif
 }
 
-} // namespace
+// ---- evaluation
 
-void Context::Impl::run(const View& dst, const NodePtr& expr) {
-    CompiledAssignment ca = compile_assignment(expr, dst, target);
-    std::vector<std::shared_ptr<Storage>> temps;
-    for (auto& t : ca.plan.temps) temps.push_back(host_alloc(self, (size_t)numel(t.shape) * dtype_size(t.dtype)));
+CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr) {
+    assignment_signature(expr, dst, /*options=*/0, "assign", signature);
+    check_devices(expr);
+    if (CachedPlan* p = plans.find(signature)) {
+        ++counters.plan_hits;
+        return p;
+    }
+    CachedPlan plan = make_cached_plan(compile_assignment(expr, dst, target), signature);
+    for (CachedStage& st : plan.stages) {
+        const std::string& key = st.lowered.key;
+#ifdef KILN_CUDA
+        if (cuda) {
+            st.kernel = cuda->compile(st.lowered.kernel, key);
+#ifdef KILN_CPU_JIT
+            if (validate) st.check_kernel = jit->compile(st.lowered.kernel, key + "\nvalidate-on " + host_target());
+#endif
+            continue;
+        }
+#endif
+#ifdef KILN_CPU_JIT
+        st.kernel = jit->compile(st.lowered.kernel, key);
+#endif
+    }
+    return plans.insert(signature, std::move(plan));
+}
+
+void Context::Impl::launch(CachedStage& st) {
+    kir::LaunchArgs& args = st.lowered.args;
+#ifdef KILN_CUDA
+    if (cuda) {
+        auto* k = static_cast<const cuda::CudaKernel*>(st.kernel);
+#ifdef KILN_CPU_JIT
+        if (validate) {
+            auto* ck = static_cast<const cpu::CpuKernel*>(st.check_kernel);
+            cuda::validate_launch(*cuda, k, args, [&](const kir::LaunchArgs& host_args) { jit->launch(ck, host_args); });
+            return;
+        }
+#endif
+        cuda->launch(k, args);
+        return;
+    }
+#endif
+#ifdef KILN_CPU_JIT
+    jit->launch(static_cast<const cpu::CpuKernel*>(st.kernel), args);
+#else
+    interpret(st.lowered.kernel, args);  // built without LLVM: the kernel IR is executed directly
+#endif
+}
+
+void Context::Impl::execute(CachedPlan& plan) {
+    temps.clear();
+    for (auto& t : plan.temps) temps.push_back(alloc((size_t)numel(t.shape) * dtype_size(t.dtype), "assign (temporary)"));
     // One counter per rand() node per assignment, so a node read by two stages draws once.
-    std::unordered_map<uint64_t, uint32_t> draw;
-    for (auto& ls : ca.stages)
-        for (auto& r : ls.rands)
-            if (!draw.count(r.serial)) draw[r.serial] = rng_counter++;
-    for (auto& ls : ca.stages) {
+    uint64_t serials[8];
+    uint32_t draws[8];
+    int nd = 0;
+    std::unordered_map<uint64_t, uint32_t> many;
+    auto draw_for = [&](uint64_t serial) -> uint32_t {
+        for (int i = 0; i < nd; ++i)
+            if (serials[i] == serial) return draws[i];
+        if (nd < 8) {
+            serials[nd] = serial;
+            return draws[nd++] = rng_counter++;
+        }
+        auto [it, fresh] = many.emplace(serial, 0);
+        if (fresh) it->second = rng_counter++;
+        return it->second;
+    };
+    for (CachedStage& st : plan.stages) {
+        LoweredStage& ls = st.lowered;
         for (size_t b = 0; b < ls.sources.size(); ++b) {
-            auto& src = ls.sources[b];
-            if (src.is_temp) {
+            const BufferSource& src = ls.sources[b];
+            int cls = st.storage_class[b];
+            if (cls < 0) {
                 ls.args.buffers[b] = temps[src.temp]->data;
             } else {
-                auto* base = static_cast<char*>(src.view.storage->data);
+                auto* base = static_cast<char*>(signature.storages[cls]->data);
                 ls.args.buffers[b] = base + src.view.offset * (int64_t)dtype_size(src.view.dtype);
             }
         }
         for (auto& r : ls.rands) {
             ls.args.iparams[r.seed_slot] = (int32_t)seed;
-            ls.args.iparams[r.counter_slot] = (int32_t)draw[r.serial];
+            ls.args.iparams[r.counter_slot] = (int32_t)draw_for(r.serial);
         }
-#ifdef KILN_CPU_JIT
-        auto handle = jit.compile(ls.kernel, ls.key);
-        jit.launch(handle, ls.args);
-#else
-        interpret(ls.kernel, ls.args);  // built without LLVM: the kernel IR is executed directly
-#endif
+        launch(st);
         ++counters.launches;
     }
-    ++counters.assignments;
+    temps.clear();  // device temporaries return to the allocator; stream order keeps them valid
 }
+
+// Every storage the assignment touches must be memory of this context's device: the signature
+// lists each distinct storage once (the destination's first), so this costs a few compares.
+void Context::Impl::check_devices(const NodePtr& expr) {
+    const Device here = device();
+    auto where = [](const Device& d) { return d.kind == DeviceKind::CUDA ? fmt::format("cuda:{}", d.index) : std::string("cpu"); };
+    auto foreign = [&](const Storage* s) {
+        if (s->device.kind != here.kind) return true;
+        auto* owned = dynamic_cast<const OwnedStorage*>(s);
+        return here.kind == DeviceKind::CUDA && owned && owned->owner != self;
+    };
+    if (foreign(signature.storages[0]))
+        fail(Error::Kind::Value, "assign: the destination lives on {} of another context, but this context runs on {}; "
+                                 "create it with this context",
+             where(signature.storages[0]->device), self->device_name());
+    for (size_t i = 1; i < signature.storages.size(); ++i) {
+        if (!foreign(signature.storages[i])) continue;
+        for (const Node* n : postorder(expr))
+            if (n->op == OpKind::Leaf && n->view.storage.get() == signature.storages[i])
+                fail(Error::Kind::Value,
+                     "assign: an operand ({} {}) lives on {} of another context, but the expression runs on {}; copy it "
+                     "through the host (to_vector/array) or create it with the destination's context",
+                     dtype_name(n->dtype), shape_str(n->shape), where(signature.storages[i]->device), self->device_name());
+    }
+}
+
+void Context::Impl::run(const View& dst, const NodePtr& expr) { execute(*plan_for(dst, expr)); }
 
 void Context::assign(Tensor& dst, const Expr& e) {
     if (!dst.defined()) throw Error("assign: the destination is an empty kiln::Tensor (default-constructed)");
@@ -234,10 +409,13 @@ void Context::assign(Tensor& dst, const Expr& e) {
              "assign: cannot assign a {} expression of shape {} to a destination of shape {}: the expression must "
              "broadcast to the destination's shape",
              dtype_name(e.dtype()), shape_str(e.shape()), shape_str(dst.shape()));
-    check_readable(e.node(), "assign");
-    if (dst.size() == 0) return;
+    if (dst.size() == 0) {
+        check_readable(e.node(), "assign");
+        return;
+    }
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->run(dst.view(), e.node());
+    ++impl_->counters.assignments;
     dst.view().storage->written = true;
 }
 
@@ -252,96 +430,8 @@ Tensor eval(const Expr& e) {
     if (!e.valid()) throw Error("eval: the expression is empty (a default-constructed kiln::Expr)");
     for (const Node* n : postorder(e.node()))
         if (n->op == OpKind::Leaf)
-            if (auto* hs = dynamic_cast<HostStorage*>(n->view.storage.get()); hs && hs->owner) return hs->owner->eval(e);
+            if (auto* s = dynamic_cast<const OwnedStorage*>(n->view.storage.get()); s && s->owner) return s->owner->eval(e);
     return Context::default_context().eval(e);
-}
-
-// ---- Tensor
-
-Context& Tensor::context() const {
-    if (!ctx_) throw Error("tensor: an empty kiln::Tensor has no context");
-    return *ctx_;
-}
-
-Tensor Tensor::slice(const std::vector<Slice>& s) const { return Tensor(ctx_, slice_view(view_, s)); }
-Tensor Tensor::transpose(const std::vector<int>& perm) const { return Tensor(ctx_, transpose_view(view_, perm)); }
-
-Tensor Tensor::reshape(const Shape& s) const {
-    Shape to = resolve_reshape(view_.shape, s, "reshape");
-    if (auto v = reshape_view(view_, to)) return Tensor(ctx_, *v);
-    Tensor out = context().empty(to, view_.dtype);
-    out.assign(kiln::reshape(expr(), to));
-    return out;
-}
-
-Tensor& Tensor::assign(const Expr& e) {
-    if (!defined()) throw Error("assign: the destination is an empty kiln::Tensor (default-constructed)");
-    context().assign(*this, e);
-    return *this;
-}
-
-Assignable& Assignable::operator=(const Expr& e) {
-    t_.assign(e);
-    return *this;
-}
-
-namespace {
-
-// Calls f(element offset, row-major index) for every element of the view.
-template <typename F>
-void for_each_element(const View& v, F f) {
-    int64_t n = numel(v.shape);
-    if (n == 0) return;
-    int r = (int)v.shape.size();
-    std::vector<int64_t> idx(r, 0);
-    int64_t off = v.offset;
-    for (int64_t i = 0; i < n; ++i) {
-        f(off, i);
-        for (int d = r - 1; d >= 0; --d) {
-            if (++idx[d] < v.shape[d]) { off += v.strides[d]; break; }
-            off -= v.strides[d] * (v.shape[d] - 1);
-            idx[d] = 0;
-        }
-    }
-}
-
-} // namespace
-
-void Tensor::copy_to_host(void* dst, DType as) const {
-    if (!defined()) throw Error("copy_to_host: the tensor is empty (default-constructed)");
-    if (!view_.storage->written)
-        fail(Error::Kind::Value,
-             "copy_to_host: the {} tensor of shape {} was never written (created by empty() and not assigned)",
-             dtype_name(view_.dtype), shape_str(view_.shape));
-    auto* base = static_cast<const char*>(view_.storage->data);
-    auto* out = static_cast<char*>(dst);
-    size_t is = dtype_size(view_.dtype), os = dtype_size(as);
-    if (as == view_.dtype && view_.is_contiguous()) {
-        std::memcpy(out, base + view_.offset * is, (size_t)size() * is);
-        return;
-    }
-    for_each_element(view_, [&](int64_t off, int64_t i) {
-        const void* p = base + off * (int64_t)is;
-        if (as == view_.dtype) std::memcpy(out + i * os, p, is);
-        else store_element(as, out + i * os, load_element(view_.dtype, p));
-    });
-}
-
-void Tensor::copy_from_host(const void* src, DType as) {
-    if (!defined()) throw Error("copy_from_host: the tensor is empty (default-constructed)");
-    auto* base = static_cast<char*>(view_.storage->data);
-    auto* in = static_cast<const char*>(src);
-    size_t is = dtype_size(view_.dtype), ss = dtype_size(as);
-    if (as == view_.dtype && view_.is_contiguous()) {
-        if (size()) std::memcpy(base + view_.offset * is, in, (size_t)size() * is);
-    } else {
-        for_each_element(view_, [&](int64_t off, int64_t i) {
-            void* p = base + off * (int64_t)is;
-            if (as == view_.dtype) std::memcpy(p, in + i * ss, is);
-            else store_element(view_.dtype, p, load_element(as, in + i * ss));
-        });
-    }
-    view_.storage->written = true;
 }
 
 } // namespace kiln

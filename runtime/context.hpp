@@ -1,6 +1,8 @@
 // Context: the factory of tensors and the place expressions run (the seeds' NervanaGPU).
-// It owns the backend (CPU through LLVM ORC JIT; CUDA in a later milestone), the kernel
-// cache, the RNG state and the counters. KILN_BACKEND=cpu|cuda forces the backend.
+// It owns the backend (CUDA through the Driver API when a device is present, else the CPU
+// through LLVM ORC JIT), the plan and kernel caches, the RNG state and the counters.
+// KILN_BACKEND=cpu|cuda forces the backend; KILN_VALIDATE=cpu checks every CUDA kernel
+// against the CPU backend.
 #pragma once
 #include "runtime/tensor.hpp"
 
@@ -22,6 +24,8 @@ struct ContextOptions {
 struct Counters {
     uint64_t compiles = 0;          // kernels compiled (JIT)
     uint64_t memory_hits = 0;       // kernels found in the in-memory cache
+    uint64_t disk_hits = 0;         // kernels loaded from the disk cache (CUDA)
+    uint64_t plan_hits = 0;         // assignments that reused a cached plan (no pass ran)
     double compile_ms = 0;          // time spent compiling
     uint64_t launches = 0;          // kernels run
     uint64_t assignments = 0;       // expressions evaluated
@@ -38,7 +42,8 @@ public:
     static Context& default_context();
 
     Backend backend() const;
-    std::string device_name() const;
+    std::string device_name() const;          // "cpu", "cuda:0"
+    std::string device_description() const;   // with the device's name, arch and memory
     DType default_dtype() const;
 
     // ---- tensors

@@ -3,12 +3,26 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <string_view>
 
 #ifdef KILN_HAVE_NVRTC
 #include <nvrtc.h>
 #endif
 
 namespace kiln::cuda {
+
+std::string numbered_source(const std::string& source) {
+    std::string out;
+    int line = 1;
+    size_t start = 0;
+    while (start < source.size()) {
+        size_t end = source.find('\n', start);
+        if (end == std::string::npos) end = source.size();
+        out += fmt::format("{:5} | {}\n", line++, std::string_view(source).substr(start, end - start));
+        start = end + 1;
+    }
+    return out;
+}
 
 #ifdef KILN_HAVE_NVRTC
 
@@ -50,6 +64,7 @@ NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, in
     }
     const std::string arch = fmt::format("--gpu-architecture={}_{}", want_cubin ? "sm" : "compute", sm);
     const char* opts[] = {arch.c_str(), "-default-device", "--std=c++17", "-fmad=true"};
+    for (const char* o : opts) r.options += (r.options.empty() ? "" : " ") + std::string(o);
     st = nvrtcCompileProgram(prog.p, (int)(sizeof opts / sizeof opts[0]), opts);
     r.log = program_log(prog.p);
     if (st != NVRTC_SUCCESS) {

@@ -12,12 +12,16 @@ struct NvrtcResult {
     std::string log;              // NVRTC's compile log, or why nothing was compiled
     std::vector<char> binary;     // cubin, or PTX text (with its terminating NUL) when !want_cubin
     double milliseconds = 0;      // wall time of the whole compile
+    std::string options;          // the options NVRTC was given, space-separated
 };
 
 // `name` is the program name that NVRTC's messages show (e.g. "kiln_1234abcd.cu").
 // `sm` is the compute capability times ten (80, 90). Options: --gpu-architecture=sm_XX (or
 // compute_XX for PTX), -default-device, --std=c++17, -fmad=true.
 NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, int sm, bool want_cubin = true);
+
+// The source with each line prefixed by its number, as compile errors show it.
+std::string numbered_source(const std::string& source);
 
 // "major.minor" of the NVRTC library in use, or "none" when kiln was built without it.
 std::string nvrtc_version();

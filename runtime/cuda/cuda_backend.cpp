@@ -1,0 +1,226 @@
+#include "runtime/cuda/cuda_backend.hpp"
+
+#include "codegen/cuda/cuda_codegen.hpp"
+#include "compiler/log.hpp"
+#include "ir/error.hpp"
+#include "runtime/cuda/nvrtc.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace kiln::cuda {
+
+namespace {
+
+// Copies at least this large go through pinned staging buffers of this size, double-buffered
+// so the host memcpy of one chunk overlaps the DMA of the other.
+constexpr size_t kStagingThreshold = 1u << 20;
+constexpr size_t kStagingChunk = 8u << 20;
+
+int attribute(CUdevice dev, CUdevice_attribute a) {
+    int v = 0;
+    check(driver().cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute");
+    return v;
+}
+
+bool env_flag(const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v && std::strcmp(v, "0") != 0;
+}
+
+// Where a failed kernel's source goes when there is no usable cache directory.
+std::string save_failed_source(const std::string& name, const std::string& code) {
+    std::error_code ec;
+    auto dir = std::filesystem::temp_directory_path(ec) / "kiln-failed-sources";
+    std::filesystem::create_directories(dir, ec);
+    auto path = dir / (name + ".cu");
+    std::ofstream f(path);
+    f << code;
+    return f ? path.string() : std::string();
+}
+
+} // namespace
+
+CUfunction CudaKernel::entry(const std::string& name) const {
+    for (auto& [n, f] : entries)
+        if (n == name) return f;
+    throw InternalError(fmt::format("kernel {} has no entry point {}", kernel.name, name));
+}
+
+CudaBackend::CudaBackend(int device_index) {
+    const Driver& d = driver();
+    if (!d.loaded) throw Error(d.why_not, Error::Kind::Runtime);
+    int count = 0;
+    check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    if (count == 0) throw Error("the NVIDIA driver reports no CUDA device", Error::Kind::Runtime);
+    if (device_index < 0 || device_index >= count)
+        fail(Error::Kind::Value, "cuda:{} does not exist: this machine has {} CUDA device(s), cuda:0..cuda:{}", device_index,
+             count, count - 1);
+    check(d.cuDeviceGet(&device_, device_index), "cuDeviceGet");
+    info_.index = device_index;
+    char name[256] = {};
+    check(d.cuDeviceGetName(name, sizeof name, device_), "cuDeviceGetName");
+    info_.name = name;
+    info_.sm = 10 * attribute(device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) +
+               attribute(device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    info_.multiprocessors = attribute(device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    info_.max_shared_optin = attribute(device_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    check(d.cuDeviceTotalMem(&info_.total_memory, device_), "cuDeviceTotalMem");
+    check(d.cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain");
+    make_current();
+    check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    allocator_ = std::make_shared<Allocator>(device_index, ctx_);
+    dump_source_ = env_flag("KILN_DUMP_SOURCE");
+    log_info("cuda:{}: {} (sm_{}, {} SMs, {:.1f} GiB), driver {}.{}, NVRTC {}", device_index, info_.name, info_.sm,
+             info_.multiprocessors, info_.total_memory / double(1u << 30), d.version / 1000, d.version % 1000 / 10,
+             nvrtc_version());
+}
+
+CudaBackend::~CudaBackend() {
+    const Driver& d = driver();
+    make_current();
+    d.cuStreamSynchronize(stream_);
+    for (auto& [key, k] : kernels_) d.cuModuleUnload(k->module);
+    for (int i = 0; i < 2; ++i) {
+        if (pinned_done_[i]) d.cuEventDestroy(pinned_done_[i]);
+        if (pinned_[i]) d.cuMemFreeHost(pinned_[i]);
+    }
+    d.cuStreamDestroy(stream_);
+    // Device tensors may outlive their Context: they share the allocator, which needs the
+    // primary context, so it is released only when no tensor holds memory any more.
+    if (allocator_.use_count() == 1) {
+        allocator_->empty_cache();
+        d.cuDevicePrimaryCtxRelease(device_);
+    }
+}
+
+void CudaBackend::make_current() const { driver().cuCtxSetCurrent(ctx_); }
+
+void CudaBackend::upload(CUdeviceptr dst, const void* src, size_t n) {
+    const Driver& d = driver();
+    make_current();
+    if (n < kStagingThreshold) {
+        // Pageable source: the driver has copied it out before the call returns.
+        check(d.cuMemcpyHtoDAsync(dst, src, n, stream_), "cuMemcpyHtoDAsync");
+        return;
+    }
+    for (int i = 0; i < 2; ++i) {
+        if (!pinned_[i]) check(d.cuMemAllocHost(&pinned_[i], kStagingChunk), "cuMemAllocHost");
+        if (!pinned_done_[i]) check(d.cuEventCreate(&pinned_done_[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    }
+    const char* s = static_cast<const char*>(src);
+    for (size_t off = 0, i = 0; off < n; off += kStagingChunk, ++i) {
+        int b = (int)(i % 2);
+        size_t len = std::min(kStagingChunk, n - off);
+        check(d.cuEventSynchronize(pinned_done_[b]), "cuEventSynchronize");  // its previous DMA is done
+        std::memcpy(pinned_[b], s + off, len);
+        check(d.cuMemcpyHtoDAsync(dst + off, pinned_[b], len, stream_), "cuMemcpyHtoDAsync");
+        check(d.cuEventRecord(pinned_done_[b], stream_), "cuEventRecord");
+    }
+}
+
+void CudaBackend::download(void* dst, CUdeviceptr src, size_t n) {
+    const Driver& d = driver();
+    make_current();
+    if (n < kStagingThreshold) {
+        check(d.cuMemcpyDtoHAsync(dst, src, n, stream_), "cuMemcpyDtoHAsync");
+        check(d.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+        return;
+    }
+    for (int i = 0; i < 2; ++i) {
+        if (!pinned_[i]) check(d.cuMemAllocHost(&pinned_[i], kStagingChunk), "cuMemAllocHost");
+        if (!pinned_done_[i]) check(d.cuEventCreate(&pinned_done_[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    }
+    char* out = static_cast<char*>(dst);
+    // Chunk i is in flight while chunk i-1 is copied out of its staging buffer.
+    size_t prev_off = 0, prev_len = 0;
+    int prev_b = -1;
+    for (size_t off = 0, i = 0; off < n; off += kStagingChunk, ++i) {
+        int b = (int)(i % 2);
+        size_t len = std::min(kStagingChunk, n - off);
+        check(d.cuMemcpyDtoHAsync(pinned_[b], src + off, len, stream_), "cuMemcpyDtoHAsync");
+        check(d.cuEventRecord(pinned_done_[b], stream_), "cuEventRecord");
+        if (prev_b >= 0) {
+            check(d.cuEventSynchronize(pinned_done_[prev_b]), "cuEventSynchronize");
+            std::memcpy(out + prev_off, pinned_[prev_b], prev_len);
+        }
+        prev_b = b, prev_off = off, prev_len = len;
+    }
+    check(d.cuEventSynchronize(pinned_done_[prev_b]), "cuEventSynchronize");
+    std::memcpy(out + prev_off, pinned_[prev_b], prev_len);
+}
+
+void CudaBackend::copy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    make_current();
+    check(driver().cuMemcpyDtoDAsync(dst, src, n, stream_), "cuMemcpyDtoDAsync");
+}
+
+void CudaBackend::synchronize() {
+    make_current();
+    check(driver().cuStreamSynchronize(stream_), "cuStreamSynchronize");
+}
+
+std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key,
+                                     bool* from_disk) {
+    (void)key;
+    *from_disk = false;
+    NvrtcResult r = nvrtc_compile(src.code, kernel.name + ".cu", info_.sm);
+    if (!r.ok) {
+        std::string saved = save_failed_source(kernel.name, src.code);
+        throw CompileError(fmt::format("NVRTC could not compile kernel {} for sm_{} (options: {}){}:\n{}", kernel.name,
+                                       info_.sm, r.options, saved.empty() ? "" : "; source saved to " + saved, r.log),
+                           r.log, r.options, numbered_source(src.code));
+    }
+    ++counters_.compiles;
+    counters_.compile_ms += r.milliseconds;
+    log_debug("compiled {} for sm_{} in {:.1f} ms", kernel.name, info_.sm, r.milliseconds);
+    return std::move(r.binary);
+}
+
+const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::string& key) {
+    if (auto it = kernels_.find(key); it != kernels_.end()) {
+        ++counters_.memory_hits;
+        return it->second.get();
+    }
+    const Driver& d = driver();
+    make_current();
+    bool from_disk = false;
+    codegen::CudaSource src = codegen::emit_cuda(kernel);
+    std::vector<char> cubin = build(kernel, src, key, &from_disk);
+    auto k = std::make_unique<CudaKernel>();
+    k->kernel = kernel;
+    check(d.cuModuleLoadData(&k->module, cubin.data()), "cuModuleLoadData");
+    for (const std::string& e : src.entry_points) {
+        CUfunction f = nullptr;
+        check(d.cuModuleGetFunction(&f, k->module, e.c_str()), "cuModuleGetFunction");
+        k->entries.emplace_back(e, f);
+    }
+    return kernels_.emplace(key, std::move(k)).first->second.get();
+}
+
+void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
+    const Driver& d = driver();
+    make_current();
+    codegen::CudaLaunchPlan plan = codegen::plan_cuda_launch(ck->kernel, a);
+    arg_bytes_ = codegen::pack_cuda_args(ck->kernel, a);
+    CUdeviceptr scratch = 0;
+    const size_t scratch_bytes = plan.partials_bytes;
+    if (scratch_bytes) scratch = allocator_->allocate(scratch_bytes, "reduction scratch");
+    int num_partials = plan.num_partials;
+    void* params[3] = {arg_bytes_.data(), &scratch, &num_partials};
+    for (const codegen::CudaLaunch& l : plan.launches) {
+        if (l.grid == 0) continue;
+        CUresult r = d.cuLaunchKernel(ck->entry(l.entry), l.grid, 1, 1, l.block, 1, 1, 0, stream_, params, nullptr);
+        if (r != CUDA_SUCCESS) {
+            if (scratch) allocator_->release(scratch, scratch_bytes);
+            check(r, "cuLaunchKernel");
+        }
+        ++counters_.launches;
+    }
+    if (scratch) allocator_->release(scratch, scratch_bytes);  // stream order protects it
+}
+
+} // namespace kiln::cuda

@@ -1,0 +1,92 @@
+// The CUDA backend of a Context: one device, one stream, a caching allocator, host<->device
+// copies, and the kernel path kernel IR -> CUDA C (codegen/cuda) -> NVRTC cubin for the
+// device's arch -> module -> launch, with the compiled kernels cached in memory by key (and on
+// disk, runtime/cache). Every public call makes the device's primary context current on the
+// calling thread first, so a Context may be used from any thread (one at a time).
+#pragma once
+#include "compiler/kernel_ir.hpp"
+#include "runtime/cuda/allocator.hpp"
+#include "runtime/cuda/driver.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::cache { class DiskCache; }
+namespace kiln::codegen { struct CudaSource; }
+
+namespace kiln::cuda {
+
+struct DeviceInfo {
+    int index = 0;
+    std::string name;
+    int sm = 0;                  // compute capability * 10
+    int multiprocessors = 0;
+    size_t total_memory = 0;
+    int max_shared_optin = 0;    // bytes of dynamic shared memory a block may opt in to
+};
+
+struct CudaCounters {
+    uint64_t compiles = 0, memory_hits = 0, disk_hits = 0, launches = 0;
+    double compile_ms = 0;
+};
+
+// A compiled kernel: its module and entry points. Lives as long as the backend.
+struct CudaKernel {
+    kir::Kernel kernel;
+    CUmodule module = nullptr;
+    std::vector<std::pair<std::string, CUfunction>> entries;
+    CUfunction entry(const std::string& name) const;
+};
+
+class CudaBackend {
+public:
+    // Throws kiln::Error (Runtime) saying why the device cannot be used.
+    explicit CudaBackend(int device_index);
+    ~CudaBackend();
+    CudaBackend(const CudaBackend&) = delete;
+    CudaBackend& operator=(const CudaBackend&) = delete;
+
+    const DeviceInfo& info() const { return info_; }
+    std::string target() const { return "sm_" + std::to_string(info_.sm); }
+    CUstream stream() const { return stream_; }
+    const std::shared_ptr<Allocator>& allocator() const { return allocator_; }
+    void make_current() const;
+
+    // ---- memory (all copies are ordered on the backend's stream; host-side calls return
+    // when the data has arrived where the caller can see it)
+    void upload(CUdeviceptr dst, const void* src, size_t nbytes);
+    void download(void* dst, CUdeviceptr src, size_t nbytes);
+    void copy(CUdeviceptr dst, CUdeviceptr src, size_t nbytes);   // asynchronous
+    void synchronize();
+
+    // ---- kernels
+    const CudaKernel* compile(const kir::Kernel& kernel, const std::string& key);
+    void launch(const CudaKernel* k, const kir::LaunchArgs& args);
+
+    CudaCounters counters() const { return counters_; }
+    void reset_counters() { counters_ = {}; }
+    cache::DiskCache* disk_cache() { return disk_.get(); }
+
+private:
+    std::vector<char> build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key, bool* from_disk);
+
+    DeviceInfo info_;
+    CUdevice device_ = 0;
+    CUcontext ctx_ = nullptr;
+    CUstream stream_ = nullptr;
+    std::shared_ptr<Allocator> allocator_;
+    std::shared_ptr<cache::DiskCache> disk_;  // null: memory-only
+    bool dump_source_ = false;
+    // Pinned staging for large copies: pageable memory would make the driver stage it anyway,
+    // synchronously and in small pieces.
+    void* pinned_[2] = {nullptr, nullptr};
+    CUevent pinned_done_[2] = {nullptr, nullptr};
+    std::unordered_map<std::string, std::unique_ptr<CudaKernel>> kernels_;
+    CudaCounters counters_;
+    std::vector<uint8_t> arg_bytes_;   // reused for each launch
+};
+
+} // namespace kiln::cuda

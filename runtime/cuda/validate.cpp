@@ -1,0 +1,83 @@
+#include "runtime/cuda/validate.hpp"
+
+#include "ir/error.hpp"
+#include "runtime/host_convert.hpp"
+
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+namespace kiln::cuda {
+
+namespace {
+
+// The elements a buffer's strides reach over the domain, relative to its base: [lo, hi].
+std::pair<int64_t, int64_t> reach(const kir::LaunchArgs& a, size_t buffer, int rank) {
+    int64_t lo = 0, hi = 0;
+    for (int d = 0; d < rank; ++d) {
+        int64_t step = a.strides[buffer * rank + d] * (a.sizes[d] - 1);
+        (step < 0 ? lo : hi) += step;
+    }
+    return {lo, hi};
+}
+
+double tolerance(DType t) {
+    switch (t) {
+    case DType::Float16: return 2e-3;
+    case DType::BFloat16: return 1.6e-2;
+    case DType::Float32: return 1e-4;
+    default: return 0;
+    }
+}
+
+} // namespace
+
+void validate_launch(CudaBackend& gpu, const CudaKernel* k, const kir::LaunchArgs& args,
+                     const std::function<void(const kir::LaunchArgs&)>& run_on_host) {
+    const kir::Kernel& kernel = k->kernel;
+    for (int64_t s : args.sizes)
+        if (s == 0) return gpu.launch(k, args);
+    const int rank = kernel.rank;
+    struct Copy {
+        std::vector<char> bytes;
+        int64_t lo = 0;
+    };
+    std::vector<Copy> host(args.buffers.size());
+    kir::LaunchArgs h = args;
+    for (size_t b = 0; b < args.buffers.size(); ++b) {
+        const size_t es = dtype_size(kernel.buffers[b].dtype);
+        auto [lo, hi] = reach(args, b, rank);
+        host[b].lo = lo;
+        host[b].bytes.resize((size_t)(hi - lo + 1) * es);
+        gpu.download(host[b].bytes.data(), (CUdeviceptr)args.buffers[b] + lo * (int64_t)es, host[b].bytes.size());
+        h.buffers[b] = host[b].bytes.data() - lo * (int64_t)es;
+    }
+    gpu.launch(k, args);
+    run_on_host(h);
+    for (size_t b = 0; b < args.buffers.size(); ++b) {
+        if (!kernel.buffers[b].output) continue;
+        const DType t = kernel.buffers[b].dtype;
+        const size_t es = dtype_size(t);
+        std::vector<char> dev(host[b].bytes.size());
+        gpu.download(dev.data(), (CUdeviceptr)args.buffers[b] + host[b].lo * (int64_t)es, dev.size());
+        std::string diffs;
+        int64_t bad = 0, n = (int64_t)(dev.size() / es);
+        double scale = 0;
+        for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(load_element(t, host[b].bytes.data() + i * es)));
+        const double tol = tolerance(t);
+        for (int64_t i = 0; i < n; ++i) {
+            double g = load_element(t, dev.data() + i * es), c = load_element(t, host[b].bytes.data() + i * es);
+            bool same = (std::isnan(g) && std::isnan(c)) || g == c ||
+                        (tol > 0 && std::fabs(g - c) <= tol * std::max(std::fabs(c), 1e-3 * scale));
+            if (same) continue;
+            if (bad++ < 5) diffs += fmt::format("\n  element {}: cuda {} vs cpu {}", i + host[b].lo, g, c);
+        }
+        if (bad)
+            throw InternalError(fmt::format("KILN_VALIDATE=cpu: kernel {} buffer {} ({}): {} of {} elements differ between "
+                                            "cuda and the CPU backend (sizes {}):{}\n{}",
+                                            kernel.name, b, dtype_name(t), bad, n, fmt::join(args.sizes, "x"), diffs,
+                                            kir::to_string(kernel)));
+    }
+}
+
+} // namespace kiln::cuda

@@ -1,0 +1,132 @@
+#include "runtime/plan_cache.hpp"
+
+#include "compiler/key.hpp"
+#include "ir/error.hpp"
+
+#include <cstring>
+
+namespace kiln {
+
+namespace {
+
+uint64_t double_bits(double v) {
+    uint64_t b;
+    std::memcpy(&b, &v, sizeof b);
+    return b;
+}
+
+// Position of `n` in `order` (its postorder index). Graphs are small, so a linear scan from
+// the back (operands are usually close to their users) beats a hash map.
+uint64_t index_in(const std::vector<const Node*>& order, size_t before, const Node* n) {
+    for (size_t i = before; i-- > 0;)
+        if (order[i] == n) return i;
+    throw InternalError("assignment_signature: operand not visited before its user");
+}
+
+} // namespace
+
+void assignment_signature(const NodePtr& root, const View& dst, uint64_t options, const char* op,
+                          AssignmentSignature& out) {
+    auto& w = out.words;
+    w.clear();
+    out.storages.clear();
+    auto storage_class = [&](Storage* s) -> uint64_t {
+        for (size_t i = 0; i < out.storages.size(); ++i)
+            if (out.storages[i] == s) return i;
+        out.storages.push_back(s);
+        return out.storages.size() - 1;
+    };
+    auto put_view = [&](const View& v) {
+        w.push_back(storage_class(v.storage.get()));
+        w.push_back((uint64_t)v.offset);
+        for (int64_t s : v.strides) w.push_back((uint64_t)s);
+    };
+    auto put_shape = [&](const Shape& s) {
+        w.push_back(s.size());
+        for (int64_t d : s) w.push_back((uint64_t)d);
+    };
+    w.push_back(options);
+    w.push_back((uint64_t)dst.dtype);
+    put_shape(dst.shape);
+    put_view(dst);
+    std::vector<const Node*> order = postorder(root);
+    uint64_t rand_ordinal = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+        const Node& n = *order[i];
+        w.push_back((uint64_t)n.op | (uint64_t)n.dtype << 8 | (uint64_t)n.weak << 16 | (uint64_t)n.inputs.size() << 24 |
+                    (uint64_t)(uint32_t)n.axis << 32);
+        put_shape(n.shape);
+        for (const NodePtr& in : n.inputs) w.push_back(index_in(order, i, in.get()));
+        switch (n.op) {
+        case OpKind::Leaf:
+            if (!n.view.storage->written)
+                fail(Error::Kind::Value,
+                     "{}: reads a {} tensor of shape {} that was never written (created by empty() and not assigned); "
+                     "assign it, or create it with zeros()/array()",
+                     op, dtype_name(n.dtype), shape_str(n.shape));
+            put_view(n.view);
+            break;
+        case OpKind::Scalar: w.push_back(double_bits(n.value)); break;
+        case OpKind::Rand: w.push_back(rand_ordinal++); break;  // its serial differs on every call
+        default: break;
+        }
+    }
+    out.hash = fnv1a64(w.data(), w.size() * sizeof(uint64_t));
+}
+
+CachedPlan make_cached_plan(CompiledAssignment&& ca, const AssignmentSignature& sig) {
+    CachedPlan cp;
+    cp.temps = std::move(ca.plan.temps);
+    for (LoweredStage& ls : ca.stages) {
+        CachedStage cs;
+        for (BufferSource& src : ls.sources) {
+            if (src.is_temp) {
+                cs.storage_class.push_back(-1);
+                continue;
+            }
+            int cls = -1;
+            for (size_t i = 0; i < sig.storages.size(); ++i)
+                if (sig.storages[i] == src.view.storage.get()) cls = (int)i;
+            KILN_CHECK_INTERNAL(cls >= 0, "make_cached_plan: a kernel buffer reads a storage the expression does not");
+            cs.storage_class.push_back(cls);
+            src.view.storage.reset();
+        }
+        cs.lowered = std::move(ls);
+        cp.stages.push_back(std::move(cs));
+    }
+    return cp;  // ca.plan's stages (which hold the graph, and so the tensors) die with ca
+}
+
+CachedPlan* PlanCache::find(const AssignmentSignature& sig) {
+    auto [lo, hi] = index_.equal_range(sig.hash);
+    for (auto it = lo; it != hi; ++it) {
+        if (it->second->words != sig.words) continue;
+        lru_.splice(lru_.begin(), lru_, it->second);  // iterators stay valid
+        return &lru_.front().plan;
+    }
+    return nullptr;
+}
+
+CachedPlan* PlanCache::insert(const AssignmentSignature& sig, CachedPlan plan) {
+    if (lru_.size() >= capacity_) {
+        auto victim = std::prev(lru_.end());
+        uint64_t h = fnv1a64(victim->words.data(), victim->words.size() * sizeof(uint64_t));
+        auto [lo, hi] = index_.equal_range(h);
+        for (auto it = lo; it != hi; ++it)
+            if (it->second == victim) {
+                index_.erase(it);
+                break;
+            }
+        lru_.erase(victim);
+    }
+    lru_.push_front(Entry{sig.words, std::move(plan)});
+    index_.emplace(sig.hash, lru_.begin());
+    return &lru_.front().plan;
+}
+
+void PlanCache::clear() {
+    lru_.clear();
+    index_.clear();
+}
+
+} // namespace kiln

@@ -1,0 +1,68 @@
+// The plan cache: what makes a repeated assignment cost microseconds. Running the passes and
+// the lowering takes tens of microseconds, so each Context remembers, per *assignment
+// signature*, the lowered stages and the backend's compiled kernels. The signature is the
+// graph's structure — ops, dtypes, shapes, attributes, scalar values, views' strides and
+// offsets — with tensors replaced by the order in which their storages first appear (the
+// destination's first). Two assignments with equal signatures compile to identical plans, so
+// a hit only rebinds the buffers of the cached stages to this call's storages. Storage
+// identity classes are part of the signature because aliasing (an operand overlapping the
+// destination) changes the plan. A new shape is a new signature: it runs the passes again,
+// and its kernels are found in the kernel cache (kernel keys do not contain sizes).
+#pragma once
+#include "compiler/pipeline.hpp"
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln {
+
+struct AssignmentSignature {
+    std::vector<uint64_t> words;
+    uint64_t hash = 0;
+    std::vector<Storage*> storages;  // storage class -> this call's storage (0: the destination's)
+};
+
+// Builds the signature of `dst = root` into `out` (reusing its memory). Throws kiln::Error when
+// an operand was never written (`op` names the user call in the message). `options` folds in
+// context settings that change the lowering.
+void assignment_signature(const NodePtr& root, const View& dst, uint64_t options, const char* op,
+                          AssignmentSignature& out);
+
+struct CachedStage {
+    LoweredStage lowered;            // sources' views hold no storage; see storage_class
+    std::vector<int> storage_class;  // per kernel buffer: its storage class, or -1 for a temp
+    const void* kernel = nullptr;    // the backend's compiled kernel
+    const void* check_kernel = nullptr;  // KILN_VALIDATE: the same kernel on the CPU backend
+};
+
+struct CachedPlan {
+    std::vector<TempBuffer> temps;
+    std::vector<CachedStage> stages;
+};
+
+// Detaches a compiled assignment from the tensors it was compiled for (a cached plan must not
+// keep them alive) and records which storage class each buffer reads.
+CachedPlan make_cached_plan(CompiledAssignment&& ca, const AssignmentSignature& sig);
+
+class PlanCache {
+public:
+    explicit PlanCache(size_t capacity = 4096) : capacity_(capacity) {}
+    CachedPlan* find(const AssignmentSignature& sig);
+    CachedPlan* insert(const AssignmentSignature& sig, CachedPlan plan);  // evicts the least recently used
+    size_t size() const { return lru_.size(); }
+    void clear();
+
+private:
+    struct Entry {
+        std::vector<uint64_t> words;
+        CachedPlan plan;
+    };
+    size_t capacity_;
+    std::list<Entry> lru_;  // most recent first
+    std::unordered_multimap<uint64_t, std::list<Entry>::iterator> index_;
+};
+
+} // namespace kiln
