@@ -1,4 +1,5 @@
 #include "codegen/cuda/cuda_codegen.hpp"
+#include "codegen/cuda/cuda_internal.hpp"
 
 #include "ir/error.hpp"
 
@@ -18,158 +19,7 @@ using kir::Op;
 using kir::StrideKind;
 using CT = ComputeType;
 
-// Device helpers shared by every kernel. The 16-bit float conversions are bit-for-bit those of
-// ir/half.hpp, so the CPU and CUDA backends store identical bits.
-constexpr const char* kPrelude = R"(// ---- kiln prelude
-#define KILN_NO_POS 2147483647
 
-__device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {
-    const unsigned sign = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        const float v = (float)m * 5.9604644775390625e-8f;  // m * 2^-24
-        return sign ? -v : v;
-    }
-    if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
-    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-// Round to nearest even; overflow gives inf; NaN keeps its sign and top payload bits (quieted).
-__device__ __forceinline__ unsigned short kiln_f32_to_f16(float f) {
-    const unsigned u = __float_as_uint(f);
-    const unsigned sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-    if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
-    if (a < 0x38800000u) {
-        if (a < 0x33000000u) return (unsigned short)sign;
-        const unsigned e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;
-        unsigned r = m >> shift;
-        const unsigned rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-        if (rem > half || (rem == half && (r & 1u))) ++r;
-        return (unsigned short)(sign | r);
-    }
-    unsigned r = (a - 0x38000000u) >> 13;
-    const unsigned rem = a & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
-    return (unsigned short)(sign | r);
-}
-
-__device__ __forceinline__ float kiln_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
-
-__device__ __forceinline__ unsigned short kiln_f32_to_bf16(float f) {
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-}
-
-// Truncation toward zero, saturating, NaN -> 0 (PTX cvt.rzi.sat).
-__device__ __forceinline__ int kiln_f32_to_i32(float x) {
-    if (x != x) return 0;
-    if (x >= 2147483648.0f) return 2147483647;
-    if (x <= -2147483648.0f) return -2147483647 - 1;
-    return (int)x;
-}
-
-// NumPy's maximum/minimum: a NaN operand gives NaN.
-__device__ __forceinline__ float kiln_maxf(float x, float y) { return (x > y || x != x) ? x : y; }
-__device__ __forceinline__ float kiln_minf(float x, float y) { return (x < y || x != x) ? x : y; }
-
-// Accumulators: a state is (v, p); `add` folds in (x, q) and is also the combine of two states.
-// Arg kinds keep the extreme value with the smallest position, a NaN counting as the extreme;
-// an empty state has position KILN_NO_POS, so it loses every tie.
-struct kiln_sum_f {
-    typedef float T;
-    static __device__ __forceinline__ T init() { return 0.0f; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v += x; }
-};
-struct kiln_sum_i {
-    typedef int T;
-    static __device__ __forceinline__ T init() { return 0; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = (int)((unsigned)v + (unsigned)x); }
-};
-struct kiln_max_f {
-    typedef float T;
-    static __device__ __forceinline__ T init() { return __uint_as_float(0xff800000u); }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v || x != x) v = x; }
-};
-struct kiln_max_i {
-    typedef int T;
-    static __device__ __forceinline__ T init() { return -2147483647 - 1; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v) v = x; }
-};
-struct kiln_min_f {
-    typedef float T;
-    static __device__ __forceinline__ T init() { return __uint_as_float(0x7f800000u); }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v || x != x) v = x; }
-};
-struct kiln_min_i {
-    typedef int T;
-    static __device__ __forceinline__ T init() { return 2147483647; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v) v = x; }
-};
-struct kiln_argmax_f {
-    typedef float T;
-    static __device__ __forceinline__ T init() { return __uint_as_float(0xff800000u); }
-    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x > v || (x == v && q < p)));
-        if (take) { v = x; p = q; }
-    }
-};
-struct kiln_argmin_f {
-    typedef float T;
-    static __device__ __forceinline__ T init() { return __uint_as_float(0x7f800000u); }
-    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x < v || (x == v && q < p)));
-        if (take) { v = x; p = q; }
-    }
-};
-struct kiln_argmax_i {
-    typedef int T;
-    static __device__ __forceinline__ T init() { return -2147483647 - 1; }
-    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        if (x > v || (x == v && q < p)) { v = x; p = q; }
-    }
-};
-struct kiln_argmin_i {
-    typedef int T;
-    static __device__ __forceinline__ T init() { return 2147483647; }
-    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        if (x < v || (x == v && q < p)) { v = x; p = q; }
-    }
-};
-
-// Lane 0 ends with the warp's combined state.
-template <class A>
-__device__ __forceinline__ void kiln_warp_reduce(typename A::T& v, int& p) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const typename A::T x = __shfl_down_sync(0xffffffffu, v, o);
-        const int q = __shfl_down_sync(0xffffffffu, p, o);
-        A::add(v, p, x, q);
-    }
-}
-
-// Every thread ends with the block's combined state, always combined in the same order.
-// sv/sp: shared scratch of 33 entries; blockDim.x is a multiple of 32. Called by all threads.
-template <class A>
-__device__ __forceinline__ void kiln_block_reduce(typename A::T& v, int& p, typename A::T* sv, int* sp) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    kiln_warp_reduce<A>(v, p);
-    if (lane == 0) { sv[warp] = v; sp[warp] = p; }
-    __syncthreads();
-    if (warp == 0) {
-        const int nwarps = blockDim.x >> 5;
-        v = lane < nwarps ? sv[lane] : A::init();
-        p = lane < nwarps ? sp[lane] : KILN_NO_POS;
-        kiln_warp_reduce<A>(v, p);
-        if (lane == 0) { sv[32] = v; sp[32] = p; }
-    }
-    __syncthreads();
-    v = sv[32];
-    p = sp[32];
-    __syncthreads();
-}
-// ---- end of prelude
-)";
 
 const char* ctype(CT t) { return t == CT::F32 ? "float" : "int"; }
 
@@ -338,23 +188,32 @@ public:
         for (size_t bi = 0; bi < k.blocks.size(); ++bi) block_uses_.push_back(uses_of(k.blocks[bi]));
         all_uses_ = Uses{std::vector<bool>(k.buffers.size()), std::vector<bool>(k.rank), false};
         for (auto& u : block_uses_) merge(all_uses_, u);
+        load_override_.assign(k.buffers.size(), "");
     }
 
     CudaSource run() {
         CudaSource src;
         out_ = "// generated by kiln from the kernel IR; compile with NVRTC, no headers needed\n";
-        out_ += kPrelude;
+        out_ += detail::kCudaPrelude;
         emit_args_struct();
-        if (k_.full_reduce) {
+        switch (cuda_shape(k_)) {
+        case CudaShape::Full:
             emit_partial_kernel();
             emit_final_kernel();
             src.entry_points = {k_.name + "_partial", k_.name + "_final"};
-        } else if (k_.has_reduction()) {
-            emit_reduction_kernel();
+            break;
+        case CudaShape::Row:
+            emit_row_kernel();
             src.entry_points = {k_.name};
-        } else {
+            break;
+        case CudaShape::Column:
+            emit_column_kernel();
+            src.entry_points = {k_.name};
+            break;
+        case CudaShape::Elementwise:
             emit_elementwise_kernel();
             src.entry_points = {k_.name};
+            break;
         }
         src.code = std::move(out_);
         return src;
@@ -375,6 +234,8 @@ private:
     std::string out_;
     int indent_ = 0;
     Scope scope_ = Scope::Elementwise;
+    // Per buffer: when set, what a Load of it reads (a register holding the converted value).
+    std::vector<std::string> load_override_;
 
     template <typename... T>
     void line(fmt::format_string<T...> f, T&&... args) {
@@ -492,7 +353,9 @@ private:
         case Op::ConstI: return int_literal(in.iimm);
         case Op::ParamF: return fmt::format("a.fp[{}]", in.index);
         case Op::ParamI: return fmt::format("a.ip[{}]", in.index);
-        case Op::Load: return load_expr(k_.buffers[in.index].dtype, fmt::format("b{}[{}]", in.index, offset(in.index)));
+        case Op::Load:
+            if (!load_override_[in.index].empty()) return load_override_[in.index];
+            return load_expr(k_.buffers[in.index].dtype, fmt::format("b{}[{}]", in.index, offset(in.index)));
         case Op::Gather:
             return load_expr(k_.buffers[in.index].dtype,
                              fmt::format("b{}[{} + (long long){} * a.ip[{}]]", in.index, offset(in.index), x, in.aux));
@@ -639,15 +502,23 @@ private:
 
     // ---- the kernels
 
+    std::string signature(const std::string& entry, int max_threads) const {
+        return fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a, unsigned char* const "
+                           "scratch, const int param)",
+                           max_threads, entry);
+    }
+
     void emit_elementwise_kernel() {
         line("");
-        open(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a)", kCudaBlockSize, k_.name));
+        open(signature(k_.name, kCudaBlockSize));
         emit_buffer_pointers(all_uses_);
+        if (vectorisable()) emit_vector_path();
         std::vector<int> all;
         for (int d = 0; d < k_.rank; ++d) all.push_back(d);
         line("const long long n = {};", product(all));
-        open("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
-             "i += (long long)gridDim.x * blockDim.x)");
+        open(fmt::format("for (long long i = {}(long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+                         "i += (long long)gridDim.x * blockDim.x)",
+                         vectorisable() ? "start + " : ""));
         scope_ = Scope::Elementwise;
         emit_coords(all, "i", needed_coords(all_uses_, all, false), "t");
         for (size_t b = 0; b < k_.buffers.size(); ++b) {
@@ -683,25 +554,103 @@ private:
         }
     }
 
-    void emit_reduction_kernel() {
+    // ---- row reductions (see cuda_codegen.hpp): G threads per row, the row in shared memory
+
+    void emit_reduce_scratch(bool row) {
+        bool f = false, i = false;
+        for (auto& a : k_.accums) (a.type == CT::F32 ? f : i) = true;
+        const int n = row ? 32 : detail::kColumnWidth * detail::kColumnSlices;
+        if (f) line("__shared__ float kiln_svf[{}];", n);
+        if (i) line("__shared__ int kiln_svi[{}];", n);
+        line("__shared__ int kiln_sp[{}];", n);
+        if (row) {
+            if (f) line("__shared__ float kiln_cvf;");
+            if (i) line("__shared__ int kiln_cvi;");
+            line("__shared__ int kiln_cp;");
+        }
+    }
+
+    // Loop block `bi` at R point `ri`, element `j` of this thread: loads of cached buffers go
+    // through the row cache (stored by their first pass, read by the later ones).
+    void emit_row_element(size_t bi, const std::vector<int>& slot, const std::vector<int>& first_use,
+                          const std::string& j) {
+        const kir::Block& b = k_.blocks[bi];
+        scope_ = Scope::RLoop;
+        emit_coords(rdims_, "ri", needed_coords(block_uses_[bi], rdims_, true), "tr");
+        emit_rloop_offsets(block_uses_[bi]);
+        for (size_t buf = 0; buf < k_.buffers.size(); ++buf) {
+            if (slot[buf] < 0 || !block_uses_[bi].buffers[buf]) continue;
+            const DType t = k_.buffers[buf].dtype;
+            const std::string mem = load_expr(t, fmt::format("b{}[{}]", buf, offset((int)buf)));
+            const char* ct = ctype(compute_type(t));
+            if (first_use[buf] == (int)bi) {
+                line("const {} l{} = {};", ct, buf, mem);
+                line("if (cached) x{0}[{1} * row_threads] = l{0};", buf, j);
+            } else {
+                line("const {0} l{1} = cached ? x{1}[{2} * row_threads] : {3};", ct, buf, j, mem);
+            }
+            load_override_[buf] = fmt::format("l{}", buf);
+        }
+        emit_instrs(b);
+        add_to_acc_states(b, "(int)ri");
+        emit_stores(b);
+        load_override_.assign(k_.buffers.size(), "");
+        scope_ = Scope::PPoint;
+    }
+
+    void emit_row_kernel() {
+        const std::vector<int> slot = detail::row_cache_slots(k_);
+        const int nslots = detail::row_cache_slot_count(k_);
+        std::vector<int> first_use(k_.buffers.size(), -1);
+        for (size_t bi = 0; bi < k_.blocks.size(); ++bi)
+            for (int id : k_.blocks[bi].instrs)
+                if (k_.instrs[id].op == Op::Load && slot[k_.instrs[id].index] >= 0 && first_use[k_.instrs[id].index] < 0)
+                    first_use[k_.instrs[id].index] = (int)bi;
         line("");
-        open(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a)", kCudaBlockSize, k_.name));
+        open(signature(k_.name, kCudaMaxRowBlock));
         emit_buffer_pointers(all_uses_);
-        emit_scratch();
+        emit_reduce_scratch(true);
+        line("extern __shared__ float kiln_row_cache[];");
+        line("(void)scratch;");
+        line("const int G = param;   // threads per row, a power of two");
         line("const long long np = {};", product(pdims_));
         line("const long long nr = {};", product(rdims_));
-        open("for (long long pi = blockIdx.x; pi < np; pi += gridDim.x)");
+        line("const int nthreads = (int)blockDim.x;");
+        line("const int blocks_per_row = G > nthreads ? G / nthreads : 1;   // the cluster size");
+        line("const int rows_per_block = G < nthreads ? nthreads / G : 1;");
+        line("const int row_threads = G < nthreads ? G : nthreads;   // threads of one row in this block");
+        line("const int group = (int)threadIdx.x / G;");
+        line("const int lane = (int)threadIdx.x % row_threads;");
+        line("const int t = (int)(blockIdx.x % blocks_per_row) * nthreads + lane;");
+        line("const long long per_thread = (nr + G - 1) / G;");
+        line("const long long full = nr / G;   // elements every thread of a row has");
+        if (nslots > 0) {
+            // Element j of this thread sits at [j * row_threads + lane] of its row's slice: each
+            // thread reads back only what it wrote, so no barrier is needed.
+            line("const long long slice = per_thread * row_threads;");
+            line("const bool cached = (unsigned long long)kiln_dynamic_smem_size() >= "
+                 "(unsigned long long){} * rows_per_block * slice * 4;",
+                 nslots);
+            for (size_t b = 0; b < k_.buffers.size(); ++b)
+                if (slot[b] >= 0)
+                    line("{0}* const x{1} = ({0}*)kiln_row_cache + ((long long){2} * rows_per_block + group) * slice + lane;",
+                         ctype(compute_type(k_.buffers[b].dtype)), b, slot[b]);
+        }
+        line("#pragma unroll 1");
+        open("for (long long row0 = (long long)(blockIdx.x / blocks_per_row) * rows_per_block; row0 < np; "
+             "row0 += (long long)(gridDim.x / blocks_per_row) * rows_per_block)");
+        // A group past the last row still takes part in the barriers; it reads row0's P point.
+        line("const bool live = row0 + group < np;");
+        line("const long long pi = live ? row0 + group : row0;");
         scope_ = Scope::PPoint;
         emit_coords(pdims_, "pi", needed_coords(all_uses_, pdims_, true), "tp");
         emit_pbase_offsets();
         for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
             const kir::Block& b = k_.blocks[bi];
             if (!b.loop) {
-                // Every thread computes the Point block (later blocks may read its values);
-                // one thread stores.
                 emit_instrs(b);
                 if (!b.stores.empty()) {
-                    open("if (threadIdx.x == 0)");
+                    open("if (live && t == 0)");
                     emit_stores(b);
                     close();
                 }
@@ -710,26 +659,199 @@ private:
             declare_acc_results(b);
             open("");
             init_acc_states(b);
-            open("for (long long ri = threadIdx.x; ri < nr; ri += blockDim.x)");
-            emit_rloop_body(bi);
+            // Four elements per step without bounds checks (their loads can all be in flight
+            // at once), then the rest one by one.
+            line("long long j = 0;");
+            open("if (live)");
+            line("#pragma unroll 1");
+            open("for (; j + 4 <= full; j += 4)");
+            line("#pragma unroll");
+            open("for (int u = 0; u < 4; ++u)");
+            line("const long long ri = (j + u) * G + t;");
+            emit_row_element(bi, slot, first_use, "(j + u)");
             close();
-            block_reduce_acc_states(b);
+            close();
+            close();
+            line("#pragma unroll 1");
+            open("for (; j < per_thread; ++j)");
+            line("const long long ri = j * G + t;");
+            open("if (live && ri < nr)");
+            emit_row_element(bi, slot, first_use, "j");
+            close();
+            close();
+            for (int ai : b.accums) {
+                const kir::Accum& ac = k_.accums[ai];
+                const char* sfx = ac.type == CT::F32 ? "f" : "i";
+                line("kiln_row_reduce<{0}>(acc{1}_v, acc{1}_p, G, kiln_sv{2}, kiln_sp, &kiln_cv{2}, &kiln_cp);",
+                     acc_struct(ac), ai, sfx);
+            }
             set_acc_results(b);
             close();
         }
-        // The scratch of the last reduction is free again (kiln_block_reduce ends with a barrier).
+        close();   // rows
+        close();
+    }
+
+    // ---- column reductions: 32 parallel points x 8 slices of the reduced points per block
+
+    void emit_column_kernel() {
+        const int width = detail::kColumnWidth, slices = detail::kColumnSlices;
+        line("");
+        open(signature(k_.name, width * slices));
+        emit_buffer_pointers(all_uses_);
+        emit_reduce_scratch(false);
+        line("(void)scratch; (void)param;");
+        line("const long long np = {};", product(pdims_));
+        line("const long long nr = {};", product(rdims_));
+        line("const int column = (int)(threadIdx.x & {}), slice = (int)(threadIdx.x / {});", width - 1, width);
+        open(fmt::format("for (long long p0 = (long long)blockIdx.x * {0}; p0 < np; p0 += (long long)gridDim.x * {0})",
+                         width));
+        line("const bool live = p0 + column < np;");
+        line("const long long pi = live ? p0 + column : p0;");
+        scope_ = Scope::PPoint;
+        emit_coords(pdims_, "pi", needed_coords(all_uses_, pdims_, true), "tp");
+        emit_pbase_offsets();
+        for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
+            const kir::Block& b = k_.blocks[bi];
+            if (!b.loop) {
+                emit_instrs(b);
+                if (!b.stores.empty()) {
+                    open("if (live && slice == 0)");
+                    emit_stores(b);
+                    close();
+                }
+                continue;
+            }
+            declare_acc_results(b);
+            open("");
+            init_acc_states(b);
+            open(fmt::format("for (long long ri = live ? slice : nr; ri < nr; ri += {})", slices));
+            emit_rloop_body(bi);
+            close();
+            for (int ai : b.accums) {
+                const kir::Accum& ac = k_.accums[ai];
+                line("kiln_column_reduce<{0}>(acc{1}_v, acc{1}_p, kiln_sv{2}, kiln_sp);", acc_struct(ac), ai,
+                     ac.type == CT::F32 ? "f" : "i");
+            }
+            set_acc_results(b);
+            close();
+        }
         close();
         close();
     }
 
+    // ---- the vector path of contiguous rank-1 elementwise kernels
+
+    // Rank 1, every buffer contiguous or a broadcast scalar, no gathers or coordinates.
+    bool vectorisable() const {
+        if (k_.rank != 1) return false;
+        for (size_t b = 0; b < k_.buffers.size(); ++b)
+            if (all_uses_.buffers[b] && k_.buffers[b].layout[0] == StrideKind::Any) return false;
+        for (const kir::Instr& in : k_.instrs)
+            if (in.op == Op::Gather || in.op == Op::Coord) return false;
+        return true;
+    }
+
+    // A word type holding four elements of `t`, and the expression of element `lane` of word w.
+    static const char* word_type(DType t) {
+        const size_t n = dtype_size(t);
+        return n == 4 ? "uint4" : n == 2 ? "uint2" : "unsigned";
+    }
+    static std::string word_element(DType t, const std::string& w, int lane) {
+        const size_t n = dtype_size(t);
+        if (n == 4) {
+            const std::string bits = fmt::format("{}.{}", w, "xyzw"[lane]);
+            return t == DType::Float32 ? fmt::format("__uint_as_float({})", bits) : fmt::format("(int){}", bits);
+        }
+        if (n == 2) return fmt::format("(unsigned short)({}.{} >> {})", w, lane < 2 ? 'x' : 'y', 16 * (lane & 1));
+        return fmt::format("(unsigned char)({} >> {})", w, 8 * lane);
+    }
+    // Statement putting storage value `v` (of dtype t) into element `lane` of word w.
+    static std::string word_store(DType t, const std::string& w, int lane, const std::string& v) {
+        const size_t n = dtype_size(t);
+        if (n == 4) {
+            return fmt::format("{}.{} = {};", w, "xyzw"[lane],
+                               t == DType::Float32 ? fmt::format("__float_as_uint({})", v) : fmt::format("(unsigned)({})", v));
+        }
+        if (n == 2) {
+            const std::string c = fmt::format("{}.{}", w, lane < 2 ? 'x' : 'y');
+            const int sh = 16 * (lane & 1);
+            return fmt::format("{0} = ({0} & ~(0xffffu << {1})) | ((unsigned)({2}) << {1});", c, sh, v);
+        }
+        return fmt::format("{0} = ({0} & ~(0xffu << {1})) | ((unsigned)({2}) << {1});", w, 8 * lane, v);
+    }
+
+    // Four elements per thread with one load and one store per contiguous buffer, when every
+    // contiguous buffer is aligned for it; the scalar loop that follows does the rest.
+    void emit_vector_path() {
+        std::string misaligned;
+        for (size_t b = 0; b < k_.buffers.size(); ++b) {
+            if (!all_uses_.buffers[b] || k_.buffers[b].layout[0] != StrideKind::One) continue;
+            misaligned += fmt::format("{}((unsigned long long)b{} & {})", misaligned.empty() ? "" : " | ", b,
+                                      4 * dtype_size(k_.buffers[b].dtype) - 1);
+        }
+        line("long long start = 0;");
+        open(fmt::format("if (({}) == 0)", misaligned.empty() ? "0" : misaligned));
+        line("const long long nv = a.sizes[0] >> 2;");
+        open("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < nv; "
+             "q += (long long)gridDim.x * blockDim.x)");
+        std::vector<bool> stored(k_.buffers.size(), false);
+        for (const kir::Block& b : k_.blocks)
+            for (auto& st : b.stores) stored[st.buffer] = true;
+        for (size_t b = 0; b < k_.buffers.size(); ++b) {
+            if (!all_uses_.buffers[b] || k_.buffers[b].layout[0] != StrideKind::One) continue;
+            const char* wt = word_type(k_.buffers[b].dtype);
+            if (stored[b]) line("{} w{} = {{}};", wt, b);
+            else line("const {0} w{1} = ((const {0}*)b{1})[q];", wt, b);
+        }
+        scope_ = Scope::Elementwise;
+        for (int lane = 0; lane < 4; ++lane) {
+            open("");
+            line("const long long i = 4 * q + {};", lane);
+            for (size_t b = 0; b < k_.buffers.size(); ++b) {
+                if (!all_uses_.buffers[b]) continue;
+                if (k_.buffers[b].layout[0] == StrideKind::Zero) line("const long long o{} = 0;", b);
+                else if (!stored[b]) load_override_[b] = load_expr(k_.buffers[b].dtype, word_element(k_.buffers[b].dtype, fmt::format("w{}", b), lane));
+            }
+            for (const kir::Block& b : k_.blocks) {
+                if (b.loop) {
+                    declare_acc_results(b);
+                    open("");
+                    init_acc_states(b);
+                }
+                emit_instrs(b);
+                if (b.loop) add_to_acc_states(b, "0");
+                for (auto& st : b.stores) {
+                    const DType t = k_.buffers[st.buffer].dtype;
+                    if (k_.buffers[st.buffer].layout[0] == StrideKind::Zero) {
+                        line("b{}[0] = {};", st.buffer, store_value(t, v(st.value)));
+                    } else {
+                        line("{}", word_store(t, fmt::format("w{}", st.buffer), lane, store_value(t, v(st.value))));
+                    }
+                }
+                if (b.loop) {
+                    set_acc_results(b);
+                    close();
+                }
+            }
+            load_override_.assign(k_.buffers.size(), "");
+            close();
+        }
+        for (size_t b = 0; b < k_.buffers.size(); ++b)
+            if (stored[b] && k_.buffers[b].layout[0] == StrideKind::One)
+                line("(({}*)b{})[q] = w{};", word_type(k_.buffers[b].dtype), b, b);
+        close();
+        line("start = nv << 2;");
+        close();
+    }
     size_t record_bytes() const { return 8 * k_.accums.size(); }
 
     void emit_partial_kernel() {
         const kir::Block& b = k_.blocks[0];
         line("");
-        open(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}_partial(const Args a, "
-                         "unsigned char* const partials, const int num_partials)",
-                         kCudaBlockSize, k_.name));
+        open(signature(k_.name + "_partial", kCudaBlockSize));
+        line("unsigned char* const partials = scratch;");
+        line("const int num_partials = param;");
         emit_buffer_pointers(block_uses_[0]);
         emit_scratch();
         line("const long long nr = {};", product(rdims_));
@@ -758,9 +880,9 @@ private:
         const kir::Block& loop = k_.blocks[0];
         const kir::Block& point = k_.blocks[1];
         line("");
-        open(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}_final(const Args a, "
-                         "const unsigned char* const partials, const int num_partials)",
-                         kCudaBlockSize, k_.name));
+        open(signature(k_.name + "_final", kCudaBlockSize));
+        line("const unsigned char* const partials = scratch;");
+        line("const int num_partials = param;");
         emit_buffer_pointers(block_uses_[1]);
         emit_scratch();
         scope_ = Scope::PPoint;
@@ -788,74 +910,11 @@ private:
     }
 };
 
-int64_t product_of(const kir::Kernel& k, const kir::LaunchArgs& a, bool reduced) {
-    int64_t n = 1;
-    for (int d = 0; d < k.rank; ++d)
-        if (k.reduced[d] == reduced) n *= a.sizes[d];
-    return n;
-}
-
-size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 } // namespace
 
 CudaSource emit_cuda(const kir::Kernel& k) {
     validate(k);
     return Emitter(k).run();
-}
-
-CudaArgsLayout cuda_args_layout(const kir::Kernel& k) {
-    const size_t r = std::max(k.rank, 1), nb = k.buffers.size(), s = std::max<size_t>(nb * k.rank, 1);
-    CudaArgsLayout l;
-    l.sizes = 0;
-    l.buffers = 8 * r;
-    l.strides = l.buffers + 8 * nb;
-    l.fparams = l.strides + 8 * s;
-    l.iparams = l.fparams + 4 * std::max(k.num_fparams, 1);
-    l.total = align_up(l.iparams + 4 * std::max(k.num_iparams, 1), 8);
-    return l;
-}
-
-std::vector<uint8_t> pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs& a) {
-    const size_t nb = k.buffers.size();
-    KILN_CHECK_INTERNAL(a.sizes.size() == (size_t)k.rank && a.buffers.size() == nb &&
-                            a.strides.size() == nb * k.rank && a.fparams.size() == (size_t)k.num_fparams &&
-                            a.iparams.size() == (size_t)k.num_iparams,
-                        "pack_cuda_args: launch arguments of {} do not match it (sizes {}/{}, buffers {}/{}, "
-                        "strides {}/{}, fparams {}/{}, iparams {}/{})",
-                        k.name, a.sizes.size(), k.rank, a.buffers.size(), nb, a.strides.size(), nb * k.rank,
-                        a.fparams.size(), k.num_fparams, a.iparams.size(), k.num_iparams);
-    static_assert(sizeof(void*) == 8, "the Args layout assumes 64-bit device pointers");
-    const CudaArgsLayout l = cuda_args_layout(k);
-    std::vector<uint8_t> bytes(l.total, 0);
-    auto put = [&](size_t off, const void* src, size_t n) {
-        if (n) std::memcpy(bytes.data() + off, src, n);
-    };
-    put(l.sizes, a.sizes.data(), 8 * a.sizes.size());
-    put(l.buffers, a.buffers.data(), 8 * a.buffers.size());
-    put(l.strides, a.strides.data(), 8 * a.strides.size());
-    put(l.fparams, a.fparams.data(), 4 * a.fparams.size());
-    put(l.iparams, a.iparams.data(), 4 * a.iparams.size());
-    return bytes;
-}
-
-CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a) {
-    KILN_CHECK_INTERNAL(a.sizes.size() == (size_t)k.rank, "plan_cuda_launch: {} sizes for rank {}", a.sizes.size(),
-                        k.rank);
-    CudaLaunchPlan plan;
-    const int64_t np = product_of(k, a, false), nr = product_of(k, a, true);
-    if (k.full_reduce) {
-        const int64_t parts = std::clamp<int64_t>((nr + kCudaPointsPerPartial - 1) / kCudaPointsPerPartial, 1,
-                                                  kCudaMaxPartials);
-        plan.num_partials = (int)parts;
-        plan.partials_bytes = (size_t)parts * 8 * k.accums.size();
-        plan.launches = {{k.name + "_partial", (uint32_t)parts}, {k.name + "_final", 1}};
-    } else if (k.has_reduction()) {
-        plan.launches = {{k.name, (uint32_t)std::min(np, kCudaMaxGrid)}};
-    } else {
-        plan.launches = {{k.name, (uint32_t)std::min((np + kCudaBlockSize - 1) / kCudaBlockSize, kCudaMaxGrid)}};
-    }
-    return plan;
 }
 
 } // namespace kiln::codegen

@@ -6,8 +6,8 @@
 //
 // ---- Kernel parameters
 //
-// Each entry point takes one struct `Args` by value, followed (full reductions only) by two
-// extra parameters. With R = max(rank, 1), B = number of buffers, S = max(B * rank, 1),
+// Each entry point takes one struct `Args` by value, followed by `scratch` and
+// `param` (below). With R = max(rank, 1), B = number of buffers, S = max(B * rank, 1),
 // NF = max(num_fparams, 1), NI = max(num_iparams, 1):
 //
 //     struct Args {                      // byte offset
@@ -23,27 +23,45 @@
 // the packed bytes. Every stride is passed, even those the layout marks 0 or 1 (the code
 // uses the constant instead), so the struct depends only on rank, buffers and param counts.
 //
-// ---- Launch configuration (`plan_cuda_launch` computes it)
+// ---- Entry points and launch configuration (`plan_cuda_launch` computes it)
 //
-// Block size is always kCudaBlockSize (256) threads, 1-D; kernels carry
-// __launch_bounds__(256) and need no dynamic shared memory. Every kernel loops grid-stride, so
-// any grid size >= 1 is correct; the plan's grid sizes are only for speed.
-//   - elementwise (no reduced dim), one entry point NAME(Args):
-//       one thread per point of the flattened domain; grid = min(ceil(points / 256), kCudaMaxGrid).
-//   - reduction with parallel dims, one entry point NAME(Args):
-//       one block per point of the P dims, its threads stride over the R points;
-//       grid = min(P points, kCudaMaxGrid).
-//   - full reduction (Kernel::full_reduce), two entry points launched in order on one stream:
-//       NAME_partial(Args, unsigned char* partials, int num_partials), grid = num_partials:
-//           partial block b reduces the b-th contiguous chunk of ceil(points / num_partials)
-//           points of the flattened R space into record b of `partials`;
-//       NAME_final(Args, const unsigned char* partials, int num_partials), grid = 1:
-//           combines the records in a fixed order (deterministic) and runs the Point block.
-//       `partials` holds num_partials records of 8 * accums.size() bytes; accumulator i sits
-//       at byte 8*i of a record: its value (f32 or i32) at +0, its i32 position at +4.
-//       num_partials = clamp(ceil(points / kCudaPointsPerPartial), 1, kCudaMaxPartials),
-//       independent of the device, so a result does not depend on which GPU computed it.
-// A grid of 0 (an empty domain, elementwise or P dims) means: launch nothing.
+// Every entry point has the signature NAME(const Args a, unsigned char* scratch, int param):
+// `scratch` is device memory of CudaLaunchPlan::scratch_bytes (null when 0) and `param` is
+// CudaLaunch::param. Blocks are 1-D. Every kernel loops grid-stride over its work, so any grid
+// size >= 1 is correct; the plan's grid sizes are only for speed. The kernel shape follows from
+// the kernel IR (never from sizes, so one compiled module serves every size):
+//   - elementwise (no reduced dim), one entry NAME: one thread per point of the flattened
+//     domain. A rank-1 kernel whose buffers are all contiguous or broadcast scalars also has a
+//     vector path, taken at run time when every contiguous buffer is 16-byte aligned for four
+//     elements: each thread moves four elements with one load/store per buffer.
+//   - row reduction (reduced dims contiguous in memory, or no buffer contiguous along a
+//     parallel dim), one entry NAME, param = G, the threads per row (a power of two): a row is
+//     reduced by a segment of a warp (G < 32), a group of warps (G <= block size) or a whole
+//     cluster of blocks (G > block size, sm_90: the block's partial results meet through
+//     distributed shared memory). A buffer that several passes load (the mean, then the
+//     variance, then the normalised output) is kept in dynamic shared memory by the first pass
+//     when the launch provides enough (shared_bytes: the planner grows the cluster until the
+//     row fits), so the row is read from memory once; without it every pass re-reads the row.
+//   - column reduction (some buffer contiguous along a parallel dim and none along a reduced
+//     one), one entry NAME, param unused: a block is 32 parallel points x 8 slices of the
+//     reduced points; the slices meet in shared memory in a fixed order.
+//   - full reduction (Kernel::full_reduce), two entries launched in order on one stream:
+//       NAME_partial, param = num_partials, grid = num_partials: block b reduces the b-th
+//           contiguous chunk of ceil(points / num_partials) points of the flattened R space
+//           into record b of `scratch`;
+//       NAME_final, param = num_partials, grid = 1: combines the records in a fixed order
+//           (deterministic) and runs the Point block.
+//       A record is 8 * accums.size() bytes; accumulator i sits at byte 8*i: its value (f32 or
+//       i32) at +0, its i32 position at +4. num_partials = clamp(ceil(points /
+//       kCudaPointsPerPartial), 1, kCudaMaxPartials), independent of the device, so a result
+//       does not depend on which GPU computed it.
+// Every reduction combines in an order fixed by the sizes and the plan alone: the same inputs
+// give the same bits on every run. A grid of 0 (an empty domain) means: launch nothing.
+//
+// Runtime contract: launch the plan's launches in order on one stream, with exactly their
+// block, their dynamic shared memory (raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES of
+// row entries to CudaDeviceCaps::max_shared first) and, when cluster > 1, a cluster of that
+// many blocks (cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION).
 #pragma once
 #include "compiler/kernel_ir.hpp"
 
@@ -54,17 +72,24 @@
 
 namespace kiln::codegen {
 
-inline constexpr int kCudaBlockSize = 256;
+inline constexpr int kCudaBlockSize = 256;        // elementwise, column and full-reduction kernels
+inline constexpr int kCudaMaxRowBlock = 512;      // row kernels: the largest block
+inline constexpr int kCudaMaxCluster = 8;         // row kernels: the largest (portable) cluster
 inline constexpr int64_t kCudaMaxGrid = 65536;
 inline constexpr int64_t kCudaPointsPerPartial = 4096;
 inline constexpr int64_t kCudaMaxPartials = 1024;
+
+enum class CudaShape : uint8_t { Elementwise, Row, Column, Full };
+CudaShape cuda_shape(const kir::Kernel& k);
+const char* cuda_shape_name(CudaShape s);
 
 struct CudaSource {
     std::string code;
     std::vector<std::string> entry_points;   // in launch order
 };
 
-// Throws InternalError for a Kernel that breaks the rules of kernel_ir.hpp.
+// Throws InternalError for a Kernel that breaks the rules of kernel_ir.hpp. The source is the
+// same for every architecture (sm_90-only paths are guarded by __CUDA_ARCH__).
 CudaSource emit_cuda(const kir::Kernel& k);
 
 // Byte offsets of the Args struct's members (see above) and its size.
@@ -76,17 +101,28 @@ CudaArgsLayout cuda_args_layout(const kir::Kernel& k);
 // The Args struct's bytes for one launch. Throws InternalError when `a` does not match `k`.
 std::vector<uint8_t> pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs& a);
 
+// What the plan needs to know about the device.
+struct CudaDeviceCaps {
+    int sm = 80;                 // compute capability * 10; clusters need >= 90
+    int multiprocessors = 108;
+    size_t max_shared = 48 * 1024;   // dynamic shared memory a row kernel may be given
+};
+
 struct CudaLaunch {
     std::string entry;
-    uint32_t grid = 0;     // blocks (gridDim.x); 0: nothing to launch
+    uint32_t grid = 0;     // blocks (gridDim.x), a multiple of `cluster`; 0: nothing to launch
     uint32_t block = kCudaBlockSize;
+    uint32_t cluster = 1;  // blocks per cluster
+    int param = 0;         // the entry's `param`
+    size_t shared_bytes = 0;   // dynamic shared memory
 };
 
 struct CudaLaunchPlan {
     std::vector<CudaLaunch> launches;   // in order, same entries as CudaSource::entry_points
-    int num_partials = 0;               // full reductions: the extra parameter of both kernels
-    size_t partials_bytes = 0;          // full reductions: scratch size for `partials`
+    size_t scratch_bytes = 0;           // device scratch the entries share (full reductions)
+    int num_partials = 0;               // full reductions
+    int threads_per_row = 0;            // row reductions: G
 };
-CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a);
+CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaDeviceCaps& dev);
 
 } // namespace kiln::codegen

@@ -68,6 +68,9 @@ CudaBackend::CudaBackend(int device_index) {
                attribute(device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     info_.multiprocessors = attribute(device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
     info_.max_shared_optin = attribute(device_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    // Row kernels declare under 1 KiB of static shared memory; the rest may be their row cache.
+    caps_ = codegen::CudaDeviceCaps{info_.sm, info_.multiprocessors,
+                                    (size_t)std::max(info_.max_shared_optin - 1024, 48 * 1024 - 1024)};
     check(d.cuDeviceTotalMem(&info_.total_memory, device_), "cuDeviceTotalMem");
     check(d.cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain");
     make_current();
@@ -196,6 +199,10 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
     for (const std::string& e : src.entry_points) {
         CUfunction f = nullptr;
         check(d.cuModuleGetFunction(&f, k->module, e.c_str()), "cuModuleGetFunction");
+        // Row kernels size their shared-memory row cache per launch, up to caps_.max_shared.
+        if (codegen::cuda_shape(kernel) == codegen::CudaShape::Row)
+            check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)caps_.max_shared),
+                  "cuFuncSetAttribute");
         k->entries.emplace_back(e, f);
     }
     return kernels_.emplace(key, std::move(k)).first->second.get();
@@ -204,23 +211,45 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
 void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
     const Driver& d = driver();
     make_current();
-    codegen::CudaLaunchPlan plan = codegen::plan_cuda_launch(ck->kernel, a);
+    const codegen::CudaLaunchPlan plan = codegen::plan_cuda_launch(ck->kernel, a, caps_);
     arg_bytes_ = codegen::pack_cuda_args(ck->kernel, a);
     CUdeviceptr scratch = 0;
-    const size_t scratch_bytes = plan.partials_bytes;
-    if (scratch_bytes) scratch = allocator_->allocate(scratch_bytes, "reduction scratch");
-    int num_partials = plan.num_partials;
-    void* params[3] = {arg_bytes_.data(), &scratch, &num_partials};
+    if (plan.scratch_bytes) scratch = allocator_->allocate(plan.scratch_bytes, "reduction scratch");
+    // The allocator hands the scratch to the next request only after this stream's work on it:
+    // every user of the backend's memory is ordered on this one stream.
+    struct Release {
+        Allocator& alloc;
+        CUdeviceptr p;
+        size_t n;
+        ~Release() {
+            if (p) alloc.release(p, n);
+        }
+    } release{*allocator_, scratch, plan.scratch_bytes};
     for (const codegen::CudaLaunch& l : plan.launches) {
         if (l.grid == 0) continue;
-        CUresult r = d.cuLaunchKernel(ck->entry(l.entry), l.grid, 1, 1, l.block, 1, 1, 0, stream_, params, nullptr);
-        if (r != CUDA_SUCCESS) {
-            if (scratch) allocator_->release(scratch, scratch_bytes);
-            check(r, "cuLaunchKernel");
+        int param = l.param;
+        void* params[3] = {arg_bytes_.data(), &scratch, &param};
+        CUfunction f = ck->entry(l.entry);
+        if (l.cluster > 1) {
+            CUlaunchAttribute attr{};
+            attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attr.value.clusterDim.x = l.cluster;
+            attr.value.clusterDim.y = 1;
+            attr.value.clusterDim.z = 1;
+            CUlaunchConfig cfg{};
+            cfg.gridDimX = l.grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+            cfg.blockDimX = l.block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+            cfg.sharedMemBytes = (unsigned)l.shared_bytes;
+            cfg.hStream = stream_;
+            cfg.attrs = &attr;
+            cfg.numAttrs = 1;
+            check(d.cuLaunchKernelEx(&cfg, f, params, nullptr), "cuLaunchKernelEx");
+        } else {
+            check(d.cuLaunchKernel(f, l.grid, 1, 1, l.block, 1, 1, (unsigned)l.shared_bytes, stream_, params, nullptr),
+                  "cuLaunchKernel");
         }
         ++counters_.launches;
     }
-    if (scratch) allocator_->release(scratch, scratch_bytes);  // stream order protects it
 }
 
 } // namespace kiln::cuda

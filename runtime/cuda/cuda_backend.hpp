@@ -4,6 +4,7 @@
 // disk, runtime/cache). Every public call makes the device's primary context current on the
 // calling thread first, so a Context may be used from any thread (one at a time).
 #pragma once
+#include "codegen/cuda/cuda_codegen.hpp"
 #include "compiler/kernel_ir.hpp"
 #include "runtime/cuda/allocator.hpp"
 #include "runtime/cuda/driver.hpp"
@@ -15,7 +16,6 @@
 #include <vector>
 
 namespace kiln::cache { class DiskCache; }
-namespace kiln::codegen { struct CudaSource; }
 
 namespace kiln::cuda {
 
@@ -74,6 +74,7 @@ private:
     std::vector<char> build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key, bool* from_disk);
 
     DeviceInfo info_;
+    codegen::CudaDeviceCaps caps_;
     CUdevice device_ = 0;
     CUcontext ctx_ = nullptr;
     CUstream stream_ = nullptr;

@@ -99,26 +99,53 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
             } else {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name});
             }
+            const int bound = codegen::cuda_shape(k) == codegen::CudaShape::Row ? codegen::kCudaMaxRowBlock : 256;
             for (const std::string& e : src.entry_points)
-                CHECK(src.code.find(fmt::format("extern \"C\" __global__ void __launch_bounds__(256) {}(", e)) !=
-                      std::string::npos);
+                CHECK(src.code.find(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a, "
+                                                "unsigned char* const scratch, const int param)",
+                                                bound, e)) != std::string::npos);
             require_compiles(name, src);
         }
     }
 }
 
-TEST_CASE("kernel shapes: block reduction only where there are reduced dims") {
-    CHECK(codegen::emit_cuda(test::dtypes_kernel()).code.find("kiln_block_reduce<") == std::string::npos);
+TEST_CASE("kernel shapes follow the reduced dims and the layout") {
+    using codegen::CudaShape;
+    CHECK(codegen::cuda_shape(test::dtypes_kernel()) == CudaShape::Elementwise);
+    CHECK(codegen::cuda_shape(test::row_softmax_kernel()) == CudaShape::Row);
+    CHECK(codegen::cuda_shape(test::column_kernel()) == CudaShape::Column);
+    CHECK(codegen::cuda_shape(test::full_reduce_kernel()) == CudaShape::Full);
+
+    std::string ew = codegen::emit_cuda(test::dtypes_kernel()).code;
+    CHECK(ew.find("kiln_row_reduce<") == std::string::npos);
     std::string row = codegen::emit_cuda(test::row_softmax_kernel()).code;
-    CHECK(row.find("kiln_block_reduce<kiln_max_f>") != std::string::npos);
-    CHECK(row.find("kiln_block_reduce<kiln_argmax_f>") != std::string::npos);
-    CHECK(row.find("kiln_block_reduce<kiln_sum_f>") != std::string::npos);
-    CHECK(row.find("if (threadIdx.x == 0)") != std::string::npos);   // Point-block stores
+    CHECK(row.find("kiln_row_reduce<kiln_max_f>") != std::string::npos);
+    CHECK(row.find("kiln_row_reduce<kiln_argmax_f>") != std::string::npos);
+    CHECK(row.find("kiln_row_reduce<kiln_sum_f>") != std::string::npos);
+    CHECK(row.find("if (live && t == 0)") != std::string::npos);   // Point-block stores
+    // The first pass keeps the row in shared memory; the later ones read it from there.
+    CHECK(row.find("if (cached) x3[j * row_threads] = l3;") != std::string::npos);
+    CHECK(row.find("if (cached) x3[(j + u) * row_threads] = l3;") != std::string::npos);
+    CHECK(row.find("const float l3 = cached ? x3[j * row_threads] : ") != std::string::npos);
+    std::string col = codegen::emit_cuda(test::column_kernel()).code;
+    CHECK(col.find("kiln_column_reduce<") != std::string::npos);
     std::string full = codegen::emit_cuda(test::full_reduce_kernel()).code;
-    CHECK(full.find("kiln_full_partial(const Args a, unsigned char* const partials, const int num_partials)") !=
-          std::string::npos);
-    CHECK(full.find("kiln_full_final(const Args a, const unsigned char* const partials, const int num_partials)") !=
-          std::string::npos);
+    CHECK(full.find("kiln_block_reduce<") != std::string::npos);
+}
+
+TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
+    test::KernelBuilder b("kiln_vec", "P");
+    int x = b.input(DType::Float32, "1"), h = b.input(DType::Float16, "1"), s = b.input(DType::Float32, "0"),
+        y = b.output(DType::Float16, "1");
+    b.loop();
+    int v = b.op(kir::Op::Add, kir::ComputeType::F32, b.load(x), b.load(h));
+    b.store(y, b.op(kir::Op::Mul, kir::ComputeType::F32, v, b.load(s)));
+    CudaSource src = codegen::emit_cuda(b.kernel());
+    CHECK(src.code.find("const uint4 w0 = ((const uint4*)b0)[q];") != std::string::npos);
+    CHECK(src.code.find("const uint2 w1 = ((const uint2*)b1)[q];") != std::string::npos);
+    CHECK(src.code.find("((uint2*)b3)[q] = w3;") != std::string::npos);
+    CHECK(src.code.find("for (long long i = start + ") != std::string::npos);   // scalar tail
+    require_compiles("vec", src);
 }
 
 TEST_CASE("layout specialisation: stride-0 dims vanish, stride-1 dims need no stride argument") {
@@ -253,34 +280,70 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     kir::LaunchArgs a;
 
     a.sizes = {1000, 3};
-    codegen::CudaLaunchPlan p = codegen::plan_cuda_launch(test::all_ops_kernel(), a);
+    const codegen::CudaDeviceCaps h100{90, 132}, a100{80, 108};
+    codegen::CudaLaunchPlan p = codegen::plan_cuda_launch(test::all_ops_kernel(), a, h100);
     REQUIRE(p.launches.size() == 1);
     CHECK(p.launches[0].entry == "kiln_all_ops");
     CHECK(p.launches[0].grid == (3000 + kCudaBlockSize - 1) / kCudaBlockSize);
     CHECK(p.launches[0].block == (uint32_t)kCudaBlockSize);
 
     a.sizes = {1LL << 40};
-    CHECK(codegen::plan_cuda_launch(test::dtypes_kernel(), a).launches[0].grid == codegen::kCudaMaxGrid);
+    CHECK(codegen::plan_cuda_launch(test::dtypes_kernel(), a, h100).launches[0].grid == codegen::kCudaMaxGrid);
     a.sizes = {0};
-    CHECK(codegen::plan_cuda_launch(test::dtypes_kernel(), a).launches[0].grid == 0);
+    CHECK(codegen::plan_cuda_launch(test::dtypes_kernel(), a, h100).launches[0].grid == 0);
 
-    a.sizes = {77, 4096};   // one block per row
-    CHECK(codegen::plan_cuda_launch(test::row_softmax_kernel(), a).launches[0].grid == 77);
+    // Row reductions: about 32 elements per thread, a cluster of blocks on sm_90 for long rows,
+    // grown until the row fits the shared-memory cache of the later passes.
+    const codegen::CudaDeviceCaps h100s{90, 132, 227 * 1024 - 1024};
+    kir::Kernel row = test::row_softmax_kernel();   // buf3 is loaded by every pass: one slot
+    a.sizes = {65536, 1024};
+    p = codegen::plan_cuda_launch(row, a, h100s);
+    CHECK(p.threads_per_row == 32);
+    CHECK(p.launches[0].block == 256);
+    CHECK(p.launches[0].cluster == 1);
+    CHECK(p.launches[0].param == 32);
+    CHECK(p.launches[0].grid == 65536 / 8);
+    CHECK(p.launches[0].shared_bytes == 256 * 32 * 4);
+    a.sizes = {1024, 65536};
+    p = codegen::plan_cuda_launch(row, a, h100s);
+    CHECK(p.threads_per_row == 2048);
+    CHECK(p.launches[0].block == 512);
+    CHECK(p.launches[0].cluster == 4);
+    CHECK(p.launches[0].grid == 1024 * 4);
+    CHECK(p.launches[0].shared_bytes == 512 * 32 * 4);
+    p = codegen::plan_cuda_launch(row, a, a100);   // no clusters, 48 KiB: the cache does not fit
+    CHECK(p.threads_per_row == 512);
+    CHECK(p.launches[0].cluster == 1);
+    CHECK(p.launches[0].shared_bytes == 0);
+    a.sizes = {8, 1 << 22};   // longer than a cluster can cache
+    p = codegen::plan_cuda_launch(row, a, h100s);
+    CHECK(p.threads_per_row == 4096);
+    CHECK(p.launches[0].shared_bytes == 0);
+    a.sizes = {128, 32};   // few short rows: a warp per row rather than one thread
+    p = codegen::plan_cuda_launch(row, a, h100);
+    CHECK(p.threads_per_row == 32);
+    a.sizes = {0, 32};
+    CHECK(codegen::plan_cuda_launch(row, a, h100).launches[0].grid == 0);
+
+    a.sizes = {4096, 100};   // column: 32 parallel points per block
+    p = codegen::plan_cuda_launch(test::column_kernel(), a, h100);
+    CHECK(p.launches[0].grid == 100 / 32 + 1);
+    CHECK(p.launches[0].block == 256);
 
     kir::Kernel full = test::full_reduce_kernel();
     a.sizes = {100, 1000};
-    p = codegen::plan_cuda_launch(full, a);
+    p = codegen::plan_cuda_launch(full, a, h100);
     REQUIRE(p.launches.size() == 2);
     CHECK(p.launches[0].entry == "kiln_full_partial");
     CHECK(p.launches[1].entry == "kiln_full_final");
     CHECK(p.num_partials == (100000 + codegen::kCudaPointsPerPartial - 1) / codegen::kCudaPointsPerPartial);
     CHECK(p.launches[0].grid == (uint32_t)p.num_partials);
     CHECK(p.launches[1].grid == 1);
-    CHECK(p.partials_bytes == (size_t)p.num_partials * 8 * full.accums.size());
+    CHECK(p.scratch_bytes == (size_t)p.num_partials * 8 * full.accums.size());
     a.sizes = {0, 5};   // an empty full reduction still runs, to store the identity
-    CHECK(codegen::plan_cuda_launch(full, a).num_partials == 1);
+    CHECK(codegen::plan_cuda_launch(full, a, h100).num_partials == 1);
     a.sizes = {1LL << 20, 1LL << 20};
-    CHECK(codegen::plan_cuda_launch(full, a).num_partials == codegen::kCudaMaxPartials);
+    CHECK(codegen::plan_cuda_launch(full, a, h100).num_partials == codegen::kCudaMaxPartials);
 }
 
 TEST_CASE("NVRTC reports a broken source with a log") {

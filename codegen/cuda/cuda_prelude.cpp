@@ -1,0 +1,232 @@
+// The device helpers every generated kernel starts with (see cuda_internal.hpp).
+#include "codegen/cuda/cuda_internal.hpp"
+
+namespace kiln::codegen::detail {
+
+// Device helpers shared by every kernel. The 16-bit float conversions are bit-for-bit those of
+// ir/half.hpp, so the CPU and CUDA backends store identical bits.
+const char* const kCudaPrelude = R"(// ---- kiln prelude
+#define KILN_NO_POS 2147483647
+
+__device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {
+    const unsigned sign = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        const float v = (float)m * 5.9604644775390625e-8f;  // m * 2^-24
+        return sign ? -v : v;
+    }
+    if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+// Round to nearest even; overflow gives inf; NaN keeps its sign and top payload bits (quieted),
+// as ir/half.hpp does (the hardware conversion would give a canonical NaN).
+__device__ __forceinline__ unsigned short kiln_f32_to_f16(float f) {
+    const unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (unsigned short)(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu));
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float kiln_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+__device__ __forceinline__ unsigned short kiln_f32_to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+// Truncation toward zero, saturating, NaN -> 0 (PTX cvt.rzi.sat).
+__device__ __forceinline__ int kiln_f32_to_i32(float x) {
+    if (x != x) return 0;
+    if (x >= 2147483648.0f) return 2147483647;
+    if (x <= -2147483648.0f) return -2147483647 - 1;
+    return (int)x;
+}
+
+// NumPy's maximum/minimum: a NaN operand gives NaN.
+__device__ __forceinline__ float kiln_maxf(float x, float y) { return (x > y || x != x) ? x : y; }
+__device__ __forceinline__ float kiln_minf(float x, float y) { return (x < y || x != x) ? x : y; }
+
+// Accumulators: a state is (v, p); `add` folds in (x, q) and is also the combine of two states.
+// Arg kinds keep the extreme value with the smallest position, a NaN counting as the extreme;
+// an empty state has position KILN_NO_POS, so it loses every tie.
+struct kiln_sum_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return 0.0f; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v += x; }
+};
+struct kiln_sum_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return 0; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = (int)((unsigned)v + (unsigned)x); }
+};
+struct kiln_max_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return __uint_as_float(0xff800000u); }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v || x != x) v = x; }
+};
+struct kiln_max_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return -2147483647 - 1; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v) v = x; }
+};
+struct kiln_min_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return __uint_as_float(0x7f800000u); }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v || x != x) v = x; }
+};
+struct kiln_min_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return 2147483647; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v) v = x; }
+};
+struct kiln_argmax_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return __uint_as_float(0xff800000u); }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x > v || (x == v && q < p)));
+        if (take) { v = x; p = q; }
+    }
+};
+struct kiln_argmin_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return __uint_as_float(0x7f800000u); }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x < v || (x == v && q < p)));
+        if (take) { v = x; p = q; }
+    }
+};
+struct kiln_argmax_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return -2147483647 - 1; }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        if (x > v || (x == v && q < p)) { v = x; p = q; }
+    }
+};
+struct kiln_argmin_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return 2147483647; }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        if (x < v || (x == v && q < p)) { v = x; p = q; }
+    }
+};
+
+// Lane 0 ends with the warp's combined state.
+template <class A>
+__device__ __forceinline__ void kiln_warp_reduce(typename A::T& v, int& p) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const typename A::T x = __shfl_down_sync(0xffffffffu, v, o);
+        const int q = __shfl_down_sync(0xffffffffu, p, o);
+        A::add(v, p, x, q);
+    }
+}
+
+// Every thread ends with the block's combined state, always combined in the same order.
+// sv/sp: shared scratch of 33 entries; blockDim.x is a multiple of 32. Called by all threads.
+template <class A>
+__device__ __forceinline__ void kiln_block_reduce(typename A::T& v, int& p, typename A::T* sv, int* sp) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    kiln_warp_reduce<A>(v, p);
+    if (lane == 0) { sv[warp] = v; sp[warp] = p; }
+    __syncthreads();
+    if (warp == 0) {
+        const int nwarps = blockDim.x >> 5;
+        v = lane < nwarps ? sv[lane] : A::init();
+        p = lane < nwarps ? sp[lane] : KILN_NO_POS;
+        kiln_warp_reduce<A>(v, p);
+        if (lane == 0) { sv[32] = v; sp[32] = p; }
+    }
+    __syncthreads();
+    v = sv[32];
+    p = sp[32];
+    __syncthreads();
+}
+// ---- row groups: G threads (a power of two) reduce one row: a segment of a warp, a group of
+// warps of one block, or every block of a cluster (sm_90).
+// Bytes of dynamic shared memory this launch has.
+__device__ __forceinline__ unsigned kiln_dynamic_smem_size() {
+    unsigned n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
+}
+
+// A barrier over every thread of the cluster, ordering shared-memory writes before it with
+// reads after it (release/acquire).
+__device__ __forceinline__ void kiln_cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// The 32-bit word at the address of `p` in the shared memory of block `rank` of the cluster.
+__device__ __forceinline__ unsigned kiln_dsmem_load(const void* p, unsigned rank) {
+#if __CUDA_ARCH__ >= 900
+    unsigned local, remote, v;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(p));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
+    return v;
+#else
+    return *(const unsigned*)p;
+#endif
+}
+__device__ __forceinline__ void kiln_from_bits(float& x, unsigned u) { x = __uint_as_float(u); }
+__device__ __forceinline__ void kiln_from_bits(int& x, unsigned u) { x = (int)u; }
+
+// Every thread of a row group of G threads ends with the group's state. The combining order
+// depends only on G (a butterfly within the warp, then warps and blocks in index order), so a
+// result never depends on timing. sv/sp: 32 per-warp entries; cv/cp: the entry other blocks
+// of the cluster read. Called by every thread of the block (barriers when G > 32).
+template <class A>
+__device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const int G, typename A::T* sv, int* sp,
+                                                typename A::T* cv, int* cp) {
+#pragma unroll 1
+    for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
+        const typename A::T x = __shfl_xor_sync(0xffffffffu, v, o);
+        const int q = __shfl_xor_sync(0xffffffffu, p, o);
+        A::add(v, p, x, q);
+    }
+    if (G <= 32) return;
+    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5);
+    const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp / per_group * per_group;
+    if ((threadIdx.x & 31) == 0) { sv[warp] = v; sp[warp] = p; }
+    __syncthreads();
+    v = A::init();
+    p = KILN_NO_POS;
+#pragma unroll 1
+    for (int w = first; w < first + per_group; ++w) A::add(v, p, sv[w], sp[w]);
+    __syncthreads();
+    if (G <= nthreads) return;
+    if (threadIdx.x == 0) { *cv = v; *cp = p; }
+    kiln_cluster_sync();
+    v = A::init();
+    p = KILN_NO_POS;
+#pragma unroll 1
+    for (int r = 0; r < G / nthreads; ++r) {
+        typename A::T x;
+        kiln_from_bits(x, kiln_dsmem_load(cv, (unsigned)r));
+        A::add(v, p, x, (int)kiln_dsmem_load(cp, (unsigned)r));
+    }
+    kiln_cluster_sync();   // no block overwrites its entry before every block has read it
+}
+// Column kernels: a block is 32 columns (threadIdx.x & 31) x 8 slices (threadIdx.x >> 5). The
+// slices of a column combine in slice order; every thread ends with its column's state.
+// sv/sp: 256 entries. Called by every thread of the block.
+template <class A>
+__device__ __forceinline__ void kiln_column_reduce(typename A::T& v, int& p, typename A::T* sv, int* sp) {
+    sv[threadIdx.x] = v;
+    sp[threadIdx.x] = p;
+    __syncthreads();
+    const int column = (int)(threadIdx.x & 31);
+    v = A::init();
+    p = KILN_NO_POS;
+    for (int s = 0; s < 8; ++s) A::add(v, p, sv[s * 32 + column], sp[s * 32 + column]);
+    __syncthreads();
+}
+// ---- end of prelude
+)";
+
+} // namespace kiln::codegen::detail
