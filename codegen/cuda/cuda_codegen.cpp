@@ -659,14 +659,14 @@ private:
             declare_acc_results(b);
             open("");
             init_acc_states(b);
-            // Four elements per step without bounds checks (their loads can all be in flight
+            // Eight elements per step without bounds checks (their loads can all be in flight
             // at once), then the rest one by one.
             line("long long j = 0;");
             open("if (live)");
             line("#pragma unroll 1");
-            open("for (; j + 4 <= full; j += 4)");
+            open("for (; j + 8 <= full; j += 8)");
             line("#pragma unroll");
-            open("for (int u = 0; u < 4; ++u)");
+            open("for (int u = 0; u < 8; ++u)");
             line("const long long ri = (j + u) * G + t;");
             emit_row_element(bi, slot, first_use, "(j + u)");
             close();
@@ -752,47 +752,59 @@ private:
         return true;
     }
 
-    // A word type holding four elements of `t`, and the expression of element `lane` of word w.
-    static const char* word_type(DType t) {
-        const size_t n = dtype_size(t);
-        return n == 4 ? "uint4" : n == 2 ? "uint2" : "unsigned";
+    // Elements per thread on the vector path: 16 bytes of the widest contiguous buffer.
+    int vector_width() const {
+        size_t widest = 1;
+        for (size_t b = 0; b < k_.buffers.size(); ++b)
+            if (all_uses_.buffers[b] && k_.buffers[b].layout[0] == StrideKind::One)
+                widest = std::max(widest, dtype_size(k_.buffers[b].dtype));
+        return widest >= 4 ? 4 : widest == 2 ? 8 : 16;
     }
-    static std::string word_element(DType t, const std::string& w, int lane) {
-        const size_t n = dtype_size(t);
-        if (n == 4) {
-            const std::string bits = fmt::format("{}.{}", w, "xyzw"[lane]);
-            return t == DType::Float32 ? fmt::format("__uint_as_float({})", bits) : fmt::format("(int){}", bits);
+    // A word holding `n` elements of `t` (4, 8 or 16 bytes), the expression of element `lane` of
+    // word w, and the statement replacing it with storage value v.
+    static const char* word_type(DType t, int n) {
+        const size_t bytes = n * dtype_size(t);
+        return bytes == 16 ? "uint4" : bytes == 8 ? "uint2" : "unsigned";
+    }
+    static std::string word_part(DType t, int n, const std::string& w, int lane, int* shift) {
+        const size_t es = dtype_size(t), byte = lane * es;
+        *shift = (int)(byte % 4) * 8;
+        return n * es == 4 ? w : fmt::format("{}.{}", w, "xyzw"[byte / 4]);
+    }
+    static std::string word_element(DType t, int n, const std::string& w, int lane) {
+        int shift = 0;
+        const std::string part = word_part(t, n, w, lane, &shift);
+        switch (dtype_size(t)) {
+        case 4: return t == DType::Float32 ? fmt::format("__uint_as_float({})", part) : fmt::format("(int){}", part);
+        case 2: return fmt::format("(unsigned short)({} >> {})", part, shift);
+        default: return fmt::format("(unsigned char)({} >> {})", part, shift);
         }
-        if (n == 2) return fmt::format("(unsigned short)({}.{} >> {})", w, lane < 2 ? 'x' : 'y', 16 * (lane & 1));
-        return fmt::format("(unsigned char)({} >> {})", w, 8 * lane);
     }
-    // Statement putting storage value `v` (of dtype t) into element `lane` of word w.
-    static std::string word_store(DType t, const std::string& w, int lane, const std::string& v) {
-        const size_t n = dtype_size(t);
-        if (n == 4) {
-            return fmt::format("{}.{} = {};", w, "xyzw"[lane],
+    static std::string word_store(DType t, int n, const std::string& w, int lane, const std::string& v) {
+        int shift = 0;
+        const std::string part = word_part(t, n, w, lane, &shift);
+        switch (dtype_size(t)) {
+        case 4:
+            return fmt::format("{} = {};", part,
                                t == DType::Float32 ? fmt::format("__float_as_uint({})", v) : fmt::format("(unsigned)({})", v));
+        case 2: return fmt::format("{0} = ({0} & ~(0xffffu << {1})) | ((unsigned)({2}) << {1});", part, shift, v);
+        default: return fmt::format("{0} = ({0} & ~(0xffu << {1})) | ((unsigned)({2}) << {1});", part, shift, v);
         }
-        if (n == 2) {
-            const std::string c = fmt::format("{}.{}", w, lane < 2 ? 'x' : 'y');
-            const int sh = 16 * (lane & 1);
-            return fmt::format("{0} = ({0} & ~(0xffffu << {1})) | ((unsigned)({2}) << {1});", c, sh, v);
-        }
-        return fmt::format("{0} = ({0} & ~(0xffu << {1})) | ((unsigned)({2}) << {1});", w, 8 * lane, v);
     }
 
-    // Four elements per thread with one load and one store per contiguous buffer, when every
-    // contiguous buffer is aligned for it; the scalar loop that follows does the rest.
+    // n elements per thread with one load and one store of up to 16 bytes per contiguous
+    // buffer, when every contiguous buffer is aligned for it; the scalar loop does the rest.
     void emit_vector_path() {
+        const int n = vector_width();
         std::string misaligned;
         for (size_t b = 0; b < k_.buffers.size(); ++b) {
             if (!all_uses_.buffers[b] || k_.buffers[b].layout[0] != StrideKind::One) continue;
             misaligned += fmt::format("{}((unsigned long long)b{} & {})", misaligned.empty() ? "" : " | ", b,
-                                      4 * dtype_size(k_.buffers[b].dtype) - 1);
+                                      n * dtype_size(k_.buffers[b].dtype) - 1);
         }
         line("long long start = 0;");
         open(fmt::format("if (({}) == 0)", misaligned.empty() ? "0" : misaligned));
-        line("const long long nv = a.sizes[0] >> 2;");
+        line("const long long nv = a.sizes[0] / {};", n);
         open("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < nv; "
              "q += (long long)gridDim.x * blockDim.x)");
         std::vector<bool> stored(k_.buffers.size(), false);
@@ -800,18 +812,18 @@ private:
             for (auto& st : b.stores) stored[st.buffer] = true;
         for (size_t b = 0; b < k_.buffers.size(); ++b) {
             if (!all_uses_.buffers[b] || k_.buffers[b].layout[0] != StrideKind::One) continue;
-            const char* wt = word_type(k_.buffers[b].dtype);
+            const char* wt = word_type(k_.buffers[b].dtype, n);
             if (stored[b]) line("{} w{} = {{}};", wt, b);
             else line("const {0} w{1} = ((const {0}*)b{1})[q];", wt, b);
         }
         scope_ = Scope::Elementwise;
-        for (int lane = 0; lane < 4; ++lane) {
+        for (int lane = 0; lane < n; ++lane) {
             open("");
-            line("const long long i = 4 * q + {};", lane);
+            line("const long long i = {} * q + {};", n, lane);
             for (size_t b = 0; b < k_.buffers.size(); ++b) {
                 if (!all_uses_.buffers[b]) continue;
                 if (k_.buffers[b].layout[0] == StrideKind::Zero) line("const long long o{} = 0;", b);
-                else if (!stored[b]) load_override_[b] = load_expr(k_.buffers[b].dtype, word_element(k_.buffers[b].dtype, fmt::format("w{}", b), lane));
+                else if (!stored[b]) load_override_[b] = load_expr(k_.buffers[b].dtype, word_element(k_.buffers[b].dtype, n, fmt::format("w{}", b), lane));
             }
             for (const kir::Block& b : k_.blocks) {
                 if (b.loop) {
@@ -826,7 +838,7 @@ private:
                     if (k_.buffers[st.buffer].layout[0] == StrideKind::Zero) {
                         line("b{}[0] = {};", st.buffer, store_value(t, v(st.value)));
                     } else {
-                        line("{}", word_store(t, fmt::format("w{}", st.buffer), lane, store_value(t, v(st.value))));
+                        line("{}", word_store(t, n, fmt::format("w{}", st.buffer), lane, store_value(t, v(st.value))));
                     }
                 }
                 if (b.loop) {
@@ -839,9 +851,9 @@ private:
         }
         for (size_t b = 0; b < k_.buffers.size(); ++b)
             if (stored[b] && k_.buffers[b].layout[0] == StrideKind::One)
-                line("(({}*)b{})[q] = w{};", word_type(k_.buffers[b].dtype), b, b);
+                line("(({}*)b{})[q] = w{};", word_type(k_.buffers[b].dtype, n), b, b);
         close();
-        line("start = nv << 2;");
+        line("start = nv * {};", n);
         close();
     }
     size_t record_bytes() const { return 8 * k_.accums.size(); }

@@ -8,14 +8,13 @@ namespace kiln::codegen::detail {
 const char* const kCudaPrelude = R"(// ---- kiln prelude
 #define KILN_NO_POS 2147483647
 
+// Exact; a NaN keeps its payload, as in ir/half.hpp (the hardware conversion is used for the rest).
 __device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {
-    const unsigned sign = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        const float v = (float)m * 5.9604644775390625e-8f;  // m * 2^-24
-        return sign ? -v : v;
-    }
-    if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
-    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+        return __uint_as_float(((unsigned)(h & 0x8000u) << 16) | 0x7f800000u | ((unsigned)(h & 0x3ffu) << 13));
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
 }
 
 // Round to nearest even; overflow gives inf; NaN keeps its sign and top payload bits (quieted),

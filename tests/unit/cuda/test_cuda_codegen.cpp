@@ -146,6 +146,17 @@ TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
     CHECK(src.code.find("((uint2*)b3)[q] = w3;") != std::string::npos);
     CHECK(src.code.find("for (long long i = start + ") != std::string::npos);   // scalar tail
     require_compiles("vec", src);
+
+    // Only 16-bit buffers: eight elements per 16-byte word.
+    test::KernelBuilder c("kiln_vec16", "P");
+    int hx = c.input(DType::Float16, "1"), hy = c.output(DType::BFloat16, "1");
+    c.loop();
+    c.store(hy, c.op(kir::Op::Neg, kir::ComputeType::F32, c.load(hx)));
+    CudaSource src16 = codegen::emit_cuda(c.kernel());
+    CHECK(src16.code.find("const uint4 w0 = ((const uint4*)b0)[q];") != std::string::npos);
+    CHECK(src16.code.find("const long long nv = a.sizes[0] / 8;") != std::string::npos);
+    CHECK(src16.code.find("w1.w = (w1.w & ~(0xffffu << 16))") != std::string::npos);   // lane 7
+    require_compiles("vec16", src16);
 }
 
 TEST_CASE("layout specialisation: stride-0 dims vanish, stride-1 dims need no stride argument") {
