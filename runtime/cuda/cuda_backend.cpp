@@ -3,6 +3,7 @@
 #include "codegen/cuda/cuda_codegen.hpp"
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
+#include "runtime/cache/disk_cache.hpp"
 #include "runtime/cuda/nvrtc.hpp"
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 namespace kiln::cuda {
 
@@ -77,6 +79,7 @@ CudaBackend::CudaBackend(int device_index) {
     check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     allocator_ = std::make_shared<Allocator>(device_index, ctx_);
     dump_source_ = env_flag("KILN_DUMP_SOURCE");
+    disk_ = std::make_shared<cache::DiskCache>(cache::DiskCacheOptions{"", KILN_VERSION});
     log_info("cuda:{}: {} (sm_{}, {} SMs, {:.1f} GiB), driver {}.{}, NVRTC {}", device_index, info_.name, info_.sm,
              info_.multiprocessors, info_.total_memory / double(1u << 30), d.version / 1000, d.version % 1000 / 10,
              nvrtc_version());
@@ -167,12 +170,23 @@ void CudaBackend::synchronize() {
 }
 
 std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key,
-                                     bool* from_disk) {
-    (void)key;
+                                     bool* from_disk, bool use_disk) {
     *from_disk = false;
+    // Everything that changes the cubin: the kernel's key (structure, dtypes, layout, target,
+    // kiln version), the source itself and the NVRTC options; the cache adds arch and toolchain.
+    const cache::DiskCacheKey disk_key{key + "\n" + src.code, target(), "nvrtc " + nvrtc_version()};
+    if (dump_source_ && disk_) disk_->save_source(kernel.name, src.code);
+    if (disk_ && use_disk) {
+        if (std::optional<std::vector<char>> hit = disk_->load(disk_key)) {
+            *from_disk = true;
+            ++counters_.disk_hits;
+            return std::move(*hit);
+        }
+    }
     NvrtcResult r = nvrtc_compile(src.code, kernel.name + ".cu", info_.sm);
     if (!r.ok) {
-        std::string saved = save_failed_source(kernel.name, src.code);
+        std::string saved = disk_ ? disk_->save_source(kernel.name, src.code) : std::string();
+        if (saved.empty()) saved = save_failed_source(kernel.name, src.code);
         throw CompileError(fmt::format("NVRTC could not compile kernel {} for sm_{} (options: {}){}:\n{}", kernel.name,
                                        info_.sm, r.options, saved.empty() ? "" : "; source saved to " + saved, r.log),
                            r.log, r.options, numbered_source(src.code));
@@ -180,6 +194,7 @@ std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const codegen::C
     ++counters_.compiles;
     counters_.compile_ms += r.milliseconds;
     log_debug("compiled {} for sm_{} in {:.1f} ms", kernel.name, info_.sm, r.milliseconds);
+    if (disk_) disk_->store(disk_key, r.binary);
     return std::move(r.binary);
 }
 
@@ -192,10 +207,19 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
     make_current();
     bool from_disk = false;
     codegen::CudaSource src = codegen::emit_cuda(kernel);
-    std::vector<char> cubin = build(kernel, src, key, &from_disk);
+    std::vector<char> cubin = build(kernel, src, key, &from_disk, true);
     auto k = std::make_unique<CudaKernel>();
     k->kernel = kernel;
-    check(d.cuModuleLoadData(&k->module, cubin.data()), "cuModuleLoadData");
+    CUresult loaded = d.cuModuleLoadData(&k->module, cubin.data());
+    if (loaded != CUDA_SUCCESS && from_disk) {
+        // Verified on load yet refused by the driver (another driver's cubin, say): compile
+        // afresh, which also replaces the file.
+        log_warn("the cached binary of kernel {} did not load ({}); compiling it again", kernel.name,
+                 describe(loaded, "cuModuleLoadData"));
+        cubin = build(kernel, src, key, &from_disk, false);
+        loaded = d.cuModuleLoadData(&k->module, cubin.data());
+    }
+    check(loaded, "cuModuleLoadData");
     for (const std::string& e : src.entry_points) {
         CUfunction f = nullptr;
         check(d.cuModuleGetFunction(&f, k->module, e.c_str()), "cuModuleGetFunction");

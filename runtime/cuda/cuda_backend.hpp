@@ -71,7 +71,8 @@ public:
     cache::DiskCache* disk_cache() { return disk_.get(); }
 
 private:
-    std::vector<char> build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key, bool* from_disk);
+    std::vector<char> build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key, bool* from_disk,
+                            bool use_disk);
 
     DeviceInfo info_;
     codegen::CudaDeviceCaps caps_;
