@@ -59,7 +59,9 @@
 //   KILN_FUZZ_SEED=<s>         replay the single graph printed as "seed <s>"
 //   KILN_FUZZ_NVRTC_MAX=<n>    cap on distinct kernels compiled by NVRTC (default: no cap, every kernel; 0: no CUDA C at all)
 //   KILN_FUZZ_VERBOSE=1        print every graph
-//   KILN_FUZZ_FORK=0           run the graphs in this process (no crash isolation)
+//   KILN_FUZZ_FORK=0           run the graphs in this process (no crash isolation; the default on cuda)
+//   KILN_TEST_DEVICE=<device>  where kiln runs the graphs: "cpu" (default) or "cuda[:N]"; without a
+//                              usable device every case prints why it is skipped and passes
 #include "tests/support/catch.hpp"
 
 #include <kiln/kiln.hpp>
@@ -105,6 +107,13 @@ using kiln::Shape;
 using kiln::Tensor;
 
 namespace {
+
+// The device under test (KILN_TEST_DEVICE), and whether it can be used here.
+std::string test_device() {
+    const char* d = std::getenv("KILN_TEST_DEVICE");
+    return d && *d ? d : "cpu";
+}
+
 
 // ======================================================================================
 // Small utilities
@@ -1969,6 +1978,8 @@ Env read_env() {
     if (const char* s = std::getenv("KILN_FUZZ_SEED")) e.seed = std::strtoull(s, nullptr, 10);
     if (const char* s = std::getenv("KILN_FUZZ_NVRTC_MAX")) e.nvrtc_max = std::atoll(s);
     if (const char* s = std::getenv("KILN_FUZZ_VERBOSE")) e.verbose = std::atoi(s) != 0;
+    // A process that has initialised CUDA cannot use it in a forked child: GPU runs stay in-process.
+    if (test_device().rfind("cuda", 0) == 0) e.fork = false;
     if (const char* s = std::getenv("KILN_FUZZ_FORK")) e.fork = std::atoi(s) != 0;
     return e;
 }
@@ -2368,11 +2379,26 @@ public:
     }
 };
 
+// Whether the device under test can be used here.
+bool test_device_usable() {
+    static const std::string why_not = [] {
+        try {
+            kiln::Context probe(kiln::ContextOptions{test_device(), 0, DType::Float32});
+            std::printf("differential: running on %s\n", probe.device_description().c_str());
+            return std::string();
+        } catch (const kiln::Error& e) {
+            return std::string(e.what());
+        }
+    }();
+    if (!why_not.empty()) std::printf("SKIPPED: no usable %s device: %s\n", test_device().c_str(), why_not.c_str());
+    return why_not.empty();
+}
+
 uint64_t graph_seed(int64_t i) { return mix64(0x6b696c6e00000000ull + (uint64_t)i) % 100000000000ull; }
 
 // Runs graphs tot.next, tot.next+1, ... up to `end` (or the one replayed seed) in this process.
 void run_graphs(Totals& tot, const Env& env, int64_t end) {
-    kiln::Context ctx(kiln::ContextOptions{"cpu", 0, DType::Float32});
+    kiln::Context ctx(kiln::ContextOptions{test_device(), 0, DType::Float32});
     NvrtcWorker worker(&tot.nvrtc_compiled);
     Runner runner(ctx, tot, &worker, env);
     const int64_t jit_base = tot.jit_compiles;
@@ -2401,7 +2427,8 @@ void run_graphs(Totals& tot, const Env& env, int64_t end) {
 // ---- Fixed cases for semantics a random graph rarely pins down exactly
 
 TEST_CASE("rand: philox stream, one counter per rand() node per assignment, reset by seed()") {
-    kiln::Context ctx(kiln::ContextOptions{"cpu", 0, DType::Float32});
+    if (!test_device_usable()) return;
+    kiln::Context ctx(kiln::ContextOptions{test_device(), 0, DType::Float32});
     const uint64_t s = 0x0123456789abcdefull;
     const uint32_t seed32 = (uint32_t)(s ^ (s >> 32));
     const int64_t n = 37;
@@ -2438,9 +2465,10 @@ TEST_CASE("rand: philox stream, one counter per rand() node per assignment, rese
 }
 
 TEST_CASE("reductions: a negative axis counts from the end, -1 included") {
+    if (!test_device_usable()) return;
     // NumPy: np.sum(A, axis=-1) reduces the last axis. kiln::all_axes is the marker for all axes
     // and must not swallow axis -1.
-    kiln::Context ctx(kiln::ContextOptions{"cpu", 0, DType::Float32});
+    kiln::Context ctx(kiln::ContextOptions{test_device(), 0, DType::Float32});
     Tensor A = ctx.array(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
     Expr last = kiln::sum(A, -1, false);
     CHECK(last.shape() == Shape{2});
@@ -2456,8 +2484,9 @@ TEST_CASE("reductions: a negative axis counts from the end, -1 included") {
 }
 
 TEST_CASE("in-place: a gather from the destination reads the values from before the assignment") {
+    if (!test_device_usable()) return;
     // A = take(A, reversed): every element must come from the old A, as in NumPy (A[:] = A[idx]).
-    kiln::Context ctx(kiln::ContextOptions{"cpu", 0, DType::Float32});
+    kiln::Context ctx(kiln::ContextOptions{test_device(), 0, DType::Float32});
     const int64_t n = 64;
     std::vector<float> h(n);
     std::vector<int32_t> rev(n);
@@ -2473,9 +2502,10 @@ TEST_CASE("in-place: a gather from the destination reads the values from before 
 }
 
 TEST_CASE("iota: a size-1 axis broadcast over a larger result stays 0") {
+    if (!test_device_usable()) return;
     // iota(shape, axis) holds the coordinate along `axis` of its own shape; broadcasting a
     // size-1 axis repeats that 0 (NumPy: np.zeros((1,3)) + np.zeros((2,3)) broadcasts values).
-    kiln::Context ctx(kiln::ContextOptions{"cpu", 0, DType::Float32});
+    kiln::Context ctx(kiln::ContextOptions{test_device(), 0, DType::Float32});
     Tensor out = ctx.empty({2, 3}, DType::Int32);
     out.assign(kiln::iota({1, 3}, 0) + ctx.zeros({2, 3}, DType::Int32));
     CHECK(out.to_vector<int32_t>() == std::vector<int32_t>{0, 0, 0, 0, 0, 0});
@@ -2484,10 +2514,11 @@ TEST_CASE("iota: a size-1 axis broadcast over a larger result stays 0") {
 }
 
 TEST_CASE("legality: what lies under a reduction computed in a stage of its own is legalised too") {
+    if (!test_device_usable()) return;
     // A reduction that cannot fuse into its consumer gets its own stage; the reductions and
     // reshapes inside it must then be split or materialised by the same rules, as they would be
     // at the top of an assignment.
-    kiln::Context ctx(kiln::ContextOptions{"cpu", 0, DType::Float32});
+    kiln::Context ctx(kiln::ContextOptions{test_device(), 0, DType::Float32});
     Tensor A = ctx.array(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
     std::vector<float> hb(20);
     for (int i = 0; i < 20; ++i) hb[i] = (float)(i % 5) - 1;  // four equal rows: B - mean(B, 0) == 0
@@ -2518,9 +2549,10 @@ TEST_CASE("legality: what lies under a reduction computed in a stage of its own 
 }
 
 TEST_CASE("constant folding: nested constant subexpressions fold to their values") {
+    if (!test_device_usable()) return;
     // canonicalise folds an op whose operands are all literals; when an operand was itself
     // folded in the same pass, the folded value must be used.
-    kiln::Context ctx(kiln::ContextOptions{"cpu", 0, DType::Float32});
+    kiln::Context ctx(kiln::ContextOptions{test_device(), 0, DType::Float32});
     Tensor A = ctx.array(std::vector<float>{1, 2}, {2});
     Tensor c = ctx.empty({2});
     c.assign(Expr(A) + kiln::exp(kiln::scalar(1, DType::Float32) + kiln::scalar(1, DType::Float32)));
@@ -2534,6 +2566,7 @@ TEST_CASE("constant folding: nested constant subexpressions fold to their values
 }
 
 TEST_CASE("differential: random expression graphs against a float64 reference") {
+    if (!test_device_usable()) return;
     Env env = read_env();
     // The graphs run in a child process: a crash (a kiln bug) then fails that one graph, which is
     // reported with its seed, and a new child carries on with the next graph instead of the whole

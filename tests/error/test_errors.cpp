@@ -378,12 +378,41 @@ TEST_CASE("Context: unknown device string") {
     has_all(m, {"Context", "unknown device 'tpu:0'", "'cpu'", "'cuda'", "'cuda:N'"});
 }
 
-TEST_CASE("Context: a CUDA device on a build that runs on the CPU only") {
-    std::string m = error_of([&] { kiln::Context c(kiln::ContextOptions{"cuda", 0, DType::Float32}); },
+TEST_CASE("Context: a CUDA device that cannot be used says why and what to use instead") {
+    bool have_gpu = true;
+    try {
+        kiln::Context c(kiln::ContextOptions{"cuda", 0, DType::Float32});
+    } catch (const Error&) {
+        have_gpu = false;
+    }
+    if (!have_gpu) {
+        std::string m = error_of([&] { kiln::Context c(kiln::ContextOptions{"cuda", 0, DType::Float32}); },
+                                 Error::Kind::Runtime);
+        has_all(m, {"Context", "device 'cuda' requested", "cannot be used", "use device 'cpu'"});
+    }
+    // No machine has 99 devices: on a GPU machine the driver's count is named instead.
+    std::string m = error_of([&] { kiln::Context c(kiln::ContextOptions{"cuda:99", 0, DType::Float32}); },
                              Error::Kind::Runtime);
-    has_all(m, {"Context", "'cuda'", "CPU", "'cpu'"});
-    m = error_of([&] { kiln::Context c(kiln::ContextOptions{"cuda:1", 0, DType::Float32}); }, Error::Kind::Runtime);
-    has_all(m, {"'cuda:1'"});
+    has_all(m, {"Context", "'cuda:99'", "cannot be used", "'cpu'"});
+    if (have_gpu) has_all(m, {"cuda:99 does not exist", "CUDA device(s)"});
+    // KILN_BACKEND names the device when none is given, and the message says so.
+    ::setenv("KILN_BACKEND", "cuda:99", 1);
+    m = error_of([&] { kiln::Context c(kiln::ContextOptions{"", 0, DType::Float32}); }, Error::Kind::Runtime);
+    ::unsetenv("KILN_BACKEND");
+    has_all(m, {"'cuda:99'", "by KILN_BACKEND", "KILN_BACKEND=cpu"});
+}
+
+TEST_CASE("Context: malformed device strings list the valid forms") {
+    for (const char* d : {"cuda:x", "cuda:-1", "gpu", "CPU", "cuda:"}) {
+        INFO(d);
+        std::string m = error_of([&] { kiln::Context c(kiln::ContextOptions{d, 0, DType::Float32}); }, Error::Kind::Value);
+        const std::string unknown = std::string("unknown device '") + d + "'";
+        has_all(m, {"Context", unknown.c_str(), "'cpu'", "'cuda'", "'cuda:N'"});
+    }
+    ::setenv("KILN_VALIDATE", "gpu", 1);
+    std::string m = error_of([&] { kiln::Context c(kiln::ContextOptions{"cpu", 0, DType::Float32}); }, Error::Kind::Value);
+    ::unsetenv("KILN_VALIDATE");
+    has_all(m, {"KILN_VALIDATE='gpu'", "valid: 'cpu'"});
 }
 
 TEST_CASE("eval: an empty Expr") {

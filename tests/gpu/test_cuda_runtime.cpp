@@ -1,0 +1,285 @@
+// The CUDA runtime on a real device: copies, the caching allocator and OutOfMemory, backend
+// selection, the memory and disk kernel caches, NVRTC failures, and the row, column and full
+// reduction kernels at sizes the differential graphs do not reach (a warp, a block and a
+// cluster per row, and rows too long to cache). Every case prints why and passes when no CUDA
+// device is usable; compute-sanitizer runs this suite on the GPU.
+#include "tests/support/catch.hpp"
+
+#include <kiln/kiln.hpp>
+
+#include "ir/half.hpp"
+#ifdef KILN_HAVE_NVRTC
+#include "runtime/cuda/cuda_backend.hpp"
+#endif
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace kiln;
+
+namespace {
+
+std::string why_no_gpu() {
+    static const std::string why = [] {
+        try {
+            Context c(ContextOptions{"cuda"});
+            return std::string();
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+    }();
+    return why;
+}
+
+#define REQUIRE_GPU()                                                                \
+    do {                                                                             \
+        if (!why_no_gpu().empty()) {                                                 \
+            std::printf("SKIPPED (no usable CUDA device): %s\n", why_no_gpu().c_str()); \
+            return;                                                                  \
+        }                                                                            \
+    } while (0)
+
+std::string fresh_dir() {
+    char tmpl[] = "/tmp/kiln-gpu-test-XXXXXX";
+    return mkdtemp(tmpl);
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -2, float hi = 3) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(g);
+    return v;
+}
+
+} // namespace
+
+TEST_CASE("gpu: host <-> device copies round-trip every dtype, small and large (pinned staging)") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    CHECK(ctx.backend() == Backend::CUDA);
+    for (size_t n : {size_t(0), size_t(1), size_t(1000), size_t(3) << 18, size_t(25) << 20}) {
+        INFO("elements " << n);
+        std::vector<float> f = random_floats(n, (uint32_t)n + 1);
+        Tensor t = ctx.array(f, {(int64_t)n});
+        CHECK(t.to_vector<float>() == f);
+        std::vector<int32_t> i(n);
+        for (size_t k = 0; k < n; ++k) i[k] = (int32_t)(k * 2654435761u);
+        CHECK(ctx.array(i, {(int64_t)n}).to_vector<int32_t>() == i);
+        std::vector<int8_t> b(n);
+        for (size_t k = 0; k < n; ++k) b[k] = (int8_t)(k * 37 + 5);
+        CHECK(ctx.array(b, {(int64_t)n}).to_vector<int8_t>() == b);
+        // 16-bit floats: values representable in them survive exactly.
+        std::vector<float> h(n);
+        for (size_t k = 0; k < n; ++k) h[k] = f16_to_float(float_to_f16(f[k]));
+        CHECK(ctx.array(h, {(int64_t)n}, DType::Float16).to_vector<float>() == h);
+        for (size_t k = 0; k < n; ++k) h[k] = bf16_to_float(float_to_bf16(f[k]));
+        CHECK(ctx.array(h, {(int64_t)n}, DType::BFloat16).to_vector<float>() == h);
+    }
+}
+
+TEST_CASE("gpu: strided views copy to and from the host") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    std::vector<float> f = random_floats(60 * 70, 3);
+    Tensor a = ctx.array(f, {60, 70});
+    Tensor v = a.slice({Slice{2, 50, 3}, Slice{69, Slice::kNone, -2}});   // rows 2,5,..,47; columns reversed, every other
+    std::vector<float> got = v.to_vector<float>();
+    std::vector<float> want;
+    for (int64_t r = 2; r < 50; r += 3)
+        for (int64_t c = 69; c >= 0; c -= 2) want.push_back(f[r * 70 + c]);
+    CHECK(got == want);
+    std::vector<float> ones(want.size(), 1.0f);
+    v.copy_from_host(ones.data(), DType::Float32);
+    std::vector<float> after = a.to_vector<float>();
+    for (int64_t r = 0; r < 60; ++r)
+        for (int64_t c = 0; c < 70; ++c) {
+            const bool in = r >= 2 && r < 50 && (r - 2) % 3 == 0 && c % 2 == 1;
+            if (after[r * 70 + c] != (in ? 1.0f : f[r * 70 + c])) FAIL("element " << r << "," << c);
+        }
+    CHECK(a.T().to_vector<float>()[1] == f[70]);
+}
+
+TEST_CASE("gpu: the allocator reuses memory; an impossible allocation is OutOfMemory and the context lives on") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    Tensor keep = ctx.array(random_floats(1000, 4), {1000});
+    for (int i = 0; i < 300; ++i) {
+        Tensor t = ctx.full({(int64_t)(1000 + (i % 7) * 4096)}, (double)i, DType::Float32);
+        if (i % 50 == 0) CHECK(t.to_vector<float>()[999] == (float)i);
+    }
+    const int64_t huge = int64_t(1) << 40;   // 4 TiB of float32
+    try {
+        Tensor t = ctx.empty({huge});
+        FAIL("allocating 4 TiB did not fail");
+    } catch (const OutOfMemory& e) {
+        const std::string m = e.what();
+        INFO(m);
+        CHECK(m.find(std::to_string(huge * 4)) != std::string::npos);
+        CHECK(m.find("free") != std::string::npos);
+        CHECK(m.find("cached") != std::string::npos);
+    }
+    Tensor y = ctx.empty({1000});
+    y[all] = keep * 2.0f + 1.0f;
+    std::vector<float> k = keep.to_vector<float>(), got = y.to_vector<float>();
+    for (size_t i = 0; i < k.size(); ++i) CHECK(got[i] == k[i] * 2.0f + 1.0f);
+}
+
+TEST_CASE("gpu: KILN_BACKEND=cpu forces the CPU, KILN_BACKEND=cuda the GPU") {
+    REQUIRE_GPU();
+    ::setenv("KILN_BACKEND", "cpu", 1);
+    {
+        Context c;
+        CHECK(c.backend() == Backend::CPU);
+    }
+    ::setenv("KILN_BACKEND", "cuda", 1);
+    {
+        Context c;
+        CHECK(c.backend() == Backend::CUDA);
+    }
+    ::unsetenv("KILN_BACKEND");
+    Context c;
+    CHECK(c.backend() == Backend::CUDA);   // the default when a device is present
+}
+
+TEST_CASE("gpu: kernel caches — compile once, then memory hits, then disk hits in a new context") {
+    REQUIRE_GPU();
+    const std::string dir = fresh_dir();
+    ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+    ::setenv("KILN_DUMP_SOURCE", "1", 1);
+    std::vector<float> f = random_floats(512, 5);
+    {
+        Context ctx(ContextOptions{"cuda"});
+        Tensor a = ctx.array(f, {16, 32}), b = ctx.empty({16, 32}), c = ctx.empty({16, 32});
+        b[all] = tanh(a) * 3.0f - a;
+        Counters k1 = ctx.counters();
+        CHECK(k1.compiles == 1);
+        CHECK(k1.disk_hits == 0);
+        b[all] = tanh(a) * 3.0f - a;   // same plan: nothing looked up at all
+        CHECK(ctx.counters().plan_hits == k1.plan_hits + 1);
+        c[all] = tanh(a) * 3.0f - a;   // a new plan, the same kernel: a memory hit
+        CHECK(ctx.counters().memory_hits == k1.memory_hits + 1);
+        CHECK(ctx.counters().compiles == 1);
+    }
+    int sources = 0, entries = 0;
+    for (auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+        sources += e.path().extension() == ".cu";
+        entries += e.path().extension() == ".bin";
+    }
+    CHECK(sources >= 1);   // KILN_DUMP_SOURCE
+    CHECK(entries == 1);
+    {
+        Context ctx(ContextOptions{"cuda"});
+        Tensor a = ctx.array(f, {16, 32}), b = ctx.empty({16, 32});
+        b[all] = tanh(a) * 3.0f - a;
+        CHECK(ctx.counters().compiles == 0);
+        CHECK(ctx.counters().disk_hits == 1);
+        std::vector<float> got = b.to_vector<float>();
+        for (size_t i = 0; i < f.size(); ++i) CHECK(std::abs(got[i] - (std::tanh(f[i]) * 3.0f - f[i])) <= 1e-5f);
+    }
+    ::unsetenv("KILN_DUMP_SOURCE");
+    ::unsetenv("KILN_CACHE_DIR");
+    std::filesystem::remove_all(dir);
+}
+
+#ifdef KILN_HAVE_NVRTC
+TEST_CASE("gpu: NVRTC failure is a CompileError with the log, the options and the numbered source") {
+    REQUIRE_GPU();
+    const std::string dir = fresh_dir();
+    ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+    cuda::CudaBackend gpu(0);
+    kir::Kernel k;
+    k.name = "int";   // an identifier, but a keyword: the renderer accepts it, NVRTC does not
+    k.rank = 1;
+    k.reduced = {false};
+    k.buffers = {kir::Buffer{DType::Float32, true, {kir::StrideKind::One}}};
+    kir::Instr c{kir::Op::ConstF, ComputeType::F32};
+    c.fimm = 1;
+    k.instrs = {c};
+    k.blocks = {kir::Block{true, {0}, {}, {kir::Store{0, 0}}}};
+    try {
+        gpu.compile(k, "bad kernel key");
+        FAIL("NVRTC accepted a kernel named int");
+    } catch (const CompileError& e) {
+        const std::string m = e.what();
+        INFO(m);
+        CHECK(m.find("NVRTC could not compile kernel int") != std::string::npos);
+        CHECK(m.find("source saved to " + dir + "/sources/int.cu") != std::string::npos);
+        CHECK_FALSE(e.log().empty());
+        CHECK(e.options().find("--gpu-architecture=sm_") != std::string::npos);
+        CHECK(e.numbered_source().find("    1 | ") != std::string::npos);
+    }
+    CHECK(std::filesystem::exists(dir + "/sources/int.cu"));
+    ::unsetenv("KILN_CACHE_DIR");
+    std::filesystem::remove_all(dir);
+}
+#endif
+
+TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long rows; columns; full") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    const float eps = 0.001f;
+    struct Case { int64_t M, N; };
+    for (DType dt : {DType::Float32, DType::Float16})
+        for (Case s : {Case{1000, 3}, Case{777, 5000}, Case{64, 20000}, Case{3, 100000}, Case{5, 300000}, Case{2, 1 << 21},
+                       Case{4096, 1}}) {
+            INFO(dtype_name(dt) << " " << s.M << "x" << s.N);
+            const int64_t M = s.M, N = s.N;
+            std::vector<float> h = random_floats((size_t)(M * N), (uint32_t)(M + N));
+            if (dt == DType::Float16) for (auto& x : h) x = f16_to_float(float_to_f16(x));
+            Tensor A = ctx.array(h, {M, N}, dt), col = ctx.empty({M, 1}, DType::Float32), out = ctx.empty({M, N}, DType::Float32),
+                   cs = ctx.empty({1, N}, DType::Float32), am = ctx.empty({M, 1}, DType::Int32), tot = ctx.empty({1, 1});
+            col[all] = var(A, 1);
+            out[all] = reciprocal(sqrt(var(A, 1) + eps)) * (A - mean(A, 1));
+            cs[all] = sum(A, 0);
+            am[all] = argmax(A, 1);
+            tot[all] = sum(A);
+            std::vector<float> v = col.to_vector<float>(), o = out.to_vector<float>(), c = cs.to_vector<float>();
+            std::vector<int32_t> a = am.to_vector<int32_t>();
+            double total = 0;
+            std::vector<double> colsum(N, 0.0);
+            int bad = 0;
+            for (int64_t i = 0; i < M; ++i) {
+                double m = 0, q = 0, best = -1e30;
+                int32_t arg = 0;
+                for (int64_t j = 0; j < N; ++j) {
+                    m += h[i * N + j];
+                    colsum[j] += h[i * N + j];
+                    if (h[i * N + j] > best) best = h[i * N + j], arg = (int32_t)j;
+                }
+                total += m;
+                m /= N;
+                for (int64_t j = 0; j < N; ++j) q += (h[i * N + j] - m) * (h[i * N + j] - m);
+                q /= N;
+                bad += std::abs(v[i] - q) > 1e-4 * (q + 1e-3) + 1e-6;
+                bad += a[i] != arg;
+                for (int64_t j = 0; j < N; j += 1 + N / 97) {
+                    const double e = (h[i * N + j] - m) / std::sqrt(q + eps);
+                    bad += std::abs(o[i * N + j] - e) > 1e-3 * (std::abs(e) + 1);
+                }
+            }
+            for (int64_t j = 0; j < N; ++j) bad += std::abs(c[j] - colsum[j]) > 1e-4 * (std::abs(colsum[j]) + M);
+            const double t = tot.to_vector<float>()[0];
+            CHECK(std::abs(t - total) <= 1e-5 * (double)(M * N) + 1e-3);
+            CHECK(bad == 0);
+        }
+}
+
+TEST_CASE("gpu: a result does not depend on the run (deterministic reductions)") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    Tensor A = ctx.array(random_floats(3 * 100000, 9), {3, 100000}), r = ctx.empty({3, 1}), s = ctx.empty({1, 1});
+    r[all] = var(A, 1);
+    s[all] = sum(A);
+    const std::vector<float> r0 = r.to_vector<float>(), s0 = s.to_vector<float>();
+    for (int i = 0; i < 20; ++i) {
+        r[all] = var(A, 1);
+        s[all] = sum(A);
+        CHECK(r.to_vector<float>() == r0);
+        CHECK(s.to_vector<float>() == s0);
+    }
+}
