@@ -598,6 +598,12 @@ private:
         scope_ = Scope::PPoint;
     }
 
+    int first_loop_block() const {
+        for (size_t bi = 0; bi < k_.blocks.size(); ++bi)
+            if (k_.blocks[bi].loop) return (int)bi;
+        return -1;
+    }
+
     void emit_row_kernel() {
         const std::vector<int> slot = detail::row_cache_slots(k_);
         const int nslots = detail::row_cache_slot_count(k_);
@@ -659,14 +665,15 @@ private:
             declare_acc_results(b);
             open("");
             init_acc_states(b);
-            // Eight elements per step without bounds checks (their loads can all be in flight
-            // at once), then the rest one by one.
+            // Several elements per step without bounds checks (their loads can all be in flight
+            // at once: sixteen in the first pass, which reads memory), then the rest one by one.
+            const int step = (int)bi == first_loop_block() ? 16 : 4;
             line("long long j = 0;");
             open("if (live)");
             line("#pragma unroll 1");
-            open("for (; j + 8 <= full; j += 8)");
+            open(fmt::format("for (; j + {0} <= full; j += {0})", step));
             line("#pragma unroll");
-            open("for (int u = 0; u < 8; ++u)");
+            open(fmt::format("for (int u = 0; u < {}; ++u)", step));
             line("const long long ri = (j + u) * G + t;");
             emit_row_element(bi, slot, first_use, "(j + u)");
             close();

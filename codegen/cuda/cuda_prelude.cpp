@@ -8,33 +8,32 @@ namespace kiln::codegen::detail {
 const char* const kCudaPrelude = R"(// ---- kiln prelude
 #define KILN_NO_POS 2147483647
 
-// Exact; a NaN keeps its payload, as in ir/half.hpp (the hardware conversion is used for the rest).
+// Exact; a NaN keeps its payload, as in ir/half.hpp (the hardware conversion does the rest).
+// Branch-free, so that a thread's loads are not serialised behind the conversions.
 __device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {
-    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
-        return __uint_as_float(((unsigned)(h & 0x8000u) << 16) | 0x7f800000u | ((unsigned)(h & 0x3ffu) << 13));
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
+    const unsigned nan = ((unsigned)(h & 0x8000u) << 16) | 0x7f800000u | ((unsigned)(h & 0x3ffu) << 13);
+    return ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) ? __uint_as_float(nan) : f;
 }
 
 // Round to nearest even; overflow gives inf; NaN keeps its sign and top payload bits (quieted),
 // as ir/half.hpp does (the hardware conversion would give a canonical NaN).
 __device__ __forceinline__ unsigned short kiln_f32_to_f16(float f) {
     const unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (unsigned short)(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu));
     unsigned short h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
+    const unsigned short nan = (unsigned short)(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu));
+    return (u & 0x7fffffffu) > 0x7f800000u ? nan : h;
 }
 
 __device__ __forceinline__ float kiln_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 
 __device__ __forceinline__ unsigned short kiln_f32_to_bf16(float f) {
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
+    const unsigned u = __float_as_uint(f);
+    const unsigned short nan = (unsigned short)((u >> 16) | 0x40u);
+    const unsigned short rounded = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
 }
 
 // Truncation toward zero, saturating, NaN -> 0 (PTX cvt.rzi.sat).
