@@ -52,6 +52,8 @@ const char* op_name(Op op) {
     case Op::Shr: return "shr";
     case Op::MulHi: return "mulhi";
     case Op::Select: return "select";
+    case Op::AsI32: return "as_i32";
+    case Op::AsF32: return "as_f32";
     }
     return "?";
 }

@@ -63,7 +63,11 @@ enum class Op : uint8_t {
     MulHi,                 // I32: high 32 bits of the unsigned 32x32 product (Philox RNG)
     // ---- ternary
     Select,                // a[0] (I32, nonzero = true) ? a[1] : a[2]
+    // ---- bit casts (stochastic rounding works on a float's bits)
+    AsI32,                 // F32 -> I32: the same 32 bits
+    AsF32,                 // I32 -> F32: the same 32 bits
 };
+inline constexpr Op kLastOp = Op::AsF32;
 
 const char* op_name(Op op);
 

@@ -17,6 +17,7 @@ using CT = ComputeType;
 
 struct Lowerer {
     const Stage& st;
+    LowerOptions opts;
     kir::Kernel k;
     LoweredStage out;
     int n = 0;                                      // domain rank
@@ -29,7 +30,7 @@ struct Lowerer {
     std::unordered_map<const Node*, int> memo;      // per block
     int cur = -1;                                   // current block
 
-    explicit Lowerer(const Stage& s) : st(s), n((int)s.domain.size()) {
+    Lowerer(const Stage& s, const LowerOptions& o) : st(s), opts(o), n((int)s.domain.size()) {
         k.rank = n;
         k.reduced = s.reduced;
     }
@@ -159,9 +160,17 @@ struct Lowerer {
             it = rand_slots.emplace(&nd, std::make_pair(seed, ctr)).first;
             out.rands.push_back({nd.serial, seed, ctr});
         }
-        int x0 = coord_linear(nd);
-        int x1 = iparam(it->second.second);
-        int key = iparam(it->second.first);
+        int x0 = philox_bits(coord_linear(nd), it->second.first, it->second.second);
+        int top = op2(Op::Shr, CT::I32, x0, ci(8));
+        return op2(Op::Mul, CT::F32, op1(Op::ToF32, CT::F32, top), cf(1.0f / 16777216.0f));
+    }
+
+    // Philox-2x32 (ir/rng.hpp) of (linear index, the counter in iparam `ctr_slot`) keyed by
+    // the seed in iparam `seed_slot`: 32 random bits.
+    int philox_bits(int linear, int seed_slot, int ctr_slot) {
+        int x0 = linear;
+        int x1 = iparam(ctr_slot);
+        int key = iparam(seed_slot);
         int m = ci((int32_t)kPhiloxM), w = ci((int32_t)kPhiloxW);
         for (int r = 0; r < kPhiloxRounds; ++r) {
             int hi = op2(Op::MulHi, CT::I32, x0, m);
@@ -170,8 +179,31 @@ struct Lowerer {
             x1 = lo;
             if (r + 1 < kPhiloxRounds) key = op2(Op::Add, CT::I32, key, w);
         }
-        int top = op2(Op::Shr, CT::I32, x0, ci(8));
-        return op2(Op::Mul, CT::F32, op1(Op::ToF32, CT::F32, top), cf(1.0f / 16777216.0f));
+        return x0;
+    }
+
+    // Stochastic rounding of the float32 value `v` stored to 16-bit float dtype `t`: a uniform
+    // random integer below 2^drop is added to its bits, which are then truncated at bit `drop`
+    // (the bits below the kept mantissa), so the value lands on one of its two neighbours on
+    // the kept grid with probabilities that make the expectation exact. Carries ripple into
+    // the exponent (and to inf past the largest finite value). In the float16 subnormal range
+    // the grid is the subnormals' (drop grows as the exponent falls); below it, and for NaN
+    // and inf, the value is left to the store's round to nearest.
+    int stochastic_round(int v, DType t) {
+        const int keep = t == DType::BFloat16 ? std::min(opts.stochastic_round_bits, 7) : opts.stochastic_round_bits;
+        const int seed = new_iparam(0), ctr = new_iparam(0);
+        out.rands.push_back({kRoundingSerial + (uint64_t)(st.out.is_temp ? st.out.temp + 1 : 0), seed, ctr});
+        const int bits = philox_bits(emit(kir::Instr{Op::LinearId, CT::I32}), seed, ctr);
+        const int u = op1(Op::AsI32, CT::I32, v);
+        const int e = op2(Op::And, CT::I32, op2(Op::Shr, CT::I32, u, ci(23)), ci(0xff));
+        int drop = ci(23 - keep);
+        if (t == DType::Float16)   // float16 normals start at 2^-14: biased float32 exponent 113
+            drop = op2(Op::Add, CT::I32, drop, op2(Op::Max, CT::I32, ci(0), op2(Op::Sub, CT::I32, ci(113), e)));
+        const int ok = op2(Op::And, CT::I32, op2(Op::Ne, CT::I32, e, ci(0xff)), op2(Op::Le, CT::I32, drop, ci(23)));
+        const int mask = op2(Op::Sub, CT::I32, op2(Op::Shl, CT::I32, ci(1), drop), ci(1));
+        const int sum = op2(Op::Add, CT::I32, u, op2(Op::And, CT::I32, bits, mask));
+        const int cut = op2(Op::And, CT::I32, sum, op2(Op::Xor, CT::I32, mask, ci(-1)));
+        return op3(Op::Select, CT::F32, ok, op1(Op::AsF32, CT::F32, cut), v);
     }
 
     int gather(const Node& nd) {
@@ -367,6 +399,8 @@ struct Lowerer {
         if (levels_total == 0) point_store = false;
         open_block(!point_store);
         int v = convert(value(st.root), o.dtype);
+        if (opts.stochastic_round_bits > 0 && (o.dtype == DType::Float16 || o.dtype == DType::BFloat16))
+            v = stochastic_round(v, o.dtype);
         k.blocks[cur].stores.push_back({obuf, v});
         k.buffers[obuf].output = true;
     }
@@ -435,8 +469,8 @@ struct Lowerer {
 
 } // namespace
 
-LoweredStage lower(const Stage& stage, const std::string& target) {
-    Lowerer l(stage);
+LoweredStage lower(const Stage& stage, const std::string& target, const LowerOptions& opts) {
+    Lowerer l(stage, opts);
     l.run();
     l.finish(target);
     return std::move(l.out);

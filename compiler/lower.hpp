@@ -38,7 +38,17 @@ struct LoweredStage {
     std::string key;                    // full key material (structure, dtypes, layout, target, version)
 };
 
+// Random-number serials at and above this one belong to stochastic rounding (one per stage
+// output), below it to rand() nodes; each gets its own counter per assignment.
+inline constexpr uint64_t kRoundingSerial = uint64_t(1) << 63;
+
+struct LowerOptions {
+    // Stores to float16/bfloat16 round stochastically keeping this many mantissa bits (1..10;
+    // bfloat16 keeps at most its 7); 0: round to nearest even.
+    int stochastic_round_bits = 0;
+};
+
 // `target` names what the code is for ("cpu-x86_64-avx2", "sm_90"); it is part of the key.
-LoweredStage lower(const Stage& stage, const std::string& target);
+LoweredStage lower(const Stage& stage, const std::string& target, const LowerOptions& opts = {});
 
 } // namespace kiln

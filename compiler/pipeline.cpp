@@ -10,7 +10,8 @@
 
 namespace kiln {
 
-CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst_in, const std::string& target) {
+CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst_in, const std::string& target,
+                                      const LowerOptions& opts) {
     const bool debug = log_level() >= LogLevel::Debug;
     View dst = dst_in;
     NodePtr root = expr;
@@ -63,7 +64,7 @@ CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst_in, c
     if (debug) log_debug("partition: {} stage(s)\n{}", ca.plan.stages.size(), ca.plan.str());
 
     for (auto& st : ca.plan.stages) {
-        ca.stages.push_back(lower(st, target));
+        ca.stages.push_back(lower(st, target, opts));
         if (debug) log_debug("lowered {}:\n{}", ca.stages.back().kernel.name, kir::to_string(ca.stages.back().kernel));
     }
     return ca;

@@ -16,6 +16,7 @@ struct CompiledAssignment {
 };
 
 // `expr` must broadcast to dst's shape (the runtime checks that and reports user errors).
-CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst, const std::string& target);
+CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst, const std::string& target,
+                                      const LowerOptions& opts = {});
 
 } // namespace kiln

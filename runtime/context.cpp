@@ -59,6 +59,14 @@ void check_readable(const NodePtr& root, const char* op) {
                  op, dtype_name(n->dtype), shape_str(n->shape));
 }
 
+void check_stochastic_round(int bits) {
+    if (bits < 0 || bits > 10)
+        fail(Error::Kind::Value,
+             "Context: stochastic_round = {} is not a number of mantissa bits to keep; valid: 1 to 10 (true = 10, "
+             "float16's whole mantissa; bfloat16 keeps at most 7), or 0 / false for round to nearest",
+             bits);
+}
+
 } // namespace
 
 Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
@@ -66,6 +74,8 @@ Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
     m.self = this;
     m.default_dtype = opts.default_dtype;
     m.seed = (uint32_t)(opts.seed ^ (opts.seed >> 32));
+    check_stochastic_round(opts.stochastic_round);
+    m.stochastic_round_bits = opts.stochastic_round;
     std::string dev = opts.device;
     const bool from_env = dev.empty();
     if (from_env) {
@@ -238,6 +248,14 @@ Tensor Context::array(const std::vector<double>& data, const Shape& shape, DType
     return array(f.data(), f.size(), DType::Float32, shape, dtype);
 }
 
+void Context::set_stochastic_round(int bits) {
+    check_stochastic_round(bits);
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stochastic_round_bits = bits;
+}
+
+int Context::stochastic_round() const { return impl_->stochastic_round_bits; }
+
 void Context::seed(uint64_t s) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->seed = (uint32_t)(s ^ (s >> 32));
@@ -285,13 +303,15 @@ void Context::synchronize() {
 // ---- evaluation
 
 CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr) {
-    assignment_signature(expr, dst, /*options=*/0, "assign", signature);
+    // Everything besides the graph that changes the generated code goes into `options`.
+    assignment_signature(expr, dst, /*options=*/(uint64_t)stochastic_round_bits, "assign", signature);
     check_devices(expr);
     if (CachedPlan* p = plans.find(signature)) {
         ++counters.plan_hits;
         return p;
     }
-    CachedPlan plan = make_cached_plan(compile_assignment(expr, dst, target), signature);
+    CachedPlan plan =
+        make_cached_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits}), signature);
     for (CachedStage& st : plan.stages) {
         const std::string& key = st.lowered.key;
 #ifdef KILN_CUDA

@@ -19,6 +19,10 @@ struct ContextOptions {
     std::string device;                 // "cpu", "cuda", "cuda:N"; empty: KILN_BACKEND, else the best available
     uint64_t seed = 0;                  // RNG seed
     DType default_dtype = DType::Float32;
+    // Stores to float16/bfloat16 round stochastically, keeping this many mantissa bits (1..10;
+    // bfloat16 keeps at most 7), with random bits from the context's RNG (reproducible for a
+    // seed); 0: round to nearest even. See Context::set_stochastic_round.
+    int stochastic_round = 0;
 };
 
 struct Counters {
@@ -70,6 +74,11 @@ public:
 
     // ---- state
     void seed(uint64_t s);
+    // Stochastic rounding of 16-bit float stores, as in the seeds: `bits` mantissa bits kept
+    // (1..10), 0 = off; true = 10 (float16's whole mantissa), false = off.
+    void set_stochastic_round(int bits);
+    void set_stochastic_round(bool on) { set_stochastic_round(on ? 10 : 0); }
+    int stochastic_round() const;
     Counters counters() const;
     void reset_counters();
     void synchronize();

@@ -25,6 +25,7 @@ struct Context::Impl {
     DType default_dtype = DType::Float32;
     uint32_t seed = 0;
     uint32_t rng_counter = 0;
+    int stochastic_round_bits = 0;
     Counters counters;
     std::mutex mu;
     std::string target;  // what kernels are compiled for: part of every kernel key

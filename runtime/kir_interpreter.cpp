@@ -160,6 +160,8 @@ struct Exec {
         case Op::Shr: r.i = (int32_t)((uint32_t)A(0).i >> (A(1).i & 31)); break;
         case Op::MulHi: r.i = (int32_t)(uint32_t)(((uint64_t)(uint32_t)A(0).i * (uint32_t)A(1).i) >> 32); break;
         case Op::Select: r = A(0).i ? A(1) : A(2); break;
+        case Op::AsI32: { const float f = A(0).f; std::memcpy(&r.i, &f, 4); break; }
+        case Op::AsF32: { const int32_t i = A(0).i; std::memcpy(&r.f, &i, 4); break; }
         }
     }
 

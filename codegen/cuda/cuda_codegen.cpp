@@ -97,7 +97,7 @@ int arity(Op op) {
         return 0;
     case Op::Gather: case Op::Neg: case Op::Abs: case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log:
     case Op::Log2: case Op::Tanh: case Op::Rint: case Op::Sign: case Op::IsFinite: case Op::ToF32: case Op::ToI32:
-    case Op::WrapI8: case Op::WrapU8: case Op::ToBool:
+    case Op::WrapI8: case Op::WrapU8: case Op::ToBool: case Op::AsI32: case Op::AsF32:
         return 1;
     case Op::Select: return 3;
     default: return 2;
@@ -400,6 +400,8 @@ private:
         case Op::Shr: return fmt::format("(int)((unsigned){} >> ({} & 31))", x, y);
         case Op::MulHi: return fmt::format("(int)__umulhi((unsigned){}, (unsigned){})", x, y);
         case Op::Select: return fmt::format("{} != 0 ? {} : {}", x, y, v(in.a[2]));
+        case Op::AsI32: return fmt::format("__float_as_int({})", x);
+        case Op::AsF32: return fmt::format("__int_as_float({})", x);
         }
         return "?";
     }

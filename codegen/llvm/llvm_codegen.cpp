@@ -736,6 +736,8 @@ private:
             return b_.CreateTrunc(b_.CreateLShr(p, 32), i32_);
         }
         case Op::Select: return b_.CreateSelect(b_.CreateICmpNE(A(0), i32c(0)), A(1), A(2));
+        case Op::AsI32: return b_.CreateBitCast(A(0), i32_);
+        case Op::AsF32: return b_.CreateBitCast(A(0), f32_);
         }
         throw InternalError("llvm codegen: unknown op in instruction %" + std::to_string(id) + " of " + k_.name);
     }

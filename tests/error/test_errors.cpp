@@ -453,3 +453,12 @@ TEST_CASE("add: an integer literal out of the int8 operand's range (NumPy 2 rais
     out.assign(x < 200);
     CHECK(out.to_vector<bool>() == std::vector<bool>{true, true});
 }
+
+TEST_CASE("Context: stochastic_round outside 0..10") {
+    std::string m = error_of([&] { cpu().set_stochastic_round(11); }, Error::Kind::Value);
+    has_all(m, {"Context", "stochastic_round = 11", "valid: 1 to 10", "true = 10", "bfloat16 keeps at most 7", "0 / false"});
+    m = error_of([&] { cpu().set_stochastic_round(-1); }, Error::Kind::Value);
+    has_all(m, {"stochastic_round = -1"});
+    m = error_of([&] { kiln::Context c(kiln::ContextOptions{"cpu", 0, DType::Float32, 24}); }, Error::Kind::Value);
+    has_all(m, {"stochastic_round = 24"});
+}

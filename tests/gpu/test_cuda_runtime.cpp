@@ -284,3 +284,20 @@ TEST_CASE("gpu: a result does not depend on the run (deterministic reductions)")
         CHECK(s.to_vector<float>() == s0);
     }
 }
+
+TEST_CASE("gpu: stochastic rounding draws the same bits as the CPU backend") {
+    REQUIRE_GPU();
+    std::vector<float> f = random_floats(100000, 21);
+    auto run = [&](const char* device) {
+        Context ctx(ContextOptions{device, 99, DType::Float32, 10});
+        Tensor a = ctx.array(f, {100, 1000}), h = ctx.empty({100, 1000}, DType::Float16), b = ctx.empty({100, 1}, DType::BFloat16);
+        h[all] = a * 1.37f;
+        b[all] = sum(a, 1) * 0.01f;
+        return std::make_pair(h.to_vector<float>(), b.to_vector<float>());
+    };
+    auto [hc, bc] = run("cpu");
+    auto [hg, bg] = run("cuda");
+    CHECK(hg == hc);
+    // Sums in another order may differ in their last bits before rounding: compare loosely.
+    for (size_t i = 0; i < bc.size(); ++i) CHECK(std::abs(bg[i] - bc[i]) <= std::abs(bc[i]) * 0.01f + 1e-6f);
+}

@@ -46,6 +46,7 @@ inline kir::Kernel all_ops_kernel() {
     };
     int lt = b.op(Op::Lt, CT::I32, x, y);
     f.push_back(b.op(Op::Select, CT::F32, lt, x, y));
+    f.push_back(b.op(Op::AsF32, CT::F32, b.op(Op::And, CT::I32, n, b.ci(0x3fffffff))));
     int idx = b.op(Op::And, CT::I32, n, b.ci(3));
     f.push_back(b.gather(table, idx, ip_stride));
     int fsum = sum_all(b, f);
@@ -62,6 +63,7 @@ inline kir::Kernel all_ops_kernel() {
         b.op(Op::Gt, CT::I32, n, m), b.op(Op::Ge, CT::I32, n, m), b.op(Op::And, CT::I32, n, m),
         b.op(Op::Or, CT::I32, n, m), b.op(Op::Xor, CT::I32, n, m), b.op(Op::Shl, CT::I32, n, idx),
         b.op(Op::Shr, CT::I32, n, idx), b.op(Op::MulHi, CT::I32, n, m), b.op(Op::Select, CT::I32, lt, n, m),
+        b.op(Op::AsI32, CT::I32, x),
         b.coord(0), b.coord(1), b.linear_id(), b.ci(INT32_MIN), b.ci(-7),
     };
     int isum = sum_all(b, i);
