@@ -236,6 +236,8 @@ private:
     Scope scope_ = Scope::Elementwise;
     // Per buffer: when set, what a Load of it reads (a register holding the converted value).
     std::vector<std::string> load_override_;
+    // Row kernels, per buffer: when set, the element already loaded (by a 16-byte load).
+    std::vector<std::string> preloaded_;
 
     template <typename... T>
     void line(fmt::format_string<T...> f, T&&... args) {
@@ -585,7 +587,11 @@ private:
             const DType t = k_.buffers[buf].dtype;
             const std::string mem = load_expr(t, fmt::format("b{}[{}]", buf, offset((int)buf)));
             const char* ct = ctype(compute_type(t));
-            if (first_use[buf] == (int)bi) {
+            const std::string& pre = preloaded_.empty() ? std::string() : preloaded_[buf];
+            if (!pre.empty()) {
+                line("const {} l{} = {};", ct, buf, pre);
+                if (first_use[buf] == (int)bi) line("if (cached) x{0}[{1} * row_threads] = l{0};", buf, j);
+            } else if (first_use[buf] == (int)bi) {
                 line("const {} l{} = {};", ct, buf, mem);
                 line("if (cached) x{0}[{1} * row_threads] = l{0};", buf, j);
             } else {
@@ -593,11 +599,24 @@ private:
             }
             load_override_[buf] = fmt::format("l{}", buf);
         }
+        for (size_t buf = 0; buf < preloaded_.size(); ++buf)
+            if (slot[buf] < 0 && !preloaded_[buf].empty()) load_override_[buf] = preloaded_[buf];
         emit_instrs(b);
         add_to_acc_states(b, "(int)ri");
         emit_stores(b);
         load_override_.assign(k_.buffers.size(), "");
         scope_ = Scope::PPoint;
+    }
+
+    int row_vector_width() const { return detail::row_vector_width(k_); }
+
+    // The R index of this thread's element `j` (see row_vector_width).
+    std::string row_index(const std::string& j) const {
+        const int v = row_vector_width();
+        if (v == 1) return fmt::format("({}) * G + t", j);
+        int s = 0;
+        while ((1 << s) < v) ++s;
+        return fmt::format("((({0}) >> {1}) * G + t) * {2} + (({0}) & {3})", j, s, v, v - 1);
     }
 
     int first_loop_block() const {
@@ -630,8 +649,9 @@ private:
         line("const int group = (int)threadIdx.x / G;");
         line("const int lane = (int)threadIdx.x % row_threads;");
         line("const int t = (int)(blockIdx.x % blocks_per_row) * nthreads + lane;");
-        line("const long long per_thread = (nr + G - 1) / G;");
-        line("const long long full = nr / G;   // elements every thread of a row has");
+        const int vw = row_vector_width();
+        line("const long long per_thread = (nr + (long long)G * {0} - 1) / ((long long)G * {0}) * {0};", vw);
+        line("const long long full = nr / ((long long)G * {0}) * {0};   // elements every thread of a row has", vw);
         if (nslots > 0) {
             // Element j of this thread sits at [j * row_threads + lane] of its row's slice: each
             // thread reads back only what it wrote, so no barrier is needed.
@@ -669,21 +689,59 @@ private:
             init_acc_states(b);
             // Several elements per step without bounds checks (their loads can all be in flight
             // at once: sixteen in the first pass, which reads memory), then the rest one by one.
-            const int step = (int)bi == first_loop_block() ? 16 : 4;
+            const bool first = (int)bi == first_loop_block();
+            const int step = first ? 16 : 4;
+            // The first pass loads each aligned row's groups with 16-byte loads.
+            std::vector<size_t> vec_bufs;
+            if (first && vw > 1)
+                for (size_t buf = 0; buf < k_.buffers.size(); ++buf) {
+                    bool loaded = false;
+                    for (int id : b.instrs) loaded = loaded || (k_.instrs[id].op == Op::Load && k_.instrs[id].index == (int)buf);
+                    if (loaded && k_.buffers[buf].layout[rdims_[0]] == StrideKind::One &&
+                        dtype_size(k_.buffers[buf].dtype) * vw == 16)
+                        vec_bufs.push_back(buf);
+                }
             line("long long j = 0;");
             open("if (live)");
+            if (!vec_bufs.empty()) {
+                std::string mis;
+                for (size_t buf : vec_bufs)
+                    mis += fmt::format("{}(unsigned long long)(b{} + {})", mis.empty() ? "" : " | ", buf, offset((int)buf));
+                line("const bool aligned = (({}) & 15) == 0;", mis);
+                line("#pragma unroll 1");
+                open(fmt::format("for (; aligned && j + {0} <= full; j += {0})", step));
+                preloaded_.assign(k_.buffers.size(), "");
+                for (size_t buf : vec_bufs) {
+                    const DType t = k_.buffers[buf].dtype;
+                    for (int g = 0; g < step / vw; ++g)
+                        line("const uint4 w{0}_{1} = *(const uint4*)(b{0} + {2} + (((j >> {3}) + {1}) * G + t) * {4});", buf, g,
+                             offset((int)buf), vw == 4 ? 2 : vw == 8 ? 3 : 4, vw);
+                    line("{} e{}[{}];", ctype(compute_type(t)), buf, step);
+                    for (int u = 0; u < step; ++u)
+                        line("e{}[{}] = {};", buf, u,
+                             load_expr(t, word_element(t, vw, fmt::format("w{}_{}", buf, u / vw), u % vw)));
+                    preloaded_[buf] = fmt::format("e{}[u]", buf);
+                }
+                line("#pragma unroll");
+                open(fmt::format("for (int u = 0; u < {}; ++u)", step));
+                line("const long long ri = {};", row_index("j + u"));
+                emit_row_element(bi, slot, first_use, "(j + u)");
+                preloaded_.clear();
+                close();
+                close();
+            }
             line("#pragma unroll 1");
             open(fmt::format("for (; j + {0} <= full; j += {0})", step));
             line("#pragma unroll");
             open(fmt::format("for (int u = 0; u < {}; ++u)", step));
-            line("const long long ri = (j + u) * G + t;");
+            line("const long long ri = {};", row_index("j + u"));
             emit_row_element(bi, slot, first_use, "(j + u)");
             close();
             close();
             close();
             line("#pragma unroll 1");
             open("for (; j < per_thread; ++j)");
-            line("const long long ri = j * G + t;");
+            line("const long long ri = {};", row_index("j"));
             open("if (live && ri < nr)");
             emit_row_element(bi, slot, first_use, "j");
             close();

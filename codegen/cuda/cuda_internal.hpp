@@ -18,6 +18,12 @@ inline constexpr int kColumnSlices = 8;
 // Row kernels keep every buffer a Loop block loads (not gathers) in shared memory when a later
 // pass loads it again. Per buffer: its slot in the row cache, or -1.
 std::vector<int> row_cache_slots(const kir::Kernel& k);
+
+// Row kernels with one reduced dim read it in groups of V consecutive elements per thread
+// (V * the widest loaded element = 16 bytes), so the first pass can load a group with one
+// 16-byte load when the row is aligned; V = 1 when no loaded buffer is contiguous along it.
+// Element j of a thread is R index ((j / V) * G + t) * V + j % V.
+int row_vector_width(const kir::Kernel& k);
 int row_cache_slot_count(const kir::Kernel& k);
 
 } // namespace kiln::codegen::detail

@@ -75,6 +75,23 @@ std::vector<int> row_cache_slots(const kir::Kernel& k) {
     return slot;
 }
 
+int row_vector_width(const kir::Kernel& k) {
+    int rdim = -1, nreduced = 0;
+    for (int d = 0; d < k.rank; ++d)
+        if (k.reduced[d]) rdim = d, ++nreduced;
+    if (nreduced != 1) return 1;
+    size_t widest = 0;
+    for (const kir::Block& b : k.blocks) {
+        if (!b.loop) continue;
+        for (int id : b.instrs) {
+            const kir::Instr& in = k.instrs[id];
+            if (in.op == kir::Op::Load && k.buffers[in.index].layout[rdim] == kir::StrideKind::One)
+                widest = std::max(widest, dtype_size(k.buffers[in.index].dtype));
+        }
+    }
+    return widest ? (int)(16 / widest) : 1;
+}
+
 int row_cache_slot_count(const kir::Kernel& k) {
     int n = 0;
     for (int s : row_cache_slots(k)) n += s >= 0;
@@ -142,9 +159,10 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         const int64_t busy = (int64_t)dev.multiprocessors * 1024;
         int64_t g = std::min(pow2_ceil((nr + 31) / 32), max_g);
         while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
+        const int64_t v = detail::row_vector_width(k);
         auto cache_bytes = [&](int64_t g) {
             const int64_t block = std::max<int64_t>(std::min<int64_t>(g, kCudaMaxRowBlock), kCudaBlockSize);
-            return (size_t)(slots * block * ((nr + g - 1) / g) * 4);
+            return (size_t)(slots * block * ((nr + g * v - 1) / (g * v) * v) * 4);
         };
         while (slots && cache_bytes(g) > dev.max_shared && g < max_g) g *= 2;
         const int64_t block = g >= kCudaBlockSize ? std::min<int64_t>(g, kCudaMaxRowBlock) : kCudaBlockSize;

@@ -133,6 +133,27 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     CHECK(full.find("kiln_block_reduce<") != std::string::npos);
 }
 
+TEST_CASE("row kernels load aligned rows 16 bytes at a time in their first pass") {
+    for (DType dt : {DType::Float32, DType::Float16}) {
+        test::KernelBuilder b("kiln_rowvec", "PR");
+        int out = b.output(DType::Float32, "10"), in = b.input(dt, "x1");
+        b.loop();
+        int x = b.load(in);
+        int acc = b.accum(kir::AccKind::Sum, x);
+        b.point();
+        b.store(out, b.acc_result(acc));
+        const int v = dt == DType::Float32 ? 4 : 8;
+        CudaSource src = codegen::emit_cuda(b.kernel());
+        INFO(src.code);
+        CHECK(src.code.find("const bool aligned = (((unsigned long long)(b1 + pb1)) & 15) == 0;") != std::string::npos);
+        CHECK(src.code.find(fmt::format("const uint4 w1_0 = *(const uint4*)(b1 + pb1 + (((j >> {}) + 0) * G + t) * {});",
+                                        v == 4 ? 2 : 3, v)) != std::string::npos);
+        CHECK(src.code.find(fmt::format("const long long ri = (((j + u) >> {}) * G + t) * {} + ((j + u) & {});",
+                                        v == 4 ? 2 : 3, v, v - 1)) != std::string::npos);
+        require_compiles("rowvec", src);
+    }
+}
+
 TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
     test::KernelBuilder b("kiln_vec", "P");
     int x = b.input(DType::Float32, "1"), h = b.input(DType::Float16, "1"), s = b.input(DType::Float32, "0"),
