@@ -1,94 +1,224 @@
+// DiskCache: paths, the load/store policy and memory-only mode (see disk_cache.hpp).
 #include "runtime/cache/disk_cache.hpp"
 
 #include "compiler/log.hpp"
 #include "runtime/cache/entry_format.hpp"
 #include "runtime/cache/file_io.hpp"
 
-#include <fmt/format.h>
-
 #include <cstdlib>
+#include <mutex>
+#include <set>
+#include <string_view>
+#include <system_error>
 
+#include <pwd.h>
 #include <unistd.h>
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "dev"
+#endif
 
 namespace kiln::cache {
 
 namespace {
 
-std::string env(const char* name) {
+std::string env_string(const char* name) {
     const char* v = std::getenv(name);
     return v ? std::string(v) : std::string();
+}
+
+std::string strip_trailing_slashes(std::string p) {
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    return p;
+}
+
+std::string join(const std::string& base, const char* rel) {
+    std::string b = strip_trailing_slashes(base);
+    return b.ends_with('/') ? b + rel : b + "/" + rel;
+}
+
+std::string home_directory() {
+    std::string home = env_string("HOME");
+    if (!home.empty()) return home;
+    long size = ::sysconf(_SC_GETPW_R_SIZE_MAX);
+    std::vector<char> buf(size > 0 ? static_cast<size_t>(size) : 16384);
+    struct passwd pw;
+    struct passwd* found = nullptr;
+    if (::getpwuid_r(::getuid(), &pw, buf.data(), buf.size(), &found) == 0 && found && found->pw_dir)
+        return found->pw_dir;
+    return {};
+}
+
+std::string error_text(int error) { return std::error_code(error, std::generic_category()).message(); }
+
+EntryIdentity identity(const std::string& kiln_version, const DiskCacheKey& key) {
+    return EntryIdentity{kiln_version, key.toolchain, key.arch, key.material};
+}
+
+// Directories whose memory-only warning this process has printed: several caches (one per
+// device or context) on the same unusable directory say so once.
+bool first_warning_for(const std::string& dir) {
+    static std::mutex mu;
+    static auto* warned = new std::set<std::string>();   // never destroyed: usable during exit
+    std::lock_guard<std::mutex> lock(mu);
+    return warned->insert(dir).second;
 }
 
 } // namespace
 
 std::string default_cache_dir() {
-    if (std::string d = env("KILN_CACHE_DIR"); !d.empty()) return d;
-    if (std::string d = env("XDG_CACHE_HOME"); !d.empty()) return d + "/kiln";
-    if (std::string d = env("HOME"); !d.empty()) return d + "/.cache/kiln";
-    return {};
+    if (std::string d = env_string("KILN_CACHE_DIR"); !d.empty()) return d;
+    // The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
+    if (std::string x = env_string("XDG_CACHE_HOME"); !x.empty() && x.front() == '/') return join(x, "kiln");
+    std::string home = home_directory();
+    if (home.empty()) return {};
+    return join(home, ".cache/kiln");
 }
 
-DiskCache::DiskCache(DiskCacheOptions opts) : dir_(opts.dir.empty() ? default_cache_dir() : opts.dir), kiln_version_(opts.kiln_version) {
-    if (dir_.empty()) disable("no cache directory: none of KILN_CACHE_DIR, XDG_CACHE_HOME, HOME is set");
+DiskCache::DiskCache(DiskCacheOptions options)
+    : dir_(strip_trailing_slashes(options.dir.empty() ? default_cache_dir() : std::move(options.dir))),
+      kiln_version_(options.kiln_version.empty() ? std::string(KILN_VERSION) : std::move(options.kiln_version)) {
+    const std::string sync = env_string("KILN_CACHE_FSYNC");
+    sync_ = !sync.empty() && sync != "0";
+    if (dir_.empty()) {
+        disable("no cache directory is known (set KILN_CACHE_DIR, XDG_CACHE_HOME or HOME)");
+        return;
+    }
+    int error = 0;
+    if (!make_directories(dir_, &error))
+        disable(fmt::format("cannot create the cache directory {}: {}", dir_, error_text(error)));
+    else
+        log_debug("kernel cache: {}", dir_);
+}
+
+void DiskCache::disable(const std::string& why) {
+    if (!enabled_.exchange(false)) return;
+    if (first_warning_for(dir_))
+        log_warn("kernel cache: {}; compiled kernels are kept in memory only, for this process "
+                 "(set KILN_CACHE_DIR to a writable directory to keep them)", why);
 }
 
 std::string DiskCache::path_for(const DiskCacheKey& key) const {
-    uint64_t h = fnv1a(key.material);
-    for (const std::string* s : {&key.arch, &key.toolchain, &kiln_version_}) h = fnv1a(*s, fnv1a("\n", h));
-    const std::string hex = fmt::format("{:016x}", h);
-    return fmt::format("{}/{}/{}.bin", dir_, hex.substr(0, 2), hex);
+    if (dir_.empty()) return {};
+    // Length prefixes keep ("ab", "c") and ("a", "bc") apart.
+    Fnv1a64 h;
+    for (const std::string* s : {&key.material, &key.arch, &key.toolchain, &kiln_version_}) {
+        h.add_u64(s->size());
+        h.add(*s);
+    }
+    const std::string hex = fmt::format("{:016x}", h.value());
+    return fmt::format("{}/{}/{}.bin", dir_ == "/" ? "" : dir_, hex.substr(0, 2), hex);
 }
 
 std::optional<std::vector<char>> DiskCache::load(const DiskCacheKey& key) {
-    if (dir_.empty()) return std::nullopt;
+    if (dir_.empty()) {
+        misses_.fetch_add(1, std::memory_order_relaxed);
+        return std::nullopt;
+    }
     const std::string path = path_for(key);
-    std::optional<std::vector<char>> file = read_file(path);
-    if (!file) {
-        ++misses_;
+    auto reject = [&](FileId id, const char* why) {
+        rejected_.fetch_add(1, std::memory_order_relaxed);
+        const bool removed = remove_if_unchanged(path, id);
+        log_info("kernel cache: ignoring {}: {}{}; the kernel will be compiled again", path, why,
+                 removed ? " (removed)" : "");
+    };
+    try {
+        ReadResult r = read_file(path, kMaxEntrySize);
+        switch (r.status) {
+        case ReadStatus::NotFound:
+            misses_.fetch_add(1, std::memory_order_relaxed);
+            return std::nullopt;
+        case ReadStatus::Error:
+            misses_.fetch_add(1, std::memory_order_relaxed);
+            log_debug("kernel cache: cannot read {}: {}", path, error_text(r.error));
+            return std::nullopt;
+        case ReadStatus::NotRegular: reject(r.id, "not a regular file"); return std::nullopt;
+        case ReadStatus::TooLarge: reject(r.id, "larger than any entry"); return std::nullopt;
+        case ReadStatus::Ok: break;
+        }
+        const ParsedEntry e = verify_entry(r.data, identity(kiln_version_, key));
+        if (e.check != EntryCheck::Ok) {
+            reject(r.id, describe(e.check));
+            return std::nullopt;
+        }
+        // The binary is the file's tail: move it to the front instead of copying it out.
+        r.data.erase(r.data.begin(), r.data.begin() + static_cast<std::ptrdiff_t>(e.binary_offset));
+        hits_.fetch_add(1, std::memory_order_relaxed);
+        return std::optional<std::vector<char>>(std::move(r.data));
+    } catch (const std::exception& ex) {   // only allocation can throw here
+        misses_.fetch_add(1, std::memory_order_relaxed);
+        log_debug("kernel cache: cannot load {}: {}", path, ex.what());
         return std::nullopt;
     }
-    std::vector<char> binary;
-    std::string why;
-    if (!decode_entry(*file, EntryFields{kiln_version_, key.toolchain, key.arch, key.material}, &binary, &why)) {
-        ++rejected_;
-        log_info("kernel cache: ignoring {}: {}", path, why);
-        if (enabled()) ::unlink(path.c_str());
-        return std::nullopt;
-    }
-    ++hits_;
-    return binary;
 }
 
 void DiskCache::store(const DiskCacheKey& key, const std::vector<char>& binary) {
     if (!enabled()) return;
     try {
-        const std::vector<char> bytes = encode_entry(EntryFields{kiln_version_, key.toolchain, key.arch, key.material}, binary);
-        std::string why;
-        if (write_file_atomic(path_for(key), bytes.data(), bytes.size(), &why)) {
-            ++writes_;
+        const EntryIdentity id = identity(kiln_version_, key);
+        if (!entry_fits(id, binary.size())) {
+            log_debug("kernel cache: not storing a {}-byte binary with {}-byte key material: over the format's limits",
+                      binary.size(), key.material.size());
             return;
         }
-        disable(why);
-    } catch (const std::exception& e) {
-        disable(e.what());
+        const std::string path = path_for(key);
+        const std::string sub = path.substr(0, path.rfind('/'));
+        int error = 0;
+        if (!make_directories(sub, &error)) {
+            write_failures_.fetch_add(1, std::memory_order_relaxed);
+            disable(fmt::format("cannot create {}: {}", sub, error_text(error)));
+            return;
+        }
+        const std::vector<char> header = serialize_header(id, binary);
+        const WriteResult w = write_file_atomic(path, {header, binary}, sync_);
+        if (!w.ok) {
+            write_failures_.fetch_add(1, std::memory_order_relaxed);
+            disable(fmt::format("cannot write {} ({} failed: {})", path, w.step, error_text(w.error)));
+            return;
+        }
+        writes_.fetch_add(1, std::memory_order_relaxed);
+    } catch (const std::exception& ex) {
+        write_failures_.fetch_add(1, std::memory_order_relaxed);
+        disable(fmt::format("cannot store an entry: {}", ex.what()));
     }
 }
 
 std::string DiskCache::save_source(const std::string& name, const std::string& source) {
     if (dir_.empty()) return {};
-    const std::string path = fmt::format("{}/sources/{}.cu", dir_, name);
-    std::string why;
-    return write_file_atomic(path, source.data(), source.size(), &why) ? path : std::string();
-}
-
-void DiskCache::disable(const std::string& why) {
-    ++write_failures_;
-    if (writable_.exchange(false))
-        log_warn("kernel cache: cannot write to '{}' ({}); compiled kernels are kept in memory only", dir_, why);
+    try {
+        std::string clean = name.empty() ? std::string("_") : name;
+        for (char& c : clean) {
+            const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                            c == '-' || c == '.';
+            if (!ok) c = '_';
+        }
+        if (clean.front() == '.') clean.insert(clean.begin(), '_');   // no hidden, temporary or ".." names
+        const std::string sub = join(dir_, "sources");
+        int error = 0;
+        if (!make_directories(sub, &error)) {
+            log_debug("kernel cache: cannot create {}: {}", sub, error_text(error));
+            return {};
+        }
+        const std::string path = sub + "/" + clean + ".cu";
+        const WriteResult w = write_file_atomic(path, {std::span<const char>(source.data(), source.size())}, false);
+        if (!w.ok) {
+            log_debug("kernel cache: cannot write {} ({} failed: {})", path, w.step, error_text(w.error));
+            return {};
+        }
+        return path;
+    } catch (const std::exception&) {
+        return {};
+    }
 }
 
 DiskCacheStats DiskCache::stats() const {
-    return DiskCacheStats{hits_.load(), misses_.load(), rejected_.load(), writes_.load(), write_failures_.load()};
+    DiskCacheStats s;
+    s.hits = hits_.load(std::memory_order_relaxed);
+    s.misses = misses_.load(std::memory_order_relaxed);
+    s.rejected = rejected_.load(std::memory_order_relaxed);
+    s.writes = writes_.load(std::memory_order_relaxed);
+    s.write_failures = write_failures_.load(std::memory_order_relaxed);
+    return s;
 }
 
 } // namespace kiln::cache

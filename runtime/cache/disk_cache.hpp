@@ -1,14 +1,26 @@
-// The on-disk kernel cache (DESIGN.md, "kernel caches"): compiled binaries keyed by everything
-// that changes them, so a process that has compiled a kernel once never compiles it again, on
-// this machine or on any machine that shares the directory (kiln-warmup fills one offline).
+// The on-disk kernel cache: compiled binaries (cubins) kept across processes, so a program that
+// ran before — or a cache warmed offline by kiln-warmup — never waits for NVRTC.
 //
-// Directory: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; entries live in
-// <dir>/<first two hex digits>/<16 hex digits>.bin (a hash of the key), with the format of
-// entry_format.hpp. Files are written by temporary file + rename (file_io.hpp); every load is
-// verified in full and a file that fails is a miss (and is removed, so the recompiled kernel
-// replaces it). A directory that cannot be written (read-only, full, missing permissions)
-// turns the cache memory-only for writes, with one warning; loads keep working, so a read-only
-// pre-warmed cache still serves. Thread-safe; safe across processes.
+// Why it exists: compiling a kernel costs tens to hundreds of milliseconds; reading it back
+// costs microseconds. The backend asks its memory cache first, then this, then compiles and
+// stores here. This class owns the policy — where files go, what makes an entry trustworthy,
+// what happens when the directory cannot be written — and knows nothing about CUDA.
+//
+// Files: <dir>/<2 hex>/<16 hex>.bin, the hex being the 64-bit FNV-1a of (material, arch,
+// toolchain, kiln version), each length-prefixed. A file holds a header (entry_format.hpp) with
+// the FULL key material, compared on load, so a hash collision is a miss, never a wrong kernel.
+// A file that fails any check is counted as rejected, removed when the directory allows, and
+// load() returns nullopt: the caller compiles again and store() replaces the file.
+//
+// Concurrency: every method may be called from any thread; several processes may share a
+// directory. Writes go to a uniquely named temporary file renamed into place (file_io.hpp), so
+// readers see the old complete file or the new complete one. Identical keys racing to store
+// write identical entries; the last rename wins.
+//
+// Failure: store() never throws. The first write that fails (read-only or full directory,
+// missing permissions) turns the object into memory-only mode — stores become no-ops — with one
+// log_warn, printed once per directory per process. load() keeps reading, so a read-only,
+// pre-warmed cache keeps working. KILN_CACHE_FSYNC=1 adds fsync before each rename.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -20,7 +32,7 @@ namespace kiln::cache {
 
 struct DiskCacheOptions {
     std::string dir;            // empty: default_cache_dir()
-    std::string kiln_version;
+    std::string kiln_version;   // empty: this library's version (KILN_VERSION)
 };
 
 struct DiskCacheKey {
@@ -29,24 +41,34 @@ struct DiskCacheKey {
     std::string toolchain;      // "nvrtc 13.0"
 };
 
+// Each load() counts exactly one of hits, misses (no file or an unreadable one) and rejected
+// (a file that failed a check). writes and write_failures count store() calls that reached
+// the disk; stores skipped in memory-only mode count in neither.
 struct DiskCacheStats {
     uint64_t hits = 0, misses = 0, rejected = 0, writes = 0, write_failures = 0;
 };
 
 class DiskCache {
 public:
-    explicit DiskCache(DiskCacheOptions opts);
+    explicit DiskCache(DiskCacheOptions options);
+    DiskCache(const DiskCache&) = delete;
+    DiskCache& operator=(const DiskCache&) = delete;
 
-    // The binary stored for `key`; nullopt on a miss or when the file fails a check (counted as
-    // rejected, logged at KILN_LOG=info with the reason).
+    // The binary stored for `key`, or nullopt on a miss or on a file that failed a check.
     std::optional<std::vector<char>> load(const DiskCacheKey& key);
-    // Never throws. A failure disables further writes, with one warning.
+
+    // Writes (or replaces) the entry for `key`. Never throws; see "Failure" above.
     void store(const DiskCacheKey& key, const std::vector<char>& binary);
-    // Writes <dir>/sources/<name>.cu; returns its path, or "" when it cannot.
+
+    // Writes `source` to <dir>/sources/<name>.cu (temporary file + rename) so an error message
+    // can point at it. Characters of `name` outside [A-Za-z0-9_.-] become '_'. Returns the
+    // path, or "" when it cannot be written. Independent of memory-only mode, never throws.
     std::string save_source(const std::string& name, const std::string& source);
 
+    // Where the entry for `key` lives (whether or not it exists).
     std::string path_for(const DiskCacheKey& key) const;
-    bool enabled() const { return writable_.load(); }
+
+    bool enabled() const { return enabled_.load(std::memory_order_relaxed); }   // false once writes failed
     const std::string& dir() const { return dir_; }
     DiskCacheStats stats() const;
 
@@ -55,11 +77,13 @@ private:
 
     std::string dir_;
     std::string kiln_version_;
-    std::atomic<bool> writable_{true};
+    bool sync_ = false;
+    std::atomic<bool> enabled_{true};
     std::atomic<uint64_t> hits_{0}, misses_{0}, rejected_{0}, writes_{0}, write_failures_{0};
 };
 
-// KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln; "" when none is set.
+// KILN_CACHE_DIR if set and non-empty, else $XDG_CACHE_HOME/kiln if XDG_CACHE_HOME is an
+// absolute path, else $HOME/.cache/kiln (HOME, else the password database). "" if none is known.
 std::string default_cache_dir();
 
 } // namespace kiln::cache

@@ -1,85 +1,169 @@
+// Serialising and checking cache entries (layout in entry_format.hpp). Reading goes through
+// explicit little-endian decoding with every length checked against the buffer before use, so
+// no file content can make it read out of bounds.
 #include "runtime/cache/entry_format.hpp"
 
-#include <fmt/format.h>
+#include "ir/error.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace kiln::cache {
 
 namespace {
 
-constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'K', 'C', '0', '1'};
-constexpr size_t kFixed = 8 + 4 * 4 + 8 * 3;
-
-template <typename T>
-void put(std::vector<char>& out, T v) {
-    for (size_t i = 0; i < sizeof(T); ++i) out.push_back((char)((uint64_t)v >> (8 * i)));
+// Writes v as `width` little-endian bytes at out[offset]; callers size `out` first.
+void put_le(std::vector<char>& out, size_t offset, int width, uint64_t v) {
+    for (int i = 0; i < width; ++i) out[offset + static_cast<size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-template <typename T>
-T get(const char* p) {
+// Callers guarantee offset + width <= file.size().
+uint32_t get_u32(std::span<const char> file, size_t offset) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= uint32_t(static_cast<unsigned char>(file[offset + i])) << (8 * i);
+    return v;
+}
+
+uint64_t get_u64(std::span<const char> file, size_t offset) {
     uint64_t v = 0;
-    for (size_t i = 0; i < sizeof(T); ++i) v |= (uint64_t)(unsigned char)p[i] << (8 * i);
-    return (T)v;
+    for (int i = 0; i < 8; ++i) v |= uint64_t(static_cast<unsigned char>(file[offset + i])) << (8 * i);
+    return v;
 }
 
 } // namespace
 
-uint64_t fnv1a(std::string_view bytes, uint64_t h) {
-    for (unsigned char c : bytes) {
-        h ^= c;
-        h *= 0x100000001b3ull;
-    }
-    return h;
+void Fnv1a64::add_u64(uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>((v >> (8 * i)) & 0xff);
+    add(b, 8);
 }
 
-std::vector<char> encode_entry(const EntryFields& f, const std::vector<char>& binary) {
-    std::vector<char> out(kMagic, kMagic + 8);
-    out.reserve(kFixed + f.kiln_version.size() + f.toolchain.size() + f.arch.size() + f.material.size() + binary.size());
-    put<uint32_t>(out, kEntryFormat);
-    put<uint32_t>(out, (uint32_t)f.kiln_version.size());
-    put<uint32_t>(out, (uint32_t)f.toolchain.size());
-    put<uint32_t>(out, (uint32_t)f.arch.size());
-    put<uint64_t>(out, f.material.size());
-    put<uint64_t>(out, binary.size());
-    put<uint64_t>(out, fnv1a(std::string_view(binary.data(), binary.size())));
-    for (const std::string* s : {&f.kiln_version, &f.toolchain, &f.arch, &f.material}) out.insert(out.end(), s->begin(), s->end());
-    out.insert(out.end(), binary.begin(), binary.end());
+uint64_t checksum(std::span<const char> binary) {
+    Fnv1a64 h;
+    h.add(binary.data(), binary.size());
+    return h.value();
+}
+
+const char* describe(EntryCheck c) {
+    switch (c) {
+    case EntryCheck::Ok: return "valid";
+    case EntryCheck::Truncated: return "truncated";
+    case EntryCheck::BadMagic: return "not a kiln cache file (bad magic)";
+    case EntryCheck::BadFormatVersion: return "another cache format version";
+    case EntryCheck::FieldTooLarge: return "a header field is out of range";
+    case EntryCheck::TrailingBytes: return "longer than its header says";
+    case EntryCheck::KilnVersionMismatch: return "written by another kiln version";
+    case EntryCheck::ToolchainMismatch: return "compiled by another toolchain version";
+    case EntryCheck::ArchMismatch: return "compiled for another arch";
+    case EntryCheck::MaterialMismatch: return "holds another key (hash collision)";
+    case EntryCheck::ChecksumMismatch: return "the binary's checksum does not match";
+    }
+    return "unknown";
+}
+
+bool entry_fits(const EntryIdentity& id, size_t binary_size) {
+    return id.kiln_version.size() <= kMaxLabelLength && id.toolchain.size() <= kMaxLabelLength &&
+           id.arch.size() <= kMaxLabelLength && id.material.size() <= kMaxMaterialLength && binary_size <= kMaxBinarySize;
+}
+
+std::vector<char> serialize_header(const EntryIdentity& id, std::span<const char> binary) {
+    KILN_CHECK_INTERNAL(entry_fits(id, binary.size()),
+                        "cache entry over the format's limits (labels {}/{}/{} bytes, material {} bytes, binary {} bytes)",
+                        id.kiln_version.size(), id.toolchain.size(), id.arch.size(), id.material.size(), binary.size());
+    const std::string_view labels[] = {id.kiln_version, id.toolchain, id.arch, id.material};
+    size_t size = kFixedHeaderSize;
+    for (std::string_view l : labels) size += l.size();
+    std::vector<char> out(size);
+    std::memcpy(out.data(), kMagic, sizeof kMagic);
+    put_le(out, kOffsetFormatVersion, 4, kFormatVersion);
+    put_le(out, kOffsetKilnVersionLength, 4, id.kiln_version.size());
+    put_le(out, kOffsetToolchainLength, 4, id.toolchain.size());
+    put_le(out, kOffsetArchLength, 4, id.arch.size());
+    put_le(out, kOffsetMaterialLength, 8, id.material.size());
+    put_le(out, kOffsetBinarySize, 8, binary.size());
+    put_le(out, kOffsetChecksum, 8, checksum(binary));
+    size_t at = kFixedHeaderSize;
+    for (std::string_view l : labels) {
+        if (!l.empty()) std::memcpy(out.data() + at, l.data(), l.size());
+        at += l.size();
+    }
     return out;
 }
 
-bool decode_entry(const std::vector<char>& file, const EntryFields& expect, std::vector<char>* binary, std::string* why) {
-    binary->clear();
-    auto reject = [&](std::string reason) {
-        *why = std::move(reason);
-        return false;
+ParsedEntry parse_entry(std::span<const char> file) {
+    ParsedEntry e;
+    if (file.empty()) return e;   // Truncated
+    // A prefix of the magic is a truncated file; anything else is not ours.
+    const size_t magic_bytes = std::min(file.size(), sizeof kMagic);
+    if (std::memcmp(file.data(), kMagic, magic_bytes) != 0) {
+        e.check = EntryCheck::BadMagic;
+        return e;
+    }
+    if (file.size() < kOffsetFormatVersion + 4) {
+        e.check = EntryCheck::Truncated;
+        return e;
+    }
+    // The format version comes right after the magic in every version, so it is read before
+    // anything whose position a future version might change.
+    if (get_u32(file, kOffsetFormatVersion) != kFormatVersion) {
+        e.check = EntryCheck::BadFormatVersion;
+        return e;
+    }
+    if (file.size() < kFixedHeaderSize) {
+        e.check = EntryCheck::Truncated;
+        return e;
+    }
+    const uint64_t kiln_len = get_u32(file, kOffsetKilnVersionLength);
+    const uint64_t tool_len = get_u32(file, kOffsetToolchainLength);
+    const uint64_t arch_len = get_u32(file, kOffsetArchLength);
+    const uint64_t material_len = get_u64(file, kOffsetMaterialLength);
+    const uint64_t binary_size = get_u64(file, kOffsetBinarySize);
+    if (kiln_len > kMaxLabelLength || tool_len > kMaxLabelLength || arch_len > kMaxLabelLength ||
+        material_len > kMaxMaterialLength || binary_size > kMaxBinarySize) {
+        e.check = EntryCheck::FieldTooLarge;
+        return e;
+    }
+    // Each term is bounded above, so the sum cannot overflow 64 bits.
+    const uint64_t expected = kFixedHeaderSize + kiln_len + tool_len + arch_len + material_len + binary_size;
+    if (file.size() < expected) {
+        e.check = EntryCheck::Truncated;
+        return e;
+    }
+    if (file.size() > expected) {
+        e.check = EntryCheck::TrailingBytes;
+        return e;
+    }
+    size_t at = kFixedHeaderSize;
+    auto take = [&](uint64_t n) {
+        std::string_view s(file.data() + at, static_cast<size_t>(n));
+        at += static_cast<size_t>(n);
+        return s;
     };
-    if (file.size() < kFixed) return reject(fmt::format("truncated header ({} bytes)", file.size()));
-    if (std::memcmp(file.data(), kMagic, 8) != 0) return reject("not a kiln cache entry (bad magic)");
-    const char* p = file.data() + 8;
-    const uint32_t format = get<uint32_t>(p), kiln_len = get<uint32_t>(p + 4), tool_len = get<uint32_t>(p + 8),
-                   arch_len = get<uint32_t>(p + 12);
-    const uint64_t material_len = get<uint64_t>(p + 16), binary_len = get<uint64_t>(p + 24), sum = get<uint64_t>(p + 32);
-    if (format != kEntryFormat) return reject(fmt::format("entry format {} (this kiln reads {})", format, kEntryFormat));
-    // Lengths are checked against the file before anything is read through them.
-    const uint64_t body = (uint64_t)kiln_len + tool_len + arch_len;
-    if (material_len > file.size() || binary_len > file.size() || kFixed + body + material_len + binary_len != file.size())
-        return reject(fmt::format("truncated or padded ({} bytes for the lengths its header gives)", file.size()));
-    const char* s = file.data() + kFixed;
-    auto field = [&](uint64_t n) {
-        std::string_view v(s, n);
-        s += n;
-        return v;
-    };
-    const std::string_view kiln = field(kiln_len), tool = field(tool_len), arch = field(arch_len), material = field(material_len);
-    if (kiln != expect.kiln_version) return reject(fmt::format("written by kiln {} (this is {})", kiln, expect.kiln_version));
-    if (tool != expect.toolchain) return reject(fmt::format("compiled by {} (this is {})", tool, expect.toolchain));
-    if (arch != expect.arch) return reject(fmt::format("compiled for {} (this is {})", arch, expect.arch));
-    if (material != expect.material) return reject("another kernel's entry (same hash, different key)");
-    const std::string_view bin(s, binary_len);
-    if (fnv1a(bin) != sum) return reject("checksum mismatch (corrupted binary)");
-    binary->assign(bin.begin(), bin.end());
-    return true;
+    e.id.kiln_version = take(kiln_len);
+    e.id.toolchain = take(tool_len);
+    e.id.arch = take(arch_len);
+    e.id.material = take(material_len);
+    e.checksum = get_u64(file, kOffsetChecksum);
+    e.binary_offset = at;
+    e.binary_size = static_cast<size_t>(binary_size);
+    e.check = EntryCheck::Ok;
+    return e;
+}
+
+ParsedEntry verify_entry(std::span<const char> file, const EntryIdentity& expected) {
+    ParsedEntry e = parse_entry(file);
+    if (e.check != EntryCheck::Ok) return e;
+    if (e.id.kiln_version != expected.kiln_version)
+        e.check = EntryCheck::KilnVersionMismatch;
+    else if (e.id.toolchain != expected.toolchain)
+        e.check = EntryCheck::ToolchainMismatch;
+    else if (e.id.arch != expected.arch)
+        e.check = EntryCheck::ArchMismatch;
+    else if (e.id.material != expected.material)
+        e.check = EntryCheck::MaterialMismatch;
+    else if (checksum(file.subspan(e.binary_offset, e.binary_size)) != e.checksum)
+        e.check = EntryCheck::ChecksumMismatch;
+    return e;
 }
 
 } // namespace kiln::cache

@@ -1,77 +1,177 @@
+// Whole-file reads and atomic replacement on POSIX (see file_io.hpp for the rules they keep).
 #include "runtime/cache/file_io.hpp"
 
 #include <fmt/format.h>
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <thread>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace kiln::cache {
 
-std::optional<std::vector<char>> read_file(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return std::nullopt;
-    std::vector<char> out;
-    char buf[1 << 16];
-    for (;;) {
-        const ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            ::close(fd);
-            return std::nullopt;
-        }
-        if (n == 0) break;
-        out.insert(out.end(), buf, buf + n);
-    }
-    ::close(fd);
-    return out;
+namespace {
+
+constexpr std::string_view kTempPrefix = ".tmp.";
+
+std::atomic<uint64_t> temp_counter{0};
+
+FileId id_of(const struct stat& st) { return FileId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}; }
+
+std::string parent_of(const std::string& path) {
+    size_t slash = path.rfind('/');
+    if (slash == std::string::npos) return ".";
+    if (slash == 0) return "/";
+    return path.substr(0, slash);
 }
 
-bool write_file_atomic(const std::string& path, const char* bytes, size_t n, std::string* why) {
-    static std::atomic<uint64_t> counter{0};
-    std::error_code ec;
-    const std::filesystem::path dst(path);
-    std::filesystem::create_directories(dst.parent_path(), ec);
-    if (ec) {
-        *why = fmt::format("cannot create {}: {}", dst.parent_path().string(), ec.message());
-        return false;
-    }
-    const std::string tmp = fmt::format("{}.tmp.{}.{:x}.{}", path, (long)::getpid(),
-                                        std::hash<std::thread::id>()(std::this_thread::get_id()), counter++);
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        *why = fmt::format("cannot create {}: {}", tmp, std::strerror(errno));
-        return false;
-    }
-    size_t done = 0;
-    while (done < n) {
-        const ssize_t w = ::write(fd, bytes + done, n - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            *why = fmt::format("cannot write {}: {}", tmp, w < 0 ? std::strerror(errno) : "no space");
-            ::close(fd);
-            ::unlink(tmp.c_str());
+bool write_all(int fd, const char* p, size_t n, int* error) {
+    while (n > 0) {
+        ssize_t w = ::write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            *error = errno;
             return false;
         }
-        done += (size_t)w;
-    }
-    if (::close(fd) != 0) {
-        *why = fmt::format("cannot write {}: {}", tmp, std::strerror(errno));
-        ::unlink(tmp.c_str());
-        return false;
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        *why = fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(errno));
-        ::unlink(tmp.c_str());
-        return false;
+        if (w == 0) {   // no progress and no errno: report it as a full device
+            *error = ENOSPC;
+            return false;
+        }
+        p += w;
+        n -= static_cast<size_t>(w);
     }
     return true;
+}
+
+void sync_directory(const std::string& dir) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)::fsync(fd);   // best effort: some file systems refuse fsync on a directory
+    ::close(fd);
+}
+
+} // namespace
+
+ReadResult read_file(const std::string& path, size_t max_size) {
+    ReadResult r;
+    int fd;
+    do {
+        // O_NONBLOCK: opening a FIFO someone left at the path must not wait for a writer.
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        r.error = errno;
+        r.status = (errno == ENOENT || errno == ENOTDIR) ? ReadStatus::NotFound : ReadStatus::Error;
+        return r;
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+        r.error = errno;
+        ::close(fd);
+        return r;
+    }
+    r.id = id_of(st);
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        r.status = ReadStatus::NotRegular;
+        return r;
+    }
+    if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) > max_size) {
+        ::close(fd);
+        r.status = ReadStatus::TooLarge;
+        return r;
+    }
+    // Cache files are replaced, never modified in place, so the size from fstat holds; if the
+    // file is shorter after all, the short read is kept and the format check rejects it.
+    r.data.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < r.data.size()) {
+        ssize_t n = ::read(fd, r.data.data() + got, r.data.size() - got);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            r.error = errno;
+            ::close(fd);
+            r.data.clear();
+            return r;
+        }
+        if (n == 0) break;
+        got += static_cast<size_t>(n);
+    }
+    r.data.resize(got);
+    ::close(fd);
+    r.status = ReadStatus::Ok;
+    return r;
+}
+
+std::string temp_path_for(const std::string& path) {
+    const std::string dir = parent_of(path);
+    const size_t slash = path.rfind('/');
+    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    const size_t thread = std::hash<std::thread::id>{}(std::this_thread::get_id());
+    const uint64_t n = temp_counter.fetch_add(1, std::memory_order_relaxed);
+    return fmt::format("{}/{}{}.{}.{:x}.{}", dir, kTempPrefix, name, static_cast<long>(::getpid()), thread, n);
+}
+
+bool is_temp_name(std::string_view filename) { return filename.starts_with(kTempPrefix); }
+
+WriteResult write_file_atomic(const std::string& path, std::initializer_list<std::span<const char>> pieces, bool sync) {
+    WriteResult r;
+    std::string tmp;
+    int fd = -1;
+    // O_EXCL: a name that somehow exists already (a pid reused after a crash) is never shared.
+    for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+        tmp = temp_path_for(path);
+        do {
+            fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
+        } while (fd < 0 && errno == EINTR);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        r.error = errno;
+        r.step = "create";
+        return r;
+    }
+    auto fail = [&](int error, const char* step) {
+        if (fd >= 0) ::close(fd);
+        ::unlink(tmp.c_str());
+        r.error = error;
+        r.step = step;
+        return r;
+    };
+    for (std::span<const char> piece : pieces) {
+        int error = 0;
+        if (!write_all(fd, piece.data(), piece.size(), &error)) return fail(error, "write");
+    }
+    if (sync && ::fsync(fd) != 0) return fail(errno, "fsync");
+    // close() can report a delayed write error (NFS, quota): the file is not complete then.
+    int closed = ::close(fd);
+    fd = -1;
+    if (closed != 0 && errno != EINTR) return fail(errno, "write");
+    if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(errno, "rename");
+    if (sync) sync_directory(parent_of(path));
+    r.ok = true;
+    return r;
+}
+
+bool make_directories(const std::string& path, int* error) {
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    std::error_code ec2;
+    if (std::filesystem::is_directory(path, ec2)) return true;
+    *error = ec ? ec.value() : ec2 ? ec2.value() : ENOTDIR;
+    return false;
+}
+
+bool remove_if_unchanged(const std::string& path, FileId id) {
+    // lstat: a symlink someone placed at the path has another id than its target, so it stays.
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0 || !(id_of(st) == id)) return false;
+    return ::unlink(path.c_str()) == 0;
 }
 
 } // namespace kiln::cache
