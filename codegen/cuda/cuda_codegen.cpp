@@ -619,6 +619,23 @@ private:
         return fmt::format("((({0}) >> {1}) * G + t) * {2} + (({0}) & {3})", j, s, v, v - 1);
     }
 
+    // Per P point `pi`: the coordinates and the buffers' P offsets.
+    void emit_ppoint_setup() {
+        scope_ = Scope::PPoint;
+        emit_coords(pdims_, "pi", needed_coords(all_uses_, pdims_, true), "tp");
+        emit_pbase_offsets();
+    }
+
+    // A Point block: every thread computes it (later blocks may read its values); the threads
+    // for which `who` holds store.
+    void emit_point_block(const kir::Block& b, const std::string& who) {
+        emit_instrs(b);
+        if (b.stores.empty()) return;
+        open(fmt::format("if ({})", who));
+        emit_stores(b);
+        close();
+    }
+
     int first_loop_block() const {
         for (size_t bi = 0; bi < k_.blocks.size(); ++bi)
             if (k_.blocks[bi].loop) return (int)bi;
@@ -670,18 +687,11 @@ private:
         // A group past the last row still takes part in the barriers; it reads row0's P point.
         line("const bool live = row0 + group < np;");
         line("const long long pi = live ? row0 + group : row0;");
-        scope_ = Scope::PPoint;
-        emit_coords(pdims_, "pi", needed_coords(all_uses_, pdims_, true), "tp");
-        emit_pbase_offsets();
+        emit_ppoint_setup();
         for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
             const kir::Block& b = k_.blocks[bi];
             if (!b.loop) {
-                emit_instrs(b);
-                if (!b.stores.empty()) {
-                    open("if (live && t == 0)");
-                    emit_stores(b);
-                    close();
-                }
+                emit_point_block(b, "live && t == 0");
                 continue;
             }
             declare_acc_results(b);
@@ -775,18 +785,11 @@ private:
                          width));
         line("const bool live = p0 + column < np;");
         line("const long long pi = live ? p0 + column : p0;");
-        scope_ = Scope::PPoint;
-        emit_coords(pdims_, "pi", needed_coords(all_uses_, pdims_, true), "tp");
-        emit_pbase_offsets();
+        emit_ppoint_setup();
         for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
             const kir::Block& b = k_.blocks[bi];
             if (!b.loop) {
-                emit_instrs(b);
-                if (!b.stores.empty()) {
-                    open("if (live && slice == 0)");
-                    emit_stores(b);
-                    close();
-                }
+                emit_point_block(b, "live && slice == 0");
                 continue;
             }
             declare_acc_results(b);
