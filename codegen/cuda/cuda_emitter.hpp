@@ -1,0 +1,201 @@
+// The CUDA C renderer's emitter: one Kernel to one source, kernel shape by kernel shape. Shared
+// pieces (scopes, offsets, expressions, accumulators) are in cuda_codegen.cpp; each kernel shape
+// has its file: cuda_elementwise.cpp, cuda_row.cpp, cuda_column.cpp, cuda_full.cpp.
+#pragma once
+#include "codegen/cuda/cuda_codegen.hpp"
+#include "codegen/cuda/cuda_internal.hpp"
+#include "ir/error.hpp"
+
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+namespace kiln::codegen::detail {
+
+using kir::AccKind;
+using kir::Op;
+using kir::StrideKind;
+using CT = ComputeType;
+
+// Helpers the emitter's files share (defined in cuda_codegen.cpp).
+const char* ctype(CT t);
+bool is_arg(AccKind k);
+const char* acc_struct(const kir::Accum& a);
+CT acc_result_type(const kir::Accum& a);   // the position for Arg kinds, else the reduced value
+std::string float_literal(float f);         // reads back to exactly f
+std::string int_literal(int32_t i);
+const char* storage_type(DType t);
+std::string load_expr(DType t, const std::string& elem);   // storage element -> compute value
+std::string store_value(DType t, const std::string& v);    // compute value -> storage element
+int arity(Op op);                                          // operands an op reads
+void validate(const kir::Kernel& k);                       // InternalError for a malformed Kernel
+
+// What a group of instructions and stores touches: buffers, coordinates, the linear index.
+struct Uses {
+    std::vector<bool> buffers;
+    std::vector<bool> coords;   // by Coord
+    bool linear_id = false;
+};
+
+class Emitter {
+public:
+    explicit Emitter(const kir::Kernel& k) : k_(k) {
+        for (int d = 0; d < k.rank; ++d) (k.reduced[d] ? rdims_ : pdims_).push_back(d);
+        for (size_t bi = 0; bi < k.blocks.size(); ++bi) block_uses_.push_back(uses_of(k.blocks[bi]));
+        all_uses_ = Uses{std::vector<bool>(k.buffers.size()), std::vector<bool>(k.rank), false};
+        for (auto& u : block_uses_) merge(all_uses_, u);
+        load_override_.assign(k.buffers.size(), "");
+    }
+
+    CudaSource run();
+
+private:
+    // Where the code being emitted runs: which coordinates are variables and how offsets read.
+    enum class Scope {
+        Elementwise,   // one thread per domain point, all coordinates from `i`
+        PPoint,        // per P point of a reduction: R coordinates are 0
+        RLoop,         // inside a loop over R points: every coordinate is a variable
+    };
+
+    const kir::Kernel& k_;
+    std::vector<int> pdims_, rdims_;
+    std::vector<Uses> block_uses_;
+    Uses all_uses_;
+    std::string out_;
+    int indent_ = 0;
+    Scope scope_ = Scope::Elementwise;
+    // Per buffer: when set, what a Load of it reads (a register holding the converted value).
+    std::vector<std::string> load_override_;
+    // Row kernels, per buffer: when set, the element already loaded (by a 16-byte load).
+    std::vector<std::string> preloaded_;
+
+    template <typename... T>
+    void line(fmt::format_string<T...> f, T&&... args) {
+        out_.append(4 * indent_, ' ');
+        out_ += fmt::format(f, std::forward<T>(args)...);
+        out_ += '\n';
+    }
+    void open(const std::string& head) {
+        if (head.empty()) line("{{");
+        else line("{} {{", head);
+        ++indent_;
+    }
+    void close() { --indent_; line("}}"); }
+
+    static void merge(Uses& into, const Uses& u);
+
+    Uses uses_of(const kir::Block& b) const;
+
+    // Coordinates among `dims` that code with uses `u` reads, in the current scope.
+    std::vector<bool> needed_coords(const Uses& u, const std::vector<int>& dims, bool linear_from_coords) const;
+
+    std::string size(int d) const { return fmt::format("a.sizes[{}]", d); }
+
+    std::string product(const std::vector<int>& dims) const;
+
+    // Declares `c<d>` for the needed dims of `dims` from their row-major flattened index `lin`.
+    void emit_coords(const std::vector<int>& dims, const std::string& lin, const std::vector<bool>& need,
+                     const std::string& tmp);
+
+    // sum over `dims` of c<d> * stride, constants folded from the layout; "" when empty.
+    std::string offset_terms(int b, const std::vector<int>& dims) const;
+
+    // Offset expression of buffer b in the current scope (variables declared by the scope).
+    std::string offset(int b) const;
+
+    std::string coord(int d) const;
+
+    std::string linear_id() const;
+
+    std::string v(int id) const { return fmt::format("v{}", id); }
+
+    std::string expr(const kir::Instr& in) const;
+
+    void emit_instrs(const kir::Block& b);
+
+    void emit_stores(const kir::Block& b);
+
+    // ---- pieces shared by the kernels
+
+    void emit_args_struct();
+
+    void emit_buffer_pointers(const Uses& u);
+
+    void emit_scratch();
+
+    void declare_acc_results(const kir::Block& b);
+    void init_acc_states(const kir::Block& b);
+    void add_to_acc_states(const kir::Block& b, const std::string& pos);
+    void block_reduce_acc_states(const kir::Block& b);
+    // An Arg accumulator that saw no point (an empty R domain) yields position 0.
+    void set_acc_results(const kir::Block& b);
+
+    // Declares o<b> for the buffers the block uses, inside an R loop: P part plus R part.
+    void emit_rloop_offsets(const Uses& u);
+
+    // The body of a Loop block for one R point at flattened R index `ri`.
+    void emit_rloop_body(size_t bi);
+
+    // ---- the kernels
+
+    std::string signature(const std::string& entry, int max_threads) const;
+
+    void emit_elementwise_kernel();
+
+    void emit_pbase_offsets();
+
+    // ---- row reductions (see cuda_codegen.hpp): G threads per row, the row in shared memory
+
+    void emit_reduce_scratch(bool row);
+
+    // Loop block `bi` at R point `ri`, element `j` of this thread: loads of cached buffers go
+    // through the row cache (stored by their first pass, read by the later ones).
+    void emit_row_element(size_t bi, const std::vector<int>& slot, const std::vector<int>& first_use,
+                          const std::string& j);
+
+    int row_vector_width() const { return detail::row_vector_width(k_); }
+
+    // The R index of this thread's element `j` (see row_vector_width).
+    std::string row_index(const std::string& j) const;
+
+    // Per P point `pi`: the coordinates and the buffers' P offsets.
+    void emit_ppoint_setup();
+
+    // A Point block: every thread computes it (later blocks may read its values); the threads
+    // for which `who` holds store.
+    void emit_point_block(const kir::Block& b, const std::string& who);
+
+    int first_loop_block() const;
+
+    void emit_row_kernel();
+
+    // ---- column reductions: 32 parallel points x 8 slices of the reduced points per block
+
+    void emit_column_kernel();
+
+    // ---- the vector path of contiguous rank-1 elementwise kernels
+
+    // Rank 1, every buffer contiguous or a broadcast scalar, no gathers or coordinates.
+    bool vectorisable() const;
+
+    // Elements per thread on the vector path: 16 bytes of the widest contiguous buffer.
+    int vector_width() const;
+    // A word holding `n` elements of `t` (4, 8 or 16 bytes), the expression of element `lane` of
+    // word w, and the statement replacing it with storage value v.
+    static const char* word_type(DType t, int n);
+    static std::string word_part(DType t, int n, const std::string& w, int lane, int* shift);
+    static std::string word_element(DType t, int n, const std::string& w, int lane);
+    static std::string word_store(DType t, int n, const std::string& w, int lane, const std::string& v);
+
+    // n elements per thread with one load and one store of up to 16 bytes per contiguous
+    // buffer, when every contiguous buffer is aligned for it; the scalar loop does the rest.
+    void emit_vector_path();
+    size_t record_bytes() const { return 8 * k_.accums.size(); }
+
+    void emit_partial_kernel();
+
+    void emit_final_kernel();
+};
+
+} // namespace kiln::codegen::detail
