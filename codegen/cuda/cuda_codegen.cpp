@@ -1,3 +1,6 @@
+// The CUDA C emitter's shared pieces: the structural checks of a Kernel, the scopes in which code is
+// emitted, offsets and coordinates, expressions, accumulators, and emit_cuda, which picks the
+// kernel shape (cuda_launch.cpp) and its file (cuda_elementwise, cuda_row, cuda_column, cuda_full).
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include "ir/error.hpp"
