@@ -357,20 +357,12 @@ void Context::Impl::execute(CachedPlan& plan) {
     temps.clear();
     for (auto& t : plan.temps) temps.push_back(alloc((size_t)numel(t.shape) * dtype_size(t.dtype), "assign (temporary)"));
     // One counter per rand() node per assignment, so a node read by two stages draws once.
-    uint64_t serials[8];
-    uint32_t draws[8];
-    int nd = 0;
-    std::unordered_map<uint64_t, uint32_t> many;
+    std::vector<std::pair<uint64_t, uint32_t>> draws;   // (serial, counter); allocates only when a stage draws
     auto draw_for = [&](uint64_t serial) -> uint32_t {
-        for (int i = 0; i < nd; ++i)
-            if (serials[i] == serial) return draws[i];
-        if (nd < 8) {
-            serials[nd] = serial;
-            return draws[nd++] = rng_counter++;
-        }
-        auto [it, fresh] = many.emplace(serial, 0);
-        if (fresh) it->second = rng_counter++;
-        return it->second;
+        for (auto& [s, c] : draws)
+            if (s == serial) return c;
+        draws.emplace_back(serial, rng_counter++);
+        return draws.back().second;
     };
     for (CachedStage& st : plan.stages) {
         LoweredStage& ls = st.lowered;

@@ -84,13 +84,10 @@ void Tensor::copy_to_host(void* dst, DType as) const {
     }
     if (view_.storage->device.kind != DeviceKind::CPU) {
         // Strided device data: gather it into a contiguous device tensor first (one kernel), so
-        // the transfer is one block of bytes; convert on the host.
+        // the transfer is one block of bytes (converted on the host by the contiguous path).
         Tensor packed = context().empty(shape(), dtype());
         packed.assign(expr());
-        if (as == view_.dtype) return packed.copy_to_host(dst, as);
-        std::vector<char> tmp((size_t)size() * is);
-        packed.copy_to_host(tmp.data(), view_.dtype);
-        return convert(as, dst, view_.dtype, tmp.data(), size());
+        return packed.copy_to_host(dst, as);
     }
     auto* base = static_cast<const char*>(view_.storage->data);
     auto* out = static_cast<char*>(dst);
@@ -116,15 +113,10 @@ void Tensor::copy_from_host(const void* src, DType as) {
         convert(view_.dtype, tmp.data(), as, src, size());
         impl.write_bytes(*view_.storage, view_.offset * is, tmp.data(), tmp.size());
     } else if (view_.storage->device.kind != DeviceKind::CPU) {
-        // Upload contiguous values of the view's dtype, then scatter them with one kernel.
+        // Upload into a contiguous device tensor (converted on the host by the contiguous path),
+        // then scatter it into the view with one kernel.
         Tensor packed = context().empty(shape(), dtype());
-        if (as == view_.dtype) {
-            packed.copy_from_host(src, as);
-        } else {
-            std::vector<char> tmp((size_t)size() * is);
-            convert(view_.dtype, tmp.data(), as, src, size());
-            packed.copy_from_host(tmp.data(), view_.dtype);
-        }
+        packed.copy_from_host(src, as);
         assign(packed.expr());
     } else {
         auto* base = static_cast<char*>(view_.storage->data);

@@ -105,6 +105,15 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::make_current() const { driver().cuCtxSetCurrent(ctx_); }
 
+// The two pinned staging buffers and their events, made on the first large copy.
+void CudaBackend::ensure_staging() {
+    const Driver& d = driver();
+    for (int i = 0; i < 2; ++i) {
+        if (!pinned_[i]) check(d.cuMemAllocHost(&pinned_[i], kStagingChunk), "cuMemAllocHost");
+        if (!pinned_done_[i]) check(d.cuEventCreate(&pinned_done_[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    }
+}
+
 void CudaBackend::upload(CUdeviceptr dst, const void* src, size_t n) {
     const Driver& d = driver();
     make_current();
@@ -113,10 +122,7 @@ void CudaBackend::upload(CUdeviceptr dst, const void* src, size_t n) {
         check(d.cuMemcpyHtoDAsync(dst, src, n, stream_), "cuMemcpyHtoDAsync");
         return;
     }
-    for (int i = 0; i < 2; ++i) {
-        if (!pinned_[i]) check(d.cuMemAllocHost(&pinned_[i], kStagingChunk), "cuMemAllocHost");
-        if (!pinned_done_[i]) check(d.cuEventCreate(&pinned_done_[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    }
+    ensure_staging();
     const char* s = static_cast<const char*>(src);
     for (size_t off = 0, i = 0; off < n; off += kStagingChunk, ++i) {
         int b = (int)(i % 2);
@@ -136,10 +142,7 @@ void CudaBackend::download(void* dst, CUdeviceptr src, size_t n) {
         check(d.cuStreamSynchronize(stream_), "cuStreamSynchronize");
         return;
     }
-    for (int i = 0; i < 2; ++i) {
-        if (!pinned_[i]) check(d.cuMemAllocHost(&pinned_[i], kStagingChunk), "cuMemAllocHost");
-        if (!pinned_done_[i]) check(d.cuEventCreate(&pinned_done_[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    }
+    ensure_staging();
     char* out = static_cast<char*>(dst);
     // Chunk i is in flight while chunk i-1 is copied out of its staging buffer.
     size_t prev_off = 0, prev_len = 0;

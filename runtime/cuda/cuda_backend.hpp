@@ -71,6 +71,7 @@ public:
     cache::DiskCache* disk_cache() { return disk_.get(); }
 
 private:
+    void ensure_staging();
     std::vector<char> build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key, bool* from_disk,
                             bool use_disk);
 
