@@ -132,8 +132,9 @@ struct Lowerer {
     }
 
     int coord_linear(const Node& nd) {
-        // Row-major index over the node's own shape (it may be broadcast in the domain).
-        if (nd.shape == st.domain) {
+        // Row-major index over the node's own shape (it may be broadcast in the domain). A
+        // rank-0 rand() draws per point of the domain: `A[:] = rand()` fills A with distinct draws.
+        if (nd.shape == st.domain || (nd.op == OpKind::Rand && nd.rank() == 0)) {
             kir::Instr i{Op::LinearId, CT::I32};
             return emit(i);
         }

@@ -28,6 +28,18 @@ struct DeviceStorage : OwnedStorage {
 };
 #endif
 
+// Memory owned by someone else, released through their callback.
+struct ExternalStorage : OwnedStorage {
+    std::function<void()> release;
+    ~ExternalStorage() override {
+        if (release) release();
+    }
+};
+
+std::string device_str(const Device& d) {
+    return d.kind == DeviceKind::CUDA ? fmt::format("cuda:{}", d.index) : std::string("cpu");
+}
+
 std::string host_target() {
     std::string t = "cpu-x86_64";
 #if defined(__x86_64__)
@@ -161,6 +173,59 @@ std::string Context::device_description() const {
 }
 
 DType Context::default_dtype() const { return impl_->default_dtype; }
+
+Device Context::device() const {
+#ifdef KILN_CUDA
+    if (impl_->cuda) return Device{DeviceKind::CUDA, impl_->cuda->info().index};
+#endif
+    return Device{DeviceKind::CPU, 0};
+}
+
+uintptr_t Context::stream_handle() const {
+#ifdef KILN_CUDA
+    if (impl_->cuda) return (uintptr_t)impl_->cuda->stream();
+#endif
+    return 0;
+}
+
+Tensor Context::wrap(void* data, DType dtype, const Shape& shape, const Strides& strides, Device dev,
+                     std::function<void()> release) {
+    // Release on every failure path too: the caller handed ownership over.
+    auto s = std::make_shared<ExternalStorage>();
+    s->release = std::move(release);
+    if (dev != device())
+        fail(Error::Kind::Value, "wrap: the memory is on {}, but this context runs on {}; copy it to {} first",
+             device_str(dev), device_str(device()), device_str(device()));
+    for (int64_t d : shape)
+        if (d < 0) fail(Error::Kind::Value, "wrap: negative dimension in shape {}", shape_str(shape));
+    if (!strides.empty() && strides.size() != shape.size())
+        fail(Error::Kind::Value, "wrap: {} strides given for shape {} (rank {})", strides.size(), shape_str(shape),
+             shape.size());
+    View v;
+    v.dtype = dtype;
+    v.shape = shape;
+    v.strides = strides.empty() ? contiguous_strides(shape) : strides;
+    // The storage starts at the lowest address any element has, so negative strides work.
+    int64_t lo = 0, hi = 0;
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (shape[i] == 0) { lo = hi = 0; break; }
+        int64_t span = (shape[i] - 1) * v.strides[i];
+        (span < 0 ? lo : hi) += span;
+    }
+    const size_t es = dtype_size(dtype);
+    if (!data && numel(shape) > 0) fail(Error::Kind::Value, "wrap: null data pointer for shape {}", shape_str(shape));
+    if ((uintptr_t)data % es != 0)
+        fail(Error::Kind::Value, "wrap: the {} data at {} is not aligned to its element size ({} bytes)",
+             dtype_name(dtype), data, es);
+    s->owner = this;
+    s->data = static_cast<char*>(data) + lo * (int64_t)es;
+    s->nbytes = (size_t)(hi - lo + 1) * es;
+    s->device = dev;
+    s->written = true;
+    v.offset = -lo;
+    v.storage = std::move(s);
+    return Tensor(this, v);
+}
 
 std::shared_ptr<Storage> Context::Impl::alloc(size_t nbytes, const char* op) {
 #ifdef KILN_CUDA
@@ -298,6 +363,20 @@ void Context::synchronize() {
 #ifdef KILN_CUDA
     if (impl_->cuda) impl_->cuda->synchronize();
 #endif
+}
+
+void Context::order_before(uintptr_t stream) {
+#ifdef KILN_CUDA
+    if (impl_->cuda) impl_->cuda->order_before((CUstream)stream);
+#endif
+    (void)stream;
+}
+
+void Context::wait_for(uintptr_t stream) {
+#ifdef KILN_CUDA
+    if (impl_->cuda) impl_->cuda->wait_for((CUstream)stream);
+#endif
+    (void)stream;
 }
 
 // ---- evaluation

@@ -7,6 +7,7 @@
 #include "runtime/tensor.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,10 @@ public:
     std::string device_name() const;          // "cpu", "cuda:0"
     std::string device_description() const;   // with the device's name, arch and memory
     DType default_dtype() const;
+    Device device() const;                    // where this context's tensors live
+    // The CUstream every kernel and copy of this context is ordered on (CUDA); 0 on the CPU.
+    // Work from another stream that this context must see has to be ordered before it.
+    uintptr_t stream_handle() const;
 
     // ---- tensors
     Tensor empty(const Shape& shape);
@@ -66,6 +71,13 @@ public:
     template <typename T>
     Tensor array(const std::vector<T>& data, const Shape& shape, DType dtype);
     Tensor array(const std::vector<double>& data, const Shape& shape, DType dtype);
+    // A tensor over memory kiln does not own (a host application's buffer, a DLPack or
+    // __cuda_array_interface__ producer): `data` is the element at index (0, ..., 0), `strides`
+    // are in elements (empty: row-major; negative and zero allowed), and `device` must be this
+    // context's device. Nothing is copied; `release` runs once the last view of it is gone.
+    // The memory counts as written: kiln reads whatever it holds.
+    Tensor wrap(void* data, DType dtype, const Shape& shape, const Strides& strides, Device device,
+                std::function<void()> release = {});
 
     // ---- evaluation
     void assign(Tensor& dst, const Expr& e);
@@ -82,6 +94,12 @@ public:
     Counters counters() const;
     void reset_counters();
     void synchronize();
+    // Work submitted to the CUDA stream `stream` (a CUstream; 1 and 2 are the legacy and
+    // per-thread default streams) from now on waits for everything this context has submitted
+    // so far, without blocking the host. Nothing to do on the CPU.
+    void order_before(uintptr_t stream);
+    // The reverse: this context's later work waits for what `stream` has been given so far.
+    void wait_for(uintptr_t stream);
 
     struct Impl;
     Impl& impl() { return *impl_; }

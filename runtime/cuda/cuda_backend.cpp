@@ -172,6 +172,30 @@ void CudaBackend::synchronize() {
     check(driver().cuStreamSynchronize(stream_), "cuStreamSynchronize");
 }
 
+void CudaBackend::order_before(CUstream other) {
+    if (other == stream_) return;
+    make_current();
+    const Driver& d = driver();
+    CUevent ev = nullptr;
+    check(d.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    CUresult r = d.cuEventRecord(ev, stream_);
+    if (r == CUDA_SUCCESS) r = d.cuStreamWaitEvent(other, ev, 0);
+    d.cuEventDestroy(ev);  // released by the driver once the wait has completed
+    check(r, "cuStreamWaitEvent");
+}
+
+void CudaBackend::wait_for(CUstream other) {
+    if (other == stream_) return;
+    make_current();
+    const Driver& d = driver();
+    CUevent ev = nullptr;
+    check(d.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    CUresult r = d.cuEventRecord(ev, other);
+    if (r == CUDA_SUCCESS) r = d.cuStreamWaitEvent(stream_, ev, 0);
+    d.cuEventDestroy(ev);
+    check(r, "cuStreamWaitEvent");
+}
+
 std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key,
                                      bool* from_disk, bool use_disk) {
     *from_disk = false;

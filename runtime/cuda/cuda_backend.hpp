@@ -61,6 +61,10 @@ public:
     void download(void* dst, CUdeviceptr src, size_t nbytes);
     void copy(CUdeviceptr dst, CUdeviceptr src, size_t nbytes);   // asynchronous
     void synchronize();
+    // Work submitted to `other` from now on waits for everything submitted here so far.
+    void order_before(CUstream other);
+    // Work submitted here from now on waits for everything submitted to `other` so far.
+    void wait_for(CUstream other);
 
     // ---- kernels
     const CudaKernel* compile(const kir::Kernel& kernel, const std::string& key);

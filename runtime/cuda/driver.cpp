@@ -43,6 +43,7 @@ Driver load() {
     sym(d.cuStreamCreate, "cuStreamCreate");
     sym(d.cuStreamDestroy, "cuStreamDestroy_v2");
     sym(d.cuStreamSynchronize, "cuStreamSynchronize");
+    sym(d.cuStreamWaitEvent, "cuStreamWaitEvent");
     sym(d.cuEventCreate, "cuEventCreate");
     sym(d.cuEventDestroy, "cuEventDestroy_v2");
     sym(d.cuEventRecord, "cuEventRecord");

@@ -31,6 +31,7 @@ struct Driver {
     KILN_CU_FN(cuStreamCreate)
     KILN_CU_FN(cuStreamDestroy)
     KILN_CU_FN(cuStreamSynchronize)
+    KILN_CU_FN(cuStreamWaitEvent)
     KILN_CU_FN(cuEventCreate)
     KILN_CU_FN(cuEventDestroy)
     KILN_CU_FN(cuEventRecord)

@@ -1,0 +1,35 @@
+"""kiln: a runtime JIT compiler for tensor expressions.
+
+Operators on kiln tensors build lazy expressions; assigning one (``t[:] = expr``) compiles it
+into fused kernels (CUDA through NVRTC on a GPU, LLVM on the CPU), cached in memory and on disk.
+
+    import numpy as np, kiln
+    A = kiln.asarray(np.random.rand(128, 32).astype(np.float32))
+    C = kiln.empty((128, 1))
+    C[:] = kiln.mean(kiln.square(A - kiln.mean(A, axis=1, keepdims=True)), axis=1, keepdims=True)
+    np.asarray(C)
+
+Two APIs share the tensors: the module functions follow NumPy (reductions drop the reduced
+axes unless keepdims=True), and kiln.NervanaGPU / kiln.Context methods follow the seeds' neon
+backend (reductions keep them). KILN_BACKEND=cpu|cuda picks the device of the default context.
+"""
+from . import _kiln
+from ._kiln import (  # noqa: F401 - re-exported
+    BackendError, CompileError, DType, DTypeError, Error, Expr, InvalidArgument, OutOfBounds, OutOfMemory, Tensor,
+    __version__,
+    absolute, abs, add, amax, amin, argmax, argmin, astype, clip, divide, equal, exp, exp2, fabs, finite, greater,
+    greater_equal, isfinite, less, less_equal, log, log2, max, maximum, mean, min, minimum, multiply, negative,
+    not_equal, onehot, power, reciprocal, rint, safelog, sig, sig2, sgn, sign, sqrt, square, std, subtract, sum, take,
+    tanh, tanh2, true_divide, var, where,
+)
+from ._dtypes import bfloat16, bool_, dtype, float16, float32, int8, int32, uint8  # noqa: F401
+from ._context import Context, NervanaGPU, default_context  # noqa: F401
+from ._creation import (  # noqa: F401
+    arange, array, asarray, asnumpy, empty, empty_like, expand_dims, from_dlpack, full, full_like, ones, ones_like,
+    reshape, squeeze, transpose, zeros, zeros_like,
+)
+from . import _host  # noqa: F401,E402 - adds get/__array__/repr to Tensor and Expr
+from . import random  # noqa: F401,E402
+
+ndarray = Tensor
+bool = bool_  # noqa: A001 - NumPy 2 spells it np.bool too

@@ -1,0 +1,102 @@
+"""kiln.Context (alias kiln.NervanaGPU): the factory of tensors and the place expressions run.
+
+    ng = kiln.NervanaGPU(stochastic_round=False, default_dtype=np.float32, device_id=0, bench=False)
+    A = ng.array(np.random.randn(128, 32), dtype=np.float16)
+    C = ng.empty((128, 1))
+    C[:] = ng.mean(ng.square(A - ng.mean(A, axis=1)), axis=1)   # one fused kernel
+
+Its operation methods follow neon's backend (reductions keep dimensions; each returns a lazy
+expression unless out= is given); the module functions (kiln.mean, ...) follow NumPy.
+"""
+import os
+
+import numpy as np
+
+from . import _creation, _dtypes, _kiln
+
+
+class Context(_kiln._Context):
+    """A device (CUDA GPU or CPU), its memory, kernel caches and random stream.
+
+    device: None (KILN_BACKEND=cpu|cuda, else the GPU when one is usable, else the CPU), 'cpu',
+        'cuda' or 'cuda:N'. device_id: the GPU to use when the context runs on CUDA.
+    default_dtype: the dtype of new tensors when none is given (np.float32).
+    stochastic_round: mantissa bits kept by stochastic rounding of float16/bfloat16 stores
+        (True: 10; False/0: round to nearest).
+    rng_seed / seed: the random stream's seed (0 when None).
+    bench: time and print every assignment (synchronising), as the seeds' bench mode.
+    deterministic: accepted for neon compatibility; kiln's reductions are always deterministic.
+    """
+
+    def __init__(self, device=None, *, default_dtype=np.float32, stochastic_round=False, rng_seed=None, seed=None,
+                 device_id=None, bench=False, deterministic=None):
+        if device is None and device_id:
+            if os.environ.get("KILN_BACKEND", "") != "cpu":
+                device = f"cuda:{int(device_id)}"
+        if isinstance(stochastic_round, bool):
+            bits = 10 if stochastic_round else 0
+        else:
+            bits = int(stochastic_round)
+        s = rng_seed if rng_seed is not None else seed
+        super().__init__(device or "", int(s or 0), _dtypes.dtype(default_dtype), bits, bool(bench))
+
+    def __repr__(self):
+        return f"kiln.Context(device='{self.device}', default_dtype={self.default_dtype})"
+
+    # ---- tensors (the seeds' factories; dtype None means the context's default dtype)
+    def array(self, ary, dtype=None):
+        """A tensor with a copy of host data (or of any array-like), converted to dtype
+        (default: the context's default dtype for float data)."""
+        if dtype is None and isinstance(ary, (_kiln.Tensor, _kiln.Expr)):
+            return _creation.array(ary, ctx=self)
+        return _creation.upload(ary, dtype=dtype, ctx=self, default_float=self._default_dtype)
+
+    def asarray(self, obj, dtype=None):
+        return _creation.asarray(obj, dtype=dtype, ctx=self)
+
+    def from_dlpack(self, x, *, copy=None):
+        return _creation.from_dlpack(x, copy=copy, ctx=self)
+
+    def empty(self, shape, dtype=None):
+        return _creation.empty(shape, dtype, ctx=self)
+
+    def zeros(self, shape, dtype=None):
+        return _creation.zeros(shape, dtype, ctx=self)
+
+    def ones(self, shape, dtype=None):
+        return _creation.ones(shape, dtype, ctx=self)
+
+    def full(self, shape, fill_value, dtype=None):
+        return _creation.full(shape, fill_value, dtype, ctx=self)
+
+    def empty_like(self, other_ary, dtype=None):
+        return _creation.empty(other_ary.shape, other_ary.dtype if dtype is None else dtype, ctx=self)
+
+    def zeros_like(self, other_ary, dtype=None):
+        return _creation.zeros(other_ary.shape, other_ary.dtype if dtype is None else dtype, ctx=self)
+
+    def ones_like(self, other_ary, dtype=None):
+        return _creation.ones(other_ary.shape, other_ary.dtype if dtype is None else dtype, ctx=self)
+
+    def arange(self, start, stop=None, step=1, dtype=None):
+        return _creation.arange(start, stop, step, dtype, ctx=self)
+
+    def fill_normal(self, ary, mean=0.0, stdv=1.0):
+        """Fills ary with normally distributed numbers (neon's fill_normal)."""
+        from . import random
+
+        ary[...] = random._normal_expr(ary.shape, mean, stdv, self)
+        return ary
+
+
+NervanaGPU = Context
+
+_default = None
+
+
+def default_context():
+    """The context the module functions use when none is given (created on first use)."""
+    global _default
+    if _default is None:
+        _default = Context()
+    return _default

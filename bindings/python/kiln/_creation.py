@@ -1,0 +1,251 @@
+"""Tensor factories with NumPy's spellings (array, asarray, zeros, arange, ...), host data in,
+and zero-copy import from other libraries (DLPack, __cuda_array_interface__)."""
+import math
+
+import numpy as np
+
+from . import _dtypes, _kiln
+from ._kiln import DType, Expr, Tensor
+
+
+def _ctx(ctx):
+    if ctx is None:
+        from ._context import default_context
+
+        return default_context()
+    return ctx
+
+
+def _shape(shape):
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(d) for d in shape)
+
+
+def upload(obj, dtype=None, ctx=None, default_float=None):
+    """A new tensor holding host data (anything np.asarray takes), converted to dtype."""
+    ctx = _ctx(ctx)
+    a = np.asarray(obj)
+    if a.dtype == object:
+        raise _kiln.DTypeError(f"array: cannot make a tensor from {type(obj).__name__} data of NumPy dtype object")
+    if dtype is None:
+        dt = _dtypes.from_host(a.dtype)
+        if a.dtype.kind == "f" and default_float is not None:
+            dt = default_float
+    else:
+        dt = _dtypes.dtype(dtype)
+    host = _dtypes.host_dtype(dt)
+    if a.dtype != host:
+        if dt in (DType.int32, DType.int8, DType.uint8) and a.dtype.kind in "iu" and a.size:
+            info = np.iinfo(host)
+            lo, hi = a.min(), a.max()
+            if lo < info.min or hi > info.max:
+                raise _kiln.InvalidArgument(
+                    f"array: values in [{lo}, {hi}] do not fit {host.name} (range [{info.min}, {info.max}])")
+        a = a.astype(host)
+    a = np.ascontiguousarray(a)
+    t = ctx._empty(a.shape, dt)
+    if a.size:
+        t._upload(a.ctypes.data, _dtypes.host_transfer_dtype(dt))
+    return t
+
+
+def array(obj, dtype=None, copy=True, ctx=None):
+    """A new tensor with a copy of obj's data: host data (lists, NumPy arrays), a kiln tensor or
+    expression, or any DLPack / __cuda_array_interface__ producer. Without dtype, NumPy data keeps
+    its dtype where kiln has it (float64 -> float32, int64 -> int32)."""
+    if not copy:
+        return asarray(obj, dtype=dtype, ctx=ctx)
+    if isinstance(obj, (Tensor, Expr)):
+        e = obj if dtype is None else _kiln.astype(obj, dtype)
+        if ctx is not None and obj.ctx is not ctx:
+            return upload(np.asarray(obj), dtype=dtype, ctx=ctx)
+        return e.copy()
+    if not isinstance(obj, np.ndarray) and (hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")):
+        try:
+            return array(asarray(obj, ctx=ctx), dtype=dtype, ctx=ctx)
+        except (BufferError, _kiln.Error):
+            pass
+    return upload(obj, dtype=dtype, ctx=ctx)
+
+
+def asarray(obj, dtype=None, ctx=None):
+    """obj as a tensor, sharing memory where it can: a kiln tensor is returned as is (cast if
+    dtype differs), an expression is evaluated, a DLPack or __cuda_array_interface__ producer on
+    the context's device is shared without a copy (NumPy arrays on a CPU context too); anything
+    else is copied from the host."""
+    if isinstance(obj, Tensor):
+        if dtype is None or _dtypes.dtype(dtype) == obj._dtype:
+            return obj
+        return _kiln.astype(obj, dtype).eval()
+    if isinstance(obj, Expr):
+        return (obj if dtype is None else _kiln.astype(obj, dtype)).eval()
+    c = _ctx(ctx)
+    shared = None
+    if hasattr(obj, "__dlpack__"):
+        try:
+            shared = from_dlpack(obj, ctx=c, copy=False)
+        except (BufferError, _kiln.Error, TypeError):
+            shared = None
+    if shared is None and c.backend == "cuda" and hasattr(obj, "__cuda_array_interface__"):
+        shared = _from_cuda_array_interface(obj, c)
+    if shared is not None:
+        if dtype is not None and _dtypes.dtype(dtype) != shared._dtype:
+            return _kiln.astype(shared, dtype).eval()
+        return shared
+    return upload(obj, dtype=dtype, ctx=c)
+
+
+def from_dlpack(x, *, device=None, copy=None, ctx=None):
+    """A tensor sharing the memory of any DLPack producer (PyTorch, CuPy, JAX, NumPy, ...).
+    The producer orders its pending work before the context's stream. copy=True copies,
+    copy=False raises BufferError where sharing is impossible (other device, read-only data)."""
+    if isinstance(x, Tensor):
+        return x.copy() if copy else x
+    c = _ctx(ctx)
+    if device is not None and str(device) != c.device:
+        raise BufferError(f"from_dlpack: device={device!r}, but the context runs on {c.device}")
+    dev_type, dev_id = x.__dlpack_device__()
+    here_cuda = c.backend == "cuda"
+    same = (dev_type in (1, 3) and not here_cuda) or (dev_type in (2, 13) and here_cuda and f"cuda:{dev_id}" == c.device)
+    if not same:
+        if copy is False:
+            raise BufferError(f"from_dlpack: the data is on DLPack device ({dev_type}, {dev_id}) and the context on "
+                              f"{c.device}: sharing is impossible (copy=False)")
+        if dev_type in (1, 3):
+            return upload(np.from_dlpack(x), ctx=c)
+        raise BufferError(f"from_dlpack: the data is on DLPack device ({dev_type}, {dev_id}); a {c.device} context can "
+                          "only copy host data: move it to the host first")
+    stream = c.stream_handle if here_cuda else None
+    try:
+        cap = x.__dlpack__(stream=stream, max_version=(1, 0))
+    except TypeError:  # a producer older than DLPack 1.0
+        cap = x.__dlpack__(stream=stream) if here_cuda else x.__dlpack__()
+    t, readonly = _kiln._import_capsule(cap, c)
+    if readonly or copy:
+        if copy is False:
+            raise BufferError("from_dlpack: the producer's data is read-only and copy=False; kiln tensors are writable")
+        return t.copy()
+    return t
+
+
+def _from_cuda_array_interface(obj, c):
+    cai = obj.__cuda_array_interface__
+    typestr = cai["typestr"]
+    np_dt = np.dtype(typestr) if typestr[1] != "V" else None
+    if np_dt is None:
+        return None
+    dt = _kiln._dtype_from_name(np_dt.name)
+    if dt is None:
+        return None
+    ptr, readonly = cai["data"]
+    if readonly:
+        return None
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    if strides is not None:
+        if any(s % np_dt.itemsize for s in strides):
+            return None
+        strides = tuple(s // np_dt.itemsize for s in strides)
+    stream = cai.get("stream")
+    if stream:
+        c.wait_for(stream)  # the producer's pending work comes before ours (no host wait)
+    device_index = int(c.device.split(":")[1])
+    return _kiln._wrap(c, ptr, dt, shape, strides, obj, True, device_index)
+
+
+def empty(shape, dtype=None, ctx=None):
+    """An uninitialised tensor (reading it before writing raises kiln.InvalidArgument)."""
+    c = _ctx(ctx)
+    return c._empty(_shape(shape), _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
+
+
+def full(shape, fill_value, dtype=None, ctx=None):
+    c = _ctx(ctx)
+    if dtype is None:
+        dt = DType.bool if isinstance(fill_value, bool) else DType.int32 if isinstance(fill_value, int) else c._default_dtype
+    else:
+        dt = _dtypes.dtype(dtype)
+    t = c._empty(_shape(shape), dt)
+    t[...] = fill_value
+    return t
+
+
+def zeros(shape, dtype=None, ctx=None):
+    c = _ctx(ctx)
+    return c._full(_shape(shape), 0.0, _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
+
+
+def ones(shape, dtype=None, ctx=None):
+    c = _ctx(ctx)
+    return c._full(_shape(shape), 1.0, _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
+
+
+def _like_ctx(a, ctx):
+    return ctx if ctx is not None else a.ctx
+
+
+def empty_like(a, dtype=None, ctx=None):
+    return empty(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx))
+
+
+def zeros_like(a, dtype=None, ctx=None):
+    return zeros(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx))
+
+
+def ones_like(a, dtype=None, ctx=None):
+    return ones(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx))
+
+
+def full_like(a, fill_value, dtype=None, ctx=None):
+    return full(a.shape, fill_value, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx))
+
+
+def arange(start, stop=None, step=1, dtype=None, ctx=None):
+    """Evenly spaced values in [start, stop), as NumPy's arange (computed on the device)."""
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise _kiln.InvalidArgument("arange: step must not be 0")
+    n = max(0, math.ceil((stop - start) / step))
+    if dtype is None:
+        is_int = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+        dt = DType.int32 if is_int else _ctx(ctx)._default_dtype
+    else:
+        dt = _dtypes.dtype(dtype)
+    t = _ctx(ctx)._empty((n,), dt)
+    if n:
+        t[...] = _kiln._iota((n,), 0) * step + start
+    return t
+
+
+def asnumpy(a):
+    """A NumPy copy of a tensor or expression (NumPy data is returned as is)."""
+    if isinstance(a, (Tensor, Expr)):
+        return a.get()
+    return np.asarray(a)
+
+
+def reshape(a, newshape):
+    """A view when a tensor's memory allows it, else a copy; lazy for expressions."""
+    return a.reshape(_shape(newshape))
+
+
+def transpose(a, axes=None):
+    return a.transpose() if axes is None else a.transpose(tuple(axes))
+
+
+def squeeze(a, axis=None):
+    return a.squeeze(axis)
+
+
+def expand_dims(a, axis):
+    shape = list(a.shape)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out_rank = len(shape) + len(axes)
+    norm = sorted(ax + out_rank if ax < 0 else ax for ax in axes)
+    for ax in norm:
+        if not 0 <= ax < out_rank:
+            raise _kiln.InvalidArgument(f"expand_dims: axis {ax} is out of range for a result of rank {out_rank}")
+        shape.insert(ax, 1)
+    return a.reshape(tuple(shape))

@@ -1,0 +1,77 @@
+// Shared pieces of the Python extension `kiln._kiln`: the Python-side wrappers of Context,
+// Tensor and Expr, and the conversions every binding file uses. Only the public C++ API
+// (kiln/kiln.hpp) is used here.
+#pragma once
+#include <kiln/kiln.hpp>
+#include <nanobind/nanobind.h>
+
+#include <memory>
+
+namespace nb = nanobind;
+
+namespace kiln::py {
+
+// A Python Context: owns the C++ Context. Tensors and expressions hold a reference to their
+// Python Context, so a context lives as long as anything that uses its memory.
+struct PyContext {
+    std::unique_ptr<Context> ctx;
+    bool bench = false;  // the seeds' bench mode: every assignment timed and printed
+    Context& c() const { return *ctx; }
+};
+
+struct PyTensor {
+    Tensor t;
+    nb::object ctx;  // the Python Context owning t's memory
+};
+
+struct PyExpr {
+    Expr e;
+    nb::object ctx;  // the Python Context of its first tensor operand, or None (the default context)
+};
+
+// Converts a Python operand (Tensor, Expr, bool, int, float, NumPy scalar) to an Expr. Returns
+// false for anything else. `ctx` is set to the operand's Python context when it has one and
+// `ctx` is still unset.
+bool to_expr(nb::handle h, Expr& out, nb::handle& ctx);
+// Like to_expr but raises kiln.DTypeError naming `op` when h is not an operand.
+Expr operand(nb::handle h, nb::handle& ctx, const char* op);
+// The message for an operand that is neither a kiln value nor a scalar.
+std::string not_an_operand(nb::handle h, const char* op);
+
+nb::object default_context();                 // kiln.default_context()
+PyContext& context_of(nb::handle ctx);        // None: the default context
+nb::object context_object(nb::handle ctx);    // ctx, or the default context for None
+
+nb::object wrap(Expr e, nb::handle ctx);
+nb::object wrap(Tensor t, nb::handle ctx);
+
+// dst = e, with the GIL released (a compile or a CPU kernel may take a while).
+void assign(PyTensor& dst, const Expr& e);
+// A new tensor holding e's value, on e's context.
+PyTensor evaluate(const Expr& e, nb::handle ctx);
+// e as a value: a Tensor stays itself, an Expr is evaluated.
+PyTensor value_of(nb::handle h, const char* op);
+
+// The seeds' `out=` convention: None returns the lazy expression; a tensor receives the value
+// and is returned.
+nb::object finish(const Expr& e, nb::handle ctx, nb::handle out, const char* op);
+
+// Axis arguments: None (all axes), an int, or a tuple of ints.
+struct Axes {
+    bool all = true;
+    std::vector<int> list;
+};
+Axes parse_axes(nb::handle axis, int rank, const char* op);
+
+nb::object dtype_object(DType t);  // the Python dtype object kiln reports (numpy.dtype where one exists)
+DType dtype_arg(nb::handle h, const char* op);  // any dtype spelling kiln.dtype() understands
+Shape shape_arg(nb::handle h, const char* op);  // an int or a sequence of ints
+
+void bind_errors(nb::module_& m);
+void bind_context(nb::module_& m);
+void bind_values(nb::module_& m);
+void bind_ops(nb::module_& m);
+void bind_dlpack(nb::module_& m);
+void bind_dlpack_methods(nb::class_<PyTensor>& tensor);  // __dlpack__, __cuda_array_interface__
+
+} // namespace kiln::py

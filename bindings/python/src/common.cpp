@@ -1,0 +1,232 @@
+// Conversions shared by every binding file: Python operands to expressions, dtype and shape
+// arguments, evaluation and assignment with the GIL released.
+#include "binding.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace kiln::py {
+
+namespace {
+
+nb::object* g_dtype_objects = nullptr;  // kiln.float32 ... by DType, set by the package at import
+nb::object* g_dtype_parser = nullptr;   // kiln.dtype(x) -> DType
+
+nb::object& kiln_package_attr(const char* name) {
+    // Looked up once: the package sets these at import, before any tensor exists.
+    static nb::object* pkg = new nb::object(nb::module_::import_("kiln"));
+    static std::unordered_map<std::string, nb::object*> cache;
+    auto it = cache.find(name);
+    if (it == cache.end()) it = cache.emplace(name, new nb::object(pkg->attr(name))).first;
+    return *it->second;
+}
+
+std::string py_type_name(nb::handle h) {
+    nb::handle t = h.type();
+    std::string mod = nb::hasattr(t, "__module__") ? nb::cast<std::string>(nb::str(t.attr("__module__"))) : "";
+    std::string name = nb::cast<std::string>(nb::str(t.attr("__qualname__")));
+    return mod.empty() || mod == "builtins" ? name : mod + "." + name;
+}
+
+bool numpy_scalar(nb::handle h, Expr& out) {
+    // NumPy scalars are typed (NumPy 2): a float32 scalar keeps float32. Types kiln lacks
+    // (int64, uint32, ...) act as Python ints would.
+    nb::handle t = h.type();
+    if (!nb::hasattr(t, "__module__")) return false;
+    nb::object mod = t.attr("__module__");
+    if (!nb::isinstance<nb::str>(mod)) return false;
+    std::string m = nb::cast<std::string>(mod);
+    if (m != "numpy" && m != "ml_dtypes") return false;
+    if (!nb::hasattr(h, "dtype")) return false;
+    std::string name = nb::cast<std::string>(nb::str(h.attr("dtype").attr("name")));
+    DType d;
+    if (name == "float64") {
+        out = Expr(nb::cast<double>(nb::float_(h)));
+        return true;
+    }
+    if (!parse_dtype(name, d)) {
+        if (nb::hasattr(h, "is_integer") || name.find("int") != std::string::npos) {
+            out = Expr((int64_t)nb::cast<long long>(nb::int_(h)));
+            return true;
+        }
+        return false;
+    }
+    out = scalar(nb::cast<double>(nb::float_(h)), d);
+    return true;
+}
+
+} // namespace
+
+bool to_expr(nb::handle h, Expr& out, nb::handle& ctx) {
+    if (nb::isinstance<PyExpr>(h)) {
+        auto* e = nb::inst_ptr<PyExpr>(h);
+        out = e->e;
+        if (!ctx.is_valid() || ctx.is_none()) ctx = e->ctx;
+        return true;
+    }
+    if (nb::isinstance<PyTensor>(h)) {
+        auto* t = nb::inst_ptr<PyTensor>(h);
+        out = t->t.expr();
+        if (!ctx.is_valid() || ctx.is_none()) ctx = t->ctx;
+        return true;
+    }
+    PyObject* o = h.ptr();
+    if (PyBool_Check(o)) {
+        out = scalar(o == Py_True ? 1.0 : 0.0, DType::Bool);
+        return true;
+    }
+    if (PyLong_Check(o)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow) throw Error("integer operand " + nb::cast<std::string>(nb::str(h)) + " does not fit in 64 bits", Error::Kind::Value);
+        out = Expr((int64_t)v);
+        return true;
+    }
+    if (PyFloat_Check(o)) {
+        out = Expr(PyFloat_AS_DOUBLE(o));
+        return true;
+    }
+    return numpy_scalar(h, out);
+}
+
+std::string not_an_operand(nb::handle h, const char* op) {
+    std::string t = py_type_name(h);
+    if (t == "numpy.ndarray" || t == "list" || t == "tuple")
+        return std::string(op) + ": an operand is a " + t +
+               "; kiln does not copy host data implicitly: make it a tensor first with kiln.asarray(x) (or ctx.array(x))";
+    return std::string(op) + ": an operand of type " + t +
+           " is not a kiln tensor, expression or scalar (bool, int, float, NumPy scalar)";
+}
+
+Expr operand(nb::handle h, nb::handle& ctx, const char* op) {
+    Expr e;
+    if (!to_expr(h, e, ctx)) throw Error(not_an_operand(h, op), Error::Kind::Type);
+    return e;
+}
+
+nb::object default_context() { return kiln_package_attr("default_context")(); }
+
+nb::object context_object(nb::handle ctx) {
+    if (ctx.is_valid() && !ctx.is_none()) return nb::borrow(ctx);
+    return default_context();
+}
+
+PyContext& context_of(nb::handle ctx) {
+    if (ctx.is_valid() && !ctx.is_none()) return *nb::inst_ptr<PyContext>(ctx);
+    return *nb::inst_ptr<PyContext>(default_context());
+}
+
+nb::object wrap(Expr e, nb::handle ctx) {
+    return nb::cast(PyExpr{std::move(e), ctx.is_valid() ? nb::borrow(ctx) : nb::none()});
+}
+
+nb::object wrap(Tensor t, nb::handle ctx) { return nb::cast(PyTensor{std::move(t), context_object(ctx)}); }
+
+void assign(PyTensor& dst, const Expr& e) {
+    PyContext& pc = *nb::inst_ptr<PyContext>(dst.ctx);
+    if (!pc.bench) {
+        nb::gil_scoped_release unlocked;
+        dst.t.assign(e);
+        return;
+    }
+    std::string what = fmt::format("{} {} = {}-node expression", dtype_name(dst.t.dtype()), shape_str(dst.t.shape()),
+                                   e.node() ? postorder(e.node()).size() : 0);
+    double ms;
+    {
+        nb::gil_scoped_release unlocked;
+        auto t0 = std::chrono::steady_clock::now();
+        dst.t.assign(e);
+        pc.c().synchronize();
+        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    std::fprintf(stderr, "kiln bench: %s: %.3f ms (%s)\n", what.c_str(), ms, pc.c().device_name().c_str());
+}
+
+PyTensor evaluate(const Expr& e, nb::handle ctx) {
+    nb::object c = context_object(ctx);
+    PyTensor out{nb::inst_ptr<PyContext>(c)->c().empty(e.shape(), e.dtype()), c};
+    assign(out, e);
+    return out;
+}
+
+PyTensor value_of(nb::handle h, const char* op) {
+    if (nb::isinstance<PyTensor>(h)) return *nb::inst_ptr<PyTensor>(h);
+    if (nb::isinstance<PyExpr>(h)) {
+        auto* e = nb::inst_ptr<PyExpr>(h);
+        return evaluate(e->e, e->ctx);
+    }
+    throw Error(std::string(op) + ": expected a kiln tensor or expression, got " + py_type_name(h), Error::Kind::Type);
+}
+
+nb::object finish(const Expr& e, nb::handle ctx, nb::handle out, const char* op) {
+    if (!out.is_valid() || out.is_none()) return wrap(e, ctx);
+    if (!nb::isinstance<PyTensor>(out))
+        throw Error(std::string(op) + ": out= must be a kiln tensor, got " + py_type_name(out), Error::Kind::Type);
+    assign(*nb::inst_ptr<PyTensor>(out), e);
+    return nb::borrow(out);
+}
+
+Axes parse_axes(nb::handle axis, int rank, const char* op) {
+    Axes a;
+    if (!axis.is_valid() || axis.is_none()) return a;
+    a.all = false;
+    auto one = [&](nb::handle h) {
+        if (!PyIndex_Check(h.ptr()) || PyBool_Check(h.ptr()))
+            throw Error(fmt::format("{}: axis must be None, an int or a tuple of ints, got {}", op, py_type_name(h)),
+                        Error::Kind::Type);
+        Py_ssize_t v = PyNumber_AsSsize_t(h.ptr(), PyExc_OverflowError);
+        if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+        int ax = normalize_axis((int)v, rank, op);
+        if (std::find(a.list.begin(), a.list.end(), ax) != a.list.end())
+            throw Error(fmt::format("{}: axis {} is repeated", op, v), Error::Kind::Value);
+        a.list.push_back(ax);
+    };
+    if (nb::isinstance<nb::tuple>(axis) || nb::isinstance<nb::list>(axis)) {
+        for (nb::handle h : axis) one(h);
+    } else {
+        one(axis);
+    }
+    return a;
+}
+
+void set_dtype_objects(nb::list objs, nb::object parser) {
+    if (nb::len(objs) != (size_t)kNumDTypes) throw Error("internal: dtype table size", Error::Kind::Value);
+    g_dtype_objects = new nb::object[kNumDTypes];
+    for (int i = 0; i < kNumDTypes; ++i) g_dtype_objects[i] = objs[i];
+    g_dtype_parser = new nb::object(parser);
+}
+
+nb::object dtype_object(DType t) {
+    if (!g_dtype_objects) return nb::str(std::string(dtype_name(t)).c_str());
+    return g_dtype_objects[(int)t];
+}
+
+DType dtype_arg(nb::handle h, const char* op) {
+    if (nb::isinstance<DType>(h)) return nb::cast<DType>(h);
+    if (!g_dtype_parser) throw Error(std::string(op) + ": the kiln package is not initialised", Error::Kind::Runtime);
+    (void)op;
+    return nb::cast<DType>((*g_dtype_parser)(h));
+}
+
+Shape shape_arg(nb::handle h, const char* op) {
+    Shape s;
+    auto dim = [&](nb::handle d) {
+        if (!PyIndex_Check(d.ptr()) || PyBool_Check(d.ptr()))
+            throw Error(fmt::format("{}: a shape is an int or a sequence of ints; got an element of type {}", op, py_type_name(d)),
+                        Error::Kind::Type);
+        Py_ssize_t v = PyNumber_AsSsize_t(d.ptr(), PyExc_OverflowError);
+        if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+        s.push_back((int64_t)v);
+    };
+    if (PyIndex_Check(h.ptr())) {
+        dim(h);
+        return s;
+    }
+    if (!PySequence_Check(h.ptr()) || nb::isinstance<nb::str>(h))
+        throw Error(fmt::format("{}: a shape is an int or a sequence of ints, got {}", op, py_type_name(h)), Error::Kind::Type);
+    for (nb::handle d : h) dim(d);
+    return s;
+}
+
+} // namespace kiln::py

@@ -1,0 +1,166 @@
+// kiln.Context: the seeds' NervanaGPU factory. Its operation methods follow neon's backend:
+// reductions keep their dimensions (keepdims=True), argmax/argmin default to axis=1, and each
+// returns a lazy expression unless out= receives the value. The Python package subclasses it
+// for the constructor's keyword spellings and the host-data factories (array, zeros, ...).
+#include "ops.hpp"
+
+#include <nanobind/stl/string.h>
+
+namespace kiln::py {
+
+namespace {
+
+using namespace nb::literals;
+
+// The Context's own handle when an expression has no tensor operand (ng.rand(), ng.add(1, 2)).
+nb::handle ctx_or(nb::handle found, nb::handle self) { return found.is_valid() && !found.is_none() ? found : self; }
+
+} // namespace
+
+void bind_context(nb::module_& m) {
+    nb::enum_<DType>(m, "DType", "kiln's storage dtypes.")
+        .value("float32", DType::Float32)
+        .value("float16", DType::Float16)
+        .value("bfloat16", DType::BFloat16)
+        .value("int32", DType::Int32)
+        .value("int8", DType::Int8)
+        .value("uint8", DType::UInt8)
+        .value("bool", DType::Bool);
+    m.def("_dtype_from_name", [](const std::string& name) -> nb::object {
+        DType d;
+        if (!parse_dtype(name, d)) return nb::none();
+        return nb::cast(d);
+    });
+
+    auto cls = nb::class_<PyContext>(m, "_Context");
+    cls.def("__init__", [](PyContext* self, const std::string& device, uint64_t seed, DType default_dtype, int stochastic_round,
+                           bool bench) {
+            ContextOptions o;
+            o.device = device;
+            o.seed = seed;
+            o.default_dtype = default_dtype;
+            o.stochastic_round = stochastic_round;
+            std::unique_ptr<Context> c;
+            {
+                nb::gil_scoped_release unlocked;
+                c = std::make_unique<Context>(o);
+            }
+            new (self) PyContext{std::move(c), bench};
+        }, "device"_a, "seed"_a, "default_dtype"_a, "stochastic_round"_a, "bench"_a)
+        .def_prop_ro("device", [](const PyContext& c) { return c.c().device_name(); }, "'cpu' or 'cuda:N'.")
+        .def_prop_ro("backend", [](const PyContext& c) { return c.c().backend() == Backend::CUDA ? "cuda" : "cpu"; })
+        .def_prop_ro("description", [](const PyContext& c) { return c.c().device_description(); })
+        .def_prop_ro("default_dtype", [](const PyContext& c) { return dtype_object(c.c().default_dtype()); })
+        .def_prop_ro("_default_dtype", [](const PyContext& c) { return c.c().default_dtype(); })
+        .def_prop_rw("bench", [](const PyContext& c) { return c.bench; }, [](PyContext& c, bool b) { c.bench = b; },
+                     "Time every assignment (synchronising) and print it, as the seeds' bench mode.")
+        .def_prop_rw("stochastic_round", [](const PyContext& c) { return c.c().stochastic_round(); },
+                     [](PyContext& c, nb::handle v) {
+                         if (PyBool_Check(v.ptr())) c.c().set_stochastic_round(v.ptr() == Py_True);
+                         else c.c().set_stochastic_round(nb::cast<int>(v));
+                     },
+                     "Mantissa bits kept by stochastic rounding of 16-bit float stores (0: round to nearest; True: 10).")
+        .def_prop_ro("stream_handle", [](const PyContext& c) { return c.c().stream_handle(); },
+                     "The CUstream this context's work is ordered on (0 on the CPU).")
+        .def("order_before", [](PyContext& c, uintptr_t stream) { c.c().order_before(stream); }, "stream"_a,
+             "Makes work later submitted to a CUDA stream wait for this context's work so far.")
+        .def("wait_for", [](PyContext& c, uintptr_t stream) { c.c().wait_for(stream); }, "stream"_a,
+             "Makes this context's later work wait for what a CUDA stream has been given so far.")
+        .def("synchronize", [](PyContext& c) {
+            nb::gil_scoped_release unlocked;
+            c.c().synchronize();
+        }, "Waits until every kernel and copy this context submitted has finished.")
+        .def("seed", [](PyContext& c, uint64_t s) { c.c().seed(s); }, "seed"_a, "Restarts the random stream from seed.")
+        .def("counters", [](const PyContext& c) {
+            Counters k = c.c().counters();
+            nb::dict d;
+            d["compiles"] = k.compiles;
+            d["memory_hits"] = k.memory_hits;
+            d["disk_hits"] = k.disk_hits;
+            d["plan_hits"] = k.plan_hits;
+            d["compile_ms"] = k.compile_ms;
+            d["launches"] = k.launches;
+            d["assignments"] = k.assignments;
+            return d;
+        }, "Kernel cache and launch counters since creation (or reset_counters()).")
+        .def("reset_counters", [](PyContext& c) { c.c().reset_counters(); })
+        .def("_empty", [](nb::handle self, nb::handle shape, DType dtype) {
+            auto& c = *nb::inst_ptr<PyContext>(self);
+            return PyTensor{c.c().empty(shape_arg(shape, "empty"), dtype), nb::borrow(self)};
+        })
+        .def("_full", [](nb::handle self, nb::handle shape, double value, DType dtype) {
+            auto& c = *nb::inst_ptr<PyContext>(self);
+            PyTensor t{c.c().empty(shape_arg(shape, "full"), dtype), nb::borrow(self)};
+            assign(t, scalar(value, dtype));
+            return t;
+        })
+        .def("rand", [](nb::handle self, nb::handle out) {
+            // A rank-0 rand() draws a value per element of whatever it is assigned to.
+            return finish(rand({}), self, out, "rand");
+        }, "out"_a = nb::none(), "Uniform random numbers in [0, 1), one per element of the assignment.")
+        .def("dropout", [](nb::handle self, double keep, nb::handle out) {
+            if (!(keep > 0 && keep <= 1)) throw Error(fmt::format("dropout: keep={} is not a probability in (0, 1]", keep));
+            return finish(less(rand({}), Expr(keep)), self, out, "dropout");
+        }, "keep"_a = 0.5, "out"_a = nb::none(), "A keep mask: 1 with probability keep, else 0.");
+    for (const UnaryOp& u : unary_ops()) {
+        UnaryFn fn = u.fn;
+        const char* name = u.name;
+        cls.def(name, [fn, name](nb::handle self, nb::handle a, nb::handle out) {
+            nb::handle ctx;
+            Expr e = fn(operand(a, ctx, name));
+            return finish(e, ctx_or(ctx, self), out, name);
+        }, "a"_a, "out"_a = nb::none());
+    }
+    for (const BinaryOp& b : binary_ops()) {
+        BinaryFn fn = b.fn;
+        const char* name = b.name;
+        cls.def(name, [fn, name](nb::handle self, nb::handle a, nb::handle x, nb::handle out) {
+            nb::handle ctx;
+            Expr ea = operand(a, ctx, name);
+            Expr eb = operand(x, ctx, name);
+            return finish(fn(ea, eb), ctx_or(ctx, self), out, name);
+        }, "a"_a, "b"_a, "out"_a = nb::none());
+    }
+    for (const ReductionOp& r : reduction_ops()) {
+        Reduction kind = r.r;
+        const char* name = r.name;
+        nb::object default_axis = (kind == Reduction::ArgMax || kind == Reduction::ArgMin) ? nb::object(nb::int_(1)) : nb::object(nb::none());
+        cls.def(name, [kind, name](nb::handle self, nb::handle a, nb::handle axis, nb::handle out, bool keepdims) {
+            nb::handle ctx;
+            Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, 0, nb::handle(), name);
+            return finish(e, ctx_or(ctx, self), out, name);
+        }, "a"_a, "axis"_a = default_axis, "out"_a = nb::none(), "keepdims"_a = true);
+    }
+    cls.def("clip", [](nb::handle self, nb::handle a, nb::handle lo, nb::handle hi, nb::handle out) {
+        nb::handle ctx;
+        Expr e = clip(operand(a, ctx, "clip"), operand(lo, ctx, "clip"), operand(hi, ctx, "clip"));
+        return finish(e, ctx_or(ctx, self), out, "clip");
+    }, "a"_a, "a_min"_a, "a_max"_a, "out"_a = nb::none());
+    cls.def("where", [](nb::handle self, nb::handle c, nb::handle a, nb::handle b, nb::handle out) {
+        nb::handle ctx;
+        Expr e = where(operand(c, ctx, "where"), operand(a, ctx, "where"), operand(b, ctx, "where"));
+        return finish(e, ctx_or(ctx, self), out, "where");
+    }, "condition"_a, "x"_a, "y"_a, "out"_a = nb::none());
+    cls.def("take", [](nb::handle self, nb::handle a, nb::handle indices, nb::handle axis, nb::handle out) {
+        return nb::module_::import_("kiln._kiln").attr("take")(a, self.attr("asarray")(indices), axis, "out"_a = out);
+    }, "a"_a, "indices"_a, "axis"_a = nb::none(), "out"_a = nb::none());
+    cls.def("onehot", [](nb::handle self, nb::handle indices, int axis, nb::handle out, nb::handle num_classes) {
+        nb::handle ctx;
+        Expr ei = operand(indices, ctx, "onehot");
+        int64_t n;
+        DType dt = DType::Float32;
+        if (!num_classes.is_none()) {
+            n = nb::cast<int64_t>(num_classes);
+        } else if (!out.is_none() && nb::isinstance<PyTensor>(out)) {
+            const Tensor& o = nb::inst_ptr<PyTensor>(out)->t;
+            n = o.shape()[normalize_axis(axis, o.rank(), "onehot")];
+            dt = o.dtype();
+        } else {
+            throw Error("onehot: the number of classes comes from out= (its size along axis) or num_classes=; neither was given");
+        }
+        return finish(onehot(ei, n, axis, dt), ctx_or(ctx, self), out, "onehot");
+    }, "indices"_a, "axis"_a, "out"_a = nb::none(), "num_classes"_a = nb::none(),
+       "One-hot rows (or columns) of the indices; the class count is out's size along axis.");
+}
+
+} // namespace kiln::py

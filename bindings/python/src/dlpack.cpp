@@ -1,0 +1,323 @@
+// Zero-copy exchange with other array libraries: the DLPack protocol (__dlpack__,
+// __dlpack_device__, from_dlpack; versioned 1.x capsules and the legacy ones) and CUDA's
+// __cuda_array_interface__ (v3). Streams follow the DLPack rule: the producer makes its data
+// ready on the consumer's stream. Exporting, kiln orders the consumer's stream after its own
+// work (an event, no host wait); importing, kiln passes its own stream to the producer.
+#include "binding.hpp"
+
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+
+namespace kiln::py {
+
+namespace {
+
+using namespace nb::literals;
+
+// The DLPack ABI (v1.0), declared here from the specification.
+enum : int32_t { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 };
+enum : uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6 };
+struct DLDevice { int32_t device_type; int32_t device_id; };
+struct DLDataType { uint8_t code; uint8_t bits; uint16_t lanes; };
+struct DLTensor {
+    void* data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t* shape;
+    int64_t* strides;
+    uint64_t byte_offset;
+};
+struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void* manager_ctx;
+    void (*deleter)(DLManagedTensor*);
+};
+struct DLPackVersion { uint32_t major; uint32_t minor; };
+struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void* manager_ctx;
+    void (*deleter)(DLManagedTensorVersioned*);
+    uint64_t flags;
+    DLTensor dl_tensor;
+};
+constexpr uint64_t kFlagReadOnly = 1;
+constexpr uint64_t kFlagIsCopied = 2;
+
+DLDataType dl_dtype(DType t) {
+    switch (t) {
+    case DType::Float32: return {kDLFloat, 32, 1};
+    case DType::Float16: return {kDLFloat, 16, 1};
+    case DType::BFloat16: return {kDLBfloat, 16, 1};
+    case DType::Int32: return {kDLInt, 32, 1};
+    case DType::Int8: return {kDLInt, 8, 1};
+    case DType::UInt8: return {kDLUInt, 8, 1};
+    case DType::Bool: return {kDLBool, 8, 1};
+    }
+    return {};
+}
+
+bool kiln_dtype(DLDataType d, DType& out) {
+    if (d.lanes != 1) return false;
+    if (d.code == kDLFloat && d.bits == 32) out = DType::Float32;
+    else if (d.code == kDLFloat && d.bits == 16) out = DType::Float16;
+    else if (d.code == kDLBfloat && d.bits == 16) out = DType::BFloat16;
+    else if (d.code == kDLInt && d.bits == 32) out = DType::Int32;
+    else if (d.code == kDLInt && d.bits == 8) out = DType::Int8;
+    else if (d.code == kDLUInt && d.bits == 8) out = DType::UInt8;
+    else if (d.code == kDLBool && d.bits == 8) out = DType::Bool;
+    else return false;
+    return true;
+}
+
+std::string dl_dtype_str(DLDataType d) {
+    const char* kind = d.code == kDLInt ? "int" : d.code == kDLUInt ? "uint" : d.code == kDLFloat ? "float"
+                     : d.code == kDLBfloat ? "bfloat" : d.code == kDLBool ? "bool" : "code";
+    return fmt::format("{}{}{}", kind, (int)d.bits, d.lanes != 1 ? fmt::format("x{}", d.lanes) : "");
+}
+
+[[noreturn]] void buffer_error(const std::string& msg) {
+    PyErr_SetString(PyExc_BufferError, msg.c_str());
+    throw nb::python_error();
+}
+
+// What an exported capsule owns: a view of the tensor (keeping its memory) and a reference
+// to its Python Context (keeping the device state), plus the shape and stride arrays.
+struct Export {
+    Tensor t;
+    PyObject* ctx;
+    std::vector<int64_t> shape, strides;
+};
+
+void drop_export(Export* e) {
+    // The consumer may call the deleter from any thread, with or without the GIL.
+    if (!Py_IsInitialized()) return;  // interpreter gone: leak rather than crash
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_XDECREF(e->ctx);
+    delete e;
+    PyGILState_Release(g);
+}
+
+template <class Managed>
+void fill(Managed* m, Export* e, const PyTensor& s) {
+    const Tensor& t = s.t;
+    DLTensor& d = m->dl_tensor;
+    e->shape = t.shape();
+    e->strides = t.strides();
+    d.data = static_cast<char*>(t.view().storage->data) + t.offset() * (int64_t)dtype_size(t.dtype());
+    Device dev = t.context().device();
+    d.device = {dev.kind == DeviceKind::CUDA ? kDLCUDA : kDLCPU, dev.index};
+    d.ndim = t.rank();
+    d.dtype = dl_dtype(t.dtype());
+    d.shape = e->shape.data();
+    d.strides = e->strides.data();
+    d.byte_offset = 0;
+    m->manager_ctx = e;
+}
+
+nb::object export_capsule(const PyTensor& s, bool versioned, bool copied) {
+    auto* e = new Export{s.t, s.ctx.ptr(), {}, {}};
+    Py_INCREF(e->ctx);
+    if (versioned) {
+        auto* m = new DLManagedTensorVersioned{};
+        m->version = {1, 0};
+        m->flags = copied ? kFlagIsCopied : 0;
+        fill(m, e, s);
+        m->deleter = [](DLManagedTensorVersioned* self) {
+            drop_export(static_cast<Export*>(self->manager_ctx));
+            delete self;
+        };
+        PyObject* cap = PyCapsule_New(m, "dltensor_versioned", [](PyObject* c) {
+            if (PyCapsule_IsValid(c, "dltensor_versioned")) {  // never consumed
+                auto* mt = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
+                if (mt && mt->deleter) mt->deleter(mt);
+            } else {
+                PyErr_Clear();
+            }
+        });
+        if (!cap) {
+            m->deleter(m);
+            throw nb::python_error();
+        }
+        return nb::steal(cap);
+    }
+    auto* m = new DLManagedTensor{};
+    fill(m, e, s);
+    m->deleter = [](DLManagedTensor* self) {
+        drop_export(static_cast<Export*>(self->manager_ctx));
+        delete self;
+    };
+    PyObject* cap = PyCapsule_New(m, "dltensor", [](PyObject* c) {
+        if (PyCapsule_IsValid(c, "dltensor")) {
+            auto* mt = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+            if (mt && mt->deleter) mt->deleter(mt);
+        } else {
+            PyErr_Clear();
+        }
+    });
+    if (!cap) {
+        m->deleter(m);
+        throw nb::python_error();
+    }
+    return nb::steal(cap);
+}
+
+nb::object dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy) {
+    PyTensor s = *nb::inst_ptr<PyTensor>(self);
+    Device dev = s.t.context().device();
+    if (!dl_device.is_none()) {
+        auto want = nb::cast<std::pair<int, int>>(dl_device);
+        int have_type = dev.kind == DeviceKind::CUDA ? kDLCUDA : kDLCPU;
+        if (want.first != have_type || want.second != dev.index)
+            buffer_error(fmt::format("__dlpack__: the tensor is on {}; exporting to device ({}, {}) is not supported: copy "
+                                     "it through the host (np.asarray(t)) first",
+                                     s.t.context().device_name(), want.first, want.second));
+    }
+    bool copied = false;
+    if (!copy.is_none() && nb::cast<bool>(copy)) {
+        s = evaluate(s.t.expr(), s.ctx);
+        copied = true;
+    }
+    if (dev.kind == DeviceKind::CUDA) {
+        // None: the consumer's legacy default stream (1); -1: the consumer asks for no ordering.
+        int64_t st = stream.is_none() ? 1 : nb::cast<int64_t>(stream);
+        if (st == 0) buffer_error("__dlpack__: stream=0 is ambiguous for CUDA; use 1 (legacy default) or 2 (per-thread default)");
+        if (st != -1) s.t.context().order_before((uintptr_t)st);
+    } else if (!stream.is_none()) {
+        buffer_error("__dlpack__: stream must be None for a CPU tensor");
+    }
+    bool versioned = false;
+    if (!max_version.is_none()) {
+        auto v = nb::cast<std::pair<int, int>>(max_version);
+        versioned = v.first >= 1;
+    }
+    return export_capsule(s, versioned, copied);
+}
+
+nb::tuple dlpack_device(const PyTensor& s) {
+    Device dev = s.t.context().device();
+    return nb::make_tuple(dev.kind == DeviceKind::CUDA ? (int)kDLCUDA : (int)kDLCPU, dev.index);
+}
+
+// Imports a capsule as a tensor of `ctx` sharing its memory. `readonly` reports the
+// producer's read-only flag (the caller copies in that case).
+nb::object import_capsule(nb::handle capsule, nb::handle pyctx, bool* readonly) {
+    PyContext& pc = context_of(pyctx);
+    DLTensor* d = nullptr;
+    std::function<void()> release;
+    *readonly = false;
+    if (PyCapsule_IsValid(capsule.ptr(), "dltensor_versioned")) {
+        auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor_versioned"));
+        if (m->version.major > 1)
+            buffer_error(fmt::format("from_dlpack: the producer sent a DLPack {}.{} tensor; kiln reads version 1",
+                                     m->version.major, m->version.minor));
+        d = &m->dl_tensor;
+        *readonly = (m->flags & kFlagReadOnly) != 0;
+        release = [m] {
+            if (!m->deleter) return;
+            PyGILState_STATE g = PyGILState_Ensure();
+            m->deleter(m);
+            PyGILState_Release(g);
+        };
+        PyCapsule_SetName(capsule.ptr(), "used_dltensor_versioned");
+    } else if (PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
+        auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+        d = &m->dl_tensor;
+        release = [m] {
+            if (!m->deleter) return;
+            PyGILState_STATE g = PyGILState_Ensure();
+            m->deleter(m);
+            PyGILState_Release(g);
+        };
+        PyCapsule_SetName(capsule.ptr(), "used_dltensor");
+    } else {
+        throw Error("from_dlpack: __dlpack__() did not return a DLPack capsule (or it was already consumed)",
+                    Error::Kind::Type);
+    }
+    DType dt;
+    if (!kiln_dtype(d->dtype, dt)) {
+        std::string name = dl_dtype_str(d->dtype);
+        release();
+        throw Error(fmt::format("from_dlpack: {} data cannot be shared; kiln's dtypes are float32, float16, bfloat16, int32, "
+                                "int8, uint8 and bool: convert it first (e.g. x.astype('float32'))",
+                                name),
+                    Error::Kind::Type);
+    }
+    Device dev;
+    if (d->device.device_type == kDLCPU || d->device.device_type == kDLCUDAHost) dev = {DeviceKind::CPU, 0};
+    else if (d->device.device_type == kDLCUDA || d->device.device_type == kDLCUDAManaged) dev = {DeviceKind::CUDA, d->device.device_id};
+    else {
+        release();
+        buffer_error(fmt::format("from_dlpack: DLPack device type {} is not one kiln can use (CPU or CUDA)", d->device.device_type));
+    }
+    Shape shape(d->shape, d->shape + d->ndim);
+    Strides strides;
+    if (d->strides) strides.assign(d->strides, d->strides + d->ndim);
+    void* data = static_cast<char*>(d->data) + d->byte_offset;
+    Tensor t = pc.c().wrap(data, dt, shape, strides, dev, std::move(release));
+    return nb::cast(PyTensor{t, context_object(pyctx)});
+}
+
+} // namespace
+
+void bind_dlpack_methods(nb::class_<PyTensor>& tc) {
+    tc.def("__dlpack__", &dlpack, "stream"_a = nb::none(), "max_version"_a = nb::none(), "dl_device"_a = nb::none(),
+           "copy"_a = nb::none(), "Exports the tensor as a DLPack capsule (zero copy).");
+    tc.def("__dlpack_device__", &dlpack_device);
+    tc.def_prop_ro("__cuda_array_interface__", [](const PyTensor& s) -> nb::dict {
+        Device dev = s.t.context().device();
+        if (dev.kind != DeviceKind::CUDA) {
+            PyErr_SetString(PyExc_AttributeError, "__cuda_array_interface__: this tensor is in host memory (a CPU context)");
+            throw nb::python_error();
+        }
+        static const char* typestr[] = {"<f4", "<f2", "<V2", "<i4", "|i1", "|u1", "|b1"};
+        nb::dict d;
+        nb::list shape, strides;
+        for (int64_t x : s.t.shape()) shape.append(x);
+        for (int64_t x : s.t.strides()) strides.append(x * (int64_t)dtype_size(s.t.dtype()));
+        d["shape"] = nb::tuple(shape);
+        d["typestr"] = typestr[(int)s.t.dtype()];
+        if (s.t.dtype() == DType::BFloat16) {
+            nb::list descr;
+            descr.append(nb::make_tuple("bfloat16", "<V2"));
+            d["descr"] = descr;
+        }
+        uintptr_t ptr = (uintptr_t)s.t.view().storage->data + (uintptr_t)(s.t.offset() * (int64_t)dtype_size(s.t.dtype()));
+        d["data"] = nb::make_tuple(s.t.size() == 0 ? 0 : ptr, false);
+        d["strides"] = s.t.is_contiguous() ? nb::object(nb::none()) : nb::object(nb::tuple(strides));
+        d["version"] = 3;
+        d["stream"] = s.t.context().stream_handle();  // consumers order their work after this stream
+        return d;
+    });
+}
+
+void bind_dlpack(nb::module_& m) {
+    m.def("_import_capsule", [](nb::handle capsule, nb::handle ctx) {
+        bool ro = false;
+        nb::object t = import_capsule(capsule, ctx, &ro);
+        return nb::make_tuple(t, ro);
+    });
+    m.def("_wrap", [](nb::handle ctx, uintptr_t ptr, DType dtype, nb::handle shape, nb::handle strides, nb::object owner,
+                      bool cuda, int device_index) {
+        // Memory described by __cuda_array_interface__ (or any pointer): `owner` is kept alive
+        // until the tensor dies. Strides in elements; None for row-major.
+        PyContext& pc = context_of(ctx);
+        Shape sh = shape_arg(shape, "wrap");
+        Strides st;
+        if (!strides.is_none()) st = shape_arg(strides, "wrap");
+        PyObject* keep = owner.release().ptr();
+        std::function<void()> release = [keep] {
+            if (!Py_IsInitialized()) return;
+            PyGILState_STATE g = PyGILState_Ensure();
+            Py_DECREF(keep);
+            PyGILState_Release(g);
+        };
+        Device dev{cuda ? DeviceKind::CUDA : DeviceKind::CPU, cuda ? device_index : 0};
+        Tensor t = pc.c().wrap((void*)ptr, dtype, sh, st, dev, std::move(release));
+        return PyTensor{t, context_object(ctx)};
+    });
+}
+
+} // namespace kiln::py

@@ -1,0 +1,16 @@
+// Python indexing (t[key]) of tensors: see indexing.cpp.
+#pragma once
+#include "binding.hpp"
+
+namespace kiln::py {
+
+struct Index {
+    Tensor view;             // the basic-indexing view (ints, slices, ..., None applied)
+    int gather_axis = -1;    // >= 0: then gather `gather` along this axis of `view`
+    nb::object gather;
+};
+
+Index parse_index(const Tensor& t, nb::handle key);
+bool is_whole(nb::handle key);  // `:`, `...`: the whole tensor
+
+} // namespace kiln::py

@@ -1,0 +1,231 @@
+// The operation tables, reductions over several axes, and the module-level functions with
+// NumPy's conventions: keepdims=False, axis=None reduces everything, `out=` receives the
+// value. Without out= a function returns a lazy kiln.Expr, evaluated on assignment or when a
+// value is needed.
+#include "ops.hpp"
+
+#include <algorithm>
+
+namespace kiln::py {
+
+namespace {
+
+Expr sign(const Expr& a) { return sgn(a); }
+
+Expr reduce_one(Reduction r, const Expr& x, int axis, bool keepdims) {
+    switch (r) {
+    case Reduction::Sum: return sum(x, axis, keepdims);
+    case Reduction::Max: return max(x, axis, keepdims);
+    case Reduction::Min: return min(x, axis, keepdims);
+    case Reduction::Mean: return mean(x, axis, keepdims);
+    case Reduction::Var: return var(x, axis, keepdims);
+    case Reduction::Std: return kiln::std(x, axis, keepdims);
+    case Reduction::ArgMax: return argmax(x, axis, keepdims);
+    case Reduction::ArgMin: return argmin(x, axis, keepdims);
+    }
+    return {};
+}
+
+// Several axes (not all): nested single-axis reductions, innermost axis first.
+Expr reduce_several(Reduction r, const Expr& x, std::vector<int> axes, const char* op) {
+    std::sort(axes.rbegin(), axes.rend());
+    int64_t count = 1;
+    for (int a : axes) count *= x.shape()[a];
+    auto nested = [&](Reduction base, const Expr& v) {
+        Expr y = v;
+        for (int a : axes) y = reduce_one(base, y, a, true);
+        return y;
+    };
+    switch (r) {
+    case Reduction::Sum: case Reduction::Max: case Reduction::Min: return nested(r, x);
+    case Reduction::Mean: return divide(nested(Reduction::Sum, x), Expr((double)count));
+    case Reduction::Var: case Reduction::Std: {
+        Expr m = divide(nested(Reduction::Sum, x), Expr((double)count));
+        Expr v = divide(nested(Reduction::Sum, square(subtract(x, m))), Expr((double)count));
+        return r == Reduction::Var ? v : sqrt(v);
+    }
+    case Reduction::ArgMax: case Reduction::ArgMin:
+        throw Error(fmt::format("{}: reduces over one axis or all of them (axis=None), not over {} axes", op, axes.size()),
+                    Error::Kind::Value);
+    }
+    return {};
+}
+
+} // namespace
+
+const std::vector<UnaryOp>& unary_ops() {
+    static const std::vector<UnaryOp> ops = {
+        {"negative", negative}, {"absolute", absolute}, {"abs", absolute}, {"fabs", absolute}, {"sqrt", sqrt},
+        {"square", square}, {"exp", exp}, {"exp2", exp2}, {"log", log}, {"log2", log2}, {"safelog", safelog},
+        {"sig", sig}, {"sig2", sig2}, {"tanh", tanh}, {"tanh2", tanh2}, {"reciprocal", reciprocal}, {"sgn", sgn},
+        {"sign", sign}, {"rint", rint}, {"finite", finite}, {"isfinite", finite},
+    };
+    return ops;
+}
+
+const std::vector<BinaryOp>& binary_ops() {
+    static const std::vector<BinaryOp> ops = {
+        {"add", add}, {"subtract", subtract}, {"multiply", multiply}, {"divide", divide}, {"true_divide", divide},
+        {"power", power}, {"maximum", maximum}, {"minimum", minimum}, {"equal", equal}, {"not_equal", not_equal},
+        {"greater", greater}, {"greater_equal", greater_equal}, {"less", less}, {"less_equal", less_equal},
+    };
+    return ops;
+}
+
+const std::vector<ReductionOp>& reduction_ops() {
+    static const std::vector<ReductionOp> ops = {
+        {"sum", Reduction::Sum}, {"max", Reduction::Max}, {"min", Reduction::Min}, {"amax", Reduction::Max},
+        {"amin", Reduction::Min}, {"mean", Reduction::Mean}, {"var", Reduction::Var}, {"std", Reduction::Std},
+        {"argmax", Reduction::ArgMax}, {"argmin", Reduction::ArgMin},
+    };
+    return ops;
+}
+
+Expr reduce(Reduction r, const Expr& x0, nb::handle axis, bool keepdims, int ddof, nb::handle dtype, const char* op) {
+    Expr x = x0;
+    if (dtype.is_valid() && !dtype.is_none()) x = cast(x, dtype_arg(dtype, op));
+    const int rank = x.rank();
+    Axes ax = parse_axes(axis, rank, op);
+    int64_t count = 1;
+    Expr y;
+    if (!ax.all && ax.list.empty()) {  // axis=(): nothing reduced
+        if (r == Reduction::ArgMax || r == Reduction::ArgMin)
+            throw Error(fmt::format("{}: axis=() reduces nothing; give one axis or None", op), Error::Kind::Value);
+        if (r == Reduction::Var || r == Reduction::Std) return multiply(cast(x, DType::Float32), 0.0);
+        return r == Reduction::Mean ? cast(x, is_float(x.dtype()) ? x.dtype() : DType::Float32) : x;
+    }
+    if (ax.all || (int)ax.list.size() == rank) {
+        count = x.size();
+        y = reduce_one(r, x, kAllAxes, keepdims);
+    } else if (ax.list.size() == 1) {
+        count = x.shape()[ax.list[0]];
+        y = reduce_one(r, x, ax.list[0], keepdims);
+    } else {
+        for (int a : ax.list) count *= x.shape()[a];
+        y = reduce_several(r, x, ax.list, op);
+        if (!keepdims) {
+            Shape s;
+            for (int d = 0; d < rank; ++d)
+                if (std::find(ax.list.begin(), ax.list.end(), d) == ax.list.end()) s.push_back(x.shape()[d]);
+            y = reshape(y, s);
+        }
+    }
+    if (ddof != 0 && (r == Reduction::Var || r == Reduction::Std)) {
+        if (ddof < 0 || ddof >= count)
+            throw Error(fmt::format("{}: ddof={} needs more than {} elements per reduction (there are {})", op, ddof, ddof,
+                                    count),
+                        Error::Kind::Value);
+        double f = (double)count / (double)(count - ddof);
+        y = r == Reduction::Var ? multiply(y, Expr(f)) : multiply(y, Expr(std::sqrt(f)));
+    }
+    return y;
+}
+
+nb::object binary_operator(nb::handle a, nb::handle b, BinaryFn fn, bool reflected, const char* op) {
+    nb::handle ctx;
+    Expr ea, eb;
+    to_expr(a, ea, ctx);
+    if (!to_expr(b, eb, ctx)) {
+        std::string t = nb::cast<std::string>(nb::str(b.type().attr("__name__")));
+        if (t == "ndarray" || t == "list" || t == "tuple") throw Error(not_an_operand(b, op), Error::Kind::Type);
+        return nb::borrow(Py_NotImplemented);
+    }
+    return wrap(reflected ? fn(eb, ea) : fn(ea, eb), ctx);
+}
+
+void bind_ops(nb::module_& m) {
+    using namespace nb::literals;
+    for (const UnaryOp& u : unary_ops()) {
+        UnaryFn fn = u.fn;
+        const char* name = u.name;
+        m.def(name, [fn, name](nb::handle a, nb::handle out) {
+            nb::handle ctx;
+            Expr e = fn(operand(a, ctx, name));
+            return finish(e, ctx, out, name);
+        }, "a"_a, "out"_a = nb::none(), "Elementwise; lazy unless out= is given.");
+    }
+    for (const BinaryOp& b : binary_ops()) {
+        BinaryFn fn = b.fn;
+        const char* name = b.name;
+        m.def(name, [fn, name](nb::handle a, nb::handle x, nb::handle out) {
+            nb::handle ctx;
+            Expr ea = operand(a, ctx, name);
+            Expr eb = operand(x, ctx, name);
+            return finish(fn(ea, eb), ctx, out, name);
+        }, "a"_a, "b"_a, "out"_a = nb::none(), "Elementwise with NumPy broadcasting; lazy unless out= is given.");
+    }
+    for (const ReductionOp& r : reduction_ops()) {
+        Reduction kind = r.r;
+        const char* name = r.name;
+        const bool has_ddof = kind == Reduction::Var || kind == Reduction::Std;
+        const bool has_dtype = kind == Reduction::Sum || kind == Reduction::Mean;
+        if (has_ddof) {
+            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, int ddof) {
+                nb::handle ctx;
+                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, ddof, nb::handle(), name);
+                return finish(e, ctx, out, name);
+            }, "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "ddof"_a = 0);
+        } else if (has_dtype) {
+            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, nb::handle dtype) {
+                nb::handle ctx;
+                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, 0, dtype, name);
+                return finish(e, ctx, out, name);
+            }, "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "dtype"_a = nb::none());
+        } else {
+            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out) {
+                nb::handle ctx;
+                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, 0, nb::handle(), name);
+                return finish(e, ctx, out, name);
+            }, "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none());
+        }
+    }
+    m.def("where", [](nb::handle c, nb::handle a, nb::handle b, nb::handle out) {
+        nb::handle ctx;
+        Expr ec = operand(c, ctx, "where"), ea = operand(a, ctx, "where"), eb = operand(b, ctx, "where");
+        return finish(where(ec, ea, eb), ctx, out, "where");
+    }, "condition"_a, "x"_a, "y"_a, "out"_a = nb::none());
+    m.def("clip", [](nb::handle a, nb::handle lo, nb::handle hi, nb::handle out) {
+        nb::handle ctx;
+        Expr ea = operand(a, ctx, "clip");
+        Expr elo = lo.is_none() ? Expr() : operand(lo, ctx, "clip");
+        Expr ehi = hi.is_none() ? Expr() : operand(hi, ctx, "clip");
+        Expr e;
+        if (elo.valid() && ehi.valid()) e = clip(ea, elo, ehi);
+        else if (elo.valid()) e = maximum(ea, elo);
+        else if (ehi.valid()) e = minimum(ea, ehi);
+        else throw Error("clip: a_min and a_max cannot both be None", Error::Kind::Value);
+        return finish(e, ctx, out, "clip");
+    }, "a"_a, "a_min"_a, "a_max"_a, "out"_a = nb::none());
+    m.def("astype", [](nb::handle a, nb::handle dtype) {
+        nb::handle ctx;
+        Expr e = operand(a, ctx, "astype");
+        return wrap(cast(e, dtype_arg(dtype, "astype")), ctx);
+    }, "a"_a, "dtype"_a, "Lazy cast to dtype.");
+    m.def("take", [](nb::handle a, nb::handle indices, nb::handle axis, nb::handle out) {
+        nb::handle ctx;
+        Expr ea = operand(a, ctx, "take");
+        Expr ei;
+        nb::handle ictx = ctx;
+        nb::object uploaded;
+        if (!to_expr(indices, ei, ictx)) {
+            uploaded = nb::module_::import_("kiln").attr("asarray")(indices, "ctx"_a = context_object(ctx));
+            ei = nb::inst_ptr<PyTensor>(uploaded)->t.expr();
+        }
+        std::optional<int> ax;
+        if (!axis.is_none()) ax = nb::cast<int>(axis);
+        return finish(take(ea, ei, ax), ctx, out, "take");
+    }, "a"_a, "indices"_a, "axis"_a = nb::none(), "out"_a = nb::none(),
+       "Gathers along axis (None: of the flattened tensor). Negative indices count from the end; out-of-range ones are clipped.");
+    m.def("onehot", [](nb::handle indices, int64_t num_classes, int axis, nb::handle dtype, nb::handle out) {
+        nb::handle ctx;
+        Expr ei = operand(indices, ctx, "onehot");
+        DType dt = dtype.is_none() ? DType::Float32 : dtype_arg(dtype, "onehot");
+        return finish(onehot(ei, num_classes, axis, dt), ctx, out, "onehot");
+    }, "indices"_a, "num_classes"_a, "axis"_a = -1, "dtype"_a = nb::none(), "out"_a = nb::none());
+    m.def("_iota", [](nb::handle shape, int axis) { return wrap(iota(shape_arg(shape, "iota"), axis), nb::none()); });
+    m.def("_rand", [](nb::handle shape, nb::handle ctx) { return wrap(rand(shape_arg(shape, "rand")), ctx); },
+          "shape"_a, "ctx"_a = nb::none());
+    m.def("_scalar", [](double v, nb::handle dtype) { return wrap(scalar(v, dtype_arg(dtype, "scalar")), nb::none()); });
+}
+
+} // namespace kiln::py
