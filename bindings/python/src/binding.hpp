@@ -67,6 +67,11 @@ nb::object dtype_object(DType t);  // the Python dtype object kiln reports (nump
 DType dtype_arg(nb::handle h, const char* op);  // any dtype spelling kiln.dtype() understands
 Shape shape_arg(nb::handle h, const char* op);  // an int or a sequence of ints
 
+// A signature string for stubs (nb::sig), kept alive for the life of the process.
+const char* signature(const std::string& s);
+// The operand type as the stubs spell it.
+inline constexpr const char* kOperand = "Tensor | Expr | float | int | bool";
+
 void bind_errors(nb::module_& m);
 void bind_context(nb::module_& m);
 void bind_values(nb::module_& m);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstdio>
 
 namespace kiln::py {
@@ -103,6 +104,11 @@ Expr operand(nb::handle h, nb::handle& ctx, const char* op) {
     Expr e;
     if (!to_expr(h, e, ctx)) throw Error(not_an_operand(h, op), Error::Kind::Type);
     return e;
+}
+
+const char* signature(const std::string& s) {
+    static std::deque<std::string> keep;
+    return keep.emplace_back(s).c_str();
 }
 
 nb::object default_context() { return kiln_package_attr("default_context")(); }

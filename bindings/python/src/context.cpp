@@ -109,7 +109,8 @@ void bind_context(nb::module_& m) {
             nb::handle ctx;
             Expr e = fn(operand(a, ctx, name));
             return finish(e, ctx_or(ctx, self), out, name);
-        }, "a"_a, "out"_a = nb::none());
+        }, nb::sig(signature(fmt::format("def {}(self, a: {}, out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),
+           "a"_a, "out"_a = nb::none());
     }
     for (const BinaryOp& b : binary_ops()) {
         BinaryFn fn = b.fn;
@@ -119,7 +120,9 @@ void bind_context(nb::module_& m) {
             Expr ea = operand(a, ctx, name);
             Expr eb = operand(x, ctx, name);
             return finish(fn(ea, eb), ctx_or(ctx, self), out, name);
-        }, "a"_a, "b"_a, "out"_a = nb::none());
+        }, nb::sig(signature(fmt::format("def {}(self, a: {}, b: {}, out: Tensor | None = None) -> Expr | Tensor", name,
+                                         kOperand, kOperand))),
+           "a"_a, "b"_a, "out"_a = nb::none());
     }
     for (const ReductionOp& r : reduction_ops()) {
         Reduction kind = r.r;
@@ -129,7 +132,10 @@ void bind_context(nb::module_& m) {
             nb::handle ctx;
             Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, 0, nb::handle(), name);
             return finish(e, ctx_or(ctx, self), out, name);
-        }, "a"_a, "axis"_a = default_axis, "out"_a = nb::none(), "keepdims"_a = true);
+        }, nb::sig(signature(fmt::format("def {}(self, a: {}, axis: int | tuple[int, ...] | None = {}, out: Tensor | None = None, "
+                                         "keepdims: bool = True) -> Expr | Tensor",
+                                         name, kOperand, default_axis.is_none() ? "None" : "1"))),
+           "a"_a, "axis"_a = default_axis, "out"_a = nb::none(), "keepdims"_a = true);
     }
     cls.def("clip", [](nb::handle self, nb::handle a, nb::handle lo, nb::handle hi, nb::handle out) {
         nb::handle ctx;

@@ -142,7 +142,8 @@ void bind_ops(nb::module_& m) {
             nb::handle ctx;
             Expr e = fn(operand(a, ctx, name));
             return finish(e, ctx, out, name);
-        }, "a"_a, "out"_a = nb::none(), "Elementwise; lazy unless out= is given.");
+        }, nb::sig(signature(fmt::format("def {}(a: {}, out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),
+           "a"_a, "out"_a = nb::none(), "Elementwise; lazy unless out= is given.");
     }
     for (const BinaryOp& b : binary_ops()) {
         BinaryFn fn = b.fn;
@@ -152,7 +153,9 @@ void bind_ops(nb::module_& m) {
             Expr ea = operand(a, ctx, name);
             Expr eb = operand(x, ctx, name);
             return finish(fn(ea, eb), ctx, out, name);
-        }, "a"_a, "b"_a, "out"_a = nb::none(), "Elementwise with NumPy broadcasting; lazy unless out= is given.");
+        }, nb::sig(signature(fmt::format("def {}(a: {}, b: {}, out: Tensor | None = None) -> Expr | Tensor", name, kOperand,
+                                         kOperand))),
+           "a"_a, "b"_a, "out"_a = nb::none(), "Elementwise with NumPy broadcasting; lazy unless out= is given.");
     }
     for (const ReductionOp& r : reduction_ops()) {
         Reduction kind = r.r;
@@ -164,19 +167,25 @@ void bind_ops(nb::module_& m) {
                 nb::handle ctx;
                 Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, ddof, nb::handle(), name);
                 return finish(e, ctx, out, name);
-            }, "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "ddof"_a = 0);
+            }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
+                                             "out: Tensor | None = None, ddof: int = 0) -> Expr | Tensor", name, kOperand))),
+               "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "ddof"_a = 0);
         } else if (has_dtype) {
             m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, nb::handle dtype) {
                 nb::handle ctx;
                 Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, 0, dtype, name);
                 return finish(e, ctx, out, name);
-            }, "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "dtype"_a = nb::none());
+            }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
+                                             "out: Tensor | None = None, dtype: object = None) -> Expr | Tensor", name, kOperand))),
+               "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "dtype"_a = nb::none());
         } else {
             m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out) {
                 nb::handle ctx;
                 Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, 0, nb::handle(), name);
                 return finish(e, ctx, out, name);
-            }, "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none());
+            }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
+                                             "out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),
+               "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none());
         }
     }
     m.def("where", [](nb::handle c, nb::handle a, nb::handle b, nb::handle out) {

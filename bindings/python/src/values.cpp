@@ -71,11 +71,14 @@ void bind_arithmetic(nb::class_<T>& cls) {
         BinaryFn fn = o.fn;
         bool refl = o.reflected;
         const char* name = o.name;
-        cls.def(name, [fn, refl, name](nb::handle a, nb::handle b) { return binary_operator(a, b, fn, refl, name); });
+        cls.def(name, [fn, refl, name](nb::handle a, nb::handle b) { return binary_operator(a, b, fn, refl, name); },
+                nb::sig(signature(fmt::format("def {}(self, other: {}, /) -> Expr", name, kOperand))));
     }
-    cls.def("__neg__", [](nb::handle a) { nb::handle c; return wrap(negative(operand(a, c, "negative")), c); });
+    cls.def("__neg__", [](nb::handle a) { nb::handle c; return wrap(negative(operand(a, c, "negative")), c); },
+            nb::sig("def __neg__(self) -> Expr"));
     cls.def("__pos__", [](nb::handle a) { return nb::borrow(a); });
-    cls.def("__abs__", [](nb::handle a) { nb::handle c; return wrap(absolute(operand(a, c, "absolute")), c); });
+    cls.def("__abs__", [](nb::handle a) { nb::handle c; return wrap(absolute(operand(a, c, "absolute")), c); },
+            nb::sig("def __abs__(self) -> Expr"));
     // NumPy-style reduction methods: keepdims=False.
     for (const ReductionOp& r : reduction_ops()) {
         std::string n = r.name;
@@ -86,7 +89,9 @@ void bind_arithmetic(nb::class_<T>& cls) {
             nb::handle ctx;
             Expr e = reduce(kind, operand(self, ctx, name), axis, keepdims, ddof, nb::handle(), name);
             return finish(e, ctx, out, name);
-        }, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "ddof"_a = 0);
+        }, nb::sig(signature(fmt::format("def {}(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
+                                         "out: Tensor | None = None, ddof: int = 0) -> Expr | Tensor", name))),
+           "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "ddof"_a = 0);
     }
     cls.def("clip", [](nb::handle self, nb::handle lo, nb::handle hi, nb::handle out) {
         return nb::module_::import_("kiln._kiln").attr("clip")(self, lo, hi, "out"_a = out);
@@ -95,7 +100,8 @@ void bind_arithmetic(nb::class_<T>& cls) {
         nb::handle ctx;
         Expr e = operand(self, ctx, "astype");
         return wrap(cast(e, dtype_arg(dtype, "astype")), ctx);
-    }, "dtype"_a, "A lazy cast: evaluated on assignment or when a value is needed.");
+    }, nb::sig("def astype(self, dtype: object) -> Expr"), "dtype"_a,
+       "A lazy cast: evaluated on assignment or when a value is needed.");
     cls.def_prop_ro("ndim", [](nb::handle self) { nb::handle c; return operand(self, c, "ndim").rank(); });
     cls.def_prop_ro("size", [](nb::handle self) { nb::handle c; return operand(self, c, "size").size(); });
     cls.def_prop_ro("dtype", [](nb::handle self) { nb::handle c; return dtype_object(operand(self, c, "dtype").dtype()); });
