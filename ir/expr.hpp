@@ -38,7 +38,10 @@ private:
 // ---- leaves
 Expr leaf(const View& v);
 Expr scalar(double v, DType dtype);  // a strongly typed scalar
-Expr rand(const Shape& shape);       // uniform [0, 1), float32; broadcast it or pass the shape
+// Uniform [0, 1), float32. A draw per element of `shape`, broadcast like any operand (rand({1})
+// is one value for all); a rank-0 rand({}) instead draws per element of the kernel it lands in,
+// i.e. of what it is combined into: `A = rand({})` fills A, as the seeds' `A[:] = ng.rand()`.
+Expr rand(const Shape& shape);
 Expr iota(const Shape& shape, int axis);
 
 // ---- unary

@@ -1311,11 +1311,14 @@ public:
     }
 
     Built make_rand(const Shape& T) {
+        // A rank-0 rand() draws per point of the kernel it lands in (the fixed test below pins
+        // that); the reference draws per element of a node's own shape, so it gets rank >= 1.
+        if (T.empty()) return leaf(T, leaf_dtype());
         rand_used = true;
         Shape s = T;
         for (auto& d : s)
             if (rng.chance(0.3)) d = 1;  // a smaller draw broadcast over the result
-        while (!s.empty() && rng.chance(0.2)) s.erase(s.begin());
+        while (s.size() > 1 && rng.chance(0.2)) s.erase(s.begin());
         Built r = chk(kiln::rand(s), r_rand(s, seed32, 0), "rand");
         if (s == T) return r;
         return apply_binary(rng.pick({Op::Add, Op::Mul, Op::Lt}), r, leaf(T, leaf_dtype()));
@@ -2462,6 +2465,35 @@ TEST_CASE("rand: philox stream, one counter per rand() node per assignment, rese
     Tensor a2 = ctx.empty({n});
     a2.assign(kiln::rand({n}));
     CHECK(a2.to_vector<float>() == va);
+}
+
+TEST_CASE("rand: a rank-0 rand() draws per element of what it is combined into (the seeds' A[:] = ng.rand())") {
+    if (!test_device_usable()) return;
+    kiln::Context ctx(kiln::ContextOptions{test_device(), 0, DType::Float32});
+    const uint64_t s = 42;
+    const uint32_t seed32 = (uint32_t)(s ^ (s >> 32));
+    ctx.seed(s);
+    const int64_t rows = 5, cols = 33;
+    Tensor a = ctx.empty({rows, cols}), b = ctx.empty({rows, cols}), one = ctx.empty({rows, cols});
+    a.assign(kiln::rand({}));                                  // counter 0, per element of a
+    Tensor x = ctx.full({rows, cols}, 2.0, DType::Float32);
+    b.assign(kiln::rand({}) * x + 1.0);                        // counter 1, per element of the product
+    one.assign(kiln::rand({1}) + 0.0 * x);                     // counter 2: an explicit (1,) draw stays one value
+    auto va = a.to_vector<float>(), vb = b.to_vector<float>(), vo = one.to_vector<float>();
+    int bad = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+        bad += va[i] != kiln::philox_uniform(seed32, 0, (uint32_t)i);
+        bad += std::fabs((double)vb[i] - (2.0 * kiln::philox_uniform(seed32, 1, (uint32_t)i) + 1.0)) > 1e-6;
+        bad += vo[i] != kiln::philox_uniform(seed32, 2, 0);
+    }
+    CHECK(bad == 0);
+    std::set<float> distinct(va.begin(), va.end());
+    CHECK(distinct.size() > (size_t)(rows * cols * 9 / 10));
+    // Inside a reduction it draws per reduced element: the row means of rand() approach 1/2.
+    Tensor big = ctx.empty({4, 4096}), m = ctx.empty({4, 1});
+    big.assign(0.0);
+    m.assign(kiln::mean(big + kiln::rand({}), 1));
+    for (float v : m.to_vector<float>()) CHECK(std::fabs(v - 0.5f) < 0.03f);
 }
 
 TEST_CASE("reductions: a negative axis counts from the end, -1 included") {

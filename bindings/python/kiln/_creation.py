@@ -43,7 +43,8 @@ def upload(obj, dtype=None, ctx=None, default_float=None):
                 raise _kiln.InvalidArgument(
                     f"array: values in [{lo}, {hi}] do not fit {host.name} (range [{info.min}, {info.max}])")
         a = a.astype(host)
-    a = np.ascontiguousarray(a)
+    if not a.flags.c_contiguous:
+        a = a.copy(order="C")  # np.ascontiguousarray would make 0-d data 1-d
     t = ctx._empty(a.shape, dt)
     if a.size:
         t._upload(a.ctypes.data, _dtypes.host_transfer_dtype(dt))

@@ -92,7 +92,9 @@ def assign_host(target, value):
     if a.shape == tuple(target.shape):
         dt = target._dtype
         host = _dtypes.host_dtype(dt)
-        a = np.ascontiguousarray(a, dtype=host)
+        a = np.asarray(a, dtype=host)
+        if not a.flags.c_contiguous:
+            a = a.copy(order="C")
         if a.size:
             target._upload(a.ctypes.data, _dtypes.host_transfer_dtype(dt))
         return

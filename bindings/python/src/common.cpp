@@ -2,6 +2,8 @@
 // arguments, evaluation and assignment with the GIL released.
 #include "binding.hpp"
 
+#include <nanobind/stl/string.h>
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -39,7 +41,7 @@ bool numpy_scalar(nb::handle h, Expr& out) {
     if (!nb::isinstance<nb::str>(mod)) return false;
     std::string m = nb::cast<std::string>(mod);
     if (m != "numpy" && m != "ml_dtypes") return false;
-    if (!nb::hasattr(h, "dtype")) return false;
+    if (!nb::hasattr(h, "dtype") || !nb::hasattr(h, "ndim") || nb::cast<int>(h.attr("ndim")) != 0) return false;
     std::string name = nb::cast<std::string>(nb::str(h.attr("dtype").attr("name")));
     DType d;
     if (name == "float64") {

@@ -97,11 +97,11 @@ void bind_context(nb::module_& m) {
         .def("rand", [](nb::handle self, nb::handle out) {
             // A rank-0 rand() draws a value per element of whatever it is assigned to.
             return finish(rand({}), self, out, "rand");
-        }, "out"_a = nb::none(), "Uniform random numbers in [0, 1), one per element of the assignment.")
+        }, "out"_a.none() = nb::none(), "Uniform random numbers in [0, 1), one per element of the assignment.")
         .def("dropout", [](nb::handle self, double keep, nb::handle out) {
             if (!(keep > 0 && keep <= 1)) throw Error(fmt::format("dropout: keep={} is not a probability in (0, 1]", keep));
             return finish(less(rand({}), Expr(keep)), self, out, "dropout");
-        }, "keep"_a = 0.5, "out"_a = nb::none(), "A keep mask: 1 with probability keep, else 0.");
+        }, "keep"_a = 0.5, "out"_a.none() = nb::none(), "A keep mask: 1 with probability keep, else 0.");
     for (const UnaryOp& u : unary_ops()) {
         UnaryFn fn = u.fn;
         const char* name = u.name;
@@ -110,7 +110,7 @@ void bind_context(nb::module_& m) {
             Expr e = fn(operand(a, ctx, name));
             return finish(e, ctx_or(ctx, self), out, name);
         }, nb::sig(signature(fmt::format("def {}(self, a: {}, out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),
-           "a"_a, "out"_a = nb::none());
+           "a"_a, "out"_a.none() = nb::none());
     }
     for (const BinaryOp& b : binary_ops()) {
         BinaryFn fn = b.fn;
@@ -122,7 +122,7 @@ void bind_context(nb::module_& m) {
             return finish(fn(ea, eb), ctx_or(ctx, self), out, name);
         }, nb::sig(signature(fmt::format("def {}(self, a: {}, b: {}, out: Tensor | None = None) -> Expr | Tensor", name,
                                          kOperand, kOperand))),
-           "a"_a, "b"_a, "out"_a = nb::none());
+           "a"_a, "b"_a, "out"_a.none() = nb::none());
     }
     for (const ReductionOp& r : reduction_ops()) {
         Reduction kind = r.r;
@@ -135,26 +135,37 @@ void bind_context(nb::module_& m) {
         }, nb::sig(signature(fmt::format("def {}(self, a: {}, axis: int | tuple[int, ...] | None = {}, out: Tensor | None = None, "
                                          "keepdims: bool = True) -> Expr | Tensor",
                                          name, kOperand, default_axis.is_none() ? "None" : "1"))),
-           "a"_a, "axis"_a = default_axis, "out"_a = nb::none(), "keepdims"_a = true);
+           "a"_a, "axis"_a.none() = default_axis, "out"_a.none() = nb::none(), "keepdims"_a = true);
     }
     cls.def("clip", [](nb::handle self, nb::handle a, nb::handle lo, nb::handle hi, nb::handle out) {
         nb::handle ctx;
         Expr e = clip(operand(a, ctx, "clip"), operand(lo, ctx, "clip"), operand(hi, ctx, "clip"));
         return finish(e, ctx_or(ctx, self), out, "clip");
-    }, "a"_a, "a_min"_a, "a_max"_a, "out"_a = nb::none());
+    }, "a"_a, "a_min"_a.none(), "a_max"_a.none(), "out"_a.none() = nb::none());
     cls.def("where", [](nb::handle self, nb::handle c, nb::handle a, nb::handle b, nb::handle out) {
         nb::handle ctx;
         Expr e = where(operand(c, ctx, "where"), operand(a, ctx, "where"), operand(b, ctx, "where"));
         return finish(e, ctx_or(ctx, self), out, "where");
-    }, "condition"_a, "x"_a, "y"_a, "out"_a = nb::none());
+    }, "condition"_a, "x"_a, "y"_a, "out"_a.none() = nb::none());
     cls.def("take", [](nb::handle self, nb::handle a, nb::handle indices, nb::handle axis, nb::handle out) {
         return nb::module_::import_("kiln._kiln").attr("take")(a, self.attr("asarray")(indices), axis, "out"_a = out);
-    }, "a"_a, "indices"_a, "axis"_a = nb::none(), "out"_a = nb::none());
+    }, "a"_a, "indices"_a, "axis"_a.none() = nb::none(), "out"_a.none() = nb::none());
     cls.def("onehot", [](nb::handle self, nb::handle indices, int axis, nb::handle out, nb::handle num_classes) {
         nb::handle ctx;
         Expr ei = operand(indices, ctx, "onehot");
         int64_t n;
         DType dt = DType::Float32;
+        // neon's labels are (1, N) for an (C, N) output: the size-1 axis becomes the class axis.
+        const bool out_given = !out.is_none() && nb::isinstance<PyTensor>(out);
+        const int r = ei.rank();
+        if (r >= 1 && axis >= -r && axis < r && (out_given ? nb::inst_ptr<PyTensor>(out)->t.rank() == r : r >= 2)) {
+            int ax = axis < 0 ? axis + r : axis;
+            if (ei.shape()[ax] == 1) {
+                Shape sq = ei.shape();
+                sq.erase(sq.begin() + ax);
+                ei = reshape(ei, sq);
+            }
+        }
         if (!num_classes.is_none()) {
             n = nb::cast<int64_t>(num_classes);
         } else if (!out.is_none() && nb::isinstance<PyTensor>(out)) {
@@ -165,7 +176,7 @@ void bind_context(nb::module_& m) {
             throw Error("onehot: the number of classes comes from out= (its size along axis) or num_classes=; neither was given");
         }
         return finish(onehot(ei, n, axis, dt), ctx_or(ctx, self), out, "onehot");
-    }, "indices"_a, "axis"_a, "out"_a = nb::none(), "num_classes"_a = nb::none(),
+    }, "indices"_a, "axis"_a, "out"_a.none() = nb::none(), "num_classes"_a.none() = nb::none(),
        "One-hot rows (or columns) of the indices; the class count is out's size along axis.");
 }
 

@@ -263,8 +263,8 @@ nb::object import_capsule(nb::handle capsule, nb::handle pyctx, bool* readonly) 
 } // namespace
 
 void bind_dlpack_methods(nb::class_<PyTensor>& tc) {
-    tc.def("__dlpack__", &dlpack, "stream"_a = nb::none(), "max_version"_a = nb::none(), "dl_device"_a = nb::none(),
-           "copy"_a = nb::none(), "Exports the tensor as a DLPack capsule (zero copy).");
+    tc.def("__dlpack__", &dlpack, "stream"_a.none() = nb::none(), "max_version"_a.none() = nb::none(), "dl_device"_a.none() = nb::none(),
+           "copy"_a.none() = nb::none(), "Exports the tensor as a DLPack capsule (zero copy).");
     tc.def("__dlpack_device__", &dlpack_device);
     tc.def_prop_ro("__cuda_array_interface__", [](const PyTensor& s) -> nb::dict {
         Device dev = s.t.context().device();

@@ -3,6 +3,8 @@
 // Python's slice rules exactly (PySlice_AdjustIndices), so results match NumPy's.
 #include "indexing.hpp"
 
+#include <nanobind/stl/string.h>
+
 namespace kiln::py {
 
 namespace {
@@ -13,14 +15,16 @@ bool is_full_slice(nb::handle h) {
     return s->start == Py_None && s->stop == Py_None && s->step == Py_None;
 }
 
-bool is_int_index(nb::handle h) {
-    return PyIndex_Check(h.ptr()) && !nb::isinstance<PyTensor>(h) && !nb::isinstance<PyExpr>(h) && !PyBool_Check(h.ptr());
-}
-
-// An array-like index (tensor, expression, list, NumPy array): gathered with take().
+// An array-like index (tensor, expression, list, NumPy array of rank >= 1): gathered with take().
 bool is_array_index(nb::handle h) {
     if (nb::isinstance<PyTensor>(h) || nb::isinstance<PyExpr>(h) || nb::isinstance<nb::list>(h)) return true;
-    return nb::hasattr(h, "__array_interface__") || nb::hasattr(h, "__array__");
+    if (!nb::hasattr(h, "__array_interface__") && !nb::hasattr(h, "__array__")) return false;
+    // NumPy scalars and 0-d arrays have an array interface too: they index like ints.
+    return !nb::hasattr(h, "ndim") || nb::cast<int>(h.attr("ndim")) > 0;
+}
+
+bool is_int_index(nb::handle h) {
+    return PyIndex_Check(h.ptr()) && !PyBool_Check(h.ptr()) && !is_array_index(h);
 }
 
 } // namespace

@@ -10,6 +10,8 @@ void set_dtype_objects(nb::list objs, nb::object parser);
 
 NB_MODULE(_kiln, m) {
     using namespace kiln::py;
+    // Exported DLPack capsules may hold a context at exit, legitimately: no leak report.
+    nb::set_leak_warnings(false);
     m.doc() = "kiln: a runtime JIT compiler for tensor expressions (the C++ extension; use the package `kiln`).";
     m.attr("__version__") = KILN_VERSION;
     bind_errors(m);

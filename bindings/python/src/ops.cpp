@@ -4,6 +4,8 @@
 // value is needed.
 #include "ops.hpp"
 
+#include <nanobind/stl/string.h>
+
 #include <algorithm>
 
 namespace kiln::py {
@@ -11,6 +13,12 @@ namespace kiln::py {
 namespace {
 
 Expr sign(const Expr& a) { return sgn(a); }
+// NumPy's fabs is a float function: 8-bit integers and bool give float16, int32 float32 (NumPy's
+// float64, capped at kiln's widest float).
+Expr float_abs(const Expr& a) {
+    if (is_float(a.dtype())) return absolute(a);
+    return absolute(cast(a, a.dtype() == DType::Int32 ? DType::Float32 : DType::Float16));
+}
 
 Expr reduce_one(Reduction r, const Expr& x, int axis, bool keepdims) {
     switch (r) {
@@ -55,7 +63,7 @@ Expr reduce_several(Reduction r, const Expr& x, std::vector<int> axes, const cha
 
 const std::vector<UnaryOp>& unary_ops() {
     static const std::vector<UnaryOp> ops = {
-        {"negative", negative}, {"absolute", absolute}, {"abs", absolute}, {"fabs", absolute}, {"sqrt", sqrt},
+        {"negative", negative}, {"absolute", absolute}, {"abs", absolute}, {"fabs", float_abs}, {"sqrt", sqrt},
         {"square", square}, {"exp", exp}, {"exp2", exp2}, {"log", log}, {"log2", log2}, {"safelog", safelog},
         {"sig", sig}, {"sig2", sig2}, {"tanh", tanh}, {"tanh2", tanh2}, {"reciprocal", reciprocal}, {"sgn", sgn},
         {"sign", sign}, {"rint", rint}, {"finite", finite}, {"isfinite", finite},
@@ -85,6 +93,8 @@ Expr reduce(Reduction r, const Expr& x0, nb::handle axis, bool keepdims, int ddo
     Expr x = x0;
     if (dtype.is_valid() && !dtype.is_none()) x = cast(x, dtype_arg(dtype, op));
     const int rank = x.rank();
+    if ((r == Reduction::ArgMax || r == Reduction::ArgMin) && (nb::isinstance<nb::tuple>(axis) || nb::isinstance<nb::list>(axis)))
+        throw Error(fmt::format("{}: axis must be an int or None (the flattened index), not a tuple", op), Error::Kind::Type);
     Axes ax = parse_axes(axis, rank, op);
     int64_t count = 1;
     Expr y;
@@ -143,7 +153,7 @@ void bind_ops(nb::module_& m) {
             Expr e = fn(operand(a, ctx, name));
             return finish(e, ctx, out, name);
         }, nb::sig(signature(fmt::format("def {}(a: {}, out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),
-           "a"_a, "out"_a = nb::none(), "Elementwise; lazy unless out= is given.");
+           "a"_a, "out"_a.none() = nb::none(), "Elementwise; lazy unless out= is given.");
     }
     for (const BinaryOp& b : binary_ops()) {
         BinaryFn fn = b.fn;
@@ -155,7 +165,7 @@ void bind_ops(nb::module_& m) {
             return finish(fn(ea, eb), ctx, out, name);
         }, nb::sig(signature(fmt::format("def {}(a: {}, b: {}, out: Tensor | None = None) -> Expr | Tensor", name, kOperand,
                                          kOperand))),
-           "a"_a, "b"_a, "out"_a = nb::none(), "Elementwise with NumPy broadcasting; lazy unless out= is given.");
+           "a"_a, "b"_a, "out"_a.none() = nb::none(), "Elementwise with NumPy broadcasting; lazy unless out= is given.");
     }
     for (const ReductionOp& r : reduction_ops()) {
         Reduction kind = r.r;
@@ -169,7 +179,7 @@ void bind_ops(nb::module_& m) {
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None, ddof: int = 0) -> Expr | Tensor", name, kOperand))),
-               "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "ddof"_a = 0);
+               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none(), "ddof"_a = 0);
         } else if (has_dtype) {
             m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, nb::handle dtype) {
                 nb::handle ctx;
@@ -177,7 +187,7 @@ void bind_ops(nb::module_& m) {
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None, dtype: object = None) -> Expr | Tensor", name, kOperand))),
-               "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "dtype"_a = nb::none());
+               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none(), "dtype"_a.none() = nb::none());
         } else {
             m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out) {
                 nb::handle ctx;
@@ -185,14 +195,14 @@ void bind_ops(nb::module_& m) {
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),
-               "a"_a, "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none());
+               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none());
         }
     }
     m.def("where", [](nb::handle c, nb::handle a, nb::handle b, nb::handle out) {
         nb::handle ctx;
         Expr ec = operand(c, ctx, "where"), ea = operand(a, ctx, "where"), eb = operand(b, ctx, "where");
         return finish(where(ec, ea, eb), ctx, out, "where");
-    }, "condition"_a, "x"_a, "y"_a, "out"_a = nb::none());
+    }, "condition"_a, "x"_a, "y"_a, "out"_a.none() = nb::none());
     m.def("clip", [](nb::handle a, nb::handle lo, nb::handle hi, nb::handle out) {
         nb::handle ctx;
         Expr ea = operand(a, ctx, "clip");
@@ -204,7 +214,7 @@ void bind_ops(nb::module_& m) {
         else if (ehi.valid()) e = minimum(ea, ehi);
         else throw Error("clip: a_min and a_max cannot both be None", Error::Kind::Value);
         return finish(e, ctx, out, "clip");
-    }, "a"_a, "a_min"_a, "a_max"_a, "out"_a = nb::none());
+    }, "a"_a, "a_min"_a.none(), "a_max"_a.none(), "out"_a.none() = nb::none());
     m.def("astype", [](nb::handle a, nb::handle dtype) {
         nb::handle ctx;
         Expr e = operand(a, ctx, "astype");
@@ -223,17 +233,17 @@ void bind_ops(nb::module_& m) {
         std::optional<int> ax;
         if (!axis.is_none()) ax = nb::cast<int>(axis);
         return finish(take(ea, ei, ax), ctx, out, "take");
-    }, "a"_a, "indices"_a, "axis"_a = nb::none(), "out"_a = nb::none(),
+    }, "a"_a, "indices"_a, "axis"_a.none() = nb::none(), "out"_a.none() = nb::none(),
        "Gathers along axis (None: of the flattened tensor). Negative indices count from the end; out-of-range ones are clipped.");
     m.def("onehot", [](nb::handle indices, int64_t num_classes, int axis, nb::handle dtype, nb::handle out) {
         nb::handle ctx;
         Expr ei = operand(indices, ctx, "onehot");
         DType dt = dtype.is_none() ? DType::Float32 : dtype_arg(dtype, "onehot");
         return finish(onehot(ei, num_classes, axis, dt), ctx, out, "onehot");
-    }, "indices"_a, "num_classes"_a, "axis"_a = -1, "dtype"_a = nb::none(), "out"_a = nb::none());
+    }, "indices"_a, "num_classes"_a, "axis"_a = -1, "dtype"_a.none() = nb::none(), "out"_a.none() = nb::none());
     m.def("_iota", [](nb::handle shape, int axis) { return wrap(iota(shape_arg(shape, "iota"), axis), nb::none()); });
     m.def("_rand", [](nb::handle shape, nb::handle ctx) { return wrap(rand(shape_arg(shape, "rand")), ctx); },
-          "shape"_a, "ctx"_a = nb::none());
+          "shape"_a, "ctx"_a.none() = nb::none());
     m.def("_scalar", [](double v, nb::handle dtype) { return wrap(scalar(v, dtype_arg(dtype, "scalar")), nb::none()); });
 }
 

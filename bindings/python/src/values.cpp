@@ -72,7 +72,7 @@ void bind_arithmetic(nb::class_<T>& cls) {
         bool refl = o.reflected;
         const char* name = o.name;
         cls.def(name, [fn, refl, name](nb::handle a, nb::handle b) { return binary_operator(a, b, fn, refl, name); },
-                nb::sig(signature(fmt::format("def {}(self, other: {}, /) -> Expr", name, kOperand))));
+                nb::sig(signature(fmt::format("def {}(self, other: {}, /) -> Expr", name, kOperand))), nb::arg().none());
     }
     cls.def("__neg__", [](nb::handle a) { nb::handle c; return wrap(negative(operand(a, c, "negative")), c); },
             nb::sig("def __neg__(self) -> Expr"));
@@ -91,11 +91,11 @@ void bind_arithmetic(nb::class_<T>& cls) {
             return finish(e, ctx, out, name);
         }, nb::sig(signature(fmt::format("def {}(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                          "out: Tensor | None = None, ddof: int = 0) -> Expr | Tensor", name))),
-           "axis"_a = nb::none(), "keepdims"_a = false, "out"_a = nb::none(), "ddof"_a = 0);
+           "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none(), "ddof"_a = 0);
     }
     cls.def("clip", [](nb::handle self, nb::handle lo, nb::handle hi, nb::handle out) {
         return nb::module_::import_("kiln._kiln").attr("clip")(self, lo, hi, "out"_a = out);
-    }, "a_min"_a = nb::none(), "a_max"_a = nb::none(), "out"_a = nb::none());
+    }, "a_min"_a.none() = nb::none(), "a_max"_a.none() = nb::none(), "out"_a.none() = nb::none());
     cls.def("astype", [](nb::handle self, nb::handle dtype) {
         nb::handle ctx;
         Expr e = operand(self, ctx, "astype");
@@ -143,7 +143,7 @@ void bind_values(nb::module_& m) {
         .def("flatten", [](const PyTensor& s) { return evaluate(reshape(s.t.expr(), {s.t.size()}), s.ctx); })
         .def("squeeze", [](const PyTensor& s, nb::handle axis) {
             return tensor_reshape(s, squeezed(s.t.shape(), axis, "squeeze"));
-        }, "axis"_a = nb::none())
+        }, "axis"_a.none() = nb::none())
         .def("copy", [](const PyTensor& s) { return evaluate(s.t.expr(), s.ctx); })
         .def("eval", [](nb::handle s) { return nb::borrow(s); }, "A tensor is already a value: itself.")
         .def("fill", [](PyTensor& s, nb::handle v) {
@@ -170,7 +170,7 @@ void bind_values(nb::module_& m) {
                                         dtype_name(idx.dtype())),
                             Error::Kind::Index);
             return wrap(take(ix.view.expr(), idx, ix.gather_axis), s.ctx);
-        })
+        }, "key"_a.none())
         .def("__setitem__", [](PyTensor& s, nb::handle key, nb::handle value) {
             PyTensor target = s;
             if (!is_whole(key)) {
@@ -187,7 +187,7 @@ void bind_values(nb::module_& m) {
                 return;
             }
             nb::module_::import_("kiln._host").attr("assign_host")(nb::cast(target), value);
-        })
+        }, "key"_a.none(), "value"_a.none())
         .def("_download", [](const PyTensor& s, uintptr_t ptr, DType as) {
             nb::gil_scoped_release unlocked;
             s.t.copy_to_host((void*)ptr, as);
@@ -232,7 +232,7 @@ void bind_values(nb::module_& m) {
         .def("flatten", [](const PyExpr& e) { return wrap(reshape(e.e, {-1}), e.ctx); })
         .def("squeeze", [](const PyExpr& e, nb::handle axis) {
             return wrap(reshape(e.e, squeezed(e.e.shape(), axis, "squeeze")), e.ctx);
-        }, "axis"_a = nb::none())
+        }, "axis"_a.none() = nb::none())
         .def("copy", [](const PyExpr& e) { return evaluate(e.e, e.ctx); })
         .def("__len__", [](const PyExpr& e) {
             if (e.e.rank() == 0) throw Error("len() of a 0-d expression", Error::Kind::Type);
@@ -240,7 +240,7 @@ void bind_values(nb::module_& m) {
         })
         .def("__getitem__", [](const PyExpr& e, nb::handle key) {
             return nb::cast(evaluate(e.e, e.ctx)).attr("__getitem__")(key);
-        })
+        }, "key"_a.none())
         .def("graph", [](const PyExpr& e) { return e.e.str(); }, "The expression graph, one node per line.");
 }
 

@@ -1,0 +1,571 @@
+"""Misuse is reported where it happens, as a kiln.Error subclass that is also the standard
+exception Python users expect, with a message naming the operation, the shapes and dtypes
+involved and what would be valid."""
+import numpy as np
+import pytest
+
+import kiln
+
+
+@pytest.fixture
+def a():
+    return kiln.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+@pytest.fixture
+def ints():
+    return kiln.asarray(np.arange(6, dtype=np.int8))
+
+
+def check(excinfo, *substrings):
+    msg = str(excinfo.value)
+    for s in substrings:
+        assert s in msg, f"{s!r} not in the message: {msg}"
+    assert "bad_cast" not in msg
+
+
+# =============================================================================================
+# the exception hierarchy
+
+
+@pytest.mark.parametrize("cls,std", [
+    (kiln.InvalidArgument, ValueError), (kiln.DTypeError, TypeError), (kiln.OutOfBounds, IndexError),
+    (kiln.OutOfMemory, MemoryError), (kiln.BackendError, RuntimeError), (kiln.CompileError, RuntimeError),
+])
+def test_hierarchy(cls, std):
+    assert issubclass(cls, kiln.Error)
+    assert issubclass(cls, std)
+    assert issubclass(kiln.Error, Exception)
+    assert cls.__module__ == "kiln"
+
+
+def test_compile_error_is_a_backend_error():
+    assert issubclass(kiln.CompileError, kiln.BackendError)
+    assert not issubclass(kiln.InvalidArgument, TypeError)
+    assert not issubclass(kiln.DTypeError, ValueError)
+
+
+def test_raised_errors_are_instances_of_both(a):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a + kiln.ones((3, 2))
+    assert isinstance(ei.value, ValueError) and isinstance(ei.value, kiln.Error)
+    with pytest.raises(IndexError) as ei:
+        a[5]
+    assert isinstance(ei.value, kiln.OutOfBounds) and isinstance(ei.value, kiln.Error)
+    with pytest.raises(TypeError) as ei:
+        kiln.zeros(3, dtype="float64")
+    assert isinstance(ei.value, kiln.DTypeError) and isinstance(ei.value, kiln.Error)
+
+
+# =============================================================================================
+# shapes and broadcasting
+
+
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide", "maximum", "less", "power"])
+def test_mismatched_broadcast_names_op_and_shapes(a, name):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        getattr(kiln, name)(a, kiln.ones((3, 2)))
+    check(ei, name, "(2, 3)", "(3, 2)", "broadcast")
+
+
+def test_mismatched_broadcast_operator(a):
+    with pytest.raises(ValueError) as ei:
+        a * kiln.ones(4)
+    check(ei, "multiply", "(2, 3)", "(4,)")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.where(a > 0, a, kiln.ones(4))
+    check(ei, "where", "(4,)")
+
+
+def test_mismatched_broadcast_in_nervanagpu(a):
+    ng = kiln.NervanaGPU()
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        ng.add(a, ng.ones((4, 3)))
+    check(ei, "add", "(2, 3)", "(4, 3)")
+
+
+@pytest.mark.parametrize("value_shape", [(4,), (3, 3), (2, 3, 2)], ids=str)
+def test_assigning_wrong_shape(a, value_shape):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a[...] = kiln.ones(value_shape)
+    check(ei, "assign", str(value_shape), "(2, 3)")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a[:] = kiln.ones(value_shape) * 2
+    check(ei, str(value_shape))
+
+
+def test_assigning_wrong_shape_to_a_slice(a):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a[0] = kiln.ones(4)
+    check(ei, "(4,)", "(3,)")
+    np.testing.assert_array_equal(a.get(), np.arange(6).reshape(2, 3))  # untouched
+
+
+def test_assigning_wrong_shape_from_host(a):
+    with pytest.raises(ValueError) as ei:
+        a[0] = np.ones(4, dtype=np.float32)
+    check(ei, "(4,)", "(3,)")
+
+
+def test_out_of_wrong_shape(a):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.add(a, 1, out=kiln.zeros((3, 3)))
+    check(ei, "(2, 3)", "(3, 3)")
+
+
+def test_out_must_be_a_tensor(a):
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.add(a, 1, out=np.zeros((2, 3), dtype=np.float32))
+    check(ei, "add", "out=")
+
+
+@pytest.mark.parametrize("shape", [(4, 2), (7,), (-1, 4)], ids=str)
+def test_bad_reshape(a, shape):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a.reshape(shape)
+    check(ei, "reshape", "(2, 3)")
+
+
+def test_two_unknown_reshape_dims(a):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a.reshape(-1, -1)
+    check(ei, "-1")
+
+
+def test_bad_transpose_and_squeeze(a):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a.transpose(0, 0)
+    check(ei, "transpose", "permutation")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a.transpose(0, 1, 2)
+    check(ei, "transpose")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a.squeeze(0)
+    check(ei, "squeeze", "axis 0", "(2, 3)")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.expand_dims(a, 5)
+    check(ei, "expand_dims", "5")
+
+
+def test_negative_dimension():
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.empty((-1, 2))
+    check(ei, "negative", "(-1, 2)")
+
+
+# =============================================================================================
+# axes
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "var", "std", "argmax", "argmin"])
+@pytest.mark.parametrize("axis", [2, -3])
+def test_bad_axis(a, name, axis):
+    with pytest.raises(kiln.OutOfBounds) as ei:
+        getattr(kiln, name)(a, axis=axis)
+    check(ei, name, f"axis {axis}", "rank 2")
+    assert isinstance(ei.value, IndexError)
+
+
+def test_bad_axis_in_tuple(a):
+    with pytest.raises(kiln.OutOfBounds) as ei:
+        kiln.sum(kiln.ones((2, 3, 4)), axis=(0, 3))
+    check(ei, "sum", "axis 3")
+
+
+def test_axis_of_wrong_type(a):
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.sum(a, axis=1.0)
+    check(ei, "sum", "axis", "float")
+    with pytest.raises(TypeError):
+        kiln.sum(a, axis="0")
+
+
+@pytest.mark.parametrize("axis", [(0, 0), (1, -1), (0, 1, 0)], ids=str)
+def test_repeated_axis(a, axis):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.sum(a, axis=axis)
+    check(ei, "sum", "repeated")
+
+
+def test_repeated_axis_methods(a):
+    with pytest.raises(ValueError, match="repeated"):
+        a.mean(axis=(0, -2))
+    with pytest.raises(kiln.InvalidArgument, match="repeated"):
+        kiln.NervanaGPU().max(a, axis=(1, 1))
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_argmax_over_a_tuple_of_some_axes(name):
+    # NumPy's argmax takes an int or None: a tuple is a TypeError, as there
+    t = kiln.ones((2, 3, 4))
+    with pytest.raises(kiln.DTypeError) as ei:
+        getattr(kiln, name)(t, axis=(0, 1))
+    assert isinstance(ei.value, TypeError)
+    check(ei, name, "an int or None", "not a tuple")
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_argmax_over_a_tuple_of_all_axes(a, name):
+    # NumPy's argmax takes an int or None only; a tuple is an error even when it names every axis
+    with pytest.raises(kiln.Error) as ei:
+        getattr(kiln, name)(a, axis=(0, 1))
+    check(ei, name)
+
+
+def test_axis_on_0d():
+    s = kiln.asarray(np.array(2.0, dtype=np.float32))
+    with pytest.raises(IndexError) as ei:
+        kiln.sum(s, axis=0)
+    check(ei, "sum", "axis 0")
+
+
+def test_zero_size_reduction_without_identity():
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.max(kiln.zeros((0, 3)), axis=0)
+    check(ei, "max", "zero-size", "(0, 3)")
+    assert kiln.sum(kiln.zeros((0, 3)), axis=0).get().tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+def test_ddof_too_large(a, name):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        getattr(kiln, name)(a, axis=1, ddof=3)
+    check(ei, name, "ddof=3", "3")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        getattr(kiln, name)(a, ddof=6)
+    check(ei, "ddof=6")
+    with pytest.raises(ValueError):
+        getattr(a, name)(axis=0, ddof=2)
+    getattr(kiln, name)(a, axis=1, ddof=2)  # one less is fine
+
+
+# =============================================================================================
+# dtypes
+
+
+@pytest.mark.parametrize("spelling", ["float64", np.float64, np.dtype("float64"), "f8", "double"], ids=str)
+def test_float64_dtype_names_valid_dtypes(spelling):
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.zeros((2,), dtype=spelling)
+    check(ei, "float64", "float32", "float16", "bfloat16", "int32", "int8", "uint8", "bool")
+
+
+@pytest.mark.parametrize("spelling", ["int64", np.int16, "complex64", "uint32"], ids=str)
+def test_other_unsupported_dtypes(spelling):
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.dtype(spelling)
+    check(ei, "float32", "int8")
+
+
+def test_not_a_dtype():
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.dtype("foo")
+    check(ei, "'foo'", "not a dtype", "float32")
+    with pytest.raises(TypeError):
+        kiln.dtype(object())
+
+
+def test_astype_float64(a):
+    with pytest.raises(kiln.DTypeError) as ei:
+        a.astype(np.float64)
+    check(ei, "float64", "float32")
+
+
+@pytest.mark.parametrize("operand", [np.ones(3, dtype=np.float32), np.ones((2, 3)), [1.0, 2.0, 3.0]],
+                         ids=["ndarray-f32", "ndarray-f64", "list"])
+def test_numpy_array_operand_is_refused(a, operand):
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.add(a, operand)
+    check(ei, "add", "kiln.asarray")
+
+
+def test_numpy_array_operand_in_operators(a):
+    h = np.ones(3, dtype=np.float32)
+    with pytest.raises(kiln.DTypeError) as ei:
+        a + h
+    check(ei, "kiln.asarray")
+    with pytest.raises(TypeError) as ei:
+        h + a  # NumPy defers to kiln (__array_ufunc__ = None), which refuses the host array
+    check(ei, "kiln.asarray")
+    with pytest.raises(kiln.DTypeError) as ei:
+        a.__iadd__(h)
+    check(ei, "kiln.asarray")
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.NervanaGPU().multiply(a, h)
+    check(ei, "multiply", "kiln.asarray")
+
+
+def test_non_numeric_operand(a):
+    with pytest.raises(TypeError) as ei:
+        kiln.add(a, "x")
+    check(ei, "add", "str")
+    with pytest.raises(TypeError):
+        a + object()
+
+
+def test_integer_operand_too_large(a):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a + 2 ** 70
+    check(ei, str(2 ** 70), "64 bits")
+
+
+@pytest.mark.parametrize("dtype,lit", [(np.int8, 1000), (np.int8, -129), (np.uint8, -3), (np.uint8, 256),
+                                       (np.int32, 2 ** 31)], ids=str)
+def test_integer_literal_out_of_range_for_the_tensor(dtype, lit):
+    t = kiln.asarray(np.arange(4, dtype=dtype))
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        t + lit
+    check(ei, "add", str(lit), np.dtype(dtype).name)
+    (t < lit).eval()  # comparisons compare the true values
+
+
+@pytest.mark.parametrize("values", [[2 ** 31], [-2 ** 31 - 1], [0, 2 ** 40]], ids=str)
+def test_int64_values_out_of_int32_range(values):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.asarray(np.array(values, dtype=np.int64))
+    check(ei, "int32", str(max(values, key=abs)))
+    with pytest.raises(ValueError):
+        kiln.array(values)
+
+
+@pytest.mark.parametrize("dtype,values", [(np.int8, [300]), (np.uint8, [-1]), (np.int8, [-129, 5])], ids=str)
+def test_values_out_of_small_integer_range(dtype, values):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.array(values, dtype=dtype)
+    check(ei, np.dtype(dtype).name)
+
+
+def test_object_data():
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.array([object(), 1])
+    check(ei, "object")
+
+
+def test_bool_and_integer_restrictions(a, ints):
+    with pytest.raises(kiln.DTypeError) as ei:
+        ints ** 2
+    check(ei, "power", "int8", "float")
+    b = a > 1
+    with pytest.raises(kiln.DTypeError) as ei:
+        b - b
+    check(ei, "subtract", "bool")
+    with pytest.raises(kiln.DTypeError) as ei:
+        -b
+    check(ei, "negative", "bool")
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.sgn(b)
+    check(ei, "sgn", "bool")
+
+
+def test_float_indices(a):
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.take(a, a)
+    check(ei, "take", "integer", "float32")
+    with pytest.raises(IndexError) as ei:
+        a[kiln.asarray(np.array([0.0, 1.0], dtype=np.float32))]
+    check(ei, "float32", "integer")
+
+
+# =============================================================================================
+# reading memory that was never written
+
+
+def test_reading_an_empty_tensor():
+    e = kiln.empty((2, 2))
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        e.get()
+    check(ei, "never written", "(2, 2)", "float32")
+    with pytest.raises(kiln.InvalidArgument, match="never written"):
+        np.asarray(e)
+    with pytest.raises(kiln.InvalidArgument, match="never written"):
+        float(kiln.empty(()))
+
+
+def test_using_an_empty_tensor_in_an_expression():
+    e = kiln.empty(3, dtype=np.int8)
+    out = kiln.zeros(3, dtype=np.int8)
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        out[...] = e + 1
+    check(ei, "never written", "int8")
+
+
+def test_empty_tensor_is_readable_once_written():
+    e = kiln.empty((2, 2))
+    e[...] = 1.5
+    np.testing.assert_array_equal(e.get(), np.full((2, 2), 1.5, np.float32))
+    p = kiln.empty(4, dtype=np.int8)
+    p[1:3] = 7
+    np.testing.assert_array_equal(p[1:3].get(), [7, 7])
+
+
+# =============================================================================================
+# indexing
+
+
+@pytest.mark.parametrize("key,text", [(2, "index 2"), (-3, "index -3"), ((0, 3), "index 3"), ((slice(None), -4), "-4")],
+                         ids=str)
+def test_index_out_of_bounds(a, key, text):
+    with pytest.raises(kiln.OutOfBounds) as ei:
+        a[key]
+    check(ei, text, "out of bounds")
+    assert isinstance(ei.value, IndexError)
+
+
+def test_setitem_out_of_bounds(a):
+    with pytest.raises(IndexError) as ei:
+        a[2] = 1.0
+    check(ei, "out of bounds")
+
+
+def test_too_many_indices(a):
+    with pytest.raises(kiln.OutOfBounds) as ei:
+        a[0, 0, 0]
+    check(ei, "too many indices", "(2, 3)")
+    with pytest.raises(IndexError):
+        a[0, ..., 0, 0]
+
+
+def test_two_ellipses(a):
+    with pytest.raises(IndexError) as ei:
+        a[..., ...]
+    check(ei, "ellipsis")
+
+
+@pytest.mark.parametrize("key", ["x", 1.5, {1: 2}], ids=str)
+def test_invalid_index_type(a, key):
+    with pytest.raises(IndexError) as ei:
+        a[key]
+    check(ei, "not a valid index")
+
+
+def test_assignment_through_integer_array_index(a):
+    with pytest.raises(IndexError) as ei:
+        a[kiln.asarray(np.array([0], dtype=np.int32))] = 1.0
+    check(ei, "integer-array", "slice")
+
+
+def test_iteration_past_the_end_stops(a):
+    assert len(list(a)) == 2
+
+
+# =============================================================================================
+# Python conversions
+
+
+def test_bool_of_multi_element(a):
+    with pytest.raises(ValueError) as ei:
+        bool(a)
+    check(ei, "ambiguous", "6 elements")
+    with pytest.raises(ValueError):
+        if a > 2:
+            pass
+    with pytest.raises(ValueError):
+        bool(a.sum(axis=0))
+
+
+def test_float_int_of_multi_element(a):
+    with pytest.raises(TypeError) as ei:
+        float(a)
+    check(ei, "size-1", "size 6")
+    with pytest.raises(TypeError):
+        int(a)
+
+
+def test_index_of_non_integer():
+    with pytest.raises(TypeError):
+        [1, 2, 3][kiln.asarray(np.array(1.0, dtype=np.float32))]
+
+
+def test_len_of_0d():
+    with pytest.raises(TypeError) as ei:
+        len(kiln.zeros(()))
+    check(ei, "0-d")
+
+
+# =============================================================================================
+# contexts
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "gpu", "CPU0"])
+def test_unknown_device_string(device):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.Context(device)
+    check(ei, repr(device), "'cpu'", "'cuda'", "'cuda:N'")
+
+
+def test_cuda_without_a_gpu():
+    if kiln.default_context().backend == "cuda":
+        pytest.skip("a GPU is present")
+    with pytest.raises(kiln.BackendError) as ei:
+        kiln.Context("cuda")
+    check(ei, "cuda", "cpu")
+    assert isinstance(ei.value, RuntimeError)
+
+
+@pytest.mark.parametrize("bits", [11, -1, 40])
+def test_stochastic_round_out_of_range(bits):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.NervanaGPU(stochastic_round=bits)
+    check(ei, "stochastic_round", str(bits), "1 to 10")
+
+
+def test_stochastic_round_property_out_of_range():
+    ng = kiln.NervanaGPU(stochastic_round=5)
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        ng.stochastic_round = 20
+    check(ei, "stochastic_round", "20")
+    assert ng.stochastic_round == 5, "a refused value must leave the setting unchanged"
+
+
+# =============================================================================================
+# the seeds' API
+
+
+def test_onehot_without_out_or_num_classes():
+    ng = kiln.NervanaGPU()
+    idx = ng.array(np.array([1, 0], dtype=np.int32), dtype=np.int32)
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        ng.onehot(idx, axis=0)
+    check(ei, "onehot", "out=", "num_classes")
+    with pytest.raises(TypeError):
+        kiln.onehot(idx)  # num_classes is required by the module function
+
+
+def test_onehot_bad_arguments():
+    idx = kiln.asarray(np.array([1, 0], dtype=np.int32))
+    with pytest.raises(kiln.DTypeError) as ei:
+        kiln.onehot(kiln.ones(2), 3)
+    check(ei, "onehot", "integer")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.onehot(idx, 0)
+    check(ei, "onehot", "num_classes", "0")
+
+
+@pytest.mark.parametrize("keep", [0, 1.5, -0.2])
+def test_dropout_keep_out_of_range(keep):
+    ng = kiln.NervanaGPU()
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        ng.dropout(keep)
+    check(ei, "dropout", "keep")
+
+
+def test_clip_without_bounds(a):
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.clip(a, None, None)
+    check(ei, "clip", "None")
+
+
+def test_arange_zero_step():
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.arange(0, 5, 0)
+    check(ei, "arange", "step")
+
+
+def test_a_failed_operation_leaves_the_context_usable(a):
+    with pytest.raises(kiln.InvalidArgument):
+        a[...] = kiln.ones(7)
+    with pytest.raises(kiln.InvalidArgument):
+        kiln.empty(3).get()
+    b = kiln.zeros((2, 3))
+    b[...] = a * 2
+    np.testing.assert_array_equal(b.get(), np.arange(6).reshape(2, 3) * 2)
