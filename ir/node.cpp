@@ -168,15 +168,26 @@ size_t live_node_count() {
 }
 
 std::vector<const Node*> postorder(const NodePtr& root) {
-    std::vector<const Node*> out;
+    // Runs on every assignment (the plan cache's signature): expressions are small, so "seen"
+    // is a scan of the nodes met so far until there are many of them, then a hash set.
+    std::vector<const Node*> out, met{root.get()};
     std::unordered_set<const Node*> seen;
+    auto first_visit = [&](const Node* c) {
+        if (met.size() < 64) {
+            for (const Node* m : met)
+                if (m == c) return false;
+            met.push_back(c);
+            if (met.size() == 64) seen.insert(met.begin(), met.end());
+            return true;
+        }
+        return seen.insert(c).second;
+    };
     std::vector<std::pair<const Node*, size_t>> stack{{root.get(), 0}};
-    seen.insert(root.get());
     while (!stack.empty()) {
         auto& [n, i] = stack.back();
         if (i < n->inputs.size()) {
             const Node* c = n->inputs[i++].get();
-            if (seen.insert(c).second) stack.push_back({c, 0});
+            if (first_visit(c)) stack.push_back({c, 0});
         } else {
             out.push_back(n);
             stack.pop_back();

@@ -100,6 +100,8 @@ CudaArgsLayout cuda_args_layout(const kir::Kernel& k);
 
 // The Args struct's bytes for one launch. Throws InternalError when `a` does not match `k`.
 std::vector<uint8_t> pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs& a);
+// The same into `out`, reusing its memory (the launch path calls it on every launch).
+void pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs& a, std::vector<uint8_t>& out);
 
 // What the plan needs to know about the device.
 struct CudaDeviceCaps {

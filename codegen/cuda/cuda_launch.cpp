@@ -113,6 +113,12 @@ CudaArgsLayout cuda_args_layout(const kir::Kernel& k) {
 }
 
 std::vector<uint8_t> pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs& a) {
+    std::vector<uint8_t> bytes;
+    pack_cuda_args(k, a, bytes);
+    return bytes;
+}
+
+void pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs& a, std::vector<uint8_t>& bytes) {
     const size_t nb = k.buffers.size();
     KILN_CHECK_INTERNAL(a.sizes.size() == (size_t)k.rank && a.buffers.size() == nb &&
                             a.strides.size() == nb * k.rank && a.fparams.size() == (size_t)k.num_fparams &&
@@ -123,7 +129,7 @@ std::vector<uint8_t> pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs&
                         a.fparams.size(), k.num_fparams, a.iparams.size(), k.num_iparams);
     static_assert(sizeof(void*) == 8, "the Args layout assumes 64-bit device pointers");
     const CudaArgsLayout l = cuda_args_layout(k);
-    std::vector<uint8_t> bytes(l.total, 0);
+    bytes.assign(l.total, 0);
     auto put = [&](size_t off, const void* src, size_t n) {
         if (n) std::memcpy(bytes.data() + off, src, n);
     };
@@ -132,7 +138,6 @@ std::vector<uint8_t> pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs&
     put(l.strides, a.strides.data(), 8 * a.strides.size());
     put(l.fparams, a.fparams.data(), 4 * a.fparams.size());
     put(l.iparams, a.iparams.data(), 4 * a.iparams.size());
-    return bytes;
 }
 
 CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaDeviceCaps& dev) {

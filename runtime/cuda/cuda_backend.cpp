@@ -262,8 +262,15 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
 void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
     const Driver& d = driver();
     make_current();
-    const codegen::CudaLaunchPlan plan = codegen::plan_cuda_launch(ck->kernel, a, caps_);
-    arg_bytes_ = codegen::pack_cuda_args(ck->kernel, a);
+    if (!ck->planned || ck->planned_sizes != a.sizes) {
+        ck->plan = codegen::plan_cuda_launch(ck->kernel, a, caps_);
+        ck->plan_functions.clear();
+        for (const codegen::CudaLaunch& l : ck->plan.launches) ck->plan_functions.push_back(ck->entry(l.entry));
+        ck->planned_sizes = a.sizes;
+        ck->planned = true;
+    }
+    const codegen::CudaLaunchPlan& plan = ck->plan;
+    codegen::pack_cuda_args(ck->kernel, a, arg_bytes_);
     CUdeviceptr scratch = 0;
     if (plan.scratch_bytes) scratch = allocator_->allocate(plan.scratch_bytes, "reduction scratch");
     // The allocator hands the scratch to the next request only after this stream's work on it:
@@ -276,11 +283,12 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
             if (p) alloc.release(p, n);
         }
     } release{*allocator_, scratch, plan.scratch_bytes};
-    for (const codegen::CudaLaunch& l : plan.launches) {
+    for (size_t li = 0; li < plan.launches.size(); ++li) {
+        const codegen::CudaLaunch& l = plan.launches[li];
         if (l.grid == 0) continue;
         int param = l.param;
         void* params[3] = {arg_bytes_.data(), &scratch, &param};
-        CUfunction f = ck->entry(l.entry);
+        CUfunction f = ck->plan_functions[li];
         if (l.cluster > 1) {
             CUlaunchAttribute attr{};
             attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;

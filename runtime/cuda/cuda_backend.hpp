@@ -39,6 +39,13 @@ struct CudaKernel {
     CUmodule module = nullptr;
     std::vector<std::pair<std::string, CUfunction>> entries;
     CUfunction entry(const std::string& name) const;
+    // The launch plan for the sizes of the last launch, with its entry points resolved: a
+    // cached assignment launches with the same sizes every time, so it plans once. Guarded by
+    // the backend's one-call-at-a-time rule.
+    mutable std::vector<int64_t> planned_sizes;
+    mutable codegen::CudaLaunchPlan plan;
+    mutable std::vector<CUfunction> plan_functions;
+    mutable bool planned = false;
 };
 
 class CudaBackend {

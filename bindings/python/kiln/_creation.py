@@ -114,7 +114,11 @@ def from_dlpack(x, *, device=None, copy=None, ctx=None):
             raise BufferError(f"from_dlpack: the data is on DLPack device ({dev_type}, {dev_id}) and the context on "
                               f"{c.device}: sharing is impossible (copy=False)")
         if dev_type in (1, 3):
-            return upload(np.from_dlpack(x), ctx=c)
+            h = np.from_dlpack(x)
+            if _kiln._dtype_from_name(h.dtype.name) is None:  # a copy, but never a conversion
+                raise _kiln.DTypeError(f"from_dlpack: {h.dtype.name} data cannot be imported; kiln's dtypes are "
+                                       f"{_dtypes._VALID}: convert it first (e.g. x.astype('float32'))")
+            return upload(h, ctx=c)
         raise BufferError(f"from_dlpack: the data is on DLPack device ({dev_type}, {dev_id}); a {c.device} context can "
                           "only copy host data: move it to the host first")
     stream = c.stream_handle if here_cuda else None

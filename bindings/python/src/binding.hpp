@@ -22,6 +22,13 @@ struct PyContext {
 struct PyTensor {
     Tensor t;
     nb::object ctx;  // the Python Context owning t's memory
+    // t's leaf node, kept while the tensor lives: a tensor used in every iteration of a loop
+    // is then interned once, not once per expression.
+    const Expr& leaf() const {
+        if (!leaf_cache.valid() || !leaf_cache.node()->view.same_layout(t.view())) leaf_cache = t.expr();
+        return leaf_cache;
+    }
+    mutable Expr leaf_cache;
 };
 
 struct PyExpr {

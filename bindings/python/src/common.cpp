@@ -70,7 +70,7 @@ bool to_expr(nb::handle h, Expr& out, nb::handle& ctx) {
     }
     if (nb::isinstance<PyTensor>(h)) {
         auto* t = nb::inst_ptr<PyTensor>(h);
-        out = t->t.expr();
+        out = t->leaf();
         if (!ctx.is_valid() || ctx.is_none()) ctx = t->ctx;
         return true;
     }
