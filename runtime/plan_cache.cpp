@@ -23,6 +23,17 @@ uint64_t index_in(const std::vector<const Node*>& order, size_t before, const No
     throw InternalError("assignment_signature: operand not visited before its user");
 }
 
+// The signature's hash, a word at a time: it runs on every assignment, and byte-wise FNV over
+// a few hundred bytes costs more than the rest of the lookup. In memory only, never persisted.
+uint64_t hash_words(const std::vector<uint64_t>& w) {
+    uint64_t h = 0x243f6a8885a308d3ull ^ w.size();
+    for (uint64_t x : w) {
+        h = (h ^ x) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
 } // namespace
 
 void assignment_signature(const NodePtr& root, const View& dst, uint64_t options, const char* op,
@@ -71,7 +82,7 @@ void assignment_signature(const NodePtr& root, const View& dst, uint64_t options
         default: break;
         }
     }
-    out.hash = fnv1a64(w.data(), w.size() * sizeof(uint64_t));
+    out.hash = hash_words(w);
 }
 
 CachedPlan make_cached_plan(CompiledAssignment&& ca, const AssignmentSignature& sig) {
@@ -110,7 +121,7 @@ CachedPlan* PlanCache::find(const AssignmentSignature& sig) {
 CachedPlan* PlanCache::insert(const AssignmentSignature& sig, CachedPlan plan) {
     if (lru_.size() >= capacity_) {
         auto victim = std::prev(lru_.end());
-        uint64_t h = fnv1a64(victim->words.data(), victim->words.size() * sizeof(uint64_t));
+        uint64_t h = hash_words(victim->words);
         auto [lo, hi] = index_.equal_range(h);
         for (auto it = lo; it != hi; ++it)
             if (it->second == victim) {

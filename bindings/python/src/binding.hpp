@@ -16,6 +16,9 @@ namespace kiln::py {
 struct PyContext {
     std::unique_ptr<Context> ctx;
     bool bench = false;  // the seeds' bench mode: every assignment timed and printed
+    // The graph of the last assignment, kept until the next one: a statement repeated in a loop
+    // then finds every node of its graph already interned (no allocation, no teardown).
+    Expr last;
     Context& c() const { return *ctx; }
 };
 

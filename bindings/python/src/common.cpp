@@ -136,6 +136,7 @@ void assign(PyTensor& dst, const Expr& e) {
     if (!pc.bench) {
         nb::gil_scoped_release unlocked;
         dst.t.assign(e);
+        pc.last = e;
         return;
     }
     std::string what = fmt::format("{} {} = {}-node expression", dtype_name(dst.t.dtype()), shape_str(dst.t.shape()),
