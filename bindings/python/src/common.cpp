@@ -134,9 +134,11 @@ nb::object wrap(Tensor t, nb::handle ctx) { return nb::cast(PyTensor{std::move(t
 void assign(PyTensor& dst, const Expr& e) {
     PyContext& pc = *nb::inst_ptr<PyContext>(dst.ctx);
     if (!pc.bench) {
-        nb::gil_scoped_release unlocked;
-        dst.t.assign(e);
-        pc.last = e;
+        {
+            nb::gil_scoped_release unlocked;
+            dst.t.assign(e);
+        }
+        pc.last = e;  // under the GIL: Python threads may share a context
         return;
     }
     std::string what = fmt::format("{} {} = {}-node expression", dtype_name(dst.t.dtype()), shape_str(dst.t.shape()),
