@@ -6,6 +6,7 @@
 #include <nanobind/nanobind.h>
 
 #include <memory>
+#include <mutex>
 
 namespace nb = nanobind;
 
@@ -19,6 +20,10 @@ struct PyContext {
     // The graph of the last assignment, kept until the next one: a statement repeated in a loop
     // then finds every node of its graph already interned (no allocation, no teardown).
     Expr last;
+    // Serialises the calls that run without the GIL (assignment, copies, synchronize): a C++
+    // Context is used by one thread at a time, and Python threads may share one. Taken after
+    // the GIL is released, never the other way round.
+    std::mutex busy;
     Context& c() const { return *ctx; }
 };
 
@@ -51,6 +56,7 @@ std::string not_an_operand(nb::handle h, const char* op);
 nb::object default_context();                 // kiln.default_context()
 PyContext& context_of(nb::handle ctx);        // None: the default context
 nb::object context_object(nb::handle ctx);    // ctx, or the default context for None
+inline PyContext& owner(const PyTensor& t) { return *nb::inst_ptr<PyContext>(t.ctx); }
 
 nb::object wrap(Expr e, nb::handle ctx);
 nb::object wrap(Tensor t, nb::handle ctx);

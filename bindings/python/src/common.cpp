@@ -136,6 +136,7 @@ void assign(PyTensor& dst, const Expr& e) {
     if (!pc.bench) {
         {
             nb::gil_scoped_release unlocked;
+            std::lock_guard<std::mutex> one_at_a_time(pc.busy);
             dst.t.assign(e);
         }
         pc.last = e;  // under the GIL: Python threads may share a context
@@ -146,6 +147,7 @@ void assign(PyTensor& dst, const Expr& e) {
     double ms;
     {
         nb::gil_scoped_release unlocked;
+        std::lock_guard<std::mutex> one_at_a_time(pc.busy);
         auto t0 = std::chrono::steady_clock::now();
         dst.t.assign(e);
         pc.c().synchronize();

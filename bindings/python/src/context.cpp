@@ -68,6 +68,7 @@ void bind_context(nb::module_& m) {
              "Makes this context's later work wait for what a CUDA stream has been given so far.")
         .def("synchronize", [](PyContext& c) {
             nb::gil_scoped_release unlocked;
+            std::lock_guard<std::mutex> one_at_a_time(c.busy);
             c.c().synchronize();
         }, "Waits until every kernel and copy this context submitted has finished.")
         .def("seed", [](PyContext& c, uint64_t s) { c.c().seed(s); }, "seed"_a, "Restarts the random stream from seed.")

@@ -189,11 +189,15 @@ void bind_values(nb::module_& m) {
             nb::module_::import_("kiln._host").attr("assign_host")(nb::cast(target), value);
         }, "key"_a.none(), "value"_a.none())
         .def("_download", [](const PyTensor& s, uintptr_t ptr, DType as) {
+            PyContext& pc = owner(s);
             nb::gil_scoped_release unlocked;
+            std::lock_guard<std::mutex> one_at_a_time(pc.busy);
             s.t.copy_to_host((void*)ptr, as);
         })
         .def("_upload", [](PyTensor& s, uintptr_t ptr, DType as) {
+            PyContext& pc = owner(s);
             nb::gil_scoped_release unlocked;
+            std::lock_guard<std::mutex> one_at_a_time(pc.busy);
             s.t.copy_from_host((const void*)ptr, as);
         });
     bind_dlpack_methods(tensor);
