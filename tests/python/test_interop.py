@@ -491,3 +491,26 @@ def test_jax_round_trip(jax):
     j = jnp.from_dlpack(k2)
     assert j.unsafe_buffer_pointer() == k2._data_ptr
     np.testing.assert_array_equal(np.asarray(j), np.arange(6) + 1)
+
+
+def test_cuda_array_interface_import(cupy):
+    # A producer with only __cuda_array_interface__ (as Numba's device arrays): shared, and
+    # kiln's stream waits for the producer's stream.
+    c = cupy.arange(10, dtype=cupy.float32) * 3
+
+    class OnlyCAI:
+        def __init__(self, a):
+            self.a = a
+
+        @property
+        def __cuda_array_interface__(self):
+            return self.a.__cuda_array_interface__
+
+    k = kiln.asarray(OnlyCAI(c))
+    assert k._data_ptr == c.data.ptr and k.shape == (10,)
+    np.testing.assert_array_equal(k.get(), np.arange(10) * 3)
+    k[...] = k + 1
+    kiln.default_context().synchronize()
+    np.testing.assert_array_equal(cupy.asnumpy(c), np.arange(10) * 3 + 1)
+    strided = OnlyCAI(cupy.arange(20, dtype=cupy.float32).reshape(4, 5)[:, ::2])
+    np.testing.assert_array_equal(kiln.asarray(strided).get(), np.arange(20).reshape(4, 5)[:, ::2])
