@@ -172,28 +172,31 @@ void CudaBackend::synchronize() {
     check(driver().cuStreamSynchronize(stream_), "cuStreamSynchronize");
 }
 
-void CudaBackend::order_before(CUstream other) {
-    if (other == stream_) return;
-    make_current();
+namespace {
+
+// `waiter` waits, on the device, for everything submitted to `signaller` so far.
+void stream_wait(CUstream waiter, CUstream signaller) {
     const Driver& d = driver();
     CUevent ev = nullptr;
     check(d.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    CUresult r = d.cuEventRecord(ev, stream_);
-    if (r == CUDA_SUCCESS) r = d.cuStreamWaitEvent(other, ev, 0);
+    CUresult r = d.cuEventRecord(ev, signaller);
+    if (r == CUDA_SUCCESS) r = d.cuStreamWaitEvent(waiter, ev, 0);
     d.cuEventDestroy(ev);  // released by the driver once the wait has completed
     check(r, "cuStreamWaitEvent");
+}
+
+} // namespace
+
+void CudaBackend::order_before(CUstream other) {
+    if (other == stream_) return;
+    make_current();
+    stream_wait(other, stream_);
 }
 
 void CudaBackend::wait_for(CUstream other) {
     if (other == stream_) return;
     make_current();
-    const Driver& d = driver();
-    CUevent ev = nullptr;
-    check(d.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    CUresult r = d.cuEventRecord(ev, other);
-    if (r == CUDA_SUCCESS) r = d.cuStreamWaitEvent(stream_, ev, 0);
-    d.cuEventDestroy(ev);
-    check(r, "cuStreamWaitEvent");
+    stream_wait(stream_, other);
 }
 
 std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key,

@@ -117,41 +117,21 @@ void fill(Managed* m, Export* e, const PyTensor& s) {
     m->manager_ctx = e;
 }
 
-nb::object export_capsule(const PyTensor& s, bool versioned, bool copied) {
-    auto* e = new Export{s.t, s.ctx.ptr(), {}, {}};
-    Py_INCREF(e->ctx);
-    if (versioned) {
-        auto* m = new DLManagedTensorVersioned{};
-        m->version = {1, 0};
-        m->flags = copied ? kFlagIsCopied : 0;
-        fill(m, e, s);
-        m->deleter = [](DLManagedTensorVersioned* self) {
-            drop_export(static_cast<Export*>(self->manager_ctx));
-            delete self;
-        };
-        PyObject* cap = PyCapsule_New(m, "dltensor_versioned", [](PyObject* c) {
-            if (PyCapsule_IsValid(c, "dltensor_versioned")) {  // never consumed
-                auto* mt = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
-                if (mt && mt->deleter) mt->deleter(mt);
-            } else {
-                PyErr_Clear();
-            }
-        });
-        if (!cap) {
-            m->deleter(m);
-            throw nb::python_error();
-        }
-        return nb::steal(cap);
-    }
-    auto* m = new DLManagedTensor{};
+// The capsule names of each managed-tensor flavour (DLPack 1.x and the legacy one).
+template <class Managed> struct CapsuleName;
+template <> struct CapsuleName<DLManagedTensorVersioned> { static constexpr const char* value = "dltensor_versioned"; };
+template <> struct CapsuleName<DLManagedTensor> { static constexpr const char* value = "dltensor"; };
+
+template <class Managed>
+nb::object make_capsule(Managed* m, Export* e, const PyTensor& s) {
     fill(m, e, s);
-    m->deleter = [](DLManagedTensor* self) {
+    m->deleter = [](Managed* self) {
         drop_export(static_cast<Export*>(self->manager_ctx));
         delete self;
     };
-    PyObject* cap = PyCapsule_New(m, "dltensor", [](PyObject* c) {
-        if (PyCapsule_IsValid(c, "dltensor")) {
-            auto* mt = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+    PyObject* cap = PyCapsule_New(m, CapsuleName<Managed>::value, [](PyObject* c) {
+        if (PyCapsule_IsValid(c, CapsuleName<Managed>::value)) {  // never consumed: ours to free
+            auto* mt = static_cast<Managed*>(PyCapsule_GetPointer(c, CapsuleName<Managed>::value));
             if (mt && mt->deleter) mt->deleter(mt);
         } else {
             PyErr_Clear();
@@ -162,6 +142,18 @@ nb::object export_capsule(const PyTensor& s, bool versioned, bool copied) {
         throw nb::python_error();
     }
     return nb::steal(cap);
+}
+
+nb::object export_capsule(const PyTensor& s, bool versioned, bool copied) {
+    auto* e = new Export{s.t, s.ctx.ptr(), {}, {}};
+    Py_INCREF(e->ctx);
+    if (versioned) {
+        auto* m = new DLManagedTensorVersioned{};
+        m->version = {1, 0};
+        m->flags = copied ? kFlagIsCopied : 0;
+        return make_capsule(m, e, s);
+    }
+    return make_capsule(new DLManagedTensor{}, e, s);
 }
 
 nb::object dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy) {
@@ -201,6 +193,20 @@ nb::tuple dlpack_device(const PyTensor& s) {
     return nb::make_tuple(dev.kind == DeviceKind::CUDA ? (int)kDLCUDA : (int)kDLCPU, dev.index);
 }
 
+// Takes over a producer's managed tensor: the capsule is marked used (so the producer's capsule
+// destructor leaves it alone) and the returned function calls its deleter, with the GIL, when
+// kiln's last view of the memory dies.
+template <class Managed>
+std::function<void()> take_over(nb::handle capsule, Managed* m, const char* used_name) {
+    PyCapsule_SetName(capsule.ptr(), used_name);
+    return [m] {
+        if (!m->deleter) return;
+        PyGILState_STATE g = PyGILState_Ensure();
+        m->deleter(m);
+        PyGILState_Release(g);
+    };
+}
+
 // Imports a capsule as a tensor of `ctx` sharing its memory. `readonly` reports the
 // producer's read-only flag (the caller copies in that case).
 nb::object import_capsule(nb::handle capsule, nb::handle pyctx, bool* readonly) {
@@ -215,23 +221,11 @@ nb::object import_capsule(nb::handle capsule, nb::handle pyctx, bool* readonly) 
                                      m->version.major, m->version.minor));
         d = &m->dl_tensor;
         *readonly = (m->flags & kFlagReadOnly) != 0;
-        release = [m] {
-            if (!m->deleter) return;
-            PyGILState_STATE g = PyGILState_Ensure();
-            m->deleter(m);
-            PyGILState_Release(g);
-        };
-        PyCapsule_SetName(capsule.ptr(), "used_dltensor_versioned");
+        release = take_over(capsule, m, "used_dltensor_versioned");
     } else if (PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
         auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
         d = &m->dl_tensor;
-        release = [m] {
-            if (!m->deleter) return;
-            PyGILState_STATE g = PyGILState_Ensure();
-            m->deleter(m);
-            PyGILState_Release(g);
-        };
-        PyCapsule_SetName(capsule.ptr(), "used_dltensor");
+        release = take_over(capsule, m, "used_dltensor");
     } else {
         throw Error("from_dlpack: __dlpack__() did not return a DLPack capsule (or it was already consumed)",
                     Error::Kind::Type);
