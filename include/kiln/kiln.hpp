@@ -13,3 +13,4 @@
 #include "ir/view_ops.hpp"
 #include "runtime/context.hpp"
 #include "runtime/tensor.hpp"
+#include "kernels/gemm.hpp"

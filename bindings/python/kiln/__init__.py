@@ -17,7 +17,7 @@ from . import _kiln
 from ._kiln import (  # noqa: F401 - re-exported
     BackendError, CompileError, DType, DTypeError, Error, Expr, InvalidArgument, OutOfBounds, OutOfMemory, Tensor,
     __version__,
-    absolute, abs, add, amax, amin, argmax, argmin, astype, clip, divide, equal, exp, exp2, fabs, finite, greater,
+    absolute, abs, add, amax, amin, argmax, argmin, astype, batched_dot, clip, compound_dot, divide, dot, equal, exp, exp2, fabs, finite, greater,
     greater_equal, isfinite, less, less_equal, log, log2, max, maximum, mean, min, minimum, multiply, negative,
     not_equal, onehot, power, reciprocal, rint, safelog, sig, sig2, sgn, sign, sqrt, square, std, subtract, sum, take,
     tanh, tanh2, true_divide, var, where,

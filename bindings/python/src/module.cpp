@@ -19,5 +19,6 @@ NB_MODULE(_kiln, m) {
     bind_values(m);
     bind_ops(m);
     bind_dlpack(m);
+    bind_gemm(m, m.attr("_Context"), m.attr("Tensor"), m.attr("Expr"));
     m.def("_set_dtypes", &set_dtype_objects, "Called once by the package: dtype objects by DType, and kiln.dtype().");
 }

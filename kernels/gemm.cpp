@@ -1,0 +1,182 @@
+// compound_dot / dot / batched_dot: operand checks, then the backend's product and the fused
+// epilogue. See kernels/gemm.hpp for the semantics.
+#include "kernels/gemm.hpp"
+
+#include "ir/error.hpp"
+#include "kernels/cpu/blas.hpp"
+#include "runtime/context.hpp"
+
+#include <limits>
+
+namespace kiln {
+
+namespace {
+
+std::string desc(const Tensor& t) { return fmt::format("{} {}", dtype_name(t.dtype()), shape_str(t.shape())); }
+
+void check_float(const Tensor& t, const char* what, const char* op) {
+    if (!is_float(t.dtype()))
+        fail(Error::Kind::Type, "{}: {} is {}; GEMM operands are float32, float16 or bfloat16", op, what, desc(t));
+}
+
+void check_same_context(const Tensor& a, const Tensor& b, const char* what, const char* op) {
+    if (&a.context() != &b.context())
+        fail(Error::Kind::Value, "{}: {} belongs to another context ({}) than A ({}); create it with A's context", op, what,
+             b.context().device_name(), a.context().device_name());
+}
+
+// One BLAS operand: a float32 matrix whose rows or columns are contiguous, as (pointer,
+// transposed, leading dimension). Other layouts and 16-bit dtypes are copied to a contiguous
+// float32 tensor first (`keep` holds it).
+struct BlasOperand {
+    const float* data = nullptr;
+    bool trans = false;
+    int64_t ld = 1;
+    Tensor keep;
+};
+
+BlasOperand blas_operand(const Tensor& x0) {
+    Context& ctx = x0.context();
+    Tensor x = x0;
+    if (x.dtype() != DType::Float32) x = ctx.eval(cast(x.expr(), DType::Float32));
+    const int64_t rows = x.shape()[0], cols = x.shape()[1];
+    const int64_t s0 = x.strides()[0], s1 = x.strides()[1];
+    auto ptr = [](const Tensor& t) {
+        return static_cast<const float*>(t.view().storage->data) + t.offset();
+    };
+    if ((s1 == 1 || cols <= 1) && (rows <= 1 || s0 >= std::max<int64_t>(cols, 1)))
+        return {ptr(x), false, rows <= 1 ? std::max<int64_t>(cols, 1) : s0, x};
+    if ((s0 == 1 || rows <= 1) && (cols <= 1 || s1 >= std::max<int64_t>(rows, 1)))
+        return {ptr(x), true, cols <= 1 ? std::max<int64_t>(rows, 1) : s1, x};
+    Tensor c = ctx.eval(x.expr());  // contiguous copy
+    return {ptr(c), false, std::max<int64_t>(cols, 1), c};
+}
+
+void check_blas_size(int64_t v, const char* what, const char* op) {
+    if (v > std::numeric_limits<int>::max())
+        fail(Error::Kind::Value, "{}: {} = {} exceeds the BLAS interface's 32-bit sizes", op, what, v);
+}
+
+// T (M x N float32, contiguous) = alpha * A . B on the CPU.
+Tensor cpu_product(const Tensor& A, const Tensor& B, double alpha, const char* op) {
+    const cpu::Blas& blas = cpu::blas();
+    if (!blas.sgemm) fail(Error::Kind::Runtime, "{}: the CPU backend needs a BLAS: {}", op, blas.why_not);
+    const int64_t M = A.shape()[0], K = A.shape()[1], N = B.shape()[1];
+    Context& ctx = A.context();
+    Tensor T = ctx.empty({M, N}, DType::Float32);
+    if (M == 0 || N == 0) return T;
+    if (K == 0) {
+        T.assign(Expr(0.0));
+        return T;
+    }
+    BlasOperand a = blas_operand(A), b = blas_operand(B);
+    for (auto [v, name] : {std::pair{M, "M"}, {N, "N"}, {K, "K"}, {a.ld, "lda"}, {b.ld, "ldb"}}) check_blas_size(v, name, op);
+    float* t = static_cast<float*>(T.view().storage->data);
+    blas.sgemm(cpu::kCblasRowMajor, a.trans ? cpu::kCblasTrans : cpu::kCblasNoTrans,
+               b.trans ? cpu::kCblasTrans : cpu::kCblasNoTrans, (int)M, (int)N, (int)K, (float)alpha, a.data, (int)a.ld,
+               b.data, (int)b.ld, 0.0f, t, (int)N);
+    T.view().storage->written = true;
+    return T;
+}
+
+void check_operands(const Tensor& A, const Tensor& B, const Tensor& C, const DotOptions& o, const char* op) {
+    for (auto [t, name] : {std::pair{&A, "A"}, {&B, "B"}, {&C, "C"}})
+        if (!t->defined()) fail(Error::Kind::Value, "{}: {} is an empty kiln::Tensor", op, name);
+    if (A.rank() != 2 || B.rank() != 2 || C.rank() != 2)
+        fail(Error::Kind::Value, "{}: A, B and C must be matrices (rank 2); got A {}, B {}, C {}", op, desc(A), desc(B),
+             desc(C));
+    check_float(A, "A", op);
+    check_float(B, "B", op);
+    check_float(C, "C", op);
+    if (A.dtype() != B.dtype())
+        fail(Error::Kind::Type, "{}: A is {} and B {}: both operands must have one dtype", op, desc(A), desc(B));
+    check_same_context(A, B, "B", op);
+    check_same_context(A, C, "C", op);
+    const int64_t M = A.shape()[0], K = A.shape()[1], N = B.shape()[1];
+    if (B.shape()[0] != K)
+        fail(Error::Kind::Value, "{}: A is {} and B is {}: A's columns ({}) must equal B's rows ({})", op, desc(A), desc(B),
+             K, B.shape()[0]);
+    if (C.shape() != Shape{M, N})
+        fail(Error::Kind::Value, "{}: C is {}, but A {} . B {} is ({}, {})", op, desc(C), desc(A), desc(B), M, N);
+    if (o.bias) {
+        check_same_context(A, *o.bias, "bias", op);
+        check_float(*o.bias, "bias", op);
+        if (o.bias->shape() != Shape{N} && o.bias->shape() != Shape{1, N})
+            fail(Error::Kind::Value, "{}: bias is {}; it holds one value per column of C: ({},) or (1, {})", op,
+                 desc(*o.bias), N, N);
+    }
+    if (o.bsum) {
+        check_same_context(A, *o.bsum, "bsum", op);
+        check_float(*o.bsum, "bsum", op);
+        if (o.bsum->shape() != Shape{M} && o.bsum->shape() != Shape{M, 1})
+            fail(Error::Kind::Value, "{}: bsum is {}; it receives one sum per row of C: ({},) or ({}, 1)", op,
+                 desc(*o.bsum), M, M);
+    }
+    if (o.slope != 0 && !o.relu)
+        fail(Error::Kind::Value, "{}: slope={} is the leaky ReLU's slope and needs relu=true", op, o.slope);
+}
+
+// C = relu_slope(T + bias) + beta * C, then bsum: the JIT fuses it into one kernel (and one
+// row reduction for bsum).
+void epilogue(const Tensor& T, Tensor& C, const DotOptions& o) {
+    Expr e = T;
+    if (o.bias) e = e + reshape(o.bias->expr(), {1, C.shape()[1]});
+    if (o.relu) e = where(greater(e, 0.0), e, o.slope == 0 ? Expr(0.0) : e * o.slope);
+    if (o.beta != 0) e = e + Expr(o.beta) * C.expr();
+    C.assign(e);
+    if (o.bsum) {
+        Tensor bs = *o.bsum;
+        bs.assign(sum(C.expr(), 1, bs.rank() == 2));
+    }
+}
+
+} // namespace
+
+Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts) {
+    const char* op = "compound_dot";
+    check_operands(A, B, C, opts, op);
+    if (A.context().backend() == Backend::CUDA)
+        fail(Error::Kind::Runtime,
+             "{}: kiln's CUDA GEMM kernels are not part of this build yet; run the product on a CPU context (copy the "
+             "operands through the host)",
+             op);
+    Tensor T = cpu_product(A, B, opts.alpha, op);
+    epilogue(T, C, opts);
+    return C;
+}
+
+Tensor dot(const Tensor& A, const Tensor& B) {
+    if (!A.defined() || !B.defined()) fail(Error::Kind::Value, "dot: an operand is an empty kiln::Tensor");
+    if (A.rank() != 2 || B.rank() != 2)
+        fail(Error::Kind::Value, "dot: A and B must be matrices (rank 2); got A {}, B {}", desc(A), desc(B));
+    const DType out = A.dtype() == DType::Float32 || !is_float(A.dtype()) ? DType::Float32 : A.dtype();
+    Tensor C = A.context().empty({A.shape()[0], B.shape()[1]}, out);
+    return compound_dot(A, B, C);
+}
+
+Tensor& batched_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts) {
+    const char* op = "batched_dot";
+    if (!A.defined() || !B.defined() || !C.defined()) fail(Error::Kind::Value, "{}: an operand is an empty kiln::Tensor", op);
+    if (C.rank() != 3 || (A.rank() != 2 && A.rank() != 3) || (B.rank() != 2 && B.rank() != 3) ||
+        (A.rank() == 2 && B.rank() == 2))
+        fail(Error::Kind::Value,
+             "{}: C must be (batch, M, N) and A, B (batch, M, K), (batch, K, N) (one of them may be a shared matrix); got "
+             "A {}, B {}, C {}",
+             op, desc(A), desc(B), desc(C));
+    const int64_t batch = C.shape()[0];
+    for (auto [t, name] : {std::pair{&A, "A"}, {&B, "B"}})
+        if (t->rank() == 3 && t->shape()[0] != batch)
+            fail(Error::Kind::Value, "{}: {} is {}, but C has a batch of {}", op, name, desc(*t), batch);
+    if (opts.bsum && opts.bsum->rank() >= 1 && opts.bsum->shape()[0] != batch)
+        fail(Error::Kind::Value, "{}: bsum is {}; it needs one row of sums per batch entry: ({}, M) or ({}, M, 1)", op,
+             desc(*opts.bsum), batch, batch);
+    for (int64_t i = 0; i < batch; ++i) {
+        Tensor a = A.rank() == 3 ? A[i] : A, b = B.rank() == 3 ? B[i] : B, c = C[i];
+        DotOptions o = opts;
+        if (opts.bsum) o.bsum = (*opts.bsum)[i];
+        compound_dot(a, b, c, o);
+    }
+    return C;
+}
+
+} // namespace kiln
