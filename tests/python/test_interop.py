@@ -514,3 +514,20 @@ def test_cuda_array_interface_import(cupy):
     np.testing.assert_array_equal(cupy.asnumpy(c), np.arange(10) * 3 + 1)
     strided = OnlyCAI(cupy.arange(20, dtype=cupy.float32).reshape(4, 5)[:, ::2])
     np.testing.assert_array_equal(kiln.asarray(strided).get(), np.arange(20).reshape(4, 5)[:, ::2])
+
+
+def test_wrap_pointer_keeps_its_owner_alive():
+    # The path __cuda_array_interface__ imports take, exercised on host memory: a raw pointer
+    # with row-major (None) or explicit strides, the owner kept alive by the tensor.
+    ctx = kiln.Context("cpu")
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = kiln._kiln._wrap(ctx, a.ctypes.data, kiln.DType.float32, a.shape, None, a, False, 0)
+    s = kiln._kiln._wrap(ctx, a.ctypes.data, kiln.DType.float32, (4, 3), (1, 4), a, False, 0)  # a.T
+    del a
+    import gc
+
+    gc.collect()
+    np.testing.assert_array_equal(t.get(), np.arange(12).reshape(3, 4))
+    np.testing.assert_array_equal(s.get(), np.arange(12).reshape(3, 4).T)
+    t[...] = t * 2
+    np.testing.assert_array_equal(s.get(), 2 * np.arange(12).reshape(3, 4).T)

@@ -311,7 +311,7 @@ void bind_dlpack(nb::module_& m) {
         Device dev{cuda ? DeviceKind::CUDA : DeviceKind::CPU, cuda ? device_index : 0};
         Tensor t = pc.c().wrap((void*)ptr, dtype, sh, st, dev, std::move(release));
         return PyTensor{t, context_object(ctx)};
-    });
+    }, "ctx"_a, "ptr"_a, "dtype"_a, "shape"_a, "strides"_a.none(), "owner"_a, "cuda"_a, "device_index"_a);
 }
 
 } // namespace kiln::py
