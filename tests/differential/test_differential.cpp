@@ -66,6 +66,8 @@
 
 #include <kiln/kiln.hpp>
 
+#include "compiler/kernel_text.hpp"
+#include "compiler/key.hpp"
 #include "compiler/pipeline.hpp"
 #include "ir/rng.hpp"
 
@@ -2121,6 +2123,12 @@ public:
             for (auto& ls : ca.stages) {
                 if (!keys.insert(ls.key).second) continue;
                 ++tot.distinct_kernels;
+                // Manifests store kernels as text: every kernel must come back from it whole.
+                kiln::kir::Kernel back = kiln::parse_kernel_text(kiln::kernel_text(ls.kernel));
+                if (kiln::key_material(back, "sm_90") != ls.key) {
+                    ok = false;
+                    log += "  kernel text round trip changed the kernel's key\n";
+                }
                 if (tot.distinct_kernels > env.nvrtc_max) { ++tot.nvrtc_over_cap; continue; }
 #ifdef KILN_DIFF_NVRTC
                 auto src = kiln::codegen::emit_cuda(ls.kernel);

@@ -6,6 +6,8 @@
 #include "ir/error.hpp"
 #include "runtime/cuda/nvrtc.hpp"
 #include "tests/unit/cuda/sample_kernels.hpp"
+#include "compiler/kernel_text.hpp"
+#include "compiler/key.hpp"
 
 #include <fmt/format.h>
 
@@ -105,6 +107,29 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
                                                 "unsigned char* const scratch, const int param)",
                                                 bound, e)) != std::string::npos);
             require_compiles(name, src);
+        }
+    }
+}
+
+TEST_CASE("kernel text round-trips every sample kernel; malformed text is refused with its position") {
+    for (auto& [name, k] : test::sample_kernels()) {
+        INFO(name);
+        const std::string text = kernel_text(k);
+        kir::Kernel back = parse_kernel_text(text);
+        CHECK(kernel_text(back) == text);
+        CHECK(key_material(back, "sm_90") == key_material(k, "sm_90"));
+        CHECK(codegen::emit_cuda([&] { kir::Kernel named = back; named.name = k.name; return named; }()).code ==
+              codegen::emit_cuda(k).code);
+    }
+    const std::string good = kernel_text(test::sample_kernels().begin()->second);
+    for (std::string bad : {std::string(""), std::string("rank x"), good.substr(0, good.size() / 2), good + "|junk",
+                            std::string("rank 1|red1|part|buf 9o:1|fp 0|ip 0")}) {
+        INFO(bad);
+        try {
+            parse_kernel_text(bad);
+            FAIL("accepted malformed kernel text");
+        } catch (const Error& e) {
+            CHECK(std::string(e.what()).find("kernel text: expected") != std::string::npos);
         }
     }
 }
