@@ -129,6 +129,20 @@ Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
 #ifdef KILN_CPU_JIT
     if (m.backend == Backend::CPU || m.validate) m.jit = std::make_unique<cpu::CpuJit>();
 #endif
+    if (compile_forbidden_by_env()) {
+#ifdef KILN_CPU_JIT
+        if (m.jit) m.jit->forbid_compiles(true, host_target());
+#endif
+#ifdef KILN_CUDA
+        if (m.cuda) m.cuda->forbid_compiles(true);
+#endif
+    }
+    if (const char* r = std::getenv("KILN_RECORD"); r && *r) record_to(r);
+}
+
+void Context::record_to(const std::string& path) {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->record = path.empty() ? nullptr : std::make_unique<ManifestWriter>(path);
 }
 
 Context::~Context() {
@@ -393,6 +407,7 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr) {
         make_cached_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits}), signature);
     for (CachedStage& st : plan.stages) {
         const std::string& key = st.lowered.key;
+        if (record) record->add(st.lowered.kernel, key, backend == Backend::CUDA ? "cuda" : "cpu", target);
 #ifdef KILN_CUDA
         if (cuda) {
             st.kernel = cuda->compile(st.lowered.kernel, key);

@@ -93,6 +93,10 @@ public:
     int stochastic_round() const;
     Counters counters() const;
     void reset_counters();
+    // Appends every kernel this context compiles or loads from now on to the manifest at
+    // `path` (JSON lines; docs/warmup.md), for kiln-warmup; "" stops. KILN_RECORD=path does
+    // this for every context.
+    void record_to(const std::string& path);
     void synchronize();
     // Work submitted to the CUDA stream `stream` (a CUstream; 1 and 2 are the legacy and
     // per-thread default streams) from now on waits for everything this context has submitted

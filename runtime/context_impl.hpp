@@ -1,6 +1,7 @@
 // Context's private state, shared by context.cpp (evaluation) and tensor.cpp (tensor data).
 #pragma once
 #include "runtime/context.hpp"
+#include "runtime/manifest.hpp"
 #include "runtime/owned_storage.hpp"
 #include "runtime/plan_cache.hpp"
 
@@ -36,6 +37,7 @@ struct Context::Impl {
     std::unique_ptr<cuda::CudaBackend> cuda;
 #endif
     bool validate = false;  // KILN_VALIDATE=cpu: every CUDA kernel is also run on the CPU and compared
+    std::unique_ptr<ManifestWriter> record;  // KILN_RECORD / Context::record_to
     PlanCache plans;
     AssignmentSignature signature;  // reused by every assignment
     std::vector<std::shared_ptr<Storage>> temps;

@@ -4,6 +4,7 @@
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
 #include "runtime/cpu/thread_pool.hpp"
+#include "runtime/manifest.hpp"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"  // LLVM's headers
@@ -141,6 +142,9 @@ struct CpuJit::Impl {
     std::mutex compile_mu;  // one compile at a time: LLVM state, symbol names
     std::unordered_set<std::string> symbols;
 
+    bool forbid = false;   // KILN_ASSERT_NO_COMPILE
+    std::string target;
+
     mutable std::mutex cache_mu;
     std::unordered_map<std::string, std::unique_ptr<CpuKernel>> cache;
     CpuJitCounters counters;
@@ -225,6 +229,7 @@ const CpuKernel* CpuJit::compile(const kir::Kernel& kernel, const std::string& k
     if (const CpuKernel* hit = impl_->cached(key)) return hit;
     std::lock_guard<std::mutex> compiling(impl_->compile_mu);
     if (const CpuKernel* hit = impl_->cached(key)) return hit;  // compiled while we waited
+    if (impl_->forbid) refuse_compile(kernel, impl_->target, "");
 
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<CpuKernel> built = impl_->build(kernel);
@@ -237,6 +242,11 @@ const CpuKernel* CpuJit::compile(const kir::Kernel& kernel, const std::string& k
     const CpuKernel* out = built.get();
     impl_->cache.emplace(key, std::move(built));
     return out;
+}
+
+void CpuJit::forbid_compiles(bool on, std::string target) {
+    impl_->forbid = on;
+    impl_->target = std::move(target);
 }
 
 void CpuJit::launch(const CpuKernel* ck, const kir::LaunchArgs& a) {

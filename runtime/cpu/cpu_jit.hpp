@@ -49,6 +49,10 @@ public:
     // on the sizes, so their results do not depend on the thread count.
     void launch(const CpuKernel* kernel, const kir::LaunchArgs& args);
 
+    // With it set, compile() throws (KILN_ASSERT_NO_COMPILE) instead of compiling a kernel it
+    // does not have; `target` names the CPU in the message.
+    void forbid_compiles(bool on, std::string target);
+
     CpuJitCounters counters() const;
     void reset_counters();
     int num_threads() const;

@@ -1,5 +1,7 @@
 #include "runtime/cuda/cuda_backend.hpp"
 
+#include "runtime/manifest.hpp"
+
 #include "codegen/cuda/cuda_codegen.hpp"
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
@@ -213,6 +215,7 @@ std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const codegen::C
             return std::move(*hit);
         }
     }
+    if (forbid_compiles_) refuse_compile(kernel, target(), disk_ ? disk_->dir() : std::string("(memory only)"));
     NvrtcResult r = nvrtc_compile(src.code, kernel.name + ".cu", info_.sm);
     if (!r.ok) {
         std::string saved = disk_ ? disk_->save_source(kernel.name, src.code) : std::string();

@@ -77,6 +77,9 @@ public:
     const CudaKernel* compile(const kir::Kernel& kernel, const std::string& key);
     void launch(const CudaKernel* k, const kir::LaunchArgs& args);
 
+    // With it set, a kernel found in neither cache is an error (KILN_ASSERT_NO_COMPILE).
+    void forbid_compiles(bool on) { forbid_compiles_ = on; }
+
     CudaCounters counters() const { return counters_; }
     void reset_counters() { counters_ = {}; }
     cache::DiskCache* disk_cache() { return disk_.get(); }
@@ -94,6 +97,7 @@ private:
     std::shared_ptr<Allocator> allocator_;
     std::shared_ptr<cache::DiskCache> disk_;  // null: memory-only
     bool dump_source_ = false;
+    bool forbid_compiles_ = false;
     // Pinned staging for large copies: pageable memory would make the driver stage it anyway,
     // synchronously and in small pieces.
     void* pinned_[2] = {nullptr, nullptr};

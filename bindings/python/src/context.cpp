@@ -85,6 +85,8 @@ void bind_context(nb::module_& m) {
             return d;
         }, "Kernel cache and launch counters since creation (or reset_counters()).")
         .def("reset_counters", [](PyContext& c) { c.c().reset_counters(); })
+        .def("record_to", [](PyContext& c, const std::string& path) { c.c().record_to(path); }, "path"_a,
+             "Appends every kernel this context compiles or loads to a manifest (JSON lines); '' stops.")
         .def("_empty", [](nb::handle self, nb::handle shape, DType dtype) {
             auto& c = *nb::inst_ptr<PyContext>(self);
             return PyTensor{c.c().empty(shape_arg(shape, "empty"), dtype), nb::borrow(self)};

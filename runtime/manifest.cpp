@@ -1,0 +1,63 @@
+#include "runtime/manifest.hpp"
+
+#include "compiler/kernel_text.hpp"
+#include "ir/error.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "dev"
+#endif
+
+namespace kiln {
+
+bool compile_forbidden_by_env() {
+    const char* e = std::getenv("KILN_ASSERT_NO_COMPILE");
+    return e && *e && std::strcmp(e, "0") != 0;
+}
+
+void refuse_compile(const kir::Kernel& kernel, const std::string& target, const std::string& cache) {
+    int reduced = 0;
+    for (bool r : kernel.reduced) reduced += r;
+    fail(Error::Kind::Runtime,
+         "KILN_ASSERT_NO_COMPILE is set, but kernel {} ({}, rank {} with {} reduced dims, {} buffers) is not in the "
+         "kernel cache{}: it would be compiled now. Warm the cache first (run the program once without "
+         "KILN_ASSERT_NO_COMPILE; KILN_RECORD=manifest.jsonl lists what it compiles), or unset KILN_ASSERT_NO_COMPILE",
+         kernel.name, target, kernel.rank, reduced, kernel.buffers.size(), cache.empty() ? "" : " at " + cache);
+}
+
+ManifestWriter::ManifestWriter(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+        fail(Error::Kind::Runtime, "KILN_RECORD: cannot open the manifest {} for appending: {}", path_, std::strerror(errno));
+}
+
+ManifestWriter::~ManifestWriter() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void ManifestWriter::add(const kir::Kernel& kernel, const std::string& key, const std::string& backend,
+                         const std::string& target) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!seen_.insert(key).second) return;
+    // The kernel text and the names are plain ASCII without quotes or backslashes: no escaping.
+    std::string line = fmt::format(R"({{"format":{},"kiln":"{}","backend":"{}","target":"{}","name":"{}","kernel":"{}"}})",
+                                   kManifestFormat, KILN_VERSION, backend, target, kernel.name, kernel_text(kernel));
+    line += '\n';
+    const char* p = line.data();
+    size_t left = line.size();
+    while (left > 0) {
+        ssize_t n = ::write(fd_, p, left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            fail(Error::Kind::Runtime, "KILN_RECORD: writing to the manifest {} failed: {}", path_, std::strerror(errno));
+        p += n;
+        left -= (size_t)n;
+    }
+}
+
+} // namespace kiln

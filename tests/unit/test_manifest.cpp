@@ -1,0 +1,123 @@
+// Kernel manifests (KILN_RECORD, Context::record_to) and KILN_ASSERT_NO_COMPILE on the CPU backend.
+#include "tests/support/catch.hpp"
+
+#include <kiln/kiln.hpp>
+
+#include "compiler/kernel_text.hpp"
+#include "compiler/key.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <unistd.h>
+
+using namespace kiln;
+
+namespace {
+
+std::string temp_path(const char* tag) {
+    return fmt::format("/tmp/kiln-manifest-{}-{}.jsonl", tag, (long)getpid());
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+}
+
+// The value of "field":"..." in a manifest line.
+std::string field(const std::string& line, const std::string& name) {
+    const std::string tag = "\"" + name + "\":";
+    size_t at = line.find(tag);
+    if (at == std::string::npos) return "";
+    at += tag.size();
+    if (line[at] != '"') return line.substr(at, line.find_first_of(",}", at) - at);
+    size_t end = line.find('"', at + 1);
+    return line.substr(at + 1, end - at - 1);
+}
+
+void run_some_expressions(Context& ctx) {
+    Tensor A = ctx.array(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
+    Tensor C = ctx.empty({2, 1}), B = ctx.empty({2, 4});
+    C[all] = mean(square(A - mean(A, 1)), 1);
+    B[all] = reciprocal(sqrt(var(A, 1) + 0.001)) * (A - mean(A, 1));
+    B[all] = A * 2.0 + 1.0;
+    B[all] = A * 2.0 + 1.0;  // a plan-cache hit: nothing new to record
+}
+
+} // namespace
+
+TEST_CASE("record_to appends each kernel once, as text that regenerates it") {
+    const std::string path = temp_path("api");
+    std::remove(path.c_str());
+    Context ctx(ContextOptions{"cpu"});
+    ctx.record_to(path);
+    run_some_expressions(ctx);
+    auto lines = lines_of(path);
+    REQUIRE(lines.size() >= 3);
+    std::set<std::string> names;
+    for (const std::string& l : lines) {
+        INFO(l);
+        CHECK(field(l, "format") == "1");
+        CHECK(field(l, "backend") == "cpu");
+        const std::string target = field(l, "target");
+        CHECK(target.rfind("cpu-", 0) == 0);
+        kir::Kernel k = parse_kernel_text(field(l, "kernel"));
+        CHECK(kernel_name_for(key_material(k, target)) == field(l, "name"));
+        CHECK(names.insert(field(l, "name")).second);  // each kernel once
+    }
+    // A second context appends; "" stops recording.
+    Context other(ContextOptions{"cpu"});
+    Tensor x = other.ones({3});
+    other.record_to(path);
+    x[all] = exp(x) * 3.0;
+    other.record_to("");
+    x[all] = log(x) * 3.0;
+    CHECK(lines_of(path).size() == lines.size() + 1);
+    std::remove(path.c_str());
+}
+
+TEST_CASE("KILN_RECORD records every context's kernels; an unwritable path is an error naming it") {
+    const std::string path = temp_path("env");
+    std::remove(path.c_str());
+    setenv("KILN_RECORD", path.c_str(), 1);
+    {
+        Context ctx(ContextOptions{"cpu"});
+        run_some_expressions(ctx);
+    }
+    unsetenv("KILN_RECORD");
+    CHECK(lines_of(path).size() >= 3);
+    std::remove(path.c_str());
+    Context ctx(ContextOptions{"cpu"});
+    try {
+        ctx.record_to("/nonexistent-dir/m.jsonl");
+        FAIL("no error");
+    } catch (const Error& e) {
+        CHECK(std::string(e.what()).find("/nonexistent-dir/m.jsonl") != std::string::npos);
+    }
+}
+
+TEST_CASE("KILN_ASSERT_NO_COMPILE turns a compile into an error naming the kernel") {
+    setenv("KILN_ASSERT_NO_COMPILE", "1", 1);
+    Context ctx(ContextOptions{"cpu"});
+    unsetenv("KILN_ASSERT_NO_COMPILE");
+    Tensor A = ctx.array(std::vector<float>(16, 1.0f), {4, 4});  // an upload: no kernel
+    try {
+        A[all] = A * 3.0 + 1.0;
+        FAIL("compiled although KILN_ASSERT_NO_COMPILE was set");
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        CHECK(m.find("KILN_ASSERT_NO_COMPILE") != std::string::npos);
+        CHECK(m.find("kernel kiln_") != std::string::npos);
+        CHECK(m.find("KILN_RECORD") != std::string::npos);
+    }
+    CHECK(ctx.counters().compiles == 0);
+    // Without the variable a context compiles as usual.
+    Context free_ctx(ContextOptions{"cpu"});
+    Tensor B = free_ctx.ones({4, 4});
+    B[all] = B * 3.0 + 1.0;
+    CHECK(B.to_vector<float>()[0] == 4.0f);
+}
