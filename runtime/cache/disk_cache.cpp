@@ -110,6 +110,11 @@ std::string DiskCache::path_for(const DiskCacheKey& key) const {
     return fmt::format("{}/{}/{}.bin", dir_ == "/" ? "" : dir_, hex.substr(0, 2), hex);
 }
 
+DiskCacheKey cuda_kernel_key(const std::string& kernel_key, const std::string& source, const std::string& arch,
+                             const std::string& nvrtc_version) {
+    return DiskCacheKey{kernel_key + "\n" + source, arch, "nvrtc " + nvrtc_version};
+}
+
 std::optional<std::vector<char>> DiskCache::load(const DiskCacheKey& key) {
     if (dir_.empty()) {
         misses_.fetch_add(1, std::memory_order_relaxed);

@@ -82,6 +82,12 @@ private:
     std::atomic<uint64_t> hits_{0}, misses_{0}, rejected_{0}, writes_{0}, write_failures_{0};
 };
 
+// The key of a CUDA kernel's cubin: the kernel's cache key (compiler/key.hpp, which names the
+// arch), its CUDA source, the arch and the NVRTC version. The CUDA backend and kiln-warmup both
+// use it, so an entry warmed offline is the one the runtime looks up.
+DiskCacheKey cuda_kernel_key(const std::string& kernel_key, const std::string& source, const std::string& arch,
+                             const std::string& nvrtc_version);
+
 // KILN_CACHE_DIR if set and non-empty, else $XDG_CACHE_HOME/kiln if XDG_CACHE_HOME is an
 // absolute path, else $HOME/.cache/kiln (HOME, else the password database). "" if none is known.
 std::string default_cache_dir();

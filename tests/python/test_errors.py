@@ -569,3 +569,17 @@ def test_a_failed_operation_leaves_the_context_usable(a):
     b = kiln.zeros((2, 3))
     b[...] = a * 2
     np.testing.assert_array_equal(b.get(), np.arange(6).reshape(2, 3) * 2)
+
+
+def test_python_m_kiln_warmup_is_the_tool(tmp_path):
+    import subprocess
+    import sys
+
+    from kiln import warmup
+
+    if warmup.tool() is None:
+        pytest.skip("kiln-warmup is not installed beside this Python (a development tree; pip install . installs it)")
+    r = subprocess.run([sys.executable, "-m", "kiln.warmup", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "usage: kiln-warmup MANIFEST" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "kiln.warmup", str(tmp_path / "none.jsonl")], capture_output=True, text=True)
+    assert r.returncode == 2 and "cannot read manifest" in r.stderr
