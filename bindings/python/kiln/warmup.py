@@ -6,12 +6,11 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 
 
 def tool():
-    """The kiln-warmup executable: beside this Python's scripts, else on PATH; None if absent."""
-    exe = os.path.join(sysconfig.get_path("scripts"), "kiln-warmup")
+    """The kiln-warmup executable: inside this package (a wheel), else on PATH; None if absent."""
+    exe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kiln-warmup")
     if os.path.exists(exe):
         return exe
     return shutil.which("kiln-warmup")
