@@ -210,3 +210,49 @@ TEST_CASE("kiln-warmup refuses bad arguments and manifests, naming the line") {
     CHECK(r.out.find("cannot read manifest /nonexistent/manifest.jsonl") != std::string::npos);
     std::remove(bad.c_str());
 }
+
+TEST_CASE("a warm-up killed part way leaves a cache that the next warm-up completes") {
+    if (!available()) return;
+    const std::vector<RecordedStage> stages = example_stages();
+    const std::string manifest = write_manifest(stages, fresh_dir("m3") + ".jsonl");
+    const std::string dir = fresh_dir("cache3");
+    // One job, killed once it has had time for part of the work (or none of it).
+    const std::string cmd = fmt::format("{} {} --arch sm_80,sm_90 --cache-dir {} --jobs 1 >/dev/null 2>&1 & pid=$!; "
+                                        "sleep 0.4; kill -9 $pid; wait $pid 2>/dev/null",
+                                        tool(), manifest, dir);
+    CHECK(std::system(cmd.c_str()) != -1);
+    Run r = run(fmt::format("{} --arch sm_80,sm_90 --cache-dir {}", manifest, dir));
+    INFO(r.out);
+    CHECK(r.status == 0);
+    r = run(fmt::format("{} --arch sm_80,sm_90 --cache-dir {} --check", manifest, dir));
+    CHECK(r.status == 0);
+    CHECK(r.out.find(fmt::format("{} cached, 0 missing, 0 stale, 0 damaged", stages.size() * 2)) != std::string::npos);
+    fs::remove_all(dir);
+    std::remove(manifest.c_str());
+}
+
+TEST_CASE("a cache written by another kiln version is not trusted: the warm-up compiles afresh") {
+    if (!available()) return;
+    const std::vector<RecordedStage> stages = example_stages();
+    const std::string manifest = write_manifest(stages, fresh_dir("m4") + ".jsonl");
+    const std::string dir = fresh_dir("cache4");
+    {
+        // An older kiln stored (here: garbage) binaries under the same kernel keys.
+        cache::DiskCache old(cache::DiskCacheOptions{dir, "0.0.1-old"});
+        for (const RecordedStage& s : stages) old.store(runtime_key(s, "sm_90"), std::vector<char>(64, 'x'));
+    }
+    Run r = run(fmt::format("{} --arch sm_90 --cache-dir {} --check", manifest, dir));
+    CHECK(r.status == 1);  // nothing usable for this version
+    r = run(fmt::format("{} --arch sm_90 --cache-dir {}", manifest, dir));
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find(fmt::format("{} compiled, 0 already cached", stages.size())) != std::string::npos);
+    cache::DiskCache now(cache::DiskCacheOptions{dir, ""});
+    for (const RecordedStage& s : stages) {
+        auto bin = now.load(runtime_key(s, "sm_90"));
+        REQUIRE(bin.has_value());
+        CHECK(*bin != std::vector<char>(64, 'x'));
+    }
+    fs::remove_all(dir);
+    std::remove(manifest.c_str());
+}
