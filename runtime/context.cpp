@@ -188,12 +188,7 @@ std::string Context::device_description() const {
 
 DType Context::default_dtype() const { return impl_->default_dtype; }
 
-Device Context::device() const {
-#ifdef KILN_CUDA
-    if (impl_->cuda) return Device{DeviceKind::CUDA, impl_->cuda->info().index};
-#endif
-    return Device{DeviceKind::CPU, 0};
-}
+Device Context::device() const { return impl_->device(); }
 
 uintptr_t Context::stream_handle() const {
 #ifdef KILN_CUDA
@@ -484,7 +479,6 @@ void Context::Impl::execute(CachedPlan& plan) {
 // lists each distinct storage once (the destination's first), so this costs a few compares.
 void Context::Impl::check_devices(const NodePtr& expr) {
     const Device here = device();
-    auto where = [](const Device& d) { return d.kind == DeviceKind::CUDA ? fmt::format("cuda:{}", d.index) : std::string("cpu"); };
     auto foreign = [&](const Storage* s) {
         if (s->device.kind != here.kind) return true;
         auto* owned = dynamic_cast<const OwnedStorage*>(s);
@@ -493,7 +487,7 @@ void Context::Impl::check_devices(const NodePtr& expr) {
     if (foreign(signature.storages[0]))
         fail(Error::Kind::Value, "assign: the destination lives on {} of another context, but this context runs on {}; "
                                  "create it with this context",
-             where(signature.storages[0]->device), self->device_name());
+             device_str(signature.storages[0]->device), self->device_name());
     for (size_t i = 1; i < signature.storages.size(); ++i) {
         if (!foreign(signature.storages[i])) continue;
         for (const Node* n : postorder(expr))
@@ -501,7 +495,7 @@ void Context::Impl::check_devices(const NodePtr& expr) {
                 fail(Error::Kind::Value,
                      "assign: an operand ({} {}) lives on {} of another context, but the expression runs on {}; copy it "
                      "through the host (to_vector/array) or create it with the destination's context",
-                     dtype_name(n->dtype), shape_str(n->shape), where(signature.storages[i]->device), self->device_name());
+                     dtype_name(n->dtype), shape_str(n->shape), device_str(signature.storages[i]->device), self->device_name());
     }
 }
 

@@ -42,7 +42,12 @@ struct Context::Impl {
     AssignmentSignature signature;  // reused by every assignment
     std::vector<std::shared_ptr<Storage>> temps;
 
-    Device device() const { return Device{backend == Backend::CUDA ? DeviceKind::CUDA : DeviceKind::CPU, 0}; }
+    Device device() const {
+#ifdef KILN_CUDA
+        if (cuda) return Device{DeviceKind::CUDA, cuda->info().index};
+#endif
+        return Device{DeviceKind::CPU, 0};
+    }
     // Memory for a tensor or a temporary of this context's backend. `op` names the user call.
     std::shared_ptr<Storage> alloc(size_t nbytes, const char* op);
     void run(const View& dst, const NodePtr& expr);

@@ -268,12 +268,11 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
 void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
     const Driver& d = driver();
     make_current();
-    if (!ck->planned || ck->planned_sizes != a.sizes) {
+    if (ck->plan.launches.empty() || ck->planned_sizes != a.sizes) {
         ck->plan = codegen::plan_cuda_launch(ck->kernel, a, caps_);
         ck->plan_functions.clear();
         for (const codegen::CudaLaunch& l : ck->plan.launches) ck->plan_functions.push_back(ck->entry(l.entry));
         ck->planned_sizes = a.sizes;
-        ck->planned = true;
     }
     const codegen::CudaLaunchPlan& plan = ck->plan;
     codegen::pack_cuda_args(ck->kernel, a, arg_bytes_);

@@ -43,9 +43,8 @@ struct CudaKernel {
     // cached assignment launches with the same sizes every time, so it plans once. Guarded by
     // the backend's one-call-at-a-time rule.
     mutable std::vector<int64_t> planned_sizes;
-    mutable codegen::CudaLaunchPlan plan;
+    mutable codegen::CudaLaunchPlan plan;           // no launches: not planned yet
     mutable std::vector<CUfunction> plan_functions;
-    mutable bool planned = false;
 };
 
 class CudaBackend {

@@ -106,14 +106,26 @@ bool available() {
     return true;
 }
 
+// The stages, their manifest and a fresh cache directory of one test; removed when it ends.
+struct Workspace {
+    std::vector<RecordedStage> stages = example_stages();
+    std::string manifest, dir;
+    explicit Workspace(const std::string& tag)
+        : manifest(write_manifest(stages, fresh_dir(("m-" + tag).c_str()) + ".jsonl")),
+          dir(fresh_dir(("cache-" + tag).c_str())) {}
+    ~Workspace() {
+        fs::remove_all(dir);
+        std::remove(manifest.c_str());
+    }
+};
+
 } // namespace
 
 TEST_CASE("warm-up from a manifest makes every stage a disk hit for each arch; runs again, checks, prunes") {
     if (!available()) return;
-    const std::vector<RecordedStage> stages = example_stages();
+    Workspace w("full");
+    const auto& [stages, manifest, dir] = std::tie(w.stages, w.manifest, w.dir);
     REQUIRE(stages.size() >= 4);
-    const std::string manifest = write_manifest(stages, fresh_dir("m") + ".jsonl");
-    const std::string dir = fresh_dir("cache");
 
     Run r = run(fmt::format("{} --arch sm_80,sm_90 --cache-dir {} --jobs 2", manifest, dir));
     INFO(r.out);
@@ -166,15 +178,12 @@ TEST_CASE("warm-up from a manifest makes every stage a disk hit for each arch; r
     CHECK(r.out.find(fmt::format("pruned {} entries", stages.size() * 2)) != std::string::npos);
     r = run(fmt::format("{} --cache-dir {} --check", manifest, dir));
     CHECK(r.status == 1);
-    fs::remove_all(dir);
-    std::remove(manifest.c_str());
 }
 
 TEST_CASE("two warm-ups at once on one cache directory both succeed and leave a correct cache") {
     if (!available()) return;
-    const std::vector<RecordedStage> stages = example_stages();
-    const std::string manifest = write_manifest(stages, fresh_dir("m2") + ".jsonl");
-    const std::string dir = fresh_dir("cache2");
+    Workspace w("concurrent");
+    const auto& [stages, manifest, dir] = std::tie(w.stages, w.manifest, w.dir);
     Run a, b;
     std::thread t1([&] { a = run(fmt::format("{} --arch sm_90 --cache-dir {} --jobs 1", manifest, dir)); });
     std::thread t2([&] { b = run(fmt::format("{} --arch sm_90 --cache-dir {} --jobs 1", manifest, dir)); });
@@ -185,8 +194,6 @@ TEST_CASE("two warm-ups at once on one cache directory both succeed and leave a 
     CHECK(b.status == 0);
     Run c = run(fmt::format("{} --arch sm_90 --cache-dir {} --check", manifest, dir));
     CHECK(c.status == 0);
-    fs::remove_all(dir);
-    std::remove(manifest.c_str());
 }
 
 TEST_CASE("kiln-warmup refuses bad arguments and manifests, naming the line") {
@@ -213,9 +220,8 @@ TEST_CASE("kiln-warmup refuses bad arguments and manifests, naming the line") {
 
 TEST_CASE("a warm-up killed part way leaves a cache that the next warm-up completes") {
     if (!available()) return;
-    const std::vector<RecordedStage> stages = example_stages();
-    const std::string manifest = write_manifest(stages, fresh_dir("m3") + ".jsonl");
-    const std::string dir = fresh_dir("cache3");
+    Workspace w("killed");
+    const auto& [stages, manifest, dir] = std::tie(w.stages, w.manifest, w.dir);
     // One job, killed once it has had time for part of the work (or none of it).
     const std::string cmd = fmt::format("{} {} --arch sm_80,sm_90 --cache-dir {} --jobs 1 >/dev/null 2>&1 & pid=$!; "
                                         "sleep 0.4; kill -9 $pid; wait $pid 2>/dev/null",
@@ -227,15 +233,12 @@ TEST_CASE("a warm-up killed part way leaves a cache that the next warm-up comple
     r = run(fmt::format("{} --arch sm_80,sm_90 --cache-dir {} --check", manifest, dir));
     CHECK(r.status == 0);
     CHECK(r.out.find(fmt::format("{} cached, 0 missing, 0 stale, 0 damaged", stages.size() * 2)) != std::string::npos);
-    fs::remove_all(dir);
-    std::remove(manifest.c_str());
 }
 
 TEST_CASE("a cache written by another kiln version is not trusted: the warm-up compiles afresh") {
     if (!available()) return;
-    const std::vector<RecordedStage> stages = example_stages();
-    const std::string manifest = write_manifest(stages, fresh_dir("m4") + ".jsonl");
-    const std::string dir = fresh_dir("cache4");
+    Workspace w("old");
+    const auto& [stages, manifest, dir] = std::tie(w.stages, w.manifest, w.dir);
     {
         // An older kiln stored (here: garbage) binaries under the same kernel keys.
         cache::DiskCache old(cache::DiskCacheOptions{dir, "0.0.1-old"});
@@ -253,6 +256,4 @@ TEST_CASE("a cache written by another kiln version is not trusted: the warm-up c
         REQUIRE(bin.has_value());
         CHECK(*bin != std::vector<char>(64, 'x'));
     }
-    fs::remove_all(dir);
-    std::remove(manifest.c_str());
 }

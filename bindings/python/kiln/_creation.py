@@ -43,12 +43,19 @@ def upload(obj, dtype=None, ctx=None, default_float=None):
                 raise _kiln.InvalidArgument(
                     f"array: values in [{lo}, {hi}] do not fit {host.name} (range [{info.min}, {info.max}])")
         a = a.astype(host)
+    t = ctx._empty(a.shape, dt)
+    write_host(t, a)
+    return t
+
+
+def write_host(t, a):
+    """Copies NumPy data of t's shape into t, converted to t's host dtype (no range check)."""
+    dt = t._dtype
+    a = np.asarray(a, dtype=_dtypes.host_dtype(dt))
     if not a.flags.c_contiguous:
         a = a.copy(order="C")  # np.ascontiguousarray would make 0-d data 1-d
-    t = ctx._empty(a.shape, dt)
     if a.size:
         t._upload(a.ctypes.data, _dtypes.host_transfer_dtype(dt))
-    return t
 
 
 def array(obj, dtype=None, copy=True, ctx=None):

@@ -89,17 +89,11 @@ def assign_host(target, value):
     a = np.asarray(value)
     if a.dtype == object:
         raise _kiln.DTypeError(f"assign: cannot assign {type(value).__name__} data of NumPy dtype object")
-    if a.shape == tuple(target.shape):
-        dt = target._dtype
-        host = _dtypes.host_dtype(dt)
-        a = np.asarray(a, dtype=host)
-        if not a.flags.c_contiguous:
-            a = a.copy(order="C")
-        if a.size:
-            target._upload(a.ctypes.data, _dtypes.host_transfer_dtype(dt))
-        return
-    from ._creation import upload
+    from ._creation import upload, write_host
 
+    if a.shape == tuple(target.shape):
+        write_host(target, a)
+        return
     target[...] = upload(a, dtype=target.dtype, ctx=target.ctx)
 
 

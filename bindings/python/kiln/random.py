@@ -23,16 +23,12 @@ def seed(seed, ctx=None):
     _ctx(ctx).seed(int(seed))
 
 
-def _uniform_expr(shape, ctx):
-    return _kiln._rand(shape, ctx)
-
-
 def uniform(low=0.0, high=1.0, size=None, dtype=None, ctx=None):
     """Samples from the uniform distribution on [low, high)."""
     c = _ctx(ctx)
     shape = _size(size)
     out = _creation.empty(shape, dtype, ctx=c)
-    out[...] = low + (high - low) * _uniform_expr(shape, c)
+    out[...] = low + (high - low) * _kiln._rand(shape, c)
     return out
 
 

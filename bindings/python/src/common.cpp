@@ -180,16 +180,27 @@ nb::object finish(const Expr& e, nb::handle ctx, nb::handle out, const char* op)
     return nb::borrow(out);
 }
 
+namespace {
+
+// An int-like argument (int, NumPy integer; not bool), or a kiln.DTypeError built by `what_is_valid`.
+template <class Message>
+int64_t int_arg(nb::handle h, Message&& what_is_valid) {
+    if (!PyIndex_Check(h.ptr()) || PyBool_Check(h.ptr())) throw Error(what_is_valid(), Error::Kind::Type);
+    Py_ssize_t v = PyNumber_AsSsize_t(h.ptr(), PyExc_OverflowError);
+    if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+    return (int64_t)v;
+}
+
+} // namespace
+
 Axes parse_axes(nb::handle axis, int rank, const char* op) {
     Axes a;
     if (!axis.is_valid() || axis.is_none()) return a;
     a.all = false;
     auto one = [&](nb::handle h) {
-        if (!PyIndex_Check(h.ptr()) || PyBool_Check(h.ptr()))
-            throw Error(fmt::format("{}: axis must be None, an int or a tuple of ints, got {}", op, py_type_name(h)),
-                        Error::Kind::Type);
-        Py_ssize_t v = PyNumber_AsSsize_t(h.ptr(), PyExc_OverflowError);
-        if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+        const int64_t v = int_arg(h, [&] {
+            return fmt::format("{}: axis must be None, an int or a tuple of ints, got {}", op, py_type_name(h));
+        });
         int ax = normalize_axis((int)v, rank, op);
         if (std::find(a.list.begin(), a.list.end(), ax) != a.list.end())
             throw Error(fmt::format("{}: axis {} is repeated", op, v), Error::Kind::Value);
@@ -218,19 +229,15 @@ nb::object dtype_object(DType t) {
 DType dtype_arg(nb::handle h, const char* op) {
     if (nb::isinstance<DType>(h)) return nb::cast<DType>(h);
     if (!g_dtype_parser) throw Error(std::string(op) + ": the kiln package is not initialised", Error::Kind::Runtime);
-    (void)op;
     return nb::cast<DType>((*g_dtype_parser)(h));
 }
 
 Shape shape_arg(nb::handle h, const char* op) {
     Shape s;
     auto dim = [&](nb::handle d) {
-        if (!PyIndex_Check(d.ptr()) || PyBool_Check(d.ptr()))
-            throw Error(fmt::format("{}: a shape is an int or a sequence of ints; got an element of type {}", op, py_type_name(d)),
-                        Error::Kind::Type);
-        Py_ssize_t v = PyNumber_AsSsize_t(d.ptr(), PyExc_OverflowError);
-        if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-        s.push_back((int64_t)v);
+        s.push_back(int_arg(d, [&] {
+            return fmt::format("{}: a shape is an int or a sequence of ints; got an element of type {}", op, py_type_name(d));
+        }));
     };
     if (PyIndex_Check(h.ptr())) {
         dim(h);

@@ -72,26 +72,21 @@ nb::object matrix_product(nb::handle a, nb::handle b, nb::handle out) {
     Shape result;
     if (!va) result.push_back(a2.shape()[0]);
     if (!vb) result.push_back(b2.shape()[1]);
-    const Shape full{a2.shape()[0], b2.shape()[1]};
-    nb::object res;
-    PyTensor* C;
     if (out.is_none()) {
-        const DType dt = A.t.dtype() == DType::Float32 || !is_float(A.t.dtype()) ? DType::Float32 : A.t.dtype();
-        res = nb::cast(PyTensor{A.t.context().empty(result, dt), A.ctx});
-        C = nb::inst_ptr<PyTensor>(res);
-    } else {
-        C = &out_tensor(out, "out", op);
-        if (C->t.shape() != result)
-            throw Error(fmt::format("dot: out is {} {}, but the result is {}", dtype_name(C->t.dtype()),
-                                    shape_str(C->t.shape()), shape_str(result)),
-                        Error::Kind::Value);
-        res = nb::borrow(out);
+        Tensor c;
+        run_unlocked(owner(A), [&] { c = kiln::dot(a2, b2); });  // a new contiguous matrix: always viewable
+        return nb::cast(PyTensor{Tensor(&c.context(), *reshape_view(c.view(), result)), A.ctx});
     }
-    auto view = reshape_view(C->t.view(), full);
+    PyTensor& C = out_tensor(out, "out", op);
+    if (C.t.shape() != result)
+        throw Error(fmt::format("dot: out is {} {}, but the result is {}", dtype_name(C.t.dtype()), shape_str(C.t.shape()),
+                                shape_str(result)),
+                    Error::Kind::Value);
+    auto view = reshape_view(C.t.view(), {a2.shape()[0], b2.shape()[1]});
     if (!view) throw Error("dot: out cannot be viewed as a matrix (pass a contiguous tensor)", Error::Kind::Value);
-    Tensor c2(&C->t.context(), *view);
-    run_unlocked(owner(*C), [&] { compound_dot(a2, b2, c2); });
-    return res;
+    Tensor c2(&C.t.context(), *view);
+    run_unlocked(owner(C), [&] { compound_dot(a2, b2, c2); });
+    return nb::borrow(out);
 }
 
 } // namespace

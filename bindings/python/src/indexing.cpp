@@ -32,7 +32,6 @@ bool is_int_index(nb::handle h) {
 Index parse_index(const Tensor& t, nb::handle key) {
     Index r;
     std::vector<nb::handle> items;
-    nb::object keep = nb::borrow(key);
     if (nb::isinstance<nb::tuple>(key)) {
         for (nb::handle h : key) items.push_back(h);
     } else {
@@ -104,7 +103,6 @@ Index parse_index(const Tensor& t, nb::handle key) {
         }
     }
     while (dim < rank) take_full();
-    if (out.shape.empty() || numel(out.shape) == 0) { /* a scalar view or an empty one: offset as computed */ }
     r.view = Tensor(&t.context(), out);
     return r;
 }

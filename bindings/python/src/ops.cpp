@@ -131,6 +131,19 @@ Expr reduce(Reduction r, const Expr& x0, nb::handle axis, bool keepdims, int ddo
     return y;
 }
 
+nb::object clip_call(nb::handle a, nb::handle lo, nb::handle hi, nb::handle out) {
+    nb::handle ctx;
+    Expr ea = operand(a, ctx, "clip");
+    Expr elo = lo.is_none() ? Expr() : operand(lo, ctx, "clip");
+    Expr ehi = hi.is_none() ? Expr() : operand(hi, ctx, "clip");
+    Expr e;
+    if (elo.valid() && ehi.valid()) e = clip(ea, elo, ehi);
+    else if (elo.valid()) e = maximum(ea, elo);
+    else if (ehi.valid()) e = minimum(ea, ehi);
+    else throw Error("clip: a_min and a_max cannot both be None", Error::Kind::Value);
+    return finish(e, ctx, out, "clip");
+}
+
 nb::object binary_operator(nb::handle a, nb::handle b, BinaryFn fn, bool reflected, const char* op) {
     nb::handle ctx;
     Expr ea, eb;
@@ -203,18 +216,7 @@ void bind_ops(nb::module_& m) {
         Expr ec = operand(c, ctx, "where"), ea = operand(a, ctx, "where"), eb = operand(b, ctx, "where");
         return finish(where(ec, ea, eb), ctx, out, "where");
     }, "condition"_a, "x"_a, "y"_a, "out"_a.none() = nb::none());
-    m.def("clip", [](nb::handle a, nb::handle lo, nb::handle hi, nb::handle out) {
-        nb::handle ctx;
-        Expr ea = operand(a, ctx, "clip");
-        Expr elo = lo.is_none() ? Expr() : operand(lo, ctx, "clip");
-        Expr ehi = hi.is_none() ? Expr() : operand(hi, ctx, "clip");
-        Expr e;
-        if (elo.valid() && ehi.valid()) e = clip(ea, elo, ehi);
-        else if (elo.valid()) e = maximum(ea, elo);
-        else if (ehi.valid()) e = minimum(ea, ehi);
-        else throw Error("clip: a_min and a_max cannot both be None", Error::Kind::Value);
-        return finish(e, ctx, out, "clip");
-    }, "a"_a, "a_min"_a.none(), "a_max"_a.none(), "out"_a.none() = nb::none());
+    m.def("clip", &clip_call, "a"_a, "a_min"_a.none(), "a_max"_a.none(), "out"_a.none() = nb::none());
     m.def("astype", [](nb::handle a, nb::handle dtype) {
         nb::handle ctx;
         Expr e = operand(a, ctx, "astype");
@@ -244,7 +246,6 @@ void bind_ops(nb::module_& m) {
     m.def("_iota", [](nb::handle shape, int axis) { return wrap(iota(shape_arg(shape, "iota"), axis), nb::none()); });
     m.def("_rand", [](nb::handle shape, nb::handle ctx) { return wrap(rand(shape_arg(shape, "rand")), ctx); },
           "shape"_a, "ctx"_a.none() = nb::none());
-    m.def("_scalar", [](double v, nb::handle dtype) { return wrap(scalar(v, dtype_arg(dtype, "scalar")), nb::none()); });
 }
 
 } // namespace kiln::py

@@ -25,6 +25,9 @@ const std::vector<ReductionOp>& reduction_ops();  // sum, max, min, amax, amin, 
 // (None or a dtype) casts x first, as NumPy's dtype= argument does.
 Expr reduce(Reduction r, const Expr& x, nb::handle axes, bool keepdims, int ddof, nb::handle dtype, const char* op);
 
+// clip(a, a_min, a_max, out): either bound may be None (not both).
+nb::object clip_call(nb::handle a, nb::handle lo, nb::handle hi, nb::handle out);
+
 // `a op b` for Python's operator protocol: NotImplemented when b is no operand.
 nb::object binary_operator(nb::handle a, nb::handle b, BinaryFn fn, bool reflected, const char* op);
 

@@ -21,14 +21,13 @@ nb::tuple shape_tuple(const Shape& s) {
     return nb::tuple(l);
 }
 
-std::vector<int> perm_arg(nb::args args, int rank, const char* op) {
+// transpose(1, 0), transpose((1, 0)) or transpose(None).
+std::vector<int> perm_arg(nb::args args) {
     std::vector<int> perm;
     nb::handle src = args;
     if (args.size() == 1 && !args[0].is_none() && !PyIndex_Check(args[0].ptr())) src = args[0];
     if (args.size() == 1 && args[0].is_none()) return perm;
     for (nb::handle h : src) perm.push_back(nb::cast<int>(h));
-    (void)rank;
-    (void)op;
     return perm;
 }
 
@@ -93,9 +92,7 @@ void bind_arithmetic(nb::class_<T>& cls) {
                                          "out: Tensor | None = None, ddof: int = 0) -> Expr | Tensor", name))),
            "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none(), "ddof"_a = 0);
     }
-    cls.def("clip", [](nb::handle self, nb::handle lo, nb::handle hi, nb::handle out) {
-        return nb::module_::import_("kiln._kiln").attr("clip")(self, lo, hi, "out"_a = out);
-    }, "a_min"_a.none() = nb::none(), "a_max"_a.none() = nb::none(), "out"_a.none() = nb::none());
+    cls.def("clip", &clip_call, "a_min"_a.none() = nb::none(), "a_max"_a.none() = nb::none(), "out"_a.none() = nb::none());
     cls.def("astype", [](nb::handle self, nb::handle dtype) {
         nb::handle ctx;
         Expr e = operand(self, ctx, "astype");
@@ -135,7 +132,7 @@ void bind_values(nb::module_& m) {
         })
         .def_prop_ro("T", [](const PyTensor& s) { return PyTensor{s.t.transpose(), s.ctx}; })
         .def("transpose", [](const PyTensor& s, nb::args axes) {
-            return PyTensor{s.t.transpose(perm_arg(axes, s.t.rank(), "transpose")), s.ctx};
+            return PyTensor{s.t.transpose(perm_arg(axes)), s.ctx};
         }, "A view with the axes permuted (reversed when none are given).")
         .def("reshape", [](const PyTensor& s, nb::args shape) { return tensor_reshape(s, shape_from_args(shape, "reshape")); },
              "A view when the memory allows it, else a copy (as NumPy's reshape).")
@@ -201,19 +198,17 @@ void bind_values(nb::module_& m) {
             s.t.copy_from_host((const void*)ptr, as);
         });
     bind_dlpack_methods(tensor);
-    for (const char* op : {"add", "subtract", "multiply", "divide", "power"}) {
-        std::string name = std::string("__i") + (std::string(op) == "subtract" ? "sub" : std::string(op) == "multiply" ? "mul"
-                                                  : std::string(op) == "divide" ? "truediv" : std::string(op) == "power" ? "pow"
-                                                  : "add") + "__";
-        BinaryFn fn = nullptr;
-        for (const BinaryOp& b : binary_ops())
-            if (std::string(b.name) == op) fn = b.fn;
-        tensor.def(name.c_str(), [fn](nb::handle self, nb::handle other) -> nb::object {
+    // t += e (and the others) evaluate into t, as NumPy's in-place operators write into the array.
+    static const BinaryOp in_place[] = {{"__iadd__", add}, {"__isub__", subtract}, {"__imul__", multiply},
+                                        {"__itruediv__", divide}, {"__ipow__", power}};
+    for (const BinaryOp& op : in_place) {
+        BinaryFn fn = op.fn;
+        tensor.def(op.name, [fn](nb::handle self, nb::handle other) -> nb::object {
             PyTensor& s = *nb::inst_ptr<PyTensor>(self);
             nb::handle c;
             Expr e;
             if (!to_expr(other, e, c)) throw Error(not_an_operand(other, "in-place operator"), Error::Kind::Type);
-            assign(s, fn(s.t.expr(), e));
+            assign(s, fn(s.leaf(), e));
             return nb::borrow(self);
         });
     }
@@ -227,7 +222,7 @@ void bind_values(nb::module_& m) {
         .def_prop_ro("T", [](const PyExpr& e) { PyTensor t = evaluate(e.e, e.ctx); return PyTensor{t.t.transpose(), t.ctx}; })
         .def("transpose", [](const PyExpr& e, nb::args axes) {
             PyTensor t = evaluate(e.e, e.ctx);
-            return PyTensor{t.t.transpose(perm_arg(axes, t.t.rank(), "transpose")), t.ctx};
+            return PyTensor{t.t.transpose(perm_arg(axes)), t.ctx};
         })
         .def("reshape", [](const PyExpr& e, nb::args shape) {
             return wrap(reshape(e.e, shape_from_args(shape, "reshape")), e.ctx);
