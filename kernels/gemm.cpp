@@ -7,6 +7,11 @@
 #include "runtime/context.hpp"
 
 #include <limits>
+#include <tuple>
+
+#ifdef KILN_HAVE_GEMM_KERNELS
+#include "kernels/cuda/gemm_cuda.hpp"
+#endif
 
 namespace kiln {
 
@@ -132,14 +137,50 @@ void epilogue(const Tensor& T, Tensor& C, const DotOptions& o) {
 
 } // namespace
 
+namespace {
+
+bool shares_storage(const Tensor& a, const Tensor& b) { return a.view().storage == b.view().storage; }
+
+// The CUDA path for C of rank 2 or 3 (batched). Shapes the kernels need not handle (an empty
+// product, K = 0) and outputs that overlap an operand are arranged here.
+void cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o, const char* op) {
+#ifdef KILN_HAVE_GEMM_KERNELS
+    (void)op;
+    const int r = C.rank();
+    const int64_t M = C.shape()[r - 2], N = C.shape()[r - 1], K = A.shape()[A.rank() - 1];
+    if (M == 0 || N == 0 || K == 0) {
+        // Nothing to multiply (batched callers split such shapes per entry): the epilogue of
+        // a zero product.
+        epilogue(C.context().zeros(C.shape(), DType::Float32), C, o);
+        return;
+    }
+    if (shares_storage(C, A) || shares_storage(C, B)) {
+        // The kernels read A and B while C's tiles are written: compute into a fresh C.
+        Tensor fresh = C.context().empty(C.shape(), C.dtype());
+        if (o.beta != 0) fresh.assign(C.expr());
+        gemm::cuda_gemm(A, B, fresh, o);
+        C.assign(fresh.expr());
+        return;
+    }
+    gemm::cuda_gemm(A, B, C, o);
+#else
+    (void)A, (void)B, (void)C, (void)o;
+    fail(Error::Kind::Runtime,
+         "{}: this build of kiln has no CUDA GEMM kernels (nvcc was not found when it was built); rebuild with the CUDA "
+         "toolkit's nvcc on PATH, or run the product on a CPU context",
+         op);
+#endif
+}
+
+} // namespace
+
 Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts) {
     const char* op = "compound_dot";
     check_operands(A, B, C, opts, op);
-    if (A.context().backend() == Backend::CUDA)
-        fail(Error::Kind::Runtime,
-             "{}: kiln's CUDA GEMM kernels are not part of this build yet; run the product on a CPU context (copy the "
-             "operands through the host)",
-             op);
+    if (A.context().backend() == Backend::CUDA) {
+        cuda_product(A, B, C, opts, op);
+        return C;
+    }
     Tensor T = cpu_product(A, B, opts.alpha, op);
     epilogue(T, C, opts);
     return C;
@@ -170,10 +211,23 @@ Tensor& batched_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOption
     if (opts.bsum && opts.bsum->rank() >= 1 && opts.bsum->shape()[0] != batch)
         fail(Error::Kind::Value, "{}: bsum is {}; it needs one row of sums per batch entry: ({}, M) or ({}, M, 1)", op,
              desc(*opts.bsum), batch, batch);
-    for (int64_t i = 0; i < batch; ++i) {
-        Tensor a = A.rank() == 3 ? A[i] : A, b = B.rank() == 3 ? B[i] : B, c = C[i];
-        DotOptions o = opts;
+    const auto entry = [&](int64_t i, DotOptions& o) {
+        o = opts;
         if (opts.bsum) o.bsum = (*opts.bsum)[i];
+        return std::tuple<Tensor, Tensor, Tensor>{A.rank() == 3 ? A[i] : A, B.rank() == 3 ? B[i] : B, C[i]};
+    };
+    const bool empty = batch == 0 || C.shape()[1] == 0 || C.shape()[2] == 0 || A.shape()[A.rank() - 1] == 0;
+    if (A.context().backend() == Backend::CUDA && !empty) {
+        // One launch for the whole batch; the first entry stands for the others in the checks.
+        DotOptions o;
+        auto [a, b, c] = entry(0, o);
+        check_operands(a, b, c, o, op);
+        cuda_product(A, B, C, opts, op);
+        return C;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        DotOptions o;
+        auto [a, b, c] = entry(i, o);
         compound_dot(a, b, c, o);
     }
     return C;

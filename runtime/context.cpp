@@ -88,6 +88,7 @@ Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
     m.seed = (uint32_t)(opts.seed ^ (opts.seed >> 32));
     check_stochastic_round(opts.stochastic_round);
     m.stochastic_round_bits = opts.stochastic_round;
+    m.allow_tf32 = opts.allow_tf32;
     std::string dev = opts.device;
     const bool from_env = dev.empty();
     if (from_env) {
@@ -329,6 +330,8 @@ void Context::set_stochastic_round(int bits) {
 }
 
 int Context::stochastic_round() const { return impl_->stochastic_round_bits; }
+void Context::set_allow_tf32(bool on) { impl_->allow_tf32 = on; }
+bool Context::allow_tf32() const { return impl_->allow_tf32; }
 
 void Context::seed(uint64_t s) {
     std::lock_guard<std::mutex> lock(impl_->mu);

@@ -24,6 +24,9 @@ struct ContextOptions {
     // bfloat16 keeps at most 7), with random bits from the context's RNG (reproducible for a
     // seed); 0: round to nearest even. See Context::set_stochastic_round.
     int stochastic_round = 0;
+    // float32 GEMMs may use tf32 tensor cores (10-bit mantissa products, float32 accumulation):
+    // several times faster, less exact. Off by default: float32 means float32 arithmetic.
+    bool allow_tf32 = false;
 };
 
 struct Counters {
@@ -91,6 +94,9 @@ public:
     void set_stochastic_round(int bits);
     void set_stochastic_round(bool on) { set_stochastic_round(on ? 10 : 0); }
     int stochastic_round() const;
+    // See ContextOptions::allow_tf32.
+    void set_allow_tf32(bool on);
+    bool allow_tf32() const;
     Counters counters() const;
     void reset_counters();
     // Appends every kernel this context compiles or loads from now on to the manifest at

@@ -27,6 +27,7 @@ struct Context::Impl {
     uint32_t seed = 0;
     uint32_t rng_counter = 0;
     int stochastic_round_bits = 0;
+    bool allow_tf32 = false;
     Counters counters;
     std::mutex mu;
     std::string target;  // what kernels are compiled for: part of every kernel key

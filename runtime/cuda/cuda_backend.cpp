@@ -92,6 +92,7 @@ CudaBackend::~CudaBackend() {
     make_current();
     d.cuStreamSynchronize(stream_);
     for (auto& [key, k] : kernels_) d.cuModuleUnload(k->module);
+    for (auto& [image, module] : images_) d.cuModuleUnload(module);
     for (int i = 0; i < 2; ++i) {
         if (pinned_done_[i]) d.cuEventDestroy(pinned_done_[i]);
         if (pinned_[i]) d.cuMemFreeHost(pinned_[i]);
@@ -263,6 +264,33 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
         k->entries.emplace_back(e, f);
     }
     return kernels_.emplace(key, std::move(k)).first->second.get();
+}
+
+CUfunction CudaBackend::precompiled(const void* image, const std::string& entry, int dynamic_smem) {
+    if (auto it = precompiled_.find(entry); it != precompiled_.end()) return it->second;
+    const Driver& d = driver();
+    make_current();
+    CUmodule& module = images_[image];
+    if (!module) {
+        const CUresult r = d.cuModuleLoadData(&module, image);
+        if (r != CUDA_SUCCESS) {
+            images_.erase(image);
+            fail(Error::Kind::Runtime, "loading kiln's precompiled kernels for {} ({}) failed: {}", info_.name, target(),
+                 describe(r, "cuModuleLoadData"));
+        }
+    }
+    CUfunction f = nullptr;
+    check(d.cuModuleGetFunction(&f, module, entry.c_str()), "cuModuleGetFunction");
+    if (dynamic_smem > 48 * 1024)
+        check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem), "cuFuncSetAttribute");
+    return precompiled_.emplace(entry, f).first->second;
+}
+
+void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned block, unsigned smem,
+                                     void** params) {
+    make_current();
+    check(driver().cuLaunchKernel(f, grid_x, grid_y, 1, block, 1, 1, smem, stream_, params, nullptr), "cuLaunchKernel");
+    ++counters_.launches;
 }
 
 void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {

@@ -76,6 +76,13 @@ public:
     const CudaKernel* compile(const kir::Kernel& kernel, const std::string& key);
     void launch(const CudaKernel* k, const kir::LaunchArgs& args);
 
+    // A precompiled kernel (kernels/): entry `entry` of the module image `image` embedded in the
+    // library, loaded on first use and kept for the life of the backend, with its dynamic
+    // shared-memory limit raised to `dynamic_smem` bytes.
+    CUfunction precompiled(const void* image, const std::string& entry, int dynamic_smem);
+    // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel.
+    void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned block, unsigned smem, void** params);
+
     // With it set, a kernel found in neither cache is an error (KILN_ASSERT_NO_COMPILE).
     void forbid_compiles(bool on) { forbid_compiles_ = on; }
 
@@ -102,6 +109,8 @@ private:
     void* pinned_[2] = {nullptr, nullptr};
     CUevent pinned_done_[2] = {nullptr, nullptr};
     std::unordered_map<std::string, std::unique_ptr<CudaKernel>> kernels_;
+    std::unordered_map<const void*, CUmodule> images_;          // precompiled modules by image
+    std::unordered_map<std::string, CUfunction> precompiled_;   // by entry name
     CudaCounters counters_;
     std::vector<uint8_t> arg_bytes_;   // reused for each launch
 };

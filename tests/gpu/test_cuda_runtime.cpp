@@ -8,6 +8,7 @@
 #include <kiln/kiln.hpp>
 
 #include "ir/half.hpp"
+#include "tests/support/gpu.hpp"
 #ifdef KILN_HAVE_NVRTC
 #include "runtime/cuda/cuda_backend.hpp"
 #endif
@@ -20,28 +21,9 @@
 #include <vector>
 
 using namespace kiln;
+using kiln::test::why_no_gpu;
 
 namespace {
-
-std::string why_no_gpu() {
-    static const std::string why = [] {
-        try {
-            Context c(ContextOptions{"cuda"});
-            return std::string();
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
-    }();
-    return why;
-}
-
-#define REQUIRE_GPU()                                                                \
-    do {                                                                             \
-        if (!why_no_gpu().empty()) {                                                 \
-            std::printf("SKIPPED (no usable CUDA device): %s\n", why_no_gpu().c_str()); \
-            return;                                                                  \
-        }                                                                            \
-    } while (0)
 
 std::string fresh_dir() {
     char tmpl[] = "/tmp/kiln-gpu-test-XXXXXX";

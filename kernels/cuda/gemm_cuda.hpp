@@ -1,0 +1,19 @@
+// compound_dot on CUDA contexts: kiln's precompiled GEMM kernels (gemm_sm80.cu, gemm_sm90.cu),
+// embedded in the library as module images and loaded on first use. This file turns tensors
+// into the kernels' parameter block (gemm_params.hpp) and TMA descriptors, asks the selector
+// (gemm_select.hpp) for a kernel and launches it on the context's stream.
+#pragma once
+#include "kernels/gemm.hpp"
+
+namespace kiln::gemm {
+
+// Whether this build carries the kernels (nvcc was found when kiln was built).
+bool cuda_kernels_built();
+
+// C = epilogue(A . B) for C of rank 2, or rank 3 with a leading batch dimension (then A and B
+// are rank 3, or rank 2 and shared by every batch entry; bsum is (batch, M) or (batch, M, 1)).
+// Operands are checked by the caller; M, N and K are positive and C shares no memory with A
+// or B.
+void cuda_gemm(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o);
+
+} // namespace kiln::gemm

@@ -1,0 +1,46 @@
+// The parameter block of kiln's precompiled GEMM kernels, shared by the device code (nvcc) and
+// the host launcher (g++): one plain struct, passed by value, so both sides agree on the layout
+// by construction. Every kernel computes, for each batch entry z,
+//
+//   C[m, n] = store(act(alpha * sum_k A[m, k] * B[k, n] + bias[n]) + beta * C[m, n])
+//
+// with A, B and C addressed through element strides (any view), act = identity, ReLU or leaky
+// ReLU, store = round to C's dtype (stochastically when sr_bits > 0). With bsum set, each block
+// also writes the row sums of its tile of the result to bsum_partials[tile_n][z][m]; the host
+// adds the tiles in a fixed order, so the sums are deterministic.
+#pragma once
+#include <stdint.h>
+
+namespace kiln::gemm {
+
+enum GemmDType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+enum GemmFlags : int32_t {
+    kRelu = 1,      // apply act (slope 0: ReLU, else leaky ReLU)
+    kBias = 2,      // add bias[n] (float32, contiguous)
+    kBeta = 4,      // add beta * C (C read before it is written)
+    kBsum = 8,      // write row-sum partials
+};
+
+struct GemmParams {
+    const void* a;
+    const void* b;
+    void* c;
+    const float* bias;        // kBias: N float32 values
+    float* bsum_partials;     // kBsum: [tiles_n][batch][M] float32
+    int64_t a_sm, a_sk;       // A's strides along m and k, in elements
+    int64_t b_sk, b_sn;       // B's strides along k and n
+    int64_t c_sm, c_sn;       // C's strides along m and n
+    int64_t a_batch, b_batch, c_batch;  // strides between batch entries (0: shared)
+    int32_t m, n, k, batch;
+    float alpha, beta, slope;
+    int32_t flags;
+    int32_t c_dtype;          // GemmDType of C
+    int32_t sr_bits;          // stochastic rounding of 16-bit C: mantissa bits kept, 0 = nearest
+    uint32_t seed, counter;   // stochastic rounding's random stream
+    int32_t tiles_m;          // blocks along m (the grid's raster: see gemm_common.cuh)
+    int32_t tiles_n;
+    int32_t group_m;          // raster: tiles_m is walked in groups of this many rows of tiles
+};
+
+} // namespace kiln::gemm

@@ -1,0 +1,101 @@
+// The selector's rules; see gemm_select.hpp.
+#include "kernels/cuda/gemm_select.hpp"
+
+#include "ir/error.hpp"
+#include "kernels/cuda/gemm_params.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fmt/format.h>
+
+namespace kiln::gemm {
+
+namespace {
+
+const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dtype == kBF16 ? "bf16" : tf32 ? "tf32" : "f32"; }
+
+// Fraction of the launched tile area inside C, times how evenly the blocks fill the SMs' waves
+// (one block per SM at a time for these tile sizes).
+double fit(const GemmProblem& pr, int bm, int bn) {
+    const int64_t tm = (pr.m + bm - 1) / bm, tn = (pr.n + bn - 1) / bn;
+    const int64_t blocks = tm * tn * pr.batch;
+    const int64_t waves = (blocks + pr.sms - 1) / pr.sms;
+    const double fill = double(blocks) / double(waves * pr.sms);
+    const double inside = double(pr.m * pr.n) / double(tm * bm * tn * bn);
+    return fill * inside;
+}
+
+} // namespace
+
+std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
+    std::vector<GemmKernel> out;
+    const bool tensor = pr.dtype != kF32 || pr.tf32;
+    const std::string tag = dtype_tag(pr.dtype, pr.tf32);
+    const bool wgmma = tensor && pr.sm == 90 && pr.have_sm90a && pr.a_tma && pr.b_tma &&
+                       (pr.dtype != kF32 || (pr.a_kmajor && pr.b_kmajor));
+    if (wgmma) {
+        // (BN, consumer warpgroups, stages, relative per-SM rate)
+        struct Wg { int bn, cons, stages; double rate; };
+        for (Wg w : {Wg{256, 2, 4, 1.0}, Wg{128, 2, 6, 0.9}, Wg{64, 1, 8, 0.7}}) {
+            GemmKernel k;
+            k.path = GemmPath::Wgmma;
+            k.bm = 64 * w.cons;
+            k.bn = w.bn;
+            k.a_trans = !pr.a_kmajor;
+            k.b_trans = !pr.b_kmajor;
+            k.entry = fmt::format("kiln_gemm_wg_{}_{}{}_{}_c{}_s{}", tag, k.a_trans ? 't' : 'k', k.b_trans ? 't' : 'k', w.bn,
+                                  w.cons, w.stages);
+            k.threads = 128 * (w.cons + 1);
+            k.smem = w.stages * (k.bm + w.bn) * 128 + 1024;
+            k.score = w.rate * fit(pr, k.bm, k.bn);
+            out.push_back(k);
+        }
+    }
+    if (tensor && pr.sm >= 80) {
+        const int esize = pr.dtype == kF32 ? 4 : 2, pad = pr.dtype == kF32 ? 4 : 8;
+        struct Mm { int bm, bn, threads; double rate; };
+        for (Mm t : {Mm{128, 128, 256, 0.45}, Mm{64, 64, 128, 0.3}}) {
+            GemmKernel k;
+            k.path = GemmPath::Mma;
+            k.bm = t.bm;
+            k.bn = t.bn;
+            k.entry = fmt::format("kiln_gemm_mma_{}_{}x{}", tag, t.bm, t.bn);
+            k.threads = t.threads;
+            k.smem = 2 * (t.bm + t.bn) * (32 + pad) * esize;
+            k.score = t.rate * fit(pr, k.bm, k.bn);
+            out.push_back(k);
+        }
+    }
+    if (pr.dtype == kF32) {
+        GemmKernel k;
+        k.path = GemmPath::Fma;
+        k.bm = k.bn = 128;
+        k.entry = "kiln_gemm_fma_f32_128x128";
+        k.threads = 256;
+        k.smem = 2 * 8 * 256 * 4;
+        k.score = 0.1 * fit(pr, 128, 128);
+        out.push_back(k);
+    }
+    std::stable_sort(out.begin(), out.end(), [](const GemmKernel& a, const GemmKernel& b) {
+        // Paths first (a faster path beats any tile of a slower one), then the estimate.
+        if (a.path != b.path) return int(a.path) < int(b.path);
+        return a.score > b.score;
+    });
+    return out;
+}
+
+GemmKernel select_gemm(const GemmProblem& pr) {
+    std::vector<GemmKernel> all = gemm_candidates(pr);
+    KILN_CHECK_INTERNAL(!all.empty(), "no GEMM kernel for this problem");
+    if (const char* forced = std::getenv("KILN_GEMM_KERNEL"); forced && *forced) {
+        for (const GemmKernel& k : all)
+            if (k.entry == forced) return k;
+        std::string names;
+        for (const GemmKernel& k : all) names += (names.empty() ? "" : ", ") + k.entry;
+        fail(Error::Kind::Value, "KILN_GEMM_KERNEL={} cannot run this problem ({}x{}x{}, batch {}); the kernels that can: {}",
+             forced, pr.m, pr.n, pr.k, pr.batch, names);
+    }
+    return all.front();
+}
+
+} // namespace kiln::gemm

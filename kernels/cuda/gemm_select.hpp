@@ -1,0 +1,53 @@
+// The GEMM kernel selector: which precompiled kernel, and which tile, runs a problem.
+//
+// Rules, in order (each a consequence of what the kernels can address and what the H100
+// measurements say; docs/PERFORMANCE.md has the runs):
+//  1. Paths. On sm_90 with the sm_90a image built, 16-bit operands (and float32 when the context
+//     allows tf32) run the wgmma kernels when TMA can address both operands: a contiguous
+//     dimension, 16-byte aligned base, other strides multiples of 16 bytes. tf32 there also needs
+//     both operands K-major. Otherwise 16-bit and tf32 run the portable mma.sync kernels (any
+//     layout), and exact float32 runs the FMA kernel.
+//  2. Tile. Among a path's tiles, the one with the best estimated time: each tile has a relative
+//     per-SM rate (bigger tiles reuse more data per byte loaded), scaled by how evenly its blocks
+//     fill the waves over the SMs and by the fraction of each block that lies inside C. This is
+//     neon's "min(M, N) mod tile and SM count" rule made quantitative, and it is what makes small
+//     N (16..128) shapes pick narrow tiles that keep every SM streaming A.
+//  3. KILN_GEMM_KERNEL=<entry name> forces a kernel (benchmarks, tests); it must fit rule 1.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::gemm {
+
+enum class GemmPath { Wgmma, Mma, Fma };
+
+struct GemmProblem {
+    int64_t m = 0, n = 0, k = 0, batch = 1;
+    int dtype = 0;          // GemmDType of the operands
+    bool tf32 = false;      // float32 operands may use tf32 tensor cores
+    bool a_kmajor = false;  // A's k stride is 1
+    bool b_kmajor = false;  // B's k stride is 1
+    bool a_tma = false;     // TMA can address A (either majorness)
+    bool b_tma = false;
+    int sm = 0;             // compute capability * 10
+    int sms = 0;            // multiprocessors
+    bool have_sm90a = false;
+};
+
+struct GemmKernel {
+    GemmPath path = GemmPath::Fma;
+    std::string entry;      // the kernel's symbol
+    int bm = 0, bn = 0;     // tile
+    int threads = 0;
+    int smem = 0;           // dynamic shared memory, bytes
+    bool a_trans = false, b_trans = false;   // wgmma: the operand is M/N-major
+    double score = 0;       // the selector's estimate (relative; for logs and docs)
+};
+
+// Every kernel that can run `pr`, best first by the rule-2 estimate.
+std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr);
+// The kernel that runs `pr` (the first candidate, or KILN_GEMM_KERNEL's).
+GemmKernel select_gemm(const GemmProblem& pr);
+
+} // namespace kiln::gemm

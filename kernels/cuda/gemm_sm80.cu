@@ -1,0 +1,415 @@
+// The portable GEMM kernels: tensor cores through mma.sync (float16, bfloat16, tf32; sm_80 and
+// every later GPU, shipped as sm_80 code plus compute_80 PTX) and float32 on the FMA units.
+// They accept any operand layout (strides along both dimensions, any alignment): operands are
+// read through registers with 16-byte loads where a dimension is contiguous and aligned, else
+// element by element, and written to shared memory in the layout the fragments are read in.
+// On sm_90 the wgmma kernels (gemm_sm90.cu) take over where TMA can address the operands.
+#include "kernels/cuda/gemm_common.cuh"
+
+namespace kiln::gemm {
+
+// ---- element types ------------------------------------------------------------------------
+
+struct F16 {
+    using T = __half;
+    static constexpr int kStep = 16;     // mma k per instruction
+    static constexpr int kPad = 8;       // shared rows of 40 halves: conflict-free fragment reads
+};
+struct BF16 {
+    using T = __nv_bfloat16;
+    static constexpr int kStep = 16;
+    static constexpr int kPad = 8;
+};
+struct TF32 {
+    using T = float;
+    static constexpr int kStep = 8;
+    static constexpr int kPad = 4;       // rows of 36 words
+};
+
+template <class E>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+template <>
+__device__ __forceinline__ void mma<F16>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void mma<BF16>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void mma<TF32>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// ---- operand tiles: global -> registers -> shared ----------------------------------------
+//
+// A tile is ROWS x BK elements of an operand seen as (row, k) with strides (s_row, s_k); rows
+// are m for A and n for B. Shared memory holds it as [ROWS][BK + pad], k contiguous.
+
+enum LoadMode : int { kAlongK = 0, kAlongRows = 1, kScalar = 2 };
+
+template <class T>
+__device__ __forceinline__ int load_mode(const T* base, int64_t s_row, int64_t s_k, int64_t batch_stride) {
+    constexpr int vec = 16 / sizeof(T);
+    const bool aligned = (reinterpret_cast<uintptr_t>(base) % 16 == 0) && batch_stride % vec == 0;
+    if (s_k == 1 && s_row % vec == 0 && aligned) return kAlongK;
+    if (s_row == 1 && s_k % vec == 0 && aligned) return kAlongRows;
+    return kScalar;
+}
+
+template <class T, int ROWS, int BK, int THREADS>
+struct TileLoader {
+    static constexpr int kVec = 16 / sizeof(T);
+    static constexpr int kPerThread = ROWS * BK / THREADS;   // elements
+    static_assert(kPerThread % kVec == 0, "tile not divisible into 16-byte vectors");
+    T reg[kPerThread];
+
+    // Element e of this thread's share, as (row, k) of the tile, for each mode; vectors are
+    // kVec consecutive elements along the contiguous dimension.
+    __device__ __forceinline__ void fetch(const T* base, int64_t s_row, int64_t s_k, int rows, int ks, int row0, int k0,
+                                          int mode, int tid) {
+        if (mode == kScalar) {
+#pragma unroll
+            for (int i = 0; i < kPerThread; ++i) {
+                const int e = tid + i * THREADS;
+                const int r = e / BK, kk = e % BK;
+                const int gr = row0 + r, gk = k0 + kk;
+                reg[i] = (gr < rows && gk < ks) ? base[gr * s_row + gk * s_k] : T(0.f);
+            }
+            return;
+        }
+#pragma unroll
+        for (int v = 0; v < kPerThread / kVec; ++v) {
+            const int e = (tid + v * THREADS) * kVec;
+            const bool along_k = mode == kAlongK;
+            const int r = along_k ? e / BK : e % ROWS, kk = along_k ? e % BK : e / ROWS;
+            const int gr = row0 + r, gk = k0 + kk;
+            const int64_t off = gr * s_row + gk * s_k;
+            const bool full = along_k ? (gr < rows && gk + kVec <= ks) : (gk < ks && gr + kVec <= rows);
+            if (full) {
+                const uint4 x = *reinterpret_cast<const uint4*>(base + off);
+                const T* xs = reinterpret_cast<const T*>(&x);
+#pragma unroll
+                for (int j = 0; j < kVec; ++j) reg[v * kVec + j] = xs[j];
+            } else {
+#pragma unroll
+                for (int j = 0; j < kVec; ++j) {
+                    const int jr = along_k ? gr : gr + j, jk = along_k ? gk + j : gk;
+                    reg[v * kVec + j] = (jr < rows && jk < ks) ? base[jr * s_row + jk * s_k] : T(0.f);
+                }
+            }
+        }
+    }
+
+    template <int LD>
+    __device__ __forceinline__ void stash(T* smem, int mode, int tid) const {
+        if (mode == kScalar) {
+#pragma unroll
+            for (int i = 0; i < kPerThread; ++i) {
+                const int e = tid + i * THREADS;
+                smem[(e / BK) * LD + e % BK] = reg[i];
+            }
+            return;
+        }
+#pragma unroll
+        for (int v = 0; v < kPerThread / kVec; ++v) {
+            const int e = (tid + v * THREADS) * kVec;
+            if (mode == kAlongK) {
+                *reinterpret_cast<uint4*>(smem + (e / BK) * LD + e % BK) = *reinterpret_cast<const uint4*>(&reg[v * kVec]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < kVec; ++j) smem[(e % ROWS + j) * LD + e / ROWS] = reg[v * kVec + j];
+            }
+        }
+    }
+};
+
+// ---- tensor-core kernel -------------------------------------------------------------------
+
+template <class E, int BM, int BN, int WARPS_M, int WARPS_N>
+struct MmaConfig {
+    using T = typename E::T;
+    static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
+    static constexpr int BK = 32;
+    static constexpr int LD = BK + E::kPad;
+    static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+    static constexpr int MT = WM / 16, NT = WN / 8;
+    static constexpr int kStageElems = (BM + BN) * LD;
+    static constexpr int kSmemBytes = 2 * kStageElems * int(sizeof(T));
+};
+
+template <class E, int BM, int BN, int WARPS_M, int WARPS_N>
+__device__ __forceinline__ void mma_gemm(const GemmParams& p) {
+    using Cfg = MmaConfig<E, BM, BN, WARPS_M, WARPS_N>;
+    using T = typename Cfg::T;
+    constexpr int BK = Cfg::BK, LD = Cfg::LD, MT = Cfg::MT, NT = Cfg::NT;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* smem = reinterpret_cast<T*>(smem_raw);
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wm = (warp / WARPS_N) * Cfg::WM, wn = (warp % WARPS_N) * Cfg::WN;
+    const int g = lane / 4, q = lane % 4;
+    const Tile tile = tile_of(p, blockIdx.x);
+    const int z = blockIdx.y;
+    const int m0 = tile.m * BM, n0 = tile.n * BN;
+
+    const T* A = static_cast<const T*>(p.a) + z * p.a_batch;
+    const T* B = static_cast<const T*>(p.b) + z * p.b_batch;
+    const int mode_a = load_mode(A, p.a_sm, p.a_sk, p.a_batch);
+    const int mode_b = load_mode(B, p.b_sn, p.b_sk, p.b_batch);
+
+    TileLoader<T, BM, BK, Cfg::kThreads> la;
+    TileLoader<T, BN, BK, Cfg::kThreads> lb;
+    float acc[MT][NT][4] = {};
+
+    const int ktiles = (p.k + BK - 1) / BK;
+    if (ktiles > 0) {
+        la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, 0, mode_a, tid);
+        lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, 0, mode_b, tid);
+        la.template stash<LD>(smem, mode_a, tid);
+        lb.template stash<LD>(smem + BM * LD, mode_b, tid);
+    }
+    __syncthreads();
+    for (int kt = 0; kt < ktiles; ++kt) {
+        const int cur = kt & 1;
+        const bool more = kt + 1 < ktiles;
+        if (more) {
+            la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, (kt + 1) * BK, mode_a, tid);
+            lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, (kt + 1) * BK, mode_b, tid);
+        }
+        const T* As = smem + cur * Cfg::kStageElems;
+        const T* Bs = As + BM * LD;
+#pragma unroll
+        for (int ks = 0; ks < BK; ks += E::kStep) {
+            uint32_t af[MT][4], bf[NT][2];
+            if constexpr (E::kStep == 16) {
+#pragma unroll
+                for (int i = 0; i < MT; ++i) {
+                    const T* r0 = As + (wm + 16 * i + g) * LD + ks + 2 * q;
+                    af[i][0] = *reinterpret_cast<const uint32_t*>(r0);
+                    af[i][1] = *reinterpret_cast<const uint32_t*>(r0 + 8 * LD);
+                    af[i][2] = *reinterpret_cast<const uint32_t*>(r0 + 8);
+                    af[i][3] = *reinterpret_cast<const uint32_t*>(r0 + 8 * LD + 8);
+                }
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const T* r0 = Bs + (wn + 8 * j + g) * LD + ks + 2 * q;
+                    bf[j][0] = *reinterpret_cast<const uint32_t*>(r0);
+                    bf[j][1] = *reinterpret_cast<const uint32_t*>(r0 + 8);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < MT; ++i) {
+                    const float* r0 = reinterpret_cast<const float*>(As) + (wm + 16 * i + g) * LD + ks + q;
+                    af[i][0] = to_tf32(r0[0]);
+                    af[i][1] = to_tf32(r0[8 * LD]);
+                    af[i][2] = to_tf32(r0[4]);
+                    af[i][3] = to_tf32(r0[8 * LD + 4]);
+                }
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const float* r0 = reinterpret_cast<const float*>(Bs) + (wn + 8 * j + g) * LD + ks + q;
+                    bf[j][0] = to_tf32(r0[0]);
+                    bf[j][1] = to_tf32(r0[4]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NT; ++j) mma<E>(acc[i][j], af[i], bf[j]);
+        }
+        if (more) {
+            T* next = smem + (cur ^ 1) * Cfg::kStageElems;
+            la.template stash<LD>(next, mode_a, tid);
+            lb.template stash<LD>(next + BM * LD, mode_b, tid);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: element (i, j, r) is row wm + 16i + g + 8(r / 2), column wn + 8j + 2q + r % 2.
+    char* C = c_of(p, z);
+    float row_sum[MT][2] = {};
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int m = m0 + wm + 16 * i + g + 8 * (r / 2), n = n0 + wn + 8 * j + 2 * q + r % 2;
+                if (m < p.m && n < p.n) row_sum[i][r / 2] += finish_element(p, C, z, acc[i][j][r], m, n);
+            }
+    if (p.flags & kBsum) {
+        // Rows are shared by the 4 lanes of a quad, then by the WARPS_N warps of a row of warps:
+        // summed in a fixed order through shared memory.
+        __syncthreads();
+        float* red = reinterpret_cast<float*>(smem_raw);   // [WARPS_N][BM]
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float s = row_sum[i][h];
+                s += __shfl_xor_sync(0xffffffffu, s, 1);
+                s += __shfl_xor_sync(0xffffffffu, s, 2);
+                if (q == 0) red[(warp % WARPS_N) * BM + wm + 16 * i + g + 8 * h] = s;
+            }
+        __syncthreads();
+        for (int r = tid; r < BM; r += Cfg::kThreads) {
+            float s = 0.f;
+#pragma unroll
+            for (int w = 0; w < WARPS_N; ++w) s += red[w * BM + r];
+            if (m0 + r < p.m) p.bsum_partials[(int64_t(tile.n) * p.batch + z) * p.m + m0 + r] = s;
+        }
+    }
+}
+
+// ---- float32 on the FMA units -------------------------------------------------------------
+//
+// 128 x 128 tiles, 256 threads, 8 x 8 results per thread in two 4 x 4 quadrants 64 apart (so a
+// warp's shared reads are 16-byte vectors without bank conflicts). Shared memory holds A and B
+// as [BK][128] (m or n contiguous) for the outer products.
+
+constexpr int kFmaBM = 128, kFmaBN = 128, kFmaBK = 8, kFmaThreads = 256;
+constexpr int kFmaSmemBytes = 2 * kFmaBK * (kFmaBM + kFmaBN) * 4;
+
+template <int ROWS>
+struct FmaLoader {
+    static constexpr int kPerThread = ROWS * kFmaBK / kFmaThreads;   // 4
+    float reg[kPerThread];
+    // mode kAlongK: a thread reads 4 consecutive k of one row; else 4 consecutive rows of one k.
+    __device__ __forceinline__ void fetch(const float* base, int64_t s_row, int64_t s_k, int rows, int ks, int row0,
+                                          int k0, int mode, int tid) {
+        const bool along_k = mode == kAlongK;
+        const int r = along_k ? tid / 2 : (tid % (ROWS / 4)) * 4;
+        const int kk = along_k ? (tid % 2) * 4 : tid / (ROWS / 4);
+        const int gr = row0 + r, gk = k0 + kk;
+        const bool full = along_k ? (gr < rows && gk + 4 <= ks) : (gk < ks && gr + 4 <= rows);
+        if (mode != kScalar && full) {
+            const float4 x = *reinterpret_cast<const float4*>(base + gr * s_row + gk * s_k);
+            reg[0] = x.x; reg[1] = x.y; reg[2] = x.z; reg[3] = x.w;
+            return;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int jr = along_k ? gr : gr + j, jk = along_k ? gk + j : gk;
+            reg[j] = (jr < rows && jk < ks) ? base[jr * s_row + jk * s_k] : 0.f;
+        }
+    }
+    __device__ __forceinline__ void stash(float* smem, int mode, int tid) const {
+        const bool along_k = mode == kAlongK;
+        const int r = along_k ? tid / 2 : (tid % (ROWS / 4)) * 4;
+        const int kk = along_k ? (tid % 2) * 4 : tid / (ROWS / 4);
+        if (along_k) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) smem[(kk + j) * ROWS + r] = reg[j];
+        } else {
+            *reinterpret_cast<float4*>(smem + kk * ROWS + r) = make_float4(reg[0], reg[1], reg[2], reg[3]);
+        }
+    }
+};
+
+__device__ __forceinline__ void fma_gemm(const GemmParams& p) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float* smem = reinterpret_cast<float*>(smem_raw);
+    constexpr int BK = kFmaBK, kStage = BK * (kFmaBM + kFmaBN);
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const Tile tile = tile_of(p, blockIdx.x);
+    const int z = blockIdx.y;
+    const int m0 = tile.m * kFmaBM, n0 = tile.n * kFmaBN;
+    const float* A = static_cast<const float*>(p.a) + z * p.a_batch;
+    const float* B = static_cast<const float*>(p.b) + z * p.b_batch;
+    // The scalar mode keeps the along-k thread mapping.
+    const int mode_a = load_mode(A, p.a_sm, p.a_sk, p.a_batch);
+    const int mode_b = load_mode(B, p.b_sn, p.b_sk, p.b_batch);
+
+    FmaLoader<kFmaBM> la;
+    FmaLoader<kFmaBN> lb;
+    float acc[8][8] = {};
+    const int ktiles = (p.k + BK - 1) / BK;
+    if (ktiles > 0) {
+        la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, 0, mode_a, tid);
+        lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, 0, mode_b, tid);
+        la.stash(smem, mode_a, tid);
+        lb.stash(smem + BK * kFmaBM, mode_b, tid);
+    }
+    __syncthreads();
+    for (int kt = 0; kt < ktiles; ++kt) {
+        const int cur = kt & 1;
+        const bool more = kt + 1 < ktiles;
+        if (more) {
+            la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, (kt + 1) * BK, mode_a, tid);
+            lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, (kt + 1) * BK, mode_b, tid);
+        }
+        const float* As = smem + cur * kStage;
+        const float* Bs = As + BK * kFmaBM;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            float a[8], b[8];
+            *reinterpret_cast<float4*>(a) = *reinterpret_cast<const float4*>(As + kk * kFmaBM + ty * 4);
+            *reinterpret_cast<float4*>(a + 4) = *reinterpret_cast<const float4*>(As + kk * kFmaBM + 64 + ty * 4);
+            *reinterpret_cast<float4*>(b) = *reinterpret_cast<const float4*>(Bs + kk * kFmaBN + tx * 4);
+            *reinterpret_cast<float4*>(b + 4) = *reinterpret_cast<const float4*>(Bs + kk * kFmaBN + 64 + tx * 4);
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        if (more) {
+            float* next = smem + (cur ^ 1) * kStage;
+            la.stash(next, mode_a, tid);
+            lb.stash(next + BK * kFmaBM, mode_b, tid);
+        }
+        __syncthreads();
+    }
+
+    char* C = c_of(p, z);
+    float row_sum[8] = {};
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int m = m0 + (i / 4) * 64 + ty * 4 + i % 4, n = n0 + (j / 4) * 64 + tx * 4 + j % 4;
+            if (m < p.m && n < p.n) row_sum[i] += finish_element(p, C, z, acc[i][j], m, n);
+        }
+    if (p.flags & kBsum) {
+        // A row's 16 threads (tx = 0..15) are 16 consecutive lanes: a fixed butterfly.
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            float s = row_sum[i];
+#pragma unroll
+            for (int o = 1; o < 16; o *= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+            const int m = m0 + (i / 4) * 64 + ty * 4 + i % 4;
+            if (tx == 0 && m < p.m) p.bsum_partials[(int64_t(tile.n) * p.batch + z) * p.m + m] = s;
+        }
+    }
+}
+
+} // namespace kiln::gemm
+
+using namespace kiln::gemm;
+
+// Entry points: kiln_gemm_<path>_<dtype>_<BM>x<BN>. The host (gemm_cuda.cpp) lists the same names.
+#define KILN_MMA_KERNEL(E, name, BM, BN, WM, WN)                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * WM * WN) kiln_gemm_mma_##name##_##BM##x##BN(     \
+        const GemmParams p) {                                                                         \
+        mma_gemm<E, BM, BN, WM, WN>(p);                                                               \
+    }
+KILN_MMA_KERNEL(F16, f16, 128, 128, 2, 4)
+KILN_MMA_KERNEL(F16, f16, 64, 64, 2, 2)
+KILN_MMA_KERNEL(BF16, bf16, 128, 128, 2, 4)
+KILN_MMA_KERNEL(BF16, bf16, 64, 64, 2, 2)
+KILN_MMA_KERNEL(TF32, tf32, 128, 128, 2, 4)
+KILN_MMA_KERNEL(TF32, tf32, 64, 64, 2, 2)
+
+extern "C" __global__ void __launch_bounds__(kFmaThreads) kiln_gemm_fma_f32_128x128(const GemmParams p) { fma_gemm(p); }

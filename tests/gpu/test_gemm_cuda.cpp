@@ -1,0 +1,285 @@
+// kiln's CUDA GEMM kernels against a float64 reference computed on the host from the operands'
+// stored values: every kernel entry (forced through KILN_GEMM_KERNEL) on every layout it
+// accepts, odd sizes, padded and unaligned leading dimensions, every epilogue piece, batches,
+// stochastic rounding and the selector's errors. Skips, saying why, without a CUDA device;
+// compute-sanitizer runs it on the GPU.
+#include "tests/support/catch.hpp"
+#include "tests/support/gpu.hpp"
+
+#include <kiln/kiln.hpp>
+
+#include "ir/half.hpp"
+#include "runtime/context_impl.hpp"
+
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace kiln;
+
+namespace {
+
+struct Case {
+    int64_t m, n, k;
+    bool ta, tb;          // A passed as A.T() of a (K, M) buffer; B as B.T() of (N, K)
+    int64_t pad;          // extra elements per row of every buffer (leading dimension padding)
+    DotOptions o;
+    DType cdtype;
+};
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(g);
+    return v;
+}
+
+// A rows x cols operand of dtype `dt`, as a view of a (rows, cols + pad) buffer, or, with
+// `trans`, as the transpose of a (cols, rows + pad) buffer's view.
+Tensor operand(Context& ctx, int64_t rows, int64_t cols, bool trans, int64_t pad, DType dt, uint32_t seed) {
+    const int64_t r = trans ? cols : rows, c = trans ? rows : cols;
+    Tensor buf = ctx.array(random_floats(size_t(r * (c + pad)), seed), {r, c + pad}, dt);
+    Tensor v = buf.slice({Slice::all(), Slice::range(0, c)});
+    return trans ? v.T() : v;
+}
+
+// Max over elements of |got - ref| / bound, where bound is what the dtype's rounding allows:
+// out_eps of |ref| (C's storage rounding) + acc_eps of the absolute-product magnitude.
+double check_against_reference(const Tensor& A, const Tensor& B, const Tensor& C0, const Tensor& C, const DotOptions& o,
+                               double out_eps, double acc_eps, std::vector<double>* row_sums = nullptr) {
+    const int64_t M = C.shape()[0], N = C.shape()[1], K = A.shape()[1];
+    const std::vector<float> a = A.to_vector<float>(), b = B.to_vector<float>(), c0 = C0.to_vector<float>(),
+                             c = C.to_vector<float>();
+    std::vector<float> bias = o.bias ? o.bias->to_vector<float>() : std::vector<float>();
+    double worst = 0;
+    if (row_sums) row_sums->assign(size_t(M), 0.0);
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            double acc = 0, mag = 0;
+            for (int64_t kk = 0; kk < K; ++kk) {
+                const double p = double(a[i * K + kk]) * b[kk * N + j];
+                acc += p;
+                mag += std::fabs(p);
+            }
+            double v = o.alpha * acc;
+            mag = std::fabs(o.alpha) * mag;
+            if (o.bias) v += bias[j], mag += std::fabs(bias[j]);
+            if (o.relu && v <= 0) v *= o.slope, mag *= std::max(std::fabs(o.slope), 1.0);
+            if (o.beta != 0) v += o.beta * c0[i * N + j], mag += std::fabs(o.beta * c0[i * N + j]);
+            if (row_sums) (*row_sums)[i] += v;
+            const double bound = out_eps * std::fabs(v) + acc_eps * mag + 1e-30;
+            worst = std::max(worst, std::fabs(c[i * N + j] - v) / bound);
+        }
+    return worst;
+}
+
+double out_eps(DType c) { return c == DType::Float16 ? 1.01 / 2048 : c == DType::BFloat16 ? 1.01 / 256 : 0; }
+double acc_eps(DType a, bool tf32) { return a == DType::Float32 && tf32 ? 2.5e-3 : 2e-6; }
+
+// Runs one case (optionally forcing a kernel); returns false when the forced kernel cannot run
+// it (the selector's Value error), true when it ran and matched.
+bool run_case(Context& ctx, const Case& cs, DType dt, const std::string& kernel, uint32_t seed) {
+    Tensor A = operand(ctx, cs.m, cs.k, cs.ta, cs.pad, dt, seed);
+    Tensor B = operand(ctx, cs.k, cs.n, cs.tb, cs.pad, dt, seed + 1);
+    Tensor C = operand(ctx, cs.m, cs.n, false, cs.pad, cs.cdtype, seed + 2);
+    Tensor C0 = ctx.empty({cs.m, cs.n}, cs.cdtype);
+    C0.assign(C.expr());
+    DotOptions o = cs.o;
+    Tensor bsum;
+    if (o.bsum) {
+        bsum = ctx.zeros({cs.m}, DType::Float32);
+        o.bsum = bsum;
+    }
+    if (o.bias) o.bias = ctx.array(random_floats(size_t(cs.n), seed + 3), {cs.n}, DType::Float32);
+    if (!kernel.empty()) setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+    try {
+        compound_dot(A, B, C, o);
+    } catch (const Error& e) {
+        unsetenv("KILN_GEMM_KERNEL");
+        if (!kernel.empty() && std::string(e.what()).find("cannot run this problem") != std::string::npos) return false;
+        throw;
+    }
+    unsetenv("KILN_GEMM_KERNEL");
+    std::vector<double> sums;
+    const double worst = check_against_reference(A, B, C0, C, o, out_eps(cs.cdtype), acc_eps(dt, ctx.allow_tf32()),
+                                                 o.bsum ? &sums : nullptr);
+    INFO(kernel << " " << dtype_name(dt) << " -> " << dtype_name(cs.cdtype) << " " << cs.m << "x" << cs.n << "x" << cs.k
+                << (cs.ta ? " A^T" : "") << (cs.tb ? " B^T" : "") << " pad " << cs.pad << " alpha " << o.alpha << " beta "
+                << o.beta << " relu " << o.relu << " slope " << o.slope << " bias " << bool(o.bias) << " bsum "
+                << bool(o.bsum));
+    CHECK(worst <= 1.0);
+    if (o.bsum) {
+        // The row sums of the values before C's rounding.
+        const std::vector<float> got = bsum.to_vector<float>();
+        for (int64_t i = 0; i < cs.m; ++i) CHECK(std::fabs(got[i] - sums[i]) <= 1e-3 * (1 + std::fabs(sums[i])) + cs.n * out_eps(cs.cdtype) * 4);
+    }
+    return true;
+}
+
+const std::vector<std::string> kEntries = {
+    "kiln_gemm_fma_f32_128x128",
+    "kiln_gemm_mma_f16_128x128", "kiln_gemm_mma_f16_64x64", "kiln_gemm_mma_bf16_128x128", "kiln_gemm_mma_bf16_64x64",
+    "kiln_gemm_mma_tf32_128x128", "kiln_gemm_mma_tf32_64x64",
+};
+
+std::vector<std::string> wgmma_entries(const std::string& tag, bool transposes) {
+    std::vector<std::string> out;
+    for (std::string l : {"kk", "kt", "tk", "tt"}) {
+        if (!transposes && l != "kk") continue;
+        for (std::string cfg : {"256_c2_s4", "128_c2_s6", "64_c1_s8"}) out.push_back("kiln_gemm_wg_" + tag + "_" + l + "_" + cfg);
+    }
+    return out;
+}
+
+DotOptions epilogue_variant(int i) {
+    DotOptions o;
+    switch (i % 4) {
+        case 0: break;
+        case 1: o.alpha = 0.5, o.beta = -1.25; break;
+        case 2: o.relu = true, o.bias = Tensor(); break;
+        case 3: o.relu = true, o.slope = 0.1, o.bias = Tensor(), o.bsum = Tensor(), o.beta = 1; break;
+    }
+    return o;
+}
+
+} // namespace
+
+TEST_CASE("gpu gemm: every kernel on every layout it takes, odd sizes, every epilogue, against float64") {
+    REQUIRE_GPU();
+    struct Run { DType dt; bool tf32; std::vector<std::string> entries; };
+    std::vector<Run> runs = {
+        {DType::Float16, false, {kEntries[1], kEntries[2]}},
+        {DType::BFloat16, false, {kEntries[3], kEntries[4]}},
+        {DType::Float32, false, {kEntries[0]}},
+        {DType::Float32, true, {kEntries[5], kEntries[6]}},
+    };
+    for (auto& e : wgmma_entries("f16", true)) runs[0].entries.push_back(e);
+    for (auto& e : wgmma_entries("bf16", true)) runs[1].entries.push_back(e);
+    for (auto& e : wgmma_entries("tf32", false)) runs[3].entries.push_back(e);
+    const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1}, {7, 9, 13}, {129, 130, 67}, {300, 257, 1003}};
+    std::map<std::string, int> ran;
+    Context ctx(ContextOptions{"cuda"});
+    const bool hopper = ctx.impl().cuda->info().sm == 90;
+    int variant = 0;
+    for (const Run& r : runs) {
+        ctx.set_allow_tf32(r.tf32);
+        for (const std::string& kernel : r.entries)
+            for (int layout = 0; layout < 4; ++layout)
+                for (auto [m, n, k] : sizes) {
+                    Case cs{m, n, k, bool(layout & 1), bool(layout & 2), 8, epilogue_variant(variant++),
+                            r.dt == DType::Float32 ? DType::Float32 : r.dt};
+                    if (run_case(ctx, cs, r.dt, kernel, uint32_t(variant))) ++ran[kernel];
+                }
+    }
+    // Every portable kernel ran somewhere; on sm_90 every wgmma kernel did too.
+    for (const Run& r : runs)
+        for (const std::string& kernel : r.entries) {
+            INFO(kernel);
+            if (hopper || kernel.find("_wg_") == std::string::npos) CHECK(ran[kernel] > 0);
+        }
+}
+
+TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixed output dtypes, batches") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    int seed = 100;
+    for (DType dt : {DType::Float16, DType::BFloat16, DType::Float32})
+        for (DType cdt : {DType::Float32, DType::Float16, DType::BFloat16})
+            for (int64_t pad : {0, 1, 3, 8})
+                for (int layout = 0; layout < 4; ++layout) {
+                    Case cs{1003, 70, 130, bool(layout & 1), bool(layout & 2), pad, epilogue_variant(seed), cdt};
+                    REQUIRE(run_case(ctx, cs, dt, "", uint32_t(seed++)));
+                }
+    // Batched, B shared, with bsum: one launch against per-entry references.
+    for (DType dt : {DType::Float16, DType::Float32}) {
+        const int64_t batch = 3, M = 65, N = 72, K = 40;
+        Tensor A = ctx.array(random_floats(batch * M * K, 7), {batch, M, K}, dt);
+        Tensor B = ctx.array(random_floats(K * N, 8), {K, N}, dt);
+        Tensor C = ctx.zeros({batch, M, N}, DType::Float32);
+        Tensor bs = ctx.zeros({batch, M, 1}, DType::Float32);
+        DotOptions o;
+        o.bsum = bs;
+        o.alpha = 2;
+        const uint64_t launches = ctx.counters().launches;
+        batched_dot(A, B, C, o);
+        CHECK(ctx.counters().launches - launches <= 2);   // the GEMM and the sums' reduction
+        for (int64_t i = 0; i < batch; ++i) {
+            DotOptions oi;
+            oi.alpha = 2;
+            Tensor zero = ctx.zeros({M, N}, DType::Float32);
+            std::vector<double> sums;
+            CHECK(check_against_reference(A[i], B, zero, C[i], oi, 0, 2e-6, &sums) <= 1.0);
+            const std::vector<float> got = bs[i].to_vector<float>();
+            for (int64_t r = 0; r < M; ++r) CHECK(std::fabs(got[r] - sums[r]) <= 1e-3 * (1 + std::fabs(sums[r])));
+        }
+    }
+}
+
+TEST_CASE("gpu gemm: K = 0, C overlapping A, stochastic rounding, and a kernel that cannot run the problem") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    // K = 0: the epilogue of a zero product.
+    Tensor A0 = ctx.zeros({5, 0}, DType::Float16), B0 = ctx.zeros({0, 4}, DType::Float16);
+    Tensor C0 = ctx.array(std::vector<float>(20, 2.f), {5, 4}, DType::Float32);
+    DotOptions o;
+    o.beta = 0.5;
+    compound_dot(A0, B0, C0, o);
+    for (float v : C0.to_vector<float>()) CHECK(v == 1.f);
+    // C is A: computed into a fresh buffer first.
+    Tensor S = ctx.array(random_floats(64 * 64, 3), {64, 64}, DType::Float32);
+    const std::vector<float> s = S.to_vector<float>();
+    compound_dot(S, S, S);
+    const std::vector<float> got = S.to_vector<float>();
+    for (int i = 0; i < 64; i += 7)
+        for (int j = 0; j < 64; j += 5) {
+            double ref = 0;
+            for (int k = 0; k < 64; ++k) ref += double(s[i * 64 + k]) * s[k * 64 + j];
+            CHECK(std::fabs(got[i * 64 + j] - ref) <= 1e-4 * 64);
+        }
+    // Stochastic rounding to float16: each result is one of its two float16 neighbours, both
+    // occur, and over many equal products the mean is close to the exact value.
+    {
+        Context sr(ContextOptions{"cuda", 5, DType::Float32, 10});
+        const int64_t M = 256, N = 256, K = 16;
+        Tensor a = sr.empty({M, K}, DType::Float16), b = sr.empty({K, N}, DType::Float16);
+        a.assign(Expr(1.0));
+        b.assign(Expr(0.25));
+        Tensor c = sr.empty({M, N}, DType::Float16);
+        DotOptions third;
+        third.alpha = 1.0 / 3.0;     // 16 * 0.25 / 3 = 4/3: between float16 grid points
+        compound_dot(a, b, c, third);
+        const double exact = 4.0 / 3.0;
+        const uint16_t near = float_to_f16(float(exact));
+        const float r = f16_to_float(near);
+        const float lo = r < exact ? r : f16_to_float(uint16_t(near - 1)), hi = r < exact ? f16_to_float(uint16_t(near + 1)) : r;
+        const std::vector<float> cv = c.to_vector<float>();
+        double mean = 0;
+        int n_lo = 0, n_hi = 0;
+        for (float v : cv) {
+            CHECK((v == lo || v == hi));
+            n_lo += v == lo;
+            n_hi += v == hi;
+            mean += v;
+        }
+        mean /= double(cv.size());
+        CHECK(n_lo > 0);
+        CHECK(n_hi > 0);
+        CHECK(std::fabs(mean - exact) < 0.02 * (hi - lo));
+    }
+    // A forced kernel that cannot run the problem names the ones that can.
+    setenv("KILN_GEMM_KERNEL", "kiln_gemm_fma_f32_128x128", 1);
+    Tensor h = ctx.zeros({8, 8}, DType::Float16), hc = ctx.zeros({8, 8}, DType::Float16);
+    try {
+        compound_dot(h, h, hc);
+        FAIL("expected an error");
+    } catch (const Error& e) {
+        CHECK(std::string(e.what()).find("KILN_GEMM_KERNEL=kiln_gemm_fma_f32_128x128 cannot run this problem (8x8x8, batch "
+                                         "1); the kernels that can: kiln_gemm_") != std::string::npos);
+    }
+    unsetenv("KILN_GEMM_KERNEL");
+}
