@@ -135,10 +135,6 @@ void epilogue(const Tensor& T, Tensor& C, const DotOptions& o) {
     }
 }
 
-} // namespace
-
-namespace {
-
 bool shares_storage(const Tensor& a, const Tensor& b) { return a.view().storage == b.view().storage; }
 
 // The CUDA path for C of rank 2 or 3 (batched). Shapes the kernels need not handle (an empty

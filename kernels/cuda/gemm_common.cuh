@@ -21,6 +21,18 @@ __device__ __forceinline__ Tile tile_of(const GemmParams& p, int pid) {
     return {first_m + in_group % rows, in_group / rows};
 }
 
+// The block's batch entry, split and range of k-tiles (of `bk` elements).
+struct Work {
+    int z;        // batch entry (operands)
+    int zc;       // C entry written: the batch entry, or the split with split-K
+    int kt_begin, kt_end;
+};
+__device__ __forceinline__ Work work_of(const GemmParams& p, int bk) {
+    const int split = blockIdx.y % p.k_splits;
+    const int total = (p.k + bk - 1) / bk, per = (total + p.k_splits - 1) / p.k_splits;
+    return {int(blockIdx.y) / p.k_splits, int(blockIdx.y), min(split * per, total), min((split + 1) * per, total)};
+}
+
 __device__ __forceinline__ float load_c(const GemmParams& p, const char* c, int64_t off) {
     switch (p.c_dtype) {
         case kF16: return __half2float(reinterpret_cast<const __half*>(c)[off]);
@@ -83,6 +95,108 @@ __device__ __forceinline__ float finish_element(const GemmParams& p, char* c, in
 __device__ __forceinline__ char* c_of(const GemmParams& p, int z) {
     const int esize = p.c_dtype == kF32 ? 4 : 2;
     return static_cast<char*>(p.c) + z * p.c_batch * esize;
+}
+
+// Row stride (floats) of a block's accumulator tile staged in shared memory for the epilogue;
+// the padding spreads the fragment layouts' rows over the banks.
+__host__ __device__ constexpr int tile_ld(int bn) { return bn + 4; }
+
+// Stores v = C[off .. off + 3] (C contiguous along n, aligned, round to nearest).
+__device__ __forceinline__ void store4(const GemmParams& p, char* c, int64_t off, float4 v) {
+    switch (p.c_dtype) {
+        case kF16: {
+            const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+            *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(c) + off) =
+                make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
+            break;
+        }
+        case kBF16: {
+            const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+            *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(c) + off) =
+                make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
+            break;
+        }
+        default: *reinterpret_cast<float4*>(reinterpret_cast<float*>(c) + off) = v;
+    }
+}
+
+// The epilogue's second half. The kernels write their accumulators to shared memory as
+// float[ROWS][tile_ld(COLS)] (fragment layouts differ per kernel); `nthreads` threads then
+// finish the tile here, a warp per row and 4 columns per lane, so C is read and written in
+// coalesced runs (whole 4-element vectors when C's rows are contiguous and aligned). Every load
+// a row needs is issued before its values are used, and the bias is read once per tile: with a
+// warp per row and few warps per block, an epilogue that waits on each load in turn costs as
+// much as a quarter of the product. Each row's sum for bsum is reduced within its warp in a
+// fixed order.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void finish_tile(const GemmParams& p, const float* tile, int m0, int n0, int tile_n, int z,
+                                            int tid, int nthreads) {
+    constexpr int kChunks = (COLS + 127) / 128;   // 4-column chunks per lane
+    constexpr int ld = tile_ld(COLS);
+    const int warp = tid / 32, lane = tid % 32, nwarps = nthreads / 32;
+    char* C = c_of(p, z);
+    const int esize = p.c_dtype == kF32 ? 4 : 2;
+    const bool vec = p.c_sn == 1 && (p.sr_bits == 0 || p.c_dtype == kF32) && p.c_sm % 4 == 0 && n0 % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(C) % (4 * esize) == 0;
+    const bool bias = p.flags & kBias, relu = p.flags & kRelu, beta = p.flags & kBeta;
+    float4 bv[kChunks];
+#pragma unroll
+    for (int h = 0; h < kChunks; ++h) {
+        const int c = 4 * lane + 128 * h, n = n0 + c;
+        float b[4] = {0.f, 0.f, 0.f, 0.f};
+        if (bias && c < COLS)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (n + j < p.n) b[j] = __ldg(p.bias + n + j);
+        bv[h] = make_float4(b[0], b[1], b[2], b[3]);
+    }
+    for (int r = warp; r < ROWS; r += nwarps) {
+        const int m = m0 + r;
+        if (m >= p.m) break;
+        float4 a[kChunks], cv[kChunks];
+#pragma unroll
+        for (int h = 0; h < kChunks; ++h) {
+            const int c = 4 * lane + 128 * h, n = n0 + c;
+            a[h] = c < COLS ? *reinterpret_cast<const float4*>(tile + r * ld + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            float o[4] = {0.f, 0.f, 0.f, 0.f};
+            if (beta && c < COLS)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    if (n + j < p.n) o[j] = load_c(p, C, int64_t(m) * p.c_sm + int64_t(n + j) * p.c_sn);
+            cv[h] = make_float4(o[0], o[1], o[2], o[3]);
+        }
+        float s = 0.f;
+#pragma unroll
+        for (int h = 0; h < kChunks; ++h) {
+            const int c = 4 * lane + 128 * h, n = n0 + c;
+            if (c >= COLS || n >= p.n) continue;
+            float v[4] = {a[h].x, a[h].y, a[h].z, a[h].w};
+            const float b[4] = {bv[h].x, bv[h].y, bv[h].z, bv[h].w}, o[4] = {cv[h].x, cv[h].y, cv[h].z, cv[h].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                v[j] = p.alpha * v[j] + b[j];
+                if (relu) v[j] = v[j] > 0.f ? v[j] : v[j] * p.slope;
+                v[j] += p.beta * o[j];   // o is 0 without beta
+            }
+            if (vec && n + 3 < p.n) {
+                store4(p, C, int64_t(m) * p.c_sm + n, make_float4(v[0], v[1], v[2], v[3]));
+                s += (v[0] + v[1]) + (v[2] + v[3]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    if (n + j < p.n) {
+                        store_c(p, C, int64_t(m) * p.c_sm + int64_t(n + j) * p.c_sn, v[j],
+                                (uint64_t(z) * p.m + m) * uint64_t(p.n) + n + j);
+                        s += v[j];
+                    }
+            }
+        }
+        if (p.flags & kBsum) {
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) p.bsum_partials[(int64_t(tile_n) * p.batch + z) * p.m + m] = s;
+        }
+    }
 }
 
 } // namespace kiln::gemm

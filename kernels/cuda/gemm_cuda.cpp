@@ -5,17 +5,22 @@
 #include "ir/error.hpp"
 #include "kernels/cuda/gemm_params.hpp"
 #include "kernels/cuda/gemm_select.hpp"
+#include "runtime/cache/disk_cache.hpp"
 #include "runtime/context_impl.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 // The module images, generated at build time (kernels/cuda/meson.build): nvcc fatbins.
 extern "C" const unsigned char kiln_gemm_sm80_image[];
 extern "C" const unsigned char kiln_gemm_sm90_image[];
 
 namespace kiln::gemm {
-
-bool cuda_kernels_built() { return true; }
 
 namespace {
 
@@ -53,8 +58,8 @@ bool tma_ok(const Mat& x, bool rows_contiguous, size_t es) {
 }
 
 // A 3-D tiled TMA descriptor with the 128-byte swizzle: dims (inner, outer, batch).
-CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch, int64_t outer_stride,
-                       int64_t batch_stride, uint32_t box_inner, uint32_t box_outer) {
+CUtensorMap encode_tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch,
+                              int64_t outer_stride, int64_t batch_stride, uint32_t box_inner, uint32_t box_outer) {
     const cuda::Driver& d = cuda::driver();
     const size_t es = dtype_size(dt);
     CUtensorMap map;
@@ -74,17 +79,300 @@ CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t oute
     return map;
 }
 
+// The last descriptors encoded on this thread: programs multiply the same buffers again and
+// again, and encoding costs about a microsecond of host time per operand.
+CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch, int64_t outer_stride,
+                       int64_t batch_stride, uint32_t box_inner, uint32_t box_outer) {
+    using Key = std::array<uint64_t, 9>;
+    struct Entry { Key key; CUtensorMap map; };
+    thread_local std::array<Entry, 16> recent{};
+    thread_local size_t next = 0;
+    const Key key = {uint64_t(reinterpret_cast<uintptr_t>(base)), uint64_t(dt), inner, outer, batch, uint64_t(outer_stride),
+                     uint64_t(batch_stride), box_inner, uint64_t(box_outer) + 1};   // + 1: never the empty key
+    for (const Entry& e : recent)
+        if (e.key == key) return e.map;
+    Entry& e = recent[next++ % recent.size()];
+    e.key = key;
+    e.map = encode_tensor_map(base, dt, inner, outer, batch, outer_stride, batch_stride, box_inner, box_outer);
+    return e.map;
+}
+
+// The selector's rules are a pure function of the problem, and programs repeat a handful of
+// shapes: each choice is remembered (unless KILN_GEMM_KERNEL or KILN_GEMM_SPLITS override it).
+GemmKernel selection(const GemmProblem& pr) {
+    if (std::getenv("KILN_GEMM_KERNEL") || std::getenv("KILN_GEMM_SPLITS")) return select_gemm(pr);
+    using Key = std::array<int64_t, 13>;
+    struct KeyHash {
+        size_t operator()(const Key& k) const {
+            uint64_t h = 1469598103934665603ull;
+            for (int64_t v : k) h = (h ^ uint64_t(v)) * 1099511628211ull;
+            return size_t(h);
+        }
+    };
+    static std::mutex mu;
+    static std::unordered_map<Key, GemmKernel, KeyHash> chosen;
+    const Key key = {pr.m, pr.n, pr.k, pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm,
+                     pr.sms, pr.may_split};
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = chosen.find(key);
+    if (it == chosen.end()) it = chosen.emplace(key, select_gemm(pr)).first;
+    return it->second;
+}
+
+GemmProblem problem_of(const Tensor& A, const Tensor& C, const Mat& a, const Mat& b, const cuda::CudaBackend& be) {
+    const int r = C.rank();
+    const size_t es = dtype_size(A.dtype());
+    GemmProblem pr;
+    pr.m = C.shape()[r - 2], pr.n = C.shape()[r - 1], pr.k = A.shape()[A.rank() - 1];
+    pr.batch = r == 3 ? C.shape()[0] : 1;
+    pr.dtype = gemm_dtype(A.dtype());
+    pr.tf32 = A.dtype() == DType::Float32 && C.context().allow_tf32();
+    pr.a_kmajor = a.s_col == 1;
+    pr.b_kmajor = b.s_row == 1;
+    pr.a_tma = tma_ok(a, /*rows_contiguous=*/!pr.a_kmajor, es);
+    pr.b_tma = tma_ok(b, /*rows_contiguous=*/pr.b_kmajor, es);
+    pr.sm = be.info().sm;
+    pr.sms = be.info().multiprocessors;
+    pr.have_sm90a = true;
+    pr.may_split = r == 2;
+    return pr;
+}
+
+
+// Swaps the last two dimensions of a view.
+Tensor swap_last(const Tensor& t) {
+    if (t.rank() == 2) return t.T();
+    return t.transpose({0, 2, 1});
+}
+
+// An operand the wgmma kernels cannot read as it is (TMA needs a unit-stride dimension, a
+// 16-byte aligned base and 16-byte multiples for the other strides; tf32 also needs K-major)
+// is copied into a fresh aligned buffer when the product repays the copy: estimated product
+// time (700 TFLOP/s) at least 4x the copy's (read + write at 3 TB/s). The portable kernels
+// would take it as it is, but at a fraction of the speed. KILN_GEMM_COPY=always|never
+// overrides the estimate (tests, benchmarks). `is_a`: X is (.., M, K), else
+// (.., K, N). Returns X itself when no copy is made.
+// Whether the wgmma kernels can read X as it is (dtype and layout).
+bool wgmma_readable(const Tensor& X, bool is_a, bool need_kmajor) {
+    const Mat x = mat(X);
+    const bool kmajor = is_a ? x.s_col == 1 : x.s_row == 1;
+    return tma_ok(x, /*rows_contiguous=*/is_a ? !kmajor : kmajor, dtype_size(X.dtype())) && (kmajor || !need_kmajor);
+}
+
+bool needs_staging(const Tensor& X, bool is_a, bool need_kmajor, double flops, const cuda::CudaBackend& be) {
+    const size_t es = dtype_size(X.dtype());
+    const bool wgmma_dtype = X.dtype() != DType::Float32 || need_kmajor;
+    if (be.info().sm != 90 || !wgmma_dtype) return false;
+    const double bytes = double(X.size()) * double(es);
+    if (wgmma_readable(X, is_a, need_kmajor)) return false;
+    if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
+    return flops / 700e12 >= 4 * 2 * bytes / 3e12;
+}
+
+// `other` is the other operand: X is copied only when `other` is readable or copied too.
+Tensor staged_operand(const Tensor& X, bool is_a, bool need_kmajor, double flops, const cuda::CudaBackend& be,
+                      const Tensor& other) {
+    if (!needs_staging(X, is_a, need_kmajor, flops, be)) return X;
+    if (!wgmma_readable(other, !is_a, need_kmajor) && !needs_staging(other, !is_a, need_kmajor, flops, be)) return X;
+    const size_t es = dtype_size(X.dtype());
+    const Mat x = mat(X);
+    const bool kmajor = is_a ? x.s_col == 1 : x.s_row == 1;
+    const int r = X.rank();
+    const int64_t rows = is_a ? X.shape()[r - 2] : X.shape()[r - 1], k = is_a ? X.shape()[r - 1] : X.shape()[r - 2];
+    const bool to_kmajor = kmajor || need_kmajor;
+    const int64_t inner = to_kmajor ? k : rows, outer = to_kmajor ? rows : k;
+    const int64_t padded = (inner * int64_t(es) + 15) / 16 * 16 / int64_t(es);
+    Shape shape = r == 3 ? Shape{X.shape()[0], outer, padded} : Shape{outer, padded};
+    Tensor buf = X.context().empty(shape, X.dtype());
+    std::vector<Slice> sl(size_t(r), Slice::all());
+    sl.back() = Slice::range(0, inner);
+    Tensor view = buf.slice(sl);   // (.., outer, inner)
+    // A: K-major (M, K) is view itself; M-major is (K, M) swapped. B: K-major (N, K) swapped;
+    // N-major (K, N) is view itself.
+    Tensor as_operand = (is_a == to_kmajor) ? view : swap_last(view);
+    as_operand.assign(X.expr());
+    return as_operand;
+}
+
 } // namespace
 
-void cuda_gemm(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o) {
+std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
+    const cuda::CudaBackend& be = *C.context().impl().cuda;
+    const double flops = 2.0 * double(C.size()) * double(A.shape()[A.rank() - 1]);
+    const bool tf32 = A.dtype() == DType::Float32 && C.context().allow_tf32();
+    GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
+    std::string staged;
+    const bool stage_a = needs_staging(A, true, tf32, flops, be) &&
+                         (wgmma_readable(B, false, tf32) || needs_staging(B, false, tf32, flops, be));
+    const bool stage_b = needs_staging(B, false, tf32, flops, be) &&
+                         (wgmma_readable(A, true, tf32) || needs_staging(A, true, tf32, flops, be));
+    if (stage_a) {
+        pr.a_tma = true;
+        pr.a_kmajor = pr.a_kmajor || tf32;
+        staged += " A";
+    }
+    if (stage_b) {
+        pr.b_tma = true;
+        pr.b_kmajor = pr.b_kmajor || tf32;
+        staged += " B";
+    }
+    return select_gemm(pr).entry + (staged.empty() ? "" : " (copied" + staged + ")");
+}
+
+namespace {
+
+// One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
+// their sum (into `bsum` when given). `p` holds the operands and the epilogue.
+void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmParams p, const Mat& a, const Mat& b,
+                DType dt, const Tensor* bsum, int c_rank) {
+    const int64_t M = p.m, N = p.n, K = p.k, batch = p.batch;
+    const size_t es = dtype_size(dt);
+    p.tiles_m = int32_t((M + k.bm - 1) / k.bm);
+    p.tiles_n = int32_t((N + k.bn - 1) / k.bn);
+    p.group_m = 8;
+    p.k_splits = k.splits;   // the GEMM kernel's (q) and, split, the reduction's
+    // bsum: each tile's row sums, then one kernel adds the tiles in order into bsum.
+    Tensor partials;
+    int partial_tiles = 0;
+    if (bsum) {
+        partial_tiles = k.splits > 1 ? 1 : p.tiles_n;
+        partials = ctx.empty({partial_tiles, batch, M}, DType::Float32);
+        p.bsum_partials = static_cast<float*>(partials.view().storage->data);
+        p.flags |= kBsum;
+    }
+    // Split-K: the GEMM kernel stores each slice's raw sums as slices[split]; a second kernel
+    // adds them in order and applies the epilogue (`p`).
+    GemmParams q = p;
+    Tensor slices;
+    if (k.splits > 1) {
+        slices = ctx.empty({k.splits, M, N}, DType::Float32);
+        q.c = slices.view().storage->data;
+        q.c_sm = N, q.c_sn = 1, q.c_batch = M * N;
+        q.c_dtype = kF32;
+        q.flags = 0;
+        q.alpha = 1, q.beta = 0, q.sr_bits = 0;
+    }
+    const int64_t blocks = int64_t(p.tiles_m) * p.tiles_n;
+    if (blocks > 0x7fffffff || batch * k.splits > 65535)
+        fail(Error::Kind::Value, "compound_dot: {} x {} x {} with a batch of {} exceeds the GEMM kernels' grid", M, N, K, batch);
+
+    CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, k.entry, k.smem);
+    log_debug("gemm: {}x{}x{} batch {} {} -> {} (tile {}x{}, {} k slices, {} blocks)", M, N, K, batch, dtype_name(dt),
+              k.entry, k.bm, k.bn, k.splits, blocks * batch * k.splits);
+    if (k.path == GemmPath::Wgmma) {
+        // A: K-major boxes (64 k) x (BM rows); M-major boxes (64 m) x (one stage of k) per
+        // consumer. B likewise with BN. A stage holds 128 bytes of k.
+        const uint32_t bk = 128 / uint32_t(es);
+        CUtensorMap ma = k.a_trans ? tensor_map(a.base, dt, M, K, batch, a.s_col, a.s_batch, 64, bk)
+                                   : tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, k.bm);
+        CUtensorMap mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, 64, bk)
+                                   : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);
+        void* params[] = {&q, &ma, &mb};
+        be.launch_precompiled(f, unsigned(blocks), unsigned(batch * k.splits), k.threads, k.smem, params);
+    } else {
+        void* params[] = {&q};
+        be.launch_precompiled(f, unsigned(blocks), unsigned(batch * k.splits), k.threads, k.smem, params);
+    }
+    if (k.splits > 1) {
+        slices.view().storage->written = true;
+        const float* sp = static_cast<const float*>(slices.view().storage->data);
+        void* params[] = {&p, &sp};
+        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0),
+                              unsigned((M + 7) / 8), 1, 256, 0, params);
+    }
+    if (bsum) {
+        partials.view().storage->written = true;
+        const Tensor& bs = *bsum;
+        const float* pp = static_cast<const float*>(partials.view().storage->data);
+        void* out = static_cast<char*>(bs.view().storage->data) + bs.offset() * dtype_size(bs.dtype());
+        int tiles = partial_tiles, nb = int(batch), m = int(M), bdt = gemm_dtype(bs.dtype());
+        // bsum is (M), (M, 1), (batch, M) or (batch, M, 1).
+        int64_t s_batch = c_rank == 3 ? bs.strides()[0] : 0, s_m = bs.strides()[c_rank == 3 ? 1 : 0];
+        void* params[] = {&pp, &tiles, &nb, &m, &out, &bdt, &s_batch, &s_m};
+        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_sum_partials", 0),
+                              unsigned((batch * M + 255) / 256), 1, 256, 0, params);
+        bs.view().storage->written = true;
+    }
+}
+
+// KILN_AUTOTUNE=1: each candidate kernel runs the problem (into a scratch C, no epilogue) once
+// to warm up and three times timed with events; the fastest is kept for this process and in
+// the disk cache, keyed by the problem and the device, so later processes skip the timing.
+GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr, const GemmParams& p, const Mat& a,
+                     const Mat& b, DType dt, const std::string& key) {
+    const std::vector<GemmKernel> all = gemm_candidates(pr);
+    cache::DiskCache* disk = be.disk_cache();
+    const cache::DiskCacheKey dkey{"gemm-autotune|" + key, be.target(), be.info().name};
+    if (disk)
+        if (auto hit = disk->load(dkey)) {
+            const std::string entry(hit->begin(), hit->end());
+            for (const GemmKernel& k : all)
+                if (fmt::format("{} {}", k.entry, k.splits) == entry) return k;
+        }
+    const cuda::Driver& d = cuda::driver();
+    Tensor scratch = ctx.empty({int64_t(p.batch), int64_t(p.m), int64_t(p.n)}, DType::Float32);
+    GemmParams t = p;
+    t.c = scratch.view().storage->data;
+    t.c_sm = p.n, t.c_sn = 1, t.c_batch = int64_t(p.m) * p.n;
+    t.c_dtype = kF32, t.flags = 0, t.alpha = 1, t.beta = 0, t.sr_bits = 0;
+    CUevent e0, e1;
+    cuda::check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
+    cuda::check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
+    GemmKernel best = all.front();
+    float best_ms = 1e30f;
+    for (const GemmKernel& k : all) {
+        run_kernel(ctx, be, k, t, a, b, dt, nullptr, 2);
+        std::vector<float> ms;
+        for (int i = 0; i < 3; ++i) {
+            d.cuEventRecord(e0, be.stream());
+            run_kernel(ctx, be, k, t, a, b, dt, nullptr, 2);
+            d.cuEventRecord(e1, be.stream());
+            cuda::check(d.cuEventSynchronize(e1), "cuEventSynchronize");
+            float v = 0;
+            d.cuEventElapsedTime(&v, e0, e1);
+            ms.push_back(v);
+        }
+        std::sort(ms.begin(), ms.end());
+        log_debug("gemm autotune: {} {} k slices: {:.4f} ms", k.entry, k.splits, ms[1]);
+        if (ms[1] < best_ms) best_ms = ms[1], best = k;
+    }
+    d.cuEventDestroy(e0);
+    d.cuEventDestroy(e1);
+    scratch.view().storage->written = true;
+    const std::string entry = fmt::format("{} {}", best.entry, best.splits);
+    log_info("gemm autotune: {} -> {} ({:.4f} ms)", key, entry, best_ms);
+    if (disk) disk->store(dkey, std::vector<char>(entry.begin(), entry.end()));
+    return best;
+}
+
+std::string problem_key(const GemmProblem& pr) {
+    return fmt::format("{}x{}x{} batch {} dtype {} tf32 {} kmajor {}{} tma {}{} sm {} sms {} split {}", pr.m, pr.n, pr.k,
+                       pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm, pr.sms,
+                       pr.may_split);
+}
+
+bool autotune_enabled() {
+    const char* v = std::getenv("KILN_AUTOTUNE");
+    return v && *v && std::string(v) != "0";
+}
+
+} // namespace
+
+void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& o) {
     Context& ctx = C.context();
     Context::Impl& impl = ctx.impl();
     cuda::CudaBackend& be = *impl.cuda;
     const int r = C.rank();
     const int64_t batch = r == 3 ? C.shape()[0] : 1;
-    const int64_t M = C.shape()[r - 2], N = C.shape()[r - 1], K = A.shape()[A.rank() - 1];
+    const int64_t M = C.shape()[r - 2], N = C.shape()[r - 1], K = A0.shape()[A0.rank() - 1];
+    if (M > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff)
+        fail(Error::Kind::Value, "compound_dot: {} x {} x {} exceeds the GEMM kernels' 32-bit sizes", M, N, K);
+    const double flops = 2.0 * double(M) * double(N) * double(K) * double(batch);
+    const bool tf32 = A0.dtype() == DType::Float32 && impl.allow_tf32;
+    // Copies pay only when both operands end up readable by the wgmma kernels.
+    const Tensor A = staged_operand(A0, /*is_a=*/true, tf32, flops, be, B0);
+    const Tensor B = staged_operand(B0, /*is_a=*/false, tf32, flops, be, A0);
     const DType dt = A.dtype();
-    const size_t es = dtype_size(dt);
     const Mat a = mat(A), b = mat(B), c = mat(C);
 
     GemmParams p{};
@@ -114,55 +402,21 @@ void cuda_gemm(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o)
         p.counter = impl.rng_counter++;
     }
 
-    GemmProblem pr;
-    pr.m = M, pr.n = N, pr.k = K, pr.batch = batch;
-    pr.dtype = gemm_dtype(dt);
-    pr.tf32 = dt == DType::Float32 && impl.allow_tf32;
-    pr.a_kmajor = a.s_col == 1;
-    pr.b_kmajor = b.s_row == 1;
-    pr.a_tma = tma_ok(a, /*rows_contiguous=*/!pr.a_kmajor, es);
-    pr.b_tma = tma_ok(b, /*rows_contiguous=*/pr.b_kmajor, es);
-    pr.sm = be.info().sm;
-    pr.sms = be.info().multiprocessors;
-    pr.have_sm90a = true;
-    const GemmKernel k = select_gemm(pr);
-
-    p.tiles_m = int32_t((M + k.bm - 1) / k.bm);
-    p.tiles_n = int32_t((N + k.bn - 1) / k.bn);
-    p.group_m = 8;
-    Tensor partials;
-    if (o.bsum) {
-        partials = ctx.empty({p.tiles_n, batch, M}, DType::Float32);
-        p.bsum_partials = static_cast<float*>(partials.view().storage->data);
-        p.flags |= kBsum;
-    }
-    const int64_t blocks = int64_t(p.tiles_m) * p.tiles_n;
-    if (blocks > 0x7fffffff || batch > 65535 || M > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff)
-        fail(Error::Kind::Value, "compound_dot: {} x {} x {} with a batch of {} exceeds the GEMM kernels' grid", M, N, K, batch);
-
-    CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, k.entry, k.smem);
-    log_debug("gemm: {}x{}x{} batch {} {} -> {} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), k.entry, k.bm,
-              k.bn, blocks * batch);
-    if (k.path == GemmPath::Wgmma) {
-        // A: K-major boxes (64 k) x (BM rows); M-major boxes (64 m) x (one stage of k) per
-        // consumer. B likewise with BN. A stage holds 128 bytes of k.
-        const uint32_t bk = 128 / uint32_t(es);
-        CUtensorMap ma = k.a_trans ? tensor_map(a.base, dt, M, K, batch, a.s_col, a.s_batch, 64, bk)
-                                   : tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, k.bm);
-        CUtensorMap mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, 64, bk)
-                                   : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);
-        void* params[] = {&p, &ma, &mb};
-        be.launch_precompiled(f, unsigned(blocks), unsigned(batch), k.threads, k.smem, params);
+    const GemmProblem pr = problem_of(A, C, a, b, be);
+    GemmKernel k;
+    if (autotune_enabled() && !std::getenv("KILN_GEMM_KERNEL")) {
+        static std::mutex mu;
+        static std::unordered_map<std::string, GemmKernel> tuned;
+        const std::string key = problem_key(pr);
+        std::unique_lock<std::mutex> lock(mu);
+        auto it = tuned.find(key);
+        if (it == tuned.end()) it = tuned.emplace(key, autotuned(ctx, be, pr, p, a, b, dt, key)).first;
+        k = it->second;
     } else {
-        void* params[] = {&p};
-        be.launch_precompiled(f, unsigned(blocks), unsigned(batch), k.threads, k.smem, params);
+        k = selection(pr);
     }
+    run_kernel(ctx, be, k, p, a, b, dt, o.bsum ? &*o.bsum : nullptr, r);
     C.view().storage->written = true;
-    if (o.bsum) {
-        // The tiles' partial sums, added in a fixed order by one JIT reduction.
-        Tensor bs = *o.bsum;
-        bs.assign(reshape(sum(partials.expr(), 0), bs.shape()));
-    }
 }
 
 } // namespace kiln::gemm

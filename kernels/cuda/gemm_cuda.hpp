@@ -5,15 +5,17 @@
 #pragma once
 #include "kernels/gemm.hpp"
 
-namespace kiln::gemm {
+#include <string>
 
-// Whether this build carries the kernels (nvcc was found when kiln was built).
-bool cuda_kernels_built();
+namespace kiln::gemm {
 
 // C = epilogue(A . B) for C of rank 2, or rank 3 with a leading batch dimension (then A and B
 // are rank 3, or rank 2 and shared by every batch entry; bsum is (batch, M) or (batch, M, 1)).
 // Operands are checked by the caller; M, N and K are positive and C shares no memory with A
 // or B.
 void cuda_gemm(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o);
+
+// The entry point the selector picks for these operands (benchmarks and logs).
+std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C);
 
 } // namespace kiln::gemm

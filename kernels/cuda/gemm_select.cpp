@@ -14,11 +14,21 @@ namespace {
 
 const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dtype == kBF16 ? "bf16" : tf32 ? "tf32" : "f32"; }
 
+// Rule 3: the k slices for a tile (1 when the blocks fill half of the SMs, or k is short).
+int splits_for(const GemmProblem& pr, int bm, int bn, int bk) {
+    if (const char* forced = std::getenv("KILN_GEMM_SPLITS"); forced && *forced)
+        return pr.may_split ? std::clamp(std::atoi(forced), 1, 64) : 1;
+    const int64_t blocks = ((pr.m + bm - 1) / bm) * ((pr.n + bn - 1) / bn) * pr.batch;
+    const int64_t ktiles = (pr.k + bk - 1) / bk;
+    if (!pr.may_split || blocks * 2 > pr.sms || ktiles < 8) return 1;
+    return int(std::min<int64_t>({(pr.sms + blocks - 1) / blocks, ktiles / 4, 16}));
+}
+
 // Fraction of the launched tile area inside C, times how evenly the blocks fill the SMs' waves
 // (one block per SM at a time for these tile sizes).
-double fit(const GemmProblem& pr, int bm, int bn) {
+double fit(const GemmProblem& pr, int bm, int bn, int splits) {
     const int64_t tm = (pr.m + bm - 1) / bm, tn = (pr.n + bn - 1) / bn;
-    const int64_t blocks = tm * tn * pr.batch;
+    const int64_t blocks = tm * tn * pr.batch * splits;
     const int64_t waves = (blocks + pr.sms - 1) / pr.sms;
     const double fill = double(blocks) / double(waves * pr.sms);
     const double inside = double(pr.m * pr.n) / double(tm * bm * tn * bn);
@@ -47,7 +57,9 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
                                   w.cons, w.stages);
             k.threads = 128 * (w.cons + 1);
             k.smem = w.stages * (k.bm + w.bn) * 128 + 1024;
-            k.score = w.rate * fit(pr, k.bm, k.bn);
+            k.bk = pr.dtype == kF32 ? 32 : 64;
+            k.splits = splits_for(pr, k.bm, k.bn, k.bk);
+            k.score = w.rate * fit(pr, k.bm, k.bn, k.splits);
             out.push_back(k);
         }
     }
@@ -61,8 +73,11 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             k.bn = t.bn;
             k.entry = fmt::format("kiln_gemm_mma_{}_{}x{}", tag, t.bm, t.bn);
             k.threads = t.threads;
-            k.smem = 2 * (t.bm + t.bn) * (32 + pad) * esize;
-            k.score = t.rate * fit(pr, k.bm, k.bn);
+            // The pipeline's two stages, or the epilogue's float tile (rows of bn + 4).
+            k.smem = std::max(2 * (t.bm + t.bn) * (32 + pad) * esize, t.bm * (t.bn + 4) * 4);
+            k.bk = 32;
+            k.splits = splits_for(pr, k.bm, k.bn, k.bk);
+            k.score = t.rate * fit(pr, k.bm, k.bn, k.splits);
             out.push_back(k);
         }
     }
@@ -72,8 +87,10 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         k.bm = k.bn = 128;
         k.entry = "kiln_gemm_fma_f32_128x128";
         k.threads = 256;
-        k.smem = 2 * 8 * 256 * 4;
-        k.score = 0.1 * fit(pr, 128, 128);
+        k.smem = std::max(2 * 8 * 256 * 4, 128 * (128 + 4) * 4);
+        k.bk = 8;
+        k.splits = splits_for(pr, 128, 128, k.bk);
+        k.score = 0.1 * fit(pr, 128, 128, k.splits);
         out.push_back(k);
     }
     std::stable_sort(out.begin(), out.end(), [](const GemmKernel& a, const GemmKernel& b) {

@@ -12,7 +12,12 @@
 //     fill the waves over the SMs and by the fraction of each block that lies inside C. This is
 //     neon's "min(M, N) mod tile and SM count" rule made quantitative, and it is what makes small
 //     N (16..128) shapes pick narrow tiles that keep every SM streaming A.
-//  3. KILN_GEMM_KERNEL=<entry name> forces a kernel (benchmarks, tests); it must fit rule 1.
+//  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
+//     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
+//     up to one block per SM and at least 4 k-tiles per slice; the slices' float32 sums are
+//     added by one JIT reduction fused with the epilogue. Only unbatched products split.
+//  4. KILN_GEMM_KERNEL=<entry name> forces a kernel (benchmarks, tests); it must fit rule 1.
+//     KILN_GEMM_SPLITS=<n> forces the number of k slices (1: none).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,6 +38,7 @@ struct GemmProblem {
     int sm = 0;             // compute capability * 10
     int sms = 0;            // multiprocessors
     bool have_sm90a = false;
+    bool may_split = false; // split-K allowed (unbatched, rank-2 C)
 };
 
 struct GemmKernel {
@@ -42,6 +48,8 @@ struct GemmKernel {
     int threads = 0;
     int smem = 0;           // dynamic shared memory, bytes
     bool a_trans = false, b_trans = false;   // wgmma: the operand is M/N-major
+    int bk = 0;             // k per pipeline stage
+    int splits = 1;         // split-K slices
     double score = 0;       // the selector's estimate (relative; for logs and docs)
 };
 

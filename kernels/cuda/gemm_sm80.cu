@@ -147,7 +147,10 @@ struct MmaConfig {
     static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
     static constexpr int MT = WM / 16, NT = WN / 8;
     static constexpr int kStageElems = (BM + BN) * LD;
-    static constexpr int kSmemBytes = 2 * kStageElems * int(sizeof(T));
+    // The pipeline's two stages, or the accumulator tile of the epilogue, whichever is larger.
+    static constexpr int kSmemBytes = 2 * kStageElems * int(sizeof(T)) > BM * tile_ld(BN) * 4
+                                          ? 2 * kStageElems * int(sizeof(T))
+                                          : BM * tile_ld(BN) * 4;
 };
 
 template <class E, int BM, int BN, int WARPS_M, int WARPS_N>
@@ -161,9 +164,10 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wm = (warp / WARPS_N) * Cfg::WM, wn = (warp % WARPS_N) * Cfg::WN;
     const int g = lane / 4, q = lane % 4;
-    const Tile tile = tile_of(p, blockIdx.x);
-    const int z = blockIdx.y;
-    const int m0 = tile.m * BM, n0 = tile.n * BN;
+    const Tile tile_pos = tile_of(p, blockIdx.x);
+    const Work w = work_of(p, BK);
+    const int z = w.z;
+    const int m0 = tile_pos.m * BM, n0 = tile_pos.n * BN;
 
     const T* A = static_cast<const T*>(p.a) + z * p.a_batch;
     const T* B = static_cast<const T*>(p.b) + z * p.b_batch;
@@ -174,10 +178,10 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
     TileLoader<T, BN, BK, Cfg::kThreads> lb;
     float acc[MT][NT][4] = {};
 
-    const int ktiles = (p.k + BK - 1) / BK;
+    const int ktiles = w.kt_end - w.kt_begin, kbase = w.kt_begin * BK;
     if (ktiles > 0) {
-        la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, 0, mode_a, tid);
-        lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, 0, mode_b, tid);
+        la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, kbase, mode_a, tid);
+        lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, kbase, mode_b, tid);
         la.template stash<LD>(smem, mode_a, tid);
         lb.template stash<LD>(smem + BM * LD, mode_b, tid);
     }
@@ -186,8 +190,8 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
         const int cur = kt & 1;
         const bool more = kt + 1 < ktiles;
         if (more) {
-            la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, (kt + 1) * BK, mode_a, tid);
-            lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, (kt + 1) * BK, mode_b, tid);
+            la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, kbase + (kt + 1) * BK, mode_a, tid);
+            lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, kbase + (kt + 1) * BK, mode_b, tid);
         }
         const T* As = smem + cur * Cfg::kStageElems;
         const T* Bs = As + BM * LD;
@@ -238,40 +242,19 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
         __syncthreads();
     }
 
-    // Epilogue: element (i, j, r) is row wm + 16i + g + 8(r / 2), column wn + 8j + 2q + r % 2.
-    char* C = c_of(p, z);
-    float row_sum[MT][2] = {};
+    // Epilogue: element (i, j, r) is row wm + 16i + g + 8(r / 2), column wn + 8j + 2q + r % 2;
+    // staged in shared memory (the loop above ended on a barrier), then finish_tile.
+    float* tile = reinterpret_cast<float*>(smem_raw);
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int m = m0 + wm + 16 * i + g + 8 * (r / 2), n = n0 + wn + 8 * j + 2 * q + r % 2;
-                if (m < p.m && n < p.n) row_sum[i][r / 2] += finish_element(p, C, z, acc[i][j][r], m, n);
-            }
-    if (p.flags & kBsum) {
-        // Rows are shared by the 4 lanes of a quad, then by the WARPS_N warps of a row of warps:
-        // summed in a fixed order through shared memory.
-        __syncthreads();
-        float* red = reinterpret_cast<float*>(smem_raw);   // [WARPS_N][BM]
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float s = row_sum[i][h];
-                s += __shfl_xor_sync(0xffffffffu, s, 1);
-                s += __shfl_xor_sync(0xffffffffu, s, 2);
-                if (q == 0) red[(warp % WARPS_N) * BM + wm + 16 * i + g + 8 * h] = s;
-            }
-        __syncthreads();
-        for (int r = tid; r < BM; r += Cfg::kThreads) {
-            float s = 0.f;
-#pragma unroll
-            for (int w = 0; w < WARPS_N; ++w) s += red[w * BM + r];
-            if (m0 + r < p.m) p.bsum_partials[(int64_t(tile.n) * p.batch + z) * p.m + m0 + r] = s;
-        }
-    }
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<float2*>(tile + (wm + 16 * i + g + 8 * h) * tile_ld(BN) + wn + 8 * j + 2 * q) =
+                    make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+    __syncthreads();
+    finish_tile<BM, BN>(p, tile, m0, n0, tile_pos.n, w.zc, tid, Cfg::kThreads);
 }
 
 // ---- float32 on the FMA units -------------------------------------------------------------
@@ -281,7 +264,6 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
 // as [BK][128] (m or n contiguous) for the outer products.
 
 constexpr int kFmaBM = 128, kFmaBN = 128, kFmaBK = 8, kFmaThreads = 256;
-constexpr int kFmaSmemBytes = 2 * kFmaBK * (kFmaBM + kFmaBN) * 4;
 
 template <int ROWS>
 struct FmaLoader {
@@ -324,9 +306,10 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
     float* smem = reinterpret_cast<float*>(smem_raw);
     constexpr int BK = kFmaBK, kStage = BK * (kFmaBM + kFmaBN);
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const Tile tile = tile_of(p, blockIdx.x);
-    const int z = blockIdx.y;
-    const int m0 = tile.m * kFmaBM, n0 = tile.n * kFmaBN;
+    const Tile tile_pos = tile_of(p, blockIdx.x);
+    const Work w = work_of(p, BK);
+    const int z = w.z;
+    const int m0 = tile_pos.m * kFmaBM, n0 = tile_pos.n * kFmaBN;
     const float* A = static_cast<const float*>(p.a) + z * p.a_batch;
     const float* B = static_cast<const float*>(p.b) + z * p.b_batch;
     // The scalar mode keeps the along-k thread mapping.
@@ -336,10 +319,10 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
     FmaLoader<kFmaBM> la;
     FmaLoader<kFmaBN> lb;
     float acc[8][8] = {};
-    const int ktiles = (p.k + BK - 1) / BK;
+    const int ktiles = w.kt_end - w.kt_begin, kbase = w.kt_begin * BK;
     if (ktiles > 0) {
-        la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, 0, mode_a, tid);
-        lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, 0, mode_b, tid);
+        la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, kbase, mode_a, tid);
+        lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, kbase, mode_b, tid);
         la.stash(smem, mode_a, tid);
         lb.stash(smem + BK * kFmaBM, mode_b, tid);
     }
@@ -348,8 +331,8 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
         const int cur = kt & 1;
         const bool more = kt + 1 < ktiles;
         if (more) {
-            la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, (kt + 1) * BK, mode_a, tid);
-            lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, (kt + 1) * BK, mode_b, tid);
+            la.fetch(A, p.a_sm, p.a_sk, p.m, p.k, m0, kbase + (kt + 1) * BK, mode_a, tid);
+            lb.fetch(B, p.b_sn, p.b_sk, p.n, p.k, n0, kbase + (kt + 1) * BK, mode_b, tid);
         }
         const float* As = smem + cur * kStage;
         const float* Bs = As + BK * kFmaBM;
@@ -373,26 +356,15 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
         __syncthreads();
     }
 
-    char* C = c_of(p, z);
-    float row_sum[8] = {};
+    float* tile = reinterpret_cast<float*>(smem_raw);
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int m = m0 + (i / 4) * 64 + ty * 4 + i % 4, n = n0 + (j / 4) * 64 + tx * 4 + j % 4;
-            if (m < p.m && n < p.n) row_sum[i] += finish_element(p, C, z, acc[i][j], m, n);
-        }
-    if (p.flags & kBsum) {
-        // A row's 16 threads (tx = 0..15) are 16 consecutive lanes: a fixed butterfly.
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            float s = row_sum[i];
-#pragma unroll
-            for (int o = 1; o < 16; o *= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-            const int m = m0 + (i / 4) * 64 + ty * 4 + i % 4;
-            if (tx == 0 && m < p.m) p.bsum_partials[(int64_t(tile.n) * p.batch + z) * p.m + m] = s;
-        }
-    }
+        for (int jj = 0; jj < 2; ++jj)
+            *reinterpret_cast<float4*>(tile + ((i / 4) * 64 + ty * 4 + i % 4) * tile_ld(kFmaBN) + jj * 64 + tx * 4) =
+                make_float4(acc[i][4 * jj], acc[i][4 * jj + 1], acc[i][4 * jj + 2], acc[i][4 * jj + 3]);
+    __syncthreads();
+    finish_tile<kFmaBM, kFmaBN>(p, tile, m0, n0, tile_pos.n, w.zc, tid, kFmaThreads);
 }
 
 } // namespace kiln::gemm
@@ -413,3 +385,41 @@ KILN_MMA_KERNEL(TF32, tf32, 128, 128, 2, 4)
 KILN_MMA_KERNEL(TF32, tf32, 64, 64, 2, 2)
 
 extern "C" __global__ void __launch_bounds__(kFmaThreads) kiln_gemm_fma_f32_128x128(const GemmParams p) { fma_gemm(p); }
+
+// Split-K's second step: C = epilogue(the slices' sum, added in slice order), a warp per row;
+// the rows' sums go to bsum_partials as one tile (batch 1).
+extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const GemmParams p, const float* slices) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int m = blockIdx.x * 8 + warp;
+    if (m >= p.m) return;
+    char* C = c_of(p, 0);
+    const int64_t plane = int64_t(p.m) * p.n;
+    float s = 0.f;
+    for (int n = lane; n < p.n; n += 32) {
+        float acc = 0.f;
+        for (int k = 0; k < p.k_splits; ++k) acc += slices[k * plane + int64_t(m) * p.n + n];
+        s += finish_element(p, C, 0, acc, m, n);
+    }
+    if (p.flags & kBsum) {
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) p.bsum_partials[m] = s;
+    }
+}
+
+// bsum[z, m] = the sum over tiles of partials[tile][z][m], in tile order, stored in bsum's
+// dtype at its strides.
+extern "C" __global__ void __launch_bounds__(256) kiln_gemm_sum_partials(const float* partials, int tiles, int batch, int m,
+                                                                         void* out, int dtype, int64_t s_batch, int64_t s_m) {
+    const int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x;
+    if (i >= int64_t(batch) * m) return;
+    const int z = int(i / m), r = int(i % m);
+    float s = 0.f;
+    for (int t = 0; t < tiles; ++t) s += partials[(int64_t(t) * batch + z) * m + r];
+    const int64_t off = z * s_batch + r * s_m;
+    switch (dtype) {
+        case kF16: reinterpret_cast<__half*>(out)[off] = __float2half_rn(s); break;
+        case kBF16: reinterpret_cast<__nv_bfloat16*>(out)[off] = __float2bfloat16_rn(s); break;
+        default: reinterpret_cast<float*>(out)[off] = s;
+    }
+}

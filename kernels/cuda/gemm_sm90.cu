@@ -183,7 +183,6 @@ struct WgConfig {
     static constexpr int kABytes = BM * 128, kBBytes = BN * 128;
     static constexpr int kStageBytes = kABytes + kBBytes;
     static constexpr int kThreads = 128 * (CONSUMERS + 1);
-    static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;   // + alignment slack
 };
 
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
@@ -196,10 +195,11 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
 
     const int tid = threadIdx.x;
-    const Tile tile = tile_of(p, blockIdx.x);
-    const int z = blockIdx.y;
-    const int m0 = tile.m * BM, n0 = tile.n * BN;
-    const int ktiles = (p.k + BK - 1) / BK;
+    const Tile at = tile_of(p, blockIdx.x);
+    const Work w = work_of(p, BK);
+    const int z = w.z;
+    const int m0 = at.m * BM, n0 = at.n * BN;
+    const int ktiles = w.kt_end - w.kt_begin;
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -222,7 +222,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
                 unsigned char* sa = smem + s * Cfg::kStageBytes;
                 unsigned char* sb = sa + Cfg::kABytes;
                 mbar_expect_tx(&full[s], Cfg::kStageBytes);
-                const int k0 = kt * BK;
+                const int k0 = (w.kt_begin + kt) * BK;
                 if constexpr (TA == 0) {
                     tma_load(sa, map_a, &full[s], k0, m0, za);
                 } else {
@@ -272,29 +272,23 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     wgmma_wait<0>();
     fence_regs(acc);
 
-    // Epilogue on the accumulators: register 4j + r holds row 16 warp + g + 8 (r / 2), column
-    // 8j + 2q + r % 2 of this consumer's 64 x BN block.
+    // Epilogue. Register 4j + r holds row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of
+    // this consumer's 64 x BN block. Once both consumers are done with the stages (no TMA is
+    // in flight: every stage issued was waited for), the blocks go to shared memory and
+    // finish_tile writes C.
+    constexpr int kConsumerThreads = 128 * CONSUMERS;
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    float* tile = reinterpret_cast<float*>(smem);
     const int g = lane / 4, q = lane % 4;
-    char* C = c_of(p, z);
-    float row_sum[2] = {0.f, 0.f};
-    const int mbase = m0 + 64 * c + 16 * warp + g;
+    const int row0 = 64 * c + 16 * warp + g;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int m = mbase + 8 * (r / 2), n = n0 + 8 * j + 2 * q + r % 2;
-            if (m < p.m && n < p.n) row_sum[r / 2] += finish_element(p, C, z, acc[4 * j + r], m, n);
-        }
-    if (p.flags & kBsum) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float s = row_sum[h];
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            const int m = mbase + 8 * h;
-            if (q == 0 && m < p.m) p.bsum_partials[(int64_t(tile.n) * p.batch + z) * p.m + m] = s;
-        }
+    for (int j = 0; j < BN / 8; ++j) {
+        *reinterpret_cast<float2*>(tile + row0 * tile_ld(BN) + 8 * j + 2 * q) = make_float2(acc[4 * j], acc[4 * j + 1]);
+        *reinterpret_cast<float2*>(tile + (row0 + 8) * tile_ld(BN) + 8 * j + 2 * q) =
+            make_float2(acc[4 * j + 2], acc[4 * j + 3]);
     }
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    finish_tile<BM, BN>(p, tile, m0, n0, at.n, w.zc, tid - 128, kConsumerThreads);
 }
 
 } // namespace kiln::gemm

@@ -14,6 +14,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -27,6 +28,7 @@ struct Case {
     int64_t m, n, k;
     bool ta, tb;          // A passed as A.T() of a (K, M) buffer; B as B.T() of (N, K)
     int64_t pad;          // extra elements per row of every buffer (leading dimension padding)
+    bool align = false;   // round each buffer's row up to 8 elements before the padding (TMA-able)
     DotOptions o;
     DType cdtype;
 };
@@ -39,11 +41,13 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
     return v;
 }
 
-// A rows x cols operand of dtype `dt`, as a view of a (rows, cols + pad) buffer, or, with
-// `trans`, as the transpose of a (cols, rows + pad) buffer's view.
-Tensor operand(Context& ctx, int64_t rows, int64_t cols, bool trans, int64_t pad, DType dt, uint32_t seed) {
+// A rows x cols operand of dtype `dt`, as a view of a (rows, width) buffer, or, with `trans`,
+// as the transpose of a (cols, width) buffer's view; width = cols (rows), rounded up to 8 with
+// `align`, + pad.
+Tensor operand(Context& ctx, int64_t rows, int64_t cols, bool trans, int64_t pad, bool align, DType dt, uint32_t seed) {
     const int64_t r = trans ? cols : rows, c = trans ? rows : cols;
-    Tensor buf = ctx.array(random_floats(size_t(r * (c + pad)), seed), {r, c + pad}, dt);
+    const int64_t width = (align ? (c + 7) / 8 * 8 : c) + pad;
+    Tensor buf = ctx.array(random_floats(size_t(r * width), seed), {r, width}, dt);
     Tensor v = buf.slice({Slice::all(), Slice::range(0, c)});
     return trans ? v.T() : v;
 }
@@ -84,9 +88,9 @@ double acc_eps(DType a, bool tf32) { return a == DType::Float32 && tf32 ? 2.5e-3
 // Runs one case (optionally forcing a kernel); returns false when the forced kernel cannot run
 // it (the selector's Value error), true when it ran and matched.
 bool run_case(Context& ctx, const Case& cs, DType dt, const std::string& kernel, uint32_t seed) {
-    Tensor A = operand(ctx, cs.m, cs.k, cs.ta, cs.pad, dt, seed);
-    Tensor B = operand(ctx, cs.k, cs.n, cs.tb, cs.pad, dt, seed + 1);
-    Tensor C = operand(ctx, cs.m, cs.n, false, cs.pad, cs.cdtype, seed + 2);
+    Tensor A = operand(ctx, cs.m, cs.k, cs.ta, cs.pad, cs.align, dt, seed);
+    Tensor B = operand(ctx, cs.k, cs.n, cs.tb, cs.pad, cs.align, dt, seed + 1);
+    Tensor C = operand(ctx, cs.m, cs.n, false, cs.pad, cs.align, cs.cdtype, seed + 2);
     Tensor C0 = ctx.empty({cs.m, cs.n}, cs.cdtype);
     C0.assign(C.expr());
     DotOptions o = cs.o;
@@ -171,7 +175,7 @@ TEST_CASE("gpu gemm: every kernel on every layout it takes, odd sizes, every epi
         for (const std::string& kernel : r.entries)
             for (int layout = 0; layout < 4; ++layout)
                 for (auto [m, n, k] : sizes) {
-                    Case cs{m, n, k, bool(layout & 1), bool(layout & 2), 8, epilogue_variant(variant++),
+                    Case cs{m, n, k, bool(layout & 1), bool(layout & 2), 8, true, epilogue_variant(variant++),
                             r.dt == DType::Float32 ? DType::Float32 : r.dt};
                     if (run_case(ctx, cs, r.dt, kernel, uint32_t(variant))) ++ran[kernel];
                 }
@@ -191,10 +195,34 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
     for (DType dt : {DType::Float16, DType::BFloat16, DType::Float32})
         for (DType cdt : {DType::Float32, DType::Float16, DType::BFloat16})
             for (int64_t pad : {0, 1, 3, 8})
-                for (int layout = 0; layout < 4; ++layout) {
-                    Case cs{1003, 70, 130, bool(layout & 1), bool(layout & 2), pad, epilogue_variant(seed), cdt};
-                    REQUIRE(run_case(ctx, cs, dt, "", uint32_t(seed++)));
-                }
+                for (int layout = 0; layout < 4; ++layout)
+                    for (const char* copy : {"never", "always"}) {
+                        // "always": operands the wgmma kernels cannot read are copied (sm_90).
+                        setenv("KILN_GEMM_COPY", copy, 1);
+                        Case cs{1003, 70, 130, bool(layout & 1), bool(layout & 2), pad, pad == 8, epilogue_variant(seed), cdt};
+                        const bool ran = run_case(ctx, cs, dt, "", uint32_t(seed++));
+                        unsetenv("KILN_GEMM_COPY");
+                        REQUIRE(ran);
+                    }
+    // tf32 on operands that are not K-major: copied to K-major for wgmma when allowed.
+    ctx.set_allow_tf32(true);
+    for (int layout = 0; layout < 4; ++layout) {
+        setenv("KILN_GEMM_COPY", "always", 1);
+        Case cs{300, 260, 200, bool(layout & 1), bool(layout & 2), 3, false, epilogue_variant(layout), DType::Float32};
+        const bool ran = run_case(ctx, cs, DType::Float32, "", uint32_t(seed++));
+        unsetenv("KILN_GEMM_COPY");
+        REQUIRE(ran);
+    }
+    ctx.set_allow_tf32(false);
+    // Split-K, forced: the slices' sums and the JIT epilogue (bias, relu, beta, bsum).
+    for (const char* splits : {"2", "5", "16"})
+        for (DType dt : {DType::Float16, DType::Float32}) {
+            setenv("KILN_GEMM_SPLITS", splits, 1);
+            Case cs{513, 40, 1000, false, true, 8, true, epilogue_variant(3), dt};
+            const bool ran = run_case(ctx, cs, dt, "", uint32_t(seed++));
+            unsetenv("KILN_GEMM_SPLITS");
+            REQUIRE(ran);
+        }
     // Batched, B shared, with bsum: one launch against per-entry references.
     for (DType dt : {DType::Float16, DType::Float32}) {
         const int64_t batch = 3, M = 65, N = 72, K = 40;
@@ -282,4 +310,26 @@ TEST_CASE("gpu gemm: K = 0, C overlapping A, stochastic rounding, and a kernel t
                                          "1); the kernels that can: kiln_gemm_") != std::string::npos);
     }
     unsetenv("KILN_GEMM_KERNEL");
+}
+
+TEST_CASE("gpu gemm: KILN_AUTOTUNE=1 times the candidates, keeps a correct result and stores the choice") {
+    REQUIRE_GPU();
+    char tmpl[] = "/tmp/kiln-gemm-tune-XXXXXX";
+    const std::string dir = mkdtemp(tmpl);
+    setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+    setenv("KILN_AUTOTUNE", "1", 1);
+    bool ok = false;
+    {
+        Context ctx(ContextOptions{"cuda"});
+        Case cs{257, 190, 333, false, false, 8, true, epilogue_variant(3), DType::Float16};
+        ok = run_case(ctx, cs, DType::Float16, "", 4242);
+    }
+    unsetenv("KILN_AUTOTUNE");
+    unsetenv("KILN_CACHE_DIR");
+    REQUIRE(ok);
+    int files = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+        if (e.is_regular_file()) ++files;
+    CHECK(files >= 1);   // the choice, in the disk cache
+    std::filesystem::remove_all(dir);
 }

@@ -1,0 +1,302 @@
+// kiln's GEMM kernels against cuBLAS and cuBLASLt on the same GPU, in one run:
+//   squares 8192^3, 4096^3, 512^3 and the DeepBench training shapes (with their transposes),
+//   for float16, bfloat16, float32 and tf32; each plain (kiln vs cublasGemmEx) and with a fused
+//   bias + ReLU (kiln's epilogue vs cuBLASLt's RELU_BIAS epilogue), plus kiln's bias + ReLU +
+//   bsum. Prints TFLOP/s, the ratio to cuBLAS, the kernel kiln's selector chose, and the largest
+//   difference between kiln's and cuBLAS's results (relative to the largest |C|); writes one
+//   JSON object per row to argv[1] (default gemm.json).
+// Timing: CUDA events on kiln's stream (cuBLAS runs on the same stream) around batches of
+// back-to-back calls, after warm-up; the median of 7 batches. Operands are uniform in [-1, 1).
+// Options: --dtypes f16,bf16,f32,tf32  --only square|deepbench  --quick (fewer, smaller shapes).
+// Without a usable CUDA device it says why and exits 0.
+#include <kiln/kiln.hpp>
+
+#include "kernels/cuda/gemm_cuda.hpp"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace kiln;
+
+struct Shape3 {
+    int64_t m, n, k;
+    bool ta, tb;
+    const char* set;
+};
+
+const std::vector<Shape3> kShapes = {
+    {8192, 8192, 8192, false, false, "square"}, {4096, 4096, 4096, false, false, "square"},
+    {512, 512, 512, false, false, "square"},
+    {1760, 16, 1760, false, false, "deepbench"}, {1760, 128, 1760, false, false, "deepbench"},
+    {1760, 7000, 1760, false, false, "deepbench"}, {2560, 64, 2560, false, false, "deepbench"},
+    {4096, 128, 4096, true, false, "deepbench"}, {4096, 7000, 4096, false, false, "deepbench"},
+    {2560, 7133, 2560, false, true, "deepbench"}, {5124, 9124, 2560, false, false, "deepbench"},
+    {35, 8457, 4096, true, false, "deepbench"}, {7680, 5481, 2560, false, true, "deepbench"},
+    {3072, 128, 1024, false, false, "deepbench"}, {6144, 16, 2048, true, false, "deepbench"},
+    {1024, 700, 512, false, false, "deepbench"}, {512, 8, 500000, false, false, "deepbench"},
+    {8448, 48000, 2816, false, false, "deepbench"},
+};
+
+void cuda_check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) {
+        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+        std::exit(1);
+    }
+}
+void blas_check(cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        std::fprintf(stderr, "%s: cuBLAS status %d\n", what, int(s));
+        std::exit(1);
+    }
+}
+
+void* dptr(const Tensor& t) {
+    return static_cast<char*>(t.view().storage->data) + t.offset() * dtype_size(t.dtype());
+}
+
+// Median ms per call of `f`, over 7 batches timed by events on `stream`.
+double time_ms(cudaStream_t stream, const std::function<void()>& f) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 3; ++i) f();
+    cudaEventRecord(e0, stream);
+    f();
+    cudaEventRecord(e1, stream);
+    cuda_check(cudaEventSynchronize(e1), "warm-up");
+    float one = 0;
+    cudaEventElapsedTime(&one, e0, e1);
+    const int per = std::clamp(int(2.0 / std::max(one, 1e-3f)), 1, 200);   // ~2 ms per batch
+    std::vector<double> t;
+    for (int b = 0; b < 7; ++b) {
+        cudaEventRecord(e0, stream);
+        for (int i = 0; i < per; ++i) f();
+        cudaEventRecord(e1, stream);
+        cuda_check(cudaEventSynchronize(e1), "timed batch");
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        t.push_back(ms / per);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+struct DtypeRun {
+    const char* name;
+    DType dt;
+    bool tf32;
+    cudaDataType_t cu;
+    cublasComputeType_t compute;
+};
+
+// C (row-major M x N) = A . B through cuBLAS's column-major interface: C^T = B^T . A^T.
+struct CublasCall {
+    cublasOperation_t op_b, op_a;
+    int lda, ldb;
+};
+CublasCall cublas_layout(const Shape3& s) {
+    // A stored (M, K) row-major, or (K, M) when A^T; B stored (K, N), or (N, K) when B^T.
+    return {s.tb ? CUBLAS_OP_T : CUBLAS_OP_N, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(s.ta ? s.m : s.k),
+            int(s.tb ? s.k : s.n)};
+}
+
+struct Lt {
+    cublasLtHandle_t h = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 64 << 20;
+};
+
+// cuBLASLt with the RELU_BIAS epilogue (bias per column of the row-major C).
+double time_lt_bias_relu(Lt& lt, cudaStream_t stream, const DtypeRun& d, const Shape3& s, const void* A, const void* B,
+                         void* C, const void* bias, bool* ok) {
+    const CublasCall l = cublas_layout(s);
+    cublasLtMatmulDesc_t op;
+    blas_check(cublasLtMatmulDescCreate(&op, d.compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    cublasOperation_t ta = l.op_b, tb = l.op_a;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_RELU_BIAS;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    cublasLtMatrixLayout_t la, lb, lc;
+    // Column-major: the first operand is B^T (N x K), the second A^T (K x M), C^T is N x M.
+    cublasLtMatrixLayoutCreate(&la, d.cu, l.op_b == CUBLAS_OP_N ? s.n : s.k, l.op_b == CUBLAS_OP_N ? s.k : s.n, l.ldb);
+    cublasLtMatrixLayoutCreate(&lb, d.cu, l.op_a == CUBLAS_OP_N ? s.k : s.m, l.op_a == CUBLAS_OP_N ? s.m : s.k, l.lda);
+    cublasLtMatrixLayoutCreate(&lc, d.cu, s.n, s.m, s.n);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt.workspace_bytes,
+                                         sizeof lt.workspace_bytes);
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(lt.h, op, la, lb, lc, lc, pref, 1, &heur, &found);
+    double ms = -1;
+    *ok = found > 0;
+    if (found > 0) {
+        const float one = 1.f, zero = 0.f;
+        ms = time_ms(stream, [&] {
+            blas_check(cublasLtMatmul(lt.h, op, &one, B, la, A, lb, &zero, C, lc, C, lc, &heur.algo, lt.workspace,
+                                      lt.workspace_bytes, stream),
+                       "cublasLtMatmul");
+        });
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+    return ms;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string json_path = "gemm.json", only, dtypes = "f16,bf16,f32,tf32";
+    bool quick = false;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--dtypes" && i + 1 < argc) dtypes = argv[++i];
+        else if (a == "--only" && i + 1 < argc) only = argv[++i];
+        else if (a == "--quick") quick = true;
+        else json_path = a;
+    }
+    std::unique_ptr<Context> ctxp;
+    try {
+        ctxp = std::make_unique<Context>(ContextOptions{"cuda"});
+    } catch (const Error& e) {
+        std::printf("SKIPPED (no usable CUDA device): %s\n", e.what());
+        return 0;
+    }
+    Context& ctx = *ctxp;
+    cudaStream_t stream = reinterpret_cast<cudaStream_t>(ctx.stream_handle());
+    cublasHandle_t blas;
+    blas_check(cublasCreate(&blas), "cublasCreate");
+    cublasSetStream(blas, stream);
+    Lt lt;
+    blas_check(cublasLtCreate(&lt.h), "cublasLtCreate");
+    cuda_check(cudaMalloc(&lt.workspace, lt.workspace_bytes), "cudaMalloc");
+    void* blas_ws = nullptr;
+    cuda_check(cudaMalloc(&blas_ws, 64 << 20), "cudaMalloc");
+    cublasSetWorkspace(blas, blas_ws, 64 << 20);
+
+    const std::vector<DtypeRun> all = {
+        {"f16", DType::Float16, false, CUDA_R_16F, CUBLAS_COMPUTE_32F},
+        {"bf16", DType::BFloat16, false, CUDA_R_16BF, CUBLAS_COMPUTE_32F},
+        {"f32", DType::Float32, false, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC},
+        {"tf32", DType::Float32, true, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32},
+    };
+    FILE* json = std::fopen(json_path.c_str(), "w");
+    std::printf("%-6s %-22s %-5s | %9s %9s %6s | %9s %9s %6s | %9s %6s | %-34s | %8s\n", "dtype", "M x N x K", "op",
+                "kiln TF/s", "cuBLAS", "ratio", "kiln+br", "cuBLASLt", "ratio", "+bsum", "cost", "kiln kernel",
+                "max diff");
+    for (const DtypeRun& d : all) {
+        if (dtypes.find(d.name) == std::string::npos) continue;
+        ctx.set_allow_tf32(d.tf32);
+        for (const Shape3& s0 : kShapes) {
+            if (!only.empty() && only != s0.set) continue;
+            Shape3 s = s0;
+            if (quick && s.m * s.n * s.k > 4096ll * 4096 * 4096) continue;
+            const double flop = 2.0 * double(s.m) * double(s.n) * double(s.k);
+            // Operands: A (M, K) or stored (K, M) for A^T, B (K, N) or stored (N, K) for B^T.
+            Tensor As = ctx.empty({s.ta ? s.k : s.m, s.ta ? s.m : s.k}, d.dt);
+            Tensor Bs = ctx.empty({s.tb ? s.n : s.k, s.tb ? s.k : s.n}, d.dt);
+            As.assign(rand(As.shape()) * 2.0 - 1.0);
+            Bs.assign(rand(Bs.shape()) * 2.0 - 1.0);
+            Tensor A = s.ta ? As.T() : As, B = s.tb ? Bs.T() : Bs;
+            Tensor C = ctx.empty({s.m, s.n}, d.dt), Cb = ctx.empty({s.m, s.n}, d.dt);
+            Tensor bias32 = ctx.empty({s.n}, DType::Float32), bias_lt = ctx.empty({s.n}, d.dt);
+            bias32.assign(rand({s.n}) - 0.5);
+            bias_lt.assign(bias32.expr());
+            Tensor bsum = ctx.empty({s.m}, DType::Float32);
+            // Written by cuBLAS, outside kiln's knowledge.
+            Cb.view().storage->written = true;
+
+            const double t_kiln = time_ms(stream, [&] { compound_dot(A, B, C); });
+            DotOptions br;
+            br.relu = true;
+            br.bias = bias32;
+            const double t_kiln_br = time_ms(stream, [&] { compound_dot(A, B, C, br); });
+            DotOptions brs = br;
+            brs.bsum = bsum;
+            const double t_kiln_brs = time_ms(stream, [&] { compound_dot(A, B, C, brs); });
+            compound_dot(A, B, C);   // plain result for the comparison
+
+            const CublasCall l = cublas_layout(s);
+            const float one = 1.f, zero = 0.f;
+            const double t_blas = time_ms(stream, [&] {
+                blas_check(cublasGemmEx(blas, l.op_b, l.op_a, int(s.n), int(s.m), int(s.k), &one, dptr(Bs), d.cu, l.ldb,
+                                        dptr(As), d.cu, l.lda, &zero, dptr(Cb), d.cu, int(s.n), d.compute,
+                                        CUBLAS_GEMM_DEFAULT),
+                           "cublasGemmEx");
+            });
+            // The difference between the two plain results, relative to the largest |C|.
+            Tensor diff = ctx.eval(max(absolute(cast(C.expr(), DType::Float32) - cast(Cb.expr(), DType::Float32))));
+            Tensor big = ctx.eval(max(absolute(cast(Cb.expr(), DType::Float32))));
+            const double rel = double(diff.to_vector<float>()[0]) / std::max(1e-30, double(big.to_vector<float>()[0]));
+            Tensor Clt = ctx.empty({s.m, s.n}, d.dt);
+            Clt.view().storage->written = true;
+            bool lt_ok = false;
+            const double t_lt = time_lt_bias_relu(lt, stream, d, s, dptr(As), dptr(Bs), dptr(Clt), dptr(bias_lt), &lt_ok);
+
+            char dims[64];
+            std::snprintf(dims, sizeof dims, "%lldx%lldx%lld", (long long)s.m, (long long)s.n, (long long)s.k);
+            const char* opname = s.ta ? "A^T" : s.tb ? "B^T" : "nn";
+            const char* forced = std::getenv("KILN_GEMM_KERNEL");
+            const std::string chosen = forced && *forced ? forced : gemm::selected_kernel(A, B, C);
+            auto tf = [&](double ms) { return ms > 0 ? flop / ms / 1e9 : 0.0; };
+            std::printf("%-6s %-22s %-5s | %9.1f %9.1f %6.2f | %9.1f %9.1f %6.2f | %9.1f %5.1f%% | %-34s | %8.1e\n", d.name,
+                        dims, opname, tf(t_kiln), tf(t_blas), t_blas / t_kiln, tf(t_kiln_br), tf(t_lt),
+                        lt_ok ? t_lt / t_kiln_br : 0.0, tf(t_kiln_brs), 100.0 * (t_kiln_brs / t_kiln - 1), chosen.c_str(),
+                        rel);
+            std::fflush(stdout);
+            if (json)
+                std::fprintf(json,
+                             "{\"dtype\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"op\": \"%s\", \"kiln_ms\": %.5f, "
+                             "\"cublas_ms\": %.5f, \"kiln_bias_relu_ms\": %.5f, \"cublaslt_bias_relu_ms\": %.5f, "
+                             "\"kiln_bias_relu_bsum_ms\": %.5f, \"kiln_tflops\": %.2f, \"cublas_tflops\": %.2f, "
+                             "\"max_rel_diff\": %.3e, \"kernel\": \"%s\"}\n",
+                             d.name, (long long)s.m, (long long)s.n, (long long)s.k, opname, t_kiln, t_blas, t_kiln_br,
+                             t_lt, t_kiln_brs, tf(t_kiln), tf(t_blas), rel, chosen.c_str());
+        }
+    }
+    // Host cost of one compound_dot call (selection, descriptors, launch), nothing synchronised:
+    // what bounds small products issued back to back.
+    {
+        ctx.set_allow_tf32(false);
+        Tensor a = ctx.empty({512, 512}, DType::Float16), b = ctx.empty({512, 512}, DType::Float16);
+        a.assign(rand({512, 512}));
+        b.assign(rand({512, 512}));
+        Tensor c = ctx.empty({512, 512}, DType::Float16);
+        std::vector<double> us;
+        for (int rep = 0; rep < 7; ++rep) {
+            ctx.synchronize();
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < 200; ++i) compound_dot(a, b, c);
+            us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 200);
+        }
+        ctx.synchronize();
+        std::sort(us.begin(), us.end());
+        std::printf("host: %.2f us per compound_dot call (512^3 float16, median of 7 x 200 calls)\n", us[3]);
+        if (json) std::fprintf(json, "{\"host_us_per_call\": %.3f}\n", us[3]);
+    }
+    if (json) std::fclose(json);
+    cublasDestroy(blas);
+    cublasLtDestroy(lt.h);
+    cudaFree(lt.workspace);
+    cudaFree(blas_ws);
+    return 0;
+}
