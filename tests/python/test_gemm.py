@@ -1,4 +1,5 @@
-"""kiln.dot / compound_dot / batched_dot (and ng.* and @) against NumPy on a CPU context."""
+"""kiln.dot / compound_dot / batched_dot (and ng.* and @) against NumPy on a CPU context, and kiln's
+GPU kernels on a CUDA context (skipped without a device)."""
 import numpy as np
 import pytest
 
@@ -14,16 +15,16 @@ def data(rng, shape, dtype=np.float32):
     return rng.uniform(-1, 1, size=shape).astype(dtype)
 
 
-def operand(cpu, host, layout):
+def operand(cpu, host, layout, dtype=None):
     """host as a kiln tensor: row-major, a transposed view, or a window of a padded tensor."""
     if layout == "T":
-        return cpu.array(np.ascontiguousarray(host.T)).T
+        return cpu.array(np.ascontiguousarray(host.T), dtype=dtype).T
     if layout == "pad":
-        big = cpu.zeros((host.shape[0] + 2, host.shape[1] + 3))
+        big = cpu.zeros((host.shape[0] + 2, host.shape[1] + 3), dtype=dtype)
         view = big[1:1 + host.shape[0], 2:2 + host.shape[1]]
         view[...] = host
         return view
-    return cpu.array(host)
+    return cpu.array(host, dtype=dtype)
 
 
 @pytest.mark.parametrize("mnk", [(1, 1, 1), (7, 1, 5), (1, 7, 3), (7, 129, 13), (130, 33, 257), (1003, 17, 70)])
@@ -108,10 +109,34 @@ def test_misuse(cpu):
         kiln.dot(A, cpu.ones((3, 2)), out=cpu.empty((3, 3)))
 
 
-def test_cuda_context_says_what_is_missing():
-    ctx = kiln.default_context()
-    if ctx.backend != "cuda":
-        pytest.skip("needs a CUDA context to check its GEMM message (the default context is on the CPU)")
-    A = ctx.ones((4, 4))
-    with pytest.raises(kiln.BackendError, match="CUDA GEMM kernels are not part of this build yet"):
-        kiln.dot(A, A)
+@pytest.fixture(scope="module")
+def gpu():
+    try:
+        return kiln.Context("cuda")
+    except kiln.Error as e:
+        pytest.skip(f"needs a CUDA device: {e}")
+
+
+@pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("bfloat16", 1.6e-2), ("float32", 1e-5), ("tf32", 3e-3)])
+@pytest.mark.parametrize("la", ["N", "T", "pad"])
+@pytest.mark.parametrize("lb", ["N", "T", "pad"])
+def test_cuda_kernels_against_numpy(gpu, dtype, tol, la, lb):
+    """kiln's own GPU kernels: every dtype (tf32 when the context allows it), every layout,
+    the whole epilogue, checked against NumPy in float64."""
+    rng = np.random.default_rng(11)
+    m, n, k = 133, 70, 301
+    gpu.allow_tf32 = dtype == "tf32"
+    dt = "float32" if dtype == "tf32" else dtype
+    a, b, c0, bias = data(rng, (m, k)), data(rng, (k, n)), data(rng, (m, n)), data(rng, (n,))
+    A, B = operand(gpu, a, la, dt), operand(gpu, b, lb, dt)
+    C = gpu.array(c0, dtype=dt)
+    c_stored = C.get().astype(np.float64)
+    bsum = gpu.zeros((m, 1))
+    gpu.compound_dot(A, B, C, alpha=0.5, beta=0.25, relu=True, slope=0.1, bias=gpu.array(bias), bsum=bsum)
+    gpu.allow_tf32 = False
+    a64, b64 = A.get().astype(np.float64), B.get().astype(np.float64)
+    x = 0.5 * (a64 @ b64) + bias
+    want = np.where(x > 0, x, 0.1 * x) + 0.25 * c_stored
+    scale = np.abs(a64) @ np.abs(b64)
+    np.testing.assert_array_less(np.abs(C.get().astype(np.float64) - want), tol * (np.abs(want) + scale) + 1e-6)
+    np.testing.assert_allclose(bsum.get()[:, 0], want.sum(axis=1), rtol=tol * 4, atol=tol * n)

@@ -26,10 +26,12 @@ class Context(_kiln._Context):
     rng_seed / seed: the random stream's seed (0 when None).
     bench: time and print every assignment (synchronising), as the seeds' bench mode.
     deterministic: accepted for neon compatibility; kiln's reductions are always deterministic.
+    allow_tf32: float32 GEMMs may use tf32 tensor cores (several times faster, 10-bit mantissa
+        products); off by default.
     """
 
     def __init__(self, device=None, *, default_dtype=np.float32, stochastic_round=False, rng_seed=None, seed=None,
-                 device_id=None, bench=False, deterministic=None):
+                 device_id=None, bench=False, deterministic=None, allow_tf32=False):
         if device is None and device_id:
             if os.environ.get("KILN_BACKEND", "") != "cpu":
                 device = f"cuda:{int(device_id)}"
@@ -39,6 +41,7 @@ class Context(_kiln._Context):
             bits = int(stochastic_round)
         s = rng_seed if rng_seed is not None else seed
         super().__init__(device or "", int(s or 0), _dtypes.dtype(default_dtype), bits, bool(bench))
+        self.allow_tf32 = bool(allow_tf32)
 
     def __repr__(self):
         return f"kiln.Context(device='{self.device}', default_dtype={self.default_dtype})"

@@ -60,6 +60,9 @@ void bind_context(nb::module_& m) {
                          else c.c().set_stochastic_round(nb::cast<int>(v));
                      },
                      "Mantissa bits kept by stochastic rounding of 16-bit float stores (0: round to nearest; True: 10).")
+        .def_prop_rw("allow_tf32", [](const PyContext& c) { return c.c().allow_tf32(); },
+                     [](PyContext& c, bool on) { c.c().set_allow_tf32(on); },
+                     "float32 GEMMs may use tf32 tensor cores (faster, 10-bit mantissa products).")
         .def_prop_ro("stream_handle", [](const PyContext& c) { return c.c().stream_handle(); },
                      "The CUstream this context's work is ordered on (0 on the CPU).")
         .def("order_before", [](PyContext& c, uintptr_t stream) { c.c().order_before(stream); }, "stream"_a,
