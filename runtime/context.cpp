@@ -3,6 +3,7 @@
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
 #include "runtime/host_convert.hpp"
+#include "runtime/host_target.hpp"
 #include "runtime/kir_interpreter.hpp"
 #ifdef KILN_CUDA
 #include "runtime/cuda/validate.hpp"
@@ -38,16 +39,6 @@ struct ExternalStorage : OwnedStorage {
 
 std::string device_str(const Device& d) {
     return d.kind == DeviceKind::CUDA ? fmt::format("cuda:{}", d.index) : std::string("cpu");
-}
-
-std::string host_target() {
-    std::string t = "cpu-x86_64";
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) t += "-avx512";
-    else if (__builtin_cpu_supports("avx2")) t += "-avx2";
-#endif
-    return t;
 }
 
 // "cuda" -> 0, "cuda:3" -> 3; -1 when malformed.
@@ -126,13 +117,13 @@ Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
                  dev);
 #endif
     }
-    if (m.backend == Backend::CPU) m.target = host_target();
+    if (m.backend == Backend::CPU) m.target = host_target_label();
 #ifdef KILN_CPU_JIT
     if (m.backend == Backend::CPU || m.validate) m.jit = std::make_unique<cpu::CpuJit>();
 #endif
     if (compile_forbidden_by_env()) {
 #ifdef KILN_CPU_JIT
-        if (m.jit) m.jit->forbid_compiles(true, host_target());
+        if (m.jit) m.jit->forbid_compiles(true, host_target_label());
 #endif
 #ifdef KILN_CUDA
         if (m.cuda) m.cuda->forbid_compiles(true);
@@ -346,6 +337,7 @@ Counters Context::counters() const {
         auto j = impl_->jit->counters();
         c.compiles = j.compiles;
         c.memory_hits = j.memory_hits;
+        c.disk_hits = j.disk_hits;
         c.compile_ms = j.compile_ms;
     }
 #endif
@@ -410,7 +402,7 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr) {
         if (cuda) {
             st.kernel = cuda->compile(st.lowered.kernel, key);
 #ifdef KILN_CPU_JIT
-            if (validate) st.check_kernel = jit->compile(st.lowered.kernel, key + "\nvalidate-on " + host_target());
+            if (validate) st.check_kernel = jit->compile(st.lowered.kernel, key + "\nvalidate-on " + host_target_label());
 #endif
             continue;
         }

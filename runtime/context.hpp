@@ -32,7 +32,7 @@ struct ContextOptions {
 struct Counters {
     uint64_t compiles = 0;          // kernels compiled (JIT)
     uint64_t memory_hits = 0;       // kernels found in the in-memory cache
-    uint64_t disk_hits = 0;         // kernels loaded from the disk cache (CUDA)
+    uint64_t disk_hits = 0;         // kernels loaded from the disk cache (CUDA cubins, CPU objects)
     uint64_t plan_hits = 0;         // assignments that reused a cached plan (no pass ran)
     double compile_ms = 0;          // time spent compiling
     uint64_t launches = 0;          // kernels run

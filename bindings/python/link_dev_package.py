@@ -1,5 +1,5 @@
-# Lays out an importable `kiln` package in the build tree (links to the Python sources and the
-# built extension), so tests can run against a build without installing it:
+# Lays out an importable `kiln` package in the build tree (links to the Python sources, the
+# built extension and kiln-warmup), so tests can run against a build without installing it:
 #   PYTHONPATH=<build>/bindings/python/pkg python -m pytest tests/python
 import os
 import sys

@@ -1,23 +1,35 @@
 // kiln-warmup: compiles the kernels of recorded manifests (KILN_RECORD) into the disk kernel
-// cache for the CUDA architectures asked for, with NVRTC, without a GPU; checks a cache against
-// manifests without writing; evicts least-recently-used entries down to a size.
+// cache — for the CUDA architectures asked for, with NVRTC and without a GPU, and for this host's
+// CPU with the CPU backend's LLVM — checks a cache against manifests without writing; evicts
+// least-recently-used entries down to a size.
 //
-//   kiln-warmup MANIFEST... [--arch sm_80,sm_90,...] [--cache-dir DIR] [--jobs N] [--check] [--prune SIZE]
+//   kiln-warmup MANIFEST... [--arch sm_80,sm_90,cpu,native] [--cache-dir DIR] [--jobs N] [--check] [--prune SIZE]
 //
-// A cache entry is keyed exactly as the CUDA backend keys it at run time (the kernel's key for
-// the arch, its CUDA source, the arch, the NVRTC version, kiln's version), so a warmed entry is a
-// disk hit for the program that recorded the manifest. Exit status: 0 when every kernel is (or
-// was already) cached, 1 when any failed or, with --check, is missing, stale or damaged; 2 for
-// bad arguments or manifests.
-#include "codegen/cuda/cuda_codegen.hpp"
+// A cache entry is keyed exactly as the runtime keys it: a CUDA entry by cache::cuda_kernel_key
+// (the kernel's key for the arch, its CUDA source, the arch, the NVRTC version, kiln's version),
+// a CPU entry by the CPU backend itself (CpuJit::disk_key: the kernel's key for this host's CPU
+// label, the exact CPU model and features, LLVM's version, kiln's), so a warmed entry is a disk
+// hit for the program that recorded the manifest. The kernel text of a manifest line does not
+// depend on the backend that recorded it (the lowering is the same for every target; only the
+// key names the target), so any line can be warmed for any arch, `cpu` included.
+// Exit status: 0 when every kernel is (or was already) cached, 1 when any failed or, with --check,
+// is missing, stale or damaged; 2 for bad arguments or manifests.
 #include "compiler/kernel_text.hpp"
 #include "compiler/key.hpp"
 #include "ir/error.hpp"
 #include "runtime/cache/disk_cache.hpp"
 #include "runtime/cache/entry_format.hpp"
 #include "runtime/cache/file_io.hpp"
-#include "runtime/cuda/nvrtc.hpp"
 #include "runtime/manifest.hpp"
+#ifdef KILN_HAVE_NVRTC
+#include "codegen/cuda/cuda_codegen.hpp"
+#include "runtime/cuda/driver.hpp"
+#include "runtime/cuda/nvrtc.hpp"
+#endif
+#ifdef KILN_HAVE_LLVM
+#include "runtime/cpu/cpu_jit.hpp"
+#include "runtime/host_target.hpp"
+#endif
 
 #include <fmt/format.h>
 
@@ -28,6 +40,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -45,17 +58,32 @@ using namespace kiln;
 namespace {
 
 const char* kUsage =
-    "usage: kiln-warmup MANIFEST... [--arch sm_80,sm_90,...] [--cache-dir DIR] [--jobs N] [--check] [--prune SIZE]\n"
+    "usage: kiln-warmup MANIFEST... [--arch sm_80,sm_90,cpu,native] [--cache-dir DIR] [--jobs N] [--check] [--prune SIZE]\n"
     "  MANIFEST      JSON-lines manifests recorded with KILN_RECORD=path (or Context::record_to)\n"
-    "  --arch        CUDA architectures to compile for (default: those recorded in the manifests)\n"
+    "  --arch        what to compile every kernel for: CUDA architectures (sm_80, sm_90, ...), cpu (this host's\n"
+    "                CPU), native (this host's CPU and the architecture of each CUDA device it has)\n"
+    "                (default: what each kernel was recorded on: its sm_XX, or cpu)\n"
     "  --cache-dir   the kernel cache (default: KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)\n"
-    "  --jobs N      parallel NVRTC compiles (default: the number of CPUs)\n"
+    "  --jobs N      parallel compiles (default: the number of CPUs)\n"
     "  --check       verify the cache holds every kernel for every arch (missing, stale, damaged); write nothing\n"
     "  --prune SIZE  then delete least-recently-used entries until the cache is at most SIZE (e.g. 500M, 2G)\n";
 
+constexpr const char* kCpu = "cpu";
+
+#ifdef KILN_HAVE_NVRTC
+constexpr bool kHaveCuda = true;
+#else
+constexpr bool kHaveCuda = false;
+#endif
+#ifdef KILN_HAVE_LLVM
+constexpr bool kHaveCpu = true;
+#else
+constexpr bool kHaveCpu = false;
+#endif
+
 struct Options {
     std::vector<std::string> manifests;
-    std::vector<std::string> archs;  // "sm_90"
+    std::vector<std::string> archs;  // "sm_90", "cpu"
     std::string cache_dir;
     int jobs = 0;
     bool check = false;
@@ -83,6 +111,32 @@ long long parse_size(const std::string& s) {
     return (long long)(v * mult);
 }
 
+// --arch native: what this machine runs — its CPU (when the tool has the CPU backend) and the
+// architecture of each CUDA device the driver reports (none when there is no driver or device).
+std::vector<std::string> native_archs() {
+    std::vector<std::string> out;
+    if (kHaveCpu) out.push_back(kCpu);
+#ifdef KILN_HAVE_NVRTC
+    const cuda::Driver& d = cuda::driver();
+    int count = 0;
+    if (d.loaded && d.cuDeviceGetCount(&count) == CUDA_SUCCESS) {
+        for (int i = 0; i < count; ++i) {
+            CUdevice dev = 0;
+            int major = 0, minor = 0;
+            if (d.cuDeviceGet(&dev, i) != CUDA_SUCCESS ||
+                d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+                d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+                continue;
+            const std::string sm = fmt::format("sm_{}", major * 10 + minor);
+            if (std::find(out.begin(), out.end(), sm) == out.end()) out.push_back(sm);
+        }
+    }
+#endif
+    if (out.empty()) usage_error("--arch native: this kiln-warmup has no CPU backend and found no CUDA device; name the "
+                                 "architectures (sm_80,sm_90)");
+    return out;
+}
+
 Options parse_args(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
@@ -100,10 +154,24 @@ Options parse_args(int argc, char** argv) {
             while (start <= list.size()) {
                 size_t comma = list.find(',', start);
                 std::string arch = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-                if (arch == "native") usage_error("--arch native needs a GPU to ask; name the architectures (sm_80,sm_90)");
-                if (arch.rfind("sm_", 0) != 0 || arch.size() < 5 || arch.find_first_not_of("0123456789", 3) != std::string::npos)
-                    usage_error(fmt::format("--arch: '{}' is not an architecture like sm_80 or sm_90", arch));
-                o.archs.push_back(arch);
+                if (arch == "native") {
+                    for (const std::string& a : native_archs())
+                        if (std::find(o.archs.begin(), o.archs.end(), a) == o.archs.end()) o.archs.push_back(a);
+                } else if (arch == kCpu) {
+                    if (!kHaveCpu)
+                        usage_error("--arch cpu: this kiln-warmup was built without LLVM (kiln's CPU backend); it warms "
+                                    "CUDA kernels only");
+                    o.archs.push_back(arch);
+                } else {
+                    if (arch.rfind("sm_", 0) != 0 || arch.size() < 5 ||
+                        arch.find_first_not_of("0123456789", 3) != std::string::npos)
+                        usage_error(fmt::format("--arch: '{}' is not an architecture like sm_80, sm_90, cpu or native", arch));
+                    if (!kHaveCuda)
+                        usage_error(fmt::format("--arch {}: this kiln-warmup was built without the CUDA toolkit's NVRTC; "
+                                                "it warms CPU kernels only (--arch cpu)",
+                                                arch));
+                    o.archs.push_back(arch);
+                }
                 if (comma == std::string::npos) break;
                 start = comma + 1;
             }
@@ -144,7 +212,7 @@ std::string json_field(const std::string& line, const std::string& name) {
 struct Entry {
     std::string text;   // kernel text
     kir::Kernel kernel;
-    std::set<std::string> recorded_archs;
+    std::set<std::string> recorded_archs;   // "sm_90", or "cpu" for lines recorded on the CPU backend
 };
 
 struct Job {
@@ -154,6 +222,54 @@ struct Job {
 
 enum class Outcome { Compiled, Cached, Failed, Missing, Stale, Damaged };
 
+struct Result {
+    Outcome outcome;
+    std::string detail;
+};
+
+// --check of one entry: reads the file at the key's path and compares every field, writing nothing.
+Result check_entry(const cache::DiskCache& disk, const cache::DiskCacheKey& dkey) {
+    cache::ReadResult r = cache::read_file(disk.path_for(dkey), size_t(1) << 31);
+    if (r.status == cache::ReadStatus::NotFound) return {Outcome::Missing, ""};
+    if (r.status != cache::ReadStatus::Ok) return {Outcome::Damaged, "unreadable"};
+    cache::ParsedEntry e = cache::verify_entry(r.data, {KILN_VERSION, dkey.toolchain, dkey.arch, dkey.material});
+    using C = cache::EntryCheck;
+    if (e.check == C::Ok) return {Outcome::Cached, ""};
+    const bool stale = e.check == C::KilnVersionMismatch || e.check == C::ToolchainMismatch || e.check == C::ArchMismatch ||
+                       e.check == C::MaterialMismatch || e.check == C::BadFormatVersion;
+    return {stale ? Outcome::Stale : Outcome::Damaged, cache::describe(e.check)};
+}
+
+#ifdef KILN_HAVE_NVRTC
+Result warm_cuda(cache::DiskCache& disk, kir::Kernel& k, const std::string& arch, const std::string& nvrtc, bool check) {
+    const std::string key = key_material(k, arch);
+    k.name = kernel_name_for(key);
+    const codegen::CudaSource src = codegen::emit_cuda(k);
+    const cache::DiskCacheKey dkey = cache::cuda_kernel_key(key, src.code, arch, nvrtc);
+    if (check) return check_entry(disk, dkey);
+    if (disk.load(dkey)) return {Outcome::Cached, ""};
+    cuda::NvrtcResult r = cuda::nvrtc_compile(src.code, k.name + ".cu", std::atoi(arch.c_str() + 3));
+    if (!r.ok) return {Outcome::Failed, fmt::format("NVRTC ({}):\n{}", r.options, r.log)};
+    disk.store(dkey, r.binary);
+    return {Outcome::Compiled, fmt::format("({:.0f} ms)", r.milliseconds)};
+}
+#endif
+
+#ifdef KILN_HAVE_LLVM
+// For this host's CPU, through the CPU backend itself: its key is the runtime's, and a kernel it
+// finds on disk is linked, so "cached" means the object loads here.
+Result warm_cpu(cpu::CpuJit& jit, const cache::DiskCache& disk, kir::Kernel& k, bool check) {
+    const std::string key = key_material(k, host_target_label());
+    k.name = kernel_name_for(key);
+    if (check) return check_entry(disk, jit.disk_key(k, key));
+    const cpu::CpuJitCounters before = jit.counters();
+    jit.compile(k, key);
+    const cpu::CpuJitCounters after = jit.counters();
+    if (after.compiles == before.compiles) return {Outcome::Cached, ""};
+    return {Outcome::Compiled, fmt::format("({:.0f} ms)", after.compile_ms - before.compile_ms)};
+}
+#endif
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -162,7 +278,6 @@ int main(int argc, char** argv) {
 
     // ---- manifests
     std::map<std::string, Entry> entries;  // by kernel text
-    size_t cpu_entries = 0;
     for (const std::string& path : opt.manifests) {
         std::ifstream in(path);
         if (!in) {
@@ -181,11 +296,7 @@ int main(int argc, char** argv) {
                 bad(fmt::format("manifest format '{}' is not one this kiln reads ({})", json_field(line, "format"),
                                 kManifestFormat));
             const std::string backend = json_field(line, "backend"), target = json_field(line, "target");
-            if (backend == "cpu") {
-                ++cpu_entries;
-                continue;
-            }
-            if (backend != "cuda") bad(fmt::format("unknown backend '{}'", backend));
+            if (backend != "cuda" && backend != "cpu") bad(fmt::format("unknown backend '{}'", backend));
             const std::string text = json_field(line, "kernel");
             Entry& e = entries[text];
             if (e.text.empty()) {
@@ -196,12 +307,10 @@ int main(int argc, char** argv) {
                 }
                 e.text = text;
             }
-            e.recorded_archs.insert(target);
+            // A CPU line's target names the recording host's CPU; it is warmed for this one.
+            e.recorded_archs.insert(backend == "cpu" ? std::string(kCpu) : target);
         }
     }
-    if (cpu_entries)
-        std::fprintf(stderr, "kiln-warmup: %zu CPU kernels skipped (the CPU backend keeps its kernels in memory only)\n",
-                     cpu_entries);
 
     cache::DiskCacheOptions copts;
     copts.dir = opt.cache_dir;
@@ -210,14 +319,50 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "kiln-warmup: no cache directory (set KILN_CACHE_DIR or pass --cache-dir)\n");
         return 2;
     }
-    const std::string nvrtc = cuda::nvrtc_version();
 
+    // Jobs; recorded archs this build cannot compile for are skipped with a note.
     std::vector<Job> jobs;
+    size_t skipped_cpu = 0, skipped_cuda = 0;
     for (auto& [text, e] : entries) {
         const std::vector<std::string> archs =
             opt.archs.empty() ? std::vector<std::string>(e.recorded_archs.begin(), e.recorded_archs.end()) : opt.archs;
-        for (const std::string& a : archs) jobs.push_back({&e, a});
+        for (const std::string& a : archs) {
+            const bool is_cpu = a == kCpu;
+            if (is_cpu && !kHaveCpu) ++skipped_cpu;
+            else if (!is_cpu && !kHaveCuda) ++skipped_cuda;
+            else jobs.push_back({&e, a});
+        }
     }
+    if (skipped_cpu)
+        std::fprintf(stderr, "kiln-warmup: %zu CPU kernels skipped (this kiln-warmup was built without LLVM)\n", skipped_cpu);
+    if (skipped_cuda)
+        std::fprintf(stderr, "kiln-warmup: %zu CUDA kernels skipped (this kiln-warmup was built without NVRTC)\n",
+                     skipped_cuda);
+    const bool any_cpu = std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.arch == kCpu; });
+    const int jobs_n = std::max(1, std::min(opt.jobs > 0 ? opt.jobs : (int)std::max(1u, std::thread::hardware_concurrency()),
+                                            (int)jobs.size()));
+
+#ifdef KILN_HAVE_LLVM
+    // One CPU backend per worker: each compiles one kernel at a time.
+    std::vector<std::unique_ptr<cpu::CpuJit>> jits(jobs_n);
+    auto jit_for = [&](int worker) -> cpu::CpuJit& {
+        if (!jits[worker]) {
+            cpu::CpuJitOptions o;
+            o.num_threads = 1;
+            o.cache_dir = disk.dir();
+            jits[worker] = std::make_unique<cpu::CpuJit>(o);
+        }
+        return *jits[worker];
+    };
+    if (any_cpu)
+        std::fprintf(stderr, "kiln-warmup: CPU kernels are compiled for this host: %s (%s)\n", jit_for(0).cpu_name().c_str(),
+                     host_target_label().c_str());
+#else
+    (void)any_cpu;
+#endif
+#ifdef KILN_HAVE_NVRTC
+    const std::string nvrtc = cuda::nvrtc_version();
+#endif
 
     // ---- compile (or check) every (kernel, arch), in parallel
     const bool tty = isatty(2);
@@ -240,55 +385,34 @@ int main(int argc, char** argv) {
         }
         std::fflush(stderr);
     };
-    auto work = [&] {
+    auto work = [&](int worker) {
+        (void)worker;
         for (size_t i; (i = next++) < jobs.size();) {
             const Job& j = jobs[i];
             kir::Kernel k = j.entry->kernel;
-            const std::string key = key_material(k, j.arch);
-            k.name = kernel_name_for(key);
             try {
-                const codegen::CudaSource src = codegen::emit_cuda(k);
-                const cache::DiskCacheKey dkey = cache::cuda_kernel_key(key, src.code, j.arch, nvrtc);
-                if (opt.check) {
-                    cache::ReadResult r = cache::read_file(disk.path_for(dkey), size_t(1) << 31);
-                    if (r.status == cache::ReadStatus::NotFound) {
-                        report(j, k.name, Outcome::Missing, "");
-                        continue;
-                    }
-                    if (r.status != cache::ReadStatus::Ok) {
-                        report(j, k.name, Outcome::Damaged, "unreadable");
-                        continue;
-                    }
-                    cache::ParsedEntry e = cache::verify_entry(r.data, {KILN_VERSION, dkey.toolchain, dkey.arch, dkey.material});
-                    using C = cache::EntryCheck;
-                    const bool stale = e.check == C::KilnVersionMismatch || e.check == C::ToolchainMismatch ||
-                                       e.check == C::ArchMismatch || e.check == C::MaterialMismatch ||
-                                       e.check == C::BadFormatVersion;
-                    report(j, k.name, e.check == C::Ok ? Outcome::Cached : stale ? Outcome::Stale : Outcome::Damaged,
-                           e.check == C::Ok ? "" : cache::describe(e.check));
-                    continue;
-                }
-                if (disk.load(dkey)) {
-                    report(j, k.name, Outcome::Cached, "");
-                    continue;
-                }
-                cuda::NvrtcResult r = cuda::nvrtc_compile(src.code, k.name + ".cu", std::atoi(j.arch.c_str() + 3));
-                if (!r.ok) {
-                    report(j, k.name, Outcome::Failed, fmt::format("NVRTC ({}):\n{}", r.options, r.log));
-                    continue;
-                }
-                disk.store(dkey, r.binary);
-                report(j, k.name, Outcome::Compiled, fmt::format("({:.0f} ms)", r.milliseconds));
+                Result r{Outcome::Failed, "no backend for " + j.arch};
+#ifdef KILN_HAVE_LLVM
+                if (j.arch == kCpu) r = warm_cpu(jit_for(worker), disk, k, opt.check);
+#endif
+#ifdef KILN_HAVE_NVRTC
+                if (j.arch != kCpu) r = warm_cuda(disk, k, j.arch, nvrtc, opt.check);
+#endif
+                report(j, k.name, r.outcome, r.detail);
             } catch (const std::exception& e) {
                 report(j, k.name, Outcome::Failed, e.what());
             }
         }
     };
-    int jobs_n = opt.jobs > 0 ? opt.jobs : std::max(1u, std::thread::hardware_concurrency());
     std::vector<std::thread> pool;
-    for (int t = 0; t < jobs_n && t < (int)jobs.size(); ++t) pool.emplace_back(work);
+    for (int t = 0; t < jobs_n && t < (int)jobs.size(); ++t) pool.emplace_back(work, t);
     for (auto& t : pool) t.join();
-    if (!opt.check && disk.stats().write_failures > 0) {
+    uint64_t write_failures = disk.stats().write_failures;
+#ifdef KILN_HAVE_LLVM
+    for (const auto& jit : jits)
+        if (jit && jit->disk_cache()) write_failures += jit->disk_cache()->stats().write_failures;
+#endif
+    if (!opt.check && write_failures > 0) {
         failures.push_back(fmt::format("the cache directory {} could not be written", disk.dir()));
     }
     for (const std::string& f : failures) std::fprintf(stderr, "kiln-warmup: failed: %s\n", f.c_str());

@@ -115,6 +115,12 @@ DiskCacheKey cuda_kernel_key(const std::string& kernel_key, const std::string& s
     return DiskCacheKey{kernel_key + "\n" + source, arch, "nvrtc " + nvrtc_version};
 }
 
+DiskCacheKey cpu_kernel_key(const std::string& kernel_key, const std::string& kernel_text, const std::string& symbol,
+                            const std::string& cpu_name, const std::string& machine, const std::string& llvm_version) {
+    return DiskCacheKey{kernel_key + "\nkernel " + kernel_text + "\nsymbol " + symbol + "\n" + machine, "cpu-" + cpu_name,
+                        "llvm " + llvm_version};
+}
+
 std::optional<std::vector<char>> DiskCache::load(const DiskCacheKey& key) {
     if (dir_.empty()) {
         misses_.fetch_add(1, std::memory_order_relaxed);

@@ -1,10 +1,11 @@
-// The on-disk kernel cache: compiled binaries (cubins) kept across processes, so a program that
-// ran before — or a cache warmed offline by kiln-warmup — never waits for NVRTC.
+// The on-disk kernel cache: compiled binaries (CUDA cubins, CPU object files) kept across
+// processes, so a program that ran before — or a cache warmed offline by kiln-warmup — never
+// waits for NVRTC or LLVM.
 //
 // Why it exists: compiling a kernel costs tens to hundreds of milliseconds; reading it back
 // costs microseconds. The backend asks its memory cache first, then this, then compiles and
 // stores here. This class owns the policy — where files go, what makes an entry trustworthy,
-// what happens when the directory cannot be written — and knows nothing about CUDA.
+// what happens when the directory cannot be written — and knows nothing about CUDA or LLVM.
 //
 // Files: <dir>/<2 hex>/<16 hex>.bin, the hex being the 64-bit FNV-1a of (material, arch,
 // toolchain, kiln version), each length-prefixed. A file holds a header (entry_format.hpp) with
@@ -37,8 +38,8 @@ struct DiskCacheOptions {
 
 struct DiskCacheKey {
     std::string material;       // full key material: every byte that changes the binary
-    std::string arch;           // "sm_90"
-    std::string toolchain;      // "nvrtc 13.0"
+    std::string arch;           // "sm_90", "cpu-znver3"
+    std::string toolchain;      // "nvrtc 13.0", "llvm 16.0.6"
 };
 
 // Each load() counts exactly one of hits, misses (no file or an unreadable one) and rejected
@@ -87,6 +88,17 @@ private:
 // use it, so an entry warmed offline is the one the runtime looks up.
 DiskCacheKey cuda_kernel_key(const std::string& kernel_key, const std::string& source, const std::string& arch,
                              const std::string& nvrtc_version);
+
+// The key of a CPU kernel's object file: the kernel's cache key (compiler/key.hpp, which names
+// the coarse CPU label), the kernel itself as text (what the CUDA key's source is to a cubin: two
+// kernels given one key by a caller still get two entries), the symbol its entry points are
+// named after (the object defines them), and `machine`, the full description of the code
+// generator's target — triple, CPU model, every feature, optimisation levels, code and
+// relocation models, vector math library (runtime/cpu/host_machine.hpp). arch is
+// "cpu-<CPU model>", toolchain "llvm <version>". The CPU backend and kiln-warmup both use it
+// (through CpuJit::disk_key), so an object from another CPU or LLVM is never loaded.
+DiskCacheKey cpu_kernel_key(const std::string& kernel_key, const std::string& kernel_text, const std::string& symbol,
+                            const std::string& cpu_name, const std::string& machine, const std::string& llvm_version);
 
 // KILN_CACHE_DIR if set and non-empty, else $XDG_CACHE_HOME/kiln if XDG_CACHE_HOME is an
 // absolute path, else $HOME/.cache/kiln (HOME, else the password database). "" if none is known.

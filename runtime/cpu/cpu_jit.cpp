@@ -1,36 +1,40 @@
 #include "runtime/cpu/cpu_jit.hpp"
 
 #include "codegen/llvm/llvm_codegen.hpp"
+#include "compiler/kernel_text.hpp"
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
+#include "runtime/cache/disk_cache.hpp"
+#include "runtime/cpu/host_machine.hpp"
 #include "runtime/cpu/thread_pool.hpp"
 #include "runtime/manifest.hpp"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"  // LLVM's headers
 #pragma GCC diagnostic ignored "-Wredundant-move"
-#include <llvm/ADT/StringMap.h>
 #include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
-#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/Error.h>
-#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
-#include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/Triple.h>
 #pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "dev"
+#endif
 
 namespace kiln::cpu {
 
@@ -47,15 +51,6 @@ constexpr int64_t kTasksPerThread = 4;
 constexpr int64_t kChunkWork = 32768;
 constexpr int64_t kMaxChunks = 1024;
 
-void init_llvm() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-        llvm::InitializeNativeTarget();
-        llvm::InitializeNativeTargetAsmPrinter();
-        llvm::InitializeNativeTargetAsmParser();
-    });
-}
-
 [[noreturn]] void fail_llvm(const std::string& what, llvm::Error err) {
     throw InternalError("cpu jit: " + what + ": " + llvm::toString(std::move(err)));
 }
@@ -64,17 +59,6 @@ template <typename T>
 T take(llvm::Expected<T> v, const std::string& what) {
     if (!v) fail_llvm(what, v.takeError());
     return std::move(*v);
-}
-
-llvm::orc::JITTargetMachineBuilder host_machine() {
-    auto jtmb = take(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host target");
-    jtmb.setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
-    return jtmb;
-}
-
-bool host_has_avx2() {
-    llvm::StringMap<bool> features;
-    return llvm::sys::getHostCPUFeatures(features) && features.lookup("avx2");
 }
 
 std::string module_text(const llvm::Module& m) {
@@ -89,7 +73,7 @@ void prepare_module(llvm::Module& m, llvm::TargetMachine& tm) {
     m.setTargetTriple(tm.getTargetTriple().str());
 }
 
-// The O3 pipeline of the new pass manager, tuned for the host (vector width, costs). With
+// The O3 pipeline of the new pass manager, tuned for the target (vector width, costs). With
 // `vector_math`, loops calling exp/log/pow/sin/cos vectorise through glibc's libmvec.
 void optimise(llvm::Module& m, llvm::TargetMachine& tm, bool vector_math) {
     llvm::LoopAnalysisManager lam;
@@ -135,12 +119,14 @@ struct CpuJit::Impl {
     std::once_flag pool_once;
     std::unique_ptr<ThreadPool> pool;
 
-    std::unique_ptr<llvm::TargetMachine> tm;  // for the optimisation pipeline
+    std::unique_ptr<llvm::TargetMachine> tm;  // optimisation and code generation (under compile_mu)
     std::unique_ptr<llvm::orc::LLJIT> jit;
     bool vector_math = false;
+    MachineDescription machine;               // what the machine code depends on: part of the disk key
+    std::unique_ptr<cache::DiskCache> disk;   // null: memory only
 
-    std::mutex compile_mu;  // one compile at a time: LLVM state, symbol names
-    std::unordered_set<std::string> symbols;
+    std::mutex compile_mu;  // one compile or load at a time: the TargetMachine, the JIT's dylibs
+    uint64_t dylibs = 0;
 
     bool forbid = false;   // KILN_ASSERT_NO_COMPILE
     std::string target;
@@ -149,17 +135,16 @@ struct CpuJit::Impl {
     std::unordered_map<std::string, std::unique_ptr<CpuKernel>> cache;
     CpuJitCounters counters;
 
-    explicit Impl(int n) : threads(n > 0 ? n : default_num_threads()) {
-        init_llvm();
-        auto jtmb = host_machine();
-        tm = take(jtmb.createTargetMachine(), "creating the host target machine");
+    explicit Impl(const CpuJitOptions& o) : threads(o.num_threads > 0 ? o.num_threads : default_num_threads()) {
+        llvm::orc::JITTargetMachineBuilder jtmb = machine_builder(o.target);
+        tm = take(jtmb.createTargetMachine(), "creating the target machine");
         jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create(), "creating the JIT");
         const char prefix = jit->getDataLayout().getGlobalPrefix();
         // libm (tanhf, expf, ...) and anything else the process has loaded.
         jit->getMainJITDylib().addGenerator(
             take(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix), "opening the process symbols"));
-        // libmvec's AVX2 entry points, when the machine and the C library have them.
-        if (host_has_avx2()) {
+        // libmvec's AVX2 entry points, when the target and the C library have them.
+        if (has_avx2(jtmb)) {
             auto mvec = llvm::orc::DynamicLibrarySearchGenerator::Load("libmvec.so.1", prefix);
             if (mvec) {
                 jit->getMainJITDylib().addGenerator(std::move(*mvec));
@@ -168,6 +153,8 @@ struct CpuJit::Impl {
                 llvm::consumeError(mvec.takeError());
             }
         }
+        machine = describe_machine(jtmb, *tm, vector_math);
+        if (o.disk_cache) disk = std::make_unique<cache::DiskCache>(cache::DiskCacheOptions{o.cache_dir, KILN_VERSION});
     }
 
     ThreadPool& thread_pool() {
@@ -175,19 +162,18 @@ struct CpuJit::Impl {
         return *pool;
     }
 
-    // A symbol name not used before in this JIT: kernel names are unique per key, but two keys
-    // could in principle map to one name.
-    std::string unique_symbol(const std::string& name) {
-        std::string base = name.empty() ? "kiln_kernel" : name;
-        std::string s = base;
-        for (int i = 1; symbols.count(s) || symbols.count(codegen::partial_entry_name(s)); ++i)
-            s = base + "_" + std::to_string(i);
-        return s;
+    // The name of the kernel's entry points (codegen/llvm_codegen.hpp): the kernel's own, which
+    // the lowering derives from the key.
+    static std::string symbol_of(const kir::Kernel& k) { return k.name.empty() ? std::string("kiln_kernel") : k.name; }
+
+    cache::DiskCacheKey disk_key(const kir::Kernel& k, const std::string& key) const {
+        return cache::cpu_kernel_key(key, kernel_text(k), symbol_of(k), machine.cpu, machine.text, machine.llvm_version);
     }
 
-    std::unique_ptr<CpuKernel> build(const kir::Kernel& kernel) {
+    // The kernel's optimised module compiled to a relocatable object, as IRCompileLayer would.
+    std::vector<char> build_object(const kir::Kernel& kernel) {
         kir::Kernel k = kernel;
-        k.name = unique_symbol(kernel.name);
+        k.name = symbol_of(kernel);
         auto ctx = std::make_unique<llvm::LLVMContext>();
         std::unique_ptr<llvm::Module> m = codegen::emit_llvm(k, *ctx);
         prepare_module(*m, *tm);
@@ -195,22 +181,56 @@ struct CpuJit::Impl {
         if (debug) log_debug("cpu jit: LLVM IR of {}:\n{}", k.name, module_text(*m));
         optimise(*m, *tm, vector_math);
         if (debug) log_debug("cpu jit: optimised LLVM IR of {}:\n{}", k.name, module_text(*m));
+        llvm::orc::SimpleCompiler compiler(*tm);
+        std::unique_ptr<llvm::MemoryBuffer> obj = take(compiler(*m), "generating machine code for " + k.name);
+        return std::vector<char>(obj->getBufferStart(), obj->getBufferEnd());
+    }
 
-        if (auto err = jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))))
-            fail_llvm("adding the module of " + k.name, std::move(err));
-        auto out = std::make_unique<CpuKernel>();
-        out->kernel = kernel;
-        auto find = [&](const std::string& sym) {
-            symbols.insert(sym);
-            return take(jit->lookup(sym), "linking " + sym);
+    // Links `object` into a JITDylib of its own and resolves the kernel's entry points. On
+    // failure the dylib is removed and the reason returned in *error (out is then unusable).
+    bool link(const kir::Kernel& kernel, const std::vector<char>& object, CpuKernel& out, std::string* error) {
+        const std::string sym = symbol_of(kernel);
+        auto created = jit->createJITDylib("kiln_kernel_" + std::to_string(++dylibs));
+        if (!created) fail_llvm("creating a JITDylib for " + sym, created.takeError());
+        llvm::orc::JITDylib& jd = *created;
+        jd.addToLinkOrder(jit->getMainJITDylib());
+        auto fail = [&](llvm::Error err) {
+            *error = llvm::toString(std::move(err));
+            if (llvm::Error e = jit->getExecutionSession().removeJITDylib(jd)) llvm::consumeError(std::move(e));
+            return false;
         };
-        if (k.full_reduce) {
-            out->partial = find(codegen::partial_entry_name(k.name)).toPtr<PartialFn>();
-            out->final_combine = find(codegen::final_entry_name(k.name)).toPtr<FinalFn>();
+        // A copy: the buffer must be aligned for the object parser and must outlive the link.
+        auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), sym);
+        if (llvm::Error err = jit->addObjectFile(jd, std::move(buffer))) return fail(std::move(err));
+        auto find = [&](const std::string& name) -> llvm::Expected<llvm::orc::ExecutorAddr> { return jit->lookup(jd, name); };
+        out.kernel = kernel;
+        if (kernel.full_reduce) {
+            auto partial = find(codegen::partial_entry_name(sym));
+            if (!partial) return fail(partial.takeError());
+            auto final_combine = find(codegen::final_entry_name(sym));
+            if (!final_combine) return fail(final_combine.takeError());
+            out.partial = partial->toPtr<PartialFn>();
+            out.final_combine = final_combine->toPtr<FinalFn>();
         } else {
-            out->run = find(k.name).toPtr<KernelFn>();
+            auto run = find(sym);
+            if (!run) return fail(run.takeError());
+            out.run = run->toPtr<KernelFn>();
         }
-        return out;
+        return true;
+    }
+
+    // The kernel from the disk cache, or null on a miss or an object that does not link.
+    std::unique_ptr<CpuKernel> load(const kir::Kernel& kernel, const cache::DiskCacheKey& dkey) {
+        if (!disk) return nullptr;
+        std::optional<std::vector<char>> object = disk->load(dkey);
+        if (!object) return nullptr;
+        auto out = std::make_unique<CpuKernel>();
+        std::string error;
+        if (link(kernel, *object, *out, &error)) return out;
+        // It passed the entry's checks yet does not link (a symbol this process cannot
+        // resolve, say): compile afresh, which also replaces the file.
+        log_warn("cpu jit: the cached object of kernel {} did not link ({}); compiling it again", kernel.name, error);
+        return nullptr;
     }
 
     const CpuKernel* cached(const std::string& key) {
@@ -220,29 +240,59 @@ struct CpuJit::Impl {
         ++counters.memory_hits;
         return it->second.get();
     }
+
+    const CpuKernel* insert(const std::string& key, std::unique_ptr<CpuKernel> k) {
+        std::lock_guard<std::mutex> lock(cache_mu);
+        return cache.emplace(key, std::move(k)).first->second.get();
+    }
 };
 
-CpuJit::CpuJit(int num_threads) : impl_(std::make_unique<Impl>(num_threads)) {}
+CpuJit::CpuJit(int num_threads) : CpuJit(CpuJitOptions{num_threads, true, {}, std::nullopt}) {}
+CpuJit::CpuJit(CpuJitOptions options) : impl_(std::make_unique<Impl>(options)) {}
 CpuJit::~CpuJit() = default;
 
 const CpuKernel* CpuJit::compile(const kir::Kernel& kernel, const std::string& key) {
-    if (const CpuKernel* hit = impl_->cached(key)) return hit;
-    std::lock_guard<std::mutex> compiling(impl_->compile_mu);
-    if (const CpuKernel* hit = impl_->cached(key)) return hit;  // compiled while we waited
-    if (impl_->forbid) refuse_compile(kernel, impl_->target, "");
+    Impl& m = *impl_;
+    if (const CpuKernel* hit = m.cached(key)) return hit;
+    std::lock_guard<std::mutex> compiling(m.compile_mu);
+    if (const CpuKernel* hit = m.cached(key)) return hit;  // compiled while we waited
 
     auto t0 = std::chrono::steady_clock::now();
-    std::unique_ptr<CpuKernel> built = impl_->build(kernel);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    log_debug("cpu jit: compiled {} in {:.1f} ms", kernel.name, ms);
+    auto since = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+    const cache::DiskCacheKey dkey = m.disk_key(kernel, key);
+    if (std::unique_ptr<CpuKernel> loaded = m.load(kernel, dkey)) {
+        log_debug("cpu jit: loaded {} from the disk cache in {:.2f} ms", kernel.name, since());
+        {
+            std::lock_guard<std::mutex> lock(m.cache_mu);
+            ++m.counters.disk_hits;
+        }
+        return m.insert(key, std::move(loaded));
+    }
+    if (m.forbid) refuse_compile(kernel, m.target, m.disk ? m.disk->dir() : std::string("(memory only)"));
 
-    std::lock_guard<std::mutex> lock(impl_->cache_mu);
-    ++impl_->counters.compiles;
-    impl_->counters.compile_ms += ms;
-    const CpuKernel* out = built.get();
-    impl_->cache.emplace(key, std::move(built));
-    return out;
+    t0 = std::chrono::steady_clock::now();
+    const std::vector<char> object = m.build_object(kernel);
+    auto built = std::make_unique<CpuKernel>();
+    std::string error;
+    if (!m.link(kernel, object, *built, &error)) throw InternalError("cpu jit: linking " + kernel.name + ": " + error);
+    const double ms = since();
+    log_debug("cpu jit: compiled {} in {:.1f} ms ({} bytes of object code)", kernel.name, ms, object.size());
+    if (m.disk) m.disk->store(dkey, object);
+    {
+        std::lock_guard<std::mutex> lock(m.cache_mu);
+        ++m.counters.compiles;
+        m.counters.compile_ms += ms;
+    }
+    return m.insert(key, std::move(built));
 }
+
+cache::DiskCacheKey CpuJit::disk_key(const kir::Kernel& kernel, const std::string& key) const {
+    return impl_->disk_key(kernel, key);
+}
+
+const cache::DiskCache* CpuJit::disk_cache() const { return impl_->disk.get(); }
+
+const std::string& CpuJit::cpu_name() const { return impl_->machine.cpu; }
 
 void CpuJit::forbid_compiles(bool on, std::string target) {
     impl_->forbid = on;
@@ -325,9 +375,10 @@ std::string llvm_ir_text(const kir::Kernel& kernel, bool optimised) {
     llvm::LLVMContext ctx;
     std::unique_ptr<llvm::Module> m = codegen::emit_llvm(kernel, ctx);
     if (optimised) {
-        auto tm = take(host_machine().createTargetMachine(), "creating the host target machine");
+        llvm::orc::JITTargetMachineBuilder jtmb = machine_builder(std::nullopt);
+        auto tm = take(jtmb.createTargetMachine(), "creating the host target machine");
         prepare_module(*m, *tm);
-        optimise(*m, *tm, host_has_avx2());
+        optimise(*m, *tm, has_avx2(jtmb));
     }
     return module_text(*m);
 }

@@ -8,6 +8,7 @@
 #include <kiln/kiln.hpp>
 
 #include "ir/half.hpp"
+#include "tests/support/cache_dir.hpp"
 #include "tests/support/gpu.hpp"
 #ifdef KILN_HAVE_NVRTC
 #include "runtime/cuda/cuda_backend.hpp"
@@ -24,11 +25,6 @@ using namespace kiln;
 using kiln::test::why_no_gpu;
 
 namespace {
-
-std::string fresh_dir() {
-    char tmpl[] = "/tmp/kiln-gpu-test-XXXXXX";
-    return mkdtemp(tmpl);
-}
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -2, float hi = 3) {
     std::mt19937 g(seed);
@@ -130,8 +126,8 @@ TEST_CASE("gpu: KILN_BACKEND=cpu forces the CPU, KILN_BACKEND=cuda the GPU") {
 
 TEST_CASE("gpu: kernel caches — compile once, then memory hits, then disk hits in a new context") {
     REQUIRE_GPU();
-    const std::string dir = fresh_dir();
-    ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+    kiln::test::ScopedCacheDir cache_dir;
+    const std::string& dir = cache_dir.path();
     ::setenv("KILN_DUMP_SOURCE", "1", 1);
     std::vector<float> f = random_floats(512, 5);
     {
@@ -165,15 +161,13 @@ TEST_CASE("gpu: kernel caches — compile once, then memory hits, then disk hits
         for (size_t i = 0; i < f.size(); ++i) CHECK(std::abs(got[i] - (std::tanh(f[i]) * 3.0f - f[i])) <= 1e-5f);
     }
     ::unsetenv("KILN_DUMP_SOURCE");
-    ::unsetenv("KILN_CACHE_DIR");
-    std::filesystem::remove_all(dir);
 }
 
 #ifdef KILN_HAVE_NVRTC
 TEST_CASE("gpu: NVRTC failure is a CompileError with the log, the options and the numbered source") {
     REQUIRE_GPU();
-    const std::string dir = fresh_dir();
-    ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+    kiln::test::ScopedCacheDir cache_dir;
+    const std::string& dir = cache_dir.path();
     cuda::CudaBackend gpu(0);
     kir::Kernel k;
     k.name = "int";   // an identifier, but a keyword: the renderer accepts it, NVRTC does not
@@ -197,8 +191,6 @@ TEST_CASE("gpu: NVRTC failure is a CompileError with the log, the options and th
         CHECK(e.numbered_source().find("    1 | ") != std::string::npos);
     }
     CHECK(std::filesystem::exists(dir + "/sources/int.cu"));
-    ::unsetenv("KILN_CACHE_DIR");
-    std::filesystem::remove_all(dir);
 }
 #endif
 

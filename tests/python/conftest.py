@@ -10,13 +10,23 @@ with ``xp=numpy`` and once with ``xp=kiln`` and the two results are compared (ki
 through ``np.asarray``), with tolerances that depend on the dtypes involved. Data comes from
 :func:`shaped_random`, seeded, so both runs see the same values.
 """
+import atexit
 import functools
 import inspect
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 import pytest
+
+# A kernel cache of this test run's own, as in the C++ tests: what one run stores (CPU objects,
+# cubins) never turns the next run's compiles into disk hits, and the user's cache is neither
+# read nor written. Set before kiln creates a context (each reads KILN_CACHE_DIR then).
+_cache_dir = tempfile.mkdtemp(prefix="kiln-pytest-cache-")
+os.environ["KILN_CACHE_DIR"] = _cache_dir
+atexit.register(shutil.rmtree, _cache_dir, True)
 
 try:
     import kiln

@@ -1,10 +1,12 @@
-// Kernel manifests (KILN_RECORD, Context::record_to) and KILN_ASSERT_NO_COMPILE on the CPU backend.
+// Kernel manifests (KILN_RECORD, Context::record_to) and KILN_ASSERT_NO_COMPILE on the CPU backend,
+// with the kernel cache on disk empty and warm.
 #include "tests/support/catch.hpp"
 
 #include <kiln/kiln.hpp>
 
 #include "compiler/kernel_text.hpp"
 #include "compiler/key.hpp"
+#include "tests/support/cache_dir.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -101,6 +103,7 @@ TEST_CASE("KILN_RECORD records every context's kernels; an unwritable path is an
 }
 
 TEST_CASE("KILN_ASSERT_NO_COMPILE turns a compile into an error naming the kernel") {
+    test::ScopedCacheDir cache_dir;   // empty: the kernel is nowhere
     setenv("KILN_ASSERT_NO_COMPILE", "1", 1);
     Context ctx(ContextOptions{"cpu"});
     unsetenv("KILN_ASSERT_NO_COMPILE");
@@ -115,9 +118,37 @@ TEST_CASE("KILN_ASSERT_NO_COMPILE turns a compile into an error naming the kerne
         CHECK(m.find("KILN_RECORD") != std::string::npos);
     }
     CHECK(ctx.counters().compiles == 0);
-    // Without the variable a context compiles as usual.
+    // Without the variable a context compiles as usual, and stores the object on disk...
     Context free_ctx(ContextOptions{"cpu"});
-    Tensor B = free_ctx.ones({4, 4});
+    Tensor B = free_ctx.array(std::vector<float>(16, 1.0f), {4, 4});
     B[all] = B * 3.0 + 1.0;
     CHECK(B.to_vector<float>()[0] == 4.0f);
+    CHECK(free_ctx.counters().compiles == 1);
+    // ...where a context that may not compile finds it.
+    setenv("KILN_ASSERT_NO_COMPILE", "1", 1);
+    Context warm_ctx(ContextOptions{"cpu"});
+    unsetenv("KILN_ASSERT_NO_COMPILE");
+    Tensor W = warm_ctx.array(std::vector<float>(16, 2.0f), {4, 4});
+    W[all] = W * 3.0 + 1.0;
+    CHECK(W.to_vector<float>()[5] == 7.0f);
+    CHECK(warm_ctx.counters().compiles == 0);
+    CHECK(warm_ctx.counters().disk_hits == 1);
+}
+
+TEST_CASE("KILN_RECORD records the kernels a context loads from the disk cache too") {
+    test::ScopedCacheDir cache_dir;
+    {
+        Context ctx(ContextOptions{"cpu"});
+        run_some_expressions(ctx);
+        CHECK(ctx.counters().compiles >= 3);
+    }
+    const std::string path = temp_path("disk");
+    std::remove(path.c_str());
+    Context ctx(ContextOptions{"cpu"});
+    ctx.record_to(path);
+    run_some_expressions(ctx);
+    CHECK(ctx.counters().compiles == 0);
+    CHECK(ctx.counters().disk_hits >= 3);
+    CHECK(lines_of(path).size() == ctx.counters().disk_hits);
+    std::remove(path.c_str());
 }

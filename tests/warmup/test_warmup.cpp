@@ -1,18 +1,27 @@
-// kiln-warmup end to end, without a GPU: the main example's stages lowered for sm_90 are recorded
-// into a manifest, the tool warms a fresh cache for sm_80 and sm_90, and every stage is then a
-// hit under the key the CUDA backend looks up. Then: a second run finds everything cached,
-// --check reports missing and damaged entries, --prune evicts, bad manifests are refused, and
-// two warm-ups on one directory at once both succeed.
+// kiln-warmup end to end, without a GPU.
+// CUDA: the main example's stages lowered for sm_90 are recorded into a manifest, the tool warms
+// a fresh cache for sm_80 and sm_90, and every stage is then a hit under the key the CUDA backend
+// looks up. Then: a second run finds everything cached, --check reports missing and damaged
+// entries, --prune evicts, bad manifests are refused, and two warm-ups on one directory at once
+// both succeed.
+// CPU: the example program itself records a manifest on the CPU backend, the tool warms a fresh
+// cache with --arch cpu, and the example then runs under KILN_ASSERT_NO_COMPILE with no compile;
+// kernels recorded on a CUDA context warm for the CPU too; --check and --prune see CPU entries;
+// two processes storing the same objects at once leave a correct cache.
 #include "tests/support/catch.hpp"
 
 #include <kiln/kiln.hpp>
 
 #include "codegen/cuda/cuda_codegen.hpp"
+#include "compiler/kernel_text.hpp"
 #include "compiler/key.hpp"
 #include "compiler/pipeline.hpp"
 #include "runtime/cache/disk_cache.hpp"
+#include "runtime/cache/file_io.hpp"
 #include "runtime/cuda/nvrtc.hpp"
+#include "runtime/host_target.hpp"
 #include "runtime/manifest.hpp"
+#include "tests/support/cache_dir.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -38,8 +47,9 @@ struct Run {
     std::string out;
 };
 
-Run run(const std::string& args) {
-    std::string cmd = tool() + " " + args + " 2>&1";
+// Runs a shell command line, stdout and stderr together.
+Run shell(const std::string& command) {
+    std::string cmd = command + " 2>&1";
     Run r;
     FILE* p = popen(cmd.c_str(), "r");
     REQUIRE(p != nullptr);
@@ -51,26 +61,39 @@ Run run(const std::string& args) {
     return r;
 }
 
+Run run(const std::string& args) { return shell(tool() + " " + args); }
+
 struct RecordedStage {
     kir::Kernel kernel;
     std::string key;  // for sm_90, as the runtime computes it
 };
 
 // The main example's assignments (variance, batch norm, an elementwise chain, a full
-// reduction), lowered for sm_90 without running them.
+// reduction) on tensors of one context.
+struct ExampleWork {
+    Tensor A, C, B, S;
+    std::vector<std::pair<Tensor*, Expr>> work;
+    explicit ExampleWork(Context& ctx) {
+        std::vector<float> host(512 * 64);
+        for (size_t i = 0; i < host.size(); ++i) host[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+        A = ctx.array(host, {512, 64});
+        C = ctx.empty({512, 1}), B = ctx.empty({512, 64}), S = ctx.empty({1, 1});
+        work = {
+            {&C, mean(square(A - mean(A, 1)), 1)},
+            {&B, reciprocal(sqrt(var(A, 1) + 0.001)) * (A - mean(A, 1))},
+            {&B, tanh(A * 0.5 + 1.0) * sig(A)},
+            {&S, sum(A * A)},
+        };
+    }
+};
+
+// The example's assignments lowered for sm_90 without running them.
 std::vector<RecordedStage> example_stages() {
     Context ctx(ContextOptions{"cpu"});
-    Tensor A = ctx.array(std::vector<float>(512 * 64, 0.5f), {512, 64});
-    Tensor C = ctx.empty({512, 1}), B = ctx.empty({512, 64}), S = ctx.empty({});
-    std::vector<std::pair<Tensor*, Expr>> work = {
-        {&C, mean(square(A - mean(A, 1)), 1)},
-        {&B, reciprocal(sqrt(var(A, 1) + 0.001)) * (A - mean(A, 1))},
-        {&B, tanh(A * 0.5 + 1.0) * sig(A)},
-        {&S, sum(A * A)},
-    };
+    ExampleWork w(ctx);
     std::vector<RecordedStage> out;
     std::set<std::string> seen;
-    for (auto& [dst, e] : work) {
+    for (auto& [dst, e] : w.work) {
         CompiledAssignment ca = compile_assignment(e.node(), dst->view(), "sm_90");
         for (auto& ls : ca.stages)
             if (seen.insert(ls.key).second) out.push_back({ls.kernel, ls.key});
@@ -85,12 +108,14 @@ std::string write_manifest(const std::vector<RecordedStage>& stages, const std::
     return path;
 }
 
+#ifdef KILN_HAVE_NVRTC
 cache::DiskCacheKey runtime_key(const RecordedStage& s, const std::string& arch) {
     kir::Kernel k = s.kernel;
     std::string key = arch == "sm_90" ? s.key : key_material(k, arch);
     k.name = kernel_name_for(key);
     return cache::cuda_kernel_key(key, codegen::emit_cuda(k).code, arch, cuda::nvrtc_version());
 }
+#endif
 
 std::string fresh_dir(const char* tag) {
     std::string d = fmt::format("/tmp/kiln-warmup-test-{}-{}", tag, (long)getpid());
@@ -121,6 +146,7 @@ struct Workspace {
 
 } // namespace
 
+#ifdef KILN_HAVE_NVRTC
 TEST_CASE("warm-up from a manifest makes every stage a disk hit for each arch; runs again, checks, prunes") {
     if (!available()) return;
     Workspace w("full");
@@ -196,6 +222,8 @@ TEST_CASE("two warm-ups at once on one cache directory both succeed and leave a 
     CHECK(c.status == 0);
 }
 
+#endif // KILN_HAVE_NVRTC
+
 TEST_CASE("kiln-warmup refuses bad arguments and manifests, naming the line") {
     if (!available()) return;
     const std::string bad = fresh_dir("bad") + ".jsonl";
@@ -218,6 +246,7 @@ TEST_CASE("kiln-warmup refuses bad arguments and manifests, naming the line") {
     std::remove(bad.c_str());
 }
 
+#ifdef KILN_HAVE_NVRTC
 TEST_CASE("a warm-up killed part way leaves a cache that the next warm-up completes") {
     if (!available()) return;
     Workspace w("killed");
@@ -257,3 +286,219 @@ TEST_CASE("a cache written by another kiln version is not trusted: the warm-up c
         CHECK(*bin != std::vector<char>(64, 'x'));
     }
 }
+#endif // KILN_HAVE_NVRTC
+
+#ifdef KILN_HAVE_LLVM
+namespace {
+
+std::string example() {
+    const char* e = std::getenv("KILN_EXAMPLE");
+    return e ? e : "";
+}
+
+bool example_available() {
+    if (!available()) return false;
+    if (example().empty()) {
+        WARN("SKIPPED: KILN_EXAMPLE (the example program's path) is not set; run through meson test");
+        return false;
+    }
+    return true;
+}
+
+// The example program on the CPU backend with the kernel cache `dir` and `env` ("NAME=value ...").
+Run run_example(const std::string& dir, const std::string& env = "") {
+    return shell(fmt::format("env KILN_BACKEND=cpu KILN_CACHE_DIR={} KILN_LOG=info {} {}", dir, env, example()));
+}
+
+std::vector<std::string> manifest_lines(const std::string& path) {
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    for (std::string l; std::getline(in, l);)
+        if (!l.empty()) out.push_back(l);
+    return out;
+}
+
+size_t count_in(const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+}
+
+int count_entries(const std::string& dir) {
+    int n = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        n += it->path().extension() == ".bin";
+    return n;
+}
+
+int count_temp_files(const std::string& dir) {
+    int n = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        n += cache::is_temp_name(it->path().filename().string());
+    return n;
+}
+
+// The example's own manifest on the CPU backend, recorded into a scratch cache; removed at the end.
+struct CpuWorkspace {
+    std::string manifest, dir, scratch;
+    size_t kernels = 0;
+    explicit CpuWorkspace(const std::string& tag)
+        : manifest(fresh_dir(("cpu-m-" + tag).c_str()) + ".jsonl"), dir(fresh_dir(("cpu-cache-" + tag).c_str())),
+          scratch(fresh_dir(("cpu-scratch-" + tag).c_str())) {
+        Run r = run_example(scratch, "KILN_RECORD=" + manifest);
+        INFO(r.out);
+        REQUIRE(r.status == 0);
+        REQUIRE(r.out.find("all results match the reference") != std::string::npos);
+        std::vector<std::string> lines = manifest_lines(manifest);
+        for (const std::string& l : lines) REQUIRE(l.find("\"backend\":\"cpu\"") != std::string::npos);
+        kernels = lines.size();
+        REQUIRE(kernels >= 4);
+    }
+    ~CpuWorkspace() {
+        fs::remove_all(dir);
+        fs::remove_all(scratch);
+        std::remove(manifest.c_str());
+    }
+};
+
+} // namespace
+
+TEST_CASE("cpu: the example's manifest warmed with --arch cpu runs under KILN_ASSERT_NO_COMPILE with no compile") {
+    if (!example_available()) return;
+    CpuWorkspace w("assert");
+    const size_t n = w.kernels;
+
+    // Not warmed: the asserted run fails, naming the variable (so the next part can fail too).
+    Run r = run_example(w.dir, "KILN_ASSERT_NO_COMPILE=1");
+    CHECK(r.status != 0);
+    CHECK(r.out.find("KILN_ASSERT_NO_COMPILE is set") != std::string::npos);
+
+    r = run(fmt::format("{} --arch cpu --cache-dir {} --jobs 2", w.manifest, w.dir));
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find(fmt::format("{} kernels x archs: {} compiled, 0 already cached, 0 failed", n, n)) != std::string::npos);
+    CHECK(r.out.find("CPU kernels are compiled for this host") != std::string::npos);
+    CHECK(count_entries(w.dir) == (int)n);
+
+    // The deployment: every kernel from disk, nothing compiled, every result right; the kernels
+    // it loads are recorded like compiled ones.
+    const std::string again = w.manifest + ".again";
+    r = run_example(w.dir, "KILN_ASSERT_NO_COMPILE=1 KILN_RECORD=" + again);
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("all results match the reference") != std::string::npos);
+    CHECK(r.out.find(fmt::format("counters (cpu): 0 compiles (0.0 ms), 0 memory hits, {} disk hits", n)) !=
+          std::string::npos);
+    CHECK(r.out.find(fmt::format("kernels compiled: 0 (0.0 ms), loaded from the disk cache: {}", n)) != std::string::npos);
+    CHECK(manifest_lines(again).size() == n);
+    std::remove(again.c_str());
+
+    // Again: nothing to compile; the recorded arch (cpu) is the default; --check agrees.
+    r = run(fmt::format("{} --cache-dir {}", w.manifest, w.dir));
+    CHECK(r.status == 0);
+    CHECK(r.out.find(fmt::format("{} kernels x archs: 0 compiled, {} already cached", n, n)) != std::string::npos);
+    r = run(fmt::format("{} --arch cpu --cache-dir {} --check", w.manifest, w.dir));
+    CHECK(r.status == 0);
+    CHECK(r.out.find(fmt::format("{} cached, 0 missing, 0 stale, 0 damaged", n)) != std::string::npos);
+
+    // Damage one object and remove another: --check reports both and writes nothing; a warm-up
+    // repairs both.
+    std::vector<std::string> files;
+    for (auto& e : fs::recursive_directory_iterator(w.dir))
+        if (e.path().extension() == ".bin") files.push_back(e.path().string());
+    REQUIRE(files.size() == n);
+    {
+        std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(-40, std::ios::end);
+        f.write("xyz", 3);
+    }
+    fs::remove(files[1]);
+    r = run(fmt::format("{} --arch cpu --cache-dir {} --check", w.manifest, w.dir));
+    CHECK(r.status == 1);
+    CHECK(r.out.find("1 missing, 0 stale, 1 damaged") != std::string::npos);
+    CHECK(fs::exists(files[0]));
+    r = run(fmt::format("{} --arch cpu --cache-dir {}", w.manifest, w.dir));
+    CHECK(r.status == 0);
+    CHECK(r.out.find("2 compiled") != std::string::npos);
+    r = run_example(w.dir, "KILN_ASSERT_NO_COMPILE=1");
+    CHECK(r.status == 0);
+
+    // --prune counts CPU entries like any other.
+    r = run(fmt::format("--cache-dir {} --prune 0", w.dir));
+    CHECK(r.status == 0);
+    CHECK(r.out.find(fmt::format("pruned {} entries", n)) != std::string::npos);
+    r = run(fmt::format("{} --arch cpu --cache-dir {} --check", w.manifest, w.dir));
+    CHECK(r.status == 1);
+    CHECK(r.out.find(fmt::format("0 cached, {} missing", n)) != std::string::npos);
+}
+
+TEST_CASE("cpu: kernels recorded on a CUDA context warm for the CPU (the kernel text is the same)") {
+    if (!available()) return;
+    Workspace w("cuda-to-cpu");   // a manifest of "cuda"/"sm_90" lines
+    const auto& [stages, manifest, dir] = std::tie(w.stages, w.manifest, w.dir);
+    // What a CPU context lowers for the same assignments is the same kernel text.
+    {
+        Context ctx(ContextOptions{"cpu"});
+        ExampleWork ew(ctx);
+        std::set<std::string> cuda_texts, cpu_texts;
+        for (const RecordedStage& s : stages) cuda_texts.insert(kernel_text(s.kernel));
+        for (auto& [dst, e] : ew.work)
+            for (auto& ls : compile_assignment(e.node(), dst->view(), host_target_label()).stages)
+                cpu_texts.insert(kernel_text(ls.kernel));
+        CHECK(cpu_texts == cuda_texts);
+    }
+    Run r = run(fmt::format("{} --arch native --cache-dir {}", manifest, dir));   // native includes this CPU
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    CHECK(count_in(r.out, " for cpu") == stages.size());
+    // A CPU context that may not compile runs every assignment from the warmed cache.
+    test::ScopedCacheDir warmed(dir);
+    ::setenv("KILN_ASSERT_NO_COMPILE", "1", 1);
+    Context ctx(ContextOptions{"cpu"});
+    ::unsetenv("KILN_ASSERT_NO_COMPILE");
+    ExampleWork ew(ctx);
+    for (auto& [dst, e] : ew.work) dst->assign(e);
+    CHECK(ctx.counters().compiles == 0);
+    CHECK(ctx.counters().disk_hits == stages.size());
+    std::vector<float> a = ew.A.to_vector<float>(), s = ew.S.to_vector<float>();
+    double ref = 0;
+    for (float x : a) ref += (double)x * x;
+    CHECK(std::abs(s[0] - ref) <= 1e-4 * ref);
+}
+
+TEST_CASE("cpu: processes storing the same objects at once leave a correct cache") {
+    if (!example_available()) return;
+    CpuWorkspace w("race");
+    // Two programs compiling and storing the same kernels into one empty directory.
+    Run a, b;
+    std::thread t1([&] { a = run_example(w.dir); });
+    std::thread t2([&] { b = run_example(w.dir); });
+    t1.join();
+    t2.join();
+    INFO(a.out << "\n---\n" << b.out);
+    CHECK(a.status == 0);
+    CHECK(b.status == 0);
+    CHECK(count_entries(w.dir) == (int)w.kernels);
+    CHECK(count_temp_files(w.dir) == 0);
+    Run c = run(fmt::format("{} --arch cpu --cache-dir {} --check", w.manifest, w.dir));
+    CHECK(c.status == 0);
+    c = run_example(w.dir, "KILN_ASSERT_NO_COMPILE=1");
+    CHECK(c.status == 0);
+    CHECK(c.out.find("counters (cpu): 0 compiles") != std::string::npos);
+
+    // Two warm-ups at once on a fresh directory, one job each.
+    fs::remove_all(w.dir);
+    std::thread t3([&] { a = run(fmt::format("{} --arch cpu --cache-dir {} --jobs 1", w.manifest, w.dir)); });
+    std::thread t4([&] { b = run(fmt::format("{} --arch cpu --cache-dir {} --jobs 1", w.manifest, w.dir)); });
+    t3.join();
+    t4.join();
+    INFO(a.out << "\n---\n" << b.out);
+    CHECK(a.status == 0);
+    CHECK(b.status == 0);
+    c = run(fmt::format("{} --arch cpu --cache-dir {} --check", w.manifest, w.dir));
+    CHECK(c.status == 0);
+    CHECK(count_temp_files(w.dir) == 0);
+}
+#endif // KILN_HAVE_LLVM

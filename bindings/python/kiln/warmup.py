@@ -1,6 +1,9 @@
 """python -m kiln.warmup: the kiln-warmup tool installed with the package (see docs/warmup.md).
 
-    python -m kiln.warmup manifest.jsonl --arch sm_80,sm_90 [--cache-dir DIR] [--jobs N] [--check] [--prune SIZE]
+    python -m kiln.warmup manifest.jsonl --arch sm_80,sm_90,cpu [--cache-dir DIR] [--jobs N] [--check] [--prune SIZE]
+
+``--arch cpu`` compiles for this host's CPU (kiln's CPU backend), ``native`` for this host's CPU
+and CUDA devices.
 """
 import os
 import shutil
@@ -19,8 +22,8 @@ def tool():
 def main(argv=None):
     exe = tool()
     if exe is None:
-        print("kiln-warmup: the tool is not installed with this kiln (it is built when the CUDA toolkit's NVRTC is "
-              "found)", file=sys.stderr)
+        print("kiln-warmup: the tool is not installed with this kiln (it is built when LLVM, for the CPU backend, or "
+              "the CUDA toolkit's NVRTC is found)", file=sys.stderr)
         return 2
     return subprocess.call([exe] + list(sys.argv[1:] if argv is None else argv))
 
