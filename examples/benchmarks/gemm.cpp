@@ -7,7 +7,8 @@
 //   JSON object per row to argv[1] (default gemm.json).
 // Timing: CUDA events on kiln's stream (cuBLAS runs on the same stream) around batches of
 // back-to-back calls, after warm-up; the median of 7 batches. Operands are uniform in [-1, 1).
-// Options: --dtypes f16,bf16,f32,tf32  --only square|deepbench  --quick (fewer, smaller shapes).
+// Options: --dtypes f16,bf16,f32,tf32  --only square|deepbench  --quick (fewer, smaller shapes)
+//          --shapes MxNxK,...  (only these)  --profile (each call a few times, for a profiler).
 // Without a usable CUDA device it says why and exits 0.
 #include <kiln/kiln.hpp>
 
@@ -46,6 +47,7 @@ const std::vector<Shape3> kShapes = {
     {35, 8457, 4096, true, false, "deepbench"}, {7680, 5481, 2560, false, true, "deepbench"},
     {3072, 128, 1024, false, false, "deepbench"}, {6144, 16, 2048, true, false, "deepbench"},
     {1024, 700, 512, false, false, "deepbench"}, {512, 8, 500000, false, false, "deepbench"},
+    {7680, 16, 2560, false, false, "deepbench"},   // in the targets' list of N <= 128 shapes
     {8448, 48000, 2816, false, false, "deepbench"},
 };
 
@@ -66,8 +68,15 @@ void* dptr(const Tensor& t) {
     return static_cast<char*>(t.view().storage->data) + t.offset() * dtype_size(t.dtype());
 }
 
+bool g_profile = false;   // --profile: run each call a few times, untimed
+
 // Median ms per call of `f`, over 7 batches timed by events on `stream`.
 double time_ms(cudaStream_t stream, const std::function<void()>& f) {
+    if (g_profile) {
+        for (int i = 0; i < 3; ++i) f();
+        cudaStreamSynchronize(stream);
+        return 1.0;
+    }
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
@@ -165,13 +174,15 @@ double time_lt_bias_relu(Lt& lt, cudaStream_t stream, const DtypeRun& d, const S
 } // namespace
 
 int main(int argc, char** argv) {
-    std::string json_path = "gemm.json", only, dtypes = "f16,bf16,f32,tf32";
+    std::string json_path = "gemm.json", only, dtypes = "f16,bf16,f32,tf32", shapes;
     bool quick = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--dtypes" && i + 1 < argc) dtypes = argv[++i];
         else if (a == "--only" && i + 1 < argc) only = argv[++i];
         else if (a == "--quick") quick = true;
+        else if (a == "--profile") g_profile = true;
+        else if (a == "--shapes" && i + 1 < argc) shapes = std::string(",") + argv[++i] + ",";
         else json_path = a;
     }
     std::unique_ptr<Context> ctxp;
@@ -193,6 +204,7 @@ int main(int argc, char** argv) {
     cuda_check(cudaMalloc(&blas_ws, 64 << 20), "cudaMalloc");
     cublasSetWorkspace(blas, blas_ws, 64 << 20);
 
+    if (g_profile) std::printf("(--profile: every time below is a placeholder; read the profiler's)\n");
     const std::vector<DtypeRun> all = {
         {"f16", DType::Float16, false, CUDA_R_16F, CUBLAS_COMPUTE_32F},
         {"bf16", DType::BFloat16, false, CUDA_R_16BF, CUBLAS_COMPUTE_32F},
@@ -210,6 +222,8 @@ int main(int argc, char** argv) {
             if (!only.empty() && only != s0.set) continue;
             Shape3 s = s0;
             if (quick && s.m * s.n * s.k > 4096ll * 4096 * 4096) continue;
+            const std::string dims_key = "," + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + ",";
+            if (!shapes.empty() && shapes.find(dims_key) == std::string::npos) continue;
             const double flop = 2.0 * double(s.m) * double(s.n) * double(s.k);
             // Operands: A (M, K) or stored (K, M) for A^T, B (K, N) or stored (N, K) for B^T.
             Tensor As = ctx.empty({s.ta ? s.k : s.m, s.ta ? s.m : s.k}, d.dt);

@@ -170,7 +170,7 @@ bool needs_staging(const Tensor& X, bool is_a, bool need_kmajor, double flops, c
 }
 
 // `other` is the other operand: X is copied only when `other` is readable or copied too.
-Tensor staged_operand(const Tensor& X, bool is_a, bool need_kmajor, double flops, const cuda::CudaBackend& be,
+Tensor staged_operand(const Tensor& X, bool is_a, bool need_kmajor, double flops, cuda::CudaBackend& be,
                       const Tensor& other) {
     if (!needs_staging(X, is_a, need_kmajor, flops, be)) return X;
     if (!wgmma_readable(other, !is_a, need_kmajor) && !needs_staging(other, !is_a, need_kmajor, flops, be)) return X;
@@ -190,6 +190,21 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool need_kmajor, double flops
     // A: K-major (M, K) is view itself; M-major is (K, M) swapped. B: K-major (N, K) swapped;
     // N-major (K, N) is view itself.
     Tensor as_operand = (is_a == to_kmajor) ? view : swap_last(view);
+    if (to_kmajor && !kmajor) {
+        // A transposing copy: a tiled kernel (the JIT's elementwise copy would read or write
+        // with a large stride).
+        const void* src = x.base;
+        int64_t s_i = is_a ? x.s_col : x.s_row, s_j = is_a ? x.s_row : x.s_col, s_z = x.s_batch;
+        int ni = int(k), nj = int(rows), esize = int(es);
+        void* dst = buf.view().storage->data;
+        int64_t ld = padded, d_z = outer * padded;
+        void* params[] = {&src, &s_i, &s_j, &s_z, &ni, &nj, &dst, &ld, &d_z, &esize};
+        const unsigned batch = r == 3 ? unsigned(X.shape()[0]) : 1u;
+        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_transpose", 0), unsigned((nj + 31) / 32),
+                              unsigned((ni + 31) / 32), batch, 256, 0, params);
+        buf.view().storage->written = true;
+        return as_operand;
+    }
     as_operand.assign(X.expr());
     return as_operand;
 }
@@ -230,18 +245,29 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     p.tiles_m = int32_t((M + k.bm - 1) / k.bm);
     p.tiles_n = int32_t((N + k.bn - 1) / k.bn);
     p.group_m = 8;
-    p.k_splits = k.splits;   // the GEMM kernel's (q) and, split, the reduction's
+    p.k_splits = k.splits;
     // bsum: each tile's row sums, then one kernel adds the tiles in order into bsum.
     Tensor partials;
     int partial_tiles = 0;
+    // With one tile of partial sums and a float32 bsum laid out as [batch][M], the partials
+    // are the sums: the kernels write them straight into bsum.
+    bool bsum_direct = false;
     if (bsum) {
         partial_tiles = k.splits > 1 ? 1 : p.tiles_n;
-        partials = ctx.empty({partial_tiles, batch, M}, DType::Float32);
-        p.bsum_partials = static_cast<float*>(partials.view().storage->data);
+        const Tensor& bs = *bsum;
+        const int64_t s_m = bs.strides()[c_rank == 3 ? 1 : 0], s_b = c_rank == 3 ? bs.strides()[0] : M;
+        bsum_direct = partial_tiles == 1 && bs.dtype() == DType::Float32 && (M == 1 || s_m == 1) && (batch == 1 || s_b == M);
+        if (bsum_direct) {
+            p.bsum_partials = reinterpret_cast<float*>(static_cast<char*>(bs.view().storage->data) + bs.offset() * 4);
+        } else {
+            partials = ctx.empty({partial_tiles, batch, M}, DType::Float32);
+            p.bsum_partials = static_cast<float*>(partials.view().storage->data);
+        }
         p.flags |= kBsum;
     }
     // Split-K: the GEMM kernel stores each slice's raw sums as slices[split]; a second kernel
-    // adds them in order and applies the epilogue (`p`).
+    // adds them in order and applies the epilogue (`p`). (A single kernel whose slices take
+    // turns adding into one buffer was measured 2-3x slower on the H100: the turns serialise.)
     GemmParams q = p;
     Tensor slices;
     if (k.splits > 1) {
@@ -268,19 +294,23 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         CUtensorMap mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, 64, bk)
                                    : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);
         void* params[] = {&q, &ma, &mb};
-        be.launch_precompiled(f, unsigned(blocks), unsigned(batch * k.splits), k.threads, k.smem, params);
+        be.launch_precompiled(f, unsigned(blocks), unsigned(batch * k.splits), 1, k.threads, k.smem, params);
     } else {
         void* params[] = {&q};
-        be.launch_precompiled(f, unsigned(blocks), unsigned(batch * k.splits), k.threads, k.smem, params);
+        be.launch_precompiled(f, unsigned(blocks), unsigned(batch * k.splits), 1, k.threads, k.smem, params);
     }
     if (k.splits > 1) {
         slices.view().storage->written = true;
         const float* sp = static_cast<const float*>(slices.view().storage->data);
         void* params[] = {&p, &sp};
-        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0),
-                              unsigned((M + 7) / 8), 1, 256, 0, params);
+        // With bsum a warp per row; without, 4 elements per thread (see the kernel).
+        const int64_t grid = bsum ? (M + 7) / 8 : (M * N / 4 + 255) / 256 + 1;
+        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256,
+                              0, params);
     }
-    if (bsum) {
+    if (bsum && bsum_direct) {
+        bsum->view().storage->written = true;
+    } else if (bsum) {
         partials.view().storage->written = true;
         const Tensor& bs = *bsum;
         const float* pp = static_cast<const float*>(partials.view().storage->data);
@@ -290,7 +320,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         int64_t s_batch = c_rank == 3 ? bs.strides()[0] : 0, s_m = bs.strides()[c_rank == 3 ? 1 : 0];
         void* params[] = {&pp, &tiles, &nb, &m, &out, &bdt, &s_batch, &s_m};
         be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_sum_partials", 0),
-                              unsigned((batch * M + 255) / 256), 1, 256, 0, params);
+                              unsigned((batch * M + 255) / 256), 1, 1, 256, 0, params);
         bs.view().storage->written = true;
     }
 }

@@ -8,8 +8,8 @@
 // ReLU, store = round to C's dtype (stochastically when sr_bits > 0). With bsum set, each block
 // also writes the row sums of its tile of the result to bsum_partials[tile_n][z][m]; the host
 // adds the tiles in a fixed order, so the sums are deterministic. With k_splits > 1 (batch 1
-// only) each block multiplies a slice of k and stores its raw float32 sums; the host adds the
-// slices and applies the epilogue.
+// only) each block multiplies a slice of k and stores its raw float32 sums; a second kernel
+// (kiln_gemm_reduce_splits) adds the slices in order and applies the epilogue.
 #pragma once
 #include <stdint.h>
 
@@ -43,8 +43,8 @@ struct GemmParams {
     int32_t tiles_m;          // blocks along m (the grid's raster: see gemm_common.cuh)
     int32_t tiles_n;
     int32_t group_m;          // raster: tiles_m is walked in groups of this many rows of tiles
-    int32_t k_splits;         // split-K: blockIdx.y = batch entry * k_splits + split; each split
-                              // adds up its share of k and stores the raw sums as C entry `split`
+    int32_t k_splits;         // split-K (batch 1): blockIdx.y is the split, which adds up its share
+                              // of k and stores the raw float32 sums as C entry `split`
 };
 
 } // namespace kiln::gemm

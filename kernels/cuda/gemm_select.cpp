@@ -21,24 +21,43 @@ int splits_for(const GemmProblem& pr, int bm, int bn, int bk) {
     const int64_t blocks = ((pr.m + bm - 1) / bm) * ((pr.n + bn - 1) / bn) * pr.batch;
     const int64_t ktiles = (pr.k + bk - 1) / bk;
     if (!pr.may_split || blocks * 2 > pr.sms || ktiles < 8) return 1;
-    return int(std::min<int64_t>({(pr.sms + blocks - 1) / blocks, ktiles / 4, 16}));
+    // (Rule 2's estimate then decides between this split and the unsplit tiles.)
+    // Whole waves only: slices beyond one block per SM would start a second, mostly idle wave.
+    return int(std::max<int64_t>(1, std::min<int64_t>({pr.sms / blocks, ktiles / 4, 16})));
 }
 
 // Fraction of the launched tile area inside C, times how evenly the blocks fill the SMs' waves
-// (one block per SM at a time for these tile sizes).
+// (one block per SM at a time for these tile sizes), times the cost of splitting k: the slices'
+// float32 sums cross memory twice and need a second launch, which on the H100 (DeepBench
+// shapes with N <= 128, 2026-11-23) made a split product worth about 0.4 of an unsplit one
+// with the same occupancy.
 double fit(const GemmProblem& pr, int bm, int bn, int splits) {
     const int64_t tm = (pr.m + bm - 1) / bm, tn = (pr.n + bn - 1) / bn;
     const int64_t blocks = tm * tn * pr.batch * splits;
     const int64_t waves = (blocks + pr.sms - 1) / pr.sms;
     const double fill = double(blocks) / double(waves * pr.sms);
     const double inside = double(pr.m * pr.n) / double(tm * bm * tn * bn);
-    return fill * inside;
+    return fill * inside * (splits > 1 ? 0.4 : 1.0);
 }
 
 } // namespace
 
 std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
     std::vector<GemmKernel> out;
+    // Each tile runs unsplit, and split when rule 3 allows it; the estimate picks between them.
+    // (KILN_GEMM_SPLITS: only its split count.)
+    const bool forced = std::getenv("KILN_GEMM_SPLITS") != nullptr;
+    const auto add = [&](GemmKernel k, double rate) {
+        const int splits = splits_for(pr, k.bm, k.bn, k.bk);
+        std::vector<int> counts;
+        if (splits == 1 || !forced) counts.push_back(1);
+        if (splits > 1) counts.push_back(splits);
+        for (int s : counts) {
+            k.splits = s;
+            k.score = rate * fit(pr, k.bm, k.bn, s);
+            out.push_back(k);
+        }
+    };
     const bool tensor = pr.dtype != kF32 || pr.tf32;
     const std::string tag = dtype_tag(pr.dtype, pr.tf32);
     const bool wgmma = tensor && pr.sm == 90 && pr.have_sm90a && pr.a_tma && pr.b_tma &&
@@ -58,9 +77,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             k.threads = 128 * (w.cons + 1);
             k.smem = w.stages * (k.bm + w.bn) * 128 + 1024;
             k.bk = pr.dtype == kF32 ? 32 : 64;
-            k.splits = splits_for(pr, k.bm, k.bn, k.bk);
-            k.score = w.rate * fit(pr, k.bm, k.bn, k.splits);
-            out.push_back(k);
+            add(k, w.rate);
         }
     }
     if (tensor && pr.sm >= 80) {
@@ -76,9 +93,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             // The pipeline's two stages, or the epilogue's float tile (rows of bn + 4).
             k.smem = std::max(2 * (t.bm + t.bn) * (32 + pad) * esize, t.bm * (t.bn + 4) * 4);
             k.bk = 32;
-            k.splits = splits_for(pr, k.bm, k.bn, k.bk);
-            k.score = t.rate * fit(pr, k.bm, k.bn, k.splits);
-            out.push_back(k);
+            add(k, t.rate);
         }
     }
     if (pr.dtype == kF32) {
@@ -89,9 +104,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         k.threads = 256;
         k.smem = std::max(2 * 8 * 256 * 4, 128 * (128 + 4) * 4);
         k.bk = 8;
-        k.splits = splits_for(pr, 128, 128, k.bk);
-        k.score = 0.1 * fit(pr, 128, 128, k.splits);
-        out.push_back(k);
+        add(k, 0.1);
     }
     std::stable_sort(out.begin(), out.end(), [](const GemmKernel& a, const GemmKernel& b) {
         // Paths first (a faster path beats any tile of a slower one), then the estimate.

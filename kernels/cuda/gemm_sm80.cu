@@ -386,25 +386,83 @@ KILN_MMA_KERNEL(TF32, tf32, 64, 64, 2, 2)
 
 extern "C" __global__ void __launch_bounds__(kFmaThreads) kiln_gemm_fma_f32_128x128(const GemmParams p) { fma_gemm(p); }
 
-// Split-K's second step: C = epilogue(the slices' sum, added in slice order), a warp per row;
-// the rows' sums go to bsum_partials as one tile (batch 1).
+// Split-K's second step: C = epilogue(the slices' sum, added in slice order). With bsum a warp
+// takes a row (its sum is reduced in the warp); without, each thread takes 4 consecutive
+// elements of the flattened M x N plane (16-byte loads when N is a multiple of 4), so the
+// slices are read in full coalesced lines whatever N is.
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const GemmParams p, const float* slices) {
+    char* C = c_of(p, 0);
+    const int64_t plane = int64_t(p.m) * p.n;
+    if (!(p.flags & kBsum)) {
+        const int64_t i = (int64_t(blockIdx.x) * 256 + threadIdx.x) * 4;
+        if (i >= plane) return;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        if (p.n % 4 == 0) {
+#pragma unroll 4
+            for (int k = 0; k < p.k_splits; ++k) {
+                const float4 v = *reinterpret_cast<const float4*>(slices + k * plane + i);
+                acc[0] += v.x, acc[1] += v.y, acc[2] += v.z, acc[3] += v.w;
+            }
+        } else {
+#pragma unroll 4
+            for (int k = 0; k < p.k_splits; ++k)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    if (i + j < plane) acc[j] += slices[k * plane + i + j];
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            if (i + j < plane) finish_element(p, C, 0, acc[j], int((i + j) / p.n), int((i + j) % p.n));
+        return;
+    }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int m = blockIdx.x * 8 + warp;
     if (m >= p.m) return;
-    char* C = c_of(p, 0);
-    const int64_t plane = int64_t(p.m) * p.n;
     float s = 0.f;
     for (int n = lane; n < p.n; n += 32) {
         float acc = 0.f;
+#pragma unroll 4
         for (int k = 0; k < p.k_splits; ++k) acc += slices[k * plane + int64_t(m) * p.n + n];
         s += finish_element(p, C, 0, acc, m, n);
     }
-    if (p.flags & kBsum) {
 #pragma unroll
-        for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) p.bsum_partials[m] = s;
+    for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) p.bsum_partials[m] = s;
+}
+
+// dst[z][j][i] = src[z][i][j]: the transposing copy that puts an operand into the layout the
+// wgmma kernels need (tf32 takes K-major operands only), through 32 x 32 shared-memory tiles
+// so that both the reads and the writes are coalesced. Elements are 2 or 4 bytes; src is
+// addressed by strides (its j stride is 1 for coalesced reads), dst is (rows_j, ld_dst).
+template <class T>
+__device__ __forceinline__ void transpose_tile(const T* src, int64_t s_i, int64_t s_j, int64_t s_z, int ni, int nj,
+                                               T* dst, int64_t ld_dst, int64_t d_z) {
+    __shared__ T tile[32][33];
+    const int z = blockIdx.z;
+    const int i0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
+    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;   // 32 x 8 threads
+    src += z * s_z;
+    dst += z * d_z;
+#pragma unroll
+    for (int r = ty; r < 32; r += 8) {
+        const int i = i0 + r, j = j0 + tx;
+        if (i < ni && j < nj) tile[r][tx] = src[i * s_i + j * s_j];
     }
+    __syncthreads();
+#pragma unroll
+    for (int r = ty; r < 32; r += 8) {
+        const int j = j0 + r, i = i0 + tx;
+        if (i < ni && j < nj) dst[j * ld_dst + i] = tile[tx][r];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kiln_gemm_transpose(const void* src, int64_t s_i, int64_t s_j,
+                                                                      int64_t s_z, int ni, int nj, void* dst,
+                                                                      int64_t ld_dst, int64_t d_z, int esize) {
+    if (esize == 4)
+        transpose_tile(static_cast<const float*>(src), s_i, s_j, s_z, ni, nj, static_cast<float*>(dst), ld_dst, d_z);
+    else
+        transpose_tile(static_cast<const uint16_t*>(src), s_i, s_j, s_z, ni, nj, static_cast<uint16_t*>(dst), ld_dst, d_z);
 }
 
 // bsum[z, m] = the sum over tiles of partials[tile][z][m], in tile order, stored in bsum's

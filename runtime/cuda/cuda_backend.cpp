@@ -286,10 +286,10 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
     return precompiled_.emplace(entry, f).first->second;
 }
 
-void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned block, unsigned smem,
-                                     void** params) {
+void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
+                                     unsigned smem, void** params) {
     make_current();
-    check(driver().cuLaunchKernel(f, grid_x, grid_y, 1, block, 1, 1, smem, stream_, params, nullptr), "cuLaunchKernel");
+    check(driver().cuLaunchKernel(f, grid_x, grid_y, grid_z, block, 1, 1, smem, stream_, params, nullptr), "cuLaunchKernel");
     ++counters_.launches;
 }
 

@@ -81,7 +81,8 @@ public:
     // shared-memory limit raised to `dynamic_smem` bytes.
     CUfunction precompiled(const void* image, const std::string& entry, int dynamic_smem);
     // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel.
-    void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned block, unsigned smem, void** params);
+    void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
+                            void** params);
 
     // With it set, a kernel found in neither cache is an error (KILN_ASSERT_NO_COMPILE).
     void forbid_compiles(bool on) { forbid_compiles_ = on; }
