@@ -6,7 +6,7 @@
 //   difference between kiln's and cuBLAS's results (relative to the largest |C|); writes one
 //   JSON object per row to argv[1] (default gemm.json).
 // Timing: CUDA events on kiln's stream (cuBLAS runs on the same stream) around batches of
-// back-to-back calls, after warm-up; the median of 7 batches. Operands are uniform in [-1, 1).
+// back-to-back calls, after warm-up; the median of 7 batches, the five calls taking turns. Operands are uniform in [-1, 1).
 // Options: --dtypes f16,bf16,f32,tf32  --only square|deepbench  --quick (fewer, smaller shapes)
 //          --shapes MxNxK,...  (only these)  --profile (each call a few times, for a profiler).
 // Without a usable CUDA device it says why and exits 0.
@@ -70,38 +70,49 @@ void* dptr(const Tensor& t) {
 
 bool g_profile = false;   // --profile: run each call a few times, untimed
 
-// Median ms per call of `f`, over 7 batches timed by events on `stream`.
-double time_ms(cudaStream_t stream, const std::function<void()>& f) {
+// Median ms per call of each function, timed by events on `stream` in batches of about 2 ms.
+// The functions take turns, batch by batch, for 7 rounds, so a drift in the card's clocks over
+// the run (warming up under load) spreads over all of them instead of favouring the first.
+std::vector<double> time_all(cudaStream_t stream, const std::vector<std::function<void()>>& fs) {
+    std::vector<double> out(fs.size(), 1.0);
     if (g_profile) {
-        for (int i = 0; i < 3; ++i) f();
+        for (const auto& f : fs)
+            for (int i = 0; i < 3; ++i) f();
         cudaStreamSynchronize(stream);
-        return 1.0;
+        return out;
     }
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    for (int i = 0; i < 3; ++i) f();
-    cudaEventRecord(e0, stream);
-    f();
-    cudaEventRecord(e1, stream);
-    cuda_check(cudaEventSynchronize(e1), "warm-up");
-    float one = 0;
-    cudaEventElapsedTime(&one, e0, e1);
-    const int per = std::clamp(int(2.0 / std::max(one, 1e-3f)), 1, 200);   // ~2 ms per batch
-    std::vector<double> t;
-    for (int b = 0; b < 7; ++b) {
+    std::vector<int> per(fs.size());
+    for (size_t j = 0; j < fs.size(); ++j) {
+        for (int i = 0; i < 3; ++i) fs[j]();
         cudaEventRecord(e0, stream);
-        for (int i = 0; i < per; ++i) f();
+        fs[j]();
         cudaEventRecord(e1, stream);
-        cuda_check(cudaEventSynchronize(e1), "timed batch");
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        t.push_back(ms / per);
+        cuda_check(cudaEventSynchronize(e1), "warm-up");
+        float one = 0;
+        cudaEventElapsedTime(&one, e0, e1);
+        per[j] = std::clamp(int(2.0 / std::max(one, 1e-3f)), 1, 200);
     }
+    std::vector<std::vector<double>> t(fs.size());
+    for (int round = 0; round < 7; ++round)
+        for (size_t j = 0; j < fs.size(); ++j) {
+            cudaEventRecord(e0, stream);
+            for (int i = 0; i < per[j]; ++i) fs[j]();
+            cudaEventRecord(e1, stream);
+            cuda_check(cudaEventSynchronize(e1), "timed batch");
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            t[j].push_back(ms / per[j]);
+        }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    for (size_t j = 0; j < fs.size(); ++j) {
+        std::sort(t[j].begin(), t[j].end());
+        out[j] = t[j][t[j].size() / 2];
+    }
+    return out;
 }
 
 struct DtypeRun {
@@ -129,47 +140,58 @@ struct Lt {
     size_t workspace_bytes = 64 << 20;
 };
 
-// cuBLASLt with the RELU_BIAS epilogue (bias per column of the row-major C).
-double time_lt_bias_relu(Lt& lt, cudaStream_t stream, const DtypeRun& d, const Shape3& s, const void* A, const void* B,
-                         void* C, const void* bias, bool* ok) {
-    const CublasCall l = cublas_layout(s);
-    cublasLtMatmulDesc_t op;
-    blas_check(cublasLtMatmulDescCreate(&op, d.compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
-    cublasOperation_t ta = l.op_b, tb = l.op_a;
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_RELU_BIAS;
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-    cublasLtMatrixLayout_t la, lb, lc;
-    // Column-major: the first operand is B^T (N x K), the second A^T (K x M), C^T is N x M.
-    cublasLtMatrixLayoutCreate(&la, d.cu, l.op_b == CUBLAS_OP_N ? s.n : s.k, l.op_b == CUBLAS_OP_N ? s.k : s.n, l.ldb);
-    cublasLtMatrixLayoutCreate(&lb, d.cu, l.op_a == CUBLAS_OP_N ? s.k : s.m, l.op_a == CUBLAS_OP_N ? s.m : s.k, l.lda);
-    cublasLtMatrixLayoutCreate(&lc, d.cu, s.n, s.m, s.n);
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulPreferenceCreate(&pref);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt.workspace_bytes,
-                                         sizeof lt.workspace_bytes);
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasLtMatmulAlgoGetHeuristic(lt.h, op, la, lb, lc, lc, pref, 1, &heur, &found);
-    double ms = -1;
-    *ok = found > 0;
-    if (found > 0) {
-        const float one = 1.f, zero = 0.f;
-        ms = time_ms(stream, [&] {
-            blas_check(cublasLtMatmul(lt.h, op, &one, B, la, A, lb, &zero, C, lc, C, lc, &heur.algo, lt.workspace,
-                                      lt.workspace_bytes, stream),
-                       "cublasLtMatmul");
-        });
+// cuBLASLt with the RELU_BIAS epilogue (bias per column of the row-major C): set up once,
+// run() per call.
+class LtBiasRelu {
+public:
+    LtBiasRelu(Lt& lt, cudaStream_t stream, const DtypeRun& d, const Shape3& s, const void* A, const void* B, void* C,
+               const void* bias)
+        : lt_(lt), stream_(stream), A_(A), B_(B), C_(C) {
+        const CublasCall l = cublas_layout(s);
+        blas_check(cublasLtMatmulDescCreate(&op_, d.compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+        cublasOperation_t ta = l.op_b, tb = l.op_a;
+        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_RELU_BIAS;
+        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        // Column-major: the first operand is B^T (N x K), the second A^T (K x M), C^T is N x M.
+        cublasLtMatrixLayoutCreate(&la_, d.cu, l.op_b == CUBLAS_OP_N ? s.n : s.k, l.op_b == CUBLAS_OP_N ? s.k : s.n, l.ldb);
+        cublasLtMatrixLayoutCreate(&lb_, d.cu, l.op_a == CUBLAS_OP_N ? s.k : s.m, l.op_a == CUBLAS_OP_N ? s.m : s.k, l.lda);
+        cublasLtMatrixLayoutCreate(&lc_, d.cu, s.n, s.m, s.n);
+        cublasLtMatmulPreference_t pref;
+        cublasLtMatmulPreferenceCreate(&pref);
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt.workspace_bytes,
+                                             sizeof lt.workspace_bytes);
+        int found = 0;
+        cublasLtMatmulAlgoGetHeuristic(lt.h, op_, la_, lb_, lc_, lc_, pref, 1, &heur_, &found);
+        ok_ = found > 0;
+        cublasLtMatmulPreferenceDestroy(pref);
     }
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(op);
-    return ms;
-}
+    ~LtBiasRelu() {
+        cublasLtMatrixLayoutDestroy(la_);
+        cublasLtMatrixLayoutDestroy(lb_);
+        cublasLtMatrixLayoutDestroy(lc_);
+        cublasLtMatmulDescDestroy(op_);
+    }
+    bool ok() const { return ok_; }
+    void run() {
+        const float one = 1.f, zero = 0.f;
+        blas_check(cublasLtMatmul(lt_.h, op_, &one, B_, la_, A_, lb_, &zero, C_, lc_, C_, lc_, &heur_.algo, lt_.workspace,
+                                  lt_.workspace_bytes, stream_),
+                   "cublasLtMatmul");
+    }
+
+private:
+    Lt& lt_;
+    cudaStream_t stream_;
+    const void *A_, *B_;
+    void* C_;
+    cublasLtMatmulDesc_t op_ = nullptr;
+    cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;
+    cublasLtMatmulHeuristicResult_t heur_{};
+    bool ok_ = false;
+};
 
 } // namespace
 
@@ -239,32 +261,37 @@ int main(int argc, char** argv) {
             // Written by cuBLAS, outside kiln's knowledge.
             Cb.view().storage->written = true;
 
-            const double t_kiln = time_ms(stream, [&] { compound_dot(A, B, C); });
             DotOptions br;
             br.relu = true;
             br.bias = bias32;
-            const double t_kiln_br = time_ms(stream, [&] { compound_dot(A, B, C, br); });
             DotOptions brs = br;
             brs.bsum = bsum;
-            const double t_kiln_brs = time_ms(stream, [&] { compound_dot(A, B, C, brs); });
-            compound_dot(A, B, C);   // plain result for the comparison
-
             const CublasCall l = cublas_layout(s);
             const float one = 1.f, zero = 0.f;
-            const double t_blas = time_ms(stream, [&] {
-                blas_check(cublasGemmEx(blas, l.op_b, l.op_a, int(s.n), int(s.m), int(s.k), &one, dptr(Bs), d.cu, l.ldb,
-                                        dptr(As), d.cu, l.lda, &zero, dptr(Cb), d.cu, int(s.n), d.compute,
-                                        CUBLAS_GEMM_DEFAULT),
-                           "cublasGemmEx");
-            });
+            Tensor Clt = ctx.empty({s.m, s.n}, d.dt);
+            Clt.view().storage->written = true;
+            LtBiasRelu lt_call(lt, stream, d, s, dptr(As), dptr(Bs), dptr(Clt), dptr(bias_lt));
+            const bool lt_ok = lt_call.ok();
+            std::vector<std::function<void()>> calls = {
+                [&] { compound_dot(A, B, C); },
+                [&] { compound_dot(A, B, C, br); },
+                [&] { compound_dot(A, B, C, brs); },
+                [&] {
+                    blas_check(cublasGemmEx(blas, l.op_b, l.op_a, int(s.n), int(s.m), int(s.k), &one, dptr(Bs), d.cu, l.ldb,
+                                            dptr(As), d.cu, l.lda, &zero, dptr(Cb), d.cu, int(s.n), d.compute,
+                                            CUBLAS_GEMM_DEFAULT),
+                               "cublasGemmEx");
+                },
+            };
+            if (lt_ok) calls.push_back([&] { lt_call.run(); });
+            const std::vector<double> t = time_all(stream, calls);
+            const double t_kiln = t[0], t_kiln_br = t[1], t_kiln_brs = t[2], t_blas = t[3], t_lt = lt_ok ? t[4] : -1;
+            compound_dot(A, B, C);   // plain results for the comparison
+            calls[3]();
             // The difference between the two plain results, relative to the largest |C|.
             Tensor diff = ctx.eval(max(absolute(cast(C.expr(), DType::Float32) - cast(Cb.expr(), DType::Float32))));
             Tensor big = ctx.eval(max(absolute(cast(Cb.expr(), DType::Float32))));
             const double rel = double(diff.to_vector<float>()[0]) / std::max(1e-30, double(big.to_vector<float>()[0]));
-            Tensor Clt = ctx.empty({s.m, s.n}, d.dt);
-            Clt.view().storage->written = true;
-            bool lt_ok = false;
-            const double t_lt = time_lt_bias_relu(lt, stream, d, s, dptr(As), dptr(Bs), dptr(Clt), dptr(bias_lt), &lt_ok);
 
             char dims[64];
             std::snprintf(dims, sizeof dims, "%lldx%lldx%lld", (long long)s.m, (long long)s.n, (long long)s.k);

@@ -384,7 +384,7 @@ KILN_MMA_KERNEL(BF16, bf16, 64, 64, 2, 2)
 KILN_MMA_KERNEL(TF32, tf32, 128, 128, 2, 4)
 KILN_MMA_KERNEL(TF32, tf32, 64, 64, 2, 2)
 
-extern "C" __global__ void __launch_bounds__(kFmaThreads) kiln_gemm_fma_f32_128x128(const GemmParams p) { fma_gemm(p); }
+extern "C" __global__ void __launch_bounds__(kFmaThreads, 2) kiln_gemm_fma_f32_128x128(const GemmParams p) { fma_gemm(p); }
 
 // Split-K's second step: C = epilogue(the slices' sum, added in slice order). With bsum a warp
 // takes a row (its sum is reduced in the warp); without, each thread takes 4 consecutive
