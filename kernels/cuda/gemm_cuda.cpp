@@ -101,7 +101,7 @@ CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t oute
 // shapes: each choice is remembered (unless KILN_GEMM_KERNEL or KILN_GEMM_SPLITS override it).
 GemmKernel selection(const GemmProblem& pr) {
     if (std::getenv("KILN_GEMM_KERNEL") || std::getenv("KILN_GEMM_SPLITS")) return select_gemm(pr);
-    using Key = std::array<int64_t, 13>;
+    using Key = std::array<int64_t, 14>;
     struct KeyHash {
         size_t operator()(const Key& k) const {
             uint64_t h = 1469598103934665603ull;
@@ -112,7 +112,7 @@ GemmKernel selection(const GemmProblem& pr) {
     static std::mutex mu;
     static std::unordered_map<Key, GemmKernel, KeyHash> chosen;
     const Key key = {pr.m, pr.n, pr.k, pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm,
-                     pr.sms, pr.may_split};
+                     pr.sms, pr.may_split, pr.plain_epilogue};
     std::lock_guard<std::mutex> lock(mu);
     auto it = chosen.find(key);
     if (it == chosen.end()) it = chosen.emplace(key, select_gemm(pr)).first;
@@ -135,6 +135,11 @@ GemmProblem problem_of(const Tensor& A, const Tensor& C, const Mat& a, const Mat
     pr.sms = be.info().multiprocessors;
     pr.have_sm90a = true;
     pr.may_split = r == 2;
+    // The persistent kernel stores pairs of columns straight from its accumulators.
+    const Mat c = mat(C);
+    const uintptr_t pair = 2 * dtype_size(C.dtype());
+    pr.plain_epilogue = c.s_col == 1 && c.s_row % 2 == 0 && c.s_batch % 2 == 0 &&
+                        reinterpret_cast<uintptr_t>(c.base) % pair == 0;
     return pr;
 }
 
@@ -278,8 +283,13 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         q.flags = 0;
         q.alpha = 1, q.beta = 0, q.sr_bits = 0;
     }
-    const int64_t blocks = int64_t(p.tiles_m) * p.tiles_n;
-    if (blocks > 0x7fffffff || batch * k.splits > 65535)
+    int64_t blocks = int64_t(p.tiles_m) * p.tiles_n;
+    int64_t grid_y = batch * k.splits;
+    if (k.persistent) {   // one block per SM, batches folded into the walk over tiles
+        blocks = std::min<int64_t>(blocks * batch, be.info().multiprocessors);
+        grid_y = 1;
+    }
+    if (blocks > 0x7fffffff || grid_y > 65535)
         fail(Error::Kind::Value, "compound_dot: {} x {} x {} with a batch of {} exceeds the GEMM kernels' grid", M, N, K, batch);
 
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, k.entry, k.smem);
@@ -294,10 +304,10 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         CUtensorMap mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, 64, bk)
                                    : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);
         void* params[] = {&q, &ma, &mb};
-        be.launch_precompiled(f, unsigned(blocks), unsigned(batch * k.splits), 1, k.threads, k.smem, params);
+        be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
     } else {
         void* params[] = {&q};
-        be.launch_precompiled(f, unsigned(blocks), unsigned(batch * k.splits), 1, k.threads, k.smem, params);
+        be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
     }
     if (k.splits > 1) {
         slices.view().storage->written = true;
@@ -376,9 +386,9 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
 }
 
 std::string problem_key(const GemmProblem& pr) {
-    return fmt::format("{}x{}x{} batch {} dtype {} tf32 {} kmajor {}{} tma {}{} sm {} sms {} split {}", pr.m, pr.n, pr.k,
-                       pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm, pr.sms,
-                       pr.may_split);
+    return fmt::format("{}x{}x{} batch {} dtype {} tf32 {} kmajor {}{} tma {}{} sm {} sms {} split {} plain {}", pr.m,
+                       pr.n, pr.k, pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm,
+                       pr.sms, pr.may_split, pr.plain_epilogue);
 }
 
 bool autotune_enabled() {
@@ -432,7 +442,9 @@ void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
         p.counter = impl.rng_counter++;
     }
 
-    const GemmProblem pr = problem_of(A, C, a, b, be);
+    GemmProblem pr = problem_of(A, C, a, b, be);
+    // The persistent kernel's epilogue: alpha, bias, ReLU, round to nearest.
+    pr.plain_epilogue = pr.plain_epilogue && o.beta == 0 && !o.bsum && p.sr_bits == 0;
     GemmKernel k;
     if (autotune_enabled() && !std::getenv("KILN_GEMM_KERNEL")) {
         static std::mutex mu;

@@ -78,6 +78,16 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             k.smem = w.stages * (k.bm + w.bn) * 128 + 1024;
             k.bk = pr.dtype == kF32 ? 32 : 64;
             add(k, w.rate);
+            const int64_t tiles = ((pr.m + k.bm - 1) / k.bm) * ((pr.n + k.bn - 1) / k.bn) * pr.batch;
+            if (w.bn == 256 && pr.plain_epilogue && tiles > pr.sms) {
+                GemmKernel pk = k;
+                pk.entry += "_p";
+                pk.persistent = true;
+                pk.splits = 1;
+                pk.score = 0.95 * w.rate * double(pr.m * pr.n) / double(((pr.m + k.bm - 1) / k.bm) * k.bm *
+                                                                        ((pr.n + k.bn - 1) / k.bn) * k.bn);
+                out.push_back(pk);
+            }
         }
     }
     if (tensor && pr.sm >= 80) {

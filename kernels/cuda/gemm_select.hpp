@@ -12,6 +12,12 @@
 //     fill the waves over the SMs and by the fraction of each block that lies inside C. This is
 //     neon's "min(M, N) mod tile and SM count" rule made quantitative, and it is what makes small
 //     N (16..128) shapes pick narrow tiles that keep every SM streaming A.
+//     The persistent wgmma kernel (one block per SM walking the tiles, the next tile's loads
+//     overlapping this one's stores) is a candidate for products of more than one wave of
+//     128x256 tiles whose epilogue is plain (alpha, bias, ReLU; C contiguous along n). On the
+//     H100 it was 7% faster on 8448x48000x2816 and 5-15% slower on the other large DeepBench
+//     shapes (docs/gemm-notes.md), so its rate is 5% below the one-tile-per-block kernel's:
+//     the selector does not pick it, KILN_AUTOTUNE does where it wins.
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
 //     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
 //     up to one block per SM and at least 4 k-tiles per slice; the slices' float32 sums are
@@ -39,6 +45,7 @@ struct GemmProblem {
     int sms = 0;            // multiprocessors
     bool have_sm90a = false;
     bool may_split = false; // split-K allowed (unbatched, rank-2 C)
+    bool plain_epilogue = false;  // alpha, bias, ReLU only; C contiguous along n, pairs aligned
 };
 
 struct GemmKernel {
@@ -50,6 +57,7 @@ struct GemmKernel {
     bool a_trans = false, b_trans = false;   // wgmma: the operand is M/N-major
     int bk = 0;             // k per pipeline stage
     int splits = 1;         // split-K slices
+    bool persistent = false;  // one block per SM walks the tiles (grid: min(tiles, SMs))
     double score = 0;       // the selector's estimate (relative; for logs and docs)
 };
 

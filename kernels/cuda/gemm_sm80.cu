@@ -136,6 +136,22 @@ struct TileLoader {
     }
 };
 
+// What a block of the portable kernels works on: its tile, batch entry and k-tiles, and its
+// operands' base pointers and load modes.
+template <class T, int BM, int BN, int BK>
+struct BlockWork {
+    Tile tile;
+    Work w;
+    int m0, n0;
+    const T* A;
+    const T* B;
+    int mode_a, mode_b;
+    __device__ __forceinline__ explicit BlockWork(const GemmParams& p)
+        : tile(tile_of(p, blockIdx.x)), w(work_of(p, BK)), m0(tile.m * BM), n0(tile.n * BN),
+          A(static_cast<const T*>(p.a) + w.z * p.a_batch), B(static_cast<const T*>(p.b) + w.z * p.b_batch),
+          mode_a(load_mode(A, p.a_sm, p.a_sk, p.a_batch)), mode_b(load_mode(B, p.b_sn, p.b_sk, p.b_batch)) {}
+};
+
 // ---- tensor-core kernel -------------------------------------------------------------------
 
 template <class E, int BM, int BN, int WARPS_M, int WARPS_N>
@@ -164,15 +180,12 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wm = (warp / WARPS_N) * Cfg::WM, wn = (warp % WARPS_N) * Cfg::WN;
     const int g = lane / 4, q = lane % 4;
-    const Tile tile_pos = tile_of(p, blockIdx.x);
-    const Work w = work_of(p, BK);
-    const int z = w.z;
-    const int m0 = tile_pos.m * BM, n0 = tile_pos.n * BN;
-
-    const T* A = static_cast<const T*>(p.a) + z * p.a_batch;
-    const T* B = static_cast<const T*>(p.b) + z * p.b_batch;
-    const int mode_a = load_mode(A, p.a_sm, p.a_sk, p.a_batch);
-    const int mode_b = load_mode(B, p.b_sn, p.b_sk, p.b_batch);
+    const BlockWork<T, BM, BN, BK> bw(p);
+    const Tile tile_pos = bw.tile;
+    const Work w = bw.w;
+    const int m0 = bw.m0, n0 = bw.n0;
+    const T *A = bw.A, *B = bw.B;
+    const int mode_a = bw.mode_a, mode_b = bw.mode_b;
 
     TileLoader<T, BM, BK, Cfg::kThreads> la;
     TileLoader<T, BN, BK, Cfg::kThreads> lb;
@@ -306,15 +319,12 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
     float* smem = reinterpret_cast<float*>(smem_raw);
     constexpr int BK = kFmaBK, kStage = BK * (kFmaBM + kFmaBN);
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const Tile tile_pos = tile_of(p, blockIdx.x);
-    const Work w = work_of(p, BK);
-    const int z = w.z;
-    const int m0 = tile_pos.m * kFmaBM, n0 = tile_pos.n * kFmaBN;
-    const float* A = static_cast<const float*>(p.a) + z * p.a_batch;
-    const float* B = static_cast<const float*>(p.b) + z * p.b_batch;
-    // The scalar mode keeps the along-k thread mapping.
-    const int mode_a = load_mode(A, p.a_sm, p.a_sk, p.a_batch);
-    const int mode_b = load_mode(B, p.b_sn, p.b_sk, p.b_batch);
+    const BlockWork<float, kFmaBM, kFmaBN, BK> bw(p);
+    const Tile tile_pos = bw.tile;
+    const Work w = bw.w;
+    const int m0 = bw.m0, n0 = bw.n0;
+    const float *A = bw.A, *B = bw.B;
+    const int mode_a = bw.mode_a, mode_b = bw.mode_b;
 
     FmaLoader<kFmaBM> la;
     FmaLoader<kFmaBN> lb;

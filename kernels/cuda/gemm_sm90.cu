@@ -185,14 +185,80 @@ struct WgConfig {
     static constexpr int kThreads = 128 * (CONSUMERS + 1);
 };
 
+// The stage ring: `full[s]` completes when stage s's TMA copies have landed, `empty[s]` when
+// every consumer warp is done reading it. Stage use number u (0, 1, ...) of stage s waits for
+// phase parity u & 1.
+template <int STAGES>
+struct Ring {
+    uint64_t full[STAGES], empty[STAGES];
+};
+
+// Producer: loads k-tile `k0` of the block's tile into stage s (TMA, completing on full[s]).
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+__device__ __forceinline__ void produce_stage(unsigned char* smem, Ring<STAGES>& ring, int s, const CUtensorMap* map_a,
+                                              const CUtensorMap* map_b, int k0, int m0, int n0, int za, int zb) {
+    using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
+    unsigned char* sa = smem + s * Cfg::kStageBytes;
+    unsigned char* sb = sa + Cfg::kABytes;
+    mbar_expect_tx(&ring.full[s], Cfg::kStageBytes);
+    if constexpr (TA == 0) {
+        tma_load(sa, map_a, &ring.full[s], k0, m0, za);
+    } else {
+#pragma unroll
+        for (int c = 0; c < CONSUMERS; ++c) tma_load(sa + c * 8192, map_a, &ring.full[s], m0 + 64 * c, k0, za);
+    }
+    if constexpr (TB == 0) {
+        tma_load(sb, map_b, &ring.full[s], k0, n0, zb);
+    } else {
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j) tma_load(sb + j * 8192, map_b, &ring.full[s], n0 + 64 * j, k0, zb);
+    }
+}
+
+// Consumer c: multiplies stage s into its accumulators (rows [64c, 64c + 64) of the tile) and
+// commits the wgmma group.
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+__device__ __forceinline__ void consume_stage(float (&acc)[BN / 2], const unsigned char* smem, int s, int c) {
+    using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
+    const unsigned char* sa = smem + s * Cfg::kStageBytes + c * 8192;
+    const unsigned char* sb = smem + s * Cfg::kStageBytes + Cfg::kABytes;
+    fence_regs(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kSteps; ++kk) {
+        // K-major: the next 32 bytes of each swizzled row; M/N-major: the next 16 (or 8) rows of k.
+        const uint64_t da = TA == 0 ? smem_desc(sa + 32 * kk, 16) : smem_desc(sa + 2048 * kk, 8192);
+        const uint64_t db = TB == 0 ? smem_desc(sb + 32 * kk, 16) : smem_desc(sb + 2048 * kk, 8192);
+        Wgmma<BN, T, TA, TB>::run(acc, da, db);
+    }
+    wgmma_commit();
+    fence_regs(acc);
+}
+
+template <int STAGES, int CONSUMERS>
+__device__ __forceinline__ void init_ring(Ring<STAGES>& ring) {
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(&ring.full[s], 1);
+            mbar_init(&ring.empty[s], 4 * CONSUMERS);   // lane 0 of each consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+}
+
+// 128-byte swizzled tiles must start on 1024-byte boundaries.
+__device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+}
+
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
 __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMap* map_a, const CUtensorMap* map_b) {
     using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
     constexpr int BM = Cfg::BM, BK = Cfg::BK;
     extern __shared__ unsigned char smem_raw[];
-    // 128-byte swizzled tiles must start on 1024-byte boundaries.
-    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+    unsigned char* smem = aligned_smem(smem_raw);
+    __shared__ __align__(8) Ring<STAGES> ring;
 
     const int tid = threadIdx.x;
     const Tile at = tile_of(p, blockIdx.x);
@@ -200,15 +266,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     const int z = w.z;
     const int m0 = at.m * BM, n0 = at.n * BN;
     const int ktiles = w.kt_end - w.kt_begin;
-
-    if (tid == 0) {
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 4 * CONSUMERS);   // lane 0 of each consumer warp
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    init_ring<STAGES, CONSUMERS>(ring);
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -218,23 +276,9 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
             const int za = p.a_batch ? z : 0, zb = p.b_batch ? z : 0;
             for (int kt = 0; kt < ktiles; ++kt) {
                 const int s = kt % STAGES;
-                if (kt >= STAGES) mbar_wait(&empty[s], ((kt / STAGES) - 1) & 1);
-                unsigned char* sa = smem + s * Cfg::kStageBytes;
-                unsigned char* sb = sa + Cfg::kABytes;
-                mbar_expect_tx(&full[s], Cfg::kStageBytes);
-                const int k0 = (w.kt_begin + kt) * BK;
-                if constexpr (TA == 0) {
-                    tma_load(sa, map_a, &full[s], k0, m0, za);
-                } else {
-#pragma unroll
-                    for (int c = 0; c < CONSUMERS; ++c) tma_load(sa + c * 8192, map_a, &full[s], m0 + 64 * c, k0, za);
-                }
-                if constexpr (TB == 0) {
-                    tma_load(sb, map_b, &full[s], k0, n0, zb);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < BN / 64; ++j) tma_load(sb + j * 8192, map_b, &full[s], n0 + 64 * j, k0, zb);
-                }
+                if (kt >= STAGES) mbar_wait(&ring.empty[s], ((kt / STAGES) - 1) & 1);
+                produce_stage<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, s, map_a, map_b, (w.kt_begin + kt) * BK, m0,
+                                                                n0, za, zb);
             }
         }
         return;
@@ -250,24 +294,12 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 
     for (int kt = 0; kt < ktiles; ++kt) {
         const int s = kt % STAGES;
-        mbar_wait(&full[s], (kt / STAGES) & 1);
-        const unsigned char* sa = smem + s * Cfg::kStageBytes + c * 8192;
-        const unsigned char* sb = smem + s * Cfg::kStageBytes + Cfg::kABytes;
-        fence_regs(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kSteps; ++kk) {
-            // K-major: the next 32 bytes of each swizzled row; M/N-major: the next 16 (or 8) rows of k.
-            const uint64_t da = TA == 0 ? smem_desc(sa + 32 * kk, 16) : smem_desc(sa + 2048 * kk, 8192);
-            const uint64_t db = TB == 0 ? smem_desc(sb + 32 * kk, 16) : smem_desc(sb + 2048 * kk, 8192);
-            Wgmma<BN, T, TA, TB>::run(acc, da, db);
-        }
-        wgmma_commit();
-        fence_regs(acc);
+        mbar_wait(&ring.full[s], (kt / STAGES) & 1);
+        consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, s, c);
         // The previous stage's multiplies are done once at most this one is in flight.
         wgmma_wait<1>();
         fence_regs(acc);
-        if (kt > 0 && lane == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+        if (kt > 0 && lane == 0) mbar_arrive(&ring.empty[(kt - 1) % STAGES]);
     }
     wgmma_wait<0>();
     fence_regs(acc);
@@ -291,6 +323,110 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     finish_tile<BM, BN>(p, tile, m0, n0, at.n, w.zc, tid - 128, kConsumerThreads);
 }
 
+// Stores two adjacent values of C (row m, columns n and n + 1; C contiguous along n, pairs
+// aligned), or one when n + 1 is past the end.
+__device__ __forceinline__ void store_pair(const GemmParams& p, char* c, int m, int n, float v0, float v1) {
+    const int64_t off = int64_t(m) * p.c_sm + n;
+    if (n + 1 < p.n) {
+        switch (p.c_dtype) {
+            case kF16: *reinterpret_cast<__half2*>(reinterpret_cast<__half*>(c) + off) = __floats2half2_rn(v0, v1); break;
+            case kBF16:
+                *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<__nv_bfloat16*>(c) + off) = __floats2bfloat162_rn(v0, v1);
+                break;
+            default: *reinterpret_cast<float2*>(reinterpret_cast<float*>(c) + off) = make_float2(v0, v1);
+        }
+    } else if (n < p.n) {
+        store_c(p, c, off, v0, 0);
+    }
+}
+
+// The persistent variant, for products of several waves of tiles with a plain epilogue (alpha,
+// bias, ReLU; C contiguous along n; no beta, bsum or stochastic rounding): one block per SM
+// walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... The producer runs ahead across tiles,
+// so the next tile's first stages load while the consumers store this one's results, straight
+// from the accumulators (the stages stay the producer's). Batches are folded into the walk.
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+__device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
+                                                      const CUtensorMap* map_b) {
+    using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
+    constexpr int BM = Cfg::BM, BK = Cfg::BK;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = aligned_smem(smem_raw);
+    __shared__ __align__(8) Ring<STAGES> ring;
+    const int tid = threadIdx.x;
+    const int per_entry = p.tiles_m * p.tiles_n, total = per_entry * p.batch;
+    const int ktiles = (p.k + BK - 1) / BK;
+    init_ring<STAGES, CONSUMERS>(ring);
+
+    const int wg = tid / 128;
+    if (wg == 0) {
+        if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid == 0) {
+            int it = 0;
+            for (int t = blockIdx.x; t < total; t += gridDim.x) {
+                const int z = t / per_entry;
+                const Tile at = tile_of(p, t - z * per_entry);
+                const int za = p.a_batch ? z : 0, zb = p.b_batch ? z : 0;
+                for (int kt = 0; kt < ktiles; ++kt, ++it) {
+                    const int s = it % STAGES;
+                    if (it >= STAGES) mbar_wait(&ring.empty[s], ((it / STAGES) - 1) & 1);
+                    produce_stage<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, s, map_a, map_b, kt * BK, at.m * BM,
+                                                                    at.n * BN, za, zb);
+                }
+            }
+        }
+        return;
+    }
+
+    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int c = wg - 1;
+    const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
+    const int g = lane / 4, q = lane % 4;
+    const bool bias = p.flags & kBias, relu = p.flags & kRelu;
+    int it = 0;
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+        const int z = t / per_entry;
+        const Tile at = tile_of(p, t - z * per_entry);
+        float acc[BN / 2];
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+            const int s = it % STAGES;
+            mbar_wait(&ring.full[s], (it / STAGES) & 1);
+            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, s, c);
+            wgmma_wait<1>();
+            fence_regs(acc);
+            if (kt > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
+        }
+        wgmma_wait<0>();
+        fence_regs(acc);
+        if (lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);   // the tile's last stage
+
+        // Register 4j + r: row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of this
+        // consumer's 64 x BN block.
+        char* C = c_of(p, z);
+        const int r0 = at.m * BM + 64 * c + 16 * warp + g, nb = at.n * BN + 2 * q;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int n = nb + 8 * j;
+            float b0 = 0.f, b1 = 0.f;
+            if (bias && n < p.n) {
+                b0 = __ldg(p.bias + n);
+                if (n + 1 < p.n) b1 = __ldg(p.bias + n + 1);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float v0 = p.alpha * acc[4 * j + 2 * h] + b0, v1 = p.alpha * acc[4 * j + 2 * h + 1] + b1;
+                if (relu) {
+                    v0 = v0 > 0.f ? v0 : v0 * p.slope;
+                    v1 = v1 > 0.f ? v1 : v1 * p.slope;
+                }
+                if (r0 + 8 * h < p.m) store_pair(p, C, r0 + 8 * h, n, v0, v1);
+            }
+        }
+    }
+}
+
 } // namespace kiln::gemm
 
 using namespace kiln::gemm;
@@ -304,10 +440,19 @@ using namespace kiln::gemm;
                                                                const __grid_constant__ CUtensorMap map_b) {      \
         wgmma_gemm<T, BN, CONS, ST, TA, TB>(p, &map_a, &map_b);                                                  \
     }
+// Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p.
+#define KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)                                                                \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
+        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_p(const __grid_constant__ GemmParams p,                         \
+                                                   const __grid_constant__ CUtensorMap map_a,                    \
+                                                   const __grid_constant__ CUtensorMap map_b) {                  \
+        wgmma_gemm_persistent<T, 256, 2, 4, TA, TB>(p, &map_a, &map_b);                                          \
+    }
 #define KILN_WG_CONFIGS(T, tn, TA, TB, ta, tb)         \
     KILN_WG_KERNEL(T, tn, 256, 2, 4, TA, TB, ta, tb)   \
     KILN_WG_KERNEL(T, tn, 128, 2, 6, TA, TB, ta, tb)   \
-    KILN_WG_KERNEL(T, tn, 64, 1, 8, TA, TB, ta, tb)
+    KILN_WG_KERNEL(T, tn, 64, 1, 8, TA, TB, ta, tb)    \
+    KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)
 #define KILN_WG_LAYOUTS(T, tn)                \
     KILN_WG_CONFIGS(T, tn, 0, 0, k, k)        \
     KILN_WG_CONFIGS(T, tn, 0, 1, k, t)        \

@@ -336,3 +336,46 @@ TEST_CASE("gpu gemm: KILN_AUTOTUNE=1 times the candidates, keeps a correct resul
     }
     CHECK(entries == 1);
 }
+
+TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, batches folded in") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (ctx.impl().cuda->info().sm != 90) {
+        std::printf("SKIPPED (the persistent kernels are sm_90 code; this GPU is sm_%d)\n", ctx.impl().cuda->info().sm);
+        return;
+    }
+    int seed = 900;
+    struct Run { DType dt; bool tf32; const char* tag; std::vector<std::string> layouts; };
+    for (const Run& r : {Run{DType::Float16, false, "f16", {"kk", "kt", "tk", "tt"}},
+                         Run{DType::BFloat16, false, "bf16", {"kk", "kt", "tk", "tt"}}, Run{DType::Float32, true, "tf32", {"kk"}}}) {
+        ctx.set_allow_tf32(r.tf32);
+        for (const std::string& l : r.layouts)
+            for (int variant : {0, 2}) {
+                // 14 x 11 tiles of 128 x 256: more than one wave on 132 SMs; plain and bias + ReLU.
+                const std::string kernel = std::string("kiln_gemm_wg_") + r.tag + "_" + l + "_256_c2_s4_p";
+                // Kernel names say k for K-major; a Case's tb passes B as the transpose of (N, K).
+                Case cs{1700, 2600, 40, l[0] == 't', l[1] == 'k', 8, true, epilogue_variant(variant), r.dt};
+                INFO(kernel);
+                CHECK(run_case(ctx, cs, r.dt, kernel, uint32_t(seed++)));
+            }
+    }
+    ctx.set_allow_tf32(false);
+    // A batch of 2 x 81 tiles: the walk crosses from one batch entry to the next. (N is a
+    // multiple of 8 so that TMA can read B's rows.)
+    const int64_t batch = 2, M = 1100, N = 2112, K = 24;
+    Tensor A = ctx.array(random_floats(batch * M * K, 31), {batch, M, K}, DType::Float16);
+    Tensor B = ctx.array(random_floats(batch * K * N, 32), {batch, K, N}, DType::Float16);
+    Tensor C = ctx.zeros({batch, M, N}, DType::Float16);
+    setenv("KILN_GEMM_KERNEL", "kiln_gemm_wg_f16_kt_256_c2_s4_p", 1);
+    batched_dot(A, B, C);
+    unsetenv("KILN_GEMM_KERNEL");
+    for (int64_t i = 0; i < batch; ++i) {
+        Tensor zero = ctx.zeros({M, N}, DType::Float16);
+        CHECK(check_against_reference(A[i], B[i], zero, C[i], DotOptions{}, out_eps(DType::Float16), 2e-6) <= 1.0);
+    }
+    // beta needs the other kernels: forcing the persistent one is refused with the list.
+    setenv("KILN_GEMM_KERNEL", "kiln_gemm_wg_f16_kt_256_c2_s4_p", 1);
+    Case cs{1700, 2600, 40, false, false, 8, true, epilogue_variant(1), DType::Float16};
+    CHECK_FALSE(run_case(ctx, cs, DType::Float16, "kiln_gemm_wg_f16_kt_256_c2_s4_p", uint32_t(seed++)));
+    unsetenv("KILN_GEMM_KERNEL");
+}
