@@ -174,11 +174,20 @@ bool needs_staging(const Tensor& X, bool is_a, bool need_kmajor, double flops, c
     return flops / 700e12 >= 4 * 2 * bytes / 3e12;
 }
 
-// `other` is the other operand: X is copied only when `other` is readable or copied too.
-Tensor staged_operand(const Tensor& X, bool is_a, bool need_kmajor, double flops, cuda::CudaBackend& be,
-                      const Tensor& other) {
-    if (!needs_staging(X, is_a, need_kmajor, flops, be)) return X;
-    if (!wgmma_readable(other, !is_a, need_kmajor) && !needs_staging(other, !is_a, need_kmajor, flops, be)) return X;
+// Which operands to copy: a copy pays only when the other operand is readable or copied too.
+struct Staging {
+    bool a = false, b = false;
+};
+Staging staging(const Tensor& A, const Tensor& B, bool need_kmajor, double flops, const cuda::CudaBackend& be) {
+    const bool copy_a = needs_staging(A, true, need_kmajor, flops, be);
+    const bool copy_b = needs_staging(B, false, need_kmajor, flops, be);
+    return {copy_a && (copy_b || wgmma_readable(B, false, need_kmajor)),
+            copy_b && (copy_a || wgmma_readable(A, true, need_kmajor))};
+}
+
+// X copied into a fresh aligned buffer (in the layout `need_kmajor` asks for); the view of it
+// that stands for X.
+Tensor staged_operand(const Tensor& X, bool is_a, bool need_kmajor, cuda::CudaBackend& be) {
     const size_t es = dtype_size(X.dtype());
     const Mat x = mat(X);
     const bool kmajor = is_a ? x.s_col == 1 : x.s_row == 1;
@@ -222,16 +231,13 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
     const bool tf32 = A.dtype() == DType::Float32 && C.context().allow_tf32();
     GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
     std::string staged;
-    const bool stage_a = needs_staging(A, true, tf32, flops, be) &&
-                         (wgmma_readable(B, false, tf32) || needs_staging(B, false, tf32, flops, be));
-    const bool stage_b = needs_staging(B, false, tf32, flops, be) &&
-                         (wgmma_readable(A, true, tf32) || needs_staging(A, true, tf32, flops, be));
-    if (stage_a) {
+    const Staging st = staging(A, B, tf32, flops, be);
+    if (st.a) {
         pr.a_tma = true;
         pr.a_kmajor = pr.a_kmajor || tf32;
         staged += " A";
     }
-    if (stage_b) {
+    if (st.b) {
         pr.b_tma = true;
         pr.b_kmajor = pr.b_kmajor || tf32;
         staged += " B";
@@ -409,9 +415,9 @@ void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
         fail(Error::Kind::Value, "compound_dot: {} x {} x {} exceeds the GEMM kernels' 32-bit sizes", M, N, K);
     const double flops = 2.0 * double(M) * double(N) * double(K) * double(batch);
     const bool tf32 = A0.dtype() == DType::Float32 && impl.allow_tf32;
-    // Copies pay only when both operands end up readable by the wgmma kernels.
-    const Tensor A = staged_operand(A0, /*is_a=*/true, tf32, flops, be, B0);
-    const Tensor B = staged_operand(B0, /*is_a=*/false, tf32, flops, be, A0);
+    const Staging st = staging(A0, B0, tf32, flops, be);
+    const Tensor A = st.a ? staged_operand(A0, /*is_a=*/true, tf32, be) : A0;
+    const Tensor B = st.b ? staged_operand(B0, /*is_a=*/false, tf32, be) : B0;
     const DType dt = A.dtype();
     const Mat a = mat(A), b = mat(B), c = mat(C);
 

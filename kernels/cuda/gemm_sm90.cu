@@ -182,6 +182,42 @@ __device__ __forceinline__ void consume_stage(float (&acc)[BN / 2], const unsign
     fence_regs(acc);
 }
 
+// Producer: k-tiles [kt_begin, kt_begin + ktiles) of one tile into the ring. `it` counts stage
+// uses across the tiles a block walks (stage it % STAGES, use it / STAGES).
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+__device__ __forceinline__ void produce_tile(unsigned char* smem, Ring<STAGES>& ring, const CUtensorMap* map_a,
+                                             const CUtensorMap* map_b, int kt_begin, int ktiles, int m0, int n0, int za,
+                                             int zb, int& it) {
+    constexpr int BK = WgConfig<T, BN, CONSUMERS, STAGES>::BK;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = it % STAGES;
+        if (it >= STAGES) mbar_wait(&ring.empty[s], ((it / STAGES) - 1) & 1);
+        produce_stage<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, s, map_a, map_b, (kt_begin + kt) * BK, m0, n0, za,
+                                                        zb);
+    }
+}
+
+// Consumer c (lane `lane` of one of its warps): one tile's product into `acc`, zeroed first.
+// Each stage is released once the multiplies after it are in flight (at most one group
+// outstanding), the last one when all are done.
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+__device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigned char* smem, Ring<STAGES>& ring, int c,
+                                             int lane, int ktiles, int& it) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = it % STAGES;
+        mbar_wait(&ring.full[s], (it / STAGES) & 1);
+        consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, s, c);
+        wgmma_wait<1>();
+        fence_regs(acc);
+        if (kt > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    if (ktiles > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
+}
+
 template <int STAGES, int CONSUMERS>
 __device__ __forceinline__ void init_ring(Ring<STAGES>& ring) {
     if (threadIdx.x == 0) {
@@ -220,13 +256,9 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         // Producer: one thread keeps the ring full.
         if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid == 0) {
-            const int za = p.a_batch ? z : 0, zb = p.b_batch ? z : 0;
-            for (int kt = 0; kt < ktiles; ++kt) {
-                const int s = kt % STAGES;
-                if (kt >= STAGES) mbar_wait(&ring.empty[s], ((kt / STAGES) - 1) & 1);
-                produce_stage<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, s, map_a, map_b, (w.kt_begin + kt) * BK, m0,
-                                                                n0, za, zb);
-            }
+            int it = 0;
+            produce_tile<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, map_a, map_b, w.kt_begin, ktiles, m0, n0,
+                                                           p.a_batch ? z : 0, p.b_batch ? z : 0, it);
         }
         return;
     }
@@ -236,20 +268,8 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     const int c = wg - 1;
     const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
     float acc[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-
-    for (int kt = 0; kt < ktiles; ++kt) {
-        const int s = kt % STAGES;
-        mbar_wait(&ring.full[s], (kt / STAGES) & 1);
-        consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, s, c);
-        // The previous stage's multiplies are done once at most this one is in flight.
-        wgmma_wait<1>();
-        fence_regs(acc);
-        if (kt > 0 && lane == 0) mbar_arrive(&ring.empty[(kt - 1) % STAGES]);
-    }
-    wgmma_wait<0>();
-    fence_regs(acc);
+    int it = 0;
+    consume_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
 
     // Epilogue. Register 4j + r holds row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of
     // this consumer's 64 x BN block. Once both consumers are done with the stages (no TMA is
@@ -313,13 +333,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             for (int t = blockIdx.x; t < total; t += gridDim.x) {
                 const int z = t / per_entry;
                 const Tile at = tile_of(p, t - z * per_entry);
-                const int za = p.a_batch ? z : 0, zb = p.b_batch ? z : 0;
-                for (int kt = 0; kt < ktiles; ++kt, ++it) {
-                    const int s = it % STAGES;
-                    if (it >= STAGES) mbar_wait(&ring.empty[s], ((it / STAGES) - 1) & 1);
-                    produce_stage<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, s, map_a, map_b, kt * BK, at.m * BM,
-                                                                    at.n * BN, za, zb);
-                }
+                produce_tile<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, map_a, map_b, 0, ktiles, at.m * BM, at.n * BN,
+                                                               p.a_batch ? z : 0, p.b_batch ? z : 0, it);
             }
         }
         return;
@@ -335,19 +350,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         const int z = t / per_entry;
         const Tile at = tile_of(p, t - z * per_entry);
         float acc[BN / 2];
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-        for (int kt = 0; kt < ktiles; ++kt, ++it) {
-            const int s = it % STAGES;
-            mbar_wait(&ring.full[s], (it / STAGES) & 1);
-            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, s, c);
-            wgmma_wait<1>();
-            fence_regs(acc);
-            if (kt > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
-        }
-        wgmma_wait<0>();
-        fence_regs(acc);
-        if (lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);   // the tile's last stage
+        consume_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
 
         // Register 4j + r: row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of this
         // consumer's 64 x BN block.
