@@ -84,8 +84,8 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
                 pk.entry += "_p";
                 pk.persistent = true;
                 pk.splits = 1;
-                pk.score = 0.95 * w.rate * double(pr.m * pr.n) / double(((pr.m + k.bm - 1) / k.bm) * k.bm *
-                                                                        ((pr.n + k.bn - 1) / k.bn) * k.bn);
+                // 5% below the unsplit one-tile-per-block kernel it replaces (rule 2's header).
+                pk.score = 0.95 * w.rate * fit(pr, k.bm, k.bn, 1);
                 out.push_back(pk);
             }
         }
