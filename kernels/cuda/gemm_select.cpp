@@ -111,8 +111,8 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         k.path = GemmPath::Fma;
         k.bm = k.bn = 128;
         k.entry = "kiln_gemm_fma_f32_128x128";
-        k.threads = 256;
-        k.smem = std::max(2 * 8 * 256 * 4, 128 * (128 + 4) * 4);
+        k.threads = 128;   // 16 x 8 results per thread
+        k.smem = std::max(2 * 8 * (128 + 4 + 128 + 4) * 4, 128 * (128 + 4) * 4);
         k.bk = 8;
         add(k, 0.1);
     }
