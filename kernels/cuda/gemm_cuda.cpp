@@ -257,22 +257,22 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     p.tiles_n = int32_t((N + k.bn - 1) / k.bn);
     p.group_m = 8;
     p.k_splits = k.splits;
-    // bsum: each tile's row sums, then one kernel adds the tiles in order into bsum.
+    // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
+    // tile of a row adds them (turn counters in the backend's zeroed scratch); with one tile
+    // per row, or split-K (the reduction kernel sees whole rows), the sums go to bsum directly.
     Tensor partials;
-    int partial_tiles = 0;
-    // With one tile of partial sums and a float32 bsum laid out as [batch][M], the partials
-    // are the sums: the kernels write them straight into bsum.
-    bool bsum_direct = false;
     if (bsum) {
-        partial_tiles = k.splits > 1 ? 1 : p.tiles_n;
         const Tensor& bs = *bsum;
-        const int64_t s_m = bs.strides()[c_rank == 3 ? 1 : 0], s_b = c_rank == 3 ? bs.strides()[0] : M;
-        bsum_direct = partial_tiles == 1 && bs.dtype() == DType::Float32 && (M == 1 || s_m == 1) && (batch == 1 || s_b == M);
-        if (bsum_direct) {
-            p.bsum_partials = reinterpret_cast<float*>(static_cast<char*>(bs.view().storage->data) + bs.offset() * 4);
-        } else {
-            partials = ctx.empty({partial_tiles, batch, M}, DType::Float32);
+        // bsum is (M), (M, 1), (batch, M) or (batch, M, 1).
+        p.bsum = static_cast<char*>(bs.view().storage->data) + bs.offset() * dtype_size(bs.dtype());
+        p.bsum_sb = c_rank == 3 ? bs.strides()[0] : 0;
+        p.bsum_sm = bs.strides()[c_rank == 3 ? 1 : 0];
+        p.bsum_dtype = gemm_dtype(bs.dtype());
+        if (k.splits == 1 && p.tiles_n > 1) {
+            partials = ctx.empty({p.tiles_n, batch, M}, DType::Float32);
             p.bsum_partials = static_cast<float*>(partials.view().storage->data);
+            p.bsum_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(size_t(batch) * p.tiles_m * 4));
+            partials.view().storage->written = true;
         }
         p.flags |= kBsum;
     }
@@ -324,21 +324,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256,
                               0, params);
     }
-    if (bsum && bsum_direct) {
-        bsum->view().storage->written = true;
-    } else if (bsum) {
-        partials.view().storage->written = true;
-        const Tensor& bs = *bsum;
-        const float* pp = static_cast<const float*>(partials.view().storage->data);
-        void* out = static_cast<char*>(bs.view().storage->data) + bs.offset() * dtype_size(bs.dtype());
-        int tiles = partial_tiles, nb = int(batch), m = int(M), bdt = gemm_dtype(bs.dtype());
-        // bsum is (M), (M, 1), (batch, M) or (batch, M, 1).
-        int64_t s_batch = c_rank == 3 ? bs.strides()[0] : 0, s_m = bs.strides()[c_rank == 3 ? 1 : 0];
-        void* params[] = {&pp, &tiles, &nb, &m, &out, &bdt, &s_batch, &s_m};
-        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_sum_partials", 0),
-                              unsigned((batch * M + 255) / 256), 1, 1, 256, 0, params);
-        bs.view().storage->written = true;
-    }
+    if (bsum) bsum->view().storage->written = true;
 }
 
 // KILN_AUTOTUNE=1: each candidate kernel runs the problem (into a scratch C, no epilogue) once

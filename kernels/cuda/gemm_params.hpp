@@ -6,10 +6,12 @@
 //
 // with A, B and C addressed through element strides (any view), act = identity, ReLU or leaky
 // ReLU, store = round to C's dtype (stochastically when sr_bits > 0). With bsum set, each block
-// also writes the row sums of its tile of the result to bsum_partials[tile_n][z][m]; the host
-// adds the tiles in a fixed order, so the sums are deterministic. With k_splits > 1 (batch 1
-// only) each block multiplies a slice of k and stores its raw float32 sums; a second kernel
-// (kiln_gemm_reduce_splits) adds the slices in order and applies the epilogue.
+// also writes the row sums of its tile of the result to bsum_partials[tile_n][z][m] and counts
+// itself in bsum_turns[z][tile_m]; the last of a row of tiles to finish adds the row's tiles
+// in tile order (deterministic sums, no second launch) and stores them in bsum. With one tile
+// per row the block stores its sums in bsum directly. With k_splits > 1 (batch 1 only) each
+// block multiplies a slice of k and stores its raw float32 sums; a second kernel
+// (kiln_gemm_reduce_splits) adds the slices in order and applies the epilogue and the sums.
 #pragma once
 #include <stdint.h>
 
@@ -29,7 +31,11 @@ struct GemmParams {
     const void* b;
     void* c;
     const float* bias;        // kBias: N float32 values
-    float* bsum_partials;     // kBsum: [tiles_n][batch][M] float32
+    float* bsum_partials;     // kBsum with tiles_n > 1: [tiles_n][batch][M] float32
+    uint32_t* bsum_turns;     // kBsum with tiles_n > 1: [batch][tiles_m], zero before and after
+    void* bsum;               // kBsum: the sums, element (z, m) at z * bsum_sb + m * bsum_sm
+    int64_t bsum_sb, bsum_sm;
+    int32_t bsum_dtype;       // GemmDType of bsum
     int64_t a_sm, a_sk;       // A's strides along m and k, in elements
     int64_t b_sk, b_sn;       // B's strides along k and n
     int64_t c_sm, c_sn;       // C's strides along m and n

@@ -267,7 +267,8 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
                 *reinterpret_cast<float2*>(tile + (wm + 16 * i + g + 8 * h) * tile_ld(BN) + wn + 8 * j + 2 * q) =
                     make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
     __syncthreads();
-    finish_tile<BM, BN>(p, tile, m0, n0, tile_pos.n, w.zc, tid, Cfg::kThreads);
+    finish_tile<BM, BN, Cfg::kThreads>(p, tile, m0, n0, tile_pos.n, w.zc, tid);
+    if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, tile_pos.m, w.zc, tid, Cfg::kThreads, [] { __syncthreads(); });
 }
 
 // ---- float32 on the FMA units -------------------------------------------------------------
@@ -466,7 +467,8 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
             *reinterpret_cast<float4*>(tile + (wm + 16 * (i / 4) + tm + i % 4) * tile_ld(BN) + wn + 32 * j + tn) =
                 make_float4(acc[i][4 * j], acc[i][4 * j + 1], acc[i][4 * j + 2], acc[i][4 * j + 3]);
     __syncthreads();
-    finish_tile<BM, BN>(p, tile, m0, n0, bw.tile.n, bw.w.zc, tid, THREADS);
+    finish_tile<BM, BN, THREADS>(p, tile, m0, n0, bw.tile.n, bw.w.zc, tid);
+    if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
 }
 
 } // namespace kiln::gemm
@@ -533,7 +535,7 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const 
     }
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) p.bsum_partials[m] = s;
+    if (lane == 0) store_bsum(p, 0, m, s);
 }
 
 // dst[z][j][i] = src[z][i][j]: the transposing copy that puts an operand into the layout the
@@ -571,19 +573,3 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_transpose(const void
         transpose_tile(static_cast<const uint16_t*>(src), s_i, s_j, s_z, ni, nj, static_cast<uint16_t*>(dst), ld_dst, d_z);
 }
 
-// bsum[z, m] = the sum over tiles of partials[tile][z][m], in tile order, stored in bsum's
-// dtype at its strides.
-extern "C" __global__ void __launch_bounds__(256) kiln_gemm_sum_partials(const float* partials, int tiles, int batch, int m,
-                                                                         void* out, int dtype, int64_t s_batch, int64_t s_m) {
-    const int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x;
-    if (i >= int64_t(batch) * m) return;
-    const int z = int(i / m), r = int(i % m);
-    float s = 0.f;
-    for (int t = 0; t < tiles; ++t) s += partials[(int64_t(t) * batch + z) * m + r];
-    const int64_t off = z * s_batch + r * s_m;
-    switch (dtype) {
-        case kF16: reinterpret_cast<__half*>(out)[off] = __float2half_rn(s); break;
-        case kBF16: reinterpret_cast<__nv_bfloat16*>(out)[off] = __float2bfloat16_rn(s); break;
-        default: reinterpret_cast<float*>(out)[off] = s;
-    }
-}

@@ -287,7 +287,10 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
             make_float2(acc[4 * j + 2], acc[4 * j + 3]);
     }
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-    finish_tile<BM, BN>(p, tile, m0, n0, at.n, w.zc, tid - 128, kConsumerThreads);
+    finish_tile<BM, BN, kConsumerThreads>(p, tile, m0, n0, at.n, w.zc, tid - 128);
+    if (p.flags & kBsum)
+        bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads,
+                              [] { asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory"); });
 }
 
 // Stores two adjacent values of C (row m, columns n and n + 1; C contiguous along n, pairs

@@ -8,6 +8,7 @@
 #include "runtime/cache/disk_cache.hpp"
 #include "runtime/cuda/nvrtc.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -98,6 +99,7 @@ CudaBackend::~CudaBackend() {
         if (pinned_[i]) d.cuMemFreeHost(pinned_[i]);
     }
     d.cuStreamDestroy(stream_);
+    if (zeroed_) allocator_->release(zeroed_, zeroed_bytes_);
     // Device tensors may outlive their Context: they share the allocator, which needs the
     // primary context, so it is released only when no tensor holds memory any more.
     if (allocator_.use_count() == 1) {
@@ -107,6 +109,19 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::make_current() const { driver().cuCtxSetCurrent(ctx_); }
+
+CUdeviceptr CudaBackend::zeroed_scratch(size_t nbytes) {
+    if (nbytes <= zeroed_bytes_) return zeroed_;
+    make_current();
+    // The old buffer goes back to the allocator: whatever reuses it is ordered after the
+    // kernels already queued on this stream.
+    if (zeroed_) allocator_->release(zeroed_, zeroed_bytes_);
+    const size_t bytes = std::max<size_t>({nbytes, 2 * zeroed_bytes_, 4096});
+    zeroed_ = allocator_->allocate(bytes, "compound_dot");
+    zeroed_bytes_ = bytes;
+    check(driver().cuMemsetD8Async(zeroed_, 0, bytes, stream_), "cuMemsetD8Async");
+    return zeroed_;
+}
 
 // The two pinned staging buffers and their events, made on the first large copy.
 void CudaBackend::ensure_staging() {

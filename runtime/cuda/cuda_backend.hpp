@@ -84,6 +84,11 @@ public:
     void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
                             void** params);
 
+    // At least `nbytes` of device memory that holds zeros whenever no kernel is running:
+    // kernels that count in it (the GEMM's bsum turn counters) set every word they change
+    // back to zero before they finish. Zero-filled on the stream when it grows.
+    CUdeviceptr zeroed_scratch(size_t nbytes);
+
     // With it set, a kernel found in neither cache is an error (KILN_ASSERT_NO_COMPILE).
     void forbid_compiles(bool on) { forbid_compiles_ = on; }
 
@@ -114,6 +119,8 @@ private:
     std::unordered_map<std::string, CUfunction> precompiled_;   // by entry name
     CudaCounters counters_;
     std::vector<uint8_t> arg_bytes_;   // reused for each launch
+    CUdeviceptr zeroed_ = 0;           // zeroed_scratch
+    size_t zeroed_bytes_ = 0;
 };
 
 } // namespace kiln::cuda
