@@ -9,6 +9,9 @@
 // back-to-back calls, after warm-up; the median of 7 batches, the five calls taking turns. Operands are uniform in [-1, 1).
 // Options: --dtypes f16,bf16,f32,tf32  --only square|deepbench  --quick (fewer, smaller shapes)
 //          --shapes MxNxK,...  (only these)  --profile (each call a few times, for a profiler).
+//          --compare ENTRY,...  (also times the plain product with the first of these kernels that
+//          can run it, forced through KILN_GEMM_KERNEL, in turn with the other calls: an A/B of
+//          two kernels in one run; printed after the row, in the JSON as "compare_*").
 // Without a usable CUDA device it says why and exits 0.
 #include <kiln/kiln.hpp>
 
@@ -196,7 +199,7 @@ private:
 } // namespace
 
 int main(int argc, char** argv) {
-    std::string json_path = "gemm.json", only, dtypes = "f16,bf16,f32,tf32", shapes;
+    std::string json_path = "gemm.json", only, dtypes = "f16,bf16,f32,tf32", shapes, compare;
     bool quick = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -205,6 +208,7 @@ int main(int argc, char** argv) {
         else if (a == "--quick") quick = true;
         else if (a == "--profile") g_profile = true;
         else if (a == "--shapes" && i + 1 < argc) shapes = std::string(",") + argv[++i] + ",";
+        else if (a == "--compare" && i + 1 < argc) compare = argv[++i];
         else json_path = a;
     }
     std::unique_ptr<Context> ctxp;
@@ -284,6 +288,26 @@ int main(int argc, char** argv) {
                 },
             };
             if (lt_ok) calls.push_back([&] { lt_call.run(); });
+            // --compare: the first listed kernel that runs this product.
+            std::string cmp_entry;
+            for (size_t at = 0; !compare.empty() && at != std::string::npos && cmp_entry.empty();) {
+                const size_t comma = compare.find(',', at);
+                const std::string e = compare.substr(at, comma == std::string::npos ? comma : comma - at);
+                at = comma == std::string::npos ? comma : comma + 1;
+                setenv("KILN_GEMM_KERNEL", e.c_str(), 1);
+                try {
+                    compound_dot(A, B, C);
+                    cmp_entry = e;
+                } catch (const Error&) {
+                }
+                unsetenv("KILN_GEMM_KERNEL");
+            }
+            if (!cmp_entry.empty())
+                calls.push_back([&] {
+                    setenv("KILN_GEMM_KERNEL", cmp_entry.c_str(), 1);
+                    compound_dot(A, B, C);
+                    unsetenv("KILN_GEMM_KERNEL");
+                });
             const std::vector<double> t = time_all(stream, calls);
             const double t_kiln = t[0], t_kiln_br = t[1], t_kiln_brs = t[2], t_blas = t[3], t_lt = lt_ok ? t[4] : -1;
             compound_dot(A, B, C);   // plain results for the comparison
@@ -312,6 +336,15 @@ int main(int argc, char** argv) {
                              "\"max_rel_diff\": %.3e, \"kernel\": \"%s\"}\n",
                              d.name, (long long)s.m, (long long)s.n, (long long)s.k, opname, t_kiln, t_blas, t_kiln_br,
                              t_lt, t_kiln_brs, tf(t_kiln), tf(t_blas), rel, chosen.c_str());
+            if (!cmp_entry.empty()) {
+                const double t_cmp = t.back();
+                std::printf("       compare %-34s %9.1f TFLOP/s, %.3fx the selected kernel\n", cmp_entry.c_str(), tf(t_cmp),
+                            t_kiln / t_cmp);
+                if (json)
+                    std::fprintf(json, "{\"dtype\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"compare_kernel\": \"%s\", "
+                                       "\"compare_ms\": %.5f, \"compare_tflops\": %.2f}\n",
+                                 d.name, (long long)s.m, (long long)s.n, (long long)s.k, cmp_entry.c_str(), t_cmp, tf(t_cmp));
+            }
         }
     }
     // Host cost of one compound_dot call (selection, descriptors, launch), nothing synchronised:

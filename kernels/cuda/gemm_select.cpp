@@ -83,6 +83,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
                 GemmKernel pk = k;
                 pk.entry += "_p";
                 pk.persistent = true;
+                pk.smem += w.cons * 64 * (64 + 2) * 4;   // each consumer's epilogue buffer
                 pk.splits = 1;
                 // 5% below the unsplit one-tile-per-block kernel it replaces (rule 2's header).
                 pk.score = 0.95 * w.rate * fit(pr, k.bm, k.bn, 1);

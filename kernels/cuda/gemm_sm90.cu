@@ -312,9 +312,22 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, char* c, int m, 
 
 // The persistent variant, for products of several waves of tiles with a plain epilogue (alpha,
 // bias, ReLU; C contiguous along n; no beta, bsum or stochastic rounding): one block per SM
-// walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... The producer runs ahead across tiles,
-// so the next tile's first stages load while the consumers store this one's results, straight
-// from the accumulators (the stages stay the producer's). Batches are folded into the walk.
+// walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... The producer runs ahead across
+// tiles, so the next tile's stages load while the consumers finish this one: a new block's
+// start and its first loads' latency are paid once per SM, not once per tile. The stages stay
+// the producer's, so each consumer stages its 64 x BN results through a buffer of its own, 64
+// columns at a time, and stores whole rows (a warp per row). Batches are folded into the walk.
+// Measured on the H100 (docs/gemm-notes.md, 12 and 19): stored straight from the accumulator
+// layout (8 rows of 16 bytes per warp store) it was 5-15% slower than the one-tile-per-block
+// kernel on the large DeepBench shapes; staged like this, 2-6% slower on every one of them.
+constexpr int kEpiCols = 64, kEpiLd = kEpiCols + 2;   // floats per buffer row (8-byte aligned)
+
+template <class T, int BN, int CONSUMERS, int STAGES>
+struct WgPersistentConfig {
+    static constexpr int kEpiBytes = 64 * kEpiLd * 4;   // one consumer's buffer
+    static constexpr int kSmemBytes = STAGES * WgConfig<T, BN, CONSUMERS, STAGES>::kStageBytes + CONSUMERS * kEpiBytes;
+};
+
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b) {
@@ -348,6 +361,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
     const int g = lane / 4, q = lane % 4;
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
+    float* buf = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes) + c * 64 * kEpiLd;
     int it = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const int z = t / per_entry;
@@ -356,26 +370,36 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         consume_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
 
         // Register 4j + r: row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of this
-        // consumer's 64 x BN block.
+        // consumer's 64 x BN block. Chunk ch holds columns [64 ch, 64 ch + 64).
         char* C = c_of(p, z);
-        const int r0 = at.m * BM + 64 * c + 16 * warp + g, nb = at.n * BN + 2 * q;
+        const int row0 = at.m * BM + 64 * c;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int n = nb + 8 * j;
+        for (int ch = 0; ch < BN / kEpiCols; ++ch) {
+#pragma unroll
+            for (int j = 0; j < kEpiCols / 8; ++j) {
+                const int jj = ch * (kEpiCols / 8) + j;
+                *reinterpret_cast<float2*>(buf + (16 * warp + g) * kEpiLd + 8 * j + 2 * q) =
+                    make_float2(acc[4 * jj], acc[4 * jj + 1]);
+                *reinterpret_cast<float2*>(buf + (16 * warp + g + 8) * kEpiLd + 8 * j + 2 * q) =
+                    make_float2(acc[4 * jj + 2], acc[4 * jj + 3]);
+            }
+            asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
+            const int n = at.n * BN + ch * kEpiCols + 2 * lane;
             float b0 = 0.f, b1 = 0.f;
             if (bias && n < p.n) {
                 b0 = __ldg(p.bias + n);
                 if (n + 1 < p.n) b1 = __ldg(p.bias + n + 1);
             }
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float v0 = p.alpha * acc[4 * j + 2 * h] + b0, v1 = p.alpha * acc[4 * j + 2 * h + 1] + b1;
+            for (int r = warp; r < 64 && row0 + r < p.m; r += 4) {
+                const float2 a = *reinterpret_cast<const float2*>(buf + r * kEpiLd + 2 * lane);
+                float v0 = p.alpha * a.x + b0, v1 = p.alpha * a.y + b1;
                 if (relu) {
                     v0 = v0 > 0.f ? v0 : v0 * p.slope;
                     v1 = v1 > 0.f ? v1 : v1 * p.slope;
                 }
-                if (r0 + 8 * h < p.m) store_pair(p, C, r0 + 8 * h, n, v0, v1);
+                store_pair(p, C, row0 + r, n, v0, v1);
             }
+            asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
         }
     }
 }
