@@ -152,9 +152,11 @@ Tensor swap_last(const Tensor& t) {
 
 // An operand the wgmma kernels cannot read as it is (TMA needs a unit-stride dimension, a
 // 16-byte aligned base and 16-byte multiples for the other strides; tf32 also needs K-major)
-// is copied into a fresh aligned buffer when the product repays the copy: estimated product
-// time (700 TFLOP/s) at least 4x the copy's (read + write at 3 TB/s). The portable kernels
-// would take it as it is, but at a fraction of the speed. KILN_GEMM_COPY=always|never
+// is copied into a fresh aligned buffer when the copy and the wgmma product together take less
+// than the product on the portable kernels, which would take X as it is: 700 TFLOP/s against
+// 40 (the mma.sync kernels ran at 8.7-19 TFLOP/s on the H100 on 1024x700x512 and 35x8457x4096,
+// where copying made the product 1.5-2.5x faster: docs/gemm-notes.md, 20), the copy reading
+// and writing X at 3 TB/s after a launch of about 3 us. KILN_GEMM_COPY=always|never
 // overrides the estimate (tests, benchmarks). `is_a`: X is (.., M, K), else
 // (.., K, N). Returns X itself when no copy is made.
 // Whether the wgmma kernels can read X as it is (dtype and layout).
@@ -171,7 +173,7 @@ bool needs_staging(const Tensor& X, bool is_a, bool need_kmajor, double flops, c
     const double bytes = double(X.size()) * double(es);
     if (wgmma_readable(X, is_a, need_kmajor)) return false;
     if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
-    return flops / 700e12 >= 4 * 2 * bytes / 3e12;
+    return 2 * bytes / 3e12 + 3e-6 + flops / 700e12 < flops / 40e12;
 }
 
 // Which operands to copy: a copy pays only when the other operand is readable or copied too.
