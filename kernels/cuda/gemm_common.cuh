@@ -146,6 +146,9 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
     constexpr int ld = tile_ld(COLS);
     constexpr int kWarps = NTHREADS / 32, kRowsPerWarp = ROWS / kWarps;
     static_assert(ROWS % kWarps == 0 && kRowsPerWarp <= 32, "rows not divisible among the warps, or too many per warp");
+    // Lanes holding columns of a row (all 32 from 128 columns on); a tile row (COLS + 4 words)
+    // has room for their bsum shares.
+    constexpr int kShareLanes = COLS >= 128 ? 32 : (COLS + 3) / 4;
     const int warp = tid / 32, lane = tid % 32;
     char* C = c_of(p, z);
     const int esize = p.c_dtype == kF32 ? 4 : 2;
@@ -205,9 +208,9 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
             }
         }
         if (p.flags & kBsum) {
-            // The row's values are in registers: its first 32 words take the lanes' shares.
+            // The row's values are in registers: its first words take the lanes' shares.
             __syncwarp();
-            tile[r * ld + lane] = s;
+            if (lane < kShareLanes) tile[r * ld + lane] = s;
         }
     }
     if (!(p.flags & kBsum)) return;
@@ -218,7 +221,7 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
     if (lane >= kRowsPerWarp || m >= p.m) return;
     float s = 0.f;
 #pragma unroll 8
-    for (int j = 0; j < 32; ++j) s += tile[r * ld + (j + lane) % 32];
+    for (int j = 0; j < kShareLanes; ++j) s += tile[r * ld + (j + lane) % kShareLanes];
     if (p.tiles_n == 1) store_bsum(p, z, m, s);
     else p.bsum_partials[(int64_t(tile_n) * p.batch + z) * p.m + m] = s;
 }

@@ -293,10 +293,16 @@ constexpr int kFmaBK = 8;
 // fma_gemm.
 template <int ROWS, int THREADS, bool PAIRS>
 struct FmaLoader {
-    static constexpr int kVecs = ROWS * kFmaBK / THREADS / 4;   // float4s per thread and stage
+    // float4s per thread and stage; with fewer float4s than threads (narrow B tiles) the first
+    // ROWS * BK / 4 threads load one each.
+    static constexpr int kVecs = (ROWS * kFmaBK / 4 + THREADS - 1) / THREADS;
+    static constexpr bool kEvery = ROWS * kFmaBK == kVecs * 4 * THREADS;
     static constexpr int LD = ROWS + 4;
-    static_assert(kVecs >= 1 && ROWS * kFmaBK == kVecs * 4 * THREADS, "tile not divisible into float4s");
+    static_assert(kEvery || kVecs == 1, "tile not divisible into float4s");
     float reg[kVecs][4];
+    __device__ __forceinline__ static bool active(int v, int tid) {
+        return kEvery || (tid + v * THREADS) * 4 < ROWS * kFmaBK;
+    }
     // Vector v of this thread: (row, k) of its first element. kAlongK: 4 consecutive k of one
     // row; otherwise 4 consecutive rows of one k (kScalar reads the same elements one by one).
     __device__ __forceinline__ static void place(int v, int mode, int tid, int& r, int& kk) {
@@ -315,7 +321,7 @@ struct FmaLoader {
         for (int v = 0; v < kVecs; ++v) {
             int r, kk;
             place(v, mode, tid, r, kk);
-            next_ptr[v] = base + (row0 + r) * s_row + (k0 + kk) * s_k;
+            next_ptr[v] = active(v, tid) ? base + (row0 + r) * s_row + (k0 + kk) * s_k : base;
         }
         step = kFmaBK * s_k;
     }
@@ -324,6 +330,7 @@ struct FmaLoader {
         if (inside) {
 #pragma unroll
             for (int v = 0; v < kVecs; ++v) {
+                if (!active(v, tid)) continue;
                 const float4 x = *reinterpret_cast<const float4*>(next_ptr[v]);
                 reg[v][0] = x.x, reg[v][1] = x.y, reg[v][2] = x.z, reg[v][3] = x.w;
                 next_ptr[v] += step;
@@ -333,6 +340,7 @@ struct FmaLoader {
         const bool along_k = mode == kAlongK;
 #pragma unroll
         for (int v = 0; v < kVecs; ++v) {
+            if (!active(v, tid)) continue;
             next_ptr[v] += step;
             int r, kk;
             place(v, mode, tid, r, kk);
@@ -353,6 +361,7 @@ struct FmaLoader {
     __device__ __forceinline__ void stash(float* smem, int mode, int tid) const {
 #pragma unroll
         for (int v = 0; v < kVecs; ++v) {
+            if (!active(v, tid)) continue;
             int r, kk;
             place(v, mode, tid, r, kk);
             if (mode == kAlongK) {
@@ -471,6 +480,80 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
     if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
 }
 
+// Narrow products (N of 8 to 32: GEMV-like, bound by reading A): 256 x 16 tiles, each thread
+// 4 x 4 results, so a block computes no more than twice the useful columns for N = 8 where the
+// 128 x 128 tile computed 16 times as many and ran out of FMA throughput before bandwidth. The
+// same loaders, double buffering and epilogue as fma_gemm.
+template <int BM, int BN>
+__device__ __forceinline__ void fma_narrow_gemm(const GemmParams& p) {
+    constexpr int BK = kFmaBK, THREADS = 256;
+    constexpr int kColGroups = BN / 4, kRowGroups = THREADS / kColGroups;
+    static_assert(kRowGroups * 4 == BM, "a 4 x 4 block per thread covers the tile");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float* smem = reinterpret_cast<float*>(smem_raw);
+    const int tid = threadIdx.x;
+    const int tm = (tid / kColGroups) * 4, tn = (tid % kColGroups) * 4;
+    const BlockWork<float, BM, BN, BK> bw(p);
+    const int m0 = bw.m0, n0 = bw.n0;
+    const float *A = bw.A, *B = bw.B;
+    const int mode_a = bw.mode_a, mode_b = bw.mode_b;
+    using LoadA = FmaLoader<BM, THREADS, false>;
+    using LoadB = FmaLoader<BN, THREADS, false>;
+    constexpr int kBOffset = BK * LoadA::LD, kStage = BK * (LoadA::LD + LoadB::LD);
+
+    LoadA la;
+    LoadB lb;
+    float acc[4][4] = {};
+    const int ktiles = bw.w.kt_end - bw.w.kt_begin, kbase = bw.w.kt_begin * BK;
+    const bool interior = mode_a != kScalar && mode_b != kScalar && m0 + BM <= p.m && n0 + BN <= p.n;
+    la.start(A, p.a_sm, p.a_sk, m0, kbase, mode_a, tid);
+    lb.start(B, p.b_sn, p.b_sk, n0, kbase, mode_b, tid);
+    if (ktiles > 0) {
+        const bool inside = interior && kbase + BK <= p.k;
+        la.fetch(inside, A, p.a_sm, p.a_sk, p.m, p.k, m0, kbase, mode_a, tid);
+        lb.fetch(inside, B, p.b_sn, p.b_sk, p.n, p.k, n0, kbase, mode_b, tid);
+        la.stash(smem, mode_a, tid);
+        lb.stash(smem + kBOffset, mode_b, tid);
+    }
+    __syncthreads();
+    for (int kt = 0; kt < ktiles; ++kt) {
+        const int cur = kt & 1;
+        const bool more = kt + 1 < ktiles;
+        if (more) {
+            const int k0 = kbase + (kt + 1) * BK;
+            const bool inside = interior && k0 + BK <= p.k;
+            la.fetch(inside, A, p.a_sm, p.a_sk, p.m, p.k, m0, k0, mode_a, tid);
+            lb.fetch(inside, B, p.b_sn, p.b_sk, p.n, p.k, n0, k0, mode_b, tid);
+        }
+        const float* As = smem + cur * kStage + tm;
+        const float* Bs = smem + cur * kStage + kBOffset + tn;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            const float4 a = *reinterpret_cast<const float4*>(As + kk * LoadA::LD);
+            const float4 b = *reinterpret_cast<const float4*>(Bs + kk * LoadB::LD);
+            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        if (more) {
+            float* next = smem + (cur ^ 1) * kStage;
+            la.stash(next, mode_a, tid);
+            lb.stash(next + kBOffset, mode_b, tid);
+        }
+        __syncthreads();
+    }
+
+    float* tile = reinterpret_cast<float*>(smem_raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        *reinterpret_cast<float4*>(tile + (tm + i) * tile_ld(BN) + tn) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    __syncthreads();
+    finish_tile<BM, BN, THREADS>(p, tile, m0, n0, bw.tile.n, bw.w.zc, tid);
+    if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
+}
+
 } // namespace kiln::gemm
 
 using namespace kiln::gemm;
@@ -492,6 +575,9 @@ KILN_MMA_KERNEL(TF32, tf32, 64, 64, 2, 2)
 // the same speed on the large H100 shapes and slower on the small ones.)
 extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_128x128(const GemmParams p) {
     fma_gemm<128, 128>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) kiln_gemm_fma_f32_256x16(const GemmParams p) {
+    fma_narrow_gemm<256, 16>(p);
 }
 
 // Split-K's second step: C = epilogue(the slices' sum, added in slice order). With bsum a warp

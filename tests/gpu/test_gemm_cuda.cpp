@@ -128,7 +128,7 @@ bool run_case(Context& ctx, const Case& cs, DType dt, const std::string& kernel,
 }
 
 const std::vector<std::string> kEntries = {
-    "kiln_gemm_fma_f32_128x128",
+    "kiln_gemm_fma_f32_128x128", "kiln_gemm_fma_f32_256x16",
     "kiln_gemm_mma_f16_128x128", "kiln_gemm_mma_f16_64x64", "kiln_gemm_mma_bf16_128x128", "kiln_gemm_mma_bf16_64x64",
     "kiln_gemm_mma_tf32_128x128", "kiln_gemm_mma_tf32_64x64",
 };
@@ -159,10 +159,10 @@ TEST_CASE("gpu gemm: every kernel on every layout it takes, odd sizes, every epi
     REQUIRE_GPU();
     struct Run { DType dt; bool tf32; std::vector<std::string> entries; };
     std::vector<Run> runs = {
-        {DType::Float16, false, {kEntries[1], kEntries[2]}},
-        {DType::BFloat16, false, {kEntries[3], kEntries[4]}},
-        {DType::Float32, false, {kEntries[0]}},
-        {DType::Float32, true, {kEntries[5], kEntries[6]}},
+        {DType::Float16, false, {kEntries[2], kEntries[3]}},
+        {DType::BFloat16, false, {kEntries[4], kEntries[5]}},
+        {DType::Float32, false, {kEntries[0], kEntries[1]}},
+        {DType::Float32, true, {kEntries[6], kEntries[7]}},
     };
     for (auto& e : wgmma_entries("f16", true)) runs[0].entries.push_back(e);
     for (auto& e : wgmma_entries("bf16", true)) runs[1].entries.push_back(e);
