@@ -23,9 +23,9 @@ int splits_for(const GemmProblem& pr, int bm, int bn, int bk) {
     if (!pr.may_split || blocks * 2 > pr.sms || ktiles < 8) return 1;
     // (Rule 2's estimate then decides between this split and the unsplit tiles.)
     // Whole waves only: slices beyond one block per SM would start a second, mostly idle wave.
-    // At most 64 slices, and 256 MB of them.
-    const int64_t by_bytes = std::max<int64_t>(1, (int64_t(256) << 20) / std::max<int64_t>(1, pr.m * pr.n * pr.batch * 4));
-    return int(std::max<int64_t>(1, std::min<int64_t>({pr.sms / blocks, ktiles / 4, 64, by_bytes})));
+    // (At most 64 slices; with at most one block per SM, the slices' sums stay below
+    // 4 bytes x SMs x a tile's elements.)
+    return int(std::max<int64_t>(1, std::min<int64_t>({pr.sms / blocks, ktiles / 4, 64})));
 }
 
 // Fraction of the launched tile area inside C, times how evenly the blocks fill the SMs' waves
@@ -129,9 +129,16 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         nk.smem = std::max(2 * 8 * (256 + 4 + 16 + 4) * 4, 256 * (16 + 4) * 4);
         add(nk, 0.025);
     }
-    std::stable_sort(out.begin(), out.end(), [](const GemmKernel& a, const GemmKernel& b) {
-        // Paths first (a faster path beats any tile of a slower one), then the estimate.
-        if (a.path != b.path) return int(a.path) < int(b.path);
+    // Paths first (a faster path beats any tile of a slower one), then the estimate. tf32
+    // allows the tensor cores without requiring them: on products 16 columns wide or narrower
+    // the exact narrow FMA tile beat mma.sync tf32 on the H100 (1760x16x1760: 4.0 against 2.5
+    // TFLOP/s, 6144x16x2048 A^T: 7.0 against 2.7), so there it ranks before the mma.sync path.
+    const auto rank = [&](const GemmKernel& k) {
+        if (k.path == GemmPath::Fma && k.bn == 16 && pr.tf32 && pr.n <= 16) return 1;
+        return k.path == GemmPath::Wgmma ? 0 : k.path == GemmPath::Mma ? 2 : 3;
+    };
+    std::stable_sort(out.begin(), out.end(), [&](const GemmKernel& a, const GemmKernel& b) {
+        if (rank(a) != rank(b)) return rank(a) < rank(b);
         return a.score > b.score;
     });
     return out;

@@ -7,6 +7,8 @@
 //     dimension, 16-byte aligned base, other strides multiples of 16 bytes. tf32 there also needs
 //     both operands K-major. Otherwise 16-bit and tf32 run the portable mma.sync kernels (any
 //     layout), and exact float32 runs the FMA kernels (128x128 tiles; 256x16 for narrow N).
+//     Where tf32 is allowed but wgmma cannot run, products at most 16 columns wide run the
+//     exact narrow FMA kernel before mma.sync tf32 (faster there, measured).
 //  2. Tile. Among a path's tiles, the one with the best estimated time: each tile has a relative
 //     per-SM rate (bigger tiles reuse more data per byte loaded), scaled by how evenly its blocks
 //     fill the waves over the SMs and by the fraction of each block that lies inside C. This is
@@ -20,7 +22,7 @@
 //     does not pick it, KILN_AUTOTUNE does where it wins.
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
 //     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
-//     up to one block per SM, 64 slices and 256 MB of slices, at least 4 k-tiles per slice;
+//     up to one block per SM and 64 slices, at least 4 k-tiles per slice;
 //     the slices' float32 sums are added by a precompiled reduction kernel that applies the
 //     epilogue. Only unbatched products split.
 //  4. KILN_GEMM_KERNEL=<entry name> forces a kernel (benchmarks, tests); it must fit rule 1.

@@ -1,0 +1,133 @@
+// The GEMM kernel selector's documented rules (kernels/cuda/gemm_select.hpp), checked on the
+// host: the selector is a pure function of the problem, so every rule is testable without a GPU.
+#include "tests/support/catch.hpp"
+
+#include "ir/error.hpp"
+#include "kernels/cuda/gemm_params.hpp"
+#include "kernels/cuda/gemm_select.hpp"
+
+#include <cstdlib>
+#include <string>
+
+using namespace kiln;
+using namespace kiln::gemm;
+
+namespace {
+
+// An H100-like problem: sm_90 with the sm_90a image, 132 SMs, row-major operands (A K-major,
+// B N-major), both addressable by TMA, unbatched.
+GemmProblem h100(int64_t m, int64_t n, int64_t k, int dtype) {
+    GemmProblem pr;
+    pr.m = m, pr.n = n, pr.k = k;
+    pr.dtype = dtype;
+    pr.a_kmajor = true, pr.b_kmajor = false;
+    pr.a_tma = pr.b_tma = true;
+    pr.sm = 90, pr.sms = 132, pr.have_sm90a = true;
+    pr.may_split = true;
+    return pr;
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+} // namespace
+
+TEST_CASE("gemm selector: paths by architecture, dtype and operand layout (rule 1)") {
+    unsetenv("KILN_GEMM_KERNEL");
+    unsetenv("KILN_GEMM_SPLITS");
+    GemmProblem pr = h100(4096, 4096, 4096, kF16);
+    CHECK(select_gemm(pr).path == GemmPath::Wgmma);
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kt_256_c2_s4");   // B N-major: the transposed wgmma
+    pr.b_kmajor = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kk_256_c2_s4");
+    pr.b_tma = false;   // e.g. a leading dimension that is not a multiple of 16 bytes
+    CHECK(select_gemm(pr).path == GemmPath::Mma);
+    pr = h100(4096, 4096, 4096, kBF16);
+    pr.sm = 80, pr.sms = 108;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_mma_bf16_128x128");
+    pr.have_sm90a = false, pr.sm = 90;   // sm_90 without the sm_90a image
+    CHECK(select_gemm(pr).path == GemmPath::Mma);
+
+    // float32: exact on the FMA units unless tf32 is allowed; wgmma tf32 needs K-major operands.
+    pr = h100(4096, 4096, 4096, kF32);
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_128x128");
+    pr.tf32 = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_mma_tf32_128x128");
+    pr.b_kmajor = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_tf32_kk_256_c2_s4");
+    // Every candidate of a path can run the problem: no wgmma kernel for an operand TMA cannot read.
+    pr = h100(4096, 4096, 4096, kF16);
+    pr.a_tma = false;
+    for (const GemmKernel& k : gemm_candidates(pr)) CHECK(k.path != GemmPath::Wgmma);
+}
+
+TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, persistent never by default (rule 2)") {
+    unsetenv("KILN_GEMM_KERNEL");
+    unsetenv("KILN_GEMM_SPLITS");
+    CHECK(select_gemm(h100(8192, 8192, 8192, kF16)).entry == "kiln_gemm_wg_f16_kt_256_c2_s4");
+    // N <= 128: the narrow wgmma tile keeps every SM streaming A.
+    CHECK(select_gemm(h100(7680, 16, 2560, kF16)).entry == "kiln_gemm_wg_f16_kt_64_c1_s8");
+    CHECK(select_gemm(h100(3072, 128, 1024, kBF16)).entry == "kiln_gemm_wg_bf16_kt_64_c1_s8");
+    // float32: the 256 x 16 FMA tile for 16 columns, the 128 x 128 one from 128 on.
+    CHECK(select_gemm(h100(7680, 16, 2560, kF32)).entry == "kiln_gemm_fma_f32_256x16");
+    CHECK(select_gemm(h100(4096, 128, 4096, kF32)).entry == "kiln_gemm_fma_f32_128x128");
+    CHECK(select_gemm(h100(8192, 8192, 8192, kF32)).entry == "kiln_gemm_fma_f32_128x128");
+    // tf32 allowed but no wgmma (B N-major): narrow products take the exact narrow FMA tile,
+    // wider ones mma.sync tf32.
+    GemmProblem pr = h100(1760, 16, 1760, kF32);
+    pr.tf32 = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_256x16");
+    pr.n = 128;
+    CHECK(starts_with(select_gemm(pr).entry, "kiln_gemm_mma_tf32_"));
+    // The persistent kernel is a candidate for several waves with a plain epilogue, never first.
+    pr = h100(8192, 8192, 8192, kF16);
+    pr.plain_epilogue = true;
+    bool listed = false;
+    for (const GemmKernel& k : gemm_candidates(pr)) listed = listed || k.persistent;
+    CHECK(listed);
+    CHECK_FALSE(select_gemm(pr).persistent);
+    pr.plain_epilogue = false;
+    for (const GemmKernel& k : gemm_candidates(pr)) CHECK_FALSE(k.persistent);
+    // Candidates are ordered by path, then by the estimate.
+    const auto all = gemm_candidates(h100(2000, 3000, 500, kF16));
+    for (size_t i = 1; i < all.size(); ++i)
+        if (all[i].path == all[i - 1].path) CHECK(all[i].score <= all[i - 1].score);
+}
+
+TEST_CASE("gemm selector: split-K for products that leave most SMs idle (rule 3)") {
+    unsetenv("KILN_GEMM_KERNEL");
+    unsetenv("KILN_GEMM_SPLITS");
+    // 512x8x500000 float32: 2 narrow tiles, k cut into 64 slices (one block per SM at most).
+    GemmKernel k = select_gemm(h100(512, 8, 500000, kF32));
+    CHECK(k.entry == "kiln_gemm_fma_f32_256x16");
+    CHECK(k.splits == 64);
+    for (const GemmKernel& c : gemm_candidates(h100(512, 8, 500000, kF16))) {
+        const int64_t blocks = ((512 + c.bm - 1) / c.bm) * ((8 + c.bn - 1) / c.bn);
+        CHECK(blocks * c.splits <= 132);
+        CHECK(c.splits <= 64);
+    }
+    // Enough tiles, short k, a batch, or splitting not allowed: no slices.
+    CHECK(select_gemm(h100(8192, 8192, 8192, kF16)).splits == 1);
+    CHECK(select_gemm(h100(512, 8, 40, kF32)).splits == 1);
+    GemmProblem pr = h100(512, 8, 500000, kF32);
+    pr.batch = 2, pr.may_split = false;
+    for (const GemmKernel& c : gemm_candidates(pr)) CHECK(c.splits == 1);
+}
+
+TEST_CASE("gemm selector: KILN_GEMM_KERNEL and KILN_GEMM_SPLITS (rule 4)") {
+    setenv("KILN_GEMM_KERNEL", "kiln_gemm_wg_f16_kt_128_c2_s6", 1);
+    CHECK(select_gemm(h100(4096, 4096, 4096, kF16)).entry == "kiln_gemm_wg_f16_kt_128_c2_s6");
+    setenv("KILN_GEMM_KERNEL", "kiln_gemm_fma_f32_128x128", 1);
+    try {
+        select_gemm(h100(64, 64, 64, kF16));
+        FAIL("expected an error");
+    } catch (const Error& e) {
+        CHECK(std::string(e.what()).find("KILN_GEMM_KERNEL=kiln_gemm_fma_f32_128x128 cannot run this problem (64x64x64, "
+                                         "batch 1); the kernels that can: kiln_gemm_wg_f16_kt_") != std::string::npos);
+    }
+    unsetenv("KILN_GEMM_KERNEL");
+    setenv("KILN_GEMM_SPLITS", "5", 1);
+    for (const GemmKernel& c : gemm_candidates(h100(256, 256, 100000, kF16))) CHECK(c.splits == 5);
+    setenv("KILN_GEMM_SPLITS", "1", 1);
+    CHECK(select_gemm(h100(512, 8, 500000, kF32)).splits == 1);
+    unsetenv("KILN_GEMM_SPLITS");
+}
