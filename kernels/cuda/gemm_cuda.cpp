@@ -249,6 +249,10 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
 
 namespace {
 
+// The backend's zeroed scratch: the persistent kernels' tile counters in the first bytes, the
+// bsum turn counters from here on.
+constexpr size_t kTurnsOffset = 64;
+
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
 // their sum (into `bsum` when given). `p` holds the operands and the epilogue.
 void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmParams p, const Mat& a, const Mat& b,
@@ -273,7 +277,8 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         if (k.splits == 1 && p.tiles_n > 1) {
             partials = ctx.empty({p.tiles_n, batch, M}, DType::Float32);
             p.bsum_partials = static_cast<float*>(partials.view().storage->data);
-            p.bsum_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(size_t(batch) * p.tiles_m * 4));
+            p.bsum_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(kTurnsOffset + size_t(batch) * p.tiles_m * 4) +
+                                                       kTurnsOffset);
             partials.view().storage->written = true;
         }
         p.flags |= kBsum;
@@ -296,6 +301,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     if (k.persistent) {   // one block per SM, batches folded into the walk over tiles
         blocks = std::min<int64_t>(blocks * batch, be.info().multiprocessors);
         grid_y = 1;
+        q.tile_counters = reinterpret_cast<uint32_t*>(be.zeroed_scratch(kTurnsOffset));
     }
     if (blocks > 0x7fffffff || grid_y > 65535)
         fail(Error::Kind::Value, "compound_dot: {} x {} x {} with a batch of {} exceeds the GEMM kernels' grid", M, N, K, batch);

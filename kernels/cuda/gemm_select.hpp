@@ -17,9 +17,9 @@
 //     The persistent wgmma kernel (one block per SM walking the tiles, the next tile's loads
 //     overlapping this one's stores) is a candidate for products of more than one wave of
 //     128x256 tiles whose epilogue is plain (alpha, bias, ReLU; C contiguous along n). On the
-//     H100 it was 2-6% slower than the one-tile-per-block kernel on every large DeepBench
-//     shape (docs/gemm-notes.md, 19), so its rate is 5% below that kernel's: the selector
-//     does not pick it, KILN_AUTOTUNE does where it wins.
+//     H100 it was level with to 7% slower than the one-tile-per-block kernel on the large
+//     DeepBench shapes (docs/gemm-notes.md, 22), so its rate is 5% below that kernel's: the
+//     selector does not pick it, KILN_AUTOTUNE does where it wins.
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
 //     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
 //     up to one block per SM and 64 slices, at least 4 k-tiles per slice;

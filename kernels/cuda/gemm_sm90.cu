@@ -312,14 +312,18 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, char* c, int m, 
 
 // The persistent variant, for products of several waves of tiles with a plain epilogue (alpha,
 // bias, ReLU; C contiguous along n; no beta, bsum or stochastic rounding): one block per SM
-// walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... The producer runs ahead across
-// tiles, so the next tile's stages load while the consumers finish this one: a new block's
-// start and its first loads' latency are paid once per SM, not once per tile. The stages stay
+// takes tile blockIdx.x, then the next untaken tile from a global counter each time its
+// producer has issued a tile's loads (tiles of unequal duration even out as with one-tile
+// blocks; a static walk, tile t + gridDim.x after tile t, does not). The producer hands the
+// tile numbers to the consumers through a two-slot ring in shared memory. The producer runs
+// ahead across tiles, so the next tile's stages load while the consumers finish this one: a
+// new block's start and its first loads' latency are paid once per SM, not once per tile. The stages stay
 // the producer's, so each consumer stages its 64 x BN results through a buffer of its own, 64
 // columns at a time, and stores whole rows (a warp per row). Batches are folded into the walk.
-// Measured on the H100 (docs/gemm-notes.md, 12 and 19): stored straight from the accumulator
-// layout (8 rows of 16 bytes per warp store) it was 5-15% slower than the one-tile-per-block
-// kernel on the large DeepBench shapes; staged like this, 2-6% slower on every one of them.
+// Measured on the H100 (docs/gemm-notes.md, 12, 19 and 22): stored straight from the
+// accumulator layout (8 rows of 16 bytes per warp store) it was 5-15% slower than the
+// one-tile-per-block kernel on the large DeepBench shapes; staged like this and with the tile
+// counter, level to 7% slower.
 constexpr int kEpiCols = 64, kEpiLd = kEpiCols + 2;   // floats per buffer row (8-byte aligned)
 
 template <class T, int BN, int CONSUMERS, int STAGES>
@@ -341,16 +345,41 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const int ktiles = (p.k + BK - 1) / BK;
     init_ring<STAGES, CONSUMERS>(ring);
 
+    // Tile numbers, producer to consumers: slot u % 2 holds the u-th tile (-1: no more).
+    __shared__ __align__(8) uint64_t sched_full[2], sched_empty[2];
+    __shared__ int sched_tile[2];
+    if (tid == 0) {
+        for (int i = 0; i < 2; ++i) {
+            mbar_init(&sched_full[i], 1);
+            mbar_init(&sched_empty[i], 4 * CONSUMERS);   // lane 0 of each consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
     const int wg = tid / 128;
     if (wg == 0) {
         if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid == 0) {
             int it = 0;
-            for (int t = blockIdx.x; t < total; t += gridDim.x) {
+            for (int u = 0, t = blockIdx.x;; ++u) {
+                const int slot = u % 2;
+                if (u >= 2) mbar_wait(&sched_empty[slot], ((u / 2) - 1) & 1);
+                sched_tile[slot] = t < total ? t : -1;
+                mbar_arrive(&sched_full[slot]);
+                if (t >= total) break;
                 const int z = t / per_entry;
                 const Tile at = tile_of(p, t - z * per_entry);
                 produce_tile<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, map_a, map_b, 0, ktiles, at.m * BM, at.n * BN,
                                                                p.a_batch ? z : 0, p.b_batch ? z : 0, it);
+                t = int(gridDim.x + atomicAdd(&p.tile_counters[0], 1u));
+            }
+            // The last block to finish sets the counters back to zero for the next launch: every
+            // block has taken its last tile number before it counts itself done.
+            __threadfence();
+            if (atomicAdd(&p.tile_counters[1], 1u) == gridDim.x - 1) {
+                atomicExch(&p.tile_counters[0], 0u);
+                atomicExch(&p.tile_counters[1], 0u);
             }
         }
         return;
@@ -363,7 +392,13 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
     float* buf = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes) + c * 64 * kEpiLd;
     int it = 0;
-    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    for (int u = 0;; ++u) {
+        const int slot = u % 2;
+        mbar_wait(&sched_full[slot], (u / 2) & 1);
+        const int t = sched_tile[slot];
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&sched_empty[slot]);
+        if (t < 0) break;
         const int z = t / per_entry;
         const Tile at = tile_of(p, t - z * per_entry);
         float acc[BN / 2];

@@ -361,6 +361,7 @@ TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, b
         for (const std::string& l : r.layouts)
             for (int variant : {0, 2}) {
                 // 14 x 11 tiles of 128 x 256: more than one wave on 132 SMs; plain and bias + ReLU.
+                // One launch after another: the tile counters must be back at zero each time.
                 const std::string kernel = std::string("kiln_gemm_wg_") + r.tag + "_" + l + "_256_c2_s4_p";
                 // Kernel names say k for K-major; a Case's tb passes B as the transpose of (N, K).
                 Case cs{1700, 2600, 40, l[0] == 't', l[1] == 'k', 8, true, epilogue_variant(variant), r.dt};
