@@ -225,19 +225,25 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
             unsetenv("KILN_GEMM_SPLITS");
             REQUIRE(ran);
         }
-    // Batched, B shared, with bsum over several tiles per row: one launch (the last tile of a
-    // row adds the row's partial sums), the same bits every time (the turn counters return to
-    // zero), in bsum's dtype.
-    for (DType dt : {DType::Float16, DType::Float32})
-        for (DType bdt : {DType::Float32, DType::BFloat16}) {
-            const int64_t batch = 3, M = 65, N = 300, K = 40;
+    // Batched, B shared, with bias, ReLU and bsum over several tiles per row: one launch (the
+    // last tile of a row adds the row's partial sums), the same bits every time (the turn
+    // counters return to zero), in bsum's dtype; C in float32 (the general epilogue) and in
+    // the operands' dtype with 16-byte rows (the wgmma kernels' 16-bit epilogue on sm_90).
+    for (DType dt : {DType::Float16, DType::BFloat16, DType::Float32})
+        for (DType cdt : {DType::Float32, dt})
+            for (DType bdt : {DType::Float32, DType::BFloat16}) {
+            if (dt == DType::Float32 && cdt != DType::Float32) continue;
+            const int64_t batch = 3, M = 130, N = 304, K = 40;
             Tensor A = ctx.array(random_floats(batch * M * K, 7), {batch, M, K}, dt);
             Tensor B = ctx.array(random_floats(K * N, 8), {K, N}, dt);
-            Tensor C = ctx.zeros({batch, M, N}, DType::Float32);
+            Tensor C = ctx.zeros({batch, M, N}, cdt);
             Tensor bs = ctx.zeros({batch, M, 1}, bdt);
+            Tensor bias = ctx.array(random_floats(size_t(N), 9), {N}, DType::Float32);
             DotOptions o;
             o.bsum = bs;
             o.alpha = 2;
+            o.relu = true;
+            o.bias = bias;
             std::vector<float> first;
             for (int rep = 0; rep < 3; ++rep) {
                 const uint64_t launches = ctx.impl().cuda->counters().launches;   // every kernel, GEMMs too
@@ -251,9 +257,12 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
             for (int64_t i = 0; i < batch; ++i) {
                 DotOptions oi;
                 oi.alpha = 2;
-                Tensor zero = ctx.zeros({M, N}, DType::Float32);
+                oi.relu = true;
+                oi.bias = bias;
+                Tensor zero = ctx.zeros({M, N}, cdt);
                 std::vector<double> sums;
-                CHECK(check_against_reference(A[i], B, zero, C[i], oi, 0, 2e-6, &sums) <= 1.0);
+                INFO(dtype_name(dt) << " -> " << dtype_name(cdt) << ", bsum " << dtype_name(bdt));
+                CHECK(check_against_reference(A[i], B, zero, C[i], oi, out_eps(cdt), acc_eps(dt, false), &sums) <= 1.0);
                 for (int64_t r = 0; r < M; ++r) CHECK(std::fabs(first[i * M + r] - sums[r]) <= tol * (1 + std::fabs(sums[r])));
             }
         }
