@@ -376,17 +376,39 @@ struct FmaLoader {
     }
 };
 
-template <int BM, int BN>
-struct FmaConfig {
-    static constexpr int kThreads = (BM / 64) * (BN / 64) * 32;
-    static constexpr int kStage = kFmaBK * (BM + 4 + BN + 4);   // floats
-    static constexpr int kSmemBytes = 2 * kStage * 4 > BM * tile_ld(BN) * 4 ? 2 * kStage * 4 : BM * tile_ld(BN) * 4;
+// Both operands of an FMA kernel's block: their loaders and the block's k-tiles. fetch reads
+// k-tile kt from global memory into registers, stash writes the registers to a stage of
+// shared memory ([BK][BM + 4] of A, then [BK][BN + 4] of B).
+template <int BM, int BN, int THREADS, bool PAIRS_B>
+struct FmaPipe {
+    using LoadA = FmaLoader<BM, THREADS, false>;
+    using LoadB = FmaLoader<BN, THREADS, PAIRS_B>;
+    static constexpr int kBOffset = kFmaBK * LoadA::LD, kStage = kFmaBK * (LoadA::LD + LoadB::LD);   // floats
+    LoadA la;
+    LoadB lb;
+    int ktiles, kbase;
+    bool interior;   // both operands vectorisable and the tile inside C: no bounds tests
+    __device__ __forceinline__ FmaPipe(const GemmParams& p, const BlockWork<float, BM, BN, kFmaBK>& bw, int tid)
+        : ktiles(bw.w.kt_end - bw.w.kt_begin), kbase(bw.w.kt_begin * kFmaBK),
+          interior(bw.mode_a != kScalar && bw.mode_b != kScalar && bw.m0 + BM <= p.m && bw.n0 + BN <= p.n) {
+        la.start(bw.A, p.a_sm, p.a_sk, bw.m0, kbase, bw.mode_a, tid);
+        lb.start(bw.B, p.b_sn, p.b_sk, bw.n0, kbase, bw.mode_b, tid);
+    }
+    __device__ __forceinline__ void fetch(const GemmParams& p, const BlockWork<float, BM, BN, kFmaBK>& bw, int kt, int tid) {
+        const int k0 = kbase + kt * kFmaBK;
+        const bool inside = interior && k0 + kFmaBK <= p.k;   // a k-tile inside: ends at or before k
+        la.fetch(inside, bw.A, p.a_sm, p.a_sk, p.m, p.k, bw.m0, k0, bw.mode_a, tid);
+        lb.fetch(inside, bw.B, p.b_sn, p.b_sk, p.n, p.k, bw.n0, k0, bw.mode_b, tid);
+    }
+    __device__ __forceinline__ void stash(float* stage, const BlockWork<float, BM, BN, kFmaBK>& bw, int tid) const {
+        la.stash(stage, bw.mode_a, tid);
+        lb.stash(stage + kBOffset, bw.mode_b, tid);
+    }
 };
 
 template <int BM, int BN>
 __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
-    using Cfg = FmaConfig<BM, BN>;
-    constexpr int BK = kFmaBK, THREADS = Cfg::kThreads;
+    constexpr int BK = kFmaBK, THREADS = (BM / 64) * (BN / 64) * 32;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float* smem = reinterpret_cast<float*>(smem_raw);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -394,32 +416,17 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
     const int wm = (warp / (BN / 64)) * 64, wn = (warp % (BN / 64)) * 64;
     const int tm = (lane / 8) * 4, tn = (lane % 8) * 4;
     const BlockWork<float, BM, BN, BK> bw(p);
-    const int m0 = bw.m0, n0 = bw.n0;
-    const float *A = bw.A, *B = bw.B;
-    const int mode_a = bw.mode_a, mode_b = bw.mode_b;
-    using LoadA = FmaLoader<BM, THREADS, false>;
-    using LoadB = FmaLoader<BN, THREADS, true>;
-    constexpr int kBOffset = BK * LoadA::LD;
-
-    LoadA la;
-    LoadB lb;
+    using Pipe = FmaPipe<BM, BN, THREADS, true>;
+    Pipe pipe(p, bw, tid);
     float acc[16][8];
 #pragma unroll
     for (int i = 0; i < 16; ++i)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
-    const int ktiles = bw.w.kt_end - bw.w.kt_begin, kbase = bw.w.kt_begin * BK;
-    // Vector loads without bounds tests: both operands vectorisable and the tile inside C's
-    // rows and columns; a k-tile is then inside when it ends at or before k.
-    const bool interior = mode_a != kScalar && mode_b != kScalar && m0 + BM <= p.m && n0 + BN <= p.n;
-    la.start(A, p.a_sm, p.a_sk, m0, kbase, mode_a, tid);
-    lb.start(B, p.b_sn, p.b_sk, n0, kbase, mode_b, tid);
+    const int ktiles = pipe.ktiles;
     if (ktiles > 0) {
-        const bool inside = interior && kbase + BK <= p.k;
-        la.fetch(inside, A, p.a_sm, p.a_sk, p.m, p.k, m0, kbase, mode_a, tid);
-        lb.fetch(inside, B, p.b_sn, p.b_sk, p.n, p.k, n0, kbase, mode_b, tid);
-        la.stash(smem, mode_a, tid);
-        lb.stash(smem + kBOffset, mode_b, tid);
+        pipe.fetch(p, bw, 0, tid);
+        pipe.stash(smem, bw, tid);
     }
     __syncthreads();
     // The fragments of step kk + 1 are read while step kk's FMAs run; the last step of a k-tile
@@ -429,8 +436,8 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
     // followed its last read.
     float frag[2][24];   // [parity][16 of A, 8 of B]
     const auto load_frag = [&](float (&f)[24], const float* stage, int kk) {
-        const float* As = stage + kk * LoadA::LD + wm + tm;
-        const float* Bs = stage + kBOffset + kk * LoadB::LD + wn + tn;
+        const float* As = stage + kk * Pipe::LoadA::LD + wm + tm;
+        const float* Bs = stage + Pipe::kBOffset + kk * Pipe::LoadB::LD + wn + tn;
 #pragma unroll
         for (int i = 0; i < 4; ++i) *reinterpret_cast<float4*>(f + 4 * i) = *reinterpret_cast<const float4*>(As + 16 * i);
 #pragma unroll
@@ -440,21 +447,15 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
     for (int kt = 0; kt < ktiles; ++kt) {
         const int cur = kt & 1;
         const bool more = kt + 1 < ktiles;
-        if (more) {
-            const int k0 = kbase + (kt + 1) * BK;
-            const bool inside = interior && k0 + BK <= p.k;
-            la.fetch(inside, A, p.a_sm, p.a_sk, p.m, p.k, m0, k0, mode_a, tid);
-            lb.fetch(inside, B, p.b_sn, p.b_sk, p.n, p.k, n0, k0, mode_b, tid);
-        }
-        const float* stage = smem + cur * Cfg::kStage;
-        float* next = smem + (cur ^ 1) * Cfg::kStage;
+        if (more) pipe.fetch(p, bw, kt + 1, tid);
+        const float* stage = smem + cur * Pipe::kStage;
+        float* next = smem + (cur ^ 1) * Pipe::kStage;
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             if (kk + 1 < BK) {
                 load_frag(frag[(kk + 1) % 2], stage, kk + 1);
             } else if (more) {
-                la.stash(next, mode_a, tid);
-                lb.stash(next + kBOffset, mode_b, tid);
+                pipe.stash(next, bw, tid);
                 __syncthreads();
                 load_frag(frag[0], next, 0);
             }
@@ -476,8 +477,8 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
             *reinterpret_cast<float4*>(tile + (wm + 16 * (i / 4) + tm + i % 4) * tile_ld(BN) + wn + 32 * j + tn) =
                 make_float4(acc[i][4 * j], acc[i][4 * j + 1], acc[i][4 * j + 2], acc[i][4 * j + 3]);
     __syncthreads();
-    finish_tile<BM, BN, THREADS>(p, tile, m0, n0, bw.tile.n, bw.w.zc, tid);
-    if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
+    finish_tile<BM, BN, THREADS>(p, tile, bw.m0, bw.n0, bw.tile.n, bw.w.zc, tid);
+    if (p.flags & kBsum) bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
 }
 
 // Narrow products (N of 8 to 32: GEMV-like, bound by reading A): 256 x 16 tiles, each thread
@@ -494,54 +495,32 @@ __device__ __forceinline__ void fma_narrow_gemm(const GemmParams& p) {
     const int tid = threadIdx.x;
     const int tm = (tid / kColGroups) * 4, tn = (tid % kColGroups) * 4;
     const BlockWork<float, BM, BN, BK> bw(p);
-    const int m0 = bw.m0, n0 = bw.n0;
-    const float *A = bw.A, *B = bw.B;
-    const int mode_a = bw.mode_a, mode_b = bw.mode_b;
-    using LoadA = FmaLoader<BM, THREADS, false>;
-    using LoadB = FmaLoader<BN, THREADS, false>;
-    constexpr int kBOffset = BK * LoadA::LD, kStage = BK * (LoadA::LD + LoadB::LD);
-
-    LoadA la;
-    LoadB lb;
+    using Pipe = FmaPipe<BM, BN, THREADS, false>;
+    Pipe pipe(p, bw, tid);
     float acc[4][4] = {};
-    const int ktiles = bw.w.kt_end - bw.w.kt_begin, kbase = bw.w.kt_begin * BK;
-    const bool interior = mode_a != kScalar && mode_b != kScalar && m0 + BM <= p.m && n0 + BN <= p.n;
-    la.start(A, p.a_sm, p.a_sk, m0, kbase, mode_a, tid);
-    lb.start(B, p.b_sn, p.b_sk, n0, kbase, mode_b, tid);
+    const int ktiles = pipe.ktiles;
     if (ktiles > 0) {
-        const bool inside = interior && kbase + BK <= p.k;
-        la.fetch(inside, A, p.a_sm, p.a_sk, p.m, p.k, m0, kbase, mode_a, tid);
-        lb.fetch(inside, B, p.b_sn, p.b_sk, p.n, p.k, n0, kbase, mode_b, tid);
-        la.stash(smem, mode_a, tid);
-        lb.stash(smem + kBOffset, mode_b, tid);
+        pipe.fetch(p, bw, 0, tid);
+        pipe.stash(smem, bw, tid);
     }
     __syncthreads();
     for (int kt = 0; kt < ktiles; ++kt) {
         const int cur = kt & 1;
         const bool more = kt + 1 < ktiles;
-        if (more) {
-            const int k0 = kbase + (kt + 1) * BK;
-            const bool inside = interior && k0 + BK <= p.k;
-            la.fetch(inside, A, p.a_sm, p.a_sk, p.m, p.k, m0, k0, mode_a, tid);
-            lb.fetch(inside, B, p.b_sn, p.b_sk, p.n, p.k, n0, k0, mode_b, tid);
-        }
-        const float* As = smem + cur * kStage + tm;
-        const float* Bs = smem + cur * kStage + kBOffset + tn;
+        if (more) pipe.fetch(p, bw, kt + 1, tid);
+        const float* As = smem + cur * Pipe::kStage + tm;
+        const float* Bs = smem + cur * Pipe::kStage + Pipe::kBOffset + tn;
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
-            const float4 a = *reinterpret_cast<const float4*>(As + kk * LoadA::LD);
-            const float4 b = *reinterpret_cast<const float4*>(Bs + kk * LoadB::LD);
+            const float4 a = *reinterpret_cast<const float4*>(As + kk * Pipe::LoadA::LD);
+            const float4 b = *reinterpret_cast<const float4*>(Bs + kk * Pipe::LoadB::LD);
             const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
-        if (more) {
-            float* next = smem + (cur ^ 1) * kStage;
-            la.stash(next, mode_a, tid);
-            lb.stash(next + kBOffset, mode_b, tid);
-        }
+        if (more) pipe.stash(smem + (cur ^ 1) * Pipe::kStage, bw, tid);
         __syncthreads();
     }
 
@@ -550,8 +529,8 @@ __device__ __forceinline__ void fma_narrow_gemm(const GemmParams& p) {
     for (int i = 0; i < 4; ++i)
         *reinterpret_cast<float4*>(tile + (tm + i) * tile_ld(BN) + tn) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
     __syncthreads();
-    finish_tile<BM, BN, THREADS>(p, tile, m0, n0, bw.tile.n, bw.w.zc, tid);
-    if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
+    finish_tile<BM, BN, THREADS>(p, tile, bw.m0, bw.n0, bw.tile.n, bw.w.zc, tid);
+    if (p.flags & kBsum) bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
 }
 
 } // namespace kiln::gemm
