@@ -77,8 +77,9 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             k.entry = fmt::format("kiln_gemm_wg_{}_{}{}_{}_c{}_s{}", tag, k.a_trans ? 't' : 'k', k.b_trans ? 't' : 'k', w.bn,
                                   w.cons, w.stages);
             k.threads = 128 * (w.cons + 1);
-            // The stages, 1 KB of alignment slack, and the tile's bias (float32 per column).
-            k.smem = w.stages * (k.bm + w.bn) * 128 + 1024 + w.bn * 4;
+            // The stages and 1 KB of alignment slack, then the tile's bias (float32 per column).
+            const int stages_bytes = w.stages * (k.bm + w.bn) * 128 + 1024;
+            k.smem = stages_bytes + w.bn * 4;
             k.bk = pr.dtype == kF32 ? 32 : 64;
             add(k, w.rate);
             const int64_t tiles = ((pr.m + k.bm - 1) / k.bm) * ((pr.n + k.bn - 1) / k.bn) * pr.batch;
@@ -87,7 +88,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
                 pk.entry += "_p";
                 pk.persistent = true;
                 // No bias area; each consumer's epilogue buffer instead.
-                pk.smem = w.stages * (k.bm + w.bn) * 128 + 1024 + w.cons * 64 * (64 + 2) * 4;
+                pk.smem = stages_bytes + w.cons * 64 * (64 + 2) * 4;
                 pk.splits = 1;
                 // 5% below the unsplit one-tile-per-block kernel it replaces (rule 2's header).
                 pk.score = 0.95 * w.rate * fit(pr, k.bm, k.bn, 1);

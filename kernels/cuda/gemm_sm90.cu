@@ -419,12 +419,6 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, char* c, int m, 
 // counter, level to 7% slower.
 constexpr int kEpiCols = 64, kEpiLd = kEpiCols + 2;   // floats per buffer row (8-byte aligned)
 
-template <class T, int BN, int CONSUMERS, int STAGES>
-struct WgPersistentConfig {
-    static constexpr int kEpiBytes = 64 * kEpiLd * 4;   // one consumer's buffer
-    static constexpr int kSmemBytes = STAGES * WgConfig<T, BN, CONSUMERS, STAGES>::kStageBytes + CONSUMERS * kEpiBytes;
-};
-
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b) {

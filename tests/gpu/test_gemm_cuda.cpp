@@ -229,43 +229,45 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
     // last tile of a row adds the row's partial sums), the same bits every time (the turn
     // counters return to zero), in bsum's dtype; C in float32 (the general epilogue) and in
     // the operands' dtype with 16-byte rows (the wgmma kernels' 16-bit epilogue on sm_90).
-    for (DType dt : {DType::Float16, DType::BFloat16, DType::Float32})
-        for (DType cdt : {DType::Float32, dt})
+    for (DType dt : {DType::Float16, DType::BFloat16, DType::Float32}) {
+        // C in float32, and (16-bit operands) in the operands' dtype.
+        const std::vector<DType> cdts = dt == DType::Float32 ? std::vector<DType>{dt} : std::vector<DType>{DType::Float32, dt};
+        for (DType cdt : cdts)
             for (DType bdt : {DType::Float32, DType::BFloat16}) {
-            if (dt == DType::Float32 && cdt != DType::Float32) continue;
-            const int64_t batch = 3, M = 130, N = 304, K = 40;
-            Tensor A = ctx.array(random_floats(batch * M * K, 7), {batch, M, K}, dt);
-            Tensor B = ctx.array(random_floats(K * N, 8), {K, N}, dt);
-            Tensor C = ctx.zeros({batch, M, N}, cdt);
-            Tensor bs = ctx.zeros({batch, M, 1}, bdt);
-            Tensor bias = ctx.array(random_floats(size_t(N), 9), {N}, DType::Float32);
-            DotOptions o;
-            o.bsum = bs;
-            o.alpha = 2;
-            o.relu = true;
-            o.bias = bias;
-            std::vector<float> first;
-            for (int rep = 0; rep < 3; ++rep) {
-                const uint64_t launches = ctx.impl().cuda->counters().launches;   // every kernel, GEMMs too
-                batched_dot(A, B, C, o);
-                CHECK(ctx.impl().cuda->counters().launches - launches == 1);
-                const std::vector<float> all = bs.to_vector<float>();
-                if (rep == 0) first = all;
-                CHECK(all == first);
+                const int64_t batch = 3, M = 130, N = 304, K = 40;
+                Tensor A = ctx.array(random_floats(batch * M * K, 7), {batch, M, K}, dt);
+                Tensor B = ctx.array(random_floats(K * N, 8), {K, N}, dt);
+                Tensor C = ctx.zeros({batch, M, N}, cdt);
+                Tensor bs = ctx.zeros({batch, M, 1}, bdt);
+                Tensor bias = ctx.array(random_floats(size_t(N), 9), {N}, DType::Float32);
+                DotOptions o;
+                o.bsum = bs;
+                o.alpha = 2;
+                o.relu = true;
+                o.bias = bias;
+                std::vector<float> first;
+                for (int rep = 0; rep < 3; ++rep) {
+                    const uint64_t launches = ctx.impl().cuda->counters().launches;   // every kernel, GEMMs too
+                    batched_dot(A, B, C, o);
+                    CHECK(ctx.impl().cuda->counters().launches - launches == 1);
+                    const std::vector<float> all = bs.to_vector<float>();
+                    if (rep == 0) first = all;
+                    CHECK(all == first);
+                }
+                const double tol = bdt == DType::BFloat16 ? 8e-3 : 1e-3;
+                for (int64_t i = 0; i < batch; ++i) {
+                    DotOptions oi;
+                    oi.alpha = 2;
+                    oi.relu = true;
+                    oi.bias = bias;
+                    Tensor zero = ctx.zeros({M, N}, cdt);
+                    std::vector<double> sums;
+                    INFO(dtype_name(dt) << " -> " << dtype_name(cdt) << ", bsum " << dtype_name(bdt));
+                    CHECK(check_against_reference(A[i], B, zero, C[i], oi, out_eps(cdt), acc_eps(dt, false), &sums) <= 1.0);
+                    for (int64_t r = 0; r < M; ++r) CHECK(std::fabs(first[i * M + r] - sums[r]) <= tol * (1 + std::fabs(sums[r])));
+                }
             }
-            const double tol = bdt == DType::BFloat16 ? 8e-3 : 1e-3;
-            for (int64_t i = 0; i < batch; ++i) {
-                DotOptions oi;
-                oi.alpha = 2;
-                oi.relu = true;
-                oi.bias = bias;
-                Tensor zero = ctx.zeros({M, N}, cdt);
-                std::vector<double> sums;
-                INFO(dtype_name(dt) << " -> " << dtype_name(cdt) << ", bsum " << dtype_name(bdt));
-                CHECK(check_against_reference(A[i], B, zero, C[i], oi, out_eps(cdt), acc_eps(dt, false), &sums) <= 1.0);
-                for (int64_t r = 0; r < M; ++r) CHECK(std::fabs(first[i * M + r] - sums[r]) <= tol * (1 + std::fabs(sums[r])));
-            }
-        }
+    }
 }
 
 TEST_CASE("gpu gemm: K = 0, C overlapping A, stochastic rounding, and a kernel that cannot run the problem") {
