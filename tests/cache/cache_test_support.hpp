@@ -3,6 +3,7 @@
 #pragma once
 #include "runtime/cache/disk_cache.hpp"
 #include "runtime/cache/file_io.hpp"
+#include "tests/support/cache_dir.hpp"
 
 #include <fmt/format.h>
 
@@ -28,12 +29,7 @@ namespace fs = std::filesystem;
 // after a test made parts of it read-only.
 class TempDir {
 public:
-    TempDir() {
-        const char* t = std::getenv("TMPDIR");
-        std::string tmpl = std::string(t && *t ? t : "/tmp") + "/kiln-cache-test-XXXXXX";
-        if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-        path_ = tmpl;
-    }
+    TempDir() : path_(kiln::test::make_temp_dir("kiln-cache-test")) {}
     ~TempDir() {
         std::error_code ec;
         for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();

@@ -3,7 +3,9 @@
 // here) with the previous KILN_CACHE_DIR restored — the test program's own (tests/support/catch_main.cpp), not unset,
 // so later tests keep their hermetic cache.
 #pragma once
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -13,16 +15,17 @@
 
 namespace kiln::test {
 
+// A fresh, empty directory $TMPDIR/<prefix>-XXXXXX (/tmp without TMPDIR); the caller removes it.
+inline std::string make_temp_dir(const std::string& prefix) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "-XXXXXX";
+    if (!::mkdtemp(dir.data())) throw std::runtime_error("mkdtemp " + dir + ": " + std::strerror(errno));
+    return dir;
+}
+
 class ScopedCacheDir {
 public:
-    ScopedCacheDir() {
-        const char* tmp = std::getenv("TMPDIR");
-        std::string t = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-test-dir-XXXXXX";
-        if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
-        path_ = t;
-        owned_ = true;
-        point_at_path();
-    }
+    ScopedCacheDir() : path_(make_temp_dir("kiln-test-dir")), owned_(true) { point_at_path(); }
     // An existing directory (another part of the test owns it and removes it).
     explicit ScopedCacheDir(std::string existing) : path_(std::move(existing)) { point_at_path(); }
     ~ScopedCacheDir() {

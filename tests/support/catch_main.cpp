@@ -9,18 +9,20 @@
 #include <catch2/catch.hpp>
 #endif
 
+#include "tests/support/cache_dir.hpp"
+
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <string>
 
-#include <unistd.h>
-
 int main(int argc, char* argv[]) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-test-cache-XXXXXX";
-    if (!::mkdtemp(dir.data())) {
-        std::perror("kiln tests: cannot create a kernel cache directory (mkdtemp)");
+    std::string dir;
+    try {
+        dir = kiln::test::make_temp_dir("kiln-test-cache");
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "kiln tests: cannot create a kernel cache directory (%s)\n", e.what());
         return 2;
     }
     ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
