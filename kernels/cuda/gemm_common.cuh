@@ -226,27 +226,29 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
     else p.bsum_partials[(int64_t(tile_n) * p.batch + z) * p.m + m] = s;
 }
 
-// bsum across a row of tiles, after finish_tile stored this tile's row sums: the block counts
-// itself in the row's turn counter, and the last of the row's tiles_n blocks adds the row's
-// partial sums in tile order and stores them, then sets the counter back to zero for the next
-// launch. `sync` is a barrier over the `nthreads` epilogue threads. (The same fence-and-count
-// handshake as a grid barrier: the barrier orders this block's stores before thread 0's fence
-// and count; the last block's fence orders its reads after every other block's count.)
-template <int ROWS, class Sync>
-__device__ __noinline__ void bsum_across_tiles(const GemmParams& p, int m0, int tile_m, int z, int tid, int nthreads,
-                                                  Sync sync) {
-    if (p.tiles_n == 1) return;
-    __shared__ int last_of_row;
-    sync();
-    if (tid == 0) {
-        __threadfence();
-        uint32_t* turn = p.bsum_turns + int64_t(z) * p.tiles_m + tile_m;
-        last_of_row = atomicAdd(turn, 1u) == uint32_t(p.tiles_n - 1);
-        if (last_of_row) atomicExch(turn, 0u);
-    }
-    sync();
-    if (!last_of_row) return;
-    __threadfence();
+// bsum across a row of tiles. Each tile stores its row sums in bsum_partials, then one thread
+// counts the tile on the row's turn counter (bsum_count_tile); the last of the row's tiles_n
+// tiles adds the row's partial sums in tile order and stores them (bsum_add_tiles), and the
+// counter goes back to zero for the next launch. (The fence-and-count handshake of a grid
+// barrier: the tile's partial-sum stores are ordered before the count, which is a release;
+// the last tile's count is an acquire, so it sees every other tile's sums.)
+
+// One thread, once the tile's partial sums are stored and ordered before it: true for the
+// row's last tile.
+__device__ __forceinline__ bool bsum_count_tile(const GemmParams& p, int tile_m, int z) {
+    uint32_t* turn = p.bsum_turns + int64_t(z) * p.tiles_m + tile_m;
+    uint32_t before;
+    asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(before) : "l"(turn) : "memory");
+    const bool last = before == uint32_t(p.tiles_n - 1);
+    if (last) atomicExch(turn, 0u);
+    return last;
+}
+
+// The row's last tile: the sums of rows [m0, m0 + ROWS) over the row's tiles, by `nthreads`
+// threads (this one is `tid`).
+template <int ROWS>
+__device__ __forceinline__ void bsum_add_rows(const GemmParams& p, int m0, int z, int tid, int nthreads) {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
     // Eight tiles' loads in flight per round trip: this block may be the last to finish in the
     // whole grid, and one dependent load per tile put 16 round trips to L2 (~10 us at 4096^3)
     // after everything else.
@@ -264,6 +266,19 @@ __device__ __noinline__ void bsum_across_tiles(const GemmParams& p, int m0, int 
         }
         store_bsum(p, z, m0 + r, s);
     }
+}
+
+// Both steps, after finish_tile stored this tile's row sums (and its C). `sync` is a barrier
+// over the `nthreads` epilogue threads.
+template <int ROWS, class Sync>
+__device__ __noinline__ void bsum_across_tiles(const GemmParams& p, int m0, int tile_m, int z, int tid, int nthreads,
+                                                  Sync sync) {
+    if (p.tiles_n == 1) return;
+    __shared__ int last_of_row;
+    sync();
+    if (tid == 0) last_of_row = bsum_count_tile(p, tile_m, z);
+    sync();
+    if (last_of_row) bsum_add_rows<ROWS>(p, m0, z, tid, nthreads);
 }
 
 } // namespace kiln::gemm

@@ -135,11 +135,10 @@ GemmProblem problem_of(const Tensor& A, const Tensor& C, const Mat& a, const Mat
     pr.sms = be.info().multiprocessors;
     pr.have_sm90a = true;
     pr.may_split = r == 2;
-    // The persistent kernel stores pairs of columns straight from its accumulators.
+    // The persistent kernel's TMA stores: 16-bit C whose rows TMA can address (run_gemm adds
+    // the epilogue's own conditions).
     const Mat c = mat(C);
-    const uintptr_t pair = 2 * dtype_size(C.dtype());
-    pr.plain_epilogue = c.s_col == 1 && c.s_row % 2 == 0 && c.s_batch % 2 == 0 &&
-                        reinterpret_cast<uintptr_t>(c.base) % pair == 0;
+    pr.plain_epilogue = C.dtype() != DType::Float32 && tma_ok(c, /*rows_contiguous=*/false, dtype_size(C.dtype()));
     return pr;
 }
 
@@ -249,8 +248,8 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
 
 namespace {
 
-// The backend's zeroed scratch: the persistent kernels' tile counters in the first bytes, the
-// bsum turn counters from here on.
+// The backend's zeroed scratch: the bsum turn counters from here on (the first bytes are
+// spare).
 constexpr size_t kTurnsOffset = 64;
 
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
@@ -301,7 +300,6 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     if (k.persistent) {   // one block per SM, batches folded into the walk over tiles
         blocks = std::min<int64_t>(blocks * batch, be.info().multiprocessors);
         grid_y = 1;
-        q.tile_counters = reinterpret_cast<uint32_t*>(be.zeroed_scratch(kTurnsOffset));
     }
     if (blocks > 0x7fffffff || grid_y > 65535)
         fail(Error::Kind::Value, "compound_dot: {} x {} x {} with a batch of {} exceeds the GEMM kernels' grid", M, N, K, batch);
@@ -317,8 +315,16 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
                                    : tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, k.bm);
         CUtensorMap mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, 64, bk)
                                    : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);
-        void* params[] = {&q, &ma, &mb};
-        be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
+        if (k.persistent) {
+            // C in 64 x 64 boxes (the kernel's staged results; rows of 128 bytes).
+            const DType cdt = p.c_dtype == kF16 ? DType::Float16 : DType::BFloat16;
+            CUtensorMap mc = tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 64, 64);
+            void* params[] = {&q, &ma, &mb, &mc};
+            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
+        } else {
+            void* params[] = {&q, &ma, &mb};
+            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
+        }
     } else {
         void* params[] = {&q};
         be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
@@ -443,8 +449,8 @@ void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
     }
 
     GemmProblem pr = problem_of(A, C, a, b, be);
-    // The persistent kernel's epilogue: alpha, bias, ReLU, round to nearest.
-    pr.plain_epilogue = pr.plain_epilogue && o.beta == 0 && !o.bsum && p.sr_bits == 0;
+    // The persistent kernel's epilogue: alpha, bias, ReLU, bsum, round to nearest.
+    pr.plain_epilogue = pr.plain_epilogue && o.beta == 0 && p.sr_bits == 0;
     GemmKernel k;
     if (autotune_enabled() && !std::getenv("KILN_GEMM_KERNEL")) {
         static std::mutex mu;

@@ -36,8 +36,6 @@ struct GemmParams {
     void* bsum;               // kBsum: the sums, element (z, m) at z * bsum_sb + m * bsum_sm
     int64_t bsum_sb, bsum_sm;
     int32_t bsum_dtype;       // GemmDType of bsum
-    uint32_t* tile_counters;  // persistent kernels: [next tile past the first wave, blocks done],
-                              // zero before and after
     int64_t a_sm, a_sk;       // A's strides along m and k, in elements
     int64_t b_sk, b_sn;       // B's strides along k and n
     int64_t c_sm, c_sn;       // C's strides along m and n

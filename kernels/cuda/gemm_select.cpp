@@ -12,6 +12,10 @@ namespace kiln::gemm {
 
 namespace {
 
+// The persistent kernel's per-SM rate relative to the one-tile-per-block kernel it replaces
+// (rule 2's header).
+constexpr double kPersistentRate = 1.02;
+
 const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dtype == kBF16 ? "bf16" : tf32 ? "tf32" : "f32"; }
 
 // Rule 3: the k slices for a tile (1 when the blocks fill half of the SMs, or k is short).
@@ -83,15 +87,15 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             k.bk = pr.dtype == kF32 ? 32 : 64;
             add(k, w.rate);
             const int64_t tiles = ((pr.m + k.bm - 1) / k.bm) * ((pr.n + k.bn - 1) / k.bn) * pr.batch;
-            if (w.bn == 256 && pr.plain_epilogue && tiles > pr.sms) {
+            if (w.bn == 256 && pr.dtype != kF32 && pr.plain_epilogue && tiles > pr.sms) {
                 GemmKernel pk = k;
-                pk.entry += "_p";
+                pk.entry = fmt::format("kiln_gemm_wg_{}_{}{}_256_c2_s3_p", tag, k.a_trans ? 't' : 'k', k.b_trans ? 't' : 'k');
                 pk.persistent = true;
-                // No bias area; each consumer's epilogue buffer instead.
-                pk.smem = stages_bytes + w.cons * 64 * (64 + 2) * 4;
+                // 3 stages and the alignment slack, each consumer's 64 x 256 16-bit results and
+                // its bias.
+                pk.smem = 3 * (k.bm + w.bn) * 128 + 1024 + 2 * (64 * 256 * 2 + 256 * 4);
                 pk.splits = 1;
-                // 5% below the unsplit one-tile-per-block kernel it replaces (rule 2's header).
-                pk.score = 0.95 * w.rate * fit(pr, k.bm, k.bn, 1);
+                pk.score = kPersistentRate * w.rate * fit(pr, k.bm, k.bn, 1);
                 out.push_back(pk);
             }
         }

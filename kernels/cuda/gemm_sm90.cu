@@ -51,6 +51,20 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
         : "memory");
 }
 
+// TMA stores from shared memory, in bulk groups: a group's reads of shared memory can be
+// waited for apart from its writes to global memory.
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Orders this thread's shared-memory writes before the TMA unit's reads of them.
+__device__ __forceinline__ void fence_to_tma() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // ---- wgmma ----------------------------------------------------------------------------------
 // A shared-memory matrix descriptor: start address, leading and stride byte offsets, 128-byte
 // swizzle. K-major tiles: rows of 128 bytes, 8-row groups 1024 bytes apart (SBO); the leading
@@ -386,144 +400,144 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads, consumers_sync);
 }
 
-// Stores two adjacent values of C (row m, columns n and n + 1; C contiguous along n, pairs
-// aligned), or one when n + 1 is past the end.
-__device__ __forceinline__ void store_pair(const GemmParams& p, char* c, int m, int n, float v0, float v1) {
-    const int64_t off = int64_t(m) * p.c_sm + n;
-    if (n + 1 < p.n) {
-        switch (p.c_dtype) {
-            case kF16: *reinterpret_cast<__half2*>(reinterpret_cast<__half*>(c) + off) = __floats2half2_rn(v0, v1); break;
-            case kBF16:
-                *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<__nv_bfloat16*>(c) + off) = __floats2bfloat162_rn(v0, v1);
-                break;
-            default: *reinterpret_cast<float2*>(reinterpret_cast<float*>(c) + off) = make_float2(v0, v1);
-        }
-    } else if (n < p.n) {
-        store_c(p, c, off, v0, 0);
-    }
-}
-
-// The persistent variant, for products of several waves of tiles with a plain epilogue (alpha,
-// bias, ReLU; C contiguous along n; no beta, bsum or stochastic rounding): one block per SM
-// takes tile blockIdx.x, then the next untaken tile from a global counter each time its
-// producer has issued a tile's loads (tiles of unequal duration even out as with one-tile
-// blocks; a static walk, tile t + gridDim.x after tile t, does not). The producer hands the
-// tile numbers to the consumers through a two-slot ring in shared memory. The producer runs
-// ahead across tiles, so the next tile's stages load while the consumers finish this one: a
-// new block's start and its first loads' latency are paid once per SM, not once per tile. The stages stay
-// the producer's, so each consumer stages its 64 x BN results through a buffer of its own, 64
-// columns at a time, and stores whole rows (a warp per row). Batches are folded into the walk.
-// Measured on the H100 (docs/gemm-notes.md, 12, 19 and 22): stored straight from the
-// accumulator layout (8 rows of 16 bytes per warp store) it was 5-15% slower than the
-// one-tile-per-block kernel on the large DeepBench shapes; staged like this and with the tile
-// counter, level to 7% slower.
-constexpr int kEpiCols = 64, kEpiLd = kEpiCols + 2;   // floats per buffer row (8-byte aligned)
-
-template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+// The persistent variant, for products of several waves of tiles into 16-bit C whose rows TMA
+// can address, with alpha, bias, ReLU and bsum (no beta or stochastic rounding): one block per
+// SM walks the tiles blockIdx.x, + gridDim.x, ... (batches folded in). The producer runs ahead
+// across tiles, so the next tile's stages load while the consumers finish this one, and the
+// consumers do not wait for their stores: each applies the epilogue in registers, writes its
+// 64 x 256 results as 16-bit values into a buffer of its own (four 64 x 64 boxes in the
+// 128-byte swizzle) and one thread hands the boxes to TMA, whose reads of the buffer are
+// waited for only before the next tile's results go in. In the one-tile-per-block kernel the
+// epilogue and a new block's first loads stop the tensor cores each tile (at 4096^3 on the
+// H100, 11 of ~226 us for the epilogue; note 23). The two 32 KB buffers leave room for 3
+// stages. bsum over several tiles per row: the consumers store the tile's row sums and signal
+// a warp of the producer's warpgroup, which counts the tile on its row's turn counter and, for
+// the row's last tile, adds the row's sums, while the consumers go on to the next tile (a
+// one-tile block cannot end before its count returns: +2-3 us per wave, note 26).
+template <class T, int STAGES, int TA, int TB>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
-                                                      const CUtensorMap* map_b) {
-    using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
-    constexpr int BM = Cfg::BM, BK = Cfg::BK;
+                                                      const CUtensorMap* map_b, const CUtensorMap* map_c) {
+    using Cfg = WgConfig<T, 256, 2, STAGES>;
+    constexpr int BM = Cfg::BM, BN = 256, BK = Cfg::BK;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = aligned_smem(smem_raw);
     __shared__ __align__(8) Ring<STAGES> ring;
+    // Tile u's row sums are stored (sums_full[u % kSumSlots]) / counted (sums_empty[...]). The
+    // counting warp may take a while over a row's last tile (8448x48000: 188 tiles' sums per
+    // row, ~100 us); 8 slots let the consumers run up to 7 tiles ahead of it.
+    constexpr int kSumSlots = 8;
+    __shared__ __align__(8) uint64_t sums_full[kSumSlots], sums_empty[kSumSlots];
     const int tid = threadIdx.x;
     const int per_entry = p.tiles_m * p.tiles_n, total = per_entry * p.batch;
     const int ktiles = (p.k + BK - 1) / BK;
-    init_ring<STAGES, CONSUMERS>(ring);
-
-    // Tile numbers, producer to consumers: slot u % 2 holds the u-th tile (-1: no more).
-    __shared__ __align__(8) uint64_t sched_full[2], sched_empty[2];
-    __shared__ int sched_tile[2];
-    if (tid == 0) {
-        for (int i = 0; i < 2; ++i) {
-            mbar_init(&sched_full[i], 1);
-            mbar_init(&sched_empty[i], 4 * CONSUMERS);   // lane 0 of each consumer warp
+    const bool count = (p.flags & kBsum) && p.tiles_n > 1;
+    if (tid == 0)
+        for (int i = 0; i < kSumSlots; ++i) {
+            mbar_init(&sums_full[i], 8);   // lane 0 of each consumer warp
+            mbar_init(&sums_empty[i], 1);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    init_ring<STAGES, 2>(ring);   // (its barrier also publishes these)
 
     const int wg = tid / 128;
     if (wg == 0) {
-        if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid == 0) {
             int it = 0;
-            for (int u = 0, t = blockIdx.x;; ++u) {
-                const int slot = u % 2;
-                if (u >= 2) mbar_wait(&sched_empty[slot], ((u / 2) - 1) & 1);
-                sched_tile[slot] = t < total ? t : -1;
-                mbar_arrive(&sched_full[slot]);
-                if (t >= total) break;
+            for (int t = blockIdx.x; t < total; t += gridDim.x) {
                 const int z = t / per_entry;
                 const Tile at = tile_of(p, t - z * per_entry);
-                produce_tile<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, map_a, map_b, 0, ktiles, at.m * BM, at.n * BN,
-                                                               p.a_batch ? z : 0, p.b_batch ? z : 0, it);
-                t = int(gridDim.x + atomicAdd(&p.tile_counters[0], 1u));
+                produce_tile<T, BN, 2, STAGES, TA, TB>(smem, ring, map_a, map_b, 0, ktiles, at.m * BM, at.n * BN,
+                                                       p.a_batch ? z : 0, p.b_batch ? z : 0, it);
             }
-            // The last block to finish sets the counters back to zero for the next launch: every
-            // block has taken its last tile number before it counts itself done.
-            __threadfence();
-            if (atomicAdd(&p.tile_counters[1], 1u) == gridDim.x - 1) {
-                atomicExch(&p.tile_counters[0], 0u);
-                atomicExch(&p.tile_counters[1], 0u);
+        } else if (count && tid / 32 == 1) {
+            const int lane = tid % 32;
+            for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
+                const int z = t / per_entry;
+                const Tile at = tile_of(p, t - z * per_entry);
+                mbar_wait(&sums_full[u % kSumSlots], (u / kSumSlots) & 1);
+                int last = 0;
+                if (lane == 0) last = bsum_count_tile(p, at.m, z);
+                if (__shfl_sync(0xffffffffu, last, 0)) bsum_add_rows<BM>(p, at.m * BM, z, lane, 32);
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&sums_empty[u % kSumSlots]);
             }
         }
         return;
     }
 
-    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int c = wg - 1;
     const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
     const int g = lane / 4, q = lane % 4;
+    unsigned char* staged = smem + STAGES * Cfg::kStageBytes + c * (64 * BN * 2);
+    float* bias_s = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes + 2 * (64 * BN * 2)) + c * BN;
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
-    float* buf = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes) + c * 64 * kEpiLd;
+    const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
     int it = 0;
-    for (int u = 0;; ++u) {
-        const int slot = u % 2;
-        mbar_wait(&sched_full[slot], (u / 2) & 1);
-        const int t = sched_tile[slot];
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&sched_empty[slot]);
-        if (t < 0) break;
+    for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
         const Tile at = tile_of(p, t - z * per_entry);
+        const int m0 = at.m * BM + 64 * c, n0 = at.n * BN;
+        // The tile's bias, loaded now and staged after the main loop, which hides the loads.
+        float bias_next[BN / 128];
+#pragma unroll
+        for (int i = 0; i < BN / 128; ++i) {
+            const int n = n0 + ctid + 128 * i;
+            bias_next[i] = bias && n < p.n ? __ldg(p.bias + n) : 0.f;
+        }
         float acc[BN / 2];
-        consume_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
+        consume_tile<T, BN, 2, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
 
         // Register 4j + r: row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of this
-        // consumer's 64 x BN block. Chunk ch holds columns [64 ch, 64 ch + 64).
-        char* C = c_of(p, z);
-        const int row0 = at.m * BM + 64 * c;
+        // consumer's 64 x BN block; column block j / 8 is box j / 8, where row r's 16-byte
+        // chunk j % 8 sits at chunk (j % 8) ^ (r % 8) (the 128-byte swizzle; r % 8 = g).
+        // (The previous tile's reads of bias_s ended before its second barrier.)
 #pragma unroll
-        for (int ch = 0; ch < BN / kEpiCols; ++ch) {
+        for (int i = 0; i < BN / 128; ++i) bias_s[ctid + 128 * i] = bias_next[i];
+        if (ctid == 0) tma_store_wait_read();   // the previous tile's boxes have left the buffer
+        consumer_sync();                          // ... and bias_s is filled
+        float row_sum[2] = {0.f, 0.f};            // bsum: this thread's share of its two rows
 #pragma unroll
-            for (int j = 0; j < kEpiCols / 8; ++j) {
-                const int jj = ch * (kEpiCols / 8) + j;
-                *reinterpret_cast<float2*>(buf + (16 * warp + g) * kEpiLd + 8 * j + 2 * q) =
-                    make_float2(acc[4 * jj], acc[4 * jj + 1]);
-                *reinterpret_cast<float2*>(buf + (16 * warp + g + 8) * kEpiLd + 8 * j + 2 * q) =
-                    make_float2(acc[4 * jj + 2], acc[4 * jj + 3]);
-            }
-            asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
-            const int n = at.n * BN + ch * kEpiCols + 2 * lane;
-            float b0 = 0.f, b1 = 0.f;
-            if (bias && n < p.n) {
-                b0 = __ldg(p.bias + n);
-                if (n + 1 < p.n) b1 = __ldg(p.bias + n + 1);
-            }
-            for (int r = warp; r < 64 && row0 + r < p.m; r += 4) {
-                const float2 a = *reinterpret_cast<const float2*>(buf + r * kEpiLd + 2 * lane);
-                float v0 = p.alpha * a.x + b0, v1 = p.alpha * a.y + b1;
+        for (int j = 0; j < BN / 8; ++j) {
+            const float2 b = *reinterpret_cast<const float2*>(bias_s + 8 * j + 2 * q);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float v0 = p.alpha * acc[4 * j + 2 * h] + b.x, v1 = p.alpha * acc[4 * j + 2 * h + 1] + b.y;
                 if (relu) {
                     v0 = v0 > 0.f ? v0 : v0 * p.slope;
                     v1 = v1 > 0.f ? v1 : v1 * p.slope;
                 }
-                store_pair(p, C, row0 + r, n, v0, v1);
+                const int r = 16 * warp + g + 8 * h;
+                *reinterpret_cast<uint32_t*>(staged + (j / 8) * 8192 + r * 128 + ((j % 8) ^ g) * 16 + 4 * q) =
+                    pack2<T>(v0, v1, p.c_dtype);
+                row_sum[h] += v0 + v1;   // columns past N hold zeros (TMA's fill, no bias)
             }
-            asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
+        }
+        fence_to_tma();
+        if (p.flags & kBsum) {
+            // A row's columns are spread over the 4 lanes of its quad: added in a fixed order.
+            if (count && u >= kSumSlots) mbar_wait(&sums_empty[u % kSumSlots], ((u / kSumSlots) - 1) & 1);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+                row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+                const int m = m0 + 16 * warp + g + 8 * h;
+                if (q == 0 && m < p.m) {
+                    if (!count) store_bsum(p, z, m, row_sum[h]);
+                    else p.bsum_partials[(int64_t(at.n) * p.batch + z) * p.m + m] = row_sum[h];
+                }
+            }
+            __syncwarp();
+            if (count && lane == 0) mbar_arrive(&sums_full[u % kSumSlots]);
+        }
+        consumer_sync();
+        if (ctid == 0) {
+#pragma unroll
+            for (int b = 0; b < BN / 64; ++b) tma_store(map_c, staged + b * 8192, n0 + 64 * b, m0, z);
+            tma_store_commit();
         }
     }
+    if (ctid == 0) tma_store_wait_all();
 }
 
 } // namespace kiln::gemm
@@ -539,13 +553,14 @@ using namespace kiln::gemm;
                                                                const __grid_constant__ CUtensorMap map_b) {      \
         wgmma_gemm<T, BN, CONS, ST, TA, TB>(p, &map_a, &map_b);                                                  \
     }
-// Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p.
+// Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s3_p (16-bit C only).
 #define KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)                                                                \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
-        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_p(const __grid_constant__ GemmParams p,                         \
+        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s3_p(const __grid_constant__ GemmParams p,                         \
                                                    const __grid_constant__ CUtensorMap map_a,                    \
-                                                   const __grid_constant__ CUtensorMap map_b) {                  \
-        wgmma_gemm_persistent<T, 256, 2, 4, TA, TB>(p, &map_a, &map_b);                                          \
+                                                   const __grid_constant__ CUtensorMap map_b,                    \
+                                                   const __grid_constant__ CUtensorMap map_c) {                  \
+        wgmma_gemm_persistent<T, 3, TA, TB>(p, &map_a, &map_b, &map_c);                                          \
     }
 #define KILN_WG_CONFIGS(T, tn, TA, TB, ta, tb)         \
     KILN_WG_KERNEL(T, tn, 256, 2, 4, TA, TB, ta, tb)   \
@@ -559,4 +574,6 @@ using namespace kiln::gemm;
     KILN_WG_CONFIGS(T, tn, 1, 1, t, t)
 KILN_WG_LAYOUTS(__half, f16)
 KILN_WG_LAYOUTS(__nv_bfloat16, bf16)
-KILN_WG_CONFIGS(float, tf32, 0, 0, k, k)
+KILN_WG_KERNEL(float, tf32, 256, 2, 4, 0, 0, k, k)
+KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
+KILN_WG_KERNEL(float, tf32, 64, 1, 8, 0, 0, k, k)

@@ -365,38 +365,55 @@ TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, b
         return;
     }
     int seed = 900;
-    struct Run { DType dt; bool tf32; const char* tag; std::vector<std::string> layouts; };
-    for (const Run& r : {Run{DType::Float16, false, "f16", {"kk", "kt", "tk", "tt"}},
-                         Run{DType::BFloat16, false, "bf16", {"kk", "kt", "tk", "tt"}}, Run{DType::Float32, true, "tf32", {"kk"}}}) {
-        ctx.set_allow_tf32(r.tf32);
-        for (const std::string& l : r.layouts)
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        const std::string tag = dt == DType::Float16 ? "f16" : "bf16";
+        for (const std::string l : {"kk", "kt", "tk", "tt"})
             for (int variant : {0, 2}) {
-                // 14 x 11 tiles of 128 x 256: more than one wave on 132 SMs; plain and bias + ReLU.
-                // One launch after another: the tile counters must be back at zero each time.
-                const std::string kernel = std::string("kiln_gemm_wg_") + r.tag + "_" + l + "_256_c2_s4_p";
+                // 14 x 11 tiles of 128 x 256: more than one per SM on 132 SMs; plain and bias + ReLU.
+                const std::string kernel = "kiln_gemm_wg_" + tag + "_" + l + "_256_c2_s3_p";
                 // Kernel names say k for K-major; a Case's tb passes B as the transpose of (N, K).
-                Case cs{1700, 2600, 40, l[0] == 't', l[1] == 'k', 8, true, epilogue_variant(variant), r.dt};
+                Case cs{1700, 2600, 40, l[0] == 't', l[1] == 'k', 8, true, epilogue_variant(variant), dt};
                 INFO(kernel);
-                CHECK(run_case(ctx, cs, r.dt, kernel, uint32_t(seed++)));
+                CHECK(run_case(ctx, cs, dt, kernel, uint32_t(seed++)));
             }
+        // 9 k-tiles per tile, not a multiple of the 3 stages: the ring wraps across tiles at
+        // every offset; M and N end inside a tile, C's rows are padded. C in the other 16-bit
+        // type; alpha, bias, leaky ReLU and bsum over 11 tiles per row (counted and added
+        // while the consumers go on), twice: the turn counters are back at zero after each.
+        const DType other = dt == DType::Float16 ? DType::BFloat16 : DType::Float16;
+        const std::string kernel = "kiln_gemm_wg_" + tag + "_kt_256_c2_s3_p";
+        DotOptions leaky = epilogue_variant(2);
+        leaky.alpha = 0.75, leaky.slope = 0.1, leaky.bsum = Tensor();
+        for (int rep = 0; rep < 2; ++rep) {
+            Case cs{1700, 2600, 520, false, false, 8, true, leaky, other};
+            INFO(kernel << " K 520, bsum, repetition " << rep);
+            CHECK(run_case(ctx, cs, dt, kernel, uint32_t(seed++)));
+        }
+        // One tile per row (N <= 256): each tile stores its rows' sums itself.
+        Case one_column{17920, 200, 40, false, false, 8, true, leaky, dt};
+        CHECK(run_case(ctx, one_column, dt, kernel, uint32_t(seed++)));
+        // float32 C and beta need the other kernels: forcing this one is refused with the list.
+        for (int variant : {1, 3}) {
+            Case refused{1700, 2600, 40, false, false, 8, true, epilogue_variant(variant), dt};
+            CHECK_FALSE(run_case(ctx, refused, dt, kernel, uint32_t(seed++)));
+        }
+        Case f32c{1700, 2600, 40, false, false, 8, true, epilogue_variant(0), DType::Float32};
+        CHECK_FALSE(run_case(ctx, f32c, dt, kernel, uint32_t(seed++)));
+        // C's rows not a multiple of 16 bytes: TMA cannot store them, refused.
+        Case odd{1700, 2600, 40, false, false, 3, false, epilogue_variant(0), dt};
+        CHECK_FALSE(run_case(ctx, odd, dt, kernel, uint32_t(seed++)));
     }
-    ctx.set_allow_tf32(false);
     // A batch of 2 x 81 tiles: the walk crosses from one batch entry to the next. (N is a
     // multiple of 8 so that TMA can read B's rows.)
     const int64_t batch = 2, M = 1100, N = 2112, K = 24;
     Tensor A = ctx.array(random_floats(batch * M * K, 31), {batch, M, K}, DType::Float16);
     Tensor B = ctx.array(random_floats(batch * K * N, 32), {batch, K, N}, DType::Float16);
     Tensor C = ctx.zeros({batch, M, N}, DType::Float16);
-    setenv("KILN_GEMM_KERNEL", "kiln_gemm_wg_f16_kt_256_c2_s4_p", 1);
+    setenv("KILN_GEMM_KERNEL", "kiln_gemm_wg_f16_kt_256_c2_s3_p", 1);
     batched_dot(A, B, C);
     unsetenv("KILN_GEMM_KERNEL");
     for (int64_t i = 0; i < batch; ++i) {
         Tensor zero = ctx.zeros({M, N}, DType::Float16);
         CHECK(check_against_reference(A[i], B[i], zero, C[i], DotOptions{}, out_eps(DType::Float16), 2e-6) <= 1.0);
     }
-    // beta needs the other kernels: forcing the persistent one is refused with the list.
-    setenv("KILN_GEMM_KERNEL", "kiln_gemm_wg_f16_kt_256_c2_s4_p", 1);
-    Case cs{1700, 2600, 40, false, false, 8, true, epilogue_variant(1), DType::Float16};
-    CHECK_FALSE(run_case(ctx, cs, DType::Float16, "kiln_gemm_wg_f16_kt_256_c2_s4_p", uint32_t(seed++)));
-    unsetenv("KILN_GEMM_KERNEL");
 }

@@ -60,7 +60,7 @@ TEST_CASE("gemm selector: paths by architecture, dtype and operand layout (rule 
     for (const GemmKernel& k : gemm_candidates(pr)) CHECK(k.path != GemmPath::Wgmma);
 }
 
-TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, persistent never by default (rule 2)") {
+TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, persistent for several waves (rule 2)") {
     unsetenv("KILN_GEMM_KERNEL");
     unsetenv("KILN_GEMM_SPLITS");
     CHECK(select_gemm(h100(8192, 8192, 8192, kF16)).entry == "kiln_gemm_wg_f16_kt_256_c2_s4");
@@ -78,14 +78,27 @@ TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, 
     CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_256x16");
     pr.n = 128;
     CHECK(starts_with(select_gemm(pr).entry, "kiln_gemm_mma_tf32_"));
-    // The persistent kernel is a candidate for several waves with a plain epilogue, never first.
+    // The persistent kernel runs products of several waves into 16-bit C that TMA can store,
+    // with no beta or stochastic rounding; otherwise it is not a candidate.
     pr = h100(8192, 8192, 8192, kF16);
     pr.plain_epilogue = true;
-    bool listed = false;
-    for (const GemmKernel& k : gemm_candidates(pr)) listed = listed || k.persistent;
-    CHECK(listed);
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kt_256_c2_s3_p");
+    CHECK(select_gemm(pr).persistent);
+    pr.b_kmajor = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kk_256_c2_s3_p");
+    // One wave of 128 x 256 tiles (11 x 12 = 132): the one-tile-per-block kernel.
+    pr = h100(1408, 3072, 4096, kBF16);
+    pr.plain_epilogue = true;
     CHECK_FALSE(select_gemm(pr).persistent);
+    pr.m = 4096;   // 32 x 12 tiles: 2.9 waves
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_bf16_kt_256_c2_s3_p");
+    pr = h100(8192, 8192, 8192, kF16);
     pr.plain_epilogue = false;
+    for (const GemmKernel& k : gemm_candidates(pr)) CHECK_FALSE(k.persistent);
+    // tf32 has no persistent kernel (its C is float32).
+    pr = h100(8192, 8192, 8192, kF32);
+    pr.tf32 = pr.a_kmajor = pr.b_kmajor = true;
+    pr.plain_epilogue = true;
     for (const GemmKernel& k : gemm_candidates(pr)) CHECK_FALSE(k.persistent);
     // Candidates are ordered by path, then by the estimate.
     const auto all = gemm_candidates(h100(2000, 3000, 500, kF16));
