@@ -14,12 +14,12 @@
 //     fill the waves over the SMs and by the fraction of each block that lies inside C. This is
 //     neon's "min(M, N) mod tile and SM count" rule made quantitative, and it is what makes small
 //     N (16..128) shapes pick narrow tiles that keep every SM streaming A.
-//     The persistent wgmma kernel (one block per SM walking the tiles, the next tile's loads
-//     overlapping this one's stores) is a candidate for products of more than one wave of
-//     128x256 tiles whose epilogue is plain (alpha, bias, ReLU; C contiguous along n). On the
-//     H100 it was level with to 7% slower than the one-tile-per-block kernel on the large
-//     DeepBench shapes (docs/gemm-notes.md, 22), so its rate is 5% below that kernel's: the
-//     selector does not pick it, KILN_AUTOTUNE does where it wins.
+//     The persistent wgmma kernel (one block per SM walking the tiles; the next tile's loads
+//     and this one's TMA stores overlap the consumers' work) runs products of more than one
+//     wave of 128x256 tiles into 16-bit C that TMA can store, with alpha, bias, ReLU and bsum
+//     (no beta, no stochastic rounding). On the H100 it took 0.92-0.98x the time of the
+//     one-tile-per-block kernel on the large DeepBench shapes and 0.98-1.04x at 4096^3 and
+//     8192^3 (docs/gemm-notes.md, 27): its rate is 1.02 of that kernel's.
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
 //     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
 //     up to one block per SM and 64 slices, at least 4 k-tiles per slice;
@@ -48,7 +48,7 @@ struct GemmProblem {
     int sms = 0;            // multiprocessors
     bool have_sm90a = false;
     bool may_split = false; // split-K allowed (unbatched, rank-2 C)
-    bool plain_epilogue = false;  // alpha, bias, ReLU only; C contiguous along n, pairs aligned
+    bool plain_epilogue = false;  // 16-bit C that TMA can store; no beta, no stochastic rounding
 };
 
 struct GemmKernel {
