@@ -245,14 +245,13 @@ __device__ __forceinline__ bool bsum_count_tile(const GemmParams& p, int tile_m,
 }
 
 // The row's last tile: the sums of rows [m0, m0 + ROWS) over the row's tiles, by `nthreads`
-// threads (this one is `tid`).
-template <int ROWS>
+// threads (this one is `tid`), GROUP tiles' loads in flight per round trip to L2: this block
+// may be the last to finish in the whole grid, and one dependent load per tile put 16 round
+// trips to L2 (~10 us at 4096^3) after everything else.
+template <int ROWS, int GROUP = 8>
 __device__ __forceinline__ void bsum_add_rows(const GemmParams& p, int m0, int z, int tid, int nthreads) {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    // Eight tiles' loads in flight per round trip: this block may be the last to finish in the
-    // whole grid, and one dependent load per tile put 16 round trips to L2 (~10 us at 4096^3)
-    // after everything else.
-    constexpr int kGroup = 8;
+    constexpr int kGroup = GROUP;
     const float* col = p.bsum_partials + int64_t(z) * p.m + m0;
     const int64_t tile_stride = int64_t(p.batch) * p.m;
     for (int r = tid; r < ROWS && m0 + r < p.m; r += nthreads) {

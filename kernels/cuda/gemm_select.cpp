@@ -89,11 +89,11 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             const int64_t tiles = ((pr.m + k.bm - 1) / k.bm) * ((pr.n + k.bn - 1) / k.bn) * pr.batch;
             if (w.bn == 256 && pr.dtype != kF32 && pr.plain_epilogue && tiles > pr.sms) {
                 GemmKernel pk = k;
-                pk.entry = fmt::format("kiln_gemm_wg_{}_{}{}_256_c2_s3_p", tag, k.a_trans ? 't' : 'k', k.b_trans ? 't' : 'k');
+                pk.entry = fmt::format("kiln_gemm_wg_{}_{}{}_256_c2_s4_p", tag, k.a_trans ? 't' : 'k', k.b_trans ? 't' : 'k');
                 pk.persistent = true;
-                // 3 stages and the alignment slack, each consumer's 64 x 256 16-bit results and
-                // its bias.
-                pk.smem = 3 * (k.bm + w.bn) * 128 + 1024 + 2 * (64 * 256 * 2 + 256 * 4);
+                // 4 stages, each consumer's staged 64 x 128 results, the bias twice, the
+                // barriers (256 bytes at most); no alignment slack: 227 KB would not hold it.
+                pk.smem = 4 * (k.bm + w.bn) * 128 + 2 * (64 * 128 * 2) + 2 * 256 * 4 + 256;
                 pk.splits = 1;
                 pk.score = kPersistentRate * w.rate * fit(pr, k.bm, k.bn, 1);
                 out.push_back(pk);

@@ -404,43 +404,55 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 // can address, with alpha, bias, ReLU and bsum (no beta or stochastic rounding): one block per
 // SM walks the tiles blockIdx.x, + gridDim.x, ... (batches folded in). The producer runs ahead
 // across tiles, so the next tile's stages load while the consumers finish this one, and the
-// consumers do not wait for their stores: each applies the epilogue in registers, writes its
-// 64 x 256 results as 16-bit values into a buffer of its own (four 64 x 64 boxes in the
-// 128-byte swizzle) and one thread hands the boxes to TMA, whose reads of the buffer are
-// waited for only before the next tile's results go in. In the one-tile-per-block kernel the
-// epilogue and a new block's first loads stop the tensor cores each tile (at 4096^3 on the
-// H100, 11 of ~226 us for the epilogue; note 23). The two 32 KB buffers leave room for 3
-// stages. bsum over several tiles per row: the consumers store the tile's row sums and signal
-// a warp of the producer's warpgroup, which counts the tile on its row's turn counter and, for
-// the row's last tile, adds the row's sums, while the consumers go on to the next tile (a
-// one-tile block cannot end before its count returns: +2-3 us per wave, note 26).
+// consumers hardly wait for their stores: each applies the epilogue in registers, writes half
+// of its 64 x 256 results (64 x 128, two 64 x 64 boxes in the 128-byte swizzle) as 16-bit
+// values into a buffer of its own, and one thread hands the boxes to TMA; the second half
+// waits only for TMA to have read the first out of the buffer, and the next tile's first half
+// for the second. In the one-tile-per-block kernel the epilogue and a new block's first loads
+// stop the tensor cores each tile. Shared memory holds 4 stages (ncu, fp16 4096^3 without
+// epilogue: 3 stages 221 us, tensor pipe 91% busy; 4 stages 203 us, 98%), the two 16 KB
+// buffers, the tile's bias twice (tiles alternate, the consumers share it) and the barriers:
+// 227 KB, all there is, so the block's dynamic shared memory must start 1024-byte aligned
+// (checked). bsum over several tiles per row: the consumers store the tile's row sums and
+// signal a warp of the producer's warpgroup, which counts the tile on its row's turn counter
+// and, for the row's last tile, adds the row's sums, while the consumers go on (a one-tile
+// block cannot end before its count returns: +2-3 us per wave, note 26).
 template <class T, int STAGES, int TA, int TB>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const CUtensorMap* map_c) {
     using Cfg = WgConfig<T, 256, 2, STAGES>;
     constexpr int BM = Cfg::BM, BN = 256, BK = Cfg::BK;
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = aligned_smem(smem_raw);
-    __shared__ __align__(8) Ring<STAGES> ring;
+    constexpr int kHalfBytes = 64 * (BN / 2) * 2;   // a consumer's staged 64 x 128 results
     // Tile u's row sums are stored (sums_full[u % kSumSlots]) / counted (sums_empty[...]). The
     // counting warp may take a while over a row's last tile (8448x48000: 188 tiles' sums per
     // row, ~100 us); 8 slots let the consumers run up to 7 tiles ahead of it.
     constexpr int kSumSlots = 8;
-    __shared__ __align__(8) uint64_t sums_full[kSumSlots], sums_empty[kSumSlots];
+    struct Barriers {
+        Ring<STAGES> ring;
+        uint64_t sums_full[kSumSlots], sums_empty[kSumSlots];
+        int last_of_row;
+    };
+    extern __shared__ __align__(1024) unsigned char smem[];
+    unsigned char* staged_base = smem + STAGES * Cfg::kStageBytes;
+    float* bias_base = reinterpret_cast<float*>(staged_base + 2 * kHalfBytes);   // [2][BN]
+    Barriers& bars = *reinterpret_cast<Barriers*>(bias_base + 2 * BN);
+    Ring<STAGES>& ring = bars.ring;
     const int tid = threadIdx.x;
     const int per_entry = p.tiles_m * p.tiles_n, total = per_entry * p.batch;
     const int ktiles = (p.k + BK - 1) / BK;
     const bool count = (p.flags & kBsum) && p.tiles_n > 1;
-    if (tid == 0)
+    if (tid == 0) {
+        if (smem_u32(smem) % 1024 != 0) __trap();   // the 128-byte swizzle's tiles need it
         for (int i = 0; i < kSumSlots; ++i) {
-            mbar_init(&sums_full[i], 8);   // lane 0 of each consumer warp
-            mbar_init(&sums_empty[i], 1);
+            mbar_init(&bars.sums_full[i], 8);   // lane 0 of each consumer warp
+            mbar_init(&bars.sums_empty[i], 1);
         }
+    }
     init_ring<STAGES, 2>(ring);   // (its barrier also publishes these)
 
     const int wg = tid / 128;
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");   // room for the bsum warps' 16 loads
         if (tid == 0) {
             int it = 0;
             for (int t = blockIdx.x; t < total; t += gridDim.x) {
@@ -449,28 +461,30 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                 produce_tile<T, BN, 2, STAGES, TA, TB>(smem, ring, map_a, map_b, 0, ktiles, at.m * BM, at.n * BN,
                                                        p.a_batch ? z : 0, p.b_batch ? z : 0, it);
             }
-        } else if (count && tid / 32 == 1) {
-            const int lane = tid % 32;
+        } else if (count && tid >= 32) {
+            // bsum: warps 1-3 (96 threads, 16 loads in flight each; one warp with 8 made the
+            // grid's last rows of tiles end the kernel 18 us late at 4096^3, 45 at 1760x7000).
+            const int bt = tid - 32;
             for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
                 const int z = t / per_entry;
                 const Tile at = tile_of(p, t - z * per_entry);
-                mbar_wait(&sums_full[u % kSumSlots], (u / kSumSlots) & 1);
-                int last = 0;
-                if (lane == 0) last = bsum_count_tile(p, at.m, z);
-                if (__shfl_sync(0xffffffffu, last, 0)) bsum_add_rows<BM>(p, at.m * BM, z, lane, 32);
-                __syncwarp();
-                if (lane == 0) mbar_arrive(&sums_empty[u % kSumSlots]);
+                mbar_wait(&bars.sums_full[u % kSumSlots], (u / kSumSlots) & 1);
+                if (bt == 0) bars.last_of_row = bsum_count_tile(p, at.m, z);
+                asm volatile("bar.sync 4, 96;" ::: "memory");
+                const bool last = bars.last_of_row;
+                if (last) bsum_add_rows<BM, 16>(p, at.m * BM, z, bt, 96);
+                asm volatile("bar.sync 4, 96;" ::: "memory");   // last_of_row read by all
+                if (bt == 0) mbar_arrive(&bars.sums_empty[u % kSumSlots]);
             }
         }
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");   // 128 x 56 + 256 x 224 <= 64K
     const int c = wg - 1;
     const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
     const int g = lane / 4, q = lane % 4;
-    unsigned char* staged = smem + STAGES * Cfg::kStageBytes + c * (64 * BN * 2);
-    float* bias_s = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes + 2 * (64 * BN * 2)) + c * BN;
+    unsigned char* staged = staged_base + c * kHalfBytes;
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
     int it = 0;
@@ -478,45 +492,58 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         const int z = t / per_entry;
         const Tile at = tile_of(p, t - z * per_entry);
         const int m0 = at.m * BM + 64 * c, n0 = at.n * BN;
-        // The tile's bias, loaded now and staged after the main loop, which hides the loads.
-        float bias_next[BN / 128];
-#pragma unroll
-        for (int i = 0; i < BN / 128; ++i) {
-            const int n = n0 + ctid + 128 * i;
-            bias_next[i] = bias && n < p.n ? __ldg(p.bias + n) : 0.f;
-        }
+        // This consumer's half of the tile's bias, loaded now (the main loop hides the loads)
+        // and staged after it.
+        const int bias_col = 128 * c + ctid;
+        const float bias_next = bias && n0 + bias_col < p.n ? __ldg(p.bias + n0 + bias_col) : 0.f;
         float acc[BN / 2];
         consume_tile<T, BN, 2, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
 
-        // Register 4j + r: row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of this
-        // consumer's 64 x BN block; column block j / 8 is box j / 8, where row r's 16-byte
-        // chunk j % 8 sits at chunk (j % 8) ^ (r % 8) (the 128-byte swizzle; r % 8 = g).
-        // (The previous tile's reads of bias_s ended before its second barrier.)
-#pragma unroll
-        for (int i = 0; i < BN / 128; ++i) bias_s[ctid + 128 * i] = bias_next[i];
+        // bias_s[u % 2] was last read in tile u - 2's epilogue, before both consumers passed
+        // tile u - 1's barrier 1.
+        float* bias_s = bias_base + (u % 2) * BN;
+        bias_s[bias_col] = bias_next;
         if (ctid == 0) tma_store_wait_read();   // the previous tile's boxes have left the buffer
-        consumer_sync();                          // ... and bias_s is filled
-        float row_sum[2] = {0.f, 0.f};            // bsum: this thread's share of its two rows
+        asm volatile("bar.sync 1, 256;" ::: "memory");   // ... and both halves of bias_s are in
+        // Register 4j + r: row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of this
+        // consumer's 64 x BN block. Half hf holds columns [128 hf, 128 hf + 128): box j / 8 % 2
+        // of it, where row r's 16-byte chunk j % 8 sits at chunk (j % 8) ^ (r % 8) (the
+        // 128-byte swizzle; r % 8 = g).
+        float row_sum[2] = {0.f, 0.f};   // bsum: this thread's share of its two rows
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const float2 b = *reinterpret_cast<const float2*>(bias_s + 8 * j + 2 * q);
+        for (int hf = 0; hf < 2; ++hf) {
+            if (hf == 1) {
+                if (ctid == 0) tma_store_wait_read();
+                consumer_sync();
+            }
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float v0 = p.alpha * acc[4 * j + 2 * h] + b.x, v1 = p.alpha * acc[4 * j + 2 * h + 1] + b.y;
-                if (relu) {
-                    v0 = v0 > 0.f ? v0 : v0 * p.slope;
-                    v1 = v1 > 0.f ? v1 : v1 * p.slope;
+            for (int jj = 0; jj < BN / 16; ++jj) {
+                const int j = hf * (BN / 16) + jj;
+                const float2 b = *reinterpret_cast<const float2*>(bias_s + 8 * j + 2 * q);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float v0 = p.alpha * acc[4 * j + 2 * h] + b.x, v1 = p.alpha * acc[4 * j + 2 * h + 1] + b.y;
+                    if (relu) {
+                        v0 = v0 > 0.f ? v0 : v0 * p.slope;
+                        v1 = v1 > 0.f ? v1 : v1 * p.slope;
+                    }
+                    const int r = 16 * warp + g + 8 * h;
+                    *reinterpret_cast<uint32_t*>(staged + (jj / 8) * 8192 + r * 128 + ((jj % 8) ^ g) * 16 + 4 * q) =
+                        pack2<T>(v0, v1, p.c_dtype);
+                    row_sum[h] += v0 + v1;   // columns past N hold zeros (TMA's fill, no bias)
                 }
-                const int r = 16 * warp + g + 8 * h;
-                *reinterpret_cast<uint32_t*>(staged + (j / 8) * 8192 + r * 128 + ((j % 8) ^ g) * 16 + 4 * q) =
-                    pack2<T>(v0, v1, p.c_dtype);
-                row_sum[h] += v0 + v1;   // columns past N hold zeros (TMA's fill, no bias)
+            }
+            fence_to_tma();
+            consumer_sync();
+            if (ctid == 0) {
+                tma_store(map_c, staged, n0 + 128 * hf, m0, z);
+                tma_store(map_c, staged + 8192, n0 + 128 * hf + 64, m0, z);
+                tma_store_commit();
             }
         }
-        fence_to_tma();
         if (p.flags & kBsum) {
             // A row's columns are spread over the 4 lanes of its quad: added in a fixed order.
-            if (count && u >= kSumSlots) mbar_wait(&sums_empty[u % kSumSlots], ((u / kSumSlots) - 1) & 1);
+            if (count && u >= kSumSlots) mbar_wait(&bars.sums_empty[u % kSumSlots], ((u / kSumSlots) - 1) & 1);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
@@ -528,13 +555,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                 }
             }
             __syncwarp();
-            if (count && lane == 0) mbar_arrive(&sums_full[u % kSumSlots]);
-        }
-        consumer_sync();
-        if (ctid == 0) {
-#pragma unroll
-            for (int b = 0; b < BN / 64; ++b) tma_store(map_c, staged + b * 8192, n0 + 64 * b, m0, z);
-            tma_store_commit();
+            if (count && lane == 0) mbar_arrive(&bars.sums_full[u % kSumSlots]);
         }
     }
     if (ctid == 0) tma_store_wait_all();
@@ -553,14 +574,14 @@ using namespace kiln::gemm;
                                                                const __grid_constant__ CUtensorMap map_b) {      \
         wgmma_gemm<T, BN, CONS, ST, TA, TB>(p, &map_a, &map_b);                                                  \
     }
-// Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s3_p (16-bit C only).
+// Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p (16-bit C only).
 #define KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)                                                                \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
-        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s3_p(const __grid_constant__ GemmParams p,                         \
+        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_p(const __grid_constant__ GemmParams p,                         \
                                                    const __grid_constant__ CUtensorMap map_a,                    \
                                                    const __grid_constant__ CUtensorMap map_b,                    \
                                                    const __grid_constant__ CUtensorMap map_c) {                  \
-        wgmma_gemm_persistent<T, 3, TA, TB>(p, &map_a, &map_b, &map_c);                                          \
+        wgmma_gemm_persistent<T, 4, TA, TB>(p, &map_a, &map_b, &map_c);                                          \
     }
 #define KILN_WG_CONFIGS(T, tn, TA, TB, ta, tb)         \
     KILN_WG_KERNEL(T, tn, 256, 2, 4, TA, TB, ta, tb)   \

@@ -370,18 +370,18 @@ TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, b
         for (const std::string l : {"kk", "kt", "tk", "tt"})
             for (int variant : {0, 2}) {
                 // 14 x 11 tiles of 128 x 256: more than one per SM on 132 SMs; plain and bias + ReLU.
-                const std::string kernel = "kiln_gemm_wg_" + tag + "_" + l + "_256_c2_s3_p";
+                const std::string kernel = "kiln_gemm_wg_" + tag + "_" + l + "_256_c2_s4_p";
                 // Kernel names say k for K-major; a Case's tb passes B as the transpose of (N, K).
                 Case cs{1700, 2600, 40, l[0] == 't', l[1] == 'k', 8, true, epilogue_variant(variant), dt};
                 INFO(kernel);
                 CHECK(run_case(ctx, cs, dt, kernel, uint32_t(seed++)));
             }
-        // 9 k-tiles per tile, not a multiple of the 3 stages: the ring wraps across tiles at
+        // 9 k-tiles per tile, not a multiple of the 4 stages: the ring wraps across tiles at
         // every offset; M and N end inside a tile, C's rows are padded. C in the other 16-bit
         // type; alpha, bias, leaky ReLU and bsum over 11 tiles per row (counted and added
         // while the consumers go on), twice: the turn counters are back at zero after each.
         const DType other = dt == DType::Float16 ? DType::BFloat16 : DType::Float16;
-        const std::string kernel = "kiln_gemm_wg_" + tag + "_kt_256_c2_s3_p";
+        const std::string kernel = "kiln_gemm_wg_" + tag + "_kt_256_c2_s4_p";
         DotOptions leaky = epilogue_variant(2);
         leaky.alpha = 0.75, leaky.slope = 0.1, leaky.bsum = Tensor();
         for (int rep = 0; rep < 2; ++rep) {
@@ -409,7 +409,7 @@ TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, b
     Tensor A = ctx.array(random_floats(batch * M * K, 31), {batch, M, K}, DType::Float16);
     Tensor B = ctx.array(random_floats(batch * K * N, 32), {batch, K, N}, DType::Float16);
     Tensor C = ctx.zeros({batch, M, N}, DType::Float16);
-    setenv("KILN_GEMM_KERNEL", "kiln_gemm_wg_f16_kt_256_c2_s3_p", 1);
+    setenv("KILN_GEMM_KERNEL", "kiln_gemm_wg_f16_kt_256_c2_s4_p", 1);
     batched_dot(A, B, C);
     unsetenv("KILN_GEMM_KERNEL");
     for (int64_t i = 0; i < batch; ++i) {

@@ -82,16 +82,16 @@ TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, 
     // with no beta or stochastic rounding; otherwise it is not a candidate.
     pr = h100(8192, 8192, 8192, kF16);
     pr.plain_epilogue = true;
-    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kt_256_c2_s3_p");
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kt_256_c2_s4_p");
     CHECK(select_gemm(pr).persistent);
     pr.b_kmajor = true;
-    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kk_256_c2_s3_p");
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kk_256_c2_s4_p");
     // One wave of 128 x 256 tiles (11 x 12 = 132): the one-tile-per-block kernel.
     pr = h100(1408, 3072, 4096, kBF16);
     pr.plain_epilogue = true;
     CHECK_FALSE(select_gemm(pr).persistent);
     pr.m = 4096;   // 32 x 12 tiles: 2.9 waves
-    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_bf16_kt_256_c2_s3_p");
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_bf16_kt_256_c2_s4_p");
     pr = h100(8192, 8192, 8192, kF16);
     pr.plain_epilogue = false;
     for (const GemmKernel& k : gemm_candidates(pr)) CHECK_FALSE(k.persistent);
