@@ -8,7 +8,8 @@
 // Timing: CUDA events on kiln's stream (cuBLAS runs on the same stream) around batches of
 // back-to-back calls, after warm-up; the median of 7 batches, the five calls taking turns. Operands are uniform in [-1, 1).
 // Options: --dtypes f16,bf16,f32,tf32  --only square|deepbench  --quick (fewer, smaller shapes)
-//          --shapes MxNxK,...  (only these)  --profile (each call a few times, for a profiler).
+//          --shapes MxNxK,...  (only these; shapes not in the list run as nn products)
+//          --profile (each call a few times, for a profiler).
 //          --compare ENTRY,...  (also times the plain product with the first of these kernels that
 //          can run it, forced through KILN_GEMM_KERNEL, in turn with the other calls: an A/B of
 //          two kernels in one run; printed after the row, in the JSON as "compare_*").
@@ -241,10 +242,20 @@ int main(int argc, char** argv) {
     std::printf("%-6s %-22s %-5s | %9s %9s %6s | %9s %9s %6s | %9s %6s | %-34s | %8s\n", "dtype", "M x N x K", "op",
                 "kiln TF/s", "cuBLAS", "ratio", "kiln+br", "cuBLASLt", "ratio", "+bsum", "cost", "kiln kernel",
                 "max diff");
+    // --shapes may name products outside the list: they run as nn products.
+    std::vector<Shape3> listed = kShapes;
+    for (size_t at = 1; at < shapes.size();) {
+        const size_t comma = shapes.find(',', at);
+        long long m = 0, n = 0, k = 0;
+        if (std::sscanf(shapes.substr(at, comma - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 && n > 0 &&
+            k > 0 && std::none_of(kShapes.begin(), kShapes.end(), [&](const Shape3& s) { return s.m == m && s.n == n && s.k == k; }))
+            listed.push_back({m, n, k, false, false, "custom"});
+        at = comma + 1;
+    }
     for (const DtypeRun& d : all) {
         if (dtypes.find(d.name) == std::string::npos) continue;
         ctx.set_allow_tf32(d.tf32);
-        for (const Shape3& s0 : kShapes) {
+        for (const Shape3& s0 : listed) {
             if (!only.empty() && only != s0.set) continue;
             Shape3 s = s0;
             if (quick && s.m * s.n * s.k > 4096ll * 4096 * 4096) continue;
