@@ -17,9 +17,9 @@
 //     The persistent wgmma kernel (one block per SM walking the tiles; the next tile's loads
 //     and this one's TMA stores overlap the consumers' work) runs products of more than one
 //     wave of 128x256 tiles into 16-bit C that TMA can store, with alpha, bias, ReLU and bsum
-//     (no beta, no stochastic rounding). On the H100 it took 0.92-0.98x the time of the
-//     one-tile-per-block kernel on the large DeepBench shapes and 0.98-1.04x at 4096^3 and
-//     8192^3 (docs/gemm-notes.md, 27): its rate is 1.02 of that kernel's.
+//     (no beta, no stochastic rounding). On the H100 it took 0.92-1.02x the time of the
+//     one-tile-per-block kernel on the large shapes (fp16 4096^3: 218-221 against 227-229 us,
+//     ncu; docs/gemm-notes.md, 27): its rate is 1.02 of that kernel's.
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
 //     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
 //     up to one block per SM and 64 slices, at least 4 k-tiles per slice;
