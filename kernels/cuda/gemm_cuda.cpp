@@ -101,7 +101,7 @@ CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t oute
 // shapes: each choice is remembered (unless KILN_GEMM_KERNEL or KILN_GEMM_SPLITS override it).
 GemmKernel selection(const GemmProblem& pr) {
     if (std::getenv("KILN_GEMM_KERNEL") || std::getenv("KILN_GEMM_SPLITS")) return select_gemm(pr);
-    using Key = std::array<int64_t, 14>;
+    using Key = std::array<int64_t, 15>;
     struct KeyHash {
         size_t operator()(const Key& k) const {
             uint64_t h = 1469598103934665603ull;
@@ -112,7 +112,7 @@ GemmKernel selection(const GemmProblem& pr) {
     static std::mutex mu;
     static std::unordered_map<Key, GemmKernel, KeyHash> chosen;
     const Key key = {pr.m, pr.n, pr.k, pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm,
-                     pr.sms, pr.may_split, pr.plain_epilogue};
+                     pr.sms, pr.may_split, pr.plain_epilogue, pr.c_f32};
     std::lock_guard<std::mutex> lock(mu);
     auto it = chosen.find(key);
     if (it == chosen.end()) it = chosen.emplace(key, select_gemm(pr)).first;
@@ -135,10 +135,11 @@ GemmProblem problem_of(const Tensor& A, const Tensor& C, const Mat& a, const Mat
     pr.sms = be.info().multiprocessors;
     pr.have_sm90a = true;
     pr.may_split = r == 2;
-    // The persistent kernel's TMA stores: 16-bit C whose rows TMA can address (run_gemm adds
-    // the epilogue's own conditions).
+    // The persistent kernel's TMA stores: C whose rows TMA can address (run_gemm adds the
+    // epilogue's own conditions).
     const Mat c = mat(C);
-    pr.plain_epilogue = C.dtype() != DType::Float32 && tma_ok(c, /*rows_contiguous=*/false, dtype_size(C.dtype()));
+    pr.plain_epilogue = tma_ok(c, /*rows_contiguous=*/false, dtype_size(C.dtype()));
+    pr.c_f32 = C.dtype() == DType::Float32;
     return pr;
 }
 
@@ -338,9 +339,9 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         CUtensorMap mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, 64, bk)
                                    : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);
         if (k.persistent) {
-            // C in 64 x 64 boxes (the kernel's staged results; rows of 128 bytes).
-            const DType cdt = p.c_dtype == kF16 ? DType::Float16 : DType::BFloat16;
-            CUtensorMap mc = tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 64, 64);
+            // C in boxes of 64 rows x 128 bytes (the kernel's staged results).
+            const DType cdt = p.c_dtype == kF16 ? DType::Float16 : p.c_dtype == kBF16 ? DType::BFloat16 : DType::Float32;
+            CUtensorMap mc = tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 128 / uint32_t(dtype_size(cdt)), 64);
             void* params[] = {&q, &ma, &mb, &mc};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
         } else {
@@ -414,9 +415,9 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
 }
 
 std::string problem_key(const GemmProblem& pr) {
-    return fmt::format("{}x{}x{} batch {} dtype {} tf32 {} kmajor {}{} tma {}{} sm {} sms {} split {} plain {}", pr.m,
-                       pr.n, pr.k, pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm,
-                       pr.sms, pr.may_split, pr.plain_epilogue);
+    return fmt::format("{}x{}x{} batch {} dtype {} tf32 {} kmajor {}{} tma {}{} sm {} sms {} split {} plain {} c32 {}",
+                       pr.m, pr.n, pr.k, pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm,
+                       pr.sms, pr.may_split, pr.plain_epilogue, pr.c_f32);
 }
 
 bool autotune_enabled() {

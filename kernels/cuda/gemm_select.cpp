@@ -87,12 +87,13 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             k.bk = pr.dtype == kF32 ? 32 : 64;
             add(k, w.rate);
             const int64_t tiles = ((pr.m + k.bm - 1) / k.bm) * ((pr.n + k.bn - 1) / k.bn) * pr.batch;
-            if (w.bn == 256 && pr.dtype != kF32 && pr.plain_epilogue && tiles > pr.sms) {
+            if (w.bn == 256 && (pr.dtype != kF32 || pr.c_f32) && pr.plain_epilogue && tiles > pr.sms) {
                 GemmKernel pk = k;
-                pk.entry = fmt::format("kiln_gemm_wg_{}_{}{}_256_c2_s4_p", tag, k.a_trans ? 't' : 'k', k.b_trans ? 't' : 'k');
+                pk.entry = fmt::format("kiln_gemm_wg_{}_{}{}_256_c2_s4_{}", tag, k.a_trans ? 't' : 'k', k.b_trans ? 't' : 'k',
+                                       pr.c_f32 ? "pf" : "p");
                 pk.persistent = true;
-                // 4 stages, each consumer's staged 64 x 128 results, the bias twice, the
-                // barriers (256 bytes at most); no alignment slack: 227 KB would not hold it.
+                // 4 stages, each consumer's staged part of its results (16 KB), the bias twice,
+                // the barriers (256 bytes at most); no alignment slack: 227 KB would not hold it.
                 pk.smem = 4 * (k.bm + w.bn) * 128 + 2 * (64 * 128 * 2) + 2 * 256 * 4 + 256;
                 pk.splits = 1;
                 pk.score = kPersistentRate * w.rate * fit(pr, k.bm, k.bn, 1);

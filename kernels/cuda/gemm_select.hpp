@@ -16,8 +16,8 @@
 //     N (16..128) shapes pick narrow tiles that keep every SM streaming A.
 //     The persistent wgmma kernel (one block per SM walking the tiles; the next tile's loads
 //     and this one's TMA stores overlap the consumers' work) runs products of more than one
-//     wave of 128x256 tiles into 16-bit C that TMA can store, with alpha, bias, ReLU and bsum
-//     (no beta, no stochastic rounding). On the H100 it took 0.92-1.02x the time of the
+//     wave of 128x256 tiles into C that TMA can store (16-bit operands; tf32 into float32 C),
+//     with alpha, bias, ReLU and bsum (no beta, no stochastic rounding). On the H100 it took 0.92-1.02x the time of the
 //     one-tile-per-block kernel on the large shapes (fp16 4096^3: 218-221 against 227-229 us,
 //     ncu; docs/gemm-notes.md, 27): its rate is 1.02 of that kernel's.
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
@@ -48,7 +48,8 @@ struct GemmProblem {
     int sms = 0;            // multiprocessors
     bool have_sm90a = false;
     bool may_split = false; // split-K allowed (unbatched, rank-2 C)
-    bool plain_epilogue = false;  // 16-bit C that TMA can store; no beta, no stochastic rounding
+    bool plain_epilogue = false;  // C that TMA can store; no beta, no stochastic rounding
+    bool c_f32 = false;           // C is float32
 };
 
 struct GemmKernel {

@@ -400,15 +400,15 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads, consumers_sync);
 }
 
-// The persistent variant, for products of several waves of tiles into 16-bit C whose rows TMA
-// can address, with alpha, bias, ReLU and bsum (no beta or stochastic rounding): one block per
+// The persistent variant, for products of several waves of tiles into C whose rows TMA can
+// address, with alpha, bias, ReLU and bsum (no beta or stochastic rounding): one block per
 // SM walks the tiles blockIdx.x, + gridDim.x, ... (batches folded in). The producer runs ahead
 // across tiles, so the next tile's stages load while the consumers finish this one, and the
-// consumers hardly wait for their stores: each applies the epilogue in registers, writes half
-// of its 64 x 256 results (64 x 128, two 64 x 64 boxes in the 128-byte swizzle) as 16-bit
-// values into a buffer of its own, and one thread hands the boxes to TMA; the second half
-// waits only for TMA to have read the first out of the buffer, and the next tile's first half
-// for the second. In the one-tile-per-block kernel the epilogue and a new block's first loads
+// consumers hardly wait for their stores: each applies the epilogue in registers, writes a
+// part of its 64 x 256 results (64 x 128 16-bit or 64 x 64 float32 values, two boxes of 64
+// rows x 128 bytes in the 128-byte swizzle) into a buffer of its own, and one thread hands the
+// boxes to TMA; the next part waits only for TMA to have read the previous one out of the
+// buffer, and the next tile's first part for the last. In the one-tile-per-block kernel the epilogue and a new block's first loads
 // stop the tensor cores each tile. Shared memory holds 4 stages (ncu, fp16 4096^3 without
 // epilogue: 3 stages 221 us, tensor pipe 91% busy; 4 stages 203 us, 98%), the two 16 KB
 // buffers, the tile's bias twice (tiles alternate, the consumers share it) and the barriers:
@@ -417,12 +417,15 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 // signal a warp of the producer's warpgroup, which counts the tile on its row's turn counter
 // and, for the row's last tile, adds the row's sums, while the consumers go on (a one-tile
 // block cannot end before its count returns: +2-3 us per wave, note 26).
-template <class T, int STAGES, int TA, int TB>
+template <class T, int STAGES, int TA, int TB, bool C32>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const CUtensorMap* map_c) {
     using Cfg = WgConfig<T, 256, 2, STAGES>;
     constexpr int BM = Cfg::BM, BN = 256, BK = Cfg::BK;
-    constexpr int kHalfBytes = 64 * (BN / 2) * 2;   // a consumer's staged 64 x 128 results
+    // A consumer stages its 64 x BN results a part at a time: 16 KB, two boxes of 64 rows x
+    // 128 bytes (64 16-bit or 32 float32 columns).
+    constexpr int kPartCols = C32 ? 64 : 128, kParts = BN / kPartCols, kBoxCols = kPartCols / 2;
+    constexpr int kPartBytes = 64 * kPartCols * (C32 ? 4 : 2);
     // Tile u's row sums are stored (sums_full[u % kSumSlots]) / counted (sums_empty[...]). The
     // counting warp may take a while over a row's last tile (8448x48000: 188 tiles' sums per
     // row, ~100 us); 8 slots let the consumers run up to 7 tiles ahead of it.
@@ -434,7 +437,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     };
     extern __shared__ __align__(1024) unsigned char smem[];
     unsigned char* staged_base = smem + STAGES * Cfg::kStageBytes;
-    float* bias_base = reinterpret_cast<float*>(staged_base + 2 * kHalfBytes);   // [2][BN]
+    float* bias_base = reinterpret_cast<float*>(staged_base + 2 * kPartBytes);   // [2][BN]
     Barriers& bars = *reinterpret_cast<Barriers*>(bias_base + 2 * BN);
     Ring<STAGES>& ring = bars.ring;
     const int tid = threadIdx.x;
@@ -484,7 +487,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const int c = wg - 1;
     const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
     const int g = lane / 4, q = lane % 4;
-    unsigned char* staged = staged_base + c * kHalfBytes;
+    unsigned char* staged = staged_base + c * kPartBytes;
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
     int it = 0;
@@ -506,19 +509,20 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         if (ctid == 0) tma_store_wait_read();   // the previous tile's boxes have left the buffer
         asm volatile("bar.sync 1, 256;" ::: "memory");   // ... and both halves of bias_s are in
         // Register 4j + r: row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of this
-        // consumer's 64 x BN block. Half hf holds columns [128 hf, 128 hf + 128): box j / 8 % 2
-        // of it, where row r's 16-byte chunk j % 8 sits at chunk (j % 8) ^ (r % 8) (the
-        // 128-byte swizzle; r % 8 = g).
+        // consumer's 64 x BN block. Part hf holds columns [kPartCols hf, kPartCols (hf + 1)),
+        // register group jj of it the part's columns 8jj..8jj + 7: 16-bit, box jj / 8, 16-byte
+        // chunk jj % 8 of the row, 4 bytes each; float32, box jj / 4, chunk 2 (jj % 4) + q / 2,
+        // 8 bytes each. Row r's chunk c sits at c ^ (r % 8) (the 128-byte swizzle; r % 8 = g).
         float row_sum[2] = {0.f, 0.f};   // bsum: this thread's share of its two rows
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            if (hf == 1) {
+        for (int hf = 0; hf < kParts; ++hf) {
+            if (hf > 0) {
                 if (ctid == 0) tma_store_wait_read();
                 consumer_sync();
             }
 #pragma unroll
-            for (int jj = 0; jj < BN / 16; ++jj) {
-                const int j = hf * (BN / 16) + jj;
+            for (int jj = 0; jj < kPartCols / 8; ++jj) {
+                const int j = hf * (kPartCols / 8) + jj;
                 const float2 b = *reinterpret_cast<const float2*>(bias_s + 8 * j + 2 * q);
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
@@ -528,16 +532,20 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                         v1 = v1 > 0.f ? v1 : v1 * p.slope;
                     }
                     const int r = 16 * warp + g + 8 * h;
-                    *reinterpret_cast<uint32_t*>(staged + (jj / 8) * 8192 + r * 128 + ((jj % 8) ^ g) * 16 + 4 * q) =
-                        pack2<T>(v0, v1, p.c_dtype);
+                    if constexpr (C32)
+                        *reinterpret_cast<float2*>(staged + (jj / 4) * 8192 + r * 128 + ((2 * (jj % 4) + q / 2) ^ g) * 16 +
+                                                   8 * (q % 2)) = make_float2(v0, v1);
+                    else
+                        *reinterpret_cast<uint32_t*>(staged + (jj / 8) * 8192 + r * 128 + ((jj % 8) ^ g) * 16 + 4 * q) =
+                            pack2<T>(v0, v1, p.c_dtype);
                     row_sum[h] += v0 + v1;   // columns past N hold zeros (TMA's fill, no bias)
                 }
             }
             fence_to_tma();
             consumer_sync();
             if (ctid == 0) {
-                tma_store(map_c, staged, n0 + 128 * hf, m0, z);
-                tma_store(map_c, staged + 8192, n0 + 128 * hf + 64, m0, z);
+                tma_store(map_c, staged, n0 + kPartCols * hf, m0, z);
+                tma_store(map_c, staged + 8192, n0 + kPartCols * hf + kBoxCols, m0, z);
                 tma_store_commit();
             }
         }
@@ -574,15 +582,18 @@ using namespace kiln::gemm;
                                                                const __grid_constant__ CUtensorMap map_b) {      \
         wgmma_gemm<T, BN, CONS, ST, TA, TB>(p, &map_a, &map_b);                                                  \
     }
-// Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p (16-bit C only).
-#define KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)                                                                \
+// Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p (16-bit C), ..._pf (float32 C).
+#define KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, C32, suffix)                                                 \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
-        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_p(const __grid_constant__ GemmParams p,                         \
-                                                   const __grid_constant__ CUtensorMap map_a,                    \
-                                                   const __grid_constant__ CUtensorMap map_b,                    \
-                                                   const __grid_constant__ CUtensorMap map_c) {                  \
-        wgmma_gemm_persistent<T, 4, TA, TB>(p, &map_a, &map_b, &map_c);                                          \
+        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_##suffix(const __grid_constant__ GemmParams p,                  \
+                                                          const __grid_constant__ CUtensorMap map_a,             \
+                                                          const __grid_constant__ CUtensorMap map_b,             \
+                                                          const __grid_constant__ CUtensorMap map_c) {           \
+        wgmma_gemm_persistent<T, 4, TA, TB, C32>(p, &map_a, &map_b, &map_c);                                     \
     }
+#define KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)              \
+    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, false, p)      \
+    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, true, pf)
 #define KILN_WG_CONFIGS(T, tn, TA, TB, ta, tb)         \
     KILN_WG_KERNEL(T, tn, 256, 2, 4, TA, TB, ta, tb)   \
     KILN_WG_KERNEL(T, tn, 128, 2, 6, TA, TB, ta, tb)   \
@@ -598,3 +609,4 @@ KILN_WG_LAYOUTS(__nv_bfloat16, bf16)
 KILN_WG_KERNEL(float, tf32, 256, 2, 4, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 0, 0, k, k)
+KILN_WG_PERSISTENT_C(float, tf32, 0, 0, k, k, true, pf)

@@ -397,12 +397,27 @@ TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, b
             Case refused{1700, 2600, 40, false, false, 8, true, epilogue_variant(variant), dt};
             CHECK_FALSE(run_case(ctx, refused, dt, kernel, uint32_t(seed++)));
         }
-        Case f32c{1700, 2600, 40, false, false, 8, true, epilogue_variant(0), DType::Float32};
+        // float32 C: the _pf kernel (two parts per half of the 16-bit kernel's), not this one.
+        Case f32c{1700, 2600, 520, false, false, 8, true, leaky, DType::Float32};
         CHECK_FALSE(run_case(ctx, f32c, dt, kernel, uint32_t(seed++)));
+        for (const std::string l : {"kt", "tk"}) {
+            Case cs32{1700, 2600, l == "kt" ? 520 : 40, l[0] == 't', l[1] == 'k', 8, true, leaky, DType::Float32};
+            INFO("kiln_gemm_wg_" + tag + "_" + l + "_256_c2_s4_pf");
+            CHECK(run_case(ctx, cs32, dt, "kiln_gemm_wg_" + tag + "_" + l + "_256_c2_s4_pf", uint32_t(seed++)));
+        }
         // C's rows not a multiple of 16 bytes: TMA cannot store them, refused.
         Case odd{1700, 2600, 40, false, false, 3, false, epilogue_variant(0), dt};
         CHECK_FALSE(run_case(ctx, odd, dt, kernel, uint32_t(seed++)));
     }
+    // tf32 into float32 C (K-major operands): alpha, bias, leaky ReLU.
+    ctx.set_allow_tf32(true);
+    {
+        DotOptions o = epilogue_variant(2);
+        o.alpha = 1.5, o.slope = 0.2;
+        Case cs{1700, 2600, 300, false, true, 8, true, o, DType::Float32};
+        CHECK(run_case(ctx, cs, DType::Float32, "kiln_gemm_wg_tf32_kk_256_c2_s4_pf", uint32_t(seed++)));
+    }
+    ctx.set_allow_tf32(false);
     // A batch of 2 x 81 tiles: the walk crosses from one batch entry to the next. (N is a
     // multiple of 8 so that TMA can read B's rows.)
     const int64_t batch = 2, M = 1100, N = 2112, K = 24;

@@ -78,8 +78,8 @@ TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, 
     CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_256x16");
     pr.n = 128;
     CHECK(starts_with(select_gemm(pr).entry, "kiln_gemm_mma_tf32_"));
-    // The persistent kernel runs products of several waves into 16-bit C that TMA can store,
-    // with no beta or stochastic rounding; otherwise it is not a candidate.
+    // The persistent kernel runs products of several waves into C that TMA can store, with no
+    // beta or stochastic rounding; otherwise it is not a candidate.
     pr = h100(8192, 8192, 8192, kF16);
     pr.plain_epilogue = true;
     CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kt_256_c2_s4_p");
@@ -95,10 +95,15 @@ TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, 
     pr = h100(8192, 8192, 8192, kF16);
     pr.plain_epilogue = false;
     for (const GemmKernel& k : gemm_candidates(pr)) CHECK_FALSE(k.persistent);
-    // tf32 has no persistent kernel (its C is float32).
+    // float32 C: the _pf kernels, for 16-bit operands and tf32; tf32 into 16-bit C has none.
+    pr = h100(8192, 8192, 8192, kF16);
+    pr.plain_epilogue = pr.c_f32 = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kt_256_c2_s4_pf");
     pr = h100(8192, 8192, 8192, kF32);
     pr.tf32 = pr.a_kmajor = pr.b_kmajor = true;
-    pr.plain_epilogue = true;
+    pr.plain_epilogue = pr.c_f32 = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_tf32_kk_256_c2_s4_pf");
+    pr.c_f32 = false;
     for (const GemmKernel& k : gemm_candidates(pr)) CHECK_FALSE(k.persistent);
     // Candidates are ordered by path, then by the estimate.
     const auto all = gemm_candidates(h100(2000, 3000, 500, kF16));
