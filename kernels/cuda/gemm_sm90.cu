@@ -408,15 +408,16 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 // part of its 64 x 256 results (64 x 128 16-bit or 64 x 64 float32 values, two boxes of 64
 // rows x 128 bytes in the 128-byte swizzle) into a buffer of its own, and one thread hands the
 // boxes to TMA; the next part waits only for TMA to have read the previous one out of the
-// buffer, and the next tile's first part for the last. In the one-tile-per-block kernel the epilogue and a new block's first loads
-// stop the tensor cores each tile. Shared memory holds 4 stages (ncu, fp16 4096^3 without
-// epilogue: 3 stages 221 us, tensor pipe 91% busy; 4 stages 203 us, 98%), the two 16 KB
-// buffers, the tile's bias twice (tiles alternate, the consumers share it) and the barriers:
-// 227 KB, all there is, so the block's dynamic shared memory must start 1024-byte aligned
-// (checked). bsum over several tiles per row: the consumers store the tile's row sums and
-// signal a warp of the producer's warpgroup, which counts the tile on its row's turn counter
-// and, for the row's last tile, adds the row's sums, while the consumers go on (a one-tile
-// block cannot end before its count returns: +2-3 us per wave, note 26).
+// buffer, and the next tile's first part for the last. (In the one-tile-per-block kernel the
+// epilogue and a new block's first loads stop the tensor cores each tile.) Shared memory holds
+// 4 stages (ncu, fp16 4096^3 without epilogue: 3 stages 221 us, tensor pipe 91% busy; 4
+// stages 203 us, 98%), the two 16 KB buffers, the tile's bias twice (tiles alternate, the
+// consumers share it) and the barriers: 227 KB, all there is, so the block's dynamic shared
+// memory must start 1024-byte aligned (checked). bsum over several tiles per row: the
+// consumers store the tile's row sums and signal three warps of the producer's warpgroup,
+// which count the tile on its row's turn counter and, for the row's last tile, add the row's
+// sums, while the consumers go on (a one-tile block cannot end before its count returns:
+// +2-3 us per wave, note 26).
 template <class T, int STAGES, int TA, int TB, bool C32>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const CUtensorMap* map_c) {
@@ -427,8 +428,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     constexpr int kPartCols = C32 ? 64 : 128, kParts = BN / kPartCols, kBoxCols = kPartCols / 2;
     constexpr int kPartBytes = 64 * kPartCols * (C32 ? 4 : 2);
     // Tile u's row sums are stored (sums_full[u % kSumSlots]) / counted (sums_empty[...]). The
-    // counting warp may take a while over a row's last tile (8448x48000: 188 tiles' sums per
-    // row, ~100 us); 8 slots let the consumers run up to 7 tiles ahead of it.
+    // counting warps may take a while over a row's last tile (8448x48000: 188 tiles' sums per
+    // row); 8 slots let the consumers run up to 7 tiles ahead of them.
     constexpr int kSumSlots = 8;
     struct Barriers {
         Ring<STAGES> ring;
