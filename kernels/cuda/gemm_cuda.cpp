@@ -150,16 +150,11 @@ Tensor swap_last(const Tensor& t) {
     return t.transpose({0, 2, 1});
 }
 
-// An operand the wgmma kernels cannot read as it is (TMA needs a unit-stride dimension, a
-// 16-byte aligned base and 16-byte multiples for the other strides; tf32 also needs K-major)
-// is copied into a fresh aligned buffer when the copy and the wgmma product together take less
-// than the product on the portable kernels, which would take X as it is: 700 TFLOP/s against
-// 40 (the mma.sync kernels ran at 8.7-19 TFLOP/s on the H100 on 1024x700x512 and 35x8457x4096,
-// where copying made the product 1.5-2.5x faster: docs/gemm-notes.md, 20), the copy reading
-// and writing X at 3 TB/s after a launch of about 3 us. KILN_GEMM_COPY=always|never
-// overrides the estimate (tests, benchmarks). `is_a`: X is (.., M, K), else
-// (.., K, N). Returns X itself when no copy is made.
-// Whether the wgmma kernels can read X as it is (dtype and layout).
+// Operand copies (rule 5 of gemm_select.hpp, copy_pays). `is_a`: X is (.., M, K), else
+// (.., K, N).
+// Whether the wgmma kernels can read X as it is (dtype and layout): TMA needs a unit-stride
+// dimension, a 16-byte aligned base and 16-byte multiples for the other strides; tf32 also
+// needs K-major.
 bool wgmma_readable(const Tensor& X, bool is_a, bool need_kmajor) {
     const Mat x = mat(X);
     const bool kmajor = is_a ? x.s_col == 1 : x.s_row == 1;
@@ -181,20 +176,10 @@ bool mn_rows_unaligned(const Tensor& X, bool is_a) {
 }
 
 bool needs_staging(const Tensor& X, bool is_a, bool need_kmajor, double flops, const cuda::CudaBackend& be) {
-    const size_t es = dtype_size(X.dtype());
     const bool wgmma_dtype = X.dtype() != DType::Float32 || need_kmajor;
     if (be.info().sm != 90 || !wgmma_dtype) return false;
-    const double bytes = double(X.size()) * double(es);
-    const double copy = 2 * bytes / 3e12 + 3e-6;
-    if (wgmma_readable(X, is_a, need_kmajor)) {
-        // Readable, but M/N-major rows that are not 128-byte aligned cost about a quarter of
-        // the product.
-        if (!mn_rows_unaligned(X, is_a)) return false;
-        if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
-        return copy < 0.25 * flops / 700e12;
-    }
-    if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
-    return copy + flops / 700e12 < flops / 40e12;
+    return copy_pays(wgmma_readable(X, is_a, need_kmajor), mn_rows_unaligned(X, is_a),
+                     double(X.size()) * double(dtype_size(X.dtype())), flops);
 }
 
 // Which operands to copy: a copy pays only when the other operand is readable or copied too.

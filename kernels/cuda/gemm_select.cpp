@@ -152,6 +152,13 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
     return out;
 }
 
+bool copy_pays(bool readable, bool mn_unaligned, double bytes, double flops) {
+    if (readable && !mn_unaligned) return false;
+    if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
+    const double copy = 2 * bytes / 3e12 + 3e-6, product = flops / 700e12;
+    return readable ? copy < 0.25 * product : copy + product < flops / 40e12;
+}
+
 GemmKernel select_gemm(const GemmProblem& pr) {
     std::vector<GemmKernel> all = gemm_candidates(pr);
     KILN_CHECK_INTERNAL(!all.empty(), "no GEMM kernel for this problem");

@@ -26,6 +26,7 @@
 //     the slices' float32 sums are added by a precompiled reduction kernel that applies the
 //     epilogue. Only unbatched products split.
 //  4. KILN_GEMM_KERNEL=<entry name> forces a kernel (benchmarks, tests); it must fit rule 1.
+//     (Rule 5, operand copies, is copy_pays below.)
 //     KILN_GEMM_SPLITS=<n> forces the number of k slices (1: none).
 #pragma once
 #include <cstdint>
@@ -64,6 +65,17 @@ struct GemmKernel {
     bool persistent = false;  // one block per SM walks the tiles (grid: min(tiles, SMs))
     double score = 0;       // the selector's estimate (relative; for logs and docs)
 };
+
+// Rule 5, operand copies (the launcher makes them): whether copying an operand of `bytes`
+// bytes into a buffer with rows 128 bytes apart pays, for a product of `flops`. An operand the
+// wgmma kernels cannot read (`readable` false: TMA cannot address it, or tf32 needs it
+// K-major) is copied when the copy and the wgmma product (700 TFLOP/s) take less than the
+// product on the portable kernels (40 TFLOP/s; they ran at 8.7-19 on the H100 where copying
+// made the product 1.5-2.5x faster, docs/gemm-notes.md 20). A readable one whose rows along
+// M or N are not 128 bytes apart (`mn_unaligned`: TMA reads it about a quarter slower, note
+// 28) when the copy costs less than a quarter of the product. The copy reads and writes the
+// operand at 3 TB/s after a launch of about 3 us. KILN_GEMM_COPY=always|never overrides.
+bool copy_pays(bool readable, bool mn_unaligned, double bytes, double flops);
 
 // Every kernel that can run `pr`, best first by the rule-2 estimate.
 std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr);

@@ -149,3 +149,30 @@ TEST_CASE("gemm selector: KILN_GEMM_KERNEL and KILN_GEMM_SPLITS (rule 4)") {
     CHECK(select_gemm(h100(512, 8, 500000, kF32)).splits == 1);
     unsetenv("KILN_GEMM_SPLITS");
 }
+
+TEST_CASE("gemm selector: operand copies (rule 5)") {
+    unsetenv("KILN_GEMM_COPY");
+    const auto flops = [](double m, double n, double k) { return 2 * m * n * k; };
+    // Readable with rows 128 bytes apart: never copied, whatever the size or the override.
+    CHECK_FALSE(copy_pays(true, false, 64e6, flops(8192, 8192, 8192)));
+    setenv("KILN_GEMM_COPY", "always", 1);
+    CHECK_FALSE(copy_pays(true, false, 64e6, flops(8192, 8192, 8192)));
+    unsetenv("KILN_GEMM_COPY");
+    // Readable, rows along N 14000 bytes apart: fp16 4096x7000x4096's B (57 MB, copy ~41 us)
+    // is copied (a quarter of the product is ~84 us); 1760x7000x1760's B (25 MB, ~19 us
+    // against ~16) is not.
+    CHECK(copy_pays(true, true, 4096.0 * 7000 * 2, flops(4096, 7000, 4096)));
+    CHECK_FALSE(copy_pays(true, true, 1760.0 * 7000 * 2, flops(1760, 7000, 1760)));
+    // Unreadable: fp16 1024x700x512 (B's rows 1400 bytes) is copied; a tiny product is not
+    // (the copy's launch outweighs the portable kernels' time).
+    CHECK(copy_pays(false, false, 512.0 * 700 * 2, flops(1024, 700, 512)));
+    CHECK_FALSE(copy_pays(false, false, 16.0 * 16 * 2, flops(16, 16, 16)));
+    // KILN_GEMM_COPY overrides the estimate where a copy is possible.
+    setenv("KILN_GEMM_COPY", "never", 1);
+    CHECK_FALSE(copy_pays(false, false, 512.0 * 700 * 2, flops(1024, 700, 512)));
+    CHECK_FALSE(copy_pays(true, true, 4096.0 * 7000 * 2, flops(4096, 7000, 4096)));
+    setenv("KILN_GEMM_COPY", "always", 1);
+    CHECK(copy_pays(false, false, 16.0 * 16 * 2, flops(16, 16, 16)));
+    CHECK(copy_pays(true, true, 1760.0 * 7000 * 2, flops(1760, 7000, 1760)));
+    unsetenv("KILN_GEMM_COPY");
+}
