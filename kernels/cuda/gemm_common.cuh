@@ -251,17 +251,16 @@ __device__ __forceinline__ bool bsum_count_tile(const GemmParams& p, int tile_m,
 template <int ROWS, int GROUP = 8>
 __device__ __forceinline__ void bsum_add_rows(const GemmParams& p, int m0, int z, int tid, int nthreads) {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    constexpr int kGroup = GROUP;
     const float* col = p.bsum_partials + int64_t(z) * p.m + m0;
     const int64_t tile_stride = int64_t(p.batch) * p.m;
     for (int r = tid; r < ROWS && m0 + r < p.m; r += nthreads) {
         float s = 0.f;
-        for (int t0 = 0; t0 < p.tiles_n; t0 += kGroup) {
-            float v[kGroup];
+        for (int t0 = 0; t0 < p.tiles_n; t0 += GROUP) {
+            float v[GROUP];
 #pragma unroll
-            for (int j = 0; j < kGroup; ++j) v[j] = t0 + j < p.tiles_n ? __ldcg(col + (t0 + j) * tile_stride + r) : 0.f;
+            for (int j = 0; j < GROUP; ++j) v[j] = t0 + j < p.tiles_n ? __ldcg(col + (t0 + j) * tile_stride + r) : 0.f;
 #pragma unroll
-            for (int j = 0; j < kGroup; ++j) s += v[j];
+            for (int j = 0; j < GROUP; ++j) s += v[j];
         }
         store_bsum(p, z, m0 + r, s);
     }

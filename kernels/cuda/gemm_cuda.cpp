@@ -256,10 +256,6 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
 
 namespace {
 
-// The backend's zeroed scratch: the bsum turn counters from here on (the first bytes are
-// spare).
-constexpr size_t kTurnsOffset = 64;
-
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
 // their sum (into `bsum` when given). `p` holds the operands and the epilogue.
 void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmParams p, const Mat& a, const Mat& b,
@@ -284,8 +280,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         if (k.splits == 1 && p.tiles_n > 1) {
             partials = ctx.empty({p.tiles_n, batch, M}, DType::Float32);
             p.bsum_partials = static_cast<float*>(partials.view().storage->data);
-            p.bsum_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(kTurnsOffset + size_t(batch) * p.tiles_m * 4) +
-                                                       kTurnsOffset);
+            p.bsum_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(size_t(batch) * p.tiles_m * 4));
             partials.view().storage->written = true;
         }
         p.flags |= kBsum;

@@ -17,17 +17,18 @@
 //     The persistent wgmma kernel (one block per SM walking the tiles; the next tile's loads
 //     and this one's TMA stores overlap the consumers' work) runs products of more than one
 //     wave of 128x256 tiles into C that TMA can store (16-bit operands; tf32 into float32 C),
-//     with alpha, bias, ReLU and bsum (no beta, no stochastic rounding). On the H100 it took 0.92-1.02x the time of the
-//     one-tile-per-block kernel on the large shapes (fp16 4096^3: 218-221 against 227-229 us,
-//     ncu; docs/gemm-notes.md, 27): its rate is 1.02 of that kernel's.
+//     with alpha, bias, ReLU and bsum (no beta, no stochastic rounding). On the H100 it took
+//     0.92-1.02x the time of the one-tile-per-block kernel on the large shapes (fp16 4096^3:
+//     218-221 against 227-229 us, ncu; docs/gemm-notes.md, 27): its rate is 1.02 of that
+//     kernel's.
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
 //     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
 //     up to one block per SM and 64 slices, at least 4 k-tiles per slice;
 //     the slices' float32 sums are added by a precompiled reduction kernel that applies the
 //     epilogue. Only unbatched products split.
 //  4. KILN_GEMM_KERNEL=<entry name> forces a kernel (benchmarks, tests); it must fit rule 1.
-//     (Rule 5, operand copies, is copy_pays below.)
 //     KILN_GEMM_SPLITS=<n> forces the number of k slices (1: none).
+//  5. Operand copies: copy_pays, below.
 #pragma once
 #include <cstdint>
 #include <string>
