@@ -28,9 +28,14 @@ struct Work {
     int kt_begin, kt_end;
 };
 __device__ __forceinline__ Work work_of(const GemmParams& p, int bk) {
-    const int split = blockIdx.y % p.k_splits;
+    const int split = (p.k_cluster ? blockIdx.x : blockIdx.y) % p.k_splits;
     const int total = (p.k + bk - 1) / bk, per = (total + p.k_splits - 1) / p.k_splits;
-    return {int(blockIdx.y) / p.k_splits, int(blockIdx.y), min(split * per, total), min((split + 1) * per, total)};
+    const int z = p.k_cluster ? int(blockIdx.y) : int(blockIdx.y) / p.k_splits;
+    return {z, p.k_cluster ? z : int(blockIdx.y), min(split * per, total), min((split + 1) * per, total)};
+}
+// The block's tile number (blocks of a split-K cluster share one).
+__device__ __forceinline__ int tile_index(const GemmParams& p) {
+    return p.k_cluster ? int(blockIdx.x) / p.k_splits : int(blockIdx.x);
 }
 
 __device__ __forceinline__ float load_c(const GemmParams& p, const char* c, int64_t off) {
@@ -239,7 +244,8 @@ __device__ __forceinline__ bool bsum_count_tile(const GemmParams& p, int tile_m,
     uint32_t* turn = p.bsum_turns + int64_t(z) * p.tiles_m + tile_m;
     uint32_t before;
     asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(before) : "l"(turn) : "memory");
-    const bool last = before == uint32_t(p.tiles_n - 1);
+    // With split-K in a cluster each block of a tile counts its own share of the rows.
+    const bool last = before == uint32_t(p.tiles_n * (p.k_cluster ? p.k_splits : 1) - 1);
     if (last) atomicExch(turn, 0u);
     return last;
 }

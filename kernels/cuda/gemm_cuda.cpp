@@ -251,7 +251,7 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
         pr.b_kmajor = pr.b_kmajor || tf32;
         staged += " B";
     }
-    return select_gemm(pr).entry + (staged.empty() ? "" : " (copied" + staged + ")");
+    return describe(select_gemm(pr)) + (staged.empty() ? "" : " (copied" + staged + ")");
 }
 
 namespace {
@@ -266,9 +266,12 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     p.tiles_n = int32_t((N + k.bn - 1) / k.bn);
     p.group_m = 8;
     p.k_splits = k.splits;
+    p.k_cluster = k.cluster_k ? 1 : 0;
+    const bool slices_k = k.splits > 1 && !k.cluster_k;   // global slices and the reduction kernel
     // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
     // tile of a row adds them (turn counters in the backend's zeroed scratch); with one tile
-    // per row, or split-K (the reduction kernel sees whole rows), the sums go to bsum directly.
+    // per row, or global k slices (the reduction kernel sees whole rows), the sums go to bsum
+    // directly.
     Tensor partials;
     if (bsum) {
         const Tensor& bs = *bsum;
@@ -277,7 +280,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         p.bsum_sb = c_rank == 3 ? bs.strides()[0] : 0;
         p.bsum_sm = bs.strides()[c_rank == 3 ? 1 : 0];
         p.bsum_dtype = gemm_dtype(bs.dtype());
-        if (k.splits == 1 && p.tiles_n > 1) {
+        if (!slices_k && p.tiles_n > 1) {
             partials = ctx.empty({p.tiles_n, batch, M}, DType::Float32);
             p.bsum_partials = static_cast<float*>(partials.view().storage->data);
             p.bsum_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(size_t(batch) * p.tiles_m * 4));
@@ -290,7 +293,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     // turns adding into one buffer was measured 2-3x slower on the H100: the turns serialise.)
     GemmParams q = p;
     Tensor slices;
-    if (k.splits > 1) {
+    if (slices_k) {
         slices = ctx.empty({k.splits, M, N}, DType::Float32);
         q.c = slices.view().storage->data;
         q.c_sm = N, q.c_sn = 1, q.c_batch = M * N;
@@ -298,8 +301,10 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         q.flags = 0;
         q.alpha = 1, q.beta = 0, q.sr_bits = 0;
     }
-    int64_t blocks = int64_t(p.tiles_m) * p.tiles_n;
-    int64_t grid_y = batch * k.splits;
+    // Global slices: blockIdx.y = batch entry x splits + split; in a cluster the blocks of a
+    // tile are neighbours along x.
+    int64_t blocks = int64_t(p.tiles_m) * p.tiles_n * (k.cluster_k ? k.splits : 1);
+    int64_t grid_y = batch * (k.cluster_k ? 1 : k.splits);
     if (k.persistent) {   // one block per SM, batches folded into the walk over tiles
         blocks = std::min<int64_t>(blocks * batch, be.info().multiprocessors);
         grid_y = 1;
@@ -308,8 +313,8 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         fail(Error::Kind::Value, "compound_dot: {} x {} x {} with a batch of {} exceeds the GEMM kernels' grid", M, N, K, batch);
 
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, k.entry, k.smem);
-    log_debug("gemm: {}x{}x{} batch {} {} -> {} (tile {}x{}, {} k slices, {} blocks)", M, N, K, batch, dtype_name(dt),
-              k.entry, k.bm, k.bn, k.splits, blocks * batch * k.splits);
+    log_debug("gemm: {}x{}x{} batch {} {} -> {} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), describe(k), k.bm,
+              k.bn, blocks * grid_y);
     if (k.path == GemmPath::Wgmma) {
         // A: K-major boxes (64 k) x (BM rows); M-major boxes (64 m) x (one stage of k) per
         // consumer. B likewise with BN. A stage holds 128 bytes of k.
@@ -326,13 +331,14 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
         } else {
             void* params[] = {&q, &ma, &mb};
-            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
+            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,
+                                  k.cluster_k ? unsigned(k.splits) : 1u);
         }
     } else {
         void* params[] = {&q};
         be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
     }
-    if (k.splits > 1) {
+    if (slices_k) {
         slices.view().storage->written = true;
         const float* sp = static_cast<const float*>(slices.view().storage->data);
         void* params[] = {&p, &sp};
@@ -356,7 +362,7 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
         if (auto hit = disk->load(dkey)) {
             const std::string entry(hit->begin(), hit->end());
             for (const GemmKernel& k : all)
-                if (fmt::format("{} {}", k.entry, k.splits) == entry) return k;
+                if (describe(k) == entry) return k;
         }
     const cuda::Driver& d = cuda::driver();
     Tensor scratch = ctx.empty({int64_t(p.batch), int64_t(p.m), int64_t(p.n)}, DType::Float32);
@@ -382,13 +388,13 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
             ms.push_back(v);
         }
         std::sort(ms.begin(), ms.end());
-        log_debug("gemm autotune: {} {} k slices: {:.4f} ms", k.entry, k.splits, ms[1]);
+        log_debug("gemm autotune: {}: {:.4f} ms", describe(k), ms[1]);
         if (ms[1] < best_ms) best_ms = ms[1], best = k;
     }
     d.cuEventDestroy(e0);
     d.cuEventDestroy(e1);
     scratch.view().storage->written = true;
-    const std::string entry = fmt::format("{} {}", best.entry, best.splits);
+    const std::string entry = describe(best);
     log_info("gemm autotune: {} -> {} ({:.4f} ms)", key, entry, best_ms);
     if (disk) disk->store(dkey, std::vector<char>(entry.begin(), entry.end()));
     return best;

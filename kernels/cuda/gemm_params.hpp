@@ -12,6 +12,9 @@
 // per row the block stores its sums in bsum directly. With k_splits > 1 (batch 1 only) each
 // block multiplies a slice of k and stores its raw float32 sums; a second kernel
 // (kiln_gemm_reduce_splits) adds the slices in order and applies the epilogue and the sums.
+// With k_cluster set (wgmma kernels, any batch) the k_splits blocks of a tile are one thread
+// block cluster instead: they add their sums through distributed shared memory, each block
+// finishing a share of the tile's rows, in one launch.
 #pragma once
 #include <stdint.h>
 
@@ -51,6 +54,8 @@ struct GemmParams {
     int32_t group_m;          // raster: tiles_m is walked in groups of this many rows of tiles
     int32_t k_splits;         // split-K (batch 1): blockIdx.y is the split, which adds up its share
                               // of k and stores the raw float32 sums as C entry `split`
+    int32_t k_cluster;        // split-K in a cluster: blockIdx.x = tile * k_splits + split (the
+                              // block's rank in its cluster), blockIdx.y the batch entry
 };
 
 } // namespace kiln::gemm

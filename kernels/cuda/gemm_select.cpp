@@ -18,51 +18,101 @@ constexpr double kPersistentRate = 1.02;
 
 const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dtype == kBF16 ? "bf16" : tf32 ? "tf32" : "f32"; }
 
-// Rule 3: the k slices for a tile (1 when the blocks fill half of the SMs, or k is short).
-int splits_for(const GemmProblem& pr, int bm, int bn, int bk) {
-    if (const char* forced = std::getenv("KILN_GEMM_SPLITS"); forced && *forced)
-        return pr.may_split ? std::clamp(std::atoi(forced), 1, 64) : 1;
-    const int64_t blocks = ((pr.m + bm - 1) / bm) * ((pr.n + bn - 1) / bn) * pr.batch;
+// Rule 3's fixed cost of a split in a cluster: two cluster barriers and the other blocks'
+// sums read from distributed shared memory.
+constexpr double kClusterSplitUs = 1.0;
+
+// KILN_GEMM_SPLITS: -1 when unset; the count, and whether it asks for a cluster ("4c").
+struct ForcedSplits {
+    int n = -1;
+    bool cluster = false;
+};
+ForcedSplits forced_splits() {
+    ForcedSplits f;
+    const char* v = std::getenv("KILN_GEMM_SPLITS");
+    if (!v || !*v) return f;
+    f.n = std::clamp(std::atoi(v), 1, 64);
+    f.cluster = std::string(v).find('c') != std::string::npos;
+    if (f.cluster && f.n != 2 && f.n != 4 && f.n != 8)
+        fail(Error::Kind::Value, "KILN_GEMM_SPLITS={}: a cluster split has 2, 4 or 8 blocks", v);
+    return f;
+}
+
+int64_t tiles_of(const GemmProblem& pr, int bm, int bn) {
+    return ((pr.m + bm - 1) / bm) * ((pr.n + bn - 1) / bn) * pr.batch;
+}
+
+// Rule 3, global slices: the k slices for a tile (1 when the blocks fill half of the SMs, or
+// k is short).
+int slices_for(const GemmProblem& pr, int bm, int bn, int bk) {
+    const int64_t blocks = tiles_of(pr, bm, bn);
     const int64_t ktiles = (pr.k + bk - 1) / bk;
     if (!pr.may_split || blocks * 2 > pr.sms || ktiles < 8) return 1;
-    // (Rule 2's estimate then decides between this split and the unsplit tiles.)
     // Whole waves only: slices beyond one block per SM would start a second, mostly idle wave.
     // (At most 64 slices; with at most one block per SM, the slices' sums stay below
     // 4 bytes x SMs x a tile's elements.)
     return int(std::max<int64_t>(1, std::min<int64_t>({pr.sms / blocks, ktiles / 4, 64})));
 }
 
-// Fraction of the launched tile area inside C, times how evenly the blocks fill the SMs' waves
-// (one block per SM at a time for these tile sizes), times the cost of splitting k: the slices'
-// float32 sums cross memory twice and need a second launch, which on the H100 (DeepBench
-// shapes with N <= 128, 2026-11-23) made a split product worth about 0.4 of an unsplit one
-// with the same occupancy.
-double fit(const GemmProblem& pr, int bm, int bn, int splits) {
-    const int64_t tm = (pr.m + bm - 1) / bm, tn = (pr.n + bn - 1) / bn;
-    const int64_t blocks = tm * tn * pr.batch * splits;
+// Rule 3, clusters: the largest of 2, 4, 8 blocks per tile that keeps one block per SM and
+// 2 k-tiles per slice (1: none).
+int cluster_splits_for(const GemmProblem& pr, int bm, int bn, int bk) {
+    const int64_t blocks = tiles_of(pr, bm, bn);
+    const int64_t ktiles = (pr.k + bk - 1) / bk;
+    if (blocks * 2 > pr.sms) return 1;
+    int best = 1;
+    for (int cs : {2, 4, 8})
+        if (blocks * cs <= pr.sms && ktiles >= 2 * cs) best = cs;
+    return best;
+}
+
+// Rule 2's estimate, microseconds: the flops at the tile's rate, scaled by the fraction of the
+// launched tile area inside C and by how evenly the blocks fill the SMs' waves (one block per
+// SM at a time for these tile sizes), plus a split's fixed cost. Global slices: a second
+// launch (~3 us) and the slices' float32 sums written and read at 3 TB/s.
+double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
+    const int64_t tm = (pr.m + k.bm - 1) / k.bm, tn = (pr.n + k.bn - 1) / k.bn;
+    const int64_t blocks = tm * tn * pr.batch * k.splits;
     const int64_t waves = (blocks + pr.sms - 1) / pr.sms;
     const double fill = double(blocks) / double(waves * pr.sms);
-    const double inside = double(pr.m * pr.n) / double(tm * bm * tn * bn);
-    return fill * inside * (splits > 1 ? 0.4 : 1.0);
+    const double inside = double(pr.m * pr.n) / double(tm * k.bm * tn * k.bn);
+    const double peak = pr.dtype == kF32 ? 350e12 : 700e12;
+    const double flops = 2.0 * double(pr.m) * double(pr.n) * double(pr.k) * double(pr.batch);
+    double us = 1e6 * flops / (rate * fill * inside * peak);
+    if (k.splits > 1 && k.cluster_k) us += kClusterSplitUs;
+    if (k.splits > 1 && !k.cluster_k) us += 3.0 + 1e6 * 2.0 * 4.0 * double(k.splits) * double(pr.m * pr.n) / 3e12;
+    return us;
 }
 
 } // namespace
 
+std::string describe(const GemmKernel& k) {
+    if (k.splits == 1) return k.entry;
+    return fmt::format("{} k/{}{}", k.entry, k.splits, k.cluster_k ? " cluster" : "");
+}
+
 std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
     std::vector<GemmKernel> out;
     // Each tile runs unsplit, and split when rule 3 allows it; the estimate picks between them.
-    // (KILN_GEMM_SPLITS: only its split count.)
-    const bool forced = std::getenv("KILN_GEMM_SPLITS") != nullptr;
-    const auto add = [&](GemmKernel k, double rate) {
-        const int splits = splits_for(pr, k.bm, k.bn, k.bk);
-        std::vector<int> counts;
-        if (splits == 1 || !forced) counts.push_back(1);
-        if (splits > 1) counts.push_back(splits);
-        for (int s : counts) {
-            k.splits = s;
-            k.score = rate * fit(pr, k.bm, k.bn, s);
-            out.push_back(k);
+    // (KILN_GEMM_SPLITS: only its split.)
+    const ForcedSplits forced = forced_splits();
+    const auto push = [&](GemmKernel k, double rate, int splits, bool cluster) {
+        k.splits = splits;
+        k.cluster_k = cluster && splits > 1;
+        k.score = 1.0 / estimate_us(pr, k, rate);
+        out.push_back(k);
+    };
+    // `clusters`: the kernel can split k in a cluster (the wgmma one-tile kernels).
+    const auto add = [&](const GemmKernel& k, double rate, bool clusters) {
+        if (forced.n >= 0) {
+            if (forced.cluster && clusters && forced.n > 1) push(k, rate, forced.n, true);
+            else if (!forced.cluster && pr.may_split && forced.n > 1) push(k, rate, forced.n, false);
+            else push(k, rate, 1, false);
+            return;
         }
+        push(k, rate, 1, false);
+        if (const int s = slices_for(pr, k.bm, k.bn, k.bk); s > 1) push(k, rate, s, false);
+        if (const int s = clusters ? cluster_splits_for(pr, k.bm, k.bn, k.bk) : 1; s > 1) push(k, rate, s, true);
     };
     const bool tensor = pr.dtype != kF32 || pr.tf32;
     const std::string tag = dtype_tag(pr.dtype, pr.tf32);
@@ -85,8 +135,8 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             const int stages_bytes = w.stages * (k.bm + w.bn) * 128 + 1024;
             k.smem = stages_bytes + w.bn * 4;
             k.bk = pr.dtype == kF32 ? 32 : 64;
-            add(k, w.rate);
-            const int64_t tiles = ((pr.m + k.bm - 1) / k.bm) * ((pr.n + k.bn - 1) / k.bn) * pr.batch;
+            add(k, w.rate, true);
+            const int64_t tiles = tiles_of(pr, k.bm, k.bn);
             if (w.bn == 256 && (pr.dtype != kF32 || pr.c_f32) && pr.plain_epilogue && tiles > pr.sms) {
                 GemmKernel pk = k;
                 pk.entry = fmt::format("kiln_gemm_wg_{}_{}{}_256_c2_s4_{}", tag, k.a_trans ? 't' : 'k', k.b_trans ? 't' : 'k',
@@ -95,9 +145,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
                 // 4 stages, each consumer's staged part of its results (16 KB), the bias twice,
                 // the barriers (256 bytes at most); no alignment slack: 227 KB would not hold it.
                 pk.smem = 4 * (k.bm + w.bn) * 128 + 2 * (64 * 128 * 2) + 2 * 256 * 4 + 256;
-                pk.splits = 1;
-                pk.score = kPersistentRate * w.rate * fit(pr, k.bm, k.bn, 1);
-                out.push_back(pk);
+                push(pk, kPersistentRate * w.rate, 1, false);
             }
         }
     }
@@ -114,7 +162,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             // The pipeline's two stages, or the epilogue's float tile (rows of bn + 4).
             k.smem = std::max(2 * (t.bm + t.bn) * (32 + pad) * esize, t.bm * (t.bn + 4) * 4);
             k.bk = 32;
-            add(k, t.rate);
+            add(k, t.rate, false);
         }
     }
     if (pr.dtype == kF32) {
@@ -125,7 +173,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         k.threads = 128;   // 16 x 8 results per thread
         k.smem = std::max(2 * 8 * (128 + 4 + 128 + 4) * 4, 128 * (128 + 4) * 4);
         k.bk = 8;
-        add(k, 0.1);
+        add(k, 0.1, false);
         // Narrow products: 256 x 16 tiles, 4 x 4 results per thread (a quarter of the 128 x 128
         // tile's rate where both fill their tiles: on the H100, 4096x128x4096 ran at 12.9
         // TFLOP/s on it against 30.3 on 128 x 128 tiles split 4 ways).
@@ -135,7 +183,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         nk.entry = "kiln_gemm_fma_f32_256x16";
         nk.threads = 256;
         nk.smem = std::max(2 * 8 * (256 + 4 + 16 + 4) * 4, 256 * (16 + 4) * 4);
-        add(nk, 0.025);
+        add(nk, 0.025, false);
     }
     // Paths first (a faster path beats any tile of a slower one), then the estimate. tf32
     // allows the tensor cores without requiring them: on products 16 columns wide or narrower

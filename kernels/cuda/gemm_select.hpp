@@ -21,13 +21,23 @@
 //     0.92-1.02x the time of the one-tile-per-block kernel on the large shapes (fp16 4096^3:
 //     218-221 against 227-229 us, ncu; docs/gemm-notes.md, 27): its rate is 1.02 of that
 //     kernel's.
+//     The estimate is a time: the product's flops at the tile's rate times fill times the
+//     inside fraction (peak 700 TFLOP/s for 16-bit operands, 350 for float32), plus the fixed
+//     cost of a split (rule 3).
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
 //     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
-//     up to one block per SM and 64 slices, at least 4 k-tiles per slice;
-//     the slices' float32 sums are added by a precompiled reduction kernel that applies the
-//     epilogue. Only unbatched products split.
+//     in one of two ways, each a candidate beside the unsplit tile:
+//     - in a cluster (wgmma one-tile kernels, any batch): the 2, 4 or 8 blocks of a tile form a
+//       thread block cluster and add their sums through distributed shared memory, each
+//       finishing a share of the tile's rows; at most one block per SM, at least 2 k-tiles
+//       per slice. Fixed cost kClusterSplitUs.
+//     - as global slices (every path, unbatched products): up to one block per SM and 64
+//       slices, at least 4 k-tiles per slice; the slices' float32 sums are added by a
+//       precompiled reduction kernel that applies the epilogue. Fixed cost: a second launch
+//       and the slices' bytes written and read.
 //  4. KILN_GEMM_KERNEL=<entry name> forces a kernel (benchmarks, tests); it must fit rule 1.
-//     KILN_GEMM_SPLITS=<n> forces the number of k slices (1: none).
+//     KILN_GEMM_SPLITS=<n> forces the number of global k slices (1: none), <n>c a cluster
+//     split of n = 2, 4 or 8 blocks (only the wgmma one-tile kernels then split).
 //  5. Operand copies: copy_pays, below.
 #pragma once
 #include <cstdint>
@@ -63,9 +73,14 @@ struct GemmKernel {
     bool a_trans = false, b_trans = false;   // wgmma: the operand is M/N-major
     int bk = 0;             // k per pipeline stage
     int splits = 1;         // split-K slices
+    bool cluster_k = false;   // the slices of a tile are one cluster (rule 3), not global slices
     bool persistent = false;  // one block per SM walks the tiles (grid: min(tiles, SMs))
-    double score = 0;       // the selector's estimate (relative; for logs and docs)
+    double score = 0;       // the selector's estimate: 1 / estimated microseconds (relative)
 };
+
+// "<entry>", "<entry> k/<n>" (global slices) or "<entry> k/<n> cluster": logs, the autotuner's
+// disk cache, the benchmark's "kernel chosen".
+std::string describe(const GemmKernel& k);
 
 // Rule 5, operand copies (the launcher makes them): whether copying an operand of `bytes`
 // bytes into a buffer with rows 128 bytes apart pays, for a product of `flops`. An operand the

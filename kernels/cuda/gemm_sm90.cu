@@ -51,6 +51,12 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
         : "memory");
 }
 
+// Starts fetching a TMA descriptor (a kernel parameter) into the TMA unit's cache, so that the
+// first copy does not wait for it.
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
 // TMA stores from shared memory, in bulk groups: a group's reads of shared memory can be
 // waited for apart from its writes to global memory.
 __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
@@ -64,6 +70,21 @@ __device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.b
 __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 // Orders this thread's shared-memory writes before the TMA unit's reads of them.
 __device__ __forceinline__ void fence_to_tma() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// ---- clusters -------------------------------------------------------------------------------
+// A barrier over every thread of the cluster; the release/acquire pair makes each block's
+// shared-memory writes before it visible to the other blocks' reads after it. (Not the
+// .aligned form: the producer's threads reach it after diverging.)
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// The address of `p` (this block's shared memory) in the shared memory of cluster block `rank`.
+template <class T>
+__device__ __forceinline__ const T* cluster_peer(const T* p, int rank) {
+    uint64_t out;
+    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
+    return reinterpret_cast<const T*>(out);
+}
 
 // ---- wgmma ----------------------------------------------------------------------------------
 // A shared-memory matrix descriptor: start address, leading and stride byte offsets, 128-byte
@@ -333,6 +354,55 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     }
 }
 
+// The epilogue of split-K in a cluster: the k_splits blocks of a tile (a cluster, one k slice
+// each) stage their float32 sums in shared memory; block `rank` adds rows [rank R, rank R + R)
+// of the tile (R = BM / k_splits) over the cluster's blocks in rank order (deterministic sums,
+// the same in every run), reading the others' shared memory, and finishes those rows like the
+// general epilogue (finish_tile: alpha, bias, activation, beta, stochastic rounding, bsum).
+// No float32 slices cross global memory and no second kernel runs: with a separate reduction
+// kernel, a split product was worth about 0.4 of an unsplit one of the same occupancy on the
+// small-N shapes (docs/gemm-notes.md, 7 and 18). k_splits is 2, 4 or 8 (the host's choice).
+template <int BM, int BN, int NTHREADS, class Sync>
+__device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const float (&acc)[BN / 2], float* tile, int m0,
+                                                 int n0, Tile at, int z, int row0, int q, int ctid, Sync sync) {
+    constexpr int ld = tile_ld(BN);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        *reinterpret_cast<float2*>(tile + row0 * ld + 8 * j + 2 * q) = make_float2(acc[4 * j], acc[4 * j + 1]);
+        *reinterpret_cast<float2*>(tile + (row0 + 8) * ld + 8 * j + 2 * q) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+    cluster_sync();   // every block's sums are staged
+    const int splits = p.k_splits, rank = int(blockIdx.x) % splits, rows = BM / splits;
+    float* mine = tile + rank * rows * ld;
+    const float* peers[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) peers[r] = cluster_peer(mine, r < splits ? r : 0);
+    constexpr int kVecs = BN / 4;   // float4 columns per row
+    for (int i = ctid; i < rows * kVecs; i += NTHREADS) {
+        const int off = (i / kVecs) * ld + 4 * (i % kVecs);
+        float4 v[8];
+#pragma unroll
+        for (int r = 0; r < 8; ++r)
+            if (r < splits) v[r] = *reinterpret_cast<const float4*>(peers[r] + off);
+        float4 s = v[0];
+#pragma unroll
+        for (int r = 1; r < 8; ++r)
+            if (r < splits) s.x += v[r].x, s.y += v[r].y, s.z += v[r].z, s.w += v[r].w;
+        // Only this block adds these rows: the others read rows of their own here.
+        *reinterpret_cast<float4*>(mine + off) = s;
+    }
+    sync();
+    const int m_rows = m0 + rank * rows;
+    switch (splits) {
+        case 2: finish_tile<BM / 2, BN, NTHREADS>(p, mine, m_rows, n0, at.n, z, ctid); break;
+        case 4: finish_tile<BM / 4, BN, NTHREADS>(p, mine, m_rows, n0, at.n, z, ctid); break;
+        default: finish_tile<BM / 8, BN, NTHREADS>(p, mine, m_rows, n0, at.n, z, ctid); break;
+    }
+    // bsum over several tiles per row: each block of the cluster counts its share of the rows.
+    if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, at.m, z, ctid, NTHREADS, sync);
+    cluster_sync();   // the other blocks are done reading this one's shared memory
+}
+
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
 __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMap* map_a, const CUtensorMap* map_b) {
     using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
@@ -342,11 +412,15 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     __shared__ __align__(8) Ring<STAGES> ring;
 
     const int tid = threadIdx.x;
-    const Tile at = tile_of(p, blockIdx.x);
+    const Tile at = tile_of(p, tile_index(p));
     const Work w = work_of(p, BK);
     const int z = w.z;
     const int m0 = at.m * BM, n0 = at.n * BN;
     const int ktiles = w.kt_end - w.kt_begin;
+    if (tid == 0) {
+        tma_prefetch_descriptor(map_a);
+        tma_prefetch_descriptor(map_b);
+    }
     init_ring<STAGES, CONSUMERS>(ring);
 
     const int wg = tid / 128;
@@ -357,6 +431,10 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
             int it = 0;
             produce_tile<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, map_a, map_b, w.kt_begin, ktiles, m0, n0,
                                                            p.a_batch ? z : 0, p.b_batch ? z : 0, it);
+        }
+        if (p.k_cluster) {   // the consumers' two cluster barriers (split_k_epilogue)
+            cluster_sync();
+            cluster_sync();
         }
         return;
     }
@@ -383,6 +461,11 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     const int g = lane / 4, q = lane % 4;
     const int row0 = 64 * c + 16 * warp + g;
     const auto consumers_sync = [] { asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory"); };
+    if (p.k_cluster) {
+        split_k_epilogue<BM, BN, kConsumerThreads>(p, acc, reinterpret_cast<float*>(smem), m0, n0, at, w.zc, row0, q,
+                                                   tid - 128, consumers_sync);
+        return;
+    }
     if (rows_of_16_bytes(p)) {
         store_tile_16bit<T, BM, BN, kConsumerThreads>(p, acc, smem, bias_s, m0, n0, at.n, w.zc, row0, q, tid - 128);
         if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads, consumers_sync);

@@ -302,9 +302,26 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
 }
 
 void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
-                                     unsigned smem, void** params) {
+                                     unsigned smem, void** params, unsigned cluster) {
     make_current();
-    check(driver().cuLaunchKernel(f, grid_x, grid_y, grid_z, block, 1, 1, smem, stream_, params, nullptr), "cuLaunchKernel");
+    if (cluster > 1) {
+        CUlaunchAttribute attr{};
+        attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim.x = cluster;
+        attr.value.clusterDim.y = 1;
+        attr.value.clusterDim.z = 1;
+        CUlaunchConfig cfg{};
+        cfg.gridDimX = grid_x, cfg.gridDimY = grid_y, cfg.gridDimZ = grid_z;
+        cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+        cfg.sharedMemBytes = smem;
+        cfg.hStream = stream_;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        check(driver().cuLaunchKernelEx(&cfg, f, params, nullptr), "cuLaunchKernelEx");
+    } else {
+        check(driver().cuLaunchKernel(f, grid_x, grid_y, grid_z, block, 1, 1, smem, stream_, params, nullptr),
+              "cuLaunchKernel");
+    }
     ++counters_.launches;
 }
 

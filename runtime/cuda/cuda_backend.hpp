@@ -80,9 +80,10 @@ public:
     // library, loaded on first use and kept for the life of the backend, with its dynamic
     // shared-memory limit raised to `dynamic_smem` bytes.
     CUfunction precompiled(const void* image, const std::string& entry, int dynamic_smem);
-    // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel.
+    // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel;
+    // `cluster` > 1: thread block clusters of that many blocks along x.
     void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
-                            void** params);
+                            void** params, unsigned cluster = 1);
 
     // At least `nbytes` of device memory that holds zeros whenever no kernel is running:
     // kernels that count in it (the GEMM's bsum turn counters) set every word they change

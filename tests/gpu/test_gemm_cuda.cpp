@@ -10,6 +10,7 @@
 #include <kiln/kiln.hpp>
 
 #include "ir/half.hpp"
+#include "kernels/cuda/gemm_cuda.hpp"
 #include "runtime/context_impl.hpp"
 
 #include <array>
@@ -430,5 +431,79 @@ TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, b
     for (int64_t i = 0; i < batch; ++i) {
         Tensor zero = ctx.zeros({M, N}, DType::Float16);
         CHECK(check_against_reference(A[i], B[i], zero, C[i], DotOptions{}, out_eps(DType::Float16), 2e-6) <= 1.0);
+    }
+}
+
+TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed shared memory") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (ctx.impl().cuda->info().sm != 90) {
+        std::printf("SKIPPED (the wgmma kernels are sm_90 code; this GPU is sm_%d)\n", ctx.impl().cuda->info().sm);
+        return;
+    }
+    int seed = 1300;
+    // Every one-tile wgmma kernel, 2, 4 and 8 blocks per tile, every epilogue (beta, bias,
+    // leaky ReLU, bsum over several tiles per row: each block of a cluster counts its rows).
+    // K = 200 is 4 k-tiles: with 8 slices, half of the blocks add nothing but their zeros.
+    for (const char* splits : {"2c", "4c", "8c"})
+        for (const std::string cfg : {"64_c1_s8", "128_c2_s6", "256_c2_s4"})
+            for (int variant = 0; variant < 4; ++variant) {
+                const DType dt = variant % 2 ? DType::BFloat16 : DType::Float16;
+                const std::string kernel = std::string("kiln_gemm_wg_") + (variant % 2 ? "bf16" : "f16") + "_kt_" + cfg;
+                setenv("KILN_GEMM_SPLITS", splits, 1);
+                Case cs{301, 300, variant < 2 ? 1000 : 200, false, false, 8, true, epilogue_variant(variant),
+                        variant == 3 ? DType::Float32 : dt};
+                INFO(kernel << " k/" << splits);
+                const bool ran = run_case(ctx, cs, dt, kernel, uint32_t(seed++));
+                unsetenv("KILN_GEMM_SPLITS");
+                CHECK(ran);
+            }
+    // Transposed operands and tf32.
+    for (const std::string l : {"tk", "tt"}) {
+        setenv("KILN_GEMM_SPLITS", "4c", 1);
+        Case cs{130, 70, 777, l[0] == 't', l[1] == 'k', 8, true, epilogue_variant(3), DType::Float16};
+        const bool ran = run_case(ctx, cs, DType::Float16, "kiln_gemm_wg_f16_" + l + "_64_c1_s8", uint32_t(seed++));
+        unsetenv("KILN_GEMM_SPLITS");
+        CHECK(ran);
+    }
+    ctx.set_allow_tf32(true);
+    {
+        setenv("KILN_GEMM_SPLITS", "8c", 1);
+        Case cs{200, 100, 900, false, true, 8, true, epilogue_variant(3), DType::Float32};
+        const bool ran = run_case(ctx, cs, DType::Float32, "kiln_gemm_wg_tf32_kk_128_c2_s6", uint32_t(seed++));
+        unsetenv("KILN_GEMM_SPLITS");
+        CHECK(ran);
+    }
+    ctx.set_allow_tf32(false);
+    // The selector's own choice for a narrow product with long k (a cluster split on the H100),
+    // batched (global slices would refuse a batch): one launch, and the same bits every time,
+    // C and bsum (the slices are added in rank order; the turn counters return to zero).
+    const int64_t batch = 3, M = 1760, N = 16, K = 1760;
+    Tensor A = ctx.array(random_floats(batch * M * K, 41), {batch, M, K}, DType::Float16);
+    Tensor B = ctx.array(random_floats(K * N, 42), {K, N}, DType::Float16);
+    Tensor C = ctx.zeros({batch, M, N}, DType::Float16);
+    Tensor bs = ctx.zeros({batch, M}, DType::Float32);
+    DotOptions o;
+    o.bsum = bs;
+    o.relu = true;
+    INFO(gemm::selected_kernel(A, B, C));
+    std::vector<float> first_c, first_sums;
+    for (int rep = 0; rep < 3; ++rep) {
+        const uint64_t launches = ctx.impl().cuda->counters().launches;
+        batched_dot(A, B, C, o);
+        CHECK(ctx.impl().cuda->counters().launches - launches == 1);
+        const std::vector<float> c = C.to_vector<float>(), s = bs.to_vector<float>();
+        if (rep == 0) first_c = c, first_sums = s;
+        CHECK(c == first_c);
+        CHECK(s == first_sums);
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+        Tensor zero = ctx.zeros({M, N}, DType::Float16);
+        DotOptions oi;
+        oi.relu = true;
+        std::vector<double> sums;
+        CHECK(check_against_reference(A[i], B, zero, C[i], oi, out_eps(DType::Float16), 2e-6, &sums) <= 1.0);
+        const std::vector<float> got = bs[i].to_vector<float>();
+        for (int64_t m = 0; m < M; ++m) CHECK(std::fabs(got[m] - sums[m]) <= 1e-3 * (1 + std::fabs(sums[m])) + N * 4.0 / 2048);
     }
 }

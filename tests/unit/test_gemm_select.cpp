@@ -131,6 +131,63 @@ TEST_CASE("gemm selector: split-K for products that leave most SMs idle (rule 3)
     for (const GemmKernel& c : gemm_candidates(pr)) CHECK(c.splits == 1);
 }
 
+TEST_CASE("gemm selector: split-K in a cluster for the wgmma one-tile kernels (rule 3)") {
+    unsetenv("KILN_GEMM_KERNEL");
+    unsetenv("KILN_GEMM_SPLITS");
+    // 1760x16x1760: 28 tiles of 64 x 64 leave 104 SMs idle; 4 blocks per tile fill 112.
+    GemmKernel k = select_gemm(h100(1760, 16, 1760, kF16));
+    CHECK(k.cluster_k);
+    CHECK(k.splits == 4);
+    CHECK(k.entry == "kiln_gemm_wg_f16_kt_64_c1_s8");
+    CHECK(describe(k) == "kiln_gemm_wg_f16_kt_64_c1_s8 k/4 cluster");
+    // Cluster candidates: 2, 4 or 8 blocks, at most one block per SM, 2 k-tiles per slice;
+    // only wgmma one-tile kernels; batches allowed (global slices refuse them).
+    for (bool batched : {false, true}) {
+        GemmProblem pr = h100(1760, 128, 1760, kF16);
+        if (batched) pr.batch = 2, pr.may_split = false;
+        bool any = false;
+        for (const GemmKernel& c : gemm_candidates(pr)) {
+            if (!c.cluster_k) continue;
+            any = true;
+            const int64_t tiles = ((1760 + c.bm - 1) / c.bm) * ((128 + c.bn - 1) / c.bn) * pr.batch;
+            CHECK((c.splits == 2 || c.splits == 4 || c.splits == 8));
+            CHECK(tiles * c.splits <= 132);
+            CHECK((1760 + 63) / 64 >= 2 * c.splits);
+            CHECK(c.path == GemmPath::Wgmma);
+            CHECK_FALSE(c.persistent);
+        }
+        CHECK(any);
+    }
+    // Short k (2 k-tiles: fewer than 2 per slice even for 2 slices): none.
+    for (const GemmKernel& c : gemm_candidates(h100(1760, 16, 100, kF16))) CHECK_FALSE(c.cluster_k);
+    // Enough tiles: none.
+    for (const GemmKernel& c : gemm_candidates(h100(8192, 8192, 8192, kF16))) CHECK(c.splits == 1);
+    // The estimate: a cluster split costs a fixed microsecond, global slices a launch and
+    // their bytes; a long-k product with few tiles still takes global slices (16 of them,
+    // more blocks than 8 per tile can give).
+    k = select_gemm(h100(512, 8, 500000, kF16));
+    CHECK_FALSE(k.cluster_k);
+    CHECK(k.splits == 16);
+    // KILN_GEMM_SPLITS=<n>c: only cluster splits of n, on the kernels that have them.
+    setenv("KILN_GEMM_SPLITS", "8c", 1);
+    for (const GemmKernel& c : gemm_candidates(h100(4096, 4096, 4096, kF16))) {
+        if (c.path == GemmPath::Wgmma && !c.persistent) {
+            CHECK(c.cluster_k);
+            CHECK(c.splits == 8);
+        } else {
+            CHECK(c.splits == 1);
+        }
+    }
+    setenv("KILN_GEMM_SPLITS", "3c", 1);
+    try {
+        gemm_candidates(h100(1760, 16, 1760, kF16));
+        FAIL("expected an error");
+    } catch (const Error& e) {
+        CHECK(std::string(e.what()) == "KILN_GEMM_SPLITS=3c: a cluster split has 2, 4 or 8 blocks");
+    }
+    unsetenv("KILN_GEMM_SPLITS");
+}
+
 TEST_CASE("gemm selector: KILN_GEMM_KERNEL and KILN_GEMM_SPLITS (rule 4)") {
     setenv("KILN_GEMM_KERNEL", "kiln_gemm_wg_f16_kt_128_c2_s6", 1);
     CHECK(select_gemm(h100(4096, 4096, 4096, kF16)).entry == "kiln_gemm_wg_f16_kt_128_c2_s6");
