@@ -253,7 +253,8 @@ int main(int argc, char** argv) {
         at = comma + 1;
     }
     for (const DtypeRun& d : all) {
-        if (dtypes.find(d.name) == std::string::npos) continue;
+        // Whole names between commas ("bf16" does not select "f16").
+        if (("," + dtypes + ",").find("," + std::string(d.name) + ",") == std::string::npos) continue;
         ctx.set_allow_tf32(d.tf32);
         for (const Shape3& s0 : listed) {
             if (!only.empty() && only != s0.set) continue;

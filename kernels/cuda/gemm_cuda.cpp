@@ -57,7 +57,8 @@ bool tma_ok(const Mat& x, bool rows_contiguous, size_t es) {
            (x.s_batch * (int64_t)es) % 16 == 0;
 }
 
-// A 3-D tiled TMA descriptor with the 128-byte swizzle: dims (inner, outer, batch).
+// A 3-D tiled TMA descriptor: dims (inner, outer, batch), the swizzle as wide as the box's
+// inner extent (128 bytes, or 32 for the narrow tiles' 16-element N-major B).
 CUtensorMap encode_tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch,
                               int64_t outer_stride, int64_t batch_stride, uint32_t box_inner, uint32_t box_outer) {
     const cuda::Driver& d = cuda::driver();
@@ -72,8 +73,12 @@ CUtensorMap encode_tensor_map(const void* base, DType dt, uint64_t inner, uint64
     strides[1] = (strides[1] + 15) / 16 * 16;
     cuuint32_t box[3] = {box_inner, box_outer, 1};
     cuuint32_t elem[3] = {1, 1, 1};
+    const size_t inner_bytes = box_inner * es;
+    const CUtensorMapSwizzle swizzle = inner_bytes <= 32   ? CU_TENSOR_MAP_SWIZZLE_32B
+                                       : inner_bytes <= 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                           : CU_TENSOR_MAP_SWIZZLE_128B;
     cuda::check(d.cuTensorMapEncodeTiled(&map, type, 3, const_cast<void*>(base), dims, strides, box, elem,
-                                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                         CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                 "cuTensorMapEncodeTiled");
     return map;
@@ -317,11 +322,12 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
               k.bn, blocks * grid_y);
     if (k.path == GemmPath::Wgmma) {
         // A: K-major boxes (64 k) x (BM rows); M-major boxes (64 m) x (one stage of k) per
-        // consumer. B likewise with BN. A stage holds 128 bytes of k.
+        // consumer. B likewise with BN (N-major boxes at most 64 wide: the 16-wide tile's B is
+        // one box of 16, in the 32-byte swizzle). A stage holds 128 bytes of k.
         const uint32_t bk = 128 / uint32_t(es);
         CUtensorMap ma = k.a_trans ? tensor_map(a.base, dt, M, K, batch, a.s_col, a.s_batch, 64, bk)
                                    : tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, k.bm);
-        CUtensorMap mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, 64, bk)
+        CUtensorMap mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, uint32_t(std::min(k.bn, 64)), bk)
                                    : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);
         if (k.persistent) {
             // C in boxes of 64 rows x 128 bytes (the kernel's staged results).

@@ -18,9 +18,13 @@ constexpr double kPersistentRate = 1.02;
 
 const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dtype == kBF16 ? "bf16" : tf32 ? "tf32" : "f32"; }
 
-// Rule 3's fixed cost of a split in a cluster: two cluster barriers and the other blocks'
-// sums read from distributed shared memory.
-constexpr double kClusterSplitUs = 1.0;
+// Rule 3's fixed cost of a split in a cluster, microseconds, for a tile `bn` wide: two cluster
+// barriers, the other blocks' sums read from distributed shared memory and the general
+// epilogue on the block's rows, which grow with the tile's width. Fitted to the H100 (kernel
+// times, ncu): the 16-wide tile on 1760x16x1760 in clusters of 4 took 7.45 us against 8.1
+// unsplit, the 64-wide one on 2560x64x2560 in clusters of 2 10.4 against 10.9, and on
+// 1760x128x1760 9.5 against 8.9; 128 x 128 tiles in clusters of 8 took 10.4 there.
+double cluster_split_us(int bn) { return 1.0 + 1.5 * bn / 64.0; }
 
 // KILN_GEMM_SPLITS: -1 when unset; the count, and whether it asks for a cluster ("4c").
 struct ForcedSplits {
@@ -54,14 +58,15 @@ int slices_for(const GemmProblem& pr, int bm, int bn, int bk) {
     return int(std::max<int64_t>(1, std::min<int64_t>({pr.sms / blocks, ktiles / 4, 64})));
 }
 
-// Rule 3, clusters: the largest of 2, 4, 8 blocks per tile that keeps one block per SM and
-// 2 k-tiles per slice (1: none).
+// Rule 3, clusters: the larger of 2 and 4 blocks per tile that keeps one block per SM and 2
+// k-tiles per slice (1: none). (Clusters of 8 were slower than 4 wherever both fit: 1760x16x1760
+// on 64-wide tiles took 12 us in clusters of 8, 8.4 in clusters of 4.)
 int cluster_splits_for(const GemmProblem& pr, int bm, int bn, int bk) {
     const int64_t blocks = tiles_of(pr, bm, bn);
     const int64_t ktiles = (pr.k + bk - 1) / bk;
     if (blocks * 2 > pr.sms) return 1;
     int best = 1;
-    for (int cs : {2, 4, 8})
+    for (int cs : {2, 4})
         if (blocks * cs <= pr.sms && ktiles >= 2 * cs) best = cs;
     return best;
 }
@@ -79,7 +84,7 @@ double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     const double peak = pr.dtype == kF32 ? 350e12 : 700e12;
     const double flops = 2.0 * double(pr.m) * double(pr.n) * double(pr.k) * double(pr.batch);
     double us = 1e6 * flops / (rate * fill * inside * peak);
-    if (k.splits > 1 && k.cluster_k) us += kClusterSplitUs;
+    if (k.splits > 1 && k.cluster_k) us += cluster_split_us(k.bn);
     if (k.splits > 1 && !k.cluster_k) us += 3.0 + 1e6 * 2.0 * 4.0 * double(k.splits) * double(pr.m * pr.n) / 3e12;
     return us;
 }
@@ -121,7 +126,9 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
     if (wgmma) {
         // (BN, consumer warpgroups, stages, relative per-SM rate)
         struct Wg { int bn, cons, stages; double rate; };
-        for (Wg w : {Wg{256, 2, 4, 1.0}, Wg{128, 2, 6, 0.9}, Wg{64, 1, 8, 0.7}}) {
+        // The 16-wide tile: products at most 16 columns wide (per k-tile it loads 10 KB, the
+        // 64-wide tile 16 KB, of which 6 KB are zeros past N = 16; the loads set their pace).
+        for (Wg w : {Wg{256, 2, 4, 1.0}, Wg{128, 2, 6, 0.9}, Wg{64, 1, 8, 0.7}, Wg{16, 1, 8, 0.3}}) {
             GemmKernel k;
             k.path = GemmPath::Wgmma;
             k.bm = 64 * w.cons;

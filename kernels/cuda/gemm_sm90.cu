@@ -95,6 +95,12 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo) {
     const uint32_t a = smem_u32(p);
     return uint64_t((a & 0x3FFFF) >> 4) | uint64_t((lbo & 0x3FFFF) >> 4) << 16 | uint64_t(1024 >> 4) << 32 | 1ull << 62;
 }
+// An N-major tile 16 elements wide (the narrow tiles' B): rows of 32 bytes (one k each) in the
+// 32-byte swizzle, 8-k groups 256 bytes apart; the tile is one block along n (no LBO).
+__device__ __forceinline__ uint64_t smem_desc_mn32(const void* p) {
+    const uint32_t a = smem_u32(p);
+    return uint64_t((a & 0x3FFFF) >> 4) | uint64_t(256 >> 4) << 32 | 3ull << 62;
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -112,6 +118,8 @@ template <int N, class T, int TA, int TB>
 struct Wgmma;
 
 // The accumulator lists of m64nNk*: N / 2 float registers per thread.
+#define KILN_WGMMA_D16 "{%0,%1,%2,%3,%4,%5,%6,%7}"
+#define KILN_WGMMA_OUT16 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 #define KILN_WGMMA_D64 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
 #define KILN_WGMMA_OUT64 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define KILN_WGMMA_D128 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
@@ -145,6 +153,9 @@ struct Wgmma;
                          : "l"(da), "l"(db), "r"(1));                                                           \
         }                                                                                                       \
     };
+KILN_WGMMA_16BIT(16, __half, "f16", 8, 9, 10, 11, 12)
+KILN_WGMMA_16BIT(16, __nv_bfloat16, "bf16", 8, 9, 10, 11, 12)
+KILN_WGMMA_TF32(16, 8, 9, 10)
 KILN_WGMMA_16BIT(64, __half, "f16", 32, 33, 34, 35, 36)
 KILN_WGMMA_16BIT(64, __nv_bfloat16, "bf16", 32, 33, 34, 35, 36)
 KILN_WGMMA_TF32(64, 32, 33, 34)
@@ -193,7 +204,7 @@ __device__ __forceinline__ void produce_stage(unsigned char* smem, Ring<STAGES>&
         tma_load(sb, map_b, &ring.full[s], k0, n0, zb);
     } else {
 #pragma unroll
-        for (int j = 0; j < BN / 64; ++j) tma_load(sb + j * 8192, map_b, &ring.full[s], n0 + 64 * j, k0, zb);
+        for (int j = 0; j < (BN + 63) / 64; ++j) tma_load(sb + j * 8192, map_b, &ring.full[s], n0 + 64 * j, k0, zb);
     }
 }
 
@@ -210,7 +221,9 @@ __device__ __forceinline__ void consume_stage(float (&acc)[BN / 2], const unsign
     for (int kk = 0; kk < Cfg::kSteps; ++kk) {
         // K-major: the next 32 bytes of each swizzled row; M/N-major: the next 16 (or 8) rows of k.
         const uint64_t da = TA == 0 ? smem_desc(sa + 32 * kk, 16) : smem_desc(sa + 2048 * kk, 8192);
-        const uint64_t db = TB == 0 ? smem_desc(sb + 32 * kk, 16) : smem_desc(sb + 2048 * kk, 8192);
+        const uint64_t db = TB == 0    ? smem_desc(sb + 32 * kk, 16)
+                            : BN == 16 ? smem_desc_mn32(sb + 512 * kk)
+                                       : smem_desc(sb + 2048 * kk, 8192);
         Wgmma<BN, T, TA, TB>::run(acc, da, db);
     }
     wgmma_commit();
@@ -682,6 +695,7 @@ using namespace kiln::gemm;
     KILN_WG_KERNEL(T, tn, 256, 2, 4, TA, TB, ta, tb)   \
     KILN_WG_KERNEL(T, tn, 128, 2, 6, TA, TB, ta, tb)   \
     KILN_WG_KERNEL(T, tn, 64, 1, 8, TA, TB, ta, tb)    \
+    KILN_WG_KERNEL(T, tn, 16, 1, 8, TA, TB, ta, tb)    \
     KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)
 #define KILN_WG_LAYOUTS(T, tn)                \
     KILN_WG_CONFIGS(T, tn, 0, 0, k, k)        \
@@ -693,4 +707,5 @@ KILN_WG_LAYOUTS(__nv_bfloat16, bf16)
 KILN_WG_KERNEL(float, tf32, 256, 2, 4, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 0, 0, k, k)
+KILN_WG_KERNEL(float, tf32, 16, 1, 8, 0, 0, k, k)
 KILN_WG_PERSISTENT_C(float, tf32, 0, 0, k, k, true, pf)

@@ -138,7 +138,7 @@ std::vector<std::string> wgmma_entries(const std::string& tag, bool transposes) 
     std::vector<std::string> out;
     for (std::string l : {"kk", "kt", "tk", "tt"}) {
         if (!transposes && l != "kk") continue;
-        for (std::string cfg : {"256_c2_s4", "128_c2_s6", "64_c1_s8"}) out.push_back("kiln_gemm_wg_" + tag + "_" + l + "_" + cfg);
+        for (std::string cfg : {"256_c2_s4", "128_c2_s6", "64_c1_s8", "16_c1_s8"}) out.push_back("kiln_gemm_wg_" + tag + "_" + l + "_" + cfg);
     }
     return out;
 }
@@ -446,7 +446,7 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
     // leaky ReLU, bsum over several tiles per row: each block of a cluster counts its rows).
     // K = 200 is 4 k-tiles: with 8 slices, half of the blocks add nothing but their zeros.
     for (const char* splits : {"2c", "4c", "8c"})
-        for (const std::string cfg : {"64_c1_s8", "128_c2_s6", "256_c2_s4"})
+        for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "128_c2_s6", "256_c2_s4"})
             for (int variant = 0; variant < 4; ++variant) {
                 const DType dt = variant % 2 ? DType::BFloat16 : DType::Float16;
                 const std::string kernel = std::string("kiln_gemm_wg_") + (variant % 2 ? "bf16" : "f16") + "_kt_" + cfg;
@@ -475,9 +475,9 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
         CHECK(ran);
     }
     ctx.set_allow_tf32(false);
-    // The selector's own choice for a narrow product with long k (a cluster split on the H100),
-    // batched (global slices would refuse a batch): one launch, and the same bits every time,
-    // C and bsum (the slices are added in rank order; the turn counters return to zero).
+    // A narrow product with long k split 4 ways in clusters, batched (global slices would refuse
+    // a batch): one launch, and the same bits every time, C and bsum (the slices are added in
+    // rank order).
     const int64_t batch = 3, M = 1760, N = 16, K = 1760;
     Tensor A = ctx.array(random_floats(batch * M * K, 41), {batch, M, K}, DType::Float16);
     Tensor B = ctx.array(random_floats(K * N, 42), {K, N}, DType::Float16);
@@ -486,7 +486,9 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
     DotOptions o;
     o.bsum = bs;
     o.relu = true;
+    setenv("KILN_GEMM_SPLITS", "4c", 1);
     INFO(gemm::selected_kernel(A, B, C));
+    CHECK(gemm::selected_kernel(A, B, C).find("k/4 cluster") != std::string::npos);
     std::vector<float> first_c, first_sums;
     for (int rep = 0; rep < 3; ++rep) {
         const uint64_t launches = ctx.impl().cuda->counters().launches;
@@ -497,6 +499,7 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
         CHECK(c == first_c);
         CHECK(s == first_sums);
     }
+    unsetenv("KILN_GEMM_SPLITS");
     for (int64_t i = 0; i < batch; ++i) {
         Tensor zero = ctx.zeros({M, N}, DType::Float16);
         DotOptions oi;
