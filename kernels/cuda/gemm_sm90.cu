@@ -66,7 +66,10 @@ __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* sr
                  : "memory");
 }
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// All but the most recent group have read their shared memory.
+__device__ __forceinline__ void tma_store_wait_read_but_one() {
+    asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+}
 __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 // Orders this thread's shared-memory writes before the TMA unit's reads of them.
 __device__ __forceinline__ void fence_to_tma() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
@@ -501,13 +504,13 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 // SM walks the tiles blockIdx.x, + gridDim.x, ... (batches folded in). The producer runs ahead
 // across tiles, so the next tile's stages load while the consumers finish this one, and the
 // consumers hardly wait for their stores: each applies the epilogue in registers, writes a
-// part of its 64 x 256 results (64 x 128 16-bit or 64 x 64 float32 values, two boxes of 64
-// rows x 128 bytes in the 128-byte swizzle) into a buffer of its own, and one thread hands the
-// boxes to TMA; the next part waits only for TMA to have read the previous one out of the
-// buffer, and the next tile's first part for the last. (In the one-tile-per-block kernel the
+// part of its 64 x 256 results (64 x 64 16-bit or 64 x 32 float32 values, one box of 64 rows x
+// 128 bytes in the 128-byte swizzle) into one of two buffers of its own, and one thread hands
+// the box to TMA; the next part but one waits for TMA to have read it out of the buffer.
+// (In the one-tile-per-block kernel the
 // epilogue and a new block's first loads stop the tensor cores each tile.) Shared memory holds
 // 4 stages (ncu, fp16 4096^3 without epilogue: 3 stages 221 us, tensor pipe 91% busy; 4
-// stages 203 us, 98%), the two 16 KB buffers, the tile's bias twice (tiles alternate, the
+// stages 203 us, 98%), the four 8 KB buffers, the tile's bias twice (tiles alternate, the
 // consumers share it) and the barriers: 227 KB, all there is, so the block's dynamic shared
 // memory must start 1024-byte aligned (checked). bsum over several tiles per row: the
 // consumers store the tile's row sums and signal three warps of the producer's warpgroup,
@@ -519,9 +522,13 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                                                       const CUtensorMap* map_b, const CUtensorMap* map_c) {
     using Cfg = WgConfig<T, 256, 2, STAGES>;
     constexpr int BM = Cfg::BM, BN = 256, BK = Cfg::BK;
-    // A consumer stages its 64 x BN results a part at a time: 16 KB, two boxes of 64 rows x
-    // 128 bytes (64 16-bit or 32 float32 columns).
-    constexpr int kPartCols = C32 ? 64 : 128, kParts = BN / kPartCols, kBoxCols = kPartCols / 2;
+    // A consumer stages its 64 x BN results a part at a time, in two 8 KB buffers used in turn:
+    // a part is one box of 64 rows x 128 bytes (64 16-bit or 32 float32 columns), and before a
+    // buffer is written again only the store of two parts ago must have read it out. (With
+    // one 16 KB buffer and two parts per tile, waiting for the first part's store to leave
+    // the buffer took 1000-1300 of the ~4900 cycles of a tile's epilogue: clock64, fp16
+    // 4096^3.)
+    constexpr int kPartCols = C32 ? 32 : 64, kParts = BN / kPartCols;
     constexpr int kPartBytes = 64 * kPartCols * (C32 ? 4 : 2);
     // Tile u's row sums are stored (sums_full[u % kSumSlots]) / counted (sums_empty[...]). The
     // counting warps may take a while over a row's last tile (8448x48000: 188 tiles' sums per
@@ -534,7 +541,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     };
     extern __shared__ __align__(1024) unsigned char smem[];
     unsigned char* staged_base = smem + STAGES * Cfg::kStageBytes;
-    float* bias_base = reinterpret_cast<float*>(staged_base + 2 * kPartBytes);   // [2][BN]
+    float* bias_base = reinterpret_cast<float*>(staged_base + 4 * kPartBytes);   // [2][BN], after 2 x 2 buffers
     Barriers& bars = *reinterpret_cast<Barriers*>(bias_base + 2 * BN);
     Ring<STAGES>& ring = bars.ring;
     const int tid = threadIdx.x;
@@ -584,7 +591,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const int c = wg - 1;
     const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
     const int g = lane / 4, q = lane % 4;
-    unsigned char* staged = staged_base + c * kPartBytes;
+    unsigned char* staged_bufs = staged_base + c * 2 * kPartBytes;   // this consumer's two buffers
+    int part = 0;                                                     // parts staged so far
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
     int it = 0;
@@ -603,20 +611,18 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         // tile u - 1's barrier 1.
         float* bias_s = bias_base + (u % 2) * BN;
         bias_s[bias_col] = bias_next;
-        if (ctid == 0) tma_store_wait_read();   // the previous tile's boxes have left the buffer
-        asm volatile("bar.sync 1, 256;" ::: "memory");   // ... and both halves of bias_s are in
+        asm volatile("bar.sync 1, 256;" ::: "memory");   // both halves of bias_s are in
         // Register 4j + r: row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of this
         // consumer's 64 x BN block. Part hf holds columns [kPartCols hf, kPartCols (hf + 1)),
-        // register group jj of it the part's columns 8jj..8jj + 7: 16-bit, box jj / 8, 16-byte
-        // chunk jj % 8 of the row, 4 bytes each; float32, box jj / 4, chunk 2 (jj % 4) + q / 2,
-        // 8 bytes each. Row r's chunk c sits at c ^ (r % 8) (the 128-byte swizzle; r % 8 = g).
+        // register group jj of it the part's columns 8jj..8jj + 7: 16-bit, 16-byte chunk jj of
+        // the row, 4 bytes each; float32, chunk 2 jj + q / 2, 8 bytes each. Row r's chunk c
+        // sits at c ^ (r % 8) (the 128-byte swizzle; r % 8 = g).
         float row_sum[2] = {0.f, 0.f};   // bsum: this thread's share of its two rows
 #pragma unroll
-        for (int hf = 0; hf < kParts; ++hf) {
-            if (hf > 0) {
-                if (ctid == 0) tma_store_wait_read();
-                consumer_sync();
-            }
+        for (int hf = 0; hf < kParts; ++hf, ++part) {
+            unsigned char* staged = staged_bufs + (part % 2) * kPartBytes;
+            if (ctid == 0) tma_store_wait_read_but_one();   // the store of two parts ago is out
+            consumer_sync();
 #pragma unroll
             for (int jj = 0; jj < kPartCols / 8; ++jj) {
                 const int j = hf * (kPartCols / 8) + jj;
@@ -630,11 +636,10 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                     }
                     const int r = 16 * warp + g + 8 * h;
                     if constexpr (C32)
-                        *reinterpret_cast<float2*>(staged + (jj / 4) * 8192 + r * 128 + ((2 * (jj % 4) + q / 2) ^ g) * 16 +
-                                                   8 * (q % 2)) = make_float2(v0, v1);
+                        *reinterpret_cast<float2*>(staged + r * 128 + ((2 * jj + q / 2) ^ g) * 16 + 8 * (q % 2)) =
+                            make_float2(v0, v1);
                     else
-                        *reinterpret_cast<uint32_t*>(staged + (jj / 8) * 8192 + r * 128 + ((jj % 8) ^ g) * 16 + 4 * q) =
-                            pack2<T>(v0, v1, p.c_dtype);
+                        *reinterpret_cast<uint32_t*>(staged + r * 128 + (jj ^ g) * 16 + 4 * q) = pack2<T>(v0, v1, p.c_dtype);
                     row_sum[h] += v0 + v1;   // columns past N hold zeros (TMA's fill, no bias)
                 }
             }
@@ -642,7 +647,6 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             consumer_sync();
             if (ctid == 0) {
                 tma_store(map_c, staged, n0 + kPartCols * hf, m0, z);
-                tma_store(map_c, staged + 8192, n0 + kPartCols * hf + kBoxCols, m0, z);
                 tma_store_commit();
             }
         }
