@@ -144,9 +144,10 @@ __device__ __forceinline__ void store4(const GemmParams& p, char* c, int64_t off
 // first 32 words once the row is in registers, and after the last row each lane adds up one
 // row's shares: a chain of 5 shuffles per row, row after row, made bsum cost 6-11% of a
 // 4096^3 product on the H100. The order of the additions is fixed: the sums are deterministic.
+// `row_sums`: with bsum_cluster, where the tile's row sums go (shared memory, ROWS floats).
 template <int ROWS, int COLS, int NTHREADS>
 __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, int m0, int n0, int tile_n, int z,
-                                            int tid) {
+                                            int tid, float* row_sums = nullptr) {
     constexpr int kChunks = (COLS + 127) / 128;   // 4-column chunks per lane
     constexpr int ld = tile_ld(COLS);
     constexpr int kWarps = NTHREADS / 32, kRowsPerWarp = ROWS / kWarps;
@@ -228,6 +229,7 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
 #pragma unroll 8
     for (int j = 0; j < kShareLanes; ++j) s += tile[r * ld + (j + lane) % kShareLanes];
     if (p.tiles_n == 1) store_bsum(p, z, m, s);
+    else if (row_sums) row_sums[r] = s;
     else p.bsum_partials[(int64_t(tile_n) * p.batch + z) * p.m + m] = s;
 }
 

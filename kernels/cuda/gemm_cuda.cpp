@@ -273,6 +273,14 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     p.k_splits = k.splits;
     p.k_cluster = k.cluster_k ? 1 : 0;
     const bool slices_k = k.splits > 1 && !k.cluster_k;   // global slices and the reduction kernel
+    // bsum over 2-8 tiles per row in the wgmma one-tile kernels: a row of tiles is one cluster
+    // (the blocks add each other's row sums from shared memory; rows of tiles in raster order).
+    const bool bsum_cluster = bsum && k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1 && p.tiles_n >= 2 &&
+                              p.tiles_n <= 8;
+    if (bsum_cluster) {
+        p.bsum_cluster = 1;
+        p.group_m = 1;
+    }
     // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
     // tile of a row adds them (turn counters in the backend's zeroed scratch); with one tile
     // per row, or global k slices (the reduction kernel sees whole rows), the sums go to bsum
@@ -285,7 +293,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         p.bsum_sb = c_rank == 3 ? bs.strides()[0] : 0;
         p.bsum_sm = bs.strides()[c_rank == 3 ? 1 : 0];
         p.bsum_dtype = gemm_dtype(bs.dtype());
-        if (!slices_k && p.tiles_n > 1) {
+        if (!slices_k && !bsum_cluster && p.tiles_n > 1) {
             partials = ctx.empty({p.tiles_n, batch, M}, DType::Float32);
             p.bsum_partials = static_cast<float*>(partials.view().storage->data);
             p.bsum_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(size_t(batch) * p.tiles_m * 4));
@@ -338,7 +346,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         } else {
             void* params[] = {&q, &ma, &mb};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,
-                                  k.cluster_k ? unsigned(k.splits) : 1u);
+                                  k.cluster_k ? unsigned(k.splits) : bsum_cluster ? unsigned(p.tiles_n) : 1u);
         }
     } else {
         void* params[] = {&q};

@@ -9,7 +9,9 @@
 // also writes the row sums of its tile of the result to bsum_partials[tile_n][z][m] and counts
 // itself in bsum_turns[z][tile_m]; the last of a row of tiles to finish adds the row's tiles
 // in tile order (deterministic sums, no second launch) and stores them in bsum. With one tile
-// per row the block stores its sums in bsum directly. With k_splits > 1 (batch 1 only) each
+// per row the block stores its sums in bsum directly. With bsum_cluster (wgmma one-tile
+// kernels, at most 8 tiles per row) a row of tiles is one cluster and its blocks add each
+// other's sums from shared memory, in the same tile order. With k_splits > 1 (batch 1 only) each
 // block multiplies a slice of k and stores its raw float32 sums; a second kernel
 // (kiln_gemm_reduce_splits) adds the slices in order and applies the epilogue and the sums.
 // With k_cluster set (wgmma kernels, any batch) the k_splits blocks of a tile are one thread
@@ -56,6 +58,9 @@ struct GemmParams {
                               // of k and stores the raw float32 sums as C entry `split`
     int32_t k_cluster;        // split-K in a cluster: blockIdx.x = tile * k_splits + split (the
                               // block's rank in its cluster), blockIdx.y the batch entry
+    int32_t bsum_cluster;     // bsum over a row of tiles in one cluster (tiles_n blocks, raster
+                              // group_m = 1): the blocks add their row sums through distributed
+                              // shared memory instead of bsum_partials and bsum_turns
 };
 
 } // namespace kiln::gemm

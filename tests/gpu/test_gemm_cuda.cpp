@@ -434,6 +434,57 @@ TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, b
     }
 }
 
+TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distributed shared memory") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (ctx.impl().cuda->info().sm != 90) {
+        std::printf("SKIPPED (the wgmma kernels are sm_90 code; this GPU is sm_%d)\n", ctx.impl().cuda->info().sm);
+        return;
+    }
+    // The one-tile kernels: 2 to 8 tiles per row take the cluster, 9 or more the global sums
+    // (bsum_partials and the turn counters); N = 104, 296, 520, 1000 make 1-63 tiles per row
+    // over the four tile widths (B's rows 16-byte multiples, as TMA needs). 16-bit C without
+    // beta (the 16-bit epilogue) and
+    // float32 C with beta (the general one); M ends inside a tile. Each case twice: the same
+    // bits both times.
+    int seed = 1500;
+    for (const std::string cfg : {"64_c1_s8", "128_c2_s6", "256_c2_s4", "16_c1_s8"})
+        for (const int64_t n : {104, 296, 520, 1000})
+            for (int variant : {2, 3}) {
+                const std::string kernel = "kiln_gemm_wg_f16_kt_" + cfg;
+                DotOptions o = epilogue_variant(variant);
+                o.bsum = Tensor();
+                const DType cdt = variant == 3 ? DType::Float32 : DType::Float16;
+                INFO(kernel << " N " << n << " variant " << variant);
+                const int64_t M = 333, K = 200;
+                Tensor A = ctx.array(random_floats(M * K, uint32_t(seed)), {M, K}, DType::Float16);
+                Tensor B = ctx.array(random_floats(K * n, uint32_t(seed + 1)), {K, n}, DType::Float16);
+                Tensor C0 = ctx.array(random_floats(M * n, uint32_t(seed + 2)), {M, n}, cdt);
+                Tensor bias = ctx.array(random_floats(size_t(n), uint32_t(seed + 3)), {n}, DType::Float32);
+                seed += 4;
+                o.bias = bias;
+                std::vector<float> first;
+                for (int rep = 0; rep < 2; ++rep) {
+                    Tensor C = ctx.empty({M, n}, cdt);
+                    C.assign(C0.expr());
+                    Tensor bs = ctx.zeros({M}, DType::Float32);
+                    o.bsum = bs;
+                    setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+                    const uint64_t launches = ctx.impl().cuda->counters().launches;
+                    compound_dot(A, B, C, o);
+                    CHECK(ctx.impl().cuda->counters().launches - launches == 1);
+                    unsetenv("KILN_GEMM_KERNEL");
+                    std::vector<double> sums;
+                    CHECK(check_against_reference(A, B, C0, C, o, out_eps(cdt), 2e-6, &sums) <= 1.0);
+                    const std::vector<float> got = bs.to_vector<float>();
+                    for (int64_t m = 0; m < M; ++m)
+                        CHECK(std::fabs(got[m] - sums[m]) <= 1e-3 * (1 + std::fabs(sums[m])) + n * out_eps(cdt) * 4);
+                    if (rep == 0) first = got;
+                    CHECK(got == first);
+                }
+            }
+}
+
 TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed shared memory") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
