@@ -18,13 +18,15 @@ constexpr double kPersistentRate = 1.02;
 
 const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dtype == kBF16 ? "bf16" : tf32 ? "tf32" : "f32"; }
 
-// Rule 3's fixed cost of a split in a cluster, microseconds, for a tile `bn` wide: two cluster
+// Rule 3's fixed cost of a split in a cluster, microseconds, for a bm x bn tile: two cluster
 // barriers, the other blocks' sums read from distributed shared memory and the general
-// epilogue on the block's rows, which grow with the tile's width. Fitted to the H100 (kernel
-// times, ncu): the 16-wide tile on 1760x16x1760 in clusters of 4 took 7.45 us against 8.1
-// unsplit, the 64-wide one on 2560x64x2560 in clusters of 2 10.4 against 10.9, and on
-// 1760x128x1760 9.5 against 8.9; 128 x 128 tiles in clusters of 8 took 10.4 there.
-double cluster_split_us(int bn) { return 1.0 + 1.5 * bn / 64.0; }
+// epilogue on the block's rows, which grow with the tile. Fitted to the H100 (kernel times,
+// ncu): the 64 x 16 tile on 1760x16x1760 in clusters of 4 took 7.45 us against 8.1 unsplit,
+// the 64 x 64 one on 2560x64x2560 in clusters of 2 10.4 against 10.9, and on 1760x128x1760
+// 9.5 against 8.9; 128 x 128 tiles in clusters of 8 took 10.4 there, and tf32
+// 4096x128x4096 A^T ran at 37.1 TFLOP/s on them in clusters of 4 against 39.9 on 64 x 64
+// tiles unsplit.
+double cluster_split_us(int bm, int bn) { return 1.0 + 1.5 * double(bm) * bn / (64.0 * 64.0); }
 
 // KILN_GEMM_SPLITS: -1 when unset; the count, and whether it asks for a cluster ("4c").
 struct ForcedSplits {
@@ -84,7 +86,7 @@ double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     const double peak = pr.dtype == kF32 ? 350e12 : 700e12;
     const double flops = 2.0 * double(pr.m) * double(pr.n) * double(pr.k) * double(pr.batch);
     double us = 1e6 * flops / (rate * fill * inside * peak);
-    if (k.splits > 1 && k.cluster_k) us += cluster_split_us(k.bn);
+    if (k.splits > 1 && k.cluster_k) us += cluster_split_us(k.bm, k.bn);
     if (k.splits > 1 && !k.cluster_k) us += 3.0 + 1e6 * 2.0 * 4.0 * double(k.splits) * double(pr.m * pr.n) / 3e12;
     return us;
 }

@@ -30,7 +30,7 @@
 //     - in a cluster (wgmma one-tile kernels, any batch): the 2 or 4 blocks of a tile form a
 //       thread block cluster and add their sums through distributed shared memory, each
 //       finishing a share of the tile's rows; at most one block per SM, at least 2 k-tiles
-//       per slice. Fixed cost: cluster_split_us, growing with the tile's width.
+//       per slice. Fixed cost: cluster_split_us, growing with the tile's size.
 //     - as global slices (every path, unbatched products): up to one block per SM and 64
 //       slices, at least 4 k-tiles per slice; the slices' float32 sums are added by a
 //       precompiled reduction kernel that applies the epilogue. Fixed cost: a second launch

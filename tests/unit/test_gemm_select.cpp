@@ -148,6 +148,11 @@ TEST_CASE("gemm selector: split-K in a cluster for the wgmma one-tile kernels (r
     k = select_gemm(h100(2560, 64, 2560, kF16));
     CHECK(describe(k) == "kiln_gemm_wg_f16_kt_64_c1_s8 k/2 cluster");
     CHECK(describe(select_gemm(h100(1760, 128, 1760, kF16))) == "kiln_gemm_wg_f16_kt_64_c1_s8");
+    // 128 x 128 tiles pay more for a cluster's epilogue: tf32 4096x128x4096 (K-major operands)
+    // stays on unsplit 64 x 64 tiles.
+    GemmProblem t = h100(4096, 128, 4096, kF32);
+    t.tf32 = t.a_kmajor = t.b_kmajor = true;
+    CHECK(describe(select_gemm(t)) == "kiln_gemm_wg_tf32_kk_64_c1_s8");
     // Cluster candidates: 2 or 4 blocks, at most one block per SM, 2 k-tiles per slice; only
     // wgmma one-tile kernels; batches allowed (global slices refuse them).
     for (bool batched : {false, true}) {
