@@ -301,6 +301,24 @@ __device__ __forceinline__ bool rows_of_16_bytes(const GemmParams& p) {
            p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
 }
 
+// The register epilogue of two neighbouring columns: alpha * accumulator + bias, then the
+// activation (ReLU, or leaky with the slope).
+__device__ __forceinline__ float2 epilogue_pair(const GemmParams& p, float a0, float a1, float2 bias, bool relu) {
+    float v0 = p.alpha * a0 + bias.x, v1 = p.alpha * a1 + bias.y;
+    if (relu) {
+        v0 = v0 > 0.f ? v0 : v0 * p.slope;
+        v1 = v1 > 0.f ? v1 : v1 * p.slope;
+    }
+    return make_float2(v0, v1);
+}
+
+// A row's sum from its shares in the 4 lanes of a quad (a row's columns are spread over them
+// in the accumulator layout), added in a fixed order.
+__device__ __forceinline__ float quad_sum(float share) {
+    share += __shfl_xor_sync(0xffffffffu, share, 1);
+    return share + __shfl_xor_sync(0xffffffffu, share, 2);
+}
+
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float a, float b, int dtype) {
     if (dtype == kBF16) {
@@ -323,25 +341,18 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     for (int j = 0; j < BN / 8; ++j) {
         const int col = 8 * j + 2 * q;
         const float2 b = bias ? *reinterpret_cast<const float2*>(bias_s + col) : make_float2(0.f, 0.f);
-        const float b0 = b.x, b1 = b.y;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            float v0 = p.alpha * acc[4 * j + 2 * h] + b0, v1 = p.alpha * acc[4 * j + 2 * h + 1] + b1;
-            if (relu) {
-                v0 = v0 > 0.f ? v0 : v0 * p.slope;
-                v1 = v1 > 0.f ? v1 : v1 * p.slope;
-            }
-            *reinterpret_cast<uint32_t*>(tile + (row0 + 8 * h) * LD + col) = pack2<T>(v0, v1, p.c_dtype);
+            const float2 v = epilogue_pair(p, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], b, relu);
+            *reinterpret_cast<uint32_t*>(tile + (row0 + 8 * h) * LD + col) = pack2<T>(v.x, v.y, p.c_dtype);
             // Columns past N hold zeros (TMA's fill, no bias): they add nothing.
-            row_sum[h] += v0 + v1;
+            row_sum[h] += v.x + v.y;
         }
     }
     if (p.flags & kBsum) {
-        // A row's columns are spread over the 4 lanes of its quad: added in a fixed order.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-            row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+            row_sum[h] = quad_sum(row_sum[h]);
             const int m = m0 + row0 + 8 * h;
             if (q == 0 && m < p.m) {
                 if (p.tiles_n == 1) store_bsum(p, z, m, row_sum[h]);
@@ -651,11 +662,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                 const float2 b = *reinterpret_cast<const float2*>(bias_s + 8 * j + 2 * q);
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    float v0 = p.alpha * acc[4 * j + 2 * h] + b.x, v1 = p.alpha * acc[4 * j + 2 * h + 1] + b.y;
-                    if (relu) {
-                        v0 = v0 > 0.f ? v0 : v0 * p.slope;
-                        v1 = v1 > 0.f ? v1 : v1 * p.slope;
-                    }
+                    const float2 v = epilogue_pair(p, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], b, relu);
+                    const float v0 = v.x, v1 = v.y;
                     const int r = 16 * warp + g + 8 * h;
                     if constexpr (C32)
                         *reinterpret_cast<float2*>(staged + r * 128 + ((2 * jj + q / 2) ^ g) * 16 + 8 * (q % 2)) =
@@ -673,12 +681,10 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             }
         }
         if (p.flags & kBsum) {
-            // A row's columns are spread over the 4 lanes of its quad: added in a fixed order.
             if (count && u >= kSumSlots) mbar_wait(&bars.sums_empty[u % kSumSlots], ((u / kSumSlots) - 1) & 1);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-                row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+                row_sum[h] = quad_sum(row_sum[h]);
                 const int m = m0 + 16 * warp + g + 8 * h;
                 if (q == 0 && m < p.m) {
                     if (!count) store_bsum(p, z, m, row_sum[h]);
