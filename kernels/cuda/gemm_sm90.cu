@@ -382,6 +382,18 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     }
 }
 
+// A consumer's accumulators into the block's float32 tile in shared memory (rows tile_ld(BN)
+// floats apart). Register 4j + r holds row row0 + 8 (r / 2), column 8j + 2q + r % 2.
+template <int BN>
+__device__ __forceinline__ void stage_accumulators(float* tile, const float (&acc)[BN / 2], int row0, int q) {
+    constexpr int ld = tile_ld(BN);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        *reinterpret_cast<float2*>(tile + row0 * ld + 8 * j + 2 * q) = make_float2(acc[4 * j], acc[4 * j + 1]);
+        *reinterpret_cast<float2*>(tile + (row0 + 8) * ld + 8 * j + 2 * q) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+}
+
 // The epilogue of split-K in a cluster: the k_splits blocks of a tile (a cluster, one k slice
 // each) stage their float32 sums in shared memory; block `rank` adds rows [rank R, rank R + R)
 // of the tile (R = BM / k_splits) over the cluster's blocks in rank order (deterministic sums,
@@ -394,11 +406,7 @@ template <int BM, int BN, int NTHREADS, class Sync>
 __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const float (&acc)[BN / 2], float* tile, int m0,
                                                  int n0, Tile at, int z, int row0, int q, int ctid, Sync sync) {
     constexpr int ld = tile_ld(BN);
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        *reinterpret_cast<float2*>(tile + row0 * ld + 8 * j + 2 * q) = make_float2(acc[4 * j], acc[4 * j + 1]);
-        *reinterpret_cast<float2*>(tile + (row0 + 8) * ld + 8 * j + 2 * q) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
-    }
+    stage_accumulators<BN>(tile, acc, row0, q);
     cluster_sync();   // every block's sums are staged
     const int splits = p.k_splits, rank = int(blockIdx.x) % splits, rows = BM / splits;
     float* mine = tile + rank * rows * ld;
@@ -520,12 +528,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
                                                       row_sums);
     } else {
         float* tile = reinterpret_cast<float*>(smem);
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            *reinterpret_cast<float2*>(tile + row0 * tile_ld(BN) + 8 * j + 2 * q) = make_float2(acc[4 * j], acc[4 * j + 1]);
-            *reinterpret_cast<float2*>(tile + (row0 + 8) * tile_ld(BN) + 8 * j + 2 * q) =
-                make_float2(acc[4 * j + 2], acc[4 * j + 3]);
-        }
+        stage_accumulators<BN>(tile, acc, row0, q);
         asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
         finish_tile<BM, BN, kConsumerThreads>(p, tile, m0, n0, at.n, w.zc, tid - 128, p.bsum_cluster ? row_sums : nullptr);
     }

@@ -304,6 +304,11 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
 void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
                                      unsigned smem, void** params, unsigned cluster) {
     make_current();
+    launch_function(f, grid_x, grid_y, grid_z, block, smem, params, cluster);
+}
+
+void CudaBackend::launch_function(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
+                                  unsigned smem, void** params, unsigned cluster) {
     if (cluster > 1) {
         CUlaunchAttribute attr{};
         attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
@@ -326,7 +331,6 @@ void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned gri
 }
 
 void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
-    const Driver& d = driver();
     make_current();
     if (ck->plan.launches.empty() || ck->planned_sizes != a.sizes) {
         ck->plan = codegen::plan_cuda_launch(ck->kernel, a, caps_);
@@ -353,26 +357,8 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         if (l.grid == 0) continue;
         int param = l.param;
         void* params[3] = {arg_bytes_.data(), &scratch, &param};
-        CUfunction f = ck->plan_functions[li];
-        if (l.cluster > 1) {
-            CUlaunchAttribute attr{};
-            attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attr.value.clusterDim.x = l.cluster;
-            attr.value.clusterDim.y = 1;
-            attr.value.clusterDim.z = 1;
-            CUlaunchConfig cfg{};
-            cfg.gridDimX = l.grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
-            cfg.blockDimX = l.block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-            cfg.sharedMemBytes = (unsigned)l.shared_bytes;
-            cfg.hStream = stream_;
-            cfg.attrs = &attr;
-            cfg.numAttrs = 1;
-            check(d.cuLaunchKernelEx(&cfg, f, params, nullptr), "cuLaunchKernelEx");
-        } else {
-            check(d.cuLaunchKernel(f, l.grid, 1, 1, l.block, 1, 1, (unsigned)l.shared_bytes, stream_, params, nullptr),
-                  "cuLaunchKernel");
-        }
-        ++counters_.launches;
+        launch_function(ck->plan_functions[li], unsigned(l.grid), 1, 1, unsigned(l.block), unsigned(l.shared_bytes),
+                        params, unsigned(l.cluster));
     }
 }
 

@@ -98,6 +98,10 @@ public:
     cache::DiskCache* disk_cache() { return disk_.get(); }
 
 private:
+    // cuLaunchKernel on the backend's stream, or with `cluster` > 1 cuLaunchKernelEx with
+    // clusters of that many blocks along x (both launch paths, JIT and precompiled, use it).
+    void launch_function(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
+                         void** params, unsigned cluster);
     void ensure_staging();
     std::vector<char> build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key, bool* from_disk,
                             bool use_disk);

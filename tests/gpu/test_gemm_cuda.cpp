@@ -85,6 +85,19 @@ double check_against_reference(const Tensor& A, const Tensor& B, const Tensor& C
     return worst;
 }
 
+// bsum against the float64 row sums of the values before C's rounding: 1e-3 relative, plus
+// `rounding` for C's rounding of each of the row's values.
+void check_row_sums(const std::vector<float>& got, const std::vector<double>& sums, double rounding) {
+    for (size_t i = 0; i < sums.size(); ++i) CHECK(std::fabs(got[i] - sums[i]) <= 1e-3 * (1 + std::fabs(sums[i])) + rounding);
+}
+
+// Whether the context's GPU runs the sm_90 kernels; if not, says why `what` skips.
+bool hopper_or_skip(Context& ctx, const char* what) {
+    const int sm = ctx.impl().cuda->info().sm;
+    if (sm != 90) std::printf("SKIPPED (the %s kernels are sm_90 code; this GPU is sm_%d)\n", what, sm);
+    return sm == 90;
+}
+
 double out_eps(DType c) { return c == DType::Float16 ? 1.01 / 2048 : c == DType::BFloat16 ? 1.01 / 256 : 0; }
 double acc_eps(DType a, bool tf32) { return a == DType::Float32 && tf32 ? 2.5e-3 : 2e-6; }
 
@@ -121,9 +134,7 @@ bool run_case(Context& ctx, const Case& cs, DType dt, const std::string& kernel,
                 << bool(o.bsum));
     CHECK(worst <= 1.0);
     if (o.bsum) {
-        // The row sums of the values before C's rounding.
-        const std::vector<float> got = bsum.to_vector<float>();
-        for (int64_t i = 0; i < cs.m; ++i) CHECK(std::fabs(got[i] - sums[i]) <= 1e-3 * (1 + std::fabs(sums[i])) + cs.n * out_eps(cs.cdtype) * 4);
+        check_row_sums(bsum.to_vector<float>(), sums, cs.n * out_eps(cs.cdtype) * 4);
     }
     return true;
 }
@@ -361,10 +372,7 @@ TEST_CASE("gpu gemm: KILN_AUTOTUNE=1 times the candidates, keeps a correct resul
 TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, batches folded in") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
-    if (ctx.impl().cuda->info().sm != 90) {
-        std::printf("SKIPPED (the persistent kernels are sm_90 code; this GPU is sm_%d)\n", ctx.impl().cuda->info().sm);
-        return;
-    }
+    if (!hopper_or_skip(ctx, "persistent")) return;
     int seed = 900;
     for (DType dt : {DType::Float16, DType::BFloat16}) {
         const std::string tag = dt == DType::Float16 ? "f16" : "bf16";
@@ -437,16 +445,12 @@ TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, b
 TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distributed shared memory") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
-    if (ctx.impl().cuda->info().sm != 90) {
-        std::printf("SKIPPED (the wgmma kernels are sm_90 code; this GPU is sm_%d)\n", ctx.impl().cuda->info().sm);
-        return;
-    }
+    if (!hopper_or_skip(ctx, "wgmma")) return;
     // The one-tile kernels: 2 to 8 tiles per row take the cluster, 9 or more the global sums
     // (bsum_partials and the turn counters); N = 104, 296, 520, 1000 make 1-63 tiles per row
     // over the four tile widths (B's rows 16-byte multiples, as TMA needs). 16-bit C without
-    // beta (the 16-bit epilogue) and
-    // float32 C with beta (the general one); M ends inside a tile. Each case twice: the same
-    // bits both times.
+    // beta (the 16-bit epilogue) and float32 C with beta (the general one); M ends inside a
+    // tile. Each case twice: the same bits both times.
     int seed = 1500;
     for (const std::string cfg : {"64_c1_s8", "128_c2_s6", "256_c2_s4", "16_c1_s8"})
         for (const int64_t n : {104, 296, 520, 1000})
@@ -477,8 +481,7 @@ TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distri
                     std::vector<double> sums;
                     CHECK(check_against_reference(A, B, C0, C, o, out_eps(cdt), 2e-6, &sums) <= 1.0);
                     const std::vector<float> got = bs.to_vector<float>();
-                    for (int64_t m = 0; m < M; ++m)
-                        CHECK(std::fabs(got[m] - sums[m]) <= 1e-3 * (1 + std::fabs(sums[m])) + n * out_eps(cdt) * 4);
+                    check_row_sums(got, sums, n * out_eps(cdt) * 4);
                     if (rep == 0) first = got;
                     CHECK(got == first);
                 }
@@ -488,10 +491,7 @@ TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distri
 TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed shared memory") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
-    if (ctx.impl().cuda->info().sm != 90) {
-        std::printf("SKIPPED (the wgmma kernels are sm_90 code; this GPU is sm_%d)\n", ctx.impl().cuda->info().sm);
-        return;
-    }
+    if (!hopper_or_skip(ctx, "wgmma")) return;
     int seed = 1300;
     // Every one-tile wgmma kernel, 2, 4 and 8 blocks per tile, every epilogue (beta, bias,
     // leaky ReLU, bsum over several tiles per row: each block of a cluster counts its rows).
@@ -557,7 +557,6 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
         oi.relu = true;
         std::vector<double> sums;
         CHECK(check_against_reference(A[i], B, zero, C[i], oi, out_eps(DType::Float16), 2e-6, &sums) <= 1.0);
-        const std::vector<float> got = bs[i].to_vector<float>();
-        for (int64_t m = 0; m < M; ++m) CHECK(std::fabs(got[m] - sums[m]) <= 1e-3 * (1 + std::fabs(sums[m])) + N * 4.0 / 2048);
+        check_row_sums(bs[i].to_vector<float>(), sums, N * 4.0 / 2048);
     }
 }
