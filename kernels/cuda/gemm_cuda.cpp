@@ -198,6 +198,22 @@ Staging staging(const Tensor& A, const Tensor& B, bool need_kmajor, double flops
             copy_b && (copy_a || wgmma_readable(A, true, need_kmajor))};
 }
 
+// Whether the tf32 kernel that reads B N-major through registers runs this product as it is
+// (rule 1), so that B is not copied to K-major. `plain`: no beta (the persistent kernels'
+// epilogue; stochastic rounding does not apply to its float32 C). B's rows not 128 bytes apart
+// are still copied where rule 5 says the copy pays (as for 16-bit operands).
+bool b_through_registers(const Tensor& A, const Tensor& B, const Tensor& C, bool plain, double flops,
+                         const cuda::CudaBackend& be) {
+    GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
+    if (!pr.tf32 || !pr.a_kmajor || pr.b_kmajor) return false;
+    if (copy_pays(/*readable=*/true, mn_rows_unaligned(B, /*is_a=*/false), double(B.size()) * 4.0, flops)) return false;
+    pr.plain_epilogue = pr.plain_epilogue && plain;
+    const std::vector<GemmKernel> all = gemm_candidates(pr);
+    if (const char* forced = std::getenv("KILN_GEMM_KERNEL"); forced && *forced)
+        return std::any_of(all.begin(), all.end(), [&](const GemmKernel& k) { return k.b_in_registers && k.entry == forced; });
+    return !all.empty() && all.front().b_in_registers;
+}
+
 // X copied into a fresh aligned buffer (in the layout `need_kmajor` asks for); the view of it
 // that stands for X.
 Tensor staged_operand(const Tensor& X, bool is_a, bool need_kmajor, cuda::CudaBackend& be) {
@@ -245,7 +261,8 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
     const bool tf32 = A.dtype() == DType::Float32 && C.context().allow_tf32();
     GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
     std::string staged;
-    const Staging st = staging(A, B, tf32, flops, be);
+    Staging st = staging(A, B, tf32, flops, be);
+    if (st.b && b_through_registers(A, B, C, /*plain=*/true, flops, be)) st.b = false;
     if (st.a) {
         pr.a_tma = true;
         pr.a_kmajor = pr.a_kmajor || tf32;
@@ -333,14 +350,23 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         // consumer. B likewise with BN (N-major boxes at most 64 wide: the 16-wide tile's B is
         // one box of 16, in the 32-byte swizzle). A stage holds 128 bytes of k.
         const uint32_t bk = 128 / uint32_t(es);
-        CUtensorMap ma = k.a_trans ? tensor_map(a.base, dt, M, K, batch, a.s_col, a.s_batch, 64, bk)
-                                   : tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, k.bm);
-        CUtensorMap mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, uint32_t(std::min(k.bn, 64)), bk)
-                                   : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);
+        CUtensorMap ma, mb;
+        if (k.b_in_registers) {   // A in 32 x 256 K-major boxes, B in 32 x 32 N-major boxes
+            ma = tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, 256);
+            mb = tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, 32, bk);
+        } else {
+            ma = k.a_trans ? tensor_map(a.base, dt, M, K, batch, a.s_col, a.s_batch, 64, bk)
+                           : tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, k.bm);
+            mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, uint32_t(std::min(k.bn, 64)), bk)
+                           : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);
+        }
         if (k.persistent) {
-            // C in boxes of 64 rows x 128 bytes (the kernel's staged results).
+            // C in boxes of 64 rows x 128 bytes (the kernel's staged results; 32 x 32 float32
+            // values for the B-in-registers kernel).
             const DType cdt = p.c_dtype == kF16 ? DType::Float16 : p.c_dtype == kBF16 ? DType::BFloat16 : DType::Float32;
-            CUtensorMap mc = tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 128 / uint32_t(dtype_size(cdt)), 64);
+            CUtensorMap mc = k.b_in_registers
+                                 ? tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 32, 32)
+                                 : tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 128 / uint32_t(dtype_size(cdt)), 64);
             void* params[] = {&q, &ma, &mb, &mc};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
         } else {
@@ -438,7 +464,8 @@ void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
         fail(Error::Kind::Value, "compound_dot: {} x {} x {} exceeds the GEMM kernels' 32-bit sizes", M, N, K);
     const double flops = 2.0 * double(M) * double(N) * double(K) * double(batch);
     const bool tf32 = A0.dtype() == DType::Float32 && impl.allow_tf32;
-    const Staging st = staging(A0, B0, tf32, flops, be);
+    Staging st = staging(A0, B0, tf32, flops, be);
+    if (st.b && b_through_registers(A0, B0, C, /*plain=*/o.beta == 0, flops, be)) st.b = false;
     const Tensor A = st.a ? staged_operand(A0, /*is_a=*/true, tf32, be) : A0;
     const Tensor B = st.b ? staged_operand(B0, /*is_a=*/false, tf32, be) : B0;
     const DType dt = A.dtype();

@@ -123,8 +123,24 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
     };
     const bool tensor = pr.dtype != kF32 || pr.tf32;
     const std::string tag = dtype_tag(pr.dtype, pr.tf32);
-    const bool wgmma = tensor && pr.sm == 90 && pr.have_sm90a && pr.a_tma && pr.b_tma &&
-                       (pr.dtype != kF32 || (pr.a_kmajor && pr.b_kmajor));
+    const bool wgmma_sm = tensor && pr.sm == 90 && pr.have_sm90a && pr.a_tma && pr.b_tma;
+    const bool wgmma = wgmma_sm && (pr.dtype != kF32 || (pr.a_kmajor && pr.b_kmajor));
+    if (wgmma_sm && pr.dtype == kF32 && pr.a_kmajor && !pr.b_kmajor && pr.c_f32 && pr.plain_epilogue &&
+        tiles_of(pr, 256, 128) > pr.sms) {
+        GemmKernel k;
+        k.path = GemmPath::Wgmma;
+        k.bm = 256;
+        k.bn = 128;
+        k.b_trans = true;
+        k.b_in_registers = true;
+        k.entry = "kiln_gemm_wg_tf32_kt_256x128_c2_s4_pf";
+        k.threads = 384;
+        k.bk = 32;
+        k.persistent = true;
+        // 4 stages of 48 KB, four 8 KB staging buffers, 1 KB of row sums, the barriers.
+        k.smem = 4 * (256 + 128) * 128 + 4 * 8192 + 256 * 4 + 256;
+        push(k, kPersistentRate, 1, false);
+    }
     if (wgmma) {
         // (BN, consumer warpgroups, stages, relative per-SM rate)
         struct Wg { int bn, cons, stages; double rate; };

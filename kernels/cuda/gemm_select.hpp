@@ -5,7 +5,10 @@
 //  1. Paths. On sm_90 with the sm_90a image built, 16-bit operands (and float32 when the context
 //     allows tf32) run the wgmma kernels when TMA can address both operands: a contiguous
 //     dimension, 16-byte aligned base, other strides multiples of 16 bytes. tf32 there also needs
-//     both operands K-major. Otherwise 16-bit and tf32 run the portable mma.sync kernels (any
+//     both operands K-major, except in one kernel: with A K-major and B N-major (the plain
+//     row-major product) the persistent kernel that loads B's tile into registers (wgmma's
+//     register operand takes any layout) runs products of more than one wave of its 256 x 128
+//     tiles into float32 C; without it B is copied to K-major first (rule 5). Otherwise 16-bit and tf32 run the portable mma.sync kernels (any
 //     layout), and exact float32 runs the FMA kernels (128x128 tiles; 256x16 for narrow N).
 //     Where tf32 is allowed but wgmma cannot run, products at most 16 columns wide run the
 //     exact narrow FMA kernel before mma.sync tf32 (faster there, measured).
@@ -75,6 +78,7 @@ struct GemmKernel {
     int splits = 1;         // split-K slices
     bool cluster_k = false;   // the slices of a tile are one cluster (rule 3), not global slices
     bool persistent = false;  // one block per SM walks the tiles (grid: min(tiles, SMs))
+    bool b_in_registers = false;  // tf32 with B N-major: B's tile is wgmma's register operand (rule 1)
     double score = 0;       // the selector's estimate: 1 / estimated microseconds (relative)
 };
 

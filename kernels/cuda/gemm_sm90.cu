@@ -536,6 +536,52 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     else if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads, consumers_sync);
 }
 
+// The persistent kernels' barriers: the stage ring, and the handshake between the consumers
+// and the producer warpgroup's bsum warps. Tile u's row sums are stored (sums_full[u % slots])
+// and counted (sums_empty[...]). The counting warps may take a while over a row's last tile
+// (8448x48000: 188 tiles' sums per row); 8 slots let the consumers run up to 7 tiles ahead.
+template <int STAGES>
+struct PersistentBarriers {
+    static constexpr int kSumSlots = 8;
+    Ring<STAGES> ring;
+    uint64_t sums_full[kSumSlots], sums_empty[kSumSlots];
+    int last_of_row;
+};
+
+template <int STAGES>
+__device__ __forceinline__ void init_persistent_barriers(PersistentBarriers<STAGES>& bars) {
+    if (threadIdx.x == 0)
+        for (int i = 0; i < PersistentBarriers<STAGES>::kSumSlots; ++i) {
+            mbar_init(&bars.sums_full[i], 8);   // lane 0 of each consumer warp
+            mbar_init(&bars.sums_empty[i], 1);
+        }
+    init_ring<STAGES, 2>(bars.ring);   // (its barrier also publishes these)
+}
+
+// bsum over several tiles per row in the persistent kernels: warps 1-3 of the producer's
+// warpgroup (96 threads, 16 loads in flight each; one warp with 8 made the grid's last rows
+// of tiles end the kernel 18 us late at 4096^3, 45 at 1760x7000) count each of the block's
+// tiles on its row's turn counter once the consumers have stored its row sums, and add the
+// row's sums for its last tile, while the consumers go on (a one-tile block cannot end
+// before its count returns: +2-3 us per wave, note 26).
+// (GROUP, RPT: bsum_add_rows's loads in flight.)
+template <int BM, int GROUP, int RPT, int STAGES>
+__device__ __forceinline__ void count_bsum_tiles(const GemmParams& p, PersistentBarriers<STAGES>& bars, int per_entry,
+                                                 int total, int bt) {
+    constexpr int kSlots = PersistentBarriers<STAGES>::kSumSlots;
+    for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
+        const int z = t / per_entry;
+        const Tile at = tile_of(p, t - z * per_entry);
+        mbar_wait(&bars.sums_full[u % kSlots], (u / kSlots) & 1);
+        if (bt == 0) bars.last_of_row = bsum_count_tile(p, at.m, z);
+        asm volatile("bar.sync 4, 96;" ::: "memory");
+        const bool last = bars.last_of_row;
+        if (last) bsum_add_rows<BM, GROUP, RPT>(p, at.m * BM, z, bt, 96);
+        asm volatile("bar.sync 4, 96;" ::: "memory");   // last_of_row read by all
+        if (bt == 0) mbar_arrive(&bars.sums_empty[u % kSlots]);
+    }
+}
+
 // The persistent variant, for products of several waves of tiles into C whose rows TMA can
 // address, with alpha, bias, ReLU and bsum (no beta or stochastic rounding): one block per
 // SM walks the tiles blockIdx.x, + gridDim.x, ... (batches folded in). The producer runs ahead
@@ -548,11 +594,9 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 // cores each tile.) Shared memory holds 4 stages (ncu, fp16 4096^3 without epilogue: 3
 // stages 221 us, tensor pipe 91% busy; 4 stages 203 us, 98%), the four 8 KB buffers, the
 // tile's bias twice (tiles alternate, the consumers share it) and the barriers: 227 KB, all
-// there is, so the block's dynamic shared memory must start 1024-byte aligned (checked). bsum over several tiles per row: the
-// consumers store the tile's row sums and signal three warps of the producer's warpgroup,
-// which count the tile on its row's turn counter and, for the row's last tile, add the row's
-// sums, while the consumers go on (a one-tile block cannot end before its count returns:
-// +2-3 us per wave, note 26).
+// there is, so the block's dynamic shared memory must start 1024-byte aligned (checked). bsum
+// over several tiles per row: the consumers store the tile's row sums and signal the producer's
+// counting warps (count_bsum_tiles).
 template <class T, int STAGES, int TA, int TB, bool C32>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const CUtensorMap* map_c) {
@@ -566,15 +610,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     // 4096^3.)
     constexpr int kPartCols = C32 ? 32 : 64, kParts = BN / kPartCols;
     constexpr int kPartBytes = 64 * kPartCols * (C32 ? 4 : 2);
-    // Tile u's row sums are stored (sums_full[u % kSumSlots]) / counted (sums_empty[...]). The
-    // counting warps may take a while over a row's last tile (8448x48000: 188 tiles' sums per
-    // row); 8 slots let the consumers run up to 7 tiles ahead of them.
-    constexpr int kSumSlots = 8;
-    struct Barriers {
-        Ring<STAGES> ring;
-        uint64_t sums_full[kSumSlots], sums_empty[kSumSlots];
-        int last_of_row;
-    };
+    using Barriers = PersistentBarriers<STAGES>;
+    constexpr int kSumSlots = Barriers::kSumSlots;
     extern __shared__ __align__(1024) unsigned char smem[];
     unsigned char* staged_base = smem + STAGES * Cfg::kStageBytes;
     float* bias_base = reinterpret_cast<float*>(staged_base + 4 * kPartBytes);   // [2][BN], after 2 x 2 buffers
@@ -584,14 +621,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const int per_entry = p.tiles_m * p.tiles_n, total = per_entry * p.batch;
     const int ktiles = (p.k + BK - 1) / BK;
     const bool count = (p.flags & kBsum) && p.tiles_n > 1;
-    if (tid == 0) {
-        if (smem_u32(smem) % 1024 != 0) __trap();   // the 128-byte swizzle's tiles need it
-        for (int i = 0; i < kSumSlots; ++i) {
-            mbar_init(&bars.sums_full[i], 8);   // lane 0 of each consumer warp
-            mbar_init(&bars.sums_empty[i], 1);
-        }
-    }
-    init_ring<STAGES, 2>(ring);   // (its barrier also publishes these)
+    if (tid == 0 && smem_u32(smem) % 1024 != 0) __trap();   // the 128-byte swizzle's tiles need it
+    init_persistent_barriers(bars);
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -605,20 +636,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                                                        p.a_batch ? z : 0, p.b_batch ? z : 0, it);
             }
         } else if (count && tid >= 32) {
-            // bsum: warps 1-3 (96 threads, 16 loads in flight each; one warp with 8 made the
-            // grid's last rows of tiles end the kernel 18 us late at 4096^3, 45 at 1760x7000).
-            const int bt = tid - 32;
-            for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
-                const int z = t / per_entry;
-                const Tile at = tile_of(p, t - z * per_entry);
-                mbar_wait(&bars.sums_full[u % kSumSlots], (u / kSumSlots) & 1);
-                if (bt == 0) bars.last_of_row = bsum_count_tile(p, at.m, z);
-                asm volatile("bar.sync 4, 96;" ::: "memory");
-                const bool last = bars.last_of_row;
-                if (last) bsum_add_rows<BM, 16>(p, at.m * BM, z, bt, 96);
-                asm volatile("bar.sync 4, 96;" ::: "memory");   // last_of_row read by all
-                if (bt == 0) mbar_arrive(&bars.sums_empty[u % kSumSlots]);
-            }
+            count_bsum_tiles<BM, 16, 1>(p, bars, per_entry, total, tid - 32);
         }
         return;
     }
@@ -701,6 +719,244 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     if (ctid == 0) tma_store_wait_all();
 }
 
+// ---- tf32 with B N-major: B through registers ------------------------------------------------
+// tf32 wgmma reads only K-major operands from shared memory, but its A operand may come from
+// registers, which the threads load in whatever layout shared memory holds. With B N-major (B
+// stored K x N: the plain row-major product) this kernel computes C^T = B^T A^T: B's tile is the
+// register operand, loaded from its N-major stage with 64-bit shared-memory loads, A's K-major
+// tile the shared-memory one, and the epilogue writes the transposed accumulators. It replaces
+// a transposing copy of B into K-major order that took 5-12% of the product's time at
+// 8192^3-4096^3 on the H100.
+//
+// The tile is 256 rows of C (M) by 128 columns (N); consumer c multiplies columns
+// [64c, 64c + 64): its m64n256k8 multiplies take 64 columns of B as wgmma's M and the 256 rows
+// of A as wgmma's N. A stage is A's 256 x 32 K-major box (32 KB) and B's four 32 x 32 N-major
+// boxes (4 KB each), all in the 128-byte swizzle.
+//
+// Which wgmma row (16 warp + g + 8 h; g = lane / 4) stands for which column of B is free (the
+// epilogue undoes it), and it is chosen so that both the fragment loads and the epilogue's
+// staging writes hit every bank once per half-warp. The row pair (g, g + 8) is a column pair
+// (n, n + 1): registers a0, a1 (and a2, a3, four k later) are one 8-byte load. Its 16-byte
+// chunk (of 8 per 128-byte row of a box) is t or t ^ 5 for half-warp t = 2 (warp % 2) + g / 4:
+// in a half-warp the loads' rows are 4 consecutive k (chunk XOR k % 8 in 0..3 or 4..7) and
+// the staging writes' rows 4 rows of C two apart (XOR 2q + r): either way the 16 lanes
+// cover 8 chunks x 2 halves.
+struct BRegsConfig {
+    static constexpr int BM = 256, BN = 128, BK = 32;
+    static constexpr int kABytes = BM * 128, kBBytes = BN * 128, kStageBytes = kABytes + kBBytes;
+    static constexpr int kParts = 8;                    // a consumer's 256 x 64 results in 32-row parts
+    static constexpr int kPartBytes = 32 * 64 * 4;      // two 32 x 32 float32 boxes
+};
+
+// m64n256k8 tf32 with A from registers (K-major fragment: a0 (g, q), a1 (g + 8, q), a2 (g, q + 4),
+// a3 (g + 8, q + 4) of the warp's 16 rows).
+__device__ __forceinline__ void wgmma_tf32_regs(float (&d)[128], const uint32_t* a, uint64_t db) {
+    asm volatile("{.reg .pred p; setp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " KILN_WGMMA_D256
+                 ", {%128, %129, %130, %131}, %132, p, 1, 1;}\n"
+                 : KILN_WGMMA_OUT256
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// Keeps fragment registers alive (and unmoved) until here: wgmma reads them asynchronously.
+template <int R>
+__device__ __forceinline__ void fence_fragments(uint32_t (&f)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+r"(f[i])::"memory");
+}
+
+// One k-step (8 k) of a stage into the accumulators, committed as its own group: this thread's
+// B fragment (two 8-byte loads at `b_frag` + `off0` / `off1`), then the multiply. `frag`
+// must not be written again before that group is waited for.
+__device__ __forceinline__ void consume_kstep_bregs(float (&acc)[128], uint32_t (&frag)[4], const unsigned char* sa,
+                                                    const unsigned char* b_frag, int off0, int off1, int kk) {
+    const uint2 lo = *reinterpret_cast<const uint2*>(b_frag + off0 + 1024 * kk);
+    const uint2 hi = *reinterpret_cast<const uint2*>(b_frag + off1 + 1024 * kk);
+    frag[0] = lo.x, frag[1] = lo.y, frag[2] = hi.x, frag[3] = hi.y;
+    fence_fragments(frag);
+    fence_regs(acc);
+    wgmma_fence();
+    wgmma_tf32_regs(acc, frag, smem_desc(sa + 32 * kk, 16));
+    wgmma_commit();
+    fence_regs(acc);
+}
+
+// A persistent kernel (the walk, the producer, bsum's counting warps and the parts' double
+// buffering as in wgmma_gemm_persistent) for tf32 into float32 C with A K-major and B
+// N-major. Shared memory: 4 stages of 48 KB, four 8 KB staging buffers, 1 KB of row sums and
+// the barriers, 226 KB.
+template <int STAGES>
+__device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p, const CUtensorMap* map_a,
+                                                            const CUtensorMap* map_b, const CUtensorMap* map_c) {
+    using Cfg = BRegsConfig;
+    constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kPartBytes = Cfg::kPartBytes;
+    using Barriers = PersistentBarriers<STAGES>;
+    constexpr int kSumSlots = Barriers::kSumSlots;
+    extern __shared__ __align__(1024) unsigned char smem[];
+    unsigned char* staged_base = smem + STAGES * Cfg::kStageBytes;
+    float* other_sums = reinterpret_cast<float*>(staged_base + 4 * kPartBytes);   // consumer 1's row sums [BM]
+    Barriers& bars = *reinterpret_cast<Barriers*>(other_sums + BM);
+    Ring<STAGES>& ring = bars.ring;
+    const int tid = threadIdx.x;
+    const int per_entry = p.tiles_m * p.tiles_n, total = per_entry * p.batch;
+    const int ktiles = (p.k + BK - 1) / BK;
+    const bool count = (p.flags & kBsum) && p.tiles_n > 1;
+    if (tid == 0 && smem_u32(smem) % 1024 != 0) __trap();   // the 128-byte swizzle's tiles need it
+    init_persistent_barriers(bars);
+
+    const int wg = tid / 128;
+    if (wg == 0) {
+        // Room for the bsum warps' 48 loads in flight; the consumers need no more than the 168
+        // registers the kernel is compiled for (128 x 88 + 256 x 200 <= 64K).
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
+        if (tid == 0) {
+            int it = 0;
+            for (int t = blockIdx.x; t < total; t += gridDim.x) {
+                const int z = t / per_entry;
+                const Tile at = tile_of(p, t - z * per_entry);
+                const int m0 = at.m * BM, n0 = at.n * BN, za = p.a_batch ? z : 0, zb = p.b_batch ? z : 0;
+                for (int kt = 0; kt < ktiles; ++kt, ++it) {
+                    const int s = it % STAGES;
+                    if (it >= STAGES) mbar_wait(&ring.empty[s], ((it / STAGES) - 1) & 1);
+                    unsigned char* sa = smem + s * Cfg::kStageBytes;
+                    mbar_expect_tx(&ring.full[s], Cfg::kStageBytes);
+                    tma_load(sa, map_a, &ring.full[s], kt * BK, m0, za);
+#pragma unroll
+                    for (int j = 0; j < BN / 32; ++j)
+                        tma_load(sa + Cfg::kABytes + 4096 * j, map_b, &ring.full[s], n0 + 32 * j, kt * BK, zb);
+                }
+            }
+        } else if (count && tid >= 32) {
+            // The 256 rows three at a time, 16 tiles each (48 loads in flight per thread: 4
+            // round trips to L2 for 64 tiles per row instead of 12 one row at a time). A row's
+            // last tile ends the kernel where every row of tiles finishes in the last wave.
+            count_bsum_tiles<BM, 16, 3>(p, bars, per_entry, total, tid - 32);
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n");
+    const int c = wg - 1;
+    const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
+    const int g = lane / 4, q = lane % 4;
+    // This thread's wgmma rows (g, g + 8) are B's columns (n, n + 1) of box `box` (32 columns)
+    // of the stage, chunk `chunk`, half `half` (see the section's comment).
+    const int box = 2 * c + warp / 2, chunk = (2 * (warp % 2) + g / 4) ^ (5 * ((g / 2) % 2)), half = g % 2;
+    const int n_in_tile = 32 * box + 4 * chunk + 2 * half;
+    // Fragment loads: rows k = q and q + 4 of each 8 k (the swizzle XORs the chunk with k % 8).
+    const int b_off = Cfg::kABytes + 4096 * box + 8 * half;
+    const int off0 = b_off + 128 * q + 16 * (chunk ^ q), off1 = b_off + 128 * (q + 4) + 16 * (chunk ^ (q + 4));
+    unsigned char* staged_bufs = staged_base + c * 2 * kPartBytes;   // this consumer's two buffers
+    const bool bias = p.flags & kBias, relu = p.flags & kRelu, bsum = p.flags & kBsum;
+    const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
+    int part = 0, it = 0;
+    uint32_t frag[2][4];
+    for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
+        const int z = t / per_entry;
+        const Tile at = tile_of(p, t - z * per_entry);
+        const int m0 = at.m * BM, n = at.n * BN + n_in_tile;
+        const float2 b = bias ? make_float2(n < p.n ? __ldg(p.bias + n) : 0.f, n + 1 < p.n ? __ldg(p.bias + n + 1) : 0.f)
+                              : make_float2(0.f, 0.f);
+        float acc[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+        // Each k-step is a group of its own, with one of two fragment sets (4 registers each):
+        // k-step i loads set i % 2 while the group of k-step i - 1 may still run, then waits
+        // for that group, which frees the other set. (A fragment set per stage, 16 registers,
+        // twice, would not fit beside the 128 accumulators in the 168 registers a thread has
+        // at 384 threads per block: it spilled.)
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+            const int s = it % STAGES;
+            mbar_wait(&ring.full[s], (it / STAGES) & 1);
+            const unsigned char* stage = smem + s * Cfg::kStageBytes;
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                consume_kstep_bregs(acc, frag[kk % 2], stage, stage, off0, off1, kk);
+                wgmma_wait<1>();
+                fence_fragments(frag[(kk + 1) % 2]);
+                fence_regs(acc);
+                // The previous stage's last k-step is done: its shared memory is free.
+                if (kk == 0 && kt > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
+            }
+        }
+        wgmma_wait<0>();
+        fence_regs(acc);
+        fence_fragments(frag[0]);
+        fence_fragments(frag[1]);
+        if (ktiles > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
+
+        // Register 4j + 2h + r: C row 8j + 2q + r of the tile, column n + h. Part hf holds rows
+        // [32 hf, 32 hf + 32) of this consumer's 64 columns, as two 32 x 32 boxes (box % 2);
+        // row r's chunk x sits at x ^ (r % 8).
+        float sums[Cfg::kParts];   // bsum: rows 32 hf + ctid / 4 over this consumer's columns
+#pragma unroll
+        for (int hf = 0; hf < Cfg::kParts; ++hf, ++part) {
+            unsigned char* staged = staged_bufs + (part % 2) * kPartBytes;
+            if (ctid == 0) tma_store_wait_read_but_one();   // the store of two parts ago is out
+            consumer_sync();
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                const int j = 4 * hf + jj;
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float2 v = epilogue_pair(p, acc[4 * j + r], acc[4 * j + 2 + r], b, relu);
+                    const int row = 8 * jj + 2 * q + r;
+                    *reinterpret_cast<float2*>(staged + 4096 * (box % 2) + 128 * row + 16 * (chunk ^ (row % 8)) + 8 * half) = v;
+                }
+            }
+            fence_to_tma();
+            consumer_sync();
+            if (ctid == 0) {
+                tma_store(map_c, staged, at.n * BN + 64 * c, m0 + 32 * hf, z);
+                tma_store(map_c, staged + 4096, at.n * BN + 64 * c + 32, m0 + 32 * hf, z);
+                tma_store_commit();
+            }
+            if (bsum) {
+                // Row ctid / 4 of the part, a quarter (16 columns) per lane, read back while
+                // TMA reads the part too. Columns past N hold zeros (TMA's fill, no bias).
+                const int row = ctid / 4, quarter = ctid % 4;
+                const unsigned char* src = staged + 4096 * (quarter / 2) + 128 * row;
+                float s = 0.f;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    // Quarters 0 and 2 (1 and 3) read the same chunks of different boxes: in
+                    // another order, so that they do not share banks.
+                    const int x = 4 * (quarter % 2) + ((i + 2 * (quarter / 2)) % 4);
+                    const float4 v = *reinterpret_cast<const float4*>(src + 16 * (x ^ (row % 8)));
+                    s += (v.x + v.y) + (v.z + v.w);
+                }
+                sums[hf] = quad_sum(s);
+            }
+        }
+        if (bsum) {
+            // The two consumers' sums, added in consumer order by consumer 0.
+            if (c == 1 && q == 0)
+#pragma unroll
+                for (int hf = 0; hf < Cfg::kParts; ++hf) other_sums[32 * hf + ctid / 4] = sums[hf];
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            if (c == 0) {
+                if (count && u >= kSumSlots) mbar_wait(&bars.sums_empty[u % kSumSlots], ((u / kSumSlots) - 1) & 1);
+                if (q == 0)
+#pragma unroll
+                    for (int hf = 0; hf < Cfg::kParts; ++hf) {
+                        const int r = 32 * hf + ctid / 4, m = m0 + r;
+                        const float s = sums[hf] + other_sums[r];
+                        if (m < p.m) {
+                            if (!count) store_bsum(p, z, m, s);
+                            else p.bsum_partials[(int64_t(at.n) * p.batch + z) * p.m + m] = s;
+                        }
+                    }
+            }
+            // other_sums is written again only after the next tile's main loop, which consumer
+            // 0 starts after these reads.
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            __syncwarp();
+            if (count && lane == 0) mbar_arrive(&bars.sums_full[u % kSumSlots]);
+        }
+    }
+    if (ctid == 0) tma_store_wait_all();
+}
+
 } // namespace kiln::gemm
 
 using namespace kiln::gemm;
@@ -744,3 +1000,10 @@ KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 16, 1, 8, 0, 0, k, k)
 KILN_WG_PERSISTENT_C(float, tf32, 0, 0, k, k, true, pf)
+// tf32 with B N-major, B through registers: 256 x 128 tiles.
+extern "C" __global__ void __launch_bounds__(384, 1)
+    kiln_gemm_wg_tf32_kt_256x128_c2_s4_pf(const __grid_constant__ GemmParams p, const __grid_constant__ CUtensorMap map_a,
+                                          const __grid_constant__ CUtensorMap map_b,
+                                          const __grid_constant__ CUtensorMap map_c) {
+    wgmma_gemm_persistent_bregs<4>(p, &map_a, &map_b, &map_c);
+}

@@ -442,6 +442,91 @@ TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, b
     }
 }
 
+TEST_CASE("gpu gemm: tf32 with B N-major through registers, no copy of B") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (!hopper_or_skip(ctx, "wgmma")) return;
+    ctx.set_allow_tf32(true);
+    const std::string kernel = "kiln_gemm_wg_tf32_kt_256x128_c2_s4_pf";
+    int seed = 1900;
+    // The selector's choice for a row-major product of several waves: this kernel, B as it is.
+    {
+        Tensor A = ctx.empty({2048, 64}, DType::Float32), B = ctx.empty({64, 4096}, DType::Float32);
+        Tensor C = ctx.empty({2048, 4096}, DType::Float32);
+        CHECK(gemm::selected_kernel(A, B, C) == kernel);
+        // One wave of its tiles (4 x 32): the K-major kernels, B copied.
+        Tensor A1 = ctx.empty({1024, 64}, DType::Float32), C1 = ctx.empty({1024, 4096}, DType::Float32);
+        CHECK(gemm::selected_kernel(A1, B, C1).find("(copied B)") != std::string::npos);
+    }
+    // 7 x 21 tiles of 256 x 128 (N ends inside a tile, C's rows padded): plain, bias + ReLU,
+    // unforced (the selector's choice) and forced.
+    for (int variant : {0, 2})
+        for (const std::string& forced : {std::string(), kernel}) {
+            Case cs{1700, 2600, 300, false, false, 8, true, epilogue_variant(variant), DType::Float32};
+            INFO("variant " << variant << " forced " << forced);
+            CHECK(run_case(ctx, cs, DType::Float32, forced, uint32_t(seed++)));
+        }
+    // 17 k-tiles (odd: the fragment registers alternate across tiles, the ring wraps at every
+    // offset), alpha, bias, leaky ReLU and bsum over 21 tiles per row (counted), twice.
+    DotOptions leaky = epilogue_variant(2);
+    leaky.alpha = 0.75, leaky.slope = 0.1, leaky.bsum = Tensor();
+    for (int rep = 0; rep < 2; ++rep) {
+        Case cs{1700, 2600, 520, false, false, 8, true, leaky, DType::Float32};
+        INFO("K 520, bsum, repetition " << rep);
+        CHECK(run_case(ctx, cs, DType::Float32, kernel, uint32_t(seed++)));
+    }
+    // One tile per row (N <= 128): each tile stores its rows' sums itself; K shorter than a
+    // stage and M ending inside a tile.
+    Case one_column{35000, 100, 20, false, false, 8, true, leaky, DType::Float32};
+    CHECK(run_case(ctx, one_column, DType::Float32, kernel, uint32_t(seed++)));
+    // beta needs the other kernels (refused when forced); so do K-major B and 16-bit C.
+    Case beta{1700, 2600, 40, false, false, 8, true, epilogue_variant(1), DType::Float32};
+    CHECK_FALSE(run_case(ctx, beta, DType::Float32, kernel, uint32_t(seed++)));
+    Case kmajor_b{1700, 2600, 40, false, true, 8, true, epilogue_variant(0), DType::Float32};
+    CHECK_FALSE(run_case(ctx, kmajor_b, DType::Float32, kernel, uint32_t(seed++)));
+    Case half_c{1700, 2600, 40, false, false, 8, true, epilogue_variant(0), DType::Float16};
+    CHECK_FALSE(run_case(ctx, half_c, DType::Float32, kernel, uint32_t(seed++)));
+    // bsum has the same bits in every run (the consumers' sums are added in a fixed order).
+    {
+        const int64_t M = 1300, N = 2900, K = 100;
+        Tensor A = ctx.array(random_floats(M * K, 41), {M, K}, DType::Float32);
+        Tensor B = ctx.array(random_floats(K * N, 42), {K, N}, DType::Float32);
+        Tensor bias = ctx.array(random_floats(N, 43), {N}, DType::Float32);
+        std::vector<float> first_c, first_s;
+        for (int rep = 0; rep < 3; ++rep) {
+            Tensor C = ctx.empty({M, N}, DType::Float32), bs = ctx.zeros({M}, DType::Float32);
+            DotOptions o;
+            o.relu = true, o.bias = bias, o.bsum = bs;
+            setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+            compound_dot(A, B, C, o);
+            unsetenv("KILN_GEMM_KERNEL");
+            if (rep == 0) {
+                first_c = C.to_vector<float>(), first_s = bs.to_vector<float>();
+                std::vector<double> sums;
+                Tensor zero = ctx.zeros({M, N}, DType::Float32);
+                CHECK(check_against_reference(A, B, zero, C, o, 0, acc_eps(DType::Float32, true), &sums) <= 1.0);
+                check_row_sums(first_s, sums, 0);
+            } else {
+                CHECK(C.to_vector<float>() == first_c);
+                CHECK(bs.to_vector<float>() == first_s);
+            }
+        }
+    }
+    // A batch of 2 x 76 tiles, B per entry: the walk crosses from one entry to the next.
+    const int64_t batch = 2, M = 1000, N = 2400, K = 72;
+    Tensor A = ctx.array(random_floats(batch * M * K, 51), {batch, M, K}, DType::Float32);
+    Tensor B = ctx.array(random_floats(batch * K * N, 52), {batch, K, N}, DType::Float32);
+    Tensor C = ctx.zeros({batch, M, N}, DType::Float32);
+    setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+    batched_dot(A, B, C);
+    unsetenv("KILN_GEMM_KERNEL");
+    for (int64_t i = 0; i < batch; ++i) {
+        Tensor zero = ctx.zeros({M, N}, DType::Float32);
+        CHECK(check_against_reference(A[i], B[i], zero, C[i], DotOptions{}, 0, acc_eps(DType::Float32, true)) <= 1.0);
+    }
+    ctx.set_allow_tf32(false);
+}
+
 TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distributed shared memory") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});

@@ -108,6 +108,26 @@ TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, 
     CHECK(select_gemm(pr).entry == "kiln_gemm_wg_tf32_kk_256_c2_s4_pf");
     pr.c_f32 = false;
     for (const GemmKernel& k : gemm_candidates(pr)) CHECK_FALSE(k.persistent);
+    // tf32 with B N-major (rule 1's exception): the persistent kernel that takes B's tile
+    // through registers, 256 x 128 tiles, when there are more of them than SMs, C is float32
+    // and the epilogue plain; otherwise no wgmma kernel (the launcher copies B to K-major).
+    pr = h100(8192, 8192, 8192, kF32);
+    pr.tf32 = pr.plain_epilogue = pr.c_f32 = true;
+    GemmKernel regs = select_gemm(pr);
+    CHECK(regs.entry == "kiln_gemm_wg_tf32_kt_256x128_c2_s4_pf");
+    CHECK((regs.b_in_registers && regs.persistent && regs.bm == 256 && regs.bn == 128 && regs.splits == 1));
+    CHECK(regs.smem <= 227 * 1024);
+    pr.m = 1024, pr.n = 4096;   // 4 x 32 tiles: less than one per SM
+    CHECK(select_gemm(pr).path != GemmPath::Wgmma);
+    pr.m = 2048;   // 8 x 32
+    CHECK(select_gemm(pr).b_in_registers);
+    for (int variant = 0; variant < 3; ++variant) {
+        GemmProblem no = pr;
+        if (variant == 0) no.c_f32 = false;
+        if (variant == 1) no.plain_epilogue = false;
+        if (variant == 2) no.a_kmajor = false;
+        for (const GemmKernel& k : gemm_candidates(no)) CHECK(k.path != GemmPath::Wgmma);
+    }
     // Candidates are ordered by path, then by the estimate.
     const auto all = gemm_candidates(h100(2000, 3000, 500, kF16));
     for (size_t i = 1; i < all.size(); ++i)
