@@ -548,8 +548,20 @@ struct PersistentBarriers {
     int last_of_row;
 };
 
+// A persistent kernel's walk: tiles per batch entry, tiles in all, k-tiles per tile, and
+// whether bsum counts tiles per row (more than one per row).
+struct PersistentWalk {
+    int per_entry, total, ktiles;
+    bool count;
+};
+__device__ __forceinline__ PersistentWalk persistent_walk(const GemmParams& p, int bk) {
+    const int per_entry = p.tiles_m * p.tiles_n;
+    return {per_entry, per_entry * p.batch, (p.k + bk - 1) / bk, (p.flags & kBsum) && p.tiles_n > 1};
+}
+
 template <int STAGES>
-__device__ __forceinline__ void init_persistent_barriers(PersistentBarriers<STAGES>& bars) {
+__device__ __forceinline__ void init_persistent_barriers(PersistentBarriers<STAGES>& bars, const unsigned char* smem) {
+    if (threadIdx.x == 0 && smem_u32(smem) % 1024 != 0) __trap();   // the 128-byte swizzle's tiles need it
     if (threadIdx.x == 0)
         for (int i = 0; i < PersistentBarriers<STAGES>::kSumSlots; ++i) {
             mbar_init(&bars.sums_full[i], 8);   // lane 0 of each consumer warp
@@ -618,11 +630,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     Barriers& bars = *reinterpret_cast<Barriers*>(bias_base + 2 * BN);
     Ring<STAGES>& ring = bars.ring;
     const int tid = threadIdx.x;
-    const int per_entry = p.tiles_m * p.tiles_n, total = per_entry * p.batch;
-    const int ktiles = (p.k + BK - 1) / BK;
-    const bool count = (p.flags & kBsum) && p.tiles_n > 1;
-    if (tid == 0 && smem_u32(smem) % 1024 != 0) __trap();   // the 128-byte swizzle's tiles need it
-    init_persistent_barriers(bars);
+    const auto [per_entry, total, ktiles, count] = persistent_walk(p, BK);
+    init_persistent_barriers(bars, smem);
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -798,11 +807,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
     Barriers& bars = *reinterpret_cast<Barriers*>(other_sums + BM);
     Ring<STAGES>& ring = bars.ring;
     const int tid = threadIdx.x;
-    const int per_entry = p.tiles_m * p.tiles_n, total = per_entry * p.batch;
-    const int ktiles = (p.k + BK - 1) / BK;
-    const bool count = (p.flags & kBsum) && p.tiles_n > 1;
-    if (tid == 0 && smem_u32(smem) % 1024 != 0) __trap();   // the 128-byte swizzle's tiles need it
-    init_persistent_barriers(bars);
+    const auto [per_entry, total, ktiles, count] = persistent_walk(p, BK);
+    init_persistent_barriers(bars, smem);
 
     const int wg = tid / 128;
     if (wg == 0) {
