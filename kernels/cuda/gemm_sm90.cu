@@ -10,9 +10,10 @@
 // registers: a 64 x BN tile per consumer.
 //
 // Operands: 16-bit ones may be K-major (k contiguous) or M/N-major (the transposed view; wgmma
-// reads it transposed); tf32 needs K-major operands. Shared-memory tiles use the 128-byte swizzle
-// that TMA writes and wgmma reads. Each stage is BK = 128 bytes of k (64 16-bit or 32 float
-// elements). The epilogue (gemm_common.cuh) runs on the accumulators in registers.
+// reads it transposed); tf32 needs K-major operands in shared memory (one kernel takes B
+// N-major through registers, below). Shared-memory tiles use the 128-byte swizzle that TMA
+// writes and wgmma reads. Each stage is BK = 128 bytes of k (64 16-bit or 32 float elements).
+// The epilogue (gemm_common.cuh) runs on the accumulators in registers.
 #include "kernels/cuda/gemm_common.cuh"
 
 #include <cuda.h>
@@ -793,7 +794,7 @@ __device__ __forceinline__ void consume_kstep_bregs(float (&acc)[128], uint32_t 
 // A persistent kernel (the walk, the producer, bsum's counting warps and the parts' double
 // buffering as in wgmma_gemm_persistent) for tf32 into float32 C with A K-major and B
 // N-major. Shared memory: 4 stages of 48 KB, four 8 KB staging buffers, 1 KB of row sums and
-// the barriers, 226 KB.
+// the barriers, 225 KB.
 template <int STAGES>
 __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p, const CUtensorMap* map_a,
                                                             const CUtensorMap* map_b, const CUtensorMap* map_c) {
