@@ -187,17 +187,6 @@ bool needs_staging(const Tensor& X, bool is_a, bool need_kmajor, double flops, c
                      double(X.size()) * double(dtype_size(X.dtype())), flops);
 }
 
-// Which operands to copy: a copy pays only when the other operand is readable or copied too.
-struct Staging {
-    bool a = false, b = false;
-};
-Staging staging(const Tensor& A, const Tensor& B, bool need_kmajor, double flops, const cuda::CudaBackend& be) {
-    const bool copy_a = needs_staging(A, true, need_kmajor, flops, be);
-    const bool copy_b = needs_staging(B, false, need_kmajor, flops, be);
-    return {copy_a && (copy_b || wgmma_readable(B, false, need_kmajor)),
-            copy_b && (copy_a || wgmma_readable(A, true, need_kmajor))};
-}
-
 // Whether the tf32 kernel that reads B N-major through registers runs this product as it is
 // (rule 1), so that B is not copied to K-major. `plain`: no beta (the persistent kernels'
 // epilogue; stochastic rounding does not apply to its float32 C). B's rows not 128 bytes apart
@@ -206,12 +195,31 @@ bool b_through_registers(const Tensor& A, const Tensor& B, const Tensor& C, bool
                          const cuda::CudaBackend& be) {
     GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
     if (!pr.tf32 || !pr.a_kmajor || pr.b_kmajor) return false;
-    if (copy_pays(/*readable=*/true, mn_rows_unaligned(B, /*is_a=*/false), double(B.size()) * 4.0, flops)) return false;
+    if (copy_pays(/*readable=*/true, mn_rows_unaligned(B, /*is_a=*/false),
+                  double(B.size()) * double(dtype_size(B.dtype())), flops))
+        return false;
     pr.plain_epilogue = pr.plain_epilogue && plain;
-    const std::vector<GemmKernel> all = gemm_candidates(pr);
-    if (const char* forced = std::getenv("KILN_GEMM_KERNEL"); forced && *forced)
+    if (const char* forced = std::getenv("KILN_GEMM_KERNEL"); forced && *forced) {
+        const std::vector<GemmKernel> all = gemm_candidates(pr);
         return std::any_of(all.begin(), all.end(), [&](const GemmKernel& k) { return k.b_in_registers && k.entry == forced; });
-    return !all.empty() && all.front().b_in_registers;
+    }
+    return selection(pr).b_in_registers;   // remembered per problem, like the launch's own choice
+}
+
+// Which operands to copy: a copy pays only when the other operand is readable or copied too,
+// and B not when the tf32 kernel that takes it through registers runs the product as it is.
+// `plain`: the epilogue has no beta.
+struct Staging {
+    bool a = false, b = false;
+};
+Staging staging(const Tensor& A, const Tensor& B, const Tensor& C, bool need_kmajor, bool plain, double flops,
+                const cuda::CudaBackend& be) {
+    const bool copy_a = needs_staging(A, true, need_kmajor, flops, be);
+    const bool copy_b = needs_staging(B, false, need_kmajor, flops, be);
+    Staging st{copy_a && (copy_b || wgmma_readable(B, false, need_kmajor)),
+               copy_b && (copy_a || wgmma_readable(A, true, need_kmajor))};
+    if (st.b && b_through_registers(A, B, C, plain, flops, be)) st.b = false;
+    return st;
 }
 
 // X copied into a fresh aligned buffer (in the layout `need_kmajor` asks for); the view of it
@@ -261,8 +269,7 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
     const bool tf32 = A.dtype() == DType::Float32 && C.context().allow_tf32();
     GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
     std::string staged;
-    Staging st = staging(A, B, tf32, flops, be);
-    if (st.b && b_through_registers(A, B, C, /*plain=*/true, flops, be)) st.b = false;
+    const Staging st = staging(A, B, C, tf32, /*plain=*/true, flops, be);
     if (st.a) {
         pr.a_tma = true;
         pr.a_kmajor = pr.a_kmajor || tf32;
@@ -464,8 +471,7 @@ void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
         fail(Error::Kind::Value, "compound_dot: {} x {} x {} exceeds the GEMM kernels' 32-bit sizes", M, N, K);
     const double flops = 2.0 * double(M) * double(N) * double(K) * double(batch);
     const bool tf32 = A0.dtype() == DType::Float32 && impl.allow_tf32;
-    Staging st = staging(A0, B0, tf32, flops, be);
-    if (st.b && b_through_registers(A0, B0, C, /*plain=*/o.beta == 0, flops, be)) st.b = false;
+    const Staging st = staging(A0, B0, C, tf32, /*plain=*/o.beta == 0, flops, be);
     const Tensor A = st.a ? staged_operand(A0, /*is_a=*/true, tf32, be) : A0;
     const Tensor B = st.b ? staged_operand(B0, /*is_a=*/false, tf32, be) : B0;
     const DType dt = A.dtype();

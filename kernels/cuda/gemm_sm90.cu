@@ -776,17 +776,17 @@ __device__ __forceinline__ void fence_fragments(uint32_t (&f)[R]) {
 }
 
 // One k-step (8 k) of a stage into the accumulators, committed as its own group: this thread's
-// B fragment (two 8-byte loads at `b_frag` + `off0` / `off1`), then the multiply. `frag`
-// must not be written again before that group is waited for.
-__device__ __forceinline__ void consume_kstep_bregs(float (&acc)[128], uint32_t (&frag)[4], const unsigned char* sa,
-                                                    const unsigned char* b_frag, int off0, int off1, int kk) {
-    const uint2 lo = *reinterpret_cast<const uint2*>(b_frag + off0 + 1024 * kk);
-    const uint2 hi = *reinterpret_cast<const uint2*>(b_frag + off1 + 1024 * kk);
+// B fragment (two 8-byte loads at `stage` + `off0` / `off1`), then the multiply with the
+// stage's A tile (at `stage`). `frag` must not be written again before that group is waited for.
+__device__ __forceinline__ void consume_kstep_bregs(float (&acc)[128], uint32_t (&frag)[4], const unsigned char* stage,
+                                                    int off0, int off1, int kk) {
+    const uint2 lo = *reinterpret_cast<const uint2*>(stage + off0 + 1024 * kk);
+    const uint2 hi = *reinterpret_cast<const uint2*>(stage + off1 + 1024 * kk);
     frag[0] = lo.x, frag[1] = lo.y, frag[2] = hi.x, frag[3] = hi.y;
     fence_fragments(frag);
     fence_regs(acc);
     wgmma_fence();
-    wgmma_tf32_regs(acc, frag, smem_desc(sa + 32 * kk, 16));
+    wgmma_tf32_regs(acc, frag, smem_desc(stage + 32 * kk, 16));
     wgmma_commit();
     fence_regs(acc);
 }
@@ -878,7 +878,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
             const unsigned char* stage = smem + s * Cfg::kStageBytes;
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
-                consume_kstep_bregs(acc, frag[kk % 2], stage, stage, off0, off1, kk);
+                consume_kstep_bregs(acc, frag[kk % 2], stage, off0, off1, kk);
                 wgmma_wait<1>();
                 fence_fragments(frag[(kk + 1) % 2]);
                 fence_regs(acc);
