@@ -145,7 +145,8 @@ __device__ __forceinline__ void store4(const GemmParams& p, char* c, int64_t off
 // row's shares: a chain of 5 shuffles per row, row after row, made bsum cost 6-11% of a
 // 4096^3 product on the H100. The order of the additions is fixed: the sums are deterministic.
 // `row_sums`: with bsum_cluster, where the tile's row sums go (shared memory, ROWS floats).
-template <int ROWS, int COLS, int NTHREADS>
+// PAIRS_SWAPPED: the tile holds each even/odd pair of columns swapped (column c at c ^ 1).
+template <int ROWS, int COLS, int NTHREADS, bool PAIRS_SWAPPED = false>
 __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, int m0, int n0, int tile_n, int z,
                                             int tid, float* row_sums = nullptr) {
     constexpr int kChunks = (COLS + 127) / 128;   // 4-column chunks per lane
@@ -180,6 +181,7 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
         for (int h = 0; h < kChunks; ++h) {
             const int c = 4 * lane + 128 * h, n = n0 + c;
             a[h] = c < COLS ? *reinterpret_cast<const float4*>(tile + r * ld + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (PAIRS_SWAPPED) a[h] = make_float4(a[h].y, a[h].x, a[h].w, a[h].z);
             float o[4] = {0.f, 0.f, 0.f, 0.f};
             if (beta && c < COLS)
 #pragma unroll

@@ -93,6 +93,11 @@ double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
 
 } // namespace
 
+bool fma_async_ok(const GemmProblem& pr) {
+    return pr.dtype == kF32 && pr.a_tma && pr.b_tma && !pr.b_kmajor && pr.n % 4 == 0 &&
+           (pr.a_kmajor ? pr.k % 4 == 0 : pr.m % 4 == 0);
+}
+
 std::string describe(const GemmKernel& k) {
     if (k.splits == 1) return k.entry;
     return fmt::format("{} k/{}{}", k.entry, k.splits, k.cluster_k ? " cluster" : "");
@@ -199,6 +204,17 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         k.smem = std::max(2 * 8 * (128 + 4 + 128 + 4) * 4, 128 * (128 + 4) * 4);
         k.bk = 8;
         add(k, 0.1, false);
+        // The cp.async tile, where each operand's 16-byte vectors lie wholly inside or outside
+        // it: A K- or M-major, B N-major, aligned (the TMA test), the contiguous extents
+        // multiples of 4. Same tile and splits; its rate is set above the staged kernel's.
+        if (fma_async_ok(pr)) {
+            GemmKernel ak = k;
+            ak.entry = fmt::format("kiln_gemm_fma_f32_{}t_128x128", pr.a_kmajor ? 'k' : 't');
+            ak.bk = 16;
+            // 4 stages of 16 KB, or the epilogue's tile.
+            ak.smem = std::max(4 * 16 * (128 + 128) * 4, 128 * (128 + 4) * 4);
+            add(ak, 0.11, false);
+        }
         // Narrow products: 256 x 16 tiles, 4 x 4 results per thread (a quarter of the 128 x 128
         // tile's rate where both fill their tiles: on the H100, 4096x128x4096 ran at 12.9
         // TFLOP/s on it against 30.3 on 128 x 128 tiles split 4 ways).

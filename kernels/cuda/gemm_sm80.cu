@@ -533,6 +533,178 @@ __device__ __forceinline__ void fma_narrow_gemm(const GemmParams& p) {
     if (p.flags & kBsum) bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
 }
 
+// ---- float32 on the FMA units, operands copied by cp.async --------------------------------
+//
+// The 128 x 128 FMA tile for operands whose 16-byte vectors copy straight into shared memory:
+// A K- or M-major and B N-major, each 16-byte aligned with its contiguous extent a multiple
+// of 4 (the selector's rule 1). cp.async fills a ring of 4 stages of 16 k, so the operands
+// pass through no registers and no per-k-tile address arithmetic beyond a pointer step, and
+// one barrier serves 16 k (fma_gemm stages through registers and passes a barrier every 8 k;
+// its 254 registers left the compiler recomputing addresses in the loop). Each thread
+// computes 16 x 8 results as in fma_gemm, with three differences:
+//  - A K-major stays K-major in shared memory ([128][16]; row r's 16-byte chunk c at
+//    c ^ (r / 4 % 4), so the four row groups a warp reads at once hit different banks): a
+//    16-byte load brings 4 k of one row, multiplied by 4 k-steps of B.
+//  - B is not swapped in pairs (a 16-byte copy cannot permute). The accumulator of column n
+//    is slot n ^ 1 of its quad instead, which keeps each FMA's B register and accumulator in
+//    different register banks as B's swap did; finish_tile un-swaps the staged tile.
+//  - The lanes' row group g comes from lane bits 0 and 2, the column group h from bits 1, 3
+//    and 4: the lanes that read one A vector are pairs (lane, lane ^ 2) and those that read
+//    one B vector pairs (lane, lane ^ 1), the pattern for which shared memory returns a
+//    16-byte load in 2 wavefronts instead of 4.
+
+constexpr int kAsyncBK = 16, kAsyncStages = 4;
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const float* src, bool full) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// One operand's 128 x 16 share of a k-tile: 4 vectors of 4 floats per thread (128 threads).
+// KMAJOR: the stage is [128 rows][16 k] (swizzled as above); vector v of thread t is row
+// t / 4 + 32 v, k 4 (t % 4) .. + 3. Otherwise [16 k][128 rows]: vector v is k t / 32 + 4 v,
+// rows 4 (t % 32) .. + 3. A vector is wholly inside the operand or wholly outside (zeros).
+template <bool KMAJOR>
+struct AsyncTileLoader {
+    const float* base;       // the operand's (row 0, k 0): the source of vectors outside it
+    const float* src;        // vector 0 of the next k-tile
+    int64_t v_stride, k_stride;
+    uint32_t dst;            // vector 0's byte offset in the operand's part of a stage
+    int k_at;                // vector 0's k within a k-tile
+    bool row_ok[4];
+    __device__ __forceinline__ AsyncTileLoader(const float* x, int64_t s_row, int64_t s_k, int rows, int row0, int k0,
+                                               int tid)
+        : base(x) {
+        if (KMAJOR) {
+            const int r = tid / 4, c = tid % 4;
+            src = x + int64_t(row0 + r) * s_row + k0 + 4 * c;
+            v_stride = 32 * s_row;
+            k_stride = kAsyncBK;
+            dst = uint32_t(r * kAsyncBK + 4 * (c ^ (tid / 16 % 4))) * 4;
+            k_at = 4 * c;
+#pragma unroll
+            for (int v = 0; v < 4; ++v) row_ok[v] = row0 + r + 32 * v < rows;
+        } else {
+            const int kk = tid / 32, r = 4 * (tid % 32);
+            src = x + int64_t(row0 + r) + int64_t(k0 + kk) * s_k;
+            v_stride = 4 * s_k;
+            k_stride = kAsyncBK * s_k;
+            dst = uint32_t(kk * 128 + r) * 4;
+            k_at = kk;
+#pragma unroll
+            for (int v = 0; v < 4; ++v) row_ok[v] = row0 + r < rows;
+        }
+    }
+    // Issues the copies of the next k-tile into the operand's part of a stage (shared-memory
+    // address `part`); `k_left`: the operand's k past this k-tile's start.
+    __device__ __forceinline__ void load(uint32_t part, int k_left) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            const int k = k_at + (KMAJOR ? 0 : 4 * v);
+            const bool full = row_ok[v] && k < k_left;
+            cp_async16(part + dst + v * 2048, full ? src + v * v_stride : base, full);
+        }
+        src += k_stride;
+    }
+};
+
+template <bool A_KMAJOR>
+__device__ __forceinline__ void fma_async_gemm(const GemmParams& p) {
+    constexpr int BM = 128, BN = 128, BK = kAsyncBK, S = kAsyncStages, THREADS = 128;
+    constexpr int kStage = (BM + BN) * BK;   // floats: A's part, then B's
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float* smem = reinterpret_cast<float*>(smem_raw);
+    const uint32_t smem_at = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int g = (lane & 1) | ((lane >> 1) & 2), h = ((lane >> 1) & 1) | ((lane >> 2) & 6);
+    // This thread's rows: wm + 16 (i / 4) + tm + i % 4; columns: wn + 32 (j / 4) + tn + j % 4,
+    // column j accumulated in acc[i][j ^ 1].
+    const int wm = (warp / 2) * 64, wn = (warp % 2) * 64, tm = 4 * g, tn = 4 * h;
+    const BlockWork<float, BM, BN, BK> bw(p);
+    const int ktiles = bw.w.kt_end - bw.w.kt_begin, kbase = bw.w.kt_begin * BK;
+    AsyncTileLoader<A_KMAJOR> la(bw.A, A_KMAJOR ? p.a_sm : p.a_sk, A_KMAJOR ? p.a_sk : p.a_sm, p.m, bw.m0, kbase, tid);
+    AsyncTileLoader<false> lb(bw.B, p.b_sk, p.b_sn, p.n, bw.n0, kbase, tid);
+    const auto load = [&](int kt) {
+        const uint32_t stage = smem_at + uint32_t((kt % S) * kStage) * 4;
+        la.load(stage, p.k - kbase - kt * BK);
+        lb.load(stage + BM * BK * 4, p.k - kbase - kt * BK);
+    };
+    float acc[16][8];
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+        if (s < ktiles) load(s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; ++kt) {
+        // k-tile kt has landed (this thread's copies; the barrier makes them everyone's), and
+        // every thread is done with the stage the next copies overwrite (read at kt - 1).
+        cp_async_wait<S - 2>();
+        __syncthreads();
+        if (kt + S - 1 < ktiles) load(kt + S - 1);
+        cp_async_commit();
+        const float* As = smem + (kt % S) * kStage;
+        const float* Bs = As + BM * BK;
+        if constexpr (A_KMAJOR) {
+#pragma unroll
+            for (int q = 0; q < BK / 4; ++q) {
+                float b[4][8];
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c)
+                        *reinterpret_cast<float4*>(&b[kk][4 * c]) =
+                            *reinterpret_cast<const float4*>(Bs + (4 * q + kk) * BN + wn + 32 * c + tn);
+#pragma unroll
+                for (int i = 0; i < 16; ++i) {
+                    const float4 a4 = *reinterpret_cast<const float4*>(As + (wm + 16 * (i / 4) + tm + i % 4) * BK + 4 * (q ^ g));
+                    const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+                    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) acc[i][j ^ 1] = fmaf(a[kk], b[kk][j], acc[i][j ^ 1]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                float a[16], b[8];
+#pragma unroll
+                for (int c = 0; c < 4; ++c)
+                    *reinterpret_cast<float4*>(&a[4 * c]) = *reinterpret_cast<const float4*>(As + kk * BM + wm + 16 * c + tm);
+#pragma unroll
+                for (int c = 0; c < 2; ++c)
+                    *reinterpret_cast<float4*>(&b[4 * c]) = *reinterpret_cast<const float4*>(Bs + kk * BN + wn + 32 * c + tn);
+#pragma unroll
+                for (int i = 0; i < 16; ++i)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) acc[i][j ^ 1] = fmaf(a[i], b[j], acc[i][j ^ 1]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();   // the epilogue's tile overlays the stages
+
+    // Slot p of a quad holds column p ^ 1: the staged tile has its columns swapped in pairs.
+    float* tile = smem;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+            *reinterpret_cast<float4*>(tile + (wm + 16 * (i / 4) + tm + i % 4) * tile_ld(BN) + wn + 32 * c + tn) =
+                make_float4(acc[i][4 * c], acc[i][4 * c + 1], acc[i][4 * c + 2], acc[i][4 * c + 3]);
+    __syncthreads();
+    finish_tile<BM, BN, THREADS, true>(p, tile, bw.m0, bw.n0, bw.tile.n, bw.w.zc, tid);
+    if (p.flags & kBsum) bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
+}
+
 } // namespace kiln::gemm
 
 using namespace kiln::gemm;
@@ -554,6 +726,13 @@ KILN_MMA_KERNEL(TF32, tf32, 64, 64, 2, 2)
 // the same speed on the large H100 shapes and slower on the small ones.)
 extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_128x128(const GemmParams p) {
     fma_gemm<128, 128>(p);
+}
+// The cp.async tile (fma_async_gemm): A K-major ("kt") or M-major ("tt"), B N-major.
+extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_kt_128x128(const GemmParams p) {
+    fma_async_gemm<true>(p);
+}
+extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_tt_128x128(const GemmParams p) {
+    fma_async_gemm<false>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_fma_f32_256x16(const GemmParams p) {
     fma_narrow_gemm<256, 16>(p);

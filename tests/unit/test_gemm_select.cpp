@@ -49,7 +49,7 @@ TEST_CASE("gemm selector: paths by architecture, dtype and operand layout (rule 
 
     // float32: exact on the FMA units unless tf32 is allowed; wgmma tf32 needs K-major operands.
     pr = h100(4096, 4096, 4096, kF32);
-    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_128x128");
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_kt_128x128");
     pr.tf32 = true;
     CHECK(select_gemm(pr).entry == "kiln_gemm_mma_tf32_128x128");
     pr.b_kmajor = true;
@@ -58,6 +58,41 @@ TEST_CASE("gemm selector: paths by architecture, dtype and operand layout (rule 
     pr = h100(4096, 4096, 4096, kF16);
     pr.a_tma = false;
     for (const GemmKernel& k : gemm_candidates(pr)) CHECK(k.path != GemmPath::Wgmma);
+}
+
+TEST_CASE("gemm selector: float32 operands through cp.async where every 16-byte vector is whole (rule 1)") {
+    unsetenv("KILN_GEMM_KERNEL");
+    unsetenv("KILN_GEMM_SPLITS");
+    GemmProblem pr = h100(4096, 4096, 4096, kF32);
+    CHECK(fma_async_ok(pr));
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_kt_128x128");
+    CHECK(select_gemm(pr).bk == 16);
+    pr.a_kmajor = false;   // A^T: M-major A
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_tt_128x128");
+    pr.m = 4098;           // M-major A whose rows end inside a vector
+    CHECK_FALSE(fma_async_ok(pr));
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_128x128");
+    pr = h100(4096, 4096, 4098, kF32);   // K-major A, K not a multiple of 4
+    CHECK_FALSE(fma_async_ok(pr));
+    pr = h100(4096, 4094, 4096, kF32);   // N not a multiple of 4
+    CHECK_FALSE(fma_async_ok(pr));
+    pr = h100(4096, 4096, 4096, kF32);
+    pr.b_kmajor = true;                  // B^T: K-major B is staged through registers
+    CHECK_FALSE(fma_async_ok(pr));
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_128x128");
+    pr = h100(4096, 4096, 4096, kF32);
+    pr.a_tma = false;                    // unaligned A
+    CHECK_FALSE(fma_async_ok(pr));
+    CHECK_FALSE(fma_async_ok(h100(4096, 4096, 4096, kF16)));
+    // Narrow products keep the 256 x 16 tile; small grids split k as before.
+    CHECK(select_gemm(h100(7680, 16, 2560, kF32)).entry == "kiln_gemm_fma_f32_256x16");
+    const GemmKernel k = select_gemm(h100(1760, 128, 1760, kF32));
+    CHECK(k.entry == "kiln_gemm_fma_f32_kt_128x128");
+    CHECK(k.splits > 1);
+    // KILN_GEMM_KERNEL names the staged kernel for problems the cp.async one runs too.
+    setenv("KILN_GEMM_KERNEL", "kiln_gemm_fma_f32_128x128", 1);
+    CHECK(select_gemm(h100(4096, 4096, 4096, kF32)).entry == "kiln_gemm_fma_f32_128x128");
+    unsetenv("KILN_GEMM_KERNEL");
 }
 
 TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, persistent for several waves (rule 2)") {
@@ -72,8 +107,8 @@ TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, 
     CHECK(select_gemm(h100(3072, 128, 1024, kBF16)).entry == "kiln_gemm_wg_bf16_kt_64_c1_s8");
     // float32: the 256 x 16 FMA tile for 16 columns, the 128 x 128 one from 128 on.
     CHECK(select_gemm(h100(7680, 16, 2560, kF32)).entry == "kiln_gemm_fma_f32_256x16");
-    CHECK(select_gemm(h100(4096, 128, 4096, kF32)).entry == "kiln_gemm_fma_f32_128x128");
-    CHECK(select_gemm(h100(8192, 8192, 8192, kF32)).entry == "kiln_gemm_fma_f32_128x128");
+    CHECK(select_gemm(h100(4096, 128, 4096, kF32)).entry == "kiln_gemm_fma_f32_kt_128x128");
+    CHECK(select_gemm(h100(8192, 8192, 8192, kF32)).entry == "kiln_gemm_fma_f32_kt_128x128");
     // tf32 allowed but no wgmma (B N-major): narrow products take the exact narrow FMA tile,
     // wider ones mma.sync tf32.
     GemmProblem pr = h100(1760, 16, 1760, kF32);
