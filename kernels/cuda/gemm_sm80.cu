@@ -626,8 +626,8 @@ __device__ __forceinline__ void fma_async_gemm(const GemmParams& p) {
     const int wm = (warp / 2) * 64, wn = (warp % 2) * 64, tm = 4 * g, tn = 4 * h;
     const BlockWork<float, BM, BN, BK> bw(p);
     const int ktiles = bw.w.kt_end - bw.w.kt_begin, kbase = bw.w.kt_begin * BK;
-    AsyncTileLoader<A_KMAJOR> la(bw.A, A_KMAJOR ? p.a_sm : p.a_sk, A_KMAJOR ? p.a_sk : p.a_sm, p.m, bw.m0, kbase, tid);
-    AsyncTileLoader<false> lb(bw.B, p.b_sk, p.b_sn, p.n, bw.n0, kbase, tid);
+    AsyncTileLoader<A_KMAJOR> la(bw.A, p.a_sm, p.a_sk, p.m, bw.m0, kbase, tid);
+    AsyncTileLoader<false> lb(bw.B, p.b_sn, p.b_sk, p.n, bw.n0, kbase, tid);
     const auto load = [&](int kt) {
         const uint32_t stage = smem_at + uint32_t((kt % S) * kStage) * 4;
         la.load(stage, p.k - kbase - kt * BK);
