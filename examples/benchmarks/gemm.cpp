@@ -8,7 +8,8 @@
 // Timing: CUDA events on kiln's stream (cuBLAS runs on the same stream) around batches of
 // back-to-back calls, after warm-up; the median of 7 batches, the five calls taking turns. Operands are uniform in [-1, 1).
 // Options: --dtypes f16,bf16,f32,tf32  --only square|deepbench  --quick (fewer, smaller shapes)
-//          --shapes MxNxK,...  (only these; shapes not in the list run as nn products)
+//          --shapes MxNxK,...  (only these; shapes not in the list run as nn products, or with
+//          a suffix A^T or B^T as that transpose: 4096x4096x4096A^T)
 //          --profile (each call a few times, for a profiler).
 //          --compare ENTRY,...  (also times the plain product with the first of these kernels that
 //          can run it, forced through KILN_GEMM_KERNEL, in turn with the other calls: an A/B of
@@ -247,9 +248,11 @@ int main(int argc, char** argv) {
     for (size_t at = 1; at < shapes.size();) {
         const size_t comma = shapes.find(',', at);
         long long m = 0, n = 0, k = 0;
-        if (std::sscanf(shapes.substr(at, comma - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 && n > 0 &&
-            k > 0 && std::none_of(kShapes.begin(), kShapes.end(), [&](const Shape3& s) { return s.m == m && s.n == n && s.k == k; }))
-            listed.push_back({m, n, k, false, false, "custom"});
+        const std::string item = shapes.substr(at, comma - at);
+        const bool ta = item.find("A^T") != std::string::npos, tb = item.find("B^T") != std::string::npos;
+        if (std::sscanf(item.c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0 && (ta || tb ||
+            std::none_of(kShapes.begin(), kShapes.end(), [&](const Shape3& s) { return s.m == m && s.n == n && s.k == k; })))
+            listed.push_back({m, n, k, ta, tb, "custom"});
         at = comma + 1;
     }
     for (const DtypeRun& d : all) {
@@ -260,7 +263,9 @@ int main(int argc, char** argv) {
             if (!only.empty() && only != s0.set) continue;
             Shape3 s = s0;
             if (quick && s.m * s.n * s.k > 4096ll * 4096 * 4096) continue;
-            const std::string dims_key = "," + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + ",";
+            const std::string suffix = std::string(s.set) != "custom" ? "" : s.ta ? "A^T" : s.tb ? "B^T" : "";
+            const std::string dims_key =
+                "," + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + suffix + ",";
             if (!shapes.empty() && shapes.find(dims_key) == std::string::npos) continue;
             const double flop = 2.0 * double(s.m) * double(s.n) * double(s.k);
             // Operands: A (M, K) or stored (K, M) for A^T, B (K, N) or stored (N, K) for B^T.
