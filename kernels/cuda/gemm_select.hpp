@@ -10,7 +10,8 @@
 //     register operand takes any layout) runs products of more than one wave of its 256 x 128
 //     tiles into float32 C; without it B is copied to K-major first (rule 5). Otherwise 16-bit and tf32 run the portable mma.sync kernels (any
 //     layout), and exact float32 runs the FMA kernels (128x128 tiles; 256x16 for narrow N):
-//     operands that fma_async_ok accepts through cp.async, others staged through registers.
+//     operands that fma_async_ok accepts through cp.async, others (neither stride 1, or rows
+//     contiguous but unaligned) staged through registers.
 //     Where tf32 is allowed but wgmma cannot run, products at most 16 columns wide run the
 //     exact narrow FMA kernel before mma.sync tf32 (faster there, measured).
 //  2. Tile. Among a path's tiles, the one with the best estimated time: each tile has a relative
@@ -99,10 +100,10 @@ std::string describe(const GemmKernel& k);
 bool copy_pays(bool readable, bool mn_unaligned, double bytes, double flops);
 
 // Rule 1's condition for the FMA kernels that copy operands with cp.async
-// (kiln_gemm_fma_f32_{k,t}t_128x128): A K- or M-major and B N-major, both readable by TMA (unit
-// stride, 16-byte aligned base and strides), and the contiguous extents (K for K-major A, M for
-// M-major A, N for B) multiples of 4 floats, so that every 16-byte vector lies wholly inside
-// or outside the operand.
+// (kiln_gemm_fma_f32_{k,t}{k,t}_128x128): each operand contiguous along k (copied element by
+// element, any stride and size), or along its rows (M of A, N of B) with TMA's alignment and a
+// row count that is a multiple of 4 (copied as 16-byte vectors, each wholly inside or outside
+// the operand).
 bool fma_async_ok(const GemmProblem& pr);
 
 // Every kernel that can run `pr`, best first by the rule-2 estimate.

@@ -535,28 +535,34 @@ __device__ __forceinline__ void fma_narrow_gemm(const GemmParams& p) {
 
 // ---- float32 on the FMA units, operands copied by cp.async --------------------------------
 //
-// The 128 x 128 FMA tile for operands whose 16-byte vectors copy straight into shared memory:
-// A K- or M-major and B N-major, each 16-byte aligned with its contiguous extent a multiple
-// of 4 (the selector's rule 1). cp.async fills a ring of 4 stages of 16 k, so the operands
-// pass through no registers and no per-k-tile address arithmetic beyond a pointer step, and
-// one barrier serves 16 k (fma_gemm stages through registers and passes a barrier every 8 k;
-// its 254 registers left the compiler recomputing addresses in the loop). Each thread
-// computes 16 x 8 results as in fma_gemm, with three differences:
-//  - A K-major stays K-major in shared memory ([128][16]; row r's 16-byte chunk c at
-//    c ^ (r / 4 % 4), so the four row groups a warp reads at once hit different banks): a
-//    16-byte load brings 4 k of one row, multiplied by 4 k-steps of B.
+// The 128 x 128 FMA tile for operands that are contiguous along k, or along their rows (M of
+// A, N of B) with 16-byte aligned rows and a row count that is a multiple of 4 (the selector's
+// fma_async_ok). cp.async fills a ring of 4 stages of 16 k: the operands pass through no
+// registers, the loop has no per-k-tile address arithmetic beyond a pointer step, and one
+// barrier serves 16 k (fma_gemm stages through registers and passes a barrier every 8 k; its
+// 254 registers left the compiler recomputing addresses inside the loop). Both operands sit
+// in shared memory as [16 k][128 rows + 4]: rows-contiguous ones arrive as 16-byte vectors,
+// k-contiguous ones as 4-byte elements transposed on the way (a warp's copy covers 8 k of 4
+// rows, one bank per lane with the 132-float rows). The same layout for every operand keeps
+// one inner loop: per k, 4 + 2 16-byte reads feed 128 FMAs, 16 x 8 results per thread as in
+// fma_gemm. (A first version kept K-major A as [128][16] and read 4 k of a row at a time:
+// 3.20 against 2.88 ms at 4096^3 on the H100, with more dispatch and long-scoreboard stalls.)
+// Two further differences from fma_gemm:
 //  - B is not swapped in pairs (a 16-byte copy cannot permute). The accumulator of column n
 //    is slot n ^ 1 of its quad instead, which keeps each FMA's B register and accumulator in
 //    different register banks as B's swap did; finish_tile un-swaps the staged tile.
 //  - The lanes' row group g comes from lane bits 0 and 2, the column group h from bits 1, 3
 //    and 4: the lanes that read one A vector are pairs (lane, lane ^ 2) and those that read
 //    one B vector pairs (lane, lane ^ 1), the pattern for which shared memory returns a
-//    16-byte load in 2 wavefronts instead of 4.
+//    16-byte load in 2 wavefronts instead of 4 (ncu: 1.94 wavefronts per load).
 
-constexpr int kAsyncBK = 16, kAsyncStages = 4;
+constexpr int kAsyncBK = 16, kAsyncStages = 4, kAsyncLD = 128 + 4;
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const float* src, bool full) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const float* src, bool full) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(full ? 4 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -564,58 +570,79 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// One operand's 128 x 16 share of a k-tile: 4 vectors of 4 floats per thread (128 threads).
-// KMAJOR: the stage is [128 rows][16 k] (swizzled as above); vector v of thread t is row
-// t / 4 + 32 v, k 4 (t % 4) .. + 3. Otherwise [16 k][128 rows]: vector v is k t / 32 + 4 v,
-// rows 4 (t % 32) .. + 3. A vector is wholly inside the operand or wholly outside (zeros).
+// One operand's 128 rows x 16 k of a k-tile, into [16][kAsyncLD] floats of a stage; 128
+// threads. Copies outside the operand write zeros (and read nothing: their source is the
+// operand's first element).
+//  KMAJOR: 16 elements per thread. Element i of thread t (warp w, lane l) is row
+//    4 w + l / 8 + 16 (i % 8), k l % 8 + 8 (i / 8).
+//  otherwise: 4 vectors per thread. Vector v of thread t is k t / 32 + 4 v, rows 4 (t % 32)
+//    .. + 3 (wholly inside or outside the operand: the row count is a multiple of 4).
 template <bool KMAJOR>
 struct AsyncTileLoader {
-    const float* base;       // the operand's (row 0, k 0): the source of vectors outside it
-    const float* src;        // vector 0 of the next k-tile
-    int64_t v_stride, k_stride;
-    uint32_t dst;            // vector 0's byte offset in the operand's part of a stage
-    int k_at;                // vector 0's k within a k-tile
-    bool row_ok[4];
-    __device__ __forceinline__ AsyncTileLoader(const float* x, int64_t s_row, int64_t s_k, int rows, int row0, int k0,
-                                               int tid)
-        : base(x) {
+    const float* base;
+    const float* src;     // the thread's first element or vector of the next k-tile
+    int64_t s_row, s_k;
+    uint32_t dst;         // its byte offset in the operand's part of a stage
+    int k_at;             // its k within a k-tile
+    uint32_t row_ok;      // bit j: its j-th row (KMAJOR: row + 16 j) inside the operand
+    __device__ __forceinline__ AsyncTileLoader(const float* x, int64_t sr, int64_t sk, int rows, int row0, int k0, int tid)
+        : base(x), s_row(sr), s_k(sk), row_ok(0) {
         if (KMAJOR) {
-            const int r = tid / 4, c = tid % 4;
-            src = x + int64_t(row0 + r) * s_row + k0 + 4 * c;
-            v_stride = 32 * s_row;
-            k_stride = kAsyncBK;
-            dst = uint32_t(r * kAsyncBK + 4 * (c ^ (tid / 16 % 4))) * 4;
-            k_at = 4 * c;
+            const int r = 4 * (tid / 32) + tid % 32 / 8, k = tid % 8;
+            src = x + int64_t(row0 + r) * s_row + k0 + k;
+            dst = uint32_t(k * kAsyncLD + r) * 4;
+            k_at = k;
 #pragma unroll
-            for (int v = 0; v < 4; ++v) row_ok[v] = row0 + r + 32 * v < rows;
+            for (int j = 0; j < 8; ++j) row_ok |= uint32_t(row0 + r + 16 * j < rows) << j;
         } else {
-            const int kk = tid / 32, r = 4 * (tid % 32);
-            src = x + int64_t(row0 + r) + int64_t(k0 + kk) * s_k;
-            v_stride = 4 * s_k;
-            k_stride = kAsyncBK * s_k;
-            dst = uint32_t(kk * 128 + r) * 4;
-            k_at = kk;
-#pragma unroll
-            for (int v = 0; v < 4; ++v) row_ok[v] = row0 + r < rows;
+            const int k = tid / 32, r = 4 * (tid % 32);
+            src = x + int64_t(row0 + r) + int64_t(k0 + k) * s_k;
+            dst = uint32_t(k * kAsyncLD + r) * 4;
+            k_at = k;
+            row_ok = row0 + r < rows ? 0xffu : 0u;
         }
     }
     // Issues the copies of the next k-tile into the operand's part of a stage (shared-memory
-    // address `part`); `k_left`: the operand's k past this k-tile's start.
+    // address `part`); `k_left`: the operand's k from this k-tile's start on.
     __device__ __forceinline__ void load(uint32_t part, int k_left) {
+        if (row_ok == 0xffu && k_left >= kAsyncBK) {   // all inside: no tests, no select
+            if (KMAJOR) {
 #pragma unroll
-        for (int v = 0; v < 4; ++v) {
-            const int k = k_at + (KMAJOR ? 0 : 4 * v);
-            const bool full = row_ok[v] && k < k_left;
-            cp_async16(part + dst + v * 2048, full ? src + v * v_stride : base, full);
+                for (int i = 0; i < 16; ++i)
+                    cp_async4(part + dst + uint32_t((8 * (i / 8) * kAsyncLD + 16 * (i % 8)) * 4),
+                              src + 16 * (i % 8) * s_row + 8 * (i / 8), true);
+                src += kAsyncBK;
+            } else {
+#pragma unroll
+                for (int v = 0; v < 4; ++v) cp_async16(part + dst + uint32_t(4 * v * kAsyncLD * 4), src + 4 * v * s_k, true);
+                src += kAsyncBK * s_k;
+            }
+            return;
         }
-        src += k_stride;
+        if (KMAJOR) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const int j = i % 8, h = i / 8;
+                const bool full = (row_ok >> j & 1u) && k_at + 8 * h < k_left;
+                cp_async4(part + dst + uint32_t((8 * h * kAsyncLD + 16 * j) * 4), full ? src + 16 * j * s_row + 8 * h : base,
+                          full);
+            }
+            src += kAsyncBK;
+        } else {
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const bool full = row_ok && k_at + 4 * v < k_left;
+                cp_async16(part + dst + uint32_t(4 * v * kAsyncLD * 4), full ? src + 4 * v * s_k : base, full);
+            }
+            src += kAsyncBK * s_k;
+        }
     }
 };
 
-template <bool A_KMAJOR>
+template <bool A_KMAJOR, bool B_KMAJOR>
 __device__ __forceinline__ void fma_async_gemm(const GemmParams& p) {
-    constexpr int BM = 128, BN = 128, BK = kAsyncBK, S = kAsyncStages, THREADS = 128;
-    constexpr int kStage = (BM + BN) * BK;   // floats: A's part, then B's
+    constexpr int BM = 128, BN = 128, BK = kAsyncBK, S = kAsyncStages, LD = kAsyncLD, THREADS = 128;
+    constexpr int kStage = 2 * BK * LD;   // floats: A's part, then B's
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float* smem = reinterpret_cast<float*>(smem_raw);
     const uint32_t smem_at = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -627,11 +654,11 @@ __device__ __forceinline__ void fma_async_gemm(const GemmParams& p) {
     const BlockWork<float, BM, BN, BK> bw(p);
     const int ktiles = bw.w.kt_end - bw.w.kt_begin, kbase = bw.w.kt_begin * BK;
     AsyncTileLoader<A_KMAJOR> la(bw.A, p.a_sm, p.a_sk, p.m, bw.m0, kbase, tid);
-    AsyncTileLoader<false> lb(bw.B, p.b_sn, p.b_sk, p.n, bw.n0, kbase, tid);
+    AsyncTileLoader<B_KMAJOR> lb(bw.B, p.b_sn, p.b_sk, p.n, bw.n0, kbase, tid);
     const auto load = [&](int kt) {
         const uint32_t stage = smem_at + uint32_t((kt % S) * kStage) * 4;
         la.load(stage, p.k - kbase - kt * BK);
-        lb.load(stage + BM * BK * 4, p.k - kbase - kt * BK);
+        lb.load(stage + BK * LD * 4, p.k - kbase - kt * BK);
     };
     float acc[16][8];
 #pragma unroll
@@ -651,42 +678,20 @@ __device__ __forceinline__ void fma_async_gemm(const GemmParams& p) {
         if (kt + S - 1 < ktiles) load(kt + S - 1);
         cp_async_commit();
         const float* As = smem + (kt % S) * kStage;
-        const float* Bs = As + BM * BK;
-        if constexpr (A_KMAJOR) {
+        const float* Bs = As + BK * LD;
 #pragma unroll
-            for (int q = 0; q < BK / 4; ++q) {
-                float b[4][8];
+        for (int kk = 0; kk < BK; ++kk) {
+            float a[16], b[8];
 #pragma unroll
-                for (int kk = 0; kk < 4; ++kk)
+            for (int c = 0; c < 4; ++c)
+                *reinterpret_cast<float4*>(&a[4 * c]) = *reinterpret_cast<const float4*>(As + kk * LD + wm + 16 * c + tm);
 #pragma unroll
-                    for (int c = 0; c < 2; ++c)
-                        *reinterpret_cast<float4*>(&b[kk][4 * c]) =
-                            *reinterpret_cast<const float4*>(Bs + (4 * q + kk) * BN + wn + 32 * c + tn);
+            for (int c = 0; c < 2; ++c)
+                *reinterpret_cast<float4*>(&b[4 * c]) = *reinterpret_cast<const float4*>(Bs + kk * LD + wn + 32 * c + tn);
 #pragma unroll
-                for (int i = 0; i < 16; ++i) {
-                    const float4 a4 = *reinterpret_cast<const float4*>(As + (wm + 16 * (i / 4) + tm + i % 4) * BK + 4 * (q ^ g));
-                    const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+            for (int i = 0; i < 16; ++i)
 #pragma unroll
-                    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-                        for (int j = 0; j < 8; ++j) acc[i][j ^ 1] = fmaf(a[kk], b[kk][j], acc[i][j ^ 1]);
-                }
-            }
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < BK; ++kk) {
-                float a[16], b[8];
-#pragma unroll
-                for (int c = 0; c < 4; ++c)
-                    *reinterpret_cast<float4*>(&a[4 * c]) = *reinterpret_cast<const float4*>(As + kk * BM + wm + 16 * c + tm);
-#pragma unroll
-                for (int c = 0; c < 2; ++c)
-                    *reinterpret_cast<float4*>(&b[4 * c]) = *reinterpret_cast<const float4*>(Bs + kk * BN + wn + 32 * c + tn);
-#pragma unroll
-                for (int i = 0; i < 16; ++i)
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) acc[i][j ^ 1] = fmaf(a[i], b[j], acc[i][j ^ 1]);
-            }
+                for (int j = 0; j < 8; ++j) acc[i][j ^ 1] = fmaf(a[i], b[j], acc[i][j ^ 1]);
         }
     }
     cp_async_wait<0>();
@@ -727,13 +732,15 @@ KILN_MMA_KERNEL(TF32, tf32, 64, 64, 2, 2)
 extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_128x128(const GemmParams p) {
     fma_gemm<128, 128>(p);
 }
-// The cp.async tile (fma_async_gemm): A K-major ("kt") or M-major ("tt"), B N-major.
-extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_kt_128x128(const GemmParams p) {
-    fma_async_gemm<true>(p);
-}
-extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_tt_128x128(const GemmParams p) {
-    fma_async_gemm<false>(p);
-}
+// The cp.async tiles (fma_async_gemm): A K-major (k) or M-major (t), B K-major (k) or N-major (t).
+#define KILN_FMA_ASYNC_KERNEL(name, A_KMAJOR, B_KMAJOR)                                                  \
+    extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_##name##_128x128(const GemmParams p) { \
+        fma_async_gemm<A_KMAJOR, B_KMAJOR>(p);                                                          \
+    }
+KILN_FMA_ASYNC_KERNEL(kk, true, true)
+KILN_FMA_ASYNC_KERNEL(kt, true, false)
+KILN_FMA_ASYNC_KERNEL(tk, false, true)
+KILN_FMA_ASYNC_KERNEL(tt, false, false)
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_fma_f32_256x16(const GemmParams p) {
     fma_narrow_gemm<256, 16>(p);
 }

@@ -282,51 +282,63 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
     }
 }
 
-TEST_CASE("gpu gemm: the float32 cp.async FMA kernels: tile and stage edges, refusals, splits, selection") {
+TEST_CASE("gpu gemm: the float32 cp.async FMA kernels: every layout, tile and stage edges, refusals, splits") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
     uint32_t seed = 900;
     // M, N and K on and off the tile's 128 and the stage's 16 (K = 4: one partial stage; K =
-    // 1004: 63 stages wrapping the 4-stage ring), N and A's contiguous extent multiples of 4.
-    const std::vector<std::array<int64_t, 3>> sizes = {{4, 4, 4}, {132, 260, 68}, {300, 256, 1004}, {129, 132, 36},
-                                                       {256, 128, 16}, {8, 516, 20}};
+    // 1003: 63 stages wrapping the 4-stage ring). Rows-contiguous operands (A^T's M, B's N)
+    // need row counts that are multiples of 4; k-contiguous ones take any size.
+    const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1},      {7, 9, 13},      {4, 4, 4},    {132, 260, 68},
+                                                       {300, 256, 1003}, {129, 132, 36}, {256, 128, 16}, {8, 516, 20}};
     int variant = 0;
-    for (bool ta : {false, true})
+    std::map<std::string, int> ran;
+    for (int layout = 0; layout < 4; ++layout) {
+        const bool ta = layout & 1, tb = layout & 2;   // A^T: M-major A; B^T: K-major B
+        const std::string kernel = std::string("kiln_gemm_fma_f32_") + (ta ? 't' : 'k') + (tb ? 'k' : 't') + "_128x128";
         for (auto [m, n, k] : sizes) {
-            if (ta && m % 4 != 0) continue;
-            const std::string kernel = ta ? "kiln_gemm_fma_f32_tt_128x128" : "kiln_gemm_fma_f32_kt_128x128";
+            if ((ta && m % 4 != 0) || (!tb && n % 4 != 0)) continue;
             for (int v = 0; v < 4; ++v) {
-                Case cs{m, n, k, ta, false, 8, true, epilogue_variant(variant++), DType::Float32};
+                Case cs{m, n, k, ta, tb, 8, true, epilogue_variant(variant++), DType::Float32};
                 INFO(kernel << " " << m << "x" << n << "x" << k);
                 REQUIRE(run_case(ctx, cs, DType::Float32, kernel, seed++));
+                ++ran[kernel];
             }
         }
-    // Refused: B K-major; N, or A's contiguous extent, not a multiple of 4; rows not 16 bytes apart.
+        // Leading dimensions with no alignment: element copies for K-major operands.
+        if (!ta && tb) {
+            Case cs{131, 67, 74, ta, tb, 1, false, epilogue_variant(3), DType::Float32};
+            REQUIRE(run_case(ctx, cs, DType::Float32, kernel, seed++));
+        }
+    }
+    CHECK(ran.size() == 4);
+    // Refused: rows-contiguous operands whose row count is not a multiple of 4, or whose rows
+    // are not 16 bytes apart.
     const DotOptions plain;
-    CHECK_FALSE(run_case(ctx, Case{132, 260, 68, false, true, 8, true, plain, DType::Float32}, DType::Float32,
-                         "kiln_gemm_fma_f32_kt_128x128", seed++));
     CHECK_FALSE(run_case(ctx, Case{132, 258, 68, false, false, 8, true, plain, DType::Float32}, DType::Float32,
-                         "kiln_gemm_fma_f32_kt_128x128", seed++));
-    CHECK_FALSE(run_case(ctx, Case{132, 260, 66, false, false, 8, true, plain, DType::Float32}, DType::Float32,
                          "kiln_gemm_fma_f32_kt_128x128", seed++));
     CHECK_FALSE(run_case(ctx, Case{130, 260, 68, true, false, 8, true, plain, DType::Float32}, DType::Float32,
                          "kiln_gemm_fma_f32_tt_128x128", seed++));
     CHECK_FALSE(run_case(ctx, Case{132, 260, 68, false, false, 1, false, plain, DType::Float32}, DType::Float32,
                          "kiln_gemm_fma_f32_kt_128x128", seed++));
-    // Global k slices (the last one ends inside a stage), with bias, ReLU and bsum.
+    CHECK_FALSE(run_case(ctx, Case{132, 260, 68, true, true, 1, false, plain, DType::Float32}, DType::Float32,
+                         "kiln_gemm_fma_f32_tk_128x128", seed++));
+    // Global k slices (the last one ends inside a stage), with leaky ReLU, bias, beta and bsum.
     setenv("KILN_GEMM_SPLITS", "4", 1);
     Case split{256, 132, 1000, false, false, 8, true, epilogue_variant(3), DType::Float32};
-    const bool ran = run_case(ctx, split, DType::Float32, "kiln_gemm_fma_f32_kt_128x128", seed++);
+    const bool ran_split = run_case(ctx, split, DType::Float32, "kiln_gemm_fma_f32_kt_128x128", seed++);
     unsetenv("KILN_GEMM_SPLITS");
-    CHECK(ran);
-    // The selector runs them on aligned operands, the staged kernel on the others.
+    CHECK(ran_split);
+    // The selector's choice by layout; the staged kernel where neither copy applies.
     Tensor A = ctx.zeros({2048, 64}, DType::Float32), B = ctx.zeros({64, 1024}, DType::Float32);
     Tensor C = ctx.zeros({2048, 1024}, DType::Float32);
+    Tensor At = ctx.zeros({64, 2048}, DType::Float32), Bt = ctx.zeros({1024, 64}, DType::Float32);
     CHECK(gemm::selected_kernel(A, B, C) == "kiln_gemm_fma_f32_kt_128x128");
-    Tensor At = ctx.zeros({64, 2048}, DType::Float32);
     CHECK(gemm::selected_kernel(At.T(), B, C) == "kiln_gemm_fma_f32_tt_128x128");
-    Tensor Bt = ctx.zeros({1024, 64}, DType::Float32);
-    CHECK(gemm::selected_kernel(A, Bt.T(), C) == "kiln_gemm_fma_f32_128x128");
+    CHECK(gemm::selected_kernel(A, Bt.T(), C) == "kiln_gemm_fma_f32_kk_128x128");
+    CHECK(gemm::selected_kernel(At.T(), Bt.T(), C) == "kiln_gemm_fma_f32_tk_128x128");
+    Tensor At_unaligned = ctx.zeros({64, 2049}, DType::Float32).slice({Slice::all(), Slice::range(0, 2048)});
+    CHECK(gemm::selected_kernel(At_unaligned.T(), B, C) == "kiln_gemm_fma_f32_128x128");
 }
 
 TEST_CASE("gpu gemm: K = 0, C overlapping A, stochastic rounding, and a kernel that cannot run the problem") {

@@ -60,7 +60,7 @@ TEST_CASE("gemm selector: paths by architecture, dtype and operand layout (rule 
     for (const GemmKernel& k : gemm_candidates(pr)) CHECK(k.path != GemmPath::Wgmma);
 }
 
-TEST_CASE("gemm selector: float32 operands through cp.async where every 16-byte vector is whole (rule 1)") {
+TEST_CASE("gemm selector: float32 operands through cp.async, k-contiguous or aligned rows (rule 1)") {
     unsetenv("KILN_GEMM_KERNEL");
     unsetenv("KILN_GEMM_SPLITS");
     GemmProblem pr = h100(4096, 4096, 4096, kF32);
@@ -69,20 +69,27 @@ TEST_CASE("gemm selector: float32 operands through cp.async where every 16-byte 
     CHECK(select_gemm(pr).bk == 16);
     pr.a_kmajor = false;   // A^T: M-major A
     CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_tt_128x128");
-    pr.m = 4098;           // M-major A whose rows end inside a vector
+    pr.b_kmajor = true;    // and B^T
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_tk_128x128");
+    pr.a_kmajor = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_kk_128x128");
+    // K-major operands are copied element by element: any size, any stride.
+    pr = h100(4095, 4093, 4099, kF32);
+    pr.b_kmajor = true;
+    pr.a_tma = pr.b_tma = false;
+    CHECK(fma_async_ok(pr));
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_kk_128x128");
+    // Rows-contiguous operands need whole 16-byte vectors: aligned, row counts multiples of 4.
+    pr = h100(4098, 4096, 4096, kF32);
+    pr.a_kmajor = false;
     CHECK_FALSE(fma_async_ok(pr));
     CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_128x128");
-    pr = h100(4096, 4096, 4098, kF32);   // K-major A, K not a multiple of 4
-    CHECK_FALSE(fma_async_ok(pr));
-    pr = h100(4096, 4094, 4096, kF32);   // N not a multiple of 4
+    pr = h100(4096, 4094, 4096, kF32);
     CHECK_FALSE(fma_async_ok(pr));
     pr = h100(4096, 4096, 4096, kF32);
-    pr.b_kmajor = true;                  // B^T: K-major B is staged through registers
+    pr.b_tma = false;
     CHECK_FALSE(fma_async_ok(pr));
     CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_128x128");
-    pr = h100(4096, 4096, 4096, kF32);
-    pr.a_tma = false;                    // unaligned A
-    CHECK_FALSE(fma_async_ok(pr));
     CHECK_FALSE(fma_async_ok(h100(4096, 4096, 4096, kF16)));
     // Narrow products keep the 256 x 16 tile; small grids split k as before.
     CHECK(select_gemm(h100(7680, 16, 2560, kF32)).entry == "kiln_gemm_fma_f32_256x16");
