@@ -214,6 +214,21 @@ struct Staging {
 };
 Staging staging(const Tensor& A, const Tensor& B, const Tensor& C, bool need_kmajor, bool plain, double flops,
                 const cuda::CudaBackend& be) {
+    if (A.dtype() == DType::Float32 && !need_kmajor) {
+        // Exact float32: the cp.async FMA kernel reads rows-contiguous operands (A M-major, B
+        // N-major, aligned; fma_async_ok); the others are copied so when that pays and the
+        // selector then runs that kernel (not where a split of the staged kernel beats it).
+        GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
+        const bool a_ok = !pr.a_kmajor && pr.a_tma, b_ok = !pr.b_kmajor && pr.b_tma;
+        if (a_ok && b_ok) return {};
+        const double bytes = 4.0 * ((a_ok ? 0 : double(A.size())) + (b_ok ? 0 : double(B.size())));
+        if (!fma_copy_pays(bytes, flops)) return {};
+        pr.a_kmajor = pr.b_kmajor = false;
+        pr.a_tma = pr.b_tma = true;
+        const char* forced = std::getenv("KILN_GEMM_KERNEL");
+        if ((forced && *forced ? std::string(forced) : selection(pr).entry) != "kiln_gemm_fma_f32_tt_128x128") return {};
+        return {!a_ok, !b_ok};
+    }
     const bool copy_a = needs_staging(A, true, need_kmajor, flops, be);
     const bool copy_b = needs_staging(B, false, need_kmajor, flops, be);
     Staging st{copy_a && (copy_b || wgmma_readable(B, false, need_kmajor)),
@@ -222,15 +237,19 @@ Staging staging(const Tensor& A, const Tensor& B, const Tensor& C, bool need_kma
     return st;
 }
 
-// X copied into a fresh aligned buffer (in the layout `need_kmajor` asks for); the view of it
-// that stands for X.
-Tensor staged_operand(const Tensor& X, bool is_a, bool need_kmajor, cuda::CudaBackend& be) {
+bool is_kmajor(const Tensor& X, bool is_a) {
+    const Mat x = mat(X);
+    return is_a ? x.s_col == 1 : x.s_row == 1;
+}
+
+// X copied into a fresh buffer with rows 128 bytes apart, K-major or rows-major (M-major A,
+// N-major B) as `to_kmajor` says; the view of it that stands for X.
+Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBackend& be) {
     const size_t es = dtype_size(X.dtype());
     const Mat x = mat(X);
-    const bool kmajor = is_a ? x.s_col == 1 : x.s_row == 1;
+    const bool kmajor = is_kmajor(X, is_a);
     const int r = X.rank();
     const int64_t rows = is_a ? X.shape()[r - 2] : X.shape()[r - 1], k = is_a ? X.shape()[r - 1] : X.shape()[r - 2];
-    const bool to_kmajor = kmajor || need_kmajor;
     const int64_t inner = to_kmajor ? k : rows, outer = to_kmajor ? rows : k;
     // Rows 128 bytes apart (mn_rows_unaligned).
     const int64_t padded = (inner * int64_t(es) + 127) / 128 * 128 / int64_t(es);
@@ -242,12 +261,14 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool need_kmajor, cuda::CudaBa
     // A: K-major (M, K) is view itself; M-major is (K, M) swapped. B: K-major (N, K) swapped;
     // N-major (K, N) is view itself.
     Tensor as_operand = (is_a == to_kmajor) ? view : swap_last(view);
-    if (to_kmajor && !kmajor) {
+    if (to_kmajor != kmajor) {
         // A transposing copy: a tiled kernel (the JIT's elementwise copy would read or write
-        // with a large stride).
+        // with a large stride). dst[outer][inner] = X's element; s_i, s_j: X's strides along
+        // the inner and outer dimensions.
         const void* src = x.base;
-        int64_t s_i = is_a ? x.s_col : x.s_row, s_j = is_a ? x.s_row : x.s_col, s_z = x.s_batch;
-        int ni = int(k), nj = int(rows), esize = int(es);
+        const int64_t s_k = is_a ? x.s_col : x.s_row, s_rows = is_a ? x.s_row : x.s_col;
+        int64_t s_i = to_kmajor ? s_k : s_rows, s_j = to_kmajor ? s_rows : s_k, s_z = x.s_batch;
+        int ni = int(inner), nj = int(outer), esize = int(es);
         void* dst = buf.view().storage->data;
         int64_t ld = padded, d_z = outer * padded;
         void* params[] = {&src, &s_i, &s_j, &s_z, &ni, &nj, &dst, &ld, &d_z, &esize};
@@ -261,6 +282,13 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool need_kmajor, cuda::CudaBa
     return as_operand;
 }
 
+// The layout a copy of X takes: float32 without tf32 goes rows-major (the cp.async FMA
+// kernel); otherwise K-major when X is or the path needs it (tf32 wgmma), else as X is.
+bool staged_kmajor(const Tensor& X, bool is_a, bool tf32) {
+    if (X.dtype() == DType::Float32 && !tf32) return false;
+    return is_kmajor(X, is_a) || tf32;
+}
+
 } // namespace
 
 std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
@@ -272,12 +300,12 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
     const Staging st = staging(A, B, C, tf32, /*plain=*/true, flops, be);
     if (st.a) {
         pr.a_tma = true;
-        pr.a_kmajor = pr.a_kmajor || tf32;
+        pr.a_kmajor = staged_kmajor(A, true, tf32);
         staged += " A";
     }
     if (st.b) {
         pr.b_tma = true;
-        pr.b_kmajor = pr.b_kmajor || tf32;
+        pr.b_kmajor = staged_kmajor(B, false, tf32);
         staged += " B";
     }
     return describe(select_gemm(pr)) + (staged.empty() ? "" : " (copied" + staged + ")");
@@ -472,8 +500,8 @@ void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
     const double flops = 2.0 * double(M) * double(N) * double(K) * double(batch);
     const bool tf32 = A0.dtype() == DType::Float32 && impl.allow_tf32;
     const Staging st = staging(A0, B0, C, tf32, /*plain=*/o.beta == 0, flops, be);
-    const Tensor A = st.a ? staged_operand(A0, /*is_a=*/true, tf32, be) : A0;
-    const Tensor B = st.b ? staged_operand(B0, /*is_a=*/false, tf32, be) : B0;
+    const Tensor A = st.a ? staged_operand(A0, /*is_a=*/true, staged_kmajor(A0, true, tf32), be) : A0;
+    const Tensor B = st.b ? staged_operand(B0, /*is_a=*/false, staged_kmajor(B0, false, tf32), be) : B0;
     const DType dt = A.dtype();
     const Mat a = mat(A), b = mat(B), c = mat(C);
 

@@ -10,8 +10,8 @@
 //     register operand takes any layout) runs products of more than one wave of its 256 x 128
 //     tiles into float32 C; without it B is copied to K-major first (rule 5). Otherwise 16-bit and tf32 run the portable mma.sync kernels (any
 //     layout), and exact float32 runs the FMA kernels (128x128 tiles; 256x16 for narrow N):
-//     operands that fma_async_ok accepts through cp.async, others (neither stride 1, or rows
-//     contiguous but unaligned) staged through registers.
+//     through cp.async where fma_async_ok accepts the operands (rows contiguous: A M-major, B
+//     N-major; rule 5 copies them so where that pays), otherwise staged through registers.
 //     Where tf32 is allowed but wgmma cannot run, products at most 16 columns wide run the
 //     exact narrow FMA kernel before mma.sync tf32 (faster there, measured).
 //  2. Tile. Among a path's tiles, the one with the best estimated time: each tile has a relative
@@ -43,7 +43,7 @@
 //  4. KILN_GEMM_KERNEL=<entry name> forces a kernel (benchmarks, tests); it must fit rule 1.
 //     KILN_GEMM_SPLITS=<n> forces the number of global k slices (1: none), <n>c a cluster
 //     split of n = 2, 4 or 8 blocks (only the wgmma one-tile kernels then split).
-//  5. Operand copies: copy_pays, below.
+//  5. Operand copies: copy_pays, below; for exact float32, fma_copy_pays.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -99,12 +99,18 @@ std::string describe(const GemmKernel& k);
 // operand at 3 TB/s after a launch of about 3 us. KILN_GEMM_COPY=always|never overrides.
 bool copy_pays(bool readable, bool mn_unaligned, double bytes, double flops);
 
-// Rule 1's condition for the FMA kernels that copy operands with cp.async
-// (kiln_gemm_fma_f32_{k,t}{k,t}_128x128): each operand contiguous along k (copied element by
-// element, any stride and size), or along its rows (M of A, N of B) with TMA's alignment and a
-// row count that is a multiple of 4 (copied as 16-byte vectors, each wholly inside or outside
-// the operand).
+// Rule 1's condition for the FMA kernel that copies operands with cp.async
+// (kiln_gemm_fma_f32_tt_128x128): A M-major and B N-major (rows contiguous), both with TMA's
+// alignment (16-byte aligned base and strides), so that its 16-byte copies are aligned.
 bool fma_async_ok(const GemmProblem& pr);
+
+// Rule 5 for exact float32: whether copying operands of `bytes` bytes in all into the layout
+// fma_async_ok asks for pays, for a product of `flops`: when the copies (read and written at
+// 3 TB/s after ~3 us of launch) take under 5% of the product at 45 TFLOP/s. On the H100 the
+// cp.async kernel ran 1.14x as fast as the register-staged one at 4096^3 (47.0 against 41.2
+// TFLOP/s); the copy of a 4096^2 operand costs about 1.5% of that product.
+// KILN_GEMM_COPY=always|never overrides.
+bool fma_copy_pays(double bytes, double flops);
 
 // Every kernel that can run `pr`, best first by the rule-2 estimate.
 std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr);

@@ -535,22 +535,24 @@ __device__ __forceinline__ void fma_narrow_gemm(const GemmParams& p) {
 
 // ---- float32 on the FMA units, operands copied by cp.async --------------------------------
 //
-// The 128 x 128 FMA tile for operands that are contiguous along k, or along their rows (M of
-// A, N of B) with 16-byte aligned rows and a row count that is a multiple of 4 (the selector's
-// fma_async_ok). cp.async fills a ring of 4 stages of 16 k: the operands pass through no
+// The 128 x 128 FMA tile for rows-contiguous operands (A M-major, B N-major) with 16-byte
+// aligned rows, the selector's fma_async_ok; rule 5 copies operands in other layouts so when
+// that pays. cp.async fills a ring of 4 stages of 16 k: the operands pass through no
 // registers, the loop has no per-k-tile address arithmetic beyond a pointer step, and one
 // barrier serves 16 k (fma_gemm stages through registers and passes a barrier every 8 k; its
 // 254 registers left the compiler recomputing addresses inside the loop). Both operands sit
-// in shared memory as [16 k][128 rows + 4]: rows-contiguous ones arrive as 16-byte vectors,
-// k-contiguous ones as 4-byte elements transposed on the way (a warp's copy covers 8 k of 4
-// rows, one bank per lane with the 132-float rows). The same layout for every operand keeps
-// one inner loop: per k, 4 + 2 16-byte reads feed 128 FMAs, 16 x 8 results per thread as in
-// fma_gemm. (A first version kept K-major A as [128][16] and read 4 k of a row at a time:
-// 3.20 against 2.88 ms at 4096^3 on the H100, with more dispatch and long-scoreboard stalls.)
-// Two further differences from fma_gemm:
+// in shared memory as [16 k][128 rows + 4], as they lie in global memory; per k, 4 + 2
+// 16-byte reads feed 128 FMAs, 16 x 8 results per thread as in fma_gemm, the fragments of
+// step k + 1 read during step k's FMAs. Measured on the H100 (docs/gemm-notes.md, 35): 4096^3
+// with A^T 2.88 ms against 3.19 for fma_gemm before the last two points below; K-major
+// operands read in place (as [128][16], or transposed on the way by 4-byte copies) ran no
+// faster than fma_gemm, which is why they are copied instead. Further:
 //  - B is not swapped in pairs (a 16-byte copy cannot permute). The accumulator of column n
 //    is slot n ^ 1 of its quad instead, which keeps each FMA's B register and accumulator in
 //    different register banks as B's swap did; finish_tile un-swaps the staged tile.
+//  - Each row's FMAs run over the columns in a serpentine (even rows left to right, odd rows
+//    right to left), so consecutive FMAs share a register at the row changes too: the
+//    compiler's code had 1.5x as many FMAs with two sources in one register bank without it.
 //  - The lanes' row group g comes from lane bits 0 and 2, the column group h from bits 1, 3
 //    and 4: the lanes that read one A vector are pairs (lane, lane ^ 2) and those that read
 //    one B vector pairs (lane, lane ^ 1), the pattern for which shared memory returns a
@@ -558,11 +560,9 @@ __device__ __forceinline__ void fma_narrow_gemm(const GemmParams& p) {
 
 constexpr int kAsyncBK = 16, kAsyncStages = 4, kAsyncLD = 128 + 4;
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const float* src, bool full) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(full ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const float* src, bool full) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(full ? 4 : 0) : "memory");
+// 16 bytes into shared memory, of which the first `bytes` are read from `src`, the rest zeros.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const float* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -570,76 +570,39 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// One operand's 128 rows x 16 k of a k-tile, into [16][kAsyncLD] floats of a stage; 128
-// threads. Copies outside the operand write zeros (and read nothing: their source is the
+// One operand's 128 rows x 16 k of a k-tile (rows contiguous), into [16][kAsyncLD] floats of a
+// stage: 4 vectors per thread (128 threads). Vector v of thread t is k t / 32 + 4 v, rows
+// 4 (t % 32) .. + 3. The rows past the operand's end and the k past its end are written as
+// zeros: a copy reads only the bytes inside the operand (none: its source is then the
 // operand's first element).
-//  KMAJOR: 16 elements per thread. Element i of thread t (warp w, lane l) is row
-//    4 w + l / 8 + 16 (i % 8), k l % 8 + 8 (i / 8).
-//  otherwise: 4 vectors per thread. Vector v of thread t is k t / 32 + 4 v, rows 4 (t % 32)
-//    .. + 3 (wholly inside or outside the operand: the row count is a multiple of 4).
-template <bool KMAJOR>
 struct AsyncTileLoader {
     const float* base;
-    const float* src;     // the thread's first element or vector of the next k-tile
-    int64_t s_row, s_k;
+    const float* src;     // the thread's vector 0 of the next k-tile
+    int64_t s_k;
     uint32_t dst;         // its byte offset in the operand's part of a stage
     int k_at;             // its k within a k-tile
-    uint32_t row_ok;      // bit j: its j-th row (KMAJOR: row + 16 j) inside the operand
-    __device__ __forceinline__ AsyncTileLoader(const float* x, int64_t sr, int64_t sk, int rows, int row0, int k0, int tid)
-        : base(x), s_row(sr), s_k(sk), row_ok(0) {
-        if (KMAJOR) {
-            const int r = 4 * (tid / 32) + tid % 32 / 8, k = tid % 8;
-            src = x + int64_t(row0 + r) * s_row + k0 + k;
-            dst = uint32_t(k * kAsyncLD + r) * 4;
-            k_at = k;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) row_ok |= uint32_t(row0 + r + 16 * j < rows) << j;
-        } else {
-            const int k = tid / 32, r = 4 * (tid % 32);
-            src = x + int64_t(row0 + r) + int64_t(k0 + k) * s_k;
-            dst = uint32_t(k * kAsyncLD + r) * 4;
-            k_at = k;
-            row_ok = row0 + r < rows ? 0xffu : 0u;
-        }
+    int row_bytes;        // bytes of its 4 rows inside the operand: 16, or fewer at the end
+    __device__ __forceinline__ AsyncTileLoader(const float* x, int64_t sk, int rows, int row0, int k0, int tid)
+        : base(x), s_k(sk) {
+        const int k = tid / 32, r = 4 * (tid % 32);
+        src = x + int64_t(row0 + r) + int64_t(k0 + k) * s_k;
+        dst = uint32_t(k * kAsyncLD + r) * 4;
+        k_at = k;
+        row_bytes = 4 * max(0, min(4, rows - row0 - r));
     }
     // Issues the copies of the next k-tile into the operand's part of a stage (shared-memory
     // address `part`); `k_left`: the operand's k from this k-tile's start on.
     __device__ __forceinline__ void load(uint32_t part, int k_left) {
-        if (row_ok == 0xffu && k_left >= kAsyncBK) {   // all inside: no tests, no select
-            if (KMAJOR) {
+        const bool all = row_bytes == 16 && k_left >= kAsyncBK;
 #pragma unroll
-                for (int i = 0; i < 16; ++i)
-                    cp_async4(part + dst + uint32_t((8 * (i / 8) * kAsyncLD + 16 * (i % 8)) * 4),
-                              src + 16 * (i % 8) * s_row + 8 * (i / 8), true);
-                src += kAsyncBK;
-            } else {
-#pragma unroll
-                for (int v = 0; v < 4; ++v) cp_async16(part + dst + uint32_t(4 * v * kAsyncLD * 4), src + 4 * v * s_k, true);
-                src += kAsyncBK * s_k;
-            }
-            return;
+        for (int v = 0; v < 4; ++v) {
+            const int bytes = all ? 16 : k_at + 4 * v < k_left ? row_bytes : 0;
+            cp_async16(part + dst + uint32_t(4 * v * kAsyncLD * 4), bytes ? src + 4 * v * s_k : base, bytes);
         }
-        if (KMAJOR) {
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                const int j = i % 8, h = i / 8;
-                const bool full = (row_ok >> j & 1u) && k_at + 8 * h < k_left;
-                cp_async4(part + dst + uint32_t((8 * h * kAsyncLD + 16 * j) * 4), full ? src + 16 * j * s_row + 8 * h : base,
-                          full);
-            }
-            src += kAsyncBK;
-        } else {
-#pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                const bool full = row_ok && k_at + 4 * v < k_left;
-                cp_async16(part + dst + uint32_t(4 * v * kAsyncLD * 4), full ? src + 4 * v * s_k : base, full);
-            }
-            src += kAsyncBK * s_k;
-        }
+        src += kAsyncBK * s_k;
     }
 };
 
-template <bool A_KMAJOR, bool B_KMAJOR>
 __device__ __forceinline__ void fma_async_gemm(const GemmParams& p) {
     constexpr int BM = 128, BN = 128, BK = kAsyncBK, S = kAsyncStages, LD = kAsyncLD, THREADS = 128;
     constexpr int kStage = 2 * BK * LD;   // floats: A's part, then B's
@@ -653,8 +616,8 @@ __device__ __forceinline__ void fma_async_gemm(const GemmParams& p) {
     const int wm = (warp / 2) * 64, wn = (warp % 2) * 64, tm = 4 * g, tn = 4 * h;
     const BlockWork<float, BM, BN, BK> bw(p);
     const int ktiles = bw.w.kt_end - bw.w.kt_begin, kbase = bw.w.kt_begin * BK;
-    AsyncTileLoader<A_KMAJOR> la(bw.A, p.a_sm, p.a_sk, p.m, bw.m0, kbase, tid);
-    AsyncTileLoader<B_KMAJOR> lb(bw.B, p.b_sn, p.b_sk, p.n, bw.n0, kbase, tid);
+    AsyncTileLoader la(bw.A, p.a_sk, p.m, bw.m0, kbase, tid);
+    AsyncTileLoader lb(bw.B, p.b_sk, p.n, bw.n0, kbase, tid);
     const auto load = [&](int kt) {
         const uint32_t stage = smem_at + uint32_t((kt % S) * kStage) * 4;
         la.load(stage, p.k - kbase - kt * BK);
@@ -670,28 +633,41 @@ __device__ __forceinline__ void fma_async_gemm(const GemmParams& p) {
         if (s < ktiles) load(s);
         cp_async_commit();
     }
-    for (int kt = 0; kt < ktiles; ++kt) {
-        // k-tile kt has landed (this thread's copies; the barrier makes them everyone's), and
-        // every thread is done with the stage the next copies overwrite (read at kt - 1).
-        cp_async_wait<S - 2>();
-        __syncthreads();
-        if (kt + S - 1 < ktiles) load(kt + S - 1);
-        cp_async_commit();
-        const float* As = smem + (kt % S) * kStage;
+    // The fragments of step kk + 1 are read while step kk's FMAs run; the last step of a
+    // k-tile first waits for the next k-tile and passes the barrier, so that the next
+    // k-tile's first fragments load behind its FMAs too. The barrier also frees the stage
+    // just read, which the next iteration's copies overwrite.
+    float a[2][16], b[2][8];
+    const auto frags = [&](float (&fa)[16], float (&fb)[8], int kt, int kk) {
+        const float* As = smem + (kt % S) * kStage + kk * LD;
         const float* Bs = As + BK * LD;
 #pragma unroll
+        for (int c = 0; c < 4; ++c) *reinterpret_cast<float4*>(&fa[4 * c]) = *reinterpret_cast<const float4*>(As + wm + 16 * c + tm);
+#pragma unroll
+        for (int c = 0; c < 2; ++c) *reinterpret_cast<float4*>(&fb[4 * c]) = *reinterpret_cast<const float4*>(Bs + wn + 32 * c + tn);
+    };
+    cp_async_wait<S - 2>();
+    __syncthreads();
+    if (ktiles > 0) frags(a[0], b[0], 0, 0);
+    for (int kt = 0; kt < ktiles; ++kt) {
+        if (kt + S - 1 < ktiles) load(kt + S - 1);
+        cp_async_commit();
+#pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
-            float a[16], b[8];
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-                *reinterpret_cast<float4*>(&a[4 * c]) = *reinterpret_cast<const float4*>(As + kk * LD + wm + 16 * c + tm);
-#pragma unroll
-            for (int c = 0; c < 2; ++c)
-                *reinterpret_cast<float4*>(&b[4 * c]) = *reinterpret_cast<const float4*>(Bs + kk * LD + wn + 32 * c + tn);
+            if (kk + 1 < BK) {
+                frags(a[(kk + 1) % 2], b[(kk + 1) % 2], kt, kk + 1);
+            } else if (kt + 1 < ktiles) {
+                cp_async_wait<S - 2>();
+                __syncthreads();
+                frags(a[0], b[0], kt + 1, 0);
+            }
 #pragma unroll
             for (int i = 0; i < 16; ++i)
 #pragma unroll
-                for (int j = 0; j < 8; ++j) acc[i][j ^ 1] = fmaf(a[i], b[j], acc[i][j ^ 1]);
+                for (int jj = 0; jj < 8; ++jj) {
+                    const int j = i % 2 ? 7 - jj : jj;   // serpentine: each row's first B is the last one's
+                    acc[i][j ^ 1] = fmaf(a[kk % 2][i], b[kk % 2][j], acc[i][j ^ 1]);
+                }
         }
     }
     cp_async_wait<0>();
@@ -732,15 +708,10 @@ KILN_MMA_KERNEL(TF32, tf32, 64, 64, 2, 2)
 extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_128x128(const GemmParams p) {
     fma_gemm<128, 128>(p);
 }
-// The cp.async tiles (fma_async_gemm): A K-major (k) or M-major (t), B K-major (k) or N-major (t).
-#define KILN_FMA_ASYNC_KERNEL(name, A_KMAJOR, B_KMAJOR)                                                  \
-    extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_##name##_128x128(const GemmParams p) { \
-        fma_async_gemm<A_KMAJOR, B_KMAJOR>(p);                                                          \
-    }
-KILN_FMA_ASYNC_KERNEL(kk, true, true)
-KILN_FMA_ASYNC_KERNEL(kt, true, false)
-KILN_FMA_ASYNC_KERNEL(tk, false, true)
-KILN_FMA_ASYNC_KERNEL(tt, false, false)
+// The cp.async tile (fma_async_gemm): A M-major, B N-major.
+extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_tt_128x128(const GemmParams p) {
+    fma_async_gemm(p);
+}
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_fma_f32_256x16(const GemmParams p) {
     fma_narrow_gemm<256, 16>(p);
 }

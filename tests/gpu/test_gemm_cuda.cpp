@@ -282,63 +282,64 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
     }
 }
 
-TEST_CASE("gpu gemm: the float32 cp.async FMA kernels: every layout, tile and stage edges, refusals, splits") {
+TEST_CASE("gpu gemm: the float32 cp.async FMA kernel: tile and stage edges, refusals, splits, operand copies") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
     uint32_t seed = 900;
-    // M, N and K on and off the tile's 128 and the stage's 16 (K = 4: one partial stage; K =
-    // 1003: 63 stages wrapping the 4-stage ring). Rows-contiguous operands (A^T's M, B's N)
-    // need row counts that are multiples of 4; k-contiguous ones take any size.
-    const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1},      {7, 9, 13},      {4, 4, 4},    {132, 260, 68},
-                                                       {300, 256, 1003}, {129, 132, 36}, {256, 128, 16}, {8, 516, 20}};
+    const std::string kernel = "kiln_gemm_fma_f32_tt_128x128";
+    // A M-major (A^T), B N-major. M, N and K on and off the tile's 128, the stage's 16 and the
+    // copies' 4 rows (K = 4: one partial stage; K = 1003: 63 stages wrapping the 4-stage ring).
+    // (1 x K or K x 1 operands read as K-major: a size-1 dimension's stride says nothing.)
+    const std::vector<std::array<int64_t, 3>> sizes = {{2, 3, 1},      {7, 9, 13},       {4, 4, 4},      {129, 130, 67},
+                                                       {132, 260, 68}, {301, 257, 1003}, {256, 128, 16}, {8, 518, 20}};
     int variant = 0;
-    std::map<std::string, int> ran;
-    for (int layout = 0; layout < 4; ++layout) {
-        const bool ta = layout & 1, tb = layout & 2;   // A^T: M-major A; B^T: K-major B
-        const std::string kernel = std::string("kiln_gemm_fma_f32_") + (ta ? 't' : 'k') + (tb ? 'k' : 't') + "_128x128";
-        for (auto [m, n, k] : sizes) {
-            if ((ta && m % 4 != 0) || (!tb && n % 4 != 0)) continue;
-            for (int v = 0; v < 4; ++v) {
-                Case cs{m, n, k, ta, tb, 8, true, epilogue_variant(variant++), DType::Float32};
-                INFO(kernel << " " << m << "x" << n << "x" << k);
-                REQUIRE(run_case(ctx, cs, DType::Float32, kernel, seed++));
-                ++ran[kernel];
-            }
-        }
-        // Leading dimensions with no alignment: element copies for K-major operands.
-        if (!ta && tb) {
-            Case cs{131, 67, 74, ta, tb, 1, false, epilogue_variant(3), DType::Float32};
+    for (auto [m, n, k] : sizes)
+        for (int v = 0; v < 4; ++v) {
+            Case cs{m, n, k, true, false, 8, true, epilogue_variant(variant++), DType::Float32};
+            INFO(m << "x" << n << "x" << k);
             REQUIRE(run_case(ctx, cs, DType::Float32, kernel, seed++));
         }
-    }
-    CHECK(ran.size() == 4);
-    // Refused: rows-contiguous operands whose row count is not a multiple of 4, or whose rows
-    // are not 16 bytes apart.
+    // Refused: K-major A or B, rows not 16 bytes apart.
     const DotOptions plain;
-    CHECK_FALSE(run_case(ctx, Case{132, 258, 68, false, false, 8, true, plain, DType::Float32}, DType::Float32,
-                         "kiln_gemm_fma_f32_kt_128x128", seed++));
-    CHECK_FALSE(run_case(ctx, Case{130, 260, 68, true, false, 8, true, plain, DType::Float32}, DType::Float32,
-                         "kiln_gemm_fma_f32_tt_128x128", seed++));
-    CHECK_FALSE(run_case(ctx, Case{132, 260, 68, false, false, 1, false, plain, DType::Float32}, DType::Float32,
-                         "kiln_gemm_fma_f32_kt_128x128", seed++));
-    CHECK_FALSE(run_case(ctx, Case{132, 260, 68, true, true, 1, false, plain, DType::Float32}, DType::Float32,
-                         "kiln_gemm_fma_f32_tk_128x128", seed++));
+    for (const Case& cs : {Case{132, 260, 68, false, false, 8, true, plain, DType::Float32},
+                           Case{132, 260, 68, true, true, 8, true, plain, DType::Float32},
+                           Case{132, 260, 68, true, false, 1, false, plain, DType::Float32}}) {
+        INFO(cs.m << "x" << cs.n << " A^T " << cs.ta << " B^T " << cs.tb << " pad " << cs.pad);
+        CHECK_FALSE(run_case(ctx, cs, DType::Float32, kernel, seed++));
+    }
     // Global k slices (the last one ends inside a stage), with leaky ReLU, bias, beta and bsum.
     setenv("KILN_GEMM_SPLITS", "4", 1);
-    Case split{256, 132, 1000, false, false, 8, true, epilogue_variant(3), DType::Float32};
-    const bool ran_split = run_case(ctx, split, DType::Float32, "kiln_gemm_fma_f32_kt_128x128", seed++);
+    const bool ran_split =
+        run_case(ctx, Case{256, 132, 1000, true, false, 8, true, epilogue_variant(3), DType::Float32}, DType::Float32, kernel, seed++);
     unsetenv("KILN_GEMM_SPLITS");
     CHECK(ran_split);
-    // The selector's choice by layout; the staged kernel where neither copy applies.
-    Tensor A = ctx.zeros({2048, 64}, DType::Float32), B = ctx.zeros({64, 1024}, DType::Float32);
-    Tensor C = ctx.zeros({2048, 1024}, DType::Float32);
-    Tensor At = ctx.zeros({64, 2048}, DType::Float32), Bt = ctx.zeros({1024, 64}, DType::Float32);
-    CHECK(gemm::selected_kernel(A, B, C) == "kiln_gemm_fma_f32_kt_128x128");
-    CHECK(gemm::selected_kernel(At.T(), B, C) == "kiln_gemm_fma_f32_tt_128x128");
-    CHECK(gemm::selected_kernel(A, Bt.T(), C) == "kiln_gemm_fma_f32_kk_128x128");
-    CHECK(gemm::selected_kernel(At.T(), Bt.T(), C) == "kiln_gemm_fma_f32_tk_128x128");
-    Tensor At_unaligned = ctx.zeros({64, 2049}, DType::Float32).slice({Slice::all(), Slice::range(0, 2048)});
-    CHECK(gemm::selected_kernel(At_unaligned.T(), B, C) == "kiln_gemm_fma_f32_128x128");
+    // Rule 5: operands in other layouts (K-major, unaligned rows) copied rows-major, on every
+    // layout (K long enough that the cp.async kernel's splits match the staged kernel's).
+    setenv("KILN_GEMM_COPY", "always", 1);
+    for (int layout = 0; layout < 4; ++layout)
+        for (int64_t pad : {3, 8}) {
+            Case cs{259, 258, 1024, bool(layout & 1), bool(layout & 2), pad, pad == 8, epilogue_variant(layout), DType::Float32};
+            REQUIRE(run_case(ctx, cs, DType::Float32, "", seed++));
+            Tensor A = operand(ctx, cs.m, cs.k, cs.ta, cs.pad, cs.align, DType::Float32, 1);
+            Tensor B = operand(ctx, cs.k, cs.n, cs.tb, cs.pad, cs.align, DType::Float32, 2);
+            Tensor C = ctx.zeros({cs.m, cs.n}, DType::Float32);
+            const std::string chosen = gemm::selected_kernel(A, B, C);
+            INFO(chosen << ", layout " << layout << ", pad " << pad);
+            CHECK(chosen.find(kernel) == 0);
+            CHECK((chosen.find("copied") != std::string::npos) == (layout != 1 || pad == 3));
+        }
+    unsetenv("KILN_GEMM_COPY");
+    // Without the override: a product large enough copies A (nn), a small one does not.
+    Tensor A = ctx.zeros({4096, 512}, DType::Float32), B = ctx.zeros({512, 4096}, DType::Float32);
+    Tensor C = ctx.zeros({4096, 4096}, DType::Float32);
+    CHECK(gemm::selected_kernel(A, B, C) == kernel + " (copied A)");
+    Tensor As = ctx.zeros({256, 256}, DType::Float32), Bs = ctx.zeros({256, 256}, DType::Float32);
+    Tensor Cs = ctx.zeros({256, 256}, DType::Float32);
+    CHECK(gemm::selected_kernel(As, Bs, Cs).find("kiln_gemm_fma_f32_128x128") == 0);
+    // A forced staged kernel runs on the operands as they are.
+    setenv("KILN_GEMM_KERNEL", "kiln_gemm_fma_f32_128x128", 1);
+    CHECK(gemm::selected_kernel(A, B, C) == "kiln_gemm_fma_f32_128x128");
+    unsetenv("KILN_GEMM_KERNEL");
 }
 
 TEST_CASE("gpu gemm: K = 0, C overlapping A, stochastic rounding, and a kernel that cannot run the problem") {

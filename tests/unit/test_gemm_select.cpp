@@ -49,7 +49,7 @@ TEST_CASE("gemm selector: paths by architecture, dtype and operand layout (rule 
 
     // float32: exact on the FMA units unless tf32 is allowed; wgmma tf32 needs K-major operands.
     pr = h100(4096, 4096, 4096, kF32);
-    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_kt_128x128");
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_128x128");
     pr.tf32 = true;
     CHECK(select_gemm(pr).entry == "kiln_gemm_mma_tf32_128x128");
     pr.b_kmajor = true;
@@ -60,45 +60,56 @@ TEST_CASE("gemm selector: paths by architecture, dtype and operand layout (rule 
     for (const GemmKernel& k : gemm_candidates(pr)) CHECK(k.path != GemmPath::Wgmma);
 }
 
-TEST_CASE("gemm selector: float32 operands through cp.async, k-contiguous or aligned rows (rule 1)") {
+TEST_CASE("gemm selector: float32 operands through cp.async when rows-contiguous and aligned (rules 1 and 5)") {
     unsetenv("KILN_GEMM_KERNEL");
     unsetenv("KILN_GEMM_SPLITS");
+    unsetenv("KILN_GEMM_COPY");
     GemmProblem pr = h100(4096, 4096, 4096, kF32);
+    pr.a_kmajor = false;   // A^T: M-major A; B N-major
     CHECK(fma_async_ok(pr));
-    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_kt_128x128");
-    CHECK(select_gemm(pr).bk == 16);
-    pr.a_kmajor = false;   // A^T: M-major A
     CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_tt_128x128");
-    pr.b_kmajor = true;    // and B^T
-    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_tk_128x128");
-    pr.a_kmajor = true;
-    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_kk_128x128");
-    // K-major operands are copied element by element: any size, any stride.
-    pr = h100(4095, 4093, 4099, kF32);
+    CHECK(select_gemm(pr).bk == 16);
+    // K-major operands or unaligned rows: the staged kernel.
+    CHECK_FALSE(fma_async_ok(h100(4096, 4096, 4096, kF32)));
+    CHECK(select_gemm(h100(4096, 4096, 4096, kF32)).entry == "kiln_gemm_fma_f32_128x128");
     pr.b_kmajor = true;
-    pr.a_tma = pr.b_tma = false;
-    CHECK(fma_async_ok(pr));
-    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_kk_128x128");
-    // Rows-contiguous operands need whole 16-byte vectors: aligned, row counts multiples of 4.
-    pr = h100(4098, 4096, 4096, kF32);
+    CHECK_FALSE(fma_async_ok(pr));
+    pr = h100(4097, 4095, 4093, kF32);   // any sizes: copies at the ends read what is inside
     pr.a_kmajor = false;
-    CHECK_FALSE(fma_async_ok(pr));
-    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_128x128");
-    pr = h100(4096, 4094, 4096, kF32);
-    CHECK_FALSE(fma_async_ok(pr));
+    CHECK(fma_async_ok(pr));
     pr = h100(4096, 4096, 4096, kF32);
+    pr.a_kmajor = false;
     pr.b_tma = false;
     CHECK_FALSE(fma_async_ok(pr));
     CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_128x128");
-    CHECK_FALSE(fma_async_ok(h100(4096, 4096, 4096, kF16)));
+    pr.b_tma = true;
+    pr.dtype = kF16;
+    CHECK_FALSE(fma_async_ok(pr));
+    // Rule 5: a copy into that layout pays on large products, not on small ones.
+    const auto flops = [](double m, double n, double k) { return 2 * m * n * k; };
+    CHECK(fma_copy_pays(4.0 * 4096 * 4096, flops(4096, 4096, 4096)));
+    CHECK(fma_copy_pays(4.0 * 1760 * 1760, flops(1760, 7000, 1760)));
+    CHECK_FALSE(fma_copy_pays(4.0 * 1760 * 1760, flops(1760, 128, 1760)));
+    CHECK_FALSE(fma_copy_pays(4.0 * 512 * 512 * 2, flops(512, 512, 512)));
+    setenv("KILN_GEMM_COPY", "always", 1);
+    CHECK(fma_copy_pays(4.0 * 512 * 512 * 2, flops(512, 512, 512)));
+    setenv("KILN_GEMM_COPY", "never", 1);
+    CHECK_FALSE(fma_copy_pays(4.0 * 4096 * 4096, flops(4096, 4096, 4096)));
+    unsetenv("KILN_GEMM_COPY");
     // Narrow products keep the 256 x 16 tile; small grids split k as before.
-    CHECK(select_gemm(h100(7680, 16, 2560, kF32)).entry == "kiln_gemm_fma_f32_256x16");
-    const GemmKernel k = select_gemm(h100(1760, 128, 1760, kF32));
-    CHECK(k.entry == "kiln_gemm_fma_f32_kt_128x128");
+    pr = h100(7680, 16, 2560, kF32);
+    pr.a_kmajor = false;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_256x16");
+    pr = h100(1760, 128, 1760, kF32);
+    pr.a_kmajor = false;
+    const GemmKernel k = select_gemm(pr);
+    CHECK(k.entry == "kiln_gemm_fma_f32_tt_128x128");
     CHECK(k.splits > 1);
     // KILN_GEMM_KERNEL names the staged kernel for problems the cp.async one runs too.
     setenv("KILN_GEMM_KERNEL", "kiln_gemm_fma_f32_128x128", 1);
-    CHECK(select_gemm(h100(4096, 4096, 4096, kF32)).entry == "kiln_gemm_fma_f32_128x128");
+    pr = h100(4096, 4096, 4096, kF32);
+    pr.a_kmajor = false;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_128x128");
     unsetenv("KILN_GEMM_KERNEL");
 }
 
@@ -114,8 +125,8 @@ TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, 
     CHECK(select_gemm(h100(3072, 128, 1024, kBF16)).entry == "kiln_gemm_wg_bf16_kt_64_c1_s8");
     // float32: the 256 x 16 FMA tile for 16 columns, the 128 x 128 one from 128 on.
     CHECK(select_gemm(h100(7680, 16, 2560, kF32)).entry == "kiln_gemm_fma_f32_256x16");
-    CHECK(select_gemm(h100(4096, 128, 4096, kF32)).entry == "kiln_gemm_fma_f32_kt_128x128");
-    CHECK(select_gemm(h100(8192, 8192, 8192, kF32)).entry == "kiln_gemm_fma_f32_kt_128x128");
+    CHECK(select_gemm(h100(4096, 128, 4096, kF32)).entry == "kiln_gemm_fma_f32_128x128");
+    CHECK(select_gemm(h100(8192, 8192, 8192, kF32)).entry == "kiln_gemm_fma_f32_128x128");
     // tf32 allowed but no wgmma (B N-major): narrow products take the exact narrow FMA tile,
     // wider ones mma.sync tf32.
     GemmProblem pr = h100(1760, 16, 1760, kF32);
