@@ -289,8 +289,8 @@ TEST_CASE("gpu gemm: the float32 cp.async FMA kernel: tile and stage edges, refu
     const std::string kernel = "kiln_gemm_fma_f32_tt_128x128";
     // A M-major (A^T), B N-major. M, N and K on and off the tile's 128, the stage's 16 and the
     // copies' 4 rows (K = 4: one partial stage; K = 1003: 63 stages wrapping the 4-stage ring).
-    // (1 x K or K x 1 operands read as K-major: a size-1 dimension's stride says nothing.)
-    const std::vector<std::array<int64_t, 3>> sizes = {{2, 3, 1},      {7, 9, 13},       {4, 4, 4},      {129, 130, 67},
+    // (No size-1 dimension in A: its stride says nothing, and A would read as K-major.)
+    const std::vector<std::array<int64_t, 3>> sizes = {{3, 5, 2},      {7, 9, 13},       {4, 4, 4},      {129, 130, 67},
                                                        {132, 260, 68}, {301, 257, 1003}, {256, 128, 16}, {8, 518, 20}};
     int variant = 0;
     for (auto [m, n, k] : sizes)
