@@ -293,12 +293,13 @@ TEST_CASE("gpu gemm: the float32 cp.async FMA kernel: tile and stage edges, refu
     const std::vector<std::array<int64_t, 3>> sizes = {{3, 5, 2},      {7, 9, 13},       {4, 4, 4},      {129, 130, 67},
                                                        {132, 260, 68}, {301, 257, 1003}, {256, 128, 16}, {8, 518, 20}};
     int variant = 0;
-    for (auto [m, n, k] : sizes)
-        for (int v = 0; v < 4; ++v) {
-            Case cs{m, n, k, true, false, 8, true, epilogue_variant(variant++), DType::Float32};
-            INFO(m << "x" << n << "x" << k);
-            REQUIRE(run_case(ctx, cs, DType::Float32, kernel, seed++));
-        }
+    for (const std::string entry : {kernel, kernel + "_u8"})
+        for (auto [m, n, k] : sizes)
+            for (int v = 0; v < 4; ++v) {
+                Case cs{m, n, k, true, false, 8, true, epilogue_variant(variant++), DType::Float32};
+                INFO(entry << " " << m << "x" << n << "x" << k);
+                REQUIRE(run_case(ctx, cs, DType::Float32, entry, seed++));
+            }
     // Refused: K-major A or B, rows not 16 bytes apart.
     const DotOptions plain;
     for (const Case& cs : {Case{132, 260, 68, false, false, 8, true, plain, DType::Float32},
@@ -309,8 +310,8 @@ TEST_CASE("gpu gemm: the float32 cp.async FMA kernel: tile and stage edges, refu
     }
     // Global k slices (the last one ends inside a stage), with leaky ReLU, bias, beta and bsum.
     setenv("KILN_GEMM_SPLITS", "4", 1);
-    const bool ran_split =
-        run_case(ctx, Case{256, 132, 1000, true, false, 8, true, epilogue_variant(3), DType::Float32}, DType::Float32, kernel, seed++);
+    const bool ran_split = run_case(ctx, Case{256, 132, 1000, true, false, 8, true, epilogue_variant(3), DType::Float32},
+                                    DType::Float32, kernel + "_u8", seed++);
     unsetenv("KILN_GEMM_SPLITS");
     CHECK(ran_split);
     // Rule 5: operands in other layouts (K-major, unaligned rows) copied rows-major, on every

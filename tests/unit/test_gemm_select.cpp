@@ -100,11 +100,18 @@ TEST_CASE("gemm selector: float32 operands through cp.async when rows-contiguous
     pr = h100(7680, 16, 2560, kF32);
     pr.a_kmajor = false;
     CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_256x16");
+    // One block per SM (a narrow product split along k): the variant with the shorter loop body.
     pr = h100(1760, 128, 1760, kF32);
     pr.a_kmajor = false;
     const GemmKernel k = select_gemm(pr);
-    CHECK(k.entry == "kiln_gemm_fma_f32_tt_128x128");
+    CHECK(k.entry == "kiln_gemm_fma_f32_tt_128x128_u8");
     CHECK(k.splits > 1);
+    pr = h100(4096, 128, 4096, kF32);
+    pr.a_kmajor = false;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_tt_128x128_u8");
+    pr = h100(8192, 8192, 8192, kF32);
+    pr.a_kmajor = false;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_fma_f32_tt_128x128");
     // KILN_GEMM_KERNEL names the staged kernel for problems the cp.async one runs too.
     setenv("KILN_GEMM_KERNEL", "kiln_gemm_fma_f32_128x128", 1);
     pr = h100(4096, 4096, 4096, kF32);
