@@ -552,7 +552,7 @@ __device__ __forceinline__ void fma_narrow_gemm(const GemmParams& p) {
 //    different register banks as B's swap did; finish_tile un-swaps the staged tile.
 //  - Each row's FMAs run over the columns in a serpentine (even rows left to right, odd rows
 //    right to left), so consecutive FMAs share a register at the row changes too: the
-//    compiler's code had 1.5x as many FMAs with two sources in one register bank without it.
+//    compiler's code had 1.3-1.4x as many FMAs with two sources in one register bank without it.
 //  - The lanes' row group g comes from lane bits 0 and 2, the column group h from bits 1, 3
 //    and 4: the lanes that read one A vector are pairs (lane, lane ^ 2) and those that read
 //    one B vector pairs (lane, lane ^ 1), the pattern for which shared memory returns a
