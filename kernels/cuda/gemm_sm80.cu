@@ -406,6 +406,23 @@ struct FmaPipe {
     }
 };
 
+// The 128 x 128 FMA kernels' epilogue, once the stages are free: the thread's 16 x 8 results
+// (rows r0 + 16 (i / 4) + i % 4, columns c0 + 32 j + (0..3) in acc[i][4 j .. 4 j + 3], each
+// pair of columns swapped with PAIRS_SWAPPED) staged as the tile, then finish_tile and bsum.
+template <int BM, int BN, int THREADS, bool PAIRS_SWAPPED, class Work>
+__device__ __forceinline__ void fma_epilogue(const GemmParams& p, const Work& bw, float* tile, const float (&acc)[16][8],
+                                             int r0, int c0, int tid) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            *reinterpret_cast<float4*>(tile + (r0 + 16 * (i / 4) + i % 4) * tile_ld(BN) + c0 + 32 * j) =
+                make_float4(acc[i][4 * j], acc[i][4 * j + 1], acc[i][4 * j + 2], acc[i][4 * j + 3]);
+    __syncthreads();
+    finish_tile<BM, BN, THREADS, PAIRS_SWAPPED>(p, tile, bw.m0, bw.n0, bw.tile.n, bw.w.zc, tid);
+    if (p.flags & kBsum) bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
+}
+
 template <int BM, int BN>
 __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
     constexpr int BK = kFmaBK, THREADS = (BM / 64) * (BN / 64) * 32;
@@ -468,17 +485,7 @@ __device__ __forceinline__ void fma_gemm(const GemmParams& p) {
     }
     __syncthreads();   // the epilogue's tile overlays the stages
 
-    // Row wm + 16 (i / 4) + tm + i % 4, columns wn + 32 j + tn + (0..3) hold acc[i][4 j .. 4 j + 3].
-    float* tile = reinterpret_cast<float*>(smem_raw);
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-            *reinterpret_cast<float4*>(tile + (wm + 16 * (i / 4) + tm + i % 4) * tile_ld(BN) + wn + 32 * j + tn) =
-                make_float4(acc[i][4 * j], acc[i][4 * j + 1], acc[i][4 * j + 2], acc[i][4 * j + 3]);
-    __syncthreads();
-    finish_tile<BM, BN, THREADS>(p, tile, bw.m0, bw.n0, bw.tile.n, bw.w.zc, tid);
-    if (p.flags & kBsum) bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
+    fma_epilogue<BM, BN, THREADS, false>(p, bw, reinterpret_cast<float*>(smem_raw), acc, wm + tm, wn + tn, tid);
 }
 
 // Narrow products (N of 8 to 32: GEMV-like, bound by reading A): 256 x 16 tiles, each thread
@@ -683,16 +690,7 @@ __device__ __forceinline__ void fma_async_gemm(const GemmParams& p) {
     __syncthreads();   // the epilogue's tile overlays the stages
 
     // Slot p of a quad holds column p ^ 1: the staged tile has its columns swapped in pairs.
-    float* tile = smem;
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-#pragma unroll
-        for (int c = 0; c < 2; ++c)
-            *reinterpret_cast<float4*>(tile + (wm + 16 * (i / 4) + tm + i % 4) * tile_ld(BN) + wn + 32 * c + tn) =
-                make_float4(acc[i][4 * c], acc[i][4 * c + 1], acc[i][4 * c + 2], acc[i][4 * c + 3]);
-    __syncthreads();
-    finish_tile<BM, BN, THREADS, true>(p, tile, bw.m0, bw.n0, bw.tile.n, bw.w.zc, tid);
-    if (p.flags & kBsum) bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
+    fma_epilogue<BM, BN, THREADS, true>(p, bw, smem, acc, wm + tm, wn + tn, tid);
 }
 
 } // namespace kiln::gemm
