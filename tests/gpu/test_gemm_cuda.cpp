@@ -329,6 +329,19 @@ TEST_CASE("gpu gemm: the float32 cp.async FMA kernel: tile and stage edges, refu
             CHECK(chosen.find(kernel) == 0);
             CHECK((chosen.find("copied") != std::string::npos) == (layout != 1 || pad == 3));
         }
+    // A batch: each entry of a K-major A copied M-major (B shared), one launch for the product.
+    {
+        const int64_t batch = 3, M = 130, N = 196, K = 72;
+        Tensor A = ctx.array(random_floats(batch * M * K, 61), {batch, M, K}, DType::Float32);
+        Tensor B = ctx.array(random_floats(K * N, 62), {K, N}, DType::Float32);
+        Tensor C = ctx.zeros({batch, M, N}, DType::Float32);
+        CHECK(gemm::selected_kernel(A, B, C) == kernel + "_u8 (copied A)");
+        batched_dot(A, B, C);
+        for (int64_t i = 0; i < batch; ++i) {
+            Tensor zero = ctx.zeros({M, N}, DType::Float32);
+            CHECK(check_against_reference(A[i], B, zero, C[i], DotOptions{}, 0, acc_eps(DType::Float32, false)) <= 1.0);
+        }
+    }
     unsetenv("KILN_GEMM_COPY");
     // Without the override: a product large enough copies A (nn), a small one does not.
     Tensor A = ctx.zeros({4096, 512}, DType::Float32), B = ctx.zeros({512, 4096}, DType::Float32);
