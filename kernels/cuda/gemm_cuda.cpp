@@ -222,7 +222,7 @@ Staging staging(const Tensor& A, const Tensor& B, const Tensor& C, bool need_kma
         const bool a_ok = !pr.a_kmajor && pr.a_tma, b_ok = !pr.b_kmajor && pr.b_tma;
         if (a_ok && b_ok) return {};
         const double bytes = 4.0 * ((a_ok ? 0 : double(A.size())) + (b_ok ? 0 : double(B.size())));
-        if (!fma_copy_pays(bytes, flops)) return {};
+        if (!fma_copy_pays(bytes, flops, /*element_loads=*/!pr.a_tma || !pr.b_tma)) return {};
         pr.a_kmajor = pr.b_kmajor = false;
         pr.a_tma = pr.b_tma = true;
         const char* forced = std::getenv("KILN_GEMM_KERNEL");

@@ -101,9 +101,10 @@ bool fma_async_ok(const GemmProblem& pr) {
     return pr.dtype == kF32 && !pr.a_kmajor && pr.a_tma && !pr.b_kmajor && pr.b_tma;
 }
 
-bool fma_copy_pays(double bytes, double flops) {
+bool fma_copy_pays(double bytes, double flops, bool element_loads) {
     if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
-    return 2 * bytes / 3e12 + 3e-6 < 0.05 * flops / 45e12;
+    const double copy = 2 * bytes / 3e12 + 3e-6;
+    return element_loads ? copy < flops / 10e12 : copy < 0.05 * flops / 45e12;
 }
 
 std::string describe(const GemmKernel& k) {

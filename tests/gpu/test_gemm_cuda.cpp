@@ -350,6 +350,11 @@ TEST_CASE("gpu gemm: the float32 cp.async FMA kernel: tile and stage edges, refu
     Tensor As = ctx.zeros({256, 256}, DType::Float32), Bs = ctx.zeros({256, 256}, DType::Float32);
     Tensor Cs = ctx.zeros({256, 256}, DType::Float32);
     CHECK(gemm::selected_kernel(As, Bs, Cs).find("kiln_gemm_fma_f32_128x128") == 0);
+    // Operands the staged kernel would read element by element (rows not 16 bytes apart):
+    // copied where the copies cost less than the product at 10 TFLOP/s.
+    Tensor Au = ctx.zeros({4096, 37}, DType::Float32).slice({Slice::all(), Slice::range(0, 35)});
+    Tensor Bu = ctx.zeros({4096, 8457}, DType::Float32), Cu = ctx.zeros({35, 8457}, DType::Float32);
+    CHECK(gemm::selected_kernel(Au.T(), Bu, Cu) == kernel + "_u8 (copied A B)");
     // A forced staged kernel runs on the operands as they are.
     setenv("KILN_GEMM_KERNEL", "kiln_gemm_fma_f32_128x128", 1);
     CHECK(gemm::selected_kernel(A, B, C) == "kiln_gemm_fma_f32_128x128");

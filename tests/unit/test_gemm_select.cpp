@@ -91,6 +91,10 @@ TEST_CASE("gemm selector: float32 operands through cp.async when rows-contiguous
     CHECK(fma_copy_pays(4.0 * 1760 * 1760, flops(1760, 7000, 1760)));
     CHECK_FALSE(fma_copy_pays(4.0 * 1760 * 1760, flops(1760, 128, 1760)));
     CHECK_FALSE(fma_copy_pays(4.0 * 512 * 512 * 2, flops(512, 512, 512)));
+    // Operands the register-staged kernel would read element by element: copies pay sooner.
+    CHECK_FALSE(fma_copy_pays(4.0 * (35 * 4096 + 4096 * 8457), flops(35, 8457, 4096)));
+    CHECK(fma_copy_pays(4.0 * (35 * 4096 + 4096 * 8457), flops(35, 8457, 4096), true));
+    CHECK_FALSE(fma_copy_pays(4.0 * (1003 * 130 + 130 * 70), flops(1003, 70, 130), true));
     setenv("KILN_GEMM_COPY", "always", 1);
     CHECK(fma_copy_pays(4.0 * 512 * 512 * 2, flops(512, 512, 512)));
     setenv("KILN_GEMM_COPY", "never", 1);
