@@ -107,9 +107,9 @@ bool fma_async_ok(const GemmProblem& pr);
 // Rule 5 for exact float32: whether copying operands of `bytes` bytes in all into the layout
 // fma_async_ok asks for pays, for a product of `flops`: when the copies (read and written at
 // 3 TB/s after ~3 us of launch) take under 5% of the product at 45 TFLOP/s. On the H100 the
-// cp.async kernel ran 1.14x as fast as the register-staged one at 4096^3 (47.0 against 41.2
-// TFLOP/s); the copy of a 4096^2 operand costs about 1.5% of that product; on small products
-// copies made it slower (1760x128x1760 17.5 -> 15.7 TFLOP/s). `element_loads`: the
+// cp.async kernel ran 1.14x as fast as the register-staged one at 4096^3 with A^T (47.0
+// against 41.2 TFLOP/s); the copy of a 4096^2 operand costs about 1.5% of that product; on
+// small products copies made it slower (1760x128x1760 17.5 -> 15.7 TFLOP/s). `element_loads`: the
 // register-staged kernel would read an operand element by element (not 16-byte aligned);
 // then the copies pay when they take less than the product at 10 TFLOP/s (35x8457x4096 A^T,
 // both operands' rows unaligned: 2.7 TFLOP/s as they are, 4.3 with both copied).
