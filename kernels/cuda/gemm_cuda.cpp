@@ -124,6 +124,9 @@ GemmKernel selection(const GemmProblem& pr) {
     return it->second;
 }
 
+// Whether operand x (A: (.., M, K), B: (.., K, N)) has k stride 1.
+bool is_kmajor(const Mat& x, bool is_a) { return is_a ? x.s_col == 1 : x.s_row == 1; }
+
 GemmProblem problem_of(const Tensor& A, const Tensor& C, const Mat& a, const Mat& b, const cuda::CudaBackend& be) {
     const int r = C.rank();
     const size_t es = dtype_size(A.dtype());
@@ -132,8 +135,8 @@ GemmProblem problem_of(const Tensor& A, const Tensor& C, const Mat& a, const Mat
     pr.batch = r == 3 ? C.shape()[0] : 1;
     pr.dtype = gemm_dtype(A.dtype());
     pr.tf32 = A.dtype() == DType::Float32 && C.context().allow_tf32();
-    pr.a_kmajor = a.s_col == 1;
-    pr.b_kmajor = b.s_row == 1;
+    pr.a_kmajor = is_kmajor(a, true);
+    pr.b_kmajor = is_kmajor(b, false);
     pr.a_tma = tma_ok(a, /*rows_contiguous=*/!pr.a_kmajor, es);
     pr.b_tma = tma_ok(b, /*rows_contiguous=*/pr.b_kmajor, es);
     pr.sm = be.info().sm;
@@ -162,7 +165,7 @@ Tensor swap_last(const Tensor& t) {
 // needs K-major.
 bool wgmma_readable(const Tensor& X, bool is_a, bool need_kmajor) {
     const Mat x = mat(X);
-    const bool kmajor = is_a ? x.s_col == 1 : x.s_row == 1;
+    const bool kmajor = is_kmajor(x, is_a);
     return tma_ok(x, /*rows_contiguous=*/is_a ? !kmajor : kmajor, dtype_size(X.dtype())) && (kmajor || !need_kmajor);
 }
 
@@ -173,7 +176,7 @@ bool wgmma_readable(const Tensor& X, bool is_a, bool need_kmajor) {
 // 1760x7000x1760) cost nothing measurable: copying that A made the product slower.
 bool mn_rows_unaligned(const Tensor& X, bool is_a) {
     const Mat x = mat(X);
-    const bool kmajor = is_a ? x.s_col == 1 : x.s_row == 1;
+    const bool kmajor = is_kmajor(x, is_a);
     if (kmajor) return false;
     const int64_t es = int64_t(dtype_size(X.dtype()));
     const int64_t stride = is_a ? x.s_col : x.s_row;   // between rows of k
@@ -238,17 +241,12 @@ Staging staging(const Tensor& A, const Tensor& B, const Tensor& C, bool need_kma
     return st;
 }
 
-bool is_kmajor(const Tensor& X, bool is_a) {
-    const Mat x = mat(X);
-    return is_a ? x.s_col == 1 : x.s_row == 1;
-}
-
 // X copied into a fresh buffer with rows 128 bytes apart, K-major or rows-major (M-major A,
 // N-major B) as `to_kmajor` says; the view of it that stands for X.
 Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBackend& be) {
     const size_t es = dtype_size(X.dtype());
     const Mat x = mat(X);
-    const bool kmajor = is_kmajor(X, is_a);
+    const bool kmajor = is_kmajor(x, is_a);
     const int r = X.rank();
     const int64_t rows = is_a ? X.shape()[r - 2] : X.shape()[r - 1], k = is_a ? X.shape()[r - 1] : X.shape()[r - 2];
     const int64_t inner = to_kmajor ? k : rows, outer = to_kmajor ? rows : k;
@@ -287,7 +285,7 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBack
 // kernel); otherwise K-major when X is or the path needs it (tf32 wgmma), else as X is.
 bool staged_kmajor(const Tensor& X, bool is_a, bool tf32) {
     if (X.dtype() == DType::Float32 && !tf32) return false;
-    return is_kmajor(X, is_a) || tf32;
+    return is_kmajor(mat(X), is_a) || tf32;
 }
 
 } // namespace

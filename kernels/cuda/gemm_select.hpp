@@ -81,6 +81,7 @@ struct GemmKernel {
     bool cluster_k = false;   // the slices of a tile are one cluster (rule 3), not global slices
     bool persistent = false;  // one block per SM walks the tiles (grid: min(tiles, SMs))
     bool b_in_registers = false;  // tf32 with B N-major: B's tile is wgmma's register operand (rule 1)
+    double lone_block_rate = 1;  // rule 2: its rate's factor below two blocks per SM
     double score = 0;       // the selector's estimate: 1 / estimated microseconds (relative)
 };
 

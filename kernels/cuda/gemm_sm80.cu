@@ -551,9 +551,9 @@ __device__ __forceinline__ void fma_narrow_gemm(const GemmParams& p) {
 // in shared memory as [16 k][128 rows + 4], as they lie in global memory; per k, 4 + 2
 // 16-byte reads feed 128 FMAs, 16 x 8 results per thread as in fma_gemm, the fragments of
 // step k + 1 read during step k's FMAs. Measured on the H100 (docs/gemm-notes.md, 35): 4096^3
-// with A^T 2.88 ms against 3.19 for fma_gemm before the last two points below; K-major
-// operands read in place (as [128][16], or transposed on the way by 4-byte copies) ran no
-// faster than fma_gemm, which is why they are copied instead. Further:
+// with A^T 2.88 ms against 3.19 for fma_gemm on the nn product, before the last two points
+// below; K-major operands read in place (as [128][16], or transposed on the way by 4-byte
+// copies) ran no faster than fma_gemm, which is why they are copied instead. Further:
 //  - B is not swapped in pairs (a 16-byte copy cannot permute). The accumulator of column n
 //    is slot n ^ 1 of its quad instead, which keeps each FMA's B register and accumulator in
 //    different register banks as B's swap did; finish_tile un-swaps the staged tile.
@@ -611,7 +611,7 @@ struct AsyncTileLoader {
 };
 
 // BODY_K: k-steps per copy of the loop's code. A k-tile's 2048 FMAs in one body (37 KB of
-// code) ran 1-2% faster with two blocks per SM, but left a lone warp per scheduler (one block
+// code) ran 3-4% faster with two blocks per SM, but left a lone warp per scheduler (one block
 // per SM: narrow products split along k) waiting on instruction fetch: ncu 0.74 cycles per
 // instruction, 4096x128x4096 A^T in 4 slices at 23.5 TFLOP/s against 36.0 with 8 steps.
 template <int BODY_K>
