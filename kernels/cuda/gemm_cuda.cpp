@@ -333,9 +333,10 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         p.group_m = 1;
     }
     // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
-    // tile of a row adds them (turn counters in the backend's zeroed scratch); with one tile
-    // per row, or global k slices (the reduction kernel sees whole rows), the sums go to bsum
-    // directly.
+    // tile of a row adds them (turn counters in the backend's zeroed scratch); the persistent
+    // kernels tag their partials instead and a row's last tile in the walk adds them, in a
+    // cooperative launch (gemm_sm90.cu); with one tile per row, or global k slices (the
+    // reduction kernel sees whole rows), the sums go to bsum directly.
     Tensor partials;
     if (bsum) {
         const Tensor& bs = *bsum;
@@ -344,7 +345,11 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         p.bsum_sb = c_rank == 3 ? bs.strides()[0] : 0;
         p.bsum_sm = bs.strides()[c_rank == 3 ? 1 : 0];
         p.bsum_dtype = gemm_dtype(bs.dtype());
-        if (!slices_k && !bsum_cluster && p.tiles_n > 1) {
+        if (k.persistent && p.tiles_n > 1) {
+            const auto words = be.tagged_scratch(size_t(p.tiles_n - 1) * size_t(batch) * size_t(M) * 8);
+            p.bsum_tagged = reinterpret_cast<uint64_t*>(words.words);
+            p.bsum_epoch = words.tag;
+        } else if (!slices_k && !bsum_cluster && p.tiles_n > 1) {
             partials = ctx.empty({p.tiles_n, batch, M}, DType::Float32);
             p.bsum_partials = static_cast<float*>(partials.view().storage->data);
             p.bsum_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(size_t(batch) * p.tiles_m * 4));
@@ -402,7 +407,8 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
                                  ? tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 32, 32)
                                  : tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 128 / uint32_t(dtype_size(cdt)), 64);
             void* params[] = {&q, &ma, &mb, &mc};
-            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
+            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params, 1,
+                                  p.bsum_tagged != nullptr);
         } else {
             void* params[] = {&q, &ma, &mb};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,

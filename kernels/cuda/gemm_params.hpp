@@ -8,7 +8,9 @@
 // ReLU, store = round to C's dtype (stochastically when sr_bits > 0). With bsum set, each block
 // also writes the row sums of its tile of the result to bsum_partials[tile_n][z][m] and counts
 // itself in bsum_turns[z][tile_m]; the last of a row of tiles to finish adds the row's tiles
-// in tile order (deterministic sums, no second launch) and stores them in bsum. With one tile
+// in tile order (deterministic sums, no second launch) and stores them in bsum. The persistent
+// kernels store their partials tagged with the launch in bsum_tagged instead, and the tile
+// last in their walk of each row adds them, in the same order (gemm_sm90.cu). With one tile
 // per row the block stores its sums in bsum directly. With bsum_cluster (wgmma one-tile
 // kernels, at most 8 tiles per row) a row of tiles is one cluster and its blocks add each
 // other's sums from shared memory, in the same tile order. With k_splits > 1 (batch 1 only) each
@@ -38,9 +40,12 @@ struct GemmParams {
     const float* bias;        // kBias: N float32 values
     float* bsum_partials;     // kBsum with tiles_n > 1: [tiles_n][batch][M] float32
     uint32_t* bsum_turns;     // kBsum with tiles_n > 1: [batch][tiles_m], zero before and after
+    uint64_t* bsum_tagged;    // kBsum in the persistent kernels with tiles_n > 1: [tiles_n - 1][batch][M]
+                              // words, bsum_epoch << 32 | the float's bits (gemm_sm90.cu)
     void* bsum;               // kBsum: the sums, element (z, m) at z * bsum_sb + m * bsum_sm
     int64_t bsum_sb, bsum_sm;
     int32_t bsum_dtype;       // GemmDType of bsum
+    uint32_t bsum_epoch;      // this launch's tag for bsum_tagged (never 0: the words start zeroed)
     int64_t a_sm, a_sk;       // A's strides along m and k, in elements
     int64_t b_sk, b_sn;       // B's strides along k and n
     int64_t c_sm, c_sn;       // C's strides along m and n

@@ -148,8 +148,9 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         k.threads = 384;
         k.bk = 32;
         k.persistent = true;
-        // 4 stages of 48 KB, four 8 KB staging buffers, 1 KB of row sums, the barriers.
-        k.smem = 4 * (256 + 128) * 128 + 4 * 8192 + 256 * 4 + 256;
+        // 4 stages of 48 KB, four 8 KB staging buffers, 1 KB of row sums, the barriers and the
+        // adder's row sums (1 KB).
+        k.smem = 4 * (256 + 128) * 128 + 4 * 8192 + 256 * 4 + 256 + 256 * 4;
         push(k, kPersistentRate, 1, false);
     }
     if (wgmma) {
@@ -179,8 +180,9 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
                                        pr.c_f32 ? "pf" : "p");
                 pk.persistent = true;
                 // 4 stages, each consumer's two buffers of staged results (2 x 8 KB), the bias twice,
-                // the barriers (256 bytes at most); no alignment slack: 227 KB would not hold it.
-                pk.smem = 4 * (k.bm + w.bn) * 128 + 2 * (64 * 128 * 2) + 2 * 256 * 4 + 256;
+                // the barriers (256 bytes at most) and the adder's row sums (BM floats); no
+                // alignment slack: 227 KB would not hold it.
+                pk.smem = 4 * (k.bm + w.bn) * 128 + 2 * (64 * 128 * 2) + 2 * 256 * 4 + 256 + k.bm * 4;
                 push(pk, kPersistentRate * w.rate, 1, false);
             }
         }

@@ -537,62 +537,142 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     else if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads, consumers_sync);
 }
 
-// The persistent kernels' barriers: the stage ring, and the handshake between the consumers
-// and the producer warpgroup's bsum warps. Tile u's row sums are stored (sums_full[u % slots])
-// and counted (sums_empty[...]). The counting warps may take a while over a row's last tile
-// (8448x48000: 188 tiles' sums per row); 8 slots let the consumers run up to 7 tiles ahead.
-template <int STAGES>
+// bsum in the persistent kernels. A row of tiles is added up by the block that runs its last
+// tile in the walk (column tiles_n - 1: the walk visits a row's columns in order), the row's
+// adder; every other tile of the row stores its row sums as tagged partials (one 64-bit word:
+// this launch's tag above the float's bits, a single-copy-atomic store). The adder's bsum
+// warps (warps 1-3 of the producer's warpgroup) start on the row as soon as they reach that
+// tile, while its consumers are still multiplying it: they read the row's other partials,
+// re-reading those whose tag is not yet this launch's, and add them in tile order; then the
+// consumers hand over the tile's own sums through shared memory and the warps add those last
+// and store bsum. Where the tile is the block's last, its consumers add the row themselves
+// (add_row_last). The sums' order, and so their bits, are those of the design before: the last
+// tile of a row to finish counted itself on a turn counter (an acquire-release atomic) and
+// then loaded the row's partials, so an acquire-release fence and three round trips to L2 came
+// after the grid's last tiles, while their C stores fill the memory system (ncu, 4096^3, over
+// bias + ReLU: fp16 +4-5 us of 220, tf32 +13 us of 405). Here nothing waits on an atomic or a
+// fence. An adder waits only for tiles earlier in the walk, which are running or done as long
+// as every block of the grid is resident: the launch is cooperative.
+template <int STAGES, int BM>
 struct PersistentBarriers {
-    static constexpr int kSumSlots = 8;
     Ring<STAGES> ring;
-    uint64_t sums_full[kSumSlots], sums_empty[kSumSlots];
-    int last_of_row;
+    uint64_t sums_full, sums_empty;   // the adder tile's own sums (`own_sums`) are in / were read
+    float own_sums[BM];
 };
 
 // A persistent kernel's walk: tiles per batch entry, tiles in all, k-tiles per tile, and
-// whether bsum counts tiles per row (more than one per row).
+// whether bsum adds rows over several tiles.
 struct PersistentWalk {
     int per_entry, total, ktiles;
-    bool count;
+    bool rows_span_tiles;
 };
 __device__ __forceinline__ PersistentWalk persistent_walk(const GemmParams& p, int bk) {
     const int per_entry = p.tiles_m * p.tiles_n;
     return {per_entry, per_entry * p.batch, (p.k + bk - 1) / bk, (p.flags & kBsum) && p.tiles_n > 1};
 }
 
-template <int STAGES>
-__device__ __forceinline__ void init_persistent_barriers(PersistentBarriers<STAGES>& bars, const unsigned char* smem) {
+// (`sum_warps`: the consumer warps that arrive on sums_full, lane 0 of each.)
+template <int STAGES, int BM>
+__device__ __forceinline__ void init_persistent_barriers(PersistentBarriers<STAGES, BM>& bars, const unsigned char* smem,
+                                                         int sum_warps) {
     if (threadIdx.x == 0 && smem_u32(smem) % 1024 != 0) __trap();   // the 128-byte swizzle's tiles need it
-    if (threadIdx.x == 0)
-        for (int i = 0; i < PersistentBarriers<STAGES>::kSumSlots; ++i) {
-            mbar_init(&bars.sums_full[i], 8);   // lane 0 of each consumer warp
-            mbar_init(&bars.sums_empty[i], 1);
-        }
+    if (threadIdx.x == 0) {
+        mbar_init(&bars.sums_full, sum_warps);
+        mbar_init(&bars.sums_empty, 1);
+    }
     init_ring<STAGES, 2>(bars.ring);   // (its barrier also publishes these)
 }
 
-// bsum over several tiles per row in the persistent kernels: warps 1-3 of the producer's
-// warpgroup (96 threads, 16 loads in flight each; one warp with 8 made the grid's last rows
-// of tiles end the kernel 18 us late at 4096^3, 45 at 1760x7000) count each of the block's
-// tiles on its row's turn counter once the consumers have stored its row sums, and add the
-// row's sums for its last tile, while the consumers go on (a one-tile block cannot end
-// before its count returns: +2-3 us per wave, note 26).
-// (GROUP, RPT: bsum_add_rows's loads in flight.)
-template <int BM, int GROUP, int RPT, int STAGES>
-__device__ __forceinline__ void count_bsum_tiles(const GemmParams& p, PersistentBarriers<STAGES>& bars, int per_entry,
-                                                 int total, int bt) {
-    constexpr int kSlots = PersistentBarriers<STAGES>::kSumSlots;
-    for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
+__device__ __forceinline__ bool is_row_adder(const GemmParams& p, const Tile& at) { return at.n == p.tiles_n - 1; }
+
+// A tile's partial row sum s of row m, tagged with this launch (st.relaxed of one 64-bit word:
+// the tag and the value arrive together or not at all).
+__device__ __forceinline__ void store_tagged(const GemmParams& p, int tile_n, int z, int m, float s) {
+    const uint64_t w = uint64_t(p.bsum_epoch) << 32 | __float_as_uint(s);
+    uint64_t* at = p.bsum_tagged + (int64_t(tile_n) * p.batch + z) * p.m + m;
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(at), "l"(w) : "memory");
+}
+__device__ __forceinline__ uint64_t load_tagged(const uint64_t* at) {
+    uint64_t w;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(at) : "memory");
+    return w;
+}
+
+// Row m's sum over the row's tiles but the last, in tile order, from their tagged partials:
+// GROUP words in flight per round trip to L2; the words not yet tagged with this launch are
+// read again, all at once, until every one is. (Read again one after another, each word that
+// was not there at the first read cost a round trip of its own: where a row's tiles end
+// together in the grid's last wave, that put 3-13 us after them.)
+template <int GROUP>
+__device__ __forceinline__ float tagged_row_sum(const GemmParams& p, int z, int m) {
+    const uint64_t* col = p.bsum_tagged + int64_t(z) * p.m + m;
+    const int64_t tile_stride = int64_t(p.batch) * p.m;
+    const uint32_t tag = p.bsum_epoch;
+    float s = 0.f;
+    for (int t0 = 0; t0 < p.tiles_n - 1; t0 += GROUP) {
+        uint64_t w[GROUP];
+#pragma unroll
+        for (int j = 0; j < GROUP; ++j)
+            w[j] = t0 + j < p.tiles_n - 1 ? load_tagged(col + (t0 + j) * tile_stride) : uint64_t(tag) << 32;
+        for (;;) {
+            bool missing = false;
+#pragma unroll
+            for (int j = 0; j < GROUP; ++j) missing |= uint32_t(w[j] >> 32) != tag;
+            if (!missing) break;
+#pragma unroll
+            for (int j = 0; j < GROUP; ++j)
+                if (uint32_t(w[j] >> 32) != tag) w[j] = load_tagged(col + (t0 + j) * tile_stride);
+        }
+#pragma unroll
+        for (int j = 0; j < GROUP; ++j) s += __uint_as_float(uint32_t(w[j]));
+    }
+    return s;
+}
+
+// Whether tile t is this block's last in the walk.
+__device__ __forceinline__ bool last_of_block(int t, int total) { return t + int(gridDim.x) >= total; }
+
+// The bsum warps (96 threads, this one `bt`): each tile of this block that adds its row, but
+// the block's last (which its consumers add themselves, add_row_last), rows bt, bt + 96, ...
+// of the tile: the other tiles' partials (GROUP in flight), then the tile's own sums from the
+// consumers. They start as soon as they reach the tile, while its consumers multiply it.
+template <int BM, int GROUP, int STAGES>
+__device__ __forceinline__ void add_bsum_rows(const GemmParams& p, PersistentBarriers<STAGES, BM>& bars, int per_entry,
+                                              int total, int bt) {
+    constexpr int kRows = (BM + 95) / 96;
+    for (int t = blockIdx.x, a = 0; t < total; t += gridDim.x) {
         const int z = t / per_entry;
         const Tile at = tile_of(p, t - z * per_entry);
-        mbar_wait(&bars.sums_full[u % kSlots], (u / kSlots) & 1);
-        if (bt == 0) bars.last_of_row = bsum_count_tile(p, at.m, z);
-        asm volatile("bar.sync 4, 96;" ::: "memory");
-        const bool last = bars.last_of_row;
-        if (last) bsum_add_rows<BM, GROUP, RPT>(p, at.m * BM, z, bt, 96);
-        asm volatile("bar.sync 4, 96;" ::: "memory");   // last_of_row read by all
-        if (bt == 0) mbar_arrive(&bars.sums_empty[u % kSlots]);
+        if (!is_row_adder(p, at) || last_of_block(t, total)) continue;
+        const int m0 = at.m * BM;
+        float s[kRows];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+            const int r = bt + 96 * i;
+            s[i] = r < BM && m0 + r < p.m ? tagged_row_sum<GROUP>(p, z, m0 + r) : 0.f;
+        }
+        mbar_wait(&bars.sums_full, a & 1);
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+            const int r = bt + 96 * i;
+            if (r < BM && m0 + r < p.m) store_bsum(p, z, m0 + r, s[i] + bars.own_sums[r]);
+        }
+        asm volatile("bar.sync 4, 96;" ::: "memory");   // own_sums read by all
+        if (bt == 0) mbar_arrive(&bars.sums_empty);
+        ++a;
     }
+}
+
+// The block's last tile, where it adds its row: the consumers, idle after its epilogue, take a
+// row each (`i` of `nthreads`), with GROUP of the row's other partials in flight at once.
+// Where the grid's last wave holds most of a row's tiles, their partials land as that wave
+// ends; the bsum warps, with their few registers (a few words in flight per round trip),
+// ended the kernel 4-8 us after the consumers there (globaltimer, fp16 4096^3).
+template <int BM, int GROUP>
+__device__ __forceinline__ void add_row_last(const GemmParams& p, const float* own_sums, int m0, int z, int i,
+                                             int nthreads) {
+    for (int r = i; r < BM && m0 + r < p.m; r += nthreads)
+        store_bsum(p, z, m0 + r, tagged_row_sum<GROUP>(p, z, m0 + r) + own_sums[r]);
 }
 
 // The persistent variant, for products of several waves of tiles into C whose rows TMA can
@@ -608,8 +688,8 @@ __device__ __forceinline__ void count_bsum_tiles(const GemmParams& p, Persistent
 // stages 221 us, tensor pipe 91% busy; 4 stages 203 us, 98%), the four 8 KB buffers, the
 // tile's bias twice (tiles alternate, the consumers share it) and the barriers: 227 KB, all
 // there is, so the block's dynamic shared memory must start 1024-byte aligned (checked). bsum
-// over several tiles per row: the consumers store the tile's row sums and signal the producer's
-// counting warps (count_bsum_tiles).
+// over several tiles per row: the consumers store the tile's row sums as tagged partials, or
+// hand them to the bsum warps where this block adds the row (add_bsum_rows).
 template <class T, int STAGES, int TA, int TB, bool C32>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const CUtensorMap* map_c) {
@@ -623,20 +703,21 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     // 4096^3.)
     constexpr int kPartCols = C32 ? 32 : 64, kParts = BN / kPartCols;
     constexpr int kPartBytes = 64 * kPartCols * (C32 ? 4 : 2);
-    using Barriers = PersistentBarriers<STAGES>;
-    constexpr int kSumSlots = Barriers::kSumSlots;
+    using Barriers = PersistentBarriers<STAGES, BM>;
     extern __shared__ __align__(1024) unsigned char smem[];
     unsigned char* staged_base = smem + STAGES * Cfg::kStageBytes;
     float* bias_base = reinterpret_cast<float*>(staged_base + 4 * kPartBytes);   // [2][BN], after 2 x 2 buffers
     Barriers& bars = *reinterpret_cast<Barriers*>(bias_base + 2 * BN);
     Ring<STAGES>& ring = bars.ring;
     const int tid = threadIdx.x;
-    const auto [per_entry, total, ktiles, count] = persistent_walk(p, BK);
-    init_persistent_barriers(bars, smem);
+    const PersistentWalk walk = persistent_walk(p, BK);
+    const int per_entry = walk.per_entry, total = walk.total, ktiles = walk.ktiles;
+    const bool spans = walk.rows_span_tiles;
+    init_persistent_barriers(bars, smem, 8);
 
     const int wg = tid / 128;
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");   // room for the bsum warps' 16 loads
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");   // room for the bsum warps' 4 words in flight
         if (tid == 0) {
             int it = 0;
             for (int t = blockIdx.x; t < total; t += gridDim.x) {
@@ -645,8 +726,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                 produce_tile<T, BN, 2, STAGES, TA, TB>(smem, ring, map_a, map_b, 0, ktiles, at.m * BM, at.n * BN,
                                                        p.a_batch ? z : 0, p.b_batch ? z : 0, it);
             }
-        } else if (count && tid >= 32) {
-            count_bsum_tiles<BM, 16, 1>(p, bars, per_entry, total, tid - 32);
+        } else if (spans && tid >= 32) {
+            add_bsum_rows<BM, 4>(p, bars, per_entry, total, tid - 32);
         }
         return;
     }
@@ -659,7 +740,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     int part = 0;                                                     // parts staged so far
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
-    int it = 0;
+    int it = 0, adds = 0;   // adds: tiles of this block that added their row (add_bsum_rows)
     for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
         const Tile at = tile_of(p, t - z * per_entry);
@@ -712,18 +793,27 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             }
         }
         if (p.flags & kBsum) {
-            if (count && u >= kSumSlots) mbar_wait(&bars.sums_empty[u % kSumSlots], ((u / kSumSlots) - 1) & 1);
+            // The tile's row sums: to bsum (one tile per row), as tagged partials, or to the row's
+            // adder in shared memory.
+            const bool adder = spans && is_row_adder(p, at), last = last_of_block(t, total);
+            if (adder && adds > 0) mbar_wait(&bars.sums_empty, (adds - 1) & 1);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                row_sum[h] = quad_sum(row_sum[h]);
-                const int m = m0 + 16 * warp + g + 8 * h;
-                if (q == 0 && m < p.m) {
-                    if (!count) store_bsum(p, z, m, row_sum[h]);
-                    else p.bsum_partials[(int64_t(at.n) * p.batch + z) * p.m + m] = row_sum[h];
-                }
+                const float s = quad_sum(row_sum[h]);
+                const int r = 64 * c + 16 * warp + g + 8 * h, m = at.m * BM + r;
+                if (q != 0) continue;
+                if (adder) bars.own_sums[r] = s;
+                else if (m < p.m && spans) store_tagged(p, at.n, z, m, s);
+                else if (m < p.m) store_bsum(p, z, m, s);
             }
-            __syncwarp();
-            if (count && lane == 0) mbar_arrive(&bars.sums_full[u % kSumSlots]);
+            if (adder && last) {
+                asm volatile("bar.sync 1, 256;" ::: "memory");   // own_sums written by both consumers
+                add_row_last<BM, 16>(p, bars.own_sums, at.m * BM, z, ctid + 128 * c, 256);
+            } else if (adder) {
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&bars.sums_full);
+                ++adds;
+            }
         }
     }
     if (ctid == 0) tma_store_wait_all();
@@ -800,20 +890,21 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
                                                             const CUtensorMap* map_b, const CUtensorMap* map_c) {
     using Cfg = BRegsConfig;
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kPartBytes = Cfg::kPartBytes;
-    using Barriers = PersistentBarriers<STAGES>;
-    constexpr int kSumSlots = Barriers::kSumSlots;
+    using Barriers = PersistentBarriers<STAGES, BM>;
     extern __shared__ __align__(1024) unsigned char smem[];
     unsigned char* staged_base = smem + STAGES * Cfg::kStageBytes;
     float* other_sums = reinterpret_cast<float*>(staged_base + 4 * kPartBytes);   // consumer 1's row sums [BM]
     Barriers& bars = *reinterpret_cast<Barriers*>(other_sums + BM);
     Ring<STAGES>& ring = bars.ring;
     const int tid = threadIdx.x;
-    const auto [per_entry, total, ktiles, count] = persistent_walk(p, BK);
-    init_persistent_barriers(bars, smem);
+    const PersistentWalk walk = persistent_walk(p, BK);
+    const int per_entry = walk.per_entry, total = walk.total, ktiles = walk.ktiles;
+    const bool spans = walk.rows_span_tiles;
+    init_persistent_barriers(bars, smem, 4);   // consumer 0 hands over both consumers' sums
 
     const int wg = tid / 128;
     if (wg == 0) {
-        // Room for the bsum warps' 48 loads in flight; the consumers need no more than the 168
+        // Room for the bsum warps' 8 words in flight; the consumers need no more than the 168
         // registers the kernel is compiled for (128 x 88 + 256 x 200 <= 64K).
         asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
         if (tid == 0) {
@@ -833,11 +924,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
                         tma_load(sa + Cfg::kABytes + 4096 * j, map_b, &ring.full[s], n0 + 32 * j, kt * BK, zb);
                 }
             }
-        } else if (count && tid >= 32) {
-            // The 256 rows three at a time, 16 tiles each (48 loads in flight per thread: 4
-            // round trips to L2 for 64 tiles per row instead of 12 one row at a time). A row's
-            // last tile ends the kernel where every row of tiles finishes in the last wave.
-            count_bsum_tiles<BM, 16, 3>(p, bars, per_entry, total, tid - 32);
+        } else if (spans && tid >= 32) {
+            add_bsum_rows<BM, 8>(p, bars, per_entry, total, tid - 32);
         }
         return;
     }
@@ -856,7 +944,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
     unsigned char* staged_bufs = staged_base + c * 2 * kPartBytes;   // this consumer's two buffers
     const bool bias = p.flags & kBias, relu = p.flags & kRelu, bsum = p.flags & kBsum;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
-    int part = 0, it = 0;
+    int part = 0, it = 0, adds = 0;   // adds: tiles of this block that added their row (add_bsum_rows)
     uint32_t frag[2][4];
     for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
@@ -941,24 +1029,30 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
 #pragma unroll
                 for (int hf = 0; hf < Cfg::kParts; ++hf) other_sums[32 * hf + ctid / 4] = sums[hf];
             asm volatile("bar.sync 1, 256;" ::: "memory");
+            // The tile's row sums: to bsum (one tile per row), as tagged partials, or to the
+            // row's adder in shared memory.
+            const bool adder = spans && is_row_adder(p, at), last = last_of_block(t, total);
             if (c == 0) {
-                if (count && u >= kSumSlots) mbar_wait(&bars.sums_empty[u % kSumSlots], ((u / kSumSlots) - 1) & 1);
+                if (adder && adds > 0) mbar_wait(&bars.sums_empty, (adds - 1) & 1);
                 if (q == 0)
 #pragma unroll
                     for (int hf = 0; hf < Cfg::kParts; ++hf) {
                         const int r = 32 * hf + ctid / 4, m = m0 + r;
                         const float s = sums[hf] + other_sums[r];
-                        if (m < p.m) {
-                            if (!count) store_bsum(p, z, m, s);
-                            else p.bsum_partials[(int64_t(at.n) * p.batch + z) * p.m + m] = s;
-                        }
+                        if (adder) bars.own_sums[r] = s;
+                        else if (m < p.m && spans) store_tagged(p, at.n, z, m, s);
+                        else if (m < p.m) store_bsum(p, z, m, s);
                     }
+                if (adder && !last) {
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(&bars.sums_full);
+                }
             }
+            adds += adder && !last;
             // other_sums is written again only after the next tile's main loop, which consumer
-            // 0 starts after these reads.
+            // 0 starts after these reads; own_sums, of the block's last tile, is complete.
             asm volatile("bar.sync 1, 256;" ::: "memory");
-            __syncwarp();
-            if (count && lane == 0) mbar_arrive(&bars.sums_full[u % kSumSlots]);
+            if (adder && last) add_row_last<BM, 24>(p, bars.own_sums, m0, z, ctid + 128 * c, 256);
         }
     }
     if (ctid == 0) tma_store_wait_all();

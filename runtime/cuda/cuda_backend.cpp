@@ -100,6 +100,7 @@ CudaBackend::~CudaBackend() {
     }
     d.cuStreamDestroy(stream_);
     if (zeroed_) allocator_->release(zeroed_, zeroed_bytes_);
+    if (tagged_) allocator_->release(tagged_, tagged_bytes_);
     // Device tensors may outlive their Context: they share the allocator, which needs the
     // primary context, so it is released only when no tensor holds memory any more.
     if (allocator_.use_count() == 1) {
@@ -121,6 +122,22 @@ CUdeviceptr CudaBackend::zeroed_scratch(size_t nbytes) {
     zeroed_bytes_ = bytes;
     check(driver().cuMemsetD8Async(zeroed_, 0, bytes, stream_), "cuMemsetD8Async");
     return zeroed_;
+}
+
+CudaBackend::TaggedScratch CudaBackend::tagged_scratch(size_t nbytes) {
+    const bool grow = nbytes > tagged_bytes_;
+    if (grow) {
+        make_current();
+        if (tagged_) allocator_->release(tagged_, tagged_bytes_);   // ordered after the queued kernels, as above
+        tagged_bytes_ = std::max<size_t>({nbytes, 2 * tagged_bytes_, 4096});
+        tagged_ = allocator_->allocate(tagged_bytes_, "compound_dot");
+    }
+    if (grow || ++tag_ == 0) {   // fresh words, or every tag used: all words back to tag 0
+        make_current();
+        check(driver().cuMemsetD8Async(tagged_, 0, tagged_bytes_, stream_), "cuMemsetD8Async");
+        tag_ = 1;
+    }
+    return {tagged_, tag_};
 }
 
 // The two pinned staging buffers and their events, made on the first large copy.
@@ -302,26 +319,33 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
 }
 
 void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
-                                     unsigned smem, void** params, unsigned cluster) {
+                                     unsigned smem, void** params, unsigned cluster, bool cooperative) {
     make_current();
-    launch_function(f, grid_x, grid_y, grid_z, block, smem, params, cluster);
+    launch_function(f, grid_x, grid_y, grid_z, block, smem, params, cluster, cooperative);
 }
 
 void CudaBackend::launch_function(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
-                                  unsigned smem, void** params, unsigned cluster) {
-    if (cluster > 1) {
-        CUlaunchAttribute attr{};
-        attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim.x = cluster;
-        attr.value.clusterDim.y = 1;
-        attr.value.clusterDim.z = 1;
+                                  unsigned smem, void** params, unsigned cluster, bool cooperative) {
+    if (cluster > 1 || cooperative) {
+        CUlaunchAttribute attrs[2]{};
+        unsigned n = 0;
+        if (cluster > 1) {
+            attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim.x = cluster;
+            attrs[n].value.clusterDim.y = 1;
+            attrs[n++].value.clusterDim.z = 1;
+        }
+        if (cooperative) {
+            attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+            attrs[n++].value.cooperative = 1;
+        }
         CUlaunchConfig cfg{};
         cfg.gridDimX = grid_x, cfg.gridDimY = grid_y, cfg.gridDimZ = grid_z;
         cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
         cfg.sharedMemBytes = smem;
         cfg.hStream = stream_;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
+        cfg.attrs = attrs;
+        cfg.numAttrs = n;
         check(driver().cuLaunchKernelEx(&cfg, f, params, nullptr), "cuLaunchKernelEx");
     } else {
         check(driver().cuLaunchKernel(f, grid_x, grid_y, grid_z, block, 1, 1, smem, stream_, params, nullptr),

@@ -81,14 +81,24 @@ public:
     // shared-memory limit raised to `dynamic_smem` bytes.
     CUfunction precompiled(const void* image, const std::string& entry, int dynamic_smem);
     // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel;
-    // `cluster` > 1: thread block clusters of that many blocks along x.
+    // `cluster` > 1: thread block clusters of that many blocks along x; `cooperative`: every
+    // block resident at once (the launch fails rather than run part of the grid).
     void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
-                            void** params, unsigned cluster = 1);
+                            void** params, unsigned cluster = 1, bool cooperative = false);
 
     // At least `nbytes` of device memory that holds zeros whenever no kernel is running:
     // kernels that count in it (the GEMM's bsum turn counters) set every word they change
     // back to zero before they finish. Zero-filled on the stream when it grows.
     CUdeviceptr zeroed_scratch(size_t nbytes);
+
+    // At least `nbytes` of device memory for 64-bit words tagged in their upper half (the
+    // persistent GEMM kernels' bsum partials), and a tag that no word in it holds yet: each call
+    // gives a new one. Zero-filled on the stream when it grows and when the tags wrap around.
+    struct TaggedScratch {
+        CUdeviceptr words;
+        uint32_t tag;
+    };
+    TaggedScratch tagged_scratch(size_t nbytes);
 
     // With it set, a kernel found in neither cache is an error (KILN_ASSERT_NO_COMPILE).
     void forbid_compiles(bool on) { forbid_compiles_ = on; }
@@ -98,10 +108,10 @@ public:
     cache::DiskCache* disk_cache() { return disk_.get(); }
 
 private:
-    // cuLaunchKernel on the backend's stream, or with `cluster` > 1 cuLaunchKernelEx with
-    // clusters of that many blocks along x (both launch paths, JIT and precompiled, use it).
+    // cuLaunchKernel on the backend's stream, or cuLaunchKernelEx with clusters of `cluster`
+    // blocks along x or a cooperative grid (both launch paths, JIT and precompiled, use it).
     void launch_function(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
-                         void** params, unsigned cluster);
+                         void** params, unsigned cluster, bool cooperative = false);
     void ensure_staging();
     std::vector<char> build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key, bool* from_disk,
                             bool use_disk);
@@ -126,6 +136,9 @@ private:
     std::vector<uint8_t> arg_bytes_;   // reused for each launch
     CUdeviceptr zeroed_ = 0;           // zeroed_scratch
     size_t zeroed_bytes_ = 0;
+    CUdeviceptr tagged_ = 0;           // tagged_scratch
+    size_t tagged_bytes_ = 0;
+    uint32_t tag_ = 0;                 // the last tag given
 };
 
 } // namespace kiln::cuda

@@ -606,6 +606,64 @@ TEST_CASE("gpu gemm: tf32 with B N-major through registers, no copy of B") {
     ctx.set_allow_tf32(false);
 }
 
+// bsum in the persistent kernels: tiles store tagged partial sums and each row's last tile in
+// the walk adds them (gemm_sm90.cu). Batch entries, rows whose adder is the block's next tile
+// too (one shared-memory slot for the adder's own sums), tags left in the scratch by earlier
+// launches of other shapes, and the same bits on every run.
+TEST_CASE("gpu gemm: bsum in the persistent kernels: tagged partials, one adder per row") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (!hopper_or_skip(ctx, "persistent")) return;
+    struct Run {
+        const char* kernel;
+        DType dt;
+        bool tf32;
+        int64_t batch, m, n, k;
+    };
+    const std::vector<Run> runs = {
+        // 3 entries of 6 x 20 tiles (M and N end inside a tile).
+        {"kiln_gemm_wg_f16_kt_256_c2_s4_p", DType::Float16, false, 3, 700, 5000, 64},
+        // 150 x 2 tiles: with 132 blocks a block often adds two rows of tiles in a row.
+        {"kiln_gemm_wg_bf16_kt_256_c2_s4_p", DType::BFloat16, false, 1, 19200, 400, 72},
+        // Fewer, shorter rows than the first run: words of its launch are still in the scratch.
+        {"kiln_gemm_wg_f16_kt_256_c2_s4_p", DType::Float16, false, 1, 2200, 4200, 64},
+        {"kiln_gemm_wg_tf32_kt_256x128_c2_s4_pf", DType::Float32, true, 2, 700, 3000, 40},
+        {"kiln_gemm_wg_tf32_kt_256x128_c2_s4_pf", DType::Float32, true, 1, 38400, 200, 24},
+        {"kiln_gemm_wg_f16_kt_256_c2_s4_p", DType::Float16, false, 3, 700, 5000, 64},
+    };
+    uint32_t seed = 2900;
+    for (const Run& r : runs) {
+        INFO(r.kernel << " batch " << r.batch << " " << r.m << "x" << r.n << "x" << r.k);
+        ctx.set_allow_tf32(r.tf32);
+        Tensor A = ctx.array(random_floats(size_t(r.batch * r.m * r.k), seed++), {r.batch, r.m, r.k}, r.dt);
+        Tensor B = ctx.array(random_floats(size_t(r.batch * r.k * r.n), seed++), {r.batch, r.k, r.n}, r.dt);
+        Tensor bias = ctx.array(random_floats(size_t(r.n), seed++), {r.n}, DType::Float32);
+        std::vector<float> first_c, first_s;
+        for (int rep = 0; rep < 2; ++rep) {
+            // -7 everywhere: every sum must be written.
+            Tensor C = ctx.empty({r.batch, r.m, r.n}, r.dt), bs = ctx.full({r.batch, r.m}, -7.0, DType::Float32);
+            DotOptions o;
+            o.relu = true, o.slope = 0.05, o.bias = bias, o.bsum = bs;
+            setenv("KILN_GEMM_KERNEL", r.kernel, 1);
+            batched_dot(A, B, C, o);
+            unsetenv("KILN_GEMM_KERNEL");
+            if (rep == 1) {
+                CHECK(C.to_vector<float>() == first_c);
+                CHECK(bs.to_vector<float>() == first_s);   // the same bits on every run
+                continue;
+            }
+            first_c = C.to_vector<float>(), first_s = bs.to_vector<float>();
+            for (int64_t z = 0; z < r.batch; ++z) {
+                std::vector<double> sums;
+                Tensor zero = ctx.zeros({r.m, r.n}, r.dt);
+                CHECK(check_against_reference(A[z], B[z], zero, C[z], o, out_eps(r.dt), acc_eps(r.dt, r.tf32), &sums) <= 1.0);
+                check_row_sums(bs[z].to_vector<float>(), sums, r.n * out_eps(r.dt) * 4);
+            }
+        }
+    }
+    ctx.set_allow_tf32(false);
+}
+
 TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distributed shared memory") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
