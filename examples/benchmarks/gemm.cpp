@@ -6,7 +6,8 @@
 //   difference between kiln's and cuBLAS's results (relative to the largest |C|); writes one
 //   JSON object per row to argv[1] (default gemm.json).
 // Timing: CUDA events on kiln's stream (cuBLAS runs on the same stream) around batches of
-// back-to-back calls, after warm-up; the median of 7 batches, the five calls taking turns. Operands are uniform in [-1, 1).
+// back-to-back calls, after warm-up; the median of 7 batches, the five calls taking turns (each round
+// starting one call later). Operands are uniform in [-1, 1).
 // Options: --dtypes f16,bf16,f32,tf32  --only square|deepbench  --quick (fewer, smaller shapes)
 //          --shapes MxNxK,...  (only these; shapes not in the list run as nn products, or with
 //          a suffix A^T or B^T as that transpose: 4096x4096x4096A^T)
@@ -101,8 +102,11 @@ std::vector<double> time_all(cudaStream_t stream, const std::vector<std::functio
         per[j] = std::clamp(int(2.0 / std::max(one, 1e-3f)), 1, 200);
     }
     std::vector<std::vector<double>> t(fs.size());
+    // Each round starts one call later than the round before: a call is not always timed
+    // right after the same one, nor always first or last in its round.
     for (int round = 0; round < 7; ++round)
-        for (size_t j = 0; j < fs.size(); ++j) {
+        for (size_t jj = 0; jj < fs.size(); ++jj) {
+            const size_t j = (jj + size_t(round)) % fs.size();
             cudaEventRecord(e0, stream);
             for (int i = 0; i < per[j]; ++i) fs[j]();
             cudaEventRecord(e1, stream);

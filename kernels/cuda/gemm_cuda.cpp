@@ -346,7 +346,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         p.bsum_sm = bs.strides()[c_rank == 3 ? 1 : 0];
         p.bsum_dtype = gemm_dtype(bs.dtype());
         if (k.persistent && p.tiles_n > 1) {
-            const auto words = be.tagged_scratch(size_t(p.tiles_n - 1) * size_t(batch) * size_t(M) * 8);
+            const auto words = be.tagged_scratch(size_t(p.tiles_n) * size_t(batch) * size_t(M) * 8);
             p.bsum_tagged = reinterpret_cast<uint64_t*>(words.words);
             p.bsum_epoch = words.tag;
         } else if (!slices_k && !bsum_cluster && p.tiles_n > 1) {

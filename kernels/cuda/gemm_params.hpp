@@ -40,7 +40,7 @@ struct GemmParams {
     const float* bias;        // kBias: N float32 values
     float* bsum_partials;     // kBsum with tiles_n > 1: [tiles_n][batch][M] float32
     uint32_t* bsum_turns;     // kBsum with tiles_n > 1: [batch][tiles_m], zero before and after
-    uint64_t* bsum_tagged;    // kBsum in the persistent kernels with tiles_n > 1: [tiles_n - 1][batch][M]
+    uint64_t* bsum_tagged;    // kBsum in the persistent kernels with tiles_n > 1: [tiles_n][batch][M]
                               // words, bsum_epoch << 32 | the float's bits (gemm_sm90.cu)
     void* bsum;               // kBsum: the sums, element (z, m) at z * bsum_sb + m * bsum_sm
     int64_t bsum_sb, bsum_sm;

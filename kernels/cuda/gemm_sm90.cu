@@ -542,11 +542,10 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 // adder; every other tile of the row stores its row sums as tagged partials (one 64-bit word:
 // this launch's tag above the float's bits, a single-copy-atomic store). The adder's bsum
 // warps (warps 1-3 of the producer's warpgroup) start on the row as soon as they reach that
-// tile, while its consumers are still multiplying it: they read the row's other partials,
-// re-reading those whose tag is not yet this launch's, and add them in tile order; then the
-// consumers hand over the tile's own sums through shared memory and the warps add those last
-// and store bsum. Where the tile is the block's last, its consumers add the row themselves
-// (add_row_last). The sums' order, and so their bits, are those of the design before: the last
+// tile, while its consumers are still multiplying it: they read the row's partials, the tile's
+// own too (stored tagged like the others), re-reading those whose tag is not yet this
+// launch's, add them in tile order and store bsum. Where the tile is the block's last, its
+// consumers add the row themselves (add_row_last), their own sums from shared memory. The sums' order, and so their bits, are those of the design before: the last
 // tile of a row to finish counted itself on a turn counter (an acquire-release atomic) and
 // then loaded the row's partials, so an acquire-release fence and three round trips to L2 came
 // after the grid's last tiles, while their C stores fill the memory system (ncu, 4096^3, over
@@ -556,8 +555,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 template <int STAGES, int BM>
 struct PersistentBarriers {
     Ring<STAGES> ring;
-    uint64_t sums_full, sums_empty;   // the adder tile's own sums (`own_sums`) are in / were read
-    float own_sums[BM];
+    float own_sums[BM];   // the row sums of the block's last tile, where it adds its row
 };
 
 // A persistent kernel's walk: tiles per batch entry, tiles in all, k-tiles per tile, and
@@ -571,16 +569,10 @@ __device__ __forceinline__ PersistentWalk persistent_walk(const GemmParams& p, i
     return {per_entry, per_entry * p.batch, (p.k + bk - 1) / bk, (p.flags & kBsum) && p.tiles_n > 1};
 }
 
-// (`sum_warps`: the consumer warps that arrive on sums_full, lane 0 of each.)
 template <int STAGES, int BM>
-__device__ __forceinline__ void init_persistent_barriers(PersistentBarriers<STAGES, BM>& bars, const unsigned char* smem,
-                                                         int sum_warps) {
+__device__ __forceinline__ void init_persistent_barriers(PersistentBarriers<STAGES, BM>& bars, const unsigned char* smem) {
     if (threadIdx.x == 0 && smem_u32(smem) % 1024 != 0) __trap();   // the 128-byte swizzle's tiles need it
-    if (threadIdx.x == 0) {
-        mbar_init(&bars.sums_full, sum_warps);
-        mbar_init(&bars.sums_empty, 1);
-    }
-    init_ring<STAGES, 2>(bars.ring);   // (its barrier also publishes these)
+    init_ring<STAGES, 2>(bars.ring);
 }
 
 __device__ __forceinline__ bool is_row_adder(const GemmParams& p, const Tile& at) { return at.n == p.tiles_n - 1; }
@@ -598,35 +590,47 @@ __device__ __forceinline__ uint64_t load_tagged(const uint64_t* at) {
     return w;
 }
 
-// Row m's sum over the row's tiles but the last, in tile order, from their tagged partials:
-// GROUP words in flight per round trip to L2; the words not yet tagged with this launch are
-// read again, all at once, until every one is. (Read again one after another, each word that
-// was not there at the first read cost a round trip of its own: where a row's tiles end
-// together in the grid's last wave, that put 3-13 us after them.)
-template <int GROUP>
-__device__ __forceinline__ float tagged_row_sum(const GemmParams& p, int z, int m) {
-    const uint64_t* col = p.bsum_tagged + int64_t(z) * p.m + m;
+// The sums of ROWS rows, m0, m0 + step, ... (those below `rows`), over their first `tiles`
+// tiles in tile order, from the tagged partials: GROUP words of each row in flight per round
+// trip to L2; the words not yet tagged with this launch are read again, all at once, until
+// every one is, `backoff_ns` apart. (Read again one after another, each word that was not
+// there at the first read cost a round trip of its own: where a row's tiles end together in
+// the grid's last wave, that put 3-13 us after them.)
+template <int GROUP, int ROWS>
+__device__ __forceinline__ void tagged_row_sums(const GemmParams& p, int z, int m0, int step, int rows, int tiles,
+                                                unsigned backoff_ns, float (&s)[ROWS]) {
+    const uint64_t* col = p.bsum_tagged + int64_t(z) * p.m + m0;
     const int64_t tile_stride = int64_t(p.batch) * p.m;
     const uint32_t tag = p.bsum_epoch;
-    float s = 0.f;
-    for (int t0 = 0; t0 < p.tiles_n - 1; t0 += GROUP) {
-        uint64_t w[GROUP];
 #pragma unroll
-        for (int j = 0; j < GROUP; ++j)
-            w[j] = t0 + j < p.tiles_n - 1 ? load_tagged(col + (t0 + j) * tile_stride) : uint64_t(tag) << 32;
+    for (int i = 0; i < ROWS; ++i) s[i] = 0.f;
+    for (int t0 = 0; t0 < tiles; t0 += GROUP) {
+        uint64_t w[ROWS][GROUP];
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+            for (int j = 0; j < GROUP; ++j)
+                w[i][j] = i * step < rows && t0 + j < tiles ? load_tagged(col + (t0 + j) * tile_stride + i * step)
+                                                            : uint64_t(tag) << 32;
         for (;;) {
             bool missing = false;
 #pragma unroll
-            for (int j = 0; j < GROUP; ++j) missing |= uint32_t(w[j] >> 32) != tag;
-            if (!missing) break;
+            for (int i = 0; i < ROWS; ++i)
 #pragma unroll
-            for (int j = 0; j < GROUP; ++j)
-                if (uint32_t(w[j] >> 32) != tag) w[j] = load_tagged(col + (t0 + j) * tile_stride);
+                for (int j = 0; j < GROUP; ++j) missing |= uint32_t(w[i][j] >> 32) != tag;
+            if (!missing) break;
+            if (backoff_ns) __nanosleep(backoff_ns);
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+                for (int j = 0; j < GROUP; ++j)
+                    if (uint32_t(w[i][j] >> 32) != tag) w[i][j] = load_tagged(col + (t0 + j) * tile_stride + i * step);
         }
 #pragma unroll
-        for (int j = 0; j < GROUP; ++j) s += __uint_as_float(uint32_t(w[j]));
+        for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+            for (int j = 0; j < GROUP; ++j) s[i] += __uint_as_float(uint32_t(w[i][j]));
     }
-    return s;
 }
 
 // Whether tile t is this block's last in the walk.
@@ -634,32 +638,20 @@ __device__ __forceinline__ bool last_of_block(int t, int total) { return t + int
 
 // The bsum warps (96 threads, this one `bt`): each tile of this block that adds its row, but
 // the block's last (which its consumers add themselves, add_row_last), rows bt, bt + 96, ...
-// of the tile: the other tiles' partials (GROUP in flight), then the tile's own sums from the
-// consumers. They start as soon as they reach the tile, while its consumers multiply it.
-template <int BM, int GROUP, int STAGES>
-__device__ __forceinline__ void add_bsum_rows(const GemmParams& p, PersistentBarriers<STAGES, BM>& bars, int per_entry,
-                                              int total, int bt) {
-    constexpr int kRows = (BM + 95) / 96;
-    for (int t = blockIdx.x, a = 0; t < total; t += gridDim.x) {
+// of the tile over all the row's tiles (GROUP words in flight). They reach the tile
+// while its consumers multiply it, or earlier, and wait for the partials sleeping 1 us between
+// reads: these sums are needed by the kernel's end only.
+template <int BM, int GROUP>
+__device__ __forceinline__ void add_bsum_rows(const GemmParams& p, int per_entry, int total, int bt) {
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const int z = t / per_entry;
         const Tile at = tile_of(p, t - z * per_entry);
         if (!is_row_adder(p, at) || last_of_block(t, total)) continue;
-        const int m0 = at.m * BM;
-        float s[kRows];
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-            const int r = bt + 96 * i;
-            s[i] = r < BM && m0 + r < p.m ? tagged_row_sum<GROUP>(p, z, m0 + r) : 0.f;
+        for (int m = at.m * BM + bt; m < at.m * BM + BM && m < p.m; m += 96) {
+            float s[1];
+            tagged_row_sums<GROUP>(p, z, m, 0, 1, p.tiles_n, 1000, s);
+            store_bsum(p, z, m, s[0]);
         }
-        mbar_wait(&bars.sums_full, a & 1);
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-            const int r = bt + 96 * i;
-            if (r < BM && m0 + r < p.m) store_bsum(p, z, m0 + r, s[i] + bars.own_sums[r]);
-        }
-        asm volatile("bar.sync 4, 96;" ::: "memory");   // own_sums read by all
-        if (bt == 0) mbar_arrive(&bars.sums_empty);
-        ++a;
     }
 }
 
@@ -671,8 +663,11 @@ __device__ __forceinline__ void add_bsum_rows(const GemmParams& p, PersistentBar
 template <int BM, int GROUP>
 __device__ __forceinline__ void add_row_last(const GemmParams& p, const float* own_sums, int m0, int z, int i,
                                              int nthreads) {
-    for (int r = i; r < BM && m0 + r < p.m; r += nthreads)
-        store_bsum(p, z, m0 + r, tagged_row_sum<GROUP>(p, z, m0 + r) + own_sums[r]);
+    for (int r = i; r < BM && m0 + r < p.m; r += nthreads) {
+        float s[1];
+        tagged_row_sums<GROUP>(p, z, m0 + r, 0, 1, p.tiles_n - 1, 0, s);
+        store_bsum(p, z, m0 + r, s[0] + own_sums[r]);
+    }
 }
 
 // The persistent variant, for products of several waves of tiles into C whose rows TMA can
@@ -688,8 +683,8 @@ __device__ __forceinline__ void add_row_last(const GemmParams& p, const float* o
 // stages 221 us, tensor pipe 91% busy; 4 stages 203 us, 98%), the four 8 KB buffers, the
 // tile's bias twice (tiles alternate, the consumers share it) and the barriers: 227 KB, all
 // there is, so the block's dynamic shared memory must start 1024-byte aligned (checked). bsum
-// over several tiles per row: the consumers store the tile's row sums as tagged partials, or
-// hand them to the bsum warps where this block adds the row (add_bsum_rows).
+// over several tiles per row: the consumers store the tile's row sums as tagged partials and
+// the bsum warps of the block that adds the row read them (add_bsum_rows).
 template <class T, int STAGES, int TA, int TB, bool C32>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const CUtensorMap* map_c) {
@@ -713,7 +708,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const PersistentWalk walk = persistent_walk(p, BK);
     const int per_entry = walk.per_entry, total = walk.total, ktiles = walk.ktiles;
     const bool spans = walk.rows_span_tiles;
-    init_persistent_barriers(bars, smem, 8);
+    init_persistent_barriers(bars, smem);
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -727,7 +722,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                                                        p.a_batch ? z : 0, p.b_batch ? z : 0, it);
             }
         } else if (spans && tid >= 32) {
-            add_bsum_rows<BM, 4>(p, bars, per_entry, total, tid - 32);
+            add_bsum_rows<BM, 4>(p, per_entry, total, tid - 32);
         }
         return;
     }
@@ -740,7 +735,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     int part = 0;                                                     // parts staged so far
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
-    int it = 0, adds = 0;   // adds: tiles of this block that added their row (add_bsum_rows)
+    int it = 0;
     for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
         const Tile at = tile_of(p, t - z * per_entry);
@@ -793,26 +788,21 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             }
         }
         if (p.flags & kBsum) {
-            // The tile's row sums: to bsum (one tile per row), as tagged partials, or to the row's
-            // adder in shared memory.
-            const bool adder = spans && is_row_adder(p, at), last = last_of_block(t, total);
-            if (adder && adds > 0) mbar_wait(&bars.sums_empty, (adds - 1) & 1);
+            // The tile's row sums: to bsum (one tile per row), as tagged partials, or, where the
+            // block's last tile adds its row, to its consumers through shared memory.
+            const bool add_here = spans && is_row_adder(p, at) && last_of_block(t, total);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float s = quad_sum(row_sum[h]);
                 const int r = 64 * c + 16 * warp + g + 8 * h, m = at.m * BM + r;
                 if (q != 0) continue;
-                if (adder) bars.own_sums[r] = s;
+                if (add_here) bars.own_sums[r] = s;
                 else if (m < p.m && spans) store_tagged(p, at.n, z, m, s);
                 else if (m < p.m) store_bsum(p, z, m, s);
             }
-            if (adder && last) {
+            if (add_here) {
                 asm volatile("bar.sync 1, 256;" ::: "memory");   // own_sums written by both consumers
                 add_row_last<BM, 16>(p, bars.own_sums, at.m * BM, z, ctid + 128 * c, 256);
-            } else if (adder) {
-                __syncwarp();
-                if (lane == 0) mbar_arrive(&bars.sums_full);
-                ++adds;
             }
         }
     }
@@ -900,7 +890,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
     const PersistentWalk walk = persistent_walk(p, BK);
     const int per_entry = walk.per_entry, total = walk.total, ktiles = walk.ktiles;
     const bool spans = walk.rows_span_tiles;
-    init_persistent_barriers(bars, smem, 4);   // consumer 0 hands over both consumers' sums
+    init_persistent_barriers(bars, smem);
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -925,7 +915,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
                 }
             }
         } else if (spans && tid >= 32) {
-            add_bsum_rows<BM, 8>(p, bars, per_entry, total, tid - 32);
+            add_bsum_rows<BM, 8>(p, per_entry, total, tid - 32);
         }
         return;
     }
@@ -944,7 +934,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
     unsigned char* staged_bufs = staged_base + c * 2 * kPartBytes;   // this consumer's two buffers
     const bool bias = p.flags & kBias, relu = p.flags & kRelu, bsum = p.flags & kBsum;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
-    int part = 0, it = 0, adds = 0;   // adds: tiles of this block that added their row (add_bsum_rows)
+    int part = 0, it = 0;
     uint32_t frag[2][4];
     for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
@@ -1029,30 +1019,22 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
 #pragma unroll
                 for (int hf = 0; hf < Cfg::kParts; ++hf) other_sums[32 * hf + ctid / 4] = sums[hf];
             asm volatile("bar.sync 1, 256;" ::: "memory");
-            // The tile's row sums: to bsum (one tile per row), as tagged partials, or to the
-            // row's adder in shared memory.
-            const bool adder = spans && is_row_adder(p, at), last = last_of_block(t, total);
-            if (c == 0) {
-                if (adder && adds > 0) mbar_wait(&bars.sums_empty, (adds - 1) & 1);
-                if (q == 0)
+            // The tile's row sums: to bsum (one tile per row), as tagged partials, or, where the
+            // block's last tile adds its row, to its consumers through shared memory.
+            const bool add_here = spans && is_row_adder(p, at) && last_of_block(t, total);
+            if (c == 0 && q == 0)
 #pragma unroll
-                    for (int hf = 0; hf < Cfg::kParts; ++hf) {
-                        const int r = 32 * hf + ctid / 4, m = m0 + r;
-                        const float s = sums[hf] + other_sums[r];
-                        if (adder) bars.own_sums[r] = s;
-                        else if (m < p.m && spans) store_tagged(p, at.n, z, m, s);
-                        else if (m < p.m) store_bsum(p, z, m, s);
-                    }
-                if (adder && !last) {
-                    __syncwarp();
-                    if (lane == 0) mbar_arrive(&bars.sums_full);
+                for (int hf = 0; hf < Cfg::kParts; ++hf) {
+                    const int r = 32 * hf + ctid / 4, m = m0 + r;
+                    const float s = sums[hf] + other_sums[r];
+                    if (add_here) bars.own_sums[r] = s;
+                    else if (m < p.m && spans) store_tagged(p, at.n, z, m, s);
+                    else if (m < p.m) store_bsum(p, z, m, s);
                 }
-            }
-            adds += adder && !last;
             // other_sums is written again only after the next tile's main loop, which consumer
             // 0 starts after these reads; own_sums, of the block's last tile, is complete.
             asm volatile("bar.sync 1, 256;" ::: "memory");
-            if (adder && last) add_row_last<BM, 24>(p, bars.own_sums, m0, z, ctid + 128 * c, 256);
+            if (add_here) add_row_last<BM, 24>(p, bars.own_sums, m0, z, ctid + 128 * c, 256);
         }
     }
     if (ctid == 0) tma_store_wait_all();
