@@ -255,37 +255,23 @@ __device__ __forceinline__ bool bsum_count_tile(const GemmParams& p, int tile_m,
 }
 
 // The row's last tile: the sums of rows [m0, m0 + ROWS) over the row's tiles, by `nthreads`
-// threads (this one is `tid`), GROUP tiles' loads for each of RPT rows in flight per round
-// trip to L2: this block may be the last to finish in the whole grid, and one dependent load
-// per tile put 16 round trips to L2 (~10 us at 4096^3) after everything else.
-template <int ROWS, int GROUP = 8, int RPT = 1>
+// threads (this one is `tid`), GROUP tiles' loads in flight per round trip to L2 (one
+// dependent load per tile would put a round trip per tile after the row's last tile).
+template <int ROWS, int GROUP = 8>
 __device__ __forceinline__ void bsum_add_rows(const GemmParams& p, int m0, int z, int tid, int nthreads) {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
     const float* col = p.bsum_partials + int64_t(z) * p.m + m0;
     const int64_t tile_stride = int64_t(p.batch) * p.m;
-    for (int r0 = tid; r0 < ROWS && m0 + r0 < p.m; r0 += RPT * nthreads) {
-        float s[RPT];
-        bool ok[RPT];
-#pragma unroll
-        for (int i = 0; i < RPT; ++i) {
-            s[i] = 0.f;
-            ok[i] = r0 + i * nthreads < ROWS && m0 + r0 + i * nthreads < p.m;
-        }
+    for (int r = tid; r < ROWS && m0 + r < p.m; r += nthreads) {
+        float s = 0.f;
         for (int t0 = 0; t0 < p.tiles_n; t0 += GROUP) {
-            float v[RPT][GROUP];
+            float v[GROUP];
 #pragma unroll
-            for (int i = 0; i < RPT; ++i)
+            for (int j = 0; j < GROUP; ++j) v[j] = t0 + j < p.tiles_n ? __ldcg(col + (t0 + j) * tile_stride + r) : 0.f;
 #pragma unroll
-                for (int j = 0; j < GROUP; ++j)
-                    v[i][j] = ok[i] && t0 + j < p.tiles_n ? __ldcg(col + (t0 + j) * tile_stride + r0 + i * nthreads) : 0.f;
-#pragma unroll
-            for (int i = 0; i < RPT; ++i)
-#pragma unroll
-                for (int j = 0; j < GROUP; ++j) s[i] += v[i][j];
+            for (int j = 0; j < GROUP; ++j) s += v[j];
         }
-#pragma unroll
-        for (int i = 0; i < RPT; ++i)
-            if (ok[i]) store_bsum(p, z, m0 + r0 + i * nthreads, s[i]);
+        store_bsum(p, z, m0 + r, s);
     }
 }
 
