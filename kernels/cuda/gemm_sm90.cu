@@ -545,13 +545,14 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 // tile, while its consumers are still multiplying it: they read the row's partials, the tile's
 // own too (stored tagged like the others), re-reading those whose tag is not yet this
 // launch's, add them in tile order and store bsum. Where the tile is the block's last, its
-// consumers add the row themselves (add_row_last), their own sums from shared memory. The sums' order, and so their bits, are those of the design before: the last
-// tile of a row to finish counted itself on a turn counter (an acquire-release atomic) and
-// then loaded the row's partials, so an acquire-release fence and three round trips to L2 came
-// after the grid's last tiles, while their C stores fill the memory system (ncu, 4096^3, over
-// bias + ReLU: fp16 +4-5 us of 220, tf32 +13 us of 405). Here nothing waits on an atomic or a
-// fence. An adder waits only for tiles earlier in the walk, which are running or done as long
-// as every block of the grid is resident: the launch is cooperative.
+// consumers add the row themselves (add_row_last), their own sums from shared memory. The
+// sums' order, and so their bits, are those of the design before: the last tile of a row to
+// finish counted itself on a turn counter (an acquire-release atomic) and then loaded the
+// row's partials, so an acquire-release fence and three round trips to L2 came after the
+// grid's last tiles, while their C stores fill the memory system (ncu, 4096^3, over bias +
+// ReLU: fp16 +4-5 us of 220, tf32 +13 us of 405). Here nothing waits on an atomic or a fence.
+// An adder waits only for tiles earlier in the walk, which are running or done as long as
+// every block of the grid is resident: the launch is cooperative.
 template <int STAGES, int BM>
 struct PersistentBarriers {
     Ring<STAGES> ring;
@@ -590,47 +591,35 @@ __device__ __forceinline__ uint64_t load_tagged(const uint64_t* at) {
     return w;
 }
 
-// The sums of ROWS rows, m0, m0 + step, ... (those below `rows`), over their first `tiles`
-// tiles in tile order, from the tagged partials: GROUP words of each row in flight per round
-// trip to L2; the words not yet tagged with this launch are read again, all at once, until
-// every one is, `backoff_ns` apart. (Read again one after another, each word that was not
-// there at the first read cost a round trip of its own: where a row's tiles end together in
-// the grid's last wave, that put 3-13 us after them.)
-template <int GROUP, int ROWS>
-__device__ __forceinline__ void tagged_row_sums(const GemmParams& p, int z, int m0, int step, int rows, int tiles,
-                                                unsigned backoff_ns, float (&s)[ROWS]) {
-    const uint64_t* col = p.bsum_tagged + int64_t(z) * p.m + m0;
+// Row m's sum over its first `tiles` tiles, in tile order, from the tagged partials: GROUP
+// words in flight per round trip to L2; the words not yet tagged with this launch are read
+// again, all at once, until every one is, `backoff_ns` apart. (Read again one after another,
+// each word that was not there at the first read cost a round trip of its own: where a row's
+// tiles end together in the grid's last wave, that put 3-13 us after them.)
+template <int GROUP>
+__device__ __forceinline__ float tagged_row_sum(const GemmParams& p, int z, int m, int tiles, unsigned backoff_ns) {
+    const uint64_t* col = p.bsum_tagged + int64_t(z) * p.m + m;
     const int64_t tile_stride = int64_t(p.batch) * p.m;
     const uint32_t tag = p.bsum_epoch;
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) s[i] = 0.f;
+    float s = 0.f;
     for (int t0 = 0; t0 < tiles; t0 += GROUP) {
-        uint64_t w[ROWS][GROUP];
+        uint64_t w[GROUP];
 #pragma unroll
-        for (int i = 0; i < ROWS; ++i)
-#pragma unroll
-            for (int j = 0; j < GROUP; ++j)
-                w[i][j] = i * step < rows && t0 + j < tiles ? load_tagged(col + (t0 + j) * tile_stride + i * step)
-                                                            : uint64_t(tag) << 32;
+        for (int j = 0; j < GROUP; ++j) w[j] = t0 + j < tiles ? load_tagged(col + (t0 + j) * tile_stride) : uint64_t(tag) << 32;
         for (;;) {
             bool missing = false;
 #pragma unroll
-            for (int i = 0; i < ROWS; ++i)
-#pragma unroll
-                for (int j = 0; j < GROUP; ++j) missing |= uint32_t(w[i][j] >> 32) != tag;
+            for (int j = 0; j < GROUP; ++j) missing |= uint32_t(w[j] >> 32) != tag;
             if (!missing) break;
             if (backoff_ns) __nanosleep(backoff_ns);
 #pragma unroll
-            for (int i = 0; i < ROWS; ++i)
-#pragma unroll
-                for (int j = 0; j < GROUP; ++j)
-                    if (uint32_t(w[i][j] >> 32) != tag) w[i][j] = load_tagged(col + (t0 + j) * tile_stride + i * step);
+            for (int j = 0; j < GROUP; ++j)
+                if (uint32_t(w[j] >> 32) != tag) w[j] = load_tagged(col + (t0 + j) * tile_stride);
         }
 #pragma unroll
-        for (int i = 0; i < ROWS; ++i)
-#pragma unroll
-            for (int j = 0; j < GROUP; ++j) s[i] += __uint_as_float(uint32_t(w[i][j]));
+        for (int j = 0; j < GROUP; ++j) s += __uint_as_float(uint32_t(w[j]));
     }
+    return s;
 }
 
 // Whether tile t is this block's last in the walk.
@@ -638,20 +627,17 @@ __device__ __forceinline__ bool last_of_block(int t, int total) { return t + int
 
 // The bsum warps (96 threads, this one `bt`): each tile of this block that adds its row, but
 // the block's last (which its consumers add themselves, add_row_last), rows bt, bt + 96, ...
-// of the tile over all the row's tiles (GROUP words in flight). They reach the tile
-// while its consumers multiply it, or earlier, and wait for the partials sleeping 1 us between
-// reads: these sums are needed by the kernel's end only.
+// of the tile over all the row's tiles (GROUP words in flight). They reach the tile while its
+// consumers multiply it, or earlier, and wait for the partials sleeping 1 us between reads:
+// these sums are needed by the kernel's end only.
 template <int BM, int GROUP>
 __device__ __forceinline__ void add_bsum_rows(const GemmParams& p, int per_entry, int total, int bt) {
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const int z = t / per_entry;
         const Tile at = tile_of(p, t - z * per_entry);
         if (!is_row_adder(p, at) || last_of_block(t, total)) continue;
-        for (int m = at.m * BM + bt; m < at.m * BM + BM && m < p.m; m += 96) {
-            float s[1];
-            tagged_row_sums<GROUP>(p, z, m, 0, 1, p.tiles_n, 1000, s);
-            store_bsum(p, z, m, s[0]);
-        }
+        for (int m = at.m * BM + bt; m < at.m * BM + BM && m < p.m; m += 96)
+            store_bsum(p, z, m, tagged_row_sum<GROUP>(p, z, m, p.tiles_n, 1000));
     }
 }
 
@@ -663,11 +649,8 @@ __device__ __forceinline__ void add_bsum_rows(const GemmParams& p, int per_entry
 template <int BM, int GROUP>
 __device__ __forceinline__ void add_row_last(const GemmParams& p, const float* own_sums, int m0, int z, int i,
                                              int nthreads) {
-    for (int r = i; r < BM && m0 + r < p.m; r += nthreads) {
-        float s[1];
-        tagged_row_sums<GROUP>(p, z, m0 + r, 0, 1, p.tiles_n - 1, 0, s);
-        store_bsum(p, z, m0 + r, s[0] + own_sums[r]);
-    }
+    for (int r = i; r < BM && m0 + r < p.m; r += nthreads)
+        store_bsum(p, z, m0 + r, tagged_row_sum<GROUP>(p, z, m0 + r, p.tiles_n - 1, 0) + own_sums[r]);
 }
 
 // The persistent variant, for products of several waves of tiles into C whose rows TMA can
