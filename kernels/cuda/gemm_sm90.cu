@@ -591,6 +591,15 @@ __device__ __forceinline__ uint64_t load_tagged(const uint64_t* at) {
     return w;
 }
 
+// Tile tile_n's sum s of its row r (row m of C): into shared memory where the block adds the
+// row itself (add_row_last), else as a tagged partial where rows span tiles, else to bsum.
+__device__ __forceinline__ void deliver_row_sum(const GemmParams& p, float* own_sums, bool add_here, bool spans, int tile_n,
+                                                int z, int r, int m, float s) {
+    if (add_here) own_sums[r] = s;
+    else if (m < p.m && spans) store_tagged(p, tile_n, z, m, s);
+    else if (m < p.m) store_bsum(p, z, m, s);
+}
+
 // Row m's sum over its first `tiles` tiles, in tile order, from the tagged partials: GROUP
 // words in flight per round trip to L2; the words not yet tagged with this launch are read
 // again, all at once, until every one is, `backoff_ns` apart. (Read again one after another,
@@ -778,10 +787,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             for (int h = 0; h < 2; ++h) {
                 const float s = quad_sum(row_sum[h]);
                 const int r = 64 * c + 16 * warp + g + 8 * h, m = at.m * BM + r;
-                if (q != 0) continue;
-                if (add_here) bars.own_sums[r] = s;
-                else if (m < p.m && spans) store_tagged(p, at.n, z, m, s);
-                else if (m < p.m) store_bsum(p, z, m, s);
+                if (q == 0) deliver_row_sum(p, bars.own_sums, add_here, spans, at.n, z, r, m, s);
             }
             if (add_here) {
                 asm volatile("bar.sync 1, 256;" ::: "memory");   // own_sums written by both consumers
@@ -1009,10 +1015,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
 #pragma unroll
                 for (int hf = 0; hf < Cfg::kParts; ++hf) {
                     const int r = 32 * hf + ctid / 4, m = m0 + r;
-                    const float s = sums[hf] + other_sums[r];
-                    if (add_here) bars.own_sums[r] = s;
-                    else if (m < p.m && spans) store_tagged(p, at.n, z, m, s);
-                    else if (m < p.m) store_bsum(p, z, m, s);
+                    deliver_row_sum(p, bars.own_sums, add_here, spans, at.n, z, r, m, sums[hf] + other_sums[r]);
                 }
             // other_sums is written again only after the next tile's main loop, which consumer
             // 0 starts after these reads; own_sums, of the block's last tile, is complete.

@@ -111,28 +111,27 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::make_current() const { driver().cuCtxSetCurrent(ctx_); }
 
-CUdeviceptr CudaBackend::zeroed_scratch(size_t nbytes) {
-    if (nbytes <= zeroed_bytes_) return zeroed_;
+bool CudaBackend::grow_zeroed(CUdeviceptr& buf, size_t& bytes, size_t nbytes) {
+    if (nbytes <= bytes) return false;
     make_current();
     // The old buffer goes back to the allocator: whatever reuses it is ordered after the
     // kernels already queued on this stream.
-    if (zeroed_) allocator_->release(zeroed_, zeroed_bytes_);
-    const size_t bytes = std::max<size_t>({nbytes, 2 * zeroed_bytes_, 4096});
-    zeroed_ = allocator_->allocate(bytes, "compound_dot");
-    zeroed_bytes_ = bytes;
-    check(driver().cuMemsetD8Async(zeroed_, 0, bytes, stream_), "cuMemsetD8Async");
+    if (buf) allocator_->release(buf, bytes);
+    bytes = std::max<size_t>({nbytes, 2 * bytes, 4096});
+    buf = allocator_->allocate(bytes, "compound_dot");
+    check(driver().cuMemsetD8Async(buf, 0, bytes, stream_), "cuMemsetD8Async");
+    return true;
+}
+
+CUdeviceptr CudaBackend::zeroed_scratch(size_t nbytes) {
+    grow_zeroed(zeroed_, zeroed_bytes_, nbytes);
     return zeroed_;
 }
 
 CudaBackend::TaggedScratch CudaBackend::tagged_scratch(size_t nbytes) {
-    const bool grow = nbytes > tagged_bytes_;
-    if (grow) {
-        make_current();
-        if (tagged_) allocator_->release(tagged_, tagged_bytes_);   // ordered after the queued kernels, as above
-        tagged_bytes_ = std::max<size_t>({nbytes, 2 * tagged_bytes_, 4096});
-        tagged_ = allocator_->allocate(tagged_bytes_, "compound_dot");
-    }
-    if (grow || ++tag_ == 0) {   // fresh words, or every tag used: all words back to tag 0
+    if (grow_zeroed(tagged_, tagged_bytes_, nbytes)) {
+        tag_ = 1;
+    } else if (++tag_ == 0) {   // every tag used: all words back to tag 0
         make_current();
         check(driver().cuMemsetD8Async(tagged_, 0, tagged_bytes_, stream_), "cuMemsetD8Async");
         tag_ = 1;

@@ -112,6 +112,9 @@ private:
     // blocks along x or a cooperative grid (both launch paths, JIT and precompiled, use it).
     void launch_function(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
                          void** params, unsigned cluster, bool cooperative = false);
+    // Grows `buf` (of `bytes`) to at least `nbytes`, zero-filled on the stream; false when it
+    // was large enough already.
+    bool grow_zeroed(CUdeviceptr& buf, size_t& bytes, size_t nbytes);
     void ensure_staging();
     std::vector<char> build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key, bool* from_disk,
                             bool use_disk);

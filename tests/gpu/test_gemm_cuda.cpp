@@ -607,9 +607,9 @@ TEST_CASE("gpu gemm: tf32 with B N-major through registers, no copy of B") {
 }
 
 // bsum in the persistent kernels: tiles store tagged partial sums and each row's last tile in
-// the walk adds them (gemm_sm90.cu). Batch entries, rows whose adder is the block's next tile
-// too (one shared-memory slot for the adder's own sums), tags left in the scratch by earlier
-// launches of other shapes, and the same bits on every run.
+// the walk adds them (gemm_sm90.cu). Batch entries, blocks that add several rows (by their
+// bsum warps, and the last by their consumers), tags left in the scratch by earlier launches
+// of other shapes, and the same bits on every run.
 TEST_CASE("gpu gemm: bsum in the persistent kernels: tagged partials, one adder per row") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
