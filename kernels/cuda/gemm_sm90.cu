@@ -251,13 +251,32 @@ __device__ __forceinline__ void produce_tile(unsigned char* smem, Ring<STAGES>& 
 
 // Consumer c (lane `lane` of one of its warps): one tile's product into `acc`, zeroed first.
 // Each stage is released once the multiplies after it are in flight (at most one group
-// outstanding), the last one when all are done.
-template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+// outstanding), the last one when all are done. `after_issue(kt)` runs for kt < PEEL once
+// k-tile kt's multiplies are issued (or where the tile has no k-tile kt): work that overlaps
+// them, such as storing the previous tile's results.
+struct NothingAfterIssue {
+    __device__ void operator()(int) const {}
+};
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, int PEEL = 0, class AfterIssue = NothingAfterIssue>
 __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigned char* smem, Ring<STAGES>& ring, int c,
-                                             int lane, int ktiles, int& it) {
+                                             int lane, int ktiles, int& it, AfterIssue&& after_issue = {}) {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+#pragma unroll
+    for (int kt = 0; kt < PEEL; ++kt) {
+        if (kt < ktiles) {
+            mbar_wait(&ring.full[it % STAGES], (it / STAGES) & 1);
+            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, it % STAGES, c);
+        }
+        after_issue(kt);
+        if (kt < ktiles) {
+            wgmma_wait<1>();
+            fence_regs(acc);
+            if (kt > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
+            ++it;
+        }
+    }
+    for (int kt = PEEL; kt < ktiles; ++kt, ++it) {
         const int s = it % STAGES;
         mbar_wait(&ring.full[s], (it / STAGES) & 1);
         consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, s, c);
@@ -556,7 +575,8 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 template <int STAGES, int BM>
 struct PersistentBarriers {
     Ring<STAGES> ring;
-    float own_sums[BM];   // the row sums of the block's last tile, where it adds its row
+    int pending_box[2][3];   // per consumer: where the results waiting in registers go (n0, m0, z)
+    float own_sums[BM];      // the row sums of the block's last tile, where it adds its row
 };
 
 // A persistent kernel's walk: tiles per batch entry, tiles in all, k-tiles per tile, and
@@ -727,6 +747,45 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     int part = 0;                                                     // parts staged so far
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
+    // Part hf of the tile at box = (n0, m0, z) from staged to C: this consumer's 64 rows x
+    // kPartCols columns, one TMA box, after every thread of the consumer has written it. Only
+    // thread 0 reads the box.
+    const auto send_part = [&](unsigned char* staged, const int* box, int hf) {
+        fence_to_tma();
+        consumer_sync();
+        if (ctid == 0) {
+            tma_store(map_c, staged, box[0] + kPartCols * hf, box[1], box[2]);
+            tma_store_commit();
+        }
+    };
+    // The next staging buffer, once the store of two parts ago has read it out.
+    const auto next_buffer = [&] {
+        unsigned char* staged = staged_bufs + (part++ % 2) * kPartBytes;
+        if (ctid == 0) tma_store_wait_read_but_one();
+        consumer_sync();
+        return staged;
+    };
+    // 16-bit C: a tile's results wait in registers, rounded to C's dtype, until the next tile's
+    // first multiplies are issued; its parts are stored one per k-tile while those run. (Staged
+    // right after their tile's last multiply, the tensor cores idled through every part's
+    // barriers and waits: ~4000 cycles a tile, 5-7% of the product at 4096^3.) The block's
+    // tiles before tile t wait this way; only the thread that hands parts to TMA needs to know
+    // where they go (bars.pending_box: registers are short here).
+    uint32_t results[C32 ? 1 : BN / 4];   // register 2j + h: row g + 8h, columns 8j + 2q, + 1
+    int* const pending_box = bars.pending_box[c];   // n0, m0, z
+    const auto store_pending_part = [&](int hf, int t) {
+        if constexpr (!C32) {
+            if (t == int(blockIdx.x)) return;
+            unsigned char* staged = next_buffer();
+#pragma unroll
+            for (int jj = 0; jj < kPartCols / 8; ++jj)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    *reinterpret_cast<uint32_t*>(staged + (16 * warp + g + 8 * h) * 128 + (jj ^ g) * 16 + 4 * q) =
+                        results[2 * (hf * (kPartCols / 8) + jj) + h];
+            send_part(staged, pending_box, hf);
+        }
+    };
     int it = 0;
     for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
@@ -737,7 +796,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         const int bias_col = 128 * c + ctid;
         const float bias_next = bias && n0 + bias_col < p.n ? __ldg(p.bias + n0 + bias_col) : 0.f;
         float acc[BN / 2];
-        consume_tile<T, BN, 2, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
+        consume_tile<T, BN, 2, STAGES, TA, TB, C32 ? 0 : kParts>(acc, smem, ring, c, lane, ktiles, it,
+                                                                 [&](int hf) { store_pending_part(hf, t); });
 
         // bias_s[u % 2] was last read in tile u - 2's epilogue, before both consumers passed
         // tile u - 1's barrier 1.
@@ -751,10 +811,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         // sits at c ^ (r % 8) (the 128-byte swizzle; r % 8 = g).
         float row_sum[2] = {0.f, 0.f};   // bsum: this thread's share of its two rows
 #pragma unroll
-        for (int hf = 0; hf < kParts; ++hf, ++part) {
-            unsigned char* staged = staged_bufs + (part % 2) * kPartBytes;
-            if (ctid == 0) tma_store_wait_read_but_one();   // the store of two parts ago is out
-            consumer_sync();
+        for (int hf = 0; hf < kParts; ++hf) {
+            unsigned char* staged = C32 ? next_buffer() : nullptr;
 #pragma unroll
             for (int jj = 0; jj < kPartCols / 8; ++jj) {
                 const int j = hf * (kPartCols / 8) + jj;
@@ -762,22 +820,24 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const float2 v = epilogue_pair(p, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], b, relu);
-                    const float v0 = v.x, v1 = v.y;
                     const int r = 16 * warp + g + 8 * h;
                     if constexpr (C32)
-                        *reinterpret_cast<float2*>(staged + r * 128 + ((2 * jj + q / 2) ^ g) * 16 + 8 * (q % 2)) =
-                            make_float2(v0, v1);
+                        *reinterpret_cast<float2*>(staged + r * 128 + ((2 * jj + q / 2) ^ g) * 16 + 8 * (q % 2)) = v;
                     else
-                        *reinterpret_cast<uint32_t*>(staged + r * 128 + (jj ^ g) * 16 + 4 * q) = pack2<T>(v0, v1, p.c_dtype);
-                    row_sum[h] += v0 + v1;   // columns past N hold zeros (TMA's fill, no bias)
+                        results[2 * j + h] = pack2<T>(v.x, v.y, p.c_dtype);
+                    row_sum[h] += v.x + v.y;   // columns past N hold zeros (TMA's fill, no bias)
                 }
             }
-            fence_to_tma();
-            consumer_sync();
-            if (ctid == 0) {
-                tma_store(map_c, staged, n0 + kPartCols * hf, m0, z);
-                tma_store_commit();
+            if constexpr (C32) {
+                const int box[3] = {n0, m0, z};
+                send_part(staged, box, hf);
             }
+        }
+        if constexpr (!C32) {
+            if (ctid == 0) pending_box[0] = n0, pending_box[1] = m0, pending_box[2] = z;
+            if (last_of_block(t, total))   // no next tile to hide the stores behind
+#pragma unroll
+                for (int hf = 0; hf < kParts; ++hf) store_pending_part(hf, t + int(gridDim.x));
         }
         if (p.flags & kBsum) {
             // The tile's row sums: to bsum (one tile per row), as tagged partials, or, where the
