@@ -126,7 +126,8 @@ void check_operands(const Tensor& A, const Tensor& B, const Tensor& C, const Dot
 void epilogue(const Tensor& T, Tensor& C, const DotOptions& o) {
     Expr e = T;
     if (o.bias) e = e + reshape(o.bias->expr(), {1, C.shape()[1]});
-    if (o.relu) e = where(greater(e, 0.0), e, o.slope == 0 ? Expr(0.0) : e * o.slope);
+    // ReLU keeps NaN (e < 0 is false for it) and takes -inf to zero; leaky ReLU keeps both.
+    if (o.relu) e = o.slope == 0 ? where(less(e, 0.0), Expr(0.0), e) : where(greater(e, 0.0), e, e * o.slope);
     if (o.beta != 0) e = e + Expr(o.beta) * C.expr();
     C.assign(e);
     if (o.bsum) {

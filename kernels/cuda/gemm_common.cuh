@@ -9,6 +9,12 @@
 
 namespace kiln::gemm {
 
+// The activation of every GEMM epilogue, as the CPU's (kernels/gemm.cpp): ReLU (slope 0)
+// takes negatives and -inf to zero and keeps NaN; leaky ReLU scales negatives by the slope.
+__device__ __forceinline__ float activation(float v, float slope) {
+    return slope == 0.f ? (v < 0.f ? 0.f : v) : (v > 0.f ? v : v * slope);
+}
+
 // Block -> (tile_m, tile_n). Consecutive blocks walk down a group of `group_m` rows of tiles
 // before moving right, so the blocks resident at one time share A's rows and B's columns in L2.
 struct Tile { int m, n; };
@@ -85,7 +91,7 @@ __device__ __forceinline__ void store_c(const GemmParams& p, char* c, int64_t of
 __device__ __forceinline__ float epilogue_value(const GemmParams& p, const char* c, float acc, int m, int n) {
     float v = p.alpha * acc;
     if (p.flags & kBias) v += __ldg(p.bias + n);
-    if (p.flags & kRelu) v = v > 0.f ? v : v * p.slope;
+    if (p.flags & kRelu) v = activation(v, p.slope);
     if (p.flags & kBeta) v += p.beta * load_c(p, c, m * p.c_sm + n * p.c_sn);
     return v;
 }
@@ -199,7 +205,7 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 v[j] = p.alpha * v[j] + b[j];
-                if (relu) v[j] = v[j] > 0.f ? v[j] : v[j] * p.slope;
+                if (relu) v[j] = activation(v[j], p.slope);
                 v[j] += p.beta * o[j];   // o is 0 without beta
             }
             if (vec && n + 3 < p.n) {

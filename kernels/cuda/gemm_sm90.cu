@@ -327,8 +327,8 @@ __device__ __forceinline__ bool rows_of_16_bytes(const GemmParams& p) {
 __device__ __forceinline__ float2 epilogue_pair(const GemmParams& p, float a0, float a1, float2 bias, bool relu) {
     float v0 = p.alpha * a0 + bias.x, v1 = p.alpha * a1 + bias.y;
     if (relu) {
-        v0 = v0 > 0.f ? v0 : v0 * p.slope;
-        v1 = v1 > 0.f ? v1 : v1 * p.slope;
+        v0 = activation(v0, p.slope);
+        v1 = activation(v1, p.slope);
     }
     return make_float2(v0, v1);
 }
@@ -350,6 +350,20 @@ __device__ __forceinline__ uint32_t pack2(float a, float b, int dtype) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Zeroes the accumulators of this thread's columns at or past N (the tile's first `cols_left`
+// columns are inside C). TMA fills B's columns past N with zeros, so these hold A . 0: zero,
+// or NaN where a row of A holds an infinity, which the register epilogues' row sums (bsum)
+// must not see. Register 4j + r: column 8j + 2q + r % 2.
+template <int BN>
+__device__ __forceinline__ void zero_columns_past_n(float (&acc)[BN / 2], int cols_left, int q) {
+    if (cols_left >= BN) return;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+            if (8 * j + 2 * q + r % 2 >= cols_left) acc[4 * j + r] = 0.f;
+}
+
 // The register epilogue of the persistent kernel into 16-bit C: a consumer's 64 x BN results
 // as alpha * accumulator + bias, the activation (kActRelu: ReLU; kActLeaky: with the slope),
 // rounded to C's dtype in pairs (results[2j + h]: row g + 8h, columns 8j + 2q and + 1), and
@@ -357,6 +371,12 @@ __device__ __forceinline__ uint32_t pack2(float a, float b, int dtype) {
 // dtype, the activation, bsum) is a template argument: tested per pair, the pass took 2000
 // (plain) to 2800 (bias + ReLU) cycles a tile (clock64, fp16 4096^3, the tensor cores idle).
 enum { kActNone, kActRelu, kActLeaky };
+// activation(v, 0) in one instruction: max(v, 0), NaN staying NaN (fmaxf would return 0).
+__device__ __forceinline__ float relu_keep_nan(float v) {
+    float r;
+    asm("max.NaN.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(v));
+    return r;
+}
 template <bool BF16, int ACT, bool SUMS, int BN>
 __device__ __forceinline__ void round_results(const GemmParams& p, const float (&acc)[BN / 2], const float* bias_s, int q,
                                               uint32_t (&results)[BN / 4], float (&row_sum)[2]) {
@@ -367,15 +387,15 @@ __device__ __forceinline__ void round_results(const GemmParams& p, const float (
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             float v0 = alpha * acc[4 * j + 2 * h] + b.x, v1 = alpha * acc[4 * j + 2 * h + 1] + b.y;
-            if constexpr (ACT == kActRelu) {   // NaN stays NaN
-                v0 = v0 < 0.f ? 0.f : v0;
-                v1 = v1 < 0.f ? 0.f : v1;
+            if constexpr (ACT == kActRelu) {
+                v0 = relu_keep_nan(v0);
+                v1 = relu_keep_nan(v1);
             } else if constexpr (ACT == kActLeaky) {
                 v0 = v0 > 0.f ? v0 : v0 * slope;
                 v1 = v1 > 0.f ? v1 : v1 * slope;
             }
             results[2 * j + h] = pack2(v0, v1, BF16 ? kBF16 : kF16);
-            if constexpr (SUMS) row_sum[h] += v0 + v1;   // columns past N hold zeros (TMA's fill, no bias)
+            if constexpr (SUMS) row_sum[h] += v0 + v1;   // columns past N hold zeros (zero_columns_past_n)
         }
     }
 }
@@ -411,8 +431,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
         for (int h = 0; h < 2; ++h) {
             const float2 v = epilogue_pair(p, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], b, relu);
             *reinterpret_cast<uint32_t*>(tile + (row0 + 8 * h) * LD + col) = pack2(v.x, v.y, p.c_dtype);
-            // Columns past N hold zeros (TMA's fill, no bias): they add nothing.
-            row_sum[h] += v.x + v.y;
+            row_sum[h] += v.x + v.y;   // columns past N hold zeros (zero_columns_past_n)
         }
     }
     if (p.flags & kBsum) {
@@ -590,6 +609,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     }
     __shared__ float row_sums[BM];   // bsum_cluster: the tile's row sums
     if (rows_of_16_bytes(p)) {
+        if (p.flags & kBsum) zero_columns_past_n<BN>(acc, p.n - n0, q);
         store_tile_16bit<T, BM, BN, kConsumerThreads>(p, acc, smem, bias_s, m0, n0, at.n, w.zc, row0, q, tid - 128,
                                                       row_sums);
     } else {
@@ -856,6 +876,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         // the row, 4 bytes each; float32, chunk 2 jj + q / 2, 8 bytes each. Row r's chunk c
         // sits at c ^ (r % 8) (the 128-byte swizzle; r % 8 = g).
         float row_sum[2] = {0.f, 0.f};   // bsum: this thread's share of its two rows
+        if (p.flags & kBsum) zero_columns_past_n<BN>(acc, p.n - at.n * BN, q);
         if constexpr (!C32)
             with_epilogue_choices(p, [&](auto bf16, auto act, auto sums) {
                 round_results<bf16.value, act.value, sums.value, BN>(p, acc, bias_s, q, results, row_sum);
@@ -872,7 +893,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                     const float2 v = epilogue_pair(p, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], b, relu);
                     const int r = 16 * warp + g + 8 * h;
                     *reinterpret_cast<float2*>(staged + r * 128 + ((2 * jj + q / 2) ^ g) * 16 + 8 * (q % 2)) = v;
-                    row_sum[h] += v.x + v.y;   // columns past N hold zeros (TMA's fill, no bias)
+                    row_sum[h] += v.x + v.y;   // columns past N hold zeros (zero_columns_past_n)
                 }
             }
             const int box[3] = {n0, m0, z};
@@ -1064,10 +1085,15 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
         fence_fragments(frag[1]);
         if (ktiles > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
 
-        // Register 4j + 2h + r: C row 8j + 2q + r of the tile, column n + h. Part hf holds rows
+        // Register 4j + 2h + r: C row 8j + 2q + r of the tile, column n + h (zeroed past N for
+        // bsum, as zero_columns_past_n does for the other layout). Part hf holds rows
         // [32 hf, 32 hf + 32) of this consumer's 64 columns, as two 32 x 32 boxes (box % 2);
         // row r's chunk x sits at x ^ (r % 8).
         float sums[Cfg::kParts];   // bsum: rows 32 hf + ctid / 4 over this consumer's columns
+        if (bsum && n + 1 >= p.n)
+#pragma unroll
+            for (int i = 0; i < 128; ++i)
+                if (n + (i / 2) % 2 >= p.n) acc[i] = 0.f;
 #pragma unroll
         for (int hf = 0; hf < Cfg::kParts; ++hf, ++part) {
             unsigned char* staged = staged_bufs + (part % 2) * kPartBytes;

@@ -293,7 +293,7 @@ TEST_CASE("gpu gemm: the float32 cp.async FMA kernel: tile and stage edges, refu
     const std::vector<std::array<int64_t, 3>> sizes = {{3, 5, 2},      {7, 9, 13},       {4, 4, 4},      {129, 130, 67},
                                                        {132, 260, 68}, {301, 257, 1003}, {256, 128, 16}, {8, 518, 20}};
     int variant = 0;
-    for (const std::string entry : {kernel, kernel + "_u8"})
+    for (const std::string& entry : {kernel, kernel + "_u8"})
         for (auto [m, n, k] : sizes)
             for (int v = 0; v < 4; ++v) {
                 Case cs{m, n, k, true, false, 8, true, epilogue_variant(variant++), DType::Float32};
@@ -519,6 +519,62 @@ TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, b
         Tensor zero = ctx.zeros({M, N}, DType::Float16);
         CHECK(check_against_reference(A[i], B[i], zero, C[i], DotOptions{}, out_eps(DType::Float16), 2e-6) <= 1.0);
     }
+}
+
+// The register epilogues on rows of A that hold NaN or -inf: ReLU keeps NaN and takes -inf to
+// zero, leaky ReLU keeps -inf, and bsum sees the same values (not the NaN of A's -inf times the
+// zeros TMA reads past N = 2600, inside the last 256-wide tile). The persistent kernels (16-bit
+// C, float32 C, tf32 with B through registers) and the one-tile kernel.
+TEST_CASE("gpu gemm: ReLU, leaky ReLU and bsum of the register epilogues on NaN and -inf rows") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (!hopper_or_skip(ctx, "persistent")) return;
+    const int64_t M = 1700, N = 2600, K = 64;   // 14 x 11 tiles: the persistent kernels run it
+    std::vector<float> a = random_floats(size_t(M * K), 77), b = random_floats(size_t(K * N), 78);
+    a[5 * K] = std::nanf("");
+    a[9 * K] = -INFINITY;
+    for (int64_t n = 0; n < N; ++n) b[n] = 0.5f;   // row 9 of C: -inf in every column
+    struct Run {
+        std::string kernel;
+        DType in, out;
+    };
+    const std::vector<Run> runs = {{"kiln_gemm_wg_f16_kt_256_c2_s4_p", DType::Float16, DType::Float16},
+                                   {"kiln_gemm_wg_bf16_kt_256_c2_s4_p", DType::BFloat16, DType::BFloat16},
+                                   {"kiln_gemm_wg_f16_kt_256_c2_s4", DType::Float16, DType::Float16},
+                                   {"kiln_gemm_wg_bf16_kt_256_c2_s4_pf", DType::BFloat16, DType::Float32},
+                                   {"kiln_gemm_wg_tf32_kt_256x128_c2_s4_pf", DType::Float32, DType::Float32}};
+    for (const Run& r : runs) {
+        ctx.set_allow_tf32(r.in == DType::Float32);
+        Tensor A = ctx.array(a, {M, K}, r.in), B = ctx.array(b, {K, N}, r.in);
+        for (double slope : {0.0, 0.25})
+            for (bool with_bsum : {false, true}) {
+                INFO(r.kernel << " slope " << slope << (with_bsum ? " with bsum" : ""));
+                Tensor C = ctx.empty({M, N}, r.out), bs = ctx.full({M}, -7.0, DType::Float32);
+                DotOptions o;
+                o.relu = true, o.slope = slope;
+                if (with_bsum) o.bsum = bs;
+                setenv("KILN_GEMM_KERNEL", r.kernel.c_str(), 1);
+                compound_dot(A, B, C, o);
+                unsetenv("KILN_GEMM_KERNEL");
+                const std::vector<float> c = C.to_vector<float>();
+                int nan5 = 0, row9 = 0, negatives = 0;
+                for (int64_t n = 0; n < N; ++n) {
+                    nan5 += std::isnan(c[5 * N + n]);
+                    row9 += slope == 0 ? c[9 * N + n] == 0.f : c[9 * N + n] == -INFINITY;
+                }
+                for (int64_t i = 0; i < M * N; ++i) negatives += slope == 0 && c[i] < 0.f;
+                CHECK(nan5 == N);
+                CHECK(row9 == N);
+                CHECK(negatives == 0);
+                if (with_bsum) {
+                    const std::vector<float> s = bs.to_vector<float>();
+                    CHECK(std::isnan(s[5]));
+                    CHECK(s[9] == (slope == 0 ? 0.f : -INFINITY));
+                    CHECK(std::isfinite(s[0]));
+                }
+            }
+    }
+    ctx.set_allow_tf32(false);
 }
 
 TEST_CASE("gpu gemm: tf32 with B N-major through registers, no copy of B") {

@@ -146,6 +146,34 @@ TEST_CASE("compound_dot: alpha, beta, bias, relu, leaky slope and bsum in one ca
         }
 }
 
+// The activation on rows that hold NaN or -inf, as the GPU epilogues apply it: ReLU keeps NaN
+// and takes -inf to zero, leaky ReLU keeps both; bsum adds what C holds.
+TEST_CASE("compound_dot: ReLU and leaky ReLU on NaN and -inf") {
+    Context& ctx = cpu();
+    const int64_t M = 4, N = 5, K = 3;
+    std::vector<float> a(size_t(M * K), 0.25f), b(size_t(K * N), 0.5f);
+    a[1 * K] = std::nanf("");
+    a[2 * K] = -INFINITY;
+    a[3 * K] = -1.f;   // row 3: -0.25 in every column
+    Tensor A = ctx.array(a, {M, K}), B = ctx.array(b, {K, N});
+    for (double slope : {0.0, 0.5}) {
+        Tensor C = ctx.empty({M, N}), bsum = ctx.empty({M});
+        DotOptions o;
+        o.relu = true, o.slope = slope, o.bsum = bsum;
+        compound_dot(A, B, C, o);
+        const std::vector<float> c = C.to_vector<float>(), s = bsum.to_vector<float>();
+        INFO("slope " << slope);
+        for (int64_t n = 0; n < N; ++n) {
+            CHECK(c[size_t(n)] == 0.375f);
+            CHECK(std::isnan(c[size_t(N + n)]));
+            CHECK(c[size_t(2 * N + n)] == (slope == 0 ? 0.f : -INFINITY));
+            CHECK(c[size_t(3 * N + n)] == (slope == 0 ? 0.f : -0.125f));
+        }
+        CHECK(std::isnan(s[1]));
+        CHECK(s[2] == (slope == 0 ? 0.f : -INFINITY));
+    }
+}
+
 TEST_CASE("compound_dot: float16 and bfloat16 operands accumulate in float32") {
     Context& ctx = cpu();
     const int64_t M = 65, N = 33, K = 300;
