@@ -12,7 +12,8 @@ namespace kiln::gemm {
 // The activation of every GEMM epilogue, as the CPU's (kernels/gemm.cpp): ReLU (slope 0)
 // takes negatives and -inf to zero and keeps NaN; leaky ReLU scales negatives by the slope.
 __device__ __forceinline__ float activation(float v, float slope) {
-    return slope == 0.f ? (v < 0.f ? 0.f : v) : (v > 0.f ? v : v * slope);
+    const float below = slope == 0.f ? 0.f : v * slope;   // not -inf * 0
+    return v < 0.f ? below : v;
 }
 
 // Block -> (tile_m, tile_n). Consecutive blocks walk down a group of `group_m` rows of tiles

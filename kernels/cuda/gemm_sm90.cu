@@ -83,12 +83,15 @@ __device__ __forceinline__ void fence_to_tma() { asm volatile("fence.proxy.async
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
+// The two halves of cluster_sync, for a barrier whose arrival comes long before its wait.
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 // The address of `p` (this block's shared memory) in the shared memory of cluster block `rank`.
 template <class T>
-__device__ __forceinline__ const T* cluster_peer(const T* p, int rank) {
+__device__ __forceinline__ T* cluster_peer(T* p, int rank) {
     uint64_t out;
     asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
-    return reinterpret_cast<const T*>(out);
+    return reinterpret_cast<T*>(out);
 }
 
 // ---- wgmma ----------------------------------------------------------------------------------
@@ -524,24 +527,31 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
     cluster_sync();   // the other blocks are done reading this one's shared memory
 }
 
-// bsum over a row of tiles in one cluster (bsum_cluster): each block has its tile's row sums
-// in `row_sums`; after a cluster barrier block r adds rows r, r + tiles_n, ... over the blocks
-// in rank (= tile) order, reading the others' shared memory, and stores them; the second
-// barrier keeps every block's shared memory alive until the others have read it. (Through
-// global memory the row's last tile waits for a count and a load round trip after every
-// other tile has stored its sums: bias + ReLU + bsum cost +21-47% over the plain product on
-// the H100's one-wave N <= 128 shapes, in one cluster +4-29%.)
-template <int BM>
-__device__ __forceinline__ void bsum_across_cluster(const GemmParams& p, const float* row_sums, int m0, int z, int ctid,
-                                                    int nthreads) {
-    cluster_sync();   // every block's row sums are in
+// bsum over a row of tiles in one cluster (bsum_cluster): block `rank` (= tile) has its tile's
+// row sums in gathered[rank]; rows r, r + tiles_n, ... are added by block r % tiles_n, so each
+// block writes its sums of the others' rows into their `gathered` (distributed shared
+// memory); after one cluster barrier every block adds its rows over the slots in tile order
+// (the same order and bits as reading the others' sums after the barrier did, which needed a
+// second barrier to keep each block's shared memory alive until the others had read it) and
+// stores them. Writing to another block's shared memory needs it to be running: the cluster
+// barrier arrived at the kernel's start (`cluster_arrive_relaxed`) is waited for first.
+// (Through global memory the row's last tile waits for a count and a load round trip after
+// every other tile has stored its sums: bias + ReLU + bsum cost +21-47% over the plain product
+// on the H100's one-wave N <= 128 shapes, in one cluster with two barriers +4-29%.)
+template <int BM, class Sync>
+__device__ __forceinline__ void bsum_across_cluster(const GemmParams& p, float* gathered, int m0, int z, int ctid, int nthreads,
+                                                    Sync consumers_sync) {
     const int tiles = p.tiles_n, rank = int(blockIdx.x) % tiles;
+    consumers_sync();   // this tile's row sums are in gathered[rank]
+    cluster_wait();     // every block of the cluster runs
+    for (int r = ctid; r < BM; r += nthreads)
+        if (r % tiles != rank) cluster_peer(gathered, r % tiles)[rank * BM + r] = gathered[rank * BM + r];
+    cluster_sync();   // every block's sums are with the blocks that add them
     for (int r = rank + tiles * ctid; r < BM && m0 + r < p.m; r += tiles * nthreads) {
         float s = 0.f;
-        for (int t = 0; t < tiles; ++t) s += cluster_peer(row_sums, t)[r];
+        for (int t = 0; t < tiles; ++t) s += gathered[t * BM + r];
         store_bsum(p, z, m0 + r, s);
     }
-    cluster_sync();   // the others are done reading this block's sums
 }
 
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
@@ -563,6 +573,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         tma_prefetch_descriptor(map_b);
     }
     init_ring<STAGES, CONSUMERS>(ring);
+    if (p.bsum_cluster) cluster_arrive_relaxed();   // waited for before the row sums cross blocks
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -573,8 +584,11 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
             produce_tile<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, map_a, map_b, w.kt_begin, ktiles, m0, n0,
                                                            p.a_batch ? z : 0, p.b_batch ? z : 0, it);
         }
-        if (p.k_cluster || p.bsum_cluster) {   // the consumers' two cluster barriers
+        if (p.k_cluster) {   // the consumers' two cluster barriers
             cluster_sync();
+            cluster_sync();
+        } else if (p.bsum_cluster) {   // the barrier arrived at the start, and the consumers' one
+            cluster_wait();
             cluster_sync();
         }
         return;
@@ -607,7 +621,9 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
                                                    tid - 128, consumers_sync);
         return;
     }
-    __shared__ float row_sums[BM];   // bsum_cluster: the tile's row sums
+    // bsum_cluster: the row sums of the cluster's tiles (up to 8), this tile's in its slot.
+    __shared__ float gathered[8 * BM];
+    float* row_sums = gathered + (p.bsum_cluster ? int(blockIdx.x) % p.tiles_n : 0) * BM;
     if (rows_of_16_bytes(p)) {
         if (p.flags & kBsum) zero_columns_past_n<BN>(acc, p.n - n0, q);
         store_tile_16bit<T, BM, BN, kConsumerThreads>(p, acc, smem, bias_s, m0, n0, at.n, w.zc, row0, q, tid - 128,
@@ -618,7 +634,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
         finish_tile<BM, BN, kConsumerThreads>(p, tile, m0, n0, at.n, w.zc, tid - 128, p.bsum_cluster ? row_sums : nullptr);
     }
-    if (p.bsum_cluster) bsum_across_cluster<BM>(p, row_sums, m0, w.zc, tid - 128, kConsumerThreads);
+    if (p.bsum_cluster) bsum_across_cluster<BM>(p, gathered, m0, w.zc, tid - 128, kConsumerThreads, consumers_sync);
     else if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads, consumers_sync);
 }
 
