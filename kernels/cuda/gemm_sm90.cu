@@ -1002,6 +1002,23 @@ __device__ __forceinline__ void consume_kstep_bregs(float (&acc)[128], uint32_t 
     fence_regs(acc);
 }
 
+// bsum in the B-in-registers kernel: a thread holds, of a 32-row part, rows 8 jj + 2 q + r
+// (value 2 jj + r, the sum of its two columns); the 8 lanes of a warp that share q hold the
+// same rows over different columns. Three exchange-and-add steps (lanes 16, 8 and 4 apart)
+// halve the values each time, so that lane (g, q) ends with row 8 (g / 2) + 2 q + g % 2 of
+// the part summed over the warp's 16 columns: 7 shuffles, in a fixed order. (Reading each
+// part's values back from the staged buffer, on the consumers' path between parts, cost
+// 7 of the 12 us that bsum added to bias + ReLU at tf32 4096^3, ncu at base clock: docs/gemm-notes.md 43.)
+__device__ __forceinline__ float sum_over_columns_scattered(const float (&v)[8], int g) {
+    const bool hi4 = g & 4, hi2 = g & 2, hi1 = g & 1;
+    float h4[4], h2[2];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h4[k] = (hi4 ? v[k + 4] : v[k]) + __shfl_xor_sync(0xffffffffu, hi4 ? v[k] : v[k + 4], 16);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) h2[k] = (hi2 ? h4[k + 2] : h4[k]) + __shfl_xor_sync(0xffffffffu, hi2 ? h4[k] : h4[k + 2], 8);
+    return (hi1 ? h2[1] : h2[0]) + __shfl_xor_sync(0xffffffffu, hi1 ? h2[0] : h2[1], 4);
+}
+
 // A persistent kernel (the walk, the producer, bsum's counting warps and the parts' double
 // buffering as in wgmma_gemm_persistent) for tf32 into float32 C with A K-major and B
 // N-major. Shared memory: 4 stages of 48 KB, four 8 KB staging buffers, 1 KB of row sums and
@@ -1014,7 +1031,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
     using Barriers = PersistentBarriers<STAGES, BM>;
     extern __shared__ __align__(1024) unsigned char smem[];
     unsigned char* staged_base = smem + STAGES * Cfg::kStageBytes;
-    float* other_sums = reinterpret_cast<float*>(staged_base + 4 * kPartBytes);   // consumer 1's row sums [BM]
+    float* other_sums = reinterpret_cast<float*>(staged_base + 4 * kPartBytes);   // bsum: the tile's row sums [BM]
     Barriers& bars = *reinterpret_cast<Barriers*>(other_sums + BM);
     Ring<STAGES>& ring = bars.ring;
     const int tid = threadIdx.x;
@@ -1105,7 +1122,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
         // bsum, as zero_columns_past_n does for the other layout). Part hf holds rows
         // [32 hf, 32 hf + 32) of this consumer's 64 columns, as two 32 x 32 boxes (box % 2);
         // row r's chunk x sits at x ^ (r % 8).
-        float sums[Cfg::kParts];   // bsum: rows 32 hf + ctid / 4 over this consumer's columns
+        // bsum: part hf's row 8 (g / 2) + 2 q + g % 2 over this warp's 16 columns.
+        float sums[Cfg::kParts];
         if (bsum && n + 1 >= p.n)
 #pragma unroll
             for (int i = 0; i < 128; ++i)
@@ -1115,6 +1133,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
             unsigned char* staged = staged_bufs + (part % 2) * kPartBytes;
             if (ctid == 0) tma_store_wait_read_but_one();   // the store of two parts ago is out
             consumer_sync();
+            float pair_sums[8];   // bsum: rows 8 jj + 2 q + r (index 2 jj + r), this thread's 2 columns
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj) {
                 const int j = 4 * hf + jj;
@@ -1123,8 +1142,10 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
                     const float2 v = epilogue_pair(p, acc[4 * j + r], acc[4 * j + 2 + r], b, relu);
                     const int row = 8 * jj + 2 * q + r;
                     *reinterpret_cast<float2*>(staged + 4096 * (box % 2) + 128 * row + 16 * (chunk ^ (row % 8)) + 8 * half) = v;
+                    pair_sums[2 * jj + r] = v.x + v.y;   // columns past N hold zeros (zeroed above)
                 }
             }
+            if (bsum) sums[hf] = sum_over_columns_scattered(pair_sums, g);
             fence_to_tma();
             consumer_sync();
             if (ctid == 0) {
@@ -1132,42 +1153,33 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
                 tma_store(map_c, staged + 4096, at.n * BN + 64 * c + 32, m0 + 32 * hf, z);
                 tma_store_commit();
             }
-            if (bsum) {
-                // Row ctid / 4 of the part, a quarter (16 columns) per lane, read back while
-                // TMA reads the part too. Columns past N hold zeros (TMA's fill, no bias).
-                const int row = ctid / 4, quarter = ctid % 4;
-                const unsigned char* src = staged + 4096 * (quarter / 2) + 128 * row;
-                float s = 0.f;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    // Quarters 0 and 2 (1 and 3) read the same chunks of different boxes: in
-                    // another order, so that they do not share banks.
-                    const int x = 4 * (quarter % 2) + ((i + 2 * (quarter / 2)) % 4);
-                    const float4 v = *reinterpret_cast<const float4*>(src + 16 * (x ^ (row % 8)));
-                    s += (v.x + v.y) + (v.z + v.w);
-                }
-                sums[hf] = quad_sum(s);
-            }
         }
         if (bsum) {
-            // The two consumers' sums, added in consumer order by consumer 0.
-            if (c == 1 && q == 0)
+            // The tile's row sums over the 8 warps' columns, added warp after warp (consumer 0's
+            // warps first) into `row_sums` in shared memory, one barrier per warp: lane (g, q)
+            // of each warp holds, per part, the row 8 (g / 2) + 2 q + g % 2 of the part.
+            float* row_sums = other_sums;
+            const int w = 4 * c + warp;
+            asm volatile("bar.sync 1, 256;" ::: "memory");   // the last tile's rows are delivered
+#pragma unroll 1
+            for (int turn = 0; turn < 8; ++turn) {
+                if (w == turn)
 #pragma unroll
-                for (int hf = 0; hf < Cfg::kParts; ++hf) other_sums[32 * hf + ctid / 4] = sums[hf];
-            asm volatile("bar.sync 1, 256;" ::: "memory");
+                    for (int hf = 0; hf < Cfg::kParts; ++hf) {
+                        const int r = 32 * hf + 8 * (g / 2) + 2 * q + g % 2;
+                        row_sums[r] = turn == 0 ? sums[hf] : row_sums[r] + sums[hf];
+                    }
+                asm volatile("bar.sync 1, 256;" ::: "memory");
+            }
             // The tile's row sums: to bsum (one tile per row), as tagged partials, or, where the
             // block's last tile adds its row, to its consumers through shared memory.
             const bool add_here = spans && is_row_adder(p, at) && last_of_block(t, total);
-            if (c == 0 && q == 0)
-#pragma unroll
-                for (int hf = 0; hf < Cfg::kParts; ++hf) {
-                    const int r = 32 * hf + ctid / 4, m = m0 + r;
-                    deliver_row_sum(p, bars.own_sums, add_here, spans, at.n, z, r, m, sums[hf] + other_sums[r]);
-                }
-            // other_sums is written again only after the next tile's main loop, which consumer
-            // 0 starts after these reads; own_sums, of the block's last tile, is complete.
-            asm volatile("bar.sync 1, 256;" ::: "memory");
-            if (add_here) add_row_last<BM, 24>(p, bars.own_sums, m0, z, ctid + 128 * c, 256);
+            const int r = ctid + 128 * c;
+            deliver_row_sum(p, bars.own_sums, add_here, spans, at.n, z, r, m0 + r, row_sums[r]);
+            if (add_here) {
+                asm volatile("bar.sync 1, 256;" ::: "memory");   // own_sums is complete
+                add_row_last<BM, 24>(p, bars.own_sums, m0, z, r, 256);
+            }
         }
     }
     if (ctid == 0) tma_store_wait_all();
