@@ -239,19 +239,31 @@ __device__ __forceinline__ void consume_stage(float (&acc)[BN / 2], const unsign
 }
 
 // Producer: k-tiles [kt_begin, kt_begin + ktiles) of one tile into the ring. `it` counts stage
-// uses across the tiles a block walks (stage it % STAGES, use it / STAGES).
+// uses across the tiles a block walks (stage it % STAGES, use it / STAGES). Several threads
+// (`issuers`, a divisor of STAGES; this one `issuer`) may share the work, each taking the
+// stages s with s % issuers == issuer, so that each waits on its own stages' barriers in
+// order.
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
 __device__ __forceinline__ void produce_tile(unsigned char* smem, Ring<STAGES>& ring, const CUtensorMap* map_a,
                                              const CUtensorMap* map_b, int kt_begin, int ktiles, int m0, int n0, int za,
-                                             int zb, int& it) {
+                                             int zb, int& it, int issuer = 0, int issuers = 1) {
     constexpr int BK = WgConfig<T, BN, CONSUMERS, STAGES>::BK;
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        if (it % issuers != issuer) continue;
         const int s = it % STAGES;
         if (it >= STAGES) mbar_wait(&ring.empty[s], ((it / STAGES) - 1) & 1);
         produce_stage<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, s, map_a, map_b, (kt_begin + kt) * BK, m0, n0, za,
                                                         zb);
     }
 }
+
+// The one-tile kernels' issuing threads (lane 0 of the producer warpgroup's warps 0, 1, ...)
+// for a ring of STAGES. One thread's loop took ~425 cycles a stage plus ~160 per further TMA
+// copy in a test of TMA alone (H100, clock64), and threads of different warps issued in
+// parallel; in the narrow products, 4 issuers instead of one took 2-4% off (docs/gemm-notes.md
+// 44). (The persistent kernels keep one: two changed nothing there.)
+template <int STAGES>
+constexpr int kIssuers = STAGES % 4 == 0 ? 4 : STAGES % 2 == 0 ? 2 : 1;
 
 // Consumer c (lane `lane` of one of its warps): one tile's product into `acc`, zeroed first.
 // Each stage is released once the multiplies after it are in flight (at most one group
@@ -577,12 +589,13 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
 
     const int wg = tid / 128;
     if (wg == 0) {
-        // Producer: one thread keeps the ring full.
+        // Producer: lane 0 of the first kIssuers warps keep the ring full.
         if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (tid == 0) {
+        if (tid % 32 == 0 && tid / 32 < kIssuers<STAGES>) {
             int it = 0;
             produce_tile<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, map_a, map_b, w.kt_begin, ktiles, m0, n0,
-                                                           p.a_batch ? z : 0, p.b_batch ? z : 0, it);
+                                                           p.a_batch ? z : 0, p.b_batch ? z : 0, it, tid / 32,
+                                                           kIssuers<STAGES>);
         }
         if (p.k_cluster) {   // the consumers' two cluster barriers
             cluster_sync();
