@@ -15,6 +15,9 @@
 //          --compare ENTRY,...  (also times the plain product with the first of these kernels that
 //          can run it, forced through KILN_GEMM_KERNEL, in turn with the other calls: an A/B of
 //          two kernels in one run; printed after the row, in the JSON as "compare_*").
+//          --serial  (also times the plain product launched without programmatic dependent
+//          launch, KILN_GEMM_PDL=0, in turn with the other calls; printed after the row, in the
+//          JSON as "serial_*").
 // Without a usable CUDA device it says why and exits 0.
 #include <kiln/kiln.hpp>
 
@@ -206,7 +209,7 @@ private:
 
 int main(int argc, char** argv) {
     std::string json_path = "gemm.json", only, dtypes = "f16,bf16,f32,tf32", shapes, compare;
-    bool quick = false;
+    bool quick = false, serial = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--dtypes" && i + 1 < argc) dtypes = argv[++i];
@@ -215,6 +218,7 @@ int main(int argc, char** argv) {
         else if (a == "--profile") g_profile = true;
         else if (a == "--shapes" && i + 1 < argc) shapes = std::string(",") + argv[++i] + ",";
         else if (a == "--compare" && i + 1 < argc) compare = argv[++i];
+        else if (a == "--serial") serial = true;
         else json_path = a;
     }
     std::unique_ptr<Context> ctxp;
@@ -329,6 +333,13 @@ int main(int argc, char** argv) {
                     compound_dot(A, B, C);
                     unsetenv("KILN_GEMM_KERNEL");
                 });
+            const size_t serial_at = calls.size();
+            if (serial)
+                calls.push_back([&] {
+                    setenv("KILN_GEMM_PDL", "0", 1);
+                    compound_dot(A, B, C);
+                    unsetenv("KILN_GEMM_PDL");
+                });
             const std::vector<double> t = time_all(stream, calls);
             const double t_kiln = t[0], t_kiln_br = t[1], t_kiln_brs = t[2], t_blas = t[3], t_lt = lt_ok ? t[4] : -1;
             compound_dot(A, B, C);   // plain results for the comparison
@@ -357,8 +368,17 @@ int main(int argc, char** argv) {
                              "\"max_rel_diff\": %.3e, \"kernel\": \"%s\"}\n",
                              d.name, (long long)s.m, (long long)s.n, (long long)s.k, opname, t_kiln, t_blas, t_kiln_br,
                              t_lt, t_kiln_brs, tf(t_kiln), tf(t_blas), rel, chosen.c_str());
+            if (serial) {
+                const double t_serial = t[serial_at];
+                std::printf("       serial launch %28s %9.1f TFLOP/s, %.3fx the time with dependent launch\n", "",
+                            tf(t_serial), t_serial / t_kiln);
+                if (json)
+                    std::fprintf(json, "{\"dtype\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"serial_ms\": %.5f, "
+                                       "\"serial_tflops\": %.2f}\n",
+                                 d.name, (long long)s.m, (long long)s.n, (long long)s.k, t_serial, tf(t_serial));
+            }
             if (!cmp_entry.empty()) {
-                const double t_cmp = t.back();
+                const double t_cmp = t[serial_at - 1];
                 std::printf("       compare %-34s %9.1f TFLOP/s, %.3fx the selected kernel\n", cmp_entry.c_str(), tf(t_cmp),
                             t_kiln / t_cmp);
                 if (json)

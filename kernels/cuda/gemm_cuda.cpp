@@ -312,6 +312,14 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
 
 namespace {
 
+// Whether the sm_90 kernels start with programmatic dependent launch (their block setup
+// overlapping the end of the kernel before them; gemm_sm90.cu): on unless KILN_GEMM_PDL=0,
+// read at each launch so a benchmark can time both in one process.
+bool dependent_launch() {
+    const char* v = std::getenv("KILN_GEMM_PDL");
+    return !(v && std::string(v) == "0");
+}
+
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
 // their sum (into `bsum` when given). `p` holds the operands and the epilogue.
 void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmParams p, const Mat& a, const Mat& b,
@@ -406,13 +414,17 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
             CUtensorMap mc = k.b_in_registers
                                  ? tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 32, 32)
                                  : tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 128 / uint32_t(dtype_size(cdt)), 64);
+            // bsum's tagged partials need every block resident (a cooperative launch, which
+            // then starts only after the kernel before it).
+            const bool cooperative = p.bsum_tagged != nullptr;
             void* params[] = {&q, &ma, &mb, &mc};
-            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params, 1,
-                                  p.bsum_tagged != nullptr);
+            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,
+                                  {.cooperative = cooperative, .programmatic = !cooperative && dependent_launch()});
         } else {
             void* params[] = {&q, &ma, &mb};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,
-                                  k.cluster_k ? unsigned(k.splits) : bsum_cluster ? unsigned(p.tiles_n) : 1u);
+                                  {.cluster = k.cluster_k ? unsigned(k.splits) : bsum_cluster ? unsigned(p.tiles_n) : 1u,
+                                   .programmatic = dependent_launch()});
         }
     } else {
         void* params[] = {&q};

@@ -94,6 +94,23 @@ __device__ __forceinline__ T* cluster_peer(T* p, int rank) {
     return reinterpret_cast<T*>(out);
 }
 
+// ---- programmatic dependent launch ---------------------------------------------------------
+// The host launches these kernels with programmatic stream serialization (gemm_cuda.cpp): a
+// launch may start its blocks, on the SMs the kernel before it in the stream leaves free,
+// once every block of that kernel has signalled or exited. So the block setup (barriers,
+// tensor-map prefetches, register reallocation) overlaps the earlier kernel's tail instead of
+// following its end. Until `start_after_prior_grids` returns, a block touches nothing in
+// global memory that an earlier kernel may write (operands, bias, C, bsum and its scratch):
+// only shared memory and its parameters, the tensor maps among them. Without the attribute
+// (sm_80's kernels, cooperative launches, KILN_GEMM_PDL=0) the wait returns at once.
+__device__ __forceinline__ void start_after_prior_grids() {
+    // Every thread waits: each one's global accesses must come after the earlier grids'.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    // The next kernel in the stream may now start its own setup; it waits in turn for this
+    // grid to finish before it reads anything this one writes.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 // ---- wgmma ----------------------------------------------------------------------------------
 // A shared-memory matrix descriptor: start address, leading and stride byte offsets, 128-byte
 // swizzle. K-major tiles: rows of 128 bytes, 8-row groups 1024 bytes apart (SBO); the leading
@@ -586,6 +603,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     }
     init_ring<STAGES, CONSUMERS>(ring);
     if (p.bsum_cluster) cluster_arrive_relaxed();   // waited for before the row sums cross blocks
+    start_after_prior_grids();
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -816,6 +834,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const int per_entry = walk.per_entry, total = walk.total, ktiles = walk.ktiles;
     const bool spans = walk.rows_span_tiles;
     init_persistent_barriers(bars, smem);
+    start_after_prior_grids();
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -1052,6 +1071,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
     const int per_entry = walk.per_entry, total = walk.total, ktiles = walk.ktiles;
     const bool spans = walk.rows_span_tiles;
     init_persistent_barriers(bars, smem);
+    start_after_prior_grids();
 
     const int wg = tid / 128;
     if (wg == 0) {

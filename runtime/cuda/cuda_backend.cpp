@@ -318,25 +318,29 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
 }
 
 void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
-                                     unsigned smem, void** params, unsigned cluster, bool cooperative) {
+                                     unsigned smem, void** params, LaunchOptions options) {
     make_current();
-    launch_function(f, grid_x, grid_y, grid_z, block, smem, params, cluster, cooperative);
+    launch_function(f, grid_x, grid_y, grid_z, block, smem, params, options);
 }
 
 void CudaBackend::launch_function(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
-                                  unsigned smem, void** params, unsigned cluster, bool cooperative) {
-    if (cluster > 1 || cooperative) {
-        CUlaunchAttribute attrs[2]{};
+                                  unsigned smem, void** params, LaunchOptions options) {
+    if (options.cluster > 1 || options.cooperative || options.programmatic) {
+        CUlaunchAttribute attrs[3]{};
         unsigned n = 0;
-        if (cluster > 1) {
+        if (options.cluster > 1) {
             attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attrs[n].value.clusterDim.x = cluster;
+            attrs[n].value.clusterDim.x = options.cluster;
             attrs[n].value.clusterDim.y = 1;
             attrs[n++].value.clusterDim.z = 1;
         }
-        if (cooperative) {
+        if (options.cooperative) {
             attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
             attrs[n++].value.cooperative = 1;
+        }
+        if (options.programmatic) {
+            attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n++].value.programmaticStreamSerializationAllowed = 1;
         }
         CUlaunchConfig cfg{};
         cfg.gridDimX = grid_x, cfg.gridDimY = grid_y, cfg.gridDimZ = grid_z;
@@ -381,7 +385,7 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         int param = l.param;
         void* params[3] = {arg_bytes_.data(), &scratch, &param};
         launch_function(ck->plan_functions[li], unsigned(l.grid), 1, 1, unsigned(l.block), unsigned(l.shared_bytes),
-                        params, unsigned(l.cluster));
+                        params, {.cluster = unsigned(l.cluster)});
     }
 }
 

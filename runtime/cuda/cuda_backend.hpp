@@ -47,6 +47,16 @@ struct CudaKernel {
     mutable std::vector<CUfunction> plan_functions;
 };
 
+// How a kernel is launched beyond its grid.
+struct LaunchOptions {
+    unsigned cluster = 1;       // > 1: thread block clusters of that many blocks along x
+    bool cooperative = false;   // every block resident at once (the launch fails rather than run part of the grid)
+    // Programmatic stream serialization: the kernel may start before the one before it in
+    // the stream has finished, so it must execute griddepcontrol.wait before it touches
+    // global memory that kernel may write (kiln's sm_90 GEMM kernels do).
+    bool programmatic = false;
+};
+
 class CudaBackend {
 public:
     // Throws kiln::Error (Runtime) saying why the device cannot be used.
@@ -80,11 +90,9 @@ public:
     // library, loaded on first use and kept for the life of the backend, with its dynamic
     // shared-memory limit raised to `dynamic_smem` bytes.
     CUfunction precompiled(const void* image, const std::string& entry, int dynamic_smem);
-    // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel;
-    // `cluster` > 1: thread block clusters of that many blocks along x; `cooperative`: every
-    // block resident at once (the launch fails rather than run part of the grid).
+    // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel.
     void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
-                            void** params, unsigned cluster = 1, bool cooperative = false);
+                            void** params, LaunchOptions options = {});
 
     // At least `nbytes` of device memory that holds zeros whenever no kernel is running:
     // kernels that count in it (the GEMM's bsum turn counters) set every word they change
@@ -108,10 +116,10 @@ public:
     cache::DiskCache* disk_cache() { return disk_.get(); }
 
 private:
-    // cuLaunchKernel on the backend's stream, or cuLaunchKernelEx with clusters of `cluster`
-    // blocks along x or a cooperative grid (both launch paths, JIT and precompiled, use it).
+    // cuLaunchKernel on the backend's stream, or cuLaunchKernelEx where `options` ask for more
+    // (both launch paths, JIT and precompiled, use it).
     void launch_function(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
-                         void** params, unsigned cluster, bool cooperative = false);
+                         void** params, LaunchOptions options = {});
     // Grows `buf` (of `bytes`) to at least `nbytes`, zero-filled on the stream; false when it
     // was large enough already.
     bool grow_zeroed(CUdeviceptr& buf, size_t& bytes, size_t nbytes);

@@ -13,6 +13,7 @@
 #include "kernels/cuda/gemm_cuda.hpp"
 #include "runtime/context_impl.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -836,5 +837,82 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
         std::vector<double> sums;
         CHECK(check_against_reference(A[i], B, zero, C[i], oi, out_eps(DType::Float16), 2e-6, &sums) <= 1.0);
         check_row_sums(bs[i].to_vector<float>(), sums, N * 4.0 / 2048);
+    }
+}
+
+TEST_CASE("gpu gemm: products launched back to back wait for the kernels before them (programmatic dependent launch)") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (!hopper_or_skip(ctx, "wgmma")) return;
+    // X <- X . P with P a signed permutation, 8 times over two buffers, nothing synchronised in
+    // between: each product reads the C that the product before it wrote (it may start before
+    // that one ends) and writes the buffer that one read; before every third product an
+    // elementwise kernel negates X. Small integers keep every value exact in float16, so a read
+    // of a stale or half-written buffer shows as a wrong element. Kernels: one-tile (bsum over
+    // a row in one cluster, over 8 tiles through global partials), split-K in a cluster, global
+    // k slices (a reduction kernel after the product), persistent (bsum's cooperative launch).
+    struct Chain {
+        int64_t m, n;
+        const char* kernel;   // nullptr: the selector's
+        const char* splits;   // KILN_GEMM_SPLITS, or nullptr
+        bool bsum;
+    };
+    const Chain chains[] = {
+        {384, 128, "kiln_gemm_wg_f16_kt_64_c1_s8", nullptr, false},
+        {384, 128, "kiln_gemm_wg_f16_kt_64_c1_s8", nullptr, true},
+        {384, 128, "kiln_gemm_wg_f16_kt_16_c1_s8", "2c", true},
+        {128, 512, "kiln_gemm_wg_f16_kt_64_c1_s8", "4", false},
+        {4096, 2048, nullptr, nullptr, false},
+        {4096, 2048, nullptr, nullptr, true},
+    };
+    uint32_t seed = 2600;
+    for (const Chain& ch : chains) {
+        const int64_t m = ch.m, n = ch.n;
+        std::mt19937 g(seed++);
+        std::vector<int> perm(static_cast<size_t>(n));
+        for (int i = 0; i < int(n); ++i) perm[size_t(i)] = i;
+        std::shuffle(perm.begin(), perm.end(), g);
+        std::vector<float> sign(static_cast<size_t>(n)), p(static_cast<size_t>(n * n), 0.f), x(static_cast<size_t>(m * n));
+        for (auto& s : sign) s = g() % 2 ? 1.f : -1.f;
+        for (int64_t k = 0; k < n; ++k) p[size_t(k * n + perm[size_t(k)])] = sign[size_t(k)];
+        for (auto& v : x) v = float(int(g() % 17) - 8);
+        Tensor P = ctx.array(p, {n, n}, DType::Float16);
+        Tensor X[2] = {ctx.array(x, {m, n}, DType::Float16), ctx.zeros({m, n}, DType::Float16)};
+        Tensor bs = ctx.zeros({m}, DType::Float32);
+        DotOptions o;
+        if (ch.bsum) o.bsum = bs;
+        if (ch.kernel) setenv("KILN_GEMM_KERNEL", ch.kernel, 1);
+        if (ch.splits) setenv("KILN_GEMM_SPLITS", ch.splits, 1);
+        const std::string chosen = gemm::selected_kernel(X[0], P, X[1]);
+        INFO(m << "x" << n << "x" << n << " " << chosen << (ch.bsum ? " bsum" : ""));
+        if (!ch.kernel) CHECK(chosen.find("_p") != std::string::npos);   // the persistent kernel
+        std::vector<float> ref = x, next(x.size());
+        for (int step = 0; step < 8; ++step) {
+            Tensor& src = X[step % 2];
+            if (step % 3 == 2) {
+                src.assign(-src.expr());
+                for (auto& v : ref) v = -v;
+            }
+            compound_dot(src, P, X[(step + 1) % 2], o);
+            for (int64_t i = 0; i < m; ++i)
+                for (int64_t k = 0; k < n; ++k) next[size_t(i * n + perm[size_t(k)])] = ref[size_t(i * n + k)] * sign[size_t(k)];
+            ref.swap(next);
+        }
+        unsetenv("KILN_GEMM_KERNEL");
+        unsetenv("KILN_GEMM_SPLITS");
+        const std::vector<float> got = X[0].to_vector<float>();   // 8 steps: back in X[0]
+        size_t wrong = 0;
+        for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != ref[i];
+        CHECK(wrong == 0);
+        if (ch.bsum) {
+            const std::vector<float> sums = bs.to_vector<float>();
+            size_t wrong_sums = 0;
+            for (int64_t i = 0; i < m; ++i) {
+                float s = 0;
+                for (int64_t j = 0; j < n; ++j) s += ref[size_t(i * n + j)];
+                wrong_sums += sums[size_t(i)] != s;
+            }
+            CHECK(wrong_sums == 0);
+        }
     }
 }
