@@ -102,25 +102,35 @@ CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t oute
     return e.map;
 }
 
-// The selector's rules are a pure function of the problem, and programs repeat a handful of
-// shapes: each choice is remembered (unless KILN_GEMM_KERNEL or KILN_GEMM_SPLITS override it).
+// The selector's rules are a pure function of the problem and of the overrides KILN_GEMM_KERNEL
+// and KILN_GEMM_SPLITS, and programs repeat a handful of shapes: each choice is remembered.
+// (Selecting again on every call costs microseconds of host time, which would be the pace of
+// small products issued back to back, forced ones in a benchmark's A/B included.)
 GemmKernel selection(const GemmProblem& pr) {
-    if (std::getenv("KILN_GEMM_KERNEL") || std::getenv("KILN_GEMM_SPLITS")) return select_gemm(pr);
-    using Key = std::array<int64_t, 15>;
+    struct Key {
+        std::array<int64_t, 15> problem;
+        std::string overrides;
+        bool operator==(const Key&) const = default;
+    };
     struct KeyHash {
         size_t operator()(const Key& k) const {
             uint64_t h = 1469598103934665603ull;
-            for (int64_t v : k) h = (h ^ uint64_t(v)) * 1099511628211ull;
-            return size_t(h);
+            for (int64_t v : k.problem) h = (h ^ uint64_t(v)) * 1099511628211ull;
+            return size_t(h) ^ std::hash<std::string>()(k.overrides);
         }
     };
     static std::mutex mu;
     static std::unordered_map<Key, GemmKernel, KeyHash> chosen;
-    const Key key = {pr.m, pr.n, pr.k, pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm,
-                     pr.sms, pr.may_split, pr.plain_epilogue, pr.c_f32};
+    const auto env = [](const char* name) {
+        const char* v = std::getenv(name);
+        return std::string(v ? v : "");
+    };
+    Key key{{pr.m, pr.n, pr.k, pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm, pr.sms,
+             pr.may_split, pr.plain_epilogue, pr.c_f32},
+            env("KILN_GEMM_KERNEL") + "|" + env("KILN_GEMM_SPLITS")};
     std::lock_guard<std::mutex> lock(mu);
     auto it = chosen.find(key);
-    if (it == chosen.end()) it = chosen.emplace(key, select_gemm(pr)).first;
+    if (it == chosen.end()) it = chosen.emplace(std::move(key), select_gemm(pr)).first;
     return it->second;
 }
 
