@@ -453,6 +453,11 @@ std::string Emitter::signature(const std::string& entry, int max_threads) const 
                        max_threads, entry);
 }
 
+void Emitter::open_kernel(const std::string& entry, int max_threads) {
+    open(signature(entry, max_threads));
+    line("kiln_after_prior_grids();");
+}
+
 void Emitter::emit_pbase_offsets() {
     for (size_t b = 0; b < k_.buffers.size(); ++b) {
         if (!all_uses_.buffers[b]) continue;

@@ -10,7 +10,7 @@ namespace kiln::codegen::detail {
 void Emitter::emit_column_kernel() {
     const int width = detail::kColumnWidth, slices = detail::kColumnSlices;
     line("");
-    open(signature(k_.name, width * slices));
+    open_kernel(k_.name, width * slices);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(false);
     line("(void)scratch; (void)param;");

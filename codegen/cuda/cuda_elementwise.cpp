@@ -10,7 +10,7 @@ namespace kiln::codegen::detail {
 
 void Emitter::emit_elementwise_kernel() {
     line("");
-    open(signature(k_.name, kCudaBlockSize));
+    open_kernel(k_.name, kCudaBlockSize);
     emit_buffer_pointers(all_uses_);
     if (vectorisable()) emit_vector_path();
     std::vector<int> all;

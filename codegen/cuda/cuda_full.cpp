@@ -10,7 +10,7 @@ namespace kiln::codegen::detail {
 void Emitter::emit_partial_kernel() {
     const kir::Block& b = k_.blocks[0];
     line("");
-    open(signature(k_.name + "_partial", kCudaBlockSize));
+    open_kernel(k_.name + "_partial", kCudaBlockSize);
     line("unsigned char* const partials = scratch;");
     line("const int num_partials = param;");
     emit_buffer_pointers(block_uses_[0]);
@@ -41,7 +41,7 @@ void Emitter::emit_final_kernel() {
     const kir::Block& loop = k_.blocks[0];
     const kir::Block& point = k_.blocks[1];
     line("");
-    open(signature(k_.name + "_final", kCudaBlockSize));
+    open_kernel(k_.name + "_final", kCudaBlockSize);
     line("const unsigned char* const partials = scratch;");
     line("const int num_partials = param;");
     emit_buffer_pointers(block_uses_[1]);

@@ -8,6 +8,17 @@ namespace kiln::codegen::detail {
 const char* const kCudaPrelude = R"(// ---- kiln prelude
 #define KILN_NO_POS 2147483647
 
+// Programmatic dependent launch: on sm_90 and later the runtime may start this kernel's blocks
+// before the kernel before it in the stream has ended (their setup overlapping its tail), so
+// every kernel waits for the earlier grids before it touches global memory, then lets the next
+// kernel start its own setup (which waits in turn for this one).
+__device__ __forceinline__ void kiln_after_prior_grids() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Exact; a NaN keeps its payload, as in ir/half.hpp (the hardware conversion does the rest).
 // Branch-free, so that a thread's loads are not serialised behind the conversions.
 __device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {

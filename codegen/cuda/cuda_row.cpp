@@ -97,7 +97,7 @@ void Emitter::emit_row_kernel() {
             if (k_.instrs[id].op == Op::Load && slot[k_.instrs[id].index] >= 0 && first_use[k_.instrs[id].index] < 0)
                 first_use[k_.instrs[id].index] = (int)bi;
     line("");
-    open(signature(k_.name, kCudaMaxRowBlock));
+    open_kernel(k_.name, kCudaMaxRowBlock);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(true);
     line("extern __shared__ float kiln_row_cache[];");

@@ -28,6 +28,24 @@ __device__ __forceinline__ Tile tile_of(const GemmParams& p, int pid) {
     return {first_m + in_group % rows, in_group / rows};
 }
 
+// Programmatic dependent launch. On sm_90 the host launches these kernels with programmatic
+// stream serialization (gemm_cuda.cpp; KILN_PDL=0 turns it off): a launch may start its blocks,
+// on the SMs the kernel before it in the stream leaves free, once every block of that kernel
+// has signalled or exited, so the block setup overlaps the end of that kernel instead of
+// following it. Every kernel calls this before it touches global memory that an earlier
+// kernel may write (operands, bias, C, bsum, scratch): until then only shared memory and its
+// parameters (the tensor maps among them). Without the attribute the wait returns at once;
+// code for GPUs before sm_90 has neither instruction (and is never launched so).
+__device__ __forceinline__ void start_after_prior_grids() {
+#if __CUDA_ARCH__ >= 900
+    // Every thread waits: each one's global accesses must come after the earlier grids'.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    // The next kernel in the stream may now start its own setup; it waits in turn for this grid
+    // to finish before it reads anything this one writes.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // The block's batch entry, split and range of k-tiles (of `bk` elements).
 struct Work {
     int z;        // batch entry (operands)

@@ -24,6 +24,11 @@ namespace kiln::gemm {
 
 namespace {
 
+// Whether a kernel of the sm_80 image launches with programmatic stream serialization: only
+// where the GPU runs the image's sm_90 code, which waits for the grids before it (gemm_common.cuh);
+// later GPUs compile its compute_80 PTX, which cannot.
+bool sm80_image_programmatic(const cuda::CudaBackend& be) { return be.info().sm == 90 && be.programmatic_launches(); }
+
 // One operand as a (batch, rows, cols) matrix: strides in elements, batch stride 0 when shared.
 struct Mat {
     const char* base = nullptr;   // device address of element (0, 0, 0)
@@ -283,7 +288,7 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBack
         void* params[] = {&src, &s_i, &s_j, &s_z, &ni, &nj, &dst, &ld, &d_z, &esize};
         const unsigned batch = r == 3 ? unsigned(X.shape()[0]) : 1u;
         be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_transpose", 0), unsigned((nj + 31) / 32),
-                              unsigned((ni + 31) / 32), batch, 256, 0, params);
+                              unsigned((ni + 31) / 32), batch, 256, 0, params, {.programmatic = sm80_image_programmatic(be)});
         buf.view().storage->written = true;
         return as_operand;
     }
@@ -321,14 +326,6 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
 }
 
 namespace {
-
-// Whether the sm_90 kernels start with programmatic dependent launch (their block setup
-// overlapping the end of the kernel before them; gemm_sm90.cu): on unless KILN_GEMM_PDL=0,
-// read at each launch so a benchmark can time both in one process.
-bool dependent_launch() {
-    const char* v = std::getenv("KILN_GEMM_PDL");
-    return !(v && std::string(v) == "0");
-}
 
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
 // their sum (into `bsum` when given). `p` holds the operands and the epilogue.
@@ -429,16 +426,17 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
             const bool cooperative = p.bsum_tagged != nullptr;
             void* params[] = {&q, &ma, &mb, &mc};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,
-                                  {.cooperative = cooperative, .programmatic = !cooperative && dependent_launch()});
+                                  {.cooperative = cooperative, .programmatic = !cooperative && be.programmatic_launches()});
         } else {
             void* params[] = {&q, &ma, &mb};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,
                                   {.cluster = k.cluster_k ? unsigned(k.splits) : bsum_cluster ? unsigned(p.tiles_n) : 1u,
-                                   .programmatic = dependent_launch()});
+                                   .programmatic = be.programmatic_launches()});
         }
     } else {
         void* params[] = {&q};
-        be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params);
+        be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,
+                              {.programmatic = sm80_image_programmatic(be)});
     }
     if (slices_k) {
         slices.view().storage->written = true;
@@ -447,7 +445,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         // With bsum a warp per row; without, 4 elements per thread (see the kernel).
         const int64_t grid = bsum ? (M + 7) / 8 : (M * N / 4 + 255) / 256 + 1;
         be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256,
-                              0, params);
+                              0, params, {.programmatic = sm80_image_programmatic(be)});
     }
     if (bsum) bsum->view().storage->written = true;
 }

@@ -94,23 +94,6 @@ __device__ __forceinline__ T* cluster_peer(T* p, int rank) {
     return reinterpret_cast<T*>(out);
 }
 
-// ---- programmatic dependent launch ---------------------------------------------------------
-// The host launches these kernels with programmatic stream serialization (gemm_cuda.cpp): a
-// launch may start its blocks, on the SMs the kernel before it in the stream leaves free,
-// once every block of that kernel has signalled or exited. So the block setup (barriers,
-// tensor-map prefetches, register reallocation) overlaps the earlier kernel's tail instead of
-// following its end. Until `start_after_prior_grids` returns, a block touches nothing in
-// global memory that an earlier kernel may write (operands, bias, C, bsum and its scratch):
-// only shared memory and its parameters, the tensor maps among them. Without the attribute
-// (sm_80's kernels, cooperative launches, KILN_GEMM_PDL=0) the wait returns at once.
-__device__ __forceinline__ void start_after_prior_grids() {
-    // Every thread waits: each one's global accesses must come after the earlier grids'.
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    // The next kernel in the stream may now start its own setup; it waits in turn for this
-    // grid to finish before it reads anything this one writes.
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
 // ---- wgmma ----------------------------------------------------------------------------------
 // A shared-memory matrix descriptor: start address, leading and stride byte offsets, 128-byte
 // swizzle. K-major tiles: rows of 128 bytes, 8-row groups 1024 bytes apart (SBO); the leading

@@ -317,6 +317,12 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
     return precompiled_.emplace(entry, f).first->second;
 }
 
+bool CudaBackend::programmatic_launches() const {
+    if (info_.sm < 90) return false;
+    const char* v = std::getenv("KILN_PDL");
+    return !(v && std::string(v) == "0");
+}
+
 void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
                                      unsigned smem, void** params, LaunchOptions options) {
     make_current();
@@ -385,7 +391,7 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         int param = l.param;
         void* params[3] = {arg_bytes_.data(), &scratch, &param};
         launch_function(ck->plan_functions[li], unsigned(l.grid), 1, 1, unsigned(l.block), unsigned(l.shared_bytes),
-                        params, {.cluster = unsigned(l.cluster)});
+                        params, {.cluster = unsigned(l.cluster), .programmatic = programmatic_launches()});
     }
 }
 

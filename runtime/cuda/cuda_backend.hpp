@@ -90,6 +90,11 @@ public:
     // library, loaded on first use and kept for the life of the backend, with its dynamic
     // shared-memory limit raised to `dynamic_smem` bytes.
     CUfunction precompiled(const void* image, const std::string& entry, int dynamic_smem);
+    // Whether kernels whose code waits for the grids before it (griddepcontrol.wait: the
+    // generated kernels when compiled for sm_90 or later, kiln's GEMM kernels in their sm_90 code)
+    // launch with programmatic stream serialization: on sm_90 and later GPUs unless KILN_PDL=0
+    // (read at each call, so that a benchmark can time both ways in one process).
+    bool programmatic_launches() const;
     // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel.
     void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
                             void** params, LaunchOptions options = {});

@@ -14,6 +14,7 @@
 #include "runtime/cuda/cuda_backend.hpp"
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -242,6 +243,52 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
             CHECK(std::abs(t - total) <= 1e-5 * (double)(M * N) + 1e-3);
             CHECK(bad == 0);
         }
+}
+
+TEST_CASE("gpu: each kernel reads what the kernels before it wrote, launched back to back (programmatic launch)") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    // Row maxima (a warp, a block or a cluster of blocks per row), column minima, full sums and
+    // elementwise updates, each its own kernel reading the output of the one before it (which it
+    // may start before, on sm_90) and writing what that one read, 12 rounds with nothing
+    // synchronised in between. Small integers keep every value exact in float32, so a read of
+    // a stale or half-written buffer shows as a wrong element or sum.
+    struct Case { int64_t M, N; };
+    for (Case s : {Case{4096, 24}, Case{256, 3000}, Case{4, 100000}}) {   // sums stay below 2^24
+        const int64_t M = s.M, N = s.N;
+        INFO(M << "x" << N);
+        std::mt19937 g(uint32_t(M + N));
+        std::vector<float> h(static_cast<size_t>(M * N));
+        for (auto& x : h) x = float(int(g() % 17) - 8);
+        constexpr int kRounds = 12;
+        Tensor a = ctx.array(h, {M, N}), rmax = ctx.empty({M, 1}), cmin = ctx.empty({1, N}), sums = ctx.empty({kRounds, 1});
+        std::vector<double> ref(h.begin(), h.end()), ref_sums(kRounds);
+        for (int r = 0; r < kRounds; ++r) {
+            rmax.assign(max(a.expr(), 1));
+            a.assign(rmax.expr() - a.expr() + double(r % 3));
+            cmin.assign(min(a.expr(), 0));
+            a.assign(a.expr() - cmin.expr());
+            sums.slice({Slice::range(r, r + 1), Slice::all()}).assign(sum(a.expr()));
+            std::vector<double> row_max(size_t(M), -1e30), col_min(size_t(N), 1e30);
+            for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < N; ++j) row_max[size_t(i)] = std::max(row_max[size_t(i)], ref[size_t(i * N + j)]);
+            for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < N; ++j) {
+                    double& v = ref[size_t(i * N + j)];
+                    v = row_max[size_t(i)] - v + r % 3;
+                    col_min[size_t(j)] = std::min(col_min[size_t(j)], v);
+                }
+            double total = 0;
+            for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < N; ++j) total += ref[size_t(i * N + j)] -= col_min[size_t(j)];
+            ref_sums[size_t(r)] = total;
+        }
+        const std::vector<float> got = a.to_vector<float>(), got_sums = sums.to_vector<float>();
+        size_t wrong = 0;
+        for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != ref[i];
+        CHECK(wrong == 0);
+        for (int r = 0; r < kRounds; ++r) CHECK(got_sums[size_t(r)] == ref_sums[size_t(r)]);
+    }
 }
 
 TEST_CASE("gpu: a result does not depend on the run (deterministic reductions)") {
