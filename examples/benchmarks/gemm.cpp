@@ -16,7 +16,7 @@
 //          can run it, forced through KILN_GEMM_KERNEL, in turn with the other calls: an A/B of
 //          two kernels in one run; printed after the row, in the JSON as "compare_*").
 //          --serial  (also times the plain product launched without programmatic dependent
-//          launch, KILN_GEMM_PDL=0, in turn with the other calls; printed after the row, in the
+//          launch, KILN_PDL=0, in turn with the other calls; printed after the row, in the
 //          JSON as "serial_*").
 // Without a usable CUDA device it says why and exits 0.
 #include <kiln/kiln.hpp>
@@ -336,9 +336,9 @@ int main(int argc, char** argv) {
             const size_t serial_at = calls.size();
             if (serial)
                 calls.push_back([&] {
-                    setenv("KILN_GEMM_PDL", "0", 1);
+                    setenv("KILN_PDL", "0", 1);
                     compound_dot(A, B, C);
-                    unsetenv("KILN_GEMM_PDL");
+                    unsetenv("KILN_PDL");
                 });
             const std::vector<double> t = time_all(stream, calls);
             const double t_kiln = t[0], t_kiln_br = t[1], t_kiln_brs = t[2], t_blas = t[3], t_lt = lt_ok ? t[4] : -1;
