@@ -28,20 +28,27 @@ __device__ __forceinline__ Tile tile_of(const GemmParams& p, int pid) {
     return {first_m + in_group % rows, in_group / rows};
 }
 
-// Programmatic dependent launch. On sm_90 the host launches these kernels with programmatic
-// stream serialization (gemm_cuda.cpp; KILN_PDL=0 turns it off): a launch may start its blocks,
-// on the SMs the kernel before it in the stream leaves free, once every block of that kernel
-// has signalled or exited, so the block setup overlaps the end of that kernel instead of
-// following it. Every kernel calls this before it touches global memory that an earlier
-// kernel may write (operands, bias, C, bsum, scratch): until then only shared memory and its
-// parameters (the tensor maps among them). Without the attribute the wait returns at once;
-// code for GPUs before sm_90 has neither instruction (and is never launched so).
-__device__ __forceinline__ void start_after_prior_grids() {
+// Programmatic dependent launch. On sm_90 the host launches the one-tile wgmma kernels and
+// (where the sm_90 code of the sm_80 image runs) the FMA, mma.sync and split-reduction kernels
+// with programmatic stream serialization (gemm_cuda.cpp; KILN_PDL=0 turns it off): the launch
+// may start its blocks before the kernel before it in the stream has finished, so that their
+// setup overlaps that kernel's end instead of following it. Such a kernel waits here before it
+// touches global memory that an earlier kernel may write (operands, bias, C, bsum, scratch):
+// until then only shared memory and its parameters (the tensor maps among them). Code for
+// GPUs before sm_90 has neither instruction (and is never launched so); without the attribute
+// the wait returns at once.
+__device__ __forceinline__ void wait_for_prior_grids() {
 #if __CUDA_ARCH__ >= 900
-    // Every thread waits: each one's global accesses must come after the earlier grids'.
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    // The next kernel in the stream may now start its own setup; it waits in turn for this grid
-    // to finish before it reads anything this one writes.
+    asm volatile("griddepcontrol.wait;" ::: "memory");   // every thread: each one's accesses come after
+#endif
+}
+// Lets the next kernel in the stream start its blocks once every block of this grid has said
+// so (one thread of a block suffices) or exited; that kernel still waits for this one to end
+// before it reads anything. Only the one-tile wgmma kernels say it, at their start: the FMA
+// kernels, which said it there too, lost up to a third of their speed on the H100 to the next
+// kernel's waiting blocks (docs/gemm-notes.md 45), and without it their exit says it.
+__device__ __forceinline__ void allow_next_grid() {
+#if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

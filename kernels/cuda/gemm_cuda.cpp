@@ -288,7 +288,7 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBack
         void* params[] = {&src, &s_i, &s_j, &s_z, &ni, &nj, &dst, &ld, &d_z, &esize};
         const unsigned batch = r == 3 ? unsigned(X.shape()[0]) : 1u;
         be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_transpose", 0), unsigned((nj + 31) / 32),
-                              unsigned((ni + 31) / 32), batch, 256, 0, params, {.programmatic = sm80_image_programmatic(be)});
+                              unsigned((ni + 31) / 32), batch, 256, 0, params);
         buf.view().storage->written = true;
         return as_operand;
     }
@@ -396,7 +396,19 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     if (blocks > 0x7fffffff || grid_y > 65535)
         fail(Error::Kind::Value, "compound_dot: {} x {} x {} with a batch of {} exceeds the GEMM kernels' grid", M, N, K, batch);
 
-    CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, k.entry, k.smem);
+    // Programmatic launch (gemm_common.cuh): the one-tile wgmma kernels, and the sm_80 image's
+    // where its sm_90 code runs. Not the persistent kernels: measured level or slower with it
+    // (docs/gemm-notes.md 45). A grid of the sm_80 image with at most one block per SM, started
+    // while the kernel before it still holds SMs, could be placed two blocks to an SM (the
+    // block scheduler fills whatever room there is): on the H100 the one-block-per-SM FMA kernel
+    // ran a third slower on 35x8457x4096. Asking for more than half an SM's shared memory keeps
+    // such a grid at one block per SM.
+    const bool programmatic = k.path == GemmPath::Wgmma ? !k.persistent && be.programmatic_launches()
+                                                        : sm80_image_programmatic(be);
+    int smem = k.smem;
+    if (programmatic && k.path != GemmPath::Wgmma && blocks * grid_y <= be.info().multiprocessors)
+        smem = std::max(smem, be.info().max_shared_optin / 2 + 1);
+    CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, k.entry, smem);
     log_debug("gemm: {}x{}x{} batch {} {} -> {} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), describe(k), k.bm,
               k.bn, blocks * grid_y);
     if (k.path == GemmPath::Wgmma) {
@@ -421,22 +433,19 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
             CUtensorMap mc = k.b_in_registers
                                  ? tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 32, 32)
                                  : tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 128 / uint32_t(dtype_size(cdt)), 64);
-            // bsum's tagged partials need every block resident (a cooperative launch, which
-            // then starts only after the kernel before it).
-            const bool cooperative = p.bsum_tagged != nullptr;
+            // bsum's tagged partials need every block resident: a cooperative launch.
             void* params[] = {&q, &ma, &mb, &mc};
-            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,
-                                  {.cooperative = cooperative, .programmatic = !cooperative && be.programmatic_launches()});
+            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params,
+                                  {.cooperative = p.bsum_tagged != nullptr});
         } else {
             void* params[] = {&q, &ma, &mb};
-            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,
+            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params,
                                   {.cluster = k.cluster_k ? unsigned(k.splits) : bsum_cluster ? unsigned(p.tiles_n) : 1u,
-                                   .programmatic = be.programmatic_launches()});
+                                   .programmatic = programmatic});
         }
     } else {
         void* params[] = {&q};
-        be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, k.smem, params,
-                              {.programmatic = sm80_image_programmatic(be)});
+        be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params, {.programmatic = programmatic});
     }
     if (slices_k) {
         slices.view().storage->written = true;

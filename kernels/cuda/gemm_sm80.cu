@@ -701,7 +701,7 @@ using namespace kiln::gemm;
 #define KILN_MMA_KERNEL(E, name, BM, BN, WM, WN)                                                        \
     extern "C" __global__ void __launch_bounds__(32 * WM * WN) kiln_gemm_mma_##name##_##BM##x##BN(     \
         const GemmParams p) {                                                                         \
-        start_after_prior_grids();                                                                    \
+        wait_for_prior_grids();                                                                       \
         mma_gemm<E, BM, BN, WM, WN>(p);                                                               \
     }
 KILN_MMA_KERNEL(F16, f16, 128, 128, 2, 4)
@@ -714,21 +714,21 @@ KILN_MMA_KERNEL(TF32, tf32, 64, 64, 2, 2)
 // 128 threads, two blocks per SM. (A 128 x 256 tile with 256 threads, one block per SM, ran at
 // the same speed on the large H100 shapes and slower on the small ones.)
 extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_128x128(const GemmParams p) {
-    start_after_prior_grids();
+    wait_for_prior_grids();
     fma_gemm<128, 128>(p);
 }
 // The cp.async tile (fma_async_gemm): A M-major, B N-major; its code in bodies of 16 k-steps
 // (two blocks per SM) or of 8 (_u8: one block per SM).
 extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_tt_128x128(const GemmParams p) {
-    start_after_prior_grids();
+    wait_for_prior_grids();
     fma_async_gemm<kAsyncBK>(p);
 }
 extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_tt_128x128_u8(const GemmParams p) {
-    start_after_prior_grids();
+    wait_for_prior_grids();
     fma_async_gemm<8>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_fma_f32_256x16(const GemmParams p) {
-    start_after_prior_grids();
+    wait_for_prior_grids();
     fma_narrow_gemm<256, 16>(p);
 }
 
@@ -737,7 +737,7 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_fma_f32_256x16(const
 // elements of the flattened M x N plane (16-byte loads when N is a multiple of 4), so the
 // slices are read in full coalesced lines whatever N is.
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const GemmParams p, const float* slices) {
-    start_after_prior_grids();
+    wait_for_prior_grids();
     char* C = c_of(p, 0);
     const int64_t plane = int64_t(p.m) * p.n;
     if (!(p.flags & kBsum)) {
@@ -806,7 +806,6 @@ __device__ __forceinline__ void transpose_tile(const T* src, int64_t s_i, int64_
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_transpose(const void* src, int64_t s_i, int64_t s_j,
                                                                       int64_t s_z, int ni, int nj, void* dst,
                                                                       int64_t ld_dst, int64_t d_z, int esize) {
-    start_after_prior_grids();
     if (esize == 4)
         transpose_tile(static_cast<const float*>(src), s_i, s_j, s_z, ni, nj, static_cast<float*>(dst), ld_dst, d_z);
     else

@@ -586,7 +586,11 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     }
     init_ring<STAGES, CONSUMERS>(ring);
     if (p.bsum_cluster) cluster_arrive_relaxed();   // waited for before the row sums cross blocks
-    start_after_prior_grids();
+    // Launched programmatically (gemm_cuda.cpp): the setup above overlapped the end of the kernel
+    // before this one; the next kernel's blocks may take the SMs this grid leaves idle, or share
+    // an SM where both fit (the 16-wide tile), and do their own setup meanwhile.
+    wait_for_prior_grids();
+    allow_next_grid();
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -817,7 +821,6 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const int per_entry = walk.per_entry, total = walk.total, ktiles = walk.ktiles;
     const bool spans = walk.rows_span_tiles;
     init_persistent_barriers(bars, smem);
-    start_after_prior_grids();
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -1054,7 +1057,6 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
     const int per_entry = walk.per_entry, total = walk.total, ktiles = walk.ktiles;
     const bool spans = walk.rows_span_tiles;
     init_persistent_barriers(bars, smem);
-    start_after_prior_grids();
 
     const int wg = tid / 128;
     if (wg == 0) {

@@ -298,23 +298,30 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
 }
 
 CUfunction CudaBackend::precompiled(const void* image, const std::string& entry, int dynamic_smem) {
-    if (auto it = precompiled_.find(entry); it != precompiled_.end()) return it->second;
     const Driver& d = driver();
-    make_current();
-    CUmodule& module = images_[image];
-    if (!module) {
-        const CUresult r = d.cuModuleLoadData(&module, image);
-        if (r != CUDA_SUCCESS) {
-            images_.erase(image);
-            fail(Error::Kind::Runtime, "loading kiln's precompiled kernels for {} ({}) failed: {}", info_.name, target(),
-                 describe(r, "cuModuleLoadData"));
+    auto it = precompiled_.find(entry);
+    if (it == precompiled_.end()) {
+        make_current();
+        CUmodule& module = images_[image];
+        if (!module) {
+            const CUresult r = d.cuModuleLoadData(&module, image);
+            if (r != CUDA_SUCCESS) {
+                images_.erase(image);
+                fail(Error::Kind::Runtime, "loading kiln's precompiled kernels for {} ({}) failed: {}", info_.name, target(),
+                     describe(r, "cuModuleLoadData"));
+            }
         }
+        CUfunction f = nullptr;
+        check(d.cuModuleGetFunction(&f, module, entry.c_str()), "cuModuleGetFunction");
+        it = precompiled_.emplace(entry, Precompiled{f, 48 * 1024}).first;
     }
-    CUfunction f = nullptr;
-    check(d.cuModuleGetFunction(&f, module, entry.c_str()), "cuModuleGetFunction");
-    if (dynamic_smem > 48 * 1024)
-        check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem), "cuFuncSetAttribute");
-    return precompiled_.emplace(entry, f).first->second;
+    if (dynamic_smem > it->second.smem_limit) {
+        make_current();
+        check(d.cuFuncSetAttribute(it->second.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem),
+              "cuFuncSetAttribute");
+        it->second.smem_limit = dynamic_smem;
+    }
+    return it->second.f;
 }
 
 bool CudaBackend::programmatic_launches() const {

@@ -88,7 +88,7 @@ public:
 
     // A precompiled kernel (kernels/): entry `entry` of the module image `image` embedded in the
     // library, loaded on first use and kept for the life of the backend, with its dynamic
-    // shared-memory limit raised to `dynamic_smem` bytes.
+    // shared-memory limit raised to at least `dynamic_smem` bytes.
     CUfunction precompiled(const void* image, const std::string& entry, int dynamic_smem);
     // Whether kernels whose code waits for the grids before it (griddepcontrol.wait: the
     // generated kernels when compiled for sm_90 or later, kiln's GEMM kernels in their sm_90 code)
@@ -147,7 +147,11 @@ private:
     CUevent pinned_done_[2] = {nullptr, nullptr};
     std::unordered_map<std::string, std::unique_ptr<CudaKernel>> kernels_;
     std::unordered_map<const void*, CUmodule> images_;          // precompiled modules by image
-    std::unordered_map<std::string, CUfunction> precompiled_;   // by entry name
+    struct Precompiled {
+        CUfunction f;
+        int smem_limit;   // its dynamic shared-memory limit as set
+    };
+    std::unordered_map<std::string, Precompiled> precompiled_;   // by entry name
     CudaCounters counters_;
     std::vector<uint8_t> arg_bytes_;   // reused for each launch
     CUdeviceptr zeroed_ = 0;           // zeroed_scratch
