@@ -885,7 +885,8 @@ TEST_CASE("gpu gemm: products launched back to back wait for the kernels before 
         if (ch.splits) setenv("KILN_GEMM_SPLITS", ch.splits, 1);
         const std::string chosen = gemm::selected_kernel(X[0], P, X[1]);
         INFO(m << "x" << n << "x" << n << " " << chosen << (ch.bsum ? " bsum" : ""));
-        if (!ch.kernel) CHECK(chosen.size() > 2 && chosen.compare(chosen.size() - 2, 2, "_p") == 0);   // the persistent kernel
+        const bool persistent = chosen.size() > 2 && chosen.compare(chosen.size() - 2, 2, "_p") == 0;
+        if (!ch.kernel) CHECK(persistent);
         std::vector<float> ref = x, next(x.size());
         for (int step = 0; step < 8; ++step) {
             Tensor& src = X[step % 2];
