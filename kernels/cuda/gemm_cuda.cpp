@@ -341,12 +341,18 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     const bool slices_k = k.splits > 1 && !k.cluster_k;   // global slices and the reduction kernel
     // bsum over 2-8 tiles per row in the wgmma one-tile kernels: a row of tiles is one cluster
     // (the blocks add each other's row sums from shared memory; rows of tiles in raster order).
-    const bool bsum_cluster = bsum && k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1 && p.tiles_n >= 2 &&
-                              p.tiles_n <= 8;
-    if (bsum_cluster) {
-        p.bsum_cluster = 1;
-        p.group_m = 1;
-    }
+    const bool one_tile_wgmma = k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1;
+    const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8;
+    if (bsum_cluster) p.bsum_cluster = 1;
+    // In a one-wave product on the one-consumer tiles, a row of two tiles (N <= 128 on the 64-wide
+    // tile) is launched as one cluster with or without bsum: its blocks, which read the same rows
+    // of A, then run at once on one GPC. On the H100 the plain 4096x128x4096 A^T product took
+    // 13.6 us a call so against 15.4, 3072x128x1024 5.5 against 5.9 (docs/gemm-notes.md 48; a
+    // row of 8 on 512^3 was not faster; multi-wave grids would wait for two free SMs of a GPC).
+    const bool row_cluster =
+        bsum_cluster || (one_tile_wgmma && k.bn <= 64 && p.tiles_n == 2 &&
+                         int64_t(p.tiles_m) * p.tiles_n * batch <= be.info().multiprocessors);
+    if (row_cluster) p.group_m = 1;
     // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
     // tile of a row adds them (turn counters in the backend's zeroed scratch); the persistent
     // kernels tag their partials instead and a row's last tile in the walk adds them, in a
@@ -440,7 +446,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         } else {
             void* params[] = {&q, &ma, &mb};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params,
-                                  {.cluster = k.cluster_k ? unsigned(k.splits) : bsum_cluster ? unsigned(p.tiles_n) : 1u,
+                                  {.cluster = k.cluster_k ? unsigned(k.splits) : row_cluster ? unsigned(p.tiles_n) : 1u,
                                    .programmatic = programmatic});
         }
     } else {
