@@ -53,7 +53,8 @@ struct LaunchOptions {
     bool cooperative = false;   // every block resident at once (the launch fails rather than run part of the grid)
     // Programmatic stream serialization: the kernel may start before the one before it in
     // the stream has finished, so it must execute griddepcontrol.wait before it touches
-    // global memory that kernel may write (kiln's sm_90 GEMM kernels do).
+    // global memory that kernel may write (kiln's generated kernels and the sm_90 code of its
+    // GEMM kernels do; see programmatic_launches).
     bool programmatic = false;
 };
 
