@@ -392,13 +392,14 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
             if (p) alloc.release(p, n);
         }
     } release{*allocator_, scratch, plan.scratch_bytes};
+    const bool programmatic = programmatic_launches();   // one environment read for the plan's launches
     for (size_t li = 0; li < plan.launches.size(); ++li) {
         const codegen::CudaLaunch& l = plan.launches[li];
         if (l.grid == 0) continue;
         int param = l.param;
         void* params[3] = {arg_bytes_.data(), &scratch, &param};
         launch_function(ck->plan_functions[li], unsigned(l.grid), 1, 1, unsigned(l.block), unsigned(l.shared_bytes),
-                        params, {.cluster = unsigned(l.cluster), .programmatic = programmatic_launches()});
+                        params, {.cluster = unsigned(l.cluster), .programmatic = programmatic});
     }
 }
 
