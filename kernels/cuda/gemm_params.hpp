@@ -12,8 +12,9 @@
 // kernels store their partials tagged with the launch in bsum_tagged instead, and the tile
 // last in their walk of each row adds them, in the same order (gemm_sm90.cu). With one tile
 // per row the block stores its sums in bsum directly. With bsum_cluster (wgmma one-tile
-// kernels, at most 8 tiles per row) a row of tiles is one cluster and its blocks add each
-// other's sums from shared memory, in the same tile order. With k_splits > 1 (batch 1 only) each
+// kernels, at most 8 tiles per row) a row of tiles is one cluster: each block sends its sums of
+// the other blocks' rows into their shared memory (st.async, counted on the receiver's
+// mbarrier), and adds its own rows in the same tile order. With k_splits > 1 (batch 1 only) each
 // block multiplies a slice of k and stores its raw float32 sums; a second kernel
 // (kiln_gemm_reduce_splits) adds the slices in order and applies the epilogue and the sums.
 // With k_cluster set (wgmma kernels, any batch) the k_splits blocks of a tile are one thread

@@ -94,6 +94,30 @@ __device__ __forceinline__ T* cluster_peer(T* p, int rank) {
     return reinterpret_cast<T*>(out);
 }
 
+// A 4-byte store into the shared memory of cluster block `rank`, at the address `p` has in this
+// block, that completes `bar` (at its address in block `rank`) by 4 bytes: the receiver waits
+// on its own mbarrier, and no cluster barrier is needed after it.
+__device__ __forceinline__ void store_to_peer(float* p, uint64_t* bar, int rank, float v) {
+    uint32_t addr, peer_bar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(addr) : "r"(smem_u32(p)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer_bar) : "r"(smem_u32(bar)), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(addr),
+                 "r"(__float_as_uint(v)), "r"(peer_bar)
+                 : "memory");
+}
+// mbar_wait with acquire at cluster scope: the stores that completed it came from other blocks.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
+            "p;\n}\n"
+            : "=r"(done)
+            : "r"(smem_u32(bar)), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
 // ---- wgmma ----------------------------------------------------------------------------------
 // A shared-memory matrix descriptor: start address, leading and stride byte offsets, 128-byte
 // swizzle. K-major tiles: rows of 128 bytes, 8-row groups 1024 bytes apart (SBO); the leading
@@ -430,10 +454,49 @@ __device__ __forceinline__ void with_epilogue_choices(const GemmParams& p, F&& f
     else by_sums(std::false_type{});
 }
 
+// bsum over a row of tiles in one cluster (bsum_cluster). Row r of the tile is added up by the
+// row's block of rank r % tiles_n, from slots gathered[t * BM + r] (t: the tile the sum comes
+// from). Each block leaves its sums of its own rows in its slot and sends those of the other
+// blocks' rows straight into their slots with st.async, which counts the bytes on the owner's
+// `sums_in` mbarrier; an owner waits on that barrier alone, adds the slots in tile order (the
+// same bits in every run) and stores bsum. Every row is sent, rows past M too, so that the
+// owner's barrier expects a fixed count. Sending needs the owner running with its barrier
+// initialised: the cluster barrier arrived at the kernel's start (`cluster_arrive_relaxed`) is
+// waited for before the epilogue. No block is written to after it exits: it exits only once
+// its barrier has counted every byte sent to it.
+// (Each block writing the others' shared memory, then one cluster barrier for all: ~2,500
+// cycles on 1760x128x1760 fp16, the barrier 880-1,140 of them, docs/gemm-notes.md 48. Through
+// global memory, the row's last tile waited for a count and a load round trip after all
+// others: +21-47% over the plain product on the H100's one-wave N <= 128 shapes.)
+template <int BM>
+__device__ __forceinline__ uint32_t bsum_cluster_bytes(const GemmParams& p) {
+    const int tiles = p.tiles_n, rank = int(blockIdx.x) % tiles;
+    return 4u * uint32_t((BM - rank + tiles - 1) / tiles) * uint32_t(tiles - 1);
+}
+// The owner's adds: every consumer thread waits, whether it adds rows or not, so that the
+// block stays until every byte sent to it has landed.
+template <int BM>
+__device__ __forceinline__ void add_owned_rows(const GemmParams& p, const float* gathered, uint64_t* sums_in, int m0, int z,
+                                               int ctid, int nthreads) {
+    const int tiles = p.tiles_n, rank = int(blockIdx.x) % tiles;
+    mbar_wait_cluster(sums_in, 0);
+    for (int r = rank + tiles * ctid; r < BM && m0 + r < p.m; r += tiles * nthreads) {
+        float s = 0.f;
+        for (int t = 0; t < tiles; ++t) s += gathered[t * BM + r];
+        store_bsum(p, z, m0 + r, s);
+    }
+}
+// This tile's sum of its row r into the slot of r's owner (row_sums: this tile's slot).
+__device__ __forceinline__ void share_row_sum(const GemmParams& p, float* row_sums, uint64_t* sums_in, int r, float s) {
+    const int owner = r % p.tiles_n;
+    if (owner == int(blockIdx.x) % p.tiles_n) row_sums[r] = s;
+    else store_to_peer(row_sums + r, sums_in, owner, s);
+}
+
 template <class T, int BM, int BN, int NTHREADS>
 __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const float (&acc)[BN / 2], unsigned char* smem,
                                                  const float* bias_s, int m0, int n0, int tile_n, int z, int row0, int q,
-                                                 int tid, float* row_sums) {
+                                                 int tid, float* row_sums, uint64_t* sums_in) {
     constexpr int LD = BN + 8;   // 16-bit elements per staged row: rows 16 bytes apart in bank terms
     uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
@@ -454,14 +517,19 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
         for (int h = 0; h < 2; ++h) {
             row_sum[h] = quad_sum(row_sum[h]);
             const int m = m0 + row0 + 8 * h;
-            if (q == 0 && m < p.m) {
+            if (q == 0 && p.bsum_cluster) share_row_sum(p, row_sums, sums_in, row0 + 8 * h, row_sum[h]);
+            else if (q == 0 && m < p.m) {
                 if (p.tiles_n == 1) store_bsum(p, z, m, row_sum[h]);
-                else if (p.bsum_cluster) row_sums[row0 + 8 * h] = row_sum[h];
                 else p.bsum_partials[(int64_t(tile_n) * p.batch + z) * p.m + m] = row_sum[h];
             }
         }
     }
     asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory");
+    // bsum_cluster: this block's rows added (and their bsum stored) before its C stores, which
+    // then overlap the last stores' latency (0.1-0.15 us a call less than after them on the
+    // H100's one-wave products, docs/gemm-notes.md 49).
+    if (p.bsum_cluster)
+        add_owned_rows<BM>(p, row_sums - (int(blockIdx.x) % p.tiles_n) * BM, sums_in, m0, z, tid, NTHREADS);
     // Each row: BN / 8 chunks of 16 bytes, a lane per chunk.
     constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
     const int warp = tid / 32, lane = tid % 32;
@@ -539,31 +607,17 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
     cluster_sync();   // the other blocks are done reading this one's shared memory
 }
 
-// bsum over a row of tiles in one cluster (bsum_cluster): block `rank` (= tile) has its tile's
-// row sums in gathered[rank]; rows r, r + tiles_n, ... are added by block r % tiles_n, so each
-// block writes its sums of the others' rows into their `gathered` (distributed shared
-// memory); after one cluster barrier every block adds its rows over the slots in tile order
-// (the same order and bits as reading the others' sums after the barrier did, which needed a
-// second barrier to keep each block's shared memory alive until the others had read it) and
-// stores them. Writing to another block's shared memory needs it to be running: the cluster
-// barrier arrived at the kernel's start (`cluster_arrive_relaxed`) is waited for first.
-// (Through global memory the row's last tile waits for a count and a load round trip after
-// every other tile has stored its sums: bias + ReLU + bsum cost +21-47% over the plain product
-// on the H100's one-wave N <= 128 shapes, in one cluster with two barriers +4-29%.)
+// bsum_cluster (above) after the general epilogue: finish_tile left the tile's row sums in
+// this tile's slot; they are sent from there. (The 16-bit epilogue sends them from registers
+// and adds its own rows itself.)
 template <int BM, class Sync>
-__device__ __forceinline__ void bsum_across_cluster(const GemmParams& p, float* gathered, int m0, int z, int ctid, int nthreads,
-                                                    Sync consumers_sync) {
+__device__ __forceinline__ void bsum_across_cluster(const GemmParams& p, float* gathered, uint64_t* sums_in, int m0, int z,
+                                                    int ctid, int nthreads, Sync consumers_sync) {
     const int tiles = p.tiles_n, rank = int(blockIdx.x) % tiles;
     consumers_sync();   // this tile's row sums are in gathered[rank]
-    cluster_wait();     // every block of the cluster runs
     for (int r = ctid; r < BM; r += nthreads)
-        if (r % tiles != rank) cluster_peer(gathered, r % tiles)[rank * BM + r] = gathered[rank * BM + r];
-    cluster_sync();   // every block's sums are with the blocks that add them
-    for (int r = rank + tiles * ctid; r < BM && m0 + r < p.m; r += tiles * nthreads) {
-        float s = 0.f;
-        for (int t = 0; t < tiles; ++t) s += gathered[t * BM + r];
-        store_bsum(p, z, m0 + r, s);
-    }
+        if (r % tiles != rank) store_to_peer(gathered + rank * BM + r, sums_in, r % tiles, gathered[rank * BM + r]);
+    add_owned_rows<BM>(p, gathered, sums_in, m0, z, ctid, nthreads);
 }
 
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
@@ -584,7 +638,13 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         tma_prefetch_descriptor(map_a);
         tma_prefetch_descriptor(map_b);
     }
-    init_ring<STAGES, CONSUMERS>(ring);
+    // bsum_cluster: completes when the other blocks' sums of this block's rows have landed.
+    __shared__ __align__(8) uint64_t sums_in;
+    if (p.bsum_cluster && tid == 0) {
+        mbar_init(&sums_in, 1);
+        mbar_expect_tx(&sums_in, bsum_cluster_bytes<BM>(p));
+    }
+    init_ring<STAGES, CONSUMERS>(ring);   // (its fence publishes sums_in's initialisation to the cluster)
     if (p.bsum_cluster) cluster_arrive_relaxed();   // waited for before the row sums cross blocks
     // Launched programmatically (gemm_cuda.cpp): the setup above overlapped the end of the kernel
     // before this one; the next kernel's blocks may take the SMs this grid leaves idle, or share
@@ -605,9 +665,8 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         if (p.k_cluster) {   // the consumers' two cluster barriers
             cluster_sync();
             cluster_sync();
-        } else if (p.bsum_cluster) {   // the barrier arrived at the start, and the consumers' one
+        } else if (p.bsum_cluster) {   // the barrier arrived at the start
             cluster_wait();
-            cluster_sync();
         }
         return;
     }
@@ -634,6 +693,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     const int g = lane / 4, q = lane % 4;
     const int row0 = 64 * c + 16 * warp + g;
     const auto consumers_sync = [] { asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory"); };
+    if (p.bsum_cluster) cluster_wait();   // the other blocks run, their sums_in initialised
     if (p.k_cluster) {
         split_k_epilogue<BM, BN, kConsumerThreads>(p, acc, reinterpret_cast<float*>(smem), m0, n0, at, w.zc, row0, q,
                                                    tid - 128, consumers_sync);
@@ -645,14 +705,17 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     if (rows_of_16_bytes(p)) {
         if (p.flags & kBsum) zero_columns_past_n<BN>(acc, p.n - n0, q);
         store_tile_16bit<T, BM, BN, kConsumerThreads>(p, acc, smem, bias_s, m0, n0, at.n, w.zc, row0, q, tid - 128,
-                                                      row_sums);
+                                                      row_sums, &sums_in);
     } else {
         float* tile = reinterpret_cast<float*>(smem);
         stage_accumulators<BN>(tile, acc, row0, q);
         asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
         finish_tile<BM, BN, kConsumerThreads>(p, tile, m0, n0, at.n, w.zc, tid - 128, p.bsum_cluster ? row_sums : nullptr);
     }
-    if (p.bsum_cluster) bsum_across_cluster<BM>(p, gathered, m0, w.zc, tid - 128, kConsumerThreads, consumers_sync);
+    if (p.bsum_cluster) {
+        if (!rows_of_16_bytes(p))   // (the 16-bit epilogue added its rows before its C stores)
+            bsum_across_cluster<BM>(p, gathered, &sums_in, m0, w.zc, tid - 128, kConsumerThreads, consumers_sync);
+    }
     else if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads, consumers_sync);
 }
 
