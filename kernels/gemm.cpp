@@ -151,8 +151,19 @@ void cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions&
         epilogue(C.context().zeros(C.shape(), DType::Float32), C, o);
         return;
     }
-    if (shares_storage(C, A) || shares_storage(C, B)) {
-        // The kernels read A and B while C's tiles are written: compute into a fresh C.
+    if (o.bsum && (shares_storage(*o.bsum, A) || shares_storage(*o.bsum, B) || shares_storage(*o.bsum, C) ||
+                   (o.bias && shares_storage(*o.bsum, *o.bias)))) {
+        // The kernels write bsum (some zero it at their start) while others read the operands
+        // and write C: the sums go to a fresh bsum, copied once C is written.
+        DotOptions fresh = o;
+        fresh.bsum = C.context().empty(o.bsum->shape(), o.bsum->dtype());
+        cuda_product(A, B, C, fresh, op);
+        Tensor bsum = *o.bsum;
+        bsum.assign(fresh.bsum->expr());
+        return;
+    }
+    if (shares_storage(C, A) || shares_storage(C, B) || (o.bias && shares_storage(C, *o.bias))) {
+        // The kernels read A, B and the bias while C's tiles are written: compute into a fresh C.
         Tensor fresh = C.context().empty(C.shape(), C.dtype());
         if (o.beta != 0) fresh.assign(C.expr());
         gemm::cuda_gemm(A, B, fresh, o);

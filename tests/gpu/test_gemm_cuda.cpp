@@ -729,42 +729,125 @@ TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distri
     // (bsum_partials and the turn counters); N = 104, 296, 520, 1000 make 1-63 tiles per row
     // over the four tile widths (B's rows 16-byte multiples, as TMA needs). 16-bit C without
     // beta (the 16-bit epilogue) and float32 C with beta (the general one); M ends inside a
-    // tile. Each case twice: the same bits both times.
+    // tile. bsum in float32 and in bfloat16 (rounded once, after the tiles' sums are added),
+    // holding garbage before the product (every row is written). Each case twice: the same
+    // bits both times.
     int seed = 1500;
     for (const std::string cfg : {"64_c1_s8", "128_c2_s6", "256_c2_s4", "16_c1_s8"})
         for (const int64_t n : {104, 296, 520, 1000})
-            for (int variant : {2, 3}) {
-                const std::string kernel = "kiln_gemm_wg_f16_kt_" + cfg;
-                DotOptions o = epilogue_variant(variant);
-                o.bsum = Tensor();
-                const DType cdt = variant == 3 ? DType::Float32 : DType::Float16;
-                INFO(kernel << " N " << n << " variant " << variant);
-                const int64_t M = 333, K = 200;
-                Tensor A = ctx.array(random_floats(M * K, uint32_t(seed)), {M, K}, DType::Float16);
-                Tensor B = ctx.array(random_floats(K * n, uint32_t(seed + 1)), {K, n}, DType::Float16);
-                Tensor C0 = ctx.array(random_floats(M * n, uint32_t(seed + 2)), {M, n}, cdt);
-                Tensor bias = ctx.array(random_floats(size_t(n), uint32_t(seed + 3)), {n}, DType::Float32);
-                seed += 4;
-                o.bias = bias;
-                std::vector<float> first;
-                for (int rep = 0; rep < 2; ++rep) {
-                    Tensor C = ctx.empty({M, n}, cdt);
-                    C.assign(C0.expr());
-                    Tensor bs = ctx.zeros({M}, DType::Float32);
-                    o.bsum = bs;
-                    setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
-                    const uint64_t launches = ctx.impl().cuda->counters().launches;
-                    compound_dot(A, B, C, o);
-                    CHECK(ctx.impl().cuda->counters().launches - launches == 1);
-                    unsetenv("KILN_GEMM_KERNEL");
-                    std::vector<double> sums;
-                    CHECK(check_against_reference(A, B, C0, C, o, out_eps(cdt), 2e-6, &sums) <= 1.0);
-                    const std::vector<float> got = bs.to_vector<float>();
-                    check_row_sums(got, sums, n * out_eps(cdt) * 4);
-                    if (rep == 0) first = got;
-                    CHECK(got == first);
+            for (int variant : {2, 3})
+                for (DType bdt : {DType::Float32, DType::BFloat16}) {
+                    const std::string kernel = "kiln_gemm_wg_f16_kt_" + cfg;
+                    DotOptions o = epilogue_variant(variant);
+                    o.bsum = Tensor();
+                    const DType cdt = variant == 3 ? DType::Float32 : DType::Float16;
+                    INFO(kernel << " N " << n << " variant " << variant << " bsum " << dtype_name(bdt));
+                    const int64_t M = 333, K = 200;
+                    Tensor A = ctx.array(random_floats(M * K, uint32_t(seed)), {M, K}, DType::Float16);
+                    Tensor B = ctx.array(random_floats(K * n, uint32_t(seed + 1)), {K, n}, DType::Float16);
+                    Tensor C0 = ctx.array(random_floats(M * n, uint32_t(seed + 2)), {M, n}, cdt);
+                    Tensor bias = ctx.array(random_floats(size_t(n), uint32_t(seed + 3)), {n}, DType::Float32);
+                    Tensor garbage = ctx.array(random_floats(size_t(M), uint32_t(seed + 4)), {M}, DType::Float32);
+                    seed += 5;
+                    o.bias = bias;
+                    std::vector<float> first;
+                    for (int rep = 0; rep < 2; ++rep) {
+                        Tensor C = ctx.empty({M, n}, cdt);
+                        C.assign(C0.expr());
+                        Tensor bs = ctx.empty({M}, bdt);
+                        bs.assign(garbage.expr() * 1000.0);
+                        o.bsum = bs;
+                        setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+                        const uint64_t launches = ctx.impl().cuda->counters().launches;
+                        compound_dot(A, B, C, o);
+                        CHECK(ctx.impl().cuda->counters().launches - launches == 1);
+                        unsetenv("KILN_GEMM_KERNEL");
+                        std::vector<double> sums;
+                        CHECK(check_against_reference(A, B, C0, C, o, out_eps(cdt), 2e-6, &sums) <= 1.0);
+                        const std::vector<float> got = bs.to_vector<float>();
+                        const double bsum_eps = bdt == DType::BFloat16 ? 1.01 / 256 : 0;
+                        for (size_t i = 0; i < sums.size(); ++i)
+                            CHECK(std::fabs(got[i] - sums[i]) <=
+                                  (1e-3 + bsum_eps) * (1 + std::fabs(sums[i])) + n * out_eps(cdt) * 4);
+                        if (rep == 0) first = got;
+                        CHECK(got == first);
+                    }
                 }
+    // Batched (bsum (batch, M, 1), garbage before): rows of two tiles and of three, 16-bit C
+    // and float32 C.
+    for (const auto& [cfg, n] : std::vector<std::pair<std::string, int64_t>>{{"64_c1_s8", 104}, {"256_c2_s4", 296}, {"128_c2_s6", 296}})
+        for (DType cdt : {DType::Float16, DType::Float32}) {
+            const std::string kernel = "kiln_gemm_wg_f16_kt_" + cfg;
+            INFO(kernel << " batched, N " << n << " C " << dtype_name(cdt));
+            const int64_t batch = 3, M = 150, K = 72;
+            Tensor A = ctx.array(random_floats(batch * M * K, uint32_t(seed)), {batch, M, K}, DType::Float16);
+            Tensor B = ctx.array(random_floats(batch * K * n, uint32_t(seed + 1)), {batch, K, n}, DType::Float16);
+            Tensor bias = ctx.array(random_floats(size_t(n), uint32_t(seed + 2)), {n}, DType::Float32);
+            Tensor bs = ctx.array(random_floats(size_t(batch * M), uint32_t(seed + 3)), {batch, M, 1}, DType::Float32);
+            seed += 4;
+            Tensor C = ctx.empty({batch, M, n}, cdt);
+            DotOptions o;
+            o.relu = true;
+            o.bias = bias;
+            o.bsum = bs;
+            setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+            batched_dot(A, B, C, o);
+            unsetenv("KILN_GEMM_KERNEL");
+            const std::vector<float> got = bs.to_vector<float>();
+            for (int64_t i = 0; i < batch; ++i) {
+                DotOptions oi;
+                oi.relu = true;
+                oi.bias = bias;
+                Tensor zero = ctx.zeros({M, n}, cdt);
+                std::vector<double> sums;
+                CHECK(check_against_reference(A[i], B[i], zero, C[i], oi, out_eps(cdt), 2e-6, &sums) <= 1.0);
+                for (int64_t r = 0; r < M; ++r)
+                    CHECK(std::fabs(got[i * M + r] - sums[r]) <= 1e-3 * (1 + std::fabs(sums[r])) + n * out_eps(cdt) * 4);
             }
+        }
+}
+
+TEST_CASE("gpu gemm: bsum and C sharing storage with the operands, the bias or each other") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    // One float32 buffer holds A, B, the bias, C and bsum side by side (rows of 1 + K + N + 1
+    // floats: bsum's column, A's, C's, then bias and B in rows of their own): the kernels write
+    // C and bsum while reading the rest, so compound_dot computes into fresh outputs and copies.
+    // The same product from separate tensors is the reference.
+    const int64_t M = 200, K = 64, N = 128, W = 1 + K + N;
+    Tensor buf = ctx.array(random_floats(size_t((M + K + 1) * W), 77), {M + K + 1, W}, DType::Float32);
+    Tensor bsum = buf.slice({Slice::range(0, M), Slice::at(0)});
+    Tensor A = buf.slice({Slice::range(0, M), Slice::range(1, 1 + K)});
+    Tensor C = buf.slice({Slice::range(0, M), Slice::range(1 + K, W)});
+    Tensor B = buf.slice({Slice::range(M, M + K), Slice::range(0, N)});
+    Tensor bias = buf.slice({Slice::at(M + K), Slice::range(0, N)});
+    Tensor A2 = ctx.empty({M, K}, DType::Float32), B2 = ctx.empty({K, N}, DType::Float32);
+    Tensor C2 = ctx.empty({M, N}, DType::Float32), bias2 = ctx.empty({N}, DType::Float32);
+    Tensor bsum2 = ctx.empty({M}, DType::Float32);
+    A2.assign(A.expr());
+    B2.assign(B.expr());
+    C2.assign(C.expr());
+    bias2.assign(bias.expr());
+    DotOptions o, o2;
+    o.beta = o2.beta = 0.5;
+    o.relu = o2.relu = true;
+    o.bias = bias;
+    o.bsum = bsum;
+    o2.bias = bias2;
+    o2.bsum = bsum2;
+    compound_dot(A, B, C, o);
+    compound_dot(A2, B2, C2, o2);
+    // (The strided views may take another kernel than the separate tensors: not the same bits.)
+    const auto close = [](const std::vector<float>& got, const std::vector<float>& want) {
+        REQUIRE(got.size() == want.size());
+        for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 1e-4 * (1 + std::fabs(want[i])));
+    };
+    close(C.to_vector<float>(), C2.to_vector<float>());
+    close(bsum.to_vector<float>(), bsum2.to_vector<float>());
+    // The operands and the bias are as they were.
+    CHECK(A.to_vector<float>() == A2.to_vector<float>());
+    CHECK(B.to_vector<float>() == B2.to_vector<float>());
+    CHECK(bias.to_vector<float>() == bias2.to_vector<float>());
 }
 
 TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed shared memory") {
