@@ -6,6 +6,7 @@
 #include "tests/support/cache_dir.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/gpu.hpp"
+#include "tests/support/shared_storage_product.hpp"
 
 #include <kiln/kiln.hpp>
 
@@ -810,44 +811,16 @@ TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distri
 TEST_CASE("gpu gemm: bsum and C sharing storage with the operands, the bias or each other") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
-    // One float32 buffer holds A, B, the bias, C and bsum side by side (rows of 1 + K + N + 1
-    // floats: bsum's column, A's, C's, then bias and B in rows of their own): the kernels write
-    // C and bsum while reading the rest, so compound_dot computes into fresh outputs and copies.
-    // The same product from separate tensors is the reference.
-    const int64_t M = 200, K = 64, N = 128, W = 1 + K + N;
-    Tensor buf = ctx.array(random_floats(size_t((M + K + 1) * W), 77), {M + K + 1, W}, DType::Float32);
-    Tensor bsum = buf.slice({Slice::range(0, M), Slice::at(0)});
-    Tensor A = buf.slice({Slice::range(0, M), Slice::range(1, 1 + K)});
-    Tensor C = buf.slice({Slice::range(0, M), Slice::range(1 + K, W)});
-    Tensor B = buf.slice({Slice::range(M, M + K), Slice::range(0, N)});
-    Tensor bias = buf.slice({Slice::at(M + K), Slice::range(0, N)});
-    Tensor A2 = ctx.empty({M, K}, DType::Float32), B2 = ctx.empty({K, N}, DType::Float32);
-    Tensor C2 = ctx.empty({M, N}, DType::Float32), bias2 = ctx.empty({N}, DType::Float32);
-    Tensor bsum2 = ctx.empty({M}, DType::Float32);
-    A2.assign(A.expr());
-    B2.assign(B.expr());
-    C2.assign(C.expr());
-    bias2.assign(bias.expr());
-    DotOptions o, o2;
-    o.beta = o2.beta = 0.5;
-    o.relu = o2.relu = true;
-    o.bias = bias;
-    o.bsum = bsum;
-    o2.bias = bias2;
-    o2.bsum = bsum2;
-    compound_dot(A, B, C, o);
-    compound_dot(A2, B2, C2, o2);
+    const int64_t M = 200, K = 64, N = 128;
+    const auto r = test::shared_storage_product(ctx, M, K, N, random_floats(size_t((M + K + 1) * (1 + K + N)), 77));
     // (The strided views may take another kernel than the separate tensors: not the same bits.)
     const auto close = [](const std::vector<float>& got, const std::vector<float>& want) {
         REQUIRE(got.size() == want.size());
         for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 1e-4 * (1 + std::fabs(want[i])));
     };
-    close(C.to_vector<float>(), C2.to_vector<float>());
-    close(bsum.to_vector<float>(), bsum2.to_vector<float>());
-    // The operands and the bias are as they were.
-    CHECK(A.to_vector<float>() == A2.to_vector<float>());
-    CHECK(B.to_vector<float>() == B2.to_vector<float>());
-    CHECK(bias.to_vector<float>() == bias2.to_vector<float>());
+    close(r.c, r.c_separate);
+    close(r.bsum, r.bsum_separate);
+    CHECK(r.inputs_unchanged);
 }
 
 TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed shared memory") {

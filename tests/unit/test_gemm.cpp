@@ -2,6 +2,7 @@
 // every transpose combination, views with padded leading dimensions, each epilogue piece, the
 // 16-bit dtypes, and the misuse messages.
 #include "tests/support/catch.hpp"
+#include "tests/support/shared_storage_product.hpp"
 
 #include <kiln/kiln.hpp>
 
@@ -147,39 +148,12 @@ TEST_CASE("compound_dot: alpha, beta, bias, relu, leaky slope and bsum in one ca
 }
 
 TEST_CASE("compound_dot: C and bsum sharing one buffer with the operands and the bias") {
-    // Rows of 1 + K + N floats hold bsum's column, A's row and C's row; B and the bias take rows
-    // of their own below. The result matches the same product on separate tensors, and the
-    // inputs are left as they were.
-    Context& ctx = cpu();
-    const int64_t M = 23, K = 17, N = 19, W = 1 + K + N;
-    Host hbuf = random_host(M + K + 1, W, 31);
-    std::vector<float> fbuf(hbuf.v.begin(), hbuf.v.end());
-    Tensor buf = ctx.array(fbuf, {M + K + 1, W});
-    Tensor bsum = buf.slice({Slice::range(0, M), Slice::at(0)});
-    Tensor A = buf.slice({Slice::range(0, M), Slice::range(1, 1 + K)});
-    Tensor C = buf.slice({Slice::range(0, M), Slice::range(1 + K, W)});
-    Tensor B = buf.slice({Slice::range(M, M + K), Slice::range(0, N)});
-    Tensor bias = buf.slice({Slice::at(M + K), Slice::range(0, N)});
-    Tensor A2 = ctx.empty({M, K}), B2 = ctx.empty({K, N}), C2 = ctx.empty({M, N}), bias2 = ctx.empty({N}), bsum2 = ctx.empty({M});
-    A2.assign(A.expr());
-    B2.assign(B.expr());
-    C2.assign(C.expr());
-    bias2.assign(bias.expr());
-    DotOptions o, o2;
-    o.beta = o2.beta = 0.5;
-    o.relu = o2.relu = true;
-    o.bias = bias;
-    o.bsum = bsum;
-    o2.bias = bias2;
-    o2.bsum = bsum2;
-    compound_dot(A, B, C, o);
-    compound_dot(A2, B2, C2, o2);
-    const auto as_double = [](const Tensor& t) { return t.to_vector<double>(); };
-    check_close(C.to_vector<float>(), as_double(C2), 1e-5, "C in the shared buffer");
-    check_close(bsum.to_vector<float>(), as_double(bsum2), 1e-5, "bsum in the shared buffer");
-    CHECK(A.to_vector<float>() == A2.to_vector<float>());
-    CHECK(B.to_vector<float>() == B2.to_vector<float>());
-    CHECK(bias.to_vector<float>() == bias2.to_vector<float>());
+    const int64_t M = 23, K = 17, N = 19;
+    Host values = random_host(M + K + 1, 1 + K + N, 31);
+    const auto r = test::shared_storage_product(cpu(), M, K, N, std::vector<float>(values.v.begin(), values.v.end()));
+    check_close(r.c, std::vector<double>(r.c_separate.begin(), r.c_separate.end()), 1e-5, "C in the shared buffer");
+    check_close(r.bsum, std::vector<double>(r.bsum_separate.begin(), r.bsum_separate.end()), 1e-5, "bsum in the shared buffer");
+    CHECK(r.inputs_unchanged);
 }
 
 // The activation on rows that hold NaN or -inf, as the GPU epilogues apply it: ReLU keeps NaN
