@@ -153,8 +153,8 @@ void cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions&
     }
     if (o.bsum && (shares_storage(*o.bsum, A) || shares_storage(*o.bsum, B) || shares_storage(*o.bsum, C) ||
                    (o.bias && shares_storage(*o.bsum, *o.bias)))) {
-        // The kernels write bsum (some zero it at their start) while others read the operands
-        // and write C: the sums go to a fresh bsum, copied once C is written.
+        // The kernels write bsum while other blocks still read the operands and write C: the
+        // sums go to a fresh bsum, copied once C is written.
         DotOptions fresh = o;
         fresh.bsum = C.context().empty(o.bsum->shape(), o.bsum->dtype());
         cuda_product(A, B, C, fresh, op);
