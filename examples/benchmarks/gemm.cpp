@@ -18,6 +18,9 @@
 //          --serial  (also times the plain product launched without programmatic dependent
 //          launch, KILN_PDL=0, in turn with the other calls; printed after the row, in the
 //          JSON as "serial_*").
+//          --queued  (each timed batch is queued whole behind a gate before the GPU starts it:
+//          times are the GPU's even where the host's cost of a call exceeds the product's; the
+//          host's time to issue each call is printed after the row, in the JSON as "host_us").
 // Without a usable CUDA device it says why and exits 0.
 #include <kiln/kiln.hpp>
 
@@ -25,15 +28,20 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -79,11 +87,95 @@ void* dptr(const Tensor& t) {
 
 bool g_profile = false;   // --profile: run each call a few times, untimed
 
+// --queued: each timed batch waits in the stream behind a gate (cuStreamWaitValue32 on a word
+// of mapped host memory) while the host queues it, then the gate opens and the GPU runs the
+// batch back to back at its own pace: the time per call is the GPU's, whatever the host's
+// cost of a call, which is timed too (the queueing loop, the GPU not consuming meanwhile).
+// Without the gate a product shorter than the host's cost of a call measures the host.
+struct Gate {
+    using WaitValue = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+    WaitValue wait_value = nullptr;
+    volatile uint32_t* host = nullptr;
+    CUdeviceptr dev = 0;
+    uint32_t value = 0;
+    std::string why_not;   // empty when usable
+
+    Gate() {
+        cudaDriverEntryPointQueryResult found{};
+        void* fn = nullptr;
+        if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess) {
+            why_not = "the driver has no cuStreamWaitValue32";
+            return;
+        }
+        wait_value = reinterpret_cast<WaitValue>(fn);
+        void* h = nullptr;
+        void* d = nullptr;
+        if (cudaHostAlloc(&h, 64, cudaHostAllocMapped) != cudaSuccess || cudaHostGetDevicePointer(&d, h, 0) != cudaSuccess) {
+            why_not = "no mapped host memory";
+            return;
+        }
+        host = static_cast<volatile uint32_t*>(h);
+        *host = 0;
+        dev = reinterpret_cast<CUdeviceptr>(d);
+    }
+};
+Gate* g_gate = nullptr;   // set by --queued
+
+// Times fs[j] per[j] times in a row on `stream` between events; the host's time to issue them
+// goes to *host_ms (per call). Gated (g_gate): the batch is queued behind the gate, which opens
+// once it is all issued, or after 0.5 s if issuing blocks (a full launch queue: the batch then
+// ran partly at the host's pace, and *gate_timed_out says so).
+double time_batch(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, const std::function<void()>& f, int per,
+                  double* host_ms, bool* gate_timed_out) {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool issued = false;
+    std::thread watchdog;
+    uint32_t v = 0;
+    if (g_gate) {
+        v = ++g_gate->value;
+        if (g_gate->wait_value(reinterpret_cast<CUstream>(stream), g_gate->dev, v, CU_STREAM_WAIT_VALUE_GEQ) !=
+            CUDA_SUCCESS) {
+            std::fprintf(stderr, "cuStreamWaitValue32 failed\n");
+            std::exit(1);
+        }
+        watchdog = std::thread([&] {
+            std::unique_lock<std::mutex> lock(mu);
+            if (!cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return issued; })) {
+                *gate_timed_out = true;
+                *g_gate->host = v;
+            }
+        });
+    }
+    cudaEventRecord(e0, stream);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < per; ++i) f();
+    *host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / per;
+    cudaEventRecord(e1, stream);
+    if (g_gate) {
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            issued = true;
+            *g_gate->host = v;
+        }
+        cv.notify_one();
+        watchdog.join();
+    }
+    cuda_check(cudaEventSynchronize(e1), "timed batch");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    return ms / per;
+}
+
 // Median ms per call of each function, timed by events on `stream` in batches of about 2 ms.
 // The functions take turns, batch by batch, for 7 rounds, so a drift in the card's clocks over
 // the run (warming up under load) spreads over all of them instead of favouring the first.
-std::vector<double> time_all(cudaStream_t stream, const std::vector<std::function<void()>>& fs) {
+// host_ms (when given): the median host time to issue one call, per function.
+std::vector<double> time_all(cudaStream_t stream, const std::vector<std::function<void()>>& fs,
+                             std::vector<double>* host_ms = nullptr, bool* gate_timed_out = nullptr) {
     std::vector<double> out(fs.size(), 1.0);
+    if (host_ms) host_ms->assign(fs.size(), 0.0);
     if (g_profile) {
         for (const auto& f : fs)
             for (int i = 0; i < 3; ++i) f();
@@ -102,28 +194,29 @@ std::vector<double> time_all(cudaStream_t stream, const std::vector<std::functio
         cuda_check(cudaEventSynchronize(e1), "warm-up");
         float one = 0;
         cudaEventElapsedTime(&one, e0, e1);
-        per[j] = std::clamp(int(2.0 / std::max(one, 1e-3f)), 1, 200);
+        // Gated batches stay well inside the driver's queue of pending launches.
+        per[j] = std::clamp(int(2.0 / std::max(one, 1e-3f)), 1, g_gate ? 100 : 200);
     }
-    std::vector<std::vector<double>> t(fs.size());
+    std::vector<std::vector<double>> t(fs.size()), h(fs.size());
+    bool timed_out = false;
     // Each round starts one call later than the round before: a call is not always timed
     // right after the same one, nor always first or last in its round.
     for (int round = 0; round < 7; ++round)
         for (size_t jj = 0; jj < fs.size(); ++jj) {
             const size_t j = (jj + size_t(round)) % fs.size();
-            cudaEventRecord(e0, stream);
-            for (int i = 0; i < per[j]; ++i) fs[j]();
-            cudaEventRecord(e1, stream);
-            cuda_check(cudaEventSynchronize(e1), "timed batch");
-            float ms = 0;
-            cudaEventElapsedTime(&ms, e0, e1);
-            t[j].push_back(ms / per[j]);
+            double host = 0;
+            t[j].push_back(time_batch(stream, e0, e1, fs[j], per[j], &host, &timed_out));
+            h[j].push_back(host);
         }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     for (size_t j = 0; j < fs.size(); ++j) {
         std::sort(t[j].begin(), t[j].end());
+        std::sort(h[j].begin(), h[j].end());
         out[j] = t[j][t[j].size() / 2];
+        if (host_ms) (*host_ms)[j] = h[j][h[j].size() / 2];
     }
+    if (gate_timed_out) *gate_timed_out = timed_out;
     return out;
 }
 
@@ -209,7 +302,7 @@ private:
 
 int main(int argc, char** argv) {
     std::string json_path = "gemm.json", only, dtypes = "f16,bf16,f32,tf32", shapes, compare;
-    bool quick = false, serial = false;
+    bool quick = false, serial = false, queued = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--dtypes" && i + 1 < argc) dtypes = argv[++i];
@@ -219,6 +312,7 @@ int main(int argc, char** argv) {
         else if (a == "--shapes" && i + 1 < argc) shapes = std::string(",") + argv[++i] + ",";
         else if (a == "--compare" && i + 1 < argc) compare = argv[++i];
         else if (a == "--serial") serial = true;
+        else if (a == "--queued") queued = true;
         else json_path = a;
     }
     std::unique_ptr<Context> ctxp;
@@ -241,6 +335,15 @@ int main(int argc, char** argv) {
     cublasSetWorkspace(blas, blas_ws, 64 << 20);
 
     if (g_profile) std::printf("(--profile: every time below is a placeholder; read the profiler's)\n");
+    Gate gate;
+    if (queued) {
+        if (!gate.why_not.empty()) {
+            std::fprintf(stderr, "--queued: %s\n", gate.why_not.c_str());
+            return 1;
+        }
+        g_gate = &gate;
+        std::printf("(--queued: times per call are the GPU's, each batch queued behind a gate before it runs)\n");
+    }
     const std::vector<DtypeRun> all = {
         {"f16", DType::Float16, false, CUDA_R_16F, CUBLAS_COMPUTE_32F},
         {"bf16", DType::BFloat16, false, CUDA_R_16BF, CUBLAS_COMPUTE_32F},
@@ -340,7 +443,9 @@ int main(int argc, char** argv) {
                     compound_dot(A, B, C);
                     unsetenv("KILN_PDL");
                 });
-            const std::vector<double> t = time_all(stream, calls);
+            std::vector<double> host_ms;
+            bool gate_timed_out = false;
+            const std::vector<double> t = time_all(stream, calls, &host_ms, &gate_timed_out);
             const double t_kiln = t[0], t_kiln_br = t[1], t_kiln_brs = t[2], t_blas = t[3], t_lt = lt_ok ? t[4] : -1;
             compound_dot(A, B, C);   // plain results for the comparison
             calls[3]();
@@ -369,6 +474,16 @@ int main(int argc, char** argv) {
                              d.name, (long long)s.m, (long long)s.n, (long long)s.k, opname, t_kiln, t_blas, t_kiln_br,
                              t_lt, t_kiln_brs, tf(t_kiln), tf(t_blas), rel, chosen.c_str());
             if (json) std::fflush(json);
+            if (queued) {
+                std::printf("       host us to issue a call: plain %.2f, bias+relu %.2f, +bsum %.2f (cuBLAS %.2f)%s\n",
+                            1e3 * host_ms[0], 1e3 * host_ms[1], 1e3 * host_ms[2], 1e3 * host_ms[3],
+                            gate_timed_out ? "; a batch filled the launch queue: its time is partly the host's" : "");
+                if (json)
+                    std::fprintf(json, "{\"dtype\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"host_us\": [%.3f, %.3f, %.3f, %.3f], "
+                                       "\"gate_timed_out\": %s}\n",
+                                 d.name, (long long)s.m, (long long)s.n, (long long)s.k, 1e3 * host_ms[0], 1e3 * host_ms[1],
+                                 1e3 * host_ms[2], 1e3 * host_ms[3], gate_timed_out ? "true" : "false");
+            }
             if (serial) {
                 const double t_serial = t[serial_at];
                 std::printf("       serial launch %28s %9.1f TFLOP/s, %.3fx the time with dependent launch\n", "",

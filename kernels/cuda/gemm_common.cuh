@@ -308,16 +308,25 @@ __device__ __forceinline__ void bsum_add_rows(const GemmParams& p, int m0, int z
 }
 
 // Both steps, after finish_tile stored this tile's row sums (and its C). `sync` is a barrier
-// over the `nthreads` epilogue threads.
+// over the `nthreads` epilogue threads. Out of line: it runs once a tile, and inlined into
+// every epilogue it would cost registers everywhere.
 template <int ROWS, class Sync>
-__device__ __noinline__ void bsum_across_tiles(const GemmParams& p, int m0, int tile_m, int z, int tid, int nthreads,
-                                                  Sync sync) {
-    if (p.tiles_n == 1) return;
+__device__ __noinline__ void count_tile_and_add_rows(const GemmParams& p, int m0, int tile_m, int z, int tid, int nthreads,
+                                                     Sync sync) {
     __shared__ int last_of_row;
     sync();
     if (tid == 0) last_of_row = bsum_count_tile(p, tile_m, z);
     sync();
     if (last_of_row) bsum_add_rows<ROWS>(p, m0, z, tid, nthreads);
+}
+// Whether there is anything to add is decided inline, where `p` is still the kernel's
+// parameter: inside the out-of-line call every field is a load through a generic pointer, and
+// with one tile per row (nothing to add) the call and that load were all bsum cost on the
+// H100's 16-wide tiles, ~0.3 us at the end of each block (docs/gemm-notes.md 52).
+template <int ROWS, class Sync>
+__device__ __forceinline__ void bsum_across_tiles(const GemmParams& p, int m0, int tile_m, int z, int tid, int nthreads,
+                                                  Sync sync) {
+    if ((p.flags & kBsum) && p.tiles_n > 1) count_tile_and_add_rows<ROWS>(p, m0, tile_m, z, tid, nthreads, sync);
 }
 
 } // namespace kiln::gemm

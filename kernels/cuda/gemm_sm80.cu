@@ -268,7 +268,7 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
                     make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
     __syncthreads();
     finish_tile<BM, BN, Cfg::kThreads>(p, tile, m0, n0, tile_pos.n, w.zc, tid);
-    if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, tile_pos.m, w.zc, tid, Cfg::kThreads, [] { __syncthreads(); });
+    bsum_across_tiles<BM>(p, m0, tile_pos.m, w.zc, tid, Cfg::kThreads, [] { __syncthreads(); });
 }
 
 // ---- float32 on the FMA units -------------------------------------------------------------
@@ -420,7 +420,7 @@ __device__ __forceinline__ void fma_epilogue(const GemmParams& p, const Work& bw
                 make_float4(acc[i][4 * j], acc[i][4 * j + 1], acc[i][4 * j + 2], acc[i][4 * j + 3]);
     __syncthreads();
     finish_tile<BM, BN, THREADS, PAIRS_SWAPPED>(p, tile, bw.m0, bw.n0, bw.tile.n, bw.w.zc, tid);
-    if (p.flags & kBsum) bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
+    bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
 }
 
 template <int BM, int BN>
@@ -537,7 +537,7 @@ __device__ __forceinline__ void fma_narrow_gemm(const GemmParams& p) {
         *reinterpret_cast<float4*>(tile + (tm + i) * tile_ld(BN) + tn) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
     __syncthreads();
     finish_tile<BM, BN, THREADS>(p, tile, bw.m0, bw.n0, bw.tile.n, bw.w.zc, tid);
-    if (p.flags & kBsum) bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
+    bsum_across_tiles<BM>(p, bw.m0, bw.tile.m, bw.w.zc, tid, THREADS, [] { __syncthreads(); });
 }
 
 // ---- float32 on the FMA units, operands copied by cp.async --------------------------------

@@ -603,7 +603,7 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
         default: finish_tile<BM / 8, BN, NTHREADS>(p, mine, m_rows, n0, at.n, z, ctid); break;
     }
     // bsum over several tiles per row: each block of the cluster counts its share of the rows.
-    if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, at.m, z, ctid, NTHREADS, sync);
+    bsum_across_tiles<BM>(p, m0, at.m, z, ctid, NTHREADS, sync);
     cluster_sync();   // the other blocks are done reading this one's shared memory
 }
 
@@ -716,7 +716,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         if (!rows_of_16_bytes(p))   // (the 16-bit epilogue added its rows before its C stores)
             bsum_across_cluster<BM>(p, gathered, &sums_in, m0, w.zc, tid - 128, kConsumerThreads, consumers_sync);
     }
-    else if (p.flags & kBsum) bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads, consumers_sync);
+    else bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads, consumers_sync);
 }
 
 // bsum in the persistent kernels. A row of tiles is added up by the block that runs its last
