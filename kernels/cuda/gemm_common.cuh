@@ -322,7 +322,7 @@ __device__ __noinline__ void count_tile_and_add_rows(const GemmParams& p, int m0
 // Whether there is anything to add is decided inline, where `p` is still the kernel's
 // parameter: inside the out-of-line call every field is a load through a generic pointer, and
 // with one tile per row (nothing to add) the call and that load were all bsum cost on the
-// H100's 16-wide tiles, ~0.3 us at the end of each block (docs/gemm-notes.md 52).
+// H100's 16-wide tiles, 0.2-0.3 us a call (docs/gemm-notes.md 52).
 template <int ROWS, class Sync>
 __device__ __forceinline__ void bsum_across_tiles(const GemmParams& p, int m0, int tile_m, int z, int tid, int nthreads,
                                                   Sync sync) {
