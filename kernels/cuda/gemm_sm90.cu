@@ -86,14 +86,20 @@ __device__ __forceinline__ void cluster_sync() {
 // The two halves of cluster_sync, for a barrier whose arrival comes long before its wait.
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
-// The address of `p` (this block's shared memory) in the shared memory of cluster block `rank`.
-template <class T>
-__device__ __forceinline__ T* cluster_peer(T* p, int rank) {
-    uint64_t out;
-    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
-    return reinterpret_cast<T*>(out);
+// The shared::cluster address of `p` (this block's shared memory) in cluster block `rank`, and
+// a 16-byte load from such an address. (The split-K reduction read the other blocks through
+// generic 64-bit addresses before; with these it measured level to 3.5% faster on the H100's
+// cluster-split products, docs/gemm-notes.md 54 c.)
+__device__ __forceinline__ uint32_t cluster_peer_addr(const void* p, int rank) {
+    uint32_t out;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(uint32_t(__cvta_generic_to_shared(p))), "r"(rank));
+    return out;
 }
-
+__device__ __forceinline__ float4 load_cluster_f4(uint32_t addr) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+    return v;
+}
 // A 4-byte store into the shared memory of cluster block `rank`, at the address `p` has in this
 // block, that completes `bar` (at its address in block `rank`) by 4 bytes: the receiver waits
 // on its own mbarrier, and no cluster barrier is needed after it.
@@ -578,16 +584,16 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
     cluster_sync();   // every block's sums are staged
     const int splits = p.k_splits, rank = int(blockIdx.x) % splits, rows = BM / splits;
     float* mine = tile + rank * rows * ld;
-    const float* peers[8];
+    uint32_t peers[8];
 #pragma unroll
-    for (int r = 0; r < 8; ++r) peers[r] = cluster_peer(mine, r < splits ? r : 0);
+    for (int r = 0; r < 8; ++r) peers[r] = cluster_peer_addr(mine, r < splits ? r : 0);
     constexpr int kVecs = BN / 4;   // float4 columns per row
     for (int i = ctid; i < rows * kVecs; i += NTHREADS) {
         const int off = (i / kVecs) * ld + 4 * (i % kVecs);
         float4 v[8];
 #pragma unroll
         for (int r = 0; r < 8; ++r)
-            if (r < splits) v[r] = *reinterpret_cast<const float4*>(peers[r] + off);
+            if (r < splits) v[r] = load_cluster_f4(peers[r] + 4 * uint32_t(off));
         float4 s = v[0];
 #pragma unroll
         for (int r = 1; r < 8; ++r)
