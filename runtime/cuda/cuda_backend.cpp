@@ -327,7 +327,7 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
 bool CudaBackend::programmatic_launches() const {
     if (info_.sm < 90) return false;
     const char* v = std::getenv("KILN_PDL");
-    return !(v && std::string(v) == "0");
+    return !(v && std::strcmp(v, "0") == 0);
 }
 
 void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
