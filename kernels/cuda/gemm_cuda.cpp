@@ -412,6 +412,8 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     const bool programmatic = k.path == GemmPath::Wgmma ? !k.persistent && be.programmatic_launches()
                                                         : sm80_image_programmatic(be);
     int smem = k.smem;
+    if (k.path == GemmPath::Wgmma && k.cluster_k && k.bn <= kSplitPushMaxBn)   // the receive buffer (gemm_params.hpp)
+        smem += split_receive_bytes(k.bm, k.bn, k.splits);
     if (programmatic && k.path != GemmPath::Wgmma && blocks * grid_y <= be.info().multiprocessors)
         smem = std::max(smem, be.info().max_shared_optin / 2 + 1);
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, k.entry, smem);

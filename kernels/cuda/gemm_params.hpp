@@ -34,6 +34,17 @@ enum GemmFlags : int32_t {
     kBsum = 8,      // write row-sum partials
 };
 
+// Split-K in a cluster on tiles at most kSplitPushMaxBn wide, into 16-bit C without beta or
+// stochastic rounding: each block sends its sums of the other blocks' rows straight from its
+// registers into their shared memory (gemm_sm90.cu, split_k_push_epilogue), into a receive
+// buffer after the stages and the bias, which the host adds to the launch's shared memory.
+// (Wider tiles have no room for it beside their stages.)
+constexpr int kSplitPushMaxBn = 64;
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+constexpr int split_receive_bytes(int bm, int bn, int splits) { return 4 * (splits - 1) * (bm / splits) * bn; }
+
 struct GemmParams {
     const void* a;
     const void* b;

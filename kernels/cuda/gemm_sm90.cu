@@ -30,19 +30,22 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
 __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+// (The main loops pass 32-bit shared addresses computed before the loop: see consume_tile.)
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) { mbar_arrive(smem_u32(bar)); }
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done = 0;
     do {
         asm volatile(
             "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
             : "=r"(done)
-            : "r"(smem_u32(bar)), "r"(parity)
+            : "r"(bar), "r"(parity)
             : "memory");
     } while (!done);
 }
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) { mbar_wait(smem_u32(bar), parity); }
 
 // ---- TMA ------------------------------------------------------------------------------------
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2) {
@@ -109,6 +112,13 @@ __device__ __forceinline__ void store_to_peer(float* p, uint64_t* bar, int rank,
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer_bar) : "r"(smem_u32(bar)), "r"(rank));
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(addr),
                  "r"(__float_as_uint(v)), "r"(peer_bar)
+                 : "memory");
+}
+// A 16-byte store to the shared::cluster address `addr` that completes the mbarrier at
+// shared::cluster address `bar` by 16 bytes (store_to_peer's, four words at once).
+__device__ __forceinline__ void store_to_peer_f4(uint32_t addr, uint32_t bar, float4 v) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(addr),
+                 "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
                  : "memory");
 }
 // mbar_wait with acquire at cluster scope: the stores that completed it came from other blocks.
@@ -246,22 +256,34 @@ __device__ __forceinline__ void produce_stage(unsigned char* smem, Ring<STAGES>&
     }
 }
 
-// Consumer c: multiplies stage s into its accumulators (rows [64c, 64c + 64) of the tile) and
-// commits the wgmma group.
-template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
-__device__ __forceinline__ void consume_stage(float (&acc)[BN / 2], const unsigned char* smem, int s, int c) {
+// Consumer c's descriptors of stage 0 at k-step 0, A's and B's. A stage s and a k-step kk
+// add their byte offsets (>> 4) to the start address field: the stages lie under 256 KB, so
+// the 14-bit field never carries into the next.
+struct StageDescs {
+    uint64_t a, b;
+};
+template <class T, int BN, int CONSUMERS, int STAGES>
+__device__ __forceinline__ StageDescs stage0_descs(const unsigned char* smem, int c, int ta, int tb) {
     using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
-    const unsigned char* sa = smem + s * Cfg::kStageBytes + c * 8192;
-    const unsigned char* sb = smem + s * Cfg::kStageBytes + Cfg::kABytes;
+    const unsigned char* sa = smem + c * 8192;
+    const unsigned char* sb = smem + Cfg::kABytes;
+    return {ta == 0 ? smem_desc(sa, 16) : smem_desc(sa, 8192),
+            tb == 0 ? smem_desc(sb, 16) : BN == 16 ? smem_desc_mn32(sb) : smem_desc(sb, 8192)};
+}
+
+// Consumer c: multiplies stage s into its accumulators (rows [64c, 64c + 64) of the tile) and
+// commits the wgmma group. `d`: stage0_descs.
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+__device__ __forceinline__ void consume_stage(float (&acc)[BN / 2], StageDescs d, int s) {
+    using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
+    const uint64_t stage = uint64_t(s * Cfg::kStageBytes) >> 4;
     fence_regs(acc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kSteps; ++kk) {
         // K-major: the next 32 bytes of each swizzled row; M/N-major: the next 16 (or 8) rows of k.
-        const uint64_t da = TA == 0 ? smem_desc(sa + 32 * kk, 16) : smem_desc(sa + 2048 * kk, 8192);
-        const uint64_t db = TB == 0    ? smem_desc(sb + 32 * kk, 16)
-                            : BN == 16 ? smem_desc_mn32(sb + 512 * kk)
-                                       : smem_desc(sb + 2048 * kk, 8192);
+        const uint64_t da = d.a + stage + (TA == 0 ? 32 * kk : 2048 * kk) / 16;
+        const uint64_t db = d.b + stage + (TB == 0 ? 32 * kk : BN == 16 ? 512 * kk : 2048 * kk) / 16;
         Wgmma<BN, T, TA, TB>::run(acc, da, db);
     }
     wgmma_commit();
@@ -308,31 +330,37 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
                                              int lane, int ktiles, int& it, AfterIssue&& after_issue = {}) {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+    // Every address the loop needs, as 32-bit shared addresses computed once: derived in the
+    // loop from generic pointers, they were rebuilt from the shared window's base (S2R) after
+    // each stage's wait, and an unrelated change to the epilogue (more live registers) made
+    // the unsplit 64 x 64 tile 5-9% slower that way (docs/gemm-notes.md 55).
+    const StageDescs descs = stage0_descs<T, BN, CONSUMERS, STAGES>(smem, c, TA, TB);
+    const uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
 #pragma unroll
     for (int kt = 0; kt < PEEL; ++kt) {
         if (kt < ktiles) {
-            mbar_wait(&ring.full[it % STAGES], (it / STAGES) & 1);
-            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, it % STAGES, c);
+            mbar_wait(full + 8 * (it % STAGES), (it / STAGES) & 1);
+            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, it % STAGES);
         }
         after_issue(kt);
         if (kt < ktiles) {
             wgmma_wait<1>();
             fence_regs(acc);
-            if (kt > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
+            if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
             ++it;
         }
     }
     for (int kt = PEEL; kt < ktiles; ++kt, ++it) {
         const int s = it % STAGES;
-        mbar_wait(&ring.full[s], (it / STAGES) & 1);
-        consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, s, c);
+        mbar_wait(full + 8 * s, (it / STAGES) & 1);
+        consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
         wgmma_wait<1>();
         fence_regs(acc);
-        if (kt > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
+        if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
     }
     wgmma_wait<0>();
     fence_regs(acc);
-    if (ktiles > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
+    if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
 }
 
 template <int STAGES, int CONSUMERS>
@@ -502,7 +530,8 @@ __device__ __forceinline__ void share_row_sum(const GemmParams& p, float* row_su
 template <class T, int BM, int BN, int NTHREADS>
 __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const float (&acc)[BN / 2], unsigned char* smem,
                                                  const float* bias_s, int m0, int n0, int tile_n, int z, int row0, int q,
-                                                 int tid, float* row_sums, uint64_t* sums_in) {
+                                                 int tid, float* row_sums, uint64_t* sums_in, int rows_begin = 0,
+                                                 int rows_end = BM) {
     constexpr int LD = BN + 8;   // 16-bit elements per staged row: rows 16 bytes apart in bank terms
     uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
     const bool bias = p.flags & kBias, relu = p.flags & kRelu;
@@ -522,9 +551,9 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             row_sum[h] = quad_sum(row_sum[h]);
-            const int m = m0 + row0 + 8 * h;
-            if (q == 0 && p.bsum_cluster) share_row_sum(p, row_sums, sums_in, row0 + 8 * h, row_sum[h]);
-            else if (q == 0 && m < p.m) {
+            const int r = row0 + 8 * h, m = m0 + r;
+            if (q == 0 && p.bsum_cluster) share_row_sum(p, row_sums, sums_in, r, row_sum[h]);
+            else if (q == 0 && m < p.m && r >= rows_begin && r < rows_end) {
                 if (p.tiles_n == 1) store_bsum(p, z, m, row_sum[h]);
                 else p.bsum_partials[(int64_t(tile_n) * p.batch + z) * p.m + m] = row_sum[h];
             }
@@ -542,7 +571,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     const int r_in = lane / kChunks, chunk = lane % kChunks;
     uint16_t* C = static_cast<uint16_t*>(p.c) + int64_t(z) * p.c_batch;
     const int n = n0 + 8 * chunk;
-    for (int r = warp * kRowsPerPass + r_in; r < BM; r += (NTHREADS / 32) * kRowsPerPass) {
+    for (int r = rows_begin + warp * kRowsPerPass + r_in; r < rows_end; r += (NTHREADS / 32) * kRowsPerPass) {
         const int m = m0 + r;
         if (m >= p.m) break;
         const uint4 v = *reinterpret_cast<const uint4*>(tile + r * LD + 8 * chunk);
@@ -613,6 +642,68 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
     cluster_sync();   // the other blocks are done reading this one's shared memory
 }
 
+// Split-K in a cluster into 16-bit C without beta or stochastic rounding (kSplitPushMaxBn,
+// gemm_params.hpp): the slices' sums cross blocks from registers. Block `rank` owns rows
+// [rank R, rank R + R) of the tile (R = BM / k_splits, a multiple of 8). A thread's
+// accumulators are two row groups of 8 rows (rows row0 and row0 + 8, BN / 16 float4 values
+// each); a group owned by another block is sent with st.async into that block's receive
+// buffer, in a layout that mirrors the registers (slot [source][group][float4][lane], so that
+// a warp's 16-byte stores and the owner's loads are 512 contiguous bytes), counted on the
+// owner's `split_in` mbarrier. The owner waits on that barrier alone, adds its groups over the
+// slices in rank order (the same bits in every run) in its registers and finishes its rows
+// with the 16-bit register epilogue. No block waits for another to be done reading, and the
+// receive buffer is not part of the stages, so a block sends as soon as its main loop ends.
+// (The general split epilogue above, staging in float32, a cluster barrier, the others' rows
+// read through distributed shared memory, finish_tile and a second barrier, took 3.7 us
+// against the unsplit 64 x 64 tile's 1.4, docs/gemm-notes.md 54.)
+template <class T, int BM, int BN, int NTHREADS>
+__device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float (&acc)[BN / 2], unsigned char* smem,
+                                                      const float* bias_s, float4* receive, uint64_t* split_in, int m0,
+                                                      int n0, Tile at, int z, int c, int warp, int lane, int tid) {
+    constexpr int kVecs = BN / 16;   // float4 values per row group per thread
+    const int splits = p.k_splits, rank = int(blockIdx.x) % splits;
+    const int owned_groups = BM / splits / 8;
+    // The group's float4 v: columns 16v + 2q, + 1, 16v + 8 + 2q, + 1 of row row0 + 8h.
+    const auto vec = [&](int v, int h) {
+        return make_float4(acc[8 * v + 2 * h], acc[8 * v + 2 * h + 1], acc[8 * v + 4 + 2 * h], acc[8 * v + 5 + 2 * h]);
+    };
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int group = 8 * c + 2 * warp + h, owner = group / owned_groups;
+        if (owner == rank) continue;
+        const int source = rank < owner ? rank : rank - 1;
+        const float4* slot = receive + ((source * owned_groups + group % owned_groups) * kVecs) * 32 + lane;
+        const uint32_t to = cluster_peer_addr(slot, owner), bar = cluster_peer_addr(split_in, owner);
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) store_to_peer_f4(to + 512u * v, bar, vec(v, h));
+    }
+    // Every thread waits, whether it owns rows or not: the block stays until every byte sent
+    // to it has landed.
+    mbar_wait_cluster(split_in, 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int group = 8 * c + 2 * warp + h;
+        if (group / owned_groups != rank) continue;
+        const float4* slots = receive + ((group % owned_groups) * kVecs) * 32 + lane;
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) {
+            const float4 own = vec(v, h);
+            float4 s = rank == 0 ? own : slots[v * 32];
+            for (int r = 1; r < splits; ++r) {
+                const float4 t = r == rank ? own : slots[((r < rank ? r : r - 1) * owned_groups * kVecs + v) * 32];
+                s.x += t.x, s.y += t.y, s.z += t.z, s.w += t.w;
+            }
+            acc[8 * v + 2 * h] = s.x, acc[8 * v + 2 * h + 1] = s.y, acc[8 * v + 4 + 2 * h] = s.z, acc[8 * v + 5 + 2 * h] = s.w;
+        }
+    }
+    const int g = lane / 4, q = lane % 4, rows = BM / splits;
+    if (p.flags & kBsum) zero_columns_past_n<BN>(acc, p.n - n0, q);
+    store_tile_16bit<T, BM, BN, NTHREADS>(p, acc, smem, bias_s, m0, n0, at.n, z, 64 * c + 16 * warp + g, q, tid, nullptr,
+                                          nullptr, rank * rows, rank * rows + rows);
+    bsum_across_tiles<BM>(p, m0, at.m, z, tid, NTHREADS,
+                          [] { asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory"); });
+}
+
 // bsum_cluster (above) after the general epilogue: finish_tile left the tile's row sums in
 // this tile's slot; they are sent from there. (The 16-bit epilogue sends them from registers
 // and adds its own rows itself.)
@@ -644,14 +735,19 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         tma_prefetch_descriptor(map_a);
         tma_prefetch_descriptor(map_b);
     }
-    // bsum_cluster: completes when the other blocks' sums of this block's rows have landed.
+    // Split-K in a cluster through the blocks' registers (split_k_push_epilogue), where the
+    // receive buffer fits beside the stages (the host sizes shared memory by the same rule).
+    const bool push_split = BN <= kSplitPushMaxBn && p.k_cluster && rows_of_16_bytes(p);
+    // Completes when the other blocks' sums of this block's rows have landed: their row sums
+    // (bsum_cluster) or their slices' sums (push_split).
     __shared__ __align__(8) uint64_t sums_in;
-    if (p.bsum_cluster && tid == 0) {
+    if ((p.bsum_cluster || push_split) && tid == 0) {
         mbar_init(&sums_in, 1);
-        mbar_expect_tx(&sums_in, bsum_cluster_bytes<BM>(p));
+        mbar_expect_tx(&sums_in, p.bsum_cluster ? bsum_cluster_bytes<BM>(p)
+                                                : uint32_t(split_receive_bytes(BM, BN, p.k_splits)));
     }
     init_ring<STAGES, CONSUMERS>(ring);   // (its fence publishes sums_in's initialisation to the cluster)
-    if (p.bsum_cluster) cluster_arrive_relaxed();   // waited for before the row sums cross blocks
+    if (p.bsum_cluster || push_split) cluster_arrive_relaxed();   // waited for before sums cross blocks
     // Launched programmatically (gemm_cuda.cpp): the setup above overlapped the end of the kernel
     // before this one; the next kernel's blocks may take the SMs this grid leaves idle, or share
     // an SM where both fit (the 16-wide tile), and do their own setup meanwhile.
@@ -668,10 +764,10 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
                                                            p.a_batch ? z : 0, p.b_batch ? z : 0, it, tid / 32,
                                                            kIssuers<STAGES>);
         }
-        if (p.k_cluster) {   // the consumers' two cluster barriers
+        if (p.k_cluster && !push_split) {   // the consumers' two cluster barriers
             cluster_sync();
             cluster_sync();
-        } else if (p.bsum_cluster) {   // the barrier arrived at the start
+        } else if (p.bsum_cluster || push_split) {   // the barrier arrived at the start
             cluster_wait();
         }
         return;
@@ -699,7 +795,13 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     const int g = lane / 4, q = lane % 4;
     const int row0 = 64 * c + 16 * warp + g;
     const auto consumers_sync = [] { asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory"); };
-    if (p.bsum_cluster) cluster_wait();   // the other blocks run, their sums_in initialised
+    if (p.bsum_cluster || push_split) cluster_wait();   // the other blocks run, their sums_in initialised
+    if (push_split) {
+        float4* receive = reinterpret_cast<float4*>(smem + STAGES * Cfg::kStageBytes + BN * 4);   // after the bias
+        split_k_push_epilogue<T, BM, BN, kConsumerThreads>(p, acc, smem, bias_s, receive, &sums_in, m0, n0, at, w.zc, c,
+                                                           warp, lane, tid - 128);
+        return;
+    }
     if (p.k_cluster) {
         split_k_epilogue<BM, BN, kConsumerThreads>(p, acc, reinterpret_cast<float*>(smem), m0, n0, at, w.zc, row0, q,
                                                    tid - 128, consumers_sync);
