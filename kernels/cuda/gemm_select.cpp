@@ -25,7 +25,10 @@ const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dty
 // the 64 x 64 one on 2560x64x2560 in clusters of 2 10.4 against 10.9, and on 1760x128x1760
 // 9.5 against 8.9; 128 x 128 tiles in clusters of 8 took 10.4 there, and tf32
 // 4096x128x4096 A^T ran at 37.1 TFLOP/s on them in clusters of 4 against 39.9 on 64 x 64
-// tiles unsplit.
+// tiles unsplit. Since then the 16-bit products on tiles up to 64 wide send the slices' sums
+// from registers (gemm_sm90.cu, split_k_push_epilogue), 0.3-1.0 us a call less on the GPU's
+// time (docs/gemm-notes.md 55), but the 64 x 64 tile split in two on 1760x128x1760 still took
+// 7.8 us against 7.1 unsplit: the estimate keeps its cost.
 double cluster_split_us(int bm, int bn) { return 1.0 + 1.5 * double(bm) * bn / (64.0 * 64.0); }
 
 // KILN_GEMM_SPLITS: -1 when unset; the count, and whether it asks for a cluster ("4c").

@@ -389,7 +389,8 @@ __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
 // from 242 to 215 us (ncu, H100): the general one was 11% of the product; this one takes it
 // to 224 us. The bias comes from shared memory (`bias_s`, filled before the main loop):
 // read from global memory here, each thread's 2 * BN / 8 columns cost 15% at 4096^3, and
-// filled here, behind a barrier, 3%.
+// filled here, behind a barrier, 3%. (store_tile_16bit's rows_begin and rows_end: the rows of
+// the tile it stores, and whose bsum it counts; a block of a split tile stores only its own.)
 __device__ __forceinline__ bool rows_of_16_bytes(const GemmParams& p) {
     return !(p.flags & kBeta) && p.sr_bits == 0 && p.c_dtype != kF32 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
            p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
@@ -605,6 +606,8 @@ __device__ __forceinline__ void stage_accumulators(float* tile, const float (&ac
 // No float32 slices cross global memory and no second kernel runs: with a separate reduction
 // kernel, a split product was worth about 0.4 of an unsplit one of the same occupancy on the
 // small-N shapes (docs/gemm-notes.md, 7 and 18). k_splits is 2, 4 or 8 (the host's choice).
+// Used where split_k_push_epilogue (below) is not: tiles wider than kSplitPushMaxBn, beta,
+// stochastic rounding, float32 C.
 template <int BM, int BN, int NTHREADS, class Sync>
 __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const float (&acc)[BN / 2], float* tile, int m0,
                                                  int n0, Tile at, int z, int row0, int q, int ctid, Sync sync) {
