@@ -548,7 +548,10 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
             row_sum[h] += v.x + v.y;   // columns past N hold zeros (zero_columns_past_n)
         }
     }
-    if (p.flags & kBsum) {
+    // bsum: each row's sum from its quad's shares. With bsum_cluster they cross blocks before
+    // the C stores below; otherwise they are added and stored after those, so that the
+    // shuffles' latency hides behind the stores' (docs/gemm-notes.md 55).
+    const auto finish_row_sums = [&] {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             row_sum[h] = quad_sum(row_sum[h]);
@@ -559,7 +562,8 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
                 else p.bsum_partials[(int64_t(tile_n) * p.batch + z) * p.m + m] = row_sum[h];
             }
         }
-    }
+    };
+    if ((p.flags & kBsum) && p.bsum_cluster) finish_row_sums();
     asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory");
     // bsum_cluster: this block's rows added (and their bsum stored) before its C stores, which
     // then overlap the last stores' latency (0.1-0.15 us a call less than after them on the
@@ -584,6 +588,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
             for (int i = 0; i < 8 && n + i < p.n; ++i) dst[i] = e[i];
         }
     }
+    if ((p.flags & kBsum) && !p.bsum_cluster) finish_row_sums();
 }
 
 // A consumer's accumulators into the block's float32 tile in shared memory (rows tile_ld(BN)
