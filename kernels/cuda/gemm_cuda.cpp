@@ -113,7 +113,7 @@ CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t oute
 // small products issued back to back, forced ones in a benchmark's A/B included.)
 GemmKernel selection(const GemmProblem& pr) {
     struct Key {
-        std::array<int64_t, 15> problem;
+        std::array<int64_t, 16> problem;
         std::string overrides;
         bool operator==(const Key&) const = default;
     };
@@ -131,7 +131,7 @@ GemmKernel selection(const GemmProblem& pr) {
         return std::string(v ? v : "");
     };
     Key key{{pr.m, pr.n, pr.k, pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm, pr.sms,
-             pr.may_split, pr.plain_epilogue, pr.c_f32},
+             pr.may_split, pr.plain_epilogue, pr.c_f32, pr.bsum},
             env("KILN_GEMM_KERNEL") + "|" + env("KILN_GEMM_SPLITS")};
     std::lock_guard<std::mutex> lock(mu);
     auto it = chosen.find(key);
@@ -518,9 +518,9 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
 }
 
 std::string problem_key(const GemmProblem& pr) {
-    return fmt::format("{}x{}x{} batch {} dtype {} tf32 {} kmajor {}{} tma {}{} sm {} sms {} split {} plain {} c32 {}",
+    return fmt::format("{}x{}x{} batch {} dtype {} tf32 {} kmajor {}{} tma {}{} sm {} sms {} split {} plain {} c32 {} bsum {}",
                        pr.m, pr.n, pr.k, pr.batch, pr.dtype, pr.tf32, pr.a_kmajor, pr.b_kmajor, pr.a_tma, pr.b_tma, pr.sm,
-                       pr.sms, pr.may_split, pr.plain_epilogue, pr.c_f32);
+                       pr.sms, pr.may_split, pr.plain_epilogue, pr.c_f32, pr.bsum);
 }
 
 bool autotune_enabled() {
@@ -577,6 +577,7 @@ void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
     GemmProblem pr = problem_of(A, C, a, b, be);
     // The persistent kernel's epilogue: alpha, bias, ReLU, bsum, round to nearest.
     pr.plain_epilogue = pr.plain_epilogue && o.beta == 0 && p.sr_bits == 0;
+    pr.bsum = o.bsum.has_value();
     GemmKernel k;
     if (autotune_enabled() && !std::getenv("KILN_GEMM_KERNEL")) {
         static std::mutex mu;

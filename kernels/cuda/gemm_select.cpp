@@ -25,11 +25,21 @@ const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dty
 // the 64 x 64 one on 2560x64x2560 in clusters of 2 10.4 against 10.9, and on 1760x128x1760
 // 9.5 against 8.9; 128 x 128 tiles in clusters of 8 took 10.4 there, and tf32
 // 4096x128x4096 A^T ran at 37.1 TFLOP/s on them in clusters of 4 against 39.9 on 64 x 64
-// tiles unsplit. Since then the 16-bit products on tiles up to 64 wide send the slices' sums
-// from registers (gemm_sm90.cu, split_k_push_epilogue), 0.3-1.0 us a call less on the GPU's
-// time (docs/gemm-notes.md 55), but the 64 x 64 tile split in two on 1760x128x1760 still took
-// 7.8 us against 7.1 unsplit: the estimate keeps its cost.
-double cluster_split_us(int bm, int bn) { return 1.0 + 1.5 * double(bm) * bn / (64.0 * 64.0); }
+// tiles unsplit. 16-bit products into 16-bit C without beta or stochastic rounding, on tiles up
+// to kSplitPushMaxBn wide, send the slices' sums from registers instead (gemm_sm90.cu,
+// split_k_push_epilogue): per-block %globaltimer stamps put the 64 x 64 tile's split epilogue
+// 0.5-0.8 us over the unsplit one on 1760x128x1760 and 2560x64x2560 (docs/gemm-notes.md 55), so
+// the fixed cost there is a third of the general one's.
+bool split_push_applies(const GemmProblem& pr, int bn) {
+    return pr.dtype != kF32 && !pr.c_f32 && pr.plain_epilogue && bn <= kSplitPushMaxBn;
+}
+double cluster_split_us(const GemmProblem& pr, int bm, int bn) {
+    const double size = double(bm) * bn / (64.0 * 64.0);
+    return split_push_applies(pr, bn) ? 0.5 + 0.5 * size : 1.0 + 1.5 * size;
+}
+
+// estimate_us's extra cost of bsum over a row of tiles in a cluster split (see there).
+constexpr double kSplitRowSumsUs = 2.0;
 
 // KILN_GEMM_SPLITS: -1 when unset; the count, and whether it asks for a cluster ("4c").
 struct ForcedSplits {
@@ -90,7 +100,12 @@ double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     const double flops = 2.0 * double(pr.m) * double(pr.n) * double(pr.k) * double(pr.batch);
     if (blocks < 2 * pr.sms) rate *= k.lone_block_rate;
     double us = 1e6 * flops / (rate * fill * inside * peak);
-    if (k.splits > 1 && k.cluster_k) us += cluster_split_us(k.bm, k.bn);
+    if (k.splits > 1 && k.cluster_k) us += cluster_split_us(pr, k.bm, k.bn);
+    // bsum over a row of several tiles: unsplit one-tile kernels add the row in one cluster
+    // (through distributed shared memory), a cluster split through global partials and a
+    // count. On the H100 the 64 x 64 tile's k/2 split took 1760x128x1760 from 6.7 to 9.2 us
+    // with bias + ReLU + bsum, the unsplit tile 7.0 to 8.1 (docs/gemm-notes.md 55).
+    if (pr.bsum && tn > 1 && k.splits > 1 && k.cluster_k) us += kSplitRowSumsUs;
     if (k.splits > 1 && !k.cluster_k) us += 3.0 + 1e6 * 2.0 * 4.0 * double(k.splits) * double(pr.m * pr.n) / 3e12;
     return us;
 }

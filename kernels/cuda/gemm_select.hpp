@@ -67,6 +67,7 @@ struct GemmProblem {
     bool may_split = false; // split-K allowed (unbatched, rank-2 C)
     bool plain_epilogue = false;  // C that TMA can store; no beta, no stochastic rounding
     bool c_f32 = false;           // C is float32
+    bool bsum = false;            // the row sums are asked for
 };
 
 struct GemmKernel {

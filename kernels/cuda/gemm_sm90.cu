@@ -114,6 +114,12 @@ __device__ __forceinline__ void store_to_peer(float* p, uint64_t* bar, int rank,
                  "r"(__float_as_uint(v)), "r"(peer_bar)
                  : "memory");
 }
+// A 16-byte load from this block's shared memory at a 32-bit shared address.
+__device__ __forceinline__ float4 load_shared_f4(uint32_t addr) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+    return v;
+}
 // A 16-byte store to the shared::cluster address `addr` that completes the mbarrier at
 // shared::cluster address `bar` by 16 bytes (store_to_peer's, four words at once).
 __device__ __forceinline__ void store_to_peer_f4(uint32_t addr, uint32_t bar, float4 v) {
@@ -664,23 +670,24 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
 // (The general split epilogue above, staging in float32, a cluster barrier, the others' rows
 // read through distributed shared memory, finish_tile and a second barrier, took 3.7 us
 // against the unsplit 64 x 64 tile's 1.4, docs/gemm-notes.md 54.)
-template <class T, int BM, int BN, int NTHREADS>
+template <class T, int BM, int BN, int NTHREADS, int SPLITS>
 __device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float (&acc)[BN / 2], unsigned char* smem,
                                                       const float* bias_s, float4* receive, uint64_t* split_in, int m0,
                                                       int n0, Tile at, int z, int c, int warp, int lane, int tid) {
-    constexpr int kVecs = BN / 16;   // float4 values per row group per thread
-    const int splits = p.k_splits, rank = int(blockIdx.x) % splits;
-    const int owned_groups = BM / splits / 8;
+    constexpr int kVecs = BN / 16;                   // float4 values per row group per thread
+    constexpr int kOwnedGroups = BM / SPLITS / 8;    // row groups per block
+    constexpr uint32_t kSourceBytes = kOwnedGroups * kVecs * 512;   // one source's slots
+    const int rank = int(blockIdx.x) % SPLITS;
     // The group's float4 v: columns 16v + 2q, + 1, 16v + 8 + 2q, + 1 of row row0 + 8h.
     const auto vec = [&](int v, int h) {
         return make_float4(acc[8 * v + 2 * h], acc[8 * v + 2 * h + 1], acc[8 * v + 4 + 2 * h], acc[8 * v + 5 + 2 * h]);
     };
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int group = 8 * c + 2 * warp + h, owner = group / owned_groups;
+        const int group = 8 * c + 2 * warp + h, owner = group / kOwnedGroups;
         if (owner == rank) continue;
         const int source = rank < owner ? rank : rank - 1;
-        const float4* slot = receive + ((source * owned_groups + group % owned_groups) * kVecs) * 32 + lane;
+        const float4* slot = receive + ((source * kOwnedGroups + group % kOwnedGroups) * kVecs) * 32 + lane;
         const uint32_t to = cluster_peer_addr(slot, owner), bar = cluster_peer_addr(split_in, owner);
 #pragma unroll
         for (int v = 0; v < kVecs; ++v) store_to_peer_f4(to + 512u * v, bar, vec(v, h));
@@ -691,23 +698,32 @@ __device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int group = 8 * c + 2 * warp + h;
-        if (group / owned_groups != rank) continue;
-        const float4* slots = receive + ((group % owned_groups) * kVecs) * 32 + lane;
+        if (group / kOwnedGroups != rank) continue;
+        const uint32_t slots = smem_u32(receive + ((group % kOwnedGroups) * kVecs) * 32 + lane);
 #pragma unroll
         for (int v = 0; v < kVecs; ++v) {
+            // The other blocks' sums (source i: block i, or i + 1 from this block's rank on),
+            // then all of them added in rank order.
+            float4 in[SPLITS - 1];
+#pragma unroll
+            for (int i = 0; i < SPLITS - 1; ++i) in[i] = load_shared_f4(slots + kSourceBytes * i + 512u * v);
             const float4 own = vec(v, h);
-            float4 s = rank == 0 ? own : slots[v * 32];
-            for (int r = 1; r < splits; ++r) {
-                const float4 t = r == rank ? own : slots[((r < rank ? r : r - 1) * owned_groups * kVecs + v) * 32];
-                s.x += t.x, s.y += t.y, s.z += t.z, s.w += t.w;
+            const auto term = [&](int r) { return r < rank ? in[r] : r == rank ? own : in[r - 1]; };
+            float4 sum = term(0);
+#pragma unroll
+            for (int r = 1; r < SPLITS; ++r) {
+                const float4 t = term(r);
+                sum.x += t.x, sum.y += t.y, sum.z += t.z, sum.w += t.w;
             }
-            acc[8 * v + 2 * h] = s.x, acc[8 * v + 2 * h + 1] = s.y, acc[8 * v + 4 + 2 * h] = s.z, acc[8 * v + 5 + 2 * h] = s.w;
+            acc[8 * v + 2 * h] = sum.x, acc[8 * v + 2 * h + 1] = sum.y;
+            acc[8 * v + 4 + 2 * h] = sum.z, acc[8 * v + 5 + 2 * h] = sum.w;
         }
     }
-    const int g = lane / 4, q = lane % 4, rows = BM / splits;
+    constexpr int kRows = BM / SPLITS;
+    const int g = lane / 4, q = lane % 4;
     if (p.flags & kBsum) zero_columns_past_n<BN>(acc, p.n - n0, q);
     store_tile_16bit<T, BM, BN, NTHREADS>(p, acc, smem, bias_s, m0, n0, at.n, z, 64 * c + 16 * warp + g, q, tid, nullptr,
-                                          nullptr, rank * rows, rank * rows + rows);
+                                          nullptr, rank * kRows, rank * kRows + kRows);
     bsum_across_tiles<BM>(p, m0, at.m, z, tid, NTHREADS,
                           [] { asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory"); });
 }
@@ -806,8 +822,21 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     if (p.bsum_cluster || push_split) cluster_wait();   // the other blocks run, their sums_in initialised
     if (push_split) {
         float4* receive = reinterpret_cast<float4*>(smem + STAGES * Cfg::kStageBytes + BN * 4);   // after the bias
-        split_k_push_epilogue<T, BM, BN, kConsumerThreads>(p, acc, smem, bias_s, receive, &sums_in, m0, n0, at, w.zc, c,
-                                                           warp, lane, tid - 128);
+        // The split count as a template argument: the adds and the row groups' owners in
+        // straight-line code (with the count at run time the adds took ~1 us, docs/gemm-notes.md 55).
+        switch (p.k_splits) {
+            case 2:
+                split_k_push_epilogue<T, BM, BN, kConsumerThreads, 2>(p, acc, smem, bias_s, receive, &sums_in, m0, n0, at,
+                                                                      w.zc, c, warp, lane, tid - 128);
+                break;
+            case 4:
+                split_k_push_epilogue<T, BM, BN, kConsumerThreads, 4>(p, acc, smem, bias_s, receive, &sums_in, m0, n0, at,
+                                                                      w.zc, c, warp, lane, tid - 128);
+                break;
+            default:
+                split_k_push_epilogue<T, BM, BN, kConsumerThreads, 8>(p, acc, smem, bias_s, receive, &sums_in, m0, n0, at,
+                                                                      w.zc, c, warp, lane, tid - 128);
+        }
         return;
     }
     if (p.k_cluster) {

@@ -227,11 +227,25 @@ TEST_CASE("gemm selector: split-K in a cluster for the wgmma one-tile kernels (r
     CHECK(k.splits == 4);
     CHECK(k.entry == "kiln_gemm_wg_f16_kt_16_c1_s8");
     CHECK(describe(k) == "kiln_gemm_wg_f16_kt_16_c1_s8 k/4 cluster");
-    // 2560x64x2560: 40 tiles of 64 x 64, in clusters of 2; 1760x128x1760 (56 tiles) stays unsplit
-    // (the cluster's epilogue costs more on the wider tile than the shorter k saves).
+    // 2560x64x2560: 40 tiles of 64 x 64, in clusters of 2. 1760x128x1760 (56 tiles) splits
+    // only where the slices' sums cross blocks in registers (16-bit C that TMA can store, no
+    // beta or stochastic rounding); with the general split epilogue (beta here) it stays
+    // unsplit: that epilogue costs more on the wider tile than the shorter k saves.
     k = select_gemm(h100(2560, 64, 2560, kF16));
     CHECK(describe(k) == "kiln_gemm_wg_f16_kt_64_c1_s8 k/2 cluster");
     CHECK(describe(select_gemm(h100(1760, 128, 1760, kF16))) == "kiln_gemm_wg_f16_kt_64_c1_s8");
+    GemmProblem plain = h100(1760, 128, 1760, kF16);
+    plain.plain_epilogue = true;
+    CHECK(describe(select_gemm(plain)) == "kiln_gemm_wg_f16_kt_64_c1_s8 k/2 cluster");
+    plain.bsum = true;   // two tiles a row: the split would add the row sums through global memory
+    CHECK(describe(select_gemm(plain)) == "kiln_gemm_wg_f16_kt_64_c1_s8");
+    plain.bsum = false;
+    plain.c_f32 = true;   // float32 C: the general epilogue
+    CHECK(describe(select_gemm(plain)) == "kiln_gemm_wg_f16_kt_64_c1_s8");
+    // One tile a row (N = 64): bsum does not change the split.
+    GemmProblem narrow = h100(2560, 64, 2560, kF16);
+    narrow.plain_epilogue = narrow.bsum = true;
+    CHECK(describe(select_gemm(narrow)) == "kiln_gemm_wg_f16_kt_64_c1_s8 k/2 cluster");
     // 128 x 128 tiles pay more for a cluster's epilogue: tf32 4096x128x4096 (K-major operands)
     // stays on unsplit 64 x 64 tiles.
     GemmProblem t = h100(4096, 128, 4096, kF32);
