@@ -541,17 +541,35 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
                                                  int rows_end = BM) {
     constexpr int LD = BN + 8;   // 16-bit elements per staged row: rows 16 bytes apart in bank terms
     uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
-    const bool bias = p.flags & kBias, relu = p.flags & kRelu;
     float row_sum[2] = {0.f, 0.f};   // bsum: this thread's share of rows row0 and row0 + 8
+    // C's dtype, the activation and bsum as template arguments (round_results): with them
+    // tested per pair the executed code was several times longer, and this code runs once a
+    // block, each instruction fetched from L2 (ncu: 45% of the split 2560x64x2560's warp
+    // samples were stalls for instructions here, docs/gemm-notes.md 56).
+    // (The 256-wide tile keeps the per-pair tests: its 128 accumulators and the results beside
+    // them would spill, and it runs the large products, where this is a small part.)
+    if constexpr (BN <= 128) {
+        uint32_t results[BN / 4];
+        with_epilogue_choices(p, [&](auto bf16, auto act, auto sums) {
+            round_results<bf16.value, act.value, sums.value, BN>(p, acc, bias_s, q, results, row_sum);
+        });
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const int col = 8 * j + 2 * q;
-        const float2 b = bias ? *reinterpret_cast<const float2*>(bias_s + col) : make_float2(0.f, 0.f);
+        for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float2 v = epilogue_pair(p, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], b, relu);
-            *reinterpret_cast<uint32_t*>(tile + (row0 + 8 * h) * LD + col) = pack2(v.x, v.y, p.c_dtype);
-            row_sum[h] += v.x + v.y;   // columns past N hold zeros (zero_columns_past_n)
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<uint32_t*>(tile + (row0 + 8 * h) * LD + 8 * j + 2 * q) = results[2 * j + h];
+    } else {
+        const bool relu = p.flags & kRelu;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int col = 8 * j + 2 * q;
+            const float2 b = *reinterpret_cast<const float2*>(bias_s + col);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float2 v = epilogue_pair(p, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], b, relu);
+                *reinterpret_cast<uint32_t*>(tile + (row0 + 8 * h) * LD + col) = pack2(v.x, v.y, p.c_dtype);
+                row_sum[h] += v.x + v.y;   // columns past N hold zeros (zero_columns_past_n)
+            }
         }
     }
     // bsum: each row's sum from its quad's shares. With bsum_cluster they cross blocks before
@@ -804,8 +822,10 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     // The tile's bias, for the 16-bit epilogue: loaded now, its latency hidden by the main loop
     // (the barrier that opens the epilogue makes it visible).
     float* bias_s = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes);
-    if ((p.flags & kBias) && rows_of_16_bytes(p))
-        for (int i = tid - 128; i < BN; i += 128 * CONSUMERS) bias_s[i] = n0 + i < p.n ? __ldg(p.bias + n0 + i) : 0.f;
+    if (rows_of_16_bytes(p)) {   // (zeros without a bias: the register epilogue adds it unconditionally)
+        const bool bias = p.flags & kBias;
+        for (int i = tid - 128; i < BN; i += 128 * CONSUMERS) bias_s[i] = bias && n0 + i < p.n ? __ldg(p.bias + n0 + i) : 0.f;
+    }
     float acc[BN / 2];
     int it = 0;
     consume_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
