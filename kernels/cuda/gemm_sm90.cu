@@ -479,6 +479,14 @@ __device__ __forceinline__ void round_results(const GemmParams& p, const float (
         }
     }
 }
+// Calls f(splits) with a cluster split's count (2, 4 or 8: the host's choices) as a
+// std::integral_constant value.
+template <class F>
+__device__ __forceinline__ void with_split_count(int splits, F&& f) {
+    if (splits == 2) f(std::integral_constant<int, 2>{});
+    else if (splits == 4) f(std::integral_constant<int, 4>{});
+    else f(std::integral_constant<int, 8>{});
+}
 // Calls f(bf16, act, sums) with the product's choices as std::integral_constant values.
 template <class F>
 __device__ __forceinline__ void with_epilogue_choices(const GemmParams& p, F&& f) {
@@ -688,10 +696,11 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
 // (The general split epilogue above, staging in float32, a cluster barrier, the others' rows
 // read through distributed shared memory, finish_tile and a second barrier, took 3.7 us
 // against the unsplit 64 x 64 tile's 1.4, docs/gemm-notes.md 54.)
-template <class T, int BM, int BN, int NTHREADS, int SPLITS>
+template <class T, int BM, int BN, int NTHREADS, int SPLITS, class Sync>
 __device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float (&acc)[BN / 2], unsigned char* smem,
                                                       const float* bias_s, float4* receive, uint64_t* split_in, int m0,
-                                                      int n0, Tile at, int z, int c, int warp, int lane, int tid) {
+                                                      int n0, Tile at, int z, int c, int warp, int lane, int tid,
+                                                      Sync sync) {
     constexpr int kVecs = BN / 16;                   // float4 values per row group per thread
     constexpr int kOwnedGroups = BM / SPLITS / 8;    // row groups per block
     constexpr uint32_t kSourceBytes = kOwnedGroups * kVecs * 512;   // one source's slots
@@ -742,8 +751,7 @@ __device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float
     if (p.flags & kBsum) zero_columns_past_n<BN>(acc, p.n - n0, q);
     store_tile_16bit<T, BM, BN, NTHREADS>(p, acc, smem, bias_s, m0, n0, at.n, z, 64 * c + 16 * warp + g, q, tid, nullptr,
                                           nullptr, rank * kRows, rank * kRows + kRows);
-    bsum_across_tiles<BM>(p, m0, at.m, z, tid, NTHREADS,
-                          [] { asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory"); });
+    bsum_across_tiles<BM>(p, m0, at.m, z, tid, NTHREADS, sync);
 }
 
 // bsum_cluster (above) after the general epilogue: finish_tile left the tile's row sums in
@@ -844,19 +852,10 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         float4* receive = reinterpret_cast<float4*>(smem + STAGES * Cfg::kStageBytes + BN * 4);   // after the bias
         // The split count as a template argument: the adds and the row groups' owners in
         // straight-line code (with the count at run time the adds took ~1 us, docs/gemm-notes.md 55).
-        switch (p.k_splits) {
-            case 2:
-                split_k_push_epilogue<T, BM, BN, kConsumerThreads, 2>(p, acc, smem, bias_s, receive, &sums_in, m0, n0, at,
-                                                                      w.zc, c, warp, lane, tid - 128);
-                break;
-            case 4:
-                split_k_push_epilogue<T, BM, BN, kConsumerThreads, 4>(p, acc, smem, bias_s, receive, &sums_in, m0, n0, at,
-                                                                      w.zc, c, warp, lane, tid - 128);
-                break;
-            default:
-                split_k_push_epilogue<T, BM, BN, kConsumerThreads, 8>(p, acc, smem, bias_s, receive, &sums_in, m0, n0, at,
-                                                                      w.zc, c, warp, lane, tid - 128);
-        }
+        with_split_count(p.k_splits, [&](auto splits) {
+            split_k_push_epilogue<T, BM, BN, kConsumerThreads, splits.value>(
+                p, acc, smem, bias_s, receive, &sums_in, m0, n0, at, w.zc, c, warp, lane, tid - 128, consumers_sync);
+        });
         return;
     }
     if (p.k_cluster) {
