@@ -303,6 +303,26 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBack
         buf.view().storage->written = true;
         return as_operand;
     }
+    // Rows moved 128 bytes apart: 16-byte vectors where X's rows are contiguous and 16 bytes
+    // apart (strides below in vectors).
+    const int64_t s_inner = to_kmajor ? (is_a ? x.s_col : x.s_row) : (is_a ? x.s_row : x.s_col);
+    const int64_t s_outer = to_kmajor ? (is_a ? x.s_row : x.s_col) : (is_a ? x.s_col : x.s_row);
+    const int64_t row_bytes = inner * int64_t(es), vecs = (row_bytes + 15) / 16, total = vecs * outer;
+    const int64_t batch = r == 3 ? X.shape()[0] : 1;
+    if (s_inner == 1 && (s_outer * int64_t(es)) % 16 == 0 &&
+        (batch == 1 || (x.s_batch * int64_t(es)) % 16 == 0) && reinterpret_cast<uintptr_t>(x.base) % 16 == 0 &&
+        total > 0 && total < (int64_t(1) << 31) && batch <= 65535) {
+        const void* src = x.base;
+        void* dst = buf.view().storage->data;
+        int64_t s_row = s_outer * int64_t(es) / 16, s_z = x.s_batch * int64_t(es) / 16;
+        int64_t ld = padded * int64_t(es) / 16, d_z = outer * ld;
+        uint32_t vecs32 = uint32_t(vecs), tail = uint32_t(row_bytes % 16), total32 = uint32_t(total);
+        void* params[] = {&src, &s_row, &s_z, &vecs32, &tail, &total32, &dst, &ld, &d_z};
+        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_copy_rows", 0),
+                              unsigned((total + 255) / 256), unsigned(batch), 1, 256, 0, params);
+        buf.view().storage->written = true;
+        return as_operand;
+    }
     as_operand.assign(X.expr());
     return as_operand;
 }
