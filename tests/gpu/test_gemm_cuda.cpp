@@ -282,6 +282,31 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
                 }
             }
     }
+    // Batched operands copied (forced) through both copy kernels: rows 16 bytes apart but not
+    // 128, whose length is not a whole number of 16-byte vectors (the row copy's last partial
+    // vector), in both orientations (the 64 x 64 vector transpose with edge tiles), in every
+    // batch entry.
+    setenv("KILN_GEMM_COPY", "always", 1);
+    for (DType dt : {DType::Float16, DType::Float32})
+        for (bool ta : {false, true})
+            for (bool tb : {false, true}) {
+                const int64_t batch = 3, M = 70, N = 100, K = 52, wa = ((ta ? M : K) + 7) / 8 * 8, wb = ((tb ? K : N) + 7) / 8 * 8;
+                const int64_t ra = ta ? K : M, rb = tb ? N : K;
+                Tensor Abuf = ctx.array(random_floats(size_t(batch * ra * wa), 71), {batch, ra, wa}, dt);
+                Tensor Bbuf = ctx.array(random_floats(size_t(batch * rb * wb), 72), {batch, rb, wb}, dt);
+                Tensor A = Abuf.slice({Slice::all(), Slice::all(), Slice::range(0, ta ? M : K)});
+                Tensor B = Bbuf.slice({Slice::all(), Slice::all(), Slice::range(0, tb ? K : N)});
+                if (ta) A = A.transpose({0, 2, 1});
+                if (tb) B = B.transpose({0, 2, 1});
+                Tensor C = ctx.zeros({batch, M, N}, dt);
+                batched_dot(A, B, C);
+                for (int64_t i = 0; i < batch; ++i) {
+                    INFO(dtype_name(dt) << " A^T " << ta << " B^T " << tb << ", entry " << i);
+                    Tensor zero = ctx.zeros({M, N}, dt);
+                    CHECK(check_against_reference(A[i], B[i], zero, C[i], DotOptions{}, out_eps(dt), acc_eps(dt, false)) <= 1.0);
+                }
+            }
+    unsetenv("KILN_GEMM_COPY");
 }
 
 TEST_CASE("gpu gemm: the float32 cp.async FMA kernel: tile and stage edges, refusals, splits, operand copies") {
