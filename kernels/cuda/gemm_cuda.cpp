@@ -286,13 +286,13 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBack
         void* dst = buf.view().storage->data;
         int64_t ld = padded, d_z = outer * padded;
         const unsigned batch = r == 3 ? unsigned(X.shape()[0]) : 1u;
-        // 16-byte vectors where the source's rows along j are contiguous and 16 bytes apart
-        // (the destination's are: rows 128 bytes apart in a fresh buffer).
-        const int64_t vec = 16 / int64_t(es);
-        const bool vectors = s_j == 1 && s_i % vec == 0 && (batch == 1 || s_z % vec == 0) &&
+        // Float32 (the operands transposed: tf32 and the FMA kernels') in 16-byte vectors where
+        // the source's rows along j are contiguous and 16 bytes apart (the destination's are:
+        // rows 128 bytes apart in a fresh buffer).
+        const bool vectors = es == 4 && s_j == 1 && s_i % 4 == 0 && (batch == 1 || s_z % 4 == 0) &&
                              reinterpret_cast<uintptr_t>(src) % 16 == 0;
         if (vectors) {
-            void* params[] = {&src, &s_i, &s_z, &ni, &nj, &dst, &ld, &d_z, &esize};
+            void* params[] = {&src, &s_i, &s_z, &ni, &nj, &dst, &ld, &d_z};
             be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_transpose_64", 0),
                                   unsigned((nj + 63) / 64), unsigned((ni + 63) / 64), batch, 256, 0, params);
         } else {

@@ -838,7 +838,8 @@ __device__ __forceinline__ void transpose_tile_64(const T* src, int64_t s_i, int
     }
     __syncthreads();
     // Rows j0.. of the destination: a warp takes 8 vectors of 4 rows (32 elements a row for
-    // float32, 64 for 16-bit), so that its column reads fall in distinct banks.
+    // float32, 64 for 16-bit): its column reads fall in distinct banks for float32, 2 to a
+    // bank for 16-bit (whose row writes above meet none).
     const int lane = t % 32, w = t / 32, warps_a_row = kChunks / 8;
     const int c = lane % 8 + 8 * (w % warps_a_row);
     for (int r = lane / 8 + 4 * (w / warps_a_row); r < 64; r += 4 * (8 / warps_a_row)) {
@@ -855,13 +856,12 @@ __device__ __forceinline__ void transpose_tile_64(const T* src, int64_t s_i, int
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) kiln_gemm_transpose_64(const void* src, int64_t s_i, int64_t s_z,
-                                                                         int ni, int nj, void* dst, int64_t ld_dst,
-                                                                         int64_t d_z, int esize) {
-    if (esize == 4)
-        transpose_tile_64(static_cast<const float*>(src), s_i, s_z, ni, nj, static_cast<float*>(dst), ld_dst, d_z);
-    else
-        transpose_tile_64(static_cast<const uint16_t*>(src), s_i, s_z, ni, nj, static_cast<uint16_t*>(dst), ld_dst, d_z);
+// Float32 only: 16-bit operands are never transposed (the wgmma kernels read them in either
+// layout; staged_operand in gemm_cuda.cpp).
+extern "C" __global__ void __launch_bounds__(256) kiln_gemm_transpose_64(const float* src, int64_t s_i, int64_t s_z,
+                                                                         int ni, int nj, float* dst, int64_t ld_dst,
+                                                                         int64_t d_z) {
+    transpose_tile_64(src, s_i, s_z, ni, nj, dst, ld_dst, d_z);
 }
 
 // The copy that moves an operand's rows to 128 bytes apart: each row's first row_bytes bytes,

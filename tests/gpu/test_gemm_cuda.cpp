@@ -283,14 +283,14 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
             }
     }
     // Batched operands copied (forced) through both copy kernels: rows 16 bytes apart but not
-    // 128, whose length is not a whole number of 16-byte vectors (the row copy's last partial
-    // vector), in both orientations (the 64 x 64 vector transpose with edge tiles), in every
-    // batch entry.
+    // 128, whose length is not a whole number of 16-byte vectors: the row copy's last partial
+    // vector (16-bit M-major A and N-major B on sm_90), the float32 transpose's partial vectors
+    // and edge tiles on both sides (K-major A, B^T), in every batch entry.
     setenv("KILN_GEMM_COPY", "always", 1);
     for (DType dt : {DType::Float16, DType::Float32})
         for (bool ta : {false, true})
             for (bool tb : {false, true}) {
-                const int64_t batch = 3, M = 70, N = 100, K = 52, wa = ((ta ? M : K) + 7) / 8 * 8, wb = ((tb ? K : N) + 7) / 8 * 8;
+                const int64_t batch = 3, M = 70, N = 100, K = 50, wa = ((ta ? M : K) + 7) / 8 * 8, wb = ((tb ? K : N) + 7) / 8 * 8;
                 const int64_t ra = ta ? K : M, rb = tb ? N : K;
                 Tensor Abuf = ctx.array(random_floats(size_t(batch * ra * wa), 71), {batch, ra, wa}, dt);
                 Tensor Bbuf = ctx.array(random_floats(size_t(batch * rb * wb), 72), {batch, rb, wb}, dt);
