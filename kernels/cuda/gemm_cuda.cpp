@@ -323,6 +323,20 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBack
         buf.view().storage->written = true;
         return as_operand;
     }
+    // Rows contiguous but not 16 bytes apart or not 16-byte aligned (their elements are 2- or
+    // 4-byte aligned): the same vectors, assembled from aligned words.
+    if (s_inner == 1 && total > 0 && total < (int64_t(1) << 31) && batch <= 65535) {
+        const void* src = x.base;
+        void* dst = buf.view().storage->data;
+        int64_t s_row = s_outer * int64_t(es), s_z = x.s_batch * int64_t(es);
+        int64_t ld = padded * int64_t(es) / 16, d_z = outer * ld;
+        uint32_t bytes32 = uint32_t(row_bytes), vecs32 = uint32_t(vecs), total32 = uint32_t(total);
+        void* params[] = {&src, &s_row, &s_z, &bytes32, &vecs32, &total32, &dst, &ld, &d_z};
+        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_copy_rows_unaligned", 0),
+                              unsigned((total + 255) / 256), unsigned(batch), 1, 256, 0, params);
+        buf.view().storage->written = true;
+        return as_operand;
+    }
     as_operand.assign(X.expr());
     return as_operand;
 }
@@ -375,14 +389,21 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     const bool one_tile_wgmma = k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1;
     const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8;
     if (bsum_cluster) p.bsum_cluster = 1;
-    // In a one-wave product on the one-consumer tiles, a row of two tiles (N <= 128 on the 64-wide
-    // tile) is launched as one cluster with or without bsum: its blocks, which read the same rows
-    // of A, then run at once on one GPC. On the H100 the plain 4096x128x4096 A^T product took
-    // 13.6 us a call so against 15.4, 3072x128x1024 5.5 against 5.9 (docs/gemm-notes.md 48; a
-    // row of 8 on 512^3 was not faster; multi-wave grids would wait for two free SMs of a GPC).
+    // On the tiles up to 64 wide, a row of 2-4 tiles is launched as one cluster with or without
+    // bsum where every row's cluster runs at once: its blocks, which read the same rows of A,
+    // then run together on one GPC. On the H100 the plain 4096x128x4096 A^T product took 13.6
+    // us a call so against 15.4, 3072x128x1024 5.5 against 5.9 (docs/gemm-notes.md 48),
+    // 4096x192x4096 15.8 against 23.7, 3072x192x1024 6.9 against 8.0 (rows of 3, note 63). The
+    // GPCs hold fewer clusters than SMs / cluster (39 of 3, 30 of 4 on the H100's 132 SMs): a
+    // grid of more rows than that ran a second wave of clusters, up to 1.7x slower. Rows of 8
+    // were slower on 512^3.
+    const auto rows_fit_at_once = [&] {
+        const int most = be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, k.entry, k.smem), unsigned(p.tiles_n),
+                                                unsigned(k.threads), unsigned(k.smem));
+        return int64_t(p.tiles_m) * batch <= most;
+    };
     const bool row_cluster =
-        bsum_cluster || (one_tile_wgmma && k.bn <= 64 && p.tiles_n == 2 &&
-                         int64_t(p.tiles_m) * p.tiles_n * batch <= be.info().multiprocessors);
+        bsum_cluster || (one_tile_wgmma && k.bn <= 64 && p.tiles_n >= 2 && p.tiles_n <= 4 && rows_fit_at_once());
     if (row_cluster) p.group_m = 1;
     // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
     // tile of a row adds them (turn counters in the backend's zeroed scratch); the persistent

@@ -138,8 +138,9 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         k.score = 1.0 / estimate_us(pr, k, rate);
         out.push_back(k);
     };
-    // `clusters`: the kernel can split k in a cluster (the wgmma one-tile kernels).
-    const auto add = [&](const GemmKernel& k, double rate, bool clusters) {
+    // `clusters`: the kernel can split k in a cluster (the wgmma one-tile kernels); `auto_clusters`:
+    // the selector may choose such a split (KILN_GEMM_SPLITS may force one either way).
+    const auto add = [&](const GemmKernel& k, double rate, bool clusters, bool auto_clusters = true) {
         if (forced.n >= 0) {
             if (forced.cluster && clusters && forced.n > 1) push(k, rate, forced.n, true);
             else if (!forced.cluster && pr.may_split && forced.n > 1) push(k, rate, forced.n, false);
@@ -148,7 +149,8 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         }
         push(k, rate, 1, false);
         if (const int s = slices_for(pr, k.bm, k.bn, k.bk); s > 1) push(k, rate, s, false);
-        if (const int s = clusters ? cluster_splits_for(pr, k.bm, k.bn, k.bk) : 1; s > 1) push(k, rate, s, true);
+        if (const int s = clusters && auto_clusters ? cluster_splits_for(pr, k.bm, k.bn, k.bk) : 1; s > 1)
+            push(k, rate, s, true);
     };
     const bool tensor = pr.dtype != kF32 || pr.tf32;
     const std::string tag = dtype_tag(pr.dtype, pr.tf32);
@@ -176,7 +178,13 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         struct Wg { int bn, cons, stages; double rate; };
         // The 16-wide tile: products at most 16 columns wide (per k-tile it loads 10 KB, the
         // 64-wide tile 16 KB, of which 6 KB are zeros past N = 16; the loads set their pace).
-        for (Wg w : {Wg{256, 2, 4, 1.0}, Wg{128, 2, 6, 0.9}, Wg{64, 1, 8, 0.7}, Wg{16, 1, 8, 0.3}}) {
+        // The 128 x 64 tile (two consumers): where 64 x 64 tiles would need twice the waves. A
+        // narrow block's pace is set by the bytes its SM receives, so one wave of 128 x 64 tiles
+        // (768 KB a block on 6144x128x2048 A^T) beat two of 64 x 64 (512 KB each): 10.4 against
+        // 15.8 us on the H100, 8192x128x8192 50.4 against 61.0 (docs/gemm-notes.md 62); its
+        // rate sits between theirs. Split in a cluster it lost to the 64 x 64 tile everywhere
+        // (2048x128x8192 24.7 against 16.9 us; note 53), so the selector does not split it so.
+        for (Wg w : {Wg{256, 2, 4, 1.0}, Wg{128, 2, 6, 0.9}, Wg{64, 1, 8, 0.7}, Wg{16, 1, 8, 0.3}, Wg{64, 2, 8, 0.8}}) {
             GemmKernel k;
             k.path = GemmPath::Wgmma;
             k.bm = 64 * w.cons;
@@ -190,7 +198,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             const int stages_bytes = w.stages * (k.bm + w.bn) * 128 + 1024;
             k.smem = stages_bytes + w.bn * 4;
             k.bk = pr.dtype == kF32 ? 32 : 64;
-            add(k, w.rate, true);
+            add(k, w.rate, true, !(w.bn == 64 && w.cons == 2));
             const int64_t tiles = tiles_of(pr, k.bm, k.bn);
             if (w.bn == 256 && (pr.dtype != kF32 || pr.c_f32) && pr.plain_epilogue && tiles > pr.sms) {
                 GemmKernel pk = k;

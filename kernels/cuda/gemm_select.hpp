@@ -18,7 +18,9 @@
 //     per-SM rate (bigger tiles reuse more data per byte loaded), scaled by how evenly its blocks
 //     fill the waves over the SMs and by the fraction of each block that lies inside C. This is
 //     neon's "min(M, N) mod tile and SM count" rule made quantitative, and it is what makes small
-//     N (16..128) shapes pick narrow tiles that keep every SM streaming A.
+//     N (16..128) shapes pick narrow tiles that keep every SM streaming A: 64 x 16 and 64 x 64
+//     tiles with one consumer warpgroup, and 128 x 64 with two where the 64 x 64 tiles would
+//     take twice the waves.
 //     The persistent wgmma kernel (one block per SM walking the tiles; the next tile's loads
 //     and this one's TMA stores overlap the consumers' work) runs products of more than one
 //     wave of 128x256 tiles into C that TMA can store (16-bit operands; tf32 into float32 C),
@@ -32,10 +34,11 @@
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
 //     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
 //     in one of two ways, each a candidate beside the unsplit tile:
-//     - in a cluster (wgmma one-tile kernels, any batch): the 2 or 4 blocks of a tile form a
-//       thread block cluster and add their sums through distributed shared memory, each
-//       finishing a share of the tile's rows; at most one block per SM, at least 2 k-tiles
-//       per slice. Fixed cost: cluster_split_us, growing with the tile's size.
+//     - in a cluster (wgmma one-tile kernels but the 128 x 64 tile, any batch): the 2 or 4
+//       blocks of a tile form a thread block cluster and add their sums through distributed
+//       shared memory, each finishing a share of the tile's rows; at most one block per SM,
+//       at least 2 k-tiles per slice. Fixed cost: cluster_split_us, growing with the tile's
+//       size.
 //     - as global slices (every path, unbatched products): up to one block per SM and 64
 //       slices, at least 4 k-tiles per slice; the slices' float32 sums are added by a
 //       precompiled reduction kernel that applies the epilogue. Fixed cost: a second launch

@@ -887,6 +887,38 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_copy_rows(const uint
     }
 }
 
+// kiln_gemm_copy_rows for sources whose rows are contiguous but only 2-byte aligned (rows an
+// odd number of 16-bit elements long, views that start mid-row): each thread still writes one
+// 16-byte vector, assembled from the aligned 4-byte words that cover its 16 source bytes (five
+// where they start 2 bytes into a word). Such a word holds a byte of the row, so it lies inside
+// the row's allocation. `src`, `s_row` and `s_z` in bytes. (The JIT's elementwise assignment
+// did this at ~1 TB/s.)
+extern "C" __global__ void __launch_bounds__(256) kiln_gemm_copy_rows_unaligned(const unsigned char* src, int64_t s_row,
+                                                                                int64_t s_z, uint32_t row_bytes,
+                                                                                uint32_t vecs, uint32_t total, uint4* dst,
+                                                                                int64_t ld, int64_t d_z) {
+    const uint32_t idx = blockIdx.x * 256u + threadIdx.x;
+    if (idx >= total) return;
+    const uint32_t row = idx / vecs, v = idx - row * vecs;
+    const int64_t z = blockIdx.y;
+    const unsigned char* from = src + z * s_z + int64_t(row) * s_row + 16 * int64_t(v);
+    uint4* to = dst + z * d_z + int64_t(row) * ld + v;
+    if (16 * (v + 1) <= row_bytes) {
+        const uint32_t shift = uint32_t(reinterpret_cast<uintptr_t>(from) & 3);
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(from - shift);
+        uint32_t x[5] = {w[0], w[1], w[2], w[3], shift ? w[4] : 0u};
+        uint4 out;
+        out.x = __funnelshift_r(x[0], x[1], 8 * shift);
+        out.y = __funnelshift_r(x[1], x[2], 8 * shift);
+        out.z = __funnelshift_r(x[2], x[3], 8 * shift);
+        out.w = __funnelshift_r(x[3], x[4], 8 * shift);
+        *to = out;
+    } else {
+        for (uint32_t b = 16 * v; b < row_bytes; b += 2)
+            reinterpret_cast<uint16_t*>(to)[(b - 16 * v) / 2] = *reinterpret_cast<const uint16_t*>(from + (b - 16 * v));
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_transpose(const void* src, int64_t s_i, int64_t s_j,
                                                                       int64_t s_z, int ni, int nj, void* dst,
                                                                       int64_t ld_dst, int64_t d_z, int esize) {

@@ -1460,6 +1460,7 @@ using namespace kiln::gemm;
     KILN_WG_KERNEL(T, tn, 128, 2, 6, TA, TB, ta, tb)   \
     KILN_WG_KERNEL(T, tn, 64, 1, 8, TA, TB, ta, tb)    \
     KILN_WG_KERNEL(T, tn, 16, 1, 8, TA, TB, ta, tb)    \
+    KILN_WG_KERNEL(T, tn, 64, 2, 8, TA, TB, ta, tb)    \
     KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)
 #define KILN_WG_LAYOUTS(T, tn)                \
     KILN_WG_CONFIGS(T, tn, 0, 0, k, k)        \
@@ -1471,6 +1472,7 @@ KILN_WG_LAYOUTS(__nv_bfloat16, bf16)
 KILN_WG_KERNEL(float, tf32, 256, 2, 4, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 0, 0, k, k)
+KILN_WG_KERNEL(float, tf32, 64, 2, 8, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 16, 1, 8, 0, 0, k, k)
 KILN_WG_PERSISTENT_C(float, tf32, 0, 0, k, k, true, pf)
 // tf32 with B N-major, B through registers: 256 x 128 tiles.

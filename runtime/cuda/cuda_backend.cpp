@@ -324,6 +324,27 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
     return it->second.f;
 }
 
+int CudaBackend::max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned smem) {
+    const std::string key = fmt::format("{}/{}/{}/{}", static_cast<const void*>(f), cluster, block, smem);
+    if (auto it = max_clusters_.find(key); it != max_clusters_.end()) return it->second;
+    make_current();
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = cluster;
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = cluster, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+    cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = smem;
+    cfg.hStream = stream_;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    check(driver().cuOccupancyMaxActiveClusters(&n, f, &cfg), "cuOccupancyMaxActiveClusters");
+    return max_clusters_[key] = n;
+}
+
 bool CudaBackend::programmatic_launches() const {
     if (info_.sm < 90) return false;
     const char* v = std::getenv("KILN_PDL");

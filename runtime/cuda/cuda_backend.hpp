@@ -96,6 +96,11 @@ public:
     // launch with programmatic stream serialization: on sm_90 and later GPUs unless KILN_PDL=0
     // (read at each call, so that a benchmark can time both ways in one process).
     bool programmatic_launches() const;
+    // How many clusters of `cluster` blocks of `f` (`block` threads, `smem` bytes of dynamic
+    // shared memory each) the GPU runs at once: the block scheduler places a cluster's blocks on
+    // one GPC, so fewer than SMs / cluster where the GPCs' SM counts are not multiples of it.
+    // Cached per function and shape.
+    int max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned smem);
     // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel.
     void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
                             void** params, LaunchOptions options = {});
@@ -153,6 +158,7 @@ private:
         int smem_limit;   // its dynamic shared-memory limit as set
     };
     std::unordered_map<std::string, Precompiled> precompiled_;   // by entry name
+    std::unordered_map<std::string, int> max_clusters_;          // max_active_clusters, by f, cluster, block, smem
     CudaCounters counters_;
     std::vector<uint8_t> arg_bytes_;   // reused for each launch
     CUdeviceptr zeroed_ = 0;           // zeroed_scratch

@@ -64,6 +64,7 @@ Driver load() {
     sym(d.cuFuncSetAttribute, "cuFuncSetAttribute");
     sym(d.cuLaunchKernel, "cuLaunchKernel");
     sym(d.cuLaunchKernelEx, "cuLaunchKernelEx");
+    sym(d.cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters");
     sym(d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
     if (missing) return d;
     CUresult r = d.cuInit(0);

@@ -52,6 +52,7 @@ struct Driver {
     KILN_CU_FN(cuFuncSetAttribute)
     KILN_CU_FN(cuLaunchKernel)
     KILN_CU_FN(cuLaunchKernelEx)
+    KILN_CU_FN(cuOccupancyMaxActiveClusters)
     KILN_CU_FN(cuTensorMapEncodeTiled)   // TMA descriptors of the sm_90 GEMM kernels
 #undef KILN_CU_FN
 };

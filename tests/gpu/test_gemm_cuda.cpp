@@ -151,7 +151,7 @@ std::vector<std::string> wgmma_entries(const std::string& tag, bool transposes) 
     std::vector<std::string> out;
     for (std::string l : {"kk", "kt", "tk", "tt"}) {
         if (!transposes && l != "kk") continue;
-        for (std::string cfg : {"256_c2_s4", "128_c2_s6", "64_c1_s8", "16_c1_s8"}) out.push_back("kiln_gemm_wg_" + tag + "_" + l + "_" + cfg);
+        for (std::string cfg : {"256_c2_s4", "128_c2_s6", "64_c2_s8", "64_c1_s8", "16_c1_s8"}) out.push_back("kiln_gemm_wg_" + tag + "_" + l + "_" + cfg);
     }
     return out;
 }
@@ -282,30 +282,35 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
                 }
             }
     }
-    // Batched operands copied (forced) through both copy kernels: rows 16 bytes apart but not
+    // Batched operands copied (forced) through the copy kernels: rows 16 bytes apart but not
     // 128, whose length is not a whole number of 16-byte vectors: the row copy's last partial
     // vector (16-bit M-major A and N-major B on sm_90), the float32 transpose's partial vectors
-    // and edge tiles on both sides (K-major A, B^T), in every batch entry.
+    // and edge tiles on both sides (K-major A, B^T), in every batch entry. `unaligned`: rows an
+    // odd number of elements apart, each view starting one element into its buffer (the
+    // unaligned row copy, words shifted by 2 bytes in every other row; the general transpose).
     setenv("KILN_GEMM_COPY", "always", 1);
     for (DType dt : {DType::Float16, DType::Float32})
-        for (bool ta : {false, true})
-            for (bool tb : {false, true}) {
-                const int64_t batch = 3, M = 70, N = 100, K = 50, wa = ((ta ? M : K) + 7) / 8 * 8, wb = ((tb ? K : N) + 7) / 8 * 8;
-                const int64_t ra = ta ? K : M, rb = tb ? N : K;
-                Tensor Abuf = ctx.array(random_floats(size_t(batch * ra * wa), 71), {batch, ra, wa}, dt);
-                Tensor Bbuf = ctx.array(random_floats(size_t(batch * rb * wb), 72), {batch, rb, wb}, dt);
-                Tensor A = Abuf.slice({Slice::all(), Slice::all(), Slice::range(0, ta ? M : K)});
-                Tensor B = Bbuf.slice({Slice::all(), Slice::all(), Slice::range(0, tb ? K : N)});
-                if (ta) A = A.transpose({0, 2, 1});
-                if (tb) B = B.transpose({0, 2, 1});
-                Tensor C = ctx.zeros({batch, M, N}, dt);
-                batched_dot(A, B, C);
-                for (int64_t i = 0; i < batch; ++i) {
-                    INFO(dtype_name(dt) << " A^T " << ta << " B^T " << tb << ", entry " << i);
-                    Tensor zero = ctx.zeros({M, N}, dt);
-                    CHECK(check_against_reference(A[i], B[i], zero, C[i], DotOptions{}, out_eps(dt), acc_eps(dt, false)) <= 1.0);
+        for (bool unaligned : {false, true})
+            for (bool ta : {false, true})
+                for (bool tb : {false, true}) {
+                    const int64_t batch = 3, M = 70, N = 100, K = 50, la = ta ? M : K, lb = tb ? K : N;
+                    const int64_t wa = unaligned ? la + 3 : (la + 7) / 8 * 8, wb = unaligned ? lb + 3 : (lb + 7) / 8 * 8;
+                    const int64_t ra = ta ? K : M, rb = tb ? N : K, at = unaligned ? 1 : 0;
+                    Tensor Abuf = ctx.array(random_floats(size_t(batch * ra * wa), 71), {batch, ra, wa}, dt);
+                    Tensor Bbuf = ctx.array(random_floats(size_t(batch * rb * wb), 72), {batch, rb, wb}, dt);
+                    Tensor A = Abuf.slice({Slice::all(), Slice::all(), Slice::range(at, at + la)});
+                    Tensor B = Bbuf.slice({Slice::all(), Slice::all(), Slice::range(at, at + lb)});
+                    if (ta) A = A.transpose({0, 2, 1});
+                    if (tb) B = B.transpose({0, 2, 1});
+                    Tensor C = ctx.zeros({batch, M, N}, dt);
+                    batched_dot(A, B, C);
+                    for (int64_t i = 0; i < batch; ++i) {
+                        INFO(dtype_name(dt) << (unaligned ? " unaligned rows" : "") << " A^T " << ta << " B^T " << tb << ", entry "
+                                            << i);
+                        Tensor zero = ctx.zeros({M, N}, dt);
+                        CHECK(check_against_reference(A[i], B[i], zero, C[i], DotOptions{}, out_eps(dt), acc_eps(dt, false)) <= 1.0);
+                    }
                 }
-            }
     unsetenv("KILN_GEMM_COPY");
 }
 
@@ -747,6 +752,27 @@ TEST_CASE("gpu gemm: bsum in the persistent kernels: tagged partials, one adder 
     ctx.set_allow_tf32(false);
 }
 
+TEST_CASE("gpu gemm: rows of 2-4 tiles launched as clusters where every row's cluster fits at once") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (!hopper_or_skip(ctx, "wgmma")) return;
+    // Rows of 2, 3 and 4 tiles on the 64 x 64 and 128 x 64 tiles, few rows (one cluster per row,
+    // all at once) and more rows than any GPU holds clusters of that size at once (no cluster),
+    // every epilogue variant, A in both layouts.
+    int seed = 2100;
+    for (const std::string cfg : {"64_c1_s8", "64_c2_s8"})
+        for (const int64_t tiles_n : {2, 3, 4})
+            for (const int64_t rows : {5, 70})
+                for (int variant = 0; variant < 4; ++variant) {
+                    const int64_t bm = cfg == "64_c2_s8" ? 128 : 64;
+                    const bool ta = variant % 2;
+                    const std::string kernel = std::string("kiln_gemm_wg_f16_") + (ta ? "t" : "k") + "t_" + cfg;
+                    Case cs{bm * rows - 3, 64 * tiles_n - 8, 136, ta, false, 8, true, epilogue_variant(variant), DType::Float16};
+                    INFO(kernel << ", rows of " << tiles_n << " tiles, " << rows << " rows");
+                    CHECK(run_case(ctx, cs, DType::Float16, kernel, uint32_t(seed++)));
+                }
+}
+
 TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distributed shared memory") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
@@ -759,7 +785,7 @@ TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distri
     // holding garbage before the product (every row is written). Each case twice: the same
     // bits both times.
     int seed = 1500;
-    for (const std::string cfg : {"64_c1_s8", "128_c2_s6", "256_c2_s4", "16_c1_s8"})
+    for (const std::string cfg : {"64_c1_s8", "128_c2_s6", "256_c2_s4", "16_c1_s8", "64_c2_s8"})
         for (const int64_t n : {104, 296, 520, 1000})
             for (int variant : {2, 3})
                 for (DType bdt : {DType::Float32, DType::BFloat16}) {
@@ -799,7 +825,7 @@ TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distri
                 }
     // Batched (bsum (batch, M, 1), garbage before): rows of two tiles and of three, 16-bit C
     // and float32 C.
-    for (const auto& [cfg, n] : std::vector<std::pair<std::string, int64_t>>{{"64_c1_s8", 104}, {"256_c2_s4", 296}, {"128_c2_s6", 296}})
+    for (const auto& [cfg, n] : std::vector<std::pair<std::string, int64_t>>{{"64_c1_s8", 104}, {"256_c2_s4", 296}, {"128_c2_s6", 296}, {"64_c2_s8", 104}})
         for (DType cdt : {DType::Float16, DType::Float32}) {
             const std::string kernel = "kiln_gemm_wg_f16_kt_" + cfg;
             INFO(kernel << " batched, N " << n << " C " << dtype_name(cdt));
@@ -856,7 +882,7 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
     // Variants 0, 2 and 4 (16-bit C, no beta) take the register epilogue on tiles up to 64
     // wide (the slices' sums sent between blocks' registers), 1 and 3 the general one.
     for (const char* splits : {"2c", "4c", "8c"})
-        for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "128_c2_s6", "256_c2_s4"})
+        for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "128_c2_s6", "256_c2_s4", "64_c2_s8"})
             for (int variant = 0; variant < 5; ++variant) {
                 const DType dt = variant % 2 ? DType::BFloat16 : DType::Float16;
                 const std::string kernel = std::string("kiln_gemm_wg_") + (variant % 2 ? "bf16" : "f16") + "_kt_" + cfg;

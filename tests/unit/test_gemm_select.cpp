@@ -134,6 +134,23 @@ TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, 
     CHECK(select_gemm(h100(6144, 8, 2048, kBF16)).entry == "kiln_gemm_wg_bf16_kt_16_c1_s8");
     CHECK(select_gemm(h100(7680, 64, 2560, kF16)).entry == "kiln_gemm_wg_f16_kt_64_c1_s8");
     CHECK(select_gemm(h100(3072, 128, 1024, kBF16)).entry == "kiln_gemm_wg_bf16_kt_64_c1_s8");
+    // The 128 x 64 tile (two consumers) where 64 x 64 tiles need twice the waves, never split in a
+    // cluster by the selector (a forced split still runs); 64 x 64 where those fill one wave.
+    GemmProblem at = h100(6144, 128, 2048, kF16);
+    at.a_kmajor = false;
+    CHECK(describe(select_gemm(at)) == "kiln_gemm_wg_f16_tt_64_c2_s8");
+    CHECK(describe(select_gemm(h100(8192, 128, 8192, kF16))) == "kiln_gemm_wg_f16_kt_64_c2_s8");
+    CHECK(describe(select_gemm(h100(1024, 700, 512, kBF16))) == "kiln_gemm_wg_bf16_kt_64_c2_s8");
+    at = h100(4096, 128, 4096, kF16);
+    at.a_kmajor = false;
+    CHECK(describe(select_gemm(at)) == "kiln_gemm_wg_f16_tt_64_c1_s8");
+    for (const GemmKernel& k : gemm_candidates(h100(2048, 128, 8192, kF16)))
+        CHECK_FALSE((k.entry == "kiln_gemm_wg_f16_kt_64_c2_s8" && k.cluster_k));
+    setenv("KILN_GEMM_SPLITS", "2c", 1);
+    setenv("KILN_GEMM_KERNEL", "kiln_gemm_wg_f16_kt_64_c2_s8", 1);
+    CHECK(describe(select_gemm(h100(2048, 128, 8192, kF16))) == "kiln_gemm_wg_f16_kt_64_c2_s8 k/2 cluster");
+    unsetenv("KILN_GEMM_KERNEL");
+    unsetenv("KILN_GEMM_SPLITS");
     // float32: the 256 x 16 FMA tile for 16 columns, the 128 x 128 one from 128 on.
     CHECK(select_gemm(h100(7680, 16, 2560, kF32)).entry == "kiln_gemm_fma_f32_256x16");
     CHECK(select_gemm(h100(4096, 128, 4096, kF32)).entry == "kiln_gemm_fma_f32_128x128");
