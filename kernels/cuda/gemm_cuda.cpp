@@ -389,21 +389,22 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     const bool one_tile_wgmma = k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1;
     const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8;
     if (bsum_cluster) p.bsum_cluster = 1;
-    // On the tiles up to 64 wide, a row of 2-4 tiles is launched as one cluster with or without
+    // In the one-tile kernels a row of 2-4 tiles is launched as one cluster with or without
     // bsum where every row's cluster runs at once: its blocks, which read the same rows of A,
     // then run together on one GPC. On the H100 the plain 4096x128x4096 A^T product took 13.6
     // us a call so against 15.4, 3072x128x1024 5.5 against 5.9 (docs/gemm-notes.md 48),
-    // 4096x192x4096 15.8 against 23.7, 3072x192x1024 6.9 against 8.0 (rows of 3, note 63). The
-    // GPCs hold fewer clusters than SMs / cluster (39 of 3, 30 of 4 on the H100's 132 SMs): a
-    // grid of more rows than that ran a second wave of clusters, up to 1.7x slower. Rows of 8
-    // were slower on 512^3.
+    // 4096x192x4096 15.8 against 23.7, 3072x192x1024 6.9 against 8.0 (rows of 3, note 63), and
+    // on the wider tiles 4096x320x4096 25.2-25.5 against 36.8-37.0, 6144x384x4096 49-51
+    // against 59 (note 65). The GPCs hold fewer clusters than SMs / cluster (39 of 3, 30 of 4
+    // on the H100's 132 SMs): a grid of more rows than that ran a second wave of clusters, up
+    // to 1.7x slower. Rows of 8 were slower on 512^3.
     const auto rows_fit_at_once = [&] {
         const int most = be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, k.entry, k.smem), unsigned(p.tiles_n),
                                                 unsigned(k.threads), unsigned(k.smem));
         return int64_t(p.tiles_m) * batch <= most;
     };
     const bool row_cluster =
-        bsum_cluster || (one_tile_wgmma && k.bn <= 64 && p.tiles_n >= 2 && p.tiles_n <= 4 && rows_fit_at_once());
+        bsum_cluster || (one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 4 && rows_fit_at_once());
     if (row_cluster) p.group_m = 1;
     // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
     // tile of a row adds them (turn counters in the backend's zeroed scratch); the persistent

@@ -99,6 +99,7 @@ double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     const double peak = pr.dtype == kF32 ? 350e12 : 700e12;
     const double flops = 2.0 * double(pr.m) * double(pr.n) * double(pr.k) * double(pr.batch);
     if (blocks < 2 * pr.sms) rate *= k.lone_block_rate;
+    if (blocks > pr.sms) rate *= k.waves_rate;
     double us = 1e6 * flops / (rate * fill * inside * peak);
     if (k.splits > 1 && k.cluster_k) us += cluster_split_us(pr, k.bm, k.bn);
     // bsum over a row of several tiles: unsplit one-tile kernels add the row in one cluster
@@ -198,6 +199,12 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             const int stages_bytes = w.stages * (k.bm + w.bn) * 128 + 1024;
             k.smem = stages_bytes + w.bn * 4;
             k.bk = pr.dtype == kF32 ? 32 : 64;
+            // Several waves of 64-wide tiles: on the H100 6144x256x2048 took 25.0 us on 64 x 64
+            // tiles (3 waves) against 15.5 on 128 x 128 (one), 3072x384x3072 29.8 against 20.5,
+            // 4096x384x1024 16.0 against 9.6; the estimate had them level (docs/gemm-notes.md 65).
+            // (35x8457x4096 A^T, 133 blocks of 64 x 64, keeps them: the factor stays above the
+            // 256-wide tile's split there, not measured faster.)
+            if (w.bn == 64) k.waves_rate = 0.85;
             add(k, w.rate, true, !(w.bn == 64 && w.cons == 2));
             const int64_t tiles = tiles_of(pr, k.bm, k.bn);
             if (w.bn == 256 && (pr.dtype != kF32 || pr.c_f32) && pr.plain_epilogue && tiles > pr.sms) {

@@ -20,7 +20,9 @@
 //     neon's "min(M, N) mod tile and SM count" rule made quantitative, and it is what makes small
 //     N (16..128) shapes pick narrow tiles that keep every SM streaming A: 64 x 16 and 64 x 64
 //     tiles with one consumer warpgroup, and 128 x 64 with two where the 64 x 64 tiles would
-//     take twice the waves.
+//     take twice the waves. The 64-wide tiles' pace is the bytes their SM receives, so each of
+//     several waves costs a whole block's time: their rate drops by a factor with more blocks
+//     than SMs, which hands such products to the 128 x 128 tile where it fills one wave.
 //     The persistent wgmma kernel (one block per SM walking the tiles; the next tile's loads
 //     and this one's TMA stores overlap the consumers' work) runs products of more than one
 //     wave of 128x256 tiles into C that TMA can store (16-bit operands; tf32 into float32 C),
@@ -86,6 +88,7 @@ struct GemmKernel {
     bool persistent = false;  // one block per SM walks the tiles (grid: min(tiles, SMs))
     bool b_in_registers = false;  // tf32 with B N-major: B's tile is wgmma's register operand (rule 1)
     double lone_block_rate = 1;  // rule 2: its rate's factor below two blocks per SM
+    double waves_rate = 1;       // rule 2: its rate's factor with more blocks than SMs
     double score = 0;       // the selector's estimate: 1 / estimated microseconds (relative)
 };
 

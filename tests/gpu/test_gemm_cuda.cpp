@@ -756,18 +756,19 @@ TEST_CASE("gpu gemm: rows of 2-4 tiles launched as clusters where every row's cl
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
     if (!hopper_or_skip(ctx, "wgmma")) return;
-    // Rows of 2, 3 and 4 tiles on the 64 x 64 and 128 x 64 tiles, few rows (one cluster per row,
-    // all at once) and more rows than any GPU holds clusters of that size at once (no cluster),
-    // every epilogue variant, A in both layouts.
+    // Rows of 2, 3 and 4 tiles on every one-tile kernel, few rows (one cluster per row, all at
+    // once) and, but on the 256-wide tile, more rows than any GPU holds clusters of that size at
+    // once (no cluster), every epilogue variant, A in both layouts.
     int seed = 2100;
-    for (const std::string cfg : {"64_c1_s8", "64_c2_s8"})
+    for (const std::string cfg : {"64_c1_s8", "64_c2_s8", "128_c2_s6", "256_c2_s4"})
         for (const int64_t tiles_n : {2, 3, 4})
             for (const int64_t rows : {5, 70})
                 for (int variant = 0; variant < 4; ++variant) {
-                    const int64_t bm = cfg == "64_c2_s8" ? 128 : 64;
+                    if (cfg == "256_c2_s4" && rows > 5) continue;
+                    const int64_t bm = cfg == "64_c1_s8" ? 64 : 128, bn = cfg == "256_c2_s4" ? 256 : cfg == "128_c2_s6" ? 128 : 64;
                     const bool ta = variant % 2;
                     const std::string kernel = std::string("kiln_gemm_wg_f16_") + (ta ? "t" : "k") + "t_" + cfg;
-                    Case cs{bm * rows - 3, 64 * tiles_n - 8, 136, ta, false, 8, true, epilogue_variant(variant), DType::Float16};
+                    Case cs{bm * rows - 3, bn * tiles_n - 8, 136, ta, false, 8, true, epilogue_variant(variant), DType::Float16};
                     INFO(kernel << ", rows of " << tiles_n << " tiles, " << rows << " rows");
                     CHECK(run_case(ctx, cs, DType::Float16, kernel, uint32_t(seed++)));
                 }

@@ -144,6 +144,11 @@ TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, 
     at = h100(4096, 128, 4096, kF16);
     at.a_kmajor = false;
     CHECK(describe(select_gemm(at)) == "kiln_gemm_wg_f16_tt_64_c1_s8");
+    // Several waves of 64-wide tiles cost a block's time each: the 128 x 128 tile where it
+    // fills one wave, the 64 x 64 one where that fills one wave itself.
+    CHECK(describe(select_gemm(h100(6144, 256, 2048, kF16))) == "kiln_gemm_wg_f16_kt_128_c2_s6");
+    CHECK(describe(select_gemm(h100(3072, 384, 3072, kF16))) == "kiln_gemm_wg_f16_kt_128_c2_s6");
+    CHECK(describe(select_gemm(h100(2048, 256, 2048, kF16))) == "kiln_gemm_wg_f16_kt_64_c1_s8");
     for (const GemmKernel& k : gemm_candidates(h100(2048, 128, 8192, kF16)))
         CHECK_FALSE((k.entry == "kiln_gemm_wg_f16_kt_64_c2_s8" && k.cluster_k));
     setenv("KILN_GEMM_SPLITS", "2c", 1);
