@@ -323,9 +323,10 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBack
         buf.view().storage->written = true;
         return as_operand;
     }
-    // Rows contiguous but not 16 bytes apart or not 16-byte aligned (their elements are 2- or
-    // 4-byte aligned): the same vectors, assembled from aligned words.
-    if (s_inner == 1 && total > 0 && total < (int64_t(1) << 31) && batch <= 65535) {
+    // Rows contiguous but rows, batch entries or the base not 16-byte aligned (the elements
+    // are 2- or 4-byte aligned): the same vectors, assembled from aligned words. (Row lengths
+    // the kernel's 32-bit byte count holds.)
+    if (s_inner == 1 && total > 0 && total < (int64_t(1) << 31) && row_bytes < (int64_t(1) << 32) - 16 && batch <= 65535) {
         const void* src = x.base;
         void* dst = buf.view().storage->data;
         int64_t s_row = s_outer * int64_t(es), s_z = x.s_batch * int64_t(es);
@@ -389,9 +390,9 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     const bool one_tile_wgmma = k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1;
     const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8;
     if (bsum_cluster) p.bsum_cluster = 1;
-    // In the one-tile kernels a row of 2-4 tiles is launched as one cluster with or without
-    // bsum where every row's cluster runs at once: its blocks, which read the same rows of A,
-    // then run together on one GPC. On the H100 the plain 4096x128x4096 A^T product took 13.6
+    // In the one-tile kernels a row of 2-4 tiles is launched as one cluster where every row's
+    // cluster runs at once (with bsum, rows of 2-8 always are: bsum_cluster): its blocks,
+    // which read the same rows of A, then run together on one GPC. On the H100 the plain 4096x128x4096 A^T product took 13.6
     // us a call so against 15.4, 3072x128x1024 5.5 against 5.9 (docs/gemm-notes.md 48),
     // 4096x192x4096 15.8 against 23.7, 3072x192x1024 6.9 against 8.0 (rows of 3, note 63), and
     // on the wider tiles 4096x320x4096 25.2-25.5 against 36.8-37.0, 6144x384x4096 49-51

@@ -887,12 +887,13 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_copy_rows(const uint
     }
 }
 
-// kiln_gemm_copy_rows for sources whose rows are contiguous but only 2-byte aligned (rows an
-// odd number of 16-bit elements long, views that start mid-row): each thread still writes one
-// 16-byte vector, assembled from the aligned 4-byte words that cover its 16 source bytes (five
-// where they start 2 bytes into a word). Such a word holds a byte of the row, so it lies inside
-// the row's allocation. `src`, `s_row` and `s_z` in bytes. (The JIT's elementwise assignment
-// did this at ~1 TB/s.)
+// kiln_gemm_copy_rows for sources whose rows are contiguous but whose rows, batch entries or
+// base are only element-aligned (2 bytes for 16-bit dtypes, 4 for float32: rows a number of
+// elements apart that is not a multiple of 16 bytes, views that start mid-row): each thread
+// still writes one 16-byte vector, assembled from the aligned 4-byte words that cover its 16
+// source bytes (five where they start 2 bytes into a word). Such a word holds a byte of the
+// row, so it lies inside the row's allocation. `src`, `s_row` and `s_z` in bytes, row_bytes <
+// 2^32 - 16. (The JIT's elementwise assignment did this at ~1 TB/s.)
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_copy_rows_unaligned(const unsigned char* src, int64_t s_row,
                                                                                 int64_t s_z, uint32_t row_bytes,
                                                                                 uint32_t vecs, uint32_t total, uint4* dst,

@@ -363,6 +363,7 @@ void CudaBackend::launch_function(CUfunction f, unsigned grid_x, unsigned grid_y
         CUlaunchAttribute attrs[3]{};
         unsigned n = 0;
         if (options.cluster > 1) {
+            ++counters_.cluster_launches;
             attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
             attrs[n].value.clusterDim.x = options.cluster;
             attrs[n].value.clusterDim.y = 1;

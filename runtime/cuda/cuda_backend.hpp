@@ -30,6 +30,7 @@ struct DeviceInfo {
 
 struct CudaCounters {
     uint64_t compiles = 0, memory_hits = 0, disk_hits = 0, launches = 0;
+    uint64_t cluster_launches = 0;   // launches with a thread-block cluster dimension
     double compile_ms = 0;
 };
 

@@ -303,7 +303,12 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
                     if (ta) A = A.transpose({0, 2, 1});
                     if (tb) B = B.transpose({0, 2, 1});
                     Tensor C = ctx.zeros({batch, M, N}, dt);
+                    // Every copy is a precompiled kernel: no generated kernel is looked up.
+                    const cuda::CudaCounters before = ctx.impl().cuda->counters();
                     batched_dot(A, B, C);
+                    const cuda::CudaCounters after = ctx.impl().cuda->counters();
+                    CHECK(after.compiles + after.memory_hits + after.disk_hits ==
+                          before.compiles + before.memory_hits + before.disk_hits);
                     for (int64_t i = 0; i < batch; ++i) {
                         INFO(dtype_name(dt) << (unaligned ? " unaligned rows" : "") << " A^T " << ta << " B^T " << tb << ", entry "
                                             << i);
@@ -758,19 +763,27 @@ TEST_CASE("gpu gemm: rows of 2-4 tiles launched as clusters where every row's cl
     if (!hopper_or_skip(ctx, "wgmma")) return;
     // Rows of 2, 3 and 4 tiles on every one-tile kernel, few rows (one cluster per row, all at
     // once) and, but on the 256-wide tile, more rows than any GPU holds clusters of that size at
-    // once (no cluster), every epilogue variant, A in both layouts.
+    // once (rows x tiles over the SM count: no cluster), every epilogue variant, A in both
+    // layouts. With bsum (variant 3) the rows are clusters either way (bsum_cluster). K = 136 is
+    // 3 k-tiles: no split-K.
     int seed = 2100;
-    for (const std::string cfg : {"64_c1_s8", "64_c2_s8", "128_c2_s6", "256_c2_s4"})
+    const int64_t sms = ctx.impl().cuda->info().multiprocessors;
+    for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "64_c2_s8", "128_c2_s6", "256_c2_s4"})
         for (const int64_t tiles_n : {2, 3, 4})
             for (const int64_t rows : {5, 70})
                 for (int variant = 0; variant < 4; ++variant) {
                     if (cfg == "256_c2_s4" && rows > 5) continue;
-                    const int64_t bm = cfg == "64_c1_s8" ? 64 : 128, bn = cfg == "256_c2_s4" ? 256 : cfg == "128_c2_s6" ? 128 : 64;
+                    const int64_t bm = cfg == "16_c1_s8" || cfg == "64_c1_s8" ? 64 : 128;
+                    const int64_t bn = cfg == "256_c2_s4" ? 256 : cfg == "128_c2_s6" ? 128 : cfg == "16_c1_s8" ? 16 : 64;
                     const bool ta = variant % 2;
                     const std::string kernel = std::string("kiln_gemm_wg_f16_") + (ta ? "t" : "k") + "t_" + cfg;
                     Case cs{bm * rows - 3, bn * tiles_n - 8, 136, ta, false, 8, true, epilogue_variant(variant), DType::Float16};
                     INFO(kernel << ", rows of " << tiles_n << " tiles, " << rows << " rows");
+                    const uint64_t clusters = ctx.impl().cuda->counters().cluster_launches;
                     CHECK(run_case(ctx, cs, DType::Float16, kernel, uint32_t(seed++)));
+                    const uint64_t launched = ctx.impl().cuda->counters().cluster_launches - clusters;
+                    if (variant == 3 || rows == 5) CHECK(launched == 1);
+                    else if (rows * tiles_n > sms) CHECK(launched == 0);
                 }
 }
 
