@@ -763,7 +763,7 @@ TEST_CASE("gpu gemm: rows of 2-4 tiles launched as clusters where every row's cl
     if (!hopper_or_skip(ctx, "wgmma")) return;
     // Rows of 2, 3 and 4 tiles on every one-tile kernel, few rows (one cluster per row, all at
     // once) and, but on the 256-wide tile, more rows than any GPU holds clusters of that size at
-    // once (rows x tiles over the SM count: no cluster), every epilogue variant, A in both
+    // once (more blocks than the SMs hold at once: no cluster), every epilogue variant, A in both
     // layouts. With bsum (variant 3) the rows are clusters either way (bsum_cluster). K = 136 is
     // 3 k-tiles: no split-K.
     int seed = 2100;
@@ -782,8 +782,10 @@ TEST_CASE("gpu gemm: rows of 2-4 tiles launched as clusters where every row's cl
                     const uint64_t clusters = ctx.impl().cuda->counters().cluster_launches;
                     CHECK(run_case(ctx, cs, DType::Float16, kernel, uint32_t(seed++)));
                     const uint64_t launched = ctx.impl().cuda->counters().cluster_launches - clusters;
+                    // (Blocks of the 16-wide tile, 82 KB of shared memory, may run two to an SM.)
+                    const int64_t per_sm = cfg == "16_c1_s8" ? 2 : 1;
                     if (variant == 3 || rows == 5) CHECK(launched == 1);
-                    else if (rows * tiles_n > sms) CHECK(launched == 0);
+                    else if (rows * tiles_n > per_sm * sms) CHECK(launched == 0);
                 }
 }
 
