@@ -303,38 +303,37 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBack
         buf.view().storage->written = true;
         return as_operand;
     }
-    // Rows moved 128 bytes apart: 16-byte vectors where X's rows are contiguous and 16 bytes
-    // apart (strides below in vectors).
+    // Rows moved 128 bytes apart, in 16-byte vectors, where X's rows are contiguous: read as
+    // such where its rows, batch entries and base are 16-byte aligned, else assembled from the
+    // aligned words under them (the elements are 2- or 4-byte aligned; that kernel counts a
+    // row's bytes in 32 bits).
     const int64_t s_inner = to_kmajor ? (is_a ? x.s_col : x.s_row) : (is_a ? x.s_row : x.s_col);
     const int64_t s_outer = to_kmajor ? (is_a ? x.s_row : x.s_col) : (is_a ? x.s_col : x.s_row);
     const int64_t row_bytes = inner * int64_t(es), vecs = (row_bytes + 15) / 16, total = vecs * outer;
     const int64_t batch = r == 3 ? X.shape()[0] : 1;
-    if (s_inner == 1 && (s_outer * int64_t(es)) % 16 == 0 &&
-        (batch == 1 || (x.s_batch * int64_t(es)) % 16 == 0) && reinterpret_cast<uintptr_t>(x.base) % 16 == 0 &&
-        total > 0 && total < (int64_t(1) << 31) && batch <= 65535) {
+    const bool aligned = (s_outer * int64_t(es)) % 16 == 0 && (batch == 1 || (x.s_batch * int64_t(es)) % 16 == 0) &&
+                         reinterpret_cast<uintptr_t>(x.base) % 16 == 0;
+    if (s_inner == 1 && total > 0 && total < (int64_t(1) << 31) && batch <= 65535 &&
+        (aligned || row_bytes < (int64_t(1) << 32) - 16)) {
         const void* src = x.base;
         void* dst = buf.view().storage->data;
-        int64_t s_row = s_outer * int64_t(es) / 16, s_z = x.s_batch * int64_t(es) / 16;
         int64_t ld = padded * int64_t(es) / 16, d_z = outer * ld;
-        uint32_t vecs32 = uint32_t(vecs), tail = uint32_t(row_bytes % 16), total32 = uint32_t(total);
-        void* params[] = {&src, &s_row, &s_z, &vecs32, &tail, &total32, &dst, &ld, &d_z};
-        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_copy_rows", 0),
-                              unsigned((total + 255) / 256), unsigned(batch), 1, 256, 0, params);
-        buf.view().storage->written = true;
-        return as_operand;
-    }
-    // Rows contiguous but rows, batch entries or the base not 16-byte aligned (the elements
-    // are 2- or 4-byte aligned): the same vectors, assembled from aligned words. (Row lengths
-    // the kernel's 32-bit byte count holds.)
-    if (s_inner == 1 && total > 0 && total < (int64_t(1) << 31) && row_bytes < (int64_t(1) << 32) - 16 && batch <= 65535) {
-        const void* src = x.base;
-        void* dst = buf.view().storage->data;
-        int64_t s_row = s_outer * int64_t(es), s_z = x.s_batch * int64_t(es);
-        int64_t ld = padded * int64_t(es) / 16, d_z = outer * ld;
-        uint32_t bytes32 = uint32_t(row_bytes), vecs32 = uint32_t(vecs), total32 = uint32_t(total);
-        void* params[] = {&src, &s_row, &s_z, &bytes32, &vecs32, &total32, &dst, &ld, &d_z};
-        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_copy_rows_unaligned", 0),
-                              unsigned((total + 255) / 256), unsigned(batch), 1, 256, 0, params);
+        uint32_t vecs32 = uint32_t(vecs), total32 = uint32_t(total);
+        const auto launch = [&](const char* entry, void** params) {
+            be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, entry, 0), unsigned((total + 255) / 256),
+                                  unsigned(batch), 1, 256, 0, params);
+        };
+        if (aligned) {   // strides in vectors
+            int64_t s_row = s_outer * int64_t(es) / 16, s_z = x.s_batch * int64_t(es) / 16;
+            uint32_t tail = uint32_t(row_bytes % 16);
+            void* params[] = {&src, &s_row, &s_z, &vecs32, &tail, &total32, &dst, &ld, &d_z};
+            launch("kiln_gemm_copy_rows", params);
+        } else {   // strides in bytes
+            int64_t s_row = s_outer * int64_t(es), s_z = x.s_batch * int64_t(es);
+            uint32_t bytes32 = uint32_t(row_bytes);
+            void* params[] = {&src, &s_row, &s_z, &bytes32, &vecs32, &total32, &dst, &ld, &d_z};
+            launch("kiln_gemm_copy_rows_unaligned", params);
+        }
         buf.view().storage->written = true;
         return as_operand;
     }
@@ -392,8 +391,9 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     if (bsum_cluster) p.bsum_cluster = 1;
     // In the one-tile kernels a row of 2-4 tiles is launched as one cluster where every row's
     // cluster runs at once (with bsum, rows of 2-8 always are: bsum_cluster): its blocks,
-    // which read the same rows of A, then run together on one GPC. On the H100 the plain 4096x128x4096 A^T product took 13.6
-    // us a call so against 15.4, 3072x128x1024 5.5 against 5.9 (docs/gemm-notes.md 48),
+    // which read the same rows of A, then run together on one GPC. On the H100 the plain
+    // 4096x128x4096 A^T product took 13.6 us a call so against 15.4, 3072x128x1024 5.5
+    // against 5.9 (docs/gemm-notes.md 48),
     // 4096x192x4096 15.8 against 23.7, 3072x192x1024 6.9 against 8.0 (rows of 3, note 63), and
     // on the wider tiles 4096x320x4096 25.2-25.5 against 36.8-37.0, 6144x384x4096 49-51
     // against 59 (note 65). The GPCs hold fewer clusters than SMs / cluster (39 of 3, 30 of 4

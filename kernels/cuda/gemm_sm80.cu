@@ -803,15 +803,17 @@ __device__ __forceinline__ void transpose_tile(const T* src, int64_t s_i, int64_
     }
 }
 
-// transpose_tile on 64 x 64 tiles with 16-byte loads and stores: for a source contiguous along
-// j with rows (and batch entries) 16 bytes apart, and a destination likewise along i. Each
-// thread moves 16-byte vectors: the 32 x 32 kernel's 4-byte (or 2-byte) accesses kept too
+// transpose_tile of float32 on 64 x 64 tiles with 16-byte loads and stores: for a source
+// contiguous along j with rows (and batch entries) 16 bytes apart, and a destination likewise
+// along i. Each thread moves 16-byte vectors: the 32 x 32 kernel's 4-byte accesses kept too
 // few bytes in flight, and the copy of A before a float32 8192^3 product ran at 2.1 TB/s
 // (62% of the H100's DRAM peak). In shared memory a row is 64 elements plus 4 bytes, so that
 // a warp's writes of its rows and its reads down the columns meet at most 2 per bank.
-template <class T>
-__device__ __forceinline__ void transpose_tile_64(const T* src, int64_t s_i, int64_t s_z, int ni, int nj, T* dst,
-                                                  int64_t ld_dst, int64_t d_z) {
+// (Float32 only: 16-bit operands are never transposed, the wgmma kernels read them in either
+// layout; staged_operand in gemm_cuda.cpp.)
+__device__ __forceinline__ void transpose_tile_64(const float* src, int64_t s_i, int64_t s_z, int ni, int nj,
+                                                  float* dst, int64_t ld_dst, int64_t d_z) {
+    using T = float;
     constexpr int V = 16 / sizeof(T);          // elements per vector
     constexpr int P = 64 + 4 / sizeof(T);      // shared row stride, elements
     constexpr int kChunks = 64 / V;            // vectors per 64-element row
@@ -837,9 +839,8 @@ __device__ __forceinline__ void transpose_tile_64(const T* src, int64_t s_i, int
         for (int e = 0; e < V; ++e) tile[r * P + V * (t % kChunks) + e] = v.e[e];
     }
     __syncthreads();
-    // Rows j0.. of the destination: a warp takes 8 vectors of 4 rows (32 elements a row for
-    // float32, 64 for 16-bit): its column reads fall in distinct banks for float32, 2 to a
-    // bank for 16-bit (whose row writes above meet none).
+    // Rows j0.. of the destination: a warp takes 8 vectors (32 elements) of 4 rows: its column
+    // reads fall in distinct banks.
     const int lane = t % 32, w = t / 32, warps_a_row = kChunks / 8;
     const int c = lane % 8 + 8 * (w % warps_a_row);
     for (int r = lane / 8 + 4 * (w / warps_a_row); r < 64; r += 4 * (8 / warps_a_row)) {
@@ -856,8 +857,6 @@ __device__ __forceinline__ void transpose_tile_64(const T* src, int64_t s_i, int
     }
 }
 
-// Float32 only: 16-bit operands are never transposed (the wgmma kernels read them in either
-// layout; staged_operand in gemm_cuda.cpp).
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_transpose_64(const float* src, int64_t s_i, int64_t s_z,
                                                                          int ni, int nj, float* dst, int64_t ld_dst,
                                                                          int64_t d_z) {

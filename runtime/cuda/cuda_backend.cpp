@@ -325,7 +325,7 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
 }
 
 int CudaBackend::max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned smem) {
-    const std::string key = fmt::format("{}/{}/{}/{}", static_cast<const void*>(f), cluster, block, smem);
+    const auto key = std::make_tuple(f, cluster, block, smem);
     if (auto it = max_clusters_.find(key); it != max_clusters_.end()) return it->second;
     make_current();
     CUlaunchAttribute attr{};

@@ -10,8 +10,10 @@
 #include "runtime/cuda/driver.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -159,7 +161,7 @@ private:
         int smem_limit;   // its dynamic shared-memory limit as set
     };
     std::unordered_map<std::string, Precompiled> precompiled_;   // by entry name
-    std::unordered_map<std::string, int> max_clusters_;          // max_active_clusters, by f, cluster, block, smem
+    std::map<std::tuple<CUfunction, unsigned, unsigned, unsigned>, int> max_clusters_;   // max_active_clusters, by its arguments
     CudaCounters counters_;
     std::vector<uint8_t> arg_bytes_;   // reused for each launch
     CUdeviceptr zeroed_ = 0;           // zeroed_scratch
