@@ -407,6 +407,23 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     const bool row_cluster =
         bsum_cluster || (one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 4 && rows_fit_at_once());
     if (row_cluster) p.group_m = 1;
+    // A grid of rows one tile wide (tiles_n = 1) that fills the GPU's SMs to between 7/8 and all
+    // of them is launched as clusters of 4 tiles along m, where every cluster runs at once. On the
+    // H100 (30 clusters of 4 at once) fp16 7680x16x2560 took 12.2-12.6 us a call so against
+    // 13.4, 7424x64x2560 12.3-12.7 against 14.4-14.6, 7680x48x2560 16.2-17.0 against 18.6-19.0;
+    // longer products were level (7680x16x7680 43.5 against 43.8), and grids under 7/8 of the
+    // SMs were level or slower as clusters of 4 (6656x16x2560 11.9 against 11.0, 6144x16x2048
+    // A^T 9.2 against 9.0), so they stay plain (docs/gemm-notes.md 67). The clusters must fit at
+    // once one block to an SM: the 16-wide tile, of which an SM holds two, ran 8192x16x2560 (32
+    // clusters) in 21.8 us as clusters against 17.1.
+    const int64_t sms = be.info().multiprocessors, row_blocks = int64_t(p.tiles_m) * batch;
+    const auto clusters_of_4_fit = [&] {
+        const unsigned lone = unsigned(std::max(k.smem, be.info().max_shared_optin / 2 + 1));   // one block per SM
+        return row_blocks / 4 <= be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, k.entry, int(lone)), 4u,
+                                                        unsigned(k.threads), lone);
+    };
+    const bool m_cluster = one_tile_wgmma && p.tiles_n == 1 && p.tiles_m % 4 == 0 && 8 * row_blocks >= 7 * sms &&
+                           row_blocks <= sms && clusters_of_4_fit();
     // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
     // tile of a row adds them (turn counters in the backend's zeroed scratch); the persistent
     // kernels tag their partials instead and a row's last tile in the walk adds them, in a
@@ -502,7 +519,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         } else {
             void* params[] = {&q, &ma, &mb};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params,
-                                  {.cluster = k.cluster_k ? unsigned(k.splits) : row_cluster ? unsigned(p.tiles_n) : 1u,
+                                  {.cluster = k.cluster_k ? unsigned(k.splits) : row_cluster ? unsigned(p.tiles_n) : m_cluster ? 4u : 1u,
                                    .programmatic = programmatic});
         }
     } else {

@@ -27,6 +27,10 @@
 
 using namespace kiln;
 
+// The sm_90 GEMM module image embedded in libkiln (kernels/cuda/meson.build): the cluster test
+// asks the driver how many clusters of one of its kernels run at once.
+extern "C" const unsigned char kiln_gemm_sm90_image[];
+
 namespace {
 
 struct Case {
@@ -787,6 +791,69 @@ TEST_CASE("gpu gemm: rows of 2-4 tiles launched as clusters where every row's cl
                     if (variant == 3 || rows == 5) CHECK(launched == 1);
                     else if (rows * tiles_n > per_sm * sms) CHECK(launched == 0);
                 }
+}
+
+TEST_CASE("gpu gemm: rows one tile wide that fill 7/8 or more of the SMs launch as clusters of 4 along m") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (!hopper_or_skip(ctx, "wgmma")) return;
+    cuda::CudaBackend& be = *ctx.impl().cuda;
+    const int64_t sms = be.info().multiprocessors;
+    // Every one-tile kernel, N inside one tile. Tile counts: the most clusters of 4 that run at
+    // once one block to an SM, within the SMs (a cluster launch where that is 7/8 of the SMs or
+    // more); four more
+    // than that (no cluster: they would not all run at once, or more blocks than SMs); 3/4 of
+    // the SMs (no cluster); and a batch of two entries holding the first count between them.
+    // Every epilogue variant; K = 136 is 3 k-tiles (no split).
+    int seed = 2700;
+    struct Cfg { const char* name; int64_t bm, bn, stages; };
+    for (const Cfg cfg : {Cfg{"16_c1_s8", 64, 16, 8}, Cfg{"64_c1_s8", 64, 64, 8}, Cfg{"64_c2_s8", 128, 64, 8},
+                          Cfg{"128_c2_s6", 128, 128, 6}, Cfg{"256_c2_s4", 128, 256, 4}})
+        for (const bool ta : {false, true}) {
+            const std::string kernel = std::string("kiln_gemm_wg_f16_") + (ta ? "t" : "k") + "t_" + cfg.name;
+            // The launch's shared memory and threads, as the selector gives them (gemm_select.cpp).
+            const int smem = int(cfg.stages * (cfg.bm + cfg.bn) * 128 + 1024 + cfg.bn * 4);
+            const int threads = int(cfg.bm / 64 + 1) * 128;
+            // Clusters of 4 that run at once one block to an SM (more shared memory than half an SM's).
+            const unsigned lone = unsigned(std::max(smem, be.info().max_shared_optin / 2 + 1));
+            const int64_t most =
+                be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, kernel, int(lone)), 4, unsigned(threads), lone);
+            const int64_t full = std::min(4 * most, sms / 4 * 4);
+            for (const int64_t tiles : {full, full + 4, sms * 3 / 4 / 4 * 4})
+                for (int variant = 0; variant < 4; ++variant) {
+                    Case cs{cfg.bm * tiles - 5, cfg.bn - 3, 136, ta, false, 8, true, epilogue_variant(variant), DType::Float16};
+                    INFO(kernel << ", " << tiles << " tiles of " << cfg.bm << " rows, " << sms << " SMs, " << most
+                                << " clusters of 4 at once");
+                    const uint64_t clusters = be.counters().cluster_launches;
+                    CHECK(run_case(ctx, cs, DType::Float16, kernel, uint32_t(seed++)));
+                    const bool expect = tiles <= 4 * most && tiles <= sms && 8 * tiles >= 7 * sms;
+                    CHECK(be.counters().cluster_launches - clusters == (expect ? 1u : 0u));
+                }
+            // Two batch entries of full / 2 tiles (rounded to whole clusters), bias, ReLU, bsum (rows
+            // of A^T's and B's buffers 16-byte aligned: TMA).
+            const int64_t half = full / 8 * 4, m = cfg.bm * half - 8, n = cfg.bn - 8, k = 136;
+            Tensor As = ctx.array(random_floats(size_t(2 * m * k), uint32_t(seed++)), ta ? Shape{2, k, m} : Shape{2, m, k},
+                                  DType::Float16);
+            Tensor A = ta ? As.transpose({0, 2, 1}) : As;
+            Tensor B = ctx.array(random_floats(size_t(2 * k * n), uint32_t(seed++)), {2, k, n}, DType::Float16);
+            Tensor C = ctx.empty({2, m, n}, DType::Float16), bs = ctx.full({2, m}, -7.0, DType::Float32);
+            DotOptions o;
+            o.relu = true, o.bias = ctx.array(random_floats(size_t(n), uint32_t(seed++)), {n}, DType::Float32), o.bsum = bs;
+            const uint64_t clusters = be.counters().cluster_launches;
+            setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+            batched_dot(A, B, C, o);
+            unsetenv("KILN_GEMM_KERNEL");
+            INFO(kernel << ", a batch of 2 x " << half << " tiles");
+            const bool expect = 2 * half <= 4 * most && 8 * 2 * half >= 7 * sms;
+            CHECK(be.counters().cluster_launches - clusters == (expect ? 1u : 0u));
+            for (int64_t z = 0; z < 2; ++z) {
+                std::vector<double> sums;
+                Tensor zero = ctx.zeros({m, n}, DType::Float16);
+                CHECK(check_against_reference(A[z], B[z], zero, C[z], o, out_eps(DType::Float16), acc_eps(DType::Float16, false),
+                                              &sums) <= 1.0);
+                check_row_sums(bs[z].to_vector<float>(), sums, n * out_eps(DType::Float16) * 4);
+            }
+        }
 }
 
 TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distributed shared memory") {
