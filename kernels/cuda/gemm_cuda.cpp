@@ -350,6 +350,13 @@ bool staged_kmajor(const Tensor& X, bool is_a, bool tf32) {
 
 } // namespace
 
+int clusters_at_once_one_per_sm(cuda::CudaBackend& be, const std::string& entry, int size, int threads, int smem) {
+    // More dynamic shared memory than half an SM holds keeps the count at one block per SM.
+    const int lone = std::max(smem, be.info().max_shared_optin / 2 + 1);
+    return be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, entry, lone), unsigned(size), unsigned(threads),
+                                  unsigned(lone));
+}
+
 std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
     const cuda::CudaBackend& be = *C.context().impl().cuda;
     const double flops = 2.0 * double(C.size()) * double(A.shape()[A.rank() - 1]);
@@ -417,13 +424,9 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     // once one block to an SM: the 16-wide tile, of which an SM holds two, ran 8192x16x2560 (32
     // clusters) in 21.8 us as clusters against 17.1.
     const int64_t sms = be.info().multiprocessors, row_blocks = int64_t(p.tiles_m) * batch;
-    const auto clusters_of_4_fit = [&] {
-        const unsigned lone = unsigned(std::max(k.smem, be.info().max_shared_optin / 2 + 1));   // one block per SM
-        return row_blocks / 4 <= be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, k.entry, int(lone)), 4u,
-                                                        unsigned(k.threads), lone);
-    };
     const bool m_cluster = one_tile_wgmma && p.tiles_n == 1 && p.tiles_m % 4 == 0 && 8 * row_blocks >= 7 * sms &&
-                           row_blocks <= sms && clusters_of_4_fit();
+                           row_blocks <= sms &&
+                           row_blocks / 4 <= clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, k.smem);
     // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
     // tile of a row adds them (turn counters in the backend's zeroed scratch); the persistent
     // kernels tag their partials instead and a row's last tile in the walk adds them, in a

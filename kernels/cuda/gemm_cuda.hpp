@@ -7,6 +7,10 @@
 
 #include <string>
 
+namespace kiln::cuda {
+class CudaBackend;
+}
+
 namespace kiln::gemm {
 
 // C = epilogue(A . B) for C of rank 2, or rank 3 with a leading batch dimension (then A and B
@@ -17,5 +21,10 @@ void cuda_gemm(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o)
 
 // The entry point the selector picks for these operands (benchmarks and logs).
 std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C);
+
+// How many clusters of `size` blocks of the sm_90 kernel `entry` (`threads` threads a block,
+// `smem` bytes of dynamic shared memory) the backend's GPU runs at once, one block to an SM:
+// what decides the launcher's clusters along m (gemm_cuda.cpp), and what its test expects.
+int clusters_at_once_one_per_sm(cuda::CudaBackend& be, const std::string& entry, int size, int threads, int smem);
 
 } // namespace kiln::gemm

@@ -799,10 +799,16 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     init_ring<STAGES, CONSUMERS>(ring);   // (its fence publishes sums_in's initialisation to the cluster)
     if (p.bsum_cluster || push_split) cluster_arrive_relaxed();   // waited for before sums cross blocks
     // Launched programmatically (gemm_cuda.cpp): the setup above overlapped the end of the kernel
-    // before this one; the next kernel's blocks may take the SMs this grid leaves idle, or share
-    // an SM where both fit (the 16-wide tile), and do their own setup meanwhile.
+    // before this one. The next kernel's blocks may start once every block of this grid allows
+    // it: the 16-wide tile allows it now (its blocks, two to an SM, share SMs with the next
+    // grid's, which do their setup meanwhile), the others once their main loop is done. Allowed
+    // at the start, the next grid's blocks waiting on the SMs this grid left idle made the
+    // one-block-per-SM kernels slower, up to a quarter: on the H100 fp16 4608x64x4096 took 14.2
+    // us a call with the later point against 18.6, 1760x128x1760 5.9 against 6.3, 2560x64x2560
+    // 6.9 against 7.2; the 16-wide tile lost with it (7680x16x2560 13.8 against 12.5)
+    // (docs/gemm-notes.md 68).
     wait_for_prior_grids();
-    allow_next_grid();
+    if constexpr (BN == 16) allow_next_grid();
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -837,6 +843,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     float acc[BN / 2];
     int it = 0;
     consume_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
+    if (BN != 16 && tid == 128) allow_next_grid();   // (one thread a block suffices)
 
     // Epilogue. Register 4j + r holds row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of
     // this consumer's 64 x BN block. Once both consumers are done with the stages (no TMA is

@@ -27,10 +27,6 @@
 
 using namespace kiln;
 
-// The sm_90 GEMM module image embedded in libkiln (kernels/cuda/meson.build): the cluster test
-// asks the driver how many clusters of one of its kernels run at once.
-extern "C" const unsigned char kiln_gemm_sm90_image[];
-
 namespace {
 
 struct Case {
@@ -814,10 +810,7 @@ TEST_CASE("gpu gemm: rows one tile wide that fill 7/8 or more of the SMs launch 
             // The launch's shared memory and threads, as the selector gives them (gemm_select.cpp).
             const int smem = int(cfg.stages * (cfg.bm + cfg.bn) * 128 + 1024 + cfg.bn * 4);
             const int threads = int(cfg.bm / 64 + 1) * 128;
-            // Clusters of 4 that run at once one block to an SM (more shared memory than half an SM's).
-            const unsigned lone = unsigned(std::max(smem, be.info().max_shared_optin / 2 + 1));
-            const int64_t most =
-                be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, kernel, int(lone)), 4, unsigned(threads), lone);
+            const int64_t most = gemm::clusters_at_once_one_per_sm(be, kernel, 4, threads, smem);
             const int64_t full = std::min(4 * most, sms / 4 * 4);
             for (const int64_t tiles : {full, full + 4, sms * 3 / 4 / 4 * 4})
                 for (int variant = 0; variant < 4; ++variant) {
