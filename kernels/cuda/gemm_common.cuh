@@ -45,7 +45,7 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 // Lets the next kernel in the stream start its blocks once every block of this grid has said
 // so (one thread of a block suffices) or exited; that kernel still waits for this one to end
 // before it reads anything. Only the one-tile wgmma kernels say it: the 16-wide tile at its
-// start, the others once their main loop is done (gemm_sm90.cu). The FMA kernels, which said
+// start, the others once a short main loop is done (gemm_sm90.cu). The FMA kernels, which said
 // it at their start too, lost up to a third of their speed on the H100 to the next kernel's
 // waiting blocks (docs/gemm-notes.md 45), and without it their exit says it.
 __device__ __forceinline__ void allow_next_grid() {

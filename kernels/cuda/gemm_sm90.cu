@@ -800,13 +800,16 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     if (p.bsum_cluster || push_split) cluster_arrive_relaxed();   // waited for before sums cross blocks
     // Launched programmatically (gemm_cuda.cpp): the setup above overlapped the end of the kernel
     // before this one. The next kernel's blocks may start once every block of this grid allows
-    // it: the 16-wide tile allows it now (its blocks, two to an SM, share SMs with the next
-    // grid's, which do their setup meanwhile), the others once their main loop is done. Allowed
-    // at the start, the next grid's blocks waiting on the SMs this grid left idle made the
-    // one-block-per-SM kernels slower, up to a quarter: on the H100 fp16 4608x64x4096 took 14.2
-    // us a call with the later point against 18.6, 1760x128x1760 5.9 against 6.3, 2560x64x2560
-    // 6.9 against 7.2; the 16-wide tile lost with it (7680x16x2560 13.8 against 12.5)
-    // (docs/gemm-notes.md 68).
+    // it (or has exited): the 16-wide tile allows it now (its blocks, two to an SM, share SMs
+    // with the next grid's, which do their setup meanwhile); the others once their main loop is
+    // done where it is short (under 32 k-tiles), else not at all, so that the next grid's blocks
+    // start as this grid's exit. The next grid's blocks waiting on the SMs this grid left idle
+    // made the one-block-per-SM kernels slower, the more the longer they streamed: on the H100
+    // fp16 4096x256x4096 took 19.4 us a call allowed at the exit, 23.4 after the main loop, 23.8
+    // at the start; 4608x64x4096 13.0, 14.2-15.3 and 18.6-18.8; 7424x64x2560 10.6, 12.6 and 12.6;
+    // but 512^3 4.3, 3.9 and 3.9, 3072x128x1024 5.5, 5.2 and 5.5, 1760x128x1760 (split in 2) 6.0,
+    // 5.9 and 6.3; the 16-wide tile lost after the main loop (7680x16x2560 13.8 against 12.5)
+    // and mostly at the exit (6144x16x2048 A^T 8.7 against 8.5) (docs/gemm-notes.md 68-69).
     wait_for_prior_grids();
     if constexpr (BN == 16) allow_next_grid();
 
@@ -843,7 +846,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     float acc[BN / 2];
     int it = 0;
     consume_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
-    if (BN != 16 && tid == 128) allow_next_grid();   // (one thread a block suffices)
+    if (BN != 16 && ktiles < 32 && tid == 128) allow_next_grid();   // (one thread a block suffices)
 
     // Epilogue. Register 4j + r holds row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of
     // this consumer's 64 x BN block. Once both consumers are done with the stages (no TMA is
