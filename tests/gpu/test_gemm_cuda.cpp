@@ -797,10 +797,9 @@ TEST_CASE("gpu gemm: rows one tile wide that fill 7/8 or more of the SMs launch 
     const int64_t sms = be.info().multiprocessors;
     // Every one-tile kernel, N inside one tile. Tile counts: the most clusters of 4 that run at
     // once one block to an SM, within the SMs (a cluster launch where that is 7/8 of the SMs or
-    // more); four more
-    // than that (no cluster: they would not all run at once, or more blocks than SMs); 3/4 of
-    // the SMs (no cluster); and a batch of two entries holding the first count between them.
-    // Every epilogue variant; K = 136 is 3 k-tiles (no split).
+    // more); four more than that (no cluster: they would not all run at once, or more blocks
+    // than SMs); 3/4 of the SMs (no cluster); and a batch of two entries holding the first count
+    // between them. Every epilogue variant; K = 136 is 3 k-tiles (no split).
     int seed = 2700;
     struct Cfg { const char* name; int64_t bm, bn, stages; };
     for (const Cfg cfg : {Cfg{"16_c1_s8", 64, 16, 8}, Cfg{"64_c1_s8", 64, 64, 8}, Cfg{"64_c2_s8", 128, 64, 8},
