@@ -427,6 +427,11 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     const bool m_cluster = one_tile_wgmma && p.tiles_n == 1 && p.tiles_m % 4 == 0 && 8 * row_blocks >= 7 * sms &&
                            row_blocks <= sms &&
                            row_blocks / 4 <= clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, k.smem);
+    // One wave of one-tile blocks that no cluster launch groups: the raster group of rule 6
+    // (gemm_select.hpp), which puts the blocks that share rows of A or columns of B on
+    // neighbouring SMs.
+    if (one_tile_wgmma && !row_cluster && !m_cluster && row_blocks * p.tiles_n <= sms)
+        p.group_m = one_wave_raster_group(k.bm, k.bn, p.tiles_m, p.tiles_n);
     // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
     // tile of a row adds them (turn counters in the backend's zeroed scratch); the persistent
     // kernels tag their partials instead and a row's last tile in the walk adds them, in a

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <fmt/format.h>
 
 namespace kiln::gemm {
@@ -294,6 +295,32 @@ bool copy_pays(bool readable, bool mn_unaligned, double bytes, double flops) {
     if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
     const double copy = 2 * bytes / 3e12 + 3e-6, product = flops / 700e12;
     return readable ? copy < 0.25 * product : copy + product < flops / 40e12;
+}
+
+int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n) {
+    const int64_t total = tiles_m * tiles_n;
+    // gemm_common.cuh's tile_of: block pid -> (tile row, tile column).
+    const auto tile_of = [&](int64_t group_m, int64_t pid) {
+        const int64_t width = group_m * tiles_n, first_m = pid / width * group_m;
+        const int64_t rows = std::min(tiles_m - first_m, group_m), in_group = pid % width;
+        return std::pair<int64_t, int64_t>{first_m + in_group % rows, in_group / rows};
+    };
+    int best = 8;
+    double best_bytes = 0;
+    for (int group_m : {8, 4, 2, 1}) {
+        double bytes = 0;
+        for (int64_t w = 0; w < total; w += 8) {
+            std::vector<int64_t> rows, cols;
+            for (int64_t pid = w; pid < std::min(total, w + 8); ++pid) {
+                const auto [m, n] = tile_of(group_m, pid);
+                if (std::find(rows.begin(), rows.end(), m) == rows.end()) rows.push_back(m);
+                if (std::find(cols.begin(), cols.end(), n) == cols.end()) cols.push_back(n);
+            }
+            bytes += double(rows.size()) * bm + double(cols.size()) * bn;
+        }
+        if (group_m == 8 || bytes < best_bytes) best = group_m, best_bytes = bytes;
+    }
+    return best;
 }
 
 GemmKernel select_gemm(const GemmProblem& pr) {

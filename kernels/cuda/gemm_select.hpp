@@ -49,6 +49,9 @@
 //     KILN_GEMM_SPLITS=<n> forces the number of global k slices (1: none), <n>c a cluster
 //     split of n = 2, 4 or 8 blocks (only the wgmma one-tile kernels then split).
 //  5. Operand copies: copy_pays, below; for exact float32, fma_copy_pays.
+//  6. Raster. Consecutive blocks walk down groups of 8 rows of tiles (L2 reuse across waves),
+//     except in one wave of the wgmma one-tile kernels that no cluster launch groups:
+//     one_wave_raster_group, below.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -123,6 +126,18 @@ bool fma_async_ok(const GemmProblem& pr);
 // both operands' rows unaligned: 2.7 TFLOP/s as they are, 4.3 with both copied).
 // KILN_GEMM_COPY=always|never overrides.
 bool fma_copy_pays(double bytes, double flops, bool element_loads = false);
+
+// Rule 6: the raster's group height (gemm_common.cuh, tile_of: consecutive blocks walk down
+// groups of this many rows of tiles) for a grid of tiles_m x tiles_n tiles of bm x bn that runs
+// in one wave. The block scheduler places consecutive blocks of such a grid on neighbouring
+// SMs (on the H100, blocks 8j .. 8j + 7 of a 132-block grid on 8 SMs of one GPC; a probe of
+// %smid, docs/gemm-notes.md 71), and 8 blocks there stream faster the fewer distinct rows of A
+// and columns of B they read together: fp16 4096x256x4096 (128 x 64 tiles, 32 x 4) took 17.3-17.6
+// us with groups of 8 (8 blocks: 8 rows of A, one column of B) and 15.6-16.0 with groups of 2
+// (2 rows, 4 columns). The group, of 8, 4, 2 and 1 (ties to the larger), is the one whose
+// windows of 8 consecutive blocks read the fewest bytes per k: distinct rows of tiles x bm +
+// distinct columns x bn, over every window of the grid.
+int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n);
 
 // Every kernel that can run `pr`, best first by the rule-2 estimate.
 std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr);

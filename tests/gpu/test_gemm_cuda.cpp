@@ -12,6 +12,7 @@
 
 #include "ir/half.hpp"
 #include "kernels/cuda/gemm_cuda.hpp"
+#include "kernels/cuda/gemm_select.hpp"
 #include "runtime/context_impl.hpp"
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -846,6 +848,36 @@ TEST_CASE("gpu gemm: rows one tile wide that fill 7/8 or more of the SMs launch 
                 check_row_sums(bs[z].to_vector<float>(), sums, n * out_eps(DType::Float16) * 4);
             }
         }
+}
+
+TEST_CASE("gpu gemm: one wave of one-tile blocks in the raster groups of rule 6") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (!hopper_or_skip(ctx, "wgmma")) return;
+    const int64_t sms = ctx.impl().cuda->info().multiprocessors;
+    // Every one-tile kernel on grids of one wave that no cluster launch groups (rows of more
+    // than 4 tiles, or more rows than clusters of 4 fit at once), with partial groups at the
+    // bottom of the grid and partial tiles at its edges: the raster groups of 1, 2 and 4 rows
+    // that one_wave_raster_group picks there, each epilogue variant, A in both layouts. K = 136
+    // is 3 k-tiles (no split).
+    int seed = 3100;
+    struct Cfg { const char* name; int64_t bm, bn; };
+    struct Grid { int64_t tiles_m, tiles_n; };
+    std::set<int> groups;
+    for (const Cfg cfg : {Cfg{"16_c1_s8", 64, 16}, Cfg{"64_c1_s8", 64, 64}, Cfg{"64_c2_s8", 128, 64},
+                          Cfg{"128_c2_s6", 128, 128}, Cfg{"256_c2_s4", 128, 256}})
+        for (const Grid g : {Grid{5, 9}, Grid{std::min<int64_t>(31, sms / 4), 4}, Grid{7, 6}, Grid{3, 12}})
+            for (int variant = 0; variant < 4; ++variant) {
+                const bool ta = variant % 2;
+                const std::string kernel = std::string("kiln_gemm_wg_f16_") + (ta ? "t" : "k") + "t_" + cfg.name;
+                const int group = gemm::one_wave_raster_group(int(cfg.bm), int(cfg.bn), g.tiles_m, g.tiles_n);
+                groups.insert(group);
+                Case cs{cfg.bm * g.tiles_m - 5, cfg.bn * g.tiles_n - 8, 136, ta, false, 8, true, epilogue_variant(variant),
+                        DType::Float16};
+                INFO(kernel << ", " << g.tiles_m << " x " << g.tiles_n << " tiles, raster groups of " << group);
+                CHECK(run_case(ctx, cs, DType::Float16, kernel, uint32_t(seed++)));
+            }
+    for (const int group : {1, 2, 4}) CHECK(groups.count(group) == 1);   // each group the rule can pick, run
 }
 
 TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distributed shared memory") {

@@ -366,3 +366,25 @@ TEST_CASE("gemm selector: operand copies (rule 5)") {
     CHECK(copy_pays(true, true, 1760.0 * 7000 * 2, flops(1760, 7000, 1760)));
     unsetenv("KILN_GEMM_COPY");
 }
+
+TEST_CASE("gemm selector: one wave's raster group, fewest bytes per 8 consecutive blocks (rule 6)") {
+    // 128 x 64 tiles, 32 x 4 (4096x256x4096): groups of 8 put 8 rows of A and one column of B
+    // under 8 consecutive blocks (8 x 128 + 64 per k), groups of 2 put 2 rows and all 4 columns
+    // (2 x 128 + 4 x 64); groups of 1 read as much as 2 (a window of 8 blocks is 2 rows of 4),
+    // and ties go to the larger group.
+    CHECK(one_wave_raster_group(128, 64, 32, 4) == 2);
+    CHECK(one_wave_raster_group(128, 64, 16, 8) == 2);
+    // Square tiles: 4 rows x 2 columns beat 8 x 1 and 2 x 4 equal them.
+    CHECK(one_wave_raster_group(128, 128, 8, 8) == 4);
+    CHECK(one_wave_raster_group(64, 64, 64, 2) == 4);
+    // 128 x 256 tiles: 4 x 2 (4 x 128 + 2 x 256) against 8 x 1 (8 x 128 + 256).
+    CHECK(one_wave_raster_group(128, 256, 31, 4) == 4);
+    // Rows one tile wide: every group walks the same order, so the default stays.
+    CHECK(one_wave_raster_group(128, 64, 60, 1) == 8);
+    CHECK(one_wave_raster_group(64, 16, 100, 1) == 8);
+    // Partial groups at the grid's bottom count too: 5 x 3 tiles of 64 x 64 read least one row of
+    // 3 at a time (groups of 1).
+    CHECK(one_wave_raster_group(64, 64, 5, 3) == 1);
+    // Fewer rows than a group: 3 x 16 tiles of 128 x 64 (groups of 2: 2 rows x 4 columns).
+    CHECK(one_wave_raster_group(128, 64, 3, 16) == 2);
+}
