@@ -391,13 +391,9 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
     p.k_splits = k.splits;
     p.k_cluster = k.cluster_k ? 1 : 0;
     const bool slices_k = k.splits > 1 && !k.cluster_k;   // global slices and the reduction kernel
-    // bsum over 2-8 tiles per row in the wgmma one-tile kernels: a row of tiles is one cluster
-    // (the blocks add each other's row sums from shared memory; rows of tiles in raster order).
     const bool one_tile_wgmma = k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1;
-    const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8;
-    if (bsum_cluster) p.bsum_cluster = 1;
     // In the one-tile kernels a row of 2-4 tiles is launched as one cluster where every row's
-    // cluster runs at once (with bsum, rows of 2-8 always are: bsum_cluster): its blocks,
+    // cluster runs at once (with bsum, rows of 2-8: bsum_cluster, below): its blocks,
     // which read the same rows of A, then run together on one GPC. On the H100 the plain
     // 4096x128x4096 A^T product took 13.6 us a call so against 15.4, 3072x128x1024 5.5
     // against 5.9 (docs/gemm-notes.md 48),
@@ -411,6 +407,12 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
                                                 unsigned(k.threads), unsigned(k.smem));
         return int64_t(p.tiles_m) * batch <= most;
     };
+    // bsum over a row of 2-8 tiles: the row is one cluster whose blocks add each other's row
+    // sums from shared memory (rows of tiles in raster order), where every row's cluster runs
+    // at once; otherwise partials in global memory (a second wave of clusters doubled the time,
+    // fp16 4096x256x4096 +bsum 32.7 us against 16.2 plain; docs/gemm-notes.md 73).
+    const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8 && rows_fit_at_once();
+    if (bsum_cluster) p.bsum_cluster = 1;
     const bool row_cluster =
         bsum_cluster || (one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 4 && rows_fit_at_once());
     if (row_cluster) p.group_m = 1;
