@@ -382,8 +382,8 @@ TEST_CASE("gemm selector: one wave's raster group, fewest bytes per 8 consecutiv
     // Rows one tile wide: every group walks the same order, so the default stays.
     CHECK(one_wave_raster_group(128, 64, 60, 1) == 8);
     CHECK(one_wave_raster_group(64, 16, 100, 1) == 8);
-    // Partial groups at the grid's bottom count too: 5 x 3 tiles of 64 x 64 read least one row of
-    // 3 at a time (groups of 1).
+    // Partial groups at the grid's bottom count too: 5 x 3 tiles of 64 x 64 read the fewest bytes
+    // in groups of 1 (each window of 8 blocks then spans 3 rows of all 3 columns).
     CHECK(one_wave_raster_group(64, 64, 5, 3) == 1);
     // Fewer rows than a group: 3 x 16 tiles of 128 x 64 (groups of 2: 2 rows x 4 columns).
     CHECK(one_wave_raster_group(128, 64, 3, 16) == 2);
