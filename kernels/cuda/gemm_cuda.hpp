@@ -19,8 +19,12 @@ namespace kiln::gemm {
 // or B.
 void cuda_gemm(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o);
 
-// The entry point the selector picks for these operands (benchmarks and logs).
+// The entry point the selector picks for these operands (benchmarks and logs), with " lean"
+// where the plain product runs its lean twin (rule 7, gemm_select.hpp).
 std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C);
+
+// Whether the last GEMM launched on this thread ran a lean twin (rule 7): what tests check.
+bool last_gemm_launch_lean();
 
 // How many clusters of `size` blocks of the sm_90 kernel `entry` (`threads` threads a block,
 // `smem` bytes of dynamic shared memory) the backend's GPU runs at once, one block to an SM:

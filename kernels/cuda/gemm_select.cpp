@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 #include <utility>
 #include <fmt/format.h>
 
@@ -122,6 +123,11 @@ bool fma_copy_pays(double bytes, double flops, bool element_loads) {
     if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
     const double copy = 2 * bytes / 3e12 + 3e-6;
     return element_loads ? copy < flops / 10e12 : copy < 0.05 * flops / 45e12;
+}
+
+bool lean_kernels_allowed() {
+    const char* v = std::getenv("KILN_GEMM_LEAN");
+    return !v || std::string_view(v) != "0";
 }
 
 std::string describe(const GemmKernel& k) {

@@ -52,6 +52,12 @@
 //  6. Raster. Consecutive blocks walk down groups of 8 rows of tiles (L2 reuse across waves),
 //     except in one wave of the wgmma one-tile kernels that no cluster launch groups:
 //     one_wave_raster_group, below.
+//  7. Lean twins. The wgmma one-tile kernels up to 128 wide run a twin built for the plain
+//     epilogue alone (entry + "_lean", gemm_sm90.cu) where the product allows it: 16-bit C of
+//     the operands' dtype, rows 16-byte aligned, no beta, stochastic rounding or bsum, and no
+//     split but one in a cluster whose sums cross in registers. Same arithmetic, same bits;
+//     a tenth of the code, which a one-wave product fetches from L2 as it runs (fp16
+//     3072x128x1024 on the H100: 4.41 us a call against 5.24). KILN_GEMM_LEAN=0 turns it off.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -138,6 +144,9 @@ bool fma_copy_pays(double bytes, double flops, bool element_loads = false);
 // windows of 8 consecutive blocks read the fewest bytes per k: distinct rows of tiles x bm +
 // distinct columns x bn, over every window of the grid.
 int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n);
+
+// Rule 7: whether the lean twins may run (KILN_GEMM_LEAN is not "0").
+bool lean_kernels_allowed();
 
 // Every kernel that can run `pr`, best first by the rule-2 estimate.
 std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr);

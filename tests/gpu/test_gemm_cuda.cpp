@@ -1132,3 +1132,102 @@ TEST_CASE("gpu gemm: products launched back to back wait for the kernels before 
         }
     }
 }
+
+TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, and only where the epilogue is plain") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (!hopper_or_skip(ctx, "wgmma")) return;
+    // Every one-tile kernel with a lean twin, both 16-bit dtypes, A in both layouts, unsplit and
+    // split in clusters of 2 and 4 (tiles up to 64 wide: the splits whose sums cross in
+    // registers), three plain epilogues: C from the lean twin equals C from the general kernel
+    // (KILN_GEMM_LEAN=0) bit for bit, and both match the float64 reference. 301 x 72: partial
+    // tiles along both dimensions, C's rows 16-byte aligned; K = 600 is 10 k-tiles.
+    uint32_t seed = 7100;
+    const int64_t M = 301, N = 72, K = 600;
+    for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "64_c2_s8", "128_c2_s6"})
+        for (const DType dt : {DType::Float16, DType::BFloat16})
+            for (const bool ta : {false, true})
+                for (const char* splits : {"1", "2c", "4c"}) {
+                    if (cfg == "128_c2_s6" && std::string(splits) != "1") continue;
+                    const std::string kernel = std::string("kiln_gemm_wg_") + (dt == DType::Float16 ? "f16" : "bf16") + "_" +
+                                               (ta ? "t" : "k") + "t_" + cfg;
+                    for (int variant = 0; variant < 3; ++variant) {
+                        DotOptions o;
+                        if (variant == 1) o.alpha = 0.5, o.relu = true;
+                        if (variant == 2) o.relu = true, o.slope = 0.1;
+                        if (variant > 0) o.bias = ctx.array(random_floats(size_t(N), seed + 3), {N}, DType::Float32);
+                        Tensor A = operand(ctx, M, K, ta, 0, true, dt, seed);
+                        Tensor B = operand(ctx, K, N, false, 0, true, dt, seed + 1);
+                        seed += 4;
+                        std::vector<float> out[2];
+                        bool lean[2];
+                        for (int twin = 0; twin < 2; ++twin) {
+                            Tensor C = ctx.zeros({M, N}, dt);
+                            setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+                            setenv("KILN_GEMM_SPLITS", splits, 1);
+                            if (twin == 0) setenv("KILN_GEMM_LEAN", "0", 1);
+                            compound_dot(A, B, C, o);
+                            lean[twin] = gemm::last_gemm_launch_lean();
+                            unsetenv("KILN_GEMM_KERNEL");
+                            unsetenv("KILN_GEMM_SPLITS");
+                            unsetenv("KILN_GEMM_LEAN");
+                            out[twin] = C.to_vector<float>();
+                            INFO(kernel << " k/" << splits << " variant " << variant << (twin ? " lean" : " general"));
+                            CHECK(check_against_reference(A, B, ctx.zeros({M, N}, dt), C, o, out_eps(dt), 2e-6) <= 1.0);
+                        }
+                        INFO(kernel << " k/" << splits << " variant " << variant);
+                        CHECK(!lean[0]);
+                        CHECK(lean[1]);
+                        CHECK(out[0] == out[1]);
+                    }
+                }
+    // Where the epilogue is not plain the general kernel runs: bsum, beta, float32 C, C of the
+    // other 16-bit dtype, C rows not 16-byte aligned, stochastic rounding, a split through
+    // shared memory (128 wide), and the 256-wide tile, which has no twin.
+    // (`rounding`: C's rounding error in units of round-to-nearest's; stochastic rounding's is twice.)
+    const auto ran_lean = [&](const char* kernel, const char* splits, DotOptions o, DType cdt, int64_t c_pad,
+                              double rounding = 1) {
+        Tensor A = operand(ctx, M, K, false, 0, true, DType::Float16, seed);
+        Tensor B = operand(ctx, K, N, false, 0, true, DType::Float16, seed + 1);
+        Tensor C = operand(ctx, M, N, false, c_pad, true, cdt, seed + 2);
+        Tensor C0 = ctx.empty({M, N}, cdt);
+        C0.assign(C.expr());
+        seed += 3;
+        Tensor bs;
+        if (o.bsum) o.bsum = bs = ctx.zeros({M}, DType::Float32);
+        setenv("KILN_GEMM_KERNEL", kernel, 1);
+        setenv("KILN_GEMM_SPLITS", splits, 1);
+        compound_dot(A, B, C, o);
+        const bool lean = gemm::last_gemm_launch_lean();
+        unsetenv("KILN_GEMM_KERNEL");
+        unsetenv("KILN_GEMM_SPLITS");
+        std::vector<double> sums;
+        CHECK(check_against_reference(A, B, C0, C, o, rounding * out_eps(cdt), 2e-6, o.bsum ? &sums : nullptr) <= 1.0);
+        if (o.bsum) check_row_sums(bs.to_vector<float>(), sums, N * out_eps(cdt) * 4);
+        return lean;
+    };
+    DotOptions plain, with_bsum, with_beta;
+    with_bsum.bsum = Tensor();
+    with_beta.beta = 0.5;
+    CHECK(ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", plain, DType::Float16, 0));   // the baseline: lean
+    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", with_bsum, DType::Float16, 0));
+    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "2c", with_bsum, DType::Float16, 0));
+    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_16_c1_s8", "1", with_beta, DType::Float16, 0));
+    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", plain, DType::Float32, 0));
+    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", plain, DType::BFloat16, 0));
+    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", plain, DType::Float16, 3));   // rows 150 bytes apart
+    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_128_c2_s6", "2c", plain, DType::Float16, 0));
+    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_256_c2_s4", "1", plain, DType::Float16, 0));
+    {
+        ctx.set_stochastic_round(10);
+        CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", plain, DType::Float16, 0, 2));
+        ctx.set_stochastic_round(0);
+    }
+    // The benchmark's "kernel chosen" says which runs.
+    Tensor A = ctx.array(random_floats(size_t(3072 * 1024), 5), {3072, 1024}, DType::Float16);
+    Tensor B = ctx.array(random_floats(size_t(1024 * 128), 6), {1024, 128}, DType::Float16);
+    Tensor C = ctx.zeros({3072, 128}, DType::Float16);
+    CHECK(gemm::selected_kernel(A, B, C).find(" lean") != std::string::npos);
+    Tensor C32 = ctx.zeros({3072, 128}, DType::Float32);
+    CHECK(gemm::selected_kernel(A, B, C32).find(" lean") == std::string::npos);
+}
