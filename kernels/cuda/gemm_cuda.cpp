@@ -348,15 +348,18 @@ bool staged_kmajor(const Tensor& X, bool is_a, bool tf32) {
     return is_kmajor(mat(X), is_a) || tf32;
 }
 
-// Rule 7 (gemm_select.hpp): the one-tile wgmma kernels up to 128 wide run their lean twin
-// where the epilogue is plain: 16-bit C of the operands' dtype in rows of 16 bytes (the
-// 16-bit register epilogue's condition, gemm_sm90.cu rows_of_16_bytes), no beta, stochastic
-// rounding or bsum, and no split but one in a cluster through registers.
-bool runs_lean(const GemmKernel& k, const GemmParams& p, DType dt, bool bsum) {
-    return k.path == GemmPath::Wgmma && !k.persistent && k.bn <= 128 &&
-           (k.splits == 1 || (k.cluster_k && k.bn <= kSplitPushMaxBn)) && !bsum && p.c_dtype == gemm_dtype(dt) &&
-           p.c_dtype != kF32 && !(p.flags & kBeta) && p.sr_bits == 0 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
-           p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0 && lean_kernels_allowed();
+// Rule 7 (gemm_select.hpp): the one-tile wgmma kernels up to 128 wide run a lean twin where
+// the epilogue is plain: 16-bit C of the operands' dtype in rows of 16 bytes (the 16-bit
+// register epilogue's condition, gemm_sm90.cu rows_of_16_bytes), no beta or stochastic
+// rounding, and no split but one in a cluster through registers. The twin's entry suffix, or
+// nullptr for none.
+const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool bsum) {
+    const bool plain = k.path == GemmPath::Wgmma && !k.persistent && k.bn <= 128 &&
+                       (k.splits == 1 || (k.cluster_k && k.bn <= kSplitPushMaxBn)) && p.c_dtype == gemm_dtype(dt) &&
+                       p.c_dtype != kF32 && !(p.flags & kBeta) && p.sr_bits == 0 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
+                       p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
+    if (!plain || !lean_kernels_allowed()) return nullptr;
+    return bsum ? "_lean_bsum" : "_lean";
 }
 
 thread_local bool last_launch_lean = false;
@@ -397,7 +400,7 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
     p.c_sm = c.s_row, p.c_sn = c.s_col, p.c_batch = c.s_batch;
     p.c_dtype = gemm_dtype(C.dtype());
     if (C.context().impl().stochastic_round_bits > 0 && C.dtype() != DType::Float32) p.sr_bits = 1;
-    return describe(k) + (runs_lean(k, p, A.dtype(), false) ? " lean" : "") + (staged.empty() ? "" : " (copied" + staged + ")");
+    return describe(k) + (lean_twin(k, p, A.dtype(), false) ? " lean" : "") + (staged.empty() ? "" : " (copied" + staged + ")");
 }
 
 namespace {
@@ -520,9 +523,9 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmPa
         smem += split_receive_bytes(k.bm, k.bn, k.splits);
     if (programmatic && k.path != GemmPath::Wgmma && blocks * grid_y <= be.info().multiprocessors)
         smem = std::max(smem, be.info().max_shared_optin / 2 + 1);
-    const bool lean = runs_lean(k, p, dt, bsum != nullptr);
-    last_launch_lean = lean;
-    const std::string entry = lean ? k.entry + "_lean" : k.entry;
+    const char* twin = lean_twin(k, p, dt, bsum != nullptr);
+    last_launch_lean = twin != nullptr;
+    const std::string entry = twin ? k.entry + twin : k.entry;
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, smem);
     log_debug("gemm: {}x{}x{} batch {} {} -> {} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), describe(k), k.bm,
               k.bn, blocks * grid_y);

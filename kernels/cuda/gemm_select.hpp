@@ -53,11 +53,12 @@
 //     except in one wave of the wgmma one-tile kernels that no cluster launch groups:
 //     one_wave_raster_group, below.
 //  7. Lean twins. The wgmma one-tile kernels up to 128 wide run a twin built for the plain
-//     epilogue alone (entry + "_lean", gemm_sm90.cu) where the product allows it: 16-bit C of
-//     the operands' dtype, rows 16-byte aligned, no beta, stochastic rounding or bsum, and no
-//     split but one in a cluster whose sums cross in registers. Same arithmetic, same bits;
-//     a tenth of the code, which a one-wave product fetches from L2 as it runs (fp16
-//     3072x128x1024 on the H100: 4.41 us a call against 5.24). KILN_GEMM_LEAN=0 turns it off.
+//     epilogue alone (entry + "_lean", or "_lean_bsum" with bsum; gemm_sm90.cu) where the
+//     product allows it: 16-bit C of the operands' dtype, rows 16-byte aligned, no beta or
+//     stochastic rounding, and no split but one in a cluster whose sums cross in registers.
+//     Same arithmetic, same bits; a tenth of the code, which a one-wave product fetches from
+//     L2 as it runs (fp16 3072x128x1024 on the H100: 4.31 us a call against 5.23).
+//     KILN_GEMM_LEAN=0 turns it off.
 #pragma once
 #include <cstdint>
 #include <string>

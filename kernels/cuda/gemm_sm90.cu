@@ -397,6 +397,10 @@ __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
 // read from global memory here, each thread's 2 * BN / 8 columns cost 15% at 4096^3, and
 // filled here, behind a barrier, 3%. (store_tile_16bit's rows_begin and rows_end: the rows of
 // the tile it stores, and whose bsum it counts; a block of a split tile stores only its own.)
+// Which epilogues a one-tile kernel's code holds: every one (kGeneral), or, in its lean twins
+// (the entry points), the 16-bit register epilogue into C of the operands' dtype alone, without
+// bsum (kLeanPlain) or with it (kLeanBsum).
+enum { kGeneral, kLeanPlain, kLeanBsum };
 __device__ __forceinline__ bool rows_of_16_bytes(const GemmParams& p) {
     return !(p.flags & kBeta) && p.sr_bits == 0 && p.c_dtype != kF32 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
            p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
@@ -542,7 +546,7 @@ __device__ __forceinline__ void share_row_sum(const GemmParams& p, float* row_su
     else store_to_peer(row_sums + r, sums_in, owner, s);
 }
 
-template <class T, int BM, int BN, int NTHREADS, bool LEAN = false>
+template <class T, int BM, int BN, int NTHREADS, int LEAN = kGeneral>
 __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const float (&acc)[BN / 2], unsigned char* smem,
                                                  const float* bias_s, int m0, int n0, int tile_n, int z, int row0, int q,
                                                  int tid, float* row_sums, uint64_t* sums_in, int rows_begin = 0,
@@ -558,11 +562,11 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     // them would spill, and it runs the large products, where this is a small part.)
     if constexpr (BN <= 128) {
         uint32_t results[BN / 4];
-        if constexpr (LEAN) {   // C of the operands' dtype, no bsum: only the activation varies
-            constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-            if (!(p.flags & kRelu)) round_results<kBf16, kActNone, false, BN>(p, acc, bias_s, q, results, row_sum);
-            else if (p.slope == 0.f) round_results<kBf16, kActRelu, false, BN>(p, acc, bias_s, q, results, row_sum);
-            else round_results<kBf16, kActLeaky, false, BN>(p, acc, bias_s, q, results, row_sum);
+        if constexpr (LEAN != kGeneral) {   // C of the operands' dtype, bsum known: only the activation varies
+            constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>, kSums = LEAN == kLeanBsum;
+            if (!(p.flags & kRelu)) round_results<kBf16, kActNone, kSums, BN>(p, acc, bias_s, q, results, row_sum);
+            else if (p.slope == 0.f) round_results<kBf16, kActRelu, kSums, BN>(p, acc, bias_s, q, results, row_sum);
+            else round_results<kBf16, kActLeaky, kSums, BN>(p, acc, bias_s, q, results, row_sum);
         } else {
             with_epilogue_choices(p, [&](auto bf16, auto act, auto sums) {
                 round_results<bf16.value, act.value, sums.value, BN>(p, acc, bias_s, q, results, row_sum);
@@ -602,12 +606,12 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
             }
         }
     };
-    if (!LEAN && (p.flags & kBsum) && p.bsum_cluster) finish_row_sums();
+    if (LEAN != kLeanPlain && (p.flags & kBsum) && p.bsum_cluster) finish_row_sums();
     asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory");
     // bsum_cluster: this block's rows added (and their bsum stored) before its C stores, which
     // then overlap the last stores' latency (0.1-0.15 us a call less than after them on the
     // H100's one-wave products, docs/gemm-notes.md 49).
-    if (!LEAN && p.bsum_cluster)
+    if (LEAN != kLeanPlain && p.bsum_cluster)
         add_owned_rows<BM>(p, row_sums - (int(blockIdx.x) % p.tiles_n) * BM, sums_in, m0, z, tid, NTHREADS);
     // Each row: BN / 8 chunks of 16 bytes, a lane per chunk.
     constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
@@ -627,7 +631,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
             for (int i = 0; i < 8 && n + i < p.n; ++i) dst[i] = e[i];
         }
     }
-    if (!LEAN && (p.flags & kBsum) && !p.bsum_cluster) finish_row_sums();
+    if (LEAN != kLeanPlain && (p.flags & kBsum) && !p.bsum_cluster) finish_row_sums();
 }
 
 // A consumer's accumulators into the block's float32 tile in shared memory (rows tile_ld(BN)
@@ -703,7 +707,7 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
 // (The general split epilogue above, staging in float32, a cluster barrier, the others' rows
 // read through distributed shared memory, finish_tile and a second barrier, took 3.7 us
 // against the unsplit 64 x 64 tile's 1.4, docs/gemm-notes.md 54.)
-template <class T, int BM, int BN, int NTHREADS, int SPLITS, bool LEAN, class Sync>
+template <class T, int BM, int BN, int NTHREADS, int SPLITS, int LEAN, class Sync>
 __device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float (&acc)[BN / 2], unsigned char* smem,
                                                       const float* bias_s, float4* receive, uint64_t* split_in, int m0,
                                                       int n0, Tile at, int z, int c, int warp, int lane, int tid,
@@ -755,10 +759,10 @@ __device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float
     }
     constexpr int kRows = BM / SPLITS;
     const int g = lane / 4, q = lane % 4;
-    if (!LEAN && (p.flags & kBsum)) zero_columns_past_n<BN>(acc, p.n - n0, q);
+    if (LEAN != kLeanPlain && (p.flags & kBsum)) zero_columns_past_n<BN>(acc, p.n - n0, q);
     store_tile_16bit<T, BM, BN, NTHREADS, LEAN>(p, acc, smem, bias_s, m0, n0, at.n, z, 64 * c + 16 * warp + g, q, tid,
                                                 nullptr, nullptr, rank * kRows, rank * kRows + kRows);
-    if constexpr (!LEAN) bsum_across_tiles<BM>(p, m0, at.m, z, tid, NTHREADS, sync);
+    if constexpr (LEAN != kLeanPlain) bsum_across_tiles<BM>(p, m0, at.m, z, tid, NTHREADS, sync);
 }
 
 // bsum_cluster (above) after the general epilogue: finish_tile left the tile's row sums in
@@ -774,7 +778,7 @@ __device__ __forceinline__ void bsum_across_cluster(const GemmParams& p, float* 
     add_owned_rows<BM>(p, gathered, sums_in, m0, z, ctid, nthreads);
 }
 
-template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, bool LEAN = false>
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, int LEAN = kGeneral>
 __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMap* map_a, const CUtensorMap* map_b) {
     using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
     constexpr int BM = Cfg::BM, BK = Cfg::BK;
@@ -794,10 +798,11 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     }
     // Split-K in a cluster through the blocks' registers (split_k_push_epilogue), where the
     // receive buffer fits beside the stages (the host sizes shared memory by the same rule).
-    // (LEAN: the plain epilogue, whose splits are all of this kind; see the entry points.)
-    const bool push_split = BN <= kSplitPushMaxBn && p.k_cluster && (LEAN || rows_of_16_bytes(p));
-    const bool bsum_cluster = !LEAN && p.bsum_cluster, k_cluster = p.k_cluster;
-    if (LEAN && k_cluster && !push_split) __trap();   // the host's choice of kernel is wrong
+    // (The lean twins' splits are all of this kind; see the entry points.)
+    constexpr bool lean = LEAN != kGeneral;
+    const bool push_split = BN <= kSplitPushMaxBn && p.k_cluster && (lean || rows_of_16_bytes(p));
+    const bool bsum_cluster = LEAN != kLeanPlain && p.bsum_cluster, k_cluster = p.k_cluster;
+    if (lean && k_cluster && !push_split) __trap();   // the host's choice of kernel is wrong
     // Completes when the other blocks' sums of this block's rows have landed: their row sums
     // (bsum_cluster) or their slices' sums (push_split).
     __shared__ __align__(8) uint64_t sums_in;
@@ -849,7 +854,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     // The tile's bias, for the 16-bit epilogue: loaded now, its latency hidden by the main loop
     // (the barrier that opens the epilogue makes it visible).
     float* bias_s = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes);
-    if (LEAN || rows_of_16_bytes(p)) {   // (zeros without a bias: the register epilogue adds it unconditionally)
+    if (lean || rows_of_16_bytes(p)) {   // (zeros without a bias: the register epilogue adds it unconditionally)
         const bool bias = p.flags & kBias;
         for (int i = tid - 128; i < BN; i += 128 * CONSUMERS) bias_s[i] = bias && n0 + i < p.n ? __ldg(p.bias + n0 + i) : 0.f;
     }
@@ -878,31 +883,32 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         });
         return;
     }
-    if (!LEAN && k_cluster) {
+    if (!lean && k_cluster) {
         split_k_epilogue<BM, BN, kConsumerThreads>(p, acc, reinterpret_cast<float*>(smem), m0, n0, at, w.zc, row0, q,
                                                    tid - 128, consumers_sync);
         return;
     }
-    if constexpr (LEAN) {
-        store_tile_16bit<T, BM, BN, kConsumerThreads, true>(p, acc, smem, bias_s, m0, n0, at.n, w.zc, row0, q, tid - 128,
+    if constexpr (LEAN == kLeanPlain) {
+        store_tile_16bit<T, BM, BN, kConsumerThreads, LEAN>(p, acc, smem, bias_s, m0, n0, at.n, w.zc, row0, q, tid - 128,
                                                             nullptr, nullptr);
     } else {
         // bsum_cluster: the row sums of the cluster's tiles (up to 8), this tile's in its slot.
         __shared__ float gathered[8 * BM];
         float* row_sums = gathered + (p.bsum_cluster ? int(blockIdx.x) % p.tiles_n : 0) * BM;
-        if (rows_of_16_bytes(p)) {
+        if (lean || rows_of_16_bytes(p)) {
             if (p.flags & kBsum) zero_columns_past_n<BN>(acc, p.n - n0, q);
-            store_tile_16bit<T, BM, BN, kConsumerThreads>(p, acc, smem, bias_s, m0, n0, at.n, w.zc, row0, q, tid - 128,
-                                                          row_sums, &sums_in);
-        } else {
+            store_tile_16bit<T, BM, BN, kConsumerThreads, LEAN>(p, acc, smem, bias_s, m0, n0, at.n, w.zc, row0, q,
+                                                                tid - 128, row_sums, &sums_in);
+        } else if constexpr (!lean) {
             float* tile = reinterpret_cast<float*>(smem);
             stage_accumulators<BN>(tile, acc, row0, q);
             asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
             finish_tile<BM, BN, kConsumerThreads>(p, tile, m0, n0, at.n, w.zc, tid - 128, p.bsum_cluster ? row_sums : nullptr);
         }
         if (p.bsum_cluster) {
-            if (!rows_of_16_bytes(p))   // (the 16-bit epilogue added its rows before its C stores)
-                bsum_across_cluster<BM>(p, gathered, &sums_in, m0, w.zc, tid - 128, kConsumerThreads, consumers_sync);
+            if constexpr (!lean)
+                if (!rows_of_16_bytes(p))   // (the 16-bit epilogue added its rows before its C stores)
+                    bsum_across_cluster<BM>(p, gathered, &sums_in, m0, w.zc, tid - 128, kConsumerThreads, consumers_sync);
         }
         else bsum_across_tiles<BM>(p, m0, at.m, w.zc, tid - 128, kConsumerThreads, consumers_sync);
     }
@@ -1470,7 +1476,7 @@ using namespace kiln::gemm;
     }
 // The same kernel for the plain epilogue alone, entry name + "_lean": 16-bit C of the operands'
 // dtype in rows of 16 bytes, no beta, stochastic rounding or bsum, splits in a cluster only
-// through registers (split_k_push_epilogue). Its code is a tenth of the general kernel's
+// through registers (split_k_push_epilogue); + "_lean_bsum": the same with bsum. Its code is a tenth of the general kernel's
 // (the 64 x 64 tile: ~1,000 instructions against ~15,500), which matters because a block runs
 // its epilogue once, each instruction line fetched from L2 as it goes (docs/gemm-notes.md 56,
 // 77): on the H100 fp16 3072x128x1024 took 4.41 us a call against 5.24, 512^3 3.16 against 3.85.
@@ -1479,7 +1485,13 @@ using namespace kiln::gemm;
         kiln_gemm_wg_##tn##_##ta##tb##_##BN##_c##CONS##_s##ST##_lean(const __grid_constant__ GemmParams p,      \
                                                                       const __grid_constant__ CUtensorMap map_a, \
                                                                       const __grid_constant__ CUtensorMap map_b) { \
-        wgmma_gemm<T, BN, CONS, ST, TA, TB, true>(p, &map_a, &map_b);                                            \
+        wgmma_gemm<T, BN, CONS, ST, TA, TB, kLeanPlain>(p, &map_a, &map_b);                                      \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(128 * (CONS + 1), 1)                                            \
+        kiln_gemm_wg_##tn##_##ta##tb##_##BN##_c##CONS##_s##ST##_lean_bsum(const __grid_constant__ GemmParams p, \
+                                                                           const __grid_constant__ CUtensorMap map_a, \
+                                                                           const __grid_constant__ CUtensorMap map_b) { \
+        wgmma_gemm<T, BN, CONS, ST, TA, TB, kLeanBsum>(p, &map_a, &map_b);                                       \
     }
 // Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p (16-bit C), ..._pf (float32 C).
 #define KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, C32, suffix)                                                 \

@@ -1139,9 +1139,11 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
     if (!hopper_or_skip(ctx, "wgmma")) return;
     // Every one-tile kernel with a lean twin, both 16-bit dtypes, A in both layouts, unsplit and
     // split in clusters of 2 and 4 (tiles up to 64 wide: the splits whose sums cross in
-    // registers), three plain epilogues: C from the lean twin equals C from the general kernel
-    // (KILN_GEMM_LEAN=0) bit for bit, and both match the float64 reference. 301 x 72: partial
-    // tiles along both dimensions, C's rows 16-byte aligned; K = 600 is 10 k-tiles.
+    // registers), four plain epilogues (the last with bsum, whose rows span 2-5 tiles: in one
+    // cluster unsplit, through global partials split): C and bsum from the lean twin equal
+    // those from the general kernel (KILN_GEMM_LEAN=0) bit for bit, and both match the float64
+    // reference. 301 x 72: partial tiles along both dimensions, C's rows 16-byte aligned;
+    // K = 600 is 10 k-tiles.
     uint32_t seed = 7100;
     const int64_t M = 301, N = 72, K = 600;
     for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "64_c2_s8", "128_c2_s6"})
@@ -1151,18 +1153,19 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
                     if (cfg == "128_c2_s6" && std::string(splits) != "1") continue;
                     const std::string kernel = std::string("kiln_gemm_wg_") + (dt == DType::Float16 ? "f16" : "bf16") + "_" +
                                                (ta ? "t" : "k") + "t_" + cfg;
-                    for (int variant = 0; variant < 3; ++variant) {
+                    for (int variant = 0; variant < 4; ++variant) {
                         DotOptions o;
                         if (variant == 1) o.alpha = 0.5, o.relu = true;
-                        if (variant == 2) o.relu = true, o.slope = 0.1;
+                        if (variant >= 2) o.relu = true, o.slope = 0.1;
                         if (variant > 0) o.bias = ctx.array(random_floats(size_t(N), seed + 3), {N}, DType::Float32);
                         Tensor A = operand(ctx, M, K, ta, 0, true, dt, seed);
                         Tensor B = operand(ctx, K, N, false, 0, true, dt, seed + 1);
                         seed += 4;
-                        std::vector<float> out[2];
+                        std::vector<float> out[2], sums_out[2];
                         bool lean[2];
                         for (int twin = 0; twin < 2; ++twin) {
-                            Tensor C = ctx.zeros({M, N}, dt);
+                            Tensor C = ctx.zeros({M, N}, dt), bs;
+                            if (variant == 3) o.bsum = bs = ctx.zeros({M}, DType::Float32);
                             setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
                             setenv("KILN_GEMM_SPLITS", splits, 1);
                             if (twin == 0) setenv("KILN_GEMM_LEAN", "0", 1);
@@ -1173,17 +1176,24 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
                             unsetenv("KILN_GEMM_LEAN");
                             out[twin] = C.to_vector<float>();
                             INFO(kernel << " k/" << splits << " variant " << variant << (twin ? " lean" : " general"));
-                            CHECK(check_against_reference(A, B, ctx.zeros({M, N}, dt), C, o, out_eps(dt), 2e-6) <= 1.0);
+                            std::vector<double> sums;
+                            CHECK(check_against_reference(A, B, ctx.zeros({M, N}, dt), C, o, out_eps(dt), 2e-6,
+                                                          variant == 3 ? &sums : nullptr) <= 1.0);
+                            if (variant == 3) {
+                                sums_out[twin] = bs.to_vector<float>();
+                                check_row_sums(sums_out[twin], sums, N * out_eps(dt) * 4);
+                            }
                         }
                         INFO(kernel << " k/" << splits << " variant " << variant);
                         CHECK(!lean[0]);
                         CHECK(lean[1]);
                         CHECK(out[0] == out[1]);
+                        CHECK(sums_out[0] == sums_out[1]);
                     }
                 }
-    // Where the epilogue is not plain the general kernel runs: bsum, beta, float32 C, C of the
-    // other 16-bit dtype, C rows not 16-byte aligned, stochastic rounding, a split through
-    // shared memory (128 wide), and the 256-wide tile, which has no twin.
+    // Where the epilogue is not plain the general kernel runs: beta, float32 C, C of the other
+    // 16-bit dtype, C rows not 16-byte aligned, stochastic rounding, a split through shared
+    // memory (128 wide), and the 256-wide tile, which has no twin.
     // (`rounding`: C's rounding error in units of round-to-nearest's; stochastic rounding's is twice.)
     const auto ran_lean = [&](const char* kernel, const char* splits, DotOptions o, DType cdt, int64_t c_pad,
                               double rounding = 1) {
@@ -1209,9 +1219,9 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
     DotOptions plain, with_bsum, with_beta;
     with_bsum.bsum = Tensor();
     with_beta.beta = 0.5;
-    CHECK(ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", plain, DType::Float16, 0));   // the baseline: lean
-    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", with_bsum, DType::Float16, 0));
-    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "2c", with_bsum, DType::Float16, 0));
+    CHECK(ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", plain, DType::Float16, 0));   // the baselines: lean
+    CHECK(ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "2c", with_bsum, DType::Float16, 0));
+    CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", with_bsum, DType::Float32, 0));
     CHECK(!ran_lean("kiln_gemm_wg_f16_kt_16_c1_s8", "1", with_beta, DType::Float16, 0));
     CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", plain, DType::Float32, 0));
     CHECK(!ran_lean("kiln_gemm_wg_f16_kt_64_c1_s8", "1", plain, DType::BFloat16, 0));
