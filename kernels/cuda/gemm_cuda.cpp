@@ -353,11 +353,17 @@ bool staged_kmajor(const Tensor& X, bool is_a, bool tf32) {
 // register epilogue's condition, gemm_sm90.cu rows_of_16_bytes), no beta or stochastic
 // rounding, and no split but one in a cluster through registers. The twin's entry suffix, or
 // nullptr for none.
+// The 16-bit register epilogue's condition (gemm_sm90.cu, rows_of_16_bytes): 16-bit C whose
+// rows and batch entries are 16-byte aligned, without beta or stochastic rounding.
+bool register_epilogue(const GemmParams& p) {
+    return p.c_dtype != kF32 && !(p.flags & kBeta) && p.sr_bits == 0 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
+           p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
+}
+
 const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool bsum) {
     const bool plain = k.path == GemmPath::Wgmma && !k.persistent && k.bn <= 128 &&
                        (k.splits == 1 || (k.cluster_k && k.bn <= kSplitPushMaxBn)) && p.c_dtype == gemm_dtype(dt) &&
-                       p.c_dtype != kF32 && !(p.flags & kBeta) && p.sr_bits == 0 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
-                       p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
+                       register_epilogue(p);
     if (!plain || !lean_kernels_allowed()) return nullptr;
     return bsum ? "_lean_bsum" : "_lean";
 }
@@ -375,8 +381,37 @@ int clusters_at_once_one_per_sm(cuda::CudaBackend& be, const std::string& entry,
                                   unsigned(lone));
 }
 
+namespace {
+
+// The kernel as launched: rule 3's split in clusters where it can run as chosen. A tile's
+// clusters must all run at once (a second wave of them doubles the time: fp16 2560x64x2560,
+// 40 clusters of 3, took 10.3 us a call on the H100 against 6.7 as 80 blocks in clusters of 2,
+// while 2304x64x4096, 36 clusters, took 7.4 against 9.0), so a count whose clusters do not fit
+// steps down to the next that does (3 only where the sums cross in registers, which the
+// selector judged from C's TMA alignment); 2 always fits, one block per SM. A count forced by
+// KILN_GEMM_SPLITS stays as it is, but for that condition of 3.
+GemmKernel as_launched(cuda::CudaBackend& be, const GemmKernel& chosen, const GemmParams& p) {
+    GemmKernel k = chosen;
+    if (!k.cluster_k || k.splits <= 2) return k;
+    const bool push = register_epilogue(p) && k.bn <= kSplitPushMaxBn;
+    const char* forced = std::getenv("KILN_GEMM_SPLITS");
+    const bool keep = forced && *forced;
+    const int64_t tiles = ((int64_t(p.m) + k.bm - 1) / k.bm) * ((int64_t(p.n) + k.bn - 1) / k.bn) * p.batch;
+    for (const int s : {8, 4, 3, 2}) {
+        if (s > chosen.splits || (s == 3 && !push)) continue;
+        if (s == 2 || (keep && s == chosen.splits) ||
+            tiles <= clusters_at_once_one_per_sm(be, k.entry, s, k.threads, k.smem)) {
+            k.splits = s;
+            return k;
+        }
+    }
+    return k;
+}
+
+} // namespace
+
 std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
-    const cuda::CudaBackend& be = *C.context().impl().cuda;
+    cuda::CudaBackend& be = *C.context().impl().cuda;
     const double flops = 2.0 * double(C.size()) * double(A.shape()[A.rank() - 1]);
     const bool tf32 = A.dtype() == DType::Float32 && C.context().allow_tf32();
     GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
@@ -392,14 +427,15 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
         pr.b_kmajor = staged_kmajor(B, false, tf32);
         staged += " B";
     }
-    // The plain product's lean twin (rule 7), judged on C as it is.
-    const GemmKernel k = select_gemm(pr);
+    // The plain product as launched, and its lean twin (rule 7), judged on C as it is.
     const Mat c = mat(C);
     GemmParams p{};
     p.c = const_cast<char*>(c.base);
     p.c_sm = c.s_row, p.c_sn = c.s_col, p.c_batch = c.s_batch;
     p.c_dtype = gemm_dtype(C.dtype());
+    p.m = int32_t(pr.m), p.n = int32_t(pr.n), p.batch = int32_t(pr.batch);
     if (C.context().impl().stochastic_round_bits > 0 && C.dtype() != DType::Float32) p.sr_bits = 1;
+    const GemmKernel k = as_launched(be, select_gemm(pr), p);
     return describe(k) + (lean_twin(k, p, A.dtype(), false) ? " lean" : "") + (staged.empty() ? "" : " (copied" + staged + ")");
 }
 
@@ -407,8 +443,9 @@ namespace {
 
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
 // their sum (into `bsum` when given). `p` holds the operands and the epilogue.
-void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& k, GemmParams p, const Mat& a, const Mat& b,
+void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,
                 DType dt, const Tensor* bsum, int c_rank) {
+    const GemmKernel k = as_launched(be, chosen, p);
     const int64_t M = p.m, N = p.n, K = p.k, batch = p.batch;
     const size_t es = dtype_size(dt);
     p.tiles_m = int32_t((M + k.bm - 1) / k.bm);

@@ -39,11 +39,20 @@ enum GemmFlags : int32_t {
 // registers into their shared memory (gemm_sm90.cu, split_k_push_epilogue), into a receive
 // buffer after the stages and the bias, which the host adds to the launch's shared memory.
 // (Wider tiles have no room for it beside their stages.)
+// The tile's 8-row groups are owned in rank order, block `rank` the groups from
+// split_first_group(rank) on (counts differing by at most one: 3, 3, 2 for 8 groups in 3), and
+// its receive buffer holds the other blocks' sums of the most groups a block owns.
 constexpr int kSplitPushMaxBn = 64;
 #ifdef __CUDACC__
 __host__ __device__
 #endif
-constexpr int split_receive_bytes(int bm, int bn, int splits) { return 4 * (splits - 1) * (bm / splits) * bn; }
+constexpr int split_first_group(int groups, int splits, int rank) { return (rank * groups + splits - 1) / splits; }
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+constexpr int split_receive_bytes(int bm, int bn, int splits) {
+    return 4 * (splits - 1) * 8 * split_first_group(bm / 8, splits, 1) * bn;
+}
 
 struct GemmParams {
     const void* a;

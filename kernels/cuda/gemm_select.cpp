@@ -54,8 +54,8 @@ ForcedSplits forced_splits() {
     if (!v || !*v) return f;
     f.n = std::clamp(std::atoi(v), 1, 64);
     f.cluster = std::string(v).find('c') != std::string::npos;
-    if (f.cluster && f.n != 2 && f.n != 4 && f.n != 8)
-        fail(Error::Kind::Value, "KILN_GEMM_SPLITS={}: a cluster split has 2, 4 or 8 blocks", v);
+    if (f.cluster && f.n != 2 && f.n != 3 && f.n != 4 && f.n != 8)
+        fail(Error::Kind::Value, "KILN_GEMM_SPLITS={}: a cluster split has 2, 3, 4 or 8 blocks", v);
     return f;
 }
 
@@ -75,16 +75,18 @@ int slices_for(const GemmProblem& pr, int bm, int bn, int bk) {
     return int(std::max<int64_t>(1, std::min<int64_t>({pr.sms / blocks, ktiles / 4, 64})));
 }
 
-// Rule 3, clusters: the larger of 2 and 4 blocks per tile that keeps one block per SM and 2
-// k-tiles per slice (1: none). (Clusters of 8 were slower than 4 wherever both fit: 1760x16x1760
-// on 64-wide tiles took 12 us in clusters of 8, 8.4 in clusters of 4.)
+// Rule 3, clusters: the most of 2, 3 and 4 blocks per tile that keeps one block per SM and 2
+// k-tiles per slice (1: none); 3 only where the slices' sums cross in registers (its blocks own
+// 3, 3 and 2 of a tile's 8-row groups; the general split epilogue divides the rows evenly).
+// (Clusters of 8 were slower than 4 wherever both fit: 1760x16x1760 on 64-wide tiles took 12 us
+// in clusters of 8, 8.4 in clusters of 4.)
 int cluster_splits_for(const GemmProblem& pr, int bm, int bn, int bk) {
     const int64_t blocks = tiles_of(pr, bm, bn);
     const int64_t ktiles = (pr.k + bk - 1) / bk;
     if (blocks * 2 > pr.sms) return 1;
     int best = 1;
-    for (int cs : {2, 4})
-        if (blocks * cs <= pr.sms && ktiles >= 2 * cs) best = cs;
+    for (int cs : {2, 3, 4})
+        if (blocks * cs <= pr.sms && ktiles >= 2 * cs && (cs != 3 || split_push_applies(pr, bn))) best = cs;
     return best;
 }
 
@@ -150,7 +152,8 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
     // the selector may choose such a split (KILN_GEMM_SPLITS may force one either way).
     const auto add = [&](const GemmKernel& k, double rate, bool clusters, bool auto_clusters = true) {
         if (forced.n >= 0) {
-            if (forced.cluster && clusters && forced.n > 1) push(k, rate, forced.n, true);
+            if (forced.cluster && clusters && forced.n > 1 && (forced.n != 3 || split_push_applies(pr, k.bn)))
+                push(k, rate, forced.n, true);
             else if (!forced.cluster && pr.may_split && forced.n > 1) push(k, rate, forced.n, false);
             else push(k, rate, 1, false);
             return;

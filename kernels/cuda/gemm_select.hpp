@@ -36,18 +36,20 @@
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
 //     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
 //     in one of two ways, each a candidate beside the unsplit tile:
-//     - in a cluster (wgmma one-tile kernels but the 128 x 64 tile, any batch): the 2 or 4
+//     - in a cluster (wgmma one-tile kernels but the 128 x 64 tile, any batch): the 2, 3 or 4
 //       blocks of a tile form a thread block cluster and add their sums through distributed
 //       shared memory, each finishing a share of the tile's rows; at most one block per SM,
-//       at least 2 k-tiles per slice. Fixed cost: cluster_split_us, growing with the tile's
-//       size.
+//       at least 2 k-tiles per slice, 3 only where the sums cross in registers (tiles up to
+//       64 wide, 16-bit C without beta or stochastic rounding). Fixed cost: cluster_split_us,
+//       growing with the tile's size.
 //     - as global slices (every path, unbatched products): up to one block per SM and 64
 //       slices, at least 4 k-tiles per slice; the slices' float32 sums are added by a
 //       precompiled reduction kernel that applies the epilogue. Fixed cost: a second launch
 //       and the slices' bytes written and read.
 //  4. KILN_GEMM_KERNEL=<entry name> forces a kernel (benchmarks, tests); it must fit rule 1.
 //     KILN_GEMM_SPLITS=<n> forces the number of global k slices (1: none), <n>c a cluster
-//     split of n = 2, 4 or 8 blocks (only the wgmma one-tile kernels then split).
+//     split of n = 2, 3, 4 or 8 blocks (only the wgmma one-tile kernels then split, and by 3
+//     only where rule 3 allows it; elsewhere they run unsplit).
 //  5. Operand copies: copy_pays, below; for exact float32, fma_copy_pays.
 //  6. Raster. Consecutive blocks walk down groups of 8 rows of tiles (L2 reuse across waves),
 //     except in one wave of the wgmma one-tile kernels that no cluster launch groups:

@@ -483,11 +483,12 @@ __device__ __forceinline__ void round_results(const GemmParams& p, const float (
         }
     }
 }
-// Calls f(splits) with a cluster split's count (2, 4 or 8: the host's choices) as a
+// Calls f(splits) with a cluster split's count (2, 3, 4 or 8: the host's choices) as a
 // std::integral_constant value.
 template <class F>
 __device__ __forceinline__ void with_split_count(int splits, F&& f) {
     if (splits == 2) f(std::integral_constant<int, 2>{});
+    else if (splits == 3) f(std::integral_constant<int, 3>{});
     else if (splits == 4) f(std::integral_constant<int, 4>{});
     else f(std::integral_constant<int, 8>{});
 }
@@ -653,7 +654,8 @@ __device__ __forceinline__ void stage_accumulators(float* tile, const float (&ac
 // general epilogue (finish_tile: alpha, bias, activation, beta, stochastic rounding, bsum).
 // No float32 slices cross global memory and no second kernel runs: with a separate reduction
 // kernel, a split product was worth about 0.4 of an unsplit one of the same occupancy on the
-// small-N shapes (docs/gemm-notes.md, 7 and 18). k_splits is 2, 4 or 8 (the host's choice).
+// small-N shapes (docs/gemm-notes.md, 7 and 18). k_splits is 2, 4 or 8 (the host's choice;
+// splits of 3 run split_k_push_epilogue only).
 // Used where split_k_push_epilogue (below) is not: tiles wider than kSplitPushMaxBn, beta,
 // stochastic rounding, float32 C.
 template <int BM, int BN, int NTHREADS, class Sync>
@@ -694,8 +696,8 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
 }
 
 // Split-K in a cluster into 16-bit C without beta or stochastic rounding (kSplitPushMaxBn,
-// gemm_params.hpp): the slices' sums cross blocks from registers. Block `rank` owns rows
-// [rank R, rank R + R) of the tile (R = BM / k_splits, a multiple of 8). A thread's
+// gemm_params.hpp): the slices' sums cross blocks from registers. Block `rank` owns the 8-row
+// groups [split_first_group(rank), split_first_group(rank + 1)) of the tile. A thread's
 // accumulators are two row groups of 8 rows (rows row0 and row0 + 8, BN / 16 float4 values
 // each); a group owned by another block is sent with st.async into that block's receive
 // buffer, in a layout that mirrors the registers (slot [source][group][float4][lane], so that
@@ -707,25 +709,35 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
 // (The general split epilogue above, staging in float32, a cluster barrier, the others' rows
 // read through distributed shared memory, finish_tile and a second barrier, took 3.7 us
 // against the unsplit 64 x 64 tile's 1.4, docs/gemm-notes.md 54.)
+// The bytes block `rank` of a split receives: the other blocks' sums of its row groups.
+template <int BM, int BN>
+__device__ __forceinline__ uint32_t split_incoming_bytes(int splits) {
+    const int rank = int(blockIdx.x) % splits;
+    const int owned = split_first_group(BM / 8, splits, rank + 1) - split_first_group(BM / 8, splits, rank);
+    return uint32_t(4 * (splits - 1) * 8 * owned * BN);
+}
 template <class T, int BM, int BN, int NTHREADS, int SPLITS, int LEAN, class Sync>
 __device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float (&acc)[BN / 2], unsigned char* smem,
                                                       const float* bias_s, float4* receive, uint64_t* split_in, int m0,
                                                       int n0, Tile at, int z, int c, int warp, int lane, int tid,
                                                       Sync sync) {
     constexpr int kVecs = BN / 16;                   // float4 values per row group per thread
-    constexpr int kOwnedGroups = BM / SPLITS / 8;    // row groups per block
-    constexpr uint32_t kSourceBytes = kOwnedGroups * kVecs * 512;   // one source's slots
+    constexpr int kGroups = BM / 8;
+    constexpr int kSlotGroups = split_first_group(kGroups, SPLITS, 1);   // the most groups a block owns
+    constexpr uint32_t kSourceBytes = kSlotGroups * kVecs * 512;        // one source's slots
     const int rank = int(blockIdx.x) % SPLITS;
+    const auto owner_of = [](int group) { return group * SPLITS / kGroups; };
+    const auto slot_of = [&](int group) { return group - split_first_group(kGroups, SPLITS, owner_of(group)); };
     // The group's float4 v: columns 16v + 2q, + 1, 16v + 8 + 2q, + 1 of row row0 + 8h.
     const auto vec = [&](int v, int h) {
         return make_float4(acc[8 * v + 2 * h], acc[8 * v + 2 * h + 1], acc[8 * v + 4 + 2 * h], acc[8 * v + 5 + 2 * h]);
     };
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int group = 8 * c + 2 * warp + h, owner = group / kOwnedGroups;
+        const int group = 8 * c + 2 * warp + h, owner = owner_of(group);
         if (owner == rank) continue;
         const int source = rank < owner ? rank : rank - 1;
-        const float4* slot = receive + ((source * kOwnedGroups + group % kOwnedGroups) * kVecs) * 32 + lane;
+        const float4* slot = receive + ((source * kSlotGroups + slot_of(group)) * kVecs) * 32 + lane;
         const uint32_t to = cluster_peer_addr(slot, owner), bar = cluster_peer_addr(split_in, owner);
 #pragma unroll
         for (int v = 0; v < kVecs; ++v) store_to_peer_f4(to + 512u * v, bar, vec(v, h));
@@ -736,8 +748,8 @@ __device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int group = 8 * c + 2 * warp + h;
-        if (group / kOwnedGroups != rank) continue;
-        const uint32_t slots = smem_u32(receive + ((group % kOwnedGroups) * kVecs) * 32 + lane);
+        if (owner_of(group) != rank) continue;
+        const uint32_t slots = smem_u32(receive + (slot_of(group) * kVecs) * 32 + lane);
 #pragma unroll
         for (int v = 0; v < kVecs; ++v) {
             // The other blocks' sums (source i: block i, or i + 1 from this block's rank on),
@@ -757,11 +769,11 @@ __device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float
             acc[8 * v + 4 + 2 * h] = sum.z, acc[8 * v + 5 + 2 * h] = sum.w;
         }
     }
-    constexpr int kRows = BM / SPLITS;
     const int g = lane / 4, q = lane % 4;
     if (LEAN != kLeanPlain && (p.flags & kBsum)) zero_columns_past_n<BN>(acc, p.n - n0, q);
     store_tile_16bit<T, BM, BN, NTHREADS, LEAN>(p, acc, smem, bias_s, m0, n0, at.n, z, 64 * c + 16 * warp + g, q, tid,
-                                                nullptr, nullptr, rank * kRows, rank * kRows + kRows);
+                                                nullptr, nullptr, 8 * split_first_group(kGroups, SPLITS, rank),
+                                                8 * split_first_group(kGroups, SPLITS, rank + 1));
     if constexpr (LEAN != kLeanPlain) bsum_across_tiles<BM>(p, m0, at.m, z, tid, NTHREADS, sync);
 }
 
@@ -802,14 +814,13 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     constexpr bool lean = LEAN != kGeneral;
     const bool push_split = BN <= kSplitPushMaxBn && p.k_cluster && (lean || rows_of_16_bytes(p));
     const bool bsum_cluster = LEAN != kLeanPlain && p.bsum_cluster, k_cluster = p.k_cluster;
-    if (lean && k_cluster && !push_split) __trap();   // the host's choice of kernel is wrong
+    if (k_cluster && !push_split && (lean || p.k_splits == 3)) __trap();   // the host's choice of kernel is wrong
     // Completes when the other blocks' sums of this block's rows have landed: their row sums
     // (bsum_cluster) or their slices' sums (push_split).
     __shared__ __align__(8) uint64_t sums_in;
     if ((bsum_cluster || push_split) && tid == 0) {
         mbar_init(&sums_in, 1);
-        mbar_expect_tx(&sums_in, bsum_cluster ? bsum_cluster_bytes<BM>(p)
-                                                : uint32_t(split_receive_bytes(BM, BN, p.k_splits)));
+        mbar_expect_tx(&sums_in, bsum_cluster ? bsum_cluster_bytes<BM>(p) : split_incoming_bytes<BM, BN>(p.k_splits));
     }
     init_ring<STAGES, CONSUMERS>(ring);   // (its fence publishes sums_in's initialisation to the cluster)
     if (bsum_cluster || push_split) cluster_arrive_relaxed();   // waited for before sums cross blocks

@@ -983,12 +983,14 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
     Context ctx(ContextOptions{"cuda"});
     if (!hopper_or_skip(ctx, "wgmma")) return;
     int seed = 1300;
-    // Every one-tile wgmma kernel, 2, 4 and 8 blocks per tile, every epilogue (beta, bias,
+    // Every one-tile wgmma kernel, 2, 3, 4 and 8 blocks per tile, every epilogue (beta, bias,
     // leaky ReLU, bsum over several tiles per row: each block of a cluster counts its rows).
     // K = 200 is 4 k-tiles: with 8 slices, half of the blocks add nothing but their zeros.
     // Variants 0, 2 and 4 (16-bit C, no beta) take the register epilogue on tiles up to 64
-    // wide (the slices' sums sent between blocks' registers), 1 and 3 the general one.
-    for (const char* splits : {"2c", "4c", "8c"})
+    // wide (the slices' sums sent between blocks' registers), 1 and 3 the general one. Splits
+    // of 3 (row groups owned 3, 3, 2; one slice of nothing at K = 200) only take the first: the
+    // other products run unsplit.
+    for (const char* splits : {"2c", "3c", "4c", "8c"})
         for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "128_c2_s6", "256_c2_s4", "64_c2_s8"})
             for (int variant = 0; variant < 5; ++variant) {
                 const DType dt = variant % 2 ? DType::BFloat16 : DType::Float16;
@@ -1003,6 +1005,31 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
                 unsetenv("KILN_GEMM_SPLITS");
                 CHECK(ran);
             }
+    // The selector's counts where a cluster's blocks would not all run at once (as_launched):
+    // 33, 36 and 40 tiles of 64 x 64 with 16-bit C (3 allowed) ask for 4, 3 and 3 blocks a tile;
+    // each launches the most of those counts whose clusters the GPU runs at once, 2 at the
+    // least, and computes the product.
+    {
+        cuda::CudaBackend& be = *ctx.impl().cuda;
+        for (const int64_t m : {2112, 2304, 2560}) {
+            const int64_t tiles = m / 64;
+            int expected = 2;
+            for (const int s : {4, 3})
+                if (expected == 2 && s <= 132 / tiles &&
+                    tiles <= gemm::clusters_at_once_one_per_sm(be, "kiln_gemm_wg_f16_kt_64_c1_s8", s, 256, 1 << 17))
+                    expected = s;
+            Tensor A = ctx.array(random_floats(size_t(m * 2560), uint32_t(seed)), {m, 2560}, DType::Float16);
+            Tensor B = ctx.array(random_floats(size_t(2560 * 64), uint32_t(seed + 1)), {2560, 64}, DType::Float16);
+            Tensor C = ctx.zeros({m, 64}, DType::Float16);
+            seed += 2;
+            const std::string chosen = gemm::selected_kernel(A, B, C);
+            INFO(m << "x64x2560: " << chosen << ", expected k/" << expected);
+            CHECK(chosen.find("kiln_gemm_wg_f16_kt_64_c1_s8 k/" + std::to_string(expected) + " cluster") == 0);
+            compound_dot(A, B, C);
+            CHECK(check_against_reference(A, B, ctx.zeros({m, 64}, DType::Float16), C, DotOptions{}, out_eps(DType::Float16),
+                                          2e-6) <= 1.0);
+        }
+    }
     // Transposed operands and tf32.
     for (const std::string l : {"tk", "tt"}) {
         setenv("KILN_GEMM_SPLITS", "4c", 1);
@@ -1138,7 +1165,7 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
     Context ctx(ContextOptions{"cuda"});
     if (!hopper_or_skip(ctx, "wgmma")) return;
     // Every one-tile kernel with a lean twin, both 16-bit dtypes, A in both layouts, unsplit and
-    // split in clusters of 2 and 4 (tiles up to 64 wide: the splits whose sums cross in
+    // split in clusters of 2, 3 and 4 (tiles up to 64 wide: the splits whose sums cross in
     // registers), four plain epilogues (the last with bsum, whose rows span 2-5 tiles: in one
     // cluster unsplit, through global partials split): C and bsum from the lean twin equal
     // those from the general kernel (KILN_GEMM_LEAN=0) bit for bit, and both match the float64
@@ -1149,7 +1176,7 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
     for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "64_c2_s8", "128_c2_s6"})
         for (const DType dt : {DType::Float16, DType::BFloat16})
             for (const bool ta : {false, true})
-                for (const char* splits : {"1", "2c", "4c"}) {
+                for (const char* splits : {"1", "2c", "3c", "4c"}) {
                     if (cfg == "128_c2_s6" && std::string(splits) != "1") continue;
                     const std::string kernel = std::string("kiln_gemm_wg_") + (dt == DType::Float16 ? "f16" : "bf16") + "_" +
                                                (ta ? "t" : "k") + "t_" + cfg;

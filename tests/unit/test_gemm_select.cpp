@@ -264,9 +264,15 @@ TEST_CASE("gemm selector: split-K in a cluster for the wgmma one-tile kernels (r
     plain.bsum = false;
     plain.c_f32 = true;   // float32 C: the general epilogue
     CHECK(describe(select_gemm(plain)) == "kiln_gemm_wg_f16_kt_64_c1_s8");
-    // One tile a row (N = 64): bsum does not change the split.
+    // Where the sums cross in registers, 3 blocks a tile where 4 would not fit one to an SM
+    // (2560x64x2560: 120 blocks); not into float32 C. One tile a row (N = 64): bsum does not
+    // change the split.
     GemmProblem narrow = h100(2560, 64, 2560, kF16);
-    narrow.plain_epilogue = narrow.bsum = true;
+    narrow.plain_epilogue = true;
+    CHECK(describe(select_gemm(narrow)) == "kiln_gemm_wg_f16_kt_64_c1_s8 k/3 cluster");
+    narrow.bsum = true;
+    CHECK(describe(select_gemm(narrow)) == "kiln_gemm_wg_f16_kt_64_c1_s8 k/3 cluster");
+    narrow.c_f32 = true;
     CHECK(describe(select_gemm(narrow)) == "kiln_gemm_wg_f16_kt_64_c1_s8 k/2 cluster");
     // 128 x 128 tiles pay more for a cluster's epilogue: tf32 4096x128x4096 (K-major operands)
     // stays on unsplit 64 x 64 tiles.
@@ -311,13 +317,20 @@ TEST_CASE("gemm selector: split-K in a cluster for the wgmma one-tile kernels (r
             CHECK(c.splits == 1);
         }
     }
-    setenv("KILN_GEMM_SPLITS", "3c", 1);
+    setenv("KILN_GEMM_SPLITS", "5c", 1);
     try {
         gemm_candidates(h100(1760, 16, 1760, kF16));
         FAIL("expected an error");
     } catch (const Error& e) {
-        CHECK(std::string(e.what()) == "KILN_GEMM_SPLITS=3c: a cluster split has 2, 4 or 8 blocks");
+        CHECK(std::string(e.what()) == "KILN_GEMM_SPLITS=5c: a cluster split has 2, 3, 4 or 8 blocks");
     }
+    // 3c splits only where the sums cross in registers (rule 3); elsewhere the kernels run unsplit.
+    setenv("KILN_GEMM_SPLITS", "3c", 1);
+    GemmProblem pushable = h100(2560, 64, 2560, kF16);
+    pushable.plain_epilogue = true;
+    for (const GemmKernel& c : gemm_candidates(pushable))
+        CHECK(c.splits == (c.path == GemmPath::Wgmma && !c.persistent && c.bn <= 64 ? 3 : 1));
+    for (const GemmKernel& c : gemm_candidates(h100(2560, 64, 2560, kF16))) CHECK(c.splits == 1);
     unsetenv("KILN_GEMM_SPLITS");
 }
 
