@@ -351,8 +351,9 @@ bool staged_kmajor(const Tensor& X, bool is_a, bool tf32) {
 // Rule 7 (gemm_select.hpp): the one-tile wgmma kernels up to 128 wide run a lean twin where
 // the epilogue is plain: 16-bit C of the operands' dtype in rows of 16 bytes (the 16-bit
 // register epilogue's condition, gemm_sm90.cu rows_of_16_bytes), no beta or stochastic
-// rounding, and no split but one in a cluster through registers. The twin's entry suffix, or
-// nullptr for none.
+// rounding, and no split but one in a cluster through registers; the persistent kernels into
+// 16-bit C of the operands' dtype run theirs without bsum. The twin's entry suffix, or nullptr
+// for none.
 // The 16-bit register epilogue's condition (gemm_sm90.cu, rows_of_16_bytes): 16-bit C whose
 // rows and batch entries are 16-byte aligned, without beta or stochastic rounding.
 bool register_epilogue(const GemmParams& p) {
@@ -361,10 +362,11 @@ bool register_epilogue(const GemmParams& p) {
 }
 
 const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool bsum) {
-    const bool plain = k.path == GemmPath::Wgmma && !k.persistent && k.bn <= 128 &&
-                       (k.splits == 1 || (k.cluster_k && k.bn <= kSplitPushMaxBn)) && p.c_dtype == gemm_dtype(dt) &&
-                       register_epilogue(p);
-    if (!plain || !lean_kernels_allowed()) return nullptr;
+    if (!lean_kernels_allowed() || k.path != GemmPath::Wgmma || p.c_dtype != gemm_dtype(dt) || p.c_dtype == kF32) return nullptr;
+    if (k.persistent)   // 16-bit C (the selector chose it for a plain epilogue), without bsum
+        return !k.b_in_registers && !bsum ? "_lean" : nullptr;
+    const bool plain = k.bn <= 128 && (k.splits == 1 || (k.cluster_k && k.bn <= kSplitPushMaxBn)) && register_epilogue(p);
+    if (!plain) return nullptr;
     return bsum ? "_lean_bsum" : "_lean";
 }
 
@@ -390,10 +392,10 @@ namespace {
 // steps down to the next that does (3 only where the sums cross in registers, which the
 // selector judged from C's TMA alignment); 2 always fits, one block per SM. A count forced by
 // KILN_GEMM_SPLITS stays as it is, but for that condition of 3.
-GemmKernel as_launched(cuda::CudaBackend& be, const GemmKernel& chosen, const GemmParams& p) {
+GemmKernel as_launched(cuda::CudaBackend& be, const GemmKernel& chosen, const GemmParams& p, DType dt) {
     GemmKernel k = chosen;
     if (!k.cluster_k || k.splits <= 2) return k;
-    const bool push = register_epilogue(p) && k.bn <= kSplitPushMaxBn;
+    const bool push = dt != DType::Float32 && register_epilogue(p) && k.bn <= kSplitPushMaxBn;   // (split_push_applies)
     const char* forced = std::getenv("KILN_GEMM_SPLITS");
     const bool keep = forced && *forced;
     const int64_t tiles = ((int64_t(p.m) + k.bm - 1) / k.bm) * ((int64_t(p.n) + k.bn - 1) / k.bn) * p.batch;
@@ -435,7 +437,8 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
     p.c_dtype = gemm_dtype(C.dtype());
     p.m = int32_t(pr.m), p.n = int32_t(pr.n), p.batch = int32_t(pr.batch);
     if (C.context().impl().stochastic_round_bits > 0 && C.dtype() != DType::Float32) p.sr_bits = 1;
-    const GemmKernel k = as_launched(be, select_gemm(pr), p);
+    pr.plain_epilogue = pr.plain_epilogue && p.sr_bits == 0;   // as cuda_gemm judges it
+    const GemmKernel k = as_launched(be, select_gemm(pr), p, A.dtype());
     return describe(k) + (lean_twin(k, p, A.dtype(), false) ? " lean" : "") + (staged.empty() ? "" : " (copied" + staged + ")");
 }
 
@@ -445,7 +448,7 @@ namespace {
 // their sum (into `bsum` when given). `p` holds the operands and the epilogue.
 void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,
                 DType dt, const Tensor* bsum, int c_rank) {
-    const GemmKernel k = as_launched(be, chosen, p);
+    const GemmKernel k = as_launched(be, chosen, p, dt);
     const int64_t M = p.m, N = p.n, K = p.k, batch = p.batch;
     const size_t es = dtype_size(dt);
     p.tiles_m = int32_t((M + k.bm - 1) / k.bm);

@@ -988,8 +988,9 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
     // K = 200 is 4 k-tiles: with 8 slices, half of the blocks add nothing but their zeros.
     // Variants 0, 2 and 4 (16-bit C, no beta) take the register epilogue on tiles up to 64
     // wide (the slices' sums sent between blocks' registers), 1 and 3 the general one. Splits
-    // of 3 (row groups owned 3, 3, 2; one slice of nothing at K = 200) only take the first: the
-    // other products run unsplit.
+    // of 3 (row groups owned 3, 3, 2; one slice of nothing at K = 200) run only where the sums
+    // cross in registers (variants 0, 2 and 4 on tiles up to 64 wide); the other products run
+    // unsplit.
     for (const char* splits : {"2c", "3c", "4c", "8c"})
         for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "128_c2_s6", "256_c2_s4", "64_c2_s8"})
             for (int variant = 0; variant < 5; ++variant) {
@@ -1011,11 +1012,12 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
     // least, and computes the product.
     {
         cuda::CudaBackend& be = *ctx.impl().cuda;
+        const int64_t sms = be.info().multiprocessors;
         for (const int64_t m : {2112, 2304, 2560}) {
             const int64_t tiles = m / 64;
             int expected = 2;
             for (const int s : {4, 3})
-                if (expected == 2 && s <= 132 / tiles &&
+                if (expected == 2 && s <= sms / tiles &&
                     tiles <= gemm::clusters_at_once_one_per_sm(be, "kiln_gemm_wg_f16_kt_64_c1_s8", s, 256, 1 << 17))
                     expected = s;
             Tensor A = ctx.array(random_floats(size_t(m * 2560), uint32_t(seed)), {m, 2560}, DType::Float16);
@@ -1127,7 +1129,7 @@ TEST_CASE("gpu gemm: products launched back to back wait for the kernels before 
         if (ch.splits) setenv("KILN_GEMM_SPLITS", ch.splits, 1);
         const std::string chosen = gemm::selected_kernel(X[0], P, X[1]);
         INFO(m << "x" << n << "x" << n << " " << chosen << (ch.bsum ? " bsum" : ""));
-        const bool persistent = chosen.size() > 2 && chosen.compare(chosen.size() - 2, 2, "_p") == 0;
+        const bool persistent = chosen.find("_256_c2_s4_p") != std::string::npos;   // (" lean": its twin, rule 7)
         if (!ch.kernel) CHECK(persistent);
         std::vector<float> ref = x, next(x.size());
         for (int step = 0; step < 8; ++step) {
@@ -1166,8 +1168,9 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
     if (!hopper_or_skip(ctx, "wgmma")) return;
     // Every one-tile kernel with a lean twin, both 16-bit dtypes, A in both layouts, unsplit and
     // split in clusters of 2, 3 and 4 (tiles up to 64 wide: the splits whose sums cross in
-    // registers), four plain epilogues (the last with bsum, whose rows span 2-5 tiles: in one
-    // cluster unsplit, through global partials split): C and bsum from the lean twin equal
+    // registers), four plain epilogues (the last with bsum, whose rows span 2 or 5 tiles on the
+    // 64- and 16-wide tiles: in one cluster unsplit, through global partials split; one on the
+    // 128-wide tile): C and bsum from the lean twin equal
     // those from the general kernel (KILN_GEMM_LEAN=0) bit for bit, and both match the float64
     // reference. 301 x 72: partial tiles along both dimensions, C's rows 16-byte aligned;
     // K = 600 is 10 k-tiles.
@@ -1198,6 +1201,9 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
                             if (twin == 0) setenv("KILN_GEMM_LEAN", "0", 1);
                             compound_dot(A, B, C, o);
                             lean[twin] = gemm::last_gemm_launch_lean();
+                            if (std::string(splits) != "1")   // the split asked for is the one described
+                                CHECK(gemm::selected_kernel(A, B, C).find(std::string(" k/") + splits[0] + " cluster") !=
+                                      std::string::npos);
                             unsetenv("KILN_GEMM_KERNEL");
                             unsetenv("KILN_GEMM_SPLITS");
                             unsetenv("KILN_GEMM_LEAN");
@@ -1218,6 +1224,52 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
                         CHECK(sums_out[0] == sums_out[1]);
                     }
                 }
+    // The persistent kernels' twin (16-bit C, no bsum): more than one wave of 128 x 256 tiles
+    // (17 x 8, with partial tiles at the bottom and the right), A in both layouts, three plain
+    // epilogues; the same bits as the general kernel.
+    for (const DType dt : {DType::Float16, DType::BFloat16})
+        for (const bool ta : {false, true})
+            for (int variant = 0; variant < 3; ++variant) {
+                const int64_t pm = 128 * 17 - 3, pn = 256 * 8 - 8, pk = 200;
+                const std::string kernel = std::string("kiln_gemm_wg_") + (dt == DType::Float16 ? "f16" : "bf16") + "_" +
+                                           (ta ? "t" : "k") + "t_256_c2_s4_p";
+                DotOptions o;
+                if (variant == 1) o.alpha = 0.5, o.relu = true;
+                if (variant == 2) o.relu = true, o.slope = 0.1;
+                if (variant > 0) o.bias = ctx.array(random_floats(size_t(pn), seed + 3), {pn}, DType::Float32);
+                Tensor A = operand(ctx, pm, pk, ta, 0, true, dt, seed);
+                Tensor B = operand(ctx, pk, pn, false, 0, true, dt, seed + 1);
+                seed += 4;
+                std::vector<float> out[2];
+                bool lean[2];
+                for (int twin = 0; twin < 2; ++twin) {
+                    Tensor C = ctx.zeros({pm, pn}, dt);
+                    setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+                    if (twin == 0) setenv("KILN_GEMM_LEAN", "0", 1);
+                    compound_dot(A, B, C, o);
+                    lean[twin] = gemm::last_gemm_launch_lean();
+                    unsetenv("KILN_GEMM_KERNEL");
+                    unsetenv("KILN_GEMM_LEAN");
+                    out[twin] = C.to_vector<float>();
+                    INFO(kernel << " variant " << variant << (twin ? " lean" : " general"));
+                    CHECK(check_against_reference(A, B, ctx.zeros({pm, pn}, dt), C, o, out_eps(dt), 2e-6) <= 1.0);
+                }
+                INFO(kernel << " variant " << variant);
+                CHECK(!lean[0]);
+                CHECK(lean[1]);
+                CHECK(out[0] == out[1]);
+                if (variant == 2) {   // with bsum: the general kernel
+                    Tensor C = ctx.zeros({pm, pn}, dt), bs = ctx.zeros({pm}, DType::Float32);
+                    o.bsum = bs;
+                    setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+                    compound_dot(A, B, C, o);
+                    unsetenv("KILN_GEMM_KERNEL");
+                    CHECK_FALSE(gemm::last_gemm_launch_lean());
+                    std::vector<double> sums;
+                    CHECK(check_against_reference(A, B, ctx.zeros({pm, pn}, dt), C, o, out_eps(dt), 2e-6, &sums) <= 1.0);
+                    check_row_sums(bs.to_vector<float>(), sums, pn * out_eps(dt) * 4);
+                }
+            }
     // Where the epilogue is not plain the general kernel runs: beta, float32 C, C of the other
     // 16-bit dtype, C rows not 16-byte aligned, stochastic rounding, a split through shared
     // memory (128 wide), and the 256-wide tile, which has no twin.
