@@ -352,8 +352,7 @@ bool staged_kmajor(const Tensor& X, bool is_a, bool tf32) {
 // the epilogue is plain: 16-bit C of the operands' dtype in rows of 16 bytes (the 16-bit
 // register epilogue's condition, gemm_sm90.cu rows_of_16_bytes), no beta or stochastic
 // rounding, and no split but one in a cluster through registers; the persistent kernels into
-// 16-bit C of the operands' dtype run theirs without bsum. The twin's entry suffix, or nullptr
-// for none.
+// 16-bit C of the operands' dtype likewise. The twin's entry suffix, or nullptr for none.
 // The 16-bit register epilogue's condition (gemm_sm90.cu, rows_of_16_bytes): 16-bit C whose
 // rows and batch entries are 16-byte aligned, without beta or stochastic rounding.
 bool register_epilogue(const GemmParams& p) {
@@ -363,9 +362,9 @@ bool register_epilogue(const GemmParams& p) {
 
 const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool bsum) {
     if (!lean_kernels_allowed() || k.path != GemmPath::Wgmma || p.c_dtype != gemm_dtype(dt) || p.c_dtype == kF32) return nullptr;
-    if (k.persistent)   // 16-bit C (the selector chose it for a plain epilogue), without bsum
-        return !k.b_in_registers && !bsum ? "_lean" : nullptr;
-    const bool plain = k.bn <= 128 && (k.splits == 1 || (k.cluster_k && k.bn <= kSplitPushMaxBn)) && register_epilogue(p);
+    const bool plain = k.persistent ? !k.b_in_registers   // (16-bit C: the selector chose it for a plain epilogue)
+                                    : k.bn <= 128 && (k.splits == 1 || (k.cluster_k && k.bn <= kSplitPushMaxBn)) &&
+                                          register_epilogue(p);
     if (!plain) return nullptr;
     return bsum ? "_lean_bsum" : "_lean";
 }

@@ -58,7 +58,7 @@
 //     epilogue alone (entry + "_lean", or "_lean_bsum" with bsum; gemm_sm90.cu) where the
 //     product allows it: 16-bit C of the operands' dtype, rows 16-byte aligned, no beta or
 //     stochastic rounding, and no split but one in a cluster whose sums cross in registers;
-//     the persistent kernels into 16-bit C of the operands' dtype, without bsum, likewise.
+//     the persistent kernels into 16-bit C of the operands' dtype likewise.
 //     Same arithmetic, same bits; a tenth of the code, which a one-wave product fetches from
 //     L2 as it runs (fp16 3072x128x1024 on the H100: 4.31 us a call against 5.23; the
 //     persistent kernel 0.7-1.6% faster at 4096^3 and 8192^3). KILN_GEMM_LEAN=0 turns it off.

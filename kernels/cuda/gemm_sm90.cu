@@ -1069,7 +1069,7 @@ __device__ __forceinline__ void add_row_last(const GemmParams& p, const float* o
 template <class T, int STAGES, int TA, int TB, bool C32, int LEAN = kGeneral>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const CUtensorMap* map_c) {
-    static_assert(LEAN != kLeanBsum && !(LEAN != kGeneral && C32), "the persistent kernels' twin: 16-bit C, no bsum");
+    static_assert(!(LEAN != kGeneral && C32), "the persistent kernels' twins: 16-bit C");
     using Cfg = WgConfig<T, 256, 2, STAGES>;
     constexpr int BM = Cfg::BM, BN = 256, BK = Cfg::BK;
     // A consumer stages its 64 x BN results a part at a time, in two 8 KB buffers used in turn:
@@ -1089,7 +1089,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const int tid = threadIdx.x;
     const PersistentWalk walk = persistent_walk(p, BK);
     const int per_entry = walk.per_entry, total = walk.total, ktiles = walk.ktiles;
-    const bool spans = LEAN == kGeneral && walk.rows_span_tiles;
+    const bool spans = LEAN != kLeanPlain && walk.rows_span_tiles;
     init_persistent_barriers(bars, smem);
 
     const int wg = tid / 128;
@@ -1180,12 +1180,12 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         // the row, 4 bytes each; float32, chunk 2 jj + q / 2, 8 bytes each. Row r's chunk c
         // sits at c ^ (r % 8) (the 128-byte swizzle; r % 8 = g).
         float row_sum[2] = {0.f, 0.f};   // bsum: this thread's share of its two rows
-        if (LEAN == kGeneral && (p.flags & kBsum)) zero_columns_past_n<BN>(acc, p.n - at.n * BN, q);
-        if constexpr (LEAN == kLeanPlain) {   // C of the operands' dtype, no bsum
-            constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-            if (!relu) round_results<kBf16, kActNone, false, BN>(p, acc, bias_s, q, results, row_sum);
-            else if (p.slope == 0.f) round_results<kBf16, kActRelu, false, BN>(p, acc, bias_s, q, results, row_sum);
-            else round_results<kBf16, kActLeaky, false, BN>(p, acc, bias_s, q, results, row_sum);
+        if (LEAN != kLeanPlain && (p.flags & kBsum)) zero_columns_past_n<BN>(acc, p.n - at.n * BN, q);
+        if constexpr (LEAN != kGeneral) {   // C of the operands' dtype, bsum known
+            constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>, kSums = LEAN == kLeanBsum;
+            if (!relu) round_results<kBf16, kActNone, kSums, BN>(p, acc, bias_s, q, results, row_sum);
+            else if (p.slope == 0.f) round_results<kBf16, kActRelu, kSums, BN>(p, acc, bias_s, q, results, row_sum);
+            else round_results<kBf16, kActLeaky, kSums, BN>(p, acc, bias_s, q, results, row_sum);
         } else if constexpr (!C32) {
             with_epilogue_choices(p, [&](auto bf16, auto act, auto sums) {
                 round_results<bf16.value, act.value, sums.value, BN>(p, acc, bias_s, q, results, row_sum);
@@ -1215,7 +1215,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
 #pragma unroll
                 for (int hf = 0; hf < kParts; ++hf) store_pending_part(hf, t + int(gridDim.x));
         }
-        if (LEAN == kGeneral && (p.flags & kBsum)) {
+        if (LEAN != kLeanPlain && (p.flags & kBsum)) {
             // The tile's row sums: to bsum (one tile per row), as tagged partials, or, where the
             // block's last tile adds its row, to its consumers through shared memory.
             const bool add_here = spans && is_row_adder(p, at) && last_of_block(t, total);
@@ -1511,10 +1511,10 @@ using namespace kiln::gemm;
                                                                            const __grid_constant__ CUtensorMap map_b) { \
         wgmma_gemm<T, BN, CONS, ST, TA, TB, kLeanBsum>(p, &map_a, &map_b);                                       \
     }
-// Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p (16-bit C), ..._pf (float32 C), and
-// ..._p_lean, the 16-bit kernel without bsum and C of the operands' dtype only (rule 7): nine
-// interleaved runs on the H100 put it 0.7-1.6% under the general kernel at 4096^3 and 8192^3
-// (docs/gemm-notes.md 82).
+// Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p (16-bit C), ..._pf (float32 C), and the
+// twins of the 16-bit kernel for C of the operands' dtype only (rule 7), ..._p_lean without bsum
+// and ..._p_lean_bsum with it: nine interleaved runs on the H100 put the first 0.7-1.6% under
+// the general kernel at 4096^3 and 8192^3 (docs/gemm-notes.md 82).
 #define KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, C32, suffix)                                                 \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
         kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_##suffix(const __grid_constant__ GemmParams p,                  \
@@ -1532,6 +1532,13 @@ using namespace kiln::gemm;
                                                         const __grid_constant__ CUtensorMap map_b,               \
                                                         const __grid_constant__ CUtensorMap map_c) {             \
         wgmma_gemm_persistent<T, 4, TA, TB, false, kLeanPlain>(p, &map_a, &map_b, &map_c);                       \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
+        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_p_lean_bsum(const __grid_constant__ GemmParams p,               \
+                                                             const __grid_constant__ CUtensorMap map_a,          \
+                                                             const __grid_constant__ CUtensorMap map_b,          \
+                                                             const __grid_constant__ CUtensorMap map_c) {        \
+        wgmma_gemm_persistent<T, 4, TA, TB, false, kLeanBsum>(p, &map_a, &map_b, &map_c);                        \
     }
 #define KILN_WG_CONFIGS(T, tn, TA, TB, ta, tb)         \
     KILN_WG_KERNEL(T, tn, 256, 2, 4, TA, TB, ta, tb)   \

@@ -1224,26 +1224,28 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
                         CHECK(sums_out[0] == sums_out[1]);
                     }
                 }
-    // The persistent kernels' twin (16-bit C, no bsum): more than one wave of 128 x 256 tiles
-    // (17 x 8, with partial tiles at the bottom and the right), A in both layouts, three plain
-    // epilogues; the same bits as the general kernel.
+    // The persistent kernels' twins (16-bit C of the operands' dtype): more than one wave of
+    // 128 x 256 tiles (17 x 8, with partial tiles at the bottom and the right), A in both
+    // layouts, four plain epilogues (the last with bsum over rows of 8 tiles: tagged partials):
+    // C and bsum equal to the general kernel's bit for bit.
     for (const DType dt : {DType::Float16, DType::BFloat16})
         for (const bool ta : {false, true})
-            for (int variant = 0; variant < 3; ++variant) {
+            for (int variant = 0; variant < 4; ++variant) {
                 const int64_t pm = 128 * 17 - 3, pn = 256 * 8 - 8, pk = 200;
                 const std::string kernel = std::string("kiln_gemm_wg_") + (dt == DType::Float16 ? "f16" : "bf16") + "_" +
                                            (ta ? "t" : "k") + "t_256_c2_s4_p";
                 DotOptions o;
                 if (variant == 1) o.alpha = 0.5, o.relu = true;
-                if (variant == 2) o.relu = true, o.slope = 0.1;
+                if (variant >= 2) o.relu = true, o.slope = 0.1;
                 if (variant > 0) o.bias = ctx.array(random_floats(size_t(pn), seed + 3), {pn}, DType::Float32);
                 Tensor A = operand(ctx, pm, pk, ta, 0, true, dt, seed);
                 Tensor B = operand(ctx, pk, pn, false, 0, true, dt, seed + 1);
                 seed += 4;
-                std::vector<float> out[2];
+                std::vector<float> out[2], sums_out[2];
                 bool lean[2];
                 for (int twin = 0; twin < 2; ++twin) {
-                    Tensor C = ctx.zeros({pm, pn}, dt);
+                    Tensor C = ctx.zeros({pm, pn}, dt), bs;
+                    if (variant == 3) o.bsum = bs = ctx.zeros({pm}, DType::Float32);
                     setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
                     if (twin == 0) setenv("KILN_GEMM_LEAN", "0", 1);
                     compound_dot(A, B, C, o);
@@ -1252,23 +1254,19 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
                     unsetenv("KILN_GEMM_LEAN");
                     out[twin] = C.to_vector<float>();
                     INFO(kernel << " variant " << variant << (twin ? " lean" : " general"));
-                    CHECK(check_against_reference(A, B, ctx.zeros({pm, pn}, dt), C, o, out_eps(dt), 2e-6) <= 1.0);
+                    std::vector<double> sums;
+                    CHECK(check_against_reference(A, B, ctx.zeros({pm, pn}, dt), C, o, out_eps(dt), 2e-6,
+                                                  variant == 3 ? &sums : nullptr) <= 1.0);
+                    if (variant == 3) {
+                        sums_out[twin] = bs.to_vector<float>();
+                        check_row_sums(sums_out[twin], sums, pn * out_eps(dt) * 4);
+                    }
                 }
                 INFO(kernel << " variant " << variant);
                 CHECK(!lean[0]);
                 CHECK(lean[1]);
                 CHECK(out[0] == out[1]);
-                if (variant == 2) {   // with bsum: the general kernel
-                    Tensor C = ctx.zeros({pm, pn}, dt), bs = ctx.zeros({pm}, DType::Float32);
-                    o.bsum = bs;
-                    setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
-                    compound_dot(A, B, C, o);
-                    unsetenv("KILN_GEMM_KERNEL");
-                    CHECK_FALSE(gemm::last_gemm_launch_lean());
-                    std::vector<double> sums;
-                    CHECK(check_against_reference(A, B, ctx.zeros({pm, pn}, dt), C, o, out_eps(dt), 2e-6, &sums) <= 1.0);
-                    check_row_sums(bs.to_vector<float>(), sums, pn * out_eps(dt) * 4);
-                }
+                CHECK(sums_out[0] == sums_out[1]);
             }
     // Where the epilogue is not plain the general kernel runs: beta, float32 C, C of the other
     // 16-bit dtype, C rows not 16-byte aligned, stochastic rounding, a split through shared
