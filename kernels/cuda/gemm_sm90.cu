@@ -1523,23 +1523,19 @@ using namespace kiln::gemm;
                                                           const __grid_constant__ CUtensorMap map_c) {           \
         wgmma_gemm_persistent<T, 4, TA, TB, C32>(p, &map_a, &map_b, &map_c);                                     \
     }
-#define KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)              \
-    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, false, p)      \
-    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, true, pf)      \
+#define KILN_WG_PERSISTENT_LEAN(T, tn, TA, TB, ta, tb, LEAN, suffix)                                          \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
-        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_p_lean(const __grid_constant__ GemmParams p,                    \
-                                                        const __grid_constant__ CUtensorMap map_a,               \
-                                                        const __grid_constant__ CUtensorMap map_b,               \
-                                                        const __grid_constant__ CUtensorMap map_c) {             \
-        wgmma_gemm_persistent<T, 4, TA, TB, false, kLeanPlain>(p, &map_a, &map_b, &map_c);                       \
-    }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
-        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_p_lean_bsum(const __grid_constant__ GemmParams p,               \
-                                                             const __grid_constant__ CUtensorMap map_a,          \
-                                                             const __grid_constant__ CUtensorMap map_b,          \
-                                                             const __grid_constant__ CUtensorMap map_c) {        \
-        wgmma_gemm_persistent<T, 4, TA, TB, false, kLeanBsum>(p, &map_a, &map_b, &map_c);                        \
+        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_p_##suffix(const __grid_constant__ GemmParams p,                \
+                                                            const __grid_constant__ CUtensorMap map_a,           \
+                                                            const __grid_constant__ CUtensorMap map_b,           \
+                                                            const __grid_constant__ CUtensorMap map_c) {         \
+        wgmma_gemm_persistent<T, 4, TA, TB, false, LEAN>(p, &map_a, &map_b, &map_c);                             \
     }
+#define KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)                          \
+    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, false, p)                  \
+    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, true, pf)                  \
+    KILN_WG_PERSISTENT_LEAN(T, tn, TA, TB, ta, tb, kLeanPlain, lean)       \
+    KILN_WG_PERSISTENT_LEAN(T, tn, TA, TB, ta, tb, kLeanBsum, lean_bsum)
 #define KILN_WG_CONFIGS(T, tn, TA, TB, ta, tb)         \
     KILN_WG_KERNEL(T, tn, 256, 2, 4, TA, TB, ta, tb)   \
     KILN_WG_KERNEL(T, tn, 128, 2, 6, TA, TB, ta, tb)   \

@@ -1170,104 +1170,71 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
     // split in clusters of 2, 3 and 4 (tiles up to 64 wide: the splits whose sums cross in
     // registers), four plain epilogues (the last with bsum, whose rows span 2 or 5 tiles on the
     // 64- and 16-wide tiles: in one cluster unsplit, through global partials split; one on the
-    // 128-wide tile): C and bsum from the lean twin equal
-    // those from the general kernel (KILN_GEMM_LEAN=0) bit for bit, and both match the float64
-    // reference. 301 x 72: partial tiles along both dimensions, C's rows 16-byte aligned;
-    // K = 600 is 10 k-tiles.
+    // 128-wide tile): C and bsum from the lean twin equal those from the general kernel
+    // (KILN_GEMM_LEAN=0) bit for bit, and both match the float64 reference. 301 x 72: partial
+    // tiles along both dimensions, C's rows 16-byte aligned; K = 600 is 10 k-tiles.
     uint32_t seed = 7100;
-    const int64_t M = 301, N = 72, K = 600;
+    // One product through the general kernel and through its twin: both against the float64
+    // reference, then the twin's C and bsum against the general kernel's, bit for bit.
+    // `variant`: 0 plain, 1 alpha + bias + ReLU, 2 bias + leaky ReLU, 3 the same with bsum.
+    const auto twins_agree = [&](const std::string& kernel, const char* splits, DType dt, bool ta, int64_t m, int64_t n,
+                                 int64_t k, int variant) {
+        DotOptions o;
+        if (variant == 1) o.alpha = 0.5, o.relu = true;
+        if (variant >= 2) o.relu = true, o.slope = 0.1;
+        if (variant > 0) o.bias = ctx.array(random_floats(size_t(n), seed + 3), {n}, DType::Float32);
+        Tensor A = operand(ctx, m, k, ta, 0, true, dt, seed);
+        Tensor B = operand(ctx, k, n, false, 0, true, dt, seed + 1);
+        seed += 4;
+        std::vector<float> out[2], sums_out[2];
+        bool lean[2];
+        for (int twin = 0; twin < 2; ++twin) {
+            Tensor C = ctx.zeros({m, n}, dt), bs;
+            if (variant == 3) o.bsum = bs = ctx.zeros({m}, DType::Float32);
+            setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+            setenv("KILN_GEMM_SPLITS", splits, 1);
+            if (twin == 0) setenv("KILN_GEMM_LEAN", "0", 1);
+            compound_dot(A, B, C, o);
+            lean[twin] = gemm::last_gemm_launch_lean();
+            if (std::string(splits) != "1")   // the split asked for is the one described
+                CHECK(gemm::selected_kernel(A, B, C).find(std::string(" k/") + splits[0] + " cluster") != std::string::npos);
+            unsetenv("KILN_GEMM_KERNEL");
+            unsetenv("KILN_GEMM_SPLITS");
+            unsetenv("KILN_GEMM_LEAN");
+            out[twin] = C.to_vector<float>();
+            INFO(kernel << " k/" << splits << " variant " << variant << (twin ? " lean" : " general"));
+            std::vector<double> sums;
+            CHECK(check_against_reference(A, B, ctx.zeros({m, n}, dt), C, o, out_eps(dt), 2e-6,
+                                          variant == 3 ? &sums : nullptr) <= 1.0);
+            if (variant == 3) {
+                sums_out[twin] = bs.to_vector<float>();
+                check_row_sums(sums_out[twin], sums, n * out_eps(dt) * 4);
+            }
+        }
+        INFO(kernel << " k/" << splits << " variant " << variant);
+        CHECK(!lean[0]);
+        CHECK(lean[1]);
+        CHECK(out[0] == out[1]);
+        CHECK(sums_out[0] == sums_out[1]);
+    };
+    const auto entry = [](DType dt, bool ta, const std::string& cfg) {
+        return std::string("kiln_gemm_wg_") + (dt == DType::Float16 ? "f16" : "bf16") + "_" + (ta ? "t" : "k") + "t_" + cfg;
+    };
     for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "64_c2_s8", "128_c2_s6"})
         for (const DType dt : {DType::Float16, DType::BFloat16})
             for (const bool ta : {false, true})
-                for (const char* splits : {"1", "2c", "3c", "4c"}) {
-                    if (cfg == "128_c2_s6" && std::string(splits) != "1") continue;
-                    const std::string kernel = std::string("kiln_gemm_wg_") + (dt == DType::Float16 ? "f16" : "bf16") + "_" +
-                                               (ta ? "t" : "k") + "t_" + cfg;
-                    for (int variant = 0; variant < 4; ++variant) {
-                        DotOptions o;
-                        if (variant == 1) o.alpha = 0.5, o.relu = true;
-                        if (variant >= 2) o.relu = true, o.slope = 0.1;
-                        if (variant > 0) o.bias = ctx.array(random_floats(size_t(N), seed + 3), {N}, DType::Float32);
-                        Tensor A = operand(ctx, M, K, ta, 0, true, dt, seed);
-                        Tensor B = operand(ctx, K, N, false, 0, true, dt, seed + 1);
-                        seed += 4;
-                        std::vector<float> out[2], sums_out[2];
-                        bool lean[2];
-                        for (int twin = 0; twin < 2; ++twin) {
-                            Tensor C = ctx.zeros({M, N}, dt), bs;
-                            if (variant == 3) o.bsum = bs = ctx.zeros({M}, DType::Float32);
-                            setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
-                            setenv("KILN_GEMM_SPLITS", splits, 1);
-                            if (twin == 0) setenv("KILN_GEMM_LEAN", "0", 1);
-                            compound_dot(A, B, C, o);
-                            lean[twin] = gemm::last_gemm_launch_lean();
-                            if (std::string(splits) != "1")   // the split asked for is the one described
-                                CHECK(gemm::selected_kernel(A, B, C).find(std::string(" k/") + splits[0] + " cluster") !=
-                                      std::string::npos);
-                            unsetenv("KILN_GEMM_KERNEL");
-                            unsetenv("KILN_GEMM_SPLITS");
-                            unsetenv("KILN_GEMM_LEAN");
-                            out[twin] = C.to_vector<float>();
-                            INFO(kernel << " k/" << splits << " variant " << variant << (twin ? " lean" : " general"));
-                            std::vector<double> sums;
-                            CHECK(check_against_reference(A, B, ctx.zeros({M, N}, dt), C, o, out_eps(dt), 2e-6,
-                                                          variant == 3 ? &sums : nullptr) <= 1.0);
-                            if (variant == 3) {
-                                sums_out[twin] = bs.to_vector<float>();
-                                check_row_sums(sums_out[twin], sums, N * out_eps(dt) * 4);
-                            }
-                        }
-                        INFO(kernel << " k/" << splits << " variant " << variant);
-                        CHECK(!lean[0]);
-                        CHECK(lean[1]);
-                        CHECK(out[0] == out[1]);
-                        CHECK(sums_out[0] == sums_out[1]);
-                    }
-                }
+                for (const char* splits : {"1", "2c", "3c", "4c"})
+                    for (int variant = 0; variant < 4; ++variant)
+                        if (cfg != "128_c2_s6" || std::string(splits) == "1")
+                            twins_agree(entry(dt, ta, cfg), splits, dt, ta, 301, 72, 600, variant);
     // The persistent kernels' twins (16-bit C of the operands' dtype): more than one wave of
     // 128 x 256 tiles (17 x 8, with partial tiles at the bottom and the right), A in both
-    // layouts, four plain epilogues (the last with bsum over rows of 8 tiles: tagged partials):
-    // C and bsum equal to the general kernel's bit for bit.
+    // layouts, the four epilogues (bsum over rows of 8 tiles: tagged partials).
     for (const DType dt : {DType::Float16, DType::BFloat16})
         for (const bool ta : {false, true})
-            for (int variant = 0; variant < 4; ++variant) {
-                const int64_t pm = 128 * 17 - 3, pn = 256 * 8 - 8, pk = 200;
-                const std::string kernel = std::string("kiln_gemm_wg_") + (dt == DType::Float16 ? "f16" : "bf16") + "_" +
-                                           (ta ? "t" : "k") + "t_256_c2_s4_p";
-                DotOptions o;
-                if (variant == 1) o.alpha = 0.5, o.relu = true;
-                if (variant >= 2) o.relu = true, o.slope = 0.1;
-                if (variant > 0) o.bias = ctx.array(random_floats(size_t(pn), seed + 3), {pn}, DType::Float32);
-                Tensor A = operand(ctx, pm, pk, ta, 0, true, dt, seed);
-                Tensor B = operand(ctx, pk, pn, false, 0, true, dt, seed + 1);
-                seed += 4;
-                std::vector<float> out[2], sums_out[2];
-                bool lean[2];
-                for (int twin = 0; twin < 2; ++twin) {
-                    Tensor C = ctx.zeros({pm, pn}, dt), bs;
-                    if (variant == 3) o.bsum = bs = ctx.zeros({pm}, DType::Float32);
-                    setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
-                    if (twin == 0) setenv("KILN_GEMM_LEAN", "0", 1);
-                    compound_dot(A, B, C, o);
-                    lean[twin] = gemm::last_gemm_launch_lean();
-                    unsetenv("KILN_GEMM_KERNEL");
-                    unsetenv("KILN_GEMM_LEAN");
-                    out[twin] = C.to_vector<float>();
-                    INFO(kernel << " variant " << variant << (twin ? " lean" : " general"));
-                    std::vector<double> sums;
-                    CHECK(check_against_reference(A, B, ctx.zeros({pm, pn}, dt), C, o, out_eps(dt), 2e-6,
-                                                  variant == 3 ? &sums : nullptr) <= 1.0);
-                    if (variant == 3) {
-                        sums_out[twin] = bs.to_vector<float>();
-                        check_row_sums(sums_out[twin], sums, pn * out_eps(dt) * 4);
-                    }
-                }
-                INFO(kernel << " variant " << variant);
-                CHECK(!lean[0]);
-                CHECK(lean[1]);
-                CHECK(out[0] == out[1]);
-                CHECK(sums_out[0] == sums_out[1]);
-            }
+            for (int variant = 0; variant < 4; ++variant)
+                twins_agree(entry(dt, ta, "256_c2_s4_p"), "1", dt, ta, 128 * 17 - 3, 256 * 8 - 8, 200, variant);
+    const int64_t M = 301, N = 72, K = 600;
     // Where the epilogue is not plain the general kernel runs: beta, float32 C, C of the other
     // 16-bit dtype, C rows not 16-byte aligned, stochastic rounding, a split through shared
     // memory (128 wide), and the 256-wide tile, which has no twin.
