@@ -348,11 +348,6 @@ bool staged_kmajor(const Tensor& X, bool is_a, bool tf32) {
     return is_kmajor(mat(X), is_a) || tf32;
 }
 
-// Rule 7 (gemm_select.hpp): the one-tile wgmma kernels up to 128 wide run a lean twin where
-// the epilogue is plain: 16-bit C of the operands' dtype in rows of 16 bytes (the 16-bit
-// register epilogue's condition, gemm_sm90.cu rows_of_16_bytes), no beta or stochastic
-// rounding, and no split but one in a cluster through registers; the persistent kernels into
-// 16-bit C of the operands' dtype likewise. The twin's entry suffix, or nullptr for none.
 // The 16-bit register epilogue's condition (gemm_sm90.cu, rows_of_16_bytes): 16-bit C whose
 // rows and batch entries are 16-byte aligned, without beta or stochastic rounding.
 bool register_epilogue(const GemmParams& p) {
@@ -360,6 +355,10 @@ bool register_epilogue(const GemmParams& p) {
            p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
 }
 
+// Rule 7 (gemm_select.hpp): the one-tile wgmma kernels up to 128 wide run a lean twin where
+// the epilogue is plain: 16-bit C of the operands' dtype with the register epilogue, and no
+// split but one in a cluster through registers; the persistent kernels into 16-bit C of the
+// operands' dtype likewise. The twin's entry suffix, or nullptr for none.
 const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool bsum) {
     if (!lean_kernels_allowed() || k.path != GemmPath::Wgmma || p.c_dtype != gemm_dtype(dt) || p.c_dtype == kF32) return nullptr;
     const bool plain = k.persistent ? !k.b_in_registers   // (16-bit C: the selector chose it for a plain epilogue)
@@ -566,8 +565,8 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     last_launch_lean = twin != nullptr;
     const std::string entry = twin ? k.entry + twin : k.entry;
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, smem);
-    log_debug("gemm: {}x{}x{} batch {} {} -> {} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), describe(k), k.bm,
-              k.bn, blocks * grid_y);
+    log_debug("gemm: {}x{}x{} batch {} {} -> {}{} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), describe(k),
+              twin ? " lean" : "", k.bm, k.bn, blocks * grid_y);
     if (k.path == GemmPath::Wgmma) {
         // A: K-major boxes (64 k) x (BM rows); M-major boxes (64 m) x (one stage of k) per
         // consumer. B likewise with BN (N-major boxes at most 64 wide: the 16-wide tile's B is

@@ -1515,27 +1515,19 @@ using namespace kiln::gemm;
 // twins of the 16-bit kernel for C of the operands' dtype only (rule 7), ..._p_lean without bsum
 // and ..._p_lean_bsum with it: nine interleaved runs on the H100 put the first 0.7-1.6% under
 // the general kernel at 4096^3 and 8192^3 (docs/gemm-notes.md 82).
-#define KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, C32, suffix)                                                 \
+#define KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, C32, LEAN, suffix)                                           \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
         kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_##suffix(const __grid_constant__ GemmParams p,                  \
                                                           const __grid_constant__ CUtensorMap map_a,             \
                                                           const __grid_constant__ CUtensorMap map_b,             \
                                                           const __grid_constant__ CUtensorMap map_c) {           \
-        wgmma_gemm_persistent<T, 4, TA, TB, C32>(p, &map_a, &map_b, &map_c);                                     \
+        wgmma_gemm_persistent<T, 4, TA, TB, C32, LEAN>(p, &map_a, &map_b, &map_c);                               \
     }
-#define KILN_WG_PERSISTENT_LEAN(T, tn, TA, TB, ta, tb, LEAN, suffix)                                          \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
-        kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_p_##suffix(const __grid_constant__ GemmParams p,                \
-                                                            const __grid_constant__ CUtensorMap map_a,           \
-                                                            const __grid_constant__ CUtensorMap map_b,           \
-                                                            const __grid_constant__ CUtensorMap map_c) {         \
-        wgmma_gemm_persistent<T, 4, TA, TB, false, LEAN>(p, &map_a, &map_b, &map_c);                             \
-    }
-#define KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)                          \
-    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, false, p)                  \
-    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, true, pf)                  \
-    KILN_WG_PERSISTENT_LEAN(T, tn, TA, TB, ta, tb, kLeanPlain, lean)       \
-    KILN_WG_PERSISTENT_LEAN(T, tn, TA, TB, ta, tb, kLeanBsum, lean_bsum)
+#define KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)                                     \
+    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, false, kGeneral, p)                   \
+    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, true, kGeneral, pf)                   \
+    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, false, kLeanPlain, p_lean)            \
+    KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, false, kLeanBsum, p_lean_bsum)
 #define KILN_WG_CONFIGS(T, tn, TA, TB, ta, tb)         \
     KILN_WG_KERNEL(T, tn, 256, 2, 4, TA, TB, ta, tb)   \
     KILN_WG_KERNEL(T, tn, 128, 2, 6, TA, TB, ta, tb)   \
@@ -1559,7 +1551,7 @@ KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 2, 8, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 16, 1, 8, 0, 0, k, k)
-KILN_WG_PERSISTENT_C(float, tf32, 0, 0, k, k, true, pf)
+KILN_WG_PERSISTENT_C(float, tf32, 0, 0, k, k, true, kGeneral, pf)
 // tf32 with B N-major, B through registers: 256 x 128 tiles.
 extern "C" __global__ void __launch_bounds__(384, 1)
     kiln_gemm_wg_tf32_kt_256x128_c2_s4_pf(const __grid_constant__ GemmParams p, const __grid_constant__ CUtensorMap map_a,
