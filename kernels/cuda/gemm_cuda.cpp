@@ -348,13 +348,6 @@ bool staged_kmajor(const Tensor& X, bool is_a, bool tf32) {
     return is_kmajor(mat(X), is_a) || tf32;
 }
 
-// The 16-bit register epilogue's condition (gemm_sm90.cu, rows_of_16_bytes): 16-bit C whose
-// rows and batch entries are 16-byte aligned, without beta or stochastic rounding.
-bool register_epilogue(const GemmParams& p) {
-    return p.c_dtype != kF32 && !(p.flags & kBeta) && p.sr_bits == 0 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
-           p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
-}
-
 // Rule 7 (gemm_select.hpp): the one-tile wgmma kernels up to 128 wide run a lean twin where
 // the epilogue is plain: 16-bit C of the operands' dtype with the register epilogue, and no
 // split but one in a cluster through registers; the persistent kernels into 16-bit C of the
@@ -363,7 +356,7 @@ const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool b
     if (!lean_kernels_allowed() || k.path != GemmPath::Wgmma || p.c_dtype != gemm_dtype(dt) || p.c_dtype == kF32) return nullptr;
     const bool plain = k.persistent ? !k.b_in_registers   // (16-bit C: the selector chose it for a plain epilogue)
                                     : k.bn <= 128 && (k.splits == 1 || (k.cluster_k && k.bn <= kSplitPushMaxBn)) &&
-                                          register_epilogue(p);
+                                          rows_of_16_bytes(p);
     if (!plain) return nullptr;
     return bsum ? "_lean_bsum" : "_lean";
 }
@@ -393,7 +386,7 @@ namespace {
 GemmKernel as_launched(cuda::CudaBackend& be, const GemmKernel& chosen, const GemmParams& p, DType dt) {
     GemmKernel k = chosen;
     if (!k.cluster_k || k.splits <= 2) return k;
-    const bool push = dt != DType::Float32 && register_epilogue(p) && k.bn <= kSplitPushMaxBn;   // (split_push_applies)
+    const bool push = dt != DType::Float32 && split_sums_pushed(p, k.bn);   // (the selector's split_push_applies)
     const char* forced = std::getenv("KILN_GEMM_SPLITS");
     const bool keep = forced && *forced;
     const int64_t tiles = ((int64_t(p.m) + k.bm - 1) / k.bm) * ((int64_t(p.n) + k.bn - 1) / k.bn) * p.batch;

@@ -23,6 +23,13 @@
 #pragma once
 #include <stdint.h>
 
+// What the kernels and the launcher must decide alike is written once, here, for both.
+#ifdef __CUDACC__
+#define KILN_GEMM_HOST_DEVICE __host__ __device__
+#else
+#define KILN_GEMM_HOST_DEVICE
+#endif
+
 namespace kiln::gemm {
 
 enum GemmDType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
@@ -43,14 +50,10 @@ enum GemmFlags : int32_t {
 // split_first_group(rank) on (counts differing by at most one: 3, 3, 2 for 8 groups in 3), and
 // its receive buffer holds the other blocks' sums of the most groups a block owns.
 constexpr int kSplitPushMaxBn = 64;
-#ifdef __CUDACC__
-__host__ __device__
-#endif
-constexpr int split_first_group(int groups, int splits, int rank) { return (rank * groups + splits - 1) / splits; }
-#ifdef __CUDACC__
-__host__ __device__
-#endif
-constexpr int split_receive_bytes(int bm, int bn, int splits) {
+KILN_GEMM_HOST_DEVICE constexpr int split_first_group(int groups, int splits, int rank) {
+    return (rank * groups + splits - 1) / splits;
+}
+KILN_GEMM_HOST_DEVICE constexpr int split_receive_bytes(int bm, int bn, int splits) {
     return 4 * (splits - 1) * 8 * split_first_group(bm / 8, splits, 1) * bn;
 }
 
@@ -88,5 +91,17 @@ struct GemmParams {
                               // group_m = 1): the blocks add their row sums through distributed
                               // shared memory instead of bsum_partials and bsum_turns
 };
+
+// The 16-bit register epilogue's condition (gemm_sm90.cu, store_tile_16bit): 16-bit C whose
+// rows and batch entries start 16 bytes apart, without beta or stochastic rounding.
+KILN_GEMM_HOST_DEVICE inline bool rows_of_16_bytes(const GemmParams& p) {
+    return !(p.flags & kBeta) && p.sr_bits == 0 && p.c_dtype != kF32 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
+           p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
+}
+// Whether a split in a cluster on tiles `bn` wide sends its sums from registers
+// (split_k_push_epilogue) rather than through the general epilogue's float32 staging.
+KILN_GEMM_HOST_DEVICE inline bool split_sums_pushed(const GemmParams& p, int bn) {
+    return bn <= kSplitPushMaxBn && rows_of_16_bytes(p);
+}
 
 } // namespace kiln::gemm

@@ -280,16 +280,20 @@ __device__ __forceinline__ StageDescs stage0_descs(const unsigned char* smem, in
 // Consumer c: multiplies stage s into its accumulators (rows [64c, 64c + 64) of the tile) and
 // commits the wgmma group. `d`: stage0_descs.
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
-__device__ __forceinline__ void consume_stage(float (&acc)[BN / 2], StageDescs d, int s) {
+__device__ __forceinline__ void consume_stage(float (&acc)[BN / 2], StageDescs d, unsigned s) {
     using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
-    const uint64_t stage = uint64_t(s * Cfg::kStageBytes) >> 4;
+    // The offsets move the start address field (the low 14 bits) alone: 32-bit adds under the
+    // descriptors' fixed high words.
+    const uint32_t stage = uint32_t(s * Cfg::kStageBytes) >> 4;
+    const uint64_t a_hi = d.a & ~0xFFFFFFFFull, b_hi = d.b & ~0xFFFFFFFFull;
+    const uint32_t a_lo = uint32_t(d.a) + stage, b_lo = uint32_t(d.b) + stage;
     fence_regs(acc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kSteps; ++kk) {
         // K-major: the next 32 bytes of each swizzled row; M/N-major: the next 16 (or 8) rows of k.
-        const uint64_t da = d.a + stage + (TA == 0 ? 32 * kk : 2048 * kk) / 16;
-        const uint64_t db = d.b + stage + (TB == 0 ? 32 * kk : BN == 16 ? 512 * kk : 2048 * kk) / 16;
+        const uint64_t da = a_hi | (a_lo + (TA == 0 ? 32 * kk : 2048 * kk) / 16);
+        const uint64_t db = b_hi | (b_lo + (TB == 0 ? 32 * kk : BN == 16 ? 512 * kk : 2048 * kk) / 16);
         Wgmma<BN, T, TA, TB>::run(acc, da, db);
     }
     wgmma_commit();
@@ -345,28 +349,28 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
 #pragma unroll
     for (int kt = 0; kt < PEEL; ++kt) {
         if (kt < ktiles) {
-            mbar_wait(full + 8 * (it % STAGES), (it / STAGES) & 1);
-            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, it % STAGES);
+            mbar_wait(full + 8 * (unsigned(it) % STAGES), (unsigned(it) / STAGES) & 1);
+            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, unsigned(it) % STAGES);
         }
         after_issue(kt);
         if (kt < ktiles) {
             wgmma_wait<1>();
             fence_regs(acc);
-            if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+            if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
             ++it;
         }
     }
     for (int kt = PEEL; kt < ktiles; ++kt, ++it) {
-        const int s = it % STAGES;
-        mbar_wait(full + 8 * s, (it / STAGES) & 1);
+        const unsigned s = unsigned(it) % STAGES;   // (unsigned: no sign fix-ups in the loop)
+        mbar_wait(full + 8 * s, (unsigned(it) / STAGES) & 1);
         consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
         wgmma_wait<1>();
         fence_regs(acc);
-        if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+        if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
     }
     wgmma_wait<0>();
     fence_regs(acc);
-    if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+    if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
 }
 
 template <int STAGES, int CONSUMERS>
@@ -386,25 +390,23 @@ __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
     return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
 }
 
-// The epilogue into 16-bit C whose rows are 16-byte aligned, without beta or stochastic
-// rounding: alpha, bias and ReLU are applied in the accumulators' registers, the row sums for
-// bsum added there (each row's share in 4 lanes, then 2 shuffles), and the results rounded to
-// C's dtype, so the tile crosses shared memory as 16-bit values (half the bytes of the float32
-// staging that the general epilogue, finish_tile, needs for beta and stochastic rounding), and
-// each warp then stores whole rows with 16-byte writes. Skipping the epilogue altogether took 4096^3
-// from 242 to 215 us (ncu, H100): the general one was 11% of the product; this one takes it
-// to 224 us. The bias comes from shared memory (`bias_s`, filled before the main loop):
-// read from global memory here, each thread's 2 * BN / 8 columns cost 15% at 4096^3, and
-// filled here, behind a barrier, 3%. (store_tile_16bit's rows_begin and rows_end: the rows of
-// the tile it stores, and whose bsum it counts; a block of a split tile stores only its own.)
 // Which epilogues a one-tile kernel's code holds: every one (kGeneral), or, in its lean twins
 // (the entry points), the 16-bit register epilogue into C of the operands' dtype alone, without
 // bsum (kLeanPlain) or with it (kLeanBsum).
 enum { kGeneral, kLeanPlain, kLeanBsum };
-__device__ __forceinline__ bool rows_of_16_bytes(const GemmParams& p) {
-    return !(p.flags & kBeta) && p.sr_bits == 0 && p.c_dtype != kF32 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
-           p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
-}
+
+// The epilogue into 16-bit C whose rows are 16-byte aligned, without beta or stochastic
+// rounding (rows_of_16_bytes, gemm_params.hpp): alpha, bias and ReLU are applied in the
+// accumulators' registers, the row sums for bsum added there (each row's share in 4 lanes,
+// then 2 shuffles), and the results rounded to C's dtype, so the tile crosses shared memory as
+// 16-bit values (half the bytes of the float32 staging that the general epilogue, finish_tile,
+// needs for beta and stochastic rounding), and each warp then stores whole rows with 16-byte
+// writes. Skipping the epilogue altogether took 4096^3 from 242 to 215 us (ncu, H100): the
+// general one was 11% of the product; this one takes it to 224 us. The bias comes from shared
+// memory (`bias_s`, filled before the main loop): read from global memory here, each thread's
+// 2 * BN / 8 columns cost 15% at 4096^3, and filled here, behind a barrier, 3%.
+// (store_tile_16bit's rows_begin and rows_end: the rows of the tile it stores, and whose bsum
+// it counts; a block of a split tile stores only its own.)
 
 // The register epilogue of two neighbouring columns: alpha * accumulator + bias, then the
 // activation (ReLU, or leaky with the slope).
@@ -812,7 +814,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     // receive buffer fits beside the stages (the host sizes shared memory by the same rule).
     // (The lean twins' splits are all of this kind; see the entry points.)
     constexpr bool lean = LEAN != kGeneral;
-    const bool push_split = BN <= kSplitPushMaxBn && p.k_cluster && (lean || rows_of_16_bytes(p));
+    const bool push_split = p.k_cluster && (lean ? BN <= kSplitPushMaxBn : split_sums_pushed(p, BN));
     const bool bsum_cluster = LEAN != kLeanPlain && p.bsum_cluster, k_cluster = p.k_cluster;
     if (k_cluster && !push_split && (lean || p.k_splits == 3)) __trap();   // the host's choice of kernel is wrong
     // Completes when the other blocks' sums of this block's rows have landed: their row sums
