@@ -345,7 +345,11 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
     // each stage's wait, and an unrelated change to the epilogue (more live registers) made
     // the unsplit 64 x 64 tile 5-9% slower that way (docs/gemm-notes.md 55).
     const StageDescs descs = stage0_descs<T, BN, CONSUMERS, STAGES>(smem, c, TA, TB);
-    const uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
+    uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
+    // Held in registers in the one-tile kernels: otherwise the compiler rebuilt them from the
+    // block's cluster id (S2R, a long-latency read) at the top of each k-tile, between one
+    // stage's multiplies and the next stage's wait.
+    if constexpr (PEEL == 0) asm volatile("" : "+r"(full), "+r"(empty));
 #pragma unroll
     for (int kt = 0; kt < PEEL; ++kt) {
         if (kt < ktiles) {
@@ -360,13 +364,42 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
             ++it;
         }
     }
-    for (int kt = PEEL; kt < ktiles; ++kt, ++it) {
-        const unsigned s = unsigned(it) % STAGES;   // (unsigned: no sign fix-ups in the loop)
-        mbar_wait(full + 8 * s, (unsigned(it) / STAGES) & 1);
-        consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
-        wgmma_wait<1>();
-        fence_regs(acc);
-        if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
+    if constexpr (PEEL > 0) {   // the persistent kernels: stage and phase from `it` (note 87)
+        for (int kt = PEEL; kt < ktiles; ++kt, ++it) {
+            const unsigned s = unsigned(it) % STAGES;   // (unsigned: no sign fix-ups in the loop)
+            mbar_wait(full + 8 * s, (unsigned(it) / STAGES) & 1);
+            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
+            wgmma_wait<1>();
+            fence_regs(acc);
+            if (lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
+        }
+    } else {
+        // The one-tile kernels (and the persistent ones into float32 C, which peel nothing):
+        // the stage and its phase followed from one k-tile to the next. In the narrow tiles a
+        // stage's multiplies take less time than the loop's own instructions between a stage's
+        // arrival and its multiplies, which set the pace there (docs/gemm-notes.md 85-87).
+        unsigned s = unsigned(it) % STAGES, phase = (unsigned(it) / STAGES) & 1;
+        uint32_t prev_empty = empty + 8 * ((s + STAGES - 1) % STAGES);   // the stage of the k-tile before
+        int kt = PEEL;
+        const auto next_stage = [&] {
+            prev_empty = empty + 8 * s;
+            if (++s == STAGES) s = 0, phase ^= 1;
+        };
+        if (ktiles > 0) {   // the first k-tile: no stage before it to release
+            mbar_wait(full + 8 * s, phase);
+            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
+            next_stage();
+            kt = 1;
+        }
+        for (; kt < ktiles; ++kt) {
+            mbar_wait(full + 8 * s, phase);
+            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
+            wgmma_wait<1>();
+            fence_regs(acc);
+            if (lane == 0) mbar_arrive(prev_empty);
+            next_stage();
+        }
+        if (ktiles > 0) it += ktiles;
     }
     wgmma_wait<0>();
     fence_regs(acc);
