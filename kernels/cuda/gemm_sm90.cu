@@ -406,6 +406,37 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
     if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
 }
 
+// consume_tile for a block's only tile (the one-tile kernels; stage uses from 0): the loop
+// unrolled by STAGES, so that each copy's stage, barriers and descriptors are constants and
+// only the phase changes from one round of the ring to the next. In the narrow tiles the
+// instructions between a stage's arrival and its multiplies set the pace (docs/gemm-notes.md
+// 85-88): 41 a k-tile here on the 16-wide twin, 53 in consume_tile's loop.
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+__device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const unsigned char* smem, Ring<STAGES>& ring,
+                                                  int c, int lane, int ktiles) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+    const StageDescs descs = stage0_descs<T, BN, CONSUMERS, STAGES>(smem, c, TA, TB);
+    uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
+    asm volatile("" : "+r"(full), "+r"(empty));   // in registers (consume_tile)
+    unsigned phase = 0;
+    for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            if (kt0 + s >= ktiles) break;
+            mbar_wait(full + 8 * s, phase);
+            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
+            wgmma_wait<1>();
+            fence_regs(acc);
+            // The stage before this one is read: released (none before the first k-tile).
+            if (lane == 0 && kt0 + s > 0) mbar_arrive(empty + 8 * ((s + STAGES - 1) % STAGES));
+        }
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * ((ktiles - 1) % STAGES));
+}
+
 template <int STAGES, int CONSUMERS>
 __device__ __forceinline__ void init_ring(Ring<STAGES>& ring) {
     if (threadIdx.x == 0) {
@@ -905,8 +936,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         for (int i = tid - 128; i < BN; i += 128 * CONSUMERS) bias_s[i] = bias && n0 + i < p.n ? __ldg(p.bias + n0 + i) : 0.f;
     }
     float acc[BN / 2];
-    int it = 0;
-    consume_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, it);
+    consume_only_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles);
     if (BN != 16 && ktiles < 32 && tid == 128) allow_next_grid();   // (one thread a block suffices)
 
     // Epilogue. Register 4j + r holds row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of
