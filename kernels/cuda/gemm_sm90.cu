@@ -327,11 +327,12 @@ __device__ __forceinline__ void produce_tile(unsigned char* smem, Ring<STAGES>& 
 template <int STAGES>
 constexpr int kIssuers = STAGES % 4 == 0 ? 4 : STAGES % 2 == 0 ? 2 : 1;
 
-// Consumer c (lane `lane` of one of its warps): one tile's product into `acc`, zeroed first.
-// Each stage is released once the multiplies after it are in flight (at most one group
-// outstanding), the last one when all are done. `after_issue(kt)` runs for kt < PEEL once
-// k-tile kt's multiplies are issued (or where the tile has no k-tile kt): work that overlaps
-// them, such as storing the previous tile's results.
+// Consumer c (lane `lane` of one of its warps) of a persistent kernel: one tile's product into
+// `acc`, zeroed first (a block's only tile: consume_only_tile, below). Each stage is released
+// once the multiplies after it are in flight (at most one group outstanding), the last one
+// when all are done. `after_issue(kt)` runs for kt < PEEL once k-tile kt's multiplies are
+// issued (or where the tile has no k-tile kt): work that overlaps them, such as storing the
+// previous tile's results.
 struct NothingAfterIssue {
     __device__ void operator()(int) const {}
 };
@@ -346,9 +347,9 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
     // the unsplit 64 x 64 tile 5-9% slower that way (docs/gemm-notes.md 55).
     const StageDescs descs = stage0_descs<T, BN, CONSUMERS, STAGES>(smem, c, TA, TB);
     uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
-    // Held in registers in the one-tile kernels: otherwise the compiler rebuilt them from the
-    // block's cluster id (S2R, a long-latency read) at the top of each k-tile, between one
-    // stage's multiplies and the next stage's wait.
+    // Held in registers where nothing is peeled (as in consume_only_tile): otherwise the
+    // compiler rebuilt them from the block's cluster id (S2R, a long-latency read) at the top
+    // of each k-tile, between one stage's multiplies and the next stage's wait.
     if constexpr (PEEL == 0) asm volatile("" : "+r"(full), "+r"(empty));
 #pragma unroll
     for (int kt = 0; kt < PEEL; ++kt) {
@@ -364,7 +365,7 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
             ++it;
         }
     }
-    if constexpr (PEEL > 0) {   // the persistent kernels: stage and phase from `it` (note 87)
+    if constexpr (PEEL > 0) {   // 16-bit C: stage and phase from `it` (docs/gemm-notes.md 87)
         for (int kt = PEEL; kt < ktiles; ++kt, ++it) {
             const unsigned s = unsigned(it) % STAGES;   // (unsigned: no sign fix-ups in the loop)
             mbar_wait(full + 8 * s, (unsigned(it) / STAGES) & 1);
@@ -374,10 +375,8 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
             if (lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
         }
     } else {
-        // The one-tile kernels (and the persistent ones into float32 C, which peel nothing):
-        // the stage and its phase followed from one k-tile to the next. In the narrow tiles a
-        // stage's multiplies take less time than the loop's own instructions between a stage's
-        // arrival and its multiplies, which set the pace there (docs/gemm-notes.md 85-87).
+        // float32 C, which peels nothing: the stage and its phase followed from one k-tile to
+        // the next (docs/gemm-notes.md 87).
         unsigned s = unsigned(it) % STAGES, phase = (unsigned(it) / STAGES) & 1;
         uint32_t prev_empty = empty + 8 * ((s + STAGES - 1) % STAGES);   // the stage of the k-tile before
         int kt = PEEL;
