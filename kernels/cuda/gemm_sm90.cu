@@ -346,11 +346,7 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
     // each stage's wait, and an unrelated change to the epilogue (more live registers) made
     // the unsplit 64 x 64 tile 5-9% slower that way (docs/gemm-notes.md 55).
     const StageDescs descs = stage0_descs<T, BN, CONSUMERS, STAGES>(smem, c, TA, TB);
-    uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
-    // Held in registers where nothing is peeled (as in consume_only_tile): otherwise the
-    // compiler rebuilt them from the block's cluster id (S2R, a long-latency read) at the top
-    // of each k-tile, between one stage's multiplies and the next stage's wait.
-    if constexpr (PEEL == 0) asm volatile("" : "+r"(full), "+r"(empty));
+    const uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
 #pragma unroll
     for (int kt = 0; kt < PEEL; ++kt) {
         if (kt < ktiles) {
@@ -365,40 +361,16 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
             ++it;
         }
     }
-    if constexpr (PEEL > 0) {   // 16-bit C: stage and phase from `it` (docs/gemm-notes.md 87)
-        for (int kt = PEEL; kt < ktiles; ++kt, ++it) {
-            const unsigned s = unsigned(it) % STAGES;   // (unsigned: no sign fix-ups in the loop)
-            mbar_wait(full + 8 * s, (unsigned(it) / STAGES) & 1);
-            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
-            wgmma_wait<1>();
-            fence_regs(acc);
-            if (lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
-        }
-    } else {
-        // float32 C, which peels nothing: the stage and its phase followed from one k-tile to
-        // the next (docs/gemm-notes.md 87).
-        unsigned s = unsigned(it) % STAGES, phase = (unsigned(it) / STAGES) & 1;
-        uint32_t prev_empty = empty + 8 * ((s + STAGES - 1) % STAGES);   // the stage of the k-tile before
-        int kt = PEEL;
-        const auto next_stage = [&] {
-            prev_empty = empty + 8 * s;
-            if (++s == STAGES) s = 0, phase ^= 1;
-        };
-        if (ktiles > 0) {   // the first k-tile: no stage before it to release
-            mbar_wait(full + 8 * s, phase);
-            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
-            next_stage();
-            kt = 1;
-        }
-        for (; kt < ktiles; ++kt) {
-            mbar_wait(full + 8 * s, phase);
-            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
-            wgmma_wait<1>();
-            fence_regs(acc);
-            if (lane == 0) mbar_arrive(prev_empty);
-            next_stage();
-        }
-        if (ktiles > 0) it += ktiles;
+    // (Following the stage and its phase from one k-tile to the next instead measured level on
+    // the persistent kernels' plain product and slowed their bsum twin: docs/gemm-notes.md 87.
+    // consume_only_tile's unrolled loop needs the ring at stage 0.)
+    for (int kt = PEEL; kt < ktiles; ++kt, ++it) {
+        const unsigned s = unsigned(it) % STAGES;   // (unsigned: no sign fix-ups in the loop)
+        mbar_wait(full + 8 * s, (unsigned(it) / STAGES) & 1);
+        consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
+        wgmma_wait<1>();
+        fence_regs(acc);
+        if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
     }
     wgmma_wait<0>();
     fence_regs(acc);
@@ -409,7 +381,7 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
 // unrolled by STAGES, so that each copy's stage, barriers and descriptors are constants and
 // only the phase changes from one round of the ring to the next. In the narrow tiles the
 // instructions between a stage's arrival and its multiplies set the pace (docs/gemm-notes.md
-// 85-88): 41 a k-tile here on the 16-wide twin, 53 in consume_tile's loop.
+// 85-88): 41 a k-tile on the 16-wide twin, from 59 with consume_tile's loop.
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
 __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const unsigned char* smem, Ring<STAGES>& ring,
                                                   int c, int lane, int ktiles) {
@@ -417,7 +389,10 @@ __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const un
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
     const StageDescs descs = stage0_descs<T, BN, CONSUMERS, STAGES>(smem, c, TA, TB);
     uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
-    asm volatile("" : "+r"(full), "+r"(empty));   // in registers (consume_tile)
+    // Held in registers: otherwise the compiler rebuilt them from the block's cluster id (S2R,
+    // a long-latency read) at the top of each k-tile, between one stage's multiplies and the
+    // next stage's wait.
+    asm volatile("" : "+r"(full), "+r"(empty));
     unsigned phase = 0;
     for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
 #pragma unroll
