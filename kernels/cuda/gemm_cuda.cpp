@@ -608,11 +608,21 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     if (bsum) bsum->view().storage->written = true;
 }
 
-// KILN_AUTOTUNE=1: each candidate kernel runs the problem (into a scratch C, no epilogue) once
-// to warm up and three times timed with events; the fastest is kept for this process and in
-// the disk cache, keyed by the problem and the device, so later processes skip the timing.
+// KILN_AUTOTUNE=1: each candidate kernel runs the problem once to warm up and three times
+// timed with events; the fastest is kept for this process and in the disk cache, keyed by the
+// problem and the device, so later processes skip the timing. The candidates run as the call
+// would launch them: into a scratch C of C's dtype, row stride, batch stride and address
+// alignment, with the call's epilogue (alpha, beta, bias, ReLU, stochastic rounding) and a
+// scratch bsum where the call has one, so that the kernel variants the launch derives from C
+// and the epilogue (the lean twins of rule 7, the persistent kernel for 16-bit or float32 C,
+// a split's register push) are the ones timed. (Timed into float32 C without an epilogue, a
+// product into 16-bit C was tuned on kernels it never ran.) Scratch C is not initialised:
+// beta reads whatever it holds, which changes no kernel's time.
+thread_local std::vector<AutotuneTiming> last_timings;
+
 GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr, const GemmParams& p, const Mat& a,
-                     const Mat& b, DType dt, const std::string& key) {
+                     const Mat& b, DType dt, DType c_dtype, const Tensor* bsum, int c_rank, const std::string& key) {
+    last_timings.clear();
     const std::vector<GemmKernel> all = gemm_candidates(pr);
     cache::DiskCache* disk = be.disk_cache();
     const cache::DiskCacheKey dkey{"gemm-autotune|" + key, be.target(), be.info().name};
@@ -623,22 +633,31 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
                 if (describe(k) == entry) return k;
         }
     const cuda::Driver& d = cuda::driver();
-    Tensor scratch = ctx.empty({int64_t(p.batch), int64_t(p.m), int64_t(p.n)}, DType::Float32);
+    // C's layout where its rows are contiguous (the kernels' conditions read the strides and
+    // the address's alignment), else a packed M x N layout.
+    const int64_t M = p.m, N = p.n, batch = p.batch, es = int64_t(dtype_size(c_dtype));
+    const bool same_layout = p.c_sn == 1 && p.c_sm >= N && (batch == 1 || p.c_batch >= M * p.c_sm);
+    const int64_t c_sm = same_layout ? p.c_sm : N, c_batch = same_layout ? p.c_batch : M * N;
+    const int64_t misalign = same_layout ? int64_t(reinterpret_cast<uintptr_t>(p.c) % 256) : 0;
+    const int64_t c_bytes = ((batch - 1) * (batch > 1 ? c_batch : 0) + (M - 1) * c_sm + N) * es + misalign;
+    Tensor scratch = ctx.empty({(c_bytes + 3) / 4}, DType::Float32);
     GemmParams t = p;
-    t.c = scratch.view().storage->data;
-    t.c_sm = p.n, t.c_sn = 1, t.c_batch = int64_t(p.m) * p.n;
-    t.c_dtype = kF32, t.flags = 0, t.alpha = 1, t.beta = 0, t.sr_bits = 0;
+    t.c = static_cast<char*>(scratch.view().storage->data) + misalign;
+    t.c_sm = c_sm, t.c_sn = 1, t.c_batch = c_batch;
+    Tensor scratch_bsum;
+    if (bsum) scratch_bsum = ctx.empty(bsum->shape(), bsum->dtype());
     CUevent e0, e1;
     cuda::check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
     cuda::check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
     GemmKernel best = all.front();
     float best_ms = 1e30f;
     for (const GemmKernel& k : all) {
-        run_kernel(ctx, be, k, t, a, b, dt, nullptr, 2);
+        const Tensor* sums = bsum ? &scratch_bsum : nullptr;
+        run_kernel(ctx, be, k, t, a, b, dt, sums, c_rank);
         std::vector<float> ms;
         for (int i = 0; i < 3; ++i) {
             d.cuEventRecord(e0, be.stream());
-            run_kernel(ctx, be, k, t, a, b, dt, nullptr, 2);
+            run_kernel(ctx, be, k, t, a, b, dt, sums, c_rank);
             d.cuEventRecord(e1, be.stream());
             cuda::check(d.cuEventSynchronize(e1), "cuEventSynchronize");
             float v = 0;
@@ -646,12 +665,14 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
             ms.push_back(v);
         }
         std::sort(ms.begin(), ms.end());
-        log_debug("gemm autotune: {}: {:.4f} ms", describe(k), ms[1]);
+        last_timings.push_back({describe(k) + (last_launch_lean ? " lean" : ""), ms[1]});
+        log_debug("gemm autotune: {}: {:.4f} ms", last_timings.back().kernel, ms[1]);
         if (ms[1] < best_ms) best_ms = ms[1], best = k;
     }
     d.cuEventDestroy(e0);
     d.cuEventDestroy(e1);
     scratch.view().storage->written = true;
+    if (bsum) scratch_bsum.view().storage->written = true;
     const std::string entry = describe(best);
     log_info("gemm autotune: {} -> {} ({:.4f} ms)", key, entry, best_ms);
     if (disk) disk->store(dkey, std::vector<char>(entry.begin(), entry.end()));
@@ -670,6 +691,8 @@ bool autotune_enabled() {
 }
 
 } // namespace
+
+std::vector<AutotuneTiming> last_autotune_timings() { return last_timings; }
 
 void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& o) {
     Context& ctx = C.context();
@@ -726,7 +749,7 @@ void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
         const std::string key = problem_key(pr);
         std::unique_lock<std::mutex> lock(mu);
         auto it = tuned.find(key);
-        if (it == tuned.end()) it = tuned.emplace(key, autotuned(ctx, be, pr, p, a, b, dt, key)).first;
+        if (it == tuned.end()) it = tuned.emplace(key, autotuned(ctx, be, pr, p, a, b, dt, C.dtype(), o.bsum ? &*o.bsum : nullptr, r, key)).first;
         k = it->second;
     } else {
         k = selection(pr);

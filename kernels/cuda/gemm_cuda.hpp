@@ -6,6 +6,7 @@
 #include "kernels/gemm.hpp"
 
 #include <string>
+#include <vector>
 
 namespace kiln::cuda {
 class CudaBackend;
@@ -25,6 +26,15 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C);
 
 // Whether the last GEMM launched on this thread ran a lean twin (rule 7): what tests check.
 bool last_gemm_launch_lean();
+
+// The last KILN_AUTOTUNE timing on this thread (empty where the choice came from the disk
+// cache): each candidate as launched (its description, " lean" where its twin ran) and the
+// median of its three timed runs, milliseconds. What tests check.
+struct AutotuneTiming {
+    std::string kernel;
+    float ms;
+};
+std::vector<AutotuneTiming> last_autotune_timings();
 
 // How many clusters of `size` blocks of the sm_90 kernel `entry` (`threads` threads a block,
 // `smem` bytes of dynamic shared memory) the backend's GPU runs at once, one block to an SM:

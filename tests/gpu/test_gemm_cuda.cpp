@@ -469,22 +469,48 @@ TEST_CASE("gpu gemm: KILN_AUTOTUNE=1 times the candidates, keeps a correct resul
     kiln::test::ScopedCacheDir dir;
     setenv("KILN_AUTOTUNE", "1", 1);
     bool ok = false;
+    std::vector<gemm::AutotuneTiming> timed;
     {
         Context ctx(ContextOptions{"cuda"});
         Case cs{257, 190, 333, false, false, 8, true, epilogue_variant(3), DType::Float16};
         ok = run_case(ctx, cs, DType::Float16, "", 4242);
+        timed = gemm::last_autotune_timings();
+    }
+    REQUIRE(ok);
+    // Every candidate was timed.
+    REQUIRE(timed.size() >= 2);
+    for (const auto& t : timed) CHECK(t.ms > 0);
+    // The choice is in the disk cache: an entry whose key material names the autotuner.
+    const auto autotune_entries = [&] {
+        int entries = 0;
+        for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+            if (!e.is_regular_file()) continue;
+            std::ifstream f(e.path(), std::ios::binary);
+            const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+            entries += bytes.find("gemm-autotune|") != std::string::npos;
+        }
+        return entries;
+    };
+    CHECK(autotune_entries() == 1);
+    // The candidates run as the call launches them: a 16-bit product into C of its dtype with
+    // rows 16 bytes apart times the lean twins of rule 7 (plain, and with bias, ReLU and bsum),
+    // not the general kernels into float32 C.
+    {
+        Context ctx(ContextOptions{"cuda"});
+        if (hopper_or_skip(ctx, "lean twin")) {
+            DotOptions with_sums;
+            with_sums.relu = true, with_sums.bias = Tensor(), with_sums.bsum = Tensor();
+            for (const DotOptions& o : {DotOptions{}, with_sums}) {
+                Case cs{512, 256, 1024, false, false, 0, true, o, DType::Float16};
+                CHECK(run_case(ctx, cs, DType::Float16, "", 4300 + int(bool(o.bsum))));
+                const auto t = gemm::last_autotune_timings();
+                INFO("bsum " << bool(o.bsum));
+                CHECK(std::any_of(t.begin(), t.end(), [](const auto& x) { return x.kernel.find(" lean") != std::string::npos; }));
+                CHECK(std::any_of(t.begin(), t.end(), [](const auto& x) { return x.kernel.find(" lean") == std::string::npos; }));
+            }
+        }
     }
     unsetenv("KILN_AUTOTUNE");
-    REQUIRE(ok);
-    // The choice is in the disk cache: an entry whose key material names the autotuner.
-    int entries = 0;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
-        if (!e.is_regular_file()) continue;
-        std::ifstream f(e.path(), std::ios::binary);
-        const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-        entries += bytes.find("gemm-autotune|") != std::string::npos;
-    }
-    CHECK(entries == 1);
 }
 
 TEST_CASE("gpu gemm: the persistent wgmma kernels walk several waves of tiles, batches folded in") {
