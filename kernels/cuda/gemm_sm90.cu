@@ -347,6 +347,12 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
     // the unsplit 64 x 64 tile 5-9% slower that way (docs/gemm-notes.md 55).
     const StageDescs descs = stage0_descs<T, BN, CONSUMERS, STAGES>(smem, c, TA, TB);
     const uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
+    // The warp known converged here: after the bsum twin's epilogue (lanes storing row sums
+    // alone) the compiler could not tell, and reconverged the warp (WARPSYNC) after every
+    // stage's wait, building the stage's descriptors there in vector registers (61
+    // instructions a k-tile against the plain twin's 57; bsum over plain at 8192^3 +1.7% ->
+    // +0.8-1.0%, docs/gemm-notes.md 93).
+    __syncwarp();
 #pragma unroll
     for (int kt = 0; kt < PEEL; ++kt) {
         if (kt < ktiles) {
@@ -393,6 +399,7 @@ __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const un
     // a long-latency read) at the top of each k-tile, between one stage's multiplies and the
     // next stage's wait.
     asm volatile("" : "+r"(full), "+r"(empty));
+    __syncwarp();   // (see consume_tile: here it moves the first k-tile's WARPSYNC out of the loop)
     unsigned phase = 0;
     for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
 #pragma unroll
