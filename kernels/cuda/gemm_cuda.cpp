@@ -639,20 +639,20 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
     const bool same_layout = p.c_sn == 1 && p.c_sm >= N && (batch == 1 || p.c_batch >= M * p.c_sm);
     const int64_t c_sm = same_layout ? p.c_sm : N, c_batch = same_layout ? p.c_batch : M * N;
     const int64_t misalign = same_layout ? int64_t(reinterpret_cast<uintptr_t>(p.c) % 256) : 0;
-    const int64_t c_bytes = ((batch - 1) * (batch > 1 ? c_batch : 0) + (M - 1) * c_sm + N) * es + misalign;
+    const int64_t c_bytes = ((batch - 1) * c_batch + (M - 1) * c_sm + N) * es + misalign;
     Tensor scratch = ctx.empty({(c_bytes + 3) / 4}, DType::Float32);
     GemmParams t = p;
     t.c = static_cast<char*>(scratch.view().storage->data) + misalign;
     t.c_sm = c_sm, t.c_sn = 1, t.c_batch = c_batch;
     Tensor scratch_bsum;
     if (bsum) scratch_bsum = ctx.empty(bsum->shape(), bsum->dtype());
+    const Tensor* sums = bsum ? &scratch_bsum : nullptr;
     CUevent e0, e1;
     cuda::check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
     cuda::check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
     GemmKernel best = all.front();
     float best_ms = 1e30f;
     for (const GemmKernel& k : all) {
-        const Tensor* sums = bsum ? &scratch_bsum : nullptr;
         run_kernel(ctx, be, k, t, a, b, dt, sums, c_rank);
         std::vector<float> ms;
         for (int i = 0; i < 3; ++i) {
