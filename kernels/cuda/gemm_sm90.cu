@@ -1438,9 +1438,11 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
         // for that group, which frees the other set. (A fragment set per stage, 16 registers,
         // twice, would not fit beside the 128 accumulators in the 168 registers a thread has
         // at 384 threads per block: it spilled.)
+        // The warp known converged, and the stage index unsigned, as in consume_tile.
+        __syncwarp();
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
-            const int s = it % STAGES;
-            mbar_wait(&ring.full[s], (it / STAGES) & 1);
+            const unsigned s = unsigned(it) % STAGES;
+            mbar_wait(&ring.full[s], (unsigned(it) / STAGES) & 1);
             const unsigned char* stage = smem + s * Cfg::kStageBytes;
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
@@ -1449,7 +1451,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
                 fence_fragments(frag[(kk + 1) % 2]);
                 fence_regs(acc);
                 // The previous stage's last k-step is done: its shared memory is free.
-                if (kk == 0 && kt > 0 && lane == 0) mbar_arrive(&ring.empty[(it - 1) % STAGES]);
+                if (kk == 0 && kt > 0 && lane == 0) mbar_arrive(&ring.empty[unsigned(it - 1) % STAGES]);
             }
         }
         wgmma_wait<0>();
