@@ -1438,7 +1438,9 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
         // for that group, which frees the other set. (A fragment set per stage, 16 registers,
         // twice, would not fit beside the 128 accumulators in the 168 registers a thread has
         // at 384 threads per block: it spilled.)
-        // The warp known converged, and the stage index unsigned, as in consume_tile.
+        // The warp known converged, and the stage index unsigned, as in consume_tile: 67
+        // instructions a k-tile against 77, without a reconvergence after each wait (docs/
+        // gemm-notes.md 102).
         __syncwarp();
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
             const unsigned s = unsigned(it) % STAGES;
