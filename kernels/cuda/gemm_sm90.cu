@@ -464,11 +464,15 @@ __device__ __forceinline__ float2 epilogue_pair(const GemmParams& p, float a0, f
     return make_float2(v0, v1);
 }
 
-// A row's sum from its shares in the 4 lanes of a quad (a row's columns are spread over them
-// in the accumulator layout), added in a fixed order.
-__device__ __forceinline__ float quad_sum(float share) {
-    share += __shfl_xor_sync(0xffffffffu, share, 1);
-    return share + __shfl_xor_sync(0xffffffffu, share, 2);
+// A thread's shares of its two rows (g and g + 8: r0, r1) added over the 4 lanes of its quad
+// (a row's columns are spread over them in the accumulator layout) in two shuffles and a fixed
+// order: lanes with q even end with row g's sum, q odd with row g + 8's. (Each row over the
+// quad apart, the same adds in four shuffles, and one lane storing both sums: bias + ReLU +
+// bsum cost 0.35-0.45% more of the product at 4096^3, docs/gemm-notes.md 103.)
+__device__ __forceinline__ float quad_sum_pair(float r0, float r1, int q) {
+    const bool odd = q & 1;
+    const float s = (odd ? r1 : r0) + __shfl_xor_sync(0xffffffffu, odd ? r0 : r1, 1);
+    return s + __shfl_xor_sync(0xffffffffu, s, 2);
 }
 
 // Two values rounded to C's 16-bit dtype, in one 32-bit word.
@@ -643,15 +647,12 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     // the C stores below; otherwise they are added and stored after those, so that the
     // shuffles' latency hides behind the stores' (docs/gemm-notes.md 55).
     const auto finish_row_sums = [&] {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            row_sum[h] = quad_sum(row_sum[h]);
-            const int r = row0 + 8 * h, m = m0 + r;
-            if (q == 0 && p.bsum_cluster) share_row_sum(p, row_sums, sums_in, r, row_sum[h]);
-            else if (q == 0 && m < p.m && r >= rows_begin && r < rows_end) {
-                if (p.tiles_n == 1) store_bsum(p, z, m, row_sum[h]);
-                else p.bsum_partials[(int64_t(tile_n) * p.batch + z) * p.m + m] = row_sum[h];
-            }
+        const float s = quad_sum_pair(row_sum[0], row_sum[1], q);   // lane q < 2: row row0 + 8q
+        const int r = row0 + 8 * (q & 1), m = m0 + r;
+        if (q < 2 && p.bsum_cluster) share_row_sum(p, row_sums, sums_in, r, s);
+        else if (q < 2 && m < p.m && r >= rows_begin && r < rows_end) {
+            if (p.tiles_n == 1) store_bsum(p, z, m, s);
+            else p.bsum_partials[(int64_t(tile_n) * p.batch + z) * p.m + m] = s;
         }
     };
     if (LEAN != kLeanPlain && (p.flags & kBsum) && p.bsum_cluster) finish_row_sums();
@@ -1265,12 +1266,9 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             // The tile's row sums: to bsum (one tile per row), as tagged partials, or, where the
             // block's last tile adds its row, to its consumers through shared memory.
             const bool add_here = spans && is_row_adder(p, at) && last_of_block(t, total);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const float s = quad_sum(row_sum[h]);
-                const int r = 64 * c + 16 * warp + g + 8 * h, m = at.m * BM + r;
-                if (q == 0) deliver_row_sum(p, bars.own_sums, add_here, spans, at.n, z, r, m, s);
-            }
+            const float s = quad_sum_pair(row_sum[0], row_sum[1], q);   // lane q < 2 delivers row g + 8q
+            const int r = 64 * c + 16 * warp + g + 8 * (q & 1), m = at.m * BM + r;
+            if (q < 2) deliver_row_sum(p, bars.own_sums, add_here, spans, at.n, z, r, m, s);
             if (add_here) {
                 asm volatile("bar.sync 1, 256;" ::: "memory");   // own_sums written by both consumers
                 add_row_last<BM, 16>(p, bars.own_sums, at.m * BM, z, ctid + 128 * c, 256);
