@@ -1504,7 +1504,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
             // Consumer 1's array is own_sums, which only the block's last tile uses otherwise,
             // after these reads (each thread writes there only the row it has read). (The 8
             // warps in turn into one array took 9 barriers a tile: bias + ReLU + bsum over plain
-            // +2.4-2.8% at 4096^3, docs/gemm-notes.md 104.)
+            // +2.3% at 4096^3 against +1.5%, docs/gemm-notes.md 104.)
             float* row_sums = c == 0 ? other_sums : bars.own_sums;
             asm volatile("bar.sync 1, 256;" ::: "memory");   // the last tile's rows are delivered
 #pragma unroll 1
