@@ -992,7 +992,8 @@ template <int STAGES, int BM>
 struct PersistentBarriers {
     Ring<STAGES> ring;
     int pending_box[2][3];   // per consumer: where the results waiting in registers go (n0, m0, z)
-    float own_sums[BM];      // the row sums of the block's last tile, where it adds its row
+    float own_sums[BM];      // the row sums of the block's last tile, where it adds its row (the
+                             // tf32 B-in-registers kernel: also consumer 1's share of each tile's)
 };
 
 // A persistent kernel's walk: tiles per batch entry, tiles in all, k-tiles per tile, and
@@ -1369,7 +1370,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
     using Barriers = PersistentBarriers<STAGES, BM>;
     extern __shared__ __align__(1024) unsigned char smem[];
     unsigned char* staged_base = smem + STAGES * Cfg::kStageBytes;
-    float* other_sums = reinterpret_cast<float*>(staged_base + 4 * kPartBytes);   // bsum: the tile's row sums [BM]
+    float* other_sums = reinterpret_cast<float*>(staged_base + 4 * kPartBytes);   // bsum: consumer 0's share of the tile's row sums [BM]
     Barriers& bars = *reinterpret_cast<Barriers*>(other_sums + BM);
     Ring<STAGES>& ring = bars.ring;
     const int tid = threadIdx.x;
