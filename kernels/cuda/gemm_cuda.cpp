@@ -184,18 +184,22 @@ bool wgmma_readable(const Tensor& X, bool is_a, bool need_kmajor) {
     return tma_ok(x, /*rows_contiguous=*/is_a ? !kmajor : kmajor, dtype_size(X.dtype())) && (kmajor || !need_kmajor);
 }
 
-// Whether an M- or N-major X (A stored (K, M), B stored (K, N)) has rows that are not 128
-// bytes apart. TMA reads such an operand at about three quarters of the speed: on the H100,
-// fp16 4096x7000x4096 (B's rows 14000 bytes apart) ran at 486 TFLOP/s, 537 with B copied
-// (the copy included), 4096x7040x4096 at 627-652. K-major rows 3520 bytes apart (A of
-// 1760x7000x1760) cost nothing measurable: copying that A made the product slower.
+// Whether an M- or N-major X (A stored (K, M), B stored (K, N)) has rows that do not start on
+// 32-byte sectors (its base, its rows or its batch entries 16 bytes off them). Each 128-byte
+// row of a TMA box then spans five sectors instead of four, and the product runs about a
+// third slower. On the H100, fp16 (B's rows 14000 bytes apart, 16 bytes off a sector every
+// other row) 4096x7000x4096 took 479 us, 370-383 with B copied (the copy included) and
+// 364 for 4096x6992x4096 or 4096x7008x4096 uncopied (rows 13984 and 14016 bytes apart, on
+// sectors but not 128 bytes apart), which their copies made slower (393-400 us); 1760x7000x1760
+// 97.8 us, 84.6 with B copied, 1760x6992x1760 73 (docs/gemm-notes.md 105). K-major rows 3520
+// bytes apart (A of 1760x7000x1760) cost nothing measurable: copying that A made it slower.
 bool mn_rows_unaligned(const Tensor& X, bool is_a) {
     const Mat x = mat(X);
     const bool kmajor = is_kmajor(x, is_a);
     if (kmajor) return false;
     const int64_t es = int64_t(dtype_size(X.dtype()));
     const int64_t stride = is_a ? x.s_col : x.s_row;   // between rows of k
-    return (stride * es) % 128 != 0 || (x.s_batch * es) % 128 != 0;
+    return rows_off_sectors(reinterpret_cast<uintptr_t>(x.base), stride * es, x.s_batch * es);
 }
 
 bool needs_staging(const Tensor& X, bool is_a, bool need_kmajor, double flops, const cuda::CudaBackend& be) {
@@ -207,7 +211,7 @@ bool needs_staging(const Tensor& X, bool is_a, bool need_kmajor, double flops, c
 
 // Whether the tf32 kernel that reads B N-major through registers runs this product as it is
 // (rule 1), so that B is not copied to K-major. `plain`: no beta (the persistent kernels'
-// epilogue; stochastic rounding does not apply to its float32 C). B's rows not 128 bytes apart
+// epilogue; stochastic rounding does not apply to its float32 C). B's rows off 32-byte sectors
 // are still copied where rule 5 says the copy pays (as for 16-bit operands).
 bool b_through_registers(const Tensor& A, const Tensor& B, const Tensor& C, bool plain, double flops,
                          const cuda::CudaBackend& be) {
@@ -265,7 +269,7 @@ Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBack
     const int r = X.rank();
     const int64_t rows = is_a ? X.shape()[r - 2] : X.shape()[r - 1], k = is_a ? X.shape()[r - 1] : X.shape()[r - 2];
     const int64_t inner = to_kmajor ? k : rows, outer = to_kmajor ? rows : k;
-    // Rows 128 bytes apart (mn_rows_unaligned).
+    // Rows 128 bytes apart (on sectors: mn_rows_unaligned).
     const int64_t padded = (inner * int64_t(es) + 127) / 128 * 128 / int64_t(es);
     Shape shape = r == 3 ? Shape{X.shape()[0], outer, padded} : Shape{outer, padded};
     Tensor buf = X.context().empty(shape, X.dtype());

@@ -303,7 +303,11 @@ bool copy_pays(bool readable, bool mn_unaligned, double bytes, double flops) {
     if (readable && !mn_unaligned) return false;
     if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
     const double copy = 2 * bytes / 3e12 + 3e-6, product = flops / 700e12;
-    return readable ? copy < 0.25 * product : copy + product < flops / 40e12;
+    return readable ? copy < kUnalignedRowsCost * product : copy + product < flops / 40e12;
+}
+
+bool rows_off_sectors(uintptr_t base, int64_t row_stride, int64_t batch_stride) {
+    return base % 32 != 0 || row_stride % 32 != 0 || batch_stride % 32 != 0;
 }
 
 int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n) {

@@ -115,10 +115,16 @@ std::string describe(const GemmKernel& k);
 // K-major) is copied when the copy and the wgmma product (700 TFLOP/s) take less than the
 // product on the portable kernels (40 TFLOP/s; they ran at 8.7-19 on the H100 where copying
 // made the product 1.5-2.5x faster, docs/gemm-notes.md 20). A readable one whose rows along
-// M or N are not 128 bytes apart (`mn_unaligned`: TMA reads it about a quarter slower, note
-// 28) when the copy costs less than a quarter of the product. The copy reads and writes the
-// operand at 3 TB/s after a launch of about 3 us. KILN_GEMM_COPY=always|never overrides.
+// M or N do not start on 32-byte sectors (`mn_unaligned`: the product runs about a third
+// slower, docs/gemm-notes.md 105) when the copy costs less than kUnalignedRowsCost of the
+// product. The copy reads and writes the operand at 3 TB/s after a launch of about 3 us.
+// KILN_GEMM_COPY=always|never overrides.
+inline constexpr double kUnalignedRowsCost = 0.35;
 bool copy_pays(bool readable, bool mn_unaligned, double bytes, double flops);
+// Whether rows `row_stride` bytes apart from `base`, in batch entries `batch_stride` bytes
+// apart, do not all start on 32-byte sectors (rule 5's `mn_unaligned` for an M- or N-major
+// operand).
+bool rows_off_sectors(uintptr_t base, int64_t row_stride, int64_t batch_stride);
 
 // Rule 1's condition for the FMA kernel that copies operands with cp.async
 // (kiln_gemm_fma_f32_tt_128x128): A M-major and B N-major (rows contiguous), both with TMA's

@@ -361,11 +361,20 @@ TEST_CASE("gemm selector: operand copies (rule 5)") {
     setenv("KILN_GEMM_COPY", "always", 1);
     CHECK_FALSE(copy_pays(true, false, 64e6, flops(8192, 8192, 8192)));
     unsetenv("KILN_GEMM_COPY");
-    // Readable, rows along N 14000 bytes apart: fp16 4096x7000x4096's B (57 MB, copy ~41 us)
-    // is copied (a quarter of the product is ~84 us); 1760x7000x1760's B (25 MB, ~19 us
-    // against ~16) is not.
+    // Readable, rows along N 14000 bytes apart (every other one 16 bytes off a sector): the
+    // product runs a third slower, so fp16 4096x7000x4096's B (57 MB, copy ~41 us) and
+    // 1760x7000x1760's B (25 MB, ~19 us against 35% of ~62) are copied; a small product's is
+    // not (the copy's launch alone outweighs it).
     CHECK(copy_pays(true, true, 4096.0 * 7000 * 2, flops(4096, 7000, 4096)));
-    CHECK_FALSE(copy_pays(true, true, 1760.0 * 7000 * 2, flops(1760, 7000, 1760)));
+    CHECK(copy_pays(true, true, 1760.0 * 7000 * 2, flops(1760, 7000, 1760)));
+    CHECK_FALSE(copy_pays(true, true, 64.0 * 7000 * 2, flops(64, 7000, 64)));
+    // Which rows are off sectors: 14000 bytes apart (N = 7000 in 16 bits) yes; 13984 and 14016
+    // (6992, 7008) no, though not 128 bytes apart; a base or batch entries 16 bytes off too.
+    CHECK(rows_off_sectors(0x10000, 14000, 0));
+    CHECK_FALSE(rows_off_sectors(0x10000, 13984, 0));
+    CHECK_FALSE(rows_off_sectors(0x10000, 14016, 14016 * 4096));
+    CHECK(rows_off_sectors(0x10010, 14016, 0));
+    CHECK(rows_off_sectors(0x10000, 14016, 14016 * 4096 + 16));
     // Unreadable: fp16 1024x700x512 (B's rows 1400 bytes) is copied; a tiny product is not
     // (the copy's launch outweighs the portable kernels' time).
     CHECK(copy_pays(false, false, 512.0 * 700 * 2, flops(1024, 700, 512)));
