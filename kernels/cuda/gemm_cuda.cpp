@@ -604,8 +604,10 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
         slices.view().storage->written = true;
         const float* sp = static_cast<const float*>(slices.view().storage->data);
         void* params[] = {&p, &sp};
-        // With bsum a warp per row; without, 4 elements per thread (see the kernel).
-        const int64_t grid = bsum ? (M + 7) / 8 : (M * N / 4 + 255) / 256 + 1;
+        // With bsum 8 / reduce_warps_per_row rows a block; without, 4 elements per thread (see
+        // the kernel).
+        const int64_t rows_per_block = 8 / reduce_warps_per_row(int(N));
+        const int64_t grid = bsum ? (M + rows_per_block - 1) / rows_per_block : (M * N / 4 + 255) / 256 + 1;
         be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256,
                               0, params, {.programmatic = sm80_image_programmatic(be)});
     }

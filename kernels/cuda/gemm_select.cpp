@@ -303,7 +303,7 @@ bool copy_pays(bool readable, bool mn_unaligned, double bytes, double flops) {
     if (readable && !mn_unaligned) return false;
     if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
     const double copy = 2 * bytes / 3e12 + 3e-6, product = flops / 700e12;
-    return readable ? copy < kUnalignedRowsCost * product : copy + product < flops / 40e12;
+    return readable ? copy < kUnalignedRowsCost * product : copy + product < flops / kPortableRate;
 }
 
 bool rows_off_sectors(uintptr_t base, int64_t row_stride, int64_t batch_stride) {

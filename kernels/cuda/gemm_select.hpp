@@ -113,13 +113,16 @@ std::string describe(const GemmKernel& k);
 // bytes into a buffer with rows 128 bytes apart pays, for a product of `flops`. An operand the
 // wgmma kernels cannot read (`readable` false: TMA cannot address it, or tf32 needs it
 // K-major) is copied when the copy and the wgmma product (700 TFLOP/s) take less than the
-// product on the portable kernels (40 TFLOP/s; they ran at 8.7-19 on the H100 where copying
-// made the product 1.5-2.5x faster, docs/gemm-notes.md 20). A readable one whose rows along
+// product on the portable kernels (kPortableRate: they ran at 8.7-19 TFLOP/s on the H100 where
+// copying made the product 1.5-2.5x faster, docs/gemm-notes.md 20; tf32 on mma.sync at 8-16,
+// narrow tf32 products on the FMA tile at 3-7: 1760x16x1760 took 22.9 us there against 9.5
+// with B copied for the wgmma kernel, note 108). A readable one whose rows along
 // M or N do not start on 32-byte sectors (`mn_unaligned`: the product runs about a third
 // slower, docs/gemm-notes.md 105) when the copy costs less than kUnalignedRowsCost of the
 // product. The copy reads and writes the operand at 3 TB/s after a launch of about 3 us.
 // KILN_GEMM_COPY=always|never overrides.
 inline constexpr double kUnalignedRowsCost = 0.35;
+inline constexpr double kPortableRate = 15e12;
 bool copy_pays(bool readable, bool mn_unaligned, double bytes, double flops);
 // Whether rows `row_stride` bytes apart from `base`, in batch entries `batch_stride` bytes
 // apart, do not all start on 32-byte sectors (rule 5's `mn_unaligned` for an M- or N-major

@@ -732,8 +732,9 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_fma_f32_256x16(const
     fma_narrow_gemm<256, 16>(p);
 }
 
-// Split-K's second step: C = epilogue(the slices' sum, added in slice order). With bsum a warp
-// takes a row (its sum is reduced in the warp); without, each thread takes 4 consecutive
+// Split-K's second step: C = epilogue(the slices' sum, added in slice order). With bsum 1-8
+// warps take a row (reduce_warps_per_row; its sum is reduced in each warp, then across them);
+// without, each thread takes 4 consecutive
 // elements of the flattened M x N plane (16-byte loads when N is a multiple of 4), so the
 // slices are read in full coalesced lines whatever N is.
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const GemmParams p, const float* slices) {
@@ -762,19 +763,34 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const 
             if (i + j < plane) finish_element(p, C, 0, acc[j], int((i + j) / p.n), int((i + j) % p.n));
         return;
     }
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int m = blockIdx.x * 8 + warp;
-    if (m >= p.m) return;
+    // A row to warps_per_row warps, their columns interleaved 32 at a time (each warp's loads
+    // coalesced), its sums added in the warp and then in warp order.
+    const int warps_per_row = reduce_warps_per_row(p.n);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % warps_per_row;
+    const int m = blockIdx.x * (8 / warps_per_row) + warp / warps_per_row;
+    __shared__ float row_parts[8];
     float s = 0.f;
-    for (int n = lane; n < p.n; n += 32) {
-        float acc = 0.f;
+    if (m < p.m) {
+        for (int n = 32 * part + lane; n < p.n; n += 32 * warps_per_row) {
+            float acc = 0.f;
 #pragma unroll 4
-        for (int k = 0; k < p.k_splits; ++k) acc += slices[k * plane + int64_t(m) * p.n + n];
-        s += finish_element(p, C, 0, acc, m, n);
+            for (int k = 0; k < p.k_splits; ++k) acc += slices[k * plane + int64_t(m) * p.n + n];
+            s += finish_element(p, C, 0, acc, m, n);
+        }
     }
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) store_bsum(p, 0, m, s);
+    if (warps_per_row == 1) {
+        if (lane == 0 && m < p.m) store_bsum(p, 0, m, s);
+        return;
+    }
+    if (lane == 0) row_parts[warp] = s;
+    __syncthreads();
+    if (part == 0 && lane == 0 && m < p.m) {
+        float t = row_parts[warp];
+        for (int w = 1; w < warps_per_row; ++w) t += row_parts[warp + w];
+        store_bsum(p, 0, m, t);
+    }
 }
 
 // dst[z][j][i] = src[z][i][j]: the transposing copy that puts an operand into the layout the

@@ -241,6 +241,16 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
             unsetenv("KILN_GEMM_SPLITS");
             REQUIRE(ran);
         }
+    // Few long rows with bsum: the second step's warps share a row (2, 4 and 8 of them).
+    for (int64_t n : {300, 700, 1500})
+        for (DType dt : {DType::Float16, DType::Float32}) {
+            setenv("KILN_GEMM_SPLITS", "5", 1);
+            Case cs{37, n, 1000, true, false, 8, true, epilogue_variant(3), dt};
+            INFO("N " << n);
+            const bool ran = run_case(ctx, cs, dt, "", uint32_t(seed++));
+            unsetenv("KILN_GEMM_SPLITS");
+            REQUIRE(ran);
+        }
     // Batched, B shared, with bias, ReLU and bsum over several tiles per row: one launch (the
     // last tile of a row adds the row's partial sums), the same bits every time (the turn
     // counters return to zero), in bsum's dtype; C in float32 (the general epilogue) and in
