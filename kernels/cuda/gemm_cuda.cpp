@@ -228,6 +228,19 @@ bool b_through_registers(const Tensor& A, const Tensor& B, const Tensor& C, bool
     return selection(pr).b_in_registers;   // remembered per problem, like the launch's own choice
 }
 
+// Whether tf32's A, M-major, goes through registers (the tk kernels, gemm_select.cpp) instead
+// of being copied K-major: on narrow products (N <= 256, where the selector takes the one-tile
+// kernels 64 or 16 wide anyway), where TMA reads A as it is (rows on sectors), and B is K-major
+// or at most a quarter of A's bytes (then B is copied K-major instead). On the H100 tf32
+// 4096x128x4096 A^T took 89.4 us with A's 64 MB copied first, 39.9 through registers
+// (docs/gemm-notes.md 109).
+bool a_through_registers(const Tensor& A, const Tensor& B, const cuda::CudaBackend& be) {
+    const int r = A.rank();
+    if (be.info().sm != 90 || B.shape()[r - 1] > 256) return false;
+    if (is_kmajor(mat(A), true) || !wgmma_readable(A, true, /*need_kmajor=*/false) || mn_rows_unaligned(A, true)) return false;
+    return wgmma_readable(B, false, /*need_kmajor=*/true) || 4.0 * double(B.size()) <= double(A.size());
+}
+
 // Which operands to copy: a copy pays only when the other operand is readable or copied too,
 // and B not when the tf32 kernel that takes it through registers runs the product as it is.
 // `plain`: the epilogue has no beta.
@@ -252,6 +265,7 @@ Staging staging(const Tensor& A, const Tensor& B, const Tensor& C, bool need_kma
         if (runs.rfind("kiln_gemm_fma_f32_tt_128x128", 0) != 0) return {};
         return {!a_ok, !b_ok};
     }
+    if (need_kmajor && a_through_registers(A, B, be)) return {false, !wgmma_readable(B, false, true)};
     const bool copy_a = needs_staging(A, true, need_kmajor, flops, be);
     const bool copy_b = needs_staging(B, false, need_kmajor, flops, be);
     Staging st{copy_a && (copy_b || wgmma_readable(B, false, need_kmajor)),
@@ -565,8 +579,8 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     log_debug("gemm: {}x{}x{} batch {} {} -> {}{} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), describe(k),
               twin ? " lean" : "", k.bm, k.bn, blocks * grid_y);
     if (k.path == GemmPath::Wgmma) {
-        // A: K-major boxes (64 k) x (BM rows); M-major boxes (64 m) x (one stage of k) per
-        // consumer. B likewise with BN (N-major boxes at most 64 wide: the 16-wide tile's B is
+        // A: K-major boxes (a stage's k) x (BM rows); M-major boxes 128 bytes wide (64 16-bit
+        // rows, 32 tf32 ones) x (a stage's k), one or two per consumer. B likewise with BN (N-major boxes at most 64 wide: the 16-wide tile's B is
         // one box of 16, in the 32-byte swizzle). A stage holds 128 bytes of k.
         const uint32_t bk = 128 / uint32_t(es);
         CUtensorMap ma, mb;
@@ -574,7 +588,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
             ma = tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, 256);
             mb = tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, 32, bk);
         } else {
-            ma = k.a_trans ? tensor_map(a.base, dt, M, K, batch, a.s_col, a.s_batch, 64, bk)
+            ma = k.a_trans ? tensor_map(a.base, dt, M, K, batch, a.s_col, a.s_batch, bk, bk)
                            : tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, k.bm);
             mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, uint32_t(std::min(k.bn, 64)), bk)
                            : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);

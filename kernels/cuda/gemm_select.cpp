@@ -166,7 +166,10 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
     const bool tensor = pr.dtype != kF32 || pr.tf32;
     const std::string tag = dtype_tag(pr.dtype, pr.tf32);
     const bool wgmma_sm = tensor && pr.sm == 90 && pr.have_sm90a && pr.a_tma && pr.b_tma;
-    const bool wgmma = wgmma_sm && (pr.dtype != kF32 || (pr.a_kmajor && pr.b_kmajor));
+    // tf32 reads K-major operands from shared memory; A M-major goes through registers on the
+    // narrow one-tile kernels (the tk kernels: 64 x 64, 128 x 64 and 64 x 16).
+    const bool tf32_a_regs = wgmma_sm && pr.dtype == kF32 && !pr.a_kmajor && pr.b_kmajor;
+    const bool wgmma = wgmma_sm && (pr.dtype != kF32 || (pr.a_kmajor && pr.b_kmajor) || tf32_a_regs);
     if (wgmma_sm && pr.dtype == kF32 && pr.a_kmajor && !pr.b_kmajor && pr.c_f32 && pr.plain_epilogue &&
         tiles_of(pr, 256, 128) > pr.sms) {
         GemmKernel k;
@@ -196,6 +199,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         // rate sits between theirs. Split in a cluster it lost to the 64 x 64 tile everywhere
         // (2048x128x8192 24.7 against 16.9 us; note 53), so the selector does not split it so.
         for (Wg w : {Wg{256, 2, 4, 1.0}, Wg{128, 2, 6, 0.9}, Wg{64, 1, 8, 0.7}, Wg{16, 1, 8, 0.3}, Wg{64, 2, 8, 0.8}}) {
+            if (tf32_a_regs && w.bn > 64) continue;
             GemmKernel k;
             k.path = GemmPath::Wgmma;
             k.bm = 64 * w.cons;

@@ -220,6 +220,32 @@ KILN_WGMMA_16BIT(256, __half, "f16", 128, 129, 130, 131, 132)
 KILN_WGMMA_16BIT(256, __nv_bfloat16, "bf16", 128, 129, 130, 131, 132)
 KILN_WGMMA_TF32(256, 128, 129, 130)
 
+// tf32 with A from registers (the A^T kernels: A M-major in shared memory, which tf32's
+// descriptors cannot read): a warp's fragment of 16 rows x 8 k is a0 (g, q), a1 (g + 8, q),
+// a2 (g, q + 4), a3 (g + 8, q + 4), g = lane / 4, q = lane % 4; B K-major.
+template <int N>
+struct WgmmaTf32RegA;
+#define KILN_WGMMA_TF32_REGA(N, A0, A1, A2, A3, B, P)                                                          \
+    template <>                                                                                                 \
+    struct WgmmaTf32RegA<N> {                                                                                   \
+        static __device__ __forceinline__ void run(float (&d)[N / 2], const uint32_t* a, uint64_t db) {         \
+            asm volatile("{.reg .pred p; setp.ne.b32 p, %" #P ", 0;\n"                                          \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 " KILN_WGMMA_D##N              \
+                         ", {%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #B ", p, 1, 1;}\n"                        \
+                         : KILN_WGMMA_OUT##N                                                                    \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                        \
+        }                                                                                                       \
+    };
+KILN_WGMMA_TF32_REGA(16, 8, 9, 10, 11, 12, 13)
+KILN_WGMMA_TF32_REGA(64, 32, 33, 34, 35, 36, 37)
+
+// Keeps fragment registers alive (and unmoved) until here: wgmma reads them asynchronously.
+template <int R>
+__device__ __forceinline__ void fence_fragments(uint32_t (&f)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+r"(f[i])::"memory");
+}
+
 // ---- the kernel -----------------------------------------------------------------------------
 
 template <class T, int BN, int CONSUMERS, int STAGES>
@@ -251,8 +277,13 @@ __device__ __forceinline__ void produce_stage(unsigned char* smem, Ring<STAGES>&
     if constexpr (TA == 0) {
         tma_load(sa, map_a, &ring.full[s], k0, m0, za);
     } else {
+        // M-major: boxes 128 bytes wide along m (64 16-bit rows, 32 tf32 ones), BK k deep.
+        constexpr int kBoxM = 128 / int(sizeof(T)), kBoxBytes = 128 * Cfg::BK;
 #pragma unroll
-        for (int c = 0; c < CONSUMERS; ++c) tma_load(sa + c * 8192, map_a, &ring.full[s], m0 + 64 * c, k0, za);
+        for (int c = 0; c < CONSUMERS; ++c)
+#pragma unroll
+            for (int h = 0; h < 64 / kBoxM; ++h)
+                tma_load(sa + c * 8192 + h * kBoxBytes, map_a, &ring.full[s], m0 + 64 * c + kBoxM * h, k0, za);
     }
     if constexpr (TB == 0) {
         tma_load(sb, map_b, &ring.full[s], k0, n0, zb);
@@ -383,6 +414,67 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
     if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
 }
 
+// consume_only_tile for tf32 with A M-major (the tk kernels): tf32's shared-memory operands
+// must be K-major, so A comes from registers, each thread loading its fragment (a0-a3 of a
+// k-step) from the stage's 128-byte swizzled boxes (32 rows of m by BK k each; row k of m's box
+// at 128 k, m's 16-byte chunk XOR k % 8). In a warp the loads of one register cover 8 rows of
+// m in 4 rows of k: 2 lanes a bank. Each k-step is a group of its own with one of two fragment
+// sets, waited for (wgmma_wait<1>) before its set is reloaded, as in the B-in-registers
+// kernel: with the four k-steps of a stage in one group and a set per stage, ptxas serialised
+// every multiply (C7513: fragment registers written while a group that reads others is in
+// flight), which this form avoids (SASS: HGMMA, then WARPGROUP.DEPBAR.LE gsb0, 0x1).
+template <int BN, int CONSUMERS, int STAGES>
+__device__ __forceinline__ void consume_only_tile_tf32_rega(float (&acc)[BN / 2], const unsigned char* smem, uint64_t b0,
+                                                           uint32_t full, uint32_t empty, int c, int lane, int ktiles) {
+    using Cfg = WgConfig<float, BN, CONSUMERS, STAGES>;
+    const int warp = int(threadIdx.x % 128) / 32, g = lane / 4, q = lane % 4;
+    // The shared address in stage 0 of A's element (row m of the consumer's 64, k % 8 = kq) at k-step 0.
+    const uint32_t base = smem_u32(smem);
+    const auto address = [c, base](int m, int kq) {
+        return base + uint32_t(c * 8192 + 4096 * (m / 32) + 128 * kq + 16 * (((m % 32) / 4) ^ kq) + 4 * (m % 4));
+    };
+    const uint32_t lo_q = address(16 * warp + g, q), hi_q = address(16 * warp + g + 8, q);
+    const uint32_t lo_q4 = address(16 * warp + g, q + 4), hi_q4 = address(16 * warp + g + 8, q + 4);
+    const uint64_t b_hi = b0 & ~0xFFFFFFFFull;
+    uint32_t frag[2][4];
+    unsigned phase = 0;
+    __syncwarp();
+    for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            if (kt0 + s >= ktiles) break;
+            mbar_wait(full + 8 * s, phase);
+            const uint32_t stage = uint32_t(s * Cfg::kStageBytes);
+            const uint32_t b_lo = uint32_t(b0) + (stage >> 4);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                uint32_t(&f)[4] = frag[kk % 2];
+                const uint32_t at = stage + 1024 * kk;
+                asm volatile("ld.shared.b32 %0, [%1];" : "=r"(f[0]) : "r"(lo_q + at));
+                asm volatile("ld.shared.b32 %0, [%1];" : "=r"(f[1]) : "r"(hi_q + at));
+                asm volatile("ld.shared.b32 %0, [%1];" : "=r"(f[2]) : "r"(lo_q4 + at));
+                asm volatile("ld.shared.b32 %0, [%1];" : "=r"(f[3]) : "r"(hi_q4 + at));
+                fence_fragments(f);
+                fence_regs(acc);
+                wgmma_fence();
+                WgmmaTf32RegA<BN>::run(acc, f, b_hi | (b_lo + 2 * kk));
+                wgmma_commit();
+                fence_regs(acc);
+                wgmma_wait<1>();
+                fence_fragments(frag[(kk + 1) % 2]);
+                fence_regs(acc);
+                // The previous stage's last k-step is done: its shared memory is free.
+                if (kk == 0 && lane == 0 && kt0 + s > 0) mbar_arrive(empty + 8 * ((s + STAGES - 1) % STAGES));
+            }
+        }
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    fence_fragments(frag[0]);
+    fence_fragments(frag[1]);
+    if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * ((ktiles - 1) % STAGES));
+}
+
 // consume_tile for a block's only tile (the one-tile kernels; stage uses from 0): the loop
 // unrolled by STAGES, so that each copy's stage, barriers and descriptors are constants and
 // only the phase changes from one round of the ring to the next. In the narrow tiles the
@@ -400,22 +492,26 @@ __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const un
     // next stage's wait.
     asm volatile("" : "+r"(full), "+r"(empty));
     __syncwarp();   // (see consume_tile: here it moves the first k-tile's WARPSYNC out of the loop)
-    unsigned phase = 0;
-    for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
+    if constexpr (std::is_same_v<T, float> && TA == 1) {
+        consume_only_tile_tf32_rega<BN, CONSUMERS, STAGES>(acc, smem, descs.b, full, empty, c, lane, ktiles);
+    } else {
+        unsigned phase = 0;
+        for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
 #pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
-            if (kt0 + s >= ktiles) break;
-            mbar_wait(full + 8 * s, phase);
-            consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
-            wgmma_wait<1>();
-            fence_regs(acc);
-            // The stage before this one is read: released (none before the first k-tile).
-            if (lane == 0 && kt0 + s > 0) mbar_arrive(empty + 8 * ((s + STAGES - 1) % STAGES));
+            for (int s = 0; s < STAGES; ++s) {
+                if (kt0 + s >= ktiles) break;
+                mbar_wait(full + 8 * s, phase);
+                consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
+                wgmma_wait<1>();
+                fence_regs(acc);
+                // The stage before this one is read: released (none before the first k-tile).
+                if (lane == 0 && kt0 + s > 0) mbar_arrive(empty + 8 * ((s + STAGES - 1) % STAGES));
+            }
         }
+        wgmma_wait<0>();
+        fence_regs(acc);
+        if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * ((ktiles - 1) % STAGES));
     }
-    wgmma_wait<0>();
-    fence_regs(acc);
-    if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * ((ktiles - 1) % STAGES));
 }
 
 template <int STAGES, int CONSUMERS>
@@ -1318,13 +1414,6 @@ __device__ __forceinline__ void wgmma_tf32_regs(float (&d)[128], const uint32_t*
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
-// Keeps fragment registers alive (and unmoved) until here: wgmma reads them asynchronously.
-template <int R>
-__device__ __forceinline__ void fence_fragments(uint32_t (&f)[R]) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) asm volatile("" : "+r"(f[i])::"memory");
-}
-
 // One k-step (8 k) of a stage into the accumulators, committed as its own group: this thread's
 // B fragment (two 8-byte loads at `stage` + `off0` / `off1`), then the multiply with the
 // stage's A tile (at `stage`). `frag` must not be written again before that group is waited for.
@@ -1605,6 +1694,10 @@ KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 2, 8, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 16, 1, 8, 0, 0, k, k)
+// tf32 with A M-major, A through registers (consume_only_tile_tf32_rega).
+KILN_WG_KERNEL(float, tf32, 64, 1, 8, 1, 0, t, k)
+KILN_WG_KERNEL(float, tf32, 64, 2, 8, 1, 0, t, k)
+KILN_WG_KERNEL(float, tf32, 16, 1, 8, 1, 0, t, k)
 KILN_WG_PERSISTENT_C(float, tf32, 0, 0, k, k, true, kGeneral, pf)
 // tf32 with B N-major, B through registers: 256 x 128 tiles.
 extern "C" __global__ void __launch_bounds__(384, 1)

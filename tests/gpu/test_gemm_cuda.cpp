@@ -183,6 +183,8 @@ TEST_CASE("gpu gemm: every kernel on every layout it takes, odd sizes, every epi
     for (auto& e : wgmma_entries("f16", true)) runs[0].entries.push_back(e);
     for (auto& e : wgmma_entries("bf16", true)) runs[1].entries.push_back(e);
     for (auto& e : wgmma_entries("tf32", false)) runs[3].entries.push_back(e);
+    for (const char* e : {"kiln_gemm_wg_tf32_tk_64_c1_s8", "kiln_gemm_wg_tf32_tk_64_c2_s8", "kiln_gemm_wg_tf32_tk_16_c1_s8"})
+        runs[3].entries.push_back(e);
     const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1}, {7, 9, 13}, {129, 130, 67}, {300, 257, 1003}};
     std::map<std::string, int> ran;
     Context ctx(ContextOptions{"cuda"});

@@ -54,6 +54,15 @@ TEST_CASE("gemm selector: paths by architecture, dtype and operand layout (rule 
     CHECK(select_gemm(pr).entry == "kiln_gemm_mma_tf32_128x128");
     pr.b_kmajor = true;
     CHECK(select_gemm(pr).entry == "kiln_gemm_wg_tf32_kk_256_c2_s4");
+    // A M-major, B K-major: the tk kernels (A through registers), 64 wide or narrower only.
+    pr = h100(4096, 128, 4096, kF32);
+    pr.tf32 = true, pr.a_kmajor = false, pr.b_kmajor = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_tf32_tk_64_c1_s8");
+    for (const GemmKernel& k : gemm_candidates(pr))
+        if (k.path == GemmPath::Wgmma) CHECK((k.a_trans && k.bn <= 64 && starts_with(k.entry, "kiln_gemm_wg_tf32_tk_")));
+    pr = h100(6144, 16, 2048, kF32);
+    pr.tf32 = true, pr.a_kmajor = false, pr.b_kmajor = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_tf32_tk_16_c1_s8");
     // Every candidate of a path can run the problem: no wgmma kernel for an operand TMA cannot read.
     pr = h100(4096, 4096, 4096, kF16);
     pr.a_tma = false;
