@@ -5,10 +5,13 @@
 //  1. Paths. On sm_90 with the sm_90a image built, 16-bit operands (and float32 when the context
 //     allows tf32) run the wgmma kernels when TMA can address both operands: a contiguous
 //     dimension, 16-byte aligned base, other strides multiples of 16 bytes. tf32 there also needs
-//     both operands K-major, except in one kernel: with A K-major and B N-major (the plain
+//     both operands K-major, except in two cases: with A K-major and B N-major (the plain
 //     row-major product) the persistent kernel that loads B's tile into registers (wgmma's
 //     register operand takes any layout) runs products of more than one wave of its 256 x 128
-//     tiles into float32 C; without it B is copied to K-major first (rule 5). Otherwise 16-bit and tf32 run the portable mma.sync kernels (any
+//     tiles into float32 C; with A M-major and B K-major the one-tile kernels 64 x 64, 128 x 64
+//     and 64 x 16 that load A's fragments into registers (the tk kernels) run it; otherwise the
+//     operand is copied to K-major first (rule 5; the launcher lets A M-major through
+//     registers on products up to 256 wide, copying B K-major where it is not). Otherwise 16-bit and tf32 run the portable mma.sync kernels (any
 //     layout), and exact float32 runs the FMA kernels (128x128 tiles; 256x16 for narrow N):
 //     through cp.async where fma_async_ok accepts the operands (rows contiguous: A M-major, B
 //     N-major; rule 5 copies them so where that pays), otherwise staged through registers.
