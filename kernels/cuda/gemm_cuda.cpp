@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -238,6 +239,9 @@ bool a_through_registers(const Tensor& A, const Tensor& B, const cuda::CudaBacke
     const int r = A.rank();
     if (be.info().sm != 90 || B.shape()[r - 1] > 256) return false;
     if (is_kmajor(mat(A), true) || !wgmma_readable(A, true, /*need_kmajor=*/false) || mn_rows_unaligned(A, true)) return false;
+    // A forced kernel (KILN_GEMM_KERNEL) decides: A stays M-major only for a tk kernel.
+    if (const char* forced = std::getenv("KILN_GEMM_KERNEL"); forced && *forced)
+        return std::string_view(forced).rfind("kiln_gemm_wg_tf32_tk_", 0) == 0;
     return wgmma_readable(B, false, /*need_kmajor=*/true) || 4.0 * double(B.size()) <= double(A.size());
 }
 
