@@ -231,10 +231,10 @@ bool b_through_registers(const Tensor& A, const Tensor& B, const Tensor& C, bool
 
 // Whether tf32's A, M-major, goes through registers (the tk kernels, gemm_select.cpp) instead
 // of being copied K-major: on narrow products (N <= 256, where the selector takes the one-tile
-// kernels 64 or 16 wide anyway), where TMA reads A as it is (rows on sectors), and B is K-major
-// or at most a quarter of A's bytes (then B is copied K-major instead). On the H100 tf32
-// 4096x128x4096 A^T took 89.4 us with A's 64 MB copied first, 39.9 through registers
-// (docs/gemm-notes.md 109).
+// kernels 64 or 16 wide anyway) where TMA reads A as it is (rows on sectors). B is copied
+// K-major where it is N-major, as it would be beside a copied A (the B-in-registers kernel
+// takes only products of more than a wave of 256 x 128 tiles). On the H100 tf32 4096x128x4096
+// A^T took 89.4 us with A's 64 MB copied first, 39.9 through registers (docs/gemm-notes.md 109).
 bool a_through_registers(const Tensor& A, const Tensor& B, const cuda::CudaBackend& be) {
     const int r = A.rank();
     if (be.info().sm != 90 || B.shape()[r - 1] > 256) return false;
@@ -242,7 +242,7 @@ bool a_through_registers(const Tensor& A, const Tensor& B, const cuda::CudaBacke
     // A forced kernel (KILN_GEMM_KERNEL) decides: A stays M-major only for a tk kernel.
     if (const char* forced = std::getenv("KILN_GEMM_KERNEL"); forced && *forced)
         return std::string_view(forced).rfind("kiln_gemm_wg_tf32_tk_", 0) == 0;
-    return wgmma_readable(B, false, /*need_kmajor=*/true) || 4.0 * double(B.size()) <= double(A.size());
+    return true;
 }
 
 // Which operands to copy: a copy pays only when the other operand is readable or copied too,

@@ -233,13 +233,13 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
         unsetenv("KILN_GEMM_COPY");
         REQUIRE(ran);
     }
-    // A M-major (tf32 A^T, N <= 256, B at most a quarter of A): through registers on the tk
-    // kernels, B copied K-major where it is N-major; a forced kk kernel has A copied K-major
-    // instead (with copies forced: this product is too small for rule 5 to copy).
+    // A M-major (tf32 A^T, N <= 256): through registers on the tk kernels, B copied K-major
+    // where it is N-major; a forced kk kernel has A copied K-major instead (with copies forced:
+    // this product is too small for rule 5 to copy).
     for (int layout : {1, 3})
         for (const char* kernel : {"", "kiln_gemm_wg_tf32_kk_64_c1_s8", "kiln_gemm_wg_tf32_tk_16_c1_s8"}) {
             setenv("KILN_GEMM_COPY", "always", 1);
-            Case cs{300, 60, 260, true, bool(layout & 2), 8, true, epilogue_variant(layout + 1), DType::Float32};
+            Case cs{300, 200, 260, true, bool(layout & 2), 8, true, epilogue_variant(layout + 1), DType::Float32};
             INFO("layout " << layout << " kernel '" << kernel << "'");
             const bool ran = run_case(ctx, cs, DType::Float32, kernel, uint32_t(seed++));
             unsetenv("KILN_GEMM_COPY");
