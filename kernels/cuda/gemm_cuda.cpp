@@ -236,8 +236,7 @@ bool b_through_registers(const Tensor& A, const Tensor& B, const Tensor& C, bool
 // takes only products of more than a wave of 256 x 128 tiles). On the H100 tf32 4096x128x4096
 // A^T took 89.4 us with A's 64 MB copied first, 39.9 through registers (docs/gemm-notes.md 109).
 bool a_through_registers(const Tensor& A, const Tensor& B, const cuda::CudaBackend& be) {
-    const int r = A.rank();
-    if (be.info().sm != 90 || B.shape()[r - 1] > 256) return false;
+    if (be.info().sm != 90 || B.shape()[B.rank() - 1] > 256) return false;   // (B may be shared by a batched A)
     if (is_kmajor(mat(A), true) || !wgmma_readable(A, true, /*need_kmajor=*/false) || mn_rows_unaligned(A, true)) return false;
     // A forced kernel (KILN_GEMM_KERNEL) decides: A stays M-major only for a tk kernel.
     if (const char* forced = std::getenv("KILN_GEMM_KERNEL"); forced && *forced)
@@ -584,8 +583,9 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
               twin ? " lean" : "", k.bm, k.bn, blocks * grid_y);
     if (k.path == GemmPath::Wgmma) {
         // A: K-major boxes (a stage's k) x (BM rows); M-major boxes 128 bytes wide (64 16-bit
-        // rows, 32 tf32 ones) x (a stage's k), one or two per consumer. B likewise with BN (N-major boxes at most 64 wide: the 16-wide tile's B is
-        // one box of 16, in the 32-byte swizzle). A stage holds 128 bytes of k.
+        // rows, 32 tf32 ones) x (a stage's k), one or two per consumer. B likewise with BN
+        // (N-major boxes at most 64 wide: the 16-wide tile's B is one box of 16, in the 32-byte
+        // swizzle). A stage holds 128 bytes of k.
         const uint32_t bk = 128 / uint32_t(es);
         CUtensorMap ma, mb;
         if (k.b_in_registers) {   // A in 32 x 256 K-major boxes, B in 32 x 32 N-major boxes

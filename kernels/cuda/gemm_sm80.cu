@@ -734,9 +734,8 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_fma_f32_256x16(const
 
 // Split-K's second step: C = epilogue(the slices' sum, added in slice order). With bsum 1-8
 // warps take a row (reduce_warps_per_row; its sum is reduced in each warp, then across them);
-// without, each thread takes 4 consecutive
-// elements of the flattened M x N plane (16-byte loads when N is a multiple of 4), so the
-// slices are read in full coalesced lines whatever N is.
+// without, each thread takes 4 consecutive elements of the flattened M x N plane (16-byte loads
+// when N is a multiple of 4), so the slices are read in full coalesced lines whatever N is.
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const GemmParams p, const float* slices) {
     wait_for_prior_grids();
     char* C = c_of(p, 0);

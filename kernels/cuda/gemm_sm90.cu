@@ -437,8 +437,7 @@ __device__ __forceinline__ void consume_only_tile_tf32_rega(float (&acc)[BN / 2]
     const uint32_t lo_q4 = address(16 * warp + g, q + 4), hi_q4 = address(16 * warp + g + 8, q + 4);
     const uint64_t b_hi = b0 & ~0xFFFFFFFFull;
     uint32_t frag[2][4];
-    unsigned phase = 0;
-    __syncwarp();
+    unsigned phase = 0;   // (consume_only_tile has reconverged the warp)
     for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {

@@ -308,6 +308,25 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
                 }
             }
     }
+    // tf32, batched A M-major beside a shared B (rank 2): A through registers (the tk kernels),
+    // each batch entry against float64.
+    ctx.set_allow_tf32(true);
+    for (bool b_kmajor : {false, true}) {
+        const int64_t batch = 2, M = 200, N = 72, K = 96;
+        Tensor A = ctx.array(random_floats(batch * K * M, 11), {batch, K, M}, DType::Float32).transpose({0, 2, 1});
+        Tensor B = b_kmajor ? ctx.array(random_floats(N * K, 12), {N, K}, DType::Float32).T()
+                            : ctx.array(random_floats(K * N, 12), {K, N}, DType::Float32);
+        Tensor C = ctx.zeros({batch, M, N}, DType::Float32);
+        DotOptions o;
+        o.relu = true;
+        batched_dot(A, B, C, o);
+        for (int64_t i = 0; i < batch; ++i) {
+            INFO("B K-major " << b_kmajor << ", entry " << i);
+            CHECK(check_against_reference(A[i], B, ctx.zeros({M, N}, DType::Float32), C[i], o, out_eps(DType::Float32),
+                                          acc_eps(DType::Float32, true)) <= 1.0);
+        }
+    }
+    ctx.set_allow_tf32(false);
     // Batched operands copied (forced) through the copy kernels: rows 16 bytes apart but not
     // 128, whose length is not a whole number of 16-byte vectors: the row copy's last partial
     // vector (16-bit M-major A and N-major B on sm_90), the float32 transpose's partial vectors
