@@ -383,16 +383,42 @@ const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool b
 }
 
 thread_local bool last_launch_lean = false;
+thread_local int last_launch_b_share = 1;
 
 } // namespace
 
 bool last_gemm_launch_lean() { return last_launch_lean; }
+int last_gemm_b_share() { return last_launch_b_share; }
 
 int clusters_at_once_one_per_sm(cuda::CudaBackend& be, const std::string& entry, int size, int threads, int smem) {
     // More dynamic shared memory than half an SM holds keeps the count at one block per SM.
     const int lone = std::max(smem, be.info().max_shared_optin / 2 + 1);
     return be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, entry, lone), unsigned(size), unsigned(threads),
                                   unsigned(lone));
+}
+
+// How many blocks along m share B's stages (GemmParams::b_multicast): 4 or 2 for the 16-wide
+// one-tile kernels, 1 otherwise. A column of 16-wide tiles is every block of the grid reading
+// the same few rows of B at once (B's stage is 2 KB against A's 8 KB); as one copy multicast
+// to a cluster instead, on the H100 (bf16, GPU time a call; docs/gemm-notes.md 111)
+// 7680x16x2560 took 9.5 us in clusters of 4 against 11.6-12.0 (clusters of 4 without the
+// multicast), 6144x16x2048 A^T 7.5-7.7 against 8.1-8.8 (clusters of 2: 7.8-8.1), 8192x16x2560
+// in clusters of 2 14.6 against 16.4. Wider tiles lost or held level (4096x128x4096 A^T in
+// clusters of 2 along m instead of its row clusters 17.1 against 12.1, 7424x64x2560 in
+// clusters of 4 10.7 against 10.0), as did clusters that do not all run at once (8192x16x2560
+// in clusters of 4, 19.9). A share is whole 8-row swizzle atoms of B's box: K-major B (16 rows
+// of n) splits in 2, N-major B (64 rows of k) in 4. Not the tf32 kernels that read A through
+// registers (their loop keeps its own releases).
+static int b_share_blocks(cuda::CudaBackend& be, const GemmKernel& k, int64_t tiles_m, int64_t tiles_n, int64_t batch, DType dt) {
+    if (k.path != GemmPath::Wgmma || k.persistent || k.splits != 1 || k.bn != 16 || k.b_in_registers ||
+        (dt == DType::Float32 && k.a_trans))
+        return 1;
+    const int box_rows = k.b_trans ? 128 / int(dtype_size(dt)) : k.bn;
+    for (const int blocks : {4, 2})
+        if (tiles_m % blocks == 0 && (box_rows / blocks) % 8 == 0 &&
+            tiles_m / blocks * tiles_n * batch <= clusters_at_once_one_per_sm(be, k.entry, blocks, k.threads, k.smem))
+            return blocks;
+    return 1;
 }
 
 namespace {
@@ -451,7 +477,16 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
     if (C.context().impl().stochastic_round_bits > 0 && C.dtype() != DType::Float32) p.sr_bits = 1;
     pr.plain_epilogue = pr.plain_epilogue && p.sr_bits == 0;   // as cuda_gemm judges it
     const GemmKernel k = as_launched(be, select_gemm(pr), p, A.dtype());
-    return describe(k) + (lean_twin(k, p, A.dtype(), false) ? " lean" : "") + (staged.empty() ? "" : " (copied" + staged + ")");
+    // B shared along m where no row cluster is launched (run_kernel's choice, judged alike).
+    const int64_t tiles_m = (pr.m + k.bm - 1) / k.bm, tiles_n = (pr.n + k.bn - 1) / k.bn;
+    const bool sharable = k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1 && k.bn == 16;
+    const bool unshared =   // (a row of 2-4 tiles launched as one cluster instead)
+        !sharable || (tiles_n >= 2 && tiles_n <= 4 &&
+        tiles_m * pr.batch <= be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, k.entry, k.smem), unsigned(tiles_n),
+                                                     unsigned(k.threads), unsigned(k.smem)));
+    const int share = unshared ? 1 : b_share_blocks(be, k, tiles_m, tiles_n, pr.batch, A.dtype());
+    return describe(k) + (share > 1 ? " B shared x" + std::to_string(share) : "") +
+           (lean_twin(k, p, A.dtype(), false) ? " lean" : "") + (staged.empty() ? "" : " (copied" + staged + ")");
 }
 
 namespace {
@@ -503,14 +538,22 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // A^T 9.2 against 9.0), so they stay plain (docs/gemm-notes.md 67). The clusters must fit at
     // once one block to an SM: the 16-wide tile, of which an SM holds two, ran 8192x16x2560 (32
     // clusters) in 21.8 us as clusters against 17.1.
+    // The 16-wide tile's B shared along m (b_share_blocks): clusters of `share_b` tiles of one
+    // column, the raster one group (consecutive blocks share the column).
+    const int share_b = one_tile_wgmma && !row_cluster ? b_share_blocks(be, k, p.tiles_m, p.tiles_n, batch, dt) : 1;
+    const bool b_shared = share_b > 1;
+    if (b_shared) {
+        p.b_multicast = share_b;
+        p.group_m = p.tiles_m;
+    }
     const int64_t sms = be.info().multiprocessors, row_blocks = int64_t(p.tiles_m) * batch;
-    const bool m_cluster = one_tile_wgmma && p.tiles_n == 1 && p.tiles_m % 4 == 0 && 8 * row_blocks >= 7 * sms &&
+    const bool m_cluster = !b_shared && one_tile_wgmma && p.tiles_n == 1 && p.tiles_m % 4 == 0 && 8 * row_blocks >= 7 * sms &&
                            row_blocks <= sms &&
                            row_blocks / 4 <= clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, k.smem);
     // One wave of one-tile blocks that no cluster launch groups: the raster group of rule 6
     // (gemm_select.hpp), which puts the blocks that share rows of A or columns of B on
     // neighbouring SMs.
-    if (one_tile_wgmma && !row_cluster && !m_cluster && row_blocks * p.tiles_n <= sms)
+    if (one_tile_wgmma && !row_cluster && !m_cluster && !b_shared && row_blocks * p.tiles_n <= sms)
         p.group_m = one_wave_raster_group(k.bm, k.bn, p.tiles_m, p.tiles_n);
     // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
     // tile of a row adds them (turn counters in the backend's zeroed scratch); the persistent
@@ -577,10 +620,11 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
         smem = std::max(smem, be.info().max_shared_optin / 2 + 1);
     const char* twin = lean_twin(k, p, dt, bsum != nullptr);
     last_launch_lean = twin != nullptr;
+    last_launch_b_share = share_b;
     const std::string entry = twin ? k.entry + twin : k.entry;
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, smem);
-    log_debug("gemm: {}x{}x{} batch {} {} -> {}{} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), describe(k),
-              twin ? " lean" : "", k.bm, k.bn, blocks * grid_y);
+    log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), describe(k),
+              b_shared ? " B shared x" + std::to_string(share_b) : "", twin ? " lean" : "", k.bm, k.bn, blocks * grid_y);
     if (k.path == GemmPath::Wgmma) {
         // A: K-major boxes (a stage's k) x (BM rows); M-major boxes 128 bytes wide (64 16-bit
         // rows, 32 tf32 ones) x (a stage's k), one or two per consumer. B likewise with BN
@@ -594,8 +638,9 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
         } else {
             ma = k.a_trans ? tensor_map(a.base, dt, M, K, batch, a.s_col, a.s_batch, bk, bk)
                            : tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, k.bm);
-            mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, uint32_t(std::min(k.bn, 64)), bk)
-                           : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, k.bn);
+            const uint32_t share = uint32_t(share_b);   // (B's box is a block's share of it)
+            mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, uint32_t(std::min(k.bn, 64)), bk / share)
+                           : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, uint32_t(k.bn) / share);
         }
         if (k.persistent) {
             // C in boxes of 64 rows x 128 bytes (the kernel's staged results; 32 x 32 float32
@@ -611,7 +656,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
         } else {
             void* params[] = {&q, &ma, &mb};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params,
-                                  {.cluster = k.cluster_k ? unsigned(k.splits) : row_cluster ? unsigned(p.tiles_n) : m_cluster ? 4u : 1u,
+                                  {.cluster = k.cluster_k ? unsigned(k.splits) : b_shared ? unsigned(share_b) : row_cluster ? unsigned(p.tiles_n) : m_cluster ? 4u : 1u,
                                    .programmatic = programmatic});
         }
     } else {

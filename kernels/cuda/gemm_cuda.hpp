@@ -26,6 +26,9 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C);
 
 // Whether the last GEMM launched on this thread ran a lean twin (rule 7): what tests check.
 bool last_gemm_launch_lean();
+// How many blocks shared B's stages in the last GEMM launched on this thread (1: none;
+// GemmParams::b_multicast): what tests check.
+int last_gemm_b_share();
 
 // The last KILN_AUTOTUNE timing on this thread (empty where the choice came from the disk
 // cache): each candidate as launched (its description, " lean" where its twin ran) and the

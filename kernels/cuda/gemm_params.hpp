@@ -90,6 +90,9 @@ struct GemmParams {
     int32_t bsum_cluster;     // bsum over a row of tiles in one cluster (tiles_n blocks, raster
                               // group_m = 1): the blocks add their row sums through distributed
                               // shared memory instead of bsum_partials and bsum_turns
+    int32_t b_multicast;      // one-tile wgmma kernels: clusters of this many blocks along m (2 or
+                              // 4; 0 or 1: none) share B's stages, each block loading its share
+                              // of them into all (TMA multicast); the B map's boxes are that share
 };
 
 // The 16-bit register epilogue's condition (gemm_sm90.cu, store_tile_16bit): 16-bit C whose

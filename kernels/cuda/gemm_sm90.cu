@@ -56,6 +56,17 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
         : "memory");
 }
 
+// tma_load into the same offset of the shared memory of every cluster block in `mask`, each
+// block's mbarrier at `bar`'s offset completed by the bytes it receives.
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2,
+                                                   uint16_t mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+        "%4, %5}], [%2], %6;" ::"r"(smem_u32(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
+        : "memory");
+}
+
 // Starts fetching a TMA descriptor (a kernel parameter) into the TMA unit's cache, so that the
 // first copy does not wait for it.
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
@@ -97,6 +108,10 @@ __device__ __forceinline__ uint32_t cluster_peer_addr(const void* p, int rank) {
     uint32_t out;
     asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(uint32_t(__cvta_generic_to_shared(p))), "r"(rank));
     return out;
+}
+// An arrival on the mbarrier at shared::cluster address `bar` (another block's, or this one's).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ float4 load_cluster_f4(uint32_t addr) {
     float4 v;
@@ -266,10 +281,20 @@ struct Ring {
     uint64_t full[STAGES], empty[STAGES];
 };
 
+// B shared by the blocks of a cluster along m (GemmParams::b_multicast): `blocks` of them, this
+// one `rank`; each loads its share of B's stage into all of them.
+struct BShare {
+    int blocks = 1, rank = 0;
+};
+
 // Producer: loads k-tile `k0` of the block's tile into stage s (TMA, completing on full[s]).
-template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+// With B shared (SHARED, share.blocks > 1) the block loads its share of B's boxes (TB == 0: BN / blocks
+// rows of n; TB == 1: BK / blocks rows of k), multicast to every block of the cluster: the
+// host's B map has boxes of that size.
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, bool SHARED = false>
 __device__ __forceinline__ void produce_stage(unsigned char* smem, Ring<STAGES>& ring, int s, const CUtensorMap* map_a,
-                                              const CUtensorMap* map_b, int k0, int m0, int n0, int za, int zb) {
+                                              const CUtensorMap* map_b, int k0, int m0, int n0, int za, int zb,
+                                              BShare share = {}) {
     using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
     unsigned char* sa = smem + s * Cfg::kStageBytes;
     unsigned char* sb = sa + Cfg::kABytes;
@@ -284,6 +309,21 @@ __device__ __forceinline__ void produce_stage(unsigned char* smem, Ring<STAGES>&
 #pragma unroll
             for (int h = 0; h < 64 / kBoxM; ++h)
                 tma_load(sa + c * 8192 + h * kBoxBytes, map_a, &ring.full[s], m0 + 64 * c + kBoxM * h, k0, za);
+    }
+    if constexpr (SHARED) {
+        const uint16_t all = uint16_t((1u << share.blocks) - 1);
+        if constexpr (TB == 0) {
+            const int rows = BN / share.blocks;
+            tma_load_multicast(sb + share.rank * rows * 128, map_b, &ring.full[s], k0, n0 + share.rank * rows, zb, all);
+        } else {
+            const int rows = Cfg::BK / share.blocks;
+            constexpr int kRowBytes = BN == 16 ? 32 : 128;
+#pragma unroll
+            for (int j = 0; j < (BN + 63) / 64; ++j)
+                tma_load_multicast(sb + j * 8192 + share.rank * rows * kRowBytes, map_b, &ring.full[s], n0 + 64 * j,
+                                   k0 + share.rank * rows, zb, all);
+        }
+        return;
     }
     if constexpr (TB == 0) {
         tma_load(sb, map_b, &ring.full[s], k0, n0, zb);
@@ -336,17 +376,17 @@ __device__ __forceinline__ void consume_stage(float (&acc)[BN / 2], StageDescs d
 // (`issuers`, a divisor of STAGES; this one `issuer`) may share the work, each taking the
 // stages s with s % issuers == issuer, so that each waits on its own stages' barriers in
 // order.
-template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, bool SHARED = false>
 __device__ __forceinline__ void produce_tile(unsigned char* smem, Ring<STAGES>& ring, const CUtensorMap* map_a,
                                              const CUtensorMap* map_b, int kt_begin, int ktiles, int m0, int n0, int za,
-                                             int zb, int& it, int issuer = 0, int issuers = 1) {
+                                             int zb, int& it, int issuer = 0, int issuers = 1, BShare share = {}) {
     constexpr int BK = WgConfig<T, BN, CONSUMERS, STAGES>::BK;
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
         if (it % issuers != issuer) continue;
         const int s = it % STAGES;
         if (it >= STAGES) mbar_wait(&ring.empty[s], ((it / STAGES) - 1) & 1);
-        produce_stage<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, s, map_a, map_b, (kt_begin + kt) * BK, m0, n0, za,
-                                                        zb);
+        produce_stage<T, BN, CONSUMERS, STAGES, TA, TB, SHARED>(smem, ring, s, map_a, map_b, (kt_begin + kt) * BK, m0, n0,
+                                                                za, zb, share);
     }
 }
 
@@ -413,6 +453,35 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
     fence_regs(acc);
     if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * (unsigned(it - 1) % STAGES));
 }
+
+// How a one-tile kernel's consumer warp releases a stage: on this block's empty barrier, or,
+// where the cluster's blocks share B (SHARED, BShare), on the empty barriers of every block of
+// the cluster, whose producers all write into this block's stages. Those skip the releases
+// that no producer waits for (the last STAGES k-tiles'), so that no arrival reaches a block
+// after it has exited.
+template <int STAGES, bool SHARED>
+struct StageRelease {
+    uint32_t empty;        // this block's empty[0], a shared::cta address
+    uint32_t peer[8];      // SHARED: empty[0] in cluster block r, shared::cluster addresses
+    int blocks;
+    __device__ __forceinline__ StageRelease(uint32_t empty_cta, const Ring<STAGES>& ring, BShare share)
+        : empty(empty_cta), blocks(share.blocks) {
+        if constexpr (SHARED) {
+#pragma unroll
+            for (int r = 0; r < 8; ++r) peer[r] = r < blocks ? cluster_peer_addr(&ring.empty[0], r) : 0;
+        }
+    }
+    // Stage s, which held k-tile kt of ktiles, is read.
+    __device__ __forceinline__ void arrive(unsigned s, int kt, int ktiles) const {
+        if constexpr (!SHARED) {
+            mbar_arrive(empty + 8 * s);
+        } else if (kt + STAGES < ktiles) {
+#pragma unroll
+            for (int r = 0; r < 8; ++r)
+                if (r < blocks) mbar_arrive_cluster(peer[r] + 8 * s);
+        }
+    }
+};
 
 // consume_only_tile for tf32 with A M-major (the tk kernels): tf32's shared-memory operands
 // must be K-major, so A comes from registers, each thread loading its fragment (a0-a3 of a
@@ -481,7 +550,7 @@ __device__ __forceinline__ void consume_only_tile_tf32_rega(float (&acc)[BN / 2]
 // 85-88): 41 a k-tile on the 16-wide twin, from 59 with consume_tile's loop.
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
 __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const unsigned char* smem, Ring<STAGES>& ring,
-                                                  int c, int lane, int ktiles) {
+                                                  int c, int lane, int ktiles, BShare share = {}) {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
     const StageDescs descs = stage0_descs<T, BN, CONSUMERS, STAGES>(smem, c, TA, TB);
@@ -492,33 +561,42 @@ __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const un
     asm volatile("" : "+r"(full), "+r"(empty));
     __syncwarp();   // (see consume_tile: here it moves the first k-tile's WARPSYNC out of the loop)
     if constexpr (std::is_same_v<T, float> && TA == 1) {
+        // (B is never shared here: the host does not share it with these kernels.)
         consume_only_tile_tf32_rega<BN, CONSUMERS, STAGES>(acc, smem, descs.b, full, empty, c, lane, ktiles);
     } else {
-        unsigned phase = 0;
-        for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
+        // Two copies of the loop, B shared or not, so that the unshared one keeps its code: with
+        // the test inside it the 16-wide tile's loop took 1760x16x1760 (k/4) 4.0 -> 4.5 us.
+        // (The wider tiles never share: `share` is a constant there, and the copy folds away.)
+        const auto loop = [&](auto shared) {
+            const StageRelease<STAGES, decltype(shared)::value> release(empty, ring, share);
+            unsigned phase = 0;
+            for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
 #pragma unroll
-            for (int s = 0; s < STAGES; ++s) {
-                if (kt0 + s >= ktiles) break;
-                mbar_wait(full + 8 * s, phase);
-                consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
-                wgmma_wait<1>();
-                fence_regs(acc);
-                // The stage before this one is read: released (none before the first k-tile).
-                if (lane == 0 && kt0 + s > 0) mbar_arrive(empty + 8 * ((s + STAGES - 1) % STAGES));
+                for (int s = 0; s < STAGES; ++s) {
+                    if (kt0 + s >= ktiles) break;
+                    mbar_wait(full + 8 * s, phase);
+                    consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
+                    wgmma_wait<1>();
+                    fence_regs(acc);
+                    // The stage before this one is read: released (none before the first k-tile).
+                    if (lane == 0 && kt0 + s > 0) release.arrive((s + STAGES - 1) % STAGES, kt0 + s - 1, ktiles);
+                }
             }
-        }
-        wgmma_wait<0>();
-        fence_regs(acc);
-        if (ktiles > 0 && lane == 0) mbar_arrive(empty + 8 * ((ktiles - 1) % STAGES));
+            wgmma_wait<0>();
+            fence_regs(acc);
+            if (ktiles > 0 && lane == 0) release.arrive((ktiles - 1) % STAGES, ktiles - 1, ktiles);
+        };
+        if (share.blocks > 1) loop(std::true_type{});
+        else loop(std::false_type{});
     }
 }
 
 template <int STAGES, int CONSUMERS>
-__device__ __forceinline__ void init_ring(Ring<STAGES>& ring) {
+__device__ __forceinline__ void init_ring(Ring<STAGES>& ring, int sharers = 1) {
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&ring.full[s], 1);
-            mbar_init(&ring.empty[s], 4 * CONSUMERS);   // lane 0 of each consumer warp
+            mbar_init(&ring.empty[s], 4 * CONSUMERS * sharers);   // lane 0 of each consumer warp (of each block sharing B)
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -965,8 +1043,19 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         mbar_init(&sums_in, 1);
         mbar_expect_tx(&sums_in, bsum_cluster ? bsum_cluster_bytes<BM>(p) : split_incoming_bytes<BM, BN>(p.k_splits));
     }
-    init_ring<STAGES, CONSUMERS>(ring);   // (its fence publishes sums_in's initialisation to the cluster)
-    if (bsum_cluster || push_split) cluster_arrive_relaxed();   // waited for before sums cross blocks
+    // B shared along m (b_multicast, the 16-wide tile only): the blocks of a cluster share n0
+    // and their k-tiles. (In the wider tiles `share` stays {1, 0} and its code folds away.)
+    BShare share;
+    if constexpr (BN == 16) {
+        if (p.b_multicast > 1) {
+            share.blocks = p.b_multicast;
+            asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(share.rank));
+        }
+    }
+    init_ring<STAGES, CONSUMERS>(ring, share.blocks);   // (its fence publishes sums_in's initialisation to the cluster)
+    // Waited for before sums cross blocks, or, with B shared, before the first multicast copy
+    // (every block's barriers initialised).
+    if (bsum_cluster || push_split || share.blocks > 1) cluster_arrive_relaxed();
     // Launched programmatically (gemm_cuda.cpp): the setup above overlapped the end of the kernel
     // before this one. The next kernel's blocks may start once every block of this grid allows
     // it (or has exited): the 16-wide tile allows it now (its blocks, two to an SM, share SMs
@@ -986,11 +1075,16 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     if (wg == 0) {
         // Producer: lane 0 of the first kIssuers warps keep the ring full.
         if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (share.blocks > 1) cluster_wait();
         if (tid % 32 == 0 && tid / 32 < kIssuers<STAGES>) {
             int it = 0;
-            produce_tile<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, map_a, map_b, w.kt_begin, ktiles, m0, n0,
-                                                           p.a_batch ? z : 0, p.b_batch ? z : 0, it, tid / 32,
-                                                           kIssuers<STAGES>);
+            const int za = p.a_batch ? z : 0, zb = p.b_batch ? z : 0;
+            if (share.blocks > 1)   // (a copy of the loop apiece, as in consume_only_tile)
+                produce_tile<T, BN, CONSUMERS, STAGES, TA, TB, true>(smem, ring, map_a, map_b, w.kt_begin, ktiles, m0, n0, za,
+                                                                     zb, it, tid / 32, kIssuers<STAGES>, share);
+            else
+                produce_tile<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, map_a, map_b, w.kt_begin, ktiles, m0, n0, za, zb, it,
+                                                               tid / 32, kIssuers<STAGES>);
         }
         if (k_cluster && !push_split) {   // the consumers' two cluster barriers
             cluster_sync();
@@ -1013,7 +1107,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         for (int i = tid - 128; i < BN; i += 128 * CONSUMERS) bias_s[i] = bias && n0 + i < p.n ? __ldg(p.bias + n0 + i) : 0.f;
     }
     float acc[BN / 2];
-    consume_only_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles);
+    consume_only_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, share);
     if (BN != 16 && ktiles < 32 && tid == 128) allow_next_grid();   // (one thread a block suffices)
 
     // Epilogue. Register 4j + r holds row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of

@@ -61,14 +61,17 @@ Tensor operand(Context& ctx, int64_t rows, int64_t cols, bool trans, int64_t pad
 
 // Max over elements of |got - ref| / bound, where bound is what the dtype's rounding allows:
 // out_eps of |ref| (C's storage rounding) + acc_eps of the absolute-product magnitude.
+// row_mags (with row_sums): each row's sum of its values' magnitude bounds (the absolute products).
 double check_against_reference(const Tensor& A, const Tensor& B, const Tensor& C0, const Tensor& C, const DotOptions& o,
-                               double out_eps, double acc_eps, std::vector<double>* row_sums = nullptr) {
+                               double out_eps, double acc_eps, std::vector<double>* row_sums = nullptr,
+                               std::vector<double>* row_mags = nullptr) {
     const int64_t M = C.shape()[0], N = C.shape()[1], K = A.shape()[1];
     const std::vector<float> a = A.to_vector<float>(), b = B.to_vector<float>(), c0 = C0.to_vector<float>(),
                              c = C.to_vector<float>();
     std::vector<float> bias = o.bias ? o.bias->to_vector<float>() : std::vector<float>();
     double worst = 0;
     if (row_sums) row_sums->assign(size_t(M), 0.0);
+    if (row_mags) row_mags->assign(size_t(M), 0.0);
     for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) {
             double acc = 0, mag = 0;
@@ -83,6 +86,7 @@ double check_against_reference(const Tensor& A, const Tensor& B, const Tensor& C
             if (o.relu && v <= 0) v *= o.slope, mag *= std::max(std::fabs(o.slope), 1.0);
             if (o.beta != 0) v += o.beta * c0[i * N + j], mag += std::fabs(o.beta * c0[i * N + j]);
             if (row_sums) (*row_sums)[i] += v;
+            if (row_mags) (*row_mags)[i] += mag;
             const double bound = out_eps * std::fabs(v) + acc_eps * mag + 1e-30;
             worst = std::max(worst, std::fabs(c[i * N + j] - v) / bound);
         }
@@ -90,9 +94,13 @@ double check_against_reference(const Tensor& A, const Tensor& B, const Tensor& C
 }
 
 // bsum against the float64 row sums of the values before C's rounding: 1e-3 relative, plus
-// `rounding` for C's rounding of each of the row's values.
-void check_row_sums(const std::vector<float>& got, const std::vector<double>& sums, double rounding, double relative = 1e-3) {
-    for (size_t i = 0; i < sums.size(); ++i) CHECK(std::fabs(got[i] - sums[i]) <= relative * (1 + std::fabs(sums[i])) + rounding);
+// `rounding` for C's rounding of each of the row's values, plus `mag_eps` of the row's
+// magnitudes (`mags`, check_against_reference's row_mags) where the operands are rounded
+// (tf32).
+void check_row_sums(const std::vector<float>& got, const std::vector<double>& sums, double rounding, double relative = 1e-3,
+                    const std::vector<double>* mags = nullptr, double mag_eps = 0) {
+    for (size_t i = 0; i < sums.size(); ++i)
+        CHECK(std::fabs(got[i] - sums[i]) <= relative * (1 + std::fabs(sums[i])) + rounding + (mags ? mag_eps * (*mags)[i] : 0.0));
 }
 
 // Whether the context's GPU runs the sm_90 kernels; if not, says why `what` skips.
@@ -129,16 +137,18 @@ bool run_case(Context& ctx, const Case& cs, DType dt, const std::string& kernel,
         throw;
     }
     unsetenv("KILN_GEMM_KERNEL");
-    std::vector<double> sums;
+    std::vector<double> sums, mags;
     const double worst = check_against_reference(A, B, C0, C, o, out_eps(cs.cdtype), acc_eps(dt, ctx.allow_tf32()),
-                                                 o.bsum ? &sums : nullptr);
+                                                 o.bsum ? &sums : nullptr, o.bsum ? &mags : nullptr);
     INFO(kernel << " " << dtype_name(dt) << " -> " << dtype_name(cs.cdtype) << " " << cs.m << "x" << cs.n << "x" << cs.k
                 << (cs.ta ? " A^T" : "") << (cs.tb ? " B^T" : "") << " pad " << cs.pad << " alpha " << o.alpha << " beta "
                 << o.beta << " relu " << o.relu << " slope " << o.slope << " bias " << bool(o.bias) << " bsum "
                 << bool(o.bsum));
     CHECK(worst <= 1.0);
     if (o.bsum) {
-        check_row_sums(bsum.to_vector<float>(), sums, cs.n * out_eps(cs.cdtype) * 4);
+        // (tf32 rounds the operands: a long row's sum may lie further from float64's than 1e-3
+        // of it where the row's values cancel, as each value may.)
+        check_row_sums(bsum.to_vector<float>(), sums, cs.n * out_eps(cs.cdtype) * 4, 1e-3, &mags, acc_eps(dt, ctx.allow_tf32()));
     }
     return true;
 }
@@ -873,8 +883,9 @@ TEST_CASE("gpu gemm: rows one tile wide that fill 7/8 or more of the SMs launch 
     // between them. Every epilogue variant; K = 136 is 3 k-tiles (no split).
     int seed = 2700;
     struct Cfg { const char* name; int64_t bm, bn, stages; };
-    for (const Cfg cfg : {Cfg{"16_c1_s8", 64, 16, 8}, Cfg{"64_c1_s8", 64, 64, 8}, Cfg{"64_c2_s8", 128, 64, 8},
-                          Cfg{"128_c2_s6", 128, 128, 6}, Cfg{"256_c2_s4", 128, 256, 4}})
+    // (The 16-wide tile shares B in clusters along m instead: the next case.)
+    for (const Cfg cfg : {Cfg{"64_c1_s8", 64, 64, 8}, Cfg{"64_c2_s8", 128, 64, 8}, Cfg{"128_c2_s6", 128, 128, 6},
+                          Cfg{"256_c2_s4", 128, 256, 4}})
         for (const bool ta : {false, true}) {
             const std::string kernel = std::string("kiln_gemm_wg_f16_") + (ta ? "t" : "k") + "t_" + cfg.name;
             // The launch's shared memory and threads, as the selector gives them (gemm_select.cpp).
@@ -917,6 +928,87 @@ TEST_CASE("gpu gemm: rows one tile wide that fill 7/8 or more of the SMs launch 
                 check_row_sums(bs[z].to_vector<float>(), sums, n * out_eps(DType::Float16) * 4);
             }
         }
+}
+
+TEST_CASE("gpu gemm: the 16-wide tile shares B along m in clusters of 4 or 2 (TMA multicast)") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (!hopper_or_skip(ctx, "wgmma")) return;
+    cuda::CudaBackend& be = *ctx.impl().cuda;
+    // Every 16-wide one-tile kernel that shares B (tf32 only with A K-major: its A M-major
+    // kernel reads A through registers and does not share), N inside the tile. A share is
+    // whole 8-row swizzle atoms of B's box: N-major B (64 rows of k for 16-bit) splits in 4,
+    // K-major B (16 rows of n) in 2. Tile counts: the most clusters of 4 that run at once; four
+    // more (clusters of 2 if those fit); 2 mod 4 (clusters of 2); odd (no cluster). K of 3
+    // k-tiles (no stage used twice: every release skipped) and of 20 or more (the releases of
+    // the other blocks' stages, the last 8 skipped). Every epilogue variant.
+    int seed = 3900;
+    struct Layout { DType dt; bool ta, tb; };
+    for (const Layout l : {Layout{DType::Float16, false, false}, Layout{DType::Float16, true, false},
+                           Layout{DType::Float16, false, true}, Layout{DType::Float16, true, true},
+                           Layout{DType::BFloat16, false, false}, Layout{DType::Float32, false, true}}) {
+        const bool tf32 = l.dt == DType::Float32;
+        ctx.set_allow_tf32(tf32);
+        const std::string kernel = std::string("kiln_gemm_wg_") + (tf32 ? "tf32" : l.dt == DType::Float16 ? "f16" : "bf16") + "_" +
+                                   (l.ta ? "t" : "k") + (l.tb ? "k" : "t") + "_16_c1_s8";
+        const int smem = 8 * (64 + 16) * 128 + 1024 + 16 * 4, threads = 256;
+        const int64_t most4 = gemm::clusters_at_once_one_per_sm(be, kernel, 4, threads, smem);
+        const int64_t most2 = gemm::clusters_at_once_one_per_sm(be, kernel, 2, threads, smem);
+        const auto expected = [&](int64_t tiles, int64_t batch) {
+            if (!l.tb && tiles % 4 == 0 && tiles / 4 * batch <= most4) return 4;
+            if (tiles % 2 == 0 && tiles / 2 * batch <= most2) return 2;
+            return 1;
+        };
+        setenv("KILN_GEMM_SPLITS", "1", 1);   // (the selector would split some of these in k)
+        for (const int64_t tiles : {4 * most4, 4 * most4 + 4, int64_t(30), int64_t(31)})
+            for (const int64_t k : {int64_t(136), tf32 ? int64_t(1221) : int64_t(64 * 19 + 5)})
+                for (int variant = 0; variant < 4; ++variant) {
+                    Case cs{64 * tiles - 5, 13, k, l.ta, l.tb, 8, true, epilogue_variant(variant), tf32 ? DType::Float32 : l.dt};
+                    INFO(kernel << ", " << tiles << " tiles, K " << k << ", variant " << variant << ", " << most4
+                                << " clusters of 4 and " << most2 << " of 2 at once");
+                    const uint64_t clusters = be.counters().cluster_launches;
+                    REQUIRE(run_case(ctx, cs, l.dt, kernel, uint32_t(seed++)));
+                    const int share = expected(tiles, 1);
+                    CHECK(gemm::last_gemm_b_share() == share);
+                    CHECK(be.counters().cluster_launches - clusters == (share > 1 ? 1u : 0u));
+                }
+        // Two batch entries of 2 * most4 tiles each (a cluster of 4 per four tiles of an entry),
+        // bias, ReLU and bsum.
+        const int64_t tiles = std::max<int64_t>(2, most4 / 2 * 2), m = 64 * tiles - 8, n = 16, k = 64 * 21;
+        const DType cd = tf32 ? DType::Float32 : l.dt;
+        Tensor As = ctx.array(random_floats(size_t(2 * m * k), uint32_t(seed++)), l.ta ? Shape{2, k, m} : Shape{2, m, k}, l.dt);
+        Tensor Bs = ctx.array(random_floats(size_t(2 * k * n), uint32_t(seed++)), l.tb ? Shape{2, n, k} : Shape{2, k, n}, l.dt);
+        Tensor A = l.ta ? As.transpose({0, 2, 1}) : As, B = l.tb ? Bs.transpose({0, 2, 1}) : Bs;
+        Tensor C = ctx.empty({2, m, n}, cd), bs = ctx.full({2, m}, -7.0, DType::Float32);
+        DotOptions o;
+        o.relu = true, o.bias = ctx.array(random_floats(size_t(n), uint32_t(seed++)), {n}, DType::Float32), o.bsum = bs;
+        setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+        batched_dot(A, B, C, o);
+        unsetenv("KILN_GEMM_KERNEL");
+        unsetenv("KILN_GEMM_SPLITS");
+        INFO(kernel << ", a batch of 2 x " << tiles << " tiles");
+        CHECK(gemm::last_gemm_b_share() == expected(tiles, 2));
+        for (int64_t z = 0; z < 2; ++z) {
+            std::vector<double> sums, mags;
+            Tensor zero = ctx.zeros({m, n}, cd);
+            CHECK(check_against_reference(A[z], B[z], zero, C[z], o, out_eps(cd), acc_eps(l.dt, tf32), &sums, &mags) <= 1.0);
+            check_row_sums(bs[z].to_vector<float>(), sums, n * out_eps(cd) * 4, 1e-3, &mags, acc_eps(l.dt, tf32));
+        }
+    }
+    ctx.set_allow_tf32(false);
+    // The selector's own choice on DeepBench's 7680x16x2560: the description says the share
+    // the launch used.
+    for (const DType dt : {DType::Float16, DType::BFloat16}) {
+        Tensor A = ctx.array(random_floats(size_t(7680 * 2560), 4100), {7680, 2560}, dt);
+        Tensor B = ctx.array(random_floats(size_t(2560 * 16), 4101), {2560, 16}, dt);
+        Tensor C = ctx.empty({7680, 16}, dt);
+        const std::string chosen = gemm::selected_kernel(A, B, C);
+        compound_dot(A, B, C);
+        const int share = gemm::last_gemm_b_share();
+        INFO(chosen);
+        CHECK((share > 1) == (chosen.find(" B shared x" + std::to_string(share)) != std::string::npos));
+        CHECK(check_against_reference(A, B, ctx.zeros({7680, 16}, dt), C, DotOptions{}, out_eps(dt), acc_eps(dt, false)) <= 1.0);
+    }
 }
 
 TEST_CASE("gpu gemm: one wave of one-tile blocks in the raster groups of rule 6") {
