@@ -537,7 +537,8 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // SMs were level or slower as clusters of 4 (6656x16x2560 11.9 against 11.0, 6144x16x2048
     // A^T 9.2 against 9.0), so they stay plain (docs/gemm-notes.md 67). The clusters must fit at
     // once one block to an SM: the 16-wide tile, of which an SM holds two, ran 8192x16x2560 (32
-    // clusters) in 21.8 us as clusters against 17.1.
+    // clusters) in 21.8 us as clusters against 17.1. (Where it shares B, below, the 16-wide tile
+    // is launched in that share's clusters instead; its measurements here predate the share.)
     // The 16-wide tile's B shared along m (b_share_blocks): clusters of `share_b` tiles of one
     // column, the raster one group (consecutive blocks share the column).
     const int share_b = one_tile_wgmma && !row_cluster ? b_share_blocks(be, k, p.tiles_m, p.tiles_n, batch, dt) : 1;
