@@ -397,6 +397,17 @@ int clusters_at_once_one_per_sm(cuda::CudaBackend& be, const std::string& entry,
                                   unsigned(lone));
 }
 
+// Whether `rows` rows of `tiles_n` one-tile wgmma blocks, each row one cluster, all run at once.
+static bool rows_fit_in_clusters(cuda::CudaBackend& be, const GemmKernel& k, int64_t rows, int64_t tiles_n) {
+    return rows <= be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, k.entry, k.smem), unsigned(tiles_n),
+                                          unsigned(k.threads), unsigned(k.smem));
+}
+// Whether a plain one-tile wgmma launch groups its rows of 2-4 tiles into clusters (run_kernel,
+// which with bsum also clusters rows of up to 8).
+static bool launches_row_clusters(cuda::CudaBackend& be, const GemmKernel& k, int64_t rows, int64_t tiles_n) {
+    return tiles_n >= 2 && tiles_n <= 4 && rows_fit_in_clusters(be, k, rows, tiles_n);
+}
+
 // How many blocks along m share B's stages (GemmParams::b_multicast): 4 or 2 for the 16-wide
 // one-tile kernels, 1 otherwise. A column of 16-wide tiles is every block of the grid reading
 // the same few rows of B at once (B's stage is 2 KB against A's 8 KB); as one copy multicast
@@ -479,12 +490,8 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
     const GemmKernel k = as_launched(be, select_gemm(pr), p, A.dtype());
     // B shared along m where no row cluster is launched (run_kernel's choice, judged alike).
     const int64_t tiles_m = (pr.m + k.bm - 1) / k.bm, tiles_n = (pr.n + k.bn - 1) / k.bn;
-    const bool sharable = k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1 && k.bn == 16;
-    const bool unshared =   // (a row of 2-4 tiles launched as one cluster instead)
-        !sharable || (tiles_n >= 2 && tiles_n <= 4 &&
-        tiles_m * pr.batch <= be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, k.entry, k.smem), unsigned(tiles_n),
-                                                     unsigned(k.threads), unsigned(k.smem)));
-    const int share = unshared ? 1 : b_share_blocks(be, k, tiles_m, tiles_n, pr.batch, A.dtype());
+    int share = b_share_blocks(be, k, tiles_m, tiles_n, pr.batch, A.dtype());
+    if (share > 1 && launches_row_clusters(be, k, tiles_m * pr.batch, tiles_n)) share = 1;
     return describe(k) + (share > 1 ? " B shared x" + std::to_string(share) : "") +
            (lean_twin(k, p, A.dtype(), false) ? " lean" : "") + (staged.empty() ? "" : " (copied" + staged + ")");
 }
@@ -515,19 +522,15 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // against 59 (note 65). The GPCs hold fewer clusters than SMs / cluster (39 of 3, 30 of 4
     // on the H100's 132 SMs): a grid of more rows than that ran a second wave of clusters, up
     // to 1.7x slower. Rows of 8 were slower on 512^3.
-    const auto rows_fit_at_once = [&] {
-        const int most = be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, k.entry, k.smem), unsigned(p.tiles_n),
-                                                unsigned(k.threads), unsigned(k.smem));
-        return int64_t(p.tiles_m) * batch <= most;
-    };
     // bsum over a row of 2-8 tiles: the row is one cluster whose blocks add each other's row
     // sums from shared memory (rows of tiles in raster order), where every row's cluster runs
     // at once; otherwise partials in global memory (a second wave of clusters doubled the time,
     // fp16 4096x256x4096 +bsum 32.7 us against 16.2 plain; docs/gemm-notes.md 73).
-    const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8 && rows_fit_at_once();
+    const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8 &&
+                              rows_fit_in_clusters(be, k, int64_t(p.tiles_m) * batch, p.tiles_n);
     if (bsum_cluster) p.bsum_cluster = 1;
     const bool row_cluster =
-        bsum_cluster || (one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 4 && rows_fit_at_once());
+        bsum_cluster || (one_tile_wgmma && launches_row_clusters(be, k, int64_t(p.tiles_m) * batch, p.tiles_n));
     if (row_cluster) p.group_m = 1;
     // A grid of rows one tile wide (tiles_n = 1) that fills the GPU's SMs to between 7/8 and all
     // of them is launched as clusters of 4 tiles along m, where every cluster runs at once. On the
@@ -657,7 +660,11 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
         } else {
             void* params[] = {&q, &ma, &mb};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params,
-                                  {.cluster = k.cluster_k ? unsigned(k.splits) : b_shared ? unsigned(share_b) : row_cluster ? unsigned(p.tiles_n) : m_cluster ? 4u : 1u,
+                                  {.cluster = k.cluster_k    ? unsigned(k.splits)
+                                              : b_shared     ? unsigned(share_b)
+                                              : row_cluster  ? unsigned(p.tiles_n)
+                                              : m_cluster    ? 4u
+                                                             : 1u,
                                    .programmatic = programmatic});
         }
     } else {

@@ -288,9 +288,9 @@ struct BShare {
 };
 
 // Producer: loads k-tile `k0` of the block's tile into stage s (TMA, completing on full[s]).
-// With B shared (SHARED, share.blocks > 1) the block loads its share of B's boxes (TB == 0: BN / blocks
-// rows of n; TB == 1: BK / blocks rows of k), multicast to every block of the cluster: the
-// host's B map has boxes of that size.
+// With B shared (SHARED, share.blocks > 1) the block loads its share of B's boxes (TB == 0:
+// BN / blocks rows of n; TB == 1: BK / blocks rows of k), multicast to every block of the
+// cluster: the host's B map has boxes of that size.
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, bool SHARED = false>
 __device__ __forceinline__ void produce_stage(unsigned char* smem, Ring<STAGES>& ring, int s, const CUtensorMap* map_a,
                                               const CUtensorMap* map_b, int k0, int m0, int n0, int za, int zb,

@@ -168,6 +168,11 @@ std::vector<std::string> wgmma_entries(const std::string& tag, bool transposes) 
     return out;
 }
 
+// A one-tile wgmma kernel's launch: shared memory and threads, as the selector gives them
+// (gemm_select.cpp).
+int one_tile_smem(int64_t bm, int64_t bn, int64_t stages) { return int(stages * (bm + bn) * 128 + 1024 + bn * 4); }
+int one_tile_threads(int64_t bm) { return int(bm / 64 + 1) * 128; }
+
 DotOptions epilogue_variant(int i) {
     DotOptions o;
     switch (i % 4) {
@@ -888,9 +893,7 @@ TEST_CASE("gpu gemm: rows one tile wide that fill 7/8 or more of the SMs launch 
                           Cfg{"256_c2_s4", 128, 256, 4}})
         for (const bool ta : {false, true}) {
             const std::string kernel = std::string("kiln_gemm_wg_f16_") + (ta ? "t" : "k") + "t_" + cfg.name;
-            // The launch's shared memory and threads, as the selector gives them (gemm_select.cpp).
-            const int smem = int(cfg.stages * (cfg.bm + cfg.bn) * 128 + 1024 + cfg.bn * 4);
-            const int threads = int(cfg.bm / 64 + 1) * 128;
+            const int smem = one_tile_smem(cfg.bm, cfg.bn, cfg.stages), threads = one_tile_threads(cfg.bm);
             const int64_t most = gemm::clusters_at_once_one_per_sm(be, kernel, 4, threads, smem);
             const int64_t full = std::min(4 * most, sms / 4 * 4);
             for (const int64_t tiles : {full, full + 4, sms * 3 / 4 / 4 * 4})
@@ -951,7 +954,7 @@ TEST_CASE("gpu gemm: the 16-wide tile shares B along m in clusters of 4 or 2 (TM
         ctx.set_allow_tf32(tf32);
         const std::string kernel = std::string("kiln_gemm_wg_") + (tf32 ? "tf32" : l.dt == DType::Float16 ? "f16" : "bf16") + "_" +
                                    (l.ta ? "t" : "k") + (l.tb ? "k" : "t") + "_16_c1_s8";
-        const int smem = 8 * (64 + 16) * 128 + 1024 + 16 * 4, threads = 256;
+        const int smem = one_tile_smem(64, 16, 8), threads = one_tile_threads(64);
         const int64_t most4 = gemm::clusters_at_once_one_per_sm(be, kernel, 4, threads, smem);
         const int64_t most2 = gemm::clusters_at_once_one_per_sm(be, kernel, 2, threads, smem);
         const auto expected = [&](int64_t tiles, int64_t batch) {
