@@ -625,7 +625,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     const char* twin = lean_twin(k, p, dt, bsum != nullptr);
     last_launch_lean = twin != nullptr;
     last_launch_b_share = share_b;
-    const std::string entry = twin ? k.entry + twin : k.entry;
+    const std::string entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, smem);
     log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), describe(k),
               b_shared ? " B shared x" + std::to_string(share_b) : "", twin ? " lean" : "", k.bm, k.bn, blocks * grid_y);

@@ -548,7 +548,7 @@ __device__ __forceinline__ void consume_only_tile_tf32_rega(float (&acc)[BN / 2]
 // only the phase changes from one round of the ring to the next. In the narrow tiles the
 // instructions between a stage's arrival and its multiplies set the pace (docs/gemm-notes.md
 // 85-88): 41 a k-tile on the 16-wide twin, from 59 with consume_tile's loop.
-template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB>
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, bool SHARED = false>
 __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const unsigned char* smem, Ring<STAGES>& ring,
                                                   int c, int lane, int ktiles, BShare share = {}) {
 #pragma unroll
@@ -564,11 +564,8 @@ __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const un
         // (B is never shared here: the host does not share it with these kernels.)
         consume_only_tile_tf32_rega<BN, CONSUMERS, STAGES>(acc, smem, descs.b, full, empty, c, lane, ktiles);
     } else {
-        // Two copies of the loop, B shared or not, so that the unshared one keeps its code: with
-        // the test inside it the 16-wide tile's loop took 1760x16x1760 (k/4) 4.0 -> 4.5 us.
-        // (The wider tiles never share: `share` is a constant there, and the copy folds away.)
-        const auto loop = [&](auto shared) {
-            const StageRelease<STAGES, decltype(shared)::value> release(empty, ring, share);
+        const StageRelease<STAGES, SHARED> release(empty, ring, share);
+        {
             unsigned phase = 0;
             for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
 #pragma unroll
@@ -585,9 +582,7 @@ __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const un
             wgmma_wait<0>();
             fence_regs(acc);
             if (ktiles > 0 && lane == 0) release.arrive((ktiles - 1) % STAGES, ktiles - 1, ktiles);
-        };
-        if (share.blocks > 1) loop(std::true_type{});
-        else loop(std::false_type{});
+        }
     }
 }
 
@@ -1011,7 +1006,11 @@ __device__ __forceinline__ void bsum_across_cluster(const GemmParams& p, float* 
     add_owned_rows<BM>(p, gathered, sums_in, m0, z, ctid, nthreads);
 }
 
-template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, int LEAN = kGeneral>
+// SHARE (the 16-wide tile's `_shb` entries): B shared along m (b_multicast > 1), a kernel of its
+// own so that the kernels without it keep their code (with both in one kernel the 16-wide
+// tile's unshared loop took 1760x16x1760 (k/4) 4.0 -> 4.5 us, and in two copies it still read
+// ~1 instruction a stage more).
+template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, int LEAN = kGeneral, bool SHARE = false>
 __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMap* map_a, const CUtensorMap* map_b) {
     using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
     constexpr int BM = Cfg::BM, BK = Cfg::BK;
@@ -1043,19 +1042,17 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         mbar_init(&sums_in, 1);
         mbar_expect_tx(&sums_in, bsum_cluster ? bsum_cluster_bytes<BM>(p) : split_incoming_bytes<BM, BN>(p.k_splits));
     }
-    // B shared along m (b_multicast, the 16-wide tile only): the blocks of a cluster share n0
-    // and their k-tiles. (In the wider tiles `share` stays {1, 0} and its code folds away.)
+    // B shared along m (b_multicast): the blocks of a cluster share n0 and their k-tiles.
+    static_assert(!SHARE || BN == 16, "only the 16-wide tile shares B");
     BShare share;
-    if constexpr (BN == 16) {
-        if (p.b_multicast > 1) {
-            share.blocks = p.b_multicast;
-            asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(share.rank));
-        }
+    if constexpr (SHARE) {
+        share.blocks = p.b_multicast;
+        asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(share.rank));
     }
     init_ring<STAGES, CONSUMERS>(ring, share.blocks);   // (its fence publishes sums_in's initialisation to the cluster)
     // Waited for before sums cross blocks, or, with B shared, before the first multicast copy
     // (every block's barriers initialised).
-    if (bsum_cluster || push_split || share.blocks > 1) cluster_arrive_relaxed();
+    if (bsum_cluster || push_split || SHARE) cluster_arrive_relaxed();
     // Launched programmatically (gemm_cuda.cpp): the setup above overlapped the end of the kernel
     // before this one. The next kernel's blocks may start once every block of this grid allows
     // it (or has exited): the 16-wide tile allows it now (its blocks, two to an SM, share SMs
@@ -1075,16 +1072,12 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     if (wg == 0) {
         // Producer: lane 0 of the first kIssuers warps keep the ring full.
         if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (share.blocks > 1) cluster_wait();
+        if constexpr (SHARE) cluster_wait();
         if (tid % 32 == 0 && tid / 32 < kIssuers<STAGES>) {
             int it = 0;
             const int za = p.a_batch ? z : 0, zb = p.b_batch ? z : 0;
-            if (share.blocks > 1)   // (a copy of the loop apiece, as in consume_only_tile)
-                produce_tile<T, BN, CONSUMERS, STAGES, TA, TB, true>(smem, ring, map_a, map_b, w.kt_begin, ktiles, m0, n0, za,
-                                                                     zb, it, tid / 32, kIssuers<STAGES>, share);
-            else
-                produce_tile<T, BN, CONSUMERS, STAGES, TA, TB>(smem, ring, map_a, map_b, w.kt_begin, ktiles, m0, n0, za, zb, it,
-                                                               tid / 32, kIssuers<STAGES>);
+            produce_tile<T, BN, CONSUMERS, STAGES, TA, TB, SHARE>(smem, ring, map_a, map_b, w.kt_begin, ktiles, m0, n0, za, zb,
+                                                                  it, tid / 32, kIssuers<STAGES>, share);
         }
         if (k_cluster && !push_split) {   // the consumers' two cluster barriers
             cluster_sync();
@@ -1107,7 +1100,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         for (int i = tid - 128; i < BN; i += 128 * CONSUMERS) bias_s[i] = bias && n0 + i < p.n ? __ldg(p.bias + n0 + i) : 0.f;
     }
     float acc[BN / 2];
-    consume_only_tile<T, BN, CONSUMERS, STAGES, TA, TB>(acc, smem, ring, c, lane, ktiles, share);
+    consume_only_tile<T, BN, CONSUMERS, STAGES, TA, TB, SHARE>(acc, smem, ring, c, lane, ktiles, share);
     if (BN != 16 && ktiles < 32 && tid == 128) allow_next_grid();   // (one thread a block suffices)
 
     // Epilogue. Register 4j + r holds row 16 warp + g + 8 (r / 2), column 8j + 2q + r % 2 of
@@ -1747,6 +1740,19 @@ using namespace kiln::gemm;
                                                                            const __grid_constant__ CUtensorMap map_b) { \
         wgmma_gemm<T, BN, CONS, ST, TA, TB, kLeanBsum>(p, &map_a, &map_b);                                       \
     }
+// The 16-wide tile with B shared along m (SHARE): entry name + "_shb", and its lean twins
+// "_shb_lean" and "_shb_lean_bsum".
+#define KILN_WG_SHARED_KERNEL(T, tn, TA, TB, ta, tb, LEAN, suffix)                                               \
+    extern "C" __global__ void __launch_bounds__(256, 1)                                                         \
+        kiln_gemm_wg_##tn##_##ta##tb##_16_c1_s8_shb##suffix(const __grid_constant__ GemmParams p,               \
+                                                            const __grid_constant__ CUtensorMap map_a,           \
+                                                            const __grid_constant__ CUtensorMap map_b) {         \
+        wgmma_gemm<T, 16, 1, 8, TA, TB, LEAN, true>(p, &map_a, &map_b);                                          \
+    }
+#define KILN_WG_SHARED_KERNELS(T, tn, TA, TB, ta, tb)             \
+    KILN_WG_SHARED_KERNEL(T, tn, TA, TB, ta, tb, kGeneral, )      \
+    KILN_WG_SHARED_KERNEL(T, tn, TA, TB, ta, tb, kLeanPlain, _lean) \
+    KILN_WG_SHARED_KERNEL(T, tn, TA, TB, ta, tb, kLeanBsum, _lean_bsum)
 // Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p (16-bit C), ..._pf (float32 C), and the
 // twins of the 16-bit kernel for C of the operands' dtype only (rule 7), ..._p_lean without bsum
 // and ..._p_lean_bsum with it: nine interleaved runs on the H100 put the first 0.7-1.6% under
@@ -1774,6 +1780,7 @@ using namespace kiln::gemm;
     KILN_WG_LEAN_KERNEL(T, tn, 64, 1, 8, TA, TB, ta, tb) \
     KILN_WG_LEAN_KERNEL(T, tn, 16, 1, 8, TA, TB, ta, tb) \
     KILN_WG_LEAN_KERNEL(T, tn, 64, 2, 8, TA, TB, ta, tb) \
+    KILN_WG_SHARED_KERNELS(T, tn, TA, TB, ta, tb)      \
     KILN_WG_PERSISTENT(T, tn, TA, TB, ta, tb)
 #define KILN_WG_LAYOUTS(T, tn)                \
     KILN_WG_CONFIGS(T, tn, 0, 0, k, k)        \
@@ -1787,6 +1794,7 @@ KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 2, 8, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 16, 1, 8, 0, 0, k, k)
+KILN_WG_SHARED_KERNEL(float, tf32, 0, 0, k, k, kGeneral, )
 // tf32 with A M-major, A through registers (consume_only_tile_tf32_rega).
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 1, 0, t, k)
 KILN_WG_KERNEL(float, tf32, 64, 2, 8, 1, 0, t, k)
