@@ -565,24 +565,22 @@ __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const un
         consume_only_tile_tf32_rega<BN, CONSUMERS, STAGES>(acc, smem, descs.b, full, empty, c, lane, ktiles);
     } else {
         const StageRelease<STAGES, SHARED> release(empty, ring, share);
-        {
-            unsigned phase = 0;
-            for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
+        unsigned phase = 0;
+        for (int kt0 = 0; kt0 < ktiles; kt0 += STAGES, phase ^= 1) {
 #pragma unroll
-                for (int s = 0; s < STAGES; ++s) {
-                    if (kt0 + s >= ktiles) break;
-                    mbar_wait(full + 8 * s, phase);
-                    consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
-                    wgmma_wait<1>();
-                    fence_regs(acc);
-                    // The stage before this one is read: released (none before the first k-tile).
-                    if (lane == 0 && kt0 + s > 0) release.arrive((s + STAGES - 1) % STAGES, kt0 + s - 1, ktiles);
-                }
+            for (int s = 0; s < STAGES; ++s) {
+                if (kt0 + s >= ktiles) break;
+                mbar_wait(full + 8 * s, phase);
+                consume_stage<T, BN, CONSUMERS, STAGES, TA, TB>(acc, descs, s);
+                wgmma_wait<1>();
+                fence_regs(acc);
+                // The stage before this one is read: released (none before the first k-tile).
+                if (lane == 0 && kt0 + s > 0) release.arrive((s + STAGES - 1) % STAGES, kt0 + s - 1, ktiles);
             }
-            wgmma_wait<0>();
-            fence_regs(acc);
-            if (ktiles > 0 && lane == 0) release.arrive((ktiles - 1) % STAGES, ktiles - 1, ktiles);
         }
+        wgmma_wait<0>();
+        fence_regs(acc);
+        if (ktiles > 0 && lane == 0) release.arrive((ktiles - 1) % STAGES, ktiles - 1, ktiles);
     }
 }
 
