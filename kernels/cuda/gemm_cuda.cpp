@@ -418,11 +418,13 @@ static bool launches_row_clusters(cuda::CudaBackend& be, const GemmKernel& k, in
 // clusters of 2 along m instead of its row clusters 17.1 against 12.1, 7424x64x2560 in
 // clusters of 4 10.7 against 10.0), as did clusters that do not all run at once (8192x16x2560
 // in clusters of 4, 19.9). A share is whole 8-row swizzle atoms of B's box: K-major B (16 rows
-// of n) splits in 2, N-major B (64 rows of k) in 4. Not the tf32 kernels that read A through
-// registers (their loop keeps its own releases).
+// of n) splits in 2, N-major B (64 rows of k) in 4. Not tf32: its B is K-major, copied (a
+// quarter of A's bytes a stage, shared in clusters of 2), and shared it ran 0.9% slower
+// (7680x16x2560 37.46 us against 37.13, 8192x16x2560 39.12 against 38.78, five interleaved
+// runs each, every unshared run faster; note 112); its 16-wide tile with A M-major reads A
+// through registers, whose loop keeps its own releases.
 static int b_share_blocks(cuda::CudaBackend& be, const GemmKernel& k, int64_t tiles_m, int64_t tiles_n, int64_t batch, DType dt) {
-    if (k.path != GemmPath::Wgmma || k.persistent || k.splits != 1 || k.bn != 16 || k.b_in_registers ||
-        (dt == DType::Float32 && k.a_trans))
+    if (k.path != GemmPath::Wgmma || k.persistent || k.splits != 1 || k.bn != 16 || k.b_in_registers || dt == DType::Float32)
         return 1;
     const int box_rows = k.b_trans ? 128 / int(dtype_size(dt)) : k.bn;
     for (const int blocks : {4, 2})

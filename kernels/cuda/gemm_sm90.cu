@@ -1792,7 +1792,6 @@ KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 2, 8, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 16, 1, 8, 0, 0, k, k)
-KILN_WG_SHARED_KERNEL(float, tf32, 0, 0, k, k, kGeneral, )
 // tf32 with A M-major, A through registers (consume_only_tile_tf32_rega).
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 1, 0, t, k)
 KILN_WG_KERNEL(float, tf32, 64, 2, 8, 1, 0, t, k)
