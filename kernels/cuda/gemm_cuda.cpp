@@ -384,11 +384,13 @@ const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool b
 
 thread_local bool last_launch_lean = false;
 thread_local int last_launch_b_share = 1;
+thread_local int last_launch_cluster = 1;
 
 } // namespace
 
 bool last_gemm_launch_lean() { return last_launch_lean; }
 int last_gemm_b_share() { return last_launch_b_share; }
+int last_gemm_cluster() { return last_launch_cluster; }
 
 int clusters_at_once_one_per_sm(cuda::CudaBackend& be, const std::string& entry, int size, int threads, int smem) {
     // More dynamic shared memory than half an SM holds keeps the count at one block per SM.
@@ -534,6 +536,23 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     const bool row_cluster =
         bsum_cluster || (one_tile_wgmma && launches_row_clusters(be, k, int64_t(p.tiles_m) * batch, p.tiles_n));
     if (row_cluster) p.group_m = 1;
+    // Split-K in a cluster over a row of 2-8 tiles: the cluster holds the row's tiles, each
+    // with its k_splits blocks (rank = tile in the row x k_splits + split), where splits x
+    // tiles fit in one cluster and every such cluster runs at once. The blocks reading the same
+    // rows of A then run together on one GPC, as the unsplit row clusters above do. On the
+    // H100 (GPU time a call, five interleaved runs, bf16 / fp16) 1760x128x1760 (k/2, 28
+    // clusters of 4) took 5.18 / 5.15 us against 5.63 / 5.62 with the split's clusters of 2,
+    // 1536x128x2048 k/2 5.20 against 5.72, 768x128x4096 k/4 (clusters of 8) 6.13 against 6.63
+    // (docs/gemm-notes.md 113). Not with bsum, whose row sums still meet in global memory: in
+    // such clusters 1760x128x1760 with bias, ReLU and bsum took 5.98 us against 5.95.
+    int cluster_blocks = k.splits;
+    if (k.path == GemmPath::Wgmma && k.cluster_k && !bsum && p.tiles_n >= 2 && k.splits * p.tiles_n <= 8) {
+        const int smem_split = k.smem + (k.bn <= kSplitPushMaxBn ? split_receive_bytes(k.bm, k.bn, k.splits) : 0);
+        if (int64_t(p.tiles_m) * batch <= clusters_at_once_one_per_sm(be, k.entry, k.splits * p.tiles_n, k.threads, smem_split)) {
+            cluster_blocks = k.splits * p.tiles_n;
+            p.group_m = 1;   // a row's tiles in consecutive blocks
+        }
+    }
     // A grid of rows one tile wide (tiles_n = 1) that fills the GPU's SMs to between 7/8 and all
     // of them is launched as clusters of 4 tiles along m, where every cluster runs at once. On the
     // H100 (30 clusters of 4 at once) fp16 7680x16x2560 took 12.2-12.6 us a call so against
@@ -627,10 +646,20 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     const char* twin = lean_twin(k, p, dt, bsum != nullptr);
     last_launch_lean = twin != nullptr;
     last_launch_b_share = share_b;
+    // The one-tile wgmma kernels' clusters: a split's (with its row's tiles, above), B's share,
+    // a row's tiles, or 4 along m.
+    const int cluster = k.path != GemmPath::Wgmma || k.persistent ? 1
+                        : k.cluster_k                            ? cluster_blocks
+                        : b_shared                               ? share_b
+                        : row_cluster                            ? p.tiles_n
+                        : m_cluster                              ? 4
+                                                                 : 1;
+    last_launch_cluster = cluster;
     const std::string entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, smem);
-    log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks)", M, N, K, batch, dtype_name(dt), describe(k),
-              b_shared ? " B shared x" + std::to_string(share_b) : "", twin ? " lean" : "", k.bm, k.bn, blocks * grid_y);
+    log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks, clusters of {})", M, N, K, batch, dtype_name(dt),
+              describe(k), b_shared ? " B shared x" + std::to_string(share_b) : "", twin ? " lean" : "", k.bm, k.bn,
+              blocks * grid_y, cluster);
     if (k.path == GemmPath::Wgmma) {
         // A: K-major boxes (a stage's k) x (BM rows); M-major boxes 128 bytes wide (64 16-bit
         // rows, 32 tf32 ones) x (a stage's k), one or two per consumer. B likewise with BN
@@ -662,12 +691,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
         } else {
             void* params[] = {&q, &ma, &mb};
             be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params,
-                                  {.cluster = k.cluster_k    ? unsigned(k.splits)
-                                              : b_shared     ? unsigned(share_b)
-                                              : row_cluster  ? unsigned(p.tiles_n)
-                                              : m_cluster    ? 4u
-                                                             : 1u,
-                                   .programmatic = programmatic});
+                                  {.cluster = unsigned(cluster), .programmatic = programmatic});
         }
     } else {
         void* params[] = {&q};

@@ -29,6 +29,9 @@ bool last_gemm_launch_lean();
 // How many blocks shared B's stages in the last GEMM launched on this thread (1: none;
 // GemmParams::b_multicast): what tests check.
 int last_gemm_b_share();
+// The blocks per cluster of the last GEMM launched on this thread (1: no cluster): what tests
+// check.
+int last_gemm_cluster();
 
 // The last KILN_AUTOTUNE timing on this thread (empty where the choice came from the disk
 // cache): each candidate as launched (its description, " lean" where its twin ran) and the

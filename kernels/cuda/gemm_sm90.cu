@@ -109,6 +109,14 @@ __device__ __forceinline__ uint32_t cluster_peer_addr(const void* p, int rank) {
     asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(uint32_t(__cvta_generic_to_shared(p))), "r"(rank));
     return out;
 }
+// The cluster rank of split 0 of this block's tile. A split's cluster holds its tile's k_splits
+// blocks, neighbours along x, and where the launcher puts a row's tiles in one cluster
+// (gemm_cuda.cpp) those tiles one after the other: rank = tile in the row x k_splits + split.
+__device__ __forceinline__ int split_rank_base(int splits) {
+    uint32_t rank;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return int(rank) - int(blockIdx.x) % splits;
+}
 // An arrival on the mbarrier at shared::cluster address `bar` (another block's, or this one's).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
@@ -882,7 +890,7 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
     float* mine = tile + rank * rows * ld;
     uint32_t peers[8];
 #pragma unroll
-    for (int r = 0; r < 8; ++r) peers[r] = cluster_peer_addr(mine, r < splits ? r : 0);
+    for (int r = 0; r < 8; ++r) peers[r] = cluster_peer_addr(mine, split_rank_base(splits) + (r < splits ? r : 0));
     constexpr int kVecs = BN / 4;   // float4 columns per row
     for (int i = ctid; i < rows * kVecs; i += NTHREADS) {
         const int off = (i / kVecs) * ld + 4 * (i % kVecs);
@@ -952,7 +960,8 @@ __device__ __forceinline__ void split_k_push_epilogue(const GemmParams& p, float
         if (owner == rank) continue;
         const int source = rank < owner ? rank : rank - 1;
         const float4* slot = receive + ((source * kSlotGroups + slot_of(group)) * kVecs) * 32 + lane;
-        const uint32_t to = cluster_peer_addr(slot, owner), bar = cluster_peer_addr(split_in, owner);
+        const int peer = split_rank_base(SPLITS) + owner;
+        const uint32_t to = cluster_peer_addr(slot, peer), bar = cluster_peer_addr(split_in, peer);
 #pragma unroll
         for (int v = 0; v < kVecs; ++v) store_to_peer_f4(to + 512u * v, bar, vec(v, h));
     }
