@@ -553,6 +553,17 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
             p.group_m = 1;   // a row's tiles in consecutive blocks
         }
     }
+    // A grid one 64 x 64 tile wide split in 2: clusters of two tiles along m, each with its two
+    // slices (4 blocks), where every such cluster runs at once. On the H100 (GPU time a call,
+    // five interleaved runs, medians) 2560x64x2560 took 6.09 us against 6.67 in the split's
+    // clusters of 2 (bf16 and fp16 alike), 2560x48x2560 8.55 against 9.09 (bf16); splits of 3
+    // and 4 held level that way (2048x64x4096 k/3, 1280x64x2560 and 1760x16x1760 k/4), and so
+    // did two rows of tiles in one cluster where rows are 2 tiles wide (docs/gemm-notes.md 113).
+    if (k.path == GemmPath::Wgmma && k.cluster_k && k.splits == 2 && p.tiles_n == 1 && k.bm == 64 && k.bn == 64 &&
+        p.tiles_m % 2 == 0 &&
+        int64_t(p.tiles_m / 2) * batch <=
+            clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, k.smem + split_receive_bytes(k.bm, k.bn, 2)))
+        cluster_blocks = 4;
     // A grid of rows one tile wide (tiles_n = 1) that fills the GPU's SMs to between 7/8 and all
     // of them is launched as clusters of 4 tiles along m, where every cluster runs at once. On the
     // H100 (30 clusters of 4 at once) fp16 7680x16x2560 took 12.2-12.6 us a call so against

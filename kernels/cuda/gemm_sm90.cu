@@ -110,8 +110,9 @@ __device__ __forceinline__ uint32_t cluster_peer_addr(const void* p, int rank) {
     return out;
 }
 // The cluster rank of split 0 of this block's tile. A split's cluster holds its tile's k_splits
-// blocks, neighbours along x, and where the launcher puts a row's tiles in one cluster
-// (gemm_cuda.cpp) those tiles one after the other: rank = tile in the row x k_splits + split.
+// blocks, neighbours along x, and where the launcher puts several tiles in one cluster (a
+// row's, or two along m: gemm_cuda.cpp) those tiles one after the other: rank = tile in the
+// cluster x k_splits + split.
 __device__ __forceinline__ int split_rank_base(int splits) {
     uint32_t rank;
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
