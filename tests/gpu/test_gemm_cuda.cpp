@@ -1245,6 +1245,16 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
         unsetenv("KILN_GEMM_SPLITS");
         CHECK(ran);
     }
+    // The same with a row's tiles in the split's cluster (no bsum): rows of 2 tiles in 4 slices
+    // (clusters of 8), A or B transposed.
+    for (const std::string l : {"tk", "tt", "kt"}) {
+        setenv("KILN_GEMM_SPLITS", "4c", 1);
+        Case cs{130, 70, 777, l[0] == 't', l[1] == 'k', 8, true, epilogue_variant(2), DType::Float16};
+        const bool ran = run_case(ctx, cs, DType::Float16, "kiln_gemm_wg_f16_" + l + "_64_c1_s8", uint32_t(seed++));
+        unsetenv("KILN_GEMM_SPLITS");
+        CHECK(ran);
+        CHECK(gemm::last_gemm_cluster() == 8);
+    }
     ctx.set_allow_tf32(true);
     {
         setenv("KILN_GEMM_SPLITS", "8c", 1);
@@ -1252,6 +1262,15 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
         const bool ran = run_case(ctx, cs, DType::Float32, "kiln_gemm_wg_tf32_kk_128_c2_s6", uint32_t(seed++));
         unsetenv("KILN_GEMM_SPLITS");
         CHECK(ran);
+    }
+    // tf32 in 2 slices: a row of 2 tiles in one cluster (N = 128), two tiles along m (N = 64).
+    for (const int64_t n : {128, 64}) {
+        setenv("KILN_GEMM_SPLITS", "2c", 1);
+        Case cs{n == 64 ? 750 : 700, n, 1000, false, true, 8, true, epilogue_variant(2), DType::Float32};
+        const bool ran = run_case(ctx, cs, DType::Float32, "kiln_gemm_wg_tf32_kk_64_c1_s8", uint32_t(seed++));
+        unsetenv("KILN_GEMM_SPLITS");
+        CHECK(ran);
+        CHECK(gemm::last_gemm_cluster() == 4);
     }
     ctx.set_allow_tf32(false);
     // A narrow product with long k split 4 ways in clusters, batched (global slices would refuse
