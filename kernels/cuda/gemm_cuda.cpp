@@ -545,10 +545,14 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // 1536x128x2048 k/2 5.20 against 5.72, 768x128x4096 k/4 (clusters of 8) 6.13 against 6.63
     // (docs/gemm-notes.md 113). Not with bsum, whose row sums still meet in global memory: in
     // such clusters 1760x128x1760 with bias, ReLU and bsum took 5.98 us against 5.95.
+    // The kernel's dynamic shared memory: a split in a cluster adds the receive buffer of the
+    // slices' sums (gemm_params.hpp).
+    const int kernel_smem = k.smem + (k.path == GemmPath::Wgmma && k.cluster_k && k.bn <= kSplitPushMaxBn
+                                          ? split_receive_bytes(k.bm, k.bn, k.splits)
+                                          : 0);
     int cluster_blocks = k.splits;
     if (k.path == GemmPath::Wgmma && k.cluster_k && !bsum && p.tiles_n >= 2 && k.splits * p.tiles_n <= 8) {
-        const int smem_split = k.smem + (k.bn <= kSplitPushMaxBn ? split_receive_bytes(k.bm, k.bn, k.splits) : 0);
-        if (int64_t(p.tiles_m) * batch <= clusters_at_once_one_per_sm(be, k.entry, k.splits * p.tiles_n, k.threads, smem_split)) {
+        if (int64_t(p.tiles_m) * batch <= clusters_at_once_one_per_sm(be, k.entry, k.splits * p.tiles_n, k.threads, kernel_smem)) {
             cluster_blocks = k.splits * p.tiles_n;
             p.group_m = 1;   // a row's tiles in consecutive blocks
         }
@@ -562,7 +566,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     if (k.path == GemmPath::Wgmma && k.cluster_k && k.splits == 2 && p.tiles_n == 1 && k.bm == 64 && k.bn == 64 &&
         p.tiles_m % 2 == 0 &&
         int64_t(p.tiles_m / 2) * batch <=
-            clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, k.smem + split_receive_bytes(k.bm, k.bn, 2)))
+            clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, kernel_smem))
         cluster_blocks = 4;
     // A grid of rows one tile wide (tiles_n = 1) that fills the GPU's SMs to between 7/8 and all
     // of them is launched as clusters of 4 tiles along m, where every cluster runs at once. On the
@@ -649,9 +653,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // such a grid at one block per SM.
     const bool programmatic = k.path == GemmPath::Wgmma ? !k.persistent && be.programmatic_launches()
                                                         : sm80_image_programmatic(be);
-    int smem = k.smem;
-    if (k.path == GemmPath::Wgmma && k.cluster_k && k.bn <= kSplitPushMaxBn)   // the receive buffer (gemm_params.hpp)
-        smem += split_receive_bytes(k.bm, k.bn, k.splits);
+    int smem = kernel_smem;
     if (programmatic && k.path != GemmPath::Wgmma && blocks * grid_y <= be.info().multiprocessors)
         smem = std::max(smem, be.info().max_shared_optin / 2 + 1);
     const char* twin = lean_twin(k, p, dt, bsum != nullptr);

@@ -889,9 +889,10 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
     cluster_sync();   // every block's sums are staged
     const int splits = p.k_splits, rank = int(blockIdx.x) % splits, rows = BM / splits;
     float* mine = tile + rank * rows * ld;
+    const int base = split_rank_base(splits);
     uint32_t peers[8];
 #pragma unroll
-    for (int r = 0; r < 8; ++r) peers[r] = cluster_peer_addr(mine, split_rank_base(splits) + (r < splits ? r : 0));
+    for (int r = 0; r < 8; ++r) peers[r] = cluster_peer_addr(mine, base + (r < splits ? r : 0));
     constexpr int kVecs = BN / 4;   // float4 columns per row
     for (int i = ctid; i < rows * kVecs; i += NTHREADS) {
         const int off = (i / kVecs) * ld + 4 * (i % kVecs);
