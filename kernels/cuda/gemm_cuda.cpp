@@ -385,12 +385,14 @@ const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool b
 thread_local bool last_launch_lean = false;
 thread_local int last_launch_b_share = 1;
 thread_local int last_launch_cluster = 1;
+thread_local int64_t last_launch_blocks = 0;
 
 } // namespace
 
 bool last_gemm_launch_lean() { return last_launch_lean; }
 int last_gemm_b_share() { return last_launch_b_share; }
 int last_gemm_cluster() { return last_launch_cluster; }
+int64_t last_gemm_blocks() { return last_launch_blocks; }
 
 int clusters_at_once_one_per_sm(cuda::CudaBackend& be, const std::string& entry, int size, int threads, int smem) {
     // More dynamic shared memory than half an SM holds keeps the count at one block per SM.
@@ -637,8 +639,8 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // tile are neighbours along x.
     int64_t blocks = int64_t(p.tiles_m) * p.tiles_n * (k.cluster_k ? k.splits : 1);
     int64_t grid_y = batch * (k.cluster_k ? 1 : k.splits);
-    if (k.persistent) {   // one block per SM, batches folded into the walk over tiles
-        blocks = std::min<int64_t>(blocks * batch, be.info().multiprocessors);
+    if (k.persistent) {   // one block per SM (rule 6: persistent_grid), batches folded into the walk
+        blocks = persistent_grid(blocks * batch, be.info().multiprocessors);
         grid_y = 1;
     }
     if (blocks > 0x7fffffff || grid_y > 65535)
@@ -668,6 +670,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
                         : m_cluster                              ? 4
                                                                  : 1;
     last_launch_cluster = cluster;
+    last_launch_blocks = blocks * grid_y;
     const std::string entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, smem);
     log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks, clusters of {})", M, N, K, batch, dtype_name(dt),

@@ -32,6 +32,8 @@ int last_gemm_b_share();
 // The blocks per cluster of the last GEMM launched on this thread (1: no cluster): what tests
 // check.
 int last_gemm_cluster();
+// The blocks of the last GEMM kernel launched on this thread (its grid): what tests check.
+int64_t last_gemm_blocks();
 
 // The last KILN_AUTOTUNE timing on this thread (empty where the choice came from the disk
 // cache): each candidate as launched (its description, " lean" where its twin ran) and the

@@ -314,6 +314,12 @@ bool rows_off_sectors(uintptr_t base, int64_t row_stride, int64_t batch_stride) 
     return base % 32 != 0 || row_stride % 32 != 0 || batch_stride % 32 != 0;
 }
 
+int64_t persistent_grid(int64_t tiles, int64_t sms) {
+    const int64_t grid = std::min(tiles, sms), aligned = grid / 8 * 8;
+    const auto rounds = [tiles](int64_t g) { return (tiles + g - 1) / g; };
+    return aligned > 0 && rounds(aligned) == rounds(grid) ? aligned : grid;
+}
+
 int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n) {
     // It runs on every launch it applies to (~3 us of host time for a 128-block grid): rows one
     // tile wide (every group walks them in the same order) return at once, and the last grid's

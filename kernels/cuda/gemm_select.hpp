@@ -56,7 +56,8 @@
 //  5. Operand copies: copy_pays, below; for exact float32, fma_copy_pays.
 //  6. Raster. Consecutive blocks walk down groups of 8 rows of tiles (L2 reuse across waves),
 //     except in one wave of the wgmma one-tile kernels that no cluster launch groups:
-//     one_wave_raster_group, below.
+//     one_wave_raster_group, below. The persistent kernels' grid keeps those groups aligned
+//     with the SMs' groups of 8 in every round of tiles: persistent_grid, below.
 //  7. Lean twins. The wgmma one-tile kernels up to 128 wide run a twin built for the plain
 //     epilogue alone (entry + "_lean", or "_lean_bsum" with bsum; gemm_sm90.cu) where the
 //     product allows it: 16-bit C of the operands' dtype, rows 16-byte aligned, no beta or
@@ -160,6 +161,17 @@ bool fma_copy_pays(double bytes, double flops, bool element_loads = false);
 // windows of 8 consecutive blocks read the fewest bytes per k: distinct rows of tiles x bm +
 // distinct columns x bn, over every window of the grid.
 int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n);
+
+// Rule 6 for the persistent kernels: their grid for `tiles` tiles (batches folded in) on `sms`
+// SMs. One block per SM, but a multiple of 8 blocks where that takes as many rounds of tiles
+// (ceil(tiles / grid)). A plain launch puts each 8 consecutive blocks on one group of 8 SMs of
+// a GPC (docs/gemm-notes.md 71), and the walk (tile t, t + grid, ...) through raster groups of
+// 8 rows then keeps a group's blocks on one column of tiles, reading the same k-tiles of B
+// together, in every round; with 132 blocks only the first round does. On the H100 (GPU time
+// a call, interleaved runs, each run's time over the same run's with 132 blocks, medians)
+// 128 blocks took 0.983-0.988 of the time at 8192^3, 0.985-0.998 at 4096^3 and 0.972-0.975 at
+// bf16 4096x7000x4096 (docs/gemm-notes.md 115).
+int64_t persistent_grid(int64_t tiles, int64_t sms);
 
 // Rule 7: whether the lean twins may run (KILN_GEMM_LEAN is not "0").
 bool lean_kernels_allowed();

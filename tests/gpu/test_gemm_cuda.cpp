@@ -803,8 +803,11 @@ TEST_CASE("gpu gemm: bsum in the persistent kernels: tagged partials, one adder 
     const std::vector<Run> runs = {
         // 3 entries of 6 x 20 tiles (M and N end inside a tile).
         {"kiln_gemm_wg_f16_kt_256_c2_s4_p", DType::Float16, false, 3, 700, 5000, 64},
-        // 150 x 2 tiles: with 132 blocks a block often adds two rows of tiles in a row.
+        // 150 x 2 tiles: with 128 blocks a block often adds two rows of tiles in a row.
         {"kiln_gemm_wg_bf16_kt_256_c2_s4_p", DType::BFloat16, false, 1, 19200, 400, 72},
+        // 12 x 22 tiles: 264, two rounds on 132 blocks but three on 128, so all SMs run it
+        // (rule 6), and a round's 8 consecutive blocks do not share a column of tiles.
+        {"kiln_gemm_wg_f16_kt_256_c2_s4_p", DType::Float16, false, 1, 1536, 5600, 64},
         // Fewer, shorter rows than the first run: words of its launch are still in the scratch.
         {"kiln_gemm_wg_f16_kt_256_c2_s4_p", DType::Float16, false, 1, 2200, 4200, 64},
         {"kiln_gemm_wg_tf32_kt_256x128_c2_s4_pf", DType::Float32, true, 2, 700, 3000, 40},
@@ -827,6 +830,12 @@ TEST_CASE("gpu gemm: bsum in the persistent kernels: tagged partials, one adder 
             setenv("KILN_GEMM_KERNEL", r.kernel, 1);
             batched_dot(A, B, C, o);
             unsetenv("KILN_GEMM_KERNEL");
+            // The grid of rule 6 (persistent_grid) on this GPU's SMs (the 16-bit kernels' 128 x
+            // 256 tiles).
+            if (!r.tf32) {
+                const int64_t tiles = r.batch * ((r.m + 127) / 128) * ((r.n + 255) / 256);
+                CHECK(gemm::last_gemm_blocks() == gemm::persistent_grid(tiles, ctx.impl().cuda->info().multiprocessors));
+            }
             if (rep == 1) {
                 CHECK(C.to_vector<float>() == first_c);
                 CHECK(bs.to_vector<float>() == first_s);   // the same bits on every run

@@ -423,3 +423,24 @@ TEST_CASE("gemm selector: one wave's raster group, fewest bytes per 8 consecutiv
     // Fewer rows than a group: 3 x 16 tiles of 128 x 64 (groups of 2: 2 rows x 4 columns).
     CHECK(one_wave_raster_group(128, 64, 3, 16) == 2);
 }
+
+TEST_CASE("gemm selector: the persistent grid, a multiple of 8 blocks where the rounds stay (rule 6)") {
+    // 4096^3 in 128 x 256 tiles: 512 tiles take 4 rounds on 132 blocks and on 128.
+    CHECK(persistent_grid(512, 132) == 128);
+    // 8192^3: 2048 tiles, 16 rounds either way.
+    CHECK(persistent_grid(2048, 132) == 128);
+    // 4096x7000x4096: 32 x 28 tiles, 7 rounds either way.
+    CHECK(persistent_grid(896, 132) == 128);
+    // 8448x48000x2816: 66 x 188 tiles, 94 rounds on 132 blocks but 97 on 128: all SMs.
+    CHECK(persistent_grid(12408, 132) == 132);
+    // One round: every tile its block, 8 blocks fewer would take a second round.
+    CHECK(persistent_grid(132, 132) == 132);
+    CHECK(persistent_grid(100, 132) == 100);
+    CHECK(persistent_grid(96, 132) == 96);
+    // Fewer than 8 tiles or SMs.
+    CHECK(persistent_grid(5, 132) == 5);
+    CHECK(persistent_grid(40, 6) == 6);
+    // A GPU of 114 SMs (the H100 PCIe): 1000 tiles take 9 rounds on 114 and on 112 blocks.
+    CHECK(persistent_grid(1000, 114) == 112);
+    CHECK(persistent_grid(1026, 114) == 114);   // 9 rounds on 114, 10 on 112
+}
