@@ -168,9 +168,9 @@ int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n);
 // a GPC (docs/gemm-notes.md 71), and the walk (tile t, t + grid, ...) through raster groups of
 // 8 rows then keeps a group's blocks on one column of tiles, reading the same k-tiles of B
 // together, in every round; with 132 blocks only the first round does. On the H100 (GPU time
-// a call, interleaved runs, each run's time over the same run's with 132 blocks, medians)
-// 128 blocks took 0.983-0.988 of the time at 8192^3, 0.985-0.998 at 4096^3 and 0.972-0.975 at
-// bf16 4096x7000x4096 (docs/gemm-notes.md 115).
+// a call, libraries interleaved, each run's time over the same run's with 132 blocks,
+// medians of 11-15 runs, fp16 and bf16) 128 blocks took 0.978-0.988 of the time at 8192^3
+// and 0.983-0.991 at 4096^3 (docs/gemm-notes.md 115).
 int64_t persistent_grid(int64_t tiles, int64_t sms);
 
 // Rule 7: whether the lean twins may run (KILN_GEMM_LEAN is not "0").
