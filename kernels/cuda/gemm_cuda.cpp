@@ -549,11 +549,11 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // such clusters 1760x128x1760 with bias, ReLU and bsum took 5.98 us against 5.95.
     // The kernel's dynamic shared memory: a split in a cluster adds the receive buffer of the
     // slices' sums (gemm_params.hpp).
-    const int kernel_smem = k.smem + (k.path == GemmPath::Wgmma && k.cluster_k && k.bn <= kSplitPushMaxBn
-                                          ? split_receive_bytes(k.bm, k.bn, k.splits)
-                                          : 0);
+    const bool cluster_split = k.path == GemmPath::Wgmma && k.cluster_k;
+    const int kernel_smem =
+        k.smem + (cluster_split && k.bn <= kSplitPushMaxBn ? split_receive_bytes(k.bm, k.bn, k.splits) : 0);
     int cluster_blocks = k.splits;
-    if (k.path == GemmPath::Wgmma && k.cluster_k && !bsum && p.tiles_n >= 2 && k.splits * p.tiles_n <= 8) {
+    if (cluster_split && !bsum && p.tiles_n >= 2 && k.splits * p.tiles_n <= 8) {
         if (int64_t(p.tiles_m) * batch <= clusters_at_once_one_per_sm(be, k.entry, k.splits * p.tiles_n, k.threads, kernel_smem)) {
             cluster_blocks = k.splits * p.tiles_n;
             p.group_m = 1;   // a row's tiles in consecutive blocks
@@ -565,10 +565,8 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // clusters of 2 (bf16 and fp16 alike), 2560x48x2560 8.55 against 9.09 (bf16); splits of 3
     // and 4 held level that way (2048x64x4096 k/3, 1280x64x2560 and 1760x16x1760 k/4), and so
     // did two rows of tiles in one cluster where rows are 2 tiles wide (docs/gemm-notes.md 113).
-    if (k.path == GemmPath::Wgmma && k.cluster_k && k.splits == 2 && p.tiles_n == 1 && k.bm == 64 && k.bn == 64 &&
-        p.tiles_m % 2 == 0 &&
-        int64_t(p.tiles_m / 2) * batch <=
-            clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, kernel_smem))
+    if (cluster_split && k.splits == 2 && p.tiles_n == 1 && k.bm == 64 && k.bn == 64 && p.tiles_m % 2 == 0 &&
+        int64_t(p.tiles_m / 2) * batch <= clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, kernel_smem))
         cluster_blocks = 4;
     // A grid of rows one tile wide (tiles_n = 1) that fills the GPU's SMs to between 7/8 and all
     // of them is launched as clusters of 4 tiles along m, where every cluster runs at once. On the

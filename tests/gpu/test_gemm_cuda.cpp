@@ -1236,8 +1236,8 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
                     // the others run unsplit, a row of tiles in one cluster.
                     const bool split = s != 3 || variant % 2 == 0;
                     const auto fits = [&](int size, int64_t clusters) {
-                        return clusters <= gemm::clusters_at_once_one_per_sm(be, kernel, size, 256,
-                                                                            (1 << 17) + 64 * 4 + gemm::split_receive_bytes(64, 64, s));
+                        return clusters <= gemm::clusters_at_once_one_per_sm(be, kernel, size, one_tile_threads(64),
+                                                                            one_tile_smem(64, 64, 8) + gemm::split_receive_bytes(64, 64, s));
                     };
                     int expected = split ? s : tiles_n > 1 ? int(tiles_n) : 1;
                     if (split && tiles_n > 1 && !o.bsum && s * tiles_n <= 8 && fits(s * int(tiles_n), rows))
