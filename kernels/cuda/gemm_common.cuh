@@ -104,13 +104,22 @@ __device__ __forceinline__ float stochastic_round(float v, int dtype, int keep_b
     return __uint_as_float((u + (bits & mask)) & ~mask);
 }
 
-__device__ __forceinline__ void store_c(const GemmParams& p, char* c, int64_t off, float v, uint64_t index) {
+// Stores v as C[off] in C's dtype and returns the value stored (as rounded): bsum adds those.
+__device__ __forceinline__ float store_c(const GemmParams& p, char* c, int64_t off, float v, uint64_t index) {
     if (p.c_dtype != kF32 && p.sr_bits > 0)
         v = stochastic_round(v, p.c_dtype, p.sr_bits, random_bits(p.seed, p.counter, index));
     switch (p.c_dtype) {
-        case kF16: reinterpret_cast<__half*>(c)[off] = __float2half_rn(v); break;
-        case kBF16: reinterpret_cast<__nv_bfloat16*>(c)[off] = __float2bfloat16_rn(v); break;
-        default: reinterpret_cast<float*>(c)[off] = v;
+        case kF16: {
+            const __half h = __float2half_rn(v);
+            reinterpret_cast<__half*>(c)[off] = h;
+            return __half2float(h);
+        }
+        case kBF16: {
+            const __nv_bfloat16 h = __float2bfloat16_rn(v);
+            reinterpret_cast<__nv_bfloat16*>(c)[off] = h;
+            return __bfloat162float(h);
+        }
+        default: reinterpret_cast<float*>(c)[off] = v; return v;
     }
 }
 
@@ -123,11 +132,10 @@ __device__ __forceinline__ float epilogue_value(const GemmParams& p, const char*
     return v;
 }
 
-// Finishes one element: computes, stores, and returns the value for the row sums.
+// Finishes one element: computes and stores it, and returns the value stored (for the row sums).
 __device__ __forceinline__ float finish_element(const GemmParams& p, char* c, int z, float acc, int m, int n) {
     const float v = epilogue_value(p, c, acc, m, n);
-    store_c(p, c, m * p.c_sm + n * p.c_sn, v, (uint64_t(z) * p.m + m) * uint64_t(p.n) + n);
-    return v;
+    return store_c(p, c, m * p.c_sm + n * p.c_sn, v, (uint64_t(z) * p.m + m) * uint64_t(p.n) + n);
 }
 
 __device__ __forceinline__ char* c_of(const GemmParams& p, int z) {
@@ -148,22 +156,25 @@ __device__ __forceinline__ void store_bsum(const GemmParams& p, int z, int m, fl
 // the padding spreads the fragment layouts' rows over the banks.
 __host__ __device__ constexpr int tile_ld(int bn) { return bn + 4; }
 
-// Stores v = C[off .. off + 3] (C contiguous along n, aligned, round to nearest).
-__device__ __forceinline__ void store4(const GemmParams& p, char* c, int64_t off, float4 v) {
+// Stores v as C[off .. off + 3] (C contiguous along n, aligned, round to nearest) and returns
+// the sum of the values stored (as rounded).
+__device__ __forceinline__ float store4(const GemmParams& p, char* c, int64_t off, float4 v) {
     switch (p.c_dtype) {
         case kF16: {
             const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
             *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(c) + off) =
                 make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
-            break;
+            const float2 x = __half22float2(a), y = __half22float2(b);
+            return (x.x + x.y) + (y.x + y.y);
         }
         case kBF16: {
             const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
             *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(c) + off) =
                 make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
-            break;
+            const float2 x = __bfloat1622float2(a), y = __bfloat1622float2(b);
+            return (x.x + x.y) + (y.x + y.y);
         }
-        default: *reinterpret_cast<float4*>(reinterpret_cast<float*>(c) + off) = v;
+        default: *reinterpret_cast<float4*>(reinterpret_cast<float*>(c) + off) = v; return (v.x + v.y) + (v.z + v.w);
     }
 }
 
@@ -173,10 +184,10 @@ __device__ __forceinline__ void store4(const GemmParams& p, char* c, int64_t off
 // coalesced runs (whole 4-element vectors when C's rows are contiguous and aligned). Every load
 // a row needs is issued before its values are used, and the bias is read once per tile: with a
 // warp per row and few warps per block, an epilogue that waits on each load in turn costs as
-// much as a quarter of the product. For bsum each lane leaves its share of a row in the row's
-// first 32 words once the row is in registers, and after the last row each lane adds up one
-// row's shares: a chain of 5 shuffles per row, row after row, made bsum cost 6-11% of a
-// 4096^3 product on the H100. The order of the additions is fixed: the sums are deterministic.
+// much as a quarter of the product. For bsum (the sums of the values as stored, rounded to C's
+// dtype) each lane leaves its share of a row in the row's first 32 words once the row is in
+// registers, and after the last row each lane adds up one row's shares: a chain of 5 shuffles
+// per row, row after row, made bsum cost 6-11% of a 4096^3 product on the H100. The order of the additions is fixed: the sums are deterministic.
 // `row_sums`: with bsum_cluster, where the tile's row sums go (shared memory, ROWS floats).
 // PAIRS_SWAPPED: the tile holds each even/odd pair of columns swapped (column c at c ^ 1).
 template <int ROWS, int COLS, int NTHREADS, bool PAIRS_SWAPPED = false>
@@ -236,15 +247,13 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
                 v[j] += p.beta * o[j];   // o is 0 without beta
             }
             if (vec && n + 3 < p.n) {
-                store4(p, C, int64_t(m) * p.c_sm + n, make_float4(v[0], v[1], v[2], v[3]));
-                s += (v[0] + v[1]) + (v[2] + v[3]);
+                s += store4(p, C, int64_t(m) * p.c_sm + n, make_float4(v[0], v[1], v[2], v[3]));
             } else {
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
                     if (n + j < p.n) {
-                        store_c(p, C, int64_t(m) * p.c_sm + int64_t(n + j) * p.c_sn, v[j],
-                                (uint64_t(z) * p.m + m) * uint64_t(p.n) + n + j);
-                        s += v[j];
+                        s += store_c(p, C, int64_t(m) * p.c_sm + int64_t(n + j) * p.c_sn, v[j],
+                                     (uint64_t(z) * p.m + m) * uint64_t(p.n) + n + j);
                     }
             }
         }

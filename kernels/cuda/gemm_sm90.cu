@@ -659,6 +659,11 @@ __device__ __forceinline__ uint32_t pack2(float a, float b, int dtype) {
     const __half2 v = __floats2half2_rn(a, b);
     return *reinterpret_cast<const uint32_t*>(&v);
 }
+// The two values of a pack2 word, as floats.
+__device__ __forceinline__ float2 unpack2(uint32_t w, int dtype) {
+    if (dtype == kBF16) return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+    return __half22float2(*reinterpret_cast<const __half2*>(&w));
+}
 
 // Zeroes the accumulators of this thread's columns at or past N (the tile's first `cols_left`
 // columns are inside C). TMA fills B's columns past N with zeros, so these hold A . 0: zero,
@@ -677,7 +682,9 @@ __device__ __forceinline__ void zero_columns_past_n(float (&acc)[BN / 2], int co
 // The register epilogue of the persistent kernel into 16-bit C: a consumer's 64 x BN results
 // as alpha * accumulator + bias, the activation (kActRelu: ReLU; kActLeaky: with the slope),
 // rounded to C's dtype in pairs (results[2j + h]: row g + 8h, columns 8j + 2q and + 1), and
-// where SUMS this thread's share of its two rows' sums. What holds for the whole product (C's
+// where SUMS the whole sums of its two rows' rounded values (rounded_row_sums: on the tensor
+// cores, 0.3-0.4% of the product less than a max and an add a value plus the quad's shuffles
+// in float32 at 4096^3, docs/gemm-notes.md 120). What holds for the whole product (C's
 // dtype, the activation, bsum) is a template argument: tested per pair, the pass took 2000
 // (plain) to 2800 (bias + ReLU) cycles a tile (clock64, fp16 4096^3, the tensor cores idle).
 enum { kActNone, kActRelu, kActLeaky };
@@ -686,6 +693,31 @@ __device__ __forceinline__ float relu_keep_nan(float v) {
     float r;
     asm("max.NaN.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(v));
     return r;
+}
+// The row sums of a consumer's rounded results on the tensor cores: the packed results are, four
+// words at a time, the A fragment of an m16n8k16 multiply (words 4s .. 4s + 3: rows g and g + 8,
+// columns 16s + 2q, + 1, + 8, + 9), B a 16 x 8 matrix of ones, so that every column of the float32
+// product is a row's sum over the 16 columns. row_sum[h]: the whole sum of row g + 8h, in every
+// lane of the quad. Columns past N hold zeros (zero_columns_past_n, the bias past N is zero).
+template <bool BF16, int BN>
+__device__ __forceinline__ void rounded_row_sums(const uint32_t (&results)[BN / 4], float (&row_sum)[2]) {
+    constexpr uint32_t kOnes = BF16 ? 0x3F803F80u : 0x3C003C00u;
+    float d[2][4] = {};   // two chains of multiplies, each one's results as the next one's C
+#pragma unroll
+    for (int s = 0; s < BN / 16; ++s) {
+        float(&e)[4] = d[s % 2];
+        const uint32_t* a = results + 4 * s;
+        if constexpr (BF16)
+            asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, {%0,%1,%2,%3};"
+                : "+f"(e[0]), "+f"(e[1]), "+f"(e[2]), "+f"(e[3])
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(kOnes));
+        else
+            asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, {%0,%1,%2,%3};"
+                : "+f"(e[0]), "+f"(e[1]), "+f"(e[2]), "+f"(e[3])
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(kOnes));
+    }
+    row_sum[0] = d[0][0] + d[1][0];
+    row_sum[1] = d[0][2] + d[1][2];
 }
 template <bool BF16, int ACT, bool SUMS, int BN>
 __device__ __forceinline__ void round_results(const GemmParams& p, const float (&acc)[BN / 2], const float* bias_s, int q,
@@ -705,9 +737,9 @@ __device__ __forceinline__ void round_results(const GemmParams& p, const float (
                 v1 = v1 > 0.f ? v1 : v1 * slope;
             }
             results[2 * j + h] = pack2(v0, v1, BF16 ? kBF16 : kF16);
-            if constexpr (SUMS) row_sum[h] += v0 + v1;   // columns past N hold zeros (zero_columns_past_n)
         }
     }
+    if constexpr (SUMS) rounded_row_sums<BF16, BN>(results, row_sum);
 }
 // Calls f(splits) with a cluster split's count (2, 3, 4 or 8: the host's choices) as a
 // std::integral_constant value.
@@ -780,7 +812,8 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
                                                  int rows_end = BM) {
     constexpr int LD = BN + 8;   // 16-bit elements per staged row: rows 16 bytes apart in bank terms
     uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
-    float row_sum[2] = {0.f, 0.f};   // bsum: this thread's share of rows row0 and row0 + 8
+    // bsum: rows row0 and row0 + 8, whole (round_results) or this thread's share (BN > 128)
+    float row_sum[2] = {0.f, 0.f};
     // C's dtype, the activation and bsum as template arguments (round_results): with them
     // tested per pair the executed code was several times longer, and this code runs once a
     // block, each instruction fetched from L2 (ncu: 45% of the split 2560x64x2560's warp
@@ -813,8 +846,12 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float2 v = epilogue_pair(p, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], b, relu);
-                *reinterpret_cast<uint32_t*>(tile + (row0 + 8 * h) * LD + col) = pack2(v.x, v.y, p.c_dtype);
-                row_sum[h] += v.x + v.y;   // columns past N hold zeros (zero_columns_past_n)
+                const uint32_t w = pack2(v.x, v.y, p.c_dtype);
+                *reinterpret_cast<uint32_t*>(tile + (row0 + 8 * h) * LD + col) = w;
+                if (p.flags & kBsum) {   // the values as rounded; columns past N hold zeros (zero_columns_past_n)
+                    const float2 r = unpack2(w, p.c_dtype);
+                    row_sum[h] += r.x + r.y;
+                }
             }
         }
     }
@@ -822,7 +859,8 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     // the C stores below; otherwise they are added and stored after those, so that the
     // shuffles' latency hides behind the stores' (docs/gemm-notes.md 55).
     const auto finish_row_sums = [&] {
-        const float s = quad_sum_pair(row_sum[0], row_sum[1], q);   // lane q < 2: row row0 + 8q
+        // lane q < 2: row row0 + 8q
+        const float s = BN > 128 ? quad_sum_pair(row_sum[0], row_sum[1], q) : (q & 1) ? row_sum[1] : row_sum[0];
         const int r = row0 + 8 * (q & 1), m = m0 + r;
         if (q < 2 && p.bsum_cluster) share_row_sum(p, row_sums, sums_in, r, s);
         else if (q < 2 && m < p.m && r >= rows_begin && r < rows_end) {
@@ -1418,7 +1456,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         // register group jj of it the part's columns 8jj..8jj + 7: 16-bit, 16-byte chunk jj of
         // the row, 4 bytes each; float32, chunk 2 jj + q / 2, 8 bytes each. Row r's chunk c
         // sits at c ^ (r % 8) (the 128-byte swizzle; r % 8 = g).
-        float row_sum[2] = {0.f, 0.f};   // bsum: this thread's share of its two rows
+        float row_sum[2] = {0.f, 0.f};   // bsum: its two rows, whole (16-bit C) or this thread's share (C32)
         if (LEAN != kLeanPlain && (p.flags & kBsum)) zero_columns_past_n<BN>(acc, p.n - at.n * BN, q);
         if constexpr (LEAN != kGeneral) {   // C of the operands' dtype, bsum known
             constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>, kSums = LEAN == kLeanBsum;
@@ -1458,7 +1496,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             // The tile's row sums: to bsum (one tile per row), as tagged partials, or, where the
             // block's last tile adds its row, to its consumers through shared memory.
             const bool add_here = spans && is_row_adder(p, at) && last_of_block(t, total);
-            const float s = quad_sum_pair(row_sum[0], row_sum[1], q);   // lane q < 2 delivers row g + 8q
+            // lane q < 2 delivers row g + 8q
+            const float s = C32 ? quad_sum_pair(row_sum[0], row_sum[1], q) : (q & 1) ? row_sum[1] : row_sum[0];
             const int r = 64 * c + 16 * warp + g + 8 * (q & 1), m = at.m * BM + r;
             if (q < 2) deliver_row_sum(p, bars.own_sums, add_here, spans, at.n, z, r, m, s);
             if (add_here) {

@@ -62,7 +62,8 @@ Tensor operand(Context& ctx, int64_t rows, int64_t cols, bool trans, int64_t pad
 
 // Max over elements of |got - ref| / bound, where bound is what the dtype's rounding allows:
 // out_eps of |ref| (C's storage rounding) + acc_eps of the absolute-product magnitude.
-// row_mags (with row_sums): each row's sum of its values' magnitude bounds (the absolute products).
+// row_sums: C's row sums as stored (what bsum holds), in float64. row_mags (with row_sums):
+// each row's sum of its values' magnitude bounds (the absolute products).
 double check_against_reference(const Tensor& A, const Tensor& B, const Tensor& C0, const Tensor& C, const DotOptions& o,
                                double out_eps, double acc_eps, std::vector<double>* row_sums = nullptr,
                                std::vector<double>* row_mags = nullptr) {
@@ -86,7 +87,7 @@ double check_against_reference(const Tensor& A, const Tensor& B, const Tensor& C
             if (o.bias) v += bias[j], mag += std::fabs(bias[j]);
             if (o.relu && v <= 0) v *= o.slope, mag *= std::max(std::fabs(o.slope), 1.0);
             if (o.beta != 0) v += o.beta * c0[i * N + j], mag += std::fabs(o.beta * c0[i * N + j]);
-            if (row_sums) (*row_sums)[i] += v;
+            if (row_sums) (*row_sums)[i] += c[i * N + j];
             if (row_mags) (*row_mags)[i] += mag;
             const double bound = out_eps * std::fabs(v) + acc_eps * mag + 1e-30;
             worst = std::max(worst, std::fabs(c[i * N + j] - v) / bound);
@@ -94,10 +95,10 @@ double check_against_reference(const Tensor& A, const Tensor& B, const Tensor& C
     return worst;
 }
 
-// bsum against the float64 row sums of the values before C's rounding: 1e-3 relative, plus
-// `rounding` for C's rounding of each of the row's values, plus `mag_eps` of the row's
-// magnitudes (`mags`, check_against_reference's row_mags) where the operands are rounded
-// (tf32).
+// bsum against the float64 row sums of C as stored: 1e-3 relative, plus `rounding`, plus
+// `mag_eps` of the row's magnitudes (`mags`, check_against_reference's row_mags). (That the
+// sums are of the rounded values, and to float32's precision, is asserted apart, by
+// "bsum adds the values as stored".)
 void check_row_sums(const std::vector<float>& got, const std::vector<double>& sums, double rounding, double relative = 1e-3,
                     const std::vector<double>* mags = nullptr, double mag_eps = 0) {
     for (size_t i = 0; i < sums.size(); ++i)
@@ -147,9 +148,9 @@ bool run_case(Context& ctx, const Case& cs, DType dt, const std::string& kernel,
                 << bool(o.bsum));
     CHECK(worst <= 1.0);
     if (o.bsum) {
-        // (tf32 rounds the operands: a long row's sum may lie further from float64's than 1e-3
-        // of it where the row's values cancel, as each value may.)
-        check_row_sums(bsum.to_vector<float>(), sums, cs.n * out_eps(cs.cdtype) * 4, 1e-3, &mags, acc_eps(dt, ctx.allow_tf32()));
+        // The sums of C as stored, to float32's precision: 1e-5 of the sum and of the row's
+        // magnitudes (float32 adds the row in some order; the tensor cores' adds truncate).
+        check_row_sums(bsum.to_vector<float>(), sums, 0, 1e-5, &mags, 1e-5);
     }
     return true;
 }
@@ -1138,6 +1139,108 @@ TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distri
                 check_row_sums(std::vector<float>(got.begin() + i * M, got.begin() + (i + 1) * M), sums, n * out_eps(cdt) * 4);
             }
         }
+}
+
+// bsum holds the row sums of C as stored (rounded to C's dtype), on every path: each value of
+// this product, alpha * A . B + bias = 1.5 + k / 16 + a quarter of C's ulp at 1.5 (A has two
+// entries of +-1 a row, B entries of -1, 0 and 1, alpha 1/16), lies a quarter ulp above a
+// value C holds, so the unrounded row sums exceed the stored ones by N quarter ulps; and the
+// stored values are positive multiples of 2^-12 whose sums (under 4096) float32 adds exactly
+// in any order, so bsum must equal them to the bit. Every kernel entry, with and without the
+// lean twins, one row of tiles and several (cluster and global sums), split-K (global and in
+// clusters), beta, stochastic rounding, and float32 C (the values themselves, exactly).
+TEST_CASE("gpu gemm: bsum adds the values as stored (rounded to C's dtype), on every path") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    const bool hopper = ctx.impl().cuda->info().sm == 90;
+    const int64_t K = 512;
+    uint32_t seed = 7100;
+    const auto run = [&](DType dt, DType cdt, int64_t M, int64_t N, const std::string& kernel, const char* splits, bool lean,
+                         double beta) {
+        std::mt19937 g(seed++);
+        std::vector<float> a(size_t(M * K), 0.f), b(size_t(K * N)), c0(size_t(M * N));
+        std::vector<std::array<int64_t, 2>> at(static_cast<size_t>(M));   // where A's row holds its two entries
+        for (int64_t i = 0; i < M; ++i) {
+            at[size_t(i)] = {int64_t(g() % (K / 2)), K / 2 + int64_t(g() % (K / 2))};
+            for (int64_t kk : at[size_t(i)]) a[size_t(i * K + kk)] = g() % 2 ? 1.f : -1.f;
+        }
+        for (auto& x : b) x = float(int(g() % 3) - 1);
+        for (auto& x : c0) x = float(int(g() % 3) - 1) / 16;
+        const double quarter_ulp = cdt == DType::BFloat16 ? 1.0 / 512 : 1.0 / 4096;
+        Tensor A = ctx.array(a, {M, K}, dt), B = ctx.array(b, {K, N}, dt);
+        Tensor C = ctx.array(c0, {M, N}, cdt);
+        Tensor bias = ctx.full({N}, 1.5 + quarter_ulp, DType::Float32);
+        Tensor bs = ctx.full({M}, -7.0, DType::Float32);
+        DotOptions o;
+        o.alpha = 1.0 / 16, o.beta = beta, o.relu = true, o.bias = bias, o.bsum = bs;
+        if (!kernel.empty()) setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
+        if (*splits) setenv("KILN_GEMM_SPLITS", splits, 1);
+        if (!lean) setenv("KILN_GEMM_LEAN", "0", 1);
+        bool ran = true;
+        try {
+            compound_dot(A, B, C, o);
+        } catch (const Error& e) {
+            if (kernel.empty() || std::string(e.what()).find("cannot run this problem") == std::string::npos) throw;
+            ran = false;
+        }
+        unsetenv("KILN_GEMM_KERNEL"), unsetenv("KILN_GEMM_SPLITS"), unsetenv("KILN_GEMM_LEAN");
+        if (!ran) return false;
+        INFO(kernel << " " << dtype_name(dt) << " -> " << dtype_name(cdt) << " " << M << "x" << N << " splits '" << splits
+                    << "' lean " << lean << " beta " << beta << " stochastic " << ctx.stochastic_round());
+        const std::vector<float> c = C.to_vector<float>(), got = bs.to_vector<float>();
+        int64_t off_value = 0, wrong = 0;
+        for (int64_t i = 0; i < M; ++i) {
+            double stored = 0, unrounded = 0;
+            for (int64_t j = 0; j < N; ++j) {
+                double ab = 0;
+                for (int64_t kk : at[size_t(i)]) ab += double(a[size_t(i * K + kk)]) * b[size_t(kk * N + j)];
+                const double v = ab / 16 + 1.5 + quarter_ulp + beta * c0[size_t(i * N + j)], x = c[size_t(i * N + j)];
+                unrounded += v;
+                stored += x;
+                // The premise: C holds v (float32), or one of its neighbours a quarter ulp
+                // under it and three quarters over it.
+                off_value += cdt == DType::Float32 ? x != v : std::fabs(x - v) > 3 * quarter_ulp;
+            }
+            if (cdt != DType::Float32 && ctx.stochastic_round() == 0 && i == 0) CHECK(unrounded - stored == N * quarter_ulp);
+            wrong += double(got[size_t(i)]) != stored;
+        }
+        CHECK(off_value == 0);
+        CHECK(wrong == 0);
+        return true;
+    };
+    std::vector<std::string> entries = {"kiln_gemm_mma_f16_128x128", "kiln_gemm_mma_f16_64x64", "kiln_gemm_mma_bf16_128x128",
+                                        "kiln_gemm_mma_bf16_64x64"};
+    if (hopper)
+        for (const std::string t : {"f16", "bf16"})   // (A and B row-major: A K-major, B N-major)
+            for (const char* cfg : {"256_c2_s4", "128_c2_s6", "64_c2_s8", "64_c1_s8", "16_c1_s8", "256_c2_s4_p", "256_c2_s4_pf"})
+                entries.push_back("kiln_gemm_wg_" + t + "_kt_" + cfg);
+    else
+        std::printf("SKIPPED (the wgmma entries of the stored-values bsum case are sm_90 code; this GPU is sm_%d)\n",
+                    ctx.impl().cuda->info().sm);
+    for (const std::string& kernel : entries) {
+        const DType dt = kernel.find("bf16") != std::string::npos ? DType::BFloat16 : DType::Float16;
+        // One row of tiles and several; the persistent kernels take more tiles than SMs.
+        const bool persistent = kernel.find("_s4_p") != std::string::npos;
+        const int64_t m = persistent ? 2200 : 300;
+        int ran = 0;   // (each entry runs some of these shapes and C dtypes, and refuses the rest)
+        for (const int64_t n : persistent ? std::vector<int64_t>{2200} : std::vector<int64_t>{40, 520, 1100})
+            for (DType cdt : {dt, DType::Float32})
+                for (bool lean : {true, false}) ran += run(dt, cdt, m, n, kernel, "", lean, 0);
+        INFO(kernel);
+        CHECK(ran > 0);
+    }
+    // The selector's choices: split-K (global slices, clusters), beta, stochastic rounding.
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        for (const char* splits : {"2", "5", "2c", "4c"})
+            for (const int64_t n : {40, 520}) CHECK(run(dt, dt, 300, n, "", splits, true, 0));
+        for (const int64_t n : {40, 1100}) {
+            CHECK(run(dt, dt, 300, n, "", "", true, 1.0));
+            CHECK(run(dt, DType::Float32, 300, n, "", "", true, 1.0));
+            ctx.set_stochastic_round(10);
+            CHECK(run(dt, dt, 300, n, "", "", true, 0));
+            ctx.set_stochastic_round(0);
+        }
+    }
 }
 
 TEST_CASE("gpu gemm: bsum and C sharing storage with the operands, the bias or each other") {
