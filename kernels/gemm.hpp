@@ -24,7 +24,7 @@ struct DotOptions {
     bool relu = false;
     double slope = 0.0;               // with relu: the slope below zero (leaky ReLU)
     std::optional<Tensor> bias;       // (N,) or (1, N): added per column before the ReLU
-    std::optional<Tensor> bsum;       // (M,) or (M, 1): receives the per-row sums of the result
+    std::optional<Tensor> bsum;       // (M,) or (M, 1): receives the per-row sums of C as stored
 };
 
 // C (M x N) = epilogue(A (M x K) . B (K x N)); returns C.

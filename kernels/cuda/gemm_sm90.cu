@@ -702,10 +702,11 @@ __device__ __forceinline__ float relu_keep_nan(float v) {
 template <bool BF16, int BN>
 __device__ __forceinline__ void rounded_row_sums(const uint32_t (&results)[BN / 4], float (&row_sum)[2]) {
     constexpr uint32_t kOnes = BF16 ? 0x3F803F80u : 0x3C003C00u;
-    float d[2][4] = {};   // two chains of multiplies, each one's results as the next one's C
+    constexpr int kChains = BN / 16 < 4 ? BN / 16 : 4;   // of multiplies, each one's results the next one's C
+    float d[kChains][4] = {};
 #pragma unroll
     for (int s = 0; s < BN / 16; ++s) {
-        float(&e)[4] = d[s % 2];
+        float(&e)[4] = d[s % kChains];
         const uint32_t* a = results + 4 * s;
         if constexpr (BF16)
             asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, {%0,%1,%2,%3};"
@@ -716,8 +717,9 @@ __device__ __forceinline__ void rounded_row_sums(const uint32_t (&results)[BN / 
                 : "+f"(e[0]), "+f"(e[1]), "+f"(e[2]), "+f"(e[3])
                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(kOnes));
     }
-    row_sum[0] = d[0][0] + d[1][0];
-    row_sum[1] = d[0][2] + d[1][2];
+    row_sum[0] = d[0][0], row_sum[1] = d[0][2];
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) row_sum[0] += d[c][0], row_sum[1] += d[c][2];
 }
 template <bool BF16, int ACT, bool SUMS, int BN>
 __device__ __forceinline__ void round_results(const GemmParams& p, const float (&acc)[BN / 2], const float* bias_s, int q,

@@ -94,7 +94,7 @@ nb::object matrix_product(nb::handle a, nb::handle b, nb::handle out) {
 void bind_gemm(nb::module_& m, nb::handle context_class, nb::handle tensor_class, nb::handle expr_class) {
     const char* doc =
         "C = relu_slope(alpha * A . B + bias) + beta * C, written into C (returned). A and B may be transposed\n"
-        "views (A.T). bias: one value per column; bsum receives the per-row sums of the result.";
+        "views (A.T). bias: one value per column; bsum receives the per-row sums of C as stored (rounded to its dtype).";
     auto compound_fn = [](nb::handle A, nb::handle B, nb::handle C, double alpha, double beta, bool relu, double slope,
                           nb::handle bias, nb::handle bsum) {
         return compound(A, B, C, alpha, beta, relu, slope, bias, bsum, false);
