@@ -187,7 +187,8 @@ __device__ __forceinline__ float store4(const GemmParams& p, char* c, int64_t of
 // much as a quarter of the product. For bsum (the sums of the values as stored, rounded to C's
 // dtype) each lane leaves its share of a row in the row's first 32 words once the row is in
 // registers, and after the last row each lane adds up one row's shares: a chain of 5 shuffles
-// per row, row after row, made bsum cost 6-11% of a 4096^3 product on the H100. The order of the additions is fixed: the sums are deterministic.
+// per row, row after row, made bsum cost 6-11% of a 4096^3 product on the H100. The order of
+// the additions is fixed: the sums are deterministic.
 // `row_sums`: with bsum_cluster, where the tile's row sums go (shared memory, ROWS floats).
 // PAIRS_SWAPPED: the tile holds each even/odd pair of columns swapped (column c at c ^ 1).
 template <int ROWS, int COLS, int NTHREADS, bool PAIRS_SWAPPED = false>
