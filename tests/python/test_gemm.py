@@ -139,4 +139,6 @@ def test_cuda_kernels_against_numpy(gpu, dtype, tol, la, lb):
     want = np.where(x > 0, x, 0.1 * x) + 0.25 * c_stored
     scale = np.abs(a64) @ np.abs(b64)
     np.testing.assert_array_less(np.abs(C.get().astype(np.float64) - want), tol * (np.abs(want) + scale) + 1e-6)
-    np.testing.assert_allclose(bsum.get()[:, 0], want.sum(axis=1), rtol=tol * 4, atol=tol * n)
+    # bsum: the row sums of C as stored (rounded to C's dtype), to float32's precision.
+    stored = C.get().astype(np.float64)
+    np.testing.assert_array_less(np.abs(bsum.get()[:, 0] - stored.sum(axis=1)), 1e-5 * np.abs(stored).sum(axis=1) + 1e-6)
