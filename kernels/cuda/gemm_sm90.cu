@@ -684,9 +684,10 @@ __device__ __forceinline__ void zero_columns_past_n(float (&acc)[BN / 2], int co
 // rounded to C's dtype in pairs (results[2j + h]: row g + 8h, columns 8j + 2q and + 1), and
 // where SUMS the whole sums of its two rows' rounded values (rounded_row_sums: on the tensor
 // cores, ~0.4% of the product less, 0.2-0.6 by job, than a max and an add a value plus the
-// quad's shuffles in float32 at 4096^3, docs/gemm-notes.md 120). What holds for the whole product (C's
-// dtype, the activation, bsum) is a template argument: tested per pair, the pass took 2000
-// (plain) to 2800 (bias + ReLU) cycles a tile (clock64, fp16 4096^3, the tensor cores idle).
+// quad's shuffles in float32 at 4096^3, docs/gemm-notes.md 120). What holds for the whole
+// product (C's dtype, the activation, bsum) is a template argument: tested per pair, the pass
+// took 2000 (plain) to 2800 (bias + ReLU) cycles a tile (clock64, fp16 4096^3, the tensor cores
+// idle).
 enum { kActNone, kActRelu, kActLeaky };
 // activation(v, 0) in one instruction: max(v, 0), NaN staying NaN (fmaxf would return 0).
 __device__ __forceinline__ float relu_keep_nan(float v) {
