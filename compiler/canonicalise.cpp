@@ -62,14 +62,16 @@ struct Canon {
         return intern(std::move(p));
     }
 
-    NodePtr run(const NodePtr& np) {
-        if (auto it = memo.find(np.get()); it != memo.end()) return it->second;
-        const Node& n = *np;
-        std::vector<NodePtr> ins;
-        for (auto& i : n.inputs) ins.push_back(run(i));
-        NodePtr out = visit(n, std::move(ins));
-        memo[np.get()] = out;
-        return out;
+    // Inputs before users (postorder), so each node's operands are already canonical; no
+    // recursion, so the depth of an expression is bounded by memory alone.
+    NodePtr run(const NodePtr& root) {
+        for (const Node* n : postorder(root)) {
+            std::vector<NodePtr> ins;
+            ins.reserve(n->inputs.size());
+            for (auto& i : n->inputs) ins.push_back(memo.at(i.get()));
+            memo[n] = visit(*n, std::move(ins));
+        }
+        return memo.at(root.get());
     }
 
     NodePtr visit(const Node& n, std::vector<NodePtr> ins) {

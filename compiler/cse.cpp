@@ -7,6 +7,17 @@
 
 namespace kiln {
 
+namespace {
+
+// Counts of operations as written grow exponentially with a DAG's depth (x = x + x): they
+// saturate instead of wrapping.
+int64_t sat_add(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+} // namespace
+
 std::unordered_map<const Node*, int> use_counts(const NodePtr& root) {
     std::unordered_map<const Node*, int> uses;
     for (const Node* n : postorder(root))
@@ -33,7 +44,7 @@ NodePtr cse(const NodePtr& root, CseStats* stats) {
         std::unordered_map<const Node*, int64_t> tree;
         for (const Node* n : postorder(out)) {
             int64_t t = 1;
-            for (auto& i : n->inputs) t += tree[i.get()];
+            for (auto& i : n->inputs) t = sat_add(t, tree[i.get()]);
             tree[n] = t;
         }
         stats->written = tree[out.get()];
@@ -42,7 +53,7 @@ NodePtr cse(const NodePtr& root, CseStats* stats) {
         std::vector<const Node*> order = postorder(out);
         std::unordered_map<const Node*, int64_t> paths{{out.get(), 1}};
         for (auto it = order.rbegin(); it != order.rend(); ++it)
-            for (auto& in : (*it)->inputs) paths[in.get()] += paths[*it];
+            for (auto& in : (*it)->inputs) paths[in.get()] = sat_add(paths[in.get()], paths[*it]);
         for (const Node* n : order) {
             if (!is_reduction(n->op) || paths[n] < 2) continue;
             stats->shared.push_back(fmt::format("{}(%{}, {}) appears {} times as written: computed once", opkind_name(n->op),

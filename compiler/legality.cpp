@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <functional>
+#include <deque>
 #include <unordered_set>
 
 namespace kiln {
@@ -33,13 +33,15 @@ std::vector<bool> reduced_axes(const Node& r) {
 std::vector<const Node*> frontier_reductions(const NodePtr& root) {
     std::vector<const Node*> out;
     std::unordered_set<const Node*> seen;
-    std::function<void(const Node*)> walk = [&](const Node* n) {
-        if (!seen.insert(n).second) return;
-        if (is_reduction(n->op)) { out.push_back(n); return; }
-        if (!is_elementwise(n->op)) return;
-        for (auto& i : n->inputs) walk(i.get());
-    };
-    walk(root.get());
+    std::vector<const Node*> stack{root.get()};  // operands pushed in reverse: visited first to last
+    while (!stack.empty()) {
+        const Node* n = stack.back();
+        stack.pop_back();
+        if (!seen.insert(n).second) continue;
+        if (is_reduction(n->op)) { out.push_back(n); continue; }
+        if (!is_elementwise(n->op)) continue;
+        for (size_t i = n->inputs.size(); i-- > 0;) stack.push_back(n->inputs[i].get());
+    }
     return out;
 }
 
@@ -51,31 +53,59 @@ std::string ctx_str(const StageContext& c) {
     return fmt::format("stage over {} reducing axes ({})", shape_str(c.domain), fmt::join(axes, ", "));
 }
 
+// The walk is depth-first over the operands, in order; materialising a node walks its subtree
+// in a stage context of its own and then records it, so a stage's inputs are recorded before
+// the stage. It runs on an explicit stack: an expression's depth costs memory, not call stack.
 struct Legality {
     LegalityResult res;
     std::unordered_set<const Node*> done;  // materialized already
 
+    struct Walk {  // one stage's context and the nodes its walk has met
+        StageContext ctx;
+        std::unordered_set<const Node*> seen;
+    };
+    struct Task {
+        const NodePtr* node;
+        size_t walk;
+        bool in_full;   // inside the operand of a full reduction fused into this stage
+        bool is_root;   // the node this stage computes (already marked done when materialized)
+        bool record;    // record `node` as materialized, its subtree walked
+        std::string why;
+    };
+    std::deque<Walk> walks;
+    std::vector<Task> stack;
+
     void materialize(const NodePtr& n, std::string why) {
         if (done.count(n.get())) return;
         done.insert(n.get());
-        if (n->op == OpKind::Reshape) process(n->inputs[0], n->inputs[0]->shape);
-        else process(n, n->shape);
-        res.reasons[n.get()] = std::move(why);
-        res.materialized.push_back(n);
+        stack.push_back({&n, 0, false, false, true, std::move(why)});
+        process(n->op == OpKind::Reshape ? n->inputs[0] : n, n->op == OpKind::Reshape ? n->inputs[0]->shape : n->shape);
     }
 
     void process(const NodePtr& root, const Shape& dst_shape) {
-        StageContext ctx = choose_context(root, dst_shape);
-        std::unordered_set<const Node*> seen;
-        visit(root, ctx, seen, false, true);
+        walks.push_back({choose_context(root, dst_shape), {}});
+        stack.push_back({&root, walks.size() - 1, false, true, false, {}});
     }
 
-    // `in_full_reduction`: inside the operand of a full reduction fused into this stage.
-    // `is_root`: the node this stage computes (already marked done when it is materialized).
-    void visit(const NodePtr& np, const StageContext& ctx, std::unordered_set<const Node*>& seen, bool in_full,
-               bool is_root = false) {
+    void run() {
+        while (!stack.empty()) {
+            Task t = std::move(stack.back());
+            stack.pop_back();
+            if (t.record) {
+                res.reasons[t.node->get()] = std::move(t.why);
+                res.materialized.push_back(*t.node);
+            } else {
+                visit(*t.node, t.walk, t.in_full, t.is_root);
+            }
+        }
+    }
+
+    void push_visit(const NodePtr& n, size_t walk, bool in_full) { stack.push_back({&n, walk, in_full, false, false, {}}); }
+
+    void visit(const NodePtr& np, size_t walk, bool in_full, bool is_root) {
         const Node& n = *np;
-        if ((done.count(&n) && !is_root) || !seen.insert(&n).second) return;
+        if ((done.count(&n) && !is_root) || !walks[walk].seen.insert(&n).second) return;
+        const StageContext& ctx = walks[walk].ctx;
         switch (n.op) {
         case OpKind::Leaf: case OpKind::Scalar: case OpKind::Rand: case OpKind::Iota: return;
         case OpKind::Reshape:
@@ -83,10 +113,10 @@ struct Legality {
                                         n.id, n.inputs[0]->id));
             return;
         case OpKind::Take:
+            push_visit(n.inputs[1], walk, in_full);  // after the source's stage, which is pushed above it
             if (n.inputs[0]->op != OpKind::Leaf)
                 materialize(n.inputs[0], fmt::format("%{} is gathered from by take %{}: it must be in memory",
                                                      n.inputs[0]->id, n.id));
-            visit(n.inputs[1], ctx, seen, in_full);
             return;
         default: break;
         }
@@ -108,10 +138,10 @@ struct Legality {
                 materialize(np, why);
                 return;
             }
-            visit(n.inputs[0], ctx, seen, ctx.full());
+            push_visit(n.inputs[0], walk, ctx.full());
             return;
         }
-        for (auto& i : n.inputs) visit(i, ctx, seen, in_full);
+        for (size_t i = n.inputs.size(); i-- > 0;) push_visit(n.inputs[i], walk, in_full);
     }
 };
 
@@ -131,6 +161,7 @@ StageContext choose_context(const NodePtr& root, const Shape& dst_shape) {
 LegalityResult legality(const NodePtr& root, const Shape& dst_shape) {
     Legality l;
     l.process(root, dst_shape);
+    l.run();
     return std::move(l.res);
 }
 

@@ -4,9 +4,11 @@
 #include "ir/expr.hpp"
 #include "ir/rng.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <functional>
+#include <span>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace kiln {
 
@@ -109,7 +111,8 @@ struct Lowerer {
             param_of[&nd] = slot;
         } else {
             slot = k.num_iparams++;
-            out.args.iparams.push_back((int32_t)nd.value);
+            // Integer scalars are in int32's range when made (ir/expr.cpp); saturate all the same.
+            out.args.iparams.push_back(std::isnan(nd.value) ? 0 : (int32_t)std::clamp(nd.value, -2147483648.0, 2147483647.0));
             param_of[&nd] = slot;
         }
         kir::Instr i{t == CT::F32 ? Op::ParamF : Op::ParamI, t};
@@ -123,12 +126,32 @@ struct Lowerer {
     int iparam(int slot) { kir::Instr i{Op::ParamI, CT::I32}; i.index = slot; return emit(i); }
 
     // ---- nodes
+    // The operands compute() reads through value(): none for what is loaded or accumulated.
+    static std::span<const NodePtr> operands(const Node& nd, bool loaded) {
+        if (loaded || is_reduction(nd.op)) return {};
+        if (nd.op == OpKind::Take) return {&nd.inputs[1], 1};  // the source is a buffer
+        return nd.inputs;
+    }
+
+    // The node's value in the current block. Operands are computed first, depth-first on an
+    // explicit stack, so compute() finds them memoised: an expression's depth costs memory,
+    // not call stack.
     int value(const NodePtr& np) {
-        const Node* nd = np.get();
-        if (auto it = memo.find(nd); it != memo.end()) return it->second;
-        int v = compute(*nd);
-        memo[nd] = v;
-        return v;
+        if (auto it = memo.find(np.get()); it != memo.end()) return it->second;
+        std::vector<std::pair<const Node*, size_t>> stack{{np.get(), 0}};
+        while (!stack.empty()) {
+            const Node* nd = stack.back().first;
+            auto ops = operands(*nd, st.inputs_from_temps.count(nd) || nd->op == OpKind::Leaf);
+            size_t& i = stack.back().second;
+            while (i < ops.size() && memo.count(ops[i].get())) ++i;
+            if (i < ops.size()) {
+                stack.push_back({ops[i].get(), 0});
+                continue;
+            }
+            memo[nd] = compute(*nd);
+            stack.pop_back();
+        }
+        return memo.at(np.get());
     }
 
     int coord_linear(const Node& nd) {
@@ -331,16 +354,17 @@ struct Lowerer {
 
     // ---- reduction levels: a reduction's pass comes after every reduction it depends on.
     std::unordered_map<const Node*, int> levels;
-    int level_of(const Node* nd) {
-        if (auto it = levels.find(nd); it != levels.end()) return it->second;
-        int lv = 0;
-        if (!st.inputs_from_temps.count(nd) && nd->op != OpKind::Leaf) {
-            for (auto& i : nd->inputs) lv = std::max(lv, level_of(i.get()));
-            if (is_reduction(nd->op)) ++lv;
+    void compute_levels() {
+        for (const Node* nd : postorder(st.root)) {
+            int lv = 0;
+            if (!st.inputs_from_temps.count(nd) && nd->op != OpKind::Leaf) {
+                for (auto& i : nd->inputs) lv = std::max(lv, levels.at(i.get()));
+                if (is_reduction(nd->op)) ++lv;
+            }
+            levels[nd] = lv;
         }
-        levels[nd] = lv;
-        return lv;
     }
+    int level_of(const Node* nd) const { return levels.at(nd); }
 
     void open_block(bool loop) {
         k.blocks.push_back({});
@@ -367,18 +391,18 @@ struct Lowerer {
         // Reductions fused into this stage, by level, in postfix order. postorder() also
         // descends below nodes that earlier stages computed; only what is reachable without
         // crossing one of those belongs to this stage.
-        std::unordered_map<const Node*, bool> reachable;
-        std::function<void(const Node*)> mark = [&](const Node* nd) {
-            if (reachable[nd]) return;
-            reachable[nd] = true;
-            if (st.inputs_from_temps.count(nd) || nd->op == OpKind::Leaf) return;
-            for (auto& i : nd->inputs) mark(i.get());
-        };
-        mark(st.root.get());
+        std::unordered_set<const Node*> reachable;
+        for (std::vector<const Node*> stack{st.root.get()}; !stack.empty();) {
+            const Node* nd = stack.back();
+            stack.pop_back();
+            if (!reachable.insert(nd).second || st.inputs_from_temps.count(nd) || nd->op == OpKind::Leaf) continue;
+            for (auto& i : nd->inputs) stack.push_back(i.get());
+        }
+        compute_levels();
         int levels_total = level_of(st.root.get());
         std::vector<std::vector<const Node*>> by_level(levels_total + 1);
         for (const Node* nd : postorder(st.root)) {
-            if (!reachable[nd] || st.inputs_from_temps.count(nd)) continue;
+            if (!reachable.count(nd) || st.inputs_from_temps.count(nd)) continue;
             if (is_reduction(nd->op)) by_level[level_of(nd)].push_back(nd);
         }
         for (int lv = 1; lv <= levels_total; ++lv) {

@@ -44,12 +44,16 @@ StageKind classify(const StageContext& c) {
 }
 
 // Leaves of the stage rooted at `root` (stopping at nodes computed by earlier stages).
-void stage_leaves(const Node* n, const std::unordered_map<const Node*, int>& temps, std::unordered_set<const Node*>& seen,
+void stage_leaves(const Node* root, const std::unordered_map<const Node*, int>& temps, std::unordered_set<const Node*>& seen,
                   std::vector<const Node*>& out) {
-    if (!seen.insert(n).second) return;
-    if (temps.count(n)) return;
-    if (n->op == OpKind::Leaf) { out.push_back(n); return; }
-    for (auto& i : n->inputs) stage_leaves(i.get(), temps, seen, out);
+    std::vector<const Node*> stack{root};  // operands pushed in reverse: met first to last
+    while (!stack.empty()) {
+        const Node* n = stack.back();
+        stack.pop_back();
+        if (!seen.insert(n).second || temps.count(n)) continue;
+        if (n->op == OpKind::Leaf) { out.push_back(n); continue; }
+        for (size_t i = n->inputs.size(); i-- > 0;) stack.push_back(n->inputs[i].get());
+    }
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <optional>
 
 namespace kiln {
 
@@ -55,24 +56,81 @@ Expr unary(OpKind op, const Expr& a, DType result) { return make(op, result, N(a
 
 Expr float_unary(OpKind op, const Expr& a) { return unary(op, a, float_result(N(a).dtype)); }
 
-// NumPy 2: a Python integer that does not fit the result's integer dtype is an error, not a
-// silent wrap-around (comparisons are exempt: they compare the true values).
-void check_weak_int_fits(OpKind op, const Expr& lit, const Expr& other, DType result) {
-    if (!is_weak(lit) || N(lit).dtype != DType::Int32 || !is_integer(result) || is_comparison(op)) return;
-    double v = N(lit).value;
-    double lo = result == DType::Int8 ? -128 : result == DType::UInt8 ? 0 : -2147483648.0;
-    double hi = result == DType::Int8 ? 127 : result == DType::UInt8 ? 255 : 2147483647.0;
-    if (v < lo || v > hi)
-        fail(Error::Kind::Value,
-             "{}: the integer literal {} is out of range for {} (the dtype of the other operand, {}; valid: {} to {}); "
-             "cast the tensor to a wider dtype or pass a typed scalar",
-             opkind_name(op), v, dtype_name(result), describe(other), lo, hi);
+// A literal as written: integral values without a fraction or exponent.
+std::string literal_str(double v) {
+    if (v == std::trunc(v) && std::fabs(v) < 9.2e18) return fmt::format("{}", (int64_t)v);
+    return fmt::format("{}", v);
 }
 
-Expr binary(OpKind op, const Expr& a, const Expr& b, DType result) {
-    check_weak_int_fits(op, a, b, result);
-    check_weak_int_fits(op, b, a, result);
-    Shape s = broadcast_shapes(N(a).shape, N(b).shape, opkind_name(op));
+// The values of an integer dtype.
+std::pair<double, double> int_range(DType t) {
+    if (t == DType::Int8) return {-128, 127};
+    if (t == DType::UInt8) return {0, 255};
+    return {-2147483648.0, 2147483647.0};
+}
+
+bool is_weak_int(const Expr& e) { return is_weak(e) && N(e).dtype == DType::Int32; }
+bool fits_int32(double v) { return v >= -2147483648.0 && v <= 2147483647.0; }
+
+// NumPy 2 (NEP 50): a Python integer that does not fit the operands' integer dtype is an
+// error, not a silent wrap-around. Two Python integers compute in int32, the widest integer
+// kiln has; NumPy would use int64.
+void check_weak_int_fits(OpKind op, const Expr& lit, const Expr& other, DType common) {
+    const double v = N(lit).value;
+    const auto [lo, hi] = int_range(common);
+    if (v >= lo && v <= hi) return;
+    if (is_weak(other))
+        fail(Error::Kind::Value,
+             "{}: the integer literal {} is outside int32 (-2147483648 to 2147483647), and kiln has no int64 for a result "
+             "of two integer literals; write one of them as a float (e.g. {}.0) or give a tensor operand",
+             opkind_name(op), literal_str(v), literal_str(v));
+    fail(Error::Kind::Value,
+         "{}: the integer literal {} is out of range for {} (the dtype of the other operand, {}; valid: {} to {}); "
+         "cast the tensor to a wider dtype or pass a typed scalar",
+         opkind_name(op), literal_str(v), dtype_name(common), describe(other), lo, hi);
+}
+
+// A weak literal meeting an operand of dtype `common` (NumPy 2): an integer literal with a
+// float operand is that float value (2**31 stays 2147483648.0, not a wrapped int32), and with
+// an integer operand must fit its dtype. Comparisons are exempt (they compare true values).
+Expr adopt_weak(OpKind op, const Expr& lit, const Expr& other, DType common) {
+    if (!is_weak_int(lit)) return lit;
+    if (is_float(common)) return make_scalar(N(lit).value, DType::Float32, true);
+    if (!is_comparison(op)) check_weak_int_fits(op, lit, other, common);
+    return lit;
+}
+
+// An integer compared with a Python integer beyond int32 (the widest integer kiln computes in):
+// every int32 lies on one side of it, so the comparison is one against int32's bound that is
+// always true or always false, as NumPy 2 compares true values.
+std::optional<Expr> compare_beyond_int32(OpKind op, const Expr& a, const Expr& b) {
+    bool la = is_weak_int(a) && !fits_int32(N(a).value), lb = is_weak_int(b) && !fits_int32(N(b).value);
+    if (!la && !lb) return std::nullopt;
+    if (la && lb) {  // two literals: the result is known
+        double x = N(a).value, y = N(b).value;
+        bool r = op == OpKind::Eq ? x == y : op == OpKind::Ne ? x != y : op == OpKind::Lt ? x < y : op == OpKind::Le ? x <= y
+               : op == OpKind::Gt ? x > y : x >= y;
+        return make_scalar(r ? 1 : 0, DType::Bool, false);
+    }
+    // As `x op literal`, the literal on the right.
+    const Expr& x = la ? b : a;
+    const double lit = N(la ? a : b).value;
+    if (la) op = op == OpKind::Lt ? OpKind::Gt : op == OpKind::Gt ? OpKind::Lt : op == OpKind::Le ? OpKind::Ge
+               : op == OpKind::Ge ? OpKind::Le : op;
+    const bool above = lit > 0;
+    const bool holds = above ? (op == OpKind::Lt || op == OpKind::Le || op == OpKind::Ne)
+                             : (op == OpKind::Gt || op == OpKind::Ge || op == OpKind::Ne);
+    Expr bound = make_scalar(above ? 2147483647.0 : -2147483648.0, DType::Int32, true);
+    OpKind k = above ? (holds ? OpKind::Le : OpKind::Gt) : (holds ? OpKind::Ge : OpKind::Lt);
+    return make(k, DType::Bool, N(x).shape, {x.node(), bound.node()});
+}
+
+Expr binary(OpKind op, const Expr& a_in, const Expr& b_in, DType result) {
+    const DType common = result_type(a_in, b_in);
+    Shape s = broadcast_shapes(N(a_in).shape, N(b_in).shape, opkind_name(op));
+    if (is_comparison(op) && !is_float(common))
+        if (auto r = compare_beyond_int32(op, a_in, b_in)) return *r;
+    Expr a = adopt_weak(op, a_in, b_in, common), b = adopt_weak(op, b_in, a_in, common);
     return make(op, result, std::move(s), {a.node(), b.node()});
 }
 
@@ -89,6 +147,7 @@ Expr::Expr(double v) : node_(make_scalar(v, DType::Float32, true).node()) {}
 Expr::Expr(float v) : node_(make_scalar(v, DType::Float32, true).node()) {}
 Expr::Expr(int v) : node_(make_scalar(v, DType::Int32, true).node()) {}
 Expr::Expr(int64_t v) : node_(make_scalar((double)v, DType::Int32, true).node()) {}
+Expr int_literal(double v) { return make_scalar(std::trunc(v), DType::Int32, true); }
 
 DType Expr::dtype() const { return N(*this).dtype; }
 const Shape& Expr::shape() const { return N(*this).shape; }
@@ -116,11 +175,21 @@ Expr leaf(const View& v) {
     return Expr(intern(std::move(n)));
 }
 
-Expr scalar(double v, DType dtype) { return make_scalar(v, dtype, false); }
+Expr scalar(double v, DType dtype) {
+    check_literal_fits(v, dtype, "scalar");
+    return make_scalar(v, dtype, false);
+}
+
+void check_literal_fits(double v, DType dtype, const char* op) {
+    if (!is_integer(dtype)) return;
+    const auto [lo, hi] = int_range(dtype);
+    if (!(v >= lo && v <= hi))
+        fail(Error::Kind::Value, "{}: the value {} is out of range for {} (valid: {} to {})", op, literal_str(v),
+             dtype_name(dtype), lo, hi);
+}
 
 Expr rand(const Shape& shape) {
-    for (int64_t d : shape)
-        if (d < 0) fail(Error::Kind::Value, "rand: negative dimension in shape {}", shape_str(shape));
+    check_shape(shape, "rand");
     Node n;
     n.op = OpKind::Rand;
     n.dtype = DType::Float32;
@@ -204,9 +273,11 @@ Expr greater_equal(const Expr& a, const Expr& b) { return binary(OpKind::Ge, a, 
 Expr less(const Expr& a, const Expr& b) { return binary(OpKind::Lt, a, b, DType::Bool); }
 Expr less_equal(const Expr& a, const Expr& b) { return binary(OpKind::Le, a, b, DType::Bool); }
 
-Expr where(const Expr& cond, const Expr& a, const Expr& b) {
-    Shape s = broadcast_shapes(broadcast_shapes(N(cond).shape, N(a).shape, "where"), N(b).shape, "where");
-    return make(OpKind::Where, result_type(a, b), std::move(s), {cond.node(), a.node(), b.node()});
+Expr where(const Expr& cond, const Expr& a_in, const Expr& b_in) {
+    Shape s = broadcast_shapes(broadcast_shapes(N(cond).shape, N(a_in).shape, "where"), N(b_in).shape, "where");
+    const DType t = result_type(a_in, b_in);
+    Expr a = adopt_weak(OpKind::Where, a_in, b_in, t), b = adopt_weak(OpKind::Where, b_in, a_in, t);
+    return make(OpKind::Where, t, std::move(s), {cond.node(), a.node(), b.node()});
 }
 
 Expr clip(const Expr& a, const Expr& lo, const Expr& hi) { return minimum(maximum(a, lo), hi); }

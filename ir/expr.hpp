@@ -37,7 +37,12 @@ private:
 
 // ---- leaves
 Expr leaf(const View& v);
-Expr scalar(double v, DType dtype);  // a strongly typed scalar
+// A weak integer scalar of any magnitude (a Python int): an integer operand checks that it fits,
+// a float operand takes it as a float value.
+Expr int_literal(double v);
+Expr scalar(double v, DType dtype);  // a strongly typed scalar; an integer dtype's must be in its range
+// Throws kiln::Error naming `op` when `v` is outside integer dtype `dtype`'s values (NaN included).
+void check_literal_fits(double v, DType dtype, const char* op);
 // Uniform [0, 1), float32. A draw per element of `shape`, broadcast like any operand (rand({1})
 // is one value for all); a rank-0 rand({}) instead draws per element of the kernel it lands in,
 // i.e. of what it is combined into: `A = rand({})` fills A, as the seeds' `A[:] = ng.rand()`.

@@ -125,9 +125,29 @@ InternTable& table() {
     return *t;
 }
 
+// Deletes a node without recursion: the inputs it held the last reference to would delete
+// theirs in turn, as deep as the expression (200000 chained additions overflow the stack).
+// The outermost call on a thread drains a list of released inputs; nested calls only add to it.
+void destroy(const Node* n) {
+    thread_local std::vector<NodePtr> pending;
+    thread_local bool draining = false;
+    Node* m = const_cast<Node*>(n);  // made by `new Node` in intern(): not a const object
+    for (NodePtr& in : m->inputs) pending.push_back(std::move(in));
+    delete m;
+    if (draining) return;
+    draining = true;
+    while (!pending.empty()) {
+        NodePtr last = std::move(pending.back());
+        pending.pop_back();
+        last.reset();  // may run this deleter again, which appends to `pending`
+    }
+    draining = false;
+}
+
 } // namespace
 
 NodePtr intern(Node proto) {
+    check_shape(proto.shape, opkind_name(proto.op));
     proto.hash = structural_hash(proto);
     auto& t = table();
     // Candidates locked during the search are released only after the mutex: dropping the last
@@ -155,7 +175,7 @@ NodePtr intern(Node proto) {
                     break;
                 }
         }
-        delete n;  // outside the lock: deleting releases inputs, which re-enter this deleter
+        destroy(n);  // outside the lock: releasing inputs re-enters this deleter
     });
     t.map.emplace(h, std::make_pair(raw, std::weak_ptr<const Node>(ptr)));
     return ptr;

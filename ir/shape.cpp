@@ -6,9 +6,38 @@
 
 namespace kiln {
 
-int64_t numel(const Shape& s) {
+namespace {
+
+// The product of the non-zero dims, or -1 when it passes kMaxElements.
+int64_t nonzero_product(const Shape& s) {
     int64_t n = 1;
-    for (int64_t d : s) n *= d;
+    for (int64_t d : s) {
+        if (d == 0) continue;
+        if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements) return -1;
+    }
+    return n;
+}
+
+[[noreturn]] void too_large(const Shape& s, const char* op) {
+    long double count = 1;
+    for (int64_t d : s) count *= (long double)d;
+    fail(Error::Kind::Value, "{}: shape {} has {:.4g} elements; a kiln tensor has at most 2^60 ({})", op, shape_str(s),
+         (double)count, kMaxElements);
+}
+
+} // namespace
+
+void check_shape(const Shape& s, const char* op) {
+    for (int64_t d : s)
+        if (d < 0) fail(Error::Kind::Value, "{}: negative dimension {} in shape {}", op, d, shape_str(s));
+    if (nonzero_product(s) < 0) too_large(s, op);
+}
+
+int64_t numel(const Shape& s) {
+    for (int64_t d : s)
+        if (d == 0) return 0;
+    int64_t n = nonzero_product(s);
+    if (n < 0) too_large(s, "shape");
     return n;
 }
 

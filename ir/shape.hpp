@@ -9,6 +9,15 @@ namespace kiln {
 using Shape = std::vector<int64_t>;
 using Strides = std::vector<int64_t>;
 
+// The most elements a tensor or expression may have: 2^60, so that its byte size (at most
+// 8 bytes an element) and every element offset fit int64 with room to spare. Every shape a
+// node, view or tensor is made with is checked against it, so counts never wrap.
+inline constexpr int64_t kMaxElements = int64_t(1) << 60;
+
+// Throws kiln::Error naming `op` when a dimension is negative or the shape has more than
+// kMaxElements elements (counting only its non-zero dims, so its strides fit too).
+void check_shape(const Shape& s, const char* op);
+// The element count. Shapes are checked when made; a shape past kMaxElements throws here too.
 int64_t numel(const Shape& s);
 Strides contiguous_strides(const Shape& s);
 std::string shape_str(const Shape& s);  // "(128, 32)", "()" for a scalar, "(5,)" for rank 1

@@ -40,11 +40,12 @@ View slice_view(const View& v, const std::vector<Slice>& slices) {
             start = clampi(s.start, n - 1, true);
             stop = clampi(s.stop, -1, true);
         }
-        int64_t len = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                               : (start > stop ? (start - stop + (-step) - 1) / (-step) : 0);
+        // Written so that no step, however large, overflows: a step past the end takes one element.
+        int64_t len = step > 0 ? (stop > start ? (stop - start - 1) / step + 1 : 0)
+                               : (start > stop ? (start - stop - 1) / -std::max(step, -kMaxElements) + 1 : 0);
         if (len > 0) out.offset += start * v.strides[d];
         out.shape.push_back(len);
-        out.strides.push_back(v.strides[d] * step);
+        out.strides.push_back(len > 1 ? v.strides[d] * step : v.strides[d]);
     }
     return out;
 }
@@ -86,8 +87,9 @@ Shape resolve_reshape(const Shape& from, const Shape& to, const char* op) {
             infer = i;
         } else if (s[i] < 0) {
             fail(Error::Kind::Value, "{}: negative dimension {} in {}", op, s[i], shape_str(to));
-        } else {
-            known *= s[i];
+        } else if (__builtin_mul_overflow(known, s[i], &known) || known > kMaxElements) {
+            fail(Error::Kind::Value, "{}: cannot reshape {} ({} elements) into {}: more than 2^60 elements", op,
+                 shape_str(from), numel(from), shape_str(to));
         }
     }
     int64_t total = numel(from);

@@ -24,10 +24,14 @@ void check_float(const Tensor& t, const char* what, const char* op) {
         fail(Error::Kind::Type, "{}: {} is {}; GEMM operands are float32, float16 or bfloat16", op, what, desc(t));
 }
 
+// The rule of every operation (Context::can_use): host memory is any CPU context's, device
+// memory only its own context's.
 void check_same_context(const Tensor& a, const Tensor& b, const char* what, const char* op) {
-    if (&a.context() != &b.context())
-        fail(Error::Kind::Value, "{}: {} belongs to another context ({}) than A ({}); create it with A's context", op, what,
-             b.context().device_name(), a.context().device_name());
+    if (!a.context().can_use(b))
+        fail(Error::Kind::Value,
+             "{}: {} lives on {} of another context, but A's context runs on {}; only CPU contexts share memory: "
+             "create it with A's context",
+             op, what, b.context().device_name(), a.context().device_name());
 }
 
 // One BLAS operand: a float32 matrix whose rows or columns are contiguous, as (pointer,

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unordered_set>
 
 namespace kiln {
 
@@ -121,6 +122,14 @@ Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
 #ifdef KILN_CPU_JIT
     if (m.backend == Backend::CPU || m.validate) m.jit = std::make_unique<cpu::CpuJit>();
 #endif
+    if (opts.kernel_cache_capacity > 0) {
+#ifdef KILN_CPU_JIT
+        if (m.jit) m.jit->set_kernel_cache_capacity(opts.kernel_cache_capacity);
+#endif
+#ifdef KILN_CUDA
+        if (m.cuda) m.cuda->set_kernel_cache_capacity(opts.kernel_cache_capacity);
+#endif
+    }
     if (compile_forbidden_by_env()) {
 #ifdef KILN_CPU_JIT
         if (m.jit) m.jit->forbid_compiles(true, host_target_label());
@@ -197,8 +206,7 @@ Tensor Context::wrap(void* data, DType dtype, const Shape& shape, const Strides&
     if (dev != device())
         fail(Error::Kind::Value, "wrap: the memory is on {}, but this context runs on {}; copy it to {} first",
              device_str(dev), device_str(device()), device_str(device()));
-    for (int64_t d : shape)
-        if (d < 0) fail(Error::Kind::Value, "wrap: negative dimension in shape {}", shape_str(shape));
+    check_shape(shape, "wrap");
     if (!strides.empty() && strides.size() != shape.size())
         fail(Error::Kind::Value, "wrap: {} strides given for shape {} (rank {})", strides.size(), shape_str(shape),
              shape.size());
@@ -207,11 +215,15 @@ Tensor Context::wrap(void* data, DType dtype, const Shape& shape, const Strides&
     v.shape = shape;
     v.strides = strides.empty() ? contiguous_strides(shape) : strides;
     // The storage starts at the lowest address any element has, so negative strides work.
+    // Spans are bounded like shapes (kMaxElements), so no address or byte size computed from them wraps.
     int64_t lo = 0, hi = 0;
     for (size_t i = 0; i < shape.size(); ++i) {
         if (shape[i] == 0) { lo = hi = 0; break; }
-        int64_t span = (shape[i] - 1) * v.strides[i];
-        (span < 0 ? lo : hi) += span;
+        int64_t span = 0;
+        if (__builtin_mul_overflow(shape[i] - 1, v.strides[i], &span) || span > kMaxElements || span < -kMaxElements ||
+            __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi) || hi - lo > kMaxElements)
+            fail(Error::Kind::Value, "wrap: strides {} for shape {} span more than 2^60 elements", shape_str(v.strides),
+                 shape_str(shape));
     }
     const size_t es = dtype_size(dtype);
     if (!data && numel(shape) > 0) fail(Error::Kind::Value, "wrap: null data pointer for shape {}", shape_str(shape));
@@ -269,8 +281,7 @@ void Context::Impl::read_bytes(const Storage& s, size_t off, void* dst, size_t n
 Tensor Context::empty(const Shape& shape) { return empty(shape, impl_->default_dtype); }
 
 Tensor Context::empty(const Shape& shape, DType dtype) {
-    for (int64_t d : shape)
-        if (d < 0) fail(Error::Kind::Value, "empty: negative dimension in shape {}", shape_str(shape));
+    check_shape(shape, "empty");
     View v;
     v.dtype = dtype;
     v.shape = shape;
@@ -339,6 +350,7 @@ Counters Context::counters() const {
         c.memory_hits = j.memory_hits;
         c.disk_hits = j.disk_hits;
         c.compile_ms = j.compile_ms;
+        c.cached_kernels = impl_->jit->cached_kernels();
     }
 #endif
 #ifdef KILN_CUDA
@@ -348,6 +360,7 @@ Counters Context::counters() const {
         c.memory_hits = g.memory_hits;
         c.disk_hits = g.disk_hits;
         c.compile_ms = g.compile_ms;
+        c.cached_kernels = impl_->cuda->cached_kernels();
     }
 #endif
     return c;
@@ -411,7 +424,35 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr) {
         st.kernel = jit->compile(st.lowered.kernel, key);
 #endif
     }
+    release_retired(plan);
     return plans.insert(signature, std::move(plan));
+}
+
+// Kernels the memory caches evicted while compiling `fresh` are freed once no cached plan
+// points at them: the plans that do are dropped (they recompile from the kernel cache, or the
+// disk cache, when met again); those `fresh` uses stay.
+void Context::Impl::release_retired(const CachedPlan& fresh) {
+    std::unordered_set<const void*> gone, keep;
+    auto add = [&](const void* k) { gone.insert(k); };
+#ifdef KILN_CPU_JIT
+    if (jit && jit->has_retired()) jit->for_each_retired(add);
+#endif
+#ifdef KILN_CUDA
+    if (cuda && cuda->has_retired()) cuda->for_each_retired(add);
+#endif
+    if (gone.empty()) return;
+    plans.erase_if([&](const CachedPlan& p) {
+        for (const CachedStage& st : p.stages)
+            if (gone.count(st.kernel) || gone.count(st.check_kernel)) return true;
+        return false;
+    });
+    for (const CachedStage& st : fresh.stages) keep.insert({st.kernel, st.check_kernel});
+#ifdef KILN_CPU_JIT
+    if (jit) jit->release_retired(keep);
+#endif
+#ifdef KILN_CUDA
+    if (cuda) cuda->release_retired(keep);
+#endif
 }
 
 void Context::Impl::launch(CachedStage& st) {
@@ -472,13 +513,17 @@ void Context::Impl::execute(CachedPlan& plan) {
 
 // Every storage the assignment touches must be memory of this context's device: the signature
 // lists each distinct storage once (the destination's first), so this costs a few compares.
-void Context::Impl::check_devices(const NodePtr& expr) {
+bool Context::Impl::usable(const Storage* s) const {
     const Device here = device();
-    auto foreign = [&](const Storage* s) {
-        if (s->device.kind != here.kind) return true;
-        auto* owned = dynamic_cast<const OwnedStorage*>(s);
-        return here.kind == DeviceKind::CUDA && owned && owned->owner != self;
-    };
+    if (s->device.kind != here.kind) return false;
+    auto* owned = dynamic_cast<const OwnedStorage*>(s);
+    return here.kind != DeviceKind::CUDA || !owned || owned->owner == self;
+}
+
+bool Context::can_use(const Tensor& t) const { return t.defined() && impl_->usable(t.view().storage.get()); }
+
+void Context::Impl::check_devices(const NodePtr& expr) {
+    auto foreign = [&](const Storage* s) { return !usable(s); };
     if (foreign(signature.storages[0]))
         fail(Error::Kind::Value, "assign: the destination lives on {} of another context, but this context runs on {}; "
                                  "create it with this context",
@@ -504,6 +549,9 @@ void Context::assign(Tensor& dst, const Expr& e) {
              "assign: cannot assign a {} expression of shape {} to a destination of shape {}: the expression must "
              "broadcast to the destination's shape",
              dtype_name(e.dtype()), shape_str(e.shape()), shape_str(dst.shape()));
+    // NumPy 2: a Python integer stored to an integer tensor must fit it (t[...] = -1 into uint8 is an error).
+    if (const Node& n = *e.node(); n.op == OpKind::Scalar && n.weak && n.dtype == DType::Int32)
+        check_literal_fits(n.value, dst.dtype(), "assign");
     if (dst.size() == 0) {
         check_readable(e.node(), "assign");
         return;

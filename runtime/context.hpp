@@ -27,6 +27,9 @@ struct ContextOptions {
     // float32 GEMMs may use tf32 tensor cores (10-bit mantissa products, float32 accumulation):
     // several times faster, less exact. Off by default: float32 means float32 arithmetic.
     bool allow_tf32 = false;
+    // The most kernels the in-memory kernel cache keeps (least recently used evicted, with the
+    // cached plans that use them); 0: KILN_KERNEL_CACHE, else 1024 (about 55 KB each on the CPU).
+    size_t kernel_cache_capacity = 0;
 };
 
 struct Counters {
@@ -37,6 +40,7 @@ struct Counters {
     double compile_ms = 0;          // time spent compiling
     uint64_t launches = 0;          // kernels run
     uint64_t assignments = 0;       // expressions evaluated
+    uint64_t cached_kernels = 0;    // kernels in the in-memory cache now (at most its capacity)
 };
 
 class Context {
@@ -57,6 +61,10 @@ public:
     // The CUstream every kernel and copy of this context is ordered on (CUDA); 0 on the CPU.
     // Work from another stream that this context must see has to be ordered before it.
     uintptr_t stream_handle() const;
+    // Whether this context may read and write `t` (one rule for every operation): host memory
+    // is any CPU context's; device memory only the context's that made or wrapped it, since
+    // that context's stream orders the work on it.
+    bool can_use(const Tensor& t) const;
 
     // ---- tensors
     Tensor empty(const Shape& shape);

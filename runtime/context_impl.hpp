@@ -52,8 +52,10 @@ struct Context::Impl {
     // Memory for a tensor or a temporary of this context's backend. `op` names the user call.
     std::shared_ptr<Storage> alloc(size_t nbytes, const char* op);
     void run(const View& dst, const NodePtr& expr);
+    bool usable(const Storage* s) const;  // Context::can_use
     void check_devices(const NodePtr& expr);
     CachedPlan* plan_for(const View& dst, const NodePtr& expr);
+    void release_retired(const CachedPlan& fresh);
     void execute(CachedPlan& plan);
     void launch(CachedStage& st);
 

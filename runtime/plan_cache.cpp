@@ -4,6 +4,7 @@
 #include "ir/error.hpp"
 
 #include <cstring>
+#include <unordered_map>
 
 namespace kiln {
 
@@ -15,13 +16,26 @@ uint64_t double_bits(double v) {
     return b;
 }
 
-// Position of `n` in `order` (its postorder index). Graphs are small, so a linear scan from
-// the back (operands are usually close to their users) beats a hash map.
-uint64_t index_in(const std::vector<const Node*>& order, size_t before, const Node* n) {
-    for (size_t i = before; i-- > 0;)
-        if (order[i] == n) return i;
-    throw InternalError("assignment_signature: operand not visited before its user");
-}
+// Position of `n` in `order` (its postorder index). Graphs are usually small, and a short scan
+// from the back (operands are usually close to their users) beats a hash map; past that the
+// map, so a graph of many thousands of nodes does not cost their square.
+struct OrderIndex {
+    const std::vector<const Node*>& order;
+    std::unordered_map<const Node*, uint64_t> map;
+    explicit OrderIndex(const std::vector<const Node*>& o) : order(o) {
+        if (o.size() > 64)
+            for (size_t i = 0; i < o.size(); ++i) map.emplace(o[i], i);
+    }
+    uint64_t operator()(size_t before, const Node* n) const {
+        if (map.empty()) {
+            for (size_t i = before; i-- > 0;)
+                if (order[i] == n) return i;
+        } else if (auto it = map.find(n); it != map.end() && it->second < before) {
+            return it->second;
+        }
+        throw InternalError("assignment_signature: operand not visited before its user");
+    }
+};
 
 // The signature's hash, a word at a time: it runs on every assignment, and byte-wise FNV over
 // a few hundred bytes costs more than the rest of the lookup. In memory only, never persisted.
@@ -61,13 +75,14 @@ void assignment_signature(const NodePtr& root, const View& dst, uint64_t options
     put_shape(dst.shape);
     put_view(dst);
     std::vector<const Node*> order = postorder(root);
+    const OrderIndex index_in(order);
     uint64_t rand_ordinal = 0;
     for (size_t i = 0; i < order.size(); ++i) {
         const Node& n = *order[i];
         w.push_back((uint64_t)n.op | (uint64_t)n.dtype << 8 | (uint64_t)n.weak << 16 | (uint64_t)n.inputs.size() << 24 |
                     (uint64_t)(uint32_t)n.axis << 32);
         put_shape(n.shape);
-        for (const NodePtr& in : n.inputs) w.push_back(index_in(order, i, in.get()));
+        for (const NodePtr& in : n.inputs) w.push_back(index_in(i, in.get()));
         switch (n.op) {
         case OpKind::Leaf:
             if (!n.view.storage->written)
@@ -121,18 +136,21 @@ CachedPlan* PlanCache::find(const AssignmentSignature& sig) {
 CachedPlan* PlanCache::insert(const AssignmentSignature& sig, CachedPlan plan) {
     if (lru_.size() >= capacity_) {
         auto victim = std::prev(lru_.end());
-        uint64_t h = hash_words(victim->words);
-        auto [lo, hi] = index_.equal_range(h);
-        for (auto it = lo; it != hi; ++it)
-            if (it->second == victim) {
-                index_.erase(it);
-                break;
-            }
+        erase_index(victim);
         lru_.erase(victim);
     }
     lru_.push_front(Entry{sig.words, std::move(plan)});
     index_.emplace(sig.hash, lru_.begin());
     return &lru_.front().plan;
+}
+
+void PlanCache::erase_index(std::list<Entry>::iterator victim) {
+    auto [lo, hi] = index_.equal_range(hash_words(victim->words));
+    for (auto it = lo; it != hi; ++it)
+        if (it->second == victim) {
+            index_.erase(it);
+            return;
+        }
 }
 
 void PlanCache::clear() {

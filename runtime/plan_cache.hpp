@@ -54,12 +54,22 @@ public:
     CachedPlan* insert(const AssignmentSignature& sig, CachedPlan plan);  // evicts the least recently used
     size_t size() const { return lru_.size(); }
     void clear();
+    // Drops every plan for which `pred` is true.
+    template <class Pred>
+    void erase_if(Pred&& pred) {
+        for (auto it = lru_.begin(); it != lru_.end();) {
+            if (!pred(it->plan)) { ++it; continue; }
+            erase_index(it);
+            it = lru_.erase(it);
+        }
+    }
 
 private:
     struct Entry {
         std::vector<uint64_t> words;
         CachedPlan plan;
     };
+    void erase_index(std::list<Entry>::iterator victim);
     size_t capacity_;
     std::list<Entry> lru_;  // most recent first
     std::unordered_multimap<uint64_t, std::list<Entry>::iterator> index_;

@@ -1,4 +1,5 @@
 #include "runtime/cpu/cpu_jit.hpp"
+#include "runtime/kernel_cache.hpp"
 
 #include "codegen/llvm/llvm_codegen.hpp"
 #include "compiler/kernel_text.hpp"
@@ -132,7 +133,7 @@ struct CpuJit::Impl {
     std::string target;
 
     mutable std::mutex cache_mu;
-    std::unordered_map<std::string, std::unique_ptr<CpuKernel>> cache;
+    KernelCache<CpuKernel> cache{kernel_cache_capacity_from_env()};
     CpuJitCounters counters;
 
     explicit Impl(const CpuJitOptions& o) : threads(o.num_threads > 0 ? o.num_threads : default_num_threads()) {
@@ -204,6 +205,7 @@ struct CpuJit::Impl {
         if (llvm::Error err = jit->addObjectFile(jd, std::move(buffer))) return fail(std::move(err));
         auto find = [&](const std::string& name) -> llvm::Expected<llvm::orc::ExecutorAddr> { return jit->lookup(jd, name); };
         out.kernel = kernel;
+        out.dylib = &jd;
         if (kernel.full_reduce) {
             auto partial = find(codegen::partial_entry_name(sym));
             if (!partial) return fail(partial.takeError());
@@ -235,15 +237,19 @@ struct CpuJit::Impl {
 
     const CpuKernel* cached(const std::string& key) {
         std::lock_guard<std::mutex> lock(cache_mu);
-        auto it = cache.find(key);
-        if (it == cache.end()) return nullptr;
-        ++counters.memory_hits;
-        return it->second.get();
+        const CpuKernel* k = cache.find(key);
+        if (k) ++counters.memory_hits;
+        return k;
     }
 
     const CpuKernel* insert(const std::string& key, std::unique_ptr<CpuKernel> k) {
         std::lock_guard<std::mutex> lock(cache_mu);
-        return cache.emplace(key, std::move(k)).first->second.get();
+        return cache.insert(key, std::move(k));
+    }
+
+    void remove_code(CpuKernel& k) {  // under compile_mu: the JIT's dylibs
+        if (llvm::Error e = jit->getExecutionSession().removeJITDylib(*static_cast<llvm::orc::JITDylib*>(k.dylib)))
+            log_warn("cpu jit: releasing kernel {}: {}", k.kernel.name, llvm::toString(std::move(e)));
     }
 };
 
@@ -293,6 +299,32 @@ cache::DiskCacheKey CpuJit::disk_key(const kir::Kernel& kernel, const std::strin
 const cache::DiskCache* CpuJit::disk_cache() const { return impl_->disk.get(); }
 
 const std::string& CpuJit::cpu_name() const { return impl_->machine.cpu; }
+
+void CpuJit::set_kernel_cache_capacity(size_t kernels) {
+    std::lock_guard<std::mutex> lock(impl_->cache_mu);
+    impl_->cache.set_capacity(kernels);
+}
+
+size_t CpuJit::cached_kernels() const {
+    std::lock_guard<std::mutex> lock(impl_->cache_mu);
+    return impl_->cache.size();
+}
+
+bool CpuJit::has_retired() const {
+    std::lock_guard<std::mutex> lock(impl_->cache_mu);
+    return impl_->cache.has_retired();
+}
+
+void CpuJit::for_each_retired(const std::function<void(const void*)>& f) const {
+    std::lock_guard<std::mutex> lock(impl_->cache_mu);
+    impl_->cache.for_each_retired(f);
+}
+
+void CpuJit::release_retired(const std::unordered_set<const void*>& keep) {
+    std::lock_guard<std::mutex> compiling(impl_->compile_mu);  // compile()'s order: compile_mu, then cache_mu
+    std::lock_guard<std::mutex> lock(impl_->cache_mu);
+    impl_->cache.release_retired(keep, [&](CpuKernel& k) { impl_->remove_code(k); });
+}
 
 void CpuJit::forbid_compiles(bool on, std::string target) {
     impl_->forbid = on;

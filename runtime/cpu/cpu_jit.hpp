@@ -27,7 +27,9 @@
 #include "compiler/kernel_ir.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <unordered_set>
 #include <optional>
 #include <string>
 
@@ -65,12 +67,14 @@ using PartialFn = void (*)(const int64_t* sizes, void* const* buffers, const int
 using FinalFn = void (*)(const int64_t* sizes, void* const* buffers, const int64_t* strides, const float* fparams,
                          const int32_t* iparams, const void* partials, int64_t nchunks);
 
-// A compiled kernel. It lives as long as the CpuJit that made it.
+// A compiled kernel. It lives in the CpuJit's memory cache until evicted and released
+// (release_retired), at the latest as long as the CpuJit.
 struct CpuKernel {
     kir::Kernel kernel;
     KernelFn run = nullptr;          // kernels without full_reduce
     PartialFn partial = nullptr;     // full_reduce: one chunk of R dim 0
     FinalFn final_combine = nullptr; // full_reduce: combine the chunks, then the Point block
+    void* dylib = nullptr;           // its llvm::orc::JITDylib, removed when the kernel is released
 };
 
 class CpuJit {
@@ -103,6 +107,15 @@ public:
     // With it set, compile() throws (KILN_ASSERT_NO_COMPILE) instead of compiling a kernel it
     // does not have; `target` names the CPU in the message.
     void forbid_compiles(bool on, std::string target);
+
+    // The memory cache keeps at most this many kernels (at least 1), evicting the least
+    // recently used into a retired list: the caller drops what points at them, then releases.
+    void set_kernel_cache_capacity(size_t kernels);
+    size_t cached_kernels() const;
+    bool has_retired() const;
+    void for_each_retired(const std::function<void(const void*)>& f) const;
+    // Frees the retired kernels (their code leaves the JIT) but those in `keep`, which return.
+    void release_retired(const std::unordered_set<const void*>& keep);
 
     CpuJitCounters counters() const;
     void reset_counters();

@@ -92,7 +92,7 @@ CudaBackend::~CudaBackend() {
     const Driver& d = driver();
     make_current();
     d.cuStreamSynchronize(stream_);
-    for (auto& [key, k] : kernels_) d.cuModuleUnload(k->module);
+    kernels_.for_each([&](CudaKernel& k) { d.cuModuleUnload(k.module); });
     for (auto& [image, module] : images_) d.cuModuleUnload(module);
     for (int i = 0; i < 2; ++i) {
         if (pinned_done_[i]) d.cuEventDestroy(pinned_done_[i]);
@@ -264,9 +264,9 @@ std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const codegen::C
 }
 
 const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::string& key) {
-    if (auto it = kernels_.find(key); it != kernels_.end()) {
+    if (const CudaKernel* hit = kernels_.find(key)) {
         ++counters_.memory_hits;
-        return it->second.get();
+        return hit;
     }
     const Driver& d = driver();
     make_current();
@@ -294,7 +294,15 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
                   "cuFuncSetAttribute");
         k->entries.emplace_back(e, f);
     }
-    return kernels_.emplace(key, std::move(k)).first->second.get();
+    return kernels_.insert(key, std::move(k));
+}
+
+void CudaBackend::release_retired(const std::unordered_set<const void*>& keep) {
+    if (!kernels_.has_retired()) return;
+    const Driver& d = driver();
+    make_current();
+    check(d.cuStreamSynchronize(stream_), "cuStreamSynchronize");  // no launch of a retired kernel is pending
+    kernels_.release_retired(keep, [&](CudaKernel& k) { d.cuModuleUnload(k.module); });
 }
 
 CUfunction CudaBackend::precompiled(const void* image, const std::string& entry, int dynamic_smem) {

@@ -8,6 +8,7 @@
 #include "compiler/kernel_ir.hpp"
 #include "runtime/cuda/allocator.hpp"
 #include "runtime/cuda/driver.hpp"
+#include "runtime/kernel_cache.hpp"
 
 #include <cstdint>
 #include <map>
@@ -15,6 +16,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace kiln::cache { class DiskCache; }
@@ -122,6 +124,17 @@ public:
     };
     TaggedScratch tagged_scratch(size_t nbytes);
 
+    // The memory cache keeps at most this many kernels (at least 1), evicting the least
+    // recently used into a retired list: the caller drops what points at them, then releases.
+    void set_kernel_cache_capacity(size_t kernels) { kernels_.set_capacity(kernels); }
+    size_t cached_kernels() const { return kernels_.size(); }
+    bool has_retired() const { return kernels_.has_retired(); }
+    template <class F>
+    void for_each_retired(F&& f) const { kernels_.for_each_retired(f); }
+    // Unloads the retired kernels' modules (after the stream has finished with them) but those
+    // in `keep`, which return to the cache.
+    void release_retired(const std::unordered_set<const void*>& keep);
+
     // With it set, a kernel found in neither cache is an error (KILN_ASSERT_NO_COMPILE).
     void forbid_compiles(bool on) { forbid_compiles_ = on; }
 
@@ -154,7 +167,7 @@ private:
     // synchronously and in small pieces.
     void* pinned_[2] = {nullptr, nullptr};
     CUevent pinned_done_[2] = {nullptr, nullptr};
-    std::unordered_map<std::string, std::unique_ptr<CudaKernel>> kernels_;
+    KernelCache<CudaKernel> kernels_{kernel_cache_capacity_from_env()};
     std::unordered_map<const void*, CUmodule> images_;          // precompiled modules by image
     struct Precompiled {
         CUfunction f;

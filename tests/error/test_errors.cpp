@@ -462,3 +462,121 @@ TEST_CASE("Context: stochastic_round outside 0..10") {
     m = error_of([&] { kiln::Context c(kiln::ContextOptions{"cpu", 0, DType::Float32, 24}); }, Error::Kind::Value);
     has_all(m, {"stochastic_round = 24"});
 }
+
+// ---- hostile sizes and literals: each once crashed or gave a silently wrong answer
+
+TEST_CASE("empty: a shape whose element count passes 2^60 (it used to wrap to 0, then crash)") {
+    std::string m = error_of([&] { (void)cpu().empty({int64_t(1) << 40, int64_t(1) << 40}); }, Error::Kind::Value);
+    has_all(m, {"empty", "(1099511627776, 1099511627776)", "at most 2^60"});
+    m = error_of([&] { (void)cpu().zeros({int64_t(1) << 62}, DType::Float32); }, Error::Kind::Value);
+    has_all(m, {"(4611686018427387904,)", "at most 2^60"});
+    m = error_of([&] { (void)cpu().ones({int64_t(1) << 32, int64_t(1) << 32, 4}, DType::Float32); }, Error::Kind::Value);
+    has_all(m, {"(4294967296, 4294967296, 4)"});
+    // a zero dim does not hide the others: their strides would overflow
+    m = error_of([&] { (void)cpu().empty({0, int64_t(1) << 62, int64_t(1) << 62}); }, Error::Kind::Value);
+    has_all(m, {"at most 2^60"});
+}
+
+TEST_CASE("expressions whose shape passes 2^60 elements: broadcasting, reshape, onehot") {
+    Tensor a = f32({3, 1});
+    std::string m = error_of([&] {
+        (void)(kiln::iota({int64_t(1) << 40, 1}, 0) + kiln::iota({1, int64_t(1) << 40}, 1));
+    }, Error::Kind::Value);
+    has_all(m, {"add", "(1099511627776, 1099511627776)", "at most 2^60"});
+    m = error_of([&] { (void)kiln::reshape(Expr(a), {-1, int64_t(1) << 62, int64_t(1) << 62}); }, Error::Kind::Value);
+    has_all(m, {"reshape", "more than 2^60"});
+    m = error_of([&] { (void)kiln::onehot(Expr(typed({int64_t(1) << 12}, DType::Int32)), int64_t(1) << 50); },
+                 Error::Kind::Value);
+    has_all(m, {"at most 2^60"});
+}
+
+TEST_CASE("a slice with a step past every bound takes one element and keeps a sane stride") {
+    Tensor a = f32({10});
+    Tensor v = a.slice({Slice::range(0, 10, INT64_MAX)});
+    CHECK(v.shape() == Shape{1});
+    CHECK(v.to_vector<float>() == std::vector<float>{0.5f});
+    Tensor r = a.slice({Slice::range(9, Slice::kNone, INT64_MIN)});
+    CHECK(r.shape() == Shape{1});
+    CHECK(r.to_vector<float>() == std::vector<float>{9.5f});
+}
+
+TEST_CASE("wrap: strides that span more than 2^60 elements") {
+    static float x[4];
+    std::string m = error_of([&] {
+        (void)cpu().wrap(x, DType::Float32, {2, 2}, {int64_t(1) << 62, 1}, kiln::Device{kiln::DeviceKind::CPU, 0}, [] {});
+    }, Error::Kind::Value);
+    has_all(m, {"wrap", "span more than 2^60"});
+}
+
+TEST_CASE("integer literals beyond int32 with float operands are float values (NumPy 2), not wrapped int32") {
+    Tensor x = cpu().ones({3}, DType::Float32);
+    Tensor out = cpu().empty({3}, DType::Float32);
+    out.assign(Expr(x) * Expr(int64_t(1) << 31));
+    CHECK(out.to_vector<float>() == std::vector<float>(3, 2147483648.0f));
+    out.assign(Expr(x) * Expr(int64_t(3000000000)));
+    CHECK(out.to_vector<float>() == std::vector<float>(3, 3e9f));
+    out.assign(kiln::maximum(x, Expr(int64_t(1) << 40)));
+    CHECK(out.to_vector<float>() == std::vector<float>(3, 1099511627776.0f));
+    Tensor h = cpu().ones({2}, DType::Float16), ho = cpu().empty({2}, DType::Float16);
+    ho.assign(Expr(h) * Expr(int64_t(1) << 40));
+    CHECK(ho.to_vector<float>() == std::vector<float>(2, INFINITY));   // float16 overflows to +inf, as NumPy's
+    Tensor c = cpu().empty({3}, DType::Float32);
+    c.assign(kiln::where(Expr(x) > 0.0, Expr(x), Expr(int64_t(1) << 40)));
+    CHECK(c.to_vector<float>() == std::vector<float>(3, 1.0f));
+}
+
+TEST_CASE("integer literals beyond int32 with integer operands: an error, or the true comparison") {
+    Tensor i = typed({2}, DType::Int32);
+    std::string m = error_of([&] { (void)(Expr(i) * Expr(int64_t(1) << 40)); }, Error::Kind::Value);
+    has_all(m, {"multiply", "1099511627776", "int32", "-2147483648 to 2147483647"});
+    m = error_of([&] { (void)kiln::where(Expr(i) > 0, Expr(int64_t(1) << 40), Expr(0)); }, Error::Kind::Value);
+    has_all(m, {"where", "1099511627776", "no int64"});
+    m = error_of([&] { (void)(Expr(i) / Expr(int64_t(1) << 40)); }, Error::Kind::Value);
+    has_all(m, {"divide", "1099511627776", "int32"});
+    // comparisons compare true values: every int32 is below 2^40 and above -2^40
+    Tensor b = cpu().empty({2}, DType::Bool);
+    const std::vector<bool> t{true, true}, f{false, false};
+    Expr big(int64_t(1) << 40), neg(-(int64_t(1) << 40));
+    b.assign(Expr(i) < big); CHECK(b.to_vector<bool>() == t);
+    b.assign(Expr(i) <= big); CHECK(b.to_vector<bool>() == t);
+    b.assign(Expr(i) != big); CHECK(b.to_vector<bool>() == t);
+    b.assign(Expr(i) > big); CHECK(b.to_vector<bool>() == f);
+    b.assign(Expr(i) >= big); CHECK(b.to_vector<bool>() == f);
+    b.assign(Expr(i) == big); CHECK(b.to_vector<bool>() == f);
+    b.assign(big > Expr(i)); CHECK(b.to_vector<bool>() == t);
+    b.assign(Expr(i) > neg); CHECK(b.to_vector<bool>() == t);
+    b.assign(Expr(i) < neg); CHECK(b.to_vector<bool>() == f);
+    b.assign(neg <= Expr(i)); CHECK(b.to_vector<bool>() == t);
+    Tensor u = typed({2}, DType::UInt8);
+    b.assign(Expr(u) >= Expr(int64_t(3000000000))); CHECK(b.to_vector<bool>() == f);
+}
+
+TEST_CASE("full and assignment of an integer literal out of the destination's range (NumPy 2 raises)") {
+    std::string m = error_of([&] { (void)cpu().full({2}, -1, DType::UInt8); }, Error::Kind::Value);
+    has_all(m, {"-1", "uint8", "0 to 255"});
+    m = error_of([&] { (void)cpu().full({2}, 200, DType::Int8); }, Error::Kind::Value);
+    has_all(m, {"200", "int8", "-128 to 127"});
+    Tensor u = cpu().zeros({2}, DType::UInt8);
+    m = error_of([&] { u.assign(Expr(-1)); }, Error::Kind::Value);
+    has_all(m, {"assign", "-1", "uint8", "0 to 255"});
+    m = error_of([&] { u.assign(Expr(int64_t(1) << 40)); }, Error::Kind::Value);
+    has_all(m, {"assign", "1099511627776", "uint8"});
+    CHECK(u.to_vector<int>() == std::vector<int>{0, 0});
+    u.assign(Expr(255));
+    CHECK(u.to_vector<int>() == std::vector<int>{255, 255});
+    m = error_of([&] { (void)kiln::scalar(1e12, DType::Int32); }, Error::Kind::Value);
+    has_all(m, {"scalar", "1000000000000", "int32"});
+}
+
+TEST_CASE("compound_dot: operands of two contexts follow the one rule (CPU contexts share host memory)") {
+    kiln::Context other(kiln::ContextOptions{"cpu", 0, DType::Float32});
+    Tensor a = f32({2, 3});
+    std::vector<float> ones(12, 1.0f);
+    Tensor b = other.array(ones, {3, 4});
+    Tensor c = cpu().empty({2, 4});
+    kiln::compound_dot(a, b, c);
+    CHECK(c.to_vector<float>()[0] == 0.5f + 1.5f + 2.5f);
+    Tensor d = cpu().empty({2, 4});
+    d.assign(Expr(c) + Expr(b.slice({Slice::range(0, 2)})));   // elementwise: the same rule
+    CHECK(d.to_vector<float>()[0] == 5.5f);
+}

@@ -8,6 +8,7 @@
 Its operation methods follow neon's backend (reductions keep dimensions; each returns a lazy
 expression unless out= is given); the module functions (kiln.mean, ...) follow NumPy.
 """
+import operator
 import os
 
 import numpy as np
@@ -28,10 +29,12 @@ class Context(_kiln._Context):
     deterministic: accepted for neon compatibility; kiln's reductions are always deterministic.
     allow_tf32: float32 GEMMs may use tf32 tensor cores (several times faster, 10-bit mantissa
         products); off by default.
+    kernel_cache_capacity: the most compiled kernels kept in memory (least recently used
+        evicted); None: KILN_KERNEL_CACHE, else 1024.
     """
 
     def __init__(self, device=None, *, default_dtype=np.float32, stochastic_round=False, rng_seed=None, seed=None,
-                 device_id=None, bench=False, deterministic=None, allow_tf32=False):
+                 device_id=None, bench=False, deterministic=None, allow_tf32=False, kernel_cache_capacity=None):
         if device is None and device_id:
             if os.environ.get("KILN_BACKEND", "") != "cpu":
                 device = f"cuda:{int(device_id)}"
@@ -40,7 +43,10 @@ class Context(_kiln._Context):
         else:
             bits = int(stochastic_round)
         s = rng_seed if rng_seed is not None else seed
-        super().__init__(device or "", int(s or 0), _dtypes.dtype(default_dtype), bits, bool(bench))
+        capacity = 0 if kernel_cache_capacity is None else operator.index(kernel_cache_capacity)
+        if capacity < 0 or (kernel_cache_capacity is not None and capacity == 0):
+            raise _kiln.InvalidArgument(f"Context: kernel_cache_capacity must be a positive number of kernels, got {capacity}")
+        super().__init__(device or "", int(s or 0), _dtypes.dtype(default_dtype), bits, bool(bench), capacity)
         self.allow_tf32 = bool(allow_tf32)
 
     def __repr__(self):

@@ -32,6 +32,21 @@ std::string py_type_name(nb::handle h) {
     return mod.empty() || mod == "builtins" ? name : mod + "." + name;
 }
 
+// A Python int as a weak integer literal, of any magnitude: a float operand takes it as a float
+// value, an integer operand checks that it fits (ir/expr.cpp).
+Expr python_int(nb::handle h) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+    if (!overflow) return Expr((int64_t)v);
+    double d = PyLong_AsDouble(h.ptr());
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        throw Error("integer operand " + nb::cast<std::string>(nb::str(h)) + " is beyond every kiln dtype's range",
+                    Error::Kind::Value);
+    }
+    return int_literal(d);
+}
+
 bool numpy_scalar(nb::handle h, Expr& out) {
     // NumPy scalars are typed (NumPy 2): a float32 scalar keeps float32. Types kiln lacks
     // (int64, uint32, ...) act as Python ints would.
@@ -50,7 +65,7 @@ bool numpy_scalar(nb::handle h, Expr& out) {
     }
     if (!parse_dtype(name, d)) {
         if (nb::hasattr(h, "is_integer") || name.find("int") != std::string::npos) {
-            out = Expr((int64_t)nb::cast<long long>(nb::int_(h)));
+            out = python_int(nb::int_(h));
             return true;
         }
         return false;
@@ -80,10 +95,7 @@ bool to_expr(nb::handle h, Expr& out, nb::handle& ctx) {
         return true;
     }
     if (PyLong_Check(o)) {
-        int overflow = 0;
-        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-        if (overflow) throw Error("integer operand " + nb::cast<std::string>(nb::str(h)) + " does not fit in 64 bits", Error::Kind::Value);
-        out = Expr((int64_t)v);
+        out = python_int(h);
         return true;
     }
     if (PyFloat_Check(o)) {
@@ -182,12 +194,17 @@ nb::object finish(const Expr& e, nb::handle ctx, nb::handle out, const char* op)
 
 namespace {
 
-// An int-like argument (int, NumPy integer; not bool), or a kiln.DTypeError built by `what_is_valid`.
-template <class Message>
-int64_t int_arg(nb::handle h, Message&& what_is_valid) {
+// An int-like argument (int, NumPy integer; not bool), or a kiln.DTypeError built by
+// `what_is_valid`; one beyond 64 bits is a kiln.InvalidArgument built by `too_large`.
+template <class Message, class TooLarge>
+int64_t int_arg(nb::handle h, Message&& what_is_valid, TooLarge&& too_large) {
     if (!PyIndex_Check(h.ptr()) || PyBool_Check(h.ptr())) throw Error(what_is_valid(), Error::Kind::Type);
     Py_ssize_t v = PyNumber_AsSsize_t(h.ptr(), PyExc_OverflowError);
-    if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+    if (v == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) throw nb::python_error();
+        PyErr_Clear();
+        throw Error(too_large(nb::cast<std::string>(nb::str(h))), Error::Kind::Value);
+    }
     return (int64_t)v;
 }
 
@@ -200,7 +217,7 @@ Axes parse_axes(nb::handle axis, int rank, const char* op) {
     auto one = [&](nb::handle h) {
         const int64_t v = int_arg(h, [&] {
             return fmt::format("{}: axis must be None, an int or a tuple of ints, got {}", op, py_type_name(h));
-        });
+        }, [&](const std::string& v) { return fmt::format("{}: axis {} is out of range for a tensor of rank {}", op, v, rank); });
         int ax = normalize_axis((int)v, rank, op);
         if (std::find(a.list.begin(), a.list.end(), ax) != a.list.end())
             throw Error(fmt::format("{}: axis {} is repeated", op, v), Error::Kind::Value);
@@ -237,6 +254,8 @@ Shape shape_arg(nb::handle h, const char* op) {
     auto dim = [&](nb::handle d) {
         s.push_back(int_arg(d, [&] {
             return fmt::format("{}: a shape is an int or a sequence of ints; got an element of type {}", op, py_type_name(d));
+        }, [&](const std::string& v) {
+            return fmt::format("{}: dimension {} is too large; a kiln tensor has at most 2^60 ({}) elements", op, v, kMaxElements);
         }));
     };
     if (PyIndex_Check(h.ptr())) {

@@ -34,19 +34,20 @@ void bind_context(nb::module_& m) {
 
     auto cls = nb::class_<PyContext>(m, "_Context");
     cls.def("__init__", [](PyContext* self, const std::string& device, uint64_t seed, DType default_dtype, int stochastic_round,
-                           bool bench) {
+                           bool bench, size_t kernel_cache_capacity) {
             ContextOptions o;
             o.device = device;
             o.seed = seed;
             o.default_dtype = default_dtype;
             o.stochastic_round = stochastic_round;
+            o.kernel_cache_capacity = kernel_cache_capacity;
             std::unique_ptr<Context> c;
             {
                 nb::gil_scoped_release unlocked;
                 c = std::make_unique<Context>(o);
             }
             new (self) PyContext{std::move(c), bench};
-        }, "device"_a, "seed"_a, "default_dtype"_a, "stochastic_round"_a, "bench"_a)
+        }, "device"_a, "seed"_a, "default_dtype"_a, "stochastic_round"_a, "bench"_a, "kernel_cache_capacity"_a = 0)
         .def_prop_ro("device", [](const PyContext& c) { return c.c().device_name(); }, "'cpu' or 'cuda:N'.")
         .def_prop_ro("backend", [](const PyContext& c) { return c.c().backend() == Backend::CUDA ? "cuda" : "cpu"; })
         .def_prop_ro("description", [](const PyContext& c) { return c.c().device_description(); })
@@ -85,6 +86,7 @@ void bind_context(nb::module_& m) {
             d["compile_ms"] = k.compile_ms;
             d["launches"] = k.launches;
             d["assignments"] = k.assignments;
+            d["cached_kernels"] = k.cached_kernels;
             return d;
         }, "Kernel cache and launch counters since creation (or reset_counters()).")
         .def("reset_counters", [](PyContext& c) { c.c().reset_counters(); })

@@ -75,7 +75,7 @@ Index parse_index(const Tensor& t, nb::handle key) {
             Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)v.shape[dim], &start, &stop, step);
             if (n > 0) out.offset += (int64_t)start * v.strides[dim];
             out.shape.push_back(n);
-            out.strides.push_back(v.strides[dim] * step);
+            out.strides.push_back(n > 1 ? v.strides[dim] * step : v.strides[dim]);  // a step past the end never multiplies
             ++dim;
         } else if (is_int_index(h)) {
             Py_ssize_t k = PyNumber_AsSsize_t(h.ptr(), PyExc_IndexError);

@@ -1,0 +1,148 @@
+"""Inputs that once crashed the process or gave silently wrong answers: huge shapes, deep
+expressions, Python integers beyond int32. Each now works as NumPy 2 does or raises a kiln error.
+The deep cases run in a subprocess, so that a regression is a failed test, not a dead suite."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kiln
+
+
+def check(excinfo, *substrings):
+    msg = str(excinfo.value)
+    for s in substrings:
+        assert s in msg, f"{s!r} not in the message: {msg}"
+
+
+@pytest.mark.parametrize("shape", [(2**62,), (2**40, 2**40), (2**32, 2**32, 4), (0, 2**62, 2**62)])
+def test_shapes_past_2_60_elements(shape):
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.zeros(shape)
+    check(e, "at most 2^60")
+    with pytest.raises(kiln.InvalidArgument):
+        kiln.empty(shape)
+
+
+def test_dimension_beyond_64_bits_is_a_kiln_error():
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.empty((2**63,))
+    check(e, "empty", "9223372036854775808", "too large")
+    with pytest.raises(kiln.InvalidArgument):
+        kiln.ones((3, 2**70))
+
+
+def test_broadcast_past_2_60_elements():
+    a, b = kiln.empty((2**40, 1)), kiln.empty((1, 2**40))
+    with pytest.raises(kiln.InvalidArgument) as e:
+        a + b
+    check(e, "add", "at most 2^60")
+
+
+def test_huge_slice_steps():
+    x = kiln.asarray(np.arange(10, dtype=np.float32))
+    assert np.asarray(x[::2**62]).tolist() == [0.0]
+    assert np.asarray(x[::-(2**63)]).tolist() == [9.0]
+    assert np.asarray(x[3:2**70]).tolist() == list(range(3, 10))
+
+
+@pytest.mark.parametrize("value", [2**31, 3_000_000_000, 2**40, 2**70, -(2**40)])
+def test_python_ints_beyond_int32_with_float_tensors(value):
+    a = kiln.ones((3,))
+    np.testing.assert_array_equal(np.asarray(a * value), np.ones(3, np.float32) * value)
+    np.testing.assert_array_equal(np.asarray(kiln.maximum(a, value)), np.maximum(np.ones(3, np.float32), value))
+    np.testing.assert_array_equal(np.asarray(value - a), value - np.ones(3, np.float32))
+
+
+def test_python_int_overflowing_float16_is_inf_not_negative():
+    h = kiln.ones((2,), dtype=kiln.float16)
+    out = np.asarray(h * 2**40)
+    assert out.dtype == np.float16 and np.all(np.isposinf(out))
+
+
+def test_where_with_a_python_int_beyond_int32():
+    a = kiln.asarray(np.array([1.0, -1.0], np.float32))
+    np.testing.assert_array_equal(np.asarray(kiln.where(a > 0, a, 2**40)), np.array([1.0, 2**40], np.float32))
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.where(a > 0, 2**40, 0)
+    check(e, "where", "1099511627776", "no int64")
+
+
+def test_python_ints_beyond_int32_with_integer_tensors():
+    i = kiln.asarray(np.array([-5, 7], np.int32))
+    with pytest.raises(kiln.InvalidArgument) as e:
+        i * 2**40
+    check(e, "multiply", "1099511627776", "int32")
+    # comparisons compare true values, as NumPy 2's
+    for big in (2**40, -(2**40), 2**31):
+        n = np.array([-5, 7], np.int32)
+        for op in ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"):
+            np.testing.assert_array_equal(np.asarray(getattr(i, op)(big)), getattr(n, op)(big), err_msg=f"{op} {big}")
+    u = kiln.asarray(np.array([0, 255], np.uint8))
+    np.testing.assert_array_equal(np.asarray(u < 2**40), [True, True])
+
+
+@pytest.mark.parametrize("value,dtype", [(-1, kiln.uint8), (256, kiln.uint8), (200, kiln.int8), (-129, kiln.int8),
+                                         (2**31, kiln.int32), (2**40, None)])
+def test_full_out_of_range_raises_as_numpy(value, dtype):
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.full((2,), value, dtype=dtype)
+    check(e, str(value))
+    t = kiln.zeros((2,), dtype=kiln.uint8)
+    with pytest.raises(kiln.InvalidArgument):
+        t[...] = -1
+    with pytest.raises(kiln.InvalidArgument):
+        t.fill(300)
+    assert np.asarray(t).tolist() == [0, 0]
+
+
+def test_full_in_range():
+    assert np.asarray(kiln.full((2,), 255, dtype=kiln.uint8)).tolist() == [255, 255]
+    assert np.asarray(kiln.full((2,), -128, dtype=kiln.int8)).tolist() == [-128, -128]
+    assert np.asarray(kiln.full((2,), 2**40, dtype=kiln.float32)).tolist() == [2**40, 2**40]
+
+
+def run_python(code):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600)
+
+
+def test_deep_expression_evaluates():
+    r = run_python("""
+        import numpy as np, kiln
+        x = kiln.zeros((4,))
+        for _ in range(20000):
+            x = x + 1.0
+        print(np.asarray(x).tolist())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[20000.0, 20000.0, 20000.0, 20000.0]"
+
+
+def test_deep_expression_is_destroyed():
+    r = run_python("""
+        import kiln
+        x = kiln.zeros((4,))
+        for _ in range(200000):
+            x = x + 1.0
+        del x
+        print("ok")
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def test_kernel_cache_is_bounded():
+    ctx = kiln.Context("cpu", kernel_cache_capacity=3)
+    x = ctx.array(np.arange(4, dtype=np.float32))
+    for k in range(10):
+        e = x
+        for _ in range(k + 1):
+            e = e * 1.5
+        np.testing.assert_allclose(np.asarray(e), np.arange(4) * 1.5 ** (k + 1), rtol=1e-6)
+        assert ctx.counters()["cached_kernels"] <= 3
+    assert ctx.counters()["cached_kernels"] == 3
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.Context("cpu", kernel_cache_capacity=0)
+    check(e, "kernel_cache_capacity", "positive")
