@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace kiln {
@@ -45,6 +47,26 @@ std::vector<const Node*> frontier_reductions(const NodePtr& root) {
     return out;
 }
 
+// Where a long expression is cut (kMaxStageOperations): counted in postorder, an operand shared
+// by two users counted for each (conservative, and saturating), reset after each cut.
+std::unordered_set<const Node*> long_chain_cuts(const NodePtr& root) {
+    std::unordered_map<const Node*, int64_t> ops;
+    std::unordered_set<const Node*> cuts;
+    for (const Node* n : postorder(root)) {
+        int64_t c = 0;
+        if (is_elementwise(n->op) || is_reduction(n->op)) {
+            c = 1;
+            for (auto& i : n->inputs) c = std::min(c + ops[i.get()], INT64_MAX / 4);
+        }
+        if (c > kMaxStageOperations && is_elementwise(n->op)) {
+            cuts.insert(n);
+            c = 0;
+        }
+        ops[n] = c;
+    }
+    return cuts;
+}
+
 std::string ctx_str(const StageContext& c) {
     if (!c.any_reduced()) return fmt::format("elementwise stage over {}", shape_str(c.domain));
     std::vector<int> axes;
@@ -59,6 +81,7 @@ std::string ctx_str(const StageContext& c) {
 struct Legality {
     LegalityResult res;
     std::unordered_set<const Node*> done;  // materialized already
+    std::unordered_set<const Node*> cuts;  // long_chain_cuts
 
     struct Walk {  // one stage's context and the nodes its walk has met
         StageContext ctx;
@@ -106,6 +129,11 @@ struct Legality {
         const Node& n = *np;
         if ((done.count(&n) && !is_root) || !walks[walk].seen.insert(&n).second) return;
         const StageContext& ctx = walks[walk].ctx;
+        if (!is_root && cuts.count(&n)) {
+            materialize(np, fmt::format("%{} ends a chain of more than {} operations: it is computed in a stage of its own",
+                                        n.id, kMaxStageOperations));
+            return;
+        }
         switch (n.op) {
         case OpKind::Leaf: case OpKind::Scalar: case OpKind::Rand: case OpKind::Iota: return;
         case OpKind::Reshape:
@@ -160,6 +188,7 @@ StageContext choose_context(const NodePtr& root, const Shape& dst_shape) {
 
 LegalityResult legality(const NodePtr& root, const Shape& dst_shape) {
     Legality l;
+    l.cuts = long_chain_cuts(root);
     l.process(root, dst_shape);
     l.run();
     return std::move(l.res);

@@ -13,7 +13,9 @@
 //   - a full reduction consumed by anything but its own final step (its two-step kernel has
 //     no later pass), including one full reduction feeding another;
 //   - the computed input of a reshape, and the computed source of a take, which are read at
-//     positions other than the current point and so must be in memory.
+//     positions other than the current point and so must be in memory;
+//   - and, not for legality but for compile time, an expression longer than
+//     kMaxStageOperations, cut into stages.
 #pragma once
 #include "ir/node.hpp"
 
@@ -39,6 +41,13 @@ struct LegalityResult {
     std::vector<NodePtr> materialized;
     std::unordered_map<const Node*, std::string> reasons;
 };
+
+// A stage computes at most about this many operations: a longer expression is cut into stages
+// (every node where the count of operations since the last cut passes it is materialised). A
+// kernel's compile time grows faster than its length in LLVM's and NVRTC's schedulers, and a
+// stage this long is compute-bound already, so the extra pass through memory costs little;
+// the cut pieces of a long repetitive chain are often one kernel, compiled once.
+inline constexpr int64_t kMaxStageOperations = 1024;
 
 LegalityResult legality(const NodePtr& root, const Shape& dst_shape);
 

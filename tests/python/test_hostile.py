@@ -35,10 +35,11 @@ def test_dimension_beyond_64_bits_is_a_kiln_error():
 
 
 def test_broadcast_past_2_60_elements():
-    a, b = kiln.empty((2**40, 1)), kiln.empty((1, 2**40))
+    a, b, c = kiln.zeros((2**20, 1, 1)), kiln.zeros((1, 2**20, 1)), kiln.zeros((1, 1, 2**21))
+    ab = a + b  # 2^40 elements: an expression, never allocated
     with pytest.raises(kiln.InvalidArgument) as e:
-        a + b
-    check(e, "add", "at most 2^60")
+        ab + c
+    check(e, "add", "(1048576, 1048576, 2097152)", "at most 2^60")
 
 
 def test_huge_slice_steps():
@@ -146,3 +147,26 @@ def test_kernel_cache_is_bounded():
     with pytest.raises(kiln.InvalidArgument) as e:
         kiln.Context("cpu", kernel_cache_capacity=0)
     check(e, "kernel_cache_capacity", "positive")
+
+
+def test_python_values_that_used_to_escape_as_bare_errors():
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.arange(0, float("nan"))
+    check(e, "arange", "finite")
+    with pytest.raises(kiln.OutOfBounds) as e:
+        kiln.zeros((2, 3)).transpose(2**70, 0)
+    check(e, "transpose", "out of range")
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.Context("cpu", rng_seed=-1)
+    check(e, "seed -1", "0 to 2**64 - 1")
+    with pytest.raises(kiln.InvalidArgument):
+        kiln.random.seed(2**70)
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.Context("cpu", stochastic_round=2**40)
+    check(e, "stochastic_round = 1099511627776", "1 to 10")
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.var(kiln.zeros((3,)), ddof=2**40)
+    check(e, "ddof=1099511627776")
+    with pytest.raises(kiln.DTypeError) as e:
+        kiln.from_dlpack(object())
+    check(e, "from_dlpack", "not a DLPack producer")

@@ -2,11 +2,14 @@
 // destruction of a graph walk it without recursion) and the in-memory kernel cache's bound.
 #include "tests/support/catch.hpp"
 
+#include "compiler/legality.hpp"
 #include "compiler/pipeline.hpp"
 #include "ir/expr.hpp"
 #include "runtime/context.hpp"
 #include "tests/support/views.hpp"
 
+#include <set>
+#include <string>
 #include <vector>
 
 using namespace kiln;
@@ -44,17 +47,28 @@ TEST_CASE("every pass walks a deep expression without recursion (200000 nodes, w
     Expr idx = leaf(test::host_view({3}, DType::Int32));
     Expr g = take(e, idx, 1);  // the chain is gathered from: it is materialised first
     CompiledAssignment ca = compile_assignment(g.node(), test::host_view({8, 3}), "cpu-test", {});
-    CHECK(ca.stages.size() >= 2);
+    // Cut into stages of about kMaxStageOperations: the chain's pieces are a handful of kernels.
+    CHECK(ca.stages.size() >= 200000 / kMaxStageOperations);
     size_t instrs = 0;
-    for (auto& st : ca.stages) instrs += st.kernel.instrs.size();
+    std::set<std::string> keys;
+    for (auto& st : ca.stages) {
+        instrs += st.kernel.instrs.size();
+        keys.insert(st.key);
+        CHECK(st.kernel.instrs.size() < 8 * kMaxStageOperations);
+    }
     CHECK(instrs > 200000);
+    CHECK(keys.size() <= 8);
 }
 
-TEST_CASE("a deep expression evaluates on the CPU (20000 chained additions)") {
+TEST_CASE("a deep expression evaluates on the CPU (100000 chained additions, cut into stages)") {
     Tensor x = cpu().zeros({5}, DType::Float32);
     Tensor out = cpu().empty({5}, DType::Float32);
-    out.assign(chain(x, 20000));
-    CHECK(out.to_vector<float>() == std::vector<float>(5, 20000.0f));
+    const auto before = cpu().counters();
+    out.assign(chain(x, 100000));
+    CHECK(out.to_vector<float>() == std::vector<float>(5, 100000.0f));
+    const auto after = cpu().counters();
+    CHECK(after.launches - before.launches >= 100000 / kMaxStageOperations);
+    CHECK(after.compiles + after.disk_hits - before.compiles - before.disk_hits <= 3);  // the pieces share kernels
 }
 
 TEST_CASE("the memory kernel cache keeps at most its capacity, and evicted plans still run") {

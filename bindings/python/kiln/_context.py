@@ -16,6 +16,19 @@ import numpy as np
 from . import _creation, _dtypes, _kiln
 
 
+def _seed_value(seed, op):
+    """A random stream's seed: None (0) or an integer in [0, 2**64), as NumPy's generators take."""
+    if seed is None:
+        return 0
+    try:
+        s = operator.index(seed)
+    except TypeError:
+        raise _kiln.DTypeError(f"{op}: a seed is an int, got {type(seed).__name__}") from None
+    if not 0 <= s < 2**64:
+        raise _kiln.InvalidArgument(f"{op}: seed {s} is out of range; valid: 0 to 2**64 - 1")
+    return s
+
+
 class Context(_kiln._Context):
     """A device (CUDA GPU or CPU), its memory, kernel caches and random stream.
 
@@ -42,11 +55,14 @@ class Context(_kiln._Context):
             bits = 10 if stochastic_round else 0
         else:
             bits = int(stochastic_round)
-        s = rng_seed if rng_seed is not None else seed
+        s = _seed_value(rng_seed if rng_seed is not None else seed, "Context")
+        if not -2**31 <= bits < 2**31:  # within int's range the context itself says what is valid
+            raise _kiln.InvalidArgument(f"Context: stochastic_round = {bits} is out of range; valid: 1 to 10 "
+                                        "mantissa bits (True = 10), or 0 / False for round to nearest")
         capacity = 0 if kernel_cache_capacity is None else operator.index(kernel_cache_capacity)
         if capacity < 0 or (kernel_cache_capacity is not None and capacity == 0):
             raise _kiln.InvalidArgument(f"Context: kernel_cache_capacity must be a positive number of kernels, got {capacity}")
-        super().__init__(device or "", int(s or 0), _dtypes.dtype(default_dtype), bits, bool(bench), capacity)
+        super().__init__(device or "", s, _dtypes.dtype(default_dtype), bits, bool(bench), capacity)
         self.allow_tf32 = bool(allow_tf32)
 
     def __repr__(self):

@@ -113,6 +113,9 @@ def from_dlpack(x, *, device=None, copy=None, ctx=None):
     c = _ctx(ctx)
     if device is not None and str(device) != c.device:
         raise BufferError(f"from_dlpack: device={device!r}, but the context runs on {c.device}")
+    if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")):
+        raise _kiln.DTypeError(f"from_dlpack: a {type(x).__name__} is not a DLPack producer "
+                               "(it has no __dlpack__ and __dlpack_device__); kiln.asarray takes other array-likes")
     dev_type, dev_id = x.__dlpack_device__()
     here_cuda = c.backend == "cuda"
     same = (dev_type in (1, 3) and not here_cuda) or (dev_type in (2, 13) and here_cuda and f"cuda:{dev_id}" == c.device)
@@ -219,6 +222,8 @@ def arange(start, stop=None, step=1, dtype=None, ctx=None):
         start, stop = 0, start
     if step == 0:
         raise _kiln.InvalidArgument("arange: step must not be 0")
+    if not all(math.isfinite(v) for v in (start, stop, step)):
+        raise _kiln.InvalidArgument(f"arange: start, stop and step must be finite, got {start}, {stop}, {step}")
     n = max(0, math.ceil((stop - start) / step))
     if dtype is None:
         is_int = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))

@@ -5,7 +5,7 @@ normal() uses the Box-Muller transform on two uniform draws with 24-bit resoluti
 samples lie within about 5.8 standard deviations of the mean."""
 import math
 
-from . import _creation, _kiln
+from . import _context, _creation, _kiln
 
 __all__ = ["seed", "uniform", "normal", "rand", "randn"]
 
@@ -20,7 +20,7 @@ def _size(size):
 
 def seed(seed, ctx=None):
     """Restarts the random stream of ctx (the default context) from seed."""
-    _ctx(ctx).seed(int(seed))
+    _ctx(ctx).seed(_context._seed_value(seed, "seed"))
 
 
 def uniform(low=0.0, high=1.0, size=None, dtype=None, ctx=None):

@@ -89,7 +89,7 @@ const std::vector<ReductionOp>& reduction_ops() {
     return ops;
 }
 
-Expr reduce(Reduction r, const Expr& x0, nb::handle axis, bool keepdims, int ddof, nb::handle dtype, const char* op) {
+Expr reduce(Reduction r, const Expr& x0, nb::handle axis, bool keepdims, int64_t ddof, nb::handle dtype, const char* op) {
     Expr x = x0;
     if (dtype.is_valid() && !dtype.is_none()) x = cast(x, dtype_arg(dtype, op));
     const int rank = x.rank();
@@ -186,7 +186,7 @@ void bind_ops(nb::module_& m) {
         const bool has_ddof = kind == Reduction::Var || kind == Reduction::Std;
         const bool has_dtype = kind == Reduction::Sum || kind == Reduction::Mean;
         if (has_ddof) {
-            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, int ddof) {
+            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, int64_t ddof) {
                 nb::handle ctx;
                 Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, ddof, nb::handle(), name);
                 return finish(e, ctx, out, name);

@@ -27,7 +27,16 @@ std::vector<int> perm_arg(nb::args args) {
     nb::handle src = args;
     if (args.size() == 1 && !args[0].is_none() && !PyIndex_Check(args[0].ptr())) src = args[0];
     if (args.size() == 1 && args[0].is_none()) return perm;
-    for (nb::handle h : src) perm.push_back(nb::cast<int>(h));
+    for (nb::handle h : src) {
+        if (!PyIndex_Check(h.ptr()) || PyBool_Check(h.ptr()))
+            throw Error(fmt::format("transpose: axes are ints, got {}", nb::cast<std::string>(nb::str(h.type().attr("__name__")))),
+                        Error::Kind::Type);
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(nb::int_(h).ptr(), &overflow);
+        if (overflow || v < INT32_MIN || v > INT32_MAX)  // out of range for any rank: normalize_axis names the rank
+            throw Error(fmt::format("transpose: axis {} is out of range", nb::cast<std::string>(nb::str(h))), Error::Kind::Index);
+        perm.push_back((int)v);
+    }
     return perm;
 }
 
@@ -84,7 +93,7 @@ void bind_arithmetic(nb::class_<T>& cls) {
         if (n == "amax" || n == "amin") continue;
         Reduction kind = r.r;
         const char* name = r.name;
-        cls.def(name, [kind, name](nb::handle self, nb::handle axis, bool keepdims, nb::handle out, int ddof) {
+        cls.def(name, [kind, name](nb::handle self, nb::handle axis, bool keepdims, nb::handle out, int64_t ddof) {
             nb::handle ctx;
             Expr e = reduce(kind, operand(self, ctx, name), axis, keepdims, ddof, nb::handle(), name);
             return finish(e, ctx, out, name);
