@@ -1,10 +1,10 @@
 #include "runtime/manifest.hpp"
 
+#include "compiler/env.hpp"
 #include "compiler/kernel_text.hpp"
 #include "ir/error.hpp"
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,8 +16,7 @@
 namespace kiln {
 
 bool compile_forbidden_by_env() {
-    const char* e = std::getenv("KILN_ASSERT_NO_COMPILE");
-    return e && *e && std::strcmp(e, "0") != 0;
+    return env::flag("KILN_ASSERT_NO_COMPILE").value_or(false);
 }
 
 void refuse_compile(const kir::Kernel& kernel, const std::string& target, const std::string& cache) {

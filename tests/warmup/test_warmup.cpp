@@ -501,4 +501,21 @@ TEST_CASE("cpu: processes storing the same objects at once leave a correct cache
     CHECK(c.status == 0);
     CHECK(count_temp_files(w.dir) == 0);
 }
+
+TEST_CASE("cpu: environment values that are not valid are warned about once each, and the program runs") {
+    if (!example_available()) return;
+    const std::string dir = fresh_dir("env");
+    Run r = shell(fmt::format("env KILN_BACKEND=cpu KILN_CACHE_DIR={} KILN_LOG=verbose KILN_NUM_THREADS=lots "
+                              "KILN_ASSERT_NO_COMPILE=maybe KILN_CACHE_FSYNC=2 {}",
+                              dir, example()));
+    fs::remove_all(dir);
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("all results match the reference") != std::string::npos);
+    const char* flags = "valid: 0, 1, false, true, no, yes, off, on; it is ignored";
+    CHECK(count_in(r.out, "KILN_LOG='verbose' is not understood; valid: error, warn, info, debug; it is ignored") == 1);
+    CHECK(count_in(r.out, "KILN_NUM_THREADS='lots' is not understood; valid: an integer from 1 to 4096; it is ignored") == 1);
+    CHECK(count_in(r.out, fmt::format("KILN_ASSERT_NO_COMPILE='maybe' is not understood; {}", flags)) == 1);
+    CHECK(count_in(r.out, fmt::format("KILN_CACHE_FSYNC='2' is not understood; {}", flags)) == 1);
+}
 #endif // KILN_HAVE_LLVM
