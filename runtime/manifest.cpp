@@ -43,10 +43,8 @@ void ManifestWriter::add(const kir::Kernel& kernel, const std::string& key, cons
                          const std::string& target) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!seen_.insert(key).second) return;
-    // The kernel text and the names are plain ASCII without quotes or backslashes: no escaping.
-    std::string line = fmt::format(R"({{"format":{},"kiln":"{}","backend":"{}","target":"{}","name":"{}","kernel":"{}"}})",
-                                   kManifestFormat, KILN_VERSION, backend, target, kernel.name, kernel_text(kernel));
-    line += '\n';
+    std::string line =
+        manifest_line_json({kManifestFormat, KILN_VERSION, backend, target, kernel.name, kernel_text(kernel)}) + "\n";
     const char* p = line.data();
     size_t left = line.size();
     while (left > 0) {
