@@ -30,12 +30,16 @@ std::string shown(const json& v) {
 }
 
 // nlohmann's message without its "[json.exception.parse_error.101] parse error at line 1,
-// column 5: " prefix (the position is given as the manifest's).
-std::string parse_reason(const json::parse_error& e) {
+// column 5: " or "[json.exception.out_of_range.406] " prefix (the position is the manifest's).
+std::string parse_reason(const json::exception& e) {
     std::string m = e.what();
     const size_t column = m.find("column ");
-    const size_t colon = m.find(": ", column == std::string::npos ? 0 : column);
-    return colon == std::string::npos ? m : m.substr(colon + 2);
+    if (column != std::string::npos) {
+        const size_t colon = m.find(": ", column);
+        return colon == std::string::npos ? m : m.substr(colon + 2);
+    }
+    const size_t tag = m.find("] ");   // "[json.exception.out_of_range.406] number overflow ..."
+    return tag == std::string::npos ? m : m.substr(tag + 2);
 }
 
 constexpr const char* kFields = "\"format\", \"kiln\", \"backend\", \"target\", \"name\" and \"kernel\"";
@@ -86,6 +90,9 @@ ManifestLine parse_manifest_line(std::string_view text, std::string_view path, s
     } catch (const json::parse_error& e) {
         bad(w, "bad JSON at line {}, column {}: {}; each line of a manifest is one JSON object, such as KILN_RECORD writes",
             line_number, e.byte, parse_reason(e));
+    } catch (const json::exception& e) {   // valid syntax the library cannot hold (a number beyond a double)
+        bad(w, "bad JSON at line {}: {}; each line of a manifest is one JSON object, such as KILN_RECORD writes", line_number,
+            parse_reason(e));
     }
     if (!j.is_object())
         bad(w, "the line is {} ({}), not a JSON object with the fields {}", shown(j), j.type_name(), kFields);

@@ -73,6 +73,9 @@ TEST_CASE("manifest line: each bad line is an error naming the file, the line an
     CHECK(m.rfind("m.jsonl:7: bad JSON at line 7, column 13: ", 0) == 0);
     CHECK(line_error("{\"format\":1,\"kernel\":\"a\xff\"}").rfind("m.jsonl:7: bad JSON at line 7", 0) == 0);
     CHECK(line_error(std::string(100, '[')).find("nested more than 16 levels deep") != std::string::npos);
+    CHECK(line_error(R"({"format":1E1986})") ==
+          "m.jsonl:7: bad JSON at line 7: number overflow parsing '1E1986'; each line of a manifest is one JSON object, "
+          "such as KILN_RECORD writes");
     // Not an object; missing fields; wrong types.
     CHECK(line_error("[1,2]") == "m.jsonl:7: the line is [1,2] (array), not a JSON object with the fields \"format\", "
                                  "\"kiln\", \"backend\", \"target\", \"name\" and \"kernel\"");
