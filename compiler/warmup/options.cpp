@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <string_view>
 #include <unistd.h>
 
 namespace fs = std::filesystem;

@@ -18,7 +18,6 @@
 #include "compiler/key.hpp"
 #include "compiler/warmup/manifests.hpp"
 #include "compiler/warmup/options.hpp"
-#include "ir/error.hpp"
 #include "runtime/cache/disk_cache.hpp"
 #include "runtime/cache/entry_format.hpp"
 #include "runtime/cache/file_io.hpp"
