@@ -1,5 +1,6 @@
 #include "compiler/kernel_text.hpp"
 
+#include "compiler/kernel_check.hpp"
 #include "ir/error.hpp"
 
 #include <fmt/format.h>
@@ -44,8 +45,20 @@ struct Reader {
     size_t pos = 0;
 
     [[noreturn]] void fail_at(const char* expected) const {
-        fail(Error::Kind::Value, "kernel text: expected {} at offset {} (\"{}\")", expected, pos,
-             std::string(s.substr(pos, 24)));
+        fail(Error::Kind::Value, "kernel text: expected {} at offset {} (\"{}\")", expected, pos, excerpt());
+    }
+    [[noreturn]] void too_many(const char* what, int limit) const {
+        fail(Error::Kind::Value, "kernel text: more than {} {} at offset {} (\"{}\"); no kernel kiln writes has that many",
+             limit, what, pos, excerpt());
+    }
+    // Up to 24 characters from the cursor, control and non-ASCII bytes escaped.
+    std::string excerpt() const {
+        std::string out;
+        for (char c : s.substr(pos, 24)) {
+            if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') out += c;
+            else out += fmt::format("\\x{:02x}", (unsigned char)c);
+        }
+        return out;
     }
     bool at_end() const { return pos >= s.size(); }
     bool peek(std::string_view lit) const { return s.substr(pos, lit.size()) == lit; }
@@ -68,14 +81,31 @@ struct Reader {
     }
     template <class E>
     E enum_value(int last, const char* what) {
+        const size_t at = pos;
         int v = number<int>();
-        if (v < 0 || v > last) fail_at(what);
+        if (v < 0 || v > last) {
+            pos = at;
+            fail_at(what);
+        }
         return (E)v;
     }
-    // "a,b,c," up to the terminator (not consumed)
-    std::vector<int> list(char terminator) {
+    // A count in 0..limit.
+    int count(const char* what, int limit) {
+        const size_t at = pos;
+        const int64_t v = number<int64_t>();
+        if (v < 0 || v > limit) {
+            pos = at;
+            fail(Error::Kind::Value, "kernel text: {} {} at offset {} (\"{}\"); a kernel has 0 to {}", v, what, pos, excerpt(),
+                 limit);
+        }
+        return (int)v;
+    }
+    // "a,b,c," up to the terminator (not consumed): at most `limit` entries (each names a
+    // different one of `limit` things).
+    std::vector<int> list(char terminator, size_t limit, const char* what) {
         std::vector<int> out;
         while (!at_end() && s[pos] != terminator && s[pos] != '|') {
+            if (out.size() == limit) too_many(what, (int)limit);
             out.push_back(number<int>());
             expect(",");
         }
@@ -86,44 +116,48 @@ struct Reader {
 } // namespace
 
 kir::Kernel parse_kernel_text(std::string_view text) {
+    if (text.size() > kMaxKernelTextLength)
+        fail(Error::Kind::Value, "kernel text: {} bytes; a kernel's text has at most {} (no kernel kiln writes is near that)",
+             text.size(), kMaxKernelTextLength);
     Reader r{text};
     kir::Kernel k;
     r.expect("rank ");
-    k.rank = r.number<int>();
-    if (k.rank < 0 || k.rank > 64) r.fail_at("a rank in 0..64");
+    k.rank = r.count("dimensions", kMaxKernelRank);
     r.expect("|red");
-    while (r.peek("0") || r.peek("1")) k.reduced.push_back(text[r.pos++] == '1');
-    if ((int)k.reduced.size() != k.rank) r.fail_at("one reduced flag per dimension");
+    while ((r.peek("0") || r.peek("1")) && (int)k.reduced.size() <= k.rank) k.reduced.push_back(text[r.pos++] == '1');
+    if ((int)k.reduced.size() != k.rank) r.fail_at(fmt::format("{} reduced flags (0 or 1), one per dimension", k.rank).c_str());
     r.expect("|");
     if (r.accept("full")) k.full_reduce = true;
     else r.expect("part");
     while (r.accept("|buf ")) {
+        if ((int)k.buffers.size() == kMaxKernelBuffers) r.too_many("buffers", kMaxKernelBuffers);
         kir::Buffer b;
-        b.dtype = r.enum_value<DType>(kNumDTypes - 1, "a dtype");
+        b.dtype = r.enum_value<DType>(kNumDTypes - 1, "a dtype (0..6)");
         if (r.accept("o")) b.output = true;
         else r.expect("i");
         r.expect(":");
-        while (!r.at_end() && text[r.pos] != '|') {
+        while (!r.at_end() && text[r.pos] != '|' && (int)b.layout.size() <= k.rank) {
             const char c = text[r.pos++];
             if (c == '0') b.layout.push_back(kir::StrideKind::Zero);
             else if (c == '1') b.layout.push_back(kir::StrideKind::One);
             else if (c == 'x') b.layout.push_back(kir::StrideKind::Any);
             else { --r.pos; r.fail_at("a stride kind (0, 1, x)"); }
         }
-        if ((int)b.layout.size() != k.rank) r.fail_at("one stride kind per dimension");
+        if ((int)b.layout.size() != k.rank) r.fail_at(fmt::format("{} stride kinds, one per dimension", k.rank).c_str());
         k.buffers.push_back(std::move(b));
     }
     r.expect("|fp ");
-    k.num_fparams = r.number<int>();
+    k.num_fparams = r.count("float parameters", kMaxKernelParams);
     r.expect("|ip ");
-    k.num_iparams = r.number<int>();
+    k.num_iparams = r.count("integer parameters", kMaxKernelParams);
     const int last_op = (int)kir::kLastOp;
     while (r.peek("|") && !r.peek("|acc ") && !r.peek("|blk ")) {
+        if ((int)k.instrs.size() == kMaxKernelInstrs) r.too_many("instructions", kMaxKernelInstrs);
         r.expect("|");
         kir::Instr in{kir::Op::ConstF, ComputeType::F32};
-        in.op = r.enum_value<kir::Op>(last_op, "an instruction op");
+        in.op = r.enum_value<kir::Op>(last_op, fmt::format("an instruction op (0..{})", last_op).c_str());
         r.expect(",");
-        in.type = r.enum_value<ComputeType>(1, "a compute type");
+        in.type = r.enum_value<ComputeType>(1, "a compute type (0 f32, 1 i32)");
         for (int i = 0; i < 3; ++i) {
             r.expect(",");
             in.a[i] = r.number<int>();
@@ -139,49 +173,41 @@ kir::Kernel parse_kernel_text(std::string_view text) {
         in.iimm = r.number<int32_t>();
         k.instrs.push_back(in);
     }
-    const int n = (int)k.instrs.size();
-    auto check_id = [&](int id, const char* what) {
-        if (id < 0 || id >= n) r.fail_at(what);
-    };
-    for (int i = 0; i < n; ++i)
-        for (int a : k.instrs[i].a)
-            if (a != -1 && (a < 0 || a >= i)) r.fail_at("operands that are earlier instructions");
     while (r.accept("|acc ")) {
+        if ((int)k.accums.size() == kMaxKernelAccums) r.too_many("accumulators", kMaxKernelAccums);
         kir::Accum a{};
-        a.kind = r.enum_value<kir::AccKind>((int)kir::AccKind::ArgMin, "an accumulator kind");
+        a.kind = r.enum_value<kir::AccKind>((int)kir::AccKind::ArgMin, "an accumulator kind (0..4)");
         r.expect(",");
-        a.type = r.enum_value<ComputeType>(1, "a compute type");
+        a.type = r.enum_value<ComputeType>(1, "a compute type (0 f32, 1 i32)");
         r.expect(",");
         a.value = r.number<int>();
-        check_id(a.value, "an accumulated instruction id");
         k.accums.push_back(a);
     }
     while (r.accept("|blk ")) {
+        if ((int)k.blocks.size() == kMaxKernelBlocks) r.too_many("blocks", kMaxKernelBlocks);
         kir::Block b;
         if (r.accept("P")) b.loop = false;
         else r.expect("L");
         r.expect(":");
-        b.instrs = r.list(';');
-        for (int i : b.instrs) check_id(i, "a block instruction id");
+        b.instrs = r.list(';', k.instrs.size(), "instructions in a block");
         r.expect(";");
-        b.accums = r.list(';');
-        for (int a : b.accums)
-            if (a < 0 || a >= (int)k.accums.size()) r.fail_at("an accumulator index");
+        b.accums = r.list(';', k.accums.size(), "accumulators in a block");
         r.expect(";");
         while (!r.at_end() && text[r.pos] != '|') {
+            if ((int)b.stores.size() == kMaxKernelBuffers) r.too_many("stores in a block", kMaxKernelBuffers);
             kir::Store st{};
             st.buffer = r.number<int>();
-            if (st.buffer < 0 || st.buffer >= (int)k.buffers.size()) r.fail_at("a buffer index");
             r.expect("=");
             st.value = r.number<int>();
-            check_id(st.value, "a stored instruction id");
             r.expect(",");
             b.stores.push_back(st);
         }
         k.blocks.push_back(std::move(b));
     }
-    if (!r.at_end()) r.fail_at("the end of the kernel");
+    if (!r.at_end()) r.fail_at("'|acc ', '|blk ' or the end of the kernel");
     if (k.blocks.empty()) r.fail_at("at least one block ('|blk')");
+    if (std::string problem = kir::kernel_problem(k); !problem.empty())
+        fail(Error::Kind::Value, "kernel text: {}", problem);
     return k;
 }
 

@@ -1,21 +1,16 @@
 #include "compiler/log.hpp"
 
+#include "compiler/env.hpp"
+
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 namespace kiln {
 
 LogLevel log_level() {
-    static const LogLevel level = [] {
-        const char* e = std::getenv("KILN_LOG");
-        if (!e) return LogLevel::Warn;
-        if (!std::strcmp(e, "debug")) return LogLevel::Debug;
-        if (!std::strcmp(e, "info")) return LogLevel::Info;
-        if (!std::strcmp(e, "error")) return LogLevel::Error;
-        return LogLevel::Warn;
-    }();
+    // The choices in LogLevel's order.
+    static const LogLevel level =
+        (LogLevel)env::choice("KILN_LOG", {"error", "warn", "info", "debug"}).value_or((int)LogLevel::Warn);
     return level;
 }
 

@@ -1,4 +1,5 @@
-// KILN_LOG=error|warn|info|debug (default warn) controls what kiln prints to stderr.
+// KILN_LOG=error|warn|info|debug (default warn) controls what kiln prints to stderr; another
+// value is warned about once (compiler/env.hpp) and leaves the default.
 #pragma once
 #include <fmt/format.h>
 

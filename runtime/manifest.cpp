@@ -1,10 +1,10 @@
 #include "runtime/manifest.hpp"
 
+#include "compiler/env.hpp"
 #include "compiler/kernel_text.hpp"
 #include "ir/error.hpp"
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,8 +16,7 @@
 namespace kiln {
 
 bool compile_forbidden_by_env() {
-    const char* e = std::getenv("KILN_ASSERT_NO_COMPILE");
-    return e && *e && std::strcmp(e, "0") != 0;
+    return env::flag("KILN_ASSERT_NO_COMPILE").value_or(false);
 }
 
 void refuse_compile(const kir::Kernel& kernel, const std::string& target, const std::string& cache) {
@@ -44,10 +43,8 @@ void ManifestWriter::add(const kir::Kernel& kernel, const std::string& key, cons
                          const std::string& target) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!seen_.insert(key).second) return;
-    // The kernel text and the names are plain ASCII without quotes or backslashes: no escaping.
-    std::string line = fmt::format(R"({{"format":{},"kiln":"{}","backend":"{}","target":"{}","name":"{}","kernel":"{}"}})",
-                                   kManifestFormat, KILN_VERSION, backend, target, kernel.name, kernel_text(kernel));
-    line += '\n';
+    std::string line =
+        manifest_line_json({kManifestFormat, KILN_VERSION, backend, target, kernel.name, kernel_text(kernel)}) + "\n";
     const char* p = line.data();
     size_t left = line.size();
     while (left > 0) {

@@ -4,12 +4,14 @@
 // a manifest: one JSON object per line,
 //   {"format":1,"kiln":"0.1.0","backend":"cuda","target":"sm_90","name":"kiln_...","kernel":"<text>"}
 // where "kernel" is the kernel IR as text (compiler/kernel_text.hpp): enough to regenerate the
-// kernel for any target without the program. docs/warmup.md has the format.
+// kernel for any target without the program. docs/warmup.md has the format; manifest_line.hpp
+// reads and writes a line.
 //
 // KILN_ASSERT_NO_COMPILE=1 makes any JIT compile an error naming the kernel: a deployment with a
 // warmed cache fails loudly on a missing kernel instead of waiting for the compiler.
 #pragma once
 #include "compiler/kernel_ir.hpp"
+#include "runtime/manifest_line.hpp"
 
 #include <memory>
 #include <mutex>
@@ -17,8 +19,6 @@
 #include <unordered_set>
 
 namespace kiln {
-
-inline constexpr int kManifestFormat = 1;
 
 // The environment's KILN_ASSERT_NO_COMPILE (read when a context is created).
 bool compile_forbidden_by_env();

@@ -3,6 +3,7 @@
 // kernel shape (cuda_launch.cpp) and its file (cuda_elementwise, cuda_row, cuda_column, cuda_full).
 #include "codegen/cuda/cuda_emitter.hpp"
 
+#include "compiler/kernel_check.hpp"
 #include "ir/error.hpp"
 
 #include <fmt/format.h>
@@ -31,9 +32,6 @@ const char* acc_struct(const kir::Accum& a) {
     }
     return "?";
 }
-
-// Type of AccResult: the position for Arg kinds, else the reduced value.
-CT acc_result_type(const kir::Accum& a) { return is_arg(a.kind) ? CT::I32 : a.type; }
 
 // A float literal that reads back to exactly `f`.
 std::string float_literal(float f) {
@@ -84,23 +82,9 @@ std::string store_value(DType t, const std::string& v) {
     return "?";
 }
 
-// Number of operands `a[]` an op reads.
-int arity(Op op) {
-    switch (op) {
-    case Op::ConstF: case Op::ConstI: case Op::ParamF: case Op::ParamI: case Op::Load: case Op::Coord:
-    case Op::LinearId: case Op::AccResult:
-        return 0;
-    case Op::Gather: case Op::Neg: case Op::Abs: case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log:
-    case Op::Log2: case Op::Tanh: case Op::Rint: case Op::Sign: case Op::IsFinite: case Op::ToF32: case Op::ToI32:
-    case Op::WrapI8: case Op::WrapU8: case Op::ToBool: case Op::AsI32: case Op::AsF32:
-        return 1;
-    case Op::Select: return 3;
-    default: return 2;
-    }
-}
-
-// Structural checks, so that a malformed Kernel fails here with its listing rather than in NVRTC
-// with a confusing message (or, worse, compiles into something wrong).
+// The kernel IR's rules (compiler/kernel_check.hpp) plus a C identifier for a name, so that a
+// malformed Kernel fails here with its listing rather than in NVRTC with a confusing message
+// (or, worse, compiles into something wrong).
 void validate(const kir::Kernel& k) {
     auto fail = [&](const std::string& why) {
         throw InternalError(fmt::format("emit_cuda: {}\n{}", why, kir::to_string(k)));
@@ -108,65 +92,7 @@ void validate(const kir::Kernel& k) {
     bool ident = !k.name.empty() && !std::isdigit((unsigned char)k.name[0]);
     for (char c : k.name) ident = ident && (std::isalnum((unsigned char)c) || c == '_');
     if (!ident) fail(fmt::format("kernel name '{}' is not a C identifier", k.name));
-    if (k.rank < 0 || (int)k.reduced.size() != k.rank) fail("reduced[] does not match rank");
-    if (k.buffers.empty()) fail("no buffers");
-    for (auto& b : k.buffers)
-        if ((int)b.layout.size() != k.rank) fail("a buffer layout does not match rank");
-    const int n = (int)k.instrs.size();
-    std::vector<int> block_of(n, -1);
-    for (size_t bi = 0; bi < k.blocks.size(); ++bi)
-        for (int id : k.blocks[bi].instrs) {
-            if (id < 0 || id >= n) fail(fmt::format("block {} lists instruction %{}", bi, id));
-            if (block_of[id] >= 0) fail(fmt::format("instruction %{} is in two blocks", id));
-            block_of[id] = (int)bi;
-        }
-    for (int id = 0; id < n; ++id) {
-        const kir::Instr& in = k.instrs[id];
-        for (int i = 0; i < 3; ++i) {
-            const bool used = i < arity(in.op);
-            if (used ? (in.a[i] < 0 || in.a[i] >= n) : in.a[i] >= n)
-                fail(fmt::format("%{} ({}) operand {} is %{}", id, kir::op_name(in.op), i, in.a[i]));
-        }
-        bool bad = false;
-        switch (in.op) {
-        case Op::ParamF: bad = in.index < 0 || in.index >= k.num_fparams; break;
-        case Op::ParamI: bad = in.index < 0 || in.index >= k.num_iparams; break;
-        case Op::Load: bad = in.index < 0 || in.index >= (int)k.buffers.size(); break;
-        case Op::Gather:
-            bad = in.index < 0 || in.index >= (int)k.buffers.size() || in.aux < 0 || in.aux >= k.num_iparams;
-            break;
-        case Op::Coord: bad = in.index < 0 || in.index >= k.rank; break;
-        case Op::AccResult: bad = in.index < 0 || in.index >= (int)k.accums.size(); break;
-        default: break;
-        }
-        if (bad) fail(fmt::format("%{} ({}) has an index out of range", id, kir::op_name(in.op)));
-        // The rendered load yields the storage dtype's compute type; the IR promises the same.
-        if ((in.op == Op::Load || in.op == Op::Gather) && in.type != compute_type(k.buffers[in.index].dtype))
-            fail(fmt::format("%{} loads buf{} as the wrong compute type", id, in.index));
-    }
-    for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
-        const kir::Block& b = k.blocks[bi];
-        if (!b.loop && !b.accums.empty()) fail(fmt::format("point block {} has accumulators", bi));
-        for (int a : b.accums) {
-            if (a < 0 || a >= (int)k.accums.size()) fail(fmt::format("block {} lists acc{}", bi, a));
-            const int v = k.accums[a].value;
-            if (v < 0 || v >= n || block_of[v] != (int)bi || k.instrs[v].type != k.accums[a].type)
-                fail(fmt::format("acc{} reduces %{}, not a value of its type in block {}", a, v, bi));
-        }
-        for (auto& st : b.stores) {
-            if (st.buffer < 0 || st.buffer >= (int)k.buffers.size() || !k.buffers[st.buffer].output)
-                fail(fmt::format("block {} stores to buf{}, not an output", bi, st.buffer));
-            if (st.value < 0 || st.value >= n) fail(fmt::format("block {} stores %{}", bi, st.value));
-            if (k.instrs[st.value].type != compute_type(k.buffers[st.buffer].dtype))
-                fail(fmt::format("block {} stores %{} of the wrong compute type to buf{}", bi, st.value, st.buffer));
-        }
-    }
-    if (k.full_reduce) {
-        if (k.blocks.size() != 2 || !k.blocks[0].loop || k.blocks[1].loop)
-            fail("a full reduction has exactly two blocks: Loop, then Point");
-        for (bool r : k.reduced)
-            if (!r) fail("a full reduction has no parallel dims");
-    }
+    if (std::string problem = kir::kernel_problem(k); !problem.empty()) fail(problem);
 }
 
 CudaSource Emitter::run() {
@@ -390,7 +316,7 @@ void Emitter::emit_scratch() {
 }
 
 void Emitter::declare_acc_results(const kir::Block& b) {
-    for (int ai : b.accums) line("{} acc{};", ctype(acc_result_type(k_.accums[ai])), ai);
+    for (int ai : b.accums) line("{} acc{};", ctype(kir::acc_result_type(k_.accums[ai])), ai);
 }
 
 void Emitter::init_acc_states(const kir::Block& b) {

@@ -22,13 +22,11 @@ using CT = ComputeType;
 const char* ctype(CT t);
 bool is_arg(AccKind k);
 const char* acc_struct(const kir::Accum& a);
-CT acc_result_type(const kir::Accum& a);   // the position for Arg kinds, else the reduced value
 std::string float_literal(float f);         // reads back to exactly f
 std::string int_literal(int32_t i);
 const char* storage_type(DType t);
 std::string load_expr(DType t, const std::string& elem);   // storage element -> compute value
 std::string store_value(DType t, const std::string& v);    // compute value -> storage element
-int arity(Op op);                                          // operands an op reads
 void validate(const kir::Kernel& k);                       // InternalError for a malformed Kernel
 
 // What a group of instructions and stores touches: buffers, coordinates, the linear index.

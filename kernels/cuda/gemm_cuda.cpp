@@ -1,6 +1,7 @@
 // See gemm_cuda.hpp.
 #include "kernels/cuda/gemm_cuda.hpp"
 
+#include "compiler/env.hpp"
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
 #include "kernels/cuda/gemm_params.hpp"
@@ -803,8 +804,7 @@ std::string problem_key(const GemmProblem& pr) {
 }
 
 bool autotune_enabled() {
-    const char* v = std::getenv("KILN_AUTOTUNE");
-    return v && *v && std::string(v) != "0";
+    return env::flag("KILN_AUTOTUNE").value_or(false);
 }
 
 } // namespace

@@ -1,11 +1,13 @@
 // The selector's rules; see gemm_select.hpp.
 #include "kernels/cuda/gemm_select.hpp"
 
+#include "compiler/env.hpp"
 #include "ir/error.hpp"
 #include "kernels/cuda/gemm_params.hpp"
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <fmt/format.h>
@@ -50,13 +52,25 @@ struct ForcedSplits {
 };
 ForcedSplits forced_splits() {
     ForcedSplits f;
-    const char* v = std::getenv("KILN_GEMM_SPLITS");
-    if (!v || !*v) return f;
-    f.n = std::clamp(std::atoi(v), 1, 64);
-    f.cluster = std::string(v).find('c') != std::string::npos;
+    const std::optional<std::string> v = env::text("KILN_GEMM_SPLITS");
+    if (!v) return f;
+    f.cluster = v->back() == 'c';
+    const std::string_view count = f.cluster ? std::string_view(*v).substr(0, v->size() - 1) : std::string_view(*v);
+    const env::Parsed<long long> n = env::parse_integer("KILN_GEMM_SPLITS", count, 1, 64);
+    if (!n.value)
+        fail(Error::Kind::Value, "KILN_GEMM_SPLITS={}: not a split; valid: a count of k slices from 1 to 64, or 2c, 3c, 4c, "
+                                 "8c (a split in clusters of that many blocks)",
+             *v);
+    f.n = (int)*n.value;
     if (f.cluster && f.n != 2 && f.n != 3 && f.n != 4 && f.n != 8)
-        fail(Error::Kind::Value, "KILN_GEMM_SPLITS={}: a cluster split has 2, 3, 4 or 8 blocks", v);
+        fail(Error::Kind::Value, "KILN_GEMM_SPLITS={}: a cluster split has 2, 3, 4 or 8 blocks", *v);
     return f;
+}
+
+// KILN_GEMM_COPY: true for always, false for never; nullopt when unset (or not understood, warned).
+std::optional<bool> forced_copy() {
+    const std::optional<int> c = env::choice("KILN_GEMM_COPY", {"always", "never"});
+    return c ? std::optional<bool>(*c == 0) : std::nullopt;
 }
 
 int64_t tiles_of(const GemmProblem& pr, int bm, int bn) {
@@ -122,14 +136,13 @@ bool fma_async_ok(const GemmProblem& pr) {
 }
 
 bool fma_copy_pays(double bytes, double flops, bool element_loads) {
-    if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
+    if (const std::optional<bool> force = forced_copy()) return *force;
     const double copy = 2 * bytes / 3e12 + 3e-6;
     return element_loads ? copy < flops / 10e12 : copy < 0.05 * flops / 45e12;
 }
 
 bool lean_kernels_allowed() {
-    const char* v = std::getenv("KILN_GEMM_LEAN");
-    return !v || std::string_view(v) != "0";
+    return env::flag("KILN_GEMM_LEAN").value_or(true);
 }
 
 std::string describe(const GemmKernel& k) {
@@ -305,7 +318,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
 
 bool copy_pays(bool readable, bool mn_unaligned, double bytes, double flops) {
     if (readable && !mn_unaligned) return false;
-    if (const char* force = std::getenv("KILN_GEMM_COPY"); force && *force) return std::string(force) == "always";
+    if (const std::optional<bool> force = forced_copy()) return *force;
     const double copy = 2 * bytes / 3e12 + 3e-6, product = flops / 700e12;
     return readable ? copy < kUnalignedRowsCost * product : copy + product < flops / kPortableRate;
 }

@@ -1,6 +1,7 @@
 // DiskCache: paths, the load/store policy and memory-only mode (see disk_cache.hpp).
 #include "runtime/cache/disk_cache.hpp"
 
+#include "compiler/env.hpp"
 #include "compiler/log.hpp"
 #include "runtime/cache/entry_format.hpp"
 #include "runtime/cache/file_io.hpp"
@@ -78,8 +79,7 @@ std::string default_cache_dir() {
 DiskCache::DiskCache(DiskCacheOptions options)
     : dir_(strip_trailing_slashes(options.dir.empty() ? default_cache_dir() : std::move(options.dir))),
       kiln_version_(options.kiln_version.empty() ? std::string(KILN_VERSION) : std::move(options.kiln_version)) {
-    const std::string sync = env_string("KILN_CACHE_FSYNC");
-    sync_ = !sync.empty() && sync != "0";
+    sync_ = env::flag("KILN_CACHE_FSYNC").value_or(false);
     if (dir_.empty()) {
         disable("no cache directory is known (set KILN_CACHE_DIR, XDG_CACHE_HOME or HOME)");
         return;

@@ -1,8 +1,8 @@
 #include "runtime/cpu/thread_pool.hpp"
 
-#include <charconv>
-#include <cstdlib>
-#include <string_view>
+#include "compiler/env.hpp"
+
+#include <optional>
 
 namespace kiln::cpu {
 
@@ -11,12 +11,7 @@ thread_local bool in_pool_task = false;
 } // namespace
 
 int default_num_threads() {
-    if (const char* env = std::getenv("KILN_NUM_THREADS")) {
-        std::string_view s(env);
-        int n = 0;
-        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-        if (ec == std::errc() && end == s.data() + s.size() && n > 0) return n;
-    }
+    if (std::optional<long long> n = env::integer("KILN_NUM_THREADS", 1, kMaxThreads)) return (int)*n;
     unsigned hw = std::thread::hardware_concurrency();
     return hw > 0 ? (int)hw : 1;
 }

@@ -9,8 +9,11 @@
 
 namespace kiln::cpu {
 
-// The number of threads a pool uses by default: $KILN_NUM_THREADS when it is a positive integer,
-// else the hardware concurrency (at least 1).
+// The most threads KILN_NUM_THREADS may ask for.
+inline constexpr int kMaxThreads = 4096;
+
+// The number of threads a pool uses by default: $KILN_NUM_THREADS when it is an integer from 1
+// to kMaxThreads (another value is warned about once), else the hardware concurrency (at least 1).
 int default_num_threads();
 
 class ThreadPool {

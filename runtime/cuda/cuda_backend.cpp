@@ -3,6 +3,7 @@
 #include "runtime/manifest.hpp"
 
 #include "codegen/cuda/cuda_codegen.hpp"
+#include "compiler/env.hpp"
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
 #include "runtime/cache/disk_cache.hpp"
@@ -29,11 +30,6 @@ int attribute(CUdevice dev, CUdevice_attribute a) {
     int v = 0;
     check(driver().cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute");
     return v;
-}
-
-bool env_flag(const char* name) {
-    const char* v = std::getenv(name);
-    return v && *v && std::strcmp(v, "0") != 0;
 }
 
 // Where a failed kernel's source goes when there is no usable cache directory.
@@ -81,7 +77,7 @@ CudaBackend::CudaBackend(int device_index) {
     make_current();
     check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     allocator_ = std::make_shared<Allocator>(device_index, ctx_);
-    dump_source_ = env_flag("KILN_DUMP_SOURCE");
+    dump_source_ = env::flag("KILN_DUMP_SOURCE").value_or(false);
     disk_ = std::make_shared<cache::DiskCache>(cache::DiskCacheOptions{"", KILN_VERSION});
     log_info("cuda:{}: {} (sm_{}, {} SMs, {:.1f} GiB), driver {}.{}, NVRTC {}", device_index, info_.name, info_.sm,
              info_.multiprocessors, info_.total_memory / double(1u << 30), d.version / 1000, d.version % 1000 / 10,
@@ -355,8 +351,7 @@ int CudaBackend::max_active_clusters(CUfunction f, unsigned cluster, unsigned bl
 
 bool CudaBackend::programmatic_launches() const {
     if (info_.sm < 90) return false;
-    const char* v = std::getenv("KILN_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
+    return env::flag("KILN_PDL").value_or(true);
 }
 
 void CudaBackend::launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,

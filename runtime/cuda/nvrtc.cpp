@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string_view>
 
@@ -92,6 +93,15 @@ std::string nvrtc_version() {
     return fmt::format("{}.{}", major, minor);
 }
 
+std::vector<int> nvrtc_supported_archs() {
+    int n = 0;
+    if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return {};
+    std::vector<int> archs((size_t)n);
+    if (nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return {};
+    std::sort(archs.begin(), archs.end());
+    return archs;
+}
+
 #else
 
 NvrtcResult nvrtc_compile(const std::string&, const std::string& name, int sm, bool) {
@@ -102,6 +112,8 @@ NvrtcResult nvrtc_compile(const std::string&, const std::string& name, int sm, b
 }
 
 std::string nvrtc_version() { return "none"; }
+
+std::vector<int> nvrtc_supported_archs() { return {}; }
 
 #endif
 

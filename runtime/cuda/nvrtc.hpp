@@ -26,4 +26,8 @@ std::string numbered_source(const std::string& source);
 // "major.minor" of the NVRTC library in use, or "none" when kiln was built without it.
 std::string nvrtc_version();
 
+// The architectures the NVRTC in use compiles for, as compute capability times ten (75, 80,
+// 90, ...), ascending; empty when kiln was built without NVRTC.
+std::vector<int> nvrtc_supported_archs();
+
 } // namespace kiln::cuda

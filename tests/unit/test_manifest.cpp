@@ -6,6 +6,7 @@
 
 #include "compiler/kernel_text.hpp"
 #include "compiler/key.hpp"
+#include "runtime/manifest_line.hpp"
 #include "tests/support/cache_dir.hpp"
 
 #include <cstdio>
@@ -30,17 +31,6 @@ std::vector<std::string> lines_of(const std::string& path) {
     return out;
 }
 
-// The value of "field":"..." in a manifest line.
-std::string field(const std::string& line, const std::string& name) {
-    const std::string tag = "\"" + name + "\":";
-    size_t at = line.find(tag);
-    if (at == std::string::npos) return "";
-    at += tag.size();
-    if (line[at] != '"') return line.substr(at, line.find_first_of(",}", at) - at);
-    size_t end = line.find('"', at + 1);
-    return line.substr(at + 1, end - at - 1);
-}
-
 void run_some_expressions(Context& ctx) {
     Tensor A = ctx.array(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
     Tensor C = ctx.empty({2, 1}), B = ctx.empty({2, 4});
@@ -63,13 +53,14 @@ TEST_CASE("record_to appends each kernel once, as text that regenerates it") {
     std::set<std::string> names;
     for (const std::string& l : lines) {
         INFO(l);
-        CHECK(field(l, "format") == "1");
-        CHECK(field(l, "backend") == "cpu");
-        const std::string target = field(l, "target");
-        CHECK(target.rfind("cpu-", 0) == 0);
-        kir::Kernel k = parse_kernel_text(field(l, "kernel"));
-        CHECK(kernel_name_for(key_material(k, target)) == field(l, "name"));
-        CHECK(names.insert(field(l, "name")).second);  // each kernel once
+        const ManifestLine ml = parse_manifest_line(l, path, 1);
+        CHECK(ml.format == 1);
+        CHECK(ml.kiln == KILN_VERSION);
+        CHECK(ml.backend == "cpu");
+        CHECK(ml.target.rfind("cpu-", 0) == 0);
+        kir::Kernel k = parse_kernel_text(ml.kernel);
+        CHECK(kernel_name_for(key_material(k, ml.target)) == ml.name);
+        CHECK(names.insert(ml.name).second);  // each kernel once
     }
     // A second context appends; "" stops recording.
     Context other(ContextOptions{"cpu"});

@@ -21,8 +21,10 @@
 #include "runtime/cuda/nvrtc.hpp"
 #include "runtime/host_target.hpp"
 #include "runtime/manifest.hpp"
+#include "runtime/manifest_line.hpp"
 #include "tests/support/cache_dir.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -62,6 +64,12 @@ Run shell(const std::string& command) {
 }
 
 Run run(const std::string& args) { return shell(tool() + " " + args); }
+
+size_t count_in(const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+}
 
 struct RecordedStage {
     kir::Kernel kernel;
@@ -242,11 +250,159 @@ TEST_CASE("kiln-warmup refuses bad arguments and manifests, naming the line") {
     CHECK(r.status == 2);
     r = run("/nonexistent/manifest.jsonl");
     CHECK(r.status == 2);
-    CHECK(r.out.find("cannot read manifest /nonexistent/manifest.jsonl") != std::string::npos);
+    CHECK(r.out.find("cannot read manifest /nonexistent/manifest.jsonl: No such file or directory") != std::string::npos);
     std::remove(bad.c_str());
 }
 
+TEST_CASE("kiln-warmup: every bad line of a manifest is named, with what is valid, and nothing is compiled") {
+    if (!available()) return;
+    Workspace w("lines");
+    std::vector<std::string> lines;
+    {
+        std::ifstream in(w.manifest);
+        for (std::string l; std::getline(in, l);) lines.push_back(l);
+    }
+    REQUIRE(lines.size() >= 2);
+    std::string huge = lines[0];
+    const size_t fp = huge.find("|fp ");
+    REQUIRE(fp != std::string::npos);
+    huge.replace(fp, huge.find('|', fp + 1) - fp, "|fp 2147483647");
+    {
+        std::ofstream f(w.manifest, std::ios::trunc);
+        f << lines[1] << "\n\n"                                   // 1 good, 2 blank
+          << huge << "\n"                                         // 3: a count no kernel has
+          << R"({"format":1,"backend":"cuda",)" << "\n"          // 4: not JSON
+          << R"({"format":1,"backend":"gpu","target":"sm_90","kernel":"rank 0"})" << "\n"   // 5
+          << R"({"format":7,"kiln":"9","backend":"cuda","target":"sm_90","kernel":"rank 0"})" << "\n"   // 6
+          << R"(["format",1])" << "\n";                           // 7
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    Run r = run(fmt::format("{} --cache-dir {}", w.manifest, w.dir));
+    INFO(r.out);
+    CHECK(r.status == 2);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+    const std::string& m = w.manifest;
+    CHECK(r.out.find(m + ":3: kernel text: 2147483647 float parameters at offset") != std::string::npos);
+    CHECK(r.out.find(m + ":4: bad JSON at line 4, column 30: syntax error while parsing object key") != std::string::npos);
+    CHECK(r.out.find(m + ":5: unknown backend \"gpu\"; valid: cuda, cpu") != std::string::npos);
+    CHECK(r.out.find(m + ":6: manifest format 7 is not one this kiln reads (it reads format 1); the line was recorded by "
+                     "kiln 9") != std::string::npos);
+    CHECK(r.out.find(m + ":7: the line is [\"format\",1] (array), not a JSON object") != std::string::npos);
+    CHECK(r.out.find("5 bad manifest lines: nothing was compiled") != std::string::npos);
+    CHECK(r.out.find(":1:") == std::string::npos);
+    CHECK(!fs::exists(w.dir));
+}
+
+TEST_CASE("kiln-warmup: a manifest re-serialised by another JSON tool warms the same") {
+    if (!available()) return;
+    Workspace w("json");
+#ifdef KILN_HAVE_LLVM
+    const std::string arch = "cpu";
+#else
+    const std::string arch = "sm_90";
+#endif
+    {
+        // As Python's json.dumps writes it (spaces after ':' and ','), keys in another order,
+        // a \u escape.
+        std::ofstream f(w.manifest, std::ios::trunc);
+        for (const RecordedStage& s : w.stages)
+            f << fmt::format(R"({{"kernel": "{}", "format": 1, "kiln": "0.1.0", "backend": "\u0063uda", "target": "sm_90", )"
+                             R"("name": "{}"}})",
+                             kernel_text(s.kernel), s.kernel.name)
+              << "\n";
+    }
+    Run r = run(fmt::format("{} --arch {} --cache-dir {}", w.manifest, arch, w.dir));
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find(fmt::format("{} kernels x archs: {} compiled, 0 already cached, 0 failed", w.stages.size(),
+                                 w.stages.size())) != std::string::npos);
+}
+
+TEST_CASE("kiln-warmup: arguments and cache directories that cannot work are refused before any work") {
+    if (!available()) return;
+    Workspace w("args");
+    const std::string file = w.dir + ".file";
+    { std::ofstream(file) << "x"; }
+    struct Case {
+        std::string args, message;
+    };
+    const std::vector<Case> cases = {
+        {fmt::format("{} --cache-dir {}", w.manifest, file),
+         fmt::format("the cache directory {} (--cache-dir) is not a directory", file)},
+        {fmt::format("{} --cache-dir {}/sub", w.manifest, file),
+         fmt::format("cannot create the cache directory {}/sub (--cache-dir): Not a directory", file)},
+        {fmt::format("{} --cache-dir {} --check", w.manifest, file), "is not a directory"},
+        {fmt::format("--cache-dir {} --prune 0", file), "is not a directory"},
+        {fmt::format("/tmp --cache-dir {}", w.dir),
+         "cannot read manifest /tmp: it is a directory; a manifest is a JSON-lines file that KILN_RECORD=path writes"},
+        {fmt::format("{} --cache-dir ''", w.manifest), "--cache-dir: an empty path"},
+        {fmt::format("{} --jobs 0", w.manifest), "--jobs 0: not a number of parallel compiles; valid: an integer from 1 to 1024"},
+        {fmt::format("{} --jobs 4x", w.manifest), "--jobs 4x: not a number"},
+        {fmt::format("{} --jobs 5000", w.manifest), "--jobs 5000: not a number"},
+        {fmt::format("{} --prune 5X", w.manifest), "--prune 5X: not a size; valid: a number and a unit B, K, KB, KiB"},
+        {fmt::format("{} --prune nan", w.manifest), "--prune nan: not a size"},
+        {fmt::format("{} --prune -1G", w.manifest), "--prune -1G: not a size"},
+        {fmt::format("{} --prune 1.5.2G", w.manifest), "--prune 1.5.2G: not a size"},
+    };
+    for (const Case& c : cases) {
+        Run r = run(c.args);
+        INFO(c.args << "\n" << r.out);
+        CHECK(r.status == 2);
+        CHECK(r.out.find(c.message) != std::string::npos);
+    }
+    CHECK(!fs::exists(w.dir));
+    // Good sizes parse.
+    Run r = run(fmt::format("--cache-dir {} --prune 1.5GiB", w.dir));
+    CHECK(r.status == 0);
+    std::remove(file.c_str());
+}
+
 #ifdef KILN_HAVE_NVRTC
+TEST_CASE("kiln-warmup: --arch names only what this NVRTC compiles for, listing it") {
+    if (!available()) return;
+    Workspace w("nvrtc-arch");
+    Run r = run(fmt::format("{} --arch sm_80,sm_1000 --cache-dir {}", w.manifest, w.dir));
+    INFO(r.out);
+    CHECK(r.status == 2);
+    CHECK(r.out.find(fmt::format("--arch sm_1000: NVRTC {} cannot compile for it; valid: sm_", cuda::nvrtc_version())) !=
+          std::string::npos);
+    CHECK(r.out.find("sm_90, ") != std::string::npos);
+    CHECK(r.out.find(", cpu, native") != std::string::npos);
+    CHECK(!fs::exists(w.dir));
+    // An arch recorded in a manifest that this NVRTC does not compile for fails once, named.
+    {
+        std::ofstream f(w.manifest, std::ios::trunc);
+        for (const RecordedStage& s : w.stages)
+            f << manifest_line_json({kManifestFormat, "0.1.0", "cuda", "sm_20", s.kernel.name, kernel_text(s.kernel)}) << "\n";
+    }
+    r = run(fmt::format("{} --cache-dir {}", w.manifest, w.dir));
+    CHECK(r.status == 1);
+    CHECK(r.out.find(fmt::format("failed: {} kernels recorded for sm_20: NVRTC {} cannot compile for sm_20 (it compiles "
+                                 "for sm_",
+                                 w.stages.size(), cuda::nvrtc_version())) != std::string::npos);
+    CHECK(r.out.find(fmt::format("{} kernels x archs: 0 compiled, 0 already cached, {} failed", w.stages.size(),
+                                 w.stages.size())) != std::string::npos);
+}
+
+TEST_CASE("kiln-warmup: a kernel the cache did not store counts as failed, not compiled") {
+    if (!available()) return;
+    Workspace w("unstored");
+    // Every entry's subdirectory is a regular file: the disk cache cannot write there (it then
+    // keeps kernels in memory, with a warning), so nothing compiled is on disk.
+    cache::DiskCache disk(cache::DiskCacheOptions{w.dir, ""});
+    for (const RecordedStage& s : w.stages) {
+        const fs::path sub = fs::path(disk.path_for(runtime_key(s, "sm_90"))).parent_path();
+        fs::create_directories(sub.parent_path());
+        std::ofstream(sub.string()) << "not a directory";
+    }
+    Run r = run(fmt::format("{} --arch sm_90 --cache-dir {} --jobs 1", w.manifest, w.dir));
+    INFO(r.out);
+    CHECK(r.status == 1);
+    CHECK(r.out.find(fmt::format("{} kernels x archs: 0 compiled, 0 already cached, {} failed", w.stages.size(),
+                                 w.stages.size())) != std::string::npos);
+    CHECK(count_in(r.out, "compiled, but not stored in the cache: ") == w.stages.size());
+}
+
 TEST_CASE("a warm-up killed part way leaves a cache that the next warm-up completes") {
     if (!available()) return;
     Workspace w("killed");
@@ -316,12 +472,6 @@ std::vector<std::string> manifest_lines(const std::string& path) {
     for (std::string l; std::getline(in, l);)
         if (!l.empty()) out.push_back(l);
     return out;
-}
-
-size_t count_in(const std::string& text, const std::string& needle) {
-    size_t n = 0;
-    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-    return n;
 }
 
 int count_entries(const std::string& dir) {
@@ -500,5 +650,22 @@ TEST_CASE("cpu: processes storing the same objects at once leave a correct cache
     c = run(fmt::format("{} --arch cpu --cache-dir {} --check", w.manifest, w.dir));
     CHECK(c.status == 0);
     CHECK(count_temp_files(w.dir) == 0);
+}
+
+TEST_CASE("cpu: environment values that are not valid are warned about once each, and the program runs") {
+    if (!example_available()) return;
+    const std::string dir = fresh_dir("env");
+    Run r = shell(fmt::format("env KILN_BACKEND=cpu KILN_CACHE_DIR={} KILN_LOG=verbose KILN_NUM_THREADS=lots "
+                              "KILN_ASSERT_NO_COMPILE=maybe KILN_CACHE_FSYNC=2 {}",
+                              dir, example()));
+    fs::remove_all(dir);
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("all results match the reference") != std::string::npos);
+    const char* flags = "valid: 0, 1, false, true, no, yes, off, on; it is ignored";
+    CHECK(count_in(r.out, "KILN_LOG='verbose' is not understood; valid: error, warn, info, debug; it is ignored") == 1);
+    CHECK(count_in(r.out, "KILN_NUM_THREADS='lots' is not understood; valid: an integer from 1 to 4096; it is ignored") == 1);
+    CHECK(count_in(r.out, fmt::format("KILN_ASSERT_NO_COMPILE='maybe' is not understood; {}", flags)) == 1);
+    CHECK(count_in(r.out, fmt::format("KILN_CACHE_FSYNC='2' is not understood; {}", flags)) == 1);
 }
 #endif // KILN_HAVE_LLVM

@@ -1,0 +1,250 @@
+#include "compiler/kernel_check.hpp"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+namespace kiln::kir {
+
+namespace {
+
+using CT = ComputeType;
+
+const char* type_name(CT t) { return t == CT::F32 ? "f32" : "i32"; }
+
+// The operand types an op takes and the result type it has; `Same` is the instruction's own
+// type (either), `Any` either type independently.
+enum class T : uint8_t { F32, I32, Same, Any, None };
+
+struct Signature {
+    T result;       // F32, I32 or Any (the instruction's type is then free, and Same follows it)
+    T operand[3];
+};
+
+Signature signature(Op op) {
+    switch (op) {
+    case Op::ConstF: case Op::ParamF: return {T::F32, {T::None, T::None, T::None}};
+    case Op::ConstI: case Op::ParamI: case Op::Coord: case Op::LinearId: return {T::I32, {T::None, T::None, T::None}};
+    case Op::Load: case Op::AccResult: return {T::Any, {T::None, T::None, T::None}};   // checked against the buffer / accumulator
+    case Op::Gather: return {T::Any, {T::I32, T::None, T::None}};
+    case Op::Neg: case Op::Abs: case Op::Sign: return {T::Any, {T::Same, T::None, T::None}};
+    case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log: case Op::Log2: case Op::Tanh: case Op::Rint:
+        return {T::F32, {T::F32, T::None, T::None}};
+    case Op::IsFinite: case Op::ToI32: case Op::AsI32: return {T::I32, {T::F32, T::None, T::None}};
+    case Op::ToF32: case Op::AsF32: return {T::F32, {T::I32, T::None, T::None}};
+    case Op::WrapI8: case Op::WrapU8: return {T::I32, {T::I32, T::None, T::None}};
+    case Op::ToBool: return {T::I32, {T::Any, T::None, T::None}};
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Max: case Op::Min: return {T::Any, {T::Same, T::Same, T::None}};
+    case Op::Div: case Op::Pow: return {T::F32, {T::F32, T::F32, T::None}};
+    case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
+        return {T::I32, {T::Any, T::Any, T::None}};   // both operands of one type (checked below)
+    case Op::And: case Op::Or: case Op::Xor: case Op::Shl: case Op::Shr: case Op::MulHi:
+        return {T::I32, {T::I32, T::I32, T::None}};
+    case Op::Select: return {T::Any, {T::I32, T::Same, T::Same}};
+    }
+    return {T::None, {T::None, T::None, T::None}};
+}
+
+bool is_comparison(Op op) {
+    return op == Op::Eq || op == Op::Ne || op == Op::Lt || op == Op::Le || op == Op::Gt || op == Op::Ge;
+}
+
+// One instruction alone: op and type in range, operands earlier instructions of the right
+// types, its index naming something that exists.
+std::string instr_problem(const Kernel& k, int id) {
+    const Instr& in = k.instrs[id];
+    if (in.op > kLastOp) return fmt::format("instruction %{} has op {}, not an op (0..{})", id, (int)in.op, (int)kLastOp);
+    if (in.type != CT::F32 && in.type != CT::I32)
+        return fmt::format("instruction %{} has type {}, not a compute type (0 f32, 1 i32)", id, (int)in.type);
+    const char* name = op_name(in.op);
+    const Signature sig = signature(in.op);
+    if ((sig.result == T::F32 && in.type != CT::F32) || (sig.result == T::I32 && in.type != CT::I32))
+        return fmt::format("instruction %{} ({}) has type {}; {} gives {}", id, name, type_name(in.type), name,
+                           sig.result == T::F32 ? "f32" : "i32");
+    const int n_ops = arity(in.op);
+    for (int i = 0; i < 3; ++i) {
+        const int a = in.a[i];
+        if (i >= n_ops) {
+            if (a != -1) return fmt::format("instruction %{} ({}) reads {} operands, but operand {} is %{} (not -1)", id, name, n_ops, i, a);
+            continue;
+        }
+        if (a < 0 || a >= id)
+            return fmt::format("instruction %{} ({}): operand {} is %{}, not an earlier instruction ({})", id, name, i, a,
+                               id == 0 ? std::string("there is none") : fmt::format("%0..%{}", id - 1));
+        const CT at = k.instrs[a].type;
+        const T want = sig.operand[i];
+        const bool ok = want == T::Any || (want == T::F32 && at == CT::F32) || (want == T::I32 && at == CT::I32) ||
+                        (want == T::Same && at == in.type);
+        if (!ok)
+            return fmt::format("instruction %{} ({} {}): operand {} (%{}) is {}, which {} does not take there", id, name,
+                               type_name(in.type), i, a, type_name(at), name);
+    }
+    if (is_comparison(in.op) && k.instrs[in.a[0]].type != k.instrs[in.a[1]].type)
+        return fmt::format("instruction %{} ({}) compares %{} ({}) with %{} ({}): operands of one type", id, name, in.a[0],
+                           type_name(k.instrs[in.a[0]].type), in.a[1], type_name(k.instrs[in.a[1]].type));
+    const int nbuf = (int)k.buffers.size();
+    switch (in.op) {
+    case Op::ParamF:
+        if (in.index < 0 || in.index >= k.num_fparams)
+            return fmt::format("instruction %{} (paramf) reads fp[{}]; the kernel has {} float parameters", id, in.index, k.num_fparams);
+        break;
+    case Op::ParamI:
+        if (in.index < 0 || in.index >= k.num_iparams)
+            return fmt::format("instruction %{} (parami) reads ip[{}]; the kernel has {} integer parameters", id, in.index, k.num_iparams);
+        break;
+    case Op::Load:
+    case Op::Gather:
+        if (in.index < 0 || in.index >= nbuf)
+            return fmt::format("instruction %{} ({}) reads buf{}; the kernel has {} buffers", id, name, in.index, nbuf);
+        if (k.buffers[in.index].output)
+            return fmt::format("instruction %{} ({}) reads buf{}, an output (a kernel never reads what it writes)", id, name, in.index);
+        if (in.type != compute_type(k.buffers[in.index].dtype))
+            return fmt::format("instruction %{} ({}) has type {}, but buf{} ({}) loads as {}", id, name, type_name(in.type), in.index,
+                               dtype_name(k.buffers[in.index].dtype), type_name(compute_type(k.buffers[in.index].dtype)));
+        if (in.op == Op::Gather && (in.aux < 0 || in.aux >= k.num_iparams))
+            return fmt::format("instruction %{} (gather) takes its stride from ip[{}]; the kernel has {} integer parameters", id,
+                               in.aux, k.num_iparams);
+        break;
+    case Op::Coord:
+        if (in.index < 0 || in.index >= k.rank)
+            return fmt::format("instruction %{} (coord) reads dim {}; the kernel has rank {}", id, in.index, k.rank);
+        break;
+    case Op::AccResult:
+        if (in.index < 0 || in.index >= (int)k.accums.size())
+            return fmt::format("instruction %{} (acc_result) reads acc{}; the kernel has {} accumulators", id, in.index, k.accums.size());
+        if (in.type != acc_result_type(k.accums[in.index]))
+            return fmt::format("instruction %{} (acc_result) has type {}; acc{} yields {}", id, type_name(in.type), in.index,
+                               type_name(acc_result_type(k.accums[in.index])));
+        break;
+    default: break;
+    }
+    return {};
+}
+
+} // namespace
+
+int arity(Op op) {
+    switch (op) {
+    case Op::ConstF: case Op::ConstI: case Op::ParamF: case Op::ParamI: case Op::Load: case Op::Coord:
+    case Op::LinearId: case Op::AccResult:
+        return 0;
+    case Op::Gather: case Op::Neg: case Op::Abs: case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log:
+    case Op::Log2: case Op::Tanh: case Op::Rint: case Op::Sign: case Op::IsFinite: case Op::ToF32: case Op::ToI32:
+    case Op::WrapI8: case Op::WrapU8: case Op::ToBool: case Op::AsI32: case Op::AsF32:
+        return 1;
+    case Op::Select: return 3;
+    default: return 2;
+    }
+}
+
+ComputeType acc_result_type(const Accum& a) {
+    return a.kind == AccKind::ArgMax || a.kind == AccKind::ArgMin ? CT::I32 : a.type;
+}
+
+std::string kernel_problem(const Kernel& k) {
+    if (k.rank < 0) return fmt::format("rank {} is negative", k.rank);
+    if ((int)k.reduced.size() != k.rank)
+        return fmt::format("{} reduced flags for rank {} (one per dim)", k.reduced.size(), k.rank);
+    if (k.buffers.empty()) return "no buffers (a kernel writes at least one)";
+    for (size_t b = 0; b < k.buffers.size(); ++b) {
+        const Buffer& buf = k.buffers[b];
+        if ((int)buf.dtype >= kNumDTypes)
+            return fmt::format("buf{} has dtype {}, not a dtype (0..{})", b, (int)buf.dtype, kNumDTypes - 1);
+        if ((int)buf.layout.size() != k.rank)
+            return fmt::format("buf{} has {} stride kinds for rank {} (one per dim)", b, buf.layout.size(), k.rank);
+        for (StrideKind s : buf.layout)
+            if (s != StrideKind::Zero && s != StrideKind::One && s != StrideKind::Any)
+                return fmt::format("buf{} has stride kind {}, not one (0 zero, 1 one, 2 any)", b, (int)s);
+    }
+    if (k.num_fparams < 0 || k.num_iparams < 0)
+        return fmt::format("{} float and {} integer parameters: counts are not negative", k.num_fparams, k.num_iparams);
+    const int n = (int)k.instrs.size();
+    for (size_t a = 0; a < k.accums.size(); ++a) {
+        const Accum& ac = k.accums[a];
+        if (ac.kind > AccKind::ArgMin)
+            return fmt::format("acc{} has kind {}, not an accumulator kind (0..{})", a, (int)ac.kind, (int)AccKind::ArgMin);
+        if (ac.type != CT::F32 && ac.type != CT::I32)
+            return fmt::format("acc{} has type {}, not a compute type (0 f32, 1 i32)", a, (int)ac.type);
+    }
+    for (int id = 0; id < n; ++id)
+        if (std::string p = instr_problem(k, id); !p.empty()) return p;
+    for (size_t a = 0; a < k.accums.size(); ++a) {
+        const Accum& ac = k.accums[a];
+        if (ac.value < 0 || ac.value >= n)
+            return fmt::format("acc{} reduces %{}; the kernel has {} instructions", a, ac.value, n);
+        if (k.instrs[ac.value].type != ac.type)
+            return fmt::format("acc{} has type {} but reduces %{} of type {}", a, type_name(ac.type), ac.value,
+                               type_name(k.instrs[ac.value].type));
+    }
+
+    if (k.blocks.empty()) return "no blocks (a kernel runs at least one)";
+    std::vector<int> block_of(n, -1), acc_block(k.accums.size(), -1), position(n, -1);
+    for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
+        const Block& b = k.blocks[bi];
+        for (size_t at = 0; at < b.instrs.size(); ++at) {
+            const int id = b.instrs[at];
+            if (id < 0 || id >= n) return fmt::format("block {} lists %{}; the kernel has {} instructions", bi, id, n);
+            if (block_of[id] >= 0) return fmt::format("%{} is listed by block {} and block {} (at most one)", id, block_of[id], bi);
+            block_of[id] = (int)bi;
+            position[id] = (int)at;
+        }
+        for (int a : b.accums) {
+            if (a < 0 || a >= (int)k.accums.size())
+                return fmt::format("block {} lists acc{}; the kernel has {} accumulators", bi, a, k.accums.size());
+            if (!b.loop) return fmt::format("block {} is a Point block but lists acc{} (only Loop blocks accumulate)", bi, a);
+            if (acc_block[a] >= 0) return fmt::format("acc{} is listed by block {} and block {} (exactly one)", a, acc_block[a], bi);
+            acc_block[a] = (int)bi;
+            if (block_of[k.accums[a].value] != (int)bi)
+                return fmt::format("acc{} reduces %{}, which block {} does not compute", a, k.accums[a].value, bi);
+        }
+    }
+    for (size_t a = 0; a < k.accums.size(); ++a)
+        if (acc_block[a] < 0) return fmt::format("acc{} is listed by no block (exactly one Loop block)", a);
+
+    // A value is visible in block `bi` at list position `at` when its block computed it earlier
+    // in the same list, or is an earlier Point block.
+    auto visible = [&](int v, size_t bi, int at) {
+        const int home = block_of[v];
+        if (home == (int)bi) return position[v] < at;
+        return home >= 0 && home < (int)bi && !k.blocks[home].loop;
+    };
+    for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
+        const Block& b = k.blocks[bi];
+        for (int id : b.instrs) {
+            const Instr& in = k.instrs[id];
+            for (int i = 0; i < arity(in.op); ++i)
+                if (!visible(in.a[i], bi, position[id]))
+                    return fmt::format("%{} ({}) in block {} reads %{}, which is not visible there (computed {})", id,
+                                       op_name(in.op), bi, in.a[i],
+                                       block_of[in.a[i]] < 0 ? std::string("by no block")
+                                                             : fmt::format("later or in block {}", block_of[in.a[i]]));
+            if (in.op == Op::AccResult && acc_block[in.index] >= (int)bi)
+                return fmt::format("%{} in block {} reads acc{}, which block {} computes (only earlier blocks' results are "
+                                   "visible)", id, bi, in.index, acc_block[in.index]);
+        }
+        for (const Store& st : b.stores) {
+            if (st.buffer < 0 || st.buffer >= (int)k.buffers.size())
+                return fmt::format("block {} stores to buf{}; the kernel has {} buffers", bi, st.buffer, k.buffers.size());
+            if (!k.buffers[st.buffer].output) return fmt::format("block {} stores to buf{}, an input", bi, st.buffer);
+            if (st.value < 0 || st.value >= n)
+                return fmt::format("block {} stores %{}; the kernel has {} instructions", bi, st.value, n);
+            if (!visible(st.value, bi, (int)b.instrs.size()))
+                return fmt::format("block {} stores %{}, which is not visible there", bi, st.value);
+            const CT want = compute_type(k.buffers[st.buffer].dtype);
+            if (k.instrs[st.value].type != want)
+                return fmt::format("block {} stores %{} ({}) to buf{} ({}), which takes {}", bi, st.value,
+                                   type_name(k.instrs[st.value].type), st.buffer, dtype_name(k.buffers[st.buffer].dtype),
+                                   type_name(want));
+        }
+    }
+    if (k.full_reduce) {
+        if (k.rank == 0) return "a full reduction of rank 0 (it reduces at least one dim)";
+        for (int d = 0; d < k.rank; ++d)
+            if (!k.reduced[d]) return fmt::format("a full reduction with parallel dim {} (all dims are reduced)", d);
+        if (k.blocks.size() != 2 || !k.blocks[0].loop || k.blocks[1].loop)
+            return "a full reduction has exactly two blocks: Loop, then Point";
+    }
+    return {};
+}
+
+} // namespace kiln::kir
