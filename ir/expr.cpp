@@ -58,7 +58,7 @@ Expr float_unary(OpKind op, const Expr& a) { return unary(op, a, float_result(N(
 
 // A literal as written: integral values without a fraction or exponent.
 std::string literal_str(double v) {
-    if (v == std::trunc(v) && std::fabs(v) < 9.2e18) return fmt::format("{}", (int64_t)v);
+    if (std::isfinite(v) && v == std::trunc(v)) return fmt::format("{:.0f}", v);
     return fmt::format("{}", v);
 }
 
