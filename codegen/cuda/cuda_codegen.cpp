@@ -92,7 +92,7 @@ int arity(Op op) {
         return 0;
     case Op::Gather: case Op::Neg: case Op::Abs: case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log:
     case Op::Log2: case Op::Tanh: case Op::Rint: case Op::Sign: case Op::IsFinite: case Op::ToF32: case Op::ToI32:
-    case Op::WrapI8: case Op::WrapU8: case Op::ToBool: case Op::AsI32: case Op::AsF32:
+    case Op::WrapI8: case Op::WrapU8: case Op::ToBool: case Op::AsI32: case Op::AsF32: case Op::Floor:
         return 1;
     case Op::Select: return 3;
     default: return 2;
@@ -345,6 +345,10 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::Select: return fmt::format("{} != 0 ? {} : {}", x, y, v(in.a[2]));
     case Op::AsI32: return fmt::format("__float_as_int({})", x);
     case Op::AsF32: return fmt::format("__int_as_float({})", x);
+    case Op::Floor: return fmt::format("floorf({})", x);
+    case Op::FMod: return fmt::format("fmodf({}, {})", x, y);
+    case Op::IDiv: return fmt::format("{} / {}", x, y);
+    case Op::IRem: return fmt::format("{} % {}", x, y);
     }
     return "?";
 }
