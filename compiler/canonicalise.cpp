@@ -1,5 +1,6 @@
 #include "compiler/canonicalise.hpp"
 
+#include "compiler/divmod.hpp"
 #include "ir/expr.hpp"
 
 #include <cmath>
@@ -30,10 +31,26 @@ double to_dtype(double v, DType t) {
     return v;
 }
 
+// The division family in the kernel's arithmetic: both operands converted to the result's
+// compute type (float32, or int32 wrapped to the result's width), then compiler/divmod.hpp.
+std::optional<double> fold_division(const Node& n, const std::vector<NodePtr>& ins) {
+    if (is_float(n.dtype)) {
+        const float x = (float)ins[0]->value, y = (float)ins[1]->value;
+        if (n.op == OpKind::FloorDiv) return floor_divide_f32(x, y);
+        if (n.op == OpKind::Mod) return remainder_f32(x, y);
+        return std::fmod(x, y);
+    }
+    const auto x = (int32_t)to_dtype(ins[0]->value, n.dtype), y = (int32_t)to_dtype(ins[1]->value, n.dtype);
+    if (n.op == OpKind::FloorDiv) return floor_divide_i32(x, y);
+    if (n.op == OpKind::Mod) return remainder_i32(x, y);
+    return fmod_i32(x, y);
+}
+
 // `ins` are the operands after canonicalisation (already folded scalars), not n.inputs.
 std::optional<double> fold(const Node& n, const std::vector<NodePtr>& ins) {
     auto a = [&](int i) { return ins[i]->value; };
     switch (n.op) {
+    case OpKind::FloorDiv: case OpKind::Mod: case OpKind::Fmod: return fold_division(n, ins);
     case OpKind::Neg: return -a(0);
     case OpKind::Abs: return std::fabs(a(0));
     case OpKind::Square: return a(0) * a(0);
@@ -78,9 +95,10 @@ struct Canon {
         if (is_elementwise(n.op) && !ins.empty()) {
             bool all_scalar = true, all_weak = true;
             for (auto& i : ins) all_scalar &= is_scalar(i), all_weak &= i->weak;
-            // Integer arithmetic folds only where the double result is exact; floats always.
+            // Integer arithmetic folds only where the result is exact; floats always.
             if (all_scalar && (is_float(n.dtype) || n.op == OpKind::Cast || n.op == OpKind::Neg || n.op == OpKind::Add ||
-                               n.op == OpKind::Sub || n.op == OpKind::Mul)) {
+                               n.op == OpKind::Sub || n.op == OpKind::Mul || n.op == OpKind::FloorDiv ||
+                               n.op == OpKind::Mod || n.op == OpKind::Fmod)) {
                 if (auto v = fold(n, ins)) {
                     ++st.folded;
                     Node s;

@@ -54,6 +54,10 @@ const char* op_name(Op op) {
     case Op::Select: return "select";
     case Op::AsI32: return "as_i32";
     case Op::AsF32: return "as_f32";
+    case Op::Floor: return "floor";
+    case Op::FMod: return "fmod";
+    case Op::IDiv: return "idiv";
+    case Op::IRem: return "irem";
     }
     return "?";
 }

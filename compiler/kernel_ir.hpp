@@ -66,8 +66,13 @@ enum class Op : uint8_t {
     // ---- bit casts (stochastic rounding works on a float's bits)
     AsI32,                 // F32 -> I32: the same 32 bits
     AsF32,                 // I32 -> F32: the same 32 bits
+    // ---- division (after the others, so that recorded kernel texts keep their numbers)
+    Floor,                 // F32: round toward -inf
+    FMod,                  // F32: C's fmodf, exact: a - trunc(a / b) * b with a's sign; NaN for b == 0 or a = +-inf
+    IDiv, IRem,            // I32: C's a / b (truncated toward zero) and a % b (a's sign); defined only for
+                           // b != 0 and (a, b) != (INT32_MIN, -1), which the lowering guarantees
 };
-inline constexpr Op kLastOp = Op::AsF32;
+inline constexpr Op kLastOp = Op::IRem;
 
 const char* op_name(Op op);
 

@@ -67,6 +67,59 @@ struct Lowerer {
     }
     int as_f32(int v) { return type_of(v) == CT::F32 ? v : op1(Op::ToF32, CT::F32, v); }
 
+    // +0.0 or -0.0 with the sign bit of the F32 value `x`.
+    int signed_zero(int x) {
+        return op1(Op::AsF32, CT::F32, op2(Op::And, CT::I32, op1(Op::AsI32, CT::I32, x), ci(INT32_MIN)));
+    }
+
+    // NumPy's floor_divide, remainder and fmod of a and b (already in dtype t's compute type),
+    // step for step as compiler/divmod.hpp writes them on the host (canonicalise folds with it).
+    int division(OpKind op, int a, int b, DType t) {
+        if (compute_type(t) == CT::F32) {
+            const int mod = op2(Op::FMod, CT::F32, a, b);   // exact; NaN for b == 0 or a = +-inf
+            if (op == OpKind::Fmod) return mod;
+            // A nonzero remainder on the other side of 0 than b moves to b's side (mod + b); a
+            // NaN stays NaN either way.
+            const int zero = cf(0.0f);
+            const int nonzero = op2(Op::Ne, CT::I32, mod, zero);
+            const int move = op2(Op::And, CT::I32, nonzero,
+                                 op2(Op::Ne, CT::I32, op2(Op::Lt, CT::I32, b, zero), op2(Op::Lt, CT::I32, mod, zero)));
+            if (op == OpKind::Mod) {
+                const int moved = op3(Op::Select, CT::F32, move, op2(Op::Add, CT::F32, mod, b), mod);
+                return op3(Op::Select, CT::F32, nonzero, moved, signed_zero(b));  // a zero has b's sign
+            }
+            // Quotient: (a - mod) / b, one less where the remainder moved, floored and snapped to
+            // the nearest integer (it is one up to rounding); a zero quotient has a / b's sign.
+            // A zero divisor gives a / b itself: +-inf, or NaN for 0 / 0 and NaN / 0.
+            const int q = op2(Op::Div, CT::F32, a, b);
+            int div = op2(Op::Div, CT::F32, op2(Op::Sub, CT::F32, a, mod), b);
+            div = op3(Op::Select, CT::F32, move, op2(Op::Sub, CT::F32, div, cf(1.0f)), div);
+            int fl = op1(Op::Floor, CT::F32, div);
+            const int snap = op2(Op::Gt, CT::I32, op2(Op::Sub, CT::F32, div, fl), cf(0.5f));
+            fl = op3(Op::Select, CT::F32, snap, op2(Op::Add, CT::F32, fl, cf(1.0f)), fl);
+            const int r = op3(Op::Select, CT::F32, op2(Op::Ne, CT::I32, div, zero), fl, signed_zero(q));
+            return op3(Op::Select, CT::F32, op2(Op::Eq, CT::I32, b, zero), q, r);
+        }
+        // Integers. IDiv/IRem are undefined for b == 0 and for INT32_MIN / -1: those divide by 1
+        // instead (remainder 0, as NumPy's) and the quotient is replaced below: 0 for b == 0,
+        // -a (wrapping, so INT32_MIN stays INT32_MIN) for b == -1.
+        const int zero = ci(0);
+        const int by_zero = op2(Op::Eq, CT::I32, b, zero);
+        const int by_minus_one = op2(Op::Eq, CT::I32, b, ci(-1));
+        const int d = op3(Op::Select, CT::I32, op2(Op::Or, CT::I32, by_zero, by_minus_one), ci(1), b);
+        const int rem = op2(Op::IRem, CT::I32, a, d);
+        if (op == OpKind::Fmod) return rem;
+        // A nonzero remainder whose sign differs from b's moves to b's side, and the truncated
+        // quotient rounds down by one (the results stay within the operands' range).
+        const int move = op2(Op::And, CT::I32, op2(Op::Ne, CT::I32, rem, zero),
+                             op2(Op::Lt, CT::I32, op2(Op::Xor, CT::I32, rem, b), zero));
+        if (op == OpKind::Mod) return op2(Op::Add, CT::I32, rem, op3(Op::Select, CT::I32, move, b, zero));
+        int quot = op2(Op::Sub, CT::I32, op2(Op::IDiv, CT::I32, a, d), move);
+        quot = op3(Op::Select, CT::I32, by_minus_one, op1(Op::Neg, CT::I32, a), quot);
+        quot = op3(Op::Select, CT::I32, by_zero, zero, quot);
+        return wrap(quot, t);  // int8: -128 // -1 = 128 wraps to -128
+    }
+
     // ---- buffers
     std::vector<int64_t> map_strides(const Shape& shape, const Strides& strides) {
         std::vector<int64_t> s(n, 0);
@@ -330,6 +383,7 @@ struct Lowerer {
         case OpKind::Sub: return wrap(op2(Op::Sub, ct, in_as(0, t), in_as(1, t)), t);
         case OpKind::Mul: return wrap(op2(Op::Mul, ct, in_as(0, t), in_as(1, t)), t);
         case OpKind::Div: return op2(Op::Div, CT::F32, in_as(0, t), in_as(1, t));
+        case OpKind::FloorDiv: case OpKind::Mod: case OpKind::Fmod: return division(nd.op, in_as(0, t), in_as(1, t), t);
         case OpKind::Pow: return op2(Op::Pow, CT::F32, in_as(0, t), in_as(1, t));
         case OpKind::Maximum: return op2(Op::Max, ct, in_as(0, t), in_as(1, t));
         case OpKind::Minimum: return op2(Op::Min, ct, in_as(0, t), in_as(1, t));

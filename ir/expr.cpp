@@ -254,6 +254,23 @@ Expr divide(const Expr& a, const Expr& b) {
     return binary(OpKind::Div, a, b, is_float(t) ? t : DType::Float32);
 }
 
+namespace {
+
+// The division family's result dtype: add's, except that two bools give int8 (NumPy's
+// bool // bool is int8: quotients and remainders of 0/1 values are not bools).
+DType floor_division_type(const Expr& a, const Expr& b) {
+    DType t = result_type(a, b);
+    return t == DType::Bool ? DType::Int8 : t;
+}
+
+} // namespace
+
+Expr floor_divide(const Expr& a, const Expr& b) {
+    return binary(OpKind::FloorDiv, a, b, floor_division_type(a, b));
+}
+Expr remainder(const Expr& a, const Expr& b) { return binary(OpKind::Mod, a, b, floor_division_type(a, b)); }
+Expr fmod(const Expr& a, const Expr& b) { return binary(OpKind::Fmod, a, b, floor_division_type(a, b)); }
+
 Expr power(const Expr& a, const Expr& b) {
     DType t = result_type(a, b);
     if (!is_float(t))
@@ -413,6 +430,7 @@ Expr operator+(const Expr& a, const Expr& b) { return add(a, b); }
 Expr operator-(const Expr& a, const Expr& b) { return subtract(a, b); }
 Expr operator*(const Expr& a, const Expr& b) { return multiply(a, b); }
 Expr operator/(const Expr& a, const Expr& b) { return divide(a, b); }
+Expr operator%(const Expr& a, const Expr& b) { return remainder(a, b); }
 Expr operator-(const Expr& a) { return negative(a); }
 Expr operator==(const Expr& a, const Expr& b) { return equal(a, b); }
 Expr operator!=(const Expr& a, const Expr& b) { return not_equal(a, b); }

@@ -75,6 +75,18 @@ Expr add(const Expr& a, const Expr& b);
 Expr subtract(const Expr& a, const Expr& b);
 Expr multiply(const Expr& a, const Expr& b);
 Expr divide(const Expr& a, const Expr& b);  // true division: integers give a float
+// NumPy's floor_divide and remainder (Python's // and %): the quotient rounds toward -inf and
+// the remainder has the divisor's sign, a == floor_divide(a, b) * b + remainder(a, b). The
+// result dtype is add's (bool with bool: int8). Integer division by 0 gives 0 for both, and
+// INT32_MIN // -1 wraps to INT32_MIN with remainder 0, as NumPy's do. Floats follow NumPy's
+// divmod: a // 0 is a / 0 (+-inf, or nan for 0 // 0), x % 0 is nan, inf // x and inf % x are
+// nan, x % +-inf is x when x and the divisor have the same sign and the divisor otherwise.
+Expr floor_divide(const Expr& a, const Expr& b);
+Expr remainder(const Expr& a, const Expr& b);
+inline Expr mod(const Expr& a, const Expr& b) { return remainder(a, b); }
+// C's fmod (NumPy's fmod): the remainder of the division truncated toward zero, with the
+// dividend's sign. Integers divided by 0 give 0; floats give nan.
+Expr fmod(const Expr& a, const Expr& b);
 Expr power(const Expr& a, const Expr& b);
 Expr maximum(const Expr& a, const Expr& b);
 Expr minimum(const Expr& a, const Expr& b);
@@ -109,6 +121,7 @@ Expr operator+(const Expr& a, const Expr& b);
 Expr operator-(const Expr& a, const Expr& b);
 Expr operator*(const Expr& a, const Expr& b);
 Expr operator/(const Expr& a, const Expr& b);
+Expr operator%(const Expr& a, const Expr& b);   // remainder (Python's %), not C's fmod
 Expr operator-(const Expr& a);
 Expr operator==(const Expr& a, const Expr& b);
 Expr operator!=(const Expr& a, const Expr& b);

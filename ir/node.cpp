@@ -40,6 +40,9 @@ const char* opkind_name(OpKind k) {
     case OpKind::Sub: return "subtract";
     case OpKind::Mul: return "multiply";
     case OpKind::Div: return "divide";
+    case OpKind::FloorDiv: return "floor_divide";
+    case OpKind::Mod: return "remainder";
+    case OpKind::Fmod: return "fmod";
     case OpKind::Pow: return "power";
     case OpKind::Maximum: return "maximum";
     case OpKind::Minimum: return "minimum";

@@ -23,7 +23,7 @@ enum class OpKind : uint8_t {
     Neg, Abs, Sqrt, Square, Exp, Exp2, Log, Log2, SafeLog, Sig, Sig2, Tanh, Tanh2, Reciprocal, Sgn, Rint, Finite,
     Cast,
     // binary elementwise
-    Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Gt, Ge, Lt, Le,
+    Add, Sub, Mul, Div, FloorDiv, Mod, Fmod, Pow, Maximum, Minimum, Eq, Ne, Gt, Ge, Lt, Le,
     // ternary elementwise
     Where,
     // reductions over `axis` (or all dims when axis == kAllAxes); result keeps dims

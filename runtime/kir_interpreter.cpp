@@ -162,6 +162,15 @@ struct Exec {
         case Op::Select: r = A(0).i ? A(1) : A(2); break;
         case Op::AsI32: { const float f = A(0).f; std::memcpy(&r.i, &f, 4); break; }
         case Op::AsF32: { const int32_t i = A(0).i; std::memcpy(&r.f, &i, 4); break; }
+        case Op::Floor: r.f = std::floor(A(0).f); break;
+        case Op::FMod: r.f = std::fmod(A(0).f, A(1).f); break;
+        case Op::IDiv: case Op::IRem: {
+            const int32_t x = A(0).i, y = A(1).i;
+            KILN_CHECK_INTERNAL(y != 0 && !(x == INT32_MIN && y == -1), "kir interpreter: {} {} by {} is undefined",
+                                kir::op_name(in.op), x, y);
+            r.i = in.op == Op::IDiv ? x / y : x % y;
+            break;
+        }
         }
     }
 

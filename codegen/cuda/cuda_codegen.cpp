@@ -271,6 +271,10 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::Select: return fmt::format("{} != 0 ? {} : {}", x, y, v(in.a[2]));
     case Op::AsI32: return fmt::format("__float_as_int({})", x);
     case Op::AsF32: return fmt::format("__int_as_float({})", x);
+    case Op::Floor: return fmt::format("floorf({})", x);
+    case Op::FMod: return fmt::format("fmodf({}, {})", x, y);
+    case Op::IDiv: return fmt::format("{} / {}", x, y);
+    case Op::IRem: return fmt::format("{} % {}", x, y);
     }
     return "?";
 }

@@ -738,6 +738,10 @@ private:
         case Op::Select: return b_.CreateSelect(b_.CreateICmpNE(A(0), i32c(0)), A(1), A(2));
         case Op::AsI32: return b_.CreateBitCast(A(0), i32_);
         case Op::AsF32: return b_.CreateBitCast(A(0), f32_);
+        case Op::Floor: return b_.CreateUnaryIntrinsic(Intrinsic::floor, A(0));
+        case Op::FMod: return b_.CreateFRem(A(0), A(1));   // LLVM's frem is C's fmod
+        case Op::IDiv: return b_.CreateSDiv(A(0), A(1));
+        case Op::IRem: return b_.CreateSRem(A(0), A(1));
         }
         throw InternalError("llvm codegen: unknown op in instruction %" + std::to_string(id) + " of " + k_.name);
     }

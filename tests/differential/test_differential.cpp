@@ -327,7 +327,7 @@ double fe(double x) { return std::isfinite(x) ? x : 0; }
 enum class Op {
     Leaf, Scalar, Rand, Iota,
     Neg, Abs, Sqrt, Square, Exp, Exp2, Log, Log2, SafeLog, Sig, Sig2, Tanh, Tanh2, Recip, Sgn, Rint, Finite, Cast,
-    Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Gt, Ge, Lt, Le,
+    Add, Sub, Mul, Div, FloorDiv, Mod, Fmod, Pow, Maximum, Minimum, Eq, Ne, Gt, Ge, Lt, Le,
     Where,
     Sum, Max, Min, ArgMax, ArgMin,
     Reshape, Take, Onehot,
@@ -345,7 +345,8 @@ const char* op_name(Op o) {
     case Op::Tanh: return "tanh"; case Op::Tanh2: return "tanh2"; case Op::Recip: return "reciprocal";
     case Op::Sgn: return "sgn"; case Op::Rint: return "rint"; case Op::Finite: return "finite";
     case Op::Cast: return "cast"; case Op::Add: return "add"; case Op::Sub: return "subtract";
-    case Op::Mul: return "multiply"; case Op::Div: return "divide"; case Op::Pow: return "power";
+    case Op::Mul: return "multiply"; case Op::Div: return "divide"; case Op::FloorDiv: return "floor_divide";
+    case Op::Mod: return "remainder"; case Op::Fmod: return "fmod"; case Op::Pow: return "power";
     case Op::Maximum: return "maximum"; case Op::Minimum: return "minimum"; case Op::Eq: return "equal";
     case Op::Ne: return "not_equal"; case Op::Gt: return "greater"; case Op::Ge: return "greater_equal";
     case Op::Lt: return "less"; case Op::Le: return "less_equal"; case Op::Where: return "where";
@@ -462,6 +463,7 @@ bool is_float_unary(Op o) {
 }
 
 bool is_cmp(Op o) { return o == Op::Eq || o == Op::Ne || o == Op::Gt || o == Op::Ge || o == Op::Lt || o == Op::Le; }
+bool is_division(Op o) { return o == Op::FloorDiv || o == Op::Mod || o == Op::Fmod; }
 
 // ---- elementwise evaluation in float32 semantics (values in double, error bound alongside)
 
@@ -586,6 +588,41 @@ X f_binary(Op op, X a, X b) {
         r.e = dx * a.e + fe(std::fabs(r.v * l)) * b.e + fe((4 + 2 * std::fabs(y * l)) * kU * std::fabs(r.v));
         break;
     }
+    case Op::FloorDiv: case Op::Mod: case Op::Fmod: {
+        // NumPy's floor_divide and remainder are Python's float // and % (the quotient rounded
+        // toward -inf, the remainder with the divisor's sign); fmod is C's. By 0: x / 0, NaN, NaN.
+        double fd, md, fm;
+        if (y == 0) {
+            fd = x / y;
+            md = fm = NAN;
+        } else if (!std::isfinite(x) || std::isnan(y)) {
+            fd = md = fm = NAN;
+        } else if (std::isinf(y)) {  // a finite dividend: quotient 0 or -1
+            fm = x;
+            if (x == 0 || (x < 0) == (y < 0)) {
+                fd = std::copysign(0.0, x / y);
+                md = x == 0 ? std::copysign(0.0, y) : x;
+            } else {
+                fd = -1;
+                md = y;
+            }
+        } else {
+            fd = std::floor(x / y);
+            md = x - fd * y;  // exact for the operands' float32 values and the quotients used here
+            if (md == 0) md = std::copysign(0.0, y);
+            if (fd == 0) fd = std::copysign(0.0, x / y);
+            fm = std::fmod(x, y);
+        }
+        r.v = op == Op::FloorDiv ? fd : op == Op::Mod ? md : fm;
+        // A dividend near a multiple of the divisor is a discontinuity (the quotient steps,
+        // the remainder jumps by the divisor) when the operands are not exact.
+        const double q = x / y, err = a.e + fe(std::fabs(q) * b.e);
+        if (err > 0 && std::isfinite(q) && std::fabs(x - std::nearbyint(q) * y) <= kUnstable * err) r.u = true;
+        if (op == Op::FloorDiv) r.e = local_err(r.v, true);  // an integer: exact unless beyond 2^24
+        else if (op == Op::Mod) r.e = err + local_err(r.v, exact);  // fmod is exact; moving it rounds
+        else r.e = err;
+        break;
+    }
     case Op::Maximum: case Op::Minimum: {
         // NaN-propagating (NumPy's maximum/minimum)
         if (std::isnan(x)) r.v = x;
@@ -622,6 +659,15 @@ X i_binary(Op op, X a, X b, DType t) {
     case Op::Add: r.v = (double)wrap_int(t, x + y); break;
     case Op::Sub: r.v = (double)wrap_int(t, x - y); break;
     case Op::Mul: r.v = (double)wrap_int(t, (int64_t)((uint64_t)x * (uint64_t)y)); break;
+    case Op::FloorDiv: case Op::Mod: case Op::Fmod: {
+        // NumPy's integer loops: a zero divisor gives 0; the quotient rounds toward -inf (in
+        // int64, so INT32_MIN // -1 is 2^31, which wraps back); the remainder has y's sign.
+        if (y == 0) { r.v = 0; break; }
+        int64_t q = x / y, m = x % y;
+        if (op != Op::Fmod && m != 0 && (m < 0) != (y < 0)) --q, m += y;
+        r.v = (double)wrap_int(t, op == Op::FloorDiv ? q : m);
+        break;
+    }
     case Op::Maximum: r.v = (double)std::max(x, y); break;
     case Op::Minimum: r.v = (double)std::min(x, y); break;
     case Op::Eq: r.v = x == y; break;
@@ -699,6 +745,7 @@ RP r_binary(Op op, const RP& a, const RP& b) {
     DType t = rt, in = rt;
     if (is_cmp(op)) t = DType::Bool;
     if (op == Op::Div && !isf(rt)) t = in = DType::Float32;
+    if (is_division(op) && rt == DType::Bool) t = in = DType::Int8;  // NumPy: bool // bool is int8
     auto s = bshape(a->shape, b->shape);
     if (!s) throw std::logic_error("generator bug: operands do not broadcast");
     RP r = mk(op, t, *s, {a, b});
@@ -1340,7 +1387,8 @@ public:
         Built y;
         double r = rng.uni();
         if (r < 0.35)
-            y = apply_binary(rng.pick({Op::Add, Op::Mul, Op::Sub, Op::Maximum, Op::Minimum, Op::Div}), a, scalar_for(other));
+            y = apply_binary(rng.pick({Op::Add, Op::Mul, Op::Sub, Op::Maximum, Op::Minimum, Op::Div, Op::FloorDiv, Op::Mod}),
+                             a, scalar_for(other));
         else if (r < 0.6)
             y = apply_unary(rng.pick({Op::Neg, Op::Abs, Op::Exp, Op::Sqrt, Op::Square, Op::Recip, Op::Tanh, Op::Rint}), a);
         else if (r < 0.8)
@@ -1408,6 +1456,9 @@ public:
         case Op::Sub: e = rng.chance(0.5) ? a.e - b.e : kiln::subtract(a.e, b.e); break;
         case Op::Mul: e = rng.chance(0.5) ? a.e * b.e : kiln::multiply(a.e, b.e); break;
         case Op::Div: e = rng.chance(0.5) ? a.e / b.e : kiln::divide(a.e, b.e); break;
+        case Op::FloorDiv: e = kiln::floor_divide(a.e, b.e); break;
+        case Op::Mod: e = rng.chance(0.5) ? a.e % b.e : kiln::remainder(a.e, b.e); break;
+        case Op::Fmod: e = kiln::fmod(a.e, b.e); break;
         case Op::Pow: e = kiln::power(a.e, b.e); break;
         case Op::Maximum: e = kiln::maximum(a.e, b.e); break;
         case Op::Minimum: e = kiln::minimum(a.e, b.e); break;
@@ -1644,6 +1695,13 @@ public:
             double lim = limit(ref_result_type(a.r, b.r)) * 0.05;
             if (maxabs(a.r) > lim) a = bounded(a, lim);
         }
+        if (is_division(op) && isf(ref_result_type(a.r, b.r))) {
+            // Float division by 0 gives inf and NaN (the special-value graphs cover those); an
+            // integer divisor may be 0 (the result is 0). Quotients stay far below 2^24.
+            b = nonzero(b);
+            double lim = limit(ref_result_type(a.r, b.r)) * 0.05;
+            if (maxabs(a.r) > lim) a = bounded(a, lim);
+        }
         if (op == Op::Mul) {
             t = ref_result_type(a.r, b.r);
             double lim = limit(t);
@@ -1670,8 +1728,8 @@ public:
 
     Built gen_binary(const Shape& T, int depth) {
         static const std::vector<Op> ops_ = {Op::Add, Op::Add, Op::Sub, Op::Sub, Op::Mul, Op::Mul, Op::Div,
-                                             Op::Pow, Op::Maximum, Op::Minimum, Op::Eq, Op::Ne, Op::Gt,
-                                             Op::Ge,  Op::Lt, Op::Le};
+                                             Op::FloorDiv, Op::Mod, Op::Fmod, Op::Pow, Op::Maximum, Op::Minimum,
+                                             Op::Eq, Op::Ne, Op::Gt, Op::Ge, Op::Lt, Op::Le};
         Op op = rng.pick(ops_);
         auto [sa, sb] = split_shapes(T);
         bool scalar_b = sb.empty() && rng.chance(0.6);
@@ -1916,7 +1974,8 @@ public:
             return un(op, x);
         }
         if (r < 0.55) {
-            Op op = rng.pick({Op::Maximum, Op::Minimum, Op::Gt, Op::Le, Op::Eq, Op::Ne, Op::Mul, Op::Add});
+            Op op = rng.pick({Op::Maximum, Op::Minimum, Op::Gt, Op::Le, Op::Eq, Op::Ne, Op::Mul, Op::Add, Op::FloorDiv,
+                              Op::Mod, Op::Fmod});
             if (op == Op::Mul || op == Op::Add) return bin(op, sub(T), weak_float(rng.pick({2.0, -0.5, 1.5})));
             auto [sa, sb] = split_shapes(T);
             Built a = sub(sa);

@@ -196,6 +196,26 @@ TEST_CASE("power: integer operands") {
     has_all(m, {"power", "int32"});
 }
 
+TEST_CASE("floor_divide, remainder, fmod: operands that do not broadcast") {
+    Tensor a = f32({2, 3}), b = f32({4});
+    std::string m = error_of([&] { (void)kiln::floor_divide(a, b); }, Error::Kind::Value);
+    has_all(m, {"floor_divide", "(2, 3)", "(4,)", "broadcast"});
+    m = error_of([&] { (void)(Expr(a) % Expr(b)); }, Error::Kind::Value);
+    has_all(m, {"remainder", "(2, 3)", "(4,)", "broadcast"});
+    m = error_of([&] { (void)kiln::fmod(b, a); }, Error::Kind::Value);
+    has_all(m, {"fmod", "(4,)", "(2, 3)", "broadcast"});
+}
+
+TEST_CASE("floor_divide, remainder, fmod: an integer literal outside the tensor's dtype (NumPy 2 raises too)") {
+    Tensor i8 = typed({3}, DType::Int8), u8 = typed({2, 2}, DType::UInt8);
+    std::string m = error_of([&] { (void)kiln::floor_divide(i8, 300); }, Error::Kind::Value);
+    has_all(m, {"floor_divide", "literal 300", "out of range for int8", "int8 (3,)", "-128 to 127"});
+    m = error_of([&] { (void)(Expr(u8) % -1); }, Error::Kind::Value);
+    has_all(m, {"remainder", "literal -1", "out of range for uint8", "uint8 (2, 2)", "0 to 255"});
+    m = error_of([&] { (void)kiln::fmod(200, i8); }, Error::Kind::Value);
+    has_all(m, {"fmod", "literal 200", "out of range for int8"});
+}
+
 TEST_CASE("sgn: bool operand") {
     Tensor b = typed({2, 1}, DType::Bool);
     std::string m = error_of([&] { (void)kiln::sgn(b); }, Error::Kind::Type);

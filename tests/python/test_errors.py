@@ -61,7 +61,8 @@ def test_raised_errors_are_instances_of_both(a):
 # shapes and broadcasting
 
 
-@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide", "maximum", "less", "power"])
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide", "maximum", "less", "power", "floor_divide",
+                                  "remainder", "fmod"])
 def test_mismatched_broadcast_names_op_and_shapes(a, name):
     with pytest.raises(kiln.InvalidArgument) as ei:
         getattr(kiln, name)(a, kiln.ones((3, 2)))
@@ -295,6 +296,32 @@ def test_numpy_array_operand_in_operators(a):
     check(ei, "multiply", "kiln.asarray")
 
 
+def test_floor_division_operators_refuse_host_arrays_and_other_objects(a):
+    h = np.ones(3, dtype=np.float32)
+    for f in (lambda: a // h, lambda: a % h, lambda: divmod(a, h), lambda: a.__ifloordiv__(h),
+              lambda: a.__imod__(h)):
+        with pytest.raises(kiln.DTypeError) as ei:
+            f()
+        check(ei, "kiln.asarray")
+    for f in (lambda: h // a, lambda: h % a, lambda: divmod(h, a)):  # NumPy defers to kiln, which refuses
+        with pytest.raises(TypeError) as ei:
+            f()
+        check(ei, "kiln.asarray")
+    for f in (lambda: a // "x", lambda: None % a, lambda: divmod(a, object()), lambda: divmod(None, a)):
+        with pytest.raises(TypeError):  # Python's own: kiln returns NotImplemented
+            f()
+    for name in ("floor_divide", "remainder", "mod", "fmod", "divmod"):
+        with pytest.raises(kiln.DTypeError) as ei:
+            getattr(kiln, name)(a, "x")
+        check(ei, name, "str")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        a // kiln.ones(4)
+    check(ei, "floor_divide", "(2, 3)", "(4,)")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        divmod(kiln.ones(4), a)
+    check(ei, "floor_divide", "(4,)", "(2, 3)")
+
+
 def test_non_numeric_operand(a):
     with pytest.raises(TypeError) as ei:
         kiln.add(a, "x")
@@ -321,6 +348,12 @@ def test_integer_literal_out_of_range_for_the_tensor(dtype, lit):
     with pytest.raises(kiln.InvalidArgument) as ei:
         t + lit
     check(ei, "add", str(lit), np.dtype(dtype).name)
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        t // lit
+    check(ei, "floor_divide", str(lit), np.dtype(dtype).name)
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        lit % t
+    check(ei, "remainder", str(lit), np.dtype(dtype).name)
     (t < lit).eval()  # comparisons compare the true values
 
 

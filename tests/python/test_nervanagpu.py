@@ -209,6 +209,7 @@ def test_elementwise_methods_are_lazy_without_out(ng):
     ("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply), ("divide", np.divide),
     ("maximum", np.maximum), ("minimum", np.minimum), ("power", np.power), ("greater", np.greater),
     ("less_equal", np.less_equal), ("equal", np.equal), ("not_equal", np.not_equal),
+    ("floor_divide", np.floor_divide), ("remainder", np.remainder), ("mod", np.mod), ("fmod", np.fmod),
 ])
 def test_binary_out(ng, name, ref):
     rs = np.random.RandomState(11)

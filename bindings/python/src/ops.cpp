@@ -74,7 +74,7 @@ const std::vector<UnaryOp>& unary_ops() {
 const std::vector<BinaryOp>& binary_ops() {
     static const std::vector<BinaryOp> ops = {
         {"add", add}, {"subtract", subtract}, {"multiply", multiply}, {"divide", divide}, {"true_divide", divide},
-        {"power", power}, {"maximum", maximum}, {"minimum", minimum}, {"equal", equal}, {"not_equal", not_equal},
+        {"floor_divide", floor_divide}, {"remainder", remainder}, {"mod", remainder}, {"fmod", fmod}, {"power", power}, {"maximum", maximum}, {"minimum", minimum}, {"equal", equal}, {"not_equal", not_equal},
         {"greater", greater}, {"greater_equal", greater_equal}, {"less", less}, {"less_equal", less_equal},
     };
     return ops;
@@ -156,6 +156,12 @@ nb::object binary_operator(nb::handle a, nb::handle b, BinaryFn fn, bool reflect
     return wrap(reflected ? fn(eb, ea) : fn(ea, eb), ctx);
 }
 
+nb::object divmod_operator(nb::handle a, nb::handle b, bool reflected, const char* op) {
+    nb::object q = binary_operator(a, b, floor_divide, reflected, op);
+    if (q.is(nb::handle(Py_NotImplemented))) return q;
+    return nb::make_tuple(q, binary_operator(a, b, remainder, reflected, op));
+}
+
 void bind_ops(nb::module_& m) {
     using namespace nb::literals;
     for (const UnaryOp& u : unary_ops()) {
@@ -211,6 +217,12 @@ void bind_ops(nb::module_& m) {
                "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none());
         }
     }
+    m.def("divmod", [](nb::handle a, nb::handle b) {
+        nb::handle ctx;
+        Expr ea = operand(a, ctx, "divmod"), eb = operand(b, ctx, "divmod");
+        return nb::make_tuple(wrap(floor_divide(ea, eb), ctx), wrap(remainder(ea, eb), ctx));
+    }, nb::sig(signature(fmt::format("def divmod(a: {}, b: {}) -> tuple[Expr, Expr]", kOperand, kOperand))),
+       "a"_a, "b"_a, "(floor_divide(a, b), remainder(a, b)): two lazy expressions.");
     m.def("where", [](nb::handle c, nb::handle a, nb::handle b, nb::handle out) {
         nb::handle ctx;
         Expr ec = operand(c, ctx, "where"), ea = operand(a, ctx, "where"), eb = operand(b, ctx, "where");

@@ -31,4 +31,8 @@ nb::object clip_call(nb::handle a, nb::handle lo, nb::handle hi, nb::handle out)
 // `a op b` for Python's operator protocol: NotImplemented when b is no operand.
 nb::object binary_operator(nb::handle a, nb::handle b, BinaryFn fn, bool reflected, const char* op);
 
+// divmod(a, b) (reflected: divmod(b, a)) for Python's protocol: (a // b, a % b), two lazy
+// expressions, or NotImplemented when b is no operand.
+nb::object divmod_operator(nb::handle a, nb::handle b, bool reflected, const char* op);
+
 } // namespace kiln::py

@@ -71,7 +71,8 @@ void bind_arithmetic(nb::class_<T>& cls) {
     static const Op ops[] = {
         {"__add__", add, false}, {"__radd__", add, true}, {"__sub__", subtract, false}, {"__rsub__", subtract, true},
         {"__mul__", multiply, false}, {"__rmul__", multiply, true}, {"__truediv__", divide, false},
-        {"__rtruediv__", divide, true}, {"__pow__", power, false}, {"__rpow__", power, true},
+        {"__rtruediv__", divide, true}, {"__floordiv__", floor_divide, false}, {"__rfloordiv__", floor_divide, true},
+        {"__mod__", remainder, false}, {"__rmod__", remainder, true}, {"__pow__", power, false}, {"__rpow__", power, true},
         {"__eq__", equal, false}, {"__ne__", not_equal, false}, {"__lt__", less, false}, {"__le__", less_equal, false},
         {"__gt__", greater, false}, {"__ge__", greater_equal, false},
     };
@@ -82,6 +83,12 @@ void bind_arithmetic(nb::class_<T>& cls) {
         cls.def(name, [fn, refl, name](nb::handle a, nb::handle b) { return binary_operator(a, b, fn, refl, name); },
                 nb::sig(signature(fmt::format("def {}(self, other: {}, /) -> Expr", name, kOperand))), nb::arg().none());
     }
+    cls.def("__divmod__", [](nb::handle a, nb::handle b) { return divmod_operator(a, b, false, "__divmod__"); },
+            nb::sig(signature(fmt::format("def __divmod__(self, other: {}, /) -> tuple[Expr, Expr]", kOperand))),
+            nb::arg().none());
+    cls.def("__rdivmod__", [](nb::handle a, nb::handle b) { return divmod_operator(a, b, true, "__rdivmod__"); },
+            nb::sig(signature(fmt::format("def __rdivmod__(self, other: {}, /) -> tuple[Expr, Expr]", kOperand))),
+            nb::arg().none());
     cls.def("__neg__", [](nb::handle a) { nb::handle c; return wrap(negative(operand(a, c, "negative")), c); },
             nb::sig("def __neg__(self) -> Expr"));
     cls.def("__pos__", [](nb::handle a) { return nb::borrow(a); });
@@ -209,7 +216,8 @@ void bind_values(nb::module_& m) {
     bind_dlpack_methods(tensor);
     // t += e (and the others) evaluate into t, as NumPy's in-place operators write into the array.
     static const BinaryOp in_place[] = {{"__iadd__", add}, {"__isub__", subtract}, {"__imul__", multiply},
-                                        {"__itruediv__", divide}, {"__ipow__", power}};
+                                        {"__itruediv__", divide}, {"__ifloordiv__", floor_divide},
+                                        {"__imod__", remainder}, {"__ipow__", power}};
     for (const BinaryOp& op : in_place) {
         BinaryFn fn = op.fn;
         tensor.def(op.name, [fn](nb::handle self, nb::handle other) -> nb::object {

@@ -42,7 +42,7 @@ inline kir::Kernel all_ops_kernel() {
         b.op(Op::ToF32, CT::F32, n), b.op(Op::Add, CT::F32, x, y), b.op(Op::Sub, CT::F32, x, y),
         b.op(Op::Mul, CT::F32, x, y), b.op(Op::Div, CT::F32, x, y), b.op(Op::Pow, CT::F32, ax, y),
         b.op(Op::Max, CT::F32, x, y), b.op(Op::Min, CT::F32, x, y), b.cf(1.5f), b.cf(-0.1f), b.cf(0.25f),
-        b.cf(1e-45f), b.cf(2.0f),
+        b.cf(1e-45f), b.cf(2.0f), b.op(Op::Floor, CT::F32, x), b.op(Op::FMod, CT::F32, x, y),
     };
     int lt = b.op(Op::Lt, CT::I32, x, y);
     f.push_back(b.op(Op::Select, CT::F32, lt, x, y));
@@ -66,6 +66,10 @@ inline kir::Kernel all_ops_kernel() {
         b.op(Op::AsI32, CT::I32, x),
         b.coord(0), b.coord(1), b.linear_id(), b.ci(INT32_MIN), b.ci(-7),
     };
+    // IDiv/IRem are defined for divisors other than 0 and -1 only: the lowering's guard.
+    int safe = b.op(Op::Select, CT::I32, b.op(Op::Lt, CT::I32, m, b.ci(1)), b.ci(3), m);
+    i.push_back(b.op(Op::IDiv, CT::I32, n, safe));
+    i.push_back(b.op(Op::IRem, CT::I32, n, safe));
     int isum = sum_all(b, i);
     int a_sum = b.accum(AccKind::Sum, fsum);
     int a_max = b.accum(AccKind::Max, isum);

@@ -195,6 +195,8 @@ TEST_CASE("cpu jit: float ops match C++ (NaN rules, rounding, saturation)") {
     CHECK(count_float_mismatches(Op::Sub, 2, [](float x, float y) { return x - y; }, 0) == 0);
     CHECK(count_float_mismatches(Op::Mul, 2, [](float x, float y) { return x * y; }, 0) == 0);
     CHECK(count_float_mismatches(Op::Div, 2, [](float x, float y) { return x / y; }, 0) == 0);
+    CHECK(count_float_mismatches(Op::Floor, 1, [](float x, float) { return std::floor(x); }, 0) == 0);
+    CHECK(count_float_mismatches(Op::FMod, 2, [](float x, float y) { return std::fmod(x, y); }, 0) == 0);
     CHECK(count_float_mismatches(Op::Max, 2, [](float x, float y) { return (x > y || std::isnan(x)) ? x : y; }, 0) == 0);
     CHECK(count_float_mismatches(Op::Min, 2, [](float x, float y) { return (x < y || std::isnan(x)) ? x : y; }, 0) == 0);
     // Transcendentals may come from a vector math library: a few ulp.
@@ -248,6 +250,34 @@ TEST_CASE("cpu jit: int ops wrap, shifts are logical, mulhi is unsigned") {
           }) == 0);
     CHECK(count_int_mismatches(Op::Lt, CT::I32, 2, [](int32_t x, int32_t y) { return (int32_t)(x < y); }) == 0);
     CHECK(count_int_mismatches(Op::Ge, CT::I32, 2, [](int32_t x, int32_t y) { return (int32_t)(x >= y); }) == 0);
+}
+
+TEST_CASE("cpu jit: idiv and irem truncate toward zero (divisors other than 0 and -1)") {
+    // Their contract excludes b == 0 and INT32_MIN / -1 (the lowering never emits those):
+    // such divisors in the sweep are replaced.
+    const auto x = sweep_ints();
+    std::vector<int32_t> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        const int32_t d = x[(i * 7 + 3) % x.size()];
+        const int32_t v = i % 4 == 0 ? d % 97 : d;  // small divisors too: quotients other than 0 and +-1
+        y[i] = v == 0 || v == -1 ? 7 : v;
+    }
+    for (Op op : {Op::IDiv, Op::IRem}) {
+        KernelBuilder kb(std::string("op_") + kir::op_name(op), {false});
+        const int o = kb.buffer(DType::Int32, {SK::One}, true);
+        const int bx = kb.buffer(DType::Int32, {SK::One});
+        const int by = kb.buffer(DType::Int32, {SK::One});
+        kb.loop_block();
+        kb.store(o, kb.op(op, CT::I32, kb.load(bx), kb.load(by)));
+        std::vector<int32_t> out(x.size());
+        run(kb.kernel(), Launch({(int64_t)x.size()}).buffer(out.data(), {1}).buffer(x.data(), {1}).buffer(y.data(), {1}));
+        int bad = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            const int32_t want = op == Op::IDiv ? x[i] / y[i] : x[i] % y[i];
+            if (out[i] != want && bad++ < 5) UNSCOPED_INFO(kir::op_name(op) << "(" << x[i] << ", " << y[i] << ") = " << out[i]);
+        }
+        CHECK(bad == 0);
+    }
 }
 
 TEST_CASE("cpu jit: int -> float conversion") {
