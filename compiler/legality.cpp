@@ -48,12 +48,14 @@ std::vector<const Node*> frontier_reductions(const NodePtr& root) {
 }
 
 // Where a long expression is cut (kMaxStageOperations): counted in postorder, an operand shared
-// by two users counted for each (conservative, and saturating), reset after each cut.
+// by two users counted for each (conservative, and saturating), reset after each cut. A tensor
+// read counts as an operation too (it is a buffer of the kernel), so a sum of thousands of
+// tensors is cut as well.
 std::unordered_set<const Node*> long_chain_cuts(const NodePtr& root) {
     std::unordered_map<const Node*, int64_t> ops;
     std::unordered_set<const Node*> cuts;
     for (const Node* n : postorder(root)) {
-        int64_t c = 0;
+        int64_t c = n->op == OpKind::Leaf ? 1 : 0;
         if (is_elementwise(n->op) || is_reduction(n->op)) {
             c = 1;
             for (auto& i : n->inputs) c = std::min(c + ops[i.get()], INT64_MAX / 4);

@@ -2,6 +2,7 @@
 // destruction of a graph walk it without recursion) and the in-memory kernel cache's bound.
 #include "tests/support/catch.hpp"
 
+#include "compiler/kernel_text.hpp"
 #include "compiler/legality.hpp"
 #include "compiler/pipeline.hpp"
 #include "ir/expr.hpp"
@@ -58,6 +59,19 @@ TEST_CASE("every pass walks a deep expression without recursion (200000 nodes, w
     }
     CHECK(instrs > 200000);
     CHECK(keys.size() <= 8);
+}
+
+TEST_CASE("a sum of thousands of tensors is cut into kernels a manifest can hold") {
+    std::vector<Expr> leaves;
+    for (int i = 0; i < 3000; ++i) leaves.push_back(leaf(test::host_view({16})));
+    Expr e = leaves[0];
+    for (int i = 1; i < 3000; ++i) e = e + leaves[i];
+    CompiledAssignment ca = compile_assignment(e.node(), test::host_view({16}), "cpu-test", {});
+    CHECK(ca.stages.size() >= 3);
+    for (auto& st : ca.stages) {
+        CHECK(st.kernel.buffers.size() <= (size_t)kMaxKernelBuffers);
+        CHECK_NOTHROW(parse_kernel_text(kernel_text(st.kernel)));  // what kiln-warmup reads back
+    }
 }
 
 TEST_CASE("a deep expression evaluates on the CPU (100000 chained additions, cut into stages)") {
