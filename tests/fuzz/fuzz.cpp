@@ -66,11 +66,13 @@ void install_guards() {
     if (done) return;
     done = true;
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM}) std::signal(sig, on_fatal_signal);
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer reserves terabytes of shadow address space
     rlimit r{};
     if (::getrlimit(RLIMIT_AS, &r) == 0 && (r.rlim_cur == RLIM_INFINITY || r.rlim_cur > kAddressSpace)) {
         r.rlim_cur = kAddressSpace;
         ::setrlimit(RLIMIT_AS, &r);
     }
+#endif
 }
 
 // Numbers a count, an index or a length field could hold at its edges.
