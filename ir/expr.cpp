@@ -70,7 +70,10 @@ std::pair<double, double> int_range(DType t) {
 }
 
 bool is_weak_int(const Expr& e) { return is_weak(e) && N(e).dtype == DType::Int32; }
-bool fits_int32(double v) { return v >= -2147483648.0 && v <= 2147483647.0; }
+bool fits_int32(double v) {
+    const auto [lo, hi] = int_range(DType::Int32);
+    return v >= lo && v <= hi;
+}
 
 // NumPy 2 (NEP 50): a Python integer that does not fit the operands' integer dtype is an
 // error, not a silent wrap-around. Two Python integers compute in int32, the widest integer
