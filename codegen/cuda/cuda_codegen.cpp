@@ -113,6 +113,7 @@ CudaSource Emitter::run() {
     case CudaShape::Column:
         emit_column_kernel();
         src.entry_points = {k_.name};
+        if (detail::column_splittable(k_)) src.entry_points.push_back(k_.name + "_final");
         break;
     case CudaShape::Elementwise:
         emit_elementwise_kernel();
@@ -280,12 +281,16 @@ std::string Emitter::expr(const kir::Instr& in) const {
 }
 
 void Emitter::emit_instrs(const kir::Block& b) {
-    for (int id : b.instrs) line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
+    for (int id : b.instrs)
+        if (hoisted_.empty() || !hoisted_[id])
+            line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
 }
 
 void Emitter::emit_stores(const kir::Block& b) {
-    for (auto& st : b.stores)
-        line("b{}[{}] = {};", st.buffer, offset(st.buffer), store_value(k_.buffers[st.buffer].dtype, v(st.value)));
+    for (auto& st : b.stores) {
+        if (!store_to_.empty() && !store_to_[st.buffer].empty()) line("{} = {};", store_to_[st.buffer], v(st.value));
+        else line("b{}[{}] = {};", st.buffer, offset(st.buffer), store_value(k_.buffers[st.buffer].dtype, v(st.value)));
+    }
 }
 
 void Emitter::emit_args_struct() {

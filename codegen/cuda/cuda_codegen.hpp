@@ -32,19 +32,32 @@
 // the kernel IR (never from sizes, so one compiled module serves every size):
 //   - elementwise (no reduced dim), one entry NAME: one thread per point of the flattened
 //     domain. A rank-1 kernel whose buffers are all contiguous or broadcast scalars also has a
-//     vector path, taken at run time when every contiguous buffer is 16-byte aligned for four
-//     elements: each thread moves four elements with one load/store per buffer.
+//     vector path, taken at run time when every contiguous buffer is 16-byte aligned: each
+//     thread moves V elements (16 bytes of the widest contiguous buffer) with one load/store
+//     per buffer, and the grid has a thread per V elements.
 //   - row reduction (reduced dims contiguous in memory, or no buffer contiguous along a
 //     parallel dim), one entry NAME, param = G, the threads per row (a power of two): a row is
 //     reduced by a segment of a warp (G < 32), a group of warps (G <= block size) or a whole
 //     cluster of blocks (G > block size, sm_90: the block's partial results meet through
 //     distributed shared memory). A buffer that several passes load (the mean, then the
-//     variance, then the normalised output) is kept in dynamic shared memory by the first pass
-//     when the launch provides enough (shared_bytes: the planner grows the cluster until the
-//     row fits), so the row is read from memory once; without it every pass re-reads the row.
+//     variance, then the normalised output) is kept in dynamic shared memory, in its storage
+//     dtype, by the first pass when the launch provides enough (shared_bytes: the planner
+//     grows the cluster until a block's part leaves room for a second block), so the row is
+//     read from memory once; without it every pass re-reads the row.
+//     Every pass moves aligned rows in groups of V consecutive elements per thread (V * the
+//     widest loaded element = 16 bytes), one load or store per buffer and group, several
+//     groups per step; what does not vary along the row (parameters, earlier results, loads
+//     broadcast along it) is computed once per row, before the pass's loop.
 //   - column reduction (some buffer contiguous along a parallel dim and none along a reduced
-//     one), one entry NAME, param unused: a block is 32 parallel points x 8 slices of the
-//     reduced points; the slices meet in shared memory in a fixed order.
+//     one), entry NAME: a block is 32 parallel points x 8 slices of the reduced points; the
+//     slices meet in shared memory in a fixed order. When the kernel's only Loop block is its
+//     first (detail::column_splittable), param = S, the chunks the reduced points are split
+//     into: block b reduces chunk b % S of column block b / S. S = 1 runs the Point blocks at
+//     once; S > 1 writes record (column * S + chunk) of `scratch` (the full reduction's record
+//     layout, below) and a second entry NAME_final, param = S, a thread per column, combines
+//     a column's records in chunk order and runs the Point blocks. S follows from the sizes
+//     alone (enough chunks for about kColumnTargetBlocks blocks), never from the device.
+//     Otherwise param is unused and there is no second entry.
 //   - full reduction (Kernel::full_reduce), two entries launched in order on one stream:
 //       NAME_partial, param = num_partials, grid = num_partials: block b reduces the b-th
 //           contiguous chunk of ceil(points / num_partials) points of the flattened R space
@@ -85,7 +98,7 @@ const char* cuda_shape_name(CudaShape s);
 
 struct CudaSource {
     std::string code;
-    std::vector<std::string> entry_points;   // in launch order
+    std::vector<std::string> entry_points;   // every entry; a plan launches some of them, in this order
 };
 
 // Throws InternalError for a Kernel that breaks the rules of kernel_ir.hpp. The source is the

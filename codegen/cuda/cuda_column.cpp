@@ -1,4 +1,6 @@
-// Column reductions (cuda_codegen.hpp): 32 parallel points x 8 slices of the reduced points per block.
+// Column reductions (cuda_codegen.hpp): 32 parallel points x 8 slices of the reduced points per
+// block; when the parallel points alone would not fill the GPU, the reduced points are split
+// into chunks reduced by blocks of their own, and a second entry combines the chunks in order.
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include <fmt/format.h>
@@ -7,31 +9,56 @@
 
 namespace kiln::codegen::detail {
 
+bool column_splittable(const kir::Kernel& k) {
+    if (k.blocks.empty() || !k.blocks[0].loop) return false;
+    for (size_t bi = 1; bi < k.blocks.size(); ++bi)
+        if (k.blocks[bi].loop) return false;
+    return true;
+}
+
 void Emitter::emit_column_kernel() {
     const int width = detail::kColumnWidth, slices = detail::kColumnSlices;
+    const bool split = column_splittable(k_);
     line("");
     open_kernel(k_.name, width * slices);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(false);
-    line("(void)scratch; (void)param;");
+    if (!split) line("(void)scratch; (void)param;");
     line("const long long np = {};", product(pdims_));
     line("const long long nr = {};", product(rdims_));
     line("const int column = (int)(threadIdx.x & {}), slice = (int)(threadIdx.x / {});", width - 1, width);
-    open(fmt::format("for (long long p0 = (long long)blockIdx.x * {0}; p0 < np; p0 += (long long)gridDim.x * {0})",
-                     width));
+    if (split) {
+        // param = the chunks S; block b reduces chunk b % S of column block b / S.
+        line("const int chunks = param;");
+        line("const int chunk = (int)(blockIdx.x % chunks);");
+        line("const long long per_chunk = (nr + chunks - 1) / chunks;");
+        line("const long long rbegin = chunk * per_chunk;");
+        line("const long long rend = rbegin + per_chunk < nr ? rbegin + per_chunk : nr;");
+        open(fmt::format("for (long long p0 = (long long)(blockIdx.x / chunks) * {0}; p0 < np; "
+                         "p0 += (long long)(gridDim.x / chunks) * {0})",
+                         width));
+    } else {
+        line("const long long rbegin = 0, rend = nr;");
+        open(fmt::format("for (long long p0 = (long long)blockIdx.x * {0}; p0 < np; p0 += (long long)gridDim.x * {0})",
+                         width));
+    }
     line("const bool live = p0 + column < np;");
     line("const long long pi = live ? p0 + column : p0;");
     emit_ppoint_setup();
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
         const kir::Block& b = k_.blocks[bi];
         if (!b.loop) {
+            if (split) open("if (chunks == 1)");
             emit_point_block(b, "live && slice == 0");
+            if (split) close();
             continue;
         }
         declare_acc_results(b);
         open("");
         init_acc_states(b);
-        open(fmt::format("for (long long ri = live ? slice : nr; ri < nr; ri += {})", slices));
+        // Unrolled so that several loads of a thread are in flight at once.
+        line("#pragma unroll 4");
+        open(fmt::format("for (long long ri = live ? rbegin + slice : rend; ri < rend; ri += {})", slices));
         emit_rloop_body(bi);
         close();
         for (int ai : b.accums) {
@@ -39,8 +66,52 @@ void Emitter::emit_column_kernel() {
             line("kiln_column_reduce<{0}>(acc{1}_v, acc{1}_p, kiln_sv{2}, kiln_sp);", acc_struct(ac), ai,
                  ac.type == CT::F32 ? "f" : "i");
         }
+        if (split) {
+            // Record (column, chunk) of the scratch: accumulator i at byte 8 * i.
+            open("if (chunks > 1 && live && slice == 0)");
+            line("unsigned char* const rec = scratch + ((p0 + column) * chunks + chunk) * {};", record_bytes());
+            for (int ai : b.accums) {
+                line("*({}*)(rec + {}) = acc{}_v;", ctype(k_.accums[ai].type), 8 * ai, ai);
+                line("*(int*)(rec + {}) = acc{}_p;", 8 * ai + 4, ai);
+            }
+            close();
+        }
         set_acc_results(b);
         close();
+    }
+    close();
+    close();
+    if (split) emit_column_final_kernel();
+}
+
+// A thread per column: combines the column's chunk records in chunk order, then runs the Point
+// blocks.
+void Emitter::emit_column_final_kernel() {
+    const kir::Block& loop = k_.blocks[0];
+    line("");
+    open_kernel(k_.name + "_final", kCudaBlockSize);
+    emit_buffer_pointers(all_uses_);
+    line("const int chunks = param;");
+    line("const long long np = {};", product(pdims_));
+    open("for (long long pi = (long long)blockIdx.x * blockDim.x + threadIdx.x; pi < np; "
+         "pi += (long long)gridDim.x * blockDim.x)");
+    emit_ppoint_setup();
+    declare_acc_results(loop);
+    open("");
+    init_acc_states(loop);
+    open("for (int c = 0; c < chunks; ++c)");
+    line("const unsigned char* const rec = scratch + (pi * chunks + c) * {};", record_bytes());
+    for (int ai : loop.accums) {
+        const kir::Accum& ac = k_.accums[ai];
+        line("{}::add(acc{}_v, acc{}_p, *(const {}*)(rec + {}), *(const int*)(rec + {}));", acc_struct(ac), ai, ai,
+             ctype(ac.type), 8 * ai, 8 * ai + 4);
+    }
+    close();
+    set_acc_results(loop);
+    close();
+    for (size_t bi = 1; bi < k_.blocks.size(); ++bi) {
+        emit_instrs(k_.blocks[bi]);
+        emit_stores(k_.blocks[bi]);
     }
     close();
     close();

@@ -46,24 +46,9 @@ void Emitter::emit_elementwise_kernel() {
     close();
 }
 
-// Rank 1, every buffer contiguous or a broadcast scalar, no gathers or coordinates.
-bool Emitter::vectorisable() const {
-    if (k_.rank != 1) return false;
-    for (size_t b = 0; b < k_.buffers.size(); ++b)
-        if (all_uses_.buffers[b] && k_.buffers[b].layout[0] == StrideKind::Any) return false;
-    for (const kir::Instr& in : k_.instrs)
-        if (in.op == Op::Gather || in.op == Op::Coord) return false;
-    return true;
-}
+bool Emitter::vectorisable() const { return detail::elementwise_vector_width(k_) > 1; }
 
-// Elements per thread on the vector path: 16 bytes of the widest contiguous buffer.
-int Emitter::vector_width() const {
-    size_t widest = 1;
-    for (size_t b = 0; b < k_.buffers.size(); ++b)
-        if (all_uses_.buffers[b] && k_.buffers[b].layout[0] == StrideKind::One)
-            widest = std::max(widest, dtype_size(k_.buffers[b].dtype));
-    return widest >= 4 ? 4 : widest == 2 ? 8 : 16;
-}
+int Emitter::vector_width() const { return detail::elementwise_vector_width(k_); }
 
 // A word holding `n` elements of `t` (4, 8 or 16 bytes), the expression of element `lane` of
 // word w, and the statement replacing it with storage value v.
@@ -100,6 +85,34 @@ std::string Emitter::word_store(DType t, int n, const std::string& w, int lane, 
     }
 }
 
+void Emitter::emit_unpack(DType t, int n, const std::string& w, const std::string& dst, int base) {
+    const bool f16 = t == DType::Float16, bf16 = t == DType::BFloat16;
+    for (int l = 0; l < n; ++l) {
+        int shift = 0;
+        if ((f16 || bf16) && l % 2 == 0) {
+            line("kiln_{}x2_to_f32({}, {}[{}], {}[{}]);", f16 ? "f16" : "bf16", word_part(t, n, w, l, &shift), dst, base + l,
+                 dst, base + l + 1);
+            ++l;
+            continue;
+        }
+        line("{}[{}] = {};", dst, base + l, load_expr(t, word_element(t, n, w, l)));
+    }
+}
+
+void Emitter::emit_pack(DType t, int n, const std::string& w, const std::string& src, int base) {
+    const bool f16 = t == DType::Float16, bf16 = t == DType::BFloat16;
+    for (int l = 0; l < n; ++l) {
+        int shift = 0;
+        if ((f16 || bf16) && l % 2 == 0) {
+            line("{} = kiln_f32x2_to_{}x2({}[{}], {}[{}]);", word_part(t, n, w, l, &shift), f16 ? "f16" : "bf16", src,
+                 base + l, src, base + l + 1);
+            ++l;
+            continue;
+        }
+        line("{}", word_store(t, n, w, l, store_value(t, fmt::format("{}[{}]", src, base + l))));
+    }
+}
+
 // n elements per thread with one load and one store of up to 16 bytes per contiguous
 // buffer, when every contiguous buffer is aligned for it; the scalar loop does the rest.
 void Emitter::emit_vector_path() {
@@ -120,9 +133,15 @@ void Emitter::emit_vector_path() {
         for (auto& st : b.stores) stored[st.buffer] = true;
     for (size_t b = 0; b < k_.buffers.size(); ++b) {
         if (!all_uses_.buffers[b] || k_.buffers[b].layout[0] != StrideKind::One) continue;
-        const char* wt = word_type(k_.buffers[b].dtype, n);
-        if (stored[b]) line("{} w{} = {{}};", wt, b);
-        else line("const {0} w{1} = ((const {0}*)b{1})[q];", wt, b);
+        const DType t = k_.buffers[b].dtype;
+        const char* wt = word_type(t, n);
+        if (stored[b]) {
+            line("{} r{}[{}];", ctype(compute_type(t)), b, n);
+        } else {
+            line("const {0} w{1} = ((const {0}*)b{1})[q];", wt, b);
+            line("{} e{}[{}];", ctype(compute_type(t)), b, n);
+            emit_unpack(t, n, fmt::format("w{}", b), fmt::format("e{}", b), 0);
+        }
     }
     scope_ = Scope::Elementwise;
     for (int lane = 0; lane < n; ++lane) {
@@ -131,7 +150,7 @@ void Emitter::emit_vector_path() {
         for (size_t b = 0; b < k_.buffers.size(); ++b) {
             if (!all_uses_.buffers[b]) continue;
             if (k_.buffers[b].layout[0] == StrideKind::Zero) line("const long long o{} = 0;", b);
-            else if (!stored[b]) load_override_[b] = load_expr(k_.buffers[b].dtype, word_element(k_.buffers[b].dtype, n, fmt::format("w{}", b), lane));
+            else if (!stored[b]) load_override_[b] = fmt::format("e{}[{}]", b, lane);
         }
         for (const kir::Block& b : k_.blocks) {
             if (b.loop) {
@@ -146,7 +165,7 @@ void Emitter::emit_vector_path() {
                 if (k_.buffers[st.buffer].layout[0] == StrideKind::Zero) {
                     line("b{}[0] = {};", st.buffer, store_value(t, v(st.value)));
                 } else {
-                    line("{}", word_store(t, n, fmt::format("w{}", st.buffer), lane, store_value(t, v(st.value))));
+                    line("r{}[{}] = {};", st.buffer, lane, v(st.value));
                 }
             }
             if (b.loop) {
@@ -158,8 +177,12 @@ void Emitter::emit_vector_path() {
         close();
     }
     for (size_t b = 0; b < k_.buffers.size(); ++b)
-        if (stored[b] && k_.buffers[b].layout[0] == StrideKind::One)
-            line("(({}*)b{})[q] = w{};", word_type(k_.buffers[b].dtype, n), b, b);
+        if (stored[b] && k_.buffers[b].layout[0] == StrideKind::One) {
+            const DType t = k_.buffers[b].dtype;
+            line("{} w{} = {{}};", word_type(t, n), b);
+            emit_pack(t, n, fmt::format("w{}", b), fmt::format("r{}", b), 0);
+            line("(({}*)b{})[q] = w{};", word_type(t, n), b, b);
+        }
     close();
     line("start = nv * {};", n);
     close();

@@ -67,6 +67,11 @@ private:
     std::vector<std::string> load_override_;
     // Row kernels, per buffer: when set, the element already loaded (by a 16-byte load).
     std::vector<std::string> preloaded_;
+    // Row kernels, per buffer: when set, where a store of it puts the (compute-type) value, to
+    // be packed into a 16-byte store afterwards.
+    std::vector<std::string> store_to_;
+    // Row kernels, per instruction: computed once per row before the loop (row_invariant).
+    std::vector<bool> hoisted_;
 
     template <typename... T>
     void line(fmt::format_string<T...> f, T&&... args) {
@@ -159,6 +164,8 @@ private:
 
     // The R index of this thread's element `j` (see row_vector_width).
     std::string row_index(const std::string& j) const;
+    // Its index in the thread's part of a row cache region.
+    std::string cache_index(const std::string& j) const;
 
     // Per P point `pi`: the coordinates and the buffers' P offsets.
     void emit_ppoint_setup();
@@ -169,11 +176,14 @@ private:
 
     int first_loop_block() const;
 
+    std::vector<int> row_invariant(const kir::Block& b) const;
+
     void emit_row_kernel();
 
     // ---- column reductions: 32 parallel points x 8 slices of the reduced points per block
 
     void emit_column_kernel();
+    void emit_column_final_kernel();
 
     // ---- the vector path of contiguous rank-1 elementwise kernels
 
@@ -188,12 +198,17 @@ private:
     static std::string word_part(DType t, int n, const std::string& w, int lane, int* shift);
     static std::string word_element(DType t, int n, const std::string& w, int lane);
     static std::string word_store(DType t, int n, const std::string& w, int lane, const std::string& v);
+    // Lines setting dst[base + l] (compute type) from the n elements of word w, and word w from
+    // src[base + l]; 16-bit floats convert two elements at a time.
+    void emit_unpack(DType t, int n, const std::string& w, const std::string& dst, int base);
+    void emit_pack(DType t, int n, const std::string& w, const std::string& src, int base);
 
     // n elements per thread with one load and one store of up to 16 bytes per contiguous
     // buffer, when every contiguous buffer is aligned for it; the scalar loop does the rest.
     void emit_vector_path();
     size_t record_bytes() const { return 8 * k_.accums.size(); }
 
+    int full_vector_width() const;
     void emit_partial_kernel();
 
     void emit_final_kernel();

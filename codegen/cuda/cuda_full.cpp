@@ -7,6 +7,24 @@
 
 namespace kiln::codegen::detail {
 
+// Elements per group of a full reduction's partial kernel: 16 bytes of the widest buffer its
+// loop block loads, when the domain is rank 1 and every buffer the block touches is contiguous
+// or a broadcast scalar (and nothing reads coordinates); else 1.
+int Emitter::full_vector_width() const {
+    if (k_.rank != 1) return 1;
+    size_t widest = 0;
+    for (int id : k_.blocks[0].instrs) {
+        const kir::Instr& in = k_.instrs[id];
+        if (in.op == Op::Gather || in.op == Op::Coord || in.op == Op::LinearId) return 1;
+        if (in.op == Op::Load && k_.buffers[in.index].layout[0] == StrideKind::One)
+            widest = std::max(widest, dtype_size(k_.buffers[in.index].dtype));
+    }
+    for (size_t buf = 0; buf < k_.buffers.size(); ++buf)
+        if (block_uses_[0].buffers[buf] && k_.buffers[buf].layout[0] == StrideKind::Any) return 1;
+    if (!k_.blocks[0].stores.empty()) return 1;
+    return widest ? (int)(16 / widest) : 1;
+}
+
 void Emitter::emit_partial_kernel() {
     const kir::Block& b = k_.blocks[0];
     line("");
@@ -16,13 +34,51 @@ void Emitter::emit_partial_kernel() {
     emit_buffer_pointers(block_uses_[0]);
     emit_scratch();
     line("const long long nr = {};", product(rdims_));
-    line("const long long chunk = (nr + num_partials - 1) / num_partials;");
+    // Chunks of whole groups of V elements (below), so that every chunk starts aligned.
+    const int vw = full_vector_width();
+    line("const long long chunk = ((nr + num_partials - 1) / num_partials + {0}) / {1} * {1};", vw - 1, vw);
     open("for (int part = blockIdx.x; part < num_partials; part += gridDim.x)");
     scope_ = Scope::PPoint;
     line("const long long rbegin = (long long)part * chunk;");
     line("const long long rend = rbegin + chunk < nr ? rbegin + chunk : nr;");
     init_acc_states(b);
-    open("for (long long ri = rbegin + threadIdx.x; ri < rend; ri += blockDim.x)");
+    line("long long rrest = rbegin;");
+    if (vw > 1) {
+        // A contiguous rank-1 reduction reads aligned data in groups of V elements per thread,
+        // one load per buffer and group.
+        std::vector<size_t> vec;
+        std::string mis;
+        for (size_t buf = 0; buf < k_.buffers.size(); ++buf)
+            if (block_uses_[0].buffers[buf] && k_.buffers[buf].layout[0] == StrideKind::One) {
+                vec.push_back(buf);
+                mis += fmt::format("{}(unsigned long long)b{}", mis.empty() ? "" : " | ", buf);
+            }
+        open(fmt::format("if ((({}) & 15) == 0)", mis));
+        line("const long long groups = (rend - rbegin) / {};", vw);
+        line("#pragma unroll 4");
+        open("for (long long q = threadIdx.x; q < groups; q += blockDim.x)");
+        for (size_t buf : vec) {
+            const DType t = k_.buffers[buf].dtype;
+            const char* wt = word_type(t, vw);
+            line("const {0} w{1} = *(const {0}*)(b{1} + rbegin + q * {2});", wt, buf, vw);
+            line("{} e{}[{}];", ctype(compute_type(t)), buf, vw);
+            emit_unpack(t, vw, fmt::format("w{}", buf), fmt::format("e{}", buf), 0);
+        }
+        for (int u = 0; u < vw; ++u) {
+            open("");
+            line("const long long ri = rbegin + q * {} + {};", vw, u);
+            for (size_t buf : vec) load_override_[buf] = fmt::format("e{}[{}]", buf, u);
+            emit_rloop_body(0);
+            load_override_.assign(k_.buffers.size(), "");
+            close();
+        }
+        close();
+        line("rrest = rbegin + groups * {};", vw);
+        close();
+    }
+    // Unrolled so that several loads of a thread are in flight at once.
+    line("#pragma unroll 8");
+    open("for (long long ri = rrest + threadIdx.x; ri < rend; ri += blockDim.x)");
     emit_rloop_body(0);
     close();
     block_reduce_acc_states(b);

@@ -68,10 +68,14 @@ std::vector<int> row_cache_slots(const kir::Kernel& k) {
             if (k.instrs[id].op == kir::Op::Load) seen[k.instrs[id].index] = true;
         for (size_t i = 0; i < seen.size(); ++i) passes[i] += seen[i];
     }
+    // A buffer the same along every reduced dim is read once per row, not cached.
     std::vector<int> slot(k.buffers.size(), -1);
     int next = 0;
-    for (size_t i = 0; i < passes.size(); ++i)
-        if (passes[i] >= 2) slot[i] = next++;
+    for (size_t i = 0; i < passes.size(); ++i) {
+        bool varies = false;
+        for (int d = 0; d < k.rank; ++d) varies = varies || (k.reduced[d] && k.buffers[i].layout[d] != kir::StrideKind::Zero);
+        if (passes[i] >= 2 && varies) slot[i] = next++;
+    }
     return slot;
 }
 
@@ -92,10 +96,30 @@ int row_vector_width(const kir::Kernel& k) {
     return widest ? (int)(16 / widest) : 1;
 }
 
-int row_cache_slot_count(const kir::Kernel& k) {
-    int n = 0;
-    for (int s : row_cache_slots(k)) n += s >= 0;
-    return n;
+int elementwise_vector_width(const kir::Kernel& k) {
+    if (k.rank != 1) return 1;
+    std::vector<bool> used(k.buffers.size(), false);
+    for (const kir::Instr& in : k.instrs) {
+        if (in.op == kir::Op::Gather || in.op == kir::Op::Coord) return 1;
+        if (in.op == kir::Op::Load) used[in.index] = true;
+    }
+    for (const kir::Block& b : k.blocks)
+        for (const kir::Store& st : b.stores) used[st.buffer] = true;
+    size_t widest = 1;
+    for (size_t b = 0; b < k.buffers.size(); ++b) {
+        if (!used[b]) continue;
+        if (k.buffers[b].layout[0] == kir::StrideKind::Any) return 1;
+        if (k.buffers[b].layout[0] == kir::StrideKind::One) widest = std::max(widest, dtype_size(k.buffers[b].dtype));
+    }
+    return widest >= 4 ? 4 : widest == 2 ? 8 : 16;
+}
+
+size_t row_cache_bytes(const kir::Kernel& k, int64_t elements) {
+    const std::vector<int> slot = row_cache_slots(k);
+    size_t total = 0;
+    for (size_t b = 0; b < slot.size(); ++b)
+        if (slot[b] >= 0) total += align_up((size_t)elements * dtype_size(k.buffers[b].dtype), 16);
+    return total;
 }
 
 } // namespace detail
@@ -156,40 +180,61 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         break;
     }
     case CudaShape::Row: {
-        // About 32 elements per thread; more threads while the GPU would otherwise idle (few
-        // short rows); a cluster of blocks (sm_90) for long rows, and as many as it takes for
-        // the row to fit the shared-memory cache of the passes after the first.
-        const int64_t slots = detail::row_cache_slot_count(k);
-        const int64_t max_g = (int64_t)kCudaMaxRowBlock * (dev.sm >= 90 ? kCudaMaxCluster : 1);
-        const int64_t busy = (int64_t)dev.multiprocessors * 1024;
-        int64_t g = std::min(pow2_ceil((nr + 31) / 32), max_g);
-        while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
+        // Threads per row G: enough that each thread holds 128 bytes of the widest loaded
+        // element (8 groups of V), which keeps enough loads in flight per thread; more while
+        // the GPU would otherwise idle (few short rows). Past a block, a cluster (sm_90) of
+        // blocks of kCudaBlockSize threads, up to kCudaMaxCluster of them. The shared-memory
+        // row cache of the passes after the first is used when a block's part of it leaves
+        // room for a second block on the multiprocessor (grown into a larger cluster if need
+        // be); otherwise every pass reads the row from memory, which L2 mostly serves.
         const int64_t v = detail::row_vector_width(k);
+        const int64_t per_thread_target = 8 * v;
+        const int64_t max_g = dev.sm >= 90 ? (int64_t)kCudaBlockSize * kCudaMaxCluster : kCudaMaxRowBlock;
+        const int64_t busy = (int64_t)dev.multiprocessors * 1024;
+        int64_t g = std::min(pow2_ceil((nr + per_thread_target - 1) / per_thread_target), max_g);
+        while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
+        auto block_of = [](int64_t g) -> int64_t { return g <= kCudaBlockSize || g > kCudaMaxRowBlock ? kCudaBlockSize : g; };
         auto cache_bytes = [&](int64_t g) {
-            const int64_t block = std::max<int64_t>(std::min<int64_t>(g, kCudaMaxRowBlock), kCudaBlockSize);
-            return (size_t)(slots * block * ((nr + g * v - 1) / (g * v) * v) * 4);
+            return detail::row_cache_bytes(k, block_of(g) * ((nr + g * v - 1) / (g * v) * v));
         };
-        while (slots && cache_bytes(g) > dev.max_shared && g < max_g) g *= 2;
-        const int64_t block = g >= kCudaBlockSize ? std::min<int64_t>(g, kCudaMaxRowBlock) : kCudaBlockSize;
+        const size_t cache_room = dev.max_shared / 2;
+        const bool caches = detail::row_cache_bytes(k, 1) > 0;
+        while (caches && cache_bytes(g) > cache_room && g < max_g) g *= 2;
+        const int64_t block = block_of(g);
         const int64_t cluster = g > block ? g / block : 1;
         const int64_t rows_per_block = g < block ? block / g : 1;
         plan.threads_per_row = (int)g;
         CudaLaunch l{k.name, np ? clamp_grid((np + rows_per_block - 1) / rows_per_block * cluster, cluster) : 0,
                      (uint32_t)block, (uint32_t)cluster, (int)g};
-        // Too long even for a whole cluster: every pass reads the row from memory.
-        l.shared_bytes = cache_bytes(g) <= dev.max_shared ? cache_bytes(g) : 0;
+        l.shared_bytes = caches && cache_bytes(g) <= cache_room ? cache_bytes(g) : 0;
         plan.launches = {l};
         break;
     }
     case CudaShape::Column: {
         const int64_t width = detail::kColumnWidth;
-        plan.launches = {{k.name, clamp_grid((np + width - 1) / width, 1),
-                          (uint32_t)(detail::kColumnWidth * detail::kColumnSlices), 1, 0, 0}};
+        const int64_t pblocks = (np + width - 1) / width;
+        int64_t chunks = 1;
+        if (detail::column_splittable(k) && np > 0)
+            chunks = std::clamp<int64_t>(std::min((detail::kColumnTargetBlocks + pblocks - 1) / pblocks,
+                                                  nr / detail::kColumnMinChunk),
+                                         1, detail::kColumnMaxChunks);
+        const uint32_t block = (uint32_t)(detail::kColumnWidth * detail::kColumnSlices);
+        plan.launches = {{k.name, np ? clamp_grid(pblocks * chunks, chunks) : 0, block, 1, (int)chunks, 0}};
+        if (chunks > 1) {
+            plan.scratch_bytes = (size_t)(np * chunks) * 8 * k.accums.size();
+            plan.launches.push_back({k.name + "_final", clamp_grid((np + kCudaBlockSize - 1) / kCudaBlockSize, 1),
+                                     kCudaBlockSize, 1, (int)chunks, 0});
+        }
         break;
     }
-    case CudaShape::Elementwise:
-        plan.launches = {{k.name, clamp_grid((np + kCudaBlockSize - 1) / kCudaBlockSize, 1), kCudaBlockSize, 1, 0, 0}};
+    case CudaShape::Elementwise: {
+        // A thread per vector of the vector path (which most launches take), so that no block
+        // starts with nothing to do; the grid-stride loops cover the rest.
+        const int64_t v = detail::elementwise_vector_width(k);
+        const int64_t items = (np + v - 1) / v;
+        plan.launches = {{k.name, clamp_grid((items + kCudaBlockSize - 1) / kCudaBlockSize, 1), kCudaBlockSize, 1, 0, 0}};
         break;
+    }
     }
     return plan;
 }

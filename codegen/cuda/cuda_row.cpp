@@ -23,37 +23,51 @@ void Emitter::emit_reduce_scratch(bool row) {
 }
 
 // Loop block `bi` at R point `ri`, element `j` of this thread: loads of cached buffers go
-// through the row cache (stored by their first pass, read by the later ones).
+// through the row cache (stored by their first pass, read by the later ones) unless already
+// loaded as part of a group (preloaded_); stores go to store_to_ where it is set.
 void Emitter::emit_row_element(size_t bi, const std::vector<int>& slot, const std::vector<int>& first_use,
                                const std::string& j) {
     const kir::Block& b = k_.blocks[bi];
     scope_ = Scope::RLoop;
     emit_coords(rdims_, "ri", needed_coords(block_uses_[bi], rdims_, true), "tr");
     emit_rloop_offsets(block_uses_[bi]);
+    const bool grouped = !preloaded_.empty();
     for (size_t buf = 0; buf < k_.buffers.size(); ++buf) {
+        if (grouped && !preloaded_[buf].empty()) {
+            load_override_[buf] = preloaded_[buf];
+            continue;
+        }
         if (slot[buf] < 0 || !block_uses_[bi].buffers[buf]) continue;
         const DType t = k_.buffers[buf].dtype;
-        const std::string mem = load_expr(t, fmt::format("b{}[{}]", buf, offset((int)buf)));
-        const char* ct = ctype(compute_type(t));
-        const std::string& pre = preloaded_.empty() ? std::string() : preloaded_[buf];
-        if (!pre.empty()) {
-            line("const {} l{} = {};", ct, buf, pre);
-            if (first_use[buf] == (int)bi) line("if (cached) x{0}[{1} * row_threads] = l{0};", buf, j);
-        } else if (first_use[buf] == (int)bi) {
-            line("const {} l{} = {};", ct, buf, mem);
-            line("if (cached) x{0}[{1} * row_threads] = l{0};", buf, j);
+        const std::string mem = fmt::format("b{}[{}]", buf, offset((int)buf));
+        const std::string at = fmt::format("x{}[{}]", buf, cache_index(j));
+        if (first_use[buf] == (int)bi) {
+            line("const {} m{} = {};", storage_type(t), buf, mem);
+            line("if (cached) {} = m{};", at, buf);
+            line("const {} l{} = {};", ctype(compute_type(t)), buf, load_expr(t, fmt::format("m{}", buf)));
         } else {
-            line("const {0} l{1} = cached ? x{1}[{2} * row_threads] : {3};", ct, buf, j, mem);
+            line("const {} l{} = {};", ctype(compute_type(t)), buf,
+                 load_expr(t, fmt::format("(cached ? {} : {})", at, mem)));
         }
         load_override_[buf] = fmt::format("l{}", buf);
     }
-    for (size_t buf = 0; buf < preloaded_.size(); ++buf)
-        if (slot[buf] < 0 && !preloaded_[buf].empty()) load_override_[buf] = preloaded_[buf];
     emit_instrs(b);
     add_to_acc_states(b, "(int)ri");
     emit_stores(b);
     load_override_.assign(k_.buffers.size(), "");
     scope_ = Scope::PPoint;
+}
+
+// Where element `j` of this thread sits in its row's slice of a buffer's cache region (the
+// pointer x<b> already points at this thread's first element): groups of V elements, the
+// row's threads' groups side by side, so that a group moves to and from shared memory in
+// one access and a warp's accesses are contiguous.
+std::string Emitter::cache_index(const std::string& j) const {
+    const int v = row_vector_width();
+    if (v == 1) return fmt::format("({}) * row_threads", j);
+    int s = 0;
+    while ((1 << s) < v) ++s;
+    return fmt::format("((({0}) >> {1}) * row_threads) * {2} + (({0}) & {3})", j, s, v, v - 1);
 }
 
 // The R index of this thread's element `j` (see row_vector_width).
@@ -88,9 +102,42 @@ int Emitter::first_loop_block() const {
     return -1;
 }
 
+// Instructions of Loop block `b` whose value is the same at every R point of a row (nothing R
+// dependent feeds them: parameters, constants, earlier accumulators, loads broadcast along R):
+// computed once per row, before the loop.
+std::vector<int> Emitter::row_invariant(const kir::Block& b) const {
+    std::vector<bool> varying(k_.instrs.size(), false);
+    std::vector<int> out;
+    for (int id : b.instrs) {
+        const kir::Instr& in = k_.instrs[id];
+        bool var = in.op == Op::Gather || in.op == Op::LinearId || (in.op == Op::Coord && k_.reduced[in.index]);
+        if (in.op == Op::Load)
+            for (int d : rdims_) var = var || k_.buffers[in.index].layout[d] != StrideKind::Zero;
+        for (int o : in.a) var = var || (o >= 0 && varying[o]);
+        varying[id] = var;
+        if (!var) out.push_back(id);
+    }
+    return out;
+}
+
+// One 16-byte-or-smaller word type per `bytes` of a group.
+namespace {
+struct GroupWords {
+    int words = 1;       // words per group
+    int per_word = 1;    // elements per word
+};
+GroupWords group_words(DType t, int vw) {
+    const int bytes = (int)dtype_size(t) * vw;
+    if (bytes < 4 || (bytes > 16 && bytes % 16)) return {0, 0};
+    const int words = bytes > 16 ? bytes / 16 : 1;
+    return {words, vw / words};
+}
+} // namespace
+
 void Emitter::emit_row_kernel() {
     const std::vector<int> slot = detail::row_cache_slots(k_);
-    const int nslots = detail::row_cache_slot_count(k_);
+    int nslots = 0;
+    for (int sl : slot) nslots += sl >= 0;
     std::vector<int> first_use(k_.buffers.size(), -1);
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi)
         for (int id : k_.blocks[bi].instrs)
@@ -100,7 +147,7 @@ void Emitter::emit_row_kernel() {
     open_kernel(k_.name, kCudaMaxRowBlock);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(true);
-    line("extern __shared__ float kiln_row_cache[];");
+    line("extern __shared__ uint4 kiln_row_cache[];");
     line("(void)scratch;");
     line("const int G = param;   // threads per row, a power of two");
     line("const long long np = {};", product(pdims_));
@@ -116,16 +163,22 @@ void Emitter::emit_row_kernel() {
     line("const long long per_thread = (nr + (long long)G * {0} - 1) / ((long long)G * {0}) * {0};", vw);
     line("const long long full = nr / ((long long)G * {0}) * {0};   // elements every thread of a row has", vw);
     if (nslots > 0) {
-        // Element j of this thread sits at [j * row_threads + lane] of its row's slice: each
-        // thread reads back only what it wrote, so no barrier is needed.
+        // Each cached buffer has a region of `region` elements of its dtype (16-byte aligned);
+        // a row's slice of it holds its threads' elements (cache_index).
         line("const long long slice = per_thread * row_threads;");
-        line("const bool cached = (unsigned long long)kiln_dynamic_smem_size() >= "
-             "(unsigned long long){} * rows_per_block * slice * 4;",
-             nslots);
-        for (size_t b = 0; b < k_.buffers.size(); ++b)
-            if (slot[b] >= 0)
-                line("{0}* const x{1} = ({0}*)kiln_row_cache + ((long long){2} * rows_per_block + group) * slice + lane;",
-                     ctype(compute_type(k_.buffers[b].dtype)), b, slot[b]);
+        line("const long long region = slice * rows_per_block;");
+        std::vector<size_t> order(k_.buffers.size());
+        for (size_t b = 0; b < order.size(); ++b) order[b] = b;
+        std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return slot[x] < slot[y]; });
+        std::string at = "0";
+        for (size_t b : order) {
+            if (slot[b] < 0) continue;
+            const char* st = storage_type(k_.buffers[b].dtype);
+            line("{0}* const x{1} = ({0}*)((unsigned char*)kiln_row_cache + {2}) + group * slice + lane * {3};", st, b,
+                 at, vw);
+            at = fmt::format("{} + ((region * {} + 15) & ~15LL)", at, dtype_size(k_.buffers[b].dtype));
+        }
+        line("const bool cached = (unsigned long long)kiln_dynamic_smem_size() >= (unsigned long long)({});", at);
     }
     line("#pragma unroll 1");
     open("for (long long row0 = (long long)(blockIdx.x / blocks_per_row) * rows_per_block; row0 < np; "
@@ -134,6 +187,8 @@ void Emitter::emit_row_kernel() {
     line("const bool live = row0 + group < np;");
     line("const long long pi = live ? row0 + group : row0;");
     emit_ppoint_setup();
+    int shift = 0;
+    while ((1 << shift) < vw) ++shift;
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
         const kir::Block& b = k_.blocks[bi];
         if (!b.loop) {
@@ -142,54 +197,105 @@ void Emitter::emit_row_kernel() {
         }
         declare_acc_results(b);
         open("");
+        const std::vector<int> invariant = row_invariant(b);
+        for (int id : invariant) line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
+        hoisted_.assign(k_.instrs.size(), false);
+        for (int id : invariant) hoisted_[id] = true;
         init_acc_states(b);
-        // Several elements per step without bounds checks (their loads can all be in flight
-        // at once: sixteen in the first pass, which reads memory), then the rest one by one.
+        // Groups of V consecutive elements move with one load or store per buffer when the
+        // row is aligned: the loads the pass makes from memory (the first pass: every buffer
+        // it reads) and every store; several groups per step, so that their loads are in
+        // flight at once.
         const bool first = (int)bi == first_loop_block();
-        const int step = first ? 16 : 4;
-        // The first pass loads each aligned row's groups with 16-byte loads.
-        std::vector<size_t> vec_bufs;
-        if (first && vw > 1)
+        std::vector<size_t> vec_loads, vec_stores;
+        if (vw > 1) {
+            std::vector<bool> loaded(k_.buffers.size(), false);
+            for (int id : b.instrs)
+                if (k_.instrs[id].op == Op::Load) loaded[k_.instrs[id].index] = true;
             for (size_t buf = 0; buf < k_.buffers.size(); ++buf) {
-                bool loaded = false;
-                for (int id : b.instrs) loaded = loaded || (k_.instrs[id].op == Op::Load && k_.instrs[id].index == (int)buf);
-                if (loaded && k_.buffers[buf].layout[rdims_[0]] == StrideKind::One &&
-                    dtype_size(k_.buffers[buf].dtype) * vw == 16)
-                    vec_bufs.push_back(buf);
+                if (k_.buffers[buf].layout[rdims_[0]] != StrideKind::One || !group_words(k_.buffers[buf].dtype, vw).words)
+                    continue;
+                if (loaded[buf]) vec_loads.push_back(buf);
             }
+            for (const kir::Store& st : b.stores)
+                if (k_.buffers[st.buffer].layout[rdims_[0]] == StrideKind::One &&
+                    group_words(k_.buffers[st.buffer].dtype, vw).words)
+                    vec_stores.push_back(st.buffer);
+        }
+        const int step = vw > 1 ? std::min(32, (first ? 4 : 2) * vw) : first ? 16 : 4;
         line("long long j = 0;");
         open("if (live)");
-        if (!vec_bufs.empty()) {
+        if (!vec_loads.empty() || !vec_stores.empty()) {
             std::string mis;
-            for (size_t buf : vec_bufs)
+            for (size_t buf : vec_loads)
+                mis += fmt::format("{}(unsigned long long)(b{} + {})", mis.empty() ? "" : " | ", buf, offset((int)buf));
+            for (size_t buf : vec_stores)
                 mis += fmt::format("{}(unsigned long long)(b{} + {})", mis.empty() ? "" : " | ", buf, offset((int)buf));
             line("const bool aligned = (({}) & 15) == 0;", mis);
             line("#pragma unroll 1");
             open(fmt::format("for (; aligned && j + {0} <= full; j += {0})", step));
             preloaded_.assign(k_.buffers.size(), "");
-            for (size_t buf : vec_bufs) {
+            store_to_.assign(k_.buffers.size(), "");
+            // The address of word w of group g (of this step) of buffer buf.
+            auto word_at = [&](size_t buf, int g, int w, const GroupWords& gw) {
+                return fmt::format("b{} + {} + (((j >> {}) + {}) * G + t) * {} + {}", buf, offset((int)buf), shift, g, vw,
+                                   w * gw.per_word);
+            };
+            for (size_t buf : vec_loads) {
                 const DType t = k_.buffers[buf].dtype;
+                const GroupWords gw = group_words(t, vw);
+                const char* wt = word_type(t, gw.per_word);
                 for (int g = 0; g < step / vw; ++g)
-                    line("const uint4 w{0}_{1} = *(const uint4*)(b{0} + {2} + (((j >> {3}) + {1}) * G + t) * {4});", buf, g,
-                         offset((int)buf), vw == 4 ? 2 : vw == 8 ? 3 : 4, vw);
+                    for (int w = 0; w < gw.words; ++w) {
+                        const std::string mem = fmt::format("*(const {}*)({})", wt, word_at(buf, g, w, gw));
+                        const std::string at = fmt::format("*({}*)(x{} + (((j >> {}) + {}) * row_threads) * {} + {})", wt,
+                                                           buf, shift, g, vw, w * gw.per_word);
+                        if (slot[buf] < 0) {
+                            line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
+                        } else if (first_use[buf] == (int)bi) {
+                            line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
+                            line("if (cached) {} = w{}_{}_{};", at, buf, g, w);
+                        } else {
+                            line("const {} w{}_{}_{} = cached ? {} : {};", wt, buf, g, w, at, mem);
+                        }
+                    }
                 line("{} e{}[{}];", ctype(compute_type(t)), buf, step);
-                for (int u = 0; u < step; ++u)
-                    line("e{}[{}] = {};", buf, u,
-                         load_expr(t, word_element(t, vw, fmt::format("w{}_{}", buf, u / vw), u % vw)));
+                for (int g = 0; g < step / vw; ++g)
+                    for (int w = 0; w < gw.words; ++w)
+                        emit_unpack(t, gw.per_word, fmt::format("w{}_{}_{}", buf, g, w), fmt::format("e{}", buf),
+                                    g * vw + w * gw.per_word);
                 preloaded_[buf] = fmt::format("e{}[u]", buf);
+            }
+            for (size_t buf : vec_stores) {
+                line("{} r{}[{}];", ctype(compute_type(k_.buffers[buf].dtype)), buf, step);
+                store_to_[buf] = fmt::format("r{}[u]", buf);
             }
             line("#pragma unroll");
             open(fmt::format("for (int u = 0; u < {}; ++u)", step));
-            line("const long long ri = {};", row_index("j + u"));
+            line("const long long ri = (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", shift, vw);
             emit_row_element(bi, slot, first_use, "(j + u)");
-            preloaded_.clear();
             close();
+            for (size_t buf : vec_stores) {
+                const DType t = k_.buffers[buf].dtype;
+                const GroupWords gw = group_words(t, vw);
+                for (int g = 0; g < step / vw; ++g)
+                    for (int w = 0; w < gw.words; ++w) {
+                        const std::string word = fmt::format("s{}_{}_{}", buf, g, w);
+                        line("{} {} = {{}};", word_type(t, gw.per_word), word);
+                        emit_pack(t, gw.per_word, word, fmt::format("r{}", buf), g * vw + w * gw.per_word);
+                        line("*({}*)({}) = {};", word_type(t, gw.per_word), word_at(buf, g, w, gw), word);
+                    }
+            }
+            preloaded_.clear();
+            store_to_.clear();
             close();
         }
+        // Rows the grouped path cannot take (misaligned) go element by element.
+        const int scalar_step = vec_loads.empty() && vec_stores.empty() ? step : 4;
         line("#pragma unroll 1");
-        open(fmt::format("for (; j + {0} <= full; j += {0})", step));
+        open(fmt::format("for (; j + {0} <= full; j += {0})", scalar_step));
         line("#pragma unroll");
-        open(fmt::format("for (int u = 0; u < {}; ++u)", step));
+        open(fmt::format("for (int u = 0; u < {}; ++u)", scalar_step));
         line("const long long ri = {};", row_index("j + u"));
         emit_row_element(bi, slot, first_use, "(j + u)");
         close();
@@ -202,6 +308,7 @@ void Emitter::emit_row_kernel() {
         emit_row_element(bi, slot, first_use, "j");
         close();
         close();
+        hoisted_.clear();
         for (int ai : b.accums) {
             const kir::Accum& ac = k_.accums[ai];
             const char* sfx = ac.type == CT::F32 ? "f" : "i";

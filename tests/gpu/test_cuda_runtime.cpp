@@ -200,13 +200,14 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
     Context ctx(ContextOptions{"cuda"});
     const float eps = 0.001f;
     struct Case { int64_t M, N; };
-    for (DType dt : {DType::Float32, DType::Float16})
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
         for (Case s : {Case{1000, 3}, Case{777, 5000}, Case{64, 20000}, Case{3, 100000}, Case{5, 300000}, Case{2, 1 << 21},
                        Case{4096, 1}}) {
             INFO(dtype_name(dt) << " " << s.M << "x" << s.N);
             const int64_t M = s.M, N = s.N;
             std::vector<float> h = random_floats((size_t)(M * N), (uint32_t)(M + N));
             if (dt == DType::Float16) for (auto& x : h) x = f16_to_float(float_to_f16(x));
+            if (dt == DType::BFloat16) for (auto& x : h) x = bf16_to_float(float_to_bf16(x));
             Tensor A = ctx.array(h, {M, N}, dt), col = ctx.empty({M, 1}, DType::Float32), out = ctx.empty({M, N}, DType::Float32),
                    cs = ctx.empty({1, N}, DType::Float32), am = ctx.empty({M, 1}, DType::Int32), tot = ctx.empty({1, 1});
             col[all] = var(A, 1);
@@ -243,6 +244,47 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
             CHECK(std::abs(t - total) <= 1e-5 * (double)(M * N) + 1e-3);
             CHECK(bad == 0);
         }
+}
+
+// The kernels convert 16-bit floats two at a time with the hardware's paired conversions and
+// fall back to ir/half.hpp's rules when a NaN is among them: every float16 pattern, and float32
+// patterns around every float16 and bfloat16 value, NaN payloads included, give the host's bits
+// on the vector paths (aligned, contiguous) and the element-by-element ones (a strided view).
+TEST_CASE("gpu: 16-bit float conversions give ir/half.hpp's bits for every pattern, paired or not") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    const int64_t n = 1 << 16;
+    std::vector<float> halves(n), wide;
+    for (int64_t p = 0; p < n; ++p) halves[p] = f16_to_float((uint16_t)p);
+    std::mt19937 g(7);
+    for (int64_t p = 0; p < n; ++p) {
+        const uint32_t u16 = f32_bits(f16_to_float((uint16_t)p)), ub = (uint32_t)p << 16;
+        for (uint32_t u : {u16, u16 + 1, u16 - 1, u16 + 0x1000, ub, ub + 0x8000, ub + 0x7fff, (uint32_t)g()})
+            wide.push_back(f32_from_bits(u));
+    }
+    const int64_t m = (int64_t)wide.size();
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        INFO(dtype_name(dt));
+        auto round = [&](float x) { return dt == DType::Float16 ? f16_to_float(float_to_f16(x)) : bf16_to_float(float_to_bf16(x)); };
+        // 16 -> 32: the patterns as uploaded (the host quiets signalling NaNs).
+        Tensor h = ctx.array(halves, {n}, dt), f = ctx.empty({n}, DType::Float32);
+        f[all] = h;
+        std::vector<float> got = f.to_vector<float>();
+        int bad = 0;
+        for (int64_t p = 0; p < n; ++p) bad += f32_bits(got[p]) != f32_bits(round(halves[p]));
+        CHECK(bad == 0);
+        // 32 -> 16, contiguous (paired) and through a stride-2 view (one at a time).
+        Tensor w = ctx.array(wide, {m}, DType::Float32), o = ctx.empty({m}, dt), o2 = ctx.empty({m / 2, 2}, dt);
+        o[all] = w;
+        o2[all] = ctx.array(wide, {2, m / 2}, DType::Float32).transpose();
+        std::vector<float> a = o.to_vector<float>(), b = o2.to_vector<float>();
+        bad = 0;
+        for (int64_t i = 0; i < m; ++i) {
+            bad += f32_bits(a[i]) != f32_bits(round(wide[i]));
+            bad += f32_bits(b[(i % (m / 2)) * 2 + i / (m / 2)]) != f32_bits(round(wide[i]));
+        }
+        CHECK(bad == 0);
+    }
 }
 
 TEST_CASE("gpu: each kernel reads what the kernels before it wrote, launched back to back (programmatic launch)") {

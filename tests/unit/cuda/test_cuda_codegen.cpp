@@ -3,6 +3,7 @@
 #include "tests/support/catch.hpp"
 
 #include "codegen/cuda/cuda_codegen.hpp"
+#include "codegen/cuda/cuda_internal.hpp"
 #include "ir/error.hpp"
 #include "runtime/cuda/nvrtc.hpp"
 #include "tests/unit/cuda/sample_kernels.hpp"
@@ -98,6 +99,8 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
             CHECK(src.code.find("#include") == std::string::npos);
             if (k.full_reduce) {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name + "_partial", k.name + "_final"});
+            } else if (codegen::cuda_shape(k) == codegen::CudaShape::Column && codegen::detail::column_splittable(k)) {
+                REQUIRE(src.entry_points == std::vector<std::string>{k.name, k.name + "_final"});
             } else {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name});
             }
@@ -148,10 +151,16 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     CHECK(row.find("kiln_row_reduce<kiln_argmax_f>") != std::string::npos);
     CHECK(row.find("kiln_row_reduce<kiln_sum_f>") != std::string::npos);
     CHECK(row.find("if (live && t == 0)") != std::string::npos);   // Point-block stores
-    // The first pass keeps the row in shared memory; the later ones read it from there.
-    CHECK(row.find("if (cached) x3[j * row_threads] = l3;") != std::string::npos);
-    CHECK(row.find("if (cached) x3[(j + u) * row_threads] = l3;") != std::string::npos);
-    CHECK(row.find("const float l3 = cached ? x3[j * row_threads] : ") != std::string::npos);
+    // The first pass keeps the row in shared memory, in its storage dtype; the later ones read
+    // it from there.
+    INFO(row);
+    CHECK(row.find("unsigned short* const x3 = ") != std::string::npos);   // buf3 is float16
+    CHECK(row.find("if (cached) x3[(((j) >> 3) * row_threads) * 8 + ((j) & 7)] = m3;") != std::string::npos);
+    CHECK(row.find("if (cached) *(uint4*)(x3 + (((j >> 3) + 0) * row_threads) * 8 + 0) = w3_0_0;") != std::string::npos);
+    CHECK(row.find("const uint4 w3_0_0 = cached ? *(uint4*)(x3 + (((j >> 3) + 0) * row_threads) * 8 + 0) : ") !=
+          std::string::npos);
+    CHECK(row.find("const float l3 = kiln_f16_to_f32((cached ? x3[(((j) >> 3) * row_threads) * 8 + ((j) & 7)] : ") !=
+          std::string::npos);
     std::string col = codegen::emit_cuda(test::column_kernel()).code;
     CHECK(col.find("kiln_column_reduce<") != std::string::npos);
     std::string full = codegen::emit_cuda(test::full_reduce_kernel()).code;
@@ -171,10 +180,13 @@ TEST_CASE("row kernels load aligned rows 16 bytes at a time in their first pass"
         CudaSource src = codegen::emit_cuda(b.kernel());
         INFO(src.code);
         CHECK(src.code.find("const bool aligned = (((unsigned long long)(b1 + pb1)) & 15) == 0;") != std::string::npos);
-        CHECK(src.code.find(fmt::format("const uint4 w1_0 = *(const uint4*)(b1 + pb1 + (((j >> {}) + 0) * G + t) * {});",
+        CHECK(src.code.find(fmt::format("const uint4 w1_0_0 = *(const uint4*)(b1 + pb1 + (((j >> {}) + 0) * G + t) * {} + 0);",
+                                        v == 4 ? 2 : 3, v)) != std::string::npos);
+        CHECK(src.code.find(fmt::format("const long long ri = (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};",
                                         v == 4 ? 2 : 3, v)) != std::string::npos);
         CHECK(src.code.find(fmt::format("const long long ri = (((j + u) >> {}) * G + t) * {} + ((j + u) & {});",
                                         v == 4 ? 2 : 3, v, v - 1)) != std::string::npos);
+        if (dt == DType::Float16) CHECK(src.code.find("kiln_f16x2_to_f32(w1_0_0.x, e1[0], e1[1]);") != std::string::npos);
         require_compiles("rowvec", src);
     }
 }
@@ -201,7 +213,9 @@ TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
     CudaSource src16 = codegen::emit_cuda(c.kernel());
     CHECK(src16.code.find("const uint4 w0 = ((const uint4*)b0)[q];") != std::string::npos);
     CHECK(src16.code.find("const long long nv = a.sizes[0] / 8;") != std::string::npos);
-    CHECK(src16.code.find("w1.w = (w1.w & ~(0xffffu << 16))") != std::string::npos);   // lane 7
+    // 16-bit floats convert two at a time: lanes 0 and 1 of the load, lanes 6 and 7 of the store.
+    CHECK(src16.code.find("kiln_f16x2_to_f32(w0.x, e0[0], e0[1]);") != std::string::npos);
+    CHECK(src16.code.find("w1.w = kiln_f32x2_to_bf16x2(r1[6], r1[7]);") != std::string::npos);
     require_compiles("vec16", src16);
 }
 
@@ -349,32 +363,49 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     a.sizes = {0};
     CHECK(codegen::plan_cuda_launch(test::dtypes_kernel(), a, h100).launches[0].grid == 0);
 
-    // Row reductions: about 32 elements per thread, a cluster of blocks on sm_90 for long rows,
-    // grown until the row fits the shared-memory cache of the later passes.
+    // Row reductions: 128 bytes of the widest loaded element per thread (buf3 is float16: 64),
+    // a cluster of 256-thread blocks on sm_90 for long rows; the shared-memory cache of the
+    // later passes when it leaves room for a second block, else none.
     const codegen::CudaDeviceCaps h100s{90, 132, 227 * 1024 - 1024};
     kir::Kernel row = test::row_softmax_kernel();   // buf3 is loaded by every pass: one slot
     a.sizes = {65536, 1024};
     p = codegen::plan_cuda_launch(row, a, h100s);
-    CHECK(p.threads_per_row == 32);
+    CHECK(p.threads_per_row == 16);
     CHECK(p.launches[0].block == 256);
     CHECK(p.launches[0].cluster == 1);
-    CHECK(p.launches[0].param == 32);
-    CHECK(p.launches[0].grid == 65536 / 8);
-    CHECK(p.launches[0].shared_bytes == 256 * 32 * 4);
+    CHECK(p.launches[0].param == 16);
+    CHECK(p.launches[0].grid == 65536 / 16);
+    CHECK(p.launches[0].shared_bytes == 256 * 64 * 2);
+    a.sizes = {4096, 32768};   // a block of 512 per row
+    p = codegen::plan_cuda_launch(row, a, h100s);
+    CHECK(p.threads_per_row == 512);
+    CHECK(p.launches[0].block == 512);
+    CHECK(p.launches[0].cluster == 1);
+    CHECK(p.launches[0].shared_bytes == 512 * 64 * 2);
     a.sizes = {1024, 65536};
     p = codegen::plan_cuda_launch(row, a, h100s);
-    CHECK(p.threads_per_row == 2048);
-    CHECK(p.launches[0].block == 512);
+    CHECK(p.threads_per_row == 1024);
+    CHECK(p.launches[0].block == 256);
     CHECK(p.launches[0].cluster == 4);
     CHECK(p.launches[0].grid == 1024 * 4);
-    CHECK(p.launches[0].shared_bytes == 512 * 32 * 4);
+    CHECK(p.launches[0].shared_bytes == 256 * 64 * 2);
+    a.sizes = {512, 262144};   // the largest cluster, 128 elements per thread
+    p = codegen::plan_cuda_launch(row, a, h100s);
+    CHECK(p.threads_per_row == 2048);
+    CHECK(p.launches[0].cluster == 8);
+    CHECK(p.launches[0].shared_bytes == 256 * 128 * 2);
+    a.sizes = {64, 1 << 19};   // the cache would take more than half the shared memory: none
+    p = codegen::plan_cuda_launch(row, a, h100s);
+    CHECK(p.threads_per_row == 2048);
+    CHECK(p.launches[0].shared_bytes == 0);
+    a.sizes = {1024, 65536};
     p = codegen::plan_cuda_launch(row, a, a100);   // no clusters, 48 KiB: the cache does not fit
     CHECK(p.threads_per_row == 512);
     CHECK(p.launches[0].cluster == 1);
     CHECK(p.launches[0].shared_bytes == 0);
     a.sizes = {8, 1 << 22};   // longer than a cluster can cache
     p = codegen::plan_cuda_launch(row, a, h100s);
-    CHECK(p.threads_per_row == 4096);
+    CHECK(p.threads_per_row == 2048);
     CHECK(p.launches[0].shared_bytes == 0);
     a.sizes = {128, 32};   // few short rows: a warp per row rather than one thread
     p = codegen::plan_cuda_launch(row, a, h100);
@@ -382,10 +413,30 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     a.sizes = {0, 32};
     CHECK(codegen::plan_cuda_launch(row, a, h100).launches[0].grid == 0);
 
-    a.sizes = {4096, 100};   // column: 32 parallel points per block
-    p = codegen::plan_cuda_launch(test::column_kernel(), a, h100);
-    CHECK(p.launches[0].grid == 100 / 32 + 1);
+    // Column: 32 parallel points per block; the reduced points split into chunks of at least
+    // kColumnMinChunk until about kColumnTargetBlocks blocks run, whatever the device.
+    kir::Kernel column = test::column_kernel();
+    REQUIRE(codegen::detail::column_splittable(column));
+    a.sizes = {4096, 100};
+    p = codegen::plan_cuda_launch(column, a, h100);
+    REQUIRE(p.launches.size() == 2);
+    CHECK(p.launches[0].entry == "kiln_column");
+    CHECK(p.launches[0].param == 4096 / codegen::detail::kColumnMinChunk);
+    CHECK(p.launches[0].grid == (100 / 32 + 1) * 16);
     CHECK(p.launches[0].block == 256);
+    CHECK(p.launches[1].entry == "kiln_column_final");
+    CHECK(p.launches[1].param == 16);
+    CHECK(p.launches[1].grid == 1);
+    CHECK(p.scratch_bytes == 100 * 16 * 8 * column.accums.size());
+    CHECK(codegen::plan_cuda_launch(column, a, a100).launches[0].param == 16);
+    a.sizes = {1 << 20, 64 * 1024};   // enough column blocks already: not split
+    p = codegen::plan_cuda_launch(column, a, h100);
+    REQUIRE(p.launches.size() == 1);
+    CHECK(p.launches[0].param == 1);
+    CHECK(p.launches[0].grid == 2048);
+    CHECK(p.scratch_bytes == 0);
+    a.sizes = {100, 100};   // too few reduced points to split
+    CHECK(codegen::plan_cuda_launch(column, a, h100).launches.size() == 1);
 
     kir::Kernel full = test::full_reduce_kernel();
     a.sizes = {100, 1000};
