@@ -85,32 +85,47 @@ std::string Emitter::word_store(DType t, int n, const std::string& w, int lane, 
     }
 }
 
+// 16-bit floats: the paired conversions for every 32-bit part of the word, then one test of
+// all the parts for a NaN, which redoes the word with the exact conversions.
 void Emitter::emit_unpack(DType t, int n, const std::string& w, const std::string& dst, int base) {
     const bool f16 = t == DType::Float16, bf16 = t == DType::BFloat16;
-    for (int l = 0; l < n; ++l) {
-        int shift = 0;
-        if ((f16 || bf16) && l % 2 == 0) {
-            line("kiln_{}x2_to_f32({}, {}[{}], {}[{}]);", f16 ? "f16" : "bf16", word_part(t, n, w, l, &shift), dst, base + l,
-                 dst, base + l + 1);
-            ++l;
-            continue;
-        }
-        line("{}[{}] = {};", dst, base + l, load_expr(t, word_element(t, n, w, l)));
+    if (!f16 && !bf16) {
+        for (int l = 0; l < n; ++l) line("{}[{}] = {};", dst, base + l, load_expr(t, word_element(t, n, w, l)));
+        return;
     }
+    std::vector<std::string> parts;
+    for (int l = 0; l < n; l += 2) {
+        int shift = 0;
+        parts.push_back(word_part(t, n, w, l, &shift));
+        line("kiln_{}x2_cvt({}, {}[{}], {}[{}]);", f16 ? "f16" : "bf16", parts.back(), dst, base + l, dst, base + l + 1);
+    }
+    if (bf16) return;   // bfloat16 widens exactly, NaNs included
+    std::string any;
+    for (const std::string& p : parts) any += fmt::format("{}kiln_f16x2_nan({})", any.empty() ? "" : " | ", p);
+    open(fmt::format("if ({})", any));
+    for (int l = 0; l < n; ++l) line("{}[{}] = {};", dst, base + l, load_expr(t, word_element(t, n, w, l)));
+    close();
 }
 
 void Emitter::emit_pack(DType t, int n, const std::string& w, const std::string& src, int base) {
     const bool f16 = t == DType::Float16, bf16 = t == DType::BFloat16;
-    for (int l = 0; l < n; ++l) {
-        int shift = 0;
-        if ((f16 || bf16) && l % 2 == 0) {
-            line("{} = kiln_f32x2_to_{}x2({}[{}], {}[{}]);", word_part(t, n, w, l, &shift), f16 ? "f16" : "bf16", src,
-                 base + l, src, base + l + 1);
-            ++l;
-            continue;
-        }
-        line("{}", word_store(t, n, w, l, store_value(t, fmt::format("{}[{}]", src, base + l))));
+    if (!f16 && !bf16) {
+        for (int l = 0; l < n; ++l) line("{}", word_store(t, n, w, l, store_value(t, fmt::format("{}[{}]", src, base + l))));
+        return;
     }
+    const char* name = f16 ? "f16" : "bf16";
+    std::vector<std::string> parts;
+    for (int l = 0; l < n; l += 2) {
+        int shift = 0;
+        parts.push_back(word_part(t, n, w, l, &shift));
+        line("{} = kiln_f32x2_to_{}x2_cvt({}[{}], {}[{}]);", parts.back(), name, src, base + l, src, base + l + 1);
+    }
+    // The hardware turns a NaN into the canonical one, a NaN pattern nothing else produces.
+    std::string any;
+    for (const std::string& p : parts) any += fmt::format("{}kiln_{}x2_nan({})", any.empty() ? "" : " | ", name, p);
+    open(fmt::format("if ({})", any));
+    for (int l = 0; l < n; ++l) line("{}", word_store(t, n, w, l, store_value(t, fmt::format("{}[{}]", src, base + l))));
+    close();
 }
 
 // n elements per thread with one load and one store of up to 16 bytes per contiguous

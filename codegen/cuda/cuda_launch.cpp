@@ -181,14 +181,16 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
     }
     case CudaShape::Row: {
         // Threads per row G: enough that each thread holds 128 bytes of the widest loaded
-        // element (8 groups of V), which keeps enough loads in flight per thread; more while
-        // the GPU would otherwise idle (few short rows). Past a block, a cluster (sm_90) of
+        // element (8 groups of V), 256 when nothing is cached (a thread's loads in flight are
+        // then all that hides memory latency, and no shared memory grows with them); more
+        // while the GPU would otherwise idle (few short rows). Past a block, a cluster (sm_90) of
         // blocks of kCudaBlockSize threads, up to kCudaMaxCluster of them. The shared-memory
         // row cache of the passes after the first is used when a block's part of it leaves
         // room for a second block on the multiprocessor (grown into a larger cluster if need
         // be); otherwise every pass reads the row from memory, which L2 mostly serves.
         const int64_t v = detail::row_vector_width(k);
-        const int64_t per_thread_target = 8 * v;
+        const bool caches = detail::row_cache_bytes(k, 1) > 0;
+        const int64_t per_thread_target = (caches ? 8 : 16) * v;
         const int64_t max_g = dev.sm >= 90 ? (int64_t)kCudaBlockSize * kCudaMaxCluster : kCudaMaxRowBlock;
         const int64_t busy = (int64_t)dev.multiprocessors * 1024;
         int64_t g = std::min(pow2_ceil((nr + per_thread_target - 1) / per_thread_target), max_g);
@@ -198,7 +200,6 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
             return detail::row_cache_bytes(k, block_of(g) * ((nr + g * v - 1) / (g * v) * v));
         };
         const size_t cache_room = dev.max_shared / 2;
-        const bool caches = detail::row_cache_bytes(k, 1) > 0;
         while (caches && cache_bytes(g) > cache_room && g < max_g) g *= 2;
         const int64_t block = block_of(g);
         const int64_t cluster = g > block ? g / block : 1;

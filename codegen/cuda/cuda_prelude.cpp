@@ -47,38 +47,40 @@ __device__ __forceinline__ unsigned short kiln_f32_to_bf16(float f) {
     return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
 }
 
-// Two 16-bit floats of one 32-bit word (the lower one first) at once, with the same results
-// as the conversions above: the hardware's paired conversions, and the exact rules above only
-// when a NaN is among them (rare, so a branch rather than a select on every element).
-__device__ __forceinline__ void kiln_f16x2_to_f32(unsigned w, float& lo, float& hi) {
+// Two 16-bit floats of one 32-bit word (the lower one first) at once: the hardware's paired
+// conversions, which give the rules above except for NaNs (the hardware makes them canonical).
+// kiln_*x2_nan says whether a word holds a NaN, so that the vector paths test a whole group's
+// words with one branch and take the exact conversions above only then (rarely).
+__device__ __forceinline__ unsigned kiln_f16x2_nan(unsigned w) { return ((w & 0x7fff7fffu) + 0x03ff03ffu) & 0x80008000u; }
+__device__ __forceinline__ unsigned kiln_bf16x2_nan(unsigned w) { return ((w & 0x7fff7fffu) + 0x007f007fu) & 0x80008000u; }
+
+__device__ __forceinline__ void kiln_f16x2_cvt(unsigned w, float& lo, float& hi) {
     asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(lo), "=f"(hi) : "r"(w));
-    if (((w & 0x7fff7fffu) + 0x03ff03ffu) & 0x80008000u) {   // a half above 0x7c00 (ignoring the sign): a NaN
-        lo = kiln_f16_to_f32((unsigned short)w);
-        hi = kiln_f16_to_f32((unsigned short)(w >> 16));
-    }
 }
 
-__device__ __forceinline__ void kiln_bf16x2_to_f32(unsigned w, float& lo, float& hi) {
+__device__ __forceinline__ void kiln_bf16x2_cvt(unsigned w, float& lo, float& hi) {
     lo = __uint_as_float(w << 16);
     hi = __uint_as_float(w & 0xffff0000u);
 }
 
-__device__ __forceinline__ unsigned kiln_f32x2_to_f16x2(float lo, float hi) {
+__device__ __forceinline__ unsigned kiln_f32x2_to_f16x2_cvt(float lo, float hi) {
 #if __CUDA_ARCH__ >= 800
     unsigned w;
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
-    if (lo == lo && hi == hi) return w;
-#endif
+    return w;
+#else
     return (unsigned)kiln_f32_to_f16(lo) | ((unsigned)kiln_f32_to_f16(hi) << 16);
+#endif
 }
 
-__device__ __forceinline__ unsigned kiln_f32x2_to_bf16x2(float lo, float hi) {
+__device__ __forceinline__ unsigned kiln_f32x2_to_bf16x2_cvt(float lo, float hi) {
 #if __CUDA_ARCH__ >= 800
     unsigned w;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
-    if (lo == lo && hi == hi) return w;
-#endif
+    return w;
+#else
     return (unsigned)kiln_f32_to_bf16(lo) | ((unsigned)kiln_f32_to_bf16(hi) << 16);
+#endif
 }
 
 // Truncation toward zero, saturating, NaN -> 0 (PTX cvt.rzi.sat).

@@ -186,7 +186,7 @@ TEST_CASE("row kernels load aligned rows 16 bytes at a time in their first pass"
                                         v == 4 ? 2 : 3, v)) != std::string::npos);
         CHECK(src.code.find(fmt::format("const long long ri = (((j + u) >> {}) * G + t) * {} + ((j + u) & {});",
                                         v == 4 ? 2 : 3, v, v - 1)) != std::string::npos);
-        if (dt == DType::Float16) CHECK(src.code.find("kiln_f16x2_to_f32(w1_0_0.x, e1[0], e1[1]);") != std::string::npos);
+        if (dt == DType::Float16) CHECK(src.code.find("kiln_f16x2_cvt(w1_0_0.x, e1[0], e1[1]);") != std::string::npos);
         require_compiles("rowvec", src);
     }
 }
@@ -214,8 +214,12 @@ TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
     CHECK(src16.code.find("const uint4 w0 = ((const uint4*)b0)[q];") != std::string::npos);
     CHECK(src16.code.find("const long long nv = a.sizes[0] / 8;") != std::string::npos);
     // 16-bit floats convert two at a time: lanes 0 and 1 of the load, lanes 6 and 7 of the store.
-    CHECK(src16.code.find("kiln_f16x2_to_f32(w0.x, e0[0], e0[1]);") != std::string::npos);
-    CHECK(src16.code.find("w1.w = kiln_f32x2_to_bf16x2(r1[6], r1[7]);") != std::string::npos);
+    CHECK(src16.code.find("kiln_f16x2_cvt(w0.x, e0[0], e0[1]);") != std::string::npos);
+    CHECK(src16.code.find("if (kiln_f16x2_nan(w0.x) | kiln_f16x2_nan(w0.y) | kiln_f16x2_nan(w0.z) | kiln_f16x2_nan(w0.w))") !=
+          std::string::npos);
+    CHECK(src16.code.find("w1.w = kiln_f32x2_to_bf16x2_cvt(r1[6], r1[7]);") != std::string::npos);
+    CHECK(src16.code.find("if (kiln_bf16x2_nan(w1.x) | kiln_bf16x2_nan(w1.y) | kiln_bf16x2_nan(w1.z) | kiln_bf16x2_nan(w1.w))") !=
+          std::string::npos);
     require_compiles("vec16", src16);
 }
 
@@ -407,6 +411,19 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     p = codegen::plan_cuda_launch(row, a, h100s);
     CHECK(p.threads_per_row == 2048);
     CHECK(p.launches[0].shared_bytes == 0);
+    {   // one pass, nothing cached: 256 bytes per thread (float32: 64 elements)
+        test::KernelBuilder one("kiln_onepass", "PR");
+        int out = one.output(DType::Float32, "10"), in = one.input(DType::Float32, "x1");
+        one.loop();
+        int acc = one.accum(kir::AccKind::Sum, one.load(in));
+        one.point();
+        one.store(out, one.acc_result(acc));
+        a.sizes = {4096, 16384};
+        p = codegen::plan_cuda_launch(one.kernel(), a, h100s);
+        CHECK(p.threads_per_row == 256);
+        CHECK(p.launches[0].block == 256);
+        CHECK(p.launches[0].shared_bytes == 0);
+    }
     a.sizes = {128, 32};   // few short rows: a warp per row rather than one thread
     p = codegen::plan_cuda_launch(row, a, h100);
     CHECK(p.threads_per_row == 32);
