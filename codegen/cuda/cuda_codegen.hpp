@@ -28,7 +28,9 @@
 // Every entry point has the signature NAME(const Args a, unsigned char* scratch, int param):
 // `scratch` is device memory of CudaLaunchPlan::scratch_bytes (null when 0) and `param` is
 // CudaLaunch::param. Blocks are 1-D. Every kernel loops grid-stride over its work, so any grid
-// size >= 1 is correct; the plan's grid sizes are only for speed. The kernel shape follows from
+// size >= 1 is correct; the plan's grid sizes are only for speed (mostly one trip per thread,
+// so the grid-stride loops are not unrolled: their copies cost compile time and nothing
+// else). The kernel shape follows from
 // the kernel IR (never from sizes, so one compiled module serves every size):
 //   - elementwise (no reduced dim), one entry NAME: one thread per point of the flattened
 //     domain. A rank-1 kernel whose buffers are all contiguous or broadcast scalars also has a

@@ -34,11 +34,13 @@ void Emitter::emit_column_kernel() {
         line("const long long per_chunk = (nr + chunks - 1) / chunks;");
         line("const long long rbegin = chunk * per_chunk;");
         line("const long long rend = rbegin + per_chunk < nr ? rbegin + per_chunk : nr;");
+        line("#pragma unroll 1");
         open(fmt::format("for (long long p0 = (long long)(blockIdx.x / chunks) * {0}; p0 < np; "
                          "p0 += (long long)(gridDim.x / chunks) * {0})",
                          width));
     } else {
         line("const long long rbegin = 0, rend = nr;");
+        line("#pragma unroll 1");
         open(fmt::format("for (long long p0 = (long long)blockIdx.x * {0}; p0 < np; p0 += (long long)gridDim.x * {0})",
                          width));
     }
@@ -93,12 +95,14 @@ void Emitter::emit_column_final_kernel() {
     emit_buffer_pointers(all_uses_);
     line("const int chunks = param;");
     line("const long long np = {};", product(pdims_));
+    line("#pragma unroll 1");
     open("for (long long pi = (long long)blockIdx.x * blockDim.x + threadIdx.x; pi < np; "
          "pi += (long long)gridDim.x * blockDim.x)");
     emit_ppoint_setup();
     declare_acc_results(loop);
     open("");
     init_acc_states(loop);
+    line("#pragma unroll 1");
     open("for (int c = 0; c < chunks; ++c)");
     line("const unsigned char* const rec = scratch + (pi * chunks + c) * {};", record_bytes());
     for (int ai : loop.accums) {

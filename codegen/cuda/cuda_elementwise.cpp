@@ -16,6 +16,7 @@ void Emitter::emit_elementwise_kernel() {
     std::vector<int> all;
     for (int d = 0; d < k_.rank; ++d) all.push_back(d);
     line("const long long n = {};", product(all));
+    line("#pragma unroll 1");
     open(fmt::format("for (long long i = {}(long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
                      "i += (long long)gridDim.x * blockDim.x)",
                      vectorisable() ? "start + " : ""));
@@ -141,6 +142,7 @@ void Emitter::emit_vector_path() {
     line("long long start = 0;");
     open(fmt::format("if (({}) == 0)", misaligned.empty() ? "0" : misaligned));
     line("const long long nv = a.sizes[0] / {};", n);
+    line("#pragma unroll 1");
     open("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < nv; "
          "q += (long long)gridDim.x * blockDim.x)");
     std::vector<bool> stored(k_.buffers.size(), false);

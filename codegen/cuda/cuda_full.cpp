@@ -37,6 +37,7 @@ void Emitter::emit_partial_kernel() {
     // Chunks of whole groups of V elements (below), so that every chunk starts aligned.
     const int vw = full_vector_width();
     line("const long long chunk = ((nr + num_partials - 1) / num_partials + {0}) / {1} * {1};", vw - 1, vw);
+    line("#pragma unroll 1");
     open("for (int part = blockIdx.x; part < num_partials; part += gridDim.x)");
     scope_ = Scope::PPoint;
     line("const long long rbegin = (long long)part * chunk;");
@@ -107,6 +108,7 @@ void Emitter::emit_final_kernel() {
     init_acc_states(loop);
     // Thread t folds records t, t + blockDim.x, ... in order, then the block combines the
     // threads in a fixed tree: the same partials always give the same result.
+    line("#pragma unroll 1");
     open("for (int j = threadIdx.x; j < num_partials; j += blockDim.x)");
     line("const unsigned char* const rec = partials + (long long)j * {};", record_bytes());
     for (int ai : loop.accums) {
