@@ -1,0 +1,82 @@
+"""examples/benchmarks: vs_torch.py's error measure and perf_tables.py's rewrite of the document.
+
+No GPU or PyTorch needed: the table writer reads a JSON written here, and vs_torch.py without
+PyTorch says so and exits 0.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+BENCH = os.path.join(ROOT, "examples", "benchmarks")
+sys.path.insert(0, BENCH)
+
+import perf_tables  # noqa: E402
+
+
+def run_json(cases):
+    return {"device": "Test GPU", "date": "2026-01-01", "commit": "abc1234", "copy_gbs": 4000.0, "torch": "2.x",
+            "method": "host clock", "cases": cases,
+            "geomean_vs_compile_by_dtype": {"float32": 1.5}}
+
+
+def case(name, ms, compile_ms, nbytes=128 << 20):
+    return {"case": name, "dtype": "float32", "shape": [4096, 8192], "kiln_ms": ms, "compile_ms": compile_ms,
+            "vs_compile": compile_ms / ms, "bytes": nbytes, "kiln_gbs": nbytes / ms / 1e6,
+            "kiln_pct_copy": 100 * nbytes / ms / 1e6 / 4000, "error": {"kiln": 1e-7}}
+
+
+def test_the_table_replaces_what_stands_between_the_markers(tmp_path):
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text("# Performance\n\nbefore\n" + perf_tables.BEGIN + "\nold table\n" + perf_tables.END + "\nafter\n")
+    js = tmp_path / "r.json"
+    js.write_text(json.dumps(run_json([case("variance", 0.05, 0.10), case("softmax", 0.20, 0.10)])))
+    subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)], check=True,
+                   capture_output=True)
+    text = doc.read_text()
+    assert "old table" not in text
+    assert text.startswith("# Performance\n\nbefore\n") and text.rstrip().endswith("after")
+    assert "| variance | float32 | 4096x8192 | 0.0500 |" in text
+    assert "2.00x" in text and "0.50x" in text
+    # geometric mean of 2.0 and 0.5 is 1.0; the worst case is named
+    assert "**1.00x**" in text and "worst softmax float32 4096x8192 0.50x" in text
+    assert "Commit: abc1234" in text and "Test GPU" in text
+    # a second run replaces the first table rather than adding one
+    subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)], check=True,
+                   capture_output=True)
+    assert doc.read_text().count(perf_tables.BEGIN) == 1
+
+
+def test_a_document_without_markers_gets_a_section(tmp_path):
+    doc = tmp_path / "P.md"
+    doc.write_text("# Performance\n")
+    js = tmp_path / "r.json"
+    js.write_text(json.dumps(run_json([case("gelu", 0.1, 0.1)])))
+    subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)], check=True,
+                   capture_output=True)
+    text = doc.read_text()
+    assert "## CUDA backend beside PyTorch" in text and perf_tables.BEGIN in text and perf_tables.END in text
+
+
+def test_vs_torch_error_measure():
+    torch = pytest.importorskip("torch")
+    import vs_torch
+    x = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.25, -1.0]], dtype=torch.float64)
+    ref = vs_torch.variance(vs_torch.TorchOps(torch), x)
+    assert vs_torch.check("variance", ref.clone(), ref, x) == 0
+    assert vs_torch.check("variance", ref * (1 + 1e-3), ref, x) == pytest.approx(1e-3, rel=1e-6)
+    idx = torch.tensor([[2], [0]], dtype=torch.int32)
+    assert vs_torch.check("argmax", idx, None, x) == 0
+    assert vs_torch.check("argmax", torch.tensor([[0], [0]]), None, x) == pytest.approx(2.0)
+
+
+def test_vs_torch_without_pytorch_says_so():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None; sys.argv = ['vs_torch.py'];"
+                        f"sys.path.insert(0, {BENCH!r}); import vs_torch; sys.exit(vs_torch.main())"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "PyTorch is not importable" in r.stdout
