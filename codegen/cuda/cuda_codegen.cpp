@@ -343,6 +343,21 @@ void Emitter::add_to_acc_states(const kir::Block& b, const std::string& pos) {
     }
 }
 
+void Emitter::store_acc_record(const kir::Block& b) {
+    for (int ai : b.accums) {
+        line("*({}*)(rec + {}) = acc{}_v;", ctype(k_.accums[ai].type), 8 * ai, ai);
+        line("*(int*)(rec + {}) = acc{}_p;", 8 * ai + 4, ai);
+    }
+}
+
+void Emitter::fold_acc_record(const kir::Block& b) {
+    for (int ai : b.accums) {
+        const kir::Accum& ac = k_.accums[ai];
+        line("{}::add(acc{}_v, acc{}_p, *(const {}*)(rec + {}), *(const int*)(rec + {}));", acc_struct(ac), ai, ai,
+             ctype(ac.type), 8 * ai, 8 * ai + 4);
+    }
+}
+
 void Emitter::block_reduce_acc_states(const kir::Block& b) {
     for (int ai : b.accums) {
         const kir::Accum& ac = k_.accums[ai];

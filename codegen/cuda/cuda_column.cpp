@@ -72,10 +72,7 @@ void Emitter::emit_column_kernel() {
             // Record (column, chunk) of the scratch: accumulator i at byte 8 * i.
             open("if (chunks > 1 && live && slice == 0)");
             line("unsigned char* const rec = scratch + ((p0 + column) * chunks + chunk) * {};", record_bytes());
-            for (int ai : b.accums) {
-                line("*({}*)(rec + {}) = acc{}_v;", ctype(k_.accums[ai].type), 8 * ai, ai);
-                line("*(int*)(rec + {}) = acc{}_p;", 8 * ai + 4, ai);
-            }
+            store_acc_record(b);
             close();
         }
         set_acc_results(b);
@@ -105,11 +102,7 @@ void Emitter::emit_column_final_kernel() {
     line("#pragma unroll 1");
     open("for (int c = 0; c < chunks; ++c)");
     line("const unsigned char* const rec = scratch + (pi * chunks + c) * {};", record_bytes());
-    for (int ai : loop.accums) {
-        const kir::Accum& ac = k_.accums[ai];
-        line("{}::add(acc{}_v, acc{}_p, *(const {}*)(rec + {}), *(const int*)(rec + {}));", acc_struct(ac), ai, ai,
-             ctype(ac.type), 8 * ai, 8 * ai + 4);
-    }
+    fold_acc_record(loop);
     close();
     set_acc_results(loop);
     close();

@@ -131,6 +131,10 @@ private:
     void init_acc_states(const kir::Block& b);
     void add_to_acc_states(const kir::Block& b, const std::string& pos);
     void block_reduce_acc_states(const kir::Block& b);
+    // A partial-reduction record at `rec` (cuda_codegen.hpp: accumulator i's value at byte
+    // 8 * i, its position at 8 * i + 4): written from the block's states, or folded into them.
+    void store_acc_record(const kir::Block& b);
+    void fold_acc_record(const kir::Block& b);
     // An Arg accumulator that saw no point (an empty R domain) yields position 0.
     void set_acc_results(const kir::Block& b);
 
@@ -161,6 +165,12 @@ private:
                           const std::string& j);
 
     int row_vector_width() const { return detail::row_vector_width(k_); }
+    // log2 of row_vector_width (a power of two).
+    int row_vector_shift() const {
+        int s = 0;
+        while ((1 << s) < row_vector_width()) ++s;
+        return s;
+    }
 
     // The R index of this thread's element `j` (see row_vector_width).
     std::string row_index(const std::string& j) const;

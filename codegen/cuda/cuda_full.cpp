@@ -85,10 +85,7 @@ void Emitter::emit_partial_kernel() {
     block_reduce_acc_states(b);
     open("if (threadIdx.x == 0)");
     line("unsigned char* const rec = partials + (long long)part * {};", record_bytes());
-    for (int ai : b.accums) {
-        line("*({}*)(rec + {}) = acc{}_v;", ctype(k_.accums[ai].type), 8 * ai, ai);
-        line("*(int*)(rec + {}) = acc{}_p;", 8 * ai + 4, ai);
-    }
+    store_acc_record(b);
     close();
     close();
     close();
@@ -111,11 +108,7 @@ void Emitter::emit_final_kernel() {
     line("#pragma unroll 1");
     open("for (int j = threadIdx.x; j < num_partials; j += blockDim.x)");
     line("const unsigned char* const rec = partials + (long long)j * {};", record_bytes());
-    for (int ai : loop.accums) {
-        const kir::Accum& ac = k_.accums[ai];
-        line("{}::add(acc{}_v, acc{}_p, *(const {}*)(rec + {}), *(const int*)(rec + {}));", acc_struct(ac), ai, ai,
-             ctype(ac.type), 8 * ai, 8 * ai + 4);
-    }
+    fold_acc_record(loop);
     close();
     block_reduce_acc_states(loop);
     set_acc_results(loop);

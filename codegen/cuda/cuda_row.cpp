@@ -65,18 +65,14 @@ void Emitter::emit_row_element(size_t bi, const std::vector<int>& slot, const st
 std::string Emitter::cache_index(const std::string& j) const {
     const int v = row_vector_width();
     if (v == 1) return fmt::format("({}) * row_threads", j);
-    int s = 0;
-    while ((1 << s) < v) ++s;
-    return fmt::format("((({0}) >> {1}) * row_threads) * {2} + (({0}) & {3})", j, s, v, v - 1);
+    return fmt::format("((({0}) >> {1}) * row_threads) * {2} + (({0}) & {3})", j, row_vector_shift(), v, v - 1);
 }
 
 // The R index of this thread's element `j` (see row_vector_width).
 std::string Emitter::row_index(const std::string& j) const {
     const int v = row_vector_width();
     if (v == 1) return fmt::format("({}) * G + t", j);
-    int s = 0;
-    while ((1 << s) < v) ++s;
-    return fmt::format("((({0}) >> {1}) * G + t) * {2} + (({0}) & {3})", j, s, v, v - 1);
+    return fmt::format("((({0}) >> {1}) * G + t) * {2} + (({0}) & {3})", j, row_vector_shift(), v, v - 1);
 }
 
 // Per P point `pi`: the coordinates and the buffers' P offsets.
@@ -187,8 +183,7 @@ void Emitter::emit_row_kernel() {
     line("const bool live = row0 + group < np;");
     line("const long long pi = live ? row0 + group : row0;");
     emit_ppoint_setup();
-    int shift = 0;
-    while ((1 << shift) < vw) ++shift;
+    const int shift = row_vector_shift();
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
         const kir::Block& b = k_.blocks[bi];
         if (!b.loop) {
