@@ -56,8 +56,9 @@
 //     first (detail::column_splittable), param = S, the chunks the reduced points are split
 //     into: block b reduces chunk b % S of column block b / S. S = 1 runs the Point blocks at
 //     once; S > 1 writes record (column * S + chunk) of `scratch` (the full reduction's record
-//     layout, below) and a second entry NAME_final, param = S, a thread per column, combines
-//     a column's records in chunk order and runs the Point blocks. S follows from the sizes
+//     layout, below) and a second entry NAME_final, param = S, a warp per column, combines
+//     a column's records (lane l those of chunks l, l + 32, ... in order, then the lanes in a
+//     fixed tree) and runs the Point blocks. S follows from the sizes
 //     alone (enough chunks for about kColumnTargetBlocks blocks), never from the device.
 //     Otherwise param is unused and there is no second entry.
 //   - full reduction (Kernel::full_reduce), two entries launched in order on one stream:

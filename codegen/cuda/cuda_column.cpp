@@ -58,8 +58,9 @@ void Emitter::emit_column_kernel() {
         declare_acc_results(b);
         open("");
         init_acc_states(b);
-        // Unrolled so that several loads of a thread are in flight at once.
-        line("#pragma unroll 4");
+        // Unrolled so that several loads of a thread are in flight at once (8: a warp's 128-byte
+        // float32 loads reach the copy bandwidth only with that many per thread outstanding).
+        line("#pragma unroll 8");
         open(fmt::format("for (long long ri = live ? rbegin + slice : rend; ri < rend; ri += {})", slices));
         emit_rloop_body(bi);
         close();
@@ -83,8 +84,9 @@ void Emitter::emit_column_kernel() {
     if (split) emit_column_final_kernel();
 }
 
-// A thread per column: combines the column's chunk records in chunk order, then runs the Point
-// blocks.
+// A warp per column: lane l folds the column's chunk records l, l + 32, ... in chunk order,
+// the warp combines its lanes in a fixed tree (so the same records always give the same
+// result, and a long list of chunks is read 32 records at a time), then runs the Point blocks.
 void Emitter::emit_column_final_kernel() {
     const kir::Block& loop = k_.blocks[0];
     line("");
@@ -92,24 +94,27 @@ void Emitter::emit_column_final_kernel() {
     emit_buffer_pointers(all_uses_);
     line("const int chunks = param;");
     line("const long long np = {};", product(pdims_));
+    line("const int lane = (int)(threadIdx.x & 31);");
+    line("const long long warps = (long long)gridDim.x * (blockDim.x / 32);");
     line("#pragma unroll 1");
-    open("for (long long pi = (long long)blockIdx.x * blockDim.x + threadIdx.x; pi < np; "
-         "pi += (long long)gridDim.x * blockDim.x)");
+    open("for (long long pi = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; pi < np; pi += warps)");
     emit_ppoint_setup();
     declare_acc_results(loop);
     open("");
     init_acc_states(loop);
-    line("#pragma unroll 1");
-    open("for (int c = 0; c < chunks; ++c)");
+    line("#pragma unroll 4");
+    open("for (int c = lane; c < chunks; c += 32)");
     line("const unsigned char* const rec = scratch + (pi * chunks + c) * {};", record_bytes());
     fold_acc_record(loop);
     close();
+    for (int ai : loop.accums) {
+        line("kiln_warp_reduce<{0}>(acc{1}_v, acc{1}_p);", acc_struct(k_.accums[ai]), ai);
+        line("acc{0}_v = __shfl_sync(0xffffffffu, acc{0}_v, 0);", ai);
+        line("acc{0}_p = __shfl_sync(0xffffffffu, acc{0}_p, 0);", ai);
+    }
     set_acc_results(loop);
     close();
-    for (size_t bi = 1; bi < k_.blocks.size(); ++bi) {
-        emit_instrs(k_.blocks[bi]);
-        emit_stores(k_.blocks[bi]);
-    }
+    for (size_t bi = 1; bi < k_.blocks.size(); ++bi) emit_point_block(k_.blocks[bi], "lane == 0");
     close();
     close();
 }

@@ -223,7 +223,8 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         plan.launches = {{k.name, np ? clamp_grid(pblocks * chunks, chunks) : 0, block, 1, (int)chunks, 0}};
         if (chunks > 1) {
             plan.scratch_bytes = (size_t)(np * chunks) * 8 * k.accums.size();
-            plan.launches.push_back({k.name + "_final", clamp_grid((np + kCudaBlockSize - 1) / kCudaBlockSize, 1),
+            const int64_t warps_per_block = kCudaBlockSize / 32;   // the final entry: a warp per column
+            plan.launches.push_back({k.name + "_final", clamp_grid((np + warps_per_block - 1) / warps_per_block, 1),
                                      kCudaBlockSize, 1, (int)chunks, 0});
         }
         break;

@@ -195,14 +195,14 @@ TEST_CASE("gpu: NVRTC failure is a CompileError with the log, the options and th
 }
 #endif
 
-TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long rows; columns; full") {
+TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long rows; columns, split into many chunks; full") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
     const float eps = 0.001f;
     struct Case { int64_t M, N; };
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
-        for (Case s : {Case{1000, 3}, Case{777, 5000}, Case{64, 20000}, Case{3, 100000}, Case{5, 300000}, Case{2, 1 << 21},
-                       Case{4096, 1}}) {
+        for (Case s : {Case{1000, 3}, Case{777, 5000}, Case{300, 1001}, Case{64, 20000}, Case{3, 100000}, Case{5, 300000},
+                       Case{2, 1 << 21}, Case{4096, 1}, Case{200000, 5}}) {
             INFO(dtype_name(dt) << " " << s.M << "x" << s.N);
             const int64_t M = s.M, N = s.N;
             std::vector<float> h = random_floats((size_t)(M * N), (uint32_t)(M + N));
@@ -210,12 +210,21 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
             if (dt == DType::BFloat16) for (auto& x : h) x = bf16_to_float(float_to_bf16(x));
             Tensor A = ctx.array(h, {M, N}, dt), col = ctx.empty({M, 1}, DType::Float32), out = ctx.empty({M, N}, DType::Float32),
                    cs = ctx.empty({1, N}, DType::Float32), am = ctx.empty({M, 1}, DType::Int32), tot = ctx.empty({1, 1});
+            // A row scaled by a row vector and stored in the input's dtype: a buffer only the
+            // last pass reads, and a 16-bit store, on rows in registers, partial and misaligned
+            // ones (N = 1001) included.
+            std::vector<float> hw = random_floats((size_t)N, (uint32_t)(7 * N + 1));
+            for (auto& x : hw) x = dt == DType::Float16 ? f16_to_float(float_to_f16(x)) : dt == DType::BFloat16 ? bf16_to_float(float_to_bf16(x)) : x;
+            Tensor W = ctx.array(hw, {1, N}, dt), scaled = ctx.empty({M, N}, dt);
             col[all] = var(A, 1);
             out[all] = reciprocal(sqrt(var(A, 1) + eps)) * (A - mean(A, 1));
+            scaled[all] = (A - mean(A, 1)) * W;
             cs[all] = sum(A, 0);
             am[all] = argmax(A, 1);
             tot[all] = sum(A);
             std::vector<float> v = col.to_vector<float>(), o = out.to_vector<float>(), c = cs.to_vector<float>();
+            std::vector<float> sc = scaled.to_vector<float>();
+            const double tol16 = dt == DType::Float32 ? 1e-5 : dt == DType::Float16 ? 2e-3 : 1.6e-2;
             std::vector<int32_t> a = am.to_vector<int32_t>();
             double total = 0;
             std::vector<double> colsum(N, 0.0);
@@ -237,6 +246,10 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
                 for (int64_t j = 0; j < N; j += 1 + N / 97) {
                     const double e = (h[i * N + j] - m) / std::sqrt(q + eps);
                     bad += std::abs(o[i * N + j] - e) > 1e-3 * (std::abs(e) + 1);
+                }
+                for (int64_t j = 0; j < N; ++j) {
+                    const double e = (h[i * N + j] - m) * hw[j];
+                    bad += std::abs(sc[i * N + j] - e) > tol16 * (std::abs(e) + 1);
                 }
             }
             for (int64_t j = 0; j < N; ++j) bad += std::abs(c[j] - colsum[j]) > 1e-4 * (std::abs(colsum[j]) + M);

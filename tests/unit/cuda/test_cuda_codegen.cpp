@@ -443,7 +443,8 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.launches[0].block == 256);
     CHECK(p.launches[1].entry == "kiln_column_final");
     CHECK(p.launches[1].param == 16);
-    CHECK(p.launches[1].grid == 1);
+    CHECK(p.launches[1].grid == (100 + 7) / 8);   // a warp per column
+    CHECK(p.launches[1].block == 256);
     CHECK(p.scratch_bytes == 100 * 16 * 8 * column.accums.size());
     CHECK(codegen::plan_cuda_launch(column, a, a100).launches[0].param == 16);
     a.sizes = {1 << 20, 64 * 1024};   // enough column blocks already: not split
