@@ -1,7 +1,7 @@
 // Hand-built kernels covering every Op, every AccKind, every storage dtype and every kernel
 // shape the CUDA renderer knows (elementwise, reduction with P dims, full reduction).
 #pragma once
-#include "tests/unit/cuda/kir_builder.hpp"
+#include "tests/support/kernel_builder.hpp"
 
 #include <utility>
 #include <vector>
@@ -41,13 +41,13 @@ inline kir::Kernel all_ops_kernel() {
         b.op(Op::Tanh, CT::F32, x), b.op(Op::Rint, CT::F32, x), b.op(Op::Sign, CT::F32, x),
         b.op(Op::ToF32, CT::F32, n), b.op(Op::Add, CT::F32, x, y), b.op(Op::Sub, CT::F32, x, y),
         b.op(Op::Mul, CT::F32, x, y), b.op(Op::Div, CT::F32, x, y), b.op(Op::Pow, CT::F32, ax, y),
-        b.op(Op::Max, CT::F32, x, y), b.op(Op::Min, CT::F32, x, y), b.cf(1.5f), b.cf(-0.1f), b.cf(0.25f),
-        b.cf(1e-45f), b.cf(2.0f), b.op(Op::Floor, CT::F32, x), b.op(Op::FMod, CT::F32, x, y),
+        b.op(Op::Max, CT::F32, x, y), b.op(Op::Min, CT::F32, x, y), b.constf(1.5f), b.constf(-0.1f), b.constf(0.25f),
+        b.constf(1e-45f), b.constf(2.0f), b.op(Op::Floor, CT::F32, x), b.op(Op::FMod, CT::F32, x, y),
     };
     int lt = b.op(Op::Lt, CT::I32, x, y);
     f.push_back(b.op(Op::Select, CT::F32, lt, x, y));
-    f.push_back(b.op(Op::AsF32, CT::F32, b.op(Op::And, CT::I32, n, b.ci(0x3fffffff))));
-    int idx = b.op(Op::And, CT::I32, n, b.ci(3));
+    f.push_back(b.op(Op::AsF32, CT::F32, b.op(Op::And, CT::I32, n, b.consti(0x3fffffff))));
+    int idx = b.op(Op::And, CT::I32, n, b.consti(3));
     f.push_back(b.gather(table, idx, ip_stride));
     int fsum = sum_all(b, f);
 
@@ -64,10 +64,10 @@ inline kir::Kernel all_ops_kernel() {
         b.op(Op::Or, CT::I32, n, m), b.op(Op::Xor, CT::I32, n, m), b.op(Op::Shl, CT::I32, n, idx),
         b.op(Op::Shr, CT::I32, n, idx), b.op(Op::MulHi, CT::I32, n, m), b.op(Op::Select, CT::I32, lt, n, m),
         b.op(Op::AsI32, CT::I32, x),
-        b.coord(0), b.coord(1), b.linear_id(), b.ci(INT32_MIN), b.ci(-7),
+        b.coord(0), b.coord(1), b.linear_id(), b.consti(INT32_MIN), b.consti(-7),
     };
     // IDiv/IRem are defined for divisors other than 0 and -1 only: the lowering's guard.
-    int safe = b.op(Op::Select, CT::I32, b.op(Op::Lt, CT::I32, m, b.ci(1)), b.ci(3), m);
+    int safe = b.op(Op::Select, CT::I32, b.op(Op::Lt, CT::I32, m, b.consti(1)), b.consti(3), m);
     i.push_back(b.op(Op::IDiv, CT::I32, n, safe));
     i.push_back(b.op(Op::IRem, CT::I32, n, safe));
     int isum = sum_all(b, i);
@@ -176,7 +176,7 @@ inline kir::Kernel middle_reduction_kernel() {
     b.loop();
     int x = b.load(in);
     int lid = b.linear_id();
-    int g = b.gather(table, b.op(Op::And, CT::I32, lid, b.ci(7)), ip_stride);
+    int g = b.gather(table, b.op(Op::And, CT::I32, lid, b.consti(7)), ip_stride);
     int v = sum_all(b, {x, b.op(Op::ToF32, CT::F32, b.coord(1)), g});
     int a_sum = b.accum(AccKind::Sum, v);
     int a_arg = b.accum(AccKind::ArgMin, v);
@@ -236,7 +236,7 @@ inline kir::Kernel scalar_kernel() {
     int out = b.output(DType::Float32, "");
     int in = b.input(DType::Float32, "");
     b.loop();
-    int x = b.op(Op::Mul, CT::F32, b.load(in), b.cf(2.0f));
+    int x = b.op(Op::Mul, CT::F32, b.load(in), b.constf(2.0f));
     b.store(out, b.op(Op::Add, CT::F32, x, b.op(Op::ToF32, CT::F32, b.linear_id())));
     return b.kernel();
 }

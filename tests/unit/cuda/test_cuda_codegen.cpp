@@ -240,7 +240,7 @@ TEST_CASE("float constants render exactly, including non-finite values") {
     b.loop();
     const float vals[] = {1.0f, -0.1f, 3.4028235e38f, 1e-45f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN, 16777216.0f};
     std::vector<int> ids;
-    for (float v : vals) ids.push_back(b.cf(v));
+    for (float v : vals) ids.push_back(b.constf(v));
     b.store(out, test::sum_all(b, ids));
     CudaSource src = codegen::emit_cuda(b.kernel());
     CHECK(src.code.find("= 1.0f;") != std::string::npos);

@@ -1,7 +1,7 @@
 // CPU backend, storage conversions: float16 and bfloat16 exhaustively against references built
 // on double arithmetic, int8/uint8/bool loads and stores.
 #include "tests/support/catch.hpp"
-#include "tests/unit/llvm/kernel_builder.hpp"
+#include "tests/unit/llvm/cpu_support.hpp"
 
 #include <cmath>
 #include <limits>
@@ -56,10 +56,10 @@ uint16_t encode(const Half& t, float f) {
 }
 
 std::vector<float> run_load(DType dt, const std::vector<uint16_t>& in) {
-    KernelBuilder kb(std::string("cvt_load_") + std::string(dtype_name(dt)), {false});
+    KernelBuilder kb(std::string("cvt_load_") + std::string(dtype_name(dt)), "P");
     int o = kb.buffer(DType::Float32, {SK::One}, true);
     int i = kb.buffer(dt, {SK::One});
-    kb.loop_block();
+    kb.loop();
     kb.store(o, kb.load(i));
     std::vector<float> out(in.size());
     run(kb.kernel(), Launch({(int64_t)in.size()}).buffer(out.data(), {1}).buffer(in.data(), {1}));
@@ -67,10 +67,10 @@ std::vector<float> run_load(DType dt, const std::vector<uint16_t>& in) {
 }
 
 std::vector<uint16_t> run_store(DType dt, const std::vector<float>& in) {
-    KernelBuilder kb(std::string("cvt_store_") + std::string(dtype_name(dt)), {false});
+    KernelBuilder kb(std::string("cvt_store_") + std::string(dtype_name(dt)), "P");
     int o = kb.buffer(dt, {SK::One}, true);
     int i = kb.buffer(DType::Float32, {SK::One});
-    kb.loop_block();
+    kb.loop();
     kb.store(o, kb.load(i));
     std::vector<uint16_t> out(in.size());
     run(kb.kernel(), Launch({(int64_t)in.size()}).buffer(out.data(), {1}).buffer(in.data(), {1}));
@@ -138,7 +138,7 @@ TEST_CASE("cpu jit: int8, uint8 and bool loads extend, stores truncate") {
     // i8out = wrap_i8(a * 3 + b); u8out = a - b (truncated by the store); bout = (a + b) as bool,
     // i32out = a + b + flag (flag: a bool buffer holding bytes 0, 1 and 2).
     const int64_t n = 4099;
-    KernelBuilder kb("cvt_small_ints", {false});
+    KernelBuilder kb("cvt_small_ints", "P");
     int i8o = kb.buffer(DType::Int8, {SK::One}, true);
     int u8o = kb.buffer(DType::UInt8, {SK::One}, true);
     int bo = kb.buffer(DType::Bool, {SK::One}, true);
@@ -146,7 +146,7 @@ TEST_CASE("cpu jit: int8, uint8 and bool loads extend, stores truncate") {
     int a = kb.buffer(DType::Int8, {SK::One});
     int b = kb.buffer(DType::UInt8, {SK::One});
     int flag = kb.buffer(DType::Bool, {SK::One});
-    kb.loop_block();
+    kb.loop();
     int la = kb.load(a), lb = kb.load(b), lf = kb.load(flag);
     int a3 = kb.op(Op::Mul, CT::I32, la, kb.consti(3));
     kb.store(i8o, kb.op(Op::WrapI8, CT::I32, kb.op(Op::Add, CT::I32, a3, lb)));

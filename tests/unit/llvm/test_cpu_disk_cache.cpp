@@ -5,7 +5,7 @@
 // correct cache. Each test case has a cache directory of its own (ScopedCacheDir).
 #include "tests/support/catch.hpp"
 #include "tests/support/cache_dir.hpp"
-#include "tests/unit/llvm/kernel_builder.hpp"
+#include "tests/unit/llvm/cpu_support.hpp"
 
 #include <kiln/kiln.hpp>
 
@@ -26,11 +26,11 @@ namespace fs = std::filesystem;
 namespace {
 
 kir::Kernel axpy_kernel(const std::string& name) {
-    KernelBuilder kb(name, {false});
+    KernelBuilder kb(name, "P");
     int o = kb.buffer(DType::Float32, {SK::One}, true);
     int x = kb.buffer(DType::Float32, {SK::One});
     int y = kb.buffer(DType::Float32, {SK::One});
-    kb.loop_block();
+    kb.loop();
     kb.store(o, kb.op(Op::Add, CT::F32, kb.op(Op::Mul, CT::F32, kb.paramf(0), kb.op(Op::Exp, CT::F32, kb.load(x))),
                       kb.load(y)));
     return kb.kernel();

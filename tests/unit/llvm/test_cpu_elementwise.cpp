@@ -1,6 +1,6 @@
 // CPU backend, elementwise kernels: strides and broadcasting, every op against C++.
 #include "tests/support/catch.hpp"
-#include "tests/unit/llvm/kernel_builder.hpp"
+#include "tests/unit/llvm/cpu_support.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,13 +13,13 @@ TEST_CASE("cpu jit: elementwise with a broadcast and a strided input") {
     const int64_t M = 37, N = 1001;
     // out[i,j] = a[i,j] * b[j] + c[i,j] - p0, with b broadcast over rows (stride 0) and c a
     // transposed view (strides 1, M); ids[i,j] = linear id + coord(1) as int32.
-    KernelBuilder kb("ew_broadcast_strided", {false, false});
+    KernelBuilder kb("ew_broadcast_strided", "PP");
     int out = kb.buffer(DType::Float32, {SK::Any, SK::One}, true);
     int ids = kb.buffer(DType::Int32, {SK::Any, SK::One}, true);
     int a = kb.buffer(DType::Float32, {SK::Any, SK::One});
     int b = kb.buffer(DType::Float32, {SK::Zero, SK::One});
     int c = kb.buffer(DType::Float32, {SK::One, SK::Any});
-    kb.loop_block();
+    kb.loop();
     int prod = kb.op(Op::Mul, CT::F32, kb.load(a), kb.load(b));
     int sum = kb.op(Op::Add, CT::F32, prod, kb.load(c));
     kb.store(out, kb.op(Op::Sub, CT::F32, sum, kb.paramf(0)));
@@ -51,17 +51,17 @@ TEST_CASE("cpu jit: elementwise with a broadcast and a strided input") {
 }
 
 TEST_CASE("cpu jit: a rank-0 kernel runs once; an empty domain runs nothing") {
-    KernelBuilder kb("ew_scalar", {});
+    KernelBuilder kb("ew_scalar", "");
     int out = kb.buffer(DType::Float32, {}, true);
-    kb.loop_block();
+    kb.loop();
     kb.store(out, kb.op(Op::Mul, CT::F32, kb.paramf(0), kb.constf(3)));
     float o = 0;
     run(kb.kernel(), Launch({}).buffer(&o, {}).fparam(1.5f));
     CHECK(o == 4.5f);
 
-    KernelBuilder ke("ew_empty", {false, false});
+    KernelBuilder ke("ew_empty", "PP");
     int eo = ke.buffer(DType::Float32, {SK::Any, SK::One}, true);
-    ke.loop_block();
+    ke.loop();
     ke.store(eo, ke.constf(1));
     float sentinel = 7;
     run(ke.kernel(), Launch({0, 5}).buffer(&sentinel, {5, 1}));
@@ -72,11 +72,11 @@ TEST_CASE("cpu jit: a rank-0 kernel runs once; an empty domain runs nothing") {
 TEST_CASE("cpu jit: gather adds index * axis stride") {
     // out[i,j] = src[i, idx[j]]: src's gathered axis is not a domain dim.
     const int64_t M = 5, J = 7, K = 11;
-    KernelBuilder kb("ew_gather", {false, false});
+    KernelBuilder kb("ew_gather", "PP");
     int out = kb.buffer(DType::Float32, {SK::Any, SK::One}, true);
     int src = kb.buffer(DType::Float32, {SK::Any, SK::Zero});
     int idx = kb.buffer(DType::Int32, {SK::Zero, SK::One});
-    kb.loop_block();
+    kb.loop();
     int g = kb.indexed(Op::Gather, CT::F32, src, kb.load(idx), 0);
     kb.store(out, g);
     auto sv = random_floats(M * K, -1, 1, 4);
@@ -128,12 +128,12 @@ std::vector<Out> run_op(Op op, CT out_t, CT in_t, const std::vector<In>& x, int 
     for (size_t i = 0; i < x.size(); ++i) cond[i] = (int32_t)(i % 3 == 0);
     DType in_dt = in_t == CT::F32 ? DType::Float32 : DType::Int32;
     DType out_dt = out_t == CT::F32 ? DType::Float32 : DType::Int32;
-    KernelBuilder kb(std::string("op_") + kir::op_name(op) + (in_t == CT::F32 ? "_f" : "_i"), {false});
+    KernelBuilder kb(std::string("op_") + kir::op_name(op) + (in_t == CT::F32 ? "_f" : "_i"), "P");
     int o = kb.buffer(out_dt, {SK::One}, true);
     int bx = kb.buffer(in_dt, {SK::One});
     int by = kb.buffer(in_dt, {SK::One});
     int bc = kb.buffer(DType::Int32, {SK::One});
-    kb.loop_block();
+    kb.loop();
     int r;
     if (arity == 3) r = kb.op(op, out_t, kb.load(bc), kb.load(bx), kb.load(by));
     else if (arity == 2) r = kb.op(op, out_t, kb.load(bx), kb.load(by));
@@ -263,11 +263,11 @@ TEST_CASE("cpu jit: idiv and irem truncate toward zero (divisors other than 0 an
         y[i] = v == 0 || v == -1 ? 7 : v;
     }
     for (Op op : {Op::IDiv, Op::IRem}) {
-        KernelBuilder kb(std::string("op_") + kir::op_name(op), {false});
+        KernelBuilder kb(std::string("op_") + kir::op_name(op), "P");
         const int o = kb.buffer(DType::Int32, {SK::One}, true);
         const int bx = kb.buffer(DType::Int32, {SK::One});
         const int by = kb.buffer(DType::Int32, {SK::One});
-        kb.loop_block();
+        kb.loop();
         kb.store(o, kb.op(op, CT::I32, kb.load(bx), kb.load(by)));
         std::vector<int32_t> out(x.size());
         run(kb.kernel(), Launch({(int64_t)x.size()}).buffer(out.data(), {1}).buffer(x.data(), {1}).buffer(y.data(), {1}));

@@ -1,7 +1,7 @@
 // CPU backend, the JIT itself: memory cache and counters, concurrent compiles, malformed
 // kernels, and that the optimised code of the common shapes is vectorised.
 #include "tests/support/catch.hpp"
-#include "tests/unit/llvm/kernel_builder.hpp"
+#include "tests/unit/llvm/cpu_support.hpp"
 
 #include <stdexcept>
 #include <thread>
@@ -12,11 +12,11 @@ using namespace kiln::test;
 namespace {
 
 kir::Kernel axpy_kernel(const std::string& name) {
-    KernelBuilder kb(name, {false});
+    KernelBuilder kb(name, "P");
     int o = kb.buffer(DType::Float32, {SK::One}, true);
     int x = kb.buffer(DType::Float32, {SK::One});
     int y = kb.buffer(DType::Float32, {SK::One});
-    kb.loop_block();
+    kb.loop();
     kb.store(o, kb.op(Op::Add, CT::F32, kb.op(Op::Mul, CT::F32, kb.paramf(0), kb.load(x)), kb.load(y)));
     return kb.kernel();
 }
@@ -68,13 +68,13 @@ TEST_CASE("cpu jit: concurrent compiles of one key compile once") {
 
 TEST_CASE("cpu jit: a malformed kernel is an internal error") {
     // A Loop block's value read by a later block is out of scope.
-    KernelBuilder kb("bad_scope", {false, true});
+    KernelBuilder kb("bad_scope", "PR");
     int o = kb.buffer(DType::Float32, {SK::One, SK::Zero}, true);
     int x = kb.buffer(DType::Float32, {SK::Any, SK::One});
-    kb.loop_block();
+    kb.loop();
     int lx = kb.load(x);
-    kb.acc(AccKind::Sum, lx);
-    kb.point_block();
+    kb.accum(AccKind::Sum, lx);
+    kb.point();
     kb.store(o, lx);
     cpu::CpuJit jit(1);
     CHECK_THROWS_AS(jit.compile(kb.kernel(), "bad"), std::logic_error);
@@ -97,41 +97,41 @@ TEST_CASE("cpu jit: inner loops vectorise") {
         CHECK(cpu::llvm_ir_text(axpy_kernel("vec_axpy")).find("define void @vec_axpy(") != std::string::npos);
     }
     SECTION("row sum (reassociated)") {
-        KernelBuilder kb("vec_rowsum", {false, true});
+        KernelBuilder kb("vec_rowsum", "PR");
         int o = kb.buffer(DType::Float32, {SK::One, SK::Zero}, true);
         int x = kb.buffer(DType::Float32, {SK::Any, SK::One});
-        kb.loop_block();
-        int s = kb.acc(AccKind::Sum, kb.load(x));
-        kb.point_block();
+        kb.loop();
+        int s = kb.accum(AccKind::Sum, kb.load(x));
+        kb.point();
         kb.store(o, kb.acc_result(s));
         CHECK(has_float_vectors(cpu::llvm_ir_text(kb.kernel(), true)));
     }
     SECTION("row max (NaN-propagating)") {
-        KernelBuilder kb("vec_rowmax", {false, true});
+        KernelBuilder kb("vec_rowmax", "PR");
         int o = kb.buffer(DType::Float32, {SK::One, SK::Zero}, true);
         int x = kb.buffer(DType::Float32, {SK::Any, SK::One});
-        kb.loop_block();
-        int s = kb.acc(AccKind::Max, kb.load(x));
-        kb.point_block();
+        kb.loop();
+        int s = kb.accum(AccKind::Max, kb.load(x));
+        kb.point();
         kb.store(o, kb.acc_result(s));
         std::string ir = cpu::llvm_ir_text(kb.kernel(), true);
         CHECK((ir.find(" x i32>") != std::string::npos || has_float_vectors(ir)));
     }
     SECTION("column sum (tiled)") {
-        KernelBuilder kb("vec_colsum", {true, false});
+        KernelBuilder kb("vec_colsum", "RP");
         int o = kb.buffer(DType::Float32, {SK::Zero, SK::One}, true);
         int x = kb.buffer(DType::Float32, {SK::Any, SK::One});
-        kb.loop_block();
-        int s = kb.acc(AccKind::Sum, kb.load(x));
-        kb.point_block();
+        kb.loop();
+        int s = kb.accum(AccKind::Sum, kb.load(x));
+        kb.point();
         kb.store(o, kb.acc_result(s));
         CHECK(has_float_vectors(cpu::llvm_ir_text(kb.kernel(), true)));
     }
     SECTION("float16 to float32") {
-        KernelBuilder kb("vec_f16", {false});
+        KernelBuilder kb("vec_f16", "P");
         int o = kb.buffer(DType::Float16, {SK::One}, true);
         int x = kb.buffer(DType::Float16, {SK::One});
-        kb.loop_block();
+        kb.loop();
         kb.store(o, kb.op(Op::Mul, CT::F32, kb.load(x), kb.constf(3)));
         CHECK(cpu::llvm_ir_text(kb.kernel(), true).find(" x i16>") != std::string::npos);
     }

@@ -1,7 +1,7 @@
 // CPU backend, reductions: row (batch-norm shape), column (tiled), arg-reductions with ties and
 // NaN, full reductions in chunks (determinism across thread counts), empty reductions.
 #include "tests/support/catch.hpp"
-#include "tests/unit/llvm/kernel_builder.hpp"
+#include "tests/unit/llvm/cpu_support.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -20,23 +20,23 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 // Loop(sum) Point(mean, stored) Loop(sum of squared deviations) Point(rstd) Loop(y, stored).
 // fparams: 1/n, eps. Buffers: y, mean, x, gamma.
 kir::Kernel batch_norm_kernel(const std::string& name, bool reduce_first) {
-    KernelBuilder kb(name, {reduce_first, !reduce_first});
+    KernelBuilder kb(name, reduce_first ? "RP" : "PR");
     int y = kb.buffer(DType::Float32, {SK::Any, SK::One}, true);
     int mean_out = kb.buffer(DType::Float32, reduce_first ? std::vector<SK>{SK::Zero, SK::One} : std::vector<SK>{SK::One, SK::Zero}, true);
     int x = kb.buffer(DType::Float32, {SK::Any, SK::One});
     int gamma = kb.buffer(DType::Float32, {SK::Zero, SK::One});
-    kb.loop_block();
-    int s = kb.acc(AccKind::Sum, kb.load(x));
-    kb.point_block();
+    kb.loop();
+    int s = kb.accum(AccKind::Sum, kb.load(x));
+    kb.point();
     int mean = kb.op(Op::Mul, CT::F32, kb.acc_result(s), kb.paramf(0));
     kb.store(mean_out, mean);
-    kb.loop_block();
+    kb.loop();
     int d = kb.op(Op::Sub, CT::F32, kb.load(x), mean);
-    int ss = kb.acc(AccKind::Sum, kb.op(Op::Mul, CT::F32, d, d));
-    kb.point_block();
+    int ss = kb.accum(AccKind::Sum, kb.op(Op::Mul, CT::F32, d, d));
+    kb.point();
     int var = kb.op(Op::Mul, CT::F32, kb.acc_result(ss), kb.paramf(0));
     int rstd = kb.op(Op::Div, CT::F32, kb.constf(1), kb.op(Op::Sqrt, CT::F32, kb.op(Op::Add, CT::F32, var, kb.paramf(1))));
-    kb.loop_block();
+    kb.loop();
     int centred = kb.op(Op::Sub, CT::F32, kb.load(x), mean);
     kb.store(y, kb.op(Op::Mul, CT::F32, kb.op(Op::Mul, CT::F32, centred, rstd), kb.load(gamma)));
     return kb.kernel();
@@ -104,7 +104,7 @@ TEST_CASE("cpu jit: column reduction, batch-norm shape (tiles of the parallel di
 TEST_CASE("cpu jit: column reduction over a middle dim: sum, max, argmax, int min") {
     // Domain [B (P), N (R), M (P)], x contiguous; NaN in one column, a tie in another, -inf in a third.
     const int64_t B = 3, N = 200, M = 130;
-    KernelBuilder kb("col_multi", {false, true, false});
+    KernelBuilder kb("col_multi", "PRP");
     std::vector<SK> out_layout{SK::Any, SK::Zero, SK::One};
     int osum = kb.buffer(DType::Float32, out_layout, true);
     int omax = kb.buffer(DType::Float32, out_layout, true);
@@ -112,11 +112,11 @@ TEST_CASE("cpu jit: column reduction over a middle dim: sum, max, argmax, int mi
     int omin = kb.buffer(DType::Int32, out_layout, true);
     int x = kb.buffer(DType::Float32, {SK::Any, SK::Any, SK::One});
     int xi = kb.buffer(DType::Int32, {SK::Any, SK::Any, SK::One});
-    kb.loop_block();
+    kb.loop();
     int lx = kb.load(x);
-    int as = kb.acc(AccKind::Sum, lx), am = kb.acc(AccKind::Max, lx), aa = kb.acc(AccKind::ArgMax, lx);
-    int ai = kb.acc(AccKind::Min, kb.load(xi));
-    kb.point_block();
+    int as = kb.accum(AccKind::Sum, lx), am = kb.accum(AccKind::Max, lx), aa = kb.accum(AccKind::ArgMax, lx);
+    int ai = kb.accum(AccKind::Min, kb.load(xi));
+    kb.point();
     kb.store(osum, kb.acc_result(as));
     kb.store(omax, kb.acc_result(am));
     kb.store(oarg, kb.acc_result(aa));
@@ -168,7 +168,7 @@ TEST_CASE("cpu jit: column reduction over a middle dim: sum, max, argmax, int mi
 
 TEST_CASE("cpu jit: arg-reductions keep the first extreme; NaN wins, the first NaN") {
     const int64_t M = 8, N = 37;
-    KernelBuilder kb("row_args", {false, true});
+    KernelBuilder kb("row_args", "PR");
     std::vector<SK> ol{SK::One, SK::Zero};
     int oamax = kb.buffer(DType::Int32, ol, true);
     int oamin = kb.buffer(DType::Int32, ol, true);
@@ -178,12 +178,12 @@ TEST_CASE("cpu jit: arg-reductions keep the first extreme; NaN wins, the first N
     int oiamin = kb.buffer(DType::Int32, ol, true);
     int x = kb.buffer(DType::Float32, {SK::Any, SK::One});
     int xi = kb.buffer(DType::Int32, {SK::Any, SK::One});
-    kb.loop_block();
+    kb.loop();
     int lx = kb.load(x), li = kb.load(xi);
-    int a0 = kb.acc(AccKind::ArgMax, lx), a1 = kb.acc(AccKind::ArgMin, lx);
-    int a2 = kb.acc(AccKind::Max, lx), a3 = kb.acc(AccKind::Min, lx);
-    int a4 = kb.acc(AccKind::ArgMax, li), a5 = kb.acc(AccKind::ArgMin, li);
-    kb.point_block();
+    int a0 = kb.accum(AccKind::ArgMax, lx), a1 = kb.accum(AccKind::ArgMin, lx);
+    int a2 = kb.accum(AccKind::Max, lx), a3 = kb.accum(AccKind::Min, lx);
+    int a4 = kb.accum(AccKind::ArgMax, li), a5 = kb.accum(AccKind::ArgMin, li);
+    kb.point();
     kb.store(oamax, kb.acc_result(a0));
     kb.store(oamin, kb.acc_result(a1));
     kb.store(omax, kb.acc_result(a2));
@@ -238,16 +238,16 @@ namespace {
 
 // Full reduction of x[n] (rank 1): sum, mean (sum * p0), max, argmax. Buffers: 4 outputs, x.
 kir::Kernel full_kernel() {
-    KernelBuilder kb("full_1d", {true}, true);
+    KernelBuilder kb("full_1d", "R");
     int osum = kb.buffer(DType::Float32, {SK::Zero}, true);
     int omean = kb.buffer(DType::Float32, {SK::Zero}, true);
     int omax = kb.buffer(DType::Float32, {SK::Zero}, true);
     int oarg = kb.buffer(DType::Int32, {SK::Zero}, true);
     int x = kb.buffer(DType::Float32, {SK::One});
-    kb.loop_block();
+    kb.loop();
     int lx = kb.load(x);
-    int s = kb.acc(AccKind::Sum, lx), m = kb.acc(AccKind::Max, lx), a = kb.acc(AccKind::ArgMax, lx);
-    kb.point_block();
+    int s = kb.accum(AccKind::Sum, lx), m = kb.accum(AccKind::Max, lx), a = kb.accum(AccKind::ArgMax, lx);
+    kb.point();
     int rs = kb.acc_result(s);
     kb.store(osum, rs);
     kb.store(omean, kb.op(Op::Mul, CT::F32, rs, kb.paramf(0)));
@@ -318,12 +318,12 @@ TEST_CASE("cpu jit: empty reductions give the identities") {
 
     // Rows of length 0 (row kernel) and columns of length 0 (tiled kernel): the Point block runs.
     for (bool reduce_first : {false, true}) {
-        KernelBuilder kb(reduce_first ? "empty_cols" : "empty_rows", {reduce_first, !reduce_first});
+        KernelBuilder kb(reduce_first ? "empty_cols" : "empty_rows", reduce_first ? "RP" : "PR");
         int o = kb.buffer(DType::Float32, reduce_first ? std::vector<SK>{SK::Zero, SK::One} : std::vector<SK>{SK::One, SK::Zero}, true);
         int x = kb.buffer(DType::Float32, {SK::Any, SK::One});
-        kb.loop_block();
-        int s = kb.acc(AccKind::Sum, kb.load(x));
-        kb.point_block();
+        kb.loop();
+        int s = kb.accum(AccKind::Sum, kb.load(x));
+        kb.point();
         kb.store(o, kb.op(Op::Add, CT::F32, kb.acc_result(s), kb.constf(2)));
         std::vector<float> out(70, -1);
         float dummy = 0;
@@ -338,14 +338,14 @@ TEST_CASE("cpu jit: empty reductions give the identities") {
 TEST_CASE("cpu jit: full reduction over two dims, strided, positions are absolute") {
     // x[i, j] with padded rows; sum and argmin over both dims: chunks split dim 0 only.
     const int64_t A = 6, B = 70001, ld = B + 3;
-    KernelBuilder kb("full_2d", {true, true}, true);
+    KernelBuilder kb("full_2d", "RR");
     int osum = kb.buffer(DType::Float32, {SK::Zero, SK::Zero}, true);
     int oarg = kb.buffer(DType::Int32, {SK::Zero, SK::Zero}, true);
     int x = kb.buffer(DType::Float32, {SK::Any, SK::One});
-    kb.loop_block();
+    kb.loop();
     int lx = kb.load(x);
-    int s = kb.acc(AccKind::Sum, lx), a = kb.acc(AccKind::ArgMin, lx);
-    kb.point_block();
+    int s = kb.accum(AccKind::Sum, lx), a = kb.accum(AccKind::ArgMin, lx);
+    kb.point();
     kb.store(osum, kb.acc_result(s));
     kb.store(oarg, kb.acc_result(a));
     auto xv = random_floats(A * ld, 1, 2, 61);
@@ -364,17 +364,17 @@ TEST_CASE("cpu jit: full reduction over two dims, strided, positions are absolut
 TEST_CASE("cpu jit: full reduction with a second pass (variance)") {
     // Loop(sum) Point(mean) Loop(sum of squared deviations) Point(var, stored).
     const int64_t N = 100003;
-    KernelBuilder kb("full_var", {true}, true);
+    KernelBuilder kb("full_var", "R");
     int ovar = kb.buffer(DType::Float32, {SK::Zero}, true);
     int x = kb.buffer(DType::Float32, {SK::One});
-    kb.loop_block();
-    int s = kb.acc(AccKind::Sum, kb.load(x));
-    kb.point_block();
+    kb.loop();
+    int s = kb.accum(AccKind::Sum, kb.load(x));
+    kb.point();
     int mean = kb.op(Op::Mul, CT::F32, kb.acc_result(s), kb.paramf(0));
-    kb.loop_block();
+    kb.loop();
     int d = kb.op(Op::Sub, CT::F32, kb.load(x), mean);
-    int ss = kb.acc(AccKind::Sum, kb.op(Op::Mul, CT::F32, d, d));
-    kb.point_block();
+    int ss = kb.accum(AccKind::Sum, kb.op(Op::Mul, CT::F32, d, d));
+    kb.point();
     kb.store(ovar, kb.op(Op::Mul, CT::F32, kb.acc_result(ss), kb.paramf(0)));
     auto xv = random_floats(N, 3, 5, 71);
     float var = -1;
