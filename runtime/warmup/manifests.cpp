@@ -1,7 +1,7 @@
-#include "compiler/warmup/manifests.hpp"
+#include "runtime/warmup/manifests.hpp"
 
 #include "compiler/kernel_text.hpp"
-#include "compiler/warmup/options.hpp"
+#include "runtime/warmup/options.hpp"
 #include "ir/error.hpp"
 #include "runtime/manifest_line.hpp"
 

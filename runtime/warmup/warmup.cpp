@@ -16,8 +16,8 @@
 // a store the cache did not keep) or, with --check, is missing, stale or damaged; 2, before any
 // work, for bad arguments (options.hpp), manifests (manifests.hpp) or cache directories.
 #include "compiler/key.hpp"
-#include "compiler/warmup/manifests.hpp"
-#include "compiler/warmup/options.hpp"
+#include "runtime/warmup/manifests.hpp"
+#include "runtime/warmup/options.hpp"
 #include "runtime/cache/disk_cache.hpp"
 #include "runtime/cache/entry_format.hpp"
 #include "runtime/cache/file_io.hpp"

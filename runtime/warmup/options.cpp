@@ -1,4 +1,4 @@
-#include "compiler/warmup/options.hpp"
+#include "runtime/warmup/options.hpp"
 
 #include "runtime/cache/disk_cache.hpp"
 #include "runtime/cache/file_io.hpp"
