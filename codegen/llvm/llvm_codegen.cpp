@@ -1,5 +1,6 @@
 #include "codegen/llvm/llvm_codegen.hpp"
 
+#include "compiler/kernel_check.hpp"
 #include "ir/error.hpp"
 
 #include <fmt/format.h>
@@ -50,36 +51,11 @@ std::string module_text(const Module& m) {
     return os.str();
 }
 
+// The kernel IR's rules (compiler/kernel_check.hpp, the checker both renderers share): a
+// malformed Kernel fails here with its listing rather than as a crash or wrong code.
 void check_kernel(const kir::Kernel& k) {
-    auto bad = [&](const std::string& what) {
-        throw InternalError("llvm codegen: malformed kernel '" + k.name + "': " + what + "\n" + kir::to_string(k));
-    };
-    if ((int)k.reduced.size() != k.rank) bad("reduced has the wrong length");
-    const int n = (int)k.instrs.size();
-    for (const auto& buf : k.buffers)
-        if ((int)buf.layout.size() != k.rank) bad("buffer layout has the wrong length");
-    for (const auto& in : k.instrs) {
-        for (int a : in.a)
-            if (a >= n) bad("operand id out of range");
-        if ((in.op == Op::Load || in.op == Op::Gather) && (in.index < 0 || in.index >= (int)k.buffers.size()))
-            bad("load of a missing buffer");
-        if (in.op == Op::Coord && (in.index < 0 || in.index >= k.rank)) bad("coordinate of a missing dim");
-        if (in.op == Op::AccResult && (in.index < 0 || in.index >= (int)k.accums.size())) bad("missing accumulator");
-    }
-    for (const auto& ac : k.accums)
-        if (ac.value < 0 || ac.value >= n) bad("accumulator value id out of range");
-    for (const auto& blk : k.blocks) {
-        for (int id : blk.instrs)
-            if (id < 0 || id >= n) bad("block instruction id out of range");
-        for (int ai : blk.accums)
-            if (ai < 0 || ai >= (int)k.accums.size()) bad("block accumulator id out of range");
-        for (const auto& st : blk.stores)
-            if (st.buffer < 0 || st.buffer >= (int)k.buffers.size() || st.value < 0 || st.value >= n)
-                bad("store out of range");
-    }
-    if (k.full_reduce)
-        for (bool r : k.reduced)
-            if (!r) bad("full_reduce kernel with a parallel dim");
+    if (std::string problem = kir::kernel_problem(k); !problem.empty())
+        throw InternalError("llvm codegen: malformed kernel '" + k.name + "': " + problem + "\n" + kir::to_string(k));
 }
 
 class Emitter {
