@@ -27,15 +27,15 @@ Signature signature(Op op) {
     case Op::ConstI: case Op::ParamI: case Op::Coord: case Op::LinearId: return {T::I32, {T::None, T::None, T::None}};
     case Op::Load: case Op::AccResult: return {T::Any, {T::None, T::None, T::None}};   // checked against the buffer / accumulator
     case Op::Gather: return {T::Any, {T::I32, T::None, T::None}};
-    case Op::Neg: case Op::Abs: case Op::Sign: return {T::Any, {T::Same, T::None, T::None}};
+    case Op::Neg: case Op::Abs: case Op::Sgn: return {T::Any, {T::Same, T::None, T::None}};
     case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log: case Op::Log2: case Op::Tanh: case Op::Rint: case Op::Floor:
         return {T::F32, {T::F32, T::None, T::None}};
-    case Op::IsFinite: case Op::ToI32: case Op::AsI32: return {T::I32, {T::F32, T::None, T::None}};
+    case Op::Finite: case Op::ToI32: case Op::AsI32: return {T::I32, {T::F32, T::None, T::None}};
     case Op::ToF32: case Op::AsF32: return {T::F32, {T::I32, T::None, T::None}};
     case Op::WrapI8: case Op::WrapU8: return {T::I32, {T::I32, T::None, T::None}};
     case Op::ToBool: return {T::I32, {T::Any, T::None, T::None}};
-    case Op::Add: case Op::Sub: case Op::Mul: case Op::Max: case Op::Min: return {T::Any, {T::Same, T::Same, T::None}};
-    case Op::Div: case Op::Pow: case Op::FMod: return {T::F32, {T::F32, T::F32, T::None}};
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Maximum: case Op::Minimum: return {T::Any, {T::Same, T::Same, T::None}};
+    case Op::Div: case Op::Pow: case Op::Fmod: return {T::F32, {T::F32, T::F32, T::None}};
     case Op::IDiv: case Op::IRem: return {T::I32, {T::I32, T::I32, T::None}};
     case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
         return {T::I32, {T::Any, T::Any, T::None}};   // both operands of one type (checked below)
@@ -130,7 +130,7 @@ int arity(Op op) {
     case Op::LinearId: case Op::AccResult:
         return 0;
     case Op::Gather: case Op::Neg: case Op::Abs: case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log:
-    case Op::Log2: case Op::Tanh: case Op::Rint: case Op::Sign: case Op::IsFinite: case Op::ToF32: case Op::ToI32:
+    case Op::Log2: case Op::Tanh: case Op::Rint: case Op::Sgn: case Op::Finite: case Op::ToF32: case Op::ToI32:
     case Op::WrapI8: case Op::WrapU8: case Op::ToBool: case Op::AsI32: case Op::AsF32: case Op::Floor:
         return 1;
     case Op::Select: return 3;

@@ -25,8 +25,8 @@ const char* op_name(Op op) {
     case Op::Log2: return "log2";
     case Op::Tanh: return "tanh";
     case Op::Rint: return "rint";
-    case Op::Sign: return "sign";
-    case Op::IsFinite: return "isfinite";
+    case Op::Sgn: return "sgn";
+    case Op::Finite: return "finite";
     case Op::ToF32: return "to_f32";
     case Op::ToI32: return "to_i32";
     case Op::WrapI8: return "wrap_i8";
@@ -37,8 +37,8 @@ const char* op_name(Op op) {
     case Op::Mul: return "mul";
     case Op::Div: return "div";
     case Op::Pow: return "pow";
-    case Op::Max: return "max";
-    case Op::Min: return "min";
+    case Op::Maximum: return "maximum";
+    case Op::Minimum: return "minimum";
     case Op::Eq: return "eq";
     case Op::Ne: return "ne";
     case Op::Lt: return "lt";
@@ -55,7 +55,7 @@ const char* op_name(Op op) {
     case Op::AsI32: return "as_i32";
     case Op::AsF32: return "as_f32";
     case Op::Floor: return "floor";
-    case Op::FMod: return "fmod";
+    case Op::Fmod: return "fmod";
     case Op::IDiv: return "idiv";
     case Op::IRem: return "irem";
     }

@@ -46,8 +46,8 @@ enum class Op : uint8_t {
     // ---- unary (type of a[0] unless noted)
     Neg, Abs, Sqrt, Exp, Exp2, Log, Log2, Tanh,   // Sqrt..Tanh: F32 only
     Rint,        // F32: round half to even
-    Sign,        // -1, 0, +1 (F32: NaN stays NaN; I32)
-    IsFinite,    // F32 -> I32 (1 when neither inf nor NaN)
+    Sgn,         // -1, 0, +1 (F32: NaN stays NaN; I32)
+    Finite,      // F32 -> I32 (1 when neither inf nor NaN)
     ToF32,       // I32 -> F32 (value conversion)
     ToI32,       // F32 -> I32: truncation toward zero, saturating at the i32 range, NaN -> 0 (PTX cvt.rzi.sat, llvm.fptosi.sat)
     WrapI8,      // I32 -> I32: sign-extend the low 8 bits (int8 arithmetic wrap-around)
@@ -56,7 +56,7 @@ enum class Op : uint8_t {
     // ---- binary (both operands have the same type; comparisons give I32 0/1)
     Add, Sub, Mul, Div,    // Div: F32 only (integer true division is lowered through ToF32)
     Pow,                   // F32
-    Max, Min,              // F32: NaN-propagating (NumPy's maximum/minimum)
+    Maximum, Minimum,      // F32: NaN-propagating (NumPy's maximum/minimum)
     Eq, Ne, Lt, Le, Gt, Ge,
     And, Or, Xor,          // I32 bitwise
     Shl, Shr,              // I32; Shr is a logical (unsigned) shift; shift amount in [0, 31]
@@ -68,7 +68,7 @@ enum class Op : uint8_t {
     AsF32,                 // I32 -> F32: the same 32 bits
     // ---- division (after the others, so that recorded kernel texts keep their numbers)
     Floor,                 // F32: round toward -inf
-    FMod,                  // F32: C's fmodf, exact: a - trunc(a / b) * b with a's sign; NaN for b == 0 or a = +-inf
+    Fmod,                  // F32: C's fmodf, exact: a - trunc(a / b) * b with a's sign; NaN for b == 0 or a = +-inf
     IDiv, IRem,            // I32: C's a / b (truncated toward zero) and a % b (a's sign); defined only for
                            // b != 0 and (a, b) != (INT32_MIN, -1), which the lowering guarantees
 };

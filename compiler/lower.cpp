@@ -76,7 +76,7 @@ struct Lowerer {
     // step for step as compiler/divmod.hpp writes them on the host (canonicalise folds with it).
     int division(OpKind op, int a, int b, DType t) {
         if (compute_type(t) == CT::F32) {
-            const int mod = op2(Op::FMod, CT::F32, a, b);   // exact; NaN for b == 0 or a = +-inf
+            const int mod = op2(Op::Fmod, CT::F32, a, b);   // exact; NaN for b == 0 or a = +-inf
             if (op == OpKind::Fmod) return mod;
             // A nonzero remainder on the other side of 0 than b moves to b's side (mod + b); a
             // NaN stays NaN either way.
@@ -275,7 +275,7 @@ struct Lowerer {
         const int e = op2(Op::And, CT::I32, op2(Op::Shr, CT::I32, u, ci(23)), ci(0xff));
         int drop = ci(23 - keep);
         if (t == DType::Float16)   // float16 normals start at 2^-14: biased float32 exponent 113
-            drop = op2(Op::Add, CT::I32, drop, op2(Op::Max, CT::I32, ci(0), op2(Op::Sub, CT::I32, ci(113), e)));
+            drop = op2(Op::Add, CT::I32, drop, op2(Op::Maximum, CT::I32, ci(0), op2(Op::Sub, CT::I32, ci(113), e)));
         const int ok = op2(Op::And, CT::I32, op2(Op::Ne, CT::I32, e, ci(0xff)), op2(Op::Le, CT::I32, drop, ci(23)));
         const int mask = op2(Op::Sub, CT::I32, op2(Op::Shl, CT::I32, ci(1), drop), ci(1));
         const int sum = op2(Op::Add, CT::I32, u, op2(Op::And, CT::I32, bits, mask));
@@ -316,8 +316,8 @@ struct Lowerer {
         int L = iparam(len);
         int neg = op2(Op::Lt, CT::I32, i, ci(0));
         i = op3(Op::Select, CT::I32, neg, op2(Op::Add, CT::I32, i, L), i);
-        i = op2(Op::Max, CT::I32, i, ci(0));
-        i = op2(Op::Min, CT::I32, i, op2(Op::Sub, CT::I32, L, ci(1)));
+        i = op2(Op::Maximum, CT::I32, i, ci(0));
+        i = op2(Op::Minimum, CT::I32, i, op2(Op::Sub, CT::I32, L, ci(1)));
         kir::Instr g{Op::Gather, compute_type(src.dtype)};
         g.a[0] = i;
         g.index = b;
@@ -363,7 +363,7 @@ struct Lowerer {
         case OpKind::Log2: return op1(Op::Log2, CT::F32, in_as(0, t));
         case OpKind::Tanh: return op1(Op::Tanh, CT::F32, in_as(0, t));
         case OpKind::SafeLog:
-            return op1(Op::Log, CT::F32, op2(Op::Max, CT::F32, in_as(0, t), cf((float)std::exp(-50.0))));
+            return op1(Op::Log, CT::F32, op2(Op::Maximum, CT::F32, in_as(0, t), cf((float)std::exp(-50.0))));
         case OpKind::Sig: case OpKind::Sig2: {
             int x = op1(Op::Neg, CT::F32, in_as(0, t));
             int e = op1(nd.op == OpKind::Sig ? Op::Exp : Op::Exp2, CT::F32, x);
@@ -372,11 +372,11 @@ struct Lowerer {
         case OpKind::Tanh2:  // (2^(2x) - 1) / (2^(2x) + 1) == tanh(x ln 2), without the overflow
             return op1(Op::Tanh, CT::F32, op2(Op::Mul, CT::F32, in_as(0, t), cf((float)std::log(2.0))));
         case OpKind::Reciprocal: return op2(Op::Div, CT::F32, cf(1.0f), in_as(0, t));
-        case OpKind::Sgn: return op1(Op::Sign, ct, in_as(0, t));
+        case OpKind::Sgn: return op1(Op::Sgn, ct, in_as(0, t));
         case OpKind::Rint: return op1(Op::Rint, CT::F32, in_as(0, t));
         case OpKind::Finite: {
             int x = in(0);
-            return type_of(x) == CT::F32 ? op1(Op::IsFinite, CT::I32, x) : ci(1);
+            return type_of(x) == CT::F32 ? op1(Op::Finite, CT::I32, x) : ci(1);
         }
         case OpKind::Cast: return convert(in(0), t);
         case OpKind::Add: return wrap(op2(Op::Add, ct, in_as(0, t), in_as(1, t)), t);
@@ -385,8 +385,8 @@ struct Lowerer {
         case OpKind::Div: return op2(Op::Div, CT::F32, in_as(0, t), in_as(1, t));
         case OpKind::FloorDiv: case OpKind::Mod: case OpKind::Fmod: return division(nd.op, in_as(0, t), in_as(1, t), t);
         case OpKind::Pow: return op2(Op::Pow, CT::F32, in_as(0, t), in_as(1, t));
-        case OpKind::Maximum: return op2(Op::Max, ct, in_as(0, t), in_as(1, t));
-        case OpKind::Minimum: return op2(Op::Min, ct, in_as(0, t), in_as(1, t));
+        case OpKind::Maximum: return op2(Op::Maximum, ct, in_as(0, t), in_as(1, t));
+        case OpKind::Minimum: return op2(Op::Minimum, ct, in_as(0, t), in_as(1, t));
         case OpKind::Eq: case OpKind::Ne: case OpKind::Gt: case OpKind::Ge: case OpKind::Lt: case OpKind::Le: {
             // Compared in the compute type, never narrowed: an int8 tensor compared with the
             // literal 200 compares against 200 (NumPy 2), not against a wrapped -56.

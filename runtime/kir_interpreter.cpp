@@ -131,11 +131,11 @@ struct Exec {
         case Op::Log2: r.f = std::log2(A(0).f); break;
         case Op::Tanh: r.f = std::tanh(A(0).f); break;
         case Op::Rint: r.f = std::nearbyint(A(0).f); break;
-        case Op::Sign:
+        case Op::Sgn:
             if (F) r.f = std::isnan(A(0).f) ? A(0).f : (float)((A(0).f > 0) - (A(0).f < 0));
             else r.i = (A(0).i > 0) - (A(0).i < 0);
             break;
-        case Op::IsFinite: r.i = std::isfinite(A(0).f); break;
+        case Op::Finite: r.i = std::isfinite(A(0).f); break;
         case Op::ToF32: r.f = (float)A(0).i; break;
         case Op::ToI32: r.i = to_i32(A(0).f); break;
         case Op::WrapI8: r.i = (int8_t)(uint8_t)(A(0).i & 0xff); break;
@@ -145,8 +145,8 @@ struct Exec {
         BIN(Add, x + y, (int32_t)((uint32_t)x + (uint32_t)y))
         BIN(Sub, x - y, (int32_t)((uint32_t)x - (uint32_t)y))
         BIN(Mul, x * y, (int32_t)((uint32_t)x * (uint32_t)y))
-        BIN(Max, (x > y || std::isnan(x)) ? x : y, x > y ? x : y)
-        BIN(Min, (x < y || std::isnan(x)) ? x : y, x < y ? x : y)
+        BIN(Maximum, (x > y || std::isnan(x)) ? x : y, x > y ? x : y)
+        BIN(Minimum, (x < y || std::isnan(x)) ? x : y, x < y ? x : y)
 #undef BIN
         case Op::Div: r.f = A(0).f / A(1).f; break;
         case Op::Pow: r.f = std::pow(A(0).f, A(1).f); break;
@@ -163,7 +163,7 @@ struct Exec {
         case Op::AsI32: { const float f = A(0).f; std::memcpy(&r.i, &f, 4); break; }
         case Op::AsF32: { const int32_t i = A(0).i; std::memcpy(&r.f, &i, 4); break; }
         case Op::Floor: r.f = std::floor(A(0).f); break;
-        case Op::FMod: r.f = std::fmod(A(0).f, A(1).f); break;
+        case Op::Fmod: r.f = std::fmod(A(0).f, A(1).f); break;
         case Op::IDiv: case Op::IRem: {
             const int32_t x = A(0).i, y = A(1).i;
             KILN_CHECK_INTERNAL(y != 0 && !(x == INT32_MIN && y == -1), "kir interpreter: {} {} by {} is undefined",

@@ -241,10 +241,10 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::Log2: return fmt::format("log2f({})", x);
     case Op::Tanh: return fmt::format("tanhf({})", x);
     case Op::Rint: return fmt::format("rintf({})", x);
-    case Op::Sign:
+    case Op::Sgn:
         return f ? fmt::format("{0} != {0} ? {0} : (float)(({0} > 0.0f) - ({0} < 0.0f))", x)
                  : fmt::format("({0} > 0) - ({0} < 0)", x);
-    case Op::IsFinite: return fmt::format("(int)((__float_as_uint({}) & 0x7f800000u) != 0x7f800000u)", x);
+    case Op::Finite: return fmt::format("(int)((__float_as_uint({}) & 0x7f800000u) != 0x7f800000u)", x);
     case Op::ToF32: return fmt::format("(float){}", x);
     case Op::ToI32: return fmt::format("kiln_f32_to_i32({})", x);
     case Op::WrapI8: return fmt::format("(({} & 0xff) ^ 0x80) - 0x80", x);
@@ -255,8 +255,8 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::Mul: return f ? fmt::format("{} * {}", x, y) : fmt::format("(int)((unsigned){} * (unsigned){})", x, y);
     case Op::Div: return fmt::format("{} / {}", x, y);
     case Op::Pow: return fmt::format("powf({}, {})", x, y);
-    case Op::Max: return f ? fmt::format("kiln_maxf({}, {})", x, y) : fmt::format("{0} > {1} ? {0} : {1}", x, y);
-    case Op::Min: return f ? fmt::format("kiln_minf({}, {})", x, y) : fmt::format("{0} < {1} ? {0} : {1}", x, y);
+    case Op::Maximum: return f ? fmt::format("kiln_maxf({}, {})", x, y) : fmt::format("{0} > {1} ? {0} : {1}", x, y);
+    case Op::Minimum: return f ? fmt::format("kiln_minf({}, {})", x, y) : fmt::format("{0} < {1} ? {0} : {1}", x, y);
     case Op::Eq: return fmt::format("(int)({} == {})", x, y);
     case Op::Ne: return fmt::format("(int)({} != {})", x, y);
     case Op::Lt: return fmt::format("(int)({} < {})", x, y);
@@ -273,7 +273,7 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::AsI32: return fmt::format("__float_as_int({})", x);
     case Op::AsF32: return fmt::format("__int_as_float({})", x);
     case Op::Floor: return fmt::format("floorf({})", x);
-    case Op::FMod: return fmt::format("fmodf({}, {})", x, y);
+    case Op::Fmod: return fmt::format("fmodf({}, {})", x, y);
     case Op::IDiv: return fmt::format("{} / {}", x, y);
     case Op::IRem: return fmt::format("{} % {}", x, y);
     }

@@ -670,14 +670,14 @@ private:
         case Op::Log2: return b_.CreateUnaryIntrinsic(Intrinsic::log2, A(0));
         case Op::Tanh: return tanh_f32(A(0));
         case Op::Rint: return b_.CreateUnaryIntrinsic(Intrinsic::roundeven, A(0));
-        case Op::Sign: {
+        case Op::Sgn: {
             Value* x = A(0);
             if (!F) return b_.CreateSub(bool_i32(b_.CreateICmpSGT(x, i32c(0))), bool_i32(b_.CreateICmpSLT(x, i32c(0))));
             Value* s = b_.CreateSelect(b_.CreateFCmpOGT(x, f32c(0)), f32c(1),
                                        b_.CreateSelect(b_.CreateFCmpOLT(x, f32c(0)), f32c(-1), f32c(0)));
             return b_.CreateSelect(is_nan(x), x, s);
         }
-        case Op::IsFinite:
+        case Op::Finite:
             return bool_i32(b_.CreateFCmpOLT(b_.CreateUnaryIntrinsic(Intrinsic::fabs, A(0)),
                                              f32c(std::numeric_limits<float>::infinity())));
         case Op::ToF32: return convert(A(0), operand_is_f32() ? CT::F32 : CT::I32, CT::F32);
@@ -691,10 +691,10 @@ private:
         case Op::Mul: return F ? b_.CreateFMul(A(0), A(1)) : b_.CreateMul(A(0), A(1));
         case Op::Div: return b_.CreateFDiv(A(0), A(1));
         case Op::Pow: return b_.CreateBinaryIntrinsic(Intrinsic::pow, A(0), A(1));
-        case Op::Max:
-        case Op::Min: {
+        case Op::Maximum:
+        case Op::Minimum: {
             Value *x = A(0), *y = A(1);
-            const bool mx = in.op == Op::Max;
+            const bool mx = in.op == Op::Maximum;
             if (!F) return b_.CreateBinaryIntrinsic(mx ? Intrinsic::smax : Intrinsic::smin, x, y);
             // NumPy's maximum/minimum: a NaN on either side wins.
             Value* cmp = mx ? b_.CreateFCmpOGT(x, y) : b_.CreateFCmpOLT(x, y);
@@ -715,7 +715,7 @@ private:
         case Op::AsI32: return b_.CreateBitCast(A(0), i32_);
         case Op::AsF32: return b_.CreateBitCast(A(0), f32_);
         case Op::Floor: return b_.CreateUnaryIntrinsic(Intrinsic::floor, A(0));
-        case Op::FMod: return b_.CreateFRem(A(0), A(1));   // LLVM's frem is C's fmod
+        case Op::Fmod: return b_.CreateFRem(A(0), A(1));   // LLVM's frem is C's fmod
         case Op::IDiv: return b_.CreateSDiv(A(0), A(1));
         case Op::IRem: return b_.CreateSRem(A(0), A(1));
         }

@@ -38,11 +38,11 @@ inline kir::Kernel all_ops_kernel() {
     std::vector<int> f = {
         b.op(Op::Neg, CT::F32, x), ax, b.op(Op::Sqrt, CT::F32, ax), b.op(Op::Exp, CT::F32, x),
         b.op(Op::Exp2, CT::F32, x), b.op(Op::Log, CT::F32, ax), b.op(Op::Log2, CT::F32, ax),
-        b.op(Op::Tanh, CT::F32, x), b.op(Op::Rint, CT::F32, x), b.op(Op::Sign, CT::F32, x),
+        b.op(Op::Tanh, CT::F32, x), b.op(Op::Rint, CT::F32, x), b.op(Op::Sgn, CT::F32, x),
         b.op(Op::ToF32, CT::F32, n), b.op(Op::Add, CT::F32, x, y), b.op(Op::Sub, CT::F32, x, y),
         b.op(Op::Mul, CT::F32, x, y), b.op(Op::Div, CT::F32, x, y), b.op(Op::Pow, CT::F32, ax, y),
-        b.op(Op::Max, CT::F32, x, y), b.op(Op::Min, CT::F32, x, y), b.constf(1.5f), b.constf(-0.1f), b.constf(0.25f),
-        b.constf(1e-45f), b.constf(2.0f), b.op(Op::Floor, CT::F32, x), b.op(Op::FMod, CT::F32, x, y),
+        b.op(Op::Maximum, CT::F32, x, y), b.op(Op::Minimum, CT::F32, x, y), b.constf(1.5f), b.constf(-0.1f), b.constf(0.25f),
+        b.constf(1e-45f), b.constf(2.0f), b.op(Op::Floor, CT::F32, x), b.op(Op::Fmod, CT::F32, x, y),
     };
     int lt = b.op(Op::Lt, CT::I32, x, y);
     f.push_back(b.op(Op::Select, CT::F32, lt, x, y));
@@ -52,11 +52,11 @@ inline kir::Kernel all_ops_kernel() {
     int fsum = sum_all(b, f);
 
     std::vector<int> i = {
-        b.op(Op::Neg, CT::I32, n), b.op(Op::Abs, CT::I32, n), b.op(Op::Sign, CT::I32, n),
-        b.op(Op::IsFinite, CT::I32, x), b.op(Op::ToI32, CT::I32, x), b.op(Op::WrapI8, CT::I32, n),
+        b.op(Op::Neg, CT::I32, n), b.op(Op::Abs, CT::I32, n), b.op(Op::Sgn, CT::I32, n),
+        b.op(Op::Finite, CT::I32, x), b.op(Op::ToI32, CT::I32, x), b.op(Op::WrapI8, CT::I32, n),
         b.op(Op::WrapU8, CT::I32, n), b.op(Op::ToBool, CT::I32, x), b.op(Op::ToBool, CT::I32, n),
         b.op(Op::Add, CT::I32, n, m), b.op(Op::Sub, CT::I32, n, m), b.op(Op::Mul, CT::I32, n, m),
-        b.op(Op::Max, CT::I32, n, m), b.op(Op::Min, CT::I32, n, m), lt,
+        b.op(Op::Maximum, CT::I32, n, m), b.op(Op::Minimum, CT::I32, n, m), lt,
         b.op(Op::Eq, CT::I32, x, y), b.op(Op::Ne, CT::I32, x, y), b.op(Op::Le, CT::I32, x, y),
         b.op(Op::Gt, CT::I32, x, y), b.op(Op::Ge, CT::I32, x, y), b.op(Op::Eq, CT::I32, n, m),
         b.op(Op::Ne, CT::I32, n, m), b.op(Op::Lt, CT::I32, n, m), b.op(Op::Le, CT::I32, n, m),

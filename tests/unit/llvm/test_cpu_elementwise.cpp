@@ -190,15 +190,15 @@ TEST_CASE("cpu jit: float ops match C++ (NaN rules, rounding, saturation)") {
     CHECK(count_float_mismatches(Op::Abs, 1, [](float x, float) { return std::fabs(x); }, 0) == 0);
     CHECK(count_float_mismatches(Op::Sqrt, 1, [](float x, float) { return std::sqrt(x); }, 0) == 0);
     CHECK(count_float_mismatches(Op::Rint, 1, [](float x, float) { return std::nearbyint(x); }, 0) == 0);
-    CHECK(count_float_mismatches(Op::Sign, 1, [](float x, float) { return std::isnan(x) ? x : (float)((x > 0) - (x < 0)); }, 0) == 0);
+    CHECK(count_float_mismatches(Op::Sgn, 1, [](float x, float) { return std::isnan(x) ? x : (float)((x > 0) - (x < 0)); }, 0) == 0);
     CHECK(count_float_mismatches(Op::Add, 2, [](float x, float y) { return x + y; }, 0) == 0);
     CHECK(count_float_mismatches(Op::Sub, 2, [](float x, float y) { return x - y; }, 0) == 0);
     CHECK(count_float_mismatches(Op::Mul, 2, [](float x, float y) { return x * y; }, 0) == 0);
     CHECK(count_float_mismatches(Op::Div, 2, [](float x, float y) { return x / y; }, 0) == 0);
     CHECK(count_float_mismatches(Op::Floor, 1, [](float x, float) { return std::floor(x); }, 0) == 0);
-    CHECK(count_float_mismatches(Op::FMod, 2, [](float x, float y) { return std::fmod(x, y); }, 0) == 0);
-    CHECK(count_float_mismatches(Op::Max, 2, [](float x, float y) { return (x > y || std::isnan(x)) ? x : y; }, 0) == 0);
-    CHECK(count_float_mismatches(Op::Min, 2, [](float x, float y) { return (x < y || std::isnan(x)) ? x : y; }, 0) == 0);
+    CHECK(count_float_mismatches(Op::Fmod, 2, [](float x, float y) { return std::fmod(x, y); }, 0) == 0);
+    CHECK(count_float_mismatches(Op::Maximum, 2, [](float x, float y) { return (x > y || std::isnan(x)) ? x : y; }, 0) == 0);
+    CHECK(count_float_mismatches(Op::Minimum, 2, [](float x, float y) { return (x < y || std::isnan(x)) ? x : y; }, 0) == 0);
     // Transcendentals may come from a vector math library: a few ulp.
     CHECK(count_float_mismatches(Op::Exp, 1, [](float x, float) { return (float)std::exp((double)x); }, 4e-7) == 0);
     CHECK(count_float_mismatches(Op::Exp2, 1, [](float x, float) { return (float)std::exp2((double)x); }, 4e-7) == 0);
@@ -218,7 +218,7 @@ TEST_CASE("cpu jit: select picks by a nonzero condition") {
 
 TEST_CASE("cpu jit: float -> int ops and comparisons") {
     CHECK(count_int_mismatches(Op::ToI32, CT::F32, 1, [](float x, float) { return ref_to_i32(x); }) == 0);
-    CHECK(count_int_mismatches(Op::IsFinite, CT::F32, 1, [](float x, float) { return (int32_t)std::isfinite(x); }) == 0);
+    CHECK(count_int_mismatches(Op::Finite, CT::F32, 1, [](float x, float) { return (int32_t)std::isfinite(x); }) == 0);
     CHECK(count_int_mismatches(Op::ToBool, CT::F32, 1, [](float x, float) { return (int32_t)(x != 0 || std::isnan(x)); }) == 0);
     CHECK(count_int_mismatches(Op::Eq, CT::F32, 2, [](float x, float y) { return (int32_t)(x == y); }) == 0);
     CHECK(count_int_mismatches(Op::Ne, CT::F32, 2, [](float x, float y) { return (int32_t)(x != y); }) == 0);
@@ -231,15 +231,15 @@ TEST_CASE("cpu jit: float -> int ops and comparisons") {
 TEST_CASE("cpu jit: int ops wrap, shifts are logical, mulhi is unsigned") {
     CHECK(count_int_mismatches(Op::Neg, CT::I32, 1, [](int32_t x, int32_t) { return wrap(-(int64_t)x); }) == 0);
     CHECK(count_int_mismatches(Op::Abs, CT::I32, 1, [](int32_t x, int32_t) { return wrap(x < 0 ? -(int64_t)x : x); }) == 0);
-    CHECK(count_int_mismatches(Op::Sign, CT::I32, 1, [](int32_t x, int32_t) { return (x > 0) - (x < 0); }) == 0);
+    CHECK(count_int_mismatches(Op::Sgn, CT::I32, 1, [](int32_t x, int32_t) { return (x > 0) - (x < 0); }) == 0);
     CHECK(count_int_mismatches(Op::WrapI8, CT::I32, 1, [](int32_t x, int32_t) { return (int32_t)(int8_t)(uint8_t)(x & 0xff); }) == 0);
     CHECK(count_int_mismatches(Op::WrapU8, CT::I32, 1, [](int32_t x, int32_t) { return x & 0xff; }) == 0);
     CHECK(count_int_mismatches(Op::ToBool, CT::I32, 1, [](int32_t x, int32_t) { return (int32_t)(x != 0); }) == 0);
     CHECK(count_int_mismatches(Op::Add, CT::I32, 2, [](int32_t x, int32_t y) { return wrap((int64_t)x + y); }) == 0);
     CHECK(count_int_mismatches(Op::Sub, CT::I32, 2, [](int32_t x, int32_t y) { return wrap((int64_t)x - y); }) == 0);
     CHECK(count_int_mismatches(Op::Mul, CT::I32, 2, [](int32_t x, int32_t y) { return (int32_t)((uint32_t)x * (uint32_t)y); }) == 0);
-    CHECK(count_int_mismatches(Op::Max, CT::I32, 2, [](int32_t x, int32_t y) { return std::max(x, y); }) == 0);
-    CHECK(count_int_mismatches(Op::Min, CT::I32, 2, [](int32_t x, int32_t y) { return std::min(x, y); }) == 0);
+    CHECK(count_int_mismatches(Op::Maximum, CT::I32, 2, [](int32_t x, int32_t y) { return std::max(x, y); }) == 0);
+    CHECK(count_int_mismatches(Op::Minimum, CT::I32, 2, [](int32_t x, int32_t y) { return std::min(x, y); }) == 0);
     CHECK(count_int_mismatches(Op::And, CT::I32, 2, [](int32_t x, int32_t y) { return x & y; }) == 0);
     CHECK(count_int_mismatches(Op::Or, CT::I32, 2, [](int32_t x, int32_t y) { return x | y; }) == 0);
     CHECK(count_int_mismatches(Op::Xor, CT::I32, 2, [](int32_t x, int32_t y) { return x ^ y; }) == 0);
