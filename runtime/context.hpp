@@ -120,9 +120,10 @@ public:
     void wait_for(uintptr_t stream);
 
     struct Impl;
-    Impl& impl() { return *impl_; }
 
 private:
+    // The library's own code reaches the state through context_impl (runtime/context_impl.hpp).
+    friend Impl& context_impl(Context& c);
     std::unique_ptr<Impl> impl_;
 };
 

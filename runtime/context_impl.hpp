@@ -64,4 +64,7 @@ struct Context::Impl {
     void read_bytes(const Storage& s, size_t byte_offset, void* dst, size_t n);
 };
 
+// A context's state, for the library's own code (the public Context has no accessor).
+inline Context::Impl& context_impl(Context& c) { return *c.impl_; }
+
 } // namespace kiln

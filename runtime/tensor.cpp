@@ -72,7 +72,7 @@ void Tensor::copy_to_host(void* dst, DType as) const {
              dtype_name(view_.dtype), shape_str(view_.shape));
     if (size() == 0) return;
     const size_t is = dtype_size(view_.dtype), os = dtype_size(as);
-    auto& impl = context().impl();
+    auto& impl = context_impl(context());
     if (view_.is_contiguous() && as == view_.dtype) {
         impl.read_bytes(*view_.storage, view_.offset * is, dst, (size_t)size() * is);
         return;
@@ -101,7 +101,7 @@ void Tensor::copy_to_host(void* dst, DType as) const {
 void Tensor::copy_from_host(const void* src, DType as) {
     if (!defined()) throw Error("copy_from_host: the tensor is empty (default-constructed)");
     const size_t is = dtype_size(view_.dtype), ss = dtype_size(as);
-    auto& impl = context().impl();
+    auto& impl = context_impl(context());
     if (size() == 0) {
         view_.storage->written = true;
         return;

@@ -469,7 +469,7 @@ GemmKernel as_launched(cuda::CudaBackend& be, const GemmKernel& chosen, const Ge
 } // namespace
 
 std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
-    cuda::CudaBackend& be = *C.context().impl().cuda;
+    cuda::CudaBackend& be = *context_impl(C.context()).cuda;
     const double flops = 2.0 * double(C.size()) * double(A.shape()[A.rank() - 1]);
     const bool tf32 = A.dtype() == DType::Float32 && C.context().allow_tf32();
     GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
@@ -492,7 +492,7 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
     p.c_sm = c.s_row, p.c_sn = c.s_col, p.c_batch = c.s_batch;
     p.c_dtype = gemm_dtype(C.dtype());
     p.m = int32_t(pr.m), p.n = int32_t(pr.n), p.batch = int32_t(pr.batch);
-    if (C.context().impl().stochastic_round_bits > 0 && C.dtype() != DType::Float32) p.sr_bits = 1;
+    if (context_impl(C.context()).stochastic_round_bits > 0 && C.dtype() != DType::Float32) p.sr_bits = 1;
     pr.plain_epilogue = pr.plain_epilogue && p.sr_bits == 0;   // as cuda_gemm judges it
     const GemmKernel k = as_launched(be, select_gemm(pr), p, A.dtype());
     // B shared along m where no row cluster is launched (run_kernel's choice, judged alike).
@@ -813,7 +813,7 @@ std::vector<AutotuneTiming> last_autotune_timings() { return last_timings; }
 
 void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& o) {
     Context& ctx = C.context();
-    Context::Impl& impl = ctx.impl();
+    Context::Impl& impl = context_impl(ctx);
     cuda::CudaBackend& be = *impl.cuda;
     const int r = C.rank();
     const int64_t batch = r == 3 ? C.shape()[0] : 1;
