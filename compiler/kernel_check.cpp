@@ -12,39 +12,7 @@ using CT = ComputeType;
 
 const char* type_name(CT t) { return t == CT::F32 ? "f32" : "i32"; }
 
-// The operand types an op takes and the result type it has; `Same` is the instruction's own
-// type (either), `Any` either type independently.
-enum class T : uint8_t { F32, I32, Same, Any, None };
-
-struct Signature {
-    T result;       // F32, I32 or Any (the instruction's type is then free, and Same follows it)
-    T operand[3];
-};
-
-Signature signature(Op op) {
-    switch (op) {
-    case Op::ConstF: case Op::ParamF: return {T::F32, {T::None, T::None, T::None}};
-    case Op::ConstI: case Op::ParamI: case Op::Coord: case Op::LinearId: return {T::I32, {T::None, T::None, T::None}};
-    case Op::Load: case Op::AccResult: return {T::Any, {T::None, T::None, T::None}};   // checked against the buffer / accumulator
-    case Op::Gather: return {T::Any, {T::I32, T::None, T::None}};
-    case Op::Neg: case Op::Abs: case Op::Sgn: return {T::Any, {T::Same, T::None, T::None}};
-    case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log: case Op::Log2: case Op::Tanh: case Op::Rint: case Op::Floor:
-        return {T::F32, {T::F32, T::None, T::None}};
-    case Op::Finite: case Op::ToI32: case Op::AsI32: return {T::I32, {T::F32, T::None, T::None}};
-    case Op::ToF32: case Op::AsF32: return {T::F32, {T::I32, T::None, T::None}};
-    case Op::WrapI8: case Op::WrapU8: return {T::I32, {T::I32, T::None, T::None}};
-    case Op::ToBool: return {T::I32, {T::Any, T::None, T::None}};
-    case Op::Add: case Op::Sub: case Op::Mul: case Op::Maximum: case Op::Minimum: return {T::Any, {T::Same, T::Same, T::None}};
-    case Op::Div: case Op::Pow: case Op::Fmod: return {T::F32, {T::F32, T::F32, T::None}};
-    case Op::IDiv: case Op::IRem: return {T::I32, {T::I32, T::I32, T::None}};
-    case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
-        return {T::I32, {T::Any, T::Any, T::None}};   // both operands of one type (checked below)
-    case Op::And: case Op::Or: case Op::Xor: case Op::Shl: case Op::Shr: case Op::MulHi:
-        return {T::I32, {T::I32, T::I32, T::None}};
-    case Op::Select: return {T::Any, {T::I32, T::Same, T::Same}};
-    }
-    return {T::None, {T::None, T::None, T::None}};
-}
+using T = OpType;
 
 bool is_comparison(Op op) {
     return op == Op::Eq || op == Op::Ne || op == Op::Lt || op == Op::Le || op == Op::Gt || op == Op::Ge;
@@ -58,7 +26,7 @@ std::string instr_problem(const Kernel& k, int id) {
     if (in.type != CT::F32 && in.type != CT::I32)
         return fmt::format("instruction %{} has type {}, not a compute type (0 f32, 1 i32)", id, (int)in.type);
     const char* name = op_name(in.op);
-    const Signature sig = signature(in.op);
+    const OpInfo& sig = op_info(in.op);
     if ((sig.result == T::F32 && in.type != CT::F32) || (sig.result == T::I32 && in.type != CT::I32))
         return fmt::format("instruction %{} ({}) has type {}; {} gives {}", id, name, type_name(in.type), name,
                            sig.result == T::F32 ? "f32" : "i32");
@@ -124,19 +92,7 @@ std::string instr_problem(const Kernel& k, int id) {
 
 } // namespace
 
-int arity(Op op) {
-    switch (op) {
-    case Op::ConstF: case Op::ConstI: case Op::ParamF: case Op::ParamI: case Op::Load: case Op::Coord:
-    case Op::LinearId: case Op::AccResult:
-        return 0;
-    case Op::Gather: case Op::Neg: case Op::Abs: case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log:
-    case Op::Log2: case Op::Tanh: case Op::Rint: case Op::Sgn: case Op::Finite: case Op::ToF32: case Op::ToI32:
-    case Op::WrapI8: case Op::WrapU8: case Op::ToBool: case Op::AsI32: case Op::AsF32: case Op::Floor:
-        return 1;
-    case Op::Select: return 3;
-    default: return 2;
-    }
-}
+int arity(Op op) { return op_info(op).arity; }
 
 ComputeType acc_result_type(const Accum& a) {
     return a.kind == AccKind::ArgMax || a.kind == AccKind::ArgMin ? CT::I32 : a.type;

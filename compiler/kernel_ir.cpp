@@ -4,63 +4,82 @@
 
 namespace kiln::kir {
 
-// A switch rather than a table so that adding an Op without a name is a -Wswitch warning.
-const char* op_name(Op op) {
-    switch (op) {
-    case Op::ConstF: return "constf";
-    case Op::ConstI: return "consti";
-    case Op::ParamF: return "paramf";
-    case Op::ParamI: return "parami";
-    case Op::Load: return "load";
-    case Op::Gather: return "gather";
-    case Op::Coord: return "coord";
-    case Op::LinearId: return "linear_id";
-    case Op::AccResult: return "acc_result";
-    case Op::Neg: return "neg";
-    case Op::Abs: return "abs";
-    case Op::Sqrt: return "sqrt";
-    case Op::Exp: return "exp";
-    case Op::Exp2: return "exp2";
-    case Op::Log: return "log";
-    case Op::Log2: return "log2";
-    case Op::Tanh: return "tanh";
-    case Op::Rint: return "rint";
-    case Op::Sgn: return "sgn";
-    case Op::Finite: return "finite";
-    case Op::ToF32: return "to_f32";
-    case Op::ToI32: return "to_i32";
-    case Op::WrapI8: return "wrap_i8";
-    case Op::WrapU8: return "wrap_u8";
-    case Op::ToBool: return "to_bool";
-    case Op::Add: return "add";
-    case Op::Sub: return "sub";
-    case Op::Mul: return "mul";
-    case Op::Div: return "div";
-    case Op::Pow: return "pow";
-    case Op::Maximum: return "maximum";
-    case Op::Minimum: return "minimum";
-    case Op::Eq: return "eq";
-    case Op::Ne: return "ne";
-    case Op::Lt: return "lt";
-    case Op::Le: return "le";
-    case Op::Gt: return "gt";
-    case Op::Ge: return "ge";
-    case Op::And: return "and";
-    case Op::Or: return "or";
-    case Op::Xor: return "xor";
-    case Op::Shl: return "shl";
-    case Op::Shr: return "shr";
-    case Op::MulHi: return "mulhi";
-    case Op::Select: return "select";
-    case Op::AsI32: return "as_i32";
-    case Op::AsF32: return "as_f32";
-    case Op::Floor: return "floor";
-    case Op::Fmod: return "fmod";
-    case Op::IDiv: return "idiv";
-    case Op::IRem: return "irem";
-    }
-    return "?";
+namespace {
+
+using T = OpType;
+
+// Every op once, in the enum's order (an op's number is its index; kernel text records ops by
+// number): the static_asserts below refuse a table that misses an op or lists one out of place.
+constexpr OpInfo kOps[] = {
+    {Op::ConstF, "constf", 0, T::F32, {T::None, T::None, T::None}},
+    {Op::ConstI, "consti", 0, T::I32, {T::None, T::None, T::None}},
+    {Op::ParamF, "paramf", 0, T::F32, {T::None, T::None, T::None}},
+    {Op::ParamI, "parami", 0, T::I32, {T::None, T::None, T::None}},
+    {Op::Load, "load", 0, T::Any, {T::None, T::None, T::None}},
+    {Op::Gather, "gather", 1, T::Any, {T::I32, T::None, T::None}},
+    {Op::Coord, "coord", 0, T::I32, {T::None, T::None, T::None}},
+    {Op::LinearId, "linear_id", 0, T::I32, {T::None, T::None, T::None}},
+    {Op::AccResult, "acc_result", 0, T::Any, {T::None, T::None, T::None}},
+    {Op::Neg, "neg", 1, T::Any, {T::Same, T::None, T::None}},
+    {Op::Abs, "abs", 1, T::Any, {T::Same, T::None, T::None}},
+    {Op::Sqrt, "sqrt", 1, T::F32, {T::F32, T::None, T::None}},
+    {Op::Exp, "exp", 1, T::F32, {T::F32, T::None, T::None}},
+    {Op::Exp2, "exp2", 1, T::F32, {T::F32, T::None, T::None}},
+    {Op::Log, "log", 1, T::F32, {T::F32, T::None, T::None}},
+    {Op::Log2, "log2", 1, T::F32, {T::F32, T::None, T::None}},
+    {Op::Tanh, "tanh", 1, T::F32, {T::F32, T::None, T::None}},
+    {Op::Rint, "rint", 1, T::F32, {T::F32, T::None, T::None}},
+    {Op::Sgn, "sgn", 1, T::Any, {T::Same, T::None, T::None}},
+    {Op::Finite, "finite", 1, T::I32, {T::F32, T::None, T::None}},
+    {Op::ToF32, "to_f32", 1, T::F32, {T::I32, T::None, T::None}},
+    {Op::ToI32, "to_i32", 1, T::I32, {T::F32, T::None, T::None}},
+    {Op::WrapI8, "wrap_i8", 1, T::I32, {T::I32, T::None, T::None}},
+    {Op::WrapU8, "wrap_u8", 1, T::I32, {T::I32, T::None, T::None}},
+    {Op::ToBool, "to_bool", 1, T::I32, {T::Any, T::None, T::None}},
+    {Op::Add, "add", 2, T::Any, {T::Same, T::Same, T::None}},
+    {Op::Sub, "sub", 2, T::Any, {T::Same, T::Same, T::None}},
+    {Op::Mul, "mul", 2, T::Any, {T::Same, T::Same, T::None}},
+    {Op::Div, "div", 2, T::F32, {T::F32, T::F32, T::None}},
+    {Op::Pow, "pow", 2, T::F32, {T::F32, T::F32, T::None}},
+    {Op::Maximum, "maximum", 2, T::Any, {T::Same, T::Same, T::None}},
+    {Op::Minimum, "minimum", 2, T::Any, {T::Same, T::Same, T::None}},
+    {Op::Eq, "eq", 2, T::I32, {T::Any, T::Any, T::None}},
+    {Op::Ne, "ne", 2, T::I32, {T::Any, T::Any, T::None}},
+    {Op::Lt, "lt", 2, T::I32, {T::Any, T::Any, T::None}},
+    {Op::Le, "le", 2, T::I32, {T::Any, T::Any, T::None}},
+    {Op::Gt, "gt", 2, T::I32, {T::Any, T::Any, T::None}},
+    {Op::Ge, "ge", 2, T::I32, {T::Any, T::Any, T::None}},
+    {Op::And, "and", 2, T::I32, {T::I32, T::I32, T::None}},
+    {Op::Or, "or", 2, T::I32, {T::I32, T::I32, T::None}},
+    {Op::Xor, "xor", 2, T::I32, {T::I32, T::I32, T::None}},
+    {Op::Shl, "shl", 2, T::I32, {T::I32, T::I32, T::None}},
+    {Op::Shr, "shr", 2, T::I32, {T::I32, T::I32, T::None}},
+    {Op::MulHi, "mulhi", 2, T::I32, {T::I32, T::I32, T::None}},
+    {Op::Select, "select", 3, T::Any, {T::I32, T::Same, T::Same}},
+    {Op::AsI32, "as_i32", 1, T::I32, {T::F32, T::None, T::None}},
+    {Op::AsF32, "as_f32", 1, T::F32, {T::I32, T::None, T::None}},
+    {Op::Floor, "floor", 1, T::F32, {T::F32, T::None, T::None}},
+    {Op::Fmod, "fmod", 2, T::F32, {T::F32, T::F32, T::None}},
+    {Op::IDiv, "idiv", 2, T::I32, {T::I32, T::I32, T::None}},
+    {Op::IRem, "irem", 2, T::I32, {T::I32, T::I32, T::None}},
+};
+
+constexpr bool in_enum_order() {
+    for (size_t i = 0; i < sizeof(kOps) / sizeof(kOps[0]); ++i)
+        if ((size_t)kOps[i].op != i) return false;
+    return true;
 }
+static_assert(sizeof(kOps) / sizeof(kOps[0]) == (size_t)kLastOp + 1, "kOps must list every kir::Op");
+static_assert(in_enum_order(), "kOps must list the ops in the enum's order");
+
+} // namespace
+
+const OpInfo& op_info(Op op) {
+    static const OpInfo unknown{(Op)255, "?", 0, T::None, {T::None, T::None, T::None}};
+    return op <= kLastOp ? kOps[(size_t)op] : unknown;
+}
+
+const char* op_name(Op op) { return op_info(op).name; }
 
 namespace {
 

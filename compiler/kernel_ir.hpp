@@ -74,6 +74,18 @@ enum class Op : uint8_t {
 };
 inline constexpr Op kLastOp = Op::IRem;
 
+// What the kernel IR knows of each op, in one table (kernel_ir.cpp): its listing name, how many
+// operands it reads, and the types it gives and takes (compiler/kernel_check.hpp checks them).
+// Same: the instruction's own type; Any: either compute type; None: no operand there.
+enum class OpType : uint8_t { F32, I32, Same, Any, None };
+struct OpInfo {
+    Op op;
+    const char* name;
+    int arity;            // operands a[0..arity-1]; the others are -1
+    OpType result;        // F32, I32, or Any (the instruction's type is free; Same operands follow it)
+    OpType operand[3];
+};
+const OpInfo& op_info(Op op);   // an op past kLastOp gets name "?"
 const char* op_name(Op op);
 
 struct Instr {
