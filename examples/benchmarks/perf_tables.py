@@ -1,10 +1,14 @@
-"""Writes docs/PERFORMANCE.md's fusion table from vs_torch.py's JSON.
+"""Writes docs/PERFORMANCE.md's tables from the benchmarks' JSON.
 
     python examples/benchmarks/perf_tables.py vs_torch.json [--doc docs/PERFORMANCE.md] [--command "..."]
+    python examples/benchmarks/perf_tables.py fusion.json --date D --commit C [--doc ...] [--command "..."]
 
-The table replaces what stands between the markers `<!-- vs_torch:begin -->` and
-`<!-- vs_torch:end -->` (added at the end of the document when it has none), so the document
-always shows the last run's numbers with that run's device, date, commit and method.
+vs_torch.py's JSON (kiln beside PyTorch) fills what stands between `<!-- vs_torch:begin -->` and
+`<!-- vs_torch:end -->`; kiln-bench-fusion's JSON (the CUDA backend alone: large cases and
+latency against the fused-kernel targets; it records no date or commit, so they are given)
+fills `<!-- fusion:begin -->` .. `<!-- fusion:end -->`. A section without its markers is added
+at the end of the document, so the document always shows the last run's numbers with that
+run's device, date, commit and method.
 """
 import argparse
 import json
@@ -13,6 +17,51 @@ import re
 import sys
 
 BEGIN, END = "<!-- vs_torch:begin -->", "<!-- vs_torch:end -->"
+FUSION_BEGIN, FUSION_END = "<!-- fusion:begin -->", "<!-- fusion:end -->"
+
+# kiln-bench-fusion's latency measures against the fused-kernel issue's targets: (label, key, unit, target).
+LATENCY = [
+    ("host dispatch of a cached expression", "dispatch_us", "us", 3.0),
+    ("(the same, expression built once)", "dispatch_prebuilt_us", "us", None),
+    ("(driver floor: cuLaunchKernelEx, programmatic, empty kernel)", "launch_floor_programmatic_us", "us", None),
+    ("(driver floor: cuLaunchKernel, empty kernel)", "launch_floor_us", "us", None),
+    ("tiny 128x32 batch norm end to end (assign + synchronize)", "tiny_us", "us", 5.0),
+    ("a new plan for a loaded kernel, end to end", "jit.memory_us", "us", 10.0),
+    ("cold compile of a new structure, median of 9", "jit.cold_ms", "ms", 40.0),
+    ("disk hit, median of 9", "jit.disk_ms", "ms", 1.0),
+]
+
+
+def render_fusion(r, command, date, commit):
+    def get(key):
+        v = r
+        for part in key.split("."):
+            v = v.get(part) if isinstance(v, dict) else None
+        return v
+    out = [FUSION_BEGIN, "",
+           f"- Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s "
+           f"(the larger of the driver's device-to-device memcpy of 1 GiB, {r.get('driver_copy_gbs', 0):.0f} GB/s, "
+           f"and kiln's `dst = src` on 256 MiB, {r.get('kiln_copy_gbs', 0):.0f} GB/s).",
+           f"- Date: {date}. Commit: {commit}.",
+           f"- Command: `{command}` (a fresh cache directory).",
+           "- Method: host clock around back-to-back calls bracketed by synchronize(), median of 7 batches after "
+           "warm-up; latencies are host µs per call, medians. Bytes: every input read once and every output "
+           "written once; `max err` against float64 on the host.",
+           "", "| target | measured | |", "| --- | ---: | --- |"]
+    for label, key, unit, target in LATENCY:
+        v = get(key)
+        if v is None or v < 0:
+            continue
+        shown = f"{v:.2f} {unit}" if unit == "us" else f"{v:.{1 if v >= 10 else 3}f} {unit}"
+        verdict = "" if target is None else ("met" if v <= target else "not met")
+        out.append(f"| {label}{'' if target is None else f' <= {target:g} {unit}'} | {shown} | {verdict} |")
+    out += ["", "| expression | dtype | shape | ms | GB/s | % of copy | max err |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    for c in r["cases"]:
+        out.append(f"| {c['expr']} | {c['dtype']} | {c['shape']} | {c['ms']:.4f} | {c['gbs']:.0f} | "
+                   f"{c['pct_copy']:.1f}% | {c['max_err']:.1e} |")
+    out += ["", FUSION_END]
+    return "\n".join(out)
 
 
 def render(r, command):
@@ -52,22 +101,36 @@ def render(r, command):
     return "\n".join(out)
 
 
+def replace_section(doc, begin, end, table, heading):
+    if begin in doc and end in doc:
+        return re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: table, doc, flags=re.S)
+    return doc.rstrip("\n") + f"\n\n## {heading}\n\n" + table + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("json")
     ap.add_argument("--doc", default="docs/PERFORMANCE.md")
-    ap.add_argument("--command", default="python3 examples/benchmarks/vs_torch.py --json vs_torch.json")
+    ap.add_argument("--command", default=None)
+    ap.add_argument("--date", default=None, help="kiln-bench-fusion's JSON: the run's date")
+    ap.add_argument("--commit", default=None, help="kiln-bench-fusion's JSON: the commit it ran")
     args = ap.parse_args()
     with open(args.json) as f:
         r = json.load(f)
-    table = render(r, args.command)
     with open(args.doc) as f:
         doc = f.read()
-    if BEGIN in doc and END in doc:
-        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: table, doc, flags=re.S)
+    if "dispatch_us" in r:
+        if not args.date or not args.commit:
+            print("perf_tables: kiln-bench-fusion's JSON records no date or commit: give --date and --commit",
+                  file=sys.stderr)
+            return 2
+        table = render_fusion(r, args.command or "kiln-bench-fusion fusion.json", args.date, args.commit)
+        doc = replace_section(doc, FUSION_BEGIN, FUSION_END, table,
+                              "CUDA backend: fused expressions and latency (examples/benchmarks/fusion.cpp)")
     else:
-        doc = doc.rstrip("\n") + "\n\n## CUDA backend beside PyTorch: fused expressions (examples/benchmarks/vs_torch.py)\n\n" \
-            + table + "\n"
+        table = render(r, args.command or "python3 examples/benchmarks/vs_torch.py --json vs_torch.json")
+        doc = replace_section(doc, BEGIN, END, table,
+                              "CUDA backend beside PyTorch: fused expressions (examples/benchmarks/vs_torch.py)")
     with open(args.doc, "w") as f:
         f.write(doc)
     print(f"{args.doc}: {len(r['cases'])} cases from {args.json}")

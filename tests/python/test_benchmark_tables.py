@@ -80,3 +80,41 @@ def test_vs_torch_without_pytorch_says_so():
                        capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert "PyTorch is not importable" in r.stdout
+
+
+def fusion_json():
+    return {"device": "Test GPU", "copy_gbs": 4000.0, "driver_copy_gbs": 3990.0, "kiln_copy_gbs": 4000.0,
+            "cases": [{"expr": "variance", "dtype": "float32", "shape": "4096x16384", "ms": 0.1, "gbs": 2684.4,
+                       "pct_copy": 67.1, "max_err": 2.4e-07}],
+            "dispatch_us": 4.3, "dispatch_prebuilt_us": 3.5, "launch_floor_us": 3.1,
+            "launch_floor_programmatic_us": 2.5, "tiny_us": 4.5,
+            "jit": {"cold_ms": 64.6, "disk_ms": 0.12, "memory_us": 29.3, "disk_hits": 9}, "new_batch_compiles": 0}
+
+
+def test_the_fusion_benchmark_fills_its_own_section_with_the_given_date_and_commit(tmp_path):
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text("# Performance\n\n" + perf_tables.BEGIN + "\nkept\n" + perf_tables.END + "\n\n" +
+                   perf_tables.FUSION_BEGIN + "\nstale table\n" + perf_tables.FUSION_END + "\nafter\n")
+    js = tmp_path / "fusion.json"
+    js.write_text(json.dumps(fusion_json()))
+    subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc),
+                    "--date", "2026-01-02", "--commit", "def5678"], check=True, capture_output=True)
+    text = doc.read_text()
+    assert "stale table" not in text and "kept" in text and text.endswith("after\n")
+    assert "Date: 2026-01-02. Commit: def5678." in text
+    assert "| host dispatch of a cached expression <= 3 us | 4.30 us | not met |" in text
+    assert "| tiny 128x32 batch norm end to end (assign + synchronize) <= 5 us | 4.50 us | met |" in text
+    assert "| a new plan for a loaded kernel, end to end <= 10 us | 29.30 us | not met |" in text
+    assert "| variance | float32 | 4096x16384 | 0.1000 | 2684 | 67.1% | 2.4e-07 |" in text
+
+
+def test_the_fusion_json_without_a_date_or_commit_is_refused(tmp_path):
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text("# Performance\n")
+    js = tmp_path / "fusion.json"
+    js.write_text(json.dumps(fusion_json()))
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "give --date and --commit" in r.stderr
+    assert doc.read_text() == "# Performance\n"
