@@ -189,6 +189,34 @@ __device__ __forceinline__ void kiln_block_reduce(typename A::T& v, int& p, type
     p = sp[32];
     __syncthreads();
 }
+// The row cache's words by 32-bit shared-memory address, computed once per thread (through a
+// pointer, the compiler rebuilds the cache's generic address at every access). Volatile and
+// clobbering memory: they stay ordered with the cache's element-wise accesses.
+__device__ __forceinline__ void kiln_sts(unsigned a, uint4 w) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w) : "memory");
+}
+__device__ __forceinline__ void kiln_sts(unsigned a, uint2 w) {
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(a), "r"(w.x), "r"(w.y) : "memory");
+}
+__device__ __forceinline__ void kiln_sts(unsigned a, unsigned w) {
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(w) : "memory");
+}
+template <class W> __device__ W kiln_lds(unsigned a);
+template <> __device__ __forceinline__ uint4 kiln_lds<uint4>(unsigned a) {
+    uint4 w;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w) : "r"(a) : "memory");
+    return w;
+}
+template <> __device__ __forceinline__ uint2 kiln_lds<uint2>(unsigned a) {
+    uint2 w;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(w.x), "=r"(w.y) : "r"(a) : "memory");
+    return w;
+}
+template <> __device__ __forceinline__ unsigned kiln_lds<unsigned>(unsigned a) {
+    unsigned w;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(w) : "r"(a) : "memory");
+    return w;
+}
 // ---- row groups: G threads (a power of two) reduce one row: a segment of a warp, a group of
 // warps of one block, or every block of a cluster (sm_90).
 // Bytes of dynamic shared memory this launch has.
@@ -236,7 +264,7 @@ __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const 
     }
     if (G <= 32) return;
     const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5);
-    const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp / per_group * per_group;
+    const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
     if ((threadIdx.x & 31) == 0) { sv[warp] = v; sp[warp] = p; }
     __syncthreads();
     v = A::init();

@@ -145,19 +145,25 @@ void Emitter::emit_row_kernel() {
     emit_reduce_scratch(true);
     line("extern __shared__ uint4 kiln_row_cache[];");
     line("(void)scratch;");
+    // G, the block and the cluster are powers of two: the geometry below is shifts and masks,
+    // no divisions (a block pays this once per launch, and most blocks reduce one row).
     line("const int G = param;   // threads per row, a power of two");
+    line("const int gs = __ffs(G) - 1;");
     line("const long long np = {};", product(pdims_));
     line("const long long nr = {};", product(rdims_));
     line("const int nthreads = (int)blockDim.x;");
-    line("const int blocks_per_row = G > nthreads ? G / nthreads : 1;   // the cluster size");
-    line("const int rows_per_block = G < nthreads ? nthreads / G : 1;");
-    line("const int row_threads = G < nthreads ? G : nthreads;   // threads of one row in this block");
-    line("const int group = (int)threadIdx.x / G;");
-    line("const int lane = (int)threadIdx.x % row_threads;");
-    line("const int t = (int)(blockIdx.x % blocks_per_row) * nthreads + lane;");
+    line("const int ns = __ffs(nthreads) - 1;");
+    line("const int rs = gs < ns ? gs : ns;");
+    line("const int cs = gs - rs;   // log2 of the cluster size (blocks per row)");
+    line("const int rows_per_block = nthreads >> rs;");
+    line("const int row_threads = 1 << rs;   // threads of one row in this block");
+    line("const int group = (int)threadIdx.x >> rs;");
+    line("const int lane = (int)threadIdx.x & (row_threads - 1);");
+    line("const int t = ((int)(blockIdx.x & ((1u << cs) - 1)) << ns) | lane;");
     const int vw = row_vector_width();
-    line("const long long per_thread = (nr + (long long)G * {0} - 1) / ((long long)G * {0}) * {0};", vw);
-    line("const long long full = nr / ((long long)G * {0}) * {0};   // elements every thread of a row has", vw);
+    const int vs = row_vector_shift();
+    line("const long long per_thread = ((nr + ((long long)G << {0}) - 1) >> (gs + {0})) << {0};", vs);
+    line("const long long full = (nr >> (gs + {0})) << {0};   // elements every thread of a row has", vs);
     if (nslots > 0) {
         // Each cached buffer has a region of `region` elements of its dtype (16-byte aligned);
         // a row's slice of it holds its threads' elements (cache_index).
@@ -172,18 +178,21 @@ void Emitter::emit_row_kernel() {
             const char* st = storage_type(k_.buffers[b].dtype);
             line("{0}* const x{1} = ({0}*)((unsigned char*)kiln_row_cache + {2}) + group * slice + lane * {3};", st, b,
                  at, vw);
+            line("const unsigned xs{0} = (unsigned)__cvta_generic_to_shared(kiln_row_cache) + (unsigned)({1}) + "
+                 "(unsigned)(group * slice + lane * {2}) * {3}u;",
+                 b, at, vw, dtype_size(k_.buffers[b].dtype));
             at = fmt::format("{} + ((region * {} + 15) & ~15LL)", at, dtype_size(k_.buffers[b].dtype));
         }
         line("const bool cached = (unsigned long long)kiln_dynamic_smem_size() >= (unsigned long long)({});", at);
     }
     line("#pragma unroll 1");
-    open("for (long long row0 = (long long)(blockIdx.x / blocks_per_row) * rows_per_block; row0 < np; "
-         "row0 += (long long)(gridDim.x / blocks_per_row) * rows_per_block)");
+    open("for (long long row0 = (long long)(blockIdx.x >> cs) * rows_per_block; row0 < np; "
+         "row0 += (long long)(gridDim.x >> cs) * rows_per_block)");
     // A group past the last row still takes part in the barriers; it reads row0's P point.
     line("const bool live = row0 + group < np;");
     line("const long long pi = live ? row0 + group : row0;");
     emit_ppoint_setup();
-    const int shift = row_vector_shift();
+    const int shift = vs;
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
         const kir::Block& b = k_.blocks[bi];
         if (!b.loop) {
@@ -243,15 +252,16 @@ void Emitter::emit_row_kernel() {
                 for (int g = 0; g < step / vw; ++g)
                     for (int w = 0; w < gw.words; ++w) {
                         const std::string mem = fmt::format("*(const {}*)({})", wt, word_at(buf, g, w, gw));
-                        const std::string at = fmt::format("*({}*)(x{} + (((j >> {}) + {}) * row_threads) * {} + {})", wt,
-                                                           buf, shift, g, vw, w * gw.per_word);
+                        const std::string addr =
+                            fmt::format("xs{} + ((unsigned)(j >> {}) + {}) * (unsigned)row_threads * {} + {}", buf, shift,
+                                        g, vw * dtype_size(t), w * gw.per_word * dtype_size(t));
                         if (slot[buf] < 0) {
                             line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
                         } else if (first_use[buf] == (int)bi) {
                             line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
-                            line("if (cached) {} = w{}_{}_{};", at, buf, g, w);
+                            line("if (cached) kiln_sts({}, w{}_{}_{});", addr, buf, g, w);
                         } else {
-                            line("const {} w{}_{}_{} = cached ? {} : {};", wt, buf, g, w, at, mem);
+                            line("const {} w{}_{}_{} = cached ? kiln_lds<{}>({}) : {};", wt, buf, g, w, wt, addr, mem);
                         }
                     }
                 line("{} e{}[{}];", ctype(compute_type(t)), buf, step);

@@ -156,9 +156,10 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     INFO(row);
     CHECK(row.find("unsigned short* const x3 = ") != std::string::npos);   // buf3 is float16
     CHECK(row.find("if (cached) x3[(((j) >> 3) * row_threads) * 8 + ((j) & 7)] = m3;") != std::string::npos);
-    CHECK(row.find("if (cached) *(uint4*)(x3 + (((j >> 3) + 0) * row_threads) * 8 + 0) = w3_0_0;") != std::string::npos);
-    CHECK(row.find("const uint4 w3_0_0 = cached ? *(uint4*)(x3 + (((j >> 3) + 0) * row_threads) * 8 + 0) : ") !=
+    CHECK(row.find("if (cached) kiln_sts(xs3 + ((unsigned)(j >> 3) + 0) * (unsigned)row_threads * 16 + 0, w3_0_0);") !=
           std::string::npos);
+    CHECK(row.find("const uint4 w3_0_0 = cached ? kiln_lds<uint4>(xs3 + ((unsigned)(j >> 3) + 0) * (unsigned)row_threads "
+                   "* 16 + 0) : ") != std::string::npos);
     CHECK(row.find("const float l3 = kiln_f16_to_f32((cached ? x3[(((j) >> 3) * row_threads) * 8 + ((j) & 7)] : ") !=
           std::string::npos);
     std::string col = codegen::emit_cuda(test::column_kernel()).code;
