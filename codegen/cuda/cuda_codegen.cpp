@@ -397,14 +397,14 @@ void Emitter::emit_rloop_body(size_t bi) {
     scope_ = Scope::PPoint;
 }
 
-std::string Emitter::signature(const std::string& entry, int max_threads) const {
-    return fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a, unsigned char* const "
+std::string Emitter::signature(const std::string& entry, int max_threads, int min_blocks) const {
+    return fmt::format("extern \"C\" __global__ void __launch_bounds__({}{}) {}(const Args a, unsigned char* const "
                        "scratch, const int param)",
-                       max_threads, entry);
+                       max_threads, min_blocks > 1 ? fmt::format(", {}", min_blocks) : "", entry);
 }
 
-void Emitter::open_kernel(const std::string& entry, int max_threads) {
-    open(signature(entry, max_threads));
+void Emitter::open_kernel(const std::string& entry, int max_threads, int min_blocks) {
+    open(signature(entry, max_threads, min_blocks));
     line("kiln_after_prior_grids();");
 }
 

@@ -46,10 +46,15 @@
 //     dtype, by the first pass when the launch provides enough (shared_bytes: the planner
 //     grows the cluster until a block's part leaves room for a second block), so the row is
 //     read from memory once; without it every pass re-reads the row.
-//     Every pass moves aligned rows in groups of V consecutive elements per thread (V * the
-//     widest loaded element = 16 bytes), one load or store per buffer and group, several
-//     groups per step; what does not vary along the row (parameters, earlier results, loads
-//     broadcast along it) is computed once per row, before the pass's loop.
+//     Every pass moves a row in groups of V consecutive elements per thread (V * the widest
+//     loaded element = 16 bytes), one load or store per buffer and group, several groups per
+//     step, then single groups: thread slot r holds element r + h (wrapped past the row's
+//     end), h being the elements before the row's first group boundary, so that the groups
+//     of a misaligned row are aligned too; a pass whose buffers are not all in that phase
+//     goes element by element. What does not vary along the row (parameters, earlier
+//     results, loads broadcast along it) is computed once per row, before the pass's loop.
+//     Row entries are compiled for two blocks of kCudaMaxRowBlock per multiprocessor (64
+//     registers a thread).
 //   - column reduction (some buffer contiguous along a parallel dim and none along a reduced
 //     one), entry NAME: a block is 32 parallel points x 8 slices of the reduced points; the
 //     slices meet in shared memory in a fixed order. When the kernel's only Loop block is its
@@ -71,8 +76,8 @@
 //       i32) at +0, its i32 position at +4. num_partials = clamp(ceil(points /
 //       kCudaPointsPerPartial), 1, kCudaMaxPartials), independent of the device, so a result
 //       does not depend on which GPU computed it.
-// Every reduction combines in an order fixed by the sizes and the plan alone: the same inputs
-// give the same bits on every run. A grid of 0 (an empty domain) means: launch nothing.
+// Every reduction combines in an order fixed by the sizes, the plan and (rows) each row's
+// alignment alone: the same inputs at the same addresses give the same bits on every run. A grid of 0 (an empty domain) means: launch nothing.
 //
 // Runtime contract: launch the plan's launches in order on one stream, with exactly their
 // block, their dynamic shared memory (raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES of

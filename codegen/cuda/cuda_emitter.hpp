@@ -146,10 +146,10 @@ private:
 
     // ---- the kernels
 
-    std::string signature(const std::string& entry, int max_threads) const;
+    std::string signature(const std::string& entry, int max_threads, int min_blocks) const;
     // Opens a kernel's body: its signature, then the wait for the grids before it in the stream
     // (the runtime may launch it before they end; kiln_after_prior_grids in the prelude).
-    void open_kernel(const std::string& entry, int max_threads);
+    void open_kernel(const std::string& entry, int max_threads, int min_blocks = 1);
 
     void emit_elementwise_kernel();
 

@@ -217,6 +217,18 @@ template <> __device__ __forceinline__ unsigned kiln_lds<unsigned>(unsigned a) {
     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(w) : "r"(a) : "memory");
     return w;
 }
+// A group's word to global memory in one store. Written as plain C++, the compiler may split
+// it into 4-byte stores where it cannot prove the address 16-byte aligned (a row's phase is
+// known only at run time); the row kernels check the alignment themselves.
+__device__ __forceinline__ void kiln_stg(void* p, uint4 w) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w) : "memory");
+}
+__device__ __forceinline__ void kiln_stg(void* p, uint2 w) {
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w.x), "r"(w.y) : "memory");
+}
+__device__ __forceinline__ void kiln_stg(void* p, unsigned w) {
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(w) : "memory");
+}
 // ---- row groups: G threads (a power of two) reduce one row: a segment of a warp, a group of
 // warps of one block, or every block of a cluster (sm_90).
 // Bytes of dynamic shared memory this launch has.

@@ -1,5 +1,6 @@
 // Row reductions (cuda_codegen.hpp): G threads per row, the row kept in shared memory by the first
-// pass, 16-byte loads of aligned rows. Also the P-point pieces the column kernel shares.
+// pass, 16-byte loads and stores over the row's aligned body. Also the P-point pieces the column
+// kernel shares.
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include <fmt/format.h>
@@ -140,7 +141,9 @@ void Emitter::emit_row_kernel() {
             if (k_.instrs[id].op == Op::Load && slot[k_.instrs[id].index] >= 0 && first_use[k_.instrs[id].index] < 0)
                 first_use[k_.instrs[id].index] = (int)bi;
     line("");
-    open_kernel(k_.name, kCudaMaxRowBlock);
+    // Two blocks of the largest size per multiprocessor (64 registers a thread): a row's
+    // latency (load, reduce, pass again) is hidden only by other rows in flight.
+    open_kernel(k_.name, kCudaMaxRowBlock, 2);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(true);
     line("extern __shared__ uint4 kiln_row_cache[];");
@@ -193,6 +196,36 @@ void Emitter::emit_row_kernel() {
     line("const long long pi = live ? row0 + group : row0;");
     emit_ppoint_setup();
     const int shift = vs;
+    // The row's phase h: elements before the anchor buffer's first group boundary (the first
+    // buffer a pass moves in groups). Every pass maps slot r (row_index) to element r + h,
+    // wrapped past the row's end, so that the groups of an aligned body start on 16-byte
+    // boundaries whatever the row's start; the cache, indexed by slot, agrees across passes.
+    auto vector_buffer = [&](size_t buf) {
+        return vw > 1 && k_.buffers[buf].layout[rdims_[0]] == StrideKind::One &&
+               group_words(k_.buffers[buf].dtype, vw).words > 0;
+    };
+    int anchor = -1;
+    for (const kir::Block& b : k_.blocks) {
+        if (!b.loop) continue;
+        for (int id : b.instrs)
+            if (anchor < 0 && k_.instrs[id].op == Op::Load && vector_buffer(k_.instrs[id].index))
+                anchor = k_.instrs[id].index;
+        for (const kir::Store& st : b.stores)
+            if (anchor < 0 && vector_buffer(st.buffer)) anchor = st.buffer;
+    }
+    auto element_of = [&](size_t buf) {   // the element index of buffer buf's row start
+        return fmt::format("((unsigned long long)(b{} + {}) >> {})", buf, offset((int)buf),
+                           dtype_size(k_.buffers[buf].dtype) == 4 ? 2 : dtype_size(k_.buffers[buf].dtype) == 2 ? 1 : 0);
+    };
+    if (anchor >= 0) {
+        // (0 for a row shorter than its phase: no body, and slot r + h must wrap at most once.)
+        line("const int h0 = (int)((0ULL - {}) & {});", element_of(anchor), vw - 1);
+        line("const int h = h0 < nr ? h0 : 0;");
+        line("const long long fullh = nr > h ? ((nr - h) >> (gs + {0})) << {0} : 0;   // slots of the aligned body", vs);
+    } else {
+        line("const int h = 0;");
+        line("const long long fullh = full;");
+    }
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
         const kir::Block& b = k_.blocks[bi];
         if (!b.loop) {
@@ -206,110 +239,119 @@ void Emitter::emit_row_kernel() {
         hoisted_.assign(k_.instrs.size(), false);
         for (int id : invariant) hoisted_[id] = true;
         init_acc_states(b);
-        // Groups of V consecutive elements move with one load or store per buffer when the
-        // row is aligned: the loads the pass makes from memory (the first pass: every buffer
-        // it reads) and every store; several groups per step, so that their loads are in
-        // flight at once.
+        // Groups of V consecutive elements move with one load or store per buffer over the
+        // row's aligned body: the loads the pass makes from memory (the first pass: every
+        // buffer it reads) and every store.
         const bool first = (int)bi == first_loop_block();
         std::vector<size_t> vec_loads, vec_stores;
-        if (vw > 1) {
+        if (anchor >= 0) {
             std::vector<bool> loaded(k_.buffers.size(), false);
             for (int id : b.instrs)
                 if (k_.instrs[id].op == Op::Load) loaded[k_.instrs[id].index] = true;
-            for (size_t buf = 0; buf < k_.buffers.size(); ++buf) {
-                if (k_.buffers[buf].layout[rdims_[0]] != StrideKind::One || !group_words(k_.buffers[buf].dtype, vw).words)
-                    continue;
-                if (loaded[buf]) vec_loads.push_back(buf);
-            }
+            for (size_t buf = 0; buf < k_.buffers.size(); ++buf)
+                if (loaded[buf] && vector_buffer(buf)) vec_loads.push_back(buf);
             for (const kir::Store& st : b.stores)
-                if (k_.buffers[st.buffer].layout[rdims_[0]] == StrideKind::One &&
-                    group_words(k_.buffers[st.buffer].dtype, vw).words)
-                    vec_stores.push_back(st.buffer);
+                if (vector_buffer(st.buffer)) vec_stores.push_back(st.buffer);
         }
         const int step = vw > 1 ? std::min(32, (first ? 4 : 2) * vw) : first ? 16 : 4;
         line("long long j = 0;");
         open("if (live)");
         if (!vec_loads.empty() || !vec_stores.empty()) {
-            std::string mis;
-            for (size_t buf : vec_loads)
-                mis += fmt::format("{}(unsigned long long)(b{} + {})", mis.empty() ? "" : " | ", buf, offset((int)buf));
-            for (size_t buf : vec_stores)
-                mis += fmt::format("{}(unsigned long long)(b{} + {})", mis.empty() ? "" : " | ", buf, offset((int)buf));
-            line("const bool aligned = (({}) & 15) == 0;", mis);
-            line("#pragma unroll 1");
-            open(fmt::format("for (; aligned && j + {0} <= full; j += {0})", step));
-            preloaded_.assign(k_.buffers.size(), "");
-            store_to_.assign(k_.buffers.size(), "");
-            // The address of word w of group g (of this step) of buffer buf.
-            auto word_at = [&](size_t buf, int g, int w, const GroupWords& gw) {
-                return fmt::format("b{} + {} + (((j >> {}) + {}) * G + t) * {} + {}", buf, offset((int)buf), shift, g, vw,
-                                   w * gw.per_word);
-            };
-            for (size_t buf : vec_loads) {
-                const DType t = k_.buffers[buf].dtype;
-                const GroupWords gw = group_words(t, vw);
-                const char* wt = word_type(t, gw.per_word);
-                for (int g = 0; g < step / vw; ++g)
-                    for (int w = 0; w < gw.words; ++w) {
-                        const std::string mem = fmt::format("*(const {}*)({})", wt, word_at(buf, g, w, gw));
-                        const std::string addr =
-                            fmt::format("xs{} + ((unsigned)(j >> {}) + {}) * (unsigned)row_threads * {} + {}", buf, shift,
-                                        g, vw * dtype_size(t), w * gw.per_word * dtype_size(t));
-                        if (slot[buf] < 0) {
-                            line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
-                        } else if (first_use[buf] == (int)bi) {
-                            line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
-                            line("if (cached) kiln_sts({}, w{}_{}_{});", addr, buf, g, w);
-                        } else {
-                            line("const {} w{}_{}_{} = cached ? kiln_lds<{}>({}) : {};", wt, buf, g, w, wt, addr, mem);
+            // The pass goes in groups when every buffer it moves in groups has the anchor's phase.
+            std::string same;
+            std::vector<size_t> moved = vec_loads;
+            moved.insert(moved.end(), vec_stores.begin(), vec_stores.end());
+            for (size_t buf : moved) {
+                same += fmt::format("{}(({} + h) & {})", same.empty() ? "" : " | ", element_of(buf), vw - 1);
+                if (dtype_size(k_.buffers[buf].dtype) > 1)   // a pointer off its element size
+                    same += fmt::format(" | ((unsigned long long)(b{} + {}) & {})", buf, offset((int)buf),
+                                        dtype_size(k_.buffers[buf].dtype) - 1);
+            }
+            line("const bool aligned = ({}) == 0;", same);
+            // Steps of `groups` groups: several, so that their loads are in flight at once, then
+            // single groups for what is left of the aligned body.
+            auto vector_loop = [&](int n) {
+                line("#pragma unroll 1");
+                open(fmt::format("for (; aligned && j + {0} <= fullh; j += {0})", n));
+                preloaded_.assign(k_.buffers.size(), "");
+                store_to_.assign(k_.buffers.size(), "");
+                // The address of word w of group g (of this step) of buffer buf.
+                auto word_at = [&](size_t buf, int g, int w, const GroupWords& gw) {
+                    return fmt::format("b{} + {} + h + (((j >> {}) + {}) * G + t) * {} + {}", buf, offset((int)buf), shift,
+                                       g, vw, w * gw.per_word);
+                };
+                for (size_t buf : vec_loads) {
+                    const DType t = k_.buffers[buf].dtype;
+                    const GroupWords gw = group_words(t, vw);
+                    const char* wt = word_type(t, gw.per_word);
+                    for (int g = 0; g < n / vw; ++g)
+                        for (int w = 0; w < gw.words; ++w) {
+                            const std::string mem = fmt::format("*(const {}*)({})", wt, word_at(buf, g, w, gw));
+                            const std::string addr =
+                                fmt::format("xs{} + ((unsigned)(j >> {}) + {}) * (unsigned)row_threads * {} + {}", buf,
+                                            shift, g, vw * dtype_size(t), w * gw.per_word * dtype_size(t));
+                            if (slot[buf] < 0) {
+                                line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
+                            } else if (first_use[buf] == (int)bi) {
+                                line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
+                                line("if (cached) kiln_sts({}, w{}_{}_{});", addr, buf, g, w);
+                            } else {
+                                line("const {} w{}_{}_{} = cached ? kiln_lds<{}>({}) : {};", wt, buf, g, w, wt, addr,
+                                     mem);
+                            }
                         }
-                    }
-                line("{} e{}[{}];", ctype(compute_type(t)), buf, step);
-                for (int g = 0; g < step / vw; ++g)
-                    for (int w = 0; w < gw.words; ++w)
-                        emit_unpack(t, gw.per_word, fmt::format("w{}_{}_{}", buf, g, w), fmt::format("e{}", buf),
-                                    g * vw + w * gw.per_word);
-                preloaded_[buf] = fmt::format("e{}[u]", buf);
-            }
-            for (size_t buf : vec_stores) {
-                line("{} r{}[{}];", ctype(compute_type(k_.buffers[buf].dtype)), buf, step);
-                store_to_[buf] = fmt::format("r{}[u]", buf);
-            }
-            line("#pragma unroll");
-            open(fmt::format("for (int u = 0; u < {}; ++u)", step));
-            line("const long long ri = (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", shift, vw);
-            emit_row_element(bi, slot, first_use, "(j + u)");
-            close();
-            for (size_t buf : vec_stores) {
-                const DType t = k_.buffers[buf].dtype;
-                const GroupWords gw = group_words(t, vw);
-                for (int g = 0; g < step / vw; ++g)
-                    for (int w = 0; w < gw.words; ++w) {
-                        const std::string word = fmt::format("s{}_{}_{}", buf, g, w);
-                        line("{} {} = {{}};", word_type(t, gw.per_word), word);
-                        emit_pack(t, gw.per_word, word, fmt::format("r{}", buf), g * vw + w * gw.per_word);
-                        line("*({}*)({}) = {};", word_type(t, gw.per_word), word_at(buf, g, w, gw), word);
-                    }
-            }
-            preloaded_.clear();
-            store_to_.clear();
-            close();
+                    line("{} e{}[{}];", ctype(compute_type(t)), buf, n);
+                    for (int g = 0; g < n / vw; ++g)
+                        for (int w = 0; w < gw.words; ++w)
+                            emit_unpack(t, gw.per_word, fmt::format("w{}_{}_{}", buf, g, w), fmt::format("e{}", buf),
+                                        g * vw + w * gw.per_word);
+                    preloaded_[buf] = fmt::format("e{}[u]", buf);
+                }
+                for (size_t buf : vec_stores) {
+                    line("{} r{}[{}];", ctype(compute_type(k_.buffers[buf].dtype)), buf, n);
+                    store_to_[buf] = fmt::format("r{}[u]", buf);
+                }
+                line("#pragma unroll");
+                open(fmt::format("for (int u = 0; u < {}; ++u)", n));
+                line("const long long ri = h + (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", shift, vw);
+                emit_row_element(bi, slot, first_use, "(j + u)");
+                close();
+                for (size_t buf : vec_stores) {
+                    const DType t = k_.buffers[buf].dtype;
+                    const GroupWords gw = group_words(t, vw);
+                    for (int g = 0; g < n / vw; ++g)
+                        for (int w = 0; w < gw.words; ++w) {
+                            const std::string word = fmt::format("s{}_{}_{}", buf, g, w);
+                            line("{} {} = {{}};", word_type(t, gw.per_word), word);
+                            emit_pack(t, gw.per_word, word, fmt::format("r{}", buf), g * vw + w * gw.per_word);
+                            line("kiln_stg({}, {});", word_at(buf, g, w, gw), word);
+                        }
+                }
+                preloaded_.clear();
+                store_to_.clear();
+                close();
+            };
+            vector_loop(step);
+            if (step > vw) vector_loop(vw);
         }
-        // Rows the grouped path cannot take (misaligned) go element by element.
+        // Slots the grouped path did not take (a pass out of phase, the end of the body) go
+        // element by element; slot r is element r + h, wrapped.
         const int scalar_step = vec_loads.empty() && vec_stores.empty() ? step : 4;
         line("#pragma unroll 1");
         open(fmt::format("for (; j + {0} <= full; j += {0})", scalar_step));
         line("#pragma unroll");
         open(fmt::format("for (int u = 0; u < {}; ++u)", scalar_step));
-        line("const long long ri = {};", row_index("j + u"));
+        line("const long long rslot = {} + h;", row_index("j + u"));
+        line("const long long ri = rslot >= nr ? rslot - nr : rslot;");
         emit_row_element(bi, slot, first_use, "(j + u)");
         close();
         close();
         close();
         line("#pragma unroll 1");
         open("for (; j < per_thread; ++j)");
-        line("const long long ri = {};", row_index("j"));
-        open("if (live && ri < nr)");
+        line("const long long rslot = {};", row_index("j"));
+        open("if (live && rslot < nr)");
+        line("const long long ri = rslot + h >= nr ? rslot + h - nr : rslot + h;");
         emit_row_element(bi, slot, first_use, "j");
         close();
         close();

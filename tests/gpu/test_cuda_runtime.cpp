@@ -202,7 +202,7 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
     struct Case { int64_t M, N; };
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
         for (Case s : {Case{1000, 3}, Case{777, 5000}, Case{300, 1001}, Case{64, 20000}, Case{3, 100000}, Case{5, 300000},
-                       Case{2, 1 << 21}, Case{4096, 1}, Case{200000, 5}}) {
+                       Case{2, 1 << 21}, Case{4096, 1}, Case{200000, 5}, Case{7, 70001}}) {
             INFO(dtype_name(dt) << " " << s.M << "x" << s.N);
             const int64_t M = s.M, N = s.N;
             std::vector<float> h = random_floats((size_t)(M * N), (uint32_t)(M + N));

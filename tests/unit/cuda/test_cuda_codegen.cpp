@@ -104,7 +104,10 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
             } else {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name});
             }
-            const int bound = codegen::cuda_shape(k) == codegen::CudaShape::Row ? codegen::kCudaMaxRowBlock : 256;
+            // Row entries: two of the largest blocks per multiprocessor.
+            const std::string bound = codegen::cuda_shape(k) == codegen::CudaShape::Row
+                                          ? fmt::format("{}, 2", codegen::kCudaMaxRowBlock)
+                                          : std::string("256");
             for (const std::string& e : src.entry_points)
                 CHECK(src.code.find(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a, "
                                                 "unsigned char* const scratch, const int param)",
@@ -168,7 +171,7 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     CHECK(full.find("kiln_block_reduce<") != std::string::npos);
 }
 
-TEST_CASE("row kernels load aligned rows 16 bytes at a time in their first pass") {
+TEST_CASE("row kernels load rows 16 bytes at a time from their first group boundary") {
     for (DType dt : {DType::Float32, DType::Float16}) {
         test::KernelBuilder b("kiln_rowvec", "PR");
         int out = b.output(DType::Float32, "10"), in = b.input(dt, "x1");
@@ -177,16 +180,27 @@ TEST_CASE("row kernels load aligned rows 16 bytes at a time in their first pass"
         int acc = b.accum(kir::AccKind::Sum, x);
         b.point();
         b.store(out, b.acc_result(acc));
-        const int v = dt == DType::Float32 ? 4 : 8;
+        const int v = dt == DType::Float32 ? 4 : 8, s = v == 4 ? 2 : 3, e = v == 4 ? 2 : 1;
         CudaSource src = codegen::emit_cuda(b.kernel());
         INFO(src.code);
-        CHECK(src.code.find("const bool aligned = (((unsigned long long)(b1 + pb1)) & 15) == 0;") != std::string::npos);
-        CHECK(src.code.find(fmt::format("const uint4 w1_0_0 = *(const uint4*)(b1 + pb1 + (((j >> {}) + 0) * G + t) * {} + 0);",
-                                        v == 4 ? 2 : 3, v)) != std::string::npos);
-        CHECK(src.code.find(fmt::format("const long long ri = (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};",
-                                        v == 4 ? 2 : 3, v)) != std::string::npos);
-        CHECK(src.code.find(fmt::format("const long long ri = (((j + u) >> {}) * G + t) * {} + ((j + u) & {});",
-                                        v == 4 ? 2 : 3, v, v - 1)) != std::string::npos);
+        // The row's phase: elements before its first 16-byte boundary, whatever the row's start.
+        CHECK(src.code.find(fmt::format("const int h0 = (int)((0ULL - ((unsigned long long)(b1 + pb1) >> {})) & {});", e,
+                                        v - 1)) != std::string::npos);
+        CHECK(src.code.find("const int h = h0 < nr ? h0 : 0;") != std::string::npos);
+        CHECK(src.code.find(fmt::format("const bool aligned = (((((unsigned long long)(b1 + pb1) >> {}) + h) & {}) | "
+                                        "((unsigned long long)(b1 + pb1) & {})) == 0;",
+                                        e, v - 1, v == 4 ? 3 : 1)) != std::string::npos);
+        // Steps of several groups, then single groups, over the aligned body.
+        CHECK(src.code.find(fmt::format("for (; aligned && j + {0} <= fullh; j += {0})", 4 * v)) != std::string::npos);
+        CHECK(src.code.find(fmt::format("for (; aligned && j + {0} <= fullh; j += {0})", v)) != std::string::npos);
+        CHECK(src.code.find(fmt::format("const uint4 w1_0_0 = *(const uint4*)(b1 + pb1 + h + (((j >> {}) + 0) * G + t) * {} + 0);",
+                                        s, v)) != std::string::npos);
+        CHECK(src.code.find(fmt::format("const long long ri = h + (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", s,
+                                        v)) != std::string::npos);
+        // Element by element, slot r is element r + h, wrapped past the row's end.
+        CHECK(src.code.find(fmt::format("const long long rslot = (((j + u) >> {}) * G + t) * {} + ((j + u) & {}) + h;", s,
+                                        v, v - 1)) != std::string::npos);
+        CHECK(src.code.find("const long long ri = rslot >= nr ? rslot - nr : rslot;") != std::string::npos);
         if (dt == DType::Float16) CHECK(src.code.find("kiln_f16x2_cvt(w1_0_0.x, e1[0], e1[1]);") != std::string::npos);
         require_compiles("rowvec", src);
     }
