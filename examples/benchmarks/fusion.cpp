@@ -95,6 +95,7 @@ double driver_copy_gbs() {
 // cuLaunchKernelEx with programmatic stream serialisation, as kiln launches on sm_90.
 struct LaunchFloor {
     double plain_us = -1, programmatic_us = -1;
+    double roundtrip_us = -1;   // one empty kernel launched, then the context synchronised
 };
 LaunchFloor driver_launch_floor() {
     LaunchFloor f;
@@ -133,6 +134,15 @@ LaunchFloor driver_launch_floor() {
         prog.push_back(since_us(t0) / 10000);
         sync();
     }
+    // The end-to-end floor: what "assign + synchronize" of any kernel cannot beat.
+    std::vector<double> trip;
+    for (int i = 0; i < 2000; ++i) {
+        auto t0 = Clock::now();
+        launch(fn, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr);
+        sync();
+        trip.push_back(since_us(t0));
+    }
+    f.roundtrip_us = median(trip);
     unload(m);
     f.plain_us = median(plain);
     if (!prog.empty()) f.programmatic_us = median(prog);
@@ -351,6 +361,7 @@ int main(int argc, char** argv) {
     std::printf("%-44s %10.2f us %12s\n", "  (driver floor: cuLaunchKernel, empty kernel)", floor.plain_us, "");
     std::printf("%-44s %10.2f us %12s\n", "  (driver floor: cuLaunchKernelEx, programmatic)", floor.programmatic_us, "");
     std::printf("%-44s %10.2f us %12s\n", "tiny (128x32 batch norm) end to end <= 5 us", tiny_us, met(tiny_us <= 5));
+    std::printf("%-44s %10.2f us %12s\n", "  (driver floor: empty kernel + synchronize)", floor.roundtrip_us, "");
     std::printf("%-44s %10.1f ms %12s\n", "cold compile <= 40 ms (median of 9)", cold_ms, met(cold_ms <= 40));
     std::printf("%-44s %10.1f ms %12s\n", "  (NVRTC alone, median)", nvrtc_ms.empty() ? -1 : median(nvrtc_ms), "");
     std::printf("%-44s %10.3f ms %12s\n", "disk hit <= 1 ms (median of 9)", disk_ms, met(disk_ms <= 1));
@@ -373,6 +384,7 @@ int main(int argc, char** argv) {
     json += "],\"dispatch_us\":" + std::to_string(dispatch_us) + ",\"dispatch_prebuilt_us\":" + std::to_string(dispatch_pre_us) +
             ",\"launch_floor_us\":" + std::to_string(floor.plain_us) +
             ",\"launch_floor_programmatic_us\":" + std::to_string(floor.programmatic_us) +
+            ",\"launch_sync_floor_us\":" + std::to_string(floor.roundtrip_us) +
             ",\"tiny_us\":" + std::to_string(tiny_us) + ",\"jit\":{\"cold_ms\":" + std::to_string(cold_ms) +
             ",\"disk_ms\":" + std::to_string(disk_ms) + ",\"memory_us\":" + std::to_string(memory_us) +
             ",\"disk_hits\":" + std::to_string(disk_hits) + "},\"new_batch_compiles\":" + std::to_string(new_batch_compiles) + "}\n";

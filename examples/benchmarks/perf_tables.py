@@ -26,6 +26,7 @@ LATENCY = [
     ("(driver floor: cuLaunchKernelEx, programmatic, empty kernel)", "launch_floor_programmatic_us", "us", None),
     ("(driver floor: cuLaunchKernel, empty kernel)", "launch_floor_us", "us", None),
     ("tiny 128x32 batch norm end to end (assign + synchronize)", "tiny_us", "us", 5.0),
+    ("(driver floor: empty kernel launched, then synchronize)", "launch_sync_floor_us", "us", None),
     ("a new plan for a loaded kernel, end to end", "jit.memory_us", "us", 10.0),
     ("cold compile of a new structure, median of 9", "jit.cold_ms", "ms", 40.0),
     ("disk hit, median of 9", "jit.disk_ms", "ms", 1.0),

@@ -87,7 +87,7 @@ def fusion_json():
             "cases": [{"expr": "variance", "dtype": "float32", "shape": "4096x16384", "ms": 0.1, "gbs": 2684.4,
                        "pct_copy": 67.1, "max_err": 2.4e-07}],
             "dispatch_us": 4.3, "dispatch_prebuilt_us": 3.5, "launch_floor_us": 3.1,
-            "launch_floor_programmatic_us": 2.5, "tiny_us": 4.5,
+            "launch_floor_programmatic_us": 2.5, "tiny_us": 4.5, "launch_sync_floor_us": 3.9,
             "jit": {"cold_ms": 64.6, "disk_ms": 0.12, "memory_us": 29.3, "disk_hits": 9}, "new_batch_compiles": 0}
 
 
@@ -104,6 +104,7 @@ def test_the_fusion_benchmark_fills_its_own_section_with_the_given_date_and_comm
     assert "Date: 2026-01-02. Commit: def5678." in text
     assert "| host dispatch of a cached expression <= 3 us | 4.30 us | not met |" in text
     assert "| tiny 128x32 batch norm end to end (assign + synchronize) <= 5 us | 4.50 us | met |" in text
+    assert "| (driver floor: empty kernel launched, then synchronize) | 3.90 us |  |" in text
     assert "| a new plan for a loaded kernel, end to end <= 10 us | 29.30 us | not met |" in text
     assert "| variance | float32 | 4096x16384 | 0.1000 | 2684 | 67.1% | 2.4e-07 |" in text
 
