@@ -54,7 +54,12 @@
 //     goes element by element. What does not vary along the row (parameters, earlier
 //     results, loads broadcast along it) is computed once per row, before the pass's loop.
 //     Row entries are compiled for two blocks of kCudaMaxRowBlock per multiprocessor (64
-//     registers a thread).
+//     registers a thread). A later pass that only sums squared deviations from a value known
+//     before it (a variance) is folded into the first pass when no pass after it reads the
+//     row (detail::moment_folds): the first pass also keeps each thread's count, mean and
+//     sum of squared deviations (a step's values as one group, merged by Chan et al.'s
+//     update), the row's threads merge them in a fixed order, and the sum is M2 + n (mean -
+//     k)^2: the row is read once, in one round, without a row cache.
 //   - column reduction (some buffer contiguous along a parallel dim and none along a reduced
 //     one), entry NAME: a block is 32 parallel points x 8 slices of the reduced points; the
 //     slices meet in shared memory in a fixed order. When the kernel's only Loop block is its

@@ -72,6 +72,11 @@ private:
     std::vector<std::string> store_to_;
     // Row kernels, per instruction: computed once per row before the loop (row_invariant).
     std::vector<bool> hoisted_;
+    // Row kernels: the moment folds (detail::moment_folds) the pass being emitted also
+    // computes, and how each element enters them: into the step's array mv<acc>[u] (grouped
+    // path) or one by one.
+    std::vector<detail::MomentFold> folds_now_;
+    bool folds_grouped_ = false;
 
     template <typename... T>
     void line(fmt::format_string<T...> f, T&&... args) {

@@ -29,6 +29,20 @@ inline constexpr int64_t kColumnMaxChunks = 1024;
 // or -1.
 std::vector<int> row_cache_slots(const kir::Kernel& k);
 
+// Row kernels: a later Loop block whose only work is sums of squared deviations, sum over the
+// row of (v - k)^2 with v read from the row (the first Loop block reads its buffers too) and
+// k the same along the row (an earlier result: a mean), is no pass of its own. The first pass
+// also folds v into a count, mean and sum of squared deviations from that mean (Chan et al.'s
+// pairwise update), and the sum is M2 + n (mean - k)^2 once k is known: one round over the row
+// instead of two. Only when no later pass reads the row again (then the row would be cached,
+// and the fold would only move work into the loads' pass). Per folded accumulator: its block,
+// the instruction of v, the instruction of k and v's instructions (block-local, in order).
+struct MomentFold {
+    int block = -1, accum = -1, value = -1, shift = -1;
+    std::vector<int> chain;
+};
+std::vector<MomentFold> moment_folds(const kir::Kernel& k);
+
 // Row kernels with one reduced dim read it in groups of V consecutive elements per thread
 // (V * the widest loaded element = 16 bytes), so the first pass can load a group with one
 // 16-byte load when the row is aligned; V = 1 when no loaded buffer is contiguous along it.

@@ -59,10 +59,87 @@ CudaShape cuda_shape(const kir::Kernel& k) {
 
 namespace detail {
 
+std::vector<MomentFold> moment_folds(const kir::Kernel& k) {
+    using kir::Op;
+    std::vector<MomentFold> out;
+    if (k.full_reduce || cuda_shape(k) != CudaShape::Row) return out;
+    int first = -1;
+    for (size_t bi = 0; bi < k.blocks.size() && first < 0; ++bi)
+        if (k.blocks[bi].loop) first = (int)bi;
+    if (first < 0) return out;
+    std::vector<bool> first_loads(k.buffers.size(), false);
+    for (int id : k.blocks[first].instrs)
+        if (k.instrs[id].op == Op::Load) first_loads[k.instrs[id].index] = true;
+    for (size_t bi = first + 1; bi < k.blocks.size(); ++bi) {
+        const kir::Block& b = k.blocks[bi];
+        if (!b.loop || !b.stores.empty() || b.accums.empty()) continue;
+        std::vector<bool> in_block(k.instrs.size(), false);
+        for (int id : b.instrs) in_block[id] = true;
+        // Row-varying: depends on a load, a coordinate or a gather; acc-free: no accumulator result.
+        std::vector<char> varying(k.instrs.size(), 0), acc(k.instrs.size(), 0);
+        for (int id : b.instrs) {
+            const kir::Instr& in = k.instrs[id];
+            varying[id] = in.op == Op::Load || in.op == Op::Gather || in.op == Op::Coord || in.op == Op::LinearId;
+            acc[id] = in.op == Op::AccResult;
+            for (int o : in.a)
+                if (o >= 0) varying[id] |= varying[o], acc[id] |= acc[o];
+        }
+        std::vector<MomentFold> folds;
+        for (int ai : b.accums) {
+            const kir::Accum& ac = k.accums[ai];
+            const kir::Instr& sq = k.instrs[ac.value];
+            if (ac.kind != kir::AccKind::Sum || ac.type != ComputeType::F32 || sq.op != Op::Mul || sq.a[0] != sq.a[1])
+                break;
+            const kir::Instr& d = k.instrs[sq.a[0]];
+            if (d.op != Op::Sub || d.type != ComputeType::F32) break;
+            int v = -1, s = -1;
+            for (int side = 0; side < 2; ++side)
+                if (varying[d.a[side]] && !acc[d.a[side]] && !varying[d.a[1 - side]]) v = d.a[side], s = d.a[1 - side];
+            if (v < 0) break;
+            // v's instructions: loads of buffers the first pass reads, arithmetic, parameters.
+            std::vector<bool> need(k.instrs.size(), false);
+            need[v] = true;
+            bool ok = true;
+            for (auto it = b.instrs.rbegin(); it != b.instrs.rend(); ++it) {
+                if (!need[*it]) continue;
+                const kir::Instr& in = k.instrs[*it];
+                if (in.op == Op::Gather || in.op == Op::Coord || in.op == Op::LinearId || in.op == Op::AccResult ||
+                    (in.op == Op::Load && !first_loads[in.index]))
+                    ok = false;
+                for (int o : in.a) {
+                    if (o < 0) continue;
+                    if (!in_block[o]) ok = false;
+                    else need[o] = true;
+                }
+            }
+            if (!ok) break;
+            MomentFold f{(int)bi, ai, v, s, {}};
+            for (int id : b.instrs)
+                if (need[id]) f.chain.push_back(id);
+            folds.push_back(std::move(f));
+        }
+        if (folds.size() == b.accums.size()) out.insert(out.end(), folds.begin(), folds.end());
+    }
+    // Only where the fold leaves one pass over the row: when a later pass reads the row again
+    // it is kept in shared memory, the pass folded away costs little, and the first pass's
+    // extra arithmetic between its loads costs more.
+    std::vector<bool> folded(k.blocks.size(), false);
+    for (const MomentFold& f : out) folded[f.block] = true;
+    for (size_t bi = first + 1; bi < k.blocks.size(); ++bi) {
+        if (!k.blocks[bi].loop || folded[bi]) continue;
+        for (int id : k.blocks[bi].instrs)
+            if (k.instrs[id].op == Op::Load && first_loads[k.instrs[id].index]) return {};
+    }
+    return out;
+}
+
 std::vector<int> row_cache_slots(const kir::Kernel& k) {
     std::vector<int> passes(k.buffers.size(), 0);
-    for (const kir::Block& b : k.blocks) {
-        if (!b.loop) continue;
+    std::vector<bool> folded(k.blocks.size(), false);
+    for (const MomentFold& f : moment_folds(k)) folded[f.block] = true;
+    for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
+        const kir::Block& b = k.blocks[bi];
+        if (!b.loop || folded[bi]) continue;
         std::vector<bool> seen(k.buffers.size(), false);
         for (int id : b.instrs)
             if (k.instrs[id].op == kir::Op::Load) seen[k.instrs[id].index] = true;

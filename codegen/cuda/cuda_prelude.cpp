@@ -297,6 +297,51 @@ __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const 
     }
     kiln_cluster_sync();   // no block overwrites its entry before every block has read it
 }
+// Moments of values: count c, mean m and sum q of squared deviations from m. merge(a, b) folds
+// b into a by Chan et al.'s update; an empty b leaves a as it is. Not symmetric in its bits,
+// so every combine below puts the lower-numbered part first, and all threads of a row end
+// with the same state.
+__device__ __forceinline__ void kiln_moments_merge(float& c, float& m, float& q, float c2, float m2, float q2) {
+    const float n = c + c2;
+    const float f = c2 > 0.0f ? c2 / n : 0.0f;
+    const float d = c2 > 0.0f ? m2 - m : 0.0f;
+    m = m + d * f;
+    q = q + q2 + d * d * c * f;
+    c = n;
+}
+// kiln_row_reduce for moments: sc/sm/sq 32 entries, cc/cm/cq the block's entry for a cluster.
+__device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, float& q, const int G, float* sc, float* sm,
+                                                        float* sq, float* cc, float* cm, float* cq) {
+#pragma unroll 1
+    for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
+        const float c2 = __shfl_xor_sync(0xffffffffu, c, o), m2 = __shfl_xor_sync(0xffffffffu, m, o),
+                    q2 = __shfl_xor_sync(0xffffffffu, q, o);
+        const bool upper = (threadIdx.x & o) != 0;
+        float ca = upper ? c2 : c, ma = upper ? m2 : m, qa = upper ? q2 : q;
+        kiln_moments_merge(ca, ma, qa, upper ? c : c2, upper ? m : m2, upper ? q : q2);
+        c = ca, m = ma, q = qa;
+    }
+    if (G <= 32) return;
+    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5);
+    const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
+    if ((threadIdx.x & 31) == 0) { sc[warp] = c; sm[warp] = m; sq[warp] = q; }
+    __syncthreads();
+    c = sc[first], m = sm[first], q = sq[first];
+#pragma unroll 1
+    for (int w = first + 1; w < first + per_group; ++w) kiln_moments_merge(c, m, q, sc[w], sm[w], sq[w]);
+    __syncthreads();
+    if (G <= nthreads) return;
+    if (threadIdx.x == 0) { *cc = c; *cm = m; *cq = q; }
+    kiln_cluster_sync();
+    c = __uint_as_float(kiln_dsmem_load(cc, 0u)), m = __uint_as_float(kiln_dsmem_load(cm, 0u)),
+    q = __uint_as_float(kiln_dsmem_load(cq, 0u));
+#pragma unroll 1
+    for (int r = 1; r < G / nthreads; ++r)
+        kiln_moments_merge(c, m, q, __uint_as_float(kiln_dsmem_load(cc, (unsigned)r)),
+                           __uint_as_float(kiln_dsmem_load(cm, (unsigned)r)),
+                           __uint_as_float(kiln_dsmem_load(cq, (unsigned)r)));
+    kiln_cluster_sync();
+}
 // Column kernels: a block is 32 columns (threadIdx.x & 31) x 8 slices (threadIdx.x >> 5). The
 // slices of a column combine in slice order; every thread ends with its column's state.
 // sv/sp: 256 entries. Called by every thread of the block.

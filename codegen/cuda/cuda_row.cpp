@@ -16,6 +16,10 @@ void Emitter::emit_reduce_scratch(bool row) {
     if (f) line("__shared__ float kiln_svf[{}];", n);
     if (i) line("__shared__ int kiln_svi[{}];", n);
     line("__shared__ int kiln_sp[{}];", n);
+    if (row && !detail::moment_folds(k_).empty()) {
+        line("__shared__ float kiln_smc[32], kiln_smm[32], kiln_smq[32];");
+        line("__shared__ float kiln_cmc, kiln_cmm, kiln_cmq;");
+    }
     if (row) {
         if (f) line("__shared__ float kiln_cvf;");
         if (i) line("__shared__ int kiln_cvi;");
@@ -53,6 +57,15 @@ void Emitter::emit_row_element(size_t bi, const std::vector<int>& slot, const st
         load_override_[buf] = fmt::format("l{}", buf);
     }
     emit_instrs(b);
+    std::vector<int> chain;   // the folds' values' instructions, each once, in order
+    for (const detail::MomentFold& f : folds_now_) chain.insert(chain.end(), f.chain.begin(), f.chain.end());
+    std::sort(chain.begin(), chain.end());
+    chain.erase(std::unique(chain.begin(), chain.end()), chain.end());
+    for (int id : chain) line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
+    for (const detail::MomentFold& f : folds_now_) {
+        if (folds_grouped_) line("mv{}[u] = {};", f.accum, v(f.value));
+        else line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, 1.0f, {1}, 0.0f);", f.accum, v(f.value));
+    }
     add_to_acc_states(b, "(int)ri");
     emit_stores(b);
     load_override_.assign(k_.buffers.size(), "");
@@ -133,10 +146,14 @@ GroupWords group_words(DType t, int vw) {
 
 void Emitter::emit_row_kernel() {
     const std::vector<int> slot = detail::row_cache_slots(k_);
+    const std::vector<detail::MomentFold> folds = detail::moment_folds(k_);
+    std::vector<bool> folded(k_.blocks.size(), false);
+    for (const detail::MomentFold& f : folds) folded[f.block] = true;
     int nslots = 0;
     for (int sl : slot) nslots += sl >= 0;
     std::vector<int> first_use(k_.buffers.size(), -1);
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi)
+        if (!folded[bi])
         for (int id : k_.blocks[bi].instrs)
             if (k_.instrs[id].op == Op::Load && slot[k_.instrs[id].index] >= 0 && first_use[k_.instrs[id].index] < 0)
                 first_use[k_.instrs[id].index] = (int)bi;
@@ -226,12 +243,26 @@ void Emitter::emit_row_kernel() {
         line("const int h = 0;");
         line("const long long fullh = full;");
     }
+    for (const detail::MomentFold& f : folds) line("float mo{0}_c = 0.0f, mo{0}_m = 0.0f, mo{0}_q = 0.0f;", f.accum);
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
         const kir::Block& b = k_.blocks[bi];
         if (!b.loop) {
             emit_point_block(b, "live && t == 0");
             continue;
         }
+        if (folded[bi]) {
+            // Sum of (v - k)^2 = M2 + n (mean - k)^2, from the first pass's moments of v.
+            declare_acc_results(b);
+            open("");
+            for (int id : row_invariant(b)) line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
+            for (const detail::MomentFold& f : folds)
+                if (f.block == (int)bi)
+                    line("acc{0} = mo{0}_q + mo{0}_c * ((mo{0}_m - {1}) * (mo{0}_m - {1}));", f.accum, v(f.shift));
+            close();
+            continue;
+        }
+        folds_now_.clear();
+        if ((int)bi == first_loop_block()) folds_now_ = folds;
         declare_acc_results(b);
         open("");
         const std::vector<int> invariant = row_invariant(b);
@@ -311,11 +342,26 @@ void Emitter::emit_row_kernel() {
                     line("{} r{}[{}];", ctype(compute_type(k_.buffers[buf].dtype)), buf, n);
                     store_to_[buf] = fmt::format("r{}[u]", buf);
                 }
+                for (const detail::MomentFold& f : folds_now_) line("float mv{}[{}];", f.accum, n);
+                folds_grouped_ = true;
                 line("#pragma unroll");
                 open(fmt::format("for (int u = 0; u < {}; ++u)", n));
                 line("const long long ri = h + (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", shift, vw);
                 emit_row_element(bi, slot, first_use, "(j + u)");
                 close();
+                folds_grouped_ = false;
+                // The step's values as one group: its mean, the squared deviations from it, merged.
+                for (const detail::MomentFold& f : folds_now_) {
+                    open("");
+                    line("float s = 0.0f, q = 0.0f;");
+                    line("#pragma unroll");
+                    line("for (int u = 0; u < {}; ++u) s += mv{}[u];", n, f.accum);
+                    line("const float mean = s * {};", float_literal(1.0f / (float)n));
+                    line("#pragma unroll");
+                    line("for (int u = 0; u < {0}; ++u) q = fmaf(mv{1}[u] - mean, mv{1}[u] - mean, q);", n, f.accum);
+                    line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, {1}.0f, mean, q);", f.accum, n);
+                    close();
+                }
                 for (size_t buf : vec_stores) {
                     const DType t = k_.buffers[buf].dtype;
                     const GroupWords gw = group_words(t, vw);
@@ -362,6 +408,11 @@ void Emitter::emit_row_kernel() {
             line("kiln_row_reduce<{0}>(acc{1}_v, acc{1}_p, G, kiln_sv{2}, kiln_sp, &kiln_cv{2}, &kiln_cp);",
                  acc_struct(ac), ai, sfx);
         }
+        for (const detail::MomentFold& f : folds_now_)
+            line("kiln_row_reduce_moments(mo{0}_c, mo{0}_m, mo{0}_q, G, kiln_smc, kiln_smm, kiln_smq, &kiln_cmc, &kiln_cmm, "
+                 "&kiln_cmq);",
+                 f.accum);
+        folds_now_.clear();
         set_acc_results(b);
         close();
     }

@@ -259,6 +259,34 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
         }
 }
 
+TEST_CASE("gpu: a variance read in one pass (folded moments) keeps its precision on rows far from zero") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    struct Case { int64_t M, N; };
+    // A warp segment, a block, a cluster, misaligned rows, one element, a partial last group.
+    for (Case s : {Case{500, 7}, Case{64, 1000}, Case{33, 5001}, Case{4, 70001}, Case{3, 1 << 20}, Case{9, 1}, Case{17, 97}}) {
+        INFO(s.M << "x" << s.N);
+        std::vector<float> h = random_floats((size_t)(s.M * s.N), (uint32_t)(3 * s.M + s.N));
+        for (size_t i = 0; i < h.size(); ++i) h[i] = 1.0e4f + h[i] + (float)((i / (size_t)s.N) % 5);   // mean ~1e4, std ~1
+        Tensor A = ctx.array(h, {s.M, s.N}), v = ctx.empty({s.M, 1}), sd = ctx.empty({s.M, 1});
+        v[all] = var(A, 1);
+        sd[all] = sqrt(mean(square(A - mean(A, 1)), 1));
+        const std::vector<float> got = v.to_vector<float>(), gsd = sd.to_vector<float>();
+        int bad = 0;
+        for (int64_t i = 0; i < s.M; ++i) {
+            double m = 0, q = 0;
+            for (int64_t j = 0; j < s.N; ++j) m += h[i * s.N + j];
+            m /= s.N;
+            for (int64_t j = 0; j < s.N; ++j) q += (h[i * s.N + j] - m) * (h[i * s.N + j] - m);
+            q /= s.N;
+            // float32 inputs near 1e4 carry 1e-3 of rounding each: the variance is known to about that.
+            bad += !(std::abs(got[i] - q) <= 2e-3 * q + 1e-3);
+            bad += !(std::abs(gsd[i] - std::sqrt(q)) <= 2e-3 * std::sqrt(q) + 1e-3);
+        }
+        CHECK(bad == 0);
+    }
+}
+
 // The kernels convert 16-bit floats two at a time with the hardware's paired conversions and
 // fall back to ir/half.hpp's rules when a NaN is among them: every float16 pattern, and float32
 // patterns around every float16 and bfloat16 value, NaN payloads included, give the host's bits

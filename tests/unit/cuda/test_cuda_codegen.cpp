@@ -206,6 +206,65 @@ TEST_CASE("row kernels load rows 16 bytes at a time from their first group bound
     }
 }
 
+namespace {
+// mean(x) then sum((x - mean)^2) over rows of buffer 1, optionally a third pass reading x again
+// (normalised output) or a second folded sum whose shift is a parameter.
+kir::Kernel moments_kernel(bool third_pass, bool param_shift) {
+    using Op = kir::Op;
+    using CT = ComputeType;
+    test::KernelBuilder b("kiln_moments", "PR");
+    int out = b.output(DType::Float32, third_pass ? "11" : "10"), in = b.input(DType::Float16, "x1");
+    b.loop();
+    int s = b.accum(kir::AccKind::Sum, b.load(in));
+    b.loop();
+    const int x = b.load(in);
+    const int mean = b.op(Op::Mul, CT::F32, b.acc_result(s), b.paramf(0));
+    const int d = b.op(Op::Sub, CT::F32, x, mean);
+    const int q = b.accum(kir::AccKind::Sum, b.op(Op::Mul, CT::F32, d, d));
+    int q2 = -1;
+    if (param_shift) {
+        const int e = b.op(Op::Sub, CT::F32, b.paramf(1), b.op(Op::Mul, CT::F32, x, x));   // (c - x^2)^2
+        q2 = b.accum(kir::AccKind::Sum, b.op(Op::Mul, CT::F32, e, e));
+    }
+    if (third_pass) {
+        b.loop();
+        const int y = b.load(in);
+        b.store(out, b.op(Op::Mul, CT::F32, b.op(Op::Sub, CT::F32, y, b.acc_result(s)), b.acc_result(q)));
+    } else {
+        b.point();
+        int r = b.acc_result(q);
+        if (q2 >= 0) r = b.op(Op::Add, CT::F32, r, b.acc_result(q2));
+        b.store(out, r);
+    }
+    return b.kernel();
+}
+} // namespace
+
+TEST_CASE("row kernels fold a sum of squared deviations into the first pass when the row is read once") {
+    // Variance: the second pass becomes the first pass's moments; the row needs no cache.
+    kir::Kernel var = moments_kernel(false, false);
+    REQUIRE(codegen::detail::moment_folds(var).size() == 1);
+    CHECK(codegen::detail::moment_folds(var)[0].block == 1);
+    CHECK(codegen::detail::row_cache_slots(var)[1] == -1);
+    std::string src = codegen::emit_cuda(var).code;
+    INFO(src);
+    CHECK(src.find("kiln_moments_merge(mo1_c, mo1_m, mo1_q, 32.0f, mean, q);") != std::string::npos);
+    CHECK(src.find("kiln_moments_merge(mo1_c, mo1_m, mo1_q, 1.0f, ") != std::string::npos);
+    CHECK(src.find("kiln_row_reduce_moments(mo1_c, mo1_m, mo1_q, G, ") != std::string::npos);
+    CHECK(src.find("acc1 = mo1_q + mo1_c * ((mo1_m - v4) * (mo1_m - v4));") != std::string::npos);   // v4: the mean
+    CHECK(src.find("kiln_row_reduce<kiln_sum_f>(acc1_v") == std::string::npos);   // no second round
+    require_compiles("moments", codegen::emit_cuda(var));
+    // Any shift known before the pass, and a deviation computed from x: folded too.
+    kir::Kernel two = moments_kernel(false, true);
+    CHECK(codegen::detail::moment_folds(two).size() == 2);
+    require_compiles("moments2", codegen::emit_cuda(two));
+    // Batch norm reads the row a third time: the row is cached, nothing is folded.
+    kir::Kernel bn = moments_kernel(true, false);
+    CHECK(codegen::detail::moment_folds(bn).empty());
+    CHECK(codegen::detail::row_cache_slots(bn)[1] == 0);
+    CHECK(codegen::emit_cuda(bn).code.find("kiln_row_reduce_moments(mo") == std::string::npos);
+}
+
 TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
     test::KernelBuilder b("kiln_vec", "P");
     int x = b.input(DType::Float32, "1"), h = b.input(DType::Float16, "1"), s = b.input(DType::Float32, "0"),
