@@ -1,12 +1,14 @@
 // kiln's CPU backend against an unfused C++ evaluation that makes one pass per operation with
 // a temporary for each result — what NumPy does — on the seeds' expressions.
-// Prints a table and writes JSON (argv[1], default cpu_fusion.json).
+// Prints a table and writes JSON (argv[1], default cpu_fusion.json): the machine, its hardware
+// threads, the method and one object per case.
 #include <kiln/kiln.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -114,7 +116,19 @@ int main(int argc, char** argv) {
                     ",\"N\":" + std::to_string(N) + ",\"kiln_ms\":" + std::to_string(tk) + ",\"unfused_ms\":" + std::to_string(tu) + "}";
         }
     }
-    json += "]\n";
+    json += "]";
+    std::string model = "unknown CPU";
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);)
+        if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+            model = line.substr(line.find(':') + 2);
+            break;
+        }
+    for (char& ch : model)
+        if (ch == '"' || ch == '\\') ch = ' ';
+    json = "{\"machine\":\"" + model + "\",\"hardware_threads\":" + std::to_string(std::thread::hardware_concurrency()) +
+           ",\"method\":\"host clock around one call, median of 21 calls (5 at 4096x4096) after one warm-up call that "
+           "compiles\",\"cases\":" + json + "}\n";
     if (FILE* f = std::fopen(json_path, "w")) {
         std::fputs(json.c_str(), f);
         std::fclose(f);

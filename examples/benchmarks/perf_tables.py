@@ -2,11 +2,14 @@
 
     python examples/benchmarks/perf_tables.py vs_torch.json [--doc docs/PERFORMANCE.md] [--command "..."]
     python examples/benchmarks/perf_tables.py fusion.json --date D --commit C [--doc ...] [--command "..."]
+    python examples/benchmarks/perf_tables.py cpu_fusion.json --date D --commit C [--doc ...] [--command "..."]
 
 vs_torch.py's JSON (kiln beside PyTorch) fills what stands between `<!-- vs_torch:begin -->` and
 `<!-- vs_torch:end -->`; kiln-bench-fusion's JSON (the CUDA backend alone: large cases and
 latency against the fused-kernel targets; it records no date or commit, so they are given)
-fills `<!-- fusion:begin -->` .. `<!-- fusion:end -->`. A section without its markers is added
+fills `<!-- fusion:begin -->` .. `<!-- fusion:end -->`; kiln-bench-cpu-fusion's (the CPU backend
+against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin -->` ..
+`<!-- cpu_fusion:end -->`. A section without its markers is added
 at the end of the document, so the document always shows the last run's numbers with that
 run's device, date, commit and method.
 """
@@ -18,6 +21,7 @@ import sys
 
 BEGIN, END = "<!-- vs_torch:begin -->", "<!-- vs_torch:end -->"
 FUSION_BEGIN, FUSION_END = "<!-- fusion:begin -->", "<!-- fusion:end -->"
+CPU_BEGIN, CPU_END = "<!-- cpu_fusion:begin -->", "<!-- cpu_fusion:end -->"
 
 # kiln-bench-fusion's latency measures against the fused-kernel issue's targets: (label, key, unit, target).
 LATENCY = [
@@ -62,6 +66,22 @@ def render_fusion(r, command, date, commit):
         out.append(f"| {c['expr']} | {c['dtype']} | {c['shape']} | {c['ms']:.4f} | {c['gbs']:.0f} | "
                    f"{c['pct_copy']:.1f}% | {c['max_err']:.1e} |")
     out += ["", FUSION_END]
+    return "\n".join(out)
+
+
+def render_cpu(r, command, date, commit):
+    out = [CPU_BEGIN, "",
+           f"- Machine: {r['machine']}, {r['hardware_threads']} hardware threads (kiln runs on all of them).",
+           f"- Date: {date}. Commit: {commit}.",
+           f"- Command: `{command}` (release build).",
+           f"- Method: {r['method']}. kiln: one JIT-compiled kernel per expression. Baseline: the same "
+           "expressions evaluated as NumPy does, one pass per operation with a freshly allocated temporary "
+           "for each result, single-threaded, compiled in the same build (part of the same program).",
+           "", "| expression | shape | kiln ms | unfused ms | speedup |", "| --- | --- | ---: | ---: | ---: |"]
+    for c in r["cases"]:
+        out.append(f"| {c['expr']} | {c['M']}x{c['N']} | {c['kiln_ms']:.3f} | {c['unfused_ms']:.3f} | "
+                   f"{c['unfused_ms'] / c['kiln_ms']:.1f}x |")
+    out += ["", CPU_END]
     return "\n".join(out)
 
 
@@ -113,18 +133,22 @@ def main():
     ap.add_argument("json")
     ap.add_argument("--doc", default="docs/PERFORMANCE.md")
     ap.add_argument("--command", default=None)
-    ap.add_argument("--date", default=None, help="kiln-bench-fusion's JSON: the run's date")
-    ap.add_argument("--commit", default=None, help="kiln-bench-fusion's JSON: the commit it ran")
+    ap.add_argument("--date", default=None, help="kiln-bench-fusion's and kiln-bench-cpu-fusion's JSON: the run's date")
+    ap.add_argument("--commit", default=None, help="the same: the commit it ran")
     args = ap.parse_args()
     with open(args.json) as f:
         r = json.load(f)
     with open(args.doc) as f:
         doc = f.read()
-    if "dispatch_us" in r:
-        if not args.date or not args.commit:
-            print("perf_tables: kiln-bench-fusion's JSON records no date or commit: give --date and --commit",
-                  file=sys.stderr)
-            return 2
+    if ("dispatch_us" in r or "hardware_threads" in r) and (not args.date or not args.commit):
+        print("perf_tables: this benchmark's JSON records no date or commit: give --date and --commit",
+              file=sys.stderr)
+        return 2
+    if "hardware_threads" in r:
+        table = render_cpu(r, args.command or "kiln-bench-cpu-fusion cpu_fusion.json", args.date, args.commit)
+        doc = replace_section(doc, CPU_BEGIN, CPU_END, table,
+                              "CPU backend: fused expressions (examples/benchmarks/cpu_fusion.cpp)")
+    elif "dispatch_us" in r:
         table = render_fusion(r, args.command or "kiln-bench-fusion fusion.json", args.date, args.commit)
         doc = replace_section(doc, FUSION_BEGIN, FUSION_END, table,
                               "CUDA backend: fused expressions and latency (examples/benchmarks/fusion.cpp)")

@@ -47,7 +47,7 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 // before it reads anything. Only the one-tile wgmma kernels say it: the 16-wide tile at its
 // start, the others once a short main loop is done (gemm_sm90.cu). The FMA kernels, which said
 // it at their start too, lost up to a third of their speed on the H100 to the next kernel's
-// waiting blocks (docs/gemm-notes.md 45), and without it their exit says it.
+// waiting blocks, and without it their exit says it.
 __device__ __forceinline__ void allow_next_grid() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -333,7 +333,7 @@ __device__ __noinline__ void count_tile_and_add_rows(const GemmParams& p, int m0
 // Whether there is anything to add is decided inline, where `p` is still the kernel's
 // parameter: inside the out-of-line call every field is a load through a generic pointer, and
 // with one tile per row (nothing to add) the call and that load were all bsum cost on the
-// H100's 16-wide tiles, 0.2-0.3 us a call (docs/gemm-notes.md 52).
+// H100's 16-wide tiles, 0.2-0.3 us a call.
 template <int ROWS, class Sync>
 __device__ __forceinline__ void bsum_across_tiles(const GemmParams& p, int m0, int tile_m, int z, int tid, int nthreads,
                                                   Sync sync) {

@@ -193,7 +193,7 @@ bool wgmma_readable(const Tensor& X, bool is_a, bool need_kmajor) {
 // other row) 4096x7000x4096 took 479 us, 370-383 with B copied (the copy included) and
 // 364 for 4096x6992x4096 or 4096x7008x4096 uncopied (rows 13984 and 14016 bytes apart, on
 // sectors but not 128 bytes apart), which their copies made slower (393-400 us); 1760x7000x1760
-// 97.8 us, 84.6 with B copied, 1760x6992x1760 73 (docs/gemm-notes.md 105). K-major rows 3520
+// 97.8 us, 84.6 with B copied, 1760x6992x1760 73. K-major rows 3520
 // bytes apart (A of 1760x7000x1760) cost nothing measurable: copying that A made it slower.
 bool mn_rows_unaligned(const Tensor& X, bool is_a) {
     const Mat x = mat(X);
@@ -235,7 +235,7 @@ bool b_through_registers(const Tensor& A, const Tensor& B, const Tensor& C, bool
 // kernels 64 or 16 wide anyway) where TMA reads A as it is (rows on sectors). B is copied
 // K-major where it is N-major, as it would be beside a copied A (the B-in-registers kernel
 // takes only products of more than a wave of 256 x 128 tiles). On the H100 tf32 4096x128x4096
-// A^T took 89.4 us with A's 64 MB copied first, 39.9 through registers (docs/gemm-notes.md 109).
+// A^T took 89.4 us with A's 64 MB copied first, 39.9 through registers.
 bool a_through_registers(const Tensor& A, const Tensor& B, const cuda::CudaBackend& be) {
     if (be.info().sm != 90 || B.shape()[B.rank() - 1] > 256) return false;   // (B may be shared by a batched A)
     if (is_kmajor(mat(A), true) || !wgmma_readable(A, true, /*need_kmajor=*/false) || mn_rows_unaligned(A, true)) return false;
@@ -416,7 +416,7 @@ static bool launches_row_clusters(cuda::CudaBackend& be, const GemmKernel& k, in
 // How many blocks along m share B's stages (GemmParams::b_multicast): 4 or 2 for the 16-wide
 // one-tile kernels, 1 otherwise. A column of 16-wide tiles is every block of the grid reading
 // the same few rows of B at once (B's stage is 2 KB against A's 8 KB); as one copy multicast
-// to a cluster instead, on the H100 (bf16, GPU time a call; docs/gemm-notes.md 111)
+// to a cluster instead, on the H100 (bf16, GPU time a call)
 // 7680x16x2560 took 9.5 us in clusters of 4 against 11.6-12.0 (clusters of 4 without the
 // multicast), 6144x16x2048 A^T 7.5-7.7 against 8.1-8.8 (clusters of 2: 7.8-8.1), 8192x16x2560
 // in clusters of 2 14.6 against 16.4. Wider tiles lost or held level (4096x128x4096 A^T in
@@ -426,7 +426,7 @@ static bool launches_row_clusters(cuda::CudaBackend& be, const GemmKernel& k, in
 // of n) splits in 2, N-major B (64 rows of k) in 4. Not tf32: its B is K-major, copied (a
 // quarter of A's bytes a stage, shared in clusters of 2), and shared it ran 0.9% slower
 // (7680x16x2560 37.46 us against 37.13, 8192x16x2560 39.12 against 38.78, five interleaved
-// runs each, every unshared run faster; note 112); its 16-wide tile with A M-major reads A
+// runs each, every unshared run faster); its 16-wide tile with A M-major reads A
 // through registers, whose loop keeps its own releases.
 static int b_share_blocks(cuda::CudaBackend& be, const GemmKernel& k, int64_t tiles_m, int64_t tiles_n, int64_t batch, DType dt) {
     if (k.path != GemmPath::Wgmma || k.persistent || k.splits != 1 || k.bn != 16 || k.b_in_registers || dt == DType::Float32)
@@ -523,16 +523,16 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // cluster runs at once (with bsum, rows of 2-8: bsum_cluster, below): its blocks,
     // which read the same rows of A, then run together on one GPC. On the H100 the plain
     // 4096x128x4096 A^T product took 13.6 us a call so against 15.4, 3072x128x1024 5.5
-    // against 5.9 (docs/gemm-notes.md 48),
-    // 4096x192x4096 15.8 against 23.7, 3072x192x1024 6.9 against 8.0 (rows of 3, note 63), and
+    // against 5.9,
+    // 4096x192x4096 15.8 against 23.7, 3072x192x1024 6.9 against 8.0 (rows of 3), and
     // on the wider tiles 4096x320x4096 25.2-25.5 against 36.8-37.0, 6144x384x4096 49-51
-    // against 59 (note 65). The GPCs hold fewer clusters than SMs / cluster (39 of 3, 30 of 4
+    // against 59. The GPCs hold fewer clusters than SMs / cluster (39 of 3, 30 of 4
     // on the H100's 132 SMs): a grid of more rows than that ran a second wave of clusters, up
     // to 1.7x slower. Rows of 8 were slower on 512^3.
     // bsum over a row of 2-8 tiles: the row is one cluster whose blocks add each other's row
     // sums from shared memory (rows of tiles in raster order), where every row's cluster runs
     // at once; otherwise partials in global memory (a second wave of clusters doubled the time,
-    // fp16 4096x256x4096 +bsum 32.7 us against 16.2 plain; docs/gemm-notes.md 73).
+    // fp16 4096x256x4096 +bsum 32.7 us against 16.2 plain).
     const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8 &&
                               rows_fit_in_clusters(be, k, int64_t(p.tiles_m) * batch, p.tiles_n);
     if (bsum_cluster) p.bsum_cluster = 1;
@@ -546,7 +546,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // H100 (GPU time a call, five interleaved runs, bf16 / fp16) 1760x128x1760 (k/2, 28
     // clusters of 4) took 5.18 / 5.15 us against 5.63 / 5.62 with the split's clusters of 2,
     // 1536x128x2048 k/2 5.20 against 5.72, 768x128x4096 k/4 (clusters of 8) 6.13 against 6.63
-    // (docs/gemm-notes.md 113). Not with bsum, whose row sums still meet in global memory: in
+    // Not with bsum, whose row sums still meet in global memory: in
     // such clusters 1760x128x1760 with bias, ReLU and bsum took 5.98 us against 5.95.
     // The kernel's dynamic shared memory: a split in a cluster adds the receive buffer of the
     // slices' sums (gemm_params.hpp).
@@ -565,7 +565,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // five interleaved runs, medians) 2560x64x2560 took 6.09 us against 6.67 in the split's
     // clusters of 2 (bf16 and fp16 alike), 2560x48x2560 8.55 against 9.09 (bf16); splits of 3
     // and 4 held level that way (2048x64x4096 k/3, 1280x64x2560 and 1760x16x1760 k/4), and so
-    // did two rows of tiles in one cluster where rows are 2 tiles wide (docs/gemm-notes.md 113).
+    // did two rows of tiles in one cluster where rows are 2 tiles wide.
     if (cluster_split && k.splits == 2 && p.tiles_n == 1 && k.bm == 64 && k.bn == 64 && p.tiles_m % 2 == 0 &&
         int64_t(p.tiles_m / 2) * batch <= clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, kernel_smem))
         cluster_blocks = 4;
@@ -575,7 +575,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
     // 13.4, 7424x64x2560 12.3-12.7 against 14.4-14.6, 7680x48x2560 16.2-17.0 against 18.6-19.0;
     // longer products were level (7680x16x7680 43.5 against 43.8), and grids under 7/8 of the
     // SMs were level or slower as clusters of 4 (6656x16x2560 11.9 against 11.0, 6144x16x2048
-    // A^T 9.2 against 9.0), so they stay plain (docs/gemm-notes.md 67). The clusters must fit at
+    // A^T 9.2 against 9.0), so they stay plain. The clusters must fit at
     // once one block to an SM: the 16-wide tile, of which an SM holds two, ran 8192x16x2560 (32
     // clusters) in 21.8 us as clusters against 17.1. (Where it shares B, below, the 16-wide tile
     // is launched in that share's clusters instead; its measurements here predate the share.)
@@ -647,7 +647,7 @@ void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, G
 
     // Programmatic launch (gemm_common.cuh): the one-tile wgmma kernels, and the sm_80 image's
     // where its sm_90 code runs. Not the persistent kernels: measured level or slower with it
-    // (docs/gemm-notes.md 45). A grid of the sm_80 image with at most one block per SM, started
+    // on the H100. A grid of the sm_80 image with at most one block per SM, started
     // while the kernel before it still holds SMs, could be placed two blocks to an SM (the
     // block scheduler fills whatever room there is): on the H100 the one-block-per-SM FMA kernel
     // ran a third slower on 35x8457x4096. Asking for more than half an SM's shared memory keeps

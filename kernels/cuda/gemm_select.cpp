@@ -32,7 +32,7 @@ const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dty
 // tiles unsplit. 16-bit products into 16-bit C without beta or stochastic rounding, on tiles up
 // to kSplitPushMaxBn wide, send the slices' sums from registers instead (gemm_sm90.cu,
 // split_k_push_epilogue): per-block %globaltimer stamps put the 64 x 64 tile's split epilogue
-// 0.5-0.8 us over the unsplit one on 1760x128x1760 and 2560x64x2560 (docs/gemm-notes.md 55), so
+// 0.5-0.8 us over the unsplit one on 1760x128x1760 and 2560x64x2560, so
 // the fixed cost there is a third of the general one's.
 bool split_push_applies(const GemmProblem& pr, int bn) {
     return pr.dtype != kF32 && !pr.c_f32 && pr.plain_epilogue && bn <= kSplitPushMaxBn;
@@ -123,7 +123,7 @@ double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     // bsum over a row of several tiles: unsplit one-tile kernels add the row in one cluster
     // (through distributed shared memory), a cluster split through global partials and a
     // count. On the H100 the 64 x 64 tile's k/2 split took 1760x128x1760 from 6.7 to 9.2 us
-    // with bias + ReLU + bsum, the unsplit tile 7.0 to 8.1 (docs/gemm-notes.md 55).
+    // with bias + ReLU + bsum, the unsplit tile 7.0 to 8.1.
     if (pr.bsum && tn > 1 && k.splits > 1 && k.cluster_k) us += kSplitRowSumsUs;
     if (k.splits > 1 && !k.cluster_k) us += 3.0 + 1e6 * 2.0 * 4.0 * double(k.splits) * double(pr.m * pr.n) / 3e12;
     return us;
@@ -208,9 +208,9 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         // The 128 x 64 tile (two consumers): where 64 x 64 tiles would need twice the waves. A
         // narrow block's pace is set by the bytes its SM receives, so one wave of 128 x 64 tiles
         // (768 KB a block on 6144x128x2048 A^T) beat two of 64 x 64 (512 KB each): 10.4 against
-        // 15.8 us on the H100, 8192x128x8192 50.4 against 61.0 (docs/gemm-notes.md 62); its
+        // 15.8 us on the H100, 8192x128x8192 50.4 against 61.0; its
         // rate sits between theirs. Split in a cluster it lost to the 64 x 64 tile everywhere
-        // (2048x128x8192 24.7 against 16.9 us; note 53), so the selector does not split it so.
+        // (2048x128x8192 24.7 against 16.9 us), so the selector does not split it so.
         for (Wg w : {Wg{256, 2, 4, 1.0}, Wg{128, 2, 6, 0.9}, Wg{64, 1, 8, 0.7}, Wg{16, 1, 8, 0.3}, Wg{64, 2, 8, 0.8}}) {
             if (tf32_a_regs && w.bn > 64) continue;
             GemmKernel k;
@@ -228,7 +228,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             k.bk = pr.dtype == kF32 ? 32 : 64;
             // Several waves of 64-wide tiles: on the H100 6144x256x2048 took 25.0 us on 64 x 64
             // tiles (3 waves) against 15.5 on 128 x 128 (one), 3072x384x3072 29.8 against 20.5,
-            // 4096x384x1024 16.0 against 9.6; the estimate had them level (docs/gemm-notes.md 65).
+            // 4096x384x1024 16.0 against 9.6; the estimate had them level.
             // (35x8457x4096 A^T, 133 blocks of 64 x 64, keeps them: the factor stays above the
             // 256-wide tile's split there, not measured faster.)
             if (w.bn == 64) k.waves_rate = 0.85;

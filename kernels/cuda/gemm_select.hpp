@@ -31,7 +31,7 @@
 //     wave of 128x256 tiles into C that TMA can store (16-bit operands; tf32 into float32 C),
 //     with alpha, bias, ReLU and bsum (no beta, no stochastic rounding). On the H100 it took
 //     0.92-1.02x the time of the one-tile-per-block kernel on the large shapes (fp16 4096^3:
-//     218-221 against 227-229 us, ncu; docs/gemm-notes.md, 27): its rate is 1.02 of that
+//     218-221 against 227-229 us, ncu): its rate is 1.02 of that
 //     kernel's.
 //     The estimate is a time: the product's flops at the tile's rate times fill times the
 //     inside fraction (peak 700 TFLOP/s for 16-bit operands, 350 for float32), plus the fixed
@@ -118,11 +118,11 @@ std::string describe(const GemmKernel& k);
 // wgmma kernels cannot read (`readable` false: TMA cannot address it, or tf32 needs it
 // K-major) is copied when the copy and the wgmma product (700 TFLOP/s) take less than the
 // product on the portable kernels (kPortableRate: they ran at 8.7-19 TFLOP/s on the H100 where
-// copying made the product 1.5-2.5x faster, docs/gemm-notes.md 20; tf32 on mma.sync at 8-16,
+// copying made the product 1.5-2.5x faster; tf32 on mma.sync at 8-16,
 // narrow tf32 products on the FMA tile at 3-7: 1760x16x1760 took 22.9 us there against 9.5
-// with B copied for the wgmma kernel, note 108). A readable one whose rows along
+// with B copied for the wgmma kernel). A readable one whose rows along
 // M or N do not start on 32-byte sectors (`mn_unaligned`: the product runs about a third
-// slower, docs/gemm-notes.md 105) when the copy costs less than kUnalignedRowsCost of the
+// slower) when the copy costs less than kUnalignedRowsCost of the
 // product. The copy reads and writes the operand at 3 TB/s after a launch of about 3 us.
 // KILN_GEMM_COPY=always|never overrides.
 inline constexpr double kUnalignedRowsCost = 0.35;
@@ -154,7 +154,7 @@ bool fma_copy_pays(double bytes, double flops, bool element_loads = false);
 // groups of this many rows of tiles) for a grid of tiles_m x tiles_n tiles of bm x bn that runs
 // in one wave. The block scheduler places consecutive blocks of such a grid on neighbouring
 // SMs (on the H100, blocks 8j .. 8j + 7 of a 132-block grid on 8 SMs of one GPC; a probe of
-// %smid, docs/gemm-notes.md 71), and 8 blocks there stream faster the fewer distinct rows of A
+// %smid), and 8 blocks there stream faster the fewer distinct rows of A
 // and columns of B they read together: fp16 4096x256x4096 (128 x 64 tiles, 32 x 4) took 17.3-17.6
 // us with groups of 8 (8 blocks: 8 rows of A, one column of B) and 15.6-16.0 with groups of 2
 // (2 rows, 4 columns). The group, of 8, 4, 2 and 1 (ties to the larger), is the one whose
@@ -165,12 +165,12 @@ int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n);
 // Rule 6 for the persistent kernels: their grid for `tiles` tiles (batches folded in) on `sms`
 // SMs. One block per SM, but a multiple of 8 blocks where that takes as many rounds of tiles
 // (ceil(tiles / grid)). A plain launch puts each 8 consecutive blocks on one group of 8 SMs of
-// a GPC (docs/gemm-notes.md 71), and the walk (tile t, t + grid, ...) through raster groups of
+// a GPC, and the walk (tile t, t + grid, ...) through raster groups of
 // 8 rows then keeps a group's blocks on one column of tiles, reading the same k-tiles of B
 // together, in every round; with 132 blocks only the first round does. On the H100 (GPU time
 // a call, libraries interleaved, each run's time over the same run's with 132 blocks,
 // medians of 11-15 runs, fp16 and bf16) 128 blocks took 0.978-0.988 of the time at 8192^3
-// and 0.983-0.991 at 4096^3 (docs/gemm-notes.md 115).
+// and 0.983-0.991 at 4096^3.
 int64_t persistent_grid(int64_t tiles, int64_t sms);
 
 // Rule 7: whether the lean twins may run (KILN_GEMM_LEAN is not "0").

@@ -103,7 +103,7 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 // The shared::cluster address of `p` (this block's shared memory) in cluster block `rank`, and
 // a 16-byte load from such an address. (The split-K reduction read the other blocks through
 // generic 64-bit addresses before; with these it measured level to 3.5% faster on the H100's
-// cluster-split products, docs/gemm-notes.md 54 c.)
+// cluster-split products.)
 __device__ __forceinline__ uint32_t cluster_peer_addr(const void* p, int rank) {
     uint32_t out;
     asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(uint32_t(__cvta_generic_to_shared(p))), "r"(rank));
@@ -403,7 +403,7 @@ __device__ __forceinline__ void produce_tile(unsigned char* smem, Ring<STAGES>& 
 // for a ring of STAGES. One thread's loop took ~425 cycles a stage plus ~160 per further TMA
 // copy in a test of TMA alone (H100, clock64), and threads of different warps issued in
 // parallel; in the narrow products 4 issuers instead of one measured level to 4% faster
-// (docs/gemm-notes.md 44). (The persistent kernels keep one: two changed nothing there.)
+// on the H100. (The persistent kernels keep one: two changed nothing there.)
 template <int STAGES>
 constexpr int kIssuers = STAGES % 4 == 0 ? 4 : STAGES % 2 == 0 ? 2 : 1;
 
@@ -424,14 +424,14 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
     // Every address the loop needs, as 32-bit shared addresses computed once: derived in the
     // loop from generic pointers, they were rebuilt from the shared window's base (S2R) after
     // each stage's wait, and an unrelated change to the epilogue (more live registers) made
-    // the unsplit 64 x 64 tile 5-9% slower that way (docs/gemm-notes.md 55).
+    // the unsplit 64 x 64 tile 5-9% slower that way.
     const StageDescs descs = stage0_descs<T, BN, CONSUMERS, STAGES>(smem, c, TA, TB);
     const uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
     // The warp known converged here: after the bsum twin's epilogue (lanes storing row sums
     // alone) the compiler could not tell, and reconverged the warp (WARPSYNC) after every
     // stage's wait, building the stage's descriptors there in vector registers (61
     // instructions a k-tile against the plain twin's 57; bsum over plain at 8192^3 +1.7% ->
-    // +0.8-1.0%, docs/gemm-notes.md 93).
+    // +0.8-1.0%).
     __syncwarp();
 #pragma unroll
     for (int kt = 0; kt < PEEL; ++kt) {
@@ -448,7 +448,7 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
         }
     }
     // (Following the stage and its phase from one k-tile to the next instead measured level on
-    // the persistent kernels' plain product and slowed their bsum twin: docs/gemm-notes.md 87.
+    // the persistent kernels' plain product and slowed their bsum twin (bsum over plain at 4096^3 +2.0-2.3% -> +2.9%).
     // consume_only_tile's unrolled loop needs the ring at stage 0.)
     for (int kt = PEEL; kt < ktiles; ++kt, ++it) {
         const unsigned s = unsigned(it) % STAGES;   // (unsigned: no sign fix-ups in the loop)
@@ -555,8 +555,8 @@ __device__ __forceinline__ void consume_only_tile_tf32_rega(float (&acc)[BN / 2]
 // consume_tile for a block's only tile (the one-tile kernels; stage uses from 0): the loop
 // unrolled by STAGES, so that each copy's stage, barriers and descriptors are constants and
 // only the phase changes from one round of the ring to the next. In the narrow tiles the
-// instructions between a stage's arrival and its multiplies set the pace (docs/gemm-notes.md
-// 85-88): 41 a k-tile on the 16-wide twin, from 59 with consume_tile's loop.
+// instructions between a stage's arrival and its multiplies set the pace:
+// 41 a k-tile on the 16-wide twin, from 59 with consume_tile's loop.
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, bool SHARED = false>
 __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const unsigned char* smem, Ring<STAGES>& ring,
                                                   int c, int lane, int ktiles, BShare share = {}) {
@@ -643,7 +643,7 @@ __device__ __forceinline__ float2 epilogue_pair(const GemmParams& p, float a0, f
 // (a row's columns are spread over them in the accumulator layout) in two shuffles and a fixed
 // order: lanes with q even end with row g's sum, q odd with row g + 8's. (Each row over the
 // quad apart, the same adds in four shuffles, and one lane storing both sums: bias + ReLU +
-// bsum cost 0.35-0.45% more of the product at 4096^3, docs/gemm-notes.md 103.)
+// bsum cost 0.35-0.45% more of the product at 4096^3.)
 __device__ __forceinline__ float quad_sum_pair(float r0, float r1, int q) {
     const bool odd = q & 1;
     const float s = (odd ? r1 : r0) + __shfl_xor_sync(0xffffffffu, odd ? r0 : r1, 1);
@@ -684,7 +684,7 @@ __device__ __forceinline__ void zero_columns_past_n(float (&acc)[BN / 2], int co
 // rounded to C's dtype in pairs (results[2j + h]: row g + 8h, columns 8j + 2q and + 1), and
 // where SUMS the whole sums of its two rows' rounded values (rounded_row_sums: on the tensor
 // cores, ~0.4% of the product less, 0.2-0.6 by job, than a max and an add a value plus the
-// quad's shuffles in float32 at 4096^3, docs/gemm-notes.md 120). What holds for the whole
+// quad's shuffles in float32 at 4096^3). What holds for the whole
 // product (C's dtype, the activation, bsum) is a template argument: tested per pair, the pass
 // took 2000 (plain) to 2800 (bias + ReLU) cycles a tile (clock64, fp16 4096^3, the tensor cores
 // idle).
@@ -780,7 +780,7 @@ __device__ __forceinline__ void with_epilogue_choices(const GemmParams& p, F&& f
 // waited for before the epilogue. No block is written to after it exits: it exits only once
 // its barrier has counted every byte sent to it.
 // (Each block writing the others' shared memory, then one cluster barrier for all: ~2,500
-// cycles on 1760x128x1760 fp16, the barrier 880-1,140 of them, docs/gemm-notes.md 48. Through
+// cycles on 1760x128x1760 fp16, the barrier 880-1,140 of them. Through
 // global memory, the row's last tile waited for a count and a load round trip after all
 // others: +21-47% over the plain product on the H100's one-wave N <= 128 shapes.)
 template <int BM>
@@ -820,7 +820,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     // C's dtype, the activation and bsum as template arguments (round_results): with them
     // tested per pair the executed code was several times longer, and this code runs once a
     // block, each instruction fetched from L2 (ncu: 45% of the split 2560x64x2560's warp
-    // samples were stalls for instructions here, docs/gemm-notes.md 56).
+    // samples were stalls for instructions here).
     // (The 256-wide tile keeps the per-pair tests: its 128 accumulators and the results beside
     // them would spill, and it runs the large products, where this is a small part.)
     if constexpr (BN <= 128) {
@@ -860,7 +860,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     }
     // bsum: each row's sum from its quad's shares. With bsum_cluster they cross blocks before
     // the C stores below; otherwise they are added and stored after those, so that the
-    // shuffles' latency hides behind the stores' (docs/gemm-notes.md 55).
+    // shuffles' latency hides behind the stores' (2560x64x2560 with bsum: 9.37 -> 9.20 us).
     const auto finish_row_sums = [&] {
         // lane q < 2: row row0 + 8q
         const float s = BN > 128 ? quad_sum_pair(row_sum[0], row_sum[1], q) : (q & 1) ? row_sum[1] : row_sum[0];
@@ -875,7 +875,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory");
     // bsum_cluster: this block's rows added (and their bsum stored) before its C stores, which
     // then overlap the last stores' latency (0.1-0.15 us a call less than after them on the
-    // H100's one-wave products, docs/gemm-notes.md 49).
+    // H100's one-wave products).
     if (LEAN != kLeanPlain && p.bsum_cluster)
         add_owned_rows<BM>(p, row_sums - (int(blockIdx.x) % p.tiles_n) * BM, sums_in, m0, z, tid, NTHREADS);
     // Each row: BN / 8 chunks of 16 bytes, a lane per chunk.
@@ -918,7 +918,7 @@ __device__ __forceinline__ void stage_accumulators(float* tile, const float (&ac
 // general epilogue (finish_tile: alpha, bias, activation, beta, stochastic rounding, bsum).
 // No float32 slices cross global memory and no second kernel runs: with a separate reduction
 // kernel, a split product was worth about 0.4 of an unsplit one of the same occupancy on the
-// small-N shapes (docs/gemm-notes.md, 7 and 18). k_splits is 2, 4 or 8 (the host's choice;
+// small-N shapes. k_splits is 2, 4 or 8 (the host's choice;
 // splits of 3 run split_k_push_epilogue only).
 // Used where split_k_push_epilogue (below) is not: tiles wider than kSplitPushMaxBn, beta,
 // stochastic rounding, float32 C.
@@ -973,7 +973,7 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
 // receive buffer is not part of the stages, so a block sends as soon as its main loop ends.
 // (The general split epilogue above, staging in float32, a cluster barrier, the others' rows
 // read through distributed shared memory, finish_tile and a second barrier, took 3.7 us
-// against the unsplit 64 x 64 tile's 1.4, docs/gemm-notes.md 54.)
+// against the unsplit 64 x 64 tile's 1.4.)
 // The bytes block `rank` of a split receives: the other blocks' sums of its row groups.
 template <int BM, int BN>
 __device__ __forceinline__ uint32_t split_incoming_bytes(int splits) {
@@ -1114,7 +1114,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     // at the start; 4608x64x4096 13.0, 14.2-15.3 and 18.6-18.8; 7424x64x2560 10.6, 12.6 and 12.6;
     // but 512^3 4.3, 3.9 and 3.9, 3072x128x1024 5.5, 5.2 and 5.5, 1760x128x1760 (split in 2) 6.0,
     // 5.9 and 6.3; the 16-wide tile lost after the main loop (7680x16x2560 13.8 against 12.5)
-    // and mostly at the exit (6144x16x2048 A^T 8.7 against 8.5) (docs/gemm-notes.md 68-69).
+    // and mostly at the exit (6144x16x2048 A^T 8.7 against 8.5).
     wait_for_prior_grids();
     if constexpr (BN == 16) allow_next_grid();
 
@@ -1166,7 +1166,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     if (push_split) {
         float4* receive = reinterpret_cast<float4*>(smem + STAGES * Cfg::kStageBytes + BN * 4);   // after the bias
         // The split count as a template argument: the adds and the row groups' owners in
-        // straight-line code (with the count at run time the adds took ~1 us, docs/gemm-notes.md 55).
+        // straight-line code (with the count at run time the adds took ~1 us).
         with_split_count(p.k_splits, [&](auto splits) {
             split_k_push_epilogue<T, BM, BN, kConsumerThreads, splits.value, LEAN>(
                 p, acc, smem, bias_s, receive, &sums_in, m0, n0, at, w.zc, c, warp, lane, tid - 128, consumers_sync);
@@ -1573,7 +1573,7 @@ __device__ __forceinline__ void consume_kstep_bregs(float (&acc)[128], uint32_t 
 // halve the values each time, so that lane (g, q) ends with row 8 (g / 2) + 2 q + g % 2 of
 // the part summed over the warp's 16 columns: 7 shuffles, in a fixed order. (Reading each
 // part's values back from the staged buffer, on the consumers' path between parts, cost
-// 7 of the 12 us that bsum added to bias + ReLU at tf32 4096^3, ncu at base clock: docs/gemm-notes.md 43.)
+// 7 of the 12 us that bsum added to bias + ReLU at tf32 4096^3, ncu at base clock.)
 __device__ __forceinline__ float sum_over_columns_scattered(const float (&v)[8], int g) {
     const bool hi4 = g & 4, hi2 = g & 2, hi1 = g & 1;
     float h4[4], h2[2];
@@ -1664,8 +1664,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
         // twice, would not fit beside the 128 accumulators in the 168 registers a thread has
         // at 384 threads per block: it spilled.)
         // The warp known converged, and the stage index unsigned, as in consume_tile: 67
-        // instructions a k-tile against 77, without a reconvergence after each wait (docs/
-        // gemm-notes.md 102).
+        // instructions a k-tile against 77, without a reconvergence after each wait.
         __syncwarp();
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
             const unsigned s = unsigned(it) % STAGES;
@@ -1731,7 +1730,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
             // Consumer 1's array is own_sums, which only the block's last tile uses otherwise,
             // after these reads (each thread writes there only the row it has read). (The 8
             // warps in turn into one array took 9 barriers a tile: bias + ReLU + bsum over plain
-            // +2.3% at 4096^3 against +1.5%, docs/gemm-notes.md 104.)
+            // +2.3% at 4096^3 against +1.5%.)
             float* row_sums = c == 0 ? other_sums : bars.own_sums;
             asm volatile("bar.sync 1, 256;" ::: "memory");   // the last tile's rows are delivered
 #pragma unroll 1
@@ -1776,8 +1775,8 @@ using namespace kiln::gemm;
 // dtype in rows of 16 bytes, no beta, stochastic rounding or bsum, splits in a cluster only
 // through registers (split_k_push_epilogue); + "_lean_bsum": the same with bsum. Its code is a tenth of the general kernel's
 // (the 64 x 64 tile: ~1,000 instructions against ~15,500), which matters because a block runs
-// its epilogue once, each instruction line fetched from L2 as it goes (docs/gemm-notes.md 56,
-// 77): on the H100 fp16 3072x128x1024 took 4.41 us a call against 5.24, 512^3 3.16 against 3.85.
+// its epilogue once, each instruction line fetched from L2 as it goes:
+// on the H100 fp16 3072x128x1024 took 4.41 us a call against 5.24, 512^3 3.16 against 3.85.
 #define KILN_WG_LEAN_KERNEL(T, tn, BN, CONS, ST, TA, TB, ta, tb)                                                 \
     extern "C" __global__ void __launch_bounds__(128 * (CONS + 1), 1)                                            \
         kiln_gemm_wg_##tn##_##ta##tb##_##BN##_c##CONS##_s##ST##_lean(const __grid_constant__ GemmParams p,      \
@@ -1807,7 +1806,7 @@ using namespace kiln::gemm;
 // Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p (16-bit C), ..._pf (float32 C), and the
 // twins of the 16-bit kernel for C of the operands' dtype only (rule 7), ..._p_lean without bsum
 // and ..._p_lean_bsum with it: nine interleaved runs on the H100 put the first 0.7-1.6% under
-// the general kernel at 4096^3 and 8192^3 (docs/gemm-notes.md 82).
+// the general kernel at 4096^3 and 8192^3.
 #define KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, C32, LEAN, suffix)                                           \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
         kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_##suffix(const __grid_constant__ GemmParams p,                  \

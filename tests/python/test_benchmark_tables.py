@@ -119,3 +119,22 @@ def test_the_fusion_json_without_a_date_or_commit_is_refused(tmp_path):
     assert r.returncode == 2
     assert "give --date and --commit" in r.stderr
     assert doc.read_text() == "# Performance\n"
+
+
+def test_the_cpu_benchmark_fills_its_own_section_and_needs_a_date_and_commit(tmp_path):
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text("# Performance\n\n" + perf_tables.CPU_BEGIN + "\nstale\n" + perf_tables.CPU_END + "\nafter\n")
+    js = tmp_path / "cpu_fusion.json"
+    js.write_text(json.dumps({"machine": "Test CPU", "hardware_threads": 2, "method": "host clock",
+                              "cases": [{"expr": "variance", "M": 1024, "N": 1024, "kiln_ms": 0.25,
+                                         "unfused_ms": 6.0}]}))
+    script = os.path.join(BENCH, "perf_tables.py")
+    r = subprocess.run([sys.executable, script, str(js), "--doc", str(doc)], capture_output=True, text=True)
+    assert r.returncode == 2 and "give --date and --commit" in r.stderr
+    subprocess.run([sys.executable, script, str(js), "--doc", str(doc), "--date", "2026-01-02", "--commit", "abc1234"],
+                   check=True, capture_output=True)
+    text = doc.read_text()
+    assert "stale" not in text and text.endswith("after\n")
+    assert "- Machine: Test CPU, 2 hardware threads" in text
+    assert "Date: 2026-01-02. Commit: abc1234." in text
+    assert "| variance | 1024x1024 | 0.250 | 6.000 | 24.0x |" in text
