@@ -29,10 +29,9 @@
 //     The persistent wgmma kernel (one block per SM walking the tiles; the next tile's loads
 //     and this one's TMA stores overlap the consumers' work) runs products of more than one
 //     wave of 128x256 tiles into C that TMA can store (16-bit operands; tf32 into float32 C),
-//     with alpha, bias, ReLU and bsum (no beta, no stochastic rounding). On the H100 it took
-//     0.92-1.02x the time of the one-tile-per-block kernel on the large shapes (fp16 4096^3:
-//     218-221 against 227-229 us, ncu): its rate is 1.02 of that
-//     kernel's.
+//     with alpha, bias, ReLU and bsum (no beta, no stochastic rounding). Its rate is 1.02 of
+//     the one-tile-per-block kernel's (on the H100, fp16 4096^3: 218-221 against 227-229 us,
+//     ncu).
 //     The estimate is a time: the product's flops at the tile's rate times fill times the
 //     inside fraction (peak 700 TFLOP/s for 16-bit operands, 350 for float32), plus the fixed
 //     cost of a split (rule 3).

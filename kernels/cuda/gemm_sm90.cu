@@ -3,8 +3,8 @@
 // warpgroups per block (warp specialisation).
 //
 // Why this shape: on H100 the tensor cores outrun everything else; the kernel's job is to keep
-// them fed. One thread of the producer warpgroup issues the TMA copies of the next stages while
-// the consumers multiply the current one: loads, address arithmetic and bounds checks (TMA
+// them fed. The producer warpgroup (one issuing thread, up to four in the one-tile kernels)
+// issues the TMA copies of the next stages while the consumers multiply the current one: loads, address arithmetic and bounds checks (TMA
 // fills out-of-range elements with zeros) leave the consumers' instruction stream entirely.
 // The producer gives its registers to the consumers (setmaxnreg), whose accumulators live in
 // registers: a 64 x BN tile per consumer.
