@@ -49,10 +49,10 @@ std::vector<MomentFold> moment_folds(const kir::Kernel& k);
 // Element j of a thread is R index ((j / V) * G + t) * V + j % V.
 int row_vector_width(const kir::Kernel& k);
 
-// Bytes of the row cache when each cached buffer holds `elements` of its dtype (the block's
-// threads times the elements per thread): the buffers' regions one after another in slot
-// order, each rounded up to 16 bytes. 0 when nothing is cached.
-size_t row_cache_bytes(const kir::Kernel& k, int64_t elements);
+// Bytes of the row cache (slots: row_cache_slots(k)) when each cached buffer holds `elements`
+// of its dtype (the block's threads times the elements per thread): the buffers' regions one
+// after another in slot order, each rounded up to 16 bytes. 0 when nothing is cached.
+size_t row_cache_bytes(const kir::Kernel& k, const std::vector<int>& slot, int64_t elements);
 
 // Elementwise kernels: the elements per thread of the vector path (16 bytes of the widest
 // contiguous buffer), or 1 when the kernel has no vector path (rank above 1, a strided buffer,

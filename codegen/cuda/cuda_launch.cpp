@@ -191,8 +191,7 @@ int elementwise_vector_width(const kir::Kernel& k) {
     return widest >= 4 ? 4 : widest == 2 ? 8 : 16;
 }
 
-size_t row_cache_bytes(const kir::Kernel& k, int64_t elements) {
-    const std::vector<int> slot = row_cache_slots(k);
+size_t row_cache_bytes(const kir::Kernel& k, const std::vector<int>& slot, int64_t elements) {
     size_t total = 0;
     for (size_t b = 0; b < slot.size(); ++b)
         if (slot[b] >= 0) total += align_up((size_t)elements * dtype_size(k.buffers[b].dtype), 16);
@@ -266,7 +265,8 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // room for a second block on the multiprocessor (grown into a larger cluster if need
         // be); otherwise every pass reads the row from memory, which L2 mostly serves.
         const int64_t v = detail::row_vector_width(k);
-        const bool caches = detail::row_cache_bytes(k, 1) > 0;
+        const std::vector<int> slot = detail::row_cache_slots(k);   // once: it walks the kernel
+        const bool caches = detail::row_cache_bytes(k, slot, 1) > 0;
         const int64_t per_thread_target = (caches ? 8 : 16) * v;
         const int64_t max_g = dev.sm >= 90 ? (int64_t)kCudaBlockSize * kCudaMaxCluster : kCudaMaxRowBlock;
         const int64_t busy = (int64_t)dev.multiprocessors * 1024;
@@ -274,7 +274,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
         auto block_of = [](int64_t g) -> int64_t { return g <= kCudaBlockSize || g > kCudaMaxRowBlock ? kCudaBlockSize : g; };
         auto cache_bytes = [&](int64_t g) {
-            return detail::row_cache_bytes(k, block_of(g) * ((nr + g * v - 1) / (g * v) * v));
+            return detail::row_cache_bytes(k, slot, block_of(g) * ((nr + g * v - 1) / (g * v) * v));
         };
         const size_t cache_room = dev.max_shared / 2;
         while (caches && cache_bytes(g) > cache_room && g < max_g) g *= 2;
