@@ -3,11 +3,6 @@
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
 #include "runtime/host_convert.hpp"
-#include "runtime/host_target.hpp"
-#include "runtime/kir_interpreter.hpp"
-#ifdef KILN_CUDA
-#include "runtime/cuda/validate.hpp"
-#endif
 
 #include <cstdlib>
 #include <cstring>
@@ -16,19 +11,6 @@
 namespace kiln {
 
 namespace {
-
-// Host memory of the CPU backend, 64-byte aligned so vector loads of contiguous data align.
-struct HostStorage : OwnedStorage {
-    ~HostStorage() override { std::free(data); }
-};
-
-#ifdef KILN_CUDA
-// Device memory from the context's caching allocator; returned to its cache when the last view dies.
-struct DeviceStorage : OwnedStorage {
-    std::shared_ptr<cuda::Allocator> allocator;
-    ~DeviceStorage() override { allocator->release((CUdeviceptr)data, nbytes); }
-};
-#endif
 
 // Memory owned by someone else, released through their callback.
 struct ExternalStorage : OwnedStorage {
@@ -90,54 +72,29 @@ Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
     if (!dev.empty() && dev != "cpu" && cuda_index(dev) < 0)
         fail(Error::Kind::Value, "Context: unknown device '{}'{}; valid: 'cpu', 'cuda', 'cuda:N' (KILN_BACKEND=cpu|cuda)",
              dev, from_env ? " (from KILN_BACKEND)" : "");
+    bool validate = false;  // KILN_VALIDATE=cpu: every CUDA kernel also runs on the host backend, compared
     const char* v = std::getenv("KILN_VALIDATE");
     if (v && *v && std::strcmp(v, "0") != 0) {
         if (std::strcmp(v, "cpu") != 0)
             fail(Error::Kind::Value, "Context: KILN_VALIDATE='{}' is not understood; valid: 'cpu' (run every CUDA kernel "
                                      "on the CPU backend too and compare) or unset",
                  v);
-        m.validate = true;
+        validate = true;
     }
     if (dev != "cpu") {
-#ifdef KILN_CUDA
         try {
-            m.cuda = std::make_unique<cuda::CudaBackend>(dev.empty() ? 0 : cuda_index(dev));
-            m.backend = Backend::CUDA;
-            m.target = m.cuda->target();
+            m.backend = make_cuda_backend(dev.empty() ? 0 : cuda_index(dev), validate ? make_host_backend() : nullptr);
         } catch (const Error& e) {
             if (!dev.empty())
                 fail(Error::Kind::Runtime, "Context: device '{}' requested{}, but it cannot be used: {}; use device 'cpu'{}",
                      dev, from_env ? " by KILN_BACKEND" : "", e.what(), from_env ? " (KILN_BACKEND=cpu)" : "");
             log_info("Context: no CUDA device ({}); running on the CPU", e.what());
         }
-#else
-        if (!dev.empty())
-            fail(Error::Kind::Runtime,
-                 "Context: device '{}' requested, but this build of kiln has no CUDA backend (built without the CUDA "
-                 "toolkit's NVRTC); use device 'cpu'",
-                 dev);
-#endif
     }
-    if (m.backend == Backend::CPU) m.target = host_target_label();
-#ifdef KILN_CPU_JIT
-    if (m.backend == Backend::CPU || m.validate) m.jit = std::make_unique<cpu::CpuJit>();
-#endif
-    if (opts.kernel_cache_capacity > 0) {
-#ifdef KILN_CPU_JIT
-        if (m.jit) m.jit->set_kernel_cache_capacity(opts.kernel_cache_capacity);
-#endif
-#ifdef KILN_CUDA
-        if (m.cuda) m.cuda->set_kernel_cache_capacity(opts.kernel_cache_capacity);
-#endif
-    }
-    if (compile_forbidden_by_env()) {
-#ifdef KILN_CPU_JIT
-        if (m.jit) m.jit->forbid_compiles(true, host_target_label());
-#endif
-#ifdef KILN_CUDA
-        if (m.cuda) m.cuda->forbid_compiles(true);
-#endif
-    }
+    if (!m.backend) m.backend = make_host_backend();
+    m.target = m.backend->target();
+    if (opts.kernel_cache_capacity > 0) m.backend->set_kernel_cache_capacity(opts.kernel_cache_capacity);
+    if (compile_forbidden_by_env()) m.backend->forbid_compiles(true);
     if (const char* r = std::getenv("KILN_RECORD"); r && *r) record_to(r);
 }
 
@@ -154,12 +111,9 @@ Context::~Context() {
                  device_name(), c.compiles, c.compile_ms, c.memory_hits, c.disk_hits, c.launches, c.assignments,
                  c.plan_hits);
     }
-#ifdef KILN_CUDA
-    if (impl_->cuda) {
-        impl_->plans.clear();
-        impl_->temps.clear();
-    }
-#endif
+    // Plans and temporaries go while the backend that owns their kernels and memory is alive.
+    impl_->plans.clear();
+    impl_->temps.clear();
 }
 
 Context& Context::default_context() {
@@ -167,36 +121,15 @@ Context& Context::default_context() {
     return *ctx;
 }
 
-Backend Context::backend() const { return impl_->backend; }
-
-std::string Context::device_name() const {
-#ifdef KILN_CUDA
-    if (impl_->cuda) return fmt::format("cuda:{}", impl_->cuda->info().index);
-#endif
-    return "cpu";
-}
-
-std::string Context::device_description() const {
-#ifdef KILN_CUDA
-    if (impl_->cuda) {
-        auto& i = impl_->cuda->info();
-        return fmt::format("cuda:{} {} (sm_{}, {} SMs, {:.1f} GiB)", i.index, i.name, i.sm, i.multiprocessors,
-                           i.total_memory / double(1u << 30));
-    }
-#endif
-    return "cpu " + impl_->target;
-}
+Backend Context::backend() const { return impl_->device().kind == DeviceKind::CUDA ? Backend::CUDA : Backend::CPU; }
+std::string Context::device_name() const { return impl_->backend->name(); }
+std::string Context::device_description() const { return impl_->backend->description(); }
 
 DType Context::default_dtype() const { return impl_->default_dtype; }
 
 Device Context::device() const { return impl_->device(); }
 
-uintptr_t Context::stream_handle() const {
-#ifdef KILN_CUDA
-    if (impl_->cuda) return (uintptr_t)impl_->cuda->stream();
-#endif
-    return 0;
-}
+uintptr_t Context::stream_handle() const { return impl_->backend->stream(); }
 
 Tensor Context::wrap(void* data, DType dtype, const Shape& shape, const Strides& strides, Device dev,
                      std::function<void()> release) {
@@ -241,41 +174,9 @@ Tensor Context::wrap(void* data, DType dtype, const Shape& shape, const Strides&
 }
 
 std::shared_ptr<Storage> Context::Impl::alloc(size_t nbytes, const char* op) {
-#ifdef KILN_CUDA
-    if (cuda) {
-        auto s = std::make_shared<DeviceStorage>();
-        s->owner = self;
-        s->allocator = cuda->allocator();
-        s->data = (void*)cuda->allocator()->allocate(nbytes, op);
-        s->nbytes = nbytes;
-        s->device = Device{DeviceKind::CUDA, cuda->info().index};
-        return s;
-    }
-#endif
-    auto s = std::make_shared<HostStorage>();
-    s->owner = self;
-    size_t padded = (nbytes + 63) / 64 * 64;
-    s->data = padded ? std::aligned_alloc(64, padded) : nullptr;
-    if (padded && !s->data) fail(Error::Kind::Memory, "{}: out of host memory allocating {} bytes", op, nbytes);
-    s->nbytes = nbytes;
-    s->device = Device{DeviceKind::CPU, 0};
+    std::shared_ptr<Storage> s = backend->allocate(nbytes, op);
+    static_cast<OwnedStorage&>(*s).owner = self;
     return s;
-}
-
-void Context::Impl::write_bytes(Storage& s, size_t off, const void* src, size_t n) {
-    if (n == 0) return;
-#ifdef KILN_CUDA
-    if (cuda) return cuda->upload((CUdeviceptr)s.data + off, src, n);
-#endif
-    std::memcpy(static_cast<char*>(s.data) + off, src, n);
-}
-
-void Context::Impl::read_bytes(const Storage& s, size_t off, void* dst, size_t n) {
-    if (n == 0) return;
-#ifdef KILN_CUDA
-    if (cuda) return cuda->download(dst, (CUdeviceptr)s.data + off, n);
-#endif
-    std::memcpy(dst, static_cast<const char*>(s.data) + off, n);
 }
 
 Tensor Context::empty(const Shape& shape) { return empty(shape, impl_->default_dtype); }
@@ -343,58 +244,23 @@ void Context::seed(uint64_t s) {
 
 Counters Context::counters() const {
     Counters c = impl_->counters;
-#ifdef KILN_CPU_JIT
-    if (impl_->jit && impl_->backend == Backend::CPU) {
-        auto j = impl_->jit->counters();
-        c.compiles = j.compiles;
-        c.memory_hits = j.memory_hits;
-        c.disk_hits = j.disk_hits;
-        c.compile_ms = j.compile_ms;
-        c.cached_kernels = impl_->jit->cached_kernels();
-    }
-#endif
-#ifdef KILN_CUDA
-    if (impl_->cuda) {
-        auto g = impl_->cuda->counters();
-        c.compiles = g.compiles;
-        c.memory_hits = g.memory_hits;
-        c.disk_hits = g.disk_hits;
-        c.compile_ms = g.compile_ms;
-        c.cached_kernels = impl_->cuda->cached_kernels();
-    }
-#endif
+    BackendCounters b = impl_->backend->counters();
+    c.compiles = b.compiles;
+    c.memory_hits = b.memory_hits;
+    c.disk_hits = b.disk_hits;
+    c.compile_ms = b.compile_ms;
+    c.cached_kernels = b.cached_kernels;
     return c;
 }
 
 void Context::reset_counters() {
     impl_->counters = {};
-#ifdef KILN_CPU_JIT
-    if (impl_->jit) impl_->jit->reset_counters();
-#endif
-#ifdef KILN_CUDA
-    if (impl_->cuda) impl_->cuda->reset_counters();
-#endif
+    impl_->backend->reset_counters();
 }
 
-void Context::synchronize() {
-#ifdef KILN_CUDA
-    if (impl_->cuda) impl_->cuda->synchronize();
-#endif
-}
-
-void Context::order_before(uintptr_t stream) {
-#ifdef KILN_CUDA
-    if (impl_->cuda) impl_->cuda->order_before((CUstream)stream);
-#endif
-    (void)stream;
-}
-
-void Context::wait_for(uintptr_t stream) {
-#ifdef KILN_CUDA
-    if (impl_->cuda) impl_->cuda->wait_for((CUstream)stream);
-#endif
-    (void)stream;
-}
+void Context::synchronize() { impl_->backend->synchronize(); }
+void Context::order_before(uintptr_t stream) { impl_->backend->order_before(stream); }
+void Context::wait_for(uintptr_t stream) { impl_->backend->wait_for(stream); }
 
 // ---- evaluation
 
@@ -410,19 +276,8 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr) {
         make_cached_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits}), signature);
     for (CachedStage& st : plan.stages) {
         const std::string& key = st.lowered.key;
-        if (record) record->add(st.lowered.kernel, key, backend == Backend::CUDA ? "cuda" : "cpu", target);
-#ifdef KILN_CUDA
-        if (cuda) {
-            st.kernel = cuda->compile(st.lowered.kernel, key);
-#ifdef KILN_CPU_JIT
-            if (validate) st.check_kernel = jit->compile(st.lowered.kernel, key + "\nvalidate-on " + host_target_label());
-#endif
-            continue;
-        }
-#endif
-#ifdef KILN_CPU_JIT
-        st.kernel = jit->compile(st.lowered.kernel, key);
-#endif
+        if (record) record->add(st.lowered.kernel, key, device().kind == DeviceKind::CUDA ? "cuda" : "cpu", target);
+        st.kernel = backend->compile(st.lowered.kernel, key);
     }
     release_retired(plan);
     return plans.insert(signature, std::move(plan));
@@ -432,50 +287,16 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr) {
 // points at them: the plans that do are dropped (they recompile from the kernel cache, or the
 // disk cache, when met again); those `fresh` uses stay.
 void Context::Impl::release_retired(const CachedPlan& fresh) {
-    std::unordered_set<const void*> gone, keep;
-    auto add = [&](const void* k) { gone.insert(k); };
-#ifdef KILN_CPU_JIT
-    if (jit && jit->has_retired()) jit->for_each_retired(add);
-#endif
-#ifdef KILN_CUDA
-    if (cuda && cuda->has_retired()) cuda->for_each_retired(add);
-#endif
+    std::unordered_set<KernelHandle> gone, keep;
+    backend->retired_kernels(gone);
     if (gone.empty()) return;
     plans.erase_if([&](const CachedPlan& p) {
         for (const CachedStage& st : p.stages)
-            if (gone.count(st.kernel) || gone.count(st.check_kernel)) return true;
+            if (gone.count(st.kernel)) return true;
         return false;
     });
-    for (const CachedStage& st : fresh.stages) keep.insert({st.kernel, st.check_kernel});
-#ifdef KILN_CPU_JIT
-    if (jit) jit->release_retired(keep);
-#endif
-#ifdef KILN_CUDA
-    if (cuda) cuda->release_retired(keep);
-#endif
-}
-
-void Context::Impl::launch(CachedStage& st) {
-    kir::LaunchArgs& args = st.lowered.args;
-#ifdef KILN_CUDA
-    if (cuda) {
-        auto* k = static_cast<const cuda::CudaKernel*>(st.kernel);
-#ifdef KILN_CPU_JIT
-        if (validate) {
-            auto* ck = static_cast<const cpu::CpuKernel*>(st.check_kernel);
-            cuda::validate_launch(*cuda, k, args, [&](const kir::LaunchArgs& host_args) { jit->launch(ck, host_args); });
-            return;
-        }
-#endif
-        cuda->launch(k, args);
-        return;
-    }
-#endif
-#ifdef KILN_CPU_JIT
-    jit->launch(static_cast<const cpu::CpuKernel*>(st.kernel), args);
-#else
-    interpret(st.lowered.kernel, args);  // built without LLVM: the kernel IR is executed directly
-#endif
+    for (const CachedStage& st : fresh.stages) keep.insert(st.kernel);
+    backend->release_retired(keep);
 }
 
 void Context::Impl::execute(CachedPlan& plan) {
@@ -505,7 +326,7 @@ void Context::Impl::execute(CachedPlan& plan) {
             ls.args.iparams[r.seed_slot] = (int32_t)seed;
             ls.args.iparams[r.counter_slot] = (int32_t)draw_for(r.serial);
         }
-        launch(st);
+        backend->launch(st.kernel, ls.args);
         ++counters.launches;
     }
     temps.clear();  // device temporaries return to the allocator; stream order keeps them valid

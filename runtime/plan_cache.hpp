@@ -35,7 +35,6 @@ struct CachedStage {
     LoweredStage lowered;            // sources' views hold no storage; see storage_class
     std::vector<int> storage_class;  // per kernel buffer: its storage class, or -1 for a temp
     const void* kernel = nullptr;    // the backend's compiled kernel
-    const void* check_kernel = nullptr;  // KILN_VALIDATE: the same kernel on the CPU backend
 };
 
 struct CachedPlan {

@@ -74,12 +74,12 @@ void Tensor::copy_to_host(void* dst, DType as) const {
     const size_t is = dtype_size(view_.dtype), os = dtype_size(as);
     auto& impl = context_impl(context());
     if (view_.is_contiguous() && as == view_.dtype) {
-        impl.read_bytes(*view_.storage, view_.offset * is, dst, (size_t)size() * is);
+        impl.backend->read(*view_.storage, view_.offset * is, dst, (size_t)size() * is);
         return;
     }
     if (view_.is_contiguous() && view_.storage->device.kind != DeviceKind::CPU) {
         std::vector<char> tmp((size_t)size() * is);
-        impl.read_bytes(*view_.storage, view_.offset * is, tmp.data(), tmp.size());
+        impl.backend->read(*view_.storage, view_.offset * is, tmp.data(), tmp.size());
         return convert(as, dst, view_.dtype, tmp.data(), size());
     }
     if (view_.storage->device.kind != DeviceKind::CPU) {
@@ -107,11 +107,11 @@ void Tensor::copy_from_host(const void* src, DType as) {
         return;
     }
     if (view_.is_contiguous() && as == view_.dtype) {
-        impl.write_bytes(*view_.storage, view_.offset * is, src, (size_t)size() * is);
+        impl.backend->write(*view_.storage, view_.offset * is, src, (size_t)size() * is);
     } else if (view_.is_contiguous() && view_.storage->device.kind != DeviceKind::CPU) {
         std::vector<char> tmp((size_t)size() * is);
         convert(view_.dtype, tmp.data(), as, src, size());
-        impl.write_bytes(*view_.storage, view_.offset * is, tmp.data(), tmp.size());
+        impl.backend->write(*view_.storage, view_.offset * is, tmp.data(), tmp.size());
     } else if (view_.storage->device.kind != DeviceKind::CPU) {
         // Upload into a contiguous device tensor (converted on the host by the contiguous path),
         // then scatter it into the view with one kernel.

@@ -8,6 +8,7 @@
 #include "kernels/cuda/gemm_select.hpp"
 #include "runtime/cache/disk_cache.hpp"
 #include "runtime/context_impl.hpp"
+#include "runtime/cuda/device_backend.hpp"
 
 #include <algorithm>
 #include <array>
@@ -469,7 +470,7 @@ GemmKernel as_launched(cuda::CudaBackend& be, const GemmKernel& chosen, const Ge
 } // namespace
 
 std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
-    cuda::CudaBackend& be = *context_impl(C.context()).cuda;
+    cuda::CudaBackend& be = cuda::cuda_backend(C.context());
     const double flops = 2.0 * double(C.size()) * double(A.shape()[A.rank() - 1]);
     const bool tf32 = A.dtype() == DType::Float32 && C.context().allow_tf32();
     GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
@@ -814,7 +815,7 @@ std::vector<AutotuneTiming> last_autotune_timings() { return last_timings; }
 void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& o) {
     Context& ctx = C.context();
     Context::Impl& impl = context_impl(ctx);
-    cuda::CudaBackend& be = *impl.cuda;
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const int r = C.rank();
     const int64_t batch = r == 3 ? C.shape()[0] : 1;
     const int64_t M = C.shape()[r - 2], N = C.shape()[r - 1], K = A0.shape()[A0.rank() - 1];

@@ -14,7 +14,7 @@
 #include "kernels/cuda/gemm_cuda.hpp"
 #include "kernels/cuda/gemm_params.hpp"
 #include "kernels/cuda/gemm_select.hpp"
-#include "runtime/context_impl.hpp"
+#include "runtime/cuda/device_backend.hpp"
 
 #include <algorithm>
 #include <array>
@@ -107,7 +107,7 @@ void check_row_sums(const std::vector<float>& got, const std::vector<double>& su
 
 // Whether the context's GPU runs the sm_90 kernels; if not, says why `what` skips.
 bool hopper_or_skip(Context& ctx, const char* what) {
-    const int sm = context_impl(ctx).cuda->info().sm;
+    const int sm = cuda::cuda_backend(ctx).info().sm;
     if (sm != 90) std::printf("SKIPPED (the %s kernels are sm_90 code; this GPU is sm_%d)\n", what, sm);
     return sm == 90;
 }
@@ -205,7 +205,7 @@ TEST_CASE("gpu gemm: every kernel on every layout it takes, odd sizes, every epi
     const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1}, {7, 9, 13}, {129, 130, 67}, {300, 257, 1003}};
     std::map<std::string, int> ran;
     Context ctx(ContextOptions{"cuda"});
-    const bool hopper = context_impl(ctx).cuda->info().sm == 90;
+    const bool hopper = cuda::cuda_backend(ctx).info().sm == 90;
     int variant = 0;
     for (const Run& r : runs) {
         ctx.set_allow_tf32(r.tf32);
@@ -304,9 +304,9 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
                 o.bias = bias;
                 std::vector<float> first;
                 for (int rep = 0; rep < 3; ++rep) {
-                    const uint64_t launches = context_impl(ctx).cuda->counters().launches;   // every kernel, GEMMs too
+                    const uint64_t launches = cuda::cuda_backend(ctx).counters().launches;   // every kernel, GEMMs too
                     batched_dot(A, B, C, o);
-                    CHECK(context_impl(ctx).cuda->counters().launches - launches == 1);
+                    CHECK(cuda::cuda_backend(ctx).counters().launches - launches == 1);
                     const std::vector<float> all = bs.to_vector<float>();
                     if (rep == 0) first = all;
                     CHECK(all == first);
@@ -366,9 +366,9 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
                     if (tb) B = B.transpose({0, 2, 1});
                     Tensor C = ctx.zeros({batch, M, N}, dt);
                     // Every copy is a precompiled kernel: no generated kernel is looked up.
-                    const cuda::CudaCounters before = context_impl(ctx).cuda->counters();
+                    const cuda::CudaCounters before = cuda::cuda_backend(ctx).counters();
                     batched_dot(A, B, C);
-                    const cuda::CudaCounters after = context_impl(ctx).cuda->counters();
+                    const cuda::CudaCounters after = cuda::cuda_backend(ctx).counters();
                     CHECK(after.compiles + after.memory_hits + after.disk_hits ==
                           before.compiles + before.memory_hits + before.disk_hits);
                     for (int64_t i = 0; i < batch; ++i) {
@@ -835,7 +835,7 @@ TEST_CASE("gpu gemm: bsum in the persistent kernels: tagged partials, one adder 
             // 256 tiles).
             if (!r.tf32) {
                 const int64_t tiles = r.batch * ((r.m + 127) / 128) * ((r.n + 255) / 256);
-                CHECK(gemm::last_gemm_blocks() == gemm::persistent_grid(tiles, context_impl(ctx).cuda->info().multiprocessors));
+                CHECK(gemm::last_gemm_blocks() == gemm::persistent_grid(tiles, cuda::cuda_backend(ctx).info().multiprocessors));
             }
             if (rep == 1) {
                 CHECK(C.to_vector<float>() == first_c);
@@ -864,7 +864,7 @@ TEST_CASE("gpu gemm: rows of 2-4 tiles launched as clusters where every row's cl
     // layouts; with bsum (variant 3) too (bsum_cluster where the rows fit at once, else the
     // partials in global memory). K = 136 is 3 k-tiles: no split-K.
     int seed = 2100;
-    const int64_t sms = context_impl(ctx).cuda->info().multiprocessors;
+    const int64_t sms = cuda::cuda_backend(ctx).info().multiprocessors;
     for (const std::string cfg : {"16_c1_s8", "64_c1_s8", "64_c2_s8", "128_c2_s6", "256_c2_s4"})
         for (const int64_t tiles_n : {2, 3, 4})
             for (const int64_t rows : {5, 70})
@@ -876,9 +876,9 @@ TEST_CASE("gpu gemm: rows of 2-4 tiles launched as clusters where every row's cl
                     const std::string kernel = std::string("kiln_gemm_wg_f16_") + (ta ? "t" : "k") + "t_" + cfg;
                     Case cs{bm * rows - 3, bn * tiles_n - 8, 136, ta, false, 8, true, epilogue_variant(variant), DType::Float16};
                     INFO(kernel << ", rows of " << tiles_n << " tiles, " << rows << " rows");
-                    const uint64_t clusters = context_impl(ctx).cuda->counters().cluster_launches;
+                    const uint64_t clusters = cuda::cuda_backend(ctx).counters().cluster_launches;
                     CHECK(run_case(ctx, cs, DType::Float16, kernel, uint32_t(seed++)));
-                    const uint64_t launched = context_impl(ctx).cuda->counters().cluster_launches - clusters;
+                    const uint64_t launched = cuda::cuda_backend(ctx).counters().cluster_launches - clusters;
                     // (Blocks of the 16-wide tile, 82 KB of shared memory, may run two to an SM.)
                     const int64_t per_sm = cfg == "16_c1_s8" ? 2 : 1;
                     if (rows == 5) CHECK(launched == 1);
@@ -890,7 +890,7 @@ TEST_CASE("gpu gemm: rows one tile wide that fill 7/8 or more of the SMs launch 
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
     if (!hopper_or_skip(ctx, "wgmma")) return;
-    cuda::CudaBackend& be = *context_impl(ctx).cuda;
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const int64_t sms = be.info().multiprocessors;
     // Every one-tile kernel, N inside one tile. Tile counts: the most clusters of 4 that run at
     // once one block to an SM, within the SMs (a cluster launch where that is 7/8 of the SMs or
@@ -948,7 +948,7 @@ TEST_CASE("gpu gemm: the 16-wide tile shares B along m in clusters of 4 or 2 (TM
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
     if (!hopper_or_skip(ctx, "wgmma")) return;
-    cuda::CudaBackend& be = *context_impl(ctx).cuda;
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     // Every 16-wide one-tile kernel that shares B, N inside the tile, and tf32's with A K-major,
     // which does not share (it ran slower shared) and launches as the m-cluster case says. A share is
     // whole 8-row swizzle atoms of B's box: N-major B (64 rows of k for 16-bit) splits in 4,
@@ -1032,7 +1032,7 @@ TEST_CASE("gpu gemm: one wave of one-tile blocks in the raster groups of rule 6"
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
     if (!hopper_or_skip(ctx, "wgmma")) return;
-    const int64_t sms = context_impl(ctx).cuda->info().multiprocessors;
+    const int64_t sms = cuda::cuda_backend(ctx).info().multiprocessors;
     // Every one-tile kernel on grids of one wave that no cluster launch groups (rows of more
     // than 4 tiles, or more rows than clusters of 4 fit at once), with partial groups at the
     // bottom of the grid and partial tiles at its edges: the raster groups of 1, 2 and 4 rows
@@ -1095,9 +1095,9 @@ TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distri
                         bs.assign(garbage.expr() * 1000.0);
                         o.bsum = bs;
                         setenv("KILN_GEMM_KERNEL", kernel.c_str(), 1);
-                        const uint64_t launches = context_impl(ctx).cuda->counters().launches;
+                        const uint64_t launches = cuda::cuda_backend(ctx).counters().launches;
                         compound_dot(A, B, C, o);
-                        CHECK(context_impl(ctx).cuda->counters().launches - launches == 1);
+                        CHECK(cuda::cuda_backend(ctx).counters().launches - launches == 1);
                         unsetenv("KILN_GEMM_KERNEL");
                         std::vector<double> sums;
                         CHECK(check_against_reference(A, B, C0, C, o, out_eps(cdt), 2e-6, &sums) <= 1.0);
@@ -1152,7 +1152,7 @@ TEST_CASE("gpu gemm: bsum over a row of 2-8 tiles in one cluster, through distri
 TEST_CASE("gpu gemm: bsum adds the values as stored (rounded to C's dtype), on every path") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
-    const bool hopper = context_impl(ctx).cuda->info().sm == 90;
+    const bool hopper = cuda::cuda_backend(ctx).info().sm == 90;
     const int64_t K = 512;
     uint32_t seed = 7100;
     const auto run = [&](DType dt, DType cdt, int64_t M, int64_t N, const std::string& kernel, const char* splits, bool lean,
@@ -1216,7 +1216,7 @@ TEST_CASE("gpu gemm: bsum adds the values as stored (rounded to C's dtype), on e
                 entries.push_back("kiln_gemm_wg_" + t + "_kt_" + cfg);
     else
         std::printf("SKIPPED (the wgmma entries of the stored-values bsum case are sm_90 code; this GPU is sm_%d)\n",
-                    context_impl(ctx).cuda->info().sm);
+                    cuda::cuda_backend(ctx).info().sm);
     for (const std::string& kernel : entries) {
         const DType dt = kernel.find("bf16") != std::string::npos ? DType::BFloat16 : DType::Float16;
         // One row of tiles and several; the persistent kernels take more tiles than SMs.
@@ -1291,7 +1291,7 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
     // each launches the most of those counts whose clusters the GPU runs at once, 2 at the
     // least, and computes the product.
     {
-        cuda::CudaBackend& be = *context_impl(ctx).cuda;
+        cuda::CudaBackend& be = cuda::cuda_backend(ctx);
         const int64_t sms = be.info().multiprocessors;
         for (const int64_t m : {2112, 2304, 2560}) {
             const int64_t tiles = m / 64;
@@ -1320,7 +1320,7 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
     // (variants 1 and 3 on the general kernel's staged reduction, the others through registers,
     // the lean twins among them): the product against float64 and the cluster launched.
     {
-        cuda::CudaBackend& be = *context_impl(ctx).cuda;
+        cuda::CudaBackend& be = cuda::cuda_backend(ctx);
         for (const int64_t n : {64, 128, 192})
             for (const int s : {2, 3, 4})
                 for (int variant = 0; variant < 5; ++variant) {
@@ -1401,9 +1401,9 @@ TEST_CASE("gpu gemm: split-K in a cluster adds the slices through distributed sh
     CHECK(gemm::selected_kernel(A, B, C).find("k/4 cluster") != std::string::npos);
     std::vector<float> first_c, first_sums;
     for (int rep = 0; rep < 3; ++rep) {
-        const uint64_t launches = context_impl(ctx).cuda->counters().launches;
+        const uint64_t launches = cuda::cuda_backend(ctx).counters().launches;
         batched_dot(A, B, C, o);
-        CHECK(context_impl(ctx).cuda->counters().launches - launches == 1);
+        CHECK(cuda::cuda_backend(ctx).counters().launches - launches == 1);
         const std::vector<float> c = C.to_vector<float>(), s = bs.to_vector<float>();
         if (rep == 0) first_c = c, first_sums = s;
         CHECK(c == first_c);

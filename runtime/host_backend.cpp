@@ -1,0 +1,80 @@
+#include "runtime/host_backend.hpp"
+
+#include "ir/error.hpp"
+#include "runtime/host_target.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "runtime/kir_interpreter.hpp"
+#include "runtime/manifest.hpp"
+#include "runtime/owned_storage.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace kiln {
+
+namespace {
+
+struct HostStorage : OwnedStorage {
+    ~HostStorage() override { std::free(data); }
+};
+
+class InterpreterBackend final : public HostBackend {
+public:
+    KernelHandle compile(const kir::Kernel& kernel, const std::string& key) override {
+        if (const kir::Kernel* k = kernels_.find(key)) {
+            ++counters_.memory_hits;
+            return k;
+        }
+        if (forbid_) refuse_compile(kernel, target(), "(memory only)");
+        ++counters_.compiles;
+        return kernels_.insert(key, std::make_unique<kir::Kernel>(kernel));
+    }
+    void launch(KernelHandle kernel, const kir::LaunchArgs& args) override {
+        interpret(*static_cast<const kir::Kernel*>(kernel), args);
+    }
+    void forbid_compiles(bool on) override { forbid_ = on; }
+    void set_kernel_cache_capacity(size_t kernels) override { kernels_.set_capacity(kernels); }
+    void retired_kernels(std::unordered_set<KernelHandle>& out) const override {
+        kernels_.for_each_retired([&](const void* k) { out.insert(k); });
+    }
+    void release_retired(const std::unordered_set<KernelHandle>& keep) override {
+        kernels_.release_retired(keep, [](kir::Kernel&) {});
+    }
+    BackendCounters counters() const override {
+        BackendCounters c = counters_;
+        c.cached_kernels = kernels_.size();
+        return c;
+    }
+    void reset_counters() override { counters_ = {}; }
+
+private:
+    KernelCache<kir::Kernel> kernels_{kernel_cache_capacity_from_env()};
+    BackendCounters counters_;
+    bool forbid_ = false;
+};
+
+} // namespace
+
+std::string HostBackend::target() const { return host_target_label(); }
+
+std::shared_ptr<Storage> HostBackend::allocate(size_t nbytes, const char* op) {
+    auto s = std::make_shared<HostStorage>();
+    size_t padded = (nbytes + 63) / 64 * 64;
+    s->data = padded ? std::aligned_alloc(64, padded) : nullptr;
+    if (padded && !s->data) fail(Error::Kind::Memory, "{}: out of host memory allocating {} bytes", op, nbytes);
+    s->nbytes = nbytes;
+    s->device = device();
+    return s;
+}
+
+void HostBackend::write(Storage& s, size_t off, const void* src, size_t n) {
+    if (n) std::memcpy(static_cast<char*>(s.data) + off, src, n);
+}
+
+void HostBackend::read(const Storage& s, size_t off, void* dst, size_t n) {
+    if (n) std::memcpy(dst, static_cast<const char*>(s.data) + off, n);
+}
+
+std::unique_ptr<DeviceBackend> make_interpreter_backend() { return std::make_unique<InterpreterBackend>(); }
+
+} // namespace kiln

@@ -1,0 +1,110 @@
+// The DeviceBackend interface (runtime/backend.hpp) as the Context uses it, for each host
+// backend (the CPU JIT and the kernel-IR interpreter): memory round trips, compile + launch of a
+// lowered stage, memory-cache hits and counters, refused compiles, retirement past the cache's
+// capacity.
+#include "tests/support/cache_dir.hpp"
+#include "tests/support/catch.hpp"
+
+#include "compiler/pipeline.hpp"
+#include "ir/error.hpp"
+#include "ir/expr.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/host_backend.hpp"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace kiln;
+
+namespace {
+
+View backend_view(DeviceBackend& be, Shape shape) {
+    View v;
+    v.storage = be.allocate((size_t)numel(shape) * sizeof(float), "test");
+    v.dtype = DType::Float32;
+    v.shape = shape;
+    v.strides = contiguous_strides(shape);
+    return v;
+}
+
+// dst = e through the passes, then compiled and launched by `be`; the stage's handle.
+KernelHandle run(DeviceBackend& be, const Expr& e, const View& dst) {
+    CompiledAssignment ca = compile_assignment(e.node(), dst, be.target());
+    REQUIRE(ca.stages.size() == 1);
+    LoweredStage& st = ca.stages[0];
+    KernelHandle k = be.compile(st.kernel, st.key);
+    for (size_t b = 0; b < st.sources.size(); ++b) {
+        const View& v = st.sources[b].view;
+        st.args.buffers[b] = static_cast<char*>(v.storage->data) + v.offset * (int64_t)dtype_size(v.dtype);
+    }
+    be.launch(k, st.args);
+    be.synchronize();
+    return k;
+}
+
+} // namespace
+
+TEST_CASE("each host backend compiles, caches, launches and retires through the one interface") {
+    test::ScopedCacheDir cache;
+    for (bool interpreter : {false, true}) {
+        INFO((interpreter ? "interpreter" : "host backend"));
+        std::unique_ptr<DeviceBackend> be = interpreter ? make_interpreter_backend() : make_host_backend();
+        CHECK(be->device() == Device{DeviceKind::CPU, 0});
+        CHECK(be->name() == "cpu");
+        CHECK(be->stream() == 0);
+
+        std::vector<float> host(64 * 32);
+        std::mt19937 rng(3);
+        std::uniform_real_distribution<float> dist(-4, 4);
+        for (float& x : host) x = dist(rng);
+        View A = backend_view(*be, {64, 32}), B = backend_view(*be, {64, 32}), S = backend_view(*be, {64, 1});
+        be->write(*A.storage, 0, host.data(), host.size() * sizeof(float));
+        std::vector<float> back(host.size());
+        be->read(*A.storage, 0, back.data(), back.size() * sizeof(float));
+        CHECK(std::memcmp(back.data(), host.data(), host.size() * sizeof(float)) == 0);
+
+        const Expr a = leaf(A);
+        KernelHandle k1 = run(*be, a * 2.0 + 1.0, B);
+        be->read(*B.storage, 0, back.data(), back.size() * sizeof(float));
+        for (size_t i = 0; i < host.size(); ++i) REQUIRE(back[i] == host[i] * 2.0f + 1.0f);
+        BackendCounters c = be->counters();
+        CHECK(c.compiles + c.disk_hits == 1);
+        CHECK(c.memory_hits == 0);
+        CHECK(c.cached_kernels == 1);
+
+        CHECK(run(*be, a * 2.0 + 1.0, B) == k1);   // the same key: the memory cache's kernel
+        CHECK(be->counters().memory_hits == 1);
+        be->reset_counters();
+        CHECK(be->counters().memory_hits == 0);
+
+        // A second kernel past a capacity of one retires the first; released, it is gone.
+        be->set_kernel_cache_capacity(1);
+        KernelHandle k2 = run(*be, sum(a, 1), S);
+        std::vector<float> sums(64);
+        be->read(*S.storage, 0, sums.data(), sums.size() * sizeof(float));
+        for (int r = 0; r < 64; ++r) {
+            double want = 0;
+            for (int j = 0; j < 32; ++j) want += host[r * 32 + j];
+            REQUIRE(sums[r] == Approx(want).margin(1e-4));
+        }
+        std::unordered_set<KernelHandle> retired;
+        be->retired_kernels(retired);
+        CHECK(retired == std::unordered_set<KernelHandle>{k1});
+        be->release_retired({k2});
+        retired.clear();
+        be->retired_kernels(retired);
+        CHECK(retired.empty());
+        CHECK(be->counters().cached_kernels == 1);
+
+        // Refused compiles name the switch; cached kernels still run.
+        be->forbid_compiles(true);
+        CHECK(run(*be, sum(a, 1), S) == k2);
+        try {
+            run(*be, a - 3.0, B);
+            FAIL("compiled although compiles were refused");
+        } catch (const Error& e) {
+            CHECK(std::string(e.what()).find("KILN_ASSERT_NO_COMPILE is set, but kernel kiln_") != std::string::npos);
+        }
+    }
+}
