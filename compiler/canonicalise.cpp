@@ -1,7 +1,7 @@
 #include "compiler/canonicalise.hpp"
 
 #include "compiler/divmod.hpp"
-#include "ir/expr.hpp"
+#include "ir/node.hpp"
 
 #include <cmath>
 #include <optional>

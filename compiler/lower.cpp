@@ -1,7 +1,7 @@
 #include "compiler/lower.hpp"
 
 #include "ir/error.hpp"
-#include "ir/expr.hpp"
+#include "ir/node.hpp"
 #include "ir/rng.hpp"
 
 #include <algorithm>

@@ -5,7 +5,7 @@
 #include "compiler/legality.hpp"
 #include "compiler/log.hpp"
 #include "compiler/partition.hpp"
-#include "ir/expr.hpp"
+#include "ir/node.hpp"
 #include "ir/view_ops.hpp"
 
 namespace kiln {

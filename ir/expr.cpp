@@ -1,4 +1,4 @@
-#include "ir/expr.hpp"
+#include "ir/node.hpp"
 
 #include "ir/error.hpp"
 #include "ir/view_ops.hpp"
@@ -152,6 +152,8 @@ Expr::Expr(int v) : node_(make_scalar(v, DType::Int32, true).node()) {}
 Expr::Expr(int64_t v) : node_(make_scalar((double)v, DType::Int32, true).node()) {}
 Expr int_literal(double v) { return make_scalar(std::trunc(v), DType::Int32, true); }
 
+std::string Expr::str() const { return graph_str(node_); }
+size_t Expr::node_count() const { return node_ ? postorder(node_).size() : 0; }
 DType Expr::dtype() const { return N(*this).dtype; }
 const Shape& Expr::shape() const { return N(*this).shape; }
 

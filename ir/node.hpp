@@ -4,8 +4,9 @@
 // removes them when the caller asked for keepdims=false.
 #pragma once
 #include "ir/dtype.hpp"
-#include "ir/shape.hpp"
+#include <kiln/shape.hpp>
 #include "ir/storage.hpp"
+#include <kiln/expr.hpp>
 
 #include <memory>
 #include <string>
@@ -33,8 +34,6 @@ enum class OpKind : uint8_t {
     Take,     // inputs {source, indices}: source gathered along `axis` by indices
 };
 
-// "Reduce over every axis". Not -1: that is the last axis, as in NumPy.
-inline constexpr int kAllAxes = INT32_MIN;
 
 const char* opkind_name(OpKind k);
 bool is_unary(OpKind k);
@@ -44,21 +43,6 @@ bool is_reduction(OpKind k);
 bool is_commutative(OpKind k);
 bool is_comparison(OpKind k);
 
-struct View {
-    std::shared_ptr<Storage> storage;
-    DType dtype = DType::Float32;
-    Shape shape;
-    Strides strides;
-    int64_t offset = 0;  // in elements
-
-    bool is_contiguous() const;
-    bool same_layout(const View& o) const {
-        return storage == o.storage && dtype == o.dtype && shape == o.shape && strides == o.strides && offset == o.offset;
-    }
-};
-
-struct Node;
-using NodePtr = std::shared_ptr<const Node>;
 
 struct Node {
     OpKind op;

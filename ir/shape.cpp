@@ -1,4 +1,4 @@
-#include "ir/shape.hpp"
+#include <kiln/shape.hpp>
 
 #include "ir/error.hpp"
 

@@ -1,19 +1,13 @@
 // A block of memory owned by a backend. ir/ only needs its identity, size and where it lives;
 // the runtime subclasses it (host memory, device memory) and owns allocation.
 #pragma once
+#include <kiln/view.hpp>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 namespace kiln {
-
-enum class DeviceKind : uint8_t { CPU, CUDA };
-
-struct Device {
-    DeviceKind kind = DeviceKind::CPU;
-    int index = 0;
-    bool operator==(const Device&) const = default;
-};
 
 struct Storage {
     void* data = nullptr;

@@ -1,10 +1,11 @@
 // compound_dot / dot / batched_dot: operand checks, then the backend's product and the fused
-// epilogue. See kernels/gemm.hpp for the semantics.
-#include "kernels/gemm.hpp"
+// epilogue. See kiln/gemm.hpp for the semantics.
+#include <kiln/gemm.hpp>
 
 #include "ir/error.hpp"
+#include "ir/storage.hpp"
 #include "kernels/cpu/blas.hpp"
-#include "runtime/context.hpp"
+#include <kiln/context.hpp>
 
 #include <limits>
 #include <tuple>

@@ -1,7 +1,7 @@
 // Context's private state, shared by context.cpp (evaluation) and tensor.cpp (tensor data).
 #pragma once
 #include "runtime/backend.hpp"
-#include "runtime/context.hpp"
+#include <kiln/context.hpp>
 #include "runtime/manifest.hpp"
 #include "runtime/owned_storage.hpp"
 #include "runtime/plan_cache.hpp"
@@ -12,7 +12,7 @@
 
 namespace kiln {
 
-struct Context::Impl {
+struct [[gnu::visibility("hidden")]] Context::Impl {
     Context* self = nullptr;
     std::unique_ptr<DeviceBackend> backend;   // compiles, launches, owns the memory
     DType default_dtype = DType::Float32;

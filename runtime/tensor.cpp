@@ -1,5 +1,6 @@
 // Tensor: views, assignment, and host data in and out (through the owning context's backend).
 #include "runtime/context_impl.hpp"
+#include "ir/view_ops.hpp"
 
 #include "ir/error.hpp"
 #include "runtime/host_convert.hpp"
@@ -18,10 +19,15 @@ Tensor Tensor::transpose(const std::vector<int>& perm) const { return Tensor(ctx
 
 Tensor Tensor::reshape(const Shape& s) const {
     Shape to = resolve_reshape(view_.shape, s, "reshape");
-    if (auto v = reshape_view(view_, to)) return Tensor(ctx_, *v);
+    if (auto v = kiln::reshape_view(view_, to)) return Tensor(ctx_, *v);
     Tensor out = context().empty(to, view_.dtype);
     out.assign(kiln::reshape(expr(), to));
     return out;
+}
+
+std::optional<Tensor> Tensor::reshape_view(const Shape& s) const {
+    if (auto v = kiln::reshape_view(view_, resolve_reshape(view_.shape, s, "reshape"))) return Tensor(ctx_, *v);
+    return std::nullopt;
 }
 
 Tensor& Tensor::assign(const Expr& e) {
@@ -63,6 +69,11 @@ void convert(DType to, void* dst, DType from, const void* src, int64_t n) {
 }
 
 } // namespace
+
+void* Tensor::data() const {
+    if (!defined()) throw Error("data: the tensor is empty (default-constructed)");
+    return static_cast<char*>(view_.storage->data) + view_.offset * (int64_t)dtype_size(view_.dtype);
+}
 
 void Tensor::copy_to_host(void* dst, DType as) const {
     if (!defined()) throw Error("copy_to_host: the tensor is empty (default-constructed)");

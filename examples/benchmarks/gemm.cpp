@@ -24,6 +24,7 @@
 // Without a usable CUDA device it says why and exits 0.
 #include <kiln/kiln.hpp>
 
+#include "ir/storage.hpp"
 #include "kernels/cuda/gemm_cuda.hpp"
 
 #include <cublasLt.h>

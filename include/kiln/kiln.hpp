@@ -6,11 +6,11 @@
 //   C[kiln::all] = kiln::mean(kiln::square(A - kiln::mean(A, 1)), 1);   // one fused kernel
 //   std::vector<float> out = C.to_vector<float>();
 #pragma once
-#include "ir/dtype.hpp"
-#include "ir/error.hpp"
-#include "ir/expr.hpp"
-#include "ir/shape.hpp"
-#include "ir/view_ops.hpp"
-#include "runtime/context.hpp"
-#include "runtime/tensor.hpp"
-#include "kernels/gemm.hpp"
+#include <kiln/context.hpp>
+#include <kiln/dtype.hpp>
+#include <kiln/error.hpp>
+#include <kiln/expr.hpp>
+#include <kiln/gemm.hpp>
+#include <kiln/shape.hpp>
+#include <kiln/tensor.hpp>
+#include <kiln/view.hpp>

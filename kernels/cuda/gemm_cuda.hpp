@@ -3,7 +3,7 @@
 // into the kernels' parameter block (gemm_params.hpp) and TMA descriptors, asks the selector
 // (gemm_select.hpp) for a kernel and launches it on the context's stream.
 #pragma once
-#include "kernels/gemm.hpp"
+#include <kiln/gemm.hpp>
 
 #include <string>
 #include <vector>

@@ -358,7 +358,7 @@ std::string ref_str(const RP& root) {
     return out;
 }
 
-// ---- dtype rules, re-derived from the documentation (ir/dtype.hpp, ir/expr.hpp)
+// ---- dtype rules, re-derived from the documentation (kiln/dtype.hpp, kiln/expr.hpp)
 
 int kind_of(DType t) { return t == DType::Bool ? 0 : isf(t) ? 2 : 1; }
 

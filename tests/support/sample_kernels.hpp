@@ -3,7 +3,7 @@
 // RNG, gathers): the valid inputs that the kernel-text and manifest tests start from.
 #pragma once
 #include "compiler/pipeline.hpp"
-#include "ir/expr.hpp"
+#include "ir/node.hpp"
 #include "tests/support/views.hpp"
 
 #include <set>

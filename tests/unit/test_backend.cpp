@@ -7,7 +7,7 @@
 
 #include "compiler/pipeline.hpp"
 #include "ir/error.hpp"
-#include "ir/expr.hpp"
+#include "ir/node.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/host_backend.hpp"
 

@@ -4,6 +4,7 @@
 #include "tests/support/catch.hpp"
 #include "tests/support/shared_storage_product.hpp"
 
+#include <fmt/format.h>
 #include <kiln/kiln.hpp>
 
 #include <cmath>

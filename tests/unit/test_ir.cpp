@@ -3,7 +3,7 @@
 #include "tests/support/views.hpp"
 
 #include "ir/error.hpp"
-#include "ir/expr.hpp"
+#include "ir/node.hpp"
 #include "ir/view_ops.hpp"
 
 #include <memory>

@@ -2,6 +2,7 @@
 // with the kernel cache on disk empty and warm.
 #include "tests/support/catch.hpp"
 
+#include <fmt/format.h>
 #include <kiln/kiln.hpp>
 
 #include "compiler/kernel_text.hpp"

@@ -8,7 +8,7 @@
 #include "compiler/lower.hpp"
 #include "compiler/partition.hpp"
 #include "compiler/pipeline.hpp"
-#include "ir/expr.hpp"
+#include "ir/node.hpp"
 #include "ir/view_ops.hpp"
 
 #include <memory>

@@ -5,8 +5,8 @@
 #include "compiler/kernel_text.hpp"
 #include "compiler/legality.hpp"
 #include "compiler/pipeline.hpp"
-#include "ir/expr.hpp"
-#include "runtime/context.hpp"
+#include "ir/node.hpp"
+#include <kiln/context.hpp>
 #include "tests/support/views.hpp"
 
 #include <set>

@@ -10,6 +10,7 @@
 // two processes storing the same objects at once leave a correct cache.
 #include "tests/support/catch.hpp"
 
+#include <fmt/format.h>
 #include <kiln/kiln.hpp>
 
 #include "codegen/cuda/cuda_codegen.hpp"

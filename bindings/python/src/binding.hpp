@@ -2,6 +2,7 @@
 // Tensor and Expr, and the conversions every binding file uses. Only the public C++ API
 // (kiln/kiln.hpp) is used here.
 #pragma once
+#include <fmt/format.h>
 #include <kiln/kiln.hpp>
 #include <nanobind/nanobind.h>
 
@@ -33,10 +34,14 @@ struct PyTensor {
     // t's leaf node, kept while the tensor lives: a tensor used in every iteration of a loop
     // is then interned once, not once per expression.
     const Expr& leaf() const {
-        if (!leaf_cache.valid() || !leaf_cache.node()->view.same_layout(t.view())) leaf_cache = t.expr();
+        if (!leaf_cache.valid() || !leaf_view.same_layout(t.view())) {
+            leaf_cache = t.expr();
+            leaf_view = t.view();
+        }
         return leaf_cache;
     }
     mutable Expr leaf_cache;
+    mutable View leaf_view;   // the layout leaf_cache was made for
 };
 
 struct PyExpr {

@@ -155,7 +155,7 @@ void assign(PyTensor& dst, const Expr& e) {
         return;
     }
     std::string what = fmt::format("{} {} = {}-node expression", dtype_name(dst.t.dtype()), shape_str(dst.t.shape()),
-                                   e.node() ? postorder(e.node()).size() : 0);
+                                   e.node_count());
     double ms;
     {
         nb::gil_scoped_release unlocked;

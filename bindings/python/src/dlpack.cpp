@@ -106,7 +106,7 @@ void fill(Managed* m, Export* e, const PyTensor& s) {
     DLTensor& d = m->dl_tensor;
     e->shape = t.shape();
     e->strides = t.strides();
-    d.data = static_cast<char*>(t.view().storage->data) + t.offset() * (int64_t)dtype_size(t.dtype());
+    d.data = t.data();
     Device dev = t.context().device();
     d.device = {dev.kind == DeviceKind::CUDA ? kDLCUDA : kDLCPU, dev.index};
     d.ndim = t.rank();
@@ -278,7 +278,7 @@ void bind_dlpack_methods(nb::class_<PyTensor>& tc) {
             descr.append(nb::make_tuple("bfloat16", "<V2"));
             d["descr"] = descr;
         }
-        uintptr_t ptr = (uintptr_t)s.t.view().storage->data + (uintptr_t)(s.t.offset() * (int64_t)dtype_size(s.t.dtype()));
+        uintptr_t ptr = (uintptr_t)s.t.data();
         d["data"] = nb::make_tuple(s.t.size() == 0 ? 0 : ptr, false);
         d["strides"] = s.t.is_contiguous() ? nb::object(nb::none()) : nb::object(nb::tuple(strides));
         d["version"] = 3;

@@ -75,17 +75,16 @@ nb::object matrix_product(nb::handle a, nb::handle b, nb::handle out) {
     if (out.is_none()) {
         Tensor c;
         run_unlocked(owner(A), [&] { c = kiln::dot(a2, b2); });  // a new contiguous matrix: always viewable
-        return nb::cast(PyTensor{Tensor(&c.context(), *reshape_view(c.view(), result)), A.ctx});
+        return nb::cast(PyTensor{*c.reshape_view(result), A.ctx});
     }
     PyTensor& C = out_tensor(out, "out", op);
     if (C.t.shape() != result)
         throw Error(fmt::format("dot: out is {} {}, but the result is {}", dtype_name(C.t.dtype()), shape_str(C.t.shape()),
                                 shape_str(result)),
                     Error::Kind::Value);
-    auto view = reshape_view(C.t.view(), {a2.shape()[0], b2.shape()[1]});
-    if (!view) throw Error("dot: out cannot be viewed as a matrix (pass a contiguous tensor)", Error::Kind::Value);
-    Tensor c2(&C.t.context(), *view);
-    run_unlocked(owner(C), [&] { compound_dot(a2, b2, c2); });
+    std::optional<Tensor> c2 = C.t.reshape_view({a2.shape()[0], b2.shape()[1]});
+    if (!c2) throw Error("dot: out cannot be viewed as a matrix (pass a contiguous tensor)", Error::Kind::Value);
+    run_unlocked(owner(C), [&] { compound_dot(a2, b2, *c2); });
     return nb::borrow(out);
 }
 

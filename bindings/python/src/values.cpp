@@ -60,9 +60,8 @@ Shape squeezed(const Shape& s, nb::handle axis, const char* op) {
 }
 
 nb::object tensor_reshape(const PyTensor& self, const Shape& want) {
-    Shape to = resolve_reshape(self.t.shape(), want, "reshape");
-    if (auto v = reshape_view(self.t.view(), to)) return nb::cast(PyTensor{Tensor(&self.t.context(), *v), self.ctx});
-    return nb::cast(evaluate(reshape(self.t.expr(), to), self.ctx));
+    if (auto v = self.t.reshape_view(want)) return nb::cast(PyTensor{std::move(*v), self.ctx});
+    return nb::cast(evaluate(reshape(self.t.expr(), want), self.ctx));
 }
 
 template <class T>
@@ -144,7 +143,7 @@ void bind_values(nb::module_& m) {
         .def_prop_ro("ctx", [](const PyTensor& s) { return s.ctx; }, "The Context whose memory this is.")
         .def_prop_ro("is_contiguous", [](const PyTensor& s) { return s.t.is_contiguous(); })
         .def_prop_ro("_data_ptr", [](const PyTensor& s) {
-            return (uintptr_t)s.t.view().storage->data + (uintptr_t)(s.t.offset() * (int64_t)dtype_size(s.t.dtype()));
+            return (uintptr_t)s.t.data();
         })
         .def_prop_ro("T", [](const PyTensor& s) { return PyTensor{s.t.transpose(), s.ctx}; })
         .def("transpose", [](const PyTensor& s, nb::args axes) {

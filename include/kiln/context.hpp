@@ -4,7 +4,8 @@
 // KILN_BACKEND=cpu|cuda forces the backend; KILN_VALIDATE=cpu checks every CUDA kernel
 // against the CPU backend.
 #pragma once
-#include "runtime/tensor.hpp"
+#include <kiln/export.hpp>
+#include <kiln/tensor.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -43,7 +44,7 @@ struct Counters {
     uint64_t cached_kernels = 0;    // kernels in the in-memory cache now (at most its capacity)
 };
 
-class Context {
+class KILN_API Context {
 public:
     explicit Context(ContextOptions opts = {});
     ~Context();
@@ -138,6 +139,6 @@ Tensor Context::array(const std::vector<T>& data, const Shape& shape, DType dtyp
 }
 
 // Evaluates `e` on the context of its first tensor operand (else the default context).
-Tensor eval(const Expr& e);
+KILN_API Tensor eval(const Expr& e);
 
 } // namespace kiln

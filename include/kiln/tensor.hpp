@@ -2,10 +2,13 @@
 // so tensors take part in expressions; `t.assign(expr)` (or `t[all] = expr`, the spelling of
 // nervanagpu's `t[:] = expr`) evaluates the expression into the tensor's memory.
 #pragma once
-#include "ir/expr.hpp"
-#include "ir/view_ops.hpp"
+#include <kiln/expr.hpp>
+#include <kiln/export.hpp>
+#include <kiln/view.hpp>
 
 #include <cstdint>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace kiln {
@@ -17,7 +20,7 @@ class Tensor;
 struct AllTag {};
 inline constexpr AllTag all{};
 
-class Assignable {
+class KILN_API Assignable {
 public:
     explicit Assignable(Tensor& t) : t_(t) {}
     Assignable& operator=(const Expr& e);
@@ -25,7 +28,7 @@ private:
     Tensor& t_;
 };
 
-class Tensor {
+class KILN_API Tensor {
 public:
     Tensor() = default;
     Tensor(Context* ctx, View v) : ctx_(ctx), view_(std::move(v)) {}
@@ -40,6 +43,9 @@ public:
     bool is_contiguous() const { return view_.is_contiguous(); }
     bool defined() const { return view_.storage != nullptr; }
     const View& view() const { return view_; }
+    // The address of element (0, ..., 0): host memory on a CPU context, a device address
+    // (CUdeviceptr) on a CUDA one. For handing the memory to other libraries (DLPack, BLAS).
+    void* data() const;
     Context& context() const;
 
     // ---- views (no copy)
@@ -49,6 +55,9 @@ public:
     Tensor T() const { return transpose(); }
     // A view when the memory allows it, otherwise a contiguous copy (as NumPy's reshape).
     Tensor reshape(const Shape& s) const;
+    // The view with shape `s` (one dim may be -1) over the same memory, or nullopt when the
+    // layout needs a copy; throws kiln::Error when the element counts differ.
+    std::optional<Tensor> reshape_view(const Shape& s) const;
 
     // ---- evaluation
     operator Expr() const { return expr(); }

@@ -12,7 +12,8 @@
 // epilogue through the JIT: one fused kernel. On CUDA contexts it raises kiln::Error (Runtime)
 // until kiln's own precompiled GPU kernels are built.
 #pragma once
-#include "runtime/tensor.hpp"
+#include <kiln/export.hpp>
+#include <kiln/tensor.hpp>
 
 #include <optional>
 
@@ -28,10 +29,10 @@ struct DotOptions {
 };
 
 // C (M x N) = epilogue(A (M x K) . B (K x N)); returns C.
-Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts = {});
+KILN_API Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts = {});
 // C = A . B, into a new float32 (or A's 16-bit dtype) tensor of A's context.
-Tensor dot(const Tensor& A, const Tensor& B);
+KILN_API Tensor dot(const Tensor& A, const Tensor& B);
 // C[b] = epilogue(A[b] . B[b]) over a leading batch dimension (A or B may be 2-D: shared).
-Tensor& batched_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts = {});
+KILN_API Tensor& batched_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts = {});
 
 } // namespace kiln

@@ -1,5 +1,7 @@
 // Shapes and strides (in elements, row-major by default) and NumPy broadcasting.
 #pragma once
+#include <kiln/export.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,18 +18,18 @@ inline constexpr int64_t kMaxElements = int64_t(1) << 60;
 
 // Throws kiln::Error naming `op` when a dimension is negative or the shape has more than
 // kMaxElements elements (counting only its non-zero dims, so its strides fit too).
-void check_shape(const Shape& s, const char* op);
+KILN_API void check_shape(const Shape& s, const char* op);
 // The element count. Shapes are checked when made; a shape past kMaxElements throws here too.
-int64_t numel(const Shape& s);
-Strides contiguous_strides(const Shape& s);
-std::string shape_str(const Shape& s);  // "(128, 32)", "()" for a scalar, "(5,)" for rank 1
+KILN_API int64_t numel(const Shape& s);
+KILN_API Strides contiguous_strides(const Shape& s);
+KILN_API std::string shape_str(const Shape& s);  // "(128, 32)", "()" for a scalar, "(5,)" for rank 1
 
 // NumPy's rule: align on the right; sizes must match or one of them be 1. `op` names the
 // operation in the error message.
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
-bool broadcastable_to(const Shape& from, const Shape& to);
+KILN_API Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+KILN_API bool broadcastable_to(const Shape& from, const Shape& to);
 
 // Normalises a possibly negative axis for a tensor of rank `rank`; throws naming `op`.
-int normalize_axis(int axis, int rank, const char* op);
+KILN_API int normalize_axis(int axis, int rank, const char* op);
 
 } // namespace kiln
