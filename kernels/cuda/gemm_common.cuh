@@ -30,7 +30,7 @@ __device__ __forceinline__ Tile tile_of(const GemmParams& p, int pid) {
 
 // Programmatic dependent launch. On sm_90 the host launches the one-tile wgmma kernels and
 // (where the sm_90 code of the sm_80 image runs) the FMA, mma.sync and split-reduction kernels
-// with programmatic stream serialization (gemm_cuda.cpp; KILN_PDL=0 turns it off): the launch
+// with programmatic stream serialization (gemm_launch.cpp; KILN_PDL=0 turns it off): the launch
 // may start its blocks before the kernel before it in the stream has finished, so that their
 // setup overlaps that kernel's end instead of following it. Such a kernel waits here before it
 // touches global memory that an earlier kernel may write (operands, bias, C, bsum, scratch):
@@ -45,7 +45,7 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 // Lets the next kernel in the stream start its blocks once every block of this grid has said
 // so (one thread of a block suffices) or exited; that kernel still waits for this one to end
 // before it reads anything. Only the one-tile wgmma kernels say it: the 16-wide tile at its
-// start, the others once a short main loop is done (gemm_sm90.cu). The FMA kernels, which said
+// start, the others once a short main loop is done (sm90/one_tile.cuh). The FMA kernels, which said
 // it at their start too, lost up to a third of their speed on the H100 to the next kernel's
 // waiting blocks, and without it their exit says it.
 __device__ __forceinline__ void allow_next_grid() {

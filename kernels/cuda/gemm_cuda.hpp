@@ -1,7 +1,9 @@
 // compound_dot on CUDA contexts: kiln's precompiled GEMM kernels (gemm_sm80.cu, gemm_sm90.cu),
-// embedded in the library as module images and loaded on first use. This file turns tensors
-// into the kernels' parameter block (gemm_params.hpp) and TMA descriptors, asks the selector
-// (gemm_select.hpp) for a kernel and launches it on the context's stream.
+// embedded in the library as module images and loaded on first use. The functions here turn
+// tensors into the kernels' parameter block (gemm_params.hpp) and TMA descriptors, ask the
+// selector (gemm_select.hpp) for a kernel and launch it on the context's stream: gemm_cuda.cpp
+// (cuda_gemm, KILN_AUTOTUNE), gemm_operands.cpp (operand layouts and copies) and
+// gemm_launch.cpp (the launch).
 #pragma once
 #include <kiln/gemm.hpp>
 
@@ -46,7 +48,7 @@ std::vector<AutotuneTiming> last_autotune_timings();
 
 // How many clusters of `size` blocks of the sm_90 kernel `entry` (`threads` threads a block,
 // `smem` bytes of dynamic shared memory) the backend's GPU runs at once, one block to an SM:
-// what decides the launcher's clusters along m (gemm_cuda.cpp), and what its test expects.
+// what decides the launcher's clusters along m (gemm_launch.cpp), and what its test expects.
 int clusters_at_once_one_per_sm(cuda::CudaBackend& be, const std::string& entry, int size, int threads, int smem);
 
 } // namespace kiln::gemm

@@ -10,7 +10,7 @@
 // itself in bsum_turns[z][tile_m]; the last of a row of tiles to finish adds the row's tiles
 // in tile order (deterministic sums, no second launch) and stores them in bsum. The persistent
 // kernels store their partials tagged with the launch in bsum_tagged instead, and the tile
-// last in their walk of each row adds them, in the same order (gemm_sm90.cu). With one tile
+// last in their walk of each row adds them, in the same order (sm90/scheduler.cuh). With one tile
 // per row the block stores its sums in bsum directly. With bsum_cluster (wgmma one-tile
 // kernels, at most 8 tiles per row) a row of tiles is one cluster: each block sends its sums of
 // the other blocks' rows into their shared memory (st.async, counted on the receiver's
@@ -43,7 +43,7 @@ enum GemmFlags : int32_t {
 
 // Split-K in a cluster on tiles at most kSplitPushMaxBn wide, into 16-bit C without beta or
 // stochastic rounding: each block sends its sums of the other blocks' rows straight from its
-// registers into their shared memory (gemm_sm90.cu, split_k_push_epilogue), into a receive
+// registers into their shared memory (sm90/epilogue.cuh, split_k_push_epilogue), into a receive
 // buffer after the stages and the bias, which the host adds to the launch's shared memory.
 // (Wider tiles have no room for it beside their stages.)
 // The tile's 8-row groups are owned in rank order, block `rank` the groups from
@@ -65,7 +65,7 @@ struct GemmParams {
     float* bsum_partials;     // kBsum with tiles_n > 1: [tiles_n][batch][M] float32
     uint32_t* bsum_turns;     // kBsum with tiles_n > 1: [batch][tiles_m], zero before and after
     uint64_t* bsum_tagged;    // kBsum in the persistent kernels with tiles_n > 1: [tiles_n][batch][M]
-                              // words, bsum_epoch << 32 | the float's bits (gemm_sm90.cu)
+                              // words, bsum_epoch << 32 | the float's bits (sm90/scheduler.cuh)
     void* bsum;               // kBsum: the sums, element (z, m) at z * bsum_sb + m * bsum_sm
     int64_t bsum_sb, bsum_sm;
     int32_t bsum_dtype;       // GemmDType of bsum
@@ -95,7 +95,7 @@ struct GemmParams {
                               // of them into all (TMA multicast); the B map's boxes are that share
 };
 
-// The 16-bit register epilogue's condition (gemm_sm90.cu, store_tile_16bit): 16-bit C whose
+// The 16-bit register epilogue's condition (sm90/epilogue.cuh, store_tile_16bit): 16-bit C whose
 // rows and batch entries start 16 bytes apart, without beta or stochastic rounding.
 KILN_GEMM_HOST_DEVICE inline bool rows_of_16_bytes(const GemmParams& p) {
     return !(p.flags & kBeta) && p.sr_bits == 0 && p.c_dtype != kF32 && p.c_sn == 1 && p.c_sm % 8 == 0 &&

@@ -30,7 +30,7 @@ const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dty
 // 9.5 against 8.9; 128 x 128 tiles in clusters of 8 took 10.4 there, and tf32
 // 4096x128x4096 A^T ran at 37.1 TFLOP/s on them in clusters of 4 against 39.9 on 64 x 64
 // tiles unsplit. 16-bit products into 16-bit C without beta or stochastic rounding, on tiles up
-// to kSplitPushMaxBn wide, send the slices' sums from registers instead (gemm_sm90.cu,
+// to kSplitPushMaxBn wide, send the slices' sums from registers instead (sm90/epilogue.cuh,
 // split_k_push_epilogue): per-block %globaltimer stamps put the 64 x 64 tile's split epilogue
 // 0.5-0.8 us over the unsplit one on 1760x128x1760 and 2560x64x2560, so
 // the fixed cost there is a third of the general one's.

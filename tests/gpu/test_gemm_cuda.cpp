@@ -788,7 +788,7 @@ TEST_CASE("gpu gemm: tf32 with B N-major through registers, no copy of B") {
 }
 
 // bsum in the persistent kernels: tiles store tagged partial sums and each row's last tile in
-// the walk adds them (gemm_sm90.cu). Batch entries, blocks that add several rows (by their
+// the walk adds them (sm90/scheduler.cuh). Batch entries, blocks that add several rows (by their
 // bsum warps, and the last by their consumers), tags left in the scratch by earlier launches
 // of other shapes, and the same bits on every run.
 TEST_CASE("gpu gemm: bsum in the persistent kernels: tagged partials, one adder per row") {

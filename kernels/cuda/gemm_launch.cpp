@@ -1,0 +1,431 @@
+// The launch of a chosen GEMM kernel (run_kernel): its grid and clusters (split-K, rows of
+// tiles, B shared along m, tiles along m), bsum's partials, split-K's slices and their
+// reduction, the TMA descriptors and the lean twins (rule 7); and selected_kernel, which
+// reports what the same decisions launch. Apart from the public entry (gemm_cuda.cpp) and the
+// operands (gemm_operands.cpp) so that the launch's decisions, which selected_kernel and
+// run_kernel must make alike, sit together.
+#include "kernels/cuda/gemm_launch.hpp"
+
+#include "compiler/log.hpp"
+#include "ir/error.hpp"
+#include "kernels/cuda/gemm_params.hpp"
+#include "kernels/cuda/gemm_select.hpp"
+#include "runtime/context_impl.hpp"
+#include "runtime/cuda/device_backend.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <string>
+
+namespace kiln::gemm {
+
+using namespace detail;
+
+namespace {
+
+// Whether a kernel of the sm_80 image launches with programmatic stream serialization: only
+// where the GPU runs the image's sm_90 code, which waits for the grids before it (gemm_common.cuh);
+// later GPUs compile its compute_80 PTX, which cannot.
+bool sm80_image_programmatic(const cuda::CudaBackend& be) { return be.info().sm == 90 && be.programmatic_launches(); }
+
+// A 3-D tiled TMA descriptor: dims (inner, outer, batch), the swizzle as wide as the box's
+// inner extent (128 bytes, or 32 for the narrow tiles' 16-element N-major B).
+CUtensorMap encode_tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch,
+                              int64_t outer_stride, int64_t batch_stride, uint32_t box_inner, uint32_t box_outer) {
+    const cuda::Driver& d = cuda::driver();
+    const size_t es = dtype_size(dt);
+    CUtensorMap map;
+    const CUtensorMapDataType type = dt == DType::Float16    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                     : dt == DType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    cuuint64_t dims[3] = {inner, outer, batch_stride ? batch : 1};
+    cuuint64_t strides[2] = {cuuint64_t(outer_stride) * es,
+                             batch_stride ? cuuint64_t(batch_stride) * es : cuuint64_t(outer_stride) * es * outer};
+    strides[1] = (strides[1] + 15) / 16 * 16;
+    cuuint32_t box[3] = {box_inner, box_outer, 1};
+    cuuint32_t elem[3] = {1, 1, 1};
+    const size_t inner_bytes = box_inner * es;
+    const CUtensorMapSwizzle swizzle = inner_bytes <= 32   ? CU_TENSOR_MAP_SWIZZLE_32B
+                                       : inner_bytes <= 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                           : CU_TENSOR_MAP_SWIZZLE_128B;
+    cuda::check(d.cuTensorMapEncodeTiled(&map, type, 3, const_cast<void*>(base), dims, strides, box, elem,
+                                         CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                "cuTensorMapEncodeTiled");
+    return map;
+}
+
+// The last descriptors encoded on this thread: programs multiply the same buffers again and
+// again, and encoding costs about a microsecond of host time per operand.
+CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch, int64_t outer_stride,
+                       int64_t batch_stride, uint32_t box_inner, uint32_t box_outer) {
+    using Key = std::array<uint64_t, 9>;
+    struct Entry { Key key; CUtensorMap map; };
+    thread_local std::array<Entry, 16> recent{};
+    thread_local size_t next = 0;
+    const Key key = {uint64_t(reinterpret_cast<uintptr_t>(base)), uint64_t(dt), inner, outer, batch, uint64_t(outer_stride),
+                     uint64_t(batch_stride), box_inner, uint64_t(box_outer) + 1};   // + 1: never the empty key
+    for (const Entry& e : recent)
+        if (e.key == key) return e.map;
+    Entry& e = recent[next++ % recent.size()];
+    e.key = key;
+    e.map = encode_tensor_map(base, dt, inner, outer, batch, outer_stride, batch_stride, box_inner, box_outer);
+    return e.map;
+}
+
+// Rule 7 (gemm_select.hpp): the one-tile wgmma kernels up to 128 wide run a lean twin where
+// the epilogue is plain: 16-bit C of the operands' dtype with the register epilogue, and no
+// split but one in a cluster through registers; the persistent kernels into 16-bit C of the
+// operands' dtype likewise. The twin's entry suffix, or nullptr for none.
+const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool bsum) {
+    if (!lean_kernels_allowed() || k.path != GemmPath::Wgmma || p.c_dtype != gemm_dtype(dt) || p.c_dtype == kF32) return nullptr;
+    const bool plain = k.persistent ? !k.b_in_registers   // (16-bit C: the selector chose it for a plain epilogue)
+                                    : k.bn <= 128 && (k.splits == 1 || (k.cluster_k && k.bn <= kSplitPushMaxBn)) &&
+                                          rows_of_16_bytes(p);
+    if (!plain) return nullptr;
+    return bsum ? "_lean_bsum" : "_lean";
+}
+
+thread_local bool last_launch_lean = false;
+thread_local int last_launch_b_share = 1;
+thread_local int last_launch_cluster = 1;
+thread_local int64_t last_launch_blocks = 0;
+
+} // namespace
+
+bool last_gemm_launch_lean() { return last_launch_lean; }
+int last_gemm_b_share() { return last_launch_b_share; }
+int last_gemm_cluster() { return last_launch_cluster; }
+int64_t last_gemm_blocks() { return last_launch_blocks; }
+
+int clusters_at_once_one_per_sm(cuda::CudaBackend& be, const std::string& entry, int size, int threads, int smem) {
+    // More dynamic shared memory than half an SM holds keeps the count at one block per SM.
+    const int lone = std::max(smem, be.info().max_shared_optin / 2 + 1);
+    return be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, entry, lone), unsigned(size), unsigned(threads),
+                                  unsigned(lone));
+}
+
+// Whether `rows` rows of `tiles_n` one-tile wgmma blocks, each row one cluster, all run at once.
+static bool rows_fit_in_clusters(cuda::CudaBackend& be, const GemmKernel& k, int64_t rows, int64_t tiles_n) {
+    return rows <= be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, k.entry, k.smem), unsigned(tiles_n),
+                                          unsigned(k.threads), unsigned(k.smem));
+}
+// Whether a plain one-tile wgmma launch groups its rows of 2-4 tiles into clusters (run_kernel,
+// which with bsum also clusters rows of up to 8).
+static bool launches_row_clusters(cuda::CudaBackend& be, const GemmKernel& k, int64_t rows, int64_t tiles_n) {
+    return tiles_n >= 2 && tiles_n <= 4 && rows_fit_in_clusters(be, k, rows, tiles_n);
+}
+
+// How many blocks along m share B's stages (GemmParams::b_multicast): 4 or 2 for the 16-wide
+// one-tile kernels, 1 otherwise. A column of 16-wide tiles is every block of the grid reading
+// the same few rows of B at once (B's stage is 2 KB against A's 8 KB); as one copy multicast
+// to a cluster instead, on the H100 (bf16, GPU time a call)
+// 7680x16x2560 took 9.5 us in clusters of 4 against 11.6-12.0 (clusters of 4 without the
+// multicast), 6144x16x2048 A^T 7.5-7.7 against 8.1-8.8 (clusters of 2: 7.8-8.1), 8192x16x2560
+// in clusters of 2 14.6 against 16.4. Wider tiles lost or held level (4096x128x4096 A^T in
+// clusters of 2 along m instead of its row clusters 17.1 against 12.1, 7424x64x2560 in
+// clusters of 4 10.7 against 10.0), as did clusters that do not all run at once (8192x16x2560
+// in clusters of 4, 19.9). A share is whole 8-row swizzle atoms of B's box: K-major B (16 rows
+// of n) splits in 2, N-major B (64 rows of k) in 4. Not tf32: its B is K-major, copied (a
+// quarter of A's bytes a stage, shared in clusters of 2), and shared it ran 0.9% slower
+// (7680x16x2560 37.46 us against 37.13, 8192x16x2560 39.12 against 38.78, five interleaved
+// runs each, every unshared run faster); its 16-wide tile with A M-major reads A
+// through registers, whose loop keeps its own releases.
+static int b_share_blocks(cuda::CudaBackend& be, const GemmKernel& k, int64_t tiles_m, int64_t tiles_n, int64_t batch, DType dt) {
+    if (k.path != GemmPath::Wgmma || k.persistent || k.splits != 1 || k.bn != 16 || k.b_in_registers || dt == DType::Float32)
+        return 1;
+    const int box_rows = k.b_trans ? 128 / int(dtype_size(dt)) : k.bn;
+    for (const int blocks : {4, 2})
+        if (tiles_m % blocks == 0 && (box_rows / blocks) % 8 == 0 &&
+            tiles_m / blocks * tiles_n * batch <= clusters_at_once_one_per_sm(be, k.entry, blocks, k.threads, k.smem))
+            return blocks;
+    return 1;
+}
+
+namespace {
+
+// The kernel as launched: rule 3's split in clusters where it can run as chosen. A tile's
+// clusters must all run at once (a second wave of them doubles the time: fp16 2560x64x2560,
+// 40 clusters of 3, took 10.3 us a call on the H100 against 6.7 as 80 blocks in clusters of 2,
+// while 2304x64x4096, 36 clusters, took 7.4 against 9.0), so a count whose clusters do not fit
+// steps down to the next that does (3 only where the sums cross in registers, which the
+// selector judged from C's TMA alignment); 2 always fits, one block per SM. A count forced by
+// KILN_GEMM_SPLITS stays as it is, but for that condition of 3.
+GemmKernel as_launched(cuda::CudaBackend& be, const GemmKernel& chosen, const GemmParams& p, DType dt) {
+    GemmKernel k = chosen;
+    if (!k.cluster_k || k.splits <= 2) return k;
+    const bool push = dt != DType::Float32 && split_sums_pushed(p, k.bn);   // (the selector's split_push_applies)
+    const char* forced = std::getenv("KILN_GEMM_SPLITS");
+    const bool keep = forced && *forced;
+    const int64_t tiles = ((int64_t(p.m) + k.bm - 1) / k.bm) * ((int64_t(p.n) + k.bn - 1) / k.bn) * p.batch;
+    for (const int s : {8, 4, 3, 2}) {
+        if (s > chosen.splits || (s == 3 && !push)) continue;
+        if (s == 2 || (keep && s == chosen.splits) ||
+            tiles <= clusters_at_once_one_per_sm(be, k.entry, s, k.threads, k.smem)) {
+            k.splits = s;
+            return k;
+        }
+    }
+    return k;
+}
+
+} // namespace
+
+std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
+    cuda::CudaBackend& be = cuda::cuda_backend(C.context());
+    const double flops = 2.0 * double(C.size()) * double(A.shape()[A.rank() - 1]);
+    const bool tf32 = A.dtype() == DType::Float32 && C.context().allow_tf32();
+    GemmProblem pr = problem_of(A, C, mat(A), mat(B), be);
+    std::string staged;
+    const Staging st = staging(A, B, C, tf32, /*plain=*/true, flops, be);
+    if (st.a) {
+        pr.a_tma = true;
+        pr.a_kmajor = staged_kmajor(A, true, tf32);
+        staged += " A";
+    }
+    if (st.b) {
+        pr.b_tma = true;
+        pr.b_kmajor = staged_kmajor(B, false, tf32);
+        staged += " B";
+    }
+    // The plain product as launched, and its lean twin (rule 7), judged on C as it is.
+    const Mat c = mat(C);
+    GemmParams p{};
+    p.c = const_cast<char*>(c.base);
+    p.c_sm = c.s_row, p.c_sn = c.s_col, p.c_batch = c.s_batch;
+    p.c_dtype = gemm_dtype(C.dtype());
+    p.m = int32_t(pr.m), p.n = int32_t(pr.n), p.batch = int32_t(pr.batch);
+    if (context_impl(C.context()).stochastic_round_bits > 0 && C.dtype() != DType::Float32) p.sr_bits = 1;
+    pr.plain_epilogue = pr.plain_epilogue && p.sr_bits == 0;   // as cuda_gemm judges it
+    const GemmKernel k = as_launched(be, select_gemm(pr), p, A.dtype());
+    // B shared along m where no row cluster is launched (run_kernel's choice, judged alike).
+    const int64_t tiles_m = (pr.m + k.bm - 1) / k.bm, tiles_n = (pr.n + k.bn - 1) / k.bn;
+    int share = b_share_blocks(be, k, tiles_m, tiles_n, pr.batch, A.dtype());
+    if (share > 1 && launches_row_clusters(be, k, tiles_m * pr.batch, tiles_n)) share = 1;
+    return describe(k) + (share > 1 ? " B shared x" + std::to_string(share) : "") +
+           (lean_twin(k, p, A.dtype(), false) ? " lean" : "") + (staged.empty() ? "" : " (copied" + staged + ")");
+}
+
+// One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
+// their sum (into `bsum` when given). `p` holds the operands and the epilogue.
+void detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a,
+                        const Mat& b, DType dt, const Tensor* bsum, int c_rank) {
+    const GemmKernel k = as_launched(be, chosen, p, dt);
+    const int64_t M = p.m, N = p.n, K = p.k, batch = p.batch;
+    const size_t es = dtype_size(dt);
+    p.tiles_m = int32_t((M + k.bm - 1) / k.bm);
+    p.tiles_n = int32_t((N + k.bn - 1) / k.bn);
+    p.group_m = 8;
+    p.k_splits = k.splits;
+    p.k_cluster = k.cluster_k ? 1 : 0;
+    const bool slices_k = k.splits > 1 && !k.cluster_k;   // global slices and the reduction kernel
+    const bool one_tile_wgmma = k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1;
+    // In the one-tile kernels a row of 2-4 tiles is launched as one cluster where every row's
+    // cluster runs at once (with bsum, rows of 2-8: bsum_cluster, below): its blocks,
+    // which read the same rows of A, then run together on one GPC. On the H100 the plain
+    // 4096x128x4096 A^T product took 13.6 us a call so against 15.4, 3072x128x1024 5.5
+    // against 5.9,
+    // 4096x192x4096 15.8 against 23.7, 3072x192x1024 6.9 against 8.0 (rows of 3), and
+    // on the wider tiles 4096x320x4096 25.2-25.5 against 36.8-37.0, 6144x384x4096 49-51
+    // against 59. The GPCs hold fewer clusters than SMs / cluster (39 of 3, 30 of 4
+    // on the H100's 132 SMs): a grid of more rows than that ran a second wave of clusters, up
+    // to 1.7x slower. Rows of 8 were slower on 512^3.
+    // bsum over a row of 2-8 tiles: the row is one cluster whose blocks add each other's row
+    // sums from shared memory (rows of tiles in raster order), where every row's cluster runs
+    // at once; otherwise partials in global memory (a second wave of clusters doubled the time,
+    // fp16 4096x256x4096 +bsum 32.7 us against 16.2 plain).
+    const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8 &&
+                              rows_fit_in_clusters(be, k, int64_t(p.tiles_m) * batch, p.tiles_n);
+    if (bsum_cluster) p.bsum_cluster = 1;
+    const bool row_cluster =
+        bsum_cluster || (one_tile_wgmma && launches_row_clusters(be, k, int64_t(p.tiles_m) * batch, p.tiles_n));
+    if (row_cluster) p.group_m = 1;
+    // Split-K in a cluster over a row of 2-8 tiles: the cluster holds the row's tiles, each
+    // with its k_splits blocks (rank = tile in the row x k_splits + split), where splits x
+    // tiles fit in one cluster and every such cluster runs at once. The blocks reading the same
+    // rows of A then run together on one GPC, as the unsplit row clusters above do. On the
+    // H100 (GPU time a call, five interleaved runs, bf16 / fp16) 1760x128x1760 (k/2, 28
+    // clusters of 4) took 5.18 / 5.15 us against 5.63 / 5.62 with the split's clusters of 2,
+    // 1536x128x2048 k/2 5.20 against 5.72, 768x128x4096 k/4 (clusters of 8) 6.13 against 6.63
+    // Not with bsum, whose row sums still meet in global memory: in
+    // such clusters 1760x128x1760 with bias, ReLU and bsum took 5.98 us against 5.95.
+    // The kernel's dynamic shared memory: a split in a cluster adds the receive buffer of the
+    // slices' sums (gemm_params.hpp).
+    const bool cluster_split = k.path == GemmPath::Wgmma && k.cluster_k;
+    const int kernel_smem =
+        k.smem + (cluster_split && k.bn <= kSplitPushMaxBn ? split_receive_bytes(k.bm, k.bn, k.splits) : 0);
+    int cluster_blocks = k.splits;
+    if (cluster_split && !bsum && p.tiles_n >= 2 && k.splits * p.tiles_n <= 8) {
+        if (int64_t(p.tiles_m) * batch <= clusters_at_once_one_per_sm(be, k.entry, k.splits * p.tiles_n, k.threads, kernel_smem)) {
+            cluster_blocks = k.splits * p.tiles_n;
+            p.group_m = 1;   // a row's tiles in consecutive blocks
+        }
+    }
+    // A grid one 64 x 64 tile wide split in 2: clusters of two tiles along m, each with its two
+    // slices (4 blocks), where every such cluster runs at once. On the H100 (GPU time a call,
+    // five interleaved runs, medians) 2560x64x2560 took 6.09 us against 6.67 in the split's
+    // clusters of 2 (bf16 and fp16 alike), 2560x48x2560 8.55 against 9.09 (bf16); splits of 3
+    // and 4 held level that way (2048x64x4096 k/3, 1280x64x2560 and 1760x16x1760 k/4), and so
+    // did two rows of tiles in one cluster where rows are 2 tiles wide.
+    if (cluster_split && k.splits == 2 && p.tiles_n == 1 && k.bm == 64 && k.bn == 64 && p.tiles_m % 2 == 0 &&
+        int64_t(p.tiles_m / 2) * batch <= clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, kernel_smem))
+        cluster_blocks = 4;
+    // A grid of rows one tile wide (tiles_n = 1) that fills the GPU's SMs to between 7/8 and all
+    // of them is launched as clusters of 4 tiles along m, where every cluster runs at once. On the
+    // H100 (30 clusters of 4 at once) fp16 7680x16x2560 took 12.2-12.6 us a call so against
+    // 13.4, 7424x64x2560 12.3-12.7 against 14.4-14.6, 7680x48x2560 16.2-17.0 against 18.6-19.0;
+    // longer products were level (7680x16x7680 43.5 against 43.8), and grids under 7/8 of the
+    // SMs were level or slower as clusters of 4 (6656x16x2560 11.9 against 11.0, 6144x16x2048
+    // A^T 9.2 against 9.0), so they stay plain. The clusters must fit at
+    // once one block to an SM: the 16-wide tile, of which an SM holds two, ran 8192x16x2560 (32
+    // clusters) in 21.8 us as clusters against 17.1. (Where it shares B, below, the 16-wide tile
+    // is launched in that share's clusters instead; its measurements here predate the share.)
+    // The 16-wide tile's B shared along m (b_share_blocks): clusters of `share_b` tiles of one
+    // column, the raster one group (consecutive blocks share the column).
+    const int share_b = one_tile_wgmma && !row_cluster ? b_share_blocks(be, k, p.tiles_m, p.tiles_n, batch, dt) : 1;
+    const bool b_shared = share_b > 1;
+    if (b_shared) {
+        p.b_multicast = share_b;
+        p.group_m = p.tiles_m;
+    }
+    const int64_t sms = be.info().multiprocessors, row_blocks = int64_t(p.tiles_m) * batch;
+    const bool m_cluster = !b_shared && one_tile_wgmma && p.tiles_n == 1 && p.tiles_m % 4 == 0 && 8 * row_blocks >= 7 * sms &&
+                           row_blocks <= sms &&
+                           row_blocks / 4 <= clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, k.smem);
+    // One wave of one-tile blocks that no cluster launch groups: the raster group of rule 6
+    // (gemm_select.hpp), which puts the blocks that share rows of A or columns of B on
+    // neighbouring SMs.
+    if (one_tile_wgmma && !row_cluster && !m_cluster && !b_shared && row_blocks * p.tiles_n <= sms)
+        p.group_m = one_wave_raster_group(k.bm, k.bn, p.tiles_m, p.tiles_n);
+    // bsum: with several tiles per row, each tile's row sums go to `partials` and the last
+    // tile of a row adds them (turn counters in the backend's zeroed scratch); the persistent
+    // kernels tag their partials instead and a row's last tile in the walk adds them, in a
+    // cooperative launch (sm90/scheduler.cuh); with one tile per row, or global k slices (the
+    // reduction kernel sees whole rows), the sums go to bsum directly.
+    Tensor partials;
+    if (bsum) {
+        const Tensor& bs = *bsum;
+        // bsum is (M), (M, 1), (batch, M) or (batch, M, 1).
+        p.bsum = static_cast<char*>(bs.view().storage->data) + bs.offset() * dtype_size(bs.dtype());
+        p.bsum_sb = c_rank == 3 ? bs.strides()[0] : 0;
+        p.bsum_sm = bs.strides()[c_rank == 3 ? 1 : 0];
+        p.bsum_dtype = gemm_dtype(bs.dtype());
+        if (k.persistent && p.tiles_n > 1) {
+            const auto words = be.tagged_scratch(size_t(p.tiles_n) * size_t(batch) * size_t(M) * 8);
+            p.bsum_tagged = reinterpret_cast<uint64_t*>(words.words);
+            p.bsum_epoch = words.tag;
+        } else if (!slices_k && !bsum_cluster && p.tiles_n > 1) {
+            partials = ctx.empty({p.tiles_n, batch, M}, DType::Float32);
+            p.bsum_partials = static_cast<float*>(partials.view().storage->data);
+            p.bsum_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(size_t(batch) * p.tiles_m * 4));
+            partials.view().storage->written = true;
+        }
+        p.flags |= kBsum;
+    }
+    // Split-K: the GEMM kernel stores each slice's raw sums as slices[split]; a second kernel
+    // adds them in order and applies the epilogue (`p`). (A single kernel whose slices take
+    // turns adding into one buffer was measured 2-3x slower on the H100: the turns serialise.)
+    GemmParams q = p;
+    Tensor slices;
+    if (slices_k) {
+        slices = ctx.empty({k.splits, M, N}, DType::Float32);
+        q.c = slices.view().storage->data;
+        q.c_sm = N, q.c_sn = 1, q.c_batch = M * N;
+        q.c_dtype = kF32;
+        q.flags = 0;
+        q.alpha = 1, q.beta = 0, q.sr_bits = 0;
+    }
+    // Global slices: blockIdx.y = batch entry x splits + split; in a cluster the blocks of a
+    // tile are neighbours along x.
+    int64_t blocks = int64_t(p.tiles_m) * p.tiles_n * (k.cluster_k ? k.splits : 1);
+    int64_t grid_y = batch * (k.cluster_k ? 1 : k.splits);
+    if (k.persistent) {   // one block per SM (rule 6: persistent_grid), batches folded into the walk
+        blocks = persistent_grid(blocks * batch, be.info().multiprocessors);
+        grid_y = 1;
+    }
+    if (blocks > 0x7fffffff || grid_y > 65535)
+        fail(Error::Kind::Value, "compound_dot: {} x {} x {} with a batch of {} exceeds the GEMM kernels' grid", M, N, K, batch);
+
+    // Programmatic launch (gemm_common.cuh): the one-tile wgmma kernels, and the sm_80 image's
+    // where its sm_90 code runs. Not the persistent kernels: measured level or slower with it
+    // on the H100. A grid of the sm_80 image with at most one block per SM, started
+    // while the kernel before it still holds SMs, could be placed two blocks to an SM (the
+    // block scheduler fills whatever room there is): on the H100 the one-block-per-SM FMA kernel
+    // ran a third slower on 35x8457x4096. Asking for more than half an SM's shared memory keeps
+    // such a grid at one block per SM.
+    const bool programmatic = k.path == GemmPath::Wgmma ? !k.persistent && be.programmatic_launches()
+                                                        : sm80_image_programmatic(be);
+    int smem = kernel_smem;
+    if (programmatic && k.path != GemmPath::Wgmma && blocks * grid_y <= be.info().multiprocessors)
+        smem = std::max(smem, be.info().max_shared_optin / 2 + 1);
+    const char* twin = lean_twin(k, p, dt, bsum != nullptr);
+    last_launch_lean = twin != nullptr;
+    last_launch_b_share = share_b;
+    // The one-tile wgmma kernels' clusters: a split's (with its row's tiles, above), B's share,
+    // a row's tiles, or 4 along m.
+    const int cluster = k.path != GemmPath::Wgmma || k.persistent ? 1
+                        : k.cluster_k                            ? cluster_blocks
+                        : b_shared                               ? share_b
+                        : row_cluster                            ? p.tiles_n
+                        : m_cluster                              ? 4
+                                                                 : 1;
+    last_launch_cluster = cluster;
+    last_launch_blocks = blocks * grid_y;
+    const std::string entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
+    CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, smem);
+    log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks, clusters of {})", M, N, K, batch, dtype_name(dt),
+              describe(k), b_shared ? " B shared x" + std::to_string(share_b) : "", twin ? " lean" : "", k.bm, k.bn,
+              blocks * grid_y, cluster);
+    if (k.path == GemmPath::Wgmma) {
+        // A: K-major boxes (a stage's k) x (BM rows); M-major boxes 128 bytes wide (64 16-bit
+        // rows, 32 tf32 ones) x (a stage's k), one or two per consumer. B likewise with BN
+        // (N-major boxes at most 64 wide: the 16-wide tile's B is one box of 16, in the 32-byte
+        // swizzle). A stage holds 128 bytes of k.
+        const uint32_t bk = 128 / uint32_t(es);
+        CUtensorMap ma, mb;
+        if (k.b_in_registers) {   // A in 32 x 256 K-major boxes, B in 32 x 32 N-major boxes
+            ma = tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, 256);
+            mb = tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, 32, bk);
+        } else {
+            ma = k.a_trans ? tensor_map(a.base, dt, M, K, batch, a.s_col, a.s_batch, bk, bk)
+                           : tensor_map(a.base, dt, K, M, batch, a.s_row, a.s_batch, bk, k.bm);
+            const uint32_t share = uint32_t(share_b);   // (B's box is a block's share of it)
+            mb = k.b_trans ? tensor_map(b.base, dt, N, K, batch, b.s_row, b.s_batch, uint32_t(std::min(k.bn, 64)), bk / share)
+                           : tensor_map(b.base, dt, K, N, batch, b.s_col, b.s_batch, bk, uint32_t(k.bn) / share);
+        }
+        if (k.persistent) {
+            // C in boxes of 64 rows x 128 bytes (the kernel's staged results; 32 x 32 float32
+            // values for the B-in-registers kernel).
+            const DType cdt = p.c_dtype == kF16 ? DType::Float16 : p.c_dtype == kBF16 ? DType::BFloat16 : DType::Float32;
+            CUtensorMap mc = k.b_in_registers
+                                 ? tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 32, 32)
+                                 : tensor_map(p.c, cdt, N, M, batch, p.c_sm, p.c_batch, 128 / uint32_t(dtype_size(cdt)), 64);
+            // bsum's tagged partials need every block resident: a cooperative launch.
+            void* params[] = {&q, &ma, &mb, &mc};
+            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params,
+                                  {.cooperative = p.bsum_tagged != nullptr});
+        } else {
+            void* params[] = {&q, &ma, &mb};
+            be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params,
+                                  {.cluster = unsigned(cluster), .programmatic = programmatic});
+        }
+    } else {
+        void* params[] = {&q};
+        be.launch_precompiled(f, unsigned(blocks), unsigned(grid_y), 1, k.threads, smem, params, {.programmatic = programmatic});
+    }
+    if (slices_k) {
+        slices.view().storage->written = true;
+        const float* sp = static_cast<const float*>(slices.view().storage->data);
+        void* params[] = {&p, &sp};
+        // With bsum 8 / reduce_warps_per_row rows a block; without, 4 elements per thread (see
+        // the kernel).
+        const int64_t rows_per_block = 8 / reduce_warps_per_row(int(N));
+        const int64_t grid = bsum ? (M + rows_per_block - 1) / rows_per_block : (M * N / 4 + 255) / 256 + 1;
+        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256,
+                              0, params, {.programmatic = sm80_image_programmatic(be)});
+    }
+    if (bsum) bsum->view().storage->written = true;
+}
+
+} // namespace kiln::gemm

@@ -1,0 +1,47 @@
+// The host side's internal interface between gemm_operands.cpp (the operands' layouts, the
+// selector's problem, the operand copies), gemm_launch.cpp (the launch of a chosen kernel) and
+// gemm_cuda.cpp (cuda_gemm, the public entry, and KILN_AUTOTUNE): what one of them defines and
+// another uses. Internal to the library (namespace detail).
+#pragma once
+#include "kernels/cuda/gemm_cuda.hpp"
+#include "kernels/cuda/gemm_params.hpp"
+#include "kernels/cuda/gemm_select.hpp"
+
+#include <cstdint>
+
+// The module images, generated at build time (kernels/cuda/meson.build): nvcc fatbins.
+extern "C" const unsigned char kiln_gemm_sm80_image[];
+extern "C" const unsigned char kiln_gemm_sm90_image[];
+
+namespace kiln::gemm::detail {
+
+// One operand as a (batch, rows, cols) matrix: strides in elements, batch stride 0 when shared.
+struct Mat {
+    const char* base = nullptr;   // device address of element (0, 0, 0)
+    int64_t s_batch = 0, s_row = 0, s_col = 0;
+};
+Mat mat(const Tensor& t);
+
+// The kernels' dtype code (gemm_params.hpp) of a tensor dtype.
+int gemm_dtype(DType t);
+
+// The selector's choice for a problem, remembered (gemm_operands.cpp).
+GemmKernel selection(const GemmProblem& pr);
+
+// The selector's description of C = A . B with operands a and b as they are.
+GemmProblem problem_of(const Tensor& A, const Tensor& C, const Mat& a, const Mat& b, const cuda::CudaBackend& be);
+
+// Operand copies (rule 5 of gemm_select.hpp): which operands to copy, the copy, and its layout.
+struct Staging {
+    bool a = false, b = false;
+};
+Staging staging(const Tensor& A, const Tensor& B, const Tensor& C, bool need_kmajor, bool plain, double flops,
+                const cuda::CudaBackend& be);
+Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBackend& be);
+bool staged_kmajor(const Tensor& X, bool is_a, bool tf32);
+
+// One product with kernel `chosen` as launched (gemm_launch.cpp).
+void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,
+                DType dt, const Tensor* bsum, int c_rank);
+
+} // namespace kiln::gemm::detail
