@@ -12,66 +12,76 @@
 
 namespace kiln {
 
-const char* opkind_name(OpKind k) {
-    switch (k) {
-    case OpKind::Leaf: return "tensor";
-    case OpKind::Scalar: return "scalar";
-    case OpKind::Rand: return "rand";
-    case OpKind::Iota: return "iota";
-    case OpKind::Neg: return "negative";
-    case OpKind::Abs: return "absolute";
-    case OpKind::Sqrt: return "sqrt";
-    case OpKind::Square: return "square";
-    case OpKind::Exp: return "exp";
-    case OpKind::Exp2: return "exp2";
-    case OpKind::Log: return "log";
-    case OpKind::Log2: return "log2";
-    case OpKind::SafeLog: return "safelog";
-    case OpKind::Sig: return "sig";
-    case OpKind::Sig2: return "sig2";
-    case OpKind::Tanh: return "tanh";
-    case OpKind::Tanh2: return "tanh2";
-    case OpKind::Reciprocal: return "reciprocal";
-    case OpKind::Sgn: return "sgn";
-    case OpKind::Rint: return "rint";
-    case OpKind::Finite: return "finite";
-    case OpKind::Cast: return "cast";
-    case OpKind::Add: return "add";
-    case OpKind::Sub: return "subtract";
-    case OpKind::Mul: return "multiply";
-    case OpKind::Div: return "divide";
-    case OpKind::FloorDiv: return "floor_divide";
-    case OpKind::Mod: return "remainder";
-    case OpKind::Fmod: return "fmod";
-    case OpKind::Pow: return "power";
-    case OpKind::Maximum: return "maximum";
-    case OpKind::Minimum: return "minimum";
-    case OpKind::Eq: return "equal";
-    case OpKind::Ne: return "not_equal";
-    case OpKind::Gt: return "greater";
-    case OpKind::Ge: return "greater_equal";
-    case OpKind::Lt: return "less";
-    case OpKind::Le: return "less_equal";
-    case OpKind::Where: return "where";
-    case OpKind::Sum: return "sum";
-    case OpKind::Max: return "max";
-    case OpKind::Min: return "min";
-    case OpKind::ArgMax: return "argmax";
-    case OpKind::ArgMin: return "argmin";
-    case OpKind::Reshape: return "reshape";
-    case OpKind::Take: return "take";
-    }
-    return "?";
-}
+namespace {
 
-bool is_unary(OpKind k) { return k >= OpKind::Neg && k <= OpKind::Cast; }
-bool is_binary(OpKind k) { return k >= OpKind::Add && k <= OpKind::Le; }
-bool is_elementwise(OpKind k) { return is_unary(k) || is_binary(k) || k == OpKind::Where; }
-bool is_reduction(OpKind k) { return k >= OpKind::Sum && k <= OpKind::ArgMin; }
-bool is_comparison(OpKind k) { return k >= OpKind::Eq && k <= OpKind::Le; }
-bool is_commutative(OpKind k) {
-    return k == OpKind::Add || k == OpKind::Mul || k == OpKind::Maximum || k == OpKind::Minimum || k == OpKind::Eq ||
-           k == OpKind::Ne;
+using O = OpKind;
+using C = OpClass;
+
+// Every op once, in the enum's order: the static_asserts below refuse a table that misses an op
+// or lists one out of place.
+constexpr OpKindInfo kOpKinds[] = {
+    // op        name              class        arity, commutative, comparison
+    {O::Leaf,     "tensor",         C::Leaf,     0, false, false},
+    {O::Scalar,   "scalar",         C::Leaf,     0, false, false},
+    {O::Rand,     "rand",           C::Leaf,     0, false, false},
+    {O::Iota,     "iota",           C::Leaf,     0, false, false},
+    {O::Neg,      "negative",       C::Unary,    1, false, false},
+    {O::Abs,      "absolute",       C::Unary,    1, false, false},
+    {O::Sqrt,     "sqrt",           C::Unary,    1, false, false},
+    {O::Square,   "square",         C::Unary,    1, false, false},
+    {O::Exp,      "exp",            C::Unary,    1, false, false},
+    {O::Exp2,     "exp2",           C::Unary,    1, false, false},
+    {O::Log,      "log",            C::Unary,    1, false, false},
+    {O::Log2,     "log2",           C::Unary,    1, false, false},
+    {O::SafeLog,  "safelog",        C::Unary,    1, false, false},
+    {O::Sig,      "sig",            C::Unary,    1, false, false},
+    {O::Sig2,     "sig2",           C::Unary,    1, false, false},
+    {O::Tanh,     "tanh",           C::Unary,    1, false, false},
+    {O::Tanh2,    "tanh2",          C::Unary,    1, false, false},
+    {O::Reciprocal,"reciprocal",     C::Unary,    1, false, false},
+    {O::Sgn,      "sgn",            C::Unary,    1, false, false},
+    {O::Rint,     "rint",           C::Unary,    1, false, false},
+    {O::Finite,   "finite",         C::Unary,    1, false, false},
+    {O::Cast,     "cast",           C::Unary,    1, false, false},
+    {O::Add,      "add",            C::Binary,   2, true,  false},
+    {O::Sub,      "subtract",       C::Binary,   2, false, false},
+    {O::Mul,      "multiply",       C::Binary,   2, true,  false},
+    {O::Div,      "divide",         C::Binary,   2, false, false},
+    {O::FloorDiv, "floor_divide",   C::Binary,   2, false, false},
+    {O::Mod,      "remainder",      C::Binary,   2, false, false},
+    {O::Fmod,     "fmod",           C::Binary,   2, false, false},
+    {O::Pow,      "power",          C::Binary,   2, false, false},
+    {O::Maximum,  "maximum",        C::Binary,   2, true,  false},
+    {O::Minimum,  "minimum",        C::Binary,   2, true,  false},
+    {O::Eq,       "equal",          C::Binary,   2, true,  true},
+    {O::Ne,       "not_equal",      C::Binary,   2, true,  true},
+    {O::Gt,       "greater",        C::Binary,   2, false, true},
+    {O::Ge,       "greater_equal",  C::Binary,   2, false, true},
+    {O::Lt,       "less",           C::Binary,   2, false, true},
+    {O::Le,       "less_equal",     C::Binary,   2, false, true},
+    {O::Where,    "where",          C::Ternary,  3, false, false},
+    {O::Sum,      "sum",            C::Reduction,1, false, false},
+    {O::Max,      "max",            C::Reduction,1, false, false},
+    {O::Min,      "min",            C::Reduction,1, false, false},
+    {O::ArgMax,   "argmax",         C::Reduction,1, false, false},
+    {O::ArgMin,   "argmin",         C::Reduction,1, false, false},
+    {O::Reshape,  "reshape",        C::Movement, 1, false, false},
+    {O::Take,     "take",           C::Movement, 2, false, false},
+};
+
+constexpr bool in_enum_order() {
+    for (size_t i = 0; i < sizeof(kOpKinds) / sizeof(kOpKinds[0]); ++i)
+        if ((size_t)kOpKinds[i].op != i) return false;
+    return true;
+}
+static_assert(sizeof(kOpKinds) / sizeof(kOpKinds[0]) == (size_t)OpKind::Take + 1, "kOpKinds must list every OpKind");
+static_assert(in_enum_order(), "kOpKinds must list the ops in the enum's order");
+
+} // namespace
+
+const OpKindInfo& opkind_info(OpKind k) {
+    static constexpr OpKindInfo unknown{OpKind::Leaf, "?", OpClass::Leaf, 0, false, false};
+    return (size_t)k < sizeof(kOpKinds) / sizeof(kOpKinds[0]) ? kOpKinds[(size_t)k] : unknown;
 }
 
 bool View::is_contiguous() const {
@@ -151,6 +161,8 @@ void destroy(const Node* n) {
 
 NodePtr intern(Node proto) {
     check_shape(proto.shape, opkind_name(proto.op));
+    KILN_CHECK_INTERNAL(proto.inputs.size() == (size_t)opkind_info(proto.op).arity, "intern: {} with {} inputs",
+                        opkind_name(proto.op), proto.inputs.size());
     proto.hash = structural_hash(proto);
     auto& t = table();
     // Candidates locked during the search are released only after the mutex: dropping the last

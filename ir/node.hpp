@@ -34,14 +34,29 @@ enum class OpKind : uint8_t {
     Take,     // inputs {source, indices}: source gathered along `axis` by indices
 };
 
+enum class OpClass : uint8_t { Leaf, Unary, Binary, Ternary, Reduction, Movement };
 
-const char* opkind_name(OpKind k);
-bool is_unary(OpKind k);
-bool is_binary(OpKind k);
-bool is_elementwise(OpKind k);  // unary, binary, Where, Cast
-bool is_reduction(OpKind k);
-bool is_commutative(OpKind k);
-bool is_comparison(OpKind k);
+// What the graph knows of an op, from one table (node.cpp) in OpKind's order.
+struct OpKindInfo {
+    OpKind op;
+    const char* name;    // the public function's name: graph listings and error messages
+    OpClass cls;
+    int arity;           // inputs
+    bool commutative;    // operands may be swapped (canonical order, CSE)
+    bool comparison;     // a bool result from two operands of any dtype
+};
+const OpKindInfo& opkind_info(OpKind k);
+
+inline const char* opkind_name(OpKind k) { return opkind_info(k).name; }
+inline bool is_unary(OpKind k) { return opkind_info(k).cls == OpClass::Unary; }
+inline bool is_binary(OpKind k) { return opkind_info(k).cls == OpClass::Binary; }
+inline bool is_elementwise(OpKind k) {   // unary, binary, Where, Cast
+    OpClass c = opkind_info(k).cls;
+    return c == OpClass::Unary || c == OpClass::Binary || c == OpClass::Ternary;
+}
+inline bool is_reduction(OpKind k) { return opkind_info(k).cls == OpClass::Reduction; }
+inline bool is_commutative(OpKind k) { return opkind_info(k).commutative; }
+inline bool is_comparison(OpKind k) { return opkind_info(k).comparison; }
 
 
 struct Node {
