@@ -3,13 +3,15 @@
     python examples/benchmarks/perf_tables.py vs_torch.json [--doc docs/PERFORMANCE.md] [--command "..."]
     python examples/benchmarks/perf_tables.py fusion.json --date D --commit C [--doc ...] [--command "..."]
     python examples/benchmarks/perf_tables.py cpu_fusion.json --date D --commit C [--doc ...] [--command "..."]
+    python examples/benchmarks/perf_tables.py gemm.json --date D --commit C --device "..." [--doc ...] [--command "..."]
 
 vs_torch.py's JSON (kiln beside PyTorch) fills what stands between `<!-- vs_torch:begin -->` and
 `<!-- vs_torch:end -->`; kiln-bench-fusion's JSON (the CUDA backend alone: large cases and
 latency against the fused-kernel targets; it records no date or commit, so they are given)
 fills `<!-- fusion:begin -->` .. `<!-- fusion:end -->`; kiln-bench-cpu-fusion's (the CPU backend
 against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin -->` ..
-`<!-- cpu_fusion:end -->`. A section without its markers is added
+`<!-- cpu_fusion:end -->`; kiln-bench-gemm's (JSON lines; no device, date or commit) `<!-- gemm:begin -->` ..
+`<!-- gemm:end -->`. A section without its markers is added
 at the end of the document, so the document always shows the last run's numbers with that
 run's device, date, commit and method.
 """
@@ -22,6 +24,7 @@ import sys
 BEGIN, END = "<!-- vs_torch:begin -->", "<!-- vs_torch:end -->"
 FUSION_BEGIN, FUSION_END = "<!-- fusion:begin -->", "<!-- fusion:end -->"
 CPU_BEGIN, CPU_END = "<!-- cpu_fusion:begin -->", "<!-- cpu_fusion:end -->"
+GEMM_BEGIN, GEMM_END = "<!-- gemm:begin -->", "<!-- gemm:end -->"
 
 # kiln-bench-fusion's latency measures against the fused-kernel issue's targets: (label, key, unit, target).
 LATENCY = [
@@ -85,6 +88,57 @@ def render_cpu(r, command, date, commit):
     return "\n".join(out)
 
 
+def geomean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def render_gemm(rows, command, date, commit, device):
+    """kiln-bench-gemm's rows: a product's times, then the host's cost of issuing it."""
+    products = [x for x in rows if "kiln_ms" in x]
+    host = {(x["dtype"], x["m"], x["n"], x["k"]): x["host_us"] for x in rows if "host_us" in x}
+    out = [GEMM_BEGIN, "",
+           f"- Device: {device}.",
+           f"- Date: {date}. Commit: {commit}.",
+           f"- Command: `{command}`.",
+           "- Method: CUDA events on kiln's stream (cuBLAS on the same stream) around batches of back-to-back "
+           "calls, each batch queued whole behind a gate so that the times are the GPU's; median of 7 batches "
+           "after warm-up, the calls taking turns. Operands uniform in [-1, 1). `ratio`: kiln's TFLOP/s over "
+           "cuBLAS's (`cublasGemmEx`); `bias+relu vs cuBLASLt`: kiln's fused epilogue against cuBLASLt's "
+           "RELU_BIAS epilogue; `+bsum over plain`: bias + ReLU + row sums over the plain product; `host us a "
+           "call`: the host's time to issue a call (kiln, cuBLAS).", ""]
+    summary = []
+    for dt in dict.fromkeys(x["dtype"] for x in products):
+        mine = [x for x in products if x["dtype"] == dt]
+        ratio = lambda x: x["cublas_ms"] / x["kiln_ms"]
+        small = [ratio(x) for x in mine if x["n"] <= 128]
+        squares = ", ".join(f"{x['m']}^3 {ratio(x):.2f}" for x in mine if x["m"] == x["n"] == x["k"] and x["m"] >= 4096)
+        summary.append(f"{dt}: geometric mean {geomean([ratio(x) for x in mine]):.2f}"
+                       + (f", N <= 128 {geomean(small):.2f}" if small else "") + (f", {squares}" if squares else ""))
+    out += ["kiln over cuBLAS (time ratio) by dtype: " + "; ".join(summary) + ".", "",
+            "| dtype | M x N x K | op | GPU: kiln TFLOP/s | cuBLAS | ratio | bias+relu vs cuBLASLt | +bsum over plain "
+            "| host us a call: kiln, cuBLAS | kernel chosen |",
+            "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
+    for x in products:
+        h = host.get((x["dtype"], x["m"], x["n"], x["k"]))
+        out.append(f"| {x['dtype']} | {x['m']}x{x['n']}x{x['k']} | {x['op']} | {x['kiln_tflops']:.1f} | "
+                   f"{x['cublas_tflops']:.1f} | {x['cublas_ms'] / x['kiln_ms']:.2f} | "
+                   f"{x['cublaslt_bias_relu_ms'] / x['kiln_bias_relu_ms']:.2f} | "
+                   f"{100 * (x['kiln_bias_relu_bsum_ms'] / x['kiln_ms'] - 1):+.1f}% | "
+                   + (f"{h[0]:.1f}, {h[3]:.1f}" if h else "") + f" | `{x['kernel']}` |")
+    out += ["", GEMM_END]
+    return "\n".join(out)
+
+
+def load_json(path):
+    """One JSON document, or JSON lines (kiln-bench-gemm) as a list."""
+    with open(path) as f:
+        text = f.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def render(r, command):
     cases = r["cases"]
     out = [BEGIN, "",
@@ -135,15 +189,27 @@ def main():
     ap.add_argument("--command", default=None)
     ap.add_argument("--date", default=None, help="kiln-bench-fusion's and kiln-bench-cpu-fusion's JSON: the run's date")
     ap.add_argument("--commit", default=None, help="the same: the commit it ran")
+    ap.add_argument("--device", default=None, help="kiln-bench-gemm's JSON: the GPU it ran on")
     args = ap.parse_args()
-    with open(args.json) as f:
-        r = json.load(f)
+    r = load_json(args.json)
     with open(args.doc) as f:
         doc = f.read()
-    if ("dispatch_us" in r or "hardware_threads" in r) and (not args.date or not args.commit):
+    gemm = isinstance(r, list)
+    if (gemm or "dispatch_us" in r or "hardware_threads" in r) and (not args.date or not args.commit):
         print("perf_tables: this benchmark's JSON records no date or commit: give --date and --commit",
               file=sys.stderr)
         return 2
+    if gemm and not args.device:
+        print("perf_tables: kiln-bench-gemm's JSON records no device: give --device", file=sys.stderr)
+        return 2
+    if gemm:
+        table = render_gemm(r, args.command or "kiln-bench-gemm --queued gemm.json", args.date, args.commit, args.device)
+        doc = replace_section(doc, GEMM_BEGIN, GEMM_END, table,
+                              "GEMM: kiln's kernels beside cuBLAS/cuBLASLt (examples/benchmarks/gemm.cpp)")
+        with open(args.doc, "w") as f:
+            f.write(doc)
+        print(f"{args.doc}: {sum('kiln_ms' in x for x in r)} products from {args.json}")
+        return 0
     if "hardware_threads" in r:
         table = render_cpu(r, args.command or "kiln-bench-cpu-fusion cpu_fusion.json", args.date, args.commit)
         doc = replace_section(doc, CPU_BEGIN, CPU_END, table,

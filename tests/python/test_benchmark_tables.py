@@ -138,3 +138,29 @@ def test_the_cpu_benchmark_fills_its_own_section_and_needs_a_date_and_commit(tmp
     assert "- Machine: Test CPU, 2 hardware threads" in text
     assert "Date: 2026-01-02. Commit: abc1234." in text
     assert "| variance | 1024x1024 | 0.250 | 6.000 | 24.0x |" in text
+
+
+def test_the_gemm_benchmark_fills_its_own_section_from_json_lines(tmp_path):
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text("# Performance\n\n" + perf_tables.GEMM_BEGIN + "\nstale\n" + perf_tables.GEMM_END + "\n")
+    rows = [{"dtype": "f16", "m": 4096, "n": 4096, "k": 4096, "op": "nn", "kiln_ms": 0.2, "cublas_ms": 0.22,
+             "kiln_bias_relu_ms": 0.2, "cublaslt_bias_relu_ms": 0.21, "kiln_bias_relu_bsum_ms": 0.21,
+             "kiln_tflops": 687.2, "cublas_tflops": 624.7, "max_rel_diff": 0.0, "kernel": "kiln_gemm_x"},
+            {"dtype": "f16", "m": 4096, "n": 4096, "k": 4096, "host_us": [8.0, 8.1, 8.2, 20.0]},
+            {"dtype": "f16", "m": 1760, "n": 16, "k": 1760, "op": "nn", "kiln_ms": 0.004, "cublas_ms": 0.006,
+             "kiln_bias_relu_ms": 0.004, "cublaslt_bias_relu_ms": 0.006, "kiln_bias_relu_bsum_ms": 0.0044,
+             "kiln_tflops": 24.8, "cublas_tflops": 16.5, "max_rel_diff": 1e-4, "kernel": "kiln_gemm_y"},
+            {"host_us_per_call": 5.8}]
+    js = tmp_path / "gemm.json"
+    js.write_text("\n".join(json.dumps(x) for x in rows) + "\n")
+    script = os.path.join(BENCH, "perf_tables.py")
+    base = [sys.executable, script, str(js), "--doc", str(doc)]
+    r = subprocess.run(base + ["--date", "2026-01-02", "--commit", "abc1234"], capture_output=True, text=True)
+    assert r.returncode == 2 and "give --device" in r.stderr
+    subprocess.run(base + ["--date", "2026-01-02", "--commit", "abc1234", "--device", "Test GPU"], check=True,
+                   capture_output=True)
+    text = doc.read_text()
+    assert "stale" not in text
+    assert "- Device: Test GPU." in text and "Date: 2026-01-02. Commit: abc1234." in text
+    assert "| f16 | 4096x4096x4096 | nn | 687.2 | 624.7 | 1.10 | 1.05 | +5.0% | 8.0, 20.0 | `kiln_gemm_x` |" in text
+    assert "f16: geometric mean 1.28, N <= 128 1.50, 4096^3 1.10." in text
