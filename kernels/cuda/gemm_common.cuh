@@ -45,9 +45,9 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 // Lets the next kernel in the stream start its blocks once every block of this grid has said
 // so (one thread of a block suffices) or exited; that kernel still waits for this one to end
 // before it reads anything. Only the one-tile wgmma kernels say it: the 16-wide tile at its
-// start, the others once a short main loop is done (sm90/one_tile.cuh). The FMA kernels, which said
-// it at their start too, lost up to a third of their speed on the H100 to the next kernel's
-// waiting blocks, and without it their exit says it.
+// start, the others once a short main loop is done (sm90/one_tile.cuh). The FMA kernels do
+// not: said at their start, it slowed them, the next kernel's blocks waiting beside theirs;
+// without it their exit says it.
 __device__ __forceinline__ void allow_next_grid() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -183,12 +183,12 @@ __device__ __forceinline__ float store4(const GemmParams& p, char* c, int64_t of
 // finish the tile here, a warp per row and 4 columns per lane, so C is read and written in
 // coalesced runs (whole 4-element vectors when C's rows are contiguous and aligned). Every load
 // a row needs is issued before its values are used, and the bias is read once per tile: with a
-// warp per row and few warps per block, an epilogue that waits on each load in turn costs as
-// much as a quarter of the product. For bsum (the sums of the values as stored, rounded to C's
-// dtype) each lane leaves its share of a row in the row's first 32 words once the row is in
-// registers, and after the last row each lane adds up one row's shares: a chain of 5 shuffles
-// per row, row after row, made bsum cost 6-11% of a 4096^3 product on the H100. The order of
-// the additions is fixed: the sums are deterministic.
+// warp per row and few warps per block, an epilogue that waits on each load in turn
+// serialises. For bsum (the sums of the values as stored, rounded to C's dtype) each lane
+// leaves its share of a row in the row's first 32 words once the row is in registers, and
+// after the last row each lane adds up one row's shares: a chain of 5 shuffles per row, row
+// after row, put every row's adds on the epilogue's path. The order of the additions is
+// fixed: the sums are deterministic.
 // `row_sums`: with bsum_cluster, where the tile's row sums go (shared memory, ROWS floats).
 // PAIRS_SWAPPED: the tile holds each even/odd pair of columns swapped (column c at c ^ 1).
 template <int ROWS, int COLS, int NTHREADS, bool PAIRS_SWAPPED = false>
@@ -332,8 +332,8 @@ __device__ __noinline__ void count_tile_and_add_rows(const GemmParams& p, int m0
 }
 // Whether there is anything to add is decided inline, where `p` is still the kernel's
 // parameter: inside the out-of-line call every field is a load through a generic pointer, and
-// with one tile per row (nothing to add) the call and that load were all bsum cost on the
-// H100's 16-wide tiles, 0.2-0.3 us a call.
+// with one tile per row (nothing to add) the call and that load were all that bsum cost on the
+// 16-wide tiles.
 template <int ROWS, class Sync>
 __device__ __forceinline__ void bsum_across_tiles(const GemmParams& p, int m0, int tile_m, int z, int tid, int nthreads,
                                                   Sync sync) {

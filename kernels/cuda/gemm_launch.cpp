@@ -119,19 +119,14 @@ static bool launches_row_clusters(cuda::CudaBackend& be, const GemmKernel& k, in
 
 // How many blocks along m share B's stages (GemmParams::b_multicast): 4 or 2 for the 16-wide
 // one-tile kernels, 1 otherwise. A column of 16-wide tiles is every block of the grid reading
-// the same few rows of B at once (B's stage is 2 KB against A's 8 KB); as one copy multicast
-// to a cluster instead, on the H100 (bf16, GPU time a call)
-// 7680x16x2560 took 9.5 us in clusters of 4 against 11.6-12.0 (clusters of 4 without the
-// multicast), 6144x16x2048 A^T 7.5-7.7 against 8.1-8.8 (clusters of 2: 7.8-8.1), 8192x16x2560
-// in clusters of 2 14.6 against 16.4. Wider tiles lost or held level (4096x128x4096 A^T in
-// clusters of 2 along m instead of its row clusters 17.1 against 12.1, 7424x64x2560 in
-// clusters of 4 10.7 against 10.0), as did clusters that do not all run at once (8192x16x2560
-// in clusters of 4, 19.9). A share is whole 8-row swizzle atoms of B's box: K-major B (16 rows
-// of n) splits in 2, N-major B (64 rows of k) in 4. Not tf32: its B is K-major, copied (a
-// quarter of A's bytes a stage, shared in clusters of 2), and shared it ran 0.9% slower
-// (7680x16x2560 37.46 us against 37.13, 8192x16x2560 39.12 against 38.78, five interleaved
-// runs each, every unshared run faster); its 16-wide tile with A M-major reads A
-// through registers, whose loop keeps its own releases.
+// the same few rows of B at once (B's stage is 2 KB against A's 8 KB); loaded once and
+// multicast to every block of a cluster instead, they make the product faster than clusters
+// of the same size without the multicast. Wider tiles lost or held level that way, as did
+// clusters that do not all run at once. A share is whole 8-row swizzle atoms of B's box:
+// K-major B (16 rows of n) splits in 2, N-major B (64 rows of k) in 4. Not tf32: its B is
+// K-major, copied (a quarter of A's bytes a stage, shared in clusters of 2), and shared it
+// ran slower; its 16-wide tile with A M-major reads A through registers, whose loop keeps
+// its own releases.
 static int b_share_blocks(cuda::CudaBackend& be, const GemmKernel& k, int64_t tiles_m, int64_t tiles_n, int64_t batch, DType dt) {
     if (k.path != GemmPath::Wgmma || k.persistent || k.splits != 1 || k.bn != 16 || k.b_in_registers || dt == DType::Float32)
         return 1;
@@ -146,10 +141,9 @@ static int b_share_blocks(cuda::CudaBackend& be, const GemmKernel& k, int64_t ti
 namespace {
 
 // The kernel as launched: rule 3's split in clusters where it can run as chosen. A tile's
-// clusters must all run at once (a second wave of them doubles the time: fp16 2560x64x2560,
-// 40 clusters of 3, took 10.3 us a call on the H100 against 6.7 as 80 blocks in clusters of 2,
-// while 2304x64x4096, 36 clusters, took 7.4 against 9.0), so a count whose clusters do not fit
-// steps down to the next that does (3 only where the sums cross in registers, which the
+// clusters must all run at once (a second wave of them doubles the time; where they all fit,
+// clusters of 3 beat clusters of 2), so a count whose clusters do not fit steps down to the
+// next that does (3 only where the sums cross in registers, which the
 // selector judged from C's TMA alignment); 2 always fits, one block per SM. A count forced by
 // KILN_GEMM_SPLITS stays as it is, but for that condition of 3.
 GemmKernel as_launched(cuda::CudaBackend& be, const GemmKernel& chosen, const GemmParams& p, DType dt) {
@@ -223,18 +217,14 @@ void detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     const bool one_tile_wgmma = k.path == GemmPath::Wgmma && !k.persistent && k.splits == 1;
     // In the one-tile kernels a row of 2-4 tiles is launched as one cluster where every row's
     // cluster runs at once (with bsum, rows of 2-8: bsum_cluster, below): its blocks,
-    // which read the same rows of A, then run together on one GPC. On the H100 the plain
-    // 4096x128x4096 A^T product took 13.6 us a call so against 15.4, 3072x128x1024 5.5
-    // against 5.9,
-    // 4096x192x4096 15.8 against 23.7, 3072x192x1024 6.9 against 8.0 (rows of 3), and
-    // on the wider tiles 4096x320x4096 25.2-25.5 against 36.8-37.0, 6144x384x4096 49-51
-    // against 59. The GPCs hold fewer clusters than SMs / cluster (39 of 3, 30 of 4
-    // on the H100's 132 SMs): a grid of more rows than that ran a second wave of clusters, up
-    // to 1.7x slower. Rows of 8 were slower on 512^3.
+    // which read the same rows of A, then run together on one GPC, and the product is faster,
+    // the more so on the wider tiles. The GPCs hold fewer clusters than SMs / cluster: a grid
+    // of more rows than that ran a second wave of clusters, much slower, hence the check that
+    // every row's cluster runs at once. Rows of 8 were slower on small products.
     // bsum over a row of 2-8 tiles: the row is one cluster whose blocks add each other's row
     // sums from shared memory (rows of tiles in raster order), where every row's cluster runs
-    // at once; otherwise partials in global memory (a second wave of clusters doubled the time,
-    // fp16 4096x256x4096 +bsum 32.7 us against 16.2 plain).
+    // at once; otherwise partials in global memory (a second wave of clusters doubled the
+    // time).
     const bool bsum_cluster = bsum && one_tile_wgmma && p.tiles_n >= 2 && p.tiles_n <= 8 &&
                               rows_fit_in_clusters(be, k, int64_t(p.tiles_m) * batch, p.tiles_n);
     if (bsum_cluster) p.bsum_cluster = 1;
@@ -244,12 +234,9 @@ void detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     // Split-K in a cluster over a row of 2-8 tiles: the cluster holds the row's tiles, each
     // with its k_splits blocks (rank = tile in the row x k_splits + split), where splits x
     // tiles fit in one cluster and every such cluster runs at once. The blocks reading the same
-    // rows of A then run together on one GPC, as the unsplit row clusters above do. On the
-    // H100 (GPU time a call, five interleaved runs, bf16 / fp16) 1760x128x1760 (k/2, 28
-    // clusters of 4) took 5.18 / 5.15 us against 5.63 / 5.62 with the split's clusters of 2,
-    // 1536x128x2048 k/2 5.20 against 5.72, 768x128x4096 k/4 (clusters of 8) 6.13 against 6.63
-    // Not with bsum, whose row sums still meet in global memory: in
-    // such clusters 1760x128x1760 with bias, ReLU and bsum took 5.98 us against 5.95.
+    // rows of A then run together on one GPC, as the unsplit row clusters above do, which is
+    // faster than the split's own clusters. Not with bsum, whose row sums still meet in global
+    // memory: in such clusters it gained nothing.
     // The kernel's dynamic shared memory: a split in a cluster adds the receive buffer of the
     // slices' sums (gemm_params.hpp).
     const bool cluster_split = k.path == GemmPath::Wgmma && k.cluster_k;
@@ -263,24 +250,19 @@ void detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
         }
     }
     // A grid one 64 x 64 tile wide split in 2: clusters of two tiles along m, each with its two
-    // slices (4 blocks), where every such cluster runs at once. On the H100 (GPU time a call,
-    // five interleaved runs, medians) 2560x64x2560 took 6.09 us against 6.67 in the split's
-    // clusters of 2 (bf16 and fp16 alike), 2560x48x2560 8.55 against 9.09 (bf16); splits of 3
-    // and 4 held level that way (2048x64x4096 k/3, 1280x64x2560 and 1760x16x1760 k/4), and so
-    // did two rows of tiles in one cluster where rows are 2 tiles wide.
+    // slices (4 blocks), where every such cluster runs at once, which is faster than the
+    // split's clusters of 2. Splits of 3 and 4 held level that way, and so did two rows of
+    // tiles in one cluster where rows are 2 tiles wide.
     if (cluster_split && k.splits == 2 && p.tiles_n == 1 && k.bm == 64 && k.bn == 64 && p.tiles_m % 2 == 0 &&
         int64_t(p.tiles_m / 2) * batch <= clusters_at_once_one_per_sm(be, k.entry, 4, k.threads, kernel_smem))
         cluster_blocks = 4;
     // A grid of rows one tile wide (tiles_n = 1) that fills the GPU's SMs to between 7/8 and all
-    // of them is launched as clusters of 4 tiles along m, where every cluster runs at once. On the
-    // H100 (30 clusters of 4 at once) fp16 7680x16x2560 took 12.2-12.6 us a call so against
-    // 13.4, 7424x64x2560 12.3-12.7 against 14.4-14.6, 7680x48x2560 16.2-17.0 against 18.6-19.0;
-    // longer products were level (7680x16x7680 43.5 against 43.8), and grids under 7/8 of the
-    // SMs were level or slower as clusters of 4 (6656x16x2560 11.9 against 11.0, 6144x16x2048
-    // A^T 9.2 against 9.0), so they stay plain. The clusters must fit at
-    // once one block to an SM: the 16-wide tile, of which an SM holds two, ran 8192x16x2560 (32
-    // clusters) in 21.8 us as clusters against 17.1. (Where it shares B, below, the 16-wide tile
-    // is launched in that share's clusters instead; its measurements here predate the share.)
+    // of them is launched as clusters of 4 tiles along m, where every cluster runs at once,
+    // which makes such products faster (longer ones held level); grids under 7/8 of the SMs
+    // were level or slower as clusters of 4, so they stay plain. The clusters must fit at once
+    // one block to an SM: the 16-wide tile, of which an SM holds two, was slower as clusters
+    // that did not. (Where it shares B, below, the 16-wide tile is launched in that share's
+    // clusters instead.)
     // The 16-wide tile's B shared along m (b_share_blocks): clusters of `share_b` tiles of one
     // column, the raster one group (consecutive blocks share the column).
     const int share_b = one_tile_wgmma && !row_cluster ? b_share_blocks(be, k, p.tiles_m, p.tiles_n, batch, dt) : 1;
@@ -325,7 +307,7 @@ void detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     }
     // Split-K: the GEMM kernel stores each slice's raw sums as slices[split]; a second kernel
     // adds them in order and applies the epilogue (`p`). (A single kernel whose slices take
-    // turns adding into one buffer was measured 2-3x slower on the H100: the turns serialise.)
+    // turns adding into one buffer was slower: the turns serialise.)
     GemmParams q = p;
     Tensor slices;
     if (slices_k) {
@@ -348,12 +330,11 @@ void detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
         fail(Error::Kind::Value, "compound_dot: {} x {} x {} with a batch of {} exceeds the GEMM kernels' grid", M, N, K, batch);
 
     // Programmatic launch (gemm_common.cuh): the one-tile wgmma kernels, and the sm_80 image's
-    // where its sm_90 code runs. Not the persistent kernels: measured level or slower with it
-    // on the H100. A grid of the sm_80 image with at most one block per SM, started
-    // while the kernel before it still holds SMs, could be placed two blocks to an SM (the
-    // block scheduler fills whatever room there is): on the H100 the one-block-per-SM FMA kernel
-    // ran a third slower on 35x8457x4096. Asking for more than half an SM's shared memory keeps
-    // such a grid at one block per SM.
+    // where its sm_90 code runs. Not the persistent kernels: they ran level or slower with it.
+    // A grid of the sm_80 image with at most one block per SM, started while the kernel before
+    // it still holds SMs, could be placed two blocks to an SM (the block scheduler fills
+    // whatever room there is), which slowed the one-block-per-SM FMA kernel. Asking for more
+    // than half an SM's shared memory keeps such a grid at one block per SM.
     const bool programmatic = k.path == GemmPath::Wgmma ? !k.persistent && be.programmatic_launches()
                                                         : sm80_image_programmatic(be);
     int smem = kernel_smem;

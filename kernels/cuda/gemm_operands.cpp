@@ -133,13 +133,10 @@ bool wgmma_readable(const Tensor& X, bool is_a, bool need_kmajor) {
 
 // Whether an M- or N-major X (A stored (K, M), B stored (K, N)) has rows that do not start on
 // 32-byte sectors (its base, its rows or its batch entries 16 bytes off them). Each 128-byte
-// row of a TMA box then spans five sectors instead of four, and the product runs about a
-// third slower. On the H100, fp16 (B's rows 14000 bytes apart, 16 bytes off a sector every
-// other row) 4096x7000x4096 took 479 us, 370-383 with B copied (the copy included) and
-// 364 for 4096x6992x4096 or 4096x7008x4096 uncopied (rows 13984 and 14016 bytes apart, on
-// sectors but not 128 bytes apart), which their copies made slower (393-400 us); 1760x7000x1760
-// 97.8 us, 84.6 with B copied, 1760x6992x1760 73. K-major rows 3520
-// bytes apart (A of 1760x7000x1760) cost nothing measurable: copying that A made it slower.
+// row of a TMA box then spans five sectors instead of four, and the product slows enough
+// that copying the operand, copy included, is faster. Rows on sectors but not 128 bytes apart
+// do not slow it: their copies made the product slower. Neither do K-major rows off sectors:
+// copying such an A made the product slower.
 bool mn_rows_unaligned(const Tensor& X, bool is_a) {
     const Mat x = mat(X);
     const bool kmajor = is_kmajor(x, is_a);
@@ -179,8 +176,8 @@ bool b_through_registers(const Tensor& A, const Tensor& B, const Tensor& C, bool
 // of being copied K-major: on narrow products (N <= 256, where the selector takes the one-tile
 // kernels 64 or 16 wide anyway) where TMA reads A as it is (rows on sectors). B is copied
 // K-major where it is N-major, as it would be beside a copied A (the B-in-registers kernel
-// takes only products of more than a wave of 256 x 128 tiles). On the H100 tf32 4096x128x4096
-// A^T took 89.4 us with A's 64 MB copied first, 39.9 through registers.
+// takes only products of more than a wave of 256 x 128 tiles). Through registers A is read
+// once; copied, it is read and written once more before the product.
 bool a_through_registers(const Tensor& A, const Tensor& B, const cuda::CudaBackend& be) {
     if (be.info().sm != 90 || B.shape()[B.rank() - 1] > 256) return false;   // (B may be shared by a batched A)
     if (is_kmajor(mat(A), true) || !wgmma_readable(A, true, /*need_kmajor=*/false) || mn_rows_unaligned(A, true)) return false;

@@ -24,16 +24,11 @@ const char* dtype_tag(int dtype, bool tf32) { return dtype == kF16 ? "f16" : dty
 
 // Rule 3's fixed cost of a split in a cluster, microseconds, for a bm x bn tile: two cluster
 // barriers, the other blocks' sums read from distributed shared memory and the general
-// epilogue on the block's rows, which grow with the tile. Fitted to the H100 (kernel times,
-// ncu): the 64 x 16 tile on 1760x16x1760 in clusters of 4 took 7.45 us against 8.1 unsplit,
-// the 64 x 64 one on 2560x64x2560 in clusters of 2 10.4 against 10.9, and on 1760x128x1760
-// 9.5 against 8.9; 128 x 128 tiles in clusters of 8 took 10.4 there, and tf32
-// 4096x128x4096 A^T ran at 37.1 TFLOP/s on them in clusters of 4 against 39.9 on 64 x 64
-// tiles unsplit. 16-bit products into 16-bit C without beta or stochastic rounding, on tiles up
-// to kSplitPushMaxBn wide, send the slices' sums from registers instead (sm90/epilogue.cuh,
-// split_k_push_epilogue): per-block %globaltimer stamps put the 64 x 64 tile's split epilogue
-// 0.5-0.8 us over the unsplit one on 1760x128x1760 and 2560x64x2560, so
-// the fixed cost there is a third of the general one's.
+// epilogue on the block's rows, which grow with the tile; fitted to the kernel times of split
+// and unsplit products. 16-bit products into 16-bit C without beta or stochastic rounding, on
+// tiles up to kSplitPushMaxBn wide, send the slices' sums from registers instead
+// (sm90/epilogue.cuh, split_k_push_epilogue), without the float32 staging, the remote reads
+// and the second barrier, so the fixed cost there is a third of the general one's.
 bool split_push_applies(const GemmProblem& pr, int bn) {
     return pr.dtype != kF32 && !pr.c_f32 && pr.plain_epilogue && bn <= kSplitPushMaxBn;
 }
@@ -92,8 +87,7 @@ int slices_for(const GemmProblem& pr, int bm, int bn, int bk) {
 // Rule 3, clusters: the most of 2, 3 and 4 blocks per tile that keeps one block per SM and 2
 // k-tiles per slice (1: none); 3 only where the slices' sums cross in registers (its blocks own
 // 3, 3 and 2 of a tile's 8-row groups; the general split epilogue divides the rows evenly).
-// (Clusters of 8 were slower than 4 wherever both fit: 1760x16x1760 on 64-wide tiles took 12 us
-// in clusters of 8, 8.4 in clusters of 4.)
+// (Not 8: clusters of 8 were slower than 4 wherever both fit.)
 int cluster_splits_for(const GemmProblem& pr, int bm, int bn, int bk) {
     const int64_t blocks = tiles_of(pr, bm, bn);
     const int64_t ktiles = (pr.k + bk - 1) / bk;
@@ -122,8 +116,7 @@ double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     if (k.splits > 1 && k.cluster_k) us += cluster_split_us(pr, k.bm, k.bn);
     // bsum over a row of several tiles: unsplit one-tile kernels add the row in one cluster
     // (through distributed shared memory), a cluster split through global partials and a
-    // count. On the H100 the 64 x 64 tile's k/2 split took 1760x128x1760 from 6.7 to 9.2 us
-    // with bias + ReLU + bsum, the unsplit tile 7.0 to 8.1.
+    // count, which costs the split more: kSplitRowSumsUs.
     if (pr.bsum && tn > 1 && k.splits > 1 && k.cluster_k) us += kSplitRowSumsUs;
     if (k.splits > 1 && !k.cluster_k) us += 3.0 + 1e6 * 2.0 * 4.0 * double(k.splits) * double(pr.m * pr.n) / 3e12;
     return us;
@@ -207,10 +200,9 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         // 64-wide tile 16 KB, of which 6 KB are zeros past N = 16; the loads set their pace).
         // The 128 x 64 tile (two consumers): where 64 x 64 tiles would need twice the waves. A
         // narrow block's pace is set by the bytes its SM receives, so one wave of 128 x 64 tiles
-        // (768 KB a block on 6144x128x2048 A^T) beat two of 64 x 64 (512 KB each): 10.4 against
-        // 15.8 us on the H100, 8192x128x8192 50.4 against 61.0; its
-        // rate sits between theirs. Split in a cluster it lost to the 64 x 64 tile everywhere
-        // (2048x128x8192 24.7 against 16.9 us), so the selector does not split it so.
+        // (768 KB a block on 6144x128x2048 A^T) beats two of 64 x 64 (512 KB each); its rate
+        // sits between theirs. Split in a cluster it lost to the 64 x 64 tile everywhere (its
+        // split epilogue costs more than the split saves), so the selector does not split it so.
         for (Wg w : {Wg{256, 2, 4, 1.0}, Wg{128, 2, 6, 0.9}, Wg{64, 1, 8, 0.7}, Wg{16, 1, 8, 0.3}, Wg{64, 2, 8, 0.8}}) {
             if (tf32_a_regs && w.bn > 64) continue;
             GemmKernel k;
@@ -226,11 +218,11 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             const int stages_bytes = w.stages * (k.bm + w.bn) * 128 + 1024;
             k.smem = stages_bytes + w.bn * 4;
             k.bk = pr.dtype == kF32 ? 32 : 64;
-            // Several waves of 64-wide tiles: on the H100 6144x256x2048 took 25.0 us on 64 x 64
-            // tiles (3 waves) against 15.5 on 128 x 128 (one), 3072x384x3072 29.8 against 20.5,
-            // 4096x384x1024 16.0 against 9.6; the estimate had them level.
-            // (35x8457x4096 A^T, 133 blocks of 64 x 64, keeps them: the factor stays above the
-            // 256-wide tile's split there, not measured faster.)
+            // Several waves of 64-wide tiles: a narrow block's pace is the bytes its SM receives,
+            // so each further wave costs a whole block's time, which the fill alone does not
+            // count; with the factor such products go to the 128 x 128 tile where it fills one
+            // wave. (35x8457x4096 A^T, 133 blocks of 64 x 64, keeps them: the factor stays above
+            // the 256-wide tile's split there, which ran no faster.)
             if (w.bn == 64) k.waves_rate = 0.85;
             add(k, w.rate, true, !(w.bn == 64 && w.cons == 2));
             const int64_t tiles = tiles_of(pr, k.bm, k.bn);
@@ -273,8 +265,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
         k.bk = 8;
         add(k, 0.1, false);
         // The cp.async tile (fma_async_ok): same tile and splits, its rate above the staged
-        // kernel's (4096^3 on the H100, ncu: 2.88 ms with A^T against 3.19 for the staged
-        // kernel on the nn product).
+        // kernel's (its operands pass through no registers, and one barrier serves 16 k).
         if (fma_async_ok(pr)) {
             GemmKernel ak = k;
             ak.entry = "kiln_gemm_fma_f32_tt_128x128";
@@ -282,8 +273,9 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             // 4 stages of [16][132] floats for each operand; the epilogue's tile is as large.
             ak.smem = std::max(4 * 2 * 16 * (128 + 4) * 4, 128 * (128 + 4) * 4);
             // Its loop is one 37 KB body: with one block per SM a lone warp per scheduler
-            // waits on instruction fetch (4096x128x4096 A^T in 4 slices: 0.65x the rate of
-            // _u8, whose bodies are 8 k-steps; _u8 is 3-4% slower at two blocks per SM).
+            // waits on instruction fetch, so below two blocks per SM its rate takes a factor
+            // of 0.65 against _u8's, whose bodies are 8 k-steps; at two blocks per SM the one
+            // body is the faster.
             ak.lone_block_rate = 0.65;
             add(ak, 0.11, false);
             ak.entry = "kiln_gemm_fma_f32_tt_128x128_u8";
@@ -291,8 +283,8 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
             add(ak, 0.108, false);
         }
         // Narrow products: 256 x 16 tiles, 4 x 4 results per thread (a quarter of the 128 x 128
-        // tile's rate where both fill their tiles: on the H100, 4096x128x4096 ran at 12.9
-        // TFLOP/s on it against 30.3 on 128 x 128 tiles split 4 ways).
+        // tile's rate where both fill their tiles: fewer results per thread reuse each
+        // operand read less).
         GemmKernel nk = k;
         nk.bm = 256;
         nk.bn = 16;
@@ -303,8 +295,8 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
     }
     // Paths first (a faster path beats any tile of a slower one), then the estimate. tf32
     // allows the tensor cores without requiring them: on products 16 columns wide or narrower
-    // the exact narrow FMA tile beat mma.sync tf32 on the H100 (1760x16x1760: 4.0 against 2.5
-    // TFLOP/s, 6144x16x2048 A^T: 7.0 against 2.7), so there it ranks before the mma.sync path.
+    // the exact narrow FMA tile beats mma.sync tf32, whose tiles are mostly empty there, so
+    // there it ranks before the mma.sync path.
     const auto rank = [&](const GemmKernel& k) {
         if (k.path == GemmPath::Fma && k.bn == 16 && pr.tf32 && pr.n <= 16) return 1;
         return k.path == GemmPath::Wgmma ? 0 : k.path == GemmPath::Mma ? 2 : 3;
@@ -334,8 +326,8 @@ int64_t persistent_grid(int64_t tiles, int64_t sms) {
 }
 
 int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n) {
-    // It runs on every launch it applies to (~3 us of host time for a 128-block grid): rows one
-    // tile wide (every group walks them in the same order) return at once, and the last grid's
+    // It runs on every launch it applies to, and its search costs host time: rows one tile
+    // wide (every group walks them in the same order) return at once, and the last grid's
     // answer is kept per thread, for products issued again and again.
     if (tiles_n == 1) return 8;
     struct Last { int bm = 0, bn = 0; int64_t tiles_m = 0, tiles_n = 0; int group = 8; };

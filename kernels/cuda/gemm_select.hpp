@@ -1,7 +1,7 @@
 // The GEMM kernel selector: which precompiled kernel, and which tile, runs a problem.
 //
-// Rules, in order (each a consequence of what the kernels can address and what the H100
-// measurements say; docs/PERFORMANCE.md has the runs):
+// Rules, in order (each a consequence of what the kernels can address and how fast they run;
+// docs/gemm.md's design rules give each one's measured effect):
 //  1. Paths. On sm_90 with the sm_90a image built, 16-bit operands (and float32 when the context
 //     allows tf32) run the wgmma kernels when TMA can address both operands: a contiguous
 //     dimension, 16-byte aligned base, other strides multiples of 16 bytes. tf32 there also needs
@@ -16,7 +16,8 @@
 //     through cp.async where fma_async_ok accepts the operands (rows contiguous: A M-major, B
 //     N-major; rule 5 copies them so where that pays), otherwise staged through registers.
 //     Where tf32 is allowed but wgmma cannot run, products at most 16 columns wide run the
-//     exact narrow FMA kernel before mma.sync tf32 (faster there, measured).
+//     exact narrow FMA kernel before mma.sync tf32 (faster there: mma.sync's tiles are mostly
+//     empty at that width).
 //  2. Tile. Among a path's tiles, the one with the best estimated time: each tile has a relative
 //     per-SM rate (bigger tiles reuse more data per byte loaded), scaled by how evenly its blocks
 //     fill the waves over the SMs and by the fraction of each block that lies inside C. This is
@@ -30,8 +31,8 @@
 //     and this one's TMA stores overlap the consumers' work) runs products of more than one
 //     wave of 128x256 tiles into C that TMA can store (16-bit operands; tf32 into float32 C),
 //     with alpha, bias, ReLU and bsum (no beta, no stochastic rounding). Its rate is 1.02 of
-//     the one-tile-per-block kernel's (on the H100, fp16 4096^3: 218-221 against 227-229 us,
-//     ncu).
+//     the one-tile-per-block kernel's: its tensor cores do not stop for each tile's epilogue
+//     and the next tile's first loads.
 //     The estimate is a time: the product's flops at the tile's rate times fill times the
 //     inside fraction (peak 700 TFLOP/s for 16-bit operands, 350 for float32), plus the fixed
 //     cost of a split (rule 3).
@@ -63,8 +64,8 @@
 //     stochastic rounding, and no split but one in a cluster whose sums cross in registers;
 //     the persistent kernels into 16-bit C of the operands' dtype likewise.
 //     Same arithmetic, same bits; a tenth of the code, which a one-wave product fetches from
-//     L2 as it runs (fp16 3072x128x1024 on the H100: 4.31 us a call against 5.23; the
-//     persistent kernel 0.7-1.6% faster at 4096^3 and 8192^3). KILN_GEMM_LEAN=0 turns it off.
+//     L2 as it runs, so the twin is faster (the persistent kernels' twins too, by less).
+//     KILN_GEMM_LEAN=0 turns it off.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -116,13 +117,12 @@ std::string describe(const GemmKernel& k);
 // bytes into a buffer with rows 128 bytes apart pays, for a product of `flops`. An operand the
 // wgmma kernels cannot read (`readable` false: TMA cannot address it, or tf32 needs it
 // K-major) is copied when the copy and the wgmma product (700 TFLOP/s) take less than the
-// product on the portable kernels (kPortableRate: they ran at 8.7-19 TFLOP/s on the H100 where
-// copying made the product 1.5-2.5x faster; tf32 on mma.sync at 8-16,
-// narrow tf32 products on the FMA tile at 3-7: 1760x16x1760 took 22.9 us there against 9.5
-// with B copied for the wgmma kernel). A readable one whose rows along
-// M or N do not start on 32-byte sectors (`mn_unaligned`: the product runs about a third
-// slower) when the copy costs less than kUnalignedRowsCost of the
-// product. The copy reads and writes the operand at 3 TB/s after a launch of about 3 us.
+// product on the portable kernels (kPortableRate: mma.sync and the narrow FMA tile run far
+// below the wgmma kernels, so the copy pays on all but small products).
+// A readable one whose rows along M or N do not start on 32-byte sectors (`mn_unaligned`: each
+// 128-byte row of a TMA box then spans five sectors, and the product slows) when the copy
+// costs less than kUnalignedRowsCost of the product. The copy reads and writes the operand at
+// 3 TB/s after a launch of about 3 us.
 // KILN_GEMM_COPY=always|never overrides.
 inline constexpr double kUnalignedRowsCost = 0.35;
 inline constexpr double kPortableRate = 15e12;
@@ -139,24 +139,22 @@ bool fma_async_ok(const GemmProblem& pr);
 
 // Rule 5 for exact float32: whether copying operands of `bytes` bytes in all into the layout
 // fma_async_ok asks for pays, for a product of `flops`: when the copies (read and written at
-// 3 TB/s after ~3 us of launch) take under 5% of the product at 45 TFLOP/s. On the H100 the
-// cp.async kernel ran 1.14x as fast as the register-staged one at 4096^3 with A^T (47.0
-// against 41.2 TFLOP/s); the copy of a 4096^2 operand costs about 1.5% of that product; on
-// small products copies made it slower (1760x128x1760 17.5 -> 15.7 TFLOP/s). `element_loads`: the
-// register-staged kernel would read an operand element by element (not 16-byte aligned);
-// then the copies pay when they take less than the product at 10 TFLOP/s (35x8457x4096 A^T,
-// both operands' rows unaligned: 2.7 TFLOP/s as they are, 4.3 with both copied).
+// 3 TB/s after ~3 us of launch) take under 5% of the product at 45 TFLOP/s. The cp.async
+// kernel is faster than the register-staged one on large products, where a copy costs a
+// small part of the product; on small products the copies cost more than they gain.
+// `element_loads`: the register-staged kernel would read an operand element by element (not
+// 16-byte aligned), which is far slower; then the copies pay when they take less than the
+// product at 10 TFLOP/s.
 // KILN_GEMM_COPY=always|never overrides.
 bool fma_copy_pays(double bytes, double flops, bool element_loads = false);
 
 // Rule 6: the raster's group height (gemm_common.cuh, tile_of: consecutive blocks walk down
 // groups of this many rows of tiles) for a grid of tiles_m x tiles_n tiles of bm x bn that runs
 // in one wave. The block scheduler places consecutive blocks of such a grid on neighbouring
-// SMs (on the H100, blocks 8j .. 8j + 7 of a 132-block grid on 8 SMs of one GPC; a probe of
-// %smid), and 8 blocks there stream faster the fewer distinct rows of A
-// and columns of B they read together: fp16 4096x256x4096 (128 x 64 tiles, 32 x 4) took 17.3-17.6
-// us with groups of 8 (8 blocks: 8 rows of A, one column of B) and 15.6-16.0 with groups of 2
-// (2 rows, 4 columns). The group, of 8, 4, 2 and 1 (ties to the larger), is the one whose
+// SMs (blocks 8j .. 8j + 7 on 8 SMs of one GPC), and 8 blocks there stream faster the fewer
+// distinct rows of A and columns of B they read together: on a grid of 128 x 64 tiles 4 wide,
+// groups of 2 (8 blocks: 2 rows of A, 4 columns of B) beat groups of 8 (8 rows of A, one
+// column of B). The group, of 8, 4, 2 and 1 (ties to the larger), is the one whose
 // windows of 8 consecutive blocks read the fewest bytes per k: distinct rows of tiles x bm +
 // distinct columns x bn, over every window of the grid.
 int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n);
@@ -166,10 +164,8 @@ int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n);
 // (ceil(tiles / grid)). A plain launch puts each 8 consecutive blocks on one group of 8 SMs of
 // a GPC, and the walk (tile t, t + grid, ...) through raster groups of
 // 8 rows then keeps a group's blocks on one column of tiles, reading the same k-tiles of B
-// together, in every round; with 132 blocks only the first round does. On the H100 (GPU time
-// a call, libraries interleaved, each run's time over the same run's with 132 blocks,
-// medians of 11-15 runs, fp16 and bf16) 128 blocks took 0.978-0.988 of the time at 8192^3
-// and 0.983-0.991 at 4096^3.
+// together, in every round; with 132 blocks only the first round does, so the aligned grid
+// is the faster one.
 int64_t persistent_grid(int64_t tiles, int64_t sms);
 
 // Rule 7: whether the lean twins may run (KILN_GEMM_LEAN is not "0").

@@ -31,7 +31,7 @@ KILN_MMA_KERNEL(TF32, tf32, 128, 128, 2, 4)
 KILN_MMA_KERNEL(TF32, tf32, 64, 64, 2, 2)
 
 // 128 threads, two blocks per SM. (A 128 x 256 tile with 256 threads, one block per SM, ran at
-// the same speed on the large H100 shapes and slower on the small ones.)
+// the same speed on large shapes and slower on small ones.)
 extern "C" __global__ void __launch_bounds__(128, 2) kiln_gemm_fma_f32_128x128(const GemmParams p) {
     wait_for_prior_grids();
     fma_gemm<128, 128>(p);
@@ -140,9 +140,9 @@ __device__ __forceinline__ void transpose_tile(const T* src, int64_t s_i, int64_
 // transpose_tile of float32 on 64 x 64 tiles with 16-byte loads and stores: for a source
 // contiguous along j with rows (and batch entries) 16 bytes apart, and a destination likewise
 // along i. Each thread moves 16-byte vectors: the 32 x 32 kernel's 4-byte accesses kept too
-// few bytes in flight, and the copy of A before a float32 8192^3 product ran at 2.1 TB/s
-// (62% of the H100's DRAM peak). In shared memory a row is 64 elements plus 4 bytes, so that
-// a warp's writes of its rows and its reads down the columns meet at most 2 per bank.
+// few bytes in flight, and its copies ran well below the DRAM's bandwidth. In shared memory a
+// row is 64 elements plus 4 bytes, so that a warp's writes of its rows and its reads down the
+// columns meet at most 2 per bank.
 // (Float32 only: 16-bit operands are never transposed, the wgmma kernels read them in either
 // layout; staged_operand in gemm_operands.cpp.)
 __device__ __forceinline__ void transpose_tile_64(const float* src, int64_t s_i, int64_t s_z, int ni, int nj,
@@ -201,8 +201,8 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_transpose_64(const f
 // in 16-byte vectors, one a thread (rows, batch entries and both bases 16-byte aligned; strides
 // in vectors; `total` = rows x vecs < 2^31, vecs = row_bytes / 16 rounded up). A row's last
 // vector, where `tail` (row_bytes % 16) is not 0, goes 2 bytes at a time, so that nothing past
-// the row is read. The JIT's elementwise assignment did this at ~1 TB/s (fp16 4096x7000 B:
-// 120 us before a 360 us product on the H100).
+// the row is read. The JIT's elementwise assignment did this at a fraction of the DRAM's
+// bandwidth, a large part of the product's time.
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_copy_rows(const uint4* src, int64_t s_row, int64_t s_z,
                                                                       uint32_t vecs, uint32_t tail, uint32_t total,
                                                                       uint4* dst, int64_t ld, int64_t d_z) {
@@ -226,7 +226,8 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_copy_rows(const uint
 // still writes one 16-byte vector, assembled from the aligned 4-byte words that cover its 16
 // source bytes (five where they start 2 bytes into a word). Such a word holds a byte of the
 // row, so it lies inside the row's allocation. `src`, `s_row` and `s_z` in bytes, row_bytes <
-// 2^32 - 16. (The JIT's elementwise assignment did this at ~1 TB/s.)
+// 2^32 - 16. (The JIT's elementwise assignment did this at a fraction of the DRAM's
+// bandwidth.)
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_copy_rows_unaligned(const unsigned char* src, int64_t s_row,
                                                                                 int64_t s_z, uint32_t row_bytes,
                                                                                 uint32_t vecs, uint32_t total, uint4* dst,

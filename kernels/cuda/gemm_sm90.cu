@@ -2,7 +2,7 @@
 // through a ring of shared-memory stages, one producer warpgroup and one or two consumer
 // warpgroups per block (warp specialisation).
 //
-// Why this shape: on H100 the tensor cores outrun everything else; the kernel's job is to keep
+// Why this shape: on Hopper the tensor cores outrun everything else; the kernel's job is to keep
 // them fed. The producer warpgroup (one issuing thread, up to four in the one-tile kernels)
 // issues the TMA copies of the next stages while the consumers multiply the current one: loads, address arithmetic and bounds checks (TMA
 // fills out-of-range elements with zeros) leave the consumers' instruction stream entirely.
@@ -43,10 +43,9 @@ using namespace kiln::gemm;
     }
 // The same kernel for the plain epilogue alone, entry name + "_lean": 16-bit C of the operands'
 // dtype in rows of 16 bytes, no beta, stochastic rounding or bsum, splits in a cluster only
-// through registers (split_k_push_epilogue); + "_lean_bsum": the same with bsum. Its code is a tenth of the general kernel's
-// (the 64 x 64 tile: ~1,000 instructions against ~15,500), which matters because a block runs
-// its epilogue once, each instruction line fetched from L2 as it goes:
-// on the H100 fp16 3072x128x1024 took 4.41 us a call against 5.24, 512^3 3.16 against 3.85.
+// through registers (split_k_push_epilogue); + "_lean_bsum": the same with bsum. Its code is
+// a tenth of the general kernel's, which matters because a block runs its epilogue once, each
+// instruction line fetched from L2 as it goes, so a one-wave product runs faster on the twin.
 #define KILN_WG_LEAN_KERNEL(T, tn, BN, CONS, ST, TA, TB, ta, tb)                                                 \
     extern "C" __global__ void __launch_bounds__(128 * (CONS + 1), 1)                                            \
         kiln_gemm_wg_##tn##_##ta##tb##_##BN##_c##CONS##_s##ST##_lean(const __grid_constant__ GemmParams p,      \
@@ -75,8 +74,8 @@ using namespace kiln::gemm;
     KILN_WG_SHARED_KERNEL(T, tn, TA, TB, ta, tb, kLeanBsum, _lean_bsum)
 // Persistent: kiln_gemm_wg_<dtype>_<a><b>_256_c2_s4_p (16-bit C), ..._pf (float32 C), and the
 // twins of the 16-bit kernel for C of the operands' dtype only (rule 7), ..._p_lean without bsum
-// and ..._p_lean_bsum with it: nine interleaved runs on the H100 put the first 0.7-1.6% under
-// the general kernel at 4096^3 and 8192^3.
+// and ..._p_lean_bsum with it; the first is faster than the general kernel on large products
+// too.
 #define KILN_WG_PERSISTENT_C(T, tn, TA, TB, ta, tb, C32, LEAN, suffix)                                           \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                        \
         kiln_gemm_wg_##tn##_##ta##tb##_256_c2_s4_##suffix(const __grid_constant__ GemmParams p,                  \

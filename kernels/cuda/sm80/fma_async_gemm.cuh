@@ -19,20 +19,19 @@ namespace kiln::gemm {
 // 254 registers left the compiler recomputing addresses inside the loop). Both operands sit
 // in shared memory as [16 k][128 rows + 4], as they lie in global memory; per k, 4 + 2
 // 16-byte reads feed 128 FMAs, 16 x 8 results per thread as in fma_gemm, the fragments of
-// step k + 1 read during step k's FMAs. Measured on the H100: 4096^3
-// with A^T 2.88 ms against 3.19 for fma_gemm on the nn product, before the last two points
-// below; K-major operands read in place (as [128][16], or transposed on the way by 4-byte
-// copies) ran no faster than fma_gemm, which is why they are copied instead. Further:
+// step k + 1 read during step k's FMAs. It runs faster than fma_gemm; K-major operands read
+// in place (as [128][16], or transposed on the way by 4-byte copies) ran no faster than
+// fma_gemm, which is why they are copied instead. Further:
 //  - B is not swapped in pairs (a 16-byte copy cannot permute). The accumulator of column n
 //    is slot n ^ 1 of its quad instead, which keeps each FMA's B register and accumulator in
 //    different register banks as B's swap did; finish_tile un-swaps the staged tile.
 //  - Each row's FMAs run over the columns in a serpentine (even rows left to right, odd rows
-//    right to left), so consecutive FMAs share a register at the row changes too: the
-//    compiler's code had 1.3-1.4x as many FMAs with two sources in one register bank without it.
+//    right to left), so consecutive FMAs share a register at the row changes too, which
+//    leaves the compiler's code fewer FMAs with two sources in one register bank.
 //  - The lanes' row group g comes from lane bits 0 and 2, the column group h from bits 1, 3
 //    and 4: the lanes that read one A vector are pairs (lane, lane ^ 2) and those that read
 //    one B vector pairs (lane, lane ^ 1), the pattern for which shared memory returns a
-//    16-byte load in 2 wavefronts instead of 4 (ncu: 1.94 wavefronts per load).
+//    16-byte load in 2 wavefronts instead of 4.
 
 constexpr int kAsyncBK = 16, kAsyncStages = 4, kAsyncLD = 128 + 4;
 
@@ -70,9 +69,9 @@ struct AsyncTileLoader {
 };
 
 // BODY_K: k-steps per copy of the loop's code. A k-tile's 2048 FMAs in one body (37 KB of
-// code) ran 3-4% faster with two blocks per SM, but left a lone warp per scheduler (one block
-// per SM: narrow products split along k) waiting on instruction fetch: ncu 0.74 cycles per
-// instruction, 4096x128x4096 A^T in 4 slices at 23.5 TFLOP/s against 36.0 with 8 steps.
+// code) run a little faster with two blocks per SM, but leave a lone warp per scheduler (one
+// block per SM: narrow products split along k) waiting on instruction fetch, where bodies of
+// 8 k-steps run much faster.
 template <int BODY_K>
 __device__ __forceinline__ void fma_async_gemm(const GemmParams& p) {
     constexpr int BM = 128, BN = 128, BK = kAsyncBK, S = kAsyncStages, LD = kAsyncLD, THREADS = 128;

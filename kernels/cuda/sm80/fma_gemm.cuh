@@ -10,16 +10,16 @@ namespace kiln::gemm {
 // Each warp computes a 64 x 64 piece of the tile, each thread 16 x 8 results: four 4-row groups
 // 16 apart times two 4-column groups 32 apart. Per k a thread reads 6 16-byte vectors from
 // shared memory for 128 FMAs. (With 8 x 8 results per thread, 4 vectors fed 64 FMAs and the
-// shared-memory reads took as many cycles as the FMAs: measured 35 TFLOP/s on the H100, 52%
-// of the FMA peak.) A warp's 32 lanes are 4 rows x 8 columns of threads, so each A read is 4
-// distinct vectors (64 bytes) and each B read 8 consecutive ones (128 bytes): one shared-memory
-// wavefront each. A and B are held as [BK][rows + 4] (m or n contiguous); the padding puts the
-// two k-halves of the transposing stores (A or B read along k) in different banks.
+// shared-memory reads took as many cycles as the FMAs.) A warp's 32 lanes are 4 rows x 8
+// columns of threads, so each A read is 4 distinct vectors (64 bytes) and each B read 8
+// consecutive ones (128 bytes): one shared-memory wavefront each. A and B are held as
+// [BK][rows + 4] (m or n contiguous); the padding puts the two k-halves of the transposing
+// stores (A or B read along k) in different banks.
 // B's columns are stored with each even/odd pair swapped, so the register holding column n of
 // a B fragment has the opposite parity of the accumulator it feeds. The A operand is reused
 // across a row's 8 FMAs; with B and the accumulators both in aligned quads in column order,
-// the other two operands of every FMA had the same register parity (bank). Swapped, ncu's
-// dispatch stalls fell from 0.30 to 0.23 per instruction (H100, 128 x 256 tile).
+// the other two operands of every FMA had the same register parity (bank), which stalled
+// the FMAs' dispatch.
 
 constexpr int kFmaBK = 8;
 

@@ -24,10 +24,10 @@ enum { kGeneral, kLeanPlain, kLeanBsum };
 // then 2 shuffles), and the results rounded to C's dtype, so the tile crosses shared memory as
 // 16-bit values (half the bytes of the float32 staging that the general epilogue, finish_tile,
 // needs for beta and stochastic rounding), and each warp then stores whole rows with 16-byte
-// writes. Skipping the epilogue altogether took 4096^3 from 242 to 215 us (ncu, H100): the
-// general one was 11% of the product; this one takes it to 224 us. The bias comes from shared
-// memory (`bias_s`, filled before the main loop): read from global memory here, each thread's
-// 2 * BN / 8 columns cost 15% at 4096^3, and filled here, behind a barrier, 3%.
+// writes: the product loses a fraction of what the general epilogue costs it. The bias comes
+// from shared memory (`bias_s`, filled before the main loop, which hides its loads' latency):
+// read from global memory here, each thread's 2 * BN / 8 columns were loads waited on in the
+// epilogue, and filled here, behind a barrier, it still cost that barrier's wait.
 // (store_tile_16bit's rows_begin and rows_end: the rows of the tile it stores, and whose bsum
 // it counts; a block of a split tile stores only its own.)
 
@@ -45,8 +45,8 @@ __device__ __forceinline__ float2 epilogue_pair(const GemmParams& p, float a0, f
 // A thread's shares of its two rows (g and g + 8: r0, r1) added over the 4 lanes of its quad
 // (a row's columns are spread over them in the accumulator layout) in two shuffles and a fixed
 // order: lanes with q even end with row g's sum, q odd with row g + 8's. (Each row over the
-// quad apart, the same adds in four shuffles, and one lane storing both sums: bias + ReLU +
-// bsum cost 0.35-0.45% more of the product at 4096^3.)
+// quad apart, the same adds in four shuffles, and one lane storing both sums, made bsum cost
+// more.)
 __device__ __forceinline__ float quad_sum_pair(float r0, float r1, int q) {
     const bool odd = q & 1;
     const float s = (odd ? r1 : r0) + __shfl_xor_sync(0xffffffffu, odd ? r0 : r1, 1);
@@ -86,11 +86,9 @@ __device__ __forceinline__ void zero_columns_past_n(float (&acc)[BN / 2], int co
 // as alpha * accumulator + bias, the activation (kActRelu: ReLU; kActLeaky: with the slope),
 // rounded to C's dtype in pairs (results[2j + h]: row g + 8h, columns 8j + 2q and + 1), and
 // where SUMS the whole sums of its two rows' rounded values (rounded_row_sums: on the tensor
-// cores, ~0.4% of the product less, 0.2-0.6 by job, than a max and an add a value plus the
-// quad's shuffles in float32 at 4096^3). What holds for the whole
-// product (C's dtype, the activation, bsum) is a template argument: tested per pair, the pass
-// took 2000 (plain) to 2800 (bias + ReLU) cycles a tile (clock64, fp16 4096^3, the tensor cores
-// idle).
+// cores, cheaper than a max and an add a value plus the quad's shuffles in float32). What
+// holds for the whole product (C's dtype, the activation, bsum) is a template argument:
+// tested per pair, the tests lengthened the pass, during which the tensor cores idle.
 enum { kActNone, kActRelu, kActLeaky };
 // activation(v, 0) in one instruction: max(v, 0), NaN staying NaN (fmaxf would return 0).
 __device__ __forceinline__ float relu_keep_nan(float v) {
@@ -182,10 +180,10 @@ __device__ __forceinline__ void with_epilogue_choices(const GemmParams& p, F&& f
 // initialised: the cluster barrier arrived at the kernel's start (`cluster_arrive_relaxed`) is
 // waited for before the epilogue. No block is written to after it exits: it exits only once
 // its barrier has counted every byte sent to it.
-// (Each block writing the others' shared memory, then one cluster barrier for all: ~2,500
-// cycles on 1760x128x1760 fp16, the barrier 880-1,140 of them. Through
-// global memory, the row's last tile waited for a count and a load round trip after all
-// others: +21-47% over the plain product on the H100's one-wave N <= 128 shapes.)
+// (Each block writing the others' shared memory, then one cluster barrier for all, spent much
+// of the exchange in that barrier. Through global memory, the row's last tile waited for a
+// count and a load round trip after all others, which made bsum a large part of the one-wave
+// products' time.)
 template <int BM>
 __device__ __forceinline__ uint32_t bsum_cluster_bytes(const GemmParams& p) {
     const int tiles = p.tiles_n, rank = int(blockIdx.x) % tiles;
@@ -222,8 +220,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     float row_sum[2] = {0.f, 0.f};
     // C's dtype, the activation and bsum as template arguments (round_results): with them
     // tested per pair the executed code was several times longer, and this code runs once a
-    // block, each instruction fetched from L2 (ncu: 45% of the split 2560x64x2560's warp
-    // samples were stalls for instructions here).
+    // block, each instruction fetched from L2, where the warps stalled for instructions.
     // (The 256-wide tile keeps the per-pair tests: its 128 accumulators and the results beside
     // them would spill, and it runs the large products, where this is a small part.)
     if constexpr (BN <= 128) {
@@ -263,7 +260,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     }
     // bsum: each row's sum from its quad's shares. With bsum_cluster they cross blocks before
     // the C stores below; otherwise they are added and stored after those, so that the
-    // shuffles' latency hides behind the stores' (2560x64x2560 with bsum: 9.37 -> 9.20 us).
+    // shuffles' latency hides behind the stores'.
     const auto finish_row_sums = [&] {
         // lane q < 2: row row0 + 8q
         const float s = BN > 128 ? quad_sum_pair(row_sum[0], row_sum[1], q) : (q & 1) ? row_sum[1] : row_sum[0];
@@ -277,8 +274,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     if (LEAN != kLeanPlain && (p.flags & kBsum) && p.bsum_cluster) finish_row_sums();
     asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory");
     // bsum_cluster: this block's rows added (and their bsum stored) before its C stores, which
-    // then overlap the last stores' latency (0.1-0.15 us a call less than after them on the
-    // H100's one-wave products).
+    // then overlap the last stores' latency (faster than after them on one-wave products).
     if (LEAN != kLeanPlain && p.bsum_cluster)
         add_owned_rows<BM>(p, row_sums - (int(blockIdx.x) % p.tiles_n) * BM, sums_in, m0, z, tid, NTHREADS);
     // Each row: BN / 8 chunks of 16 bytes, a lane per chunk.
@@ -320,9 +316,9 @@ __device__ __forceinline__ void stage_accumulators(float* tile, const float (&ac
 // the same in every run), reading the others' shared memory, and finishes those rows like the
 // general epilogue (finish_tile: alpha, bias, activation, beta, stochastic rounding, bsum).
 // No float32 slices cross global memory and no second kernel runs: with a separate reduction
-// kernel, a split product was worth about 0.4 of an unsplit one of the same occupancy on the
-// small-N shapes. k_splits is 2, 4 or 8 (the host's choice;
-// splits of 3 run split_k_push_epilogue only).
+// kernel, a split product ran well below an unsplit one of the same occupancy on the small-N
+// shapes. k_splits is 2, 4 or 8 (the host's choice; splits of 3 run split_k_push_epilogue
+// only).
 // Used where split_k_push_epilogue (below) is not: tiles wider than kSplitPushMaxBn, beta,
 // stochastic rounding, float32 C.
 template <int BM, int BN, int NTHREADS, class Sync>
@@ -375,8 +371,8 @@ __device__ __forceinline__ void split_k_epilogue(const GemmParams& p, const floa
 // with the 16-bit register epilogue. No block waits for another to be done reading, and the
 // receive buffer is not part of the stages, so a block sends as soon as its main loop ends.
 // (The general split epilogue above, staging in float32, a cluster barrier, the others' rows
-// read through distributed shared memory, finish_tile and a second barrier, took 3.7 us
-// against the unsplit 64 x 64 tile's 1.4.)
+// read through distributed shared memory, finish_tile and a second barrier, took much longer
+// than the unsplit 64 x 64 tile's epilogue.)
 // The bytes block `rank` of a split receives: the other blocks' sums of its row groups.
 template <int BM, int BN>
 __device__ __forceinline__ uint32_t split_incoming_bytes(int splits) {

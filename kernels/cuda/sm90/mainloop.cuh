@@ -66,14 +66,13 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
     // Every address the loop needs, as 32-bit shared addresses computed once: derived in the
     // loop from generic pointers, they were rebuilt from the shared window's base (S2R) after
     // each stage's wait, and an unrelated change to the epilogue (more live registers) made
-    // the unsplit 64 x 64 tile 5-9% slower that way.
+    // the unsplit 64 x 64 tile slower that way.
     const StageDescs descs = stage0_descs<T, BN, CONSUMERS, STAGES>(smem, c, TA, TB);
     const uint32_t full = smem_u32(&ring.full[0]), empty = smem_u32(&ring.empty[0]);
     // The warp known converged here: after the bsum twin's epilogue (lanes storing row sums
     // alone) the compiler could not tell, and reconverged the warp (WARPSYNC) after every
-    // stage's wait, building the stage's descriptors there in vector registers (61
-    // instructions a k-tile against the plain twin's 57; bsum over plain at 8192^3 +1.7% ->
-    // +0.8-1.0%).
+    // stage's wait, building the stage's descriptors there in vector registers: a longer
+    // loop than the plain twin's, and a slower bsum twin.
     __syncwarp();
 #pragma unroll
     for (int kt = 0; kt < PEEL; ++kt) {
@@ -89,9 +88,9 @@ __device__ __forceinline__ void consume_tile(float (&acc)[BN / 2], const unsigne
             ++it;
         }
     }
-    // (Following the stage and its phase from one k-tile to the next instead measured level on
-    // the persistent kernels' plain product and slowed their bsum twin (bsum over plain at 4096^3 +2.0-2.3% -> +2.9%).
-    // consume_only_tile's unrolled loop needs the ring at stage 0.)
+    // (Following the stage and its phase from one k-tile to the next instead held the
+    // persistent kernels' plain product level and slowed their bsum twin. consume_only_tile's
+    // unrolled loop needs the ring at stage 0.)
     for (int kt = PEEL; kt < ktiles; ++kt, ++it) {
         const unsigned s = unsigned(it) % STAGES;   // (unsigned: no sign fix-ups in the loop)
         mbar_wait(full + 8 * s, (unsigned(it) / STAGES) & 1);
@@ -197,8 +196,8 @@ __device__ __forceinline__ void consume_only_tile_tf32_rega(float (&acc)[BN / 2]
 // consume_tile for a block's only tile (the one-tile kernels; stage uses from 0): the loop
 // unrolled by STAGES, so that each copy's stage, barriers and descriptors are constants and
 // only the phase changes from one round of the ring to the next. In the narrow tiles the
-// instructions between a stage's arrival and its multiplies set the pace:
-// 41 a k-tile on the 16-wide twin, from 59 with consume_tile's loop.
+// instructions between a stage's arrival and its multiplies set the pace, and the unrolled
+// loop issues fewer instructions a k-tile than consume_tile's.
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, bool SHARED = false>
 __device__ __forceinline__ void consume_only_tile(float (&acc)[BN / 2], const unsigned char* smem, Ring<STAGES>& ring,
                                                   int c, int lane, int ktiles, BShare share = {}) {

@@ -16,8 +16,8 @@ namespace kiln::gemm {
 
 // SHARE (the 16-wide tile's `_shb` entries): B shared along m (b_multicast > 1), a kernel of its
 // own so that the kernels without it keep their code (with both in one kernel the 16-wide
-// tile's unshared loop took 1760x16x1760 (k/4) 4.0 -> 4.5 us, and in two copies it still read
-// ~1 instruction a stage more).
+// tile's unshared loop was slower, and in two copies it still ran an instruction a stage
+// more).
 template <class T, int BN, int CONSUMERS, int STAGES, int TA, int TB, int LEAN = kGeneral, bool SHARE = false>
 __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMap* map_a, const CUtensorMap* map_b) {
     using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
@@ -67,12 +67,9 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     // with the next grid's, which do their setup meanwhile); the others once their main loop is
     // done where it is short (under 32 k-tiles), else not at all, so that the next grid's blocks
     // start as this grid's exit. The next grid's blocks waiting on the SMs this grid left idle
-    // made the one-block-per-SM kernels slower, the more the longer they streamed: on the H100
-    // fp16 4096x256x4096 took 19.4 us a call allowed at the exit, 23.4 after the main loop, 23.8
-    // at the start; 4608x64x4096 13.0, 14.2-15.3 and 18.6-18.8; 7424x64x2560 10.6, 12.6 and 12.6;
-    // but 512^3 4.3, 3.9 and 3.9, 3072x128x1024 5.5, 5.2 and 5.5, 1760x128x1760 (split in 2) 6.0,
-    // 5.9 and 6.3; the 16-wide tile lost after the main loop (7680x16x2560 13.8 against 12.5)
-    // and mostly at the exit (6144x16x2048 A^T 8.7 against 8.5).
+    // made the one-block-per-SM kernels slower, the more the longer they streamed; products
+    // with short main loops gained from the earlier start, and the 16-wide tile lost when it
+    // allowed it only after its main loop or at its exit.
     wait_for_prior_grids();
     if constexpr (BN == 16) allow_next_grid();
 
@@ -124,7 +121,7 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
     if (push_split) {
         float4* receive = reinterpret_cast<float4*>(smem + STAGES * Cfg::kStageBytes + BN * 4);   // after the bias
         // The split count as a template argument: the adds and the row groups' owners in
-        // straight-line code (with the count at run time the adds took ~1 us).
+        // straight-line code (with the count at run time the adds were several times slower).
         with_split_count(p.k_splits, [&](auto splits) {
             split_k_push_epilogue<T, BM, BN, kConsumerThreads, splits.value, LEAN>(
                 p, acc, smem, bias_s, receive, &sums_in, m0, n0, at, w.zc, c, warp, lane, tid - 128, consumers_sync);

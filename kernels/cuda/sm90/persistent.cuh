@@ -25,10 +25,10 @@ namespace kiln::gemm {
 // 128 bytes in the 128-byte swizzle) into one of two buffers of its own, and one thread hands
 // the box to TMA; the next part but one waits for TMA to have read it out of the buffer. (In
 // the one-tile-per-block kernel the epilogue and a new block's first loads stop the tensor
-// cores each tile.) Shared memory holds 4 stages (ncu, fp16 4096^3 without epilogue: 3
-// stages 221 us, tensor pipe 91% busy; 4 stages 203 us, 98%), the four 8 KB buffers, the
-// tile's bias twice (tiles alternate, the consumers share it) and the barriers: 227 KB, all
-// there is, so the block's dynamic shared memory must start 1024-byte aligned (checked). bsum
+// cores each tile.) Shared memory holds 4 stages (with 3 the tensor pipe waited on loads more
+// often), the four 8 KB buffers, the tile's bias twice (tiles alternate, the consumers share
+// it) and the barriers: 227 KB, all there is, so the block's dynamic shared memory must start
+// 1024-byte aligned (checked). bsum
 // over several tiles per row: the consumers store the tile's row sums as tagged partials and
 // the bsum warps of the block that adds the row read them (add_bsum_rows).
 template <class T, int STAGES, int TA, int TB, bool C32, int LEAN = kGeneral>
@@ -41,8 +41,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     // a part is one box of 64 rows x 128 bytes (64 16-bit or 32 float32 columns), and before a
     // buffer is written again only the store of two parts ago must have read it out. (With
     // one 16 KB buffer and two parts per tile, waiting for the first part's store to leave
-    // the buffer took 1000-1300 of the ~4900 cycles of a tile's epilogue: clock64, fp16
-    // 4096^3.)
+    // the buffer took a large share of a tile's epilogue.)
     constexpr int kPartCols = C32 ? 32 : 64, kParts = BN / kPartCols;
     constexpr int kPartBytes = 64 * kPartCols * (C32 ? 4 : 2);
     using Barriers = PersistentBarriers<STAGES, BM>;
@@ -103,7 +102,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     // 16-bit C: a tile's results wait in registers, rounded to C's dtype, until the next tile's
     // first multiplies are issued; its parts are stored one per k-tile while those run. (Staged
     // right after their tile's last multiply, the tensor cores idled through every part's
-    // barriers and waits: ~4000 cycles a tile, 5-7% of the product at 4096^3.) The block's
+    // barriers and waits.) The block's
     // tiles before tile t wait this way; only the thread that hands parts to TMA needs to know
     // where they go (bars.pending_box: registers are short here).
     uint32_t results[C32 ? 1 : BN / 4];   // register 2j + h: row g + 8h, columns 8j + 2q, + 1

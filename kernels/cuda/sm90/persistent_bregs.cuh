@@ -18,8 +18,8 @@ namespace kiln::gemm {
 // stored K x N: the plain row-major product) this kernel computes C^T = B^T A^T: B's tile is the
 // register operand, loaded from its N-major stage with 64-bit shared-memory loads, A's K-major
 // tile the shared-memory one, and the epilogue writes the transposed accumulators. It replaces
-// a transposing copy of B into K-major order that took 5-12% of the product's time at
-// 8192^3-4096^3 on the H100.
+// a transposing copy of B into K-major order, which read and wrote all of B before each
+// product.
 //
 // The tile is 256 rows of C (M) by 128 columns (N); consumer c multiplies columns
 // [64c, 64c + 64): its m64n256k8 multiplies take 64 columns of B as wgmma's M and the 256 rows
@@ -62,8 +62,8 @@ __device__ __forceinline__ void consume_kstep_bregs(float (&acc)[128], uint32_t 
 // same rows over different columns. Three exchange-and-add steps (lanes 16, 8 and 4 apart)
 // halve the values each time, so that lane (g, q) ends with row 8 (g / 2) + 2 q + g % 2 of
 // the part summed over the warp's 16 columns: 7 shuffles, in a fixed order. (Reading each
-// part's values back from the staged buffer, on the consumers' path between parts, cost
-// 7 of the 12 us that bsum added to bias + ReLU at tf32 4096^3, ncu at base clock.)
+// part's values back from the staged buffer instead put those reads on the consumers' path
+// between parts, where they were most of bsum's cost.)
 __device__ __forceinline__ float sum_over_columns_scattered(const float (&v)[8], int g) {
     const bool hi4 = g & 4, hi2 = g & 2, hi1 = g & 1;
     float h4[4], h2[2];
@@ -153,8 +153,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
         // for that group, which frees the other set. (A fragment set per stage, 16 registers,
         // twice, would not fit beside the 128 accumulators in the 168 registers a thread has
         // at 384 threads per block: it spilled.)
-        // The warp known converged, and the stage index unsigned, as in consume_tile: 67
-        // instructions a k-tile against 77, without a reconvergence after each wait.
+        // The warp known converged, and the stage index unsigned, as in consume_tile: fewer
+        // instructions a k-tile, without a reconvergence after each wait.
         __syncwarp();
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
             const unsigned s = unsigned(it) % STAGES;
@@ -219,8 +219,8 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
             // (g, q) of each warp holds, per part, the row 8 (g / 2) + 2 q + g % 2 of the part.
             // Consumer 1's array is own_sums, which only the block's last tile uses otherwise,
             // after these reads (each thread writes there only the row it has read). (The 8
-            // warps in turn into one array took 9 barriers a tile: bias + ReLU + bsum over plain
-            // +2.3% at 4096^3 against +1.5%.)
+            // warps in turn into one array took 9 barriers a tile, not 5, and made bsum cost
+            // more.)
             float* row_sums = c == 0 ? other_sums : bars.own_sums;
             asm volatile("bar.sync 1, 256;" ::: "memory");   // the last tile's rows are delivered
 #pragma unroll 1

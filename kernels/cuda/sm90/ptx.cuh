@@ -92,8 +92,8 @@ __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 // The shared::cluster address of `p` (this block's shared memory) in cluster block `rank`, and
 // a 16-byte load from such an address. (The split-K reduction read the other blocks through
-// generic 64-bit addresses before; with these it measured level to 3.5% faster on the H100's
-// cluster-split products.)
+// generic 64-bit addresses before; with these the cluster-split products run as fast or
+// faster.)
 __device__ __forceinline__ uint32_t cluster_peer_addr(const void* p, int rank) {
     uint32_t out;
     asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(uint32_t(__cvta_generic_to_shared(p))), "r"(rank));

@@ -23,8 +23,8 @@ namespace kiln::gemm {
 // sums' order, and so their bits, are those of the design before: the last tile of a row to
 // finish counted itself on a turn counter (an acquire-release atomic) and then loaded the
 // row's partials, so an acquire-release fence and three round trips to L2 came after the
-// grid's last tiles, while their C stores fill the memory system (ncu, 4096^3, over bias +
-// ReLU: fp16 +4-5 us of 220, tf32 +13 us of 405). Here nothing waits on an atomic or a fence.
+// grid's last tiles, while their C stores fill the memory system. Here nothing waits on an
+// atomic or a fence.
 // An adder waits only for tiles earlier in the walk, which are running or done as long as
 // every block of the grid is resident: the launch is cooperative.
 template <int STAGES, int BM>
@@ -80,7 +80,7 @@ __device__ __forceinline__ void deliver_row_sum(const GemmParams& p, float* own_
 // words in flight per round trip to L2; the words not yet tagged with this launch are read
 // again, all at once, until every one is, `backoff_ns` apart. (Read again one after another,
 // each word that was not there at the first read cost a round trip of its own: where a row's
-// tiles end together in the grid's last wave, that put 3-13 us after them.)
+// tiles end together in the grid's last wave, those round trips came after them.)
 template <int GROUP>
 __device__ __forceinline__ float tagged_row_sum(const GemmParams& p, int z, int m, int tiles, unsigned backoff_ns) {
     const uint64_t* col = p.bsum_tagged + int64_t(z) * p.m + m;
@@ -130,7 +130,7 @@ __device__ __forceinline__ void add_bsum_rows(const GemmParams& p, int per_entry
 // row each (`i` of `nthreads`), with GROUP of the row's other partials in flight at once.
 // Where the grid's last wave holds most of a row's tiles, their partials land as that wave
 // ends; the bsum warps, with their few registers (a few words in flight per round trip),
-// ended the kernel 4-8 us after the consumers there (globaltimer, fp16 4096^3).
+// ended the kernel well after the consumers there.
 template <int BM, int GROUP>
 __device__ __forceinline__ void add_row_last(const GemmParams& p, const float* own_sums, int m0, int z, int i,
                                              int nthreads) {
