@@ -52,6 +52,7 @@ Driver load() {
     sym(d.cuMemAlloc, "cuMemAlloc_v2");
     sym(d.cuMemFree, "cuMemFree_v2");
     sym(d.cuMemGetInfo, "cuMemGetInfo_v2");
+    sym(d.cuMemGetAddressRange, "cuMemGetAddressRange_v2");
     sym(d.cuMemAllocHost, "cuMemAllocHost_v2");
     sym(d.cuMemFreeHost, "cuMemFreeHost");
     sym(d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");

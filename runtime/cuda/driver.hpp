@@ -40,6 +40,7 @@ struct Driver {
     KILN_CU_FN(cuMemAlloc)
     KILN_CU_FN(cuMemFree)
     KILN_CU_FN(cuMemGetInfo)
+    KILN_CU_FN(cuMemGetAddressRange)
     KILN_CU_FN(cuMemAllocHost)
     KILN_CU_FN(cuMemFreeHost)
     KILN_CU_FN(cuMemcpyHtoDAsync)
