@@ -57,6 +57,10 @@ std::optional<double> fold(const Node& n, const std::vector<NodePtr>& ins) {
     case OpKind::Sqrt: return std::sqrt(a(0));
     case OpKind::Exp: return std::exp(a(0));
     case OpKind::Log: return std::log(a(0));
+#define KILN_MATH(K, name, c_function, host) \
+    case OpKind::K: return host(a(0));
+#include <kiln/math_functions.def>
+#undef KILN_MATH
     case OpKind::Reciprocal: return 1.0 / a(0);
     case OpKind::Cast: return a(0);
     case OpKind::Add: return a(0) + a(1);

@@ -71,8 +71,16 @@ enum class Op : uint8_t {
     Fmod,                  // F32: C's fmodf, exact: a - trunc(a / b) * b with a's sign; NaN for b == 0 or a = +-inf
     IDiv, IRem,            // I32: C's a / b (truncated toward zero) and a % b (a's sign); defined only for
                            // b != 0 and (a, b) != (INT32_MIN, -1), which the lowering guarantees
+    // ---- F32 functions of one argument, printed as C calls (kiln/math_functions.def)
+#define KILN_MATH(K, name, c_function, host) K,
+#include <kiln/math_functions.def>
+#undef KILN_MATH
 };
-inline constexpr Op kLastOp = Op::IRem;
+inline constexpr Op kLastOp = Op((int)Op::IRem
+#define KILN_MATH(K, name, c_function, host) + 1
+#include <kiln/math_functions.def>
+#undef KILN_MATH
+);
 
 // What the kernel IR knows of each op, in one table (kernel_ir.cpp): its listing name, how many
 // operands it reads, and the types it gives and takes (compiler/kernel_check.hpp checks them).

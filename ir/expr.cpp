@@ -222,6 +222,10 @@ Expr square(const Expr& a) {
 Expr exp(const Expr& a) { return float_unary(OpKind::Exp, a); }
 Expr exp2(const Expr& a) { return float_unary(OpKind::Exp2, a); }
 Expr log(const Expr& a) { return float_unary(OpKind::Log, a); }
+#define KILN_MATH(K, name, c_function, host) \
+    Expr name(const Expr& a) { return float_unary(OpKind::K, a); }
+#include <kiln/math_functions.def>
+#undef KILN_MATH
 Expr log2(const Expr& a) { return float_unary(OpKind::Log2, a); }
 Expr safelog(const Expr& a) { return float_unary(OpKind::SafeLog, a); }
 Expr sig(const Expr& a) { return float_unary(OpKind::Sig, a); }

@@ -67,6 +67,9 @@ constexpr OpKindInfo kOpKinds[] = {
     {O::ArgMin,   "argmin",         C::Reduction,1, false, false},
     {O::Reshape,  "reshape",        C::Movement, 1, false, false},
     {O::Take,     "take",           C::Movement, 2, false, false},
+#define KILN_MATH(K, name, c_function, host) {O::K, #name, C::Unary, 1, false, false},
+#include <kiln/math_functions.def>
+#undef KILN_MATH
 };
 
 constexpr bool in_enum_order() {
@@ -74,7 +77,7 @@ constexpr bool in_enum_order() {
         if ((size_t)kOpKinds[i].op != i) return false;
     return true;
 }
-static_assert(sizeof(kOpKinds) / sizeof(kOpKinds[0]) == (size_t)OpKind::Take + 1, "kOpKinds must list every OpKind");
+static_assert(sizeof(kOpKinds) / sizeof(kOpKinds[0]) == (size_t)kNumOpKinds, "kOpKinds must list every OpKind");
 static_assert(in_enum_order(), "kOpKinds must list the ops in the enum's order");
 
 } // namespace

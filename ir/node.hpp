@@ -32,7 +32,16 @@ enum class OpKind : uint8_t {
     // data movement
     Reshape,  // same elements, new shape (row-major order)
     Take,     // inputs {source, indices}: source gathered along `axis` by indices
+    // float functions of one argument (kiln/math_functions.def)
+#define KILN_MATH(K, name, c_function, host) K,
+#include <kiln/math_functions.def>
+#undef KILN_MATH
 };
+inline constexpr size_t kNumOpKinds = (size_t)OpKind::Take + 1
+#define KILN_MATH(K, name, c_function, host) + 1
+#include <kiln/math_functions.def>
+#undef KILN_MATH
+    ;
 
 enum class OpClass : uint8_t { Leaf, Unary, Binary, Ternary, Reduction, Movement };
 

@@ -130,6 +130,10 @@ struct Exec {
         case Op::Log: r.f = std::log(A(0).f); break;
         case Op::Log2: r.f = std::log2(A(0).f); break;
         case Op::Tanh: r.f = std::tanh(A(0).f); break;
+#define KILN_MATH(K, name, c_function, host) \
+        case Op::K: r.f = host(A(0).f); break;
+#include <kiln/math_functions.def>
+#undef KILN_MATH
         case Op::Rint: r.f = std::nearbyint(A(0).f); break;
         case Op::Sgn:
             if (F) r.f = std::isnan(A(0).f) ? A(0).f : (float)((A(0).f > 0) - (A(0).f < 0));

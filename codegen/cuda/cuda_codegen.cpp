@@ -240,6 +240,10 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::Log: return fmt::format("logf({})", x);
     case Op::Log2: return fmt::format("log2f({})", x);
     case Op::Tanh: return fmt::format("tanhf({})", x);
+#define KILN_MATH(K, name, c_function, host) \
+    case Op::K: return fmt::format(#c_function "({})", x);
+#include <kiln/math_functions.def>
+#undef KILN_MATH
     case Op::Rint: return fmt::format("rintf({})", x);
     case Op::Sgn:
         return f ? fmt::format("{0} != {0} ? {0} : (float)(({0} > 0.0f) - ({0} < 0.0f))", x)

@@ -638,6 +638,17 @@ private:
         return b_.CreateSelect(b_.CreateFCmpOLT(ax, f32c(0.625f)), small, big);
     }
 
+    // `float name(float)` of the host's C library (the JIT links it from the process), without
+    // side effects (no errno: the kernels are compiled with -fno-math-errno semantics).
+    Value* c_call(const char* name, Value* x) {
+        FunctionCallee f = m_.getOrInsertFunction(name, FunctionType::get(b_.getFloatTy(), {b_.getFloatTy()}, false));
+        if (auto* fn = dyn_cast<Function>(f.getCallee())) {
+            fn->setDoesNotThrow();
+            fn->setDoesNotAccessMemory();
+        }
+        return b_.CreateCall(f, {x});
+    }
+
     Value* eval(const kir::Instr& in, int id) {
         const bool F = in.type == CT::F32;
         auto A = [&](int i) { return operand(in.a[i]); };
@@ -669,6 +680,10 @@ private:
         case Op::Log: return b_.CreateUnaryIntrinsic(Intrinsic::log, A(0));
         case Op::Log2: return b_.CreateUnaryIntrinsic(Intrinsic::log2, A(0));
         case Op::Tanh: return tanh_f32(A(0));
+#define KILN_MATH(K, name, c_function, host) \
+        case Op::K: return c_call(#c_function, A(0));
+#include <kiln/math_functions.def>
+#undef KILN_MATH
         case Op::Rint: return b_.CreateUnaryIntrinsic(Intrinsic::roundeven, A(0));
         case Op::Sgn: {
             Value* x = A(0);

@@ -82,6 +82,10 @@ KILN_API Expr reciprocal(const Expr& a);
 KILN_API Expr sgn(const Expr& a);
 KILN_API Expr rint(const Expr& a);        // round half to even
 KILN_API Expr finite(const Expr& a);      // bool
+// erf, erfc, expm1, log1p, log10, sin, cos, atan: C's float functions (kiln/math_functions.def).
+#define KILN_MATH(K, name, c_function, host) KILN_API Expr name(const Expr& a);
+#include <kiln/math_functions.def>
+#undef KILN_MATH
 KILN_API Expr cast(const Expr& a, DType to);
 
 // ---- binary (NumPy broadcasting and promotion)

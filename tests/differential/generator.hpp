@@ -415,6 +415,14 @@ public:
         case Op::Sgn: e = kiln::sgn(x.e); break;
         case Op::Rint: e = kiln::rint(x.e); break;
         case Op::Finite: e = kiln::finite(x.e); break;
+        case Op::Erf: e = kiln::erf(x.e); break;
+        case Op::Erfc: e = kiln::erfc(x.e); break;
+        case Op::Expm1: e = kiln::expm1(x.e); break;
+        case Op::Log1p: e = kiln::log1p(x.e); break;
+        case Op::Log10: e = kiln::log10(x.e); break;
+        case Op::Sin: e = kiln::sin(x.e); break;
+        case Op::Cos: e = kiln::cos(x.e); break;
+        case Op::Atan: e = kiln::atan(x.e); break;
         default: throw std::logic_error("not a unary op");
         }
         return chk(e, r_unary(op, x.r), op_name(op));
@@ -611,7 +619,7 @@ public:
         DType t = x.r->dtype;
         if (t == DType::Bool && (op == Op::Neg || op == Op::Sgn)) x = cast(x, rng.pick({DType::Int8, DType::Int32, DType::Float32}));
         switch (op) {
-        case Op::Sqrt: case Op::Log: case Op::Log2: x = positive(x); break;
+        case Op::Sqrt: case Op::Log: case Op::Log2: case Op::Log1p: case Op::Log10: x = positive(x); break;
         case Op::SafeLog:
             if (!(minv(x.r) >= 0 && stable(x.r))) x = positive(x);
             else
@@ -619,7 +627,9 @@ public:
                     if (x.r->v[i] < 0.03 && (x.r->v[i] != 0 || x.r->e[i] != 0)) { x = positive(x); break; }
             break;
         case Op::Recip: x = nonzero(x); break;
-        case Op::Exp: case Op::Exp2: x = bounded(x, 10); break;
+        case Op::Exp: case Op::Exp2: case Op::Expm1: case Op::Erf: x = bounded(x, 10); break;
+        case Op::Erfc: x = bounded(x, 4); break;   // erfc(4) = 1.5e-8: no float32 underflow
+        case Op::Sin: case Op::Cos: x = bounded(x, 30); break;
         case Op::Sig: case Op::Sig2: case Op::Tanh: case Op::Tanh2: x = bounded(x, 30); break;
         case Op::Square:
             if (isf(x.r->dtype)) x = bounded(x, is16(x.r->dtype) ? 150 : 900);
@@ -635,7 +645,9 @@ public:
     Built gen_unary(const Shape& T, int depth) {
         static const std::vector<Op> ops_ = {Op::Neg,  Op::Abs,  Op::Sqrt, Op::Square, Op::Exp,   Op::Exp2,
                                              Op::Log,  Op::Log2, Op::SafeLog, Op::Sig, Op::Sig2,  Op::Tanh,
-                                             Op::Tanh2, Op::Recip, Op::Sgn, Op::Rint,  Op::Finite};
+                                             Op::Tanh2, Op::Recip, Op::Sgn, Op::Rint,  Op::Finite,
+                                             Op::Erf,   Op::Erfc,  Op::Expm1, Op::Log1p, Op::Log10,
+                                             Op::Sin,   Op::Cos,   Op::Atan};
         Built x = gen(T, depth - 1);
         return apply_unary(rng.pick(ops_), x);
     }

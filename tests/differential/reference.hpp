@@ -268,6 +268,7 @@ double fe(double x) { return std::isfinite(x) ? x : 0; }
 enum class Op {
     Leaf, Scalar, Rand, Iota,
     Neg, Abs, Sqrt, Square, Exp, Exp2, Log, Log2, SafeLog, Sig, Sig2, Tanh, Tanh2, Recip, Sgn, Rint, Finite, Cast,
+    Erf, Erfc, Expm1, Log1p, Log10, Sin, Cos, Atan,
     Add, Sub, Mul, Div, FloorDiv, Mod, Fmod, Pow, Maximum, Minimum, Eq, Ne, Gt, Ge, Lt, Le,
     Where,
     Sum, Max, Min, ArgMax, ArgMin,
@@ -294,6 +295,9 @@ const char* op_name(Op o) {
     case Op::Sum: return "sum"; case Op::Max: return "max"; case Op::Min: return "min";
     case Op::ArgMax: return "argmax"; case Op::ArgMin: return "argmin"; case Op::Reshape: return "reshape";
     case Op::Take: return "take"; case Op::Onehot: return "onehot";
+    case Op::Erf: return "erf"; case Op::Erfc: return "erfc"; case Op::Expm1: return "expm1";
+    case Op::Log1p: return "log1p"; case Op::Log10: return "log10"; case Op::Sin: return "sin";
+    case Op::Cos: return "cos"; case Op::Atan: return "atan";
     }
     return "?";
 }
@@ -398,7 +402,8 @@ DType float_result(DType t) {
 bool is_float_unary(Op o) {
     switch (o) {
     case Op::Sqrt: case Op::Exp: case Op::Exp2: case Op::Log: case Op::Log2: case Op::SafeLog: case Op::Sig:
-    case Op::Sig2: case Op::Tanh: case Op::Tanh2: case Op::Recip: case Op::Rint: return true;
+    case Op::Sig2: case Op::Tanh: case Op::Tanh2: case Op::Recip: case Op::Rint: case Op::Erf: case Op::Erfc:
+    case Op::Expm1: case Op::Log1p: case Op::Log10: case Op::Sin: case Op::Cos: case Op::Atan: return true;
     default: return false;
     }
 }
@@ -468,6 +473,34 @@ X f_unary(Op op, X a) {
         r.e = d * ex + 4 * kU * std::fabs(r.v) + 3 * kU * fe(std::fabs(x) * d);
         break;
     }
+    // C's float functions: the input's error through the derivative's bound near x, a few ulps of
+    // the result (the GPU's erfcf is within 4), and the argument's own rounding, as for tanh.
+    case Op::Erf: case Op::Erfc: {
+        r.v = op == Op::Erf ? std::erf(x) : std::erfc(x);
+        double d = M_2_SQRTPI * std::exp(-std::max(0.0, std::fabs(x) - ex) * std::max(0.0, std::fabs(x) - ex));
+        r.e = d * ex + 6 * kU * std::fabs(r.v) + 3 * kU * fe(std::fabs(x) * d);
+        break;
+    }
+    case Op::Expm1:
+        r.v = std::expm1(x);
+        r.e = fe(std::exp(x + ex) * ex) + 4 * kU * std::fabs(r.v) + 3 * kU * fe(std::fabs(x) * std::exp(x));
+        break;
+    case Op::Log1p:
+        r.v = std::log1p(x);
+        r.e = (1 + x > ex ? ex / (1 + x - ex) : (ex > 0 ? INFINITY : 0)) + 4 * kU * std::fabs(r.v) + 2 * kU;
+        break;
+    case Op::Log10:
+        r.v = std::log10(x);
+        r.e = (x > ex ? ex / ((x - ex) * M_LN10) : (ex > 0 ? INFINITY : 0)) + 4 * kU * std::fabs(r.v) + 3 * kU;
+        break;
+    case Op::Sin: case Op::Cos:
+        r.v = op == Op::Sin ? std::sin(x) : std::cos(x);
+        r.e = ex + 4 * kU * std::fabs(r.v) + 3 * kU * fe(std::fabs(x));
+        break;
+    case Op::Atan:
+        r.v = std::atan(x);
+        r.e = ex + 4 * kU * std::fabs(r.v) + 3 * kU * fe(std::fabs(x) / (1 + x * x));
+        break;
     case Op::Recip: {
         r.v = 1.0 / x;
         double lo = std::fabs(x) - ex;

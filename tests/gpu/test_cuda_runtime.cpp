@@ -125,6 +125,24 @@ TEST_CASE("gpu: KILN_BACKEND=cpu forces the CPU, KILN_BACKEND=cuda the GPU") {
     CHECK(c.backend() == Backend::CUDA);   // the default when a device is present
 }
 
+TEST_CASE("gpu: KILN_VALIDATE=cpu runs every kernel on the host backend too, gathers and math functions included") {
+    REQUIRE_GPU();
+    ::setenv("KILN_VALIDATE", "cpu", 1);
+    Context ctx(ContextOptions{"cuda"});
+    ::unsetenv("KILN_VALIDATE");
+    std::vector<float> f = random_floats(64 * 48, 9);
+    Tensor a = ctx.array(f, {64, 48}), r = ctx.empty({64, 1}), g = ctx.empty({5, 48}), e = ctx.empty({64, 48});
+    Tensor idx = ctx.array(std::vector<int32_t>{3, 0, 63, -1, 17}, {5});
+    r[all] = var(a, 1);                                   // a row reduction
+    g[all] = kiln::take(a, idx, 0) * 2.0f;               // a gather over the whole of a
+    e[all] = erf(a) + sin(a) * cos(a) - atan(a);          // C math functions
+    const std::vector<float> gv = g.to_vector<float>(), ev = e.to_vector<float>();
+    CHECK(gv[2 * 48 + 5] == 2.0f * f[63 * 48 + 5]);
+    CHECK(gv[3 * 48] == 2.0f * f[63 * 48]);              // -1: the last row
+    CHECK(std::fabs(ev[7] - (std::erf(f[7]) + std::sin(f[7]) * std::cos(f[7]) - std::atan(f[7]))) < 1e-5f);
+    CHECK(ctx.counters().launches >= 3);
+}
+
 TEST_CASE("gpu: kernel caches — compile once, then memory hits, then disk hits in a new context") {
     REQUIRE_GPU();
     kiln::test::ScopedCacheDir cache_dir;

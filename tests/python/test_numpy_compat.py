@@ -39,6 +39,12 @@ UNARY = {
     "log": {"positive": True},
     "log2": {"positive": True},
     "tanh": {},
+    "expm1": {},
+    "log1p": {"positive": True},
+    "log10": {"positive": True},
+    "sin": {},
+    "cos": {},
+    "atan": {},
     "sign": {},
     "rint": {},
     "isfinite": {},
@@ -52,6 +58,16 @@ UNARY = {
 def test_unary_function(xp, name, dtype, shape):
     a = shaped_random(shape, xp, dtype, seed=1, **UNARY[name])
     return getattr(xp, name)(a)
+
+
+@pytest.mark.parametrize("name", ["erf", "erfc"])
+def test_erf_and_erfc_match_the_c_library(name):
+    import math
+    x = np.linspace(-4, 4, 101, dtype=np.float32)
+    got = kiln.asnumpy(getattr(kiln, name)(kiln.asarray(x)))
+    want = np.array([getattr(math, name)(float(v)) for v in x])
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)

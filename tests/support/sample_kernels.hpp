@@ -11,6 +11,15 @@
 
 namespace kiln::test {
 
+// The sum of every float function of kiln/math_functions.def, each applied to `a`.
+inline Expr math_functions_of(const Expr& a) {
+    Expr sum = 0.0f * a;
+#define KILN_MATH(K, name, c_function, host) sum = sum + kiln::name(a);
+#include <kiln/math_functions.def>
+#undef KILN_MATH
+    return sum;
+}
+
 inline std::vector<kir::Kernel> sample_kernels(const std::string& target = "sm_90") {
     const Expr A = leaf(host_view({64, 32}));
     const Expr I = leaf(host_view({64, 32}, DType::Int8));
@@ -30,6 +39,7 @@ inline std::vector<kir::Kernel> sample_kernels(const std::string& target = "sm_9
         {take(A, idx, 0), host_view({5, 32})},
         {finite(log(A)) != (A <= exp2(A)), host_view({64, 32}, DType::Bool)},
         {cast(clip(A, -1.0, 1.0) * 100.0, DType::Int32), host_view({64, 32}, DType::Int32)},
+        {math_functions_of(A), host_view({64, 32})},
     };
     std::vector<kir::Kernel> out;
     std::set<std::string> keys;

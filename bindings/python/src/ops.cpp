@@ -67,6 +67,9 @@ const std::vector<UnaryOp>& unary_ops() {
         {"square", square}, {"exp", exp}, {"exp2", exp2}, {"log", log}, {"log2", log2}, {"safelog", safelog},
         {"sig", sig}, {"sig2", sig2}, {"tanh", tanh}, {"tanh2", tanh2}, {"reciprocal", reciprocal}, {"sgn", sgn},
         {"sign", sign}, {"rint", rint}, {"finite", finite}, {"isfinite", finite},
+#define KILN_MATH(K, name, c_function, host) {#name, name},
+#include <kiln/math_functions.def>
+#undef KILN_MATH
     };
     return ops;
 }

@@ -44,6 +44,9 @@ inline kir::Kernel all_ops_kernel() {
         b.op(Op::Maximum, CT::F32, x, y), b.op(Op::Minimum, CT::F32, x, y), b.constf(1.5f), b.constf(-0.1f), b.constf(0.25f),
         b.constf(1e-45f), b.constf(2.0f), b.op(Op::Floor, CT::F32, x), b.op(Op::Fmod, CT::F32, x, y),
     };
+#define KILN_MATH(K, name, c_function, host) f.push_back(b.op(Op::K, CT::F32, ax));
+#include <kiln/math_functions.def>
+#undef KILN_MATH
     int lt = b.op(Op::Lt, CT::I32, x, y);
     f.push_back(b.op(Op::Select, CT::F32, lt, x, y));
     f.push_back(b.op(Op::AsF32, CT::F32, b.op(Op::And, CT::I32, n, b.consti(0x3fffffff))));
