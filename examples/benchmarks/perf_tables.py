@@ -206,11 +206,7 @@ def main():
         table = render_gemm(r, args.command or "kiln-bench-gemm --queued gemm.json", args.date, args.commit, args.device)
         doc = replace_section(doc, GEMM_BEGIN, GEMM_END, table,
                               "GEMM: kiln's kernels beside cuBLAS/cuBLASLt (examples/benchmarks/gemm.cpp)")
-        with open(args.doc, "w") as f:
-            f.write(doc)
-        print(f"{args.doc}: {sum('kiln_ms' in x for x in r)} products from {args.json}")
-        return 0
-    if "hardware_threads" in r:
+    elif "hardware_threads" in r:
         table = render_cpu(r, args.command or "kiln-bench-cpu-fusion cpu_fusion.json", args.date, args.commit)
         doc = replace_section(doc, CPU_BEGIN, CPU_END, table,
                               "CPU backend: fused expressions (examples/benchmarks/cpu_fusion.cpp)")
@@ -224,7 +220,8 @@ def main():
                               "CUDA backend beside PyTorch: fused expressions (examples/benchmarks/vs_torch.py)")
     with open(args.doc, "w") as f:
         f.write(doc)
-    print(f"{args.doc}: {len(r['cases'])} cases from {args.json}")
+    count = sum("kiln_ms" in x for x in r) if gemm else len(r["cases"])
+    print(f"{args.doc}: {count} {'products' if gemm else 'cases'} from {args.json}")
     return 0
 
 
