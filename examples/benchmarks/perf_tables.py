@@ -4,6 +4,7 @@
     python examples/benchmarks/perf_tables.py fusion.json --date D --commit C [--doc ...] [--command "..."]
     python examples/benchmarks/perf_tables.py cpu_fusion.json --date D --commit C [--doc ...] [--command "..."]
     python examples/benchmarks/perf_tables.py gemm.json --date D --commit C --device "..." [--doc ...] [--command "..."]
+    python examples/benchmarks/perf_tables.py py1.json [py2.json ...] --date D --commit C [--doc ...] [--command "..."]
 
 vs_torch.py's JSON (kiln beside PyTorch) fills what stands between `<!-- vs_torch:begin -->` and
 `<!-- vs_torch:end -->`; kiln-bench-fusion's JSON (the CUDA backend alone: large cases and
@@ -11,7 +12,8 @@ latency against the fused-kernel targets; it records no date or commit, so they 
 fills `<!-- fusion:begin -->` .. `<!-- fusion:end -->`; kiln-bench-cpu-fusion's (the CPU backend
 against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin -->` ..
 `<!-- cpu_fusion:end -->`; kiln-bench-gemm's (JSON lines; no device, date or commit) `<!-- gemm:begin -->` ..
-`<!-- gemm:end -->`. A section without its markers is added
+`<!-- gemm:end -->`; python_dispatch.py's (one or several runs, each row the median of the runs)
+`<!-- python:begin -->` .. `<!-- python:end -->`. A section without its markers is added
 at the end of the document, so the document always shows the last run's numbers with that
 run's device, date, commit and method.
 """
@@ -25,6 +27,7 @@ BEGIN, END = "<!-- vs_torch:begin -->", "<!-- vs_torch:end -->"
 FUSION_BEGIN, FUSION_END = "<!-- fusion:begin -->", "<!-- fusion:end -->"
 CPU_BEGIN, CPU_END = "<!-- cpu_fusion:begin -->", "<!-- cpu_fusion:end -->"
 GEMM_BEGIN, GEMM_END = "<!-- gemm:begin -->", "<!-- gemm:end -->"
+PY_BEGIN, PY_END = "<!-- python:begin -->", "<!-- python:end -->"
 
 # kiln-bench-fusion's latency measures against the fused-kernel issue's targets: (label, key, unit, target).
 LATENCY = [
@@ -129,6 +132,34 @@ def render_gemm(rows, command, date, commit, device):
     return "\n".join(out)
 
 
+def render_python(runs, command, date, commit):
+    """python_dispatch.py's runs: per expression the median of the runs, and their range."""
+    out = [PY_BEGIN, "",
+           f"- Device: {runs[0]['device']}.",
+           f"- Date: {date}. Commit: {commit}.",
+           f"- Command: `{command}`, {len(runs)} run(s).",
+           f"- Method: 128x32 float32 (the kernels take a few µs, so the host side is what is measured); each "
+           f"expression assigned {runs[0]['calls']} times after warm-up, wall time per call including one final "
+           "`synchronize()`, median of 7 repetitions; below, the median of the runs and their range. PyTorch runs "
+           "the same expressions op by op on the same GPU in the same process; its per-op figure is its "
+           "per-expression time over the ops it launches.", "",
+           "| expression (Python-level ops) | kiln µs per expression | torch µs per expression | torch ops "
+           "| torch µs per op |", "| --- | ---: | ---: | ---: | ---: |"]
+    for i, row in enumerate(runs[0]["rows"]):
+        kiln = sorted(r["rows"][i]["kiln_us_per_expr"] for r in runs)
+        cells = [f"{row['expr']} ({row['kiln_python_ops']})",
+                 f"{kiln[len(kiln) // 2]:.2f} ({kiln[0]:.2f}-{kiln[-1]:.2f})"]
+        if "torch_us_per_expr" in row:
+            torch = sorted(r["rows"][i]["torch_us_per_expr"] for r in runs)
+            mid = torch[len(torch) // 2]
+            cells += [f"{mid:.2f}", str(row["torch_ops"]), f"{mid / row['torch_ops']:.2f}"]
+        else:
+            cells += ["", "", ""]
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", PY_END]
+    return "\n".join(out)
+
+
 def load_json(path):
     """One JSON document, or JSON lines (kiln-bench-gemm) as a list."""
     with open(path) as f:
@@ -184,18 +215,23 @@ def replace_section(doc, begin, end, table, heading):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("json")
+    ap.add_argument("json", nargs="+", help="one benchmark's JSON (python_dispatch.py: one or more runs)")
     ap.add_argument("--doc", default="docs/PERFORMANCE.md")
     ap.add_argument("--command", default=None)
     ap.add_argument("--date", default=None, help="kiln-bench-fusion's and kiln-bench-cpu-fusion's JSON: the run's date")
     ap.add_argument("--commit", default=None, help="the same: the commit it ran")
     ap.add_argument("--device", default=None, help="kiln-bench-gemm's JSON: the GPU it ran on")
     args = ap.parse_args()
-    r = load_json(args.json)
+    runs = [load_json(p) for p in args.json]
+    r = runs[0]
+    python = isinstance(r, dict) and "calls" in r and "rows" in r
+    if len(runs) > 1 and not python:
+        print("perf_tables: several JSON files are taken from python_dispatch.py only", file=sys.stderr)
+        return 2
     with open(args.doc) as f:
         doc = f.read()
     gemm = isinstance(r, list)
-    if (gemm or "dispatch_us" in r or "hardware_threads" in r) and (not args.date or not args.commit):
+    if (gemm or python or "dispatch_us" in r or "hardware_threads" in r) and (not args.date or not args.commit):
         print("perf_tables: this benchmark's JSON records no date or commit: give --date and --commit",
               file=sys.stderr)
         return 2
@@ -206,6 +242,11 @@ def main():
         table = render_gemm(r, args.command or "kiln-bench-gemm --queued gemm.json", args.date, args.commit, args.device)
         doc = replace_section(doc, GEMM_BEGIN, GEMM_END, table,
                               "GEMM: kiln's kernels beside cuBLAS/cuBLASLt (examples/benchmarks/gemm.cpp)")
+    elif python:
+        table = render_python(runs, args.command or "python examples/benchmarks/python_dispatch.py --json out.json",
+                              args.date, args.commit)
+        doc = replace_section(doc, PY_BEGIN, PY_END, table,
+                              "Python: cost of one cached fused expression (examples/benchmarks/python_dispatch.py)")
     elif "hardware_threads" in r:
         table = render_cpu(r, args.command or "kiln-bench-cpu-fusion cpu_fusion.json", args.date, args.commit)
         doc = replace_section(doc, CPU_BEGIN, CPU_END, table,
@@ -220,8 +261,8 @@ def main():
                               "CUDA backend beside PyTorch: fused expressions (examples/benchmarks/vs_torch.py)")
     with open(args.doc, "w") as f:
         f.write(doc)
-    count = sum("kiln_ms" in x for x in r) if gemm else len(r["cases"])
-    print(f"{args.doc}: {count} {'products' if gemm else 'cases'} from {args.json}")
+    count = sum("kiln_ms" in x for x in r) if gemm else len(r["rows"] if python else r["cases"])
+    print(f"{args.doc}: {count} {'products' if gemm else 'cases'} from {', '.join(args.json)}")
     return 0
 
 

@@ -164,3 +164,21 @@ def test_the_gemm_benchmark_fills_its_own_section_from_json_lines(tmp_path):
     assert "- Device: Test GPU." in text and "Date: 2026-01-02. Commit: abc1234." in text
     assert "| f16 | 4096x4096x4096 | nn | 687.2 | 624.7 | 1.10 | 1.05 | +5.0% | 8.0, 20.0 | `kiln_gemm_x` |" in text
     assert "f16: geometric mean 1.28, N <= 128 1.50, 4096^3 1.10." in text
+
+
+def test_the_python_benchmark_fills_its_section_with_the_median_of_its_runs(tmp_path):
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text("# Performance\n\n" + perf_tables.PY_BEGIN + "\nstale\n" + perf_tables.PY_END + "\n")
+    paths = []
+    for i, us in enumerate([10.0, 12.0, 9.0]):
+        js = tmp_path / f"py{i}.json"
+        js.write_text(json.dumps({"device": "Test GPU", "calls": 2000, "rows": [
+            {"expr": "variance", "kiln_us_per_expr": us, "kiln_python_ops": 4, "torch_us_per_expr": 4 * us,
+             "torch_ops": 4, "torch_us_per_op": us}]}))
+        paths.append(str(js))
+    script = os.path.join(BENCH, "perf_tables.py")
+    subprocess.run([sys.executable, script, *paths, "--doc", str(doc), "--date", "2026-01-02", "--commit", "abc1234"],
+                   check=True, capture_output=True)
+    text = doc.read_text()
+    assert "stale" not in text and "3 run(s)" in text
+    assert "| variance (4) | 10.00 (9.00-12.00) | 40.00 | 4 | 10.00 |" in text
