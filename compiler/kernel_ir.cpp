@@ -74,6 +74,10 @@ constexpr bool in_enum_order() {
 }
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == (size_t)kLastOp + 1, "kOps must list every kir::Op");
 static_assert(in_enum_order(), "kOps must list the ops in the enum's order");
+// Kernel texts record ops by number: the ops of kiln/math_functions.def follow IRem, in the
+// order listed there, and new ones are appended.
+static_assert((int)Op::Erf == (int)Op::IRem + 1 && (int)Op::Atan == (int)Op::IRem + 8,
+              "kiln/math_functions.def: existing lines keep their places");
 
 } // namespace
 

@@ -47,7 +47,8 @@ public:
     // Runs a kernel of this backend over `args` (buffers in this backend's memory), ordered after
     // everything launched before it.
     virtual void launch(KernelHandle kernel, const kir::LaunchArgs& args) = 0;
-    // KILN_ASSERT_NO_COMPILE: a kernel found in neither cache is an error.
+    // KILN_ASSERT_NO_COMPILE: a kernel found in neither cache is an error (where there is a
+    // compiler: the interpreter has none).
     virtual void forbid_compiles(bool on) = 0;
     // The memory cache keeps at most this many kernels (at least 1); those it evicts are
     // retired: the caller drops what points at them, then releases them.
@@ -57,7 +58,8 @@ public:
     virtual void release_retired(const std::unordered_set<KernelHandle>& keep) = 0;
 
     // ---- memory and ordering
-    // Memory for `nbytes` (at least); `op` names the user call in an out-of-memory error.
+    // Memory for `nbytes` (at least), as an OwnedStorage (runtime/owned_storage.hpp) whose owner
+    // the Context sets; `op` names the user call in an out-of-memory error.
     virtual std::shared_ptr<Storage> allocate(size_t nbytes, const char* op) = 0;
     // Contiguous bytes between host memory and `s` (memory of this backend); they return when the
     // data has arrived where the caller can see it.

@@ -82,8 +82,9 @@ Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
         validate = true;
     }
     if (dev != "cpu") {
+        std::unique_ptr<DeviceBackend> reference = validate ? make_host_backend() : nullptr;
         try {
-            m.backend = make_cuda_backend(dev.empty() ? 0 : cuda_index(dev), validate ? make_host_backend() : nullptr);
+            m.backend = make_cuda_backend(dev.empty() ? 0 : cuda_index(dev), std::move(reference));
         } catch (const Error& e) {
             if (!dev.empty())
                 fail(Error::Kind::Runtime, "Context: device '{}' requested{}, but it cannot be used: {}; use device 'cpu'{}",

@@ -4,11 +4,11 @@
 #include "runtime/host_target.hpp"
 #include "runtime/kernel_cache.hpp"
 #include "runtime/kir_interpreter.hpp"
-#include "runtime/manifest.hpp"
 #include "runtime/owned_storage.hpp"
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 namespace kiln {
 
@@ -21,36 +21,45 @@ struct HostStorage : OwnedStorage {
 class InterpreterBackend final : public HostBackend {
 public:
     KernelHandle compile(const kir::Kernel& kernel, const std::string& key) override {
+        std::lock_guard<std::mutex> lock(mu_);
         if (const kir::Kernel* k = kernels_.find(key)) {
             ++counters_.memory_hits;
             return k;
         }
-        if (forbid_) refuse_compile(kernel, target(), "(memory only)");
         ++counters_.compiles;
         return kernels_.insert(key, std::make_unique<kir::Kernel>(kernel));
     }
     void launch(KernelHandle kernel, const kir::LaunchArgs& args) override {
         interpret(*static_cast<const kir::Kernel*>(kernel), args);
     }
-    void forbid_compiles(bool on) override { forbid_ = on; }
-    void set_kernel_cache_capacity(size_t kernels) override { kernels_.set_capacity(kernels); }
+    void forbid_compiles(bool) override {}   // it keeps the kernel IR: nothing is compiled
+    void set_kernel_cache_capacity(size_t kernels) override {
+        std::lock_guard<std::mutex> lock(mu_);
+        kernels_.set_capacity(kernels);
+    }
     void retired_kernels(std::unordered_set<KernelHandle>& out) const override {
+        std::lock_guard<std::mutex> lock(mu_);
         kernels_.for_each_retired([&](const void* k) { out.insert(k); });
     }
     void release_retired(const std::unordered_set<KernelHandle>& keep) override {
+        std::lock_guard<std::mutex> lock(mu_);
         kernels_.release_retired(keep, [](kir::Kernel&) {});
     }
     BackendCounters counters() const override {
+        std::lock_guard<std::mutex> lock(mu_);
         BackendCounters c = counters_;
         c.cached_kernels = kernels_.size();
         return c;
     }
-    void reset_counters() override { counters_ = {}; }
+    void reset_counters() override {
+        std::lock_guard<std::mutex> lock(mu_);
+        counters_ = {};
+    }
 
 private:
+    mutable std::mutex mu_;   // counters() may be read from any thread, as the CPU JIT's
     KernelCache<kir::Kernel> kernels_{kernel_cache_capacity_from_env()};
     BackendCounters counters_;
-    bool forbid_ = false;
 };
 
 } // namespace

@@ -638,8 +638,9 @@ private:
         return b_.CreateSelect(b_.CreateFCmpOLT(ax, f32c(0.625f)), small, big);
     }
 
-    // `float name(float)` of the host's C library (the JIT links it from the process), without
-    // side effects (no errno: the kernels are compiled with -fno-math-errno semantics).
+    // `float name(float)` of the host's C library (the JIT links it from the process), treated
+    // as pure, as clang does under -fno-math-errno: no kernel reads errno, and a pure call may
+    // be vectorised through the vector math library.
     Value* c_call(const char* name, Value* x) {
         FunctionCallee f = m_.getOrInsertFunction(name, FunctionType::get(b_.getFloatTy(), {b_.getFloatTy()}, false));
         if (auto* fn = dyn_cast<Function>(f.getCallee())) {

@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 
 BEGIN, END = "<!-- vs_torch:begin -->", "<!-- vs_torch:end -->"
@@ -123,9 +124,10 @@ def render_gemm(rows, command, date, commit, device):
             "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
     for x in products:
         h = host.get((x["dtype"], x["m"], x["n"], x["k"]))
+        lt = x["cublaslt_bias_relu_ms"]   # -1 where cuBLASLt had no such epilogue
         out.append(f"| {x['dtype']} | {x['m']}x{x['n']}x{x['k']} | {x['op']} | {x['kiln_tflops']:.1f} | "
                    f"{x['cublas_tflops']:.1f} | {x['cublas_ms'] / x['kiln_ms']:.2f} | "
-                   f"{x['cublaslt_bias_relu_ms'] / x['kiln_bias_relu_ms']:.2f} | "
+                   + (f"{lt / x['kiln_bias_relu_ms']:.2f}" if lt > 0 else "n/a") + " | "
                    f"{100 * (x['kiln_bias_relu_bsum_ms'] / x['kiln_ms'] - 1):+.1f}% | "
                    + (f"{h[0]:.1f}, {h[3]:.1f}" if h else "") + f" | `{x['kernel']}` |")
     out += ["", GEMM_END]
@@ -145,13 +147,13 @@ def render_python(runs, command, date, commit):
            "per-expression time over the ops it launches.", "",
            "| expression (Python-level ops) | kiln µs per expression | torch µs per expression | torch ops "
            "| torch µs per op |", "| --- | ---: | ---: | ---: | ---: |"]
-    for i, row in enumerate(runs[0]["rows"]):
-        kiln = sorted(r["rows"][i]["kiln_us_per_expr"] for r in runs)
+    for row in runs[0]["rows"]:
+        same = [next(x for x in r["rows"] if x["expr"] == row["expr"]) for r in runs]
+        kiln = [x["kiln_us_per_expr"] for x in same]
         cells = [f"{row['expr']} ({row['kiln_python_ops']})",
-                 f"{kiln[len(kiln) // 2]:.2f} ({kiln[0]:.2f}-{kiln[-1]:.2f})"]
-        if "torch_us_per_expr" in row:
-            torch = sorted(r["rows"][i]["torch_us_per_expr"] for r in runs)
-            mid = torch[len(torch) // 2]
+                 f"{statistics.median(kiln):.2f} ({min(kiln):.2f}-{max(kiln):.2f})"]
+        if all("torch_us_per_expr" in x for x in same):
+            mid = statistics.median(x["torch_us_per_expr"] for x in same)
             cells += [f"{mid:.2f}", str(row["torch_ops"]), f"{mid / row['torch_ops']:.2f}"]
         else:
             cells += ["", "", ""]
@@ -165,9 +167,11 @@ def load_json(path):
     with open(path) as f:
         text = f.read()
     try:
-        return json.loads(text)
+        doc = json.loads(text)
     except json.JSONDecodeError:
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+    # A one-line file of kiln-bench-gemm (its rows have no "cases"/"rows" key) is still a list.
+    return [doc] if isinstance(doc, dict) and ("kiln_ms" in doc or "host_us_per_call" in doc) else doc
 
 
 def render(r, command):

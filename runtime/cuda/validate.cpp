@@ -31,7 +31,7 @@ double tolerance(DType t) {
 }
 
 // Whether a Gather reads buffer `b`: its elements are then reached through an index the
-// strides do not bound, so the host copy takes the buffer's whole allocation.
+// strides do not bound, so the host copy of that input takes the buffer's whole allocation.
 bool gathered(const kir::Kernel& k, size_t b) {
     for (const kir::Instr& in : k.instrs)
         if (in.op == kir::Op::Gather && in.index == (int)b) return true;
@@ -55,10 +55,12 @@ void validate_launch(CudaBackend& gpu, const CudaKernel* k, const kir::LaunchArg
     for (size_t b = 0; b < args.buffers.size(); ++b) {
         const size_t es = dtype_size(kernel.buffers[b].dtype);
         auto [lo, hi] = reach(args, b, rank);
-        if (gathered(kernel, b)) {
-            CUdeviceptr base = 0;
-            size_t bytes = 0;
-            check(driver().cuMemGetAddressRange(&base, &bytes, (CUdeviceptr)args.buffers[b]), "cuMemGetAddressRange");
+        CUdeviceptr base = 0;
+        size_t bytes = 0;
+        if (!kernel.buffers[b].output && gathered(kernel, b) &&
+            (gpu.make_current(), driver().cuMemGetAddressRange(&base, &bytes, (CUdeviceptr)args.buffers[b])) ==
+                CUDA_SUCCESS) {
+            // Memory the driver does not know as one allocation keeps the strides' reach.
             const int64_t at = (int64_t)((CUdeviceptr)args.buffers[b] - base);
             lo = std::min(lo, -at / (int64_t)es);
             hi = std::max(hi, ((int64_t)bytes - at) / (int64_t)es - 1);

@@ -44,7 +44,7 @@ UNARY = {
     "log10": {"positive": True},
     "sin": {},
     "cos": {},
-    "atan": {},
+    "arctan": {},
     "sign": {},
     "rint": {},
     "isfinite": {},

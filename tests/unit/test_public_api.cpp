@@ -1,5 +1,6 @@
 // The public API's handles to memory and graphs: Tensor::data, Tensor::reshape_view and
-// Expr::node_count, through <kiln/kiln.hpp> alone.
+// Expr::node_count, through <kiln/kiln.hpp> and what libkiln exports alone (this program links
+// the shared library, not the library's objects).
 #include "tests/support/catch.hpp"
 
 #include <kiln/kiln.hpp>

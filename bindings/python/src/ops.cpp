@@ -70,6 +70,7 @@ const std::vector<UnaryOp>& unary_ops() {
 #define KILN_MATH(K, name, c_function, host) {#name, name},
 #include <kiln/math_functions.def>
 #undef KILN_MATH
+        {"arctan", atan},   // NumPy 1's name
     };
     return ops;
 }
