@@ -44,22 +44,25 @@ LATENCY = [
 ]
 
 
+def provenance(where, date, commit, command, method, dated=""):
+    """The lines every table opens with: where it ran, when, at which commit, how and by what method."""
+    return [f"- {where}", f"- Date: {date}. Commit: {commit}.{dated}", f"- Command: {command}", f"- Method: {method}"]
+
+
 def render_fusion(r, command, date, commit):
     def get(key):
         v = r
         for part in key.split("."):
             v = v.get(part) if isinstance(v, dict) else None
         return v
-    out = [FUSION_BEGIN, "",
-           f"- Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s "
-           f"(the larger of the driver's device-to-device memcpy of 1 GiB, {r.get('driver_copy_gbs', 0):.0f} GB/s, "
-           f"and kiln's `dst = src` on 256 MiB, {r.get('kiln_copy_gbs', 0):.0f} GB/s).",
-           f"- Date: {date}. Commit: {commit}.",
-           f"- Command: `{command}` (a fresh cache directory).",
-           "- Method: host clock around back-to-back calls bracketed by synchronize(), median of 7 batches after "
-           "warm-up; latencies are host µs per call, medians. Bytes: every input read once and every output "
-           "written once; `max err` against float64 on the host.",
-           "", "| target | measured | |", "| --- | ---: | --- |"]
+    out = [FUSION_BEGIN, ""] + provenance(
+        f"Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s (the larger of the "
+        f"driver's device-to-device memcpy of 1 GiB, {r.get('driver_copy_gbs', 0):.0f} GB/s, and kiln's `dst = src` "
+        f"on 256 MiB, {r.get('kiln_copy_gbs', 0):.0f} GB/s).", date, commit,
+        f"`{command}` (a fresh cache directory).",
+        "host clock around back-to-back calls bracketed by synchronize(), median of 7 batches after warm-up; "
+        "latencies are host µs per call, medians. Bytes: every input read once and every output written once; "
+        "`max err` against float64 on the host.") + ["", "| target | measured | |", "| --- | ---: | --- |"]
     for label, key, unit, target in LATENCY:
         v = get(key)
         if v is None or v < 0:
@@ -77,14 +80,13 @@ def render_fusion(r, command, date, commit):
 
 
 def render_cpu(r, command, date, commit):
-    out = [CPU_BEGIN, "",
-           f"- Machine: {r['machine']}, {r['hardware_threads']} hardware threads (kiln runs on all of them).",
-           f"- Date: {date}. Commit: {commit}.",
-           f"- Command: `{command}` (release build).",
-           f"- Method: {r['method']}. kiln: one JIT-compiled kernel per expression. Baseline: the same "
-           "expressions evaluated as NumPy does, one pass per operation with a freshly allocated temporary "
-           "for each result, single-threaded, compiled in the same build (part of the same program).",
-           "", "| expression | shape | kiln ms | unfused ms | speedup |", "| --- | --- | ---: | ---: | ---: |"]
+    out = [CPU_BEGIN, ""] + provenance(
+        f"Machine: {r['machine']}, {r['hardware_threads']} hardware threads (kiln runs on all of them).", date, commit,
+        f"`{command}` (release build).",
+        f"{r['method']}. kiln: one JIT-compiled kernel per expression. Baseline: the same expressions evaluated as "
+        "NumPy does, one pass per operation with a freshly allocated temporary for each result, single-threaded, "
+        "compiled in the same build (part of the same program).") + [
+        "", "| expression | shape | kiln ms | unfused ms | speedup |", "| --- | --- | ---: | ---: | ---: |"]
     for c in r["cases"]:
         out.append(f"| {c['expr']} | {c['M']}x{c['N']} | {c['kiln_ms']:.3f} | {c['unfused_ms']:.3f} | "
                    f"{c['unfused_ms'] / c['kiln_ms']:.1f}x |")
@@ -100,16 +102,14 @@ def render_gemm(rows, command, date, commit, device):
     """kiln-bench-gemm's rows: a product's times, then the host's cost of issuing it."""
     products = [x for x in rows if "kiln_ms" in x]
     host = {(x["dtype"], x["m"], x["n"], x["k"]): x["host_us"] for x in rows if "host_us" in x}
-    out = [GEMM_BEGIN, "",
-           f"- Device: {device}.",
-           f"- Date: {date}. Commit: {commit}.",
-           f"- Command: `{command}`.",
-           "- Method: CUDA events on kiln's stream (cuBLAS on the same stream) around batches of back-to-back "
-           "calls, each batch queued whole behind a gate so that the times are the GPU's; median of 7 batches "
-           "after warm-up, the calls taking turns. Operands uniform in [-1, 1). `ratio`: kiln's TFLOP/s over "
-           "cuBLAS's (`cublasGemmEx`); `bias+relu vs cuBLASLt`: kiln's fused epilogue against cuBLASLt's "
-           "RELU_BIAS epilogue; `+bsum over plain`: bias + ReLU + row sums over the plain product; `host us a "
-           "call`: the host's time to issue a call (kiln, cuBLAS).", ""]
+    out = [GEMM_BEGIN, ""] + provenance(
+        f"Device: {device}.", date, commit, f"`{command}`.",
+        "CUDA events on kiln's stream (cuBLAS on the same stream) around batches of back-to-back calls, each batch "
+        "queued whole behind a gate so that the times are the GPU's; median of 7 batches after warm-up, the calls "
+        "taking turns. Operands uniform in [-1, 1). `ratio`: kiln's TFLOP/s over cuBLAS's (`cublasGemmEx`); "
+        "`bias+relu vs cuBLASLt`: kiln's fused epilogue against cuBLASLt's RELU_BIAS epilogue; `+bsum over plain`: "
+        "bias + ReLU + row sums over the plain product; `host us a call`: the host's time to issue a call (kiln, "
+        "cuBLAS).") + [""]
     summary = []
     for dt in dict.fromkeys(x["dtype"] for x in products):
         mine = [x for x in products if x["dtype"] == dt]
@@ -136,15 +136,13 @@ def render_gemm(rows, command, date, commit, device):
 
 def render_python(runs, command, date, commit):
     """python_dispatch.py's runs: per expression the median of the runs, and their range."""
-    out = [PY_BEGIN, "",
-           f"- Device: {runs[0]['device']}.",
-           f"- Date: {date}. Commit: {commit}.",
-           f"- Command: `{command}`, {len(runs)} run(s).",
-           f"- Method: 128x32 float32 (the kernels take a few µs, so the host side is what is measured); each "
-           f"expression assigned {runs[0]['calls']} times after warm-up, wall time per call including one final "
-           "`synchronize()`, median of 7 repetitions; below, the median of the runs and their range. PyTorch runs "
-           "the same expressions op by op on the same GPU in the same process; its per-op figure is its "
-           "per-expression time over the ops it launches.", "",
+    out = [PY_BEGIN, ""] + provenance(
+        f"Device: {runs[0]['device']}.", date, commit, f"`{command}`, {len(runs)} run(s).",
+        f"128x32 float32 (the kernels take a few µs, so the host side is what is measured); each expression "
+        f"assigned {runs[0]['calls']} times after warm-up, wall time per call including one final `synchronize()`, "
+        "median of 7 repetitions; below, the median of the runs and their range. PyTorch runs the same expressions "
+        "op by op on the same GPU in the same process; its per-op figure is its per-expression time over the ops "
+        "it launches.") + ["",
            "| expression (Python-level ops) | kiln µs per expression | torch µs per expression | torch ops "
            "| torch µs per op |", "| --- | ---: | ---: | ---: | ---: |"]
     for row in runs[0]["rows"]:
@@ -176,14 +174,11 @@ def load_json(path):
 
 def render(r, command):
     cases = r["cases"]
-    out = [BEGIN, "",
-           f"- Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s "
-           "(PyTorch device-to-device copy of 1 GiB, events).",
-           f"- Date: {r['date']}. Commit: {r['commit']}. PyTorch {r['torch']}.",
-           f"- Command: `{command}`.",
-           f"- Method: {r['method']}. Bytes: every input read once and every output written once. "
-           "Every result checked against float64 (`err`: largest error relative to the result's scale).",
-           ""]
+    out = [BEGIN, ""] + provenance(
+        f"Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s (PyTorch "
+        "device-to-device copy of 1 GiB, events).", r["date"], r["commit"], f"`{command}`.",
+        f"{r['method']}. Bytes: every input read once and every output written once. Every result checked "
+        "against float64 (`err`: largest error relative to the result's scale).", f" PyTorch {r['torch']}.") + [""]
     ratios = [c["vs_compile"] for c in cases if "vs_compile" in c]
     if ratios:
         gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
