@@ -63,7 +63,9 @@ constexpr OpInfo kOps[] = {
     {Op::IDiv, "idiv", 2, T::I32, {T::I32, T::I32, T::None}},
     {Op::IRem, "irem", 2, T::I32, {T::I32, T::I32, T::None}},
 #define KILN_MATH(K, name, c_function, host) {Op::K, #name, 1, T::F32, {T::F32, T::None, T::None}},
+#define KILN_MATH2(K, name, c_function, host) {Op::K, #name, 2, T::F32, {T::F32, T::F32, T::None}},
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
 };
 

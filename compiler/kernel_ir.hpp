@@ -73,12 +73,16 @@ enum class Op : uint8_t {
                            // b != 0 and (a, b) != (INT32_MIN, -1), which the lowering guarantees
     // ---- F32 functions of one argument, printed as C calls (kiln/math_functions.def)
 #define KILN_MATH(K, name, c_function, host) K,
+#define KILN_MATH2(K, name, c_function, host) K,
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
 };
 inline constexpr Op kLastOp = Op((int)Op::IRem
 #define KILN_MATH(K, name, c_function, host) + 1
+#define KILN_MATH2(K, name, c_function, host) + 1
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
 );
 

@@ -364,7 +364,10 @@ struct Lowerer {
         case OpKind::Tanh: return op1(Op::Tanh, CT::F32, in_as(0, t));
 #define KILN_MATH(K, name, c_function, host) \
         case OpKind::K: return op1(Op::K, CT::F32, in_as(0, t));
+#define KILN_MATH2(K, name, c_function, host) \
+        case OpKind::K: return op2(Op::K, CT::F32, in_as(0, t), in_as(1, t));
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
         case OpKind::SafeLog:
             return op1(Op::Log, CT::F32, op2(Op::Maximum, CT::F32, in_as(0, t), cf((float)std::exp(-50.0))));

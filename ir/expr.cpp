@@ -208,96 +208,74 @@ Expr iota(const Shape& shape, int axis) {
     return make(OpKind::Iota, DType::Int32, shape, {}, axis);
 }
 
-// ---- unary
-
-Expr negative(const Expr& a) {
-    reject_bool("negative", a, "use logical negation (equal(a, false)) instead");
-    return unary(OpKind::Neg, a, N(a).dtype);
-}
-Expr absolute(const Expr& a) { return unary(OpKind::Abs, a, N(a).dtype); }
-Expr sqrt(const Expr& a) { return float_unary(OpKind::Sqrt, a); }
-Expr square(const Expr& a) {
-    return unary(OpKind::Square, a, N(a).dtype == DType::Bool ? DType::Int8 : N(a).dtype);
-}
-Expr exp(const Expr& a) { return float_unary(OpKind::Exp, a); }
-Expr exp2(const Expr& a) { return float_unary(OpKind::Exp2, a); }
-Expr log(const Expr& a) { return float_unary(OpKind::Log, a); }
-#define KILN_MATH(K, name, c_function, host) \
-    Expr name(const Expr& a) { return float_unary(OpKind::K, a); }
-#include <kiln/math_functions.def>
-#undef KILN_MATH
-Expr log2(const Expr& a) { return float_unary(OpKind::Log2, a); }
-Expr safelog(const Expr& a) { return float_unary(OpKind::SafeLog, a); }
-Expr sig(const Expr& a) { return float_unary(OpKind::Sig, a); }
-Expr sig2(const Expr& a) { return float_unary(OpKind::Sig2, a); }
-Expr tanh(const Expr& a) { return float_unary(OpKind::Tanh, a); }
-Expr tanh2(const Expr& a) { return float_unary(OpKind::Tanh2, a); }
-Expr reciprocal(const Expr& a) { return float_unary(OpKind::Reciprocal, a); }
-Expr sgn(const Expr& a) {
-    reject_bool("sgn", a, "cast to an integer or float dtype first");
-    return unary(OpKind::Sgn, a, N(a).dtype);
-}
-Expr rint(const Expr& a) { return float_unary(OpKind::Rint, a); }
-Expr finite(const Expr& a) { return unary(OpKind::Finite, a, DType::Bool); }
-Expr cast(const Expr& a, DType to) {
-    if (N(a).dtype == to) return a;
-    return unary(OpKind::Cast, a, to);
-}
-
-// ---- binary
-
-Expr add(const Expr& a, const Expr& b) { return binary(OpKind::Add, a, b, result_type(a, b)); }
-
-Expr subtract(const Expr& a, const Expr& b) {
-    DType t = result_type(a, b);
-    if (t == DType::Bool)
-        fail(Error::Kind::Type, "subtract: not supported for two bool operands ({} and {}); use not_equal for logical xor",
-             describe(a), describe(b));
-    return binary(OpKind::Sub, a, b, t);
-}
-
-Expr multiply(const Expr& a, const Expr& b) { return binary(OpKind::Mul, a, b, result_type(a, b)); }
-
-Expr divide(const Expr& a, const Expr& b) {
-    DType t = result_type(a, b);
-    return binary(OpKind::Div, a, b, is_float(t) ? t : DType::Float32);
-}
+// ---- elementwise (kiln/elementwise.def, kiln/math_functions.def)
 
 namespace {
 
-// The division family's result dtype: add's, except that two bools give int8 (NumPy's
-// bool // bool is int8: quotients and remainders of 0/1 values are not bools).
-DType floor_division_type(const Expr& a, const Expr& b) {
-    DType t = result_type(a, b);
-    return t == DType::Bool ? DType::Int8 : t;
+// The result dtype of a one-operand op under its rule, or the error its rule gives.
+DType unary_result(OpKind op, const Expr& a) {
+    const OpKindInfo& info = opkind_info(op);
+    const DType t = N(a).dtype;
+    switch (info.rule) {
+    case DTypeRule::Same: return t;
+    case DTypeRule::NotBool: reject_bool(info.name, a, info.hint); return t;
+    case DTypeRule::Float: return float_result(t);
+    case DTypeRule::Square: return t == DType::Bool ? DType::Int8 : t;   // NumPy: bool * bool is int8 here
+    case DTypeRule::Bool: return DType::Bool;
+    case DTypeRule::None: case DTypeRule::Promote: case DTypeRule::PromoteNotBool: case DTypeRule::FloatPromote:
+    case DTypeRule::Division: case DTypeRule::FloatOnly: case DTypeRule::Compare: break;
+    }
+    throw InternalError(fmt::format("{}: no one-operand dtype rule", info.name));
+}
+
+// The same for two operands, promoted as NumPy does (result_type).
+DType binary_result(OpKind op, const Expr& a, const Expr& b) {
+    const OpKindInfo& info = opkind_info(op);
+    const DType t = result_type(a, b);
+    switch (info.rule) {
+    case DTypeRule::Promote: return t;
+    case DTypeRule::PromoteNotBool:
+        if (t == DType::Bool)
+            fail(Error::Kind::Type, "{}: not supported for two bool operands ({} and {}); {}", info.name, describe(a),
+                 describe(b), info.hint);
+        return t;
+    case DTypeRule::FloatPromote: return is_float(t) ? t : DType::Float32;
+    // The division family: quotients and remainders of 0/1 values are not bools (NumPy: int8).
+    case DTypeRule::Division: return t == DType::Bool ? DType::Int8 : t;
+    case DTypeRule::FloatOnly:
+        if (!is_float(t))
+            fail(Error::Kind::Type, "{}: integer and bool operands are not supported ({} and {}); {}", info.name,
+                 describe(a), describe(b), info.hint);
+        return t;
+    case DTypeRule::Compare: return DType::Bool;
+    case DTypeRule::Float: return float_result(t);   // kiln/math_functions.def's functions of two
+    case DTypeRule::None: case DTypeRule::Same: case DTypeRule::NotBool: case DTypeRule::Square:
+    case DTypeRule::Bool: break;
+    }
+    throw InternalError(fmt::format("{}: no two-operand dtype rule", info.name));
 }
 
 } // namespace
 
-Expr floor_divide(const Expr& a, const Expr& b) {
-    return binary(OpKind::FloorDiv, a, b, floor_division_type(a, b));
-}
-Expr remainder(const Expr& a, const Expr& b) { return binary(OpKind::Mod, a, b, floor_division_type(a, b)); }
-Expr fmod(const Expr& a, const Expr& b) { return binary(OpKind::Fmod, a, b, floor_division_type(a, b)); }
+#define KILN_UNARY(K, name, rule, fold, hint) \
+    Expr name(const Expr& a) { return unary(OpKind::K, a, unary_result(OpKind::K, a)); }
+#define KILN_BINARY(K, name, rule, commutative, fold, hint) \
+    Expr name(const Expr& a, const Expr& b) { return binary(OpKind::K, a, b, binary_result(OpKind::K, a, b)); }
+#include <kiln/elementwise.def>
+#undef KILN_BINARY
+#undef KILN_UNARY
+#define KILN_MATH(K, name, c_function, host) \
+    Expr name(const Expr& a) { return float_unary(OpKind::K, a); }
+#define KILN_MATH2(K, name, c_function, host) \
+    Expr name(const Expr& a, const Expr& b) { return binary(OpKind::K, a, b, binary_result(OpKind::K, a, b)); }
+#include <kiln/math_functions.def>
+#undef KILN_MATH2
+#undef KILN_MATH
 
-Expr power(const Expr& a, const Expr& b) {
-    DType t = result_type(a, b);
-    if (!is_float(t))
-        fail(Error::Kind::Type,
-             "power: integer and bool operands are not supported ({} and {}); cast one operand to a float dtype, "
-             "e.g. power(cast(a, float32), b)",
-             describe(a), describe(b));
-    return binary(OpKind::Pow, a, b, t);
+Expr cast(const Expr& a, DType to) {
+    if (N(a).dtype == to) return a;
+    return unary(OpKind::Cast, a, to);
 }
-
-Expr maximum(const Expr& a, const Expr& b) { return binary(OpKind::Maximum, a, b, result_type(a, b)); }
-Expr minimum(const Expr& a, const Expr& b) { return binary(OpKind::Minimum, a, b, result_type(a, b)); }
-Expr equal(const Expr& a, const Expr& b) { return binary(OpKind::Eq, a, b, DType::Bool); }
-Expr not_equal(const Expr& a, const Expr& b) { return binary(OpKind::Ne, a, b, DType::Bool); }
-Expr greater(const Expr& a, const Expr& b) { return binary(OpKind::Gt, a, b, DType::Bool); }
-Expr greater_equal(const Expr& a, const Expr& b) { return binary(OpKind::Ge, a, b, DType::Bool); }
-Expr less(const Expr& a, const Expr& b) { return binary(OpKind::Lt, a, b, DType::Bool); }
-Expr less_equal(const Expr& a, const Expr& b) { return binary(OpKind::Le, a, b, DType::Bool); }
 
 Expr where(const Expr& cond, const Expr& a_in, const Expr& b_in) {
     Shape s = broadcast_shapes(broadcast_shapes(N(cond).shape, N(a_in).shape, "where"), N(b_in).shape, "where");

@@ -20,55 +20,35 @@ using C = OpClass;
 // Every op once, in the enum's order: the static_asserts below refuse a table that misses an op
 // or lists one out of place.
 constexpr OpKindInfo kOpKinds[] = {
-    // op        name              class        arity, commutative, comparison
-    {O::Leaf,     "tensor",         C::Leaf,     0, false, false},
-    {O::Scalar,   "scalar",         C::Leaf,     0, false, false},
-    {O::Rand,     "rand",           C::Leaf,     0, false, false},
-    {O::Iota,     "iota",           C::Leaf,     0, false, false},
-    {O::Neg,      "negative",       C::Unary,    1, false, false},
-    {O::Abs,      "absolute",       C::Unary,    1, false, false},
-    {O::Sqrt,     "sqrt",           C::Unary,    1, false, false},
-    {O::Square,   "square",         C::Unary,    1, false, false},
-    {O::Exp,      "exp",            C::Unary,    1, false, false},
-    {O::Exp2,     "exp2",           C::Unary,    1, false, false},
-    {O::Log,      "log",            C::Unary,    1, false, false},
-    {O::Log2,     "log2",           C::Unary,    1, false, false},
-    {O::SafeLog,  "safelog",        C::Unary,    1, false, false},
-    {O::Sig,      "sig",            C::Unary,    1, false, false},
-    {O::Sig2,     "sig2",           C::Unary,    1, false, false},
-    {O::Tanh,     "tanh",           C::Unary,    1, false, false},
-    {O::Tanh2,    "tanh2",          C::Unary,    1, false, false},
-    {O::Reciprocal,"reciprocal",     C::Unary,    1, false, false},
-    {O::Sgn,      "sgn",            C::Unary,    1, false, false},
-    {O::Rint,     "rint",           C::Unary,    1, false, false},
-    {O::Finite,   "finite",         C::Unary,    1, false, false},
-    {O::Cast,     "cast",           C::Unary,    1, false, false},
-    {O::Add,      "add",            C::Binary,   2, true,  false},
-    {O::Sub,      "subtract",       C::Binary,   2, false, false},
-    {O::Mul,      "multiply",       C::Binary,   2, true,  false},
-    {O::Div,      "divide",         C::Binary,   2, false, false},
-    {O::FloorDiv, "floor_divide",   C::Binary,   2, false, false},
-    {O::Mod,      "remainder",      C::Binary,   2, false, false},
-    {O::Fmod,     "fmod",           C::Binary,   2, false, false},
-    {O::Pow,      "power",          C::Binary,   2, false, false},
-    {O::Maximum,  "maximum",        C::Binary,   2, true,  false},
-    {O::Minimum,  "minimum",        C::Binary,   2, true,  false},
-    {O::Eq,       "equal",          C::Binary,   2, true,  true},
-    {O::Ne,       "not_equal",      C::Binary,   2, true,  true},
-    {O::Gt,       "greater",        C::Binary,   2, false, true},
-    {O::Ge,       "greater_equal",  C::Binary,   2, false, true},
-    {O::Lt,       "less",           C::Binary,   2, false, true},
-    {O::Le,       "less_equal",     C::Binary,   2, false, true},
-    {O::Where,    "where",          C::Ternary,  3, false, false},
-    {O::Sum,      "sum",            C::Reduction,1, false, false},
-    {O::Max,      "max",            C::Reduction,1, false, false},
-    {O::Min,      "min",            C::Reduction,1, false, false},
-    {O::ArgMax,   "argmax",         C::Reduction,1, false, false},
-    {O::ArgMin,   "argmin",         C::Reduction,1, false, false},
-    {O::Reshape,  "reshape",        C::Movement, 1, false, false},
-    {O::Take,     "take",           C::Movement, 2, false, false},
-#define KILN_MATH(K, name, c_function, host) {O::K, #name, C::Unary, 1, false, false},
+    // op         name       class        arity, commutative, comparison, dtype rule, hint
+    {O::Leaf,     "tensor",  C::Leaf,     0, false, false, DTypeRule::None, ""},
+    {O::Scalar,   "scalar",  C::Leaf,     0, false, false, DTypeRule::None, ""},
+    {O::Rand,     "rand",    C::Leaf,     0, false, false, DTypeRule::None, ""},
+    {O::Iota,     "iota",    C::Leaf,     0, false, false, DTypeRule::None, ""},
+#define KILN_UNARY(K, name, rule, fold, hint) {O::K, #name, C::Unary, 1, false, false, DTypeRule::rule, hint},
+#define KILN_BINARY(K, name, rule, commutative, fold, hint)
+#include <kiln/elementwise.def>
+#undef KILN_BINARY
+#undef KILN_UNARY
+    {O::Cast,     "cast",    C::Unary,    1, false, false, DTypeRule::None, ""},
+#define KILN_UNARY(K, name, rule, fold, hint)
+#define KILN_BINARY(K, name, rule, commutative, fold, hint) \
+    {O::K, #name, C::Binary, 2, commutative, DTypeRule::rule == DTypeRule::Compare, DTypeRule::rule, hint},
+#include <kiln/elementwise.def>
+#undef KILN_BINARY
+#undef KILN_UNARY
+    {O::Where,    "where",   C::Ternary,  3, false, false, DTypeRule::None, ""},
+    {O::Sum,      "sum",     C::Reduction,1, false, false, DTypeRule::None, ""},
+    {O::Max,      "max",     C::Reduction,1, false, false, DTypeRule::None, ""},
+    {O::Min,      "min",     C::Reduction,1, false, false, DTypeRule::None, ""},
+    {O::ArgMax,   "argmax",  C::Reduction,1, false, false, DTypeRule::None, ""},
+    {O::ArgMin,   "argmin",  C::Reduction,1, false, false, DTypeRule::None, ""},
+    {O::Reshape,  "reshape", C::Movement, 1, false, false, DTypeRule::None, ""},
+    {O::Take,     "take",    C::Movement, 2, false, false, DTypeRule::None, ""},
+#define KILN_MATH(K, name, c_function, host) {O::K, #name, C::Unary, 1, false, false, DTypeRule::Float, ""},
+#define KILN_MATH2(K, name, c_function, host) {O::K, #name, C::Binary, 2, false, false, DTypeRule::Float, ""},
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
 };
 
@@ -83,7 +63,7 @@ static_assert(in_enum_order(), "kOpKinds must list the ops in the enum's order")
 } // namespace
 
 const OpKindInfo& opkind_info(OpKind k) {
-    static constexpr OpKindInfo unknown{OpKind::Leaf, "?", OpClass::Leaf, 0, false, false};
+    static constexpr OpKindInfo unknown{OpKind::Leaf, "?", OpClass::Leaf, 0, false, false, DTypeRule::None, ""};
     return (size_t)k < sizeof(kOpKinds) / sizeof(kOpKinds[0]) ? kOpKinds[(size_t)k] : unknown;
 }
 

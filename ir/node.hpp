@@ -20,11 +20,19 @@ enum class OpKind : uint8_t {
     Scalar,  // a constant; becomes a kernel argument, not source text
     Rand,    // uniform [0, 1) float32 from the evaluating context's counter-based RNG
     Iota,    // int32 coordinate along `axis` of `shape` (one-hot encoding is built from it)
-    // unary elementwise
-    Neg, Abs, Sqrt, Square, Exp, Exp2, Log, Log2, SafeLog, Sig, Sig2, Tanh, Tanh2, Reciprocal, Sgn, Rint, Finite,
+    // elementwise of one operand (kiln/elementwise.def), then the dtype conversion
+#define KILN_UNARY(K, name, rule, fold, hint) K,
+#define KILN_BINARY(K, name, rule, commutative, fold, hint)
+#include <kiln/elementwise.def>
+#undef KILN_BINARY
+#undef KILN_UNARY
     Cast,
-    // binary elementwise
-    Add, Sub, Mul, Div, FloorDiv, Mod, Fmod, Pow, Maximum, Minimum, Eq, Ne, Gt, Ge, Lt, Le,
+    // elementwise of two operands (kiln/elementwise.def)
+#define KILN_UNARY(K, name, rule, fold, hint)
+#define KILN_BINARY(K, name, rule, commutative, fold, hint) K,
+#include <kiln/elementwise.def>
+#undef KILN_BINARY
+#undef KILN_UNARY
     // ternary elementwise
     Where,
     // reductions over `axis` (or all dims when axis == kAllAxes); result keeps dims
@@ -34,16 +42,27 @@ enum class OpKind : uint8_t {
     Take,     // inputs {source, indices}: source gathered along `axis` by indices
     // float functions of one argument (kiln/math_functions.def)
 #define KILN_MATH(K, name, c_function, host) K,
+#define KILN_MATH2(K, name, c_function, host) K,
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
 };
 inline constexpr size_t kNumOpKinds = (size_t)OpKind::Take + 1
 #define KILN_MATH(K, name, c_function, host) + 1
+#define KILN_MATH2(K, name, c_function, host) + 1
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
     ;
 
 enum class OpClass : uint8_t { Leaf, Unary, Binary, Ternary, Reduction, Movement };
+
+// An elementwise op's result dtype from its operands' (kiln/elementwise.def says what each means).
+enum class DTypeRule : uint8_t {
+    None,                                      // not from the table (leaves, cast, where, reductions)
+    Same, NotBool, Float, Square, Bool,        // one operand (Float: two as well)
+    Promote, PromoteNotBool, FloatPromote, Division, FloatOnly, Compare,  // two
+};
 
 // What the graph knows of an op, from one table (node.cpp) in OpKind's order.
 struct OpKindInfo {
@@ -53,6 +72,8 @@ struct OpKindInfo {
     int arity;           // inputs
     bool commutative;    // operands may be swapped (canonical order, CSE)
     bool comparison;     // a bool result from two operands of any dtype
+    DTypeRule rule;
+    const char* hint;    // what to do instead, when the rule refuses the operands
 };
 const OpKindInfo& opkind_info(OpKind k);
 

@@ -132,7 +132,10 @@ struct Exec {
         case Op::Tanh: r.f = std::tanh(A(0).f); break;
 #define KILN_MATH(K, name, c_function, host) \
         case Op::K: r.f = host(A(0).f); break;
+#define KILN_MATH2(K, name, c_function, host) \
+        case Op::K: r.f = host(A(0).f, A(1).f); break;
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
         case Op::Rint: r.f = std::nearbyint(A(0).f); break;
         case Op::Sgn:

@@ -242,7 +242,10 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::Tanh: return fmt::format("tanhf({})", x);
 #define KILN_MATH(K, name, c_function, host) \
     case Op::K: return fmt::format(#c_function "({})", x);
+#define KILN_MATH2(K, name, c_function, host) \
+    case Op::K: return fmt::format(#c_function "({}, {})", x, y);
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
     case Op::Rint: return fmt::format("rintf({})", x);
     case Op::Sgn:

@@ -641,13 +641,15 @@ private:
     // `float name(float)` of the host's C library (the JIT links it from the process), treated
     // as pure, as clang does under -fno-math-errno: no kernel reads errno, and a pure call may
     // be vectorised through the vector math library.
-    Value* c_call(const char* name, Value* x) {
-        FunctionCallee f = m_.getOrInsertFunction(name, FunctionType::get(b_.getFloatTy(), {b_.getFloatTy()}, false));
+    // A call of the C library's float function `name` of one or two floats (no errno: pure).
+    Value* c_call(const char* name, Value* x, Value* y = nullptr) {
+        std::vector<Type*> params(y ? 2 : 1, b_.getFloatTy());
+        FunctionCallee f = m_.getOrInsertFunction(name, FunctionType::get(b_.getFloatTy(), params, false));
         if (auto* fn = dyn_cast<Function>(f.getCallee())) {
             fn->setDoesNotThrow();
             fn->setDoesNotAccessMemory();
         }
-        return b_.CreateCall(f, {x});
+        return y ? b_.CreateCall(f, {x, y}) : b_.CreateCall(f, {x});
     }
 
     Value* eval(const kir::Instr& in, int id) {
@@ -683,7 +685,10 @@ private:
         case Op::Tanh: return tanh_f32(A(0));
 #define KILN_MATH(K, name, c_function, host) \
         case Op::K: return c_call(#c_function, A(0));
+#define KILN_MATH2(K, name, c_function, host) \
+        case Op::K: return c_call(#c_function, A(0), A(1));
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
         case Op::Rint: return b_.CreateUnaryIntrinsic(Intrinsic::roundeven, A(0));
         case Op::Sgn: {

@@ -63,57 +63,22 @@ KILN_API void check_literal_fits(double v, DType dtype, const char* op);
 KILN_API Expr rand(const Shape& shape);
 KILN_API Expr iota(const Shape& shape, int axis);
 
-// ---- unary
-KILN_API Expr negative(const Expr& a);
-KILN_API Expr absolute(const Expr& a);
-inline Expr fabs(const Expr& a) { return absolute(a); }
-KILN_API Expr sqrt(const Expr& a);
-KILN_API Expr square(const Expr& a);
-KILN_API Expr exp(const Expr& a);
-KILN_API Expr exp2(const Expr& a);
-KILN_API Expr log(const Expr& a);
-KILN_API Expr log2(const Expr& a);
-KILN_API Expr safelog(const Expr& a);     // log(max(a, exp(-50))): never -inf for a >= 0
-KILN_API Expr sig(const Expr& a);         // 1 / (1 + exp(-a))
-KILN_API Expr sig2(const Expr& a);        // 1 / (1 + exp2(-a))
-KILN_API Expr tanh(const Expr& a);
-KILN_API Expr tanh2(const Expr& a);       // (exp2(2a) - 1) / (exp2(2a) + 1)
-KILN_API Expr reciprocal(const Expr& a);
-KILN_API Expr sgn(const Expr& a);
-KILN_API Expr rint(const Expr& a);        // round half to even
-KILN_API Expr finite(const Expr& a);      // bool
-// erf, erfc, expm1, log1p, log10, sin, cos, atan: C's float functions (kiln/math_functions.def).
+// ---- elementwise (binary ones with NumPy broadcasting and promotion): one function per line
+// of kiln/elementwise.def (negative ... less_equal, with their dtype rules) and of
+// kiln/math_functions.def (erf, erfc, expm1, log1p, log10, sin, cos, atan: C's float functions).
+#define KILN_UNARY(K, name, rule, fold, hint) KILN_API Expr name(const Expr& a);
+#define KILN_BINARY(K, name, rule, commutative, fold, hint) KILN_API Expr name(const Expr& a, const Expr& b);
+#include <kiln/elementwise.def>
+#undef KILN_BINARY
+#undef KILN_UNARY
 #define KILN_MATH(K, name, c_function, host) KILN_API Expr name(const Expr& a);
+#define KILN_MATH2(K, name, c_function, host) KILN_API Expr name(const Expr& a, const Expr& b);
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
-KILN_API Expr cast(const Expr& a, DType to);
-
-// ---- binary (NumPy broadcasting and promotion)
-KILN_API Expr add(const Expr& a, const Expr& b);
-KILN_API Expr subtract(const Expr& a, const Expr& b);
-KILN_API Expr multiply(const Expr& a, const Expr& b);
-KILN_API Expr divide(const Expr& a, const Expr& b);  // true division: integers give a float
-// NumPy's floor_divide and remainder (Python's // and %): the quotient rounds toward -inf and
-// the remainder has the divisor's sign, a == floor_divide(a, b) * b + remainder(a, b). The
-// result dtype is add's (bool with bool: int8). Integer division by 0 gives 0 for both, and
-// INT32_MIN // -1 wraps to INT32_MIN with remainder 0, as NumPy's do. Floats follow NumPy's
-// divmod: a // 0 is a / 0 (+-inf, or nan for 0 // 0), x % 0 is nan, inf // x and inf % x are
-// nan, x % +-inf is x when x and the divisor have the same sign and the divisor otherwise.
-KILN_API Expr floor_divide(const Expr& a, const Expr& b);
-KILN_API Expr remainder(const Expr& a, const Expr& b);
+inline Expr fabs(const Expr& a) { return absolute(a); }
 inline Expr mod(const Expr& a, const Expr& b) { return remainder(a, b); }
-// C's fmod (NumPy's fmod): the remainder of the division truncated toward zero, with the
-// dividend's sign. Integers divided by 0 give 0; floats give nan.
-KILN_API Expr fmod(const Expr& a, const Expr& b);
-KILN_API Expr power(const Expr& a, const Expr& b);
-KILN_API Expr maximum(const Expr& a, const Expr& b);
-KILN_API Expr minimum(const Expr& a, const Expr& b);
-KILN_API Expr equal(const Expr& a, const Expr& b);
-KILN_API Expr not_equal(const Expr& a, const Expr& b);
-KILN_API Expr greater(const Expr& a, const Expr& b);
-KILN_API Expr greater_equal(const Expr& a, const Expr& b);
-KILN_API Expr less(const Expr& a, const Expr& b);
-KILN_API Expr less_equal(const Expr& a, const Expr& b);
+KILN_API Expr cast(const Expr& a, DType to);
 KILN_API Expr where(const Expr& cond, const Expr& a, const Expr& b);
 KILN_API Expr clip(const Expr& a, const Expr& lo, const Expr& hi);
 

@@ -140,7 +140,13 @@ TEST_CASE("gpu: KILN_VALIDATE=cpu runs every kernel on the host backend too, gat
     CHECK(gv[2 * 48 + 5] == 2.0f * f[63 * 48 + 5]);
     CHECK(gv[3 * 48] == 2.0f * f[63 * 48]);              // -1: the last row
     CHECK(std::fabs(ev[7] - (std::erf(f[7]) + std::sin(f[7]) * std::cos(f[7]) - std::atan(f[7]))) < 1e-5f);
-    CHECK(ctx.counters().launches >= 3);
+    e[all] = atan2(a, 0.5f - a) + hypot(a, r) * copysign(1.0f, a);   // of two arguments, broadcast
+    const std::vector<float> e2 = e.to_vector<float>(), rv = r.to_vector<float>();
+    for (int i : {7, 48 * 20 + 3}) {
+        const float x = f[i], want = std::atan2(x, 0.5f - x) + std::hypot(x, rv[i / 48]) * std::copysign(1.0f, x);
+        CHECK(std::fabs(e2[i] - want) < 1e-5f * (1 + std::fabs(want)));
+    }
+    CHECK(ctx.counters().launches >= 4);
 }
 
 TEST_CASE("gpu: kernel caches — compile once, then memory hits, then disk hits in a new context") {

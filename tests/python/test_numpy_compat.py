@@ -155,6 +155,8 @@ BINARY = {
     "less_equal": {},
     # integer divisors include 0 (NumPy and kiln give 0); float ones are never exactly 0 here
     "floor_divide": {}, "remainder": {}, "mod": {}, "fmod": {},
+    # C's float functions of two arguments (kiln/math_functions.def)
+    "atan2": {}, "arctan2": {}, "hypot": {}, "copysign": {},
 }
 OPERATORS = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,

@@ -1,7 +1,7 @@
-// kiln/math_functions.def's float functions through every path that evaluates them: the kernel-IR
-// interpreter and constant folding give the C library's float result bit for bit, the CPU JIT
-// within 4 ulps (LLVM may call the vector math library's variant of a function in a vectorised
-// loop); integer operands compute in float32, 16-bit floats keep
+// kiln/math_functions.def's float functions, of one argument and of two, through every path that
+// evaluates them: the kernel-IR interpreter and constant folding give the C library's float
+// result bit for bit, the CPU JIT within 4 ulps (LLVM may call the vector math library's variant
+// of a function in a vectorised loop); integer operands compute in float32, 16-bit floats keep
 // their dtype; the CUDA renderer prints the C function (NVRTC compiles it: the differential suite).
 #include "tests/support/catch.hpp"
 #include "tests/support/views.hpp"
@@ -14,6 +14,7 @@
 #include "ir/node.hpp"
 #include "runtime/kir_interpreter.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -35,7 +36,9 @@ const std::vector<MathFn>& math_functions() {
     static const std::vector<MathFn> fns = {
 #define KILN_MATH(K, name, c_function, host) \
     {#name, kiln::name, [](float x) { return (float)host(x); }, #c_function, OpKind::K},
+#define KILN_MATH2(K, name, c_function, host)
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
     };
     return fns;
@@ -117,4 +120,105 @@ TEST_CASE("math functions: dtypes, folding and the names the renderers print") {
             compile_assignment(f.build(leaf(test::host_view({3}))).node(), dst, "sm_90").stages[0].kernel).code;
         CHECK(src.find(std::string(f.c_function) + "(") != std::string::npos);
     }
+}
+
+namespace {
+
+struct MathFn2 {
+    const char* name;
+    Expr (*build)(const Expr&, const Expr&);
+    float (*host)(float, float);
+    const char* c_function;
+    OpKind op;
+};
+
+const std::vector<MathFn2>& math_functions2() {
+    static const std::vector<MathFn2> fns = {
+#define KILN_MATH(K, name, c_function, host)
+#define KILN_MATH2(K, name, c_function, host) \
+    {#name, kiln::name, [](float x, float y) { return (float)host(x, y); }, #c_function, OpKind::K},
+#include <kiln/math_functions.def>
+#undef KILN_MATH2
+#undef KILN_MATH
+    };
+    return fns;
+}
+
+} // namespace
+
+TEST_CASE("math functions of two arguments: interpreter bit for bit, CPU JIT within 4 ulps, broadcasting") {
+    Context ctx(ContextOptions{"cpu"});
+    REQUIRE(math_functions2().size() >= 3);
+    std::vector<float> x = inputs(false), y = inputs(false);
+    std::reverse(y.begin(), y.end());
+    y[1] = 0.0f, y[2] = -0.0f, x[3] = 0.0f;   // atan2's signed zeros, copysign of -0
+    for (const MathFn2& f : math_functions2()) {
+        INFO(f.name);
+        CHECK(std::string(opkind_name(f.op)) == f.name);
+        Tensor a = ctx.array(x, {(int64_t)x.size()}), b = ctx.array(y, {(int64_t)y.size()});
+        Tensor out = ctx.eval(f.build(a, b));
+        CHECK(out.dtype() == DType::Float32);
+        const std::vector<float> got = out.to_vector<float>();
+
+        std::vector<float> interp(x.size());
+        View dst = out.view();
+        CompiledAssignment ca = compile_assignment(f.build(a, b).node(), dst, "interpreter");
+        REQUIRE(ca.stages.size() == 1);
+        LoweredStage& st = ca.stages[0];
+        for (size_t k = 0; k < st.sources.size(); ++k) {
+            const View& v = st.sources[k].view;
+            st.args.buffers[k] = k == 0 ? (void*)interp.data()
+                                        : static_cast<char*>(v.storage->data) + v.offset * (int64_t)dtype_size(v.dtype);
+        }
+        interpret(st.kernel, st.args);
+        for (size_t i = 0; i < x.size(); ++i) {
+            INFO(x[i] << ", " << y[i]);
+            const float want = f.host(x[i], y[i]);
+            REQUIRE(ulps(got[i], want) <= 4);
+            REQUIRE(std::memcmp(&interp[i], &want, 4) == 0);
+        }
+
+        // A row against a column: the operands broadcast as every binary op's do.
+        Tensor col = ctx.array(std::vector<float>{-1.5f, 2.0f}, {2, 1});
+        Tensor row = ctx.array(std::vector<float>{0.5f, -3.0f, 4.0f}, {1, 3});
+        Tensor outer = ctx.eval(f.build(col, row));
+        REQUIRE(outer.shape() == Shape{2, 3});
+        const std::vector<float> o = outer.to_vector<float>();
+        CHECK(o[5] == f.host(2.0f, 4.0f));
+        CHECK(o[1] == f.host(-1.5f, -3.0f));
+    }
+}
+
+TEST_CASE("math functions of two arguments: dtypes, literals, folding and the CUDA C they print") {
+    Context ctx(ContextOptions{"cpu"});
+    for (const MathFn2& f : math_functions2()) {
+        INFO(f.name);
+        Tensor i = ctx.array(std::vector<int32_t>{1, 2, 3}, {3});
+        Tensor i8 = ctx.array(std::vector<int8_t>{1, 2, 3}, {3});
+        Tensor h = ctx.array(std::vector<float>{0.25f, -0.5f}, {2}, DType::Float16);
+        CHECK(f.build(i, i).dtype() == DType::Float32);
+        CHECK(f.build(i8, i8).dtype() == DType::Float16);            // NumPy: small integers give float16
+        CHECK(f.build(h, 2.0).dtype() == DType::Float16);            // a Python float adopts the tensor's dtype
+        CHECK(f.build(h, ctx.array(std::vector<int32_t>{1, 2}, {2})).dtype() == DType::Float32);
+        CHECK(std::fabs(ctx.eval(f.build(h, 2.0)).to_vector<float>()[1] - f.host(-0.5f, 2.0f)) <=
+              1e-3f * (1 + std::fabs(f.host(-0.5f, 2.0f))));
+
+        NodePtr folded = canonicalise(f.build(scalar(0.5, DType::Float32), scalar(-0.25, DType::Float32)).node());
+        REQUIRE(folded->op == OpKind::Scalar);
+        CHECK((float)folded->value == f.host(0.5f, -0.25f));
+
+        View dst = test::host_view({3});
+        std::string src = codegen::emit_cuda(compile_assignment(
+            f.build(leaf(test::host_view({3})), leaf(test::host_view({3}))).node(), dst, "sm_90").stages[0].kernel).code;
+        CHECK(src.find(std::string(f.c_function) + "(") != std::string::npos);
+    }
+    // Broadcasting mistakes name the function and both shapes.
+    Tensor a = ctx.empty({2, 3}), b = ctx.empty({4});
+    std::string msg;
+    try {
+        atan2(a, b);
+    } catch (const Error& e) {
+        msg = e.what();
+    }
+    CHECK(msg.find("atan2: operands could not be broadcast together with shapes (2, 3) and (4,)") != std::string::npos);
 }

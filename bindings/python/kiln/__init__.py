@@ -17,12 +17,12 @@ from . import _kiln
 from ._kiln import (  # noqa: F401 - re-exported
     BackendError, CompileError, DType, DTypeError, Error, Expr, InvalidArgument, OutOfBounds, OutOfMemory, Tensor,
     __version__,
-    absolute, abs, add, amax, amin, arctan, argmax, argmin, astype, atan, batched_dot, clip, compound_dot, cos,
-    divide, divmod, dot, equal, erf, erfc, exp, exp2, expm1, fabs, finite, floor_divide, fmod, greater,
-    greater_equal, isfinite, less, less_equal, log, log10, log1p, log2, max, maximum, mean, min, minimum, mod,
-    multiply, negative, not_equal, onehot, power, reciprocal, remainder, rint, safelog, sig, sig2, sgn, sign, sin,
-    sqrt, square, std, subtract, sum, take, tanh, tanh2, true_divide, var, where,
+    amax, amin, argmax, argmin, astype, batched_dot, clip, compound_dot, divmod, dot, max, mean, min, onehot, std,
+    sum, take, var, where,
 )
+# The elementwise functions (kiln/elementwise.def and kiln/math_functions.def in the C++ library,
+# with NumPy's other names for some): negative, sqrt, exp, add, subtract, ..., less_equal, erf, sin.
+globals().update({_name: getattr(_kiln, _name) for _name in _kiln._elementwise})
 from ._dtypes import bfloat16, bool_, dtype, float16, float32, int8, int32, uint8  # noqa: F401
 from ._context import Context, NervanaGPU, default_context  # noqa: F401
 from ._creation import (  # noqa: F401

@@ -61,15 +61,21 @@ Expr reduce_several(Reduction r, const Expr& x, std::vector<int> axes, const cha
 
 } // namespace
 
+// Every op of kiln/elementwise.def and kiln/math_functions.def under its own name, then NumPy's
+// other names for some of them.
 const std::vector<UnaryOp>& unary_ops() {
     static const std::vector<UnaryOp> ops = {
-        {"negative", negative}, {"absolute", absolute}, {"abs", absolute}, {"fabs", float_abs}, {"sqrt", sqrt},
-        {"square", square}, {"exp", exp}, {"exp2", exp2}, {"log", log}, {"log2", log2}, {"safelog", safelog},
-        {"sig", sig}, {"sig2", sig2}, {"tanh", tanh}, {"tanh2", tanh2}, {"reciprocal", reciprocal}, {"sgn", sgn},
-        {"sign", sign}, {"rint", rint}, {"finite", finite}, {"isfinite", finite},
+#define KILN_UNARY(K, name, rule, fold, hint) {#name, name},
+#define KILN_BINARY(K, name, rule, commutative, fold, hint)
+#include <kiln/elementwise.def>
+#undef KILN_BINARY
+#undef KILN_UNARY
 #define KILN_MATH(K, name, c_function, host) {#name, name},
+#define KILN_MATH2(K, name, c_function, host)
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
+        {"abs", absolute}, {"fabs", float_abs}, {"sign", sign}, {"isfinite", finite},
         {"arctan", atan},   // NumPy 1's name
     };
     return ops;
@@ -77,9 +83,17 @@ const std::vector<UnaryOp>& unary_ops() {
 
 const std::vector<BinaryOp>& binary_ops() {
     static const std::vector<BinaryOp> ops = {
-        {"add", add}, {"subtract", subtract}, {"multiply", multiply}, {"divide", divide}, {"true_divide", divide},
-        {"floor_divide", floor_divide}, {"remainder", remainder}, {"mod", remainder}, {"fmod", fmod}, {"power", power}, {"maximum", maximum}, {"minimum", minimum}, {"equal", equal}, {"not_equal", not_equal},
-        {"greater", greater}, {"greater_equal", greater_equal}, {"less", less}, {"less_equal", less_equal},
+#define KILN_UNARY(K, name, rule, fold, hint)
+#define KILN_BINARY(K, name, rule, commutative, fold, hint) {#name, name},
+#include <kiln/elementwise.def>
+#undef KILN_BINARY
+#undef KILN_UNARY
+#define KILN_MATH(K, name, c_function, host)
+#define KILN_MATH2(K, name, c_function, host) {#name, name},
+#include <kiln/math_functions.def>
+#undef KILN_MATH2
+#undef KILN_MATH
+        {"true_divide", divide}, {"mod", remainder}, {"arctan2", atan2},
     };
     return ops;
 }
@@ -190,6 +204,11 @@ void bind_ops(nb::module_& m) {
                                          kOperand))),
            "a"_a, "b"_a, "out"_a.none() = nb::none(), "Elementwise with NumPy broadcasting; lazy unless out= is given.");
     }
+    // The elementwise functions' names, which kiln/__init__.py re-exports.
+    nb::list names;
+    for (const UnaryOp& u : unary_ops()) names.append(u.name);
+    for (const BinaryOp& b : binary_ops()) names.append(b.name);
+    m.attr("_elementwise") = nb::tuple(names);
     for (const ReductionOp& r : reduction_ops()) {
         Reduction kind = r.r;
         const char* name = r.name;

@@ -45,7 +45,9 @@ inline kir::Kernel all_ops_kernel() {
         b.constf(1e-45f), b.constf(2.0f), b.op(Op::Floor, CT::F32, x), b.op(Op::Fmod, CT::F32, x, y),
     };
 #define KILN_MATH(K, name, c_function, host) f.push_back(b.op(Op::K, CT::F32, ax));
+#define KILN_MATH2(K, name, c_function, host) f.push_back(b.op(Op::K, CT::F32, x, y));
 #include <kiln/math_functions.def>
+#undef KILN_MATH2
 #undef KILN_MATH
     int lt = b.op(Op::Lt, CT::I32, x, y);
     f.push_back(b.op(Op::Select, CT::F32, lt, x, y));
