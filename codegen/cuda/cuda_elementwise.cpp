@@ -86,11 +86,12 @@ std::string Emitter::word_store(DType t, int n, const std::string& w, int lane, 
     }
 }
 
-// 16-bit floats: the paired conversions for every 32-bit part of the word, then one test of
-// all the parts for a NaN, which redoes the word with the exact conversions.
-void Emitter::emit_unpack(DType t, int n, const std::string& w, const std::string& dst, int base) {
+// 16-bit floats: the paired conversions for every 32-bit part of the word, then (Tested) one
+// test of all the parts for a NaN, which redoes the word with the exact conversions (the
+// hardware makes every NaN the canonical one).
+void Emitter::emit_unpack(DType t, int n, const std::string& w, const std::string& dst, int base, Unpack mode) {
     const bool f16 = t == DType::Float16, bf16 = t == DType::BFloat16;
-    if (!f16 && !bf16) {
+    if ((!f16 && !bf16) || (f16 && mode == Unpack::Exact)) {
         for (int l = 0; l < n; ++l) line("{}[{}] = {};", dst, base + l, load_expr(t, word_element(t, n, w, l)));
         return;
     }
@@ -100,7 +101,7 @@ void Emitter::emit_unpack(DType t, int n, const std::string& w, const std::strin
         parts.push_back(word_part(t, n, w, l, &shift));
         line("kiln_{}x2_cvt({}, {}[{}], {}[{}]);", f16 ? "f16" : "bf16", parts.back(), dst, base + l, dst, base + l + 1);
     }
-    if (bf16) return;   // bfloat16 widens exactly, NaNs included
+    if (bf16 || mode == Unpack::Hardware) return;   // bfloat16 widens exactly, NaNs included
     std::string any;
     for (const std::string& p : parts) any += fmt::format("{}kiln_f16x2_nan({})", any.empty() ? "" : " | ", p);
     open(fmt::format("if ({})", any));

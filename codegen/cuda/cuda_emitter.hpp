@@ -215,7 +215,12 @@ private:
     static std::string word_store(DType t, int n, const std::string& w, int lane, const std::string& v);
     // Lines setting dst[base + l] (compute type) from the n elements of word w, and word w from
     // src[base + l]; 16-bit floats convert two elements at a time.
-    void emit_unpack(DType t, int n, const std::string& w, const std::string& dst, int base);
+    // How a float16 word becomes floats (emit_unpack): the paired hardware conversions and a test
+    // of the word for a NaN that redoes it exactly; the hardware's alone (the caller has tested
+    // for NaNs); or the exact conversions alone. bfloat16 widens exactly in every mode.
+    enum class Unpack { Tested, Hardware, Exact };
+    void emit_unpack(DType t, int n, const std::string& w, const std::string& dst, int base,
+                     Unpack mode = Unpack::Tested);
     void emit_pack(DType t, int n, const std::string& w, const std::string& src, int base);
 
     // n elements per thread with one load and one store of up to 16 bytes per contiguous

@@ -311,6 +311,54 @@ void Emitter::emit_row_kernel() {
                     return fmt::format("b{} + {} + h + (((j >> {}) + {}) * G + t) * {} + {}", buf, offset((int)buf), shift,
                                        g, vw, w * gw.per_word);
                 };
+                // The step after its loads: the words to floats, the elements, the stores.
+                auto step_body = [&](Unpack mode) {
+                    for (size_t buf : vec_loads) {
+                        const DType t = k_.buffers[buf].dtype;
+                        const GroupWords gw = group_words(t, vw);
+                        line("{} e{}[{}];", ctype(compute_type(t)), buf, n);
+                        for (int g = 0; g < n / vw; ++g)
+                            for (int w = 0; w < gw.words; ++w)
+                                emit_unpack(t, gw.per_word, fmt::format("w{}_{}_{}", buf, g, w), fmt::format("e{}", buf),
+                                            g * vw + w * gw.per_word, mode);
+                        preloaded_[buf] = fmt::format("e{}[u]", buf);
+                    }
+                    for (size_t buf : vec_stores) {
+                        line("{} r{}[{}];", ctype(compute_type(k_.buffers[buf].dtype)), buf, n);
+                        store_to_[buf] = fmt::format("r{}[u]", buf);
+                    }
+                    for (const detail::MomentFold& f : folds_now_) line("float mv{}[{}];", f.accum, n);
+                    folds_grouped_ = true;
+                    line("#pragma unroll");
+                    open(fmt::format("for (int u = 0; u < {}; ++u)", n));
+                    line("const long long ri = h + (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", shift, vw);
+                    emit_row_element(bi, slot, first_use, "(j + u)");
+                    close();
+                    folds_grouped_ = false;
+                    // The step's values as one group: its mean, the squared deviations from it, merged.
+                    for (const detail::MomentFold& f : folds_now_) {
+                        open("");
+                        line("float s = 0.0f, q = 0.0f;");
+                        line("#pragma unroll");
+                        line("for (int u = 0; u < {}; ++u) s += mv{}[u];", n, f.accum);
+                        line("const float mean = s * {};", float_literal(1.0f / (float)n));
+                        line("#pragma unroll");
+                        line("for (int u = 0; u < {0}; ++u) q = fmaf(mv{1}[u] - mean, mv{1}[u] - mean, q);", n, f.accum);
+                        line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, {1}.0f, mean, q);", f.accum, n);
+                        close();
+                    }
+                    for (size_t buf : vec_stores) {
+                        const DType t = k_.buffers[buf].dtype;
+                        const GroupWords gw = group_words(t, vw);
+                        for (int g = 0; g < n / vw; ++g)
+                            for (int w = 0; w < gw.words; ++w) {
+                                const std::string word = fmt::format("s{}_{}_{}", buf, g, w);
+                                line("{} {} = {{}};", word_type(t, gw.per_word), word);
+                                emit_pack(t, gw.per_word, word, fmt::format("r{}", buf), g * vw + w * gw.per_word);
+                                line("kiln_stg({}, {});", word_at(buf, g, w, gw), word);
+                            }
+                    }
+                };
                 for (size_t buf : vec_loads) {
                     const DType t = k_.buffers[buf].dtype;
                     const GroupWords gw = group_words(t, vw);
@@ -331,47 +379,33 @@ void Emitter::emit_row_kernel() {
                                      mem);
                             }
                         }
-                    line("{} e{}[{}];", ctype(compute_type(t)), buf, n);
-                    for (int g = 0; g < n / vw; ++g)
-                        for (int w = 0; w < gw.words; ++w)
-                            emit_unpack(t, gw.per_word, fmt::format("w{}_{}_{}", buf, g, w), fmt::format("e{}", buf),
-                                        g * vw + w * gw.per_word);
-                    preloaded_[buf] = fmt::format("e{}[u]", buf);
                 }
-                for (size_t buf : vec_stores) {
-                    line("{} r{}[{}];", ctype(compute_type(k_.buffers[buf].dtype)), buf, n);
-                    store_to_[buf] = fmt::format("r{}[u]", buf);
-                }
-                for (const detail::MomentFold& f : folds_now_) line("float mv{}[{}];", f.accum, n);
-                folds_grouped_ = true;
-                line("#pragma unroll");
-                open(fmt::format("for (int u = 0; u < {}; ++u)", n));
-                line("const long long ri = h + (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", shift, vw);
-                emit_row_element(bi, slot, first_use, "(j + u)");
-                close();
-                folds_grouped_ = false;
-                // The step's values as one group: its mean, the squared deviations from it, merged.
-                for (const detail::MomentFold& f : folds_now_) {
-                    open("");
-                    line("float s = 0.0f, q = 0.0f;");
-                    line("#pragma unroll");
-                    line("for (int u = 0; u < {}; ++u) s += mv{}[u];", n, f.accum);
-                    line("const float mean = s * {};", float_literal(1.0f / (float)n));
-                    line("#pragma unroll");
-                    line("for (int u = 0; u < {0}; ++u) q = fmaf(mv{1}[u] - mean, mv{1}[u] - mean, q);", n, f.accum);
-                    line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, {1}.0f, mean, q);", f.accum, n);
+                // A float16 NaN needs the exact conversion, which a branch per group would have to
+                // finish before any use, every group's floats live at once. One test of the whole
+                // step instead chooses between two copies of the step: the hardware's conversions,
+                // which the compiler moves to each use, or the exact ones.
+                std::string any_nan;
+                const GroupWords hw = group_words(DType::Float16, vw);
+                for (size_t buf : vec_loads)
+                    if (k_.buffers[buf].dtype == DType::Float16)
+                        for (int g = 0; g < n / vw; ++g)
+                            for (int w = 0; w < hw.words; ++w)
+                                for (int l = 0; l < hw.per_word; l += 2) {
+                                    int shift16 = 0;
+                                    const std::string word = fmt::format("w{}_{}_{}", buf, g, w);
+                                    any_nan += fmt::format("{}kiln_f16x2_nan({})", any_nan.empty() ? "" : " | ",
+                                                           word_part(DType::Float16, hw.per_word, word, l, &shift16));
+                                }
+                if (!any_nan.empty()) {
+                    line("const unsigned step_nan = {};", any_nan);
+                    open("if (step_nan == 0)");
+                    step_body(Unpack::Hardware);
                     close();
-                }
-                for (size_t buf : vec_stores) {
-                    const DType t = k_.buffers[buf].dtype;
-                    const GroupWords gw = group_words(t, vw);
-                    for (int g = 0; g < n / vw; ++g)
-                        for (int w = 0; w < gw.words; ++w) {
-                            const std::string word = fmt::format("s{}_{}_{}", buf, g, w);
-                            line("{} {} = {{}};", word_type(t, gw.per_word), word);
-                            emit_pack(t, gw.per_word, word, fmt::format("r{}", buf), g * vw + w * gw.per_word);
-                            line("kiln_stg({}, {});", word_at(buf, g, w, gw), word);
-                        }
+                    open("else");
+                    step_body(Unpack::Exact);
+                    close();
+                } else {
+                    step_body(Unpack::Tested);
                 }
                 preloaded_.clear();
                 store_to_.clear();

@@ -352,6 +352,30 @@ TEST_CASE("gpu: 16-bit float conversions give ir/half.hpp's bits for every patte
     }
 }
 
+// A row kernel's grouped steps convert 16-bit floats with the hardware when the step holds no
+// NaN and exactly when it does: every float16 pattern, read in a first pass (argmax) and again
+// from the row cache (the selected value, bits unchanged), comes out as ir/half.hpp widens it.
+TEST_CASE("gpu: row kernels widen every 16-bit pattern exactly, NaN payloads included, in every pass") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    const int64_t n = 1 << 16;
+    std::vector<float> halves(n);
+    for (int64_t p = 0; p < n; ++p) halves[p] = f16_to_float((uint16_t)p);
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (int64_t cols : {256, 4096, 32768}) {
+            INFO(dtype_name(dt) << ", rows of " << cols);
+            auto round = [&](float x) {
+                return dt == DType::Float16 ? f16_to_float(float_to_f16(x)) : bf16_to_float(float_to_bf16(x));
+            };
+            Tensor h = ctx.array(halves, {n / cols, cols}, dt), f = ctx.empty({n / cols, cols}, DType::Float32);
+            f[all] = where(argmax(h, 1) >= 0, h, 0.0f);
+            const std::vector<float> got = f.to_vector<float>();
+            int bad = 0;
+            for (int64_t p = 0; p < n; ++p) bad += f32_bits(got[p]) != f32_bits(round(halves[p]));
+            CHECK(bad == 0);
+        }
+}
+
 TEST_CASE("gpu: each kernel reads what the kernels before it wrote, launched back to back (programmatic launch)") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
