@@ -56,6 +56,23 @@ std::vector<float> inputs(bool positive) {
 
 bool positive_domain(const std::string& name) { return name == "log1p" || name == "log10"; }
 
+// `e` evaluated by the kernel-IR interpreter, through the same lowering as `out`'s backend, into
+// a float32 vector of out's size (the interpreter's output buffer; its inputs are e's tensors).
+std::vector<float> interpreted(const Expr& e, const Tensor& out) {
+    std::vector<float> result((size_t)out.size());
+    View dst = out.view();
+    CompiledAssignment ca = compile_assignment(e.node(), dst, "interpreter");
+    REQUIRE(ca.stages.size() == 1);
+    LoweredStage& st = ca.stages[0];
+    for (size_t b = 0; b < st.sources.size(); ++b) {
+        const View& v = st.sources[b].view;
+        st.args.buffers[b] = b == 0 ? (void*)result.data()
+                                    : static_cast<char*>(v.storage->data) + v.offset * (int64_t)dtype_size(v.dtype);
+    }
+    interpret(st.kernel, st.args);
+    return result;
+}
+
 } // namespace
 
 // Units in the last place between two finite floats of one sign.
@@ -77,18 +94,7 @@ TEST_CASE("math functions: the interpreter gives the C library's float result, t
         CHECK(out.dtype() == DType::Float32);
         const std::vector<float> got = out.to_vector<float>();
 
-        // The interpreter, through the same lowering.
-        std::vector<float> interp(x.size());
-        View dst = out.view();
-        CompiledAssignment ca = compile_assignment(f.build(a).node(), dst, "interpreter");
-        REQUIRE(ca.stages.size() == 1);
-        LoweredStage& st = ca.stages[0];
-        for (size_t b = 0; b < st.sources.size(); ++b) {
-            const View& v = st.sources[b].view;
-            st.args.buffers[b] = b == 0 ? (void*)interp.data()
-                                        : static_cast<char*>(v.storage->data) + v.offset * (int64_t)dtype_size(v.dtype);
-        }
-        interpret(st.kernel, st.args);
+        const std::vector<float> interp = interpreted(f.build(a), out);
 
         for (size_t i = 0; i < x.size(); ++i) {
             const float want = f.host(x[i]);
@@ -160,17 +166,7 @@ TEST_CASE("math functions of two arguments: interpreter bit for bit, CPU JIT wit
         CHECK(out.dtype() == DType::Float32);
         const std::vector<float> got = out.to_vector<float>();
 
-        std::vector<float> interp(x.size());
-        View dst = out.view();
-        CompiledAssignment ca = compile_assignment(f.build(a, b).node(), dst, "interpreter");
-        REQUIRE(ca.stages.size() == 1);
-        LoweredStage& st = ca.stages[0];
-        for (size_t k = 0; k < st.sources.size(); ++k) {
-            const View& v = st.sources[k].view;
-            st.args.buffers[k] = k == 0 ? (void*)interp.data()
-                                        : static_cast<char*>(v.storage->data) + v.offset * (int64_t)dtype_size(v.dtype);
-        }
-        interpret(st.kernel, st.args);
+        const std::vector<float> interp = interpreted(f.build(a, b), out);
         for (size_t i = 0; i < x.size(); ++i) {
             INFO(x[i] << ", " << y[i]);
             const float want = f.host(x[i], y[i]);
