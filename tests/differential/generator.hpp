@@ -439,6 +439,9 @@ public:
         case Op::Mod: e = rng.chance(0.5) ? a.e % b.e : kiln::remainder(a.e, b.e); break;
         case Op::Fmod: e = kiln::fmod(a.e, b.e); break;
         case Op::Pow: e = kiln::power(a.e, b.e); break;
+        case Op::Atan2: e = kiln::atan2(a.e, b.e); break;
+        case Op::Hypot: e = kiln::hypot(a.e, b.e); break;
+        case Op::Copysign: e = kiln::copysign(a.e, b.e); break;
         case Op::Maximum: e = kiln::maximum(a.e, b.e); break;
         case Op::Minimum: e = kiln::minimum(a.e, b.e); break;
         case Op::Eq: e = rng.chance(0.5) ? a.e == b.e : kiln::equal(a.e, b.e); break;
@@ -694,6 +697,13 @@ public:
                 b = bounded(b, s);
             }
         }
+        if (op == Op::Hypot) {   // |a| + |b| bounds the result: keep it finite in its dtype
+            const double lim = limit(float_result(ref_result_type(a.r, b.r)));
+            if (std::isfinite(lim) && maxabs(a.r) + maxabs(b.r) > lim * 0.5) {
+                a = bounded(a, lim * 0.25);
+                b = bounded(b, lim * 0.25);
+            }
+        }
         if (op == Op::Add || op == Op::Sub) {
             t = ref_result_type(a.r, b.r);
             double lim = limit(t);
@@ -712,6 +722,7 @@ public:
     Built gen_binary(const Shape& T, int depth) {
         static const std::vector<Op> ops_ = {Op::Add, Op::Add, Op::Sub, Op::Sub, Op::Mul, Op::Mul, Op::Div,
                                              Op::FloorDiv, Op::Mod, Op::Fmod, Op::Pow, Op::Maximum, Op::Minimum,
+                                             Op::Atan2, Op::Hypot, Op::Copysign,
                                              Op::Eq, Op::Ne, Op::Gt, Op::Ge, Op::Lt, Op::Le};
         Op op = rng.pick(ops_);
         auto [sa, sb] = split_shapes(T);

@@ -270,6 +270,7 @@ enum class Op {
     Neg, Abs, Sqrt, Square, Exp, Exp2, Log, Log2, SafeLog, Sig, Sig2, Tanh, Tanh2, Recip, Sgn, Rint, Finite, Cast,
     Erf, Erfc, Expm1, Log1p, Log10, Sin, Cos, Atan,
     Add, Sub, Mul, Div, FloorDiv, Mod, Fmod, Pow, Maximum, Minimum, Eq, Ne, Gt, Ge, Lt, Le,
+    Atan2, Hypot, Copysign,
     Where,
     Sum, Max, Min, ArgMax, ArgMin,
     Reshape, Take, Onehot,
@@ -298,6 +299,7 @@ const char* op_name(Op o) {
     case Op::Erf: return "erf"; case Op::Erfc: return "erfc"; case Op::Expm1: return "expm1";
     case Op::Log1p: return "log1p"; case Op::Log10: return "log10"; case Op::Sin: return "sin";
     case Op::Cos: return "cos"; case Op::Atan: return "atan";
+    case Op::Atan2: return "atan2"; case Op::Hypot: return "hypot"; case Op::Copysign: return "copysign";
     }
     return "?";
 }
@@ -407,6 +409,9 @@ bool is_float_unary(Op o) {
     default: return false;
     }
 }
+
+// C's float functions of two arguments: the operands' common dtype's float result (as one).
+bool is_math2(Op o) { return o == Op::Atan2 || o == Op::Hypot || o == Op::Copysign; }
 
 bool is_cmp(Op o) { return o == Op::Eq || o == Op::Ne || o == Op::Gt || o == Op::Ge || o == Op::Lt || o == Op::Le; }
 bool is_division(Op o) { return o == Op::FloorDiv || o == Op::Mod || o == Op::Fmod; }
@@ -597,6 +602,28 @@ X f_binary(Op op, X a, X b) {
         else r.e = err;
         break;
     }
+    case Op::Atan2: {
+        // d/dx atan2(x, y) = y / (x^2 + y^2), d/dy = -x / (x^2 + y^2). Unstable near the branch
+        // cut (x crossing 0 with y < 0 jumps by 2 pi), near the origin, and at signed zeros.
+        r.v = std::atan2(x, y);
+        const double d = x * x + y * y;
+        r.e = d > 0 ? fe((std::fabs(y) * a.e + std::fabs(x) * b.e) / d) : 0;
+        r.e += local_err(r.v, false, 4);
+        if (x == 0 || y == 0 || std::fabs(x) <= kUnstable * a.e || d <= kUnstable * (a.e + b.e) * (a.e + b.e))
+            r.u = true;
+        break;
+    }
+    case Op::Hypot:
+        r.v = std::hypot(x, y);
+        r.e = r.v > 0 ? fe((std::fabs(x) * a.e + std::fabs(y) * b.e) / r.v) : a.e + b.e;
+        r.e += local_err(r.v, false, 2);
+        break;
+    case Op::Copysign:
+        // Exact; unstable where y's sign is in doubt (within its error of 0, or a zero).
+        r.v = std::copysign(x, y);
+        r.e = a.e;
+        if (y == 0 || std::fabs(y) <= kUnstable * b.e) r.u = true;
+        break;
     case Op::Maximum: case Op::Minimum: {
         // NaN-propagating (NumPy's maximum/minimum)
         if (std::isnan(x)) r.v = x;
@@ -720,6 +747,7 @@ RP r_binary(Op op, const RP& a, const RP& b) {
     if (is_cmp(op)) t = DType::Bool;
     if (op == Op::Div && !isf(rt)) t = in = DType::Float32;
     if (is_division(op) && rt == DType::Bool) t = in = DType::Int8;  // NumPy: bool // bool is int8
+    if (is_math2(op)) t = in = float_result(rt);
     auto s = bshape(a->shape, b->shape);
     if (!s) throw std::logic_error("generator bug: operands do not broadcast");
     RP r = mk(op, t, *s, {a, b});
