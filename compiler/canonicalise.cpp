@@ -46,9 +46,24 @@ double fold_division(const Node& n, double a, double b) {
     return fmod_i32(x, y);
 }
 
+// Negative, add, subtract and multiply of integers as the kernel computes them: the operands in
+// the result's dtype, 32-bit arithmetic that wraps (the caller narrows int8 and uint8).
+std::optional<double> fold_wrapping(const Node& n, const std::vector<NodePtr>& ins) {
+    auto x = [&](int i) { return (uint32_t)(int32_t)to_dtype(ins[i]->value, n.dtype); };
+    switch (n.op) {
+    case OpKind::Neg: return (double)(int32_t)(0u - x(0));
+    case OpKind::Add: return (double)(int32_t)(x(0) + x(1));
+    case OpKind::Sub: return (double)(int32_t)(x(0) - x(1));
+    case OpKind::Mul: return (double)(int32_t)(x(0) * x(1));
+    default: return std::nullopt;
+    }
+}
+
 // The value of `n` from constant operands `ins` (already folded scalars, not n.inputs), as
 // kiln/elementwise.def's fold column says; nothing where the op does not fold at n's dtype.
 std::optional<double> fold(const Node& n, const std::vector<NodePtr>& ins) {
+    if (is_integer(n.dtype))
+        if (auto v = fold_wrapping(n, ins)) return v;
     const double a = ins[0]->value, b = ins.size() > 1 ? ins[1]->value : 0;
     (void)b;
 #define FoldAny(e) return (e);

@@ -71,7 +71,7 @@ enum class Op : uint8_t {
     Fmod,                  // F32: C's fmodf, exact: a - trunc(a / b) * b with a's sign; NaN for b == 0 or a = +-inf
     IDiv, IRem,            // I32: C's a / b (truncated toward zero) and a % b (a's sign); defined only for
                            // b != 0 and (a, b) != (INT32_MIN, -1), which the lowering guarantees
-    // ---- F32 functions of one argument, printed as C calls (kiln/math_functions.def)
+    // ---- F32 functions of one and two arguments, printed as C calls (kiln/math_functions.def)
 #define KILN_MATH(K, name, c_function, host) K,
 #define KILN_MATH2(K, name, c_function, host) K,
 #include <kiln/math_functions.def>

@@ -220,7 +220,7 @@ DType unary_result(OpKind op, const Expr& a) {
     case DTypeRule::Same: return t;
     case DTypeRule::NotBool: reject_bool(info.name, a, info.hint); return t;
     case DTypeRule::Float: return float_result(t);
-    case DTypeRule::Square: return t == DType::Bool ? DType::Int8 : t;   // NumPy: bool * bool is int8 here
+    case DTypeRule::Square: return t == DType::Bool ? DType::Int8 : t;   // NumPy's square has no bool loop
     case DTypeRule::Bool: return DType::Bool;
     case DTypeRule::None: case DTypeRule::Promote: case DTypeRule::PromoteNotBool: case DTypeRule::FloatPromote:
     case DTypeRule::Division: case DTypeRule::FloatOnly: case DTypeRule::Compare: break;

@@ -40,7 +40,7 @@ enum class OpKind : uint8_t {
     // data movement
     Reshape,  // same elements, new shape (row-major order)
     Take,     // inputs {source, indices}: source gathered along `axis` by indices
-    // float functions of one argument (kiln/math_functions.def)
+    // float functions of one and two arguments (kiln/math_functions.def)
 #define KILN_MATH(K, name, c_function, host) K,
 #define KILN_MATH2(K, name, c_function, host) K,
 #include <kiln/math_functions.def>

@@ -65,7 +65,8 @@ KILN_API Expr iota(const Shape& shape, int axis);
 
 // ---- elementwise (binary ones with NumPy broadcasting and promotion): one function per line
 // of kiln/elementwise.def (negative ... less_equal, with their dtype rules) and of
-// kiln/math_functions.def (erf, erfc, expm1, log1p, log10, sin, cos, atan: C's float functions).
+// kiln/math_functions.def (C's float functions: erf, erfc, expm1, log1p, log10, sin, cos, atan;
+// atan2, hypot, copysign).
 #define KILN_UNARY(K, name, rule, fold, hint) KILN_API Expr name(const Expr& a);
 #define KILN_BINARY(K, name, rule, commutative, fold, hint) KILN_API Expr name(const Expr& a, const Expr& b);
 #include <kiln/elementwise.def>

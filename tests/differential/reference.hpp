@@ -609,20 +609,25 @@ X f_binary(Op op, X a, X b) {
         const double d = x * x + y * y;
         r.e = d > 0 ? fe((std::fabs(y) * a.e + std::fabs(x) * b.e) / d) : 0;
         r.e += local_err(r.v, false, 4);
-        if (x == 0 || y == 0 || std::fabs(x) <= kUnstable * a.e || d <= kUnstable * (a.e + b.e) * (a.e + b.e))
+        if (x == 0 || std::fabs(x) <= kUnstable * a.e || d <= kUnstable * (a.e + b.e) * (a.e + b.e))
             r.u = true;
         break;
     }
-    case Op::Hypot:
+    case Op::Hypot: {
+        // First and second order, capped by hypot(a.e, b.e): hypot moves no more than its operands.
         r.v = std::hypot(x, y);
-        r.e = r.v > 0 ? fe((std::fabs(x) * a.e + std::fabs(y) * b.e) / r.v) : a.e + b.e;
+        const double cap = std::hypot(a.e, b.e);
+        r.e = r.v > 0 ? std::min(cap, fe((std::fabs(x) * a.e + std::fabs(y) * b.e) / r.v) +
+                                          fe((a.e * a.e + b.e * b.e) / (2 * r.v)))
+                      : cap;
         r.e += local_err(r.v, false, 2);
         break;
+    }
     case Op::Copysign:
         // Exact; unstable where y's sign is in doubt (within its error of 0, or a zero).
         r.v = std::copysign(x, y);
         r.e = a.e;
-        if (y == 0 || std::fabs(y) <= kUnstable * b.e) r.u = true;
+        if (y == 0 || std::isnan(y) || std::fabs(y) <= kUnstable * b.e) r.u = true;
         break;
     case Op::Maximum: case Op::Minimum: {
         // NaN-propagating (NumPy's maximum/minimum)

@@ -2,6 +2,8 @@
 #include "tests/support/catch.hpp"
 #include "tests/support/views.hpp"
 
+#include <kiln/kiln.hpp>
+
 #include "compiler/canonicalise.hpp"
 #include "compiler/cse.hpp"
 #include "compiler/legality.hpp"
@@ -46,6 +48,28 @@ TEST_CASE("canonicalise folds constants and strips identities") {
     CanonicaliseStats none;
     canonicalise(exp(a).node(), &none);
     CHECK_FALSE(none.changed());
+}
+
+TEST_CASE("canonicalise: integer constants fold with the kernel's wrap-around, casts with its saturation") {
+    auto folded = [](const Expr& e) {
+        NodePtr r = canonicalise(e.node());
+        REQUIRE(r->op == OpKind::Scalar);
+        return r->value;
+    };
+    const Expr big = scalar(2147483647, DType::Int32), low = scalar(-2147483648.0, DType::Int32);
+    CHECK(folded(big + scalar(1, DType::Int32)) == -2147483648.0);
+    CHECK(folded(low - scalar(1, DType::Int32)) == 2147483647.0);
+    CHECK(folded(-low) == -2147483648.0);
+    CHECK(folded(scalar(65536, DType::Int32) * scalar(65537, DType::Int32)) == 65536.0);   // 2^32 + 2^16
+    CHECK(folded(scalar(46341, DType::Int32) * scalar(46341, DType::Int32)) == -2147479015.0);
+    CHECK(folded(scalar(127, DType::Int8) + scalar(1, DType::Int8)) == -128.0);
+    CHECK(folded(scalar(200, DType::UInt8) * scalar(2, DType::UInt8)) == 144.0);
+    CHECK(folded(cast(scalar(3e9, DType::Float32), DType::Int32)) == 2147483647.0);    // float -> int saturates
+    // The same values computed by a kernel (the CPU backend) agree.
+    Context ctx(ContextOptions{"cpu"});
+    Tensor x = ctx.array(std::vector<int32_t>{2147483647, 46341}, {2});
+    CHECK(ctx.eval(x + scalar(1, DType::Int32)).to_vector<int32_t>()[0] == -2147483647 - 1);
+    CHECK(ctx.eval(x * x).to_vector<int32_t>()[1] == -2147479015);
 }
 
 TEST_CASE("cse: the two mean(A, axis=1) of batch normalisation are one node") {

@@ -14,15 +14,11 @@ axes unless keepdims=True), and kiln.NervanaGPU / kiln.Context methods follow th
 backend (reductions keep them). KILN_BACKEND=cpu|cuda picks the device of the default context.
 """
 from . import _kiln
-from ._kiln import (  # noqa: F401 - re-exported
-    BackendError, CompileError, DType, DTypeError, Error, Expr, InvalidArgument, OutOfBounds, OutOfMemory, Tensor,
-    __version__,
-    amax, amin, argmax, argmin, astype, batched_dot, clip, compound_dot, divmod, dot, max, mean, min, onehot, std,
-    sum, take, var, where,
-)
-# The elementwise functions (kiln/elementwise.def and kiln/math_functions.def in the C++ library,
-# with NumPy's other names for some): negative, sqrt, exp, add, subtract, ..., less_equal, erf, sin.
-globals().update({_name: getattr(_kiln, _name) for _name in _kiln._elementwise})
+# Every public name of the extension: the tensor and expression types, the errors, the
+# reductions and products, and every elementwise function (kiln/elementwise.def and
+# kiln/math_functions.def in the C++ library, with NumPy's other names for some).
+from ._kiln import *  # noqa: F401,F403 - re-exported
+from ._kiln import __version__  # noqa: F401
 from ._dtypes import bfloat16, bool_, dtype, float16, float32, int8, int32, uint8  # noqa: F401
 from ._context import Context, NervanaGPU, default_context  # noqa: F401
 from ._creation import (  # noqa: F401

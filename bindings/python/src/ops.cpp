@@ -204,11 +204,6 @@ void bind_ops(nb::module_& m) {
                                          kOperand))),
            "a"_a, "b"_a, "out"_a.none() = nb::none(), "Elementwise with NumPy broadcasting; lazy unless out= is given.");
     }
-    // The elementwise functions' names, which kiln/__init__.py re-exports.
-    nb::list names;
-    for (const UnaryOp& u : unary_ops()) names.append(u.name);
-    for (const BinaryOp& b : binary_ops()) names.append(b.name);
-    m.attr("_elementwise") = nb::tuple(names);
     for (const ReductionOp& r : reduction_ops()) {
         Reduction kind = r.r;
         const char* name = r.name;
