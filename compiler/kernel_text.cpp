@@ -10,31 +10,52 @@
 
 namespace kiln {
 
-std::string kernel_text(const kir::Kernel& k) {
-    std::string s = fmt::format("rank {}|red", k.rank);
-    for (bool r : k.reduced) s += r ? '1' : '0';
-    s += k.full_reduce ? "|full" : "|part";
-    for (auto& b : k.buffers) {
-        s += fmt::format("|buf {}{}:", (int)b.dtype, b.output ? "o" : "i");
-        for (auto l : b.layout) s += "01x"[(int)l];
+namespace {
+
+// Integers appended with to_chars: a plan for a new shape keys every stage it lowers, and
+// formatting each field through fmt made the key the larger half of lowering's time.
+struct TextOut {
+    std::string s;
+    TextOut& operator<<(const char* t) { s += t; return *this; }
+    TextOut& operator<<(char c) { s += c; return *this; }
+    TextOut& operator<<(long long v) {
+        char b[24];
+        s.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+        return *this;
     }
-    s += fmt::format("|fp {}|ip {}", k.num_fparams, k.num_iparams);
+    TextOut& operator<<(int v) { return *this << (long long)v; }
+    TextOut& operator<<(uint32_t v) { return *this << (long long)v; }
+};
+
+} // namespace
+
+std::string kernel_text(const kir::Kernel& k) {
+    TextOut o;
+    o.s.reserve(64 + 40 * k.instrs.size() + 16 * k.blocks.size());
+    o << "rank " << k.rank << "|red";
+    for (bool r : k.reduced) o << (r ? '1' : '0');
+    o << (k.full_reduce ? "|full" : "|part");
+    for (auto& b : k.buffers) {
+        o << "|buf " << (int)b.dtype << (b.output ? 'o' : 'i') << ':';
+        for (auto l : b.layout) o << "01x"[(int)l];
+    }
+    o << "|fp " << k.num_fparams << "|ip " << k.num_iparams;
     for (auto& in : k.instrs) {
         uint32_t fbits;
         std::memcpy(&fbits, &in.fimm, 4);
-        s += fmt::format("|{},{},{},{},{},{},{},{},{}", (int)in.op, (int)in.type, in.a[0], in.a[1], in.a[2], in.index,
-                         in.aux, fbits, in.iimm);
+        o << '|' << (int)in.op << ',' << (int)in.type << ',' << in.a[0] << ',' << in.a[1] << ',' << in.a[2] << ','
+          << in.index << ',' << in.aux << ',' << fbits << ',' << (int)in.iimm;
     }
-    for (auto& a : k.accums) s += fmt::format("|acc {},{},{}", (int)a.kind, (int)a.type, a.value);
+    for (auto& a : k.accums) o << "|acc " << (int)a.kind << ',' << (int)a.type << ',' << a.value;
     for (auto& b : k.blocks) {
-        s += fmt::format("|blk {}:", b.loop ? 'L' : 'P');
-        for (int i : b.instrs) s += fmt::format("{},", i);
-        s += ";";
-        for (int a : b.accums) s += fmt::format("{},", a);
-        s += ";";
-        for (auto& st : b.stores) s += fmt::format("{}={},", st.buffer, st.value);
+        o << "|blk " << (b.loop ? 'L' : 'P') << ':';
+        for (int i : b.instrs) o << i << ',';
+        o << ';';
+        for (int a : b.accums) o << a << ',';
+        o << ';';
+        for (auto& st : b.stores) o << st.buffer << '=' << st.value << ',';
     }
-    return s;
+    return std::move(o.s);
 }
 
 namespace {

@@ -23,7 +23,11 @@ uint64_t fnv1a64(const void* data, size_t n) {
 }
 
 std::string key_material(const kir::Kernel& k, const std::string& target) {
-    return fmt::format("kiln {}|{}|", KILN_VERSION, target) + kernel_text(k);
+    std::string s = "kiln " KILN_VERSION "|";
+    s += target;
+    s += '|';
+    s += kernel_text(k);
+    return s;
 }
 
 std::string kernel_name_for(const std::string& material) {
