@@ -1,13 +1,14 @@
-// The differential test's NVRTC worker: every distinct kernel's CUDA C compiled for sm_80 and
-// sm_90 on a thread of its own, overlapping the CPU work on the following graphs.
+// The differential test's NVRTC workers: every distinct kernel's CUDA C compiled for sm_80 and
+// sm_90 on threads of their own, overlapping the CPU work on the following graphs.
 #pragma once
 #include "tests/differential/reference.hpp"
 
 namespace {
 
 // ======================================================================================
-// NVRTC: every distinct kernel's CUDA C compiled for sm_80 and sm_90, on a worker thread so
-// that it overlaps the CPU JIT of the following graphs.
+// NVRTC: every distinct kernel's CUDA C compiled for sm_80 and sm_90, on worker threads so
+// that it overlaps the CPU JIT of the following graphs. NVRTC is most of the suite's time: one
+// thread per hardware thread (at most 4) compiles while the main thread runs the graphs.
 // ======================================================================================
 
 struct NvrtcJob {
@@ -20,15 +21,18 @@ class NvrtcWorker {
 public:
     std::vector<std::string> failures;
     int64_t* compiled;  // in the shared counters: survives a crash of this process
-    double ms = 0;      // NVRTC time, both architectures
+    double ms = 0;      // NVRTC time, both architectures, all threads
 
-    explicit NvrtcWorker(int64_t* counter) : compiled(counter), th_([this] { loop(); }) {}
+    explicit NvrtcWorker(int64_t* counter) : compiled(counter) {
+        const unsigned n = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+        for (unsigned i = 0; i < n; ++i) th_.emplace_back([this] { loop(); });
+    }
     ~NvrtcWorker() { finish(); }
-    // Waits while a kernel is still queued: if this process dies (a kiln crash in a later
-    // graph), at most the kernel being compiled and one queued go uncompiled.
+    // Waits while a kernel per thread is still queued: if this process dies (a kiln crash in a
+    // later graph), at most the kernels being compiled and as many queued go uncompiled.
     void submit(NvrtcJob j) {
         std::unique_lock<std::mutex> l(mu_);
-        space_.wait(l, [&] { return q_.empty(); });
+        space_.wait(l, [&] { return q_.size() < th_.size(); });
         q_.push_back(std::move(j));
         cv_.notify_one();
     }
@@ -37,9 +41,9 @@ public:
             std::lock_guard<std::mutex> l(mu_);
             if (done_) return;
             done_ = true;
-            cv_.notify_one();
+            cv_.notify_all();
         }
-        th_.join();
+        for (std::thread& t : th_) t.join();
     }
 
 private:
@@ -47,7 +51,7 @@ private:
     std::condition_variable cv_, space_;
     std::deque<NvrtcJob> q_;
     bool done_ = false;
-    std::thread th_;
+    std::vector<std::thread> th_;
 
     void loop() {
         for (;;) {
@@ -72,6 +76,7 @@ private:
                 auto res = kiln::cuda::nvrtc_compile(j.code, j.name, sm, true);
                 ok = res.ok && !res.binary.empty();
                 log = res.log;
+                std::lock_guard<std::mutex> l(mu_);
                 ms += res.milliseconds;
             } catch (const std::exception& e) {
                 log = std::string("exception: ") + e.what();

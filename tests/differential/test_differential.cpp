@@ -309,7 +309,7 @@ TEST_CASE("differential: random expression graphs against a float64 reference") 
     if (tot.nvrtc_over_cap)
         std::printf("differential: %lld distinct kernel keys; %lld over KILN_FUZZ_NVRTC_MAX=%lld not compiled by NVRTC\n",
                     (long long)tot.distinct_kernels, (long long)tot.nvrtc_over_cap, (long long)env.nvrtc_max);
-    std::printf("differential: %.1f s (%s JIT: %lld kernels compiled in %.1f s; NVRTC checks: %.1f s on a worker thread)\n",
+    std::printf("differential: %.1f s (%s JIT: %lld kernels compiled in %.1f s; NVRTC checks: %.1f s of compiling, on worker threads)\n",
                 secs, test_device().c_str(), (long long)tot.jit_compiles, tot.jit_ms / 1000, tot.nvrtc_ms / 1000);
     std::string cov = "differential: coverage (nodes):";
     std::vector<std::string> missing;
