@@ -54,8 +54,6 @@ DType float_result(DType t) {
 
 Expr unary(OpKind op, const Expr& a, DType result) { return make(op, result, N(a).shape, {a.node()}); }
 
-Expr float_unary(OpKind op, const Expr& a) { return unary(op, a, float_result(N(a).dtype)); }
-
 // A literal as written: integral values without a fraction or exponent.
 std::string literal_str(double v) {
     if (std::isfinite(v) && v == std::trunc(v)) return fmt::format("{:.0f}", v);
@@ -265,7 +263,7 @@ DType binary_result(OpKind op, const Expr& a, const Expr& b) {
 #undef KILN_BINARY
 #undef KILN_UNARY
 #define KILN_MATH(K, name, c_function, host) \
-    Expr name(const Expr& a) { return float_unary(OpKind::K, a); }
+    Expr name(const Expr& a) { return unary(OpKind::K, a, unary_result(OpKind::K, a)); }
 #define KILN_MATH2(K, name, c_function, host) \
     Expr name(const Expr& a, const Expr& b) { return binary(OpKind::K, a, b, binary_result(OpKind::K, a, b)); }
 #include <kiln/math_functions.def>
