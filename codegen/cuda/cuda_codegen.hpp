@@ -61,7 +61,8 @@
 //     update), the row's threads merge them in a fixed order, and the sum is M2 + n (mean -
 //     k)^2: the row is read once, in one round, without a row cache.
 //   - column reduction (some buffer contiguous along a parallel dim and none along a reduced
-//     one), entry NAME: a block is 32 parallel points x 8 slices of the reduced points; the
+//     one), entry NAME: a block is detail::column_width parallel points (128 bytes of the narrowest
+//     loaded dtype) x the slices of the reduced points that make 256 threads; the
 //     slices meet in shared memory in a fixed order. When the kernel's only Loop block is its
 //     first (detail::column_splittable), param = S, the chunks the reduced points are split
 //     into: block b reduces chunk b % S of column block b / S. S = 1 runs the Point blocks at

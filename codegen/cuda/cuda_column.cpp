@@ -1,5 +1,5 @@
-// Column reductions (cuda_codegen.hpp): 32 parallel points x 8 slices of the reduced points per
-// block; when the parallel points alone would not fill the GPU, the reduced points are split
+// Column reductions (cuda_codegen.hpp): column_width parallel points x the slices of the reduced
+// points that fill a block of kColumnThreads; when the parallel points alone would not fill the GPU, the reduced points are split
 // into chunks reduced by blocks of their own, and a second entry combines the chunks in order.
 #include "codegen/cuda/cuda_emitter.hpp"
 
@@ -17,7 +17,7 @@ bool column_splittable(const kir::Kernel& k) {
 }
 
 void Emitter::emit_column_kernel() {
-    const int width = detail::kColumnWidth, slices = detail::kColumnSlices;
+    const int width = detail::column_width(k_), slices = detail::kColumnThreads / width;
     const bool split = column_splittable(k_);
     line("");
     open_kernel(k_.name, width * slices);
@@ -58,16 +58,77 @@ void Emitter::emit_column_kernel() {
         declare_acc_results(b);
         open("");
         init_acc_states(b);
-        // Unrolled so that several loads of a thread are in flight at once (8: a warp's 128-byte
-        // float32 loads reach the copy bandwidth only with that many per thread outstanding).
-        line("#pragma unroll 8");
-        open(fmt::format("for (long long ri = live ? rbegin + slice : rend; ri < rend; ri += {})", slices));
+        // Steps of 8 points of the slice, every load of a step issued before any arithmetic, so
+        // that 8 loads of a thread are in flight at once (a warp's 128-byte float32 loads reach
+        // the copy bandwidth only with that many outstanding; left to the compiler, an unrolled
+        // loop adds each value as it arrives and waits after two or three loads).
+        const int unroll = 8;
+        std::vector<size_t> pre;
+        for (int id : b.instrs) {
+            const kir::Instr& in = k_.instrs[id];
+            if (in.op != Op::Load || std::find(pre.begin(), pre.end(), (size_t)in.index) != pre.end()) continue;
+            bool varies = false;
+            for (int d : rdims_) varies = varies || k_.buffers[in.index].layout[d] != StrideKind::Zero;
+            if (varies) pre.push_back((size_t)in.index);
+        }
+        line("long long rj = live ? rbegin + slice : rend;");
+        if (!pre.empty()) {
+            line("#pragma unroll 1");
+            open(fmt::format("for (; rj + {} < rend; rj += {})", (unroll - 1) * slices, unroll * slices));
+            for (size_t buf : pre) line("{} m{}[{}];", storage_type(k_.buffers[buf].dtype), buf, unroll);
+            line("#pragma unroll");
+            open(fmt::format("for (int u = 0; u < {}; ++u)", unroll));
+            line("const long long ri = rj + u * {};", slices);
+            scope_ = Scope::RLoop;
+            emit_coords(rdims_, "ri", needed_coords(block_uses_[bi], rdims_, true), "tr");
+            emit_rloop_offsets(block_uses_[bi]);
+            for (size_t buf : pre) line("m{0}[u] = b{0}[{1}];", buf, offset((int)buf));
+            scope_ = Scope::PPoint;
+            close();
+            // float16 widens by the hardware's conversion unless the step holds a NaN (whose
+            // payload only the exact conversion keeps): one test per step, two copies of it.
+            std::string nan_test;
+            for (size_t buf : pre)
+                if (k_.buffers[buf].dtype == DType::Float16) {
+                    if (nan_test.empty()) line("unsigned step_nan = 0;");
+                    line("#pragma unroll");
+                    line("for (int u = 0; u < {}; ++u) step_nan |= ((unsigned)m{}[u] & 0x7fffu) + 0x3ffu;", unroll, buf);
+                    nan_test = "(step_nan & 0x8000u) == 0";
+                }
+            auto compute = [&](bool hardware) {
+                line("#pragma unroll");
+                open(fmt::format("for (int u = 0; u < {}; ++u)", unroll));
+                line("const long long ri = rj + u * {};", slices);
+                for (size_t buf : pre) {
+                    const DType t = k_.buffers[buf].dtype;
+                    const std::string m = fmt::format("m{}[u]", buf);
+                    load_override_[buf] = hardware && t == DType::Float16 ? fmt::format("kiln_f16_to_f32_hw({})", m)
+                                                                          : load_expr(t, m);
+                }
+                emit_rloop_body(bi);
+                load_override_.assign(k_.buffers.size(), "");
+                close();
+            };
+            if (nan_test.empty()) {
+                compute(false);
+            } else {
+                open(fmt::format("if ({})", nan_test));
+                compute(true);
+                close();
+                open("else");
+                compute(false);
+                close();
+            }
+            close();
+        }
+        line("#pragma unroll 1");
+        open(fmt::format("for (long long ri = rj; ri < rend; ri += {})", slices));
         emit_rloop_body(bi);
         close();
         for (int ai : b.accums) {
             const kir::Accum& ac = k_.accums[ai];
-            line("kiln_column_reduce<{0}>(acc{1}_v, acc{1}_p, kiln_sv{2}, kiln_sp);", acc_struct(ac), ai,
-                 ac.type == CT::F32 ? "f" : "i");
+            line("kiln_column_reduce<{0}, {3}>(acc{1}_v, acc{1}_p, kiln_sv{2}, kiln_sp);", acc_struct(ac), ai,
+                 ac.type == CT::F32 ? "f" : "i", width);
         }
         if (split) {
             // Record (column, chunk) of the scratch: accumulator i at byte 8 * i.

@@ -195,7 +195,7 @@ private:
 
     void emit_row_kernel();
 
-    // ---- column reductions: 32 parallel points x 8 slices of the reduced points per block
+    // ---- column reductions: column_width parallel points x slices of the reduced points per block
 
     void emit_column_kernel();
     void emit_column_final_kernel();

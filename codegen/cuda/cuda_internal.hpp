@@ -13,14 +13,20 @@ namespace kiln::codegen::detail {
 // accumulator kinds, and the warp, row-group, cluster and column reductions.
 extern const char* const kCudaPrelude;
 
-// Column kernels: parallel points per block and slices of the reduced points per block.
-inline constexpr int kColumnWidth = 32;
-inline constexpr int kColumnSlices = 8;
+// Column kernels: blocks of kColumnThreads threads, column_width(k) parallel points side by side
+// (128 bytes of the narrowest loaded dtype: a row of the block's columns is then whole 128-byte
+// lines, which DRAM serves at full rate, where half lines read at different times are not) and
+// kColumnThreads / column_width(k) slices of the reduced points.
+inline constexpr int kColumnThreads = 256;
+int column_width(const kir::Kernel& k);
 // Column kernels whose only Loop block comes first may split their reduced points into chunks
-// (an entry NAME_final then combines them); the plan splits until about this many blocks run,
-// a number independent of the device so that results are too.
+// (an entry NAME_final then combines them); the plan splits until about kColumnTargetBlocks
+// blocks run, unless kColumnEnoughBlocks column blocks already fill a large GPU (the second
+// launch then costs more than it gains): numbers independent of the device so that results are
+// too.
 bool column_splittable(const kir::Kernel& k);
 inline constexpr int64_t kColumnTargetBlocks = 2048;
+inline constexpr int64_t kColumnEnoughBlocks = 1024;
 inline constexpr int64_t kColumnMinChunk = 256;   // reduced points per chunk, at least
 inline constexpr int64_t kColumnMaxChunks = 1024;
 

@@ -156,6 +156,15 @@ std::vector<int> row_cache_slots(const kir::Kernel& k) {
     return slot;
 }
 
+int column_width(const kir::Kernel& k) {
+    size_t narrowest = 4;
+    for (const kir::Block& b : k.blocks)
+        if (b.loop)
+            for (int id : b.instrs)
+                if (k.instrs[id].op == kir::Op::Load) narrowest = std::min(narrowest, dtype_size(k.buffers[k.instrs[id].index].dtype));
+    return 32 * (int)(4 / narrowest);
+}
+
 int row_vector_width(const kir::Kernel& k) {
     int rdim = -1, nreduced = 0;
     for (int d = 0; d < k.rank; ++d)
@@ -289,14 +298,14 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         break;
     }
     case CudaShape::Column: {
-        const int64_t width = detail::kColumnWidth;
+        const int64_t width = detail::column_width(k);
         const int64_t pblocks = (np + width - 1) / width;
         int64_t chunks = 1;
-        if (detail::column_splittable(k) && np > 0)
+        if (detail::column_splittable(k) && np > 0 && pblocks < detail::kColumnEnoughBlocks)
             chunks = std::clamp<int64_t>(std::min((detail::kColumnTargetBlocks + pblocks - 1) / pblocks,
                                                   nr / detail::kColumnMinChunk),
                                          1, detail::kColumnMaxChunks);
-        const uint32_t block = (uint32_t)(detail::kColumnWidth * detail::kColumnSlices);
+        const uint32_t block = (uint32_t)detail::kColumnThreads;
         plan.launches = {{k.name, np ? clamp_grid(pblocks * chunks, chunks) : 0, block, 1, (int)chunks, 0}};
         if (chunks > 1) {
             plan.scratch_bytes = (size_t)(np * chunks) * 8 * k.accums.size();

@@ -28,6 +28,12 @@ __device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {
     return ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) ? __uint_as_float(nan) : f;
 }
 
+// The hardware's conversion alone, for a value known not to be a NaN.
+__device__ __forceinline__ float kiln_f16_to_f32_hw(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
 // Round to nearest even; overflow gives inf; NaN keeps its sign and top payload bits (quieted),
 // as ir/half.hpp does (the hardware conversion would give a canonical NaN).
 __device__ __forceinline__ unsigned short kiln_f32_to_f16(float f) {
@@ -217,6 +223,33 @@ template <> __device__ __forceinline__ unsigned kiln_lds<unsigned>(unsigned a) {
     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(w) : "r"(a) : "memory");
     return w;
 }
+// A word of global memory `s` bytes past an aligned boundary (a group out of its row's phase):
+// the aligned words holding it, shifted (the second is read only when s > 0; it holds the
+// group's last element, so it lies in the allocation's granule).
+template <class W> __device__ W kiln_ldg_shift(const void* at, unsigned s);
+template <> __device__ __forceinline__ unsigned kiln_ldg_shift<unsigned>(const void* at, unsigned s) {
+    const unsigned* p = (const unsigned*)((const unsigned char*)at - s);
+    const unsigned a = p[0], b = s ? p[1] : a;
+    return __funnelshift_r(a, b, s * 8);
+}
+template <> __device__ __forceinline__ uint2 kiln_ldg_shift<uint2>(const void* at, unsigned s) {
+    const uint2* p = (const uint2*)((const unsigned char*)at - s);
+    const uint2 a = p[0], b = s ? p[1] : a;
+    const bool q = s & 4;
+    const unsigned r = (s & 3) * 8, w0 = q ? a.y : a.x, w1 = q ? b.x : a.y, w2 = q ? b.y : b.x;
+    return make_uint2(__funnelshift_r(w0, w1, r), __funnelshift_r(w1, w2, r));
+}
+template <> __device__ __forceinline__ uint4 kiln_ldg_shift<uint4>(const void* at, unsigned s) {
+    const uint4* p = (const uint4*)((const unsigned char*)at - s);
+    const uint4 a = p[0], b = s ? p[1] : a;
+    const bool q2 = s & 8, q1 = s & 4;
+    const unsigned r = (s & 3) * 8;
+    const unsigned x0 = q2 ? a.z : a.x, x1 = q2 ? a.w : a.y, x2 = q2 ? b.x : a.z, x3 = q2 ? b.y : a.w,
+                   x4 = q2 ? b.z : b.x, x5 = q2 ? b.w : b.y;
+    const unsigned y0 = q1 ? x1 : x0, y1 = q1 ? x2 : x1, y2 = q1 ? x3 : x2, y3 = q1 ? x4 : x3, y4 = q1 ? x5 : x4;
+    return make_uint4(__funnelshift_r(y0, y1, r), __funnelshift_r(y1, y2, r), __funnelshift_r(y2, y3, r),
+                      __funnelshift_r(y3, y4, r));
+}
 // A group's word to global memory in one store. Written as plain C++, the compiler may split
 // it into 4-byte stores where it cannot prove the address 16-byte aligned (a row's phase is
 // known only at run time); the row kernels check the alignment themselves.
@@ -342,18 +375,18 @@ __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, floa
                            __uint_as_float(kiln_dsmem_load(cq, (unsigned)r)));
     kiln_cluster_sync();
 }
-// Column kernels: a block is 32 columns (threadIdx.x & 31) x 8 slices (threadIdx.x >> 5). The
-// slices of a column combine in slice order; every thread ends with its column's state.
+// Column kernels: a block is W columns (threadIdx.x & (W - 1)) x 256 / W slices. The slices of a
+// column combine in slice order; every thread ends with its column's state.
 // sv/sp: 256 entries. Called by every thread of the block.
-template <class A>
+template <class A, int W>
 __device__ __forceinline__ void kiln_column_reduce(typename A::T& v, int& p, typename A::T* sv, int* sp) {
     sv[threadIdx.x] = v;
     sp[threadIdx.x] = p;
     __syncthreads();
-    const int column = (int)(threadIdx.x & 31);
+    const int column = (int)(threadIdx.x & (W - 1));
     v = A::init();
     p = KILN_NO_POS;
-    for (int s = 0; s < 8; ++s) A::add(v, p, sv[s * 32 + column], sp[s * 32 + column]);
+    for (int s = 0; s < 256 / W; ++s) A::add(v, p, sv[s * W + column], sp[s * W + column]);
     __syncthreads();
 }
 // ---- end of prelude

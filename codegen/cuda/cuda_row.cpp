@@ -12,7 +12,7 @@ namespace kiln::codegen::detail {
 void Emitter::emit_reduce_scratch(bool row) {
     bool f = false, i = false;
     for (auto& a : k_.accums) (a.type == CT::F32 ? f : i) = true;
-    const int n = row ? 32 : detail::kColumnWidth * detail::kColumnSlices;
+    const int n = row ? 32 : detail::kColumnThreads;
     if (f) line("__shared__ float kiln_svf[{}];", n);
     if (i) line("__shared__ int kiln_svi[{}];", n);
     line("__shared__ int kiln_sp[{}];", n);
@@ -221,18 +221,29 @@ void Emitter::emit_row_kernel() {
         return vw > 1 && k_.buffers[buf].layout[rdims_[0]] == StrideKind::One &&
                group_words(k_.buffers[buf].dtype, vw).words > 0;
     };
+    // The anchor is the first buffer stored in groups, else the first loaded: a store must be in
+    // phase to go in groups. A load laid out as the anchor is expected in phase too (a row and
+    // its result); any other load, such as a norm's weight vector, out of phase with most rows
+    // whenever the row length is not a multiple of V, reads the two aligned words around its
+    // group and shifts them (kiln_ldg_shift).
     int anchor = -1;
+    for (const kir::Block& b : k_.blocks)
+        if (b.loop)
+            for (const kir::Store& st : b.stores)
+                if (anchor < 0 && vector_buffer(st.buffer)) anchor = st.buffer;
     for (const kir::Block& b : k_.blocks) {
         if (!b.loop) continue;
         for (int id : b.instrs)
             if (anchor < 0 && k_.instrs[id].op == Op::Load && vector_buffer(k_.instrs[id].index))
                 anchor = k_.instrs[id].index;
-        for (const kir::Store& st : b.stores)
-            if (anchor < 0 && vector_buffer(st.buffer)) anchor = st.buffer;
     }
     auto element_of = [&](size_t buf) {   // the element index of buffer buf's row start
         return fmt::format("((unsigned long long)(b{} + {}) >> {})", buf, offset((int)buf),
                            dtype_size(k_.buffers[buf].dtype) == 4 ? 2 : dtype_size(k_.buffers[buf].dtype) == 2 ? 1 : 0);
+    };
+    auto shifted = [&](size_t buf) {
+        return anchor >= 0 && (k_.buffers[buf].layout != k_.buffers[anchor].layout ||
+                               dtype_size(k_.buffers[buf].dtype) != dtype_size(k_.buffers[anchor].dtype));
     };
     if (anchor >= 0) {
         // (0 for a row shorter than its phase: no body, and slot r + h must wrap at most once.)
@@ -288,22 +299,40 @@ void Emitter::emit_row_kernel() {
         line("long long j = 0;");
         open("if (live)");
         if (!vec_loads.empty() || !vec_stores.empty()) {
-            // The pass goes in groups when every buffer it moves in groups has the anchor's phase.
+            // The pass goes in groups when every buffer it stores in groups has the anchor's phase
+            // and no pointer is off its element size. A load out of phase shifts by s<b> bytes.
             std::string same;
             std::vector<size_t> moved = vec_loads;
             moved.insert(moved.end(), vec_stores.begin(), vec_stores.end());
             for (size_t buf : moved) {
-                same += fmt::format("{}(({} + h) & {})", same.empty() ? "" : " | ", element_of(buf), vw - 1);
-                if (dtype_size(k_.buffers[buf].dtype) > 1)   // a pointer off its element size
-                    same += fmt::format(" | ((unsigned long long)(b{} + {}) & {})", buf, offset((int)buf),
-                                        dtype_size(k_.buffers[buf].dtype) - 1);
+                const size_t size = dtype_size(k_.buffers[buf].dtype);
+                const bool load = std::find(vec_loads.begin(), vec_loads.end(), buf) != vec_loads.end();
+                if (!load || !shifted(buf))
+                    same += fmt::format("{}(({} + h) & {})", same.empty() ? "" : " | ", element_of(buf), vw - 1);
+                if (size > 1)   // a pointer off its element size
+                    same += fmt::format("{}((unsigned long long)(b{} + {}) & {})", same.empty() ? "" : " | ", buf,
+                                        offset((int)buf), size - 1);
             }
-            line("const bool aligned = ({}) == 0;", same);
-            // Steps of `groups` groups: several, so that their loads are in flight at once, then
-            // single groups for what is left of the aligned body.
-            auto vector_loop = [&](int n) {
+            line("const bool aligned = ({}) == 0;", same.empty() ? "0" : same);
+            std::string any_shift;
+            for (size_t buf : vec_loads)
+                if (shifted(buf)) {
+                    any_shift += fmt::format("{}s{}", any_shift.empty() ? "" : " | ", buf);
+                    const size_t size = dtype_size(k_.buffers[buf].dtype);
+                    const GroupWords gw = group_words(k_.buffers[buf].dtype, vw);
+                    line("const unsigned s{} = (unsigned)(((unsigned long long)(b{} + {}) + (unsigned long long)h * {}) & "
+                         "{});",
+                         buf, buf, offset((int)buf), size, (size_t)gw.per_word * size - 1);
+                }
+            // Steps of `n` elements: several groups, so that their loads are in flight at once, then
+            // single groups for what is left of the aligned body, the last round's included.
+            auto vector_loop = [&](int n, bool uniform, bool shifting) {
                 line("#pragma unroll 1");
-                open(fmt::format("for (; aligned && j + {0} <= fullh; j += {0})", n));
+                if (uniform) open(fmt::format("for (; aligned && j + {0} <= fullh; j += {0})", n));
+                else   // this thread's next group, if it lies in the body (the last round of a row)
+                    open(fmt::format("for (; aligned && j < per_thread && ((((j >> {0}) * G + t) + 1) << {0}) + h <= nr; "
+                                     "j += {1})",
+                                     shift, vw));
                 preloaded_.assign(k_.buffers.size(), "");
                 store_to_.assign(k_.buffers.size(), "");
                 // The address of word w of group g (of this step) of buffer buf.
@@ -365,7 +394,10 @@ void Emitter::emit_row_kernel() {
                     const char* wt = word_type(t, gw.per_word);
                     for (int g = 0; g < n / vw; ++g)
                         for (int w = 0; w < gw.words; ++w) {
-                            const std::string mem = fmt::format("*(const {}*)({})", wt, word_at(buf, g, w, gw));
+                            const std::string mem =
+                                !shifting || !shifted(buf)
+                                    ? fmt::format("*(const {}*)({})", wt, word_at(buf, g, w, gw))
+                                    : fmt::format("kiln_ldg_shift<{}>({}, s{})", wt, word_at(buf, g, w, gw), buf);
                             const std::string addr =
                                 fmt::format("xs{} + ((unsigned)(j >> {}) + {}) * (unsigned)row_threads * {} + {}", buf,
                                             shift, g, vw * dtype_size(t), w * gw.per_word * dtype_size(t));
@@ -411,8 +443,23 @@ void Emitter::emit_row_kernel() {
                 store_to_.clear();
                 close();
             };
-            vector_loop(step);
-            if (step > vw) vector_loop(vw);
+            // Rows whose vectors are all in phase (every row when the row length is a multiple of
+            // V) run a copy of the loops without the shifts; the shifting copy goes a group at a
+            // time (its two words per load would otherwise spill).
+            auto vector_loops = [&](bool shifting) {
+                if (step > vw && !shifting) vector_loop(step, true, shifting);
+                vector_loop(vw, false, shifting);
+            };
+            if (any_shift.empty()) {
+                vector_loops(false);
+            } else {
+                open(fmt::format("if (({}) == 0)", any_shift));
+                vector_loops(false);
+                close();
+                open("else");
+                vector_loops(true);
+                close();
+            }
         }
         // Slots the grouped path did not take (a pass out of phase, the end of the body) go
         // element by element; slot r is element r + h, wrapped.

@@ -283,6 +283,52 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
         }
 }
 
+// A norm's weight and bias vectors are out of phase with most rows when the row length is not a
+// multiple of the group: the row kernels read them as shifted 16-byte words. Every row length
+// mod 8, every weight offset mod 8 (views into a larger vector), each dtype, a warp, a block and
+// a cluster per row; rows at an offset too (the input then out of phase with the output).
+TEST_CASE("gpu: row kernels read vectors out of the rows' phase, every phase, every dtype") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    auto round_to = [](DType dt, float x) {
+        return dt == DType::Float16 ? f16_to_float(float_to_f16(x)) : dt == DType::BFloat16 ? bf16_to_float(float_to_bf16(x)) : x;
+    };
+    int cases = 0;
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (int64_t base : {64, 2048, 40000})
+            for (int64_t r = 0; r < 8; ++r) {
+                const int64_t N = base + r, M = base > 10000 ? 3 : 9, o = (r * 3 + base) % 8, xo = r % 2;
+                INFO(dtype_name(dt) << " " << M << "x" << N << ", vectors at offset " << o << ", rows at " << xo);
+                std::vector<float> hx = random_floats((size_t)(M * (N + 1)), (uint32_t)(N + 5));
+                std::vector<float> hg = random_floats((size_t)(N + 8), (uint32_t)(N + 6), 0.5f, 2.0f);
+                std::vector<float> hb = random_floats((size_t)(N + 8), (uint32_t)(N + 7));
+                for (auto* v : {&hx, &hg, &hb})
+                    for (auto& x : *v) x = round_to(dt, x);
+                Tensor X = ctx.array(hx, {M, N + 1}, dt).slice({Slice::all(), Slice::range(xo, xo + N)});
+                Tensor G = ctx.array(hg, {1, N + 8}, dt).slice({Slice::all(), Slice::range(o, o + N)});
+                Tensor B = ctx.array(hb, {1, N + 8}, dt).slice({Slice::all(), Slice::range(8 - o, 8 - o + N)});
+                Tensor Y = ctx.empty({M, N}, dt);
+                Y[all] = (X - mean(X, 1)) * reciprocal(sqrt(mean(square(X - mean(X, 1)), 1) + 1e-5f)) * G + B;
+                const std::vector<float> y = Y.to_vector<float>();
+                const double tol = dt == DType::Float32 ? 1e-4 : dt == DType::Float16 ? 4e-3 : 3e-2;
+                int bad = 0;
+                for (int64_t i = 0; i < M; ++i) {
+                    double m = 0, q = 0;
+                    for (int64_t j = 0; j < N; ++j) m += hx[i * (N + 1) + xo + j];
+                    m /= N;
+                    for (int64_t j = 0; j < N; ++j) q += std::pow(hx[i * (N + 1) + xo + j] - m, 2);
+                    q /= N;
+                    for (int64_t j = 0; j < N; ++j) {
+                        const double e = (hx[i * (N + 1) + xo + j] - m) / std::sqrt(q + 1e-5) * hg[o + j] + hb[8 - o + j];
+                        bad += !(std::abs(y[i * N + j] - e) <= tol * (std::abs(e) + 1));
+                    }
+                }
+                CHECK(bad == 0);
+                ++cases;
+            }
+    CHECK(cases == 72);
+}
+
 TEST_CASE("gpu: a variance read in one pass (folded moments) keeps its precision on rows far from zero") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});

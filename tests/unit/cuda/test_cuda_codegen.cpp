@@ -190,9 +190,12 @@ TEST_CASE("row kernels load rows 16 bytes at a time from their first group bound
         CHECK(src.code.find(fmt::format("const bool aligned = (((((unsigned long long)(b1 + pb1) >> {}) + h) & {}) | "
                                         "((unsigned long long)(b1 + pb1) & {})) == 0;",
                                         e, v - 1, v == 4 ? 3 : 1)) != std::string::npos);
-        // Steps of several groups, then single groups, over the aligned body.
+        // Steps of several groups over the aligned body, then single groups, as long as this
+        // thread's next group lies in the body (the last round of a row included).
         CHECK(src.code.find(fmt::format("for (; aligned && j + {0} <= fullh; j += {0})", 4 * v)) != std::string::npos);
-        CHECK(src.code.find(fmt::format("for (; aligned && j + {0} <= fullh; j += {0})", v)) != std::string::npos);
+        CHECK(src.code.find(fmt::format("for (; aligned && j < per_thread && ((((j >> {0}) * G + t) + 1) << {0}) + h <= nr; "
+                                        "j += {1})",
+                                        s, v)) != std::string::npos);
         CHECK(src.code.find(fmt::format("const uint4 w1_0_0 = *(const uint4*)(b1 + pb1 + h + (((j >> {}) + 0) * G + t) * {} + 0);",
                                         s, v)) != std::string::npos);
         CHECK(src.code.find(fmt::format("const long long ri = h + (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", s,
@@ -203,6 +206,32 @@ TEST_CASE("row kernels load rows 16 bytes at a time from their first group bound
         CHECK(src.code.find("const long long ri = rslot >= nr ? rslot - nr : rslot;") != std::string::npos);
         if (dt == DType::Float16) CHECK(src.code.find("kiln_f16x2_cvt(w1_0_0.x, e1[0], e1[1]);") != std::string::npos);
         require_compiles("rowvec", src);
+    }
+}
+
+TEST_CASE("row kernels read a vector out of the row's phase as shifted 16-byte words") {
+    for (DType dt : {DType::Float32, DType::BFloat16}) {
+        // out = x * w: x and out laid out alike (in phase), w a row vector (its own phase).
+        test::KernelBuilder b("kiln_rowshift", "PR");
+        int out = b.output(dt, "x1"), in = b.input(dt, "x1"), w = b.input(dt, "01");
+        b.loop();
+        int acc = b.accum(kir::AccKind::Sum, b.load(in));
+        b.loop();
+        const int sum = b.op(kir::Op::Add, kir::ComputeType::F32, b.load(w), b.acc_result(acc));
+        b.store(out, b.op(kir::Op::Mul, kir::ComputeType::F32, b.load(in), sum));
+        const int v = dt == DType::Float32 ? 4 : 8, size = dt == DType::Float32 ? 4 : 2;
+        CudaSource src = codegen::emit_cuda(b.kernel());
+        INFO(src.code);
+        // The store is the anchor; x is expected in its phase; w's offset from it is s2 bytes.
+        CHECK(src.code.find(fmt::format("const unsigned s2 = (unsigned)(((unsigned long long)(b2 + 0) + (unsigned long long)h "
+                                        "* {}) & 15);",
+                                        size)) != std::string::npos);
+        CHECK(src.code.find("if ((s2) == 0)") != std::string::npos);
+        CHECK(src.code.find("kiln_ldg_shift<uint4>(b2 + 0 + h + ") != std::string::npos);
+        CHECK(src.code.find("kiln_ldg_shift<uint4>(b1") == std::string::npos);
+        CHECK(src.code.find(fmt::format("const uint4 w2_0_0 = *(const uint4*)(b2 + 0 + h + (((j >> {}) + 0) * G + t) * {} + 0);",
+                                        v == 4 ? 2 : 3, v)) != std::string::npos);
+        require_compiles("rowshift", src);
     }
 }
 
@@ -504,16 +533,31 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     a.sizes = {0, 32};
     CHECK(codegen::plan_cuda_launch(row, a, h100).launches[0].grid == 0);
 
-    // Column: 32 parallel points per block; the reduced points split into chunks of at least
-    // kColumnMinChunk until about kColumnTargetBlocks blocks run, whatever the device.
+    // Column: 128 bytes of the narrowest loaded dtype per block row (int8 here: 128 parallel
+    // points, 2 slices); the reduced points split into chunks of at least kColumnMinChunk until
+    // about kColumnTargetBlocks blocks run, whatever the device.
     kir::Kernel column = test::column_kernel();
     REQUIRE(codegen::detail::column_splittable(column));
+    CHECK(codegen::detail::column_width(column) == 128);
+    for (auto [dt, width] : {std::pair{DType::Float32, 32}, {DType::BFloat16, 64}}) {
+        test::KernelBuilder cb("kiln_colw", "RP");
+        int o = cb.output(DType::Float32, "01"), x = cb.input(dt, "x1");
+        cb.loop();
+        int acc = cb.accum(kir::AccKind::Sum, cb.load(x));
+        cb.point();
+        cb.store(o, cb.acc_result(acc));
+        CHECK(codegen::detail::column_width(cb.kernel()) == width);
+        const std::string code = codegen::emit_cuda(cb.kernel()).code;
+        CHECK(code.find(fmt::format("const int column = (int)(threadIdx.x & {}), slice = (int)(threadIdx.x / {});", width - 1,
+                                    width)) != std::string::npos);
+        CHECK(code.find(fmt::format("kiln_column_reduce<kiln_sum_f, {}>", width)) != std::string::npos);
+    }
     a.sizes = {4096, 100};
     p = codegen::plan_cuda_launch(column, a, h100);
     REQUIRE(p.launches.size() == 2);
     CHECK(p.launches[0].entry == "kiln_column");
     CHECK(p.launches[0].param == 4096 / codegen::detail::kColumnMinChunk);
-    CHECK(p.launches[0].grid == (100 / 32 + 1) * 16);
+    CHECK(p.launches[0].grid == (100 / 128 + 1) * 16);
     CHECK(p.launches[0].block == 256);
     CHECK(p.launches[1].entry == "kiln_column_final");
     CHECK(p.launches[1].param == 16);
@@ -521,12 +565,16 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.launches[1].block == 256);
     CHECK(p.scratch_bytes == 100 * 16 * 8 * column.accums.size());
     CHECK(codegen::plan_cuda_launch(column, a, a100).launches[0].param == 16);
-    a.sizes = {1 << 20, 64 * 1024};   // enough column blocks already: not split
+    a.sizes = {1 << 20, 256 * 1024};   // enough column blocks already: not split
     p = codegen::plan_cuda_launch(column, a, h100);
     REQUIRE(p.launches.size() == 1);
     CHECK(p.launches[0].param == 1);
     CHECK(p.launches[0].grid == 2048);
     CHECK(p.scratch_bytes == 0);
+    a.sizes = {4096, 1024 * 128};   // fewer than kColumnTargetBlocks, but enough to fill a GPU
+    CHECK(codegen::plan_cuda_launch(column, a, h100).launches.size() == 1);
+    a.sizes = {4096, 1023 * 128};
+    CHECK(codegen::plan_cuda_launch(column, a, h100).launches[0].param == (2048 + 1022) / 1023);
     a.sizes = {100, 100};   // too few reduced points to split
     CHECK(codegen::plan_cuda_launch(column, a, h100).launches.size() == 1);
 
