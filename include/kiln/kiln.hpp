@@ -7,6 +7,7 @@
 //   std::vector<float> out = C.to_vector<float>();
 #pragma once
 #include <kiln/context.hpp>
+#include <kiln/conv.hpp>
 #include <kiln/dtype.hpp>
 #include <kiln/error.hpp>
 #include <kiln/expr.hpp>

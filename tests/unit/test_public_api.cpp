@@ -1,6 +1,6 @@
 // The public API's handles to memory and graphs: Tensor::data, Tensor::reshape_view and
-// Expr::node_count, through <kiln/kiln.hpp> and what libkiln exports alone (this program links
-// the shared library, not the library's objects).
+// Expr::node_count, and a convolution, through <kiln/kiln.hpp> and what libkiln exports alone
+// (this program links the shared library, not the library's objects).
 #include "tests/support/catch.hpp"
 
 #include <kiln/kiln.hpp>
@@ -38,4 +38,17 @@ TEST_CASE("Expr::node_count counts a repeated subexpression once") {
     Expr e = (a - m) * (a - m);   // leaf, mean's nodes, one subtract, one multiply
     CHECK(e.node_count() == m.node_count() + 2);
     CHECK(Expr().node_count() == 0);
+}
+
+TEST_CASE("convolution through libkiln's exported API: a 3x3 box filter over a 4x4 image") {
+    kiln::Context ctx(kiln::ContextOptions{"cpu"});
+    const kiln::ConvLayer L = kiln::conv_layer(kiln::DType::Float32, 1, 1, 1, {1, 4, 4}, {1, 3, 3}, {0, 1, 1});
+    std::vector<float> img(16);
+    for (int i = 0; i < 16; ++i) img[i] = (float)i;
+    kiln::Tensor I = ctx.array(img, L.input_shape()), F = ctx.array(std::vector<float>(9, 1.0f), L.filter_shape());
+    kiln::Tensor O = ctx.empty(L.output_shape());
+    kiln::fprop_conv(L, I, F, O);
+    const std::vector<float> o = O.to_vector<float>();
+    CHECK(o[0] == 0 + 1 + 4 + 5);              // a corner: four taps inside the image
+    CHECK(o[5] == 0 + 1 + 2 + 4 + 5 + 6 + 8 + 9 + 10);
 }

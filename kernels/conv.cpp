@@ -1,0 +1,374 @@
+// conv_layer / deconv_layer / fprop_conv / bprop_conv / update_conv: the layer's geometry and
+// the operand checks, then the CPU path: im2col (or its transpose, col2im, for the gradient
+// with respect to the input), the BLAS product through compound_dot, and the epilogue as one
+// JIT expression. See kiln/conv.hpp for the semantics.
+#include <kiln/conv.hpp>
+
+#include "ir/error.hpp"
+#include "ir/storage.hpp"
+#include <kiln/context.hpp>
+#include <kiln/gemm.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace kiln {
+
+namespace {
+
+std::string desc(const Tensor& t) { return fmt::format("{} {}", dtype_name(t.dtype()), shape_str(t.shape())); }
+
+std::string dims_str(const Dims3& d) { return fmt::format("{}x{}x{}", d[0], d[1], d[2]); }
+
+// Output size along one axis, or a clear error.
+int64_t out_size(int64_t in, int64_t f, int64_t pad, int64_t str, int64_t dil, const char* axis, const char* op) {
+    const int64_t span = dil * (f - 1) + 1, padded = in + 2 * pad;
+    if (padded < span)
+        fail(Error::Kind::Value,
+             "{}: along {} the padded input ({} + 2 x {} = {}) is smaller than the dilated filter ({} x ({} - 1) + 1 = {}): "
+             "no output position fits",
+             op, axis, in, pad, padded, dil, f, span);
+    return (padded - span) / str + 1;
+}
+
+void check_geometry(int64_t N, int64_t C, int64_t K, const Dims3& image, const Dims3& filter, const Dims3& pad,
+                    const Dims3& stride, const Dims3& dilation, const char* image_name, const char* op) {
+    if (N < 1 || C < 1 || K < 1)
+        fail(Error::Kind::Value, "{}: N={}, C={}, K={}: the batch and both channel counts must be at least 1", op, N, C, K);
+    static const char* axes[3] = {"depth", "height", "width"};
+    for (int a = 0; a < 3; ++a) {
+        if (image[a] < 1 || filter[a] < 1)
+            fail(Error::Kind::Value, "{}: {} {} and filter {} (depth x height x width): every size must be at least 1", op,
+                 image_name, dims_str(image), dims_str(filter));
+        if (pad[a] < 0 || stride[a] < 1 || dilation[a] < 1)
+            fail(Error::Kind::Value,
+                 "{}: along {} pad={}, stride={}, dilation={}: padding must be >= 0, stride and dilation >= 1", op, axes[a],
+                 pad[a], stride[a], dilation[a]);
+    }
+}
+
+// The layout of a conv-space activation (N, D, H, W, channels) as the tensor gives it: the
+// full 5-D shape, or without depth for a layer of spatial rank <= 2, or without depth and height
+// for rank 1.
+Shape activation_shape(int rank, int64_t n, const Dims3& sp, int64_t ch) {
+    if (rank == 1) return {n, sp[2], ch};
+    if (rank == 2) return {n, sp[1], sp[2], ch};
+    return {n, sp[0], sp[1], sp[2], ch};
+}
+
+bool matches(const Tensor& t, int rank, int64_t n, const Dims3& sp, int64_t ch) {
+    if (t.shape() == Shape{n, sp[0], sp[1], sp[2], ch}) return true;
+    return t.rank() < 5 && t.rank() >= rank + 2 && t.shape() == activation_shape(t.rank() - 2, n, sp, ch);
+}
+
+void check_tensor(const Tensor& t, const ConvLayer& L, const Tensor& ref, int64_t n, const Dims3& sp, int64_t ch,
+                  const char* name, bool operand, const char* op) {
+    if (!t.defined()) fail(Error::Kind::Value, "{}: {} is an empty kiln::Tensor", op, name);
+    if (!ref.context().can_use(t))
+        fail(Error::Kind::Value, "{}: {} lives on {} of another context, but the operation runs on {}", op, name,
+             t.context().device_name(), ref.context().device_name());
+    if (!is_float(t.dtype()))
+        fail(Error::Kind::Type, "{}: {} is {}; convolution tensors are float32, float16 or bfloat16", op, name, desc(t));
+    if (operand && t.dtype() != L.dtype)
+        fail(Error::Kind::Type, "{}: {} is {}, but the layer was made for {}: operands must have the layer's dtype", op, name,
+             desc(t), dtype_name(L.dtype));
+    if (!matches(t, L.spatial_rank(), n, sp, ch)) {
+        std::string ok = shape_str(Shape{n, sp[0], sp[1], sp[2], ch});
+        for (int r = L.spatial_rank(); r < 3; ++r) ok += " or " + shape_str(activation_shape(r, n, sp, ch));
+        fail(Error::Kind::Value, "{}: {} is {}; for layer {} it must be {}", op, name, desc(t), L.str(), ok);
+    }
+}
+
+void check_filter(const Tensor& F, const ConvLayer& L, const Tensor& ref, const char* op) {
+    // The filter has the activations' form with K in place of N and C as channels.
+    check_tensor(F, L, ref, L.K, L.filter, L.C, "F (the filter, K x T x R x S x C)", true, op);
+}
+
+void check_vector(const Tensor& v, const Tensor& ref, int64_t ch, const char* name, const char* op) {
+    if (!v.defined()) fail(Error::Kind::Value, "{}: {} is an empty kiln::Tensor", op, name);
+    if (!ref.context().can_use(v))
+        fail(Error::Kind::Value, "{}: {} lives on {} of another context, but the operation runs on {}", op, name,
+             v.context().device_name(), ref.context().device_name());
+    if (!is_float(v.dtype())) fail(Error::Kind::Type, "{}: {} is {}; it must be a float tensor", op, name, desc(v));
+    if (v.shape() != Shape{ch} && v.shape() != Shape{ch, 1})
+        fail(Error::Kind::Value, "{}: {} is {}; it holds one value per output channel: ({},) or ({}, 1)", op, name, desc(v),
+             ch, ch);
+}
+
+void check_options(const ConvOptions& o, const Tensor& out, int64_t ch, const char* op) {
+    if (o.slope != 0 && !o.relu && !o.brelu)
+        fail(Error::Kind::Value, "{}: slope={} is the (backward) leaky ReLU's slope and needs relu or brelu", op, o.slope);
+    if (o.X) {
+        if (!o.X->defined()) fail(Error::Kind::Value, "{}: X is an empty kiln::Tensor", op);
+        if (!out.context().can_use(*o.X) || o.X->shape() != out.shape() || !is_float(o.X->dtype()))
+            fail(Error::Kind::Value, "{}: X is {}; it must be a float tensor of the output's shape {} and context", op,
+                 desc(*o.X), shape_str(out.shape()));
+    }
+    if (o.bias) check_vector(*o.bias, out, ch, "bias", op);
+    if (o.bsum) check_vector(*o.bsum, out, ch, "bsum", op);
+}
+
+void require_cpu(const Tensor& t, const char* op) {
+    if (t.context().backend() != Backend::CPU)
+        fail(Error::Kind::Runtime,
+             "{}: the context runs on {}, and kiln's convolution kernels for the GPU are not built yet; run the "
+             "convolution on a CPU context",
+             op, t.context().device_name());
+}
+
+// A float32, contiguous copy of t (t itself when it is one already), and its first element.
+struct HostF32 {
+    Tensor t;
+    const float* p = nullptr;
+};
+HostF32 host_f32(const Tensor& x) {
+    Context& ctx = x.context();
+    Tensor y = x;
+    if (y.dtype() != DType::Float32) y = ctx.eval(cast(y.expr(), DType::Float32));
+    if (!y.is_contiguous()) y = ctx.eval(y.expr());
+    return {y, static_cast<const float*>(y.view().storage->data) + y.offset()};
+}
+
+float* data_of(Tensor& t) { return static_cast<float*>(t.view().storage->data) + t.offset(); }
+
+// The convolution's geometry in plain numbers (conv space: D, H, W in; M, P, Q out).
+struct Geo {
+    int64_t N, C, K, D, H, W, T, R, S, M, P, Q;
+    int64_t pd, ph, pw, sd, sh, sw, dd, dh, dw;
+    int64_t rows() const { return N * M * P * Q; }   // output positions
+    int64_t taps() const { return T * R * S * C; }   // a column of the filter
+};
+Geo geo(const ConvLayer& L) {
+    return {L.N, L.C, L.K, L.image[0], L.image[1], L.image[2], L.filter[0], L.filter[1], L.filter[2], L.output[0],
+            L.output[1], L.output[2], L.pad[0], L.pad[1], L.pad[2], L.stride[0], L.stride[1], L.stride[2],
+            L.dilation[0], L.dilation[1], L.dilation[2]};
+}
+
+// Calls f(row, tap, input offset) for every output position and filter tap that lands inside
+// the image (the padding reads zeros); offsets are of the first channel.
+template <class F>
+void each_tap(const Geo& g, F&& f) {
+    for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t m = 0; m < g.M; ++m)
+            for (int64_t p = 0; p < g.P; ++p)
+                for (int64_t q = 0; q < g.Q; ++q) {
+                    const int64_t row = ((n * g.M + m) * g.P + p) * g.Q + q;
+                    for (int64_t t = 0; t < g.T; ++t) {
+                        const int64_t d = m * g.sd - g.pd + t * g.dd;
+                        if (d < 0 || d >= g.D) continue;
+                        for (int64_t r = 0; r < g.R; ++r) {
+                            const int64_t h = p * g.sh - g.ph + r * g.dh;
+                            if (h < 0 || h >= g.H) continue;
+                            for (int64_t s = 0; s < g.S; ++s) {
+                                const int64_t w = q * g.sw - g.pw + s * g.dw;
+                                if (w < 0 || w >= g.W) continue;
+                                f(row, ((t * g.R + r) * g.S + s) * g.C, (((n * g.D + d) * g.H + h) * g.W + w) * g.C);
+                            }
+                        }
+                    }
+                }
+}
+
+// cols (rows x taps): row i holds the image patch output position i reads.
+Tensor im2col(const Geo& g, const Tensor& image) {
+    const HostF32 in = host_f32(image);
+    Tensor cols = image.context().zeros({g.rows(), g.taps()}, DType::Float32);
+    float* c = data_of(cols);
+    const size_t bytes = sizeof(float) * (size_t)g.C;
+    each_tap(g, [&](int64_t row, int64_t tap, int64_t at) { std::memcpy(c + row * g.taps() + tap, in.p + at, bytes); });
+    return cols;
+}
+
+// The image-shaped sum of every column entry at the position it was read from.
+Tensor col2im(const Geo& g, const Tensor& cols) {
+    const float* c = static_cast<const float*>(cols.view().storage->data) + cols.offset();
+    Tensor image = cols.context().zeros({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
+    float* o = data_of(image);
+    each_tap(g, [&](int64_t row, int64_t tap, int64_t at) {
+        const float* src = c + row * g.taps() + tap;
+        for (int64_t k = 0; k < g.C; ++k) o[at + k] += src[k];
+    });
+    return image;
+}
+
+// A (rows x cols) float32 matrix over t's elements (t contiguous float32: a view).
+Tensor as_matrix(const Tensor& t, int64_t rows, int64_t cols) {
+    auto v = t.reshape_view({rows, cols});
+    return v ? *v : t.reshape({rows, cols});
+}
+
+// conv(I, F): (N, M, P, Q, K) float32.
+Tensor forward(const Geo& g, const Tensor& I, const Tensor& F) {
+    Context& ctx = I.context();
+    Tensor cols = im2col(g, I);
+    const HostF32 f = host_f32(F);
+    Tensor out = ctx.empty({g.N, g.M, g.P, g.Q, g.K}, DType::Float32);
+    Tensor o2 = as_matrix(out, g.rows(), g.K);
+    compound_dot(cols, as_matrix(f.t, g.K, g.taps()).T(), o2);
+    return out;
+}
+
+// The gradient of conv(I, F) with respect to I, from E: (N, D, H, W, C) float32.
+Tensor backward_data(const Geo& g, const Tensor& F, const Tensor& E) {
+    Context& ctx = E.context();
+    const HostF32 e = host_f32(E), f = host_f32(F);
+    Tensor dcols = ctx.empty({g.rows(), g.taps()}, DType::Float32);
+    compound_dot(as_matrix(e.t, g.rows(), g.K), as_matrix(f.t, g.K, g.taps()), dcols);
+    return col2im(g, dcols);
+}
+
+// grad_F = alpha * (gradient of conv(I, F) with respect to F, from E) + beta * grad_F.
+void backward_filter(const Geo& g, const Tensor& I, const Tensor& E, Tensor& grad_F, double alpha, double beta) {
+    Context& ctx = I.context();
+    Tensor cols = im2col(g, I);
+    const HostF32 e = host_f32(E);
+    DotOptions o;
+    o.alpha = alpha;
+    o.beta = beta;
+    if (auto v = grad_F.is_contiguous() ? grad_F.reshape_view({g.K, g.taps()}) : std::nullopt) {
+        compound_dot(as_matrix(e.t, g.rows(), g.K).T(), cols, *v, o);
+        return;
+    }
+    Tensor tmp = ctx.empty({g.K, g.taps()}, grad_F.dtype());
+    if (beta != 0) tmp.assign(reshape(grad_F.expr(), {g.K, g.taps()}));
+    compound_dot(as_matrix(e.t, g.rows(), g.K).T(), cols, tmp, o);
+    grad_F.assign(reshape(tmp.expr(), grad_F.shape()));
+}
+
+// out = relu_slope(alpha * T + bias) [* brelu(X)] + beta * X, then bsum: one JIT kernel (and
+// the sums). T is float32 in conv space; out any of the accepted shapes.
+void epilogue(const Tensor& T, Tensor& out, const ConvOptions& o, int64_t ch) {
+    const int r = out.rank();
+    Expr e = reshape(T.expr(), out.shape());
+    if (o.alpha != 1) e = Expr(o.alpha) * e;
+    Shape per_channel(r, 1);
+    per_channel[r - 1] = ch;
+    if (o.bias) e = e + reshape(o.bias->expr(), per_channel);
+    // ReLU keeps NaN (e < 0 is false for it) and takes -inf to zero; leaky ReLU keeps both.
+    if (o.relu) e = o.slope == 0 ? where(less(e, 0.0), Expr(0.0), e) : where(greater(e, 0.0), e, e * o.slope);
+    const Expr X = o.X ? o.X->expr() : out.expr();
+    if (o.brelu) e = where(greater(X, 0.0), e, where(less(X, 0.0), e * o.slope, Expr(0.0)));
+    if (o.beta != 0) e = e + Expr(o.beta) * X;
+    out.assign(e);
+    if (o.bsum) {
+        Expr s = out.expr();
+        for (int a = 0; a < r - 1; ++a) s = sum(s, a, true);
+        Tensor bs = *o.bsum;
+        bs.assign(reshape(s, bs.shape()));
+    }
+}
+
+} // namespace
+
+int ConvLayer::spatial_rank() const {
+    if (image[0] > 1 || filter[0] > 1 || pad[0] > 0 || output[0] > 1) return 3;
+    if (image[1] > 1 || filter[1] > 1 || pad[1] > 0 || output[1] > 1) return 2;
+    return 1;
+}
+
+Shape ConvLayer::input_shape() const {
+    return deconv ? activation_shape(spatial_rank(), N, output, K) : activation_shape(spatial_rank(), N, image, C);
+}
+Shape ConvLayer::filter_shape() const { return activation_shape(spatial_rank(), K, filter, C); }
+Shape ConvLayer::output_shape() const {
+    return deconv ? activation_shape(spatial_rank(), N, image, C) : activation_shape(spatial_rank(), N, output, K);
+}
+
+double ConvLayer::flops() const {
+    return 2.0 * (double)N * (double)K * (double)C * (double)(output[0] * output[1] * output[2]) *
+           (double)(filter[0] * filter[1] * filter[2]);
+}
+
+std::string ConvLayer::str() const {
+    return fmt::format("{}({} N={} C={} K={} image {} filter {} output {} pad {} stride {} dilation {})",
+                       deconv ? "deconv_layer" : "conv_layer", dtype_name(dtype), N, C, K, dims_str(image),
+                       dims_str(filter), dims_str(output), dims_str(pad), dims_str(stride), dims_str(dilation));
+}
+
+ConvLayer conv_layer(DType dtype, int64_t N, int64_t C, int64_t K, Dims3 image, Dims3 filter, Dims3 pad, Dims3 stride,
+                     Dims3 dilation) {
+    const char* op = "conv_layer";
+    if (!is_float(dtype))
+        fail(Error::Kind::Type, "{}: dtype {}; convolution runs in float32, float16 or bfloat16", op, dtype_name(dtype));
+    check_geometry(N, C, K, image, filter, pad, stride, dilation, "image", op);
+    ConvLayer L;
+    L.dtype = dtype;
+    L.N = N, L.C = C, L.K = K;
+    L.image = image, L.filter = filter, L.pad = pad, L.stride = stride, L.dilation = dilation;
+    static const char* axes[3] = {"depth", "height", "width"};
+    for (int a = 0; a < 3; ++a) L.output[a] = out_size(image[a], filter[a], pad[a], stride[a], dilation[a], axes[a], op);
+    return L;
+}
+
+ConvLayer deconv_layer(DType dtype, int64_t N, int64_t C, int64_t K, Dims3 input, Dims3 filter, Dims3 pad, Dims3 stride,
+                       Dims3 dilation) {
+    const char* op = "deconv_layer";
+    if (!is_float(dtype))
+        fail(Error::Kind::Type, "{}: dtype {}; convolution runs in float32, float16 or bfloat16", op, dtype_name(dtype));
+    check_geometry(N, C, K, input, filter, pad, stride, dilation, "input", op);
+    Dims3 image;
+    static const char* axes[3] = {"depth", "height", "width"};
+    for (int a = 0; a < 3; ++a) {
+        image[a] = (input[a] - 1) * stride[a] - 2 * pad[a] + dilation[a] * (filter[a] - 1) + 1;
+        if (image[a] < 1)
+            fail(Error::Kind::Value, "{}: along {} the output size ({} - 1) x {} - 2 x {} + {} x ({} - 1) + 1 = {} is below 1",
+                 op, axes[a], input[a], stride[a], pad[a], dilation[a], filter[a], image[a]);
+    }
+    ConvLayer L = conv_layer(dtype, N, C, K, image, filter, pad, stride, dilation);
+    L.deconv = true;
+    return L;
+}
+
+// conv: O = epilogue(conv(I, F)); deconv: O = epilogue(conv's data gradient of I).
+Tensor& fprop_conv(const ConvLayer& L, const Tensor& I, const Tensor& F, Tensor& O, const ConvOptions& opts) {
+    const char* op = "fprop_conv";
+    if (!I.defined()) fail(Error::Kind::Value, "{}: I is an empty kiln::Tensor", op);
+    const Geo g = geo(L);
+    const Dims3& in_sp = L.deconv ? L.output : L.image;
+    const Dims3& out_sp = L.deconv ? L.image : L.output;
+    const int64_t in_ch = L.deconv ? L.K : L.C, out_ch = L.deconv ? L.C : L.K;
+    check_tensor(I, L, I, L.N, in_sp, in_ch, "I (the input)", true, op);
+    check_filter(F, L, I, op);
+    check_tensor(O, L, I, L.N, out_sp, out_ch, "O (the output)", false, op);
+    check_options(opts, O, out_ch, op);
+    require_cpu(I, op);
+    epilogue(L.deconv ? backward_data(g, F, I) : forward(g, I, F), O, opts, out_ch);
+    return O;
+}
+
+// conv: grad_I = epilogue(conv's data gradient of E); deconv: grad_I = epilogue(conv(E, F)).
+Tensor& bprop_conv(const ConvLayer& L, const Tensor& F, const Tensor& E, Tensor& grad_I, const ConvOptions& opts) {
+    const char* op = "bprop_conv";
+    if (!E.defined()) fail(Error::Kind::Value, "{}: E is an empty kiln::Tensor", op);
+    const Geo g = geo(L);
+    const Dims3& e_sp = L.deconv ? L.image : L.output;
+    const Dims3& gi_sp = L.deconv ? L.output : L.image;
+    const int64_t e_ch = L.deconv ? L.C : L.K, gi_ch = L.deconv ? L.K : L.C;
+    check_tensor(E, L, E, L.N, e_sp, e_ch, "E (the output's gradient)", true, op);
+    check_filter(F, L, E, op);
+    check_tensor(grad_I, L, E, L.N, gi_sp, gi_ch, "grad_I (the input's gradient)", false, op);
+    check_options(opts, grad_I, gi_ch, op);
+    require_cpu(E, op);
+    epilogue(L.deconv ? forward(g, E, F) : backward_data(g, F, E), grad_I, opts, gi_ch);
+    return grad_I;
+}
+
+// conv: grad_F from the input I and the output's gradient E; deconv: the same with the
+// convolution's roles (its input is the deconvolution's E).
+Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor& grad_F, double alpha, double beta) {
+    const char* op = "update_conv";
+    if (!I.defined()) fail(Error::Kind::Value, "{}: I is an empty kiln::Tensor", op);
+    const Dims3& in_sp = L.deconv ? L.output : L.image;
+    const Dims3& e_sp = L.deconv ? L.image : L.output;
+    const int64_t in_ch = L.deconv ? L.K : L.C, e_ch = L.deconv ? L.C : L.K;
+    check_tensor(I, L, I, L.N, in_sp, in_ch, "I (the input)", true, op);
+    check_tensor(E, L, I, L.N, e_sp, e_ch, "E (the output's gradient)", true, op);
+    check_tensor(grad_F, L, I, L.K, L.filter, L.C, "grad_F (the filter's gradient, K x T x R x S x C)", false, op);
+    require_cpu(I, op);
+    const Geo g = geo(L);
+    if (L.deconv) backward_filter(g, E, I, grad_F, alpha, beta);
+    else backward_filter(g, I, E, grad_F, alpha, beta);
+    return grad_F;
+}
+
+} // namespace kiln

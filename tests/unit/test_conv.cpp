@@ -1,0 +1,307 @@
+// Convolution on the CPU backend against float64 loops written from the definition: fprop,
+// bprop and update in 1D, 2D and 3D with padding, stride and dilation, every float dtype; the
+// epilogue (alpha, beta with X, bias, relu and its slope, brelu, bsum); deconvolution as the
+// transposed convolution; the layer's shapes and FLOPs; and the misuse messages.
+#include "tests/support/catch.hpp"
+
+#include <kiln/kiln.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace kiln;
+
+namespace {
+
+struct Case {
+    int64_t N, C, K;
+    Dims3 image, filter, pad, stride, dilation;
+};
+
+std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -1, double hi = 1) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<double> u(lo, hi);
+    std::vector<double> v((size_t)n);
+    for (auto& x : v) x = u(g);
+    return v;
+}
+
+// A tensor of `shape` holding v rounded to dt; v is replaced by what the tensor holds.
+Tensor make(Context& ctx, std::vector<double>& v, const Shape& shape, DType dt) {
+    std::vector<float> f(v.begin(), v.end());
+    Tensor t = ctx.array(f, shape, dt);
+    std::vector<float> back = t.to_vector<float>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = back[i];
+    return t;
+}
+
+// The definition: out[n, m, p, q, k] = sum over t, r, s, c of in[n, d, h, w, c] f[k, t, r, s, c]
+// with d = m str_d - pad_d + t dil_d (and so for h, w); visit(o, i, f) for every term.
+template <class Visit>
+void each_term(const ConvLayer& L, Visit&& visit) {
+    const auto [D, H, W] = L.image;
+    const auto [T, R, S] = L.filter;
+    const auto [M, P, Q] = L.output;
+    for (int64_t n = 0; n < L.N; ++n)
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t p = 0; p < P; ++p)
+                for (int64_t q = 0; q < Q; ++q)
+                    for (int64_t k = 0; k < L.K; ++k)
+                        for (int64_t t = 0; t < T; ++t)
+                            for (int64_t r = 0; r < R; ++r)
+                                for (int64_t s = 0; s < S; ++s) {
+                                    const int64_t d = m * L.stride[0] - L.pad[0] + t * L.dilation[0];
+                                    const int64_t h = p * L.stride[1] - L.pad[1] + r * L.dilation[1];
+                                    const int64_t w = q * L.stride[2] - L.pad[2] + s * L.dilation[2];
+                                    if (d < 0 || d >= D || h < 0 || h >= H || w < 0 || w >= W) continue;
+                                    for (int64_t c = 0; c < L.C; ++c)
+                                        visit((((n * M + m) * P + p) * Q + q) * L.K + k,
+                                              (((n * D + d) * H + h) * W + w) * L.C + c,
+                                              (((k * T + t) * R + r) * S + s) * L.C + c);
+                                }
+}
+
+struct Reference {
+    std::vector<double> value, magnitude;   // the exact result and the sum of |terms|
+};
+
+Reference ref_fprop(const ConvLayer& L, const std::vector<double>& I, const std::vector<double>& F, int64_t out_n) {
+    Reference r{std::vector<double>((size_t)out_n), std::vector<double>((size_t)out_n)};
+    each_term(L, [&](int64_t o, int64_t i, int64_t f) {
+        r.value[o] += I[i] * F[f];
+        r.magnitude[o] += std::fabs(I[i] * F[f]);
+    });
+    return r;
+}
+
+Reference ref_bprop(const ConvLayer& L, const std::vector<double>& F, const std::vector<double>& E, int64_t in_n) {
+    Reference r{std::vector<double>((size_t)in_n), std::vector<double>((size_t)in_n)};
+    each_term(L, [&](int64_t o, int64_t i, int64_t f) {
+        r.value[i] += E[o] * F[f];
+        r.magnitude[i] += std::fabs(E[o] * F[f]);
+    });
+    return r;
+}
+
+Reference ref_update(const ConvLayer& L, const std::vector<double>& I, const std::vector<double>& E, int64_t f_n) {
+    Reference r{std::vector<double>((size_t)f_n), std::vector<double>((size_t)f_n)};
+    each_term(L, [&](int64_t o, int64_t i, int64_t f) {
+        r.value[f] += E[o] * I[i];
+        r.magnitude[f] += std::fabs(E[o] * I[i]);
+    });
+    return r;
+}
+
+double eps_of(DType dt) { return dt == DType::Float32 ? 2e-6 : dt == DType::Float16 ? 2e-3 : 1.6e-2; }
+
+// Elements of got farther from the reference than the dtype allows.
+int count_bad(const Tensor& got, const Reference& want, DType dt, double scale = 1, const std::vector<double>* add = nullptr) {
+    const std::vector<float> g = got.to_vector<float>();
+    REQUIRE(g.size() == want.value.size());
+    int bad = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+        const double w = scale * want.value[i] + (add ? (*add)[i] : 0.0);
+        const double tol = eps_of(dt) * (std::fabs(scale) * want.magnitude[i] + std::fabs(w) + 1e-3);
+        if (!(std::fabs(g[i] - w) <= tol)) {
+            if (bad < 3) UNSCOPED_INFO("element " << i << ": " << g[i] << " vs " << w);
+            ++bad;
+        }
+    }
+    return bad;
+}
+
+const std::vector<Case>& cases() {
+    static const std::vector<Case> c = {
+        {2, 3, 4, {1, 1, 11}, {1, 1, 3}, {0, 0, 1}, {1, 1, 2}, {1, 1, 1}},    // 1D, stride 2
+        {2, 5, 3, {1, 7, 6}, {1, 3, 2}, {0, 1, 0}, {1, 2, 1}, {1, 1, 2}},     // 2D, dilated width
+        {1, 2, 3, {5, 4, 4}, {2, 3, 3}, {1, 1, 1}, {1, 1, 2}, {2, 1, 1}},     // 3D
+        {3, 8, 5, {1, 4, 4}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}},     // 1x1
+        {1, 3, 4, {1, 13, 13}, {1, 7, 7}, {0, 3, 3}, {1, 2, 2}, {1, 1, 1}},   // a first layer: 3 channels, 7x7/2
+    };
+    return c;
+}
+
+} // namespace
+
+TEST_CASE("conv: fprop, bprop and update against float64 loops; 1D, 2D, 3D; padding, stride, dilation; every float dtype") {
+    Context ctx(ContextOptions{"cpu"});
+    uint32_t seed = 1;
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (const Case& c : cases()) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            std::vector<double> I = random_values(numel(L.input_shape()), ++seed);
+            std::vector<double> F = random_values(numel(L.filter_shape()), ++seed);
+            std::vector<double> E = random_values(numel(L.output_shape()), ++seed);
+            Tensor tI = make(ctx, I, L.input_shape(), dt), tF = make(ctx, F, L.filter_shape(), dt),
+                   tE = make(ctx, E, L.output_shape(), dt);
+
+            Tensor O = ctx.empty(L.output_shape(), dt);
+            fprop_conv(L, tI, tF, O);
+            CHECK(count_bad(O, ref_fprop(L, I, F, numel(L.output_shape())), dt) == 0);
+
+            Tensor gI = ctx.empty(L.input_shape(), DType::Float32);   // a float32 gradient of 16-bit operands
+            bprop_conv(L, tF, tE, gI);
+            CHECK(count_bad(gI, ref_bprop(L, F, E, numel(L.input_shape())), DType::Float32) == 0);
+
+            Tensor gF = ctx.empty(L.filter_shape(), dt);
+            update_conv(L, tI, tE, gF);
+            CHECK(count_bad(gF, ref_update(L, I, E, numel(L.filter_shape())), dt) == 0);
+        }
+}
+
+TEST_CASE("conv: the epilogue: alpha, beta with X, bias, relu and leaky relu, brelu, bsum; update accumulates") {
+    Context ctx(ContextOptions{"cpu"});
+    const Case& c = cases()[1];
+    const ConvLayer L = conv_layer(DType::Float32, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+    const int64_t no = numel(L.output_shape());
+    std::vector<double> I = random_values(numel(L.input_shape()), 11), F = random_values(numel(L.filter_shape()), 12);
+    std::vector<double> X = random_values(no, 13), B = random_values(L.K, 14), O0 = random_values(no, 15);
+    Tensor tI = make(ctx, I, L.input_shape(), DType::Float32), tF = make(ctx, F, L.filter_shape(), DType::Float32);
+    Tensor tX = make(ctx, X, L.output_shape(), DType::Float32), tB = make(ctx, B, {L.K, 1}, DType::Float32);
+    const Reference conv = ref_fprop(L, I, F, no);
+    for (int variant = 0; variant < 4; ++variant) {
+        INFO("variant " << variant);
+        ConvOptions o;
+        o.alpha = 0.5;
+        o.bias = tB;
+        o.bsum = ctx.empty({L.K});
+        if (variant == 0) o.relu = true;                                        // ReLU, beta over O itself
+        if (variant == 1) o.relu = true, o.slope = 0.1, o.X = tX, o.beta = -2;  // leaky ReLU, beta over X
+        if (variant == 2) o.brelu = true, o.slope = 0.25, o.X = tX;             // backward ReLU of X
+        if (variant == 3) o.beta = 1.5;
+        Tensor O = make(ctx, O0, L.output_shape(), DType::Float32);
+        fprop_conv(L, tI, tF, O, o);
+        std::vector<double> want(no);
+        std::vector<double> sums(L.K, 0.0);
+        for (int64_t i = 0; i < no; ++i) {
+            const int64_t k = i % L.K;
+            double v = 0.5 * conv.value[i] + B[k];
+            if (o.relu) v = v > 0 ? v : o.slope * v;
+            const double x = o.X ? X[i] : O0[i];
+            if (o.brelu) v = x > 0 ? v : x < 0 ? o.slope * v : 0.0;
+            v += o.beta * x;
+            want[i] = v;
+            sums[k] += v;
+        }
+        const std::vector<float> got = O.to_vector<float>(), gs = o.bsum->to_vector<float>();
+        int bad = 0;
+        for (int64_t i = 0; i < no; ++i) bad += !(std::fabs(got[i] - want[i]) <= 1e-5 * (conv.magnitude[i] + 4));
+        CHECK(bad == 0);
+        for (int64_t k = 0; k < L.K; ++k) CHECK(std::fabs(gs[k] - sums[k]) <= 1e-4 * (1 + std::fabs(sums[k])));
+    }
+    // update_conv: grad_F = alpha * dF + beta * grad_F, into a contiguous tensor and into a view.
+    std::vector<double> E = random_values(no, 16), G0 = random_values(numel(L.filter_shape()), 17);
+    Tensor tE = make(ctx, E, L.output_shape(), DType::Float32);
+    const Reference dF = ref_update(L, I, E, numel(L.filter_shape()));
+    std::vector<double> beta_g0(G0.size());
+    for (size_t i = 0; i < G0.size(); ++i) beta_g0[i] = 0.25 * G0[i];
+    Tensor gF = make(ctx, G0, L.filter_shape(), DType::Float32);
+    update_conv(L, tI, tE, gF, 2.0, 0.25);
+    CHECK(count_bad(gF, dF, DType::Float32, 2.0, &beta_g0) == 0);
+    Shape padded = L.filter_shape();
+    padded.back() += 3;
+    Tensor big = ctx.zeros(padded, DType::Float32);
+    std::vector<Slice> window(padded.size(), Slice::all());
+    window.back() = Slice::range(1, 1 + L.C);
+    Tensor view = big.slice(window);
+    REQUIRE_FALSE(view.is_contiguous());
+    update_conv(L, tI, tE, view, 2.0, 0.0);
+    CHECK(count_bad(view, dF, DType::Float32, 2.0) == 0);
+}
+
+TEST_CASE("conv: deconv_layer is the transposed convolution: fprop and bprop exchanged, shapes from the input") {
+    Context ctx(ContextOptions{"cpu"});
+    // Input 4x5 of K=3 channels, 3x3 filter, stride 2, pad 1: output (4-1)*2-2+3 = 7 by (5-1)*2-2+3 = 9, C=2.
+    const ConvLayer D = deconv_layer(DType::Float32, 2, 2, 3, {1, 4, 5}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2});
+    CHECK(D.deconv);
+    CHECK(D.image == Dims3{1, 7, 9});
+    CHECK(D.output == Dims3{1, 4, 5});
+    CHECK(D.input_shape() == Shape{2, 4, 5, 3});
+    CHECK(D.output_shape() == Shape{2, 7, 9, 2});
+    CHECK(D.filter_shape() == Shape{3, 3, 3, 2});
+    ConvLayer L = D;   // the same geometry as a convolution
+    L.deconv = false;
+    std::vector<double> X = random_values(numel(D.input_shape()), 21), F = random_values(numel(D.filter_shape()), 22);
+    std::vector<double> Y = random_values(numel(D.output_shape()), 23);
+    Tensor tX = make(ctx, X, D.input_shape(), DType::Float32), tF = make(ctx, F, D.filter_shape(), DType::Float32);
+    Tensor tY = make(ctx, Y, D.output_shape(), DType::Float32);
+    Tensor O = ctx.empty(D.output_shape());
+    fprop_conv(D, tX, tF, O);   // the convolution's data gradient of X
+    CHECK(count_bad(O, ref_bprop(L, F, X, numel(D.output_shape())), DType::Float32) == 0);
+    Tensor gX = ctx.empty(D.input_shape());
+    bprop_conv(D, tF, tY, gX);   // the convolution of Y
+    CHECK(count_bad(gX, ref_fprop(L, Y, F, numel(D.input_shape())), DType::Float32) == 0);
+    Tensor gF = ctx.empty(D.filter_shape());
+    update_conv(D, tX, tY, gF);   // the convolution's filter gradient, its input being Y
+    CHECK(count_bad(gF, ref_update(L, Y, X, numel(D.filter_shape())), DType::Float32) == 0);
+}
+
+TEST_CASE("conv: the layer's output sizes, shapes in each spatial rank, FLOPs") {
+    const ConvLayer a = conv_layer(DType::Float16, 8, 3, 64, {1, 224, 224}, {1, 7, 7}, {0, 3, 3}, {1, 2, 2});
+    CHECK(a.output == Dims3{1, 112, 112});
+    CHECK(a.spatial_rank() == 2);
+    CHECK(a.input_shape() == Shape{8, 224, 224, 3});
+    CHECK(a.filter_shape() == Shape{64, 7, 7, 3});
+    CHECK(a.output_shape() == Shape{8, 112, 112, 64});
+    CHECK(a.flops() == 2.0 * 8 * 64 * 3 * 112 * 112 * 49);
+    const ConvLayer w = conv_layer(DType::Float32, 2, 4, 6, {1, 1, 100}, {1, 1, 5}, {0, 0, 0}, {1, 1, 1}, {1, 1, 3});
+    CHECK(w.spatial_rank() == 1);
+    CHECK(w.output == Dims3{1, 1, 88});
+    CHECK(w.input_shape() == Shape{2, 100, 4});
+    const ConvLayer v = conv_layer(DType::BFloat16, 1, 2, 2, {9, 9, 9}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2});
+    CHECK(v.spatial_rank() == 3);
+    CHECK(v.output_shape() == Shape{1, 5, 5, 5, 2});
+    // The full 5-D form is accepted in every rank.
+    Context ctx(ContextOptions{"cpu"});
+    Tensor I = ctx.zeros({2, 1, 1, 100, 4}), F = ctx.zeros({6, 1, 1, 5, 4}), O = ctx.empty({2, 88, 6});
+    fprop_conv(w, I, F, O);
+    CHECK(O.to_vector<float>()[17] == 0.0f);
+}
+
+TEST_CASE("conv: misuse names the layer, the tensor, its shape and what is valid") {
+    Context ctx(ContextOptions{"cpu"});
+    auto message = [](auto&& f) {
+        try {
+            f();
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    CHECK_THAT(message([] { conv_layer(DType::Float32, 1, 3, 4, {1, 2, 2}, {1, 3, 3}); }),
+               Catch::Matchers::Contains("along height the padded input (2 + 2 x 0 = 2) is smaller than the dilated filter"));
+    CHECK_THAT(message([] { conv_layer(DType::Float32, 1, 3, 4, {1, 5, 5}, {1, 3, 3}, {0, -1, 0}); }),
+               Catch::Matchers::Contains("along height pad=-1, stride=1, dilation=1"));
+    CHECK_THAT(message([] { conv_layer(DType::Int32, 1, 3, 4, {1, 5, 5}, {1, 3, 3}); }),
+               Catch::Matchers::Contains("conv_layer: dtype int32"));
+    CHECK_THAT(message([] { conv_layer(DType::Float32, 0, 3, 4); }), Catch::Matchers::Contains("N=0, C=3, K=4"));
+    CHECK_THAT(message([] { deconv_layer(DType::Float32, 1, 3, 4, {1, 1, 1}, {1, 1, 1}, {0, 0, 1}); }),
+               Catch::Matchers::Contains("deconv_layer: along width the output size (1 - 1) x 1 - 2 x 1 + 1 x (1 - 1) + 1 = -1"));
+    const ConvLayer L = conv_layer(DType::Float32, 2, 3, 4, {1, 6, 6}, {1, 3, 3});
+    Tensor I = ctx.zeros(L.input_shape()), F = ctx.zeros(L.filter_shape()), O = ctx.empty(L.output_shape());
+    Tensor wrong = ctx.zeros({2, 6, 6, 5});
+    CHECK_THAT(message([&] { fprop_conv(L, wrong, F, O); }),
+               Catch::Matchers::Contains("fprop_conv: I (the input) is float32 (2, 6, 6, 5); for layer conv_layer(float32 N=2 "
+                                         "C=3 K=4 image 1x6x6 filter 1x3x3 output 1x4x4") &&
+                   Catch::Matchers::Contains("it must be (2, 1, 6, 6, 3) or (2, 6, 6, 3)"));
+    CHECK_THAT(message([&] { fprop_conv(L, ctx.zeros({2, 36, 3}), F, O); }), Catch::Matchers::Contains("(2, 36, 3)"));
+    Tensor I16 = ctx.zeros(L.input_shape(), DType::Float16);
+    CHECK_THAT(message([&] { fprop_conv(L, I16, F, O); }),
+               Catch::Matchers::Contains("I (the input) is float16 (2, 6, 6, 3), but the layer was made for float32"));
+    ConvOptions slope;
+    slope.slope = 0.1;
+    CHECK_THAT(message([&] { fprop_conv(L, I, F, O, slope); }), Catch::Matchers::Contains("slope=0.1"));
+    ConvOptions bias;
+    bias.bias = ctx.zeros({3});
+    CHECK_THAT(message([&] { fprop_conv(L, I, F, O, bias); }),
+               Catch::Matchers::Contains("bias is float32 (3,); it holds one value per output channel: (4,) or (4, 1)"));
+    ConvOptions x;
+    x.X = ctx.zeros({2, 4, 4, 5});
+    CHECK_THAT(message([&] { fprop_conv(L, I, F, O, x); }), Catch::Matchers::Contains("X is float32 (2, 4, 4, 5)"));
+    Tensor gF = ctx.empty({4, 3, 3, 2});
+    CHECK_THAT(message([&] { update_conv(L, I, O, gF); }), Catch::Matchers::Contains("grad_F (the filter's gradient"));
+    CHECK_THAT(message([&] { bprop_conv(L, F, Tensor(), I); }), Catch::Matchers::Contains("bprop_conv: E is an empty"));
+}
