@@ -21,6 +21,7 @@ from ._kiln import *  # noqa: F401,F403 - re-exported
 from ._kiln import __version__  # noqa: F401
 from ._dtypes import bfloat16, bool_, dtype, float16, float32, int8, int32, uint8  # noqa: F401
 from ._context import Context, NervanaGPU, default_context  # noqa: F401
+from ._conv import conv  # noqa: F401
 from ._creation import (  # noqa: F401
     arange, array, asarray, asnumpy, empty, empty_like, expand_dims, from_dlpack, full, full_like, ones, ones_like,
     reshape, squeeze, transpose, zeros, zeros_like,

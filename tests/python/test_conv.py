@@ -1,0 +1,166 @@
+"""The seeds' convolution from Python (ng.conv_layer, fprop_conv, bprop_conv, update_conv,
+deconv_layer, with neon's names and keywords) and kiln.conv, against a NumPy reference written
+from the definition, on a CPU context; the misuse messages."""
+import numpy as np
+import pytest
+
+import kiln
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return kiln.Context("cpu")
+
+
+def windows(x, filt, pad, stride, dil):
+    """x (N, D, H, W, C) float64 -> the patches (N, M, P, Q, T, R, S, C) each output position reads."""
+    xp = np.pad(x, [(0, 0)] + [(p, p) for p in pad] + [(0, 0)])
+    out = [(xp.shape[1 + a] - dil[a] * (filt[a] - 1) - 1) // stride[a] + 1 for a in range(3)]
+    patches = np.zeros((x.shape[0], *out, *filt, x.shape[-1]))
+    for t in range(filt[0]):
+        for r in range(filt[1]):
+            for s in range(filt[2]):
+                d0, h0, w0 = t * dil[0], r * dil[1], s * dil[2]
+                patches[:, :, :, :, t, r, s, :] = xp[:, d0:d0 + stride[0] * out[0]:stride[0],
+                                                     h0:h0 + stride[1] * out[1]:stride[1],
+                                                     w0:w0 + stride[2] * out[2]:stride[2], :]
+    return patches
+
+
+def ref_fprop(x, f, pad, stride, dil):
+    return np.einsum("nmpqtrsc,ktrsc->nmpqk", windows(x, f.shape[1:4], pad, stride, dil), f)
+
+
+def ref_update(x, e, filt, pad, stride, dil):
+    return np.einsum("nmpqtrsc,nmpqk->ktrsc", windows(x, filt, pad, stride, dil), e)
+
+
+def ref_bprop(f, e, image, pad, stride, dil):
+    """The adjoint of fprop: the gradient with respect to x of sum(fprop(x) * e)."""
+    n = e.shape[0]
+    grad = np.zeros((n, image[0] + 2 * pad[0], image[1] + 2 * pad[1], image[2] + 2 * pad[2], f.shape[-1]))
+    contrib = np.einsum("nmpqk,ktrsc->nmpqtrsc", e, f)
+    out = e.shape[1:4]
+    for t in range(f.shape[1]):
+        for r in range(f.shape[2]):
+            for s in range(f.shape[3]):
+                d0, h0, w0 = t * dil[0], r * dil[1], s * dil[2]
+                grad[:, d0:d0 + stride[0] * out[0]:stride[0], h0:h0 + stride[1] * out[1]:stride[1],
+                     w0:w0 + stride[2] * out[2]:stride[2], :] += contrib[:, :, :, :, t, r, s, :]
+    return grad[:, pad[0]:pad[0] + image[0], pad[1]:pad[1] + image[1], pad[2]:pad[2] + image[2], :]
+
+
+GEOMETRIES = [
+    # N, C, K, (D, H, W), (T, R, S), pad, stride, dilation
+    (2, 3, 4, (1, 1, 11), (1, 1, 3), (0, 0, 1), (1, 1, 2), (1, 1, 1)),
+    (2, 5, 3, (1, 7, 6), (1, 3, 2), (0, 1, 0), (1, 2, 1), (1, 1, 2)),
+    (1, 2, 3, (5, 4, 4), (2, 3, 3), (1, 1, 1), (1, 1, 2), (2, 1, 1)),
+]
+TOL = {np.float32: 1e-5, np.float16: 3e-3, kiln.bfloat16: 2e-2}
+
+
+def five(a):
+    """A tensor's values as (N, D, H, W, C) float64, whatever spatial rank it was given in."""
+    a = np.asarray(a, dtype=np.float64)
+    return a.reshape(a.shape[0], *([1] * (5 - a.ndim)), *a.shape[1:])
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=["1d", "2d", "3d"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, kiln.bfloat16], ids=["f32", "f16", "bf16"])
+def test_fprop_bprop_update(cpu, geometry, dtype):
+    n, c, k, image, filt, pad, stride, dil = geometry
+    layer = cpu.conv_layer(dtype, n, c, k, *image, *filt, *pad, *stride, *dil)
+    assert (layer.N, layer.C, layer.K) == (n, c, k)
+    assert (layer.D, layer.H, layer.W, layer.T, layer.R, layer.S) == (*image, *filt)
+    rng = np.random.default_rng(sum(image) * 7 + k)
+    I = cpu.array(rng.uniform(-1, 1, layer.dimI), dtype=dtype)
+    F = cpu.array(rng.uniform(-1, 1, layer.dimF), dtype=dtype)
+    E = cpu.array(rng.uniform(-1, 1, layer.dimO), dtype=dtype)
+    i, f, e = five(I.get()), five(F.get()), five(E.get())
+    scale = np.sqrt(np.prod(filt) * c)
+    O = cpu.empty(layer.dimO, dtype)
+    assert cpu.fprop_conv(layer, I, F, O) is O
+    want = ref_fprop(i, f, pad, stride, dil)
+    assert (layer.M, layer.P, layer.Q) == want.shape[1:4]
+    np.testing.assert_allclose(five(O.get()), want, rtol=TOL[dtype], atol=TOL[dtype] * scale)
+    gI = cpu.empty(layer.dimI, np.float32)
+    kiln.bprop_conv(layer, F, E, gI)
+    np.testing.assert_allclose(five(gI.get()), ref_bprop(f, e, image, pad, stride, dil), rtol=1e-5, atol=1e-4 * scale)
+    gF = cpu.empty(layer.dimF, np.float32)
+    kiln.update_conv(layer, I, E, gF)
+    np.testing.assert_allclose(five(gF.get()), ref_update(i, e, filt, pad, stride, dil), rtol=1e-5, atol=1e-4 * scale)
+    assert layer.flops == 2 * n * k * c * layer.M * layer.P * layer.Q * np.prod(filt)
+
+
+def test_epilogue_keywords(cpu):
+    layer = kiln.conv_layer(np.float32, 2, 3, 4, H=6, W=5, R=3, S=3, pad_h=1, pad_w=1)
+    rng = np.random.default_rng(5)
+    I, F = cpu.array(rng.uniform(-1, 1, layer.dimI)), cpu.array(rng.uniform(-1, 1, layer.dimF))
+    X, O0 = rng.uniform(-1, 1, layer.dimO), rng.uniform(-1, 1, layer.dimO)
+    bias = rng.uniform(-1, 1, (4, 1))
+    conv = ref_fprop(five(I.get()), five(F.get()), (0, 1, 1), (1, 1, 1), (1, 1, 1)).reshape(layer.dimO)
+    O, bsum = cpu.array(O0), cpu.empty((4, 1))
+    kiln.fprop_conv(layer, I, F, O, X=cpu.array(X), bias=cpu.array(bias), bsum=bsum, alpha=0.5, beta=2.0, relu=True,
+                    slope=0.1)
+    v = 0.5 * conv + bias.reshape(4)
+    want = np.where(v > 0, v, 0.1 * v) + 2.0 * X
+    np.testing.assert_allclose(O.get(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(bsum.get().reshape(4), want.reshape(-1, 4).sum(0), rtol=1e-5, atol=1e-4)
+    # brelu over O's own previous values (X defaults to the output), and repeat re-runs it.
+    O = cpu.array(O0)
+    kiln.fprop_conv(layer, I, F, O, brelu=True, slope=0.25)
+    np.testing.assert_allclose(O.get(), np.where(O0 > 0, conv, np.where(O0 < 0, 0.25 * conv, 0)), rtol=1e-5, atol=1e-5)
+    G = cpu.zeros(layer.dimF)
+    kiln.update_conv(layer, I, cpu.array(X), G, alpha=1.0, beta=1.0, repeat=3)
+    once = ref_update(five(I.get()), five(X), (1, 3, 3), (0, 1, 1), (1, 1, 1), (1, 1, 1)).reshape(layer.dimF)
+    np.testing.assert_allclose(G.get(), 3 * once, rtol=1e-5, atol=1e-4)
+
+
+def test_deconv_is_the_transposed_conv(cpu):
+    d = kiln.deconv_layer(np.float32, 2, 2, 3, 1, 4, 5, R=3, S=3, pad_h=1, pad_w=1, str_h=2, str_w=2)
+    assert d.deconv and (d.D, d.H, d.W) == (1, 7, 9) and d.dimI == (2, 4, 5, 3) and d.dimO == (2, 7, 9, 2)
+    c = kiln.conv_layer(np.float32, 2, 2, 3, H=7, W=9, R=3, S=3, pad_h=1, pad_w=1, str_h=2, str_w=2)
+    rng = np.random.default_rng(9)
+    X, F = cpu.array(rng.uniform(-1, 1, d.dimI)), cpu.array(rng.uniform(-1, 1, d.dimF))
+    O, ref = cpu.empty(d.dimO), cpu.empty(c.dimI)
+    kiln.fprop_conv(d, X, F, O)
+    kiln.bprop_conv(c, F, X, ref)
+    np.testing.assert_allclose(O.get(), ref.get(), rtol=1e-6, atol=1e-6)
+
+
+def test_kiln_conv_functional(cpu):
+    rng = np.random.default_rng(3)
+    x = cpu.array(rng.uniform(-1, 1, (2, 9, 8, 3)))
+    w = cpu.array(rng.uniform(-1, 1, (5, 3, 2, 3)))
+    b = cpu.array(rng.uniform(-1, 1, (5,)))
+    y = kiln.conv(x, w, stride=(2, 1), padding=1, dilation=(1, 2), bias=b, relu=True)
+    v = ref_fprop(five(x.get()), five(w.get()), (0, 1, 1), (1, 2, 1), (1, 1, 2)) + b.get()
+    assert y.shape == (2, 5, 8, 5) and y.dtype == np.float32
+    np.testing.assert_allclose(five(y.get()), np.maximum(v, 0), rtol=1e-5, atol=1e-5)
+    y1 = kiln.conv(cpu.array(rng.uniform(-1, 1, (1, 10, 2))), cpu.array(rng.uniform(-1, 1, (3, 4, 2))))
+    assert y1.shape == (1, 7, 3)
+
+
+def test_misuse_messages(cpu):
+    layer = kiln.conv_layer(np.float32, 2, 3, 4, H=6, W=6, R=3, S=3)
+    I, F, O = cpu.zeros(layer.dimI), cpu.zeros(layer.dimF), cpu.empty(layer.dimO)
+    with pytest.raises(kiln.Error, match=r"along height the padded input \(2 \+ 2 x 0 = 2\)"):
+        kiln.conv_layer(np.float32, 1, 3, 4, H=2, W=2, R=3, S=3)
+    with pytest.raises(kiln.Error, match=r"it must be \(2, 1, 6, 6, 3\) or \(2, 6, 6, 3\)"):
+        kiln.fprop_conv(layer, cpu.zeros((2, 6, 6, 5)), F, O)
+    with pytest.raises(kiln.Error, match="but the layer was made for float32"):
+        kiln.fprop_conv(layer, cpu.zeros(layer.dimI, np.float16), F, O)
+    with pytest.raises(kiln.Error, match="O must be a kiln tensor"):
+        kiln.fprop_conv(layer, I, F, np.zeros(layer.dimO))
+    with pytest.raises(kiln.Error, match="bias must be a kiln tensor or None"):
+        kiln.fprop_conv(layer, I, F, O, bias=[1, 2, 3, 4])
+    with pytest.raises(kiln.Error, match="repeat=0"):
+        kiln.update_conv(layer, I, O, cpu.empty(layer.dimF), repeat=0)
+    with pytest.raises(TypeError):
+        kiln.fprop_conv(layer, I, F, O, gamma=1)
+    with pytest.raises(ValueError, match="stride=.1, 2, 3.; give an int or a tuple of 2 ints"):
+        kiln.conv(I, F, stride=(1, 2, 3))
+    with pytest.raises(ValueError, match="padding=-1; every entry must be at least 0"):
+        kiln.conv(I, F, padding=-1)
+    with pytest.raises(TypeError, match="conv: w must be a kiln tensor"):
+        kiln.conv(I, np.zeros((4, 3, 3, 3)))
