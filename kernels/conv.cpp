@@ -371,4 +371,19 @@ Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor
     return grad_F;
 }
 
+namespace {
+Tensor swap_first_last(const Tensor& x, const char* op) {
+    if (!x.defined()) fail(Error::Kind::Value, "{}: x is an empty kiln::Tensor", op);
+    if (x.rank() < 2)
+        fail(Error::Kind::Value, "{}: x is {}; it needs a channel and a batch axis (rank 2 or more)", op, desc(x));
+    std::vector<int> perm(x.rank());
+    for (int i = 0; i < x.rank(); ++i) perm[i] = i;
+    std::swap(perm.front(), perm.back());
+    return x.context().eval(x.transpose(perm).expr());
+}
+} // namespace
+
+Tensor from_chwn(const Tensor& x) { return swap_first_last(x, "from_chwn"); }
+Tensor to_chwn(const Tensor& x) { return swap_first_last(x, "to_chwn"); }
+
 } // namespace kiln

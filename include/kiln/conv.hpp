@@ -84,4 +84,10 @@ KILN_API Tensor& bprop_conv(const ConvLayer& layer, const Tensor& F, const Tenso
 KILN_API Tensor& update_conv(const ConvLayer& layer, const Tensor& I, const Tensor& E, Tensor& grad_F,
                              double alpha = 1.0, double beta = 0.0);
 
+// neon's layouts to kiln's and back: neon keeps activations as (C, [D,] H, W, N) and filters as
+// (C, [T,] R, S, K); kiln as (N, [D,] H, W, C) and (K, [T,] R, S, C). Both directions exchange
+// the first and the last axis; the result is a new contiguous tensor of x's dtype and context.
+KILN_API Tensor from_chwn(const Tensor& x);
+KILN_API Tensor to_chwn(const Tensor& x);
+
 } // namespace kiln

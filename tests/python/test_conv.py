@@ -141,6 +141,14 @@ def test_kiln_conv_functional(cpu):
     assert y1.shape == (1, 7, 3)
 
 
+def test_chwn_conversions(cpu):
+    chwn = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)   # C, H, W, N
+    nhwc = kiln.from_chwn(cpu.array(chwn))
+    assert nhwc.shape == (5, 3, 4, 2)
+    np.testing.assert_array_equal(nhwc.get(), chwn.transpose(3, 1, 2, 0))
+    np.testing.assert_array_equal(kiln.to_chwn(nhwc).get(), chwn)
+
+
 def test_misuse_messages(cpu):
     layer = kiln.conv_layer(np.float32, 2, 3, 4, H=6, W=6, R=3, S=3)
     I, F, O = cpu.zeros(layer.dimI), cpu.zeros(layer.dimF), cpu.empty(layer.dimO)
@@ -162,5 +170,7 @@ def test_misuse_messages(cpu):
         kiln.conv(I, F, stride=(1, 2, 3))
     with pytest.raises(ValueError, match="padding=-1; every entry must be at least 0"):
         kiln.conv(I, F, padding=-1)
+    with pytest.raises(NotImplementedError, match="groups=2; kiln's convolution is not grouped"):
+        kiln.conv(I, F, groups=2)
     with pytest.raises(TypeError, match="conv: w must be a kiln tensor"):
         kiln.conv(I, np.zeros((4, 3, 3, 3)))

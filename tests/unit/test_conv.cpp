@@ -261,6 +261,22 @@ TEST_CASE("conv: the layer's output sizes, shapes in each spatial rank, FLOPs") 
     CHECK(O.to_vector<float>()[17] == 0.0f);
 }
 
+TEST_CASE("conv: neon's CHWN activations and CRSK filters convert to NHWC / KRSC and back") {
+    Context ctx(ContextOptions{"cpu"});
+    std::vector<float> v(2 * 3 * 4 * 5);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = (float)i;
+    Tensor chwn = ctx.array(v, {2, 3, 4, 5}, DType::Float16);   // C=2, H=3, W=4, N=5
+    Tensor nhwc = from_chwn(chwn);
+    CHECK(nhwc.shape() == Shape{5, 3, 4, 2});
+    CHECK(nhwc.dtype() == DType::Float16);
+    CHECK(nhwc.is_contiguous());
+    const std::vector<float> got = nhwc.to_vector<float>();
+    // nhwc[n, h, w, c] = chwn[c, h, w, n]
+    CHECK(got[((4 * 3 + 2) * 4 + 1) * 2 + 1] == v[((1 * 3 + 2) * 4 + 1) * 5 + 4]);
+    CHECK(to_chwn(nhwc).to_vector<float>() == v);
+    CHECK_THROWS_WITH(from_chwn(ctx.zeros({7})), Catch::Matchers::Contains("from_chwn: x is float32 (7,); it needs a channel"));
+}
+
 TEST_CASE("conv: misuse names the layer, the tensor, its shape and what is valid") {
     Context ctx(ContextOptions{"cpu"});
     auto message = [](auto&& f) {

@@ -14,13 +14,17 @@ def _per_axis(value, rank, name, least):
     return (least if least == 1 else 0,) * (3 - rank) + values
 
 
-def conv(x, w, *, stride=1, padding=0, dilation=1, bias=None, relu=False, slope=0.0, out=None):
+def conv(x, w, *, stride=1, padding=0, dilation=1, groups=1, bias=None, relu=False, slope=0.0, out=None):
     """Convolution of x (N, [D, [H,]] W, C) with filters w (K, [T, [R,]] S, C), channels innermost.
 
     One to three spatial axes; stride, padding and dilation are an int or one int per spatial
     axis; bias holds one value per output channel; relu (with slope: leaky) applies after it.
     Returns a new tensor (N, [M, [P,]] Q, K) of x's dtype on x's context, or fills `out`.
+    Grouped convolution (groups > 1) is not supported.
     """
+    if groups != 1:
+        raise NotImplementedError(f"conv: groups={groups!r}; kiln's convolution is not grouped: split the channels of x "
+                                  "and w into groups and call conv once per group")
     for name, t in (("x", x), ("w", w)):
         if not isinstance(t, _kiln.Tensor):
             raise TypeError(f"conv: {name} must be a kiln tensor; got {type(t).__name__}")
