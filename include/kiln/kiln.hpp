@@ -12,6 +12,7 @@
 #include <kiln/error.hpp>
 #include <kiln/expr.hpp>
 #include <kiln/gemm.hpp>
+#include <kiln/nn.hpp>
 #include <kiln/shape.hpp>
 #include <kiln/tensor.hpp>
 #include <kiln/view.hpp>

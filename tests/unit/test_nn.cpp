@@ -1,0 +1,209 @@
+// Batch norm (forward in training and inference, backward), softmax, cross-entropy and the
+// activation helpers on the CPU backend against float64 references; the backward batch norm's
+// reference is itself checked against finite differences of the forward one. Misuse messages.
+#include "tests/support/catch.hpp"
+
+#include <kiln/kiln.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace kiln;
+
+namespace {
+
+std::vector<double> random_values(size_t n, uint32_t seed, double lo = -1, double hi = 1) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<double> u(lo, hi);
+    std::vector<double> v(n);
+    for (auto& x : v) x = u(g);
+    return v;
+}
+
+Tensor make(Context& ctx, std::vector<double>& v, const Shape& shape, DType dt = DType::Float32) {
+    std::vector<float> f(v.begin(), v.end());
+    Tensor t = ctx.array(f, shape, dt);
+    std::vector<float> back = t.to_vector<float>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = back[i];
+    return t;
+}
+
+// y = (x - mean) / sqrt(var + eps) * gamma + beta per channel (the last of n x C values).
+std::vector<double> bn_forward(const std::vector<double>& x, const std::vector<double>& gamma,
+                               const std::vector<double>& beta, size_t C, double eps, std::vector<double>* mean_out = nullptr,
+                               std::vector<double>* var_out = nullptr) {
+    const size_t n = x.size() / C;
+    std::vector<double> mean(C, 0.0), var(C, 0.0), y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) mean[i % C] += x[i] / (double)n;
+    for (size_t i = 0; i < x.size(); ++i) var[i % C] += (x[i] - mean[i % C]) * (x[i] - mean[i % C]) / (double)n;
+    for (size_t i = 0; i < x.size(); ++i)
+        y[i] = (x[i] - mean[i % C]) / std::sqrt(var[i % C] + eps) * gamma[i % C] + beta[i % C];
+    if (mean_out) *mean_out = mean;
+    if (var_out) *var_out = var;
+    return y;
+}
+
+int count_far(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+    REQUIRE(got.size() == want.size());
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += !(std::fabs(got[i] - want[i]) <= tol * (1 + std::fabs(want[i])));
+    return bad;
+}
+
+} // namespace
+
+TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta, relu, inference; float32 and float16") {
+    Context ctx(ContextOptions{"cpu"});
+    const Shape shape{3, 4, 5, 6};
+    const size_t C = 6, n = 60;
+    for (DType dt : {DType::Float32, DType::Float16}) {
+        INFO(dtype_name(dt));
+        const double tol = dt == DType::Float32 ? 2e-5 : 4e-3;
+        std::vector<double> x = random_values(n * C, 1, -2, 3), gamma = random_values(C, 2, 0.5, 2), beta = random_values(C, 3);
+        std::vector<double> gm0 = random_values(C, 4), gv0 = random_values(C, 5, 0.5, 1.5), y0 = random_values(n * C, 6);
+        Tensor X = make(ctx, x, shape, dt), G = make(ctx, gamma, {C, 1}), B = make(ctx, beta, {C, 1});
+        Tensor xsum = ctx.empty({C, 1}), xvar = ctx.empty({C, 1}), gmean = make(ctx, gm0, {C, 1}), gvar = make(ctx, gv0, {C});
+        Tensor Y = make(ctx, y0, shape, dt);
+        compound_fprop_bn(X, xsum, xvar, gmean, gvar, G, B, Y, 1e-3, 0.9, true, 0.5, true);
+        std::vector<double> mean, var;
+        std::vector<double> want = bn_forward(x, gamma, beta, C, 1e-3, &mean, &var);
+        for (size_t i = 0; i < want.size(); ++i) want[i] = std::max(want[i] + 0.5 * y0[i], 0.0);
+        CHECK(count_far(Y.to_vector<float>(), want, tol) == 0);
+        std::vector<double> sums(C), gm(C), gv(C);
+        for (size_t c = 0; c < C; ++c) {
+            sums[c] = mean[c] * (double)n;
+            gm[c] = 0.9 * gm0[c] + 0.1 * mean[c];
+            gv[c] = 0.9 * gv0[c] + 0.1 * var[c];
+        }
+        CHECK(count_far(xsum.to_vector<float>(), sums, 1e-5 * n) == 0);
+        CHECK(count_far(xvar.to_vector<float>(), var, 1e-5) == 0);
+        CHECK(count_far(gmean.to_vector<float>(), gm, 1e-5) == 0);
+        CHECK(count_far(gvar.to_vector<float>(), gv, 1e-5) == 0);
+
+        // xsum given (e.g. by the convolution's bsum): not recomputed.
+        std::vector<double> given(C);
+        for (size_t c = 0; c < C; ++c) given[c] = sums[c] + 3.0 * (double)n;   // a mean shifted by 3
+        Tensor xsum2 = make(ctx, given, {C});
+        compound_fprop_bn(X, xsum2, xvar, gmean, gvar, G, B, Y, 1e-3, 0.9, false);
+        const std::vector<float> xv = xvar.to_vector<float>();
+        for (size_t c = 0; c < C; ++c) CHECK(std::fabs(xv[c] - (var[c] + 9.0)) <= 1e-4 * (var[c] + 9.0));
+
+        // Inference: the running statistics normalise; nothing else changes.
+        const std::vector<float> gm_before = gmean.to_vector<float>(), gv_before = gvar.to_vector<float>();
+        compound_fprop_bn(X, xsum, xvar, gmean, gvar, G, B, Y, 1e-3, 0.9, true, 0.0, false, true);
+        CHECK(gmean.to_vector<float>() == gm_before);
+        std::vector<double> inf(n * C);
+        for (size_t i = 0; i < inf.size(); ++i)
+            inf[i] = (x[i] - gm_before[i % C]) / std::sqrt(gv_before[i % C] + 1e-3) * gamma[i % C] + beta[i % C];
+        CHECK(count_far(Y.to_vector<float>(), inf, tol) == 0);
+    }
+}
+
+TEST_CASE("nn: compound_bprop_bn against the gradient of the forward pass (checked by finite differences)") {
+    Context ctx(ContextOptions{"cpu"});
+    const size_t C = 3, n = 20;
+    const double eps = 1e-2;
+    std::vector<double> x = random_values(n * C, 11, -1, 2), gamma = random_values(C, 12, 0.5, 2), beta = random_values(C, 13);
+    std::vector<double> d = random_values(n * C, 14);
+    Tensor X = make(ctx, x, {4, 5, C}), G = make(ctx, gamma, {C}), B = make(ctx, beta, {C}), D = make(ctx, d, {4, 5, C});
+    Tensor xsum = ctx.empty({C}), xvar = ctx.empty({C}), gm = ctx.zeros({C}), gv = ctx.zeros({C}), Y = ctx.empty({4, 5, C});
+    compound_fprop_bn(X, xsum, xvar, gm, gv, G, B, Y, eps, 0.9, true);
+    Tensor dX = ctx.empty({4, 5, C}), dG = ctx.empty({C}), dB = ctx.empty({C, 1});
+    compound_bprop_bn(dX, dG, dB, D, X, xsum, xvar, G, eps);
+    // The loss sum(d * y): its gradients by central differences of bn_forward in float64.
+    auto loss = [&](const std::vector<double>& xx, const std::vector<double>& gg, const std::vector<double>& bb) {
+        const std::vector<double> y = bn_forward(xx, gg, bb, C, eps);
+        double s = 0;
+        for (size_t i = 0; i < y.size(); ++i) s += d[i] * y[i];
+        return s;
+    };
+    const double h = 1e-5;
+    auto fd = [&](std::vector<double>& v, size_t i) {
+        const double keep = v[i];
+        v[i] = keep + h;
+        const double up = loss(x, gamma, beta);
+        v[i] = keep - h;
+        const double down = loss(x, gamma, beta);
+        v[i] = keep;
+        return (up - down) / (2 * h);
+    };
+    const std::vector<float> gx = dX.to_vector<float>(), gg = dG.to_vector<float>(), gb = dB.to_vector<float>();
+    int bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) bad += !(std::fabs(gx[i] - fd(x, i)) <= 1e-4 * (1 + std::fabs(gx[i])));
+    for (size_t c = 0; c < C; ++c) {
+        bad += !(std::fabs(gg[c] - fd(gamma, c)) <= 1e-4 * (1 + std::fabs(gg[c])));
+        bad += !(std::fabs(gb[c] - fd(beta, c)) <= 1e-4 * (1 + std::fabs(gb[c])));
+    }
+    CHECK(bad == 0);
+}
+
+TEST_CASE("nn: softmax, cross-entropy from targets and from labels, relu helpers, activation derivatives") {
+    Context ctx(ContextOptions{"cpu"});
+    std::vector<double> z = random_values(5 * 7, 21, -30, 30);
+    Tensor Z = make(ctx, z, {5, 7});
+    Tensor P = ctx.eval(softmax(Z));
+    const std::vector<float> p = P.to_vector<float>();
+    std::vector<double> want(z.size());
+    for (int r = 0; r < 5; ++r) {
+        double m = -1e300, s = 0;
+        for (int c = 0; c < 7; ++c) m = std::max(m, z[r * 7 + c]);
+        for (int c = 0; c < 7; ++c) s += std::exp(z[r * 7 + c] - m);
+        for (int c = 0; c < 7; ++c) want[r * 7 + c] = std::exp(z[r * 7 + c] - m) / s;
+    }
+    CHECK(count_far(p, want, 1e-6) == 0);
+    CHECK(count_far(ctx.eval(softmax(Z.T(), 0)).T().to_vector<float>(), want, 1e-6) == 0);
+
+    const std::vector<int32_t> labels{3, 0, 6, 6, 1};
+    Tensor L = ctx.array(labels, {5});
+    std::vector<float> onehot(35, 0.0f);
+    double ce = 0;
+    for (int r = 0; r < 5; ++r) {
+        onehot[r * 7 + labels[r]] = 1.0f;
+        ce -= std::log(std::max((double)p[r * 7 + labels[r]], std::exp(-50.0)));
+    }
+    Tensor T = ctx.array(onehot, {5, 7});
+    const float mean_ce = ctx.eval(cross_entropy(P, T)).to_vector<float>()[0];
+    CHECK(std::fabs(mean_ce - ce / 5) <= 1e-5 * (1 + ce));
+    CHECK(std::fabs(ctx.eval(cross_entropy(P, T, -1, false)).to_vector<float>()[0] - ce) <= 1e-5 * (1 + ce));
+    CHECK(ctx.eval(cross_entropy_labels(P, L)).to_vector<float>()[0] == mean_ce);
+
+    Tensor X = ctx.array(std::vector<float>{-2.0f, 0.0f, 3.0f, std::nanf("")}, {4});
+    Tensor Err = ctx.array(std::vector<float>{1.0f, 1.0f, 2.0f, 1.0f}, {4});
+    const std::vector<float> r = ctx.eval(fprop_relu(X)).to_vector<float>(), lr = ctx.eval(fprop_relu(X, 0.1)).to_vector<float>();
+    CHECK(r[0] == 0.0f);
+    CHECK(r[2] == 3.0f);
+    CHECK(std::isnan(r[3]));
+    CHECK(lr[0] == Approx(-0.2f));
+    const std::vector<float> br = ctx.eval(bprop_relu(X, Err, 0.25)).to_vector<float>();
+    CHECK(br == std::vector<float>{0.25f, 0.0f, 2.0f, 0.0f});
+    Tensor Yv = ctx.array(std::vector<float>{0.25f, -0.5f}, {2});
+    CHECK(ctx.eval(sigmoid_grad(Yv)).to_vector<float>() == std::vector<float>{0.1875f, -0.75f});
+    CHECK(ctx.eval(tanh_grad(Yv)).to_vector<float>() == std::vector<float>{0.9375f, 0.75f});
+}
+
+TEST_CASE("nn: misuse names the operation, the tensor and what is valid") {
+    Context ctx(ContextOptions{"cpu"});
+    Tensor X = ctx.zeros({4, 3}), v3 = ctx.zeros({3}), v4 = ctx.zeros({4}), Y = ctx.empty({4, 3});
+    Tensor s = ctx.empty({3}), q = ctx.empty({3});
+    CHECK_THROWS_WITH(compound_fprop_bn(X, s, q, v3, v3, v4, v3, Y, 1e-3, 0.9, true),
+                      Catch::Matchers::Contains("compound_fprop_bn: gamma is float32 (4,); x has 3 channels (its last axis), "
+                                                "so it must be (3,) or (3, 1)"));
+    Tensor wrongY = ctx.empty({3, 4});
+    CHECK_THROWS_WITH(compound_fprop_bn(X, s, q, v3, v3, v3, v3, wrongY, 1e-3, 0.9, true),
+                      Catch::Matchers::Contains("y is float32 (3, 4); it must have x's shape (4, 3)"));
+    CHECK_THROWS_WITH(compound_fprop_bn(X, s, q, v3, v3, v3, v3, Y, 1e-3, 1.5, true),
+                      Catch::Matchers::Contains("rho=1.5; the running averages' weight is in [0, 1]"));
+    CHECK_THROWS_WITH(compound_fprop_bn(ctx.zeros({4, 3}, DType::Int32), s, q, v3, v3, v3, v3, Y, 1e-3, 0.9, true),
+                      Catch::Matchers::Contains("x is int32 (4, 3); it must be a float tensor"));
+    Tensor dX = ctx.empty({4, 3});
+    CHECK_THROWS_WITH(compound_bprop_bn(dX, s, q, ctx.zeros({4, 4}), X, v3, v3, v3, 1e-3),
+                      Catch::Matchers::Contains("compound_bprop_bn: delta_in is float32 (4, 4)"));
+    CHECK_THROWS_WITH(cross_entropy(X, ctx.zeros({3, 4})),
+                      Catch::Matchers::Contains("cross_entropy: p is (4, 3) and the targets (3, 4)"));
+    CHECK_THROWS_WITH(cross_entropy_labels(X, ctx.zeros({4})),
+                      Catch::Matchers::Contains("labels are float32 (4,); class indices are an integer tensor"));
+    CHECK_THROWS_WITH(cross_entropy_labels(X, ctx.zeros({3}, DType::Int32)),
+                      Catch::Matchers::Contains("p has 4 rows, so they must be (4,) or (4, 1)"));
+    CHECK_THROWS_WITH(softmax(X, 2), Catch::Matchers::Contains("softmax"));
+}
