@@ -6,6 +6,8 @@
 #include "ir/error.hpp"
 #include <kiln/context.hpp>
 
+#include <cmath>
+
 namespace kiln {
 
 namespace {
@@ -155,5 +157,207 @@ Expr bprop_relu(const Expr& x, const Expr& error, double slope) {
 
 Expr sigmoid_grad(const Expr& y) { return y * (1.0 - y); }
 Expr tanh_grad(const Expr& y) { return 1.0 - y * y; }
+
+// ---- pooling
+
+namespace {
+
+const char* pool_name(PoolOp op) { return op == PoolOp::Max ? "max" : op == PoolOp::Avg ? "avg" : "l2"; }
+
+// The tensor forms of an (N, D, H, W, C) activation: 5-D, or without the unit leading spatial
+// axes the layer's spatial rank allows.
+Shape act_shape(int rank, int64_t n, const Dims3& sp, int64_t ch) {
+    if (rank == 1) return {n, sp[2], ch};
+    if (rank == 2) return {n, sp[1], sp[2], ch};
+    return {n, sp[0], sp[1], sp[2], ch};
+}
+
+// t as a 5-D (N, D, H, W, C) view, after checking its shape against the layer.
+Tensor as5(const Tensor& t, const PoolLayer& L, const Dims3& sp, int64_t ch, const char* name, bool out, const char* op) {
+    check_defined(t, name, op);
+    if (t.dtype() != DType::Int32) check_float(t, name, op);   // int32: argmax, whose dtype its callers check
+    const Shape five{L.N, sp[0], sp[1], sp[2], ch};
+    bool ok = t.shape() == five;
+    for (int r = L.spatial_rank(); r < 3 && !ok; ++r) ok = t.shape() == act_shape(r, L.N, sp, ch);
+    if (!ok) {
+        std::string forms = shape_str(five);
+        for (int r = L.spatial_rank(); r < 3; ++r) forms += " or " + shape_str(act_shape(r, L.N, sp, ch));
+        fail(Error::Kind::Value, "{}: {} is {}; for layer {} it must be {}", op, name, desc(t), L.str(), forms);
+    }
+    if (auto v = t.reshape_view(five)) return *v;
+    if (out) fail(Error::Kind::Value, "{}: {} is a view that cannot be seen as {}: pass a contiguous tensor", op, name, shape_str(five));
+    return t.reshape(five);
+}
+
+// x (5-D) inside a padded copy filled with `fill`, float32.
+Tensor padded(const Tensor& x, const PoolLayer& L, double fill) {
+    const Shape& s = x.shape();
+    Tensor p = x.context().full({s[0], s[1] + 2 * L.pad[0], s[2] + 2 * L.pad[1], s[3] + 2 * L.pad[2], s[4] + 2 * L.pad_c},
+                                fill, DType::Float32);
+    Tensor inner = p.slice({Slice::all(), Slice::range(L.pad[0], L.pad[0] + s[1]), Slice::range(L.pad[1], L.pad[1] + s[2]),
+                            Slice::range(L.pad[2], L.pad[2] + s[3]), Slice::range(L.pad_c, L.pad_c + s[4])});
+    inner.assign(x.expr());
+    return p;
+}
+
+// The elements of a padded tensor that tap `tap` of every window reads: an output-shaped view.
+Tensor tap_view(const Tensor& p, const PoolLayer& L, int64_t tap) {
+    const int64_t s = tap % L.window[2], r = tap / L.window[2] % L.window[1], t = tap / (L.window[2] * L.window[1]) % L.window[0],
+                  j = tap / (L.window[2] * L.window[1] * L.window[0]);
+    auto along = [](int64_t first, int64_t count, int64_t step) { return Slice::range(first, first + step * (count - 1) + 1, step); };
+    return p.slice({Slice::all(), along(t, L.output[0], L.stride[0]), along(r, L.output[1], L.stride[1]),
+                    along(s, L.output[2], L.stride[2]), along(j, L.K, L.str_c)});
+}
+
+} // namespace
+
+int PoolLayer::spatial_rank() const {
+    if (image[0] > 1 || window[0] > 1 || pad[0] > 0) return 3;
+    if (image[1] > 1 || window[1] > 1 || pad[1] > 0) return 2;
+    return 1;
+}
+Shape PoolLayer::input_shape() const { return act_shape(spatial_rank(), N, image, C); }
+Shape PoolLayer::output_shape() const { return act_shape(spatial_rank(), N, output, K); }
+std::string PoolLayer::str() const {
+    return fmt::format("pool_layer({} {} N={} C={} image {}x{}x{} J={} window {}x{}x{} pad_c={} pad {}x{}x{} str_c={} stride "
+                       "{}x{}x{} -> K={} output {}x{}x{})",
+                       dtype_name(dtype), pool_name(op), N, C, image[0], image[1], image[2], J, window[0], window[1],
+                       window[2], pad_c, pad[0], pad[1], pad[2], str_c, stride[0], stride[1], stride[2], K, output[0],
+                       output[1], output[2]);
+}
+
+PoolLayer pool_layer(DType dtype, PoolOp op, int64_t N, int64_t C, Dims3 image, int64_t J, Dims3 window, int64_t pad_c,
+                     Dims3 pad, int64_t str_c, Dims3 stride) {
+    const char* name = "pool_layer";
+    if (!is_float(dtype))
+        fail(Error::Kind::Type, "{}: dtype {}; pooling runs in float32, float16 or bfloat16", name, dtype_name(dtype));
+    if (N < 1 || C < 1 || J < 1) fail(Error::Kind::Value, "{}: N={}, C={}, J={}: each must be at least 1", name, N, C, J);
+    PoolLayer L;
+    L.op = op, L.dtype = dtype, L.N = N, L.C = C, L.J = J, L.pad_c = pad_c, L.image = image, L.window = window, L.pad = pad;
+    L.str_c = str_c < 1 ? J : str_c;
+    static const char* axes[3] = {"depth", "height", "width"};
+    auto size = [&](int64_t in, int64_t w, int64_t p, int64_t st, const char* axis) {
+        if (in < 1 || w < 1 || p < 0)
+            fail(Error::Kind::Value, "{}: along {} size {}, window {}, pad {}: sizes must be at least 1 and padding >= 0", name,
+                 axis, in, w, p);
+        if (p >= w)
+            fail(Error::Kind::Value, "{}: along {} pad={} is not smaller than the window ({}): a window would hold padding only",
+                 name, axis, p, w);
+        if (in + 2 * p < w)
+            fail(Error::Kind::Value, "{}: along {} the padded input ({} + 2 x {}) is smaller than the window ({})", name, axis,
+                 in, p, w);
+        return (in + 2 * p - w) / st + 1;
+    };
+    for (int a = 0; a < 3; ++a) {
+        L.stride[a] = stride[a] < 1 ? window[a] : stride[a];
+        L.output[a] = size(image[a], window[a], pad[a], L.stride[a], axes[a]);
+    }
+    L.K = size(C, J, pad_c, L.str_c, "channels");
+    return L;
+}
+
+Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::optional<Tensor>& argmax, double alpha,
+                   double beta) {
+    const char* op = "fprop_pool";
+    check_defined(I, "I", op);
+    check_defined(O, "O", op);
+    check_float(I, "I", op);
+    check_float(O, "O", op);
+    const Tensor I5 = as5(I, L, L.image, L.C, "I (the input)", false, op);
+    if (!I.context().can_use(O)) fail(Error::Kind::Value, "{}: O lives on another context than I", op);
+    Tensor O5 = as5(O, L, L.output, L.K, "O (the output)", true, op);
+    std::optional<Tensor> A5;
+    if (argmax) {
+        if (L.op != PoolOp::Max) fail(Error::Kind::Value, "{}: argmax is given, but the layer pools by {}, not max", op, pool_name(L.op));
+        check_defined(*argmax, "argmax", op);
+        if (argmax->dtype() != DType::Int32 || !I.context().can_use(*argmax))
+            fail(Error::Kind::Type, "{}: argmax is {}; it must be an int32 tensor of O's shape and context", op, desc(*argmax));
+        A5 = as5(*argmax, L, L.output, L.K, "argmax", true, op);
+    }
+    const Tensor P = padded(I5, L, L.op == PoolOp::Max ? -INFINITY : 0.0);
+    Expr r;
+    if (L.op == PoolOp::Max) {
+        Expr best = tap_view(P, L, 0).expr(), idx = scalar(0, DType::Int32);
+        for (int64_t k = 1; k < L.taps(); ++k) {
+            const Expr v = tap_view(P, L, k).expr(), up = greater(v, best);
+            if (A5) idx = where(up, scalar((double)k, DType::Int32), idx);
+            best = where(up, v, best);
+        }
+        if (A5) {
+            Tensor a = *A5;
+            a.assign(idx);   // a scalar 0 for a one-tap window: broadcast
+        }
+        r = best;
+    } else {
+        Expr acc = Expr(0.0);
+        for (int64_t k = 0; k < L.taps(); ++k) {
+            const Expr v = tap_view(P, L, k).expr();
+            acc = acc + (L.op == PoolOp::L2 ? v * v : v);
+        }
+        if (L.op == PoolOp::L2) {
+            r = sqrt(acc);
+        } else {
+            // The window's elements inside the input: the same sum over a padded tensor of ones.
+            const Tensor ones = padded(I.context().ones(I5.shape(), DType::Float32), L, 0.0);
+            Expr count = Expr(0.0);
+            for (int64_t k = 0; k < L.taps(); ++k) count = count + tap_view(ones, L, k).expr();
+            r = acc / count;
+        }
+    }
+    if (alpha != 1) r = Expr(alpha) * r;
+    if (beta != 0) r = r + Expr(beta) * O5.expr();
+    O5.assign(r);
+    return O;
+}
+
+Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const std::optional<Tensor>& argmax, double alpha,
+                   double beta, const std::optional<Tensor>& X, const std::optional<Tensor>& Y) {
+    const char* op = "bprop_pool";
+    check_defined(E, "E", op);
+    check_defined(grad_I, "grad_I", op);
+    check_float(E, "E", op);
+    check_float(grad_I, "grad_I", op);
+    const Tensor E5 = as5(E, L, L.output, L.K, "E (the output's gradient)", false, op);
+    if (!E.context().can_use(grad_I)) fail(Error::Kind::Value, "{}: grad_I lives on another context than E", op);
+    Tensor G5 = as5(grad_I, L, L.image, L.C, "grad_I (the input's gradient)", true, op);
+    std::optional<Tensor> A5, X5, Y5;
+    if (L.op == PoolOp::Max) {
+        if (!argmax) fail(Error::Kind::Value, "{}: max pooling's gradient needs fprop_pool's argmax", op);
+        if (argmax->dtype() != DType::Int32) fail(Error::Kind::Type, "{}: argmax is {}; it is int32 (from fprop_pool)", op, desc(*argmax));
+        A5 = as5(*argmax, L, L.output, L.K, "argmax", false, op);
+    }
+    if (L.op == PoolOp::L2) {
+        if (!X || !Y) fail(Error::Kind::Value, "{}: L2 pooling's gradient needs the forward input X and output Y", op);
+        X5 = as5(*X, L, L.image, L.C, "X (the forward input)", false, op);
+        Y5 = as5(*Y, L, L.output, L.K, "Y (the forward output)", false, op);
+    }
+    Context& ctx = E.context();
+    // Each tap adds its share into a padded float32 gradient: overlapping windows accumulate.
+    Tensor Gp = padded(ctx.zeros(G5.shape(), DType::Float32), L, 0.0);
+    std::optional<Tensor> Xp, count;
+    if (X5) Xp = padded(*X5, L, 0.0);
+    if (L.op == PoolOp::Avg) {
+        const Tensor ones = padded(ctx.ones(G5.shape(), DType::Float32), L, 0.0);
+        Expr c = Expr(0.0);
+        for (int64_t k = 0; k < L.taps(); ++k) c = c + tap_view(ones, L, k).expr();
+        count = ctx.eval(c);
+    }
+    for (int64_t k = 0; k < L.taps(); ++k) {
+        Tensor g = tap_view(Gp, L, k);
+        Expr share;
+        if (L.op == PoolOp::Max) share = where(equal(A5->expr(), scalar((double)k, DType::Int32)), E5.expr(), Expr(0.0));
+        else if (L.op == PoolOp::Avg) share = E5.expr() / count->expr();
+        else share = where(greater(Y5->expr(), 0.0), E5.expr() * tap_view(*Xp, L, k).expr() / Y5->expr(), Expr(0.0));
+        g.assign(g.expr() + share);
+    }
+    const Tensor inner = Gp.slice({Slice::all(), Slice::range(L.pad[0], L.pad[0] + L.image[0]),
+                                   Slice::range(L.pad[1], L.pad[1] + L.image[1]), Slice::range(L.pad[2], L.pad[2] + L.image[2]),
+                                   Slice::range(L.pad_c, L.pad_c + L.C)});
+    Expr r = inner.expr();
+    if (alpha != 1) r = Expr(alpha) * r;
+    if (beta != 0) r = r + Expr(beta) * G5.expr();
+    G5.assign(r);
+    return grad_I;
+}
 
 } // namespace kiln

@@ -6,8 +6,11 @@
 // Layout: channels innermost, as kiln's convolution writes them (NHWC): batch norm's x is
 // (..., C) and its statistics and parameters (C,) or (C, 1); the batch is every other axis.
 #pragma once
+#include <kiln/conv.hpp>
 #include <kiln/export.hpp>
 #include <kiln/tensor.hpp>
+
+#include <optional>
 
 namespace kiln {
 
@@ -47,5 +50,40 @@ KILN_API Expr bprop_relu(const Expr& x, const Expr& error, double slope = 0.0);
 // Derivatives expressed through the forward output y: sigmoid's y (1 - y), tanh's 1 - y^2.
 KILN_API Expr sigmoid_grad(const Expr& y);
 KILN_API Expr tanh_grad(const Expr& y);
+
+// Pooling (neon's pool_layer / fprop_pool / bprop_pool): max, average or L2 over windows of
+// J channels x T x R x S positions of an NDHWC input (also without depth, or depth and height,
+// as the convolution's tensors), with padding and strides (default: the window, so windows do
+// not overlap; smaller strides overlap them). Average divides by the window's elements inside
+// the input; max ignores the padding. Windows are expressions over strided views of a padded
+// copy, so pooling runs through the JIT on either backend.
+enum class PoolOp { Max, Avg, L2 };
+
+struct KILN_API PoolLayer {
+    PoolOp op = PoolOp::Max;
+    DType dtype = DType::Float32;
+    int64_t N = 1, C = 1, J = 1, pad_c = 0, str_c = 1, K = 1;   // K: output channels
+    Dims3 image{1, 1, 1}, window{1, 1, 1}, pad{0, 0, 0}, stride{1, 1, 1}, output{1, 1, 1};
+    int spatial_rank() const;
+    Shape input_shape() const;
+    Shape output_shape() const;
+    int64_t taps() const { return J * window[0] * window[1] * window[2]; }
+    std::string str() const;
+};
+
+// str_c, stride entries < 1: the window's size along that axis.
+KILN_API PoolLayer pool_layer(DType dtype, PoolOp op, int64_t N, int64_t C, Dims3 image = {1, 1, 1}, int64_t J = 1,
+                              Dims3 window = {1, 1, 1}, int64_t pad_c = 0, Dims3 pad = {0, 0, 0}, int64_t str_c = 0,
+                              Dims3 stride = {0, 0, 0});
+// O = alpha * pool(I) + beta * O. For max pooling, argmax (an int32 tensor of O's shape), when
+// given, receives the index of the winning tap ((j * T + t) * R + r) * S + s of each window.
+KILN_API Tensor& fprop_pool(const PoolLayer& layer, const Tensor& I, Tensor& O, const std::optional<Tensor>& argmax = {},
+                            double alpha = 1.0, double beta = 0.0);
+// grad_I = alpha * (the gradient of pool with respect to its input, from E) + beta * grad_I; a
+// position in several windows gathers from each. Max pooling needs fprop's argmax; L2 pooling
+// needs the forward input X and output Y.
+KILN_API Tensor& bprop_pool(const PoolLayer& layer, const Tensor& E, Tensor& grad_I, const std::optional<Tensor>& argmax = {},
+                            double alpha = 1.0, double beta = 0.0, const std::optional<Tensor>& X = {},
+                            const std::optional<Tensor>& Y = {});
 
 } // namespace kiln

@@ -69,3 +69,30 @@ def test_softmax_cross_entropy_relu(cpu):
     y = np.array([0.25, -0.5], dtype=np.float32)
     np.testing.assert_array_equal(np.asarray(kiln.nn.sigmoid_grad(cpu.array(y))), y * (1 - y))
     np.testing.assert_array_equal(np.asarray(kiln.nn.tanh_grad(cpu.array(y))), 1 - y * y)
+
+
+def test_pooling_neon_and_functional(cpu):
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-1, 1, (2, 7, 6, 3)).astype(np.float32)
+    layer = cpu.pool_layer(np.float32, "max", 2, 3, H=7, W=6, R=3, S=3, pad_h=1, pad_w=1, str_h=2, str_w=2)
+    assert layer.dimI == (2, 7, 6, 3) and layer.dimO == (2, 4, 3, 3) and layer.op == "max"
+    X, O, A = cpu.array(x), cpu.empty(layer.dimO), cpu.empty(layer.dimO, np.int32)
+    kiln.fprop_pool(layer, X, O, argmax=A)
+    xp = np.pad(x.astype(np.float64), [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=-np.inf)
+    want = np.full(layer.dimO, -np.inf)
+    for r in range(3):
+        for s in range(3):
+            want = np.maximum(want, xp[:, r:r + 8:2, s:s + 6:2, :])
+    np.testing.assert_array_equal(O.get(), want.astype(np.float32))
+    E = cpu.array(rng.uniform(-1, 1, layer.dimO).astype(np.float32))
+    G = cpu.empty(layer.dimI)
+    kiln.bprop_pool(layer, E, G, argmax=A)
+    # Each window's gradient goes to its maximum: the sum over the input is the sum of E.
+    assert float(G.get().sum()) == pytest.approx(float(E.get().sum()), rel=1e-5)
+    avg = kiln.nn.pool(X, 2, op="avg")
+    assert avg.shape == (2, 3, 3, 3)
+    np.testing.assert_allclose(avg.get(), x[:, :6, :6, :].reshape(2, 3, 2, 3, 2, 3).mean(axis=(2, 4)), rtol=1e-6)
+    with pytest.raises(kiln.Error, match="op='min'"):
+        kiln.pool_layer(np.float32, "min", 1, 1, W=4, S=2)
+    with pytest.raises(kiln.Error, match="max pooling's gradient needs fprop_pool's argmax"):
+        kiln.bprop_pool(layer, E, G)

@@ -207,3 +207,92 @@ TEST_CASE("nn: misuse names the operation, the tensor and what is valid") {
                       Catch::Matchers::Contains("p has 4 rows, so they must be (4,) or (4, 1)"));
     CHECK_THROWS_WITH(softmax(X, 2), Catch::Matchers::Contains("softmax"));
 }
+
+namespace {
+
+// Pooling from the definition, float64: per output element, its window's in-bounds taps as
+// (tap index, input offset).
+template <class Visit>
+void each_window(const PoolLayer& L, Visit&& visit) {
+    const auto [D, H, W] = L.image;
+    const auto [M, P, Q] = L.output;
+    for (int64_t n = 0; n < L.N; ++n)
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t p = 0; p < P; ++p)
+                for (int64_t q = 0; q < Q; ++q)
+                    for (int64_t k = 0; k < L.K; ++k) {
+                        std::vector<std::pair<int64_t, int64_t>> taps;
+                        for (int64_t j = 0; j < L.J; ++j)
+                            for (int64_t t = 0; t < L.window[0]; ++t)
+                                for (int64_t r = 0; r < L.window[1]; ++r)
+                                    for (int64_t s = 0; s < L.window[2]; ++s) {
+                                        const int64_t d = m * L.stride[0] - L.pad[0] + t, h = p * L.stride[1] - L.pad[1] + r,
+                                                      w = q * L.stride[2] - L.pad[2] + s, c = k * L.str_c - L.pad_c + j;
+                                        if (d < 0 || d >= D || h < 0 || h >= H || w < 0 || w >= W || c < 0 || c >= L.C) continue;
+                                        taps.push_back({((j * L.window[0] + t) * L.window[1] + r) * L.window[2] + s,
+                                                        (((n * D + d) * H + h) * W + w) * L.C + c});
+                                    }
+                        visit((((n * M + m) * P + p) * Q + q) * L.K + k, taps);
+                    }
+}
+
+} // namespace
+
+TEST_CASE("nn: pooling max, avg and l2 with overlap, padding and channel windows; argmax; bprop accumulates overlaps") {
+    Context ctx(ContextOptions{"cpu"});
+    struct PoolCase { int64_t N, C; Dims3 image; int64_t J; Dims3 window; int64_t pad_c; Dims3 pad; int64_t str_c; Dims3 stride; };
+    const std::vector<PoolCase> pcases = {
+        {2, 3, {1, 7, 6}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2}},   // 3x3/2 pad 1: overlapping, AlexNet-style
+        {1, 4, {1, 1, 9}, 1, {1, 1, 2}, 0, {0, 0, 0}, 0, {0, 0, 0}},   // 1D, default stride = window
+        {1, 6, {3, 4, 4}, 2, {2, 2, 2}, 0, {1, 0, 0}, 1, {1, 1, 2}},   // 3D, with 2-channel windows at channel stride 1
+    };
+    for (PoolOp pop : {PoolOp::Max, PoolOp::Avg, PoolOp::L2})
+        for (const PoolCase& c : pcases) {
+            const PoolLayer L = pool_layer(DType::Float32, pop, c.N, c.C, c.image, c.J, c.window, c.pad_c, c.pad, c.str_c, c.stride);
+            INFO(L.str());
+            std::vector<double> x = random_values((size_t)numel(L.input_shape()), 31, -1, 1);
+            if (pop == PoolOp::L2) for (auto& v : x) v = std::fabs(v) + 0.1;
+            std::vector<double> e = random_values((size_t)numel(L.output_shape()), 32);
+            Tensor X = make(ctx, x, L.input_shape()), E = make(ctx, e, L.output_shape());
+            Tensor O = ctx.empty(L.output_shape()), A = ctx.empty(L.output_shape(), DType::Int32);
+            if (pop == PoolOp::Max) fprop_pool(L, X, O, A);
+            else fprop_pool(L, X, O);
+            std::vector<double> want(e.size()), grad(x.size(), 0.0);
+            std::vector<int32_t> want_arg(e.size());
+            each_window(L, [&](int64_t o, const std::vector<std::pair<int64_t, int64_t>>& taps) {
+                REQUIRE(!taps.empty());
+                double best = -INFINITY, sum = 0, sq = 0;
+                int32_t arg = 0;
+                for (auto [tap, at] : taps) {
+                    if (x[at] > best) best = x[at], arg = (int32_t)tap;
+                    sum += x[at];
+                    sq += x[at] * x[at];
+                }
+                want[o] = pop == PoolOp::Max ? best : pop == PoolOp::Avg ? sum / (double)taps.size() : std::sqrt(sq);
+                want_arg[o] = arg;
+                for (auto [tap, at] : taps)
+                    grad[at] += pop == PoolOp::Max ? (tap == arg ? e[o] : 0.0)
+                                : pop == PoolOp::Avg ? e[o] / (double)taps.size() : e[o] * x[at] / want[o];
+            });
+            CHECK(count_far(O.to_vector<float>(), want, 1e-6) == 0);
+            if (pop == PoolOp::Max) CHECK(A.to_vector<int32_t>() == want_arg);
+            Tensor G = ctx.empty(L.input_shape());
+            if (pop == PoolOp::Max) bprop_pool(L, E, G, A);
+            else if (pop == PoolOp::Avg) bprop_pool(L, E, G);
+            else bprop_pool(L, E, G, std::nullopt, 1.0, 0.0, X, O);
+            CHECK(count_far(G.to_vector<float>(), grad, 1e-5) == 0);
+        }
+    const PoolLayer L = pool_layer(DType::Float32, PoolOp::Max, 1, 2, {1, 4, 4}, 1, {1, 2, 2});
+    CHECK(L.output == Dims3{1, 2, 2});
+    CHECK(L.stride == Dims3{1, 2, 2});
+    Tensor X = ctx.zeros(L.input_shape()), O = ctx.empty(L.output_shape());
+    CHECK_THROWS_WITH(bprop_pool(L, O, X), Catch::Matchers::Contains("max pooling's gradient needs fprop_pool's argmax"));
+    CHECK_THROWS_WITH(fprop_pool(L, ctx.zeros(L.input_shape(), DType::Int32), O),
+                      Catch::Matchers::Contains("fprop_pool: I is int32 (1, 4, 4, 2); it must be a float tensor"));
+    CHECK_THROWS_WITH(fprop_pool(L, ctx.zeros({1, 4, 4, 3}), O), Catch::Matchers::Contains("it must be (1, 1, 4, 4, 2) or (1, 4, 4, 2)"));
+    CHECK_THROWS_WITH(pool_layer(DType::Float32, PoolOp::Avg, 1, 2, {1, 4, 4}, 1, {1, 2, 2}, 0, {0, 2, 0}),
+                      Catch::Matchers::Contains("along height pad=2 is not smaller than the window (2)"));
+    const PoolLayer avg = pool_layer(DType::Float32, PoolOp::Avg, 1, 2, {1, 4, 4}, 1, {1, 2, 2});
+    CHECK_THROWS_WITH(fprop_pool(avg, X, O, ctx.empty(avg.output_shape(), DType::Int32)),
+                      Catch::Matchers::Contains("argmax is given, but the layer pools by avg, not max"));
+}

@@ -41,3 +41,27 @@ def cross_entropy(p, target, axis=-1, reduction="mean"):
     if reduction not in ("mean", "sum"):
         raise ValueError(f"cross_entropy: reduction={reduction!r}; it is 'mean' or 'sum'")
     return _kiln._cross_entropy(p, target, axis, reduction == "mean")
+
+
+def pool(x, window, stride=None, padding=0, op="max"):
+    """Max, average ('avg') or L2 pooling of x (N, [D, [H,]] W, C) over spatial windows; window,
+    stride (default: the window) and padding are an int or one int per spatial axis. A new tensor."""
+    if not isinstance(x, _kiln.Tensor):
+        raise TypeError(f"pool: x must be a kiln tensor; got {type(x).__name__}")
+    rank = x.ndim - 2
+    if rank < 1 or rank > 3:
+        raise ValueError(f"pool: x is {x.shape}; it needs 1 to 3 spatial axes between batch and channels")
+
+    def per_axis(v, name, least):
+        vals = (v,) * rank if isinstance(v, int) and not isinstance(v, bool) else tuple(v)
+        if len(vals) != rank or not all(isinstance(i, int) and not isinstance(i, bool) and i >= least for i in vals):
+            raise ValueError(f"pool: {name}={v!r}; give an int or {rank} ints >= {least} (one per spatial axis)")
+        return (1 if least else 0,) * (3 - rank) + vals
+
+    win = per_axis(window, "window", 1)
+    st = per_axis(window if stride is None else stride, "stride", 1)
+    pad = per_axis(padding, "padding", 0)
+    image = (1,) * (3 - rank) + tuple(x.shape[1:-1])
+    layer = _kiln.pool_layer(x.dtype, op, x.shape[0], x.shape[-1], *image, 1, *win, 0, *pad, None, *st)
+    out = x.ctx.empty(layer.dimO, x.dtype)
+    return _kiln.fprop_pool(layer, x, out)

@@ -3,6 +3,7 @@
 // methods, and the pieces kiln.nn (the package) builds its NumPy-style functions from.
 #include "binding.hpp"
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
 namespace kiln::py {
@@ -29,6 +30,12 @@ void run_unlocked(PyContext& pc, F&& f) {
     nb::gil_scoped_release unlocked;
     std::lock_guard<std::mutex> one_at_a_time(pc.busy);
     f();
+}
+
+nb::tuple shape_tuple(const Shape& s) {
+    nb::list l;
+    for (int64_t v : s) l.append(v);
+    return nb::tuple(l);
 }
 
 } // namespace
@@ -134,8 +141,76 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             throw Error(fmt::format("activation_grad: kind='{}'; it is 'sigmoid' or 'tanh'", kind), Error::Kind::Value);
         },
         "y"_a, "kind"_a);
+    nb::class_<PoolLayer>(m, "PoolLayer", "A pooling layer's geometry (pool_layer): pass it to fprop_pool and bprop_pool.")
+        .def_prop_ro("op", [](const PoolLayer& l) { return l.op == PoolOp::Max ? "max" : l.op == PoolOp::Avg ? "avg" : "l2"; })
+        .def_prop_ro("dtype", [](const PoolLayer& l) { return dtype_object(l.dtype); })
+        .def_ro("N", &PoolLayer::N)
+        .def_ro("C", &PoolLayer::C)
+        .def_ro("J", &PoolLayer::J)
+        .def_ro("K", &PoolLayer::K)
+        .def_prop_ro("M", [](const PoolLayer& l) { return l.output[0]; })
+        .def_prop_ro("P", [](const PoolLayer& l) { return l.output[1]; })
+        .def_prop_ro("Q", [](const PoolLayer& l) { return l.output[2]; })
+        .def_prop_ro("dimI", [](const PoolLayer& l) { return shape_tuple(l.input_shape()); }, "The input's shape.")
+        .def_prop_ro("dimO", [](const PoolLayer& l) { return shape_tuple(l.output_shape()); }, "The output's shape.")
+        .def("__repr__", &PoolLayer::str);
+    m.def(
+        "pool_layer",
+        [](nb::handle dtype, const std::string& op, int64_t N, int64_t C, int64_t D, int64_t H, int64_t W, int64_t J, int64_t T,
+           int64_t R, int64_t S, int64_t pad_c, int64_t pad_d, int64_t pad_h, int64_t pad_w, std::optional<int64_t> str_c,
+           std::optional<int64_t> str_d, std::optional<int64_t> str_h, std::optional<int64_t> str_w) {
+            PoolOp kind;
+            if (op == "max") kind = PoolOp::Max;
+            else if (op == "avg") kind = PoolOp::Avg;
+            else if (op == "l2") kind = PoolOp::L2;
+            else throw Error(fmt::format("pool_layer: op='{}'; it is 'max', 'avg' or 'l2'", op), Error::Kind::Value);
+            return pool_layer(dtype_arg(dtype, "pool_layer"), kind, N, C, {D, H, W}, J, {T, R, S}, pad_c, {pad_d, pad_h, pad_w},
+                              str_c.value_or(0), {str_d.value_or(0), str_h.value_or(0), str_w.value_or(0)});
+        },
+        "dtype"_a, "op"_a, "N"_a, "C"_a, "D"_a = 1, "H"_a = 1, "W"_a = 1, "J"_a = 1, "T"_a = 1, "R"_a = 1, "S"_a = 1,
+        "pad_c"_a = 0, "pad_d"_a = 0, "pad_h"_a = 0, "pad_w"_a = 0, "str_c"_a.none() = nb::none(), "str_d"_a.none() = nb::none(),
+        "str_h"_a.none() = nb::none(), "str_w"_a.none() = nb::none(),
+        "Pooling ('max', 'avg', 'l2') over J channels x T x R x S windows of an NDHWC input; strides default to the window.");
+    m.def(
+        "fprop_pool",
+        [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle argmax, double alpha, double beta, int64_t repeat) {
+            const char* op = "fprop_pool";
+            if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
+            PyTensor i = value_of(I, op);
+            PyTensor& o = tensor_arg(O, "O", op);
+            std::optional<Tensor> a;
+            if (!argmax.is_none()) a = tensor_arg(argmax, "argmax", op).t;
+            run_unlocked(owner(o), [&] {
+                for (int64_t r = 0; r < repeat; ++r) fprop_pool(layer, i.t, o.t, a, alpha, beta);
+            });
+            return nb::borrow(O);
+        },
+        "layer"_a, "I"_a, "O"_a, "argmax"_a.none() = nb::none(), "alpha"_a = 1.0, "beta"_a = 0.0, "repeat"_a = 1,
+        "O = alpha * pool(I) + beta * O; argmax (int32, O's shape) receives max pooling's winning taps.");
+    m.def(
+        "bprop_pool",
+        [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle argmax, double alpha, double beta, int64_t repeat,
+           nb::handle X, nb::handle Y) {
+            const char* op = "bprop_pool";
+            if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
+            PyTensor e = value_of(I, op);
+            PyTensor& g = tensor_arg(O, "O", op);
+            std::optional<Tensor> a, x, y;
+            if (!argmax.is_none()) a = tensor_arg(argmax, "argmax", op).t;
+            if (!X.is_none()) x = value_of(X, op).t;
+            if (!Y.is_none()) y = value_of(Y, op).t;
+            run_unlocked(owner(g), [&] {
+                for (int64_t r = 0; r < repeat; ++r) bprop_pool(layer, e.t, g.t, a, alpha, beta, x, y);
+            });
+            return nb::borrow(O);
+        },
+        "layer"_a, "I"_a, "O"_a, "argmax"_a.none() = nb::none(), "alpha"_a = 1.0, "beta"_a = 0.0, "repeat"_a = 1,
+        "X"_a.none() = nb::none(), "Y"_a.none() = nb::none(),
+        "neon's order: I is the error (the pool output's shape), O receives the input's gradient (alpha, beta as fprop); max "
+        "pooling needs fprop's argmax, L2 the forward input X and output Y.");
     nb::object staticmethod = nb::module_::import_("builtins").attr("staticmethod");
-    for (const char* name : {"compound_fprop_bn", "compound_bprop_bn", "fprop_softmax", "fprop_relu", "bprop_relu"})
+    for (const char* name : {"compound_fprop_bn", "compound_bprop_bn", "fprop_softmax", "fprop_relu", "bprop_relu",
+                             "pool_layer", "fprop_pool", "bprop_pool"})
         nb::setattr(context_class, name, staticmethod(m.attr(name)));
 }
 
