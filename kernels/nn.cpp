@@ -162,7 +162,9 @@ Expr tanh_grad(const Expr& y) { return 1.0 - y * y; }
 
 namespace {
 
-const char* pool_name(PoolOp op) { return op == PoolOp::Max ? "max" : op == PoolOp::Avg ? "avg" : "l2"; }
+const char* pool_name(PoolOp op) {
+    return op == PoolOp::Max ? "max" : op == PoolOp::Avg ? "avg" : op == PoolOp::L2 ? "l2" : "lrn";
+}
 
 // The tensor forms of an (N, D, H, W, C) activation: 5-D, or without the unit leading spatial
 // axes the layer's spatial rank allows.
@@ -189,16 +191,16 @@ Tensor as5(const Tensor& t, const PoolLayer& L, const Dims3& sp, int64_t ch, con
     return t.reshape(five);
 }
 
-// x (5-D) inside a padded copy filled with `fill`, float32.
-Tensor padded(const Tensor& x, const PoolLayer& L, double fill) {
-    const Shape& s = x.shape();
-    Tensor p = x.context().full({s[0], s[1] + 2 * L.pad[0], s[2] + 2 * L.pad[1], s[3] + 2 * L.pad[2], s[4] + 2 * L.pad_c},
+// e (5-D, shape s) inside a padded copy filled with `fill`, float32.
+Tensor padded(Context& ctx, const Expr& e, const Shape& s, const PoolLayer& L, double fill) {
+    Tensor p = ctx.full({s[0], s[1] + 2 * L.pad[0], s[2] + 2 * L.pad[1], s[3] + 2 * L.pad[2], s[4] + 2 * L.pad_c},
                                 fill, DType::Float32);
     Tensor inner = p.slice({Slice::all(), Slice::range(L.pad[0], L.pad[0] + s[1]), Slice::range(L.pad[1], L.pad[1] + s[2]),
                             Slice::range(L.pad[2], L.pad[2] + s[3]), Slice::range(L.pad_c, L.pad_c + s[4])});
-    inner.assign(x.expr());
+    inner.assign(e);
     return p;
 }
+Tensor padded(const Tensor& x, const PoolLayer& L, double fill) { return padded(x.context(), x.expr(), x.shape(), L, fill); }
 
 // The elements of a padded tensor that tap `tap` of every window reads: an output-shaped view.
 Tensor tap_view(const Tensor& p, const PoolLayer& L, int64_t tap) {
@@ -259,6 +261,7 @@ PoolLayer pool_layer(DType dtype, PoolOp op, int64_t N, int64_t C, Dims3 image, 
 Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::optional<Tensor>& argmax, double alpha,
                    double beta) {
     const char* op = "fprop_pool";
+    if (L.op == PoolOp::Lrn) fail(Error::Kind::Value, "{}: the layer is an LRN layer (lrn_layer): use fprop_lrn", op);
     check_defined(I, "I", op);
     check_defined(O, "O", op);
     check_float(I, "I", op);
@@ -313,6 +316,7 @@ Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::op
 Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const std::optional<Tensor>& argmax, double alpha,
                    double beta, const std::optional<Tensor>& X, const std::optional<Tensor>& Y) {
     const char* op = "bprop_pool";
+    if (L.op == PoolOp::Lrn) fail(Error::Kind::Value, "{}: the layer is an LRN layer (lrn_layer): use bprop_lrn", op);
     check_defined(E, "E", op);
     check_defined(grad_I, "grad_I", op);
     check_float(E, "E", op);
@@ -358,6 +362,65 @@ Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const st
     if (beta != 0) r = r + Expr(beta) * G5.expr();
     G5.assign(r);
     return grad_I;
+}
+
+// ---- local response normalisation
+
+PoolLayer lrn_layer(DType dtype, int64_t N, int64_t C, Dims3 image, int64_t J) {
+    if (J < 1 || J % 2 == 0)
+        fail(Error::Kind::Value, "lrn_layer: J={}; the window of channels is centred on each channel, so J is odd", J);
+    PoolLayer L = pool_layer(dtype, PoolOp::Avg, N, C, image, J, {1, 1, 1}, J / 2, {0, 0, 0}, 1, {1, 1, 1});
+    L.op = PoolOp::Lrn;
+    return L;
+}
+
+namespace {
+void check_lrn(const PoolLayer& L, const char* op) {
+    if (L.op != PoolOp::Lrn)
+        fail(Error::Kind::Value, "{}: the layer pools by {}; make an LRN layer with lrn_layer", op, pool_name(L.op));
+}
+// The sum over each channel's window of e (an expression of the 5-D input's shape).
+Expr window_sum(Context& ctx, const Expr& e, const Shape& s, const PoolLayer& L) {
+    const Tensor p = padded(ctx, e, s, L, 0.0);
+    Expr acc = tap_view(p, L, 0).expr();
+    for (int64_t k = 1; k < L.taps(); ++k) acc = acc + tap_view(p, L, k).expr();
+    return acc;
+}
+} // namespace
+
+Tensor& fprop_lrn(const PoolLayer& L, const Tensor& I, Tensor& O, Tensor& denom, double alpha, double beta, double ascale,
+                  double bpower) {
+    const char* op = "fprop_lrn";
+    check_lrn(L, op);
+    const Tensor I5 = as5(I, L, L.image, L.C, "I (the input)", false, op);
+    Tensor O5 = as5(O, L, L.image, L.C, "O (the output)", true, op);
+    Tensor D5 = as5(denom, L, L.image, L.C, "denom", true, op);
+    for (const Tensor* t : {&O, &denom})
+        if (!I.context().can_use(*t)) fail(Error::Kind::Value, "{}: O and denom must be usable by I's context", op);
+    D5.assign(1.0 + Expr(ascale) * window_sum(I.context(), square(cast(I5.expr(), DType::Float32)), I5.shape(), L));
+    Expr r = I5.expr() * power(D5.expr(), Expr(-bpower));
+    if (alpha != 1) r = Expr(alpha) * r;
+    if (beta != 0) r = r + Expr(beta) * O5.expr();
+    O5.assign(r);
+    return O;
+}
+
+Tensor& bprop_lrn(const PoolLayer& L, const Tensor& I, const Tensor& O, const Tensor& E, Tensor& delta, const Tensor& denom,
+                  double alpha, double beta, double ascale, double bpower) {
+    const char* op = "bprop_lrn";
+    check_lrn(L, op);
+    const Tensor I5 = as5(I, L, L.image, L.C, "I (the input)", false, op), O5 = as5(O, L, L.image, L.C, "O (the output)", false, op),
+                 E5 = as5(E, L, L.image, L.C, "E (the output's gradient)", false, op),
+                 D5 = as5(denom, L, L.image, L.C, "denom", false, op);
+    Tensor G5 = as5(delta, L, L.image, L.C, "delta (the input's gradient)", true, op);
+    for (const Tensor* t : {&O, &E, (const Tensor*)&delta, &denom})
+        if (!I.context().can_use(*t)) fail(Error::Kind::Value, "{}: every tensor must be usable by I's context", op);
+    const Expr s = window_sum(I.context(), cast(E5.expr() * O5.expr() / D5.expr(), DType::Float32), I5.shape(), L);
+    Expr r = E5.expr() * power(D5.expr(), Expr(-bpower)) - Expr(2.0 * ascale * bpower) * I5.expr() * s;
+    if (alpha != 1) r = Expr(alpha) * r;
+    if (beta != 0) r = r + Expr(beta) * G5.expr();
+    G5.assign(r);
+    return delta;
 }
 
 } // namespace kiln

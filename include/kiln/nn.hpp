@@ -57,7 +57,7 @@ KILN_API Expr tanh_grad(const Expr& y);
 // not overlap; smaller strides overlap them). Average divides by the window's elements inside
 // the input; max ignores the padding. Windows are expressions over strided views of a padded
 // copy, so pooling runs through the JIT on either backend.
-enum class PoolOp { Max, Avg, L2 };
+enum class PoolOp { Max, Avg, L2, Lrn };
 
 struct KILN_API PoolLayer {
     PoolOp op = PoolOp::Max;
@@ -85,5 +85,17 @@ KILN_API Tensor& fprop_pool(const PoolLayer& layer, const Tensor& I, Tensor& O, 
 KILN_API Tensor& bprop_pool(const PoolLayer& layer, const Tensor& E, Tensor& grad_I, const std::optional<Tensor>& argmax = {},
                             double alpha = 1.0, double beta = 0.0, const std::optional<Tensor>& X = {},
                             const std::optional<Tensor>& Y = {});
+
+// Local response normalisation across channels (neon's lrn_layer / fprop_lrn / bprop_lrn): a
+// window of J channels (J odd) centred on each channel, zero beyond the edges:
+//   denom = 1 + ascale * sum over the window of I^2;  O = alpha * I * denom^-bpower + beta * O
+//   delta = alpha * (E denom^-bpower - 2 ascale bpower I * sum over the window of E O / denom)
+//           + beta * delta            (O: fprop's output with alpha = 1, beta = 0)
+KILN_API PoolLayer lrn_layer(DType dtype, int64_t N, int64_t C, Dims3 image = {1, 1, 1}, int64_t J = 1);
+KILN_API Tensor& fprop_lrn(const PoolLayer& layer, const Tensor& I, Tensor& O, Tensor& denom, double alpha = 1.0,
+                           double beta = 0.0, double ascale = 1.0, double bpower = 1.0);
+KILN_API Tensor& bprop_lrn(const PoolLayer& layer, const Tensor& I, const Tensor& O, const Tensor& E, Tensor& delta,
+                           const Tensor& denom, double alpha = 1.0, double beta = 0.0, double ascale = 1.0,
+                           double bpower = 1.0);
 
 } // namespace kiln

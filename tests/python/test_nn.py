@@ -96,3 +96,20 @@ def test_pooling_neon_and_functional(cpu):
         kiln.pool_layer(np.float32, "min", 1, 1, W=4, S=2)
     with pytest.raises(kiln.Error, match="max pooling's gradient needs fprop_pool's argmax"):
         kiln.bprop_pool(layer, E, G)
+
+
+def test_lrn(cpu):
+    rng = np.random.default_rng(6)
+    x = rng.uniform(-1, 1, (2, 3, 4, 7)).astype(np.float32)
+    layer = cpu.lrn_layer(np.float32, 2, 7, H=3, W=4, J=3)
+    assert layer.op == "lrn" and layer.dimI == (2, 3, 4, 7)
+    X, O, D = cpu.array(x), cpu.empty(x.shape), cpu.empty(x.shape)
+    kiln.fprop_lrn(layer, X, O, D, ascale=0.5, bpower=0.75)
+    sq = np.pad(x.astype(np.float64) ** 2, [(0, 0)] * 3 + [(1, 1)])
+    denom = 1 + 0.5 * (sq[..., :-2] + sq[..., 1:-1] + sq[..., 2:])
+    np.testing.assert_allclose(D.get(), denom, rtol=1e-6)
+    np.testing.assert_allclose(O.get(), x * denom ** -0.75, rtol=1e-5, atol=1e-7)
+    delta = cpu.empty(x.shape)
+    assert kiln.bprop_lrn(layer, X, O, cpu.ones(x.shape), delta, D, ascale=0.5, bpower=0.75) is delta
+    with pytest.raises(kiln.Error, match="J=2; the window of channels is centred"):
+        kiln.lrn_layer(np.float32, 1, 4, J=2)

@@ -296,3 +296,52 @@ TEST_CASE("nn: pooling max, avg and l2 with overlap, padding and channel windows
     CHECK_THROWS_WITH(fprop_pool(avg, X, O, ctx.empty(avg.output_shape(), DType::Int32)),
                       Catch::Matchers::Contains("argmax is given, but the layer pools by avg, not max"));
 }
+
+TEST_CASE("nn: LRN across channels, forward against float64 and backward against finite differences") {
+    Context ctx(ContextOptions{"cpu"});
+    const int64_t C = 7, J = 5;
+    const double ascale = 0.3, bpower = 0.75;
+    const PoolLayer L = lrn_layer(DType::Float32, 2, C, {1, 3, 2}, J);
+    CHECK(L.input_shape() == Shape{2, 3, 2, C});
+    const size_t total = (size_t)numel(L.input_shape()), pixels = total / C;
+    std::vector<double> x = random_values(total, 41), e = random_values(total, 42);
+    // The definition, float64.
+    auto forward = [&](const std::vector<double>& xx, std::vector<double>* denom) {
+        std::vector<double> out(total);
+        for (size_t p = 0; p < pixels; ++p)
+            for (int64_t c = 0; c < C; ++c) {
+                double s = 0;
+                for (int64_t k = c - J / 2; k <= c + J / 2; ++k)
+                    if (k >= 0 && k < C) s += xx[p * C + k] * xx[p * C + k];
+                const double d = 1 + ascale * s;
+                if (denom) (*denom)[p * C + c] = d;
+                out[p * C + c] = xx[p * C + c] * std::pow(d, -bpower);
+            }
+        return out;
+    };
+    std::vector<double> dn(total);
+    const std::vector<double> want = forward(x, &dn);
+    Tensor X = make(ctx, x, L.input_shape()), E = make(ctx, e, L.input_shape());
+    Tensor O = ctx.empty(L.input_shape()), D = ctx.empty(L.input_shape()), G = ctx.empty(L.input_shape());
+    fprop_lrn(L, X, O, D, 1.0, 0.0, ascale, bpower);
+    CHECK(count_far(O.to_vector<float>(), want, 1e-6) == 0);
+    CHECK(count_far(D.to_vector<float>(), dn, 1e-6) == 0);
+    bprop_lrn(L, X, O, E, G, D, 1.0, 0.0, ascale, bpower);
+    const std::vector<float> g = G.to_vector<float>();
+    int bad = 0;
+    const double h = 1e-6;
+    for (size_t i = 0; i < total; ++i) {
+        std::vector<double> up = x, down = x;
+        up[i] += h;
+        down[i] -= h;
+        const std::vector<double> fu = forward(up, nullptr), fd = forward(down, nullptr);
+        double num = 0;
+        for (size_t k = 0; k < total; ++k) num += e[k] * (fu[k] - fd[k]) / (2 * h);
+        bad += !(std::fabs(g[i] - num) <= 1e-4 * (1 + std::fabs(num)));
+    }
+    CHECK(bad == 0);
+    CHECK_THROWS_WITH(lrn_layer(DType::Float32, 1, 4, {1, 1, 1}, 4), Catch::Matchers::Contains("J=4; the window of channels is centred"));
+    CHECK_THROWS_WITH(fprop_pool(L, X, O), Catch::Matchers::Contains("the layer is an LRN layer (lrn_layer): use fprop_lrn"));
+    const PoolLayer mx = pool_layer(DType::Float32, PoolOp::Max, 2, C, {1, 3, 2});
+    CHECK_THROWS_WITH(fprop_lrn(mx, X, O, D), Catch::Matchers::Contains("fprop_lrn: the layer pools by max"));
+}

@@ -142,7 +142,10 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         },
         "y"_a, "kind"_a);
     nb::class_<PoolLayer>(m, "PoolLayer", "A pooling layer's geometry (pool_layer): pass it to fprop_pool and bprop_pool.")
-        .def_prop_ro("op", [](const PoolLayer& l) { return l.op == PoolOp::Max ? "max" : l.op == PoolOp::Avg ? "avg" : "l2"; })
+        .def_prop_ro("op",
+                     [](const PoolLayer& l) {
+                         return l.op == PoolOp::Max ? "max" : l.op == PoolOp::Avg ? "avg" : l.op == PoolOp::L2 ? "l2" : "lrn";
+                     })
         .def_prop_ro("dtype", [](const PoolLayer& l) { return dtype_object(l.dtype); })
         .def_ro("N", &PoolLayer::N)
         .def_ro("C", &PoolLayer::C)
@@ -208,9 +211,46 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         "X"_a.none() = nb::none(), "Y"_a.none() = nb::none(),
         "neon's order: I is the error (the pool output's shape), O receives the input's gradient (alpha, beta as fprop); max "
         "pooling needs fprop's argmax, L2 the forward input X and output Y.");
+    m.def(
+        "lrn_layer",
+        [](nb::handle dtype, int64_t N, int64_t C, int64_t D, int64_t H, int64_t W, int64_t J) {
+            return lrn_layer(dtype_arg(dtype, "lrn_layer"), N, C, {D, H, W}, J);
+        },
+        "dtype"_a, "N"_a, "C"_a, "D"_a = 1, "H"_a = 1, "W"_a = 1, "J"_a = 1,
+        "Local response normalisation across J channels (J odd) of an NDHWC input.");
+    m.def(
+        "fprop_lrn",
+        [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle denom, double alpha, double beta, double ascale,
+           double bpower, int64_t repeat) {
+            const char* op = "fprop_lrn";
+            if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
+            PyTensor i = value_of(I, op);
+            PyTensor &o = tensor_arg(O, "O", op), &d = tensor_arg(denom, "denom", op);
+            run_unlocked(owner(o), [&] {
+                for (int64_t r = 0; r < repeat; ++r) fprop_lrn(layer, i.t, o.t, d.t, alpha, beta, ascale, bpower);
+            });
+            return nb::borrow(O);
+        },
+        "layer"_a, "I"_a, "O"_a, "denom"_a, "alpha"_a = 1.0, "beta"_a = 0.0, "ascale"_a = 1.0, "bpower"_a = 1.0, "repeat"_a = 1,
+        "denom = 1 + ascale * (window sum of I^2); O = alpha * I * denom^-bpower + beta * O.");
+    m.def(
+        "bprop_lrn",
+        [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle E, nb::handle delta, nb::handle denom, double alpha,
+           double beta, double ascale, double bpower, int64_t repeat) {
+            const char* op = "bprop_lrn";
+            if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
+            PyTensor i = value_of(I, op), o = value_of(O, op), e = value_of(E, op), d = value_of(denom, op);
+            PyTensor& g = tensor_arg(delta, "delta", op);
+            run_unlocked(owner(g), [&] {
+                for (int64_t r = 0; r < repeat; ++r) bprop_lrn(layer, i.t, o.t, e.t, g.t, d.t, alpha, beta, ascale, bpower);
+            });
+            return nb::borrow(delta);
+        },
+        "layer"_a, "I"_a, "O"_a, "E"_a, "delta"_a, "denom"_a, "alpha"_a = 1.0, "beta"_a = 0.0, "ascale"_a = 1.0,
+        "bpower"_a = 1.0, "repeat"_a = 1, "The gradient of fprop_lrn with respect to I, from E, into delta.");
     nb::object staticmethod = nb::module_::import_("builtins").attr("staticmethod");
     for (const char* name : {"compound_fprop_bn", "compound_bprop_bn", "fprop_softmax", "fprop_relu", "bprop_relu",
-                             "pool_layer", "fprop_pool", "bprop_pool"})
+                             "pool_layer", "fprop_pool", "bprop_pool", "lrn_layer", "fprop_lrn", "bprop_lrn"})
         nb::setattr(context_class, name, staticmethod(m.attr(name)));
 }
 
