@@ -319,38 +319,34 @@ ConvLayer deconv_layer(DType dtype, int64_t N, int64_t C, int64_t K, Dims3 input
     return L;
 }
 
-// conv: O = epilogue(conv(I, F)); deconv: O = epilogue(conv's data gradient of I).
-Tensor& fprop_conv(const ConvLayer& L, const Tensor& I, const Tensor& F, Tensor& O, const ConvOptions& opts) {
-    const char* op = "fprop_conv";
-    if (!I.defined()) fail(Error::Kind::Value, "{}: I is an empty kiln::Tensor", op);
+namespace {
+// fprop and bprop move data through the layer one way or the other: the convolution itself
+// (conv's fprop, deconv's bprop) or its gradient with respect to its input (conv's bprop,
+// deconv's fprop), then the epilogue into `out`.
+Tensor& data_pass(const ConvLayer& L, const Tensor& F, const Tensor& in, Tensor& out, const ConvOptions& opts,
+                  bool convolve, const char* in_short, const char* in_name, const char* out_name, const char* op) {
+    if (!in.defined()) fail(Error::Kind::Value, "{}: {} is an empty kiln::Tensor", op, in_short);
+    const Dims3& in_sp = convolve ? L.image : L.output;
+    const Dims3& out_sp = convolve ? L.output : L.image;
+    const int64_t in_ch = convolve ? L.C : L.K, out_ch = convolve ? L.K : L.C;
+    check_tensor(in, L, in, L.N, in_sp, in_ch, in_name, true, op);
+    check_filter(F, L, in, op);
+    check_tensor(out, L, in, L.N, out_sp, out_ch, out_name, false, op);
+    check_options(opts, out, out_ch, op);
+    require_cpu(in, op);
     const Geo g = geo(L);
-    const Dims3& in_sp = L.deconv ? L.output : L.image;
-    const Dims3& out_sp = L.deconv ? L.image : L.output;
-    const int64_t in_ch = L.deconv ? L.K : L.C, out_ch = L.deconv ? L.C : L.K;
-    check_tensor(I, L, I, L.N, in_sp, in_ch, "I (the input)", true, op);
-    check_filter(F, L, I, op);
-    check_tensor(O, L, I, L.N, out_sp, out_ch, "O (the output)", false, op);
-    check_options(opts, O, out_ch, op);
-    require_cpu(I, op);
-    epilogue(L.deconv ? backward_data(g, F, I) : forward(g, I, F), O, opts, out_ch);
-    return O;
+    epilogue(convolve ? forward(g, in, F) : backward_data(g, F, in), out, opts, out_ch);
+    return out;
+}
+} // namespace
+
+Tensor& fprop_conv(const ConvLayer& L, const Tensor& I, const Tensor& F, Tensor& O, const ConvOptions& opts) {
+    return data_pass(L, F, I, O, opts, !L.deconv, "I", "I (the input)", "O (the output)", "fprop_conv");
 }
 
-// conv: grad_I = epilogue(conv's data gradient of E); deconv: grad_I = epilogue(conv(E, F)).
 Tensor& bprop_conv(const ConvLayer& L, const Tensor& F, const Tensor& E, Tensor& grad_I, const ConvOptions& opts) {
-    const char* op = "bprop_conv";
-    if (!E.defined()) fail(Error::Kind::Value, "{}: E is an empty kiln::Tensor", op);
-    const Geo g = geo(L);
-    const Dims3& e_sp = L.deconv ? L.image : L.output;
-    const Dims3& gi_sp = L.deconv ? L.output : L.image;
-    const int64_t e_ch = L.deconv ? L.C : L.K, gi_ch = L.deconv ? L.K : L.C;
-    check_tensor(E, L, E, L.N, e_sp, e_ch, "E (the output's gradient)", true, op);
-    check_filter(F, L, E, op);
-    check_tensor(grad_I, L, E, L.N, gi_sp, gi_ch, "grad_I (the input's gradient)", false, op);
-    check_options(opts, grad_I, gi_ch, op);
-    require_cpu(E, op);
-    epilogue(L.deconv ? forward(g, E, F) : backward_data(g, F, E), grad_I, opts, gi_ch);
-    return grad_I;
+    return data_pass(L, F, E, grad_I, opts, L.deconv, "E", "E (the output's gradient)", "grad_I (the input's gradient)",
+                     "bprop_conv");
 }
 
 // conv: grad_F from the input I and the output's gradient E; deconv: the same with the

@@ -44,6 +44,14 @@ std::pair<int64_t, int64_t> channels_of(const Tensor& x, const char* op) {
     return {x.shape().back(), x.size() / x.shape().back()};
 }
 
+// Each tensor defined and of a float dtype.
+void check_float_tensors(std::initializer_list<std::pair<const Tensor*, const char*>> ts, const char* op) {
+    for (auto [t, name] : ts) {
+        check_defined(*t, name, op);
+        check_float(*t, name, op);
+    }
+}
+
 void check_like(const Tensor& t, const Tensor& x, const char* name, const char* op) {
     check_defined(t, name, op);
     if (!x.context().can_use(t) || t.shape() != x.shape())
@@ -262,10 +270,7 @@ Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::op
                    double beta) {
     const char* op = "fprop_pool";
     if (L.op == PoolOp::Lrn) fail(Error::Kind::Value, "{}: the layer is an LRN layer (lrn_layer): use fprop_lrn", op);
-    check_defined(I, "I", op);
-    check_defined(O, "O", op);
-    check_float(I, "I", op);
-    check_float(O, "O", op);
+    check_float_tensors({{&I, "I"}, {&O, "O"}}, op);
     const Tensor I5 = as5(I, L, L.image, L.C, "I (the input)", false, op);
     if (!I.context().can_use(O)) fail(Error::Kind::Value, "{}: O lives on another context than I", op);
     Tensor O5 = as5(O, L, L.output, L.K, "O (the output)", true, op);
@@ -317,10 +322,7 @@ Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const st
                    double beta, const std::optional<Tensor>& X, const std::optional<Tensor>& Y) {
     const char* op = "bprop_pool";
     if (L.op == PoolOp::Lrn) fail(Error::Kind::Value, "{}: the layer is an LRN layer (lrn_layer): use bprop_lrn", op);
-    check_defined(E, "E", op);
-    check_defined(grad_I, "grad_I", op);
-    check_float(E, "E", op);
-    check_float(grad_I, "grad_I", op);
+    check_float_tensors({{&E, "E"}, {&grad_I, "grad_I"}}, op);
     const Tensor E5 = as5(E, L, L.output, L.K, "E (the output's gradient)", false, op);
     if (!E.context().can_use(grad_I)) fail(Error::Kind::Value, "{}: grad_I lives on another context than E", op);
     Tensor G5 = as5(grad_I, L, L.image, L.C, "grad_I (the input's gradient)", true, op);

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace nb = nanobind;
 
@@ -87,6 +88,20 @@ Axes parse_axes(nb::handle axis, int rank, const char* op);
 nb::object dtype_object(DType t);  // the Python dtype object kiln reports (numpy.dtype where one exists)
 DType dtype_arg(nb::handle h, const char* op);  // any dtype spelling kiln.dtype() understands
 Shape shape_arg(nb::handle h, const char* op);  // an int or a sequence of ints
+
+// Arguments of the operations that run at once (GEMM, convolution, layers): an optional tensor
+// (None: absent), a tensor the result is written into, a shape as a tuple.
+std::optional<Tensor> optional_tensor(nb::handle h, const char* what, const char* op);
+PyTensor& out_tensor(nb::handle h, const char* what, const char* op);
+nb::tuple shape_tuple(const Shape& s);
+void check_repeat(int64_t repeat, const char* op);   // neon's repeat=: at least 1
+// Runs f without the GIL, one call at a time per context.
+template <class F>
+void run_unlocked(PyContext& pc, F&& f) {
+    nb::gil_scoped_release unlocked;
+    std::lock_guard<std::mutex> one_at_a_time(pc.busy);
+    f();
+}
 
 // A signature string for stubs (nb::sig), kept alive for the life of the process.
 const char* signature(const std::string& s);

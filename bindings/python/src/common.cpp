@@ -268,4 +268,27 @@ Shape shape_arg(nb::handle h, const char* op) {
     return s;
 }
 
+std::optional<Tensor> optional_tensor(nb::handle h, const char* what, const char* op) {
+    if (!h.is_valid() || h.is_none()) return std::nullopt;
+    if (!nb::isinstance<PyTensor>(h))
+        throw Error(fmt::format("{}: {} must be a kiln tensor or None", op, what), Error::Kind::Type);
+    return nb::inst_ptr<PyTensor>(h)->t;
+}
+
+PyTensor& out_tensor(nb::handle h, const char* what, const char* op) {
+    if (!nb::isinstance<PyTensor>(h))
+        throw Error(fmt::format("{}: {} must be a kiln tensor (the result is written into it)", op, what), Error::Kind::Type);
+    return *nb::inst_ptr<PyTensor>(h);
+}
+
+nb::tuple shape_tuple(const Shape& s) {
+    nb::list l;
+    for (int64_t d : s) l.append(d);
+    return nb::tuple(l);
+}
+
+void check_repeat(int64_t repeat, const char* op) {
+    if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
+}
+
 } // namespace kiln::py

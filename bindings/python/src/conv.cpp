@@ -12,24 +12,6 @@ namespace {
 
 using namespace nb::literals;
 
-std::optional<Tensor> optional_tensor(nb::handle h, const char* what, const char* op) {
-    if (!h.is_valid() || h.is_none()) return std::nullopt;
-    if (!nb::isinstance<PyTensor>(h))
-        throw Error(fmt::format("{}: {} must be a kiln tensor or None", op, what), Error::Kind::Type);
-    return nb::inst_ptr<PyTensor>(h)->t;
-}
-
-PyTensor& out_tensor(nb::handle h, const char* what, const char* op) {
-    if (!nb::isinstance<PyTensor>(h))
-        throw Error(fmt::format("{}: {} must be a kiln tensor (the result is written into it)", op, what), Error::Kind::Type);
-    return *nb::inst_ptr<PyTensor>(h);
-}
-
-int64_t repeats(int64_t repeat, const char* op) {
-    if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
-    return repeat;
-}
-
 ConvOptions options(nb::handle X, nb::handle bias, nb::handle bsum, double alpha, double beta, bool relu, bool brelu,
                     double slope, const char* op) {
     ConvOptions o;
@@ -42,19 +24,6 @@ ConvOptions options(nb::handle X, nb::handle bias, nb::handle bsum, double alpha
     o.brelu = brelu;
     o.slope = slope;
     return o;
-}
-
-template <class F>
-void run_unlocked(PyContext& pc, F&& f) {
-    nb::gil_scoped_release unlocked;
-    std::lock_guard<std::mutex> one_at_a_time(pc.busy);
-    f();
-}
-
-nb::tuple tuple_of(const Shape& s) {
-    nb::list l;
-    for (int64_t v : s) l.append(v);
-    return nb::tuple(l);
 }
 
 } // namespace
@@ -81,9 +50,9 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
         .def_prop_ro("dilation",
                      [](const ConvLayer& l) { return std::tuple(l.dilation[0], l.dilation[1], l.dilation[2]); })
         .def_ro("deconv", &ConvLayer::deconv)
-        .def_prop_ro("dimI", [](const ConvLayer& l) { return tuple_of(l.input_shape()); }, "The shape fprop reads.")
-        .def_prop_ro("dimF", [](const ConvLayer& l) { return tuple_of(l.filter_shape()); }, "The filter's shape.")
-        .def_prop_ro("dimO", [](const ConvLayer& l) { return tuple_of(l.output_shape()); }, "The shape fprop writes.")
+        .def_prop_ro("dimI", [](const ConvLayer& l) { return shape_tuple(l.input_shape()); }, "The shape fprop reads.")
+        .def_prop_ro("dimF", [](const ConvLayer& l) { return shape_tuple(l.filter_shape()); }, "The filter's shape.")
+        .def_prop_ro("dimO", [](const ConvLayer& l) { return shape_tuple(l.output_shape()); }, "The shape fprop writes.")
         .def_prop_ro("flops", &ConvLayer::flops, "Multiply-adds times two of one fprop.")
         .def("__repr__", &ConvLayer::str);
 
@@ -118,7 +87,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             PyTensor i = value_of(I, op), f = value_of(F, op);
             PyTensor& o = out_tensor(O, "O", op);
             const ConvOptions opts = options(X, bias, bsum, alpha, beta, relu, brelu, slope, op);
-            const int64_t n = repeats(repeat, op);
+            check_repeat(repeat, op);
+            const int64_t n = repeat;
             run_unlocked(owner(o), [&] {
                 for (int64_t r = 0; r < n; ++r) fprop_conv(layer, i.t, f.t, o.t, opts);
             });
@@ -135,7 +105,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             PyTensor f = value_of(F, op), e = value_of(E, op);
             PyTensor& g = out_tensor(grad_I, "grad_I", op);
             const ConvOptions opts = options(X, bias, bsum, alpha, beta, relu, brelu, slope, op);
-            const int64_t n = repeats(repeat, op);
+            check_repeat(repeat, op);
+            const int64_t n = repeat;
             run_unlocked(owner(g), [&] {
                 for (int64_t r = 0; r < n; ++r) bprop_conv(layer, f.t, e.t, g.t, opts);
             });
@@ -150,7 +121,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             const char* op = "update_conv";
             PyTensor i = value_of(I, op), e = value_of(E, op);
             PyTensor& g = out_tensor(grad_F, "grad_F", op);
-            const int64_t n = repeats(repeat, op);
+            check_repeat(repeat, op);
+            const int64_t n = repeat;
             run_unlocked(owner(g), [&] {
                 for (int64_t r = 0; r < n; ++r) update_conv(layer, i.t, e.t, g.t, alpha, beta);
             });

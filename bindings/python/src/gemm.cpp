@@ -11,13 +11,6 @@ namespace {
 
 using namespace nb::literals;
 
-std::optional<Tensor> optional_tensor(nb::handle h, const char* what, const char* op) {
-    if (!h.is_valid() || h.is_none()) return std::nullopt;
-    if (!nb::isinstance<PyTensor>(h))
-        throw Error(fmt::format("{}: {} must be a kiln tensor or None", op, what), Error::Kind::Type);
-    return nb::inst_ptr<PyTensor>(h)->t;
-}
-
 DotOptions options(double alpha, double beta, bool relu, double slope, nb::handle bias, nb::handle bsum, const char* op) {
     DotOptions o;
     o.alpha = alpha;
@@ -27,20 +20,6 @@ DotOptions options(double alpha, double beta, bool relu, double slope, nb::handl
     o.bias = optional_tensor(bias, "bias", op);
     o.bsum = optional_tensor(bsum, "bsum", op);
     return o;
-}
-
-PyTensor& out_tensor(nb::handle h, const char* what, const char* op) {
-    if (!nb::isinstance<PyTensor>(h))
-        throw Error(fmt::format("{}: {} must be a kiln tensor (the result is written into it)", op, what), Error::Kind::Type);
-    return *nb::inst_ptr<PyTensor>(h);
-}
-
-// Runs f without the GIL, one call at a time per context.
-template <class F>
-void run_unlocked(PyContext& pc, F&& f) {
-    nb::gil_scoped_release unlocked;
-    std::lock_guard<std::mutex> one_at_a_time(pc.busy);
-    f();
 }
 
 nb::object compound(nb::handle A, nb::handle B, nb::handle C, double alpha, double beta, bool relu, double slope,

@@ -12,30 +12,11 @@ namespace {
 
 using namespace nb::literals;
 
-PyTensor& tensor_arg(nb::handle h, const char* what, const char* op) {
-    if (!nb::isinstance<PyTensor>(h))
-        throw Error(fmt::format("{}: {} must be a kiln tensor", op, what), Error::Kind::Type);
-    return *nb::inst_ptr<PyTensor>(h);
-}
-
 void no_binary(bool binary, const char* op) {
     if (binary)
         throw Error(fmt::format("{}: binary=True (neon's shift-based arithmetic) is not supported; kiln computes in float32",
                                 op),
                     Error::Kind::Value);
-}
-
-template <class F>
-void run_unlocked(PyContext& pc, F&& f) {
-    nb::gil_scoped_release unlocked;
-    std::lock_guard<std::mutex> one_at_a_time(pc.busy);
-    f();
-}
-
-nb::tuple shape_tuple(const Shape& s) {
-    nb::list l;
-    for (int64_t v : s) l.append(v);
-    return nb::tuple(l);
 }
 
 } // namespace
@@ -49,10 +30,10 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             const char* op = "compound_fprop_bn";
             (void)threads, (void)outputs, (void)layer;   // neon's GPU scheduling and layer hooks: no effect here
             no_binary(binary, op);
-            if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
+            check_repeat(repeat, op);
             PyTensor X = value_of(x, op);
-            PyTensor &S = tensor_arg(xsum, "xsum", op), &V = tensor_arg(xvar, "xvar", op), &GM = tensor_arg(gmean, "gmean", op),
-                     &GV = tensor_arg(gvar, "gvar", op), &Y = tensor_arg(y, "y", op);
+            PyTensor &S = out_tensor(xsum, "xsum", op), &V = out_tensor(xvar, "xvar", op), &GM = out_tensor(gmean, "gmean", op),
+                     &GV = out_tensor(gvar, "gvar", op), &Y = out_tensor(y, "y", op);
             PyTensor G = value_of(gamma, op), B = value_of(beta, op);
             run_unlocked(owner(Y), [&] {
                 for (int64_t r = 0; r < repeat; ++r)
@@ -74,9 +55,9 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             const char* op = "compound_bprop_bn";
             (void)threads, (void)layer;
             no_binary(binary, op);
-            if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
-            PyTensor &DO = tensor_arg(delta_out, "delta_out", op), &GG = tensor_arg(grad_gamma, "grad_gamma", op),
-                     &GB = tensor_arg(grad_beta, "grad_beta", op);
+            check_repeat(repeat, op);
+            PyTensor &DO = out_tensor(delta_out, "delta_out", op), &GG = out_tensor(grad_gamma, "grad_gamma", op),
+                     &GB = out_tensor(grad_beta, "grad_beta", op);
             PyTensor DI = value_of(delta_in, op), X = value_of(x, op), S = value_of(xsum, op), V = value_of(xvar, op),
                      G = value_of(gamma, op);
             run_unlocked(owner(DO), [&] {
@@ -112,7 +93,7 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             Expr ex = operand(x, ctx, "bprop_relu"), ee = operand(error, ctx, "bprop_relu");
             Expr r = bprop_relu(ex, ee, slope);
             if (deltas.is_none()) return wrap(r, ctx);
-            assign(tensor_arg(deltas, "deltas", "bprop_relu"), r);
+            assign(out_tensor(deltas, "deltas", "bprop_relu"), r);
             return nb::borrow(deltas);
         },
         "layer"_a.none(), "x"_a, "error"_a, "deltas"_a.none() = nb::none(), "slope"_a = 0.0,
@@ -178,11 +159,10 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         "fprop_pool",
         [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle argmax, double alpha, double beta, int64_t repeat) {
             const char* op = "fprop_pool";
-            if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
+            check_repeat(repeat, op);
             PyTensor i = value_of(I, op);
-            PyTensor& o = tensor_arg(O, "O", op);
-            std::optional<Tensor> a;
-            if (!argmax.is_none()) a = tensor_arg(argmax, "argmax", op).t;
+            PyTensor& o = out_tensor(O, "O", op);
+            std::optional<Tensor> a = optional_tensor(argmax, "argmax", op);
             run_unlocked(owner(o), [&] {
                 for (int64_t r = 0; r < repeat; ++r) fprop_pool(layer, i.t, o.t, a, alpha, beta);
             });
@@ -195,11 +175,10 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle argmax, double alpha, double beta, int64_t repeat,
            nb::handle X, nb::handle Y) {
             const char* op = "bprop_pool";
-            if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
+            check_repeat(repeat, op);
             PyTensor e = value_of(I, op);
-            PyTensor& g = tensor_arg(O, "O", op);
-            std::optional<Tensor> a, x, y;
-            if (!argmax.is_none()) a = tensor_arg(argmax, "argmax", op).t;
+            PyTensor& g = out_tensor(O, "O", op);
+            std::optional<Tensor> a = optional_tensor(argmax, "argmax", op), x, y;
             if (!X.is_none()) x = value_of(X, op).t;
             if (!Y.is_none()) y = value_of(Y, op).t;
             run_unlocked(owner(g), [&] {
@@ -223,9 +202,9 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle denom, double alpha, double beta, double ascale,
            double bpower, int64_t repeat) {
             const char* op = "fprop_lrn";
-            if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
+            check_repeat(repeat, op);
             PyTensor i = value_of(I, op);
-            PyTensor &o = tensor_arg(O, "O", op), &d = tensor_arg(denom, "denom", op);
+            PyTensor &o = out_tensor(O, "O", op), &d = out_tensor(denom, "denom", op);
             run_unlocked(owner(o), [&] {
                 for (int64_t r = 0; r < repeat; ++r) fprop_lrn(layer, i.t, o.t, d.t, alpha, beta, ascale, bpower);
             });
@@ -238,9 +217,9 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle E, nb::handle delta, nb::handle denom, double alpha,
            double beta, double ascale, double bpower, int64_t repeat) {
             const char* op = "bprop_lrn";
-            if (repeat < 1) throw Error(fmt::format("{}: repeat={}; it must be at least 1", op, repeat), Error::Kind::Value);
+            check_repeat(repeat, op);
             PyTensor i = value_of(I, op), o = value_of(O, op), e = value_of(E, op), d = value_of(denom, op);
-            PyTensor& g = tensor_arg(delta, "delta", op);
+            PyTensor& g = out_tensor(delta, "delta", op);
             run_unlocked(owner(g), [&] {
                 for (int64_t r = 0; r < repeat; ++r) bprop_lrn(layer, i.t, o.t, e.t, g.t, d.t, alpha, beta, ascale, bpower);
             });

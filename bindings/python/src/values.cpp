@@ -15,12 +15,6 @@ namespace {
 
 using namespace nb::literals;
 
-nb::tuple shape_tuple(const Shape& s) {
-    nb::list l;
-    for (int64_t d : s) l.append(d);
-    return nb::tuple(l);
-}
-
 // transpose(1, 0), transpose((1, 0)) or transpose(None).
 std::vector<int> perm_arg(nb::args args) {
     std::vector<int> perm;
