@@ -1,9 +1,11 @@
 // conv_layer / deconv_layer / fprop_conv / bprop_conv / update_conv: the layer's geometry and
-// the operand checks, then the CPU path: im2col (or its transpose, col2im, for the gradient
-// with respect to the input), the BLAS product through compound_dot, and the epilogue as one
-// JIT expression. See kiln/conv.hpp for the semantics.
+// the operand checks, then im2col (or its transpose, col2im, for the gradient with respect to
+// the input), the product through compound_dot, and the epilogue (the GEMM's, or one JIT
+// expression). CPU contexts build the patch matrix with host loops over float32 copies, CUDA
+// contexts with strided JIT copies in the operands' dtype. See kiln/conv.hpp for the semantics.
 #include <kiln/conv.hpp>
 
+#include "kernels/conv_views.hpp"
 #include "ir/error.hpp"
 #include "ir/storage.hpp"
 #include <kiln/context.hpp>
@@ -108,14 +110,6 @@ void check_options(const ConvOptions& o, const Tensor& out, int64_t ch, const ch
     if (o.bsum) check_vector(*o.bsum, out, ch, "bsum", op);
 }
 
-void require_cpu(const Tensor& t, const char* op) {
-    if (t.context().backend() != Backend::CPU)
-        fail(Error::Kind::Runtime,
-             "{}: the context runs on {}, and kiln's convolution kernels for the GPU are not built yet; run the "
-             "convolution on a CPU context",
-             op, t.context().device_name());
-}
-
 // A float32, contiguous copy of t (t itself when it is one already), and its first element.
 struct HostF32 {
     Tensor t;
@@ -191,52 +185,105 @@ Tensor col2im(const Geo& g, const Tensor& cols) {
     return image;
 }
 
-// A (rows x cols) float32 matrix over t's elements (t contiguous float32: a view).
-Tensor as_matrix(const Tensor& t, int64_t rows, int64_t cols) {
-    auto v = t.reshape_view({rows, cols});
-    return v ? *v : t.reshape({rows, cols});
+// t's elements in shape s: a view where one exists, else a copy.
+Tensor reshaped(const Tensor& t, const Shape& s) {
+    auto v = t.reshape_view(s);
+    return v ? *v : t.reshape(s);
+}
+Tensor as_matrix(const Tensor& t, int64_t rows, int64_t cols) { return reshaped(t, {rows, cols}); }
+
+// The product's operands on a CUDA context: the tensors' own dtype (the GEMM kernels compute
+// 16-bit operands with float32 accumulation) and im2col / col2im as strided JIT copies, one per
+// filter tap. Every tap's copy moves a whole (N, M, P, Q, C) block, so the number of kernels is
+// the filter's size, not the image's.
+
+// A layer whose filter is one tap that reads every input position once, in order: im2col is
+// the input itself, col2im the identity.
+bool pointwise(const Geo& g) {
+    return g.T * g.R * g.S == 1 && g.pd + g.ph + g.pw == 0 && g.sd * g.sh * g.sw == 1;
 }
 
-// conv(I, F): (N, M, P, Q, K) float32.
-Tensor forward(const Geo& g, const Tensor& I, const Tensor& F) {
-    Context& ctx = I.context();
-    Tensor cols = im2col(g, I);
-    const HostF32 f = host_f32(F);
-    Tensor out = ctx.empty({g.N, g.M, g.P, g.Q, g.K}, DType::Float32);
-    Tensor o2 = as_matrix(out, g.rows(), g.K);
-    compound_dot(cols, as_matrix(f.t, g.K, g.taps()).T(), o2);
-    return out;
+// t (an accepted activation layout of n x sp x ch) as (n, d, h, w, ch): a view when it can be.
+Tensor as5(const Tensor& t, int64_t n, const Dims3& sp, int64_t ch) { return reshaped(t, {n, sp[0], sp[1], sp[2], ch}); }
+
+// The positions tap (t, r, s) of every output position reads, in a padded (N, D', H', W', C)
+// tensor: an (N, M, P, Q, C) view.
+Tensor tap_view(const Tensor& padded, const Geo& g, int64_t t, int64_t r, int64_t s) {
+    auto along = [](int64_t first, int64_t count, int64_t step) {
+        return Slice::range(first, first + step * (count - 1) + 1, step);
+    };
+    return padded.slice({Slice::all(), along(t * g.dd, g.M, g.sd), along(r * g.dh, g.P, g.sh), along(s * g.dw, g.Q, g.sw),
+                         Slice::all()});
 }
 
-// The gradient of conv(I, F) with respect to I, from E: (N, D, H, W, C) float32.
-Tensor backward_data(const Geo& g, const Tensor& F, const Tensor& E) {
-    Context& ctx = E.context();
-    const HostF32 e = host_f32(E), f = host_f32(F);
-    Tensor dcols = ctx.empty({g.rows(), g.taps()}, DType::Float32);
-    compound_dot(as_matrix(e.t, g.rows(), g.K), as_matrix(f.t, g.K, g.taps()), dcols);
-    return col2im(g, dcols);
+Tensor inner_view(const Tensor& padded, const Geo& g) {
+    return padded.slice({Slice::all(), Slice::range(g.pd, g.pd + g.D), Slice::range(g.ph, g.ph + g.H),
+                         Slice::range(g.pw, g.pw + g.W), Slice::all()});
 }
 
-// grad_F = alpha * (gradient of conv(I, F) with respect to F, from E) + beta * grad_F.
-void backward_filter(const Geo& g, const Tensor& I, const Tensor& E, Tensor& grad_F, double alpha, double beta) {
-    Context& ctx = I.context();
-    Tensor cols = im2col(g, I);
-    const HostF32 e = host_f32(E);
-    DotOptions o;
-    o.alpha = alpha;
-    o.beta = beta;
-    if (auto v = grad_F.is_contiguous() ? grad_F.reshape_view({g.K, g.taps()}) : std::nullopt) {
-        compound_dot(as_matrix(e.t, g.rows(), g.K).T(), cols, *v, o);
-        return;
+} // namespace
+
+namespace detail {
+
+Tensor im2col_views(const ConvLayer& L, const Tensor& I5) {
+    const Geo g = geo(L);
+    Context& ctx = I5.context();
+    if (pointwise(g)) {
+        const Tensor x = I5.is_contiguous() ? I5 : ctx.eval(I5.expr());
+        return as_matrix(x, g.rows(), g.C);
     }
-    Tensor tmp = ctx.empty({g.K, g.taps()}, grad_F.dtype());
-    if (beta != 0) tmp.assign(reshape(grad_F.expr(), {g.K, g.taps()}));
-    compound_dot(as_matrix(e.t, g.rows(), g.K).T(), cols, tmp, o);
-    grad_F.assign(reshape(tmp.expr(), grad_F.shape()));
+    Tensor padded = I5;
+    if (g.pd + g.ph + g.pw > 0) {
+        padded = ctx.zeros({g.N, g.D + 2 * g.pd, g.H + 2 * g.ph, g.W + 2 * g.pw, g.C}, I5.dtype());
+        inner_view(padded, g).assign(I5.expr());
+    }
+    Tensor cols = ctx.empty({g.N, g.M, g.P, g.Q, g.taps()}, I5.dtype());
+    for (int64_t t = 0, tap = 0; t < g.T; ++t)
+        for (int64_t r = 0; r < g.R; ++r)
+            for (int64_t s = 0; s < g.S; ++s, tap += g.C)
+                cols.slice({Slice::all(), Slice::all(), Slice::all(), Slice::all(), Slice::range(tap, tap + g.C)})
+                    .assign(tap_view(padded, g, t, r, s).expr());
+    return as_matrix(cols, g.rows(), g.taps());
 }
 
-// out = relu_slope(alpha * T + bias) [* brelu(X)] + beta * X, then bsum: one JIT kernel (and
-// the sums). T is float32 in conv space; out any of the accepted shapes.
+Tensor col2im_views(const ConvLayer& L, const Tensor& dcols) {
+    const Geo g = geo(L);
+    Context& ctx = dcols.context();
+    const Tensor d5 = as5(dcols, g.N, {g.M, g.P, g.Q}, g.taps());
+    if (pointwise(g)) return d5;
+    // Taps whose windows overlap add into the same positions: one accumulating copy per tap.
+    Tensor padded = ctx.zeros({g.N, g.D + 2 * g.pd, g.H + 2 * g.ph, g.W + 2 * g.pw, g.C}, DType::Float32);
+    for (int64_t t = 0, tap = 0; t < g.T; ++t)
+        for (int64_t r = 0; r < g.R; ++r)
+            for (int64_t s = 0; s < g.S; ++s, tap += g.C) {
+                Tensor v = tap_view(padded, g, t, r, s);
+                v.assign(v.expr() +
+                         d5.slice({Slice::all(), Slice::all(), Slice::all(), Slice::all(), Slice::range(tap, tap + g.C)})
+                             .expr());
+            }
+    return inner_view(padded, g);
+}
+
+} // namespace detail
+
+namespace {
+
+bool on_gpu(const Tensor& t) { return t.context().backend() == Backend::CUDA; }
+
+// out = epilogue(A . B): the GEMM's own epilogue (alpha, bias, ReLU, beta) when it is the
+// convolution's, else the product in float32 and the JIT epilogue. bsum sums the output's
+// columns (its channels), which the GEMM's per-row sums are not: a JIT reduction after it.
+// cols (rows x taps) and the filter as (K x taps), as the context's product wants them.
+Tensor columns(const Geo& g, const ConvLayer& L, const Tensor& image5) {
+    return on_gpu(image5) ? detail::im2col_views(L, image5) : im2col(g, image5);
+}
+Tensor matrix_of(const Tensor& t, int64_t rows, int64_t cols) {
+    if (on_gpu(t)) return as_matrix(t.is_contiguous() ? t : t.context().eval(t.expr()), rows, cols);
+    return as_matrix(host_f32(t).t, rows, cols);
+}
+
+// out = relu_slope(alpha * T + bias) [* brelu(X)] + beta * X: one JIT kernel. T is float32 in
+// conv space; out any of the accepted shapes.
 void epilogue(const Tensor& T, Tensor& out, const ConvOptions& o, int64_t ch) {
     const int r = out.rank();
     Expr e = reshape(T.expr(), out.shape());
@@ -250,12 +297,75 @@ void epilogue(const Tensor& T, Tensor& out, const ConvOptions& o, int64_t ch) {
     if (o.brelu) e = where(greater(X, 0.0), e, where(less(X, 0.0), e * o.slope, Expr(0.0)));
     if (o.beta != 0) e = e + Expr(o.beta) * X;
     out.assign(e);
-    if (o.bsum) {
-        Expr s = out.expr();
-        for (int a = 0; a < r - 1; ++a) s = sum(s, a, true);
-        Tensor bs = *o.bsum;
-        bs.assign(reshape(s, bs.shape()));
+}
+
+// bsum = the output's sum over every axis but the channel.
+void channel_sums(const Tensor& out, const ConvOptions& o) {
+    if (!o.bsum) return;
+    Expr s = out.expr();
+    for (int a = 0; a < out.rank() - 1; ++a) s = sum(s, a, true);
+    Tensor bs = *o.bsum;
+    bs.assign(reshape(s, bs.shape()));
+}
+
+bool same_view(const Tensor& a, const Tensor& b) {
+    return a.view().storage == b.view().storage && a.offset() == b.offset() && a.shape() == b.shape() &&
+           a.strides() == b.strides();
+}
+
+void product(const Tensor& A, const Tensor& B, Tensor& out, const ConvOptions& o, int64_t ch) {
+    const int64_t rows = A.shape()[0];
+    std::optional<Tensor> c;
+    if (!o.brelu && (!o.X || same_view(*o.X, out))) c = out.reshape_view({rows, ch});
+    if (c) {
+        DotOptions d;
+        d.alpha = o.alpha;
+        d.beta = o.beta;
+        d.relu = o.relu;
+        d.slope = o.slope;
+        if (o.bias) d.bias = reshaped(*o.bias, {ch});
+        compound_dot(A, B, *c, d);
+    } else {
+        Tensor T = A.context().empty({rows, ch}, DType::Float32);
+        compound_dot(A, B, T);
+        epilogue(T, out, o, ch);
     }
+    channel_sums(out, o);
+}
+
+// fprop of a convolution: out = epilogue(conv(I, F)).
+void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& out, const ConvOptions& o) {
+    product(columns(g, L, I5), matrix_of(F, g.K, g.taps()).T(), out, o, g.K);
+}
+
+// out = epilogue(the gradient of conv(I, F) with respect to I, from E).
+void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tensor& E5, Tensor& out,
+                   const ConvOptions& o) {
+    const Tensor Em = matrix_of(E5, g.rows(), g.K), Fm = matrix_of(F, g.K, g.taps());
+    if (pointwise(g)) return product(Em, Fm, out, o, g.C);
+    Context& ctx = E5.context();
+    Tensor dcols = ctx.empty({g.rows(), g.taps()}, DType::Float32);
+    compound_dot(Em, Fm, dcols);
+    epilogue(on_gpu(E5) ? detail::col2im_views(L, dcols) : col2im(g, dcols), out, o, g.C);
+    channel_sums(out, o);
+}
+
+// grad_F = alpha * (gradient of conv(I, F) with respect to F, from E) + beta * grad_F.
+void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, double alpha,
+                     double beta) {
+    Context& ctx = I5.context();
+    const Tensor cols = columns(g, L, I5), Em = matrix_of(E5, g.rows(), g.K);
+    DotOptions o;
+    o.alpha = alpha;
+    o.beta = beta;
+    if (auto v = grad_F.reshape_view({g.K, g.taps()})) {
+        compound_dot(Em.T(), cols, *v, o);
+        return;
+    }
+    Tensor tmp = ctx.empty({g.K, g.taps()}, grad_F.dtype());
+    if (beta != 0) tmp.assign(reshape(grad_F.expr(), {g.K, g.taps()}));
+    compound_dot(Em.T(), cols, tmp, o);
+    grad_F.assign(reshape(tmp.expr(), grad_F.shape()));
 }
 
 } // namespace
@@ -333,9 +443,10 @@ Tensor& data_pass(const ConvLayer& L, const Tensor& F, const Tensor& in, Tensor&
     check_filter(F, L, in, op);
     check_tensor(out, L, in, L.N, out_sp, out_ch, out_name, false, op);
     check_options(opts, out, out_ch, op);
-    require_cpu(in, op);
     const Geo g = geo(L);
-    epilogue(convolve ? forward(g, in, F) : backward_data(g, F, in), out, opts, out_ch);
+    const Tensor in5 = as5(in, L.N, in_sp, in_ch);
+    if (convolve) forward(g, L, in5, F, out, opts);
+    else backward_data(g, L, F, in5, out, opts);
     return out;
 }
 } // namespace
@@ -360,10 +471,10 @@ Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor
     check_tensor(I, L, I, L.N, in_sp, in_ch, "I (the input)", true, op);
     check_tensor(E, L, I, L.N, e_sp, e_ch, "E (the output's gradient)", true, op);
     check_tensor(grad_F, L, I, L.K, L.filter, L.C, "grad_F (the filter's gradient, K x T x R x S x C)", false, op);
-    require_cpu(I, op);
     const Geo g = geo(L);
-    if (L.deconv) backward_filter(g, E, I, grad_F, alpha, beta);
-    else backward_filter(g, I, E, grad_F, alpha, beta);
+    const Tensor I5 = as5(I, L.N, in_sp, in_ch), E5 = as5(E, L.N, e_sp, e_ch);
+    if (L.deconv) backward_filter(g, L, E5, I5, grad_F, alpha, beta);
+    else backward_filter(g, L, I5, E5, grad_F, alpha, beta);
     return grad_F;
 }
 

@@ -13,7 +13,8 @@ fills `<!-- fusion:begin -->` .. `<!-- fusion:end -->`; kiln-bench-cpu-fusion's 
 against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin -->` ..
 `<!-- cpu_fusion:end -->`; kiln-bench-gemm's (JSON lines; no device, date or commit) `<!-- gemm:begin -->` ..
 `<!-- gemm:end -->`; python_dispatch.py's (one or several runs, each row the median of the runs)
-`<!-- python:begin -->` .. `<!-- python:end -->`. A section without its markers is added
+`<!-- python:begin -->` .. `<!-- python:end -->`; conv.py's (kiln beside cuDNN) `<!-- conv:begin -->` ..
+`<!-- conv:end -->`. A section without its markers is added
 at the end of the document, so the document always shows the last run's numbers with that
 run's device, date, commit and method.
 """
@@ -29,6 +30,7 @@ FUSION_BEGIN, FUSION_END = "<!-- fusion:begin -->", "<!-- fusion:end -->"
 CPU_BEGIN, CPU_END = "<!-- cpu_fusion:begin -->", "<!-- cpu_fusion:end -->"
 GEMM_BEGIN, GEMM_END = "<!-- gemm:begin -->", "<!-- gemm:end -->"
 PY_BEGIN, PY_END = "<!-- python:begin -->", "<!-- python:end -->"
+CONV_BEGIN, CONV_END = "<!-- conv:begin -->", "<!-- conv:end -->"
 
 # kiln-bench-fusion's latency measures against the fused-kernel issue's targets: (label, key, unit, target).
 LATENCY = [
@@ -206,6 +208,30 @@ def render(r, command):
     return "\n".join(out)
 
 
+def render_conv(r, command):
+    out = [CONV_BEGIN, ""] + provenance(
+        f"Device: {r['device']}; 16-bit dense peak as cuBLAS reaches it in the run: {r['peak_tflops']:.0f} TFLOP/s "
+        "(8192^3 float16 matmul).", r["date"], r["commit"], f"`{command}`.",
+        f"{r['method']}. `err`: kiln's largest error relative to the largest float32 cuDNN result.",
+        f" PyTorch {r['torch']}, cuDNN {r['cudnn']}.") + [""]
+    out += ["| net | dtype | fprop | bprop | update | network sum | worst layer |", "| --- | --- |" + " ---: |" * 5]
+    for sm in r["summary"]:
+        out.append(f"| {sm['net']} | {sm['dtype']} | {sm.get('fprop', 0):.2f}x | {sm.get('bprop', 0):.2f}x | "
+                   f"{sm.get('update', 0):.2f}x | {sm['sum']:.2f}x | {sm['worst']:.2f}x |")
+    out += ["", "cuDNN ms / kiln ms (> 1: kiln faster): geometric mean over the network's layers per op; the "
+            "network's time summed over layers times their count in it; its slowest layer.", "",
+            "| net | layer | N C K | image | filter/pad/stride | dtype | op | kiln ms | cuDNN ms | kiln TFLOP/s | "
+            "% of peak | vs cuDNN | err | kiln path |", "| --- | --- | --- | --- | --- | --- | --- |" + " ---: |" * 6 +
+            " --- |"]
+    for c in r["layers"]:
+        out.append(f"| {c['net']} | {c['layer']} | {c['N']} {c['C']} {c['K']} | {c['HW']}x{c['HW']} | "
+                   f"{c['RS']}x{c['RS']}/{c['pad']}/{c['stride']} | {c['dtype']} | {c['op']} | {c['kiln_ms']:.3f} | "
+                   f"{c['cudnn_ms']:.3f} | {c['kiln_tflops']:.0f} | {c['pct_peak']:.0f}% | {c['vs_cudnn']:.2f}x | "
+                   f"{c['err']:.1e} | {c['kiln_path']} |")
+    out += ["", CONV_END]
+    return "\n".join(out)
+
+
 def replace_section(doc, begin, end, table, heading):
     if begin in doc and end in doc:
         return re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: table, doc, flags=re.S)
@@ -246,6 +272,10 @@ def main():
                               args.date, args.commit)
         doc = replace_section(doc, PY_BEGIN, PY_END, table,
                               "Python: cost of one cached fused expression (examples/benchmarks/python_dispatch.py)")
+    elif "layers" in r:
+        table = render_conv(r, args.command or "python3 examples/benchmarks/conv.py --json conv.json")
+        doc = replace_section(doc, CONV_BEGIN, CONV_END, table,
+                              "Convolution beside cuDNN (examples/benchmarks/conv.py)")
     elif "hardware_threads" in r:
         table = render_cpu(r, args.command or "kiln-bench-cpu-fusion cpu_fusion.json", args.date, args.commit)
         doc = replace_section(doc, CPU_BEGIN, CPU_END, table,
@@ -260,7 +290,8 @@ def main():
                               "CUDA backend beside PyTorch: fused expressions (examples/benchmarks/vs_torch.py)")
     with open(args.doc, "w") as f:
         f.write(doc)
-    count = sum("kiln_ms" in x for x in r) if gemm else len(r["rows"] if python else r["cases"])
+    count = sum("kiln_ms" in x for x in r) if gemm else len(r["rows"] if python else r["layers"] if "layers" in r else
+                                                             r["cases"])
     print(f"{args.doc}: {count} {'products' if gemm else 'cases'} from {', '.join(args.json)}")
     return 0
 

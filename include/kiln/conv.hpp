@@ -22,8 +22,9 @@
 // takes its own input and error. float32 computes in float32; float16 and bfloat16 operands
 // compute in float32 and are stored in the output's dtype.
 //
-// CPU contexts run im2col, the system BLAS and one fused JIT kernel for the epilogue. CUDA
-// contexts raise kiln::Error (Runtime): kiln's convolution kernels for the GPU are not built yet.
+// Both backends run im2col and a GEMM (compound_dot: the system BLAS on the CPU, kiln's kernels
+// on the GPU, in the operands' dtype there), the epilogue fused into the GEMM where it is the
+// GEMM's, else one JIT kernel; a 1x1x1 layer with stride 1 and no padding skips im2col.
 #pragma once
 #include <kiln/export.hpp>
 #include <kiln/tensor.hpp>

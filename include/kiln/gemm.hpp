@@ -9,8 +9,8 @@
 // accumulation. The result is stored in C's dtype, stochastically rounded when the context asks.
 //
 // CPU contexts run the product through the system BLAS (cblas_sgemm, loaded at run time) and the
-// epilogue through the JIT: one fused kernel. On CUDA contexts it raises kiln::Error (Runtime)
-// until kiln's own precompiled GPU kernels are built.
+// epilogue through the JIT: one fused kernel. CUDA contexts run kiln's precompiled kernels
+// (kernels/cuda, docs/gemm.md); a build without nvcc raises kiln::Error (Runtime) there.
 #pragma once
 #include <kiln/export.hpp>
 #include <kiln/tensor.hpp>

@@ -4,6 +4,7 @@
 // transposed convolution; the layer's shapes and FLOPs; and the misuse messages.
 #include "tests/support/catch.hpp"
 
+#include "kernels/conv_views.hpp"
 #include <kiln/kiln.hpp>
 
 #include <cmath>
@@ -149,6 +150,42 @@ TEST_CASE("conv: fprop, bprop and update against float64 loops; 1D, 2D, 3D; padd
             Tensor gF = ctx.empty(L.filter_shape(), dt);
             update_conv(L, tI, tE, gF);
             CHECK(count_bad(gF, ref_update(L, I, E, numel(L.filter_shape())), dt) == 0);
+        }
+}
+
+TEST_CASE("conv: im2col and col2im as strided copies (the CUDA path's) match the definition on every case") {
+    Context ctx(ContextOptions{"cpu"});
+    uint32_t seed = 100;
+    for (DType dt : {DType::Float32, DType::BFloat16})
+        for (const Case& c : cases()) {
+            // K = 1: each_term's output index is the patch matrix's row, its filter index the column.
+            const ConvLayer L = conv_layer(dt, c.N, c.C, 1, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            const int64_t rows = numel(L.output_shape()), taps = numel(L.filter_shape());
+            std::vector<double> I = random_values(numel(L.input_shape()), ++seed);
+            Tensor tI = make(ctx, I, L.input_shape(), dt);
+            Tensor I5 = tI.reshape({c.N, L.image[0], L.image[1], L.image[2], c.C});
+            std::vector<double> cols((size_t)(rows * taps), 0.0), image(I.size(), 0.0);
+            std::vector<double> dcols = random_values(rows * taps, ++seed);
+            each_term(L, [&](int64_t o, int64_t i, int64_t f) {
+                cols[(size_t)(o * taps + f)] = I[(size_t)i];
+                image[(size_t)i] += dcols[(size_t)(o * taps + f)];
+            });
+            const Tensor got = detail::im2col_views(L, I5);
+            REQUIRE(got.shape() == Shape{rows, taps});
+            CHECK(got.dtype() == dt);
+            const std::vector<float> g = got.to_vector<float>();
+            int64_t wrong = 0;
+            for (size_t k = 0; k < g.size(); ++k) wrong += g[k] != (float)cols[k];
+            CHECK(wrong == 0);
+
+            const Tensor tD = make(ctx, dcols, {rows, taps}, DType::Float32);
+            const Tensor back = detail::col2im_views(L, tD);
+            REQUIRE(back.shape() == Shape{c.N, L.image[0], L.image[1], L.image[2], c.C});
+            const std::vector<float> b = ctx.eval(back.expr()).to_vector<float>();
+            int64_t off = 0;
+            for (size_t k = 0; k < b.size(); ++k) off += std::fabs(b[k] - image[k]) > 1e-5 * (1 + std::fabs(image[k]));
+            CHECK(off == 0);
         }
 }
 

@@ -88,9 +88,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             PyTensor& o = out_tensor(O, "O", op);
             const ConvOptions opts = options(X, bias, bsum, alpha, beta, relu, brelu, slope, op);
             check_repeat(repeat, op);
-            const int64_t n = repeat;
             run_unlocked(owner(o), [&] {
-                for (int64_t r = 0; r < n; ++r) fprop_conv(layer, i.t, f.t, o.t, opts);
+                for (int64_t r = 0; r < repeat; ++r) fprop_conv(layer, i.t, f.t, o.t, opts);
             });
             return nb::borrow(O);
         },
@@ -106,9 +105,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             PyTensor& g = out_tensor(grad_I, "grad_I", op);
             const ConvOptions opts = options(X, bias, bsum, alpha, beta, relu, brelu, slope, op);
             check_repeat(repeat, op);
-            const int64_t n = repeat;
             run_unlocked(owner(g), [&] {
-                for (int64_t r = 0; r < n; ++r) bprop_conv(layer, f.t, e.t, g.t, opts);
+                for (int64_t r = 0; r < repeat; ++r) bprop_conv(layer, f.t, e.t, g.t, opts);
             });
             return nb::borrow(grad_I);
         },
@@ -122,9 +120,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             PyTensor i = value_of(I, op), e = value_of(E, op);
             PyTensor& g = out_tensor(grad_F, "grad_F", op);
             check_repeat(repeat, op);
-            const int64_t n = repeat;
             run_unlocked(owner(g), [&] {
-                for (int64_t r = 0; r < n; ++r) update_conv(layer, i.t, e.t, g.t, alpha, beta);
+                for (int64_t r = 0; r < repeat; ++r) update_conv(layer, i.t, e.t, g.t, alpha, beta);
             });
             return nb::borrow(grad_F);
         },

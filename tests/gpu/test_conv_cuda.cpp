@@ -1,0 +1,164 @@
+// Convolution on a CUDA context (im2col / col2im as strided JIT copies, kiln's GEMM kernels, the
+// GEMM's or the JIT's epilogue) against the CPU path, which the unit tests hold to float64 loops:
+// fprop, bprop and update in 1D, 2D and 3D with padding, stride and dilation, pointwise layers,
+// a 3-channel first layer, every float dtype, the epilogue's pieces and deconvolution. Skips,
+// saying why, without a CUDA device.
+#include "tests/support/catch.hpp"
+#include "tests/support/gpu.hpp"
+
+#include <kiln/kiln.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace kiln;
+
+namespace {
+
+struct Case {
+    int64_t N, C, K;
+    Dims3 image, filter, pad, stride, dilation;
+};
+
+const std::vector<Case>& cases() {
+    static const std::vector<Case> c = {
+        {2, 16, 32, {1, 12, 12}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+        {2, 64, 64, {1, 14, 14}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+        {2, 32, 48, {1, 14, 14}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}},    // 1x1, stride 2
+        {2, 24, 40, {1, 7, 9}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}},      // pointwise: no im2col
+        {1, 8, 16, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {1, 2, 1}, {1, 1, 2}},       // 3D
+        {2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3}, {1, 2, 2}, {1, 1, 1}},     // a first layer
+        {3, 8, 12, {1, 1, 50}, {1, 1, 5}, {0, 0, 2}, {1, 1, 3}, {1, 1, 2}},      // 1D, stride and dilation
+        {2, 16, 8, {1, 11, 10}, {1, 5, 4}, {0, 4, 1}, {1, 3, 2}, {1, 2, 1}},     // overlapping windows, big pad
+    };
+    return c;
+}
+
+std::vector<float> random_floats(int64_t n, uint32_t seed) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    std::vector<float> v((size_t)n);
+    for (auto& x : v) x = d(g);
+    return v;
+}
+
+double ulp(DType dt) { return dt == DType::BFloat16 ? 0x1p-8 : dt == DType::Float16 ? 0x1p-11 : 0x1p-23; }
+
+// GPU and CPU results agree to the output's rounding (one ulp each way) plus float32 summation
+// in another order, a small fraction of the sum of |terms| (`mag`, from the CPU on |operands|).
+int64_t count_off(const Tensor& gpu, const Tensor& cpu, const Tensor& mag, DType out, double rel = 1e-5) {
+    const std::vector<float> g = gpu.to_vector<float>(), c = cpu.to_vector<float>(), m = mag.to_vector<float>();
+    int64_t off = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+        const double tol = 2 * ulp(out) * std::fabs(c[i]) + rel * m[i] + 1e-30;
+        if (!(std::fabs((double)g[i] - c[i]) <= tol)) {
+            if (off < 3) UNSCOPED_INFO("element " << i << ": gpu " << g[i] << ", cpu " << c[i] << ", tolerance " << tol);
+            ++off;
+        }
+    }
+    return off;
+}
+
+struct Pair {
+    Tensor gpu, cpu, abs;   // the same values on both contexts, and |values| on the CPU
+};
+Pair pair(Context& gpu, Context& cpu, const Shape& s, DType dt, uint32_t seed) {
+    const std::vector<float> v = random_floats(numel(s), seed);
+    Tensor c = cpu.array(v, s, dt);
+    return {gpu.array(c.to_vector<float>(), s, dt), c, cpu.eval(absolute(c.expr()))};
+}
+
+} // namespace
+
+TEST_CASE("gpu conv: fprop, bprop and update match the CPU path; 1D, 2D, 3D; pad, stride, dilation; every dtype") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    uint32_t seed = 1;
+    for (DType dt : {DType::Float16, DType::BFloat16, DType::Float32})
+        for (const Case& c : cases()) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                       E = pair(gpu, cpu, L.output_shape(), dt, ++seed);
+            Tensor Og = gpu.empty(L.output_shape(), dt), Oc = cpu.empty(L.output_shape(), dt),
+                   Om = cpu.empty(L.output_shape(), DType::Float32);
+            fprop_conv(L, I.gpu, F.gpu, Og);
+            fprop_conv(L, I.cpu, F.cpu, Oc);
+            fprop_conv(L, I.abs, F.abs, Om);
+            CHECK(count_off(Og, Oc, Om, dt) == 0);
+
+            Tensor Gg = gpu.empty(L.input_shape(), DType::Float32), Gc = cpu.empty(L.input_shape(), DType::Float32),
+                   Gm = cpu.empty(L.input_shape(), DType::Float32);
+            bprop_conv(L, F.gpu, E.gpu, Gg);
+            bprop_conv(L, F.cpu, E.cpu, Gc);
+            bprop_conv(L, F.abs, E.abs, Gm);
+            CHECK(count_off(Gg, Gc, Gm, DType::Float32) == 0);
+
+            Tensor Ug = gpu.empty(L.filter_shape(), dt), Uc = cpu.empty(L.filter_shape(), dt),
+                   Um = cpu.empty(L.filter_shape(), DType::Float32);
+            update_conv(L, I.gpu, E.gpu, Ug);
+            update_conv(L, I.cpu, E.cpu, Uc);
+            update_conv(L, I.abs, E.abs, Um);
+            CHECK(count_off(Ug, Uc, Um, dt) == 0);
+        }
+}
+
+TEST_CASE("gpu conv: the fused epilogue (alpha, beta, bias, relu, slope, bsum), brelu with X, deconvolution") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    uint32_t seed = 500;
+    for (DType dt : {DType::Float16, DType::Float32}) {
+        const Case& c = cases()[0];
+        const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+        INFO(L.str());
+        const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                   E = pair(gpu, cpu, L.output_shape(), dt, ++seed), X = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+                   B = pair(gpu, cpu, {c.K}, DType::Float32, ++seed);
+        Tensor Om = cpu.empty(L.output_shape(), DType::Float32);
+        fprop_conv(L, I.abs, F.abs, Om);
+        const Tensor mag = cpu.eval(Om.expr() * 2.0 + absolute(X.cpu.expr()) + 1.0);   // alpha, beta and the bias's share
+        for (int variant = 0; variant < 4; ++variant) {
+            INFO("variant " << variant);
+            ConvOptions og, oc;
+            og.alpha = oc.alpha = variant == 1 ? 1.5 : 1.0;
+            og.beta = oc.beta = variant >= 2 ? 0.5 : 0.0;
+            og.relu = oc.relu = variant != 3;
+            og.slope = oc.slope = variant == 2 ? 0.1 : 0.0;
+            og.brelu = oc.brelu = variant == 3;
+            if (variant == 3) og.X = X.gpu, oc.X = X.cpu;
+            og.bias = B.gpu, oc.bias = B.cpu;
+            Tensor bg = gpu.empty({c.K}, DType::Float32), bc = cpu.empty({c.K}, DType::Float32);
+            og.bsum = bg, oc.bsum = bc;
+            Tensor Og = gpu.array(X.cpu.to_vector<float>(), L.output_shape(), dt), Oc = cpu.eval(X.cpu.expr());
+            fprop_conv(L, I.gpu, F.gpu, Og, og);
+            fprop_conv(L, I.cpu, F.cpu, Oc, oc);
+            CHECK(count_off(Og, Oc, mag, dt) == 0);
+            // The sums add the outputs as stored: each may differ from the CPU's by its rounding.
+            const Tensor bmag = cpu.eval(reshape(sum(absolute(reshape(Oc.expr(), {numel(L.output_shape()) / c.K, c.K})), 0),
+                                                 {c.K}));
+            CHECK(count_off(bg, bc, bmag, DType::Float32, 2 * ulp(dt) + 1e-5) == 0);
+        }
+
+        // deconvolution: fprop is the convolution's bprop, bprop its fprop.
+        const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
+        Tensor Dg = gpu.empty(D.output_shape(), dt), Dc = cpu.empty(D.output_shape(), dt),
+               Dm = cpu.empty(D.output_shape(), DType::Float32);
+        fprop_conv(D, E.gpu, F.gpu, Dg);
+        fprop_conv(D, E.cpu, F.cpu, Dc);
+        fprop_conv(D, E.abs, F.abs, Dm);
+        CHECK(count_off(Dg, Dc, Dm, dt) == 0);
+        Tensor Eg = gpu.empty(D.input_shape(), dt), Ec = cpu.empty(D.input_shape(), dt),
+               Em = cpu.empty(D.input_shape(), DType::Float32);
+        bprop_conv(D, F.gpu, I.gpu, Eg);
+        bprop_conv(D, F.cpu, I.cpu, Ec);
+        bprop_conv(D, F.abs, I.abs, Em);
+        CHECK(count_off(Eg, Ec, Em, dt) == 0);
+        Tensor Ug = gpu.empty(D.filter_shape(), dt), Uc = cpu.empty(D.filter_shape(), dt),
+               Um = cpu.empty(D.filter_shape(), DType::Float32);
+        update_conv(D, E.gpu, I.gpu, Ug);
+        update_conv(D, E.cpu, I.cpu, Uc);
+        update_conv(D, E.abs, I.abs, Um);
+        CHECK(count_off(Ug, Uc, Um, dt) == 0);
+    }
+}
