@@ -11,6 +11,10 @@
 #include <kiln/context.hpp>
 #include <kiln/gemm.hpp>
 
+#ifdef KILN_HAVE_GEMM_KERNELS
+#include "kernels/cuda/conv_cuda.hpp"
+#endif
+
 #include <algorithm>
 #include <cstring>
 
@@ -313,28 +317,57 @@ bool same_view(const Tensor& a, const Tensor& b) {
            a.strides() == b.strides();
 }
 
-void product(const Tensor& A, const Tensor& B, Tensor& out, const ConvOptions& o, int64_t ch) {
-    const int64_t rows = A.shape()[0];
-    std::optional<Tensor> c;
-    if (!o.brelu && (!o.X || same_view(*o.X, out))) c = out.reshape_view({rows, ch});
-    if (c) {
-        DotOptions d;
-        d.alpha = o.alpha;
-        d.beta = o.beta;
-        d.relu = o.relu;
-        d.slope = o.slope;
-        if (o.bias) d.bias = reshaped(*o.bias, {ch});
-        compound_dot(A, B, *c, d);
+// The output as the (rows x ch) matrix the GEMM's epilogue writes, where that epilogue is the
+// convolution's (no brelu, X the output itself).
+std::optional<Tensor> fused_target(Tensor& out, const ConvOptions& o, int64_t rows, int64_t ch) {
+    if (o.brelu || (o.X && !same_view(*o.X, out))) return std::nullopt;
+    return out.reshape_view({rows, ch});
+}
+
+DotOptions dot_options(const ConvOptions& o, int64_t ch) {
+    DotOptions d;
+    d.alpha = o.alpha;
+    d.beta = o.beta;
+    d.relu = o.relu;
+    d.slope = o.slope;
+    if (o.bias) d.bias = reshaped(*o.bias, {ch});
+    return d;
+}
+
+// out = epilogue(a product into the matrix C with the GEMM's epilogue d): `multiply(C, d)`
+// straight into the output where its epilogue is the convolution's, else into a float32
+// matrix with the JIT epilogue after it; then bsum. multiply returns false where it declines.
+template <class Multiply>
+bool product_with(Tensor& out, const ConvOptions& o, int64_t rows, int64_t ch, Multiply&& multiply) {
+    if (auto c = fused_target(out, o, rows, ch)) {
+        if (!multiply(*c, dot_options(o, ch))) return false;
     } else {
-        Tensor T = A.context().empty({rows, ch}, DType::Float32);
-        compound_dot(A, B, T);
+        Tensor T = out.context().empty({rows, ch}, DType::Float32);
+        if (!multiply(T, DotOptions{})) return false;
         epilogue(T, out, o, ch);
     }
     channel_sums(out, o);
+    return true;
+}
+
+void product(const Tensor& A, const Tensor& B, Tensor& out, const ConvOptions& o, int64_t ch) {
+    product_with(out, o, A.shape()[0], ch, [&](Tensor& C, const DotOptions& d) {
+        compound_dot(A, B, C, d);
+        return true;
+    });
 }
 
 // fprop of a convolution: out = epilogue(conv(I, F)).
 void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& out, const ConvOptions& o) {
+#ifdef KILN_HAVE_GEMM_KERNELS
+    // The implicit-GEMM kernel where it takes the layer (the pointwise layers' matrix is the
+    // activations already: the GEMM's tuned kernels multiply it).
+    if (on_gpu(I5) && !pointwise(g) &&
+        product_with(out, o, g.rows(), g.K, [&](Tensor& C, const DotOptions& d) {
+            return gemm::conv_fprop_implicit(L, I5, F, C, d);
+        }))
+        return;
+#endif
     product(columns(g, L, I5), matrix_of(F, g.K, g.taps()).T(), out, o, g.K);
 }
 
@@ -476,6 +509,21 @@ Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor
     if (L.deconv) backward_filter(g, L, E5, I5, grad_F, alpha, beta);
     else backward_filter(g, L, I5, E5, grad_F, alpha, beta);
     return grad_F;
+}
+
+std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op) {
+    if (op != "fprop" && op != "bprop" && op != "update")
+        fail(Error::Kind::Value, "conv_kernel: op '{}'; it is 'fprop', 'bprop' or 'update'", op);
+    const Geo g = geo(L);
+    if (pointwise(g)) return "gemm";
+#ifdef KILN_HAVE_GEMM_KERNELS
+    // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
+    if ((op == "fprop") != L.deconv && op != "update")
+        if (std::string k = gemm::conv_fprop_kernel(ctx, L); !k.empty()) return "implicit-gemm " + k;
+#else
+    (void)ctx;
+#endif
+    return "im2col+gemm";
 }
 
 namespace {

@@ -141,7 +141,7 @@ def main():
                 kO, kGI, kGW = nhwc(o), nhwc(gi), nhwc(gw)
                 layer = kiln.conv_layer(kdt[dt], N, C, K, H=HW, W=HW, R=RS, S=RS, pad_h=pad, pad_w=pad, str_h=stride,
                                         str_w=stride)
-                path = "gemm" if RS == 1 and stride == 1 and pad == 0 else "im2col+gemm"
+                paths = {op: kiln.conv_kernel(layer, op) for op in OPS}
                 runs = {
                     "fprop": (lambda: kiln.fprop_conv(layer, kI, kF, kO),
                               lambda: tf.conv2d(x, w, stride=stride, padding=pad),
@@ -174,11 +174,11 @@ def main():
                            "pad": pad, "stride": stride, "count": count, "flops": flops, "kiln_ms": k_ms, "cudnn_ms": c_ms,
                            "kiln_tflops": flops / k_ms / 1e9, "cudnn_tflops": flops / c_ms / 1e9,
                            "vs_cudnn": c_ms / k_ms, "pct_peak": 100 * flops / k_ms / 1e9 / peak, "err": err,
-                           "kiln_path": path}
+                           "kiln_path": paths[op]}
                     result["layers"].append(row)
                     print(f"{net:<9} {name:<9} {dt:<8} {op:<6} {k_ms:9.3f} {c_ms:9.3f} {row['kiln_tflops']:9.1f} "
                           f"{row['cudnn_tflops']:10.1f} {row['vs_cudnn']:7.2f}x {row['pct_peak']:5.0f}% {err:8.1e}  "
-                          f"{path}", flush=True)
+                          f"{paths[op]}", flush=True)
                 del x, w, e, o, gi, gw, kI, kF, kE, kO, kGI, kGW
                 torch.cuda.empty_cache()
     summary = []

@@ -24,9 +24,12 @@
 //
 // Both backends run im2col and a GEMM (compound_dot: the system BLAS on the CPU, kiln's kernels
 // on the GPU, in the operands' dtype there), the epilogue fused into the GEMM where it is the
-// GEMM's, else one JIT kernel; a 1x1x1 layer with stride 1 and no padding skips im2col.
+// GEMM's, else one JIT kernel; a 1x1x1 layer with stride 1 and no padding skips im2col. On an
+// sm_90 GPU, 16-bit fprop with C a multiple of 8 runs kiln's implicit-GEMM kernel, which gathers
+// the patches into shared memory instead (conv_kernel says which path an op takes).
 #pragma once
 #include <kiln/export.hpp>
+#include <kiln/context.hpp>
 #include <kiln/tensor.hpp>
 
 #include <array>
@@ -84,6 +87,11 @@ KILN_API Tensor& bprop_conv(const ConvLayer& layer, const Tensor& F, const Tenso
                             const ConvOptions& opts = {});
 KILN_API Tensor& update_conv(const ConvLayer& layer, const Tensor& I, const Tensor& E, Tensor& grad_F,
                              double alpha = 1.0, double beta = 0.0);
+
+// How `op` ("fprop", "bprop" or "update") of layer L runs on ctx: "implicit-gemm <kernel entry>"
+// (the implicit-GEMM kernel), "gemm" (a pointwise layer: the activations are the matrix) or
+// "im2col+gemm". What benchmarks print.
+KILN_API std::string conv_kernel(Context& ctx, const ConvLayer& layer, const std::string& op = "fprop");
 
 // neon's layouts to kiln's and back: neon keeps activations as (C, [D,] H, W, N) and filters as
 // (C, [T,] R, S, K); kiln as (N, [D,] H, W, C) and (K, [T,] R, S, C). Both directions exchange

@@ -56,24 +56,6 @@ CUtensorMap encode_tensor_map(const void* base, DType dt, uint64_t inner, uint64
     return map;
 }
 
-// The last descriptors encoded on this thread: programs multiply the same buffers again and
-// again, and encoding costs about a microsecond of host time per operand.
-CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch, int64_t outer_stride,
-                       int64_t batch_stride, uint32_t box_inner, uint32_t box_outer) {
-    using Key = std::array<uint64_t, 9>;
-    struct Entry { Key key; CUtensorMap map; };
-    thread_local std::array<Entry, 16> recent{};
-    thread_local size_t next = 0;
-    const Key key = {uint64_t(reinterpret_cast<uintptr_t>(base)), uint64_t(dt), inner, outer, batch, uint64_t(outer_stride),
-                     uint64_t(batch_stride), box_inner, uint64_t(box_outer) + 1};   // + 1: never the empty key
-    for (const Entry& e : recent)
-        if (e.key == key) return e.map;
-    Entry& e = recent[next++ % recent.size()];
-    e.key = key;
-    e.map = encode_tensor_map(base, dt, inner, outer, batch, outer_stride, batch_stride, box_inner, box_outer);
-    return e.map;
-}
-
 // Rule 7 (gemm_select.hpp): the one-tile wgmma kernels up to 128 wide run a lean twin where
 // the epilogue is plain: 16-bit C of the operands' dtype with the register epilogue, and no
 // split but one in a cluster through registers; the persistent kernels into 16-bit C of the
@@ -93,6 +75,24 @@ thread_local int last_launch_cluster = 1;
 thread_local int64_t last_launch_blocks = 0;
 
 } // namespace
+
+// The last descriptors encoded on this thread: programs multiply the same buffers again and
+// again, and encoding costs about a microsecond of host time per operand.
+CUtensorMap detail::tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch, int64_t outer_stride,
+                       int64_t batch_stride, uint32_t box_inner, uint32_t box_outer) {
+    using Key = std::array<uint64_t, 9>;
+    struct Entry { Key key; CUtensorMap map; };
+    thread_local std::array<Entry, 16> recent{};
+    thread_local size_t next = 0;
+    const Key key = {uint64_t(reinterpret_cast<uintptr_t>(base)), uint64_t(dt), inner, outer, batch, uint64_t(outer_stride),
+                     uint64_t(batch_stride), box_inner, uint64_t(box_outer) + 1};   // + 1: never the empty key
+    for (const Entry& e : recent)
+        if (e.key == key) return e.map;
+    Entry& e = recent[next++ % recent.size()];
+    e.key = key;
+    e.map = encode_tensor_map(base, dt, inner, outer, batch, outer_stride, batch_stride, box_inner, box_outer);
+    return e.map;
+}
 
 bool last_gemm_launch_lean() { return last_launch_lean; }
 int last_gemm_b_share() { return last_launch_b_share; }

@@ -7,6 +7,8 @@
 #include "kernels/cuda/gemm_params.hpp"
 #include "kernels/cuda/gemm_select.hpp"
 
+#include <cuda.h>
+
 #include <cstdint>
 
 // The module images, generated at build time (kernels/cuda/meson.build): nvcc fatbins.
@@ -39,6 +41,12 @@ Staging staging(const Tensor& A, const Tensor& B, const Tensor& C, bool need_kma
                 const cuda::CudaBackend& be);
 Tensor staged_operand(const Tensor& X, bool is_a, bool to_kmajor, cuda::CudaBackend& be);
 bool staged_kmajor(const Tensor& X, bool is_a, bool tf32);
+
+// A 3-D tiled TMA descriptor over (inner, outer, batch) elements of dtype dt, boxes of
+// box_inner x box_outer in the swizzle as wide as the box's inner bytes; the last few encoded
+// on this thread are reused (gemm_launch.cpp).
+CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch, int64_t outer_stride,
+                       int64_t batch_stride, uint32_t box_inner, uint32_t box_outer);
 
 // One product with kernel `chosen` as launched (gemm_launch.cpp).
 void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,

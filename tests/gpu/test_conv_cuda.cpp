@@ -8,7 +8,11 @@
 
 #include <kiln/kiln.hpp>
 
+#include "kernels/cuda/conv_cuda.hpp"
+#include "runtime/cuda/device_backend.hpp"
+
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -161,4 +165,70 @@ TEST_CASE("gpu conv: the fused epilogue (alpha, beta, bias, relu, slope, bsum), 
         update_conv(D, E.abs, I.abs, Um);
         CHECK(count_off(Ug, Uc, Um, dt) == 0);
     }
+}
+
+TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and K, every epilogue, float32 output") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (cuda::cuda_backend(gpu).info().sm != 90) {
+        std::printf("SKIPPED (the implicit-GEMM kernels are sm_90a code; this GPU is sm_%d)\n",
+                    cuda::cuda_backend(gpu).info().sm);
+        return;
+    }
+    const std::vector<Case> shapes = {
+        {3, 24, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},     // taps 216, K 200: tails
+        {2, 64, 64, {1, 15, 15}, {1, 3, 3}, {0, 2, 2}, {1, 2, 2}, {1, 2, 2}},      // stride and dilation
+        {1, 8, 40, {6, 7, 5}, {3, 3, 3}, {1, 1, 1}, {2, 1, 1}, {1, 1, 1}},         // 3D, C = 8
+        {2, 128, 136, {1, 9, 9}, {1, 5, 5}, {0, 4, 0}, {1, 1, 3}, {1, 1, 1}},      // big pad, K past 128
+        {4, 16, 100, {1, 1, 77}, {1, 1, 7}, {0, 0, 3}, {1, 1, 1}, {1, 1, 1}},      // 1D
+    };
+    uint32_t seed = 900;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Case& c : shapes) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_") == 0);
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {c.K}, dt, ++seed);
+            Tensor Om = cpu.empty(L.output_shape(), DType::Float32);
+            fprop_conv(L, I.abs, F.abs, Om);
+            const Tensor mag = cpu.eval(Om.expr() * 2.0 + absolute(X.cpu.expr()) + 1.0);
+            for (DType out : {dt, DType::Float32})
+                for (int variant = 0; variant < 3; ++variant) {
+                    INFO("output " << dtype_name(out) << ", variant " << variant);
+                    ConvOptions og, oc;
+                    og.alpha = oc.alpha = variant == 1 ? 0.75 : 1.0;
+                    og.beta = oc.beta = variant == 2 ? -0.5 : 0.0;
+                    og.relu = oc.relu = variant >= 1;
+                    og.slope = oc.slope = variant == 2 ? 0.25 : 0.0;
+                    if (variant >= 1) og.bias = B.gpu, oc.bias = B.cpu;
+                    Tensor Og = gpu.eval(cast(gpu.array(X.cpu.to_vector<float>(), L.output_shape(), dt).expr(), out));
+                    Tensor Oc = cpu.eval(cast(X.cpu.expr(), out));
+                    fprop_conv(L, I.gpu, F.gpu, Og, og);
+                    fprop_conv(L, I.cpu, F.cpu, Oc, oc);
+                    CHECK(count_off(Og, Oc, mag, out) == 0);
+                }
+        }
+    // Enough 256-wide tiles to fill the SMs' slots: against im2col and the GEMM on the GPU (the
+    // CPU would take minutes).
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        const ConvLayer L = conv_layer(dt, 32, 40, 520, {1, 32, 32}, {1, 3, 3}, {0, 1, 1});
+        INFO(L.str());
+        CHECK(gemm::conv_fprop_kernel(gpu, L).find("_256_") != std::string::npos);
+        const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed);
+        ConvOptions o;
+        o.relu = true;
+        Tensor Og = gpu.empty(L.output_shape(), dt), Oi = gpu.empty(L.output_shape(), dt),
+               Om = gpu.empty(L.output_shape(), DType::Float32);
+        fprop_conv(L, I.gpu, F.gpu, Og, o);
+        setenv("KILN_CONV_KERNEL", "im2col", 1);
+        CHECK(gemm::conv_fprop_kernel(gpu, L).empty());
+        fprop_conv(L, I.gpu, F.gpu, Oi, o);
+        fprop_conv(L, I.abs, F.abs, Om);
+        unsetenv("KILN_CONV_KERNEL");
+        CHECK(count_off(Og, Oi, Om, dt) == 0);
+    }
+    // A 3-channel first layer and float32 go through im2col and the GEMM.
+    CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float16, 2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3})).empty());
+    CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float32, 2, 16, 16, {1, 8, 8}, {1, 3, 3}, {0, 1, 1})).empty());
 }

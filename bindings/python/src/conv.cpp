@@ -128,6 +128,14 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
         "layer"_a, "I"_a, "E"_a, "grad_F"_a, "alpha"_a = 1.0, "beta"_a = 0.0, "repeat"_a = 1,
         "grad_F = alpha * (the gradient of conv(I, F) with respect to F, from E) + beta * grad_F.");
     m.def(
+        "conv_kernel",
+        [](const ConvLayer& layer, const std::string& op, nb::handle ctx) {
+            return conv_kernel(context_of(ctx).c(), layer, op);
+        },
+        "layer"_a, "op"_a = "fprop", "ctx"_a.none() = nb::none(),
+        "How op ('fprop', 'bprop' or 'update') of the layer runs on ctx (default: the default context): "
+        "'implicit-gemm <kernel>', 'gemm' or 'im2col+gemm'.");
+    m.def(
         "from_chwn",
         [](nb::handle x) {
             PyTensor t = value_of(x, "from_chwn");

@@ -1,0 +1,129 @@
+// The host side of the implicit-GEMM convolution kernels: whether they take a layer, the
+// parameter block (conv_params.hpp: the GEMM's epilogue fields plus the geometry), the filter's
+// TMA descriptor, the tile width and the launch.
+#include "kernels/cuda/conv_cuda.hpp"
+
+#include "compiler/log.hpp"
+#include "ir/storage.hpp"
+#include "kernels/cuda/conv_params.hpp"
+#include "kernels/cuda/gemm_launch.hpp"
+#include "runtime/context_impl.hpp"
+#include "runtime/cuda/device_backend.hpp"
+#include <kiln/context.hpp>
+
+#include <cstdlib>
+#include <cstring>
+
+extern "C" const unsigned char kiln_conv_sm90_image[];
+
+namespace kiln::gemm {
+
+namespace {
+
+// The tile: 128 output positions x BN output channels, as many stages as fit beside it. Each
+// k-tile brings 128 x 64 patch entries and BN x 64 filter entries from L2 for 128 x BN x 64
+// multiply-adds, so the widest tile the channels fill is chosen, the 256-wide one unless its
+// last wave would leave more than a fifth of the SMs' slots idle.
+struct ConvTile {
+    int bn = 0, stages = 0, smem = 0;
+    std::string entry;
+};
+
+double wave_use(int64_t blocks, int sms) { return double(blocks) / double((blocks + sms - 1) / sms * sms); }
+
+ConvTile tile_for(const ConvLayer& L, int sms) {
+    ConvTile t;
+    const int64_t tiles_m = (L.N * L.output[0] * L.output[1] * L.output[2] + 127) / 128;
+    t.bn = L.K <= 64 ? 64 : L.K <= 128 || wave_use(tiles_m * ((L.K + 255) / 256), sms) < 0.8 ? 128 : 256;
+    t.stages = t.bn == 64 ? 8 : t.bn == 128 ? 6 : 4;
+    t.smem = t.stages * (128 * 128 + t.bn * 128) + t.bn * 4 + 1024;
+    t.entry = fmt::format("kiln_conv_fprop_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, t.stages);
+    return t;
+}
+
+bool fits_32_bits(int64_t v) { return v > 0 && v < (int64_t(1) << 31); }
+
+bool takes(cuda::CudaBackend& be, const ConvLayer& L) {
+    if (const char* k = std::getenv("KILN_CONV_KERNEL"); k && std::strcmp(k, "im2col") == 0) return false;
+    if (be.info().sm != 90) return false;
+    if (L.dtype != DType::Float16 && L.dtype != DType::BFloat16) return false;
+    if (L.C % 8 != 0) return false;
+    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
+    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    const int64_t image = L.image[0] * L.image[1] * L.image[2] * L.C;
+    return fits_32_bits(rows + 128) && fits_32_bits(taps + 64) && fits_32_bits(image) && fits_32_bits(L.K) &&
+           tile_for(L, be.info().multiprocessors).smem <= be.info().max_shared_optin;
+}
+
+const char* data_of(const Tensor& t) {
+    return static_cast<const char*>(t.view().storage->data) + t.offset() * dtype_size(t.dtype());
+}
+
+} // namespace
+
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
+    if (ctx.backend() != Backend::CUDA) return "";
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    return takes(be, L) ? tile_for(L, be.info().multiprocessors).entry : "";
+}
+
+bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o) {
+    Context& ctx = C.context();
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    if (!takes(be, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype) return false;
+    Context::Impl& impl = context_impl(ctx);
+    const Tensor I = I5.is_contiguous() ? I5 : ctx.eval(I5.expr());
+    const Tensor Fc = F.is_contiguous() ? F : ctx.eval(F.expr());
+    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
+    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    const ConvTile t = tile_for(L, be.info().multiprocessors);
+
+    ConvParams p{};
+    GemmParams& g = p.gemm;
+    const detail::Mat c = detail::mat(C);
+    g.c = const_cast<char*>(c.base);
+    g.c_sm = c.s_row, g.c_sn = c.s_col;
+    g.m = int32_t(rows), g.n = int32_t(L.K), g.k = int32_t(taps), g.batch = 1;
+    g.alpha = float(o.alpha), g.beta = float(o.beta), g.slope = float(o.slope);
+    g.c_dtype = detail::gemm_dtype(C.dtype());
+    if (o.relu) g.flags |= kRelu;
+    if (o.beta != 0) g.flags |= kBeta;
+    Tensor bias;
+    if (o.bias) {   // the kernels read K contiguous float32 values
+        bias = *o.bias;
+        if (bias.dtype() != DType::Float32 || !bias.is_contiguous())
+            bias = ctx.eval(cast(reshape(bias.expr(), {L.K}), DType::Float32));
+        g.bias = reinterpret_cast<const float*>(data_of(bias));
+        g.flags |= kBias;
+    }
+    if (impl.stochastic_round_bits > 0 && C.dtype() != DType::Float32) {
+        g.sr_bits = impl.stochastic_round_bits;
+        g.seed = impl.seed;
+        g.counter = impl.rng_counter++;
+    }
+    g.tiles_m = int32_t((rows + 127) / 128);
+    g.tiles_n = int32_t((L.K + t.bn - 1) / t.bn);
+    g.group_m = 1;
+    p.image = data_of(I);
+    p.N = int32_t(L.N), p.C = int32_t(L.C);
+    p.D = int32_t(L.image[0]), p.H = int32_t(L.image[1]), p.W = int32_t(L.image[2]);
+    p.M = int32_t(L.output[0]), p.P = int32_t(L.output[1]), p.Q = int32_t(L.output[2]);
+    p.T = int32_t(L.filter[0]), p.R = int32_t(L.filter[1]), p.S = int32_t(L.filter[2]);
+    p.pad_d = int32_t(L.pad[0]), p.pad_h = int32_t(L.pad[1]), p.pad_w = int32_t(L.pad[2]);
+    p.str_d = int32_t(L.stride[0]), p.str_h = int32_t(L.stride[1]), p.str_w = int32_t(L.stride[2]);
+    p.dil_d = int32_t(L.dilation[0]), p.dil_h = int32_t(L.dilation[1]), p.dil_w = int32_t(L.dilation[2]);
+
+    // The filter as a K x taps K-major matrix: boxes of one 128-byte k-tile x BN rows.
+    CUtensorMap map_b = detail::tensor_map(data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0, 64,
+                                           uint32_t(t.bn));
+    const int64_t blocks = int64_t(g.tiles_m) * g.tiles_n;
+    CUfunction f = be.precompiled(kiln_conv_sm90_image, t.entry, t.smem);
+    log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks)", L.str(), t.entry, rows, L.K, taps, blocks);
+    void* params[] = {&p, &map_b};
+    be.launch_precompiled(f, unsigned(blocks), 1, 1, 384, unsigned(t.smem), params,
+                          {.programmatic = be.programmatic_launches()});
+    C.view().storage->written = true;
+    return true;
+}
+
+} // namespace kiln::gemm

@@ -1,0 +1,22 @@
+// Convolution on CUDA contexts through kiln's precompiled implicit-GEMM kernels
+// (conv_sm90.cu, sm90/conv_fprop.cuh), embedded in the library like the GEMM's. kernels/conv.cpp
+// asks first and falls back to im2col and the GEMM where they decline.
+#pragma once
+#include <kiln/conv.hpp>
+#include <kiln/gemm.hpp>
+
+#include <string>
+
+namespace kiln::gemm {
+
+// C (rows x K, the output as a matrix) = epilogue(conv(I5, F)) of layer L with the implicit-GEMM
+// kernel: true when it ran, false where it does not take the problem (not an sm_90 GPU, not a
+// 16-bit dtype, C not a multiple of 8, sizes past 32 bits, or KILN_CONV_KERNEL=im2col). The
+// epilogue is the GEMM's (alpha, beta, bias, relu, slope; no bsum). I5 is (N, D, H, W, C).
+bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o);
+
+// The kernel conv_fprop_implicit would launch for L on ctx, or "" where it declines: what the
+// benchmark prints.
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L);
+
+} // namespace kiln::gemm

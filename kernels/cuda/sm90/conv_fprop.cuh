@@ -1,0 +1,139 @@
+// Implicit-GEMM convolution (fprop) on sm_90a: the GEMM's ring, mainloop and epilogues with a
+// producer of its own. The tile's A operand, 128 output positions x one 128-byte k-tile of their
+// image patches, is gathered from the NDHWC image by the producer warpgroup with cp.async, one
+// thread per output position and one 16-byte chunk (8 channels of one filter tap) per copy,
+// zeros where the tap falls in the padding or past the filter; B, the KTRSC filter as a K x taps
+// K-major matrix, comes by TMA like the GEMM's. The patch matrix never exists in memory: each
+// image element is read once per tap that covers it, from L2 after the first.
+//
+// The chunks land in the 128-byte swizzle the mainloop's descriptors expect (chunk j of row r at
+// r * 128 + 16 (j ^ r % 8)). A stage is full when thread 0's TMA bytes and all 128 threads have
+// arrived; each thread arrives for a stage once its copies into it are complete and fenced for
+// the tensor cores' (async proxy) reads, STAGES - 2 stages behind its issue, so that several
+// stages' copies are in flight per thread.
+#pragma once
+#include "kernels/cuda/conv_params.hpp"
+#include "kernels/cuda/gemm_common.cuh"
+#include "kernels/cuda/sm90/epilogue.cuh"
+#include "kernels/cuda/sm90/mainloop.cuh"
+#include "kernels/cuda/sm90/ptx.cuh"
+#include "kernels/cuda/sm90/ring.cuh"
+
+#include <cuda.h>
+
+namespace kiln::gemm {
+
+__device__ __forceinline__ void conv_cp_async16(uint32_t dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+// Producer thread `tid` (0..127): row tid of the tile (output position m0 + tid), every k-tile.
+template <class T, int BN, int STAGES>
+__device__ __forceinline__ void conv_produce(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
+                                             const CUtensorMap* map_b, int m0, int n0, int ktiles, int tid) {
+    using Cfg = WgConfig<T, BN, 2, STAGES>;
+    constexpr int kLag = STAGES - 2;
+    const int m = m0 + tid;
+    const bool row_ok = m < p.gemm.m;
+    int rest = row_ok ? m : 0;
+    const int x = rest % p.Q;
+    rest /= p.Q;
+    const int y = rest % p.P;
+    rest /= p.P;
+    const int z = rest % p.M;
+    const int n = rest / p.M;
+    const T* img = static_cast<const T*>(p.image) + int64_t(n) * p.D * p.H * p.W * p.C;
+    const int d0 = z * p.str_d - p.pad_d, h0 = y * p.str_h - p.pad_h, w0 = x * p.str_w - p.pad_w;
+    int c = 0, s = 0, r = 0, t = 0;   // the next chunk's filter tap and channel
+    const uint32_t row = smem_u32(smem) + uint32_t(tid) * 128;
+    const int swz = tid & 7;
+    for (int kt = 0; kt < ktiles; ++kt) {
+        const int st = kt % STAGES;
+        if (kt >= STAGES) mbar_wait(&ring.empty[st], ((kt / STAGES) - 1) & 1);
+        if (tid == 0) {
+            mbar_expect_tx(&ring.full[st], Cfg::kBBytes);
+            tma_load(smem + st * Cfg::kStageBytes + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
+        }
+        const uint32_t dst = row + uint32_t(st * Cfg::kStageBytes);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int d = d0 + t * p.dil_d, h = h0 + r * p.dil_h, w = w0 + s * p.dil_w;
+            const bool ok = row_ok && t < p.T && unsigned(d) < unsigned(p.D) && unsigned(h) < unsigned(p.H) &&
+                            unsigned(w) < unsigned(p.W);
+            const T* src = ok ? img + (int64_t(d * p.H + h) * p.W + w) * p.C + c : static_cast<const T*>(p.image);
+            conv_cp_async16(dst + uint32_t((j ^ swz) << 4), src, ok ? 16 : 0);
+            c += 8;
+            if (c == p.C) {
+                c = 0;
+                if (++s == p.S) {
+                    s = 0;
+                    if (++r == p.R) r = 0, ++t;
+                }
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        if (kt >= kLag) {
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(kLag) : "memory");
+            fence_to_tma();
+            mbar_arrive(&ring.full[(kt - kLag) % STAGES]);
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    fence_to_tma();
+    for (int a = ktiles > kLag ? ktiles - kLag : 0; a < ktiles; ++a) mbar_arrive(&ring.full[a % STAGES]);
+}
+
+// One 128 x BN tile of O per block: blockIdx.x = tile_m * tiles_n + tile_n (the blocks of one
+// row of tiles, which gather the same patches, run side by side).
+template <class T, int BN, int STAGES>
+__device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMap* map_b) {
+    using Cfg = WgConfig<T, BN, 2, STAGES>;
+    constexpr int BM = Cfg::BM;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = aligned_smem(smem_raw);
+    __shared__ __align__(8) Ring<STAGES> ring;
+    const GemmParams& g = p.gemm;
+    const int tid = threadIdx.x;
+    const int tile_n = int(blockIdx.x) % g.tiles_n, tile_m = int(blockIdx.x) / g.tiles_n;
+    const int m0 = tile_m * BM, n0 = tile_n * BN;
+    const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
+    if (tid == 0) {
+        tma_prefetch_descriptor(map_b);
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(&ring.full[s], 128 + 1);   // every producer thread, and thread 0's TMA bytes
+            mbar_init(&ring.empty[s], 4 * 2);    // lane 0 of each consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    wait_for_prior_grids();
+
+    const int wg = tid / 128;
+    if (wg == 0) {
+        conv_produce<T, BN, STAGES>(p, smem, ring, map_b, m0, n0, ktiles, tid);
+        return;
+    }
+    const int c = wg - 1;
+    const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
+    float* bias_s = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes);
+    const bool reg_epilogue = rows_of_16_bytes(g);
+    if (reg_epilogue) {
+        const bool bias = g.flags & kBias;
+        for (int i = tid - 128; i < BN; i += 256) bias_s[i] = bias && n0 + i < g.n ? __ldg(g.bias + n0 + i) : 0.f;
+    }
+    float acc[BN / 2];
+    consume_only_tile<T, BN, 2, STAGES, 0, 0>(acc, smem, ring, c, lane, ktiles);
+    asm volatile("bar.sync 1, 256;" ::: "memory");   // both consumers are done with the stages
+    const int q = lane % 4;
+    const int row0 = 64 * c + 16 * warp + lane / 4;
+    if (reg_epilogue) {
+        store_tile_16bit<T, BM, BN, 256>(g, acc, smem, bias_s, m0, n0, tile_n, 0, row0, q, tid - 128, nullptr, nullptr);
+    } else {
+        float* tile = reinterpret_cast<float*>(smem);
+        stage_accumulators<BN>(tile, acc, row0, q);
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        finish_tile<BM, BN, 256>(g, tile, m0, n0, tile_n, 0, tid - 128, nullptr);
+    }
+}
+
+} // namespace kiln::gemm
