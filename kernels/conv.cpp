@@ -274,6 +274,20 @@ namespace {
 
 bool on_gpu(const Tensor& t) { return t.context().backend() == Backend::CUDA; }
 
+// With stride 1 on every axis, the gradient of L with respect to its input is the convolution of
+// the output's gradient (K channels, size M x P x Q) with the filter flipped in space and K and C
+// exchanged, padded by dil (f - 1) - pad per axis, which gives back D x H x W. Where the
+// padding would be negative (pad beyond the dilated filter) it is not.
+std::optional<ConvLayer> dgrad_as_conv(const ConvLayer& L) {
+    Dims3 pad;
+    for (int a = 0; a < 3; ++a) {
+        if (L.stride[a] != 1) return std::nullopt;
+        pad[a] = L.dilation[a] * (L.filter[a] - 1) - L.pad[a];
+        if (pad[a] < 0) return std::nullopt;
+    }
+    return conv_layer(L.dtype, L.N, L.K, L.C, L.output, L.filter, pad, {1, 1, 1}, L.dilation);
+}
+
 // out = epilogue(A . B): the GEMM's own epilogue (alpha, bias, ReLU, beta) when it is the
 // convolution's, else the product in float32 and the JIT epilogue. bsum sums the output's
 // columns (its channels), which the GEMM's per-row sums are not: a JIT reduction after it.
@@ -374,6 +388,20 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
 // out = epilogue(the gradient of conv(I, F) with respect to I, from E).
 void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tensor& E5, Tensor& out,
                    const ConvOptions& o) {
+#ifdef KILN_HAVE_GEMM_KERNELS
+    // With stride 1 the gradient is itself a convolution (dgrad_as_conv): the implicit-GEMM
+    // kernel's, over the filter flipped in space with K and C exchanged (a small JIT copy).
+    if (auto D = on_gpu(E5) && !pointwise(g) ? dgrad_as_conv(L) : std::nullopt;
+        D && !gemm::conv_fprop_kernel(E5.context(), *D).empty()) {
+        const Tensor F5 = as5(F, g.K, {g.T, g.R, g.S}, g.C);
+        const Slice flip = Slice::range(Slice::kNone, Slice::kNone, -1);
+        const Tensor Fd = E5.context().eval(F5.slice({Slice::all(), flip, flip, flip, Slice::all()}).transpose({4, 1, 2, 3, 0}).expr());
+        if (product_with(out, o, g.N * g.D * g.H * g.W, g.C, [&](Tensor& C, const DotOptions& d) {
+                return gemm::conv_fprop_implicit(*D, E5, Fd, C, d);
+            }))
+            return;
+    }
+#endif
     const Tensor Em = matrix_of(E5, g.rows(), g.K), Fm = matrix_of(F, g.K, g.taps());
     if (pointwise(g)) return product(Em, Fm, out, o, g.C);
     Context& ctx = E5.context();
@@ -518,8 +546,11 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
     if (pointwise(g)) return "gemm";
 #ifdef KILN_HAVE_GEMM_KERNELS
     // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
-    if ((op == "fprop") != L.deconv && op != "update")
-        if (std::string k = gemm::conv_fprop_kernel(ctx, L); !k.empty()) return "implicit-gemm " + k;
+    if (op != "update") {
+        const bool forward = (op == "fprop") != L.deconv;
+        const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : dgrad_as_conv(L);
+        if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
+    }
 #else
     (void)ctx;
 #endif

@@ -25,8 +25,9 @@
 // Both backends run im2col and a GEMM (compound_dot: the system BLAS on the CPU, kiln's kernels
 // on the GPU, in the operands' dtype there), the epilogue fused into the GEMM where it is the
 // GEMM's, else one JIT kernel; a 1x1x1 layer with stride 1 and no padding skips im2col. On an
-// sm_90 GPU, 16-bit fprop with C a multiple of 8 runs kiln's implicit-GEMM kernel, which gathers
-// the patches into shared memory instead (conv_kernel says which path an op takes).
+// sm_90 GPU, 16-bit fprop with C a multiple of 8 (and bprop with stride 1 and K a multiple of 8,
+// as the convolution of E with the flipped filter) runs kiln's implicit-GEMM kernel, which
+// gathers the patches into shared memory instead (conv_kernel says which path an op takes).
 #pragma once
 #include <kiln/export.hpp>
 #include <kiln/context.hpp>

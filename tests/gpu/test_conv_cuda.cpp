@@ -167,7 +167,7 @@ TEST_CASE("gpu conv: the fused epilogue (alpha, beta, bias, relu, slope, bsum), 
     }
 }
 
-TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and K, every epilogue, float32 output") {
+TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and K, every epilogue, float32 output, stride-1 bprop") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
     if (cuda::cuda_backend(gpu).info().sm != 90) {
@@ -208,6 +208,35 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
                     fprop_conv(L, I.cpu, F.cpu, Oc, oc);
                     CHECK(count_off(Og, Oc, mag, out) == 0);
                 }
+        }
+    // bprop with stride 1 is the implicit kernel's convolution of E with the flipped filter; a
+    // padding past the dilated filter keeps im2col.
+    const std::vector<Case> dgrad = {
+        {3, 24, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+        {2, 16, 64, {1, 9, 10}, {1, 3, 3}, {0, 2, 2}, {1, 1, 1}, {1, 2, 2}},
+        {1, 8, 16, {5, 6, 7}, {3, 3, 3}, {1, 0, 1}, {1, 1, 1}, {1, 1, 1}},
+        {2, 16, 32, {1, 8, 8}, {1, 3, 3}, {0, 3, 1}, {1, 1, 1}, {1, 1, 1}},      // pad 3 > 2: im2col
+    };
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (size_t i = 0; i < dgrad.size(); ++i) {
+            const Case& c = dgrad[i];
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            CHECK((conv_kernel(gpu, L, "bprop").find("implicit-gemm") == 0) == (i < 3));
+            const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+                       B = pair(gpu, cpu, {c.C}, DType::Float32, ++seed);
+            for (DType out : {dt, DType::Float32}) {
+                ConvOptions og, oc;
+                og.bias = B.gpu, oc.bias = B.cpu;
+                og.relu = oc.relu = true;
+                Tensor Gg = gpu.empty(L.input_shape(), out), Gc = cpu.empty(L.input_shape(), out),
+                       Gm = cpu.empty(L.input_shape(), DType::Float32);
+                bprop_conv(L, F.gpu, E.gpu, Gg, og);
+                bprop_conv(L, F.cpu, E.cpu, Gc, oc);
+                bprop_conv(L, F.abs, E.abs, Gm);
+                const Tensor mag = cpu.eval(Gm.expr() + 1.0);
+                CHECK(count_off(Gg, Gc, mag, out) == 0);
+            }
         }
     // Enough 256-wide tiles to fill the SMs' slots: against im2col and the GEMM on the GPU (the
     // CPU would take minutes).
