@@ -1,8 +1,9 @@
 // conv_layer / deconv_layer / fprop_conv / bprop_conv / update_conv: the layer's geometry and
 // the operand checks, then im2col (or its transpose, col2im, for the gradient with respect to
 // the input), the product through compound_dot, and the epilogue (the GEMM's, or one JIT
-// expression). CPU contexts build the patch matrix with host loops over float32 copies, CUDA
-// contexts with strided JIT copies in the operands' dtype. See kiln/conv.hpp for the semantics.
+// expression); on CUDA contexts the implicit-GEMM kernels first, where they take the layer. CPU
+// contexts build the patch matrix with host loops over float32 copies, CUDA contexts in the
+// operands' dtype. See kiln/conv.hpp for the semantics.
 #include <kiln/conv.hpp>
 
 #include "kernels/conv_views.hpp"
@@ -197,9 +198,10 @@ Tensor reshaped(const Tensor& t, const Shape& s) {
 Tensor as_matrix(const Tensor& t, int64_t rows, int64_t cols) { return reshaped(t, {rows, cols}); }
 
 // The product's operands on a CUDA context: the tensors' own dtype (the GEMM kernels compute
-// 16-bit operands with float32 accumulation) and im2col / col2im as strided JIT copies, one per
-// filter tap. Every tap's copy moves a whole (N, M, P, Q, C) block, so the number of kernels is
-// the filter's size, not the image's.
+// 16-bit operands with float32 accumulation); im2col by the precompiled kernel
+// (kernels/cuda/im2col.cu), col2im (and im2col in a build without the precompiled kernels) as
+// strided JIT copies, one per filter tap. Every tap's copy moves a whole (N, M, P, Q, C) block,
+// so the number of kernels is the filter's size, not the image's.
 
 // A layer whose filter is one tap that reads every input position once, in order: im2col is
 // the input itself, col2im the identity.
@@ -293,7 +295,11 @@ std::optional<ConvLayer> dgrad_as_conv(const ConvLayer& L) {
 // columns (its channels), which the GEMM's per-row sums are not: a JIT reduction after it.
 // cols (rows x taps) and the filter as (K x taps), as the context's product wants them.
 Tensor columns(const Geo& g, const ConvLayer& L, const Tensor& image5) {
-    return on_gpu(image5) ? detail::im2col_views(L, image5) : im2col(g, image5);
+    if (!on_gpu(image5)) return im2col(g, image5);
+#ifdef KILN_HAVE_GEMM_KERNELS
+    if (!pointwise(g)) return gemm::im2col_cuda(L, image5);   // one kernel instead of a copy per tap
+#endif
+    return detail::im2col_views(L, image5);
 }
 Tensor matrix_of(const Tensor& t, int64_t rows, int64_t cols) {
     if (on_gpu(t)) return as_matrix(t.is_contiguous() ? t : t.context().eval(t.expr()), rows, cols);

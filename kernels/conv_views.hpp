@@ -1,5 +1,5 @@
-// im2col and col2im as strided JIT copies (kernels/conv.cpp), the convolution's operands on a
-// CUDA context. Declared apart so that the unit tests run them on a CPU context against the
+// im2col and col2im as strided JIT copies (kernels/conv.cpp): col2im on CUDA contexts, and im2col
+// where the precompiled im2col kernel is not built. Declared apart so that the unit tests run them on a CPU context against the
 // host loops the CPU path uses.
 #pragma once
 #include <kiln/conv.hpp>

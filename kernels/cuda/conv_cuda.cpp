@@ -11,10 +11,14 @@
 #include "runtime/cuda/device_backend.hpp"
 #include <kiln/context.hpp>
 
+#include "ir/error.hpp"
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 extern "C" const unsigned char kiln_conv_sm90_image[];
+extern "C" const unsigned char kiln_im2col_image[];
 
 namespace kiln::gemm {
 
@@ -60,6 +64,42 @@ const char* data_of(const Tensor& t) {
 }
 
 } // namespace
+
+Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
+    Context& ctx = I5.context();
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    const Tensor I = I5.is_contiguous() ? I5 : ctx.eval(I5.expr());
+    const int64_t es = int64_t(dtype_size(I.dtype()));
+    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
+    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    const int64_t ld = (taps + 16 / es - 1) / (16 / es) * (16 / es);   // rows 16 bytes apart, as TMA wants
+    if (!fits_32_bits(rows) || !fits_32_bits(ld) || !fits_32_bits(L.image[0] * L.image[1] * L.image[2] * L.C))
+        fail(Error::Kind::Value, "conv: {} has more than 2^31 output positions, taps or image elements", L.str());
+    Tensor buffer = ctx.empty({rows, ld}, I.dtype());
+    // The widest vector that a tap's channels are whole vectors of and the image's start aligns to.
+    const char* image = data_of(I);
+    int vb = 16;
+    while (vb > es && ((L.C * es) % vb != 0 || reinterpret_cast<uintptr_t>(image) % uintptr_t(vb) != 0)) vb /= 2;
+    Im2colParams p{};
+    p.image = image;
+    p.cols = const_cast<char*>(data_of(buffer));
+    p.ld = ld, p.elem = int32_t(es), p.rows = int32_t(rows), p.taps = int32_t(taps);
+    p.N = int32_t(L.N), p.C = int32_t(L.C);
+    p.D = int32_t(L.image[0]), p.H = int32_t(L.image[1]), p.W = int32_t(L.image[2]);
+    p.M = int32_t(L.output[0]), p.P = int32_t(L.output[1]), p.Q = int32_t(L.output[2]);
+    p.T = int32_t(L.filter[0]), p.R = int32_t(L.filter[1]), p.S = int32_t(L.filter[2]);
+    p.pad_d = int32_t(L.pad[0]), p.pad_h = int32_t(L.pad[1]), p.pad_w = int32_t(L.pad[2]);
+    p.str_d = int32_t(L.stride[0]), p.str_h = int32_t(L.stride[1]), p.str_w = int32_t(L.stride[2]);
+    p.dil_d = int32_t(L.dilation[0]), p.dil_h = int32_t(L.dilation[1]), p.dil_w = int32_t(L.dilation[2]);
+    const std::string entry = fmt::format("kiln_im2col_v{}", vb);
+    CUfunction f = be.precompiled(kiln_im2col_image, entry, 0);
+    const int64_t blocks = std::min<int64_t>(rows, int64_t(be.info().multiprocessors) * 16);
+    log_debug("conv: im2col {} -> {} ({} x {}, {} blocks)", L.str(), entry, rows, taps, blocks);
+    void* params[] = {&p};
+    be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, 0, params, {});
+    buffer.view().storage->written = true;
+    return buffer.slice({Slice::all(), Slice::range(0, taps)});
+}
 
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";

@@ -15,6 +15,11 @@ namespace kiln::gemm {
 // epilogue is the GEMM's (alpha, beta, bias, relu, slope; no bsum). I5 is (N, D, H, W, C).
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o);
 
+// The patch matrix of the image I5 (N, D, H, W, C) of layer L on a CUDA context, in I5's dtype,
+// by the precompiled im2col kernel: a (rows x taps) view of a buffer whose rows are 16 bytes
+// apart.
+Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5);
+
 // The kernel conv_fprop_implicit would launch for L on ctx, or "" where it declines: what the
 // benchmark prints.
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L);
