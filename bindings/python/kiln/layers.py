@@ -1,0 +1,344 @@
+"""kiln.layers: network layers as objects, as nervanagpu's benchmarks had them, and a Network of them.
+
+Activations are channels-last, (N, H, W, C) or (N, features), in the network's dtype on its
+context. Each layer is configured with its input shape (``configure``: output shape, FLOPs,
+nothing allocated), allocates its parameters on first use, and has ``fprop(x) -> y`` and
+``bprop(error) -> the input's gradient`` (filling its parameters' gradients). The operations are
+kiln's: ``fprop_conv`` / ``bprop_conv`` / ``update_conv`` (bias and ReLU in the convolution's
+epilogue), ``fprop_pool`` / ``bprop_pool``, ``fprop_lrn`` / ``bprop_lrn``, ``compound_fprop_bn`` /
+``compound_bprop_bn``, ``compound_dot`` and the expressions of ``kiln.nn``.
+
+    net = kiln.layers.Network([Conv(16, 3, pad=1, relu=True), Pool("max", 2), FC(10)],
+                              (32, 28, 28, 1), dtype=kiln.float32, ctx=ctx)
+    loss = net.train_step(x, labels, lr=0.1)        # fprop, softmax cross-entropy, bprop, SGD
+"""
+import math
+
+import numpy as np
+
+from . import _kiln
+from . import nn as _nn
+from ._dtypes import float32 as _float32
+
+
+def _numel(shape):
+    return int(np.prod(shape)) if shape else 1
+
+
+class Layer:
+    """A layer: configure(in_shape) -> out_shape, fprop, bprop, params()."""
+
+    flops = 0.0
+
+    def configure(self, in_shape, dtype, ctx, rng):
+        self.in_shape, self.dtype, self.ctx, self.rng = tuple(in_shape), dtype, ctx, rng
+        self.out_shape = self._configure(self.in_shape)
+        return self.out_shape
+
+    def _configure(self, in_shape):
+        return in_shape
+
+    def params(self):
+        """(parameter, gradient) pairs, allocated on first use."""
+        return []
+
+    def __repr__(self):
+        return f"{type(self).__name__}{getattr(self, 'in_shape', '')}->{getattr(self, 'out_shape', '')}"
+
+
+def _as4(shape):
+    """A layer's shape as (N, H, W, C): kiln gives a layer's tensors in its spatial rank."""
+    shape = tuple(shape)
+    return shape if len(shape) == 4 else (shape[0], 1) + shape[1:] if len(shape) == 3 else shape[:1] + shape[2:]
+
+
+def _spatial(in_shape, name):
+    if len(in_shape) != 4:
+        raise ValueError(f"{name}: input {in_shape}; it takes (N, H, W, C) activations")
+    return in_shape
+
+
+class Conv(Layer):
+    """K filters of R x S (x C), padding, stride; bias and ReLU fused into the convolution."""
+
+    def __init__(self, K, R, S=None, pad=0, stride=1, relu=False, bias=True):
+        self.K, self.R, self.S = K, R, S if S is not None else R
+        self.pad, self.stride, self.relu, self.use_bias = pad, stride, relu, bias
+        self.F = None
+
+    def _configure(self, in_shape):
+        N, H, W, C = _spatial(in_shape, "Conv")
+        self.layer = _kiln.conv_layer(self.dtype, N, C, self.K, H=H, W=W, R=self.R, S=self.S, pad_h=self.pad,
+                                      pad_w=self.pad, str_h=self.stride, str_w=self.stride)
+        self.flops = self.layer.flops
+        return _as4(self.layer.dimO)
+
+    def params(self):
+        if self.F is None:
+            C = self.in_shape[3]
+            fan_in = C * self.R * self.S
+            w = self.rng.normal(0, math.sqrt(2.0 / fan_in), (self.K, self.R, self.S, C)).astype(np.float32)
+            self.F, self.dF = self.ctx.array(w, self.dtype), self.ctx.zeros(w.shape, self.dtype)
+            self.b, self.db = self.ctx.zeros((self.K,), _float32), self.ctx.zeros((self.K,), _float32)
+        return [(self.F, self.dF)] + ([(self.b, self.db)] if self.use_bias else [])
+
+    def fprop(self, x):
+        self.params()
+        self.x = x
+        self.y = self.ctx.empty(self.out_shape, self.dtype)
+        _kiln.fprop_conv(self.layer, x, self.F, self.y, bias=self.b if self.use_bias else None, relu=self.relu)
+        return self.y
+
+    def bprop(self, e):
+        if self.relu:
+            g = self.ctx.empty(self.out_shape, self.dtype)
+            g[...] = _nn.relu_grad(self.y, e)
+            e = g
+        if self.use_bias:
+            self.db[...] = e.reshape((-1, self.K)).sum(axis=0)
+        _kiln.update_conv(self.layer, self.x, e, self.dF)
+        gx = self.ctx.empty(self.in_shape, self.dtype)
+        _kiln.bprop_conv(self.layer, self.F, e, gx)
+        return gx
+
+
+class Pool(Layer):
+    """op ('max', 'avg' or 'l2') over window x window positions, stride (default: the window)."""
+
+    def __init__(self, op, window, stride=None, pad=0):
+        self.op, self.window, self.stride, self.pad = op, window, stride or window, pad
+
+    def _configure(self, in_shape):
+        N, H, W, C = _spatial(in_shape, "Pool")
+        self.layer = _kiln.pool_layer(self.dtype, self.op, N, C, H=H, W=W, R=self.window, S=self.window,
+                                      pad_h=self.pad, pad_w=self.pad, str_h=self.stride, str_w=self.stride)
+        return _as4(self.layer.dimO)
+
+    def fprop(self, x):
+        self.x = x
+        self.y = self.ctx.empty(self.out_shape, self.dtype)
+        self.argmax = self.ctx.empty(self.out_shape, _kiln_int32()) if self.op == "max" else None
+        _kiln.fprop_pool(self.layer, x, self.y, argmax=self.argmax)
+        return self.y
+
+    def bprop(self, e):
+        gx = self.ctx.empty(self.in_shape, self.dtype)
+        _kiln.bprop_pool(self.layer, e, gx, argmax=self.argmax, X=self.x, Y=self.y)
+        return gx
+
+
+def _kiln_int32():
+    from ._dtypes import int32
+    return int32
+
+
+class LRN(Layer):
+    """Local response normalisation across J channels: x (1 + ascale * window sum of x^2)^-bpower."""
+
+    def __init__(self, J=5, ascale=1e-4, bpower=0.75):
+        self.J, self.ascale, self.bpower = J, ascale, bpower
+
+    def _configure(self, in_shape):
+        N, H, W, C = _spatial(in_shape, "LRN")
+        self.layer = _kiln.lrn_layer(self.dtype, N, C, H=H, W=W, J=self.J)
+        return in_shape
+
+    def fprop(self, x):
+        self.x = x
+        self.y = self.ctx.empty(self.out_shape, self.dtype)
+        self.denom = self.ctx.empty(self.out_shape, self.dtype)
+        _kiln.fprop_lrn(self.layer, x, self.y, self.denom, ascale=self.ascale, bpower=self.bpower)
+        return self.y
+
+    def bprop(self, e):
+        gx = self.ctx.empty(self.in_shape, self.dtype)
+        _kiln.bprop_lrn(self.layer, self.x, self.y, e, gx, self.denom, ascale=self.ascale, bpower=self.bpower)
+        return gx
+
+
+class BatchNorm(Layer):
+    """Batch normalisation over every axis but the channels, gamma and beta learned, running
+    statistics kept with rho; optional ReLU after it."""
+
+    def __init__(self, eps=1e-5, rho=0.9, relu=False):
+        self.eps, self.rho, self.relu = eps, rho, relu
+        self.gamma = None
+
+    def params(self):
+        if self.gamma is None:
+            C = self.in_shape[-1]
+            z = lambda: self.ctx.zeros((C,), _float32)
+            self.gamma, self.beta = self.ctx.array(np.ones(C, np.float32), _float32), z()
+            self.dgamma, self.dbeta = z(), z()
+            self.xsum, self.xvar, self.gmean, self.gvar = z(), z(), z(), self.ctx.array(np.ones(C, np.float32), _float32)
+        return [(self.gamma, self.dgamma), (self.beta, self.dbeta)]
+
+    def fprop(self, x):
+        self.params()
+        self.x = x
+        self.y = self.ctx.empty(self.out_shape, self.dtype)
+        _kiln.compound_fprop_bn(x, self.xsum, self.xvar, self.gmean, self.gvar, self.gamma, self.beta, self.y,
+                                self.eps, self.rho, True, relu=self.relu)
+        return self.y
+
+    def bprop(self, e):
+        if self.relu:
+            g = self.ctx.empty(self.out_shape, self.dtype)
+            g[...] = _nn.relu_grad(self.y, e)
+            e = g
+        gx = self.ctx.empty(self.in_shape, self.dtype)
+        _kiln.compound_bprop_bn(gx, self.dgamma, self.dbeta, e, self.x, self.xsum, self.xvar, self.gamma, self.eps)
+        return gx
+
+
+class FC(Layer):
+    """Fully connected: y = relu?(x W^T + b) over the input flattened to (N, features)."""
+
+    def __init__(self, K, relu=False, bias=True):
+        self.K, self.relu, self.use_bias = K, relu, bias
+        self.W = None
+
+    def _configure(self, in_shape):
+        self.N, self.features = in_shape[0], _numel(in_shape[1:])
+        self.flops = 2.0 * self.N * self.features * self.K
+        return (self.N, self.K)
+
+    def params(self):
+        if self.W is None:
+            w = self.rng.normal(0, math.sqrt(2.0 / self.features), (self.K, self.features)).astype(np.float32)
+            self.W, self.dW = self.ctx.array(w, self.dtype), self.ctx.zeros(w.shape, self.dtype)
+            self.b, self.db = self.ctx.zeros((self.K,), _float32), self.ctx.zeros((self.K,), _float32)
+        return [(self.W, self.dW)] + ([(self.b, self.db)] if self.use_bias else [])
+
+    def fprop(self, x):
+        self.params()
+        self.x = x.reshape((self.N, self.features))
+        self.y = self.ctx.empty(self.out_shape, self.dtype)
+        _kiln.compound_dot(self.x, self.W.T, self.y, relu=self.relu, bias=self.b if self.use_bias else None)
+        return self.y
+
+    def bprop(self, e):
+        if self.relu:
+            g = self.ctx.empty(self.out_shape, self.dtype)
+            g[...] = _nn.relu_grad(self.y, e)
+            e = g
+        if self.use_bias:
+            self.db[...] = e.sum(axis=0)
+        _kiln.compound_dot(e.T, self.x, self.dW)
+        gx = self.ctx.empty((self.N, self.features), self.dtype)
+        _kiln.compound_dot(e, self.W, gx)
+        return gx.reshape(self.in_shape)
+
+
+class ReLU(Layer):
+    def fprop(self, x):
+        self.y = self.ctx.empty(self.out_shape, self.dtype)
+        self.y[...] = _nn.relu(x)
+        return self.y
+
+    def bprop(self, e):
+        gx = self.ctx.empty(self.in_shape, self.dtype)
+        gx[...] = _nn.relu_grad(self.y, e)
+        return gx
+
+
+class Residual(Layer):
+    """y = relu(branch(x) + shortcut(x)): ResNet's block; shortcut is the identity or a projection
+    (a list of layers, e.g. a strided 1x1 Conv and BatchNorm)."""
+
+    def __init__(self, branch, shortcut=()):
+        self.branch, self.shortcut = list(branch), list(shortcut)
+
+    def _configure(self, in_shape):
+        shape = in_shape
+        for layer in self.branch:
+            shape = layer.configure(shape, self.dtype, self.ctx, self.rng)
+        short = in_shape
+        for layer in self.shortcut:
+            short = layer.configure(short, self.dtype, self.ctx, self.rng)
+        if tuple(short) != tuple(shape):
+            raise ValueError(f"Residual: the branch gives {shape} and the shortcut {short}; they must agree")
+        self.flops = sum(layer.flops for layer in self.branch + self.shortcut)
+        return shape
+
+    def params(self):
+        return [p for layer in self.branch + self.shortcut for p in layer.params()]
+
+    def fprop(self, x):
+        b = x
+        for layer in self.branch:
+            b = layer.fprop(b)
+        s = x
+        for layer in self.shortcut:
+            s = layer.fprop(s)
+        self.y = self.ctx.empty(self.out_shape, self.dtype)
+        self.y[...] = _nn.relu(b + s)
+        return self.y
+
+    def bprop(self, e):
+        g = self.ctx.empty(self.out_shape, self.dtype)
+        g[...] = _nn.relu_grad(self.y, e)
+        b = g
+        for layer in reversed(self.branch):
+            b = layer.bprop(b)
+        s = g
+        for layer in reversed(self.shortcut):
+            s = layer.bprop(s)
+        gx = self.ctx.empty(self.in_shape, self.dtype)
+        gx[...] = b + s
+        return gx
+
+
+class Network:
+    """Layers in order, ending in logits (N, classes); softmax cross-entropy as the loss."""
+
+    def __init__(self, layers, in_shape, dtype=_float32, ctx=None, seed=0):
+        self.layers, self.dtype = list(layers), dtype
+        self.ctx = ctx if ctx is not None else _kiln_default_context()
+        self.rng = np.random.default_rng(seed)
+        shape = tuple(in_shape)
+        for layer in self.layers:
+            shape = layer.configure(shape, dtype, self.ctx, self.rng)
+        if len(shape) != 2:
+            raise ValueError(f"Network: the last layer gives {shape}; a network ends in logits (N, classes)")
+        self.out_shape = shape
+        self.flops = sum(layer.flops for layer in self.layers)
+
+    def params(self):
+        return [p for layer in self.layers for p in layer.params()]
+
+    def fprop(self, x):
+        for layer in self.layers:
+            x = layer.fprop(x)
+        return x
+
+    def bprop(self, e):
+        for layer in reversed(self.layers):
+            e = layer.bprop(e)
+        return e
+
+    def loss(self, logits, labels):
+        """Softmax cross-entropy (mean over the batch) against int32 class indices; keeps the
+        probabilities for bprop_loss."""
+        self.probs = self.ctx.empty(logits.shape, _float32)
+        self.probs[...] = _nn.softmax(logits)
+        return float(np.asarray(_nn.cross_entropy(self.probs, labels)))
+
+    def bprop_loss(self, labels_onehot):
+        """The gradient of the mean cross-entropy with respect to the logits: (p - onehot) / N."""
+        e = self.ctx.empty(self.out_shape, self.dtype)
+        e[...] = (self.probs - labels_onehot) * (1.0 / self.out_shape[0])
+        return e
+
+    def train_step(self, x, labels, onehot, lr):
+        """One step of plain SGD; returns the loss before it."""
+        loss = self.loss(self.fprop(x), labels)
+        self.bprop(self.bprop_loss(onehot))
+        for p, g in self.params():
+            p[...] = p - g * lr
+        return loss
+
+
+def _kiln_default_context():
+    from ._context import default_context
+    return default_context()

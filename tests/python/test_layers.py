@@ -1,0 +1,117 @@
+"""kiln.layers on a CPU context: every layer's bprop against finite differences of the network's
+loss, the seeds' networks' shapes and FLOPs (examples/convnets.py), the training example, and
+the layers' misuse messages."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.layers import FC, LRN, BatchNorm, Conv, Network, Pool, ReLU, Residual
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return kiln.Context("cpu")
+
+
+def small_net(cpu, n=6):
+    layers = [Conv(6, 3, pad=1, relu=True), Pool("avg", 2), LRN(3, ascale=0.05), BatchNorm(relu=True),
+              Conv(8, 3, pad=1, stride=2), ReLU(), Pool("l2", 2, stride=1),
+              Residual([Conv(8, 1), BatchNorm(relu=True), Conv(8, 3, pad=1)], [Conv(8, 1, bias=False)]),
+              FC(10, relu=True), FC(3)]
+    return Network(layers, (n, 8, 8, 2), ctx=cpu, seed=3)
+
+
+def test_bprop_matches_finite_differences(cpu):
+    net = small_net(cpu)
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 1, net.layers[0].in_shape).astype(np.float32)
+    labels = rng.integers(0, 3, 6).astype(np.int32)
+    X, L, OH = cpu.array(x), cpu.array(labels, kiln.int32), cpu.array(np.eye(3, dtype=np.float32)[labels])
+
+    def loss():
+        return net.loss(net.fprop(X), L)
+
+    loss()
+    gx = net.bprop(net.bprop_loss(OH)).get()
+    grads = [(p, g.get()) for p, g in net.params()]
+    # The input's gradient and a few entries of every parameter, by central differences.
+    checks = [(X, gx)] + grads
+    eps, bad, checked = 2e-3, [], 0
+    for t, (p, g) in enumerate(checks):
+        base = p.get()
+        for k in rng.choice(base.size, size=min(3, base.size), replace=False):
+            idx = np.unravel_index(k, base.shape)
+            for sign in (1, -1):
+                v = base.copy()
+                v[idx] += sign * eps
+                p[...] = cpu.array(v)
+                if sign == 1:
+                    up = loss()
+                else:
+                    down = loss()
+            p[...] = cpu.array(base)
+            fd = (up - down) / (2 * eps)
+            checked += 1
+            if abs(fd - g[idx]) > 0.05 * abs(fd) + 1e-3:
+                bad.append((t, idx, fd, float(g[idx])))
+    assert checked > 40
+    assert not bad, bad
+
+
+def test_sgd_steps_lower_the_loss_in_every_dtype(cpu):
+    rng = np.random.default_rng(8)
+    x = rng.normal(0, 1, (6, 8, 8, 2)).astype(np.float32)
+    labels = rng.integers(0, 3, 6).astype(np.int32)
+    for ctx, dt in ((cpu, kiln.float32), (kiln.Context("cpu", default_dtype=kiln.bfloat16), kiln.bfloat16),
+                    (kiln.Context("cpu", default_dtype=kiln.float16, stochastic_round=True), kiln.float16)):
+        net = Network(small_net(cpu).layers, (6, 8, 8, 2), dtype=dt, ctx=ctx, seed=3)
+        X, L = ctx.array(x, dt), ctx.array(labels, kiln.int32)
+        OH = ctx.array(np.eye(3, dtype=np.float32)[labels])
+        losses = [net.train_step(X, L, OH, 0.05) for _ in range(12)]
+        assert losses[-1] < 0.5 * losses[0], (dt, losses)
+        assert net.layers[0].F.dtype == dt
+
+
+def test_the_seeds_networks(cpu):
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import convnets
+    finally:
+        sys.path.pop(0)
+    expect = {"alexnet": ((128, 1000), 1.43), "overfeat": ((128, 1000), 5.60), "vgg_a": ((64, 1000), 15.22),
+              "resnet50": ((256, 1000), 8.18)}
+    for name, (shape, gflop) in expect.items():
+        net = convnets.build(name, ctx=cpu)
+        assert net.out_shape == shape
+        assert net.flops / 1e9 / shape[0] == pytest.approx(gflop, abs=0.01)
+        assert all(getattr(layer, "F", None) is None for layer in net.layers)   # nothing allocated yet
+    # A small batch of ResNet-50 runs end to end: 53 convolutions, batch norms and residual adds.
+    net = convnets.build("resnet50", dtype=kiln.float32, ctx=cpu, N=1)
+    x = cpu.array(np.random.default_rng(1).normal(0, 1, (1, 224, 224, 3)).astype(np.float32))
+    y = net.fprop(x).get()
+    assert y.shape == (1, 1000) and np.isfinite(y).all()
+
+
+def test_training_example_runs_and_plots(tmp_path):
+    png, js = tmp_path / "loss.png", tmp_path / "loss.json"
+    env = dict(os.environ, KILN_BACKEND="cpu")
+    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "train_convnet.py"), "--steps", "40", "--batch", "32",
+                        "--png", str(png), "--json", str(js)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "every run's loss fell by more than half" in r.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_misuse(cpu):
+    with pytest.raises(ValueError, match=r"Conv: input \(4, 10\); it takes \(N, H, W, C\) activations"):
+        Network([Conv(4, 3)], (4, 10), ctx=cpu)
+    with pytest.raises(ValueError, match=r"Network: the last layer gives \(2, 4, 4, 3\); a network ends in logits"):
+        Network([Conv(3, 1)], (2, 4, 4, 3), ctx=cpu)
+    with pytest.raises(ValueError, match="Residual: the branch gives .* and the shortcut"):
+        Network([Residual([Conv(5, 1)]), FC(2)], (2, 4, 4, 3), ctx=cpu)
