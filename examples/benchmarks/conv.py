@@ -13,13 +13,10 @@ import argparse
 import datetime
 import json
 import math
-import os
-import statistics
-import subprocess
 import sys
-import time
 
 import kiln
+from bench_common import git_commit, median_time_ms, torch_beside_kiln
 
 # (name, C, K, H=W, R=S, pad, stride, count in the network)
 NETS = {
@@ -47,32 +44,6 @@ NETS = {
 OPS = ("fprop", "bprop", "update")
 
 
-def median_ms(fn, sync, batches=5, target_ms=20.0):
-    fn()
-    sync()
-    t0 = time.perf_counter()
-    fn()
-    sync()
-    once = max((time.perf_counter() - t0) * 1e3, 1e-3)
-    calls = int(min(200, max(2, target_ms / once)))
-    per = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        per.append((time.perf_counter() - t0) * 1e3 / calls)
-    return statistics.median(per)
-
-
-def _git_commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nets", default=",".join(NETS))
@@ -81,33 +52,27 @@ def main():
     ap.add_argument("--layers", default="", help="only these layer names (comma-separated)")
     ap.add_argument("--json", default="conv.json")
     args = ap.parse_args()
-    try:
-        import torch
-        import torch.nn.functional as tf
-    except ImportError:
-        print("conv: PyTorch is not importable; nothing to compare against")
+    both = torch_beside_kiln("conv")
+    if both is None:
         return 0
-    if not torch.cuda.is_available():
-        print("conv: no CUDA device visible to PyTorch; skipped")
-        return 0
-    ctx = kiln.default_context()
-    if ctx.backend != "cuda":
-        print(f"conv: kiln's default context runs on {ctx.backend}, not CUDA; skipped")
-        return 0
+    torch, ctx = both
+    import torch.nn.functional as tf
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
+
+    timing = dict(target_ms=20.0, batches=5, warmup=1, most_calls=200, least_calls=2)
 
     def sync():
         ctx.synchronize()
         torch.cuda.synchronize()
 
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-    peak = 2 * 8192 ** 3 / (median_ms(lambda: a @ a, sync) * 1e-3) / 1e12
+    peak = 2 * 8192 ** 3 / (median_time_ms(lambda: a @ a, sync, **timing) * 1e-3) / 1e12
     del a
     dev = torch.cuda.get_device_name()
     print(f"device: {dev}; 16-bit dense peak as cuBLAS reaches it: {peak:.0f} TFLOP/s (8192^3 float16 matmul)")
     result = {"device": dev, "date": datetime.date.today().isoformat(),
-              "commit": os.environ.get("KILN_COMMIT") or _git_commit(), "torch": torch.__version__,
+              "commit": git_commit(), "torch": torch.__version__,
               "cudnn": torch.backends.cudnn.version(), "kiln": kiln.__version__, "peak_tflops": peak,
               "method": "host clock around back-to-back calls bracketed by synchronize, median of 5 batches after "
                         "warm-up; cuDNN through PyTorch channels_last with cudnn.benchmark; kiln NHWC/KRSC through "
@@ -168,8 +133,8 @@ def main():
                     got, ref = check()
                     err = ((got.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
                     del ref
-                    k_ms = median_ms(run_kiln, sync)
-                    c_ms = median_ms(run_cudnn, sync)
+                    k_ms = median_time_ms(run_kiln, sync, **timing)
+                    c_ms = median_time_ms(run_cudnn, sync, **timing)
                     row = {"net": net, "layer": name, "dtype": dt, "op": op, "N": N, "C": C, "K": K, "HW": HW, "RS": RS,
                            "pad": pad, "stride": stride, "count": count, "flops": flops, "kiln_ms": k_ms, "cudnn_ms": c_ms,
                            "kiln_tflops": flops / k_ms / 1e9, "cudnn_tflops": flops / c_ms / 1e9,

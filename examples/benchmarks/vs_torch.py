@@ -21,15 +21,13 @@ import argparse
 import datetime
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
-import time
 
 import numpy as np
 
 import kiln
+from bench_common import git_commit, median_time_ms, torch_beside_kiln
 
 EPS = 1e-5
 SHAPES = ["128x32", "200000x96", "65536x1024", "8192x3000", "3000x5001", "4096x16384", "16384x16384", "1024x65536",
@@ -169,28 +167,6 @@ CASES = {
 }
 
 
-def median_time_ms(fn, sync, target_ms=5.0, batches=7):
-    for _ in range(3):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    fn()
-    sync()
-    once = max((time.perf_counter() - t0) * 1e3, 1e-3)
-    calls = int(min(2000, max(3, target_ms / once)))
-    for _ in range(calls):
-        fn()
-    sync()
-    per = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        per.append((time.perf_counter() - t0) * 1e3 / calls)
-    return statistics.median(per)
-
-
 def copy_bandwidth(torch):
     n = 1 << 30
     a = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
@@ -220,18 +196,10 @@ def main():
     ap.add_argument("--no-eager", action="store_true", help="leave torch eager out")
     args = ap.parse_args()
 
-    try:
-        import torch
-    except ImportError:
-        print("vs_torch: PyTorch is not importable; nothing to compare against")
+    both = torch_beside_kiln("vs_torch")
+    if both is None:
         return 0
-    if not torch.cuda.is_available():
-        print("vs_torch: no CUDA device visible to PyTorch; skipped")
-        return 0
-    ctx = kiln.default_context()
-    if ctx.backend != "cuda":
-        print(f"vs_torch: kiln's default context runs on {ctx.backend}, not CUDA; skipped")
-        return 0
+    torch, ctx = both
     torch.backends.cuda.matmul.allow_tf32 = False
     if not args.no_compile:
         import torch._dynamo
@@ -250,7 +218,7 @@ def main():
     kk = KilnOps()
     dev_name = torch.cuda.get_device_name()
     print(f"device: {dev_name}; copy bandwidth {bw:.0f} GB/s (torch device-to-device copy of 1 GiB, events)")
-    commit = os.environ.get("KILN_COMMIT") or _git_commit()
+    commit = git_commit()
     result = {"device": dev_name, "date": datetime.date.today().isoformat(), "commit": commit,
               "copy_gbs": bw, "torch": torch.__version__, "kiln": kiln.__version__,
               "method": "host clock around back-to-back calls bracketed by synchronize, median of 7 batches of ~5 ms "
@@ -372,14 +340,6 @@ def check(case, y, ref, x):
         xx = x.double().square()
         scale = max(scale, float((xx.sum(0) if case == "colsum" else xx.sum()).max()) ** 0.5)
     return float((y - ref).abs().max()) / max(scale, 1e-30)
-
-
-def _git_commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 if __name__ == "__main__":

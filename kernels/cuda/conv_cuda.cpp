@@ -59,6 +59,19 @@ bool takes(cuda::CudaBackend& be, const ConvLayer& L) {
            tile_for(L, be.info().multiprocessors).smem <= be.info().max_shared_optin;
 }
 
+// The layer's geometry in the kernels' 32-bit fields (the callers have checked that they fit).
+ConvShape conv_shape(const ConvLayer& L) {
+    ConvShape s;
+    s.N = int32_t(L.N), s.C = int32_t(L.C);
+    s.D = int32_t(L.image[0]), s.H = int32_t(L.image[1]), s.W = int32_t(L.image[2]);
+    s.M = int32_t(L.output[0]), s.P = int32_t(L.output[1]), s.Q = int32_t(L.output[2]);
+    s.T = int32_t(L.filter[0]), s.R = int32_t(L.filter[1]), s.S = int32_t(L.filter[2]);
+    s.pad_d = int32_t(L.pad[0]), s.pad_h = int32_t(L.pad[1]), s.pad_w = int32_t(L.pad[2]);
+    s.str_d = int32_t(L.stride[0]), s.str_h = int32_t(L.stride[1]), s.str_w = int32_t(L.stride[2]);
+    s.dil_d = int32_t(L.dilation[0]), s.dil_h = int32_t(L.dilation[1]), s.dil_w = int32_t(L.dilation[2]);
+    return s;
+}
+
 const char* data_of(const Tensor& t) {
     return static_cast<const char*>(t.view().storage->data) + t.offset() * dtype_size(t.dtype());
 }
@@ -84,13 +97,7 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
     p.image = image;
     p.cols = const_cast<char*>(data_of(buffer));
     p.ld = ld, p.elem = int32_t(es), p.rows = int32_t(rows), p.taps = int32_t(taps);
-    p.N = int32_t(L.N), p.C = int32_t(L.C);
-    p.D = int32_t(L.image[0]), p.H = int32_t(L.image[1]), p.W = int32_t(L.image[2]);
-    p.M = int32_t(L.output[0]), p.P = int32_t(L.output[1]), p.Q = int32_t(L.output[2]);
-    p.T = int32_t(L.filter[0]), p.R = int32_t(L.filter[1]), p.S = int32_t(L.filter[2]);
-    p.pad_d = int32_t(L.pad[0]), p.pad_h = int32_t(L.pad[1]), p.pad_w = int32_t(L.pad[2]);
-    p.str_d = int32_t(L.stride[0]), p.str_h = int32_t(L.stride[1]), p.str_w = int32_t(L.stride[2]);
-    p.dil_d = int32_t(L.dilation[0]), p.dil_h = int32_t(L.dilation[1]), p.dil_w = int32_t(L.dilation[2]);
+    p.shape = conv_shape(L);
     const std::string entry = fmt::format("kiln_im2col_v{}", vb);
     CUfunction f = be.precompiled(kiln_im2col_image, entry, 0);
     const int64_t blocks = std::min<int64_t>(rows, int64_t(be.info().multiprocessors) * 16);
@@ -145,13 +152,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     g.tiles_n = int32_t((L.K + t.bn - 1) / t.bn);
     g.group_m = 1;
     p.image = data_of(I);
-    p.N = int32_t(L.N), p.C = int32_t(L.C);
-    p.D = int32_t(L.image[0]), p.H = int32_t(L.image[1]), p.W = int32_t(L.image[2]);
-    p.M = int32_t(L.output[0]), p.P = int32_t(L.output[1]), p.Q = int32_t(L.output[2]);
-    p.T = int32_t(L.filter[0]), p.R = int32_t(L.filter[1]), p.S = int32_t(L.filter[2]);
-    p.pad_d = int32_t(L.pad[0]), p.pad_h = int32_t(L.pad[1]), p.pad_w = int32_t(L.pad[2]);
-    p.str_d = int32_t(L.stride[0]), p.str_h = int32_t(L.stride[1]), p.str_w = int32_t(L.stride[2]);
-    p.dil_d = int32_t(L.dilation[0]), p.dil_h = int32_t(L.dilation[1]), p.dil_w = int32_t(L.dilation[2]);
+    p.shape = conv_shape(L);
 
     // The filter as a K x taps K-major matrix: boxes of one 128-byte k-tile x BN rows.
     CUtensorMap map_b = detail::tensor_map(data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0, 64,

@@ -9,13 +9,33 @@
 
 namespace kiln::gemm {
 
+// The convolution's geometry: image (N, D, H, W, C), output positions M x P x Q per image,
+// filter T x R x S, zero padding, stride and dilation per axis.
+struct ConvShape {
+    int32_t N, D, H, W, C;
+    int32_t M, P, Q;
+    int32_t T, R, S;
+    int32_t pad_d, pad_h, pad_w, str_d, str_h, str_w, dil_d, dil_h, dil_w;
+};
+
+// Output position `row` (n, z, y, x in row-major order): its image and the image coordinates of
+// its window's first tap (negative or past the end in the padding).
+struct RowOrigin {
+    int32_t n, d0, h0, w0;
+};
+KILN_GEMM_HOST_DEVICE inline RowOrigin row_origin(const ConvShape& s, int32_t row) {
+    const int32_t x = row % s.Q;
+    row /= s.Q;
+    const int32_t y = row % s.P;
+    row /= s.P;
+    const int32_t z = row % s.M;
+    return {row / s.M, z * s.str_d - s.pad_d, y * s.str_h - s.pad_h, x * s.str_w - s.pad_w};
+}
+
 struct ConvParams {
     GemmParams gemm;     // m = rows, n = K, k = taps; c, strides, bias, flags, alpha, beta, rounding
     const void* image;   // I: (N, D, H, W, C), contiguous
-    int32_t N, D, H, W, C;
-    int32_t M, P, Q;     // output positions per image
-    int32_t T, R, S;
-    int32_t pad_d, pad_h, pad_w, str_d, str_h, str_w, dil_d, dil_h, dil_w;
+    ConvShape shape;
 };
 
 // im2col.cu: cols (rows x taps, rows ld elements apart) = the patch matrix of the image, every
@@ -25,10 +45,7 @@ struct Im2colParams {
     void* cols;
     int64_t ld;
     int32_t elem, rows, taps;
-    int32_t N, D, H, W, C;
-    int32_t M, P, Q;
-    int32_t T, R, S;
-    int32_t pad_d, pad_h, pad_w, str_d, str_h, str_w, dil_d, dil_h, dil_w;
+    ConvShape shape;
 };
 
 } // namespace kiln::gemm

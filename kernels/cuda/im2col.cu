@@ -22,27 +22,21 @@ __device__ __forceinline__ void im2col(const Im2colParams& p) {
     using V = typename Vec<VB>::type;
     const int per = VB / p.elem;                 // elements a vector
     const int vectors = p.taps / per;            // a row's vectors
+    const ConvShape& g = p.shape;
     const char* image = static_cast<const char*>(p.image);
     for (int row = blockIdx.x; row < p.rows; row += gridDim.x) {
-        int rest = row;
-        const int x = rest % p.Q;
-        rest /= p.Q;
-        const int y = rest % p.P;
-        rest /= p.P;
-        const int z = rest % p.M;
-        const int n = rest / p.M;
-        const int d0 = z * p.str_d - p.pad_d, h0 = y * p.str_h - p.pad_h, w0 = x * p.str_w - p.pad_w;
-        const char* img = image + int64_t(n) * p.D * p.H * p.W * p.C * p.elem;
+        const RowOrigin o = row_origin(g, row);
+        const char* img = image + int64_t(o.n) * g.D * g.H * g.W * g.C * p.elem;
         V* out = reinterpret_cast<V*>(static_cast<char*>(p.cols) + int64_t(row) * p.ld * p.elem);
         for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
             const int k = v * per;
-            const int tap = k / p.C, c = k - tap * p.C;
-            const int s = tap % p.S, rt = tap / p.S;
-            const int r = rt % p.R, t = rt / p.R;
-            const int d = d0 + t * p.dil_d, h = h0 + r * p.dil_h, w = w0 + s * p.dil_w;
+            const int tap = k / g.C, c = k - tap * g.C;
+            const int s = tap % g.S, rt = tap / g.S;
+            const int r = rt % g.R, t = rt / g.R;
+            const int d = o.d0 + t * g.dil_d, h = o.h0 + r * g.dil_h, w = o.w0 + s * g.dil_w;
             V value{};
-            if (unsigned(d) < unsigned(p.D) && unsigned(h) < unsigned(p.H) && unsigned(w) < unsigned(p.W))
-                value = __ldg(reinterpret_cast<const V*>(img + ((int64_t(d * p.H + h) * p.W + w) * p.C + c) * p.elem));
+            if (unsigned(d) < unsigned(g.D) && unsigned(h) < unsigned(g.H) && unsigned(w) < unsigned(g.W))
+                value = __ldg(reinterpret_cast<const V*>(img + ((int64_t(d * g.H + h) * g.W + w) * g.C + c) * p.elem));
             out[v] = value;
         }
     }

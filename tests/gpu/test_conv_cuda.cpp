@@ -73,6 +73,20 @@ Pair pair(Context& gpu, Context& cpu, const Shape& s, DType dt, uint32_t seed) {
     return {gpu.array(c.to_vector<float>(), s, dt), c, cpu.eval(absolute(c.expr()))};
 }
 
+using Side = Tensor Pair::*;
+
+// `op(out, side)` into an output of `shape` on the GPU (side &Pair::gpu), the CPU (&Pair::cpu)
+// and the CPU over |operands| (&Pair::abs, float32: the magnitude); the GPU's results off the
+// CPU's.
+template <class Op>
+int64_t agree(Context& gpu, Context& cpu, const Shape& shape, DType out, Op&& op) {
+    Tensor g = gpu.empty(shape, out), c = cpu.empty(shape, out), m = cpu.empty(shape, DType::Float32);
+    op(g, &Pair::gpu);
+    op(c, &Pair::cpu);
+    op(m, &Pair::abs);
+    return count_off(g, c, m, out);
+}
+
 } // namespace
 
 TEST_CASE("gpu conv: fprop, bprop and update match the CPU path; 1D, 2D, 3D; pad, stride, dilation; every dtype") {
@@ -85,26 +99,14 @@ TEST_CASE("gpu conv: fprop, bprop and update match the CPU path; 1D, 2D, 3D; pad
             INFO(L.str());
             const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
                        E = pair(gpu, cpu, L.output_shape(), dt, ++seed);
-            Tensor Og = gpu.empty(L.output_shape(), dt), Oc = cpu.empty(L.output_shape(), dt),
-                   Om = cpu.empty(L.output_shape(), DType::Float32);
-            fprop_conv(L, I.gpu, F.gpu, Og);
-            fprop_conv(L, I.cpu, F.cpu, Oc);
-            fprop_conv(L, I.abs, F.abs, Om);
-            CHECK(count_off(Og, Oc, Om, dt) == 0);
+            CHECK(agree(gpu, cpu, L.output_shape(), dt,
+                        [&](Tensor& o, Side side) { fprop_conv(L, I.*side, F.*side, o); }) == 0);
 
-            Tensor Gg = gpu.empty(L.input_shape(), DType::Float32), Gc = cpu.empty(L.input_shape(), DType::Float32),
-                   Gm = cpu.empty(L.input_shape(), DType::Float32);
-            bprop_conv(L, F.gpu, E.gpu, Gg);
-            bprop_conv(L, F.cpu, E.cpu, Gc);
-            bprop_conv(L, F.abs, E.abs, Gm);
-            CHECK(count_off(Gg, Gc, Gm, DType::Float32) == 0);
+            CHECK(agree(gpu, cpu, L.input_shape(), DType::Float32,
+                        [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
 
-            Tensor Ug = gpu.empty(L.filter_shape(), dt), Uc = cpu.empty(L.filter_shape(), dt),
-                   Um = cpu.empty(L.filter_shape(), DType::Float32);
-            update_conv(L, I.gpu, E.gpu, Ug);
-            update_conv(L, I.cpu, E.cpu, Uc);
-            update_conv(L, I.abs, E.abs, Um);
-            CHECK(count_off(Ug, Uc, Um, dt) == 0);
+            CHECK(agree(gpu, cpu, L.filter_shape(), dt,
+                        [&](Tensor& o, Side side) { update_conv(L, I.*side, E.*side, o); }) == 0);
         }
 }
 
@@ -146,24 +148,12 @@ TEST_CASE("gpu conv: the fused epilogue (alpha, beta, bias, relu, slope, bsum), 
 
         // deconvolution: fprop is the convolution's bprop, bprop its fprop.
         const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
-        Tensor Dg = gpu.empty(D.output_shape(), dt), Dc = cpu.empty(D.output_shape(), dt),
-               Dm = cpu.empty(D.output_shape(), DType::Float32);
-        fprop_conv(D, E.gpu, F.gpu, Dg);
-        fprop_conv(D, E.cpu, F.cpu, Dc);
-        fprop_conv(D, E.abs, F.abs, Dm);
-        CHECK(count_off(Dg, Dc, Dm, dt) == 0);
-        Tensor Eg = gpu.empty(D.input_shape(), dt), Ec = cpu.empty(D.input_shape(), dt),
-               Em = cpu.empty(D.input_shape(), DType::Float32);
-        bprop_conv(D, F.gpu, I.gpu, Eg);
-        bprop_conv(D, F.cpu, I.cpu, Ec);
-        bprop_conv(D, F.abs, I.abs, Em);
-        CHECK(count_off(Eg, Ec, Em, dt) == 0);
-        Tensor Ug = gpu.empty(D.filter_shape(), dt), Uc = cpu.empty(D.filter_shape(), dt),
-               Um = cpu.empty(D.filter_shape(), DType::Float32);
-        update_conv(D, E.gpu, I.gpu, Ug);
-        update_conv(D, E.cpu, I.cpu, Uc);
-        update_conv(D, E.abs, I.abs, Um);
-        CHECK(count_off(Ug, Uc, Um, dt) == 0);
+        CHECK(agree(gpu, cpu, D.output_shape(), dt,
+                    [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
+        CHECK(agree(gpu, cpu, D.input_shape(), dt,
+                    [&](Tensor& o, Side side) { bprop_conv(D, F.*side, I.*side, o); }) == 0);
+        CHECK(agree(gpu, cpu, D.filter_shape(), dt,
+                    [&](Tensor& o, Side side) { update_conv(D, E.*side, I.*side, o); }) == 0);
     }
 }
 

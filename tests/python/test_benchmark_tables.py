@@ -182,3 +182,30 @@ def test_the_python_benchmark_fills_its_section_with_the_median_of_its_runs(tmp_
     text = doc.read_text()
     assert "stale" not in text and "3 run(s)" in text
     assert "| variance (4) | 10.00 (9.00-12.00) | 40.00 | 4 | 10.00 |" in text
+
+
+def test_the_convolution_table(tmp_path):
+    layer = {"net": "vgg_a", "layer": "conv3", "dtype": "float16", "op": "fprop", "N": 64, "C": 128, "K": 256,
+             "HW": 56, "RS": 3, "pad": 1, "stride": 1, "count": 1, "flops": 1.0e11, "kiln_ms": 0.5, "cudnn_ms": 0.25,
+             "kiln_tflops": 200.0, "cudnn_tflops": 400.0, "vs_cudnn": 0.5, "pct_peak": 25.0, "err": 3e-4,
+             "kiln_path": "implicit-gemm kiln_conv_fprop_f16_256_s4"}
+    run = {"device": "Test GPU", "date": "2026-01-02", "commit": "def5678", "torch": "2.x", "cudnn": 91900,
+           "kiln": "0.1", "peak_tflops": 800.0, "method": "host clock", "layers": [layer],
+           "summary": [{"net": "vgg_a", "dtype": "float16", "fprop": 0.5, "sum": 0.5, "worst": 0.5}]}
+    doc, js = tmp_path / "P.md", tmp_path / "conv.json"
+    doc.write_text("# Performance\n")
+    js.write_text(json.dumps(run))
+    subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)], check=True,
+                   capture_output=True)
+    text = doc.read_text()
+    assert "## Convolution beside cuDNN" in text and perf_tables.CONV_BEGIN in text
+    assert "| vgg_a | float16 | 0.50x |" in text and "800 TFLOP/s" in text and "Commit: def5678" in text
+    assert "| vgg_a | conv3 | 64 128 256 | 56x56 | 3x3/1/1 | float16 | fprop | 0.500 | 0.250 | 200 | 25% | 0.50x |" in text
+    assert "implicit-gemm kiln_conv_fprop_f16_256_s4" in text
+
+
+def test_conv_benchmark_without_a_gpu_says_so():
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "conv.py"), "--json", os.devnull], capture_output=True,
+                       text=True, env=dict(os.environ, KILN_BACKEND="cpu"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "conv:" in r.stdout and ("not importable" in r.stdout or "skipped" in r.stdout)

@@ -42,6 +42,14 @@ class Layer:
         """(parameter, gradient) pairs, allocated on first use."""
         return []
 
+    def _through_relu(self, e):
+        """The error before a fused ReLU (relu set): e where the output is positive, else 0."""
+        if not getattr(self, "relu", False):
+            return e
+        g = self.ctx.empty(self.out_shape, self.dtype)
+        g[...] = _nn.relu_grad(self.y, e)
+        return g
+
     def __repr__(self):
         return f"{type(self).__name__}{getattr(self, 'in_shape', '')}->{getattr(self, 'out_shape', '')}"
 
@@ -90,10 +98,7 @@ class Conv(Layer):
         return self.y
 
     def bprop(self, e):
-        if self.relu:
-            g = self.ctx.empty(self.out_shape, self.dtype)
-            g[...] = _nn.relu_grad(self.y, e)
-            e = g
+        e = self._through_relu(e)
         if self.use_bias:
             self.db[...] = e.reshape((-1, self.K)).sum(axis=0)
         _kiln.update_conv(self.layer, self.x, e, self.dF)
@@ -182,10 +187,7 @@ class BatchNorm(Layer):
         return self.y
 
     def bprop(self, e):
-        if self.relu:
-            g = self.ctx.empty(self.out_shape, self.dtype)
-            g[...] = _nn.relu_grad(self.y, e)
-            e = g
+        e = self._through_relu(e)
         gx = self.ctx.empty(self.in_shape, self.dtype)
         _kiln.compound_bprop_bn(gx, self.dgamma, self.dbeta, e, self.x, self.xsum, self.xvar, self.gamma, self.eps)
         return gx
@@ -218,10 +220,7 @@ class FC(Layer):
         return self.y
 
     def bprop(self, e):
-        if self.relu:
-            g = self.ctx.empty(self.out_shape, self.dtype)
-            g[...] = _nn.relu_grad(self.y, e)
-            e = g
+        e = self._through_relu(e)
         if self.use_bias:
             self.db[...] = e.sum(axis=0)
         _kiln.compound_dot(e.T, self.x, self.dW)

@@ -33,17 +33,11 @@ __device__ __forceinline__ void conv_produce(const ConvParams& p, unsigned char*
                                              const CUtensorMap* map_b, int m0, int n0, int ktiles, int tid) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
     constexpr int kLag = STAGES - 2;
+    const ConvShape& g = p.shape;
     const int m = m0 + tid;
     const bool row_ok = m < p.gemm.m;
-    int rest = row_ok ? m : 0;
-    const int x = rest % p.Q;
-    rest /= p.Q;
-    const int y = rest % p.P;
-    rest /= p.P;
-    const int z = rest % p.M;
-    const int n = rest / p.M;
-    const T* img = static_cast<const T*>(p.image) + int64_t(n) * p.D * p.H * p.W * p.C;
-    const int d0 = z * p.str_d - p.pad_d, h0 = y * p.str_h - p.pad_h, w0 = x * p.str_w - p.pad_w;
+    const RowOrigin o = row_origin(g, row_ok ? m : 0);
+    const T* img = static_cast<const T*>(p.image) + int64_t(o.n) * g.D * g.H * g.W * g.C;
     int c = 0, s = 0, r = 0, t = 0;   // the next chunk's filter tap and channel
     const uint32_t row = smem_u32(smem) + uint32_t(tid) * 128;
     const int swz = tid & 7;
@@ -57,17 +51,17 @@ __device__ __forceinline__ void conv_produce(const ConvParams& p, unsigned char*
         const uint32_t dst = row + uint32_t(st * Cfg::kStageBytes);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            const int d = d0 + t * p.dil_d, h = h0 + r * p.dil_h, w = w0 + s * p.dil_w;
-            const bool ok = row_ok && t < p.T && unsigned(d) < unsigned(p.D) && unsigned(h) < unsigned(p.H) &&
-                            unsigned(w) < unsigned(p.W);
-            const T* src = ok ? img + (int64_t(d * p.H + h) * p.W + w) * p.C + c : static_cast<const T*>(p.image);
+            const int d = o.d0 + t * g.dil_d, h = o.h0 + r * g.dil_h, w = o.w0 + s * g.dil_w;
+            const bool ok = row_ok && t < g.T && unsigned(d) < unsigned(g.D) && unsigned(h) < unsigned(g.H) &&
+                            unsigned(w) < unsigned(g.W);
+            const T* src = ok ? img + (int64_t(d * g.H + h) * g.W + w) * g.C + c : static_cast<const T*>(p.image);
             conv_cp_async16(dst + uint32_t((j ^ swz) << 4), src, ok ? 16 : 0);
             c += 8;
-            if (c == p.C) {
+            if (c == g.C) {
                 c = 0;
-                if (++s == p.S) {
+                if (++s == g.S) {
                     s = 0;
-                    if (++r == p.R) r = 0, ++t;
+                    if (++r == g.R) r = 0, ++t;
                 }
             }
         }
