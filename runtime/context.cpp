@@ -59,7 +59,7 @@ Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
     Impl& m = *impl_;
     m.self = this;
     m.default_dtype = opts.default_dtype;
-    m.seed = (uint32_t)(opts.seed ^ (opts.seed >> 32));
+    m.seed = m.seeded = (uint32_t)(opts.seed ^ (opts.seed >> 32));
     check_stochastic_round(opts.stochastic_round);
     m.stochastic_round_bits = opts.stochastic_round;
     m.allow_tf32 = opts.allow_tf32;
@@ -239,7 +239,24 @@ bool Context::allow_tf32() const { return impl_->allow_tf32; }
 
 void Context::seed(uint64_t s) {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->seed = (uint32_t)(s ^ (s >> 32));
+    impl_->seed = impl_->seeded = (uint32_t)(s ^ (s >> 32));
+    impl_->rng_counter = 0;
+}
+
+RngState Context::rng_state() const {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    return {impl_->seed, impl_->rng_counter};
+}
+
+void Context::set_rng_state(const RngState& s) {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->seed = s.seed;
+    impl_->rng_counter = s.counter;
+}
+
+void Context::rng_reset() {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->seed = impl_->seeded;
     impl_->rng_counter = 0;
 }
 

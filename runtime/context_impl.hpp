@@ -18,6 +18,7 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     DType default_dtype = DType::Float32;
     uint32_t seed = 0;
     uint32_t rng_counter = 0;
+    uint32_t seeded = 0;   // the seed of the last seeding (construction or seed()): rng_reset's
     int stochastic_round_bits = 0;
     bool allow_tf32 = false;
     Counters counters;

@@ -33,6 +33,14 @@ struct ContextOptions {
     size_t kernel_cache_capacity = 0;
 };
 
+// The random stream's state: the seed its draws are keyed on and how many draws (random
+// tensors, stochastically rounded stores) it has made.
+struct RngState {
+    uint32_t seed = 0;
+    uint32_t counter = 0;
+    bool operator==(const RngState&) const = default;
+};
+
 struct Counters {
     uint64_t compiles = 0;          // kernels compiled (JIT)
     uint64_t memory_hits = 0;       // kernels found in the in-memory cache
@@ -98,6 +106,12 @@ public:
 
     // ---- state
     void seed(uint64_t s);
+    // The random stream's position: the draws (rand, stochastic rounding) from a state are the
+    // same on every backend. set_rng_state returns to a state rng_state gave; rng_reset to the
+    // state right after the last seeding (the constructor's seed, or seed()).
+    RngState rng_state() const;
+    void set_rng_state(const RngState& s);
+    void rng_reset();
     // Stochastic rounding of 16-bit float stores, as in the seeds: `bits` mantissa bits kept
     // (1..10), 0 = off; true = 10 (float16's whole mantissa), false = off.
     void set_stochastic_round(int bits);

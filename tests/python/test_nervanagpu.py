@@ -389,6 +389,42 @@ def test_seed_reproducible_across_contexts():
     assert not np.array_equal(ta.get(), tc.get())
 
 
+def test_rng_state_get_set_reset_and_gen_rng():
+    ng = NervanaGPU(rng_seed=7)
+    t = ng.empty((32, 48))
+
+    def draw():
+        t[:] = ng.rand()
+        return t.get().copy()
+
+    first = draw()
+    state = ng.rng_get_state()
+    assert isinstance(state, tuple) and len(state) == 2
+    second, third = draw(), draw()
+    assert not np.array_equal(second, third)
+    ng.rng_set_state(state)
+    np.testing.assert_array_equal(draw(), second)   # the same draws from the same state
+    ng.rng_reset()
+    np.testing.assert_array_equal(draw(), first)    # back to right after the seeding
+    # gen_rng seeds like a new context with that seed
+    assert ng.gen_rng(100) == ng.rng_get_state()
+    other = NervanaGPU(rng_seed=100)
+    u = other.empty((32, 48))
+    u[:] = other.rand()
+    np.testing.assert_array_equal(draw(), u.get())
+    ng.rng_reset()                                   # the last seeding is now gen_rng's
+    np.testing.assert_array_equal(draw(), u.get())
+    # a state moves between contexts, on any backend
+    other.rng_set_state(state)
+    u[:] = other.rand()
+    np.testing.assert_array_equal(u.get(), second)
+    for bad in [(1,), (1, 2, 3), (-1, 0), (0, 2**32), (1.5, 0), "state", (True, 0)]:
+        with pytest.raises(kiln.Error, match=r"rng_set_state: state .*; it is a \(seed, counter\) tuple of two ints"):
+            ng.rng_set_state(bad)
+    with pytest.raises(kiln.Error, match="gen_rng: seed -1 is out of range"):
+        ng.gen_rng(-1)
+
+
 # =============================================================================================
 # stochastic rounding
 

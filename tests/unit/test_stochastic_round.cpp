@@ -190,3 +190,37 @@ TEST_CASE("stochastic rounding: every finite float16 and bfloat16 value is store
     unchanged(bf16, DType::BFloat16, 7);
     unchanged(bf16, DType::BFloat16, 10);   // bfloat16 keeps 7
 }
+
+TEST_CASE("the random stream's state: rng_state, set_rng_state and rng_reset reproduce the draws, rounding included") {
+    ContextOptions o;
+    o.device = "cpu";
+    o.seed = 5;
+    Context ctx(o);
+    Tensor src = ctx.array(std::vector<float>(256, 1.0f / 3.0f), {256});
+    // One draw of each kind per step: a random tensor, and a stochastically rounded float16 store.
+    auto step = [&] {
+        ctx.set_stochastic_round(10);
+        Tensor h = ctx.eval(cast(src.expr() * 1.001, DType::Float16));
+        ctx.set_stochastic_round(0);
+        std::vector<float> v = ctx.eval(ctx.rand({64})).to_vector<float>(), r = h.to_vector<float>();
+        v.insert(v.end(), r.begin(), r.end());
+        return v;
+    };
+    const RngState start = ctx.rng_state();
+    const std::vector<float> first = step();
+    const RngState mid = ctx.rng_state();
+    CHECK(mid.counter > start.counter);
+    CHECK(mid.seed == start.seed);
+    const std::vector<float> second = step();
+    CHECK(second != first);
+    ctx.set_rng_state(mid);
+    CHECK(step() == second);
+    ctx.rng_reset();
+    CHECK(ctx.rng_state() == start);
+    CHECK(step() == first);
+    ctx.seed(77);
+    const RngState seeded = ctx.rng_state();
+    step();
+    ctx.rng_reset();   // the last seeding is seed(77)'s
+    CHECK(ctx.rng_state() == seeded);
+}

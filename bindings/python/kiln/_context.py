@@ -68,6 +68,30 @@ class Context(_kiln._Context):
     def __repr__(self):
         return f"kiln.Context(device='{self.device}', default_dtype={self.default_dtype})"
 
+    # ---- the random stream's state (neon's rng_get_state / rng_set_state / rng_reset / gen_rng)
+    def rng_get_state(self):
+        """The random stream's state, (seed, draws so far): rng_set_state returns to it, and the
+        draws from it are the same on every backend."""
+        return self._rng_state()
+
+    def rng_set_state(self, state):
+        """Returns the random stream to a state rng_get_state gave."""
+        ok = isinstance(state, tuple) and len(state) == 2 and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= v < 2**32 for v in state)
+        if not ok:
+            raise _kiln.InvalidArgument(f"rng_set_state: state {state!r}; it is a (seed, counter) tuple of two ints in "
+                                        "[0, 2**32) as rng_get_state returns")
+        self._set_rng_state(int(state[0]), int(state[1]))
+
+    def rng_reset(self):
+        """Back to the state right after the last seeding (the constructor's seed, or seed())."""
+        self._rng_reset()
+
+    def gen_rng(self, seed=None):
+        """Seeds the random stream (None: 0) and returns its state, as neon's gen_rng."""
+        self.seed(_seed_value(seed, "gen_rng"))
+        return self.rng_get_state()
+
     # ---- tensors (the seeds' factories; dtype None means the context's default dtype)
     def array(self, ary, dtype=None):
         """A tensor with a copy of host data (or of any array-like), converted to dtype

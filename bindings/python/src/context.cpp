@@ -5,6 +5,7 @@
 #include "ops.hpp"
 
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 
 namespace kiln::py {
 
@@ -76,6 +77,13 @@ void bind_context(nb::module_& m) {
             c.c().synchronize();
         }, "Waits until every kernel and copy this context submitted has finished.")
         .def("seed", [](PyContext& c, uint64_t s) { c.c().seed(s); }, "seed"_a, "Restarts the random stream from seed.")
+        .def("_rng_state", [](const PyContext& c) {
+            const RngState s = c.c().rng_state();
+            return std::make_tuple(s.seed, s.counter);
+        })
+        .def("_set_rng_state", [](PyContext& c, uint32_t seed, uint32_t counter) { c.c().set_rng_state({seed, counter}); },
+             "seed"_a, "counter"_a)
+        .def("_rng_reset", [](PyContext& c) { c.c().rng_reset(); })
         .def("counters", [](const PyContext& c) {
             Counters k = c.c().counters();
             nb::dict d;
