@@ -3,6 +3,7 @@
 // epilogue (alpha, beta with X, bias, relu and its slope, brelu, bsum); deconvolution as the
 // transposed convolution; the layer's shapes and FLOPs; and the misuse messages.
 #include "tests/support/catch.hpp"
+#include "tests/support/random_values.hpp"
 
 #include "kernels/conv_views.hpp"
 #include <kiln/kiln.hpp>
@@ -13,6 +14,8 @@
 #include <vector>
 
 using namespace kiln;
+using kiln::test::make;
+using kiln::test::random_values;
 
 namespace {
 
@@ -20,23 +23,6 @@ struct Case {
     int64_t N, C, K;
     Dims3 image, filter, pad, stride, dilation;
 };
-
-std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -1, double hi = 1) {
-    std::mt19937 g(seed);
-    std::uniform_real_distribution<double> u(lo, hi);
-    std::vector<double> v((size_t)n);
-    for (auto& x : v) x = u(g);
-    return v;
-}
-
-// A tensor of `shape` holding v rounded to dt; v is replaced by what the tensor holds.
-Tensor make(Context& ctx, std::vector<double>& v, const Shape& shape, DType dt) {
-    std::vector<float> f(v.begin(), v.end());
-    Tensor t = ctx.array(f, shape, dt);
-    std::vector<float> back = t.to_vector<float>();
-    for (size_t i = 0; i < v.size(); ++i) v[i] = back[i];
-    return t;
-}
 
 // The definition: out[n, m, p, q, k] = sum over t, r, s, c of in[n, d, h, w, c] f[k, t, r, s, c]
 // with d = m str_d - pad_d + t dil_d (and so for h, w); visit(o, i, f) for every term.

@@ -2,6 +2,7 @@
 // activation helpers on the CPU backend against float64 references; the backward batch norm's
 // reference is itself checked against finite differences of the forward one. Misuse messages.
 #include "tests/support/catch.hpp"
+#include "tests/support/random_values.hpp"
 
 #include <kiln/kiln.hpp>
 
@@ -10,24 +11,10 @@
 #include <vector>
 
 using namespace kiln;
+using kiln::test::make;
+using kiln::test::random_values;
 
 namespace {
-
-std::vector<double> random_values(size_t n, uint32_t seed, double lo = -1, double hi = 1) {
-    std::mt19937 g(seed);
-    std::uniform_real_distribution<double> u(lo, hi);
-    std::vector<double> v(n);
-    for (auto& x : v) x = u(g);
-    return v;
-}
-
-Tensor make(Context& ctx, std::vector<double>& v, const Shape& shape, DType dt = DType::Float32) {
-    std::vector<float> f(v.begin(), v.end());
-    Tensor t = ctx.array(f, shape, dt);
-    std::vector<float> back = t.to_vector<float>();
-    for (size_t i = 0; i < v.size(); ++i) v[i] = back[i];
-    return t;
-}
 
 // y = (x - mean) / sqrt(var + eps) * gamma + beta per channel (the last of n x C values).
 std::vector<double> bn_forward(const std::vector<double>& x, const std::vector<double>& gamma,
