@@ -14,7 +14,8 @@ against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin 
 `<!-- cpu_fusion:end -->`; kiln-bench-gemm's (JSON lines; no device, date or commit) `<!-- gemm:begin -->` ..
 `<!-- gemm:end -->`; python_dispatch.py's (one or several runs, each row the median of the runs)
 `<!-- python:begin -->` .. `<!-- python:end -->`; conv.py's (kiln beside cuDNN) `<!-- conv:begin -->` ..
-`<!-- conv:end -->`. A section without its markers is added
+`<!-- conv:end -->`; collectives.py's (kiln.distributed beside torch.distributed)
+`<!-- collectives:begin -->` .. `<!-- collectives:end -->`. A section without its markers is added
 at the end of the document, so the document always shows the last run's numbers with that
 run's device, date, commit and method.
 """
@@ -31,6 +32,7 @@ CPU_BEGIN, CPU_END = "<!-- cpu_fusion:begin -->", "<!-- cpu_fusion:end -->"
 GEMM_BEGIN, GEMM_END = "<!-- gemm:begin -->", "<!-- gemm:end -->"
 PY_BEGIN, PY_END = "<!-- python:begin -->", "<!-- python:end -->"
 CONV_BEGIN, CONV_END = "<!-- conv:begin -->", "<!-- conv:end -->"
+COLL_BEGIN, COLL_END = "<!-- collectives:begin -->", "<!-- collectives:end -->"
 
 # kiln-bench-fusion's latency measures against the fused-kernel issue's targets: (label, key, unit, target).
 LATENCY = [
@@ -232,6 +234,32 @@ def render_conv(r, command):
     return "\n".join(out)
 
 
+def render_collectives(r, command):
+    sm, sc = r["summary"], r["scaling"]
+    out = [COLL_BEGIN, ""] + provenance(
+        f"Device: {r['gpus']} x {r['device']}; GPU 0 -> GPU 1 copy measured in the run: {sm['link_gbs']:.0f} GB/s.",
+        r["date"], r["commit"], f"`{command}`.",
+        "in-place sum all-reduce of random values, one process per GPU; warm-up, then 7 batches of back-to-back calls "
+        "(as many on every rank), each timed on the host clock up to a synchronize, the median batch; the same for "
+        "kiln and torch.distributed in the same processes. Bus bandwidth = 2 (n - 1) / n x bytes / time. Floor: "
+        "2 (n - 1) / n x bytes over the measured copy bandwidth",
+        f" kiln's NCCL {r['nccl_version']}, PyTorch's NCCL {r['torch_nccl_version']}.") + [""]
+    ratio = sm["min_ratio_ge_64mib"]
+    out += [f"Smallest kiln / torch.distributed bus-bandwidth ratio at >= 64 MiB: "
+            f"{'n/a' if ratio is None else f'{ratio:.3f}'} (target >= 0.95). Data-parallel SGD step of "
+            f"examples/data_parallel.py's network, {sc['per_gpu_batch']} images per GPU: one GPU {sc['one_gpu_ms']:.2f} ms, "
+            f"{sc['gpus']} GPUs {sc['n_gpu_ms']:.2f} ms, scaling efficiency {sc['efficiency']:.3f} (target >= 0.90).", "",
+            "| dtype | bytes | kiln ms | torch ms | kiln GB/s | torch GB/s | kiln / torch | floor ms | kiln / floor |",
+            "| --- |" + " ---: |" * 8]
+    for c in r["allreduce"]:
+        floor = c.get("floor_ms")
+        out.append(f"| {c['dtype']} | {c['bytes']} | {c['kiln_ms']:.4f} | {c['torch_ms']:.4f} | {c['kiln_busbw_gbs']:.1f} | "
+                   f"{c['torch_busbw_gbs']:.1f} | {c['ratio']:.3f} | {floor or 0:.4f} | "
+                   f"{(c['kiln_ms'] / floor) if floor else 0:.2f} |")
+    out += ["", COLL_END]
+    return "\n".join(out)
+
+
 def replace_section(doc, begin, end, table, heading):
     if begin in doc and end in doc:
         return re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: table, doc, flags=re.S)
@@ -272,6 +300,11 @@ def main():
                               args.date, args.commit)
         doc = replace_section(doc, PY_BEGIN, PY_END, table,
                               "Python: cost of one cached fused expression (examples/benchmarks/python_dispatch.py)")
+    elif "allreduce" in r:
+        table = render_collectives(r, args.command or "python -m kiln.distributed --nproc 2 "
+                                   "examples/benchmarks/collectives.py --json collectives.json")
+        doc = replace_section(doc, COLL_BEGIN, COLL_END, table,
+                              "Collectives beside torch.distributed (examples/benchmarks/collectives.py)")
     elif "layers" in r:
         table = render_conv(r, args.command or "python3 examples/benchmarks/conv.py --json conv.json")
         doc = replace_section(doc, CONV_BEGIN, CONV_END, table,
@@ -290,8 +323,8 @@ def main():
                               "CUDA backend beside PyTorch: fused expressions (examples/benchmarks/vs_torch.py)")
     with open(args.doc, "w") as f:
         f.write(doc)
-    count = sum("kiln_ms" in x for x in r) if gemm else len(r["rows"] if python else r["layers"] if "layers" in r else
-                                                             r["cases"])
+    count = sum("kiln_ms" in x for x in r) if gemm else len(
+        r["rows"] if python else r["layers"] if "layers" in r else r["allreduce"] if "allreduce" in r else r["cases"])
     print(f"{args.doc}: {count} {'products' if gemm else 'cases'} from {', '.join(args.json)}")
     return 0
 

@@ -6,6 +6,7 @@
 //   C[kiln::all] = kiln::mean(kiln::square(A - kiln::mean(A, 1)), 1);   // one fused kernel
 //   std::vector<float> out = C.to_vector<float>();
 #pragma once
+#include <kiln/collectives.hpp>
 #include <kiln/context.hpp>
 #include <kiln/conv.hpp>
 #include <kiln/dtype.hpp>

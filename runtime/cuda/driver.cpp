@@ -48,6 +48,7 @@ Driver load() {
     sym(d.cuEventDestroy, "cuEventDestroy_v2");
     sym(d.cuEventRecord, "cuEventRecord");
     sym(d.cuEventSynchronize, "cuEventSynchronize");
+    sym(d.cuEventQuery, "cuEventQuery");
     sym(d.cuEventElapsedTime, "cuEventElapsedTime");
     sym(d.cuMemAlloc, "cuMemAlloc_v2");
     sym(d.cuMemFree, "cuMemFree_v2");

@@ -36,6 +36,7 @@ struct Driver {
     KILN_CU_FN(cuEventDestroy)
     KILN_CU_FN(cuEventRecord)
     KILN_CU_FN(cuEventSynchronize)
+    KILN_CU_FN(cuEventQuery)
     KILN_CU_FN(cuEventElapsedTime)
     KILN_CU_FN(cuMemAlloc)
     KILN_CU_FN(cuMemFree)

@@ -209,3 +209,24 @@ def test_conv_benchmark_without_a_gpu_says_so():
                        text=True, env=dict(os.environ, KILN_BACKEND="cpu"), timeout=120)
     assert r.returncode == 0, r.stderr
     assert "conv:" in r.stdout and ("not importable" in r.stdout or "skipped" in r.stdout)
+
+
+def test_the_collectives_benchmark_fills_its_own_section(tmp_path):
+    doc = tmp_path / "PERF.md"
+    doc.write_text("# Performance\n\n" + perf_tables.COLL_BEGIN + "\nstale\n" + perf_tables.COLL_END + "\nafter\n")
+    rows = [{"dtype": "float32", "bytes": b, "kiln_ms": b / 3.0e8, "torch_ms": b / 3.1e8, "kiln_busbw_gbs": 300.0,
+             "torch_busbw_gbs": 310.0, "ratio": 300 / 310, "floor_ms": b / 4.0e8} for b in (1 << 20, 64 << 20, 256 << 20)]
+    run = {"benchmark": "collectives", "device": "NVIDIA H200", "gpus": 2, "commit": "abc1234", "date": "2026-11-30",
+           "nccl_version": 22809, "torch_nccl_version": "2.28.9", "allreduce": rows,
+           "scaling": {"gpus": 2, "per_gpu_batch": 256, "one_gpu_ms": 4.0, "n_gpu_ms": 4.2, "efficiency": 4.0 / 4.2},
+           "summary": {"min_ratio_ge_64mib": 300 / 310, "link_gbs": 400.0}}
+    js = tmp_path / "collectives.json"
+    js.write_text(json.dumps(run))
+    subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)], check=True,
+                   capture_output=True)
+    text = doc.read_text()
+    assert "stale" not in text and text.endswith("after\n")
+    assert "Device: 2 x NVIDIA H200; GPU 0 -> GPU 1 copy measured in the run: 400 GB/s." in text
+    assert "Smallest kiln / torch.distributed bus-bandwidth ratio at >= 64 MiB: 0.968 (target >= 0.95)" in text
+    assert "scaling efficiency 0.952 (target >= 0.90)" in text
+    assert "| float32 | 67108864 | 0.2237 | 0.2165 | 300.0 | 310.0 | 0.968 | 0.1678 | 1.33 |" in text

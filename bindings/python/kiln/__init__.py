@@ -27,6 +27,7 @@ from ._creation import (  # noqa: F401
     reshape, squeeze, transpose, zeros, zeros_like,
 )
 from . import _host  # noqa: F401,E402 - adds get/__array__/repr to Tensor and Expr
+from . import distributed  # noqa: F401,E402
 from . import layers  # noqa: F401,E402
 from . import nn  # noqa: F401,E402
 from . import random  # noqa: F401,E402

@@ -44,10 +44,14 @@ class Context(_kiln._Context):
         products); off by default.
     kernel_cache_capacity: the most compiled kernels kept in memory (least recently used
         evicted); None: KILN_KERNEL_CACHE, else 1024.
+    num_devices: neon's multi-GPU keyword: this context and num_devices - 1 more on the GPUs
+        that follow it, in `devices`; communicators() joins them for collectives
+        (kiln.distributed).
     """
 
     def __init__(self, device=None, *, default_dtype=np.float32, stochastic_round=False, rng_seed=None, seed=None,
-                 device_id=None, bench=False, deterministic=None, allow_tf32=False, kernel_cache_capacity=None):
+                 device_id=None, bench=False, deterministic=None, allow_tf32=False, kernel_cache_capacity=None,
+                 num_devices=None):
         if device is None and device_id:
             if os.environ.get("KILN_BACKEND", "") != "cpu":
                 device = f"cuda:{int(device_id)}"
@@ -64,6 +68,33 @@ class Context(_kiln._Context):
             raise _kiln.InvalidArgument(f"Context: kernel_cache_capacity must be a positive number of kernels, got {capacity}")
         super().__init__(device or "", s, _dtypes.dtype(default_dtype), bits, bool(bench), capacity)
         self.allow_tf32 = bool(allow_tf32)
+        self.devices = [self]
+        self._communicators = None
+        if num_devices is not None:
+            if isinstance(num_devices, bool) or not hasattr(num_devices, "__index__") or num_devices.__index__() < 1:
+                raise _kiln.InvalidArgument(f"Context: num_devices = {num_devices!r}; valid: a number of GPUs, at least 1")
+            n = num_devices.__index__()
+            if n > 1 and self.backend != "cuda":
+                raise _kiln.InvalidArgument(f"Context: num_devices = {n} needs CUDA devices; this context runs on "
+                                            f"{self.device}")
+            first = int(self.device.split(":")[1]) if n > 1 else 0
+            for i in range(1, n):
+                self.devices.append(Context(f"cuda:{first + i}", default_dtype=default_dtype, stochastic_round=bits,
+                                            seed=s, bench=bench, allow_tf32=allow_tf32,
+                                            kernel_cache_capacity=kernel_cache_capacity))
+
+    @property
+    def num_devices(self):
+        return len(self.devices)
+
+    def communicators(self, timeout=None):
+        """One kiln.distributed.Communicator per context of `devices` (made on first call):
+        collectives between them go inside `with kiln.distributed.group():`."""
+        if self._communicators is None:
+            from . import distributed
+
+            self._communicators = distributed.init_all(self.devices, timeout=timeout)
+        return self._communicators
 
     def __repr__(self):
         return f"kiln.Context(device='{self.device}', default_dtype={self.default_dtype})"

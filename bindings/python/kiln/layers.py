@@ -311,9 +311,16 @@ class Network:
             x = layer.fprop(x)
         return x
 
-    def bprop(self, e):
+    def bprop(self, e, on_grads=None):
+        """Back-propagates e through the layers; on_grads(pairs), when given, is called with
+        each layer's (param, grad) pairs as soon as its bprop has been given (a data-parallel
+        trainer starts their all-reduce there, overlapping the layers still to come)."""
         for layer in reversed(self.layers):
             e = layer.bprop(e)
+            if on_grads is not None:
+                pairs = layer.params()
+                if pairs:
+                    on_grads(pairs)
         return e
 
     def loss(self, logits, labels):
