@@ -2,6 +2,7 @@
 
 #include "compiler/env.hpp"
 #include "ir/error.hpp"
+#include "ir/storage.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -137,6 +138,13 @@ void check_tensors(Op kind, const Context& ctx, int world, int rank, const Tenso
     if (lo_s == in_place) return;
     fail(Error::Kind::Value, "{}: the source {} and destination {} overlap; valid: no overlap, or {}", op, describe(src),
          describe(dst), form);
+}
+
+void check_written(Op op, const Tensor& src) {
+    if (src.defined() && src.size() > 0 && !src.view().storage->written)
+        fail(Error::Kind::Value, "{}: reads a {} tensor of shape {} that was never written (created by empty() and not "
+             "assigned); assign it, or create it with zeros()/array()", op_name(op), dtype_name(src.dtype()),
+             shape_str(src.shape()));
 }
 
 void check_root(int world, int root) {

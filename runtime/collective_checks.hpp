@@ -20,6 +20,9 @@ const char* op_name(Op op);   // "all_reduce", ...
 // reduce (or carry), dtypes that differ, sizes that do not fit, buffers that overlap other than
 // in NCCL's in-place forms (for all_gather and reduce_scatter those depend on `rank`).
 void check_tensors(Op op, const Context& ctx, int world, int rank, const Tensor& src, const Tensor& dst, ReduceOp red);
+// A source that was never written (empty() and not assigned) holds garbage: an error, as for
+// any other read (broadcast's source is read on the root only).
+void check_written(Op op, const Tensor& src);
 // The root of a broadcast: 0 <= root < world.
 void check_root(int world, int root);
 // A communicator's rank and size, and that the context is a CUDA one.

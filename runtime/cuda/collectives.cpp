@@ -1,13 +1,15 @@
 // kiln::Communicator over NCCL (include/kiln/collectives.hpp).
 //
-// Every communicator is non-blocking (ncclConfig_t.blocking = 0): NCCL calls return at once and
-// kiln polls ncclCommGetAsyncError until the call has settled, so the joining of the ranks and
-// every call can be given up after the timeout, by ncclCommAbort, instead of hanging. A
-// collective's kernels can still wait forever on the GPU for a rank that never comes; a
-// watchdog thread per communicator follows each collective by an event and aborts the
-// communicator when one is older than the timeout or NCCL reports an asynchronous error (a rank
-// that exited), which also ends a host thread's wait on the stream. All NCCL calls on a
-// communicator happen under its mutex, so the watchdog never aborts one mid-call.
+// Joining must be able to give up: a rank that never comes would block ncclCommInitRank for
+// ever. So the ranks first join a non-blocking communicator (ncclConfig_t.blocking = 0), polled
+// with ncclCommGetAsyncError until it is ready or the timeout passes, and split from it, once
+// everyone is there, the blocking communicator the collectives run on: NCCL gives each call of
+// a non-blocking communicator a thread of its own, tens of microseconds a collective. A
+// collective's kernels, and the first call's connection set-up, can still wait for ever for a
+// rank that died; a watchdog thread per communicator follows each collective by an event and
+// aborts the communicator (ncclCommAbort ends its kernels and host waits) when one is older
+// than the timeout, when a call has not returned within it, or when NCCL reports an
+// asynchronous error (a rank that exited).
 #include "runtime/collective_checks.hpp"
 #include "runtime/cuda/device_backend.hpp"
 #include "runtime/cuda/driver.hpp"
@@ -15,14 +17,15 @@
 
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
+#include "ir/storage.hpp"
 
 #include <chrono>
 #include <cstring>
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <mutex>
-#include <set>
 #include <thread>
 
 namespace kiln {
@@ -62,6 +65,9 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     return ncclSum;
 }
 
+// What a collective wrote counts as written (a destination made by empty() is then readable).
+void written(const Tensor& t) { t.view().storage->written = true; }
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The collectives given inside the calling thread's open groups, settled when the outermost
@@ -95,6 +101,11 @@ struct Communicator::Impl {
     std::condition_variable wake;
     bool stopping = false;
     std::thread watchdog;
+    // When the NCCL call under way (with mu held) began, 0 when none is: a call that hangs
+    // holds mu, so the watchdog aborts it without the lock, and leaves the cause here.
+    std::atomic<int64_t> call_started_ns{0};
+    std::mutex hard_mu;
+    std::string hard_error;
 
     Impl(Context& c, int w, int r, double t) : ctx(&c), be(&cuda::cuda_backend(c)), rank(r), world(w), timeout(t) {}
 
@@ -121,27 +132,6 @@ struct Communicator::Impl {
         const char* last = comm ? cuda::nccl().ncclGetLastError(comm) : nullptr;
         if (last && *last) s += fmt::format(": {}", last);
         return s;
-    }
-
-    // Polls until the communicator's last call has settled (ncclInProgress no more), at most
-    // the timeout; any error fails the communicator and throws.
-    void settle_locked(const char* op) {
-        auto start = Clock::now();
-        for (;;) {
-            ncclResult_t state = ncclSuccess;
-            ncclResult_t r = cuda::nccl().ncclCommGetAsyncError(comm, &state);
-            if (r != ncclSuccess) state = r;
-            if (state == ncclSuccess) return;
-            if (state != ncclInProgress) {
-                fail_locked(nccl_error(state, op));
-                throw_if_failed(op);
-            }
-            if (seconds_since(start) > timeout) {
-                fail_locked(fmt::format("{} did not complete within the timeout of {:.0f} s", op, timeout));
-                throw_if_failed(op);
-            }
-            std::this_thread::sleep_for(std::chrono::microseconds(20));
-        }
     }
 
     // Follows the work just given to `stream` with an event for the watchdog and synchronize().
@@ -184,22 +174,44 @@ struct Communicator::Impl {
 
     void watch() {
         be->make_current();
-        std::unique_lock<std::mutex> lock(mu);
-        while (!stopping) {
+        std::unique_lock<std::mutex> lock(mu, std::defer_lock);
+        for (;;) {
+            if (!lock.try_lock()) {
+                abort_hung_call();
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                continue;
+            }
+            if (stopping) break;
             wake.wait_for(lock, std::chrono::milliseconds(inflight.empty() ? 200 : 10));
             if (stopping) break;
             if (comm || !inflight.empty()) poll_locked();
+            lock.unlock();
         }
     }
 
-    // Gives one NCCL call on the communicator: inside a group it settles when the group closes.
+    // A call holds mu: after the timeout it is ended from here, without the lock.
+    void abort_hung_call() {
+        int64_t began = call_started_ns.load();
+        if (!began || (Clock::now().time_since_epoch().count() - began) * 1e-9 <= timeout) return;
+        {
+            std::lock_guard<std::mutex> h(hard_mu);
+            if (!hard_error.empty()) return;
+            hard_error = fmt::format("an NCCL call did not return within the timeout of {:.0f} s (a rank did not make "
+                                     "the same call, or exited)", timeout);
+        }
+        log_write(LogLevel::Error, fmt::format("communicator {} aborted: {}", who(), hard_error));
+        cuda::nccl().ncclCommAbort(comm);
+    }
+
+    // Gives one NCCL call on the communicator (blocking: it returns once enqueued); inside a
+    // group it gets its event when the group closes.
     template <class F>
     void give(const char* op, CUstream stream, F&& call) {
         std::unique_lock<std::mutex> lock(mu);
         throw_if_failed(op);
         be->make_current();
-        ncclResult_t r = call(comm, stream);
-        if (r != ncclSuccess && r != ncclInProgress) {
+        ncclResult_t r = timed_call([&] { return call(comm, stream); });
+        if (r != ncclSuccess) {
             fail_locked(nccl_error(r, op));
             throw_if_failed(op);
         }
@@ -207,13 +219,38 @@ struct Communicator::Impl {
             group_members.push_back({this, stream, op});
             return;
         }
-        settle_locked(op);
         record_locked(stream, op);
+    }
+
+    // Runs an NCCL call with mu held, visible to the watchdog; when the watchdog had to abort
+    // it, the communicator is gone and the failure says why.
+    template <class F>
+    ncclResult_t timed_call(F&& f) {
+        call_started_ns = Clock::now().time_since_epoch().count();
+        ncclResult_t r = f();
+        call_started_ns = 0;
+        std::lock_guard<std::mutex> h(hard_mu);
+        if (!hard_error.empty() && error.empty()) {
+            error = hard_error;
+            comm = nullptr;
+            if (r == ncclSuccess) r = ncclRemoteError;
+        }
+        return r;
     }
 
     void start_watchdog() { watchdog = std::thread([this] { watch(); }); }
 
     ~Impl() {
+        // The collectives in flight finish first (or fail: poll_locked gives up after the
+        // timeout and aborts), so destroying the communicator does not wait on a dead peer.
+        be->make_current();
+        for (;;) {
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                if (!comm || poll_locked()) break;
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
         {
             std::lock_guard<std::mutex> lock(mu);
             stopping = true;
@@ -223,17 +260,8 @@ struct Communicator::Impl {
         const auto& d = cuda::driver();
         be->make_current();
         std::lock_guard<std::mutex> lock(mu);
-        if (comm) {
-            // Finalize flushes the collectives in flight; it settles like any other call.
-            const auto& n = cuda::nccl();
-            ncclResult_t r = n.ncclCommFinalize(comm);
-            try {
-                if (r == ncclSuccess || r == ncclInProgress) settle_locked("Communicator destruction");
-            } catch (const Error&) {
-            }
-            if (comm) n.ncclCommDestroy(comm);
-            comm = nullptr;
-        }
+        if (comm) cuda::nccl().ncclCommDestroy(comm);
+        comm = nullptr;
         for (auto& f : inflight) d.cuEventDestroy(f.done);
         if (side) {
             d.cuStreamSynchronize(side);
@@ -246,32 +274,57 @@ struct Communicator::Impl {
 
 namespace {
 
-ncclConfig_t nonblocking_config() {
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
-    return cfg;
-}
-
-// Waits for the joins given to `impls` to settle (they were given in one group, or one alone).
-void settle_join(const std::vector<Communicator::Impl*>& impls, const char* op) {
-    for (auto* impl : impls) {
-        std::lock_guard<std::mutex> lock(impl->mu);
-        try {
-            impl->settle_locked(op);
-        } catch (const Error&) {
-            std::string why = impl->error;
-            for (auto* other : impls) {
-                if (other == impl) continue;
-                std::lock_guard<std::mutex> l2(other->mu);
-                other->fail_locked("another rank of this process failed to join");
+// Joins `impl` to the clique of `id`: a non-blocking communicator first, given up after the
+// timeout, then the blocking one split from it (everyone has joined by then).
+void join(Communicator::Impl& impl, const NcclId& id) {
+    const auto& n = cuda::nccl();
+    const char* op = "Communicator";
+    ncclUniqueId raw;
+    std::memcpy(raw.internal, id.bytes.data(), sizeof(raw.internal));
+    std::lock_guard<std::mutex> lock(impl.mu);
+    impl.be->make_current();
+    ncclConfig_t nonblocking = NCCL_CONFIG_INITIALIZER;
+    nonblocking.blocking = 0;
+    ncclComm_t parent = nullptr;
+    ncclResult_t r = n.ncclCommInitRankConfig(&parent, impl.world, raw, impl.rank, &nonblocking);
+    auto give_up = [&](const std::string& why) {
+        if (parent) n.ncclCommAbort(parent);
+        impl.error = why;
+        fail(Error::Kind::Runtime, "{}: {} could not join: {}{}", op, impl.who(), why,
+             why.find("did not complete") != std::string::npos
+                 ? fmt::format(" (are all {} ranks started, with the same id?)", impl.world)
+                 : "");
+    };
+    if (r != ncclSuccess && r != ncclInProgress) give_up(cuda::describe(r, "ncclCommInitRankConfig"));
+    auto settle = [&](ncclComm_t handle, const char* what) {
+        auto start = Clock::now();
+        for (;;) {
+            ncclResult_t state = ncclSuccess;
+            ncclResult_t q = n.ncclCommGetAsyncError(handle, &state);
+            if (q != ncclSuccess) state = q;
+            if (state == ncclSuccess) return;
+            if (state != ncclInProgress) {
+                const char* last = n.ncclGetLastError(handle);
+                give_up(cuda::describe(state, what) + (last && *last ? fmt::format(": {}", last) : ""));
             }
-            fail(Error::Kind::Runtime, "{}: {} could not join: {}{}", op, impl->who(), why,
-                 why.find("did not complete") != std::string::npos
-                     ? fmt::format(" (are all {} ranks started, with the same id?)", impl->world)
-                     : "");
+            if (seconds_since(start) > impl.timeout)
+                give_up(fmt::format("{} did not complete within the timeout of {:.0f} s", what, impl.timeout));
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
+    };
+    settle(parent, "joining");
+    ncclConfig_t blocking = NCCL_CONFIG_INITIALIZER;
+    blocking.blocking = 1;
+    ncclComm_t child = nullptr;
+    r = n.ncclCommSplit(parent, 0, impl.rank, &child, &blocking);
+    if (r != ncclSuccess && r != ncclInProgress) give_up(cuda::describe(r, "ncclCommSplit"));
+    if (r == ncclInProgress) {
+        settle(parent, "the split");
+        if (child) settle(child, "the split");
     }
-    for (auto* impl : impls) impl->start_watchdog();
+    if (!child) give_up("ncclCommSplit gave no communicator");
+    impl.comm = child;
+    n.ncclCommDestroy(parent);
 }
 
 } // namespace
@@ -297,20 +350,10 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 Communicator::Communicator(Context& ctx, int world_size, int rank, const NcclId& id, CommOptions opts) {
     double timeout = collective::timeout_seconds(opts.timeout_s);
     collective::check_member("Communicator", ctx, world_size, rank);
-    const auto& n = loaded_nccl("Communicator");
+    loaded_nccl("Communicator");
     impl_ = std::make_unique<Impl>(ctx, world_size, rank, timeout);
-    ncclUniqueId raw;
-    std::memcpy(raw.internal, id.bytes.data(), sizeof(raw.internal));
-    ncclConfig_t cfg = nonblocking_config();
-    impl_->be->make_current();
-    ncclResult_t r = n.ncclCommInitRankConfig(&impl_->comm, world_size, raw, rank, &cfg);
-    if (r != ncclSuccess && r != ncclInProgress) {
-        if (impl_->comm) n.ncclCommAbort(impl_->comm);
-        impl_->comm = nullptr;
-        fail(Error::Kind::Runtime, "Communicator: {} could not join: {}", impl_->who(),
-             cuda::describe(r, "ncclCommInitRankConfig"));
-    }
-    settle_join({impl_.get()}, "Communicator");
+    join(*impl_, id);
+    impl_->start_watchdog();
 }
 
 std::unique_ptr<Communicator> Communicator::through_file(Context& ctx, int world_size, int rank, const std::string& path,
@@ -357,33 +400,23 @@ std::vector<std::unique_ptr<Communicator>> Communicator::for_contexts(const std:
     }
     double timeout = collective::timeout_seconds(opts.timeout_s);
     const auto& n = loaded_nccl(op);
-    NcclId id = new_id();
-    ncclUniqueId raw;
-    std::memcpy(raw.internal, id.bytes.data(), sizeof(raw.internal));
+    // One process: every rank is here, so the blocking ncclCommInitAll cannot wait for a
+    // missing one.
     std::vector<std::unique_ptr<Impl>> impls;
-    for (int i = 0; i < world; ++i) impls.push_back(std::make_unique<Impl>(*contexts[i], world, i, timeout));
-    ncclConfig_t cfg = nonblocking_config();
-    n.ncclGroupStart();
-    ncclResult_t bad = ncclSuccess;
-    for (int i = 0; i < world && bad == ncclSuccess; ++i) {
-        impls[i]->be->make_current();
-        ncclResult_t r = n.ncclCommInitRankConfig(&impls[i]->comm, world, raw, i, &cfg);
-        if (r != ncclSuccess && r != ncclInProgress) bad = r;
+    std::vector<int> devices;
+    std::vector<ncclComm_t> handles(world, nullptr);
+    for (int i = 0; i < world; ++i) {
+        impls.push_back(std::make_unique<Impl>(*contexts[i], world, i, timeout));
+        devices.push_back(impls.back()->be->info().index);
     }
-    ncclResult_t r = n.ncclGroupEnd();
-    if (bad == ncclSuccess && r != ncclSuccess && r != ncclInProgress) bad = r;
-    std::vector<Impl*> raw_impls;
-    for (auto& i : impls) raw_impls.push_back(i.get());
-    if (bad != ncclSuccess) {
-        for (auto* i : raw_impls) {
-            std::lock_guard<std::mutex> lock(i->mu);
-            i->fail_locked("joining failed");
-        }
-        fail(Error::Kind::Runtime, "{}: {}", op, cuda::describe(bad, "ncclCommInitRankConfig"));
-    }
-    settle_join(raw_impls, op);
+    ncclResult_t r = n.ncclCommInitAll(handles.data(), world, devices.data());
+    if (r != ncclSuccess) fail(Error::Kind::Runtime, "{}: {}", op, cuda::describe(r, "ncclCommInitAll"));
     std::vector<std::unique_ptr<Communicator>> out;
-    for (auto& i : impls) out.push_back(std::unique_ptr<Communicator>(new Communicator(std::move(i))));
+    for (int i = 0; i < world; ++i) {
+        impls[i]->comm = handles[i];
+        impls[i]->start_watchdog();
+        out.push_back(std::unique_ptr<Communicator>(new Communicator(std::move(impls[i]))));
+    }
     return out;
 }
 
@@ -400,11 +433,13 @@ void Communicator::all_reduce(Tensor& t, ReduceOp op) { all_reduce(t, t, op); }
 
 void Communicator::all_reduce(const Tensor& src, Tensor& dst, ReduceOp op) {
     collective::check_tensors(Op::AllReduce, *impl_->ctx, impl_->world, impl_->rank, src, dst, op);
+    collective::check_written(Op::AllReduce, src);
     if (src.size() == 0) return;
     const auto& n = loaded_nccl("all_reduce");
     impl_->give("all_reduce", impl_->be->stream(), [&](ncclComm_t c, CUstream s) {
         return n.ncclAllReduce(src.data(), dst.data(), (size_t)src.size(), nccl_dtype(src.dtype()), nccl_op(op), c, s);
     });
+    written(dst);
 }
 
 void Communicator::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
@@ -420,20 +455,24 @@ void Communicator::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
 
 void Communicator::all_gather(const Tensor& src, Tensor& dst) {
     collective::check_tensors(Op::AllGather, *impl_->ctx, impl_->world, impl_->rank, src, dst, ReduceOp::Sum);
+    collective::check_written(Op::AllGather, src);
     if (src.size() == 0) return;
     const auto& n = loaded_nccl("all_gather");
     impl_->give("all_gather", impl_->be->stream(), [&](ncclComm_t c, CUstream s) {
         return n.ncclAllGather(src.data(), dst.data(), (size_t)src.size(), nccl_dtype(src.dtype()), c, s);
     });
+    written(dst);
 }
 
 void Communicator::reduce_scatter(const Tensor& src, Tensor& dst, ReduceOp op) {
     collective::check_tensors(Op::ReduceScatter, *impl_->ctx, impl_->world, impl_->rank, src, dst, op);
+    collective::check_written(Op::ReduceScatter, src);
     if (dst.size() == 0) return;
     const auto& n = loaded_nccl("reduce_scatter");
     impl_->give("reduce_scatter", impl_->be->stream(), [&](ncclComm_t c, CUstream s) {
         return n.ncclReduceScatter(src.data(), dst.data(), (size_t)dst.size(), nccl_dtype(src.dtype()), nccl_op(op), c, s);
     });
+    written(dst);
 }
 
 void Communicator::broadcast(Tensor& t, int root) { broadcast(t, t, root); }
@@ -441,11 +480,13 @@ void Communicator::broadcast(Tensor& t, int root) { broadcast(t, t, root); }
 void Communicator::broadcast(const Tensor& src, Tensor& dst, int root) {
     collective::check_root(impl_->world, root);
     collective::check_tensors(Op::Broadcast, *impl_->ctx, impl_->world, impl_->rank, src, dst, ReduceOp::Sum);
+    if (root == impl_->rank) collective::check_written(Op::Broadcast, src);
     if (src.size() == 0) return;
     const auto& n = loaded_nccl("broadcast");
     impl_->give("broadcast", impl_->be->stream(), [&](ncclComm_t c, CUstream s) {
         return n.ncclBroadcast(src.data(), dst.data(), (size_t)src.size(), nccl_dtype(src.dtype()), root, c, s);
     });
+    written(dst);
 }
 
 // ---- all_reduce_async and Pending
@@ -458,8 +499,10 @@ struct Pending::State {
 };
 
 Pending Communicator::all_reduce_async(const std::vector<Tensor>& tensors, ReduceOp op) {
-    for (const Tensor& t : tensors)
+    for (const Tensor& t : tensors) {
         collective::check_tensors(Op::AllReduce, *impl_->ctx, impl_->world, impl_->rank, t, t, op);
+        collective::check_written(Op::AllReduce, t);
+    }
     const auto& n = loaded_nccl("all_reduce_async");
     const auto& d = cuda::driver();
     Impl& im = *impl_;
@@ -581,18 +624,12 @@ void CollectiveGroup::end() {
     if (group_depth > 0) return;
     std::vector<GroupMember> members;
     members.swap(group_members);
-    std::set<Communicator::Impl*> seen;
     std::string first_error;
     for (auto& m : members) {
         std::lock_guard<std::mutex> lock(m.impl->mu);
-        if (!seen.insert(m.impl).second) {
-            if (m.impl->error.empty()) m.impl->record_locked(m.stream, m.what);
-            continue;
-        }
         try {
-            if (r != ncclSuccess && r != ncclInProgress) m.impl->fail_locked(m.impl->nccl_error(r, "ncclGroupEnd"));
+            if (r != ncclSuccess) m.impl->fail_locked(m.impl->nccl_error(r, "ncclGroupEnd"));
             m.impl->throw_if_failed(m.what);
-            if (m.impl->comm) m.impl->settle_locked(m.what);
             m.impl->record_locked(m.stream, m.what);
         } catch (const Error& e) {
             if (first_error.empty()) first_error = e.what();

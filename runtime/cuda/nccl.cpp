@@ -37,7 +37,8 @@ std::unique_ptr<Nccl> load(const std::string& name) {
     sym(n->ncclGetLastError, "ncclGetLastError");
     sym(n->ncclGetUniqueId, "ncclGetUniqueId");
     sym(n->ncclCommInitRankConfig, "ncclCommInitRankConfig");
-    sym(n->ncclCommFinalize, "ncclCommFinalize");
+    sym(n->ncclCommInitAll, "ncclCommInitAll");
+    sym(n->ncclCommSplit, "ncclCommSplit");
     sym(n->ncclCommDestroy, "ncclCommDestroy");
     sym(n->ncclCommAbort, "ncclCommAbort");
     sym(n->ncclCommGetAsyncError, "ncclCommGetAsyncError");

@@ -207,6 +207,30 @@ def test_a_rank_that_exits_gives_an_error_not_a_hang(tmp_path):
     assert time.time() - t0 < 100
 
 
+def test_a_rank_that_never_calls_gives_a_timeout_not_a_hang(tmp_path):
+    need_nccl()
+    if gpus() < 2:
+        pytest.skip("one GPU: two ranks need two GPUs")
+    t0 = time.time()
+    status, out = run_ranks(tmp_path, """
+        comm = dist.Communicator.from_env(timeout=5)
+        if comm.rank == 1:
+            time.sleep(40)                    # joined, but never makes the collective
+            sys.exit(0)
+        x = comm.context.array(np.ones(1 << 16, np.float32))
+        t = time.time()
+        try:
+            comm.all_reduce(x)
+            comm.synchronize()
+            print("NO-ERROR", flush=True)
+        except RuntimeError as e:
+            print(f"RANK0-ERROR after {time.time() - t:.1f} s:", e, flush=True)
+    """, timeout=120)
+    assert "RANK0-ERROR" in out, out
+    assert "timeout of 5 s" in out, out
+    assert time.time() - t0 < 100
+
+
 def test_two_ranks_on_one_gpu_fail_clearly(tmp_path):
     need_nccl()
     status, out = run_ranks(tmp_path, """

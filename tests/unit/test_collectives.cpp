@@ -232,3 +232,12 @@ TEST_CASE("collectives: reduce_op_name") {
     CHECK(reduce_op_name(ReduceOp::Min) == "min");
     CHECK(reduce_op_name(ReduceOp::Avg) == "avg");
 }
+
+TEST_CASE("collectives: a source never written is an error") {
+    Context& c = cpu();
+    Tensor fresh = c.empty({3, 2}, DType::Float16);
+    CHECK_THAT(message([&] { collective::check_written(Op::AllReduce, fresh); }),
+               Contains("all_reduce: reads a float16 tensor of shape (3, 2) that was never written"));
+    collective::check_written(Op::AllReduce, c.zeros({3, 2}, DType::Float16));
+    collective::check_written(Op::AllGather, c.empty({0}, DType::Float32));   // nothing to read
+}
