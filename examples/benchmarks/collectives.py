@@ -4,8 +4,9 @@ data-parallel example's scaling efficiency. One process per GPU:
     python -m kiln.distributed --nproc 2 examples/benchmarks/collectives.py [--json collectives.json]
 
 Method (the same for both sides, in the same processes): float32 and bfloat16 tensors of random
-values; for each size, warm-up calls, then 7 batches of back-to-back in-place all-reduces (sum),
-each timed on the host clock up to a synchronize; the median batch. Every rank makes the same
+values; for each size, warm-up calls, then 7 batches of back-to-back in-place all-reduces (sum)
+for each side, kiln's and torch's batches interleaved, each timed on the host clock up to a
+synchronize; the median batch. Every rank makes the same
 number of calls (counts follow from the size alone). Bus bandwidth = 2 (n - 1) / n x bytes /
 time, NCCL's own measure. The floor: the ring moves 2 (n - 1) / n x bytes through each GPU's
 link, so the time cannot be below that over the link bandwidth, measured here as a timed copy
@@ -30,6 +31,24 @@ import kiln.distributed as kdist  # noqa: E402
 from bench_common import git_commit  # noqa: E402
 
 
+def side_by_side(a, b, sync_a, sync_b, calls, batches=7, warmup=3):
+    """Milliseconds per call of a and of b, their batches interleaved (a, b, a, b, ...) so that
+    clocks and temperature drift alike for both; the median batch of each."""
+    for fn, sync in ((a, sync_a), (b, sync_b)):
+        for _ in range(warmup):
+            fn()
+        sync()
+    per = ([], [])
+    for _ in range(batches):
+        for k, (fn, sync) in enumerate(((a, sync_a), (b, sync_b))):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            per[k].append((time.perf_counter() - t0) * 1e3 / calls)
+    return statistics.median(per[0]), statistics.median(per[1])
+
+
 def timed(fn, sync, calls, batches=7, warmup=3):
     for _ in range(warmup):
         fn()
@@ -45,9 +64,9 @@ def timed(fn, sync, calls, batches=7, warmup=3):
 
 
 def calls_for(nbytes):
-    """Calls per batch from the size alone (the same on every rank): about 5 ms at 200 GB/s."""
+    """Calls per batch from the size alone (the same on every rank): about 10 ms at 200 GB/s."""
     est_ms = 0.02 + nbytes / 200e9 * 1e3
-    return int(min(500, max(3, 5.0 / est_ms)))
+    return int(min(500, max(5, 10.0 / est_ms)))
 
 
 def link_gbs(torch, nbytes=256 << 20):
@@ -65,8 +84,8 @@ def main():
     ap = argparse.ArgumentParser(description="kiln.distributed all-reduce beside torch.distributed")
     ap.add_argument("--json", default="collectives.json")
     ap.add_argument("--max-mib", type=int, default=1024)
-    ap.add_argument("--steps", type=int, default=10, help="timed SGD steps for the scaling measurement")
-    ap.add_argument("--batch", type=int, default=256, help="per-GPU batch for the scaling measurement")
+    ap.add_argument("--steps", type=int, default=20, help="timed SGD steps for the scaling measurement")
+    ap.add_argument("--batch", type=int, default=1024, help="per-GPU batch for the scaling measurement")
     a = ap.parse_args()
     import torch
     import torch.distributed as tdist
@@ -88,8 +107,8 @@ def main():
             kt = ctx.array(host, getattr(kiln, dtype))
             tt = torch.from_numpy(host).to(f"cuda:{torch.cuda.current_device()}").to(tdtype)
             calls = calls_for(nbytes)
-            k_ms = timed(lambda: comm.all_reduce(kt), comm.synchronize, calls)
-            t_ms = timed(lambda: tdist.all_reduce(tt), torch.cuda.synchronize, calls)
+            k_ms, t_ms = side_by_side(lambda: comm.all_reduce(kt), lambda: tdist.all_reduce(tt), comm.synchronize,
+                                      torch.cuda.synchronize, calls)
             row = {"dtype": dtype, "bytes": nbytes, "kiln_ms": k_ms, "torch_ms": t_ms,
                    "kiln_busbw_gbs": factor * nbytes / k_ms / 1e6, "torch_busbw_gbs": factor * nbytes / t_ms / 1e6}
             row["ratio"] = row["kiln_busbw_gbs"] / row["torch_busbw_gbs"]
@@ -107,9 +126,9 @@ def main():
     feeds = dp.inputs(ctx, x, labels)
     alone = dp.DataParallel(dp.network(ctx, a.batch), None)
     together = dp.DataParallel(dp.network(ctx, a.batch), comm)
-    step_alone = timed(lambda: alone.step(*feeds, 0.01), ctx.synchronize, a.steps, batches=5)
+    step_alone = timed(lambda: alone.step(*feeds, 0.01), ctx.synchronize, a.steps, batches=7)
     tdist.barrier()
-    step_together = timed(lambda: together.step(*feeds, 0.01), ctx.synchronize, a.steps, batches=5)
+    step_together = timed(lambda: together.step(*feeds, 0.01), ctx.synchronize, a.steps, batches=7)
     scaling = {"gpus": n, "per_gpu_batch": a.batch, "one_gpu_ms": step_alone, "n_gpu_ms": step_together,
                "efficiency": step_alone / step_together}
 

@@ -240,8 +240,8 @@ def render_collectives(r, command):
         f"Device: {r['gpus']} x {r['device']}; GPU 0 -> GPU 1 copy measured in the run: {sm['link_gbs']:.0f} GB/s.",
         r["date"], r["commit"], f"`{command}`.",
         "in-place sum all-reduce of random values, one process per GPU; warm-up, then 7 batches of back-to-back calls "
-        "(as many on every rank), each timed on the host clock up to a synchronize, the median batch; the same for "
-        "kiln and torch.distributed in the same processes. Bus bandwidth = 2 (n - 1) / n x bytes / time. Floor: "
+        "(as many on every rank) for each side, kiln's and torch.distributed's batches interleaved in the same "
+        "processes, each timed on the host clock up to a synchronize, the median batch. Bus bandwidth = 2 (n - 1) / n x bytes / time. Floor: "
         "2 (n - 1) / n x bytes over the measured copy bandwidth",
         f" kiln's NCCL {r['nccl_version']}, PyTorch's NCCL {r['torch_nccl_version']}.") + [""]
     ratio = sm["min_ratio_ge_64mib"]

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -260,7 +261,9 @@ struct Communicator::Impl {
         const auto& d = cuda::driver();
         be->make_current();
         std::lock_guard<std::mutex> lock(mu);
-        if (comm) cuda::nccl().ncclCommDestroy(comm);
+        // Every collective of this rank has finished: ncclCommAbort frees the communicator
+        // here and now, where ncclCommDestroy would wait for its peers, which may be gone.
+        if (comm) cuda::nccl().ncclCommAbort(comm);
         comm = nullptr;
         for (auto& f : inflight) d.cuEventDestroy(f.done);
         if (side) {
@@ -277,6 +280,10 @@ namespace {
 // Joins `impl` to the clique of `id`: a non-blocking communicator first, given up after the
 // timeout, then the blocking one split from it (everyone has joined by then).
 void join(Communicator::Impl& impl, const NcclId& id) {
+    // Every connection is made while joining, where the timeout applies, not by a rank's first
+    // collective, whose host call would wait for a peer that never makes it (set before NCCL's
+    // first communicator reads it; a value the user gave stays).
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     const auto& n = cuda::nccl();
     const char* op = "Communicator";
     ncclUniqueId raw;
@@ -318,11 +325,15 @@ void join(Communicator::Impl& impl, const NcclId& id) {
     ncclComm_t child = nullptr;
     r = n.ncclCommSplit(parent, 0, impl.rank, &child, &blocking);
     if (r != ncclSuccess && r != ncclInProgress) give_up(cuda::describe(r, "ncclCommSplit"));
-    if (r == ncclInProgress) {
-        settle(parent, "the split");
-        if (child) settle(child, "the split");
+    // The split of a non-blocking parent runs on NCCL's thread, which writes `child` when it
+    // has made it: the parent settles first, then the child.
+    settle(parent, "the split");
+    auto start = Clock::now();
+    while (!std::atomic_ref<ncclComm_t>(child).load()) {
+        if (seconds_since(start) > impl.timeout) give_up("ncclCommSplit gave no communicator within the timeout");
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    if (!child) give_up("ncclCommSplit gave no communicator");
+    settle(child, "the split");
     impl.comm = child;
     n.ncclCommDestroy(parent);
 }

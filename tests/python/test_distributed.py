@@ -45,9 +45,15 @@ def run_ranks(tmp_path, body, nproc=2, timeout=180, env=None):
                       + textwrap.dedent(body))
     e = dict(os.environ, **(env or {}))
     e.pop("KILN_BACKEND", None)
-    r = subprocess.run([sys.executable, "-m", "kiln.distributed", "--nproc", str(nproc), str(script)],
-                       capture_output=True, text=True, timeout=timeout, env=e)
-    return r.returncode, r.stdout + r.stderr
+    p = subprocess.Popen([sys.executable, "-m", "kiln.distributed", "--nproc", str(nproc), str(script)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, _ = p.communicate()
+        pytest.fail(f"the ranks did not finish within {timeout} s (a hang); their output:\n{out}")
+    return p.returncode, out
 
 
 # ---- everywhere (CI has neither a GPU nor, necessarily, NCCL)
@@ -221,6 +227,7 @@ def test_a_rank_that_never_calls_gives_a_timeout_not_a_hang(tmp_path):
         t = time.time()
         try:
             comm.all_reduce(x)
+            print("rank 0: all_reduce given", flush=True)
             comm.synchronize()
             print("NO-ERROR", flush=True)
         except RuntimeError as e:
