@@ -90,12 +90,14 @@ def main():
     import torch
     import torch.distributed as tdist
 
+    # The link first, before any communicator has touched the GPUs' peer mappings.
+    rank_env = int(os.environ.get("RANK", "0"))
+    link = link_gbs(torch) if rank_env == 0 and torch.cuda.device_count() > 1 else 0.0
     comm = kdist.Communicator.from_env()
     ctx, rank, n = comm.context, comm.rank, comm.size
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     tdist.init_process_group("nccl", rank=rank, world_size=n, device_id=torch.device("cuda", torch.cuda.current_device()))
     factor = 2.0 * (n - 1) / n
-    link = link_gbs(torch) if rank == 0 and n > 1 and torch.cuda.device_count() > 1 else 0.0
     rng = np.random.default_rng(rank)
 
     rows = []
