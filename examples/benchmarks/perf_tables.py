@@ -242,8 +242,9 @@ def render_collectives(r, command):
         "in-place sum all-reduce of random values, one process per GPU; warm-up, then 7 batches of back-to-back calls "
         "(as many on every rank) for each side, kiln's and torch.distributed's batches interleaved in the same "
         "processes, each timed on the host clock up to a synchronize, the median batch. Bus bandwidth = 2 (n - 1) / n x bytes / time. Floor: "
-        "2 (n - 1) / n x bytes over the measured copy bandwidth",
-        f" kiln's NCCL {r['nccl_version']}, PyTorch's NCCL {r['torch_nccl_version']}.") + [""]
+        "2 (n - 1) / n x bytes over the measured copy bandwidth.",
+        f" kiln's NCCL {r['nccl_version'] // 10000}.{r['nccl_version'] // 100 % 100}.{r['nccl_version'] % 100}, "
+        f"PyTorch's NCCL {r['torch_nccl_version']}.") + [""]
     ratio = sm["min_ratio_ge_64mib"]
     out += [f"Smallest kiln / torch.distributed bus-bandwidth ratio at >= 64 MiB: "
             f"{'n/a' if ratio is None else f'{ratio:.3f}'} (target >= 0.95). Data-parallel SGD step of "
