@@ -130,7 +130,8 @@ void check_tensors(Op kind, const Context& ctx, int world, int rank, const Tenso
         form = "the source is the destination's block of this rank (dst[rank * n : (rank + 1) * n])";
     } else if (kind == Op::ReduceScatter) {
         in_place = lo_s + (uintptr_t)rank * m * es;
-        form = "the destination is the source's block of this rank (src[rank * n : (rank + 1) * n])";
+        form = "the destination is the source's block of this rank (src[rank * m : (rank + 1) * m], m the "
+               "destination's size)";
         if (lo_d == in_place) return;
         fail(Error::Kind::Value, "{}: the source {} and destination {} overlap; valid: no overlap, or {}", op,
              describe(src), describe(dst), form);

@@ -77,6 +77,8 @@ public:
     // rank i on contexts[i]. Collectives over them must be given inside one CollectiveGroup.
     static std::vector<std::unique_ptr<Communicator>> for_contexts(const std::vector<Context*>& contexts,
                                                                    CommOptions opts = {});
+    // Waits for this rank's collectives in flight (at most the timeout), then frees NCCL's
+    // communicator. Destroy a communicator before its context.
     ~Communicator();
     Communicator(const Communicator&) = delete;
     Communicator& operator=(const Communicator&) = delete;
@@ -104,7 +106,9 @@ public:
     // The tensors all-reduced in place on the communicator's own stream, after everything the
     // context was given before the call, while the context goes on with later work (a backward
     // pass overlapping its gradients' all-reduce). The context's work after Pending::wait() is
-    // ordered after the reduction; until then the tensors must not be used.
+    // ordered after the reduction; until then the tensors must not be used. Given inside a
+    // CollectiveGroup, it is waited for after the group ends. A failure of the reduction is
+    // reported by the communicator's next call or synchronize(), not by wait().
     Pending all_reduce_async(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::Sum);
 
     // Blocks until every collective given so far has finished; throws when one failed or the

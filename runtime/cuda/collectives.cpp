@@ -21,7 +21,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +79,9 @@ struct GroupMember {
 };
 thread_local int group_depth = 0;
 thread_local std::vector<GroupMember> group_members;
+// all_reduce_async's completion events given inside an outer group: recorded on their stream
+// when the outermost group closes, after NCCL has enqueued the reductions.
+thread_local std::vector<std::pair<Pending::State*, CUstream>> deferred_pending;
 
 } // namespace
 
@@ -102,10 +104,12 @@ struct Communicator::Impl {
     std::condition_variable wake;
     bool stopping = false;
     std::thread watchdog;
-    // When the NCCL call under way (with mu held) began, 0 when none is: a call that hangs
-    // holds mu, so the watchdog aborts it without the lock, and leaves the cause here.
-    std::atomic<int64_t> call_started_ns{0};
+    // The NCCL call under way (with mu held): when it began (0: none) and on which handle. A
+    // call that hangs holds mu, so the watchdog (or abort()) ends it without mu, under hard_mu,
+    // which the caller takes again before it looks at the result; the cause is left here.
     std::mutex hard_mu;
+    int64_t call_started_ns = 0;
+    ncclComm_t call_handle = nullptr;
     std::string hard_error;
 
     Impl(Context& c, int w, int r, double t) : ctx(&c), be(&cuda::cuda_backend(c)), rank(r), world(w), timeout(t) {}
@@ -190,18 +194,19 @@ struct Communicator::Impl {
         }
     }
 
-    // A call holds mu: after the timeout it is ended from here, without the lock.
-    void abort_hung_call() {
-        int64_t began = call_started_ns.load();
-        if (!began || (Clock::now().time_since_epoch().count() - began) * 1e-9 <= timeout) return;
-        {
-            std::lock_guard<std::mutex> h(hard_mu);
-            if (!hard_error.empty()) return;
-            hard_error = fmt::format("an NCCL call did not return within the timeout of {:.0f} s (a rank did not make "
-                                     "the same call, or exited)", timeout);
-        }
+    // A call holds mu: after the timeout (or at once when `now`) it is ended from here.
+    // Returns whether a call was under way.
+    bool abort_hung_call(bool now = false, const char* why = nullptr) {
+        std::lock_guard<std::mutex> h(hard_mu);
+        if (!call_started_ns || !hard_error.empty()) return call_started_ns != 0;
+        double held = (Clock::now().time_since_epoch().count() - call_started_ns) * 1e-9;
+        if (!now && held <= timeout) return true;
+        hard_error = why ? why
+                         : fmt::format("an NCCL call did not return within the timeout of {:.0f} s (a rank did not make "
+                                       "the same call, or exited)", timeout);
         log_write(LogLevel::Error, fmt::format("communicator {} aborted: {}", who(), hard_error));
-        cuda::nccl().ncclCommAbort(comm);
+        cuda::nccl().ncclCommAbort(call_handle);
+        return true;
     }
 
     // Gives one NCCL call on the communicator (blocking: it returns once enqueued); inside a
@@ -227,10 +232,14 @@ struct Communicator::Impl {
     // it, the communicator is gone and the failure says why.
     template <class F>
     ncclResult_t timed_call(F&& f) {
-        call_started_ns = Clock::now().time_since_epoch().count();
+        {
+            std::lock_guard<std::mutex> h(hard_mu);
+            call_started_ns = Clock::now().time_since_epoch().count();
+            call_handle = comm;
+        }
         ncclResult_t r = f();
-        call_started_ns = 0;
         std::lock_guard<std::mutex> h(hard_mu);
+        call_started_ns = 0;
         if (!hard_error.empty() && error.empty()) {
             error = hard_error;
             comm = nullptr;
@@ -454,8 +463,10 @@ void Communicator::all_reduce(const Tensor& src, Tensor& dst, ReduceOp op) {
 }
 
 void Communicator::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
-    for (const Tensor& t : tensors)
+    for (const Tensor& t : tensors) {   // all checked before any is given: no partial group
         collective::check_tensors(Op::AllReduce, *impl_->ctx, impl_->world, impl_->rank, t, t, op);
+        collective::check_written(Op::AllReduce, t);
+    }
     CollectiveGroup group;
     for (const Tensor& t : tensors) {
         Tensor dst = t;
@@ -506,6 +517,7 @@ struct Pending::State {
     CUstream ctx_stream = nullptr;
     cuda::CudaBackend* be = nullptr;
     CUevent done = nullptr;
+    bool recorded = false;      // false while the group it was given in is open
     std::vector<Tensor> keep;   // alive until the context's work is ordered after the reduction
 };
 
@@ -543,7 +555,12 @@ Pending Communicator::all_reduce_async(const std::vector<Tensor>& tensors, Reduc
     p.s_->keep = tensors;
     im.be->make_current();
     cuda::check(d.cuEventCreate(&p.s_->done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    cuda::check(d.cuEventRecord(p.s_->done, side), "cuEventRecord");
+    if (group_depth > 0) {
+        deferred_pending.push_back({p.s_.get(), side});
+    } else {
+        cuda::check(d.cuEventRecord(p.s_->done, side), "cuEventRecord");
+        p.s_->recorded = true;
+    }
     return p;
 }
 
@@ -571,6 +588,13 @@ Pending::~Pending() {
 void Pending::wait() {
     if (!s_) return;
     const auto& d = cuda::driver();
+    if (!s_->recorded) {
+        std::erase_if(deferred_pending, [&](const auto& e) { return e.first == s_.get(); });
+        d.cuEventDestroy(s_->done);
+        s_.reset();
+        fail(Error::Kind::Value, "Pending::wait: its all_reduce_async was given inside a CollectiveGroup that is still "
+             "open, so the reduction is not enqueued yet; wait after the group ends");
+    }
     s_->be->make_current();
     CUresult r = d.cuStreamWaitEvent(s_->ctx_stream, s_->done, 0);
     d.cuEventDestroy(s_->done);
@@ -601,7 +625,15 @@ void Communicator::synchronize() {
 }
 
 void Communicator::abort() {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    std::unique_lock<std::mutex> lock(impl_->mu, std::try_to_lock);
+    while (!lock.owns_lock()) {
+        // A call holds the lock: end it (it then fails with this cause), then take the lock.
+        if (impl_->abort_hung_call(true, "aborted by Communicator::abort()")) {
+            lock.lock();
+            break;
+        }
+        lock.try_lock();
+    }
     impl_->fail_locked("aborted by Communicator::abort()");
 }
 
@@ -645,6 +677,14 @@ void CollectiveGroup::end() {
         } catch (const Error& e) {
             if (first_error.empty()) first_error = e.what();
         }
+    }
+    std::vector<std::pair<Pending::State*, CUstream>> deferred;
+    deferred.swap(deferred_pending);
+    for (auto& [state, stream] : deferred) {
+        state->be->make_current();
+        CUresult rec = cuda::driver().cuEventRecord(state->done, stream);
+        state->recorded = rec == CUDA_SUCCESS;
+        if (rec != CUDA_SUCCESS && first_error.empty()) first_error = cuda::describe(rec, "cuEventRecord");
     }
     if (!first_error.empty()) throw Error(first_error, Error::Kind::Runtime);
 }

@@ -105,6 +105,15 @@ TEST_CASE("gpu collectives: one rank, every collective, dtype and op, then an ex
     }
     auto got = p.to_vector<float>();
     for (size_t i = 0; i < n; i += 31) CHECK(got[i] == v[i] + 1);
+    {
+        // Inside a group the reduction is enqueued when the group ends: waiting earlier is refused.
+        CollectiveGroup g;
+        Pending early = comm.all_reduce_async({q}, ReduceOp::Max);
+        CHECK_THAT(message([&] { early.wait(); }), Contains("given inside a CollectiveGroup that is still open"));
+        Pending later = comm.all_reduce_async({q}, ReduceOp::Max);
+        g.end();
+        later.wait();
+    }
     comm.synchronize();
     CHECK(comm.error().empty());
     // Zero-size tensors are nothing to do.

@@ -197,6 +197,30 @@ def test_processes_on_gpus_reduce_gather_scatter_broadcast(tmp_path):
     assert out.count("RANK-OK") == 2, out
 
 
+def test_one_process_drives_every_gpu_through_num_devices():
+    need_nccl()
+    n = gpus()
+    ng = kiln.NervanaGPU("cuda:0", num_devices=n)
+    assert [c.device for c in ng.devices] == [f"cuda:{i}" for i in range(n)]
+    comms = ng.communicators(timeout=60)
+    assert [c.rank for c in comms] == list(range(n)) and ng.communicators() is comms
+    xs = [c.array(np.full(1 << 16, i + 1.0, np.float32)) for i, c in enumerate(ng.devices)]
+    with dist.group():
+        for comm, x in zip(comms, xs):
+            comm.all_reduce(x, "sum")
+    for x in xs:
+        x[:] = x * 2                            # on each device's stream, after its reduction
+    for x in xs:
+        assert np.all(np.asarray(x) == n * (n + 1))
+    gathered = [None] * n
+    with dist.group():
+        for i, (comm, x) in enumerate(zip(comms, xs)):
+            gathered[i] = comm.all_gather(x[:4])
+    assert all(np.asarray(g).shape == (n, 4) for g in gathered)
+    for comm in comms:
+        comm.synchronize()
+
+
 def test_a_rank_that_exits_gives_an_error_not_a_hang(tmp_path):
     need_nccl()
     if gpus() < 2:

@@ -13,8 +13,8 @@ namespace {
 using namespace nb::literals;
 
 struct PyCommunicator {
+    nb::object ctx;   // the Python Context: declared first, so it outlives the communicator
     std::unique_ptr<Communicator> comm;
-    nb::object ctx;   // the Python Context: lives as long as the communicator
     PyContext& pc() const { return *nb::inst_ptr<PyContext>(ctx); }
     Communicator& live() const {
         if (!comm) throw Error("Communicator: it was closed; make a new one", Error::Kind::Runtime);
@@ -23,8 +23,8 @@ struct PyCommunicator {
 };
 
 struct PyPending {
+    nb::object ctx;   // outlives p (members are destroyed last to first)
     Pending p;
-    nb::object ctx;
 };
 
 ReduceOp reduce_op(const std::string& name, const char* op) {
@@ -52,7 +52,7 @@ std::vector<Tensor> tensor_list(nb::handle seq, const char* op) {
     return out;
 }
 
-PyCommunicator make(std::unique_ptr<Communicator> c, nb::handle ctx) { return PyCommunicator{std::move(c), nb::borrow(ctx)}; }
+PyCommunicator make(std::unique_ptr<Communicator> c, nb::handle ctx) { return PyCommunicator{nb::borrow(ctx), std::move(c)}; }
 
 } // namespace
 
@@ -124,7 +124,7 @@ void bind_distributed(nb::module_& m, nb::handle context_class) {
             ReduceOp r = reduce_op(op, "all_reduce_async");
             Pending p;
             run_unlocked(c.pc(), [&] { p = c.live().all_reduce_async(ts, r); });
-            return PyPending{std::move(p), c.ctx};
+            return PyPending{c.ctx, std::move(p)};
         }, "tensors"_a, "op"_a)
         .def("all_gather", [](PyCommunicator& c, nb::handle src, nb::handle dst) {
             const Tensor& s = tensor_arg(src, "src", "all_gather");
@@ -143,11 +143,11 @@ void bind_distributed(nb::module_& m, nb::handle context_class) {
             run_unlocked(c.pc(), [&] { c.live().broadcast(s, d, root); });
         }, "src"_a, "out"_a, "root"_a)
         .def("synchronize", [](PyCommunicator& c) { run_unlocked(c.pc(), [&] { c.live().synchronize(); }); })
-        .def("abort", [](PyCommunicator& c) { c.live().abort(); })
-        .def("close", [](PyCommunicator& c) {
+        .def("abort", [](PyCommunicator& c) {
             nb::gil_scoped_release unlocked;
-            c.comm.reset();
-        });
+            c.live().abort();
+        })
+        .def("close", [](PyCommunicator& c) { run_unlocked(c.pc(), [&] { c.comm.reset(); }); });
 
     nb::class_<PyPending>(m, "_Pending")
         .def("wait", [](PyPending& p) {
