@@ -73,6 +73,16 @@ public:
     virtual void order_before(uintptr_t stream) = 0;
     virtual void wait_for(uintptr_t stream) = 0;
 
+    // ---- timing marks (neon's init_mark / record_mark / synchronize_mark / get_time): a point
+    // in the order of this backend's work. record_mark places it after everything given so far,
+    // wait_mark returns once the work before it has finished, mark_elapsed_ms is the time
+    // between two recorded marks (CUDA events on a GPU, the host clock where launches complete
+    // before they return).
+    virtual std::shared_ptr<void> new_mark() = 0;
+    virtual void record_mark(void* mark) = 0;
+    virtual void wait_mark(void* mark) = 0;
+    virtual double mark_elapsed_ms(void* start, void* end) = 0;
+
     // ---- counters
     virtual BackendCounters counters() const = 0;
     virtual void reset_counters() = 0;

@@ -280,6 +280,44 @@ void Context::synchronize() { impl_->backend->synchronize(); }
 void Context::order_before(uintptr_t stream) { impl_->backend->order_before(stream); }
 void Context::wait_for(uintptr_t stream) { impl_->backend->wait_for(stream); }
 
+Mark Context::init_mark() {
+    Mark m;
+    m.handle_ = impl_->backend->new_mark();
+    m.owner_ = this;
+    return m;
+}
+
+namespace {
+
+// A mark this context made (and, for `recorded`, placed).
+void check_mark(const Mark& m, bool made_here, bool recorded, const char* op, const char* which) {
+    if (!made_here)
+        fail(Error::Kind::Value, "{}: the {}mark is empty or of another context; make it with this context's init_mark()",
+             op, which);
+    if (recorded && !m.recorded())
+        fail(Error::Kind::Value, "{}: the {}mark was never recorded (record_mark(mark) places it)", op, which);
+}
+
+} // namespace
+
+void Context::record_mark(Mark& m) {
+    check_mark(m, m.handle_ && m.owner_ == this, false, "record_mark", "");
+    impl_->backend->record_mark(m.handle_.get());
+    m.recorded_ = true;
+}
+
+void Context::synchronize_mark(const Mark& m) {
+    check_mark(m, m.handle_ && m.owner_ == this, true, "synchronize_mark", "");
+    impl_->backend->wait_mark(m.handle_.get());
+}
+
+double Context::elapsed_ms(const Mark& start, const Mark& end) {
+    check_mark(start, start.handle_ && start.owner_ == this, true, "get_time", "start ");
+    check_mark(end, end.handle_ && end.owner_ == this, true, "get_time", "end ");
+    impl_->backend->wait_mark(end.handle_.get());
+    return impl_->backend->mark_elapsed_ms(start.handle_.get(), end.handle_.get());
+}
+
 // ---- evaluation
 
 CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr) {

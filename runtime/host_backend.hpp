@@ -2,6 +2,7 @@
 // and the interpreter): 64-byte aligned allocations, so vector loads of contiguous data align;
 // copies are memcpy; launches complete before they return, so there is nothing to order.
 #pragma once
+#include <chrono>
 #include "runtime/backend.hpp"
 
 namespace kiln {
@@ -20,6 +21,15 @@ public:
     uintptr_t stream() const override { return 0; }
     void order_before(uintptr_t) override {}
     void wait_for(uintptr_t) override {}
+    std::shared_ptr<void> new_mark() override { return std::make_shared<double>(-1.0); }
+    void record_mark(void* mark) override {
+        *static_cast<double*>(mark) =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    }
+    void wait_mark(void*) override {}
+    double mark_elapsed_ms(void* start, void* end) override {
+        return *static_cast<double*>(end) - *static_cast<double*>(start);
+    }
 };
 
 // The interpreter as a backend (runtime/kir_interpreter.hpp): "compiling" keeps the kernel IR.

@@ -41,6 +41,20 @@ struct RngState {
     bool operator==(const RngState&) const = default;
 };
 
+// A timing mark (neon's init_mark): a point in the order of a context's work, placed by
+// Context::record_mark. Copies share the mark.
+class KILN_API Mark {
+public:
+    Mark() = default;
+    bool recorded() const { return recorded_; }
+
+private:
+    friend class Context;
+    std::shared_ptr<void> handle_;   // the backend's: a CUDA event, or a host time
+    const void* owner_ = nullptr;    // the context that made it
+    bool recorded_ = false;
+};
+
 struct Counters {
     uint64_t compiles = 0;          // kernels compiled (JIT)
     uint64_t memory_hits = 0;       // kernels found in the in-memory cache
@@ -133,6 +147,14 @@ public:
     void order_before(uintptr_t stream);
     // The reverse: this context's later work waits for what `stream` has been given so far.
     void wait_for(uintptr_t stream);
+    // ---- timing marks (neon's init_mark, record_mark, synchronize_mark, get_time)
+    Mark init_mark();
+    // Places `m` after everything this context has been given so far (no host wait).
+    void record_mark(Mark& m);
+    // Returns once the work before `m` has finished.
+    void synchronize_mark(const Mark& m);
+    // Milliseconds of the context's work between two recorded marks (CUDA events on a GPU).
+    double elapsed_ms(const Mark& start, const Mark& end);
 
     struct Impl;
 

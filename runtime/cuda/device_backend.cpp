@@ -100,6 +100,27 @@ public:
     uintptr_t stream() const override { return (uintptr_t)gpu_.stream(); }
     void order_before(uintptr_t stream) override { gpu_.order_before((CUstream)stream); }
     void wait_for(uintptr_t stream) override { gpu_.wait_for((CUstream)stream); }
+    std::shared_ptr<void> new_mark() override {
+        gpu_.make_current();
+        CUevent ev = nullptr;
+        check(driver().cuEventCreate(&ev, CU_EVENT_DEFAULT), "cuEventCreate");
+        return std::shared_ptr<void>(ev, [](void* e) { driver().cuEventDestroy(static_cast<CUevent>(e)); });
+    }
+    void record_mark(void* mark) override {
+        gpu_.make_current();
+        check(driver().cuEventRecord(static_cast<CUevent>(mark), gpu_.stream()), "cuEventRecord");
+    }
+    void wait_mark(void* mark) override {
+        gpu_.make_current();
+        check(driver().cuEventSynchronize(static_cast<CUevent>(mark)), "cuEventSynchronize");
+    }
+    double mark_elapsed_ms(void* start, void* end) override {
+        gpu_.make_current();
+        float ms = 0;
+        check(driver().cuEventElapsedTime(&ms, static_cast<CUevent>(start), static_cast<CUevent>(end)),
+              "cuEventElapsedTime");
+        return ms;
+    }
 
     BackendCounters counters() const override {
         CudaCounters g = gpu_.counters();

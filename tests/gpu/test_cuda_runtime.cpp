@@ -499,3 +499,17 @@ TEST_CASE("gpu: stochastic rounding draws the same bits as the CPU backend") {
     // Sums in another order may differ in their last bits before rounding: compare loosely.
     for (size_t i = 0; i < bc.size(); ++i) CHECK(std::abs(bg[i] - bc[i]) <= std::abs(bc[i]) * 0.01f + 1e-6f);
 }
+
+TEST_CASE("gpu: timing marks are CUDA events on the context's stream") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    Tensor a = ctx.zeros({4096, 4096}, DType::Float32);
+    Mark start = ctx.init_mark(), end = ctx.init_mark();
+    ctx.record_mark(start);
+    for (int i = 0; i < 10; ++i) a = a * 1.5f + 1.0f;
+    ctx.record_mark(end);
+    ctx.synchronize_mark(end);
+    double ms = ctx.elapsed_ms(start, end);
+    CHECK(ms > 0.05);   // 10 passes over 64 MiB: far above an empty stream's
+    CHECK(ms < 10000);
+}

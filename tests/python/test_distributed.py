@@ -108,20 +108,21 @@ def test_from_env_names_every_missing_variable(monkeypatch):
 
 
 def test_num_devices():
-    ng = kiln.NervanaGPU("cpu", num_devices=1)
+    ng = kiln.NervanaGPU(device="cpu", num_devices=1)
     assert ng.devices == [ng] and ng.num_devices == 1
     with pytest.raises(ValueError, match="num_devices = 2 needs CUDA devices; this context runs on cpu"):
-        kiln.NervanaGPU("cpu", num_devices=2)
+        kiln.NervanaGPU(device="cpu", num_devices=2)
     with pytest.raises(ValueError, match="num_devices = 0"):
-        kiln.NervanaGPU("cpu", num_devices=0)
+        kiln.NervanaGPU(device="cpu", num_devices=0)
     with pytest.raises(ValueError, match="the context runs on cpu"):
-        kiln.NervanaGPU("cpu", num_devices=1).communicators()
+        kiln.NervanaGPU(device="cpu", num_devices=1).communicators()
 
 
 def test_launcher_sets_torchrun_variables_and_stops_the_others(tmp_path):
     status, out = run_ranks(tmp_path, """
-        print("RANK", os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"],
-              os.environ["KILN_NCCL_ID_FILE"], os.environ["MASTER_PORT"], flush=True)
+        e = os.environ   # one write per line: the ranks share the pipe
+        sys.stdout.write(f"RANK {e['RANK']} {e['WORLD_SIZE']} {e['LOCAL_RANK']} {e['KILN_NCCL_ID_FILE']} {e['MASTER_PORT']}\\n")
+        sys.stdout.flush()
     """, nproc=3)
     assert status == 0, out
     lines = sorted(line.split() for line in out.splitlines() if line.startswith("RANK "))
@@ -200,7 +201,7 @@ def test_processes_on_gpus_reduce_gather_scatter_broadcast(tmp_path):
 def test_one_process_drives_every_gpu_through_num_devices():
     need_nccl()
     n = gpus()
-    ng = kiln.NervanaGPU("cuda:0", num_devices=n)
+    ng = kiln.NervanaGPU(device="cuda:0", num_devices=n)
     assert [c.device for c in ng.devices] == [f"cuda:{i}" for i in range(n)]
     comms = ng.communicators(timeout=60)
     assert [c.rank for c in comms] == list(range(n)) and ng.communicators() is comms

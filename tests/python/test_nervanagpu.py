@@ -552,7 +552,7 @@ def test_synchronize_and_context_properties(ng):
     assert ng.device == "cpu" if ng.backend == "cpu" else ng.device.startswith("cuda:")
     assert isinstance(ng.description, str) and ng.description
     assert ng.default_dtype == np.float32
-    assert "kiln.Context" in repr(ng)
+    assert "kiln.NervanaGPU(device=" in repr(ng) and "kiln.Context(device=" in repr(kiln.Context("cpu"))
     assert ng.stream_handle == 0 or ng.backend == "cuda"
 
 

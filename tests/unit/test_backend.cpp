@@ -5,6 +5,8 @@
 #include "tests/support/cache_dir.hpp"
 #include "tests/support/catch.hpp"
 
+#include <kiln/kiln.hpp>
+
 #include "compiler/pipeline.hpp"
 #include "ir/error.hpp"
 #include "ir/node.hpp"
@@ -114,4 +116,36 @@ TEST_CASE("each host backend compiles, caches, launches and retires through the 
             CHECK(std::string(e.what()).find("KILN_ASSERT_NO_COMPILE is set, but kernel kiln_") != std::string::npos);
         }
     }
+}
+
+TEST_CASE("timing marks: recorded in order, timed, and every misuse named") {
+    Context ctx(ContextOptions{"cpu"}), other(ContextOptions{"cpu"});
+    auto message = [](auto&& f) {
+        try {
+            f();
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("(no error)");
+    };
+    Mark start = ctx.init_mark(), end = ctx.init_mark();
+    CHECK(!start.recorded());
+    CHECK_THROWS_WITH(ctx.elapsed_ms(start, end), Catch::Matchers::Contains("get_time: the start mark was never recorded"));
+    ctx.record_mark(start);
+    Tensor a = ctx.zeros({512, 512}, DType::Float32);
+    for (int i = 0; i < 20; ++i) a = a + 1.0f;
+    ctx.record_mark(end);
+    ctx.synchronize_mark(end);
+    double ms = ctx.elapsed_ms(start, end);
+    CHECK(ms > 0);
+    CHECK(ms < 60000);
+    CHECK(a.to_vector<float>()[7] == 20.0f);
+    Mark foreign = other.init_mark();
+    CHECK_THAT(message([&] { ctx.record_mark(foreign); }),
+               Catch::Matchers::Contains("record_mark: the mark is empty or of another context"));
+    Mark empty;
+    CHECK_THAT(message([&] { ctx.synchronize_mark(empty); }),
+               Catch::Matchers::Contains("synchronize_mark: the mark is empty or of another context"));
+    CHECK_THAT(message([&] { ctx.elapsed_ms(start, ctx.init_mark()); }),
+               Catch::Matchers::Contains("get_time: the end mark was never recorded"));
 }

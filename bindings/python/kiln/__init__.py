@@ -20,14 +20,14 @@ from . import _kiln
 from ._kiln import *  # noqa: F401,F403 - re-exported
 from ._kiln import __version__  # noqa: F401
 from ._dtypes import bfloat16, bool_, dtype, float16, float32, int8, int32, uint8  # noqa: F401
-from ._context import Context, NervanaGPU, default_context  # noqa: F401
+from ._context import Context, default_context  # noqa: F401
+from ._neon import NervanaGPU  # noqa: F401
 from ._conv import conv  # noqa: F401
 from ._creation import (  # noqa: F401
     arange, array, asarray, asnumpy, empty, empty_like, expand_dims, from_dlpack, full, full_like, ones, ones_like,
     reshape, squeeze, transpose, zeros, zeros_like,
 )
 from . import _host  # noqa: F401,E402 - adds get/__array__/repr to Tensor and Expr
-from . import distributed  # noqa: F401,E402
 from . import layers  # noqa: F401,E402
 from . import nn  # noqa: F401,E402
 from . import random  # noqa: F401,E402

@@ -1,6 +1,7 @@
-"""kiln.Context (alias kiln.NervanaGPU): the factory of tensors and the place expressions run.
+"""kiln.Context: the factory of tensors and the place expressions run (kiln.NervanaGPU, in
+_neon.py, is the same with neon's constructor and method signatures).
 
-    ng = kiln.NervanaGPU(stochastic_round=False, default_dtype=np.float32, device_id=0, bench=False)
+    ng = kiln.Context(stochastic_round=False, default_dtype=np.float32, device_id=0, bench=False)
     A = ng.array(np.random.randn(128, 32), dtype=np.float16)
     C = ng.empty((128, 1))
     C[:] = ng.mean(ng.square(A - ng.mean(A, axis=1)), axis=1)   # one fused kernel
@@ -168,8 +169,6 @@ class Context(_kiln._Context):
         ary[...] = random._normal_expr(ary.shape, mean, stdv, self)
         return ary
 
-
-NervanaGPU = Context
 
 _default = None
 

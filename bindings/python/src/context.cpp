@@ -33,6 +33,9 @@ void bind_context(nb::module_& m) {
         return nb::cast(d);
     });
 
+    nb::class_<Mark>(m, "Mark", "A timing mark (init_mark): a point in a context's work that record_mark places.")
+        .def_prop_ro("recorded", &Mark::recorded);
+
     auto cls = nb::class_<PyContext>(m, "_Context");
     cls.def("__init__", [](PyContext* self, const std::string& device, uint64_t seed, DType default_dtype, int stochastic_round,
                            bool bench, size_t kernel_cache_capacity) {
@@ -71,6 +74,16 @@ void bind_context(nb::module_& m) {
              "Makes work later submitted to a CUDA stream wait for this context's work so far.")
         .def("wait_for", [](PyContext& c, uintptr_t stream) { c.c().wait_for(stream); }, "stream"_a,
              "Makes this context's later work wait for what a CUDA stream has been given so far.")
+        .def("init_mark", [](PyContext& c) { return c.c().init_mark(); }, "A new timing mark (neon's init_mark).")
+        .def("record_mark", [](PyContext& c, Mark& mark) { run_unlocked(c, [&] { c.c().record_mark(mark); }); },
+             "mark"_a, "Places the mark after everything given so far (no host wait).")
+        .def("synchronize_mark", [](PyContext& c, const Mark& mark) { run_unlocked(c, [&] { c.c().synchronize_mark(mark); }); },
+             "mark"_a, "Returns once the work before the mark has finished.")
+        .def("get_time", [](PyContext& c, const Mark& start, const Mark& end) {
+            double ms = 0;
+            run_unlocked(c, [&] { ms = c.c().elapsed_ms(start, end); });
+            return ms;
+        }, "start"_a, "end"_a, "Milliseconds of the context's work between two recorded marks (CUDA events on a GPU).")
         .def("synchronize", [](PyContext& c) {
             nb::gil_scoped_release unlocked;
             std::lock_guard<std::mutex> one_at_a_time(c.busy);

@@ -1,0 +1,219 @@
+"""kiln.NervanaGPU: neon's NervanaGPU backend, method for method (docs/neon.md).
+
+A Context whose constructor takes neon's arguments in neon's order, and whose methods add neon's
+that kiln's Context does not have under those names or argument orders: compound_dot's (alpha,
+beta, relu, bsum, repeat, size), dot with relu, the reductions' partial=, make_binary_mask,
+shift, binarize, compensated_sum, copy_transpose, add_fc_bias, update_fc_bias and
+xnor_compound_dot. Keywords that mean nothing in kiln are accepted and warned about once.
+"""
+import warnings
+
+import numpy as np
+
+from . import _kiln
+from ._context import Context
+
+_warned = set()
+
+
+def _no_effect(what, why):
+    """Warns once per process that a neon keyword has no effect in kiln."""
+    if what not in _warned:
+        _warned.add(what)
+        warnings.warn(f"NervanaGPU: {what} has no effect in kiln ({why})", stacklevel=3)
+
+
+def _repeat(n, op):
+    if isinstance(n, bool) or not hasattr(n, "__index__") or n.__index__() < 1:
+        raise _kiln.InvalidArgument(f"{op}: repeat = {n!r}; valid: a number of runs, at least 1")
+    return n.__index__()
+
+
+class NervanaGPU(Context):
+    """neon's NervanaGPU(rng_seed=None, default_dtype=np.float32, stochastic_round=False,
+    deterministic=None, device_id=0, bench=False, scratch_size=0, hist_bins=64, hist_offset=-48,
+    compat_mode=None, enable_winograd=True, num_devices=1), plus kiln's device= (None: the GPU when
+    there is one; 'cpu', 'cuda:N'), allow_tf32= and kernel_cache_capacity= as keywords.
+
+    deterministic: kiln's reductions are always deterministic. scratch_size, enable_winograd and
+    compat_mode ('caffe' changed neon's conv and pool output sizes) select nothing in kiln, and
+    hist_bins / hist_offset size neon's numerics histograms, which kiln does not have yet: each is
+    accepted and warned about once when it differs from neon's default.
+    """
+
+    def __init__(self, rng_seed=None, default_dtype=np.float32, stochastic_round=False, deterministic=None,
+                 device_id=0, bench=False, scratch_size=0, hist_bins=64, hist_offset=-48, compat_mode=None,
+                 enable_winograd=True, num_devices=1, *, device=None, allow_tf32=False, kernel_cache_capacity=None):
+        if scratch_size:
+            _no_effect("scratch_size", "kernels take their scratch memory from the context's allocator")
+        if hist_bins != 64 or hist_offset != -48:
+            _no_effect("hist_bins / hist_offset", "numerics histograms are not implemented")
+        if compat_mode is not None:
+            _no_effect("compat_mode", "conv_layer and pool_layer take their output sizes from their arguments")
+        if enable_winograd is not True:
+            _no_effect("enable_winograd", "kiln's convolutions are implicit and explicit GEMMs, never Winograd")
+        super().__init__(device, default_dtype=default_dtype, stochastic_round=stochastic_round, rng_seed=rng_seed,
+                         device_id=device_id, bench=bench, deterministic=deterministic, allow_tf32=allow_tf32,
+                         kernel_cache_capacity=kernel_cache_capacity, num_devices=num_devices)
+
+    def __repr__(self):
+        return f"kiln.NervanaGPU(device='{self.device}', default_dtype={self.default_dtype})"
+
+    # ---- neon's backend plumbing
+    _caffe_compat = False
+
+    def begin(self, block, identifier):
+        """neon's start of a block of repeated computation: nothing to do in kiln."""
+
+    def end(self, block, identifier):
+        """neon's end of a block of repeated computation: nothing to do in kiln."""
+
+    def is_mkl(self):
+        return False
+
+    def cleanup_backend(self):
+        """Finishes the work given so far (neon released its buffers here)."""
+        self.synchronize()
+
+    def set_caffe_compat(self):
+        """neon's caffe mode: pooling output sizes round up in output_dim."""
+        self._caffe_compat = True
+
+    def check_caffe_compat(self):
+        return self._caffe_compat
+
+    def output_dim(self, X, S, padding, strides, pooling=False, dilation=1):
+        """The output size of a convolution or pooling over X with filter S (dilated), as neon
+        computes it (rounding up for pooling in caffe mode)."""
+        S = dilation * (S - 1) + 1
+        if pooling and padding >= S:
+            raise _kiln.InvalidArgument(f"output_dim: padding {padding} is not smaller than the window {S}")
+        if self._caffe_compat and pooling:
+            size = -(-(X - S + 2 * padding) // strides) + 1
+            if padding > 0 and (size - 1) * strides >= X + padding:
+                size -= 1
+        else:
+            size = (X - S + 2 * padding) // strides + 1
+        if size < 1:
+            raise _kiln.InvalidArgument(f"output_dim: a window of {S} with padding {padding} does not fit {X}")
+        return size
+
+    def cublas_dot(self, A, B, C, alpha=1.0, beta=0.0):
+        """neon's cuBLAS fallback: the same product on kiln's own GEMM kernels."""
+        return _kiln.compound_dot(A, B, C, alpha, beta)
+
+    # ---- GEMM with neon's argument order
+    def compound_dot(self, A, B, C, alpha=1.0, beta=0.0, relu=False, bsum=None, repeat=1, size=None, *, slope=0.0,
+                     bias=None):
+        """C = alpha * A . B + beta * C (ReLU when relu), bsum the rows' sums; repeat runs it that
+        many times (neon's benchmarking); size (neon's tile choice) is ignored: kiln's selector
+        picks the kernel."""
+        if size is not None:
+            _no_effect("compound_dot's size", "the kernel selector picks the tile")
+        for _ in range(_repeat(repeat, "compound_dot")):
+            _kiln.compound_dot(A, B, C, alpha, beta, relu, slope, bias, bsum)
+        return C
+
+    def batched_dot(self, A, B, C, alpha=1.0, beta=0.0, relu=False, repeat=1, size=None):
+        if size is not None:
+            _no_effect("batched_dot's size", "the kernel selector picks the tile")
+        for _ in range(_repeat(repeat, "batched_dot")):
+            _kiln.batched_dot(A, B, C, alpha, beta, relu)
+        return C
+
+    def dot(self, a, b, out=None, relu=False):
+        """The matrix product into out (returned); relu as nervanagpu's README calls it."""
+        if relu:
+            if out is None:
+                raise _kiln.InvalidArgument("dot: relu=True writes into out; give out")
+            return _kiln.compound_dot(a, b, out, relu=True)
+        return _kiln.dot(a, b, out)
+
+    def xnor_compound_dot(self, A, B, C, beta=0.0, bsum=None):
+        """neon's binary GEMM: C = sign(A) . sign(B) + beta * C, with sign(x) = +1 for x >= 0 and
+        -1 below (the values an XNOR-popcount kernel multiplies), bsum the rows' sums."""
+        signs = []
+        for X in (A, B):
+            s = self.empty(X.shape, X.dtype)
+            s[...] = (X >= 0) * 2.0 - 1.0
+            signs.append(s)
+        return _kiln.compound_dot(signs[0], signs[1], C, 1.0, beta, bsum=bsum)
+
+    # ---- reductions with neon's partial=
+    def _reduce(self, name, a, axis, partial, out, keepdims):
+        if partial is not None:
+            _no_effect("partial=", "kiln reduces in one fused kernel and keeps no partial sums")
+        return getattr(Context, name)(self, a, axis=axis, out=out, keepdims=keepdims)
+
+    def sum(self, a, axis=None, partial=None, out=None, keepdims=True):
+        return self._reduce("sum", a, axis, partial, out, keepdims)
+
+    def mean(self, a, axis=None, partial=None, out=None, keepdims=True):
+        return self._reduce("mean", a, axis, partial, out, keepdims)
+
+    def max(self, a, axis=None, partial=None, out=None, keepdims=True):
+        return self._reduce("max", a, axis, partial, out, keepdims)
+
+    def min(self, a, axis=None, partial=None, out=None, keepdims=True):
+        return self._reduce("min", a, axis, partial, out, keepdims)
+
+    def var(self, a, axis=None, partial=None, out=None, keepdims=True, binary=False):
+        if binary:
+            _no_effect("var's binary", "it selected neon's binary-network kernels")
+        return self._reduce("var", a, axis, partial, out, keepdims)
+
+    def std(self, a, axis=None, partial=None, out=None, keepdims=True):
+        return self._reduce("std", a, axis, partial, out, keepdims)
+
+    # ---- the other neon methods
+    def make_binary_mask(self, out, keepthresh=0.5):
+        """out = 1 where a uniform draw of the context's random stream is below keepthresh, else 0
+        (a dropout keep mask)."""
+        out[...] = self.rand() < keepthresh
+        return out
+
+    def shift(self, ary, shift_ary, value=True, out=None):
+        """ary times a power of two: with value, shift_ary's values rounded to the nearest power of
+        two (sign kept; neon's AP2); without, 2 ** shift_ary."""
+        if value:
+            p2 = _kiln.sgn(shift_ary) * _kiln.exp2(_kiln.rint(_kiln.log2(_kiln.abs(shift_ary))))
+        else:
+            p2 = _kiln.exp2(shift_ary)
+        return self.multiply(ary, p2, out=out)
+
+    def binarize(self, ary, out, stochastic=True):
+        """out = +1 or -1: deterministically the sign (>= 0 gives +1); stochastically +1 with
+        probability clip((ary + 1) / 2, 0, 1), drawn from the context's random stream."""
+        if stochastic:
+            p = _kiln.clip((ary + 1.0) * 0.5, 0.0, 1.0)
+            out[...] = (self.rand() <= p) * 2.0 - 1.0
+        else:
+            out[...] = (ary >= 0) * 2.0 - 1.0
+        return out
+
+    def compensated_sum(self, sum_tensor, cmp_tensor, add_tensor, cmp_scale=1.0, add_scale=1.0):
+        """Kahan summation (neon's 16-bit weight updates): sum += add_scale * add_tensor, with the
+        rounding error carried in cmp_tensor (scaled by cmp_scale first)."""
+        y = self.empty(sum_tensor.shape, cmp_tensor.dtype)
+        y[...] = add_scale * add_tensor - cmp_scale * cmp_tensor
+        t = self.empty(sum_tensor.shape, sum_tensor.dtype)
+        t[...] = sum_tensor + y                                # rounded to the sum's dtype
+        cmp_tensor[...] = (t - sum_tensor) - y                 # what that rounding lost
+        sum_tensor[...] = t
+        return sum_tensor
+
+    def copy_transpose(self, a, out, axes=None, repeat=1):
+        """out = a transposed (axes as numpy.transpose; None reverses them)."""
+        for _ in range(_repeat(repeat, "copy_transpose")):
+            out[...] = a.transpose(axes) if axes is not None else a.T
+        return out
+
+    def add_fc_bias(self, inputs, bias):
+        """inputs += bias, in neon's (features, batch) layout: bias is (features, 1)."""
+        inputs[...] = inputs + bias
+        return inputs
+
+    def update_fc_bias(self, err, out):
+        """out = the sum of err over the batch (axis 1 in neon's layout), as (features, 1)."""
+        out[...] = Context.sum(self, err, axis=1, keepdims=True)
+        return out
