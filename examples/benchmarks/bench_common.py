@@ -48,11 +48,13 @@ def median_time_ms(fn, sync, target_ms=5.0, batches=7, warmup=3, most_calls=2000
     sync()
     once = max((time.perf_counter() - t0) * 1e3, 1e-3)
     calls = int(min(most_calls, max(least_calls, target_ms / once)))
-    per = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        per.append((time.perf_counter() - t0) * 1e3 / calls)
-    return statistics.median(per)
+    return statistics.median(batch_ms(fn, sync, calls) for _ in range(batches))
+
+
+def batch_ms(fn, sync, calls):
+    """Milliseconds per call of `calls` back-to-back calls of fn, timed on the host clock up to sync()."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) * 1e3 / calls

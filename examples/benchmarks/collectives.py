@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import kiln  # noqa: E402
 import kiln.distributed as kdist  # noqa: E402
-from bench_common import git_commit  # noqa: E402
+from bench_common import batch_ms, git_commit  # noqa: E402
 
 
 def side_by_side(a, b, sync_a, sync_b, calls, batches=7, warmup=3):
@@ -40,27 +40,18 @@ def side_by_side(a, b, sync_a, sync_b, calls, batches=7, warmup=3):
         sync()
     per = ([], [])
     for _ in range(batches):
-        for k, (fn, sync) in enumerate(((a, sync_a), (b, sync_b))):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            sync()
-            per[k].append((time.perf_counter() - t0) * 1e3 / calls)
+        per[0].append(batch_ms(a, sync_a, calls))
+        per[1].append(batch_ms(b, sync_b, calls))
     return statistics.median(per[0]), statistics.median(per[1])
 
 
 def timed(fn, sync, calls, batches=7, warmup=3):
+    """Milliseconds per call: warm-up, then the median of `batches` batches of `calls` calls (a
+    count given, not measured: every rank must make the same number of collectives)."""
     for _ in range(warmup):
         fn()
     sync()
-    per = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        per.append((time.perf_counter() - t0) * 1e3 / calls)
-    return statistics.median(per)
+    return statistics.median(batch_ms(fn, sync, calls) for _ in range(batches))
 
 
 def calls_for(nbytes):

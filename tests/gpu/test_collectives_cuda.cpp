@@ -3,6 +3,7 @@
 // Several processes are tested from Python (tests/python/test_distributed.py). Every case
 // prints why and passes without a usable GPU or NCCL.
 #include "tests/support/catch.hpp"
+#include "tests/support/error_message.hpp"
 
 #include <kiln/kiln.hpp>
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 using namespace kiln;
+using kiln::test::error_message;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -49,15 +51,6 @@ std::vector<std::unique_ptr<Context>> every_gpu() {
         }
     }
     return out;
-}
-
-std::string message(auto&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
 }
 
 } // namespace
@@ -109,7 +102,7 @@ TEST_CASE("gpu collectives: one rank, every collective, dtype and op, then an ex
         // Inside a group the reduction is enqueued when the group ends: waiting earlier is refused.
         CollectiveGroup g;
         Pending early = comm.all_reduce_async({q}, ReduceOp::Max);
-        CHECK_THAT(message([&] { early.wait(); }), Contains("given inside a CollectiveGroup that is still open"));
+        CHECK_THAT(error_message([&] { early.wait(); }), Contains("given inside a CollectiveGroup that is still open"));
         Pending later = comm.all_reduce_async({q}, ReduceOp::Max);
         g.end();
         later.wait();
@@ -121,10 +114,10 @@ TEST_CASE("gpu collectives: one rank, every collective, dtype and op, then an ex
     comm.all_reduce(empty);
     // Misuse reaches the same checks as everywhere.
     Tensor wrong = ctx.zeros({2999}, DType::Float32);
-    CHECK_THAT(message([&] { comm.all_reduce(p, wrong); }), Contains("they have one shape"));
+    CHECK_THAT(error_message([&] { comm.all_reduce(p, wrong); }), Contains("they have one shape"));
     Context cpu(ContextOptions{"cpu"});
     Tensor host = cpu.zeros({3000}, DType::Float32);
-    CHECK_THAT(message([&] { comm.all_reduce(host); }), Contains("is memory of cpu, not of this communicator's context cuda:0"));
+    CHECK_THAT(error_message([&] { comm.all_reduce(host); }), Contains("is memory of cpu, not of this communicator's context cuda:0"));
 }
 
 TEST_CASE("gpu collectives: from_env with the id in KILN_NCCL_ID") {
@@ -220,10 +213,10 @@ TEST_CASE("gpu collectives: every GPU of the machine driven by one process") {
 TEST_CASE("gpu collectives: two contexts on one GPU are refused; a rank that never joins times out") {
     REQUIRE_NCCL();
     Context a(ContextOptions{"cuda:0"}), b(ContextOptions{"cuda:0"});
-    CHECK_THAT(message([&] { Communicator::for_contexts({&a, &b}); }),
+    CHECK_THAT(error_message([&] { Communicator::for_contexts({&a, &b}); }),
                Contains("contexts 0 and 1 are both on cuda:0; a communicator has one rank per GPU"));
     auto t0 = std::chrono::steady_clock::now();
-    std::string m = message([&] { Communicator comm(a, 2, 0, Communicator::new_id(), CommOptions{2}); });
+    std::string m = error_message([&] { Communicator comm(a, 2, 0, Communicator::new_id(), CommOptions{2}); });
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CHECK_THAT(m, Contains("rank 0 of 2 on cuda:0 could not join"));
     CHECK_THAT(m, Contains("within the timeout of 2 s"));
@@ -239,9 +232,9 @@ TEST_CASE("gpu collectives: after abort every call says why") {
     comm.all_reduce(x);
     comm.abort();
     CHECK_THAT(comm.error(), Contains("aborted by Communicator::abort()"));
-    CHECK_THAT(message([&] { comm.all_reduce(x); }),
+    CHECK_THAT(error_message([&] { comm.all_reduce(x); }),
                Contains("all_reduce: the communicator (rank 0 of 1 on cuda:0) failed: aborted by Communicator::abort()"));
-    CHECK_THAT(message([&] { comm.synchronize(); }), Contains("synchronize: the communicator"));
+    CHECK_THAT(error_message([&] { comm.synchronize(); }), Contains("synchronize: the communicator"));
     // The context itself goes on.
     x = x + 1.0f;
     CHECK(x.to_vector<float>()[3] == 1.0f);

@@ -4,6 +4,7 @@
 // capacity; the interpreter compiles nothing, so KILN_ASSERT_NO_COMPILE does not apply to it.
 #include "tests/support/cache_dir.hpp"
 #include "tests/support/catch.hpp"
+#include "tests/support/error_message.hpp"
 
 #include <kiln/kiln.hpp>
 
@@ -120,14 +121,6 @@ TEST_CASE("each host backend compiles, caches, launches and retires through the 
 
 TEST_CASE("timing marks: recorded in order, timed, and every misuse named") {
     Context ctx(ContextOptions{"cpu"}), other(ContextOptions{"cpu"});
-    auto message = [](auto&& f) {
-        try {
-            f();
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
-        return std::string("(no error)");
-    };
     Mark start = ctx.init_mark(), end = ctx.init_mark();
     CHECK(!start.recorded());
     CHECK_THROWS_WITH(ctx.elapsed_ms(start, end), Catch::Matchers::Contains("get_time: the start mark was never recorded"));
@@ -141,11 +134,11 @@ TEST_CASE("timing marks: recorded in order, timed, and every misuse named") {
     CHECK(ms < 60000);
     CHECK(a.to_vector<float>()[7] == 20.0f);
     Mark foreign = other.init_mark();
-    CHECK_THAT(message([&] { ctx.record_mark(foreign); }),
+    CHECK_THAT(kiln::test::error_message([&] { ctx.record_mark(foreign); }),
                Catch::Matchers::Contains("record_mark: the mark is empty or of another context"));
     Mark empty;
-    CHECK_THAT(message([&] { ctx.synchronize_mark(empty); }),
+    CHECK_THAT(kiln::test::error_message([&] { ctx.synchronize_mark(empty); }),
                Catch::Matchers::Contains("synchronize_mark: the mark is empty or of another context"));
-    CHECK_THAT(message([&] { ctx.elapsed_ms(start, ctx.init_mark()); }),
+    CHECK_THAT(kiln::test::error_message([&] { ctx.elapsed_ms(start, ctx.init_mark()); }),
                Catch::Matchers::Contains("get_time: the end mark was never recorded"));
 }
