@@ -289,9 +289,9 @@ Mark Context::init_mark() {
 
 namespace {
 
-// A mark this context made (and, for `recorded`, placed).
-void check_mark(const Mark& m, bool made_here, bool recorded, const char* op, const char* which) {
-    if (!made_here)
+// A mark `ctx` made (and, for `recorded`, placed).
+void check_mark(const Mark& m, const Context& ctx, bool recorded, const char* op, const char* which) {
+    if (!m.made_by(ctx))
         fail(Error::Kind::Value, "{}: the {}mark is empty or of another context; make it with this context's init_mark()",
              op, which);
     if (recorded && !m.recorded())
@@ -301,19 +301,19 @@ void check_mark(const Mark& m, bool made_here, bool recorded, const char* op, co
 } // namespace
 
 void Context::record_mark(Mark& m) {
-    check_mark(m, m.handle_ && m.owner_ == this, false, "record_mark", "");
+    check_mark(m, *this, false, "record_mark", "");
     impl_->backend->record_mark(m.handle_.get());
     m.recorded_ = true;
 }
 
 void Context::synchronize_mark(const Mark& m) {
-    check_mark(m, m.handle_ && m.owner_ == this, true, "synchronize_mark", "");
+    check_mark(m, *this, true, "synchronize_mark", "");
     impl_->backend->wait_mark(m.handle_.get());
 }
 
 double Context::elapsed_ms(const Mark& start, const Mark& end) {
-    check_mark(start, start.handle_ && start.owner_ == this, true, "get_time", "start ");
-    check_mark(end, end.handle_ && end.owner_ == this, true, "get_time", "end ");
+    check_mark(start, *this, true, "get_time", "start ");
+    check_mark(end, *this, true, "get_time", "end ");
     impl_->backend->wait_mark(end.handle_.get());
     return impl_->backend->mark_elapsed_ms(start.handle_.get(), end.handle_.get());
 }

@@ -47,6 +47,7 @@ class KILN_API Mark {
 public:
     Mark() = default;
     bool recorded() const { return recorded_; }
+    bool made_by(const Context& ctx) const { return handle_ && owner_ == &ctx; }
 
 private:
     friend class Context;

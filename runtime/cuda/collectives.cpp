@@ -65,6 +65,14 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     return ncclSum;
 }
 
+// "ncclAllReduce: ncclRemoteError (...): <NCCL's last message for the communicator>".
+std::string nccl_failure(const cuda::Nccl& n, ncclResult_t r, const char* call, ncclComm_t handle) {
+    std::string s = cuda::describe(r, call);
+    const char* last = handle ? n.ncclGetLastError(handle) : nullptr;
+    if (last && *last) s += fmt::format(": {}", last);
+    return s;
+}
+
 // What a collective wrote counts as written (a destination made by empty() is then readable).
 void written(const Tensor& t) { t.view().storage->written = true; }
 
@@ -86,6 +94,7 @@ thread_local std::vector<std::pair<Pending::State*, CUstream>> deferred_pending;
 } // namespace
 
 struct Communicator::Impl {
+    const cuda::Nccl& n;   // the library this communicator was made with (loaded)
     Context* ctx = nullptr;
     cuda::CudaBackend* be = nullptr;
     int rank = 0, world = 1;
@@ -112,7 +121,8 @@ struct Communicator::Impl {
     ncclComm_t call_handle = nullptr;
     std::string hard_error;
 
-    Impl(Context& c, int w, int r, double t) : ctx(&c), be(&cuda::cuda_backend(c)), rank(r), world(w), timeout(t) {}
+    Impl(const cuda::Nccl& lib, Context& c, int w, int r, double t)
+        : n(lib), ctx(&c), be(&cuda::cuda_backend(c)), rank(r), world(w), timeout(t) {}
 
     std::string who() const { return fmt::format("rank {} of {} on {}", rank, world, ctx->device_name()); }
 
@@ -122,7 +132,7 @@ struct Communicator::Impl {
         if (!error.empty()) return;
         error = why;
         if (comm) {
-            cuda::nccl().ncclCommAbort(comm);
+            n.ncclCommAbort(comm);
             comm = nullptr;
         }
         log_write(LogLevel::Error, fmt::format("communicator {} aborted: {}", who(), why));
@@ -132,12 +142,7 @@ struct Communicator::Impl {
         if (!error.empty()) fail(Error::Kind::Runtime, "{}: the communicator ({}) failed: {}", op, who(), error);
     }
 
-    std::string nccl_error(ncclResult_t r, const char* call) const {
-        std::string s = cuda::describe(r, call);
-        const char* last = comm ? cuda::nccl().ncclGetLastError(comm) : nullptr;
-        if (last && *last) s += fmt::format(": {}", last);
-        return s;
-    }
+    std::string nccl_error(ncclResult_t r, const char* call) const { return nccl_failure(n, r, call, comm); }
 
     // Follows the work just given to `stream` with an event for the watchdog and synchronize().
     void record_locked(CUstream stream, const char* what) {
@@ -156,7 +161,7 @@ struct Communicator::Impl {
         const auto& d = cuda::driver();
         if (comm) {
             ncclResult_t state = ncclSuccess;
-            cuda::nccl().ncclCommGetAsyncError(comm, &state);
+            n.ncclCommGetAsyncError(comm, &state);
             if (state != ncclSuccess && state != ncclInProgress)
                 fail_locked(nccl_error(state, "a collective in flight") + " (did another rank exit or fail?)");
         }
@@ -205,7 +210,7 @@ struct Communicator::Impl {
                          : fmt::format("an NCCL call did not return within the timeout of {:.0f} s (a rank did not make "
                                        "the same call, or exited)", timeout);
         log_write(LogLevel::Error, fmt::format("communicator {} aborted: {}", who(), hard_error));
-        cuda::nccl().ncclCommAbort(call_handle);
+        n.ncclCommAbort(call_handle);
         return true;
     }
 
@@ -250,17 +255,34 @@ struct Communicator::Impl {
 
     void start_watchdog() { watchdog = std::thread([this] { watch(); }); }
 
-    ~Impl() {
-        // The collectives in flight finish first (or fail: poll_locked gives up after the
-        // timeout and aborts), so destroying the communicator does not wait on a dead peer.
+    // Returns once no collective is in flight: they finished, or the communicator failed
+    // (poll_locked gives up on them after the timeout).
+    void wait_idle() {
         be->make_current();
-        for (;;) {
+        for (auto sleep = std::chrono::microseconds(2);; sleep = std::min(sleep * 2, std::chrono::microseconds(500))) {
             {
                 std::lock_guard<std::mutex> lock(mu);
-                if (!comm || poll_locked()) break;
+                if (poll_locked()) return;
             }
-            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            std::this_thread::sleep_for(sleep);
         }
+    }
+
+    // One collective on the context's stream: the checks, then the NCCL call (none for an
+    // empty one); what it writes counts as written.
+    template <class F>
+    void run(Op kind, const Tensor& src, const Tensor& dst, ReduceOp red, bool reads_src, size_t count, F&& call) {
+        collective::check_tensors(kind, *ctx, world, rank, src, dst, red);
+        if (reads_src) collective::check_written(kind, src);
+        if (count == 0) return;
+        give(collective::op_name(kind), be->stream(), call);
+        written(dst);
+    }
+
+    ~Impl() {
+        // The collectives in flight finish first, so destroying the communicator does not wait
+        // on a dead peer.
+        wait_idle();
         {
             std::lock_guard<std::mutex> lock(mu);
             stopping = true;
@@ -272,7 +294,7 @@ struct Communicator::Impl {
         std::lock_guard<std::mutex> lock(mu);
         // Every collective of this rank has finished: ncclCommAbort frees the communicator
         // here and now, where ncclCommDestroy would wait for its peers, which may be gone.
-        if (comm) cuda::nccl().ncclCommAbort(comm);
+        if (comm) n.ncclCommAbort(comm);
         comm = nullptr;
         for (auto& f : inflight) d.cuEventDestroy(f.done);
         if (side) {
@@ -293,7 +315,7 @@ void join(Communicator::Impl& impl, const NcclId& id) {
     // collective, whose host call would wait for a peer that never makes it (set before NCCL's
     // first communicator reads it; a value the user gave stays).
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);
-    const auto& n = cuda::nccl();
+    const auto& n = impl.n;
     const char* op = "Communicator";
     ncclUniqueId raw;
     std::memcpy(raw.internal, id.bytes.data(), sizeof(raw.internal));
@@ -303,13 +325,11 @@ void join(Communicator::Impl& impl, const NcclId& id) {
     nonblocking.blocking = 0;
     ncclComm_t parent = nullptr;
     ncclResult_t r = n.ncclCommInitRankConfig(&parent, impl.world, raw, impl.rank, &nonblocking);
-    auto give_up = [&](const std::string& why) {
+    auto give_up = [&](const std::string& why, bool timed_out = false) {
         if (parent) n.ncclCommAbort(parent);
         impl.error = why;
         fail(Error::Kind::Runtime, "{}: {} could not join: {}{}", op, impl.who(), why,
-             why.find("did not complete") != std::string::npos
-                 ? fmt::format(" (are all {} ranks started, with the same id?)", impl.world)
-                 : "");
+             timed_out ? fmt::format(" (are all {} ranks started, with the same id?)", impl.world) : "");
     };
     if (r != ncclSuccess && r != ncclInProgress) give_up(cuda::describe(r, "ncclCommInitRankConfig"));
     auto settle = [&](ncclComm_t handle, const char* what) {
@@ -319,12 +339,9 @@ void join(Communicator::Impl& impl, const NcclId& id) {
             ncclResult_t q = n.ncclCommGetAsyncError(handle, &state);
             if (q != ncclSuccess) state = q;
             if (state == ncclSuccess) return;
-            if (state != ncclInProgress) {
-                const char* last = n.ncclGetLastError(handle);
-                give_up(cuda::describe(state, what) + (last && *last ? fmt::format(": {}", last) : ""));
-            }
+            if (state != ncclInProgress) give_up(nccl_failure(n, state, what, handle));
             if (seconds_since(start) > impl.timeout)
-                give_up(fmt::format("{} did not complete within the timeout of {:.0f} s", what, impl.timeout));
+                give_up(fmt::format("{} did not complete within the timeout of {:.0f} s", what, impl.timeout), true);
             std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
     };
@@ -339,7 +356,7 @@ void join(Communicator::Impl& impl, const NcclId& id) {
     settle(parent, "the split");
     auto start = Clock::now();
     while (!std::atomic_ref<ncclComm_t>(child).load()) {
-        if (seconds_since(start) > impl.timeout) give_up("ncclCommSplit gave no communicator within the timeout");
+        if (seconds_since(start) > impl.timeout) give_up("ncclCommSplit gave no communicator within the timeout", true);
         std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     settle(child, "the split");
@@ -370,8 +387,7 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 Communicator::Communicator(Context& ctx, int world_size, int rank, const NcclId& id, CommOptions opts) {
     double timeout = collective::timeout_seconds(opts.timeout_s);
     collective::check_member("Communicator", ctx, world_size, rank);
-    loaded_nccl("Communicator");
-    impl_ = std::make_unique<Impl>(ctx, world_size, rank, timeout);
+    impl_ = std::make_unique<Impl>(loaded_nccl("Communicator"), ctx, world_size, rank, timeout);
     join(*impl_, id);
     impl_->start_watchdog();
 }
@@ -426,7 +442,7 @@ std::vector<std::unique_ptr<Communicator>> Communicator::for_contexts(const std:
     std::vector<int> devices;
     std::vector<ncclComm_t> handles(world, nullptr);
     for (int i = 0; i < world; ++i) {
-        impls.push_back(std::make_unique<Impl>(*contexts[i], world, i, timeout));
+        impls.push_back(std::make_unique<Impl>(n, *contexts[i], world, i, timeout));
         devices.push_back(impls.back()->be->info().index);
     }
     ncclResult_t r = n.ncclCommInitAll(handles.data(), world, devices.data());
@@ -452,14 +468,9 @@ double Communicator::timeout_s() const { return impl_->timeout; }
 void Communicator::all_reduce(Tensor& t, ReduceOp op) { all_reduce(t, t, op); }
 
 void Communicator::all_reduce(const Tensor& src, Tensor& dst, ReduceOp op) {
-    collective::check_tensors(Op::AllReduce, *impl_->ctx, impl_->world, impl_->rank, src, dst, op);
-    collective::check_written(Op::AllReduce, src);
-    if (src.size() == 0) return;
-    const auto& n = loaded_nccl("all_reduce");
-    impl_->give("all_reduce", impl_->be->stream(), [&](ncclComm_t c, CUstream s) {
-        return n.ncclAllReduce(src.data(), dst.data(), (size_t)src.size(), nccl_dtype(src.dtype()), nccl_op(op), c, s);
+    impl_->run(Op::AllReduce, src, dst, op, true, (size_t)src.size(), [&](ncclComm_t c, CUstream s) {
+        return impl_->n.ncclAllReduce(src.data(), dst.data(), (size_t)src.size(), nccl_dtype(src.dtype()), nccl_op(op), c, s);
     });
-    written(dst);
 }
 
 void Communicator::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
@@ -476,39 +487,25 @@ void Communicator::all_reduce(const std::vector<Tensor>& tensors, ReduceOp op) {
 }
 
 void Communicator::all_gather(const Tensor& src, Tensor& dst) {
-    collective::check_tensors(Op::AllGather, *impl_->ctx, impl_->world, impl_->rank, src, dst, ReduceOp::Sum);
-    collective::check_written(Op::AllGather, src);
-    if (src.size() == 0) return;
-    const auto& n = loaded_nccl("all_gather");
-    impl_->give("all_gather", impl_->be->stream(), [&](ncclComm_t c, CUstream s) {
-        return n.ncclAllGather(src.data(), dst.data(), (size_t)src.size(), nccl_dtype(src.dtype()), c, s);
+    impl_->run(Op::AllGather, src, dst, ReduceOp::Sum, true, (size_t)src.size(), [&](ncclComm_t c, CUstream s) {
+        return impl_->n.ncclAllGather(src.data(), dst.data(), (size_t)src.size(), nccl_dtype(src.dtype()), c, s);
     });
-    written(dst);
 }
 
 void Communicator::reduce_scatter(const Tensor& src, Tensor& dst, ReduceOp op) {
-    collective::check_tensors(Op::ReduceScatter, *impl_->ctx, impl_->world, impl_->rank, src, dst, op);
-    collective::check_written(Op::ReduceScatter, src);
-    if (dst.size() == 0) return;
-    const auto& n = loaded_nccl("reduce_scatter");
-    impl_->give("reduce_scatter", impl_->be->stream(), [&](ncclComm_t c, CUstream s) {
-        return n.ncclReduceScatter(src.data(), dst.data(), (size_t)dst.size(), nccl_dtype(src.dtype()), nccl_op(op), c, s);
+    impl_->run(Op::ReduceScatter, src, dst, op, true, (size_t)dst.size(), [&](ncclComm_t c, CUstream s) {
+        return impl_->n.ncclReduceScatter(src.data(), dst.data(), (size_t)dst.size(), nccl_dtype(src.dtype()), nccl_op(op),
+                                          c, s);
     });
-    written(dst);
 }
 
 void Communicator::broadcast(Tensor& t, int root) { broadcast(t, t, root); }
 
 void Communicator::broadcast(const Tensor& src, Tensor& dst, int root) {
     collective::check_root(impl_->world, root);
-    collective::check_tensors(Op::Broadcast, *impl_->ctx, impl_->world, impl_->rank, src, dst, ReduceOp::Sum);
-    if (root == impl_->rank) collective::check_written(Op::Broadcast, src);
-    if (src.size() == 0) return;
-    const auto& n = loaded_nccl("broadcast");
-    impl_->give("broadcast", impl_->be->stream(), [&](ncclComm_t c, CUstream s) {
-        return n.ncclBroadcast(src.data(), dst.data(), (size_t)src.size(), nccl_dtype(src.dtype()), root, c, s);
+    impl_->run(Op::Broadcast, src, dst, ReduceOp::Sum, root == impl_->rank, (size_t)src.size(), [&](ncclComm_t c, CUstream s) {
+        return impl_->n.ncclBroadcast(src.data(), dst.data(), (size_t)src.size(), nccl_dtype(src.dtype()), root, c, s);
     });
-    written(dst);
 }
 
 // ---- all_reduce_async and Pending
@@ -526,9 +523,9 @@ Pending Communicator::all_reduce_async(const std::vector<Tensor>& tensors, Reduc
         collective::check_tensors(Op::AllReduce, *impl_->ctx, impl_->world, impl_->rank, t, t, op);
         collective::check_written(Op::AllReduce, t);
     }
-    const auto& n = loaded_nccl("all_reduce_async");
     const auto& d = cuda::driver();
     Impl& im = *impl_;
+    const auto& n = im.n;
     CUstream side = nullptr;
     {
         std::lock_guard<std::mutex> lock(im.mu);
@@ -611,17 +608,9 @@ bool Pending::done() const {
 // ---- waiting, failing
 
 void Communicator::synchronize() {
-    Impl& im = *impl_;
-    im.be->make_current();
-    for (auto sleep = std::chrono::microseconds(2);; sleep = std::min(sleep * 2, std::chrono::microseconds(500))) {
-        {
-            std::lock_guard<std::mutex> lock(im.mu);
-            bool idle = im.poll_locked();
-            im.throw_if_failed("synchronize");
-            if (idle) return;
-        }
-        std::this_thread::sleep_for(sleep);
-    }
+    impl_->wait_idle();
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->throw_if_failed("synchronize");
 }
 
 void Communicator::abort() {

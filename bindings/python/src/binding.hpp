@@ -116,7 +116,7 @@ void bind_dlpack(nb::module_& m);
 void bind_gemm(nb::module_& m, nb::handle context_class, nb::handle tensor_class, nb::handle expr_class);
 void bind_conv(nb::module_& m, nb::handle context_class);
 void bind_nn(nb::module_& m, nb::handle context_class);
-void bind_distributed(nb::module_& m, nb::handle context_class);
+void bind_distributed(nb::module_& m);
 void bind_dlpack_methods(nb::class_<PyTensor>& tensor);  // __dlpack__, __cuda_array_interface__
 
 } // namespace kiln::py

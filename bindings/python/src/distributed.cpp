@@ -56,8 +56,7 @@ PyCommunicator make(std::unique_ptr<Communicator> c, nb::handle ctx) { return Py
 
 } // namespace
 
-void bind_distributed(nb::module_& m, nb::handle context_class) {
-    (void)context_class;
+void bind_distributed(nb::module_& m) {
     m.def("_nccl_info", [] {
         NcclInfo i = nccl_info();
         nb::dict d;

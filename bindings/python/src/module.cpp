@@ -22,6 +22,6 @@ NB_MODULE(_kiln, m) {
     bind_gemm(m, m.attr("_Context"), m.attr("Tensor"), m.attr("Expr"));
     bind_conv(m, m.attr("_Context"));
     bind_nn(m, m.attr("_Context"));
-    bind_distributed(m, m.attr("_Context"));
+    bind_distributed(m);
     m.def("_set_dtypes", &set_dtype_objects, "Called once by the package: dtype objects by DType, and kiln.dtype().");
 }
