@@ -113,6 +113,7 @@ CudaSource Emitter::run() {
     case CudaShape::Column:
         emit_column_kernel();
         src.entry_points = {k_.name};
+        if (detail::column_vector_width(k_)) src.entry_points.push_back(k_.name + "_v");
         if (detail::column_splittable(k_)) src.entry_points.push_back(k_.name + "_final");
         break;
     case CudaShape::Elementwise:
@@ -196,9 +197,9 @@ std::string Emitter::offset_terms(int b, const std::vector<int>& dims) const {
 // Offset expression of buffer b in the current scope (variables declared by the scope).
 std::string Emitter::offset(int b) const {
     if (scope_ == Scope::PPoint) {
-        return offset_terms(b, pdims_).empty() ? "0" : fmt::format("pb{}", b);
+        return offset_terms(b, pdims_).empty() ? "0" : fmt::format("pb{}{}", b, col_);
     }
-    return fmt::format("o{}", b);
+    return fmt::format("o{}{}", b, col_);
 }
 
 std::string Emitter::coord(int d) const {
@@ -231,7 +232,7 @@ std::string Emitter::expr(const kir::Instr& in) const {
                          fmt::format("b{}[{} + (long long){} * a.ip[{}]]", in.index, offset(in.index), x, in.aux));
     case Op::Coord: return fmt::format("(int){}", coord(in.index));
     case Op::LinearId: return linear_id();
-    case Op::AccResult: return fmt::format("acc{}", in.index);
+    case Op::AccResult: return acc(in.index);
     case Op::Neg: return f ? "-" + x : fmt::format("(int)(0u - (unsigned){})", x);
     case Op::Abs: return f ? fmt::format("fabsf({})", x) : fmt::format("{0} < 0 ? (int)(0u - (unsigned){0}) : {0}", x);
     case Op::Sqrt: return fmt::format("sqrtf({})", x);
@@ -332,35 +333,35 @@ void Emitter::emit_scratch() {
 }
 
 void Emitter::declare_acc_results(const kir::Block& b) {
-    for (int ai : b.accums) line("{} acc{};", ctype(kir::acc_result_type(k_.accums[ai])), ai);
+    for (int ai : b.accums) line("{} {};", ctype(kir::acc_result_type(k_.accums[ai])), acc(ai));
 }
 
 void Emitter::init_acc_states(const kir::Block& b) {
     for (int ai : b.accums) {
         const kir::Accum& ac = k_.accums[ai];
-        line("{} acc{}_v = {}::init();", ctype(ac.type), ai, acc_struct(ac));
-        line("int acc{}_p = KILN_NO_POS;", ai);
+        line("{} {}_v = {}::init();", ctype(ac.type), acc(ai), acc_struct(ac));
+        line("int {}_p = KILN_NO_POS;", acc(ai));
     }
 }
 
 void Emitter::add_to_acc_states(const kir::Block& b, const std::string& pos) {
     for (int ai : b.accums) {
         const kir::Accum& ac = k_.accums[ai];
-        line("{}::add(acc{}_v, acc{}_p, {}, {});", acc_struct(ac), ai, ai, v(ac.value), pos);
+        line("{0}::add({1}_v, {1}_p, {2}, {3});", acc_struct(ac), acc(ai), v(ac.value), pos);
     }
 }
 
 void Emitter::store_acc_record(const kir::Block& b) {
     for (int ai : b.accums) {
-        line("*({}*)(rec + {}) = acc{}_v;", ctype(k_.accums[ai].type), 8 * ai, ai);
-        line("*(int*)(rec + {}) = acc{}_p;", 8 * ai + 4, ai);
+        line("*({}*)(rec + {}) = {}_v;", ctype(k_.accums[ai].type), 8 * ai, acc(ai));
+        line("*(int*)(rec + {}) = {}_p;", 8 * ai + 4, acc(ai));
     }
 }
 
 void Emitter::fold_acc_record(const kir::Block& b) {
     for (int ai : b.accums) {
         const kir::Accum& ac = k_.accums[ai];
-        line("{}::add(acc{}_v, acc{}_p, *(const {}*)(rec + {}), *(const int*)(rec + {}));", acc_struct(ac), ai, ai,
+        line("{0}::add({1}_v, {1}_p, *(const {2}*)(rec + {3}), *(const int*)(rec + {4}));", acc_struct(ac), acc(ai),
              ctype(ac.type), 8 * ai, 8 * ai + 4);
     }
 }
@@ -368,7 +369,7 @@ void Emitter::fold_acc_record(const kir::Block& b) {
 void Emitter::block_reduce_acc_states(const kir::Block& b) {
     for (int ai : b.accums) {
         const kir::Accum& ac = k_.accums[ai];
-        line("kiln_block_reduce<{}>(acc{}_v, acc{}_p, {}, kiln_sp);", acc_struct(ac), ai, ai,
+        line("kiln_block_reduce<{0}>({1}_v, {1}_p, {2}, kiln_sp);", acc_struct(ac), acc(ai),
              ac.type == CT::F32 ? "kiln_svf" : "kiln_svi");
     }
 }
@@ -376,8 +377,8 @@ void Emitter::block_reduce_acc_states(const kir::Block& b) {
 // An Arg accumulator that saw no point (an empty R domain) yields position 0.
 void Emitter::set_acc_results(const kir::Block& b) {
     for (int ai : b.accums) {
-        if (is_arg(k_.accums[ai].kind)) line("acc{0} = acc{0}_p == KILN_NO_POS ? 0 : acc{0}_p;", ai);
-        else line("acc{0} = acc{0}_v;", ai);
+        if (is_arg(k_.accums[ai].kind)) line("{0} = {0}_p == KILN_NO_POS ? 0 : {0}_p;", acc(ai));
+        else line("{0} = {0}_v;", acc(ai));
     }
 }
 
@@ -385,10 +386,10 @@ void Emitter::set_acc_results(const kir::Block& b) {
 void Emitter::emit_rloop_offsets(const Uses& u) {
     for (size_t b = 0; b < k_.buffers.size(); ++b) {
         if (!u.buffers[b]) continue;
-        std::string p = offset_terms((int)b, pdims_).empty() ? "" : fmt::format("pb{}", b);
+        std::string p = offset_terms((int)b, pdims_).empty() ? "" : fmt::format("pb{}{}", b, col_);
         std::string r = offset_terms((int)b, rdims_);
         std::string e = p.empty() ? r : r.empty() ? p : p + " + " + r;
-        line("const long long o{} = {};", b, e.empty() ? "0" : e);
+        line("const long long o{}{} = {};", b, col_, e.empty() ? "0" : e);
     }
 }
 
@@ -419,7 +420,7 @@ void Emitter::emit_pbase_offsets() {
     for (size_t b = 0; b < k_.buffers.size(); ++b) {
         if (!all_uses_.buffers[b]) continue;
         std::string e = offset_terms((int)b, pdims_);
-        if (!e.empty()) line("const long long pb{} = {};", b, e);
+        if (!e.empty()) line("const long long pb{}{} = {};", b, col_, e);
     }
 }
 

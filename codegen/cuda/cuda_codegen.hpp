@@ -72,6 +72,12 @@
 //     fixed tree) and runs the Point blocks. S follows from the sizes
 //     alone (enough chunks for about kColumnTargetBlocks blocks), never from the device.
 //     Otherwise param is unused and there is no second entry.
+//     Kernels that qualify (detail::column_vector_width: V > 1) also have an entry NAME_v with
+//     the same blocks, grid and param, whose threads each take V adjacent points of the
+//     innermost parallel dim (a block: column_width / V threads across x 256 / that slices),
+//     reading a buffer contiguous along it V elements at a time; a launch takes it when
+//     cuda_launch_aligned holds. It combines the slices of a column in the same fixed way, over
+//     more slices, so a column's bits follow from the sizes and the buffers' alignment.
 //   - full reduction (Kernel::full_reduce), two entries launched in order on one stream:
 //       NAME_partial, param = num_partials, grid = num_partials: block b reduces the b-th
 //           contiguous chunk of ceil(points / num_partials) points of the flattened R space
@@ -82,8 +88,8 @@
 //       i32) at +0, its i32 position at +4. num_partials = clamp(ceil(points /
 //       kCudaPointsPerPartial), 1, kCudaMaxPartials), independent of the device, so a result
 //       does not depend on which GPU computed it.
-// Every reduction combines in an order fixed by the sizes, the plan and (rows) each row's
-// alignment alone: the same inputs at the same addresses give the same bits on every run. A grid of 0 (an empty domain) means: launch nothing.
+// Every reduction combines in an order fixed by the sizes, the plan and (rows, columns) the
+// buffers' alignment alone: the same inputs at the same addresses give the same bits on every run. A grid of 0 (an empty domain) means: launch nothing.
 //
 // Runtime contract: launch the plan's launches in order on one stream, with exactly their
 // block, their dynamic shared memory (raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES of
@@ -144,6 +150,11 @@ struct CudaLaunch {
     uint32_t cluster = 1;  // blocks per cluster
     int param = 0;         // the entry's `param`
     size_t shared_bytes = 0;   // dynamic shared memory
+    // When set, the entry launched instead of `entry` (same grid, block and param) when
+    // cuda_launch_aligned holds for the call's arguments: a plan follows from the sizes, the
+    // alignment of the buffers from each call.
+    std::string aligned_entry;
+    int aligned_width = 0;
 };
 
 struct CudaLaunchPlan {
@@ -153,5 +164,9 @@ struct CudaLaunchPlan {
     int threads_per_row = 0;            // row reductions: G
 };
 CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaDeviceCaps& dev);
+// Whether launch `l` may take its aligned_entry for arguments `a`: groups of aligned_width
+// points along the innermost parallel dim lie whole inside it, and every buffer contiguous
+// along it starts each group on a boundary of aligned_width elements.
+bool cuda_launch_aligned(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaLaunch& l);
 
 } // namespace kiln::codegen

@@ -17,16 +17,50 @@ bool column_splittable(const kir::Kernel& k) {
 }
 
 void Emitter::emit_column_kernel() {
-    const int width = detail::column_width(k_), slices = detail::kColumnThreads / width;
+    emit_column_entry(0);
+    if (const int v = detail::column_vector_width(k_)) emit_column_entry(v);
+    if (column_splittable(k_)) emit_column_final_kernel();
+}
+
+// Loads of Loop block `b` that vary along the reduced points: issued a step ahead of the
+// arithmetic (emit_column_entry).
+std::vector<size_t> Emitter::column_step_loads(const kir::Block& b) const {
+    std::vector<size_t> pre;
+    for (int id : b.instrs) {
+        const kir::Instr& in = k_.instrs[id];
+        if (in.op != Op::Load || std::find(pre.begin(), pre.end(), (size_t)in.index) != pre.end()) continue;
+        bool varies = false;
+        for (int d : rdims_) varies = varies || k_.buffers[in.index].layout[d] != StrideKind::Zero;
+        if (varies) pre.push_back((size_t)in.index);
+    }
+    return pre;
+}
+
+// vec = 0: entry NAME, one parallel point per thread. vec = V > 1: entry NAME_v, V adjacent
+// points of the innermost parallel dim q per thread (detail::column_vector_width), a buffer
+// contiguous along q read V elements at a time; every per-point name carries the suffix _c<c>
+// (col_), and the launch guarantees whole, aligned groups (cuda_launch_aligned).
+void Emitter::emit_column_entry(int vec) {
+    const int width = detail::column_width(k_), per = vec ? vec : 1, across = width / per;
+    const int slices = detail::kColumnThreads / across;
     const bool split = column_splittable(k_);
+    const int q = pdims_.empty() ? -1 : pdims_.back();
+    auto along_q = [&](size_t b) { return q >= 0 && k_.buffers[b].layout[q] == StrideKind::One; };
+    auto per_column = [&](auto&& emit) {
+        for (int c = 0; c < per; ++c) {
+            col_ = vec ? fmt::format("_c{}", c) : "";
+            emit(c);
+        }
+        col_.clear();
+    };
     line("");
-    open_kernel(k_.name, width * slices);
+    open_kernel(vec ? k_.name + "_v" : k_.name, width * slices / per);
     emit_buffer_pointers(all_uses_);
-    emit_reduce_scratch(false);
+    emit_reduce_scratch(false, per);
     if (!split) line("(void)scratch; (void)param;");
     line("const long long np = {};", product(pdims_));
     line("const long long nr = {};", product(rdims_));
-    line("const int column = (int)(threadIdx.x & {}), slice = (int)(threadIdx.x / {});", width - 1, width);
+    line("const int column = (int)(threadIdx.x & {}), slice = (int)(threadIdx.x / {});", across - 1, across);
     if (split) {
         // param = the chunks S; block b reduces chunk b % S of column block b / S.
         line("const int chunks = param;");
@@ -44,47 +78,78 @@ void Emitter::emit_column_kernel() {
         open(fmt::format("for (long long p0 = (long long)blockIdx.x * {0}; p0 < np; p0 += (long long)gridDim.x * {0})",
                          width));
     }
-    line("const bool live = p0 + column < np;");
-    line("const long long pi = live ? p0 + column : p0;");
+    line("const bool live = p0 + column * {} < np;", per);
+    line("const long long pi = live ? p0 + column * {} : p0;", per);
     emit_ppoint_setup();
+    if (vec)
+        per_column([&](int c) {
+            for (size_t b = 0; b < k_.buffers.size(); ++b)
+                if (all_uses_.buffers[b] && !offset_terms((int)b, pdims_).empty())
+                    line("const long long pb{}{} = pb{}{};", b, col_, b, along_q(b) ? fmt::format(" + {}", c) : "");
+        });
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
         const kir::Block& b = k_.blocks[bi];
         if (!b.loop) {
             if (split) open("if (chunks == 1)");
-            emit_point_block(b, "live && slice == 0");
+            per_column([&](int) { emit_point_block(b, "live && slice == 0"); });
             if (split) close();
             continue;
         }
-        declare_acc_results(b);
+        per_column([&](int) { declare_acc_results(b); });
         open("");
-        init_acc_states(b);
-        // Steps of 8 points of the slice, every load of a step issued before any arithmetic, so
-        // that 8 loads of a thread are in flight at once (a warp's 128-byte float32 loads reach
-        // the copy bandwidth only with that many outstanding; left to the compiler, an unrolled
-        // loop adds each value as it arrives and waits after two or three loads).
-        const int unroll = 8;
-        std::vector<size_t> pre;
-        for (int id : b.instrs) {
-            const kir::Instr& in = k_.instrs[id];
-            if (in.op != Op::Load || std::find(pre.begin(), pre.end(), (size_t)in.index) != pre.end()) continue;
-            bool varies = false;
-            for (int d : rdims_) varies = varies || k_.buffers[in.index].layout[d] != StrideKind::Zero;
-            if (varies) pre.push_back((size_t)in.index);
-        }
+        per_column([&](int) { init_acc_states(b); });
+        // Steps of `unroll` points of the slice, every load of a step issued before any
+        // arithmetic, so that that many loads of a thread are in flight at once (a warp's
+        // 128-byte float32 loads reach the copy bandwidth only with 8 outstanding; left to the
+        // compiler, an unrolled loop adds each value as it arrives and waits after two or three
+        // loads). The vector entry's loads are 16 bytes: 4 steps are as many bytes in flight.
+        const std::vector<size_t> pre = column_step_loads(b);
+        const int unroll = vec ? 4 : 8;
         line("long long rj = live ? rbegin + slice : rend;");
-        if (!pre.empty()) {
-            line("#pragma unroll 1");
-            open(fmt::format("for (; rj + {} < rend; rj += {})", (unroll - 1) * slices, unroll * slices));
-            for (size_t buf : pre) line("{} m{}[{}];", storage_type(k_.buffers[buf].dtype), buf, unroll);
+        // One step of n points: the loads, then each point's arithmetic.
+        auto step = [&](int n) {
+            for (size_t buf : pre) {
+                const DType t = k_.buffers[buf].dtype;
+                if (vec && along_q(buf)) line("{} m{}[{}];", word_type(t, per), buf, n);
+                else line("{} m{}[{}];", storage_type(t), buf, n);
+            }
             line("#pragma unroll");
-            open(fmt::format("for (int u = 0; u < {}; ++u)", unroll));
+            open(fmt::format("for (int u = 0; u < {}; ++u)", n));
             line("const long long ri = rj + u * {};", slices);
             scope_ = Scope::RLoop;
             emit_coords(rdims_, "ri", needed_coords(block_uses_[bi], rdims_, true), "tr");
             emit_rloop_offsets(block_uses_[bi]);
-            for (size_t buf : pre) line("m{0}[u] = b{0}[{1}];", buf, offset((int)buf));
+            for (size_t buf : pre) {
+                if (vec && along_q(buf))
+                    line("m{0}[u] = *(const {1}*)(b{0} + {2});", buf, word_type(k_.buffers[buf].dtype, per), offset((int)buf));
+                else line("m{0}[u] = b{0}[{1}];", buf, offset((int)buf));
+            }
             scope_ = Scope::PPoint;
             close();
+            if (vec) {
+                line("#pragma unroll");
+                open(fmt::format("for (int u = 0; u < {}; ++u)", n));
+                line("const long long ri = rj + u * {};", slices);
+                for (size_t buf : pre) {
+                    const DType t = k_.buffers[buf].dtype;
+                    if (!along_q(buf)) {
+                        line("const {} e{} = {};", ctype(compute_type(t)), buf, load_expr(t, fmt::format("m{}[u]", buf)));
+                        continue;
+                    }
+                    line("{} e{}[{}];", ctype(compute_type(t)), buf, per);
+                    emit_unpack(t, per, fmt::format("m{}[u]", buf), fmt::format("e{}", buf), 0);
+                }
+                per_column([&](int c) {
+                    open("");
+                    for (size_t buf : pre)
+                        load_override_[buf] = along_q(buf) ? fmt::format("e{}[{}]", buf, c) : fmt::format("e{}", buf);
+                    emit_rloop_body(bi);
+                    load_override_.assign(k_.buffers.size(), "");
+                    close();
+                });
+                close();
+                return;
+            }
             // float16 widens by the hardware's conversion unless the step holds a NaN (whose
             // payload only the exact conversion keeps): one test per step, two copies of it.
             std::string nan_test;
@@ -92,12 +157,12 @@ void Emitter::emit_column_kernel() {
                 if (k_.buffers[buf].dtype == DType::Float16) {
                     if (nan_test.empty()) line("unsigned step_nan = 0;");
                     line("#pragma unroll");
-                    line("for (int u = 0; u < {}; ++u) step_nan |= ((unsigned)m{}[u] & 0x7fffu) + 0x3ffu;", unroll, buf);
+                    line("for (int u = 0; u < {}; ++u) step_nan |= ((unsigned)m{}[u] & 0x7fffu) + 0x3ffu;", n, buf);
                     nan_test = "(step_nan & 0x8000u) == 0";
                 }
             auto compute = [&](bool hardware) {
                 line("#pragma unroll");
-                open(fmt::format("for (int u = 0; u < {}; ++u)", unroll));
+                open(fmt::format("for (int u = 0; u < {}; ++u)", n));
                 line("const long long ri = rj + u * {};", slices);
                 for (size_t buf : pre) {
                     const DType t = k_.buffers[buf].dtype;
@@ -119,30 +184,59 @@ void Emitter::emit_column_kernel() {
                 compute(false);
                 close();
             }
+        };
+        if (!pre.empty()) {
+            line("#pragma unroll 1");
+            open(fmt::format("for (; rj + {} < rend; rj += {})", (unroll - 1) * slices, unroll * slices));
+            step(unroll);
             close();
         }
         line("#pragma unroll 1");
-        open(fmt::format("for (long long ri = rj; ri < rend; ri += {})", slices));
-        emit_rloop_body(bi);
-        close();
+        if (vec) {
+            open(fmt::format("for (; rj < rend; rj += {})", slices));
+            step(1);
+            close();
+        } else {
+            open(fmt::format("for (long long ri = rj; ri < rend; ri += {})", slices));
+            emit_rloop_body(bi);
+            close();
+        }
         for (int ai : b.accums) {
             const kir::Accum& ac = k_.accums[ai];
-            line("kiln_column_reduce<{0}, {3}>(acc{1}_v, acc{1}_p, kiln_sv{2}, kiln_sp);", acc_struct(ac), ai,
-                 ac.type == CT::F32 ? "f" : "i", width);
+            const char* sv = ac.type == CT::F32 ? "kiln_svf" : "kiln_svi";
+            if (!vec) {
+                line("kiln_column_reduce<{0}, {1}>({2}_v, {2}_p, {3}, kiln_sp);", acc_struct(ac), across, acc(ai), sv);
+                continue;
+            }
+            std::string vs, ps;
+            per_column([&](int c) {
+                vs += fmt::format("{}{}_v", c ? ", " : "", acc(ai));
+                ps += fmt::format("{}{}_p", c ? ", " : "", acc(ai));
+            });
+            open("");
+            line("{} rv[{}] = {{{}}};", ctype(ac.type), per, vs);
+            line("int rp[{}] = {{{}}};", per, ps);
+            line("kiln_column_reduce_v<{}, {}, {}, {}>(rv, rp, {}, kiln_sp);", acc_struct(ac), across, per,
+                 is_arg(ac.kind) ? "true" : "false", sv);
+            per_column([&](int c) { line("{0}_v = rv[{1}], {0}_p = rp[{1}];", acc(ai), c); });
+            close();
         }
         if (split) {
             // Record (column, chunk) of the scratch: accumulator i at byte 8 * i.
             open("if (chunks > 1 && live && slice == 0)");
-            line("unsigned char* const rec = scratch + ((p0 + column) * chunks + chunk) * {};", record_bytes());
-            store_acc_record(b);
+            per_column([&](int c) {
+                open("");
+                line("unsigned char* const rec = scratch + ((pi + {}) * chunks + chunk) * {};", c, record_bytes());
+                store_acc_record(b);
+                close();
+            });
             close();
         }
-        set_acc_results(b);
+        per_column([&](int) { set_acc_results(b); });
         close();
     }
     close();
     close();
-    if (split) emit_column_final_kernel();
 }
 
 // A warp per column: lane l folds the column's chunk records l, l + 32, ... in chunk order,

@@ -116,7 +116,11 @@ private:
 
     std::string linear_id() const;
 
-    std::string v(int id) const { return fmt::format("v{}", id); }
+    // Per-column names of the column kernels' vector entry (several parallel points per
+    // thread): appended to every value, accumulator and offset name; empty elsewhere.
+    std::string col_;
+    std::string v(int id) const { return fmt::format("v{}{}", id, col_); }
+    std::string acc(int ai) const { return fmt::format("acc{}{}", ai, col_); }
 
     std::string expr(const kir::Instr& in) const;
 
@@ -162,7 +166,8 @@ private:
 
     // ---- row reductions (see cuda_codegen.hpp): G threads per row, the row in shared memory
 
-    void emit_reduce_scratch(bool row);
+    // Column kernels: per_thread parallel points per thread (the vector entry's V).
+    void emit_reduce_scratch(bool row, int per_thread = 1);
 
     // Loop block `bi` at R point `ri`, element `j` of this thread: loads of cached buffers go
     // through the row cache (stored by their first pass, read by the later ones).
@@ -198,6 +203,8 @@ private:
     // ---- column reductions: column_width parallel points x slices of the reduced points per block
 
     void emit_column_kernel();
+    void emit_column_entry(int vec);
+    std::vector<size_t> column_step_loads(const kir::Block& b) const;
     void emit_column_final_kernel();
 
     // ---- the vector path of contiguous rank-1 elementwise kernels

@@ -25,6 +25,14 @@ int column_width(const kir::Kernel& k);
 // launch then costs more than it gains): numbers independent of the device so that results are
 // too.
 bool column_splittable(const kir::Kernel& k);
+// Column kernels' vector entry NAME_v: V adjacent points of the innermost parallel dim q per
+// thread, every buffer contiguous along q read V elements at a time (V * the widest of those
+// loaded along the reduced points = 16 bytes, V at most 8: the slices' shared-memory states
+// grow with it), so that a thread moves 16 bytes per load
+// where one point per thread moves 2 (16-bit) and too few bytes are in flight to reach the
+// copy bandwidth. The kernel qualifies when every buffer is contiguous or broadcast along q,
+// no Loop block stores and nothing reads a coordinate, the linear index or a gather: V, or 0.
+int column_vector_width(const kir::Kernel& k);
 inline constexpr int64_t kColumnTargetBlocks = 2048;
 inline constexpr int64_t kColumnEnoughBlocks = 1024;
 inline constexpr int64_t kColumnMinChunk = 256;   // reduced points per chunk, at least

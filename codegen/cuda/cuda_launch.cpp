@@ -33,6 +33,16 @@ uint32_t clamp_grid(int64_t blocks, int64_t multiple) {
     return (uint32_t)std::min(blocks, cap);
 }
 
+CudaLaunch launch_of(std::string entry, uint32_t grid, uint32_t block, uint32_t cluster, int param) {
+    CudaLaunch l;
+    l.entry = std::move(entry);
+    l.grid = grid;
+    l.block = block;
+    l.cluster = cluster;
+    l.param = param;
+    return l;
+}
+
 } // namespace
 
 const char* cuda_shape_name(CudaShape s) {
@@ -165,6 +175,30 @@ int column_width(const kir::Kernel& k) {
     return 32 * (int)(4 / narrowest);
 }
 
+int column_vector_width(const kir::Kernel& k) {
+    if (cuda_shape(k) != CudaShape::Column) return 0;
+    int q = -1;
+    for (int d = 0; d < k.rank; ++d)
+        if (!k.reduced[d]) q = d;
+    if (q < 0) return 0;
+    for (const kir::Buffer& b : k.buffers)
+        if (b.layout[q] != kir::StrideKind::One && b.layout[q] != kir::StrideKind::Zero) return 0;
+    size_t widest = 0;
+    for (const kir::Block& b : k.blocks) {
+        if (b.loop && !b.stores.empty()) return 0;
+        for (int id : b.instrs) {
+            const kir::Instr& in = k.instrs[id];
+            if (in.op == kir::Op::Gather || in.op == kir::Op::Coord || in.op == kir::Op::LinearId) return 0;
+            if (!b.loop || in.op != kir::Op::Load || k.buffers[in.index].layout[q] != kir::StrideKind::One) continue;
+            bool varies = false;
+            for (int d = 0; d < k.rank; ++d)
+                varies = varies || (k.reduced[d] && k.buffers[in.index].layout[d] != kir::StrideKind::Zero);
+            if (varies) widest = std::max(widest, dtype_size(k.buffers[in.index].dtype));
+        }
+    }
+    return widest ? (int)std::min<size_t>(16 / widest, 8) : 0;
+}
+
 int row_vector_width(const kir::Kernel& k) {
     int rdim = -1, nreduced = 0;
     for (int d = 0; d < k.rank; ++d)
@@ -208,6 +242,21 @@ size_t row_cache_bytes(const kir::Kernel& k, const std::vector<int>& slot, int64
 }
 
 } // namespace detail
+
+bool cuda_launch_aligned(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaLaunch& l) {
+    const int64_t v = l.aligned_width;
+    int q = -1;
+    for (int d = 0; d < k.rank; ++d)
+        if (!k.reduced[d]) q = d;
+    if (v < 2 || q < 0 || a.sizes[q] % v) return false;
+    for (size_t b = 0; b < k.buffers.size(); ++b) {
+        if (k.buffers[b].layout[q] != kir::StrideKind::One) continue;
+        if ((uintptr_t)a.buffers[b] % (v * dtype_size(k.buffers[b].dtype))) return false;
+        for (int d = 0; d < k.rank; ++d)
+            if (d != q && a.sizes[d] > 1 && a.strides[b * k.rank + d] % v) return false;
+    }
+    return true;
+}
 
 CudaArgsLayout cuda_args_layout(const kir::Kernel& k) {
     const size_t r = std::max(k.rank, 1), nb = k.buffers.size(), s = std::max<size_t>(nb * k.rank, 1);
@@ -260,8 +309,8 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
                                                   kCudaMaxPartials);
         plan.num_partials = (int)parts;
         plan.scratch_bytes = (size_t)parts * 8 * k.accums.size();
-        plan.launches = {{k.name + "_partial", (uint32_t)parts, kCudaBlockSize, 1, (int)parts, 0},
-                         {k.name + "_final", 1, kCudaBlockSize, 1, (int)parts, 0}};
+        plan.launches = {launch_of(k.name + "_partial", (uint32_t)parts, kCudaBlockSize, 1, (int)parts),
+                         launch_of(k.name + "_final", 1, kCudaBlockSize, 1, (int)parts)};
         break;
     }
     case CudaShape::Row: {
@@ -291,8 +340,8 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         const int64_t cluster = g > block ? g / block : 1;
         const int64_t rows_per_block = g < block ? block / g : 1;
         plan.threads_per_row = (int)g;
-        CudaLaunch l{k.name, np ? clamp_grid((np + rows_per_block - 1) / rows_per_block * cluster, cluster) : 0,
-                     (uint32_t)block, (uint32_t)cluster, (int)g};
+        CudaLaunch l = launch_of(k.name, np ? clamp_grid((np + rows_per_block - 1) / rows_per_block * cluster, cluster) : 0,
+                                 (uint32_t)block, (uint32_t)cluster, (int)g);
         l.shared_bytes = caches && cache_bytes(g) <= cache_room ? cache_bytes(g) : 0;
         plan.launches = {l};
         break;
@@ -306,12 +355,16 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
                                                   nr / detail::kColumnMinChunk),
                                          1, detail::kColumnMaxChunks);
         const uint32_t block = (uint32_t)detail::kColumnThreads;
-        plan.launches = {{k.name, np ? clamp_grid(pblocks * chunks, chunks) : 0, block, 1, (int)chunks, 0}};
+        plan.launches = {launch_of(k.name, np ? clamp_grid(pblocks * chunks, chunks) : 0, block, 1, (int)chunks)};
+        if (const int v = detail::column_vector_width(k)) {
+            plan.launches[0].aligned_entry = k.name + "_v";
+            plan.launches[0].aligned_width = v;
+        }
         if (chunks > 1) {
             plan.scratch_bytes = (size_t)(np * chunks) * 8 * k.accums.size();
             const int64_t warps_per_block = kCudaBlockSize / 32;   // the final entry: a warp per column
-            plan.launches.push_back({k.name + "_final", clamp_grid((np + warps_per_block - 1) / warps_per_block, 1),
-                                     kCudaBlockSize, 1, (int)chunks, 0});
+            plan.launches.push_back(launch_of(k.name + "_final", clamp_grid((np + warps_per_block - 1) / warps_per_block, 1),
+                                              kCudaBlockSize, 1, (int)chunks));
         }
         break;
     }
@@ -320,7 +373,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // starts with nothing to do; the grid-stride loops cover the rest.
         const int64_t v = detail::elementwise_vector_width(k);
         const int64_t items = (np + v - 1) / v;
-        plan.launches = {{k.name, clamp_grid((items + kCudaBlockSize - 1) / kCudaBlockSize, 1), kCudaBlockSize, 1, 0, 0}};
+        plan.launches = {launch_of(k.name, clamp_grid((items + kCudaBlockSize - 1) / kCudaBlockSize, 1), kCudaBlockSize, 1, 0)};
         break;
     }
     }

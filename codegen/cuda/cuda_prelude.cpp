@@ -389,6 +389,46 @@ __device__ __forceinline__ void kiln_column_reduce(typename A::T& v, int& p, typ
     for (int s = 0; s < 256 / W; ++s) A::add(v, p, sv[s * W + column], sp[s * W + column]);
     __syncthreads();
 }
+// The vector entry's form: a block is W threads across, each with the states of V adjacent
+// columns, x 256 / W slices. sv/sp: 256 * V entries. The slices of a column combine in slice
+// order in groups of V (each of 256 / (W * V) threads per column folds one group), then the
+// groups in order: a fixed order, and each thread reads V entries per stage, where folding
+// every slice in every thread would read 256 / W per column.
+// Positions (arg kinds only: Arg) pass through sp; the other kinds leave it alone.
+template <class A, int W, int V, bool Arg>
+__device__ __forceinline__ void kiln_column_reduce_v(typename A::T (&v)[V], int (&p)[V], typename A::T* sv, int* sp) {
+    const int column = (int)(threadIdx.x & (W - 1)), slice = (int)(threadIdx.x / W);
+    const int width = W * V, point = (int)threadIdx.x % width, part = (int)threadIdx.x / width;
+#pragma unroll
+    for (int c = 0; c < V; ++c) {
+        sv[(slice * W + column) * V + c] = v[c];
+        if (Arg) sp[(slice * W + column) * V + c] = p[c];
+    }
+    __syncthreads();
+    typename A::T x = A::init();
+    int q = KILN_NO_POS;
+#pragma unroll
+    for (int s = part * V; s < part * V + V; ++s) A::add(x, q, sv[s * width + point], Arg ? sp[s * width + point] : 0);
+    __syncthreads();
+    sv[threadIdx.x] = x;
+    if (Arg) sp[threadIdx.x] = q;
+    __syncthreads();
+    if ((int)threadIdx.x < width) {
+        x = A::init();
+        q = KILN_NO_POS;
+#pragma unroll
+        for (int g = 0; g < 256 / width; ++g) A::add(x, q, sv[g * width + point], Arg ? sp[g * width + point] : 0);
+        sv[256 + point] = x;
+        if (Arg) sp[256 + point] = q;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < V; ++c) {
+        v[c] = sv[256 + column * V + c];
+        if (Arg) p[c] = sp[256 + column * V + c];
+    }
+    __syncthreads();
+}
 // ---- end of prelude
 )";
 

@@ -9,10 +9,10 @@
 
 namespace kiln::codegen::detail {
 
-void Emitter::emit_reduce_scratch(bool row) {
+void Emitter::emit_reduce_scratch(bool row, int per_thread) {
     bool f = false, i = false;
     for (auto& a : k_.accums) (a.type == CT::F32 ? f : i) = true;
-    const int n = row ? 32 : detail::kColumnThreads;
+    const int n = row ? 32 : detail::kColumnThreads * per_thread;
     if (f) line("__shared__ float kiln_svf[{}];", n);
     if (i) line("__shared__ int kiln_svi[{}];", n);
     line("__shared__ int kiln_sp[{}];", n);

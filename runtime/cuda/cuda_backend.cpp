@@ -400,7 +400,11 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
     if (ck->plan.launches.empty() || ck->planned_sizes != a.sizes) {
         ck->plan = codegen::plan_cuda_launch(ck->kernel, a, caps_);
         ck->plan_functions.clear();
-        for (const codegen::CudaLaunch& l : ck->plan.launches) ck->plan_functions.push_back(ck->entry(l.entry));
+        ck->plan_aligned_functions.clear();
+        for (const codegen::CudaLaunch& l : ck->plan.launches) {
+            ck->plan_functions.push_back(ck->entry(l.entry));
+            ck->plan_aligned_functions.push_back(l.aligned_entry.empty() ? nullptr : ck->entry(l.aligned_entry));
+        }
         ck->planned_sizes = a.sizes;
     }
     const codegen::CudaLaunchPlan& plan = ck->plan;
@@ -423,7 +427,10 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         if (l.grid == 0) continue;
         int param = l.param;
         void* params[3] = {arg_bytes_.data(), &scratch, &param};
-        launch_function(ck->plan_functions[li], unsigned(l.grid), 1, 1, unsigned(l.block), unsigned(l.shared_bytes),
+        CUfunction f = ck->plan_functions[li];
+        if (ck->plan_aligned_functions[li] && codegen::cuda_launch_aligned(ck->kernel, a, l))
+            f = ck->plan_aligned_functions[li], ++counters_.aligned_launches;
+        launch_function(f, unsigned(l.grid), 1, 1, unsigned(l.block), unsigned(l.shared_bytes),
                         params, {.cluster = unsigned(l.cluster), .programmatic = programmatic});
     }
 }

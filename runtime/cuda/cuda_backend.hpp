@@ -35,6 +35,7 @@ struct DeviceInfo {
 struct CudaCounters {
     uint64_t compiles = 0, memory_hits = 0, disk_hits = 0, launches = 0;
     uint64_t cluster_launches = 0;   // launches with a thread-block cluster dimension
+    uint64_t aligned_launches = 0;   // launches of a plan's aligned_entry (column reductions' vector entry)
     double compile_ms = 0;
 };
 
@@ -50,6 +51,7 @@ struct CudaKernel {
     mutable std::vector<int64_t> planned_sizes;
     mutable codegen::CudaLaunchPlan plan;           // no launches: not planned yet
     mutable std::vector<CUfunction> plan_functions;
+    mutable std::vector<CUfunction> plan_aligned_functions;   // per launch: its aligned_entry, or null
 };
 
 // How a kernel is launched beyond its grid.

@@ -12,6 +12,7 @@
 #include "tests/support/gpu.hpp"
 #ifdef KILN_HAVE_NVRTC
 #include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/device_backend.hpp"
 #endif
 
 #include <algorithm>
@@ -282,6 +283,92 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
             CHECK(bad == 0);
         }
 }
+
+// Column reductions take their vector entry (V adjacent columns per thread, 16-byte loads)
+// when the columns come in whole, aligned groups, and one column per thread otherwise: widths
+// that are and are not multiples of V, inputs at an offset and with rows out of phase, a
+// single row and many, split and unsplit, one pass and two (a variance), vectors broadcast
+// along the rows inside the pass and after it, every float dtype and int8.
+#ifdef KILN_HAVE_NVRTC
+TEST_CASE("gpu: column reductions by groups of adjacent columns (aligned) and column by column agree with float64") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    auto round_to = [](DType dt, float x) {
+        return dt == DType::Float16 ? f16_to_float(float_to_f16(x)) : dt == DType::BFloat16 ? bf16_to_float(float_to_bf16(x))
+               : dt == DType::Int8 ? std::nearbyint(x * 20) : x;
+    };
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    int vector_cases = 0, cases = 0;
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16, DType::Int8})
+        for (int64_t N : {8, 72, 1000, 1004, 4104})
+            for (int64_t M : {1, 7, 300, 5000})
+                for (int layout = 0; layout < 3; ++layout) {   // dense, at an offset, rows out of phase
+                    const int64_t ld = N + (layout == 2 ? 1 : 8), xo = layout == 1 ? 1 : 0;
+                    INFO(dtype_name(dt) << " " << M << "x" << N << " layout " << layout);
+                    std::vector<float> hx = random_floats((size_t)(M * ld), (uint32_t)(M * 7 + N + layout));
+                    std::vector<float> hw = random_floats((size_t)N, (uint32_t)(N + 3), 0.5f, 2.0f);
+                    for (auto& x : hx) x = round_to(dt, x);
+                    Tensor X = ctx.array(hx, {M, ld}, dt).slice({Slice::all(), Slice::range(xo, xo + N)});
+                    Tensor W = ctx.array(hw, {1, N});
+                    Tensor s = ctx.empty({1, N}), mx = ctx.empty({1, N}, dt), am = ctx.empty({1, N}, DType::Int32),
+                           ws = ctx.empty({1, N}), vr = ctx.empty({1, N});
+                    const int64_t v = std::min<int64_t>(16 / (int64_t)dtype_size(dt), 8);
+                    const bool expect = layout == 0 && N % v == 0;
+                    auto took_vector = [&](auto&& assign) {
+                        const uint64_t before = be.counters().aligned_launches;
+                        assign();
+                        return be.counters().aligned_launches > before;
+                    };
+                    int taken = 0;
+                    taken += took_vector([&] { s[all] = sum(X, 0); });
+                    taken += took_vector([&] { mx[all] = max(X, 0); });
+                    taken += took_vector([&] { am[all] = argmax(X, 0); });
+                    taken += took_vector([&] { ws[all] = sum(X * W, 0) * W; });
+                    if (dt != DType::Int8) taken += took_vector([&] { vr[all] = var(X, 0); });
+                    if (M > 1) CHECK(taken == (expect ? (dt == DType::Int8 ? 4 : 5) : 0));
+                    vector_cases += M > 1 && expect;
+                    ++cases;
+                    const std::vector<float> gs = s.to_vector<float>(), gm = mx.to_vector<float>(), gw = ws.to_vector<float>(),
+                                             gv = dt == DType::Int8 ? std::vector<float>() : vr.to_vector<float>();
+                    const std::vector<int32_t> ga = am.to_vector<int32_t>();
+                    int bad = 0;
+                    for (int64_t j = 0; j < N; ++j) {
+                        double sum = 0, wsum = 0, best = -1e30, q = 0;
+                        int32_t arg = 0;
+                        for (int64_t i = 0; i < M; ++i) {
+                            const double x = hx[i * ld + xo + j];
+                            sum += x;
+                            wsum += x * (double)hw[j];
+                            if (x > best) best = x, arg = (int32_t)i;
+                        }
+                        for (int64_t i = 0; i < M; ++i) q += std::pow(hx[i * ld + xo + j] - sum / M, 2);
+                        const double scale = dt == DType::Int8 ? 40.0 * M : 3.0 * M;
+                        bad += !(std::abs(gs[j] - sum) <= 1e-5 * scale + 1e-4);
+                        bad += gm[j] != (float)best;
+                        bad += ga[j] != arg;
+                        bad += !(std::abs(gw[j] - wsum * hw[j]) <= 1e-5 * scale * 4 + 1e-4);
+                        if (dt != DType::Int8) bad += !(std::abs(gv[j] - q / M) <= 1e-4 * (q / M) + 1e-5);
+                    }
+                    CHECK(bad == 0);
+                }
+    CHECK(cases == 4 * 5 * 4 * 3);
+    CHECK(vector_cases > 30);
+    // Every float16 pattern through the vector entry: a NaN keeps its payload (quieted on the way
+    // in, as ir/half.hpp stores it).
+    const int64_t n = 1 << 16;
+    std::vector<float> h(2 * n, -INFINITY);
+    for (int64_t p = 0; p < n; ++p) h[p] = f16_to_float((uint16_t)p);
+    Tensor H = ctx.array(h, {2, n}, DType::Float16), f = ctx.empty({1, n});
+    const uint64_t before = be.counters().aligned_launches;
+    f[all] = max(H, 0);
+    CHECK(be.counters().aligned_launches - before == 1u);
+    const std::vector<float> got = f.to_vector<float>();
+    int bad = 0;
+    for (int64_t p = 0; p < n; ++p) bad += f32_bits(got[p]) != f32_bits(f16_to_float(float_to_f16(h[p])));
+    CHECK(bad == 0);
+}
+
+#endif
 
 // A norm's weight and bias vectors are out of phase with most rows when the row length is not a
 // multiple of the group: the row kernels read them as shifted 16-byte words. Every row length

@@ -99,8 +99,11 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
             CHECK(src.code.find("#include") == std::string::npos);
             if (k.full_reduce) {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name + "_partial", k.name + "_final"});
-            } else if (codegen::cuda_shape(k) == codegen::CudaShape::Column && codegen::detail::column_splittable(k)) {
-                REQUIRE(src.entry_points == std::vector<std::string>{k.name, k.name + "_final"});
+            } else if (codegen::cuda_shape(k) == codegen::CudaShape::Column) {
+                std::vector<std::string> entries{k.name};
+                if (codegen::detail::column_vector_width(k)) entries.push_back(k.name + "_v");
+                if (codegen::detail::column_splittable(k)) entries.push_back(k.name + "_final");
+                REQUIRE(src.entry_points == entries);
             } else {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name});
             }
@@ -551,9 +554,65 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         CHECK(code.find(fmt::format("const int column = (int)(threadIdx.x & {}), slice = (int)(threadIdx.x / {});", width - 1,
                                     width)) != std::string::npos);
         CHECK(code.find(fmt::format("kiln_column_reduce<kiln_sum_f, {}>", width)) != std::string::npos);
+        // The vector entry: V = 16 bytes of x per thread, column_width / V threads across.
+        const int v = 16 / (int)dtype_size(dt);
+        CHECK(codegen::detail::column_vector_width(cb.kernel()) == v);
+        CHECK(code.find(fmt::format("kiln_colw_v(const Args a")) != std::string::npos);
+        CHECK(code.find(fmt::format("kiln_column_reduce_v<kiln_sum_f, {}, {}, false>(rv, rp", width / v, v)) !=
+              std::string::npos);
+    }
+    {
+        // No vector entry: a buffer strided along the parallel dim, or a coordinate read.
+        test::KernelBuilder sb("kiln_cols", "RP");
+        int o = sb.output(DType::Float32, "01"), x = sb.input(DType::Float32, "xx"), y = sb.input(DType::Float32, "x1");
+        sb.loop();
+        int acc = sb.accum(kir::AccKind::Sum, sb.op(kir::Op::Add, ComputeType::F32, sb.load(x), sb.load(y)));
+        sb.point();
+        sb.store(o, sb.acc_result(acc));
+        CHECK(codegen::detail::column_vector_width(sb.kernel()) == 0);
+        CHECK(codegen::emit_cuda(sb.kernel()).code.find("kiln_cols_v") == std::string::npos);
+        test::KernelBuilder cb("kiln_colc", "RP");
+        int o2 = cb.output(DType::Float32, "01"), x2 = cb.input(DType::Float32, "x1");
+        cb.loop();
+        int acc2 = cb.accum(kir::AccKind::Sum, cb.op(kir::Op::Add, ComputeType::F32, cb.load(x2),
+                                                     cb.op(kir::Op::ToF32, ComputeType::F32, cb.coord(1))));
+        cb.point();
+        cb.store(o2, cb.acc_result(acc2));
+        CHECK(codegen::detail::column_vector_width(cb.kernel()) == 0);
     }
     a.sizes = {4096, 100};
     p = codegen::plan_cuda_launch(column, a, h100);
+    // The vector entry (V = 4: float32 x), taken when groups of 4 lie whole in the row and
+    // every buffer contiguous along it is aligned for them.
+    CHECK(p.launches[0].aligned_entry == "kiln_column_v");
+    CHECK(p.launches[0].aligned_width == 4);
+    {
+        alignas(64) static float data[64];
+        kir::LaunchArgs al = a;
+        al.buffers.assign(column.buffers.size(), data);
+        al.strides.assign(column.buffers.size() * 2, 0);
+        for (size_t b = 0; b < column.buffers.size(); ++b) {
+            al.strides[b * 2 + 1] = column.buffers[b].layout[1] == kir::StrideKind::One ? 1 : 0;
+            al.strides[b * 2] = column.buffers[b].layout[0] == kir::StrideKind::Zero ? 0 : 100;
+        }
+        CHECK(codegen::cuda_launch_aligned(column, al, p.launches[0]));
+        al.sizes = {4096, 102};   // the row ends inside a group
+        CHECK_FALSE(codegen::cuda_launch_aligned(column, al, p.launches[0]));
+        al.sizes = {4096, 100};
+        al.strides[2 * 2] = 101;   // x's rows out of phase
+        CHECK_FALSE(codegen::cuda_launch_aligned(column, al, p.launches[0]));
+        al.strides[2 * 2] = 100;
+        al.buffers[2] = data + 1;   // x not on a 16-byte boundary
+        CHECK_FALSE(codegen::cuda_launch_aligned(column, al, p.launches[0]));
+        al.buffers[2] = data + 4;
+        al.buffers[3] = (char*)data + 2;   // int8: a 4-byte group needs 4-byte alignment
+        CHECK_FALSE(codegen::cuda_launch_aligned(column, al, p.launches[0]));
+        al.buffers[3] = (char*)data + 4;
+        CHECK(codegen::cuda_launch_aligned(column, al, p.launches[0]));
+        al.sizes = {1, 100};   // a reduced dim of one point: its stride does not matter
+        al.strides[2 * 2] = 7;
+        CHECK(codegen::cuda_launch_aligned(column, al, p.launches[0]));
+    }
     REQUIRE(p.launches.size() == 2);
     CHECK(p.launches[0].entry == "kiln_column");
     CHECK(p.launches[0].param == 4096 / codegen::detail::kColumnMinChunk);
