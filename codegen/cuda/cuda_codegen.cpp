@@ -236,7 +236,7 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::Neg: return f ? "-" + x : fmt::format("(int)(0u - (unsigned){})", x);
     case Op::Abs: return f ? fmt::format("fabsf({})", x) : fmt::format("{0} < 0 ? (int)(0u - (unsigned){0}) : {0}", x);
     case Op::Sqrt: return fmt::format("sqrtf({})", x);
-    case Op::Exp: return fmt::format("expf({})", x);
+    case Op::Exp: return (stores_16_ ? "kiln_exp_fast(" : "expf(") + x + ")";
     case Op::Exp2: return fmt::format("exp2f({})", x);
     case Op::Log: return fmt::format("logf({})", x);
     case Op::Log2: return fmt::format("log2f({})", x);
@@ -414,6 +414,53 @@ std::string Emitter::signature(const std::string& entry, int max_threads, int mi
 void Emitter::open_kernel(const std::string& entry, int max_threads, int min_blocks) {
     open(signature(entry, max_threads, min_blocks));
     line("kiln_after_prior_grids();");
+}
+
+bool Emitter::canonicalising(const kir::Instr& in) {
+    if (in.type != CT::F32) return false;
+    switch (in.op) {
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Sqrt: case Op::Exp: return true;
+    default: return false;
+    }
+}
+
+void Emitter::find_payload_uses() {
+    payload_seen_.assign(k_.instrs.size(), false);
+    for (const kir::Instr& in : k_.instrs) {
+        bool blind = canonicalising(in);
+        switch (in.op) {
+        case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::ToI32:
+        case Op::Finite: case Op::ToBool: blind = true; break;
+        default: break;
+        }
+        for (size_t i = 0; i < 3; ++i) {
+            const int o = in.a[i];
+            if (o < 0) continue;
+            if (!(blind || (in.op == Op::Select && i == 0))) payload_seen_[o] = true;
+        }
+    }
+    for (const kir::Accum& ac : k_.accums)
+        if (!(ac.kind == AccKind::Sum && ac.type == CT::F32)) payload_seen_[ac.value] = true;
+    for (const kir::Block& b : k_.blocks)
+        for (const kir::Store& st : b.stores) payload_seen_[st.value] = true;
+}
+
+bool Emitter::needs_exact_load(size_t buf, int bi) const {
+    for (size_t i = 0; i < k_.blocks.size(); ++i) {
+        if (bi >= 0 && (int)i != bi) continue;
+        for (int id : k_.blocks[i].instrs)
+            if (k_.instrs[id].op == Op::Load && k_.instrs[id].index == (int)buf && payload_seen_[id]) return true;
+    }
+    return false;
+}
+
+bool Emitter::needs_exact_store(size_t buf, int bi) const {
+    for (size_t i = 0; i < k_.blocks.size(); ++i) {
+        if (bi >= 0 && (int)i != bi) continue;
+        for (const kir::Store& st : k_.blocks[i].stores)
+            if (st.buffer == (int)buf && !canonicalising(k_.instrs[st.value])) return true;
+    }
+    return false;
 }
 
 void Emitter::emit_pbase_offsets() {

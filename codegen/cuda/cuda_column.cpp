@@ -137,7 +137,8 @@ void Emitter::emit_column_entry(int vec) {
                         continue;
                     }
                     line("{} e{}[{}];", ctype(compute_type(t)), buf, per);
-                    emit_unpack(t, per, fmt::format("m{}[u]", buf), fmt::format("e{}", buf), 0);
+                    emit_unpack(t, per, fmt::format("m{}[u]", buf), fmt::format("e{}", buf), 0,
+                                needs_exact_load(buf, (int)bi) ? Unpack::Tested : Unpack::Hardware);
                 }
                 per_column([&](int c) {
                     open("");
@@ -154,7 +155,7 @@ void Emitter::emit_column_entry(int vec) {
             // payload only the exact conversion keeps): one test per step, two copies of it.
             std::string nan_test;
             for (size_t buf : pre)
-                if (k_.buffers[buf].dtype == DType::Float16) {
+                if (k_.buffers[buf].dtype == DType::Float16 && needs_exact_load(buf, (int)bi)) {
                     if (nan_test.empty()) line("unsigned step_nan = 0;");
                     line("#pragma unroll");
                     line("for (int u = 0; u < {}; ++u) step_nan |= ((unsigned)m{}[u] & 0x7fffu) + 0x3ffu;", n, buf);
@@ -167,8 +168,8 @@ void Emitter::emit_column_entry(int vec) {
                 for (size_t buf : pre) {
                     const DType t = k_.buffers[buf].dtype;
                     const std::string m = fmt::format("m{}[u]", buf);
-                    load_override_[buf] = hardware && t == DType::Float16 ? fmt::format("kiln_f16_to_f32_hw({})", m)
-                                                                          : load_expr(t, m);
+                    const bool hw = t == DType::Float16 && (hardware || !needs_exact_load(buf, (int)bi));
+                    load_override_[buf] = hw ? fmt::format("kiln_f16_to_f32_hw({})", m) : load_expr(t, m);
                 }
                 emit_rloop_body(bi);
                 load_override_.assign(k_.buffers.size(), "");

@@ -44,6 +44,12 @@ public:
         all_uses_ = Uses{std::vector<bool>(k.buffers.size()), std::vector<bool>(k.rank), false};
         for (auto& u : block_uses_) merge(all_uses_, u);
         load_override_.assign(k.buffers.size(), "");
+        for (const kir::Block& b : k.blocks)
+            for (const kir::Store& st : b.stores) {
+                const DType t = k.buffers[st.buffer].dtype;
+                stores_16_ = stores_16_ && (t == DType::Float16 || t == DType::BFloat16);
+            }
+        find_payload_uses();
     }
 
     CudaSource run();
@@ -63,6 +69,25 @@ private:
     std::string out_;
     int indent_ = 0;
     Scope scope_ = Scope::Elementwise;
+    // Every value the kernel stores is a 16-bit float: exp may take the hardware's
+    // approximation, whose error lies far below the stored value's rounding step
+    // (kiln_exp_fast in the prelude).
+    bool stores_16_ = true;
+    // 16-bit NaNs. The exact conversions keep a NaN's payload; the hardware's give the canonical
+    // NaN, and so does the GPU's float arithmetic (canonicalising: add, sub, mul, div, sqrt,
+    // exp). Where a loaded value only feeds such arithmetic or ops blind to payloads
+    // (comparisons, conversion to integer, finiteness, a select's condition, a float sum), both
+    // conversions give the same results, and the loads skip the NaN test; where a stored value
+    // comes from such arithmetic it is the canonical NaN, which both conversions to 16 bits
+    // turn into the same bits, and the stores skip theirs. payload_seen_: per instruction, some
+    // use can carry its NaN's payload on.
+    std::vector<bool> payload_seen_;
+    void find_payload_uses();
+    static bool canonicalising(const kir::Instr& in);
+    // Whether some Load of `buf` in block `bi` (any block when bi < 0) needs the exact conversion.
+    bool needs_exact_load(size_t buf, int bi) const;
+    // Whether a store of `buf` in block `bi` (any block when bi < 0) needs the exact conversion.
+    bool needs_exact_store(size_t buf, int bi) const;
     // Per buffer: when set, what a Load of it reads (a register holding the converted value).
     std::vector<std::string> load_override_;
     // Row kernels, per buffer: when set, the element already loaded (by a 16-byte load).
@@ -228,7 +253,8 @@ private:
     enum class Unpack { Tested, Hardware, Exact };
     void emit_unpack(DType t, int n, const std::string& w, const std::string& dst, int base,
                      Unpack mode = Unpack::Tested);
-    void emit_pack(DType t, int n, const std::string& w, const std::string& src, int base);
+    // exact = false: the values are canonical where NaN (needs_exact_store), no test.
+    void emit_pack(DType t, int n, const std::string& w, const std::string& src, int base, bool exact = true);
 
     // n elements per thread with one load and one store of up to 16 bytes per contiguous
     // buffer, when every contiguous buffer is aligned for it; the scalar loop does the rest.

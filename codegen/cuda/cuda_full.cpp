@@ -63,7 +63,8 @@ void Emitter::emit_partial_kernel() {
             const char* wt = word_type(t, vw);
             line("const {0} w{1} = *(const {0}*)(b{1} + rbegin + q * {2});", wt, buf, vw);
             line("{} e{}[{}];", ctype(compute_type(t)), buf, vw);
-            emit_unpack(t, vw, fmt::format("w{}", buf), fmt::format("e{}", buf), 0);
+            emit_unpack(t, vw, fmt::format("w{}", buf), fmt::format("e{}", buf), 0,
+                        needs_exact_load(buf, 0) ? Unpack::Tested : Unpack::Hardware);
         }
         for (int u = 0; u < vw; ++u) {
             open("");

@@ -89,6 +89,16 @@ __device__ __forceinline__ unsigned kiln_f32x2_to_bf16x2_cvt(float lo, float hi)
 #endif
 }
 
+// exp for kernels whose every stored value is a 16-bit float (the emitter picks it; other
+// kernels call expf): ex2.approx of x * log2(e), as CUDA's __expf, off by at most 2 + 1.2|x|
+// units in the last place of a float (about 2^-16 relative at the ends of exp's range),
+// against float16's rounding step of 2^-11 and bfloat16's of 2^-8; subnormal results kept.
+__device__ __forceinline__ float kiln_exp_fast(float x) {
+    float y;
+    asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+}
+
 // Truncation toward zero, saturating, NaN -> 0 (PTX cvt.rzi.sat).
 __device__ __forceinline__ int kiln_f32_to_i32(float x) {
     if (x != x) return 0;

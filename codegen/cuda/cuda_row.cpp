@@ -346,10 +346,11 @@ void Emitter::emit_row_kernel() {
                         const DType t = k_.buffers[buf].dtype;
                         const GroupWords gw = group_words(t, vw);
                         line("{} e{}[{}];", ctype(compute_type(t)), buf, n);
+                        const Unpack m = needs_exact_load(buf, (int)bi) ? mode : Unpack::Hardware;
                         for (int g = 0; g < n / vw; ++g)
                             for (int w = 0; w < gw.words; ++w)
                                 emit_unpack(t, gw.per_word, fmt::format("w{}_{}_{}", buf, g, w), fmt::format("e{}", buf),
-                                            g * vw + w * gw.per_word, mode);
+                                            g * vw + w * gw.per_word, m);
                         preloaded_[buf] = fmt::format("e{}[u]", buf);
                     }
                     for (size_t buf : vec_stores) {
@@ -383,7 +384,8 @@ void Emitter::emit_row_kernel() {
                             for (int w = 0; w < gw.words; ++w) {
                                 const std::string word = fmt::format("s{}_{}_{}", buf, g, w);
                                 line("{} {} = {{}};", word_type(t, gw.per_word), word);
-                                emit_pack(t, gw.per_word, word, fmt::format("r{}", buf), g * vw + w * gw.per_word);
+                                emit_pack(t, gw.per_word, word, fmt::format("r{}", buf), g * vw + w * gw.per_word,
+                                          needs_exact_store(buf, (int)bi));
                                 line("kiln_stg({}, {});", word_at(buf, g, w, gw), word);
                             }
                     }
@@ -419,7 +421,7 @@ void Emitter::emit_row_kernel() {
                 std::string any_nan;
                 const GroupWords hw = group_words(DType::Float16, vw);
                 for (size_t buf : vec_loads)
-                    if (k_.buffers[buf].dtype == DType::Float16)
+                    if (k_.buffers[buf].dtype == DType::Float16 && needs_exact_load(buf, (int)bi))
                         for (int g = 0; g < n / vw; ++g)
                             for (int w = 0; w < hw.words; ++w)
                                 for (int l = 0; l < hw.per_word; l += 2) {

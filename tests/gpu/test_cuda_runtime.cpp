@@ -370,6 +370,90 @@ TEST_CASE("gpu: column reductions by groups of adjacent columns (aligned) and co
 
 #endif
 
+// Kernels whose every store is a 16-bit float take the hardware's exp: stored, a value is the
+// CPU's or one rounding step from it, and rarely that (exp2 and tanh for comparison).
+TEST_CASE("gpu: exp/exp2/tanh stored as 16-bit floats are within one step of the CPU's, and rarely off") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    const int64_t n = 300000;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (int op = 0; op < 4; ++op) {   // exp, exp2, tanh, a softmax over rows of 1000
+            INFO(dtype_name(dt) << " op " << op);
+            const double lo = op == 2 ? -6 : -17, hi = op == 2 ? 6 : 11;
+            std::vector<float> h((size_t)n);
+            for (int64_t i = 0; i < n; ++i) h[i] = (float)(lo + (hi - lo) * (double)i / (double)(n - 1));
+            std::vector<float> got[2];
+            for (int side = 0; side < 2; ++side) {
+                Context& ctx = side ? cpu : gpu;
+                Tensor X = ctx.array(h, {300, 1000}, dt), Y = ctx.empty({300, 1000}, dt);
+                if (op == 0) Y[all] = exp(X);
+                if (op == 1) Y[all] = exp2(X);
+                if (op == 2) Y[all] = tanh(X);
+                if (op == 3) Y[all] = exp(X - max(X, 1)) * reciprocal(sum(exp(X - max(X, 1)), 1));
+                got[side] = Y.to_vector<float>();
+            }
+            auto bits = [&](float f) {
+                return (int)(dt == DType::Float16 ? float_to_f16(f) : float_to_bf16(f));
+            };
+            int64_t off = 0, far = 0;
+            for (size_t i = 0; i < got[0].size(); ++i) {
+                const int a = bits(got[0][i]), b = bits(got[1][i]);
+                if (a == b) continue;
+                ++off;
+                far += (a ^ b) & 0x8000 || std::abs(a - b) > 1;
+            }
+            CHECK(far == 0);
+            CHECK(off * 100 <= (int64_t)got[0].size());
+        }
+}
+
+// The GPU's float arithmetic makes every NaN the canonical one (the premise of skipping the
+// 16-bit NaN tests where a value only feeds arithmetic): every 16-bit pattern through each
+// canonicalising op, elementwise and in a row kernel, stored in 16 and 32 bits.
+TEST_CASE("gpu: arithmetic on 16-bit NaNs gives the canonical NaN; other patterns convert exactly") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    const int64_t n = 1 << 16;
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        std::vector<float> h(n);
+        for (int64_t p = 0; p < n; ++p) h[p] = dt == DType::Float16 ? f16_to_float((uint16_t)p) : bf16_to_float((uint16_t)p);
+        Tensor X = ctx.array(h, {256, 256}, dt), Y = ctx.empty({256, 256}, dt), F = ctx.empty({256, 256});
+        auto bits16 = [&](float f) { return dt == DType::Float16 ? float_to_f16(f) : float_to_bf16(f); };
+        for (int op = 0; op < 6; ++op) {
+            INFO(dtype_name(dt) << " op " << op);
+            auto expr = [&](const Tensor& x) -> Expr {
+                switch (op) {
+                case 0: return x * 1.0f + 0.0f;
+                case 1: return x - 0.0f;
+                case 2: return x / 1.0f;
+                case 3: return sqrt(absolute(x)) * 0.0f + x;
+                case 4: return exp(x) * 0.0f + x;
+                default: return x - mean(X, 1) * 0.0f;   // a row kernel
+                }
+            };
+            Y[all] = expr(X);
+            F[all] = expr(X);
+            const std::vector<float> y = Y.to_vector<float>(), f = F.to_vector<float>();
+            int bad = 0;
+            for (int64_t p = 0; p < n; ++p) {
+                const bool nan = std::isnan(h[p]);
+                // A row holding a NaN or an infinity is NaN throughout in the row kernel (its mean
+                // is not finite).
+                const bool row_nan = op == 5 && std::any_of(h.begin() + p / 256 * 256, h.begin() + p / 256 * 256 + 256,
+                                                            [](float v) { return !std::isfinite(v); });
+                if (nan || row_nan) bad += !std::isnan(y[p]) + !std::isnan(f[p]);
+                if (std::isnan(y[p])) bad += bits16(y[p]) != 0x7fff;
+                if (std::isnan(f[p])) bad += f32_bits(f[p]) != 0x7fffffffu;
+                if (!nan && !row_nan && op != 3 && op != 4) {
+                    bad += bits16(y[p]) != (uint16_t)p && !(h[p] == 0 && y[p] == 0);
+                    bad += f[p] != h[p];
+                }
+            }
+            CHECK(bad == 0);
+        }
+    }
+}
+
 // A norm's weight and bias vectors are out of phase with most rows when the row length is not a
 // multiple of the group: the row kernels read them as shifted 16-byte words. Every row length
 // mod 8, every weight offset mod 8 (views into a larger vector), each dtype, a warp, a block and

@@ -329,6 +329,66 @@ TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
     require_compiles("vec16", src16);
 }
 
+TEST_CASE("exp takes the hardware's approximation only where every store is a 16-bit float") {
+    using kir::Op;
+    using CT = kir::ComputeType;
+    struct Case {
+        std::vector<DType> outs;
+        bool fast;
+    };
+    for (const Case& c : {Case{{DType::Float16}, true}, Case{{DType::BFloat16}, true},
+                          Case{{DType::BFloat16, DType::Float16}, true}, Case{{DType::Float32}, false},
+                          Case{{DType::BFloat16, DType::Float32}, false}, Case{{DType::Int32}, false}}) {
+        test::KernelBuilder b("kiln_math16", "P");
+        int x = b.input(DType::Float32, "1");
+        std::vector<int> outs;
+        for (DType t : c.outs) outs.push_back(b.output(t, "1"));
+        b.loop();
+        const int e = b.op(Op::Add, CT::F32, b.op(Op::Exp, CT::F32, b.load(x)),
+                           b.op(Op::Add, CT::F32, b.op(Op::Exp2, CT::F32, b.load(x)), b.op(Op::Tanh, CT::F32, b.load(x))));
+        for (size_t i = 0; i < outs.size(); ++i)
+            b.store(outs[i], c.outs[i] == DType::Int32 ? b.op(Op::ToI32, CT::I32, e) : e);
+        const std::string code = codegen::emit_cuda(b.kernel()).code;
+        INFO(c.outs.size() << " outputs, the first " << dtype_name(c.outs[0]));
+        CHECK((code.find("kiln_exp_fast(v") != std::string::npos) == c.fast);
+        CHECK((code.find(" expf(v") != std::string::npos) == !c.fast);
+        CHECK(code.find("exp2f(v") != std::string::npos);   // exp2f is the hardware's already
+        CHECK(code.find("tanhf(v") != std::string::npos);   // tanh.approx would show in 1 + tanh(x)
+        require_compiles("math16", codegen::emit_cuda(b.kernel()));
+    }
+}
+
+TEST_CASE("16-bit NaN tests only where a payload can reach a store, a select or an extreme") {
+    using kir::Op;
+    using CT = kir::ComputeType;
+    // op 0: x * y + x (arithmetic makes every NaN canonical); 1: where(x > 0, x, y); 2: maximum(x, y);
+    // 3: a copy of x; 4: sqrt(x) - exp(y) / x, stored, and x < y, stored as an integer.
+    for (int op = 0; op < 5; ++op) {
+        INFO("op " << op);
+        test::KernelBuilder b("kiln_nan16", "P");
+        int x = b.input(DType::Float16, "1"), y = b.input(DType::Float16, "1"), o = b.output(DType::Float16, "1");
+        int oi = op == 4 ? b.output(DType::Int32, "1") : -1;
+        b.loop();
+        const int lx = b.load(x), ly = b.load(y);
+        int r = -1;
+        if (op == 0) r = b.op(Op::Add, CT::F32, b.op(Op::Mul, CT::F32, lx, ly), lx);
+        if (op == 1) r = b.op(Op::Select, CT::F32, b.op(Op::Gt, CT::I32, lx, b.constf(0.0f)), lx, ly);
+        if (op == 2) r = b.op(Op::Maximum, CT::F32, lx, ly);
+        if (op == 3) r = lx;
+        if (op == 4) {
+            r = b.op(Op::Sub, CT::F32, b.op(Op::Sqrt, CT::F32, lx), b.op(Op::Div, CT::F32, b.op(Op::Exp, CT::F32, ly), lx));
+            b.store(oi, b.op(Op::Lt, CT::I32, lx, ly));
+        }
+        b.store(o, r);
+        const std::string code = codegen::emit_cuda(b.kernel()).code;
+        const bool tested = op == 1 || op == 2 || op == 3;
+        CHECK((code.find("if (kiln_f16x2_nan(w0.x)") != std::string::npos) == tested);   // x's load
+        CHECK((code.find("if (kiln_f16x2_nan(w1.x)") != std::string::npos) == (op == 1 || op == 2));   // y's
+        CHECK((code.find("if (kiln_f16x2_nan(w2.x)") != std::string::npos) == tested);   // the store
+        require_compiles("nan16", codegen::emit_cuda(b.kernel()));
+    }
+}
+
 TEST_CASE("layout specialisation: stride-0 dims vanish, stride-1 dims need no stride argument") {
     test::KernelBuilder b("kiln_layout", "PP");
     int out = b.output(DType::Float32, "x1");
