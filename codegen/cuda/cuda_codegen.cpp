@@ -439,8 +439,9 @@ void Emitter::find_payload_uses() {
             if (!(blind || (in.op == Op::Select && i == 0))) payload_seen_[o] = true;
         }
     }
+    // A float sum is arithmetic; an arg reduction yields a position, whatever the NaN.
     for (const kir::Accum& ac : k_.accums)
-        if (!(ac.kind == AccKind::Sum && ac.type == CT::F32)) payload_seen_[ac.value] = true;
+        if (!(ac.kind == AccKind::Sum && ac.type == CT::F32) && !is_arg(ac.kind)) payload_seen_[ac.value] = true;
     for (const kir::Block& b : k_.blocks)
         for (const kir::Store& st : b.stores) payload_seen_[st.value] = true;
 }

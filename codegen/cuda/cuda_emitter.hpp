@@ -76,7 +76,8 @@ private:
     // 16-bit NaNs. The exact conversions keep a NaN's payload; the hardware's give the canonical
     // NaN, and so does the GPU's float arithmetic (canonicalising: add, sub, mul, div, sqrt,
     // exp). Where a loaded value only feeds such arithmetic or ops blind to payloads
-    // (comparisons, conversion to integer, finiteness, a select's condition, a float sum), both
+    // (comparisons, conversion to integer, finiteness, a select's condition, a float sum, an arg
+    // reduction), both
     // conversions give the same results, and the loads skip the NaN test; where a stored value
     // comes from such arithmetic it is the canonical NaN, which both conversions to 16 bits
     // turn into the same bits, and the stores skip theirs. payload_seen_: per instruction, some

@@ -387,6 +387,18 @@ TEST_CASE("16-bit NaN tests only where a payload can reach a store, a select or 
         CHECK((code.find("if (kiln_f16x2_nan(w2.x)") != std::string::npos) == tested);   // the store
         require_compiles("nan16", codegen::emit_cuda(b.kernel()));
     }
+    // Row reductions: an arg reduction yields a position whatever the NaN; a max yields the NaN.
+    for (kir::AccKind kind : {kir::AccKind::ArgMax, kir::AccKind::Max}) {
+        test::KernelBuilder b("kiln_nanrow", "PR");
+        int x = b.input(DType::Float16, "x1"), o = b.output(DType::Float32, "x0");
+        b.loop();
+        const int acc = b.accum(kind, b.load(x));
+        b.point();
+        const int r = b.acc_result(acc);
+        b.store(o, kind == kir::AccKind::Max ? r : b.op(Op::ToF32, CT::F32, r));
+        const std::string code = codegen::emit_cuda(b.kernel()).code;
+        CHECK((code.find("step_nan") != std::string::npos) == (kind == kir::AccKind::Max));
+    }
 }
 
 TEST_CASE("layout specialisation: stride-0 dims vanish, stride-1 dims need no stride argument") {
