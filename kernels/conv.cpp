@@ -9,6 +9,7 @@
 #include "kernels/conv_views.hpp"
 #include "ir/error.hpp"
 #include "ir/storage.hpp"
+#include "runtime/bench.hpp"
 #include <kiln/context.hpp>
 #include <kiln/gemm.hpp>
 
@@ -510,6 +511,10 @@ Tensor& data_pass(const ConvLayer& L, const Tensor& F, const Tensor& in, Tensor&
     check_filter(F, L, in, op);
     check_tensor(out, L, in, L.N, out_sp, out_ch, out_name, false, op);
     check_options(opts, out, out_ch, op);
+    BenchTimer bench(context_impl(in.context()), op);
+    if (bench.on())
+        bench.set(fmt::format("{} {}", dtype_name(in.dtype()), L.str()),
+                  view_bytes(in.view()) + view_bytes(F.view()) + view_bytes(out.view()), L.flops());
     const Geo g = geo(L);
     const Tensor in5 = as5(in, L.N, in_sp, in_ch);
     if (convolve) forward(g, L, in5, F, out, opts);
@@ -538,6 +543,10 @@ Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor
     check_tensor(I, L, I, L.N, in_sp, in_ch, "I (the input)", true, op);
     check_tensor(E, L, I, L.N, e_sp, e_ch, "E (the output's gradient)", true, op);
     check_tensor(grad_F, L, I, L.K, L.filter, L.C, "grad_F (the filter's gradient, K x T x R x S x C)", false, op);
+    BenchTimer bench(context_impl(I.context()), op);
+    if (bench.on())
+        bench.set(fmt::format("{} {}", dtype_name(I.dtype()), L.str()),
+                  view_bytes(I.view()) + view_bytes(E.view()) + view_bytes(grad_F.view()), L.flops());
     const Geo g = geo(L);
     const Tensor I5 = as5(I, L.N, in_sp, in_ch), E5 = as5(E, L.N, e_sp, e_ch);
     if (L.deconv) backward_filter(g, L, E5, I5, grad_F, alpha, beta);

@@ -3,6 +3,7 @@
 #include <kiln/gemm.hpp>
 
 #include "ir/error.hpp"
+#include "runtime/bench.hpp"
 #include "ir/storage.hpp"
 #include "kernels/cpu/blas.hpp"
 #include <kiln/context.hpp>
@@ -190,6 +191,12 @@ void cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions&
 Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts) {
     const char* op = "compound_dot";
     check_operands(A, B, C, opts, op);
+    BenchTimer bench(context_impl(A.context()), op);
+    if (bench.on())
+        bench.set(fmt::format("{} {} x {} {} -> {} {}", dtype_name(A.dtype()), shape_str(A.shape()), dtype_name(B.dtype()),
+                              shape_str(B.shape()), dtype_name(C.dtype()), shape_str(C.shape())),
+                  view_bytes(A.view()) + view_bytes(B.view()) + view_bytes(C.view()),
+                  2.0 * (double)C.shape()[0] * (double)C.shape()[1] * (double)A.shape()[1]);
     if (A.context().backend() == Backend::CUDA) {
         cuda_product(A, B, C, opts, op);
         return C;
@@ -230,6 +237,12 @@ Tensor& batched_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOption
         return std::tuple<Tensor, Tensor, Tensor>{A.rank() == 3 ? A[i] : A, B.rank() == 3 ? B[i] : B, C[i]};
     };
     const bool empty = batch == 0 || C.shape()[1] == 0 || C.shape()[2] == 0 || A.shape()[A.rank() - 1] == 0;
+    BenchTimer bench(context_impl(C.context()), op);
+    if (bench.on())
+        bench.set(fmt::format("{} {} x {} {} -> {} {}", dtype_name(A.dtype()), shape_str(A.shape()), dtype_name(B.dtype()),
+                              shape_str(B.shape()), dtype_name(C.dtype()), shape_str(C.shape())),
+                  view_bytes(A.view()) + view_bytes(B.view()) + view_bytes(C.view()),
+                  2.0 * (double)batch * (double)C.shape()[1] * (double)C.shape()[2] * (double)A.shape()[A.rank() - 1]);
     if (A.context().backend() == Backend::CUDA && !empty) {
         // One launch for the whole batch; the first entry stands for the others in the checks.
         DotOptions o;

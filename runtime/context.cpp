@@ -1,4 +1,5 @@
 #include "runtime/context_impl.hpp"
+#include "runtime/bench.hpp"
 
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
@@ -63,6 +64,7 @@ Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
     check_stochastic_round(opts.stochastic_round);
     m.stochastic_round_bits = opts.stochastic_round;
     m.allow_tf32 = opts.allow_tf32;
+    m.bench = opts.bench;
     std::string dev = opts.device;
     const bool from_env = dev.empty();
     if (from_env) {
@@ -280,6 +282,11 @@ void Context::synchronize() { impl_->backend->synchronize(); }
 void Context::order_before(uintptr_t stream) { impl_->backend->order_before(stream); }
 void Context::wait_for(uintptr_t stream) { impl_->backend->wait_for(stream); }
 
+void Context::set_bench(bool on) { impl_->bench = on; }
+bool Context::bench() const { return impl_->bench; }
+std::vector<BenchRecord> Context::bench_log() const { return {impl_->bench_log.begin(), impl_->bench_log.end()}; }
+void Context::clear_bench_log() { impl_->bench_log.clear(); }
+
 Mark Context::init_mark() {
     Mark m;
     m.handle_ = impl_->backend->new_mark();
@@ -416,7 +423,34 @@ void Context::Impl::check_devices(const NodePtr& expr) {
     }
 }
 
-void Context::Impl::run(const View& dst, const NodePtr& expr) { execute(*plan_for(dst, expr)); }
+void Context::Impl::run(const View& dst, const NodePtr& expr) {
+    CachedPlan& plan = *plan_for(dst, expr);
+    if (!bench) {
+        execute(plan);
+        return;
+    }
+    // Bytes: each distinct view the kernels read or write, once (temporaries not counted). A
+    // cached plan's views name their storage by its class in the assignment's signature.
+    double bytes = 0;
+    std::vector<std::pair<int, const View*>> seen;
+    for (const CachedStage& st : plan.stages)
+        for (size_t b = 0; b < st.lowered.sources.size(); ++b) {
+            const BufferSource& src = st.lowered.sources[b];
+            const int cls = st.storage_class[b];
+            if (cls < 0) continue;
+            bool dup = false;
+            for (const auto& [c, v] : seen) dup = dup || (c == cls && v->dtype == src.view.dtype && v->shape == src.view.shape &&
+                                                          v->strides == src.view.strides && v->offset == src.view.offset);
+            if (dup) continue;
+            seen.emplace_back(cls, &src.view);
+            bytes += view_bytes(src.view);
+        }
+    BenchTimer timer(*this, "assign");
+    timer.set(fmt::format("{} {}: {} kernel{}", dtype_name(dst.dtype), shape_str(dst.shape), plan.stages.size(),
+                          plan.stages.size() == 1 ? "" : "s"),
+              bytes);
+    execute(plan);
+}
 
 void Context::assign(Tensor& dst, const Expr& e) {
     if (!dst.defined()) throw Error("assign: the destination is an empty kiln::Tensor (default-constructed)");

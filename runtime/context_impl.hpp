@@ -6,6 +6,7 @@
 #include "runtime/owned_storage.hpp"
 #include "runtime/plan_cache.hpp"
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +22,9 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     uint32_t seeded = 0;   // the seed of the last seeding (construction or seed()): rng_reset's
     int stochastic_round_bits = 0;
     bool allow_tf32 = false;
+    bool bench = false;                 // ContextOptions::bench
+    std::deque<BenchRecord> bench_log;  // runtime/bench.hpp
+    int bench_depth = 0;                // timed calls under way
     Counters counters;
     std::mutex mu;
     std::string target;  // backend->target(): part of every kernel key

@@ -31,6 +31,23 @@ struct ContextOptions {
     // The most kernels the in-memory kernel cache keeps (least recently used evicted, with the
     // cached plans that use them); 0: KILN_KERNEL_CACHE, else 1024 (about 55 KB each on the CPU).
     size_t kernel_cache_capacity = 0;
+    // neon's bench mode (Context::set_bench): every call that runs kernels (an assignment, a
+    // GEMM, a convolution, a layer operation) is timed on the context's stream (CUDA events;
+    // the host clock on the CPU), waited for, printed as one line on stderr with its rate, and
+    // kept in bench_log(). Off: no cost beyond a flag test per call.
+    bool bench = false;
+};
+
+// One timed call of bench mode: what ran (op: "assign", "compound_dot", "fprop_conv", ...;
+// detail: dtypes and shapes), its time, and the bytes it moved and the flops it computed as
+// counted from its operands (0 where not counted).
+struct BenchRecord {
+    std::string op;
+    std::string detail;
+    double ms = 0;
+    double bytes = 0;
+    double flops = 0;
+    int depth = 0;   // 1 for a call made inside another timed call (a GEMM inside a convolution), ...
 };
 
 // The random stream's state: the seed its draws are keyed on and how many draws (random
@@ -156,6 +173,12 @@ public:
     void synchronize_mark(const Mark& m);
     // Milliseconds of the context's work between two recorded marks (CUDA events on a GPU).
     double elapsed_ms(const Mark& start, const Mark& end);
+    // ---- bench mode (ContextOptions::bench)
+    void set_bench(bool on);
+    bool bench() const;
+    // The timed calls so far, oldest first (the last 4096).
+    std::vector<BenchRecord> bench_log() const;
+    void clear_bench_log();
 
     struct Impl;
 

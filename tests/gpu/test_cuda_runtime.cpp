@@ -680,3 +680,29 @@ TEST_CASE("gpu: timing marks are CUDA events on the context's stream") {
     CHECK(ms > 0.05);   // 10 passes over 64 MiB: far above an empty stream's
     CHECK(ms < 10000);
 }
+
+// Bench mode on a GPU: the time between two events around the call's work, the rate from it.
+TEST_CASE("gpu: bench mode times assignments and products with CUDA events") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    Tensor a = ctx.ones({4096, 4096}, DType::Float32), b = ctx.empty({4096, 4096});
+    Tensor A = ctx.ones({2048, 2048}, DType::Float16), B = ctx.ones({2048, 2048}, DType::Float16),
+           C = ctx.empty({2048, 2048}, DType::Float16);
+    b.assign(a * 2.0f);   // compiled before bench mode, so that the timed call is the kernel alone
+    compound_dot(A, B, C);
+    ctx.synchronize();
+    ctx.set_bench(true);
+    b.assign(a * 2.0f);
+    compound_dot(A, B, C);
+    const std::vector<BenchRecord> log = ctx.bench_log();
+    REQUIRE(log.size() == 2);
+    CHECK(log[0].op == "assign");
+    CHECK(log[0].bytes == 2.0 * 4096 * 4096 * 4);
+    CHECK(log[0].ms > 0.005);   // 128 MiB moved: at least tens of microseconds
+    CHECK(log[0].bytes / (log[0].ms * 1e-3) < 20e12);   // and no faster than any HBM
+    CHECK(log[1].op == "compound_dot");
+    CHECK(log[1].flops == 2.0 * 2048 * 2048 * 2048);
+    CHECK(log[1].ms > 0.001);
+    CHECK(log[1].flops / (log[1].ms * 1e-3) < 5e15);
+    CHECK(b.to_vector<float>()[5] == 2.0f);
+}

@@ -534,6 +534,41 @@ def test_bench_prints_a_line_per_assignment(capfd):
     assert capfd.readouterr().err == ""
 
 
+def test_bench_times_gemm_convolution_and_pooling_with_their_rates(capfd):
+    ng = NervanaGPU(bench=True)
+    rng = np.random.default_rng(3)
+    A = ng.array(rng.standard_normal((16, 8)).astype(np.float32))
+    B = ng.array(rng.standard_normal((8, 4)).astype(np.float32))
+    C = ng.empty((16, 4))
+    layer = ng.conv_layer(np.float32, 2, 3, 4, H=6, W=5, R=3, S=3, pad_h=1, pad_w=1)
+    I = ng.array(rng.standard_normal((2, 6, 5, 3)).astype(np.float32))
+    F = ng.array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    O = ng.empty(layer.dimO)
+    pool = ng.pool_layer(np.float32, "max", 2, 3, H=6, W=5, R=2, S=2, str_h=2, str_w=2)
+    P = ng.empty(pool.dimO)
+    capfd.readouterr()
+    ng.clear_bench_log()
+    ng.compound_dot(A, B, C)
+    ng.fprop_conv(layer, I, F, O)
+    ng.fprop_pool(pool, I, P)
+    err = capfd.readouterr().err
+    log = ng.bench_log()
+    top = [r for r in log if r["depth"] == 0]
+    assert [r["op"] for r in top] == ["compound_dot", "fprop_conv", "fprop_pool"], log
+    assert top[0]["flops"] == 2 * 16 * 4 * 8 and top[1]["flops"] == layer.flops and top[2]["bytes"] > 0
+    assert all(r["ms"] >= 0 for r in log)
+    lines = [ln for ln in err.splitlines() if ln.startswith("kiln bench: ")]
+    assert len(lines) == len(log), err
+    assert any(ln.startswith("kiln bench: compound_dot float32 (16, 8) x float32 (8, 4)") and "TFLOP/s" in ln for ln in lines)
+    assert any(ln.startswith("kiln bench: fprop_conv ") and "TFLOP/s" in ln for ln in lines)
+    assert any(ln.startswith("kiln bench: fprop_pool ") and "GB/s" in ln for ln in lines)
+    # Calls made inside another timed call are indented under it.
+    body = [ln[len("kiln bench: "):] for ln in lines]
+    assert all(len(b) - len(b.lstrip(" ")) == 2 * r["depth"] for b, r in zip(body, log))
+    assert any(r["depth"] > 0 for r in log)   # the convolution's own GEMM and copies
+    np.testing.assert_allclose(C.get(), A.get() @ B.get(), rtol=1e-5, atol=1e-5)
+
+
 def test_no_bench_output_by_default(capfd):
     ng = NervanaGPU()
     a = ng.ones((2, 2))

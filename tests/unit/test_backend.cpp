@@ -142,3 +142,53 @@ TEST_CASE("timing marks: recorded in order, timed, and every misuse named") {
     CHECK_THAT(kiln::test::error_message([&] { ctx.elapsed_ms(start, ctx.init_mark()); }),
                Catch::Matchers::Contains("get_time: the end mark was never recorded"));
 }
+
+TEST_CASE("bench mode times each call that runs kernels, with its bytes or flops, nested calls one level down") {
+    Context ctx(ContextOptions{"cpu"});
+    Tensor a = ctx.array(std::vector<float>(12 * 16, 1.5f), {12, 16}), b = ctx.empty({12, 16});
+    b.assign(a * 2.0f);
+    CHECK(ctx.bench_log().empty());   // off by default: nothing timed
+    ctx.set_bench(true);
+    CHECK(ctx.bench());
+    b.assign(a * 2.0f + 1.0f);
+    std::vector<BenchRecord> log = ctx.bench_log();
+    REQUIRE(log.size() == 1);
+    CHECK(log[0].op == "assign");
+    CHECK(log[0].detail.find("float32 (12, 16)") != std::string::npos);
+    CHECK(log[0].bytes == 2.0 * 12 * 16 * 4);   // a read, b written
+    CHECK(log[0].flops == 0);
+    CHECK(log[0].ms >= 0);
+    CHECK(log[0].depth == 0);
+    // A row vector broadcast over the rows counts its own 16 elements.
+    Tensor v = ctx.array(std::vector<float>(16, 2.0f), {1, 16});
+    b.assign(a * v);
+    CHECK(ctx.bench_log().back().bytes == (2.0 * 12 * 16 + 16) * 4);
+
+    ctx.clear_bench_log();
+    Tensor A = ctx.array(std::vector<float>(8 * 5, 0.5f), {8, 5}), B = ctx.array(std::vector<float>(5 * 3, 2.0f), {5, 3}),
+           C = ctx.empty({8, 3});
+    compound_dot(A, B, C);
+    log = ctx.bench_log();
+    REQUIRE(!log.empty());
+    CHECK(log.back().op == "compound_dot");
+    CHECK(log.back().flops == 2.0 * 8 * 3 * 5);
+    CHECK(log.back().depth == 0);
+    for (size_t i = 0; i + 1 < log.size(); ++i) CHECK(log[i].depth == 1);   // the product's own steps, if any
+    CHECK(C.to_vector<float>()[0] == 5.0f);
+
+    // A call that fails leaves no record and the nesting where it was.
+    ctx.clear_bench_log();
+    Tensor bad = ctx.empty({7, 3});
+    CHECK_THROWS(compound_dot(A, B, bad));
+    CHECK(ctx.bench_log().empty());
+    b.assign(a + 1.0f);
+    REQUIRE(ctx.bench_log().size() == 1);
+    CHECK(ctx.bench_log()[0].depth == 0);
+
+    ctx.set_bench(false);
+    ctx.clear_bench_log();
+    b.assign(a + 2.0f);
+    CHECK(ctx.bench_log().empty());
+    Context on(ContextOptions{"cpu", 0, DType::Float32, 0, false, 0, true});
+    CHECK(on.bench());
+}

@@ -39,7 +39,9 @@ class Context(_kiln._Context):
     stochastic_round: mantissa bits kept by stochastic rounding of float16/bfloat16 stores
         (True: 10; False/0: round to nearest).
     rng_seed / seed: the random stream's seed (0 when None).
-    bench: time and print every assignment (synchronising), as the seeds' bench mode.
+    bench: the seeds' bench mode: every call that runs kernels (assignments, GEMMs, convolutions,
+        layers) is timed on the device (CUDA events), waited for and printed as one line on stderr
+        with its GB/s or TFLOP/s; bench_log() returns them.
     deterministic: accepted for neon compatibility; kiln's reductions are always deterministic.
     allow_tf32: float32 GEMMs may use tf32 tensor cores (several times faster, 10-bit mantissa
         products); off by default.

@@ -18,7 +18,6 @@ namespace kiln::py {
 // Python Context, so a context lives as long as anything that uses its memory.
 struct PyContext {
     std::unique_ptr<Context> ctx;
-    bool bench = false;  // the seeds' bench mode: every assignment timed and printed
     // The graph of the last assignment, kept until the next one: a statement repeated in a loop
     // then finds every node of its graph already interned (no allocation, no teardown).
     Expr last;

@@ -5,7 +5,6 @@
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
-#include <chrono>
 #include <deque>
 #include <cstdio>
 
@@ -145,27 +144,12 @@ nb::object wrap(Tensor t, nb::handle ctx) { return nb::cast(PyTensor{std::move(t
 
 void assign(PyTensor& dst, const Expr& e) {
     PyContext& pc = *nb::inst_ptr<PyContext>(dst.ctx);
-    if (!pc.bench) {
-        {
-            nb::gil_scoped_release unlocked;
-            std::lock_guard<std::mutex> one_at_a_time(pc.busy);
-            dst.t.assign(e);
-        }
-        pc.last = e;  // under the GIL: Python threads may share a context
-        return;
-    }
-    std::string what = fmt::format("{} {} = {}-node expression", dtype_name(dst.t.dtype()), shape_str(dst.t.shape()),
-                                   e.node_count());
-    double ms;
     {
         nb::gil_scoped_release unlocked;
         std::lock_guard<std::mutex> one_at_a_time(pc.busy);
-        auto t0 = std::chrono::steady_clock::now();
         dst.t.assign(e);
-        pc.c().synchronize();
-        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
-    std::fprintf(stderr, "kiln bench: %s: %.3f ms (%s)\n", what.c_str(), ms, pc.c().device_name().c_str());
+    pc.last = e;  // under the GIL: Python threads may share a context
 }
 
 PyTensor evaluate(const Expr& e, nb::handle ctx) {

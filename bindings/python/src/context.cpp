@@ -45,20 +45,39 @@ void bind_context(nb::module_& m) {
             o.default_dtype = default_dtype;
             o.stochastic_round = stochastic_round;
             o.kernel_cache_capacity = kernel_cache_capacity;
+            o.bench = bench;
             std::unique_ptr<Context> c;
             {
                 nb::gil_scoped_release unlocked;
                 c = std::make_unique<Context>(o);
             }
-            new (self) PyContext{std::move(c), bench};
+            new (self) PyContext{std::move(c)};
         }, "device"_a, "seed"_a, "default_dtype"_a, "stochastic_round"_a, "bench"_a, "kernel_cache_capacity"_a = 0)
         .def_prop_ro("device", [](const PyContext& c) { return c.c().device_name(); }, "'cpu' or 'cuda:N'.")
         .def_prop_ro("backend", [](const PyContext& c) { return c.c().backend() == Backend::CUDA ? "cuda" : "cpu"; })
         .def_prop_ro("description", [](const PyContext& c) { return c.c().device_description(); })
         .def_prop_ro("default_dtype", [](const PyContext& c) { return dtype_object(c.c().default_dtype()); })
         .def_prop_ro("_default_dtype", [](const PyContext& c) { return c.c().default_dtype(); })
-        .def_prop_rw("bench", [](const PyContext& c) { return c.bench; }, [](PyContext& c, bool b) { c.bench = b; },
-                     "Time every assignment (synchronising) and print it, as the seeds' bench mode.")
+        .def_prop_rw("bench", [](const PyContext& c) { return c.c().bench(); }, [](PyContext& c, bool b) { c.c().set_bench(b); },
+                     "The seeds' bench mode: every call that runs kernels (assignments, GEMMs, convolutions, layers) is timed "
+                     "on the device (CUDA events; the host clock on the CPU), waited for, and printed as one line on stderr "
+                     "with its rate; bench_log() keeps them.")
+        .def("bench_log", [](const PyContext& c) {
+                nb::list out;
+                for (const BenchRecord& r : c.c().bench_log()) {
+                    nb::dict d;
+                    d["op"] = r.op;
+                    d["detail"] = r.detail;
+                    d["ms"] = r.ms;
+                    d["bytes"] = r.bytes;
+                    d["flops"] = r.flops;
+                    d["depth"] = r.depth;
+                    out.append(d);
+                }
+                return out;
+            }, "The calls bench mode timed, oldest first (the last 4096): dicts of op, detail, ms, bytes, flops and "
+               "depth (1 for a call inside another timed call).")
+        .def("clear_bench_log", [](PyContext& c) { c.c().clear_bench_log(); })
         .def_prop_rw("stochastic_round", [](const PyContext& c) { return c.c().stochastic_round(); },
                      [](PyContext& c, nb::handle v) {
                          if (PyBool_Check(v.ptr())) c.c().set_stochastic_round(v.ptr() == Py_True);

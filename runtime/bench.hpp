@@ -1,0 +1,37 @@
+// Bench mode (ContextOptions::bench, the seeds' bench=True): a call that runs kernels holds a
+// BenchTimer for its duration. When the context is in bench mode, the timer places a mark on
+// the context's stream when made and another when it ends, waits for the second, and prints
+// and logs the time between them with the rate of the bytes and flops the call states, so
+// what is timed is the call's work on the device (CUDA events), not the host's part of it.
+// Otherwise it does nothing: one flag test.
+#pragma once
+#include "runtime/context_impl.hpp"
+
+#include <memory>
+#include <string>
+
+namespace kiln {
+
+class BenchTimer {
+public:
+    BenchTimer(Context::Impl& ctx, const char* op);
+    ~BenchTimer();   // not when the call is unwinding from an error: there is nothing to time
+    BenchTimer(const BenchTimer&) = delete;
+    BenchTimer& operator=(const BenchTimer&) = delete;
+
+    bool on() const { return ctx_ != nullptr; }
+    // What the call moved and computed; detail names its dtypes and shapes.
+    void set(std::string detail, double bytes, double flops = 0);
+
+private:
+    Context::Impl* ctx_ = nullptr;
+    const char* op_;
+    std::shared_ptr<void> start_;
+    int unwinding_ = 0;
+    BenchRecord rec_;
+};
+
+// Bytes of the elements a view addresses (a broadcast dim counts once).
+double view_bytes(const View& v);
+
+} // namespace kiln
