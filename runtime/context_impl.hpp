@@ -10,6 +10,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kiln {
 
@@ -25,6 +27,10 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     bool bench = false;                 // ContextOptions::bench
     std::deque<BenchRecord> bench_log;  // runtime/bench.hpp
     int bench_depth = 0;                // timed calls under way
+    // Numerics histograms (include/kiln/hist.hpp): the bins, their offset and the slots taken
+    // since the last dump, with their tags.
+    int hist_bins = 64, hist_offset = -48;
+    std::vector<std::pair<std::string, Tensor>> hist_slots;
     Counters counters;
     std::mutex mu;
     std::string target;  // backend->target(): part of every kernel key

@@ -706,3 +706,34 @@ TEST_CASE("gpu: bench mode times assignments and products with CUDA events") {
     CHECK(log[1].flops / (log[1].ms * 1e-3) < 5e15);
     CHECK(b.to_vector<float>()[5] == 2.0f);
 }
+
+// The precompiled histogram kernel counts as the CPU does: every dtype, special values, a
+// strided view, a tensor of many blocks, other bins and offsets.
+TEST_CASE("gpu: hist counts as the CPU path does") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    std::mt19937 g(11);
+    std::uniform_real_distribution<float> e(-70.0f, 70.0f), s(-1.0f, 1.0f);
+    std::vector<float> h(3 << 20);
+    for (auto& x : h) x = std::copysign(std::exp2(e(g)), s(g));
+    h[0] = 0.0f, h[1] = NAN, h[2] = INFINITY, h[3] = -INFINITY, h[4] = 1.5f, h[5] = 2.5f;
+    for (auto [bins, offset] : {std::pair{64, -48}, {16, -8}, {1, 0}})
+        for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+            for (bool strided : {false, true}) {
+                INFO(dtype_name(dt) << (strided ? " strided" : "") << " bins " << bins << " offset " << offset);
+                set_hist_buffers(gpu, bins, offset);
+                set_hist_buffers(cpu, bins, offset);
+                Tensor xg = gpu.array(h, {3 << 10, 1 << 10}, dt), xc = cpu.array(h, {3 << 10, 1 << 10}, dt);
+                if (strided) {
+                    xg = xg.slice({Slice::range(1, 3 << 10, 3), Slice::range(0, 1 << 10, 2)});
+                    xc = xc.slice({Slice::range(1, 3 << 10, 3), Slice::range(0, 1 << 10, 2)});
+                }
+                const std::vector<int32_t> a = hist(xg, "g").to_vector<int32_t>(), b = hist(xc, "c").to_vector<int32_t>();
+                CHECK(a == b);
+                int64_t total = 0;
+                for (int32_t n : a) total += n;
+                CHECK(total == xg.size());
+            }
+    HistData d = dump_hist_data(gpu);
+    CHECK(d.tags.size() == 6);   // since the last set_hist_buffers
+}

@@ -108,6 +108,16 @@ def test_training_example_runs_and_plots(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_histogram_example_runs_and_plots(tmp_path):
+    png = tmp_path / "hist.png"
+    env = dict(os.environ, KILN_BACKEND="cpu")
+    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "fp16_histograms.py"), "--steps", "2", "--batch", "8",
+                        "--png", str(png)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "act 0:Conv" in r.stdout and "grad 0:Conv.0" in r.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_misuse(cpu):
     with pytest.raises(ValueError, match=r"Conv: input \(4, 10\); it takes \(N, H, W, C\) activations"):
         Network([Conv(4, 3)], (4, 10), ctx=cpu)

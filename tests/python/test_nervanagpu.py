@@ -569,6 +569,42 @@ def test_bench_times_gemm_convolution_and_pooling_with_their_rates(capfd):
     np.testing.assert_allclose(C.get(), A.get() @ B.get(), rtol=1e-5, atol=1e-5)
 
 
+def _ref_hist(x, bins, offset):
+    x = np.abs(np.asarray(x, dtype=np.float64)).ravel()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = np.rint(np.log2(x)) - offset
+    b = np.where(np.isnan(x) | (x == 0), 0, np.clip(np.nan_to_num(b, posinf=bins - 1, neginf=0), 0, bins - 1))
+    return np.bincount(b.astype(np.int64), minlength=bins)
+
+
+def test_numerics_histograms_count_log2_magnitudes_into_named_slots():
+    ng = NervanaGPU(hist_bins=16, hist_offset=-8)
+    assert (ng.hist_bins, ng.hist_offset) == (16, -8)
+    rng = np.random.default_rng(5)
+    # Exponents a quarter away from the rounding points of log2, so that any log2 agrees.
+    e = rng.integers(-14, 12, 1000) + rng.choice([-0.25, 0.25], 1000)
+    x = (np.exp2(e) * rng.choice([-1, 1], 1000)).astype(np.float32)
+    x[:3] = [0.0, np.nan, np.inf]
+    for dt in (np.float32, np.float16):
+        t = ng.array(x.astype(dt))
+        slot = t.hist("act")
+        assert slot.shape == (1, 16) and slot.dtype == kiln.int32
+        np.testing.assert_array_equal(slot.get()[0], _ref_hist(x.astype(dt), 16, -8))
+    ng.hist(ng.array(x[:10]), "grad")
+    counts, tags = ng.dump_hist_data()
+    assert counts.shape == (3, 16) and counts.dtype == np.int32
+    assert tags == {"act": 1, "grad": 2}   # a tag used again: its last row
+    assert counts[2].sum() == 10
+    counts, tags = ng.dump_hist_data()
+    assert counts.shape == (0, 16) and tags == {}
+    ng.set_hist_buffers(64, -48)
+    assert ng.hist_bins == 64
+    with pytest.raises(TypeError, match="hist: x is int32"):
+        ng.hist(ng.array(np.arange(3, dtype=np.int32)), "i")
+    with pytest.raises(ValueError, match="hist_bins=0; valid: 1 to 4096"):
+        ng.set_hist_buffers(0, 0)
+
+
 def test_no_bench_output_by_default(capfd):
     ng = NervanaGPU()
     a = ng.ones((2, 2))

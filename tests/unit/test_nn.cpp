@@ -2,11 +2,13 @@
 // activation helpers on the CPU backend against float64 references; the backward batch norm's
 // reference is itself checked against finite differences of the forward one. Misuse messages.
 #include "tests/support/catch.hpp"
+#include "tests/support/error_message.hpp"
 #include "tests/support/random_values.hpp"
 
 #include <kiln/kiln.hpp>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -331,4 +333,47 @@ TEST_CASE("nn: LRN across channels, forward against float64 and backward against
     CHECK_THROWS_WITH(fprop_pool(L, X, O), Catch::Matchers::Contains("the layer is an LRN layer (lrn_layer): use fprop_lrn"));
     const PoolLayer mx = pool_layer(DType::Float32, PoolOp::Max, 2, C, {1, 3, 2});
     CHECK_THROWS_WITH(fprop_lrn(mx, X, O, D), Catch::Matchers::Contains("fprop_lrn: the layer pools by max"));
+}
+
+TEST_CASE("hist counts values by their rounded log2 into named slots; dump returns them in order and discards them") {
+    Context ctx(ContextOptions{"cpu"});
+    CHECK(hist_bins(ctx) == 64);
+    CHECK(hist_offset(ctx) == -48);
+    // 1 -> log2 0 -> bin 48; 3 -> rint(1.58) = 2 -> bin 50; 0.25 -> -2 -> bin 46; -1 counts as 1;
+    // 0 and NaN -> bin 0; 2^-60 below the range -> bin 0; inf and 2^100 above it -> bin 63.
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    std::vector<float> v{1.0f, 3.0f, 0.25f, -1.0f, 0.0f, nan, std::ldexp(1.0f, -60), inf, std::ldexp(1.0f, 100)};
+    for (DType dt : {DType::Float32, DType::BFloat16}) {
+        INFO(dtype_name(dt));
+        Tensor x = ctx.array(v, {3, 3}, dt);
+        Tensor slot = hist(x, "x");
+        REQUIRE(slot.shape() == Shape{1, 64});
+        const std::vector<int32_t> c = slot.to_vector<int32_t>();
+        CHECK(c[48] == 2);
+        CHECK(c[50] == 1);
+        CHECK(c[46] == 1);
+        CHECK(c[0] == (dt == DType::BFloat16 ? 3 : 3));
+        CHECK(c[63] == 2);
+        int64_t total = 0;
+        for (int32_t n : c) total += n;
+        CHECK(total == 9);
+    }
+    // A strided view counts the elements it addresses.
+    Tensor big = ctx.array(std::vector<float>(20, 4.0f), {4, 5});
+    CHECK(hist(big.slice({Slice::range(0, 4, 2), Slice::all()}), "half").to_vector<int32_t>()[50] == 10);
+    HistData d = dump_hist_data(ctx);
+    REQUIRE(d.tags == std::vector<std::string>{"x", "x", "half"});
+    CHECK(d.counts.shape() == Shape{3, 64});
+    CHECK(d.counts.to_vector<int32_t>()[64 + 50] == 1);
+    CHECK(d.counts.to_vector<int32_t>()[128 + 50] == 10);
+    CHECK(dump_hist_data(ctx).tags.empty());   // the dump discarded them
+
+    set_hist_buffers(ctx, 8, -2);
+    CHECK(hist(ctx.array(std::vector<float>{0.25f, 1.0f, 16.0f, 1e6f}, {4}), "y").to_vector<int32_t>() ==
+          std::vector<int32_t>{1, 0, 1, 0, 0, 0, 1, 1});
+    CHECK_THAT(test::error_message([&] { set_hist_buffers(ctx, 0, 0); }),
+               Catch::Matchers::Contains("set_hist_buffers: hist_bins=0; valid: 1 to 4096"));
+    CHECK_THAT(test::error_message([&] { hist(ctx.array(std::vector<int32_t>{1, 2}, {2}, DType::Int32), "i"); }),
+               Catch::Matchers::Contains("hist: x is int32 (2,); histograms count float32, float16 or bfloat16 values"));
+    CHECK_THAT(test::error_message([&] { hist(Tensor(), "e"); }), Catch::Matchers::Contains("hist: x is an empty kiln::Tensor"));
 }

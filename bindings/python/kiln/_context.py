@@ -103,6 +103,14 @@ class Context(_kiln._Context):
         return f"kiln.Context(device='{self.device}', default_dtype={self.default_dtype})"
 
     # ---- the random stream's state (neon's rng_get_state / rng_set_state / rng_reset / gen_rng)
+    def dump_hist_data(self):
+        """neon's dump_hist_data: the histogram slots taken by kiln.hist since the last dump (or
+        set_hist_buffers), which it discards. Returns (counts, tags): counts a NumPy int32 array of
+        one row of hist_bins counts per hist call, in call order; tags maps each tag to its row (a
+        tag used again: its last row)."""
+        counts, tags = self._dump_hist_data()
+        return counts.get(), {t: i for i, t in enumerate(tags)}
+
     def rng_get_state(self):
         """The random stream's state, (seed, draws so far): rng_set_state returns to it, and the
         draws from it are the same on every backend."""

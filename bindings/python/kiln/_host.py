@@ -118,6 +118,7 @@ for _cls in (Tensor, Expr):
     _cls.tolist = _tolist
 
 Tensor.get = _get
+Tensor.hist = lambda self, tag: _kiln.hist(self, tag)   # neon's Tensor.hist(tag)
 Tensor.__array__ = _array
 Tensor.__iter__ = _iter_tensor
 Expr.get = _expr_value(_get)

@@ -36,9 +36,9 @@ class NervanaGPU(Context):
     there is one; 'cpu', 'cuda:N'), allow_tf32= and kernel_cache_capacity= as keywords.
 
     deterministic: kiln's reductions are always deterministic. scratch_size, enable_winograd and
-    compat_mode ('caffe' changed neon's conv and pool output sizes) select nothing in kiln, and
-    hist_bins / hist_offset size neon's numerics histograms, which kiln does not have yet: each is
-    accepted and warned about once when it differs from neon's default.
+    compat_mode ('caffe' changed neon's conv and pool output sizes) select nothing in kiln: each is
+    accepted and warned about once when it differs from neon's default. hist_bins / hist_offset are
+    the numerics histograms' bins (set_hist_buffers, kiln.hist, dump_hist_data).
     """
 
     def __init__(self, rng_seed=None, default_dtype=np.float32, stochastic_round=False, deterministic=None,
@@ -46,8 +46,6 @@ class NervanaGPU(Context):
                  enable_winograd=True, num_devices=1, *, device=None, allow_tf32=False, kernel_cache_capacity=None):
         if scratch_size:
             _no_effect("scratch_size", "kernels take their scratch memory from the context's allocator")
-        if hist_bins != 64 or hist_offset != -48:
-            _no_effect("hist_bins / hist_offset", "numerics histograms are not implemented")
         if compat_mode is not None:
             _no_effect("compat_mode", "conv_layer and pool_layer take their output sizes from their arguments")
         if enable_winograd is not True:
@@ -55,6 +53,8 @@ class NervanaGPU(Context):
         super().__init__(device, default_dtype=default_dtype, stochastic_round=stochastic_round, rng_seed=rng_seed,
                          device_id=device_id, bench=bench, deterministic=deterministic, allow_tf32=allow_tf32,
                          kernel_cache_capacity=kernel_cache_capacity, num_devices=num_devices)
+        if hist_bins != 64 or hist_offset != -48:
+            self.set_hist_buffers(hist_bins, hist_offset)
 
     def __repr__(self):
         return f"kiln.NervanaGPU(device='{self.device}', default_dtype={self.default_dtype})"

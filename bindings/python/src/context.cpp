@@ -78,6 +78,19 @@ void bind_context(nb::module_& m) {
             }, "The calls bench mode timed, oldest first (the last 4096): dicts of op, detail, ms, bytes, flops and "
                "depth (1 for a call inside another timed call).")
         .def("clear_bench_log", [](PyContext& c) { c.c().clear_bench_log(); })
+        .def("set_hist_buffers", [](PyContext& c, int bins, int offset) { set_hist_buffers(c.c(), bins, offset); },
+             "hist_bins"_a = 64, "hist_offset"_a = -48,
+             "The bins and offset of the numerics histograms (kiln.hist) from now on; discards the slots taken so far.")
+        .def_prop_ro("hist_bins", [](PyContext& c) { return hist_bins(c.c()); })
+        .def_prop_ro("hist_offset", [](PyContext& c) { return hist_offset(c.c()); })
+        .def("_dump_hist_data", [](nb::handle self) {
+            PyContext& c = *nb::inst_ptr<PyContext>(self);
+            HistData d;
+            run_unlocked(c, [&] { d = dump_hist_data(c.c()); });
+            nb::list tags;
+            for (const std::string& t : d.tags) tags.append(t);
+            return nb::make_tuple(wrap(std::move(d.counts), self), tags);
+        })
         .def_prop_rw("stochastic_round", [](const PyContext& c) { return c.c().stochastic_round(); },
                      [](PyContext& c, nb::handle v) {
                          if (PyBool_Check(v.ptr())) c.c().set_stochastic_round(v.ptr() == Py_True);

@@ -3,6 +3,8 @@
 // methods, and the pieces kiln.nn (the package) builds its NumPy-style functions from.
 #include "binding.hpp"
 
+#include <kiln/hist.hpp>
+
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
@@ -227,8 +229,21 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         },
         "layer"_a, "I"_a, "O"_a, "E"_a, "delta"_a, "denom"_a, "alpha"_a = 1.0, "beta"_a = 0.0, "ascale"_a = 1.0,
         "bpower"_a = 1.0, "repeat"_a = 1, "The gradient of fprop_lrn with respect to I, from E, into delta.");
+    m.def(
+        "hist",
+        [](nb::handle x, const std::string& tag) {
+            const char* op = "hist";
+            PyTensor X = value_of(x, op);
+            Tensor slot;
+            run_unlocked(owner(X), [&] { slot = hist(X.t, tag); });
+            return wrap(std::move(slot), X.ctx);
+        },
+        "x"_a, "tag"_a,
+        "Counts x's values by round(log2|x|) into a new histogram slot named tag (neon's Tensor.hist): a (1, bins) "
+        "int32 tensor; bin i holds the values whose rounded log2 is hist_offset + i, the first and last bins also "
+        "everything below and above, 0 and NaN in the first.");
     nb::object staticmethod = nb::module_::import_("builtins").attr("staticmethod");
-    for (const char* name : {"compound_fprop_bn", "compound_bprop_bn", "fprop_softmax", "fprop_relu", "bprop_relu",
+    for (const char* name : {"hist", "compound_fprop_bn", "compound_bprop_bn", "fprop_softmax", "fprop_relu", "bprop_relu",
                              "pool_layer", "fprop_pool", "bprop_pool", "lrn_layer", "fprop_lrn", "bprop_lrn"})
         nb::setattr(context_class, name, staticmethod(m.attr(name)));
 }

@@ -1,0 +1,62 @@
+// kiln's precompiled histogram kernel (kiln::hist, the seeds' numerics histograms): counts the
+// values of a contiguous float tensor by round(log2|x|), clamped into `bins` bins from `offset`
+// (include/kiln/hist.hpp), by the same bit rule as the CPU path (kernels/hist.cpp). Each block counts into shared memory, then adds its counts to the slot with one
+// atomic per bin. Entry names: kiln_hist_<dtype>.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+struct HistParams {
+    const void* x;
+    unsigned int* counts;   // bins entries, added to
+    long long n;
+    int bins;
+    int offset;
+};
+
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T>
+__device__ __forceinline__ void histogram(const HistParams& p) {
+    extern __shared__ unsigned int local[];
+    for (int b = threadIdx.x; b < p.bins; b += blockDim.x) local[b] = 0;
+    __syncthreads();
+    const T* x = static_cast<const T*>(p.x);
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += (long long)gridDim.x * blockDim.x) {
+        // hist.cpp's rule, from the bits: 0 and NaN in bin 0, infinities in the last; the
+        // exponent, plus one past a significand of sqrt(2).
+        unsigned u = __float_as_uint(widen(x[i])) & 0x7fffffffu;
+        int bin = 0;
+        if (u != 0 && u <= 0x7f800000u) {
+            long long e;
+            if (u == 0x7f800000u) {
+                e = 0x7fffffff;
+            } else {
+                int shift = 0;
+                if (u < 0x00800000u) {   // subnormal: scale by 2^24, exactly
+                    u = __float_as_uint(__uint_as_float(u) * 16777216.0f);
+                    shift = 24;
+                }
+                e = (long long)(u >> 23) - 127 - shift + ((u & 0x7fffffu) >= 0x3504f4u ? 1 : 0);
+            }
+            const long long l = e - p.offset;
+            bin = l >= p.bins - 1 ? p.bins - 1 : l <= 0 ? 0 : (int)l;
+        }
+        atomicAdd(&local[bin], 1u);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < p.bins; b += blockDim.x)
+        if (local[b]) atomicAdd(&p.counts[b], local[b]);
+}
+
+extern "C" __global__ void __launch_bounds__(256) kiln_hist_float32(const __grid_constant__ HistParams p) {
+    histogram<float>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) kiln_hist_float16(const __grid_constant__ HistParams p) {
+    histogram<__half>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) kiln_hist_bfloat16(const __grid_constant__ HistParams p) {
+    histogram<__nv_bfloat16>(p);
+}
