@@ -735,5 +735,5 @@ TEST_CASE("gpu: hist counts as the CPU path does") {
                 CHECK(total == xg.size());
             }
     HistData d = dump_hist_data(gpu);
-    CHECK(d.tags.size() == 6);   // since the last set_hist_buffers
+    CHECK(d.tags.size() == 1);   // the slot taken since the last set_hist_buffers
 }
