@@ -18,11 +18,12 @@ def test_constructor_takes_neons_order_and_warns_once_about_keywords_without_eff
     assert ng.rng_get_state() == (7, 0) and ng.default_dtype == np.float16
     assert isinstance(ng, kiln.Context)
     _neon._warned.clear()
-    with pytest.warns(UserWarning, match="scratch_size has no effect in kiln"):
-        kiln.NervanaGPU(scratch_size=1 << 20)
+    with pytest.warns(UserWarning, match="enable_winograd has no effect in kiln"):
+        kiln.NervanaGPU(enable_winograd=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        kiln.NervanaGPU(scratch_size=1 << 20)   # once per process
+        kiln.NervanaGPU(enable_winograd=False)   # once per process
+        kiln.NervanaGPU(scratch_size=1 << 20, hist_bins=32, hist_offset=-20)   # keywords that select something
         kiln.NervanaGPU(hist_bins=64, hist_offset=-48, enable_winograd=True, num_devices=1)   # neon's defaults
     with pytest.warns(UserWarning, match="compat_mode has no effect"):
         kiln.NervanaGPU(compat_mode="caffe")
@@ -157,6 +158,77 @@ def test_plumbing(ng, rng):
     ng.cublas_dot(ng.array(a), ng.array(b), C)
     assert np.allclose(host(C), a @ b, atol=1e-5)
     ng.cleanup_backend()
+
+
+def test_model_plumbing_buffers_data_and_scratch_memory(ng, rng):
+    assert kiln.NervanaGPU.backend_choices() == ["cpu", "gpu"]
+    other = kiln.NervanaGPU.allocate_backend("cpu", rng_seed=3)
+    assert other.device == "cpu" and other.rng_get_state() == (3, 0)
+    with pytest.raises(ValueError, match=r"allocate_backend: backend must be one of \('cpu', 'gpu'\); got 'tpu'"):
+        kiln.NervanaGPU.allocate_backend("tpu")
+    # iobuf: neon's shapes for the batch size, zeroed; x returned as it is; a shared buffer's head.
+    with pytest.raises(ValueError, match="iobuf: the batch size is not set"):
+        ng.iobuf(10)
+    ng.bsz = 4
+    assert ng.iobuf(10).shape == (10, 4) and ng.iobuf((3, 5)).shape == (3, 20) and ng.iobuf((2, 3, 5)).shape == (30, 4)
+    assert not np.asarray(ng.iobuf(10)).any()
+    x = ng.ones((2, 2))
+    assert ng.iobuf(10, x=x) is x
+    shared = ng.ones((100,))
+    buf = ng.iobuf((3, 5), shared=shared)
+    assert buf.shape == (3, 20) and not np.asarray(shared)[:60].any() and np.asarray(shared)[60:].all()
+    with pytest.raises(ValueError, match=r"iobuf: the shared buffer holds 100 elements; \(30, 4\) needs 120"):
+        ng.iobuf((2, 3, 5), shared=shared)
+    assert ng.shared_iobuf_size((3, 4), "Data") == 12 and ng.shared_iobuf_size((3, 4), None) == 12 * ng.num_devices
+    # Single-device data movement: nothing to do.
+    t = ng.ones((2, 3))
+    assert ng.distribute_data(t, "Data") is None and ng.revert_tensor(t) is None
+    assert ng.convert_data(t, False) is None and ng.clean_data(t, True) is None
+    assert ng.allocate_new_deltas(t, (2, 3), "Data") is t
+
+    class Layer:
+        def allocate(self, shared_outputs=None):
+            self.shared = shared_outputs
+    layer = Layer()
+    ng.allocate_new_outputs(layer, t)
+    assert layer.shared is t
+    # consume: the host batch transposed onto the device, made on first use.
+    host_batches = [rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)]
+    dev = [None, None]
+    ng.consume(1, host_batches, dev)
+    assert dev[0] is None and dev[1].shape == (3, 5)
+    np.testing.assert_array_equal(np.asarray(dev[1]), host_batches[1].T)
+    kept = dev[1]
+    ng.consume(1, [None, host_batches[0]], dev)
+    assert dev[1] is kept
+    np.testing.assert_array_equal(np.asarray(dev[1]), host_batches[0].T)
+    with pytest.raises(ValueError, match="consume: buf_index = 2; valid: 0 or 1"):
+        ng.consume(2, host_batches, dev)
+    # execute: an expression's value; a tensor itself.
+    np.testing.assert_array_equal(np.asarray(ng.execute(t * 3 + 1)), np.full((2, 3), 4.0))
+    assert ng.execute(t) is t
+    start, end = ng.get_events()
+    assert ng.get_events() == (start, end)
+    ng.record_mark(start)
+    ng.record_mark(end)
+    ng.synchronize_mark(end)
+    assert ng.get_time(start, end) >= 0
+    # Scratch memory: sizes rounded up to 128 bytes, growing only; pieces carved in order.
+    ng.set_scratch_size(100, 200)
+    first = ng.scratch_buffer(64)
+    assert first.shape == (128,) and first.dtype == kiln.uint8
+    ng.set_scratch_size(16)   # smaller: no change
+    assert ng.scratch_buffer_offset(128).shape == (128,) and ng.scratch_buffer_offset(100).shape == (128,)
+    with pytest.raises(ValueError, match=r"scratch_buffer_offset: 128 bytes at offset 384 pass the scratch memory's 384"):
+        ng.scratch_buffer_offset(1)
+    ng.scratch_buffer_init()
+    assert ng.scratch_buffer_offset(384).shape == (384,)
+    with pytest.raises(ValueError, match=r"scratch_buffer: 512 bytes requested, the scratch memory holds 384"):
+        ng.scratch_buffer(512)
+    ng.scratch_buffer_reset()
+    with pytest.raises(ValueError, match="holds 0"):
+        ng.scratch_buffer(1)
+    assert kiln.NervanaGPU(device="cpu", scratch_size=1000).scratch_buffer(1000).shape == (1024,)
 
 
 def test_docs_neon_md_is_current():

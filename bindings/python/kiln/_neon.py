@@ -3,8 +3,9 @@
 A Context whose constructor takes neon's arguments in neon's order, and whose methods add neon's
 that kiln's Context does not have under those names or argument orders: compound_dot's (alpha,
 beta, relu, bsum, repeat, size), dot with relu, the reductions' partial=, make_binary_mask,
-shift, binarize, compensated_sum, copy_transpose, add_fc_bias, update_fc_bias and
-xnor_compound_dot. Keywords that mean nothing in kiln are accepted and warned about once.
+shift, binarize, compensated_sum, copy_transpose, add_fc_bias, update_fc_bias,
+xnor_compound_dot, and neon's model plumbing (iobuf, consume, scratch memory, the data hooks).
+Keywords that mean nothing in kiln are accepted and warned about once.
 """
 import warnings
 
@@ -44,8 +45,6 @@ class NervanaGPU(Context):
     def __init__(self, rng_seed=None, default_dtype=np.float32, stochastic_round=False, deterministic=None,
                  device_id=0, bench=False, scratch_size=0, hist_bins=64, hist_offset=-48, compat_mode=None,
                  enable_winograd=True, num_devices=1, *, device=None, allow_tf32=False, kernel_cache_capacity=None):
-        if scratch_size:
-            _no_effect("scratch_size", "kernels take their scratch memory from the context's allocator")
         if compat_mode is not None:
             _no_effect("compat_mode", "conv_layer and pool_layer take their output sizes from their arguments")
         if enable_winograd is not True:
@@ -55,6 +54,13 @@ class NervanaGPU(Context):
                          kernel_cache_capacity=kernel_cache_capacity, num_devices=num_devices)
         if hist_bins != 64 or hist_offset != -48:
             self.set_hist_buffers(hist_bins, hist_offset)
+        self.bsz = None            # neon's batch size, which its model sets; iobuf needs it
+        self._scratch_size = 0
+        self._scratch_offset = 0
+        self._scratch = None
+        self._events = None
+        if scratch_size:
+            self.set_scratch_size(scratch_size)
 
     def __repr__(self):
         return f"kiln.NervanaGPU(device='{self.device}', default_dtype={self.default_dtype})"
@@ -74,6 +80,143 @@ class NervanaGPU(Context):
     def cleanup_backend(self):
         """Finishes the work given so far (neon released its buffers here)."""
         self.synchronize()
+
+    # ---- neon's model plumbing: buffers, data movement, scratch memory
+    @staticmethod
+    def backend_choices():
+        """The backends allocate_backend makes: 'cpu' and 'gpu' (kiln's CUDA contexts)."""
+        return ["cpu", "gpu"]
+
+    @staticmethod
+    def allocate_backend(name, **kargs):
+        """A new NervanaGPU on the named backend ('cpu' or 'gpu'), made with kargs."""
+        if name not in ("cpu", "gpu"):
+            raise _kiln.InvalidArgument(f"allocate_backend: backend must be one of ('cpu', 'gpu'); got {name!r}")
+        return NervanaGPU(device="cpu" if name == "cpu" else "cuda", **kargs)
+
+    def iobuf(self, dim0, x=None, dtype=None, name=None, persist_values=True, shared=None, parallelism=None):
+        """neon's layer buffer for the batch size bsz, zeroed: (dim0[0], dim0[1] * bsz) for a pair,
+        (prod(dim0), bsz) for a longer shape, (dim0, bsz) for a number; x itself when given. shared:
+        a larger buffer whose first elements become this one (neon's shared output buffers). name
+        and persist_values select nothing in kiln."""
+        if x is not None:
+            return x
+        if self.bsz is None:
+            raise _kiln.InvalidArgument("iobuf: the batch size is not set; set ng.bsz (neon's model sets it) first")
+        if isinstance(dim0, tuple):
+            shape = (dim0[0], dim0[1] * self.bsz) if len(dim0) == 2 else (int(np.prod(dim0)), self.bsz)
+        else:
+            shape = (dim0, self.bsz)
+        if shared is not None:
+            if tuple(shared.shape) == shape:
+                buf = shared
+            else:
+                n = int(np.prod(shape))
+                if n > shared.size:
+                    raise _kiln.InvalidArgument(f"iobuf: the shared buffer holds {shared.size} elements; {shape} needs {n}")
+                buf = shared.reshape(-1)[:n].reshape(shape)
+        else:
+            buf = self.empty(shape, dtype)
+        buf[...] = 0
+        return buf
+
+    def shared_iobuf_size(self, shape, parallelism):
+        """The elements a buffer of `shape` shared between layers needs: one copy per device,
+        except for data- and model-parallel layers."""
+        devices = 1 if parallelism in ("Data", "Model") else self.num_devices
+        return devices * int(np.prod(shape))
+
+    def distribute_data(self, tensor, layer_parallelism):
+        """neon's distribution across devices: one device per NervanaGPU here, nothing to move."""
+        return None
+
+    def revert_tensor(self, tensor):
+        """Undoes distribute_data: nothing to undo."""
+
+    def convert_data(self, tensor, layer_mkl):
+        """neon's MKL layout conversion: kiln has one layout, nothing to convert."""
+
+    def clean_data(self, tensor, layer_mkl):
+        """neon's MKL clean-up: nothing to clean."""
+
+    def allocate_new_deltas(self, delta, in_shape, parallelism):
+        """neon's MKL delta buffers: the given one serves."""
+        return delta
+
+    def allocate_new_outputs(self, layer, share_output):
+        """Has the layer allocate its outputs, sharing share_output (neon's Layer.allocate)."""
+        layer.allocate(shared_outputs=share_output)
+
+    def consume(self, buf_index, hostlist, devlist):
+        """neon's double-buffered data loading: devlist[buf_index] = hostlist[buf_index].T on the
+        device (made on first use, with the host array's dtype)."""
+        if buf_index not in (0, 1):
+            raise _kiln.InvalidArgument(f"consume: buf_index = {buf_index!r}; valid: 0 or 1 (two buffers)")
+        host = np.ascontiguousarray(np.asarray(hostlist[buf_index]).T)
+        if devlist[buf_index] is None:
+            devlist[buf_index] = self.empty(host.shape, host.dtype)
+        devlist[buf_index][...] = host
+
+    def execute(self, optree):
+        """Evaluates a kiln expression (neon's op-tree) and returns the tensor holding it; a tensor
+        is returned as it is."""
+        return optree.eval() if isinstance(optree, _kiln.Expr) else optree
+
+    def get_events(self):
+        """neon's pair of start and end events: two timing marks of this context, the same pair
+        on every call (record_mark, synchronize_mark, get_time)."""
+        if self._events is None:
+            self._events = (self.init_mark(), self.init_mark())
+        return self._events
+
+    @staticmethod
+    def _round_scratch(size):
+        if isinstance(size, bool) or not hasattr(size, "__index__") or size.__index__() < 0:
+            raise _kiln.InvalidArgument(f"scratch: size = {size!r}; valid: a number of bytes, at least 0")
+        size = size.__index__()
+        return size + (-size) % 128
+
+    def set_scratch_size(self, *args):
+        """Grows the scratch memory to the sum of the sizes (bytes, each rounded up to 128);
+        never shrinks it."""
+        total = sum(self._round_scratch(a) for a in args)
+        if total > self._scratch_size:
+            self._scratch_size = total
+            self._scratch = None
+
+    def scratch_buffer_init(self):
+        """Carving starts again at the scratch memory's start."""
+        self._scratch_offset = 0
+
+    def _scratch_view(self, start, size):
+        if self._scratch is None:
+            self._scratch = self.empty((self._scratch_size,), np.uint8)
+        return self._scratch[start:start + size]
+
+    def scratch_buffer(self, size):
+        """The scratch memory's first `size` bytes (rounded up to 128), as a uint8 tensor (neon
+        returned the address); later scratch_buffer_offset pieces follow it."""
+        size = self._round_scratch(size)
+        if size > self._scratch_size:
+            raise _kiln.InvalidArgument(f"scratch_buffer: {size} bytes requested, the scratch memory holds "
+                                        f"{self._scratch_size} (set_scratch_size)")
+        self._scratch_offset = size
+        return self._scratch_view(0, size)
+
+    def scratch_buffer_offset(self, size):
+        """The next `size` bytes of the scratch memory, as a uint8 tensor."""
+        size = self._round_scratch(size)
+        if size + self._scratch_offset > self._scratch_size:
+            raise _kiln.InvalidArgument(f"scratch_buffer_offset: {size} bytes at offset {self._scratch_offset} pass the "
+                                        f"scratch memory's {self._scratch_size} (set_scratch_size)")
+        view = self._scratch_view(self._scratch_offset, size)
+        self._scratch_offset += size
+        return view
+
+    def scratch_buffer_reset(self):
+        """Releases the scratch memory; its size starts from 0 again."""
+        self._scratch_size = self._scratch_offset = 0
+        self._scratch = None
 
     def set_caffe_compat(self):
         """neon's caffe mode: pooling output sizes round up in output_dim."""
