@@ -231,6 +231,154 @@ def test_model_plumbing_buffers_data_and_scratch_memory(ng, rng):
     assert kiln.NervanaGPU(device="cpu", scratch_size=1000).scratch_buffer(1000).shape == (1024,)
 
 
+class _Rectlin:
+    """neon's Transform shape: __call__ on the input, bprop on the output."""
+
+    def __call__(self, x):
+        return kiln.maximum(x, 0.0)
+
+    def bprop(self, y):
+        return kiln.where(y > 0, 1.0, 0.0)
+
+
+def test_layer_handles_skip_nodes_transforms_and_merges(ng, rng):
+    assert ng.relu_layer() is None and ng.batchnorm_layer((3, 4)) is None and ng.mergesum_layer(1) is None
+    assert ng.mergebroadcast_layer(2) is None and ng.bibnrnn_layer(None, None, None, None, 3, 4) is None
+    x, y = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    Y = ng.array(y)
+    ng.fprop_skipnode(ng.array(x), Y, 0.5)
+    np.testing.assert_allclose(host(Y), y * 0.5 + x, rtol=1e-6)
+    D = ng.array(y)
+    ng.bprop_skipnode(ng.array(x), D, 2.0, 0.25)
+    np.testing.assert_allclose(host(D), y * 0.25 + 2 * x, rtol=1e-6)
+    out, deltas = ng.empty((3, 4)), ng.empty((3, 4))
+    ng.fprop_transform(None, _Rectlin(), ng.array(x), out)
+    np.testing.assert_array_equal(host(out), np.maximum(x, 0))
+    ng.bprop_transform(None, _Rectlin(), out, ng.array(y), deltas, False)
+    np.testing.assert_array_equal(host(deltas), np.where(x > 0, y, 0))
+
+    calls = []
+
+    class Branch:
+        def __init__(self, k):
+            self.k = k
+
+        def fprop(self, inputs, inference=False, beta=None):
+            calls.append(("f", self.k, beta))
+
+        def bprop(self, error, alpha=1.0, beta=0.0):
+            calls.append(("b", self.k, alpha, beta))
+    branches = [Branch(0), Branch(1), Branch(2)]
+    ng.fprop_mergesum(None, None, False, branches, None, None)
+    ng.bprop_mergesum(None, 0.5, 0.0, branches, None, None)
+    assert calls == [("f", 0, 0), ("f", 1, 1), ("f", 2, 1), ("b", 2, 0.5, 0.0), ("b", 1, 0.5, 1), ("b", 0, 0.5, 1)]
+    calls.clear()
+    betas = [1, 1, 0]
+    ng.fprop_mergebroadcast(None, None, True, None, branches, None)
+    ng.bprop_mergebroadcast(None, branches, ["e0", "e1", "e2"], None, None, None, 2.0, 0.5, [1, 2, 3], betas)
+    assert betas == [1, 1, 0.5]
+    assert calls == [("f", 0, None), ("f", 1, None), ("f", 2, None), ("b", 2, 6.0, 0.5), ("b", 1, 4.0, 1),
+                     ("b", 0, 2.0, 1)]
+
+
+def test_lookup_table_gradient_and_rnn_unrolling(ng, rng):
+    vocab, dim, tokens = 7, 5, 12
+    ids = rng.integers(0, vocab, (1, tokens)).astype(np.int32)
+    error = rng.standard_normal((dim, tokens)).astype(np.float32)
+    dw0 = rng.standard_normal((vocab, dim)).astype(np.float32)
+    dW, error_t = ng.array(dw0), ng.empty((tokens, dim))
+    ng.compound_bprop_lut(tokens, ng.array(ids), ng.array(error), error_t, dW, pad_idx=3)
+    want = dw0.astype(np.float64).copy()
+    for j, w in enumerate(ids[0]):
+        if w != 3:
+            want[w] += error[:, j]
+    np.testing.assert_allclose(host(dW), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(host(error_t), error.T)
+
+    nout, bsz, steps = 4, 3, 5
+    Wr = rng.standard_normal((nout, nout)).astype(np.float32) * 0.5
+    bias = rng.standard_normal((nout, 1)).astype(np.float32)
+    hff = rng.standard_normal((nout, steps * bsz)).astype(np.float32)
+    H = ng.zeros((nout, (steps + 1) * bsz))   # step t's output at columns (t + 1) * bsz: h_prev of step t + 1
+    HFF = ng.array(hff)
+    h_s = [H[:, (t + 1) * bsz:(t + 2) * bsz] for t in range(steps)]
+    h_prev_s = [H[:, t * bsz:(t + 1) * bsz] for t in range(steps)]
+    ff_s = [HFF[:, t * bsz:(t + 1) * bsz] for t in range(steps)]
+    ng.compound_rnn_unroll_fprop(ng.array(Wr), h_prev_s, ff_s, h_s, ng.array(bias), nout, steps, steps, _Rectlin())
+    h = np.zeros((nout, (steps + 1) * bsz))
+    for t in range(steps):
+        h[:, (t + 1) * bsz:(t + 2) * bsz] = np.maximum(
+            Wr.astype(np.float64) @ h[:, t * bsz:(t + 1) * bsz] + hff[:, t * bsz:(t + 1) * bsz] + bias, 0)
+    np.testing.assert_allclose(host(H), h, rtol=1e-5, atol=1e-5)
+    # Back through the steps, last first: delta_t = relu'(h_t) * delta_t; delta_prev_t += W^T delta_t.
+    d0 = rng.standard_normal((nout, (steps + 1) * bsz)).astype(np.float32)
+    D = ng.array(d0)
+    d_s = [D[:, (t + 1) * bsz:(t + 2) * bsz] for t in range(steps)]
+    dp_s = [D[:, t * bsz:(t + 1) * bsz] for t in range(steps)]
+    ng.compound_rnn_unroll_bprop(ng.array(np.ascontiguousarray(Wr.T)), dp_s, d_s, h_s, nout, steps, steps, _Rectlin())
+    d = d0.astype(np.float64)
+    for t in reversed(range(steps)):
+        cur = slice((t + 1) * bsz, (t + 2) * bsz)
+        d[:, cur] = (h[:, cur] > 0) * d[:, cur]
+        d[:, t * bsz:(t + 1) * bsz] += Wr.T.astype(np.float64) @ d[:, cur]
+    np.testing.assert_allclose(host(D), d, rtol=1e-5, atol=1e-5)
+
+
+def _roi_reference(x, rois, ph, pw, scale):
+    """ROI max pooling by neon's formulas, element by element."""
+    C, H, W, N = x.shape
+    out = np.zeros((C, ph, pw, len(rois)), np.float32)
+    arg = np.full(out.shape, -1, np.int64)
+    rnd = lambda v: int(np.floor(abs(v) + 0.5) * np.sign(v))
+    for n, (b, x1, y1, x2, y2) in enumerate(rois):
+        sw, sh, ew, eh = (rnd(np.float32(v) * np.float32(scale)) for v in (x1, y1, x2, y2))
+        bh = np.float32(max(eh - sh + 1, 1)) / np.float32(ph)
+        bw = np.float32(max(ew - sw + 1, 1)) / np.float32(pw)
+        for c in range(C):
+            for i in range(ph):
+                for j in range(pw):
+                    hs = min(max(int(np.floor(i * bh)) + sh, 0), H)
+                    he = min(max(int(np.ceil((i + 1) * bh)) + sh, 0), H)
+                    ws = min(max(int(np.floor(j * bw)) + sw, 0), W)
+                    we = min(max(int(np.ceil((j + 1) * bw)) + sw, 0), W)
+                    best = None
+                    for hh in range(hs, he):
+                        for ww in range(ws, we):
+                            if best is None or x[c, hh, ww, int(b)] > best:
+                                best, pos = x[c, hh, ww, int(b)], hh * W * N + ww * N + int(b)
+                    if best is not None:
+                        out[c, i, j, n], arg[c, i, j, n] = best, pos
+    return out, arg
+
+
+def test_roi_pooling_and_nms_follow_neon(ng, rng):
+    C, H, W, N, ph, pw = 3, 9, 11, 2, 3, 2
+    x = rng.standard_normal((C, H, W, N)).astype(np.float32)
+    rois = np.array([[0, 0, 0, 15, 11], [1, 4, 2, 20, 17], [0, 30, 30, 40, 40], [1, 6, 6, 6, 6]], np.float32)
+    O, A = ng.empty((C, ph, pw, 4)), ng.empty((C, ph, pw, 4), np.int32)
+    ng.roipooling_fprop(ng.array(x), ng.array(rois), O, A, 4, C, H, W, ph, pw, 0.5)
+    want, warg = _roi_reference(x, rois, ph, pw, 0.5)
+    np.testing.assert_array_equal(host(O), want)
+    np.testing.assert_array_equal(np.asarray(A), warg)
+    assert (warg[:, :, :, 2] == -1).all()   # past the image: empty bins
+    e = rng.standard_normal((C, ph, pw, 4)).astype(np.float32)
+    G = ng.empty((C, H, W, N))
+    ng.roipooling_bprop(ng.array(e), ng.array(rois), G, A, 4, C, H, W, ph, pw, 0.5)
+    grad = np.zeros(C * H * W * N)
+    for c, i, j, n in np.ndindex(e.shape):
+        if warg[c, i, j, n] >= 0:
+            grad[c * H * W * N + warg[c, i, j, n]] += e[c, i, j, n]
+    np.testing.assert_allclose(host(G).ravel(), grad, rtol=1e-6, atol=1e-6)
+
+    boxes = np.array([[0, 0, 10, 10, 0.9], [1, 1, 11, 11, 0.8], [20, 20, 30, 30, 0.7], [0, 0, 10, 10, 0.0],
+                      [21, 19, 31, 29, 0.6], [50, 50, 52, 52, 0.5]], np.float32)
+    assert ng.nms(ng.array(boxes), 0.5) == [0, 2, 5]
+    assert ng.nms(ng.array(boxes), 0.9) == [0, 1, 2, 4, 5]
+    # normalized: no +1 on widths; boxes 0 and 1 then overlap by 81/119 = 0.68.
+    assert ng.nms(ng.array(boxes), 0.7, normalized=True) == [0, 1, 2, 4, 5]
+    assert ng.nms(ng.array(boxes), 0.6, normalized=True) == [0, 2, 5]
+
+
 def test_docs_neon_md_is_current():
     import os
     import re

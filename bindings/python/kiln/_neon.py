@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _kiln
 from ._context import Context
+from ._dtypes import float32, int32
 
 _warned = set()
 
@@ -217,6 +218,188 @@ class NervanaGPU(Context):
         """Releases the scratch memory; its size starts from 0 again."""
         self._scratch_size = self._scratch_offset = 0
         self._scratch = None
+
+    # ---- neon's layer methods beyond the convolution, pooling, LRN and batch-norm ones
+    def relu_layer(self):
+        """neon's handle for MKL's ReLU layer: None here, as on neon's GPU backend."""
+
+    def batchnorm_layer(self, in_shape):
+        """neon's handle for MKL's batch-norm layer: None here, as on neon's GPU backend."""
+
+    def mergesum_layer(self, layer_num):
+        """neon's handle for MKL's merge-sum layer: None here, as on neon's GPU backend."""
+
+    def mergebroadcast_layer(self, layer_num):
+        """neon's handle for MKL's merge-broadcast layer: None here, as on neon's GPU backend."""
+
+    def bibnrnn_layer(self, h_buffer_all, h_ff_buffer, W_recur_f, W_recur_b, nsteps, nout):
+        """neon's handle for MKL's bidirectional RNN layer: None here, as on neon's GPU backend."""
+
+    def fprop_skipnode(self, x, y, beta):
+        """y = y * beta + x."""
+        y[...] = y * beta + x
+
+    def bprop_skipnode(self, error, deltas, alpha, beta):
+        """deltas = deltas * beta + alpha * error."""
+        deltas[...] = deltas * beta + error * alpha
+
+    def fprop_transform(self, ngLayer, transform, inputs, outputs, relu=False):
+        """outputs = transform(inputs), transform being a callable on kiln expressions (neon's
+        Transform); ngLayer and relu select nothing, as on neon's GPU backend."""
+        outputs[...] = transform(inputs)
+
+    def bprop_transform(self, ngLayer, transform, outputs, error, deltas, relu):
+        """deltas = transform.bprop(outputs) * error: the derivative from the activation's output."""
+        deltas[...] = transform.bprop(outputs) * error
+
+    def fprop_mergesum(self, ngLayer, inputs, inference, layers, outputs, out_shape):
+        """The branches' sum into their shared output: the first branch overwrites it (beta=0),
+        the others add to it (beta=1)."""
+        for layer in layers:
+            layer.fprop(inputs, inference, beta=0 if layer is layers[0] else 1)
+
+    def bprop_mergesum(self, ngLayer, alpha, beta, layers, error, deltas):
+        """Each branch's gradient into the shared deltas, last branch first: it takes the
+        caller's beta, the others add (beta=1)."""
+        for layer in reversed(layers):
+            layer.bprop(error, alpha=alpha, beta=beta if layer is layers[-1] else 1)
+
+    def fprop_mergebroadcast(self, ngLayer, inputs, inference, outputs, layers, out_shape):
+        """Each branch's fprop: the branches write their slices of the concatenated output."""
+        for layer in layers:
+            layer.fprop(inputs, inference)
+
+    def bprop_mergebroadcast(self, ngLayer, layers, error_views, error, delta, out_shape, alpha, beta, alphas, betas):
+        """Each branch's bprop on its view of the error, last branch first, scaled by alphas[i] *
+        alpha; betas[-1] becomes beta (as neon, in the list given), so that the last branch
+        overwrites the shared deltas and the others add."""
+        betas[-1] = beta
+        for i in reversed(range(len(layers))):
+            layers[i].bprop(error_views[i], alpha=alphas[i] * alpha, beta=betas[i])
+
+    def compound_bprop_lut(self, nin, inputs, error, error_t, dW, pad_idx, alpha=1.0, beta=0):
+        """A lookup table's weight gradient: dW[w, :] += the sum of error[:, j] over the tokens j
+        whose id inputs[0, j] is w, padding (pad_idx) left out. error_t, (tokens, dim), receives
+        error transposed (neon's scratch). Deterministic: one product of the tokens' one-hot
+        matrix and error_t."""
+        vocab = dW.shape[0]
+        ids = inputs.reshape(1, -1)
+        error_t[...] = error.T
+        hit = self.arange(vocab, dtype=int32).reshape(vocab, 1) == ids
+        onehot = self.empty((vocab, ids.shape[1]), dW.dtype)
+        onehot[...] = _kiln.where(hit, 1.0 if pad_idx is None else _kiln.where(ids != pad_idx, 1.0, 0.0), 0.0)
+        _kiln.compound_dot(onehot, error_t, dW, 1.0, 1.0)
+
+    def compound_rnn_unroll_fprop(self, W_recur, h_prev_s, h_ff_s, h_s, bias, nout, num_steps, num_used_steps,
+                                  activation, reverse=False):
+        """An RNN over its steps (lists of (nout, batch) views): h = activation(W_recur . h_prev +
+        h_ff + bias), in step order (reversed when reverse), over the first num_used_steps."""
+        steps = range(num_used_steps)
+        for t in (reversed(steps) if reverse else steps):
+            z = self.empty(h_s[t].shape, float32)
+            _kiln.compound_dot(W_recur, h_prev_s[t], z)
+            h_s[t][...] = activation(z + h_ff_s[t] + bias)
+
+    def compound_rnn_unroll_bprop(self, W_recur, delta_prev_s, delta_s, h_s, nout, num_steps, num_used_steps,
+                                  activation, reverse=True):
+        """The RNN's backward pass: delta_t = activation.bprop(h_t) * delta_t, then delta_prev_t
+        += W_recur . delta_t (W_recur: the transposed recurrent weights, as neon's callers pass),
+        last step first (first step first when not reverse)."""
+        steps = range(num_used_steps)
+        for t in (reversed(steps) if reverse else steps):
+            delta_s[t][...] = activation.bprop(h_s[t]) * delta_s[t]
+            _kiln.compound_dot(W_recur, delta_s[t], delta_prev_s[t], 1.0, 1.0)
+
+    def compound_rnn_unroll_fprop_bibnrnn(self, ngLayer, h_buffer_all, h_ff_buffer, W_recur_f, h_prev, h_ff_f, h_f, b_f,
+                                          W_recur_b, h_next, h_ff_b, h_b, b_b, nout, nsteps, used_nsteps, activation):
+        """A bidirectional RNN: forward over the steps with W_recur_f, backward with W_recur_b."""
+        self.compound_rnn_unroll_fprop(W_recur_f, h_prev, h_ff_f, h_f, b_f, nout, nsteps, used_nsteps, activation, False)
+        self.compound_rnn_unroll_fprop(W_recur_b, h_next, h_ff_b, h_b, b_b, nout, nsteps, used_nsteps, activation, True)
+
+    def compound_rnn_unroll_bprop_bibnrnn(self, ngLayer, error, in_deltas_f, prev_in_deltas, in_deltas_b, next_in_deltas,
+                                          W_recur_f, W_recur_b, h_f, h_b, nout, nsteps, used_nsteps, activation,
+                                          h_buffer_all):
+        """The bidirectional RNN's backward pass: each direction's, with its transposed weights."""
+        self.compound_rnn_unroll_bprop(W_recur_f.T, prev_in_deltas, in_deltas_f, h_f, nout, nsteps, used_nsteps,
+                                       activation, True)
+        self.compound_rnn_unroll_bprop(W_recur_b.T, next_in_deltas, in_deltas_b, h_b, nout, nsteps, used_nsteps,
+                                       activation, False)
+
+    # ROI pooling and NMS, with neon's rules, counted on the host (NumPy): their work is small and
+    # irregular beside the convolutions they follow.
+    @staticmethod
+    def _roi_bins(rois, n, pooled_height, pooled_width, spatial_scale, H, W):
+        """ROI n's batch index and, per output bin, its [hstart, hend) x [wstart, wend) window."""
+        f = np.float32
+        away = lambda v: f(np.sign(v) * np.floor(np.abs(v) + f(0.5)))   # CUDA's round: halves away from 0
+        b, x1, y1, x2, y2 = (f(v) for v in rois[n])
+        sw, sh = int(away(x1 * f(spatial_scale))), int(away(y1 * f(spatial_scale)))
+        ew, eh = int(away(x2 * f(spatial_scale))), int(away(y2 * f(spatial_scale)))
+        bh, bw = f(max(eh - sh + 1, 1)) / f(pooled_height), f(max(ew - sw + 1, 1)) / f(pooled_width)
+        clip = lambda v, hi: min(max(v, 0), hi)
+        bins = {}
+        for i in range(pooled_height):
+            hs, he = clip(int(np.floor(f(i) * bh)) + sh, H), clip(int(np.ceil(f(i + 1) * bh)) + sh, H)
+            for j in range(pooled_width):
+                ws, we = clip(int(np.floor(f(j) * bw)) + sw, W), clip(int(np.ceil(f(j + 1) * bw)) + sw, W)
+                bins[i, j] = (hs, he, ws, we)
+        return int(b), bins
+
+    def roipooling_fprop(self, I, rois, O, argmax, roi_count, fm_channel, fm_height, fm_width, pooled_height,
+                         pooled_width, spatial_scale):
+        """neon's ROI max pooling: I (C, H, W, N) feature maps, rois (roi_count, 5) rows of (batch
+        index, x1, y1, x2, y2) in image coordinates scaled by spatial_scale; O and argmax (C,
+        pooled_height, pooled_width, roi_count): each bin's maximum and where it is (h * W * N + w
+        * N + batch index; -1 and 0 for an empty bin). The first maximum in h-then-w order wins."""
+        x, r = np.asarray(I).astype(np.float32), np.asarray(rois).astype(np.float32).reshape(-1, 5)
+        C, H, W, N = x.shape
+        out = np.zeros((C, pooled_height, pooled_width, roi_count), np.float32)
+        arg = np.full(out.shape, -1, np.int32)
+        for n in range(roi_count):
+            b, bins = self._roi_bins(r, n, pooled_height, pooled_width, spatial_scale, H, W)
+            for (i, j), (hs, he, ws, we) in bins.items():
+                if he <= hs or we <= ws:
+                    continue
+                window = x[:, hs:he, ws:we, b].reshape(C, -1)
+                k = window.argmax(1)
+                out[:, i, j, n] = window[np.arange(C), k]
+                h, w = hs + k // (we - ws), ws + k % (we - ws)
+                arg[:, i, j, n] = h * W * N + w * N + b
+        O[...] = out
+        argmax[...] = arg
+
+    def roipooling_bprop(self, I, rois, O, argmax, roi_count, fm_channel, fm_height, fm_width, pooled_height,
+                         pooled_width, spatial_scale):
+        """The gradient of roipooling_fprop: I the pooled output's gradient (C, pooled_height,
+        pooled_width, roi_count), O the feature maps' (C, H, W, N), overwritten: each bin's
+        gradient goes to the position its argmax names."""
+        e, arg = np.asarray(I).astype(np.float32), np.asarray(argmax).astype(np.int64)
+        C, H, W, N = O.shape
+        grad = np.zeros((C, H * W * N), np.float32)
+        c = np.broadcast_to(np.arange(C).reshape(C, 1, 1, 1), arg.shape)
+        hit = arg >= 0
+        np.add.at(grad, (c[hit], arg[hit]), e[hit])
+        O[...] = grad.reshape(C, H, W, N)
+
+    def nms(self, detections, threshold, normalized=False):
+        """neon's non-maximum suppression: detections (count, 5) rows of (x1, y1, x2, y2, score),
+        sorted by score, highest first; a box is kept unless an earlier kept box overlaps it by an
+        IoU above threshold, or its score is 0. Widths and heights count pixels (+1) unless
+        normalized. Returns the kept rows' indices."""
+        d = np.asarray(detections).astype(np.float32).reshape(-1, 5)
+        off = np.float32(0 if normalized else 1)
+        area = (d[:, 2] - d[:, 0] + off) * (d[:, 3] - d[:, 1] + off)
+        removed = np.zeros(len(d), bool)
+        keep = []
+        for i in range(len(d)):
+            if removed[i] or d[i, 4] == 0:
+                continue
+            keep.append(i)
+            w = np.maximum(np.minimum(d[i, 2], d[i + 1:, 2]) - np.maximum(d[i, 0], d[i + 1:, 0]) + off, 0)
+            h = np.maximum(np.minimum(d[i, 3], d[i + 1:, 3]) - np.maximum(d[i, 1], d[i + 1:, 1]) + off, 0)
+            inter = w * h
+            removed[i + 1:] |= inter / (area[i] + area[i + 1:] - inter) > threshold
+        return keep
 
     def set_caffe_compat(self):
         """neon's caffe mode: pooling output sizes round up in output_dim."""
