@@ -4,6 +4,7 @@
 #include <kiln/view.hpp>
 
 #include <atomic>
+#include <string>
 #include <cstddef>
 #include <cstdint>
 
@@ -16,6 +17,9 @@ struct Storage {
     // Set by the first write (assignment, upload, fill). Reading a tensor whose storage was
     // never written is a user error kiln can detect cheaply: `empty()` followed by a read.
     std::atomic<bool> written{false};
+    // Numerics histograms (include/kiln/hist.hpp): the tag the tensors of this memory are counted
+    // under after every write, while their context counts named tensors; empty: not counted.
+    std::string hist_tag;
     // Bumped after every write into this storage, so graphs can tell a stale read apart.
     virtual ~Storage() = default;
 };

@@ -9,6 +9,7 @@
 #include "kernels/conv_views.hpp"
 #include "ir/error.hpp"
 #include "ir/storage.hpp"
+#include "kernels/hist_named.hpp"
 #include "runtime/bench.hpp"
 #include <kiln/context.hpp>
 #include <kiln/gemm.hpp>
@@ -511,6 +512,7 @@ Tensor& data_pass(const ConvLayer& L, const Tensor& F, const Tensor& in, Tensor&
     check_filter(F, L, in, op);
     check_tensor(out, L, in, L.N, out_sp, out_ch, out_name, false, op);
     check_options(opts, out, out_ch, op);
+    NamedCount named(out.context(), out);
     BenchTimer bench(context_impl(in.context()), op);
     if (bench.on())
         bench.set(fmt::format("{} {}", dtype_name(in.dtype()), L.str()),
@@ -543,6 +545,7 @@ Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor
     check_tensor(I, L, I, L.N, in_sp, in_ch, "I (the input)", true, op);
     check_tensor(E, L, I, L.N, e_sp, e_ch, "E (the output's gradient)", true, op);
     check_tensor(grad_F, L, I, L.K, L.filter, L.C, "grad_F (the filter's gradient, K x T x R x S x C)", false, op);
+    NamedCount named(grad_F.context(), grad_F);
     BenchTimer bench(context_impl(I.context()), op);
     if (bench.on())
         bench.set(fmt::format("{} {}", dtype_name(I.dtype()), L.str()),

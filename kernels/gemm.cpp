@@ -3,6 +3,7 @@
 #include <kiln/gemm.hpp>
 
 #include "ir/error.hpp"
+#include "kernels/hist_named.hpp"
 #include "runtime/bench.hpp"
 #include "ir/storage.hpp"
 #include "kernels/cpu/blas.hpp"
@@ -191,6 +192,7 @@ void cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions&
 Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts) {
     const char* op = "compound_dot";
     check_operands(A, B, C, opts, op);
+    NamedCount named(C.context(), C);
     BenchTimer bench(context_impl(A.context()), op);
     if (bench.on())
         bench.set(fmt::format("{} {} x {} {} -> {} {}", dtype_name(A.dtype()), shape_str(A.shape()), dtype_name(B.dtype()),
@@ -237,6 +239,7 @@ Tensor& batched_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOption
         return std::tuple<Tensor, Tensor, Tensor>{A.rank() == 3 ? A[i] : A, B.rank() == 3 ? B[i] : B, C[i]};
     };
     const bool empty = batch == 0 || C.shape()[1] == 0 || C.shape()[2] == 0 || A.shape()[A.rank() - 1] == 0;
+    NamedCount named(C.context(), C);
     BenchTimer bench(context_impl(C.context()), op);
     if (bench.on())
         bench.set(fmt::format("{} {} x {} {} -> {} {}", dtype_name(A.dtype()), shape_str(A.shape()), dtype_name(B.dtype()),

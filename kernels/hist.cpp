@@ -5,6 +5,7 @@
 #include "ir/error.hpp"
 #include "runtime/bench.hpp"
 #include "runtime/context_impl.hpp"
+#include "kernels/hist_named.hpp"
 
 #ifdef KILN_HAVE_GEMM_KERNELS
 #include "kernels/cuda/hist_cuda.hpp"
@@ -87,6 +88,37 @@ Tensor hist(const Tensor& x, const std::string& tag) {
     }
     m.hist_slots.emplace_back(tag, slot);
     return slot;
+}
+
+void set_hist_tag(const Tensor& x, const std::string& tag) {
+    if (!x.defined()) fail(Error::Kind::Value, "set_hist_tag: x is an empty kiln::Tensor");
+    x.view().storage->hist_tag = tag;
+}
+
+std::string hist_tag(const Tensor& x) { return x.defined() ? x.view().storage->hist_tag : std::string(); }
+
+void set_hist_named(Context& ctx, bool on) {
+    Context::Impl& m = context_impl(ctx);
+    m.hist_named = on;
+    m.count_named = &count_named;
+}
+bool hist_named(Context& ctx) { return context_impl(ctx).hist_named; }
+
+NamedCount::~NamedCount() {
+    if (std::uncaught_exceptions() > unwinding_ || context_impl(ctx_).call_depth != 0) return;
+    try {
+        count_named(ctx_, out_);
+    } catch (...) {
+        // A failure to count surfaces at the context's next call.
+    }
+}
+
+void count_named(Context& ctx, const Tensor& written) {
+    if (!context_impl(ctx).hist_named || !written.defined()) return;
+    const std::string& tag = written.view().storage->hist_tag;
+    if (tag.empty()) return;
+    const DType t = written.dtype();
+    if (t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16) hist(written, tag);
 }
 
 HistData dump_hist_data(Context& ctx) {

@@ -4,6 +4,7 @@
 #include <kiln/nn.hpp>
 
 #include "ir/error.hpp"
+#include "kernels/hist_named.hpp"
 #include "runtime/bench.hpp"
 #include <kiln/context.hpp>
 
@@ -90,6 +91,7 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
     check_channels(beta, x, C, "beta", op);
     check_like(y, x, "y", op);
     if (!(eps >= 0)) fail(Error::Kind::Value, "{}: eps={}; it must be >= 0", op, eps);
+    NamedCount named(y.context(), y);
     BenchTimer bench(context_impl(x.context()), op);
     bench_layer(bench, x, {&x, &y});
     if (!(rho >= 0 && rho <= 1)) fail(Error::Kind::Value, "{}: rho={}; the running averages' weight is in [0, 1]", op, rho);
@@ -118,6 +120,7 @@ void compound_bprop_bn(Tensor& delta_out, Tensor& grad_gamma, Tensor& grad_beta,
     const auto [C, n] = channels_of(x, op);
     check_like(delta_in, x, "delta_in", op);
     check_like(delta_out, x, "delta_out", op);
+    NamedCount named(delta_out.context(), delta_out);
     BenchTimer bench(context_impl(x.context()), op);
     bench_layer(bench, x, {&x, &delta_in, &delta_out});
     for (auto [t, name] : {std::pair{&xsum, "xsum"}, {&xvar, "xvar"}, {&gamma, "gamma"}})
@@ -298,6 +301,7 @@ Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::op
             fail(Error::Kind::Type, "{}: argmax is {}; it must be an int32 tensor of O's shape and context", op, desc(*argmax));
         A5 = as5(*argmax, L, L.output, L.K, "argmax", true, op);
     }
+    NamedCount named(O.context(), O);
     BenchTimer bench(context_impl(I.context()), op);
     bench_layer(bench, I, {&I, &O});
     const Tensor P = padded(I5, L, L.op == PoolOp::Max ? -INFINITY : 0.0);
@@ -344,6 +348,7 @@ Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const st
     const Tensor E5 = as5(E, L, L.output, L.K, "E (the output's gradient)", false, op);
     if (!E.context().can_use(grad_I)) fail(Error::Kind::Value, "{}: grad_I lives on another context than E", op);
     Tensor G5 = as5(grad_I, L, L.image, L.C, "grad_I (the input's gradient)", true, op);
+    NamedCount named(grad_I.context(), grad_I);
     BenchTimer bench(context_impl(E.context()), op);
     bench_layer(bench, E, {&E, &grad_I});
     std::optional<Tensor> A5, X5, Y5;
@@ -419,6 +424,7 @@ Tensor& fprop_lrn(const PoolLayer& L, const Tensor& I, Tensor& O, Tensor& denom,
     Tensor D5 = as5(denom, L, L.image, L.C, "denom", true, op);
     for (const Tensor* t : {&O, &denom})
         if (!I.context().can_use(*t)) fail(Error::Kind::Value, "{}: O and denom must be usable by I's context", op);
+    NamedCount named(O.context(), O);
     BenchTimer bench(context_impl(I.context()), op);
     bench_layer(bench, I, {&I, &O, &denom});
     D5.assign(1.0 + Expr(ascale) * window_sum(I.context(), square(cast(I5.expr(), DType::Float32)), I5.shape(), L));
@@ -439,6 +445,7 @@ Tensor& bprop_lrn(const PoolLayer& L, const Tensor& I, const Tensor& O, const Te
     Tensor G5 = as5(delta, L, L.image, L.C, "delta (the input's gradient)", true, op);
     for (const Tensor* t : {&O, &E, (const Tensor*)&delta, &denom})
         if (!I.context().can_use(*t)) fail(Error::Kind::Value, "{}: every tensor must be usable by I's context", op);
+    NamedCount named(delta.context(), delta);
     BenchTimer bench(context_impl(I.context()), op);
     bench_layer(bench, I, {&I, &O, &E, &delta, &denom});
     const Expr s = window_sum(I.context(), cast(E5.expr() * O5.expr() / D5.expr(), DType::Float32), I5.shape(), L);

@@ -12,28 +12,27 @@ namespace {
 constexpr size_t kBenchLogMax = 4096;
 }
 
-BenchTimer::BenchTimer(Context::Impl& ctx, const char* op) : op_(op) {
+BenchTimer::BenchTimer(Context::Impl& ctx, const char* op) : ctx_(ctx), op_(op) {
+    rec_.depth = ctx.call_depth++;
     if (!ctx.bench) return;
-    ctx_ = &ctx;
-    rec_.depth = ctx.bench_depth++;
+    timing_ = true;
     unwinding_ = std::uncaught_exceptions();
     start_ = ctx.backend->new_mark();
     ctx.backend->record_mark(start_.get());
 }
 
 void BenchTimer::set(std::string detail, double bytes, double flops) {
-    if (!ctx_) return;
+    if (!timing_) return;
     rec_.detail = std::move(detail);
     rec_.bytes = bytes;
     rec_.flops = flops;
 }
 
 BenchTimer::~BenchTimer() {
-    if (!ctx_) return;
-    --ctx_->bench_depth;
-    if (std::uncaught_exceptions() > unwinding_) return;
+    --ctx_.call_depth;
+    if (!timing_ || std::uncaught_exceptions() > unwinding_) return;
     try {
-        DeviceBackend& be = *ctx_->backend;
+        DeviceBackend& be = *ctx_.backend;
         std::shared_ptr<void> end = be.new_mark();
         be.record_mark(end.get());
         be.wait_mark(end.get());
@@ -45,8 +44,8 @@ BenchTimer::~BenchTimer() {
         else if (rec_.bytes > 0 && s > 0) rate = fmt::format(", {:.1f} GB/s", rec_.bytes / s * 1e-9);
         std::fprintf(stderr, "kiln bench: %*s%s %s: %.4f ms%s (%s)\n", 2 * rec_.depth, "", op_, rec_.detail.c_str(),
                      rec_.ms, rate.c_str(), be.name().c_str());
-        ctx_->bench_log.push_back(std::move(rec_));
-        if (ctx_->bench_log.size() > kBenchLogMax) ctx_->bench_log.pop_front();
+        ctx_.bench_log.push_back(std::move(rec_));
+        if (ctx_.bench_log.size() > kBenchLogMax) ctx_.bench_log.pop_front();
     } catch (...) {
         // A failure to time (the device lost, say) surfaces at the context's next call.
     }

@@ -3,7 +3,8 @@
 // the context's stream when made and another when it ends, waits for the second, and prints
 // and logs the time between them with the rate of the bytes and flops the call states, so
 // what is timed is the call's work on the device (CUDA events), not the host's part of it.
-// Otherwise it does nothing: one flag test.
+// Otherwise it only keeps count of the calls under way (Context::Impl::call_depth), by which a
+// call made inside another knows it is nested.
 #pragma once
 #include "runtime/context_impl.hpp"
 
@@ -19,12 +20,13 @@ public:
     BenchTimer(const BenchTimer&) = delete;
     BenchTimer& operator=(const BenchTimer&) = delete;
 
-    bool on() const { return ctx_ != nullptr; }
+    bool on() const { return timing_; }
     // What the call moved and computed; detail names its dtypes and shapes.
     void set(std::string detail, double bytes, double flops = 0);
 
 private:
-    Context::Impl* ctx_ = nullptr;
+    Context::Impl& ctx_;
+    bool timing_ = false;
     const char* op_;
     std::shared_ptr<void> start_;
     int unwinding_ = 0;

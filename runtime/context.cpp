@@ -425,31 +425,35 @@ void Context::Impl::check_devices(const NodePtr& expr) {
 
 void Context::Impl::run(const View& dst, const NodePtr& expr) {
     CachedPlan& plan = *plan_for(dst, expr);
-    if (!bench) {
-        execute(plan);
-        return;
-    }
-    // Bytes: each distinct view the kernels read or write, once (temporaries not counted). A
-    // cached plan's views name their storage by its class in the assignment's signature.
-    double bytes = 0;
-    std::vector<std::pair<int, const View*>> seen;
-    for (const CachedStage& st : plan.stages)
-        for (size_t b = 0; b < st.lowered.sources.size(); ++b) {
-            const BufferSource& src = st.lowered.sources[b];
-            const int cls = st.storage_class[b];
-            if (cls < 0) continue;
-            bool dup = false;
-            for (const auto& [c, v] : seen) dup = dup || (c == cls && v->dtype == src.view.dtype && v->shape == src.view.shape &&
-                                                          v->strides == src.view.strides && v->offset == src.view.offset);
-            if (dup) continue;
-            seen.emplace_back(cls, &src.view);
-            bytes += view_bytes(src.view);
+    {
+        BenchTimer timer(*this, "assign");
+        if (timer.on()) {
+            // Bytes: each distinct view the kernels read or write, once (temporaries not
+            // counted). A cached plan's views name their storage by its class in the
+            // assignment's signature.
+            double bytes = 0;
+            std::vector<std::pair<int, const View*>> seen;
+            for (const CachedStage& st : plan.stages)
+                for (size_t b = 0; b < st.lowered.sources.size(); ++b) {
+                    const BufferSource& src = st.lowered.sources[b];
+                    const int cls = st.storage_class[b];
+                    if (cls < 0) continue;
+                    bool dup = false;
+                    for (const auto& [c, v] : seen)
+                        dup = dup || (c == cls && v->dtype == src.view.dtype && v->shape == src.view.shape &&
+                                      v->strides == src.view.strides && v->offset == src.view.offset);
+                    if (dup) continue;
+                    seen.emplace_back(cls, &src.view);
+                    bytes += view_bytes(src.view);
+                }
+            timer.set(fmt::format("{} {}: {} kernel{}", dtype_name(dst.dtype), shape_str(dst.shape), plan.stages.size(),
+                                  plan.stages.size() == 1 ? "" : "s"),
+                      bytes);
         }
-    BenchTimer timer(*this, "assign");
-    timer.set(fmt::format("{} {}: {} kernel{}", dtype_name(dst.dtype), shape_str(dst.shape), plan.stages.size(),
-                          plan.stages.size() == 1 ? "" : "s"),
-              bytes);
-    execute(plan);
+        execute(plan);
+    }
+    // Named tensors (include/kiln/hist.hpp): counted once, by the outermost call that wrote them.
+    if (hist_named && call_depth == 0 && !dst.storage->hist_tag.empty()) count_named(*self, Tensor(self, dst));
 }
 
 void Context::assign(Tensor& dst, const Expr& e) {

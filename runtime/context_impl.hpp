@@ -26,11 +26,15 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     bool allow_tf32 = false;
     bool bench = false;                 // ContextOptions::bench
     std::deque<BenchRecord> bench_log;  // runtime/bench.hpp
-    int bench_depth = 0;                // timed calls under way
+    int call_depth = 0;                 // library calls under way (BenchTimer): 1 inside one, ...
     // Numerics histograms (include/kiln/hist.hpp): the bins, their offset and the slots taken
     // since the last dump, with their tags.
     int hist_bins = 64, hist_offset = -48;
     std::vector<std::pair<std::string, Tensor>> hist_slots;
+    bool hist_named = false;   // count tagged outputs after every write (set_hist_named)
+    // Installed by kernels/hist.cpp with set_hist_named: counts a tagged destination after an
+    // assignment (the runtime cannot call the kernels layer itself).
+    void (*count_named)(Context&, const Tensor&) = nullptr;
     Counters counters;
     std::mutex mu;
     std::string target;  // backend->target(): part of every kernel key

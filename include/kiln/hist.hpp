@@ -34,4 +34,14 @@ KILN_API int hist_offset(Context& ctx);
 // The slots taken since the last dump (or set_hist_buffers), which it discards.
 KILN_API HistData dump_hist_data(Context& ctx);
 
+// Named tensors: x's memory gets the tag (neon's tensor names); "" removes it. While the context
+// counts named tensors (set_hist_named; off by default), every call that writes into a tagged
+// memory (an assignment, a GEMM, a convolution, a layer) counts the tensor it wrote, as
+// hist(written, tag) would, right after its own work: one more read of its output. Off, a call
+// pays one flag test.
+KILN_API void set_hist_tag(const Tensor& x, const std::string& tag);
+KILN_API std::string hist_tag(const Tensor& x);
+KILN_API void set_hist_named(Context& ctx, bool on);
+KILN_API bool hist_named(Context& ctx);
+
 } // namespace kiln

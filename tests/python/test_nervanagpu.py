@@ -605,6 +605,27 @@ def test_numerics_histograms_count_log2_magnitudes_into_named_slots():
         ng.set_hist_buffers(0, 0)
 
 
+def test_named_tensors_are_counted_after_every_write_while_hist_named():
+    ng = NervanaGPU()
+    y = ng.empty((4, 3), name="y")
+    assert y.name == "y" and ng.zeros((2,)).name is None
+    y[...] = 2.0
+    assert ng.dump_hist_data()[1] == {}          # off by default
+    ng.hist_named = True
+    y[...] = 2.0
+    a, b = ng.array(np.full((4, 5), 0.5, np.float32)), ng.array(np.full((5, 3), 2.0, np.float32))
+    ng.compound_dot(a, b, y)                      # counted once, not also for its inner copies
+    w = ng.ones((3,))
+    w.name = "w"
+    w[...] = w * 4
+    counts, tags = ng.dump_hist_data()
+    assert counts.shape == (3, 64) and list(tags) == ["y", "w"] and tags["y"] == 1
+    assert counts[0, 48 + 1] == 12 and counts[1, 48 + 2] == 12 and counts[2, 48 + 2] == 3
+    ng.hist_named = False
+    y[...] = 1.0
+    assert ng.dump_hist_data()[1] == {}
+
+
 def test_no_bench_output_by_default(capfd):
     ng = NervanaGPU()
     a = ng.ones((2, 2))

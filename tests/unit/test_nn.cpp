@@ -377,3 +377,31 @@ TEST_CASE("hist counts values by their rounded log2 into named slots; dump retur
                Catch::Matchers::Contains("hist: x is int32 (2,); histograms count float32, float16 or bfloat16 values"));
     CHECK_THAT(test::error_message([&] { hist(Tensor(), "e"); }), Catch::Matchers::Contains("hist: x is an empty kiln::Tensor"));
 }
+
+TEST_CASE("named tensors are counted after every write while the context counts them, once per outermost call") {
+    Context ctx(ContextOptions{"cpu"});
+    Tensor y = ctx.empty({4, 3}), untagged = ctx.empty({4, 3});
+    set_hist_tag(y, "y");
+    CHECK(hist_tag(y) == "y");
+    CHECK(hist_tag(y.slice({Slice::range(0, 2), Slice::all()})) == "y");   // the memory's tag
+    y.assign(Expr(2.0f));
+    CHECK(dump_hist_data(ctx).tags.empty());   // off by default
+    set_hist_named(ctx, true);
+    CHECK(hist_named(ctx));
+    y.assign(Expr(2.0f));
+    untagged.assign(Expr(1.0f));
+    HistData d = dump_hist_data(ctx);
+    REQUIRE(d.tags == std::vector<std::string>{"y"});
+    CHECK(d.counts.to_vector<int32_t>()[49] == 12);   // twelve 2s: log2 1, bin 1 - (-48)
+    // A product into a tagged C counts C once, not also for the copies the product makes inside.
+    Tensor A = ctx.array(std::vector<float>(4 * 5, 0.5f), {4, 5}), B = ctx.array(std::vector<float>(5 * 3, 2.0f), {5, 3});
+    compound_dot(A, B, y);
+    d = dump_hist_data(ctx);
+    REQUIRE(d.tags == std::vector<std::string>{"y"});
+    CHECK(d.counts.to_vector<int32_t>()[48 + 2] == 12);   // 5: log2 2.32, rounds to 2
+    set_hist_named(ctx, false);
+    y.assign(Expr(3.0f));
+    CHECK(dump_hist_data(ctx).tags.empty());
+    CHECK_THAT(test::error_message([&] { set_hist_tag(Tensor(), "x"); }),
+               Catch::Matchers::Contains("set_hist_tag: x is an empty kiln::Tensor"));
+}

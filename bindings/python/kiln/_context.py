@@ -30,6 +30,13 @@ def _seed_value(seed, op):
     return s
 
 
+def _named(t, name):
+    """t with its memory tagged `name` for the numerics histograms (None: untouched)."""
+    if name is not None:
+        _kiln.set_hist_tag(t, str(name))
+    return t
+
+
 class Context(_kiln._Context):
     """A device (CUDA GPU or CPU), its memory, kernel caches and random stream.
 
@@ -135,12 +142,13 @@ class Context(_kiln._Context):
         return self.rng_get_state()
 
     # ---- tensors (the seeds' factories; dtype None means the context's default dtype)
-    def array(self, ary, dtype=None):
+    def array(self, ary, dtype=None, name=None):
         """A tensor with a copy of host data (or of any array-like), converted to dtype
-        (default: the context's default dtype for float data)."""
+        (default: the context's default dtype for float data). name: its histogram tag (neon's
+        tensor name; kiln.set_hist_tag)."""
         if dtype is None and isinstance(ary, (_kiln.Tensor, _kiln.Expr)):
-            return _creation.array(ary, ctx=self)
-        return _creation.upload(ary, dtype=dtype, ctx=self, default_float=self._default_dtype)
+            return _named(_creation.array(ary, ctx=self), name)
+        return _named(_creation.upload(ary, dtype=dtype, ctx=self, default_float=self._default_dtype), name)
 
     def asarray(self, obj, dtype=None):
         return _creation.asarray(obj, dtype=dtype, ctx=self)
@@ -148,26 +156,26 @@ class Context(_kiln._Context):
     def from_dlpack(self, x, *, copy=None):
         return _creation.from_dlpack(x, copy=copy, ctx=self)
 
-    def empty(self, shape, dtype=None):
-        return _creation.empty(shape, dtype, ctx=self)
+    def empty(self, shape, dtype=None, name=None):
+        return _named(_creation.empty(shape, dtype, ctx=self), name)
 
-    def zeros(self, shape, dtype=None):
-        return _creation.zeros(shape, dtype, ctx=self)
+    def zeros(self, shape, dtype=None, name=None):
+        return _named(_creation.zeros(shape, dtype, ctx=self), name)
 
-    def ones(self, shape, dtype=None):
-        return _creation.ones(shape, dtype, ctx=self)
+    def ones(self, shape, dtype=None, name=None):
+        return _named(_creation.ones(shape, dtype, ctx=self), name)
 
-    def full(self, shape, fill_value, dtype=None):
-        return _creation.full(shape, fill_value, dtype, ctx=self)
+    def full(self, shape, fill_value, dtype=None, *, name=None):
+        return _named(_creation.full(shape, fill_value, dtype, ctx=self), name)
 
-    def empty_like(self, other_ary, dtype=None):
-        return _creation.empty(other_ary.shape, other_ary.dtype if dtype is None else dtype, ctx=self)
+    def empty_like(self, other_ary, dtype=None, *, name=None):
+        return _named(_creation.empty(other_ary.shape, other_ary.dtype if dtype is None else dtype, ctx=self), name)
 
-    def zeros_like(self, other_ary, dtype=None):
-        return _creation.zeros(other_ary.shape, other_ary.dtype if dtype is None else dtype, ctx=self)
+    def zeros_like(self, other_ary, dtype=None, *, name=None):
+        return _named(_creation.zeros(other_ary.shape, other_ary.dtype if dtype is None else dtype, ctx=self), name)
 
-    def ones_like(self, other_ary, dtype=None):
-        return _creation.ones(other_ary.shape, other_ary.dtype if dtype is None else dtype, ctx=self)
+    def ones_like(self, other_ary, dtype=None, *, name=None):
+        return _named(_creation.ones(other_ary.shape, other_ary.dtype if dtype is None else dtype, ctx=self), name)
 
     def arange(self, start, stop=None, step=1, dtype=None):
         return _creation.arange(start, stop, step, dtype, ctx=self)

@@ -119,6 +119,9 @@ for _cls in (Tensor, Expr):
 
 Tensor.get = _get
 Tensor.hist = lambda self, tag: _kiln.hist(self, tag)   # neon's Tensor.hist(tag)
+Tensor.name = property(lambda self: _kiln.hist_tag(self) or None,
+                       lambda self, tag: _kiln.set_hist_tag(self, "" if tag is None else str(tag)),
+                       doc="neon's tensor name: the histogram tag of its memory (kiln.set_hist_tag), or None.")
 Tensor.__array__ = _array
 Tensor.__iter__ = _iter_tensor
 Expr.get = _expr_value(_get)

@@ -81,6 +81,9 @@ void bind_context(nb::module_& m) {
         .def("set_hist_buffers", [](PyContext& c, int bins, int offset) { set_hist_buffers(c.c(), bins, offset); },
              "hist_bins"_a = 64, "hist_offset"_a = -48,
              "The bins and offset of the numerics histograms (kiln.hist) from now on; discards the slots taken so far.")
+        .def_prop_rw("hist_named", [](PyContext& c) { return hist_named(c.c()); },
+                     [](PyContext& c, bool on) { set_hist_named(c.c(), on); },
+                     "Count every tensor with a histogram tag (set_hist_tag, name=) after each call that writes it.")
         .def_prop_ro("hist_bins", [](PyContext& c) { return hist_bins(c.c()); })
         .def_prop_ro("hist_offset", [](PyContext& c) { return hist_offset(c.c()); })
         .def("_dump_hist_data", [](nb::handle self) {

@@ -242,6 +242,11 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         "Counts x's values by round(log2|x|) into a new histogram slot named tag (neon's Tensor.hist): a (1, bins) "
         "int32 tensor; bin i holds the values whose rounded log2 is hist_offset + i, the first and last bins also "
         "everything below and above, 0 and NaN in the first.");
+    m.def(
+        "set_hist_tag", [](const PyTensor& x, const std::string& tag) { set_hist_tag(x.t, tag); }, "x"_a, "tag"_a,
+        "Tags x's memory for the numerics histograms (neon's tensor name; '' removes it): while its context's "
+        "hist_named is on, every call that writes it counts what it wrote under the tag.");
+    m.def("hist_tag", [](const PyTensor& x) { return hist_tag(x.t); }, "x"_a, "The tag of x's memory, or ''.");
     nb::object staticmethod = nb::module_::import_("builtins").attr("staticmethod");
     for (const char* name : {"hist", "compound_fprop_bn", "compound_bprop_bn", "fprop_softmax", "fprop_relu", "bprop_relu",
                              "pool_layer", "fprop_pool", "bprop_pool", "lrn_layer", "fprop_lrn", "bprop_lrn"})
