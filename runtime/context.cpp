@@ -452,8 +452,6 @@ void Context::Impl::run(const View& dst, const NodePtr& expr) {
         }
         execute(plan);
     }
-    // Named tensors (include/kiln/hist.hpp): counted once, by the outermost call that wrote them.
-    if (hist_named && call_depth == 0 && !dst.storage->hist_tag.empty()) count_named(*self, Tensor(self, dst));
 }
 
 void Context::assign(Tensor& dst, const Expr& e) {
@@ -471,10 +469,16 @@ void Context::assign(Tensor& dst, const Expr& e) {
         check_readable(e.node(), "assign");
         return;
     }
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->run(dst.view(), e.node());
-    ++impl_->counters.assignments;
-    dst.view().storage->written = true;
+    {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        impl_->run(dst.view(), e.node());
+        ++impl_->counters.assignments;
+        dst.view().storage->written = true;
+    }
+    // Named tensors (include/kiln/hist.hpp): counted once, by the outermost call that wrote them,
+    // outside the lock (the count assigns into its slot).
+    if (impl_->hist_named && impl_->call_depth == 0 && !dst.view().storage->hist_tag.empty() && impl_->count_named)
+        impl_->count_named(*this, dst);
 }
 
 Tensor Context::eval(const Expr& e) {
