@@ -187,6 +187,16 @@ void cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions&
 #endif
 }
 
+// Bench mode's line for a product (runtime/bench.hpp): operands, bytes, 2 M N K flops a batch entry.
+void bench_product(BenchTimer& bench, const Tensor& A, const Tensor& B, const Tensor& C, int64_t batch) {
+    if (!bench.on()) return;
+    const int64_t r = C.rank();
+    bench.set(fmt::format("{} {} x {} {} -> {} {}", dtype_name(A.dtype()), shape_str(A.shape()), dtype_name(B.dtype()),
+                          shape_str(B.shape()), dtype_name(C.dtype()), shape_str(C.shape())),
+              view_bytes(A.view()) + view_bytes(B.view()) + view_bytes(C.view()),
+              2.0 * (double)batch * (double)C.shape()[r - 2] * (double)C.shape()[r - 1] * (double)A.shape()[A.rank() - 1]);
+}
+
 } // namespace
 
 Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts) {
@@ -194,11 +204,7 @@ Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptio
     check_operands(A, B, C, opts, op);
     NamedCount named(C.context(), C);
     BenchTimer bench(context_impl(A.context()), op);
-    if (bench.on())
-        bench.set(fmt::format("{} {} x {} {} -> {} {}", dtype_name(A.dtype()), shape_str(A.shape()), dtype_name(B.dtype()),
-                              shape_str(B.shape()), dtype_name(C.dtype()), shape_str(C.shape())),
-                  view_bytes(A.view()) + view_bytes(B.view()) + view_bytes(C.view()),
-                  2.0 * (double)C.shape()[0] * (double)C.shape()[1] * (double)A.shape()[1]);
+    bench_product(bench, A, B, C, 1);
     if (A.context().backend() == Backend::CUDA) {
         cuda_product(A, B, C, opts, op);
         return C;
@@ -241,11 +247,7 @@ Tensor& batched_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOption
     const bool empty = batch == 0 || C.shape()[1] == 0 || C.shape()[2] == 0 || A.shape()[A.rank() - 1] == 0;
     NamedCount named(C.context(), C);
     BenchTimer bench(context_impl(C.context()), op);
-    if (bench.on())
-        bench.set(fmt::format("{} {} x {} {} -> {} {}", dtype_name(A.dtype()), shape_str(A.shape()), dtype_name(B.dtype()),
-                              shape_str(B.shape()), dtype_name(C.dtype()), shape_str(C.shape())),
-                  view_bytes(A.view()) + view_bytes(B.view()) + view_bytes(C.view()),
-                  2.0 * (double)batch * (double)C.shape()[1] * (double)C.shape()[2] * (double)A.shape()[A.rank() - 1]);
+    bench_product(bench, A, B, C, batch);
     if (A.context().backend() == Backend::CUDA && !empty) {
         // One launch for the whole batch; the first entry stands for the others in the checks.
         DotOptions o;
