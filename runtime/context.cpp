@@ -5,6 +5,7 @@
 #include "ir/error.hpp"
 #include "runtime/host_convert.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_set>
@@ -423,33 +424,38 @@ void Context::Impl::check_devices(const NodePtr& expr) {
     }
 }
 
+namespace {
+
+// Bench mode's bytes of an assignment: each distinct view its kernels read or write, once
+// (temporaries not counted). A cached plan's views hold no storage and name it by its class in
+// the assignment's signature, so a view is the same as another of the same class and layout.
+double plan_bytes(const CachedPlan& plan) {
+    double bytes = 0;
+    std::vector<std::pair<int, const View*>> seen;
+    for (const CachedStage& st : plan.stages)
+        for (size_t b = 0; b < st.lowered.sources.size(); ++b) {
+            const View& v = st.lowered.sources[b].view;
+            const int cls = st.storage_class[b];
+            if (cls < 0 || std::any_of(seen.begin(), seen.end(), [&](const auto& s) {
+                    return s.first == cls && s.second->same_layout(v);
+                }))
+                continue;
+            seen.emplace_back(cls, &v);
+            bytes += view_bytes(v);
+        }
+    return bytes;
+}
+
+} // namespace
+
 void Context::Impl::run(const View& dst, const NodePtr& expr) {
     CachedPlan& plan = *plan_for(dst, expr);
     {
         BenchTimer timer(*this, "assign");
-        if (timer.on()) {
-            // Bytes: each distinct view the kernels read or write, once (temporaries not
-            // counted). A cached plan's views name their storage by its class in the
-            // assignment's signature.
-            double bytes = 0;
-            std::vector<std::pair<int, const View*>> seen;
-            for (const CachedStage& st : plan.stages)
-                for (size_t b = 0; b < st.lowered.sources.size(); ++b) {
-                    const BufferSource& src = st.lowered.sources[b];
-                    const int cls = st.storage_class[b];
-                    if (cls < 0) continue;
-                    bool dup = false;
-                    for (const auto& [c, v] : seen)
-                        dup = dup || (c == cls && v->dtype == src.view.dtype && v->shape == src.view.shape &&
-                                      v->strides == src.view.strides && v->offset == src.view.offset);
-                    if (dup) continue;
-                    seen.emplace_back(cls, &src.view);
-                    bytes += view_bytes(src.view);
-                }
+        if (timer.on())
             timer.set(fmt::format("{} {}: {} kernel{}", dtype_name(dst.dtype), shape_str(dst.shape), plan.stages.size(),
                                   plan.stages.size() == 1 ? "" : "s"),
-                      bytes);
-        }
+                      plan_bytes(plan));
         execute(plan);
     }
 }

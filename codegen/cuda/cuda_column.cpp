@@ -29,9 +29,7 @@ std::vector<size_t> Emitter::column_step_loads(const kir::Block& b) const {
     for (int id : b.instrs) {
         const kir::Instr& in = k_.instrs[id];
         if (in.op != Op::Load || std::find(pre.begin(), pre.end(), (size_t)in.index) != pre.end()) continue;
-        bool varies = false;
-        for (int d : rdims_) varies = varies || k_.buffers[in.index].layout[d] != StrideKind::Zero;
-        if (varies) pre.push_back((size_t)in.index);
+        if (detail::varies_along_reduced(k_, (size_t)in.index)) pre.push_back((size_t)in.index);
     }
     return pre;
 }
@@ -44,7 +42,7 @@ void Emitter::emit_column_entry(int vec) {
     const int width = detail::column_width(k_), per = vec ? vec : 1, across = width / per;
     const int slices = detail::kColumnThreads / across;
     const bool split = column_splittable(k_);
-    const int q = pdims_.empty() ? -1 : pdims_.back();
+    const int q = detail::innermost_parallel_dim(k_);
     auto along_q = [&](size_t b) { return q >= 0 && k_.buffers[b].layout[q] == StrideKind::One; };
     auto per_column = [&](auto&& emit) {
         for (int c = 0; c < per; ++c) {

@@ -13,6 +13,11 @@ namespace kiln::codegen::detail {
 // accumulator kinds, and the warp, row-group, cluster and column reductions.
 extern const char* const kCudaPrelude;
 
+// Whether buffer `buf` of `k` varies along some reduced dim (is not broadcast along all of them).
+bool varies_along_reduced(const kir::Kernel& k, size_t buf);
+// The innermost parallel dim of `k` (the last dim not reduced), or -1 when every dim is reduced.
+int innermost_parallel_dim(const kir::Kernel& k);
+
 // Column kernels: blocks of kColumnThreads threads, column_width(k) parallel points side by side
 // (128 bytes of the narrowest loaded dtype: a row of the block's columns is then whole 128-byte
 // lines, which DRAM serves at full rate, where half lines read at different times are not) and

@@ -143,6 +143,19 @@ std::vector<MomentFold> moment_folds(const kir::Kernel& k) {
     return out;
 }
 
+bool varies_along_reduced(const kir::Kernel& k, size_t buf) {
+    for (int d = 0; d < k.rank; ++d)
+        if (k.reduced[d] && k.buffers[buf].layout[d] != kir::StrideKind::Zero) return true;
+    return false;
+}
+
+int innermost_parallel_dim(const kir::Kernel& k) {
+    int q = -1;
+    for (int d = 0; d < k.rank; ++d)
+        if (!k.reduced[d]) q = d;
+    return q;
+}
+
 std::vector<int> row_cache_slots(const kir::Kernel& k) {
     std::vector<int> passes(k.buffers.size(), 0);
     std::vector<bool> folded(k.blocks.size(), false);
@@ -158,11 +171,8 @@ std::vector<int> row_cache_slots(const kir::Kernel& k) {
     // A buffer the same along every reduced dim is read once per row, not cached.
     std::vector<int> slot(k.buffers.size(), -1);
     int next = 0;
-    for (size_t i = 0; i < passes.size(); ++i) {
-        bool varies = false;
-        for (int d = 0; d < k.rank; ++d) varies = varies || (k.reduced[d] && k.buffers[i].layout[d] != kir::StrideKind::Zero);
-        if (passes[i] >= 2 && varies) slot[i] = next++;
-    }
+    for (size_t i = 0; i < passes.size(); ++i)
+        if (passes[i] >= 2 && varies_along_reduced(k, i)) slot[i] = next++;
     return slot;
 }
 
@@ -177,9 +187,7 @@ int column_width(const kir::Kernel& k) {
 
 int column_vector_width(const kir::Kernel& k) {
     if (cuda_shape(k) != CudaShape::Column) return 0;
-    int q = -1;
-    for (int d = 0; d < k.rank; ++d)
-        if (!k.reduced[d]) q = d;
+    const int q = innermost_parallel_dim(k);
     if (q < 0) return 0;
     for (const kir::Buffer& b : k.buffers)
         if (b.layout[q] != kir::StrideKind::One && b.layout[q] != kir::StrideKind::Zero) return 0;
@@ -190,10 +198,7 @@ int column_vector_width(const kir::Kernel& k) {
             const kir::Instr& in = k.instrs[id];
             if (in.op == kir::Op::Gather || in.op == kir::Op::Coord || in.op == kir::Op::LinearId) return 0;
             if (!b.loop || in.op != kir::Op::Load || k.buffers[in.index].layout[q] != kir::StrideKind::One) continue;
-            bool varies = false;
-            for (int d = 0; d < k.rank; ++d)
-                varies = varies || (k.reduced[d] && k.buffers[in.index].layout[d] != kir::StrideKind::Zero);
-            if (varies) widest = std::max(widest, dtype_size(k.buffers[in.index].dtype));
+            if (varies_along_reduced(k, (size_t)in.index)) widest = std::max(widest, dtype_size(k.buffers[in.index].dtype));
         }
     }
     return widest ? (int)std::min<size_t>(16 / widest, 8) : 0;
@@ -245,9 +250,7 @@ size_t row_cache_bytes(const kir::Kernel& k, const std::vector<int>& slot, int64
 
 bool cuda_launch_aligned(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaLaunch& l) {
     const int64_t v = l.aligned_width;
-    int q = -1;
-    for (int d = 0; d < k.rank; ++d)
-        if (!k.reduced[d]) q = d;
+    const int q = detail::innermost_parallel_dim(k);
     if (v < 2 || q < 0 || a.sizes[q] % v) return false;
     for (size_t b = 0; b < k.buffers.size(); ++b) {
         if (k.buffers[b].layout[q] != kir::StrideKind::One) continue;

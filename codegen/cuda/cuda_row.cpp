@@ -121,8 +121,7 @@ std::vector<int> Emitter::row_invariant(const kir::Block& b) const {
     for (int id : b.instrs) {
         const kir::Instr& in = k_.instrs[id];
         bool var = in.op == Op::Gather || in.op == Op::LinearId || (in.op == Op::Coord && k_.reduced[in.index]);
-        if (in.op == Op::Load)
-            for (int d : rdims_) var = var || k_.buffers[in.index].layout[d] != StrideKind::Zero;
+        if (in.op == Op::Load) var = var || detail::varies_along_reduced(k_, (size_t)in.index);
         for (int o : in.a) var = var || (o >= 0 && varying[o]);
         varying[id] = var;
         if (!var) out.push_back(id);

@@ -72,10 +72,6 @@ ConvShape conv_shape(const ConvLayer& L) {
     return s;
 }
 
-const char* data_of(const Tensor& t) {
-    return static_cast<const char*>(t.view().storage->data) + t.offset() * dtype_size(t.dtype());
-}
-
 } // namespace
 
 Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
@@ -90,12 +86,12 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
         fail(Error::Kind::Value, "conv: {} has more than 2^31 output positions, taps or image elements", L.str());
     Tensor buffer = ctx.empty({rows, ld}, I.dtype());
     // The widest vector that a tap's channels are whole vectors of and the image's start aligns to.
-    const char* image = data_of(I);
+    const char* image = detail::data_of(I);
     int vb = 16;
     while (vb > es && ((L.C * es) % vb != 0 || reinterpret_cast<uintptr_t>(image) % uintptr_t(vb) != 0)) vb /= 2;
     Im2colParams p{};
     p.image = image;
-    p.cols = const_cast<char*>(data_of(buffer));
+    p.cols = detail::data_of(buffer);
     p.ld = ld, p.elem = int32_t(es), p.rows = int32_t(rows), p.taps = int32_t(taps);
     p.shape = conv_shape(L);
     const std::string entry = fmt::format("kiln_im2col_v{}", vb);
@@ -140,7 +136,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         bias = *o.bias;
         if (bias.dtype() != DType::Float32 || !bias.is_contiguous())
             bias = ctx.eval(cast(reshape(bias.expr(), {L.K}), DType::Float32));
-        g.bias = reinterpret_cast<const float*>(data_of(bias));
+        g.bias = reinterpret_cast<const float*>(detail::data_of(bias));
         g.flags |= kBias;
     }
     if (impl.stochastic_round_bits > 0 && C.dtype() != DType::Float32) {
@@ -151,11 +147,11 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     g.tiles_m = int32_t((rows + 127) / 128);
     g.tiles_n = int32_t((L.K + t.bn - 1) / t.bn);
     g.group_m = 1;
-    p.image = data_of(I);
+    p.image = detail::data_of(I);
     p.shape = conv_shape(L);
 
     // The filter as a K x taps K-major matrix: boxes of one 128-byte k-tile x BN rows.
-    CUtensorMap map_b = detail::tensor_map(data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0, 64,
+    CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0, 64,
                                            uint32_t(t.bn));
     const int64_t blocks = int64_t(g.tiles_m) * g.tiles_n;
     CUfunction f = be.precompiled(kiln_conv_sm90_image, t.entry, t.smem);

@@ -289,7 +289,7 @@ void detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     if (bsum) {
         const Tensor& bs = *bsum;
         // bsum is (M), (M, 1), (batch, M) or (batch, M, 1).
-        p.bsum = static_cast<char*>(bs.view().storage->data) + bs.offset() * dtype_size(bs.dtype());
+        p.bsum = data_of(bs);
         p.bsum_sb = c_rank == 3 ? bs.strides()[0] : 0;
         p.bsum_sm = bs.strides()[c_rank == 3 ? 1 : 0];
         p.bsum_dtype = gemm_dtype(bs.dtype());

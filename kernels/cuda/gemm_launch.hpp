@@ -24,6 +24,9 @@ struct Mat {
 };
 Mat mat(const Tensor& t);
 
+// The device address of t's first element (its view's offset applied).
+char* data_of(const Tensor& t);
+
 // The kernels' dtype code (gemm_params.hpp) of a tensor dtype.
 int gemm_dtype(DType t);
 

@@ -22,10 +22,13 @@
 
 namespace kiln::gemm::detail {
 
+char* data_of(const Tensor& t) {
+    return static_cast<char*>(t.view().storage->data) + t.offset() * dtype_size(t.dtype());
+}
+
 Mat mat(const Tensor& t) {
-    const size_t es = dtype_size(t.dtype());
     Mat m;
-    m.base = static_cast<const char*>(t.view().storage->data) + t.offset() * es;
+    m.base = data_of(t);
     const int r = t.rank();
     m.s_row = t.strides()[r - 2];
     m.s_col = t.strides()[r - 1];

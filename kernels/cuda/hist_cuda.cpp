@@ -2,6 +2,7 @@
 #include "kernels/cuda/hist_cuda.hpp"
 
 #include "compiler/log.hpp"
+#include "kernels/cuda/gemm_launch.hpp"
 #include "ir/storage.hpp"
 #include "runtime/cuda/device_backend.hpp"
 #include <kiln/context.hpp>
@@ -21,17 +22,13 @@ struct HistParams {   // hist.cu's
     int bins;
     int offset;
 };
-
-char* data_of(const Tensor& t) {
-    return static_cast<char*>(t.view().storage->data) + t.offset() * dtype_size(t.dtype());
-}
 } // namespace
 
 void hist_cuda(const Tensor& x, Tensor& slot, int bins, int offset) {
     cuda::CudaBackend& be = cuda::cuda_backend(x.context());
     const int64_t n = x.size();
     if (n == 0) return;
-    HistParams p{data_of(x), reinterpret_cast<unsigned int*>(data_of(slot)), (long long)n, bins, offset};
+    HistParams p{detail::data_of(x), reinterpret_cast<unsigned int*>(detail::data_of(slot)), (long long)n, bins, offset};
     const std::string entry = "kiln_hist_" + std::string(dtype_name(x.dtype()));
     CUfunction f = be.precompiled(kiln_hist_image, entry, bins * 4);
     const int64_t blocks = std::clamp<int64_t>((n + 255) / 256, 1, int64_t(be.info().multiprocessors) * 8);
