@@ -56,7 +56,7 @@
 //     Row entries are compiled for two blocks of kCudaMaxRowBlock per multiprocessor (64
 //     registers a thread). A later pass that only sums squared deviations from a value known
 //     before it (a variance) is folded into the first pass when no pass after it reads the
-//     row (detail::moment_folds): the first pass also keeps each thread's count, mean and
+//     row (detail::row_folds): the first pass also keeps each thread's count, mean and
 //     sum of squared deviations (a step's values as one group, merged by Chan et al.'s
 //     update), the row's threads merge them in a fixed order, and the sum is M2 + n (mean -
 //     k)^2: the row is read once, in one round, without a row cache.

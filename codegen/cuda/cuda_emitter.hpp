@@ -73,6 +73,8 @@ private:
     // approximation, whose error lies far below the stored value's rounding step
     // (kiln_exp_fast in the prelude).
     bool stores_16_ = true;
+    // The template argument of the prelude's exp helpers: the same exp as Op::Exp.
+    const char* fast_exp() const { return stores_16_ ? "true" : "false"; }
     // 16-bit NaNs. The exact conversions keep a NaN's payload; the hardware's give the canonical
     // NaN, and so does the GPU's float arithmetic (canonicalising: add, sub, mul, div, sqrt,
     // exp). Where a loaded value only feeds such arithmetic or ops blind to payloads
@@ -98,10 +100,10 @@ private:
     std::vector<std::string> store_to_;
     // Row kernels, per instruction: computed once per row before the loop (row_invariant).
     std::vector<bool> hoisted_;
-    // Row kernels: the moment folds (detail::moment_folds) the pass being emitted also
+    // Row kernels: the folds (detail::row_folds) the pass being emitted also
     // computes, and how each element enters them: into the step's array mv<acc>[u] (grouped
     // path) or one by one.
-    std::vector<detail::MomentFold> folds_now_;
+    std::vector<detail::RowFold> folds_now_;
     bool folds_grouped_ = false;
 
     template <typename... T>

@@ -48,19 +48,30 @@ inline constexpr int64_t kColumnMaxChunks = 1024;
 // or -1.
 std::vector<int> row_cache_slots(const kir::Kernel& k);
 
-// Row kernels: a later Loop block whose only work is sums of squared deviations, sum over the
-// row of (v - k)^2 with v read from the row (the first Loop block reads its buffers too) and
-// k the same along the row (an earlier result: a mean), is no pass of its own. The first pass
-// also folds v into a count, mean and sum of squared deviations from that mean (Chan et al.'s
-// pairwise update), and the sum is M2 + n (mean - k)^2 once k is known: one round over the row
-// instead of two. Only when no later pass reads the row again (then the row would be cached,
-// and the fold would only move work into the loads' pass). Per folded accumulator: its block,
-// the instruction of v, the instruction of k and v's instructions (block-local, in order).
-struct MomentFold {
+// Row kernels: a later Loop block whose only work is sums that the first pass can keep as it
+// goes is no pass of its own: one round over the row instead of two. Two kinds, each a sum over
+// the row of f(v - k) with v read from the row (the first Loop block reads its buffers too) and
+// k the same along the row (an earlier result):
+//   - Moments, f(d) = d^2 (a variance about a mean): the first pass also folds v into a count,
+//     mean and sum of squared deviations from that mean (Chan et al.'s pairwise update), and the
+//     sum is M2 + n (mean - k)^2 once k is known. Only when no later pass reads the row again
+//     (then the row would be cached, and the fold would only move work into the loads' pass).
+//   - ExpSum, f(d) = exp(d) (softmax's denominator about the row's max): the first pass keeps a
+//     running max m and s = sum of exp(v - m), rescaled when m grows (online softmax), and the
+//     sum is s exp(m - k). Always: besides a pass over the row it saves a round of the row's
+//     threads, whether or not the row is cached. When the first pass also reduces the max of
+//     the same v (shared_max: that accumulator), m after the row's merge is that max, and its
+//     own round is skipped.
+// Per folded accumulator: its kind, its block, the instruction of v, the instruction of k and
+// v's instructions (block-local, in order).
+struct RowFold {
+    enum Kind : uint8_t { Moments, ExpSum };
+    Kind kind = Moments;
     int block = -1, accum = -1, value = -1, shift = -1;
     std::vector<int> chain;
+    int shared_max = -1;
 };
-std::vector<MomentFold> moment_folds(const kir::Kernel& k);
+std::vector<RowFold> row_folds(const kir::Kernel& k);
 
 // Row kernels with one reduced dim read it in groups of V consecutive elements per thread
 // (V * the widest loaded element = 16 bytes), so the first pass can load a group with one

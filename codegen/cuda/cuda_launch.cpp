@@ -69,9 +69,28 @@ CudaShape cuda_shape(const kir::Kernel& k) {
 
 namespace detail {
 
-std::vector<MomentFold> moment_folds(const kir::Kernel& k) {
+namespace {
+// Whether instructions x and y compute the same value at the same point: the same operation on
+// the same leaves (loads, parameters, constants) through the same arithmetic.
+bool same_value(const kir::Kernel& k, int x, int y) {
+    if (x == y) return true;
+    if (x < 0 || y < 0) return false;
+    const kir::Instr& a = k.instrs[x];
+    const kir::Instr& b = k.instrs[y];
+    if (a.op != b.op || a.type != b.type || a.index != b.index || a.aux != b.aux || a.iimm != b.iimm ||
+        std::memcmp(&a.fimm, &b.fimm, sizeof(float)) != 0)
+        return false;
+    if (a.op == kir::Op::Gather || a.op == kir::Op::Coord || a.op == kir::Op::LinearId || a.op == kir::Op::AccResult)
+        return false;
+    for (int i = 0; i < 3; ++i)
+        if (!same_value(k, a.a[i], b.a[i])) return false;
+    return true;
+}
+} // namespace
+
+std::vector<RowFold> row_folds(const kir::Kernel& k) {
     using kir::Op;
-    std::vector<MomentFold> out;
+    std::vector<RowFold> out;
     if (k.full_reduce || cuda_shape(k) != CudaShape::Row) return out;
     int first = -1;
     for (size_t bi = 0; bi < k.blocks.size() && first < 0; ++bi)
@@ -94,13 +113,17 @@ std::vector<MomentFold> moment_folds(const kir::Kernel& k) {
             for (int o : in.a)
                 if (o >= 0) varying[id] |= varying[o], acc[id] |= acc[o];
         }
-        std::vector<MomentFold> folds;
+        std::vector<RowFold> folds;
         for (int ai : b.accums) {
             const kir::Accum& ac = k.accums[ai];
-            const kir::Instr& sq = k.instrs[ac.value];
-            if (ac.kind != kir::AccKind::Sum || ac.type != ComputeType::F32 || sq.op != Op::Mul || sq.a[0] != sq.a[1])
-                break;
-            const kir::Instr& d = k.instrs[sq.a[0]];
+            if (ac.kind != kir::AccKind::Sum || ac.type != ComputeType::F32) break;
+            const kir::Instr& f = k.instrs[ac.value];
+            RowFold fold;
+            int dev = -1;   // the instruction of v - k
+            if (f.op == Op::Mul && f.a[0] == f.a[1]) fold.kind = RowFold::Moments, dev = f.a[0];
+            else if (f.op == Op::Exp && f.type == ComputeType::F32) fold.kind = RowFold::ExpSum, dev = f.a[0];
+            else break;
+            const kir::Instr& d = k.instrs[dev];
             if (d.op != Op::Sub || d.type != ComputeType::F32) break;
             int v = -1, s = -1;
             for (int side = 0; side < 2; ++side)
@@ -123,24 +146,43 @@ std::vector<MomentFold> moment_folds(const kir::Kernel& k) {
                 }
             }
             if (!ok) break;
-            MomentFold f{(int)bi, ai, v, s, {}};
+            fold.block = (int)bi, fold.accum = ai, fold.value = v, fold.shift = s;
             for (int id : b.instrs)
-                if (need[id]) f.chain.push_back(id);
-            folds.push_back(std::move(f));
+                if (need[id]) fold.chain.push_back(id);
+            if (fold.kind == RowFold::ExpSum)
+                for (int fa : k.blocks[first].accums) {
+                    const kir::Accum& m = k.accums[fa];
+                    if (m.kind == kir::AccKind::Max && m.type == ComputeType::F32 && same_value(k, m.value, v))
+                        fold.shared_max = fa;
+                }
+            folds.push_back(std::move(fold));
         }
         if (folds.size() == b.accums.size()) out.insert(out.end(), folds.begin(), folds.end());
     }
-    // Only where the fold leaves one pass over the row: when a later pass reads the row again
-    // it is kept in shared memory, the pass folded away costs little, and the first pass's
-    // extra arithmetic between its loads costs more.
+    // A max shared by two folds keeps its own round (each fold's m is its own state).
+    for (RowFold& f : out)
+        for (const RowFold& g : out)
+            if (&f != &g && f.shared_max >= 0 && f.shared_max == g.shared_max) f.shared_max = -1;
+    // Moments only where the fold leaves one pass over the row: when a later pass reads the
+    // row again it is kept in shared memory, the pass folded away costs little, and the first
+    // pass's extra arithmetic between its loads costs more.
     std::vector<bool> folded(k.blocks.size(), false);
-    for (const MomentFold& f : out) folded[f.block] = true;
+    for (const RowFold& f : out) folded[f.block] = true;
+    bool reread = false;
     for (size_t bi = first + 1; bi < k.blocks.size(); ++bi) {
         if (!k.blocks[bi].loop || folded[bi]) continue;
         for (int id : k.blocks[bi].instrs)
-            if (k.instrs[id].op == Op::Load && first_loads[k.instrs[id].index]) return {};
+            if (k.instrs[id].op == Op::Load && first_loads[k.instrs[id].index]) reread = true;
     }
-    return out;
+    if (!reread) return out;
+    // Without the moment folds, their blocks are passes again: every accumulator of a block
+    // folds or none does.
+    std::vector<bool> has_moments(k.blocks.size(), false);
+    for (const RowFold& f : out) has_moments[f.block] = has_moments[f.block] || f.kind == RowFold::Moments;
+    std::vector<RowFold> kept;
+    for (RowFold& f : out)
+        if (!has_moments[f.block]) kept.push_back(std::move(f));
+    return kept;
 }
 
 bool varies_along_reduced(const kir::Kernel& k, size_t buf) {
@@ -159,7 +201,7 @@ int innermost_parallel_dim(const kir::Kernel& k) {
 std::vector<int> row_cache_slots(const kir::Kernel& k) {
     std::vector<int> passes(k.buffers.size(), 0);
     std::vector<bool> folded(k.blocks.size(), false);
-    for (const MomentFold& f : moment_folds(k)) folded[f.block] = true;
+    for (const RowFold& f : row_folds(k)) folded[f.block] = true;
     for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
         const kir::Block& b = k.blocks[bi];
         if (!b.loop || folded[bi]) continue;

@@ -385,6 +385,72 @@ __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, floa
                            __uint_as_float(kiln_dsmem_load(cq, (unsigned)r)));
     kiln_cluster_sync();
 }
+// Sums of exponentials about a running max (online softmax): m the max of the values so far
+// (NaN-propagating, as kiln_max_f) and s the sum of exp(x - m) over them. A state with m = -inf
+// has s = 0 (or NaN); exponentials are taken about 0 then, so that -inf - -inf never appears.
+// F: kiln_exp_fast, as the kernel's Op::Exp.
+template <bool F>
+__device__ __forceinline__ float kiln_exp_sel(float x) { return F ? kiln_exp_fast(x) : expf(x); }
+template <bool F>
+__device__ __forceinline__ void kiln_lse_merge(float& m, float& s, float m2, float s2) {
+    const float mn = kiln_maxf(m, m2);
+    const float ms = mn == __uint_as_float(0xff800000u) ? 0.0f : mn;
+    s = s * kiln_exp_sel<F>(m - ms) + s2 * kiln_exp_sel<F>(m2 - ms);
+    m = mn;
+}
+// One value: a new max rescales s, any other value adds its exponential.
+template <bool F>
+__device__ __forceinline__ void kiln_lse_add(float& m, float& s, float x) {
+    if (x > m || x != x) {
+        s = s * kiln_exp_sel<F>(m - x) + 1.0f;
+        m = x;
+    } else {
+        s += kiln_exp_sel<F>(x - (m == __uint_as_float(0xff800000u) ? 0.0f : m));
+    }
+}
+// N values at once: their max first, then one rescale and N exponentials.
+template <bool F, int N>
+__device__ __forceinline__ void kiln_lse_step(float& m, float& s, const float* x) {
+    float g = x[0];
+#pragma unroll
+    for (int u = 1; u < N; ++u) g = kiln_maxf(g, x[u]);
+    const float mn = kiln_maxf(m, g);
+    const float ms = mn == __uint_as_float(0xff800000u) ? 0.0f : mn;
+    float t = 0.0f;
+#pragma unroll
+    for (int u = 0; u < N; ++u) t += kiln_exp_sel<F>(x[u] - ms);
+    s = s * kiln_exp_sel<F>(m - ms) + t;
+    m = mn;
+}
+// kiln_row_reduce for (m, s): sm/ss 32 entries, cm/cs the block's entry for a cluster; every
+// thread of a row ends with the same state, combined in a fixed order.
+template <bool F>
+__device__ __forceinline__ void kiln_row_reduce_lse(float& m, float& s, const int G, float* sm, float* ss, float* cm,
+                                                    float* cs) {
+#pragma unroll 1
+    for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        kiln_lse_merge<F>(m, s, m2, s2);
+    }
+    if (G <= 32) return;
+    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5);
+    const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
+    if ((threadIdx.x & 31) == 0) { sm[warp] = m; ss[warp] = s; }
+    __syncthreads();
+    m = sm[first], s = ss[first];
+#pragma unroll 1
+    for (int w = first + 1; w < first + per_group; ++w) kiln_lse_merge<F>(m, s, sm[w], ss[w]);
+    __syncthreads();
+    if (G <= nthreads) return;
+    if (threadIdx.x == 0) { *cm = m; *cs = s; }
+    kiln_cluster_sync();
+    m = __uint_as_float(kiln_dsmem_load(cm, 0u)), s = __uint_as_float(kiln_dsmem_load(cs, 0u));
+#pragma unroll 1
+    for (int r = 1; r < G / nthreads; ++r)
+        kiln_lse_merge<F>(m, s, __uint_as_float(kiln_dsmem_load(cm, (unsigned)r)),
+                          __uint_as_float(kiln_dsmem_load(cs, (unsigned)r)));
+    kiln_cluster_sync();
+}
 // Column kernels: a block is W columns (threadIdx.x & (W - 1)) x 256 / W slices. The slices of a
 // column combine in slice order; every thread ends with its column's state.
 // sv/sp: 256 entries. Called by every thread of the block.

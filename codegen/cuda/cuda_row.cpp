@@ -16,9 +16,16 @@ void Emitter::emit_reduce_scratch(bool row, int per_thread) {
     if (f) line("__shared__ float kiln_svf[{}];", n);
     if (i) line("__shared__ int kiln_svi[{}];", n);
     line("__shared__ int kiln_sp[{}];", n);
-    if (row && !detail::moment_folds(k_).empty()) {
+    bool moments = false, expsum = false;
+    if (row)
+        for (const detail::RowFold& f : detail::row_folds(k_)) (f.kind == detail::RowFold::Moments ? moments : expsum) = true;
+    if (moments) {
         line("__shared__ float kiln_smc[32], kiln_smm[32], kiln_smq[32];");
         line("__shared__ float kiln_cmc, kiln_cmm, kiln_cmq;");
+    }
+    if (expsum) {
+        line("__shared__ float kiln_sem[32], kiln_ses[32];");
+        line("__shared__ float kiln_cem, kiln_ces;");
     }
     if (row) {
         if (f) line("__shared__ float kiln_cvf;");
@@ -58,13 +65,15 @@ void Emitter::emit_row_element(size_t bi, const std::vector<int>& slot, const st
     }
     emit_instrs(b);
     std::vector<int> chain;   // the folds' values' instructions, each once, in order
-    for (const detail::MomentFold& f : folds_now_) chain.insert(chain.end(), f.chain.begin(), f.chain.end());
+    for (const detail::RowFold& f : folds_now_) chain.insert(chain.end(), f.chain.begin(), f.chain.end());
     std::sort(chain.begin(), chain.end());
     chain.erase(std::unique(chain.begin(), chain.end()), chain.end());
     for (int id : chain) line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
-    for (const detail::MomentFold& f : folds_now_) {
+    for (const detail::RowFold& f : folds_now_) {
         if (folds_grouped_) line("mv{}[u] = {};", f.accum, v(f.value));
-        else line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, 1.0f, {1}, 0.0f);", f.accum, v(f.value));
+        else if (f.kind == detail::RowFold::Moments)
+            line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, 1.0f, {1}, 0.0f);", f.accum, v(f.value));
+        else line("kiln_lse_add<{2}>(se{0}_m, se{0}_s, {1});", f.accum, v(f.value), fast_exp());
     }
     add_to_acc_states(b, "(int)ri");
     emit_stores(b);
@@ -145,9 +154,9 @@ GroupWords group_words(DType t, int vw) {
 
 void Emitter::emit_row_kernel() {
     const std::vector<int> slot = detail::row_cache_slots(k_);
-    const std::vector<detail::MomentFold> folds = detail::moment_folds(k_);
+    const std::vector<detail::RowFold> folds = detail::row_folds(k_);
     std::vector<bool> folded(k_.blocks.size(), false);
-    for (const detail::MomentFold& f : folds) folded[f.block] = true;
+    for (const detail::RowFold& f : folds) folded[f.block] = true;
     int nslots = 0;
     for (int sl : slot) nslots += sl >= 0;
     std::vector<int> first_use(k_.buffers.size(), -1);
@@ -253,7 +262,10 @@ void Emitter::emit_row_kernel() {
         line("const int h = 0;");
         line("const long long fullh = full;");
     }
-    for (const detail::MomentFold& f : folds) line("float mo{0}_c = 0.0f, mo{0}_m = 0.0f, mo{0}_q = 0.0f;", f.accum);
+    for (const detail::RowFold& f : folds) {
+        if (f.kind == detail::RowFold::Moments) line("float mo{0}_c = 0.0f, mo{0}_m = 0.0f, mo{0}_q = 0.0f;", f.accum);
+        else line("float se{0}_m = __uint_as_float(0xff800000u), se{0}_s = 0.0f;", f.accum);
+    }
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
         const kir::Block& b = k_.blocks[bi];
         if (!b.loop) {
@@ -261,13 +273,20 @@ void Emitter::emit_row_kernel() {
             continue;
         }
         if (folded[bi]) {
-            // Sum of (v - k)^2 = M2 + n (mean - k)^2, from the first pass's moments of v.
+            // Sum of (v - k)^2 = M2 + n (mean - k)^2, from the first pass's moments of v; sum of
+            // exp(v - k) = s exp(m - k), from its running max m and sum s (0 for an empty row,
+            // whose m is -inf).
             declare_acc_results(b);
             open("");
             for (int id : row_invariant(b)) line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
-            for (const detail::MomentFold& f : folds)
-                if (f.block == (int)bi)
+            for (const detail::RowFold& f : folds) {
+                if (f.block != (int)bi) continue;
+                if (f.kind == detail::RowFold::Moments)
                     line("acc{0} = mo{0}_q + mo{0}_c * ((mo{0}_m - {1}) * (mo{0}_m - {1}));", f.accum, v(f.shift));
+                else
+                    line("acc{0} = nr > 0 ? se{0}_s * kiln_exp_sel<{2}>(se{0}_m - {1}) : 0.0f;", f.accum, v(f.shift),
+                         fast_exp());
+            }
             close();
             continue;
         }
@@ -356,7 +375,7 @@ void Emitter::emit_row_kernel() {
                         line("{} r{}[{}];", ctype(compute_type(k_.buffers[buf].dtype)), buf, n);
                         store_to_[buf] = fmt::format("r{}[u]", buf);
                     }
-                    for (const detail::MomentFold& f : folds_now_) line("float mv{}[{}];", f.accum, n);
+                    for (const detail::RowFold& f : folds_now_) line("float mv{}[{}];", f.accum, n);
                     folds_grouped_ = true;
                     line("#pragma unroll");
                     open(fmt::format("for (int u = 0; u < {}; ++u)", n));
@@ -364,8 +383,13 @@ void Emitter::emit_row_kernel() {
                     emit_row_element(bi, slot, first_use, "(j + u)");
                     close();
                     folds_grouped_ = false;
-                    // The step's values as one group: its mean, the squared deviations from it, merged.
-                    for (const detail::MomentFold& f : folds_now_) {
+                    // The step's values as one group: its mean, the squared deviations from it, merged;
+                    // or its max, the sum of exponentials about it, merged.
+                    for (const detail::RowFold& f : folds_now_) {
+                        if (f.kind == detail::RowFold::ExpSum) {
+                            line("kiln_lse_step<{0}, {1}>(se{2}_m, se{2}_s, mv{2});", fast_exp(), n, f.accum);
+                            continue;
+                        }
                         open("");
                         line("float s = 0.0f, q = 0.0f;");
                         line("#pragma unroll");
@@ -484,16 +508,26 @@ void Emitter::emit_row_kernel() {
         close();
         close();
         hoisted_.clear();
+        std::vector<bool> shared(k_.accums.size(), false);
+        for (const detail::RowFold& f : folds_now_)
+            if (f.shared_max >= 0) shared[f.shared_max] = true;
         for (int ai : b.accums) {
             const kir::Accum& ac = k_.accums[ai];
             const char* sfx = ac.type == CT::F32 ? "f" : "i";
-            line("kiln_row_reduce<{0}>(acc{1}_v, acc{1}_p, G, kiln_sv{2}, kiln_sp, &kiln_cv{2}, &kiln_cp);",
-                 acc_struct(ac), ai, sfx);
+            if (!shared[ai])
+                line("kiln_row_reduce<{0}>(acc{1}_v, acc{1}_p, G, kiln_sv{2}, kiln_sp, &kiln_cv{2}, &kiln_cp);",
+                     acc_struct(ac), ai, sfx);
         }
-        for (const detail::MomentFold& f : folds_now_)
-            line("kiln_row_reduce_moments(mo{0}_c, mo{0}_m, mo{0}_q, G, kiln_smc, kiln_smm, kiln_smq, &kiln_cmc, &kiln_cmm, "
-                 "&kiln_cmq);",
-                 f.accum);
+        for (const detail::RowFold& f : folds_now_) {
+            if (f.kind == detail::RowFold::Moments)
+                line("kiln_row_reduce_moments(mo{0}_c, mo{0}_m, mo{0}_q, G, kiln_smc, kiln_smm, kiln_smq, &kiln_cmc, "
+                     "&kiln_cmm, &kiln_cmq);",
+                     f.accum);
+            else
+                line("kiln_row_reduce_lse<{1}>(se{0}_m, se{0}_s, G, kiln_sem, kiln_ses, &kiln_cem, &kiln_ces);", f.accum,
+                     fast_exp());
+            if (f.shared_max >= 0) line("acc{}_v = se{}_m;   // the max of the same values", f.shared_max, f.accum);
+        }
         folds_now_.clear();
         set_acc_results(b);
         close();

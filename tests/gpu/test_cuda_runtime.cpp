@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -522,6 +523,68 @@ TEST_CASE("gpu: a variance read in one pass (folded moments) keeps its precision
         }
         CHECK(bad == 0);
     }
+}
+
+// Softmax's sum of exponentials is kept by the pass that finds the row's max (a running max,
+// the sum rescaled as it grows): a warp segment, a block, a cluster, uncached rows, rows out of
+// phase, one element; rows of -inf, with one or two +inf, with a NaN, with -inf among finite
+// values and far from zero, against the CPU backend (which reduces in two rounds) and float64.
+TEST_CASE("gpu: softmax's max and sum of exponentials in one round agree with the CPU, special values included") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    struct Case { int64_t M, N; };
+    int cases = 0;
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (Case s : {Case{500, 7}, Case{64, 1000}, Case{33, 5001}, Case{4, 70001}, Case{2, 1 << 20}, Case{9, 1},
+                       Case{17, 97}, Case{12, 4096}})
+            for (int64_t xo : {0, 1}) {
+                const int64_t M = s.M, N = s.N;
+                INFO(dtype_name(dt) << " " << M << "x" << N << ", rows at " << xo);
+                std::vector<float> h = random_floats((size_t)(M * (N + 1)), (uint32_t)(M + N + xo), -8, 8);
+                auto at = [&](int64_t i, int64_t j) -> float& { return h[(size_t)(i * (N + 1) + xo + j)]; };
+                for (int64_t j = 0; j < N; ++j) at(0, j) = -inf;   // every value -inf: NaN
+                if (M > 4) {
+                    at(1, N / 2) = inf;                              // one +inf: NaN
+                    at(2, N - 1) = nan;                              // NaN: NaN
+                    for (int64_t j = 0; j < N; j += 2) at(3, j) = -inf;   // -inf among finite values: 0 there
+                    for (int64_t j = 0; j < N; ++j) at(4, j) += 60.0f;    // far from zero: exp(x) alone overflows
+                }
+                for (auto& x : h) x = dt == DType::Float16 ? f16_to_float(float_to_f16(x)) : dt == DType::BFloat16 ? bf16_to_float(float_to_bf16(x)) : x;
+                std::vector<float> got[2], sums[2];
+                for (int side = 0; side < 2; ++side) {
+                    Context& ctx = side ? cpu : gpu;
+                    Tensor X = ctx.array(h, {M, N + 1}, dt).slice({Slice::all(), Slice::range(xo, xo + N)});
+                    Tensor Y = ctx.empty({M, N}, dt), S = ctx.empty({M, 1});
+                    Y[all] = exp(X - max(X, 1)) * reciprocal(sum(exp(X - max(X, 1)), 1));
+                    S[all] = sum(exp(X - max(X, 1)), 1);
+                    got[side] = Y.to_vector<float>();
+                    sums[side] = S.to_vector<float>();
+                }
+                const double tol = dt == DType::Float32 ? 2e-6 : dt == DType::Float16 ? 1e-3 : 8e-3;
+                int bad = 0;
+                for (int64_t i = 0; i < M; ++i) {
+                    double mx = -INFINITY, sum = 0;
+                    bool has_nan = false;
+                    for (int64_t j = 0; j < N; ++j) has_nan |= std::isnan(at(i, j)), mx = std::max(mx, (double)at(i, j));
+                    for (int64_t j = 0; j < N; ++j) sum += std::exp((double)at(i, j) - mx);
+                    const bool row_nan = has_nan || std::isinf(mx) || std::isnan(sum);
+                    bad += std::isnan(sums[0][i]) != std::isnan(sums[1][i]) || std::isnan(sums[0][i]) != row_nan;
+                    if (!row_nan) bad += !(std::abs(sums[0][i] - sum) <= 1e-5 * sum);
+                    for (int64_t j = 0; j < N; ++j) {
+                        const float g = got[0][(size_t)(i * N + j)], c = got[1][(size_t)(i * N + j)];
+                        if (row_nan) {
+                            bad += !std::isnan(g) || !std::isnan(c);
+                            continue;
+                        }
+                        const double e = std::exp((double)at(i, j) - mx) / sum;
+                        bad += !(std::abs(g - e) <= tol * e + 1e-7) || !(std::abs(g - c) <= 2 * tol * e + 1e-7);
+                    }
+                }
+                CHECK(bad == 0);
+                ++cases;
+            }
+    CHECK(cases == 48);
 }
 
 // The kernels convert 16-bit floats two at a time with the hardware's paired conversions and

@@ -153,9 +153,11 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     std::string ew = codegen::emit_cuda(test::dtypes_kernel()).code;
     CHECK(ew.find("kiln_row_reduce<") == std::string::npos);
     std::string row = codegen::emit_cuda(test::row_softmax_kernel()).code;
-    CHECK(row.find("kiln_row_reduce<kiln_max_f>") != std::string::npos);
     CHECK(row.find("kiln_row_reduce<kiln_argmax_f>") != std::string::npos);
-    CHECK(row.find("kiln_row_reduce<kiln_sum_f>") != std::string::npos);
+    // Softmax's max and sum of exponentials: one round (detail::row_folds).
+    CHECK(row.find("kiln_row_reduce_lse<") != std::string::npos);
+    CHECK(row.find("kiln_row_reduce<kiln_max_f>") == std::string::npos);
+    CHECK(row.find("kiln_row_reduce<kiln_sum_f>") == std::string::npos);
     CHECK(row.find("if (live && t == 0)") != std::string::npos);   // Point-block stores
     // The first pass keeps the row in shared memory, in its storage dtype; the later ones read
     // it from there.
@@ -275,8 +277,8 @@ kir::Kernel moments_kernel(bool third_pass, bool param_shift) {
 TEST_CASE("row kernels fold a sum of squared deviations into the first pass when the row is read once") {
     // Variance: the second pass becomes the first pass's moments; the row needs no cache.
     kir::Kernel var = moments_kernel(false, false);
-    REQUIRE(codegen::detail::moment_folds(var).size() == 1);
-    CHECK(codegen::detail::moment_folds(var)[0].block == 1);
+    REQUIRE(codegen::detail::row_folds(var).size() == 1);
+    CHECK(codegen::detail::row_folds(var)[0].block == 1);
     CHECK(codegen::detail::row_cache_slots(var)[1] == -1);
     std::string src = codegen::emit_cuda(var).code;
     INFO(src);
@@ -288,13 +290,73 @@ TEST_CASE("row kernels fold a sum of squared deviations into the first pass when
     require_compiles("moments", codegen::emit_cuda(var));
     // Any shift known before the pass, and a deviation computed from x: folded too.
     kir::Kernel two = moments_kernel(false, true);
-    CHECK(codegen::detail::moment_folds(two).size() == 2);
+    CHECK(codegen::detail::row_folds(two).size() == 2);
     require_compiles("moments2", codegen::emit_cuda(two));
     // Batch norm reads the row a third time: the row is cached, nothing is folded.
     kir::Kernel bn = moments_kernel(true, false);
-    CHECK(codegen::detail::moment_folds(bn).empty());
+    CHECK(codegen::detail::row_folds(bn).empty());
     CHECK(codegen::detail::row_cache_slots(bn)[1] == 0);
     CHECK(codegen::emit_cuda(bn).code.find("kiln_row_reduce_moments(mo") == std::string::npos);
+}
+
+namespace {
+// max(x) then sum(exp(v - shift)) over rows of buffer 1, then x * the sum stored (a third
+// pass reading the row). shift: 0 the max, 1 a parameter, 2 the max with v = 2x (a max of
+// other values than the sum's).
+kir::Kernel expsum_kernel(int shift, DType out_dtype) {
+    using Op = kir::Op;
+    using CT = ComputeType;
+    test::KernelBuilder b("kiln_expsum", "PR");
+    int out = b.output(out_dtype, "11"), in = b.input(DType::Float32, "x1");
+    b.loop();
+    int m = b.accum(kir::AccKind::Max, b.load(in));
+    b.loop();
+    int x = b.load(in);
+    if (shift == 2) x = b.op(Op::Mul, CT::F32, x, b.paramf(0));
+    const int k = shift == 1 ? b.paramf(1) : b.acc_result(m);
+    const int s = b.accum(kir::AccKind::Sum, b.op(Op::Exp, CT::F32, b.op(Op::Sub, CT::F32, x, k)));
+    b.loop();
+    b.store(out, b.op(Op::Mul, CT::F32, b.load(in), b.acc_result(s)));
+    return b.kernel();
+}
+} // namespace
+
+TEST_CASE("row kernels keep a sum of exponentials about the row's max in the pass that finds the max") {
+    // Softmax: the sum is the max's pass's running sum; the max's own round is the fold's.
+    kir::Kernel sm = expsum_kernel(0, DType::Float32);
+    auto folds = codegen::detail::row_folds(sm);
+    REQUIRE(folds.size() == 1);
+    CHECK(folds[0].kind == codegen::detail::RowFold::ExpSum);
+    CHECK(folds[0].block == 1);
+    CHECK(folds[0].shared_max == 0);
+    CHECK(codegen::detail::row_cache_slots(sm)[1] == 0);   // the third pass still reads the cached row
+    std::string src = codegen::emit_cuda(sm).code;
+    INFO(src);
+    CHECK(src.find("kiln_lse_step<false, 16>(se1_m, se1_s, mv1);") != std::string::npos);   // float32: 4 groups of 4
+    CHECK(src.find("kiln_lse_add<false>(se1_m, se1_s, ") != std::string::npos);
+    CHECK(src.find("kiln_row_reduce_lse<false>(se1_m, se1_s, G, ") != std::string::npos);
+    CHECK(src.find("acc0_v = se1_m;") != std::string::npos);
+    CHECK(src.find("acc1 = nr > 0 ? se1_s * kiln_exp_sel<false>(se1_m - ") != std::string::npos);
+    CHECK(src.find("kiln_row_reduce<kiln_max_f>(acc0_v") == std::string::npos);   // one round for both
+    CHECK(src.find("kiln_row_reduce<kiln_sum_f>(acc1_v") == std::string::npos);
+    require_compiles("expsum", codegen::emit_cuda(sm));
+    // Stored as float16: the kernel's exp is the approximate one, and so is the fold's.
+    std::string src16 = codegen::emit_cuda(expsum_kernel(0, DType::Float16)).code;
+    CHECK(src16.find("kiln_lse_step<true, ") != std::string::npos);
+    CHECK(src16.find("kiln_exp_sel<true>(se1_m - ") != std::string::npos);
+    require_compiles("expsum16", codegen::emit_cuda(expsum_kernel(0, DType::Float16)));
+    // Any shift known before the pass: folded (the max of the same values still shares the round).
+    kir::Kernel ps = expsum_kernel(1, DType::Float32);
+    REQUIRE(codegen::detail::row_folds(ps).size() == 1);
+    CHECK(codegen::detail::row_folds(ps)[0].shared_max == 0);
+    CHECK(codegen::emit_cuda(ps).code.find("kiln_exp_sel<false>(se1_m - v") != std::string::npos);
+    require_compiles("expsum_param", codegen::emit_cuda(ps));
+    // The max of other values than the sum's: folded, not shared.
+    kir::Kernel other = expsum_kernel(2, DType::Float32);
+    REQUIRE(codegen::detail::row_folds(other).size() == 1);
+    CHECK(codegen::detail::row_folds(other)[0].shared_max == -1);
+    CHECK(codegen::emit_cuda(other).code.find("kiln_row_reduce<kiln_max_f>(acc0_v") != std::string::npos);
+    require_compiles("expsum_other", codegen::emit_cuda(other));
 }
 
 TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
