@@ -149,23 +149,22 @@ std::vector<RowFold> row_folds(const kir::Kernel& k) {
             fold.block = (int)bi, fold.accum = ai, fold.value = v, fold.shift = s;
             for (int id : b.instrs)
                 if (need[id]) fold.chain.push_back(id);
-            if (fold.kind == RowFold::ExpSum)
-                for (int fa : k.blocks[first].accums) {
-                    const kir::Accum& m = k.accums[fa];
-                    if (m.kind == kir::AccKind::Max && m.type == ComputeType::F32 && same_value(k, m.value, v))
-                        fold.shared_max = fa;
-                }
+            const kir::AccKind twin = fold.kind == RowFold::ExpSum ? kir::AccKind::Max : kir::AccKind::Sum;
+            for (int fa : k.blocks[first].accums) {
+                const kir::Accum& m = k.accums[fa];
+                if (m.kind == twin && m.type == ComputeType::F32 && same_value(k, m.value, v)) fold.shared = fa;
+            }
             folds.push_back(std::move(fold));
         }
         if (folds.size() == b.accums.size()) out.insert(out.end(), folds.begin(), folds.end());
     }
-    // A max shared by two folds keeps its own round (each fold's m is its own state).
-    for (RowFold& f : out)
-        for (const RowFold& g : out)
-            if (&f != &g && f.shared_max >= 0 && f.shared_max == g.shared_max) f.shared_max = -1;
-    // Moments only where the fold leaves one pass over the row: when a later pass reads the
-    // row again it is kept in shared memory, the pass folded away costs little, and the first
-    // pass's extra arithmetic between its loads costs more.
+    // An accumulator shared by two folds is taken by the first.
+    for (size_t i = 0; i < out.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+            if (out[i].shared >= 0 && out[i].shared == out[j].shared) out[i].shared = -1;
+    // Moments that save no round only where the fold leaves one pass over the row: when a
+    // later pass reads the row again it is kept in shared memory, the pass folded away costs
+    // little, and the first pass's extra arithmetic between its loads costs more.
     std::vector<bool> folded(k.blocks.size(), false);
     for (const RowFold& f : out) folded[f.block] = true;
     bool reread = false;
@@ -175,10 +174,18 @@ std::vector<RowFold> row_folds(const kir::Kernel& k) {
             if (k.instrs[id].op == Op::Load && first_loads[k.instrs[id].index]) reread = true;
     }
     if (!reread) return out;
-    // Without the moment folds, their blocks are passes again: every accumulator of a block
+    // Without those moment folds, their blocks are passes again: every accumulator of a block
     // folds or none does.
+    // With a shared sum, the fold is kept for 16-bit rows only: on float32 rows the first
+    // pass's extra arithmetic cost more than the round saved.
+    auto narrow = [&](const RowFold& f) {
+        for (int id : f.chain)
+            if (k.instrs[id].op == Op::Load && dtype_size(k.buffers[k.instrs[id].index].dtype) > 2) return false;
+        return true;
+    };
     std::vector<bool> has_moments(k.blocks.size(), false);
-    for (const RowFold& f : out) has_moments[f.block] = has_moments[f.block] || f.kind == RowFold::Moments;
+    for (const RowFold& f : out)
+        has_moments[f.block] = has_moments[f.block] || (f.kind == RowFold::Moments && (f.shared < 0 || !narrow(f)));
     std::vector<RowFold> kept;
     for (RowFold& f : out)
         if (!has_moments[f.block]) kept.push_back(std::move(f));

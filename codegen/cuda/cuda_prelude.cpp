@@ -353,12 +353,17 @@ __device__ __forceinline__ void kiln_moments_merge(float& c, float& m, float& q,
     c = n;
 }
 // kiln_row_reduce for moments: sc/sm/sq 32 entries, cc/cm/cq the block's entry for a cluster.
-__device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, float& q, const int G, float* sc, float* sm,
-                                                        float* sq, float* cc, float* cm, float* cq) {
+// S: the same round also sums x (a sum of the same values kept by kiln_sum_f; sx/cx its
+// entries), so that the mean and the moments cost one round.
+template <bool S>
+__device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, float& q, float& x, const int G, float* sc,
+                                                        float* sm, float* sq, float* sx, float* cc, float* cm, float* cq,
+                                                        float* cx) {
 #pragma unroll 1
     for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
         const float c2 = __shfl_xor_sync(0xffffffffu, c, o), m2 = __shfl_xor_sync(0xffffffffu, m, o),
                     q2 = __shfl_xor_sync(0xffffffffu, q, o);
+        if (S) x += __shfl_xor_sync(0xffffffffu, x, o);
         const bool upper = (threadIdx.x & o) != 0;
         float ca = upper ? c2 : c, ma = upper ? m2 : m, qa = upper ? q2 : q;
         kiln_moments_merge(ca, ma, qa, upper ? c : c2, upper ? m : m2, upper ? q : q2);
@@ -367,22 +372,35 @@ __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, floa
     if (G <= 32) return;
     const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5);
     const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
-    if ((threadIdx.x & 31) == 0) { sc[warp] = c; sm[warp] = m; sq[warp] = q; }
+    if ((threadIdx.x & 31) == 0) {
+        sc[warp] = c; sm[warp] = m; sq[warp] = q;
+        if (S) sx[warp] = x;
+    }
     __syncthreads();
     c = sc[first], m = sm[first], q = sq[first];
+    if (S) x = sx[first];
 #pragma unroll 1
-    for (int w = first + 1; w < first + per_group; ++w) kiln_moments_merge(c, m, q, sc[w], sm[w], sq[w]);
+    for (int w = first + 1; w < first + per_group; ++w) {
+        kiln_moments_merge(c, m, q, sc[w], sm[w], sq[w]);
+        if (S) x += sx[w];
+    }
     __syncthreads();
     if (G <= nthreads) return;
-    if (threadIdx.x == 0) { *cc = c; *cm = m; *cq = q; }
+    if (threadIdx.x == 0) {
+        *cc = c; *cm = m; *cq = q;
+        if (S) *cx = x;
+    }
     kiln_cluster_sync();
     c = __uint_as_float(kiln_dsmem_load(cc, 0u)), m = __uint_as_float(kiln_dsmem_load(cm, 0u)),
     q = __uint_as_float(kiln_dsmem_load(cq, 0u));
+    if (S) x = __uint_as_float(kiln_dsmem_load(cx, 0u));
 #pragma unroll 1
-    for (int r = 1; r < G / nthreads; ++r)
+    for (int r = 1; r < G / nthreads; ++r) {
         kiln_moments_merge(c, m, q, __uint_as_float(kiln_dsmem_load(cc, (unsigned)r)),
                            __uint_as_float(kiln_dsmem_load(cm, (unsigned)r)),
                            __uint_as_float(kiln_dsmem_load(cq, (unsigned)r)));
+        if (S) x += __uint_as_float(kiln_dsmem_load(cx, (unsigned)r));
+    }
     kiln_cluster_sync();
 }
 // Sums of exponentials about a running max (online softmax): m the max of the values so far

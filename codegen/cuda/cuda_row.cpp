@@ -20,8 +20,8 @@ void Emitter::emit_reduce_scratch(bool row, int per_thread) {
     if (row)
         for (const detail::RowFold& f : detail::row_folds(k_)) (f.kind == detail::RowFold::Moments ? moments : expsum) = true;
     if (moments) {
-        line("__shared__ float kiln_smc[32], kiln_smm[32], kiln_smq[32];");
-        line("__shared__ float kiln_cmc, kiln_cmm, kiln_cmq;");
+        line("__shared__ float kiln_smc[32], kiln_smm[32], kiln_smq[32], kiln_sms[32];");
+        line("__shared__ float kiln_cmc, kiln_cmm, kiln_cmq, kiln_cms;");
     }
     if (expsum) {
         line("__shared__ float kiln_sem[32], kiln_ses[32];");
@@ -510,7 +510,7 @@ void Emitter::emit_row_kernel() {
         hoisted_.clear();
         std::vector<bool> shared(k_.accums.size(), false);
         for (const detail::RowFold& f : folds_now_)
-            if (f.shared_max >= 0) shared[f.shared_max] = true;
+            if (f.shared >= 0) shared[f.shared] = true;
         for (int ai : b.accums) {
             const kir::Accum& ac = k_.accums[ai];
             const char* sfx = ac.type == CT::F32 ? "f" : "i";
@@ -519,14 +519,18 @@ void Emitter::emit_row_kernel() {
                      acc_struct(ac), ai, sfx);
         }
         for (const detail::RowFold& f : folds_now_) {
-            if (f.kind == detail::RowFold::Moments)
-                line("kiln_row_reduce_moments(mo{0}_c, mo{0}_m, mo{0}_q, G, kiln_smc, kiln_smm, kiln_smq, &kiln_cmc, "
-                     "&kiln_cmm, &kiln_cmq);",
-                     f.accum);
-            else
+            if (f.kind == detail::RowFold::ExpSum) {
                 line("kiln_row_reduce_lse<{1}>(se{0}_m, se{0}_s, G, kiln_sem, kiln_ses, &kiln_cem, &kiln_ces);", f.accum,
                      fast_exp());
-            if (f.shared_max >= 0) line("acc{}_v = se{}_m;   // the max of the same values", f.shared_max, f.accum);
+                if (f.shared >= 0) line("acc{}_v = se{}_m;   // the max of the same values", f.shared, f.accum);
+                continue;
+            }
+            open("");
+            if (f.shared < 0) line("float unused = 0.0f;");
+            line("kiln_row_reduce_moments<{1}>(mo{0}_c, mo{0}_m, mo{0}_q, {2}, G, kiln_smc, kiln_smm, kiln_smq, kiln_sms, "
+                 "&kiln_cmc, &kiln_cmm, &kiln_cmq, &kiln_cms);",
+                 f.accum, f.shared >= 0 ? "true" : "false", f.shared >= 0 ? fmt::format("acc{}_v", f.shared) : "unused");
+            close();
         }
         folds_now_.clear();
         set_acc_results(b);

@@ -242,14 +242,16 @@ TEST_CASE("row kernels read a vector out of the row's phase as shifted 16-byte w
 
 namespace {
 // mean(x) then sum((x - mean)^2) over rows of buffer 1, optionally a third pass reading x again
-// (normalised output) or a second folded sum whose shift is a parameter.
-kir::Kernel moments_kernel(bool third_pass, bool param_shift) {
+// (normalised output) or a second folded sum whose shift is a parameter; first_square: the
+// first pass sums x^2 instead (no sum of the same values to share).
+kir::Kernel moments_kernel(bool third_pass, bool param_shift, bool first_square = false, DType xdt = DType::Float16) {
     using Op = kir::Op;
     using CT = ComputeType;
     test::KernelBuilder b("kiln_moments", "PR");
-    int out = b.output(DType::Float32, third_pass ? "11" : "10"), in = b.input(DType::Float16, "x1");
+    int out = b.output(DType::Float32, third_pass ? "11" : "10"), in = b.input(xdt, "x1");
     b.loop();
-    int s = b.accum(kir::AccKind::Sum, b.load(in));
+    const int x0 = b.load(in);
+    int s = b.accum(kir::AccKind::Sum, first_square ? b.op(Op::Mul, CT::F32, x0, x0) : x0);
     b.loop();
     const int x = b.load(in);
     const int mean = b.op(Op::Mul, CT::F32, b.acc_result(s), b.paramf(0));
@@ -274,29 +276,48 @@ kir::Kernel moments_kernel(bool third_pass, bool param_shift) {
 }
 } // namespace
 
-TEST_CASE("row kernels fold a sum of squared deviations into the first pass when the row is read once") {
-    // Variance: the second pass becomes the first pass's moments; the row needs no cache.
+TEST_CASE("row kernels fold a sum of squared deviations into the first pass when that saves a round or a pass") {
+    // Variance: the second pass becomes the first pass's moments, whose round also sums the
+    // mean's values; the row needs no cache.
     kir::Kernel var = moments_kernel(false, false);
     REQUIRE(codegen::detail::row_folds(var).size() == 1);
     CHECK(codegen::detail::row_folds(var)[0].block == 1);
+    CHECK(codegen::detail::row_folds(var)[0].shared == 0);
     CHECK(codegen::detail::row_cache_slots(var)[1] == -1);
     std::string src = codegen::emit_cuda(var).code;
     INFO(src);
     CHECK(src.find("kiln_moments_merge(mo1_c, mo1_m, mo1_q, 32.0f, mean, q);") != std::string::npos);
     CHECK(src.find("kiln_moments_merge(mo1_c, mo1_m, mo1_q, 1.0f, ") != std::string::npos);
-    CHECK(src.find("kiln_row_reduce_moments(mo1_c, mo1_m, mo1_q, G, ") != std::string::npos);
+    CHECK(src.find("kiln_row_reduce_moments<true>(mo1_c, mo1_m, mo1_q, acc0_v, G, ") != std::string::npos);
     CHECK(src.find("acc1 = mo1_q + mo1_c * ((mo1_m - v4) * (mo1_m - v4));") != std::string::npos);   // v4: the mean
     CHECK(src.find("kiln_row_reduce<kiln_sum_f>(acc1_v") == std::string::npos);   // no second round
+    CHECK(src.find("kiln_row_reduce<kiln_sum_f>(acc0_v") == std::string::npos);   // nor one for the mean
     require_compiles("moments", codegen::emit_cuda(var));
     // Any shift known before the pass, and a deviation computed from x: folded too.
     kir::Kernel two = moments_kernel(false, true);
     CHECK(codegen::detail::row_folds(two).size() == 2);
     require_compiles("moments2", codegen::emit_cuda(two));
-    // Batch norm reads the row a third time: the row is cached, nothing is folded.
+    // Batch norm reads the row a third time (cached): folded, for the round it saves.
     kir::Kernel bn = moments_kernel(true, false);
-    CHECK(codegen::detail::row_folds(bn).empty());
+    REQUIRE(codegen::detail::row_folds(bn).size() == 1);
+    CHECK(codegen::detail::row_folds(bn)[0].shared == 0);
     CHECK(codegen::detail::row_cache_slots(bn)[1] == 0);
-    CHECK(codegen::emit_cuda(bn).code.find("kiln_row_reduce_moments(mo") == std::string::npos);
+    CHECK(codegen::emit_cuda(bn).code.find("kiln_row_reduce_moments<true>(mo1_c") != std::string::npos);
+    require_compiles("moments_bn", codegen::emit_cuda(bn));
+    // Float32 rows read a third time: not folded.
+    kir::Kernel bn32 = moments_kernel(true, false, false, DType::Float32);
+    CHECK(codegen::detail::row_folds(bn32).empty());
+    // Read a third time with no sum of the same values to share: not folded. Read once: folded,
+    // its own round.
+    kir::Kernel sq3 = moments_kernel(true, false, true);
+    CHECK(codegen::detail::row_folds(sq3).empty());
+    CHECK(codegen::emit_cuda(sq3).code.find("kiln_row_reduce_moments<") == std::string::npos);
+    kir::Kernel sq = moments_kernel(false, false, true);
+    REQUIRE(codegen::detail::row_folds(sq).size() == 1);
+    CHECK(codegen::detail::row_folds(sq)[0].shared == -1);
+    CHECK(codegen::emit_cuda(sq).code.find("kiln_row_reduce_moments<false>(mo1_c, mo1_m, mo1_q, unused, G, ") !=
+          std::string::npos);
+    require_compiles("moments_sq", codegen::emit_cuda(sq));
 }
 
 namespace {
@@ -328,7 +349,7 @@ TEST_CASE("row kernels keep a sum of exponentials about the row's max in the pas
     REQUIRE(folds.size() == 1);
     CHECK(folds[0].kind == codegen::detail::RowFold::ExpSum);
     CHECK(folds[0].block == 1);
-    CHECK(folds[0].shared_max == 0);
+    CHECK(folds[0].shared == 0);
     CHECK(codegen::detail::row_cache_slots(sm)[1] == 0);   // the third pass still reads the cached row
     std::string src = codegen::emit_cuda(sm).code;
     INFO(src);
@@ -348,13 +369,13 @@ TEST_CASE("row kernels keep a sum of exponentials about the row's max in the pas
     // Any shift known before the pass: folded (the max of the same values still shares the round).
     kir::Kernel ps = expsum_kernel(1, DType::Float32);
     REQUIRE(codegen::detail::row_folds(ps).size() == 1);
-    CHECK(codegen::detail::row_folds(ps)[0].shared_max == 0);
+    CHECK(codegen::detail::row_folds(ps)[0].shared == 0);
     CHECK(codegen::emit_cuda(ps).code.find("kiln_exp_sel<false>(se1_m - v") != std::string::npos);
     require_compiles("expsum_param", codegen::emit_cuda(ps));
     // The max of other values than the sum's: folded, not shared.
     kir::Kernel other = expsum_kernel(2, DType::Float32);
     REQUIRE(codegen::detail::row_folds(other).size() == 1);
-    CHECK(codegen::detail::row_folds(other)[0].shared_max == -1);
+    CHECK(codegen::detail::row_folds(other)[0].shared == -1);
     CHECK(codegen::emit_cuda(other).code.find("kiln_row_reduce<kiln_max_f>(acc0_v") != std::string::npos);
     require_compiles("expsum_other", codegen::emit_cuda(other));
 }
