@@ -55,11 +55,14 @@
 //     results, loads broadcast along it) is computed once per row, before the pass's loop.
 //     Row entries are compiled for two blocks of kCudaMaxRowBlock per multiprocessor (64
 //     registers a thread). A later pass that only sums squared deviations from a value known
-//     before it (a variance) is folded into the first pass when no pass after it reads the
-//     row (detail::row_folds): the first pass also keeps each thread's count, mean and
-//     sum of squared deviations (a step's values as one group, merged by Chan et al.'s
-//     update), the row's threads merge them in a fixed order, and the sum is M2 + n (mean -
-//     k)^2: the row is read once, in one round, without a row cache.
+//     before it (a variance) is folded into the first pass (detail::row_folds says when): the
+//     first pass also keeps each thread's count, mean and sum of squared deviations (a step's
+//     values as one group, merged by Chan et al.'s update), the row's threads merge them in a
+//     fixed order, together with the first pass's sum of the same values if it has one, and
+//     the sum is M2 + n (mean - k)^2. A later pass that only sums exp(v - k) (softmax's
+//     denominator) is folded likewise: a running max m and s = sum of exp(v - m), rescaled as
+//     m grows, merged in the first pass's round (which then also gives the max of the same
+//     values), and the sum is s exp(m - k).
 //   - column reduction (some buffer contiguous along a parallel dim and none along a reduced
 //     one), entry NAME: a block is detail::column_width parallel points (128 bytes of the narrowest
 //     loaded dtype) x the slices of the reduced points that make 256 threads; the
