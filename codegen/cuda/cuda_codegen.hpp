@@ -41,7 +41,10 @@
 //     parallel dim), one entry NAME, param = G, the threads per row (a power of two): a row is
 //     reduced by a segment of a warp (G < 32), a group of warps (G <= block size) or a whole
 //     cluster of blocks (G > block size, sm_90: the block's partial results meet through
-//     distributed shared memory). A buffer that several passes load (the mean, then the
+//     distributed shared memory: each block sends its partial to every block with st.async,
+//     counted by the receiver's mbarrier, so a reduction costs no cluster-wide barrier; two
+//     buffers used in turn, one cluster barrier after the mbarriers' initialisation and one at
+//     the end). A buffer that several passes load (the mean, then the
 //     variance, then the normalised output) is kept in dynamic shared memory, in its storage
 //     dtype, by the first pass when the launch provides enough (shared_bytes: the planner
 //     grows the cluster until a block's part leaves room for a second block), so the row is

@@ -289,28 +289,73 @@ __device__ __forceinline__ void kiln_cluster_sync() {
 #endif
 }
 
-// The 32-bit word at the address of `p` in the shared memory of block `rank` of the cluster.
-__device__ __forceinline__ unsigned kiln_dsmem_load(const void* p, unsigned rank) {
+// The blocks of a cluster exchange a row's partial results without a cluster-wide barrier:
+// threads 0..csize-1 send the block's N words to its slot in every block's buffer (st.async,
+// counted in bytes by the receiver's mbarrier), and every thread waits on its own block's
+// mbarrier. The two buffers are used in turn: a block sends into a buffer again two rounds
+// later, after every block has sent the round in between, which each does only after all its
+// threads have read the buffer (the block-level barrier of every reduction comes first).
+// kiln_cx_init once before the first exchange, a cluster barrier after the last.
+struct kiln_cx {
+    unsigned long long bar[2];
+    unsigned data[2][8][4];   // [buffer][sending block][word]
+};
+__device__ __forceinline__ void kiln_cx_init(kiln_cx* x) {
 #if __CUDA_ARCH__ >= 900
-    unsigned local, remote, v;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(p));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
-    return v;
-#else
-    return *(const unsigned*)p;
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"((unsigned)__cvta_generic_to_shared(&x->bar[0])) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"((unsigned)__cvta_generic_to_shared(&x->bar[1])) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    kiln_cluster_sync();
 #endif
 }
+// Sends w (the same in every thread) and returns the buffer that then holds every block's words.
+template <int N>
+__device__ __forceinline__ int kiln_cx_exchange(kiln_cx* x, unsigned& round, const unsigned (&w)[N], int csize) {
+    const int b = (int)(round & 1u);
+#if __CUDA_ARCH__ >= 900
+    const unsigned bar = (unsigned)__cvta_generic_to_shared(&x->bar[b]);
+    if (threadIdx.x == 0)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"((unsigned)(csize * N * 4))
+                     : "memory");
+    if ((int)threadIdx.x < csize) {
+        unsigned rank, dst, rbar;
+        asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+        asm("mapa.shared::cluster.u32 %0, %1, %2;"
+            : "=r"(dst)
+            : "r"((unsigned)__cvta_generic_to_shared(&x->data[b][rank][0])), "r"((unsigned)threadIdx.x));
+        asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(bar), "r"((unsigned)threadIdx.x));
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst + 4u * i),
+                         "r"(w[i]), "r"(rbar)
+                         : "memory");
+    }
+    unsigned done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(bar), "r"((round >> 1) & 1u)
+                     : "memory");
+    } while (!done);
+#endif
+    ++round;
+    return b;
+}
+__device__ __forceinline__ unsigned kiln_to_bits(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ unsigned kiln_to_bits(int x) { return (unsigned)x; }
 __device__ __forceinline__ void kiln_from_bits(float& x, unsigned u) { x = __uint_as_float(u); }
 __device__ __forceinline__ void kiln_from_bits(int& x, unsigned u) { x = (int)u; }
 
 // Every thread of a row group of G threads ends with the group's state. The combining order
 // depends only on G (a butterfly within the warp, then warps and blocks in index order), so a
-// result never depends on timing. sv/sp: 32 per-warp entries; cv/cp: the entry other blocks
-// of the cluster read. Called by every thread of the block (barriers when G > 32).
+// result never depends on timing. sv/sp: 32 per-warp entries; x/round: the cluster's exchange.
+// Called by every thread of the block (barriers when G > 32).
 template <class A>
 __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const int G, typename A::T* sv, int* sp,
-                                                typename A::T* cv, int* cp) {
+                                                kiln_cx* x, unsigned& round) {
 #pragma unroll 1
     for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
         const typename A::T x = __shfl_xor_sync(0xffffffffu, v, o);
@@ -328,17 +373,16 @@ __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const 
     for (int w = first; w < first + per_group; ++w) A::add(v, p, sv[w], sp[w]);
     __syncthreads();
     if (G <= nthreads) return;
-    if (threadIdx.x == 0) { *cv = v; *cp = p; }
-    kiln_cluster_sync();
+    const unsigned w[2] = {kiln_to_bits(v), (unsigned)p};
+    const int b = kiln_cx_exchange<2>(x, round, w, G / nthreads);
     v = A::init();
     p = KILN_NO_POS;
 #pragma unroll 1
     for (int r = 0; r < G / nthreads; ++r) {
-        typename A::T x;
-        kiln_from_bits(x, kiln_dsmem_load(cv, (unsigned)r));
-        A::add(v, p, x, (int)kiln_dsmem_load(cp, (unsigned)r));
+        typename A::T y;
+        kiln_from_bits(y, x->data[b][r][0]);
+        A::add(v, p, y, (int)x->data[b][r][1]);
     }
-    kiln_cluster_sync();   // no block overwrites its entry before every block has read it
 }
 // Moments of values: count c, mean m and sum q of squared deviations from m. merge(a, b) folds
 // b into a by Chan et al.'s update; an empty b leaves a as it is. Not symmetric in its bits,
@@ -352,13 +396,12 @@ __device__ __forceinline__ void kiln_moments_merge(float& c, float& m, float& q,
     q = q + q2 + d * d * c * f;
     c = n;
 }
-// kiln_row_reduce for moments: sc/sm/sq 32 entries, cc/cm/cq the block's entry for a cluster.
-// S: the same round also sums x (a sum of the same values kept by kiln_sum_f; sx/cx its
-// entries), so that the mean and the moments cost one round.
+// kiln_row_reduce for moments: sc/sm/sq 32 entries. S: the same round also sums x (a sum of
+// the same values kept by kiln_sum_f; sx its entries), so that the mean and the moments cost
+// one round.
 template <bool S>
 __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, float& q, float& x, const int G, float* sc,
-                                                        float* sm, float* sq, float* sx, float* cc, float* cm, float* cq,
-                                                        float* cx) {
+                                                        float* sm, float* sq, float* sx, kiln_cx* cx, unsigned& round) {
 #pragma unroll 1
     for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
         const float c2 = __shfl_xor_sync(0xffffffffu, c, o), m2 = __shfl_xor_sync(0xffffffffu, m, o),
@@ -386,22 +429,16 @@ __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, floa
     }
     __syncthreads();
     if (G <= nthreads) return;
-    if (threadIdx.x == 0) {
-        *cc = c; *cm = m; *cq = q;
-        if (S) *cx = x;
-    }
-    kiln_cluster_sync();
-    c = __uint_as_float(kiln_dsmem_load(cc, 0u)), m = __uint_as_float(kiln_dsmem_load(cm, 0u)),
-    q = __uint_as_float(kiln_dsmem_load(cq, 0u));
-    if (S) x = __uint_as_float(kiln_dsmem_load(cx, 0u));
+    const unsigned w[4] = {__float_as_uint(c), __float_as_uint(m), __float_as_uint(q), __float_as_uint(x)};
+    const int b = kiln_cx_exchange<4>(cx, round, w, G / nthreads);
+    const unsigned(*e)[4] = cx->data[b];
+    c = __uint_as_float(e[0][0]), m = __uint_as_float(e[0][1]), q = __uint_as_float(e[0][2]);
+    if (S) x = __uint_as_float(e[0][3]);
 #pragma unroll 1
     for (int r = 1; r < G / nthreads; ++r) {
-        kiln_moments_merge(c, m, q, __uint_as_float(kiln_dsmem_load(cc, (unsigned)r)),
-                           __uint_as_float(kiln_dsmem_load(cm, (unsigned)r)),
-                           __uint_as_float(kiln_dsmem_load(cq, (unsigned)r)));
-        if (S) x += __uint_as_float(kiln_dsmem_load(cx, (unsigned)r));
+        kiln_moments_merge(c, m, q, __uint_as_float(e[r][0]), __uint_as_float(e[r][1]), __uint_as_float(e[r][2]));
+        if (S) x += __uint_as_float(e[r][3]);
     }
-    kiln_cluster_sync();
 }
 // Sums of exponentials about a running max (online softmax): m the max of the values so far
 // (NaN-propagating, as kiln_max_f) and s the sum of exp(x - m) over them. A state with m = -inf
@@ -440,11 +477,11 @@ __device__ __forceinline__ void kiln_lse_step(float& m, float& s, const float* x
     s = s * kiln_exp_sel<F>(m - ms) + t;
     m = mn;
 }
-// kiln_row_reduce for (m, s): sm/ss 32 entries, cm/cs the block's entry for a cluster; every
-// thread of a row ends with the same state, combined in a fixed order.
+// kiln_row_reduce for (m, s): sm/ss 32 entries; every thread of a row ends with the same
+// state, combined in a fixed order.
 template <bool F>
-__device__ __forceinline__ void kiln_row_reduce_lse(float& m, float& s, const int G, float* sm, float* ss, float* cm,
-                                                    float* cs) {
+__device__ __forceinline__ void kiln_row_reduce_lse(float& m, float& s, const int G, float* sm, float* ss, kiln_cx* x,
+                                                    unsigned& round) {
 #pragma unroll 1
     for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
         const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
@@ -460,14 +497,11 @@ __device__ __forceinline__ void kiln_row_reduce_lse(float& m, float& s, const in
     for (int w = first + 1; w < first + per_group; ++w) kiln_lse_merge<F>(m, s, sm[w], ss[w]);
     __syncthreads();
     if (G <= nthreads) return;
-    if (threadIdx.x == 0) { *cm = m; *cs = s; }
-    kiln_cluster_sync();
-    m = __uint_as_float(kiln_dsmem_load(cm, 0u)), s = __uint_as_float(kiln_dsmem_load(cs, 0u));
+    const unsigned w[2] = {__float_as_uint(m), __float_as_uint(s)};
+    const int b = kiln_cx_exchange<2>(x, round, w, G / nthreads);
+    m = __uint_as_float(x->data[b][0][0]), s = __uint_as_float(x->data[b][0][1]);
 #pragma unroll 1
-    for (int r = 1; r < G / nthreads; ++r)
-        kiln_lse_merge<F>(m, s, __uint_as_float(kiln_dsmem_load(cm, (unsigned)r)),
-                          __uint_as_float(kiln_dsmem_load(cs, (unsigned)r)));
-    kiln_cluster_sync();
+    for (int r = 1; r < G / nthreads; ++r) kiln_lse_merge<F>(m, s, __uint_as_float(x->data[b][r][0]), __uint_as_float(x->data[b][r][1]));
 }
 // Column kernels: a block is W columns (threadIdx.x & (W - 1)) x 256 / W slices. The slices of a
 // column combine in slice order; every thread ends with its column's state.

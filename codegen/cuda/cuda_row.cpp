@@ -21,17 +21,11 @@ void Emitter::emit_reduce_scratch(bool row, int per_thread) {
         for (const detail::RowFold& f : detail::row_folds(k_)) (f.kind == detail::RowFold::Moments ? moments : expsum) = true;
     if (moments) {
         line("__shared__ float kiln_smc[32], kiln_smm[32], kiln_smq[32], kiln_sms[32];");
-        line("__shared__ float kiln_cmc, kiln_cmm, kiln_cmq, kiln_cms;");
     }
     if (expsum) {
         line("__shared__ float kiln_sem[32], kiln_ses[32];");
-        line("__shared__ float kiln_cem, kiln_ces;");
     }
-    if (row) {
-        if (f) line("__shared__ float kiln_cvf;");
-        if (i) line("__shared__ int kiln_cvi;");
-        line("__shared__ int kiln_cp;");
-    }
+    if (row) line("__shared__ kiln_cx kiln_x;   // the cluster's exchange");
 }
 
 // Loop block `bi` at R point `ri`, element `j` of this thread: loads of cached buffers go
@@ -183,6 +177,8 @@ void Emitter::emit_row_kernel() {
     line("const int ns = __ffs(nthreads) - 1;");
     line("const int rs = gs < ns ? gs : ns;");
     line("const int cs = gs - rs;   // log2 of the cluster size (blocks per row)");
+    line("unsigned xround = 0;   // the cluster exchanges so far");
+    line("if (cs > 0) kiln_cx_init(&kiln_x);");
     line("const int rows_per_block = nthreads >> rs;");
     line("const int row_threads = 1 << rs;   // threads of one row in this block");
     line("const int group = (int)threadIdx.x >> rs;");
@@ -515,12 +511,12 @@ void Emitter::emit_row_kernel() {
             const kir::Accum& ac = k_.accums[ai];
             const char* sfx = ac.type == CT::F32 ? "f" : "i";
             if (!shared[ai])
-                line("kiln_row_reduce<{0}>(acc{1}_v, acc{1}_p, G, kiln_sv{2}, kiln_sp, &kiln_cv{2}, &kiln_cp);",
+                line("kiln_row_reduce<{0}>(acc{1}_v, acc{1}_p, G, kiln_sv{2}, kiln_sp, &kiln_x, xround);",
                      acc_struct(ac), ai, sfx);
         }
         for (const detail::RowFold& f : folds_now_) {
             if (f.kind == detail::RowFold::ExpSum) {
-                line("kiln_row_reduce_lse<{1}>(se{0}_m, se{0}_s, G, kiln_sem, kiln_ses, &kiln_cem, &kiln_ces);", f.accum,
+                line("kiln_row_reduce_lse<{1}>(se{0}_m, se{0}_s, G, kiln_sem, kiln_ses, &kiln_x, xround);", f.accum,
                      fast_exp());
                 if (f.shared >= 0) line("acc{}_v = se{}_m;   // the max of the same values", f.shared, f.accum);
                 continue;
@@ -528,7 +524,7 @@ void Emitter::emit_row_kernel() {
             open("");
             if (f.shared < 0) line("float unused = 0.0f;");
             line("kiln_row_reduce_moments<{1}>(mo{0}_c, mo{0}_m, mo{0}_q, {2}, G, kiln_smc, kiln_smm, kiln_smq, kiln_sms, "
-                 "&kiln_cmc, &kiln_cmm, &kiln_cmq, &kiln_cms);",
+                 "&kiln_x, xround);",
                  f.accum, f.shared >= 0 ? "true" : "false", f.shared >= 0 ? fmt::format("acc{}_v", f.shared) : "unused");
             close();
         }
@@ -537,6 +533,7 @@ void Emitter::emit_row_kernel() {
         close();
     }
     close();   // rows
+    line("if (cs > 0) kiln_cluster_sync();   // no block leaves while its last words are on their way");
     close();
 }
 

@@ -154,6 +154,11 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     CHECK(ew.find("kiln_row_reduce<") == std::string::npos);
     std::string row = codegen::emit_cuda(test::row_softmax_kernel()).code;
     CHECK(row.find("kiln_row_reduce<kiln_argmax_f>") != std::string::npos);
+    // A cluster's blocks exchange partials through mbarriers: a cluster barrier after their
+    // initialisation and at the end, none per reduction.
+    CHECK(row.find("if (cs > 0) kiln_cx_init(&kiln_x);") != std::string::npos);
+    CHECK(row.find(", &kiln_x, xround);") != std::string::npos);
+    CHECK(row.find("if (cs > 0) kiln_cluster_sync();") != std::string::npos);
     // Softmax's max and sum of exponentials: one round (detail::row_folds).
     CHECK(row.find("kiln_row_reduce_lse<") != std::string::npos);
     CHECK(row.find("kiln_row_reduce<kiln_max_f>") == std::string::npos);
