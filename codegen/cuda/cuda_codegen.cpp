@@ -346,8 +346,9 @@ void Emitter::init_acc_states(const kir::Block& b) {
 
 void Emitter::add_to_acc_states(const kir::Block& b, const std::string& pos) {
     for (int ai : b.accums) {
+        if (!from_fold_.empty() && from_fold_[ai]) continue;
         const kir::Accum& ac = k_.accums[ai];
-        line("{0}::add({1}_v, {1}_p, {2}, {3});", acc_struct(ac), acc(ai), v(ac.value), pos);
+        line("{0}::{4}({1}_v, {1}_p, {2}, {3});", acc_struct(ac), acc(ai), v(ac.value), pos, in_order_ ? "add_next" : "add");
     }
 }
 
@@ -439,11 +440,17 @@ void Emitter::find_payload_uses() {
             if (!(blind || (in.op == Op::Select && i == 0))) payload_seen_[o] = true;
         }
     }
-    // A float sum is arithmetic; an arg reduction yields a position, whatever the NaN.
-    for (const kir::Accum& ac : k_.accums)
-        if (!(ac.kind == AccKind::Sum && ac.type == CT::F32) && !is_arg(ac.kind)) payload_seen_[ac.value] = true;
     for (const kir::Block& b : k_.blocks)
         for (const kir::Store& st : b.stores) payload_seen_[st.value] = true;
+    // A float sum is arithmetic; an arg reduction yields a position, whatever the NaN; a max or
+    // min passes a NaN on, seen where its result is.
+    std::vector<bool> result_seen(k_.accums.size(), false);
+    for (size_t id = 0; id < k_.instrs.size(); ++id)
+        if (k_.instrs[id].op == Op::AccResult && payload_seen_[id]) result_seen[k_.instrs[id].index] = true;
+    for (size_t ai = 0; ai < k_.accums.size(); ++ai) {
+        const kir::Accum& ac = k_.accums[ai];
+        if (!(ac.kind == AccKind::Sum && ac.type == CT::F32) && !is_arg(ac.kind) && result_seen[ai]) payload_seen_[ac.value] = true;
+    }
 }
 
 bool Emitter::needs_exact_load(size_t buf, int bi) const {

@@ -105,6 +105,11 @@ private:
     // path) or one by one.
     std::vector<detail::RowFold> folds_now_;
     bool folds_grouped_ = false;
+    // Row kernels: accumulators whose state a fold gives (the max a sum of exponentials keeps
+    // anyway), not accumulated element by element.
+    std::vector<bool> from_fold_;
+    // Accumulating a thread's elements in position order (a row's grouped steps): add_next.
+    bool in_order_ = false;
 
     template <typename... T>
     void line(fmt::format_string<T...> f, T&&... args) {

@@ -111,38 +111,46 @@ __device__ __forceinline__ int kiln_f32_to_i32(float x) {
 __device__ __forceinline__ float kiln_maxf(float x, float y) { return (x > y || x != x) ? x : y; }
 __device__ __forceinline__ float kiln_minf(float x, float y) { return (x < y || x != x) ? x : y; }
 
-// Accumulators: a state is (v, p); `add` folds in (x, q) and is also the combine of two states.
+// Accumulators: a state is (v, p); `add` folds in (x, q) and is also the combine of two states;
+// `add_next` the same for a q after every position the state has seen (a thread's elements in
+// order), which arg kinds decide with fewer tests.
 // Arg kinds keep the extreme value with the smallest position, a NaN counting as the extreme;
 // an empty state has position KILN_NO_POS, so it loses every tie.
 struct kiln_sum_f {
     typedef float T;
     static __device__ __forceinline__ T init() { return 0.0f; }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { v += x; }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
 struct kiln_sum_i {
     typedef int T;
     static __device__ __forceinline__ T init() { return 0; }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = (int)((unsigned)v + (unsigned)x); }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
 struct kiln_max_f {
     typedef float T;
     static __device__ __forceinline__ T init() { return __uint_as_float(0xff800000u); }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v || x != x) v = x; }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
 struct kiln_max_i {
     typedef int T;
     static __device__ __forceinline__ T init() { return -2147483647 - 1; }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v) v = x; }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
 struct kiln_min_f {
     typedef float T;
     static __device__ __forceinline__ T init() { return __uint_as_float(0x7f800000u); }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v || x != x) v = x; }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
 struct kiln_min_i {
     typedef int T;
     static __device__ __forceinline__ T init() { return 2147483647; }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v) v = x; }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
 struct kiln_argmax_f {
     typedef float T;
@@ -150,6 +158,9 @@ struct kiln_argmax_f {
     static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
         const bool take = (x != x) ? (v == v || q < p) : (v == v && (x > v || (x == v && q < p)));
         if (take) { v = x; p = q; }
+    }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
+        if (v == v && (x > v || x != x || p == KILN_NO_POS)) { v = x; p = q; }
     }
 };
 struct kiln_argmin_f {
@@ -159,6 +170,9 @@ struct kiln_argmin_f {
         const bool take = (x != x) ? (v == v || q < p) : (v == v && (x < v || (x == v && q < p)));
         if (take) { v = x; p = q; }
     }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
+        if (v == v && (x < v || x != x || p == KILN_NO_POS)) { v = x; p = q; }
+    }
 };
 struct kiln_argmax_i {
     typedef int T;
@@ -166,12 +180,18 @@ struct kiln_argmax_i {
     static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
         if (x > v || (x == v && q < p)) { v = x; p = q; }
     }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
+        if (x > v || p == KILN_NO_POS) { v = x; p = q; }
+    }
 };
 struct kiln_argmin_i {
     typedef int T;
     static __device__ __forceinline__ T init() { return 2147483647; }
     static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
         if (x < v || (x == v && q < p)) { v = x; p = q; }
+    }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
+        if (x < v || p == KILN_NO_POS) { v = x; p = q; }
     }
 };
 

@@ -151,6 +151,9 @@ void Emitter::emit_row_kernel() {
     const std::vector<detail::RowFold> folds = detail::row_folds(k_);
     std::vector<bool> folded(k_.blocks.size(), false);
     for (const detail::RowFold& f : folds) folded[f.block] = true;
+    from_fold_.assign(k_.accums.size(), false);
+    for (const detail::RowFold& f : folds)
+        if (f.kind == detail::RowFold::ExpSum && f.shared >= 0) from_fold_[f.shared] = true;
     int nslots = 0;
     for (int sl : slot) nslots += sl >= 0;
     std::vector<int> first_use(k_.buffers.size(), -1);
@@ -372,13 +375,13 @@ void Emitter::emit_row_kernel() {
                         store_to_[buf] = fmt::format("r{}[u]", buf);
                     }
                     for (const detail::RowFold& f : folds_now_) line("float mv{}[{}];", f.accum, n);
-                    folds_grouped_ = true;
+                    folds_grouped_ = in_order_ = true;
                     line("#pragma unroll");
                     open(fmt::format("for (int u = 0; u < {}; ++u)", n));
                     line("const long long ri = h + (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", shift, vw);
                     emit_row_element(bi, slot, first_use, "(j + u)");
                     close();
-                    folds_grouped_ = false;
+                    folds_grouped_ = in_order_ = false;
                     // The step's values as one group: its mean, the squared deviations from it, merged;
                     // or its max, the sum of exponentials about it, merged.
                     for (const detail::RowFold& f : folds_now_) {
@@ -533,6 +536,7 @@ void Emitter::emit_row_kernel() {
         close();
     }
     close();   // rows
+    from_fold_.clear();
     line("if (cs > 0) kiln_cluster_sync();   // no block leaves while its last words are on their way");
     close();
 }

@@ -587,6 +587,54 @@ TEST_CASE("gpu: softmax's max and sum of exponentials in one round agree with th
     CHECK(cases == 48);
 }
 
+// Arg reductions along rows take a thread's elements in order on the grouped path (fewer
+// tests per element) and in any order on the element-by-element one (rows out of phase wrap):
+// ties keep the first position, the first NaN wins, a row of -inf (or of +inf for argmin)
+// gives 0; every dtype, aligned rows and rows out of phase, against the CPU backend.
+TEST_CASE("gpu: argmax and argmin along rows keep the first extreme, the first NaN, in every phase") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    int cases = 0;
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16, DType::Int32})
+        for (int64_t N : {7, 64, 1000, 1001, 5001, 70001})
+            for (int64_t xo : {0, 1, 3}) {
+                const int64_t M = 12;
+                INFO(dtype_name(dt) << " " << M << "x" << N << ", rows at " << xo);
+                std::mt19937 g((uint32_t)(N * 7 + xo));
+                std::vector<float> h((size_t)(M * (N + 3)));
+                for (auto& v : h) v = (float)(int)(g() % 9) - 4.0f;   // few values: many ties
+                auto at = [&](int64_t i, int64_t j) -> float& { return h[(size_t)(i * (N + 3) + xo + j)]; };
+                const bool fl = dt != DType::Int32;
+                for (int64_t j = 0; j < N; ++j) at(0, j) = fl ? -inf : -4.0f;   // all equal (or -inf)
+                for (int64_t j = 0; j < N; ++j) at(1, j) = fl ? inf : 4.0f;
+                if (fl) {
+                    at(2, N - 1) = nan;                                  // one NaN, last
+                    at(3, N / 3) = nan, at(3, N / 2) = nan;              // two: the first wins
+                    at(4, 0) = nan;
+                }
+                at(5, N - 1) = 100.0f;                                   // the max last, the min first
+                at(5, 0) = -100.0f;
+                std::vector<int32_t> got[2][2];
+                for (int side = 0; side < 2; ++side) {
+                    Context& ctx = side ? cpu : gpu;
+                    Tensor X = ctx.array(h, {M, N + 3}, dt).slice({Slice::all(), Slice::range(xo, xo + N)});
+                    Tensor A = ctx.empty({M, 1}, DType::Int32), B = ctx.empty({M, 1}, DType::Int32);
+                    A[all] = argmax(X, 1);
+                    B[all] = argmin(X, 1);
+                    got[side][0] = A.to_vector<int32_t>();
+                    got[side][1] = B.to_vector<int32_t>();
+                }
+                CHECK(got[0][0] == got[1][0]);
+                CHECK(got[0][1] == got[1][1]);
+                if (fl) CHECK(got[0][0][3] == (int32_t)(N / 3));
+                CHECK(got[0][0][5] == (int32_t)(N - 1));
+                CHECK(got[0][1][5] == 0);
+                ++cases;
+            }
+    CHECK(cases == 72);
+}
+
 // The kernels convert 16-bit floats two at a time with the hardware's paired conversions and
 // fall back to ir/half.hpp's rules when a NaN is among them: every float16 pattern, and float32
 // patterns around every float16 and bfloat16 value, NaN payloads included, give the host's bits

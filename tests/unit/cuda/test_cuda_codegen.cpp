@@ -154,6 +154,9 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     CHECK(ew.find("kiln_row_reduce<") == std::string::npos);
     std::string row = codegen::emit_cuda(test::row_softmax_kernel()).code;
     CHECK(row.find("kiln_row_reduce<kiln_argmax_f>") != std::string::npos);
+    // A thread's grouped steps take its elements in order; the element-by-element loops do not.
+    CHECK(row.find("kiln_argmax_f::add_next(acc") != std::string::npos);
+    CHECK(row.find("kiln_argmax_f::add(acc") != std::string::npos);
     // A cluster's blocks exchange partials through mbarriers: a cluster barrier after their
     // initialisation and at the end, none per reduction.
     CHECK(row.find("if (cs > 0) kiln_cx_init(&kiln_x);") != std::string::npos);
@@ -362,6 +365,7 @@ TEST_CASE("row kernels keep a sum of exponentials about the row's max in the pas
     CHECK(src.find("kiln_lse_add<false>(se1_m, se1_s, ") != std::string::npos);
     CHECK(src.find("kiln_row_reduce_lse<false>(se1_m, se1_s, G, ") != std::string::npos);
     CHECK(src.find("acc0_v = se1_m;") != std::string::npos);
+    CHECK(src.find("kiln_max_f::add(acc0_v") == std::string::npos);   // the fold's max, not kept twice
     CHECK(src.find("acc1 = nr > 0 ? se1_s * kiln_exp_sel<false>(se1_m - ") != std::string::npos);
     CHECK(src.find("kiln_row_reduce<kiln_max_f>(acc0_v") == std::string::npos);   // one round for both
     CHECK(src.find("kiln_row_reduce<kiln_sum_f>(acc1_v") == std::string::npos);
@@ -486,6 +490,24 @@ TEST_CASE("16-bit NaN tests only where a payload can reach a store, a select or 
         b.store(o, kind == kir::AccKind::Max ? r : b.op(Op::ToF32, CT::F32, r));
         const std::string code = codegen::emit_cuda(b.kernel()).code;
         CHECK((code.find("step_nan") != std::string::npos) == (kind == kir::AccKind::Max));
+    }
+    // A max whose result only feeds arithmetic (softmax's x - max(x)): no payload reaches a store.
+    for (bool stored : {false, true}) {
+        INFO("max stored " << stored);
+        test::KernelBuilder b("kiln_nanmax", "PR");
+        int x = b.input(DType::Float16, "x1"), o = b.output(DType::Float32, "x1");
+        int om = stored ? b.output(DType::Float32, "x0") : -1;
+        b.loop();
+        const int m = b.accum(kir::AccKind::Max, b.load(x));
+        b.loop();
+        b.store(o, b.op(Op::Exp, CT::F32, b.op(Op::Sub, CT::F32, b.load(x), b.acc_result(m))));
+        if (stored) {
+            b.point();
+            b.store(om, b.acc_result(m));
+        }
+        const std::string code = codegen::emit_cuda(b.kernel()).code;
+        CHECK((code.find("step_nan") != std::string::npos) == stored);
+        require_compiles("nanmax", codegen::emit_cuda(b.kernel()));
     }
 }
 
