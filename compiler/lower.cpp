@@ -381,6 +381,7 @@ struct Lowerer {
         case OpKind::Reciprocal: return op2(Op::Div, CT::F32, cf(1.0f), in_as(0, t));
         case OpKind::Sgn: return op1(Op::Sgn, ct, in_as(0, t));
         case OpKind::Rint: return op1(Op::Rint, CT::F32, in_as(0, t));
+        case OpKind::Floor: return op1(Op::Floor, CT::F32, in_as(0, t));
         case OpKind::Finite: {
             int x = in(0);
             return type_of(x) == CT::F32 ? op1(Op::Finite, CT::I32, x) : ci(1);

@@ -253,17 +253,23 @@ DType binary_result(OpKind op, const Expr& a, const Expr& b) {
     throw InternalError(fmt::format("{}: no two-operand dtype rule", info.name));
 }
 
+// floor, ceil and trunc of integers and bools are the operand itself, in its dtype (NumPy 2,
+// the Array API).
+bool integral_identity(OpKind op, const Expr& a) {
+    return (op == OpKind::Floor || op == OpKind::Ceil || op == OpKind::Trunc) && !is_float(N(a).dtype);
+}
+
 } // namespace
 
 #define KILN_UNARY(K, name, rule, fold, hint) \
-    Expr name(const Expr& a) { return unary(OpKind::K, a, unary_result(OpKind::K, a)); }
+    Expr name(const Expr& a) { return integral_identity(OpKind::K, a) ? a : unary(OpKind::K, a, unary_result(OpKind::K, a)); }
 #define KILN_BINARY(K, name, rule, commutative, fold, hint) \
     Expr name(const Expr& a, const Expr& b) { return binary(OpKind::K, a, b, binary_result(OpKind::K, a, b)); }
 #include <kiln/elementwise.def>
 #undef KILN_BINARY
 #undef KILN_UNARY
 #define KILN_MATH(K, name, c_function, host) \
-    Expr name(const Expr& a) { return unary(OpKind::K, a, unary_result(OpKind::K, a)); }
+    Expr name(const Expr& a) { return integral_identity(OpKind::K, a) ? a : unary(OpKind::K, a, unary_result(OpKind::K, a)); }
 #define KILN_MATH2(K, name, c_function, host) \
     Expr name(const Expr& a, const Expr& b) { return binary(OpKind::K, a, b, binary_result(OpKind::K, a, b)); }
 #include <kiln/math_functions.def>

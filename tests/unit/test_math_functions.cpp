@@ -1,6 +1,6 @@
 // kiln/math_functions.def's float functions, of one argument and of two, through every path that
-// evaluates them: the kernel-IR interpreter and constant folding give the C library's float
-// result bit for bit, the CPU JIT within 4 ulps (LLVM may call the vector math library's variant
+// evaluates them: the kernel-IR interpreter gives the C library's float result bit for bit,
+// constant folding its double result (within an ulp of the float one), the CPU JIT within 4 ulps (LLVM may call the vector math library's variant
 // of a function in a vectorised loop); integer operands compute in float32, 16-bit floats keep
 // their dtype; the CUDA renderer prints the C function (NVRTC compiles it: the differential suite).
 #include "tests/support/catch.hpp"
@@ -13,6 +13,9 @@
 #include "compiler/pipeline.hpp"
 #include "ir/node.hpp"
 #include "runtime/kir_interpreter.hpp"
+#ifdef KILN_HAVE_NVRTC
+#include "runtime/cuda/nvrtc.hpp"
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -44,17 +47,32 @@ const std::vector<MathFn>& math_functions() {
     return fns;
 }
 
-// Values inside every function's domain (log1p and log10 need positive ones), signs mixed.
-std::vector<float> inputs(bool positive) {
+// Where a function is real: log1p and log10 need positive values, asin, acos and atanh values
+// in (-1, 1), acosh values from 1; the others take [-6, 6].
+struct Domain {
+    float lo, hi;
+};
+Domain domain(const std::string& name) {
+    if (name == "log1p" || name == "log10") return {1e-6f, 6.0f};
+    if (name == "asin" || name == "acos" || name == "atanh") return {-0.99f, 0.99f};
+    if (name == "acosh") return {1.0f, 7.0f};
+    return {-6.0f, 6.0f};
+}
+
+// Values inside a function's domain, its ends included.
+std::vector<float> inputs(const std::string& name) {
+    const Domain dm = domain(name);
     std::mt19937 rng(11);
-    std::uniform_real_distribution<float> d(positive ? 0.01f : -6.0f, 6.0f);
+    std::uniform_real_distribution<float> d(dm.lo, dm.hi);
     std::vector<float> v(257);
     for (float& x : v) x = d(rng);
-    v[0] = positive ? 1e-6f : 0.0f;
+    v[0] = dm.lo < 0 && dm.hi > 0 ? 0.0f : dm.lo;
+    v[1] = dm.hi;
     return v;
 }
 
-bool positive_domain(const std::string& name) { return name == "log1p" || name == "log10"; }
+// A value inside the domain where a 16-bit input is exact.
+float sample(const std::string& name) { return name == "acosh" ? 1.5f : 0.5f; }
 
 // `e` evaluated by the kernel-IR interpreter, through the same lowering as `out`'s backend, into
 // a float32 vector of out's size (the interpreter's output buffer; its inputs are e's tensors).
@@ -88,7 +106,7 @@ TEST_CASE("math functions: the interpreter gives the C library's float result, t
     Context ctx(ContextOptions{"cpu"});
     for (const MathFn& f : math_functions()) {
         INFO(f.name);
-        const std::vector<float> x = inputs(positive_domain(f.name));
+        const std::vector<float> x = inputs(f.name);
         Tensor a = ctx.array(x, {(int64_t)x.size()});
         Tensor out = ctx.eval(f.build(a));
         CHECK(out.dtype() == DType::Float32);
@@ -110,21 +128,30 @@ TEST_CASE("math functions: dtypes, folding and the names the renderers print") {
         INFO(f.name);
         CHECK(std::string(opkind_name(f.op)) == f.name);
         Tensor i = ctx.array(std::vector<int32_t>{1, 2, 3}, {3});
-        CHECK(f.build(i).dtype() == DType::Float32);
-        Tensor h = ctx.array(std::vector<float>{0.25f, 0.5f}, {2}, DType::Float16);
+        const bool integral = std::string(f.name) == "ceil" || std::string(f.name) == "trunc";
+        CHECK(f.build(i).dtype() == (integral ? DType::Int32 : DType::Float32));   // ceil, trunc: i itself
+        const float at = sample(f.name);
+        Tensor h = ctx.array(std::vector<float>{0.25f, at}, {2}, DType::Float16);
         CHECK(f.build(h).dtype() == DType::Float16);
-        CHECK(std::fabs(ctx.eval(f.build(h)).to_vector<float>()[1] - f.host(0.5f)) <= 1e-3f * (1 + std::fabs(f.host(0.5f))));
+        CHECK(std::fabs(ctx.eval(f.build(h)).to_vector<float>()[1] - f.host(at)) <= 1e-3f * (1 + std::fabs(f.host(at))));
 
-        // A function of a constant folds to the constant, computed on the host.
-        NodePtr folded = canonicalise(f.build(scalar(0.5, DType::Float32)).node());
+        // A function of a constant folds to the constant, computed on the host in double.
+        NodePtr folded = canonicalise(f.build(scalar(at, DType::Float32)).node());
         REQUIRE(folded->op == OpKind::Scalar);
-        CHECK((float)folded->value == f.host(0.5f));
+        CHECK(ulps((float)folded->value, f.host(at)) <= 1);
 
-        // The CUDA renderer prints the C function; the CPU backend runs it (above).
+        // The CUDA renderer prints the C function, which NVRTC knows; the CPU backend runs it (above).
         View dst = test::host_view({3});
         std::string src = codegen::emit_cuda(
             compile_assignment(f.build(leaf(test::host_view({3}))).node(), dst, "sm_90").stages[0].kernel).code;
         CHECK(src.find(std::string(f.c_function) + "(") != std::string::npos);
+#ifdef KILN_HAVE_NVRTC
+        for (int sm : {80, 90}) {
+            const cuda::NvrtcResult r = cuda::nvrtc_compile(src, std::string(f.name) + ".cu", sm);
+            INFO(r.log);
+            CHECK(r.ok);
+        }
+#endif
     }
 }
 
@@ -155,7 +182,7 @@ const std::vector<MathFn2>& math_functions2() {
 TEST_CASE("math functions of two arguments: interpreter bit for bit, CPU JIT within 4 ulps, broadcasting") {
     Context ctx(ContextOptions{"cpu"});
     REQUIRE(math_functions2().size() >= 3);
-    std::vector<float> x = inputs(false), y = inputs(false);
+    std::vector<float> x = inputs(""), y = inputs("");
     std::reverse(y.begin(), y.end());
     y[1] = 0.0f, y[2] = -0.0f, x[3] = 0.0f;   // atan2's signed zeros, copysign of -0
     for (const MathFn2& f : math_functions2()) {

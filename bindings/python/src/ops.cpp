@@ -76,7 +76,8 @@ const std::vector<UnaryOp>& unary_ops() {
 #undef KILN_MATH2
 #undef KILN_MATH
         {"abs", absolute}, {"fabs", float_abs}, {"sign", sign}, {"isfinite", finite},
-        {"arctan", atan},   // NumPy 1's name
+        {"arctan", atan}, {"arcsin", asin}, {"arccos", acos},   // NumPy 1's names
+        {"arcsinh", asinh}, {"arccosh", acosh}, {"arctanh", atanh},
     };
     return ops;
 }
