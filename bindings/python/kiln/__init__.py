@@ -23,6 +23,7 @@ from ._dtypes import bfloat16, bool_, dtype, float16, float32, int8, int32, uint
 from ._context import Context, default_context  # noqa: F401
 from ._neon import NervanaGPU  # noqa: F401
 from ._conv import conv  # noqa: F401
+from ._predicates import all, any, finfo, iinfo, isinf, isnan  # noqa: F401,A004 - NumPy's names
 from ._creation import (  # noqa: F401
     arange, array, asarray, asnumpy, empty, empty_like, expand_dims, from_dlpack, full, full_like, ones, ones_like,
     reshape, squeeze, transpose, zeros, zeros_like,

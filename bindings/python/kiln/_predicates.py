@@ -1,0 +1,86 @@
+"""NumPy's and the Array API's predicates and type limits, composed of kiln's own ops.
+
+isnan(x) is x != x and isinf(x) is |x| == inf (False for integers and bools, whose values are
+never either); all and any reduce x != 0 with min and max, in bool. finfo and iinfo describe
+kiln's dtypes with the Array API's fields (bfloat16's from its format: 8 exponent bits, 7
+mantissa bits).
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _kiln
+from ._dtypes import _REPORTED
+from ._dtypes import dtype as _dtype
+
+_FLOATS = ("float32", "float16", "bfloat16")
+_INTS = ("int32", "int8", "uint8")
+
+
+def _name(x):
+    """The kiln dtype name of a dtype spelling or of a tensor / expression's dtype (kiln.DTypeError
+    for what is neither)."""
+    if not isinstance(x, (type, np.dtype, str, _kiln.DType)):
+        x = getattr(x, "dtype", x)
+    return _dtype(x).name
+
+
+def isnan(x):
+    """True where x is NaN (never for integers and bools)."""
+    return _kiln.not_equal(x, x)
+
+
+def isinf(x):
+    """True where x is +inf or -inf (never for integers and bools)."""
+    if _name(x) not in _FLOATS:
+        return _kiln.not_equal(x, x)
+    return _kiln.equal(_kiln.absolute(x), float("inf"))
+
+
+def all(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's and the Array API's name
+    """True where every element along `axis` (all of them by default) is nonzero; NaN counts as nonzero."""
+    return _kiln.min(_kiln.not_equal(x, 0), axis=axis, keepdims=keepdims)
+
+
+def any(x, axis=None, keepdims=False):  # noqa: A001
+    """True where some element along `axis` (any of all by default) is nonzero; NaN counts as nonzero."""
+    return _kiln.max(_kiln.not_equal(x, 0), axis=axis, keepdims=keepdims)
+
+
+@dataclass(frozen=True)
+class finfo_object:  # noqa: N801 - the Array API names the result type after the function
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    dtype: object
+
+
+@dataclass(frozen=True)
+class iinfo_object:  # noqa: N801
+    bits: int
+    max: int
+    min: int
+    dtype: object
+
+
+def finfo(type):  # noqa: A002 - the Array API's parameter name
+    """Limits of a float dtype (a dtype spelling, or a tensor or expression of that dtype)."""
+    name = _name(type)
+    if name not in _FLOATS:
+        raise TypeError(f"finfo: {name} is not a float dtype; valid: {', '.join(_FLOATS)} (iinfo describes integers)")
+    d = _REPORTED[_dtype(name).value]
+    if name == "bfloat16":
+        return finfo_object(16, 2.0 ** -7, float.fromhex("0x1.fep127"), -float.fromhex("0x1.fep127"), 2.0 ** -126, d)
+    f = np.finfo(np.dtype(name))
+    return finfo_object(int(f.bits), float(f.eps), float(f.max), float(f.min), float(f.smallest_normal), d)
+
+
+def iinfo(type):  # noqa: A002
+    """Limits of an integer dtype (a dtype spelling, or a tensor or expression of that dtype)."""
+    name = _name(type)
+    if name not in _INTS:
+        raise TypeError(f"iinfo: {name} is not an integer dtype; valid: {', '.join(_INTS)} (finfo describes floats)")
+    i = np.iinfo(np.dtype(name))
+    return iinfo_object(int(i.bits), int(i.max), int(i.min), _REPORTED[_dtype(name).value])
