@@ -1,4 +1,5 @@
-"""isnan, isinf, all, any, finfo and iinfo against NumPy; misuse names what is valid."""
+"""isnan, isinf, all, any, the logical functions, signbit, finfo, iinfo, result_type, concat and
+stack against NumPy; misuse names what is valid."""
 import numpy as np
 import pytest
 
@@ -69,3 +70,61 @@ def test_finfo_and_iinfo_refuse_the_other_kind():
         kiln.iinfo(np.float16)
     with pytest.raises(kiln.DTypeError, match="kiln has no float64 dtype"):
         kiln.finfo(np.float64)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + ["int32", "int8", "uint8", "bool"])
+def test_logical_functions_and_signbit_follow_numpy(dtype):
+    x = _values("float32")
+    if dtype not in FLOATS:
+        x = np.nan_to_num(x, nan=7, posinf=5, neginf=-5)
+    x = x.astype(dtype)
+    y = x[::-1].copy()
+    if dtype in FLOATS:
+        x[0, 0] = -0.0
+    a, b = kiln.asarray(x), kiln.asarray(y)
+    for name in ("logical_and", "logical_or", "logical_xor"):
+        got = np.asarray(kiln.asnumpy(getattr(kiln, name)(a, b)))
+        assert got.dtype == np.bool_, name
+        np.testing.assert_array_equal(got, getattr(np, name)(x, y), err_msg=name)
+    np.testing.assert_array_equal(kiln.asnumpy(kiln.logical_not(a)), np.logical_not(x))
+    if dtype != "bool":   # NumPy has no signbit for bools; kiln's is False
+        np.testing.assert_array_equal(kiln.asnumpy(kiln.signbit(a)), np.signbit(x))
+    else:
+        assert not np.asarray(kiln.asnumpy(kiln.signbit(a))).any()
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, None])
+def test_concat_and_stack_follow_numpy(axis):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = np.arange(12, 24, dtype=np.float32).reshape(3, 4)
+    z = np.arange(8, dtype=np.int8).reshape(2, 4) if axis == 0 else np.arange(3, dtype=np.int8).reshape(3, 1) - 5
+    a, b = kiln.asarray(x), kiln.asarray(y)
+    got = kiln.concat([a, kiln.multiply(b, 2.0), kiln.asarray(z)], axis=axis) if axis in (0, -1) else None
+    if got is not None:
+        want = np.concatenate([x, y * 2, z], axis=axis)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(kiln.asnumpy(got), want)
+    np.testing.assert_array_equal(kiln.asnumpy(kiln.concatenate([a, b], axis=axis)), np.concatenate([x, y], axis=axis))
+    if axis is not None:
+        np.testing.assert_array_equal(kiln.asnumpy(kiln.stack([a, b, a], axis=axis)), np.stack([x, y, x], axis=axis))
+
+
+def test_result_type_follows_numpy_on_kilns_dtypes():
+    a = kiln.zeros((2,), dtype="int8")
+    assert kiln.result_type(a, np.uint8) == np.dtype(np.int32)   # NumPy's int16; kiln's next integer is int32
+    assert kiln.result_type("bfloat16", "float16") == np.dtype(np.float32)
+    assert kiln.result_type(a, "float16") == np.dtype(np.float16)
+    assert kiln.result_type("bool", "int32") == np.dtype(np.int32)
+    assert kiln.result_type(kiln.float16, kiln.float32) == np.dtype(np.float32)
+
+
+def test_concat_and_stack_refuse_mismatched_shapes():
+    a, b = kiln.zeros((2, 3)), kiln.zeros((2, 4))
+    with pytest.raises(kiln.InvalidArgument, match=r"concat: shapes \(2, 3\) and \(2, 4\) differ outside axis 0"):
+        kiln.concat([a, b], axis=0)
+    with pytest.raises(kiln.InvalidArgument, match=r"concat: axis 2 is out of range for arrays of rank 2"):
+        kiln.concat([a, a], axis=2)
+    with pytest.raises(kiln.InvalidArgument, match=r"stack: shapes \(2, 3\) and \(2, 4\) differ"):
+        kiln.stack([a, b])
+    with pytest.raises(kiln.InvalidArgument, match="concat: needs at least one array"):
+        kiln.concat([])

@@ -23,10 +23,12 @@ from ._dtypes import bfloat16, bool_, dtype, float16, float32, int8, int32, uint
 from ._context import Context, default_context  # noqa: F401
 from ._neon import NervanaGPU  # noqa: F401
 from ._conv import conv  # noqa: F401
-from ._predicates import all, any, finfo, iinfo, isinf, isnan  # noqa: F401,A004 - NumPy's names
+from ._predicates import (  # noqa: F401,A004 - NumPy's names
+    all, any, finfo, iinfo, isinf, isnan, logical_and, logical_not, logical_or, logical_xor, signbit,
+)
 from ._creation import (  # noqa: F401
-    arange, array, asarray, asnumpy, empty, empty_like, expand_dims, from_dlpack, full, full_like, ones, ones_like,
-    reshape, squeeze, transpose, zeros, zeros_like,
+    arange, array, asarray, asnumpy, concat, empty, empty_like, expand_dims, from_dlpack, full, full_like, ones,
+    ones_like, reshape, result_type, squeeze, stack, transpose, zeros, zeros_like,
 )
 from . import _host  # noqa: F401,E402 - adds get/__array__/repr to Tensor and Expr
 from . import layers  # noqa: F401,E402
@@ -34,4 +36,5 @@ from . import nn  # noqa: F401,E402
 from . import random  # noqa: F401,E402
 
 ndarray = Tensor
+concatenate = concat  # NumPy's name
 bool = bool_  # noqa: A001 - NumPy 2 spells it np.bool too

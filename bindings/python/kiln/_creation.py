@@ -266,3 +266,66 @@ def expand_dims(a, axis):
             raise _kiln.InvalidArgument(f"expand_dims: axis {ax} is out of range for a result of rank {out_rank}")
         shape.insert(ax, 1)
     return a.reshape(tuple(shape))
+
+
+def result_type(*arrays_and_dtypes):
+    """The dtype that tensors, expressions and dtypes promote to together (NumPy's rules on
+    kiln's dtypes), as the tensor's dtype is reported."""
+    if not arrays_and_dtypes:
+        raise _kiln.InvalidArgument("result_type: needs at least one array or dtype")
+    d = None
+    for x in arrays_and_dtypes:
+        if not isinstance(x, (type, np.dtype, str, DType)):
+            x = getattr(x, "dtype", x)
+        t = _dtypes.dtype(x)
+        d = t if d is None else _kiln._promote(d, t)
+    return _dtypes._REPORTED[d.value]
+
+
+def concat(arrays, axis=0, ctx=None):
+    """A new tensor joining tensors or expressions along an existing axis (NumPy's concatenate);
+    their common dtype (result_type); axis=None joins them flattened."""
+    arrays = list(arrays)
+    if not arrays:
+        raise _kiln.InvalidArgument("concat: needs at least one array")
+    if axis is None:
+        arrays = [a.reshape((math.prod(a.shape),)) for a in arrays]
+        axis = 0
+    rank = len(arrays[0].shape)
+    if rank == 0:
+        raise _kiln.InvalidArgument("concat: zero-dimensional arrays cannot be joined along an axis (use stack)")
+    ax = axis + rank if axis < 0 else axis
+    if not 0 <= ax < rank:
+        raise _kiln.InvalidArgument(f"concat: axis {axis} is out of range for arrays of rank {rank}")
+    first = tuple(arrays[0].shape)
+    for a in arrays[1:]:
+        s = tuple(a.shape)
+        if len(s) != rank or s[:ax] + s[ax + 1:] != first[:ax] + first[ax + 1:]:
+            raise _kiln.InvalidArgument(f"concat: shapes {first} and {s} differ outside axis {axis}; every array needs "
+                                        f"rank {rank} and the same sizes on the other axes")
+    shape = list(first)
+    shape[ax] = sum(a.shape[ax] for a in arrays)
+    out = empty(tuple(shape), result_type(*arrays), ctx=ctx if ctx is not None else getattr(arrays[0], "ctx", None))
+    at = 0
+    for a in arrays:
+        n = a.shape[ax]
+        if n:
+            out[(slice(None),) * ax + (slice(at, at + n),)] = a
+        at += n
+    return out
+
+
+def stack(arrays, axis=0, ctx=None):
+    """A new tensor joining tensors or expressions of one shape along a new axis."""
+    arrays = list(arrays)
+    if not arrays:
+        raise _kiln.InvalidArgument("stack: needs at least one array")
+    first = tuple(arrays[0].shape)
+    for a in arrays[1:]:
+        if tuple(a.shape) != first:
+            raise _kiln.InvalidArgument(f"stack: shapes {first} and {tuple(a.shape)} differ; every array needs the same shape")
+    rank = len(first) + 1
+    ax = axis + rank if axis < 0 else axis
+    if not 0 <= ax < rank:
+        raise _kiln.InvalidArgument(f"stack: axis {axis} is out of range for a result of rank {rank}")
+    return concat([expand_dims(a, ax) for a in arrays], axis=ax, ctx=ctx)

@@ -1,7 +1,8 @@
 """NumPy's and the Array API's predicates and type limits, composed of kiln's own ops.
 
 isnan(x) is x != x and isinf(x) is |x| == inf (False for integers and bools, whose values are
-never either); all and any reduce x != 0 with min and max, in bool. finfo and iinfo describe
+never either); all and any reduce x != 0 with min and max, in bool; the logical functions
+compare their operands' truth (x != 0) as bools; signbit copies x's sign onto 1. finfo and iinfo describe
 kiln's dtypes with the Array API's fields (bfloat16's from its format: 8 exponent bits, 7
 mantissa bits).
 """
@@ -45,6 +46,36 @@ def all(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's and the Array API
 def any(x, axis=None, keepdims=False):  # noqa: A001
     """True where some element along `axis` (any of all by default) is nonzero; NaN counts as nonzero."""
     return _kiln.max(_kiln.not_equal(x, 0), axis=axis, keepdims=keepdims)
+
+
+def logical_and(a, b):
+    """a and b, elementwise, any dtype (nonzero and NaN are true)."""
+    return _kiln.multiply(_kiln.not_equal(a, 0), _kiln.not_equal(b, 0))
+
+
+def logical_or(a, b):
+    """a or b, elementwise, any dtype (nonzero and NaN are true)."""
+    return _kiln.maximum(_kiln.not_equal(a, 0), _kiln.not_equal(b, 0))
+
+
+def logical_xor(a, b):
+    """a != b as truth values, elementwise, any dtype (nonzero and NaN are true)."""
+    return _kiln.not_equal(_kiln.not_equal(a, 0), _kiln.not_equal(b, 0))
+
+
+def logical_not(a):
+    """not a, elementwise, any dtype (nonzero and NaN are true)."""
+    return _kiln.equal(a, 0)
+
+
+def signbit(x):
+    """True where x's sign bit is set (-0.0 and NaNs with the bit included; never for bools)."""
+    name = _name(x)
+    if name in _FLOATS:
+        return _kiln.less(_kiln.copysign(1.0, x), 0)
+    if name == "bool":
+        return _kiln.not_equal(x, x)
+    return _kiln.less(x, 0)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ void bind_context(nb::module_& m) {
         if (!parse_dtype(name, d)) return nb::none();
         return nb::cast(d);
     });
+    m.def("_promote", &promote, "The dtype two operands of these dtypes promote to (NumPy's rules).");
 
     nb::class_<Mark>(m, "Mark", "A timing mark (init_mark): a point in a context's work that record_mark places.")
         .def_prop_ro("recorded", &Mark::recorded);
