@@ -128,3 +128,16 @@ def test_concat_and_stack_refuse_mismatched_shapes():
         kiln.stack([a, b])
     with pytest.raises(kiln.InvalidArgument, match="concat: needs at least one array"):
         kiln.concat([])
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+def test_var_and_std_take_the_array_apis_correction(name):
+    x = np.arange(20, dtype=np.float32).reshape(4, 5) ** 1.5
+    t = kiln.asarray(x)
+    for c in (0, 1, 0.5):
+        got = kiln.asnumpy(getattr(kiln, name)(t, axis=1, correction=c))
+        np.testing.assert_allclose(got, getattr(np, name)(x.astype(np.float64), axis=1, ddof=c), rtol=1e-5)
+    with pytest.raises(ValueError, match=f"{name}: give ddof or correction, not both"):
+        getattr(kiln, name)(t, ddof=1, correction=1)
+    with pytest.raises(ValueError, match=f"{name}: ddof=5 needs more than 5 elements per reduction"):
+        getattr(kiln, name)(t, axis=1, correction=5)

@@ -4,6 +4,7 @@
 // value is needed.
 #include "ops.hpp"
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
@@ -108,7 +109,7 @@ const std::vector<ReductionOp>& reduction_ops() {
     return ops;
 }
 
-Expr reduce(Reduction r, const Expr& x0, nb::handle axis, bool keepdims, int64_t ddof, nb::handle dtype, const char* op) {
+Expr reduce(Reduction r, const Expr& x0, nb::handle axis, bool keepdims, double ddof, nb::handle dtype, const char* op) {
     Expr x = x0;
     if (dtype.is_valid() && !dtype.is_none()) x = cast(x, dtype_arg(dtype, op));
     const int rank = x.rank();
@@ -211,13 +212,22 @@ void bind_ops(nb::module_& m) {
         const bool has_ddof = kind == Reduction::Var || kind == Reduction::Std;
         const bool has_dtype = kind == Reduction::Sum || kind == Reduction::Mean;
         if (has_ddof) {
-            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, int64_t ddof) {
+            // correction: the Array API's name for ddof, also fractional.
+            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, int64_t ddof,
+                                     std::optional<double> correction) {
                 nb::handle ctx;
-                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, ddof, nb::handle(), name);
+                if (correction && ddof != 0)
+                    throw Error(fmt::format("{}: give ddof or correction, not both (ddof={}, correction={})", name, ddof,
+                                            *correction),
+                                Error::Kind::Value);
+                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, correction ? *correction : (double)ddof,
+                                nb::handle(), name);
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
-                                             "out: Tensor | None = None, ddof: int = 0) -> Expr | Tensor", name, kOperand))),
-               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none(), "ddof"_a = 0);
+                                             "out: Tensor | None = None, ddof: int = 0, correction: float | None = None) "
+                                             "-> Expr | Tensor", name, kOperand))),
+               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none(), "ddof"_a = 0,
+               "correction"_a.none() = nb::none());
         } else if (has_dtype) {
             m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, nb::handle dtype) {
                 nb::handle ctx;
