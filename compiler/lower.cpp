@@ -387,6 +387,13 @@ struct Lowerer {
             return type_of(x) == CT::F32 ? op1(Op::Finite, CT::I32, x) : ci(1);
         }
         case OpKind::Cast: return convert(in(0), t);
+        // Bitwise ops on the values widened to int32 (sign-extended: in range again after and,
+        // or and xor); ~ of a bool is not.
+        case OpKind::Invert:
+            return t == DType::Bool ? op2(Op::Xor, CT::I32, in_as(0, t), ci(1)) : wrap(op2(Op::Xor, CT::I32, in_as(0, t), ci(-1)), t);
+        case OpKind::BitAnd: return op2(Op::And, CT::I32, in_as(0, t), in_as(1, t));
+        case OpKind::BitOr: return op2(Op::Or, CT::I32, in_as(0, t), in_as(1, t));
+        case OpKind::BitXor: return op2(Op::Xor, CT::I32, in_as(0, t), in_as(1, t));
         case OpKind::Add: return wrap(op2(Op::Add, ct, in_as(0, t), in_as(1, t)), t);
         case OpKind::Sub: return wrap(op2(Op::Sub, ct, in_as(0, t), in_as(1, t)), t);
         case OpKind::Mul: return wrap(op2(Op::Mul, ct, in_as(0, t), in_as(1, t)), t);

@@ -220,6 +220,9 @@ DType unary_result(OpKind op, const Expr& a) {
     case DTypeRule::Float: return float_result(t);
     case DTypeRule::Square: return t == DType::Bool ? DType::Int8 : t;   // NumPy's square has no bool loop
     case DTypeRule::Bool: return DType::Bool;
+    case DTypeRule::Integral:
+        if (is_float(t)) fail(Error::Kind::Type, "{}: float operands are not supported (got {}); {}", info.name, describe(a), info.hint);
+        return t;
     case DTypeRule::None: case DTypeRule::Promote: case DTypeRule::PromoteNotBool: case DTypeRule::FloatPromote:
     case DTypeRule::Division: case DTypeRule::FloatOnly: case DTypeRule::Compare: break;
     }
@@ -246,6 +249,11 @@ DType binary_result(OpKind op, const Expr& a, const Expr& b) {
                  describe(a), describe(b), info.hint);
         return t;
     case DTypeRule::Compare: return DType::Bool;
+    case DTypeRule::Integral:
+        if (is_float(t))
+            fail(Error::Kind::Type, "{}: float operands are not supported ({} and {}); {}", info.name, describe(a),
+                 describe(b), info.hint);
+        return t;
     case DTypeRule::Float: return float_result(t);   // kiln/math_functions.def's functions of two
     case DTypeRule::None: case DTypeRule::Same: case DTypeRule::NotBool: case DTypeRule::Square:
     case DTypeRule::Bool: break;

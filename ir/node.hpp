@@ -62,6 +62,7 @@ enum class DTypeRule : uint8_t {
     None,                                      // not from the table (leaves, cast, where, reductions)
     Same, NotBool, Float, Square, Bool,        // one operand (Float: two as well)
     Promote, PromoteNotBool, FloatPromote, Division, FloatOnly, Compare,  // two
+    Integral,                                  // one or two: integers and bools, promoted; floats refused
 };
 
 // What the graph knows of an op, from one table (node.cpp) in OpKind's order.

@@ -141,3 +141,40 @@ def test_var_and_std_take_the_array_apis_correction(name):
         getattr(kiln, name)(t, ddof=1, correction=1)
     with pytest.raises(ValueError, match=f"{name}: ddof=5 needs more than 5 elements per reduction"):
         getattr(kiln, name)(t, axis=1, correction=5)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int8", "uint8", "bool"])
+def test_bitwise_functions_and_operators_follow_numpy(dtype):
+    r = np.random.default_rng(3)
+    if dtype == "bool":
+        x, y = r.random((5, 7)) < 0.5, r.random((5, 7)) < 0.5
+    else:
+        info = np.iinfo(dtype)
+        x = r.integers(info.min, info.max, size=(5, 7), endpoint=True).astype(dtype)
+        y = r.integers(info.min, info.max, size=(5, 7), endpoint=True).astype(dtype)
+    a, b = kiln.asarray(x), kiln.asarray(y)
+    cases = {
+        "bitwise_and": (kiln.bitwise_and(a, b), x & y), "bitwise_or": (kiln.bitwise_or(a, b), x | y),
+        "bitwise_xor": (kiln.bitwise_xor(a, b), x ^ y), "bitwise_invert": (kiln.bitwise_invert(a), ~x),
+        "invert": (kiln.invert(a), np.invert(x)), "bitwise_not": (kiln.bitwise_not(a), np.bitwise_not(x)),
+        "&": (a & b, x & y), "|": (a | b, x | y), "^": (a ^ b, x ^ y), "~": (~a, ~x),
+        "& scalar": (a & True, x & True) if dtype == "bool" else (a & 1, x & 1),
+        "scalar |": (False | a, False | x) if dtype == "bool" else (3 | a, 3 | x),
+    }
+    for name, (got, want) in cases.items():
+        got = np.asarray(kiln.asnumpy(got))
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_bitwise_ops_promote_and_refuse_floats():
+    a8, u8 = kiln.asarray(np.array([-1, 5], np.int8)), kiln.asarray(np.array([255, 3], np.uint8))
+    got = kiln.asnumpy(kiln.bitwise_and(a8, u8))
+    assert got.dtype == np.int32   # NumPy's int16; kiln's next integer is int32
+    np.testing.assert_array_equal(got, np.array([255, 1], np.int32))
+    f = kiln.zeros((2,), dtype="float32")
+    with pytest.raises(TypeError, match=r"bitwise_and: float operands are not supported \(float32.*int8.*\); bitwise ops "
+                                        "take integers and bools"):
+        kiln.bitwise_and(f, a8)
+    with pytest.raises(TypeError, match=r"bitwise_invert: float operands are not supported \(got float32"):
+        ~f

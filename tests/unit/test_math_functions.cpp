@@ -245,3 +245,49 @@ TEST_CASE("math functions of two arguments: dtypes, literals, folding and the CU
     }
     CHECK(msg.find("atan2: operands could not be broadcast together with shapes (2, 3) and (4,)") != std::string::npos);
 }
+
+// kiln/elementwise.def's bitwise ops: integers and bools on the CPU JIT against the host's own
+// operators, and the CUDA C they print compiled by NVRTC.
+TEST_CASE("bitwise ops: and, or, xor and invert of integers and bools; floats refused") {
+    Context ctx(ContextOptions{"cpu"});
+    std::vector<int32_t> xi{-128, -1, 0, 1, 5, 127, 100, -77}, yi{3, -1, 7, -128, 6, 1, -2, 90};
+    for (DType dt : {DType::Int32, DType::Int8, DType::UInt8, DType::Bool}) {
+        INFO(dtype_name(dt));
+        auto norm = [&](int32_t v) -> int32_t {
+            return dt == DType::Int8 ? (int8_t)v : dt == DType::UInt8 ? (uint8_t)v : dt == DType::Bool ? v != 0 : v;
+        };
+        std::vector<int32_t> x, y;
+        for (size_t i = 0; i < xi.size(); ++i) x.push_back(norm(xi[i])), y.push_back(norm(yi[i]));
+        Tensor a = ctx.array(x, {(int64_t)x.size()}, dt), b = ctx.array(y, {(int64_t)y.size()}, dt);
+        const std::vector<int32_t> band = ctx.eval(bitwise_and(a, b)).to_vector<int32_t>(),
+                                   bor = ctx.eval(bitwise_or(a, b)).to_vector<int32_t>(),
+                                   bxor = ctx.eval(bitwise_xor(a, b)).to_vector<int32_t>(),
+                                   inv = ctx.eval(bitwise_invert(a)).to_vector<int32_t>();
+        CHECK(bitwise_and(a, b).dtype() == dt);
+        for (size_t i = 0; i < x.size(); ++i) {
+            INFO(x[i] << ", " << y[i]);
+            CHECK(band[i] == norm(x[i] & y[i]));
+            CHECK(bor[i] == norm(x[i] | y[i]));
+            CHECK(bxor[i] == norm(x[i] ^ y[i]));
+            CHECK(inv[i] == (dt == DType::Bool ? !x[i] : norm(~x[i])));
+        }
+        View dst = test::host_view({3}, dt);
+        Expr e = bitwise_invert(bitwise_xor(bitwise_or(leaf(test::host_view({3}, dt)), leaf(test::host_view({3}, dt))),
+                                            bitwise_and(leaf(test::host_view({3}, dt)), leaf(test::host_view({3}, dt)))));
+        const std::string src = codegen::emit_cuda(compile_assignment(e.node(), dst, "sm_90").stages[0].kernel).code;
+#ifdef KILN_HAVE_NVRTC
+        const cuda::NvrtcResult r = cuda::nvrtc_compile(src, "bitwise.cu", 90);
+        INFO(r.log);
+        CHECK(r.ok);
+#endif
+    }
+    Tensor f = ctx.array(std::vector<float>{1.0f}, {1}), i = ctx.array(std::vector<int32_t>{1}, {1});
+    std::string msg;
+    try {
+        bitwise_or(i, f);
+    } catch (const Error& e) {
+        msg = e.what();
+    }
+    CHECK(msg.find("bitwise_or: float operands are not supported") != std::string::npos);
+    CHECK(msg.find("bitwise ops take integers and bools") != std::string::npos);
+}

@@ -77,6 +77,7 @@ const std::vector<UnaryOp>& unary_ops() {
 #undef KILN_MATH2
 #undef KILN_MATH
         {"abs", absolute}, {"fabs", float_abs}, {"sign", sign}, {"isfinite", finite},
+        {"invert", bitwise_invert}, {"bitwise_not", bitwise_invert},   // NumPy's
         {"arctan", atan}, {"arcsin", asin}, {"arccos", acos},   // NumPy 1's names
         {"arcsinh", asinh}, {"arccosh", acosh}, {"arctanh", atanh},
     };

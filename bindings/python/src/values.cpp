@@ -68,6 +68,8 @@ void bind_arithmetic(nb::class_<T>& cls) {
         {"__mod__", remainder, false}, {"__rmod__", remainder, true}, {"__pow__", power, false}, {"__rpow__", power, true},
         {"__eq__", equal, false}, {"__ne__", not_equal, false}, {"__lt__", less, false}, {"__le__", less_equal, false},
         {"__gt__", greater, false}, {"__ge__", greater_equal, false},
+        {"__and__", bitwise_and, false}, {"__rand__", bitwise_and, true}, {"__or__", bitwise_or, false},
+        {"__ror__", bitwise_or, true}, {"__xor__", bitwise_xor, false}, {"__rxor__", bitwise_xor, true},
     };
     for (const Op& o : ops) {
         BinaryFn fn = o.fn;
@@ -85,6 +87,8 @@ void bind_arithmetic(nb::class_<T>& cls) {
     cls.def("__neg__", [](nb::handle a) { nb::handle c; return wrap(negative(operand(a, c, "negative")), c); },
             nb::sig("def __neg__(self) -> Expr"));
     cls.def("__pos__", [](nb::handle a) { return nb::borrow(a); });
+    cls.def("__invert__", [](nb::handle a) { nb::handle c; return wrap(bitwise_invert(operand(a, c, "bitwise_invert")), c); },
+            nb::sig("def __invert__(self) -> Expr"));
     cls.def("__abs__", [](nb::handle a) { nb::handle c; return wrap(absolute(operand(a, c, "absolute")), c); },
             nb::sig("def __abs__(self) -> Expr"));
     // NumPy-style reduction methods: keepdims=False.
