@@ -443,13 +443,19 @@ void Emitter::find_payload_uses() {
     for (const kir::Block& b : k_.blocks)
         for (const kir::Store& st : b.stores) payload_seen_[st.value] = true;
     // A float sum is arithmetic; an arg reduction yields a position, whatever the NaN; a max or
-    // min passes a NaN on, seen where its result is.
-    std::vector<bool> result_seen(k_.accums.size(), false);
-    for (size_t id = 0; id < k_.instrs.size(); ++id)
-        if (k_.instrs[id].op == Op::AccResult && payload_seen_[id]) result_seen[k_.instrs[id].index] = true;
-    for (size_t ai = 0; ai < k_.accums.size(); ++ai) {
-        const kir::Accum& ac = k_.accums[ai];
-        if (!(ac.kind == AccKind::Sum && ac.type == CT::F32) && !is_arg(ac.kind) && result_seen[ai]) payload_seen_[ac.value] = true;
+    // min passes a NaN on, seen where its result is (until nothing changes: a max of an earlier
+    // max's result passes it on too).
+    for (bool changed = true; changed;) {
+        changed = false;
+        std::vector<bool> result_seen(k_.accums.size(), false);
+        for (size_t id = 0; id < k_.instrs.size(); ++id)
+            if (k_.instrs[id].op == Op::AccResult && payload_seen_[id]) result_seen[k_.instrs[id].index] = true;
+        for (size_t ai = 0; ai < k_.accums.size(); ++ai) {
+            const kir::Accum& ac = k_.accums[ai];
+            if (!(ac.kind == AccKind::Sum && ac.type == CT::F32) && !is_arg(ac.kind) && result_seen[ai] &&
+                !payload_seen_[ac.value])
+                payload_seen_[ac.value] = changed = true;
+        }
     }
 }
 

@@ -62,10 +62,10 @@
 //     first pass also keeps each thread's count, mean and sum of squared deviations (a step's
 //     values as one group, merged by Chan et al.'s update), the row's threads merge them in a
 //     fixed order, together with the first pass's sum of the same values if it has one, and
-//     the sum is M2 + n (mean - k)^2. A later pass that only sums exp(v - k) (softmax's
-//     denominator) is folded likewise: a running max m and s = sum of exp(v - m), rescaled as
-//     m grows, merged in the first pass's round (which then also gives the max of the same
-//     values), and the sum is s exp(m - k).
+//     the sum is M2 + n (mean - k)^2. A later pass that only sums exp(v - max(v)) with the
+//     max the first pass's (softmax's denominator) is folded likewise: a running max m and s =
+//     sum of exp(v - m), rescaled as m grows, merged in the first pass's round, which then also
+//     gives the max.
 //   - column reduction (some buffer contiguous along a parallel dim and none along a reduced
 //     one), entry NAME: a block is detail::column_width parallel points (128 bytes of the narrowest
 //     loaded dtype) x the slices of the reduced points that make 256 threads; the

@@ -57,16 +57,15 @@ std::vector<int> row_cache_slots(const kir::Kernel& k);
 //     sum is M2 + n (mean - k)^2 once k is known. When the first pass also sums the same v
 //     (shared: that accumulator, the mean's sum), the sum goes through the moments' round. When
 //     a later pass reads the row again (then the row is cached, and the fold only saves a
-//     round) only for that shared sum and rows of 16-bit values: on float32 rows of 5000-16384
-//     elements the first pass's extra arithmetic cost 5-15% more than the round saved.
-//   - ExpSum, f(d) = exp(d) (softmax's denominator about the row's max): the first pass keeps a
-//     running max m and s = sum of exp(v - m), rescaled when m grows (online softmax), and the
-//     sum is s exp(m - k). Always: besides a pass over the row it saves a round of the row's
-//     threads, whether or not the row is cached. When the first pass also reduces the max of
-//     the same v (shared: that accumulator), m after the row's merge is that max, and its own
-//     round is skipped.
-// Per folded accumulator: its kind, its block, the instruction of v, the instruction of k and
-// v's instructions (block-local, in order).
+//     round) only for that shared sum and rows of values of at most 16 bits: on float32 rows of
+//     5000-16384 elements the first pass's extra arithmetic cost 5-15% more than the round saved.
+//   - ExpSum, f(d) = exp(d) with k the max of the same v that the first pass reduces (softmax's
+//     denominator; shared: that accumulator): the first pass keeps a running max m and s = sum
+//     of exp(v - m), rescaled when m grows (online softmax); m after the row's merge is the max,
+//     whose own round is skipped, and the sum is s exp(m - k) = s. Always: besides a pass over
+//     the row it saves a round of the row's threads, whether or not the row is cached.
+// Per folded accumulator: its kind, its block, the instruction of v, the instruction of k, v's
+// instructions (block-local, in order) and the first pass's accumulator it shares, or -1.
 struct RowFold {
     enum Kind : uint8_t { Moments, ExpSum };
     Kind kind = Moments;

@@ -154,6 +154,12 @@ std::vector<RowFold> row_folds(const kir::Kernel& k) {
                 const kir::Accum& m = k.accums[fa];
                 if (m.kind == twin && m.type == ComputeType::F32 && same_value(k, m.value, v)) fold.shared = fa;
             }
+            // A sum of exponentials only as softmax has it, exp(v - max(v)) with that max the first
+            // pass's: then k is the fold's own m, and every special value (-inf, +inf, NaN rows)
+            // comes out as the two rounds would give it.
+            if (fold.kind == RowFold::ExpSum &&
+                (d.a[0] != v || fold.shared < 0 || k.instrs[s].op != Op::AccResult || k.instrs[s].index != fold.shared))
+                break;
             folds.push_back(std::move(fold));
         }
         if (folds.size() == b.accums.size()) out.insert(out.end(), folds.begin(), folds.end());

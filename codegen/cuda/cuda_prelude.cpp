@@ -505,7 +505,11 @@ __device__ __forceinline__ void kiln_row_reduce_lse(float& m, float& s, const in
 #pragma unroll 1
     for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
         const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        kiln_lse_merge<F>(m, s, m2, s2);
+        // The lower lane's state first in both lanes: the merge contracts to an fma, not symmetric.
+        const bool upper = (threadIdx.x & o) != 0;
+        float ma = upper ? m2 : m, sa = upper ? s2 : s;
+        kiln_lse_merge<F>(ma, sa, upper ? m : m2, upper ? s : s2);
+        m = ma, s = sa;
     }
     if (G <= 32) return;
     const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5);

@@ -178,3 +178,24 @@ def test_bitwise_ops_promote_and_refuse_floats():
         kiln.bitwise_and(f, a8)
     with pytest.raises(TypeError, match=r"bitwise_invert: float operands are not supported \(got float32"):
         ~f
+
+
+def test_all_any_of_nothing_and_predicates_refuse_host_data():
+    z = kiln.zeros((0, 3))
+    np.testing.assert_array_equal(kiln.asnumpy(kiln.all(z)), np.all(np.zeros((0, 3))))
+    np.testing.assert_array_equal(kiln.asnumpy(kiln.any(z, axis=0)), np.any(np.zeros((0, 3)), axis=0))
+    np.testing.assert_array_equal(kiln.asnumpy(kiln.all(z, axis=0, keepdims=True)),
+                                  np.all(np.zeros((0, 3)), axis=0, keepdims=True))
+    assert kiln.asnumpy(kiln.any(z, axis=1)).shape == (0,)
+    # Host data is no operand (kiln copies nothing implicitly): the same message as every op's.
+    with pytest.raises(kiln.DTypeError, match="kiln does not copy host data implicitly"):
+        kiln.isinf(np.array([1.0, np.inf]))
+
+
+def test_result_type_takes_python_scalars_as_weak():
+    i8 = kiln.zeros((2,), dtype="int8")
+    assert kiln.result_type(i8, 1) == np.dtype(np.int8)
+    assert kiln.result_type(i8, 1.0) == np.dtype(np.float32)
+    assert kiln.result_type(kiln.zeros((2,), dtype="float16"), 1.0) == np.dtype(np.float16)
+    assert kiln.result_type(True, 1) == np.dtype(np.int32)
+    assert kiln.result_type(2.5) == np.dtype(np.float32)

@@ -268,17 +268,39 @@ def expand_dims(a, axis):
     return a.reshape(tuple(shape))
 
 
+def dtype_of(x):
+    """The kiln DType of a dtype spelling, of a tensor or expression, of host data as asarray
+    takes it (float64 becomes float32), or of a Python scalar."""
+    if isinstance(x, (Tensor, Expr)):
+        return _dtypes.dtype(x.dtype)
+    if isinstance(x, (type, np.dtype, str, DType)) or x is _dtypes.bfloat16:
+        return _dtypes.dtype(x)
+    if isinstance(x, (bool, np.bool_)):
+        return DType.bool
+    if isinstance(x, (int, float, np.generic, np.ndarray, list, tuple)):
+        return _dtypes.from_host(np.asarray(x).dtype)
+    return _dtypes.dtype(getattr(x, "dtype", x))
+
+
 def result_type(*arrays_and_dtypes):
-    """The dtype that tensors, expressions and dtypes promote to together (NumPy's rules on
-    kiln's dtypes), as the tensor's dtype is reported."""
+    """The dtype that tensors, expressions, host data, scalars and dtypes promote to together
+    (NumPy's rules on kiln's dtypes), as the tensor's dtype is reported."""
     if not arrays_and_dtypes:
         raise _kiln.InvalidArgument("result_type: needs at least one array or dtype")
+    # Python scalars are weak, as in NumPy 2: they take the others' kind when it holds them.
+    weak = [x for x in arrays_and_dtypes if type(x) in (bool, int, float)]
     d = None
     for x in arrays_and_dtypes:
-        if not isinstance(x, (type, np.dtype, str, DType)):
-            x = getattr(x, "dtype", x)
-        t = _dtypes.dtype(x)
-        d = t if d is None else _kiln._promote(d, t)
+        if type(x) not in (bool, int, float):
+            t = dtype_of(x)
+            d = t if d is None else _kiln._promote(d, t)
+    for x in weak:
+        if d is None:
+            d = dtype_of(x)
+        elif type(x) is float and d not in (DType.float32, DType.float16, DType.bfloat16):
+            d = DType.float32
+        elif type(x) is int and d == DType.bool:
+            d = DType.int32
     return _dtypes._REPORTED[d.value]
 
 

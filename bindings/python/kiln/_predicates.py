@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _kiln
+from . import _creation
 from ._dtypes import _REPORTED
 from ._dtypes import dtype as _dtype
 
@@ -19,11 +20,9 @@ _INTS = ("int32", "int8", "uint8")
 
 
 def _name(x):
-    """The kiln dtype name of a dtype spelling or of a tensor / expression's dtype (kiln.DTypeError
-    for what is neither)."""
-    if not isinstance(x, (type, np.dtype, str, _kiln.DType)):
-        x = getattr(x, "dtype", x)
-    return _dtype(x).name
+    """The kiln dtype name of a dtype spelling, of a tensor / expression's dtype, or of what an
+    operand becomes (NumPy data as kiln.asarray takes it, Python scalars)."""
+    return _creation.dtype_of(x).name
 
 
 def isnan(x):
@@ -38,14 +37,32 @@ def isinf(x):
     return _kiln.equal(_kiln.absolute(x), float("inf"))
 
 
+def _truth(x, axis, keepdims, reduce, empty):
+    t = _kiln.not_equal(x, 0)
+    shape = tuple(t.shape)
+    axes = range(len(shape)) if axis is None else [axis] if isinstance(axis, int) else list(axis)
+    axes = sorted({a + len(shape) if a < 0 else a for a in axes})
+    if shape and any_empty(shape, axes):   # nothing to reduce: NumPy's True for all, False for any
+        kept = tuple(1 if d in axes else n for d, n in enumerate(shape)) if keepdims else \
+            tuple(n for d, n in enumerate(shape) if d not in axes)
+        return _creation.full(kept, empty, dtype="bool")
+    return reduce(t, axis=axis, keepdims=keepdims)
+
+
+def any_empty(shape, axes):
+    return 0 in [shape[a] for a in axes if 0 <= a < len(shape)]
+
+
 def all(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's and the Array API's name
-    """True where every element along `axis` (all of them by default) is nonzero; NaN counts as nonzero."""
-    return _kiln.min(_kiln.not_equal(x, 0), axis=axis, keepdims=keepdims)
+    """True where every element along `axis` (all of them by default) is nonzero; NaN counts as
+    nonzero; True where there is none."""
+    return _truth(x, axis, keepdims, _kiln.min, True)
 
 
 def any(x, axis=None, keepdims=False):  # noqa: A001
-    """True where some element along `axis` (any of all by default) is nonzero; NaN counts as nonzero."""
-    return _kiln.max(_kiln.not_equal(x, 0), axis=axis, keepdims=keepdims)
+    """True where some element along `axis` (any of all by default) is nonzero; NaN counts as
+    nonzero; False where there is none."""
+    return _truth(x, axis, keepdims, _kiln.max, False)
 
 
 def logical_and(a, b):
