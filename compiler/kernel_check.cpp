@@ -112,7 +112,14 @@ std::string kernel_problem(const Kernel& k) {
         for (StrideKind s : buf.layout)
             if (s != StrideKind::Zero && s != StrideKind::One && s != StrideKind::Any)
                 return fmt::format("buf{} has stride kind {}, not one (0 zero, 1 one, 2 any)", b, (int)s);
+        if (buf.hist && !(buf.output && is_float(buf.dtype)))
+            return fmt::format("buf{} ({} {}) is counted into the histogram; only float outputs are", b,
+                               buf.output ? "output" : "input", dtype_name(buf.dtype));
+        if (buf.hist && k.hist.bins == 0) return fmt::format("buf{} is counted into the histogram, but the kernel has none", b);
     }
+    if (k.hist.bins < 0 || k.hist.bins > kMaxHistBins || k.hist.offset < -kMaxHistOffset || k.hist.offset > kMaxHistOffset)
+        return fmt::format("histogram of {} bins from 2^{}; valid: 0 to {} bins from 2^-{} to 2^{}", k.hist.bins,
+                           k.hist.offset, kMaxHistBins, kMaxHistOffset, kMaxHistOffset);
     if (k.num_fparams < 0 || k.num_iparams < 0)
         return fmt::format("{} float and {} integer parameters: counts are not negative", k.num_fparams, k.num_iparams);
     const int n = (int)k.instrs.size();

@@ -128,7 +128,20 @@ struct Buffer {
     DType dtype;                       // storage dtype
     bool output = false;               // written by this kernel (never also read by it)
     std::vector<StrideKind> layout;    // per domain dim
+    bool hist = false;                 // float output whose stored values the kernel counts (Hist)
 };
+
+// Numerics histogram of the stored values (include/kiln/hist.hpp): every value stored to a
+// buffer marked `hist`, as rounded to its dtype, is counted by round(log2|x|) into `bins` i32
+// counters from 2^offset (0 and NaN in the first, beyond either end in the end bins), added to
+// the launch's LaunchArgs::hist. bins == 0: no histogram. The CUDA renderer counts in the store
+// path; the CPU runtime counts the written tensor after the kernel instead.
+struct Hist {
+    int bins = 0;
+    int offset = 0;
+};
+inline constexpr int kMaxHistBins = 4096;
+inline constexpr int kMaxHistOffset = 1000;
 
 struct Store {
     int buffer;
@@ -156,6 +169,7 @@ struct Kernel {
     std::vector<Instr> instrs;
     std::vector<Accum> accums;
     std::vector<Block> blocks;
+    Hist hist;
 
     bool has_reduction() const {
         for (bool r : reduced) if (r) return true;
@@ -170,6 +184,7 @@ struct LaunchArgs {
     std::vector<int64_t> strides;      // [buffer * rank + dim], in elements
     std::vector<float> fparams;
     std::vector<int32_t> iparams;
+    void* hist = nullptr;              // Kernel::hist.bins int32 counters, added to (null without Hist)
 };
 
 // Human-readable listing, used by KILN_LOG=debug and in test failure messages.

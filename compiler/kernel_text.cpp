@@ -36,7 +36,7 @@ std::string kernel_text(const kir::Kernel& k) {
     for (bool r : k.reduced) o << (r ? '1' : '0');
     o << (k.full_reduce ? "|full" : "|part");
     for (auto& b : k.buffers) {
-        o << "|buf " << (int)b.dtype << (b.output ? 'o' : 'i') << ':';
+        o << "|buf " << (int)b.dtype << (b.output ? 'o' : 'i') << (b.hist ? "h:" : ":");
         for (auto l : b.layout) o << "01x"[(int)l];
     }
     o << "|fp " << k.num_fparams << "|ip " << k.num_iparams;
@@ -55,6 +55,7 @@ std::string kernel_text(const kir::Kernel& k) {
         o << ';';
         for (auto& st : b.stores) o << st.buffer << '=' << st.value << ',';
     }
+    if (k.hist.bins) o << "|hist " << k.hist.bins << ',' << k.hist.offset;
     return std::move(o.s);
 }
 
@@ -156,6 +157,7 @@ kir::Kernel parse_kernel_text(std::string_view text) {
         b.dtype = r.enum_value<DType>(kNumDTypes - 1, "a dtype (0..6)");
         if (r.accept("o")) b.output = true;
         else r.expect("i");
+        if (r.accept("h")) b.hist = true;
         r.expect(":");
         while (!r.at_end() && text[r.pos] != '|' && (int)b.layout.size() <= k.rank) {
             const char c = text[r.pos++];
@@ -225,7 +227,12 @@ kir::Kernel parse_kernel_text(std::string_view text) {
         }
         k.blocks.push_back(std::move(b));
     }
-    if (!r.at_end()) r.fail_at("'|acc ', '|blk ' or the end of the kernel");
+    if (r.accept("|hist ")) {
+        k.hist.bins = r.number<int>();
+        r.expect(",");
+        k.hist.offset = r.number<int>();
+    }
+    if (!r.at_end()) r.fail_at("'|acc ', '|blk ', '|hist ' or the end of the kernel");
     if (k.blocks.empty()) r.fail_at("at least one block ('|blk')");
     if (std::string problem = kir::kernel_problem(k); !problem.empty())
         fail(Error::Kind::Value, "kernel text: {}", problem);

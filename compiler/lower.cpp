@@ -501,6 +501,10 @@ struct Lowerer {
             v = stochastic_round(v, o.dtype);
         k.blocks[cur].stores.push_back({obuf, v});
         k.buffers[obuf].output = true;
+        if (opts.hist.bins > 0 && !o.is_temp && is_float(o.dtype)) {
+            k.buffers[obuf].hist = true;
+            k.hist = opts.hist;
+        }
     }
 
     void finish(const std::string& target) {

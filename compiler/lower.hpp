@@ -46,6 +46,9 @@ struct LowerOptions {
     // Stores to float16/bfloat16 round stochastically keeping this many mantissa bits (1..10;
     // bfloat16 keeps at most its 7); 0: round to nearest even.
     int stochastic_round_bits = 0;
+    // A destination of float dtype (not a temporary) has its stored values counted into this
+    // histogram (kir::Hist); bins == 0: none.
+    kir::Hist hist;
 };
 
 // `target` names what the code is for ("cpu-x86_64-avx2", "sm_90"); it is part of the key.

@@ -328,16 +328,18 @@ double Context::elapsed_ms(const Mark& start, const Mark& end) {
 
 // ---- evaluation
 
-CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr) {
+CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr, const kir::Hist& hist) {
     // Everything besides the graph that changes the generated code goes into `options`.
-    assignment_signature(expr, dst, /*options=*/(uint64_t)stochastic_round_bits, "assign", signature);
+    const uint64_t options = (uint64_t)stochastic_round_bits | (uint64_t)hist.bins << 8 |
+                             (uint64_t)(hist.offset + kir::kMaxHistOffset) << 24;
+    assignment_signature(expr, dst, options, "assign", signature);
     check_devices(expr);
     if (CachedPlan* p = plans.find(signature)) {
         ++counters.plan_hits;
         return p;
     }
     CachedPlan plan =
-        make_cached_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits}), signature);
+        make_cached_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits, hist}), signature);
     for (CachedStage& st : plan.stages) {
         const std::string& key = st.lowered.key;
         if (record) record->add(st.lowered.kernel, key, device().kind == DeviceKind::CUDA ? "cuda" : "cpu", target);
@@ -363,7 +365,7 @@ void Context::Impl::release_retired(const CachedPlan& fresh) {
     backend->release_retired(keep);
 }
 
-void Context::Impl::execute(CachedPlan& plan) {
+void Context::Impl::execute(CachedPlan& plan, void* hist_counters) {
     temps.clear();
     for (auto& t : plan.temps) temps.push_back(alloc((size_t)numel(t.shape) * dtype_size(t.dtype), "assign (temporary)"));
     // One counter per rand() node per assignment, so a node read by two stages draws once.
@@ -390,6 +392,7 @@ void Context::Impl::execute(CachedPlan& plan) {
             ls.args.iparams[r.seed_slot] = (int32_t)seed;
             ls.args.iparams[r.counter_slot] = (int32_t)draw_for(r.serial);
         }
+        ls.args.hist = ls.kernel.hist.bins > 0 ? hist_counters : nullptr;
         backend->launch(st.kernel, ls.args);
         ++counters.launches;
     }
@@ -448,15 +451,15 @@ double plan_bytes(const CachedPlan& plan) {
 
 } // namespace
 
-void Context::Impl::run(const View& dst, const NodePtr& expr) {
-    CachedPlan& plan = *plan_for(dst, expr);
+void Context::Impl::run(const View& dst, const NodePtr& expr, const kir::Hist& hist, void* counters) {
+    CachedPlan& plan = *plan_for(dst, expr, hist);
     {
         BenchTimer timer(*this, "assign");
         if (timer.on())
             timer.set(fmt::format("{} {}: {} kernel{}", dtype_name(dst.dtype), shape_str(dst.shape), plan.stages.size(),
                                   plan.stages.size() == 1 ? "" : "s"),
                       plan_bytes(plan));
-        execute(plan);
+        execute(plan, counters);
     }
 }
 
@@ -475,16 +478,26 @@ void Context::assign(Tensor& dst, const Expr& e) {
         check_readable(e.node(), "assign");
         return;
     }
+    // Named tensors (include/kiln/hist.hpp): counted once, by the outermost call that wrote them.
+    // On CUDA the kernels count the values as they store them, into a slot made first (outside
+    // the lock: zeros is an assignment); elsewhere the written tensor is counted afterwards.
+    const std::string& tag = dst.view().storage->hist_tag;
+    const bool named = impl_->hist_named && impl_->call_depth == 0 && !tag.empty() && impl_->count_named;
+    const bool in_store = named && is_float(dst.dtype()) && device().kind == DeviceKind::CUDA;
+    Tensor slot;
+    kir::Hist hist;
+    if (in_store) {
+        slot = zeros({1, impl_->hist_bins}, DType::Int32);
+        hist = {impl_->hist_bins, impl_->hist_offset};
+    }
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
-        impl_->run(dst.view(), e.node());
+        impl_->run(dst.view(), e.node(), hist, in_store ? slot.data() : nullptr);
         ++impl_->counters.assignments;
         dst.view().storage->written = true;
     }
-    // Named tensors (include/kiln/hist.hpp): counted once, by the outermost call that wrote them,
-    // outside the lock (the count assigns into its slot).
-    if (impl_->hist_named && impl_->call_depth == 0 && !dst.view().storage->hist_tag.empty() && impl_->count_named)
-        impl_->count_named(*this, dst);
+    if (in_store) impl_->hist_slots.emplace_back(tag, slot);
+    else if (named) impl_->count_named(*this, dst);
 }
 
 Tensor Context::eval(const Expr& e) {

@@ -31,9 +31,10 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     // since the last dump, with their tags.
     int hist_bins = 64, hist_offset = -48;
     std::vector<std::pair<std::string, Tensor>> hist_slots;
-    bool hist_named = false;   // count tagged outputs after every write (set_hist_named)
+    bool hist_named = false;   // count tagged outputs as they are written (set_hist_named)
     // Installed by kernels/hist.cpp with set_hist_named: counts a tagged destination after an
-    // assignment (the runtime cannot call the kernels layer itself).
+    // assignment where its kernels cannot count it as they store it (the CPU; the runtime cannot
+    // call the kernels layer itself).
     void (*count_named)(Context&, const Tensor&) = nullptr;
     Counters counters;
     std::mutex mu;
@@ -46,12 +47,14 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     Device device() const { return backend->device(); }
     // Memory for a tensor or a temporary of this context's backend. `op` names the user call.
     std::shared_ptr<Storage> alloc(size_t nbytes, const char* op);
-    void run(const View& dst, const NodePtr& expr);
+    // hist: count the values stored to dst into `counters` (bins int32) in the kernels' store
+    // path (CUDA); bins == 0: no histogram.
+    void run(const View& dst, const NodePtr& expr, const kir::Hist& hist = {}, void* counters = nullptr);
     bool usable(const Storage* s) const;  // Context::can_use
     void check_devices(const NodePtr& expr);
-    CachedPlan* plan_for(const View& dst, const NodePtr& expr);
+    CachedPlan* plan_for(const View& dst, const NodePtr& expr, const kir::Hist& hist);
     void release_retired(const CachedPlan& fresh);
-    void execute(CachedPlan& plan);
+    void execute(CachedPlan& plan, void* hist_counters);
 };
 
 // A context's state, for the library's own code (the public Context has no accessor).

@@ -16,7 +16,9 @@
 //         long long strides[S];          // 8*(R+B)                [buffer * rank + dim], in elements
 //         float     fp[NF];              // 8*(R+B+S)              fparams
 //         int       ip[NI];              // 8*(R+B+S) + 4*NF       iparams
-//     };                                 // sizeof: the end of ip rounded up to 8 (alignment 8)
+//         unsigned* hist;                // the end of ip rounded  with a kir::Hist only: its
+//                                        // up to 8                counters (LaunchArgs::hist)
+//     };                                 // sizeof: the end of the last member rounded up to 8
 //
 // Unused padding slots (rank 0, no params) are zero. `pack_cuda_args` writes exactly these
 // bytes; `cuda_args_layout` gives the offsets. With cuLaunchKernel, kernelParams[0] points at
@@ -134,6 +136,7 @@ CudaSource emit_cuda(const kir::Kernel& k);
 // Byte offsets of the Args struct's members (see above) and its size.
 struct CudaArgsLayout {
     size_t sizes = 0, buffers = 0, strides = 0, fparams = 0, iparams = 0, total = 0;
+    size_t hist = 0;   // with a kir::Hist only
 };
 CudaArgsLayout cuda_args_layout(const kir::Kernel& k);
 

@@ -235,7 +235,7 @@ void Emitter::emit_column_entry(int vec) {
         close();
     }
     close();
-    close();
+    close_kernel();
 }
 
 // A warp per column: lane l folds the column's chunk records l, l + 32, ... in chunk order,
@@ -270,7 +270,7 @@ void Emitter::emit_column_final_kernel() {
     close();
     for (size_t bi = 1; bi < k_.blocks.size(); ++bi) emit_point_block(k_.blocks[bi], "lane == 0");
     close();
-    close();
+    close_kernel();
 }
 
 } // namespace kiln::codegen::detail

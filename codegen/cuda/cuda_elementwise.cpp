@@ -44,7 +44,7 @@ void Emitter::emit_elementwise_kernel() {
         close();
     }
     close();
-    close();
+    close_kernel();
 }
 
 bool Emitter::vectorisable() const { return detail::elementwise_vector_width(k_) > 1; }
@@ -187,6 +187,7 @@ void Emitter::emit_vector_path() {
                 } else {
                     line("r{}[{}] = {};", st.buffer, lane, v(st.value));
                 }
+                emit_hist_count(st.buffer, v(st.value));
             }
             if (b.loop) {
                 set_acc_results(b);

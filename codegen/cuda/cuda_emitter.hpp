@@ -161,6 +161,12 @@ private:
 
     void emit_stores(const kir::Block& b);
 
+    // ---- numerics histogram (kir::Hist): each entry point zeroes a block histogram in shared
+    // memory at its start, every store to a counted buffer adds its value there, and the block
+    // adds its counts to LaunchArgs::hist at the end (close_kernel).
+    void emit_hist_count(int buffer, const std::string& value);
+    void close_kernel();
+
     // ---- pieces shared by the kernels
 
     void emit_args_struct();

@@ -89,7 +89,7 @@ void Emitter::emit_partial_kernel() {
     store_acc_record(b);
     close();
     close();
-    close();
+    close_kernel();
 }
 
 void Emitter::emit_final_kernel() {
@@ -119,7 +119,7 @@ void Emitter::emit_final_kernel() {
         emit_stores(point);
         close();
     }
-    close();
+    close_kernel();
 }
 
 } // namespace kiln::codegen::detail

@@ -12,6 +12,8 @@ namespace kiln::codegen::detail {
 // bit manipulation (bit-for-bit those of ir/half.hpp), NaN-propagating min/max, the
 // accumulator kinds, and the warp, row-group, cluster and column reductions.
 extern const char* const kCudaPrelude;
+// The histogram's bin rule, for kernels with a kir::Hist.
+extern const char* const kCudaHistPrelude;
 
 // Whether buffer `buf` of `k` varies along some reduced dim (is not broadcast along all of them).
 bool varies_along_reduced(const kir::Kernel& k, size_t buf);

@@ -325,6 +325,10 @@ CudaArgsLayout cuda_args_layout(const kir::Kernel& k) {
     l.fparams = l.strides + 8 * s;
     l.iparams = l.fparams + 4 * std::max(k.num_fparams, 1);
     l.total = align_up(l.iparams + 4 * std::max(k.num_iparams, 1), 8);
+    if (k.hist.bins > 0) {
+        l.hist = l.total;
+        l.total += 8;
+    }
     return l;
 }
 
@@ -354,6 +358,11 @@ void pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs& a, std::vector<
     put(l.strides, a.strides.data(), 8 * a.strides.size());
     put(l.fparams, a.fparams.data(), 4 * a.fparams.size());
     put(l.iparams, a.iparams.data(), 4 * a.iparams.size());
+    if (k.hist.bins > 0) {
+        KILN_CHECK_INTERNAL(a.hist != nullptr, "pack_cuda_args: {} counts a histogram, but the launch gives no counters",
+                            k.name);
+        put(l.hist, &a.hist, 8);
+    }
 }
 
 CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaDeviceCaps& dev) {
@@ -392,7 +401,8 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         auto cache_bytes = [&](int64_t g) {
             return detail::row_cache_bytes(k, slot, block_of(g) * ((nr + g * v - 1) / (g * v) * v));
         };
-        const size_t cache_room = dev.max_shared / 2;
+        // (Less a histogram's counters, which the block keeps in shared memory too.)
+        const size_t cache_room = dev.max_shared / 2 - 4 * (size_t)k.hist.bins;
         while (caches && cache_bytes(g) > cache_room && g < max_g) g *= 2;
         const int64_t block = block_of(g);
         const int64_t cluster = g > block ? g / block : 1;

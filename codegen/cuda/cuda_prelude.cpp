@@ -584,4 +584,28 @@ __device__ __forceinline__ void kiln_column_reduce_v(typename A::T (&v)[V], int 
 // ---- end of prelude
 )";
 
+const char* const kCudaHistPrelude = R"(
+// Numerics histogram (include/kiln/hist.hpp): x's bin among B from 2^O by round(log2|x|), from
+// the bits as kernels/hist.cpp counts (0 and NaN in bin 0, infinities in the last; the
+// exponent, plus one past a significand of sqrt(2)), added to the block's counts h.
+template <int B, int O>
+__device__ __forceinline__ void kiln_hist_count(unsigned* h, float x) {
+    unsigned u = __float_as_uint(x) & 0x7fffffffu;
+    int bin = 0;
+    if (u == 0x7f800000u) {
+        bin = B - 1;
+    } else if (u != 0 && u < 0x7f800000u) {
+        int shift = 0;
+        if (u < 0x00800000u) {   // subnormal: scale by 2^24, exactly
+            u = __float_as_uint(__uint_as_float(u) * 16777216.0f);
+            shift = 24;
+        }
+        const int l = (int)(u >> 23) - 127 - shift + ((u & 0x7fffffu) >= 0x3504f4u ? 1 : 0) - O;
+        bin = l >= B - 1 ? B - 1 : l <= 0 ? 0 : l;
+    }
+    atomicAdd(h + bin, 1u);
+}
+// ---- end of histogram prelude
+)";
+
 } // namespace kiln::codegen::detail

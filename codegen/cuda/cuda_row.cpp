@@ -538,7 +538,7 @@ void Emitter::emit_row_kernel() {
     close();   // rows
     from_fold_.clear();
     line("if (cs > 0) kiln_cluster_sync();   // no block leaves while its last words are on their way");
-    close();
+    close_kernel();
 }
 
 } // namespace kiln::codegen::detail

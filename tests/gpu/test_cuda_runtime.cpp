@@ -848,3 +848,54 @@ TEST_CASE("gpu: hist counts as the CPU path does") {
     HistData d = dump_hist_data(gpu);
     CHECK(d.tags.size() == 1);   // the slot taken since the last set_hist_buffers
 }
+
+// Named tensors on CUDA are counted by the fused kernels as they store them: every kernel shape
+// (row passes with 16-byte stores, row, column and full reductions, elementwise with and
+// without the vector path), every float dtype; the counts equal hist() of the stored result.
+TEST_CASE("gpu: named tensors are counted in the fused kernels' store path") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"});
+    std::mt19937 g(5);
+    std::uniform_real_distribution<float> e(-30.0f, 30.0f), s(-1.0f, 1.0f);
+    std::vector<float> h(300 * 3001);
+    for (auto& x : h) x = std::copysign(std::exp2(e(g)), s(g));
+    h[7] = NAN, h[8] = INFINITY, h[9] = 0.0f, h[10] = 1e-41f;
+    for (auto [bins, offset] : {std::pair{64, -48}, {9, -3}}) {
+        set_hist_buffers(gpu, bins, offset);
+        for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
+            Tensor x = gpu.array(h, {300, 3001}, dt);
+            Tensor flat = x.reshape({300 * 3001});
+            struct Case {
+                const char* name;
+                Expr e;
+                Shape shape;
+            };
+            const Case cases[] = {
+                {"softmax", softmax(x.expr() * (1.0 / 1024), 1), {300, 3001}},
+                {"row sum", sum(x.expr() * (1.0 / 4096), 1, false), {300}},
+                {"column sum", sum(x.expr() * (1.0 / 4096), 0, false), {3001}},
+                {"full sum", sum(absolute(flat.expr()) * (1.0 / (1 << 20))), {1}},
+                {"elementwise", tanh(flat.expr()) * 3.0, {300 * 3001}},
+                {"transposed", x.T().expr() * 0.5, {3001, 300}},
+            };
+            for (const Case& c : cases) {
+                INFO(c.name << " " << dtype_name(dt) << " bins " << bins << " offset " << offset);
+                Tensor y = gpu.empty(c.shape, dt);
+                set_hist_tag(y, "y");
+                dump_hist_data(gpu);
+                set_hist_named(gpu, true);
+                y.assign(c.e);
+                set_hist_named(gpu, false);
+                hist(y, "check");
+                HistData d = dump_hist_data(gpu);
+                REQUIRE(d.tags == std::vector<std::string>{"y", "check"});
+                const std::vector<int32_t> counts = d.counts.to_vector<int32_t>();
+                const std::vector<int32_t> named(counts.begin(), counts.begin() + bins), check(counts.begin() + bins, counts.end());
+                CHECK(named == check);
+                int64_t total = 0;
+                for (int32_t n : named) total += n;
+                CHECK(total == y.size());
+            }
+        }
+    }
+}

@@ -153,7 +153,7 @@ TEST_CASE("stochastic rounding: part of the plan (a change recompiles) and of th
     CHECK(new_kernels() == kernels + 1);   // the round-to-nearest kernel is in memory
 
     const NodePtr e = (src * 3.0f + ctx.rand({64})).node();
-    CompiledAssignment ca = compile_assignment(e, dst.view(), "sm_90", LowerOptions{10});
+    CompiledAssignment ca = compile_assignment(e, dst.view(), "sm_90", LowerOptions{10, {}});
     REQUIRE(ca.stages.size() == 1);
     CHECK(ca.stages[0].rands.size() == 2);   // rand() and the rounding: separate counters
     CHECK(ca.stages[0].rands[1].serial >= kRoundingSerial);
