@@ -15,7 +15,8 @@ against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin 
 `<!-- gemm:end -->`; python_dispatch.py's (one or several runs, each row the median of the runs)
 `<!-- python:begin -->` .. `<!-- python:end -->`; conv.py's (kiln beside cuDNN) `<!-- conv:begin -->` ..
 `<!-- conv:end -->`; collectives.py's (kiln.distributed beside torch.distributed)
-`<!-- collectives:begin -->` .. `<!-- collectives:end -->`. A section without its markers is added
+`<!-- collectives:begin -->` .. `<!-- collectives:end -->`; hist_cost.py's (named-tensor histograms)
+`<!-- hist:begin -->` .. `<!-- hist:end -->`. A section without its markers is added
 at the end of the document, so the document always shows the last run's numbers with that
 run's device, date, commit and method.
 """
@@ -33,6 +34,7 @@ GEMM_BEGIN, GEMM_END = "<!-- gemm:begin -->", "<!-- gemm:end -->"
 PY_BEGIN, PY_END = "<!-- python:begin -->", "<!-- python:end -->"
 CONV_BEGIN, CONV_END = "<!-- conv:begin -->", "<!-- conv:end -->"
 COLL_BEGIN, COLL_END = "<!-- collectives:begin -->", "<!-- collectives:end -->"
+HIST_BEGIN, HIST_END = "<!-- hist:begin -->", "<!-- hist:end -->"
 
 # kiln-bench-fusion's latency measures against the fused-kernel issue's targets: (label, key, unit, target).
 LATENCY = [
@@ -261,6 +263,25 @@ def render_collectives(r, command):
     return "\n".join(out)
 
 
+def render_hist(r, command):
+    out = [HIST_BEGIN, ""] + provenance(
+        f"Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s.", r["date"], r["commit"],
+        f"`{command}`.",
+        "each assignment uncounted (hist_named off), counted in its kernels' store path (hist_named on, the "
+        "destination tagged), and counted by a second pass (the assignment, then kiln.hist of its result), on random "
+        "data; warm-up, then 7 batches of back-to-back calls timed on the host clock up to a synchronize, the median "
+        "batch. Floor: the bytes the assignment reads and writes over the copy bandwidth. Counts: the store path's "
+        "equal the second pass's.") + [""]
+    out += ["| expression | dtype | shape | floor ms | off ms | store path ms | second pass ms | store / off | "
+            "pass / off | counts |", "| --- | --- | --- |" + " ---: |" * 6 + " --- |"]
+    for c in r["hist"]:
+        out.append(f"| {c['case']} | {c['dtype']} | {'x'.join(map(str, c['shape']))} | {c['floor_ms']:.4f} | "
+                   f"{c['off_ms']:.4f} | {c['store_ms']:.4f} | {c['pass_ms']:.4f} | {c['store_over_off']:.2f}x | "
+                   f"{c['pass_over_off']:.2f}x | {'equal' if c['counts_match'] else 'DIFFER'} |")
+    out += ["", HIST_END]
+    return "\n".join(out)
+
+
 def replace_section(doc, begin, end, table, heading):
     if begin in doc and end in doc:
         return re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: table, doc, flags=re.S)
@@ -306,6 +327,10 @@ def main():
                                    "examples/benchmarks/collectives.py --json collectives.json")
         doc = replace_section(doc, COLL_BEGIN, COLL_END, table,
                               "Collectives beside torch.distributed (examples/benchmarks/collectives.py)")
+    elif "hist" in r:
+        table = render_hist(r, args.command or "python3 examples/benchmarks/hist_cost.py --json hist_cost.json")
+        doc = replace_section(doc, HIST_BEGIN, HIST_END, table,
+                              "Numerics histograms of named tensors (examples/benchmarks/hist_cost.py)")
     elif "layers" in r:
         table = render_conv(r, args.command or "python3 examples/benchmarks/conv.py --json conv.json")
         doc = replace_section(doc, CONV_BEGIN, CONV_END, table,
@@ -325,7 +350,8 @@ def main():
     with open(args.doc, "w") as f:
         f.write(doc)
     count = sum("kiln_ms" in x for x in r) if gemm else len(
-        r["rows"] if python else r["layers"] if "layers" in r else r["allreduce"] if "allreduce" in r else r["cases"])
+        r["rows"] if python else r["layers"] if "layers" in r else r["allreduce"] if "allreduce" in r
+        else r["hist"] if "hist" in r else r["cases"])
     print(f"{args.doc}: {count} {'products' if gemm else 'cases'} from {', '.join(args.json)}")
     return 0
 

@@ -84,7 +84,7 @@ void bind_context(nb::module_& m) {
              "The bins and offset of the numerics histograms (kiln.hist) from now on; discards the slots taken so far.")
         .def_prop_rw("hist_named", [](PyContext& c) { return hist_named(c.c()); },
                      [](PyContext& c, bool on) { set_hist_named(c.c(), on); },
-                     "Count every tensor with a histogram tag (set_hist_tag, name=) after each call that writes it.")
+                     "Count every tensor with a histogram tag (set_hist_tag, name=) as each call writes it (on CUDA, an assignment's kernels count in their store path).")
         .def_prop_ro("hist_bins", [](PyContext& c) { return hist_bins(c.c()); })
         .def_prop_ro("hist_offset", [](PyContext& c) { return hist_offset(c.c()); })
         .def("_dump_hist_data", [](nb::handle self) {
