@@ -133,6 +133,10 @@ struct CudaSource {
 // same for every architecture (sm_90-only paths are guarded by __CUDA_ARCH__).
 CudaSource emit_cuda(const kir::Kernel& k);
 
+// Static shared memory an entry point of k keeps for its histogram (kir::Hist), beside the 1 KiB
+// below CudaDeviceCaps::max_shared that the other static arrays stay within.
+size_t cuda_hist_shared_bytes(const kir::Kernel& k);
+
 // Byte offsets of the Args struct's members (see above) and its size.
 struct CudaArgsLayout {
     size_t sizes = 0, buffers = 0, strides = 0, fparams = 0, iparams = 0, total = 0;

@@ -316,6 +316,10 @@ bool cuda_launch_aligned(const kir::Kernel& k, const kir::LaunchArgs& a, const C
     return true;
 }
 
+size_t cuda_hist_shared_bytes(const kir::Kernel& k) {
+    return 4 * (size_t)k.hist.bins;
+}
+
 CudaArgsLayout cuda_args_layout(const kir::Kernel& k) {
     const size_t r = std::max(k.rank, 1), nb = k.buffers.size(), s = std::max<size_t>(nb * k.rank, 1);
     CudaArgsLayout l;
@@ -402,7 +406,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
             return detail::row_cache_bytes(k, slot, block_of(g) * ((nr + g * v - 1) / (g * v) * v));
         };
         // (Less a histogram's counters, which the block keeps in shared memory too.)
-        const size_t cache_room = dev.max_shared / 2 - 4 * (size_t)k.hist.bins;
+        const size_t cache_room = dev.max_shared / 2 - cuda_hist_shared_bytes(k);
         while (caches && cache_bytes(g) > cache_room && g < max_g) g *= 2;
         const int64_t block = block_of(g);
         const int64_t cluster = g > block ? g / block : 1;

@@ -284,9 +284,11 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
     for (const std::string& e : src.entry_points) {
         CUfunction f = nullptr;
         check(d.cuModuleGetFunction(&f, k->module, e.c_str()), "cuModuleGetFunction");
-        // Row kernels size their shared-memory row cache per launch, up to caps_.max_shared.
+        // Row kernels size their shared-memory row cache per launch, up to caps_.max_shared
+        // (less a histogram's counters).
         if (codegen::cuda_shape(kernel) == codegen::CudaShape::Row)
-            check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)caps_.max_shared),
+            check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       (int)(caps_.max_shared - codegen::cuda_hist_shared_bytes(kernel))),
                   "cuFuncSetAttribute");
         k->entries.emplace_back(e, f);
     }

@@ -860,7 +860,7 @@ TEST_CASE("gpu: named tensors are counted in the fused kernels' store path") {
     std::vector<float> h(300 * 3001);
     for (auto& x : h) x = std::copysign(std::exp2(e(g)), s(g));
     h[7] = NAN, h[8] = INFINITY, h[9] = 0.0f, h[10] = 1e-41f;
-    for (auto [bins, offset] : {std::pair{64, -48}, {9, -3}}) {
+    for (auto [bins, offset] : {std::pair{64, -48}, {9, -3}, {4096, -1000}}) {   // 16 KiB of counters per block
         set_hist_buffers(gpu, bins, offset);
         for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
             Tensor x = gpu.array(h, {300, 3001}, dt);

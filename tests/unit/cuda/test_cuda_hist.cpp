@@ -101,7 +101,7 @@ TEST_CASE("hist store path: every kernel shape counts each store once and compil
         // Each entry point zeroes its block's counts, and adds them to the launch's at its end.
         const size_t entries = occurrences(src, "extern \"C\" __global__");
         CHECK(occurrences(src, "__shared__ unsigned kiln_hist[64];") == entries);
-        CHECK(occurrences(src, "atomicAdd(a.hist + i, kiln_hist[i]);") == entries);
+        CHECK(occurrences(src, "if (kiln_hist[i]) atomicAdd(a.hist + i, kiln_hist[i]);") == entries);
         CHECK(occurrences(src, "kiln_hist_count<64, -48>(kiln_hist, ") >= 1);
         const DType t = c.dst.dtype;
         if (t == DType::Float16) CHECK(src.find("kiln_hist_count<64, -48>(kiln_hist, kiln_f16_to_f32_hw(kiln_f32_to_f16(") != std::string::npos);
@@ -153,6 +153,9 @@ TEST_CASE("hist store path: the counters' pointer follows the Args struct, and a
     plain.buffers[0].hist = false;
     const codegen::CudaArgsLayout p = codegen::cuda_args_layout(plain);
     CHECK(l.hist == p.total);
+    // The block's counters, in static shared memory.
+    CHECK(codegen::cuda_hist_shared_bytes(k) == 64 * 4);
+    CHECK(codegen::cuda_hist_shared_bytes(plain) == 0);
     CHECK(l.total == p.total + 8);
     kir::LaunchArgs a;
     a.sizes = {100};
