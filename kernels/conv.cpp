@@ -356,46 +356,51 @@ DotOptions dot_options(const ConvOptions& o, int64_t ch) {
     return d;
 }
 
-// out = epilogue(a product into the matrix C with the GEMM's epilogue d): `multiply(C, d)`
-// straight into the output where its epilogue is the convolution's, else into a float32
-// matrix with the JIT epilogue after it; then bsum. multiply returns false where it declines.
+// out = epilogue(a product into the matrix C with the GEMM's epilogue d): `multiply(C, d,
+// count, counted)` straight into the output where its epilogue is the convolution's (counting
+// the output as it stores it, where the call counts it: `named`), else into a float32 matrix
+// with the JIT epilogue after it; then bsum. multiply returns false where it declines.
 template <class Multiply>
-bool product_with(Tensor& out, const ConvOptions& o, int64_t rows, int64_t ch, Multiply&& multiply) {
+bool product_with(Tensor& out, const ConvOptions& o, int64_t rows, int64_t ch, NamedCount& named, Multiply&& multiply) {
     if (auto c = fused_target(out, o, rows, ch)) {
-        if (!multiply(*c, dot_options(o, ch))) return false;
+        bool counted = false;
+        if (!multiply(*c, dot_options(o, ch), named.store(), counted)) return false;
+        if (counted) named.counted();
     } else {
         Tensor T = out.context().empty({rows, ch}, DType::Float32);
-        if (!multiply(T, DotOptions{})) return false;
+        bool unused = false;
+        if (!multiply(T, DotOptions{}, nullptr, unused)) return false;
         epilogue(T, out, o, ch);
     }
     channel_sums(out, o);
     return true;
 }
 
-void product(const Tensor& A, const Tensor& B, Tensor& out, const ConvOptions& o, int64_t ch) {
-    product_with(out, o, A.shape()[0], ch, [&](Tensor& C, const DotOptions& d) {
-        compound_dot(A, B, C, d);
+void product(const Tensor& A, const Tensor& B, Tensor& out, const ConvOptions& o, int64_t ch, NamedCount& named) {
+    product_with(out, o, A.shape()[0], ch, named, [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
+        counted = compound_dot_counting(A, B, C, d, count);
         return true;
     });
 }
 
 // fprop of a convolution: out = epilogue(conv(I, F)).
-void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& out, const ConvOptions& o) {
+void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& out, const ConvOptions& o,
+             NamedCount& named) {
 #ifdef KILN_HAVE_GEMM_KERNELS
     // The implicit-GEMM kernel where it takes the layer (the pointwise layers' matrix is the
     // activations already: the GEMM's tuned kernels multiply it).
     if (on_gpu(I5) && !pointwise(g) &&
-        product_with(out, o, g.rows(), g.K, [&](Tensor& C, const DotOptions& d) {
-            return gemm::conv_fprop_implicit(L, I5, F, C, d);
+        product_with(out, o, g.rows(), g.K, named, [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
+            return gemm::conv_fprop_implicit(L, I5, F, C, d, count, &counted);
         }))
         return;
 #endif
-    product(columns(g, L, I5), matrix_of(F, g.K, g.taps()).T(), out, o, g.K);
+    product(columns(g, L, I5), matrix_of(F, g.K, g.taps()).T(), out, o, g.K, named);
 }
 
 // out = epilogue(the gradient of conv(I, F) with respect to I, from E).
 void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tensor& E5, Tensor& out,
-                   const ConvOptions& o) {
+                   const ConvOptions& o, NamedCount& named) {
 #ifdef KILN_HAVE_GEMM_KERNELS
     // With stride 1 the gradient is itself a convolution (dgrad_as_conv): the implicit-GEMM
     // kernel's, over the filter flipped in space with K and C exchanged (a small JIT copy).
@@ -404,14 +409,15 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
         const Tensor F5 = as5(F, g.K, {g.T, g.R, g.S}, g.C);
         const Slice flip = Slice::range(Slice::kNone, Slice::kNone, -1);
         const Tensor Fd = E5.context().eval(F5.slice({Slice::all(), flip, flip, flip, Slice::all()}).transpose({4, 1, 2, 3, 0}).expr());
-        if (product_with(out, o, g.N * g.D * g.H * g.W, g.C, [&](Tensor& C, const DotOptions& d) {
-                return gemm::conv_fprop_implicit(*D, E5, Fd, C, d);
-            }))
+        if (product_with(out, o, g.N * g.D * g.H * g.W, g.C, named,
+                         [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
+                             return gemm::conv_fprop_implicit(*D, E5, Fd, C, d, count, &counted);
+                         }))
             return;
     }
 #endif
     const Tensor Em = matrix_of(E5, g.rows(), g.K), Fm = matrix_of(F, g.K, g.taps());
-    if (pointwise(g)) return product(Em, Fm, out, o, g.C);
+    if (pointwise(g)) return product(Em, Fm, out, o, g.C, named);
     Context& ctx = E5.context();
     Tensor dcols = ctx.empty({g.rows(), g.taps()}, DType::Float32);
     compound_dot(Em, Fm, dcols);
@@ -421,14 +427,14 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
 
 // grad_F = alpha * (gradient of conv(I, F) with respect to F, from E) + beta * grad_F.
 void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, double alpha,
-                     double beta) {
+                     double beta, NamedCount& named) {
     Context& ctx = I5.context();
     const Tensor cols = columns(g, L, I5), Em = matrix_of(E5, g.rows(), g.K);
     DotOptions o;
     o.alpha = alpha;
     o.beta = beta;
     if (auto v = grad_F.reshape_view({g.K, g.taps()})) {
-        compound_dot(Em.T(), cols, *v, o);
+        if (compound_dot_counting(Em.T(), cols, *v, o, named.store())) named.counted();
         return;
     }
     Tensor tmp = ctx.empty({g.K, g.taps()}, grad_F.dtype());
@@ -519,8 +525,8 @@ Tensor& data_pass(const ConvLayer& L, const Tensor& F, const Tensor& in, Tensor&
                   view_bytes(in.view()) + view_bytes(F.view()) + view_bytes(out.view()), L.flops());
     const Geo g = geo(L);
     const Tensor in5 = as5(in, L.N, in_sp, in_ch);
-    if (convolve) forward(g, L, in5, F, out, opts);
-    else backward_data(g, L, F, in5, out, opts);
+    if (convolve) forward(g, L, in5, F, out, opts, named);
+    else backward_data(g, L, F, in5, out, opts, named);
     return out;
 }
 } // namespace
@@ -552,8 +558,8 @@ Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor
                   view_bytes(I.view()) + view_bytes(E.view()) + view_bytes(grad_F.view()), L.flops());
     const Geo g = geo(L);
     const Tensor I5 = as5(I, L.N, in_sp, in_ch), E5 = as5(E, L.N, e_sp, e_ch);
-    if (L.deconv) backward_filter(g, L, E5, I5, grad_F, alpha, beta);
-    else backward_filter(g, L, I5, E5, grad_F, alpha, beta);
+    if (L.deconv) backward_filter(g, L, E5, I5, grad_F, alpha, beta, named);
+    else backward_filter(g, L, I5, E5, grad_F, alpha, beta, named);
     return grad_F;
 }
 

@@ -146,8 +146,10 @@ void epilogue(const Tensor& T, Tensor& C, const DotOptions& o) {
 bool shares_storage(const Tensor& a, const Tensor& b) { return a.view().storage == b.view().storage; }
 
 // The CUDA path for C of rank 2 or 3 (batched). Shapes the kernels need not handle (an empty
-// product, K = 0) and outputs that overlap an operand are arranged here.
-void cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o, const char* op) {
+// product, K = 0) and outputs that overlap an operand are arranged here. With `count`, the
+// kernel counts C's values into it as it stores them where it can: true when it did.
+bool cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o, const char* op,
+                  const StoreCount* count = nullptr) {
 #ifdef KILN_HAVE_GEMM_KERNELS
     (void)op;
     const int r = C.rank();
@@ -156,7 +158,7 @@ void cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions&
         // Nothing to multiply (batched callers split such shapes per entry): the epilogue of
         // a zero product.
         epilogue(C.context().zeros(C.shape(), DType::Float32), C, o);
-        return;
+        return false;
     }
     if (o.bsum && (shares_storage(*o.bsum, A) || shares_storage(*o.bsum, B) || shares_storage(*o.bsum, C) ||
                    (o.bias && shares_storage(*o.bsum, *o.bias)))) {
@@ -164,10 +166,10 @@ void cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions&
         // sums go to a fresh bsum, copied once C is written.
         DotOptions fresh = o;
         fresh.bsum = C.context().empty(o.bsum->shape(), o.bsum->dtype());
-        cuda_product(A, B, C, fresh, op);
+        const bool counted = cuda_product(A, B, C, fresh, op, count);
         Tensor bsum = *o.bsum;
         bsum.assign(fresh.bsum->expr());
-        return;
+        return counted;
     }
     if (shares_storage(C, A) || shares_storage(C, B) || (o.bias && shares_storage(C, *o.bias))) {
         // The kernels read A, B and the bias while C's tiles are written: compute into a fresh C.
@@ -175,11 +177,11 @@ void cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions&
         if (o.beta != 0) fresh.assign(C.expr());
         gemm::cuda_gemm(A, B, fresh, o);
         C.assign(fresh.expr());
-        return;
+        return false;
     }
-    gemm::cuda_gemm(A, B, C, o);
+    return gemm::cuda_gemm(A, B, C, o, count);
 #else
-    (void)A, (void)B, (void)C, (void)o;
+    (void)A, (void)B, (void)C, (void)o, (void)count;
     fail(Error::Kind::Runtime,
          "{}: this build of kiln has no CUDA GEMM kernels (nvcc was not found when it was built); rebuild with the CUDA "
          "toolkit's nvcc on PATH, or run the product on a CPU context",
@@ -199,18 +201,24 @@ void bench_product(BenchTimer& bench, const Tensor& A, const Tensor& B, const Te
 
 } // namespace
 
-Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts) {
+bool compound_dot_counting(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts, const StoreCount* count) {
     const char* op = "compound_dot";
     check_operands(A, B, C, opts, op);
     NamedCount named(C.context(), C);
     BenchTimer bench(context_impl(A.context()), op);
     bench_product(bench, A, B, C, 1);
     if (A.context().backend() == Backend::CUDA) {
-        cuda_product(A, B, C, opts, op);
-        return C;
+        const bool counted = cuda_product(A, B, C, opts, op, count ? count : named.store());
+        if (counted && !count) named.counted();
+        return counted;
     }
     Tensor T = cpu_product(A, B, opts.alpha, op);
     epilogue(T, C, opts);
+    return false;
+}
+
+Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts) {
+    compound_dot_counting(A, B, C, opts, nullptr);
     return C;
 }
 
@@ -253,7 +261,7 @@ Tensor& batched_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOption
         DotOptions o;
         auto [a, b, c] = entry(0, o);
         check_operands(a, b, c, o, op);
-        cuda_product(A, B, C, opts, op);
+        if (cuda_product(A, B, C, opts, op, named.store())) named.counted();
         return C;
     }
     for (int64_t i = 0; i < batch; ++i) {

@@ -105,10 +105,26 @@ void set_hist_named(Context& ctx, bool on) {
 }
 bool hist_named(Context& ctx) { return context_impl(ctx).hist_named; }
 
+NamedCount::NamedCount(Context& ctx, const Tensor& out)
+    : ctx_(ctx), out_(out), unwinding_(std::uncaught_exceptions()), outer_(context_impl(ctx).call_depth == 0) {}
+
+const StoreCount* NamedCount::store() {
+    Context::Impl& m = context_impl(ctx_);
+    if (!outer_ || !m.hist_named || !out_.defined() || out_.view().storage->hist_tag.empty() || !is_float(out_.dtype()) ||
+        ctx_.backend() != Backend::CUDA)
+        return nullptr;
+    if (!slot_.defined()) {
+        slot_ = ctx_.zeros({1, m.hist_bins}, DType::Int32);
+        store_ = {slot_.data(), m.hist_bins, m.hist_offset};
+    }
+    return &store_;
+}
+
 NamedCount::~NamedCount() {
-    if (std::uncaught_exceptions() > unwinding_ || context_impl(ctx_).call_depth != 0) return;
+    if (std::uncaught_exceptions() > unwinding_ || !outer_) return;
     try {
-        count_named(ctx_, out_);
+        if (counted_) context_impl(ctx_).hist_slots.emplace_back(out_.view().storage->hist_tag, slot_);
+        else count_named(ctx_, out_);
     } catch (...) {
         // A failure to count surfaces at the context's next call.
     }

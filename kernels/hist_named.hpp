@@ -1,6 +1,7 @@
 // Named-tensor counting (include/kiln/hist.hpp, set_hist_named) for the library's own calls:
 // each call that writes a tensor passes it here after its work.
 #pragma once
+#include <kiln/gemm.hpp>
 #include <kiln/tensor.hpp>
 
 #include <exception>
@@ -11,19 +12,41 @@ namespace kiln {
 // tag and a float dtype; otherwise nothing (one flag test).
 void count_named(Context& ctx, const Tensor& written);
 
+// Where a kernel counts the values it stores (GemmParams::hist): bins int32 counters.
+struct StoreCount {
+    void* counters;
+    int bins;
+    int offset;
+};
+
 // Counts `out` when it goes out of scope, if the call holding it is not inside another (declare
-// it before the call's BenchTimer, so that it runs after the timer has closed) and did not fail.
+// it before the call's BenchTimer, so that it runs after the timer has closed) and did not fail:
+// by the slot its kernels counted into as they stored it (store(), then counted()), else by a
+// pass over it.
 class NamedCount {
 public:
-    NamedCount(Context& ctx, const Tensor& out) : ctx_(ctx), out_(out), unwinding_(std::uncaught_exceptions()) {}
+    NamedCount(Context& ctx, const Tensor& out);
     ~NamedCount();
     NamedCount(const NamedCount&) = delete;
     NamedCount& operator=(const NamedCount&) = delete;
+    // A zeroed slot for the call's kernels to count `out` into as they store it, when `out` is
+    // to be counted and the context runs on CUDA; else null.
+    const StoreCount* store();
+    // The kernels counted all of `out` into store()'s slot.
+    void counted() { counted_ = true; }
 
 private:
     Context& ctx_;
     const Tensor& out_;
     int unwinding_;
+    bool outer_;
+    bool counted_ = false;
+    Tensor slot_;
+    StoreCount store_{};
 };
+
+// compound_dot for a caller that counts C (a convolution writing its output through the GEMM):
+// the kernel counts the values it stores into `count` where it can; true when it did.
+bool compound_dot_counting(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts, const StoreCount* count);
 
 } // namespace kiln

@@ -110,7 +110,9 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     return takes(be, L) ? tile_for(L, be.info().multiprocessors).entry : "";
 }
 
-bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o) {
+bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
+                         const StoreCount* count, bool* counted) {
+    if (counted) *counted = false;
     Context& ctx = C.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype) return false;
@@ -154,10 +156,19 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0, 64,
                                            uint32_t(t.bn));
     const int64_t blocks = int64_t(g.tiles_m) * g.tiles_n;
-    CUfunction f = be.precompiled(kiln_conv_sm90_image, t.entry, t.smem);
+    // A histogram: each epilogue warp's counters past the kernel's shared memory, where they fit.
+    int smem = t.smem;
+    if (count && smem + 384 / 32 * count->bins * 4 <= be.info().max_shared_optin) {
+        g.hist = static_cast<uint32_t*>(count->counters);
+        g.hist_bins = count->bins, g.hist_offset = count->offset, g.hist_smem = smem;
+        g.flags |= kHist;
+        smem += 384 / 32 * count->bins * 4;
+        if (counted) *counted = true;
+    }
+    CUfunction f = be.precompiled(kiln_conv_sm90_image, t.entry, smem);
     log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks)", L.str(), t.entry, rows, L.K, taps, blocks);
     void* params[] = {&p, &map_b};
-    be.launch_precompiled(f, unsigned(blocks), 1, 1, 384, unsigned(t.smem), params,
+    be.launch_precompiled(f, unsigned(blocks), 1, 1, 384, unsigned(smem), params,
                           {.programmatic = be.programmatic_launches()});
     C.view().storage->written = true;
     return true;

@@ -5,6 +5,8 @@
 #include <kiln/conv.hpp>
 #include <kiln/gemm.hpp>
 
+#include "kernels/hist_named.hpp"
+
 #include <string>
 
 namespace kiln::gemm {
@@ -13,7 +15,10 @@ namespace kiln::gemm {
 // kernel: true when it ran, false where it does not take the problem (not an sm_90 GPU, not a
 // 16-bit dtype, C not a multiple of 8, sizes past 32 bits, or KILN_CONV_KERNEL=im2col). The
 // epilogue is the GEMM's (alpha, beta, bias, relu, slope; no bsum). I5 is (N, D, H, W, C).
-bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o);
+// With `count`, the epilogue counts the values it stores to C into it; *counted says whether it
+// did (its counters fit beside the kernel's shared memory).
+bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
+                         const StoreCount* count = nullptr, bool* counted = nullptr);
 
 // The patch matrix of the image I5 (N, D, H, W, C) of layer L on a CUDA context, in I5's dtype,
 // by the precompiled im2col kernel: a (rows x taps) view of a buffer whose rows are 16 bytes

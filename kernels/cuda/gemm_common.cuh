@@ -2,6 +2,7 @@
 // stochastic rounding, and the fused epilogue. Included by the .cu files only (nvcc).
 #pragma once
 #include "kernels/cuda/gemm_params.hpp"
+#include "kernels/cuda/hist_bin.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -152,6 +153,26 @@ __device__ __forceinline__ void store_bsum(const GemmParams& p, int z, int m, fl
     }
 }
 
+// kHist: the calling warp's counters (hist_bins words in the dynamic shared memory past the
+// kernel's own, GemmParams::hist), zeroed; after the tile, hist_flush adds them to p.hist.
+__device__ __forceinline__ uint32_t* hist_begin(const GemmParams& p, int warp, int lane) {
+    extern __shared__ __align__(16) unsigned char kiln_gemm_dynamic_smem[];
+    uint32_t* h = reinterpret_cast<uint32_t*>(kiln_gemm_dynamic_smem + p.hist_smem) + warp * p.hist_bins;
+    for (int i = lane; i < p.hist_bins; i += 32) h[i] = 0;
+    __syncwarp();
+    return h;
+}
+__device__ __forceinline__ void hist_flush(const GemmParams& p, const uint32_t* h, int lane) {
+    __syncwarp();
+    for (int i = lane; i < p.hist_bins; i += 32)
+        if (h[i]) atomicAdd(p.hist + i, h[i]);
+}
+// v as C's dtype rounds it to nearest (the 4-wide stores' rounding).
+__device__ __forceinline__ float rounded_as_c(const GemmParams& p, float v) {
+    return p.c_dtype == kF16 ? __half2float(__float2half_rn(v))
+           : p.c_dtype == kBF16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
+
 // Row stride (floats) of a block's accumulator tile staged in shared memory for the epilogue;
 // the padding spreads the fragment layouts' rows over the banks.
 __host__ __device__ constexpr int tile_ld(int bn) { return bn + 4; }
@@ -207,6 +228,7 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
     const bool vec = p.c_sn == 1 && (p.sr_bits == 0 || p.c_dtype == kF32) && p.c_sm % 4 == 0 && n0 % 4 == 0 &&
                      reinterpret_cast<uintptr_t>(C) % (4 * esize) == 0;
     const bool bias = p.flags & kBias, relu = p.flags & kRelu, beta = p.flags & kBeta;
+    uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp, lane) : nullptr;
     float4 bv[kChunks];
 #pragma unroll
     for (int h = 0; h < kChunks; ++h) {
@@ -249,12 +271,18 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
             }
             if (vec && n + 3 < p.n) {
                 s += store4(p, C, int64_t(m) * p.c_sm + n, make_float4(v[0], v[1], v[2], v[3]));
+                if (hist)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        atomicAdd(hist + kiln_hist_bin(rounded_as_c(p, v[j]), p.hist_bins, p.hist_offset), 1u);
             } else {
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
                     if (n + j < p.n) {
-                        s += store_c(p, C, int64_t(m) * p.c_sm + int64_t(n + j) * p.c_sn, v[j],
-                                     (uint64_t(z) * p.m + m) * uint64_t(p.n) + n + j);
+                        const float stored = store_c(p, C, int64_t(m) * p.c_sm + int64_t(n + j) * p.c_sn, v[j],
+                                                     (uint64_t(z) * p.m + m) * uint64_t(p.n) + n + j);
+                        s += stored;
+                        if (hist) atomicAdd(hist + kiln_hist_bin(stored, p.hist_bins, p.hist_offset), 1u);
                     }
             }
         }
@@ -264,6 +292,7 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
             if (lane < kShareLanes) tile[r * ld + lane] = s;
         }
     }
+    if (hist) hist_flush(p, hist, lane);
     if (!(p.flags & kBsum)) return;
     // Lane i adds up the shares of the warp's row i, in a fixed order (rotated by the lane so
     // the lanes read different banks).

@@ -66,6 +66,11 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
     Tensor scratch_bsum;
     if (bsum) scratch_bsum = ctx.empty(bsum->shape(), bsum->dtype());
     const Tensor* sums = bsum ? &scratch_bsum : nullptr;
+    Tensor scratch_hist;   // the candidates count too, but not into the caller's slot
+    if (p.flags & kHist) {
+        scratch_hist = ctx.empty({p.hist_bins}, DType::Int32);
+        t.hist = static_cast<uint32_t*>(scratch_hist.view().storage->data);
+    }
     CUevent e0, e1;
     cuda::check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
     cuda::check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
@@ -112,7 +117,7 @@ bool autotune_enabled() {
 
 std::vector<AutotuneTiming> last_autotune_timings() { return last_timings; }
 
-void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& o) {
+bool cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& o, const StoreCount* count) {
     Context& ctx = C.context();
     Context::Impl& impl = context_impl(ctx);
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
@@ -156,9 +161,16 @@ void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
         p.counter = impl.rng_counter++;
     }
 
+    if (count) {
+        p.hist = static_cast<uint32_t*>(count->counters);
+        p.hist_bins = count->bins, p.hist_offset = count->offset;
+        p.flags |= kHist;
+    }
     GemmProblem pr = problem_of(A, C, a, b, be);
-    // The persistent kernel's epilogue: alpha, bias, ReLU, bsum, round to nearest.
-    pr.plain_epilogue = pr.plain_epilogue && o.beta == 0 && p.sr_bits == 0;
+    // The persistent kernel's epilogue: alpha, bias, ReLU, bsum, round to nearest. Counting
+    // takes the general epilogue (finish_tile), in the kernel that stores C: no global split.
+    pr.plain_epilogue = pr.plain_epilogue && o.beta == 0 && p.sr_bits == 0 && !count;
+    if (count) pr.may_split = false;
     pr.bsum = o.bsum.has_value();
     GemmKernel k;
     if (autotune_enabled() && !std::getenv("KILN_GEMM_KERNEL")) {
@@ -172,8 +184,9 @@ void cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
     } else {
         k = selection(pr);
     }
-    run_kernel(ctx, be, k, p, a, b, dt, o.bsum ? &*o.bsum : nullptr, r);
+    const bool counted = run_kernel(ctx, be, k, p, a, b, dt, o.bsum ? &*o.bsum : nullptr, r);
     C.view().storage->written = true;
+    return counted;
 }
 
 } // namespace kiln::gemm

@@ -7,6 +7,8 @@
 #pragma once
 #include <kiln/gemm.hpp>
 
+#include "kernels/hist_named.hpp"
+
 #include <string>
 #include <vector>
 
@@ -19,8 +21,10 @@ namespace kiln::gemm {
 // C = epilogue(A . B) for C of rank 2, or rank 3 with a leading batch dimension (then A and B
 // are rank 3, or rank 2 and shared by every batch entry; bsum is (batch, M) or (batch, M, 1)).
 // Operands are checked by the caller; M, N and K are positive and C shares no memory with A
-// or B.
-void cuda_gemm(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o);
+// or B. With `count`, the kernel counts the values it stores to C into it (the general
+// epilogue, GemmParams::hist) where its counters fit beside the kernel's shared memory: true
+// when it did.
+bool cuda_gemm(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o, const StoreCount* count = nullptr);
 
 // The entry point the selector picks for these operands (benchmarks and logs), with " lean"
 // where the plain product runs its lean twin (rule 7, gemm_select.hpp).
@@ -28,6 +32,8 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C);
 
 // Whether the last GEMM launched on this thread ran a lean twin (rule 7): what tests check.
 bool last_gemm_launch_lean();
+// Whether the last GEMM launched on this thread counted C into a histogram as it stored it.
+bool last_gemm_counted();
 // How many blocks shared B's stages in the last GEMM launched on this thread (1: none;
 // GemmParams::b_multicast): what tests check.
 int last_gemm_b_share();

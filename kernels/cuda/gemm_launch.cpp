@@ -73,6 +73,7 @@ thread_local bool last_launch_lean = false;
 thread_local int last_launch_b_share = 1;
 thread_local int last_launch_cluster = 1;
 thread_local int64_t last_launch_blocks = 0;
+thread_local bool last_launch_counted = false;
 
 } // namespace
 
@@ -95,6 +96,7 @@ CUtensorMap detail::tensor_map(const void* base, DType dt, uint64_t inner, uint6
 }
 
 bool last_gemm_launch_lean() { return last_launch_lean; }
+bool last_gemm_counted() { return last_launch_counted; }
 int last_gemm_b_share() { return last_launch_b_share; }
 int last_gemm_cluster() { return last_launch_cluster; }
 int64_t last_gemm_blocks() { return last_launch_blocks; }
@@ -203,7 +205,7 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
 
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
 // their sum (into `bsum` when given). `p` holds the operands and the epilogue.
-void detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a,
+bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a,
                         const Mat& b, DType dt, const Tensor* bsum, int c_rank) {
     const GemmKernel k = as_launched(be, chosen, p, dt);
     const int64_t M = p.m, N = p.n, K = p.k, batch = p.batch;
@@ -353,6 +355,22 @@ void detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
                                                                  : 1;
     last_launch_cluster = cluster;
     last_launch_blocks = blocks * grid_y;
+    // kHist: each warp's counters past the kernel's dynamic shared memory, where the general
+    // epilogue stores C (not the persistent kernels' TMA stores, the lean twins', a pushed
+    // split's or global slices') and the counters fit.
+    bool counted = false;
+    if (q.flags & kHist) {
+        const bool general = !k.persistent && !slices_k && !twin && !(cluster_split && split_sums_pushed(q, k.bn));
+        const int bytes = k.threads / 32 * q.hist_bins * 4;
+        if (general && smem + bytes <= be.info().max_shared_optin) {
+            q.hist_smem = smem;
+            smem += bytes;
+            counted = true;
+        } else {
+            q.flags &= ~kHist;
+        }
+    }
+    last_launch_counted = counted;
     const std::string entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, smem);
     log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks, clusters of {})", M, N, K, batch, dtype_name(dt),
@@ -407,6 +425,7 @@ void detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
                               0, params, {.programmatic = sm80_image_programmatic(be)});
     }
     if (bsum) bsum->view().storage->written = true;
+    return counted;
 }
 
 } // namespace kiln::gemm

@@ -51,8 +51,10 @@ bool staged_kmajor(const Tensor& X, bool is_a, bool tf32);
 CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch, int64_t outer_stride,
                        int64_t batch_stride, uint32_t box_inner, uint32_t box_outer);
 
-// One product with kernel `chosen` as launched (gemm_launch.cpp).
-void run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,
+// One product with kernel `chosen` as launched (gemm_launch.cpp). With kHist in `p`: true when
+// the kernel counted C's values (the general epilogue ran and its counters fit), else the flag
+// is dropped and nothing is counted.
+bool run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,
                 DType dt, const Tensor* bsum, int c_rank);
 
 } // namespace kiln::gemm::detail

@@ -39,6 +39,7 @@ enum GemmFlags : int32_t {
     kBias = 2,      // add bias[n] (float32, contiguous)
     kBeta = 4,      // add beta * C (C read before it is written)
     kBsum = 8,      // write row-sum partials
+    kHist = 16,     // count the values stored into hist (the general epilogue, finish_tile, only)
 };
 
 // Split-K in a cluster on tiles at most kSplitPushMaxBn wide, into 16-bit C without beta or
@@ -93,12 +94,17 @@ struct GemmParams {
     int32_t b_multicast;      // one-tile wgmma kernels: clusters of this many blocks along m (2 or
                               // 4; 0 or 1: none) share B's stages, each block loading its share
                               // of them into all (TMA multicast); the B map's boxes are that share
+    // kHist: the numerics histogram of the values stored to C, as rounded (include/kiln/hist.hpp):
+    // each epilogue warp counts into hist_bins words of its own in the dynamic shared memory from
+    // byte hist_smem on (past the kernel's own), then adds them to hist.
+    uint32_t* hist;
+    int32_t hist_bins, hist_offset, hist_smem;
 };
 
 // The 16-bit register epilogue's condition (sm90/epilogue.cuh, store_tile_16bit): 16-bit C whose
-// rows and batch entries start 16 bytes apart, without beta or stochastic rounding.
+// rows and batch entries start 16 bytes apart, without beta, stochastic rounding or a histogram.
 KILN_GEMM_HOST_DEVICE inline bool rows_of_16_bytes(const GemmParams& p) {
-    return !(p.flags & kBeta) && p.sr_bits == 0 && p.c_dtype != kF32 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
+    return !(p.flags & (kBeta | kHist)) && p.sr_bits == 0 && p.c_dtype != kF32 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
            p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
 }
 // Whether a split in a cluster on tiles `bn` wide sends its sums from registers

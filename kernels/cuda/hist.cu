@@ -1,7 +1,10 @@
 // kiln's precompiled histogram kernel (kiln::hist, the seeds' numerics histograms): counts the
 // values of a contiguous float tensor by round(log2|x|), clamped into `bins` bins from `offset`
-// (include/kiln/hist.hpp), by the same bit rule as the CPU path (kernels/hist.cpp). Each block counts into shared memory, then adds its counts to the slot with one
-// atomic per bin. Entry names: kiln_hist_<dtype>.
+// (include/kiln/hist.hpp), by the same bit rule as the CPU path (hist_bin.cuh). Each block
+// counts into shared memory, then adds its counts to the slot with one atomic per bin. Entry
+// names: kiln_hist_<dtype>.
+#include "kernels/cuda/hist_bin.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -25,26 +28,7 @@ __device__ __forceinline__ void histogram(const HistParams& p) {
     __syncthreads();
     const T* x = static_cast<const T*>(p.x);
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += (long long)gridDim.x * blockDim.x) {
-        // hist.cpp's rule, from the bits: 0 and NaN in bin 0, infinities in the last; the
-        // exponent, plus one past a significand of sqrt(2).
-        unsigned u = __float_as_uint(widen(x[i])) & 0x7fffffffu;
-        int bin = 0;
-        if (u != 0 && u <= 0x7f800000u) {
-            long long e;
-            if (u == 0x7f800000u) {
-                e = 0x7fffffff;
-            } else {
-                int shift = 0;
-                if (u < 0x00800000u) {   // subnormal: scale by 2^24, exactly
-                    u = __float_as_uint(__uint_as_float(u) * 16777216.0f);
-                    shift = 24;
-                }
-                e = (long long)(u >> 23) - 127 - shift + ((u & 0x7fffffu) >= 0x3504f4u ? 1 : 0);
-            }
-            const long long l = e - p.offset;
-            bin = l >= p.bins - 1 ? p.bins - 1 : l <= 0 ? 0 : (int)l;
-        }
-        atomicAdd(&local[bin], 1u);
+        atomicAdd(&local[kiln_hist_bin(widen(x[i]), p.bins, p.offset)], 1u);
     }
     __syncthreads();
     for (int b = threadIdx.x; b < p.bins; b += blockDim.x)

@@ -251,3 +251,47 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float16, 2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3})).empty());
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float32, 2, 16, 16, {1, 8, 8}, {1, 3, 3}, {0, 1, 1})).empty());
 }
+
+// Named outputs of the convolutions are counted as the GEMM or implicit-GEMM epilogue stores
+// them where that epilogue writes the output (the counts equal hist() of it), and after the call
+// elsewhere (brelu's epilogue): fprop on both kernels, bprop, update.
+TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    set_hist_buffers(ctx, 64, -40);
+    std::mt19937 g(4);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    auto random = [&](Shape s, DType dt) {
+        std::vector<float> h((size_t)numel(s));
+        for (float& x : h) x = nd(g);
+        return ctx.array(h, s, dt);
+    };
+    auto check_named = [&](Tensor& out, const std::function<void()>& call) {
+        set_hist_tag(out, "out");
+        dump_hist_data(ctx);
+        set_hist_named(ctx, true);
+        call();
+        set_hist_named(ctx, false);
+        hist(out, "check");
+        HistData d = dump_hist_data(ctx);
+        REQUIRE(d.tags == std::vector<std::string>{"out", "check"});
+        const std::vector<int32_t> counts = d.counts.to_vector<int32_t>();
+        CHECK(std::vector<int32_t>(counts.begin(), counts.begin() + 64) == std::vector<int32_t>(counts.begin() + 64, counts.end()));
+        int64_t total = 0;
+        for (int i = 0; i < 64; ++i) total += counts[i];
+        CHECK(total == out.size());
+    };
+    for (DType dt : {DType::Float16, DType::Float32}) {   // the implicit-GEMM kernel (sm_90, 16-bit), im2col + GEMM
+        INFO(dtype_name(dt));
+        const ConvLayer L = conv_layer(dt, 8, 64, 128, {1, 20, 20}, {1, 3, 3}, {0, 1, 1});
+        Tensor I = random(L.input_shape(), dt), F = random(L.filter_shape(), dt), E = random(L.output_shape(), dt);
+        Tensor O = ctx.empty(L.output_shape(), dt), gI = ctx.empty(L.input_shape(), dt), gF = ctx.empty(L.filter_shape(), dt);
+        check_named(O, [&] { fprop_conv(L, I, F, O); });
+        check_named(gI, [&] { bprop_conv(L, F, E, gI); });
+        check_named(gF, [&] { update_conv(L, I, E, gF); });
+        ConvOptions brelu;
+        brelu.brelu = true;
+        brelu.X = I;
+        check_named(gI, [&] { bprop_conv(L, F, E, gI, brelu); });
+    }
+}

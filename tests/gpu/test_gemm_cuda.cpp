@@ -1621,3 +1621,60 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
     Tensor C32 = ctx.zeros({3072, 128}, DType::Float32);
     CHECK(gemm::selected_kernel(A, B, C32).find(" lean") == std::string::npos);
 }
+
+// Named outputs (include/kiln/hist.hpp) are counted by the general epilogue as it stores them:
+// every dtype, a bias, ReLU, beta, odd sizes, a batch; the counts equal hist() of C. Counters
+// that do not fit beside the kernel's shared memory (4096 bins a warp) are counted after.
+TEST_CASE("gpu gemm: named outputs are counted in the epilogue's store path") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    std::mt19937 g(9);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    auto random = [&](Shape s, DType dt) {
+        std::vector<float> h((size_t)numel(s));
+        for (float& x : h) x = nd(g);
+        return ctx.array(h, s, dt);
+    };
+    struct Case {
+        int64_t batch, m, n, k;
+        DType dt;
+        bool bias, relu, beta;
+        int bins, offset;
+        bool in_store;
+    };
+    const Case cases[] = {
+        {0, 100, 70, 50, DType::Float32, false, false, false, 64, -48, true},
+        {0, 1024, 2048, 512, DType::Float16, true, true, false, 64, -48, true},
+        {0, 777, 1000, 300, DType::BFloat16, false, false, true, 9, -3, true},
+        {0, 4096, 4096, 1024, DType::Float16, false, false, false, 64, -20, true},   // the persistent kernels' size
+        {3, 200, 300, 64, DType::Float16, true, false, false, 64, -48, true},
+        {0, 512, 512, 256, DType::Float32, false, false, false, 4096, -1000, false},
+    };
+    for (const Case& c : cases) {
+        INFO("batch " << c.batch << " " << c.m << "x" << c.n << "x" << c.k << " " << dtype_name(c.dt) << " bins " << c.bins);
+        set_hist_buffers(ctx, c.bins, c.offset);
+        const Shape cs = c.batch ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n};
+        Tensor A = random(c.batch ? Shape{c.batch, c.m, c.k} : Shape{c.m, c.k}, c.dt);
+        Tensor B = random(c.batch ? Shape{c.batch, c.k, c.n} : Shape{c.k, c.n}, c.dt);
+        Tensor C = random(cs, c.dt);
+        DotOptions o;
+        if (c.bias) o.bias = random({c.n}, DType::Float32);
+        o.relu = c.relu;
+        if (c.beta) o.beta = 0.5;
+        set_hist_tag(C, "C");
+        set_hist_named(ctx, true);
+        if (c.batch) batched_dot(A, B, C, o);
+        else compound_dot(A, B, C, o);
+        CHECK(gemm::last_gemm_counted() == c.in_store);
+        set_hist_named(ctx, false);
+        hist(C, "check");
+        HistData d = dump_hist_data(ctx);
+        REQUIRE(d.tags == std::vector<std::string>{"C", "check"});
+        const std::vector<int32_t> counts = d.counts.to_vector<int32_t>();
+        const std::vector<int32_t> named(counts.begin(), counts.begin() + c.bins), check(counts.begin() + c.bins, counts.end());
+        CHECK(named == check);
+        int64_t total = 0;
+        for (int32_t n : named) total += n;
+        CHECK(total == C.size());
+    }
+}
