@@ -156,13 +156,16 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0, 64,
                                            uint32_t(t.bn));
     const int64_t blocks = int64_t(g.tiles_m) * g.tiles_n;
-    // A histogram: each epilogue warp's counters past the kernel's shared memory, where they fit.
+    // A histogram: each epilogue warp's counters past the kernel's shared memory (16-byte
+    // aligned), where the general epilogue stores the output (not the 16-bit register one: see
+    // gemm_launch.cpp) and the counters fit.
     int smem = t.smem;
-    if (count && smem + 384 / 32 * count->bins * 4 <= be.info().max_shared_optin) {
+    const int at = (smem + 15) & ~15, bytes = 384 / 32 * (count ? count->bins : 0) * 4;
+    if (count && !rows_of_16_bytes(g) && at + bytes <= be.info().max_shared_optin) {
         g.hist = static_cast<uint32_t*>(count->counters);
-        g.hist_bins = count->bins, g.hist_offset = count->offset, g.hist_smem = smem;
+        g.hist_bins = count->bins, g.hist_offset = count->offset, g.hist_smem = at;
         g.flags |= kHist;
-        smem += 384 / 32 * count->bins * 4;
+        smem = at + bytes;
         if (counted) *counted = true;
     }
     CUfunction f = be.precompiled(kiln_conv_sm90_image, t.entry, smem);

@@ -167,10 +167,8 @@ bool cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
         p.flags |= kHist;
     }
     GemmProblem pr = problem_of(A, C, a, b, be);
-    // The persistent kernel's epilogue: alpha, bias, ReLU, bsum, round to nearest. Counting
-    // takes the general epilogue (finish_tile), in the kernel that stores C: no global split.
-    pr.plain_epilogue = pr.plain_epilogue && o.beta == 0 && p.sr_bits == 0 && !count;
-    if (count) pr.may_split = false;
+    // The persistent kernel's epilogue: alpha, bias, ReLU, bsum, round to nearest.
+    pr.plain_epilogue = pr.plain_epilogue && o.beta == 0 && p.sr_bits == 0;
     pr.bsum = o.bsum.has_value();
     GemmKernel k;
     if (autotune_enabled() && !std::getenv("KILN_GEMM_KERNEL")) {

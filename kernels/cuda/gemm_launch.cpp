@@ -355,16 +355,18 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
                                                                  : 1;
     last_launch_cluster = cluster;
     last_launch_blocks = blocks * grid_y;
-    // kHist: each warp's counters past the kernel's dynamic shared memory, where the general
-    // epilogue stores C (not the persistent kernels' TMA stores, the lean twins', a pushed
-    // split's or global slices') and the counters fit.
+    // kHist: each warp's counters past the kernel's dynamic shared memory (16-byte aligned),
+    // where the kernel chosen for the product stores C through the general epilogue (not the
+    // persistent kernels' TMA stores, the 16-bit register epilogue, lean twins', or global
+    // slices') and the counters fit. Counting never changes the kernel: forcing the general
+    // epilogue on a product that had a faster one cost more than reading C again.
     bool counted = false;
     if (q.flags & kHist) {
-        const bool general = !k.persistent && !slices_k && !twin && !(cluster_split && split_sums_pushed(q, k.bn));
-        const int bytes = k.threads / 32 * q.hist_bins * 4;
-        if (general && smem + bytes <= be.info().max_shared_optin) {
-            q.hist_smem = smem;
-            smem += bytes;
+        const bool general = !k.persistent && !slices_k && !twin && !rows_of_16_bytes(q);
+        const int at = (smem + 15) & ~15, bytes = k.threads / 32 * q.hist_bins * 4;
+        if (general && at + bytes <= be.info().max_shared_optin) {
+            q.hist_smem = at;
+            smem = at + bytes;
             counted = true;
         } else {
             q.flags &= ~kHist;

@@ -39,7 +39,7 @@ enum GemmFlags : int32_t {
     kBias = 2,      // add bias[n] (float32, contiguous)
     kBeta = 4,      // add beta * C (C read before it is written)
     kBsum = 8,      // write row-sum partials
-    kHist = 16,     // count the values stored into hist (the general epilogue, finish_tile, only)
+    kHist = 16,     // count the values stored into hist (set only where the general epilogue, finish_tile, runs)
 };
 
 // Split-K in a cluster on tiles at most kSplitPushMaxBn wide, into 16-bit C without beta or
@@ -102,9 +102,9 @@ struct GemmParams {
 };
 
 // The 16-bit register epilogue's condition (sm90/epilogue.cuh, store_tile_16bit): 16-bit C whose
-// rows and batch entries start 16 bytes apart, without beta, stochastic rounding or a histogram.
+// rows and batch entries start 16 bytes apart, without beta or stochastic rounding.
 KILN_GEMM_HOST_DEVICE inline bool rows_of_16_bytes(const GemmParams& p) {
-    return !(p.flags & (kBeta | kHist)) && p.sr_bits == 0 && p.c_dtype != kF32 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
+    return !(p.flags & kBeta) && p.sr_bits == 0 && p.c_dtype != kF32 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
            p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
 }
 // Whether a split in a cluster on tiles `bn` wide sends its sums from registers
