@@ -37,9 +37,10 @@ KILN_API HistData dump_hist_data(Context& ctx);
 // Named tensors: x's memory gets the tag (neon's tensor names); "" removes it. While the context
 // counts named tensors (set_hist_named; off by default), every call that writes into a tagged
 // memory (an assignment, a GEMM, a convolution, a layer) counts the tensor it wrote, as
-// hist(written, tag) would: on CUDA an assignment's kernels count the values as they store
-// them; other calls count their output after their own work (one more read of it). Off, a
-// call pays one flag test.
+// hist(written, tag) would: on CUDA an assignment's kernels, and a product's or convolution's
+// where its kernel stores through the general GEMM epilogue, count the values as they store
+// them; other calls count their output after their own work (one more read of it)
+// (docs/neon.md lists which). Off, a call pays one flag test.
 KILN_API void set_hist_tag(const Tensor& x, const std::string& tag);
 KILN_API std::string hist_tag(const Tensor& x);
 KILN_API void set_hist_named(Context& ctx, bool on);

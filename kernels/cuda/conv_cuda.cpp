@@ -158,10 +158,11 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     const int64_t blocks = int64_t(g.tiles_m) * g.tiles_n;
     // A histogram: each epilogue warp's counters past the kernel's shared memory (16-byte
     // aligned), where the general epilogue stores the output (not the 16-bit register one: see
-    // gemm_launch.cpp) and the counters fit.
+    // gemm_launch.cpp) and the counters fit beside its static and dynamic shared memory.
     int smem = t.smem;
     const int at = (smem + 15) & ~15, bytes = 384 / 32 * (count ? count->bins : 0) * 4;
-    if (count && !rows_of_16_bytes(g) && at + bytes <= be.info().max_shared_optin) {
+    if (count && !rows_of_16_bytes(g) &&
+        at + bytes + be.static_shared(be.precompiled(kiln_conv_sm90_image, t.entry, 0)) <= be.info().max_shared_optin) {
         g.hist = static_cast<uint32_t*>(count->counters);
         g.hist_bins = count->bins, g.hist_offset = count->offset, g.hist_smem = at;
         g.flags |= kHist;

@@ -174,7 +174,7 @@ bool cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
     if (autotune_enabled() && !std::getenv("KILN_GEMM_KERNEL")) {
         static std::mutex mu;
         static std::unordered_map<std::string, GemmKernel> tuned;
-        const std::string key = problem_key(pr);
+        const std::string key = problem_key(pr) + ((p.flags & kHist) ? " hist" : "");
         std::unique_lock<std::mutex> lock(mu);
         auto it = tuned.find(key);
         if (it == tuned.end()) it = tuned.emplace(key, autotuned(ctx, be, pr, p, a, b, dt, C.dtype(), o.bsum ? &*o.bsum : nullptr, r, key)).first;

@@ -355,16 +355,20 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
                                                                  : 1;
     last_launch_cluster = cluster;
     last_launch_blocks = blocks * grid_y;
+    const std::string entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
     // kHist: each warp's counters past the kernel's dynamic shared memory (16-byte aligned),
-    // where the kernel chosen for the product stores C through the general epilogue (not the
-    // persistent kernels' TMA stores, the 16-bit register epilogue, lean twins', or global
-    // slices') and the counters fit. Counting never changes the kernel: forcing the general
-    // epilogue on a product that had a faster one cost more than reading C again.
+    // where the kernel chosen for the product stores C through the general epilogue, finish_tile
+    // (not the persistent kernels' TMA stores, the wgmma kernels' 16-bit register epilogue, a
+    // lean twin's, a pushed split's or global slices'), and the counters fit beside the
+    // kernel's static and dynamic shared memory. Counting never changes the kernel: forcing the
+    // general epilogue on a product that had a faster one cost more than reading C again.
     bool counted = false;
     if (q.flags & kHist) {
-        const bool general = !k.persistent && !slices_k && !twin && !rows_of_16_bytes(q);
+        const bool general = !k.persistent && !slices_k && !twin &&
+                             (k.path != GemmPath::Wgmma || (k.cluster_k ? !split_sums_pushed(q, k.bn) : !rows_of_16_bytes(q)));
         const int at = (smem + 15) & ~15, bytes = k.threads / 32 * q.hist_bins * 4;
-        if (general && at + bytes <= be.info().max_shared_optin) {
+        const CUfunction image_f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, 0);
+        if (general && at + bytes + be.static_shared(image_f) <= be.info().max_shared_optin) {
             q.hist_smem = at;
             smem = at + bytes;
             counted = true;
@@ -373,7 +377,6 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
         }
     }
     last_launch_counted = counted;
-    const std::string entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, smem);
     log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks, clusters of {})", M, N, K, batch, dtype_name(dt),
               describe(k), b_shared ? " B shared x" + std::to_string(share_b) : "", twin ? " lean" : "", k.bm, k.bn,

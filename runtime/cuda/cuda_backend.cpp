@@ -303,6 +303,13 @@ void CudaBackend::release_retired(const std::unordered_set<const void*>& keep) {
     kernels_.release_retired(keep, [&](CudaKernel& k) { d.cuModuleUnload(k.module); });
 }
 
+int CudaBackend::static_shared(CUfunction f) {
+    int bytes = 0;
+    make_current();
+    check(driver().cuFuncGetAttribute(&bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f), "cuFuncGetAttribute");
+    return bytes;
+}
+
 CUfunction CudaBackend::precompiled(const void* image, const std::string& entry, int dynamic_smem) {
     const Driver& d = driver();
     auto it = precompiled_.find(entry);

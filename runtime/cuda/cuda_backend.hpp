@@ -98,6 +98,9 @@ public:
     // library, loaded on first use and kept for the life of the backend, with its dynamic
     // shared-memory limit raised to at least `dynamic_smem` bytes.
     CUfunction precompiled(const void* image, const std::string& entry, int dynamic_smem);
+    // The static shared memory of a function precompiled() returned: the dynamic memory it may
+    // be given is the device's opt-in limit less this.
+    int static_shared(CUfunction f);
     // Whether kernels whose code waits for the grids before it (griddepcontrol.wait: the
     // generated kernels when compiled for sm_90 or later, kiln's GEMM kernels in their sm_90 code)
     // launch with programmatic stream serialization: on sm_90 and later GPUs unless KILN_PDL=0

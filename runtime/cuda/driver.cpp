@@ -64,6 +64,7 @@ Driver load() {
     sym(d.cuModuleUnload, "cuModuleUnload");
     sym(d.cuModuleGetFunction, "cuModuleGetFunction");
     sym(d.cuFuncSetAttribute, "cuFuncSetAttribute");
+    sym(d.cuFuncGetAttribute, "cuFuncGetAttribute");
     sym(d.cuLaunchKernel, "cuLaunchKernel");
     sym(d.cuLaunchKernelEx, "cuLaunchKernelEx");
     sym(d.cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters");

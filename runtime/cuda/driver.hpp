@@ -52,6 +52,7 @@ struct Driver {
     KILN_CU_FN(cuModuleUnload)
     KILN_CU_FN(cuModuleGetFunction)
     KILN_CU_FN(cuFuncSetAttribute)
+    KILN_CU_FN(cuFuncGetAttribute)
     KILN_CU_FN(cuLaunchKernel)
     KILN_CU_FN(cuLaunchKernelEx)
     KILN_CU_FN(cuOccupancyMaxActiveClusters)

@@ -1649,7 +1649,8 @@ TEST_CASE("gpu gemm: named outputs are counted in the epilogue's store path") {
         {0, 777, 1000, 300, DType::BFloat16, false, false, true, 9, -3, 1},
         {0, 1024, 1024, 512, DType::Float16, true, true, true, 64, -48, 1},
         {0, 4096, 4096, 1024, DType::Float16, false, false, false, 64, -20, 0},   // the persistent kernels' size
-        {3, 200, 300, 64, DType::Float16, true, false, false, 64, -48, 0},
+        {3, 200, 304, 64, DType::Float16, true, false, false, 64, -48, 0},
+        {3, 200, 300, 64, DType::Float16, true, false, false, 64, -48, 1},   // rows not 16 bytes apart: general
         {3, 200, 300, 64, DType::Float32, true, false, false, 64, -48, 1},
         {0, 512, 512, 256, DType::Float32, false, false, false, 4096, -1000, -1},
     };
