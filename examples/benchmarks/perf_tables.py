@@ -267,12 +267,13 @@ def render_hist(r, command):
     out = [HIST_BEGIN, ""] + provenance(
         f"Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s.", r["date"], r["commit"],
         f"`{command}`.",
-        "each assignment uncounted (hist_named off), counted in its kernels' store path (hist_named on, the "
-        "destination tagged), and counted by a second pass (the assignment, then kiln.hist of its result), on random "
-        "data; warm-up, then 7 batches of back-to-back calls timed on the host clock up to a synchronize, the median "
-        "batch. Floor: the bytes the assignment reads and writes over the copy bandwidth. Counts: the store path's "
-        "equal the second pass's.") + [""]
-    out += ["| expression | dtype | shape | floor ms | off ms | store path ms | second pass ms | store / off | "
+        "each call uncounted (hist_named off), counted as hist_named counts it (on, the output tagged: in the "
+        "kernels' store path, or after the call where docs/neon.md says so, e.g. 16-bit products through the "
+        "register epilogue), and counted by a second pass (the call, then kiln.hist of its result), on random data; "
+        "warm-up, then 7 batches of back-to-back calls timed on the host clock up to a synchronize, the median batch. "
+        "Floor: the bytes an assignment reads and writes over the copy bandwidth; a product's flops over the dtype's "
+        "dense peak. Counts: hist_named's equal the second pass's.") + [""]
+    out += ["| call | dtype | shape | floor ms | off ms | hist_named ms | second pass ms | named / off | "
             "pass / off | counts |", "| --- | --- | --- |" + " ---: |" * 6 + " --- |"]
     for c in r["hist"]:
         out.append(f"| {c['case']} | {c['dtype']} | {'x'.join(map(str, c['shape']))} | {c['floor_ms']:.4f} | "
