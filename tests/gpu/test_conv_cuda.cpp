@@ -5,6 +5,7 @@
 // saying why, without a CUDA device.
 #include "tests/support/catch.hpp"
 #include "tests/support/gpu.hpp"
+#include "tests/support/random_values.hpp"
 
 #include <kiln/kiln.hpp>
 
@@ -260,12 +261,7 @@ TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
     Context ctx(ContextOptions{"cuda"});
     set_hist_buffers(ctx, 64, -40);
     std::mt19937 g(4);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    auto random = [&](Shape s, DType dt) {
-        std::vector<float> h((size_t)numel(s));
-        for (float& x : h) x = nd(g);
-        return ctx.array(h, s, dt);
-    };
+    auto random = [&](Shape s, DType dt) { return test::random_normal(ctx, g, s, dt); };
     auto check_named = [&](Tensor& out, const std::function<void()>& call) {
         set_hist_tag(out, "out");
         dump_hist_data(ctx);

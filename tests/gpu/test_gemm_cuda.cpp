@@ -6,6 +6,7 @@
 #include "tests/support/cache_dir.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/gpu.hpp"
+#include "tests/support/random_values.hpp"
 #include "tests/support/shared_storage_product.hpp"
 
 #include <kiln/kiln.hpp>
@@ -1630,12 +1631,7 @@ TEST_CASE("gpu gemm: named outputs are counted in the epilogue's store path") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
     std::mt19937 g(9);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    auto random = [&](Shape s, DType dt) {
-        std::vector<float> h((size_t)numel(s));
-        for (float& x : h) x = nd(g);
-        return ctx.array(h, s, dt);
-    };
+    auto random = [&](Shape s, DType dt) { return test::random_normal(ctx, g, s, dt); };
     struct Case {
         int64_t batch, m, n, k;
         DType dt;

@@ -26,4 +26,12 @@ inline Tensor make(Context& ctx, std::vector<double>& v, const Shape& shape, DTy
     return t;
 }
 
+// A tensor of `shape` on ctx holding standard normal draws from g, rounded to dt.
+inline Tensor random_normal(Context& ctx, std::mt19937& g, const Shape& shape, DType dt) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> h((size_t)numel(shape));
+    for (float& x : h) x = nd(g);
+    return ctx.array(h, shape, dt);
+}
+
 } // namespace kiln::test
