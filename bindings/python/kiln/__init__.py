@@ -31,6 +31,7 @@ from ._creation import (  # noqa: F401
     ones_like, reshape, result_type, squeeze, stack, transpose, zeros, zeros_like,
 )
 from . import _host  # noqa: F401,E402 - adds get/__array__/repr to Tensor and Expr
+from ._namespace import array_namespace as _array_namespace, array_namespace_info as __array_namespace_info__  # noqa: E402
 from . import layers  # noqa: F401,E402
 from . import nn  # noqa: F401,E402
 from . import random  # noqa: F401,E402
@@ -38,3 +39,5 @@ from . import random  # noqa: F401,E402
 ndarray = Tensor
 concatenate = concat  # NumPy's name
 bool = bool_  # noqa: A001 - NumPy 2 spells it np.bool too
+Tensor.__array_namespace__ = _array_namespace
+Expr.__array_namespace__ = _array_namespace
