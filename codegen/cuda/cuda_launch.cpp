@@ -385,21 +385,27 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         break;
     }
     case CudaShape::Row: {
-        // Threads per row G: enough that each thread holds 128 bytes of the widest loaded
-        // element (8 groups of V), 256 when nothing is cached (a thread's loads in flight are
-        // then all that hides memory latency, and no shared memory grows with them); more
-        // while the GPU would otherwise idle (few short rows). Past a block, a cluster (sm_90) of
-        // blocks of kCudaBlockSize threads, up to kCudaMaxCluster of them. The shared-memory
-        // row cache of the passes after the first is used when a block's part of it leaves
-        // room for a second block on the multiprocessor (grown into a larger cluster if need
-        // be); otherwise every pass reads the row from memory, which L2 mostly serves.
+        // Threads per row G (a power of two): few, so that each thread walks a long stretch of
+        // the row with its loads in flight all along, and the reduction across the row's threads
+        // (shuffles, and past a warp block barriers) is paid by much work. Nothing cached: 64
+        // groups of V of the widest loaded element per thread. Cached: 8 groups while that keeps
+        // G within a warp, else 16 (the block barriers then cost more than a longer stretch).
+        // At least 2 threads (a warp's loads then cover whole 32-byte sectors); more while fewer
+        // than 512 threads per multiprocessor would run (few short rows). Past a block, a
+        // cluster (sm_90) of blocks of kCudaBlockSize threads, up to kCudaMaxCluster of them.
+        // The shared-memory row cache of the passes after the first is used when a block's part
+        // of it leaves room for a second block on the multiprocessor (grown into a larger
+        // cluster if need be); otherwise every pass reads the row from memory, which L2 mostly
+        // serves.
         const int64_t v = detail::row_vector_width(k);
         const std::vector<int> slot = detail::row_cache_slots(k);   // once: it walks the kernel
         const bool caches = detail::row_cache_bytes(k, slot, 1) > 0;
-        const int64_t per_thread_target = (caches ? 8 : 16) * v;
         const int64_t max_g = dev.sm >= 90 ? (int64_t)kCudaBlockSize * kCudaMaxCluster : kCudaMaxRowBlock;
-        const int64_t busy = (int64_t)dev.multiprocessors * 1024;
-        int64_t g = std::min(pow2_ceil((nr + per_thread_target - 1) / per_thread_target), max_g);
+        const int64_t busy = (int64_t)dev.multiprocessors * 512;
+        auto threads_for = [&](int64_t groups) { return pow2_ceil((nr + groups * v - 1) / (groups * v)); };
+        int64_t g = threads_for(caches ? 8 : 64);
+        if (caches && g > 32) g = threads_for(16);
+        g = std::min(std::max(g, std::min<int64_t>(2, pow2_ceil((nr + v - 1) / v))), max_g);
         while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
         auto block_of = [](int64_t g) -> int64_t { return g <= kCudaBlockSize || g > kCudaMaxRowBlock ? kCudaBlockSize : g; };
         auto cache_bytes = [&](int64_t g) {

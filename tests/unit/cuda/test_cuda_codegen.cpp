@@ -653,9 +653,10 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     a.sizes = {0};
     CHECK(codegen::plan_cuda_launch(test::dtypes_kernel(), a, h100).launches[0].grid == 0);
 
-    // Row reductions: 128 bytes of the widest loaded element per thread (buf3 is float16: 64),
-    // a cluster of 256-thread blocks on sm_90 for long rows; the shared-memory cache of the
-    // later passes when it leaves room for a second block, else none.
+    // Row reductions with a cached row: 8 groups of the widest loaded element per thread (buf3
+    // is float16: 64 elements) while a warp covers the row, else 16 (128 elements); a cluster of
+    // 256-thread blocks on sm_90 for long rows; the shared-memory cache of the later passes when
+    // it leaves room for a second block, else none.
     const codegen::CudaDeviceCaps h100s{90, 132, 227 * 1024 - 1024};
     kir::Kernel row = test::row_softmax_kernel();   // buf3 is loaded by every pass: one slot
     a.sizes = {65536, 1024};
@@ -666,13 +667,13 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.launches[0].param == 16);
     CHECK(p.launches[0].grid == 65536 / 16);
     CHECK(p.launches[0].shared_bytes == 256 * 64 * 2);
-    a.sizes = {4096, 32768};   // a block of 512 per row
+    a.sizes = {4096, 32768};   // a block of 256 per row, 128 elements each
     p = codegen::plan_cuda_launch(row, a, h100s);
-    CHECK(p.threads_per_row == 512);
-    CHECK(p.launches[0].block == 512);
+    CHECK(p.threads_per_row == 256);
+    CHECK(p.launches[0].block == 256);
     CHECK(p.launches[0].cluster == 1);
-    CHECK(p.launches[0].shared_bytes == 512 * 64 * 2);
-    a.sizes = {1024, 65536};
+    CHECK(p.launches[0].shared_bytes == 256 * 128 * 2);
+    a.sizes = {1024, 65536};   // 512 threads would cache 128 KiB a block: a cluster of 4 instead
     p = codegen::plan_cuda_launch(row, a, h100s);
     CHECK(p.threads_per_row == 1024);
     CHECK(p.launches[0].block == 256);
@@ -697,7 +698,7 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     p = codegen::plan_cuda_launch(row, a, h100s);
     CHECK(p.threads_per_row == 2048);
     CHECK(p.launches[0].shared_bytes == 0);
-    {   // one pass, nothing cached: 256 bytes per thread (float32: 64 elements)
+    {   // one pass, nothing cached: 64 groups per thread (float32: 256 elements)
         test::KernelBuilder one("kiln_onepass", "PR");
         int out = one.output(DType::Float32, "10"), in = one.input(DType::Float32, "x1");
         one.loop();
@@ -706,9 +707,16 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         one.store(out, one.acc_result(acc));
         a.sizes = {4096, 16384};
         p = codegen::plan_cuda_launch(one.kernel(), a, h100s);
-        CHECK(p.threads_per_row == 256);
+        CHECK(p.threads_per_row == 64);
         CHECK(p.launches[0].block == 256);
+        CHECK(p.launches[0].grid == 4096 / 4);
         CHECK(p.launches[0].shared_bytes == 0);
+        a.sizes = {200000, 96};   // at least 2 threads a row
+        CHECK(codegen::plan_cuda_launch(one.kernel(), a, h100s).threads_per_row == 2);
+        a.sizes = {3000, 5000};   // 20 groups a thread
+        CHECK(codegen::plan_cuda_launch(one.kernel(), a, h100s).threads_per_row == 32);
+        a.sizes = {500, 5000};   // 32 or 64 threads a row would leave the GPU idle
+        CHECK(codegen::plan_cuda_launch(one.kernel(), a, h100s).threads_per_row == 256);
     }
     a.sizes = {128, 32};   // few short rows: a warp per row rather than one thread
     p = codegen::plan_cuda_launch(row, a, h100);
