@@ -50,6 +50,11 @@ inline constexpr int64_t kColumnMaxChunks = 1024;
 // or -1.
 std::vector<int> row_cache_slots(const kir::Kernel& k);
 
+// Whether a Loop block after the first (not folded away) loads from memory a buffer that varies
+// along the row and is not cached (a norm's weights): such a pass waits on memory, not on the
+// row cache.
+bool row_later_reads(const kir::Kernel& k, const std::vector<int>& slot);
+
 // Row kernels: a later Loop block whose only work is sums that the first pass can keep as it
 // goes is no pass of its own: one round over the row instead of two. Two kinds, each a sum over
 // the row of f(v - k) with v read from the row (the first Loop block reads its buffers too) and
