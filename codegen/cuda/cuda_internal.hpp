@@ -50,10 +50,10 @@ inline constexpr int64_t kColumnMaxChunks = 1024;
 // or -1.
 std::vector<int> row_cache_slots(const kir::Kernel& k);
 
-// Whether a Loop block after the first (not folded away) loads from memory a buffer that varies
-// along the row and is not cached (a norm's weights): such a pass waits on memory, not on the
-// row cache.
-bool row_later_reads(const kir::Kernel& k, const std::vector<int>& slot);
+// The bytes per row element that Loop blocks after the first (not folded away) load from memory:
+// buffers that vary along the row and are not cached (a norm's weights). Such a pass waits on
+// memory, not on the row cache, unless those rows stay in L1.
+size_t row_later_read_bytes(const kir::Kernel& k, const std::vector<int>& slot);
 
 // Row kernels: a later Loop block whose only work is sums that the first pass can keep as it
 // goes is no pass of its own: one round over the row instead of two. Two kinds, each a sum over

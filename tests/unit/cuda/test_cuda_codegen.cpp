@@ -718,7 +718,8 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         a.sizes = {500, 5000};   // 32 or 64 threads a row would leave the GPU idle
         CHECK(codegen::plan_cuda_launch(one.kernel(), a, h100s).threads_per_row == 256);
     }
-    {   // a norm: its last pass also reads a weight row from memory, so 8 groups a thread even past a warp
+    {   // a norm: its last pass also reads a weight row from memory, so 8 groups a thread past a
+        // warp when that row is 32 KiB or more
         using Op = kir::Op;
         using CT = ComputeType;
         test::KernelBuilder norm("kiln_norm", "PR");
@@ -730,12 +731,14 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         norm.loop();
         int scaled = norm.op(Op::Mul, CT::F32, norm.load(in), norm.acc_result(acc));
         norm.store(out, norm.op(Op::Mul, CT::F32, scaled, norm.load(w)));
-        CHECK(codegen::detail::row_later_reads(norm.kernel(), codegen::detail::row_cache_slots(norm.kernel())));
-        CHECK_FALSE(codegen::detail::row_later_reads(row, codegen::detail::row_cache_slots(row)));
-        a.sizes = {4096, 16384};
+        CHECK(codegen::detail::row_later_read_bytes(norm.kernel(), codegen::detail::row_cache_slots(norm.kernel())) == 4);
+        CHECK(codegen::detail::row_later_read_bytes(row, codegen::detail::row_cache_slots(row)) == 0);
+        a.sizes = {4096, 16384};   // 64 KiB of weights a row
         p = codegen::plan_cuda_launch(norm.kernel(), a, h100s);
         CHECK(p.threads_per_row == 512);
         CHECK(p.launches[0].shared_bytes == 512 * 32 * 4);
+        a.sizes = {8192, 3000};   // 12 KB, which stays in L1: 16 groups
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).threads_per_row == 64);
     }
     a.sizes = {128, 32};   // few short rows: a warp per row rather than one thread
     p = codegen::plan_cuda_launch(row, a, h100);
