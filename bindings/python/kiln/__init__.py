@@ -27,8 +27,8 @@ from ._predicates import (  # noqa: F401,A004 - NumPy's names
     all, any, finfo, iinfo, isinf, isnan, logical_and, logical_not, logical_or, logical_xor, signbit,
 )
 from ._creation import (  # noqa: F401
-    arange, array, asarray, asnumpy, concat, empty, empty_like, expand_dims, from_dlpack, full, full_like, ones,
-    ones_like, reshape, result_type, squeeze, stack, transpose, zeros, zeros_like,
+    arange, array, asarray, asnumpy, astype, concat, empty, empty_like, expand_dims, from_dlpack, full, full_like,
+    ones, ones_like, reshape, result_type, squeeze, stack, transpose, zeros, zeros_like,
 )
 from . import _host  # noqa: F401,E402 - adds get/__array__/repr to Tensor and Expr
 from ._namespace import array_namespace as _array_namespace, array_namespace_info as __array_namespace_info__  # noqa: E402

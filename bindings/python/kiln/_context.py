@@ -189,6 +189,7 @@ class Context(_kiln._Context):
 
 
 _default = None
+_cpu = None
 
 
 def default_context():
@@ -197,3 +198,31 @@ def default_context():
     if _default is None:
         _default = Context()
     return _default
+
+
+def device_context(device, op, ctx=None):
+    """The context that makes `op`'s arrays on `device` (the Array API's device=, a device as
+    x.device names it): None is ctx, else the default context; the default context's device is
+    that context; 'cpu' is a process-wide CPU context beside a GPU default. Given ctx too, the
+    device must be ctx's."""
+    global _cpu
+    if device is None:
+        return ctx if ctx is not None else default_context()
+    if isinstance(device, _kiln._Context):
+        device = device.device
+    if not isinstance(device, str):
+        raise _kiln.DTypeError(f"{op}: device= takes a device name such as x.device gives ('cpu', 'cuda:0'), "
+                               f"got {type(device).__name__}")
+    if ctx is not None:
+        if device != ctx.device:
+            raise _kiln.InvalidArgument(f"{op}: device={device!r}, but ctx= runs on {ctx.device}")
+        return ctx
+    here = default_context()
+    if device == here.device:
+        return here
+    if device == "cpu":
+        if _cpu is None:
+            _cpu = Context("cpu", default_dtype=here.default_dtype)
+        return _cpu
+    devices = ["cpu"] if here.device == "cpu" else ["cpu", here.device]
+    raise _kiln.InvalidArgument(f"{op}: device={device!r}; this process's devices are {devices}")

@@ -8,7 +8,13 @@ from . import _dtypes, _kiln
 from ._kiln import DType, Expr, Tensor
 
 
-def _ctx(ctx):
+def _ctx(ctx, device=None, op=None):
+    """The context an operation makes its arrays in: ctx, or the one for the Array API's device=
+    (_context.device_context), else the default context."""
+    if device is not None:
+        from ._context import device_context
+
+        return device_context(device, op, ctx)
     if ctx is None:
         from ._context import default_context
 
@@ -77,11 +83,59 @@ def array(obj, dtype=None, copy=True, ctx=None):
     return upload(obj, dtype=dtype, ctx=ctx)
 
 
-def asarray(obj, dtype=None, ctx=None):
+def asarray(obj, dtype=None, ctx=None, *, device=None, copy=None):
     """obj as a tensor, sharing memory where it can: a kiln tensor is returned as is (cast if
     dtype differs), an expression is evaluated, a DLPack or __cuda_array_interface__ producer on
     the context's device is shared without a copy (NumPy arrays on a CPU context too); anything
-    else is copied from the host."""
+    else is copied from the host. device: the Array API's (x.device's names); copy: None shares
+    where it can, True always copies, False never does (ValueError where a copy is needed)."""
+    if device is not None:
+        c = _ctx(ctx, device, "asarray")
+        if isinstance(obj, (Tensor, Expr)) and obj.ctx is not c:
+            return _moved(obj, c, dtype, copy, "asarray")
+        ctx = c
+    if copy is True:
+        return array(obj, dtype=dtype, ctx=ctx)
+    if copy is False:
+        return _asarray_no_copy(obj, dtype, _ctx(ctx))
+    if copy is not None:
+        raise _kiln.DTypeError(f"asarray: copy= takes True, False or None, got {copy!r}")
+    return _asarray(obj, dtype, ctx)
+
+
+def _moved(x, c, dtype, copy, op):
+    """A tensor or expression of another context, copied into context c (through the host)."""
+    if copy is False:
+        raise ValueError(f"{op}: copy=False, but the data is on {x.device} and device={c.device!r}: moving it copies")
+    return upload(np.asarray(x), dtype=dtype if dtype is not None else x._dtype, ctx=c)
+
+
+def _asarray_no_copy(obj, dtype, c):
+    what = f"{type(obj).__name__} data"
+    if isinstance(obj, Tensor):
+        if dtype is not None and _dtypes.dtype(dtype) != obj._dtype:
+            raise ValueError(f"asarray: copy=False, but casting {obj.dtype} to {_dtypes.dtype(dtype).name} copies")
+        return obj
+    if isinstance(obj, Expr):
+        raise ValueError("asarray: copy=False, but an expression has no memory of its own: evaluating it makes a "
+                         "new tensor")
+    shared = None
+    if hasattr(obj, "__dlpack__"):
+        try:
+            shared = from_dlpack(obj, ctx=c, copy=False)
+        except (BufferError, _kiln.Error, TypeError) as e:
+            what = f"{what} ({e})"
+    if shared is None and c.backend == "cuda" and hasattr(obj, "__cuda_array_interface__"):
+        shared = _from_cuda_array_interface(obj, c)
+    if shared is None:
+        raise ValueError(f"asarray: copy=False, but {what} cannot be shared by a {c.device} context: "
+                         "a copy is needed")
+    if dtype is not None and _dtypes.dtype(dtype) != shared._dtype:
+        raise ValueError(f"asarray: copy=False, but casting {shared.dtype} to {_dtypes.dtype(dtype).name} copies")
+    return shared
+
+
+def _asarray(obj, dtype, ctx):
     if isinstance(obj, Tensor):
         if dtype is None or _dtypes.dtype(dtype) == obj._dtype:
             return obj
@@ -169,14 +223,14 @@ def _from_cuda_array_interface(obj, c):
     return _kiln._wrap(c, ptr, dt, shape, strides, obj, True, device_index)
 
 
-def empty(shape, dtype=None, ctx=None):
+def empty(shape, dtype=None, ctx=None, *, device=None):
     """An uninitialised tensor (reading it before writing raises kiln.InvalidArgument)."""
-    c = _ctx(ctx)
+    c = _ctx(ctx, device, "empty")
     return c._empty(_shape(shape), _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
 
 
-def full(shape, fill_value, dtype=None, ctx=None):
-    c = _ctx(ctx)
+def full(shape, fill_value, dtype=None, ctx=None, *, device=None):
+    c = _ctx(ctx, device, "full")
     if dtype is None:
         dt = DType.bool if isinstance(fill_value, bool) else DType.int32 if isinstance(fill_value, int) else c._default_dtype
     else:
@@ -186,38 +240,41 @@ def full(shape, fill_value, dtype=None, ctx=None):
     return t
 
 
-def zeros(shape, dtype=None, ctx=None):
-    c = _ctx(ctx)
+def zeros(shape, dtype=None, ctx=None, *, device=None):
+    c = _ctx(ctx, device, "zeros")
     return c._full(_shape(shape), 0.0, _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
 
 
-def ones(shape, dtype=None, ctx=None):
-    c = _ctx(ctx)
+def ones(shape, dtype=None, ctx=None, *, device=None):
+    c = _ctx(ctx, device, "ones")
     return c._full(_shape(shape), 1.0, _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
 
 
-def _like_ctx(a, ctx):
+def _like_ctx(a, ctx, device, op):
+    if device is not None:
+        return _ctx(ctx, device, op)
     return ctx if ctx is not None else a.ctx
 
 
-def empty_like(a, dtype=None, ctx=None):
-    return empty(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx))
+def empty_like(a, dtype=None, ctx=None, *, device=None):
+    return empty(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx, device, "empty_like"))
 
 
-def zeros_like(a, dtype=None, ctx=None):
-    return zeros(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx))
+def zeros_like(a, dtype=None, ctx=None, *, device=None):
+    return zeros(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx, device, "zeros_like"))
 
 
-def ones_like(a, dtype=None, ctx=None):
-    return ones(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx))
+def ones_like(a, dtype=None, ctx=None, *, device=None):
+    return ones(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx, device, "ones_like"))
 
 
-def full_like(a, fill_value, dtype=None, ctx=None):
-    return full(a.shape, fill_value, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx))
+def full_like(a, fill_value, dtype=None, ctx=None, *, device=None):
+    return full(a.shape, fill_value, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx, device, "full_like"))
 
 
-def arange(start, stop=None, step=1, dtype=None, ctx=None):
+def arange(start, stop=None, step=1, dtype=None, ctx=None, *, device=None):
     """Evenly spaced values in [start, stop), as NumPy's arange (computed on the device)."""
+    ctx = _ctx(ctx, device, "arange")
     if stop is None:
         start, stop = 0, start
     if step == 0:
@@ -243,9 +300,38 @@ def asnumpy(a):
     return np.asarray(a)
 
 
-def reshape(a, newshape):
-    """A view when a tensor's memory allows it, else a copy; lazy for expressions."""
-    return a.reshape(_shape(newshape))
+def reshape(a, shape=None, *, copy=None, newshape=None):
+    """A view when a tensor's memory allows it, else a copy; lazy for expressions. shape (NumPy's
+    older name: newshape); copy: None as said, True always copies, False never does (ValueError
+    where a view is impossible)."""
+    if (shape is None) == (newshape is None):
+        raise _kiln.DTypeError("reshape: give the new shape once, as shape= (or NumPy's older newshape=)")
+    s = _shape(shape if shape is not None else newshape)
+    if copy is not None and not isinstance(copy, bool):
+        raise _kiln.DTypeError(f"reshape: copy= takes True, False or None, got {copy!r}")
+    r = a.reshape(s)
+    if copy is None or not isinstance(a, Tensor):
+        return r
+    view = r._data_ptr == a._data_ptr or a.size == 0
+    if copy is False and not view:
+        raise ValueError(f"reshape: copy=False, but a tensor of shape {tuple(a.shape)} and strides "
+                         f"{tuple(a.strides)} cannot be viewed as shape {s}: a copy is needed")
+    return r.copy() if copy and view else r
+
+
+def astype(x, dtype, copy=True, *, device=None):
+    """x converted to dtype, as the Array API's astype: a lazy expression (it fuses into the
+    assignment that uses it), or with copy=False and dtype already x's, x itself. device: the
+    result's device (x.device's names); another device copies the data there first."""
+    if not isinstance(copy, bool):
+        raise _kiln.DTypeError(f"astype: copy= takes True or False, got {copy!r}")
+    if device is not None:
+        c = _ctx(None, device, "astype")
+        if x.ctx is not c:
+            x = _moved(x, c, None, None, "astype")
+    if not copy and _dtypes.dtype(dtype) == x._dtype:
+        return x
+    return _kiln.astype(x, dtype)
 
 
 def transpose(a, axes=None):
