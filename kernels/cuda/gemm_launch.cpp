@@ -101,16 +101,22 @@ int last_gemm_b_share() { return last_launch_b_share; }
 int last_gemm_cluster() { return last_launch_cluster; }
 int64_t last_gemm_blocks() { return last_launch_blocks; }
 
+// The module image that holds a wgmma entry: float16 entries have one of their own
+// (gemm_sm90.cu is compiled in two parts).
+static const unsigned char* sm90_image(const std::string& entry) {
+    return entry.rfind("kiln_gemm_wg_f16_", 0) == 0 ? kiln_gemm_sm90_f16_image : kiln_gemm_sm90_image;
+}
+
 int clusters_at_once_one_per_sm(cuda::CudaBackend& be, const std::string& entry, int size, int threads, int smem) {
     // More dynamic shared memory than half an SM holds keeps the count at one block per SM.
     const int lone = std::max(smem, be.info().max_shared_optin / 2 + 1);
-    return be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, entry, lone), unsigned(size), unsigned(threads),
+    return be.max_active_clusters(be.precompiled(sm90_image(entry), entry, lone), unsigned(size), unsigned(threads),
                                   unsigned(lone));
 }
 
 // Whether `rows` rows of `tiles_n` one-tile wgmma blocks, each row one cluster, all run at once.
 static bool rows_fit_in_clusters(cuda::CudaBackend& be, const GemmKernel& k, int64_t rows, int64_t tiles_n) {
-    return rows <= be.max_active_clusters(be.precompiled(kiln_gemm_sm90_image, k.entry, k.smem), unsigned(tiles_n),
+    return rows <= be.max_active_clusters(be.precompiled(sm90_image(k.entry), k.entry, k.smem), unsigned(tiles_n),
                                           unsigned(k.threads), unsigned(k.smem));
 }
 // Whether a plain one-tile wgmma launch groups its rows of 2-4 tiles into clusters (run_kernel,
@@ -367,7 +373,7 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
         const bool general = !k.persistent && !slices_k && !twin &&
                              (k.path != GemmPath::Wgmma || (k.cluster_k ? !split_sums_pushed(q, k.bn) : !rows_of_16_bytes(q)));
         const int at = (smem + 15) & ~15, bytes = k.threads / 32 * q.hist_bins * 4;
-        const CUfunction image_f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, 0);
+        const CUfunction image_f = be.precompiled(k.path == GemmPath::Wgmma ? sm90_image(entry) : kiln_gemm_sm80_image, entry, 0);
         if (general && at + bytes + be.static_shared(image_f) <= be.info().max_shared_optin) {
             q.hist_smem = at;
             smem = at + bytes;
@@ -377,7 +383,7 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
         }
     }
     last_launch_counted = counted;
-    CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? kiln_gemm_sm90_image : kiln_gemm_sm80_image, entry, smem);
+    CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? sm90_image(entry) : kiln_gemm_sm80_image, entry, smem);
     log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks, clusters of {})", M, N, K, batch, dtype_name(dt),
               describe(k), b_shared ? " B shared x" + std::to_string(share_b) : "", twin ? " lean" : "", k.bm, k.bn,
               blocks * grid_y, cluster);

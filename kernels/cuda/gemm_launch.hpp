@@ -13,7 +13,8 @@
 
 // The module images, generated at build time (kernels/cuda/meson.build): nvcc fatbins.
 extern "C" const unsigned char kiln_gemm_sm80_image[];
-extern "C" const unsigned char kiln_gemm_sm90_image[];
+extern "C" const unsigned char kiln_gemm_sm90_image[];       // bfloat16 and tf32 entries
+extern "C" const unsigned char kiln_gemm_sm90_f16_image[];   // float16 entries
 
 namespace kiln::gemm::detail {
 

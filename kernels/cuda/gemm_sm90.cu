@@ -21,8 +21,10 @@
 // consumers' wgmma loop), epilogue.cuh, scheduler.cuh (the persistent kernels' walk), and the
 // kernels composed of them, one_tile.cuh, persistent.cuh and persistent_bregs.cuh; so that
 // another kernel (a convolution's, with a producer of its own) can reuse the mainloop, the
-// epilogues and the scheduler. This file holds the entry points: one translation unit per
-// architecture, so that the module image and the host code that loads it stay as they are.
+// epilogues and the scheduler. This file holds the entry points. It is compiled twice, each
+// time into its own module image: KILN_SM90_PART 1 the float16 entries, 2 the bfloat16 and tf32
+// ones, so that the two halves (most of the library's build time) compile in parallel; the host
+// picks the image by the entry's dtype (gemm_launch.cpp).
 #include "kernels/cuda/gemm_common.cuh"
 #include "kernels/cuda/sm90/one_tile.cuh"
 #include "kernels/cuda/sm90/persistent.cuh"
@@ -106,7 +108,10 @@ using namespace kiln::gemm;
     KILN_WG_CONFIGS(T, tn, 0, 1, k, t)        \
     KILN_WG_CONFIGS(T, tn, 1, 0, t, k)        \
     KILN_WG_CONFIGS(T, tn, 1, 1, t, t)
+#if !defined(KILN_SM90_PART) || KILN_SM90_PART == 1
 KILN_WG_LAYOUTS(__half, f16)
+#endif
+#if !defined(KILN_SM90_PART) || KILN_SM90_PART == 2
 KILN_WG_LAYOUTS(__nv_bfloat16, bf16)
 KILN_WG_KERNEL(float, tf32, 256, 2, 4, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
@@ -125,3 +130,4 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                           const __grid_constant__ CUtensorMap map_c) {
     wgmma_gemm_persistent_bregs<4>(p, &map_a, &map_b, &map_c);
 }
+#endif
