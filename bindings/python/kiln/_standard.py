@@ -1,0 +1,240 @@
+"""Array API standard functions that are compositions of kiln's own: dtype queries (isdtype,
+can_cast), the matrix creators (eye, tril, triu, linspace, meshgrid), axis manipulation
+(permute_dims, matrix_transpose, moveaxis, flip, roll, unstack) and a few elementwise names
+(positive, pow, round). Each returns what its parts do: views where kiln slices or transposes,
+lazy expressions that fuse into the assignment using them, new tensors where data is joined."""
+import math
+import operator
+
+from . import _creation, _dtypes, _kiln
+from ._kiln import DType, Expr, Tensor
+
+_KIND_OF = {DType.bool: "bool", DType.int8: "signed integer", DType.int32: "signed integer",
+            DType.uint8: "unsigned integer", DType.float32: "real floating", DType.float16: "real floating",
+            DType.bfloat16: "real floating"}
+_KINDS = {"bool": ("bool",), "signed integer": ("signed integer",), "unsigned integer": ("unsigned integer",),
+          "integral": ("signed integer", "unsigned integer"), "real floating": ("real floating",),
+          "complex floating": (), "numeric": ("signed integer", "unsigned integer", "real floating")}
+
+
+def isdtype(dtype, kind):
+    """Whether dtype is of kind: a dtype, one of the standard's kind names ('bool', 'signed
+    integer', 'unsigned integer', 'integral', 'real floating', 'complex floating', 'numeric'),
+    or a tuple of either."""
+    d = _dtypes.dtype(dtype)
+    if isinstance(kind, tuple):
+        return any(isdtype(d, k) for k in kind)
+    if isinstance(kind, str):
+        if kind not in _KINDS:
+            raise ValueError(f"isdtype: kind={kind!r}; the kinds are {', '.join(repr(k) for k in _KINDS)}")
+        return _KIND_OF[d] in _KINDS[kind]
+    return d == _dtypes.dtype(kind)
+
+
+def can_cast(from_, to):
+    """Whether the standard's promotion takes from_ (a dtype or an array) to `to`: the same kind
+    (bool, signed or unsigned integer, real floating) and `to` the promoted dtype of the two."""
+    f = from_._dtype if isinstance(from_, (Tensor, Expr)) else _dtypes.dtype(from_)
+    t = _dtypes.dtype(to)
+    if f == t:
+        return True
+    if _KIND_OF[f] != _KIND_OF[t]:
+        return False
+    return _kiln._promote(f, t) == t
+
+
+def eye(n_rows, n_cols=None, k=0, dtype=None, ctx=None, *, device=None):
+    """A 2-d tensor with ones on diagonal k (0 the main one, > 0 above it) and zeros elsewhere."""
+    n, m = operator.index(n_rows), operator.index(n_rows if n_cols is None else n_cols)
+    k = operator.index(k)
+    if n < 0 or m < 0:
+        raise _kiln.InvalidArgument(f"eye: n_rows={n}, n_cols={m}; sizes are 0 or more")
+    c = _creation._ctx(ctx, device, "eye")
+    t = _creation.empty((n, m), dtype, ctx=c)
+    if t.size:
+        t[...] = _kiln._iota((n, m), 1) - _kiln._iota((n, m), 0) == k
+    return t
+
+
+def _triangle(x, k, keep_below, op):
+    if x.ndim < 2:
+        raise _kiln.InvalidArgument(f"{op}: x has shape {tuple(x.shape)}; it needs 2 or more dimensions (the last two "
+                                    "are the matrix)")
+    k = operator.index(k)
+    col_minus_row = _kiln._iota(tuple(x.shape), x.ndim - 1) - _kiln._iota(tuple(x.shape), x.ndim - 2)
+    keep = col_minus_row <= k if keep_below else col_minus_row >= k
+    return _kiln.where(keep, x, False if x._dtype == DType.bool else 0)   # a weak 0 keeps x's dtype
+
+
+def tril(x, k=0):
+    """x with the elements above diagonal k of its last two dimensions zeroed (lazy)."""
+    return _triangle(x, k, True, "tril")
+
+
+def triu(x, k=0):
+    """x with the elements below diagonal k of its last two dimensions zeroed (lazy)."""
+    return _triangle(x, k, False, "triu")
+
+
+def linspace(start, stop, num, dtype=None, ctx=None, *, device=None, endpoint=True):
+    """num evenly spaced values from start to stop (stop included unless endpoint=False),
+    computed on the device."""
+    num = operator.index(num)
+    if num < 0:
+        raise _kiln.InvalidArgument(f"linspace: num={num}; it is 0 or more")
+    if not all(math.isfinite(v) for v in (start, stop)):
+        raise _kiln.InvalidArgument(f"linspace: start and stop must be finite, got {start}, {stop}")
+    c = _creation._ctx(ctx, device, "linspace")
+    dt = _dtypes.dtype(dtype) if dtype is not None else c._default_dtype
+    t = _creation.empty((num,), dt, ctx=c)
+    if num:
+        div = (num - 1) if endpoint else num
+        step = (stop - start) / div if div > 0 else 0.0
+        t[...] = _kiln._iota((num,), 0) * step + start
+        if endpoint and num > 1:
+            t[num - 1] = stop
+    return t
+
+
+def meshgrid(*arrays, indexing="xy"):
+    """Coordinate tensors from 1-d tensors, one per input, each of the shape all of them span
+    ('xy': the first two axes swapped, as NumPy's default; 'ij': matrix indexing)."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing={indexing!r}; it is 'xy' or 'ij'")
+    for i, a in enumerate(arrays):
+        if a.ndim != 1:
+            raise _kiln.InvalidArgument(f"meshgrid: array {i} has shape {tuple(a.shape)}; every one is 1-d")
+    if arrays and len({a._dtype for a in arrays}) > 1:
+        raise _kiln.DTypeError(f"meshgrid: the arrays' dtypes differ ({', '.join(str(a.dtype) for a in arrays)}); "
+                               "the standard asks for one")
+    sizes = [a.shape[0] for a in arrays]
+    if indexing == "xy" and len(arrays) > 1:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    out = []
+    for i, a in enumerate(arrays):
+        axis = i
+        if indexing == "xy" and len(arrays) > 1 and i < 2:
+            axis = 1 - i
+        shape = [1] * len(arrays)
+        shape[axis] = sizes[axis]
+        t = _creation.empty(tuple(sizes), a._dtype, ctx=a.ctx)
+        if t.size:
+            t[...] = a.reshape(tuple(shape))
+        out.append(t)
+    return out
+
+
+def _axes(x, axes, op):
+    n = x.ndim
+    out = []
+    for a in axes:
+        a = operator.index(a)
+        if not -n <= a < n:
+            raise _kiln.InvalidArgument(f"{op}: axis {a} is out of range for {n} dimensions")
+        out.append(a % n)
+    if len(set(out)) != len(out):
+        raise _kiln.InvalidArgument(f"{op}: repeated axes {tuple(axes)}")
+    return out
+
+
+def permute_dims(x, axes):
+    """x with its axes in the order `axes` (a view of a tensor, lazy for an expression)."""
+    axes = tuple(axes)
+    if len(axes) != x.ndim:
+        raise _kiln.InvalidArgument(f"permute_dims: axes {axes} for {x.ndim} dimensions; give each axis once")
+    return x.transpose(tuple(_axes(x, axes, "permute_dims")))
+
+
+def matrix_transpose(x):
+    """x with its last two axes swapped."""
+    if x.ndim < 2:
+        raise _kiln.InvalidArgument(f"matrix_transpose: x has shape {tuple(x.shape)}; it needs 2 or more dimensions")
+    order = list(range(x.ndim))
+    order[-2], order[-1] = order[-1], order[-2]
+    return x.transpose(tuple(order))
+
+
+def moveaxis(x, source, destination):
+    """x with axes `source` moved to positions `destination` (ints or tuples of them), the
+    others keeping their order."""
+    src = _axes(x, source if isinstance(source, tuple) else (source,), "moveaxis")
+    dst = _axes(x, destination if isinstance(destination, tuple) else (destination,), "moveaxis")
+    if len(src) != len(dst):
+        raise _kiln.InvalidArgument(f"moveaxis: {len(src)} source axes and {len(dst)} destinations")
+    order = [a for a in range(x.ndim) if a not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return x.transpose(tuple(order))
+
+
+def flip(x, axis=None):
+    """x with the order of its elements reversed along axis (None: every axis): a view of a
+    tensor."""
+    axes = range(x.ndim) if axis is None else _axes(x, axis if isinstance(axis, tuple) else (axis,), "flip")
+    index = [slice(None)] * x.ndim
+    for a in axes:
+        index[a] = slice(None, None, -1)
+    if isinstance(x, Expr):
+        x = x.eval()
+    return x[tuple(index)]
+
+
+def roll(x, shift, axis=None):
+    """A new tensor of x's elements shifted by `shift` along axis (None: the flattened tensor,
+    reshaped back), those pushed past the end coming back at the start."""
+    if axis is None:
+        flat = x.reshape((x.size,))
+        return roll(flat, shift, 0).reshape(tuple(x.shape))
+    axes = _axes(x, axis if isinstance(axis, tuple) else (axis,), "roll")
+    shifts = shift if isinstance(shift, tuple) else (shift,) * len(axes)
+    if len(shifts) != len(axes):
+        raise _kiln.InvalidArgument(f"roll: {len(shifts)} shifts for {len(axes)} axes")
+    out = x
+    for a, s in zip(axes, shifts):
+        n = x.shape[a]
+        s = operator.index(s) % n if n else 0
+        if s == 0:
+            continue
+        head = [slice(None)] * x.ndim
+        tail = [slice(None)] * x.ndim
+        head[a], tail[a] = slice(n - s, None), slice(None, n - s)
+        t = out.eval() if isinstance(out, Expr) else out
+        out = _creation.concat([t[tuple(head)], t[tuple(tail)]], axis=a)
+    return out if out is not x else x.copy() if isinstance(x, Tensor) else x
+
+
+def unstack(x, axis=0):
+    """The slices of x along axis, as a tuple (views of a tensor)."""
+    (a,) = _axes(x, (axis,), "unstack")
+    if isinstance(x, Expr):
+        x = x.eval()
+    index = [slice(None)] * x.ndim
+    out = []
+    for i in range(x.shape[a]):
+        index[a] = i
+        out.append(x[tuple(index)])
+    return tuple(out)
+
+
+def positive(x):
+    """+x: x's values, lazily (numeric dtypes)."""
+    if x._dtype == DType.bool:
+        raise _kiln.DTypeError("positive: x is bool; positive takes numeric dtypes")
+    return _kiln.astype(x, x._dtype)
+
+
+def pow(x1, x2):  # noqa: A001 - the standard's name
+    """x1 ** x2 (kiln.power)."""
+    return _kiln.power(x1, x2)
+
+
+def round(x):  # noqa: A001 - the standard's name
+    """x rounded to the nearest integer, ties to even (kiln.rint); integers unchanged."""
+    return _kiln.rint(x)
+
+
+e = math.e
+inf = math.inf
+nan = math.nan
+pi = math.pi
+newaxis = None

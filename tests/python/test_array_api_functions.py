@@ -1,0 +1,166 @@
+"""The Array API functions composed of kiln's own (kiln/_standard.py), against NumPy."""
+import math
+
+import numpy as np
+import pytest
+
+import kiln
+
+DTYPES = ["float32", "float16", "bfloat16", "int32", "int8", "uint8", "bool"]
+
+
+def host(t):
+    return np.asarray(t).astype(np.float64) if np.asarray(t).dtype.kind == "V" else np.asarray(t)
+
+
+def _values(shape, dtype, seed=0):
+    r = np.random.default_rng(seed)
+    if dtype == "bool":
+        return r.random(shape) < 0.5
+    if dtype in ("int32", "int8"):
+        return r.integers(-50, 50, shape).astype(dtype)
+    if dtype == "uint8":
+        return r.integers(0, 100, shape).astype(dtype)
+    return r.standard_normal(shape).astype(np.float32)
+
+
+def _kiln(a, dtype):
+    return kiln.asarray(a, dtype=dtype)
+
+
+def test_constants():
+    assert kiln.e == math.e and kiln.pi == math.pi and kiln.inf == math.inf and math.isnan(kiln.nan)
+    assert kiln.newaxis is None
+    x = kiln.asarray(np.arange(3, dtype=np.float32))
+    assert x[:, kiln.newaxis].shape == (3, 1)
+
+
+def test_isdtype_and_can_cast():
+    assert kiln.isdtype(kiln.float32, "real floating") and kiln.isdtype("bfloat16", "numeric")
+    assert kiln.isdtype(kiln.int8, "signed integer") and kiln.isdtype(kiln.uint8, ("bool", "unsigned integer"))
+    assert not kiln.isdtype(kiln.bool, "numeric") and not kiln.isdtype(kiln.float16, "complex floating")
+    assert kiln.isdtype(kiln.int32, kiln.int32) and not kiln.isdtype(kiln.int32, kiln.int8)
+    assert kiln.isdtype(kiln.int32, "integral") and not kiln.isdtype(kiln.float32, "integral")
+    with pytest.raises(ValueError, match="isdtype: kind='floating'; the kinds are 'bool', 'signed integer'"):
+        kiln.isdtype(kiln.float32, "floating")
+    assert kiln.can_cast(kiln.int8, kiln.int32) and kiln.can_cast(kiln.uint8, kiln.uint8)
+    assert kiln.can_cast(kiln.float16, kiln.float32) and not kiln.can_cast(kiln.float32, kiln.float16)
+    assert not kiln.can_cast(kiln.int32, kiln.float32)   # another kind: the standard does not promote
+    assert not kiln.can_cast(kiln.bool, kiln.int8) and not kiln.can_cast(kiln.int32, kiln.int8)
+    assert kiln.can_cast(kiln.asarray(np.zeros(2, np.int8)), kiln.int32)
+
+
+@pytest.mark.parametrize("n,m,k", [(3, None, 0), (3, 5, 1), (4, 2, -1), (2, 3, 7), (0, 3, 0), (1, 1, 0)])
+def test_eye(n, m, k):
+    np.testing.assert_array_equal(host(kiln.eye(n, m, k=k)), np.eye(n, m, k=k, dtype=np.float32))
+    assert kiln.eye(n, m, k=k, dtype=kiln.int8).dtype == kiln.int8
+    with pytest.raises(kiln.InvalidArgument, match="eye: n_rows=-1, n_cols=2; sizes are 0 or more"):
+        kiln.eye(-1, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [-2, 0, 1, 9])
+def test_tril_triu(dtype, k):
+    a = _values((2, 3, 5), dtype)
+    x = _kiln(a, dtype)
+    want_l, want_u = np.tril(a, k), np.triu(a, k)
+    lo, up = kiln.tril(x, k=k), kiln.triu(x, k=k)
+    assert lo.dtype == x.dtype and up.dtype == x.dtype
+    np.testing.assert_array_equal(host(lo), host(_kiln(want_l, dtype)))
+    np.testing.assert_array_equal(host(up), host(_kiln(want_u, dtype)))
+
+
+def test_tril_needs_a_matrix():
+    with pytest.raises(kiln.InvalidArgument, match=r"tril: x has shape \(4,\); it needs 2 or more dimensions"):
+        kiln.tril(kiln.zeros(4))
+
+
+@pytest.mark.parametrize("start,stop,num,endpoint", [(0, 1, 5, True), (-2, 3, 7, False), (1, 1, 3, True),
+                                                     (0, 10, 1, True), (0, 10, 1, False), (2, -4, 0, True)])
+def test_linspace(start, stop, num, endpoint):
+    got = host(kiln.linspace(start, stop, num, endpoint=endpoint))
+    want = np.linspace(start, stop, num, endpoint=endpoint, dtype=np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    if num > 1 and endpoint:
+        assert got[-1] == np.float32(stop)   # the end point exactly
+
+
+def test_linspace_misuse():
+    with pytest.raises(kiln.InvalidArgument, match="linspace: num=-1; it is 0 or more"):
+        kiln.linspace(0, 1, -1)
+    with pytest.raises(kiln.InvalidArgument, match="linspace: start and stop must be finite, got 0, inf"):
+        kiln.linspace(0, math.inf, 3)
+
+
+@pytest.mark.parametrize("indexing", ["xy", "ij"])
+def test_meshgrid(indexing):
+    a, b, c = np.arange(3, dtype=np.float32), np.arange(4, dtype=np.float32) * 2, np.arange(2, dtype=np.float32)
+    got = kiln.meshgrid(kiln.asarray(a), kiln.asarray(b), kiln.asarray(c), indexing=indexing)
+    want = np.meshgrid(a, b, c, indexing=indexing)
+    assert len(got) == 3
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(host(g), w)
+    one = kiln.meshgrid(kiln.asarray(a), indexing=indexing)
+    np.testing.assert_array_equal(host(one[0]), a)
+    with pytest.raises(ValueError, match="meshgrid: indexing='xz'; it is 'xy' or 'ij'"):
+        kiln.meshgrid(kiln.asarray(a), indexing="xz")
+    with pytest.raises(kiln.InvalidArgument, match=r"meshgrid: array 1 has shape \(2, 2\); every one is 1-d"):
+        kiln.meshgrid(kiln.asarray(a), kiln.zeros((2, 2)))
+    with pytest.raises(kiln.DTypeError, match="meshgrid: the arrays' dtypes differ"):
+        kiln.meshgrid(kiln.asarray(a), kiln.asarray(a, dtype=kiln.int32))
+
+
+def test_axis_permutations():
+    a = _values((2, 3, 4, 5), "float32")
+    x = kiln.asarray(a)
+    np.testing.assert_array_equal(host(kiln.permute_dims(x, (2, 0, 3, 1))), np.transpose(a, (2, 0, 3, 1)))
+    np.testing.assert_array_equal(host(kiln.permute_dims(x + 1, (3, 2, 1, 0))), np.transpose(a + 1, (3, 2, 1, 0)))
+    np.testing.assert_array_equal(host(kiln.matrix_transpose(x)), np.swapaxes(a, -1, -2))
+    for src, dst in [(0, -1), (-1, 0), ((0, 1), (3, 2)), ((2, 0), (0, 3)), (1, 1)]:
+        np.testing.assert_array_equal(host(kiln.moveaxis(x, src, dst)), np.moveaxis(a, src, dst))
+    with pytest.raises(kiln.InvalidArgument, match=r"permute_dims: axes \(0, 1\) for 4 dimensions"):
+        kiln.permute_dims(x, (0, 1))
+    with pytest.raises(kiln.InvalidArgument, match=r"permute_dims: repeated axes \(0, 0, 1, 2\)"):
+        kiln.permute_dims(x, (0, 0, 1, 2))
+    with pytest.raises(kiln.InvalidArgument, match="moveaxis: axis 4 is out of range for 4 dimensions"):
+        kiln.moveaxis(x, 4, 0)
+    with pytest.raises(kiln.InvalidArgument, match="moveaxis: 2 source axes and 1 destinations"):
+        kiln.moveaxis(x, (0, 1), 2)
+    with pytest.raises(kiln.InvalidArgument, match=r"matrix_transpose: x has shape \(3,\)"):
+        kiln.matrix_transpose(kiln.zeros(3))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8", "bool"])
+def test_flip_roll_unstack(dtype):
+    a = _values((3, 4, 5), dtype, seed=1)
+    x = _kiln(a, dtype)
+    for axis in (None, 0, -1, (0, 2)):
+        np.testing.assert_array_equal(host(kiln.flip(x, axis=axis)), np.flip(a, axis))
+    np.testing.assert_array_equal(host(kiln.flip(kiln.logical_not(x) if dtype == "bool" else x + 1, axis=1)),
+                                  np.flip(np.logical_not(a) if dtype == "bool" else a + 1, 1))
+    for shift, axis in [(1, None), (-7, None), (2, 1), (-1, 0), (5, 2), (0, 1), ((1, -2), (0, 2)), (13, -1)]:
+        np.testing.assert_array_equal(host(kiln.roll(x, shift, axis=axis)), np.roll(a, shift, axis))
+    r = kiln.roll(x, 0, axis=0)   # a new tensor even when nothing moves
+    assert r._data_ptr != x._data_ptr
+    for axis in (0, 1, -1):
+        parts = kiln.unstack(x, axis=axis)
+        assert len(parts) == a.shape[axis]
+        for p, w in zip(parts, [np.take(a, i, axis) for i in range(a.shape[axis])]):
+            np.testing.assert_array_equal(host(p), w)
+    with pytest.raises(kiln.InvalidArgument, match=r"roll: 1 shifts for 2 axes"):
+        kiln.roll(x, (1,), axis=(0, 1))
+    with pytest.raises(kiln.InvalidArgument, match="unstack: axis 3 is out of range for 3 dimensions"):
+        kiln.unstack(x, axis=3)
+
+
+def test_positive_pow_round():
+    a = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.7], dtype=np.float32)
+    x = kiln.asarray(a)
+    np.testing.assert_array_equal(host(kiln.round(x)), np.round(a))
+    np.testing.assert_array_equal(host(kiln.round(kiln.asarray(np.array([3, -4], np.int32)))), [3, -4])
+    np.testing.assert_array_equal(host(kiln.positive(x)), a)
+    np.testing.assert_allclose(host(kiln.pow(kiln.abs(x), 1.5)), np.abs(a) ** 1.5, rtol=1e-6)
+    with pytest.raises(kiln.DTypeError, match="power: integer and bool operands are not supported"):
+        kiln.pow(kiln.asarray(np.array([2, 3], np.int32)), 3)   # kiln's power is floating-point only
+    with pytest.raises(kiln.DTypeError, match="positive: x is bool; positive takes numeric dtypes"):
+        kiln.positive(kiln.asarray(np.array([True])))
