@@ -164,3 +164,68 @@ def test_positive_pow_round():
         kiln.pow(kiln.asarray(np.array([2, 3], np.int32)), 3)   # kiln's power is floating-point only
     with pytest.raises(kiln.DTypeError, match="positive: x is bool; positive takes numeric dtypes"):
         kiln.positive(kiln.asarray(np.array([True])))
+
+
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)),
+                                   ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
+                                   ((2, 3, 4), (4,)), ((3, 0), (0, 2)), ((0, 3), (3, 2))])
+def test_matmul(sa, sb):
+    a, b = _values(sa, "float32", 2), _values(sb, "float32", 3)
+    got = kiln.matmul(kiln.asarray(a), kiln.asarray(b))
+    want = np.matmul(a, b)
+    assert tuple(got.shape) == want.shape
+    np.testing.assert_allclose(host(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_dtypes_and_misuse():
+    a, b = _values((3, 4), "float32", 4), _values((4, 2), "float32", 5)
+    got = kiln.matmul(kiln.asarray(a, dtype=kiln.float16), kiln.asarray(b))   # promoted to float32
+    assert got.dtype == kiln.float32
+    np.testing.assert_allclose(host(got), a.astype(np.float16).astype(np.float32) @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(host(kiln.matmul(kiln.asarray(a) + 1, kiln.asarray(b))), (a + 1) @ b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(kiln.InvalidArgument, match=r"matmul: shapes \(3, 4\) and \(3, 2\) do not chain: 4 columns "
+                                                   r"against 3 rows"):
+        kiln.matmul(kiln.asarray(a), kiln.zeros((3, 2)))
+    with pytest.raises(kiln.InvalidArgument, match="matmul: operands of shapes"):
+        kiln.matmul(kiln.asarray(a), kiln.asarray(np.float32(2)))
+    with pytest.raises(kiln.InvalidArgument, match="matmul: the batch axes of"):
+        kiln.matmul(kiln.zeros((2, 3, 4)), kiln.zeros((3, 4, 2)))
+    with pytest.raises(kiln.DTypeError, match="GEMM operands are float32, float16 or bfloat16"):
+        kiln.matmul(kiln.zeros((2, 2), dtype=kiln.int32), kiln.zeros((2, 2), dtype=kiln.int32))
+
+
+@pytest.mark.parametrize("sa,sb,axis", [((3, 4), (3, 4), -1), ((2, 3, 4), (4,), -1), ((2, 3, 4), (2, 3, 4), 0),
+                                        ((5, 3), (5, 3), -2), ((2, 5, 3), (5, 1), 1)])
+def test_vecdot(sa, sb, axis):
+    a, b = _values(sa, "float32", 6), _values(sb, "float32", 7)
+    got = kiln.vecdot(kiln.asarray(a), kiln.asarray(b), axis=axis)
+    n = max(a.ndim, b.ndim)
+    ax = axis - n if axis >= 0 else axis
+    want = np.sum(a * b, axis=ax)
+    np.testing.assert_allclose(host(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_vecdot_misuse():
+    with pytest.raises(kiln.InvalidArgument, match=r"vecdot: shapes \(3, 4\) and \(3, 5\) differ along axis -1"):
+        kiln.vecdot(kiln.zeros((3, 4)), kiln.zeros((3, 5)))
+    with pytest.raises(kiln.InvalidArgument, match="vecdot: axis 2 is out of range for 2 dimensions"):
+        kiln.vecdot(kiln.zeros((3, 4)), kiln.zeros((3, 4)), axis=2)
+
+
+@pytest.mark.parametrize("sa,sb,axes", [((3, 4, 5), (4, 5, 2), 2), ((3, 4), (4, 5), 1), ((2, 3), (4, 5), 0),
+                                        ((3, 4, 5), (5, 3, 2), ([0, 2], [1, 0])), ((4, 3), (3, 4), ((1, 0), (0, 1)))])
+def test_tensordot(sa, sb, axes):
+    a, b = _values(sa, "float32", 8), _values(sb, "float32", 9)
+    got = kiln.tensordot(kiln.asarray(a), kiln.asarray(b), axes=axes)
+    want = np.tensordot(a, b, axes=axes)
+    assert tuple(got.shape) == want.shape
+    np.testing.assert_allclose(host(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_tensordot_misuse():
+    with pytest.raises(kiln.InvalidArgument, match=r"tensordot: axis 1 of \(3, 4\) and axis 0 of \(5, 2\) differ"):
+        kiln.tensordot(kiln.zeros((3, 4)), kiln.zeros((5, 2)), axes=1)
+    with pytest.raises(kiln.InvalidArgument, match="tensordot: axes=3 for operands of 2 and 2 dimensions"):
+        kiln.tensordot(kiln.zeros((3, 4)), kiln.zeros((4, 3)), axes=3)
+    with pytest.raises(kiln.InvalidArgument, match="tensordot: 2 axes of x1 against 1 of x2"):
+        kiln.tensordot(kiln.zeros((3, 4)), kiln.zeros((4, 3)), axes=([0, 1], [0]))

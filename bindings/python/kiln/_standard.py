@@ -6,6 +6,8 @@ lazy expressions that fuse into the assignment using them, new tensors where dat
 import math
 import operator
 
+import numpy as np
+
 from . import _creation, _dtypes, _kiln
 from ._kiln import DType, Expr, Tensor
 
@@ -214,6 +216,102 @@ def unstack(x, axis=0):
         index[a] = i
         out.append(x[tuple(index)])
     return tuple(out)
+
+
+def _operand(x, dtype):
+    """x as a tensor of dtype (expressions evaluated, other dtypes cast): GEMM operands."""
+    if isinstance(x, Expr) or x._dtype != dtype:
+        return _kiln.astype(x, dtype).eval()
+    return x
+
+
+def matmul(x1, x2):
+    """The matrix product of the last two axes (kiln's GEMM), the leading ones broadcast as
+    batches; a 1-d operand is a row (first) or a column (second) vector whose axis is dropped.
+    Both operands go to their common dtype; GEMM takes float32, float16 and bfloat16."""
+    if x1.ndim == 0 or x2.ndim == 0:
+        raise _kiln.InvalidArgument(f"matmul: operands of shapes {tuple(x1.shape)} and {tuple(x2.shape)}; 0-d ones "
+                                    "have no matrix axes (multiply scales by a scalar)")
+    dt = _dtypes.dtype(_creation.result_type(x1, x2))
+    a, b = _operand(x1, dt), _operand(x2, dt)
+    k1, k2 = a.shape[-1], b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if k1 != k2:
+        raise _kiln.InvalidArgument(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not chain: {k1} "
+                                    f"columns against {k2} rows")
+    if a.ndim <= 2 and b.ndim <= 2:
+        return _kiln.dot(a, b)
+    a2 = a.reshape((1,) + tuple(a.shape)) if a.ndim == 1 else a
+    b2 = b.reshape(tuple(b.shape) + (1,)) if b.ndim == 1 else b
+    try:
+        batch = tuple(np.broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2])))
+    except ValueError:
+        raise _kiln.InvalidArgument(f"matmul: the batch axes of {tuple(a.shape)} and {tuple(b.shape)} do not "
+                                    "broadcast") from None
+    m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    nb = math.prod(batch)
+
+    def batched(t, rows, cols):
+        # A 2-d operand is shared by every batch; others are broadcast into a (batch, rows, cols) tensor.
+        if t.ndim == 2:
+            return t
+        if tuple(t.shape[:-2]) == batch:
+            return t.reshape((nb, rows, cols))
+        full = _creation.empty(batch + (rows, cols), dt, ctx=t.ctx)
+        full[...] = t
+        return full.reshape((nb, rows, cols))
+
+    out = _creation.empty((nb, m, n), dt, ctx=a.ctx)
+    if out.size:
+        if k == 0:
+            out[...] = 0
+        else:
+            _kiln.batched_dot(batched(a2, m, k), batched(b2, k, n), out)
+    shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
+    return out.reshape(shape)
+
+
+def vecdot(x1, x2, axis=-1):
+    """The dot product of the vectors along axis (of the broadcast shape; both operands must
+    have it, of one length), the other axes broadcast: lazy, a sum of products."""
+    n = max(x1.ndim, x2.ndim)
+    ax = operator.index(axis)
+    if not -n <= ax < n:
+        raise _kiln.InvalidArgument(f"vecdot: axis {axis} is out of range for {n} dimensions")
+    ax = ax - n if ax >= 0 else ax
+    if x1.ndim < -ax or x2.ndim < -ax or x1.shape[ax] != x2.shape[ax]:
+        raise _kiln.InvalidArgument(f"vecdot: shapes {tuple(x1.shape)} and {tuple(x2.shape)} differ along axis {axis}")
+    return _kiln.sum(x1 * x2, axis=ax)
+
+
+def tensordot(x1, x2, axes=2):
+    """Sums of products over axes of x1 and x2 (an int: x1's last ones and x2's first ones; or
+    two sequences), through kiln's GEMM: the result has x1's other axes, then x2's."""
+    if isinstance(axes, (int, np.integer)):
+        n = operator.index(axes)
+        if n < 0 or n > min(x1.ndim, x2.ndim):
+            raise _kiln.InvalidArgument(f"tensordot: axes={n} for operands of {x1.ndim} and {x2.ndim} dimensions")
+        a_axes, b_axes = list(range(x1.ndim - n, x1.ndim)), list(range(n))
+    else:
+        a_axes, b_axes = (list(v) if isinstance(v, (list, tuple)) else [v] for v in axes)
+        if len(a_axes) != len(b_axes):
+            raise _kiln.InvalidArgument(f"tensordot: {len(a_axes)} axes of x1 against {len(b_axes)} of x2")
+        a_axes, b_axes = _axes(x1, a_axes, "tensordot"), _axes(x2, b_axes, "tensordot")
+    for i, j in zip(a_axes, b_axes):
+        if x1.shape[i] != x2.shape[j]:
+            raise _kiln.InvalidArgument(f"tensordot: axis {i} of {tuple(x1.shape)} and axis {j} of {tuple(x2.shape)} "
+                                        "differ in length")
+    a_free = [i for i in range(x1.ndim) if i not in a_axes]
+    b_free = [i for i in range(x2.ndim) if i not in b_axes]
+    dt = _dtypes.dtype(_creation.result_type(x1, x2))
+    a, b = _operand(x1, dt), _operand(x2, dt)
+    k = math.prod(a.shape[i] for i in a_axes)
+    m, n = math.prod(a.shape[i] for i in a_free), math.prod(b.shape[i] for i in b_free)
+    shape = tuple(a.shape[i] for i in a_free) + tuple(b.shape[i] for i in b_free)
+    am = a.transpose(tuple(a_free + a_axes)).reshape((m, k))
+    bm = b.transpose(tuple(b_axes + b_free)).reshape((k, n))
+    if m * n == 0 or k == 0:
+        return _creation.zeros(shape, dt, ctx=a.ctx)
+    return _kiln.dot(am, bm).reshape(shape)
 
 
 def positive(x):
