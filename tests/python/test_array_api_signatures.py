@@ -121,3 +121,38 @@ def test_reshape_shape_copy_and_newshape():
         kiln.reshape(x, (6,), copy=1)
     e = kiln.reshape(x + 1, (3, 2), copy=False)   # an expression stays lazy
     np.testing.assert_array_equal(_host(e), np.arange(1, 7).reshape(3, 2))
+
+
+def test_device_of_an_array_in_another_context_is_that_context():
+    other = kiln.Context("cpu")
+    x = other.asarray(np.arange(4, dtype=np.float32))
+    assert kiln.asarray(x, device=x.device) is x
+    assert kiln.asarray(x, device=x.device, copy=False) is x
+    assert kiln.asarray(x, device=other) is x
+    assert kiln.zeros_like(x, device=x.device).ctx is other
+    assert kiln.astype(x, kiln.float32, copy=False, device=x.device) is x
+    assert kiln.zeros(2, device=other).ctx is other
+    here = kiln.default_context()
+    moved = kiln.asarray(x, device=here)   # a context as the device: another one copies
+    assert moved.ctx is here and moved is not x
+    np.testing.assert_array_equal(_host(moved), [0, 1, 2, 3])
+    with pytest.raises(ValueError, match="asarray: copy=False, but the data is on cpu and device="):
+        kiln.asarray(x, device=here, copy=False)
+    with pytest.raises(kiln.InvalidArgument, match="zeros: device= is a context on cpu and ctx= another"):
+        kiln.zeros(2, ctx=here, device=other)
+    assert kiln.astype(x + 1, kiln.float16, device=here).ctx is here   # an expression moves too
+
+
+def test_copy_flags_take_numpy_bools_and_scalars_cast():
+    x = kiln.asarray(np.arange(4, dtype=np.float32))
+    assert kiln.asarray(x, copy=np.False_) is x
+    assert kiln.astype(x, kiln.float32, copy=np.False_) is x
+    with pytest.raises(kiln.DTypeError, match="asarray: copy= takes True, False or None, got 'yes'"):
+        kiln.asarray(x, device="cpu", copy="yes")
+    np.testing.assert_array_equal(_host(kiln.astype(2.5, kiln.float16)), np.float16(2.5))
+
+
+def test_reshape_of_nothing():
+    z = kiln.zeros((0, 3))
+    assert kiln.reshape(z, (3, 0), copy=False).shape == (3, 0)
+    assert kiln.reshape(z, (0,), copy=True).shape == (0,)

@@ -202,14 +202,17 @@ def default_context():
 
 def device_context(device, op, ctx=None):
     """The context that makes `op`'s arrays on `device` (the Array API's device=, a device as
-    x.device names it): None is ctx, else the default context; the default context's device is
-    that context; 'cpu' is a process-wide CPU context beside a GPU default. Given ctx too, the
-    device must be ctx's."""
+    x.device names it, or a context): None is ctx, else the default context; a context is itself;
+    the default context's device is that context; 'cpu' is a process-wide CPU context beside a
+    GPU default. Given ctx too, the device must be ctx's."""
     global _cpu
     if device is None:
         return ctx if ctx is not None else default_context()
     if isinstance(device, _kiln._Context):
-        device = device.device
+        if ctx is not None and device is not ctx:
+            raise _kiln.InvalidArgument(f"{op}: device= is a context on {device.device} and ctx= another, on "
+                                        f"{ctx.device}; give one")
+        return device
     if not isinstance(device, str):
         raise _kiln.DTypeError(f"{op}: device= takes a device name such as x.device gives ('cpu', 'cuda:0'), "
                                f"got {type(device).__name__}")

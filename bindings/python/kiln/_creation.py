@@ -8,9 +8,12 @@ from . import _dtypes, _kiln
 from ._kiln import DType, Expr, Tensor
 
 
-def _ctx(ctx, device=None, op=None):
+def _ctx(ctx, device=None, op=None, of=None):
     """The context an operation makes its arrays in: ctx, or the one for the Array API's device=
-    (_context.device_context), else the default context."""
+    (_context.device_context; a device that is kiln array `of`'s own is its context), else the
+    default context."""
+    if device is not None and ctx is None and isinstance(of, (Tensor, Expr)) and device == of.device:
+        return of.ctx
     if device is not None:
         from ._context import device_context
 
@@ -89,18 +92,18 @@ def asarray(obj, dtype=None, ctx=None, *, device=None, copy=None):
     the context's device is shared without a copy (NumPy arrays on a CPU context too); anything
     else is copied from the host. device: the Array API's (x.device's names); copy: None shares
     where it can, True always copies, False never does (ValueError where a copy is needed)."""
+    if copy is not None and not isinstance(copy, (bool, np.bool_)):
+        raise _kiln.DTypeError(f"asarray: copy= takes True, False or None, got {copy!r}")
     if device is not None:
-        c = _ctx(ctx, device, "asarray")
+        c = _ctx(ctx, device, "asarray", of=obj)
         if isinstance(obj, (Tensor, Expr)) and obj.ctx is not c:
             return _moved(obj, c, dtype, copy, "asarray")
         ctx = c
-    if copy is True:
+    if copy is None:
+        return _asarray(obj, dtype, ctx)
+    if copy:
         return array(obj, dtype=dtype, ctx=ctx)
-    if copy is False:
-        return _asarray_no_copy(obj, dtype, _ctx(ctx))
-    if copy is not None:
-        raise _kiln.DTypeError(f"asarray: copy= takes True, False or None, got {copy!r}")
-    return _asarray(obj, dtype, ctx)
+    return _asarray_no_copy(obj, dtype, _ctx(ctx))
 
 
 def _moved(x, c, dtype, copy, op):
@@ -252,7 +255,7 @@ def ones(shape, dtype=None, ctx=None, *, device=None):
 
 def _like_ctx(a, ctx, device, op):
     if device is not None:
-        return _ctx(ctx, device, op)
+        return _ctx(ctx, device, op, of=a)
     return ctx if ctx is not None else a.ctx
 
 
@@ -301,13 +304,13 @@ def asnumpy(a):
 
 
 def reshape(a, shape=None, *, copy=None, newshape=None):
-    """A view when a tensor's memory allows it, else a copy; lazy for expressions. shape (NumPy's
-    older name: newshape); copy: None as said, True always copies, False never does (ValueError
-    where a view is impossible)."""
+    """A view when a tensor's memory allows it, else a copy; lazy for expressions (which hold no
+    memory, whatever copy says). shape (NumPy's older name: newshape); copy: None as said, True
+    always copies, False never does (ValueError where a view is impossible)."""
     if (shape is None) == (newshape is None):
         raise _kiln.DTypeError("reshape: give the new shape once, as shape= (or NumPy's older newshape=)")
     s = _shape(shape if shape is not None else newshape)
-    if copy is not None and not isinstance(copy, bool):
+    if copy is not None and not isinstance(copy, (bool, np.bool_)):
         raise _kiln.DTypeError(f"reshape: copy= takes True, False or None, got {copy!r}")
     r = a.reshape(s)
     if copy is None or not isinstance(a, Tensor):
@@ -323,10 +326,12 @@ def astype(x, dtype, copy=True, *, device=None):
     """x converted to dtype, as the Array API's astype: a lazy expression (it fuses into the
     assignment that uses it), or with copy=False and dtype already x's, x itself. device: the
     result's device (x.device's names); another device copies the data there first."""
-    if not isinstance(copy, bool):
+    if not isinstance(copy, (bool, np.bool_)):
         raise _kiln.DTypeError(f"astype: copy= takes True or False, got {copy!r}")
+    if not isinstance(x, (Tensor, Expr)):   # a scalar or host data: cast as an expression
+        return _kiln.astype(x if device is None else asarray(x, device=device), dtype)
     if device is not None:
-        c = _ctx(None, device, "astype")
+        c = _ctx(None, device, "astype", of=x)
         if x.ctx is not c:
             x = _moved(x, c, None, None, "astype")
     if not copy and _dtypes.dtype(dtype) == x._dtype:
