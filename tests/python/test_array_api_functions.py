@@ -229,3 +229,76 @@ def test_tensordot_misuse():
         kiln.tensordot(kiln.zeros((3, 4)), kiln.zeros((4, 3)), axes=3)
     with pytest.raises(kiln.InvalidArgument, match="tensordot: 2 axes of x1 against 1 of x2"):
         kiln.tensordot(kiln.zeros((3, 4)), kiln.zeros((4, 3)), axes=([0, 1], [0]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8", "bool"])
+def test_broadcasting_and_counting(dtype):
+    a = _values((3, 1, 4), dtype, 10)
+    x = _kiln(a, dtype)
+    for shape in [(3, 1, 4), (2, 3, 5, 4), (3, 6, 4)]:
+        got = kiln.broadcast_to(x, shape)
+        assert tuple(got.shape) == shape and got.dtype == x.dtype
+        np.testing.assert_array_equal(host(got), np.broadcast_to(a, shape))
+    b = _values((5, 1), dtype, 11)
+    got = kiln.broadcast_arrays(x, _kiln(b, dtype))
+    for g, w in zip(got, np.broadcast_arrays(a, b)):
+        np.testing.assert_array_equal(host(g), w)
+    with pytest.raises(kiln.InvalidArgument, match=r"broadcast_to: shape \(3, 1, 4\) does not broadcast to \(3, 2\)"):
+        kiln.broadcast_to(x, (3, 2))
+    with pytest.raises(kiln.InvalidArgument, match="broadcast_arrays: shapes .* do not broadcast together"):
+        kiln.broadcast_arrays(x, kiln.zeros((2, 3)))
+    c = _values((4, 6), dtype, 12)
+    y = _kiln(c, dtype)
+    assert int(host(kiln.count_nonzero(y))) == np.count_nonzero(c)
+    np.testing.assert_array_equal(host(kiln.count_nonzero(y, axis=1)), np.count_nonzero(c, axis=1))
+    np.testing.assert_array_equal(host(kiln.count_nonzero(y, axis=0, keepdims=True)),
+                                  np.count_nonzero(c, axis=0, keepdims=True))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_tile_repeat_diff(dtype):
+    a = _values((3, 4), dtype, 13)
+    x = _kiln(a, dtype)
+    for reps in [(2,), (2, 3), (2, 1, 3), (1, 1), (0, 2)]:
+        np.testing.assert_array_equal(host(kiln.tile(x, reps)), np.tile(a, reps))
+    assert kiln.tile(x, (1, 1))._data_ptr != x._data_ptr
+    for repeats, axis in [(2, None), (3, 1), (0, 0), ([1, 0, 2], 0), (np.array([2, 1, 0, 1]), -1)]:
+        np.testing.assert_array_equal(host(kiln.repeat(x, repeats, axis=axis)), np.repeat(a, repeats, axis))
+    af = a.astype(np.float32)
+    xf = kiln.asarray(af)
+    for n, axis in [(1, -1), (2, 1), (1, 0), (0, 0), (5, 1)]:
+        np.testing.assert_array_equal(host(kiln.diff(xf, axis=axis, n=n)), np.diff(af, n, axis))
+    np.testing.assert_array_equal(host(kiln.diff(xf, axis=0, prepend=xf[:1], append=xf[2:])),
+                                  np.diff(af, axis=0, prepend=af[:1], append=af[2:]))
+    with pytest.raises(kiln.InvalidArgument, match=r"tile: repetitions \(2, -1\); each is 0 or more"):
+        kiln.tile(x, (2, -1))
+    with pytest.raises(kiln.InvalidArgument, match=r"repeat: repeats must be one count of 0 or more per element "
+                                                   r"along axis 0 \(3 of them\), got shape \(2,\)"):
+        kiln.repeat(x, [1, 2], axis=0)
+    with pytest.raises(kiln.InvalidArgument, match="diff: n=-1; it is 0 or more"):
+        kiln.diff(xf, n=-1)
+
+
+def test_take_along_axis():
+    a = _values((3, 4, 5), "float32", 14)
+    x = kiln.asarray(a)
+    r = np.random.default_rng(15)
+    for axis in (0, 1, -1):
+        n = a.shape[axis]
+        shape = list(a.shape)
+        shape[axis] = 6
+        i = r.integers(-n, n, shape).astype(np.int32)
+        want = np.take_along_axis(a, np.where(i < 0, i + n, i), axis)
+        np.testing.assert_array_equal(host(kiln.take_along_axis(x, kiln.asarray(i), axis=axis)), want)
+    i = np.argsort(a, axis=1)[:, :2, :].astype(np.int32)   # broadcast along a length-1 axis of indices
+    np.testing.assert_array_equal(host(kiln.take_along_axis(x, kiln.asarray(i[:1]), axis=1)),
+                                  np.take_along_axis(a, np.broadcast_to(i[:1], (3, 2, 5)), 1))
+    np.testing.assert_array_equal(host(kiln.take_along_axis(x.T, kiln.asarray(i.T), axis=1)),
+                                  np.take_along_axis(a.T, i.T, 1))   # a strided x
+    with pytest.raises(kiln.InvalidArgument, match=r"take_along_axis: indices of shape \(3,\) for x of shape "
+                                                   r"\(3, 4, 5\); they need as many dimensions"):
+        kiln.take_along_axis(x, kiln.asarray(np.zeros(3, np.int32)))
+    with pytest.raises(kiln.DTypeError, match="take_along_axis: indices are float32; they are integers"):
+        kiln.take_along_axis(x, kiln.zeros((3, 4, 1)))
+    with pytest.raises(kiln.InvalidArgument, match="take_along_axis: indices of shape .* outside axis 2"):
+        kiln.take_along_axis(x, kiln.asarray(np.zeros((2, 4, 1), np.int32)), axis=2)

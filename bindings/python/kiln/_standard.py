@@ -314,6 +314,138 @@ def tensordot(x1, x2, axes=2):
     return _kiln.dot(am, bm).reshape(shape)
 
 
+def broadcast_to(x, shape):
+    """x broadcast to shape, lazily (an expression: nothing is copied until it is assigned)."""
+    shape = _creation._shape(shape)
+    try:
+        ok = tuple(np.broadcast_shapes(tuple(x.shape), shape)) == shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise _kiln.InvalidArgument(f"broadcast_to: shape {tuple(x.shape)} does not broadcast to {shape}")
+    if tuple(x.shape) == shape:
+        return x
+    if not shape:
+        return x
+    return _kiln.where(_kiln._iota(shape, 0) >= 0, x, x)
+
+
+def broadcast_arrays(*arrays):
+    """The arrays broadcast to their common shape (lazily), as a list."""
+    try:
+        shape = tuple(np.broadcast_shapes(*(tuple(a.shape) for a in arrays)))
+    except ValueError:
+        raise _kiln.InvalidArgument("broadcast_arrays: shapes " + ", ".join(str(tuple(a.shape)) for a in arrays) +
+                                    " do not broadcast together") from None
+    return [broadcast_to(a, shape) for a in arrays]
+
+
+def count_nonzero(x, axis=None, keepdims=False):
+    """How many elements are not zero (NaN counts), over axis (None: all), as int32."""
+    return _kiln.sum(x != 0, axis=axis, keepdims=keepdims)
+
+
+def tile(x, repetitions):
+    """A new tensor of x repeated `repetitions` times along each axis (more repetitions than
+    axes prepend axes of length 1 to x)."""
+    reps = tuple(operator.index(r) for r in repetitions)
+    if any(r < 0 for r in reps):
+        raise _kiln.InvalidArgument(f"tile: repetitions {reps}; each is 0 or more")
+    n = max(len(reps), x.ndim)
+    reps = (1,) * (n - len(reps)) + reps
+    t = x.reshape((1,) * (n - x.ndim) + tuple(x.shape))
+    if isinstance(t, Expr):
+        t = t.eval()
+    joined = False
+    for axis, r in enumerate(reps):
+        if r != 1:
+            t = _creation.concat([t] * r, axis=axis) if r else t[(slice(None),) * axis + (slice(0, 0),)]
+            joined = joined or r > 1
+    return t if joined else t.copy()   # a new tensor, as when it is joined
+
+
+def repeat(x, repeats, axis=None):
+    """Each element of x repeated along axis (None: of the flattened tensor), `repeats` times (an
+    int) or repeats[i] times for element i (an array or sequence): a gather (lazy)."""
+    if axis is None:
+        x = x.reshape((x.size,))
+        axis = 0
+    (a,) = _axes(x, (axis,), "repeat")
+    n = x.shape[a]
+    if isinstance(repeats, (int, np.integer)):
+        r = operator.index(repeats)
+        if r < 0:
+            raise _kiln.InvalidArgument(f"repeat: repeats={r}; it is 0 or more")
+        index = np.repeat(np.arange(n, dtype=np.int32), r)
+    else:
+        counts = np.asarray(repeats)
+        if counts.dtype.kind not in "iu" or counts.shape != (n,) or (counts < 0).any():
+            raise _kiln.InvalidArgument(f"repeat: repeats must be one count of 0 or more per element along axis {a} "
+                                        f"({n} of them), got shape {counts.shape} of {counts.dtype}")
+        index = np.repeat(np.arange(n, dtype=np.int32), counts)
+    if index.size == 0:
+        shape = list(x.shape)
+        shape[a] = 0
+        return _creation.empty(tuple(shape), x._dtype, ctx=x.ctx)
+    return _kiln.take(x, _creation.asarray(index, ctx=x.ctx), axis=a)
+
+
+def diff(x, axis=-1, n=1, prepend=None, append=None):
+    """The n-th forward difference along axis (prepend/append joined first)."""
+    (a,) = _axes(x, (axis,), "diff")
+    n = operator.index(n)
+    if n < 0:
+        raise _kiln.InvalidArgument(f"diff: n={n}; it is 0 or more")
+    if prepend is not None or append is not None:
+        parts = [p for p in (prepend, x, append) if p is not None]
+        x = _creation.concat(parts, axis=a)
+    elif isinstance(x, Expr):
+        x = x.eval()
+    for _ in range(n):
+        lo, hi = [slice(None)] * x.ndim, [slice(None)] * x.ndim
+        lo[a], hi[a] = slice(None, -1), slice(1, None)
+        x = _kiln.subtract(x[tuple(hi)], x[tuple(lo)]).eval() if x.shape[a] > 1 else \
+            _creation.empty(tuple(x.shape[:a]) + (0,) + tuple(x.shape[a + 1:]), x._dtype, ctx=x.ctx)
+    return x
+
+
+def take_along_axis(x, indices, axis=-1):
+    """x's elements at `indices` along axis (negative ones count from the end), the other axes
+    matched position by position (broadcast where one has length 1): a gather (lazy)."""
+    if indices.ndim != x.ndim:
+        raise _kiln.InvalidArgument(f"take_along_axis: indices of shape {tuple(indices.shape)} for x of shape "
+                                    f"{tuple(x.shape)}; they need as many dimensions")
+    if not isdtype(indices._dtype, "integral"):
+        raise _kiln.DTypeError(f"take_along_axis: indices are {indices.dtype}; they are integers")
+    (a,) = _axes(x, (axis,), "take_along_axis")
+    xs = list(x.shape)
+    xs[a] = indices.shape[a]
+    try:
+        shape = tuple(np.broadcast_shapes(tuple(xs), tuple(indices.shape)))
+    except ValueError:
+        raise _kiln.InvalidArgument(f"take_along_axis: indices of shape {tuple(indices.shape)} do not match x of "
+                                    f"shape {tuple(x.shape)} outside axis {a}") from None
+    if any(s != d for i, (s, d) in enumerate(zip(shape, x.shape)) if i != a and d != 1):
+        raise _kiln.InvalidArgument(f"take_along_axis: indices of shape {tuple(indices.shape)} reach past x of "
+                                    f"shape {tuple(x.shape)} outside axis {a}")
+    if isinstance(x, Expr) or not x.is_contiguous:
+        x = x.copy() if isinstance(x, Tensor) else x.eval()
+    n = x.shape[a]
+    idx = _kiln.astype(indices, DType.int32)
+    idx = _kiln.where(idx < 0, idx + n, idx)
+    linear = None
+    stride = 1
+    for d in reversed(range(x.ndim)):
+        coord = idx if d == a else (_kiln._iota(shape, d) if x.shape[d] != 1 else None)
+        if coord is not None:
+            term = coord * stride if stride != 1 else coord
+            linear = term if linear is None else linear + term
+        stride *= x.shape[d]
+    if linear is None:
+        linear = _kiln._iota(shape, 0) * 0 if shape else _creation.zeros((), DType.int32, ctx=x.ctx)
+    return _kiln.take(x.reshape((x.size,)), linear)
+
+
 def positive(x):
     """+x: x's values, lazily (numeric dtypes)."""
     if x._dtype == DType.bool:
