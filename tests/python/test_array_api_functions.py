@@ -302,3 +302,16 @@ def test_take_along_axis():
         kiln.take_along_axis(x, kiln.zeros((3, 4, 1)))
     with pytest.raises(kiln.InvalidArgument, match="take_along_axis: indices of shape .* outside axis 2"):
         kiln.take_along_axis(x, kiln.asarray(np.zeros((2, 4, 1), np.int32)), axis=2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_logaddexp(dtype):
+    inf, nan = np.inf, np.nan
+    a = np.array([0.0, 1.0, -3.0, 80.0, -80.0, 1e4, inf, -inf, inf, -inf, nan, 2.0], dtype=np.float32)
+    b = np.array([0.0, 2.0, 5.0, 79.0, -81.0, 1e4, inf, -inf, -inf, 3.0, 1.0, nan], dtype=np.float32)
+    x, y = kiln.asarray(a, dtype=dtype), kiln.asarray(b, dtype=dtype)
+    got = host(kiln.logaddexp(x, y)).astype(np.float64)
+    want = np.logaddexp(host(x).astype(np.float64), host(y).astype(np.float64))
+    tol = 1e-6 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    assert kiln.logaddexp(x, y).dtype == x.dtype

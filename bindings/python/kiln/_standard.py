@@ -446,6 +446,13 @@ def take_along_axis(x, indices, axis=-1):
     return _kiln.take(x.reshape((x.size,)), linear)
 
 
+def logaddexp(x1, x2):
+    """log(exp(x1) + exp(x2)) without overflow (lazy): the larger plus log1p(exp(-|x1 - x2|)),
+    and x1 + log(2) where the two are equal (both infinities of one sign included)."""
+    big = _kiln.maximum(x1, x2)
+    return _kiln.where(x1 == x2, x1 + math.log(2.0), big + _kiln.log1p(_kiln.exp(-_kiln.abs(x1 - x2))))
+
+
 def positive(x):
     """+x: x's values, lazily (numeric dtypes)."""
     if x._dtype == DType.bool:
