@@ -50,10 +50,11 @@ inline constexpr int64_t kColumnMaxChunks = 1024;
 // or -1.
 std::vector<int> row_cache_slots(const kir::Kernel& k);
 
-// The bytes per row element that Loop blocks after the first (not folded away) load from memory:
-// buffers that vary along the row and are not cached (a norm's weights). Such a pass waits on
-// memory, not on the row cache, unless those rows stay in L1.
-size_t row_later_read_bytes(const kir::Kernel& k, const std::vector<int>& slot);
+// Whether Loop blocks after the first (not folded away) wait on memory: they load buffers that
+// vary along the row and are not cached, and either one of them also varies from row to row (a
+// residual: read from DRAM each time) or together those shared by every row (a norm's weights)
+// span 32 KiB or more of a row of `nr` elements, too many to stay in L1 beside the row cache.
+bool row_later_reads_memory(const kir::Kernel& k, const std::vector<int>& slot, int64_t nr);
 
 // Row kernels: a later Loop block whose only work is sums that the first pass can keep as it
 // goes is no pass of its own: one round over the row instead of two. Two kinds, each a sum over

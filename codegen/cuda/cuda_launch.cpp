@@ -231,26 +231,28 @@ std::vector<int> row_cache_slots(const kir::Kernel& k) {
     return slot;
 }
 
-size_t row_later_read_bytes(const kir::Kernel& k, const std::vector<int>& slot) {
+bool row_later_reads_memory(const kir::Kernel& k, const std::vector<int>& slot, int64_t nr) {
     std::vector<bool> folded(k.blocks.size(), false), counted(k.buffers.size(), false);
     for (const RowFold& f : row_folds(k)) folded[f.block] = true;
     bool first = true;
-    size_t bytes = 0;
+    int64_t bytes = 0;
     for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
         const kir::Block& b = k.blocks[bi];
         if (!b.loop || folded[bi]) continue;
         if (!first)
             for (int id : b.instrs) {
                 const int buf = k.instrs[id].index;
-                if (k.instrs[id].op == kir::Op::Load && slot[buf] < 0 && !counted[buf] &&
-                    varies_along_reduced(k, (size_t)buf)) {
-                    counted[buf] = true;
-                    bytes += dtype_size(k.buffers[buf].dtype);
-                }
+                if (k.instrs[id].op != kir::Op::Load || slot[buf] >= 0 || counted[buf] ||
+                    !varies_along_reduced(k, (size_t)buf))
+                    continue;
+                counted[buf] = true;
+                for (int d = 0; d < k.rank; ++d)
+                    if (!k.reduced[d] && k.buffers[buf].layout[d] != kir::StrideKind::Zero) return true;
+                bytes += (int64_t)dtype_size(k.buffers[buf].dtype);
             }
         first = false;
     }
-    return bytes;
+    return bytes * nr >= (32 << 10);
 }
 
 int column_width(const kir::Kernel& k) {
@@ -412,8 +414,8 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // (shuffles, and past a warp block barriers) is paid by much work. Nothing cached: 64
         // groups of V of the widest loaded element per thread. Cached: 8 groups while that keeps
         // G within a warp, else 16 (the block barriers then cost more than a longer stretch),
-        // unless a later pass also reads 32 KiB or more of memory a row (a norm's weights, too
-        // many to stay in L1 beside the cache): with 2 groups of it in flight per thread, more
+        // unless a later pass also waits on memory (row_later_reads_memory: a residual, or a
+        // norm's weights of 32 KiB or more): with 2 groups of it in flight per thread, more
         // threads hide its latency.
         // At least 2 threads (a warp's loads then cover whole 32-byte sectors); more while fewer
         // than 512 threads per multiprocessor would run (few short rows). Past a block, a
@@ -429,7 +431,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         const int64_t busy = (int64_t)dev.multiprocessors * 512;
         auto threads_for = [&](int64_t groups) { return pow2_ceil((nr + groups * v - 1) / (groups * v)); };
         int64_t g = threads_for(caches ? 8 : 64);
-        if (caches && g > 32 && (int64_t)detail::row_later_read_bytes(k, slot) * nr < (32 << 10)) g = threads_for(16);
+        if (caches && g > 32 && !detail::row_later_reads_memory(k, slot, nr)) g = threads_for(16);
         g = std::min(std::max(g, std::min<int64_t>(2, pow2_ceil((nr + v - 1) / v))), max_g);
         while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
         auto block_of = [](int64_t g) -> int64_t { return g <= kCudaBlockSize || g > kCudaMaxRowBlock ? kCudaBlockSize : g; };

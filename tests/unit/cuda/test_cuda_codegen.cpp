@@ -713,7 +713,7 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         CHECK(p.launches[0].shared_bytes == 0);
         a.sizes = {200000, 96};   // at least 2 threads a row
         CHECK(codegen::plan_cuda_launch(one.kernel(), a, h100s).threads_per_row == 2);
-        a.sizes = {3000, 5000};   // 20 groups a thread
+        a.sizes = {3000, 5000};   // 20 threads' worth at 64 groups: 32 threads of about 39 groups
         CHECK(codegen::plan_cuda_launch(one.kernel(), a, h100s).threads_per_row == 32);
         a.sizes = {500, 5000};   // 32 or 64 threads a row would leave the GPU idle
         CHECK(codegen::plan_cuda_launch(one.kernel(), a, h100s).threads_per_row == 256);
@@ -731,14 +731,29 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         norm.loop();
         int scaled = norm.op(Op::Mul, CT::F32, norm.load(in), norm.acc_result(acc));
         norm.store(out, norm.op(Op::Mul, CT::F32, scaled, norm.load(w)));
-        CHECK(codegen::detail::row_later_read_bytes(norm.kernel(), codegen::detail::row_cache_slots(norm.kernel())) == 4);
-        CHECK(codegen::detail::row_later_read_bytes(row, codegen::detail::row_cache_slots(row)) == 0);
+        const std::vector<int> slots = codegen::detail::row_cache_slots(norm.kernel());
+        CHECK(codegen::detail::row_later_reads_memory(norm.kernel(), slots, 8192));   // 32 KiB of weights
+        CHECK_FALSE(codegen::detail::row_later_reads_memory(norm.kernel(), slots, 8191));
+        CHECK_FALSE(codegen::detail::row_later_reads_memory(row, codegen::detail::row_cache_slots(row), 1 << 20));
         a.sizes = {4096, 16384};   // 64 KiB of weights a row
         p = codegen::plan_cuda_launch(norm.kernel(), a, h100s);
         CHECK(p.threads_per_row == 512);
         CHECK(p.launches[0].shared_bytes == 512 * 32 * 4);
         a.sizes = {8192, 3000};   // 12 KB, which stays in L1: 16 groups
         CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).threads_per_row == 64);
+
+        // a residual: its last pass reads a row of its own, from memory whatever its length
+        test::KernelBuilder res("kiln_residual", "PR");
+        int rout = res.output(DType::Float32, "x1"), rin = res.input(DType::Float32, "x1"),
+            rr = res.input(DType::Float32, "x1");
+        res.loop();
+        int rx = res.load(rin);
+        int racc = res.accum(kir::AccKind::Sum, rx);
+        res.loop();
+        int rs = res.op(Op::Mul, CT::F32, res.load(rin), res.acc_result(racc));
+        res.store(rout, res.op(Op::Add, CT::F32, rs, res.load(rr)));
+        CHECK(codegen::detail::row_later_reads_memory(res.kernel(), codegen::detail::row_cache_slots(res.kernel()), 3000));
+        CHECK(codegen::plan_cuda_launch(res.kernel(), a, h100s).threads_per_row == 128);
     }
     a.sizes = {128, 32};   // few short rows: a warp per row rather than one thread
     p = codegen::plan_cuda_launch(row, a, h100);
