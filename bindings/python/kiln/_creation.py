@@ -113,29 +113,36 @@ def _moved(x, c, dtype, copy, op):
     return upload(np.asarray(x), dtype=dtype if dtype is not None else x._dtype, ctx=c)
 
 
+def _shared(obj, c):
+    """obj's memory as a tensor of context c without a copy (a DLPack or __cuda_array_interface__
+    producer on c's device), and None with why not where that is impossible."""
+    why = "it is no DLPack or CUDA array producer"
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return from_dlpack(obj, ctx=c, copy=False), None
+        except (BufferError, _kiln.Error, TypeError) as e:
+            why = str(e)
+    if c.backend == "cuda" and hasattr(obj, "__cuda_array_interface__"):
+        t = _from_cuda_array_interface(obj, c)
+        if t is not None:
+            return t, None
+        why = "its __cuda_array_interface__ cannot be wrapped"
+    return None, why
+
+
 def _asarray_no_copy(obj, dtype, c):
-    what = f"{type(obj).__name__} data"
-    if isinstance(obj, Tensor):
-        if dtype is not None and _dtypes.dtype(dtype) != obj._dtype:
-            raise ValueError(f"asarray: copy=False, but casting {obj.dtype} to {_dtypes.dtype(dtype).name} copies")
-        return obj
     if isinstance(obj, Expr):
         raise ValueError("asarray: copy=False, but an expression has no memory of its own: evaluating it makes a "
                          "new tensor")
-    shared = None
-    if hasattr(obj, "__dlpack__"):
-        try:
-            shared = from_dlpack(obj, ctx=c, copy=False)
-        except (BufferError, _kiln.Error, TypeError) as e:
-            what = f"{what} ({e})"
-    if shared is None and c.backend == "cuda" and hasattr(obj, "__cuda_array_interface__"):
-        shared = _from_cuda_array_interface(obj, c)
-    if shared is None:
-        raise ValueError(f"asarray: copy=False, but {what} cannot be shared by a {c.device} context: "
-                         "a copy is needed")
-    if dtype is not None and _dtypes.dtype(dtype) != shared._dtype:
-        raise ValueError(f"asarray: copy=False, but casting {shared.dtype} to {_dtypes.dtype(dtype).name} copies")
-    return shared
+    t = obj
+    if not isinstance(obj, Tensor):
+        t, why = _shared(obj, c)
+        if t is None:
+            raise ValueError(f"asarray: copy=False, but {type(obj).__name__} data ({why}) cannot be shared by a "
+                             f"{c.device} context: a copy is needed")
+    if dtype is not None and _dtypes.dtype(dtype) != t._dtype:
+        raise ValueError(f"asarray: copy=False, but casting {t.dtype} to {_dtypes.dtype(dtype).name} copies")
+    return t
 
 
 def _asarray(obj, dtype, ctx):
@@ -146,14 +153,7 @@ def _asarray(obj, dtype, ctx):
     if isinstance(obj, Expr):
         return (obj if dtype is None else _kiln.astype(obj, dtype)).eval()
     c = _ctx(ctx)
-    shared = None
-    if hasattr(obj, "__dlpack__"):
-        try:
-            shared = from_dlpack(obj, ctx=c, copy=False)
-        except (BufferError, _kiln.Error, TypeError):
-            shared = None
-    if shared is None and c.backend == "cuda" and hasattr(obj, "__cuda_array_interface__"):
-        shared = _from_cuda_array_interface(obj, c)
+    shared, _ = _shared(obj, c)
     if shared is not None:
         if dtype is not None and _dtypes.dtype(dtype) != shared._dtype:
             return _kiln.astype(shared, dtype).eval()
