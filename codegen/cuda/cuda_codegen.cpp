@@ -108,8 +108,12 @@ CudaSource Emitter::run() {
         src.entry_points = {k_.name + "_partial", k_.name + "_final"};
         break;
     case CudaShape::Row:
-        emit_row_kernel();
+        emit_row_kernel(false);
         src.entry_points = {k_.name};
+        if (detail::row_register_entry(k_)) {
+            emit_row_kernel(true);
+            src.entry_points.push_back(k_.name + "_r");
+        }
         break;
     case CudaShape::Column:
         emit_column_kernel();

@@ -68,6 +68,13 @@
 //     max the first pass's (softmax's denominator) is folded likewise: a running max m and s =
 //     sum of exp(v - m), rescaled as m grows, merged in the first pass's round, which then also
 //     gives the max.
+//     Kernels that qualify (detail::row_register_entry: cached buffers read in groups, at most 32
+//     bytes a group of them, no exponential sum folded) also have an entry NAME_r, taken when
+//     cuda_launch_aligned holds, with the launch's aligned_param as G, its aligned_grid and
+//     aligned_block and no dynamic shared memory: a thread's groups of the cached buffers
+//     (detail::kRowRegisterGroups at most) live in registers, the first pass that reads one
+//     loads all of its groups before it works through them, the later passes read the
+//     registers, a group at a time; no folds (a variance takes its own round).
 //   - column reduction (some buffer contiguous along a parallel dim and none along a reduced
 //     one), entry NAME: a block is detail::column_width parallel points (128 bytes of the narrowest
 //     loaded dtype) x the slices of the reduced points that make 256 threads; the
@@ -163,11 +170,13 @@ struct CudaLaunch {
     uint32_t cluster = 1;  // blocks per cluster
     int param = 0;         // the entry's `param`
     size_t shared_bytes = 0;   // dynamic shared memory
-    // When set, the entry launched instead of `entry` (same grid, block and param) when
-    // cuda_launch_aligned holds for the call's arguments: a plan follows from the sizes, the
-    // alignment of the buffers from each call.
+    // When set, the entry launched instead of `entry` when cuda_launch_aligned holds for the
+    // call's arguments (a plan follows from the sizes, the alignment of the buffers from each
+    // call), with its own grid, block and param, no cluster and no dynamic shared memory.
     std::string aligned_entry;
     int aligned_width = 0;
+    uint32_t aligned_grid = 0, aligned_block = 0;
+    int aligned_param = 0;
 };
 
 struct CudaLaunchPlan {
@@ -178,8 +187,10 @@ struct CudaLaunchPlan {
 };
 CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaDeviceCaps& dev);
 // Whether launch `l` may take its aligned_entry for arguments `a`: groups of aligned_width
-// points along the innermost parallel dim lie whole inside it, and every buffer contiguous
-// along it starts each group on a boundary of aligned_width elements.
+// points along the innermost parallel dim (row kernels: the reduced dim) lie whole inside it,
+// and every buffer contiguous along it starts each group on a boundary of aligned_width
+// elements; for a row kernel, also that the row fits its register entry at aligned_param
+// threads.
 bool cuda_launch_aligned(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaLaunch& l);
 
 } // namespace kiln::codegen

@@ -237,7 +237,9 @@ private:
 
     std::vector<int> row_invariant(const kir::Block& b) const;
 
-    void emit_row_kernel();
+    // `registers`: the entry NAME_r (detail::row_register_entry), the row's cached groups in
+    // registers, aligned rows only.
+    void emit_row_kernel(bool registers);
 
     // ---- column reductions: column_width parallel points x slices of the reduced points per block
 

@@ -89,6 +89,16 @@ std::vector<RowFold> row_folds(const kir::Kernel& k);
 // Element j of a thread is R index ((j / V) * G + t) * V + j % V.
 int row_vector_width(const kir::Kernel& k);
 
+// Row kernels whose cached buffers are all read along the row in groups (row_vector_width V > 1,
+// contiguous along the one reduced dim) also have an entry NAME_r that holds a thread's groups of
+// them in registers, kRowRegisterGroups groups a thread at most, instead of in shared memory: the
+// first pass loads every group of the row at once, the later passes read registers, and no row
+// cache limits the blocks a multiprocessor runs. Its loops are unrolled over the groups, so it
+// serves aligned rows only (cuda_launch_aligned: every group whole and on a 16-byte boundary).
+// Whether k has that entry: the cached groups must fit 8 registers a group (32 of the entry's 64).
+inline constexpr int kRowRegisterGroups = 4;
+bool row_register_entry(const kir::Kernel& k);
+
 // Bytes of the row cache (slots: row_cache_slots(k)) when each cached buffer holds `elements`
 // of its dtype (the block's threads times the elements per thread): the buffers' regions one
 // after another in slot order, each rounded up to 16 bytes. 0 when nothing is cached.

@@ -300,6 +300,26 @@ int row_vector_width(const kir::Kernel& k) {
     return widest ? (int)(16 / widest) : 1;
 }
 
+bool row_register_entry(const kir::Kernel& k) {
+    const int v = row_vector_width(k);
+    if (v < 2 || k.full_reduce || cuda_shape(k) != CudaShape::Row) return false;
+    int rdim = 0;
+    while (!k.reduced[rdim]) ++rdim;
+    // Softmax's sum of exponentials keeps its fold (one round with the max), which a group at a
+    // time costs more than the registers save: measured 0.75-0.95x the shared-memory entry.
+    for (const RowFold& f : row_folds(k))
+        if (f.kind == RowFold::ExpSum) return false;
+    const std::vector<int> slot = row_cache_slots(k);
+    size_t bytes = 0;   // of a group of every cached buffer
+    for (size_t b = 0; b < slot.size(); ++b) {
+        if (slot[b] < 0) continue;
+        const size_t group = (size_t)v * dtype_size(k.buffers[b].dtype);
+        if (k.buffers[b].layout[rdim] != kir::StrideKind::One || group < 4 || (group > 16 && group % 16)) return false;
+        bytes += group;
+    }
+    return bytes > 0 && bytes <= 32;
+}
+
 int elementwise_vector_width(const kir::Kernel& k) {
     if (k.rank != 1) return 1;
     std::vector<bool> used(k.buffers.size(), false);
@@ -329,8 +349,14 @@ size_t row_cache_bytes(const kir::Kernel& k, const std::vector<int>& slot, int64
 
 bool cuda_launch_aligned(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaLaunch& l) {
     const int64_t v = l.aligned_width;
-    const int q = detail::innermost_parallel_dim(k);
+    const bool row = cuda_shape(k) == CudaShape::Row;
+    int q = detail::innermost_parallel_dim(k);
+    if (row)
+        for (int d = 0; d < k.rank; ++d)
+            if (k.reduced[d]) q = d;
     if (v < 2 || q < 0 || a.sizes[q] % v) return false;
+    // The register entry's thread holds kRowRegisterGroups groups of the row at most.
+    if (row && a.sizes[q] > (int64_t)detail::kRowRegisterGroups * l.aligned_param * v) return false;
     for (size_t b = 0; b < k.buffers.size(); ++b) {
         if (k.buffers[b].layout[q] != kir::StrideKind::One) continue;
         if ((uintptr_t)a.buffers[b] % (v * dtype_size(k.buffers[b].dtype))) return false;
@@ -448,6 +474,23 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         CudaLaunch l = launch_of(k.name, np ? clamp_grid((np + rows_per_block - 1) / rows_per_block * cluster, cluster) : 0,
                                  (uint32_t)block, (uint32_t)cluster, (int)g);
         l.shared_bytes = caches && cache_bytes(g) <= cache_room ? cache_bytes(g) : 0;
+        // Aligned rows that fit kRowRegisterGroups groups a thread within a block take the
+        // register entry: G for that many groups (at least 2 threads, more while few rows would
+        // fill the GPU, never more than a group each). Past a block of threads, the shared-memory
+        // entry's longer stretches per thread measured faster.
+        if (detail::row_register_entry(k) && nr > 0) {
+            const int64_t groups = (nr + v - 1) / v;
+            int64_t gr = std::max<int64_t>(std::min<int64_t>(2, pow2_ceil(groups)), threads_for(detail::kRowRegisterGroups));
+            while (gr < kCudaBlockSize && gr < pow2_ceil(groups) && np * gr < busy) gr *= 2;
+            if (gr <= kCudaBlockSize) {
+                const int64_t rows = kCudaBlockSize / gr;
+                l.aligned_entry = k.name + "_r";
+                l.aligned_width = (int)v;
+                l.aligned_grid = np ? clamp_grid((np + rows - 1) / rows, 1) : 0;
+                l.aligned_block = kCudaBlockSize;
+                l.aligned_param = (int)gr;
+            }
+        }
         plan.launches = {l};
         break;
     }
@@ -462,8 +505,10 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         const uint32_t block = (uint32_t)detail::kColumnThreads;
         plan.launches = {launch_of(k.name, np ? clamp_grid(pblocks * chunks, chunks) : 0, block, 1, (int)chunks)};
         if (const int v = detail::column_vector_width(k)) {
-            plan.launches[0].aligned_entry = k.name + "_v";
-            plan.launches[0].aligned_width = v;
+            CudaLaunch& l = plan.launches[0];
+            l.aligned_entry = k.name + "_v";
+            l.aligned_width = v;
+            l.aligned_grid = l.grid, l.aligned_block = l.block, l.aligned_param = l.param;
         }
         if (chunks > 1) {
             plan.scratch_bytes = (size_t)(np * chunks) * 8 * k.accums.size();

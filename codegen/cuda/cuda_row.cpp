@@ -1,6 +1,6 @@
-// Row reductions (cuda_codegen.hpp): G threads per row, the row kept in shared memory by the first
-// pass, 16-byte loads and stores over the row's aligned body. Also the P-point pieces the column
-// kernel shares.
+// Row reductions (cuda_codegen.hpp): G threads per row, the row kept by the first pass in shared
+// memory or, for aligned rows, in registers (the entry NAME_r), 16-byte loads and stores over the
+// row's aligned body. Also the P-point pieces the column kernel shares.
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include <fmt/format.h>
@@ -146,9 +146,12 @@ GroupWords group_words(DType t, int vw) {
 }
 } // namespace
 
-void Emitter::emit_row_kernel() {
+void Emitter::emit_row_kernel(bool registers) {
     const std::vector<int> slot = detail::row_cache_slots(k_);
-    const std::vector<detail::RowFold> folds = detail::row_folds(k_);
+    std::vector<detail::RowFold> folds = detail::row_folds(k_);
+    // From registers a variance takes a second round over them rather than the first pass's
+    // moments, whose merges a group at a time cost more than the round (row_register_entry).
+    if (registers) folds.clear();
     std::vector<bool> folded(k_.blocks.size(), false);
     for (const detail::RowFold& f : folds) folded[f.block] = true;
     from_fold_.assign(k_.accums.size(), false);
@@ -165,10 +168,10 @@ void Emitter::emit_row_kernel() {
     line("");
     // Two blocks of the largest size per multiprocessor (64 registers a thread): a row's
     // latency (load, reduce, pass again) is hidden only by other rows in flight.
-    open_kernel(k_.name, kCudaMaxRowBlock, 2);
+    open_kernel(registers ? k_.name + "_r" : k_.name, kCudaMaxRowBlock, 2);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(true);
-    line("extern __shared__ uint4 kiln_row_cache[];");
+    if (!registers) line("extern __shared__ uint4 kiln_row_cache[];");
     line("(void)scratch;");
     // G, the block and the cluster are powers of two: the geometry below is shifts and masks,
     // no divisions (a block pays this once per launch, and most blocks reduce one row).
@@ -191,7 +194,7 @@ void Emitter::emit_row_kernel() {
     const int vs = row_vector_shift();
     line("const long long per_thread = ((nr + ((long long)G << {0}) - 1) >> (gs + {0})) << {0};", vs);
     line("const long long full = (nr >> (gs + {0})) << {0};   // elements every thread of a row has", vs);
-    if (nslots > 0) {
+    if (nslots > 0 && !registers) {
         // Each cached buffer has a region of `region` elements of its dtype (16-byte aligned);
         // a row's slice of it holds its threads' elements (cache_index).
         line("const long long slice = per_thread * row_threads;");
@@ -252,7 +255,19 @@ void Emitter::emit_row_kernel() {
         return anchor >= 0 && (k_.buffers[buf].layout != k_.buffers[anchor].layout ||
                                dtype_size(k_.buffers[buf].dtype) != dtype_size(k_.buffers[anchor].dtype));
     };
-    if (anchor >= 0) {
+    if (registers) {
+        // The launch gives aligned rows of whole groups, at most kRowRegisterGroups a thread: no
+        // phase, no shifts, no elements outside the groups.
+        KILN_CHECK_INTERNAL(anchor >= 0, "emit_cuda: {}'s register entry has no buffer read in groups", k_.name);
+        line("const int h = 0;");
+        for (size_t buf = 0; buf < k_.buffers.size(); ++buf) {
+            if (slot[buf] < 0) continue;
+            const GroupWords gw = group_words(k_.buffers[buf].dtype, vw);
+            for (int w = 0; w < gw.words; ++w)
+                line("{} rg{}_{}[{}];   // the thread's groups of the row", word_type(k_.buffers[buf].dtype, gw.per_word),
+                     buf, w, detail::kRowRegisterGroups);
+        }
+    } else if (anchor >= 0) {
         // (0 for a row shorter than its phase: no body, and slot r + h must wrap at most once.)
         line("const int h0 = (int)((0ULL - {}) & {});", element_of(anchor), vw - 1);
         line("const int h = h0 < nr ? h0 : 0;");
@@ -313,9 +328,9 @@ void Emitter::emit_row_kernel() {
                 if (vector_buffer(st.buffer)) vec_stores.push_back(st.buffer);
         }
         const int step = vw > 1 ? std::min(32, (first ? 4 : 2) * vw) : first ? 16 : 4;
-        line("long long j = 0;");
+        if (!registers) line("long long j = 0;");
         open("if (live)");
-        if (!vec_loads.empty() || !vec_stores.empty()) {
+        if (registers || !vec_loads.empty() || !vec_stores.empty()) {
             // The pass goes in groups when every buffer it stores in groups has the anchor's phase
             // and no pointer is off its element size. A load out of phase shifts by s<b> bytes.
             std::string same;
@@ -330,10 +345,10 @@ void Emitter::emit_row_kernel() {
                     same += fmt::format("{}((unsigned long long)(b{} + {}) & {})", same.empty() ? "" : " | ", buf,
                                         offset((int)buf), size - 1);
             }
-            line("const bool aligned = ({}) == 0;", same.empty() ? "0" : same);
+            if (!registers) line("const bool aligned = ({}) == 0;", same.empty() ? "0" : same);
             std::string any_shift;
             for (size_t buf : vec_loads)
-                if (shifted(buf)) {
+                if (!registers && shifted(buf)) {
                     any_shift += fmt::format("{}s{}", any_shift.empty() ? "" : " | ", buf);
                     const size_t size = dtype_size(k_.buffers[buf].dtype);
                     const GroupWords gw = group_words(k_.buffers[buf].dtype, vw);
@@ -344,12 +359,19 @@ void Emitter::emit_row_kernel() {
             // Steps of `n` elements: several groups, so that their loads are in flight at once, then
             // single groups for what is left of the aligned body, the last round's included.
             auto vector_loop = [&](int n, bool uniform, bool shifting) {
-                line("#pragma unroll 1");
-                if (uniform) open(fmt::format("for (; aligned && j + {0} <= fullh; j += {0})", n));
-                else   // this thread's next group, if it lies in the body (the last round of a row)
-                    open(fmt::format("for (; aligned && j < per_thread && ((((j >> {0}) * G + t) + 1) << {0}) + h <= nr; "
-                                     "j += {1})",
-                                     shift, vw));
+                if (registers) {   // each of the thread's groups, unrolled: g indexes the registers
+                    line("#pragma unroll");
+                    open(fmt::format("for (int g = 0; g < {}; ++g)", detail::kRowRegisterGroups));
+                    line("const long long j = (long long)g << {};", shift);
+                    open(fmt::format("if ((((long long)g * G + t) << {}) < nr)", shift));
+                } else {
+                    line("#pragma unroll 1");
+                    if (uniform) open(fmt::format("for (; aligned && j + {0} <= fullh; j += {0})", n));
+                    else   // this thread's next group, if it lies in the body (the last round of a row)
+                        open(fmt::format("for (; aligned && j < per_thread && ((((j >> {0}) * G + t) + 1) << {0}) + h <= "
+                                         "nr; j += {1})",
+                                         shift, vw));
+                }
                 preloaded_.assign(k_.buffers.size(), "");
                 store_to_.assign(k_.buffers.size(), "");
                 // The address of word w of group g (of this step) of buffer buf.
@@ -427,6 +449,8 @@ void Emitter::emit_row_kernel() {
                                             shift, g, vw * dtype_size(t), w * gw.per_word * dtype_size(t));
                             if (slot[buf] < 0) {
                                 line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
+                            } else if (registers) {   // loaded before the pass on first use
+                                line("const {} w{}_{}_{} = rg{}_{}[g];", wt, buf, g, w, buf, w);
                             } else if (first_use[buf] == (int)bi) {
                                 line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
                                 line("if (cached) kiln_sts({}, w{}_{}_{});", addr, buf, g, w);
@@ -466,6 +490,7 @@ void Emitter::emit_row_kernel() {
                 preloaded_.clear();
                 store_to_.clear();
                 close();
+                if (registers) close();
             };
             // Rows whose vectors are all in phase (every row when the row length is a multiple of
             // V) run a copy of the loops without the shifts; the shifting copy goes a group at a
@@ -474,7 +499,27 @@ void Emitter::emit_row_kernel() {
                 if (step > vw && !shifting) vector_loop(step, true, shifting);
                 vector_loop(vw, false, shifting);
             };
-            if (any_shift.empty()) {
+            if (registers) {
+                // The pass that reads a cached buffer first loads all of the thread's groups of it
+                // at once, then works through them.
+                bool fresh = false;
+                for (size_t buf : vec_loads) fresh = fresh || (slot[buf] >= 0 && first_use[buf] == (int)bi);
+                if (fresh) {
+                    line("#pragma unroll");
+                    open(fmt::format("for (int g = 0; g < {}; ++g)", detail::kRowRegisterGroups));
+                    open(fmt::format("if ((((long long)g * G + t) << {}) < nr)", shift));
+                    for (size_t buf : vec_loads) {
+                        if (slot[buf] < 0 || first_use[buf] != (int)bi) continue;
+                        const GroupWords gw = group_words(k_.buffers[buf].dtype, vw);
+                        for (int w = 0; w < gw.words; ++w)
+                            line("rg{0}_{1}[g] = *(const {2}*)(b{0} + {3} + ((long long)g * G + t) * {4} + {5});", buf, w,
+                                 word_type(k_.buffers[buf].dtype, gw.per_word), offset((int)buf), vw, w * gw.per_word);
+                    }
+                    close();
+                    close();
+                }
+                vector_loop(vw, false, false);
+            } else if (any_shift.empty()) {
                 vector_loops(false);
             } else {
                 open(fmt::format("if (({}) == 0)", any_shift));
@@ -486,26 +531,30 @@ void Emitter::emit_row_kernel() {
             }
         }
         // Slots the grouped path did not take (a pass out of phase, the end of the body) go
-        // element by element; slot r is element r + h, wrapped.
-        const int scalar_step = vec_loads.empty() && vec_stores.empty() ? step : 4;
-        line("#pragma unroll 1");
-        open(fmt::format("for (; j + {0} <= full; j += {0})", scalar_step));
-        line("#pragma unroll");
-        open(fmt::format("for (int u = 0; u < {}; ++u)", scalar_step));
-        line("const long long rslot = {} + h;", row_index("j + u"));
-        line("const long long ri = rslot >= nr ? rslot - nr : rslot;");
-        emit_row_element(bi, slot, first_use, "(j + u)");
-        close();
-        close();
-        close();
-        line("#pragma unroll 1");
-        open("for (; j < per_thread; ++j)");
-        line("const long long rslot = {};", row_index("j"));
-        open("if (live && rslot < nr)");
-        line("const long long ri = rslot + h >= nr ? rslot + h - nr : rslot + h;");
-        emit_row_element(bi, slot, first_use, "j");
-        close();
-        close();
+        // element by element; slot r is element r + h, wrapped. Rows in registers have none.
+        if (registers) {
+            close();   // live
+        } else {
+            const int scalar_step = vec_loads.empty() && vec_stores.empty() ? step : 4;
+            line("#pragma unroll 1");
+            open(fmt::format("for (; j + {0} <= full; j += {0})", scalar_step));
+            line("#pragma unroll");
+            open(fmt::format("for (int u = 0; u < {}; ++u)", scalar_step));
+            line("const long long rslot = {} + h;", row_index("j + u"));
+            line("const long long ri = rslot >= nr ? rslot - nr : rslot;");
+            emit_row_element(bi, slot, first_use, "(j + u)");
+            close();
+            close();
+            close();
+            line("#pragma unroll 1");
+            open("for (; j < per_thread; ++j)");
+            line("const long long rslot = {};", row_index("j"));
+            open("if (live && rslot < nr)");
+            line("const long long ri = rslot + h >= nr ? rslot + h - nr : rslot + h;");
+            emit_row_element(bi, slot, first_use, "j");
+            close();
+            close();
+        }
         hoisted_.clear();
         std::vector<bool> shared(k_.accums.size(), false);
         for (const detail::RowFold& f : folds_now_)

@@ -35,7 +35,7 @@ struct DeviceInfo {
 struct CudaCounters {
     uint64_t compiles = 0, memory_hits = 0, disk_hits = 0, launches = 0;
     uint64_t cluster_launches = 0;   // launches with a thread-block cluster dimension
-    uint64_t aligned_launches = 0;   // launches of a plan's aligned_entry (column reductions' vector entry)
+    uint64_t aligned_launches = 0;   // launches of a plan's aligned_entry (column vector, row register entries)
     double compile_ms = 0;
 };
 

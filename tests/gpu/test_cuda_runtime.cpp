@@ -371,6 +371,89 @@ TEST_CASE("gpu: column reductions by groups of adjacent columns (aligned) and co
 
 #endif
 
+// Row kernels hold the row in registers (their entry NAME_r) when every row is aligned, whole
+// groups of 16 bytes, and fits kRowRegisterGroups groups a thread within a block; otherwise the
+// shared-memory entry runs: lengths that are and are not multiples of V, too long for registers,
+// inputs at an offset and rows out of phase; batch norm, layer norm (weights read in the last
+// pass), a residual norm (two buffers in registers) and RMS norm stored in the input's dtype, and
+// softmax, which has no register entry; every float dtype; results against float64.
+#ifdef KILN_HAVE_NVRTC
+TEST_CASE("gpu: rows held in registers (aligned rows) and in shared memory agree with float64") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    const float eps = 1e-5f;
+    int register_cases = 0, cases = 0;
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (int64_t N : {8, 96, 1000, 1004, 3000, 4096, 8192, 16384})
+            for (int64_t M : {1, 7, 300, 1000})
+                for (int layout = 0; layout < 3; ++layout) {   // dense, at an offset, rows out of phase
+                    if (M * N > (int64_t)1 << 24) continue;
+                    const int64_t ld = N + (layout == 2 ? 1 : 0), xo = layout == 1 ? 1 : 0;
+                    INFO(dtype_name(dt) << " " << M << "x" << N << " layout " << layout);
+                    auto rounded = [&](std::vector<float> v) {
+                        for (auto& x : v)
+                            x = dt == DType::Float16 ? f16_to_float(float_to_f16(x)) : dt == DType::BFloat16 ? bf16_to_float(float_to_bf16(x)) : x;
+                        return v;
+                    };
+                    const std::vector<float> hx = rounded(random_floats((size_t)(M * ld + 1), (uint32_t)(M * 5 + N + layout)));
+                    const std::vector<float> hr = rounded(random_floats((size_t)(M * ld + 1), (uint32_t)(M * 3 + N + layout), -1, 1));
+                    const std::vector<float> hw = rounded(random_floats((size_t)N, (uint32_t)(N + 11), 0.5f, 2.0f));
+                    auto rows = [&](const std::vector<float>& h) {
+                        return ctx.array(h, {(int64_t)h.size()}, dt).slice({Slice::range(xo, xo + M * ld)}).reshape({M, ld}).slice(
+                            {Slice::all(), Slice::range(0, N)});
+                    };
+                    Tensor X = rows(hx), R = rows(hr), W = ctx.array(hw, {1, N}, dt);
+                    Tensor bn = ctx.empty({M, N}), sm = ctx.empty({M, N}), ln = ctx.empty({M, N}), rn = ctx.empty({M, N}),
+                           rms = ctx.empty({M, N}, dt);
+                    const int64_t v = 16 / (int64_t)dtype_size(dt);
+                    const bool expect = (layout == 0 || (layout == 2 && M == 1)) && N % v == 0 && N <= 4 * 256 * v;
+                    int taken = 0;
+                    auto count = [&](auto&& assign) {
+                        const uint64_t before = be.counters().aligned_launches;
+                        assign();
+                        taken += be.counters().aligned_launches > before;
+                    };
+                    count([&] { bn[all] = reciprocal(sqrt(var(X, 1) + eps)) * (X - mean(X, 1)); });
+                    sm[all] = exp(X - max(X, 1)) / sum(exp(X - max(X, 1)), 1);   // softmax keeps shared memory
+                    count([&] { ln[all] = (X - mean(X, 1)) * reciprocal(sqrt(var(X, 1) + eps)) * W; });
+                    count([&] { rn[all] = (X + R - mean(X + R, 1)) * reciprocal(sqrt(var(X + R, 1) + eps)); });
+                    count([&] { rms[all] = X * reciprocal(sqrt(mean(X * X, 1) + eps)) * W; });
+                    CHECK(taken == (expect ? 4 : 0));
+                    register_cases += expect;
+                    ++cases;
+                    const std::vector<float> gbn = bn.to_vector<float>(), gsm = sm.to_vector<float>(), gln = ln.to_vector<float>(),
+                                             grn = rn.to_vector<float>(), grms = rms.to_vector<float>();
+                    const double tol = dt == DType::Float32 ? 2e-5 : dt == DType::Float16 ? 2e-3 : 1.6e-2;
+                    int bad = 0;
+                    for (int64_t i = 0; i < M; ++i) {
+                        const float* x = hx.data() + xo + i * ld;
+                        const float* r = hr.data() + xo + i * ld;
+                        double m = 0, q = 0, mx = -1e30, se = 0, mr = 0, qr = 0, ss = 0;
+                        for (int64_t j = 0; j < N; ++j) m += x[j], mx = std::max(mx, (double)x[j]), mr += (double)x[j] + r[j], ss += (double)x[j] * x[j];
+                        m /= N, mr /= N;
+                        for (int64_t j = 0; j < N; ++j)
+                            q += (x[j] - m) * (x[j] - m), qr += ((double)x[j] + r[j] - mr) * ((double)x[j] + r[j] - mr), se += std::exp(x[j] - mx);
+                        q /= N, qr /= N;
+                        const double is = 1 / std::sqrt(q + eps), isr = 1 / std::sqrt(qr + eps), irms = 1 / std::sqrt(ss / N + eps);
+                        for (int64_t j = 0; j < N; ++j) {
+                            const size_t o = (size_t)(i * N + j);
+                            const double b = (x[j] - m) * is, s = std::exp(x[j] - mx) / se, l = b * hw[j],
+                                         n = ((double)x[j] + r[j] - mr) * isr, rm = x[j] * irms * hw[j];
+                            bad += !(std::abs(gbn[o] - b) <= 1e-4 * (std::abs(b) + 1));
+                            bad += !(std::abs(gsm[o] - s) <= 1e-4 * s + 1e-7);
+                            bad += !(std::abs(gln[o] - l) <= 1e-4 * (std::abs(l) + 1));
+                            bad += !(std::abs(grn[o] - n) <= 1e-4 * (std::abs(n) + 1));
+                            bad += !(std::abs(grms[o] - rm) <= tol * (std::abs(rm) + 1));
+                        }
+                    }
+                    CHECK(bad == 0);
+                }
+    CHECK(register_cases > 20);
+    CHECK(cases > 200);
+}
+#endif
+
 // Kernels whose every store is a 16-bit float take the hardware's exp: stored, a value is the
 // CPU's or one rounding step from it, and rarely that (exp2 and tanh for comparison).
 TEST_CASE("gpu: exp/exp2/tanh stored as 16-bit floats are within one step of the CPU's, and rarely off") {

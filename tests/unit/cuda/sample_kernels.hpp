@@ -116,6 +116,27 @@ inline kir::Kernel dtypes_kernel() {
 // Row reduction (softmax over the last dim): two Loop blocks of accumulators, a Point block that
 // stores per-row results and computes a value for the last Loop block, which stores back at
 // every point (the broadcast-back store).
+// A 16-bit norm: the row read by three passes (the variance's folded into the first, but not in
+// the entry that holds the row in registers), scaled by a bfloat16 weight row in the last.
+inline kir::Kernel row_norm_kernel() {
+    KernelBuilder b("kiln_row_norm", "PR");
+    int out = b.output(DType::Float16, "x1");
+    int in = b.input(DType::Float16, "x1");
+    int w = b.input(DType::BFloat16, "01");
+
+    b.loop();
+    int s = b.accum(AccKind::Sum, b.load(in));
+
+    b.loop();
+    int d = b.op(Op::Sub, CT::F32, b.load(in), b.acc_result(s));
+    int q = b.accum(AccKind::Sum, b.op(Op::Mul, CT::F32, d, d));
+
+    b.loop();
+    int y = b.op(Op::Mul, CT::F32, b.op(Op::Sub, CT::F32, b.load(in), b.acc_result(s)), b.acc_result(q));
+    b.store(out, b.op(Op::Mul, CT::F32, y, b.load(w)));
+    return b.kernel();
+}
+
 inline kir::Kernel row_softmax_kernel() {
     KernelBuilder b("kiln_row_softmax", "PR");
     int out = b.output(DType::Float32, "x1");
@@ -248,7 +269,7 @@ inline kir::Kernel scalar_kernel() {
 
 inline std::vector<std::pair<const char*, kir::Kernel>> sample_kernels() {
     return {{"all_ops", all_ops_kernel()},       {"dtypes", dtypes_kernel()},
-            {"row_softmax", row_softmax_kernel()}, {"column", column_kernel()},
+            {"row_softmax", row_softmax_kernel()}, {"row_norm", row_norm_kernel()}, {"column", column_kernel()},
             {"middle", middle_reduction_kernel()}, {"full", full_reduce_kernel()},
             {"mean", mean_kernel()},               {"scalar", scalar_kernel()}};
 }

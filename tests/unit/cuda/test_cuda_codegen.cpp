@@ -104,6 +104,8 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
                 if (codegen::detail::column_vector_width(k)) entries.push_back(k.name + "_v");
                 if (codegen::detail::column_splittable(k)) entries.push_back(k.name + "_final");
                 REQUIRE(src.entry_points == entries);
+            } else if (codegen::cuda_shape(k) == codegen::CudaShape::Row && codegen::detail::row_register_entry(k)) {
+                REQUIRE(src.entry_points == std::vector<std::string>{k.name, k.name + "_r"});
             } else {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name});
             }
@@ -754,6 +756,57 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         res.store(rout, res.op(Op::Add, CT::F32, rs, res.load(rr)));
         CHECK(codegen::detail::row_later_reads_memory(res.kernel(), codegen::detail::row_cache_slots(res.kernel()), 3000));
         CHECK(codegen::plan_cuda_launch(res.kernel(), a, h100s).threads_per_row == 128);
+
+        // The register entry: aligned rows of whole groups, kRowRegisterGroups (4) a thread, at
+        // most a block of threads a row; its own G, grid and block, no shared memory.
+        CHECK(codegen::detail::row_register_entry(norm.kernel()));
+        CHECK(codegen::detail::row_register_entry(res.kernel()));   // two float32 rows: 32 bytes a group
+        CHECK_FALSE(codegen::detail::row_register_entry(row));   // softmax: its sum of exponentials folds
+        const kir::Kernel rnorm = test::row_norm_kernel();
+        REQUIRE(codegen::detail::row_register_entry(rnorm));
+        CHECK(codegen::detail::row_folds(rnorm).size() == 1);   // the variance: a second round in NAME_r
+        {
+            const std::string src = codegen::emit_cuda(rnorm).code;
+            const std::string reg = src.substr(src.find("kiln_row_norm_r("));
+            CHECK(src.find("kiln_moments_merge(mo") < src.find("kiln_row_norm_r("));
+            CHECK(reg.find("kiln_moments_merge(mo") == std::string::npos);
+            CHECK(reg.find("kiln_row_cache") == std::string::npos);
+            CHECK(reg.find("uint4 rg1_0[4];") != std::string::npos);
+        }
+        a.sizes = {8192, 3000};
+        p = codegen::plan_cuda_launch(norm.kernel(), a, h100s);
+        CHECK(p.launches[0].aligned_entry == "kiln_norm_r");
+        CHECK(p.launches[0].aligned_width == 4);
+        CHECK(p.launches[0].aligned_param == 256);   // 750 groups: 188 threads' worth
+        CHECK(p.launches[0].aligned_block == 256);
+        CHECK(p.launches[0].aligned_grid == 8192);
+        CHECK(codegen::emit_cuda(norm.kernel()).entry_points == std::vector<std::string>{"kiln_norm", "kiln_norm_r"});
+        {
+            alignas(64) static float data[64];
+            kir::LaunchArgs al = a;
+            al.buffers.assign(3, data);
+            al.strides = {3000, 1, 3000, 1, 0, 1};
+            al.fparams.clear();
+            CHECK(codegen::cuda_launch_aligned(norm.kernel(), al, p.launches[0]));
+            al.buffers[2] = data + 1;   // the weights off a 16-byte boundary
+            CHECK_FALSE(codegen::cuda_launch_aligned(norm.kernel(), al, p.launches[0]));
+            al.buffers[2] = data;
+            al.strides[2] = 3001;   // the input's rows out of phase
+            CHECK_FALSE(codegen::cuda_launch_aligned(norm.kernel(), al, p.launches[0]));
+            al.strides[2] = 3000;
+            al.sizes = {8192, 3002};   // the row ends inside a group
+            CHECK_FALSE(codegen::cuda_launch_aligned(norm.kernel(), al, p.launches[0]));
+            al.sizes = {8192, 4100};   // more than 4 groups a thread at the plan's G
+            CHECK_FALSE(codegen::cuda_launch_aligned(norm.kernel(), al, p.launches[0]));
+        }
+        a.sizes = {200000, 96};   // 24 groups: 8 threads a row, 32 rows a block
+        p = codegen::plan_cuda_launch(norm.kernel(), a, h100s);
+        CHECK(p.launches[0].aligned_param == 8);
+        CHECK(p.launches[0].aligned_grid == 200000 / 32);
+        a.sizes = {128, 32};   // few rows: a thread a group
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].aligned_param == 8);
+        a.sizes = {4096, 16384};   // 1024 threads' worth: the shared-memory entry alone
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].aligned_entry.empty());
     }
     a.sizes = {128, 32};   // few short rows: a warp per row rather than one thread
     p = codegen::plan_cuda_launch(row, a, h100);
