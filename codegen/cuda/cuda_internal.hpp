@@ -82,6 +82,11 @@ struct RowFold {
     int shared = -1;
 };
 std::vector<RowFold> row_folds(const kir::Kernel& k);
+// The same questions given k's folds (row_folds(k)), which the launch plan computes once.
+std::vector<int> row_cache_slots(const kir::Kernel& k, const std::vector<RowFold>& folds);
+bool row_later_reads_memory(const kir::Kernel& k, const std::vector<int>& slot, const std::vector<RowFold>& folds,
+                            int64_t nr);
+bool row_register_entry(const kir::Kernel& k, const std::vector<RowFold>& folds, const std::vector<int>& slot);
 
 // Row kernels with one reduced dim read it in groups of V consecutive elements per thread
 // (V * the widest loaded element = 16 bytes), so the first pass can load a group with one

@@ -211,10 +211,12 @@ int innermost_parallel_dim(const kir::Kernel& k) {
     return q;
 }
 
-std::vector<int> row_cache_slots(const kir::Kernel& k) {
+std::vector<int> row_cache_slots(const kir::Kernel& k) { return row_cache_slots(k, row_folds(k)); }
+
+std::vector<int> row_cache_slots(const kir::Kernel& k, const std::vector<RowFold>& folds) {
     std::vector<int> passes(k.buffers.size(), 0);
     std::vector<bool> folded(k.blocks.size(), false);
-    for (const RowFold& f : row_folds(k)) folded[f.block] = true;
+    for (const RowFold& f : folds) folded[f.block] = true;
     for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
         const kir::Block& b = k.blocks[bi];
         if (!b.loop || folded[bi]) continue;
@@ -232,8 +234,13 @@ std::vector<int> row_cache_slots(const kir::Kernel& k) {
 }
 
 bool row_later_reads_memory(const kir::Kernel& k, const std::vector<int>& slot, int64_t nr) {
+    return row_later_reads_memory(k, slot, row_folds(k), nr);
+}
+
+bool row_later_reads_memory(const kir::Kernel& k, const std::vector<int>& slot, const std::vector<RowFold>& folds,
+                            int64_t nr) {
     std::vector<bool> folded(k.blocks.size(), false), counted(k.buffers.size(), false);
-    for (const RowFold& f : row_folds(k)) folded[f.block] = true;
+    for (const RowFold& f : folds) folded[f.block] = true;
     bool first = true;
     int64_t bytes = 0;
     for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
@@ -301,15 +308,20 @@ int row_vector_width(const kir::Kernel& k) {
 }
 
 bool row_register_entry(const kir::Kernel& k) {
+    if (k.full_reduce || cuda_shape(k) != CudaShape::Row) return false;
+    const std::vector<RowFold> folds = row_folds(k);
+    return row_register_entry(k, folds, row_cache_slots(k, folds));
+}
+
+bool row_register_entry(const kir::Kernel& k, const std::vector<RowFold>& folds, const std::vector<int>& slot) {
     const int v = row_vector_width(k);
     if (v < 2 || k.full_reduce || cuda_shape(k) != CudaShape::Row) return false;
     int rdim = 0;
     while (!k.reduced[rdim]) ++rdim;
     // Softmax's sum of exponentials keeps its fold (one round with the max), which a group at a
     // time costs more than the registers save: measured 0.75-0.95x the shared-memory entry.
-    for (const RowFold& f : row_folds(k))
+    for (const RowFold& f : folds)
         if (f.kind == RowFold::ExpSum) return false;
-    const std::vector<int> slot = row_cache_slots(k);
     size_t bytes = 0;   // of a group of every cached buffer
     for (size_t b = 0; b < slot.size(); ++b) {
         if (slot[b] < 0) continue;
@@ -451,13 +463,14 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // cluster if need be); otherwise every pass reads the row from memory, which L2 mostly
         // serves.
         const int64_t v = detail::row_vector_width(k);
-        const std::vector<int> slot = detail::row_cache_slots(k);   // once: it walks the kernel
+        const std::vector<detail::RowFold> folds = detail::row_folds(k);   // once: it walks the kernel
+        const std::vector<int> slot = detail::row_cache_slots(k, folds);
         const bool caches = detail::row_cache_bytes(k, slot, 1) > 0;
         const int64_t max_g = dev.sm >= 90 ? (int64_t)kCudaBlockSize * kCudaMaxCluster : kCudaMaxRowBlock;
         const int64_t busy = (int64_t)dev.multiprocessors * 512;
         auto threads_for = [&](int64_t groups) { return pow2_ceil((nr + groups * v - 1) / (groups * v)); };
         int64_t g = threads_for(caches ? 8 : 64);
-        if (caches && g > 32 && !detail::row_later_reads_memory(k, slot, nr)) g = threads_for(16);
+        if (caches && g > 32 && !detail::row_later_reads_memory(k, slot, folds, nr)) g = threads_for(16);
         g = std::min(std::max(g, std::min<int64_t>(2, pow2_ceil((nr + v - 1) / v))), max_g);
         while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
         auto block_of = [](int64_t g) -> int64_t { return g <= kCudaBlockSize || g > kCudaMaxRowBlock ? kCudaBlockSize : g; };
@@ -478,7 +491,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // register entry: G for that many groups (at least 2 threads, more while few rows would
         // fill the GPU, never more than a group each). Past a block of threads, the shared-memory
         // entry's longer stretches per thread measured faster.
-        if (detail::row_register_entry(k) && nr > 0) {
+        if (nr > 0 && detail::row_register_entry(k, folds, slot)) {
             const int64_t groups = (nr + v - 1) / v;
             int64_t gr = std::max<int64_t>(std::min<int64_t>(2, pow2_ceil(groups)), threads_for(detail::kRowRegisterGroups));
             while (gr < kCudaBlockSize && gr < pow2_ceil(groups) && np * gr < busy) gr *= 2;

@@ -46,6 +46,8 @@ LATENCY = [
     ("(driver floor: empty kernel launched, then synchronize)", "launch_sync_floor_us", "us", None),
     ("a new plan for a loaded kernel, end to end", "jit.memory_us", "us", 10.0),
     ("cold compile of a new structure, median of 9", "jit.cold_ms", "ms", 40.0),
+    ("(NVRTC's part of it, median)", "jit.nvrtc_ms", "ms", None),
+    ("(NVRTC floor: a one-line kernel, compiled the same way)", "jit.nvrtc_floor_ms", "ms", None),
     ("disk hit, median of 9", "jit.disk_ms", "ms", 1.0),
 ]
 
