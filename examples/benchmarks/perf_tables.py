@@ -14,7 +14,7 @@ against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin 
 `<!-- cpu_fusion:end -->`; kiln-bench-gemm's (JSON lines; no device, date or commit) `<!-- gemm:begin -->` ..
 `<!-- gemm:end -->`; python_dispatch.py's (one or several runs, each row the median of the runs)
 `<!-- python:begin -->` .. `<!-- python:end -->`; conv.py's (kiln beside cuDNN) `<!-- conv:begin -->` ..
-`<!-- conv:end -->`; collectives.py's (kiln.distributed beside torch.distributed)
+`<!-- conv:end -->` (per network) and conv_layers.md beside the document (per layer); collectives.py's (kiln.distributed beside torch.distributed)
 `<!-- collectives:begin -->` .. `<!-- collectives:end -->`; hist_cost.py's (named-tensor histograms)
 `<!-- hist:begin -->` .. `<!-- hist:end -->`. A section without its markers is added
 at the end of the document, so the document always shows the last run's numbers with that
@@ -23,6 +23,7 @@ run's device, date, commit and method.
 import argparse
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -214,28 +215,36 @@ def render(r, command):
     return "\n".join(out)
 
 
+CONV_LAYERS = "conv_layers.md"   # beside the document: the per-layer rows of the convolution run
+
+
 def render_conv(r, command):
-    out = [CONV_BEGIN, ""] + provenance(
+    """The convolution section (per-network summary) and the per-layer document it links to."""
+    head = provenance(
         f"Device: {r['device']}; 16-bit dense peak as cuBLAS reaches it in the run: {r['peak_tflops']:.0f} TFLOP/s "
         "(8192^3 float16 matmul).", r["date"], r["commit"], f"`{command}`.",
         f"{r['method']}. `err`: kiln's largest error relative to the largest float32 cuDNN result.",
-        f" PyTorch {r['torch']}, cuDNN {r['cudnn']}.") + [""]
+        f" PyTorch {r['torch']}, cuDNN {r['cudnn']}.")
+    out = [CONV_BEGIN, ""] + head + [""]
     out += ["| net | dtype | fprop | bprop | update | network sum | worst layer |", "| --- | --- |" + " ---: |" * 5]
     for sm in r["summary"]:
         out.append(f"| {sm['net']} | {sm['dtype']} | {sm.get('fprop', 0):.2f}x | {sm.get('bprop', 0):.2f}x | "
                    f"{sm.get('update', 0):.2f}x | {sm['sum']:.2f}x | {sm['worst']:.2f}x |")
     out += ["", "cuDNN ms / kiln ms (> 1: kiln faster): geometric mean over the network's layers per op; the "
-            "network's time summed over layers times their count in it; its slowest layer.", "",
-            "| net | layer | N C K | image | filter/pad/stride | dtype | op | kiln ms | cuDNN ms | kiln TFLOP/s | "
-            "% of peak | vs cuDNN | err | kiln path |", "| --- | --- | --- | --- | --- | --- | --- |" + " ---: |" * 6 +
-            " --- |"]
+            "network's time summed over layers times their count in it; its slowest layer. Every layer of the run: "
+            f"[{CONV_LAYERS}]({CONV_LAYERS}).", "", CONV_END]
+    layers = ["# Convolution beside cuDNN, layer by layer", "",
+              "Written by `python3 examples/benchmarks/perf_tables.py conv.json` with the convolution section of "
+              "PERFORMANCE.md, from the same run.", ""] + head + ["",
+              "| net | layer | N C K | image | filter/pad/stride | dtype | op | kiln ms | cuDNN ms | kiln TFLOP/s | "
+              "% of peak | vs cuDNN | err | kiln path |", "| --- | --- | --- | --- | --- | --- | --- |" + " ---: |" * 6 +
+              " --- |"]
     for c in r["layers"]:
-        out.append(f"| {c['net']} | {c['layer']} | {c['N']} {c['C']} {c['K']} | {c['HW']}x{c['HW']} | "
-                   f"{c['RS']}x{c['RS']}/{c['pad']}/{c['stride']} | {c['dtype']} | {c['op']} | {c['kiln_ms']:.3f} | "
-                   f"{c['cudnn_ms']:.3f} | {c['kiln_tflops']:.0f} | {c['pct_peak']:.0f}% | {c['vs_cudnn']:.2f}x | "
-                   f"{c['err']:.1e} | {c['kiln_path']} |")
-    out += ["", CONV_END]
-    return "\n".join(out)
+        layers.append(f"| {c['net']} | {c['layer']} | {c['N']} {c['C']} {c['K']} | {c['HW']}x{c['HW']} | "
+                      f"{c['RS']}x{c['RS']}/{c['pad']}/{c['stride']} | {c['dtype']} | {c['op']} | {c['kiln_ms']:.3f} | "
+                      f"{c['cudnn_ms']:.3f} | {c['kiln_tflops']:.0f} | {c['pct_peak']:.0f}% | {c['vs_cudnn']:.2f}x | "
+                      f"{c['err']:.1e} | {c['kiln_path']} |")
+    return "\n".join(out), "\n".join(layers) + "\n"
 
 
 def render_collectives(r, command):
@@ -335,9 +344,11 @@ def main():
         doc = replace_section(doc, HIST_BEGIN, HIST_END, table,
                               "Numerics histograms of named tensors (examples/benchmarks/hist_cost.py)")
     elif "layers" in r:
-        table = render_conv(r, args.command or "python3 examples/benchmarks/conv.py --json conv.json")
+        table, layers = render_conv(r, args.command or "python3 examples/benchmarks/conv.py --json conv.json")
         doc = replace_section(doc, CONV_BEGIN, CONV_END, table,
                               "Convolution beside cuDNN (examples/benchmarks/conv.py)")
+        with open(os.path.join(os.path.dirname(os.path.abspath(args.doc)), CONV_LAYERS), "w") as f:
+            f.write(layers)
     elif "hardware_threads" in r:
         table = render_cpu(r, args.command or "kiln-bench-cpu-fusion cpu_fusion.json", args.date, args.commit)
         doc = replace_section(doc, CPU_BEGIN, CPU_END, table,

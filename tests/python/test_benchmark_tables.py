@@ -200,8 +200,11 @@ def test_the_convolution_table(tmp_path):
     text = doc.read_text()
     assert "## Convolution beside cuDNN" in text and perf_tables.CONV_BEGIN in text
     assert "| vgg_a | float16 | 0.50x |" in text and "800 TFLOP/s" in text and "Commit: def5678" in text
-    assert "| vgg_a | conv3 | 64 128 256 | 56x56 | 3x3/1/1 | float16 | fprop | 0.500 | 0.250 | 200 | 25% | 0.50x |" in text
-    assert "implicit-gemm kiln_conv_fprop_f16_256_s4" in text
+    assert "](conv_layers.md)" in text and "| conv3 |" not in text
+    layers = (tmp_path / "conv_layers.md").read_text()   # the per-layer rows, beside the document
+    assert "Commit: def5678" in layers and "800 TFLOP/s" in layers
+    assert "| vgg_a | conv3 | 64 128 256 | 56x56 | 3x3/1/1 | float16 | fprop | 0.500 | 0.250 | 200 | 25% | 0.50x |" in layers
+    assert "implicit-gemm kiln_conv_fprop_f16_256_s4" in layers
 
 
 def test_conv_benchmark_without_a_gpu_says_so():
