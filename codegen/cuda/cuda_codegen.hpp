@@ -109,7 +109,9 @@
 // Runtime contract: launch the plan's launches in order on one stream, with exactly their
 // block, their dynamic shared memory (raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES of
 // row entries to CudaDeviceCaps::max_shared first) and, when cluster > 1, a cluster of that
-// many blocks (cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION).
+// many blocks (cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION); a launch whose
+// aligned_entry cuda_launch_aligned admits for the call runs that entry instead, with the
+// launch's aligned_grid, aligned_block and aligned_param, no cluster and no dynamic shared memory.
 #pragma once
 #include "compiler/kernel_ir.hpp"
 

@@ -206,7 +206,8 @@ private:
     // ---- row reductions (see cuda_codegen.hpp): G threads per row, the row in shared memory
 
     // Column kernels: per_thread parallel points per thread (the vector entry's V).
-    void emit_reduce_scratch(bool row, int per_thread = 1);
+    // folds: the row folds' scratch too (not in the register entry, which has none).
+    void emit_reduce_scratch(bool row, int per_thread = 1, bool folds = true);
 
     // Loop block `bi` at R point `ri`, element `j` of this thread: loads of cached buffers go
     // through the row cache (stored by their first pass, read by the later ones).

@@ -97,10 +97,12 @@ int row_vector_width(const kir::Kernel& k);
 // Row kernels whose cached buffers are all read along the row in groups (row_vector_width V > 1,
 // contiguous along the one reduced dim) also have an entry NAME_r that holds a thread's groups of
 // them in registers, kRowRegisterGroups groups a thread at most, instead of in shared memory: the
-// first pass loads every group of the row at once, the later passes read registers, and no row
-// cache limits the blocks a multiprocessor runs. Its loops are unrolled over the groups, so it
-// serves aligned rows only (cuda_launch_aligned: every group whole and on a 16-byte boundary).
-// Whether k has that entry: the cached groups must fit 8 registers a group (32 of the entry's 64).
+// pass that reads a cached buffer first loads all of the thread's groups of it at once, the later
+// passes read registers, and no row cache limits the blocks a multiprocessor runs. Its loops are
+// unrolled over the groups, so it serves aligned rows only (cuda_launch_aligned: every group of V
+// elements whole and on a boundary of its size in every buffer moved in groups). Whether k has
+// that entry: the cached buffers' groups must fit 8 registers (32 of the entry's 64 for 4 groups)
+// and no sum of exponentials may be folded (softmax keeps shared memory).
 inline constexpr int kRowRegisterGroups = 4;
 bool row_register_entry(const kir::Kernel& k);
 

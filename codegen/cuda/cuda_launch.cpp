@@ -488,9 +488,10 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
                                  (uint32_t)block, (uint32_t)cluster, (int)g);
         l.shared_bytes = caches && cache_bytes(g) <= cache_room ? cache_bytes(g) : 0;
         // Aligned rows that fit kRowRegisterGroups groups a thread within a block take the
-        // register entry: G for that many groups (at least 2 threads, more while few rows would
-        // fill the GPU, never more than a group each). Past a block of threads, the shared-memory
-        // entry's longer stretches per thread measured faster.
+        // register entry: G for that many groups (at least 2 threads when the row has 2 groups,
+        // more while few rows would fill the GPU, up to the row's groups rounded up to a power of
+        // two). Past a block of threads, the shared-memory entry's longer stretches per thread
+        // measured faster.
         if (nr > 0 && detail::row_register_entry(k, folds, slot)) {
             const int64_t groups = (nr + v - 1) / v;
             int64_t gr = std::max<int64_t>(std::min<int64_t>(2, pow2_ceil(groups)), threads_for(detail::kRowRegisterGroups));

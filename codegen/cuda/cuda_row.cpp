@@ -9,7 +9,7 @@
 
 namespace kiln::codegen::detail {
 
-void Emitter::emit_reduce_scratch(bool row, int per_thread) {
+void Emitter::emit_reduce_scratch(bool row, int per_thread, bool folds) {
     bool f = false, i = false;
     for (auto& a : k_.accums) (a.type == CT::F32 ? f : i) = true;
     const int n = row ? 32 : detail::kColumnThreads * per_thread;
@@ -17,7 +17,7 @@ void Emitter::emit_reduce_scratch(bool row, int per_thread) {
     if (i) line("__shared__ int kiln_svi[{}];", n);
     line("__shared__ int kiln_sp[{}];", n);
     bool moments = false, expsum = false;
-    if (row)
+    if (row && folds)
         for (const detail::RowFold& f : detail::row_folds(k_)) (f.kind == detail::RowFold::Moments ? moments : expsum) = true;
     if (moments) {
         line("__shared__ float kiln_smc[32], kiln_smm[32], kiln_smq[32], kiln_sms[32];");
@@ -170,7 +170,7 @@ void Emitter::emit_row_kernel(bool registers) {
     // latency (load, reduce, pass again) is hidden only by other rows in flight.
     open_kernel(registers ? k_.name + "_r" : k_.name, kCudaMaxRowBlock, 2);
     emit_buffer_pointers(all_uses_);
-    emit_reduce_scratch(true);
+    emit_reduce_scratch(true, 1, !registers);
     if (!registers) line("extern __shared__ uint4 kiln_row_cache[];");
     line("(void)scratch;");
     // G, the block and the cluster are powers of two: the geometry below is shifts and masks,
@@ -192,8 +192,10 @@ void Emitter::emit_row_kernel(bool registers) {
     line("const int t = ((int)(blockIdx.x & ((1u << cs) - 1)) << ns) | lane;");
     const int vw = row_vector_width();
     const int vs = row_vector_shift();
-    line("const long long per_thread = ((nr + ((long long)G << {0}) - 1) >> (gs + {0})) << {0};", vs);
-    line("const long long full = (nr >> (gs + {0})) << {0};   // elements every thread of a row has", vs);
+    if (!registers) {
+        line("const long long per_thread = ((nr + ((long long)G << {0}) - 1) >> (gs + {0})) << {0};", vs);
+        line("const long long full = (nr >> (gs + {0})) << {0};   // elements every thread of a row has", vs);
+    }
     if (nslots > 0 && !registers) {
         // Each cached buffer has a region of `region` elements of its dtype (16-byte aligned);
         // a row's slice of it holds its threads' elements (cache_index).

@@ -436,12 +436,11 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         if (l.grid == 0) continue;
         int param = l.param;
         void* params[3] = {arg_bytes_.data(), &scratch, &param};
-        if (ck->plan_aligned_functions[li] && codegen::cuda_launch_aligned(ck->kernel, a, l)) {
+        if (ck->plan_aligned_functions[li] && l.aligned_grid && codegen::cuda_launch_aligned(ck->kernel, a, l)) {
             ++counters_.aligned_launches;
             param = l.aligned_param;
-            if (l.aligned_grid)
-                launch_function(ck->plan_aligned_functions[li], unsigned(l.aligned_grid), 1, 1, unsigned(l.aligned_block),
-                                0, params, {.programmatic = programmatic});
+            launch_function(ck->plan_aligned_functions[li], unsigned(l.aligned_grid), 1, 1, unsigned(l.aligned_block), 0,
+                            params, {.programmatic = programmatic});
             continue;
         }
         launch_function(ck->plan_functions[li], unsigned(l.grid), 1, 1, unsigned(l.block), unsigned(l.shared_bytes),

@@ -375,8 +375,9 @@ TEST_CASE("gpu: column reductions by groups of adjacent columns (aligned) and co
 // groups of 16 bytes, and fits kRowRegisterGroups groups a thread within a block; otherwise the
 // shared-memory entry runs: lengths that are and are not multiples of V, too long for registers,
 // inputs at an offset and rows out of phase; batch norm, layer norm (weights read in the last
-// pass), a residual norm (two buffers in registers) and RMS norm stored in the input's dtype, and
-// softmax, which has no register entry; every float dtype; results against float64.
+// pass), a residual norm (two buffers in registers), RMS norm stored in the input's dtype, an
+// argmax, an int8 row beside the input, a 16-bit variance whose fold the register entry undoes,
+// and softmax, which has no register entry; every float dtype; results against float64.
 #ifdef KILN_HAVE_NVRTC
 TEST_CASE("gpu: rows held in registers (aligned rows) and in shared memory agree with float64") {
     REQUIRE_GPU();
@@ -399,13 +400,15 @@ TEST_CASE("gpu: rows held in registers (aligned rows) and in shared memory agree
                     const std::vector<float> hx = rounded(random_floats((size_t)(M * ld + 1), (uint32_t)(M * 5 + N + layout)));
                     const std::vector<float> hr = rounded(random_floats((size_t)(M * ld + 1), (uint32_t)(M * 3 + N + layout), -1, 1));
                     const std::vector<float> hw = rounded(random_floats((size_t)N, (uint32_t)(N + 11), 0.5f, 2.0f));
-                    auto rows = [&](const std::vector<float>& h) {
-                        return ctx.array(h, {(int64_t)h.size()}, dt).slice({Slice::range(xo, xo + M * ld)}).reshape({M, ld}).slice(
+                    std::vector<float> hm = random_floats((size_t)(M * ld + 1), (uint32_t)(M + 7 * N + layout), 0, 3);
+                    for (auto& x : hm) x = std::floor(x);
+                    auto rows = [&](const std::vector<float>& h, DType t) {
+                        return ctx.array(h, {(int64_t)h.size()}, t).slice({Slice::range(xo, xo + M * ld)}).reshape({M, ld}).slice(
                             {Slice::all(), Slice::range(0, N)});
                     };
-                    Tensor X = rows(hx), R = rows(hr), W = ctx.array(hw, {1, N}, dt);
+                    Tensor X = rows(hx, dt), R = rows(hr, dt), Mk = rows(hm, DType::Int8), W = ctx.array(hw, {1, N}, dt);
                     Tensor bn = ctx.empty({M, N}), sm = ctx.empty({M, N}), ln = ctx.empty({M, N}), rn = ctx.empty({M, N}),
-                           rms = ctx.empty({M, N}, dt);
+                           rms = ctx.empty({M, N}, dt), ar = ctx.empty({M, N}), mk = ctx.empty({M, N}), fv = ctx.empty({M, N});
                     const int64_t v = 16 / (int64_t)dtype_size(dt);
                     const bool expect = (layout == 0 || (layout == 2 && M == 1)) && N % v == 0 && N <= 4 * 256 * v;
                     int taken = 0;
@@ -419,19 +422,30 @@ TEST_CASE("gpu: rows held in registers (aligned rows) and in shared memory agree
                     count([&] { ln[all] = (X - mean(X, 1)) * reciprocal(sqrt(var(X, 1) + eps)) * W; });
                     count([&] { rn[all] = (X + R - mean(X + R, 1)) * reciprocal(sqrt(var(X + R, 1) + eps)); });
                     count([&] { rms[all] = X * reciprocal(sqrt(mean(X * X, 1) + eps)) * W; });
-                    CHECK(taken == (expect ? 4 : 0));
+                    // An arg reduction; an int8 row held beside the input (groups of 4 or 8 bytes); a
+                    // 16-bit variance whose fold the register entry undoes, its row then read twice.
+                    count([&] { ar[all] = X * (argmax(X, 1) + 1); });
+                    count([&] { mk[all] = X * Mk - mean(X * Mk, 1); });
+                    count([&] { fv[all] = (R - mean(R, 1)) * reciprocal(sqrt(var(X, 1) + eps)); });
+                    CHECK(taken == (expect ? 7 : 0));
                     register_cases += expect;
                     ++cases;
                     const std::vector<float> gbn = bn.to_vector<float>(), gsm = sm.to_vector<float>(), gln = ln.to_vector<float>(),
-                                             grn = rn.to_vector<float>(), grms = rms.to_vector<float>();
+                                             grn = rn.to_vector<float>(), grms = rms.to_vector<float>(),
+                                             gar = ar.to_vector<float>(), gmk = mk.to_vector<float>(), gfv = fv.to_vector<float>();
                     const double tol = dt == DType::Float32 ? 2e-5 : dt == DType::Float16 ? 2e-3 : 1.6e-2;
                     int bad = 0;
                     for (int64_t i = 0; i < M; ++i) {
                         const float* x = hx.data() + xo + i * ld;
                         const float* r = hr.data() + xo + i * ld;
-                        double m = 0, q = 0, mx = -1e30, se = 0, mr = 0, qr = 0, ss = 0;
-                        for (int64_t j = 0; j < N; ++j) m += x[j], mx = std::max(mx, (double)x[j]), mr += (double)x[j] + r[j], ss += (double)x[j] * x[j];
-                        m /= N, mr /= N;
+                        const float* mkr = hm.data() + xo + i * ld;
+                        double m = 0, q = 0, mx = -1e30, se = 0, mr = 0, qr = 0, ss = 0, sxm = 0, rr = 0;
+                        int64_t arg = 0;
+                        for (int64_t j = 0; j < N; ++j) {
+                            m += x[j], mr += (double)x[j] + r[j], ss += (double)x[j] * x[j], sxm += (double)x[j] * mkr[j], rr += r[j];
+                            if (x[j] > mx) mx = x[j], arg = j;
+                        }
+                        m /= N, mr /= N, sxm /= N, rr /= N;
                         for (int64_t j = 0; j < N; ++j)
                             q += (x[j] - m) * (x[j] - m), qr += ((double)x[j] + r[j] - mr) * ((double)x[j] + r[j] - mr), se += std::exp(x[j] - mx);
                         q /= N, qr /= N;
@@ -445,6 +459,10 @@ TEST_CASE("gpu: rows held in registers (aligned rows) and in shared memory agree
                             bad += !(std::abs(gln[o] - l) <= 1e-4 * (std::abs(l) + 1));
                             bad += !(std::abs(grn[o] - n) <= 1e-4 * (std::abs(n) + 1));
                             bad += !(std::abs(grms[o] - rm) <= tol * (std::abs(rm) + 1));
+                            const double a = (double)x[j] * (arg + 1), k = (double)x[j] * mkr[j] - sxm, f = (r[j] - rr) * is;
+                            bad += !(std::abs(gar[o] - a) <= tol * (std::abs(a) + 1));
+                            bad += !(std::abs(gmk[o] - k) <= tol * (std::abs(k) + 1));
+                            bad += !(std::abs(gfv[o] - f) <= 1e-4 * (std::abs(f) + 1));
                         }
                     }
                     CHECK(bad == 0);

@@ -113,9 +113,6 @@ inline kir::Kernel dtypes_kernel() {
     return b.kernel();
 }
 
-// Row reduction (softmax over the last dim): two Loop blocks of accumulators, a Point block that
-// stores per-row results and computes a value for the last Loop block, which stores back at
-// every point (the broadcast-back store).
 // A 16-bit norm: the row read by three passes (the variance's folded into the first, but not in
 // the entry that holds the row in registers), scaled by a bfloat16 weight row in the last.
 inline kir::Kernel row_norm_kernel() {
@@ -137,6 +134,9 @@ inline kir::Kernel row_norm_kernel() {
     return b.kernel();
 }
 
+// Row reduction (softmax over the last dim): two Loop blocks of accumulators, a Point block that
+// stores per-row results and computes a value for the last Loop block, which stores back at
+// every point (the broadcast-back store).
 inline kir::Kernel row_softmax_kernel() {
     KernelBuilder b("kiln_row_softmax", "PR");
     int out = b.output(DType::Float32, "x1");

@@ -760,7 +760,24 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         // The register entry: aligned rows of whole groups, kRowRegisterGroups (4) a thread, at
         // most a block of threads a row; its own G, grid and block, no shared memory.
         CHECK(codegen::detail::row_register_entry(norm.kernel()));
-        CHECK(codegen::detail::row_register_entry(res.kernel()));   // two float32 rows: 32 bytes a group
+        CHECK(codegen::detail::row_register_entry(res.kernel()));   // the residual is read once: not held
+        {   // rows held: at most 32 bytes a group (two float32 rows), not three
+            for (int held : {2, 3}) {
+                test::KernelBuilder wide("kiln_wide", "PR");
+                int wout = wide.output(DType::Float32, "x1");
+                std::vector<int> ins;
+                for (int i = 0; i < held; ++i) ins.push_back(wide.input(DType::Float32, "x1"));
+                wide.loop();
+                int total = wide.load(ins[0]);
+                for (int i = 1; i < held; ++i) total = wide.op(Op::Add, CT::F32, total, wide.load(ins[i]));
+                int wacc = wide.accum(kir::AccKind::Sum, total);
+                wide.loop();
+                int again = wide.load(ins[0]);
+                for (int i = 1; i < held; ++i) again = wide.op(Op::Add, CT::F32, again, wide.load(ins[i]));
+                wide.store(wout, wide.op(Op::Mul, CT::F32, again, wide.acc_result(wacc)));
+                CHECK(codegen::detail::row_register_entry(wide.kernel()) == (held == 2));
+            }
+        }
         CHECK_FALSE(codegen::detail::row_register_entry(row));   // softmax: its sum of exponentials folds
         const kir::Kernel rnorm = test::row_norm_kernel();
         REQUIRE(codegen::detail::row_register_entry(rnorm));
