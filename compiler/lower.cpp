@@ -394,6 +394,18 @@ struct Lowerer {
         case OpKind::BitAnd: return op2(Op::And, CT::I32, in_as(0, t), in_as(1, t));
         case OpKind::BitOr: return op2(Op::Or, CT::I32, in_as(0, t), in_as(1, t));
         case OpKind::BitXor: return op2(Op::Xor, CT::I32, in_as(0, t), in_as(1, t));
+        // Shifts of the values widened to int32, by amounts in [0, 31]; an int8 or uint8 result
+        // wraps, which gives NumPy's 0 (left) and sign (right) for amounts from its width to 31.
+        // Amounts outside [0, 31] give those directly. The right shift is arithmetic: the
+        // logical shift of x ^ sign, then ^ sign.
+        case OpKind::Shl: case OpKind::Shr: {
+            const int x = in_as(0, t), s = in_as(1, t);
+            const int wide = op2(Op::Or, CT::I32, op2(Op::Lt, CT::I32, s, ci(0)), op2(Op::Gt, CT::I32, s, ci(31)));
+            if (nd.op == OpKind::Shl) return wrap(op3(Op::Select, CT::I32, wide, ci(0), op2(Op::Shl, CT::I32, x, s)), t);
+            const int sign = op3(Op::Select, CT::I32, op2(Op::Lt, CT::I32, x, ci(0)), ci(-1), ci(0));
+            const int shifted = op2(Op::Xor, CT::I32, op2(Op::Shr, CT::I32, op2(Op::Xor, CT::I32, x, sign), s), sign);
+            return op3(Op::Select, CT::I32, wide, sign, shifted);
+        }
         case OpKind::Add: return wrap(op2(Op::Add, ct, in_as(0, t), in_as(1, t)), t);
         case OpKind::Sub: return wrap(op2(Op::Sub, ct, in_as(0, t), in_as(1, t)), t);
         case OpKind::Mul: return wrap(op2(Op::Mul, ct, in_as(0, t), in_as(1, t)), t);

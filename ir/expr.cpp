@@ -224,7 +224,7 @@ DType unary_result(OpKind op, const Expr& a) {
         if (is_float(t)) fail(Error::Kind::Type, "{}: float operands are not supported (got {}); {}", info.name, describe(a), info.hint);
         return t;
     case DTypeRule::None: case DTypeRule::Promote: case DTypeRule::PromoteNotBool: case DTypeRule::FloatPromote:
-    case DTypeRule::Division: case DTypeRule::FloatOnly: case DTypeRule::Compare: break;
+    case DTypeRule::Division: case DTypeRule::FloatOnly: case DTypeRule::Compare: case DTypeRule::Shift: break;
     }
     throw InternalError(fmt::format("{}: no one-operand dtype rule", info.name));
 }
@@ -249,11 +249,11 @@ DType binary_result(OpKind op, const Expr& a, const Expr& b) {
                  describe(a), describe(b), info.hint);
         return t;
     case DTypeRule::Compare: return DType::Bool;
-    case DTypeRule::Integral:
+    case DTypeRule::Integral: case DTypeRule::Shift:
         if (is_float(t))
             fail(Error::Kind::Type, "{}: float operands are not supported ({} and {}); {}", info.name, describe(a),
                  describe(b), info.hint);
-        return t;
+        return info.rule == DTypeRule::Shift && t == DType::Bool ? DType::Int8 : t;
     case DTypeRule::Float: return float_result(t);   // kiln/math_functions.def's functions of two
     case DTypeRule::None: case DTypeRule::Same: case DTypeRule::NotBool: case DTypeRule::Square:
     case DTypeRule::Bool: break;

@@ -63,6 +63,7 @@ enum class DTypeRule : uint8_t {
     Same, NotBool, Float, Square, Bool,        // one operand (Float: two as well)
     Promote, PromoteNotBool, FloatPromote, Division, FloatOnly, Compare,  // two
     Integral,                                  // one or two: integers and bools, promoted; floats refused
+    Shift,                                     // two: Integral, two bools give int8
 };
 
 // What the graph knows of an op, from one table (node.cpp) in OpKind's order.

@@ -472,6 +472,29 @@ TEST_CASE("gpu: rows held in registers (aligned rows) and in shared memory agree
 }
 #endif
 
+// Shifts on the GPU give the CPU backend's results (NumPy's rules, tests/unit/test_math_functions.cpp):
+// every amount from below 0 to past the width, in every integer dtype.
+TEST_CASE("gpu: bitwise shifts agree with the CPU for every amount and integer dtype") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    for (DType dt : {DType::Int32, DType::Int8, DType::UInt8}) {
+        INFO(dtype_name(dt));
+        std::vector<int32_t> x, s;
+        std::mt19937 g(7);
+        for (int i = 0; i < 4000; ++i) {
+            const int32_t v = (int32_t)g(), k = (int32_t)(g() % 70) - 3;
+            x.push_back(dt == DType::Int8 ? (int8_t)v : dt == DType::UInt8 ? (uint8_t)v : v);
+            s.push_back(dt == DType::Int8 ? (int8_t)k : dt == DType::UInt8 ? (uint8_t)k : k);
+        }
+        auto run = [&](Context& c) {
+            Tensor a = c.array(x, {(int64_t)x.size()}, dt), b = c.array(s, {(int64_t)s.size()}, dt);
+            return std::make_pair(c.eval(bitwise_left_shift(a, b)).to_vector<int32_t>(),
+                                  c.eval(bitwise_xor(bitwise_right_shift(a, b), a)).to_vector<int32_t>());
+        };
+        CHECK(run(gpu) == run(cpu));
+    }
+}
+
 // Kernels whose every store is a 16-bit float take the hardware's exp: stored, a value is the
 // CPU's or one rounding step from it, and rarely that (exp2 and tanh for comparison).
 TEST_CASE("gpu: exp/exp2/tanh stored as 16-bit floats are within one step of the CPU's, and rarely off") {

@@ -167,6 +167,44 @@ def test_bitwise_functions_and_operators_follow_numpy(dtype):
         np.testing.assert_array_equal(got, want, err_msg=name)
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int8", "uint8"])
+def test_shifts_follow_numpy(dtype):
+    r = np.random.default_rng(5)
+    info = np.iinfo(dtype)
+    width = 8 * np.dtype(dtype).itemsize
+    x = r.integers(info.min, info.max, size=(6, 9), endpoint=True).astype(dtype)
+    s = r.integers(0, width - 1, size=(6, 9), endpoint=True).astype(dtype)
+    a, b = kiln.asarray(x), kiln.asarray(s)
+    cases = {
+        "bitwise_left_shift": (kiln.bitwise_left_shift(a, b), np.left_shift(x, s)),
+        "bitwise_right_shift": (kiln.bitwise_right_shift(a, b), np.right_shift(x, s)),
+        "<<": (a << b, x << s), ">>": (a >> b, x >> s), "<< scalar": (a << 3, x << np.array(3, dtype)),
+        "scalar >>": (100 >> b, np.array(100, dtype) >> s),
+    }
+    for name, (got, want) in cases.items():
+        got = np.asarray(kiln.asnumpy(got))
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    # Amounts of the width or more: 0 to the left, the sign to the right (NumPy's results).
+    big = kiln.asarray(np.full((6, 9), width, dtype))
+    np.testing.assert_array_equal(kiln.asnumpy(a << big), np.zeros_like(x))
+    np.testing.assert_array_equal(kiln.asnumpy(a >> big), np.where(x < 0, -1, 0).astype(dtype))
+
+
+def test_in_place_bitwise_operators_write_into_the_array():
+    x = np.array([1, 6, -8, 127], np.int32)
+    want = ((((x << 2) >> 1) & 0xFF) | 1) ^ 3
+    t = kiln.asarray(x, copy=True)
+    t <<= 2
+    t >>= 1
+    t &= 0xFF
+    t |= 1
+    t ^= 3
+    np.testing.assert_array_equal(kiln.asnumpy(t), want)
+    with pytest.raises(TypeError, match=r"bitwise_left_shift: float operands are not supported .*shifts take integers"):
+        kiln.bitwise_left_shift(kiln.zeros((2,), dtype="float32"), t[:2])
+
+
 def test_bitwise_ops_promote_and_refuse_floats():
     a8, u8 = kiln.asarray(np.array([-1, 5], np.int8)), kiln.asarray(np.array([255, 3], np.uint8))
     got = kiln.asnumpy(kiln.bitwise_and(a8, u8))

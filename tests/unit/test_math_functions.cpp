@@ -282,3 +282,45 @@ TEST_CASE("bitwise ops: and, or, xor and invert of integers and bools; floats re
     CHECK(msg.find("bitwise_or: float operands are not supported") != std::string::npos);
     CHECK(msg.find("bitwise ops take integers and bools") != std::string::npos);
 }
+
+// Shifts against NumPy's rules on the promoted dtype: a left shift by the width or more gives 0,
+// a right shift is arithmetic, an amount below 0 counts as too large; two bools shift as int8.
+TEST_CASE("bitwise shifts: NumPy's results for every amount, in every integer dtype; floats refused") {
+    Context ctx(ContextOptions{"cpu"});
+    for (DType dt : {DType::Int32, DType::Int8, DType::UInt8}) {
+        INFO(dtype_name(dt));
+        const int width = dt == DType::Int32 ? 32 : 8;
+        auto norm = [&](int64_t v) -> int32_t {
+            return dt == DType::Int8 ? (int8_t)v : dt == DType::UInt8 ? (uint8_t)v : (int32_t)v;
+        };
+        std::vector<int32_t> x, s;
+        for (int32_t v : {-2147483647 - 1, -128, -77, -1, 0, 1, 5, 100, 127, 255, 2147483647})
+            for (int32_t k : {-1, 0, 1, 3, 7, 8, 9, 30, 31, 32, 100}) x.push_back(norm(v)), s.push_back(norm(k));
+        Tensor a = ctx.array(x, {(int64_t)x.size()}, dt), b = ctx.array(s, {(int64_t)s.size()}, dt);
+        const std::vector<int32_t> l = ctx.eval(bitwise_left_shift(a, b)).to_vector<int32_t>(),
+                                   r = ctx.eval(bitwise_right_shift(a, b)).to_vector<int32_t>();
+        CHECK(bitwise_left_shift(a, b).dtype() == dt);
+        for (size_t i = 0; i < x.size(); ++i) {
+            INFO(x[i] << " shifted by " << s[i]);
+            const bool wide = s[i] < 0 || s[i] >= width;
+            CHECK(l[i] == (wide ? 0 : norm((int64_t)((uint64_t)(uint32_t)x[i] << s[i]))));
+            CHECK(r[i] == (wide ? (x[i] < 0 ? -1 : 0) : x[i] >> s[i]));
+        }
+        View dst = test::host_view({3}, dt);
+        Expr e = bitwise_right_shift(bitwise_left_shift(leaf(test::host_view({3}, dt)), leaf(test::host_view({3}, dt))),
+                                     leaf(test::host_view({3}, dt)));
+        const std::string src = codegen::emit_cuda(compile_assignment(e.node(), dst, "sm_90").stages[0].kernel).code;
+#ifdef KILN_HAVE_NVRTC
+        const cuda::NvrtcResult rc = cuda::nvrtc_compile(src, "shifts.cu", 90);
+        INFO(rc.log);
+        CHECK(rc.ok);
+#endif
+    }
+    Tensor t = ctx.array(std::vector<int32_t>{1, 0}, {2}, DType::Bool);
+    CHECK(bitwise_left_shift(t, t).dtype() == DType::Int8);
+    CHECK(ctx.eval(bitwise_left_shift(t, t)).to_vector<int32_t>() == std::vector<int32_t>{2, 0});
+    Tensor f = ctx.array(std::vector<float>{1.0f}, {1}), i = ctx.array(std::vector<int32_t>{1}, {1});
+    const std::string msg = test::error_message([&] { bitwise_right_shift(i, f); });
+    CHECK(msg.find("bitwise_right_shift: float operands are not supported") != std::string::npos);
+    CHECK(msg.find("shifts take integers") != std::string::npos);
+}

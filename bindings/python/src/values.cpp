@@ -70,6 +70,8 @@ void bind_arithmetic(nb::class_<T>& cls) {
         {"__gt__", greater, false}, {"__ge__", greater_equal, false},
         {"__and__", bitwise_and, false}, {"__rand__", bitwise_and, true}, {"__or__", bitwise_or, false},
         {"__ror__", bitwise_or, true}, {"__xor__", bitwise_xor, false}, {"__rxor__", bitwise_xor, true},
+        {"__lshift__", bitwise_left_shift, false}, {"__rlshift__", bitwise_left_shift, true},
+        {"__rshift__", bitwise_right_shift, false}, {"__rrshift__", bitwise_right_shift, true},
     };
     for (const Op& o : ops) {
         BinaryFn fn = o.fn;
@@ -214,7 +216,9 @@ void bind_values(nb::module_& m) {
     // t += e (and the others) evaluate into t, as NumPy's in-place operators write into the array.
     static const BinaryOp in_place[] = {{"__iadd__", add}, {"__isub__", subtract}, {"__imul__", multiply},
                                         {"__itruediv__", divide}, {"__ifloordiv__", floor_divide},
-                                        {"__imod__", remainder}, {"__ipow__", power}};
+                                        {"__imod__", remainder}, {"__ipow__", power}, {"__iand__", bitwise_and},
+                                        {"__ior__", bitwise_or}, {"__ixor__", bitwise_xor},
+                                        {"__ilshift__", bitwise_left_shift}, {"__irshift__", bitwise_right_shift}};
     for (const BinaryOp& op : in_place) {
         BinaryFn fn = op.fn;
         tensor.def(op.name, [fn](nb::handle self, nb::handle other) -> nb::object {
