@@ -166,6 +166,21 @@ def test_positive_pow_round():
         kiln.positive(kiln.asarray(np.array([True])))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "uint8"])
+def test_conj_real_imag_of_real_arrays(dtype):
+    a = np.array([[-2.5, 0.0, 3.0], [np.inf, -np.inf, 7.0]] if dtype.startswith("float") else [[1, 2, 3], [4, 5, 6]],
+                 dtype=dtype)
+    x = kiln.asarray(a)
+    for name in ("conj", "real", "imag"):
+        got = host(getattr(kiln, name)(x))
+        want = getattr(np, name)(a)
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    for name in ("conj", "real", "imag"):
+        with pytest.raises(kiln.DTypeError, match=f"{name}: x is bool; {name} takes numeric dtypes"):
+            getattr(kiln, name)(kiln.asarray(np.array([True])))
+
+
 @pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)),
                                    ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
                                    ((2, 3, 4), (4,)), ((3, 0), (0, 2)), ((0, 3), (3, 2))])

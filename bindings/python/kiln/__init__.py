@@ -31,9 +31,9 @@ from ._creation import (  # noqa: F401
     ones, ones_like, reshape, result_type, squeeze, stack, transpose, zeros, zeros_like,
 )
 from ._standard import (  # noqa: F401,A004 - the Array API's names
-    broadcast_arrays, broadcast_to, can_cast, count_nonzero, diff, e, eye, flip, inf, isdtype, linspace, logaddexp,
-    matmul, matrix_transpose, meshgrid, moveaxis, nan, newaxis, permute_dims, pi, positive, pow, repeat, roll, round,
-    take_along_axis, tensordot, tile, tril, triu, unstack, vecdot,
+    broadcast_arrays, broadcast_to, can_cast, conj, count_nonzero, diff, e, eye, flip, imag, inf, isdtype, linspace,
+    logaddexp, matmul, matrix_transpose, meshgrid, moveaxis, nan, newaxis, permute_dims, pi, positive, pow, real,
+    repeat, roll, round, take_along_axis, tensordot, tile, tril, triu, unstack, vecdot,
 )
 from . import _host  # noqa: F401,E402 - adds get/__array__/repr to Tensor and Expr
 from ._namespace import array_namespace as _array_namespace, array_namespace_info as __array_namespace_info__  # noqa: E402

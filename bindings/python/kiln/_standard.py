@@ -1,7 +1,7 @@
 """Array API standard functions that are compositions of kiln's own: dtype queries (isdtype,
 can_cast), the matrix creators (eye, tril, triu, linspace, meshgrid), axis manipulation
 (permute_dims, matrix_transpose, moveaxis, flip, roll, unstack) and a few elementwise names
-(positive, pow, round). Each returns what its parts do: views where kiln slices or transposes,
+(positive, pow, round; conj, real and imag of kiln's real dtypes). Each returns what its parts do: views where kiln slices or transposes,
 lazy expressions that fuse into the assignment using them, new tensors where data is joined."""
 import math
 import operator
@@ -458,6 +458,28 @@ def positive(x):
     if x._dtype == DType.bool:
         raise _kiln.DTypeError("positive: x is bool; positive takes numeric dtypes")
     return _kiln.astype(x, x._dtype)
+
+
+def conj(x):
+    """The complex conjugate: for kiln's real dtypes (it has no complex ones) x's values, lazily."""
+    if x._dtype == DType.bool:
+        raise _kiln.DTypeError("conj: x is bool; conj takes numeric dtypes")
+    return _kiln.astype(x, x._dtype)
+
+
+def real(x):
+    """The real component: for kiln's real dtypes (it has no complex ones) x's values, lazily."""
+    if x._dtype == DType.bool:
+        raise _kiln.DTypeError("real: x is bool; real takes numeric dtypes")
+    return _kiln.astype(x, x._dtype)
+
+
+def imag(x):
+    """The imaginary component: for kiln's real dtypes (it has no complex ones) zeros of x's shape
+    and dtype, as NumPy's imag of a real array."""
+    if x._dtype == DType.bool:
+        raise _kiln.DTypeError("imag: x is bool; imag takes numeric dtypes")
+    return _creation.zeros_like(x)
 
 
 def pow(x1, x2):  # noqa: A001 - the standard's name
