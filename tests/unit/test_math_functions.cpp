@@ -242,6 +242,19 @@ TEST_CASE("math functions of two arguments: dtypes, literals, folding and the CU
     CHECK(msg.find("atan2: operands could not be broadcast together with shapes (2, 3) and (4,)") != std::string::npos);
 }
 
+// The CUDA C of `e` assigned to a 3-element tensor of `dt`, compiled by NVRTC for sm_90.
+static void check_cuda_compiles(const Expr& e, DType dt, const std::string& name) {
+    const std::string src =
+        codegen::emit_cuda(compile_assignment(e.node(), test::host_view({3}, dt), "sm_90").stages[0].kernel).code;
+#ifdef KILN_HAVE_NVRTC
+    const cuda::NvrtcResult r = cuda::nvrtc_compile(src, name + ".cu", 90);
+    INFO(r.log);
+    CHECK(r.ok);
+#else
+    CHECK(!src.empty());
+#endif
+}
+
 // kiln/elementwise.def's bitwise ops: integers and bools on the CPU JIT against the host's own
 // operators, and the CUDA C they print compiled by NVRTC.
 TEST_CASE("bitwise ops: and, or, xor and invert of integers and bools; floats refused") {
@@ -267,15 +280,8 @@ TEST_CASE("bitwise ops: and, or, xor and invert of integers and bools; floats re
             CHECK(bxor[i] == norm(x[i] ^ y[i]));
             CHECK(inv[i] == (dt == DType::Bool ? !x[i] : norm(~x[i])));
         }
-        View dst = test::host_view({3}, dt);
-        Expr e = bitwise_invert(bitwise_xor(bitwise_or(leaf(test::host_view({3}, dt)), leaf(test::host_view({3}, dt))),
-                                            bitwise_and(leaf(test::host_view({3}, dt)), leaf(test::host_view({3}, dt)))));
-        const std::string src = codegen::emit_cuda(compile_assignment(e.node(), dst, "sm_90").stages[0].kernel).code;
-#ifdef KILN_HAVE_NVRTC
-        const cuda::NvrtcResult r = cuda::nvrtc_compile(src, "bitwise.cu", 90);
-        INFO(r.log);
-        CHECK(r.ok);
-#endif
+        auto x3 = [&] { return leaf(test::host_view({3}, dt)); };
+        check_cuda_compiles(bitwise_invert(bitwise_xor(bitwise_or(x3(), x3()), bitwise_and(x3(), x3()))), dt, "bitwise");
     }
     Tensor f = ctx.array(std::vector<float>{1.0f}, {1}), i = ctx.array(std::vector<int32_t>{1}, {1});
     const std::string msg = test::error_message([&] { bitwise_or(i, f); });
@@ -306,15 +312,8 @@ TEST_CASE("bitwise shifts: NumPy's results for every amount, in every integer dt
             CHECK(l[i] == (wide ? 0 : norm((int64_t)((uint64_t)(uint32_t)x[i] << s[i]))));
             CHECK(r[i] == (wide ? (x[i] < 0 ? -1 : 0) : x[i] >> s[i]));
         }
-        View dst = test::host_view({3}, dt);
-        Expr e = bitwise_right_shift(bitwise_left_shift(leaf(test::host_view({3}, dt)), leaf(test::host_view({3}, dt))),
-                                     leaf(test::host_view({3}, dt)));
-        const std::string src = codegen::emit_cuda(compile_assignment(e.node(), dst, "sm_90").stages[0].kernel).code;
-#ifdef KILN_HAVE_NVRTC
-        const cuda::NvrtcResult rc = cuda::nvrtc_compile(src, "shifts.cu", 90);
-        INFO(rc.log);
-        CHECK(rc.ok);
-#endif
+        auto x3 = [&] { return leaf(test::host_view({3}, dt)); };
+        check_cuda_compiles(bitwise_right_shift(bitwise_left_shift(x3(), x3()), x3()), dt, "shifts");
     }
     Tensor t = ctx.array(std::vector<int32_t>{1, 0}, {2}, DType::Bool);
     CHECK(bitwise_left_shift(t, t).dtype() == DType::Int8);
