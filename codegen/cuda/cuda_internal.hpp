@@ -94,6 +94,19 @@ bool row_register_entry(const kir::Kernel& k, const std::vector<RowFold>& folds,
 // Element j of a thread is R index ((j / V) * G + t) * V + j % V.
 int row_vector_width(const kir::Kernel& k);
 
+// A row group of `vw` elements of dtype `t` as words of at most 16 bytes: how many words and
+// elements per word; {0, 0} when the group cannot move in whole words (then element by element).
+struct GroupWords {
+    int words = 1;       // words per group
+    int per_word = 1;    // elements per word
+};
+inline GroupWords group_words(DType t, int vw) {
+    const int bytes = (int)dtype_size(t) * vw;
+    if (bytes < 4 || (bytes > 16 && bytes % 16)) return {0, 0};
+    const int words = bytes > 16 ? bytes / 16 : 1;
+    return {words, vw / words};
+}
+
 // Row kernels whose cached buffers are all read along the row in groups (row_vector_width V > 1,
 // contiguous along the one reduced dim) also have an entry NAME_r that holds a thread's groups of
 // them in registers, kRowRegisterGroups groups a thread at most, instead of in shared memory: the

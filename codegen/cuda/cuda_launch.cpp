@@ -325,9 +325,8 @@ bool row_register_entry(const kir::Kernel& k, const std::vector<RowFold>& folds,
     size_t bytes = 0;   // of a group of every cached buffer
     for (size_t b = 0; b < slot.size(); ++b) {
         if (slot[b] < 0) continue;
-        const size_t group = (size_t)v * dtype_size(k.buffers[b].dtype);
-        if (k.buffers[b].layout[rdim] != kir::StrideKind::One || group < 4 || (group > 16 && group % 16)) return false;
-        bytes += group;
+        if (k.buffers[b].layout[rdim] != kir::StrideKind::One || group_words(k.buffers[b].dtype, v).words == 0) return false;
+        bytes += (size_t)v * dtype_size(k.buffers[b].dtype);
     }
     return bytes > 0 && bytes <= 32;
 }

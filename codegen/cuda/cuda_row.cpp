@@ -132,19 +132,6 @@ std::vector<int> Emitter::row_invariant(const kir::Block& b) const {
     return out;
 }
 
-// One 16-byte-or-smaller word type per `bytes` of a group.
-namespace {
-struct GroupWords {
-    int words = 1;       // words per group
-    int per_word = 1;    // elements per word
-};
-GroupWords group_words(DType t, int vw) {
-    const int bytes = (int)dtype_size(t) * vw;
-    if (bytes < 4 || (bytes > 16 && bytes % 16)) return {0, 0};
-    const int words = bytes > 16 ? bytes / 16 : 1;
-    return {words, vw / words};
-}
-} // namespace
 
 void Emitter::emit_row_kernel(bool registers) {
     const std::vector<int> slot = detail::row_cache_slots(k_);
