@@ -36,7 +36,7 @@ CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst_in, c
     }
 
     CseStats es;
-    root = cse(root, &es);
+    root = cse(root, debug ? &es : nullptr);   // the statistics walk the graph three more times
     if (debug) {
         std::string shared;
         for (auto& s : es.shared) shared += "  cse: " + s + "\n";

@@ -186,21 +186,28 @@ size_t live_node_count() {
 }
 
 std::vector<const Node*> postorder(const NodePtr& root) {
-    // Runs on every assignment (the plan cache's signature): expressions are small, so "seen"
-    // is a scan of the nodes met so far until there are many of them, then a hash set.
-    std::vector<const Node*> out, met{root.get()};
+    // Runs several times on every new plan, and once on every assignment (the plan cache's
+    // signature): expressions are small, so "seen" is a scan of the nodes met so far, kept on
+    // the stack, until there are many of them, then a hash set.
+    constexpr size_t kScan = 64;
+    const Node* met[kScan] = {root.get()};
+    size_t n_met = 1;
     std::unordered_set<const Node*> seen;
     auto first_visit = [&](const Node* c) {
-        if (met.size() < 64) {
-            for (const Node* m : met)
-                if (m == c) return false;
-            met.push_back(c);
-            if (met.size() == 64) seen.insert(met.begin(), met.end());
+        if (n_met < kScan) {
+            for (size_t i = 0; i < n_met; ++i)
+                if (met[i] == c) return false;
+            met[n_met++] = c;
+            if (n_met == kScan) seen.insert(met, met + kScan);
             return true;
         }
         return seen.insert(c).second;
     };
-    std::vector<std::pair<const Node*, size_t>> stack{{root.get(), 0}};
+    std::vector<const Node*> out;
+    out.reserve(16);
+    std::vector<std::pair<const Node*, size_t>> stack;
+    stack.reserve(16);
+    stack.push_back({root.get(), 0});
     while (!stack.empty()) {
         auto& [n, i] = stack.back();
         if (i < n->inputs.size()) {
