@@ -303,6 +303,14 @@ Tensor columns(const Geo& g, const ConvLayer& L, const Tensor& image5) {
 #endif
     return detail::im2col_views(L, image5);
 }
+// The image's gradient from the patch matrix's (float32) on a CUDA context: the precompiled
+// kernel's one gathering pass where the library has it, else a JIT copy per tap.
+Tensor col2im_gpu(const ConvLayer& L, const Tensor& dcols) {
+#ifdef KILN_HAVE_GEMM_KERNELS
+    if (!pointwise(geo(L))) return gemm::col2im_cuda(L, dcols);
+#endif
+    return detail::col2im_views(L, dcols);
+}
 Tensor matrix_of(const Tensor& t, int64_t rows, int64_t cols) {
     if (on_gpu(t)) return as_matrix(t.is_contiguous() ? t : t.context().eval(t.expr()), rows, cols);
     return as_matrix(host_f32(t).t, rows, cols);
@@ -421,7 +429,7 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
     Context& ctx = E5.context();
     Tensor dcols = ctx.empty({g.rows(), g.taps()}, DType::Float32);
     compound_dot(Em, Fm, dcols);
-    epilogue(on_gpu(E5) ? detail::col2im_views(L, dcols) : col2im(g, dcols), out, o, g.C);
+    epilogue(on_gpu(E5) ? col2im_gpu(L, dcols) : col2im(g, dcols), out, o, g.C);
     channel_sums(out, o);
 }
 

@@ -5,6 +5,7 @@
 
 #include "compiler/log.hpp"
 #include "ir/storage.hpp"
+#include "kernels/cuda/col2im_params.hpp"
 #include "kernels/cuda/conv_params.hpp"
 #include "kernels/cuda/gemm_launch.hpp"
 #include "runtime/context_impl.hpp"
@@ -96,12 +97,42 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
     p.shape = conv_shape(L);
     const std::string entry = fmt::format("kiln_im2col_v{}", vb);
     CUfunction f = be.precompiled(kiln_im2col_image, entry, 0);
-    const int64_t blocks = std::min<int64_t>(rows, int64_t(be.info().multiprocessors) * 16);
+    // A thread per 16-byte chunk of the buffer, up to 16 blocks of 256 per multiprocessor
+    // (grid-stride beyond).
+    const int64_t chunks = rows * ld * es / 16;
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((chunks + 255) / 256, int64_t(be.info().multiprocessors) * 16));
     log_debug("conv: im2col {} -> {} ({} x {}, {} blocks)", L.str(), entry, rows, taps, blocks);
     void* params[] = {&p};
     be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, 0, params, {});
     buffer.view().storage->written = true;
     return buffer.slice({Slice::all(), Slice::range(0, taps)});
+}
+
+Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols) {
+    Context& ctx = dcols.context();
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
+    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    KILN_CHECK_INTERNAL(dcols.dtype() == DType::Float32 && dcols.rank() == 2 && dcols.shape()[0] == rows &&
+                            dcols.shape()[1] == taps && dcols.strides()[1] == 1,
+                        "col2im_cuda: the patch gradient of {} is {} {} with strides {}", L.str(),
+                        dtype_name(dcols.dtype()), shape_str(dcols.shape()), shape_str(dcols.strides()));
+    if (!fits_32_bits(rows) || !fits_32_bits(taps) || !fits_32_bits(L.N * L.image[0] * L.image[1] * L.image[2]))
+        fail(Error::Kind::Value, "conv: {} has more than 2^31 output positions, taps or image positions", L.str());
+    Tensor image = ctx.empty({L.N, L.image[0], L.image[1], L.image[2], L.C}, DType::Float32);
+    Col2imParams p{};
+    p.cols = reinterpret_cast<const float*>(detail::data_of(dcols));
+    p.image = reinterpret_cast<float*>(detail::data_of(image));
+    p.ld = dcols.strides()[0];
+    p.shape = conv_shape(L);
+    CUfunction f = be.precompiled(kiln_im2col_image, "kiln_col2im_f32", 0);
+    const int64_t elements = image.size();
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((elements + 255) / 256, int64_t(be.info().multiprocessors) * 16));
+    log_debug("conv: col2im {} ({} x {} -> {} elements, {} blocks)", L.str(), rows, taps, elements, blocks);
+    void* params[] = {&p};
+    be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, 0, params, {});
+    image.view().storage->written = true;
+    return image;
 }
 
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {

@@ -25,6 +25,11 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
 // apart.
 Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5);
 
+// The gradient with respect to the image of layer L from the patch matrix's gradient dcols
+// (rows x taps, float32, contiguous rows) on a CUDA context, by the precompiled col2im kernel: a
+// new (N, D, H, W, C) float32 tensor. Each element sums the entries that tap it in tap order.
+Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols);
+
 // The kernel conv_fprop_implicit would launch for L on ctx, or "" where it declines: what the
 // benchmark prints.
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L);

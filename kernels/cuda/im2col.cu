@@ -1,11 +1,16 @@
 // kiln's precompiled im2col for CUDA contexts (any GPU kiln runs on): the patch matrix of a
 // convolution, one row per output position and one column per filter tap and channel, written
 // in one pass for the convolutions the implicit-GEMM kernels do not take (update, strided bprop,
-// 3-channel first layers, float32, GPUs other than sm_90). A block walks rows; its threads walk a
-// row's columns in vectors of VB bytes (16 where a tap's channels are whole 16-byte chunks, else
-// 8, 4 or one element), each loading one vector of the image, or zeros in the padding, and
-// storing it. Entry names: kiln_im2col_v<VB>.
-#include "kernels/cuda/conv_params.hpp"
+// 3-channel first layers, float32, GPUs other than sm_90). The work is the matrix's 16-byte
+// chunks, rows ld elements apart (ld * elem a multiple of 16), in order: consecutive threads
+// store consecutive chunks, so the whole buffer is written front to back whatever the row's
+// length (a block per row would leave most of its threads idle on rows of fewer than 256 chunks). A
+// chunk is 16 / VB loads of VB bytes of the image (16 where a tap's channels are whole 16-byte
+// chunks, else 8, 4 or one element), each within one filter tap, zeros in the padding and past
+// the row's last tap. Entry names: kiln_im2col_v<VB>. Its transpose, col2im (kiln_col2im_f32),
+// gathers the gradient with respect to the image from the patch matrix's gradient: a thread per
+// image element sums the entries of the taps that read it.
+#include "kernels/cuda/col2im_params.hpp"
 
 #include <stdint.h>
 
@@ -20,27 +25,100 @@ template <> struct Vec<2> { using type = uint16_t; };
 template <int VB>
 __device__ __forceinline__ void im2col(const Im2colParams& p) {
     using V = typename Vec<VB>::type;
-    const int per = VB / p.elem;                 // elements a vector
-    const int vectors = p.taps / per;            // a row's vectors
+    constexpr int kLoads = 16 / VB;              // a chunk's loads
+    const int per = VB / p.elem;                 // elements a load
+    const int64_t chunks_per_row = int64_t(p.ld) * p.elem / 16;
+    const int64_t chunks = chunks_per_row * p.rows;
     const ConvShape& g = p.shape;
     const char* image = static_cast<const char*>(p.image);
-    for (int row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    uint4* out = static_cast<uint4*>(p.cols);
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < chunks; i += int64_t(gridDim.x) * blockDim.x) {
+        const int row = int(i / chunks_per_row);
         const RowOrigin o = row_origin(g, row);
         const char* img = image + int64_t(o.n) * g.D * g.H * g.W * g.C * p.elem;
-        V* out = reinterpret_cast<V*>(static_cast<char*>(p.cols) + int64_t(row) * p.ld * p.elem);
-        for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
-            const int k = v * per;
-            const int tap = k / g.C, c = k - tap * g.C;
-            const int s = tap % g.S, rt = tap / g.S;
-            const int r = rt % g.R, t = rt / g.R;
+        // The chunk's first element: its tap (t, r, s) and channel c, then stepped along.
+        const int k = int(i - int64_t(row) * chunks_per_row) * (16 / p.elem);
+        int tap = k / g.C, c = k - tap * g.C;
+        int s = tap % g.S, rt = tap / g.S;
+        int r = rt % g.R, t = rt / g.R;
+        union {
+            uint4 whole;
+            V part[kLoads];
+        } chunk;
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j) {
             const int d = o.d0 + t * g.dil_d, h = o.h0 + r * g.dil_h, w = o.w0 + s * g.dil_w;
             V value{};
-            if (unsigned(d) < unsigned(g.D) && unsigned(h) < unsigned(g.H) && unsigned(w) < unsigned(g.W))
+            if (t < g.T && unsigned(d) < unsigned(g.D) && unsigned(h) < unsigned(g.H) && unsigned(w) < unsigned(g.W))
                 value = __ldg(reinterpret_cast<const V*>(img + ((int64_t(d * g.H + h) * g.W + w) * g.C + c) * p.elem));
-            out[v] = value;
+            chunk.part[j] = value;
+            c += per;
+            if (c == g.C) {
+                c = 0;
+                if (++s == g.S) {
+                    s = 0;
+                    if (++r == g.R) r = 0, ++t;
+                }
+            }
         }
+        out[i] = chunk.whole;
     }
 }
+
+// The output positions along one axis whose window covers image coordinate x with a filter tap:
+// position o covers x with tap f when o * stride - pad + f * dil == x. With dilation 1 those taps
+// are every stride-th from (x + pad) % stride; otherwise every tap, each checked.
+struct TapWalk {
+    int first, step;
+};
+__device__ __forceinline__ TapWalk tap_walk(int x, int pad, int stride, int dil) {
+    return dil == 1 ? TapWalk{(x + pad) % stride, stride} : TapWalk{0, 1};
+}
+// The output position tap f of coordinate x belongs to, or -1 where none does.
+__device__ __forceinline__ int covering(int x, int f, int pad, int stride, int dil, int positions) {
+    const int v = x + pad - f * dil;
+    if (v < 0 || v % stride != 0) return -1;
+    const int o = v / stride;
+    return o < positions ? o : -1;
+}
+
+// One thread per image element (grid-stride): the sum, in tap order, of the entries of cols that
+// tap the element from the output positions whose windows cover it. Deterministic: no atomics.
+__device__ __forceinline__ void col2im(const Col2imParams& p) {
+    const ConvShape& g = p.shape;
+    const int64_t total = int64_t(g.N) * g.D * g.H * g.W * g.C;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        int64_t q = i;
+        const int c = int(q % g.C);
+        q /= g.C;
+        const int w = int(q % g.W);
+        q /= g.W;
+        const int h = int(q % g.H);
+        q /= g.H;
+        const int d = int(q % g.D);
+        const int n = int(q / g.D);
+        const TapWalk wt = tap_walk(d, g.pad_d, g.str_d, g.dil_d), wr = tap_walk(h, g.pad_h, g.str_h, g.dil_h),
+                      ws = tap_walk(w, g.pad_w, g.str_w, g.dil_w);
+        float acc = 0.f;
+        for (int t = wt.first; t < g.T; t += wt.step) {
+            const int z = covering(d, t, g.pad_d, g.str_d, g.dil_d, g.M);
+            if (z < 0) continue;
+            for (int r = wr.first; r < g.R; r += wr.step) {
+                const int y = covering(h, r, g.pad_h, g.str_h, g.dil_h, g.P);
+                if (y < 0) continue;
+                const int64_t row0 = (int64_t(n * g.M + z) * g.P + y) * g.Q;
+                for (int s = ws.first; s < g.S; s += ws.step) {
+                    const int x = covering(w, s, g.pad_w, g.str_w, g.dil_w, g.Q);
+                    if (x < 0) continue;
+                    acc += __ldg(p.cols + (row0 + x) * p.ld + ((t * g.R + r) * g.S + s) * g.C + c);
+                }
+            }
+        }
+        p.image[i] = acc;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kiln_col2im_f32(const __grid_constant__ Col2imParams p) { col2im(p); }
 
 #define KILN_IM2COL(VB) \
     extern "C" __global__ void __launch_bounds__(256) kiln_im2col_v##VB(const __grid_constant__ Im2colParams p) { im2col<VB>(p); }

@@ -1,5 +1,5 @@
-// Convolution on a CUDA context (im2col / col2im as strided JIT copies, kiln's GEMM kernels, the
-// GEMM's or the JIT's epilogue) against the CPU path, which the unit tests hold to float64 loops:
+// Convolution on a CUDA context (the implicit-GEMM kernels; the precompiled im2col and col2im
+// kernels with kiln's GEMM kernels; the GEMM's or the JIT's epilogue) against the CPU path, which the unit tests hold to float64 loops:
 // fprop, bprop and update in 1D, 2D and 3D with padding, stride and dilation, pointwise layers,
 // a 3-channel first layer, every float dtype, the epilogue's pieces and deconvolution. Skips,
 // saying why, without a CUDA device.
