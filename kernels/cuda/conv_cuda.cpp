@@ -5,7 +5,7 @@
 
 #include "compiler/log.hpp"
 #include "ir/storage.hpp"
-#include "kernels/cuda/col2im_params.hpp"
+#include "kernels/cuda/im2col_params.hpp"
 #include "kernels/cuda/conv_params.hpp"
 #include "kernels/cuda/gemm_launch.hpp"
 #include "runtime/context_impl.hpp"
@@ -95,6 +95,9 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
     p.cols = detail::data_of(buffer);
     p.ld = ld, p.elem = int32_t(es), p.rows = int32_t(rows), p.taps = int32_t(taps);
     p.shape = conv_shape(L);
+    p.chunks_per_row = fast_div(uint32_t(ld * es / 16));
+    p.q = fast_div(uint32_t(p.shape.Q)), p.p = fast_div(uint32_t(p.shape.P)), p.m = fast_div(uint32_t(p.shape.M));
+    p.c = fast_div(uint32_t(p.shape.C)), p.s = fast_div(uint32_t(p.shape.S)), p.r = fast_div(uint32_t(p.shape.R));
     const std::string entry = fmt::format("kiln_im2col_v{}", vb);
     CUfunction f = be.precompiled(kiln_im2col_image, entry, 0);
     // A thread per 16-byte chunk of the buffer, up to 16 blocks of 256 per multiprocessor
@@ -125,6 +128,10 @@ Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols) {
     p.image = reinterpret_cast<float*>(detail::data_of(image));
     p.ld = dcols.strides()[0];
     p.shape = conv_shape(L);
+    p.c = fast_div(uint32_t(p.shape.C)), p.w = fast_div(uint32_t(p.shape.W)), p.h = fast_div(uint32_t(p.shape.H));
+    p.d = fast_div(uint32_t(p.shape.D));
+    p.str_d = fast_div(uint32_t(p.shape.str_d)), p.str_h = fast_div(uint32_t(p.shape.str_h));
+    p.str_w = fast_div(uint32_t(p.shape.str_w));
     CUfunction f = be.precompiled(kiln_im2col_image, "kiln_col2im_f32", 0);
     const int64_t elements = image.size();
     const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((elements + 255) / 256, int64_t(be.info().multiprocessors) * 16));

@@ -1,4 +1,4 @@
-// The parameter blocks of kiln's precompiled convolution kernels (conv_sm90.cu, im2col.cu),
+// The parameter block of kiln's precompiled convolution kernels (conv_sm90.cu),
 // shared by the device code (nvcc) and the host launcher (conv_cuda.cpp). The kernels compute
 // fprop as the GEMM  O (rows x K) = patches(I) (rows x taps) . F^T (taps x K)  without the patch
 // matrix: rows = N M P Q output positions, taps = T R S C filter entries, channels innermost
@@ -35,16 +35,6 @@ KILN_GEMM_HOST_DEVICE inline RowOrigin row_origin(const ConvShape& s, int32_t ro
 struct ConvParams {
     GemmParams gemm;     // m = rows, n = K, k = taps; c, strides, bias, flags, alpha, beta, rounding
     const void* image;   // I: (N, D, H, W, C), contiguous
-    ConvShape shape;
-};
-
-// im2col.cu: cols (rows x taps, rows ld elements apart) = the patch matrix of the image, every
-// element `elem` bytes.
-struct Im2colParams {
-    const void* image;
-    void* cols;
-    int64_t ld;
-    int32_t elem, rows, taps;
     ConvShape shape;
 };
 

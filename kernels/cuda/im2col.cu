@@ -10,7 +10,7 @@
 // the row's last tap. Entry names: kiln_im2col_v<VB>. Its transpose, col2im (kiln_col2im_f32),
 // gathers the gradient with respect to the image from the patch matrix's gradient: a thread per
 // image element sums the entries of the taps that read it.
-#include "kernels/cuda/col2im_params.hpp"
+#include "kernels/cuda/im2col_params.hpp"
 
 #include <stdint.h>
 
@@ -22,32 +22,48 @@ template <> struct Vec<8> { using type = uint2; };
 template <> struct Vec<4> { using type = uint32_t; };
 template <> struct Vec<2> { using type = uint16_t; };
 
+// q / f and q % f at once, for 0 <= q < 2^31.
+__device__ __forceinline__ int split(int& q, const FastDiv& f) {
+    const int quotient = int(divide(uint32_t(q), f));
+    const int rem = q - quotient * int(f.d);
+    q = quotient;
+    return rem;
+}
+
+// The quotient of a 64-bit index: the fast division below 2^31.
+__device__ __forceinline__ int64_t quotient(int64_t i, const FastDiv& f) {
+    return i < (int64_t(1) << 31) ? int64_t(divide(uint32_t(i), f)) : i / f.d;
+}
+
 template <int VB>
 __device__ __forceinline__ void im2col(const Im2colParams& p) {
     using V = typename Vec<VB>::type;
     constexpr int kLoads = 16 / VB;              // a chunk's loads
     const int per = VB / p.elem;                 // elements a load
-    const int64_t chunks_per_row = int64_t(p.ld) * p.elem / 16;
+    const int64_t chunks_per_row = p.chunks_per_row.d;
     const int64_t chunks = chunks_per_row * p.rows;
     const ConvShape& g = p.shape;
     const char* image = static_cast<const char*>(p.image);
     uint4* out = static_cast<uint4*>(p.cols);
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < chunks; i += int64_t(gridDim.x) * blockDim.x) {
-        const int row = int(i / chunks_per_row);
-        const RowOrigin o = row_origin(g, row);
-        const char* img = image + int64_t(o.n) * g.D * g.H * g.W * g.C * p.elem;
+        const int row = int(quotient(i, p.chunks_per_row));
+        // The output position (n, z, y, x) and its window's first image coordinates.
+        int n = row;
+        const int x = split(n, p.q), y = split(n, p.p), z = split(n, p.m);
+        const int d0 = z * g.str_d - g.pad_d, h0 = y * g.str_h - g.pad_h, w0 = x * g.str_w - g.pad_w;
+        const char* img = image + int64_t(n) * g.D * g.H * g.W * g.C * p.elem;
         // The chunk's first element: its tap (t, r, s) and channel c, then stepped along.
-        const int k = int(i - int64_t(row) * chunks_per_row) * (16 / p.elem);
-        int tap = k / g.C, c = k - tap * g.C;
-        int s = tap % g.S, rt = tap / g.S;
-        int r = rt % g.R, t = rt / g.R;
+        int t = int(i - int64_t(row) * chunks_per_row) * (16 / p.elem);
+        int c = split(t, p.c);
+        int s = split(t, p.s);
+        int r = split(t, p.r);
         union {
             uint4 whole;
             V part[kLoads];
         } chunk;
 #pragma unroll
         for (int j = 0; j < kLoads; ++j) {
-            const int d = o.d0 + t * g.dil_d, h = o.h0 + r * g.dil_h, w = o.w0 + s * g.dil_w;
+            const int d = d0 + t * g.dil_d, h = h0 + r * g.dil_h, w = w0 + s * g.dil_w;
             V value{};
             if (t < g.T && unsigned(d) < unsigned(g.D) && unsigned(h) < unsigned(g.H) && unsigned(w) < unsigned(g.W))
                 value = __ldg(reinterpret_cast<const V*>(img + ((int64_t(d * g.H + h) * g.W + w) * g.C + c) * p.elem));
@@ -71,14 +87,15 @@ __device__ __forceinline__ void im2col(const Im2colParams& p) {
 struct TapWalk {
     int first, step;
 };
-__device__ __forceinline__ TapWalk tap_walk(int x, int pad, int stride, int dil) {
-    return dil == 1 ? TapWalk{(x + pad) % stride, stride} : TapWalk{0, 1};
+__device__ __forceinline__ TapWalk tap_walk(int x, int pad, const FastDiv& stride, int dil) {
+    if (dil != 1) return TapWalk{0, 1};
+    int q = x + pad;
+    return TapWalk{split(q, stride), int(stride.d)};
 }
 // The output position tap f of coordinate x belongs to, or -1 where none does.
-__device__ __forceinline__ int covering(int x, int f, int pad, int stride, int dil, int positions) {
-    const int v = x + pad - f * dil;
-    if (v < 0 || v % stride != 0) return -1;
-    const int o = v / stride;
+__device__ __forceinline__ int covering(int x, int f, int pad, const FastDiv& stride, int dil, int positions) {
+    int o = x + pad - f * dil;
+    if (o < 0 || split(o, stride) != 0) return -1;
     return o < positions ? o : -1;
 }
 
@@ -88,27 +105,21 @@ __device__ __forceinline__ void col2im(const Col2imParams& p) {
     const ConvShape& g = p.shape;
     const int64_t total = int64_t(g.N) * g.D * g.H * g.W * g.C;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        int64_t q = i;
-        const int c = int(q % g.C);
-        q /= g.C;
-        const int w = int(q % g.W);
-        q /= g.W;
-        const int h = int(q % g.H);
-        q /= g.H;
-        const int d = int(q % g.D);
-        const int n = int(q / g.D);
-        const TapWalk wt = tap_walk(d, g.pad_d, g.str_d, g.dil_d), wr = tap_walk(h, g.pad_h, g.str_h, g.dil_h),
-                      ws = tap_walk(w, g.pad_w, g.str_w, g.dil_w);
+        int n = int(quotient(i, p.c));
+        const int c = int(i - int64_t(n) * g.C);
+        const int w = split(n, p.w), h = split(n, p.h), d = split(n, p.d);
+        const TapWalk wt = tap_walk(d, g.pad_d, p.str_d, g.dil_d), wr = tap_walk(h, g.pad_h, p.str_h, g.dil_h),
+                      ws = tap_walk(w, g.pad_w, p.str_w, g.dil_w);
         float acc = 0.f;
         for (int t = wt.first; t < g.T; t += wt.step) {
-            const int z = covering(d, t, g.pad_d, g.str_d, g.dil_d, g.M);
+            const int z = covering(d, t, g.pad_d, p.str_d, g.dil_d, g.M);
             if (z < 0) continue;
             for (int r = wr.first; r < g.R; r += wr.step) {
-                const int y = covering(h, r, g.pad_h, g.str_h, g.dil_h, g.P);
+                const int y = covering(h, r, g.pad_h, p.str_h, g.dil_h, g.P);
                 if (y < 0) continue;
                 const int64_t row0 = (int64_t(n * g.M + z) * g.P + y) * g.Q;
                 for (int s = ws.first; s < g.S; s += ws.step) {
-                    const int x = covering(w, s, g.pad_w, g.str_w, g.dil_w, g.Q);
+                    const int x = covering(w, s, g.pad_w, p.str_w, g.dil_w, g.Q);
                     if (x < 0) continue;
                     acc += __ldg(p.cols + (row0 + x) * p.ld + ((t * g.R + r) * g.S + s) * g.C + c);
                 }

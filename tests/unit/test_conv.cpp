@@ -6,6 +6,7 @@
 #include "tests/support/random_values.hpp"
 
 #include "kernels/conv_views.hpp"
+#include "kernels/cuda/fast_div.hpp"
 #include <kiln/kiln.hpp>
 
 #include <cmath>
@@ -355,4 +356,27 @@ TEST_CASE("conv: misuse names the layer, the tensor, its shape and what is valid
     Tensor gF = ctx.empty({4, 3, 3, 2});
     CHECK_THAT(message([&] { update_conv(L, I, O, gF); }), Catch::Matchers::Contains("grad_F (the filter's gradient"));
     CHECK_THAT(message([&] { bprop_conv(L, F, Tensor(), I); }), Catch::Matchers::Contains("bprop_conv: E is an empty"));
+}
+
+TEST_CASE("conv kernels' fast division (kernels/cuda/fast_div.hpp) is exact for every dividend below 2^31") {
+    std::mt19937 gen(42);
+    std::vector<uint32_t> divisors;
+    for (uint32_t d = 1; d <= 3000; ++d) divisors.push_back(d);
+    for (uint32_t d : {(1u << 16) - 1, 1u << 16, (1u << 16) + 1, 1u << 30, (1u << 30) + 1, 3u << 29, (1u << 31) - 1})
+        divisors.push_back(d);
+    for (int i = 0; i < 2000; ++i) divisors.push_back(std::uniform_int_distribution<uint32_t>(1, (1u << 31) - 1)(gen));
+    int64_t wrong = 0;
+    for (uint32_t d : divisors) {
+        const gemm::FastDiv f = gemm::fast_div(d);
+        std::vector<uint32_t> ns = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, (1u << 31) - 1, (1u << 31) - 2,
+                                    (1u << 31) - d};
+        for (int i = 0; i < 64; ++i) ns.push_back(std::uniform_int_distribution<uint32_t>(0, (1u << 31) - 1)(gen));
+        for (uint32_t n : ns) {
+            if (n >= (1u << 31)) continue;
+            if (gemm::divide(n, f) != n / d) {
+                if (wrong++ < 3) UNSCOPED_INFO(n << " / " << d << ": " << gemm::divide(n, f) << ", exact " << n / d);
+            }
+        }
+    }
+    CHECK(wrong == 0);
 }
