@@ -200,13 +200,15 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
                     CHECK(count_off(Og, Oc, mag, out) == 0);
                 }
         }
-    // bprop with stride 1 is the implicit kernel's convolution of E with the flipped filter; a
-    // padding past the dilated filter keeps im2col.
+    // bprop with stride 1 is the implicit kernel's convolution of E with the flipped filter (C
+    // output channels, at least 32 of them); a padding past the dilated filter, or fewer
+    // channels, keeps the product and col2im.
     const std::vector<Case> dgrad = {
-        {3, 24, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
-        {2, 16, 64, {1, 9, 10}, {1, 3, 3}, {0, 2, 2}, {1, 1, 1}, {1, 2, 2}},
-        {1, 8, 16, {5, 6, 7}, {3, 3, 3}, {1, 0, 1}, {1, 1, 1}, {1, 1, 1}},
-        {2, 16, 32, {1, 8, 8}, {1, 3, 3}, {0, 3, 1}, {1, 1, 1}, {1, 1, 1}},      // pad 3 > 2: im2col
+        {3, 40, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+        {2, 32, 64, {1, 9, 10}, {1, 3, 3}, {0, 2, 2}, {1, 1, 1}, {1, 2, 2}},
+        {1, 48, 16, {5, 6, 7}, {3, 3, 3}, {1, 0, 1}, {1, 1, 1}, {1, 1, 1}},
+        {2, 32, 32, {1, 8, 8}, {1, 3, 3}, {0, 3, 1}, {1, 1, 1}, {1, 1, 1}},      // pad 3 > 2: col2im
+        {2, 8, 64, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},      // 8 channels: col2im
     };
     for (DType dt : {DType::Float16, DType::BFloat16})
         for (size_t i = 0; i < dgrad.size(); ++i) {
