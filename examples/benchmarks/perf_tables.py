@@ -218,11 +218,28 @@ def render(r, command):
 CONV_LAYERS = "conv_layers.md"   # beside the document: the per-layer rows of the convolution run
 
 
+def merge_conv_runs(runs):
+    """Several conv.py runs (one per network, say) of one commit on one device as one: their layers
+    and summaries in order, and the range of the peaks they measured. None where they differ in
+    device, commit, date or versions."""
+    same = ("device", "date", "commit", "torch", "cudnn", "kiln", "method")
+    if any(x.get(k) != runs[0].get(k) for x in runs for k in same):
+        return None
+    r = dict(runs[0])
+    r["layers"] = [c for x in runs for c in x["layers"]]
+    r["summary"] = [sm for x in runs for sm in x["summary"]]
+    r["peak_tflops"] = [min(x["peak_tflops"] for x in runs), max(x["peak_tflops"] for x in runs)]
+    return r
+
+
 def render_conv(r, command):
     """The convolution section (per-network summary) and the per-layer document it links to."""
+    peak = r["peak_tflops"]
+    peak = (f"in the run: {peak:.0f} TFLOP/s" if not isinstance(peak, list) else
+            f"in each of the runs merged here: {peak[0]:.0f}-{peak[1]:.0f} TFLOP/s")
     head = provenance(
-        f"Device: {r['device']}; 16-bit dense peak as cuBLAS reaches it in the run: {r['peak_tflops']:.0f} TFLOP/s "
-        "(8192^3 float16 matmul).", r["date"], r["commit"], f"`{command}`.",
+        f"Device: {r['device']}; 16-bit dense peak as cuBLAS reaches it (8192^3 float16 matmul) {peak}.",
+        r["date"], r["commit"], f"`{command}`.",
         f"{r['method']}. `err`: kiln's largest error relative to the largest float32 cuDNN result.",
         f" PyTorch {r['torch']}, cuDNN {r['cudnn']}.")
     out = [CONV_BEGIN, ""] + head + [""]
@@ -302,7 +319,7 @@ def replace_section(doc, begin, end, table, heading):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("json", nargs="+", help="one benchmark's JSON (python_dispatch.py: one or more runs)")
+    ap.add_argument("json", nargs="+", help="one benchmark's JSON (python_dispatch.py and conv.py: one or more runs)")
     ap.add_argument("--doc", default="docs/PERFORMANCE.md")
     ap.add_argument("--command", default=None)
     ap.add_argument("--date", default=None, help="kiln-bench-fusion's and kiln-bench-cpu-fusion's JSON: the run's date")
@@ -312,8 +329,13 @@ def main():
     runs = [load_json(p) for p in args.json]
     r = runs[0]
     python = isinstance(r, dict) and "calls" in r and "rows" in r
-    if len(runs) > 1 and not python:
-        print("perf_tables: several JSON files are taken from python_dispatch.py only", file=sys.stderr)
+    if len(runs) > 1 and all(isinstance(x, dict) and "layers" in x for x in runs):
+        r = merge_conv_runs(runs)
+        if r is None:
+            print("perf_tables: the conv.py runs differ in device, date, commit or versions", file=sys.stderr)
+            return 2
+    elif len(runs) > 1 and not python:
+        print("perf_tables: several JSON files are taken from python_dispatch.py and conv.py only", file=sys.stderr)
         return 2
     with open(args.doc) as f:
         doc = f.read()

@@ -207,6 +207,33 @@ def test_the_convolution_table(tmp_path):
     assert "implicit-gemm kiln_conv_fprop_f16_256_s4" in layers
 
 
+def test_convolution_runs_per_network_are_merged(tmp_path):
+    def run(net, peak, commit="def5678"):
+        layer = {"net": net, "layer": "conv1", "dtype": "float16", "op": "fprop", "N": 8, "C": 3, "K": 64,
+                 "HW": 224, "RS": 7, "pad": 3, "stride": 2, "count": 1, "flops": 1.0e10, "kiln_ms": 1.0,
+                 "cudnn_ms": 0.5, "kiln_tflops": 10.0, "cudnn_tflops": 20.0, "vs_cudnn": 0.5, "pct_peak": 1.0,
+                 "err": 3e-4, "kiln_path": "im2col+gemm"}
+        return {"device": "Test GPU", "date": "2026-01-02", "commit": commit, "torch": "2.x", "cudnn": 91900,
+                "kiln": "0.1", "peak_tflops": peak, "method": "host clock", "layers": [layer],
+                "summary": [{"net": net, "dtype": "float16", "fprop": 0.5, "sum": 0.5, "worst": 0.5}]}
+    doc = tmp_path / "P.md"
+    doc.write_text("# Performance\n")
+    files = []
+    for i, (net, peak) in enumerate([("alexnet", 700.0), ("resnet50", 750.0)]):
+        files.append(tmp_path / f"c{i}.json")
+        files[-1].write_text(json.dumps(run(net, peak)))
+    tables = os.path.join(BENCH, "perf_tables.py")
+    subprocess.run([sys.executable, tables, *map(str, files), "--doc", str(doc)], check=True, capture_output=True)
+    text = doc.read_text()
+    assert "| alexnet | float16 |" in text and "| resnet50 | float16 |" in text and "700-750 TFLOP/s" in text
+    layers = (tmp_path / "conv_layers.md").read_text()
+    assert "| alexnet | conv1 |" in layers and "| resnet50 | conv1 |" in layers
+    # Runs of different commits are not one table.
+    files[1].write_text(json.dumps(run("resnet50", 750.0, commit="0000000")))
+    r = subprocess.run([sys.executable, tables, *map(str, files), "--doc", str(doc)], capture_output=True, text=True)
+    assert r.returncode == 2 and "differ in device, date, commit or versions" in r.stderr
+
+
 def test_conv_benchmark_without_a_gpu_says_so():
     r = subprocess.run([sys.executable, os.path.join(BENCH, "conv.py"), "--json", os.devnull], capture_output=True,
                        text=True, env=dict(os.environ, KILN_BACKEND="cpu"), timeout=120)
