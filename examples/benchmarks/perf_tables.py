@@ -7,7 +7,7 @@
     python examples/benchmarks/perf_tables.py py1.json [py2.json ...] --date D --commit C [--doc ...] [--command "..."]
 
 vs_torch.py's JSON (kiln beside PyTorch) fills what stands between `<!-- vs_torch:begin -->` and
-`<!-- vs_torch:end -->`; kiln-bench-fusion's JSON (the CUDA backend alone: large cases and
+`<!-- vs_torch:end -->` (summary and misses) and vs_torch_cases.md beside the document (every case); kiln-bench-fusion's JSON (the CUDA backend alone: large cases and
 latency against the fused-kernel targets; it records no date or commit, so they are given)
 fills `<!-- fusion:begin -->` .. `<!-- fusion:end -->`; kiln-bench-cpu-fusion's (the CPU backend
 against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin -->` ..
@@ -181,13 +181,19 @@ def load_json(path):
     return [doc] if isinstance(doc, dict) and ("kiln_ms" in doc or "host_us_per_call" in doc) else doc
 
 
+VS_TORCH_CASES = "vs_torch_cases.md"   # beside the document: every case of the vs_torch run
+
+
 def render(r, command):
+    """The vs_torch section (summary, and the cases below 0.95x torch.compile) and the document of
+    every case it links to."""
     cases = r["cases"]
-    out = [BEGIN, ""] + provenance(
+    head = provenance(
         f"Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s (PyTorch "
         "device-to-device copy of 1 GiB, events).", r["date"], r["commit"], f"`{command}`.",
         f"{r['method']}. Bytes: every input read once and every output written once. Every result checked "
-        "against float64 (`err`: largest error relative to the result's scale).", f" PyTorch {r['torch']}.") + [""]
+        "against float64 (`err`: largest error relative to the result's scale).", f" PyTorch {r['torch']}.")
+    out = [BEGIN, ""] + head + [""]
     ratios = [c["vs_compile"] for c in cases if "vs_compile" in c]
     if ratios:
         gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
@@ -200,19 +206,27 @@ def render(r, command):
                 f"{worst['vs_compile']:.2f}x. Cases moving >= 64 MiB at >= 90% of the copy bandwidth: "
                 f"{sum(c['kiln_pct_copy'] >= 90 for c in big)} of {len(big)}.", ""]
     has_eager = any("eager_ms" in c for c in cases)
-    head = "| case | dtype | shape | kiln ms | " + ("eager ms | " if has_eager else "") + \
-           "torch.compile ms | kiln GB/s | % of copy | vs torch.compile | err |"
-    out += [head, "|" + " --- |" * 3 + " ---: |" * (head.count("|") - 4)]
-    for c in cases:
+    table_head = "| case | dtype | shape | kiln ms | " + ("eager ms | " if has_eager else "") + \
+                 "torch.compile ms | kiln GB/s | % of copy | vs torch.compile | err |"
+    table_head = [table_head, "|" + " --- |" * 3 + " ---: |" * (table_head.count("|") - 4)]
+
+    def row(c):
         cells = [c["case"], c["dtype"], f"{c['shape'][0]}x{c['shape'][1]}", f"{c['kiln_ms']:.4f}"]
         if has_eager:
             cells.append(f"{c['eager_ms']:.4f}" if "eager_ms" in c else "")
         cells += [f"{c['compile_ms']:.4f}" if "compile_ms" in c else "", f"{c['kiln_gbs']:.0f}",
                   f"{c['kiln_pct_copy']:.0f}%", f"{c['vs_compile']:.2f}x" if "vs_compile" in c else "",
                   f"{c['error']['kiln']:.1e}"]
-        out.append("| " + " | ".join(cells) + " |")
-    out += ["", END]
-    return "\n".join(out)
+        return "| " + " | ".join(cells) + " |"
+
+    misses = sorted((c for c in cases if c.get("vs_compile", 1.0) < 0.95), key=lambda c: c["vs_compile"])
+    if misses:
+        out += ["The cases below 0.95x torch.compile, slowest first:", ""] + table_head + [row(c) for c in misses] + [""]
+    out += [f"Every case of the run: [{VS_TORCH_CASES}]({VS_TORCH_CASES}).", "", END]
+    every = ["# kiln beside PyTorch, case by case", "",
+             "Written by `python3 examples/benchmarks/perf_tables.py vs_torch.json` with the fused-expression "
+             "section of PERFORMANCE.md, from the same run.", ""] + head + [""] + table_head + [row(c) for c in cases]
+    return "\n".join(out), "\n".join(every) + "\n"
 
 
 CONV_LAYERS = "conv_layers.md"   # beside the document: the per-layer rows of the convolution run
@@ -380,9 +394,11 @@ def main():
         doc = replace_section(doc, FUSION_BEGIN, FUSION_END, table,
                               "CUDA backend: fused expressions and latency (examples/benchmarks/fusion.cpp)")
     else:
-        table = render(r, args.command or "python3 examples/benchmarks/vs_torch.py --json vs_torch.json")
+        table, every = render(r, args.command or "python3 examples/benchmarks/vs_torch.py --json vs_torch.json")
         doc = replace_section(doc, BEGIN, END, table,
                               "CUDA backend beside PyTorch: fused expressions (examples/benchmarks/vs_torch.py)")
+        with open(os.path.join(os.path.dirname(os.path.abspath(args.doc)), VS_TORCH_CASES), "w") as f:
+            f.write(every)
     with open(args.doc, "w") as f:
         f.write(doc)
     count = sum("kiln_ms" in x for x in r) if gemm else len(
