@@ -1,7 +1,8 @@
 // conv_layer / deconv_layer / fprop_conv / bprop_conv / update_conv: the layer's geometry and
 // the operand checks, then im2col (or its transpose, col2im, for the gradient with respect to
 // the input), the product through compound_dot, and the epilogue (the GEMM's, or one JIT
-// expression); on CUDA contexts the implicit-GEMM kernels first, where they take the layer. CPU
+// expression); on CUDA contexts the implicit-GEMM kernels first, where they take the layer (a
+// strided gradient with respect to the input as one stride-1 convolution per phase). CPU
 // contexts build the patch matrix with host loops over float32 copies, CUDA contexts in the
 // operands' dtype. See kiln/conv.hpp for the semantics.
 #include <kiln/conv.hpp>
@@ -417,6 +418,61 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
     product(columns(g, L, I5), matrix_of(F, g.K, g.taps()).T(), out, o, g.K, named);
 }
 
+#ifdef KILN_HAVE_GEMM_KERNELS
+// The gradient with respect to the input of a strided layer as one stride-1 convolution per
+// phase, the input positions congruent modulo the stride. Along an axis of stride s (dilation
+// 1), input position s x' + phi receives the filter taps k0 + s j (j < J, k0 = (phi + pad) mod s)
+// from output positions x' + a - j, a = (phi + pad - k0) / s: the convolution of E with those
+// taps flipped, padded by J - 1 - a, cut to the phase's ceil((I - phi) / s) positions. An axis of
+// stride 1 is one phase with the whole flipped filter and its dilation, as in dgrad_as_conv. A
+// phase with no taps along some axis (k0 >= f) receives nothing. Strided axes with a dilation
+// other than 1 are not split (none: the product and col2im take the layer).
+struct DgradPhase {
+    Dims3 phase{}, positions{}, first{}, taps{}, step{};
+    std::optional<ConvLayer> layer;   // none where some axis has no taps
+};
+std::optional<std::vector<DgradPhase>> dgrad_phases(const ConvLayer& L) {
+    if (L.C < kImplicitDgradMinChannels) return std::nullopt;
+    for (int a = 0; a < 3; ++a)
+        if (L.stride[a] > 1 && L.dilation[a] != 1) return std::nullopt;
+    std::vector<DgradPhase> out;
+    for (int64_t pd = 0; pd < L.stride[0]; ++pd)
+        for (int64_t ph = 0; ph < L.stride[1]; ++ph)
+            for (int64_t pw = 0; pw < L.stride[2]; ++pw) {
+                DgradPhase P;
+                P.phase = {pd, ph, pw};
+                Dims3 pad{}, dil{}, image_pad{};
+                bool empty = false;
+                for (int a = 0; a < 3; ++a) {
+                    const int64_t s = L.stride[a], p = L.pad[a], f = L.filter[a], phi = P.phase[a];
+                    P.positions[a] = L.image[a] > phi ? (L.image[a] - phi + s - 1) / s : 0;
+                    if (P.positions[a] == 0) empty = true;
+                    P.step[a] = s;
+                    if (s == 1) {
+                        P.first[a] = 0, P.taps[a] = f, dil[a] = L.dilation[a];
+                        pad[a] = L.dilation[a] * (f - 1) - p;
+                    } else {
+                        P.first[a] = (phi + p) % s;
+                        P.taps[a] = P.first[a] < f ? (f - P.first[a] + s - 1) / s : 0;
+                        dil[a] = 1;
+                        pad[a] = P.taps[a] - 1 - (phi + p - P.first[a]) / s;
+                    }
+                    image_pad[a] = dil[a] * std::max<int64_t>(P.taps[a] - 1, 0);
+                }
+                if (empty) continue;
+                if (P.taps[0] > 0 && P.taps[1] > 0 && P.taps[2] > 0) {
+                    // Built with a padding that makes its geometry valid, then given the phase's.
+                    ConvLayer D = conv_layer(L.dtype, L.N, L.K, L.C, L.output, P.taps, image_pad, {1, 1, 1}, dil);
+                    D.pad = pad;
+                    D.output = P.positions;
+                    P.layer = D;
+                }
+                out.push_back(P);
+            }
+    return out;
+}
+#endif
+
 // out = epilogue(the gradient of conv(I, F) with respect to I, from E).
 void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tensor& E5, Tensor& out,
                    const ConvOptions& o, NamedCount& named) {
@@ -433,6 +489,41 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                              return gemm::conv_fprop_implicit(*D, E5, Fd, C, d, count, &counted);
                          }))
             return;
+    }
+    // Strided: a stride-1 convolution per phase (dgrad_phases) into a float32 gradient, each
+    // into its strided view, then the epilogue.
+    if (auto phases = on_gpu(E5) && !pointwise(g) && g.sd * g.sh * g.sw > 1 ? dgrad_phases(L) : std::nullopt;
+        phases && std::all_of(phases->begin(), phases->end(), [&](const DgradPhase& P) {
+            return !P.layer || !gemm::conv_fprop_kernel(E5.context(), *P.layer).empty();
+        })) {
+        Context& ctx = E5.context();
+        const Tensor F5 = as5(F, g.K, {g.T, g.R, g.S}, g.C);
+        Tensor grad = ctx.empty({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
+        for (const DgradPhase& P : *phases) {
+            auto along = [&](int a) {
+                return Slice::range(P.phase[a], P.phase[a] + P.step[a] * (P.positions[a] - 1) + 1, P.step[a]);
+            };
+            Tensor view = grad.slice({Slice::all(), along(0), along(1), along(2), Slice::all()});
+            if (!P.layer) {
+                view.assign(Expr(0.0));
+                continue;
+            }
+            // Its taps, last first, with K and C exchanged: (C, taps, K).
+            auto taps = [&](int a) {
+                const int64_t last = P.first[a] + P.step[a] * (P.taps[a] - 1), stop = P.first[a] - P.step[a];
+                return Slice::range(last, stop >= 0 ? stop : Slice::kNone, -P.step[a]);
+            };
+            const Tensor Fp = ctx.eval(F5.slice({Slice::all(), taps(0), taps(1), taps(2), Slice::all()})
+                                           .transpose({4, 1, 2, 3, 0})
+                                           .expr());
+            const ConvLayer& D = *P.layer;
+            Tensor T = ctx.empty({D.N * D.output[0] * D.output[1] * D.output[2], g.C}, DType::Float32);
+            gemm::conv_fprop_implicit(D, E5, Fp, T, DotOptions{});
+            view.assign(reshape(T.expr(), view.shape()));
+        }
+        epilogue(grad, out, o, g.C);
+        channel_sums(out, o);
+        return;
     }
 #endif
     const Tensor Em = matrix_of(E5, g.rows(), g.K), Fm = matrix_of(F, g.K, g.taps());
@@ -593,6 +684,18 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         const bool forward = (op == "fprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
         if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
+        // A strided gradient by phase: the kernel of its largest phase.
+        if (auto phases = !forward && L.stride[0] * L.stride[1] * L.stride[2] > 1 ? dgrad_phases(L) : std::nullopt) {
+            std::string largest;
+            int64_t most = 0;
+            for (const DgradPhase& P : *phases) {
+                if (!P.layer) continue;
+                const std::string k = gemm::conv_fprop_kernel(ctx, *P.layer);
+                if (k.empty()) return "im2col+gemm";
+                if (P.taps[0] * P.taps[1] * P.taps[2] > most) most = P.taps[0] * P.taps[1] * P.taps[2], largest = k;
+            }
+            if (!largest.empty()) return "implicit-gemm by phase " + largest;
+        }
     }
 #else
     (void)ctx;

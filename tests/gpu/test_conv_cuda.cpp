@@ -158,7 +158,7 @@ TEST_CASE("gpu conv: the fused epilogue (alpha, beta, bias, relu, slope, bsum), 
     }
 }
 
-TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and K, every epilogue, float32 output, stride-1 bprop") {
+TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and K, every epilogue, float32 output, bprop (stride 1, and strided by phase)") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
     if (cuda::cuda_backend(gpu).info().sm != 90) {
@@ -216,6 +216,37 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
             INFO(L.str());
             CHECK((conv_kernel(gpu, L, "bprop").find("implicit-gemm") == 0) == (i < 3));
+            const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+                       B = pair(gpu, cpu, {c.C}, DType::Float32, ++seed);
+            for (DType out : {dt, DType::Float32}) {
+                ConvOptions og, oc;
+                og.bias = B.gpu, oc.bias = B.cpu;
+                og.relu = oc.relu = true;
+                Tensor Gg = gpu.empty(L.input_shape(), out), Gc = cpu.empty(L.input_shape(), out),
+                       Gm = cpu.empty(L.input_shape(), DType::Float32);
+                bprop_conv(L, F.gpu, E.gpu, Gg, og);
+                bprop_conv(L, F.cpu, E.cpu, Gc, oc);
+                bprop_conv(L, F.abs, E.abs, Gm);
+                const Tensor mag = cpu.eval(Gm.expr() + 1.0);
+                CHECK(count_off(Gg, Gc, mag, out) == 0);
+            }
+        }
+    // A strided bprop with at least 32 channels is a stride-1 convolution per phase of the stride
+    // (phases without taps along an axis receive zeros); a strided axis with a dilation keeps
+    // the product and col2im.
+    const std::vector<std::pair<Case, bool>> strided = {
+        {{2, 40, 64, {1, 13, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}}, true},
+        {{2, 32, 48, {1, 14, 13}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, true},     // 1x1: phases of zeros
+        {{1, 32, 16, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {2, 2, 1}, {1, 1, 2}}, true},       // 3D, dilation on a stride-1 axis
+        {{2, 32, 24, {1, 11, 10}, {1, 5, 4}, {0, 2, 1}, {1, 3, 2}, {1, 1, 1}}, true},
+        {{2, 32, 16, {1, 9, 10}, {1, 2, 2}, {0, 0, 0}, {1, 3, 3}, {1, 1, 1}}, true},      // filter narrower than the stride
+        {{2, 32, 16, {1, 12, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 2, 1}}, false},    // dilation 2 on a strided axis
+    };
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const auto& [c, phases] : strided) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            CHECK((conv_kernel(gpu, L, "bprop").find("implicit-gemm by phase") == 0) == phases);
             const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
                        B = pair(gpu, cpu, {c.C}, DType::Float32, ++seed);
             for (DType out : {dt, DType::Float32}) {
