@@ -233,16 +233,22 @@ CONV_LAYERS = "conv_layers.md"   # beside the document: the per-layer rows of th
 
 
 def merge_conv_runs(runs):
-    """Several conv.py runs (one per network, say) of one commit on one device as one: their layers
-    and summaries in order, and the range of the peaks they measured. None where they differ in
-    device, commit, date or versions."""
-    same = ("device", "date", "commit", "torch", "cudnn", "kiln", "method")
+    """Several conv.py runs (one per network, say) on one device as one: their layers and summaries
+    in order, the range of the peaks they measured, and each run's date and commit with the
+    networks it ran where they differ. None where the device, versions or method differ."""
+    same = ("device", "torch", "cudnn", "kiln", "method")
     if any(x.get(k) != runs[0].get(k) for x in runs for k in same):
         return None
     r = dict(runs[0])
     r["layers"] = [c for x in runs for c in x["layers"]]
     r["summary"] = [sm for x in runs for sm in x["summary"]]
     r["peak_tflops"] = [min(x["peak_tflops"] for x in runs), max(x["peak_tflops"] for x in runs)]
+    for key in ("date", "commit"):
+        values = list(dict.fromkeys(x[key] for x in runs))
+        if len(values) > 1:
+            nets = {v: ", ".join(dict.fromkeys(c["net"] for x in runs if x[key] == v for c in x["layers"]))
+                    for v in values}
+            r[key] = "; ".join(f"{v} ({nets[v]})" for v in values)
     return r
 
 
@@ -346,7 +352,7 @@ def main():
     if len(runs) > 1 and all(isinstance(x, dict) and "layers" in x for x in runs):
         r = merge_conv_runs(runs)
         if r is None:
-            print("perf_tables: the conv.py runs differ in device, date, commit or versions", file=sys.stderr)
+            print("perf_tables: the conv.py runs differ in device, versions or method", file=sys.stderr)
             return 2
     elif len(runs) > 1 and not python:
         print("perf_tables: several JSON files are taken from python_dispatch.py and conv.py only", file=sys.stderr)

@@ -231,10 +231,15 @@ def test_convolution_runs_per_network_are_merged(tmp_path):
     assert "| alexnet | float16 |" in text and "| resnet50 | float16 |" in text and "700-750 TFLOP/s" in text
     layers = (tmp_path / "conv_layers.md").read_text()
     assert "| alexnet | conv1 |" in layers and "| resnet50 | conv1 |" in layers
-    # Runs of different commits are not one table.
+    # Runs of different commits name each commit with its networks; other devices are not one table.
     files[1].write_text(json.dumps(run("resnet50", 750.0, commit="0000000")))
+    subprocess.run([sys.executable, tables, *map(str, files), "--doc", str(doc)], check=True, capture_output=True)
+    assert "Commit: def5678 (alexnet); 0000000 (resnet50)." in doc.read_text()
+    other = run("resnet50", 750.0)
+    other["device"] = "Other GPU"
+    files[1].write_text(json.dumps(other))
     r = subprocess.run([sys.executable, tables, *map(str, files), "--doc", str(doc)], capture_output=True, text=True)
-    assert r.returncode == 2 and "differ in device, date, commit or versions" in r.stderr
+    assert r.returncode == 2 and "differ in device, versions or method" in r.stderr
 
 
 def test_conv_benchmark_without_a_gpu_says_so():
