@@ -90,8 +90,10 @@ KILN_API Tensor& update_conv(const ConvLayer& layer, const Tensor& I, const Tens
                              double alpha = 1.0, double beta = 0.0);
 
 // How `op` ("fprop", "bprop" or "update") of layer L runs on ctx: "implicit-gemm <kernel entry>"
-// (the implicit-GEMM kernel), "gemm" (a pointwise layer: the activations are the matrix) or
-// "im2col+gemm". What benchmarks print.
+// (the implicit-GEMM kernel), "implicit-gemm by phase <kernel entry>" (a strided bprop as one
+// stride-1 implicit-GEMM convolution per phase of the stride; the entry of the phase with the
+// most taps), "gemm" (a pointwise layer: the activations are the matrix) or "im2col+gemm". What
+// benchmarks print.
 KILN_API std::string conv_kernel(Context& ctx, const ConvLayer& layer, const std::string& op = "fprop");
 
 // neon's layouts to kiln's and back: neon keeps activations as (C, [D,] H, W, N) and filters as
