@@ -201,10 +201,10 @@ Tensor reshaped(const Tensor& t, const Shape& s) {
 Tensor as_matrix(const Tensor& t, int64_t rows, int64_t cols) { return reshaped(t, {rows, cols}); }
 
 // The product's operands on a CUDA context: the tensors' own dtype (the GEMM kernels compute
-// 16-bit operands with float32 accumulation); im2col by the precompiled kernel
-// (kernels/cuda/im2col.cu), col2im (and im2col in a build without the precompiled kernels) as
-// strided JIT copies, one per filter tap. Every tap's copy moves a whole (N, M, P, Q, C) block,
-// so the number of kernels is the filter's size, not the image's.
+// 16-bit operands with float32 accumulation); im2col and col2im by the precompiled kernels
+// (kernels/cuda/im2col.cu), or in a build without them as strided JIT copies, one per filter
+// tap. Every tap's copy moves a whole (N, M, P, Q, C) block, so the number of kernels is the
+// filter's size, not the image's.
 
 // A layer whose filter is one tap that reads every input position once, in order: im2col is
 // the input itself, col2im the identity.
@@ -492,11 +492,15 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
     }
     // Strided: a stride-1 convolution per phase (dgrad_phases) into a float32 gradient, each
     // into its strided view, then the epilogue.
+    // (A layer whose phases all lack taps has a zero gradient: the product's path gives it.)
     if (auto phases = on_gpu(E5) && !pointwise(g) && g.sd * g.sh * g.sw > 1 ? dgrad_phases(L) : std::nullopt;
-        phases && std::all_of(phases->begin(), phases->end(), [&](const DgradPhase& P) {
+        phases &&
+        std::any_of(phases->begin(), phases->end(), [](const DgradPhase& P) { return P.layer.has_value(); }) &&
+        std::all_of(phases->begin(), phases->end(), [&](const DgradPhase& P) {
             return !P.layer || !gemm::conv_fprop_kernel(E5.context(), *P.layer).empty();
         })) {
         Context& ctx = E5.context();
+        const Tensor E = E5.is_contiguous() ? E5 : ctx.eval(E5.expr());   // once, not once per phase
         const Tensor F5 = as5(F, g.K, {g.T, g.R, g.S}, g.C);
         Tensor grad = ctx.empty({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
         for (const DgradPhase& P : *phases) {
@@ -508,17 +512,18 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                 view.assign(Expr(0.0));
                 continue;
             }
-            // Its taps, last first, with K and C exchanged: (C, taps, K).
+            // Its taps, last first, with K and C exchanged: (C, taps, K). (The first tap is below
+            // the step, so the slice runs down to it through the filter's start.)
             auto taps = [&](int a) {
-                const int64_t last = P.first[a] + P.step[a] * (P.taps[a] - 1), stop = P.first[a] - P.step[a];
-                return Slice::range(last, stop >= 0 ? stop : Slice::kNone, -P.step[a]);
+                return Slice::range(P.first[a] + P.step[a] * (P.taps[a] - 1), Slice::kNone, -P.step[a]);
             };
             const Tensor Fp = ctx.eval(F5.slice({Slice::all(), taps(0), taps(1), taps(2), Slice::all()})
                                            .transpose({4, 1, 2, 3, 0})
                                            .expr());
             const ConvLayer& D = *P.layer;
             Tensor T = ctx.empty({D.N * D.output[0] * D.output[1] * D.output[2], g.C}, DType::Float32);
-            gemm::conv_fprop_implicit(D, E5, Fp, T, DotOptions{});
+            KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(D, E, Fp, T, DotOptions{}),
+                                "bprop_conv: the implicit-GEMM kernel declined phase {} of {}", dims_str(P.phase), L.str());
             view.assign(reshape(T.expr(), view.shape()));
         }
         epilogue(grad, out, o, g.C);

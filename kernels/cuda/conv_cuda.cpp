@@ -48,11 +48,25 @@ ConvTile tile_for(const ConvLayer& L, int sms) {
 
 bool fits_32_bits(int64_t v) { return v > 0 && v < (int64_t(1) << 31); }
 
+// Every size, padding, stride and dilation of L in the kernels' 32-bit fields, with room for
+// their sums (an image coordinate plus the padding, a tap times the dilation); the strides and
+// dilations, divisors of the fast divisions, are at least 1. (A phase of a strided bprop has a
+// negative padding.)
+bool geometry_fits(const ConvLayer& L) {
+    for (int a = 0; a < 3; ++a) {
+        const int64_t pad = L.pad[a] < 0 ? -L.pad[a] : L.pad[a];
+        if (!fits_32_bits(L.image[a] + pad + 1) || !fits_32_bits(L.output[a]) || !fits_32_bits(L.stride[a]) ||
+            !fits_32_bits(L.filter[a] * L.dilation[a] + pad + 1))
+            return false;
+    }
+    return fits_32_bits(L.N) && fits_32_bits(L.C) && fits_32_bits(L.K);
+}
+
 bool takes(cuda::CudaBackend& be, const ConvLayer& L) {
     if (const char* k = std::getenv("KILN_CONV_KERNEL"); k && std::strcmp(k, "im2col") == 0) return false;
     if (be.info().sm != 90) return false;
     if (L.dtype != DType::Float16 && L.dtype != DType::BFloat16) return false;
-    if (L.C % 8 != 0) return false;
+    if (L.C % 8 != 0 || !geometry_fits(L)) return false;
     const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
     const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
     const int64_t image = L.image[0] * L.image[1] * L.image[2] * L.C;
@@ -83,8 +97,10 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
     const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
     const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
     const int64_t ld = (taps + 16 / es - 1) / (16 / es) * (16 / es);   // rows 16 bytes apart, as TMA wants
-    if (!fits_32_bits(rows) || !fits_32_bits(ld) || !fits_32_bits(L.image[0] * L.image[1] * L.image[2] * L.C))
-        fail(Error::Kind::Value, "conv: {} has more than 2^31 output positions, taps or image elements", L.str());
+    if (!fits_32_bits(rows) || !fits_32_bits(ld) || !fits_32_bits(L.image[0] * L.image[1] * L.image[2] * L.C) ||
+        !geometry_fits(L))
+        fail(Error::Kind::Value, "conv: {} has more than 2^31 output positions, taps or image elements, or a size, "
+             "padding, stride or dilation past 2^31", L.str());
     Tensor buffer = ctx.empty({rows, ld}, I.dtype());
     // The widest vector that a tap's channels are whole vectors of and the image's start aligns to.
     const char* image = detail::data_of(I);
@@ -120,8 +136,10 @@ Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols) {
                             dcols.shape()[1] == taps && dcols.strides()[1] == 1,
                         "col2im_cuda: the patch gradient of {} is {} {} with strides {}", L.str(),
                         dtype_name(dcols.dtype()), shape_str(dcols.shape()), shape_str(dcols.strides()));
-    if (!fits_32_bits(rows) || !fits_32_bits(taps) || !fits_32_bits(L.N * L.image[0] * L.image[1] * L.image[2]))
-        fail(Error::Kind::Value, "conv: {} has more than 2^31 output positions, taps or image positions", L.str());
+    if (!fits_32_bits(rows) || !fits_32_bits(taps) || !fits_32_bits(L.N * L.image[0] * L.image[1] * L.image[2]) ||
+        !geometry_fits(L))
+        fail(Error::Kind::Value, "conv: {} has more than 2^31 output positions, taps or image positions, or a size, "
+             "padding, stride or dilation past 2^31", L.str());
     Tensor image = ctx.empty({L.N, L.image[0], L.image[1], L.image[2], L.C}, DType::Float32);
     Col2imParams p{};
     p.cols = reinterpret_cast<const float*>(detail::data_of(dcols));

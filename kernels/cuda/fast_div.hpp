@@ -11,7 +11,8 @@ struct FastDiv {
     uint32_t d = 1, mul = 0, shift = 0;   // mul 0: d is 1
 };
 
-// The multiplier and shift for d >= 1: with l = ceil(log2 d), mul = ceil(2^(31+l) / d), which is
+// The multiplier and shift for d >= 1 (the callers' divisors are sizes and strides, checked to be
+// at least 1; 0 would divide by 1): with l = ceil(log2 d), mul = ceil(2^(31+l) / d), which is
 // below 2^32, and n / d = (n * mul) >> (31 + l) for 0 <= n < 2^31.
 inline FastDiv fast_div(uint32_t d) {
     FastDiv f;

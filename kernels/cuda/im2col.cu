@@ -1,7 +1,7 @@
 // kiln's precompiled im2col for CUDA contexts (any GPU kiln runs on): the patch matrix of a
 // convolution, one row per output position and one column per filter tap and channel, written
-// in one pass for the convolutions the implicit-GEMM kernels do not take (update, strided bprop,
-// 3-channel first layers, float32, GPUs other than sm_90). The work is the matrix's 16-byte
+// in one pass for the convolutions the implicit-GEMM kernels do not take (update, 3-channel
+// first layers, float32, GPUs other than sm_90). The work is the matrix's 16-byte
 // chunks, rows ld elements apart (ld * elem a multiple of 16), in order: consecutive threads
 // store consecutive chunks, so the whole buffer is written front to back whatever the row's
 // length (a block per row would leave most of its threads idle on rows of fewer than 256 chunks). A

@@ -241,6 +241,7 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
         {{2, 32, 24, {1, 11, 10}, {1, 5, 4}, {0, 2, 1}, {1, 3, 2}, {1, 1, 1}}, true},
         {{2, 32, 16, {1, 9, 10}, {1, 2, 2}, {0, 0, 0}, {1, 3, 3}, {1, 1, 1}}, true},      // filter narrower than the stride
         {{2, 32, 16, {1, 12, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 2, 1}}, false},    // dilation 2 on a strided axis
+        {{2, 32, 24, {1, 12, 11}, {1, 3, 3}, {0, 2, 2}, {1, 2, 2}, {1, 1, 1}}, true},     // a phase's padding is -1
     };
     for (DType dt : {DType::Float16, DType::BFloat16})
         for (const auto& [c, phases] : strided) {
@@ -261,6 +262,10 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
                 const Tensor mag = cpu.eval(Gm.expr() + 1.0);
                 CHECK(count_off(Gg, Gc, mag, out) == 0);
             }
+            // The deconvolution of the same geometry: its fprop is this gradient.
+            const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
+            CHECK(agree(gpu, cpu, D.output_shape(), dt,
+                        [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
         }
     // Enough 256-wide tiles to fill the SMs' slots: against im2col and the GEMM on the GPU (the
     // CPU would take minutes).
