@@ -200,22 +200,31 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
                     CHECK(count_off(Og, Oc, mag, out) == 0);
                 }
         }
-    // bprop with stride 1 is the implicit kernel's convolution of E with the flipped filter (C
-    // output channels, at least 32 of them); a padding past the dilated filter, or fewer
-    // channels, keeps the product and col2im.
-    const std::vector<Case> dgrad = {
-        {3, 40, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
-        {2, 32, 64, {1, 9, 10}, {1, 3, 3}, {0, 2, 2}, {1, 1, 1}, {1, 2, 2}},
-        {1, 48, 16, {5, 6, 7}, {3, 3, 3}, {1, 0, 1}, {1, 1, 1}, {1, 1, 1}},
-        {2, 32, 32, {1, 8, 8}, {1, 3, 3}, {0, 3, 1}, {1, 1, 1}, {1, 1, 1}},      // pad 3 > 2: col2im
-        {2, 8, 64, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},      // 8 channels: col2im
+    // bprop: with stride 1 the implicit kernel's convolution of E with the flipped filter (C
+    // output channels, at least 32 of them); strided, a stride-1 convolution per phase of the
+    // stride (phases without taps along an axis receive zeros); a padding past the dilated
+    // filter, fewer channels or a dilated strided axis keep the product and col2im. Each with
+    // the deconvolution of the same geometry, whose fprop is this gradient.
+    const std::string by_kernel = "implicit-gemm kiln_", by_phase = "implicit-gemm by phase", product = "im2col+gemm";
+    const std::vector<std::pair<Case, std::string>> dgrad = {
+        {{3, 40, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, by_kernel},
+        {{2, 32, 64, {1, 9, 10}, {1, 3, 3}, {0, 2, 2}, {1, 1, 1}, {1, 2, 2}}, by_kernel},
+        {{1, 48, 16, {5, 6, 7}, {3, 3, 3}, {1, 0, 1}, {1, 1, 1}, {1, 1, 1}}, by_kernel},
+        {{2, 32, 32, {1, 8, 8}, {1, 3, 3}, {0, 3, 1}, {1, 1, 1}, {1, 1, 1}}, product},       // pad 3 > 2
+        {{2, 8, 64, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, product},       // 8 channels
+        {{2, 40, 64, {1, 13, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}}, by_phase},
+        {{2, 32, 48, {1, 14, 13}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, by_phase},    // 1x1: phases of zeros
+        {{1, 32, 16, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {2, 2, 1}, {1, 1, 2}}, by_phase},      // 3D, a dilated stride-1 axis
+        {{2, 32, 24, {1, 11, 10}, {1, 5, 4}, {0, 2, 1}, {1, 3, 2}, {1, 1, 1}}, by_phase},
+        {{2, 32, 16, {1, 9, 10}, {1, 2, 2}, {0, 0, 0}, {1, 3, 3}, {1, 1, 1}}, by_phase},     // filter narrower than the stride
+        {{2, 32, 24, {1, 12, 11}, {1, 3, 3}, {0, 2, 2}, {1, 2, 2}, {1, 1, 1}}, by_phase},    // a phase's padding is -1
+        {{2, 32, 16, {1, 12, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 2, 1}}, product},     // dilation 2 on a strided axis
     };
     for (DType dt : {DType::Float16, DType::BFloat16})
-        for (size_t i = 0; i < dgrad.size(); ++i) {
-            const Case& c = dgrad[i];
+        for (const auto& [c, path] : dgrad) {
             const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
             INFO(L.str());
-            CHECK((conv_kernel(gpu, L, "bprop").find("implicit-gemm") == 0) == (i < 3));
+            CHECK(conv_kernel(gpu, L, "bprop").rfind(path, 0) == 0);
             const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
                        B = pair(gpu, cpu, {c.C}, DType::Float32, ++seed);
             for (DType out : {dt, DType::Float32}) {
@@ -230,39 +239,6 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
                 const Tensor mag = cpu.eval(Gm.expr() + 1.0);
                 CHECK(count_off(Gg, Gc, mag, out) == 0);
             }
-        }
-    // A strided bprop with at least 32 channels is a stride-1 convolution per phase of the stride
-    // (phases without taps along an axis receive zeros); a strided axis with a dilation keeps
-    // the product and col2im.
-    const std::vector<std::pair<Case, bool>> strided = {
-        {{2, 40, 64, {1, 13, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}}, true},
-        {{2, 32, 48, {1, 14, 13}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, true},     // 1x1: phases of zeros
-        {{1, 32, 16, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {2, 2, 1}, {1, 1, 2}}, true},       // 3D, dilation on a stride-1 axis
-        {{2, 32, 24, {1, 11, 10}, {1, 5, 4}, {0, 2, 1}, {1, 3, 2}, {1, 1, 1}}, true},
-        {{2, 32, 16, {1, 9, 10}, {1, 2, 2}, {0, 0, 0}, {1, 3, 3}, {1, 1, 1}}, true},      // filter narrower than the stride
-        {{2, 32, 16, {1, 12, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 2, 1}}, false},    // dilation 2 on a strided axis
-        {{2, 32, 24, {1, 12, 11}, {1, 3, 3}, {0, 2, 2}, {1, 2, 2}, {1, 1, 1}}, true},     // a phase's padding is -1
-    };
-    for (DType dt : {DType::Float16, DType::BFloat16})
-        for (const auto& [c, phases] : strided) {
-            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
-            INFO(L.str());
-            CHECK((conv_kernel(gpu, L, "bprop").find("implicit-gemm by phase") == 0) == phases);
-            const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
-                       B = pair(gpu, cpu, {c.C}, DType::Float32, ++seed);
-            for (DType out : {dt, DType::Float32}) {
-                ConvOptions og, oc;
-                og.bias = B.gpu, oc.bias = B.cpu;
-                og.relu = oc.relu = true;
-                Tensor Gg = gpu.empty(L.input_shape(), out), Gc = cpu.empty(L.input_shape(), out),
-                       Gm = cpu.empty(L.input_shape(), DType::Float32);
-                bprop_conv(L, F.gpu, E.gpu, Gg, og);
-                bprop_conv(L, F.cpu, E.cpu, Gc, oc);
-                bprop_conv(L, F.abs, E.abs, Gm);
-                const Tensor mag = cpu.eval(Gm.expr() + 1.0);
-                CHECK(count_off(Gg, Gc, mag, out) == 0);
-            }
-            // The deconvolution of the same geometry: its fprop is this gradient.
             const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
             CHECK(agree(gpu, cpu, D.output_shape(), dt,
                         [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
