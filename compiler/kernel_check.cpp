@@ -125,8 +125,8 @@ std::string kernel_problem(const Kernel& k) {
     const int n = (int)k.instrs.size();
     for (size_t a = 0; a < k.accums.size(); ++a) {
         const Accum& ac = k.accums[a];
-        if (ac.kind > AccKind::ArgMin)
-            return fmt::format("acc{} has kind {}, not an accumulator kind (0..{})", a, (int)ac.kind, (int)AccKind::ArgMin);
+        if (ac.kind > kLastAccKind)
+            return fmt::format("acc{} has kind {}, not an accumulator kind (0..{})", a, (int)ac.kind, (int)kLastAccKind);
         if (ac.type != CT::F32 && ac.type != CT::I32)
             return fmt::format("acc{} has type {}, not a compute type (0 f32, 1 i32)", a, (int)ac.type);
     }

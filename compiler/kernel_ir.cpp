@@ -99,6 +99,7 @@ const char* acc_name(AccKind k) {
     case AccKind::Min: return "min";
     case AccKind::ArgMax: return "argmax";
     case AccKind::ArgMin: return "argmin";
+    case AccKind::Prod: return "prod";
     }
     return "?";
 }

@@ -110,12 +110,14 @@ struct Instr {
     int32_t iimm = 0;
 };
 
-enum class AccKind : uint8_t { Sum, Max, Min, ArgMax, ArgMin };
+enum class AccKind : uint8_t { Sum, Max, Min, ArgMax, ArgMin, Prod };
+inline constexpr AccKind kLastAccKind = AccKind::Prod;
 
-// A reduction over all R dims. Sum starts at 0, Max at -inf / INT32_MIN, Min at +inf / INT32_MAX.
-// Max/Min propagate NaN. ArgMax/ArgMin keep the first position of the extreme value, a NaN
-// counting as the extreme (first NaN wins), and yield that position as the i32 row-major index
-// over the R dims. Float Sum may be reassociated (vectorised / tree order).
+// A reduction over all R dims. Sum starts at 0, Prod at 1, Max at -inf / INT32_MIN, Min at +inf /
+// INT32_MAX. Max/Min propagate NaN. ArgMax/ArgMin keep the first position of the extreme value, a
+// NaN counting as the extreme (first NaN wins), and yield that position as the i32 row-major
+// index over the R dims. Float Sum and Prod may be reassociated (vectorised / tree order); i32
+// Sum and Prod wrap.
 struct Accum {
     AccKind kind;
     ComputeType type;   // type of the reduced value

@@ -199,7 +199,7 @@ kir::Kernel parse_kernel_text(std::string_view text) {
     while (r.accept("|acc ")) {
         if ((int)k.accums.size() == kMaxKernelAccums) r.too_many("accumulators", kMaxKernelAccums);
         kir::Accum a{};
-        a.kind = r.enum_value<kir::AccKind>((int)kir::AccKind::ArgMin, "an accumulator kind (0..4)");
+        a.kind = r.enum_value<kir::AccKind>((int)kir::kLastAccKind, "an accumulator kind (0..5)");
         r.expect(",");
         a.type = r.enum_value<ComputeType>(1, "a compute type (0 f32, 1 i32)");
         r.expect(",");

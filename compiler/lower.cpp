@@ -432,7 +432,7 @@ struct Lowerer {
         // lowered. Listed rather than a default, so that a new OpKind without a lowering is a
         // -Wswitch warning here.
         case OpKind::Leaf: case OpKind::Reshape:
-        case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::ArgMax: case OpKind::ArgMin: break;
+        case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::ArgMax: case OpKind::ArgMin: case OpKind::Prod: break;
         }
         throw InternalError(fmt::format("lower: no lowering for {}", node_str(nd)));
     }
@@ -496,8 +496,9 @@ struct Lowerer {
                 int v = value(r->inputs[0]);
                 kir::AccKind kind = r->op == OpKind::Sum ? kir::AccKind::Sum : r->op == OpKind::Max ? kir::AccKind::Max
                                   : r->op == OpKind::Min ? kir::AccKind::Min : r->op == OpKind::ArgMax ? kir::AccKind::ArgMax
-                                  : kir::AccKind::ArgMin;
-                if (kind == kir::AccKind::Sum) v = convert(v, r->dtype);  // int8 sum accumulates as int32
+                                  : r->op == OpKind::Prod ? kir::AccKind::Prod : kir::AccKind::ArgMin;
+                // int8 sums and products accumulate as int32
+                if (kind == kir::AccKind::Sum || kind == kir::AccKind::Prod) v = convert(v, r->dtype);
                 k.accums.push_back({kind, type_of(v), v});
                 k.blocks[cur].accums.push_back((int)k.accums.size() - 1);
                 acc_of[r] = (int)k.accums.size() - 1;

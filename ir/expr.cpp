@@ -318,18 +318,20 @@ Expr reduce(OpKind op, const Expr& a, int axis, bool keepdims) {
         axis = normalize_axis(axis, n.rank(), name);
     }
     int64_t count = axis == kAllAxes ? n.size() : n.shape[axis];
-    if (count == 0 && op != OpKind::Sum)
+    // A sum and a product have identities (0 and 1); the extremes and their positions do not.
+    const bool accumulates = op == OpKind::Sum || op == OpKind::Prod;
+    if (count == 0 && !accumulates)
         fail(Error::Kind::Value, "{}: zero-size reduction over {} of {} has no identity; reduce a non-empty axis",
              name, axis == kAllAxes ? std::string("all axes") : fmt::format("axis {}", axis), describe(a));
     if (n.rank() == 0) {  // nothing to reduce: NumPy returns the value (argmax/argmin: index 0)
         if (op == OpKind::ArgMax || op == OpKind::ArgMin) return scalar(0, DType::Int32);
-        return cast(a, op == OpKind::Sum && !is_float(n.dtype) ? DType::Int32 : n.dtype);
+        return cast(a, accumulates && !is_float(n.dtype) ? DType::Int32 : n.dtype);
     }
     Shape kept = n.shape;
     for (int i = 0; i < n.rank(); ++i)
         if (axis == kAllAxes || i == axis) kept[i] = 1;
     DType t = n.dtype;
-    if (op == OpKind::Sum && !is_float(t)) t = DType::Int32;
+    if (accumulates && !is_float(t)) t = DType::Int32;
     if (op == OpKind::ArgMax || op == OpKind::ArgMin) t = DType::Int32;
     Expr r = make(op, t, kept, {a.node()}, axis);
     return keepdims ? r : squeeze_axis(r, axis, n.shape);
@@ -348,6 +350,7 @@ Expr max(const Expr& a, int axis, bool keepdims) { return reduce(OpKind::Max, a,
 Expr min(const Expr& a, int axis, bool keepdims) { return reduce(OpKind::Min, a, axis, keepdims); }
 Expr argmax(const Expr& a, int axis, bool keepdims) { return reduce(OpKind::ArgMax, a, axis, keepdims); }
 Expr argmin(const Expr& a, int axis, bool keepdims) { return reduce(OpKind::ArgMin, a, axis, keepdims); }
+Expr prod(const Expr& a, int axis, bool keepdims) { return reduce(OpKind::Prod, a, axis, keepdims); }
 
 Expr mean(const Expr& a, int axis, bool keepdims) {
     // Integers are summed as float32: NumPy's float64 mean never overflows, an int32 sum would.

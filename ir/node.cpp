@@ -43,6 +43,7 @@ constexpr OpKindInfo kOpKinds[] = {
     {O::Min,      "min",     C::Reduction,1, false, false, DTypeRule::None, ""},
     {O::ArgMax,   "argmax",  C::Reduction,1, false, false, DTypeRule::None, ""},
     {O::ArgMin,   "argmin",  C::Reduction,1, false, false, DTypeRule::None, ""},
+    {O::Prod,     "prod",    C::Reduction,1, false, false, DTypeRule::None, ""},
     {O::Reshape,  "reshape", C::Movement, 1, false, false, DTypeRule::None, ""},
     {O::Take,     "take",    C::Movement, 2, false, false, DTypeRule::None, ""},
 #define KILN_MATH(K, name, c_function, host) {O::K, #name, C::Unary, 1, false, false, DTypeRule::Float, ""},

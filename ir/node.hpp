@@ -36,7 +36,7 @@ enum class OpKind : uint8_t {
     // ternary elementwise
     Where,
     // reductions over `axis` (or all dims when axis == kAllAxes); result keeps dims
-    Sum, Max, Min, ArgMax, ArgMin,
+    Sum, Max, Min, ArgMax, ArgMin, Prod,
     // data movement
     Reshape,  // same elements, new shape (row-major order)
     Take,     // inputs {source, indices}: source gathered along `axis` by indices

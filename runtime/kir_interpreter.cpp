@@ -190,6 +190,7 @@ struct Exec {
             bool f = ac.type == kir::ComputeType::F32;
             switch (ac.kind) {
             case kir::AccKind::Sum: if (f) s.v.f = 0; else s.v.i = 0; break;
+            case kir::AccKind::Prod: if (f) s.v.f = 1; else s.v.i = 1; break;
             case kir::AccKind::Max: case kir::AccKind::ArgMax:
                 if (f) s.v.f = -std::numeric_limits<float>::infinity(); else s.v.i = INT32_MIN; break;
             case kir::AccKind::Min: case kir::AccKind::ArgMin:
@@ -207,6 +208,8 @@ struct Exec {
             bool f = ac.type == kir::ComputeType::F32;
             if (ac.kind == kir::AccKind::Sum) {
                 if (f) s.v.f += v.f; else s.v.i = (int32_t)((uint32_t)s.v.i + (uint32_t)v.i);
+            } else if (ac.kind == kir::AccKind::Prod) {
+                if (f) s.v.f *= v.f; else s.v.i = (int32_t)((uint32_t)s.v.i * (uint32_t)v.i);
             } else if (!s.seen || better(ac.kind, ac.type, v, s.v)) {
                 s.v = v;
                 s.pos = rpos;

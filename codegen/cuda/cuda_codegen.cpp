@@ -29,6 +29,7 @@ const char* acc_struct(const kir::Accum& a) {
     case AccKind::Min: return f ? "kiln_min_f" : "kiln_min_i";
     case AccKind::ArgMax: return f ? "kiln_argmax_f" : "kiln_argmax_i";
     case AccKind::ArgMin: return f ? "kiln_argmin_f" : "kiln_argmin_i";
+    case AccKind::Prod: return f ? "kiln_prod_f" : "kiln_prod_i";
     }
     return "?";
 }
@@ -476,7 +477,7 @@ void Emitter::find_payload_uses() {
     }
     for (const kir::Block& b : k_.blocks)
         for (const kir::Store& st : b.stores) payload_seen_[st.value] = true;
-    // A float sum is arithmetic; an arg reduction yields a position, whatever the NaN; a max or
+    // A float sum or product is arithmetic; an arg reduction yields a position, whatever the NaN; a max or
     // min passes a NaN on, seen where its result is (until nothing changes: a max of an earlier
     // max's result passes it on too).
     for (bool changed = true; changed;) {
@@ -486,7 +487,8 @@ void Emitter::find_payload_uses() {
             if (k_.instrs[id].op == Op::AccResult && payload_seen_[id]) result_seen[k_.instrs[id].index] = true;
         for (size_t ai = 0; ai < k_.accums.size(); ++ai) {
             const kir::Accum& ac = k_.accums[ai];
-            if (!(ac.kind == AccKind::Sum && ac.type == CT::F32) && !is_arg(ac.kind) && result_seen[ai] &&
+            const bool arithmetic = (ac.kind == AccKind::Sum || ac.kind == AccKind::Prod) && ac.type == CT::F32;
+            if (!arithmetic && !is_arg(ac.kind) && result_seen[ai] &&
                 !payload_seen_[ac.value])
                 payload_seen_[ac.value] = changed = true;
         }

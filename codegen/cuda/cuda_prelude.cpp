@@ -128,6 +128,18 @@ struct kiln_sum_i {
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = (int)((unsigned)v + (unsigned)x); }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
+struct kiln_prod_f {
+    typedef float T;
+    static __device__ __forceinline__ T init() { return 1.0f; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v *= x; }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+};
+struct kiln_prod_i {
+    typedef int T;
+    static __device__ __forceinline__ T init() { return 1; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = (int)((unsigned)v * (unsigned)x); }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+};
 struct kiln_max_f {
     typedef float T;
     static __device__ __forceinline__ T init() { return __uint_as_float(0xff800000u); }

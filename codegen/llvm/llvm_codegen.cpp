@@ -433,6 +433,7 @@ private:
         Value* init = nullptr;
         switch (ac.kind) {
         case AccKind::Sum: init = f ? (Value*)f32c(0.0f) : i32c(0); break;
+        case AccKind::Prod: init = f ? (Value*)f32c(1.0f) : i32c(1); break;
         case AccKind::Max: case AccKind::ArgMax: init = f ? (Value*)f32c(-inf) : i32c(INT32_MIN); break;
         case AccKind::Min: case AccKind::ArgMin: init = f ? (Value*)f32c(inf) : i32c(INT32_MAX); break;
         }
@@ -459,6 +460,18 @@ private:
                 }
             } else {
                 next = b_.CreateAdd(cur, v);
+            }
+            break;
+        case AccKind::Prod:
+            if (f) {
+                next = b_.CreateFMul(cur, v);
+                if (auto* inst = dyn_cast<Instruction>(next); inst && reassociate) {
+                    FastMathFlags fmf;
+                    fmf.setAllowReassoc();
+                    inst->setFastMathFlags(fmf);
+                }
+            } else {
+                next = b_.CreateMul(cur, v);
             }
             break;
         case AccKind::Max:

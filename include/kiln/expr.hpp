@@ -86,6 +86,9 @@ KILN_API Expr clip(const Expr& a, const Expr& lo, const Expr& hi);
 // ---- reductions
 inline constexpr int all_axes = kAllAxes;
 KILN_API Expr sum(const Expr& a, int axis = kAllAxes, bool keepdims = true);
+// The product, in float32 for floats and in wrapping int32 for integers and bool (as sum); an
+// empty reduction gives 1.
+KILN_API Expr prod(const Expr& a, int axis = kAllAxes, bool keepdims = true);
 KILN_API Expr max(const Expr& a, int axis = kAllAxes, bool keepdims = true);
 KILN_API Expr min(const Expr& a, int axis = kAllAxes, bool keepdims = true);
 KILN_API Expr mean(const Expr& a, int axis = kAllAxes, bool keepdims = true);

@@ -473,6 +473,7 @@ public:
         case Op::Min: e = kiln::min(x.e, arg, keepdims); r = r_reduce(Op::Min, x.r, axis, keepdims); nm = "min"; break;
         case Op::ArgMax: e = kiln::argmax(x.e, arg, keepdims); r = r_reduce(Op::ArgMax, x.r, axis, keepdims); nm = "argmax"; break;
         case Op::ArgMin: e = kiln::argmin(x.e, arg, keepdims); r = r_reduce(Op::ArgMin, x.r, axis, keepdims); nm = "argmin"; break;
+        case Op::Prod: e = kiln::prod(x.e, arg, keepdims); r = r_reduce(Op::Prod, x.r, axis, keepdims); nm = "prod"; break;
         default: throw std::logic_error("not a reduction");
         }
         return chk(e, r, nm);
@@ -830,12 +831,13 @@ public:
         int arg = axis;
         if (axis >= 0 && rng.chance(0.4)) arg = axis - rin;
         Built x = gen(in, depth - 1);
-        static const std::vector<Op> rops = {Op::Sum, Op::Sum, Op::Max, Op::Min, Op::ArgMax, Op::ArgMin};
+        static const std::vector<Op> rops = {Op::Sum, Op::Sum, Op::Max, Op::Min, Op::ArgMax, Op::ArgMin, Op::Prod};
         double r = rng.uni();
         Built y;
         if (r < 0.62) {
             Op op = rng.pick(rops);
-            y = red(op, x, axis, axis < 0 ? kiln::all_axes : arg, keepdims);
+            // A product of factors of at most 2 in magnitude stays in range over short axes.
+            y = red(op, op == Op::Prod ? bounded(x, 2) : x, axis, axis < 0 ? kiln::all_axes : arg, keepdims);
         } else if (r < 0.82) {
             y = mean(x, axis, axis < 0 ? kiln::all_axes : arg, keepdims);
         } else if (r < 0.92) {

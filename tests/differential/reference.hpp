@@ -272,7 +272,7 @@ enum class Op {
     Add, Sub, Mul, Div, FloorDiv, Mod, Fmod, Pow, Maximum, Minimum, Eq, Ne, Gt, Ge, Lt, Le,
     Atan2, Hypot, Copysign,
     Where,
-    Sum, Max, Min, ArgMax, ArgMin,
+    Sum, Max, Min, ArgMax, ArgMin, Prod,
     Reshape, Take, Onehot,
 };
 
@@ -294,7 +294,8 @@ const char* op_name(Op o) {
     case Op::Ne: return "not_equal"; case Op::Gt: return "greater"; case Op::Ge: return "greater_equal";
     case Op::Lt: return "less"; case Op::Le: return "less_equal"; case Op::Where: return "where";
     case Op::Sum: return "sum"; case Op::Max: return "max"; case Op::Min: return "min";
-    case Op::ArgMax: return "argmax"; case Op::ArgMin: return "argmin"; case Op::Reshape: return "reshape";
+    case Op::ArgMax: return "argmax"; case Op::ArgMin: return "argmin"; case Op::Prod: return "prod";
+    case Op::Reshape: return "reshape";
     case Op::Take: return "take"; case Op::Onehot: return "onehot";
     case Op::Erf: return "erf"; case Op::Erfc: return "erfc"; case Op::Expm1: return "expm1";
     case Op::Log1p: return "log1p"; case Op::Log10: return "log10"; case Op::Sin: return "sin";
@@ -798,7 +799,7 @@ RP r_reduce(Op op, const RP& a, int axis, bool keepdims) {
         else if (keepdims) out.push_back(1);
     }
     DType t = a->dtype;
-    if (op == Op::Sum && !isf(t)) t = DType::Int32;
+    if ((op == Op::Sum || op == Op::Prod) && !isf(t)) t = DType::Int32;
     if (op == Op::ArgMax || op == Op::ArgMin) t = DType::Int32;
     std::string attr = std::string(axis < 0 ? "axis=all" : "axis=" + std::to_string(axis)) + (keepdims ? "" : ", keepdims=false");
     RP r = mk(op, t, out, {a}, attr);
@@ -854,6 +855,31 @@ RP r_reduce(Op op, const RP& a, int axis, bool keepdims) {
                 int64_t sum = 0;
                 for (int64_t j = 0; j < nred; ++j) sum += (int64_t)convert(a->at(base + roffs[j]), a->dtype, DType::Int32).v;
                 res.v = (double)wrap_int(DType::Int32, sum);
+            }
+        } else if (op == Op::Prod) {
+            if (fl) {
+                // In any order, every partial product lies between the product of the factors
+                // below 1 (at their smallest) and of those above 1 (at their largest): where that
+                // range leaves float32's normal numbers, the result is not compared.
+                double prod = 1, hi = 1, lo = 1, big = 1, small = 1;
+                for (int64_t j = 0; j < nred; ++j) {
+                    X x = a->at(base + roffs[j]);
+                    prod *= x.v;
+                    const double m = std::fabs(x.v);
+                    hi *= m + x.e;
+                    if (m + x.e > 1) big *= m + x.e;
+                    if (m < 1) small *= std::max(m - x.e, 0.0);
+                    lo *= m;
+                }
+                res.v = prod;
+                // (A NaN or infinite product is exact, as float32 gives it.)
+                res.e = std::isfinite(prod) ? (hi - lo) + (4 + (double)nred) * kU * hi : 0;
+                if (std::isnan(res.e)) res.e = INFINITY;
+                if (std::isfinite(prod) && (big > 0x1p120 || (nred > 1 && small < 0x1p-120))) unstable = true;
+            } else {
+                uint32_t p = 1;
+                for (int64_t j = 0; j < nred; ++j) p *= (uint32_t)(int32_t)convert(a->at(base + roffs[j]), a->dtype, DType::Int32).v;
+                res.v = (double)(int32_t)p;
             }
         } else if (op == Op::Max || op == Op::Min) {
             double best = 0, err = 0;

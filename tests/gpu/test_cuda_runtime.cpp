@@ -285,6 +285,46 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
         }
 }
 
+TEST_CASE("gpu: prod along rows (warp, block, cluster), columns (split) and all agrees with float64 and wrapping int32") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    struct Case { int64_t M, N; };
+    for (Case s : {Case{1000, 3}, Case{300, 1001}, Case{64, 20000}, Case{5, 300000}, Case{200000, 5}, Case{7, 70001}}) {
+        INFO(s.M << "x" << s.N);
+        const int64_t M = s.M, N = s.N;
+        // Factors near 1, so that no product leaves float32's range: float32 products of n of
+        // them carry about sqrt(n) roundings in any order.
+        std::vector<float> h = random_floats((size_t)(M * N), (uint32_t)(3 * M + N));
+        for (auto& x : h) x = 1.0f + x / 512.0f;
+        std::vector<int32_t> hi((size_t)(M * N));
+        for (size_t i = 0; i < hi.size(); ++i) hi[i] = h[i] > 1.0f ? 3 : -1;
+        Tensor A = ctx.array(h, {M, N}), I = ctx.array(hi, {M, N});
+        Tensor rows = ctx.empty({M}), cols = ctx.empty({N}), all_ = ctx.empty({}), irows = ctx.empty({M}, DType::Int32);
+        rows[all] = prod(A, 1, false);
+        cols[all] = prod(A, 0, false);
+        all_[all] = prod(A, kAllAxes, false);
+        irows[all] = prod(I, 1, false);
+        const std::vector<float> r = rows.to_vector<float>(), c = cols.to_vector<float>();
+        const std::vector<int32_t> ir = irows.to_vector<int32_t>();
+        std::vector<double> wr(M, 1.0), wc(N, 1.0);
+        std::vector<uint32_t> wi(M, 1u);
+        double wa = 1.0;
+        for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+                wr[i] *= h[i * N + j], wc[j] *= h[i * N + j], wa *= h[i * N + j];
+                wi[i] *= (uint32_t)hi[i * N + j];
+            }
+        auto close = [](double got, double want, int64_t n) {
+            return std::abs(got - want) <= (16 + 4 * std::sqrt((double)n)) * 0x1p-24 * std::abs(want);
+        };
+        int bad = 0;
+        for (int64_t i = 0; i < M; ++i) bad += !close(r[i], wr[i], N) + (ir[i] != (int32_t)wi[i]);
+        for (int64_t j = 0; j < N; ++j) bad += !close(c[j], wc[j], M);
+        CHECK(bad == 0);
+        CHECK(close(all_.to_vector<float>()[0], wa, M * N));
+    }
+}
+
 // Column reductions take their vector entry (V adjacent columns per thread, 16-byte loads)
 // when the columns come in whole, aligned groups, and one column per thread otherwise: widths
 // that are and are not multiples of V, inputs at an offset and with rows out of phase, a

@@ -518,6 +518,29 @@ def test_reduction(xp, name, dtype, case, keepdims):
     return _f32_if_half(xp, a, lambda x: getattr(xp, name)(x, axis=axis, keepdims=keepdims))
 
 
+@pytest.mark.parametrize("keepdims", [False, True], ids=["", "keepdims"])
+@pytest.mark.parametrize("case", RED_CASES, ids=red_id)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
+@numpy_kiln_allclose(reduction=True)
+def test_prod(xp, dtype, case, keepdims):
+    # Factors near 1 (floats) or in [-2, 2] (integers): no product overflows, so NumPy's 64-bit
+    # integer products equal kiln's int32 ones.
+    shape, axis = case
+    kind = "f" if dtype is BF16 else np.dtype(dtype).kind
+    bounds = {"f": {"low": 0.5, "high": 1.5}, "i": {"low": -2, "high": 3}, "u": {"low": 0, "high": 3}}.get(kind, {})
+    a = shaped_random(shape, xp, dtype, seed=30, **bounds)
+    return _f32_if_half(xp, a, lambda x: xp.prod(x, axis=axis, keepdims=keepdims))
+
+
+@numpy_kiln_allclose(reduction=True)
+def test_prod_empty_dtype_and_method(xp):
+    a = shaped_random((3, 4), xp, np.float32, seed=29, low=0.5, high=1.5)
+    e = xp.zeros((0, 3), dtype=xp.float32)
+    i = shaped_random((2, 5), xp, np.int8, seed=28, low=-2, high=3)
+    return (xp.prod(e, axis=0), xp.prod(e), a.prod(axis=1), a.prod(), xp.prod(i, axis=1, dtype=xp.float32),
+            xp.prod(a, axis=(0, 1), keepdims=True))
+
+
 @pytest.mark.parametrize("case", RED_CASES, ids=red_id)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.int32, np.uint8, np.bool_], ids=dtype_id)
 @pytest.mark.parametrize("name", ["var", "std"])

@@ -24,6 +24,7 @@ Expr float_abs(const Expr& a) {
 Expr reduce_one(Reduction r, const Expr& x, int axis, bool keepdims) {
     switch (r) {
     case Reduction::Sum: return sum(x, axis, keepdims);
+    case Reduction::Prod: return prod(x, axis, keepdims);
     case Reduction::Max: return max(x, axis, keepdims);
     case Reduction::Min: return min(x, axis, keepdims);
     case Reduction::Mean: return mean(x, axis, keepdims);
@@ -46,7 +47,7 @@ Expr reduce_several(Reduction r, const Expr& x, std::vector<int> axes, const cha
         return y;
     };
     switch (r) {
-    case Reduction::Sum: case Reduction::Max: case Reduction::Min: return nested(r, x);
+    case Reduction::Sum: case Reduction::Prod: case Reduction::Max: case Reduction::Min: return nested(r, x);
     case Reduction::Mean: return divide(nested(Reduction::Sum, x), Expr((double)count));
     case Reduction::Var: case Reduction::Std: {
         Expr m = divide(nested(Reduction::Sum, x), Expr((double)count));
@@ -103,7 +104,7 @@ const std::vector<BinaryOp>& binary_ops() {
 
 const std::vector<ReductionOp>& reduction_ops() {
     static const std::vector<ReductionOp> ops = {
-        {"sum", Reduction::Sum}, {"max", Reduction::Max}, {"min", Reduction::Min}, {"amax", Reduction::Max},
+        {"sum", Reduction::Sum}, {"prod", Reduction::Prod}, {"max", Reduction::Max}, {"min", Reduction::Min}, {"amax", Reduction::Max},
         {"amin", Reduction::Min}, {"mean", Reduction::Mean}, {"var", Reduction::Var}, {"std", Reduction::Std},
         {"argmax", Reduction::ArgMax}, {"argmin", Reduction::ArgMin},
     };
@@ -211,7 +212,7 @@ void bind_ops(nb::module_& m) {
         Reduction kind = r.r;
         const char* name = r.name;
         const bool has_ddof = kind == Reduction::Var || kind == Reduction::Std;
-        const bool has_dtype = kind == Reduction::Sum || kind == Reduction::Mean;
+        const bool has_dtype = kind == Reduction::Sum || kind == Reduction::Prod || kind == Reduction::Mean;
         if (has_ddof) {
             // correction: the Array API's name for ddof, also fractional.
             m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, int64_t ddof,

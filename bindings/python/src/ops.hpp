@@ -17,9 +17,9 @@ struct BinaryOp { const char* name; BinaryFn fn; };
 const std::vector<UnaryOp>& unary_ops();     // names as NumPy and neon spell them (aliases included)
 const std::vector<BinaryOp>& binary_ops();
 
-enum class Reduction { Sum, Max, Min, Mean, Var, Std, ArgMax, ArgMin };
+enum class Reduction { Sum, Prod, Max, Min, Mean, Var, Std, ArgMax, ArgMin };
 struct ReductionOp { const char* name; Reduction r; };
-const std::vector<ReductionOp>& reduction_ops();  // sum, max, min, amax, amin, mean, var, std, argmax, argmin
+const std::vector<ReductionOp>& reduction_ops();  // sum, prod, max, min, amax, amin, mean, var, std, argmax, argmin
 
 // x reduced over `axes` (None, an int or a tuple). ddof applies to var and std; `dtype`
 // (None or a dtype) casts x first, as NumPy's dtype= argument does.

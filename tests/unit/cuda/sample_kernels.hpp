@@ -81,11 +81,14 @@ inline kir::Kernel all_ops_kernel() {
     int a_min = b.accum(AccKind::Min, x);
     int a_argmax = b.accum(AccKind::ArgMax, x);
     int a_argmin = b.accum(AccKind::ArgMin, n);
+    int a_prod = b.accum(AccKind::Prod, x);
+    int a_iprod = b.accum(AccKind::Prod, n);
     b.store(outf, fsum);
 
     b.point();
-    int r = b.op(Op::Add, CT::F32, b.acc_result(a_sum), b.acc_result(a_min));
-    int ri = sum_all(b, {b.acc_result(a_max), b.acc_result(a_argmax), b.acc_result(a_argmin), b.op(Op::ToI32, CT::I32, r)});
+    int r = sum_all(b, {b.acc_result(a_sum), b.acc_result(a_min), b.acc_result(a_prod)});
+    int ri = sum_all(b, {b.acc_result(a_max), b.acc_result(a_argmax), b.acc_result(a_argmin), b.acc_result(a_iprod),
+                         b.op(Op::ToI32, CT::I32, r)});
     b.store(outi, ri);
     return b.kernel();
 }
@@ -175,15 +178,15 @@ inline kir::Kernel column_kernel() {
     b.loop();
     int x = b.load(inx), n = b.load(inn);
     int fa[] = {b.accum(AccKind::Sum, x), b.accum(AccKind::Max, x), b.accum(AccKind::Min, x),
-                b.accum(AccKind::ArgMax, x), b.accum(AccKind::ArgMin, x)};
+                b.accum(AccKind::ArgMax, x), b.accum(AccKind::ArgMin, x), b.accum(AccKind::Prod, x)};
     int ia[] = {b.accum(AccKind::Sum, n), b.accum(AccKind::Max, n), b.accum(AccKind::Min, n),
-                b.accum(AccKind::ArgMax, n), b.accum(AccKind::ArgMin, n)};
+                b.accum(AccKind::ArgMax, n), b.accum(AccKind::ArgMin, n), b.accum(AccKind::Prod, n)};
     b.point();
     std::vector<int> f, i;
     for (int a : fa) f.push_back(b.acc_result(a));
     for (int a : ia) i.push_back(b.acc_result(a));
     // positions (i32) fold into the int output, values into the float output
-    b.store(outf, sum_all(b, {f[0], f[1], f[2], b.op(Op::ToF32, CT::F32, sum_all(b, i))}));
+    b.store(outf, sum_all(b, {f[0], f[1], f[2], f[5], b.op(Op::ToF32, CT::F32, sum_all(b, i))}));
     b.store(outi, sum_all(b, {f[3], f[4]}));
     return b.kernel();
 }
@@ -228,7 +231,7 @@ inline kir::Kernel full_reduce_kernel() {
     b.loop();
     int x = b.load(inx), n = b.load(inn);
     std::vector<int> acc;
-    for (AccKind kind : {AccKind::Sum, AccKind::Max, AccKind::Min, AccKind::ArgMax, AccKind::ArgMin}) {
+    for (AccKind kind : {AccKind::Sum, AccKind::Max, AccKind::Min, AccKind::ArgMax, AccKind::ArgMin, AccKind::Prod}) {
         acc.push_back(b.accum(kind, x));
         acc.push_back(b.accum(kind, n));
     }
