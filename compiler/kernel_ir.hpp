@@ -42,7 +42,7 @@ enum class Op : uint8_t {
                  // gathered axis (a[0] is i32; the lowering already wrapped/clipped it into range)
     Coord,       // i32 coordinate of domain dim `index` at the current point
     LinearId,    // i32: low 32 bits of the row-major linear index of the current point over the whole domain
-    AccResult,   // result of accumulator `index` (value for Sum/Max/Min, i32 position for ArgMax/ArgMin)
+    AccResult,   // result of accumulator `index` (value for Sum/Prod/Max/Min, i32 position for ArgMax/ArgMin)
     // ---- unary (type of a[0] unless noted)
     Neg, Abs, Sqrt, Exp, Exp2, Log, Log2, Tanh,   // Sqrt..Tanh: F32 only
     Rint,        // F32: round half to even

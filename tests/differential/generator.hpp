@@ -995,7 +995,7 @@ public:
         Shape in = T;
         in.insert(in.begin() + axis, rng.pick<int64_t>({1, 3, 5, 17}));
         Built x = sub(in);
-        Op op = rng.pick({Op::Max, Op::Min, Op::ArgMax, Op::ArgMin, Op::Sum});
+        Op op = rng.pick({Op::Max, Op::Min, Op::ArgMax, Op::ArgMin, Op::Sum, Op::Prod});
         return red(op, x, axis, axis, false);
     }
 };

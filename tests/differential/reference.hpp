@@ -858,24 +858,39 @@ RP r_reduce(Op op, const RP& a, int axis, bool keepdims) {
             }
         } else if (op == Op::Prod) {
             if (fl) {
-                // In any order, every partial product lies between the product of the factors
-                // below 1 (at their smallest) and of those above 1 (at their largest): where that
-                // range leaves float32's normal numbers, the result is not compared.
+                // In any order, every partial product lies between the product of the factors'
+                // lower bounds below 1 and of their upper bounds above 1: where that range leaves
+                // float32's normal numbers (a partial product could overflow or underflow), the
+                // result is not compared; nor is a float16 result outside float16's normal range
+                // (it may be kept in a float16 temporary). Otherwise an exact zero factor among
+                // finite ones makes the product exactly zero in any order.
                 double prod = 1, hi = 1, lo = 1, big = 1, small = 1;
+                bool exact_zero = false, finite = true, uncertain = false;
                 for (int64_t j = 0; j < nred; ++j) {
                     X x = a->at(base + roffs[j]);
                     prod *= x.v;
                     const double m = std::fabs(x.v);
+                    finite &= std::isfinite(x.v);
+                    exact_zero |= m == 0 && x.e == 0;
+                    uncertain |= x.e > 0 && (m <= x.e || !std::isfinite(x.e));
                     hi *= m + x.e;
-                    if (m + x.e > 1) big *= m + x.e;
-                    if (m < 1) small *= std::max(m - x.e, 0.0);
                     lo *= m;
+                    if (m + x.e > 1) big *= m + x.e;
+                    if (m - x.e < 1) small *= std::max(m - x.e, 0.0);
                 }
                 res.v = prod;
-                // (A NaN or infinite product is exact, as float32 gives it.)
-                res.e = std::isfinite(prod) ? (hi - lo) + (4 + (double)nred) * kU * hi : 0;
-                if (std::isnan(res.e)) res.e = INFINITY;
-                if (std::isfinite(prod) && (big > 0x1p120 || (nred > 1 && small < 0x1p-120))) unstable = true;
+                const bool in_range = big <= 0x1p120 && (nred < 2 || small >= 0x1p-120 || (exact_zero && finite));
+                if (!in_range) unstable = true;
+                if (exact_zero && finite) {
+                    res.e = 0;
+                } else {
+                    // (A NaN or infinite product is exact as float32 gives it, unless a factor's
+                    // sign or zero-ness is uncertain.)
+                    res.e = std::isfinite(prod) ? (hi - lo) + (4 + (double)nred) * kU * hi : 0;
+                    if (std::isnan(res.e)) res.e = INFINITY;
+                    if (!std::isfinite(prod) && uncertain) unstable = true;
+                    if (t == DType::Float16 && std::isfinite(prod) && (hi > 0x1p15 || lo < 0x1p-13)) unstable = true;
+                }
             } else {
                 uint32_t p = 1;
                 for (int64_t j = 0; j < nred; ++j) p *= (uint32_t)(int32_t)convert(a->at(base + roffs[j]), a->dtype, DType::Int32).v;

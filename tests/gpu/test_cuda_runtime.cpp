@@ -292,12 +292,13 @@ TEST_CASE("gpu: prod along rows (warp, block, cluster), columns (split) and all 
     for (Case s : {Case{1000, 3}, Case{300, 1001}, Case{64, 20000}, Case{5, 300000}, Case{200000, 5}, Case{7, 70001}}) {
         INFO(s.M << "x" << s.N);
         const int64_t M = s.M, N = s.N;
-        // Factors near 1, so that no product leaves float32's range: float32 products of n of
-        // them carry about sqrt(n) roundings in any order.
-        std::vector<float> h = random_floats((size_t)(M * N), (uint32_t)(3 * M + N));
+        // Factors 1 + u, u symmetric about 0 within 1/512, so that no product of up to 1.3M of
+        // them leaves float32's range (the log of one drifts by about sqrt(n)/900); float32
+        // products of n of them carry about sqrt(n) roundings in any order.
+        std::vector<float> h = random_floats((size_t)(M * N), (uint32_t)(3 * M + N), -1, 1);
         for (auto& x : h) x = 1.0f + x / 512.0f;
         std::vector<int32_t> hi((size_t)(M * N));
-        for (size_t i = 0; i < hi.size(); ++i) hi[i] = h[i] > 1.0f ? 3 : -1;
+        for (size_t i = 0; i < hi.size(); ++i) hi[i] = h[i] > 1.0f ? 3 : -1;   // products wrap
         Tensor A = ctx.array(h, {M, N}), I = ctx.array(hi, {M, N});
         Tensor rows = ctx.empty({M}), cols = ctx.empty({N}), all_ = ctx.empty({}), irows = ctx.empty({M}, DType::Int32);
         rows[all] = prod(A, 1, false);

@@ -36,6 +36,7 @@ inline std::vector<kir::Kernel> sample_kernels(const std::string& target = "sm_9
         {argmax(A, 1), host_view({64, 1}, DType::Int32)},
         {argmin(H, 0), host_view({1, 32}, DType::Int32)},
         {max(I, 1) + min(I, 1), host_view({64, 1}, DType::Int8)},
+        {prod(A, 1) + cast(prod(I, 0), DType::Float32), host_view({64, 32})},
         {where(A > 0.0, I * 3, -I), host_view({64, 32}, DType::Int8)},
         {rand({64, 32}) * H + rint(A), host_view({64, 32}, DType::Float16)},
         {take(A, idx, 0), host_view({5, 32})},
