@@ -451,29 +451,20 @@ private:
         Value* next = nullptr;
         switch (ac.kind) {
         case AccKind::Sum:
-            if (f) {
-                next = b_.CreateFAdd(cur, v);
-                if (auto* inst = dyn_cast<Instruction>(next); inst && reassociate) {
-                    FastMathFlags fmf;
-                    fmf.setAllowReassoc();
-                    inst->setFastMathFlags(fmf);
-                }
-            } else {
-                next = b_.CreateAdd(cur, v);
+        case AccKind::Prod: {
+            const bool add = ac.kind == AccKind::Sum;
+            if (!f) {
+                next = add ? b_.CreateAdd(cur, v) : b_.CreateMul(cur, v);
+                break;
+            }
+            next = add ? b_.CreateFAdd(cur, v) : b_.CreateFMul(cur, v);
+            if (auto* inst = dyn_cast<Instruction>(next); inst && reassociate) {
+                FastMathFlags fmf;
+                fmf.setAllowReassoc();
+                inst->setFastMathFlags(fmf);
             }
             break;
-        case AccKind::Prod:
-            if (f) {
-                next = b_.CreateFMul(cur, v);
-                if (auto* inst = dyn_cast<Instruction>(next); inst && reassociate) {
-                    FastMathFlags fmf;
-                    fmf.setAllowReassoc();
-                    inst->setFastMathFlags(fmf);
-                }
-            } else {
-                next = b_.CreateMul(cur, v);
-            }
-            break;
+        }
         case AccKind::Max:
         case AccKind::Min: {
             Value* x = f ? b_.CreateSelect(is_nan(v), nan_key(ac.kind), to_key(v)) : v;

@@ -3,13 +3,12 @@
 // bit: negative operands, zero divisors, inf and NaN, signed zeros, INT32_MIN // -1, int8 and
 // uint8 wrap-around, bool, float16 rounding; and constant folding agrees with the kernels.
 #include "tests/support/catch.hpp"
+#include "tests/support/interpret.hpp"
 #include "tests/support/views.hpp"
 
 #include <kiln/kiln.hpp>
 
 #include "compiler/canonicalise.hpp"
-#include "compiler/pipeline.hpp"
-#include "runtime/kir_interpreter.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -19,6 +18,8 @@
 using namespace kiln;
 
 namespace {
+
+using test::interpret_assignment;
 
 using test::host_view;
 
@@ -40,19 +41,6 @@ Expr apply(Fn f, const Expr& a, const Expr& b) {
 
 const char* fn_name(Fn f) { return f == Fn::FloorDiv ? "floor_divide" : f == Fn::Mod ? "remainder" : "fmod"; }
 
-// dst = e through every pass and the kernel IR interpreter instead of the JIT.
-void interpret_assignment(const Expr& e, const Tensor& dst) {
-    CompiledAssignment ca = compile_assignment(e.node(), dst.view(), "interpreter");
-    REQUIRE(ca.plan.temps.empty());
-    for (LoweredStage& st : ca.stages) {
-        kir::LaunchArgs args = st.args;
-        for (size_t b = 0; b < st.sources.size(); ++b) {
-            const View& v = st.sources[b].view;
-            args.buffers[b] = static_cast<char*>(v.storage->data) + v.offset * (int64_t)dtype_size(v.dtype);
-        }
-        interpret(st.kernel, args);
-    }
-}
 
 // Same value, or both NaN; a zero's sign counts.
 bool same(double got, double want) {

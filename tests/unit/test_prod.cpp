@@ -2,11 +2,9 @@
 // against float64 (floats) and wrapping int32 arithmetic (integers and bool: exact in any order),
 // along each axis and over all of them; the identity of an empty reduction; NaN and infinity.
 #include "tests/support/catch.hpp"
+#include "tests/support/interpret.hpp"
 
 #include <kiln/kiln.hpp>
-
-#include "compiler/pipeline.hpp"
-#include "runtime/kir_interpreter.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -18,21 +16,9 @@ using namespace kiln;
 
 namespace {
 
-Context cpu_context() { return Context(ContextOptions{"cpu", 7, DType::Float32}); }
+using test::interpret_assignment;
 
-// dst = e through every pass and the kernel IR interpreter instead of the JIT.
-void interpret_assignment(const Expr& e, const Tensor& dst) {
-    CompiledAssignment ca = compile_assignment(e.node(), dst.view(), "interpreter");
-    REQUIRE(ca.plan.temps.empty());
-    for (LoweredStage& st : ca.stages) {
-        kir::LaunchArgs args = st.args;
-        for (size_t b = 0; b < st.sources.size(); ++b) {
-            const View& v = st.sources[b].view;
-            args.buffers[b] = static_cast<char*>(v.storage->data) + v.offset * (int64_t)dtype_size(v.dtype);
-        }
-        interpret(st.kernel, args);
-    }
-}
+Context cpu_context() { return Context(ContextOptions{"cpu", 7, DType::Float32}); }
 
 // The (rows x cols) values' products along `axis` (0, 1, or -1 for all), in float64 or wrapping
 // uint32 arithmetic.
