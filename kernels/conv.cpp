@@ -432,7 +432,7 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
 // phase with no taps along some axis (k0 >= f) receives nothing. Strided axes with a dilation
 // other than 1 are not split (none: the product and col2im take the layer).
 struct DgradPhase {
-    Dims3 phase{}, positions{}, first{}, taps{}, step{};
+    Dims3 phase{}, positions{}, first{}, taps{};
     std::optional<ConvLayer> layer;   // none where some axis has no taps
 };
 std::optional<std::vector<DgradPhase>> dgrad_phases(const ConvLayer& L) {
@@ -452,7 +452,6 @@ std::optional<std::vector<DgradPhase>> dgrad_phases(const ConvLayer& L) {
                     const int64_t s = L.stride[a], p = L.pad[a], f = L.filter[a], phi = P.phase[a];
                     P.positions[a] = L.image[a] > phi ? (L.image[a] - phi + s - 1) / s : 0;
                     if (P.positions[a] == 0) empty = true;
-                    P.step[a] = s;
                     if (s == 1) {
                         P.first[a] = 0, P.taps[a] = f, dil[a] = L.dilation[a];
                         pad[a] = L.dilation[a] * (f - 1) - p;
@@ -476,6 +475,18 @@ std::optional<std::vector<DgradPhase>> dgrad_phases(const ConvLayer& L) {
             }
     return out;
 }
+
+// dgrad_phases(L) where ctx's implicit-GEMM kernel takes every phase with taps, and some phase
+// has taps (a gradient of no taps at all is zero: the product's path gives it); none otherwise.
+std::optional<std::vector<DgradPhase>> implicit_phases(Context& ctx, const ConvLayer& L) {
+    if (L.stride[0] * L.stride[1] * L.stride[2] == 1) return std::nullopt;
+    std::optional<std::vector<DgradPhase>> phases = dgrad_phases(L);
+    if (!phases || std::none_of(phases->begin(), phases->end(), [](const DgradPhase& P) { return P.layer.has_value(); }))
+        return std::nullopt;
+    for (const DgradPhase& P : *phases)
+        if (P.layer && gemm::conv_fprop_kernel(ctx, *P.layer).empty()) return std::nullopt;
+    return phases;
+}
 #endif
 
 // out = epilogue(the gradient of conv(I, F) with respect to I, from E).
@@ -495,22 +506,16 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                          }))
             return;
     }
-    // Strided: a stride-1 convolution per phase (dgrad_phases) into a float32 gradient, each
+    // Strided: a stride-1 convolution per phase (implicit_phases) into a float32 gradient, each
     // into its strided view, then the epilogue.
-    // (A layer whose phases all lack taps has a zero gradient: the product's path gives it.)
-    if (auto phases = on_gpu(E5) && !pointwise(g) && g.sd * g.sh * g.sw > 1 ? dgrad_phases(L) : std::nullopt;
-        phases &&
-        std::any_of(phases->begin(), phases->end(), [](const DgradPhase& P) { return P.layer.has_value(); }) &&
-        std::all_of(phases->begin(), phases->end(), [&](const DgradPhase& P) {
-            return !P.layer || !gemm::conv_fprop_kernel(E5.context(), *P.layer).empty();
-        })) {
+    if (auto phases = on_gpu(E5) ? implicit_phases(E5.context(), L) : std::nullopt) {
         Context& ctx = E5.context();
         const Tensor E = E5.is_contiguous() ? E5 : ctx.eval(E5.expr());   // once, not once per phase
         const Tensor F5 = as5(F, g.K, {g.T, g.R, g.S}, g.C);
         Tensor grad = ctx.empty({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
         for (const DgradPhase& P : *phases) {
             auto along = [&](int a) {
-                return Slice::range(P.phase[a], P.phase[a] + P.step[a] * (P.positions[a] - 1) + 1, P.step[a]);
+                return Slice::range(P.phase[a], P.phase[a] + L.stride[a] * (P.positions[a] - 1) + 1, L.stride[a]);
             };
             Tensor view = grad.slice({Slice::all(), along(0), along(1), along(2), Slice::all()});
             if (!P.layer) {
@@ -520,7 +525,7 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
             // Its taps, last first, with K and C exchanged: (C, taps, K). (The first tap is below
             // the step, so the slice runs down to it through the filter's start.)
             auto taps = [&](int a) {
-                return Slice::range(P.first[a] + P.step[a] * (P.taps[a] - 1), Slice::kNone, -P.step[a]);
+                return Slice::range(P.first[a] + L.stride[a] * (P.taps[a] - 1), Slice::kNone, -L.stride[a]);
             };
             const Tensor Fp = ctx.eval(F5.slice({Slice::all(), taps(0), taps(1), taps(2), Slice::all()})
                                            .transpose({4, 1, 2, 3, 0})
@@ -695,16 +700,12 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
         if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
         // A strided gradient by phase: the kernel of its largest phase.
-        if (auto phases = !forward && L.stride[0] * L.stride[1] * L.stride[2] > 1 ? dgrad_phases(L) : std::nullopt) {
-            std::string largest;
-            int64_t most = 0;
-            for (const DgradPhase& P : *phases) {
-                if (!P.layer) continue;
-                const std::string k = gemm::conv_fprop_kernel(ctx, *P.layer);
-                if (k.empty()) return "im2col+gemm";
-                if (P.taps[0] * P.taps[1] * P.taps[2] > most) most = P.taps[0] * P.taps[1] * P.taps[2], largest = k;
-            }
-            if (!largest.empty()) return "implicit-gemm by phase " + largest;
+        if (auto phases = !forward ? implicit_phases(ctx, L) : std::nullopt) {
+            const DgradPhase* largest = nullptr;
+            for (const DgradPhase& P : *phases)
+                if (P.layer && (!largest || P.taps[0] * P.taps[1] * P.taps[2] > largest->taps[0] * largest->taps[1] * largest->taps[2]))
+                    largest = &P;
+            return "implicit-gemm by phase " + gemm::conv_fprop_kernel(ctx, *largest->layer);
         }
     }
 #else
