@@ -1,6 +1,7 @@
 // The host side of the implicit-GEMM convolution kernels: whether they take a layer, the
 // parameter block (conv_params.hpp: the GEMM's epilogue fields plus the geometry), the filter's
-// TMA descriptor, the tile width and the launch.
+// TMA descriptor and, where TMA can bring the patches, the image's im2col descriptor, the tile
+// width and the launch.
 #include "kernels/cuda/conv_cuda.hpp"
 
 #include "compiler/log.hpp"
@@ -72,6 +73,59 @@ bool takes(cuda::CudaBackend& be, const ConvLayer& L) {
     const int64_t image = L.image[0] * L.image[1] * L.image[2] * L.C;
     return fits_32_bits(rows + 128) && fits_32_bits(taps + 64) && fits_32_bits(image) && fits_32_bits(L.K) &&
            tile_for(L, be.info().multiprocessors).smem <= be.info().max_shared_optin;
+}
+
+// The rank of the TMA im2col descriptor that can bring L's patches (sm90/conv_fprop.cuh), or 0
+// for the gather. TMA takes a k-tile of 64 channels of one tap, so C must be a multiple of 64;
+// the descriptor has the image's axes that are not all ones (W always; H, D where used), and
+// holds, per axis, the output positions' window as corners relative to the image's ends: from
+// -pad to (out - 1) stride + 1 - size - pad, each within a range that shrinks with the rank
+// (2^15, 2^7, 2^4), with a stride of at most 8 and the filter's offsets within 16 bits.
+int im2col_rank(const ConvLayer& L, const void* image) {
+    if (L.C % 64 != 0 || reinterpret_cast<uintptr_t>(image) % 16 != 0) return 0;
+    auto used = [&](int a) { return L.image[a] != 1 || L.filter[a] != 1 || L.output[a] != 1; };
+    const int rank = used(0) ? 5 : used(1) ? 4 : 3;
+    const int64_t lim = rank == 3 ? 32768 : rank == 4 ? 128 : 16;
+    for (int a = 5 - rank; a < 3; ++a) {
+        const int64_t lower = -L.pad[a], upper = (L.output[a] - 1) * L.stride[a] + 1 - L.image[a] + lower;
+        if (L.stride[a] > 8 || lower < -lim || lower >= lim || upper < -lim || upper >= lim ||
+            (L.filter[a] - 1) * L.dilation[a] >= 65536)
+            return 0;
+    }
+    return rank;
+}
+
+// The im2col descriptor of rank `rank` for the image I (N, D, H, W, C) of L: boxes of 128 output
+// positions x 64 channels in the 128-byte swizzle, axes innermost first (C, W, H, D, N; an
+// unused D or H folds into N).
+CUtensorMap im2col_map(const ConvLayer& L, const void* image, int rank) {
+    const size_t es = dtype_size(L.dtype);
+    cuuint64_t dims[5], strides[4];
+    cuuint32_t elem[5] = {1, 1, 1, 1, 1};
+    int lower[3], upper[3];
+    dims[0] = cuuint64_t(L.C);
+    for (int i = 1; i < rank - 1; ++i) {   // W, then H, then D
+        const int a = 3 - i;
+        dims[i] = cuuint64_t(L.image[a]);
+        elem[i] = cuuint32_t(L.stride[a]);
+        lower[i - 1] = int(-L.pad[a]);
+        upper[i - 1] = int((L.output[a] - 1) * L.stride[a] + 1 - L.image[a] - L.pad[a]);
+    }
+    dims[rank - 1] = cuuint64_t(L.N * L.image[0] * L.image[1] * L.image[2] * L.C) / (dims[0] * [&] {
+        cuuint64_t v = 1;
+        for (int i = 1; i < rank - 1; ++i) v *= dims[i];
+        return v;
+    }());
+    strides[0] = dims[0] * es;
+    for (int i = 1; i < rank - 1; ++i) strides[i] = strides[i - 1] * dims[i];
+    CUtensorMap map;
+    cuda::check(cuda::driver().cuTensorMapEncodeIm2col(
+                    &map, L.dtype == DType::Float16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                    cuuint32_t(rank), const_cast<void*>(image), dims, strides, lower, upper, 64, 128, elem,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                "cuTensorMapEncodeIm2col");
+    return map;
 }
 
 // The layer's geometry in the kernels' 32-bit fields (the callers have checked that they fit).
@@ -163,7 +217,9 @@ Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols) {
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
-    return takes(be, L) ? tile_for(L, be.info().multiprocessors).entry : "";
+    if (!takes(be, L)) return "";
+    const std::string entry = tile_for(L, be.info().multiprocessors).entry;
+    return im2col_rank(L, nullptr) ? entry + " (patches by TMA)" : entry;   // (allocations are 16-byte aligned)
 }
 
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
@@ -207,10 +263,13 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     g.group_m = 1;
     p.image = detail::data_of(I);
     p.shape = conv_shape(L);
+    p.im2col_rank = im2col_rank(L, p.image);
 
     // The filter as a K x taps K-major matrix: boxes of one 128-byte k-tile x BN rows.
     CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0, 64,
                                            uint32_t(t.bn));
+    CUtensorMap map_a{};
+    if (p.im2col_rank) map_a = im2col_map(L, p.image, p.im2col_rank);
     const int64_t blocks = int64_t(g.tiles_m) * g.tiles_n;
     // A histogram: each epilogue warp's counters past the kernel's shared memory (16-byte
     // aligned), where the general epilogue stores the output (not the 16-bit register one: see
@@ -226,8 +285,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         if (counted) *counted = true;
     }
     CUfunction f = be.precompiled(kiln_conv_sm90_image, t.entry, smem);
-    log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks)", L.str(), t.entry, rows, L.K, taps, blocks);
-    void* params[] = {&p, &map_b};
+    log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {})", L.str(), t.entry, rows, L.K, taps, blocks,
+              p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"));
+    void* params[] = {&p, &map_b, &map_a};
     be.launch_precompiled(f, unsigned(blocks), 1, 1, 384, unsigned(smem), params,
                           {.programmatic = be.programmatic_launches()});
     C.view().storage->written = true;

@@ -36,6 +36,7 @@ struct ConvParams {
     GemmParams gemm;     // m = rows, n = K, k = taps; c, strides, bias, flags, alpha, beta, rounding
     const void* image;   // I: (N, D, H, W, C), contiguous
     ConvShape shape;
+    int32_t im2col_rank;   // 3, 4 or 5: the patches come by TMA through an im2col descriptor of that rank; 0: gathered
 };
 
 } // namespace kiln::gemm

@@ -69,6 +69,7 @@ Driver load() {
     sym(d.cuLaunchKernelEx, "cuLaunchKernelEx");
     sym(d.cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters");
     sym(d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
+    sym(d.cuTensorMapEncodeIm2col, "cuTensorMapEncodeIm2col");
     if (missing) return d;
     CUresult r = d.cuInit(0);
     if (r != CUDA_SUCCESS) {

@@ -166,19 +166,26 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
                     cuda::cuda_backend(gpu).info().sm);
         return;
     }
-    const std::vector<Case> shapes = {
-        {3, 24, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},     // taps 216, K 200: tails
-        {2, 64, 64, {1, 15, 15}, {1, 3, 3}, {0, 2, 2}, {1, 2, 2}, {1, 2, 2}},      // stride and dilation
-        {1, 8, 40, {6, 7, 5}, {3, 3, 3}, {1, 1, 1}, {2, 1, 1}, {1, 1, 1}},         // 3D, C = 8
-        {2, 128, 136, {1, 9, 9}, {1, 5, 5}, {0, 4, 0}, {1, 1, 3}, {1, 1, 1}},      // big pad, K past 128
-        {4, 16, 100, {1, 1, 77}, {1, 1, 7}, {0, 0, 3}, {1, 1, 1}, {1, 1, 1}},      // 1D
+    // Each with whether TMA brings the patches (C a multiple of 64 and a window the im2col
+    // descriptor of that rank holds) or the producer gathers them.
+    const std::vector<std::pair<Case, bool>> shapes = {
+        {{3, 24, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false},    // taps 216, K 200: tails
+        {{2, 64, 64, {1, 15, 15}, {1, 3, 3}, {0, 2, 2}, {1, 2, 2}, {1, 2, 2}}, true},      // stride and dilation
+        {{1, 8, 40, {6, 7, 5}, {3, 3, 3}, {1, 1, 1}, {2, 1, 1}, {1, 1, 1}}, false},        // 3D, C = 8
+        {{2, 128, 136, {1, 9, 9}, {1, 5, 5}, {0, 4, 0}, {1, 1, 3}, {1, 1, 1}}, true},      // big pad, K past 128
+        {{4, 16, 100, {1, 1, 77}, {1, 1, 7}, {0, 0, 3}, {1, 1, 1}, {1, 1, 1}}, false},     // 1D
+        {{3, 64, 72, {1, 10, 9}, {1, 3, 2}, {0, 1, 0}, {1, 2, 1}, {1, 1, 2}}, true},       // R != S, uneven strides
+        {{2, 64, 40, {5, 6, 7}, {3, 2, 3}, {1, 0, 2}, {2, 1, 1}, {1, 1, 1}}, true},        // 3D (rank 5)
+        {{3, 128, 64, {1, 1, 50}, {1, 1, 5}, {0, 0, 2}, {1, 1, 2}, {1, 1, 1}}, true},      // 1D (rank 3)
+        {{1, 64, 64, {4, 4, 4}, {3, 3, 3}, {0, 0, 20}, {1, 1, 1}, {1, 1, 1}}, false},      // 3D pad past rank 5's corners
     };
     uint32_t seed = 900;
     for (DType dt : {DType::Float16, DType::BFloat16})
-        for (const Case& c : shapes) {
+        for (const auto& [c, tma] : shapes) {
             const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
             INFO(L.str());
             CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_") == 0);
+            CHECK((gemm::conv_fprop_kernel(gpu, L).find("(patches by TMA)") != std::string::npos) == tma);
             const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
                        X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {c.K}, dt, ++seed);
             Tensor Om = cpu.empty(L.output_shape(), DType::Float32);
@@ -221,6 +228,8 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
         {{2, 32, 16, {1, 9, 10}, {1, 2, 2}, {0, 0, 0}, {1, 3, 3}, {1, 1, 1}}, by_phase},     // filter narrower than the stride
         {{2, 32, 24, {1, 12, 11}, {1, 3, 3}, {0, 2, 2}, {1, 2, 2}, {1, 1, 1}}, by_phase},    // a phase's padding is -1
         {{2, 32, 16, {1, 12, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 2, 1}}, product},     // dilation 2 on a strided axis
+        {{2, 48, 64, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, by_kernel},    // E's 64 channels by TMA
+        {{2, 32, 128, {1, 12, 11}, {1, 3, 3}, {0, 2, 2}, {1, 2, 2}, {1, 1, 1}}, by_phase},   // and a phase's padding -1
     };
     for (DType dt : {DType::Float16, DType::BFloat16})
         for (const auto& [c, path] : dgrad) {
@@ -247,23 +256,24 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
         }
     // Enough 256-wide tiles to fill the SMs' slots: against im2col and the GEMM on the GPU (the
     // CPU would take minutes).
-    for (DType dt : {DType::Float16, DType::BFloat16}) {
-        const ConvLayer L = conv_layer(dt, 32, 40, 520, {1, 32, 32}, {1, 3, 3}, {0, 1, 1});
-        INFO(L.str());
-        CHECK(gemm::conv_fprop_kernel(gpu, L).find("_256_") != std::string::npos);
-        const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed);
-        ConvOptions o;
-        o.relu = true;
-        Tensor Og = gpu.empty(L.output_shape(), dt), Oi = gpu.empty(L.output_shape(), dt),
-               Om = gpu.empty(L.output_shape(), DType::Float32);
-        fprop_conv(L, I.gpu, F.gpu, Og, o);
-        setenv("KILN_CONV_KERNEL", "im2col", 1);
-        CHECK(gemm::conv_fprop_kernel(gpu, L).empty());
-        fprop_conv(L, I.gpu, F.gpu, Oi, o);
-        fprop_conv(L, I.abs, F.abs, Om);
-        unsetenv("KILN_CONV_KERNEL");
-        CHECK(count_off(Og, Oi, Om, dt) == 0);
-    }
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (int64_t C : {40, 64}) {
+            const ConvLayer L = conv_layer(dt, 32, C, 520, {1, 32, 32}, {1, 3, 3}, {0, 1, 1});
+            INFO(L.str());
+            CHECK(gemm::conv_fprop_kernel(gpu, L).find("_256_") != std::string::npos);
+            const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed);
+            ConvOptions o;
+            o.relu = true;
+            Tensor Og = gpu.empty(L.output_shape(), dt), Oi = gpu.empty(L.output_shape(), dt),
+                   Om = gpu.empty(L.output_shape(), DType::Float32);
+            fprop_conv(L, I.gpu, F.gpu, Og, o);
+            setenv("KILN_CONV_KERNEL", "im2col", 1);
+            CHECK(gemm::conv_fprop_kernel(gpu, L).empty());
+            fprop_conv(L, I.gpu, F.gpu, Oi, o);
+            fprop_conv(L, I.abs, F.abs, Om);
+            unsetenv("KILN_CONV_KERNEL");
+            CHECK(count_off(Og, Oi, Om, dt) == 0);
+        }
     // A 3-channel first layer and float32 go through im2col and the GEMM.
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float16, 2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3})).empty());
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float32, 2, 16, 16, {1, 8, 8}, {1, 3, 3}, {0, 1, 1})).empty());

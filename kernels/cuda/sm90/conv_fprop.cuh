@@ -1,16 +1,21 @@
 // Implicit-GEMM convolution (fprop) on sm_90a: the GEMM's ring, mainloop and epilogues with a
-// producer of its own. The tile's A operand, 128 output positions x one 128-byte k-tile of their
-// image patches, is gathered from the NDHWC image by the producer warpgroup with cp.async, one
-// thread per output position and one 16-byte chunk (8 channels of one filter tap) per copy,
-// zeros where the tap falls in the padding or past the filter; B, the KTRSC filter as a K x taps
-// K-major matrix, comes by TMA like the GEMM's. The patch matrix never exists in memory: each
-// image element is read once per tap that covers it, from L2 after the first.
+// producer of its own. The tile's A operand is 128 output positions x one 128-byte k-tile of
+// their image patches; B, the KTRSC filter as a K x taps K-major matrix, comes by TMA like the
+// GEMM's. The patch matrix never exists in memory: each image element is read once per tap
+// that covers it, from L2 after the first. A comes one of two ways:
 //
-// The chunks land in the 128-byte swizzle the mainloop's descriptors expect (chunk j of row r at
-// r * 128 + 16 (j ^ r % 8)). A stage is full when thread 0's TMA bytes and all 128 threads have
-// arrived; each thread arrives for a stage once its copies into it are complete and fenced for
-// the tensor cores' (async proxy) reads, STAGES - 2 stages behind its issue, so that several
-// stages' copies are in flight per thread.
+// - TMA in im2col mode (conv_produce_tma), where C is a multiple of 64 so that a k-tile is 64
+//   channels of one tap: one copy per stage brings the 128 positions' pixels at that tap, the
+//   hardware walking the output positions (strides, padding, image boundaries) from the tile's
+//   first one. One thread issues everything.
+// - A gather (conv_produce_gather) for the rest (C a multiple of 8, or a geometry the im2col
+//   descriptor cannot hold): the producer warpgroup copies with cp.async, one thread per output
+//   position and one 16-byte chunk (8 channels of one filter tap) per copy, zeros where the tap
+//   falls in the padding or past the filter. The chunks land in the 128-byte swizzle the
+//   mainloop's descriptors expect (chunk j of row r at r * 128 + 16 (j ^ r % 8)). A stage is
+//   full when thread 0's TMA bytes and all 128 threads have arrived; each thread arrives for a
+//   stage once its copies into it are complete and fenced for the tensor cores' (async proxy)
+//   reads, STAGES - 2 stages behind its issue, so that several stages' copies are in flight.
 #pragma once
 #include "kernels/cuda/conv_params.hpp"
 #include "kernels/cuda/gemm_common.cuh"
@@ -27,10 +32,65 @@ __device__ __forceinline__ void conv_cp_async16(uint32_t dst, const void* src, i
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 
-// Producer thread `tid` (0..127): row tid of the tile (output position m0 + tid), every k-tile.
+// A TMA copy in im2col mode: the pixels that the descriptor's traversal reaches from the image
+// coordinates (c, w, h, d, n) (innermost first; rank 3 has no h or d, rank 4 no d), each moved
+// by the filter offsets (ow, oh, od), channelsPerPixel channels each.
+__device__ __forceinline__ void tma_load_im2col(int rank, void* dst, const CUtensorMap* map, uint64_t* bar, int c, int w,
+                                                int h, int d, int n, uint16_t ow, uint16_t oh, uint16_t od) {
+    const uint64_t m = reinterpret_cast<uint64_t>(map);
+    if (rank == 3) {
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+                     "%4, %5}], [%2], {%6};" ::"r"(smem_u32(dst)),
+                     "l"(m), "r"(smem_u32(bar)), "r"(c), "r"(w), "r"(n), "h"(ow)
+                     : "memory");
+    } else if (rank == 4) {
+        asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+                     "%4, %5, %6}], [%2], {%7, %8};" ::"r"(smem_u32(dst)),
+                     "l"(m), "r"(smem_u32(bar)), "r"(c), "r"(w), "r"(h), "r"(n), "h"(ow), "h"(oh)
+                     : "memory");
+    } else {
+        asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+                     "%4, %5, %6, %7}], [%2], {%8, %9, %10};" ::"r"(smem_u32(dst)),
+                     "l"(m), "r"(smem_u32(bar)), "r"(c), "r"(w), "r"(h), "r"(d), "r"(n), "h"(ow), "h"(oh), "h"(od)
+                     : "memory");
+    }
+}
+
+// The producer by TMA in im2col mode (one thread): k-tile kt is channels 64 cb .. 64 cb + 63 of
+// tap (t, r, s), kt = tap * C / 64 + cb, as in the filter's KTRSC order. The descriptor map_a
+// was made for the image with this layer's padding, strides and output size (conv_cuda.cpp).
 template <class T, int BN, int STAGES>
-__device__ __forceinline__ void conv_produce(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
-                                             const CUtensorMap* map_b, int m0, int n0, int ktiles, int tid) {
+__device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
+                                                 const CUtensorMap* map_a, const CUtensorMap* map_b, int m0, int n0,
+                                                 int ktiles) {
+    using Cfg = WgConfig<T, BN, 2, STAGES>;
+    const ConvShape& g = p.shape;
+    const RowOrigin o = row_origin(g, m0);
+    const int cblocks = g.C / Cfg::BK;
+    int cb = 0, s = 0, r = 0, t = 0;
+    for (int kt = 0; kt < ktiles; ++kt) {
+        const int st = kt % STAGES;
+        if (kt >= STAGES) mbar_wait(&ring.empty[st], ((kt / STAGES) - 1) & 1);
+        unsigned char* stage = smem + st * Cfg::kStageBytes;
+        mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
+        tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
+                        uint16_t(s * g.dil_w), uint16_t(r * g.dil_h), uint16_t(t * g.dil_d));
+        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
+        if (++cb == cblocks) {
+            cb = 0;
+            if (++s == g.S) {
+                s = 0;
+                if (++r == g.R) r = 0, ++t;
+            }
+        }
+    }
+}
+
+// The gathering producer, thread `tid` (0..127): row tid of the tile (output position m0 + tid),
+// every k-tile.
+template <class T, int BN, int STAGES>
+__device__ __forceinline__ void conv_produce_gather(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
+                                                    const CUtensorMap* map_b, int m0, int n0, int ktiles, int tid) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
     constexpr int kLag = STAGES - 2;
     const ConvShape& g = p.shape;
@@ -78,9 +138,10 @@ __device__ __forceinline__ void conv_produce(const ConvParams& p, unsigned char*
 }
 
 // One 128 x BN tile of O per block: blockIdx.x = tile_m * tiles_n + tile_n (the blocks of one
-// row of tiles, which gather the same patches, run side by side).
+// row of tiles, which read the same patches, run side by side). p.im2col_rank 0 gathers A; 3, 4
+// or 5 loads it by TMA through map_a, an im2col descriptor of that rank.
 template <class T, int BN, int STAGES>
-__device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMap* map_b) {
+__device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMap* map_b, const CUtensorMap* map_a) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
     constexpr int BM = Cfg::BM;
     extern __shared__ unsigned char smem_raw[];
@@ -91,10 +152,13 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
     const int tile_n = int(blockIdx.x) % g.tiles_n, tile_m = int(blockIdx.x) / g.tiles_n;
     const int m0 = tile_m * BM, n0 = tile_n * BN;
     const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
+    const bool tma_a = p.im2col_rank != 0;
     if (tid == 0) {
         tma_prefetch_descriptor(map_b);
+        if (tma_a) tma_prefetch_descriptor(map_a);
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(&ring.full[s], 128 + 1);   // every producer thread, and thread 0's TMA bytes
+            // thread 0's TMA bytes, and with the gather every producer thread
+            mbar_init(&ring.full[s], tma_a ? 1 : 128 + 1);
             mbar_init(&ring.empty[s], 4 * 2);    // lane 0 of each consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -104,7 +168,11 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
 
     const int wg = tid / 128;
     if (wg == 0) {
-        conv_produce<T, BN, STAGES>(p, smem, ring, map_b, m0, n0, ktiles, tid);
+        if (tma_a) {
+            if (tid == 0) conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles);
+        } else {
+            conv_produce_gather<T, BN, STAGES>(p, smem, ring, map_b, m0, n0, ktiles, tid);
+        }
         return;
     }
     const int c = wg - 1;
