@@ -350,6 +350,12 @@ void epilogue(const Tensor& T, Tensor& out, const ConvOptions& o, int64_t ch) {
 }
 
 // bsum = the output's sum over every axis but the channel.
+// Whether the options map a zero gradient to zero and read nothing but the computed value
+// (alpha, ReLU or leaky ReLU; no beta, bias or brelu): a gradient computed only where it is not
+// zero can be finished there and the rest of the output set to zeros. (bsum is taken from the
+// output afterwards.)
+bool scattered(const ConvOptions& o) { return o.beta == 0 && !o.bias && !o.brelu; }
+
 void channel_sums(const Tensor& out, const ConvOptions& o) {
     if (!o.bsum) return;
     Expr s = out.expr();
@@ -507,12 +513,17 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
             return;
     }
     // Strided: a stride-1 convolution per phase (implicit_phases) into a float32 gradient, each
-    // into its strided view, then the epilogue.
+    // into its strided view, then the epilogue; or, where the options touch only what the
+    // phases compute (scattered), each phase's kernel applies them and rounds into out's dtype,
+    // and its result goes straight into out's view.
     if (auto phases = on_gpu(E5) ? implicit_phases(E5.context(), L) : std::nullopt) {
         Context& ctx = E5.context();
         const Tensor E = E5.is_contiguous() ? E5 : ctx.eval(E5.expr());   // once, not once per phase
         const Tensor F5 = as5(F, g.K, {g.T, g.R, g.S}, g.C);
-        Tensor grad = ctx.empty({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
+        const std::optional<Tensor> direct = scattered(o) ? out.reshape_view({g.N, g.D, g.H, g.W, g.C}) : std::nullopt;
+        Tensor grad = direct ? *direct : ctx.empty({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
+        DotOptions d;
+        if (direct) d.alpha = o.alpha, d.relu = o.relu, d.slope = o.slope;
         for (const DgradPhase& P : *phases) {
             auto along = [&](int a) {
                 return Slice::range(P.phase[a], P.phase[a] + L.stride[a] * (P.positions[a] - 1) + 1, L.stride[a]);
@@ -531,12 +542,12 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                                            .transpose({4, 1, 2, 3, 0})
                                            .expr());
             const ConvLayer& D = *P.layer;
-            Tensor T = ctx.empty({D.N * D.output[0] * D.output[1] * D.output[2], g.C}, DType::Float32);
-            KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(D, E, Fp, T, DotOptions{}),
+            Tensor T = ctx.empty({D.N * D.output[0] * D.output[1] * D.output[2], g.C}, direct ? out.dtype() : DType::Float32);
+            KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(D, E, Fp, T, d),
                                 "bprop_conv: the implicit-GEMM kernel declined phase {} of {}", dims_str(P.phase), L.str());
             view.assign(reshape(T.expr(), view.shape()));
         }
-        epilogue(grad, out, o, g.C);
+        if (!direct) epilogue(grad, out, o, g.C);
         channel_sums(out, o);
         return;
     }
@@ -544,6 +555,22 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
     const Tensor Em = matrix_of(E5, g.rows(), g.K), Fm = matrix_of(F, g.K, g.taps());
     if (pointwise(g)) return product(Em, Fm, out, o, g.C, named);
     Context& ctx = E5.context();
+    // A strided 1x1 without padding on a GPU: the product's rows are the gradient at every
+    // stride-th position, the rest zeros. Where the options touch only those (scattered), the
+    // GEMM applies them and rounds into out's dtype, and its result goes into out's view.
+    if (on_gpu(E5) && g.T * g.R * g.S == 1 && L.pad == Dims3{0, 0, 0} && scattered(o))
+        if (auto out5 = out.reshape_view({g.N, g.D, g.H, g.W, g.C})) {
+            Tensor G = ctx.empty({g.rows(), g.C}, out.dtype());
+            DotOptions d;
+            d.alpha = o.alpha, d.relu = o.relu, d.slope = o.slope;
+            compound_dot(Em, Fm, G, d);
+            auto along = [&](int a) { return Slice::range(0, L.stride[a] * (L.output[a] - 1) + 1, L.stride[a]); };
+            out5->assign(Expr(0.0));
+            Tensor view = out5->slice({Slice::all(), along(0), along(1), along(2), Slice::all()});
+            view.assign(reshape(G.expr(), view.shape()));
+            channel_sums(out, o);
+            return;
+        }
     Tensor dcols = ctx.empty({g.rows(), g.taps()}, DType::Float32);
     compound_dot(Em, Fm, dcols);
     epilogue(on_gpu(E5) ? col2im_gpu(L, dcols) : col2im(g, dcols), out, o, g.C);
@@ -554,10 +581,16 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
 void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, double alpha,
                      double beta, NamedCount& named) {
     Context& ctx = I5.context();
-    const Tensor cols = columns(g, L, I5), Em = matrix_of(E5, g.rows(), g.K);
     DotOptions o;
     o.alpha = alpha;
     o.beta = beta;
+#ifdef KILN_HAVE_GEMM_KERNELS
+    // The implicit-GEMM weight gradient where it takes the layer (the pointwise layers' matrix
+    // is the activations themselves: the GEMM below).
+    if (on_gpu(I5) && !pointwise(g))
+        if (auto v = grad_F.reshape_view({g.K, g.taps()}); v && gemm::conv_wgrad_implicit(L, I5, E5, *v, o)) return;
+#endif
+    const Tensor cols = columns(g, L, I5), Em = matrix_of(E5, g.rows(), g.K);
     if (auto v = grad_F.reshape_view({g.K, g.taps()})) {
         if (compound_dot_counting(Em.T(), cols, *v, o, named.store())) named.counted();
         return;
@@ -694,6 +727,8 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
     const Geo g = geo(L);
     if (pointwise(g)) return "gemm";
 #ifdef KILN_HAVE_GEMM_KERNELS
+    if (op == "update")
+        if (std::string k = gemm::conv_wgrad_kernel(ctx, L); !k.empty()) return "implicit-gemm " + k;
     // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
     if (op != "update") {
         const bool forward = (op == "fprop") != L.deconv;

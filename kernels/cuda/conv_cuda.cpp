@@ -21,12 +21,15 @@
 
 extern "C" const unsigned char kiln_conv_sm90_image[];
 extern "C" const unsigned char kiln_im2col_image[];
+extern "C" const unsigned char kiln_gemm_sm80_image[];   // (its kiln_gemm_reduce_splits)
 
 namespace kiln::gemm {
 
 namespace {
 
-// The tile: 128 output positions x BN output channels, as many stages as fit beside it. Each
+// The tile: 128 output positions x BN output channels, as many stages as fit beside it; the
+// 64-wide one with 4 stages, two blocks an SM, so that one's pipeline fill and epilogue overlap
+// the other's multiplies (its tiles are short: 9 k-tiles for 3x3 over 64 channels). Each
 // k-tile brings 128 x 64 patch entries and BN x 64 filter entries from L2 for 128 x BN x 64
 // multiply-adds, so the widest tile the channels fill is chosen, the 256-wide one unless its
 // last wave would leave more than a fifth of the SMs' slots idle.
@@ -41,7 +44,7 @@ ConvTile tile_for(const ConvLayer& L, int sms) {
     ConvTile t;
     const int64_t tiles_m = (L.N * L.output[0] * L.output[1] * L.output[2] + 127) / 128;
     t.bn = L.K <= 64 ? 64 : L.K <= 128 || wave_use(tiles_m * ((L.K + 255) / 256), sms) < 0.8 ? 128 : 256;
-    t.stages = t.bn == 64 ? 8 : t.bn == 128 ? 6 : 4;
+    t.stages = t.bn == 64 ? 4 : t.bn == 128 ? 6 : 4;
     t.smem = t.stages * (128 * 128 + t.bn * 128) + t.bn * 4 + 1024;
     t.entry = fmt::format("kiln_conv_fprop_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, t.stages);
     return t;
@@ -95,10 +98,10 @@ int im2col_rank(const ConvLayer& L, const void* image) {
     return rank;
 }
 
-// The im2col descriptor of rank `rank` for the image I (N, D, H, W, C) of L: boxes of 128 output
-// positions x 64 channels in the 128-byte swizzle, axes innermost first (C, W, H, D, N; an
+// The im2col descriptor of rank `rank` for the image I (N, D, H, W, C) of L: boxes of `pixels`
+// output positions x 64 channels in the 128-byte swizzle, axes innermost first (C, W, H, D, N; an
 // unused D or H folds into N).
-CUtensorMap im2col_map(const ConvLayer& L, const void* image, int rank) {
+CUtensorMap im2col_map(const ConvLayer& L, const void* image, int rank, uint32_t pixels = 128) {
     const size_t es = dtype_size(L.dtype);
     cuuint64_t dims[5], strides[4];
     cuuint32_t elem[5] = {1, 1, 1, 1, 1};
@@ -121,7 +124,7 @@ CUtensorMap im2col_map(const ConvLayer& L, const void* image, int rank) {
     CUtensorMap map;
     cuda::check(cuda::driver().cuTensorMapEncodeIm2col(
                     &map, L.dtype == DType::Float16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                    cuuint32_t(rank), const_cast<void*>(image), dims, strides, lower, upper, 64, 128, elem,
+                    cuuint32_t(rank), const_cast<void*>(image), dims, strides, lower, upper, 64, pixels, elem,
                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                 "cuTensorMapEncodeIm2col");
@@ -291,6 +294,133 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     be.launch_precompiled(f, unsigned(blocks), 1, 1, 384, unsigned(smem), params,
                           {.programmatic = be.programmatic_launches()});
     C.view().storage->written = true;
+    return true;
+}
+
+namespace {
+
+// The weight gradient's tile and split. The product is taps x K over the rows, split into
+// slices so that the blocks fill the SMs: for each tile width the channels fill and each split
+// count, the time is modelled as waves x k-tiles per block x a k-tile's multiply (proportional
+// to the width, the 64-wide one as 96 since it moves as much A per multiply), plus a fixed cost
+// per wave (filling the pipeline, the epilogue), plus, split, the float32 planes written and
+// read back by the reduction; the cheapest wins. Few slices of a large output (ResNet's
+// 512-channel layers) lose to the planes' traffic; many slices of a small one fill the GPU.
+struct WgradPlan {
+    int bn = 0, stages = 0, smem = 0, splits = 1;
+    std::string entry;
+};
+
+WgradPlan wgrad_plan(const ConvLayer& L, int sms) {
+    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
+    const int64_t ktiles = (rows + 63) / 64;
+    constexpr double kTileUs = 0.45;     // a 128 x 128 x 64 k-tile at about 600 TFLOP/s over 132 SMs
+    constexpr double kWaveUs = 2.0;      // pipeline fill and epilogue per wave
+    constexpr double kBytesPerUs = 3.0e6;   // HBM, bytes per microsecond
+    WgradPlan best;
+    double best_us = 0;
+    for (int bn : {64, 128, 256}) {
+        if (bn > 64 && bn / 2 >= L.K) break;   // half the tile or more past the channels
+        const int64_t tiles = (taps + 127) / 128 * ((L.K + bn - 1) / bn);
+        for (int64_t splits = 1; splits <= std::min<int64_t>(ktiles, 64); ++splits) {
+            const int64_t blocks = tiles * splits, waves = (blocks + sms - 1) / sms, per = (ktiles + splits - 1) / splits;
+            double us = double(waves) * (double(per) * kTileUs * std::max(bn, 96) / 128.0 + kWaveUs);
+            if (splits > 1) us += double(splits) * double(taps * L.K) * 8.0 / kBytesPerUs + 3.0;
+            if (best.bn == 0 || us < best_us) best.bn = bn, best.splits = int(splits), best_us = us;
+        }
+    }
+    best.stages = best.bn == 64 ? 8 : best.bn == 128 ? 6 : 4;
+    best.smem = best.stages * (128 * 128 + best.bn * 128) + 1024;
+    best.entry = fmt::format("kiln_conv_wgrad_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", best.bn, best.stages);
+    return best;
+}
+
+// Whether the implicit weight gradient takes L on this GPU: the fprop kernel's conditions, with
+// the patches by TMA (C a multiple of 64, a window the descriptor holds).
+bool wgrad_takes(cuda::CudaBackend& be, const ConvLayer& L) {
+    return takes(be, L) && L.K % 8 == 0 && im2col_rank(L, nullptr) != 0 &&
+           wgrad_plan(L, be.info().multiprocessors).smem <= be.info().max_shared_optin;
+}
+
+} // namespace
+
+std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L) {
+    if (ctx.backend() != Backend::CUDA) return "";
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    if (!wgrad_takes(be, L)) return "";
+    const WgradPlan w = wgrad_plan(L, be.info().multiprocessors);
+    return w.splits > 1 ? fmt::format("{} split {}", w.entry, w.splits) : w.entry;
+}
+
+bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o) {
+    Context& ctx = grad_F.context();
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    if (!wgrad_takes(be, L) || I5.dtype() != L.dtype || E5.dtype() != L.dtype) return false;
+    const Tensor I = I5.is_contiguous() ? I5 : ctx.eval(I5.expr());
+    const Tensor E = E5.is_contiguous() ? E5 : ctx.eval(E5.expr());
+    const int rank = im2col_rank(L, detail::data_of(I));
+    if (rank == 0 || reinterpret_cast<uintptr_t>(detail::data_of(E)) % 16 != 0) return false;
+    Context::Impl& impl = context_impl(ctx);
+    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
+    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    const WgradPlan w = wgrad_plan(L, be.info().multiprocessors);
+
+    // The epilogue's parameters: grad_F (K x taps) written as its transpose, element (tap, k).
+    ConvParams p{};
+    GemmParams& g = p.gemm;
+    const detail::Mat c = detail::mat(grad_F);
+    g.c = const_cast<char*>(c.base);
+    g.c_sm = c.s_col, g.c_sn = c.s_row;
+    g.m = int32_t(taps), g.n = int32_t(L.K), g.k = int32_t(rows), g.batch = 1;
+    g.alpha = float(o.alpha), g.beta = float(o.beta);
+    g.c_dtype = detail::gemm_dtype(grad_F.dtype());
+    if (o.beta != 0) g.flags |= kBeta;
+    if (impl.stochastic_round_bits > 0 && grad_F.dtype() != DType::Float32) {
+        g.sr_bits = impl.stochastic_round_bits;
+        g.seed = impl.seed;
+        g.counter = impl.rng_counter++;
+    }
+    g.tiles_m = int32_t((taps + 127) / 128);
+    g.tiles_n = int32_t((L.K + w.bn - 1) / w.bn);
+    g.group_m = 1;
+    g.k_splits = w.splits;
+    p.image = detail::data_of(I);
+    p.shape = conv_shape(L);
+    p.im2col_rank = rank;
+    // Split: the blocks store raw float32 planes, slices[split] (taps x K), and the reduction
+    // applies the epilogue.
+    ConvParams q = p;
+    Tensor slices;
+    if (w.splits > 1) {
+        slices = ctx.empty({w.splits, taps, L.K}, DType::Float32);
+        GemmParams& h = q.gemm;
+        h.c = slices.view().storage->data;
+        h.c_sm = L.K, h.c_sn = 1, h.c_batch = taps * L.K;
+        h.c_dtype = kF32;
+        h.flags = 0;
+        h.alpha = 1, h.beta = 0, h.sr_bits = 0;
+    }
+    // E as a rows x K matrix in boxes of 64 channels x 64 rows; I's patches 64 positions at a time.
+    CUtensorMap map_e = detail::tensor_map(detail::data_of(E), L.dtype, uint64_t(L.K), uint64_t(rows), 1, L.K, 0, 64, 64);
+    CUtensorMap map_i = im2col_map(L, p.image, rank, 64);
+    CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, w.smem);
+    const int64_t tiles = int64_t(g.tiles_m) * g.tiles_n;
+    log_debug("conv: update {} -> {} ({} x {} x {}, {} tiles x {} slices)", L.str(), w.entry, taps, L.K, rows, tiles,
+              w.splits);
+    void* params[] = {&q, &map_e, &map_i};
+    be.launch_precompiled(f, unsigned(tiles), unsigned(w.splits), 1, 384, unsigned(w.smem), params,
+                          {.programmatic = be.programmatic_launches()});
+    if (w.splits > 1) {
+        slices.view().storage->written = true;
+        const float* sp = static_cast<const float*>(slices.view().storage->data);
+        GemmParams fin = g;
+        void* rp[] = {&fin, &sp};
+        const int64_t grid = (taps * L.K / 4 + 255) / 256 + 1;
+        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256, 0,
+                              rp, {.programmatic = be.programmatic_launches()});
+    }
+    grad_F.view().storage->written = true;
     return true;
 }
 

@@ -34,4 +34,14 @@ Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols);
 // benchmark prints.
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L);
 
+// grad_F (a K x taps matrix view of the filter's gradient) = alpha * (the gradient of conv(I5,
+// F) of layer L with respect to F, from E5 (N, M, P, Q, K)) + beta * grad_F, by the implicit-GEMM
+// weight-gradient kernel (conv_sm90.cu, sm90/conv_wgrad.cuh): true when it ran, false where it
+// does not take the problem (the fprop kernel's conditions, plus C a multiple of 64 with a
+// window TMA's im2col descriptor holds, and K a multiple of 8). Deterministic.
+bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o);
+
+// The kernel (and split) conv_wgrad_implicit would launch for L on ctx, or "".
+std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L);
+
 } // namespace kiln::gemm

@@ -238,18 +238,23 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             CHECK(conv_kernel(gpu, L, "bprop").rfind(path, 0) == 0);
             const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
                        B = pair(gpu, cpu, {c.C}, DType::Float32, ++seed);
-            for (DType out : {dt, DType::Float32}) {
-                ConvOptions og, oc;
-                og.bias = B.gpu, oc.bias = B.cpu;
-                og.relu = oc.relu = true;
-                Tensor Gg = gpu.empty(L.input_shape(), out), Gc = cpu.empty(L.input_shape(), out),
-                       Gm = cpu.empty(L.input_shape(), DType::Float32);
-                bprop_conv(L, F.gpu, E.gpu, Gg, og);
-                bprop_conv(L, F.cpu, E.cpu, Gc, oc);
-                bprop_conv(L, F.abs, E.abs, Gm);
-                const Tensor mag = cpu.eval(Gm.expr() + 1.0);
-                CHECK(count_off(Gg, Gc, mag, out) == 0);
-            }
+            // Variant 0 finishes a float32 gradient (bias); 1 finishes each piece in the kernel
+            // (alpha and leaky ReLU touch only the computed positions).
+            for (DType out : {dt, DType::Float32})
+                for (int variant = 0; variant < 2; ++variant) {
+                    INFO("output " << dtype_name(out) << ", variant " << variant);
+                    ConvOptions og, oc;
+                    if (variant == 0) og.bias = B.gpu, oc.bias = B.cpu;
+                    else og.alpha = oc.alpha = 0.5, og.slope = oc.slope = 0.125;
+                    og.relu = oc.relu = true;
+                    Tensor Gg = gpu.empty(L.input_shape(), out), Gc = cpu.empty(L.input_shape(), out),
+                           Gm = cpu.empty(L.input_shape(), DType::Float32);
+                    bprop_conv(L, F.gpu, E.gpu, Gg, og);
+                    bprop_conv(L, F.cpu, E.cpu, Gc, oc);
+                    bprop_conv(L, F.abs, E.abs, Gm);
+                    const Tensor mag = cpu.eval(Gm.expr() + 1.0);
+                    CHECK(count_off(Gg, Gc, mag, out) == 0);
+                }
             const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
             CHECK(agree(gpu, cpu, D.output_shape(), dt,
                         [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
@@ -277,6 +282,77 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
     // A 3-channel first layer and float32 go through im2col and the GEMM.
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float16, 2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3})).empty());
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float32, 2, 16, 16, {1, 8, 8}, {1, 3, 3}, {0, 1, 1})).empty());
+}
+
+TEST_CASE("gpu conv: the implicit weight gradient on sm_90: taps past the tile, K tails, splits, alpha and beta, float32 output, 1D, 2D, 3D, deconvolution") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (cuda::cuda_backend(gpu).info().sm != 90) {
+        std::printf("SKIPPED (the implicit-GEMM kernels are sm_90a code; this GPU is sm_%d)\n",
+                    cuda::cuda_backend(gpu).info().sm);
+        return;
+    }
+    const std::string wgrad = "implicit-gemm kiln_conv_wgrad_";
+    // Each with whether the implicit kernel takes its update (C a multiple of 64, the window in
+    // the im2col descriptor's corners).
+    const std::vector<std::pair<Case, bool>> shapes = {
+        {{2, 64, 72, {1, 10, 9}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, true},      // 576 taps: a part tile
+        {{3, 64, 40, {1, 11, 13}, {1, 3, 2}, {0, 1, 0}, {1, 2, 1}, {1, 1, 2}}, true},     // R != S, stride, dilation
+        {{2, 128, 136, {1, 9, 9}, {1, 5, 5}, {0, 4, 0}, {1, 1, 3}, {1, 1, 1}}, true},     // big pad, K past 128
+        {{2, 64, 24, {5, 6, 7}, {3, 2, 3}, {1, 0, 2}, {2, 1, 1}, {1, 1, 1}}, true},       // 3D
+        {{3, 128, 64, {1, 1, 50}, {1, 1, 5}, {0, 0, 2}, {1, 1, 2}, {1, 1, 1}}, true},     // 1D
+        {{2, 64, 264, {1, 6, 6}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, true},      // K across 256-wide tiles
+        {{2, 32, 64, {1, 10, 9}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false},     // 32 channels
+    };
+    uint32_t seed = 5000;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const auto& [c, implicit] : shapes) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            CHECK((conv_kernel(gpu, L, "update").rfind(wgrad, 0) == 0) == implicit);
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+                       G = pair(gpu, cpu, L.filter_shape(), dt, ++seed);
+            Tensor Gm = cpu.empty(L.filter_shape(), DType::Float32);
+            update_conv(L, I.abs, E.abs, Gm);
+            const Tensor mag = cpu.eval(Gm.expr() * 0.75 + absolute(G.cpu.expr()) * 0.5 + 1.0);
+            for (DType out : {dt, DType::Float32})
+                for (int variant = 0; variant < 2; ++variant) {
+                    INFO("output " << dtype_name(out) << ", variant " << variant);
+                    const double alpha = variant ? 0.75 : 1.0, beta = variant ? -0.5 : 0.0;
+                    Tensor Gg = gpu.eval(cast(gpu.array(G.cpu.to_vector<float>(), L.filter_shape(), dt).expr(), out));
+                    Tensor Gc = cpu.eval(cast(G.cpu.expr(), out));
+                    update_conv(L, I.gpu, E.gpu, Gg, alpha, beta);
+                    update_conv(L, I.cpu, E.cpu, Gc, alpha, beta);
+                    CHECK(count_off(Gg, Gc, mag, out) == 0);
+                }
+            // The deconvolution of the same geometry: its update is this one with I and E's roles
+            // (where its output has I's size: a stride that does not divide the window leaves a
+            // remainder).
+            const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
+            if (D.image != L.image) continue;
+            CHECK((conv_kernel(gpu, D, "update").rfind(wgrad, 0) == 0) == implicit);
+            CHECK(agree(gpu, cpu, D.filter_shape(), dt,
+                        [&](Tensor& o, Side side) { update_conv(D, E.*side, I.*side, o); }) == 0);
+        }
+    // Large enough for many slices, and for one (every tile a wave of its own): against im2col and
+    // the GEMM on the GPU.
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Case& c : {Case{64, 64, 64, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+                              Case{8, 512, 512, {1, 7, 7}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}}) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str() << ": " << conv_kernel(gpu, L, "update"));
+            CHECK(conv_kernel(gpu, L, "update").rfind(wgrad, 0) == 0);
+            const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), E = pair(gpu, gpu, L.output_shape(), dt, ++seed);
+            Tensor Gg = gpu.empty(L.filter_shape(), dt), Gi = gpu.empty(L.filter_shape(), dt),
+                   Gm = gpu.empty(L.filter_shape(), DType::Float32);
+            update_conv(L, I.gpu, E.gpu, Gg);
+            setenv("KILN_CONV_KERNEL", "im2col", 1);
+            CHECK(conv_kernel(gpu, L, "update") == "im2col+gemm");
+            update_conv(L, I.gpu, E.gpu, Gi);
+            update_conv(L, I.abs, E.abs, Gm);
+            unsetenv("KILN_CONV_KERNEL");
+            CHECK(count_off(Gg, Gi, Gm, dt) == 0);
+        }
 }
 
 // Named outputs of the convolutions are counted as the GEMM or implicit-GEMM epilogue stores

@@ -7,7 +7,7 @@
 // - TMA in im2col mode (conv_produce_tma), where C is a multiple of 64 so that a k-tile is 64
 //   channels of one tap: one copy per stage brings the 128 positions' pixels at that tap, the
 //   hardware walking the output positions (strides, padding, image boundaries) from the tile's
-//   first one. One thread issues everything.
+//   first one. One thread issues them.
 // - A gather (conv_produce_gather) for the rest (C a multiple of 8, or a geometry the im2col
 //   descriptor cannot hold): the producer warpgroup copies with cp.async, one thread per output
 //   position and one 16-byte chunk (8 channels of one filter tap) per copy, zeros where the tap
@@ -21,6 +21,7 @@
 #include "kernels/cuda/gemm_common.cuh"
 #include "kernels/cuda/sm90/epilogue.cuh"
 #include "kernels/cuda/sm90/mainloop.cuh"
+#include "kernels/cuda/sm90/producer.cuh"
 #include "kernels/cuda/sm90/ptx.cuh"
 #include "kernels/cuda/sm90/ring.cuh"
 
@@ -56,26 +57,24 @@ __device__ __forceinline__ void tma_load_im2col(int rank, void* dst, const CUten
     }
 }
 
-// The producer by TMA in im2col mode (one thread): k-tile kt is channels 64 cb .. 64 cb + 63 of
-// tap (t, r, s), kt = tap * C / 64 + cb, as in the filter's KTRSC order. The descriptor map_a
-// was made for the image with this layer's padding, strides and output size (conv_cuda.cpp).
+// The producer by TMA in im2col mode: k-tile kt is channels 64 cb .. 64 cb + 63 of tap
+// (t, r, s), kt = tap * C / 64 + cb, as in the filter's KTRSC order. The descriptor map_a was
+// made for the image with this layer's padding, strides and output size (conv_cuda.cpp).
+// Issuing threads (`issuers`, a divisor of STAGES, as the GEMM's kIssuers) take the k-tiles
+// kt % issuers == issuer, so that each waits on its own stages' barriers in order: a thread
+// spends hundreds of cycles on each copy it issues.
 template <class T, int BN, int STAGES>
 __device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
                                                  const CUtensorMap* map_a, const CUtensorMap* map_b, int m0, int n0,
-                                                 int ktiles) {
+                                                 int ktiles, int issuer, int issuers) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
     const ConvShape& g = p.shape;
     const RowOrigin o = row_origin(g, m0);
     const int cblocks = g.C / Cfg::BK;
+    // The k-tile's channel block and tap, stepped along (divisions on the issuing thread's path
+    // per k-tile made it slower than the multiplies).
     int cb = 0, s = 0, r = 0, t = 0;
-    for (int kt = 0; kt < ktiles; ++kt) {
-        const int st = kt % STAGES;
-        if (kt >= STAGES) mbar_wait(&ring.empty[st], ((kt / STAGES) - 1) & 1);
-        unsigned char* stage = smem + st * Cfg::kStageBytes;
-        mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
-        tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
-                        uint16_t(s * g.dil_w), uint16_t(r * g.dil_h), uint16_t(t * g.dil_d));
-        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
+    const auto step = [&] {
         if (++cb == cblocks) {
             cb = 0;
             if (++s == g.S) {
@@ -83,6 +82,17 @@ __device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned c
                 if (++r == g.R) r = 0, ++t;
             }
         }
+    };
+    for (int i = 0; i < issuer; ++i) step();
+    for (int kt = issuer; kt < ktiles; kt += issuers) {
+        const int st = kt % STAGES;
+        if (kt >= STAGES) mbar_wait(&ring.empty[st], ((kt / STAGES) - 1) & 1);
+        unsigned char* stage = smem + st * Cfg::kStageBytes;
+        mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
+        tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
+                        uint16_t(s * g.dil_w), uint16_t(r * g.dil_h), uint16_t(t * g.dil_d));
+        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
+        for (int i = 0; i < issuers; ++i) step();
     }
 }
 
@@ -157,7 +167,7 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
         tma_prefetch_descriptor(map_b);
         if (tma_a) tma_prefetch_descriptor(map_a);
         for (int s = 0; s < STAGES; ++s) {
-            // thread 0's TMA bytes, and with the gather every producer thread
+            // the issuing threads' TMA bytes, and with the gather every producer thread
             mbar_init(&ring.full[s], tma_a ? 1 : 128 + 1);
             mbar_init(&ring.empty[s], 4 * 2);    // lane 0 of each consumer warp
         }
@@ -169,7 +179,8 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
     const int wg = tid / 128;
     if (wg == 0) {
         if (tma_a) {
-            if (tid == 0) conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles);
+            // One issuer: two copies a stage (several issuers measured slower here).
+            if (tid == 0) conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, 0, 1);
         } else {
             conv_produce_gather<T, BN, STAGES>(p, smem, ring, map_b, m0, n0, ktiles, tid);
         }
