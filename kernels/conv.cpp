@@ -571,7 +571,10 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
             channel_sums(out, o);
             return;
         }
-    Tensor dcols = ctx.empty({g.rows(), g.taps()}, DType::Float32);
+    // (Rows 16 bytes apart on a GPU, so that the GEMM's epilogue stores whole vectors: a first
+    // layer's 147 taps made it store one float at a time.)
+    const int64_t ld = on_gpu(E5) ? (g.taps() + 3) / 4 * 4 : g.taps();
+    Tensor dcols = ctx.empty({g.rows(), ld}, DType::Float32).slice({Slice::all(), Slice::range(0, g.taps())});
     compound_dot(Em, Fm, dcols);
     epilogue(on_gpu(E5) ? col2im_gpu(L, dcols) : col2im(g, dcols), out, o, g.C);
     channel_sums(out, o);

@@ -1,5 +1,5 @@
-// Elementwise kernels (cuda_codegen.hpp): grid-stride, with a 16-byte vector path for contiguous
-// rank-1 kernels.
+// Elementwise kernels (cuda_codegen.hpp): grid-stride, with a 16-byte vector path where every
+// buffer is contiguous or broadcast along the innermost axis (rank 1: the whole kernel).
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include <fmt/format.h>
@@ -133,31 +133,57 @@ void Emitter::emit_pack(DType t, int n, const std::string& w, const std::string&
 
 // n elements per thread with one load and one store of up to 16 bytes per contiguous
 // buffer, when every contiguous buffer is aligned for it; the scalar loop does the rest.
+// The vector path: words of n elements along the innermost axis, taken where every contiguous
+// buffer starts on a word (and, past rank 1, where the innermost size and those buffers' other
+// strides are multiples of n, so that every word lies in one row and starts on a word); else
+// the scalar loop does it all. Rank 1 leaves its tail past the last whole word to the scalar
+// loop (`start`). Past rank 1 a word's row is found once: its lanes share the outer coordinates.
 void Emitter::emit_vector_path() {
     const int n = vector_width();
+    const int inner = k_.rank - 1;
     std::string misaligned;
     for (size_t b = 0; b < k_.buffers.size(); ++b) {
-        if (!all_uses_.buffers[b] || k_.buffers[b].layout[0] != StrideKind::One) continue;
+        if (!all_uses_.buffers[b] || k_.buffers[b].layout[inner] != StrideKind::One) continue;
         misaligned += fmt::format("{}((unsigned long long)b{} & {})", misaligned.empty() ? "" : " | ", b,
                                   n * dtype_size(k_.buffers[b].dtype) - 1);
+        for (int d = 0; d < inner; ++d)
+            if (k_.buffers[b].layout[d] == StrideKind::Any)
+                misaligned += fmt::format(" | (a.strides[{}] % {})", b * k_.rank + d, n);
     }
+    if (inner > 0) misaligned += fmt::format("{}({} % {})", misaligned.empty() ? "" : " | ", size(inner), n);
+    std::vector<int> all;
+    for (int d = 0; d < k_.rank; ++d) all.push_back(d);
     line("long long start = 0;");
     open(fmt::format("if (({}) == 0)", misaligned.empty() ? "0" : misaligned));
-    line("const long long nv = a.sizes[0] / {};", n);
+    line("const long long nv = ({}) / {};", product(all), n);
     line("#pragma unroll 1");
     open("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < nv; "
          "q += (long long)gridDim.x * blockDim.x)");
     std::vector<bool> stored(k_.buffers.size(), false);
     for (const kir::Block& b : k_.blocks)
         for (auto& st : b.stores) stored[st.buffer] = true;
+    // Each buffer's word (contiguous) or element (broadcast) offset at the word's first lane.
+    std::vector<std::string> word(k_.buffers.size());
+    if (inner > 0) {
+        line("const long long i0 = {} * q;", n);
+        emit_coords(all, "i0", needed_coords(all_uses_, all, false), "t");
+        for (size_t b = 0; b < k_.buffers.size(); ++b) {
+            if (!all_uses_.buffers[b]) continue;
+            const std::string e = offset_terms((int)b, all);
+            line("const long long w_o{} = {};", b, e.empty() ? "0" : e);
+            word[b] = fmt::format("(w_o{} / {})", b, n);
+        }
+    } else {
+        for (size_t b = 0; b < k_.buffers.size(); ++b) word[b] = "q";
+    }
     for (size_t b = 0; b < k_.buffers.size(); ++b) {
-        if (!all_uses_.buffers[b] || k_.buffers[b].layout[0] != StrideKind::One) continue;
+        if (!all_uses_.buffers[b] || k_.buffers[b].layout[inner] != StrideKind::One) continue;
         const DType t = k_.buffers[b].dtype;
         const char* wt = word_type(t, n);
         if (stored[b]) {
             line("{} r{}[{}];", ctype(compute_type(t)), b, n);
         } else {
-            line("const {0} w{1} = ((const {0}*)b{1})[q];", wt, b);
+            line("const {0} w{1} = ((const {0}*)b{1})[{2}];", wt, b, word[b]);
             line("{} e{}[{}];", ctype(compute_type(t)), b, n);
             emit_unpack(t, n, fmt::format("w{}", b), fmt::format("e{}", b), 0,
                         needs_exact_load(b, -1) ? Unpack::Tested : Unpack::Hardware);
@@ -169,7 +195,7 @@ void Emitter::emit_vector_path() {
         line("const long long i = {} * q + {};", n, lane);
         for (size_t b = 0; b < k_.buffers.size(); ++b) {
             if (!all_uses_.buffers[b]) continue;
-            if (k_.buffers[b].layout[0] == StrideKind::Zero) line("const long long o{} = 0;", b);
+            if (k_.buffers[b].layout[inner] == StrideKind::Zero) line("const long long o{} = {};", b, inner > 0 ? fmt::format("w_o{}", b) : "0");
             else if (!stored[b]) load_override_[b] = fmt::format("e{}[{}]", b, lane);
         }
         for (const kir::Block& b : k_.blocks) {
@@ -182,7 +208,7 @@ void Emitter::emit_vector_path() {
             if (b.loop) add_to_acc_states(b, "0");
             for (auto& st : b.stores) {
                 const DType t = k_.buffers[st.buffer].dtype;
-                if (k_.buffers[st.buffer].layout[0] == StrideKind::Zero) {
+                if (k_.buffers[st.buffer].layout[inner] == StrideKind::Zero) {
                     line("b{}[0] = {};", st.buffer, store_value(t, v(st.value)));
                 } else {
                     line("r{}[{}] = {};", st.buffer, lane, v(st.value));
@@ -198,11 +224,11 @@ void Emitter::emit_vector_path() {
         close();
     }
     for (size_t b = 0; b < k_.buffers.size(); ++b)
-        if (stored[b] && k_.buffers[b].layout[0] == StrideKind::One) {
+        if (stored[b] && k_.buffers[b].layout[inner] == StrideKind::One) {
             const DType t = k_.buffers[b].dtype;
             line("{} w{} = {{}};", word_type(t, n), b);
             emit_pack(t, n, fmt::format("w{}", b), fmt::format("r{}", b), 0, needs_exact_store(b, -1));
-            line("(({}*)b{})[q] = w{};", word_type(t, n), b, b);
+            line("(({}*)b{})[{}] = w{};", word_type(t, n), b, word[b], b);
         }
     close();
     line("start = nv * {};", n);

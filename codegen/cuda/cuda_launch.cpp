@@ -332,20 +332,31 @@ bool row_register_entry(const kir::Kernel& k, const std::vector<RowFold>& folds,
 }
 
 int elementwise_vector_width(const kir::Kernel& k) {
-    if (k.rank != 1) return 1;
-    std::vector<bool> used(k.buffers.size(), false);
+    if (k.rank < 1) return 1;
+    const int inner = k.rank - 1;
+    std::vector<bool> used(k.buffers.size(), false), stored(k.buffers.size(), false);
     for (const kir::Instr& in : k.instrs) {
         if (in.op == kir::Op::Gather || in.op == kir::Op::Coord) return 1;
         if (in.op == kir::Op::Load) used[in.index] = true;
     }
     for (const kir::Block& b : k.blocks)
-        for (const kir::Store& st : b.stores) used[st.buffer] = true;
-    size_t widest = 1;
+        for (const kir::Store& st : b.stores) used[st.buffer] = stored[st.buffer] = true;
+    size_t widest = 0;
     for (size_t b = 0; b < k.buffers.size(); ++b) {
         if (!used[b]) continue;
-        if (k.buffers[b].layout[0] == kir::StrideKind::Any) return 1;
-        if (k.buffers[b].layout[0] == kir::StrideKind::One) widest = std::max(widest, dtype_size(k.buffers[b].dtype));
+        const kir::StrideKind l = k.buffers[b].layout[inner];
+        if (l == kir::StrideKind::Any) return 1;
+        // (Rank 1: a stored scalar, the grid's one element. Past rank 1 a store broadcast along
+        // the innermost axis has no word to write.)
+        if (l == kir::StrideKind::Zero && stored[b] && k.rank > 1) return 1;
+        if (l == kir::StrideKind::One) {
+            widest = std::max(widest, dtype_size(k.buffers[b].dtype));
+            // (Another axis of stride 1 would start words off their boundaries.)
+            for (int d = 0; d < inner; ++d)
+                if (k.buffers[b].layout[d] == kir::StrideKind::One) return 1;
+        }
     }
+    if (widest == 0 && k.rank > 1) return 1;
     return widest >= 4 ? 4 : widest == 2 ? 8 : 16;
 }
 

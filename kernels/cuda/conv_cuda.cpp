@@ -171,6 +171,20 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
     p.chunks_per_row = fast_div(uint32_t(ld * es / 16));
     p.q = fast_div(uint32_t(p.shape.Q)), p.p = fast_div(uint32_t(p.shape.P)), p.m = fast_div(uint32_t(p.shape.M));
     p.c = fast_div(uint32_t(p.shape.C)), p.s = fast_div(uint32_t(p.shape.S)), p.r = fast_div(uint32_t(p.shape.R));
+    // A 2D or 1D layer whose taps are under 16 bytes (a first layer's 3 channels): a block per row
+    // of output positions from the image rows it stages in shared memory (im2col.cu).
+    const int64_t span = (L.output[2] - 1) * L.stride[2] + L.filter[2];
+    const int64_t staged = L.filter[1] * span * L.C * es;
+    if (vb < 16 && L.image[0] == 1 && L.filter[0] == 1 && L.output[0] == 1 && L.dilation[2] == 1 && staged <= 48 * 1024) {
+        const std::string entry = fmt::format("kiln_im2col_rows_e{}", es);
+        CUfunction f = be.precompiled(kiln_im2col_image, entry, int(staged));
+        log_debug("conv: im2col {} -> {} ({} x {}, {} blocks, {} bytes staged)", L.str(), entry, rows, taps, L.N * L.output[1],
+                  staged);
+        void* params[] = {&p};
+        be.launch_precompiled(f, unsigned(L.N * L.output[1]), 1, 1, 256, unsigned(staged), params, {});
+        buffer.view().storage->written = true;
+        return buffer.slice({Slice::all(), Slice::range(0, taps)});
+    }
     const std::string entry = fmt::format("kiln_im2col_v{}", vb);
     CUfunction f = be.precompiled(kiln_im2col_image, entry, 0);
     // A thread per 16-byte chunk of the buffer, up to 16 blocks of 256 per multiprocessor

@@ -410,7 +410,7 @@ TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
     c.store(hy, c.op(kir::Op::Neg, kir::ComputeType::F32, c.load(hx)));
     CudaSource src16 = codegen::emit_cuda(c.kernel());
     CHECK(src16.code.find("const uint4 w0 = ((const uint4*)b0)[q];") != std::string::npos);
-    CHECK(src16.code.find("const long long nv = a.sizes[0] / 8;") != std::string::npos);
+    CHECK(src16.code.find("const long long nv = (a.sizes[0]) / 8;") != std::string::npos);
     // 16-bit floats convert two at a time: lanes 0 and 1 of the load, lanes 6 and 7 of the store.
     CHECK(src16.code.find("kiln_f16x2_cvt(w0.x, e0[0], e0[1]);") != std::string::npos);
     CHECK(src16.code.find("if (kiln_f16x2_nan(w0.x) | kiln_f16x2_nan(w0.y) | kiln_f16x2_nan(w0.z) | kiln_f16x2_nan(w0.w))") !=
@@ -419,6 +419,42 @@ TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
     CHECK(src16.code.find("if (kiln_bf16x2_nan(w1.x) | kiln_bf16x2_nan(w1.y) | kiln_bf16x2_nan(w1.z) | kiln_bf16x2_nan(w1.w))") !=
           std::string::npos);
     require_compiles("vec16", src16);
+}
+
+TEST_CASE("elementwise kernels past rank 1 take words along a contiguous innermost axis") {
+    // y (rows x cols, any row stride) = x * c + r: x contiguous along the row, c (cols,) broadcast
+    // over rows, r (rows, 1) broadcast along them, the row's word found once.
+    test::KernelBuilder b("kiln_vec2d", "PP");
+    int x = b.input(DType::Float16, "x1"), c = b.input(DType::Float32, "01"), r = b.input(DType::Float32, "x0"),
+        y = b.output(DType::Float16, "x1");
+    b.loop();
+    b.store(y, b.op(kir::Op::Add, kir::ComputeType::F32, b.op(kir::Op::Mul, kir::ComputeType::F32, b.load(x), b.load(c)),
+                    b.load(r)));
+    CudaSource src = codegen::emit_cuda(b.kernel());
+    // Words of 4 (the widest buffer, float32): where bases, row strides and the row length allow.
+    CHECK(src.code.find("if ((((unsigned long long)b0 & 7) | (a.strides[0] % 4) | ((unsigned long long)b1 & 15) | "
+                        "((unsigned long long)b3 & 7) | (a.strides[6] % 4) | (a.sizes[1] % 4)) == 0)") != std::string::npos);
+    CHECK(src.code.find("const long long i0 = 4 * q;") != std::string::npos);
+    CHECK(src.code.find("const uint2 w0 = ((const uint2*)b0)[(w_o0 / 4)];") != std::string::npos);
+    CHECK(src.code.find("const uint4 w1 = ((const uint4*)b1)[(w_o1 / 4)];") != std::string::npos);
+    CHECK(src.code.find("const long long o2 = w_o2;") != std::string::npos);   // r: one element per word
+    CHECK(src.code.find("((uint2*)b3)[(w_o3 / 4)] = w3;") != std::string::npos);
+    CHECK(src.code.find("for (long long i = start + ") != std::string::npos);   // the scalar loop otherwise
+    require_compiles("vec2d", src);
+
+    // No word where a buffer runs across the innermost axis (a transpose), or a store is
+    // broadcast along it.
+    test::KernelBuilder t("kiln_vec_t", "PP");
+    int tx = t.input(DType::Float16, "1x"), ty = t.output(DType::Float16, "x1");
+    t.loop();
+    t.store(ty, t.load(tx));
+    CHECK(codegen::emit_cuda(t.kernel()).code.find("long long start") == std::string::npos);
+    require_compiles("vec_t", codegen::emit_cuda(t.kernel()));
+    test::KernelBuilder z("kiln_vec_z", "PP");
+    int zx = z.input(DType::Float16, "x1"), zy = z.output(DType::Float16, "x0");
+    z.loop();
+    z.store(zy, z.load(zx));
+    CHECK(codegen::detail::elementwise_vector_width(z.kernel()) == 1);
 }
 
 TEST_CASE("exp takes the hardware's approximation only where every store is a 16-bit float") {
