@@ -249,6 +249,30 @@ def test_conv_benchmark_without_a_gpu_says_so():
     assert "conv:" in r.stdout and ("not importable" in r.stdout or "skipped" in r.stdout)
 
 
+def test_convnets_benchmark_without_a_gpu_says_so():
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "convnets.py"), "--json", os.devnull], capture_output=True,
+                       text=True, env=dict(os.environ, KILN_BACKEND="cpu"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "convnets:" in r.stdout and ("not importable" in r.stdout or "skipped" in r.stdout)
+
+
+def test_convnets_benchmark_walks_every_layer_with_parameters_in_order():
+    # The PyTorch twin takes kiln's parameters in this order (Residual blocks: branch, then shortcut).
+    sys.path.insert(0, BENCH)
+    try:
+        import convnets as bench
+    finally:
+        sys.path.remove(BENCH)
+    import kiln
+    from kiln.layers import BatchNorm, Conv, Residual
+    net = bench.networks.build("resnet50", ctx=kiln.Context("cpu"), N=1, dtype=kiln.float32)
+    order = [type(layer).__name__ for layer in bench.leaves(net.layers)]
+    assert len(order) == 109 and order[:3] == ["Conv", "BatchNorm", "Pool"] and order[-2:] == ["Pool", "FC"]
+    assert not any(isinstance(layer, Residual) for layer in bench.leaves(net.layers))
+    block = net.layers[3]   # the first bottleneck: three convolutions, then the projection
+    assert [type(layer) for layer in bench.leaves([block])] == [Conv, BatchNorm] * 4
+
+
 def test_the_collectives_benchmark_fills_its_own_section(tmp_path):
     doc = tmp_path / "PERF.md"
     doc.write_text("# Performance\n\n" + perf_tables.COLL_BEGIN + "\nstale\n" + perf_tables.COLL_END + "\nafter\n")
