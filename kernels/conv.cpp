@@ -520,7 +520,10 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
         Context& ctx = E5.context();
         const Tensor E = E5.is_contiguous() ? E5 : ctx.eval(E5.expr());   // once, not once per phase
         const Tensor F5 = as5(F, g.K, {g.T, g.R, g.S}, g.C);
-        const std::optional<Tensor> direct = scattered(o) ? out.reshape_view({g.N, g.D, g.H, g.W, g.C}) : std::nullopt;
+        // (A phase writes out before the next reads E and F: not where out shares their memory.)
+        const bool apart = out.view().storage != E5.view().storage && out.view().storage != F.view().storage;
+        const std::optional<Tensor> direct =
+            scattered(o) && apart ? out.reshape_view({g.N, g.D, g.H, g.W, g.C}) : std::nullopt;
         Tensor grad = direct ? *direct : ctx.empty({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
         DotOptions d;
         if (direct) d.alpha = o.alpha, d.relu = o.relu, d.slope = o.slope;

@@ -543,9 +543,21 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         break;
     }
     case CudaShape::Elementwise: {
-        // A thread per vector of the vector path (which most launches take), so that no block
-        // starts with nothing to do; the grid-stride loops cover the rest.
-        const int64_t v = detail::elementwise_vector_width(k);
+        // A thread per vector of the vector path where the sizes and strides let it run (bases
+        // permitting: the kernel checks those), so that no block starts with nothing to do; the
+        // grid-stride loops cover the rest.
+        int64_t v = detail::elementwise_vector_width(k);
+        if (v > 1 && k.rank > 1) {
+            const int inner = k.rank - 1;
+            bool words = a.sizes[inner] % v == 0;
+            for (size_t b = 0; b < k.buffers.size() && words; ++b)
+                if (k.buffers[b].layout[inner] == kir::StrideKind::One)
+                    for (int d = 0; d < inner; ++d)
+                        if (k.buffers[b].layout[d] == kir::StrideKind::Any &&
+                            (b * k.rank + d >= a.strides.size() || a.strides[b * k.rank + d] % v))
+                            words = false;
+            if (!words) v = 1;
+        }
         const int64_t items = (np + v - 1) / v;
         plan.launches = {launch_of(k.name, clamp_grid((items + kCudaBlockSize - 1) / kCudaBlockSize, 1), kCudaBlockSize, 1, 0)};
         break;

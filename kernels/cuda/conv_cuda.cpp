@@ -80,13 +80,14 @@ bool takes(cuda::CudaBackend& be, const ConvLayer& L) {
 
 // The rank of the TMA im2col descriptor that can bring L's patches (sm90/conv_fprop.cuh), or 0
 // for the gather. TMA takes a k-tile of 64 channels of one tap, so C must be a multiple of 64;
-// the descriptor has the image's axes that are not all ones (W always; H, D where used), and
-// holds, per axis, the output positions' window as corners relative to the image's ends: from
-// -pad to (out - 1) stride + 1 - size - pad, each within a range that shrinks with the rank
-// (2^15, 2^7, 2^4), with a stride of at most 8 and the filter's offsets within 16 bits.
+// the descriptor has the image's axes other than unpadded ones of size 1 (W always; H, D where
+// used), and holds, per axis, the output positions' window as corners relative to the image's
+// ends: from -pad to (out - 1) stride + 1 - size - pad, each within a range that shrinks with
+// the rank (2^15, 2^7, 2^4), with a stride of at most 8 and the filter's offsets within 16 bits.
 int im2col_rank(const ConvLayer& L, const void* image) {
     if (L.C % 64 != 0 || reinterpret_cast<uintptr_t>(image) % 16 != 0) return 0;
-    auto used = [&](int a) { return L.image[a] != 1 || L.filter[a] != 1 || L.output[a] != 1; };
+    // (An axis of ones with padding is used: its one output position may read the padding.)
+    auto used = [&](int a) { return L.image[a] != 1 || L.filter[a] != 1 || L.output[a] != 1 || L.pad[a] != 0; };
     const int rank = used(0) ? 5 : used(1) ? 4 : 3;
     const int64_t lim = rank == 3 ? 32768 : rank == 4 ? 128 : 16;
     for (int a = 5 - rank; a < 3; ++a) {
@@ -175,7 +176,8 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
     // of output positions from the image rows it stages in shared memory (im2col.cu).
     const int64_t span = (L.output[2] - 1) * L.stride[2] + L.filter[2];
     const int64_t staged = L.filter[1] * span * L.C * es;
-    if (vb < 16 && L.image[0] == 1 && L.filter[0] == 1 && L.output[0] == 1 && L.dilation[2] == 1 && staged <= 48 * 1024) {
+    if (vb < 16 && L.image[0] == 1 && L.filter[0] == 1 && L.output[0] == 1 && L.pad[0] == 0 && L.dilation[2] == 1 &&
+        staged <= 48 * 1024) {
         const std::string entry = fmt::format("kiln_im2col_rows_e{}", es);
         CUfunction f = be.precompiled(kiln_im2col_image, entry, int(staged));
         log_debug("conv: im2col {} -> {} ({} x {}, {} blocks, {} bytes staged)", L.str(), entry, rows, taps, L.N * L.output[1],

@@ -455,6 +455,19 @@ TEST_CASE("elementwise kernels past rank 1 take words along a contiguous innermo
     z.loop();
     z.store(zy, z.load(zx));
     CHECK(codegen::detail::elementwise_vector_width(z.kernel()) == 1);
+
+    // The grid: a thread per word where the row length and the row strides allow words, else a
+    // thread per element (the kernel's scalar loop does it all).
+    const codegen::CudaDeviceCaps h100{90, 132};
+    kir::LaunchArgs a;
+    a.sizes = {1000, 64};
+    a.strides = {64, 1, 0, 1, 1, 0, 64, 1};   // x, c, r, y: (buffer, dim)
+    a.buffers.assign(4, nullptr);
+    CHECK(codegen::plan_cuda_launch(b.kernel(), a, h100).launches[0].grid == (64000 / 4 + codegen::kCudaBlockSize - 1) / codegen::kCudaBlockSize);
+    a.strides[0] = 66;   // x's rows 66 elements apart: no word starts a row of x
+    CHECK(codegen::plan_cuda_launch(b.kernel(), a, h100).launches[0].grid == (64000 + codegen::kCudaBlockSize - 1) / codegen::kCudaBlockSize);
+    a.strides[0] = 64, a.sizes = {1000, 6};
+    CHECK(codegen::plan_cuda_launch(b.kernel(), a, h100).launches[0].grid == (6000 + codegen::kCudaBlockSize - 1) / codegen::kCudaBlockSize);
 }
 
 TEST_CASE("exp takes the hardware's approximation only where every store is a 16-bit float") {
