@@ -145,6 +145,26 @@ ConvShape conv_shape(const ConvLayer& L) {
     return s;
 }
 
+// The epilogue's fields of a convolution kernel's parameters storing into C (element (m, n) at
+// m c_sm + n c_sn): alpha, beta, ReLU and its slope, C's dtype, and stochastic rounding of a
+// 16-bit C from the context's stream. (The bias, where there is one, is the caller's.)
+void set_epilogue(GemmParams& g, const detail::Mat& c, int64_t c_sm, int64_t c_sn, DType c_dtype, const DotOptions& o,
+                  Context::Impl& impl) {
+    g.c = const_cast<char*>(c.base);
+    g.c_sm = c_sm, g.c_sn = c_sn;
+    g.alpha = float(o.alpha), g.beta = float(o.beta), g.slope = float(o.slope);
+    g.c_dtype = detail::gemm_dtype(c_dtype);
+    if (o.relu) g.flags |= kRelu;
+    if (o.beta != 0) g.flags |= kBeta;
+    if (impl.stochastic_round_bits > 0 && c_dtype != DType::Float32) {
+        g.sr_bits = impl.stochastic_round_bits;
+        g.seed = impl.seed;
+        g.counter = impl.rng_counter++;
+    }
+    g.batch = 1;
+    g.group_m = 1;
+}
+
 } // namespace
 
 Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
@@ -257,13 +277,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     ConvParams p{};
     GemmParams& g = p.gemm;
     const detail::Mat c = detail::mat(C);
-    g.c = const_cast<char*>(c.base);
-    g.c_sm = c.s_row, g.c_sn = c.s_col;
-    g.m = int32_t(rows), g.n = int32_t(L.K), g.k = int32_t(taps), g.batch = 1;
-    g.alpha = float(o.alpha), g.beta = float(o.beta), g.slope = float(o.slope);
-    g.c_dtype = detail::gemm_dtype(C.dtype());
-    if (o.relu) g.flags |= kRelu;
-    if (o.beta != 0) g.flags |= kBeta;
+    set_epilogue(g, c, c.s_row, c.s_col, C.dtype(), o, impl);
+    g.m = int32_t(rows), g.n = int32_t(L.K), g.k = int32_t(taps);
     Tensor bias;
     if (o.bias) {   // the kernels read K contiguous float32 values
         bias = *o.bias;
@@ -272,14 +287,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         g.bias = reinterpret_cast<const float*>(detail::data_of(bias));
         g.flags |= kBias;
     }
-    if (impl.stochastic_round_bits > 0 && C.dtype() != DType::Float32) {
-        g.sr_bits = impl.stochastic_round_bits;
-        g.seed = impl.seed;
-        g.counter = impl.rng_counter++;
-    }
     g.tiles_m = int32_t((rows + 127) / 128);
     g.tiles_n = int32_t((L.K + t.bn - 1) / t.bn);
-    g.group_m = 1;
     p.image = detail::data_of(I);
     p.shape = conv_shape(L);
     p.im2col_rank = im2col_rank(L, p.image);
@@ -386,20 +395,10 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     ConvParams p{};
     GemmParams& g = p.gemm;
     const detail::Mat c = detail::mat(grad_F);
-    g.c = const_cast<char*>(c.base);
-    g.c_sm = c.s_col, g.c_sn = c.s_row;
-    g.m = int32_t(taps), g.n = int32_t(L.K), g.k = int32_t(rows), g.batch = 1;
-    g.alpha = float(o.alpha), g.beta = float(o.beta);
-    g.c_dtype = detail::gemm_dtype(grad_F.dtype());
-    if (o.beta != 0) g.flags |= kBeta;
-    if (impl.stochastic_round_bits > 0 && grad_F.dtype() != DType::Float32) {
-        g.sr_bits = impl.stochastic_round_bits;
-        g.seed = impl.seed;
-        g.counter = impl.rng_counter++;
-    }
+    set_epilogue(g, c, c.s_col, c.s_row, grad_F.dtype(), o, impl);
+    g.m = int32_t(taps), g.n = int32_t(L.K), g.k = int32_t(rows);
     g.tiles_m = int32_t((taps + 127) / 128);
     g.tiles_n = int32_t((L.K + w.bn - 1) / w.bn);
-    g.group_m = 1;
     g.k_splits = w.splits;
     p.image = detail::data_of(I);
     p.shape = conv_shape(L);

@@ -147,6 +147,25 @@ __device__ __forceinline__ void conv_produce_gather(const ConvParams& p, unsigne
     for (int a = ktiles > kLag ? ktiles - kLag : 0; a < ktiles; ++a) mbar_arrive(&ring.full[a % STAGES]);
 }
 
+// The start of a convolution kernel's block (thread 0 prefetches the descriptors and sets up the
+// ring; everyone waits, then for the grids before): each stage full after `full_arrivals`
+// arrivals with the TMA bytes, empty once lane 0 of each of the two consumers' warps is done.
+template <int STAGES>
+__device__ __forceinline__ void conv_block_start(Ring<STAGES>& ring, int full_arrivals, const CUtensorMap* map0,
+                                                 const CUtensorMap* map1) {
+    if (threadIdx.x == 0) {
+        tma_prefetch_descriptor(map0);
+        if (map1) tma_prefetch_descriptor(map1);
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(&ring.full[s], full_arrivals);
+            mbar_init(&ring.empty[s], 4 * 2);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    wait_for_prior_grids();
+}
+
 // One 128 x BN tile of O per block: blockIdx.x = tile_m * tiles_n + tile_n (the blocks of one
 // row of tiles, which read the same patches, run side by side). p.im2col_rank 0 gathers A; 3, 4
 // or 5 loads it by TMA through map_a, an im2col descriptor of that rank.
@@ -163,18 +182,8 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
     const int m0 = tile_m * BM, n0 = tile_n * BN;
     const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
     const bool tma_a = p.im2col_rank != 0;
-    if (tid == 0) {
-        tma_prefetch_descriptor(map_b);
-        if (tma_a) tma_prefetch_descriptor(map_a);
-        for (int s = 0; s < STAGES; ++s) {
-            // the issuing threads' TMA bytes, and with the gather every producer thread
-            mbar_init(&ring.full[s], tma_a ? 1 : 128 + 1);
-            mbar_init(&ring.empty[s], 4 * 2);    // lane 0 of each consumer warp
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    wait_for_prior_grids();
+    // (The issuing thread's TMA bytes, and with the gather every producer thread.)
+    conv_block_start(ring, tma_a ? 1 : 128 + 1, map_b, tma_a ? map_a : nullptr);
 
     const int wg = tid / 128;
     if (wg == 0) {

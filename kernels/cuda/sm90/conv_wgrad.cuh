@@ -73,17 +73,7 @@ __device__ __forceinline__ void conv_wgrad(const ConvParams& p, const CUtensorMa
     const int m0 = tile_m * BM, n0 = tile_n * BN;
     const Work w = work_of(g, Cfg::BK);
     const int ktiles = w.kt_end - w.kt_begin;
-    if (tid == 0) {
-        tma_prefetch_descriptor(map_e);
-        tma_prefetch_descriptor(map_i);
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(&ring.full[s], 1);       // the issuing thread's TMA bytes
-            mbar_init(&ring.empty[s], 4 * 2);  // lane 0 of each consumer warp
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    wait_for_prior_grids();
+    conv_block_start(ring, 1, map_e, map_i);   // (each stage's issuing thread)
 
     const int wg = tid / 128;
     if (wg == 0) {
