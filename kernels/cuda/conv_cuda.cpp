@@ -50,6 +50,26 @@ ConvTile tile_for(const ConvLayer& L, int sms) {
     return t;
 }
 
+// The walk's tile (conv_walk.cuh): the one-tile kernel's width (64 or 128: the 256-wide
+// accumulators and the walk's state spilled) with fewer stages, its staged results and the
+// bias past them.
+struct WalkTile {
+    int stages = 0, smem = 0;
+    std::string entry;
+};
+bool walk_requested() {
+    const char* k = std::getenv("KILN_CONV_KERNEL");
+    return k && std::strcmp(k, "walk") == 0;
+}
+
+WalkTile walk_for(const ConvLayer& L, const ConvTile& t) {
+    WalkTile w;
+    w.stages = t.bn == 64 ? 6 : 5;
+    w.smem = w.stages * (128 * 128 + t.bn * 128) + 128 * (t.bn + 8) * 2 + t.bn * 4 + 1024;
+    w.entry = fmt::format("kiln_conv_fprop_walk_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, w.stages);
+    return w;
+}
+
 bool fits_32_bits(int64_t v) { return v > 0 && v < (int64_t(1) << 31); }
 
 // Every size, padding, stride and dilation of L in the kernels' 32-bit fields, with room for
@@ -257,8 +277,13 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
-    const std::string entry = tile_for(L, be.info().multiprocessors).entry;
-    return im2col_rank(L, nullptr) ? entry + " (patches by TMA)" : entry;   // (allocations are 16-byte aligned)
+    const int sms = be.info().multiprocessors;
+    const ConvTile t = tile_for(L, sms);
+    if (!im2col_rank(L, nullptr)) return t.entry;   // (allocations are 16-byte aligned)
+    const int64_t tiles = (L.N * L.output[0] * L.output[1] * L.output[2] + 127) / 128 * ((L.K + t.bn - 1) / t.bn);
+    // (The walk, for a 16-bit output of its own: what the benchmarks store.)
+    if (walk_requested() && t.bn <= 128 && tiles > sms) return walk_for(L, t).entry + " (patches by TMA)";
+    return t.entry + " (patches by TMA)";
 }
 
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
@@ -311,6 +336,22 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         g.flags |= kHist;
         smem = at + bytes;
         if (counted) *counted = true;
+    }
+    // KILN_CONV_KERNEL=walk: the walk (conv_walk.cuh), a block per SM running ahead across its
+    // tiles, where there are more tiles than SMs, the patches come by TMA, the register epilogue
+    // stores and its buffers fit. Not chosen otherwise until measured against the one-tile kernel.
+    const int sms = be.info().multiprocessors;
+    const WalkTile walk = walk_for(L, t);
+    if (walk_requested() && p.im2col_rank && t.bn <= 128 && rows_of_16_bytes(g) && !(g.flags & kHist) && blocks > sms &&
+        walk.smem <= be.info().max_shared_optin) {
+        CUfunction f = be.precompiled(kiln_conv_sm90_image, walk.entry, walk.smem);
+        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks)", L.str(), walk.entry, rows, L.K, taps, blocks,
+                  sms);
+        void* params[] = {&p, &map_b, &map_a};
+        be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(walk.smem), params,
+                              {.programmatic = be.programmatic_launches()});
+        C.view().storage->written = true;
+        return true;
     }
     CUfunction f = be.precompiled(kiln_conv_sm90_image, t.entry, smem);
     log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {})", L.str(), t.entry, rows, L.K, taps, blocks,

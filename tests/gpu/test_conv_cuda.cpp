@@ -281,6 +281,33 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             unsetenv("KILN_CONV_KERNEL");
             CHECK(count_off(Og, Oi, Om, dt) == 0);
         }
+    // More tiles than SMs: the walk (KILN_CONV_KERNEL=walk: a block per SM across its tiles), 64
+    // and 128 wide, with a bias and ReLU reloaded per tile, against the one-tile kernel and
+    // against im2col and the GEMM.
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (int64_t K : {64, 128, 72}) {
+            const ConvLayer L = conv_layer(dt, 48, 64, K, {1, 28, 28}, {1, 3, 3}, {0, 1, 1});
+            INFO(L.str());
+            setenv("KILN_CONV_KERNEL", "walk", 1);
+            CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
+            const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
+                       B = pair(gpu, gpu, {K}, DType::Float32, ++seed);
+            ConvOptions o;
+            o.relu = true, o.bias = B.gpu;
+            Tensor Ow = gpu.empty(L.output_shape(), dt), Ot = gpu.empty(L.output_shape(), dt),
+                   Oi = gpu.empty(L.output_shape(), dt), Om = gpu.empty(L.output_shape(), DType::Float32);
+            fprop_conv(L, I.gpu, F.gpu, Ow, o);
+            unsetenv("KILN_CONV_KERNEL");
+            fprop_conv(L, I.gpu, F.gpu, Ot, o);
+            setenv("KILN_CONV_KERNEL", "im2col", 1);
+            fprop_conv(L, I.gpu, F.gpu, Oi, o);
+            unsetenv("KILN_CONV_KERNEL");
+            ConvOptions m;
+            m.bias = B.abs;
+            fprop_conv(L, I.abs, F.abs, Om, m);
+            CHECK(count_off(Ow, Ot, Om, dt) == 0);
+            CHECK(count_off(Ow, Oi, Om, dt) == 0);
+        }
     // A first layer padded along its axis of ones (depth): its one output depth reads only the
     // padding, so its outputs and its filter gradient are zeros (the staged im2col, which has no
     // depth, declines it).

@@ -1,0 +1,86 @@
+// The implicit-GEMM fprop as a walk: a block per SM takes tiles blockIdx.x, + gridDim.x, ...
+// (raster order), its producer running ahead across them by TMA in im2col mode, so that the
+// next tile's stages load while the consumers finish this one and store its results. The
+// one-tile kernel (conv_fprop.cuh) pays each tile's pipeline fill and epilogue with the tensor
+// cores idle, which dominates where a tile has few k-tiles (a 1x1 layer, 3x3 over 64 channels).
+// The results are staged for their stores in a buffer of their own past the stages (the
+// register epilogue, store_tile_16bit), since the stages are being refilled meanwhile: 16-bit
+// output whose rows are 16 bytes apart, without beta or stochastic rounding (the host checks).
+// Chosen only with KILN_CONV_KERNEL=walk until measured against the one-tile kernel.
+#pragma once
+#include "kernels/cuda/sm90/conv_fprop.cuh"
+
+namespace kiln::gemm {
+
+// Shared memory past the stages: the staged results (BM rows of BN + 8 16-bit values), then the
+// tile's bias (BN floats).
+template <int BN>
+constexpr int kWalkStagedBytes = 128 * (BN + 8) * 2;
+
+template <class T, int BN, int STAGES>
+__device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUtensorMap* map_b, const CUtensorMap* map_a) {
+    using Cfg = WgConfig<T, BN, 2, STAGES>;
+    constexpr int BM = Cfg::BM;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = aligned_smem(smem_raw);
+    __shared__ __align__(8) Ring<STAGES> ring;
+    const GemmParams& g = p.gemm;
+    const int tid = threadIdx.x;
+    const int tiles = g.tiles_m * g.tiles_n;
+    const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
+    conv_block_start(ring, 1, map_b, map_a);
+
+    const int wg = tid / 128;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");   // the consumers' registers: 128 x 40 + 256 x 232 <= 64K
+        if (tid == 0) {
+            const ConvShape& s = p.shape;
+            const int cblocks = s.C / Cfg::BK;
+            int it = 0;   // stage uses across the block's tiles
+            for (int t = int(blockIdx.x); t < tiles; t += int(gridDim.x)) {
+                const int m0 = t / g.tiles_n * BM, n0 = t % g.tiles_n * BN;
+                const RowOrigin o = row_origin(s, m0);
+                int cb = 0, sx = 0, r = 0, tz = 0;
+                for (int kt = 0; kt < ktiles; ++kt, ++it) {
+                    const int st = it % STAGES;
+                    if (it >= STAGES) mbar_wait(&ring.empty[st], ((it / STAGES) - 1) & 1);
+                    unsigned char* stage = smem + st * Cfg::kStageBytes;
+                    mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
+                    tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
+                                    uint16_t(sx * s.dil_w), uint16_t(r * s.dil_h), uint16_t(tz * s.dil_d));
+                    tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
+                    if (++cb == cblocks) {
+                        cb = 0;
+                        if (++sx == s.S) {
+                            sx = 0;
+                            if (++r == s.R) r = 0, ++tz;
+                        }
+                    }
+                }
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int c = wg - 1;
+    const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
+    unsigned char* staged = smem + STAGES * Cfg::kStageBytes;
+    float* bias_s = reinterpret_cast<float*>(staged + kWalkStagedBytes<BN>);
+    const bool bias = g.flags & kBias;
+    const int q = lane % 4;
+    const int row0 = 64 * c + 16 * warp + lane / 4;
+    int it = 0;
+    for (int t = int(blockIdx.x); t < tiles; t += int(gridDim.x)) {
+        const int tile_n = t % g.tiles_n, m0 = t / g.tiles_n * BM, n0 = tile_n * BN;
+        float acc[BN / 2];
+        consume_tile<T, BN, 2, STAGES, 0, 0>(acc, smem, ring, c, lane, ktiles, it);
+        // Both consumers are done with the previous tile's staged results and bias.
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        for (int i = ctid + 128 * c; i < BN; i += 256) bias_s[i] = bias && n0 + i < g.n ? __ldg(g.bias + n0 + i) : 0.f;
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        store_tile_16bit<T, BM, BN, 256>(g, acc, staged, bias_s, m0, n0, tile_n, 0, row0, q, ctid + 128 * c, nullptr,
+                                         nullptr);
+    }
+}
+
+} // namespace kiln::gemm
