@@ -4,6 +4,7 @@
 // width and the launch.
 #include "kernels/cuda/conv_cuda.hpp"
 
+#include "compiler/env.hpp"
 #include "compiler/log.hpp"
 #include "ir/storage.hpp"
 #include "kernels/cuda/im2col_params.hpp"
@@ -50,6 +51,10 @@ ConvTile tile_for(const ConvLayer& L, int sms) {
     return t;
 }
 
+// KILN_CONV_KERNEL: 0 "im2col" (the patch matrix and the GEMM, for A/B runs), 1 "walk" (the
+// fprop walk, conv_walk.cuh, where it applies); unset: kiln's choice. Read at each call.
+std::optional<int> conv_kernel_choice() { return env::choice("KILN_CONV_KERNEL", {"im2col", "walk"}); }
+
 // The walk's tile (conv_walk.cuh): the one-tile kernel's width (64 or 128: the 256-wide
 // accumulators and the walk's state spilled) with fewer stages, its staged results and the
 // bias past them.
@@ -57,10 +62,7 @@ struct WalkTile {
     int stages = 0, smem = 0;
     std::string entry;
 };
-bool walk_requested() {
-    const char* k = std::getenv("KILN_CONV_KERNEL");
-    return k && std::strcmp(k, "walk") == 0;
-}
+bool walk_requested() { return conv_kernel_choice() == 1; }
 
 WalkTile walk_for(const ConvLayer& L, const ConvTile& t) {
     WalkTile w;
@@ -87,7 +89,7 @@ bool geometry_fits(const ConvLayer& L) {
 }
 
 bool takes(cuda::CudaBackend& be, const ConvLayer& L) {
-    if (const char* k = std::getenv("KILN_CONV_KERNEL"); k && std::strcmp(k, "im2col") == 0) return false;
+    if (conv_kernel_choice() == 0) return false;
     if (be.info().sm != 90) return false;
     if (L.dtype != DType::Float16 && L.dtype != DType::BFloat16) return false;
     if (L.C % 8 != 0 || !geometry_fits(L)) return false;
