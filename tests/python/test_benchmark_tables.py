@@ -258,9 +258,13 @@ def test_convnets_benchmark_without_a_gpu_says_so():
 
 def test_convnets_benchmark_walks_every_layer_with_parameters_in_order():
     # The PyTorch twin takes kiln's parameters in this order (Residual blocks: branch, then shortcut).
+    # (Loaded under a name of its own: examples/convnets.py is the module `convnets`.)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("convnets_benchmark", os.path.join(BENCH, "convnets.py"))
+    bench = importlib.util.module_from_spec(spec)
     sys.path.insert(0, BENCH)
     try:
-        import convnets as bench
+        spec.loader.exec_module(bench)
     finally:
         sys.path.remove(BENCH)
     import kiln
