@@ -14,7 +14,9 @@ against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin 
 `<!-- cpu_fusion:end -->`; kiln-bench-gemm's (JSON lines; no device, date or commit) `<!-- gemm:begin -->` ..
 `<!-- gemm:end -->`; python_dispatch.py's (one or several runs, each row the median of the runs)
 `<!-- python:begin -->` .. `<!-- python:end -->`; conv.py's (kiln beside cuDNN) `<!-- conv:begin -->` ..
-`<!-- conv:end -->` (per network) and conv_layers.md beside the document (per layer); collectives.py's (kiln.distributed beside torch.distributed)
+`<!-- conv:end -->` (per network) and conv_layers.md beside the document (per layer); convnets.py's (whole
+networks beside PyTorch) `<!-- convnets:begin -->` .. `<!-- convnets:end -->` and convnets_layers.md beside it;
+collectives.py's (kiln.distributed beside torch.distributed)
 `<!-- collectives:begin -->` .. `<!-- collectives:end -->`; hist_cost.py's (named-tensor histograms)
 `<!-- hist:begin -->` .. `<!-- hist:end -->`. A section without its markers is added
 at the end of the document, so the document always shows the last run's numbers with that
@@ -36,6 +38,7 @@ PY_BEGIN, PY_END = "<!-- python:begin -->", "<!-- python:end -->"
 CONV_BEGIN, CONV_END = "<!-- conv:begin -->", "<!-- conv:end -->"
 COLL_BEGIN, COLL_END = "<!-- collectives:begin -->", "<!-- collectives:end -->"
 HIST_BEGIN, HIST_END = "<!-- hist:begin -->", "<!-- hist:end -->"
+CONVNETS_BEGIN, CONVNETS_END = "<!-- convnets:begin -->", "<!-- convnets:end -->"
 
 # kiln-bench-fusion's latency measures against the fused-kernel issue's targets: (label, key, unit, target).
 LATENCY = [
@@ -284,6 +287,42 @@ def render_conv(r, command):
     return "\n".join(out), "\n".join(layers) + "\n"
 
 
+CONVNETS_LAYERS = "convnets_layers.md"   # beside the document: the per-layer breakdown of the networks' run
+
+
+def render_convnets(r, command):
+    """The whole-network section (kiln.layers beside PyTorch eager and torch.compile, and the float32
+    checks) and, where the run has it, the per-layer document it links to."""
+    head = provenance(f"Device: {r['device']}. PyTorch {r['torch']}, cuDNN {r['cudnn']}.", r["date"], r["commit"],
+                      f"`{command}`.", f"{r['method']}.")
+    out = [CONVNETS_BEGIN, ""] + head + ["", "| net | dtype | pass | N | kiln ms | eager ms | torch.compile ms | "
+                                         "vs eager | vs compile | kiln images/s |", "| --- | --- | --- |" + " ---: |" * 7]
+    for n in r["networks"]:
+        compiled = f"{n['compile_ms']:.2f}" if n.get("compile_ms") else "-"
+        vs_c = f"{n['vs_compile']:.2f}x" if n.get("vs_compile") else "-"
+        out.append(f"| {n['net']} | {n['dtype']} | {n['pass']} | {n['N']} | {n['kiln_ms']:.2f} | {n['eager_ms']:.2f} | "
+                   f"{compiled} | {n['vs_eager']:.2f}x | {vs_c} | {n['N'] / n['kiln_ms'] * 1e3:.0f} |")
+    out += ["", "PyTorch ms / kiln ms (> 1: kiln faster). One float32 iteration of each network against its PyTorch "
+            "twin from the same weights and input (largest error relative to PyTorch's largest value): " +
+            "; ".join(f"{c['net']} (N={c['N']}) logits {c['logits']:.1e}, gradients {c['grads']:.1e}" for c in r["checks"]) +
+            "."]
+    layers = None
+    if r.get("layers"):
+        out += ["", f"Each layer's fprop and bprop timed alone: [{CONVNETS_LAYERS}]({CONVNETS_LAYERS})."]
+        layers = ["# Whole networks beside PyTorch, layer by layer", "",
+                  "Written by `python3 examples/benchmarks/perf_tables.py convnets.json` with the network section of "
+                  "PERFORMANCE.md, from the same run: each top-level layer's fprop and bprop timed alone, kiln beside "
+                  "the same PyTorch module in eager mode (its bprop: forward and backward less forward).", ""] + head + [
+                  "", "| net | dtype | # | layer | output | kiln fprop ms | eager fprop ms | kiln bprop ms | eager bprop ms |",
+                  "| --- | --- | ---: | --- | --- |" + " ---: |" * 4]
+        for c in r["layers"]:
+            layers.append(f"| {c['net']} | {c['dtype']} | {c['index']} | {c['layer']} | {'x'.join(map(str, c['shape']))} | "
+                          f"{c['kiln_fprop_ms']:.3f} | {c['eager_fprop_ms']:.3f} | {c['kiln_bprop_ms']:.3f} | "
+                          f"{c['eager_bprop_ms']:.3f} |")
+        layers = "\n".join(layers) + "\n"
+    return "\n".join(out + ["", CONVNETS_END]), layers
+
+
 def render_collectives(r, command):
     sm, sc = r["summary"], r["scaling"]
     out = [COLL_BEGIN, ""] + provenance(
@@ -349,7 +388,7 @@ def main():
     runs = [load_json(p) for p in args.json]
     r = runs[0]
     python = isinstance(r, dict) and "calls" in r and "rows" in r
-    if len(runs) > 1 and all(isinstance(x, dict) and "layers" in x for x in runs):
+    if len(runs) > 1 and all(isinstance(x, dict) and "layers" in x and "networks" not in x for x in runs):
         r = merge_conv_runs(runs)
         if r is None:
             print("perf_tables: the conv.py runs differ in device, versions or method", file=sys.stderr)
@@ -385,6 +424,13 @@ def main():
         table = render_hist(r, args.command or "python3 examples/benchmarks/hist_cost.py --json hist_cost.json")
         doc = replace_section(doc, HIST_BEGIN, HIST_END, table,
                               "Numerics histograms of named tensors (examples/benchmarks/hist_cost.py)")
+    elif "networks" in r:
+        table, layers = render_convnets(r, args.command or "python3 examples/benchmarks/convnets.py --json convnets.json")
+        doc = replace_section(doc, CONVNETS_BEGIN, CONVNETS_END, table,
+                              "Whole networks beside PyTorch (examples/benchmarks/convnets.py)")
+        if layers:
+            with open(os.path.join(os.path.dirname(os.path.abspath(args.doc)), CONVNETS_LAYERS), "w") as f:
+                f.write(layers)
     elif "layers" in r:
         table, layers = render_conv(r, args.command or "python3 examples/benchmarks/conv.py --json conv.json")
         doc = replace_section(doc, CONV_BEGIN, CONV_END, table,
@@ -408,7 +454,8 @@ def main():
     with open(args.doc, "w") as f:
         f.write(doc)
     count = sum("kiln_ms" in x for x in r) if gemm else len(
-        r["rows"] if python else r["layers"] if "layers" in r else r["allreduce"] if "allreduce" in r
+        r["rows"] if python else r["networks"] if "networks" in r else r["layers"] if "layers" in r
+        else r["allreduce"] if "allreduce" in r
         else r["hist"] if "hist" in r else r["cases"])
     print(f"{args.doc}: {count} {'products' if gemm else 'cases'} from {', '.join(args.json)}")
     return 0

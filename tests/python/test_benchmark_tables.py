@@ -210,6 +210,29 @@ def test_the_convolution_table(tmp_path):
     assert "implicit-gemm kiln_conv_fprop_f16_256_s4" in layers
 
 
+def test_the_whole_network_table(tmp_path):
+    run = {"device": "Test GPU", "date": "2026-01-03", "commit": "abc4321", "torch": "2.x", "cudnn": 91900, "kiln": "0.1",
+           "method": "host clock", "checks": [{"net": "resnet50", "N": 8, "logits": 2e-6, "grads": 3e-5}],
+           "networks": [{"net": "resnet50", "dtype": "float16", "pass": "fprop+bprop", "N": 256, "flops": 6e12,
+                         "kiln_ms": 80.0, "eager_ms": 100.0, "compile_ms": None, "vs_eager": 1.25, "vs_compile": None}],
+           "layers": [{"net": "resnet50", "dtype": "float16", "index": 0, "layer": "Conv", "shape": [256, 112, 112, 64],
+                       "flops": 1e11, "kiln_fprop_ms": 1.5, "eager_fprop_ms": 0.6, "kiln_bprop_ms": 3.0,
+                       "eager_fwd_bwd_ms": 4.0, "eager_bprop_ms": 3.4}]}
+    doc, js = tmp_path / "P.md", tmp_path / "convnets.json"
+    doc.write_text("# Performance\n")
+    js.write_text(json.dumps(run))
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = doc.read_text()
+    assert "## Whole networks beside PyTorch" in text and perf_tables.CONVNETS_BEGIN in text
+    assert "| resnet50 | float16 | fprop+bprop | 256 | 80.00 | 100.00 | - | 1.25x | - | 3200 |" in text
+    assert "resnet50 (N=8) logits 2.0e-06, gradients 3.0e-05" in text and "Commit: abc4321" in text
+    assert "](convnets_layers.md)" in text and perf_tables.CONV_BEGIN not in text   # not taken for conv.py's JSON
+    layers = (tmp_path / "convnets_layers.md").read_text()
+    assert "| resnet50 | float16 | 0 | Conv | 256x112x112x64 | 1.500 | 0.600 | 3.000 | 3.400 |" in layers
+
+
 def test_convolution_runs_per_network_are_merged(tmp_path):
     def run(net, peak, commit="def5678"):
         layer = {"net": net, "layer": "conv1", "dtype": "float16", "op": "fprop", "N": 8, "C": 3, "K": 64,
