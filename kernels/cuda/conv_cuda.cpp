@@ -17,8 +17,6 @@
 #include "ir/error.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 extern "C" const unsigned char kiln_conv_sm90_image[];
 extern "C" const unsigned char kiln_im2col_image[];
