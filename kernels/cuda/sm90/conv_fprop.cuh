@@ -57,16 +57,15 @@ __device__ __forceinline__ void tma_load_im2col(int rank, void* dst, const CUten
     }
 }
 
-// The producer by TMA in im2col mode: k-tile kt is channels 64 cb .. 64 cb + 63 of tap
-// (t, r, s), kt = tap * C / 64 + cb, as in the filter's KTRSC order. The descriptor map_a was
+// The producer by TMA in im2col mode (one thread: two copies a stage; several issuers measured
+// slower here): the tile at (m0, n0), k-tile kt being channels 64 cb .. 64 cb + 63 of tap
+// (t, r, s), kt = tap * C / 64 + cb, as in the filter's KTRSC order. `it` counts stage uses
+// across the tiles a block takes (stage it % STAGES, use it / STAGES). The descriptor map_a was
 // made for the image with this layer's padding, strides and output size (conv_cuda.cpp).
-// Issuing threads (`issuers`, a divisor of STAGES, as the GEMM's kIssuers) take the k-tiles
-// kt % issuers == issuer, so that each waits on its own stages' barriers in order: a thread
-// spends hundreds of cycles on each copy it issues.
 template <class T, int BN, int STAGES>
 __device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
                                                  const CUtensorMap* map_a, const CUtensorMap* map_b, int m0, int n0,
-                                                 int ktiles, int issuer, int issuers) {
+                                                 int ktiles, int& it) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
     const ConvShape& g = p.shape;
     const RowOrigin o = row_origin(g, m0);
@@ -74,7 +73,14 @@ __device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned c
     // The k-tile's channel block and tap, stepped along (divisions on the issuing thread's path
     // per k-tile made it slower than the multiplies).
     int cb = 0, s = 0, r = 0, t = 0;
-    const auto step = [&] {
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int st = it % STAGES;
+        if (it >= STAGES) mbar_wait(&ring.empty[st], ((it / STAGES) - 1) & 1);
+        unsigned char* stage = smem + st * Cfg::kStageBytes;
+        mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
+        tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
+                        uint16_t(s * g.dil_w), uint16_t(r * g.dil_h), uint16_t(t * g.dil_d));
+        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
         if (++cb == cblocks) {
             cb = 0;
             if (++s == g.S) {
@@ -82,17 +88,6 @@ __device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned c
                 if (++r == g.R) r = 0, ++t;
             }
         }
-    };
-    for (int i = 0; i < issuer; ++i) step();
-    for (int kt = issuer; kt < ktiles; kt += issuers) {
-        const int st = kt % STAGES;
-        if (kt >= STAGES) mbar_wait(&ring.empty[st], ((kt / STAGES) - 1) & 1);
-        unsigned char* stage = smem + st * Cfg::kStageBytes;
-        mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
-        tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
-                        uint16_t(s * g.dil_w), uint16_t(r * g.dil_h), uint16_t(t * g.dil_d));
-        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
-        for (int i = 0; i < issuers; ++i) step();
     }
 }
 
@@ -188,8 +183,8 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
     const int wg = tid / 128;
     if (wg == 0) {
         if (tma_a) {
-            // One issuer: two copies a stage (several issuers measured slower here).
-            if (tid == 0) conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, 0, 1);
+            int it = 0;
+            if (tid == 0) conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it);
         } else {
             conv_produce_gather<T, BN, STAGES>(p, smem, ring, map_b, m0, n0, ktiles, tid);
         }

@@ -34,30 +34,10 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");   // the consumers' registers: 128 x 40 + 256 x 232 <= 64K
         if (tid == 0) {
-            const ConvShape& s = p.shape;
-            const int cblocks = s.C / Cfg::BK;
             int it = 0;   // stage uses across the block's tiles
-            for (int t = int(blockIdx.x); t < tiles; t += int(gridDim.x)) {
-                const int m0 = t / g.tiles_n * BM, n0 = t % g.tiles_n * BN;
-                const RowOrigin o = row_origin(s, m0);
-                int cb = 0, sx = 0, r = 0, tz = 0;
-                for (int kt = 0; kt < ktiles; ++kt, ++it) {
-                    const int st = it % STAGES;
-                    if (it >= STAGES) mbar_wait(&ring.empty[st], ((it / STAGES) - 1) & 1);
-                    unsigned char* stage = smem + st * Cfg::kStageBytes;
-                    mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
-                    tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
-                                    uint16_t(sx * s.dil_w), uint16_t(r * s.dil_h), uint16_t(tz * s.dil_d));
-                    tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
-                    if (++cb == cblocks) {
-                        cb = 0;
-                        if (++sx == s.S) {
-                            sx = 0;
-                            if (++r == s.R) r = 0, ++tz;
-                        }
-                    }
-                }
-            }
+            for (int t = int(blockIdx.x); t < tiles; t += int(gridDim.x))
+                conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, t / g.tiles_n * BM, t % g.tiles_n * BN,
+                                                ktiles, it);
         }
         return;
     }
