@@ -349,13 +349,13 @@ void epilogue(const Tensor& T, Tensor& out, const ConvOptions& o, int64_t ch) {
     out.assign(e);
 }
 
-// bsum = the output's sum over every axis but the channel.
 // Whether the options map a zero gradient to zero and read nothing but the computed value
 // (alpha, ReLU or leaky ReLU; no beta, bias or brelu): a gradient computed only where it is not
 // zero can be finished there and the rest of the output set to zeros. (bsum is taken from the
 // output afterwards.)
 bool scattered(const ConvOptions& o) { return o.beta == 0 && !o.bias && !o.brelu; }
 
+// bsum = the output's sum over every axis but the channel.
 void channel_sums(const Tensor& out, const ConvOptions& o) {
     if (!o.bsum) return;
     Expr s = out.expr();
@@ -733,10 +733,10 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
     const Geo g = geo(L);
     if (pointwise(g)) return "gemm";
 #ifdef KILN_HAVE_GEMM_KERNELS
-    if (op == "update")
+    if (op == "update") {
         if (std::string k = gemm::conv_wgrad_kernel(ctx, L); !k.empty()) return "implicit-gemm " + k;
-    // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
-    if (op != "update") {
+    } else {
+        // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
         const bool forward = (op == "fprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
         if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;

@@ -20,11 +20,14 @@
 
 extern "C" const unsigned char kiln_conv_sm90_image[];
 extern "C" const unsigned char kiln_im2col_image[];
-extern "C" const unsigned char kiln_gemm_sm80_image[];   // (its kiln_gemm_reduce_splits)
 
 namespace kiln::gemm {
 
 namespace {
+
+// The implicit GEMM's rows (output positions N M P Q) and its reduction (filter taps T R S C).
+int64_t positions_of(const ConvLayer& L) { return L.N * L.output[0] * L.output[1] * L.output[2]; }
+int64_t taps_of(const ConvLayer& L) { return L.filter[0] * L.filter[1] * L.filter[2] * L.C; }
 
 // The tile: 128 output positions x BN output channels, as many stages as fit beside it; the
 // 64-wide one with 4 stages, two blocks an SM, so that one's pipeline fill and epilogue overlap
@@ -41,7 +44,7 @@ double wave_use(int64_t blocks, int sms) { return double(blocks) / double((block
 
 ConvTile tile_for(const ConvLayer& L, int sms) {
     ConvTile t;
-    const int64_t tiles_m = (L.N * L.output[0] * L.output[1] * L.output[2] + 127) / 128;
+    const int64_t tiles_m = (positions_of(L) + 127) / 128;
     t.bn = L.K <= 64 ? 64 : L.K <= 128 || wave_use(tiles_m * ((L.K + 255) / 256), sms) < 0.8 ? 128 : 256;
     t.stages = t.bn == 64 ? 4 : t.bn == 128 ? 6 : 4;
     t.smem = t.stages * (128 * 128 + t.bn * 128) + t.bn * 4 + 1024;
@@ -60,7 +63,12 @@ struct WalkTile {
     int stages = 0, smem = 0;
     std::string entry;
 };
-bool walk_requested() { return conv_kernel_choice() == 1; }
+// Whether fprop walks L: KILN_CONV_KERNEL=walk, a tile 64 or 128 wide, more tiles than SMs. (The
+// launch also needs the patches by TMA, the register epilogue and room for the walk's buffers.)
+bool walks(const ConvLayer& L, const ConvTile& t, int sms) {
+    const int64_t tiles = (positions_of(L) + 127) / 128 * ((L.K + t.bn - 1) / t.bn);
+    return conv_kernel_choice() == 1 && t.bn <= 128 && tiles > sms;
+}
 
 WalkTile walk_for(const ConvLayer& L, const ConvTile& t) {
     WalkTile w;
@@ -91,8 +99,8 @@ bool takes(cuda::CudaBackend& be, const ConvLayer& L) {
     if (be.info().sm != 90) return false;
     if (L.dtype != DType::Float16 && L.dtype != DType::BFloat16) return false;
     if (L.C % 8 != 0 || !geometry_fits(L)) return false;
-    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
-    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    const int64_t rows = positions_of(L);
+    const int64_t taps = taps_of(L);
     const int64_t image = L.image[0] * L.image[1] * L.image[2] * L.C;
     return fits_32_bits(rows + 128) && fits_32_bits(taps + 64) && fits_32_bits(image) && fits_32_bits(L.K) &&
            tile_for(L, be.info().multiprocessors).smem <= be.info().max_shared_optin;
@@ -192,8 +200,8 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const Tensor I = I5.is_contiguous() ? I5 : ctx.eval(I5.expr());
     const int64_t es = int64_t(dtype_size(I.dtype()));
-    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
-    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    const int64_t rows = positions_of(L);
+    const int64_t taps = taps_of(L);
     const int64_t ld = (taps + 16 / es - 1) / (16 / es) * (16 / es);   // rows 16 bytes apart, as TMA wants
     if (!fits_32_bits(rows) || !fits_32_bits(ld) || !fits_32_bits(L.image[0] * L.image[1] * L.image[2] * L.C) ||
         !geometry_fits(L))
@@ -243,8 +251,8 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
 Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols) {
     Context& ctx = dcols.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
-    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
-    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    const int64_t rows = positions_of(L);
+    const int64_t taps = taps_of(L);
     KILN_CHECK_INTERNAL(dcols.dtype() == DType::Float32 && dcols.rank() == 2 && dcols.shape()[0] == rows &&
                             dcols.shape()[1] == taps && dcols.strides()[1] == 1,
                         "col2im_cuda: the patch gradient of {} is {} {} with strides {}", L.str(),
@@ -280,9 +288,8 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     const int sms = be.info().multiprocessors;
     const ConvTile t = tile_for(L, sms);
     if (!im2col_rank(L, nullptr)) return t.entry;   // (allocations are 16-byte aligned)
-    const int64_t tiles = (L.N * L.output[0] * L.output[1] * L.output[2] + 127) / 128 * ((L.K + t.bn - 1) / t.bn);
     // (The walk, for a 16-bit output of its own: what the benchmarks store.)
-    if (walk_requested() && t.bn <= 128 && tiles > sms) return walk_for(L, t).entry + " (patches by TMA)";
+    if (walks(L, t, sms)) return walk_for(L, t).entry + " (patches by TMA)";
     return t.entry + " (patches by TMA)";
 }
 
@@ -295,8 +302,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     Context::Impl& impl = context_impl(ctx);
     const Tensor I = I5.is_contiguous() ? I5 : ctx.eval(I5.expr());
     const Tensor Fc = F.is_contiguous() ? F : ctx.eval(F.expr());
-    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
-    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    const int64_t rows = positions_of(L);
+    const int64_t taps = taps_of(L);
     const ConvTile t = tile_for(L, be.info().multiprocessors);
 
     ConvParams p{};
@@ -342,7 +349,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // stores and its buffers fit. Not chosen otherwise until measured against the one-tile kernel.
     const int sms = be.info().multiprocessors;
     const WalkTile walk = walk_for(L, t);
-    if (walk_requested() && p.im2col_rank && t.bn <= 128 && rows_of_16_bytes(g) && !(g.flags & kHist) && blocks > sms &&
+    if (walks(L, t, sms) && p.im2col_rank && rows_of_16_bytes(g) && !(g.flags & kHist) &&
         walk.smem <= be.info().max_shared_optin) {
         CUfunction f = be.precompiled(kiln_conv_sm90_image, walk.entry, walk.smem);
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks)", L.str(), walk.entry, rows, L.K, taps, blocks,
@@ -378,8 +385,8 @@ struct WgradPlan {
 };
 
 WgradPlan wgrad_plan(const ConvLayer& L, int sms) {
-    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
-    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
+    const int64_t taps = taps_of(L);
+    const int64_t rows = positions_of(L);
     const int64_t ktiles = (rows + 63) / 64;
     constexpr double kTileUs = 0.45;     // a 128 x 128 x 64 k-tile at about 600 TFLOP/s over 132 SMs
     constexpr double kWaveUs = 2.0;      // pipeline fill and epilogue per wave
@@ -428,8 +435,8 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     const int rank = im2col_rank(L, detail::data_of(I));
     if (rank == 0 || reinterpret_cast<uintptr_t>(detail::data_of(E)) % 16 != 0) return false;
     Context::Impl& impl = context_impl(ctx);
-    const int64_t rows = L.N * L.output[0] * L.output[1] * L.output[2];
-    const int64_t taps = L.filter[0] * L.filter[1] * L.filter[2] * L.C;
+    const int64_t rows = positions_of(L);
+    const int64_t taps = taps_of(L);
     const WgradPlan w = wgrad_plan(L, be.info().multiprocessors);
 
     // The epilogue's parameters: grad_F (K x taps) written as its transpose, element (tap, k).
@@ -450,12 +457,7 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     Tensor slices;
     if (w.splits > 1) {
         slices = ctx.empty({w.splits, taps, L.K}, DType::Float32);
-        GemmParams& h = q.gemm;
-        h.c = slices.view().storage->data;
-        h.c_sm = L.K, h.c_sn = 1, h.c_batch = taps * L.K;
-        h.c_dtype = kF32;
-        h.flags = 0;
-        h.alpha = 1, h.beta = 0, h.sr_bits = 0;
+        q.gemm = detail::slice_params(g, slices.view().storage->data);
     }
     // E as a rows x K matrix in boxes of 64 channels x 64 rows; I's patches 64 positions at a time.
     CUtensorMap map_e = detail::tensor_map(detail::data_of(E), L.dtype, uint64_t(L.K), uint64_t(rows), 1, L.K, 0, 64, 64);
@@ -469,12 +471,7 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
                           {.programmatic = be.programmatic_launches()});
     if (w.splits > 1) {
         slices.view().storage->written = true;
-        const float* sp = static_cast<const float*>(slices.view().storage->data);
-        GemmParams fin = g;
-        void* rp[] = {&fin, &sp};
-        const int64_t grid = (taps * L.K / 4 + 255) / 256 + 1;
-        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256, 0,
-                              rp, {.programmatic = be.programmatic_launches()});
+        detail::reduce_slices(be, g, static_cast<const float*>(slices.view().storage->data));
     }
     grad_F.view().storage->written = true;
     return true;

@@ -8,44 +8,27 @@
 
 using namespace kiln::gemm;
 
-// BLOCKS: blocks per SM the registers must allow (the 64-wide tile runs two, one's epilogue and
-// pipeline fill beside the other's multiplies).
-#define KILN_CONV_FPROP(T, tn, BN, ST, BLOCKS)                                                                  \
+// One entry: kiln_conv_<KIND>_<dtype>_<BN>_s<stages> runs FN<T, BN, stages>(p, &map0, &map1).
+// BLOCKS: blocks per SM the registers must allow (the 64-wide fprop tile runs two, one's
+// epilogue and pipeline fill beside the other's multiplies).
+#define KILN_CONV_ENTRY(KIND, FN, T, tn, BN, ST, BLOCKS)                                                        \
     extern "C" __global__ void __launch_bounds__(384, BLOCKS)                                                  \
-        kiln_conv_fprop_##tn##_##BN##_s##ST(const __grid_constant__ ConvParams p,                              \
-                                            const __grid_constant__ CUtensorMap map_b,                         \
-                                            const __grid_constant__ CUtensorMap map_a) {                       \
-        conv_fprop<T, BN, ST>(p, &map_b, &map_a);                                                              \
+        kiln_conv_##KIND##_##tn##_##BN##_s##ST(const __grid_constant__ ConvParams p,                           \
+                                               const __grid_constant__ CUtensorMap map0,                       \
+                                               const __grid_constant__ CUtensorMap map1) {                     \
+        FN<T, BN, ST>(p, &map0, &map1);                                                                        \
     }
-KILN_CONV_FPROP(__half, f16, 64, 4, 2)
-KILN_CONV_FPROP(__half, f16, 128, 6, 1)
-KILN_CONV_FPROP(__half, f16, 256, 4, 1)
-KILN_CONV_FPROP(__nv_bfloat16, bf16, 64, 4, 2)
-KILN_CONV_FPROP(__nv_bfloat16, bf16, 128, 6, 1)
-KILN_CONV_FPROP(__nv_bfloat16, bf16, 256, 4, 1)
+#define KILN_CONV_DTYPES(KIND, FN, BN, ST, BLOCKS)                                                              \
+    KILN_CONV_ENTRY(KIND, FN, __half, f16, BN, ST, BLOCKS)                                                     \
+    KILN_CONV_ENTRY(KIND, FN, __nv_bfloat16, bf16, BN, ST, BLOCKS)
 
-#define KILN_CONV_WGRAD(T, tn, BN, ST)                                                                          \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                                       \
-        kiln_conv_wgrad_##tn##_##BN##_s##ST(const __grid_constant__ ConvParams p,                              \
-                                            const __grid_constant__ CUtensorMap map_e,                         \
-                                            const __grid_constant__ CUtensorMap map_i) {                       \
-        conv_wgrad<T, BN, ST>(p, &map_e, &map_i);                                                              \
-    }
-KILN_CONV_WGRAD(__half, f16, 64, 8)
-KILN_CONV_WGRAD(__half, f16, 128, 6)
-KILN_CONV_WGRAD(__half, f16, 256, 4)
-KILN_CONV_WGRAD(__nv_bfloat16, bf16, 64, 8)
-KILN_CONV_WGRAD(__nv_bfloat16, bf16, 128, 6)
-KILN_CONV_WGRAD(__nv_bfloat16, bf16, 256, 4)
-
-#define KILN_CONV_WALK(T, tn, BN, ST)                                                                           \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                                       \
-        kiln_conv_fprop_walk_##tn##_##BN##_s##ST(const __grid_constant__ ConvParams p,                         \
-                                                 const __grid_constant__ CUtensorMap map_b,                    \
-                                                 const __grid_constant__ CUtensorMap map_a) {                  \
-        conv_fprop_walk<T, BN, ST>(p, &map_b, &map_a);                                                         \
-    }
-KILN_CONV_WALK(__half, f16, 64, 6)
-KILN_CONV_WALK(__half, f16, 128, 5)
-KILN_CONV_WALK(__nv_bfloat16, bf16, 64, 6)
-KILN_CONV_WALK(__nv_bfloat16, bf16, 128, 5)
+// fprop: map0 the filter, map1 the image's im2col descriptor (unused where the patches are gathered).
+KILN_CONV_DTYPES(fprop, conv_fprop, 64, 4, 2)
+KILN_CONV_DTYPES(fprop, conv_fprop, 128, 6, 1)
+KILN_CONV_DTYPES(fprop, conv_fprop, 256, 4, 1)
+KILN_CONV_DTYPES(fprop_walk, conv_fprop_walk, 64, 6, 1)
+KILN_CONV_DTYPES(fprop_walk, conv_fprop_walk, 128, 5, 1)
+// The weight gradient: map0 E, map1 the image's im2col descriptor.
+KILN_CONV_DTYPES(wgrad, conv_wgrad, 64, 8, 1)
+KILN_CONV_DTYPES(wgrad, conv_wgrad, 128, 6, 1)
+KILN_CONV_DTYPES(wgrad, conv_wgrad, 256, 4, 1)

@@ -209,6 +209,27 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
            (lean_twin(k, p, A.dtype(), false) ? " lean" : "") + (staged.empty() ? "" : " (copied" + staged + ")");
 }
 
+GemmParams detail::slice_params(const GemmParams& p, void* slices) {
+    GemmParams q = p;
+    q.c = slices;
+    q.c_sm = p.n, q.c_sn = 1, q.c_batch = int64_t(p.m) * p.n;
+    q.c_dtype = kF32;
+    q.flags = 0;
+    q.alpha = 1, q.beta = 0, q.sr_bits = 0;
+    return q;
+}
+
+void detail::reduce_slices(cuda::CudaBackend& be, const GemmParams& p, const float* slices) {
+    GemmParams fin = p;
+    void* params[] = {&fin, &slices};
+    // With bsum 8 / reduce_warps_per_row rows a block; without, 4 elements per thread (see the
+    // kernel).
+    const int64_t M = p.m, N = p.n, rows_per_block = 8 / reduce_warps_per_row(p.n);
+    const int64_t grid = (p.flags & kBsum) ? (M + rows_per_block - 1) / rows_per_block : (M * N / 4 + 255) / 256 + 1;
+    be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256, 0,
+                          params, {.programmatic = sm80_image_programmatic(be)});
+}
+
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
 // their sum (into `bsum` when given). `p` holds the operands and the epilogue.
 bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a,
@@ -320,11 +341,7 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     Tensor slices;
     if (slices_k) {
         slices = ctx.empty({k.splits, M, N}, DType::Float32);
-        q.c = slices.view().storage->data;
-        q.c_sm = N, q.c_sn = 1, q.c_batch = M * N;
-        q.c_dtype = kF32;
-        q.flags = 0;
-        q.alpha = 1, q.beta = 0, q.sr_bits = 0;
+        q = slice_params(p, slices.view().storage->data);
     }
     // Global slices: blockIdx.y = batch entry x splits + split; in a cluster the blocks of a
     // tile are neighbours along x.
@@ -426,14 +443,7 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     }
     if (slices_k) {
         slices.view().storage->written = true;
-        const float* sp = static_cast<const float*>(slices.view().storage->data);
-        void* params[] = {&p, &sp};
-        // With bsum 8 / reduce_warps_per_row rows a block; without, 4 elements per thread (see
-        // the kernel).
-        const int64_t rows_per_block = 8 / reduce_warps_per_row(int(N));
-        const int64_t grid = bsum ? (M + rows_per_block - 1) / rows_per_block : (M * N / 4 + 255) / 256 + 1;
-        be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256,
-                              0, params, {.programmatic = sm80_image_programmatic(be)});
+        reduce_slices(be, p, static_cast<const float*>(slices.view().storage->data));
     }
     if (bsum) bsum->view().storage->written = true;
     return counted;

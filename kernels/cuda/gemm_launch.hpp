@@ -52,6 +52,13 @@ bool staged_kmajor(const Tensor& X, bool is_a, bool tf32);
 CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch, int64_t outer_stride,
                        int64_t batch_stride, uint32_t box_inner, uint32_t box_outer);
 
+// Split-K through global memory (gemm_launch.cpp): `p` storing each slice's raw float32 sums as
+// the plane slices[split] (p.m x p.n, contiguous), no epilogue; then the reduction kernel
+// (kiln_gemm_reduce_splits), which adds the p.k_splits planes in order and applies p's
+// epilogue (and bsum) into p's C.
+GemmParams slice_params(const GemmParams& p, void* slices);
+void reduce_slices(cuda::CudaBackend& be, const GemmParams& p, const float* slices);
+
 // One product with kernel `chosen` as launched (gemm_launch.cpp). With kHist in `p`: true when
 // the kernel counted C's values (the general epilogue ran and its counters fit), else the flag
 // is dropped and nothing is counted.
