@@ -111,8 +111,8 @@ std::string DiskCache::path_for(const DiskCacheKey& key) const {
 }
 
 DiskCacheKey cuda_kernel_key(const std::string& kernel_key, const std::string& source, const std::string& arch,
-                             const std::string& nvrtc_version) {
-    return DiskCacheKey{kernel_key + "\n" + source, arch, "nvrtc " + nvrtc_version};
+                             const std::string& toolchain) {
+    return DiskCacheKey{kernel_key + "\n" + source, arch, toolchain};
 }
 
 DiskCacheKey cpu_kernel_key(const std::string& kernel_key, const std::string& kernel_text, const std::string& symbol,

@@ -84,10 +84,11 @@ private:
 };
 
 // The key of a CUDA kernel's cubin: the kernel's cache key (compiler/key.hpp, which names the
-// arch), its CUDA source, the arch and the NVRTC version. The CUDA backend and kiln-warmup both
-// use it, so an entry warmed offline is the one the runtime looks up.
+// arch), its CUDA source, the arch and the toolchain (cuda::nvrtc_toolchain(): NVRTC's version
+// and options). The CUDA backend and kiln-warmup both use it, so an entry warmed offline is the
+// one the runtime looks up.
 DiskCacheKey cuda_kernel_key(const std::string& kernel_key, const std::string& source, const std::string& arch,
-                             const std::string& nvrtc_version);
+                             const std::string& toolchain);
 
 // The key of a CPU kernel's object file: the kernel's cache key (compiler/key.hpp, which names
 // the coarse CPU label), the kernel itself as text (what the CUDA key's source is to a cubin: two

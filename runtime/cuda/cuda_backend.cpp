@@ -234,7 +234,7 @@ std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const codegen::C
     *from_disk = false;
     // Everything that changes the cubin: the kernel's key (structure, dtypes, layout, target,
     // kiln version), the source itself and the NVRTC options; the cache adds arch and toolchain.
-    const cache::DiskCacheKey disk_key = cache::cuda_kernel_key(key, src.code, target(), nvrtc_version());
+    const cache::DiskCacheKey disk_key = cache::cuda_kernel_key(key, src.code, target(), nvrtc_toolchain());
     if (dump_source_ && disk_) disk_->save_source(kernel.name, src.code);
     if (disk_ && use_disk) {
         if (std::optional<std::vector<char>> hit = disk_->load(disk_key)) {

@@ -17,7 +17,7 @@ struct NvrtcResult {
 
 // `name` is the program name that NVRTC's messages show (e.g. "kiln_1234abcd.cu").
 // `sm` is the compute capability times ten (80, 90). Options: --gpu-architecture=sm_XX (or
-// compute_XX for PTX), -default-device, --std=c++17, -fmad=true.
+// compute_XX for PTX), then those nvrtc_toolchain() names.
 NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, int sm, bool want_cubin = true);
 
 // The source with each line prefixed by its number, as compile errors show it.
@@ -25,6 +25,10 @@ std::string numbered_source(const std::string& source);
 
 // "major.minor" of the NVRTC library in use, or "none" when kiln was built without it.
 std::string nvrtc_version();
+
+// What besides the source and the architecture decides the binary: "nvrtc <version> <options>"
+// (the disk cache keys kernels on it).
+std::string nvrtc_toolchain();
 
 // The architectures the NVRTC in use compiles for, as compute capability times ten (75, 80,
 // 90, ...), ascending; empty when kiln was built without NVRTC.

@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
     (void)any_cpu;
 #endif
 #ifdef KILN_HAVE_NVRTC
-    const std::string nvrtc = cuda::nvrtc_version();
+    const std::string nvrtc = cuda::nvrtc_toolchain();
 #endif
 
     // ---- compile (or check) every (kernel, arch), in parallel

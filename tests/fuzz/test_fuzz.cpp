@@ -84,7 +84,7 @@ TEST_CASE("fuzz: cache entry files") {
     cache::DiskCache disk(cache::DiskCacheOptions{dir.path(), "0.1.0"});
     const std::string text = sample_texts()[1];
     const std::vector<char> binary(text.begin(), text.end());
-    const cache::DiskCacheKey key = cache::cuda_kernel_key("kiln 0.1.0|sm_90|" + text, "// source", "sm_90", "13.0");
+    const cache::DiskCacheKey key = cache::cuda_kernel_key("kiln 0.1.0|sm_90|" + text, "// source", "sm_90", "nvrtc 13.0");
     const cache::EntryIdentity id{"0.1.0", key.toolchain, key.arch, key.material};
     std::vector<std::string> seeds;
     for (const std::vector<char>& bin : {binary, std::vector<char>{}, std::vector<char>(300, '\x7f')}) {

@@ -91,7 +91,8 @@ def fusion_json():
                        "pct_copy": 67.1, "max_err": 2.4e-07}],
             "dispatch_us": 4.3, "dispatch_prebuilt_us": 3.5, "launch_floor_us": 3.1,
             "launch_floor_programmatic_us": 2.5, "tiny_us": 4.5, "launch_sync_floor_us": 3.9,
-            "jit": {"cold_ms": 64.6, "disk_ms": 0.12, "memory_us": 29.3, "disk_hits": 9}, "new_batch_compiles": 0}
+            "jit": {"cold_ms": 64.6, "nvrtc_ms": 63.9, "cold_elementwise_ms": 31.2, "nvrtc_elementwise_ms": 30.8,
+                    "nvrtc_floor_ms": 27.5, "disk_ms": 0.12, "memory_us": 29.3, "disk_hits": 18}, "new_batch_compiles": 0}
 
 
 def test_the_fusion_benchmark_fills_its_own_section_with_the_given_date_and_commit(tmp_path):
@@ -109,6 +110,8 @@ def test_the_fusion_benchmark_fills_its_own_section_with_the_given_date_and_comm
     assert "| tiny 128x32 batch norm end to end (assign + synchronize) <= 5 us | 4.50 us | met |" in text
     assert "| (driver floor: empty kernel launched, then synchronize) | 3.90 us |  |" in text
     assert "| a new plan for a loaded kernel, end to end <= 10 us | 29.30 us | not met |" in text
+    assert "| cold compile of a new row reduction, median of 9 <= 40 ms | 64.6 ms | not met |" in text
+    assert "| (a new elementwise structure, median of 9) | 31.2 ms |  |" in text
     assert "| variance | float32 | 4096x16384 | 0.1000 | 2684 | 67.1% | 2.4e-07 |" in text
 
 

@@ -122,7 +122,7 @@ cache::DiskCacheKey runtime_key(const RecordedStage& s, const std::string& arch)
     kir::Kernel k = s.kernel;
     std::string key = arch == "sm_90" ? s.key : key_material(k, arch);
     k.name = kernel_name_for(key);
-    return cache::cuda_kernel_key(key, codegen::emit_cuda(k).code, arch, cuda::nvrtc_version());
+    return cache::cuda_kernel_key(key, codegen::emit_cuda(k).code, arch, cuda::nvrtc_toolchain());
 }
 #endif
 

@@ -1020,6 +1020,11 @@ TEST_CASE("NVRTC version and PTX output") {
     CHECK(ptx.find(".entry kiln_mean_partial") != std::string::npos);
     CHECK(ptx.find(".entry kiln_mean_final") != std::string::npos);
     CHECK(r.milliseconds > 0);
+    // The disk cache's toolchain names the version and every option but the architecture.
+    const std::string tc = cuda::nvrtc_toolchain();
+    CHECK(tc.rfind("nvrtc " + v + " ", 0) == 0);
+    CHECK(r.options == "--gpu-architecture=compute_90 " + tc.substr(("nvrtc " + v + " ").size()));
+    CHECK(tc.find("-minimal") != std::string::npos);
 }
 
 TEST_CASE("kernel IR listing names ops, buffers, accumulators and stores") {
