@@ -215,7 +215,9 @@ def test_the_convolution_table(tmp_path):
 
 def test_the_whole_network_table(tmp_path):
     run = {"device": "Test GPU", "date": "2026-01-03", "commit": "abc4321", "torch": "2.x", "cudnn": 91900, "kiln": "0.1",
-           "method": "host clock", "checks": [{"net": "resnet50", "N": 8, "logits": 2e-6, "grads": 3e-5}],
+           "method": "host clock", "checks": [{"net": "resnet50", "N": 8, "kiln_logits": 2e-6, "torch32_logits": 1.8e-6,
+                                                       "kiln_grads": 3e-5, "torch32_grads": 2.5e-5, "kiln_grads_max": 0.15,
+                                                       "torch32_grads_max": 0.12}],
            "networks": [{"net": "resnet50", "dtype": "float16", "pass": "fprop+bprop", "N": 256, "flops": 6e12,
                          "kiln_ms": 80.0, "eager_ms": 100.0, "compile_ms": None, "vs_eager": 1.25, "vs_compile": None}],
            "layers": [{"net": "resnet50", "dtype": "float16", "index": 0, "layer": "Conv", "shape": [256, 112, 112, 64],
@@ -230,7 +232,8 @@ def test_the_whole_network_table(tmp_path):
     text = doc.read_text()
     assert "## Whole networks beside PyTorch" in text and perf_tables.CONVNETS_BEGIN in text
     assert "| resnet50 | float16 | fprop+bprop | 256 | 80.00 | 100.00 | - | 1.25x | - | 3200 |" in text
-    assert "resnet50 (N=8) logits 2.0e-06, gradients 3.0e-05" in text and "Commit: abc4321" in text
+    assert "| resnet50 | 8 | 2.0e-06 | 1.8e-06 | 3.0e-05 | 2.5e-05 | 1.5e-01 | 1.2e-01 |" in text
+    assert "Commit: abc4321" in text
     assert "](convnets_layers.md)" in text and perf_tables.CONV_BEGIN not in text   # not taken for conv.py's JSON
     layers = (tmp_path / "convnets_layers.md").read_text()
     assert "| resnet50 | float16 | 0 | Conv | 256x112x112x64 | 1.500 | 0.600 | 3.000 | 3.400 |" in layers
