@@ -257,6 +257,20 @@ def merge_conv_runs(runs):
     return r
 
 
+def merge_convnets_runs(runs):
+    """Several convnets.py runs (one per network, say) on one device, at one commit, as one: their
+    checks, networks and layers in order. None where the device, versions, method or commit differ."""
+    same = ("device", "torch", "cudnn", "kiln", "method", "commit")
+    if any(x.get(k) != runs[0].get(k) for x in runs for k in same):
+        return None
+    r = dict(runs[0])
+    for key in ("checks", "networks", "layers"):
+        r[key] = [c for x in runs for c in x.get(key, [])]
+    dates = list(dict.fromkeys(x["date"] for x in runs))
+    r["date"] = " to ".join([dates[0], dates[-1]] if len(dates) > 1 else dates)
+    return r
+
+
 def render_conv(r, command):
     """The convolution section (per-network summary) and the per-layer document it links to."""
     peak = r["peak_tflops"]
@@ -308,8 +322,8 @@ def render_convnets(r, command):
     if r["checks"]:
         out += ["", "One iteration of each network in float32, kiln and PyTorch alike, against PyTorch in float64 from "
                 "the same weights and input: the logits' error and the worst parameter gradient's, normwise "
-                "(|a - ref| / |ref|), and that gradient's largest element's (max |a - ref| / max |ref|), where a "
-                "single ReLU input rounded to the other side of zero shows in full.", "",
+                "(|a - ref| / |ref|), and the worst over the gradients by their largest element (max |a - ref| / "
+                "max |ref|), where a single ReLU input rounded to the other side of zero shows in full.", "",
                 "| net | N | logits kiln | logits PyTorch | gradient kiln | gradient PyTorch | largest element kiln | "
                 "largest element PyTorch |", "| --- | ---: |" + " ---: |" * 6]
         for c in r["checks"]:
@@ -388,7 +402,7 @@ def replace_section(doc, begin, end, table, heading):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("json", nargs="+", help="one benchmark's JSON (python_dispatch.py and conv.py: one or more runs)")
+    ap.add_argument("json", nargs="+", help="one benchmark's JSON (python_dispatch.py, conv.py, convnets.py: one or more runs)")
     ap.add_argument("--doc", default="docs/PERFORMANCE.md")
     ap.add_argument("--command", default=None)
     ap.add_argument("--date", default=None, help="kiln-bench-fusion's and kiln-bench-cpu-fusion's JSON: the run's date")
@@ -403,8 +417,14 @@ def main():
         if r is None:
             print("perf_tables: the conv.py runs differ in device, versions or method", file=sys.stderr)
             return 2
+    elif len(runs) > 1 and all(isinstance(x, dict) and "networks" in x for x in runs):
+        r = merge_convnets_runs(runs)
+        if r is None:
+            print("perf_tables: the convnets.py runs differ in device, versions, method or commit", file=sys.stderr)
+            return 2
     elif len(runs) > 1 and not python:
-        print("perf_tables: several JSON files are taken from python_dispatch.py and conv.py only", file=sys.stderr)
+        print("perf_tables: several JSON files are taken from python_dispatch.py, conv.py and convnets.py only",
+              file=sys.stderr)
         return 2
     with open(args.doc) as f:
         doc = f.read()

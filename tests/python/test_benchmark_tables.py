@@ -325,3 +325,29 @@ def test_the_collectives_benchmark_fills_its_own_section(tmp_path):
     assert "Smallest kiln / torch.distributed bus-bandwidth ratio at >= 64 MiB: 0.968 (target >= 0.95)" in text
     assert "scaling efficiency 0.952 (target >= 0.90)" in text
     assert "| float32 | 67108864 | 0.2237 | 0.2165 | 300.0 | 310.0 | 0.968 | 0.1678 | 1.33 |" in text
+
+
+def test_convnets_runs_of_one_commit_merge_and_runs_of_two_are_refused(tmp_path):
+    def run(net, commit="abc4321"):
+        return {"device": "Test GPU", "date": "2026-01-03", "commit": commit, "torch": "2.x", "cudnn": 91900,
+                "kiln": "0.1", "method": "host clock",
+                "checks": [{"net": net, "N": 8, "kiln_logits": 1e-6, "torch32_logits": 1e-6, "kiln_grads": 2e-6,
+                            "torch32_grads": 3e-6, "kiln_grads_max": 4e-6, "torch32_grads_max": 5e-6}],
+                "networks": [{"net": net, "dtype": "float16", "pass": "fprop", "N": 128, "flops": 1e12, "kiln_ms": 2.0,
+                              "eager_ms": 3.0, "compile_ms": 1.0, "vs_eager": 1.5, "vs_compile": 0.5}],
+                "layers": []}
+    doc = tmp_path / "P.md"
+    doc.write_text("# Performance\n")
+    files = []
+    for i, (net, commit) in enumerate((("alexnet", "abc4321"), ("vgg_a", "abc4321"), ("overfeat", "fff0000"))):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps(run(net, commit)))
+    ok = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(files[0]), str(files[1]),
+                         "--doc", str(doc)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    text = doc.read_text()
+    assert "| alexnet | float16 | fprop | 128 | 2.00 | 3.00 | 1.00 | 1.50x | 0.50x | 64000 |" in text
+    assert "| vgg_a | float16 | fprop | 128 |" in text and "| vgg_a | 8 | 1.0e-06 |" in text
+    bad = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(files[0]), str(files[2]),
+                          "--doc", str(doc)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "differ in device, versions, method or commit" in bad.stderr
