@@ -200,8 +200,9 @@ def main():
               f"({c['torch32_grads']:.1e}), its largest element kiln {c['kiln_grads_max']:.1e} "
               f"({c['torch32_grads_max']:.1e})", flush=True)
     timed = [] if args.check_only else args.nets.split(",")
-    print(f"\n{'net':<9} {'dtype':<8} {'pass':<11} {'kiln ms':>9} {'eager ms':>9} {'compile ms':>10} "
-          f"{'vs eager':>8} {'vs compile':>10} {'kiln img/s':>10}")
+    if timed:
+        print(f"\n{'net':<9} {'dtype':<8} {'pass':<11} {'kiln ms':>9} {'eager ms':>9} {'compile ms':>10} "
+              f"{'vs eager':>8} {'vs compile':>10} {'kiln img/s':>10}")
     for name in timed:
         for dt in args.dtypes.split(","):
             net = networks.build(name, dtype=kdt[dt], ctx=ctx, seed=1)

@@ -52,7 +52,7 @@ LATENCY = [
     ("cold compile of a new row reduction, median of 9", "jit.cold_ms", "ms", 40.0),
     ("(NVRTC's part of it, median)", "jit.nvrtc_ms", "ms", None),
     ("(a new elementwise structure, median of 9)", "jit.cold_elementwise_ms", "ms", None),
-    ("(NVRTC's part of it, median)", "jit.nvrtc_elementwise_ms", "ms", None),
+    ("(NVRTC's part of the elementwise ones, median)", "jit.nvrtc_elementwise_ms", "ms", None),
     ("(NVRTC floor: a one-line kernel, a new one each time, compiled the same way)", "jit.nvrtc_floor_ms", "ms", None),
     ("disk hit, median of 18", "jit.disk_ms", "ms", 1.0),
 ]
@@ -264,9 +264,14 @@ def merge_convnets_runs(runs):
     if any(x.get(k) != runs[0].get(k) for x in runs for k in same):
         return None
     r = dict(runs[0])
-    for key in ("checks", "networks", "layers"):
+    for key in ("networks", "layers"):
         r[key] = [c for x in runs for c in x.get(key, [])]
-    dates = list(dict.fromkeys(x["date"] for x in runs))
+    checks = {}   # a network checked by several runs: the last run's check
+    for x in runs:
+        for c in x.get("checks", []):
+            checks[c["net"]] = c
+    r["checks"] = list(checks.values())
+    dates = sorted(set(x["date"] for x in runs))
     r["date"] = " to ".join([dates[0], dates[-1]] if len(dates) > 1 else dates)
     return r
 
@@ -319,14 +324,20 @@ def render_convnets(r, command):
         out.append(f"| {n['net']} | {n['dtype']} | {n['pass']} | {n['N']} | {n['kiln_ms']:.2f} | {n['eager_ms']:.2f} | "
                    f"{compiled} | {n['vs_eager']:.2f}x | {vs_c} | {n['N'] / n['kiln_ms'] * 1e3:.0f} |")
     out += ["", "PyTorch ms / kiln ms (> 1: kiln faster)."]
-    if r["checks"]:
+    old_checks = [c for c in r["checks"] if "kiln_logits" not in c]   # runs before the float64 reference
+    if old_checks:
+        out += ["", "One float32 iteration of each network against its PyTorch twin from the same weights and input "
+                "(largest error relative to PyTorch's largest value): " +
+                "; ".join(f"{c['net']} (N={c['N']}) logits {c['logits']:.1e}, gradients {c['grads']:.1e}"
+                          for c in old_checks) + "."]
+    if any("kiln_logits" in c for c in r["checks"]):
         out += ["", "One iteration of each network in float32, kiln and PyTorch alike, against PyTorch in float64 from "
                 "the same weights and input: the logits' error and the worst parameter gradient's, normwise "
                 "(|a - ref| / |ref|), and the worst over the gradients by their largest element (max |a - ref| / "
                 "max |ref|), where a single ReLU input rounded to the other side of zero shows in full.", "",
                 "| net | N | logits kiln | logits PyTorch | gradient kiln | gradient PyTorch | largest element kiln | "
                 "largest element PyTorch |", "| --- | ---: |" + " ---: |" * 6]
-        for c in r["checks"]:
+        for c in (c for c in r["checks"] if "kiln_logits" in c):
             out.append(f"| {c['net']} | {c['N']} | {c['kiln_logits']:.1e} | {c['torch32_logits']:.1e} | "
                        f"{c['kiln_grads']:.1e} | {c['torch32_grads']:.1e} | {c['kiln_grads_max']:.1e} | "
                        f"{c['torch32_grads_max']:.1e} |")

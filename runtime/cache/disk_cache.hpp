@@ -39,7 +39,7 @@ struct DiskCacheOptions {
 struct DiskCacheKey {
     std::string material;       // full key material: every byte that changes the binary
     std::string arch;           // "sm_90", "cpu-znver3"
-    std::string toolchain;      // "nvrtc 13.0", "llvm 16.0.6"
+    std::string toolchain;      // "nvrtc 13.0 <its options>" (cuda::nvrtc_toolchain), "llvm 16.0.6"
 };
 
 // Each load() counts exactly one of hits, misses (no file or an unreadable one) and rejected

@@ -53,7 +53,7 @@ const char* describe(EntryCheck c) {
     case EntryCheck::FieldTooLarge: return "a header field is out of range";
     case EntryCheck::TrailingBytes: return "longer than its header says";
     case EntryCheck::KilnVersionMismatch: return "written by another kiln version";
-    case EntryCheck::ToolchainMismatch: return "compiled by another toolchain version";
+    case EntryCheck::ToolchainMismatch: return "compiled by another toolchain version or options";
     case EntryCheck::ArchMismatch: return "compiled for another arch";
     case EntryCheck::MaterialMismatch: return "holds another key (hash collision)";
     case EntryCheck::ChecksumMismatch: return "the binary's checksum does not match";

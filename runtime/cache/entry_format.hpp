@@ -12,7 +12,7 @@
 //   0      8     magic "KILNCACH"
 //   8      4     format version (kFormatVersion)
 //   12     4     length of the kiln version string
-//   16     4     length of the toolchain string ("nvrtc 13.0")
+//   16     4     length of the toolchain string ("nvrtc 13.0 <options>")
 //   20     4     length of the arch string ("sm_90")
 //   24     8     length of the key material
 //   32     8     binary size

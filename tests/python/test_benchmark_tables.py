@@ -351,3 +351,30 @@ def test_convnets_runs_of_one_commit_merge_and_runs_of_two_are_refused(tmp_path)
     bad = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(files[0]), str(files[2]),
                           "--doc", str(doc)], capture_output=True, text=True)
     assert bad.returncode == 2 and "differ in device, versions, method or commit" in bad.stderr
+
+
+def test_convnets_checks_merge_by_network_and_old_checks_still_render(tmp_path):
+    def run(date, networks, checks):
+        return {"device": "Test GPU", "date": date, "commit": "abc4321", "torch": "2.x", "cudnn": 91900, "kiln": "0.1",
+                "method": "host clock", "checks": checks, "networks": networks, "layers": []}
+    check = lambda v: {"net": "alexnet", "N": 8, "kiln_logits": v, "torch32_logits": v, "kiln_grads": v,
+                       "torch32_grads": v, "kiln_grads_max": v, "torch32_grads_max": v}
+    timed = [{"net": "alexnet", "dtype": "float16", "pass": "fprop", "N": 128, "flops": 1e12, "kiln_ms": 2.0,
+              "eager_ms": 3.0, "compile_ms": None, "vs_eager": 1.5, "vs_compile": None}]
+    doc = tmp_path / "P.md"
+    doc.write_text("# Performance\n")
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(run("2026-01-05", timed, [check(1e-6)])))
+    b.write_text(json.dumps(run("2026-01-04", [], [check(2e-6)])))   # a --check-only run, a day earlier
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(a), str(b), "--doc", str(doc)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = doc.read_text()
+    assert text.count("| alexnet | 8 |") == 1 and "| alexnet | 8 | 2.0e-06 |" in text   # the last run's check
+    assert "Date: 2026-01-04 to 2026-01-05." in text
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(run("2026-01-03", timed, [{"net": "alexnet", "N": 8, "logits": 2e-6, "grads": 3e-5}])))
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(old), "--doc", str(doc)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "alexnet (N=8) logits 2.0e-06, gradients 3.0e-05" in doc.read_text()
