@@ -82,9 +82,10 @@ void bench_layer(BenchTimer& bench, const Tensor& in, std::initializer_list<cons
 
 void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmean, Tensor& gvar, const Tensor& gamma,
                        const Tensor& beta, Tensor& y, double eps, double rho, bool compute_batch_sum, double accumbeta,
-                       bool relu, bool inference) {
+                       bool relu, bool inference, const Tensor& residual) {
     const char* op = "compound_fprop_bn";
     const auto [C, n] = channels_of(x, op);
+    if (residual.defined()) check_like(residual, x, "residual", op);
     for (auto [t, name] : {std::pair{&xsum, "xsum"}, {&xvar, "xvar"}, {&gmean, "gmean"}, {&gvar, "gvar"}})
         check_channels(*t, x, C, name, op);
     check_channels(gamma, x, C, "gamma", op);
@@ -93,7 +94,8 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
     if (!(eps >= 0)) fail(Error::Kind::Value, "{}: eps={}; it must be >= 0", op, eps);
     NamedCount named(y.context(), y);
     BenchTimer bench(context_impl(x.context()), op);
-    bench_layer(bench, x, {&x, &y});
+    if (residual.defined()) bench_layer(bench, x, {&x, &residual, &y});
+    else bench_layer(bench, x, {&x, &y});
     if (!(rho >= 0 && rho <= 1)) fail(Error::Kind::Value, "{}: rho={}; the running averages' weight is in [0, 1]", op, rho);
     const Expr x2 = reshape(x.expr(), {n, C});
     Expr mean_e, var_e;
@@ -110,6 +112,7 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
     }
     Expr out = (x2 - mean_e) * reciprocal(sqrt(var_e + eps)) * per_channel(gamma, C) + per_channel(beta, C);
     if (accumbeta != 0) out = out + Expr(accumbeta) * reshape(y.expr(), {n, C});
+    if (residual.defined()) out = out + reshape(residual.expr(), {n, C});
     if (relu) out = relu_keep_nan(out);
     store(y, out);
 }

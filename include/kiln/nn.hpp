@@ -19,12 +19,14 @@ namespace kiln {
 //           fprop_conv's bsum); mean = xsum / n
 //   xvar  = the per-channel population variance of x
 //   gmean = rho * gmean + (1 - rho) * mean;  gvar = rho * gvar + (1 - rho) * xvar
-//   y     = relu?((x - mean) / sqrt(xvar + eps) * gamma + beta + accumbeta * y)
+//   y     = relu?((x - mean) / sqrt(xvar + eps) * gamma + beta + accumbeta * y + residual)
 // Inference: y from gmean and gvar; xsum, xvar, gmean and gvar are left as they are.
+// residual (x's shape; none when undefined) is added in the same kernel: a residual block's
+// relu(bn(branch) + shortcut) without a pass of its own over the activations.
 KILN_API void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmean, Tensor& gvar,
                                 const Tensor& gamma, const Tensor& beta, Tensor& y, double eps, double rho,
                                 bool compute_batch_sum, double accumbeta = 0.0, bool relu = false,
-                                bool inference = false);
+                                bool inference = false, const Tensor& residual = Tensor());
 
 // Batch normalisation, backward (neon's compound_bprop_bn), from the forward pass's xsum and xvar:
 //   xhat = (x - xsum / n) / sqrt(xvar + eps)

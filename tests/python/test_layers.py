@@ -125,3 +125,52 @@ def test_misuse(cpu):
         Network([Conv(3, 1)], (2, 4, 4, 3), ctx=cpu)
     with pytest.raises(ValueError, match="Residual: the branch gives .* and the shortcut"):
         Network([Residual([Conv(5, 1)]), FC(2)], (2, 4, 4, 3), ctx=cpu)
+
+
+class UnfusedResidual(Residual):
+    """The block as written out: every layer of the branch, then relu(b + s) as a kernel of its own."""
+
+    def fprop(self, x):
+        b = x
+        for layer in self.branch:
+            b = layer.fprop(b)
+        s = x
+        for layer in self.shortcut:
+            s = layer.fprop(s)
+        self.y = self.ctx.empty(self.out_shape, self.dtype)
+        self.y[...] = kiln.nn.relu(b + s)
+        return self.y
+
+
+def test_a_residual_block_ending_in_batch_norm_ends_in_one_kernel_and_keeps_its_gradients(cpu):
+    # relu(bn(branch) + shortcut): the branch's last batch norm adds the shortcut and applies the
+    # block's ReLU itself. The block's output must equal the formula, and every gradient the
+    # unfused block's.
+    def build(block):
+        proj = block([Conv(6, 1), BatchNorm(relu=True), Conv(6, 3, pad=1, bias=False), BatchNorm()],
+                     [Conv(6, 1, bias=False), BatchNorm()])
+        ident = block([Conv(6, 1, bias=False), BatchNorm()])
+        return Network([Conv(6, 3, pad=1), proj, ident, FC(3)], (4, 5, 5, 2), ctx=cpu, seed=7)
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(0, 1, (4, 5, 5, 2)).astype(np.float32)
+    labels = rng.integers(0, 3, 4).astype(np.int32)
+    X, L, OH = cpu.array(x), cpu.array(labels, kiln.int32), cpu.array(np.eye(3, dtype=np.float32)[labels])
+    grads = []
+    for block in (Residual, UnfusedResidual):
+        net = build(block)
+        net.loss(net.fprop(X), L)
+        if block is Residual:
+            proj, ident = net.layers[1], net.layers[2]
+            for res, shortcut in ((proj, proj.shortcut[-1].y), (ident, net.layers[1].y)):
+                bn = res.branch[-1]
+                assert bn.y is res.y   # the batch norm wrote the block's output: one kernel
+                b = bn.x.get().reshape(-1, 6).astype(np.float64)
+                ref = (b - b.mean(axis=0)) / np.sqrt(b.var(axis=0) + bn.eps) * bn.gamma.get().reshape(6) + \
+                    bn.beta.get().reshape(6)
+                ref = np.maximum(ref + shortcut.get().reshape(-1, 6), 0)
+                np.testing.assert_allclose(res.y.get().reshape(-1, 6), ref, rtol=1e-4, atol=1e-5)
+        gx = net.bprop(net.bprop_loss(OH)).get()
+        grads.append([gx] + [g.get() for _, g in net.params()])
+    for fused, unfused in zip(*grads):
+        np.testing.assert_allclose(fused, unfused, rtol=1e-4, atol=1e-6)

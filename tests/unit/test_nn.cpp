@@ -70,6 +70,21 @@ TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta,
         CHECK(count_far(gmean.to_vector<float>(), gm, 1e-5) == 0);
         CHECK(count_far(gvar.to_vector<float>(), gv, 1e-5) == 0);
 
+        // A residual added before the relu in the same kernel (a residual block's end).
+        std::vector<double> r0 = random_values(n * C, 7, -2, 2);
+        Tensor R = make(ctx, r0, shape, dt), Yr = ctx.empty(shape, dt);
+        Tensor gm_r = make(ctx, gm0, {C, 1}), gv_r = make(ctx, gv0, {C});
+        compound_fprop_bn(X, xsum, xvar, gm_r, gv_r, G, B, Yr, 1e-3, 0.9, true, 0.0, true, false, R);
+        std::vector<double> with_r = bn_forward(x, gamma, beta, C, 1e-3);
+        for (size_t i = 0; i < with_r.size(); ++i) with_r[i] = std::max(with_r[i] + r0[i], 0.0);
+        CHECK(count_far(Yr.to_vector<float>(), with_r, tol) == 0);
+        Tensor wrong = ctx.empty({3, 4, 5, 7}, dt);
+        CHECK_THAT(test::error_message([&] {
+                       compound_fprop_bn(X, xsum, xvar, gm_r, gv_r, G, B, Yr, 1e-3, 0.9, true, 0.0, true, false, wrong);
+                   }),
+                   Catch::Matchers::Contains("compound_fprop_bn: residual is ") &&
+                       Catch::Matchers::Contains("; it must have x's shape (3, 4, 5, 6)"));
+
         // xsum given (e.g. by the convolution's bsum): not recomputed.
         std::vector<double> given(C);
         for (size_t c = 0; c < C; ++c) given[c] = sums[c] + 3.0 * (double)n;   // a mean shifted by 3

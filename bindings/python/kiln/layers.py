@@ -178,12 +178,14 @@ class BatchNorm(Layer):
             self.xsum, self.xvar, self.gmean, self.gvar = z(), z(), z(), self.ctx.array(np.ones(C, np.float32), _float32)
         return [(self.gamma, self.dgamma), (self.beta, self.dbeta)]
 
-    def fprop(self, x):
+    def fprop(self, x, residual=None, out=None, relu=None):
+        """residual, when given, is added before the ReLU (relu overrides the layer's own) in the
+        same kernel, and out (else a new tensor) receives the result: a residual block's end."""
         self.params()
         self.x = x
-        self.y = self.ctx.empty(self.out_shape, self.dtype)
+        self.y = out if out is not None else self.ctx.empty(self.out_shape, self.dtype)
         _kiln.compound_fprop_bn(x, self.xsum, self.xvar, self.gmean, self.gvar, self.gamma, self.beta, self.y,
-                                self.eps, self.rho, True, relu=self.relu)
+                                self.eps, self.rho, True, relu=self.relu if relu is None else relu, residual=residual)
         return self.y
 
     def bprop(self, e):
@@ -264,14 +266,22 @@ class Residual(Layer):
         return [p for layer in self.branch + self.shortcut for p in layer.params()]
 
     def fprop(self, x):
+        # A branch ending in batch norm (ResNet's) ends in one kernel: relu(bn(b) + shortcut), the
+        # branch's normalised output never written on its own. Its bprop is unchanged: the batch
+        # norm, without a ReLU of its own, takes the block's gradient through the block's ReLU.
+        last = self.branch[-1] if self.branch else None
+        fused = isinstance(last, BatchNorm) and not last.relu
         b = x
-        for layer in self.branch:
+        for layer in self.branch[:-1] if fused else self.branch:
             b = layer.fprop(b)
         s = x
         for layer in self.shortcut:
             s = layer.fprop(s)
         self.y = self.ctx.empty(self.out_shape, self.dtype)
-        self.y[...] = _nn.relu(b + s)
+        if fused:
+            last.fprop(b, residual=s, out=self.y, relu=True)
+        else:
+            self.y[...] = _nn.relu(b + s)
         return self.y
 
     def bprop(self, e):

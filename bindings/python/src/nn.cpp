@@ -28,7 +28,8 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         "compound_fprop_bn",
         [](nb::handle x, nb::handle xsum, nb::handle xvar, nb::handle gmean, nb::handle gvar, nb::handle gamma,
            nb::handle beta, nb::handle y, double eps, double rho, bool compute_batch_sum, double accumbeta, bool relu,
-           nb::handle threads, int64_t repeat, bool binary, bool inference, nb::handle outputs, nb::handle layer) {
+           nb::handle threads, int64_t repeat, bool binary, bool inference, nb::handle outputs, nb::handle layer,
+           nb::handle residual) {
             const char* op = "compound_fprop_bn";
             (void)threads, (void)outputs, (void)layer;   // neon's GPU scheduling and layer hooks: no effect here
             no_binary(binary, op);
@@ -37,18 +38,22 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             PyTensor &S = out_tensor(xsum, "xsum", op), &V = out_tensor(xvar, "xvar", op), &GM = out_tensor(gmean, "gmean", op),
                      &GV = out_tensor(gvar, "gvar", op), &Y = out_tensor(y, "y", op);
             PyTensor G = value_of(gamma, op), B = value_of(beta, op);
+            PyTensor R;
+            if (!residual.is_none()) R = value_of(residual, op);
             run_unlocked(owner(Y), [&] {
                 for (int64_t r = 0; r < repeat; ++r)
                     compound_fprop_bn(X.t, S.t, V.t, GM.t, GV.t, G.t, B.t, Y.t, eps, rho, compute_batch_sum, accumbeta, relu,
-                                      inference);
+                                      inference, R.t);
             });
             return nb::borrow(y);
         },
         "x"_a, "xsum"_a, "xvar"_a, "gmean"_a, "gvar"_a, "gamma"_a, "beta"_a, "y"_a, "eps"_a, "rho"_a,
         "compute_batch_sum"_a, "accumbeta"_a = 0.0, "relu"_a = false, "threads"_a.none() = nb::none(), "repeat"_a = 1,
         "binary"_a = false, "inference"_a = false, "outputs"_a.none() = nb::none(), "layer"_a.none() = nb::none(),
+        "residual"_a.none() = nb::none(),
         "Batch norm forward over x (..., C), channels last: batch statistics into xsum/xvar, running averages into "
-        "gmean/gvar (weight rho), y normalised (inference: from gmean/gvar). threads, outputs, layer: accepted, no effect.");
+        "gmean/gvar (weight rho), y normalised (inference: from gmean/gvar); residual (x's shape), when given, added "
+        "before the relu in the same kernel. threads, outputs, layer: accepted, no effect.");
     m.def(
         "compound_bprop_bn",
         [](nb::handle delta_out, nb::handle grad_gamma, nb::handle grad_beta, nb::handle delta_in, nb::handle x,
