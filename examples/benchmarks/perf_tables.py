@@ -16,6 +16,7 @@ against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin 
 `<!-- python:begin -->` .. `<!-- python:end -->`; conv.py's (kiln beside cuDNN) `<!-- conv:begin -->` ..
 `<!-- conv:end -->` (per network) and conv_layers.md beside the document (per layer); convnets.py's (whole
 networks beside PyTorch) `<!-- convnets:begin -->` .. `<!-- convnets:end -->` and convnets_layers.md beside it;
+layers.py's (the memory-bound layers beside PyTorch) `<!-- layers:begin -->` .. `<!-- layers:end -->`;
 collectives.py's (kiln.distributed beside torch.distributed)
 `<!-- collectives:begin -->` .. `<!-- collectives:end -->`; hist_cost.py's (named-tensor histograms)
 `<!-- hist:begin -->` .. `<!-- hist:end -->`. A section without its markers is added
@@ -39,6 +40,8 @@ CONV_BEGIN, CONV_END = "<!-- conv:begin -->", "<!-- conv:end -->"
 COLL_BEGIN, COLL_END = "<!-- collectives:begin -->", "<!-- collectives:end -->"
 HIST_BEGIN, HIST_END = "<!-- hist:begin -->", "<!-- hist:end -->"
 CONVNETS_BEGIN, CONVNETS_END = "<!-- convnets:begin -->", "<!-- convnets:end -->"
+LAYERS_BEGIN, LAYERS_END = "<!-- layers:begin -->", "<!-- layers:end -->"
+LAYERS_TARGET_PCT = 85.0   # the layers issue's target: memory-bound layers at >= 85% of the copy bandwidth
 
 # kiln-bench-fusion's latency measures against the fused-kernel issue's targets: (label, key, unit, target).
 LATENCY = [
@@ -405,6 +408,28 @@ def render_hist(r, command):
     return "\n".join(out)
 
 
+def render_layers(r, command):
+    """layers.py: each memory-bound layer beside PyTorch, its GB/s against the run's copy bandwidth."""
+    out = [LAYERS_BEGIN, ""] + provenance(
+        f"Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s (PyTorch device-to-device "
+        f"copy of 1 GiB, events). PyTorch {r['torch']}, cuDNN {r['cudnn']}.", r["date"], r["commit"], f"`{command}`.",
+        f"{r['method']}. Bytes: the tensors each side must read and write, once each.")
+    cases = r["cases"]
+    if cases:
+        met = [c for c in cases if c["pct_copy"] >= LAYERS_TARGET_PCT]
+        low = min(cases, key=lambda c: c["pct_copy"])
+        out += ["", f"At >= {LAYERS_TARGET_PCT:g}% of the copy bandwidth: {len(met)} of {len(cases)} cases; lowest "
+                f"{low['layer']} {low['pass']} {low['dtype']} at {low['pct_copy']:.0f}%. Geometric mean of PyTorch ms / "
+                f"kiln ms: {math.exp(statistics.fmean(math.log(c['vs_torch']) for c in cases)):.2f}x."]
+    out += ["", "| layer | pass | dtype | input | kiln ms | PyTorch ms | kiln GB/s | % of copy | vs PyTorch | err |",
+            "| --- | --- | --- | --- |" + " ---: |" * 6]
+    for c in cases:
+        err = f"{c['err']:.1e}" if c.get("err") is not None else "-"
+        out.append(f"| {c['layer']} | {c['pass']} | {c['dtype']} | {'x'.join(map(str, c['shape']))} | {c['kiln_ms']:.4f} | "
+                   f"{c['torch_ms']:.4f} | {c['kiln_gbs']:.0f} | {c['pct_copy']:.0f}% | {c['vs_torch']:.2f}x | {err} |")
+    return "\n".join(out + ["", LAYERS_END])
+
+
 def replace_section(doc, begin, end, table, heading):
     if begin in doc and end in doc:
         return re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: table, doc, flags=re.S)
@@ -456,6 +481,10 @@ def main():
                               args.date, args.commit)
         doc = replace_section(doc, PY_BEGIN, PY_END, table,
                               "Python: cost of one cached fused expression (examples/benchmarks/python_dispatch.py)")
+    elif isinstance(r, dict) and r.get("benchmark") == "layers":
+        table = render_layers(r, args.command or "python3 examples/benchmarks/layers.py --json layers.json")
+        doc = replace_section(doc, LAYERS_BEGIN, LAYERS_END, table,
+                              "Memory-bound layers beside PyTorch (examples/benchmarks/layers.py)")
     elif "allreduce" in r:
         table = render_collectives(r, args.command or "python -m kiln.distributed --nproc 2 "
                                    "examples/benchmarks/collectives.py --json collectives.json")

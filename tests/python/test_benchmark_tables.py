@@ -378,3 +378,33 @@ def test_convnets_checks_merge_by_network_and_old_checks_still_render(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "alexnet (N=8) logits 2.0e-06, gradients 3.0e-05" in doc.read_text()
+
+
+def test_the_memory_bound_layers_table(tmp_path):
+    case = lambda layer, pass_, pct, vs: {"layer": layer, "pass": pass_, "dtype": "float16", "shape": [128, 56, 56, 256],
+                                          "bytes": 2e8, "kiln_ms": 0.06, "torch_ms": 0.06 * vs, "kiln_gbs": 40 * pct,
+                                          "pct_copy": pct, "vs_torch": vs, "err": 1e-3 if pass_ == "fprop" else None}
+    run = {"benchmark": "layers", "device": "Test GPU", "date": "2026-01-06", "commit": "abc4321", "copy_gbs": 4000.0,
+           "torch": "2.x", "cudnn": 91900, "method": "host clock",
+           "cases": [case("max pool 3x3/2", "fprop", 90.0, 1.5), case("batch norm", "bprop", 60.0, 0.5)]}
+    doc, js = tmp_path / "P.md", tmp_path / "layers.json"
+    doc.write_text("# Performance\n")
+    js.write_text(json.dumps(run))
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = doc.read_text()
+    assert "## Memory-bound layers beside PyTorch (examples/benchmarks/layers.py)" in text
+    assert "At >= 85% of the copy bandwidth: 1 of 2 cases; lowest batch norm bprop float16 at 60%." in text
+    assert "Geometric mean of PyTorch ms / kiln ms: 0.87x." in text
+    assert "| max pool 3x3/2 | fprop | float16 | 128x56x56x256 | 0.0600 | 0.0900 | 3600 | 90% | 1.50x | 1.0e-03 |" in text
+    assert "| batch norm | bprop | float16 | 128x56x56x256 | 0.0600 | 0.0300 | 2400 | 60% | 0.50x | - |" in text
+
+
+def test_the_layers_benchmark_says_why_it_skips_without_pytorch():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None; sys.argv = ['layers.py'];"
+                        f"sys.path.insert(0, {BENCH!r}); import layers; sys.exit(layers.main())"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "PyTorch is not importable" in r.stdout
