@@ -383,7 +383,8 @@ def test_convnets_checks_merge_by_network_and_old_checks_still_render(tmp_path):
 def test_the_memory_bound_layers_table(tmp_path):
     case = lambda layer, pass_, pct, vs: {"layer": layer, "pass": pass_, "dtype": "float16", "shape": [128, 56, 56, 256],
                                           "bytes": 2e8, "kiln_ms": 0.06, "torch_ms": 0.06 * vs, "kiln_gbs": 40 * pct,
-                                          "pct_copy": pct, "vs_torch": vs, "err": 1e-3 if pass_ == "fprop" else None}
+                                          "pct_copy": pct, "vs_torch": vs, "err": 1e-3 if pass_ == "fprop" else None,
+                                          "targeted": pass_ == "fprop"}
     run = {"benchmark": "layers", "device": "Test GPU", "date": "2026-01-06", "commit": "abc4321", "copy_gbs": 4000.0,
            "torch": "2.x", "cudnn": 91900, "method": "host clock",
            "cases": [case("max pool 3x3/2", "fprop", 90.0, 1.5), case("batch norm", "bprop", 60.0, 0.5)]}
@@ -395,8 +396,9 @@ def test_the_memory_bound_layers_table(tmp_path):
     assert r.returncode == 0, r.stderr
     text = doc.read_text()
     assert "## Memory-bound layers beside PyTorch (examples/benchmarks/layers.py)" in text
-    assert "At >= 85% of the copy bandwidth: 1 of 2 cases; lowest batch norm bprop float16 at 60%." in text
-    assert "Geometric mean of PyTorch ms / kiln ms: 0.87x." in text
+    assert ("The forward passes that read their input once (pooling, LRN, batch norm's normalisation) at >= 85% of "
+            "the copy bandwidth: 1 of 1; lowest max pool 3x3/2 fprop float16 at 90%.") in text
+    assert "Geometric mean of PyTorch ms / kiln ms over every case: 0.87x." in text
     assert "| max pool 3x3/2 | fprop | float16 | 128x56x56x256 | 0.0600 | 0.0900 | 3600 | 90% | 1.50x | 1.0e-03 |" in text
     assert "| batch norm | bprop | float16 | 128x56x56x256 | 0.0600 | 0.0300 | 2400 | 60% | 0.50x | - |" in text
 

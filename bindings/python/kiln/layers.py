@@ -180,7 +180,9 @@ class BatchNorm(Layer):
 
     def fprop(self, x, residual=None, out=None, relu=None):
         """residual, when given, is added before the ReLU (relu overrides the layer's own) in the
-        same kernel, and out (else a new tensor) receives the result: a residual block's end."""
+        same kernel, and out (else a new tensor) receives the result: a residual block's end.
+        bprop knows neither: the caller takes the gradient through that ReLU and to the residual
+        (as Residual.bprop does)."""
         self.params()
         self.x = x
         self.y = out if out is not None else self.ctx.empty(self.out_shape, self.dtype)
