@@ -25,6 +25,26 @@ def torch_beside_kiln(name):
     return torch, ctx
 
 
+def copy_bandwidth(torch):
+    """PyTorch's device-to-device copy of 1 GiB (events, median of 20): read + write bytes per second."""
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(20):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1))
+    del a, b
+    return 2 * n / (statistics.median(times) * 1e-3) / 1e9
+
+
 def git_commit():
     """KILN_COMMIT, else the checkout's short hash, else 'unknown'."""
     if os.environ.get("KILN_COMMIT"):

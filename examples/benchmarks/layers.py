@@ -20,13 +20,12 @@ docs/PERFORMANCE.md).
 import argparse
 import datetime
 import json
-import statistics
 import sys
 
 import numpy as np
 
 import kiln
-from bench_common import git_commit, median_time_ms, torch_beside_kiln
+from bench_common import copy_bandwidth, git_commit, median_time_ms, torch_beside_kiln
 
 DTYPES = ["float16", "bfloat16", "float32"]
 # The largest forward error (relative to PyTorch's largest value) each dtype may carry: a few
@@ -38,26 +37,6 @@ TOLERANCE = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 2e-5}
 TARGETED = {("max pool 3x3/2", "fprop"), ("avg pool 2x2/2", "fprop"), ("lrn 5", "fprop"), ("batch norm apply", "fprop")}
 ASCALE, BPOWER, J = 1e-4, 0.75, 5
 EPS = 1e-5
-
-
-def copy_bandwidth(torch):
-    """PyTorch's device-to-device copy of 1 GiB (events, median of 20): read + write bytes per second."""
-    n = 1 << 30
-    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(20):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        b.copy_(a)
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    del a, b
-    return 2 * n / (statistics.median(times) * 1e-3) / 1e9
 
 
 def host(t):

@@ -21,13 +21,12 @@ import argparse
 import datetime
 import json
 import math
-import statistics
 import sys
 
 import numpy as np
 
 import kiln
-from bench_common import git_commit, median_time_ms, torch_beside_kiln
+from bench_common import copy_bandwidth, git_commit, median_time_ms, torch_beside_kiln
 
 EPS = 1e-5
 SHAPES = ["128x32", "200000x96", "65536x1024", "8192x3000", "3000x5001", "4096x16384", "16384x16384", "1024x65536",
@@ -165,25 +164,6 @@ CASES = {
     "colsum": (colsum, [], lambda m, n: (1, n)),
     "fullsum": (fullsum, [], lambda m, n: ()),
 }
-
-
-def copy_bandwidth(torch):
-    n = 1 << 30
-    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(20):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        b.copy_(a)
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    del a, b
-    return 2 * n / (statistics.median(times) * 1e-3) / 1e9
 
 
 def main():

@@ -17,6 +17,20 @@ sys.path.insert(0, BENCH)
 import perf_tables  # noqa: E402
 
 
+def perf_tables_cli(*args):
+    """perf_tables.py run as the command line runs it, on these arguments."""
+    return subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def run_without_pytorch(module):
+    """A benchmark's main() where PyTorch cannot be imported: its exit status and output."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return subprocess.run([sys.executable, "-c", f"import sys; sys.modules['torch'] = None; sys.argv = ['{module}.py'];"
+                           f"sys.path.insert(0, {BENCH!r}); import {module}; sys.exit({module}.main())"],
+                          capture_output=True, text=True, env=env)
+
+
 def run_json(cases):
     return {"device": "Test GPU", "date": "2026-01-01", "commit": "abc1234", "copy_gbs": 4000.0, "torch": "2.x",
             "method": "host clock", "cases": cases,
@@ -77,10 +91,7 @@ def test_vs_torch_error_measure():
 
 
 def test_vs_torch_without_pytorch_says_so():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    r = subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None; sys.argv = ['vs_torch.py'];"
-                        f"sys.path.insert(0, {BENCH!r}); import vs_torch; sys.exit(vs_torch.main())"],
-                       capture_output=True, text=True, env=env)
+    r = run_without_pytorch("vs_torch")
     assert r.returncode == 0, r.stderr
     assert "PyTorch is not importable" in r.stdout
 
@@ -226,8 +237,7 @@ def test_the_whole_network_table(tmp_path):
     doc, js = tmp_path / "P.md", tmp_path / "convnets.json"
     doc.write_text("# Performance\n")
     js.write_text(json.dumps(run))
-    r = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)],
-                       capture_output=True, text=True)
+    r = perf_tables_cli(js, "--doc", doc)
     assert r.returncode == 0, r.stderr
     text = doc.read_text()
     assert "## Whole networks beside PyTorch" in text and perf_tables.CONVNETS_BEGIN in text
@@ -342,14 +352,12 @@ def test_convnets_runs_of_one_commit_merge_and_runs_of_two_are_refused(tmp_path)
     for i, (net, commit) in enumerate((("alexnet", "abc4321"), ("vgg_a", "abc4321"), ("overfeat", "fff0000"))):
         files.append(tmp_path / f"r{i}.json")
         files[-1].write_text(json.dumps(run(net, commit)))
-    ok = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(files[0]), str(files[1]),
-                         "--doc", str(doc)], capture_output=True, text=True)
+    ok = perf_tables_cli(files[0], files[1], "--doc", doc)
     assert ok.returncode == 0, ok.stderr
     text = doc.read_text()
     assert "| alexnet | float16 | fprop | 128 | 2.00 | 3.00 | 1.00 | 1.50x | 0.50x | 64000 |" in text
     assert "| vgg_a | float16 | fprop | 128 |" in text and "| vgg_a | 8 | 1.0e-06 |" in text
-    bad = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(files[0]), str(files[2]),
-                          "--doc", str(doc)], capture_output=True, text=True)
+    bad = perf_tables_cli(files[0], files[2], "--doc", doc)
     assert bad.returncode == 2 and "differ in device, versions, method or commit" in bad.stderr
 
 
@@ -366,16 +374,14 @@ def test_convnets_checks_merge_by_network_and_old_checks_still_render(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(run("2026-01-05", timed, [check(1e-6)])))
     b.write_text(json.dumps(run("2026-01-04", [], [check(2e-6)])))   # a --check-only run, a day earlier
-    r = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(a), str(b), "--doc", str(doc)],
-                       capture_output=True, text=True)
+    r = perf_tables_cli(a, b, "--doc", doc)
     assert r.returncode == 0, r.stderr
     text = doc.read_text()
     assert text.count("| alexnet | 8 |") == 1 and "| alexnet | 8 | 2.0e-06 |" in text   # the last run's check
     assert "Date: 2026-01-04 to 2026-01-05." in text
     old = tmp_path / "old.json"
     old.write_text(json.dumps(run("2026-01-03", timed, [{"net": "alexnet", "N": 8, "logits": 2e-6, "grads": 3e-5}])))
-    r = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(old), "--doc", str(doc)],
-                       capture_output=True, text=True)
+    r = perf_tables_cli(old, "--doc", doc)
     assert r.returncode == 0, r.stderr
     assert "alexnet (N=8) logits 2.0e-06, gradients 3.0e-05" in doc.read_text()
 
@@ -391,8 +397,7 @@ def test_the_memory_bound_layers_table(tmp_path):
     doc, js = tmp_path / "P.md", tmp_path / "layers.json"
     doc.write_text("# Performance\n")
     js.write_text(json.dumps(run))
-    r = subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)],
-                       capture_output=True, text=True)
+    r = perf_tables_cli(js, "--doc", doc)
     assert r.returncode == 0, r.stderr
     text = doc.read_text()
     assert "## Memory-bound layers beside PyTorch (examples/benchmarks/layers.py)" in text
@@ -404,9 +409,6 @@ def test_the_memory_bound_layers_table(tmp_path):
 
 
 def test_the_layers_benchmark_says_why_it_skips_without_pytorch():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    r = subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None; sys.argv = ['layers.py'];"
-                        f"sys.path.insert(0, {BENCH!r}); import layers; sys.exit(layers.main())"],
-                       capture_output=True, text=True, env=env)
+    r = run_without_pytorch("layers")
     assert r.returncode == 0, r.stderr
     assert "PyTorch is not importable" in r.stdout
