@@ -19,14 +19,18 @@ double to_dtype(double v, DType t) {
     switch (t) {
     case DType::Float32: case DType::Float16: case DType::BFloat16: return (double)(float)v;
     case DType::Bool: return v != 0 ? 1 : 0;
-    case DType::Int32: case DType::Int8: case DType::UInt8: {
+    case DType::Int32: case DType::Int8: case DType::UInt8: case DType::Int16: case DType::UInt16: {
         if (std::isnan(v)) return 0;
         double tr = std::trunc(v);
         int64_t i = tr < -2147483648.0 ? INT32_MIN : tr > 2147483647.0 ? INT32_MAX : (int64_t)tr;
         if (t == DType::Int8) return (double)(int8_t)(uint8_t)(i & 0xff);
         if (t == DType::UInt8) return (double)(uint8_t)(i & 0xff);
+        if (t == DType::Int16) return (double)(int16_t)(uint16_t)(i & 0xffff);
+        if (t == DType::UInt16) return (double)(uint16_t)(i & 0xffff);
         return (double)i;
     }
+    // 64-bit values are not folded (fold() below); a scalar of their dtype keeps its value.
+    case DType::Float64: case DType::Int64: case DType::UInt32: return v;
     }
     return v;
 }
@@ -61,7 +65,12 @@ std::optional<double> fold_wrapping(const Node& n, const std::vector<NodePtr>& i
 
 // The value of `n` from constant operands `ins` (already folded scalars, not n.inputs), as
 // kiln/elementwise.def's fold column says; nothing where the op does not fold at n's dtype.
+// 64-bit values (float64, int64, uint32) are left to the kernel: the host's double holds neither
+// every int64 nor the wrap-around of their arithmetic.
 std::optional<double> fold(const Node& n, const std::vector<NodePtr>& ins) {
+    if (is_wide(n.dtype)) return std::nullopt;
+    for (const NodePtr& i : ins)
+        if (is_wide(i->dtype)) return std::nullopt;
     if (is_integer(n.dtype))
         if (auto v = fold_wrapping(n, ins)) return v;
     const double a = ins[0]->value, b = ins.size() > 1 ? ins[1]->value : 0;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <vector>
 
 namespace kiln::kir {
@@ -10,7 +11,34 @@ namespace {
 
 using CT = ComputeType;
 
-const char* type_name(CT t) { return t == CT::F32 ? "f32" : "i32"; }
+const char* type_name(CT t) { return compute_type_name(t); }
+
+// Whether a value of compute type `t` fits what an op's signature asks for at one place.
+bool fits(OpType want, CT t, CT own) {
+    switch (want) {
+    case OpType::F32: return t == CT::F32;
+    case OpType::I32: return t == CT::I32;
+    case OpType::F64: return t == CT::F64;
+    case OpType::I64: return t == CT::I64;
+    case OpType::Float: return is_float(t);
+    case OpType::Int: return !is_float(t);
+    case OpType::Same: return t == own;
+    case OpType::Any: return true;
+    case OpType::None: return false;
+    }
+    return false;
+}
+const char* kind_name(OpType t) {
+    switch (t) {
+    case OpType::F32: return "f32";
+    case OpType::I32: return "i32";
+    case OpType::F64: return "f64";
+    case OpType::I64: return "i64";
+    case OpType::Float: return "f32 or f64";
+    case OpType::Int: return "i32 or i64";
+    default: return "any type";
+    }
+}
 
 using T = OpType;
 
@@ -23,13 +51,13 @@ bool is_comparison(Op op) {
 std::string instr_problem(const Kernel& k, int id) {
     const Instr& in = k.instrs[id];
     if (in.op > kLastOp) return fmt::format("instruction %{} has op {}, not an op (0..{})", id, (int)in.op, (int)kLastOp);
-    if (in.type != CT::F32 && in.type != CT::I32)
-        return fmt::format("instruction %{} has type {}, not a compute type (0 f32, 1 i32)", id, (int)in.type);
+    if ((int)in.type >= kNumComputeTypes)
+        return fmt::format("instruction %{} has type {}, not a compute type (0 f32, 1 i32, 2 f64, 3 i64)", id, (int)in.type);
     const char* name = op_name(in.op);
     const OpInfo& sig = op_info(in.op);
-    if ((sig.result == T::F32 && in.type != CT::F32) || (sig.result == T::I32 && in.type != CT::I32))
+    if (!fits(sig.result, in.type, in.type))
         return fmt::format("instruction %{} ({}) has type {}; {} gives {}", id, name, type_name(in.type), name,
-                           sig.result == T::F32 ? "f32" : "i32");
+                           kind_name(sig.result));
     const int n_ops = arity(in.op);
     for (int i = 0; i < 3; ++i) {
         const int a = in.a[i];
@@ -42,9 +70,7 @@ std::string instr_problem(const Kernel& k, int id) {
                                id == 0 ? std::string("there is none") : fmt::format("%0..%{}", id - 1));
         const CT at = k.instrs[a].type;
         const T want = sig.operand[i];
-        const bool ok = want == T::Any || (want == T::F32 && at == CT::F32) || (want == T::I32 && at == CT::I32) ||
-                        (want == T::Same && at == in.type);
-        if (!ok)
+        if (!fits(want, at, in.type))
             return fmt::format("instruction %{} ({} {}): operand {} (%{}) is {}, which {} does not take there", id, name,
                                type_name(in.type), i, a, type_name(at), name);
     }
@@ -54,12 +80,22 @@ std::string instr_problem(const Kernel& k, int id) {
     const int nbuf = (int)k.buffers.size();
     switch (in.op) {
     case Op::ParamF:
-        if (in.index < 0 || in.index >= k.num_fparams)
-            return fmt::format("instruction %{} (paramf) reads fp[{}]; the kernel has {} float parameters", id, in.index, k.num_fparams);
+        if (in.index < 0 || in.index + (is_wide(in.type) ? 1 : 0) >= k.num_fparams)
+            return fmt::format("instruction %{} (paramf{}) reads fp[{}]{}; the kernel has {} float parameters", id,
+                               is_wide(in.type) ? " f64" : "", in.index, is_wide(in.type) ? " and the next" : "", k.num_fparams);
         break;
     case Op::ParamI:
-        if (in.index < 0 || in.index >= k.num_iparams)
-            return fmt::format("instruction %{} (parami) reads ip[{}]; the kernel has {} integer parameters", id, in.index, k.num_iparams);
+        if (in.index < 0 || in.index + (is_wide(in.type) ? 1 : 0) >= k.num_iparams)
+            return fmt::format("instruction %{} (parami{}) reads ip[{}]{}; the kernel has {} integer parameters", id,
+                               is_wide(in.type) ? " i64" : "", in.index, is_wide(in.type) ? " and the next" : "", k.num_iparams);
+        break;
+    case Op::ConstF:
+        if (in.type == CT::F32 && !std::isnan(in.fimm) && (double)(float)in.fimm != in.fimm)
+            return fmt::format("instruction %{} (constf f32) holds {}, not a float32 value", id, in.fimm);
+        break;
+    case Op::ConstI:
+        if (in.type == CT::I32 && (int64_t)(int32_t)in.iimm != in.iimm)
+            return fmt::format("instruction %{} (consti i32) holds {}, not an int32 value", id, in.iimm);
         break;
     case Op::Load:
     case Op::Gather:
@@ -127,8 +163,8 @@ std::string kernel_problem(const Kernel& k) {
         const Accum& ac = k.accums[a];
         if (ac.kind > kLastAccKind)
             return fmt::format("acc{} has kind {}, not an accumulator kind (0..{})", a, (int)ac.kind, (int)kLastAccKind);
-        if (ac.type != CT::F32 && ac.type != CT::I32)
-            return fmt::format("acc{} has type {}, not a compute type (0 f32, 1 i32)", a, (int)ac.type);
+        if ((int)ac.type >= kNumComputeTypes)
+            return fmt::format("acc{} has type {}, not a compute type (0 f32, 1 i32, 2 f64, 3 i64)", a, (int)ac.type);
     }
     for (int id = 0; id < n; ++id)
         if (std::string p = instr_problem(k, id); !p.empty()) return p;

@@ -11,10 +11,10 @@ using T = OpType;
 // Every op once, in the enum's order (an op's number is its index; kernel text records ops by
 // number): the static_asserts below refuse a table that misses an op or lists one out of place.
 constexpr OpInfo kOps[] = {
-    {Op::ConstF, "constf", 0, T::F32, {T::None, T::None, T::None}},
-    {Op::ConstI, "consti", 0, T::I32, {T::None, T::None, T::None}},
-    {Op::ParamF, "paramf", 0, T::F32, {T::None, T::None, T::None}},
-    {Op::ParamI, "parami", 0, T::I32, {T::None, T::None, T::None}},
+    {Op::ConstF, "constf", 0, T::Float, {T::None, T::None, T::None}},
+    {Op::ConstI, "consti", 0, T::Int, {T::None, T::None, T::None}},
+    {Op::ParamF, "paramf", 0, T::Float, {T::None, T::None, T::None}},
+    {Op::ParamI, "parami", 0, T::Int, {T::None, T::None, T::None}},
     {Op::Load, "load", 0, T::Any, {T::None, T::None, T::None}},
     {Op::Gather, "gather", 1, T::Any, {T::I32, T::None, T::None}},
     {Op::Coord, "coord", 0, T::I32, {T::None, T::None, T::None}},
@@ -22,15 +22,15 @@ constexpr OpInfo kOps[] = {
     {Op::AccResult, "acc_result", 0, T::Any, {T::None, T::None, T::None}},
     {Op::Neg, "neg", 1, T::Any, {T::Same, T::None, T::None}},
     {Op::Abs, "abs", 1, T::Any, {T::Same, T::None, T::None}},
-    {Op::Sqrt, "sqrt", 1, T::F32, {T::F32, T::None, T::None}},
-    {Op::Exp, "exp", 1, T::F32, {T::F32, T::None, T::None}},
-    {Op::Exp2, "exp2", 1, T::F32, {T::F32, T::None, T::None}},
-    {Op::Log, "log", 1, T::F32, {T::F32, T::None, T::None}},
-    {Op::Log2, "log2", 1, T::F32, {T::F32, T::None, T::None}},
-    {Op::Tanh, "tanh", 1, T::F32, {T::F32, T::None, T::None}},
-    {Op::Rint, "rint", 1, T::F32, {T::F32, T::None, T::None}},
+    {Op::Sqrt, "sqrt", 1, T::Float, {T::Same, T::None, T::None}},
+    {Op::Exp, "exp", 1, T::Float, {T::Same, T::None, T::None}},
+    {Op::Exp2, "exp2", 1, T::Float, {T::Same, T::None, T::None}},
+    {Op::Log, "log", 1, T::Float, {T::Same, T::None, T::None}},
+    {Op::Log2, "log2", 1, T::Float, {T::Same, T::None, T::None}},
+    {Op::Tanh, "tanh", 1, T::Float, {T::Same, T::None, T::None}},
+    {Op::Rint, "rint", 1, T::Float, {T::Same, T::None, T::None}},
     {Op::Sgn, "sgn", 1, T::Any, {T::Same, T::None, T::None}},
-    {Op::Finite, "finite", 1, T::I32, {T::F32, T::None, T::None}},
+    {Op::Finite, "finite", 1, T::I32, {T::Float, T::None, T::None}},
     {Op::ToF32, "to_f32", 1, T::F32, {T::I32, T::None, T::None}},
     {Op::ToI32, "to_i32", 1, T::I32, {T::F32, T::None, T::None}},
     {Op::WrapI8, "wrap_i8", 1, T::I32, {T::I32, T::None, T::None}},
@@ -39,8 +39,8 @@ constexpr OpInfo kOps[] = {
     {Op::Add, "add", 2, T::Any, {T::Same, T::Same, T::None}},
     {Op::Sub, "sub", 2, T::Any, {T::Same, T::Same, T::None}},
     {Op::Mul, "mul", 2, T::Any, {T::Same, T::Same, T::None}},
-    {Op::Div, "div", 2, T::F32, {T::F32, T::F32, T::None}},
-    {Op::Pow, "pow", 2, T::F32, {T::F32, T::F32, T::None}},
+    {Op::Div, "div", 2, T::Float, {T::Same, T::Same, T::None}},
+    {Op::Pow, "pow", 2, T::Float, {T::Same, T::Same, T::None}},
     {Op::Maximum, "maximum", 2, T::Any, {T::Same, T::Same, T::None}},
     {Op::Minimum, "minimum", 2, T::Any, {T::Same, T::Same, T::None}},
     {Op::Eq, "eq", 2, T::I32, {T::Any, T::Any, T::None}},
@@ -49,24 +49,30 @@ constexpr OpInfo kOps[] = {
     {Op::Le, "le", 2, T::I32, {T::Any, T::Any, T::None}},
     {Op::Gt, "gt", 2, T::I32, {T::Any, T::Any, T::None}},
     {Op::Ge, "ge", 2, T::I32, {T::Any, T::Any, T::None}},
-    {Op::And, "and", 2, T::I32, {T::I32, T::I32, T::None}},
-    {Op::Or, "or", 2, T::I32, {T::I32, T::I32, T::None}},
-    {Op::Xor, "xor", 2, T::I32, {T::I32, T::I32, T::None}},
-    {Op::Shl, "shl", 2, T::I32, {T::I32, T::I32, T::None}},
-    {Op::Shr, "shr", 2, T::I32, {T::I32, T::I32, T::None}},
+    {Op::And, "and", 2, T::Int, {T::Same, T::Same, T::None}},
+    {Op::Or, "or", 2, T::Int, {T::Same, T::Same, T::None}},
+    {Op::Xor, "xor", 2, T::Int, {T::Same, T::Same, T::None}},
+    {Op::Shl, "shl", 2, T::Int, {T::Same, T::Same, T::None}},
+    {Op::Shr, "shr", 2, T::Int, {T::Same, T::Same, T::None}},
     {Op::MulHi, "mulhi", 2, T::I32, {T::I32, T::I32, T::None}},
     {Op::Select, "select", 3, T::Any, {T::I32, T::Same, T::Same}},
     {Op::AsI32, "as_i32", 1, T::I32, {T::F32, T::None, T::None}},
     {Op::AsF32, "as_f32", 1, T::F32, {T::I32, T::None, T::None}},
-    {Op::Floor, "floor", 1, T::F32, {T::F32, T::None, T::None}},
-    {Op::Fmod, "fmod", 2, T::F32, {T::F32, T::F32, T::None}},
-    {Op::IDiv, "idiv", 2, T::I32, {T::I32, T::I32, T::None}},
-    {Op::IRem, "irem", 2, T::I32, {T::I32, T::I32, T::None}},
-#define KILN_MATH(K, name, c_function, host) {Op::K, #name, 1, T::F32, {T::F32, T::None, T::None}},
-#define KILN_MATH2(K, name, c_function, host) {Op::K, #name, 2, T::F32, {T::F32, T::F32, T::None}},
+    {Op::Floor, "floor", 1, T::Float, {T::Same, T::None, T::None}},
+    {Op::Fmod, "fmod", 2, T::Float, {T::Same, T::Same, T::None}},
+    {Op::IDiv, "idiv", 2, T::Int, {T::Same, T::Same, T::None}},
+    {Op::IRem, "irem", 2, T::Int, {T::Same, T::Same, T::None}},
+#define KILN_MATH(K, name, c_function, host) {Op::K, #name, 1, T::Float, {T::Same, T::None, T::None}},
+#define KILN_MATH2(K, name, c_function, host) {Op::K, #name, 2, T::Float, {T::Same, T::Same, T::None}},
 #include <kiln/math_functions.def>
 #undef KILN_MATH2
 #undef KILN_MATH
+    {Op::Convert, "convert", 1, T::Any, {T::Any, T::None, T::None}},
+    {Op::WrapI16, "wrap_i16", 1, T::I32, {T::I32, T::None, T::None}},
+    {Op::WrapU16, "wrap_u16", 1, T::I32, {T::I32, T::None, T::None}},
+    {Op::WrapU32, "wrap_u32", 1, T::I64, {T::I64, T::None, T::None}},
+    {Op::AsI64, "as_i64", 1, T::I64, {T::F64, T::None, T::None}},
+    {Op::AsF64, "as_f64", 1, T::F64, {T::I64, T::None, T::None}},
 };
 
 constexpr bool in_enum_order() {
@@ -80,6 +86,7 @@ static_assert(in_enum_order(), "kOps must list the ops in the enum's order");
 // order listed there, and new ones are appended.
 static_assert((int)Op::Erf == (int)Op::IRem + 1 && (int)Op::Atan == (int)Op::IRem + 8,
               "kiln/math_functions.def: existing lines keep their places");
+static_assert((int)Op::Convert == (int)Op::Trunc + 1, "the 64-bit ops follow the functions");
 
 } // namespace
 
@@ -104,7 +111,7 @@ const char* acc_name(AccKind k) {
     return "?";
 }
 
-const char* type_name(ComputeType t) { return t == ComputeType::F32 ? "f32" : "i32"; }
+const char* type_name(ComputeType t) { return compute_type_name(t); }
 
 // Operands first, then the immediate or index that qualifies the op: `%7 = gather f32 %6, buf2, ip[3]`.
 std::string instr_line(const Instr& in, int id) {
@@ -118,7 +125,7 @@ std::string instr_line(const Instr& in, int id) {
     for (int a : in.a)
         if (a >= 0) arg(fmt::format("%{}", a));
     switch (in.op) {
-    case Op::ConstF: arg(fmt::format("{}", in.fimm)); break;
+    case Op::ConstF: arg(in.type == ComputeType::F32 ? fmt::format("{}", (float)in.fimm) : fmt::format("{}", in.fimm)); break;
     case Op::ConstI: arg(fmt::format("{}", in.iimm)); break;
     case Op::ParamF: arg(fmt::format("fp[{}]", in.index)); break;
     case Op::ParamI: arg(fmt::format("ip[{}]", in.index)); break;

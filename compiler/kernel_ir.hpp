@@ -29,14 +29,15 @@
 
 namespace kiln::kir {
 
-using ComputeType = kiln::ComputeType;  // F32 or I32: the only types values have in a kernel
+using ComputeType = kiln::ComputeType;  // F32, I32, F64 or I64: the only types values have in a kernel
 
 enum class Op : uint8_t {
     // ---- leaves
-    ConstF,      // f32 immediate `fimm`
-    ConstI,      // i32 immediate `iimm`
-    ParamF,      // f32 kernel argument fparams[index]
-    ParamI,      // i32 kernel argument iparams[index]
+    ConstF,      // float immediate `fimm` (f32 or f64)
+    ConstI,      // integer immediate `iimm` (i32 or i64)
+    ParamF,      // float kernel argument: f32 fparams[index]; f64 the bits of fparams[index] (low
+                 // word) and fparams[index + 1] (high word)
+    ParamI,      // integer kernel argument: i32 iparams[index]; i64 iparams[index] and [index + 1]
     Load,        // buffer[index] at the current point, converted from its storage dtype to the compute type
     Gather,      // buffer[index] at the current point plus a[0] * iparams[aux] elements along the
                  // gathered axis (a[0] is i32; the lowering already wrapped/clipped it into range)
@@ -44,22 +45,22 @@ enum class Op : uint8_t {
     LinearId,    // i32: low 32 bits of the row-major linear index of the current point over the whole domain
     AccResult,   // result of accumulator `index` (value for Sum/Prod/Max/Min, i32 position for ArgMax/ArgMin)
     // ---- unary (type of a[0] unless noted)
-    Neg, Abs, Sqrt, Exp, Exp2, Log, Log2, Tanh,   // Sqrt..Tanh: F32 only
-    Rint,        // F32: round half to even
-    Sgn,         // -1, 0, +1 (F32: NaN stays NaN; I32)
-    Finite,      // F32 -> I32 (1 when neither inf nor NaN)
+    Neg, Abs, Sqrt, Exp, Exp2, Log, Log2, Tanh,   // Sqrt..Tanh: floats only (F32 or F64)
+    Rint,        // float: round half to even
+    Sgn,         // -1, 0, +1 (floats: NaN stays NaN)
+    Finite,      // float -> I32 (1 when neither inf nor NaN)
     ToF32,       // I32 -> F32 (value conversion)
     ToI32,       // F32 -> I32: truncation toward zero, saturating at the i32 range, NaN -> 0 (PTX cvt.rzi.sat, llvm.fptosi.sat)
     WrapI8,      // I32 -> I32: sign-extend the low 8 bits (int8 arithmetic wrap-around)
     WrapU8,      // I32 -> I32: zero-extend the low 8 bits
-    ToBool,      // I32 or F32 -> I32: 1 when != 0 (NaN is true, as in NumPy)
+    ToBool,      // any -> I32: 1 when != 0 (NaN is true, as in NumPy)
     // ---- binary (both operands have the same type; comparisons give I32 0/1)
-    Add, Sub, Mul, Div,    // Div: F32 only (integer true division is lowered through ToF32)
-    Pow,                   // F32
-    Maximum, Minimum,      // F32: NaN-propagating (NumPy's maximum/minimum)
+    Add, Sub, Mul, Div,    // Div: floats only (integer true division is lowered through a conversion)
+    Pow,                   // floats
+    Maximum, Minimum,      // floats: NaN-propagating (NumPy's maximum/minimum)
     Eq, Ne, Lt, Le, Gt, Ge,
-    And, Or, Xor,          // I32 bitwise
-    Shl, Shr,              // I32; Shr is a logical (unsigned) shift; shift amount in [0, 31]
+    And, Or, Xor,          // integers, bitwise
+    Shl, Shr,              // integers; Shr is a logical (unsigned) shift; amount in [0, bits - 1]
     MulHi,                 // I32: high 32 bits of the unsigned 32x32 product (Philox RNG)
     // ---- ternary
     Select,                // a[0] (I32, nonzero = true) ? a[1] : a[2]
@@ -67,34 +68,39 @@ enum class Op : uint8_t {
     AsI32,                 // F32 -> I32: the same 32 bits
     AsF32,                 // I32 -> F32: the same 32 bits
     // ---- division (after the others, so that recorded kernel texts keep their numbers)
-    Floor,                 // F32: round toward -inf
-    Fmod,                  // F32: C's fmodf, exact: a - trunc(a / b) * b with a's sign; NaN for b == 0 or a = +-inf
-    IDiv, IRem,            // I32: C's a / b (truncated toward zero) and a % b (a's sign); defined only for
-                           // b != 0 and (a, b) != (INT32_MIN, -1), which the lowering guarantees
-    // ---- F32 functions of one and two arguments, printed as C calls (kiln/math_functions.def)
+    Floor,                 // float: round toward -inf
+    Fmod,                  // float: C's fmod, exact: a - trunc(a / b) * b with a's sign; NaN for b == 0 or a = +-inf
+    IDiv, IRem,            // integers: C's a / b (truncated toward zero) and a % b (a's sign); defined
+                           // only for b != 0 and (a, b) != (MIN, -1), which the lowering guarantees
+    // ---- float functions of one and two arguments, printed as C calls (kiln/math_functions.def)
 #define KILN_MATH(K, name, c_function, host) K,
 #define KILN_MATH2(K, name, c_function, host) K,
 #include <kiln/math_functions.def>
 #undef KILN_MATH2
 #undef KILN_MATH
+    // ---- 64-bit values (after the functions, so that recorded kernel texts keep their numbers)
+    Convert,               // any -> the instruction's type: integer to float rounds to nearest;
+                           // float to integer truncates toward zero, saturating, NaN -> 0; f64 to
+                           // f32 rounds to nearest; i64 to i32 keeps the low 32 bits, i32 to i64
+                           // sign-extends
+    WrapI16,               // I32 -> I32: sign-extend the low 16 bits (int16 wrap-around)
+    WrapU16,               // I32 -> I32: zero-extend the low 16 bits
+    WrapU32,               // I64 -> I64: zero-extend the low 32 bits (uint32 wrap-around)
+    AsI64,                 // F64 -> I64: the same 64 bits
+    AsF64,                 // I64 -> F64: the same 64 bits
 };
-inline constexpr Op kLastOp = Op((int)Op::IRem
-#define KILN_MATH(K, name, c_function, host) + 1
-#define KILN_MATH2(K, name, c_function, host) + 1
-#include <kiln/math_functions.def>
-#undef KILN_MATH2
-#undef KILN_MATH
-);
+inline constexpr Op kLastOp = Op::AsF64;
 
 // What the kernel IR knows of each op, in one table (kernel_ir.cpp): its listing name, how many
 // operands it reads, and the types it gives and takes (compiler/kernel_check.hpp checks them).
-// Same: the instruction's own type; Any: either compute type; None: no operand there.
-enum class OpType : uint8_t { F32, I32, Same, Any, None };
+// Same: the instruction's own type; Any: any compute type; Float: F32 or F64; Int: I32 or I64;
+// None: no operand there.
+enum class OpType : uint8_t { F32, I32, Same, Any, None, Float, Int, F64, I64 };
 struct OpInfo {
     Op op;
     const char* name;
     int arity;            // operands a[0..arity-1]; the others are -1
-    OpType result;        // F32, I32, or Any (the instruction's type is free; Same operands follow it)
+    OpType result;        // F32, I32, Float, Int or Any (the instruction's type within it; Same operands follow it)
     OpType operand[3];
 };
 const OpInfo& op_info(Op op);   // an op past kLastOp gets name "?"
@@ -106,15 +112,15 @@ struct Instr {
     int a[3] = {-1, -1, -1};  // operand instruction ids
     int index = 0;         // buffer / param / dim / accumulator index
     int aux = 0;           // Gather: iparams index of the gathered axis stride
-    float fimm = 0;
-    int32_t iimm = 0;
+    double fimm = 0;       // ConstF (an f32 constant holds a float's value)
+    int64_t iimm = 0;      // ConstI (an i32 constant holds an int32's value)
 };
 
 enum class AccKind : uint8_t { Sum, Max, Min, ArgMax, ArgMin, Prod };
 inline constexpr AccKind kLastAccKind = AccKind::Prod;
 
-// A reduction over all R dims. Sum starts at 0, Prod at 1, Max at -inf / INT32_MIN, Min at +inf /
-// INT32_MAX. Max/Min propagate NaN. ArgMax/ArgMin keep the first position of the extreme value, a
+// A reduction over all R dims. Sum starts at 0, Prod at 1, Max at -inf / the integer type's
+// minimum, Min at +inf / its maximum. Max/Min propagate NaN. ArgMax/ArgMin keep the first position of the extreme value, a
 // NaN counting as the extreme (first NaN wins), and yield that position as the i32 row-major
 // index over the R dims. Float Sum and Prod may be reassociated (vectorised / tree order); i32
 // Sum and Prod wrap.
@@ -184,8 +190,8 @@ struct LaunchArgs {
     std::vector<int64_t> sizes;        // [rank]
     std::vector<void*> buffers;        // base pointers with the view offset applied
     std::vector<int64_t> strides;      // [buffer * rank + dim], in elements
-    std::vector<float> fparams;
-    std::vector<int32_t> iparams;
+    std::vector<float> fparams;        // an f64 parameter takes two: its low and its high word
+    std::vector<int32_t> iparams;      // an i64 parameter takes two: its low and its high word
     void* hist = nullptr;              // Kernel::hist.bins int32 counters, added to (null without Hist)
 };
 

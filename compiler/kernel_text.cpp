@@ -25,6 +25,11 @@ struct TextOut {
     }
     TextOut& operator<<(int v) { return *this << (long long)v; }
     TextOut& operator<<(uint32_t v) { return *this << (long long)v; }
+    TextOut& operator<<(uint64_t v) {
+        char b[24];
+        s.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+        return *this;
+    }
 };
 
 } // namespace
@@ -41,10 +46,18 @@ std::string kernel_text(const kir::Kernel& k) {
     }
     o << "|fp " << k.num_fparams << "|ip " << k.num_iparams;
     for (auto& in : k.instrs) {
-        uint32_t fbits;
-        std::memcpy(&fbits, &in.fimm, 4);
+        // The immediate's bits: a float's for every type but f64 (whose immediates are doubles).
+        uint64_t fbits;
+        if (in.type == ComputeType::F64) {
+            std::memcpy(&fbits, &in.fimm, 8);
+        } else {
+            const float f = (float)in.fimm;
+            uint32_t b32;
+            std::memcpy(&b32, &f, 4);
+            fbits = b32;
+        }
         o << '|' << (int)in.op << ',' << (int)in.type << ',' << in.a[0] << ',' << in.a[1] << ',' << in.a[2] << ','
-          << in.index << ',' << in.aux << ',' << fbits << ',' << (int)in.iimm;
+          << in.index << ',' << in.aux << ',' << fbits << ',' << (long long)in.iimm;
     }
     for (auto& a : k.accums) o << "|acc " << (int)a.kind << ',' << (int)a.type << ',' << a.value;
     for (auto& b : k.blocks) {
@@ -154,7 +167,7 @@ kir::Kernel parse_kernel_text(std::string_view text) {
     while (r.accept("|buf ")) {
         if ((int)k.buffers.size() == kMaxKernelBuffers) r.too_many("buffers", kMaxKernelBuffers);
         kir::Buffer b;
-        b.dtype = r.enum_value<DType>(kNumDTypes - 1, "a dtype (0..6)");
+        b.dtype = r.enum_value<DType>(kNumDTypes - 1, fmt::format("a dtype (0..{})", kNumDTypes - 1).c_str());
         if (r.accept("o")) b.output = true;
         else r.expect("i");
         if (r.accept("h")) b.hist = true;
@@ -180,7 +193,7 @@ kir::Kernel parse_kernel_text(std::string_view text) {
         kir::Instr in{kir::Op::ConstF, ComputeType::F32};
         in.op = r.enum_value<kir::Op>(last_op, fmt::format("an instruction op (0..{})", last_op).c_str());
         r.expect(",");
-        in.type = r.enum_value<ComputeType>(1, "a compute type (0 f32, 1 i32)");
+        in.type = r.enum_value<ComputeType>(kNumComputeTypes - 1, "a compute type (0 f32, 1 i32, 2 f64, 3 i64)");
         for (int i = 0; i < 3; ++i) {
             r.expect(",");
             in.a[i] = r.number<int>();
@@ -190,10 +203,17 @@ kir::Kernel parse_kernel_text(std::string_view text) {
         r.expect(",");
         in.aux = r.number<int>();
         r.expect(",");
-        uint32_t fbits = r.number<uint32_t>();
-        std::memcpy(&in.fimm, &fbits, 4);
+        if (in.type == ComputeType::F64) {
+            const uint64_t fbits = r.number<uint64_t>();
+            std::memcpy(&in.fimm, &fbits, 8);
+        } else {
+            const uint32_t fbits = r.number<uint32_t>();
+            float f;
+            std::memcpy(&f, &fbits, 4);
+            in.fimm = f;
+        }
         r.expect(",");
-        in.iimm = r.number<int32_t>();
+        in.iimm = r.number<int64_t>();
         k.instrs.push_back(in);
     }
     while (r.accept("|acc ")) {
@@ -201,7 +221,7 @@ kir::Kernel parse_kernel_text(std::string_view text) {
         kir::Accum a{};
         a.kind = r.enum_value<kir::AccKind>((int)kir::kLastAccKind, "an accumulator kind (0..5)");
         r.expect(",");
-        a.type = r.enum_value<ComputeType>(1, "a compute type (0 f32, 1 i32)");
+        a.type = r.enum_value<ComputeType>(kNumComputeTypes - 1, "a compute type (0 f32, 1 i32, 2 f64, 3 i64)");
         r.expect(",");
         a.value = r.number<int>();
         k.accums.push_back(a);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -47,76 +48,97 @@ struct Lowerer {
     int op1(Op op, CT t, int a) { kir::Instr i{op, t}; i.a[0] = a; return emit(i); }
     int op2(Op op, CT t, int a, int b) { kir::Instr i{op, t}; i.a[0] = a; i.a[1] = b; return emit(i); }
     int op3(Op op, CT t, int a, int b, int c) { kir::Instr i{op, t}; i.a[0] = a; i.a[1] = b; i.a[2] = c; return emit(i); }
-    int cf(float v) { kir::Instr i{Op::ConstF, CT::F32}; i.fimm = v; return emit(i); }
-    int ci(int32_t v) { kir::Instr i{Op::ConstI, CT::I32}; i.iimm = v; return emit(i); }
+    // A constant of compute type t (an f32 one rounded to float, an i32 one wrapped to int32).
+    int cf(double v, CT t = CT::F32) {
+        kir::Instr i{Op::ConstF, t};
+        i.fimm = t == CT::F32 ? (double)(float)v : v;
+        return emit(i);
+    }
+    int ci(int64_t v, CT t = CT::I32) {
+        kir::Instr i{Op::ConstI, t};
+        i.iimm = t == CT::I32 ? (int64_t)(int32_t)(uint32_t)(uint64_t)v : v;
+        return emit(i);
+    }
     CT type_of(int id) const { return k.instrs[id].type; }
 
     // Value `v` re-expressed in dtype `t`'s representation (the wrap-around of a store).
     int convert(int v, DType t) {
-        CT from = type_of(v);
-        if (is_float(t)) return from == CT::F32 ? v : op1(Op::ToF32, CT::F32, v);
+        const CT from = type_of(v), to = compute_type(t);
         if (t == DType::Bool) return op1(Op::ToBool, CT::I32, v);
-        if (from == CT::F32) v = op1(Op::ToI32, CT::I32, v);
-        return wrap(v, t);
+        if (from != to) {
+            // (The 32-bit conversions keep their own ops, so that kernels without 64-bit values
+            // keep their texts and keys.)
+            if (from == CT::I32 && to == CT::F32) v = op1(Op::ToF32, CT::F32, v);
+            else if (from == CT::F32 && to == CT::I32) v = op1(Op::ToI32, CT::I32, v);
+            else v = op1(Op::Convert, to, v);
+        }
+        return is_float(t) ? v : wrap(v, t);
     }
     int wrap(int v, DType t) {
-        if (t == DType::Int8) return op1(Op::WrapI8, CT::I32, v);
-        if (t == DType::UInt8) return op1(Op::WrapU8, CT::I32, v);
-        if (t == DType::Bool) return op1(Op::ToBool, CT::I32, v);
-        return v;
+        switch (t) {
+        case DType::Int8: return op1(Op::WrapI8, CT::I32, v);
+        case DType::UInt8: return op1(Op::WrapU8, CT::I32, v);
+        case DType::Int16: return op1(Op::WrapI16, CT::I32, v);
+        case DType::UInt16: return op1(Op::WrapU16, CT::I32, v);
+        case DType::UInt32: return op1(Op::WrapU32, CT::I64, v);
+        case DType::Bool: return op1(Op::ToBool, CT::I32, v);
+        default: return v;
+        }
     }
-    int as_f32(int v) { return type_of(v) == CT::F32 ? v : op1(Op::ToF32, CT::F32, v); }
 
-    // +0.0 or -0.0 with the sign bit of the F32 value `x`.
+    // +0.0 or -0.0 with the sign bit of the float value `x`.
     int signed_zero(int x) {
+        if (type_of(x) == CT::F64)
+            return op1(Op::AsF64, CT::F64, op2(Op::And, CT::I64, op1(Op::AsI64, CT::I64, x), ci(INT64_MIN, CT::I64)));
         return op1(Op::AsF32, CT::F32, op2(Op::And, CT::I32, op1(Op::AsI32, CT::I32, x), ci(INT32_MIN)));
     }
 
     // NumPy's floor_divide, remainder and fmod of a and b (already in dtype t's compute type),
     // step for step as compiler/divmod.hpp writes them on the host (canonicalise folds with it).
     int division(OpKind op, int a, int b, DType t) {
-        if (compute_type(t) == CT::F32) {
-            const int mod = op2(Op::Fmod, CT::F32, a, b);   // exact; NaN for b == 0 or a = +-inf
+        const CT ct = compute_type(t);
+        if (is_float(ct)) {
+            const int mod = op2(Op::Fmod, ct, a, b);   // exact; NaN for b == 0 or a = +-inf
             if (op == OpKind::Fmod) return mod;
             // A nonzero remainder on the other side of 0 than b moves to b's side (mod + b); a
             // NaN stays NaN either way.
-            const int zero = cf(0.0f);
+            const int zero = cf(0.0f, ct);
             const int nonzero = op2(Op::Ne, CT::I32, mod, zero);
             const int move = op2(Op::And, CT::I32, nonzero,
                                  op2(Op::Ne, CT::I32, op2(Op::Lt, CT::I32, b, zero), op2(Op::Lt, CT::I32, mod, zero)));
             if (op == OpKind::Mod) {
-                const int moved = op3(Op::Select, CT::F32, move, op2(Op::Add, CT::F32, mod, b), mod);
-                return op3(Op::Select, CT::F32, nonzero, moved, signed_zero(b));  // a zero has b's sign
+                const int moved = op3(Op::Select, ct, move, op2(Op::Add, ct, mod, b), mod);
+                return op3(Op::Select, ct, nonzero, moved, signed_zero(b));  // a zero has b's sign
             }
             // Quotient: (a - mod) / b, one less where the remainder moved, floored and snapped to
             // the nearest integer (it is one up to rounding); a zero quotient has a / b's sign.
             // A zero divisor gives a / b itself: +-inf, or NaN for 0 / 0 and NaN / 0.
-            const int q = op2(Op::Div, CT::F32, a, b);
-            int div = op2(Op::Div, CT::F32, op2(Op::Sub, CT::F32, a, mod), b);
-            div = op3(Op::Select, CT::F32, move, op2(Op::Sub, CT::F32, div, cf(1.0f)), div);
-            int fl = op1(Op::Floor, CT::F32, div);
-            const int snap = op2(Op::Gt, CT::I32, op2(Op::Sub, CT::F32, div, fl), cf(0.5f));
-            fl = op3(Op::Select, CT::F32, snap, op2(Op::Add, CT::F32, fl, cf(1.0f)), fl);
-            const int r = op3(Op::Select, CT::F32, op2(Op::Ne, CT::I32, div, zero), fl, signed_zero(q));
-            return op3(Op::Select, CT::F32, op2(Op::Eq, CT::I32, b, zero), q, r);
+            const int q = op2(Op::Div, ct, a, b);
+            int div = op2(Op::Div, ct, op2(Op::Sub, ct, a, mod), b);
+            div = op3(Op::Select, ct, move, op2(Op::Sub, ct, div, cf(1.0f, ct)), div);
+            int fl = op1(Op::Floor, ct, div);
+            const int snap = op2(Op::Gt, CT::I32, op2(Op::Sub, ct, div, fl), cf(0.5f, ct));
+            fl = op3(Op::Select, ct, snap, op2(Op::Add, ct, fl, cf(1.0f, ct)), fl);
+            const int r = op3(Op::Select, ct, op2(Op::Ne, CT::I32, div, zero), fl, signed_zero(q));
+            return op3(Op::Select, ct, op2(Op::Eq, CT::I32, b, zero), q, r);
         }
-        // Integers. IDiv/IRem are undefined for b == 0 and for INT32_MIN / -1: those divide by 1
+        // Integers. IDiv/IRem are undefined for b == 0 and for MIN / -1: those divide by 1
         // instead (remainder 0, as NumPy's) and the quotient is replaced below: 0 for b == 0,
-        // -a (wrapping, so INT32_MIN stays INT32_MIN) for b == -1.
-        const int zero = ci(0);
+        // -a (wrapping, so MIN stays MIN) for b == -1.
+        const int zero = ci(0, ct);
         const int by_zero = op2(Op::Eq, CT::I32, b, zero);
-        const int by_minus_one = op2(Op::Eq, CT::I32, b, ci(-1));
-        const int d = op3(Op::Select, CT::I32, op2(Op::Or, CT::I32, by_zero, by_minus_one), ci(1), b);
-        const int rem = op2(Op::IRem, CT::I32, a, d);
+        const int by_minus_one = op2(Op::Eq, CT::I32, b, ci(-1, ct));
+        const int d = op3(Op::Select, ct, op2(Op::Or, CT::I32, by_zero, by_minus_one), ci(1, ct), b);
+        const int rem = op2(Op::IRem, ct, a, d);
         if (op == OpKind::Fmod) return rem;
         // A nonzero remainder whose sign differs from b's moves to b's side, and the truncated
         // quotient rounds down by one (the results stay within the operands' range).
         const int move = op2(Op::And, CT::I32, op2(Op::Ne, CT::I32, rem, zero),
-                             op2(Op::Lt, CT::I32, op2(Op::Xor, CT::I32, rem, b), zero));
-        if (op == OpKind::Mod) return op2(Op::Add, CT::I32, rem, op3(Op::Select, CT::I32, move, b, zero));
-        int quot = op2(Op::Sub, CT::I32, op2(Op::IDiv, CT::I32, a, d), move);
-        quot = op3(Op::Select, CT::I32, by_minus_one, op1(Op::Neg, CT::I32, a), quot);
-        quot = op3(Op::Select, CT::I32, by_zero, zero, quot);
+                             op2(Op::Lt, CT::I32, op2(Op::Xor, ct, rem, b), zero));
+        if (op == OpKind::Mod) return op2(Op::Add, ct, rem, op3(Op::Select, ct, move, b, zero));
+        int quot = op2(Op::Sub, ct, op2(Op::IDiv, ct, a, d), ct == CT::I32 ? move : op1(Op::Convert, ct, move));
+        quot = op3(Op::Select, ct, by_minus_one, op1(Op::Neg, ct, a), quot);
+        quot = op3(Op::Select, ct, by_zero, zero, quot);
         return wrap(quot, t);  // int8: -128 // -1 = 128 wraps to -128
     }
 
@@ -158,7 +180,27 @@ struct Lowerer {
         auto it = param_of.find(&nd);
         int slot;
         if (it != param_of.end()) slot = it->second;
-        else if (t == CT::F32) {
+        else if (t == CT::F64) {
+            // Two float slots holding the double's bits, low word first.
+            uint32_t w[2];
+            const double d = nd.value;
+            std::memcpy(w, &d, 8);
+            slot = k.num_fparams;
+            k.num_fparams += 2;
+            for (uint32_t x : w) {
+                float f;
+                std::memcpy(&f, &x, 4);
+                out.args.fparams.push_back(f);
+            }
+            param_of[&nd] = slot;
+        } else if (t == CT::I64) {
+            const int64_t v = scalar_i64(nd);
+            slot = k.num_iparams;
+            k.num_iparams += 2;
+            out.args.iparams.push_back((int32_t)(uint32_t)(uint64_t)v);
+            out.args.iparams.push_back((int32_t)(uint32_t)((uint64_t)v >> 32));
+            param_of[&nd] = slot;
+        } else if (t == CT::F32) {
             slot = k.num_fparams++;
             out.args.fparams.push_back((float)nd.value);
             param_of[&nd] = slot;
@@ -168,9 +210,16 @@ struct Lowerer {
             out.args.iparams.push_back(std::isnan(nd.value) ? 0 : (int32_t)std::clamp(nd.value, -2147483648.0, 2147483647.0));
             param_of[&nd] = slot;
         }
-        kir::Instr i{t == CT::F32 ? Op::ParamF : Op::ParamI, t};
+        kir::Instr i{is_float(t) ? Op::ParamF : Op::ParamI, t};
         i.index = slot;
         return emit(i);
+    }
+    // An int64 scalar's value: exact from the node's integer value, saturated from its double.
+    static int64_t scalar_i64(const Node& nd) {
+        if (std::isnan(nd.value)) return 0;
+        if (nd.value >= 9223372036854775807.0) return INT64_MAX;
+        if (nd.value <= -9223372036854775808.0) return INT64_MIN;
+        return (int64_t)nd.value;
     }
     int new_iparam(int32_t v) {
         out.args.iparams.push_back(v);
@@ -356,70 +405,71 @@ struct Lowerer {
         case OpKind::Neg: return wrap(op1(Op::Neg, ct, in_as(0, t)), t);
         case OpKind::Abs: return t == DType::Bool ? in(0) : wrap(op1(Op::Abs, ct, in_as(0, t)), t);
         case OpKind::Square: { int x = in_as(0, t); return wrap(op2(Op::Mul, ct, x, x), t); }
-        case OpKind::Sqrt: return op1(Op::Sqrt, CT::F32, in_as(0, t));
-        case OpKind::Exp: return op1(Op::Exp, CT::F32, in_as(0, t));
-        case OpKind::Exp2: return op1(Op::Exp2, CT::F32, in_as(0, t));
-        case OpKind::Log: return op1(Op::Log, CT::F32, in_as(0, t));
-        case OpKind::Log2: return op1(Op::Log2, CT::F32, in_as(0, t));
-        case OpKind::Tanh: return op1(Op::Tanh, CT::F32, in_as(0, t));
+        case OpKind::Sqrt: return op1(Op::Sqrt, ct, in_as(0, t));
+        case OpKind::Exp: return op1(Op::Exp, ct, in_as(0, t));
+        case OpKind::Exp2: return op1(Op::Exp2, ct, in_as(0, t));
+        case OpKind::Log: return op1(Op::Log, ct, in_as(0, t));
+        case OpKind::Log2: return op1(Op::Log2, ct, in_as(0, t));
+        case OpKind::Tanh: return op1(Op::Tanh, ct, in_as(0, t));
 #define KILN_MATH(K, name, c_function, host) \
-        case OpKind::K: return op1(Op::K, CT::F32, in_as(0, t));
+        case OpKind::K: return op1(Op::K, ct, in_as(0, t));
 #define KILN_MATH2(K, name, c_function, host) \
-        case OpKind::K: return op2(Op::K, CT::F32, in_as(0, t), in_as(1, t));
+        case OpKind::K: return op2(Op::K, ct, in_as(0, t), in_as(1, t));
 #include <kiln/math_functions.def>
 #undef KILN_MATH2
 #undef KILN_MATH
         case OpKind::SafeLog:
-            return op1(Op::Log, CT::F32, op2(Op::Maximum, CT::F32, in_as(0, t), cf((float)std::exp(-50.0))));
+            return op1(Op::Log, ct, op2(Op::Maximum, ct, in_as(0, t), cf(std::exp(-50.0), ct)));
         case OpKind::Sig: case OpKind::Sig2: {
-            int x = op1(Op::Neg, CT::F32, in_as(0, t));
-            int e = op1(nd.op == OpKind::Sig ? Op::Exp : Op::Exp2, CT::F32, x);
-            return op2(Op::Div, CT::F32, cf(1.0f), op2(Op::Add, CT::F32, cf(1.0f), e));
+            int x = op1(Op::Neg, ct, in_as(0, t));
+            int e = op1(nd.op == OpKind::Sig ? Op::Exp : Op::Exp2, ct, x);
+            return op2(Op::Div, ct, cf(1.0, ct), op2(Op::Add, ct, cf(1.0, ct), e));
         }
         case OpKind::Tanh2:  // (2^(2x) - 1) / (2^(2x) + 1) == tanh(x ln 2), without the overflow
-            return op1(Op::Tanh, CT::F32, op2(Op::Mul, CT::F32, in_as(0, t), cf((float)std::log(2.0))));
-        case OpKind::Reciprocal: return op2(Op::Div, CT::F32, cf(1.0f), in_as(0, t));
+            return op1(Op::Tanh, ct, op2(Op::Mul, ct, in_as(0, t), cf(std::log(2.0), ct)));
+        case OpKind::Reciprocal: return op2(Op::Div, ct, cf(1.0, ct), in_as(0, t));
         case OpKind::Sgn: return op1(Op::Sgn, ct, in_as(0, t));
-        case OpKind::Rint: return op1(Op::Rint, CT::F32, in_as(0, t));
-        case OpKind::Floor: return op1(Op::Floor, CT::F32, in_as(0, t));
+        case OpKind::Rint: return op1(Op::Rint, ct, in_as(0, t));
+        case OpKind::Floor: return op1(Op::Floor, ct, in_as(0, t));
         case OpKind::Finite: {
             int x = in(0);
-            return type_of(x) == CT::F32 ? op1(Op::Finite, CT::I32, x) : ci(1);
+            return is_float(type_of(x)) ? op1(Op::Finite, CT::I32, x) : ci(1);
         }
         case OpKind::Cast: return convert(in(0), t);
         // Bitwise ops on the values widened to int32 (sign-extended: in range again after and,
         // or and xor); ~ of a bool is not.
         case OpKind::Invert:
-            return t == DType::Bool ? op2(Op::Xor, CT::I32, in_as(0, t), ci(1)) : wrap(op2(Op::Xor, CT::I32, in_as(0, t), ci(-1)), t);
-        case OpKind::BitAnd: return op2(Op::And, CT::I32, in_as(0, t), in_as(1, t));
-        case OpKind::BitOr: return op2(Op::Or, CT::I32, in_as(0, t), in_as(1, t));
-        case OpKind::BitXor: return op2(Op::Xor, CT::I32, in_as(0, t), in_as(1, t));
+            return t == DType::Bool ? op2(Op::Xor, CT::I32, in_as(0, t), ci(1)) : wrap(op2(Op::Xor, ct, in_as(0, t), ci(-1, ct)), t);
+        case OpKind::BitAnd: return op2(Op::And, ct, in_as(0, t), in_as(1, t));
+        case OpKind::BitOr: return op2(Op::Or, ct, in_as(0, t), in_as(1, t));
+        case OpKind::BitXor: return op2(Op::Xor, ct, in_as(0, t), in_as(1, t));
         // Shifts of the values widened to int32, by amounts in [0, 31]; an int8 or uint8 result
         // wraps, which gives NumPy's 0 (left) and sign (right) for amounts from its width to 31.
         // Amounts outside [0, 31] give those directly. The right shift is arithmetic: the
         // logical shift of x ^ sign, then ^ sign.
         case OpKind::Shl: case OpKind::Shr: {
             const int x = in_as(0, t), s = in_as(1, t);
-            const int wide = op2(Op::Or, CT::I32, op2(Op::Lt, CT::I32, s, ci(0)), op2(Op::Gt, CT::I32, s, ci(31)));
-            if (nd.op == OpKind::Shl) return wrap(op3(Op::Select, CT::I32, wide, ci(0), op2(Op::Shl, CT::I32, x, s)), t);
-            const int sign = op3(Op::Select, CT::I32, op2(Op::Lt, CT::I32, x, ci(0)), ci(-1), ci(0));
-            const int shifted = op2(Op::Xor, CT::I32, op2(Op::Shr, CT::I32, op2(Op::Xor, CT::I32, x, sign), s), sign);
-            return op3(Op::Select, CT::I32, wide, sign, shifted);
+            const int last = ct == CT::I64 ? 63 : 31;
+            const int wide = op2(Op::Or, CT::I32, op2(Op::Lt, CT::I32, s, ci(0, ct)), op2(Op::Gt, CT::I32, s, ci(last, ct)));
+            if (nd.op == OpKind::Shl) return wrap(op3(Op::Select, ct, wide, ci(0, ct), op2(Op::Shl, ct, x, s)), t);
+            const int sign = op3(Op::Select, ct, op2(Op::Lt, CT::I32, x, ci(0, ct)), ci(-1, ct), ci(0, ct));
+            const int shifted = op2(Op::Xor, ct, op2(Op::Shr, ct, op2(Op::Xor, ct, x, sign), s), sign);
+            return op3(Op::Select, ct, wide, sign, shifted);
         }
         case OpKind::Add: return wrap(op2(Op::Add, ct, in_as(0, t), in_as(1, t)), t);
         case OpKind::Sub: return wrap(op2(Op::Sub, ct, in_as(0, t), in_as(1, t)), t);
         case OpKind::Mul: return wrap(op2(Op::Mul, ct, in_as(0, t), in_as(1, t)), t);
-        case OpKind::Div: return op2(Op::Div, CT::F32, in_as(0, t), in_as(1, t));
+        case OpKind::Div: return op2(Op::Div, ct, in_as(0, t), in_as(1, t));
         case OpKind::FloorDiv: case OpKind::Mod: case OpKind::Fmod: return division(nd.op, in_as(0, t), in_as(1, t), t);
-        case OpKind::Pow: return op2(Op::Pow, CT::F32, in_as(0, t), in_as(1, t));
+        case OpKind::Pow: return op2(Op::Pow, ct, in_as(0, t), in_as(1, t));
         case OpKind::Maximum: return op2(Op::Maximum, ct, in_as(0, t), in_as(1, t));
         case OpKind::Minimum: return op2(Op::Minimum, ct, in_as(0, t), in_as(1, t));
         case OpKind::Eq: case OpKind::Ne: case OpKind::Gt: case OpKind::Ge: case OpKind::Lt: case OpKind::Le: {
             // Compared in the compute type, never narrowed: an int8 tensor compared with the
             // literal 200 compares against 200 (NumPy 2), not against a wrapped -56.
             DType ot = result_type(Expr(nd.inputs[0]), Expr(nd.inputs[1]));
-            if (is_integer(ot)) ot = DType::Int32;
-            else if (is_float(ot)) ot = DType::Float32;
+            if (is_integer(ot)) ot = compute_type(ot) == CT::I64 ? DType::Int64 : DType::Int32;
+            else if (is_float(ot)) ot = ot == DType::Float64 ? DType::Float64 : DType::Float32;
             Op op = nd.op == OpKind::Eq ? Op::Eq : nd.op == OpKind::Ne ? Op::Ne : nd.op == OpKind::Gt ? Op::Gt
                   : nd.op == OpKind::Ge ? Op::Ge : nd.op == OpKind::Lt ? Op::Lt : Op::Le;
             return op2(op, CT::I32, in_as(0, ot), in_as(1, ot));

@@ -45,12 +45,18 @@ Expr make_scalar(double v, DType t, bool weak) {
 
 bool is_weak(const Expr& e) { return N(e).op == OpKind::Scalar && N(e).weak; }
 
-// NumPy's float result for a transcendental function of `t`: floats keep their type, small
-// integers and bool give float16, int32 gives float32 (NumPy: float64, beyond kiln's dtypes).
+// NumPy's float result for a transcendental function of `t`: floats keep their type, 8-bit
+// integers and bool give float16, 16-bit integers float32, int64 and uint32 float64; int32
+// gives float32 (NumPy: float64; kiln keeps 32-bit arithmetic 32-bit).
 DType float_result(DType t) {
     if (is_float(t)) return t;
-    return t == DType::Int32 ? DType::Float32 : DType::Float16;
+    if (is_wide(t)) return DType::Float64;
+    return dtype_size(t) >= 2 ? DType::Float32 : DType::Float16;
 }
+
+// The dtype a sum or product of integers accumulates in: int32, kiln's default integer, for the
+// narrower ones and bool; int64 and uint32 keep theirs (wrapping at their width).
+DType accumulated(DType t) { return is_float(t) || is_wide(t) ? t : DType::Int32; }
 
 Expr unary(OpKind op, const Expr& a, DType result) { return make(op, result, N(a).shape, {a.node()}); }
 
@@ -62,9 +68,15 @@ std::string literal_str(double v) {
 
 // The values of an integer dtype.
 std::pair<double, double> int_range(DType t) {
-    if (t == DType::Int8) return {-128, 127};
-    if (t == DType::UInt8) return {0, 255};
-    return {-2147483648.0, 2147483647.0};
+    switch (t) {
+    case DType::Int8: return {-128, 127};
+    case DType::UInt8: return {0, 255};
+    case DType::Int16: return {-32768, 32767};
+    case DType::UInt16: return {0, 65535};
+    case DType::UInt32: return {0, 4294967295.0};
+    case DType::Int64: return {-9223372036854775808.0, 9223372036854775807.0};
+    default: return {-2147483648.0, 2147483647.0};
+    }
 }
 
 bool is_weak_int(const Expr& e) { return is_weak(e) && N(e).dtype == DType::Int32; }
@@ -74,16 +86,16 @@ bool fits_int32(double v) {
 }
 
 // NumPy 2 (NEP 50): a Python integer that does not fit the operands' integer dtype is an
-// error, not a silent wrap-around. Two Python integers compute in int32, the widest integer
-// kiln has; NumPy would use int64.
+// error, not a silent wrap-around. Two Python integers compute in int32, kiln's default
+// integer; NumPy would use int64.
 void check_weak_int_fits(OpKind op, const Expr& lit, const Expr& other, DType common) {
     const double v = N(lit).value;
     const auto [lo, hi] = int_range(common);
     if (v >= lo && v <= hi) return;
     if (is_weak(other))
         fail(Error::Kind::Value,
-             "{}: the integer literal {} is outside int32 (-2147483648 to 2147483647), and kiln has no int64 for a result "
-             "of two integer literals; write one of them as a float (e.g. {}.0) or give a tensor operand",
+             "{}: the integer literal {} is outside int32 (-2147483648 to 2147483647), the dtype two integer literals "
+             "compute in (kiln's default integer); write one of them as a float (e.g. {}.0) or give an int64 tensor operand",
              opkind_name(op), literal_str(v), literal_str(v));
     fail(Error::Kind::Value,
          "{}: the integer literal {} is out of range for {} (the dtype of the other operand, {}; valid: {} to {}); "
@@ -94,10 +106,14 @@ void check_weak_int_fits(OpKind op, const Expr& lit, const Expr& other, DType co
 // A weak literal meeting an operand of dtype `common` (NumPy 2): an integer literal with a
 // float operand is that float value (2**31 stays 2147483648.0, not a wrapped int32), and with
 // an integer operand must fit its dtype. Comparisons are exempt (they compare true values).
+// A literal meeting a 64-bit operand (float64, int64, uint32) takes its dtype, so that the
+// kernel reads it as a 64-bit parameter: 0.1 * x in float64 multiplies by the double 0.1.
 Expr adopt_weak(OpKind op, const Expr& lit, const Expr& other, DType common) {
-    if (!is_weak_int(lit)) return lit;
-    if (is_float(common)) return make_scalar(N(lit).value, DType::Float32, true);
+    if (!is_weak(lit)) return lit;
+    if (!is_weak_int(lit)) return common == DType::Float64 ? make_scalar(N(lit).value, common, true) : lit;
+    if (is_float(common)) return make_scalar(N(lit).value, common == DType::Float64 ? common : DType::Float32, true);
     if (!is_comparison(op)) check_weak_int_fits(op, lit, other, common);
+    if (common == DType::Int64 || common == DType::UInt32) return make_scalar(N(lit).value, common, true);
     return lit;
 }
 
@@ -129,7 +145,7 @@ std::optional<Expr> compare_beyond_int32(OpKind op, const Expr& a, const Expr& b
 Expr binary(OpKind op, const Expr& a_in, const Expr& b_in, DType result) {
     const DType common = result_type(a_in, b_in);
     Shape s = broadcast_shapes(N(a_in).shape, N(b_in).shape, opkind_name(op));
-    if (is_comparison(op) && !is_float(common))
+    if (is_comparison(op) && !is_float(common) && compute_type(common) == ComputeType::I32)
         if (auto r = compare_beyond_int32(op, a_in, b_in)) return *r;
     Expr a = adopt_weak(op, a_in, b_in, common), b = adopt_weak(op, b_in, a_in, common);
     return make(op, result, std::move(s), {a.node(), b.node()});
@@ -325,13 +341,13 @@ Expr reduce(OpKind op, const Expr& a, int axis, bool keepdims) {
              name, axis == kAllAxes ? std::string("all axes") : fmt::format("axis {}", axis), describe(a));
     if (n.rank() == 0) {  // nothing to reduce: NumPy returns the value (argmax/argmin: index 0)
         if (op == OpKind::ArgMax || op == OpKind::ArgMin) return scalar(0, DType::Int32);
-        return cast(a, accumulates && !is_float(n.dtype) ? DType::Int32 : n.dtype);
+        return cast(a, accumulates ? accumulated(n.dtype) : n.dtype);
     }
     Shape kept = n.shape;
     for (int i = 0; i < n.rank(); ++i)
         if (axis == kAllAxes || i == axis) kept[i] = 1;
     DType t = n.dtype;
-    if (accumulates && !is_float(t)) t = DType::Int32;
+    if (accumulates) t = accumulated(t);
     if (op == OpKind::ArgMax || op == OpKind::ArgMin) t = DType::Int32;
     Expr r = make(op, t, kept, {a.node()}, axis);
     return keepdims ? r : squeeze_axis(r, axis, n.shape);

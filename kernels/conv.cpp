@@ -77,7 +77,7 @@ void check_tensor(const Tensor& t, const ConvLayer& L, const Tensor& ref, int64_
     if (!ref.context().can_use(t))
         fail(Error::Kind::Value, "{}: {} lives on {} of another context, but the operation runs on {}", op, name,
              t.context().device_name(), ref.context().device_name());
-    if (!is_float(t.dtype()))
+    if (!is_float(t.dtype()) || t.dtype() == DType::Float64)
         fail(Error::Kind::Type, "{}: {} is {}; convolution tensors are float32, float16 or bfloat16", op, name, desc(t));
     if (operand && t.dtype() != L.dtype)
         fail(Error::Kind::Type, "{}: {} is {}, but the layer was made for {}: operands must have the layer's dtype", op, name,
@@ -637,7 +637,7 @@ std::string ConvLayer::str() const {
 ConvLayer conv_layer(DType dtype, int64_t N, int64_t C, int64_t K, Dims3 image, Dims3 filter, Dims3 pad, Dims3 stride,
                      Dims3 dilation) {
     const char* op = "conv_layer";
-    if (!is_float(dtype))
+    if (!is_float(dtype) || dtype == DType::Float64)
         fail(Error::Kind::Type, "{}: dtype {}; convolution runs in float32, float16 or bfloat16", op, dtype_name(dtype));
     check_geometry(N, C, K, image, filter, pad, stride, dilation, "image", op);
     ConvLayer L;
@@ -652,7 +652,7 @@ ConvLayer conv_layer(DType dtype, int64_t N, int64_t C, int64_t K, Dims3 image, 
 ConvLayer deconv_layer(DType dtype, int64_t N, int64_t C, int64_t K, Dims3 input, Dims3 filter, Dims3 pad, Dims3 stride,
                        Dims3 dilation) {
     const char* op = "deconv_layer";
-    if (!is_float(dtype))
+    if (!is_float(dtype) || dtype == DType::Float64)
         fail(Error::Kind::Type, "{}: dtype {}; convolution runs in float32, float16 or bfloat16", op, dtype_name(dtype));
     check_geometry(N, C, K, input, filter, pad, stride, dilation, "input", op);
     Dims3 image;

@@ -23,7 +23,7 @@ namespace {
 std::string desc(const Tensor& t) { return fmt::format("{} {}", dtype_name(t.dtype()), shape_str(t.shape())); }
 
 void check_float(const Tensor& t, const char* what, const char* op) {
-    if (!is_float(t.dtype()))
+    if (!is_float(t.dtype()) || t.dtype() == DType::Float64)
         fail(Error::Kind::Type, "{}: {} is {}; GEMM operands are float32, float16 or bfloat16", op, what, desc(t));
 }
 

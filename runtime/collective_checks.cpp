@@ -92,11 +92,14 @@ void check_tensors(Op kind, const Context& ctx, int world, int rank, const Tenso
         fail(Error::Kind::Type, "{}: the source is {} and the destination {}; a collective keeps the dtype", op,
              describe(src), describe(dst));
     DType dt = src.dtype();
+    if (dt == DType::Int16 || dt == DType::UInt16)
+        fail(Error::Kind::Type, "{}: {}: NCCL has no 16-bit integer type; valid dtypes: float64, float32, float16, "
+             "bfloat16, int64, int32, uint32, int8, uint8 and bool (not reduced)", op, describe(src));
     if (dt == DType::Bool && reduces)
-        fail(Error::Kind::Type, "{}: {} cannot be reduced; valid dtypes: float32, float16, bfloat16, int32, int8, uint8", op,
-             describe(src));
-    if (reduces && red == ReduceOp::Avg && (dt == DType::Int32 || dt == DType::Int8 || dt == DType::UInt8))
-        fail(Error::Kind::Type, "{}: the average of {} values would be truncated; avg takes float32, float16 and "
+        fail(Error::Kind::Type, "{}: {} cannot be reduced; valid dtypes: float64, float32, float16, bfloat16, int64, int32, "
+             "uint32, int8, uint8", op, describe(src));
+    if (reduces && red == ReduceOp::Avg && is_integer(dt))
+        fail(Error::Kind::Type, "{}: the average of {} values would be truncated; avg takes float64, float32, float16 and "
              "bfloat16 (sum an integer tensor and divide)", op, describe(src));
     int64_t n = src.size(), m = dst.size();
     switch (kind) {

@@ -221,13 +221,7 @@ Tensor Context::array(const void* data, size_t count, DType src, const Shape& sh
 }
 
 Tensor Context::array(const std::vector<double>& data, const Shape& shape, DType dtype) {
-    if (dtype == DType::Int32) {  // int32 values above 2^24 do not survive float
-        std::vector<int32_t> i(data.size());
-        for (size_t k = 0; k < data.size(); ++k) store_element(DType::Int32, &i[k], data[k]);
-        return array(i.data(), i.size(), DType::Int32, shape, dtype);
-    }
-    std::vector<float> f(data.begin(), data.end());
-    return array(f.data(), f.size(), DType::Float32, shape, dtype);
+    return array(data.data(), data.size(), DType::Float64, shape, dtype);
 }
 
 void Context::set_stochastic_round(int bits) {

@@ -16,6 +16,11 @@ double load_element(DType t, const void* p) {
     case DType::Int8: return *static_cast<const int8_t*>(p);
     case DType::UInt8: return *static_cast<const uint8_t*>(p);
     case DType::Bool: return *static_cast<const uint8_t*>(p) != 0;
+    case DType::Float64: { double d; std::memcpy(&d, p, 8); return d; }
+    case DType::Int64: { int64_t i; std::memcpy(&i, p, 8); return (double)i; }
+    case DType::Int16: { int16_t i; std::memcpy(&i, p, 2); return i; }
+    case DType::UInt16: { uint16_t i; std::memcpy(&i, p, 2); return i; }
+    case DType::UInt32: { uint32_t i; std::memcpy(&i, p, 4); return i; }
     }
     return 0;
 }
@@ -36,6 +41,22 @@ void store_element(DType t, void* p, double v) {
     case DType::Int8: *static_cast<int8_t*>(p) = (int8_t)(uint8_t)(to_i32(v) & 0xff); return;
     case DType::UInt8: *static_cast<uint8_t*>(p) = (uint8_t)(to_i32(v) & 0xff); return;
     case DType::Bool: *static_cast<uint8_t*>(p) = v != 0 ? 1 : 0; return;
+    case DType::Float64: std::memcpy(p, &v, 8); return;
+    case DType::Int64: {
+        const double x = std::isnan(v) ? 0 : std::trunc(v);
+        const int64_t i = x <= -9223372036854775808.0 ? INT64_MIN : x >= 9223372036854775807.0 ? INT64_MAX : (int64_t)x;
+        std::memcpy(p, &i, 8);
+        return;
+    }
+    case DType::Int16: { const int16_t i = (int16_t)(uint16_t)(to_i32(v) & 0xffff); std::memcpy(p, &i, 2); return; }
+    case DType::UInt16: { const uint16_t i = (uint16_t)(to_i32(v) & 0xffff); std::memcpy(p, &i, 2); return; }
+    case DType::UInt32: {
+        const double x = std::isnan(v) ? 0 : std::trunc(v);
+        const int64_t i = x <= -9223372036854775808.0 ? INT64_MIN : x >= 9223372036854775807.0 ? INT64_MAX : (int64_t)x;
+        const uint32_t u = (uint32_t)(uint64_t)i;
+        std::memcpy(p, &u, 4);
+        return;
+    }
     }
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace kiln {
@@ -14,9 +15,14 @@ namespace {
 
 using kir::Op;
 
+using CT = kir::ComputeType;
+
+// One value of the kernel: the member of its instruction's compute type.
 union Val {
     float f;
     int32_t i;
+    double d;
+    int64_t l;
 };
 
 struct AccState {
@@ -25,52 +31,91 @@ struct AccState {
     bool seen;
 };
 
-float load_f(DType t, const char* p) {
+Val load(DType t, const char* p) {
+    Val v{};
     switch (t) {
-    case DType::Float32: { float f; std::memcpy(&f, p, 4); return f; }
-    case DType::Float16: { uint16_t h; std::memcpy(&h, p, 2); return f16_to_float(h); }
-    case DType::BFloat16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
-    default: break;
+    case DType::Float32: std::memcpy(&v.f, p, 4); break;
+    case DType::Float16: { uint16_t h; std::memcpy(&h, p, 2); v.f = f16_to_float(h); break; }
+    case DType::BFloat16: { uint16_t h; std::memcpy(&h, p, 2); v.f = bf16_to_float(h); break; }
+    case DType::Float64: std::memcpy(&v.d, p, 8); break;
+    case DType::Int32: std::memcpy(&v.i, p, 4); break;
+    case DType::Int8: v.i = *reinterpret_cast<const int8_t*>(p); break;
+    case DType::UInt8: v.i = *reinterpret_cast<const uint8_t*>(p); break;
+    case DType::Int16: { int16_t h; std::memcpy(&h, p, 2); v.i = h; break; }
+    case DType::UInt16: { uint16_t h; std::memcpy(&h, p, 2); v.i = h; break; }
+    case DType::Bool: v.i = *reinterpret_cast<const uint8_t*>(p) != 0; break;
+    case DType::Int64: std::memcpy(&v.l, p, 8); break;
+    case DType::UInt32: { uint32_t u; std::memcpy(&u, p, 4); v.l = u; break; }
     }
-    throw InternalError("interpreter: float load of an integer buffer");
-}
-int32_t load_i(DType t, const char* p) {
-    switch (t) {
-    case DType::Int32: { int32_t i; std::memcpy(&i, p, 4); return i; }
-    case DType::Int8: return *reinterpret_cast<const int8_t*>(p);
-    case DType::UInt8: return *reinterpret_cast<const uint8_t*>(p);
-    case DType::Bool: return *reinterpret_cast<const uint8_t*>(p) != 0;
-    default: break;
-    }
-    throw InternalError("interpreter: integer load of a float buffer");
+    return v;
 }
 void store(DType t, char* p, Val v) {
     switch (t) {
     case DType::Float32: std::memcpy(p, &v.f, 4); return;
     case DType::Float16: { uint16_t h = float_to_f16(v.f); std::memcpy(p, &h, 2); return; }
     case DType::BFloat16: { uint16_t h = float_to_bf16(v.f); std::memcpy(p, &h, 2); return; }
+    case DType::Float64: std::memcpy(p, &v.d, 8); return;
     case DType::Int32: std::memcpy(p, &v.i, 4); return;
     case DType::Int8: case DType::UInt8: *reinterpret_cast<uint8_t*>(p) = (uint8_t)(v.i & 0xff); return;
+    case DType::Int16: case DType::UInt16: { const uint16_t h = (uint16_t)(v.i & 0xffff); std::memcpy(p, &h, 2); return; }
     case DType::Bool: *reinterpret_cast<uint8_t*>(p) = v.i != 0; return;
+    case DType::Int64: std::memcpy(p, &v.l, 8); return;
+    case DType::UInt32: { const uint32_t u = (uint32_t)(uint64_t)v.l; std::memcpy(p, &u, 4); return; }
     }
 }
 
-int32_t to_i32(float f) {
+// Truncation toward zero, saturating at I's range, NaN -> 0.
+template <class I, class F>
+I to_int(F f) {
     if (std::isnan(f)) return 0;
-    if (f <= -2147483648.0f) return INT32_MIN;
-    if (f >= 2147483648.0f) return INT32_MAX;
-    return (int32_t)f;
+    if (f <= (F)std::numeric_limits<I>::min()) return std::numeric_limits<I>::min();
+    if (f >= -(F)std::numeric_limits<I>::min()) return std::numeric_limits<I>::max();
+    return (I)f;
 }
 
-bool better(kir::AccKind kind, kir::ComputeType t, Val cand, Val best) {
-    bool mx = kind == kir::AccKind::Max || kind == kir::AccKind::ArgMax;
-    if (t == kir::ComputeType::F32) {
-        if (std::isnan(best.f)) return false;
-        if (std::isnan(cand.f)) return true;
-        return mx ? cand.f > best.f : cand.f < best.f;
+// A value of any compute type as a double or an int64 (exact for every integer value).
+double as_double(CT t, Val v) { return t == CT::F32 ? v.f : t == CT::F64 ? v.d : t == CT::I32 ? (double)v.i : (double)v.l; }
+int64_t as_int64(CT t, Val v) { return t == CT::I32 ? v.i : v.l; }
+
+// Value conversion (kir::Op::Convert, and the 32-bit ToF32 / ToI32).
+Val convert(CT from, CT to, Val v) {
+    Val r{};
+    if (from == to) return v;
+    switch (to) {
+    case CT::F32: r.f = from == CT::F64 ? (float)v.d : from == CT::I32 ? (float)v.i : (float)v.l; break;
+    case CT::F64: r.d = from == CT::F32 ? (double)v.f : from == CT::I32 ? (double)v.i : (double)v.l; break;
+    case CT::I32:
+        r.i = from == CT::F32 ? to_int<int32_t>(v.f) : from == CT::F64 ? to_int<int32_t>(v.d) : (int32_t)(uint32_t)(uint64_t)v.l;
+        break;
+    case CT::I64: r.l = from == CT::F32 ? to_int<int64_t>(v.f) : from == CT::F64 ? to_int<int64_t>(v.d) : (int64_t)v.i; break;
     }
-    return mx ? cand.i > best.i : cand.i < best.i;
+    return r;
 }
+
+template <class F>
+bool better_f(bool mx, F cand, F best) {
+    if (std::isnan(best)) return false;
+    if (std::isnan(cand)) return true;
+    return mx ? cand > best : cand < best;
+}
+bool better(kir::AccKind kind, CT t, Val cand, Val best) {
+    bool mx = kind == kir::AccKind::Max || kind == kir::AccKind::ArgMax;
+    switch (t) {
+    case CT::F32: return better_f(mx, cand.f, best.f);
+    case CT::F64: return better_f(mx, cand.d, best.d);
+    case CT::I32: return mx ? cand.i > best.i : cand.i < best.i;
+    case CT::I64: return mx ? cand.l > best.l : cand.l < best.l;
+    }
+    return false;
+}
+
+// Wrapping integer arithmetic (through the unsigned type of the same width).
+template <class I>
+I wrap_add(I x, I y) { using U = std::make_unsigned_t<I>; return (I)((U)x + (U)y); }
+template <class I>
+I wrap_sub(I x, I y) { using U = std::make_unsigned_t<I>; return (I)((U)x - (U)y); }
+template <class I>
+I wrap_mul(I x, I y) { using U = std::make_unsigned_t<I>; return (I)((U)x * (U)y); }
 
 struct Exec {
     const kir::Kernel& k;
@@ -88,27 +133,47 @@ struct Exec {
         return static_cast<const char*>(a.buffers[b]) + off * (int64_t)dtype_size(k.buffers[b].dtype);
     }
 
+    // A 64-bit parameter from two 32-bit slots, low word first.
+    template <class W, class T>
+    static T wide_param(const std::vector<W>& words, int index) {
+        uint32_t w[2];
+        std::memcpy(&w[0], &words[index], 4);
+        std::memcpy(&w[1], &words[index + 1], 4);
+        T v;
+        std::memcpy(&v, w, 8);
+        return v;
+    }
+
     void exec(int id) {
         const kir::Instr& in = k.instrs[id];
         Val& r = vals[id];
         auto A = [&](int i) { return vals[in.a[i]]; };
-        bool F = in.type == kir::ComputeType::F32;
-        bool FA = in.a[0] >= 0 && k.instrs[in.a[0]].type == kir::ComputeType::F32;
+        const CT t = in.type;
+        const CT ta = in.a[0] >= 0 ? k.instrs[in.a[0]].type : t;   // the first operand's type
+        // One expression per compute type: x and y are the operands as that type's member.
+#define PER_TYPE1(FE, IE)                                                                       \
+    switch (t) {                                                                                \
+    case CT::F32: { const float x = A(0).f; r.f = (FE); break; }                                \
+    case CT::F64: { const double x = A(0).d; r.d = (FE); break; }                               \
+    case CT::I32: { const int32_t x = A(0).i; r.i = (IE); break; }                              \
+    case CT::I64: { const int64_t x = A(0).l; r.l = (IE); break; }                              \
+    }
+#define PER_TYPE2(FE, IE)                                                                       \
+    switch (t) {                                                                                \
+    case CT::F32: { const float x = A(0).f, y = A(1).f; r.f = (FE); break; }                    \
+    case CT::F64: { const double x = A(0).d, y = A(1).d; r.d = (FE); break; }                   \
+    case CT::I32: { const int32_t x = A(0).i, y = A(1).i; r.i = (IE); break; }                  \
+    case CT::I64: { const int64_t x = A(0).l, y = A(1).l; r.l = (IE); break; }                  \
+    }
+#define PER_FLOAT1(E) PER_TYPE1(E, 0)
+#define PER_FLOAT2(E) PER_TYPE2(E, 0)
         switch (in.op) {
-        case Op::ConstF: r.f = in.fimm; break;
-        case Op::ConstI: r.i = in.iimm; break;
-        case Op::ParamF: r.f = a.fparams[in.index]; break;
-        case Op::ParamI: r.i = a.iparams[in.index]; break;
-        case Op::Load: {
-            const char* p = addr(in.index);
-            if (F) r.f = load_f(k.buffers[in.index].dtype, p); else r.i = load_i(k.buffers[in.index].dtype, p);
-            break;
-        }
-        case Op::Gather: {
-            const char* p = addr(in.index, (int64_t)A(0).i * a.iparams[in.aux]);
-            if (F) r.f = load_f(k.buffers[in.index].dtype, p); else r.i = load_i(k.buffers[in.index].dtype, p);
-            break;
-        }
+        case Op::ConstF: if (t == CT::F32) r.f = (float)in.fimm; else r.d = in.fimm; break;
+        case Op::ConstI: if (t == CT::I32) r.i = (int32_t)in.iimm; else r.l = in.iimm; break;
+        case Op::ParamF: if (t == CT::F32) r.f = a.fparams[in.index]; else r.d = wide_param<float, double>(a.fparams, in.index); break;
+        case Op::ParamI: if (t == CT::I32) r.i = a.iparams[in.index]; else r.l = wide_param<int32_t, int64_t>(a.iparams, in.index); break;
+        case Op::Load: r = load(k.buffers[in.index].dtype, addr(in.index)); break;
+        case Op::Gather: r = load(k.buffers[in.index].dtype, addr(in.index, (int64_t)A(0).i * a.iparams[in.aux])); break;
         case Op::Coord: r.i = (int32_t)coord[in.index]; break;
         case Op::LinearId: {
             int64_t lin = 0;
@@ -122,63 +187,96 @@ struct Exec {
             r = (kind == kir::AccKind::ArgMax || kind == kir::AccKind::ArgMin) ? Val{.i = s.pos} : s.v;
             break;
         }
-        case Op::Neg: if (F) r.f = -A(0).f; else r.i = (int32_t)(0u - (uint32_t)A(0).i); break;
-        case Op::Abs: if (F) r.f = std::fabs(A(0).f); else r.i = A(0).i < 0 ? (int32_t)(0u - (uint32_t)A(0).i) : A(0).i; break;
-        case Op::Sqrt: r.f = std::sqrt(A(0).f); break;
-        case Op::Exp: r.f = std::exp(A(0).f); break;
-        case Op::Exp2: r.f = std::exp2(A(0).f); break;
-        case Op::Log: r.f = std::log(A(0).f); break;
-        case Op::Log2: r.f = std::log2(A(0).f); break;
-        case Op::Tanh: r.f = std::tanh(A(0).f); break;
+        case Op::Neg: PER_TYPE1(-x, wrap_sub<decltype(x)>(0, x)) break;
+        case Op::Abs: PER_TYPE1(std::fabs(x), x < 0 ? wrap_sub<decltype(x)>(0, x) : x) break;
+        case Op::Sqrt: PER_FLOAT1(std::sqrt(x)) break;
+        case Op::Exp: PER_FLOAT1(std::exp(x)) break;
+        case Op::Exp2: PER_FLOAT1(std::exp2(x)) break;
+        case Op::Log: PER_FLOAT1(std::log(x)) break;
+        case Op::Log2: PER_FLOAT1(std::log2(x)) break;
+        case Op::Tanh: PER_FLOAT1(std::tanh(x)) break;
 #define KILN_MATH(K, name, c_function, host) \
-        case Op::K: r.f = host(A(0).f); break;
+        case Op::K: PER_FLOAT1(host(x)) break;
 #define KILN_MATH2(K, name, c_function, host) \
-        case Op::K: r.f = host(A(0).f, A(1).f); break;
+        case Op::K: PER_FLOAT2(host(x, y)) break;
 #include <kiln/math_functions.def>
 #undef KILN_MATH2
 #undef KILN_MATH
-        case Op::Rint: r.f = std::nearbyint(A(0).f); break;
-        case Op::Sgn:
-            if (F) r.f = std::isnan(A(0).f) ? A(0).f : (float)((A(0).f > 0) - (A(0).f < 0));
-            else r.i = (A(0).i > 0) - (A(0).i < 0);
-            break;
-        case Op::Finite: r.i = std::isfinite(A(0).f); break;
-        case Op::ToF32: r.f = (float)A(0).i; break;
-        case Op::ToI32: r.i = to_i32(A(0).f); break;
+        case Op::Rint: PER_FLOAT1(std::nearbyint(x)) break;
+        case Op::Sgn: PER_TYPE1(std::isnan(x) ? x : (decltype(x))((x > 0) - (x < 0)), (decltype(x))((x > 0) - (x < 0))) break;
+        case Op::Finite: r.i = ta == CT::F32 ? std::isfinite(A(0).f) : std::isfinite(A(0).d); break;
+        case Op::ToF32: case Op::ToI32: case Op::Convert: r = convert(ta, t, A(0)); break;
         case Op::WrapI8: r.i = (int8_t)(uint8_t)(A(0).i & 0xff); break;
         case Op::WrapU8: r.i = A(0).i & 0xff; break;
-        case Op::ToBool: r.i = FA ? (A(0).f != 0 || std::isnan(A(0).f)) : A(0).i != 0; break;
-#define BIN(OPN, FE, IE) case Op::OPN: if (F) { float x = A(0).f, y = A(1).f; r.f = (FE); } else { int32_t x = A(0).i, y = A(1).i; r.i = (IE); } break;
-        BIN(Add, x + y, (int32_t)((uint32_t)x + (uint32_t)y))
-        BIN(Sub, x - y, (int32_t)((uint32_t)x - (uint32_t)y))
-        BIN(Mul, x * y, (int32_t)((uint32_t)x * (uint32_t)y))
-        BIN(Maximum, (x > y || std::isnan(x)) ? x : y, x > y ? x : y)
-        BIN(Minimum, (x < y || std::isnan(x)) ? x : y, x < y ? x : y)
-#undef BIN
-        case Op::Div: r.f = A(0).f / A(1).f; break;
-        case Op::Pow: r.f = std::pow(A(0).f, A(1).f); break;
-#define CMP(OPN, E) case Op::OPN: if (FA) { float x = A(0).f, y = A(1).f; r.i = (E); } else { int32_t x = A(0).i, y = A(1).i; r.i = (E); } break;
-        CMP(Eq, x == y) CMP(Ne, x != y) CMP(Lt, x < y) CMP(Le, x <= y) CMP(Gt, x > y) CMP(Ge, x >= y)
-#undef CMP
-        case Op::And: r.i = A(0).i & A(1).i; break;
-        case Op::Or: r.i = A(0).i | A(1).i; break;
-        case Op::Xor: r.i = A(0).i ^ A(1).i; break;
-        case Op::Shl: r.i = (int32_t)((uint32_t)A(0).i << (A(1).i & 31)); break;
-        case Op::Shr: r.i = (int32_t)((uint32_t)A(0).i >> (A(1).i & 31)); break;
+        case Op::WrapI16: r.i = (int16_t)(uint16_t)(A(0).i & 0xffff); break;
+        case Op::WrapU16: r.i = A(0).i & 0xffff; break;
+        case Op::WrapU32: r.l = A(0).l & 0xffffffffLL; break;
+        case Op::ToBool: {
+            const Val x = A(0);
+            r.i = ta == CT::F32 ? (x.f != 0 || std::isnan(x.f)) : ta == CT::F64 ? (x.d != 0 || std::isnan(x.d))
+                : ta == CT::I32 ? x.i != 0 : x.l != 0;
+            break;
+        }
+        case Op::Add: PER_TYPE2(x + y, wrap_add(x, y)) break;
+        case Op::Sub: PER_TYPE2(x - y, wrap_sub(x, y)) break;
+        case Op::Mul: PER_TYPE2(x * y, wrap_mul(x, y)) break;
+        case Op::Maximum: PER_TYPE2((x > y || std::isnan(x)) ? x : y, x > y ? x : y) break;
+        case Op::Minimum: PER_TYPE2((x < y || std::isnan(x)) ? x : y, x < y ? x : y) break;
+        case Op::Div: PER_FLOAT2(x / y) break;
+        case Op::Pow: PER_FLOAT2(std::pow(x, y)) break;
+        case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: {
+            const Val x = A(0), y = A(1);
+            int c;   // -1, 0, 1; 2 when unordered (a NaN)
+            if (is_float(ta)) {
+                const double dx = as_double(ta, x), dy = as_double(ta, y);
+                c = std::isnan(dx) || std::isnan(dy) ? 2 : dx < dy ? -1 : dx > dy ? 1 : 0;
+            } else {
+                const int64_t ix = as_int64(ta, x), iy = as_int64(ta, y);
+                c = ix < iy ? -1 : ix > iy ? 1 : 0;
+            }
+            switch (in.op) {
+            case Op::Eq: r.i = c == 0; break;
+            case Op::Ne: r.i = c != 0; break;
+            case Op::Lt: r.i = c == -1; break;
+            case Op::Le: r.i = c == -1 || c == 0; break;
+            case Op::Gt: r.i = c == 1; break;
+            default: r.i = c == 1 || c == 0; break;
+            }
+            break;
+        }
+        case Op::And: PER_TYPE2(0, x & y) break;
+        case Op::Or: PER_TYPE2(0, x | y) break;
+        case Op::Xor: PER_TYPE2(0, x ^ y) break;
+        case Op::Shl:
+            if (t == CT::I32) r.i = (int32_t)((uint32_t)A(0).i << (A(1).i & 31));
+            else r.l = (int64_t)((uint64_t)A(0).l << (A(1).l & 63));
+            break;
+        case Op::Shr:
+            if (t == CT::I32) r.i = (int32_t)((uint32_t)A(0).i >> (A(1).i & 31));
+            else r.l = (int64_t)((uint64_t)A(0).l >> (A(1).l & 63));
+            break;
         case Op::MulHi: r.i = (int32_t)(uint32_t)(((uint64_t)(uint32_t)A(0).i * (uint32_t)A(1).i) >> 32); break;
         case Op::Select: r = A(0).i ? A(1) : A(2); break;
         case Op::AsI32: { const float f = A(0).f; std::memcpy(&r.i, &f, 4); break; }
         case Op::AsF32: { const int32_t i = A(0).i; std::memcpy(&r.f, &i, 4); break; }
-        case Op::Floor: r.f = std::floor(A(0).f); break;
-        case Op::Fmod: r.f = std::fmod(A(0).f, A(1).f); break;
+        case Op::AsI64: { const double d = A(0).d; std::memcpy(&r.l, &d, 8); break; }
+        case Op::AsF64: { const int64_t l = A(0).l; std::memcpy(&r.d, &l, 8); break; }
+        case Op::Floor: PER_FLOAT1(std::floor(x)) break;
+        case Op::Fmod: PER_FLOAT2(std::fmod(x, y)) break;
         case Op::IDiv: case Op::IRem: {
-            const int32_t x = A(0).i, y = A(1).i;
-            KILN_CHECK_INTERNAL(y != 0 && !(x == INT32_MIN && y == -1), "kir interpreter: {} {} by {} is undefined",
+            const int64_t x = as_int64(t, A(0)), y = as_int64(t, A(1));
+            const int64_t lo = t == CT::I32 ? INT32_MIN : INT64_MIN;
+            KILN_CHECK_INTERNAL(y != 0 && !(x == lo && y == -1), "kir interpreter: {} {} by {} is undefined",
                                 kir::op_name(in.op), x, y);
-            r.i = in.op == Op::IDiv ? x / y : x % y;
+            const int64_t q = in.op == Op::IDiv ? x / y : x % y;
+            if (t == CT::I32) r.i = (int32_t)q; else r.l = q;
             break;
         }
         }
+#undef PER_FLOAT2
+#undef PER_FLOAT1
+#undef PER_TYPE2
+#undef PER_TYPE1
     }
 
     void reset_acc(const kir::Block& b) {
@@ -187,14 +285,18 @@ struct Exec {
             AccState& s = acc[ai];
             s.pos = 0;
             s.seen = false;
-            bool f = ac.type == kir::ComputeType::F32;
+            double init = 0;
             switch (ac.kind) {
-            case kir::AccKind::Sum: if (f) s.v.f = 0; else s.v.i = 0; break;
-            case kir::AccKind::Prod: if (f) s.v.f = 1; else s.v.i = 1; break;
-            case kir::AccKind::Max: case kir::AccKind::ArgMax:
-                if (f) s.v.f = -std::numeric_limits<float>::infinity(); else s.v.i = INT32_MIN; break;
-            case kir::AccKind::Min: case kir::AccKind::ArgMin:
-                if (f) s.v.f = std::numeric_limits<float>::infinity(); else s.v.i = INT32_MAX; break;
+            case kir::AccKind::Sum: init = 0; break;
+            case kir::AccKind::Prod: init = 1; break;
+            case kir::AccKind::Max: case kir::AccKind::ArgMax: init = -std::numeric_limits<double>::infinity(); break;
+            case kir::AccKind::Min: case kir::AccKind::ArgMin: init = std::numeric_limits<double>::infinity(); break;
+            }
+            switch (ac.type) {
+            case CT::F32: s.v.f = (float)init; break;
+            case CT::F64: s.v.d = init; break;
+            case CT::I32: s.v.i = std::isinf(init) ? (init < 0 ? INT32_MIN : INT32_MAX) : (int32_t)init; break;
+            case CT::I64: s.v.l = std::isinf(init) ? (init < 0 ? INT64_MIN : INT64_MAX) : (int64_t)init; break;
             }
         }
     }
@@ -205,11 +307,14 @@ struct Exec {
             const kir::Accum& ac = k.accums[ai];
             AccState& s = acc[ai];
             Val v = vals[ac.value];
-            bool f = ac.type == kir::ComputeType::F32;
-            if (ac.kind == kir::AccKind::Sum) {
-                if (f) s.v.f += v.f; else s.v.i = (int32_t)((uint32_t)s.v.i + (uint32_t)v.i);
-            } else if (ac.kind == kir::AccKind::Prod) {
-                if (f) s.v.f *= v.f; else s.v.i = (int32_t)((uint32_t)s.v.i * (uint32_t)v.i);
+            if (ac.kind == kir::AccKind::Sum || ac.kind == kir::AccKind::Prod) {
+                const bool add = ac.kind == kir::AccKind::Sum;
+                switch (ac.type) {
+                case CT::F32: s.v.f = add ? s.v.f + v.f : s.v.f * v.f; break;
+                case CT::F64: s.v.d = add ? s.v.d + v.d : s.v.d * v.d; break;
+                case CT::I32: s.v.i = add ? wrap_add(s.v.i, v.i) : wrap_mul(s.v.i, v.i); break;
+                case CT::I64: s.v.l = add ? wrap_add(s.v.l, v.l) : wrap_mul(s.v.l, v.l); break;
+                }
             } else if (!s.seen || better(ac.kind, ac.type, v, s.v)) {
                 s.v = v;
                 s.pos = rpos;

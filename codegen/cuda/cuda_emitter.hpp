@@ -156,6 +156,8 @@ private:
     std::string acc(int ai) const { return fmt::format("acc{}{}", ai, col_); }
 
     std::string expr(const kir::Instr& in) const;
+    std::string wide_expr(const kir::Instr& in) const;
+    static std::string double_function(const char* c_function);
 
     void emit_instrs(const kir::Block& b);
 

@@ -14,6 +14,13 @@ namespace kiln::codegen::detail {
 extern const char* const kCudaPrelude;
 // The histogram's bin rule, for kernels with a kir::Hist.
 extern const char* const kCudaHistPrelude;
+// 64-bit parameters, conversions and min/max, for kernels with 64-bit values (has_wide).
+extern const char* const kCudaWidePrelude;
+
+// Whether `k` has a 64-bit value (f64, i64) or a buffer of a dtype the vector paths do not move
+// (8-byte dtypes, 16-bit integers, uint32): such kernels take the scalar elementwise path, and
+// the CUDA backend does not yet reduce them.
+bool has_wide(const kir::Kernel& k);
 
 // Whether buffer `buf` of `k` varies along some reduced dim (is not broadcast along all of them).
 bool varies_along_reduced(const kir::Kernel& k, size_t buf);

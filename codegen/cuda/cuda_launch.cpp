@@ -331,8 +331,16 @@ bool row_register_entry(const kir::Kernel& k, const std::vector<RowFold>& folds,
     return bytes > 0 && bytes <= 32;
 }
 
+bool has_wide(const kir::Kernel& k) {
+    for (const kir::Buffer& b : k.buffers)
+        if (is_wide(b.dtype) || b.dtype == DType::Int16 || b.dtype == DType::UInt16) return true;
+    for (const kir::Instr& in : k.instrs)
+        if (is_wide(in.type)) return true;
+    return false;
+}
+
 int elementwise_vector_width(const kir::Kernel& k) {
-    if (k.rank < 1) return 1;
+    if (k.rank < 1 || has_wide(k)) return 1;
     const int inner = k.rank - 1;
     std::vector<bool> used(k.buffers.size(), false), stored(k.buffers.size(), false);
     for (const kir::Instr& in : k.instrs) {

@@ -596,6 +596,32 @@ __device__ __forceinline__ void kiln_column_reduce_v(typename A::T (&v)[V], int 
 // ---- end of prelude
 )";
 
+const char* const kCudaWidePrelude = R"(
+// 64-bit parameters: two 32-bit words of Args, low word first.
+__device__ __forceinline__ double kiln_param_f64(const float* fp, int i) {
+    return __hiloint2double(__float_as_int(fp[i + 1]), __float_as_int(fp[i]));
+}
+__device__ __forceinline__ long long kiln_param_i64(const int* ip, int i) {
+    return (long long)(((unsigned long long)(unsigned)ip[i + 1] << 32) | (unsigned)ip[i]);
+}
+// Truncation toward zero, saturating, NaN -> 0 (as kiln_f32_to_i32).
+__device__ __forceinline__ long long kiln_f64_to_i64(double x) {
+    if (x != x) return 0;
+    if (x >= 9223372036854775808.0) return 9223372036854775807LL;
+    if (x <= -9223372036854775808.0) return -9223372036854775807LL - 1;
+    return (long long)x;
+}
+__device__ __forceinline__ long long kiln_f32_to_i64(float x) { return kiln_f64_to_i64((double)x); }
+__device__ __forceinline__ int kiln_f64_to_i32(double x) {
+    if (x != x) return 0;
+    if (x >= 2147483648.0) return 2147483647;
+    if (x <= -2147483648.0) return -2147483647 - 1;
+    return (int)x;
+}
+__device__ __forceinline__ double kiln_maxd(double x, double y) { return (x > y || x != x) ? x : y; }
+__device__ __forceinline__ double kiln_mind(double x, double y) { return (x < y || x != x) ? x : y; }
+)";
+
 const char* const kCudaHistPrelude = R"(
 // Numerics histogram (include/kiln/hist.hpp): x's bin among B from 2^O by round(log2|x|), from
 // the bits as kernels/hist.cpp counts (0 and NaN in bin 0, infinities in the last; the

@@ -19,6 +19,7 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <map>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -66,6 +67,7 @@ public:
         i32_ = b_.getInt32Ty();
         i64_ = b_.getInt64Ty();
         f32_ = b_.getFloatTy();
+        f64_ = b_.getDoubleTy();
         ptr_ = b_.getPtrTy();
         for (int d = 0; d < k.rank; ++d) (k.reduced[d] ? rdims_ : pdims_).push_back(d);
         tiled_ = !pdims_.empty() && !rdims_.empty() && !k.reduced[k.rank - 1];
@@ -86,7 +88,7 @@ private:
     Module& m_;
     LLVMContext& ctx_;
     IRBuilder<> b_;
-    Type *i8_, *i16_, *i32_, *i64_, *f32_, *ptr_;
+    Type *i8_, *i16_, *i32_, *i64_, *f32_, *f64_, *ptr_;
     std::vector<int> pdims_, rdims_;
     bool tiled_;
 
@@ -94,13 +96,14 @@ private:
     struct AccSlot {
         AllocaInst* value = nullptr;
         AllocaInst* pos = nullptr;
-        Type* type = nullptr;  // of `value`: i32 keys for float Max/Min (see to_key)
+        Type* type = nullptr;  // of `value`: integer keys for float Max/Min (see to_key)
     };
     Function* fn_ = nullptr;
     std::vector<Value*> size_;
     std::vector<Value*> base_;
     std::vector<std::vector<Value*>> stride_;  // null where the layout says 0 or 1
     std::vector<Value*> fparam_, iparam_;
+    std::map<int, Value*> dparam_, lparam_;   // 64-bit parameters, by their first slot
     std::vector<Value*> coord_;
     Value* lane_ = nullptr;   // tiled: i64 lane within the tile, inside a lane loop
     Value* lanes_ = nullptr;  // tiled: i64 lanes of the current tile
@@ -112,7 +115,21 @@ private:
     Constant* i32c(int64_t v) { return ConstantInt::get(i32_, (uint64_t)v, true); }
     Constant* i64c(int64_t v) { return ConstantInt::get(i64_, (uint64_t)v, true); }
     Constant* f32c(float v) { return ConstantFP::get(f32_, v); }
-    Type* type_of(CT t) { return t == CT::F32 ? f32_ : i32_; }
+    // A constant of compute type t.
+    Constant* fc(CT t, double v) { return t == CT::F64 ? ConstantFP::get(f64_, v) : ConstantFP::get(f32_, (float)v); }
+    Constant* ic(CT t, int64_t v) { return t == CT::I64 ? i64c(v) : i32c(v); }
+    Type* type_of(CT t) {
+        switch (t) {
+        case CT::F32: return f32_;
+        case CT::I32: return i32_;
+        case CT::F64: return f64_;
+        case CT::I64: return i64_;
+        }
+        return i32_;
+    }
+    static CT ct_of(Type* t) {
+        return t->isFloatTy() ? CT::F32 : t->isDoubleTy() ? CT::F64 : t->isIntegerTy(64) ? CT::I64 : CT::I32;
+    }
     Value* arg(int i) { return fn_->getArg(i); }
     Value* bool_i32(Value* c) { return b_.CreateZExt(c, i32_); }
     Value* is_nan(Value* x) { return b_.CreateFCmpUNO(x, x); }
@@ -169,8 +186,19 @@ private:
             if (i < 0 || i >= k_.num_iparams) throw InternalError("llvm codegen: iparam index out of range in " + k_.name);
             if (!iparam_[i]) iparam_[i] = b_.CreateLoad(i32_, b_.CreateConstInBoundsGEP1_64(i32_, arg(kIParams), i));
         };
+        dparam_.clear();
+        lparam_.clear();
+        // A 64-bit parameter: two 32-bit words, low first, read as one (4-byte aligned) value.
+        auto wide = [&](std::map<int, Value*>& into, int i, int count, Value* base, Type* t) {
+            if (i < 0 || i + 1 >= count) throw InternalError("llvm codegen: 64-bit parameter index out of range in " + k_.name);
+            if (!into.count(i)) into[i] = b_.CreateAlignedLoad(t, b_.CreateConstInBoundsGEP1_64(i32_, base, i), Align(4));
+        };
         for (const auto& in : k_.instrs) {
-            if (in.op == Op::ParamF) {
+            if (in.op == Op::ParamF && in.type == CT::F64) {
+                wide(dparam_, in.index, k_.num_fparams, arg(kFParams), f64_);
+            } else if (in.op == Op::ParamI && in.type == CT::I64) {
+                wide(lparam_, in.index, k_.num_iparams, arg(kIParams), i64_);
+            } else if (in.op == Op::ParamF) {
                 if (in.index < 0 || in.index >= k_.num_fparams)
                     throw InternalError("llvm codegen: fparam index out of range in " + k_.name);
                 if (!fparam_[in.index])
@@ -194,7 +222,7 @@ private:
         acc_.assign(k_.accums.size(), {});
         for (size_t ai = 0; ai < k_.accums.size(); ++ai) {
             const kir::Accum& ac = k_.accums[ai];
-            acc_[ai].type = keyed(ac) ? i32_ : type_of(ac.type);
+            acc_[ai].type = keyed(ac) ? (ac.type == CT::F64 ? i64_ : i32_) : type_of(ac.type);
             acc_[ai].value = make(acc_[ai].type);
             if (is_arg(ac.kind)) acc_[ai].pos = make(i32_);
         }
@@ -329,7 +357,7 @@ private:
             Value* rec = b_.CreateConstInBoundsGEP1_64(i8_, out, kAccStateBytes * ai);
             b_.CreateStore(acc_value(ai), rec);
             Value* pos = is_arg(k_.accums[ai].kind) ? acc_pos(ai) : i32c(0);
-            b_.CreateStore(pos, b_.CreateConstInBoundsGEP1_64(i8_, rec, 4));
+            b_.CreateStore(pos, b_.CreateConstInBoundsGEP1_64(i8_, rec, kAccStatePosition));
         }
     }
 
@@ -343,7 +371,7 @@ private:
                 for (int ai : blk->accums) {
                     Value* at = b_.CreateConstInBoundsGEP1_64(i8_, rec, kAccStateBytes * ai);
                     Value* v = b_.CreateLoad(type_of(k_.accums[ai].type), at);
-                    Value* pos = b_.CreateLoad(i32_, b_.CreateConstInBoundsGEP1_64(i8_, at, 4));
+                    Value* pos = b_.CreateLoad(i32_, b_.CreateConstInBoundsGEP1_64(i8_, at, kAccStatePosition));
                     // Chunk order and strict comparisons keep first-occurrence semantics.
                     update_acc(ai, v, pos, false);
                 }
@@ -413,29 +441,38 @@ private:
     // integer max/min reduction, which LLVM vectorises, that propagates NaN. The bit mapping is
     // its own inverse. (Unlike the sequential rule, -0 and +0 are ordered: max(-0, +0) is +0.)
     static bool keyed(const kir::Accum& ac) {
-        return ac.type == CT::F32 && (ac.kind == AccKind::Max || ac.kind == AccKind::Min);
+        return is_float(ac.type) && (ac.kind == AccKind::Max || ac.kind == AccKind::Min);
     }
+    // Keys of the float's width (i32 for f32, i64 for f64).
     Value* to_key(Value* f) {
-        Value* bits = b_.CreateBitCast(f, i32_);
-        return b_.CreateXor(bits, b_.CreateAnd(b_.CreateAShr(bits, 31), i32c(0x7fffffff)));
+        const bool wide = f->getType()->isDoubleTy();
+        Value* bits = b_.CreateBitCast(f, wide ? i64_ : i32_);
+        return wide ? b_.CreateXor(bits, b_.CreateAnd(b_.CreateAShr(bits, 63), i64c(INT64_MAX)))
+                    : b_.CreateXor(bits, b_.CreateAnd(b_.CreateAShr(bits, 31), i32c(0x7fffffff)));
     }
-    Value* nan_key(AccKind kind) { return i32c(kind == AccKind::Max ? INT32_MAX : INT32_MIN); }
-    Value* from_key(Value* key, AccKind kind) {
-        Value* f = b_.CreateBitCast(to_key(b_.CreateBitCast(key, f32_)), f32_);
-        return b_.CreateSelect(b_.CreateICmpEQ(key, nan_key(kind)), f32c(std::numeric_limits<float>::quiet_NaN()), f);
+    Value* nan_key(AccKind kind, CT t) {
+        if (t == CT::F64) return i64c(kind == AccKind::Max ? INT64_MAX : INT64_MIN);
+        return i32c(kind == AccKind::Max ? INT32_MAX : INT32_MIN);
+    }
+    Value* from_key(Value* key, AccKind kind, CT t) {
+        Type* ft = type_of(t);
+        Value* f = b_.CreateBitCast(to_key(b_.CreateBitCast(key, ft)), ft);
+        return b_.CreateSelect(b_.CreateICmpEQ(key, nan_key(kind, t)), fc(t, std::numeric_limits<double>::quiet_NaN()), f);
     }
 
     void init_acc(int ai) {
         const kir::Accum& ac = k_.accums[ai];
         const AccSlot& s = acc_[ai];
-        const bool f = ac.type == CT::F32;
-        const float inf = std::numeric_limits<float>::infinity();
+        const bool f = is_float(ac.type);
+        const CT t = ac.type;
+        const double inf = std::numeric_limits<double>::infinity();
+        const int64_t lo = t == CT::I64 ? INT64_MIN : INT32_MIN, hi = t == CT::I64 ? INT64_MAX : INT32_MAX;
         Value* init = nullptr;
         switch (ac.kind) {
-        case AccKind::Sum: init = f ? (Value*)f32c(0.0f) : i32c(0); break;
-        case AccKind::Prod: init = f ? (Value*)f32c(1.0f) : i32c(1); break;
-        case AccKind::Max: case AccKind::ArgMax: init = f ? (Value*)f32c(-inf) : i32c(INT32_MIN); break;
-        case AccKind::Min: case AccKind::ArgMin: init = f ? (Value*)f32c(inf) : i32c(INT32_MAX); break;
+        case AccKind::Sum: init = f ? (Value*)fc(t, 0.0) : ic(t, 0); break;
+        case AccKind::Prod: init = f ? (Value*)fc(t, 1.0) : ic(t, 1); break;
+        case AccKind::Max: case AccKind::ArgMax: init = f ? (Value*)fc(t, -inf) : ic(t, lo); break;
+        case AccKind::Min: case AccKind::ArgMin: init = f ? (Value*)fc(t, inf) : ic(t, hi); break;
         }
         if (keyed(ac)) init = to_key(init);
         b_.CreateStore(init, lane_ptr(s.value, s.type));
@@ -445,7 +482,7 @@ private:
     void update_acc(int ai, Value* v, Value* pos, bool reassociate) {
         const kir::Accum& ac = k_.accums[ai];
         const AccSlot& s = acc_[ai];
-        const bool f = ac.type == CT::F32;
+        const bool f = is_float(ac.type);
         Value* at = lane_ptr(s.value, s.type);
         Value* cur = b_.CreateLoad(s.type, at);
         Value* next = nullptr;
@@ -467,7 +504,7 @@ private:
         }
         case AccKind::Max:
         case AccKind::Min: {
-            Value* x = f ? b_.CreateSelect(is_nan(v), nan_key(ac.kind), to_key(v)) : v;
+            Value* x = f ? b_.CreateSelect(is_nan(v), nan_key(ac.kind, ac.type), to_key(v)) : v;
             next = b_.CreateBinaryIntrinsic(ac.kind == AccKind::Max ? Intrinsic::smax : Intrinsic::smin, cur, x);
             break;
         }
@@ -494,7 +531,7 @@ private:
         const kir::Accum& ac = k_.accums[ai];
         const AccSlot& s = acc_[ai];
         Value* v = b_.CreateLoad(s.type, lane_ptr(s.value, s.type));
-        return keyed(ac) ? from_key(v, ac.kind) : v;
+        return keyed(ac) ? from_key(v, ac.kind, ac.type) : v;
     }
     Value* acc_pos(int ai) { return b_.CreateLoad(i32_, lane_ptr(acc_[ai].pos, i32_)); }
 
@@ -517,6 +554,10 @@ private:
         case DType::Float16: case DType::BFloat16: return Type::getInt16Ty(c);
         case DType::Int32: return Type::getInt32Ty(c);
         case DType::Int8: case DType::UInt8: case DType::Bool: return Type::getInt8Ty(c);
+        case DType::Float64: return Type::getDoubleTy(c);
+        case DType::Int64: return Type::getInt64Ty(c);
+        case DType::Int16: case DType::UInt16: return Type::getInt16Ty(c);
+        case DType::UInt32: return Type::getInt32Ty(c);
         }
         return Type::getInt8Ty(c);
     }
@@ -537,10 +578,17 @@ private:
         return b_.CreateInBoundsGEP(storage_type(ctx_, bd.dtype), base_[buf], off);
     }
 
+    // kir::Op::Convert's rules: integer to float rounds to nearest, float to integer truncates
+    // (saturating, NaN -> 0), floats widen or round to nearest, integers sign-extend or wrap.
     Value* convert(Value* v, CT from, CT to) {
         if (from == to) return v;
-        if (to == CT::F32) return b_.CreateSIToFP(v, f32_);
-        return b_.CreateIntrinsic(Intrinsic::fptosi_sat, {i32_, f32_}, {v});
+        Type* t = type_of(to);
+        if (is_float(to)) {
+            if (!is_float(from)) return b_.CreateSIToFP(v, t);
+            return to == CT::F64 ? b_.CreateFPExt(v, t) : b_.CreateFPTrunc(v, t);
+        }
+        if (is_float(from)) return b_.CreateIntrinsic(Intrinsic::fptosi_sat, {t, type_of(from)}, {v});
+        return to == CT::I64 ? b_.CreateSExt(v, t) : b_.CreateTrunc(v, t);
     }
 
     Value* load(int buf, CT want, Value* extra) {
@@ -556,14 +604,17 @@ private:
         case DType::Int8: v = b_.CreateSExt(raw, i32_); break;
         case DType::UInt8: v = b_.CreateZExt(raw, i32_); break;
         case DType::Bool: v = bool_i32(b_.CreateICmpNE(raw, ConstantInt::get(i8_, 0))); break;
+        case DType::Float64: case DType::Int64: v = raw; break;
+        case DType::Int16: v = b_.CreateSExt(raw, i32_); break;
+        case DType::UInt16: v = b_.CreateZExt(raw, i32_); break;
+        case DType::UInt32: v = b_.CreateZExt(raw, i64_); break;
         }
         return convert(v, compute_type(t), want);
     }
 
     void store(int buf, Value* v) {
         const DType t = k_.buffers[buf].dtype;
-        const CT have = v->getType()->isFloatTy() ? CT::F32 : CT::I32;
-        v = convert(v, have, compute_type(t));
+        v = convert(v, ct_of(v->getType()), compute_type(t));
         Value* raw = nullptr;
         switch (t) {
         case DType::Float32: case DType::Int32: raw = v; break;
@@ -571,6 +622,9 @@ private:
         case DType::BFloat16: raw = f32_to_bf16(v); break;
         case DType::Int8: case DType::UInt8: raw = b_.CreateTrunc(v, i8_); break;
         case DType::Bool: raw = b_.CreateZExt(b_.CreateICmpNE(v, i32c(0)), i8_); break;
+        case DType::Float64: case DType::Int64: raw = v; break;
+        case DType::Int16: case DType::UInt16: raw = b_.CreateTrunc(v, i16_); break;
+        case DType::UInt32: raw = b_.CreateTrunc(v, i32_); break;
         }
         b_.CreateAlignedStore(raw, address(buf, nullptr), Align(dtype_size(t)));
     }
@@ -646,9 +700,13 @@ private:
     // as pure, as clang does under -fno-math-errno: no kernel reads errno, and a pure call may
     // be vectorised through the vector math library.
     // A call of the C library's float function `name` of one or two floats (no errno: pure).
+    // A double argument calls the double function (the name without its final 'f').
     Value* c_call(const char* name, Value* x, Value* y = nullptr) {
-        std::vector<Type*> params(y ? 2 : 1, b_.getFloatTy());
-        FunctionCallee f = m_.getOrInsertFunction(name, FunctionType::get(b_.getFloatTy(), params, false));
+        Type* t = x->getType();
+        std::string fname = name;
+        if (t->isDoubleTy() && !fname.empty() && fname.back() == 'f') fname.pop_back();
+        std::vector<Type*> params(y ? 2 : 1, t);
+        FunctionCallee f = m_.getOrInsertFunction(fname, FunctionType::get(t, params, false));
         if (auto* fn = dyn_cast<Function>(f.getCallee())) {
             fn->setDoesNotThrow();
             fn->setDoesNotAccessMemory();
@@ -657,14 +715,16 @@ private:
     }
 
     Value* eval(const kir::Instr& in, int id) {
-        const bool F = in.type == CT::F32;
+        const CT t = in.type;
+        const bool F = is_float(t);
         auto A = [&](int i) { return operand(in.a[i]); };
-        auto operand_is_f32 = [&] { return in.a[0] >= 0 && k_.instrs[in.a[0]].type == CT::F32; };
+        const CT xt = in.a[0] >= 0 ? k_.instrs[in.a[0]].type : t;   // the first operand's type
+        auto operand_is_float = [&] { return is_float(xt); };
         switch (in.op) {
-        case Op::ConstF: return f32c(in.fimm);
-        case Op::ConstI: return i32c(in.iimm);
-        case Op::ParamF: return fparam_.at(in.index);
-        case Op::ParamI: return iparam_.at(in.index);
+        case Op::ConstF: return fc(t, in.fimm);
+        case Op::ConstI: return ic(t, in.iimm);
+        case Op::ParamF: return t == CT::F64 ? dparam_.at(in.index) : fparam_.at(in.index);
+        case Op::ParamI: return t == CT::I64 ? lparam_.at(in.index) : iparam_.at(in.index);
         case Op::Load: return load(in.index, in.type, nullptr);
         case Op::Gather: {
             Value* along = b_.CreateMul(b_.CreateSExt(A(0), i64_), b_.CreateSExt(iparam_.at(in.aux), i64_));
@@ -677,7 +737,7 @@ private:
             return b_.CreateTrunc(lin, i32_);
         }
         case Op::AccResult: return is_arg(k_.accums[in.index].kind) ? acc_pos(in.index) : acc_value(in.index);
-        case Op::Neg: return F ? b_.CreateFNeg(A(0)) : b_.CreateSub(i32c(0), A(0));
+        case Op::Neg: return F ? b_.CreateFNeg(A(0)) : b_.CreateSub(ic(t, 0), A(0));
         case Op::Abs:
             return F ? b_.CreateUnaryIntrinsic(Intrinsic::fabs, A(0))
                      : b_.CreateBinaryIntrinsic(Intrinsic::abs, A(0), b_.getFalse());
@@ -686,7 +746,7 @@ private:
         case Op::Exp2: return b_.CreateUnaryIntrinsic(Intrinsic::exp2, A(0));
         case Op::Log: return b_.CreateUnaryIntrinsic(Intrinsic::log, A(0));
         case Op::Log2: return b_.CreateUnaryIntrinsic(Intrinsic::log2, A(0));
-        case Op::Tanh: return tanh_f32(A(0));
+        case Op::Tanh: return t == CT::F64 ? c_call("tanhf", A(0)) : tanh_f32(A(0));
 #define KILN_MATH(K, name, c_function, host) \
         case Op::K: return c_call(#c_function, A(0));
 #define KILN_MATH2(K, name, c_function, host) \
@@ -697,20 +757,26 @@ private:
         case Op::Rint: return b_.CreateUnaryIntrinsic(Intrinsic::roundeven, A(0));
         case Op::Sgn: {
             Value* x = A(0);
-            if (!F) return b_.CreateSub(bool_i32(b_.CreateICmpSGT(x, i32c(0))), bool_i32(b_.CreateICmpSLT(x, i32c(0))));
-            Value* s = b_.CreateSelect(b_.CreateFCmpOGT(x, f32c(0)), f32c(1),
-                                       b_.CreateSelect(b_.CreateFCmpOLT(x, f32c(0)), f32c(-1), f32c(0)));
+            if (!F)
+                return b_.CreateSub(b_.CreateZExt(b_.CreateICmpSGT(x, ic(t, 0)), type_of(t)),
+                                    b_.CreateZExt(b_.CreateICmpSLT(x, ic(t, 0)), type_of(t)));
+            Value* s = b_.CreateSelect(b_.CreateFCmpOGT(x, fc(t, 0)), fc(t, 1),
+                                       b_.CreateSelect(b_.CreateFCmpOLT(x, fc(t, 0)), fc(t, -1), fc(t, 0)));
             return b_.CreateSelect(is_nan(x), x, s);
         }
         case Op::Finite:
             return bool_i32(b_.CreateFCmpOLT(b_.CreateUnaryIntrinsic(Intrinsic::fabs, A(0)),
-                                             f32c(std::numeric_limits<float>::infinity())));
-        case Op::ToF32: return convert(A(0), operand_is_f32() ? CT::F32 : CT::I32, CT::F32);
-        case Op::ToI32: return convert(A(0), operand_is_f32() ? CT::F32 : CT::I32, CT::I32);
+                                             fc(xt, std::numeric_limits<double>::infinity())));
+        case Op::ToF32: case Op::ToI32: case Op::Convert: return convert(A(0), xt, t);
         case Op::WrapI8: return b_.CreateSExt(b_.CreateTrunc(A(0), i8_), i32_);
         case Op::WrapU8: return b_.CreateAnd(A(0), i32c(0xff));
+        case Op::WrapI16: return b_.CreateSExt(b_.CreateTrunc(A(0), i16_), i32_);
+        case Op::WrapU16: return b_.CreateAnd(A(0), i32c(0xffff));
+        case Op::WrapU32: return b_.CreateAnd(A(0), i64c(0xffffffffLL));
+        case Op::AsI64: return b_.CreateBitCast(A(0), i64_);
+        case Op::AsF64: return b_.CreateBitCast(A(0), f64_);
         case Op::ToBool:
-            return bool_i32(operand_is_f32() ? b_.CreateFCmpUNE(A(0), f32c(0)) : b_.CreateICmpNE(A(0), i32c(0)));
+            return bool_i32(operand_is_float() ? b_.CreateFCmpUNE(A(0), fc(xt, 0)) : b_.CreateICmpNE(A(0), ic(xt, 0)));
         case Op::Add: return F ? b_.CreateFAdd(A(0), A(1)) : b_.CreateAdd(A(0), A(1));
         case Op::Sub: return F ? b_.CreateFSub(A(0), A(1)) : b_.CreateSub(A(0), A(1));
         case Op::Mul: return F ? b_.CreateFMul(A(0), A(1)) : b_.CreateMul(A(0), A(1));
@@ -726,12 +792,12 @@ private:
             return b_.CreateSelect(b_.CreateOr(cmp, is_nan(x)), x, y);
         }
         case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
-            return bool_i32(compare(in.op, operand_is_f32(), A(0), A(1)));
+            return bool_i32(compare(in.op, operand_is_float(), A(0), A(1)));
         case Op::And: return b_.CreateAnd(A(0), A(1));
         case Op::Or: return b_.CreateOr(A(0), A(1));
         case Op::Xor: return b_.CreateXor(A(0), A(1));
-        case Op::Shl: return b_.CreateShl(A(0), b_.CreateAnd(A(1), i32c(31)));
-        case Op::Shr: return b_.CreateLShr(A(0), b_.CreateAnd(A(1), i32c(31)));
+        case Op::Shl: return b_.CreateShl(A(0), b_.CreateAnd(A(1), ic(t, t == CT::I64 ? 63 : 31)));
+        case Op::Shr: return b_.CreateLShr(A(0), b_.CreateAnd(A(1), ic(t, t == CT::I64 ? 63 : 31)));
         case Op::MulHi: {
             Value* p = b_.CreateMul(b_.CreateZExt(A(0), i64_), b_.CreateZExt(A(1), i64_));
             return b_.CreateTrunc(b_.CreateLShr(p, 32), i32_);

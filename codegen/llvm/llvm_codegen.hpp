@@ -13,8 +13,8 @@
 //                       void* partial);
 //   runs the first block (a Loop block) over the R points whose R-dim-0 coordinate is in
 //   [begin, end) and writes the state of every accumulator i of that block to
-//   partial + kAccStateBytes * i: the value (f32 or i32) at +0, the i32 position (row-major over
-//   all R dims, absolute) at +4.
+//   partial + kAccStateBytes * i: the value (f32, i32, f64 or i64) at +0, the i32 position
+//   (row-major over all R dims, absolute) at +kAccStatePosition.
 //     void NAME_final(sizes, buffers, strides, fparams, iparams, const void* partials,
 //                     int64_t nchunks);
 //   combines `nchunks` consecutive partial records (each kAccStateBytes * accums.size() bytes)
@@ -36,7 +36,8 @@
 
 namespace kiln::codegen {
 
-inline constexpr size_t kAccStateBytes = 8;
+inline constexpr size_t kAccStateBytes = 16;
+inline constexpr size_t kAccStatePosition = 8;
 
 inline std::string partial_entry_name(const std::string& kernel_name) { return kernel_name + "_partial"; }
 inline std::string final_entry_name(const std::string& kernel_name) { return kernel_name + "_final"; }

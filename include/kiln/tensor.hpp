@@ -87,6 +87,11 @@ template <> constexpr DType dtype_of<int32_t>() { return DType::Int32; }
 template <> constexpr DType dtype_of<int8_t>() { return DType::Int8; }
 template <> constexpr DType dtype_of<uint8_t>() { return DType::UInt8; }
 template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
+template <> constexpr DType dtype_of<double>() { return DType::Float64; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
+template <> constexpr DType dtype_of<int16_t>() { return DType::Int16; }
+template <> constexpr DType dtype_of<uint16_t>() { return DType::UInt16; }
+template <> constexpr DType dtype_of<uint32_t>() { return DType::UInt32; }
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
@@ -95,10 +100,6 @@ std::vector<T> Tensor::to_vector() const {
         std::vector<uint8_t> tmp((size_t)size());
         copy_to_host(tmp.data(), DType::Bool);
         for (size_t i = 0; i < tmp.size(); ++i) out[i] = tmp[i] != 0;
-    } else if constexpr (std::is_same_v<T, double>) {
-        std::vector<float> tmp((size_t)size());
-        copy_to_host(tmp.data(), DType::Float32);
-        for (size_t i = 0; i < tmp.size(); ++i) out[i] = tmp[i];
     } else {
         copy_to_host(out.data(), dtype_of<T>());
     }

@@ -375,9 +375,9 @@ void CpuJit::launch(const CpuKernel* ck, const kir::LaunchArgs& a) {
     const int64_t total = product(a.sizes, rdims);
     int64_t chunks = 0;
     if (total > 0) chunks = std::clamp<int64_t>((total + kChunkWork - 1) / kChunkWork, 1, std::min(n0, kMaxChunks));
-    const size_t record = k.accums.size();  // in 8-byte units
+    static_assert(codegen::kAccStateBytes % sizeof(uint64_t) == 0);
+    const size_t record = k.accums.size() * (codegen::kAccStateBytes / sizeof(uint64_t));  // in 8-byte units
     std::vector<uint64_t> partials(std::max<size_t>(1, (size_t)chunks * record));
-    static_assert(codegen::kAccStateBytes == sizeof(uint64_t));
     auto run_chunk = [&](int64_t c) {
         ck->partial(sizes, buffers, strides, fparams, iparams, n0 * c / chunks, n0 * (c + 1) / chunks,
                     partials.data() + c * record);

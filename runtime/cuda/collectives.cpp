@@ -50,6 +50,10 @@ ncclDataType_t nccl_dtype(DType t) {
     case DType::Int8: return ncclInt8;
     case DType::UInt8:
     case DType::Bool: return ncclUint8;
+    case DType::Float64: return ncclFloat64;
+    case DType::Int64: return ncclInt64;
+    case DType::UInt32: return ncclUint32;
+    case DType::Int16: case DType::UInt16: break;   // refused by collective_checks
     }
     return ncclUint8;
 }

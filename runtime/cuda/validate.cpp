@@ -26,6 +26,7 @@ double tolerance(DType t) {
     case DType::Float16: return 2e-3;
     case DType::BFloat16: return 1.6e-2;
     case DType::Float32: return 1e-4;
+    case DType::Float64: return 1e-12;
     default: return 0;
     }
 }

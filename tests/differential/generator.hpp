@@ -257,6 +257,7 @@ public:
             if (mode == 1) return (double)rng.range(1, 12);
             return rng.chance(0.3) ? (double)rng.range(0, 255) : (double)rng.range(0, 12);
         case DType::Int32:
+        case DType::Int16:   // (only as a result dtype: int8 with uint8)
             if (mode == 1) return (double)rng.range(1, 100);
             return rng.chance(0.2) ? (double)rng.range(-3000, 3000) : (double)rng.range(-60, 60);
         default: {

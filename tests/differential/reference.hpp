@@ -218,6 +218,8 @@ int64_t wrap_int(DType t, int64_t i) {
     case DType::Int32: return (int64_t)(int32_t)(uint32_t)(uint64_t)i;
     case DType::Int8: return (int64_t)(int8_t)(uint8_t)((uint64_t)i & 0xff);
     case DType::UInt8: return (int64_t)((uint64_t)i & 0xff);
+    case DType::Int16: return (int64_t)(int16_t)(uint16_t)((uint64_t)i & 0xffff);
+    case DType::UInt16: return (int64_t)((uint64_t)i & 0xffff);
     case DType::Bool: return i != 0;
     default: return i;
     }
@@ -369,9 +371,9 @@ std::string ref_str(const RP& root) {
 
 int kind_of(DType t) { return t == DType::Bool ? 0 : isf(t) ? 2 : 1; }
 
-// NumPy's promotion table on kiln's dtypes; where NumPy would need a wider type than kiln has
-// (int8 with uint8 -> int16; int32 with a 16-bit float -> float64; float16 with bfloat16) the
-// smallest kiln type holding both: int32, float32, float32.
+// NumPy's promotion table on the generator's dtypes (int8 with uint8 -> int16); where kiln
+// keeps 32-bit arithmetic 32-bit (int32 with a float -> float32, not NumPy's float64) or NumPy
+// has no rule (float16 with bfloat16), float32.
 DType ref_promote(DType a, DType b) {
     if (a == b) return a;
     if (a == DType::Bool) return b;
@@ -381,9 +383,10 @@ DType ref_promote(DType a, DType b) {
     if (fa || fb) {
         DType f = fa ? a : b, i = fa ? b : a;
         if (f == DType::Float32) return DType::Float32;
-        return i == DType::Int32 ? DType::Float32 : f;  // int8/uint8 fit a 16-bit float
+        return i == DType::Int32 || i == DType::Int16 ? DType::Float32 : f;  // int8/uint8 fit a 16-bit float
     }
-    return DType::Int32;
+    if (a == DType::Int32 || b == DType::Int32) return DType::Int32;
+    return DType::Int16;   // int8 or int16 with uint8
 }
 
 // Weak literals (Python numbers) take the other operand's dtype unless they are of a higher
@@ -395,11 +398,11 @@ DType ref_result_type(const RP& a, const RP& b) {
     return ref_promote(a->dtype, b->dtype);
 }
 
-// Transcendental functions: floats keep their dtype; int32 gives float32; int8/uint8/bool give
-// float16 (NumPy's choice for small integers).
+// Transcendental functions: floats keep their dtype; int32 and int16 give float32; int8/uint8/bool
+// give float16 (NumPy's choice for small integers).
 DType float_result(DType t) {
     if (isf(t)) return t;
-    return t == DType::Int32 ? DType::Float32 : DType::Float16;
+    return t == DType::Int32 || t == DType::Int16 ? DType::Float32 : DType::Float16;
 }
 
 bool is_float_unary(Op o) {

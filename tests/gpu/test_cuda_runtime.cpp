@@ -1064,3 +1064,66 @@ TEST_CASE("gpu: named tensors are counted in the fused kernels' store path") {
         }
     }
 }
+
+TEST_CASE("gpu: float64, int64, uint32 and the 16-bit integers compute elementwise exactly as on the CPU; their "
+          "reductions are refused") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    const int64_t n = (1 << 20) + 37;   // past a grid-stride round, with a tail
+    std::mt19937_64 g(7);
+    std::vector<double> x(n), y(n);
+    std::vector<int64_t> i(n), j(n);
+    for (int64_t k = 0; k < n; ++k) {
+        x[k] = std::ldexp((double)(g() >> 11) / 9007199254740992.0 - 0.5, (int)(g() % 40) - 20);
+        y[k] = std::ldexp((double)(g() >> 11) / 9007199254740992.0 + 0.25, (int)(g() % 8) - 4);
+        i[k] = (int64_t)g();
+        j[k] = (int64_t)(g() % 2000001) - 1000000;
+    }
+    for (Context* c : {&gpu, &cpu}) (void)c;
+    auto run = [&](Context& c, auto&& build, DType out_dtype) {
+        Tensor X = c.array(x, {n}), Y = c.array(y, {n});
+        Tensor I = c.array(i, {n}), J = c.array(j, {n});
+        Tensor out = c.empty({n}, out_dtype);
+        out.assign(build(Expr(X), Expr(Y), Expr(I), Expr(J)));
+        return out;
+    };
+    auto same_f64 = [&](auto&& build, double ulps) {
+        std::vector<double> a = run(gpu, build, DType::Float64).template to_vector<double>();
+        std::vector<double> b = run(cpu, build, DType::Float64).template to_vector<double>();
+        size_t bad = 0;
+        for (int64_t k = 0; k < n; ++k) {
+            const bool ok = (std::isnan(a[k]) && std::isnan(b[k])) || a[k] == b[k] ||
+                            std::fabs(a[k] - b[k]) <= ulps * std::numeric_limits<double>::epsilon() * std::fabs(b[k]);
+            bad += !ok;
+        }
+        CHECK(bad == 0);
+    };
+    auto same_i64 = [&](auto&& build, DType t) {
+        Tensor a = run(gpu, build, t), b = run(cpu, build, t);
+        std::vector<int64_t> av(n), bv(n);
+        a.copy_to_host(av.data(), DType::Int64);
+        b.copy_to_host(bv.data(), DType::Int64);
+        CHECK(av == bv);
+    };
+    // Exact: arithmetic, the double parameter, division family, min/max, conversions.
+    same_f64([](Expr X, Expr Y, Expr, Expr) { return X * 0.1 + Y / 3.0 - X * Y; }, 0);
+    same_f64([](Expr X, Expr Y, Expr, Expr) { return floor_divide(X, Y) + remainder(X, Y) + fmod(X, Y); }, 0);
+    same_f64([](Expr X, Expr Y, Expr, Expr J) { return maximum(X, Y) - minimum(X, cast(J, DType::Float64)); }, 0);
+    // The C library's double functions and CUDA's differ by an ulp or two.
+    same_f64([](Expr X, Expr Y, Expr, Expr) { return exp(X) + log(Y) + sqrt(Y) + tanh(X) + sin(X) + atan2(X, Y); }, 4);
+    same_i64([](Expr, Expr, Expr I, Expr J) { return I * J + bitwise_right_shift(I, Expr(3)) - bitwise_xor(I, J); }, DType::Int64);
+    same_i64([](Expr, Expr, Expr I, Expr J) { return floor_divide(I, J) + remainder(I, J); }, DType::Int64);
+    same_i64([](Expr X, Expr, Expr I, Expr) { return cast(X * 1e12, DType::Int64) + cast(I, DType::UInt32); }, DType::Int64);
+    same_i64([](Expr, Expr, Expr I, Expr J) { return cast(I, DType::Int16) + cast(J, DType::UInt16); }, DType::Int32);
+    same_i64([](Expr, Expr, Expr I, Expr J) { return cast(I, DType::UInt32) * cast(J, DType::UInt32) + 7; }, DType::UInt32);
+    // Reductions of these dtypes: a DTypeError naming them, not a kernel.
+    Tensor X = gpu.array(x, {n});
+    Tensor s = gpu.empty({1}, DType::Float64);
+    try {
+        s.assign(sum(Expr(X)));
+        FAIL("a float64 sum on CUDA ran");
+    } catch (const Error& e) {
+        CHECK(std::string(e.what()).find("does not reduce float64") != std::string::npos);
+        CHECK(e.kind() == Error::Kind::Type);
+    }
+}

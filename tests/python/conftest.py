@@ -99,13 +99,14 @@ def round_to_bfloat16(x):
 
 
 def capped_result_dtype(np_dtype):
-    """The dtype kiln gives where NumPy gives np_dtype: NumPy's promotion capped at kiln's
-    32-bit dtypes (float64 -> float32, 64-bit and 16-bit integers -> int32)."""
+    """The dtype kiln gives where NumPy gives np_dtype from kiln's 32-bit and narrower dtypes:
+    NumPy's promotion, with float64 -> float32 and 64-bit integers -> int32 (kiln keeps 32-bit
+    arithmetic 32-bit where NumPy widens it)."""
     d = np.dtype(np_dtype)
     if d.kind == "f":
         return np.dtype(np.float16) if d.itemsize == 2 else np.dtype(np.float32)
     if d.kind in "iu":
-        if d.itemsize == 1:
+        if d.itemsize <= 2:
             return d
         return np.dtype(np.int32)
     return d

@@ -249,14 +249,23 @@ def test_readonly_from_dlpack_copy_false_raises():
         kiln.from_dlpack(h, copy=False)
 
 
-def test_from_dlpack_float64_raises_dtype_error():
+def test_from_dlpack_of_a_dtype_kiln_lacks_raises_dtype_error():
     with pytest.raises(kiln.DTypeError) as ei:
-        kiln.from_dlpack(np.ones((2, 2)))
+        kiln.from_dlpack(np.ones((2, 2), dtype=np.uint64))
     msg = str(ei.value)
-    assert "float64" in msg and "float32" in msg and "from_dlpack" in msg
+    assert "uint64" in msg and "float64" in msg and "from_dlpack" in msg
     assert isinstance(ei.value, TypeError)
-    with pytest.raises(kiln.DTypeError, match="int64"):
-        kiln.from_dlpack(np.arange(3))
+    with pytest.raises(kiln.DTypeError, match="complex64"):
+        kiln.from_dlpack(np.ones(3, dtype=np.complex64))
+
+
+@cpu_only
+def test_from_dlpack_shares_float64_and_int64():
+    for h in (np.linspace(0, 1, 6).reshape(2, 3), np.arange(6, dtype=np.int64) * 2**40):
+        t = kiln.from_dlpack(h)
+        assert t.dtype == h.dtype
+        h.flat[0] = 7
+        assert t.get().flat[0] == 7   # the same memory
 
 
 @cpu_only

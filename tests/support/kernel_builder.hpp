@@ -69,12 +69,23 @@ public:
         k_.instrs[id].iimm = v;
         return id;
     }
+    int constd(double v) {
+        const int id = op(Op::ConstF, CT::F64);
+        k_.instrs[id].fimm = v;
+        return id;
+    }
+    int constl(int64_t v) {
+        const int id = op(Op::ConstI, CT::I64);
+        k_.instrs[id].iimm = v;
+        return id;
+    }
     int indexed(Op o, CT t, int index, int a = -1, int aux = 0) {
         const int id = op(o, t, a);
         k_.instrs[id].index = index;
         k_.instrs[id].aux = aux;
-        if (o == Op::ParamF) k_.num_fparams = std::max(k_.num_fparams, index + 1);
-        if (o == Op::ParamI) k_.num_iparams = std::max(k_.num_iparams, index + 1);
+        const int slots = kiln::is_wide(t) ? 2 : 1;   // a 64-bit parameter takes two
+        if (o == Op::ParamF) k_.num_fparams = std::max(k_.num_fparams, index + slots);
+        if (o == Op::ParamI) k_.num_iparams = std::max(k_.num_iparams, index + slots);
         if (o == Op::Gather) k_.num_iparams = std::max(k_.num_iparams, aux + 1);
         return id;
     }
@@ -85,6 +96,8 @@ public:
     }
     int paramf(int i) { return indexed(Op::ParamF, CT::F32, i); }
     int parami(int i) { return indexed(Op::ParamI, CT::I32, i); }
+    int paramd(int i) { return indexed(Op::ParamF, CT::F64, i); }   // fparams i and i + 1
+    int paraml(int i) { return indexed(Op::ParamI, CT::I64, i); }   // iparams i and i + 1
     int coord(int d) { return indexed(Op::Coord, CT::I32, d); }
     int linear_id() { return op(Op::LinearId, CT::I32); }
 

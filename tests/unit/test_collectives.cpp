@@ -71,7 +71,11 @@ TEST_CASE("collectives: tensor checks name the op, the tensors and what is valid
                Contains("reduce_scatter: the source (8, 6) float32 holds 48 elements; it holds 3 ranks x the destination's 24 = 72"));
     Tensor flags = c.zeros({4}, DType::Bool);
     CHECK_THAT(error_message([&] { collective::check_tensors(Op::AllReduce, c, 2, 0, flags, flags, ReduceOp::Sum); }),
-               Contains("all_reduce: (4,) bool cannot be reduced; valid dtypes: float32, float16, bfloat16, int32, int8, uint8"));
+               Contains("all_reduce: (4,) bool cannot be reduced; valid dtypes: float64, float32, float16, bfloat16, int64, int32, "
+                        "uint32, int8, uint8"));
+    Tensor shorts = c.zeros({4}, DType::Int16);
+    CHECK_THAT(error_message([&] { collective::check_tensors(Op::Broadcast, c, 2, 0, shorts, shorts, ReduceOp::Sum); }),
+               Contains("broadcast: (4,) int16: NCCL has no 16-bit integer type"));
     collective::check_tensors(Op::Broadcast, c, 2, 0, flags, flags, ReduceOp::Sum);   // bool travels
     Tensor counts = c.zeros({4}, DType::Int32);
     CHECK_THAT(error_message([&] { collective::check_tensors(Op::AllReduce, c, 2, 0, counts, counts, ReduceOp::Avg); }),

@@ -99,7 +99,7 @@ TEST_CASE("division: result dtypes are NumPy's (two bools give int8)") {
         CHECK(apply(f, i8, i8).dtype() == DType::Int8);
         CHECK(apply(f, b, b).dtype() == DType::Int8);
         CHECK(apply(f, b, 1).dtype() == DType::Int32);                   // an integer literal is an integer
-        CHECK(apply(f, i8, u8).dtype() == DType::Int32);                  // NumPy: int16
+        CHECK(apply(f, i8, u8).dtype() == DType::Int16);                  // as NumPy
         CHECK(apply(f, i8, 2).dtype() == DType::Int8);                    // weak literals keep the tensor's dtype
         CHECK(apply(f, 2, u8).dtype() == DType::UInt8);
         CHECK(apply(f, i8, 2.5).dtype() == DType::Float32);

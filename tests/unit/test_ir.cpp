@@ -15,7 +15,18 @@ using test::host_view;
 }  // namespace
 
 TEST_CASE("promotion follows NumPy within kiln's dtypes") {
-    CHECK(promote(DType::Int8, DType::UInt8) == DType::Int32);
+    CHECK(promote(DType::Int8, DType::UInt8) == DType::Int16);
+    CHECK(promote(DType::Int16, DType::UInt16) == DType::Int32);
+    CHECK(promote(DType::Int32, DType::UInt32) == DType::Int64);
+    CHECK(promote(DType::Int64, DType::UInt32) == DType::Int64);
+    CHECK(promote(DType::UInt8, DType::UInt32) == DType::UInt32);
+    CHECK(promote(DType::Int8, DType::Int64) == DType::Int64);
+    CHECK(promote(DType::Float32, DType::Float64) == DType::Float64);
+    CHECK(promote(DType::Float16, DType::Float64) == DType::Float64);
+    CHECK(promote(DType::Int64, DType::Float64) == DType::Float64);
+    CHECK(promote(DType::Int64, DType::Float32) == DType::Float32);   // kiln keeps float32 (NumPy: float64)
+    CHECK(promote(DType::Int16, DType::Float16) == DType::Float32);
+    CHECK(promote(DType::UInt8, DType::BFloat16) == DType::BFloat16);
     CHECK(promote(DType::Int8, DType::Float16) == DType::Float16);
     CHECK(promote(DType::Int32, DType::Float16) == DType::Float32);
     CHECK(promote(DType::Float16, DType::BFloat16) == DType::Float32);
@@ -31,6 +42,15 @@ TEST_CASE("promotion follows NumPy within kiln's dtypes") {
     CHECK(sum(i).dtype() == DType::Int32);
     CHECK(mean(i).dtype() == DType::Float32);
     CHECK(argmax(a, 1).dtype() == DType::Int32);
+    // A literal meeting a 64-bit operand takes its dtype (a 64-bit kernel parameter).
+    Expr d = leaf(host_view({2, 3}, DType::Float64));
+    Expr l = leaf(host_view({2, 3}, DType::Int64));
+    CHECK((d * 0.1).dtype() == DType::Float64);
+    CHECK((l * 2).dtype() == DType::Int64);
+    CHECK((l + 4294967296.0).dtype() == DType::Float32);   // a float literal with an integer tensor
+    CHECK((l * 2).node()->inputs[1]->dtype == DType::Int64);
+    CHECK((d * 0.1).node()->inputs[1]->dtype == DType::Float64);
+    CHECK((d + a).dtype() == DType::Float64);
 }
 
 TEST_CASE("broadcasting and reduction shapes") {

@@ -19,7 +19,8 @@ from . import _kiln
 # kiln/math_functions.def in the C++ library, with NumPy's other names for some).
 from ._kiln import *  # noqa: F401,F403 - re-exported
 from ._kiln import __version__  # noqa: F401
-from ._dtypes import bfloat16, bool_, dtype, float16, float32, int8, int32, uint8  # noqa: F401
+from ._dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
+                      uint8, uint16, uint32)
 from ._context import Context, default_context  # noqa: F401
 from ._neon import NervanaGPU  # noqa: F401
 from ._conv import conv  # noqa: F401

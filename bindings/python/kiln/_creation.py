@@ -7,6 +7,8 @@ import numpy as np
 from . import _dtypes, _kiln
 from ._kiln import DType, Expr, Tensor
 
+_INTEGERS = (DType.int64, DType.int32, DType.int16, DType.int8, DType.uint32, DType.uint16, DType.uint8)
+
 
 def _ctx(ctx, device=None, op=None, of=None):
     """The context an operation makes its arrays in: ctx, or the one for the Array API's device=
@@ -45,7 +47,7 @@ def upload(obj, dtype=None, ctx=None, default_float=None):
         dt = _dtypes.dtype(dtype)
     host = _dtypes.host_dtype(dt)
     if a.dtype != host:
-        if dt in (DType.int32, DType.int8, DType.uint8) and a.dtype.kind in "iu" and a.size:
+        if dt in _INTEGERS and a.dtype.kind in "iu" and a.size:
             info = np.iinfo(host)
             lo, hi = a.min(), a.max()
             if lo < info.min or hi > info.max:
@@ -70,7 +72,8 @@ def write_host(t, a):
 def array(obj, dtype=None, copy=True, ctx=None):
     """A new tensor with a copy of obj's data: host data (lists, NumPy arrays), a kiln tensor or
     expression, or any DLPack / __cuda_array_interface__ producer. Without dtype, NumPy data keeps
-    its dtype where kiln has it (float64 -> float32, int64 -> int32)."""
+    its dtype where it is one kiln infers (float64 -> float32, other integers -> int32:
+    _dtypes.from_host)."""
     if not copy:
         return asarray(obj, dtype=dtype, ctx=ctx)
     if isinstance(obj, (Tensor, Expr)):
@@ -157,7 +160,10 @@ def _asarray(obj, dtype, ctx):
     if shared is not None:
         if dtype is not None and _dtypes.dtype(dtype) != shared._dtype:
             return _kiln.astype(shared, dtype).eval()
-        return shared
+        # Without dtype=, data of a dtype kiln infers as another (float64 as float32, wider
+        # integers as int32: _dtypes.from_host) is copied as the other, its range checked.
+        if dtype is not None or _dtypes.from_host(_dtypes.host_dtype(shared._dtype)) == shared._dtype:
+            return shared
     return upload(obj, dtype=dtype, ctx=c)
 
 

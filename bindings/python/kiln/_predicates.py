@@ -15,8 +15,8 @@ from . import _creation
 from ._dtypes import _REPORTED
 from ._dtypes import dtype as _dtype
 
-_FLOATS = ("float32", "float16", "bfloat16")
-_INTS = ("int32", "int8", "uint8")
+_FLOATS = ("float64", "float32", "float16", "bfloat16")
+_INTS = ("int64", "int32", "int16", "int8", "uint32", "uint16", "uint8")
 
 
 def _name(x):

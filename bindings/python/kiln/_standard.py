@@ -11,9 +11,10 @@ import numpy as np
 from . import _creation, _dtypes, _kiln
 from ._kiln import DType, Expr, Tensor
 
-_KIND_OF = {DType.bool: "bool", DType.int8: "signed integer", DType.int32: "signed integer",
-            DType.uint8: "unsigned integer", DType.float32: "real floating", DType.float16: "real floating",
-            DType.bfloat16: "real floating"}
+_KIND_OF = {DType.bool: "bool", DType.int8: "signed integer", DType.int16: "signed integer",
+            DType.int32: "signed integer", DType.int64: "signed integer", DType.uint8: "unsigned integer",
+            DType.uint16: "unsigned integer", DType.uint32: "unsigned integer", DType.float64: "real floating",
+            DType.float32: "real floating", DType.float16: "real floating", DType.bfloat16: "real floating"}
 _KINDS = {"bool": ("bool",), "signed integer": ("signed integer",), "unsigned integer": ("unsigned integer",),
           "integral": ("signed integer", "unsigned integer"), "real floating": ("real floating",),
           "complex floating": (), "numeric": ("signed integer", "unsigned integer", "real floating")}
@@ -228,7 +229,9 @@ def _operand(x, dtype):
 def matmul(x1, x2):
     """The matrix product of the last two axes (kiln's GEMM), the leading ones broadcast as
     batches; a 1-d operand is a row (first) or a column (second) vector whose axis is dropped.
-    Both operands go to their common dtype; GEMM takes float32, float16 and bfloat16."""
+    Both operands go to their common dtype; GEMM takes float32, float16 and bfloat16, and the
+    other dtypes (float64, the integers) are a fused sum of products, lazy, in their own
+    arithmetic (on the CPU backend: CUDA does not yet reduce 64-bit and 16-bit integer values)."""
     if x1.ndim == 0 or x2.ndim == 0:
         raise _kiln.InvalidArgument(f"matmul: operands of shapes {tuple(x1.shape)} and {tuple(x2.shape)}; 0-d ones "
                                     "have no matrix axes (multiply scales by a scalar)")
@@ -238,6 +241,15 @@ def matmul(x1, x2):
     if k1 != k2:
         raise _kiln.InvalidArgument(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not chain: {k1} "
                                     f"columns against {k2} rows")
+    if dt not in (DType.float32, DType.float16, DType.bfloat16):
+        a2 = a.reshape((1,) + tuple(a.shape)) if a.ndim == 1 else a
+        b2 = b.reshape(tuple(b.shape) + (1,)) if b.ndim == 1 else b
+        prod = _kiln.sum(_creation.expand_dims(a2, -1) * _creation.expand_dims(b2, -3), axis=-2, keepdims=False)
+        if a.ndim == 1:
+            prod = _creation.squeeze(prod, -2)
+        if b.ndim == 1:
+            prod = _creation.squeeze(prod, -1)
+        return _kiln.astype(prod, dt) if prod.dtype != dt else prod
     if a.ndim <= 2 and b.ndim <= 2:
         return _kiln.dot(a, b)
     a2 = a.reshape((1,) + tuple(a.shape)) if a.ndim == 1 else a

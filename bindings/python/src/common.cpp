@@ -47,8 +47,8 @@ Expr python_int(nb::handle h) {
 }
 
 bool numpy_scalar(nb::handle h, Expr& out) {
-    // NumPy scalars are typed (NumPy 2): a float32 scalar keeps float32. Types kiln lacks
-    // (int64, uint32, ...) act as Python ints would.
+    // NumPy scalars are typed (NumPy 2): a float32 scalar keeps float32. float64 acts as a Python
+    // float, and int64, int16, uint16, uint32 and the types kiln lacks as Python ints would.
     nb::handle t = h.type();
     if (!nb::hasattr(t, "__module__")) return false;
     nb::object mod = t.attr("__module__");
@@ -62,7 +62,10 @@ bool numpy_scalar(nb::handle h, Expr& out) {
         out = Expr(nb::cast<double>(nb::float_(h)));
         return true;
     }
-    if (!parse_dtype(name, d)) {
+    // NumPy's default integer and the other integers wider than kiln's default act as Python
+    // ints: weak, so they keep a tensor's dtype.
+    const bool as_python_int = name == "int64" || name == "uint32" || name == "int16" || name == "uint16";
+    if (as_python_int || !parse_dtype(name, d)) {
         if (nb::hasattr(h, "is_integer") || name.find("int") != std::string::npos) {
             out = python_int(nb::int_(h));
             return true;

@@ -26,7 +26,12 @@ void bind_context(nb::module_& m) {
         .value("int32", DType::Int32)
         .value("int8", DType::Int8)
         .value("uint8", DType::UInt8)
-        .value("bool", DType::Bool);
+        .value("bool", DType::Bool)
+        .value("float64", DType::Float64)
+        .value("int64", DType::Int64)
+        .value("int16", DType::Int16)
+        .value("uint16", DType::UInt16)
+        .value("uint32", DType::UInt32);
     m.def("_dtype_from_name", [](const std::string& name) -> nb::object {
         DType d;
         if (!parse_dtype(name, d)) return nb::none();

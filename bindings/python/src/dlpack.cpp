@@ -18,7 +18,7 @@ using namespace nb::literals;
 
 // The DLPack ABI (v1.0), declared here from the specification.
 enum : int32_t { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 };
-enum : uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6 };
+enum : uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6 };
 struct DLDevice { int32_t device_type; int32_t device_id; };
 struct DLDataType { uint8_t code; uint8_t bits; uint16_t lanes; };
 struct DLTensor {
@@ -55,6 +55,11 @@ DLDataType dl_dtype(DType t) {
     case DType::Int8: return {kDLInt, 8, 1};
     case DType::UInt8: return {kDLUInt, 8, 1};
     case DType::Bool: return {kDLBool, 8, 1};
+    case DType::Float64: return {kDLFloat, 64, 1};
+    case DType::Int64: return {kDLInt, 64, 1};
+    case DType::Int16: return {kDLInt, 16, 1};
+    case DType::UInt16: return {kDLUInt, 16, 1};
+    case DType::UInt32: return {kDLUInt, 32, 1};
     }
     return {};
 }
@@ -68,13 +73,18 @@ bool kiln_dtype(DLDataType d, DType& out) {
     else if (d.code == kDLInt && d.bits == 8) out = DType::Int8;
     else if (d.code == kDLUInt && d.bits == 8) out = DType::UInt8;
     else if (d.code == kDLBool && d.bits == 8) out = DType::Bool;
+    else if (d.code == kDLFloat && d.bits == 64) out = DType::Float64;
+    else if (d.code == kDLInt && d.bits == 64) out = DType::Int64;
+    else if (d.code == kDLInt && d.bits == 16) out = DType::Int16;
+    else if (d.code == kDLUInt && d.bits == 16) out = DType::UInt16;
+    else if (d.code == kDLUInt && d.bits == 32) out = DType::UInt32;
     else return false;
     return true;
 }
 
 std::string dl_dtype_str(DLDataType d) {
     const char* kind = d.code == kDLInt ? "int" : d.code == kDLUInt ? "uint" : d.code == kDLFloat ? "float"
-                     : d.code == kDLBfloat ? "bfloat" : d.code == kDLBool ? "bool" : "code";
+                     : d.code == kDLBfloat ? "bfloat" : d.code == kDLComplex ? "complex" : d.code == kDLBool ? "bool" : "code";
     return fmt::format("{}{}{}", kind, (int)d.bits, d.lanes != 1 ? fmt::format("x{}", d.lanes) : "");
 }
 
@@ -234,8 +244,8 @@ nb::object import_capsule(nb::handle capsule, nb::handle pyctx, bool* readonly) 
     if (!kiln_dtype(d->dtype, dt)) {
         std::string name = dl_dtype_str(d->dtype);
         release();
-        throw Error(fmt::format("from_dlpack: {} data cannot be shared; kiln's dtypes are float32, float16, bfloat16, int32, "
-                                "int8, uint8 and bool: convert it first (e.g. x.astype('float32'))",
+        throw Error(fmt::format("from_dlpack: {} data cannot be shared; kiln's dtypes are float64, float32, float16, bfloat16, "
+                                "int64, int32, int16, int8, uint32, uint16, uint8 and bool: convert it first (e.g. x.astype('float32'))",
                                 name),
                     Error::Kind::Type);
     }

@@ -116,6 +116,63 @@ inline kir::Kernel dtypes_kernel() {
     return b.kernel();
 }
 
+// Elementwise: the dtypes with 64-bit values (float64, int64, uint32) and the 16-bit integers,
+// every op in its 64-bit form, the 64-bit parameters and constants, and the conversions between
+// 32-bit and 64-bit values.
+inline kir::Kernel wide_kernel() {
+    KernelBuilder b("kiln_wide", "P");
+    const DType all[] = {DType::Float64, DType::Int64, DType::Int16, DType::UInt16, DType::UInt32};
+    std::vector<int> outs, ins;
+    for (DType t : all) outs.push_back(b.output(t, "1"));
+    for (DType t : all) ins.push_back(b.input(t, "x"));
+    int table = b.input(DType::Float64, "0");
+    const int ip_stride = b.iparam();
+    b.loop();
+    const int x = b.load(ins[0]), n = b.load(ins[1]), s16 = b.load(ins[2]), u16 = b.load(ins[3]), u32 = b.load(ins[4]);
+    const int y = b.paramd(0), m = b.paraml(1);
+    const int ax = b.op(Op::Abs, CT::F64, x);
+    std::vector<int> f = {
+        b.op(Op::Neg, CT::F64, x), ax, b.op(Op::Sqrt, CT::F64, ax), b.op(Op::Exp, CT::F64, x),
+        b.op(Op::Exp2, CT::F64, x), b.op(Op::Log, CT::F64, ax), b.op(Op::Log2, CT::F64, ax),
+        b.op(Op::Tanh, CT::F64, x), b.op(Op::Rint, CT::F64, x), b.op(Op::Sgn, CT::F64, x),
+        b.op(Op::Add, CT::F64, x, y), b.op(Op::Sub, CT::F64, x, y), b.op(Op::Mul, CT::F64, x, y),
+        b.op(Op::Div, CT::F64, x, y), b.op(Op::Pow, CT::F64, ax, y), b.op(Op::Maximum, CT::F64, x, y),
+        b.op(Op::Minimum, CT::F64, x, y), b.op(Op::Floor, CT::F64, x), b.op(Op::Fmod, CT::F64, x, y),
+        b.constd(0.1), b.constd(-1e300), b.constd(5e-324), b.op(Op::Convert, CT::F64, n),
+        b.op(Op::Convert, CT::F64, b.op(Op::Convert, CT::F32, x)), b.op(Op::AsF64, CT::F64, b.op(Op::And, CT::I64, n, b.constl(0x3fffffffffffffffLL))),
+        b.op(Op::Select, CT::F64, b.op(Op::Lt, CT::I32, x, y), x, y),
+        b.gather(table, b.op(Op::Convert, CT::I32, b.op(Op::And, CT::I64, n, b.constl(3))), ip_stride),
+    };
+#define KILN_MATH(K, name, c_function, host) f.push_back(b.op(Op::K, CT::F64, ax));
+#define KILN_MATH2(K, name, c_function, host) f.push_back(b.op(Op::K, CT::F64, x, y));
+#include <kiln/math_functions.def>
+#undef KILN_MATH2
+#undef KILN_MATH
+    const int fsum = sum_all(b, f);
+    const int safe = b.op(Op::Select, CT::I64, b.op(Op::Lt, CT::I32, m, b.constl(1)), b.constl(3), m);
+    const int sh = b.op(Op::And, CT::I64, n, b.constl(63));
+    std::vector<int> i = {
+        b.op(Op::Neg, CT::I64, n), b.op(Op::Abs, CT::I64, n), b.op(Op::Sgn, CT::I64, n),
+        b.op(Op::Add, CT::I64, n, m), b.op(Op::Sub, CT::I64, n, m), b.op(Op::Mul, CT::I64, n, m),
+        b.op(Op::Maximum, CT::I64, n, m), b.op(Op::Minimum, CT::I64, n, m), b.op(Op::And, CT::I64, n, m),
+        b.op(Op::Or, CT::I64, n, m), b.op(Op::Xor, CT::I64, n, m), b.op(Op::Shl, CT::I64, n, sh),
+        b.op(Op::Shr, CT::I64, n, sh), b.op(Op::IDiv, CT::I64, n, safe), b.op(Op::IRem, CT::I64, n, safe),
+        b.op(Op::Convert, CT::I64, x), b.op(Op::Convert, CT::I64, s16), b.op(Op::Convert, CT::I64, b.op(Op::Convert, CT::F32, x)),
+        b.op(Op::WrapU32, CT::I64, n), b.op(Op::AsI64, CT::I64, x), u32,
+        b.op(Op::Convert, CT::I64, b.op(Op::Eq, CT::I32, n, m)), b.op(Op::Convert, CT::I64, b.op(Op::Ge, CT::I32, x, y)),
+        b.op(Op::Convert, CT::I64, b.op(Op::Finite, CT::I32, x)), b.op(Op::Convert, CT::I64, b.op(Op::ToBool, CT::I32, x)),
+        b.op(Op::Convert, CT::I64, b.op(Op::ToBool, CT::I32, n)), b.constl(INT64_MIN), b.constl(-7),
+    };
+    const int isum = sum_all(b, i);
+    b.store(outs[0], fsum);
+    b.store(outs[1], isum);
+    const int narrow = b.op(Op::Convert, CT::I32, isum);
+    b.store(outs[2], b.op(Op::WrapI16, CT::I32, b.op(Op::Add, CT::I32, narrow, s16)));
+    b.store(outs[3], b.op(Op::WrapU16, CT::I32, b.op(Op::Add, CT::I32, narrow, u16)));
+    b.store(outs[4], b.op(Op::WrapU32, CT::I64, b.op(Op::Add, CT::I64, isum, u32)));
+    return b.kernel();
+}
+
 // A 16-bit norm: the row read by three passes (the variance's folded into the first, but not in
 // the entry that holds the row in registers), scaled by a bfloat16 weight row in the last.
 inline kir::Kernel row_norm_kernel() {
@@ -274,7 +331,8 @@ inline std::vector<std::pair<const char*, kir::Kernel>> sample_kernels() {
     return {{"all_ops", all_ops_kernel()},       {"dtypes", dtypes_kernel()},
             {"row_softmax", row_softmax_kernel()}, {"row_norm", row_norm_kernel()}, {"column", column_kernel()},
             {"middle", middle_reduction_kernel()}, {"full", full_reduce_kernel()},
-            {"mean", mean_kernel()},               {"scalar", scalar_kernel()}};
+            {"mean", mean_kernel()},               {"scalar", scalar_kernel()},
+            {"wide", wide_kernel()}};
 }
 
 } // namespace kiln::test

@@ -1,0 +1,211 @@
+"""float64, int64, int16, uint16 and uint32: values against NumPy, computed in the dtype's own
+width (float64 arithmetic, int64 wrap-around, NumPy's promotion), on the context's backend.
+On CUDA, reductions of these dtypes are refused with a message; elementwise work runs."""
+import numpy as np
+import pytest
+
+import kiln
+
+WIDE = ["float64", "int64", "int16", "uint16", "uint32"]
+INTS = ["int64", "int16", "uint16", "uint32"]
+
+
+def _cuda():
+    return kiln.default_context().backend == "cuda"
+
+
+def _data(dtype, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype == "float64":
+        return rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+
+def _run(expr, dtype):
+    out = kiln.empty(expr.shape, dtype=dtype)
+    out[...] = expr
+    return out.get()
+
+
+@pytest.mark.parametrize("name", WIDE)
+def test_round_trip_keeps_every_value(name):
+    a = _data(name, (7, 33))
+    t = kiln.asarray(a, dtype=name)
+    assert t.dtype == np.dtype(name)
+    assert t.get().dtype == np.dtype(name)
+    np.testing.assert_array_equal(t.get(), a)
+
+
+def test_float64_arithmetic_is_float64():
+    a, b = _data("float64", (5, 41), 1), _data("float64", (5, 41), 2)
+    x, y = kiln.asarray(a, dtype="float64"), kiln.asarray(b, dtype="float64")
+    got = _run(x * 0.1 + y / 3.0 - x * y, "float64")
+    np.testing.assert_allclose(got, a * 0.1 + b / 3.0 - a * b, rtol=1e-15, atol=0)
+    # 0.1 stays the double 0.1: float32 arithmetic would be off by 1e-9 relative.
+    one = kiln.asarray(np.full(3, 1.0), dtype="float64")
+    assert _run(one * 0.1, "float64")[0] == 0.1
+    assert _run(one + 1e-12, "float64")[0] == 1.0 + 1e-12
+
+
+@pytest.mark.parametrize("fn", ["sin", "cos", "exp", "log", "sqrt", "tanh", "arctan", "floor", "expm1", "log1p"])
+def test_float64_functions_match_numpy(fn):
+    a = np.abs(_data("float64", (3, 50), 3)) + 0.5
+    got = _run(getattr(kiln, fn)(kiln.asarray(a, dtype="float64")), "float64")
+    np.testing.assert_allclose(got, getattr(np, fn)(a), rtol=4e-16, atol=0)
+
+
+def test_float64_division_family_and_specials():
+    a = np.array([7.5, -7.5, 0.0, -0.0, np.inf, np.nan, 1e300, 5e-324, 3.0])
+    b = np.array([2.0, 2.0, -3.0, 3.0, 2.0, 1.0, 1e-10, 2.0, 0.0])
+    x, y = kiln.asarray(a, dtype="float64"), kiln.asarray(b, dtype="float64")
+    with np.errstate(all="ignore"):
+        for got, want in [(_run(x // y, "float64"), a // b), (_run(x % y, "float64"), a % b),
+                          (_run(kiln.fmod(x, y), "float64"), np.fmod(a, b)), (_run(x / y, "float64"), a / b)]:
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        np.testing.assert_array_equal(_run(kiln.maximum(x, y), "float64"), np.maximum(a, b))
+        np.testing.assert_array_equal(_run(x < y, "bool"), a < b)
+
+
+def test_int64_wraps_and_divides_as_numpy():
+    big = np.array([2**62, -2**63, 2**63 - 1, -7, 7, 0, 123456789012345], dtype=np.int64)
+    d = np.array([3, -1, -1, 2, -2, 5, -1000003], dtype=np.int64)
+    x, y = kiln.asarray(big, dtype="int64"), kiln.asarray(d, dtype="int64")
+    with np.errstate(all="ignore"):
+        for got, want in [(_run(x + x, "int64"), big + big), (_run(x * y, "int64"), big * d),
+                          (_run(x - y, "int64"), big - d), (_run(x // y, "int64"), big // d),
+                          (_run(x % y, "int64"), big % d), (_run(-x, "int64"), -big)]:
+            np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(_run(x & 0xFFFF, "int64"), big & 0xFFFF)
+    np.testing.assert_array_equal(_run(x ^ y, "int64"), big ^ d)
+    np.testing.assert_array_equal(_run(kiln.bitwise_invert(x), "int64"), ~big)
+    s = kiln.asarray(np.array([0, 1, 40, 63, 64, -1, 100], dtype=np.int64), dtype="int64")
+    one = kiln.asarray(np.full(7, 3, dtype=np.int64), dtype="int64")
+    np.testing.assert_array_equal(_run(one << s, "int64")[:5], np.array([3, 6, 3 << 40, -(2**63), 0]))
+    np.testing.assert_array_equal(_run(x >> 3, "int64"), big >> 3)
+    # Literals beyond int32 meet int64 tensors exactly (up to 2^53).
+    np.testing.assert_array_equal(_run(x + 2**50, "int64"), big + 2**50)
+    np.testing.assert_array_equal(_run(x > 2**40, "bool"), big > 2**40)
+
+
+@pytest.mark.parametrize("name", ["int16", "uint16", "uint32"])
+def test_narrow_and_unsigned_integers_wrap(name):
+    a, b = _data(name, (4, 25), 4), _data(name, (4, 25), 5)
+    x, y = kiln.asarray(a, dtype=name), kiln.asarray(b, dtype=name)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(_run(x + y, name), a + b)
+        np.testing.assert_array_equal(_run(x * y, name), a * b)
+        np.testing.assert_array_equal(_run(x - y, name), a - b)
+        nz = np.where(b == 0, 1, b).astype(name)
+        z = kiln.asarray(nz, dtype=name)
+        np.testing.assert_array_equal(_run(x // z, name), a // nz)
+        np.testing.assert_array_equal(_run(x % z, name), a % nz)
+    np.testing.assert_array_equal(_run(x < y, "bool"), a < b)
+    np.testing.assert_array_equal(_run(kiln.maximum(x, y), name), np.maximum(a, b))
+
+
+@pytest.mark.parametrize("a,b,want", [
+    ("int8", "uint8", "int16"), ("int16", "uint16", "int32"), ("int32", "uint32", "int64"),
+    ("int64", "uint32", "int64"), ("uint8", "uint32", "uint32"), ("int16", "int64", "int64"),
+    ("float32", "float64", "float64"), ("float16", "float64", "float64"), ("int64", "float64", "float64"),
+    ("bool", "uint16", "uint16"),
+])
+def test_promotion_is_numpys(a, b, want):
+    assert kiln.result_type(a, b) == np.dtype(want)
+    x = kiln.asarray(np.ones(3, dtype=a), dtype=a)
+    y = kiln.asarray(np.ones(3, dtype=b), dtype=b)
+    assert (x + y).dtype == np.dtype(want)
+
+
+def test_conversions_saturate_round_and_wrap():
+    f = np.array([1e300, -1e300, np.nan, 2.5, -2.5, 3e9, 70000.7])
+    x = kiln.asarray(f, dtype="float64")
+    np.testing.assert_array_equal(_run(x, "int64"),
+                                  [2**63 - 1, -2**63, 0, 2, -2, 3000000000, 70000])
+    np.testing.assert_array_equal(_run(x, "float32"), f.astype(np.float32))
+    np.testing.assert_array_equal(_run(x, "int32"), [2**31 - 1, -2**31, 0, 2, -2, 2**31 - 1, 70000])
+    i = np.array([2**62 + 1, -3, 2**33 + 5, 65537], dtype=np.int64)
+    y = kiln.asarray(i, dtype="int64")
+    np.testing.assert_array_equal(_run(y, "int32"), i.astype(np.int32))
+    np.testing.assert_array_equal(_run(y, "int16"), i.astype(np.int16))
+    np.testing.assert_array_equal(_run(y, "uint32"), i.astype(np.uint32))
+    np.testing.assert_array_equal(_run(y, "float64"), i.astype(np.float64))
+    np.testing.assert_array_equal(_run(y, "float32"), i.astype(np.float32))
+    np.testing.assert_array_equal(_run(y, "bool"), i != 0)
+
+
+@pytest.mark.parametrize("name", WIDE)
+def test_reductions(name):
+    if _cuda():
+        pytest.skip("the CUDA backend does not reduce these dtypes yet (test_cuda_refuses_wide_reductions)")
+    a = _data(name, (6, 37), 6)
+    if name == "float64":
+        a = a / 1e3
+    x = kiln.asarray(a, dtype=name)
+    with np.errstate(all="ignore"):
+        if name in ("float64", "int64"):
+            np.testing.assert_allclose(np.asarray(kiln.sum(x, axis=1)).ravel(), a.sum(axis=1), rtol=1e-13)
+            np.testing.assert_allclose(np.asarray(kiln.sum(x)).ravel(), [a.sum()], rtol=1e-13)
+        np.testing.assert_array_equal(np.asarray(kiln.max(x, axis=1)).ravel(), a.max(axis=1))
+        np.testing.assert_array_equal(np.asarray(kiln.min(x, axis=0)).ravel(), a.min(axis=0))
+        np.testing.assert_array_equal(np.asarray(kiln.argmax(x, axis=1)).ravel(), a.argmax(axis=1))
+        np.testing.assert_array_equal(np.asarray(kiln.argmin(x, axis=0)).ravel(), a.argmin(axis=0))
+    if name == "float64":
+        np.testing.assert_allclose(np.asarray(kiln.var(x, axis=1)).ravel(), a.var(axis=1), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(kiln.mean(x)).ravel(), [a.mean()], rtol=1e-13)
+
+
+def test_int64_sum_wraps_at_64_bits():
+    if _cuda():
+        pytest.skip("the CUDA backend does not reduce int64 yet")
+    a = np.full((2, 5), 2**62, dtype=np.int64)
+    x = kiln.asarray(a, dtype="int64")
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(np.asarray(kiln.sum(x, axis=1, dtype="int64")).ravel(), a.sum(axis=1))
+
+
+def test_cuda_refuses_wide_reductions():
+    if not _cuda():
+        pytest.skip("needs the CUDA backend (this checks its refusal)")
+    x = kiln.asarray(np.ones((4, 8)), dtype="float64")
+    with pytest.raises(kiln.DTypeError, match="does not reduce float64"):
+        np.asarray(kiln.sum(x, axis=1))
+
+
+def test_dlpack_and_namespace_know_the_new_dtypes():
+    info = kiln.__array_namespace_info__()
+    assert info.dtypes(kind="real floating") == {"float32": kiln.float32, "float64": kiln.float64}
+    assert set(info.dtypes(kind="signed integer")) == {"int8", "int16", "int32", "int64"}
+    assert set(info.dtypes(kind="unsigned integer")) == {"uint8", "uint16", "uint32"}
+    for name in WIDE:
+        a = _data(name, (3, 4), 7)
+        t = kiln.asarray(a, dtype=name)
+        np.testing.assert_array_equal(np.from_dlpack(t), a)
+        assert kiln.isdtype(t.dtype, "real floating" if name == "float64" else "integral")
+
+
+def test_matmul_of_float64_and_integers_is_a_sum_of_products_in_their_arithmetic():
+    if _cuda():
+        pytest.skip("the CUDA backend does not reduce these dtypes yet")
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((3, 4, 5)), rng.standard_normal((5, 2))
+    got = kiln.matmul(kiln.asarray(a, dtype="float64"), kiln.asarray(b, dtype="float64"))
+    assert got.dtype == np.float64 and got.shape == (3, 4, 2)
+    np.testing.assert_allclose(np.asarray(got), a @ b, rtol=1e-14)
+    i, j = np.arange(12, dtype=np.int64).reshape(3, 4) * 2**33, np.arange(4, dtype=np.int64)
+    got = kiln.matmul(kiln.asarray(i, dtype="int64"), kiln.asarray(j, dtype="int64"))
+    assert got.dtype == np.int64 and got.shape == (3,)
+    np.testing.assert_array_equal(np.asarray(got), i @ j)
+    k = np.arange(6, dtype=np.int8).reshape(2, 3) * 20
+    got = kiln.matmul(kiln.asarray(k), kiln.asarray(k.T.copy()))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(np.asarray(got), k @ k.T)   # wraps at int8, as NumPy
+
+
+def test_gemm_and_convolution_refuse_float64_naming_the_valid_dtypes():
+    a = kiln.asarray(np.ones((4, 4)), dtype="float64")
+    with pytest.raises(kiln.DTypeError, match=r"dot: A is float64 \(4, 4\); GEMM operands are float32, float16 or bfloat16"):
+        kiln.dot(a, a)
+    with pytest.raises(kiln.DTypeError, match="conv_layer: dtype float64; convolution runs in float32, float16 or bfloat16"):
+        kiln.conv_layer("float64", 1, 8, 8, H=4, W=4, R=3, S=3)
