@@ -73,6 +73,7 @@ constexpr OpInfo kOps[] = {
     {Op::WrapU32, "wrap_u32", 1, T::I64, {T::I64, T::None, T::None}},
     {Op::AsI64, "as_i64", 1, T::I64, {T::F64, T::None, T::None}},
     {Op::AsF64, "as_f64", 1, T::F64, {T::I64, T::None, T::None}},
+    {Op::NextAfter, "nextafter", 2, T::Float, {T::Same, T::Same, T::None}},
 };
 
 constexpr bool in_enum_order() {

@@ -88,8 +88,9 @@ enum class Op : uint8_t {
     WrapU32,               // I64 -> I64: zero-extend the low 32 bits (uint32 wrap-around)
     AsI64,                 // F64 -> I64: the same 64 bits
     AsF64,                 // I64 -> F64: the same 64 bits
+    NextAfter,             // float: the next value of a's type after a toward b (C's nextafter); b if a == b
 };
-inline constexpr Op kLastOp = Op::AsF64;
+inline constexpr Op kLastOp = Op::NextAfter;
 
 // What the kernel IR knows of each op, in one table (kernel_ir.cpp): its listing name, how many
 // operands it reads, and the types it gives and takes (compiler/kernel_check.hpp checks them).

@@ -142,6 +142,25 @@ struct Lowerer {
         return wrap(quot, t);  // int8: -128 // -1 = 128 wraps to -128
     }
 
+    // x ** e of integers (NumPy's power on integer dtypes), wrapping as multiplication does: square
+    // and multiply over e's bits. A negative exponent gives the integer part of the true power:
+    // 1 for x = 1, +-1 for x = -1 (by e's parity), else 0 (NumPy raises; the standard leaves it).
+    int int_power(int x, int e, DType t) {
+        const CT ct = compute_type(t);
+        const int bits = ct == CT::I64 ? 63 : 31;
+        int result = ci(1, ct), base = x;
+        for (int b = 0; b < bits; ++b) {
+            const int bit = op2(Op::And, ct, op2(Op::Shr, ct, e, ci(b, ct)), ci(1, ct));
+            result = op3(Op::Select, ct, op2(Op::Ne, CT::I32, bit, ci(0, ct)), op2(Op::Mul, ct, result, base), result);
+            if (b + 1 < bits) base = op2(Op::Mul, ct, base, base);
+        }
+        const int odd = op2(Op::Ne, CT::I32, op2(Op::And, ct, e, ci(1, ct)), ci(0, ct));
+        const int minus_one = op3(Op::Select, ct, odd, ci(-1, ct), ci(1, ct));
+        const int negative = op3(Op::Select, ct, op2(Op::Eq, CT::I32, x, ci(1, ct)), ci(1, ct),
+                                 op3(Op::Select, ct, op2(Op::Eq, CT::I32, x, ci(-1, ct)), minus_one, ci(0, ct)));
+        return wrap(op3(Op::Select, ct, op2(Op::Lt, CT::I32, e, ci(0, ct)), negative, result), t);
+    }
+
     // ---- buffers
     std::vector<int64_t> map_strides(const Shape& shape, const Strides& strides) {
         std::vector<int64_t> s(n, 0);
@@ -460,8 +479,9 @@ struct Lowerer {
         case OpKind::Sub: return wrap(op2(Op::Sub, ct, in_as(0, t), in_as(1, t)), t);
         case OpKind::Mul: return wrap(op2(Op::Mul, ct, in_as(0, t), in_as(1, t)), t);
         case OpKind::Div: return op2(Op::Div, ct, in_as(0, t), in_as(1, t));
+        case OpKind::NextAfter: return op2(Op::NextAfter, ct, in_as(0, t), in_as(1, t));
         case OpKind::FloorDiv: case OpKind::Mod: case OpKind::Fmod: return division(nd.op, in_as(0, t), in_as(1, t), t);
-        case OpKind::Pow: return op2(Op::Pow, ct, in_as(0, t), in_as(1, t));
+        case OpKind::Pow: return is_float(ct) ? op2(Op::Pow, ct, in_as(0, t), in_as(1, t)) : int_power(in_as(0, t), in_as(1, t), t);
         case OpKind::Maximum: return op2(Op::Maximum, ct, in_as(0, t), in_as(1, t));
         case OpKind::Minimum: return op2(Op::Minimum, ct, in_as(0, t), in_as(1, t));
         case OpKind::Eq: case OpKind::Ne: case OpKind::Gt: case OpKind::Ge: case OpKind::Lt: case OpKind::Le: {

@@ -321,6 +321,7 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::AsF32: return fmt::format("__int_as_float({})", x);
     case Op::Floor: return fmt::format("floorf({})", x);
     case Op::Fmod: return fmt::format("fmodf({}, {})", x, y);
+    case Op::NextAfter: return fmt::format("nextafterf({}, {})", x, y);
     case Op::IDiv: return fmt::format("{} / {}", x, y);
     case Op::IRem: return fmt::format("{} % {}", x, y);
     case Op::WrapI16: return fmt::format("(int)(short)(unsigned short)({} & 0xffff)", x);
@@ -403,6 +404,7 @@ std::string Emitter::wide_expr(const kir::Instr& in) const {
     case Op::Select: return fmt::format("{} != 0 ? {} : {}", x, y, v(in.a[2]));
     case Op::Floor: return fmt::format("floor({})", x);
     case Op::Fmod: return fmt::format("fmod({}, {})", x, y);
+    case Op::NextAfter: return fmt::format("nextafter({}, {})", x, y);
     case Op::IDiv: return fmt::format("{} / {}", x, y);
     case Op::IRem: return fmt::format("{} % {}", x, y);
     default: break;

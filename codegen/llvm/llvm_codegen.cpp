@@ -807,6 +807,7 @@ private:
         case Op::AsF32: return b_.CreateBitCast(A(0), f32_);
         case Op::Floor: return b_.CreateUnaryIntrinsic(Intrinsic::floor, A(0));
         case Op::Fmod: return b_.CreateFRem(A(0), A(1));   // LLVM's frem is C's fmod
+        case Op::NextAfter: return c_call("nextafterf", A(0), A(1));
         case Op::IDiv: return b_.CreateSDiv(A(0), A(1));
         case Op::IRem: return b_.CreateSRem(A(0), A(1));
         }

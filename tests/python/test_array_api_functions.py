@@ -160,8 +160,19 @@ def test_positive_pow_round():
     np.testing.assert_array_equal(host(kiln.round(kiln.asarray(np.array([3, -4], np.int32)))), [3, -4])
     np.testing.assert_array_equal(host(kiln.positive(x)), a)
     np.testing.assert_allclose(host(kiln.pow(kiln.abs(x), 1.5)), np.abs(a) ** 1.5, rtol=1e-6)
-    with pytest.raises(kiln.DTypeError, match="power: integer and bool operands are not supported"):
-        kiln.pow(kiln.asarray(np.array([2, 3], np.int32)), 3)   # kiln's power is floating-point only
+    # Integer powers wrap as products do; a negative exponent gives the power's integer part.
+    i = np.array([2, 3, -3, 1, -1, 0, 7], np.int32)
+    np.testing.assert_array_equal(host(kiln.pow(kiln.asarray(i), 3)), i ** 3)
+    np.testing.assert_array_equal(host(kiln.pow(kiln.asarray(i), 31)), i ** 31)   # wraps at int32
+    np.testing.assert_array_equal(host(kiln.pow(kiln.asarray(i), -2)), [0, 0, 0, 1, 1, 0, 0])
+    np.testing.assert_array_equal(host(kiln.pow(kiln.asarray(i), -3)), [0, 0, 0, 1, -1, 0, 0])
+    b = np.array([[3, 5, 200]], np.uint8)
+    e = np.array([[4], [9]], np.uint8)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(host(kiln.asarray(b) ** kiln.asarray(e)), b ** e)
+        big = np.array([3, -7, 2**40 + 1], np.int64)
+        np.testing.assert_array_equal(host(kiln.pow(kiln.asarray(big, dtype="int64"), 5)), big ** 5)
+    assert (kiln.asarray(np.array([True])) ** kiln.asarray(np.array([True]))).dtype == np.int8   # as NumPy
     with pytest.raises(kiln.DTypeError, match="positive: x is bool; positive takes numeric dtypes"):
         kiln.positive(kiln.asarray(np.array([True])))
 
@@ -205,8 +216,11 @@ def test_matmul_dtypes_and_misuse():
         kiln.matmul(kiln.asarray(a), kiln.asarray(np.float32(2)))
     with pytest.raises(kiln.InvalidArgument, match="matmul: the batch axes of"):
         kiln.matmul(kiln.zeros((2, 3, 4)), kiln.zeros((3, 4, 2)))
-    with pytest.raises(kiln.DTypeError, match="GEMM operands are float32, float16 or bfloat16"):
-        kiln.matmul(kiln.zeros((2, 2), dtype=kiln.int32), kiln.zeros((2, 2), dtype=kiln.int32))
+    # Integers (and float64) are a sum of products in their own arithmetic, not the GEMM.
+    i = np.arange(6, dtype=np.int32).reshape(2, 3) - 2
+    got = kiln.matmul(kiln.asarray(i), kiln.asarray(i.T.copy()))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(got), i @ i.T)
 
 
 @pytest.mark.parametrize("sa,sb,axis", [((3, 4), (3, 4), -1), ((2, 3, 4), (4,), -1), ((2, 3, 4), (2, 3, 4), 0),

@@ -387,9 +387,7 @@ def test_object_data():
 
 
 def test_bool_and_integer_restrictions(a, ints):
-    with pytest.raises(kiln.DTypeError) as ei:
-        ints ** 2
-    check(ei, "power", "int8", "float")
+    assert (ints ** 2).dtype == ints.dtype   # integer powers are integers, as NumPy's
     b = a > 1
     with pytest.raises(kiln.DTypeError) as ei:
         b - b
@@ -595,9 +593,8 @@ def test_dropout_keep_out_of_range(keep):
 
 
 def test_clip_without_bounds(a):
-    with pytest.raises(kiln.InvalidArgument) as ei:
-        kiln.clip(a, None, None)
-    check(ei, "clip", "None")
+    # No bound at all is x itself (the standard; NumPy 2.1 on).
+    np.testing.assert_array_equal(np.asarray(kiln.clip(a, None, None)), np.asarray(a))
 
 
 def test_arange_zero_step():

@@ -68,7 +68,7 @@ def test_where_with_a_python_int_beyond_int32():
     np.testing.assert_array_equal(np.asarray(kiln.where(a > 0, a, 2**40)), np.array([1.0, 2**40], np.float32))
     with pytest.raises(kiln.InvalidArgument) as e:
         kiln.where(a > 0, 2**40, 0)
-    check(e, "where", "1099511627776", "no int64")
+    check(e, "where", "1099511627776", "the dtype two integer literals compute in")
 
 
 def test_python_ints_beyond_int32_with_integer_tensors():

@@ -32,9 +32,14 @@ from ._creation import (  # noqa: F401
     ones, ones_like, reshape, result_type, squeeze, stack, transpose, zeros, zeros_like,
 )
 from ._standard import (  # noqa: F401,A004 - the Array API's names
-    broadcast_arrays, broadcast_to, can_cast, conj, count_nonzero, diff, e, eye, flip, imag, inf, isdtype, linspace,
-    logaddexp, matmul, matrix_transpose, meshgrid, moveaxis, nan, newaxis, permute_dims, pi, positive, pow, real,
-    repeat, roll, round, take_along_axis, tensordot, tile, tril, triu, unstack, vecdot,
+    broadcast_arrays, broadcast_shapes, broadcast_to, can_cast, clip, conj, count_nonzero, diff, e, eye, flip, imag,
+    inf, isdtype, linspace, logaddexp, matmul, matrix_transpose, meshgrid, moveaxis, nan, newaxis, permute_dims, pi,
+    positive, pow, real, repeat, roll, round, take_along_axis, tensordot, tile, tril, triu, unstack, vecdot,
+)
+from . import _host_functions  # noqa: E402
+from ._host_functions import (  # noqa: F401 - the Array API's data-dependent and sorting functions
+    argsort, cumulative_prod, cumulative_sum, isin, nonzero, searchsorted, sort, unique_all, unique_counts,
+    unique_inverse, unique_values,
 )
 from . import _host  # noqa: F401,E402 - adds get/__array__/repr to Tensor and Expr
 from ._namespace import array_namespace as _array_namespace, array_namespace_info as __array_namespace_info__  # noqa: E402
@@ -47,3 +52,49 @@ concatenate = concat  # NumPy's name
 bool = bool_  # noqa: A001 - NumPy 2 spells it np.bool too
 Tensor.__array_namespace__ = _array_namespace
 Expr.__array_namespace__ = _array_namespace
+# The revision of the Array API standard kiln follows (tests/array_api measures how closely).
+__array_api_version__ = "2025.12"
+
+
+def _matmul_method(self, other, /):
+    return matmul(self, other)
+
+
+def _rmatmul_method(self, other, /):
+    return matmul(other, self)
+
+
+def _to_device(self, device, /, *, stream=None):
+    """This array on `device` (one of __array_namespace_info__().devices()): itself when it is
+    there already, else a copy in that device's context."""
+    if stream is not None:
+        raise ValueError("to_device: stream= is not supported; kiln orders work on each context's own stream")
+    return asarray(self, device=device)
+
+
+def _with_masks(getitem):
+    def __getitem__(self, key):
+        if _host_functions._is_mask(key):
+            return _host_functions.mask_getitem(self, key)
+        if _host_functions.several_array_indices(key):
+            return _host_functions.advanced_getitem(self, key)
+        return getitem(self, key)
+    return __getitem__
+
+
+def _with_mask_stores(setitem):
+    def __setitem__(self, key, value):
+        if _host_functions._is_mask(key):
+            return _host_functions.mask_setitem(self, key, value)
+        return setitem(self, key, value)
+    return __setitem__
+
+
+Tensor.__setitem__ = _with_mask_stores(Tensor.__setitem__)
+for _cls in (Tensor, Expr):
+    _cls.__getitem__ = _with_masks(_cls.__getitem__)
+    _cls.__matmul__ = _matmul_method
+    _cls.__rmatmul__ = _rmatmul_method
+    _cls.to_device = _to_device
+    _cls.mT = property(lambda self: matrix_transpose(self), doc="The transpose of the last two axes (matrix_transpose).")
+del _cls

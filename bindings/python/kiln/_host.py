@@ -73,7 +73,8 @@ def _scalar(kind):
 
 
 def _index(self):
-    if self._dtype not in (_kiln.DType.int32, _kiln.DType.int8, _kiln.DType.uint8) or self.size != 1:
+    if self._dtype in (_kiln.DType.bool, _kiln.DType.float64, _kiln.DType.float32, _kiln.DType.float16,
+                       _kiln.DType.bfloat16) or self.size != 1:
         raise TypeError("only size-1 integer kiln values can be used as an index")
     return int(self.get().reshape(()).item())
 

@@ -44,16 +44,17 @@ class _Info:
     """What kiln's namespace holds (the standard's __array_namespace_info__ object)."""
 
     def capabilities(self):
-        # Boolean masks do not index (kiln.where selects instead); every shape is known before
-        # a kernel runs; ranks are not limited.
-        return {"boolean indexing": False, "data-dependent shapes": False, "max dimensions": None}
+        # A boolean mask indexes, and nonzero and the unique family have results whose shapes
+        # depend on the data (kiln/_host_functions.py: computed on the host, as no kernel's
+        # shape can); ranks are not limited.
+        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": None}
 
     def default_device(self):
         return default_context().device
 
     def devices(self):
         here = default_context().device
-        return ["cpu"] if here == "cpu" else ["cpu", here]
+        return ("cpu",) if here == "cpu" else ("cpu", here)
 
     def default_dtypes(self, *, device=None):
         _check_device(device, "default_dtypes")

@@ -35,13 +35,15 @@ def isdtype(dtype, kind):
 
 
 def can_cast(from_, to):
-    """Whether the standard's promotion takes from_ (a dtype or an array) to `to`: the same kind
-    (bool, signed or unsigned integer, real floating) and `to` the promoted dtype of the two."""
+    """Whether the standard's promotion lattice takes from_ (a dtype or an array) to `to`: within
+    bool, within the integers (an unsigned one to a wider signed one too) or within the floats,
+    `to` being the promoted dtype of the two."""
     f = from_._dtype if isinstance(from_, (Tensor, Expr)) else _dtypes.dtype(from_)
     t = _dtypes.dtype(to)
     if f == t:
         return True
-    if _KIND_OF[f] != _KIND_OF[t]:
+    family = {"bool": 0, "signed integer": 1, "unsigned integer": 1, "real floating": 2}
+    if family[_KIND_OF[f]] != family[_KIND_OF[t]]:
         return False
     return _kiln._promote(f, t) == t
 
@@ -93,7 +95,7 @@ def linspace(start, stop, num, dtype=None, ctx=None, *, device=None, endpoint=Tr
     if num:
         div = (num - 1) if endpoint else num
         step = (stop - start) / div if div > 0 else 0.0
-        t[...] = _kiln._iota((num,), 0) * step + start
+        t[...] = _kiln.astype(_kiln._iota((num,), 0), dt) * step + start
         if endpoint and num > 1:
             t[num - 1] = stop
     return t
@@ -101,7 +103,7 @@ def linspace(start, stop, num, dtype=None, ctx=None, *, device=None, endpoint=Tr
 
 def meshgrid(*arrays, indexing="xy"):
     """Coordinate tensors from 1-d tensors, one per input, each of the shape all of them span
-    ('xy': the first two axes swapped, as NumPy's default; 'ij': matrix indexing)."""
+    ('xy': the first two axes swapped, as NumPy's default; 'ij': matrix indexing), as a tuple."""
     if indexing not in ("xy", "ij"):
         raise ValueError(f"meshgrid: indexing={indexing!r}; it is 'xy' or 'ij'")
     for i, a in enumerate(arrays):
@@ -124,7 +126,7 @@ def meshgrid(*arrays, indexing="xy"):
         if t.size:
             t[...] = a.reshape(tuple(shape))
         out.append(t)
-    return out
+    return tuple(out)
 
 
 def _axes(x, axes, op):
@@ -292,7 +294,9 @@ def vecdot(x1, x2, axis=-1):
     ax = ax - n if ax >= 0 else ax
     if x1.ndim < -ax or x2.ndim < -ax or x1.shape[ax] != x2.shape[ax]:
         raise _kiln.InvalidArgument(f"vecdot: shapes {tuple(x1.shape)} and {tuple(x2.shape)} differ along axis {axis}")
-    return _kiln.sum(x1 * x2, axis=ax)
+    r = _kiln.sum(x1 * x2, axis=ax)
+    dt = _dtypes.dtype(_creation.result_type(x1, x2))
+    return r if r._dtype == dt else _kiln.astype(r, dt)
 
 
 def tensordot(x1, x2, axes=2):
@@ -343,13 +347,39 @@ def broadcast_to(x, shape):
 
 
 def broadcast_arrays(*arrays):
-    """The arrays broadcast to their common shape (lazily), as a list."""
+    """The arrays broadcast to their common shape (lazily), as a tuple."""
     try:
         shape = tuple(np.broadcast_shapes(*(tuple(a.shape) for a in arrays)))
     except ValueError:
         raise _kiln.InvalidArgument("broadcast_arrays: shapes " + ", ".join(str(tuple(a.shape)) for a in arrays) +
                                     " do not broadcast together") from None
-    return [broadcast_to(a, shape) for a in arrays]
+    return tuple(broadcast_to(a, shape) for a in arrays)
+
+
+def broadcast_shapes(*shapes):
+    """The shape that arrays of the given shapes broadcast to together."""
+    try:
+        return tuple(np.broadcast_shapes(*(tuple(operator.index(d) for d in s) for s in shapes)))
+    except ValueError:
+        raise _kiln.InvalidArgument("broadcast_shapes: shapes " + ", ".join(str(tuple(s)) for s in shapes) +
+                                    " do not broadcast together") from None
+
+
+def clip(x, /, min=None, max=None, out=None, *, a_min=None, a_max=None):  # noqa: A002 - the standard's names
+    """x limited to [min, max] (either may be None: no bound there; a bound is a scalar or an
+    array broadcast against x), of x's dtype. NumPy's a_min= and a_max= name the same bounds."""
+    lo = min if min is not None else a_min
+    hi = max if max is not None else a_max
+    if lo is None and hi is None:
+        r = _kiln.astype(x, x._dtype)
+    else:
+        r = _kiln.clip(x, lo, hi)
+        if r._dtype != x._dtype:
+            r = _kiln.astype(r, x._dtype)
+    if out is not None:
+        out[...] = r
+        return out
+    return r
 
 
 def count_nonzero(x, axis=None, keepdims=False):
@@ -391,6 +421,8 @@ def repeat(x, repeats, axis=None):
         index = np.repeat(np.arange(n, dtype=np.int32), r)
     else:
         counts = np.asarray(repeats)
+        if counts.shape == (1,):   # one count for every element (it broadcasts)
+            counts = np.broadcast_to(counts, (n,))
         if counts.dtype.kind not in "iu" or counts.shape != (n,) or (counts < 0).any():
             raise _kiln.InvalidArgument(f"repeat: repeats must be one count of 0 or more per element along axis {a} "
                                         f"({n} of them), got shape {counts.shape} of {counts.dtype}")
@@ -500,7 +532,10 @@ def pow(x1, x2):  # noqa: A001 - the standard's name
 
 
 def round(x):  # noqa: A001 - the standard's name
-    """x rounded to the nearest integer, ties to even (kiln.rint); integers unchanged."""
+    """x rounded to the nearest integer, ties to even (kiln.rint); integers and bools unchanged
+    (of their own dtype)."""
+    if x._dtype not in (DType.float64, DType.float32, DType.float16, DType.bfloat16):
+        return _kiln.astype(x, x._dtype)
     return _kiln.rint(x)
 
 

@@ -43,6 +43,7 @@ inline kir::Kernel all_ops_kernel() {
         b.op(Op::Mul, CT::F32, x, y), b.op(Op::Div, CT::F32, x, y), b.op(Op::Pow, CT::F32, ax, y),
         b.op(Op::Maximum, CT::F32, x, y), b.op(Op::Minimum, CT::F32, x, y), b.constf(1.5f), b.constf(-0.1f), b.constf(0.25f),
         b.constf(1e-45f), b.constf(2.0f), b.op(Op::Floor, CT::F32, x), b.op(Op::Fmod, CT::F32, x, y),
+        b.op(Op::NextAfter, CT::F32, x, y),
     };
 #define KILN_MATH(K, name, c_function, host) f.push_back(b.op(Op::K, CT::F32, ax));
 #define KILN_MATH2(K, name, c_function, host) f.push_back(b.op(Op::K, CT::F32, x, y));
@@ -138,6 +139,7 @@ inline kir::Kernel wide_kernel() {
         b.op(Op::Add, CT::F64, x, y), b.op(Op::Sub, CT::F64, x, y), b.op(Op::Mul, CT::F64, x, y),
         b.op(Op::Div, CT::F64, x, y), b.op(Op::Pow, CT::F64, ax, y), b.op(Op::Maximum, CT::F64, x, y),
         b.op(Op::Minimum, CT::F64, x, y), b.op(Op::Floor, CT::F64, x), b.op(Op::Fmod, CT::F64, x, y),
+        b.op(Op::NextAfter, CT::F64, x, y),
         b.constd(0.1), b.constd(-1e300), b.constd(5e-324), b.op(Op::Convert, CT::F64, n),
         b.op(Op::Convert, CT::F64, b.op(Op::Convert, CT::F32, x)), b.op(Op::AsF64, CT::F64, b.op(Op::And, CT::I64, n, b.constl(0x3fffffffffffffffLL))),
         b.op(Op::Select, CT::F64, b.op(Op::Lt, CT::I32, x, y), x, y),
