@@ -80,12 +80,12 @@ std::string instr_problem(const Kernel& k, int id) {
     const int nbuf = (int)k.buffers.size();
     switch (in.op) {
     case Op::ParamF:
-        if (in.index < 0 || in.index + (is_wide(in.type) ? 1 : 0) >= k.num_fparams)
+        if (in.index < 0 || in.index >= k.num_fparams - (is_wide(in.type) ? 1 : 0))
             return fmt::format("instruction %{} (paramf{}) reads fp[{}]{}; the kernel has {} float parameters", id,
                                is_wide(in.type) ? " f64" : "", in.index, is_wide(in.type) ? " and the next" : "", k.num_fparams);
         break;
     case Op::ParamI:
-        if (in.index < 0 || in.index + (is_wide(in.type) ? 1 : 0) >= k.num_iparams)
+        if (in.index < 0 || in.index >= k.num_iparams - (is_wide(in.type) ? 1 : 0))
             return fmt::format("instruction %{} (parami{}) reads ip[{}]{}; the kernel has {} integer parameters", id,
                                is_wide(in.type) ? " i64" : "", in.index, is_wide(in.type) ? " and the next" : "", k.num_iparams);
         break;
@@ -148,8 +148,8 @@ std::string kernel_problem(const Kernel& k) {
         for (StrideKind s : buf.layout)
             if (s != StrideKind::Zero && s != StrideKind::One && s != StrideKind::Any)
                 return fmt::format("buf{} has stride kind {}, not one (0 zero, 1 one, 2 any)", b, (int)s);
-        if (buf.hist && !(buf.output && is_float(buf.dtype)))
-            return fmt::format("buf{} ({} {}) is counted into the histogram; only float outputs are", b,
+        if (buf.hist && !(buf.output && is_float(buf.dtype) && buf.dtype != DType::Float64))
+            return fmt::format("buf{} ({} {}) is counted into the histogram; only float32 and 16-bit float outputs are", b,
                                buf.output ? "output" : "input", dtype_name(buf.dtype));
         if (buf.hist && k.hist.bins == 0) return fmt::format("buf{} is counted into the histogram, but the kernel has none", b);
     }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 namespace kiln::kir {
 
 namespace {
@@ -84,12 +86,38 @@ constexpr bool in_enum_order() {
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == (size_t)kLastOp + 1, "kOps must list every kir::Op");
 static_assert(in_enum_order(), "kOps must list the ops in the enum's order");
 // Kernel texts record ops by number: the ops of kiln/math_functions.def follow IRem, in the
-// order listed there, and new ones are appended.
+// order listed there, then the 64-bit ops and NextAfter; new ops are appended after the last.
 static_assert((int)Op::Erf == (int)Op::IRem + 1 && (int)Op::Atan == (int)Op::IRem + 8,
               "kiln/math_functions.def: existing lines keep their places");
-static_assert((int)Op::Convert == (int)Op::Trunc + 1, "the 64-bit ops follow the functions");
+static_assert((int)Op::Convert == (int)Op::Trunc + 1,
+              "kiln/math_functions.def is closed (a line there renumbers the ops after it): append a new op instead");
 
 } // namespace
+
+uint32_t f32_bits(double held) {
+    uint64_t d;
+    std::memcpy(&d, &held, 8);
+    if ((d & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (d & 0x000fffffffffffffull)) {
+        // NaN: sign, all-ones exponent, the float's 23 payload bits (from_f32_bits put them on top).
+        return (uint32_t)(d >> 32 & 0x80000000u) | 0x7f800000u | (uint32_t)(d >> 29 & 0x7fffffu);
+    }
+    const float f = (float)held;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+
+double from_f32_bits(uint32_t bits) {
+    if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu)) {
+        const uint64_t d = (uint64_t)(bits & 0x80000000u) << 32 | 0x7ff0000000000000ull | (uint64_t)(bits & 0x7fffffu) << 29;
+        double r;
+        std::memcpy(&r, &d, 8);
+        return r;
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
 
 const OpInfo& op_info(Op op) {
     static const OpInfo unknown{(Op)255, "?", 0, T::None, {T::None, T::None, T::None}};

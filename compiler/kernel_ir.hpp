@@ -196,6 +196,11 @@ struct LaunchArgs {
     void* hist = nullptr;              // Kernel::hist.bins int32 counters, added to (null without Hist)
 };
 
+// An f32 immediate's float bits from the double it is held in, and back: exact for every
+// pattern, NaN payloads (signalling ones too) included, which a float/double cast would quiet.
+uint32_t f32_bits(double held);
+double from_f32_bits(uint32_t bits);
+
 // Human-readable listing, used by KILN_LOG=debug and in test failure messages.
 std::string to_string(const Kernel& k);
 

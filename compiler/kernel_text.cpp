@@ -48,14 +48,8 @@ std::string kernel_text(const kir::Kernel& k) {
     for (auto& in : k.instrs) {
         // The immediate's bits: a float's for every type but f64 (whose immediates are doubles).
         uint64_t fbits;
-        if (in.type == ComputeType::F64) {
-            std::memcpy(&fbits, &in.fimm, 8);
-        } else {
-            const float f = (float)in.fimm;
-            uint32_t b32;
-            std::memcpy(&b32, &f, 4);
-            fbits = b32;
-        }
+        if (in.type == ComputeType::F64) std::memcpy(&fbits, &in.fimm, 8);
+        else fbits = kir::f32_bits(in.fimm);
         o << '|' << (int)in.op << ',' << (int)in.type << ',' << in.a[0] << ',' << in.a[1] << ',' << in.a[2] << ','
           << in.index << ',' << in.aux << ',' << fbits << ',' << (long long)in.iimm;
     }
@@ -207,10 +201,7 @@ kir::Kernel parse_kernel_text(std::string_view text) {
             const uint64_t fbits = r.number<uint64_t>();
             std::memcpy(&in.fimm, &fbits, 8);
         } else {
-            const uint32_t fbits = r.number<uint32_t>();
-            float f;
-            std::memcpy(&f, &fbits, 4);
-            in.fimm = f;
+            in.fimm = kir::from_f32_bits(r.number<uint32_t>());
         }
         r.expect(",");
         in.iimm = r.number<int64_t>();

@@ -380,7 +380,10 @@ struct Lowerer {
         KILN_CHECK_INTERNAL(src_strides[axis] == (int32_t)src_strides[axis], "take: stride along the axis overflows int32");
         int stride = new_iparam((int32_t)src_strides[axis]);
         // Negative indices count from the end; out-of-range ones are clipped into [0, len).
-        int i = convert(value(nd.inputs[1]), DType::Int32);
+        int i = value(nd.inputs[1]);
+        if (type_of(i) == CT::I64)   // int64 and uint32 indices: clipped into int32's range first
+            i = op2(Op::Minimum, CT::I64, op2(Op::Maximum, CT::I64, i, ci(INT32_MIN, CT::I64)), ci(INT32_MAX, CT::I64));
+        i = convert(i, DType::Int32);
         int L = iparam(len);
         int neg = op2(Op::Lt, CT::I32, i, ci(0));
         i = op3(Op::Select, CT::I32, neg, op2(Op::Add, CT::I32, i, L), i);
@@ -404,7 +407,9 @@ struct Lowerer {
             KILN_CHECK_INTERNAL(it != acc_of.end(), "reduction %{} read before its pass", nd.id);
             kir::Instr i{Op::AccResult, (nd.op == OpKind::ArgMax || nd.op == OpKind::ArgMin) ? CT::I32 : k.accums[it->second].type};
             i.index = it->second;
-            return emit(i);
+            const int r = emit(i);
+            // A uint32 sum or product accumulates in i64 and wraps at 32 bits once read.
+            return nd.dtype == DType::UInt32 && (nd.op == OpKind::Sum || nd.op == OpKind::Prod) ? wrap(r, nd.dtype) : r;
         }
         const DType t = nd.dtype;
         const CT ct = compute_type(t);
@@ -584,7 +589,7 @@ struct Lowerer {
             v = stochastic_round(v, o.dtype);
         k.blocks[cur].stores.push_back({obuf, v});
         k.buffers[obuf].output = true;
-        if (opts.hist.bins > 0 && !o.is_temp && is_float(o.dtype)) {
+        if (opts.hist.bins > 0 && !o.is_temp && is_float(o.dtype) && o.dtype != DType::Float64) {
             k.buffers[obuf].hist = true;
             k.hist = opts.hist;
         }

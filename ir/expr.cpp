@@ -74,7 +74,7 @@ std::pair<double, double> int_range(DType t) {
     case DType::Int16: return {-32768, 32767};
     case DType::UInt16: return {0, 65535};
     case DType::UInt32: return {0, 4294967295.0};
-    case DType::Int64: return {-9223372036854775808.0, 9223372036854775807.0};
+    case DType::Int64: return {-9223372036854775808.0, 9223372036854774784.0};   // (the last double below 2^63)
     default: return {-2147483648.0, 2147483647.0};
     }
 }
@@ -117,11 +117,12 @@ Expr adopt_weak(OpKind op, const Expr& lit, const Expr& other, DType common) {
     return lit;
 }
 
-// An integer compared with a Python integer beyond int32 (the widest integer kiln computes in):
-// every int32 lies on one side of it, so the comparison is one against int32's bound that is
-// always true or always false, as NumPy 2 compares true values.
-std::optional<Expr> compare_beyond_int32(OpKind op, const Expr& a, const Expr& b) {
-    bool la = is_weak_int(a) && !fits_int32(N(a).value), lb = is_weak_int(b) && !fits_int32(N(b).value);
+// An integer compared with a Python integer beyond the range its values are computed in (int32,
+// or int64 for int64 and uint32): every value lies on one side of it, so the comparison is one
+// against that range's bound that is always true or always false, as NumPy 2 compares true values.
+std::optional<Expr> compare_beyond_range(OpKind op, const Expr& a, const Expr& b, bool wide) {
+    auto fits = [&](double v) { return wide ? v >= -9223372036854775808.0 && v < 9223372036854775808.0 : fits_int32(v); };
+    bool la = is_weak_int(a) && !fits(N(a).value), lb = is_weak_int(b) && !fits(N(b).value);
     if (!la && !lb) return std::nullopt;
     if (la && lb) {  // two literals: the result is known
         double x = N(a).value, y = N(b).value;
@@ -137,7 +138,8 @@ std::optional<Expr> compare_beyond_int32(OpKind op, const Expr& a, const Expr& b
     const bool above = lit > 0;
     const bool holds = above ? (op == OpKind::Lt || op == OpKind::Le || op == OpKind::Ne)
                              : (op == OpKind::Gt || op == OpKind::Ge || op == OpKind::Ne);
-    Expr bound = make_scalar(above ? 2147483647.0 : -2147483648.0, DType::Int32, true);
+    Expr bound = wide ? make_scalar(above ? 9223372036854775807.0 : -9223372036854775808.0, DType::Int64, true)   // (saturated: INT64_MAX)
+                      : make_scalar(above ? 2147483647.0 : -2147483648.0, DType::Int32, true);
     OpKind k = above ? (holds ? OpKind::Le : OpKind::Gt) : (holds ? OpKind::Ge : OpKind::Lt);
     return make(k, DType::Bool, N(x).shape, {x.node(), bound.node()});
 }
@@ -145,8 +147,8 @@ std::optional<Expr> compare_beyond_int32(OpKind op, const Expr& a, const Expr& b
 Expr binary(OpKind op, const Expr& a_in, const Expr& b_in, DType result) {
     const DType common = result_type(a_in, b_in);
     Shape s = broadcast_shapes(N(a_in).shape, N(b_in).shape, opkind_name(op));
-    if (is_comparison(op) && !is_float(common) && compute_type(common) == ComputeType::I32)
-        if (auto r = compare_beyond_int32(op, a_in, b_in)) return *r;
+    if (is_comparison(op) && !is_float(common))
+        if (auto r = compare_beyond_range(op, a_in, b_in, compute_type(common) == ComputeType::I64)) return *r;
     Expr a = adopt_weak(op, a_in, b_in, common), b = adopt_weak(op, b_in, a_in, common);
     return make(op, result, std::move(s), {a.node(), b.node()});
 }
@@ -256,13 +258,16 @@ DType binary_result(OpKind op, const Expr& a, const Expr& b) {
             fail(Error::Kind::Type, "{}: not supported for two bool operands ({} and {}); {}", info.name, describe(a),
                  describe(b), info.hint);
         return t;
-    case DTypeRule::FloatPromote: return is_float(t) ? t : DType::Float32;
+    case DTypeRule::FloatPromote: return is_float(t) ? t : is_wide(t) ? DType::Float64 : DType::Float32;
     // The division family: quotients and remainders of 0/1 values are not bools (NumPy: int8).
     case DTypeRule::Division: return t == DType::Bool ? DType::Int8 : t;
     case DTypeRule::FloatOnly:
         if (!is_float(t))
             fail(Error::Kind::Type, "{}: integer and bool operands are not supported ({} and {}); {}", info.name,
                  describe(a), describe(b), info.hint);
+        if (op == OpKind::NextAfter && dtype_size(t) == 2)
+            fail(Error::Kind::Type, "{}: {} and {}: nextafter steps float32 and float64 values, not 16-bit ones (cast "
+                 "to float32, or step the 16-bit pattern yourself)", info.name, describe(a), describe(b));
         return t;
     case DTypeRule::Compare: return DType::Bool;
     case DTypeRule::Integral: case DTypeRule::Shift:
@@ -370,14 +375,14 @@ Expr prod(const Expr& a, int axis, bool keepdims) { return reduce(OpKind::Prod, 
 
 Expr mean(const Expr& a, int axis, bool keepdims) {
     // Integers are summed as float32: NumPy's float64 mean never overflows, an int32 sum would.
-    Expr x = is_float(a.dtype()) ? a : cast(a, DType::Float32);
+    Expr x = is_float(a.dtype()) ? a : cast(a, is_wide(a.dtype()) ? DType::Float64 : DType::Float32);
     Expr s = sum(x, axis, keepdims);
     int64_t count = reduced_count(a, axis);
     return s * Expr(1.0 / (double)count);
 }
 
 Expr var(const Expr& a, int axis, bool keepdims) {
-    Expr x = is_float(a.dtype()) ? a : cast(a, DType::Float32);
+    Expr x = is_float(a.dtype()) ? a : cast(a, is_wide(a.dtype()) ? DType::Float64 : DType::Float32);
     return mean(square(x - mean(x, axis, true)), axis, keepdims);
 }
 

@@ -254,24 +254,18 @@ std::string Emitter::linear_id() const {
 }
 
 std::string Emitter::expr(const kir::Instr& in) const {
-    if (is_wide(in.type) || (in.a[0] >= 0 && is_wide(k_.instrs[in.a[0]].type))) return wide_expr(in);
-    const bool f = in.type == CT::F32;
     const std::string x = in.a[0] >= 0 ? v(in.a[0]) : "", y = in.a[1] >= 0 ? v(in.a[1]) : "";
+    if (std::string s = width_free_expr(in, x, y); !s.empty()) return s;
+    if (is_wide(in.type) || (in.a[0] >= 0 && is_wide(k_.instrs[in.a[0]].type))) return wide_expr(in, x, y);
+    const bool f = in.type == CT::F32;
     const bool fx = in.a[0] >= 0 && k_.instrs[in.a[0]].type == CT::F32;   // operand type
     switch (in.op) {
     case Op::ConstF: return float_literal((float)in.fimm);
     case Op::ConstI: return int_literal((int32_t)in.iimm);
     case Op::ParamF: return fmt::format("a.fp[{}]", in.index);
     case Op::ParamI: return fmt::format("a.ip[{}]", in.index);
-    case Op::Load:
-        if (!load_override_[in.index].empty()) return load_override_[in.index];
-        return load_expr(k_.buffers[in.index].dtype, fmt::format("b{}[{}]", in.index, offset(in.index)));
-    case Op::Gather:
-        return load_expr(k_.buffers[in.index].dtype,
-                         fmt::format("b{}[{} + (long long){} * a.ip[{}]]", in.index, offset(in.index), x, in.aux));
     case Op::Coord: return fmt::format("(int){}", coord(in.index));
     case Op::LinearId: return linear_id();
-    case Op::AccResult: return acc(in.index);
     case Op::Neg: return f ? "-" + x : fmt::format("(int)(0u - (unsigned){})", x);
     case Op::Abs: return f ? fmt::format("fabsf({})", x) : fmt::format("{0} < 0 ? (int)(0u - (unsigned){0}) : {0}", x);
     case Op::Sqrt: return fmt::format("sqrtf({})", x);
@@ -300,10 +294,40 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::Add: return f ? fmt::format("{} + {}", x, y) : fmt::format("(int)((unsigned){} + (unsigned){})", x, y);
     case Op::Sub: return f ? fmt::format("{} - {}", x, y) : fmt::format("(int)((unsigned){} - (unsigned){})", x, y);
     case Op::Mul: return f ? fmt::format("{} * {}", x, y) : fmt::format("(int)((unsigned){} * (unsigned){})", x, y);
-    case Op::Div: return fmt::format("{} / {}", x, y);
     case Op::Pow: return fmt::format("powf({}, {})", x, y);
     case Op::Maximum: return f ? fmt::format("kiln_maxf({}, {})", x, y) : fmt::format("{0} > {1} ? {0} : {1}", x, y);
     case Op::Minimum: return f ? fmt::format("kiln_minf({}, {})", x, y) : fmt::format("{0} < {1} ? {0} : {1}", x, y);
+    case Op::Shl: return fmt::format("(int)((unsigned){} << ({} & 31))", x, y);
+    case Op::Shr: return fmt::format("(int)((unsigned){} >> ({} & 31))", x, y);
+    case Op::MulHi: return fmt::format("(int)__umulhi((unsigned){}, (unsigned){})", x, y);
+    case Op::AsI32: return fmt::format("__float_as_int({})", x);
+    case Op::AsF32: return fmt::format("__int_as_float({})", x);
+    case Op::Floor: return fmt::format("floorf({})", x);
+    case Op::Fmod: return fmt::format("fmodf({}, {})", x, y);
+    case Op::NextAfter: return fmt::format("nextafterf({}, {})", x, y);
+    case Op::WrapI16: return fmt::format("(int)(short)(unsigned short)({} & 0xffff)", x);
+    case Op::WrapU16: return fmt::format("{} & 0xffff", x);
+    case Op::Convert: return fx && !f ? fmt::format("kiln_f32_to_i32({})", x) : fmt::format("({}){}", ctype(in.type), x);
+    case Op::WrapU32: case Op::AsI64: case Op::AsF64: break;   // 64-bit: wide_expr
+    case Op::Load: case Op::Gather: case Op::AccResult: case Op::Div: case Op::Eq: case Op::Ne: case Op::Lt:
+    case Op::Le: case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::Xor: case Op::Select: case Op::IDiv:
+    case Op::IRem: break;   // width_free_expr
+    }
+    return "?";
+}
+
+// Ops whose C text is the same for 32-bit and 64-bit values; "" for the others.
+std::string Emitter::width_free_expr(const kir::Instr& in, const std::string& x, const std::string& y) const {
+    switch (in.op) {
+    case Op::Load:
+        if (!load_override_[in.index].empty()) return load_override_[in.index];
+        return load_expr(k_.buffers[in.index].dtype, fmt::format("b{}[{}]", in.index, offset(in.index)));
+    case Op::Gather:
+        return load_expr(k_.buffers[in.index].dtype,
+                         fmt::format("b{}[{} + (long long){} * a.ip[{}]]", in.index, offset(in.index), x, in.aux));
+    case Op::AccResult: return acc(in.index);
+    case Op::Div: case Op::IDiv: return fmt::format("{} / {}", x, y);
+    case Op::IRem: return fmt::format("{} % {}", x, y);
     case Op::Eq: return fmt::format("(int)({} == {})", x, y);
     case Op::Ne: return fmt::format("(int)({} != {})", x, y);
     case Op::Lt: return fmt::format("(int)({} < {})", x, y);
@@ -313,32 +337,17 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::And: return fmt::format("{} & {}", x, y);
     case Op::Or: return fmt::format("{} | {}", x, y);
     case Op::Xor: return fmt::format("{} ^ {}", x, y);
-    case Op::Shl: return fmt::format("(int)((unsigned){} << ({} & 31))", x, y);
-    case Op::Shr: return fmt::format("(int)((unsigned){} >> ({} & 31))", x, y);
-    case Op::MulHi: return fmt::format("(int)__umulhi((unsigned){}, (unsigned){})", x, y);
     case Op::Select: return fmt::format("{} != 0 ? {} : {}", x, y, v(in.a[2]));
-    case Op::AsI32: return fmt::format("__float_as_int({})", x);
-    case Op::AsF32: return fmt::format("__int_as_float({})", x);
-    case Op::Floor: return fmt::format("floorf({})", x);
-    case Op::Fmod: return fmt::format("fmodf({}, {})", x, y);
-    case Op::NextAfter: return fmt::format("nextafterf({}, {})", x, y);
-    case Op::IDiv: return fmt::format("{} / {}", x, y);
-    case Op::IRem: return fmt::format("{} % {}", x, y);
-    case Op::WrapI16: return fmt::format("(int)(short)(unsigned short)({} & 0xffff)", x);
-    case Op::WrapU16: return fmt::format("{} & 0xffff", x);
-    case Op::Convert: return fx && !f ? fmt::format("kiln_f32_to_i32({})", x) : fmt::format("({}){}", ctype(in.type), x);
-    case Op::WrapU32: case Op::AsI64: case Op::AsF64: break;   // 64-bit: wide_expr
+    default: return "";
     }
-    return "?";
 }
 
 // Instructions with a 64-bit result or first operand (double, long long). Float to integer
 // conversions saturate and send NaN to 0 as the 32-bit ones do (cvt.rzi.sat); integer
 // arithmetic wraps through unsigned long long.
-std::string Emitter::wide_expr(const kir::Instr& in) const {
+std::string Emitter::wide_expr(const kir::Instr& in, const std::string& x, const std::string& y) const {
     const bool f = in.type == CT::F64;
     const CT xt = in.a[0] >= 0 ? k_.instrs[in.a[0]].type : in.type;
-    const std::string x = in.a[0] >= 0 ? v(in.a[0]) : "", y = in.a[1] >= 0 ? v(in.a[1]) : "";
     auto wrap2 = [&](const char* op) {
         return fmt::format("(long long)((unsigned long long){} {} (unsigned long long){})", x, op, y);
     };
@@ -347,13 +356,6 @@ std::string Emitter::wide_expr(const kir::Instr& in) const {
     case Op::ConstI: return long_literal(in.iimm);
     case Op::ParamF: return fmt::format("kiln_param_f64(a.fp, {})", in.index);
     case Op::ParamI: return fmt::format("kiln_param_i64(a.ip, {})", in.index);
-    case Op::Load:
-        if (!load_override_[in.index].empty()) return load_override_[in.index];
-        return load_expr(k_.buffers[in.index].dtype, fmt::format("b{}[{}]", in.index, offset(in.index)));
-    case Op::Gather:
-        return load_expr(k_.buffers[in.index].dtype,
-                         fmt::format("b{}[{} + (long long){} * a.ip[{}]]", in.index, offset(in.index), x, in.aux));
-    case Op::AccResult: return acc(in.index);
     case Op::Neg: return f ? "-" + x : fmt::format("(long long)(0ull - (unsigned long long){})", x);
     case Op::Abs: return f ? fmt::format("fabs({})", x) : fmt::format("{0} < 0 ? (long long)(0ull - (unsigned long long){0}) : {0}", x);
     case Op::Sqrt: return fmt::format("sqrt({})", x);
@@ -386,27 +388,14 @@ std::string Emitter::wide_expr(const kir::Instr& in) const {
     case Op::Add: return f ? fmt::format("{} + {}", x, y) : wrap2("+");
     case Op::Sub: return f ? fmt::format("{} - {}", x, y) : wrap2("-");
     case Op::Mul: return f ? fmt::format("{} * {}", x, y) : wrap2("*");
-    case Op::Div: return fmt::format("{} / {}", x, y);
     case Op::Pow: return fmt::format("pow({}, {})", x, y);
     case Op::Maximum: return f ? fmt::format("kiln_maxd({}, {})", x, y) : fmt::format("{0} > {1} ? {0} : {1}", x, y);
     case Op::Minimum: return f ? fmt::format("kiln_mind({}, {})", x, y) : fmt::format("{0} < {1} ? {0} : {1}", x, y);
-    case Op::Eq: return fmt::format("(int)({} == {})", x, y);
-    case Op::Ne: return fmt::format("(int)({} != {})", x, y);
-    case Op::Lt: return fmt::format("(int)({} < {})", x, y);
-    case Op::Le: return fmt::format("(int)({} <= {})", x, y);
-    case Op::Gt: return fmt::format("(int)({} > {})", x, y);
-    case Op::Ge: return fmt::format("(int)({} >= {})", x, y);
-    case Op::And: return fmt::format("{} & {}", x, y);
-    case Op::Or: return fmt::format("{} | {}", x, y);
-    case Op::Xor: return fmt::format("{} ^ {}", x, y);
     case Op::Shl: return fmt::format("(long long)((unsigned long long){} << ({} & 63))", x, y);
     case Op::Shr: return fmt::format("(long long)((unsigned long long){} >> ({} & 63))", x, y);
-    case Op::Select: return fmt::format("{} != 0 ? {} : {}", x, y, v(in.a[2]));
     case Op::Floor: return fmt::format("floor({})", x);
     case Op::Fmod: return fmt::format("fmod({}, {})", x, y);
     case Op::NextAfter: return fmt::format("nextafter({}, {})", x, y);
-    case Op::IDiv: return fmt::format("{} / {}", x, y);
-    case Op::IRem: return fmt::format("{} % {}", x, y);
     default: break;
     }
     throw InternalError(fmt::format("emit_cuda: {} has no 64-bit form ({})", kir::op_name(in.op), k_.name));

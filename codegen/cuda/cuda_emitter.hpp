@@ -156,7 +156,8 @@ private:
     std::string acc(int ai) const { return fmt::format("acc{}{}", ai, col_); }
 
     std::string expr(const kir::Instr& in) const;
-    std::string wide_expr(const kir::Instr& in) const;
+    std::string wide_expr(const kir::Instr& in, const std::string& x, const std::string& y) const;
+    std::string width_free_expr(const kir::Instr& in, const std::string& x, const std::string& y) const;
     static std::string double_function(const char* c_function);
 
     void emit_instrs(const kir::Block& b);

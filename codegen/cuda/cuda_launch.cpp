@@ -78,7 +78,7 @@ bool same_value(const kir::Kernel& k, int x, int y) {
     const kir::Instr& a = k.instrs[x];
     const kir::Instr& b = k.instrs[y];
     if (a.op != b.op || a.type != b.type || a.index != b.index || a.aux != b.aux || a.iimm != b.iimm ||
-        std::memcmp(&a.fimm, &b.fimm, sizeof(float)) != 0)
+        std::memcmp(&a.fimm, &b.fimm, sizeof(a.fimm)) != 0)
         return false;
     if (a.op == kir::Op::Gather || a.op == kir::Op::Coord || a.op == kir::Op::LinearId || a.op == kir::Op::AccResult)
         return false;

@@ -190,7 +190,7 @@ private:
         lparam_.clear();
         // A 64-bit parameter: two 32-bit words, low first, read as one (4-byte aligned) value.
         auto wide = [&](std::map<int, Value*>& into, int i, int count, Value* base, Type* t) {
-            if (i < 0 || i + 1 >= count) throw InternalError("llvm codegen: 64-bit parameter index out of range in " + k_.name);
+            if (i < 0 || i >= count - 1) throw InternalError("llvm codegen: 64-bit parameter index out of range in " + k_.name);
             if (!into.count(i)) into[i] = b_.CreateAlignedLoad(t, b_.CreateConstInBoundsGEP1_64(i32_, base, i), Align(4));
         };
         for (const auto& in : k_.instrs) {

@@ -38,6 +38,10 @@ namespace kiln::codegen {
 
 inline constexpr size_t kAccStateBytes = 16;
 inline constexpr size_t kAccStatePosition = 8;
+// The version of what a compiled kernel exchanges with the runtime (the entries' arguments, the
+// partial records above): part of the CPU disk cache's key, so that an object compiled for
+// another layout is never loaded. 2: 16-byte partial records.
+inline constexpr int kObjectAbi = 2;
 
 inline std::string partial_entry_name(const std::string& kernel_name) { return kernel_name + "_partial"; }
 inline std::string final_entry_name(const std::string& kernel_name) { return kernel_name + "_final"; }

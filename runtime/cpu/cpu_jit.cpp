@@ -168,7 +168,8 @@ struct CpuJit::Impl {
     static std::string symbol_of(const kir::Kernel& k) { return k.name.empty() ? std::string("kiln_kernel") : k.name; }
 
     cache::DiskCacheKey disk_key(const kir::Kernel& k, const std::string& key) const {
-        return cache::cpu_kernel_key(key, kernel_text(k), symbol_of(k), machine.cpu, machine.text, machine.llvm_version);
+        return cache::cpu_kernel_key(key, kernel_text(k), symbol_of(k), machine.cpu, machine.text,
+                                     machine.llvm_version + " abi " + std::to_string(codegen::kObjectAbi));
     }
 
     // The kernel's optimised module compiled to a relocatable object, as IRCompileLayer would.

@@ -187,13 +187,15 @@ TEST_CASE("subtract: two bool operands") {
     has_all(m, {"subtract", "bool (2, 2)", "bool (2,)", "not_equal"});
 }
 
-TEST_CASE("power: integer operands") {
+TEST_CASE("power of integers is an integer; nextafter refuses integers and 16-bit floats") {
     Tensor a = typed({3}, DType::Int32), b = typed({3}, DType::Int8);
-    std::string m = error_of([&] { (void)kiln::power(a, b); }, Error::Kind::Type);
-    has_all(m, {"power", "int32 (3,)", "int8 (3,)", "cast", "float"});
-    // an integer literal exponent is still an integer power
-    m = error_of([&] { (void)kiln::power(a, 2); }, Error::Kind::Type);
-    has_all(m, {"power", "int32"});
+    CHECK(kiln::power(a, b).dtype() == DType::Int32);
+    CHECK(kiln::power(b, 2).dtype() == DType::Int8);
+    std::string m = error_of([&] { (void)kiln::nextafter(a, b); }, Error::Kind::Type);
+    has_all(m, {"nextafter", "int32 (3,)", "int8 (3,)", "integer and bool operands are not supported"});
+    Tensor h = typed({3}, DType::Float16);
+    m = error_of([&] { (void)kiln::nextafter(h, h); }, Error::Kind::Type);
+    has_all(m, {"nextafter", "float16 (3,)", "steps float32 and float64 values"});
 }
 
 TEST_CASE("floor_divide, remainder, fmod: operands that do not broadcast") {

@@ -41,6 +41,7 @@ def test_nonzero_unique_isin_searchsorted():
     np.testing.assert_array_equal(np.asarray(kiln.isin(x, _a([2, 9], "int64"), invert=True)), ~np.isin(h, [2, 9]))
     s = _a([1.0, 2.0, 2.0, 5.0], "float64")
     np.testing.assert_array_equal(np.asarray(kiln.searchsorted(s, _a([2.0, 6.0], "float64"), side="right")), [3, 4])
+    assert int(kiln.searchsorted(_a(np.array([1, 2, 3], np.int32)), 2.5)) == 2   # a scalar keeps its own value
     with pytest.raises(kiln.InvalidArgument, match="nonzero: x is 0-d"):
         kiln.nonzero(_a(3.0))
     with pytest.raises(ValueError, match="searchsorted: side='middle'"):
@@ -72,6 +73,9 @@ def test_boolean_masks_select_and_store():
     np.testing.assert_array_equal(np.asarray(x), h)
     x[_a(m)] = _a(np.arange(m.sum(), dtype=np.float32))   # one value per selected element
     h[m] = np.arange(m.sum())
+    np.testing.assert_array_equal(np.asarray(x), h)
+    x[_a(m)] = np.arange(m.sum()) * 2.0                     # the same, from host data
+    h[m] = np.arange(m.sum()) * 2.0
     np.testing.assert_array_equal(np.asarray(x), h)
     with pytest.raises(IndexError, match=r"getitem: a boolean index of shape \(2,\) for an array of shape \(3, 4\)"):
         x[_a(np.array([True, False]))]

@@ -209,3 +209,42 @@ def test_gemm_and_convolution_refuse_float64_naming_the_valid_dtypes():
         kiln.dot(a, a)
     with pytest.raises(kiln.DTypeError, match="conv_layer: dtype float64; convolution runs in float32, float16 or bfloat16"):
         kiln.conv_layer("float64", 1, 8, 8, H=4, W=4, R=3, S=3)
+
+
+def test_uint32_sums_wrap_at_32_bits_where_they_are_read():
+    if _cuda():
+        pytest.skip("the CUDA backend does not reduce uint32 yet")
+    x = kiln.asarray(np.array([2**31, 2**31, 5], dtype=np.uint32), dtype="uint32")
+    s = kiln.sum(x[:2])
+    assert s.dtype == np.uint32 and int(np.asarray(s)) == 0
+    assert bool(np.asarray(s == 0))                                        # fused: the comparison sees 0
+    assert float(np.asarray(kiln.astype(s, "float64"))) == 0.0
+
+
+def test_literals_into_and_against_64_bit_integers():
+    u = kiln.empty((2,), dtype="uint32")
+    u[...] = 4294967295.0                      # a float literal into uint32 goes through float64
+    np.testing.assert_array_equal(u.get(), [4294967295, 4294967295])
+    i = kiln.empty((2,), dtype="int64")
+    i[...] = 16777217.0
+    np.testing.assert_array_equal(i.get(), [16777217, 16777217])
+    x = kiln.asarray(np.array([-5, 0, 2**62], dtype=np.int64), dtype="int64")
+    np.testing.assert_array_equal(np.asarray(x == 2**64), [False, False, False])   # true values, as NumPy 2
+    np.testing.assert_array_equal(np.asarray(x < 2**64), [True, True, True])
+    np.testing.assert_array_equal(np.asarray(x > -2**70), [True, True, True])
+    with pytest.raises(kiln.InvalidArgument, match="out of range for int64"):
+        x + 2**63
+
+
+def test_int64_division_and_means_are_float64_and_indices_clip():
+    big = np.array([2**40 + 1, -3], dtype=np.int64)
+    x = kiln.asarray(big, dtype="int64")
+    q = x / 1
+    assert q.dtype == np.float64
+    np.testing.assert_array_equal(np.asarray(q), big / 1)
+    if not _cuda():
+        assert kiln.mean(x).dtype == np.float64
+        assert float(np.asarray(kiln.mean(x))) == big.mean()
+    t = kiln.asarray(np.arange(5, dtype=np.float32))
+    idx = kiln.asarray(np.array([2**32, -(2**32 - 1), 1], dtype=np.int64), dtype="int64")
+    np.testing.assert_array_equal(np.asarray(kiln.take(t, idx)), [4, 0, 1])   # clipped, not wrapped

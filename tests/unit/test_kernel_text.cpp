@@ -3,6 +3,7 @@
 // rule of the kernel IR are kiln::Errors naming what is wrong, found before anything is
 // allocated for them.
 #include "tests/support/catch.hpp"
+#include "tests/support/kernel_builder.hpp"
 #include "tests/support/sample_kernels.hpp"
 
 #include "compiler/kernel_check.hpp"
@@ -149,4 +150,23 @@ TEST_CASE("kernel text: kernels that break a rule of the IR are refused, naming 
     // Garbage is named with its offset, control bytes escaped.
     m = parse_error("rank 2|red0\x01");
     CHECK_CONTAINS(m, "expected 2 reduced flags (0 or 1), one per dimension at offset 11 (\"\\x01\")");
+}
+
+TEST_CASE("kernel text: float immediates keep their bits, signalling NaNs and f64 constants included") {
+    test::KernelBuilder b("kiln_bits", "P");
+    const int out = b.output(DType::Float32, "1");
+    const int out64 = b.output(DType::Float64, "1");
+    b.loop();
+    const int snan = b.constf(0.0f);
+    const int c64 = b.constd(0.1);
+    kir::Kernel k = b.kernel();
+    k.instrs[snan].fimm = kir::from_f32_bits(0x7f800001u);   // a signalling NaN with payload 1
+    k.blocks[0].stores = {{out, snan}, {out64, c64}};
+    const std::string text = kernel_text(k);
+    const kir::Kernel back = parse_kernel_text(text);
+    CHECK(kir::f32_bits(back.instrs[snan].fimm) == 0x7f800001u);
+    CHECK(back.instrs[c64].fimm == 0.1);
+    CHECK(kernel_text(back) == text);
+    CHECK(kir::f32_bits(kir::from_f32_bits(0xffc12345u)) == 0xffc12345u);   // quiet, negative, with payload
+    CHECK(kir::f32_bits(1.5) == 0x3fc00000u);
 }

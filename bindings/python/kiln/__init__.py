@@ -44,6 +44,7 @@ from ._host_functions import (  # noqa: F401 - the Array API's data-dependent an
 from . import _host  # noqa: F401,E402 - adds get/__array__/repr to Tensor and Expr
 from ._namespace import array_namespace as _array_namespace, array_namespace_info as __array_namespace_info__  # noqa: E402
 from . import layers  # noqa: F401,E402
+from . import linalg  # noqa: F401,E402
 from . import nn  # noqa: F401,E402
 from . import random  # noqa: F401,E402
 

@@ -75,7 +75,7 @@ def searchsorted(x1, x2, /, *, side="left", sorter=None):
     a = _host(x1, "searchsorted")
     if a.ndim != 1:
         raise _kiln.InvalidArgument(f"searchsorted: x1 has shape {a.shape}; it is 1-d")
-    v = np.asarray(x2) if isinstance(x2, (Tensor, Expr)) else np.asarray(x2, dtype=a.dtype)
+    v = np.asarray(x2)
     s = None if sorter is None else np.asarray(sorter)
     like = x1 if isinstance(x1, Tensor) else x1.eval()
     return _indices(np.searchsorted(a, v, side=side, sorter=s), like)
@@ -227,6 +227,8 @@ def mask_setitem(x, mask, value):
     _check_mask(x, mask, "setitem")
     m = mask.reshape(tuple(mask.shape) + (1,) * (x.ndim - mask.ndim)) if mask.ndim else mask
     rest = tuple(x.shape[mask.ndim:])
+    if not isinstance(value, (Tensor, Expr)) and np.ndim(value) > 0:   # host data (a list, a NumPy array)
+        value = _creation.asarray(value, dtype=x._dtype, ctx=x.ctx)
     if not isinstance(value, (Tensor, Expr)) or _broadcasts(tuple(value.shape), rest):
         x[...] = _kiln.where(m, value, x)
         return

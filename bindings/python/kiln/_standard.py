@@ -327,7 +327,7 @@ def tensordot(x1, x2, axes=2):
     bm = b.transpose(tuple(b_axes + b_free)).reshape((k, n))
     if m * n == 0 or k == 0:
         return _creation.zeros(shape, dt, ctx=a.ctx)
-    return _kiln.dot(am, bm).reshape(shape)
+    return matmul(am, bm).reshape(shape)   # (the GEMM, or a sum of products for the other dtypes)
 
 
 def broadcast_to(x, shape):
