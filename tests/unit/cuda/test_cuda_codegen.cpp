@@ -9,6 +9,8 @@
 #include "tests/unit/cuda/sample_kernels.hpp"
 #include "compiler/kernel_text.hpp"
 #include "compiler/key.hpp"
+#include "compiler/pipeline.hpp"
+#include "tests/support/views.hpp"
 
 #include <fmt/format.h>
 
@@ -1037,4 +1039,46 @@ TEST_CASE("kernel IR listing names ops, buffers, accumulators and stores") {
     CHECK(s.find("store buf0 <- %") != std::string::npos);
     CHECK(s.find("block 2 (point)") != std::string::npos);
     for (int op = 0; op <= (int)kir::kLastOp; ++op) CHECK(std::string(kir::op_name((kir::Op)op)) != "?");
+}
+
+TEST_CASE("64-bit and 16-bit integer expressions, lowered as the runtime lowers them, compile for sm_80 and "
+          "sm_90 elementwise; their reductions are refused naming the dtypes") {
+    using test::host_view;
+    const Expr d = leaf(host_view({64, 33}, DType::Float64)), e = leaf(host_view({64, 33}, DType::Float64));
+    const Expr l = leaf(host_view({64, 33}, DType::Int64)), u = leaf(host_view({64, 33}, DType::UInt32));
+    const Expr s = leaf(host_view({64, 33}, DType::Int16)), h = leaf(host_view({64, 33}, DType::Float16));
+    const std::vector<std::pair<Expr, DType>> work = {
+        {d * 0.1 + floor_divide(d, e) + remainder(d, e) + power(d, 2.5) + nextafter(d, e), DType::Float64},
+        {where(d > e, exp(d), tanh(e)) + cast(l, DType::Float64), DType::Float64},
+        {power(l, cast(s, DType::Int64)) + floor_divide(l, cast(u, DType::Int64)) + bitwise_right_shift(l, Expr(3)),
+         DType::Int64},
+        {u * u + cast(s, DType::UInt32), DType::UInt32},
+        {s * s - cast(h, DType::Int16), DType::Int16},
+        {cast(d, DType::Float16) + h, DType::Float16},   // float64 stored to float16
+        {cast(l, DType::Float32) * 0.5, DType::Float32},
+        {take(d, leaf(host_view({5}, DType::Int64)), 0), DType::Float64},
+    };
+    int n = 0;
+    for (const auto& [x, dtype] : work) {
+        const std::string name = fmt::format("wide_expr_{}", n++);
+        INFO(name);
+        for (auto& stage : compile_assignment(x.node(), host_view(x.shape(), dtype), "sm_90").stages) {
+            CHECK(codegen::cuda_shape(stage.kernel) == codegen::CudaShape::Elementwise);
+            CudaSource src = codegen::emit_cuda(stage.kernel);
+            CHECK(codegen::detail::elementwise_vector_width(stage.kernel) == 1);   // the scalar path
+            require_compiles(name, src);
+        }
+    }
+    for (const Expr& r : {sum(d, 1), max(l, 0), sum(s)}) {
+        const auto stages = compile_assignment(r.node(), host_view(r.shape(), r.dtype()), "sm_90").stages;
+        REQUIRE(!stages.empty());
+        try {
+            (void)codegen::emit_cuda(stages.back().kernel);
+            FAIL("a reduction of a 64-bit or 16-bit integer dtype was rendered");
+        } catch (const Error& err) {
+            CHECK(err.kind() == Error::Kind::Type);
+            CHECK(std::string(err.what()).find("the CUDA backend does not reduce float64, int64, uint32, int16 or uint16") !=
+                  std::string::npos);
+        }
+    }
 }
