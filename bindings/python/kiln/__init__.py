@@ -36,7 +36,6 @@ from ._standard import (  # noqa: F401,A004 - the Array API's names
     inf, isdtype, linspace, logaddexp, matmul, matrix_transpose, meshgrid, moveaxis, nan, newaxis, permute_dims, pi,
     positive, pow, real, repeat, roll, round, take_along_axis, tensordot, tile, tril, triu, unstack, vecdot,
 )
-from . import _host_functions  # noqa: E402
 from ._host_functions import (  # noqa: F401 - the Array API's data-dependent and sorting functions
     argsort, cumulative_prod, cumulative_sum, isin, nonzero, searchsorted, sort, unique_all, unique_counts,
     unique_inverse, unique_values,
@@ -73,27 +72,7 @@ def _to_device(self, device, /, *, stream=None):
     return asarray(self, device=device)
 
 
-def _with_masks(getitem):
-    def __getitem__(self, key):
-        if _host_functions._is_mask(key):
-            return _host_functions.mask_getitem(self, key)
-        if _host_functions.several_array_indices(key):
-            return _host_functions.advanced_getitem(self, key)
-        return getitem(self, key)
-    return __getitem__
-
-
-def _with_mask_stores(setitem):
-    def __setitem__(self, key, value):
-        if _host_functions._is_mask(key):
-            return _host_functions.mask_setitem(self, key, value)
-        return setitem(self, key, value)
-    return __setitem__
-
-
-Tensor.__setitem__ = _with_mask_stores(Tensor.__setitem__)
 for _cls in (Tensor, Expr):
-    _cls.__getitem__ = _with_masks(_cls.__getitem__)
     _cls.__matmul__ = _matmul_method
     _cls.__rmatmul__ = _rmatmul_method
     _cls.to_device = _to_device

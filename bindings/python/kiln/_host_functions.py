@@ -244,14 +244,14 @@ def _broadcasts(shape, to):
         return False
 
 
+def host_getitem(x, key):
+    """x[key] for a boolean mask or several integer arrays (the binding's __getitem__ sends these
+    here)."""
+    return mask_getitem(x, key) if _is_mask(key) else advanced_getitem(x, key)
+
+
 def _is_array_index(k):
     return isinstance(k, (Tensor, Expr)) and k._dtype != DType.bool
-
-
-def several_array_indices(key):
-    """Whether `key` is a tuple with two or more integer arrays (NumPy's advanced indexing, whose
-    arrays broadcast together): kiln's own indexing takes one (a take)."""
-    return isinstance(key, tuple) and sum(_is_array_index(k) for k in key) >= 2
 
 
 def advanced_getitem(x, key):

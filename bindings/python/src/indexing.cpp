@@ -107,6 +107,19 @@ Index parse_index(const Tensor& t, nb::handle key) {
     return r;
 }
 
+bool is_mask(nb::handle key) {
+    if (nb::isinstance<PyTensor>(key)) return nb::inst_ptr<PyTensor>(key)->t.dtype() == DType::Bool;
+    if (nb::isinstance<PyExpr>(key)) return nb::inst_ptr<PyExpr>(key)->e.dtype() == DType::Bool;
+    return false;
+}
+
+bool several_array_indices(nb::handle key) {
+    if (!nb::isinstance<nb::tuple>(key)) return false;
+    int n = 0;
+    for (nb::handle h : key) n += is_array_index(h);
+    return n >= 2;
+}
+
 bool is_whole(nb::handle key) {
     if (key.ptr() == Py_Ellipsis || is_full_slice(key)) return true;
     if (nb::isinstance<nb::tuple>(key) && nb::len(key) == 1) return is_whole(key[0]);

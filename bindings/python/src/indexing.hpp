@@ -12,5 +12,9 @@ struct Index {
 
 Index parse_index(const Tensor& t, nb::handle key);
 bool is_whole(nb::handle key);  // `:`, `...`: the whole tensor
+// A bool tensor or expression as the whole key: a mask (kiln/_host_functions.py selects with it).
+bool is_mask(nb::handle key);
+// A tuple with two or more array indices (NumPy's advanced indexing; kiln/_host_functions.py).
+bool several_array_indices(nb::handle key);
 
 } // namespace kiln::py

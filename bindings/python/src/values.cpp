@@ -168,6 +168,10 @@ void bind_values(nb::module_& m) {
         })
         .def("__getitem__", [](const PyTensor& s, nb::handle key) -> nb::object {
             if (is_whole(key)) return nb::cast(s);
+            // Masks and several index arrays: shapes that depend on the data, or NumPy's
+            // advanced indexing, computed on the host (kiln/_host_functions.py).
+            if (is_mask(key) || several_array_indices(key))
+                return nb::module_::import_("kiln._host_functions").attr("host_getitem")(nb::cast(s), key);
             Index ix = parse_index(s.t, key);
             if (ix.gather_axis < 0) return nb::cast(PyTensor{ix.view, s.ctx});
             nb::handle c = s.ctx;
@@ -184,6 +188,10 @@ void bind_values(nb::module_& m) {
             return wrap(take(ix.view.expr(), idx, ix.gather_axis), s.ctx);
         }, "key"_a.none())
         .def("__setitem__", [](PyTensor& s, nb::handle key, nb::handle value) {
+            if (is_mask(key)) {
+                nb::module_::import_("kiln._host_functions").attr("mask_setitem")(nb::cast(s), key, value);
+                return;
+            }
             PyTensor target = s;
             if (!is_whole(key)) {
                 Index ix = parse_index(s.t, key);
