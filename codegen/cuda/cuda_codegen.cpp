@@ -385,9 +385,11 @@ std::string Emitter::wide_expr(const kir::Instr& in, const std::string& x, const
     case Op::WrapU32: return fmt::format("{} & 0xffffffffLL", x);
     case Op::AsI64: return fmt::format("__double_as_longlong({})", x);
     case Op::AsF64: return fmt::format("__longlong_as_double({})", x);
-    case Op::Add: return f ? fmt::format("{} + {}", x, y) : wrap2("+");
-    case Op::Sub: return f ? fmt::format("{} - {}", x, y) : wrap2("-");
-    case Op::Mul: return f ? fmt::format("{} * {}", x, y) : wrap2("*");
+    // Doubles round each operation as the CPU does: the _rn intrinsics are never contracted
+    // into fused multiply-adds.
+    case Op::Add: return f ? fmt::format("__dadd_rn({}, {})", x, y) : wrap2("+");
+    case Op::Sub: return f ? fmt::format("__dsub_rn({}, {})", x, y) : wrap2("-");
+    case Op::Mul: return f ? fmt::format("__dmul_rn({}, {})", x, y) : wrap2("*");
     case Op::Pow: return fmt::format("pow({}, {})", x, y);
     case Op::Maximum: return f ? fmt::format("kiln_maxd({}, {})", x, y) : fmt::format("{0} > {1} ? {0} : {1}", x, y);
     case Op::Minimum: return f ? fmt::format("kiln_mind({}, {})", x, y) : fmt::format("{0} < {1} ? {0} : {1}", x, y);

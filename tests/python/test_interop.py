@@ -397,6 +397,8 @@ def test_cuda_array_interface_on_gpu(cuda_ctx):
     assert cai["strides"] is None
     assert t.T.__cuda_array_interface__["strides"] == (4, 16)
     assert t.__dlpack_device__() == (2, int(cuda_ctx.device.split(":")[1]))
+    for name in ("float64", "int64", "int16", "uint16", "uint32", "float16", "int8", "uint8", "bool"):
+        assert kiln.zeros((2,), dtype=name).__cuda_array_interface__["typestr"][1:] == np.dtype(name).str[1:]
 
 
 def test_kiln_asarray_of_numpy_copies_on_gpu(cuda_ctx):

@@ -276,7 +276,9 @@ void bind_dlpack_methods(nb::class_<PyTensor>& tc) {
             PyErr_SetString(PyExc_AttributeError, "__cuda_array_interface__: this tensor is in host memory (a CPU context)");
             throw nb::python_error();
         }
-        static const char* typestr[] = {"<f4", "<f2", "<V2", "<i4", "|i1", "|u1", "|b1"};
+        // In DType's order.
+        static const char* typestr[] = {"<f4", "<f2", "<V2", "<i4", "|i1", "|u1", "|b1", "<f8", "<i8", "<i2", "<u2", "<u4"};
+        static_assert(sizeof(typestr) / sizeof(typestr[0]) == kNumDTypes);
         nb::dict d;
         nb::list shape, strides;
         for (int64_t x : s.t.shape()) shape.append(x);
