@@ -13,6 +13,7 @@
 #include <kiln/error.hpp>
 #include <kiln/expr.hpp>
 #include <kiln/gemm.hpp>
+#include <kiln/grad.hpp>
 #include <kiln/hist.hpp>
 #include <kiln/nn.hpp>
 #include <kiln/shape.hpp>

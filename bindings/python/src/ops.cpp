@@ -4,6 +4,8 @@
 // value is needed.
 #include "ops.hpp"
 
+#include <kiln/grad.hpp>
+
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
@@ -259,6 +261,33 @@ void bind_ops(nb::module_& m) {
         Expr ec = operand(c, ctx, "where"), ea = operand(a, ctx, "where"), eb = operand(b, ctx, "where");
         return finish(where(ec, ea, eb), ctx, out, "where");
     }, "condition"_a, "x"_a, "y"_a, "out"_a.none() = nb::none());
+    m.def("grad", [](nb::handle y, nb::handle wrt, nb::handle dy) -> nb::object {
+        nb::handle ctx;
+        Expr ey = operand(y, ctx, "grad");
+        const bool one = nb::isinstance<PyTensor>(wrt);
+        std::vector<Expr> ws;
+        if (one) {
+            ws.push_back(operand(wrt, ctx, "grad"));
+        } else {
+            if (!nb::isinstance<nb::sequence>(wrt) || nb::isinstance<nb::str>(wrt))
+                throw Error(fmt::format("grad: wrt must be a kiln tensor or a sequence of them; got {}",
+                                        nb::type_name(wrt.type()).c_str()), Error::Kind::Type);
+            for (nb::handle w : wrt) {
+                if (!nb::isinstance<PyTensor>(w))
+                    throw Error(fmt::format("grad: wrt must hold kiln tensors (the leaves to differentiate with respect "
+                                            "to); got {}", nb::type_name(w.type()).c_str()), Error::Kind::Type);
+                ws.push_back(operand(w, ctx, "grad"));
+            }
+        }
+        Expr edy = dy.is_none() ? Expr(1.0) : operand(dy, ctx, "grad");
+        std::vector<Expr> gs = kiln::grad(ey, ws, edy);
+        if (one) return wrap(gs[0], ctx);
+        nb::list out;
+        for (const Expr& g : gs) out.append(wrap(g, ctx));
+        return out;
+    }, "y"_a, "wrt"_a, "dy"_a.none() = nb::none(),
+       "The vector-Jacobian product dy^T (dy/dwrt) for each tensor of wrt, as lazy expressions of their shapes and "
+       "dtypes (kiln/grad.hpp): the derivative of sum(dy * y); dy defaults to ones.");
     m.def("clip", &clip_call, "a"_a, "a_min"_a.none(), "a_max"_a.none(), "out"_a.none() = nb::none());
     m.def("astype", [](nb::handle a, nb::handle dtype) {
         nb::handle ctx;
