@@ -1,0 +1,554 @@
+"""kiln.torch: kiln's kernels inside PyTorch (importable when PyTorch is).
+
+Each function is a torch.library custom op in the namespace "kiln" with an autograd formula and
+a fake (meta) kernel, so it runs eagerly, under autograd and inside torch.compile graphs without
+graph breaks:
+
+    linear(x, weight, bias=None, activation=None)   kiln's GEMM with its epilogue: torch's
+        F.linear followed by the activation ("relu", "leaky_relu"), in one kernel;
+    conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation=None)
+        kiln's convolution with the same epilogue (channels_last tensors are used in place);
+    op(fn)   any kiln expression of tensors as an op: fn receives kiln tensors and returns a kiln
+        expression (or a tuple of them); the forward pass is the fused kernel kiln compiles for
+        it, the backward pass the fused kernel of its derivative (kiln.grad);
+    Linear, Conv2d   drop-in subclasses of torch.nn.Linear and torch.nn.Conv2d.
+
+Tensors are shared through DLPack, never copied (conv2d copies an input that is not
+channels_last into that layout). On CUDA, kiln's work waits for what PyTorch has queued on its
+current stream and PyTorch's later work waits for kiln's.
+"""
+import contextlib
+import itertools
+import math
+import re
+from typing import Optional
+
+import torch
+import torch.nn.functional
+
+import kiln
+from . import _kiln
+
+__all__ = ["linear", "conv2d", "op", "Linear", "Conv2d", "to_kiln", "context_for"]
+
+_contexts = {}
+
+
+def context_for(device):
+    """The kiln context running on a torch device (the default context where it is that device)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        key = f"cuda:{torch.cuda.current_device() if device.index is None else device.index}"
+    elif device.type == "cpu":
+        key = "cpu"
+    else:
+        raise ValueError(f"kiln.torch: tensors on {device} cannot be used; kiln runs on the CPU and on CUDA GPUs")
+    ctx = _contexts.get(key)
+    if ctx is None:
+        default = kiln.default_context()
+        ctx = default if default.device == key else kiln.Context(key)
+        _contexts[key] = ctx
+    return ctx
+
+
+def to_kiln(t, ctx=None):
+    """The kiln tensor sharing a torch tensor's memory (through DLPack)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"kiln.torch: expected a torch.Tensor, got {type(t).__name__}")
+    return kiln.from_dlpack(t.detach(), ctx=ctx if ctx is not None else context_for(t.device))
+
+
+@contextlib.contextmanager
+def _ordered(ctx, device):
+    """kiln's work between PyTorch's: after what its current stream holds, before what follows."""
+    if device.type != "cuda":
+        yield
+        return
+    stream = torch.cuda.current_stream(device).cuda_stream
+    ctx.wait_for(stream)
+    try:
+        yield
+    finally:
+        ctx.order_before(stream)
+
+
+def _torch_dtype(kiln_dtype):
+    name = getattr(kiln_dtype, "name", None) or str(kiln_dtype)
+    return getattr(torch, name)
+
+
+def _is_float(kiln_dtype):
+    return (getattr(kiln_dtype, "name", None) or str(kiln_dtype)) in ("float16", "bfloat16", "float32", "float64")
+
+
+def _same_device(op, *tensors):
+    devices = {t.device for t in tensors if t is not None}
+    if len(devices) > 1:
+        raise ValueError(f"kiln.{op}: the tensors are on different devices ({', '.join(sorted(map(str, devices)))})")
+
+
+def _activation(activation, negative_slope):
+    """(relu, slope) for the epilogue; activation is None, 'relu' or 'leaky_relu'."""
+    if activation is None:
+        return False, 0.0
+    if activation == "relu":
+        return True, 0.0
+    if activation == "leaky_relu":
+        slope = float(negative_slope)
+        if not 0.0 <= slope < 1.0:
+            raise ValueError(f"kiln.torch: negative_slope={negative_slope!r}; it must be in [0, 1)")
+        return True, slope
+    raise ValueError(f"kiln.torch: activation={activation!r}; valid: None, 'relu', 'leaky_relu'")
+
+
+def _relu_backward(y, grad, relu, slope):
+    """The gradient before the activation, from its output y (y > 0 exactly where its input is)."""
+    if not relu:
+        return grad
+    return _kiln.bprop_relu(None, y, grad, None, slope)
+
+
+# ============================================================================================
+# linear: kiln's GEMM and its epilogue
+
+
+def _matmul_t(a, b_t):
+    """a @ b_t.T as a kiln value: the GEMM, or for float64 (no GEMM) the fused sum of products."""
+    return kiln.matmul(a, b_t.T)
+
+
+@torch.library.custom_op("kiln::linear", mutates_args=())
+def _linear_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], relu: bool,
+               slope: float) -> torch.Tensor:
+    out_features, in_features = weight.shape
+    x2 = x.reshape(math.prod(x.shape[:-1]), in_features)
+    out = torch.empty((x2.shape[0], out_features), dtype=x.dtype, device=x.device)
+    if out.numel() and in_features == 0:   # an empty sum: the bias alone
+        out.copy_(bias.expand_as(out) if bias is not None else torch.zeros_like(out))
+        if relu:
+            out = torch.nn.functional.leaky_relu(out, slope)
+    elif out.numel():
+        ctx = context_for(x.device)
+        with _ordered(ctx, x.device):
+            kx, kw, ko = to_kiln(x2, ctx), to_kiln(weight, ctx), to_kiln(out, ctx)
+            kb = to_kiln(bias, ctx) if bias is not None else None
+            if x.dtype == torch.float64:
+                y = _matmul_t(kx, kw)
+                if kb is not None:
+                    y = y + kb
+                if relu:
+                    y = kiln.maximum(y, 0) + slope * kiln.minimum(y, 0)
+                ko[...] = y
+            else:
+                _kiln.compound_dot(kx, kw.T, ko, relu=relu, slope=slope, bias=kb)
+    return out.reshape(*x.shape[:-1], out_features)
+
+
+@_linear_op.register_fake
+def _(x, weight, bias, relu, slope):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@torch.library.custom_op("kiln::linear_backward", mutates_args=())
+def _linear_backward_op(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, has_bias: bool,
+                        relu: bool, slope: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    out_features, in_features = weight.shape
+    x2 = x.reshape(math.prod(x.shape[:-1]), in_features)
+    g2 = grad.reshape(x2.shape[0], out_features)
+    gx = torch.zeros_like(x2, memory_format=torch.contiguous_format)
+    gw = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+    gb = torch.zeros((out_features if has_bias else 0,), dtype=weight.dtype, device=weight.device)
+    if g2.numel():
+        ctx = context_for(x.device)
+        with _ordered(ctx, x.device):
+            kg = to_kiln(g2, ctx)
+            if relu:
+                kg = _relu_backward(to_kiln(y.reshape(x2.shape[0], out_features), ctx), kg, relu, slope).eval()
+            kx, kw = to_kiln(x2, ctx), to_kiln(weight, ctx)
+            kgx, kgw = to_kiln(gx, ctx), to_kiln(gw, ctx)
+            if in_features:
+                if x.dtype == torch.float64:
+                    kgx[...] = _matmul_t(kg, kw.T)
+                    kgw[...] = _matmul_t(kg.T, kx.T)
+                else:
+                    _kiln.compound_dot(kg, kw, kgx)
+                    _kiln.compound_dot(kg.T, kx, kgw)
+            if has_bias:
+                kgb = to_kiln(gb, ctx)
+                kgb[...] = kiln.sum(kg, axis=0)
+    return gx.reshape(x.shape), gw, gb
+
+
+@_linear_backward_op.register_fake
+def _(grad, x, weight, y, has_bias, relu, slope):
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            torch.empty_like(weight, memory_format=torch.contiguous_format),
+            weight.new_empty((weight.shape[0] if has_bias else 0,)))
+
+
+def _linear_setup(ctx, inputs, output):
+    x, weight, bias, relu, slope = inputs
+    ctx.save_for_backward(x, weight, output if relu else None)
+    ctx.has_bias, ctx.relu, ctx.slope = bias is not None, relu, slope
+
+
+def _linear_backward(ctx, grad):
+    x, weight, y = ctx.saved_tensors
+    gx, gw, gb = torch.ops.kiln.linear_backward(grad, x, weight, y if y is not None else grad, ctx.has_bias, ctx.relu,
+                                                ctx.slope)
+    return gx, gw, (gb if ctx.has_bias else None), None, None
+
+
+_linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+def linear(x, weight, bias=None, activation=None, negative_slope=0.01):
+    """activation(x @ weight.T + bias), as torch.nn.functional.linear followed by the activation
+    (None, "relu", "leaky_relu" with negative_slope), computed by kiln's GEMM with the bias and
+    the activation in its epilogue. x is (..., in_features), weight (out_features, in_features),
+    bias (out_features,); float32, float16, bfloat16 (and float64, as a fused sum of products on
+    the CPU)."""
+    relu, slope = _activation(activation, negative_slope)
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"kiln.linear: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"kiln.linear: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match; weight is "
+                         f"(out_features, in_features) and x's last dimension is in_features")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"kiln.linear: bias is {tuple(bias.shape)}; it must be ({weight.shape[0]},), one value per "
+                         "output feature")
+    dtypes = {t.dtype for t in (x, weight, bias) if t is not None}
+    if len(dtypes) > 1:
+        raise TypeError(f"kiln.linear: x, weight and bias must share a dtype; got {', '.join(sorted(map(str, dtypes)))}")
+    _same_device("linear", x, weight, bias)
+    return _linear_op(x, weight, bias, relu, slope)
+
+
+# ============================================================================================
+# conv2d: kiln's convolution (channels innermost) on PyTorch's NCHW tensors
+
+
+def _pair(v, name, least):
+    vals = (v, v) if isinstance(v, int) and not isinstance(v, bool) else tuple(v)
+    if len(vals) != 2 or not all(isinstance(i, int) and not isinstance(i, bool) and i >= least for i in vals):
+        raise ValueError(f"kiln.conv2d: {name}={v!r}; give an int or two ints >= {least}")
+    return list(vals)
+
+
+def _nhwc(t):
+    """t (N, C, H, W) seen as (N, H, W, C): a view of a channels_last tensor, else a copy."""
+    return t.permute(0, 2, 3, 1).contiguous()
+
+
+def _conv_layer(x, weight, stride, padding, dilation, kx):
+    n, c, h, w = x.shape
+    k, _, r, s = weight.shape
+    return _kiln.conv_layer(kx.dtype, n, c, k, 1, h, w, 1, r, s, 0, padding[0], padding[1], 1, stride[0], stride[1],
+                            1, dilation[0], dilation[1])
+
+
+def _conv_out_shape(x, weight, stride, padding, dilation):
+    n, _, h, w = x.shape
+    k, _, r, s = weight.shape
+    p = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
+    q = (w + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
+    return n, k, p, q
+
+
+@torch.library.custom_op("kiln::conv2d", mutates_args=())
+def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
+               padding: list[int], dilation: list[int], relu: bool, slope: float) -> torch.Tensor:
+    out = torch.empty(_conv_out_shape(x, weight, stride, padding, dilation), dtype=x.dtype, device=x.device,
+                      memory_format=torch.channels_last)
+    if out.numel():
+        ctx = context_for(x.device)
+        with _ordered(ctx, x.device):
+            kx, kw = to_kiln(_nhwc(x), ctx), to_kiln(_nhwc(weight), ctx)
+            layer = _conv_layer(x, weight, stride, padding, dilation, kx)
+            kb = to_kiln(bias, ctx) if bias is not None else None
+            _kiln.fprop_conv(layer, kx, kw, to_kiln(out.permute(0, 2, 3, 1), ctx), bias=kb, relu=relu, slope=slope)
+    return out
+
+
+@_conv2d_op.register_fake
+def _(x, weight, bias, stride, padding, dilation, relu, slope):
+    return x.new_empty(_conv_out_shape(x, weight, stride, padding, dilation)).to(memory_format=torch.channels_last)
+
+
+@torch.library.custom_op("kiln::conv2d_backward", mutates_args=())
+def _conv2d_backward_op(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor,
+                        stride: list[int], padding: list[int], dilation: list[int], has_bias: bool, relu: bool,
+                        slope: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gx = torch.zeros_like(x, memory_format=torch.channels_last)
+    gw = torch.zeros_like(weight, memory_format=torch.channels_last)
+    gb = torch.zeros((weight.shape[0] if has_bias else 0,), dtype=weight.dtype, device=weight.device)
+    if grad.numel():
+        ctx = context_for(x.device)
+        with _ordered(ctx, x.device):
+            kx, kw = to_kiln(_nhwc(x), ctx), to_kiln(_nhwc(weight), ctx)
+            layer = _conv_layer(x, weight, stride, padding, dilation, kx)
+            kg = to_kiln(_nhwc(grad), ctx)
+            if relu:
+                kg = _relu_backward(to_kiln(_nhwc(y), ctx), kg, relu, slope).eval()
+            if x.numel():
+                _kiln.bprop_conv(layer, kw, kg, to_kiln(gx.permute(0, 2, 3, 1), ctx))
+                _kiln.update_conv(layer, kx, kg, to_kiln(gw.permute(0, 2, 3, 1), ctx))
+            if has_bias:
+                to_kiln(gb, ctx)[...] = kiln.sum(kg.reshape(-1, weight.shape[0]), axis=0)
+    return gx, gw, gb
+
+
+@_conv2d_backward_op.register_fake
+def _(grad, x, weight, y, stride, padding, dilation, has_bias, relu, slope):
+    return (torch.empty_like(x, memory_format=torch.channels_last),
+            torch.empty_like(weight, memory_format=torch.channels_last),
+            weight.new_empty((weight.shape[0] if has_bias else 0,)))
+
+
+def _conv2d_setup(ctx, inputs, output):
+    x, weight, bias, stride, padding, dilation, relu, slope = inputs
+    ctx.save_for_backward(x, weight, output if relu else None)
+    ctx.geometry = (stride, padding, dilation)
+    ctx.has_bias, ctx.relu, ctx.slope = bias is not None, relu, slope
+
+
+def _conv2d_backward(ctx, grad):
+    x, weight, y = ctx.saved_tensors
+    gx, gw, gb = torch.ops.kiln.conv2d_backward(grad, x, weight, y if y is not None else grad, *ctx.geometry,
+                                                ctx.has_bias, ctx.relu, ctx.slope)
+    return gx, gw, (gb if ctx.has_bias else None), None, None, None, None, None
+
+
+_conv2d_op.register_autograd(_conv2d_backward, setup_context=_conv2d_setup)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation=None, negative_slope=0.01):
+    """activation(torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation)) by kiln's
+    convolution, the bias and activation in its epilogue. x (N, C, H, W), weight (K, C, R, S), as
+    PyTorch's; the result is channels_last. padding: ints, 'valid' or 'same' (stride 1)."""
+    relu, slope = _activation(activation, negative_slope)
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"kiln.conv2d: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if x.dim() != 4 or weight.dim() != 4 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"kiln.conv2d: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match; x is "
+                         "(N, C, H, W) and weight (K, C, R, S) with the same C (groups are not supported)")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"kiln.conv2d: bias is {tuple(bias.shape)}; it must be ({weight.shape[0]},)")
+    dtypes = {t.dtype for t in (x, weight, bias) if t is not None}
+    if len(dtypes) > 1:
+        raise TypeError(f"kiln.conv2d: x, weight and bias must share a dtype; got {', '.join(sorted(map(str, dtypes)))}")
+    _same_device("conv2d", x, weight, bias)
+    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+    if padding == "valid":
+        padding = [0, 0]
+    elif padding == "same":
+        span = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+        if stride != [1, 1] or any(v % 2 for v in span):
+            raise ValueError(f"kiln.conv2d: padding='same' needs stride 1 and an odd dilated filter; got stride "
+                             f"{tuple(stride)}, filter {tuple(weight.shape[2:])}, dilation {tuple(dilation)}")
+        padding = [v // 2 for v in span]
+    else:
+        padding = _pair(padding, "padding", 0)
+    return _conv2d_op(x, weight, bias, stride, padding, dilation, relu, slope)
+
+
+# ============================================================================================
+# op: any kiln expression as a custom op
+
+
+class _Probe:
+    """Kiln tensors of given shapes and dtypes without their memory (every element is one
+    element), to learn an expression's result shapes for the fake kernels."""
+    _ctx = None
+    _cells = {}
+
+    @classmethod
+    def tensor(cls, shape, dtype):
+        if cls._ctx is None:
+            cls._ctx = kiln.Context("cpu")
+        name = str(dtype).removeprefix("torch.")
+        cell = cls._cells.get(name)
+        if cell is None:
+            cell = cls._cells[name] = kiln.zeros((1,), dtype=name, ctx=cls._ctx)
+        shape = tuple(int(d) for d in shape)
+        return _kiln._wrap(cls._ctx, cell._data_ptr, cell._dtype, shape, (0,) * len(shape), cell, False, 0)
+
+
+def _outputs(fn, args, name):
+    ys = fn(*args)
+    many = isinstance(ys, (tuple, list))
+    ys = list(ys) if many else [ys]
+    for y in ys:
+        if not isinstance(y, (_kiln.Expr, _kiln.Tensor)):
+            raise TypeError(f"kiln.torch.op({name}): the function must return kiln expressions (or a tuple of them); "
+                            f"got {type(y).__name__}")
+    return ys
+
+
+_counter = itertools.count()
+
+
+def op(fn=None, *, name=None):
+    """Wraps fn, a function of kiln tensors returning a kiln expression (or a tuple of them), as a
+    PyTorch custom op taking torch tensors: @kiln.torch.op or kiln.torch.op(fn, name="gelu").
+
+    The forward pass runs the fused kernel of fn's expression on the tensors' memory; the
+    backward pass the fused kernel of its derivative (kiln.grad, which recomputes what it needs
+    from the inputs rather than storing intermediates). Registered as kiln::<name>, with a fake
+    kernel, so it works inside torch.compile. Inputs may be any kiln dtype; float inputs receive
+    gradients. Non-tensor parameters are captured by fn (one op per function)."""
+    if fn is None:
+        return lambda f: op(f, name=name)
+    base = name or re.sub(r"\W", "_", getattr(fn, "__name__", "fn")).strip("_") or "fn"
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", base):
+        raise ValueError(f"kiln.torch.op: name={name!r} is not an identifier")
+    qual = f"kiln::{base}_{next(_counter)}" if name is None else f"kiln::{base}"
+    label = qual.split("::")[1]
+
+    def forward_impl(xs):
+        device = xs[0].device if xs else torch.device("cpu")
+        _same_device(f"torch.op({label})", *xs)
+        ctx = context_for(device)
+        with _ordered(ctx, device):
+            ks = [to_kiln(x, ctx) for x in xs]
+            outs = []
+            for y in _outputs(fn, ks, label):
+                out = torch.empty(tuple(y.shape), dtype=_torch_dtype(y.dtype), device=device)
+                if out.numel():
+                    to_kiln(out, ctx)[...] = y
+                outs.append(out)
+        return outs
+
+    def forward_fake(xs):
+        ys = _outputs(fn, [_Probe.tensor(x.shape, x.dtype) for x in xs], label)
+        device = xs[0].device if xs else torch.device("cpu")
+        return [torch.empty(tuple(y.shape), dtype=_torch_dtype(y.dtype), device=device) for y in ys]
+
+    def backward_impl(xs, grads):
+        device = xs[0].device
+        ctx = context_for(device)
+        # An input sharing memory with an earlier one is read from a copy, so that each receives
+        # its own derivative (PyTorch adds them).
+        seen, xs = set(), list(xs)
+        for i, x in enumerate(xs):
+            key = x.untyped_storage().data_ptr()
+            if key in seen and x.numel():
+                xs[i] = x.clone()
+            seen.add(key)
+        with _ordered(ctx, device):
+            ks = [to_kiln(x, ctx) for x in xs]
+            want = [i for i, x in enumerate(xs) if x.is_floating_point()]
+            total = None
+            for y, g in zip(_outputs(fn, ks, label), grads):
+                if g is None or not _is_float(y.dtype):
+                    continue
+                parts = kiln.grad(y, [ks[i] for i in want], to_kiln(g, ctx))
+                total = parts if total is None else [a + b for a, b in zip(total, parts)]
+            outs = []
+            for j, i in enumerate(want):
+                out = torch.empty(tuple(xs[i].shape), dtype=xs[i].dtype, device=device)
+                if total is None:
+                    out.zero_()
+                elif out.numel():
+                    to_kiln(out, ctx)[...] = total[j]
+                outs.append(out)
+        return outs
+
+    def backward_fake(xs, grads):
+        return [torch.empty(tuple(x.shape), dtype=x.dtype, device=x.device) for x in xs if x.is_floating_point()]
+
+    forward = torch.library.custom_op(qual, mutates_args=())(_typed_forward(forward_impl))
+    forward.register_fake(_typed_forward(forward_fake))
+    backward = torch.library.custom_op(qual + "_backward", mutates_args=())(_typed_backward(backward_impl))
+    backward.register_fake(_typed_backward(backward_fake))
+
+    def setup(ctx, inputs, output):
+        (xs,) = inputs
+        ctx.save_for_backward(*xs)
+        ctx.floats = [x.is_floating_point() for x in xs]
+        ctx.outputs = [(tuple(o.shape), o.dtype) for o in output]
+
+    def autograd_backward(ctx, grads):
+        xs = ctx.saved_tensors
+        grads = [g if g is not None else torch.zeros(s, dtype=d, device=xs[0].device)
+                 for g, (s, d) in zip(grads, ctx.outputs)]
+        gs = iter(backward(list(xs), grads))
+        return ([next(gs) if f else None for f in ctx.floats],)
+
+    forward.register_autograd(autograd_backward, setup_context=setup)
+
+    def call(*tensors):
+        for t in tensors:
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"kiln.torch.op({label}): takes torch tensors (capture other parameters in the "
+                                f"function); got {type(t).__name__}")
+        if not tensors:
+            raise TypeError(f"kiln.torch.op({label}): takes at least one tensor")
+        outs = forward(list(tensors))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    call.__name__ = getattr(fn, "__name__", label)
+    call.__doc__ = getattr(fn, "__doc__", None)
+    call.op = forward
+    return call
+
+
+def _typed_forward(impl):
+    def f(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return impl(xs)
+    return f
+
+
+def _typed_backward(impl):
+    def f(xs: list[torch.Tensor], grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        return impl(xs, grads)
+    return f
+
+
+# ============================================================================================
+# modules
+
+
+class Linear(torch.nn.Linear):
+    """torch.nn.Linear computed by kiln.torch.linear, with an optional activation ("relu",
+    "leaky_relu") in the GEMM's epilogue. Parameters, initialisation and state_dict are
+    torch.nn.Linear's."""
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, activation=None,
+                 negative_slope=0.01):
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        _activation(activation, negative_slope)
+        self.activation, self.negative_slope = activation, negative_slope
+
+    def forward(self, x):
+        return linear(x, self.weight, self.bias, self.activation, self.negative_slope)
+
+    def extra_repr(self):
+        return super().extra_repr() + (f", activation={self.activation!r}" if self.activation else "")
+
+
+class Conv2d(torch.nn.Conv2d):
+    """torch.nn.Conv2d computed by kiln.torch.conv2d (groups=1, zero padding), with an optional
+    activation in the convolution's epilogue. The weight is kept channels_last, the layout kiln
+    reads in place; parameters and state_dict are torch.nn.Conv2d's."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
+                 padding_mode="zeros", device=None, dtype=None, activation=None, negative_slope=0.01):
+        if groups != 1:
+            raise ValueError(f"kiln.torch.Conv2d: groups={groups!r}; kiln's convolution is not grouped")
+        if padding_mode != "zeros":
+            raise ValueError(f"kiln.torch.Conv2d: padding_mode={padding_mode!r}; kiln pads with zeros only")
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode,
+                         device=device, dtype=dtype)
+        _activation(activation, negative_slope)
+        self.activation, self.negative_slope = activation, negative_slope
+        self.weight.data = self.weight.data.contiguous(memory_format=torch.channels_last)
+
+    def forward(self, x):
+        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.activation,
+                      self.negative_slope)
+
+    def extra_repr(self):
+        return super().extra_repr() + (f", activation={self.activation!r}" if self.activation else "")
