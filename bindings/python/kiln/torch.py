@@ -36,6 +36,9 @@ _contexts = {}
 
 def context_for(device):
     """The kiln context running on a torch device (the default context where it is that device)."""
+    ctx = _contexts.get(device)
+    if ctx is not None:
+        return ctx
     device = torch.device(device)
     if device.type == "cuda":
         key = f"cuda:{torch.cuda.current_device() if device.index is None else device.index}"
@@ -48,14 +51,44 @@ def context_for(device):
         default = kiln.default_context()
         ctx = default if default.device == key else kiln.Context(key)
         _contexts[key] = ctx
+    if device.type == "cpu" or device.index is not None:
+        _contexts[device] = ctx
     return ctx
 
 
+_KILN_DTYPES = {}
+_TORCH_DTYPES = {}
+
+
+def _kiln_dtype(dtype):
+    k = _KILN_DTYPES.get(dtype)
+    if k is None:
+        k = _kiln._dtype_from_name(str(dtype).removeprefix("torch."))
+        if k is None:
+            raise TypeError(f"kiln.torch: {dtype} tensors cannot be shared with kiln; its dtypes are float64, float32, "
+                            "float16, bfloat16, int64, int32, int16, int8, uint32, uint16, uint8 and bool")
+        _KILN_DTYPES[dtype] = k
+    return k
+
+
+def _torch_dtype(kiln_dtype):
+    t = _TORCH_DTYPES.get(kiln_dtype)
+    if t is None:
+        t = _TORCH_DTYPES[kiln_dtype] = getattr(torch, getattr(kiln_dtype, "name", None) or str(kiln_dtype))
+    return t
+
+
 def to_kiln(t, ctx=None):
-    """The kiln tensor sharing a torch tensor's memory (through DLPack)."""
+    """The kiln tensor sharing a torch tensor's memory (its shape and strides; the torch tensor is
+    kept alive while kiln uses it). No stream is synchronised: kiln.torch's ops order the streams
+    themselves; kiln.from_dlpack(t) is the general, synchronising form."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"kiln.torch: expected a torch.Tensor, got {type(t).__name__}")
-    return kiln.from_dlpack(t.detach(), ctx=ctx if ctx is not None else context_for(t.device))
+    dev = t.device
+    if ctx is None:
+        ctx = context_for(dev)
+    return _kiln._wrap(ctx, t.data_ptr(), _kiln_dtype(t.dtype), tuple(t.shape), tuple(t.stride()), t,
+                       dev.type == "cuda", dev.index or 0)
 
 
 @contextlib.contextmanager
@@ -70,11 +103,6 @@ def _ordered(ctx, device):
         yield
     finally:
         ctx.order_before(stream)
-
-
-def _torch_dtype(kiln_dtype):
-    name = getattr(kiln_dtype, "name", None) or str(kiln_dtype)
-    return getattr(torch, name)
 
 
 def _is_float(kiln_dtype):
@@ -117,9 +145,8 @@ def _matmul_t(a, b_t):
     return kiln.matmul(a, b_t.T)
 
 
-@torch.library.custom_op("kiln::linear", mutates_args=())
-def _linear_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], relu: bool,
-               slope: float) -> torch.Tensor:
+def _linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], relu: bool,
+                    slope: float) -> torch.Tensor:
     out_features, in_features = weight.shape
     x2 = x.reshape(math.prod(x.shape[:-1]), in_features)
     out = torch.empty((x2.shape[0], out_features), dtype=x.dtype, device=x.device)
@@ -144,19 +171,15 @@ def _linear_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     return out.reshape(*x.shape[:-1], out_features)
 
 
-@_linear_op.register_fake
-def _(x, weight, bias, relu, slope):
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
-@torch.library.custom_op("kiln::linear_backward", mutates_args=())
-def _linear_backward_op(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, has_bias: bool,
-                        relu: bool, slope: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _linear_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, has_bias: bool,
+                          relu: bool, slope: float, need_x: bool,
+                          need_w: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad x, grad weight, grad bias); each not asked for is an empty tensor."""
     out_features, in_features = weight.shape
     x2 = x.reshape(math.prod(x.shape[:-1]), in_features)
     g2 = grad.reshape(x2.shape[0], out_features)
-    gx = torch.zeros_like(x2, memory_format=torch.contiguous_format)
-    gw = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+    gx = torch.zeros_like(x2, memory_format=torch.contiguous_format) if need_x else x.new_empty((0,))
+    gw = torch.zeros_like(weight, memory_format=torch.contiguous_format) if need_w else x.new_empty((0,))
     gb = torch.zeros((out_features if has_bias else 0,), dtype=weight.dtype, device=weight.device)
     if g2.numel():
         ctx = context_for(x.device)
@@ -164,25 +187,36 @@ def _linear_backward_op(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
             kg = to_kiln(g2, ctx)
             if relu:
                 kg = _relu_backward(to_kiln(y.reshape(x2.shape[0], out_features), ctx), kg, relu, slope).eval()
-            kx, kw = to_kiln(x2, ctx), to_kiln(weight, ctx)
-            kgx, kgw = to_kiln(gx, ctx), to_kiln(gw, ctx)
-            if in_features:
+            if in_features and need_x:
+                kw, kgx = to_kiln(weight, ctx), to_kiln(gx, ctx)
                 if x.dtype == torch.float64:
                     kgx[...] = _matmul_t(kg, kw.T)
-                    kgw[...] = _matmul_t(kg.T, kx.T)
                 else:
                     _kiln.compound_dot(kg, kw, kgx)
+            if in_features and need_w:
+                kx, kgw = to_kiln(x2, ctx), to_kiln(gw, ctx)
+                if x.dtype == torch.float64:
+                    kgw[...] = _matmul_t(kg.T, kx.T)
+                else:
                     _kiln.compound_dot(kg.T, kx, kgw)
             if has_bias:
-                kgb = to_kiln(gb, ctx)
-                kgb[...] = kiln.sum(kg, axis=0)
-    return gx.reshape(x.shape), gw, gb
+                to_kiln(gb, ctx)[...] = kiln.sum(kg, axis=0)
+    return (gx.reshape(x.shape) if need_x else gx), gw, gb
+
+
+_linear_op = torch.library.custom_op("kiln::linear", mutates_args=())(_linear_forward)
+_linear_backward_op = torch.library.custom_op("kiln::linear_backward", mutates_args=())(_linear_backward_impl)
+
+
+@_linear_op.register_fake
+def _(x, weight, bias, relu, slope):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
 @_linear_backward_op.register_fake
-def _(grad, x, weight, y, has_bias, relu, slope):
-    return (torch.empty_like(x, memory_format=torch.contiguous_format),
-            torch.empty_like(weight, memory_format=torch.contiguous_format),
+def _(grad, x, weight, y, has_bias, relu, slope, need_x, need_w):
+    return (torch.empty_like(x, memory_format=torch.contiguous_format) if need_x else x.new_empty((0,)),
+            torch.empty_like(weight, memory_format=torch.contiguous_format) if need_w else x.new_empty((0,)),
             weight.new_empty((weight.shape[0] if has_bias else 0,)))
 
 
@@ -192,14 +226,32 @@ def _linear_setup(ctx, inputs, output):
     ctx.has_bias, ctx.relu, ctx.slope = bias is not None, relu, slope
 
 
-def _linear_backward(ctx, grad):
+def _linear_grads(ctx, grad, backward):
     x, weight, y = ctx.saved_tensors
-    gx, gw, gb = torch.ops.kiln.linear_backward(grad, x, weight, y if y is not None else grad, ctx.has_bias, ctx.relu,
-                                                ctx.slope)
-    return gx, gw, (gb if ctx.has_bias else None), None, None
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    gx, gw, gb = backward(grad, x, weight, y if y is not None else grad, ctx.has_bias, ctx.relu, ctx.slope, need_x,
+                          need_w)
+    return (gx if need_x else None), (gw if need_w else None), (gb if ctx.has_bias else None), None, None
 
 
-_linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
+_linear_op.register_autograd(lambda ctx, grad: _linear_grads(ctx, grad, torch.ops.kiln.linear_backward),
+                             setup_context=_linear_setup)
+
+
+class _LinearFunction(torch.autograd.Function):
+    """The eager path: the same kernels without the custom op's dispatch (torch.compile takes
+    the custom op)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, relu, slope):
+        y = _linear_forward(x, weight, bias, relu, slope)
+        _linear_setup(ctx, (x, weight, bias, relu, slope), y)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        return _linear_grads(ctx, grad, _linear_backward_impl)
 
 
 def linear(x, weight, bias=None, activation=None, negative_slope=0.01):
@@ -222,7 +274,9 @@ def linear(x, weight, bias=None, activation=None, negative_slope=0.01):
     if len(dtypes) > 1:
         raise TypeError(f"kiln.linear: x, weight and bias must share a dtype; got {', '.join(sorted(map(str, dtypes)))}")
     _same_device("linear", x, weight, bias)
-    return _linear_op(x, weight, bias, relu, slope)
+    if torch.compiler.is_compiling():
+        return _linear_op(x, weight, bias, relu, slope)
+    return _LinearFunction.apply(x, weight, bias, relu, slope)
 
 
 # ============================================================================================
@@ -256,9 +310,8 @@ def _conv_out_shape(x, weight, stride, padding, dilation):
     return n, k, p, q
 
 
-@torch.library.custom_op("kiln::conv2d", mutates_args=())
-def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
-               padding: list[int], dilation: list[int], relu: bool, slope: float) -> torch.Tensor:
+def _conv2d_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
+                    padding: list[int], dilation: list[int], relu: bool, slope: float) -> torch.Tensor:
     out = torch.empty(_conv_out_shape(x, weight, stride, padding, dilation), dtype=x.dtype, device=x.device,
                       memory_format=torch.channels_last)
     if out.numel():
@@ -271,38 +324,42 @@ def _conv2d_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     return out
 
 
-@_conv2d_op.register_fake
-def _(x, weight, bias, stride, padding, dilation, relu, slope):
-    return x.new_empty(_conv_out_shape(x, weight, stride, padding, dilation)).to(memory_format=torch.channels_last)
-
-
-@torch.library.custom_op("kiln::conv2d_backward", mutates_args=())
-def _conv2d_backward_op(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor,
-                        stride: list[int], padding: list[int], dilation: list[int], has_bias: bool, relu: bool,
-                        slope: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    gx = torch.zeros_like(x, memory_format=torch.channels_last)
-    gw = torch.zeros_like(weight, memory_format=torch.channels_last)
+def _conv2d_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor,
+                          stride: list[int], padding: list[int], dilation: list[int], has_bias: bool, relu: bool,
+                          slope: float, need_x: bool, need_w: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad x, grad weight, grad bias); each not asked for is an empty tensor."""
+    gx = torch.zeros_like(x, memory_format=torch.channels_last) if need_x else x.new_empty((0,))
+    gw = torch.zeros_like(weight, memory_format=torch.channels_last) if need_w else x.new_empty((0,))
     gb = torch.zeros((weight.shape[0] if has_bias else 0,), dtype=weight.dtype, device=weight.device)
     if grad.numel():
         ctx = context_for(x.device)
         with _ordered(ctx, x.device):
-            kx, kw = to_kiln(_nhwc(x), ctx), to_kiln(_nhwc(weight), ctx)
-            layer = _conv_layer(x, weight, stride, padding, dilation, kx)
             kg = to_kiln(_nhwc(grad), ctx)
             if relu:
                 kg = _relu_backward(to_kiln(_nhwc(y), ctx), kg, relu, slope).eval()
-            if x.numel():
-                _kiln.bprop_conv(layer, kw, kg, to_kiln(gx.permute(0, 2, 3, 1), ctx))
-                _kiln.update_conv(layer, kx, kg, to_kiln(gw.permute(0, 2, 3, 1), ctx))
+            layer = _conv_layer(x, weight, stride, padding, dilation, kg)
+            if x.numel() and need_x:
+                _kiln.bprop_conv(layer, to_kiln(_nhwc(weight), ctx), kg, to_kiln(gx.permute(0, 2, 3, 1), ctx))
+            if x.numel() and need_w:
+                _kiln.update_conv(layer, to_kiln(_nhwc(x), ctx), kg, to_kiln(gw.permute(0, 2, 3, 1), ctx))
             if has_bias:
                 to_kiln(gb, ctx)[...] = kiln.sum(kg.reshape(-1, weight.shape[0]), axis=0)
     return gx, gw, gb
 
 
+_conv2d_op = torch.library.custom_op("kiln::conv2d", mutates_args=())(_conv2d_forward)
+_conv2d_backward_op = torch.library.custom_op("kiln::conv2d_backward", mutates_args=())(_conv2d_backward_impl)
+
+
+@_conv2d_op.register_fake
+def _(x, weight, bias, stride, padding, dilation, relu, slope):
+    return x.new_empty(_conv_out_shape(x, weight, stride, padding, dilation)).to(memory_format=torch.channels_last)
+
+
 @_conv2d_backward_op.register_fake
-def _(grad, x, weight, y, stride, padding, dilation, has_bias, relu, slope):
-    return (torch.empty_like(x, memory_format=torch.channels_last),
-            torch.empty_like(weight, memory_format=torch.channels_last),
+def _(grad, x, weight, y, stride, padding, dilation, has_bias, relu, slope, need_x, need_w):
+    return (torch.empty_like(x, memory_format=torch.channels_last) if need_x else x.new_empty((0,)),
+            torch.empty_like(weight, memory_format=torch.channels_last) if need_w else x.new_empty((0,)),
             weight.new_empty((weight.shape[0] if has_bias else 0,)))
 
 
@@ -313,14 +370,31 @@ def _conv2d_setup(ctx, inputs, output):
     ctx.has_bias, ctx.relu, ctx.slope = bias is not None, relu, slope
 
 
-def _conv2d_backward(ctx, grad):
+def _conv2d_grads(ctx, grad, backward):
     x, weight, y = ctx.saved_tensors
-    gx, gw, gb = torch.ops.kiln.conv2d_backward(grad, x, weight, y if y is not None else grad, *ctx.geometry,
-                                                ctx.has_bias, ctx.relu, ctx.slope)
-    return gx, gw, (gb if ctx.has_bias else None), None, None, None, None, None
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    gx, gw, gb = backward(grad, x, weight, y if y is not None else grad, *ctx.geometry, ctx.has_bias, ctx.relu,
+                          ctx.slope, need_x, need_w)
+    return (gx if need_x else None), (gw if need_w else None), (gb if ctx.has_bias else None), None, None, None, None, None
 
 
-_conv2d_op.register_autograd(_conv2d_backward, setup_context=_conv2d_setup)
+_conv2d_op.register_autograd(lambda ctx, grad: _conv2d_grads(ctx, grad, torch.ops.kiln.conv2d_backward),
+                             setup_context=_conv2d_setup)
+
+
+class _Conv2dFunction(torch.autograd.Function):
+    """The eager path (see _LinearFunction)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride, padding, dilation, relu, slope):
+        y = _conv2d_forward(x, weight, bias, stride, padding, dilation, relu, slope)
+        _conv2d_setup(ctx, (x, weight, bias, stride, padding, dilation, relu, slope), y)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        return _conv2d_grads(ctx, grad, _conv2d_backward_impl)
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation=None, negative_slope=0.01):
@@ -351,7 +425,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation=Non
         padding = [v // 2 for v in span]
     else:
         padding = _pair(padding, "padding", 0)
-    return _conv2d_op(x, weight, bias, stride, padding, dilation, relu, slope)
+    if torch.compiler.is_compiling():
+        return _conv2d_op(x, weight, bias, stride, padding, dilation, relu, slope)
+    return _Conv2dFunction.apply(x, weight, bias, stride, padding, dilation, relu, slope)
 
 
 # ============================================================================================
@@ -479,6 +555,23 @@ def op(fn=None, *, name=None):
 
     forward.register_autograd(autograd_backward, setup_context=setup)
 
+    class Eager(torch.autograd.Function):
+        """The eager path (see _LinearFunction)."""
+
+        @staticmethod
+        def forward(ctx, *xs):
+            outs = forward_impl(list(xs))
+            ctx.save_for_backward(*xs)
+            ctx.floats = [x.is_floating_point() for x in xs]
+            ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
+            return tuple(outs)
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, *grads):
+            gs = iter(backward_impl(list(ctx.saved_tensors), list(grads)))
+            return tuple(next(gs) if f else None for f in ctx.floats)
+
     def call(*tensors):
         for t in tensors:
             if not isinstance(t, torch.Tensor):
@@ -486,7 +579,7 @@ def op(fn=None, *, name=None):
                                 f"function); got {type(t).__name__}")
         if not tensors:
             raise TypeError(f"kiln.torch.op({label}): takes at least one tensor")
-        outs = forward(list(tensors))
+        outs = forward(list(tensors)) if torch.compiler.is_compiling() else Eager.apply(*tensors)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     call.__name__ = getattr(fn, "__name__", label)
