@@ -95,6 +95,8 @@ def test_linear_inside_torch_compile_without_graph_breaks():
 def test_linear_empty_batch_and_empty_features():
     w, b = _rand(4, 3, seed=2), _rand(4, seed=3)
     assert kt.linear(_rand(0, 3), w, b).shape == (0, 4)
+    gw, gb = _grads(lambda: kt.linear(_rand(0, 3), w, b, "relu").sum(), w, b)   # an empty batch: zero gradients
+    assert torch.equal(gw, torch.zeros_like(w)) and torch.equal(gb, torch.zeros_like(b))
     x0, w0 = _rand(2, 0), _rand(4, 0, seed=2)
     torch.testing.assert_close(kt.linear(x0, w0, b, "relu"), F.relu(b).expand(2, 4))
 

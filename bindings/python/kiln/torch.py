@@ -178,9 +178,11 @@ def _linear_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Ten
     out_features, in_features = weight.shape
     x2 = x.reshape(math.prod(x.shape[:-1]), in_features)
     g2 = grad.reshape(x2.shape[0], out_features)
-    gx = torch.zeros_like(x2, memory_format=torch.contiguous_format) if need_x else x.new_empty((0,))
-    gw = torch.zeros_like(weight, memory_format=torch.contiguous_format) if need_w else x.new_empty((0,))
-    gb = torch.zeros((out_features if has_bias else 0,), dtype=weight.dtype, device=weight.device)
+    alloc = torch.empty_like if g2.numel() else torch.zeros_like   # kiln writes every element (beta 0)
+    gx = alloc(x2, memory_format=torch.contiguous_format) if need_x else x.new_empty((0,))
+    gw = alloc(weight, memory_format=torch.contiguous_format) if need_w else x.new_empty((0,))
+    gb = (torch.empty if g2.numel() else torch.zeros)((out_features if has_bias else 0,), dtype=weight.dtype,
+                                                      device=weight.device)
     if g2.numel():
         ctx = context_for(x.device)
         with _ordered(ctx, x.device):
@@ -328,9 +330,11 @@ def _conv2d_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Ten
                           stride: list[int], padding: list[int], dilation: list[int], has_bias: bool, relu: bool,
                           slope: float, need_x: bool, need_w: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad x, grad weight, grad bias); each not asked for is an empty tensor."""
-    gx = torch.zeros_like(x, memory_format=torch.channels_last) if need_x else x.new_empty((0,))
-    gw = torch.zeros_like(weight, memory_format=torch.channels_last) if need_w else x.new_empty((0,))
-    gb = torch.zeros((weight.shape[0] if has_bias else 0,), dtype=weight.dtype, device=weight.device)
+    alloc = torch.empty_like if grad.numel() and x.numel() else torch.zeros_like   # kiln writes every element
+    gx = alloc(x, memory_format=torch.channels_last) if need_x else x.new_empty((0,))
+    gw = alloc(weight, memory_format=torch.channels_last) if need_w else x.new_empty((0,))
+    gb = (torch.empty if grad.numel() else torch.zeros)((weight.shape[0] if has_bias else 0,), dtype=weight.dtype,
+                                                        device=weight.device)
     if grad.numel():
         ctx = context_for(x.device)
         with _ordered(ctx, x.device):
