@@ -41,6 +41,8 @@ COLL_BEGIN, COLL_END = "<!-- collectives:begin -->", "<!-- collectives:end -->"
 HIST_BEGIN, HIST_END = "<!-- hist:begin -->", "<!-- hist:end -->"
 CONVNETS_BEGIN, CONVNETS_END = "<!-- convnets:begin -->", "<!-- convnets:end -->"
 LAYERS_BEGIN, LAYERS_END = "<!-- layers:begin -->", "<!-- layers:end -->"
+TRAIN_BEGIN = "<!-- torch_train:begin -->"
+TRAIN_END = "<!-- torch_train:end -->"
 LAYERS_TARGET_PCT = 85.0   # the layers issue's target: memory-bound layers at >= 85% of the copy bandwidth
 
 # kiln-bench-fusion's latency measures against the fused-kernel issue's targets: (label, key, unit, target).
@@ -434,6 +436,21 @@ def render_layers(r, command):
     return "\n".join(out + ["", LAYERS_END])
 
 
+def render_torch_train(r, command):
+    """examples/python/torch_train.py: one model trained with kiln.torch's modules and in PyTorch."""
+    out = [TRAIN_BEGIN, ""] + provenance(
+        f"Device: {r['device']} (kiln's {r['backend']} backend); PyTorch {r['torch']}.", r["date"], r["commit"],
+        f"`{command}`.", f"{r['method']}. Loss: the largest relative difference from PyTorch's curve over the steps, "
+        "beside that of the same PyTorch model on channels_last tensors (the yardstick it is held to, times four).")
+    out += ["", "| batch | mode | kiln ms/step | PyTorch ms/step | PyTorch / kiln | kiln loss diff | channels_last "
+            "loss diff | final loss kiln / PyTorch |", "| ---: | --- |" + " ---: |" * 6]
+    for c in r["runs"]:
+        out.append(f"| {c['batch']} | {c['mode']} | {c['kiln_ms']:.3f} | {c['torch_ms']:.3f} | "
+                   f"{c['torch_ms'] / c['kiln_ms']:.2f}x | {c['max_rel_loss_diff']:.1e} | "
+                   f"{c['channels_last_max_rel_loss_diff']:.1e} | {c['kiln_loss'][-1]:.4f} / {c['torch_loss'][-1]:.4f} |")
+    return "\n".join(out + ["", TRAIN_END])
+
+
 def replace_section(doc, begin, end, table, heading):
     if begin in doc and end in doc:
         return re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: table, doc, flags=re.S)
@@ -490,6 +507,10 @@ def main():
         table = render_layers(r, args.command or "python3 examples/benchmarks/layers.py --json layers.json")
         doc = replace_section(doc, LAYERS_BEGIN, LAYERS_END, table,
                               "Memory-bound layers beside PyTorch (examples/benchmarks/layers.py)")
+    elif isinstance(r, dict) and r.get("benchmark") == "torch_train":
+        table = render_torch_train(r, args.command or "python3 examples/python/torch_train.py --json torch_train.json")
+        doc = replace_section(doc, TRAIN_BEGIN, TRAIN_END, table,
+                              "Training through kiln.torch beside PyTorch (examples/python/torch_train.py)")
     elif "allreduce" in r:
         table = render_collectives(r, args.command or "python -m kiln.distributed --nproc 2 "
                                    "examples/benchmarks/collectives.py --json collectives.json")
@@ -529,7 +550,7 @@ def main():
     with open(args.doc, "w") as f:
         f.write(doc)
     count = sum("kiln_ms" in x for x in r) if gemm else len(
-        r["rows"] if python else r["networks"] if "networks" in r else r["layers"] if "layers" in r
+        r["rows"] if python else r["runs"] if "runs" in r else r["networks"] if "networks" in r else r["layers"] if "layers" in r
         else r["allreduce"] if "allreduce" in r
         else r["hist"] if "hist" in r else r["cases"])
     print(f"{args.doc}: {count} {'products' if gemm else 'cases'} from {', '.join(args.json)}")

@@ -412,3 +412,18 @@ def test_the_layers_benchmark_says_why_it_skips_without_pytorch():
     r = run_without_pytorch("layers")
     assert r.returncode == 0, r.stderr
     assert "PyTorch is not importable" in r.stdout
+
+
+def test_the_training_example_fills_its_own_section(tmp_path):
+    run = {"batch": 64, "steps": 60, "mode": "eager", "kiln_ms": 2.0, "torch_ms": 1.0, "kiln_loss": [2.5, 2.0],
+           "torch_loss": [2.5, 2.01], "max_rel_loss_diff": 5e-3, "channels_last_max_rel_loss_diff": 4e-3}
+    r = {"benchmark": "torch_train", "device": "Test GPU", "backend": "cuda", "torch": "2.x", "commit": "abc1234",
+         "date": "2026-01-01", "method": "host clock", "runs": [run]}
+    (tmp_path / "t.json").write_text(json.dumps(r))
+    doc = tmp_path / "PERF.md"
+    doc.write_text("# perf\n")
+    done = perf_tables_cli(tmp_path / "t.json", "--doc", doc)
+    assert done.returncode == 0, done.stderr
+    text = doc.read_text()
+    assert perf_tables.TRAIN_BEGIN in text and "Commit: abc1234" in text
+    assert "| 64 | eager | 2.000 | 1.000 | 0.50x | 5.0e-03 | 4.0e-03 | 2.0000 / 2.0100 |" in text
