@@ -10,6 +10,7 @@
 #include "ir/error.hpp"
 #include "ir/node.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <unordered_map>
@@ -26,7 +27,9 @@ const Node& N(const Expr& e) { return *e.node(); }
 Expr expand(const Expr& g, const Shape& shape) {
     if (g.shape() == shape) return g;
     if (shape.empty()) return reshape(g, shape);
-    return where(iota(shape, 0) < Expr(0), Expr(0.0), g);
+    // The coordinate along the shortest axis (an int32, exact there) is never negative.
+    const int axis = (int)(std::min_element(shape.begin(), shape.end()) - shape.begin());
+    return where(iota(shape, axis) < Expr(0), Expr(0.0), g);
 }
 
 // c (of the node's shape) summed over the dimensions along which `shape` was broadcast to it.
@@ -45,7 +48,10 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
     return true;
 }
 
-Expr zeros_like_shape(const Shape& shape, DType t) { return expand(scalar(0.0, t), shape); }
+Expr zeros_like_shape(const Shape& shape, DType t) {
+    Expr z = expand(scalar(0.0, t), shape);
+    return z.dtype() == t ? z : cast(z, t);
+}
 
 class Differentiator {
 public:
@@ -107,13 +113,14 @@ private:
     // passes its adjoint on to the target. Any other overlap (a transpose, a slice) would
     // silently drop that path, so it is refused.
     void relate_alias(const Node& leaf) {
-        for (const Node* t : targets_) {
-            if (t->view.storage != leaf.view.storage) continue;
-            if (t->dtype == leaf.dtype && t->view.offset == leaf.view.offset &&
+        for (const Node* t : targets_)
+            if (t->view.storage == leaf.view.storage && t->dtype == leaf.dtype && t->view.offset == leaf.view.offset &&
                 (reshape_of(t->view, leaf.view) || broadcast_of(t->view, leaf.view))) {
                 aliases_.emplace(&leaf, t);
                 return;
             }
+        for (const Node* t : targets_) {
+            if (t->view.storage != leaf.view.storage) continue;
             fail(Error::Kind::Value,
                  "grad: the expression reads the tensor {} {} also through another view ({} {}, strides {}, offset {}); "
                  "kiln follows reshaped and broadcast views of a tensor it differentiates with respect to, not others: "
@@ -230,7 +237,8 @@ private:
         case OpKind::Sum: give(n, 0, expand(g, N(x).shape)); break;
         case OpKind::Max:
         case OpKind::Min: {
-            const Expr hit = cast(x == y, n.dtype);
+            // Counted in float32 at least: a 16-bit float counts exactly only to 2048 (or 256).
+            const Expr hit = cast(x == y, n.dtype == DType::Float64 ? DType::Float64 : DType::Float32);
             give(n, 0, hit * (g / sum(hit, n.axis, true)));
             break;
         }
@@ -277,7 +285,15 @@ private:
 std::vector<Expr> grad(const Expr& y, const std::vector<Expr>& wrt, const Expr& dy) {
     if (!y.valid() || !dy.valid()) fail(Error::Kind::Value, "grad: y and dy must be expressions (got an empty Expr)");
     Differentiator d(y, wrt);
-    return d.run(dy, wrt);
+    std::vector<Expr> out = d.run(dy, wrt);
+    // A derivative that reads random draws would draw them again, not see the forward pass's.
+    for (const Expr& e : out)
+        for (const Node* n : postorder(e.node()))
+            if (n->op == OpKind::Rand)
+                fail(Error::Kind::Value,
+                     "grad: the derivative depends on random draws (rand), which evaluating it would draw anew rather "
+                     "than reuse; make the random values a tensor and pass it in");
+    return out;
 }
 
 } // namespace kiln

@@ -17,8 +17,8 @@ namespace kiln {
 // evenly, max and min reductions share the derivative among the elements equal to the extreme,
 // floor, rint, sign and the comparisons have derivative zero. Reads of a leaf of `wrt` through a
 // reshaped or broadcast view of its memory count towards its derivative. Throws kiln::Error for
-// take (its derivative is a scatter) and for other views of such a leaf's memory (a transpose,
-// a slice).
+// take (its derivative is a scatter), for other views of such a leaf's memory (a transpose, a
+// slice) and for a derivative that would read random draws (rand: evaluating it draws anew).
 KILN_API std::vector<Expr> grad(const Expr& y, const std::vector<Expr>& wrt, const Expr& dy);
 
 } // namespace kiln

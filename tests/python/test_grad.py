@@ -156,3 +156,27 @@ def test_errors_name_the_problem():
     m = kiln.asarray(np.ones((3, 3)), dtype="float32")
     with pytest.raises(ValueError, match="also through another view"):
         kiln.grad(m * m.T, m)
+
+
+def test_random_draws_in_a_derivative_are_refused():
+    x = kiln.asarray(np.ones(8), dtype="float32")
+    with pytest.raises(ValueError, match=r"grad: the derivative depends on random draws \(rand\)"):
+        kiln.grad(x * kiln._kiln._rand((8,), None), x)
+    g = kiln.grad(x * 2 + kiln._kiln._rand((8,), None), x)   # a draw beside the input, not in its derivative
+    np.testing.assert_array_equal(np.asarray(g), np.full(8, 2.0))
+
+
+def test_integer_leaves_get_zeros_of_their_dtype():
+    x = kiln.asarray(np.ones(3), dtype="float32")
+    i = kiln.asarray(np.arange(3), dtype="int32")
+    gx, gi = kiln.grad(x * i, [x, i])
+    assert gi.dtype == np.int32 and gi.shape == (3,)
+    np.testing.assert_array_equal(np.asarray(gi), [0, 0, 0])
+    np.testing.assert_array_equal(np.asarray(gx), [0, 1, 2])
+
+
+def test_max_shares_among_many_ties_in_float16():
+    x = kiln.asarray(np.zeros(5000), dtype="float16")   # more ties than float16 counts exactly
+    g = np.asarray(kiln.grad(kiln.max(kiln.maximum(x, 0)), x, kiln.asarray(np.array(5000.0), dtype="float32")))
+    assert g.dtype == np.float16
+    np.testing.assert_allclose(g.astype(np.float32), np.full(5000, 0.5), rtol=1e-3)   # half to the ties of maximum

@@ -156,6 +156,10 @@ def test_conv2d_misuse_names_the_problem():
         kt.conv2d(x, w, stride=2, padding="same")
     with pytest.raises(ValueError, match=r"stride=0; give an int or two ints >= 1"):
         kt.conv2d(x, w, stride=0)
+    with pytest.raises(ValueError, match=r"the output would be 0x0: the input \(2, 2\)"):
+        kt.conv2d(_rand(1, 3, 2, 2, grad=False), w)
+    with pytest.raises(ValueError, match="has no channels"):
+        kt.conv2d(_rand(1, 0, 5, 5, grad=False), _rand(2, 0, 3, 3, grad=False))
     with pytest.raises(ValueError, match="groups=2; kiln's convolution is not grouped"):
         kt.Conv2d(4, 4, 3, groups=2)
     with pytest.raises(ValueError, match="padding_mode='reflect'"):

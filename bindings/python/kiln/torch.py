@@ -185,10 +185,11 @@ def _linear_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Ten
                                                       device=weight.device)
     if g2.numel():
         ctx = context_for(x.device)
+        y2 = y.reshape(x2.shape[0], out_features) if relu else None   # PyTorch's work before kiln waits
         with _ordered(ctx, x.device):
             kg = to_kiln(g2, ctx)
             if relu:
-                kg = _relu_backward(to_kiln(y.reshape(x2.shape[0], out_features), ctx), kg, relu, slope).eval()
+                kg = _relu_backward(to_kiln(y2, ctx), kg, relu, slope).eval()
             if in_features and need_x:
                 kw, kgx = to_kiln(weight, ctx), to_kiln(gx, ctx)
                 if x.dtype == torch.float64:
@@ -318,8 +319,9 @@ def _conv2d_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
                       memory_format=torch.channels_last)
     if out.numel():
         ctx = context_for(x.device)
+        xh, wh = _nhwc(x), _nhwc(weight)   # PyTorch's copies, queued before kiln waits for them
         with _ordered(ctx, x.device):
-            kx, kw = to_kiln(_nhwc(x), ctx), to_kiln(_nhwc(weight), ctx)
+            kx, kw = to_kiln(xh, ctx), to_kiln(wh, ctx)
             layer = _conv_layer(x, weight, stride, padding, dilation, kx)
             kb = to_kiln(bias, ctx) if bias is not None else None
             _kiln.fprop_conv(layer, kx, kw, to_kiln(out.permute(0, 2, 3, 1), ctx), bias=kb, relu=relu, slope=slope)
@@ -337,15 +339,20 @@ def _conv2d_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Ten
                                                         device=weight.device)
     if grad.numel():
         ctx = context_for(x.device)
+        # PyTorch's copies into kiln's layout, queued (and kept alive) before kiln waits for them.
+        gh = _nhwc(grad)
+        yh = _nhwc(y) if relu else None
+        wh = _nhwc(weight) if need_x and x.numel() else None
+        xh = _nhwc(x) if need_w and x.numel() else None
         with _ordered(ctx, x.device):
-            kg = to_kiln(_nhwc(grad), ctx)
+            kg = to_kiln(gh, ctx)
             if relu:
-                kg = _relu_backward(to_kiln(_nhwc(y), ctx), kg, relu, slope).eval()
+                kg = _relu_backward(to_kiln(yh, ctx), kg, relu, slope).eval()
             layer = _conv_layer(x, weight, stride, padding, dilation, kg)
-            if x.numel() and need_x:
-                _kiln.bprop_conv(layer, to_kiln(_nhwc(weight), ctx), kg, to_kiln(gx.permute(0, 2, 3, 1), ctx))
-            if x.numel() and need_w:
-                _kiln.update_conv(layer, to_kiln(_nhwc(x), ctx), kg, to_kiln(gw.permute(0, 2, 3, 1), ctx))
+            if wh is not None:
+                _kiln.bprop_conv(layer, to_kiln(wh, ctx), kg, to_kiln(gx.permute(0, 2, 3, 1), ctx))
+            if xh is not None:
+                _kiln.update_conv(layer, to_kiln(xh, ctx), kg, to_kiln(gw.permute(0, 2, 3, 1), ctx))
             if has_bias:
                 to_kiln(gb, ctx)[...] = kiln.sum(kg.reshape(-1, weight.shape[0]), axis=0)
     return gx, gw, gb
@@ -429,6 +436,13 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation=Non
         padding = [v // 2 for v in span]
     else:
         padding = _pair(padding, "padding", 0)
+    if x.shape[1] == 0:
+        raise ValueError(f"kiln.conv2d: x {tuple(x.shape)} has no channels; kiln's convolution needs at least one")
+    _, _, p, q = _conv_out_shape(x, weight, stride, padding, dilation)
+    if p < 1 or q < 1:
+        raise ValueError(f"kiln.conv2d: the output would be {p}x{q}: the input {tuple(x.shape[2:])} padded by "
+                         f"{tuple(padding)} on each side is smaller than the filter {tuple(weight.shape[2:])} dilated "
+                         f"by {tuple(dilation)}")
     if torch.compiler.is_compiling():
         return _conv2d_op(x, weight, bias, stride, padding, dilation, relu, slope)
     return _Conv2dFunction.apply(x, weight, bias, stride, padding, dilation, relu, slope)
@@ -491,14 +505,13 @@ def op(fn=None, *, name=None):
         device = xs[0].device if xs else torch.device("cpu")
         _same_device(f"torch.op({label})", *xs)
         ctx = context_for(device)
+        ks = [to_kiln(x, ctx) for x in xs]   # building the expressions queues no work
+        ys = _outputs(fn, ks, label)
+        outs = [torch.empty(tuple(y.shape), dtype=_torch_dtype(y.dtype), device=device) for y in ys]
         with _ordered(ctx, device):
-            ks = [to_kiln(x, ctx) for x in xs]
-            outs = []
-            for y in _outputs(fn, ks, label):
-                out = torch.empty(tuple(y.shape), dtype=_torch_dtype(y.dtype), device=device)
+            for y, out in zip(ys, outs):
                 if out.numel():
                     to_kiln(out, ctx)[...] = y
-                outs.append(out)
         return outs
 
     def forward_fake(xs):
@@ -517,23 +530,21 @@ def op(fn=None, *, name=None):
             if key in seen and x.numel():
                 xs[i] = x.clone()
             seen.add(key)
-        with _ordered(ctx, device):
-            ks = [to_kiln(x, ctx) for x in xs]
-            want = [i for i, x in enumerate(xs) if x.is_floating_point()]
-            total = None
-            for y, g in zip(_outputs(fn, ks, label), grads):
-                if g is None or not _is_float(y.dtype):
-                    continue
-                parts = kiln.grad(y, [ks[i] for i in want], to_kiln(g, ctx))
-                total = parts if total is None else [a + b for a, b in zip(total, parts)]
-            outs = []
-            for j, i in enumerate(want):
-                out = torch.empty(tuple(xs[i].shape), dtype=xs[i].dtype, device=device)
-                if total is None:
-                    out.zero_()
-                elif out.numel():
-                    to_kiln(out, ctx)[...] = total[j]
-                outs.append(out)
+        ks = [to_kiln(x, ctx) for x in xs]
+        want = [i for i, x in enumerate(xs) if x.is_floating_point()]
+        total = None
+        for y, g in zip(_outputs(fn, ks, label), grads):
+            if g is None or not _is_float(y.dtype):
+                continue
+            parts = kiln.grad(y, [ks[i] for i in want], to_kiln(g, ctx))
+            total = parts if total is None else [a + b for a, b in zip(total, parts)]
+        alloc = torch.zeros if total is None else torch.empty
+        outs = [alloc(tuple(xs[i].shape), dtype=xs[i].dtype, device=device) for i in want]
+        if total is not None:
+            with _ordered(ctx, device):
+                for out, g in zip(outs, total):
+                    if out.numel():
+                        to_kiln(out, ctx)[...] = g
         return outs
 
     def backward_fake(xs, grads):
