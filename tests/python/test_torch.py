@@ -130,6 +130,28 @@ def test_conv2d_matches_torch_values_and_gradients(stride, padding, dilation, ac
              lambda x, w, b: act(F.conv2d(x, w, b, stride, padding, dilation)), (x, w, b), torch.float32)
 
 
+@pytest.mark.parametrize("rank,shape,filt,stride,padding,dilation", [
+    (1, (2, 6, 17), (5, 6, 3), 1, 1, 1), (1, (2, 6, 17), (5, 6, 5), 2, "valid", 2),
+    (3, (2, 4, 5, 6, 7), (3, 4, 3, 3, 3), 1, "same", 1), (3, (1, 3, 6, 7, 8), (2, 3, 2, 3, 1), (2, 1, 2), (1, 0, 1), 1)])
+def test_conv1d_and_conv3d_match_torch(rank, shape, filt, stride, padding, dilation):
+    x, w, b = _rand(*shape), _rand(*filt, seed=2), _rand(filt[0], seed=3)
+    kfn, tfn = (kt.conv1d, F.conv1d) if rank == 1 else (kt.conv3d, F.conv3d)
+    _compare(lambda x, w, b: kfn(x, w, b, stride, padding, dilation, "relu"),
+             lambda x, w, b: F.relu(tfn(x, w, b, stride, padding, dilation)), (x, w, b), torch.float32)
+
+
+def test_conv_modules_of_every_rank_are_drop_in():
+    for kmod, tmod, shape in ((kt.Conv1d, torch.nn.Conv1d, (2, 3, 9)), (kt.Conv2d, torch.nn.Conv2d, (2, 3, 6, 6)),
+                              (kt.Conv3d, torch.nn.Conv3d, (2, 3, 4, 5, 6))):
+        ref = tmod(3, 4, 3, padding=1).to(DEVICE)
+        mod = kmod(3, 4, 3, padding=1, device=DEVICE)
+        mod.load_state_dict(ref.state_dict())
+        assert mod.weight.permute(0, *range(2, mod.weight.dim()), 1).is_contiguous()   # channels last
+        assert type(mod).__name__ == tmod.__name__ and isinstance(mod, tmod)
+        xi = _rand(*shape)
+        torch.testing.assert_close(mod(xi), ref(xi), rtol=1e-5, atol=1e-5)
+
+
 def test_conv2d_reads_channels_last_in_place_and_returns_channels_last():
     x = _rand(2, 16, 8, 8, grad=False).contiguous(memory_format=torch.channels_last)
     w = _rand(8, 16, 1, 1, grad=False, seed=2).contiguous(memory_format=torch.channels_last)
@@ -154,7 +176,7 @@ def test_conv2d_misuse_names_the_problem():
         kt.conv2d(_rand(1, 4, 5, 5, grad=False), w)
     with pytest.raises(ValueError, match="padding='same' needs stride 1"):
         kt.conv2d(x, w, stride=2, padding="same")
-    with pytest.raises(ValueError, match=r"stride=0; give an int or two ints >= 1"):
+    with pytest.raises(ValueError, match=r"stride=0; give an int or 2 ints >= 1"):
         kt.conv2d(x, w, stride=0)
     with pytest.raises(ValueError, match=r"the output would be 0x0: the input \(2, 2\)"):
         kt.conv2d(_rand(1, 3, 2, 2, grad=False), w)

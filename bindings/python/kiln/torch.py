@@ -6,15 +6,15 @@ graph breaks:
 
     linear(x, weight, bias=None, activation=None)   kiln's GEMM with its epilogue: torch's
         F.linear followed by the activation ("relu", "leaky_relu"), in one kernel;
-    conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation=None)
-        kiln's convolution with the same epilogue (channels_last tensors are used in place);
+    conv1d, conv2d, conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation=None)
+        kiln's convolution with the same epilogue (channels-last tensors are used in place);
     op(fn)   any kiln expression of tensors as an op: fn receives kiln tensors and returns a kiln
         expression (or a tuple of them); the forward pass is the fused kernel kiln compiles for
         it, the backward pass the fused kernel of its derivative (kiln.grad);
-    Linear, Conv2d   drop-in subclasses of torch.nn.Linear and torch.nn.Conv2d.
+    Linear, Conv1d, Conv2d, Conv3d   drop-in subclasses of torch.nn's modules.
 
-Tensors are shared through DLPack, never copied (conv2d copies an input that is not
-channels_last into that layout). On CUDA, kiln's work waits for what PyTorch has queued on its
+Tensors are shared, never copied (a convolution copies an input that is not channels-last
+into that layout). On CUDA, kiln's work waits for what PyTorch has queued on its
 current stream and PyTorch's later work waits for kiln's.
 """
 import contextlib
@@ -29,7 +29,7 @@ import torch.nn.functional
 import kiln
 from . import _kiln
 
-__all__ = ["linear", "conv2d", "op", "Linear", "Conv2d", "to_kiln", "context_for"]
+__all__ = ["linear", "conv1d", "conv2d", "conv3d", "op", "Linear", "Conv1d", "Conv2d", "Conv3d", "to_kiln", "context_for"]
 
 _contexts = {}
 
@@ -283,105 +283,115 @@ def linear(x, weight, bias=None, activation=None, negative_slope=0.01):
 
 
 # ============================================================================================
-# conv2d: kiln's convolution (channels innermost) on PyTorch's NCHW tensors
+# conv1d / conv2d / conv3d: kiln's convolution (channels innermost) on PyTorch's (N, C, ...) tensors
 
 
-def _pair(v, name, least):
-    vals = (v, v) if isinstance(v, int) and not isinstance(v, bool) else tuple(v)
-    if len(vals) != 2 or not all(isinstance(i, int) and not isinstance(i, bool) and i >= least for i in vals):
-        raise ValueError(f"kiln.conv2d: {name}={v!r}; give an int or two ints >= {least}")
+def _per_axis(v, rank, op, name, least):
+    vals = (v,) * rank if isinstance(v, int) and not isinstance(v, bool) else tuple(v)
+    if len(vals) != rank or not all(isinstance(i, int) and not isinstance(i, bool) and i >= least for i in vals):
+        raise ValueError(f"kiln.{op}: {name}={v!r}; give an int or {rank} ints >= {least}")
     return list(vals)
 
 
-def _nhwc(t):
-    """t (N, C, H, W) seen as (N, H, W, C): a view of a channels_last tensor, else a copy."""
-    return t.permute(0, 2, 3, 1).contiguous()
+def _last(t):
+    """t (N, C, ...) seen as (N, ..., C): a view of a channels-last tensor, else a copy."""
+    return t.permute(0, *range(2, t.dim()), 1).contiguous()
+
+
+def _channels_last_empty(shape, like):
+    """An empty (N, C, ...) tensor whose memory is (N, ..., C), as kiln writes it."""
+    n, c, *spatial = shape
+    t = torch.empty((n, *spatial, c), dtype=like.dtype, device=like.device)
+    return t.permute(0, t.dim() - 1, *range(1, t.dim() - 1))
 
 
 def _conv_layer(x, weight, stride, padding, dilation, kx):
-    n, c, h, w = x.shape
-    k, _, r, s = weight.shape
-    return _kiln.conv_layer(kx.dtype, n, c, k, 1, h, w, 1, r, s, 0, padding[0], padding[1], 1, stride[0], stride[1],
-                            1, dilation[0], dilation[1])
+    lead = 3 - (x.dim() - 2)   # kiln's layer is 3D: depth, height, width
+    image = (1,) * lead + tuple(x.shape[2:])
+    filt = (1,) * lead + tuple(weight.shape[2:])
+    pads, strides, dils = [0] * lead + list(padding), [1] * lead + list(stride), [1] * lead + list(dilation)
+    return _kiln.conv_layer(kx.dtype, x.shape[0], x.shape[1], weight.shape[0], *image, *filt, *pads, *strides, *dils)
 
 
 def _conv_out_shape(x, weight, stride, padding, dilation):
-    n, _, h, w = x.shape
-    k, _, r, s = weight.shape
-    p = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
-    q = (w + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
-    return n, k, p, q
+    out = [(i + 2 * p - d * (f - 1) - 1) // s + 1
+           for i, f, s, p, d in zip(x.shape[2:], weight.shape[2:], stride, padding, dilation)]
+    return (x.shape[0], weight.shape[0], *out)
 
 
-def _conv2d_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
-                    padding: list[int], dilation: list[int], relu: bool, slope: float) -> torch.Tensor:
-    out = torch.empty(_conv_out_shape(x, weight, stride, padding, dilation), dtype=x.dtype, device=x.device,
-                      memory_format=torch.channels_last)
+def _conv_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
+                  padding: list[int], dilation: list[int], relu: bool, slope: float) -> torch.Tensor:
+    out = _channels_last_empty(_conv_out_shape(x, weight, stride, padding, dilation), x)
     if out.numel():
         ctx = context_for(x.device)
-        xh, wh = _nhwc(x), _nhwc(weight)   # PyTorch's copies, queued before kiln waits for them
+        xh, wh = _last(x), _last(weight)   # PyTorch's copies, queued before kiln waits for them
         with _ordered(ctx, x.device):
             kx, kw = to_kiln(xh, ctx), to_kiln(wh, ctx)
             layer = _conv_layer(x, weight, stride, padding, dilation, kx)
             kb = to_kiln(bias, ctx) if bias is not None else None
-            _kiln.fprop_conv(layer, kx, kw, to_kiln(out.permute(0, 2, 3, 1), ctx), bias=kb, relu=relu, slope=slope)
+            _kiln.fprop_conv(layer, kx, kw, to_kiln(_last(out), ctx), bias=kb, relu=relu, slope=slope)
     return out
 
 
-def _conv2d_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor,
-                          stride: list[int], padding: list[int], dilation: list[int], has_bias: bool, relu: bool,
-                          slope: float, need_x: bool, need_w: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(grad x, grad weight, grad bias); each not asked for is an empty tensor."""
-    alloc = torch.empty_like if grad.numel() and x.numel() else torch.zeros_like   # kiln writes every element
-    gx = alloc(x, memory_format=torch.channels_last) if need_x else x.new_empty((0,))
-    gw = alloc(weight, memory_format=torch.channels_last) if need_w else x.new_empty((0,))
+def _conv_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor,
+                        stride: list[int], padding: list[int], dilation: list[int], has_bias: bool, relu: bool,
+                        slope: float, need_x: bool, need_w: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad x, grad weight, grad bias), channels-last; each not asked for is an empty tensor."""
+    writes = grad.numel() and x.numel()   # kiln writes every element; otherwise they are zeros
+
+    def alloc(like):
+        t = _channels_last_empty(like.shape, like)
+        return t if writes else t.zero_()
+
+    gx = alloc(x) if need_x else x.new_empty((0,))
+    gw = alloc(weight) if need_w else x.new_empty((0,))
     gb = (torch.empty if grad.numel() else torch.zeros)((weight.shape[0] if has_bias else 0,), dtype=weight.dtype,
                                                         device=weight.device)
     if grad.numel():
         ctx = context_for(x.device)
         # PyTorch's copies into kiln's layout, queued (and kept alive) before kiln waits for them.
-        gh = _nhwc(grad)
-        yh = _nhwc(y) if relu else None
-        wh = _nhwc(weight) if need_x and x.numel() else None
-        xh = _nhwc(x) if need_w and x.numel() else None
+        gh = _last(grad)
+        yh = _last(y) if relu else None
+        wh = _last(weight) if need_x and x.numel() else None
+        xh = _last(x) if need_w and x.numel() else None
         with _ordered(ctx, x.device):
             kg = to_kiln(gh, ctx)
             if relu:
                 kg = _relu_backward(to_kiln(yh, ctx), kg, relu, slope).eval()
             layer = _conv_layer(x, weight, stride, padding, dilation, kg)
             if wh is not None:
-                _kiln.bprop_conv(layer, to_kiln(wh, ctx), kg, to_kiln(gx.permute(0, 2, 3, 1), ctx))
+                _kiln.bprop_conv(layer, to_kiln(wh, ctx), kg, to_kiln(_last(gx), ctx))
             if xh is not None:
-                _kiln.update_conv(layer, to_kiln(xh, ctx), kg, to_kiln(gw.permute(0, 2, 3, 1), ctx))
+                _kiln.update_conv(layer, to_kiln(xh, ctx), kg, to_kiln(_last(gw), ctx))
             if has_bias:
                 to_kiln(gb, ctx)[...] = kiln.sum(kg.reshape(-1, weight.shape[0]), axis=0)
     return gx, gw, gb
 
 
-_conv2d_op = torch.library.custom_op("kiln::conv2d", mutates_args=())(_conv2d_forward)
-_conv2d_backward_op = torch.library.custom_op("kiln::conv2d_backward", mutates_args=())(_conv2d_backward_impl)
+_conv_op = torch.library.custom_op("kiln::conv", mutates_args=())(_conv_forward)
+_conv_backward_op = torch.library.custom_op("kiln::conv_backward", mutates_args=())(_conv_backward_impl)
 
 
-@_conv2d_op.register_fake
+@_conv_op.register_fake
 def _(x, weight, bias, stride, padding, dilation, relu, slope):
-    return x.new_empty(_conv_out_shape(x, weight, stride, padding, dilation)).to(memory_format=torch.channels_last)
+    return _channels_last_empty(_conv_out_shape(x, weight, stride, padding, dilation), x)
 
 
-@_conv2d_backward_op.register_fake
+@_conv_backward_op.register_fake
 def _(grad, x, weight, y, stride, padding, dilation, has_bias, relu, slope, need_x, need_w):
-    return (torch.empty_like(x, memory_format=torch.channels_last) if need_x else x.new_empty((0,)),
-            torch.empty_like(weight, memory_format=torch.channels_last) if need_w else x.new_empty((0,)),
+    return (_channels_last_empty(x.shape, x) if need_x else x.new_empty((0,)),
+            _channels_last_empty(weight.shape, weight) if need_w else x.new_empty((0,)),
             weight.new_empty((weight.shape[0] if has_bias else 0,)))
 
 
-def _conv2d_setup(ctx, inputs, output):
+def _conv_setup(ctx, inputs, output):
     x, weight, bias, stride, padding, dilation, relu, slope = inputs
     ctx.save_for_backward(x, weight, output if relu else None)
     ctx.geometry = (stride, padding, dilation)
     ctx.has_bias, ctx.relu, ctx.slope = bias is not None, relu, slope
 
 
-def _conv2d_grads(ctx, grad, backward):
+def _conv_grads(ctx, grad, backward):
     x, weight, y = ctx.saved_tensors
     need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     gx, gw, gb = backward(grad, x, weight, y if y is not None else grad, *ctx.geometry, ctx.has_bias, ctx.relu,
@@ -389,63 +399,81 @@ def _conv2d_grads(ctx, grad, backward):
     return (gx if need_x else None), (gw if need_w else None), (gb if ctx.has_bias else None), None, None, None, None, None
 
 
-_conv2d_op.register_autograd(lambda ctx, grad: _conv2d_grads(ctx, grad, torch.ops.kiln.conv2d_backward),
-                             setup_context=_conv2d_setup)
+_conv_op.register_autograd(lambda ctx, grad: _conv_grads(ctx, grad, torch.ops.kiln.conv_backward),
+                           setup_context=_conv_setup)
 
 
-class _Conv2dFunction(torch.autograd.Function):
+class _ConvFunction(torch.autograd.Function):
     """The eager path (see _LinearFunction)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, stride, padding, dilation, relu, slope):
-        y = _conv2d_forward(x, weight, bias, stride, padding, dilation, relu, slope)
-        _conv2d_setup(ctx, (x, weight, bias, stride, padding, dilation, relu, slope), y)
+        y = _conv_forward(x, weight, bias, stride, padding, dilation, relu, slope)
+        _conv_setup(ctx, (x, weight, bias, stride, padding, dilation, relu, slope), y)
         return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        return _conv2d_grads(ctx, grad, _conv2d_backward_impl)
+        return _conv_grads(ctx, grad, _conv_backward_impl)
+
+
+def _conv(rank, x, weight, bias, stride, padding, dilation, activation, negative_slope):
+    op = f"conv{rank}d"
+    relu, slope = _activation(activation, negative_slope)
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"kiln.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    dims = "".join("DHW"[3 - rank:])
+    if x.dim() != rank + 2 or weight.dim() != rank + 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"kiln.{op}: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match; x is "
+                         f"(N, C, {', '.join(dims)}) and weight (K, C, {', '.join(dims)} of the filter) with the same C "
+                         "(groups are not supported)")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"kiln.{op}: bias is {tuple(bias.shape)}; it must be ({weight.shape[0]},)")
+    dtypes = {t.dtype for t in (x, weight, bias) if t is not None}
+    if len(dtypes) > 1:
+        raise TypeError(f"kiln.{op}: x, weight and bias must share a dtype; got {', '.join(sorted(map(str, dtypes)))}")
+    _same_device(op, x, weight, bias)
+    stride, dilation = _per_axis(stride, rank, op, "stride", 1), _per_axis(dilation, rank, op, "dilation", 1)
+    if padding == "valid":
+        padding = [0] * rank
+    elif padding == "same":
+        span = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+        if stride != [1] * rank or any(v % 2 for v in span):
+            raise ValueError(f"kiln.{op}: padding='same' needs stride 1 and an odd dilated filter; got stride "
+                             f"{tuple(stride)}, filter {tuple(weight.shape[2:])}, dilation {tuple(dilation)}")
+        padding = [v // 2 for v in span]
+    else:
+        padding = _per_axis(padding, rank, op, "padding", 0)
+    if x.shape[1] == 0:
+        raise ValueError(f"kiln.{op}: x {tuple(x.shape)} has no channels; kiln's convolution needs at least one")
+    out = _conv_out_shape(x, weight, stride, padding, dilation)[2:]
+    if any(o < 1 for o in out):
+        raise ValueError(f"kiln.{op}: the output would be {'x'.join(map(str, out))}: the input {tuple(x.shape[2:])} "
+                         f"padded by {tuple(padding)} on each side is smaller than the filter {tuple(weight.shape[2:])} "
+                         f"dilated by {tuple(dilation)}")
+    if torch.compiler.is_compiling():
+        return _conv_op(x, weight, bias, stride, padding, dilation, relu, slope)
+    return _ConvFunction.apply(x, weight, bias, stride, padding, dilation, relu, slope)
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation=None, negative_slope=0.01):
+    """conv2d's one-dimensional form: x (N, C, W), weight (K, C, S)."""
+    return _conv(1, x, weight, bias, stride, padding, dilation, activation, negative_slope)
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation=None, negative_slope=0.01):
     """activation(torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation)) by kiln's
     convolution, the bias and activation in its epilogue. x (N, C, H, W), weight (K, C, R, S), as
     PyTorch's; the result is channels_last. padding: ints, 'valid' or 'same' (stride 1)."""
-    relu, slope = _activation(activation, negative_slope)
-    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"kiln.conv2d: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if x.dim() != 4 or weight.dim() != 4 or x.shape[1] != weight.shape[1]:
-        raise ValueError(f"kiln.conv2d: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match; x is "
-                         "(N, C, H, W) and weight (K, C, R, S) with the same C (groups are not supported)")
-    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise ValueError(f"kiln.conv2d: bias is {tuple(bias.shape)}; it must be ({weight.shape[0]},)")
-    dtypes = {t.dtype for t in (x, weight, bias) if t is not None}
-    if len(dtypes) > 1:
-        raise TypeError(f"kiln.conv2d: x, weight and bias must share a dtype; got {', '.join(sorted(map(str, dtypes)))}")
-    _same_device("conv2d", x, weight, bias)
-    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
-    if padding == "valid":
-        padding = [0, 0]
-    elif padding == "same":
-        span = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
-        if stride != [1, 1] or any(v % 2 for v in span):
-            raise ValueError(f"kiln.conv2d: padding='same' needs stride 1 and an odd dilated filter; got stride "
-                             f"{tuple(stride)}, filter {tuple(weight.shape[2:])}, dilation {tuple(dilation)}")
-        padding = [v // 2 for v in span]
-    else:
-        padding = _pair(padding, "padding", 0)
-    if x.shape[1] == 0:
-        raise ValueError(f"kiln.conv2d: x {tuple(x.shape)} has no channels; kiln's convolution needs at least one")
-    _, _, p, q = _conv_out_shape(x, weight, stride, padding, dilation)
-    if p < 1 or q < 1:
-        raise ValueError(f"kiln.conv2d: the output would be {p}x{q}: the input {tuple(x.shape[2:])} padded by "
-                         f"{tuple(padding)} on each side is smaller than the filter {tuple(weight.shape[2:])} dilated "
-                         f"by {tuple(dilation)}")
-    if torch.compiler.is_compiling():
-        return _conv2d_op(x, weight, bias, stride, padding, dilation, relu, slope)
-    return _Conv2dFunction.apply(x, weight, bias, stride, padding, dilation, relu, slope)
+    return _conv(2, x, weight, bias, stride, padding, dilation, activation, negative_slope)
+
+
+def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation=None, negative_slope=0.01):
+    """conv2d's three-dimensional form: x (N, C, D, H, W), weight (K, C, T, R, S); the result is
+    channels_last_3d."""
+    return _conv(3, x, weight, bias, stride, padding, dilation, activation, negative_slope)
 
 
 # ============================================================================================
@@ -637,26 +665,36 @@ class Linear(torch.nn.Linear):
         return super().extra_repr() + (f", activation={self.activation!r}" if self.activation else "")
 
 
-class Conv2d(torch.nn.Conv2d):
-    """torch.nn.Conv2d computed by kiln.torch.conv2d (groups=1, zero padding), with an optional
-    activation in the convolution's epilogue. The weight is kept channels_last, the layout kiln
-    reads in place; parameters and state_dict are torch.nn.Conv2d's."""
+def _conv_module(base, rank, fn):
+    class Conv(base):
+        __doc__ = (f"torch.nn.{base.__name__} computed by kiln.torch.conv{rank}d (groups=1, zero padding), with an "
+                   "optional activation in the convolution's epilogue. The weight is kept channels-last, the layout "
+                   f"kiln reads in place; parameters and state_dict are torch.nn.{base.__name__}'s.")
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
-                 padding_mode="zeros", device=None, dtype=None, activation=None, negative_slope=0.01):
-        if groups != 1:
-            raise ValueError(f"kiln.torch.Conv2d: groups={groups!r}; kiln's convolution is not grouped")
-        if padding_mode != "zeros":
-            raise ValueError(f"kiln.torch.Conv2d: padding_mode={padding_mode!r}; kiln pads with zeros only")
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode,
-                         device=device, dtype=dtype)
-        _activation(activation, negative_slope)
-        self.activation, self.negative_slope = activation, negative_slope
-        self.weight.data = self.weight.data.contiguous(memory_format=torch.channels_last)
+        def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                     bias=True, padding_mode="zeros", device=None, dtype=None, activation=None, negative_slope=0.01):
+            if groups != 1:
+                raise ValueError(f"kiln.torch.{base.__name__}: groups={groups!r}; kiln's convolution is not grouped")
+            if padding_mode != "zeros":
+                raise ValueError(f"kiln.torch.{base.__name__}: padding_mode={padding_mode!r}; kiln pads with zeros only")
+            super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                             padding_mode, device=device, dtype=dtype)
+            _activation(activation, negative_slope)
+            self.activation, self.negative_slope = activation, negative_slope
+            w = self.weight.data
+            self.weight.data = _channels_last_empty(w.shape, w).copy_(w)
 
-    def forward(self, x):
-        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.activation,
+        def forward(self, x):
+            return fn(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.activation,
                       self.negative_slope)
 
-    def extra_repr(self):
-        return super().extra_repr() + (f", activation={self.activation!r}" if self.activation else "")
+        def extra_repr(self):
+            return super().extra_repr() + (f", activation={self.activation!r}" if self.activation else "")
+
+    Conv.__name__ = Conv.__qualname__ = base.__name__
+    return Conv
+
+
+Conv1d = _conv_module(torch.nn.Conv1d, 1, conv1d)
+Conv2d = _conv_module(torch.nn.Conv2d, 2, conv2d)
+Conv3d = _conv_module(torch.nn.Conv3d, 3, conv3d)
