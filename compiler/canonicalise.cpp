@@ -130,6 +130,7 @@ struct Canon {
                     s.op = OpKind::Scalar;
                     s.dtype = n.dtype;
                     s.value = to_dtype(*v, n.dtype);
+                    if (!is_float(n.dtype)) s.ivalue = (int64_t)s.value;   // fold leaves 64-bit values alone
                     s.weak = all_weak;
                     return intern(std::move(s));
                 }

@@ -235,6 +235,7 @@ struct Lowerer {
     }
     // An int64 scalar's value: exact from the node's integer value, saturated from its double.
     static int64_t scalar_i64(const Node& nd) {
+        if (!is_float(nd.dtype)) return nd.ivalue;
         if (std::isnan(nd.value)) return 0;
         if (nd.value >= 9223372036854775807.0) return INT64_MAX;
         if (nd.value <= -9223372036854775808.0) return INT64_MIN;

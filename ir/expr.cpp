@@ -34,11 +34,29 @@ Expr make(OpKind op, DType dtype, Shape shape, std::vector<NodePtr> inputs, int 
     return Expr(intern(std::move(n)));
 }
 
+// An integer dtype's scalar holds its value exactly in `ivalue`; one made from a double is that
+// double truncated (0 where it is beyond int64, which the range checks then refuse).
+int64_t exact_int(double v) {
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) return 0;
+    return (int64_t)v;
+}
+
 Expr make_scalar(double v, DType t, bool weak) {
     Node n;
     n.op = OpKind::Scalar;
     n.dtype = t;
     n.value = v;
+    if (!is_float(t)) n.ivalue = exact_int(v);
+    n.weak = weak;
+    return Expr(intern(std::move(n)));
+}
+
+Expr make_int_scalar(int64_t v, DType t, bool weak) {
+    Node n;
+    n.op = OpKind::Scalar;
+    n.dtype = t;
+    n.value = (double)v;
+    n.ivalue = v;
     n.weak = weak;
     return Expr(intern(std::move(n)));
 }
@@ -79,6 +97,13 @@ std::pair<double, double> int_range(DType t) {
     }
 }
 
+// "lo to hi" for an integer dtype, as integers.
+std::string range_str(DType t) {
+    if (t == DType::Int64) return "-9223372036854775808 to 9223372036854775807";
+    const auto [lo, hi] = int_range(t);
+    return fmt::format("{} to {}", literal_str(lo), literal_str(hi));
+}
+
 bool is_weak_int(const Expr& e) { return is_weak(e) && N(e).dtype == DType::Int32; }
 bool fits_int32(double v) {
     const auto [lo, hi] = int_range(DType::Int32);
@@ -88,19 +113,27 @@ bool fits_int32(double v) {
 // NumPy 2 (NEP 50): a Python integer that does not fit the operands' integer dtype is an
 // error, not a silent wrap-around. Two Python integers compute in int32, kiln's default
 // integer; NumPy would use int64.
+// Whether an integer scalar's value is one of t's (exactly, for int64).
+bool int_fits(const Node& lit, DType t) {
+    const double v = lit.value;
+    if (t == DType::Int64) return v >= -9223372036854775808.0 && v <= 9223372036854775808.0 && (double)lit.ivalue == v;
+    const auto [lo, hi] = int_range(t);
+    return v >= lo && v <= hi;
+}
+
 void check_weak_int_fits(OpKind op, const Expr& lit, const Expr& other, DType common) {
     const double v = N(lit).value;
     const auto [lo, hi] = int_range(common);
-    if (v >= lo && v <= hi) return;
+    if (int_fits(N(lit), common)) return;
     if (is_weak(other))
         fail(Error::Kind::Value,
              "{}: the integer literal {} is outside int32 (-2147483648 to 2147483647), the dtype two integer literals "
              "compute in (kiln's default integer); write one of them as a float (e.g. {}.0) or give an int64 tensor operand",
              opkind_name(op), literal_str(v), literal_str(v));
     fail(Error::Kind::Value,
-         "{}: the integer literal {} is out of range for {} (the dtype of the other operand, {}; valid: {} to {}); "
+         "{}: the integer literal {} is out of range for {} (the dtype of the other operand, {}; valid: {}); "
          "cast the tensor to a wider dtype or pass a typed scalar",
-         opkind_name(op), literal_str(v), dtype_name(common), describe(other), lo, hi);
+         opkind_name(op), literal_str(v), dtype_name(common), describe(other), range_str(common));
 }
 
 // A weak literal meeting an operand of dtype `common` (NumPy 2): an integer literal with a
@@ -113,7 +146,7 @@ Expr adopt_weak(OpKind op, const Expr& lit, const Expr& other, DType common) {
     if (!is_weak_int(lit)) return common == DType::Float64 ? make_scalar(N(lit).value, common, true) : lit;
     if (is_float(common)) return make_scalar(N(lit).value, common == DType::Float64 ? common : DType::Float32, true);
     if (!is_comparison(op)) check_weak_int_fits(op, lit, other, common);
-    if (common == DType::Int64 || common == DType::UInt32) return make_scalar(N(lit).value, common, true);
+    if (common == DType::Int64 || common == DType::UInt32) return make_int_scalar(N(lit).ivalue, common, true);
     return lit;
 }
 
@@ -138,7 +171,7 @@ std::optional<Expr> compare_beyond_range(OpKind op, const Expr& a, const Expr& b
     const bool above = lit > 0;
     const bool holds = above ? (op == OpKind::Lt || op == OpKind::Le || op == OpKind::Ne)
                              : (op == OpKind::Gt || op == OpKind::Ge || op == OpKind::Ne);
-    Expr bound = wide ? make_scalar(above ? 9223372036854775807.0 : -9223372036854775808.0, DType::Int64, true)   // (saturated: INT64_MAX)
+    Expr bound = wide ? make_int_scalar(above ? INT64_MAX : INT64_MIN, DType::Int64, true)
                       : make_scalar(above ? 2147483647.0 : -2147483648.0, DType::Int32, true);
     OpKind k = above ? (holds ? OpKind::Le : OpKind::Gt) : (holds ? OpKind::Ge : OpKind::Lt);
     return make(k, DType::Bool, N(x).shape, {x.node(), bound.node()});
@@ -165,7 +198,7 @@ std::atomic<uint64_t> g_rand_serial{1};
 Expr::Expr(double v) : node_(make_scalar(v, DType::Float32, true).node()) {}
 Expr::Expr(float v) : node_(make_scalar(v, DType::Float32, true).node()) {}
 Expr::Expr(int v) : node_(make_scalar(v, DType::Int32, true).node()) {}
-Expr::Expr(int64_t v) : node_(make_scalar((double)v, DType::Int32, true).node()) {}
+Expr::Expr(int64_t v) : node_(make_int_scalar(v, DType::Int32, true).node()) {}
 Expr int_literal(double v) { return make_scalar(std::trunc(v), DType::Int32, true); }
 
 std::string Expr::str() const { return graph_str(node_); }
@@ -201,12 +234,23 @@ Expr scalar(double v, DType dtype) {
     return make_scalar(v, dtype, false);
 }
 
+Expr int_scalar(int64_t v, DType dtype) {
+    if (is_float(dtype)) return make_scalar((double)v, dtype, false);
+    Expr e = make_int_scalar(v, dtype, false);
+    if (!int_fits(N(e), dtype)) {
+        const auto [lo, hi] = int_range(dtype);
+        fail(Error::Kind::Value, "scalar: the value {} is out of range for {} (valid: {})", v, dtype_name(dtype),
+             range_str(dtype));
+    }
+    return e;
+}
+
 void check_literal_fits(double v, DType dtype, const char* op) {
     if (!is_integer(dtype)) return;
     const auto [lo, hi] = int_range(dtype);
     if (!(v >= lo && v <= hi))
-        fail(Error::Kind::Value, "{}: the value {} is out of range for {} (valid: {} to {})", op, literal_str(v),
-             dtype_name(dtype), lo, hi);
+        fail(Error::Kind::Value, "{}: the value {} is out of range for {} (valid: {})", op, literal_str(v),
+             dtype_name(dtype), range_str(dtype));
 }
 
 Expr rand(const Shape& shape) {
@@ -307,6 +351,11 @@ bool integral_identity(OpKind op, const Expr& a) {
 
 Expr cast(const Expr& a, DType to) {
     if (N(a).dtype == to) return a;
+    // An integer scalar converted to a 64-bit integer keeps its exact value (a Python int past
+    // int32 is an int32 literal until it meets its dtype); uint32 wraps, as the kernel would.
+    const Node& n = N(a);
+    if (n.op == OpKind::Scalar && !is_float(n.dtype) && (to == DType::Int64 || to == DType::UInt32))
+        return make_int_scalar(to == DType::Int64 ? n.ivalue : (int64_t)(uint32_t)(uint64_t)n.ivalue, to, false);
     return unary(OpKind::Cast, a, to);
 }
 

@@ -89,6 +89,7 @@ size_t structural_hash(const Node& n) {
     uint64_t bits;
     std::memcpy(&bits, &n.value, sizeof bits);
     h = mix(h, bits);
+    h = mix(h, (size_t)n.ivalue);
     h = mix(h, n.weak);
     h = mix(h, n.serial);
     if (n.op == OpKind::Leaf) {
@@ -103,7 +104,7 @@ bool same_value(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0;
 
 bool structurally_equal(const Node& a, const Node& b) {
     if (a.op != b.op || a.dtype != b.dtype || a.shape != b.shape || a.axis != b.axis || !same_value(a.value, b.value) ||
-        a.weak != b.weak || a.serial != b.serial || a.inputs.size() != b.inputs.size())
+        a.ivalue != b.ivalue || a.weak != b.weak || a.serial != b.serial || a.inputs.size() != b.inputs.size())
         return false;
     for (size_t i = 0; i < a.inputs.size(); ++i)
         if (a.inputs[i] != b.inputs[i]) return false;
@@ -231,7 +232,10 @@ std::string node_str(const Node& n) {
         attr = fmt::format("@{} offset={} strides={}", fmt::ptr(n.view.storage.get()), n.view.offset,
                            shape_str(n.view.strides));
         break;
-    case OpKind::Scalar: attr = fmt::format("{}{}", n.value, n.weak ? " (weak)" : ""); break;
+    case OpKind::Scalar:
+        attr = is_float(n.dtype) ? fmt::format("{}{}", n.value, n.weak ? " (weak)" : "")
+                                 : fmt::format("{}{}", n.ivalue, n.weak ? " (weak)" : "");
+        break;
     case OpKind::Rand: attr = fmt::format("#{}", n.serial); break;
     case OpKind::Iota: case OpKind::Take: attr = fmt::format("axis={}", n.axis); break;
     default:

@@ -99,6 +99,7 @@ struct Node {
     // attributes (meaning depends on op)
     int axis = kAllAxes;      // reductions, Iota, Take
     double value = 0;         // Scalar
+    int64_t ivalue = 0;       // Scalar of an integer or bool dtype: its exact value (`value` rounds past 2^53)
     bool weak = false;        // Scalar: a literal without an explicit dtype (NumPy's "weak" scalars)
     uint64_t serial = 0;      // Rand: unique per call, so two rand() never merge
     View view;                // Leaf

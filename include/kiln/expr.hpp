@@ -55,6 +55,7 @@ KILN_API Expr leaf(const View& v);
 // a float operand takes it as a float value.
 KILN_API Expr int_literal(double v);
 KILN_API Expr scalar(double v, DType dtype);  // a strongly typed scalar; an integer dtype's must be in its range
+KILN_API Expr int_scalar(int64_t v, DType dtype);  // the same from an integer, exact in int64
 // Throws kiln::Error naming `op` when `v` is outside integer dtype `dtype`'s values (NaN included).
 KILN_API void check_literal_fits(double v, DType dtype, const char* op);
 // Uniform [0, 1), float32. A draw per element of `shape`, broadcast like any operand (rand({1})

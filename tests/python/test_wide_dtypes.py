@@ -252,3 +252,25 @@ def test_int64_division_and_means_are_float64_and_indices_clip():
     t = kiln.asarray(np.arange(5, dtype=np.float32))
     idx = kiln.asarray(np.array([2**32, -(2**32 - 1), 1], dtype=np.int64), dtype="int64")
     np.testing.assert_array_equal(np.asarray(kiln.take(t, idx)), [4, 0, 1])   # clipped, not wrapped
+
+
+def test_int64_literals_are_exact_past_2_to_the_53():
+    big = 2**53 + 1
+    x = kiln.asarray(np.array([1, 2, -3]), dtype="int64")
+    np.testing.assert_array_equal(np.asarray(x + big), np.array([1, 2, -3]) + big)
+    np.testing.assert_array_equal(np.asarray(x * 0 + (2**62 + 7)), np.full(3, 2**62 + 7))
+    np.testing.assert_array_equal(np.asarray(x + 2**53 == big), [True, False, False])
+    np.testing.assert_array_equal(np.asarray(kiln.full((2,), 2**63 - 1, dtype="int64")), np.full(2, 2**63 - 1))
+    np.testing.assert_array_equal(np.asarray(kiln.full((2,), -2**63, dtype="int64")), np.full(2, -2**63))
+    t = kiln.zeros((2,), dtype="int64")
+    t[...] = 2**60 + 3
+    np.testing.assert_array_equal(np.asarray(t), np.full(2, 2**60 + 3))
+    u = kiln.asarray(np.array([1, 2]), dtype="uint32")
+    np.testing.assert_array_equal(np.asarray(u + 4294967290), [4294967291, 4294967292])
+    for bad in (2**63, -2**63 - 1):
+        with pytest.raises(ValueError, match="out of range for int64 .*valid: -9223372036854775808 to 9223372036854775807"):
+            x + bad
+        with pytest.raises(ValueError, match="out of range for int64"):
+            kiln.full((2,), bad, dtype="int64")
+    with pytest.raises(ValueError, match="out of range for uint32"):
+        kiln.full((2,), 2**32, dtype="uint32")
