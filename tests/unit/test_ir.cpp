@@ -97,3 +97,18 @@ TEST_CASE("nodes are hash-consed: equal subtrees are one node") {
     }
     CHECK(live_node_count() == before);  // dead nodes leave the table
 }
+
+TEST_CASE("integer scalars hold their exact value: literals past 2^53 are distinct nodes and reach int64 exactly") {
+    const int64_t big = (int64_t(1) << 53) + 1;
+    Expr a(big), b(big - 1);
+    REQUIRE(a.node()->value == b.node()->value);   // the same double
+    CHECK(a.node() != b.node());                   // yet two nodes
+    CHECK(a.node()->ivalue == big);
+    Expr c = cast(a, DType::Int64);                // a scalar cast keeps the integer
+    CHECK(c.node()->op == OpKind::Scalar);
+    CHECK(c.node()->ivalue == big);
+    CHECK(cast(Expr(int64_t(-1)), DType::UInt32).node()->ivalue == 4294967295);
+    CHECK(int_scalar(INT64_MAX, DType::Int64).node()->ivalue == INT64_MAX);
+    CHECK_THROWS_WITH(int_scalar(int64_t(1) << 40, DType::Int32),
+                      Catch::Contains("out of range for int32 (valid: -2147483648 to 2147483647)"));
+}
