@@ -154,13 +154,16 @@ Expr adopt_weak(OpKind op, const Expr& lit, const Expr& other, DType common) {
 // or int64 for int64 and uint32): every value lies on one side of it, so the comparison is one
 // against that range's bound that is always true or always false, as NumPy 2 compares true values.
 std::optional<Expr> compare_beyond_range(OpKind op, const Expr& a, const Expr& b, bool wide) {
-    auto fits = [&](double v) { return wide ? v >= -9223372036854775808.0 && v < 9223372036854775808.0 : fits_int32(v); };
-    bool la = is_weak_int(a) && !fits(N(a).value), lb = is_weak_int(b) && !fits(N(b).value);
+    auto fits = [&](const Node& n) { return wide ? int_fits(n, DType::Int64) : fits_int32(n.value); };
+    bool la = is_weak_int(a) && !fits(N(a)), lb = is_weak_int(b) && !fits(N(b));
     if (!la && !lb) return std::nullopt;
-    if (la && lb) {  // two literals: the result is known
-        double x = N(a).value, y = N(b).value;
-        bool r = op == OpKind::Eq ? x == y : op == OpKind::Ne ? x != y : op == OpKind::Lt ? x < y : op == OpKind::Le ? x <= y
-               : op == OpKind::Gt ? x > y : x >= y;
+    if (la && lb) {  // two literals: the result is known (exactly, where both are within int64)
+        auto cmp = [&](auto x, auto y) {
+            return op == OpKind::Eq ? x == y : op == OpKind::Ne ? x != y : op == OpKind::Lt ? x < y
+                 : op == OpKind::Le ? x <= y : op == OpKind::Gt ? x > y : x >= y;
+        };
+        const bool exact = int_fits(N(a), DType::Int64) && int_fits(N(b), DType::Int64);
+        const bool r = exact ? cmp(N(a).ivalue, N(b).ivalue) : cmp(N(a).value, N(b).value);
         return make_scalar(r ? 1 : 0, DType::Bool, false);
     }
     // As `x op literal`, the literal on the right.
@@ -199,7 +202,15 @@ Expr::Expr(double v) : node_(make_scalar(v, DType::Float32, true).node()) {}
 Expr::Expr(float v) : node_(make_scalar(v, DType::Float32, true).node()) {}
 Expr::Expr(int v) : node_(make_scalar(v, DType::Int32, true).node()) {}
 Expr::Expr(int64_t v) : node_(make_int_scalar(v, DType::Int32, true).node()) {}
-Expr int_literal(double v) { return make_scalar(std::trunc(v), DType::Int32, true); }
+// A Python int beyond int64 may round to -2^63 as a double: int_literal's value is taken as such
+// (its integer value 0, not -2^63, so that an int64 operand refuses it).
+Expr int_literal(double v) {
+    Expr e = make_scalar(std::trunc(v), DType::Int32, true);
+    if (std::trunc(v) > -9223372036854775808.0) return e;
+    Node n = *e.node();
+    n.ivalue = 0;
+    return Expr(intern(std::move(n)));
+}
 
 std::string Expr::str() const { return graph_str(node_); }
 size_t Expr::node_count() const { return node_ ? postorder(node_).size() : 0; }
@@ -354,8 +365,12 @@ Expr cast(const Expr& a, DType to) {
     // An integer scalar converted to a 64-bit integer keeps its exact value (a Python int past
     // int32 is an int32 literal until it meets its dtype); uint32 wraps, as the kernel would.
     const Node& n = N(a);
-    if (n.op == OpKind::Scalar && !is_float(n.dtype) && (to == DType::Int64 || to == DType::UInt32))
+    if (n.op == OpKind::Scalar && !is_float(n.dtype) && (to == DType::Int64 || to == DType::UInt32)) {
+        if (!int_fits(n, DType::Int64))
+            fail(Error::Kind::Value, "cast: the integer literal {} is out of range for int64 ({}): no integer dtype "
+                 "holds it", literal_str(n.value), range_str(DType::Int64));
         return make_int_scalar(to == DType::Int64 ? n.ivalue : (int64_t)(uint32_t)(uint64_t)n.ivalue, to, false);
+    }
     return unary(OpKind::Cast, a, to);
 }
 

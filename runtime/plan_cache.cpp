@@ -92,7 +92,10 @@ void assignment_signature(const NodePtr& root, const View& dst, uint64_t options
                      op, dtype_name(n.dtype), shape_str(n.shape));
             put_view(n.view);
             break;
-        case OpKind::Scalar: w.push_back(double_bits(n.value)); break;
+        case OpKind::Scalar:
+            w.push_back(double_bits(n.value));
+            w.push_back((uint64_t)n.ivalue);   // integers past 2^53 share a double
+            break;
         case OpKind::Rand: w.push_back(rand_ordinal++); break;  // its serial differs on every call
         default: break;
         }

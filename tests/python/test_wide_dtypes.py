@@ -274,3 +274,19 @@ def test_int64_literals_are_exact_past_2_to_the_53():
             kiln.full((2,), bad, dtype="int64")
     with pytest.raises(ValueError, match="out of range for uint32"):
         kiln.full((2,), 2**32, dtype="uint32")
+
+
+def test_int64_literals_sharing_a_double_are_not_confused():
+    t = kiln.zeros((3,), dtype="int64")
+    for v in (2**60 + 3, 2**60 + 4, 2**53 + 1, 2**53):   # the same kernel, a new exact parameter each time
+        t[...] = v
+        np.testing.assert_array_equal(np.asarray(t), np.full(3, v))
+    x = kiln.asarray(np.array([2**63 - 1, 0, -2**63]), dtype="int64")
+    np.testing.assert_array_equal(np.asarray(x == 2**63 - 1), [True, False, False])
+    np.testing.assert_array_equal(np.asarray(x < 2**63 - 1), [False, True, True])
+    np.testing.assert_array_equal(np.asarray(x == -2**63), [False, False, True])
+    np.testing.assert_array_equal(np.asarray(x < 2**63), [True, True, True])   # beyond int64: every value is below
+    with pytest.raises(ValueError, match=r"cast: the integer literal 92233720368547758\d+ is out of range for int64"):
+        kiln.astype(2**63 + 5, "int64")
+    f = kiln.asarray(np.array([0.0]), dtype="float64")
+    np.testing.assert_array_equal(np.asarray(f + (-2**63 - 1)), [float(-2**63 - 1)])

@@ -2,8 +2,6 @@
 // arguments, evaluation and assignment with the GIL released.
 #include "binding.hpp"
 
-#include <cmath>
-
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
@@ -45,9 +43,6 @@ Expr python_int(nb::handle h) {
         throw Error("integer operand " + nb::cast<std::string>(nb::str(h)) + " is beyond every kiln dtype's range",
                     Error::Kind::Value);
     }
-    // Below int64's least value, yet rounded to it as a double: one double further down, so that
-    // an int64 operand refuses it rather than taking -2^63.
-    if (d == -9223372036854775808.0) d = std::nextafter(d, -INFINITY);
     return int_literal(d);
 }
 

@@ -158,22 +158,10 @@ void bind_context(nb::module_& m) {
             auto& c = *nb::inst_ptr<PyContext>(self);
             return PyTensor{c.c().empty(shape_arg(shape, "empty"), dtype), nb::borrow(self)};
         })
-        .def("_full", [](nb::handle self, nb::handle shape, nb::handle value, DType dtype) {
+        .def("_full", [](nb::handle self, nb::handle shape, double value, DType dtype) {
             auto& c = *nb::inst_ptr<PyContext>(self);
-            // A Python int fills an integer tensor exactly (int64 past 2^53 too).
-            Expr v;
-            if (PyLong_Check(value.ptr()) && !PyBool_Check(value.ptr()) && !is_float(dtype)) {
-                int overflow = 0;
-                const long long i = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
-                if (overflow)
-                    throw Error(fmt::format("full: the value {} is out of range for {}", nb::cast<std::string>(nb::str(value)),
-                                            dtype_name(dtype)), Error::Kind::Value);
-                v = int_scalar(i, dtype);
-            } else {
-                v = scalar(nb::cast<double>(value), dtype);
-            }
             PyTensor t{c.c().empty(shape_arg(shape, "full"), dtype), nb::borrow(self)};
-            assign(t, v);
+            assign(t, scalar(value, dtype));
             return t;
         })
         .def("rand", [](nb::handle self, nb::handle out) {
