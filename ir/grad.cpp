@@ -40,14 +40,6 @@ Expr unbroadcast(Expr c, const Shape& shape) {
     return c;
 }
 
-bool broadcasts_to(const Shape& from, const Shape& to) {
-    if (from.size() > to.size()) return false;
-    const size_t extra = to.size() - from.size();
-    for (size_t i = 0; i < from.size(); ++i)
-        if (from[i] != 1 && from[i] != to[i + extra]) return false;
-    return true;
-}
-
 Expr zeros_like_shape(const Shape& shape, DType t) {
     Expr z = expand(scalar(0.0, t), shape);
     return z.dtype() == t ? z : cast(z, t);
@@ -62,8 +54,10 @@ public:
                      w.valid() ? std::string(opkind_name(N(w).op)) + " node" : std::string("an empty Expr"));
             targets_.insert(w.node().get());
         }
+        node_ptr_.emplace(y.node().get(), y.node());
         for (const Node* n : postorder(y.node())) {
             order_.push_back(n);
+            for (const NodePtr& in : n->inputs) node_ptr_.try_emplace(in.get(), in);
             if (n->op == OpKind::Leaf && !targets_.count(n)) relate_alias(*n);
             bool needed = targets_.count(n) != 0 || aliases_.count(n) != 0;
             for (const NodePtr& in : n->inputs) needed |= needed_.count(in.get()) != 0;
@@ -76,7 +70,7 @@ public:
             fail(Error::Kind::Type, "grad: dy must be a float expression; got {} {}", dtype_name(dy.dtype()),
                  shape_str(dy.shape()));
         if (needed_.count(y_.node().get())) {
-            if (!broadcasts_to(dy.shape(), N(y_).shape))
+            if (!broadcastable_to(dy.shape(), N(y_).shape))
                 fail(Error::Kind::Value, "grad: dy {} does not broadcast to y's shape {}", shape_str(dy.shape()),
                      shape_str(N(y_).shape));
             adjoint_[y_.node().get()] = cast_to(expand(dy, N(y_).shape), N(y_).dtype);
@@ -93,9 +87,7 @@ public:
             c = alias->view.is_contiguous() && target->view.is_contiguous() && alias->size() == target->size()
                     ? reshape(c, target->shape)
                     : unbroadcast(c, target->shape);
-            c = cast_to(c, target->dtype);
-            auto [it, fresh] = adjoint_.try_emplace(target, c);
-            if (!fresh) it->second = it->second + c;
+            add_adjoint(target, cast_to(c, target->dtype));
         }
         std::vector<Expr> out;
         for (const Expr& w : wrt) {
@@ -156,15 +148,18 @@ private:
         else if (c.size() == 1 && c.shape() != in.shape) c = expand(c, in.shape);   // a rank-0 scalar stays one
         KILN_CHECK_INTERNAL(c.shape() == in.shape, "grad: {}'s contribution is {}, its input {}", opkind_name(n.op),
                             shape_str(c.shape()), shape_str(in.shape));
-        c = cast_to(c, in.dtype);
-        auto [it, fresh] = adjoint_.try_emplace(&in, c);
+        add_adjoint(&in, cast_to(c, in.dtype));
+    }
+
+    void add_adjoint(const Node* n, const Expr& c) {
+        auto [it, fresh] = adjoint_.try_emplace(n, c);
         if (!fresh) it->second = it->second + c;
     }
 
     void backward(const Node& n, const Expr& g) {
         if (n.inputs.empty()) return;
         const Expr x(n.inputs[0]);
-        const Expr y(intern_of(n));
+        const Expr y(node_ptr_.at(&n));
         const Expr b = n.inputs.size() > 1 ? Expr(n.inputs[1]) : Expr();
         constexpr double ln2 = std::numbers::ln2, ln10 = std::numbers::ln10;
         switch (n.op) {
@@ -262,21 +257,11 @@ private:
         }
     }
 
-    // The node itself as an Expr (postorder hands out raw pointers; the graph owns them).
-    NodePtr intern_of(const Node& n) {
-        if (&n == y_.node().get()) return y_.node();
-        auto it = owners_.find(&n);
-        if (it != owners_.end()) return it->second;
-        for (const Node* m : order_)
-            for (const NodePtr& in : m->inputs) owners_.try_emplace(in.get(), in);
-        return owners_.at(&n);
-    }
-
     Expr y_;
     std::vector<const Node*> order_;
     std::unordered_set<const Node*> targets_, needed_;
     std::unordered_map<const Node*, Expr> adjoint_;
-    std::unordered_map<const Node*, NodePtr> owners_;
+    std::unordered_map<const Node*, NodePtr> node_ptr_;   // postorder hands out raw pointers
     std::unordered_map<const Node*, const Node*> aliases_;   // leaf -> the target it views
 };
 

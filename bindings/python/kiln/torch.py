@@ -115,6 +115,20 @@ def _same_device(op, *tensors):
         raise ValueError(f"kiln.{op}: the tensors are on different devices ({', '.join(sorted(map(str, devices)))})")
 
 
+def _check_tensors(op, x, weight, bias):
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"kiln.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def _check_alike(op, x, weight, bias):
+    """One dtype and one device for a layer's operands."""
+    dtypes = {t.dtype for t in (x, weight, bias) if t is not None}
+    if len(dtypes) > 1:
+        raise TypeError(f"kiln.{op}: x, weight and bias must share a dtype; got {', '.join(sorted(map(str, dtypes)))}")
+    _same_device(op, x, weight, bias)
+
+
 def _activation(activation, negative_slope):
     """(relu, slope) for the epilogue; activation is None, 'relu' or 'leaky_relu'."""
     if activation is None:
@@ -140,11 +154,6 @@ def _relu_backward(y, grad, relu, slope):
 # linear: kiln's GEMM and its epilogue
 
 
-def _matmul_t(a, b_t):
-    """a @ b_t.T as a kiln value: the GEMM, or for float64 (no GEMM) the fused sum of products."""
-    return kiln.matmul(a, b_t.T)
-
-
 def _linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], relu: bool,
                     slope: float) -> torch.Tensor:
     out_features, in_features = weight.shape
@@ -159,8 +168,8 @@ def _linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
         with _ordered(ctx, x.device):
             kx, kw, ko = to_kiln(x2, ctx), to_kiln(weight, ctx), to_kiln(out, ctx)
             kb = to_kiln(bias, ctx) if bias is not None else None
-            if x.dtype == torch.float64:
-                y = _matmul_t(kx, kw)
+            if x.dtype == torch.float64:   # no GEMM: kiln's fused sum of products
+                y = kiln.matmul(kx, kw.T)
                 if kb is not None:
                     y = y + kb
                 if relu:
@@ -193,13 +202,13 @@ def _linear_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Ten
             if in_features and need_x:
                 kw, kgx = to_kiln(weight, ctx), to_kiln(gx, ctx)
                 if x.dtype == torch.float64:
-                    kgx[...] = _matmul_t(kg, kw.T)
+                    kgx[...] = kiln.matmul(kg, kw)
                 else:
                     _kiln.compound_dot(kg, kw, kgx)
             if in_features and need_w:
                 kx, kgw = to_kiln(x2, ctx), to_kiln(gw, ctx)
                 if x.dtype == torch.float64:
-                    kgw[...] = _matmul_t(kg.T, kx.T)
+                    kgw[...] = kiln.matmul(kg.T, kx)
                 else:
                     _kiln.compound_dot(kg.T, kx, kgw)
             if has_bias:
@@ -264,19 +273,14 @@ def linear(x, weight, bias=None, activation=None, negative_slope=0.01):
     bias (out_features,); float32, float16, bfloat16 (and float64, as a fused sum of products on
     the CPU)."""
     relu, slope = _activation(activation, negative_slope)
-    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"kiln.linear: {name} must be a torch.Tensor, got {type(t).__name__}")
+    _check_tensors("linear", x, weight, bias)
     if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"kiln.linear: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match; weight is "
                          f"(out_features, in_features) and x's last dimension is in_features")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"kiln.linear: bias is {tuple(bias.shape)}; it must be ({weight.shape[0]},), one value per "
                          "output feature")
-    dtypes = {t.dtype for t in (x, weight, bias) if t is not None}
-    if len(dtypes) > 1:
-        raise TypeError(f"kiln.linear: x, weight and bias must share a dtype; got {', '.join(sorted(map(str, dtypes)))}")
-    _same_device("linear", x, weight, bias)
+    _check_alike("linear", x, weight, bias)
     if torch.compiler.is_compiling():
         return _linear_op(x, weight, bias, relu, slope)
     return _LinearFunction.apply(x, weight, bias, relu, slope)
@@ -421,20 +425,15 @@ class _ConvFunction(torch.autograd.Function):
 def _conv(rank, x, weight, bias, stride, padding, dilation, activation, negative_slope):
     op = f"conv{rank}d"
     relu, slope = _activation(activation, negative_slope)
-    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"kiln.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    dims = "".join("DHW"[3 - rank:])
+    _check_tensors(op, x, weight, bias)
+    dims = "DHW"[3 - rank:]
     if x.dim() != rank + 2 or weight.dim() != rank + 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"kiln.{op}: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match; x is "
                          f"(N, C, {', '.join(dims)}) and weight (K, C, {', '.join(dims)} of the filter) with the same C "
                          "(groups are not supported)")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"kiln.{op}: bias is {tuple(bias.shape)}; it must be ({weight.shape[0]},)")
-    dtypes = {t.dtype for t in (x, weight, bias) if t is not None}
-    if len(dtypes) > 1:
-        raise TypeError(f"kiln.{op}: x, weight and bias must share a dtype; got {', '.join(sorted(map(str, dtypes)))}")
-    _same_device(op, x, weight, bias)
+    _check_alike(op, x, weight, bias)
     stride, dilation = _per_axis(stride, rank, op, "stride", 1), _per_axis(dilation, rank, op, "dilation", 1)
     if padding == "valid":
         padding = [0] * rank
