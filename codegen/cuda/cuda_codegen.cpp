@@ -29,15 +29,25 @@ const char* ctype(CT t) {
 
 bool is_arg(AccKind k) { return k == AccKind::ArgMax || k == AccKind::ArgMin; }
 
-const char* acc_struct(const kir::Accum& a) {
-    bool f = a.type == CT::F32;
+std::string acc_struct(const kir::Accum& a) {
+    const char* kind = "?";
     switch (a.kind) {
-    case AccKind::Sum: return f ? "kiln_sum_f" : "kiln_sum_i";
-    case AccKind::Max: return f ? "kiln_max_f" : "kiln_max_i";
-    case AccKind::Min: return f ? "kiln_min_f" : "kiln_min_i";
-    case AccKind::ArgMax: return f ? "kiln_argmax_f" : "kiln_argmax_i";
-    case AccKind::ArgMin: return f ? "kiln_argmin_f" : "kiln_argmin_i";
-    case AccKind::Prod: return f ? "kiln_prod_f" : "kiln_prod_i";
+    case AccKind::Sum: kind = "sum"; break;
+    case AccKind::Max: kind = "max"; break;
+    case AccKind::Min: kind = "min"; break;
+    case AccKind::ArgMax: kind = "argmax"; break;
+    case AccKind::ArgMin: kind = "argmin"; break;
+    case AccKind::Prod: kind = "prod"; break;
+    }
+    return fmt::format("kiln_{}_{}", kind, acc_suffix(a.type));
+}
+
+const char* acc_suffix(CT t) {
+    switch (t) {
+    case CT::F32: return "f";
+    case CT::I32: return "i";
+    case CT::F64: return "d";
+    case CT::I64: return "l";
     }
     return "?";
 }
@@ -470,13 +480,16 @@ void Emitter::emit_buffer_pointers(const Uses& u) {
     }
 }
 
-void Emitter::emit_scratch() {
-    bool f = false, i = false;
-    for (auto& a : k_.accums) (a.type == CT::F32 ? f : i) = true;
-    if (f) line("__shared__ float kiln_svf[33];");
-    if (i) line("__shared__ int kiln_svi[33];");
-    if (f || i) line("__shared__ int kiln_sp[33];");
+// Shared scratch for combining the accumulators' states: kiln_sv<suffix> per state type and
+// kiln_sp for positions, `n` entries each.
+void Emitter::declare_acc_scratch(int n) {
+    for (CT t : {CT::F32, CT::I32, CT::F64, CT::I64})
+        if (std::any_of(k_.accums.begin(), k_.accums.end(), [&](const kir::Accum& a) { return a.type == t; }))
+            line("__shared__ {} kiln_sv{}[{}];", ctype(t), acc_suffix(t), n);
+    if (!k_.accums.empty()) line("__shared__ int kiln_sp[{}];", n);
 }
+
+void Emitter::emit_scratch() { declare_acc_scratch(33); }
 
 void Emitter::declare_acc_results(const kir::Block& b) {
     for (int ai : b.accums) line("{} {};", ctype(kir::acc_result_type(k_.accums[ai])), acc(ai));
@@ -499,25 +512,26 @@ void Emitter::add_to_acc_states(const kir::Block& b, const std::string& pos) {
 }
 
 void Emitter::store_acc_record(const kir::Block& b) {
+    const int slot = detail::acc_record_slot(k_);
     for (int ai : b.accums) {
-        line("*({}*)(rec + {}) = {}_v;", ctype(k_.accums[ai].type), 8 * ai, acc(ai));
-        line("*(int*)(rec + {}) = {}_p;", 8 * ai + 4, acc(ai));
+        line("*({}*)(rec + {}) = {}_v;", ctype(k_.accums[ai].type), slot * ai, acc(ai));
+        line("*(int*)(rec + {}) = {}_p;", slot * ai + slot / 2, acc(ai));
     }
 }
 
 void Emitter::fold_acc_record(const kir::Block& b) {
+    const int slot = detail::acc_record_slot(k_);
     for (int ai : b.accums) {
         const kir::Accum& ac = k_.accums[ai];
         line("{0}::add({1}_v, {1}_p, *(const {2}*)(rec + {3}), *(const int*)(rec + {4}));", acc_struct(ac), acc(ai),
-             ctype(ac.type), 8 * ai, 8 * ai + 4);
+             ctype(ac.type), slot * ai, slot * ai + slot / 2);
     }
 }
 
 void Emitter::block_reduce_acc_states(const kir::Block& b) {
     for (int ai : b.accums) {
         const kir::Accum& ac = k_.accums[ai];
-        line("kiln_block_reduce<{0}>({1}_v, {1}_p, {2}, kiln_sp);", acc_struct(ac), acc(ai),
-             ac.type == CT::F32 ? "kiln_svf" : "kiln_svi");
+        line("kiln_block_reduce<{0}>({1}_v, {1}_p, kiln_sv{2}, kiln_sp);", acc_struct(ac), acc(ai), acc_suffix(ac.type));
     }
 }
 
@@ -643,11 +657,6 @@ namespace kiln::codegen {
 
 CudaSource emit_cuda(const kir::Kernel& k) {
     detail::validate(k);
-    if (detail::has_wide(k) && cuda_shape(k) != CudaShape::Elementwise)
-        throw Error(fmt::format("the CUDA backend does not reduce float64, int64, uint32, int16 or uint16 values yet "
-                                "(kernel {}); run the reduction on the CPU backend, or cast it to a 32-bit dtype first",
-                                k.name),
-                    Error::Kind::Type);
     return detail::Emitter(k).run();
 }
 

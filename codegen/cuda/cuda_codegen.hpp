@@ -99,8 +99,8 @@
 //           into record b of `scratch`;
 //       NAME_final, param = num_partials, grid = 1: combines the records in a fixed order
 //           (deterministic) and runs the Point block.
-//       A record is 8 * accums.size() bytes; accumulator i sits at byte 8*i: its value (f32 or
-//       i32) at +0, its i32 position at +4. num_partials = clamp(ceil(points /
+//       A record is S * accums.size() bytes; accumulator i sits at byte S*i: its value at +0,
+//       its i32 position at +S/2; S = 8, or 16 when some accumulator holds a 64-bit value. num_partials = clamp(ceil(points /
 //       kCudaPointsPerPartial), 1, kCudaMaxPartials), independent of the device, so a result
 //       does not depend on which GPU computed it.
 // Every reduction combines in an order fixed by the sizes, the plan and (rows, columns) the

@@ -202,7 +202,7 @@ void Emitter::emit_column_entry(int vec) {
         }
         for (int ai : b.accums) {
             const kir::Accum& ac = k_.accums[ai];
-            const char* sv = ac.type == CT::F32 ? "kiln_svf" : "kiln_svi";
+            const std::string sv = fmt::format("kiln_sv{}", acc_suffix(ac.type));
             if (!vec) {
                 line("kiln_column_reduce<{0}, {1}>({2}_v, {2}_p, {3}, kiln_sp);", acc_struct(ac), across, acc(ai), sv);
                 continue;
@@ -221,7 +221,7 @@ void Emitter::emit_column_entry(int vec) {
             close();
         }
         if (split) {
-            // Record (column, chunk) of the scratch: accumulator i at byte 8 * i.
+            // Record (column, chunk) of the scratch (acc_record_slot).
             open("if (chunks > 1 && live && slice == 0)");
             per_column([&](int c) {
                 open("");

@@ -21,7 +21,8 @@ using CT = ComputeType;
 // Helpers the emitter's files share (defined in cuda_codegen.cpp).
 const char* ctype(CT t);
 bool is_arg(AccKind k);
-const char* acc_struct(const kir::Accum& a);
+std::string acc_struct(const kir::Accum& a);   // the prelude's accumulator kind, e.g. kiln_sum_f
+const char* acc_suffix(CT t);                   // f, i, d, l: of acc_struct and the scratch names
 std::string float_literal(float f);         // reads back to exactly f
 std::string int_literal(int32_t i);
 const char* storage_type(DType t);
@@ -177,13 +178,15 @@ private:
     void emit_buffer_pointers(const Uses& u);
 
     void emit_scratch();
+    void declare_acc_scratch(int n);
 
     void declare_acc_results(const kir::Block& b);
     void init_acc_states(const kir::Block& b);
     void add_to_acc_states(const kir::Block& b, const std::string& pos);
     void block_reduce_acc_states(const kir::Block& b);
     // A partial-reduction record at `rec` (cuda_codegen.hpp: accumulator i's value at byte
-    // 8 * i, its position at 8 * i + 4): written from the block's states, or folded into them.
+    // S * i, its position at S * i + S / 2, S = acc_record_slot): written from the block's
+    // states, or folded into them.
     void store_acc_record(const kir::Block& b);
     void fold_acc_record(const kir::Block& b);
     // An Arg accumulator that saw no point (an empty R domain) yields position 0.
@@ -279,7 +282,7 @@ private:
     // n elements per thread with one load and one store of up to 16 bytes per contiguous
     // buffer, when every contiguous buffer is aligned for it; the scalar loop does the rest.
     void emit_vector_path();
-    size_t record_bytes() const { return 8 * k_.accums.size(); }
+    size_t record_bytes() const { return (size_t)detail::acc_record_slot(k_) * k_.accums.size(); }
 
     int full_vector_width() const;
     void emit_partial_kernel();

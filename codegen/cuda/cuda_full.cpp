@@ -9,9 +9,9 @@ namespace kiln::codegen::detail {
 
 // Elements per group of a full reduction's partial kernel: 16 bytes of the widest buffer its
 // loop block loads, when the domain is rank 1 and every buffer the block touches is contiguous
-// or a broadcast scalar (and nothing reads coordinates); else 1.
+// or a broadcast scalar (and nothing reads coordinates, no value is 64-bit); else 1.
 int Emitter::full_vector_width() const {
-    if (k_.rank != 1) return 1;
+    if (k_.rank != 1 || has_wide(k_)) return 1;
     size_t widest = 0;
     for (int id : k_.blocks[0].instrs) {
         const kir::Instr& in = k_.instrs[id];

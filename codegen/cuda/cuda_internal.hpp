@@ -18,9 +18,12 @@ extern const char* const kCudaHistPrelude;
 extern const char* const kCudaWidePrelude;
 
 // Whether `k` has a 64-bit value (f64, i64) or a buffer of a dtype the vector paths do not move
-// (8-byte dtypes, 16-bit integers, uint32): such kernels take the scalar elementwise path, and
-// the CUDA backend does not yet reduce them.
+// (8-byte dtypes, 16-bit integers, uint32): such kernels move one element at a time (no vector
+// path, no register-held rows).
 bool has_wide(const kir::Kernel& k);
+// Bytes per accumulator in a partial-reduction record (full reductions, split columns): 8 (a
+// 32-bit value and its position), 16 when some accumulator holds a 64-bit value.
+int acc_record_slot(const kir::Kernel& k);
 
 // Whether buffer `buf` of `k` varies along some reduced dim (is not broadcast along all of them).
 bool varies_along_reduced(const kir::Kernel& k, size_t buf);
@@ -45,7 +48,8 @@ bool column_splittable(const kir::Kernel& k);
 // grow with it), so that a thread moves 16 bytes per load
 // where one point per thread moves 2 (16-bit) and too few bytes are in flight to reach the
 // copy bandwidth. The kernel qualifies when every buffer is contiguous or broadcast along q,
-// no Loop block stores and nothing reads a coordinate, the linear index or a gather: V, or 0.
+// no Loop block stores, nothing reads a coordinate, the linear index or a gather and nothing is
+// has_wide: V, or 0.
 int column_vector_width(const kir::Kernel& k);
 inline constexpr int64_t kColumnTargetBlocks = 2048;
 inline constexpr int64_t kColumnEnoughBlocks = 1024;
@@ -97,7 +101,8 @@ bool row_register_entry(const kir::Kernel& k, const std::vector<RowFold>& folds,
 
 // Row kernels with one reduced dim read it in groups of V consecutive elements per thread
 // (V * the widest loaded element = 16 bytes), so the first pass can load a group with one
-// 16-byte load when the row is aligned; V = 1 when no loaded buffer is contiguous along it.
+// 16-byte load when the row is aligned; V = 1 when no loaded buffer is contiguous along it, or
+// the kernel has_wide.
 // Element j of a thread is R index ((j / V) * G + t) * V + j % V.
 int row_vector_width(const kir::Kernel& k);
 

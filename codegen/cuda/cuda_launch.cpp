@@ -272,7 +272,7 @@ int column_width(const kir::Kernel& k) {
 }
 
 int column_vector_width(const kir::Kernel& k) {
-    if (cuda_shape(k) != CudaShape::Column) return 0;
+    if (cuda_shape(k) != CudaShape::Column || has_wide(k)) return 0;
     const int q = innermost_parallel_dim(k);
     if (q < 0) return 0;
     for (const kir::Buffer& b : k.buffers)
@@ -294,7 +294,7 @@ int row_vector_width(const kir::Kernel& k) {
     int rdim = -1, nreduced = 0;
     for (int d = 0; d < k.rank; ++d)
         if (k.reduced[d]) rdim = d, ++nreduced;
-    if (nreduced != 1) return 1;
+    if (nreduced != 1 || has_wide(k)) return 1;
     size_t widest = 0;
     for (const kir::Block& b : k.blocks) {
         if (!b.loop) continue;
@@ -337,6 +337,12 @@ bool has_wide(const kir::Kernel& k) {
     for (const kir::Instr& in : k.instrs)
         if (is_wide(in.type)) return true;
     return false;
+}
+
+int acc_record_slot(const kir::Kernel& k) {
+    for (const kir::Accum& a : k.accums)
+        if (is_wide(a.type)) return 16;
+    return 8;
 }
 
 int elementwise_vector_width(const kir::Kernel& k) {
@@ -459,7 +465,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         const int64_t parts = std::clamp<int64_t>((nr + kCudaPointsPerPartial - 1) / kCudaPointsPerPartial, 1,
                                                   kCudaMaxPartials);
         plan.num_partials = (int)parts;
-        plan.scratch_bytes = (size_t)parts * 8 * k.accums.size();
+        plan.scratch_bytes = (size_t)parts * detail::acc_record_slot(k) * k.accums.size();
         plan.launches = {launch_of(k.name + "_partial", (uint32_t)parts, kCudaBlockSize, 1, (int)parts),
                          launch_of(k.name + "_final", 1, kCudaBlockSize, 1, (int)parts)};
         break;
@@ -543,7 +549,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
             l.aligned_grid = l.grid, l.aligned_block = l.block, l.aligned_param = l.param;
         }
         if (chunks > 1) {
-            plan.scratch_bytes = (size_t)(np * chunks) * 8 * k.accums.size();
+            plan.scratch_bytes = (size_t)(np * chunks) * detail::acc_record_slot(k) * k.accums.size();
             const int64_t warps_per_block = kCudaBlockSize / 32;   // the final entry: a warp per column
             plan.launches.push_back(launch_of(k.name + "_final", clamp_grid((np + warps_per_block - 1) / warps_per_block, 1),
                                               kCudaBlockSize, 1, (int)chunks));

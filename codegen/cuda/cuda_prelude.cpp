@@ -376,10 +376,6 @@ __device__ __forceinline__ int kiln_cx_exchange(kiln_cx* x, unsigned& round, con
     ++round;
     return b;
 }
-__device__ __forceinline__ unsigned kiln_to_bits(float x) { return __float_as_uint(x); }
-__device__ __forceinline__ unsigned kiln_to_bits(int x) { return (unsigned)x; }
-__device__ __forceinline__ void kiln_from_bits(float& x, unsigned u) { x = __uint_as_float(u); }
-__device__ __forceinline__ void kiln_from_bits(int& x, unsigned u) { x = (int)u; }
 
 // Every thread of a row group of G threads ends with the group's state. The combining order
 // depends only on G (a butterfly within the warp, then warps and blocks in index order), so a
@@ -405,15 +401,19 @@ __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const 
     for (int w = first; w < first + per_group; ++w) A::add(v, p, sv[w], sp[w]);
     __syncthreads();
     if (G <= nthreads) return;
-    const unsigned w[2] = {kiln_to_bits(v), (unsigned)p};
-    const int b = kiln_cx_exchange<2>(x, round, w, G / nthreads);
+    // The state as words: the value's (one or two), then the position.
+    constexpr int N = (int)(sizeof(typename A::T) / 4) + 1;
+    unsigned w[N];
+    memcpy(w, &v, sizeof(v));
+    w[N - 1] = (unsigned)p;
+    const int b = kiln_cx_exchange<N>(x, round, w, G / nthreads);
     v = A::init();
     p = KILN_NO_POS;
 #pragma unroll 1
     for (int r = 0; r < G / nthreads; ++r) {
         typename A::T y;
-        kiln_from_bits(y, x->data[b][r][0]);
-        A::add(v, p, y, (int)x->data[b][r][1]);
+        memcpy(&y, x->data[b][r], sizeof(y));
+        A::add(v, p, y, (int)x->data[b][r][N - 1]);
     }
 }
 // Moments of values: count c, mean m and sum q of squared deviations from m. merge(a, b) folds
@@ -620,6 +620,103 @@ __device__ __forceinline__ int kiln_f64_to_i32(double x) {
 }
 __device__ __forceinline__ double kiln_maxd(double x, double y) { return (x > y || x != x) ? x : y; }
 __device__ __forceinline__ double kiln_mind(double x, double y) { return (x < y || x != x) ? x : y; }
+// The accumulator kinds on 64-bit states (as their 32-bit twins above): float64 sums and
+// products rounded per step (never contracted into an FMA, as the CPU backend does them),
+// int64 ones wrapping.
+struct kiln_sum_d {
+    typedef double T;
+    static __device__ __forceinline__ T init() { return 0.0; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = __dadd_rn(v, x); }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+};
+struct kiln_sum_l {
+    typedef long long T;
+    static __device__ __forceinline__ T init() { return 0; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) {
+        v = (long long)((unsigned long long)v + (unsigned long long)x);
+    }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+};
+struct kiln_prod_d {
+    typedef double T;
+    static __device__ __forceinline__ T init() { return 1.0; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = __dmul_rn(v, x); }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+};
+struct kiln_prod_l {
+    typedef long long T;
+    static __device__ __forceinline__ T init() { return 1; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) {
+        v = (long long)((unsigned long long)v * (unsigned long long)x);
+    }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+};
+struct kiln_max_d {
+    typedef double T;
+    static __device__ __forceinline__ T init() { return __longlong_as_double(0xfff0000000000000LL); }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v || x != x) v = x; }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+};
+struct kiln_max_l {
+    typedef long long T;
+    static __device__ __forceinline__ T init() { return -9223372036854775807LL - 1; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v) v = x; }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+};
+struct kiln_min_d {
+    typedef double T;
+    static __device__ __forceinline__ T init() { return __longlong_as_double(0x7ff0000000000000LL); }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v || x != x) v = x; }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+};
+struct kiln_min_l {
+    typedef long long T;
+    static __device__ __forceinline__ T init() { return 9223372036854775807LL; }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v) v = x; }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+};
+struct kiln_argmax_d {
+    typedef double T;
+    static __device__ __forceinline__ T init() { return __longlong_as_double(0xfff0000000000000LL); }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x > v || (x == v && q < p)));
+        if (take) { v = x; p = q; }
+    }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
+        if (v == v && (x > v || x != x || p == KILN_NO_POS)) { v = x; p = q; }
+    }
+};
+struct kiln_argmin_d {
+    typedef double T;
+    static __device__ __forceinline__ T init() { return __longlong_as_double(0x7ff0000000000000LL); }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x < v || (x == v && q < p)));
+        if (take) { v = x; p = q; }
+    }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
+        if (v == v && (x < v || x != x || p == KILN_NO_POS)) { v = x; p = q; }
+    }
+};
+struct kiln_argmax_l {
+    typedef long long T;
+    static __device__ __forceinline__ T init() { return -9223372036854775807LL - 1; }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        if (x > v || (x == v && q < p)) { v = x; p = q; }
+    }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
+        if (x > v || p == KILN_NO_POS) { v = x; p = q; }
+    }
+};
+struct kiln_argmin_l {
+    typedef long long T;
+    static __device__ __forceinline__ T init() { return 9223372036854775807LL; }
+    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
+        if (x < v || (x == v && q < p)) { v = x; p = q; }
+    }
+    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
+        if (x < v || p == KILN_NO_POS) { v = x; p = q; }
+    }
+};
 )";
 
 const char* const kCudaHistPrelude = R"(

@@ -10,12 +10,7 @@
 namespace kiln::codegen::detail {
 
 void Emitter::emit_reduce_scratch(bool row, int per_thread, bool folds) {
-    bool f = false, i = false;
-    for (auto& a : k_.accums) (a.type == CT::F32 ? f : i) = true;
-    const int n = row ? 32 : detail::kColumnThreads * per_thread;
-    if (f) line("__shared__ float kiln_svf[{}];", n);
-    if (i) line("__shared__ int kiln_svi[{}];", n);
-    line("__shared__ int kiln_sp[{}];", n);
+    declare_acc_scratch(row ? 32 : detail::kColumnThreads * per_thread);
     bool moments = false, expsum = false;
     if (row && folds)
         for (const detail::RowFold& f : detail::row_folds(k_)) (f.kind == detail::RowFold::Moments ? moments : expsum) = true;
@@ -550,10 +545,9 @@ void Emitter::emit_row_kernel(bool registers) {
             if (f.shared >= 0) shared[f.shared] = true;
         for (int ai : b.accums) {
             const kir::Accum& ac = k_.accums[ai];
-            const char* sfx = ac.type == CT::F32 ? "f" : "i";
             if (!shared[ai])
                 line("kiln_row_reduce<{0}>(acc{1}_v, acc{1}_p, G, kiln_sv{2}, kiln_sp, &kiln_x, xround);",
-                     acc_struct(ac), ai, sfx);
+                     acc_struct(ac), ai, acc_suffix(ac.type));
         }
         for (const detail::RowFold& f : folds_now_) {
             if (f.kind == detail::RowFold::ExpSum) {

@@ -1067,8 +1067,8 @@ TEST_CASE("gpu: named tensors are counted in the fused kernels' store path") {
     }
 }
 
-TEST_CASE("gpu: float64, int64, uint32 and the 16-bit integers compute elementwise exactly as on the CPU; their "
-          "reductions are refused") {
+TEST_CASE("gpu: float64, int64, uint32 and the 16-bit integers compute elementwise exactly as on the CPU, and "
+          "reduce along rows, columns, a cluster-long row and whole as the CPU does") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
     const int64_t n = (1 << 20) + 37;   // past a grid-stride round, with a tail
@@ -1130,14 +1130,64 @@ TEST_CASE("gpu: float64, int64, uint32 and the 16-bit integers compute elementwi
     same_i64([](Expr X, Expr, Expr I, Expr) { return cast(X * 1e12, DType::Int64) + cast(I, DType::UInt32); }, DType::Int64);
     same_i64([](Expr, Expr, Expr I, Expr J) { return cast(I, DType::Int16) + cast(J, DType::UInt16); }, DType::Int32);
     same_i64([](Expr, Expr, Expr I, Expr J) { return cast(I, DType::UInt32) * cast(J, DType::UInt32) + 7; }, DType::UInt32);
-    // Reductions of these dtypes: a DTypeError naming them, not a kernel.
-    Tensor X = gpu.array(x, {n});
-    Tensor s = gpu.empty({1}, DType::Float64);
-    try {
-        s.assign(sum(Expr(X)));
-        FAIL("a float64 sum on CUDA ran");
-    } catch (const Error& e) {
-        CHECK(std::string(e.what()).find("does not reduce float64") != std::string::npos);
-        CHECK(e.kind() == Error::Kind::Type);
+    // Reductions: integers and every max, min and arg exactly; float64 sums, products and what
+    // is built of them within the rounding that their order of summation allows.
+    const int64_t rows = 1000, cols = 1049;   // rows * cols <= n
+    struct Layout {
+        const char* name;
+        Shape shape;
+        int axis;
+    };
+    const Layout layouts[] = {{"rows", {rows, cols}, 1}, {"columns", {rows, cols}, 0}, {"whole", {rows * cols}, kAllAxes},
+                              {"one long row (a cluster)", {1, rows * cols}, 1}};
+    auto reduce = [&](Context& c, const Layout& lay, auto&& build, DType out_dtype, Shape out_shape) {
+        const std::vector<double> xs(x.begin(), x.begin() + rows * cols);
+        const std::vector<int64_t> is(i.begin(), i.begin() + rows * cols), js(j.begin(), j.begin() + rows * cols);
+        Tensor X = c.array(xs, lay.shape), I = c.array(is, lay.shape), J = c.array(js, lay.shape);
+        Tensor out = c.empty(out_shape, out_dtype);
+        out.assign(build(Expr(X), Expr(I), Expr(J), lay.axis));
+        std::vector<double> v(out.size());
+        out.copy_to_host(v.data(), DType::Float64);
+        return v;
+    };
+    for (const Layout& lay : layouts) {
+        const Shape out_shape = lay.axis == kAllAxes ? Shape{1} : lay.axis == 0 ? Shape{1, lay.shape[1]} : Shape{lay.shape[0], 1};
+        // (0 tolerance: exact. Otherwise relative to the CPU's sum of magnitudes along the axis.)
+        auto same = [&](const char* what, auto&& build, DType t, bool exact) {
+            INFO(lay.name << ": " << what);
+            const std::vector<double> a = reduce(gpu, lay, build, t, out_shape), b = reduce(cpu, lay, build, t, out_shape);
+            const std::vector<double> mag = reduce(
+                cpu, lay, [](Expr X, Expr, Expr, int axis) { return sum(absolute(X), axis); }, DType::Float64, out_shape);
+            REQUIRE(a.size() == b.size());
+            size_t bad = 0;
+            for (size_t k = 0; k < a.size(); ++k) {
+                const double tol = exact ? 0.0 : 1e-12 * std::max(mag[k], std::fabs(b[k]));
+                bad += !(a[k] == b[k] || std::fabs(a[k] - b[k]) <= tol);
+            }
+            CHECK(bad == 0);
+        };
+        same("float64 sum", [](Expr X, Expr, Expr, int ax) { return sum(X, ax); }, DType::Float64, false);
+        same("float64 mean of squares", [](Expr X, Expr, Expr, int ax) { return mean(X * X, ax) / sum(X * X, ax); },
+             DType::Float64, false);
+        same("float64 max - min", [](Expr X, Expr, Expr, int ax) { return max(X, ax) - min(X * 3.0, ax); }, DType::Float64,
+             true);
+        same("float64 argmax, argmin", [](Expr X, Expr, Expr, int ax) { return argmax(X, ax) * 2 + argmin(X, ax); },
+             DType::Int64, true);
+        same("float64 product", [](Expr X, Expr, Expr, int ax) { return prod(1.0 + X * 1e-7, ax); }, DType::Float64, false);
+        same("int64 sum, product", [](Expr, Expr I, Expr J, int ax) { return sum(I, ax) + prod(bitwise_or(J, Expr(1)), ax); },
+             DType::Int64, true);
+        same("int64 max, min, argmax", [](Expr, Expr I, Expr J, int ax) {
+            return max(I, ax) - min(I, ax) + cast(argmax(J, ax), DType::Int64);
+        }, DType::Int64, true);
+        same("uint32 sum, max", [](Expr, Expr I, Expr, int ax) {
+            return sum(cast(I, DType::UInt32), ax) + max(cast(I, DType::UInt32), ax);
+        }, DType::Int64, true);
+        same("int16, uint16", [](Expr, Expr I, Expr J, int ax) {
+            return sum(cast(I, DType::Int16), ax) + min(cast(J, DType::UInt16), ax) + cast(argmin(cast(I, DType::Int16), ax), DType::Int64);
+        }, DType::Int64, true);
+        if (lay.axis == 1) {
+            same("float64 variance", [](Expr X, Expr, Expr, int ax) { return var(X * 1e-3, ax); }, DType::Float64, false);
+        }
     }
+
 }

@@ -78,8 +78,6 @@ def test_linear_in_16_bit_floats(dtype):
 
 def test_linear_gradcheck_in_float64():
     x, w, b = _rand(3, 4, dtype=torch.float64), _rand(5, 4, dtype=torch.float64, seed=2), _rand(5, dtype=torch.float64, seed=3)
-    if CUDA:
-        pytest.skip("float64 linear is a fused sum of products, which CUDA does not reduce yet")
     assert torch.autograd.gradcheck(lambda *t: kt.linear(*t, activation="leaky_relu", negative_slope=0.2), (x, w, b))
 
 
@@ -214,13 +212,7 @@ def scaled_and_shifted(x, y):   # two outputs
     return x * y, kiln.sin(x) + y
 
 
-def _gradcheck_dtype():
-    return torch.float32 if CUDA else torch.float64
-
-
 def test_op_gradcheck_in_float64():
-    if CUDA:
-        pytest.skip("CUDA does not reduce float64 yet; the float32 comparisons below cover the GPU")
     d = torch.float64
     assert torch.autograd.gradcheck(gelu, (_rand(3, 5, dtype=d),))
     assert torch.autograd.gradcheck(layer_norm, (_rand(4, 6, dtype=d), _rand(6, dtype=d, seed=2), _rand(6, dtype=d, seed=3)))

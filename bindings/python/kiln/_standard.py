@@ -233,7 +233,7 @@ def matmul(x1, x2):
     batches; a 1-d operand is a row (first) or a column (second) vector whose axis is dropped.
     Both operands go to their common dtype; GEMM takes float32, float16 and bfloat16, and the
     other dtypes (float64, the integers) are a fused sum of products, lazy, in their own
-    arithmetic (on the CPU backend: CUDA does not yet reduce 64-bit and 16-bit integer values)."""
+    arithmetic."""
     if x1.ndim == 0 or x2.ndim == 0:
         raise _kiln.InvalidArgument(f"matmul: operands of shapes {tuple(x1.shape)} and {tuple(x2.shape)}; 0-d ones "
                                     "have no matrix axes (multiply scales by a scalar)")

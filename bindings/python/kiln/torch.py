@@ -270,8 +270,8 @@ def linear(x, weight, bias=None, activation=None, negative_slope=0.01):
     """activation(x @ weight.T + bias), as torch.nn.functional.linear followed by the activation
     (None, "relu", "leaky_relu" with negative_slope), computed by kiln's GEMM with the bias and
     the activation in its epilogue. x is (..., in_features), weight (out_features, in_features),
-    bias (out_features,); float32, float16, bfloat16 (and float64, as a fused sum of products on
-    the CPU)."""
+    bias (out_features,); float32, float16, bfloat16 (and float64, as kiln's fused sum of
+    products rather than its GEMM)."""
     relu, slope = _activation(activation, negative_slope)
     _check_tensors("linear", x, weight, bias)
     if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:

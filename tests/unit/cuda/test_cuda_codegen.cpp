@@ -1042,7 +1042,7 @@ TEST_CASE("kernel IR listing names ops, buffers, accumulators and stores") {
 }
 
 TEST_CASE("64-bit and 16-bit integer expressions, lowered as the runtime lowers them, compile for sm_80 and "
-          "sm_90 elementwise; their reductions are refused naming the dtypes") {
+          "sm_90: elementwise, and reduced along rows, columns and whole, every accumulator kind") {
     using test::host_view;
     const Expr d = leaf(host_view({64, 33}, DType::Float64)), e = leaf(host_view({64, 33}, DType::Float64));
     const Expr l = leaf(host_view({64, 33}, DType::Int64)), u = leaf(host_view({64, 33}, DType::UInt32));
@@ -1069,16 +1069,33 @@ TEST_CASE("64-bit and 16-bit integer expressions, lowered as the runtime lowers 
             require_compiles(name, src);
         }
     }
-    for (const Expr& r : {sum(d, 1), max(l, 0), sum(s)}) {
-        const auto stages = compile_assignment(r.node(), host_view(r.shape(), r.dtype()), "sm_90").stages;
-        REQUIRE(!stages.empty());
-        try {
-            (void)codegen::emit_cuda(stages.back().kernel);
-            FAIL("a reduction of a 64-bit or 16-bit integer dtype was rendered");
-        } catch (const Error& err) {
-            CHECK(err.kind() == Error::Kind::Type);
-            CHECK(std::string(err.what()).find("the CUDA backend does not reduce float64, int64, uint32, int16 or uint16") !=
-                  std::string::npos);
+    // Rows (axis 1), columns (axis 0) and full reductions, every kind, every 64-bit state type and
+    // the narrow integers whose loads are wide-path (16-bit, uint32).
+    const Expr z = leaf(host_view({64, 33}, DType::UInt16));
+    const std::vector<std::pair<std::string, Expr>> reductions = {
+        {"sum_f64", sum(d, 1) + sum(d)},
+        {"var_f64", var(d, 1)},   // mean and a second pass (no float32 fold)
+        {"softmax_f64", exp(d - max(d, 1)) / sum(exp(d - max(d, 1)), 1)},
+        {"prod_f64", prod(d, 0)},
+        {"minmax_f64", max(d, 0) - min(e)},
+        {"arg_f64", cast(argmax(d, 1), DType::Float64) + cast(argmin(e, 0), DType::Float64)},
+        {"sum_i64", sum(l, 0) + sum(l)},
+        {"prod_i64", prod(l, 1)},
+        {"minmax_i64", max(l, 1) - min(l, 1)},
+        {"arg_i64", cast(argmax(l), DType::Int64) + cast(argmin(l, 1), DType::Int64)},
+        {"uint32", sum(u, 1) + cast(max(u, 1), DType::Int64)},
+        {"int16", sum(s, 0) + cast(min(s, 0), DType::Int64) + cast(argmax(s, 0), DType::Int64)},
+        {"uint16", sum(z) + cast(max(z), DType::Int64)},
+        {"matmul_f64", sum(expand_dims(d, -1) * expand_dims(reshape(e, {33, 64}), 0), 1)},
+    };
+    for (const auto& [name, r] : reductions) {
+        INFO(name);
+        for (auto& stage : compile_assignment(r.node(), host_view(r.shape(), r.dtype()), "sm_90").stages) {
+            CudaSource src = codegen::emit_cuda(stage.kernel);
+            CHECK(codegen::detail::row_vector_width(stage.kernel) == 1);
+            CHECK(codegen::detail::column_vector_width(stage.kernel) == 0);
+            CHECK(!codegen::detail::row_register_entry(stage.kernel));
+            require_compiles("wide_" + name + "_" + stage.kernel.name, src);
         }
     }
 }
