@@ -22,6 +22,10 @@ CUDA = kiln.default_context().backend == "cuda"
 DEVICE = "cuda" if CUDA else "cpu"
 if CUDA and not torch.cuda.is_available():
     pytest.skip("kiln runs on CUDA but this PyTorch has no CUDA", allow_module_level=True)
+# PyTorch's float32 convolutions on CUDA may round their operands to tf32 by default; the
+# references here are float32 products.
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = False
 
 TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5), torch.float16: dict(rtol=2e-2, atol=2e-2),
        torch.bfloat16: dict(rtol=5e-2, atol=5e-2), torch.float64: dict(rtol=1e-12, atol=1e-12)}

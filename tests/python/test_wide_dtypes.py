@@ -182,7 +182,7 @@ def test_matmul_of_float64_and_integers_is_a_sum_of_products_in_their_arithmetic
     a, b = rng.standard_normal((3, 4, 5)), rng.standard_normal((5, 2))
     got = kiln.matmul(kiln.asarray(a, dtype="float64"), kiln.asarray(b, dtype="float64"))
     assert got.dtype == np.float64 and got.shape == (3, 4, 2)
-    np.testing.assert_allclose(np.asarray(got), a @ b, rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(got), a @ b, rtol=1e-14, atol=1e-15)   # (five terms of about 1)
     i, j = np.arange(12, dtype=np.int64).reshape(3, 4) * 2**33, np.arange(4, dtype=np.int64)
     got = kiln.matmul(kiln.asarray(i, dtype="int64"), kiln.asarray(j, dtype="int64"))
     assert got.dtype == np.int64 and got.shape == (3,)
