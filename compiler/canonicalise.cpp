@@ -30,7 +30,7 @@ double to_dtype(double v, DType t) {
         return (double)i;
     }
     // 64-bit values are not folded (fold() below); a scalar of their dtype keeps its value.
-    case DType::Float64: case DType::Int64: case DType::UInt32: return v;
+    case DType::Float64: case DType::Int64: case DType::UInt32: case DType::UInt64: return v;
     }
     return v;
 }
@@ -65,7 +65,7 @@ std::optional<double> fold_wrapping(const Node& n, const std::vector<NodePtr>& i
 
 // The value of `n` from constant operands `ins` (already folded scalars, not n.inputs), as
 // kiln/elementwise.def's fold column says; nothing where the op does not fold at n's dtype.
-// 64-bit values (float64, int64, uint32) are left to the kernel: the host's double holds neither
+// 64-bit values (float64, int64, uint32, uint64) are left to the kernel: the host's double holds neither
 // every int64 nor the wrap-around of their arithmetic.
 std::optional<double> fold(const Node& n, const std::vector<NodePtr>& ins) {
     if (is_wide(n.dtype)) return std::nullopt;

@@ -86,6 +86,35 @@ struct Lowerer {
         }
     }
 
+    // uint64 values are their bits in i64 arithmetic: addition, multiplication, the bitwise ops
+    // and left shifts are the same; comparison, division, right shifts and conversions to and
+    // from floats are unsigned here. flip() maps unsigned order onto signed order (x ^ 2^63).
+    int flip(int x) { return op2(Op::Xor, CT::I64, x, ci(INT64_MIN, CT::I64)); }
+    // Value `v` of dtype `from` in dtype `to`'s representation: convert(), unsigned where one
+    // side is uint64.
+    int convert_from(int v, DType from, DType to) {
+        if (from == DType::UInt64 && is_float(to)) {
+            // Below 2^63 the signed conversion; above, half the value with its lowest bit kept
+            // sticky (so that rounding sees it), converted, doubled (exact).
+            const CT ft = compute_type(to);
+            const int half = op2(Op::Or, CT::I64, op2(Op::Shr, CT::I64, v, ci(1, CT::I64)), op2(Op::And, CT::I64, v, ci(1, CT::I64)));
+            const int big = op2(Op::Mul, ft, op1(Op::Convert, ft, half), cf(2.0, ft));
+            return op3(Op::Select, ft, op2(Op::Lt, CT::I32, v, ci(0, CT::I64)), big, op1(Op::Convert, ft, v));
+        }
+        if (to == DType::UInt64 && is_float(type_of(v))) {
+            // Truncated toward zero: from 2^63 on, as the signed conversion of x - 2^63 with the top
+            // bit set (saturating at 2^64 - 1); below, the signed conversion (a negative value wraps,
+            // as in the other integer dtypes; NaN gives 0).
+            const CT ft = type_of(v);
+            const int two63 = cf(9223372036854775808.0, ft);
+            const int high = flip(op1(Op::Convert, CT::I64, op2(Op::Sub, ft, v, two63)));
+            return op3(Op::Select, CT::I64, op2(Op::Ge, CT::I32, v, two63), high, op1(Op::Convert, CT::I64, v));
+        }
+        return convert(v, to);
+    }
+    // Unsigned a < b of two uint64 values (an i32 truth value).
+    int ult(int a, int b) { return op2(Op::Lt, CT::I32, flip(a), flip(b)); }
+
     // +0.0 or -0.0 with the sign bit of the float value `x`.
     int signed_zero(int x) {
         if (type_of(x) == CT::F64)
@@ -122,6 +151,7 @@ struct Lowerer {
             const int r = op3(Op::Select, ct, op2(Op::Ne, CT::I32, div, zero), fl, signed_zero(q));
             return op3(Op::Select, ct, op2(Op::Eq, CT::I32, b, zero), q, r);
         }
+        if (t == DType::UInt64) return unsigned_division(op, a, b);
         // Integers. IDiv/IRem are undefined for b == 0 and for MIN / -1: those divide by 1
         // instead (remainder 0, as NumPy's) and the quotient is replaced below: 0 for b == 0,
         // -a (wrapping, so MIN stays MIN) for b == -1.
@@ -142,18 +172,37 @@ struct Lowerer {
         return wrap(quot, t);  // int8: -128 // -1 = 128 wraps to -128
     }
 
+    // uint64 a / b (floor_divide) or a % b (remainder, fmod), 0 for b == 0 as for the signed
+    // integers. A divisor of 2^63 or more goes into a once or not at all. A smaller one divides
+    // a / 2 (within int64) with signed division: q = 2 ((a >> 1) / b) is the quotient or one
+    // below it, as a - q b < 2 b says.
+    int unsigned_division(OpKind op, int a, int b) {
+        const CT t = CT::I64;
+        const int by_zero = op2(Op::Eq, CT::I32, b, ci(0, t));
+        const int big = op2(Op::Lt, CT::I32, b, ci(0, t));
+        const int d = op3(Op::Select, t, op2(Op::Or, CT::I32, by_zero, big), ci(1, t), b);
+        int q = op2(Op::Shl, t, op2(Op::IDiv, t, op2(Op::Shr, t, a, ci(1, t)), d), ci(1, t));
+        const int r = op2(Op::Sub, t, a, op2(Op::Mul, t, q, d));
+        q = op2(Op::Add, t, q, op1(Op::Convert, t, op2(Op::Xor, CT::I32, ult(r, d), ci(1))));
+        q = op3(Op::Select, t, big, op1(Op::Convert, t, op2(Op::Xor, CT::I32, ult(a, b), ci(1))), q);
+        q = op3(Op::Select, t, by_zero, ci(0, t), q);
+        if (op == OpKind::FloorDiv) return q;
+        return op3(Op::Select, t, by_zero, ci(0, t), op2(Op::Sub, t, a, op2(Op::Mul, t, q, b)));
+    }
+
     // x ** e of integers (NumPy's power on integer dtypes), wrapping as multiplication does: square
     // and multiply over e's bits. A negative exponent gives the integer part of the true power:
     // 1 for x = 1, +-1 for x = -1 (by e's parity), else 0 (NumPy raises; the standard leaves it).
     int int_power(int x, int e, DType t) {
         const CT ct = compute_type(t);
-        const int bits = ct == CT::I64 ? 63 : 31;
+        const int bits = t == DType::UInt64 ? 64 : ct == CT::I64 ? 63 : 31;
         int result = ci(1, ct), base = x;
         for (int b = 0; b < bits; ++b) {
             const int bit = op2(Op::And, ct, op2(Op::Shr, ct, e, ci(b, ct)), ci(1, ct));
             result = op3(Op::Select, ct, op2(Op::Ne, CT::I32, bit, ci(0, ct)), op2(Op::Mul, ct, result, base), result);
             if (b + 1 < bits) base = op2(Op::Mul, ct, base, base);
         }
+        if (t == DType::UInt64) return result;   // (no negative exponents)
         const int odd = op2(Op::Ne, CT::I32, op2(Op::And, ct, e, ci(1, ct)), ci(0, ct));
         const int minus_one = op3(Op::Select, ct, odd, ci(-1, ct), ci(1, ct));
         const int negative = op3(Op::Select, ct, op2(Op::Eq, CT::I32, x, ci(1, ct)), ci(1, ct),
@@ -382,7 +431,9 @@ struct Lowerer {
         int stride = new_iparam((int32_t)src_strides[axis]);
         // Negative indices count from the end; out-of-range ones are clipped into [0, len).
         int i = value(nd.inputs[1]);
-        if (type_of(i) == CT::I64)   // int64 and uint32 indices: clipped into int32's range first
+        if (nd.inputs[1]->dtype == DType::UInt64)   // (one past 2^63 is past the end too)
+            i = op3(Op::Select, CT::I64, op2(Op::Lt, CT::I32, i, ci(0, CT::I64)), ci(INT64_MAX, CT::I64), i);
+        if (type_of(i) == CT::I64)   // 64-bit and uint32 indices: clipped into int32's range first
             i = op2(Op::Minimum, CT::I64, op2(Op::Maximum, CT::I64, i, ci(INT32_MIN, CT::I64)), ci(INT32_MAX, CT::I64));
         i = convert(i, DType::Int32);
         int L = iparam(len);
@@ -409,13 +460,16 @@ struct Lowerer {
             kir::Instr i{Op::AccResult, (nd.op == OpKind::ArgMax || nd.op == OpKind::ArgMin) ? CT::I32 : k.accums[it->second].type};
             i.index = it->second;
             const int r = emit(i);
-            // A uint32 sum or product accumulates in i64 and wraps at 32 bits once read.
+            // A uint32 sum or product accumulates in i64 and wraps at 32 bits once read; a uint64
+            // max or min was taken of flipped values (run below).
+            if (nd.dtype == DType::UInt64 && (nd.op == OpKind::Max || nd.op == OpKind::Min)) return flip(r);
             return nd.dtype == DType::UInt32 && (nd.op == OpKind::Sum || nd.op == OpKind::Prod) ? wrap(r, nd.dtype) : r;
         }
         const DType t = nd.dtype;
         const CT ct = compute_type(t);
         auto in = [&](int i) { return value(nd.inputs[i]); };
-        auto in_as = [&](int i, DType dt) { return convert(in(i), dt); };
+        auto in_as = [&](int i, DType dt) { return convert_from(in(i), nd.inputs[i]->dtype, dt); };
+        const bool u64 = t == DType::UInt64;
         switch (nd.op) {
         case OpKind::Scalar: return param(nd);
         case OpKind::Rand: return philox(nd);
@@ -428,7 +482,7 @@ struct Lowerer {
         }
         case OpKind::Take: return gather(nd);
         case OpKind::Neg: return wrap(op1(Op::Neg, ct, in_as(0, t)), t);
-        case OpKind::Abs: return t == DType::Bool ? in(0) : wrap(op1(Op::Abs, ct, in_as(0, t)), t);
+        case OpKind::Abs: return t == DType::Bool || u64 ? in(0) : wrap(op1(Op::Abs, ct, in_as(0, t)), t);
         case OpKind::Square: { int x = in_as(0, t); return wrap(op2(Op::Mul, ct, x, x), t); }
         case OpKind::Sqrt: return op1(Op::Sqrt, ct, in_as(0, t));
         case OpKind::Exp: return op1(Op::Exp, ct, in_as(0, t));
@@ -453,14 +507,16 @@ struct Lowerer {
         case OpKind::Tanh2:  // (2^(2x) - 1) / (2^(2x) + 1) == tanh(x ln 2), without the overflow
             return op1(Op::Tanh, ct, op2(Op::Mul, ct, in_as(0, t), cf(std::log(2.0), ct)));
         case OpKind::Reciprocal: return op2(Op::Div, ct, cf(1.0, ct), in_as(0, t));
-        case OpKind::Sgn: return op1(Op::Sgn, ct, in_as(0, t));
+        case OpKind::Sgn:
+            if (u64) return op1(Op::Convert, ct, op2(Op::Ne, CT::I32, in(0), ci(0, ct)));
+            return op1(Op::Sgn, ct, in_as(0, t));
         case OpKind::Rint: return op1(Op::Rint, ct, in_as(0, t));
         case OpKind::Floor: return op1(Op::Floor, ct, in_as(0, t));
         case OpKind::Finite: {
             int x = in(0);
             return is_float(type_of(x)) ? op1(Op::Finite, CT::I32, x) : ci(1);
         }
-        case OpKind::Cast: return convert(in(0), t);
+        case OpKind::Cast: return convert_from(in(0), nd.inputs[0]->dtype, t);
         // Bitwise ops on the values widened to int32 (sign-extended: in range again after and,
         // or and xor); ~ of a bool is not.
         case OpKind::Invert:
@@ -477,7 +533,7 @@ struct Lowerer {
             const int last = ct == CT::I64 ? 63 : 31;
             const int wide = op2(Op::Or, CT::I32, op2(Op::Lt, CT::I32, s, ci(0, ct)), op2(Op::Gt, CT::I32, s, ci(last, ct)));
             if (nd.op == OpKind::Shl) return wrap(op3(Op::Select, ct, wide, ci(0, ct), op2(Op::Shl, ct, x, s)), t);
-            const int sign = op3(Op::Select, ct, op2(Op::Lt, CT::I32, x, ci(0, ct)), ci(-1, ct), ci(0, ct));
+            const int sign = u64 ? ci(0, ct) : op3(Op::Select, ct, op2(Op::Lt, CT::I32, x, ci(0, ct)), ci(-1, ct), ci(0, ct));
             const int shifted = op2(Op::Xor, ct, op2(Op::Shr, ct, op2(Op::Xor, ct, x, sign), s), sign);
             return op3(Op::Select, ct, wide, sign, shifted);
         }
@@ -488,13 +544,21 @@ struct Lowerer {
         case OpKind::NextAfter: return op2(Op::NextAfter, ct, in_as(0, t), in_as(1, t));
         case OpKind::FloorDiv: case OpKind::Mod: case OpKind::Fmod: return division(nd.op, in_as(0, t), in_as(1, t), t);
         case OpKind::Pow: return is_float(ct) ? op2(Op::Pow, ct, in_as(0, t), in_as(1, t)) : int_power(in_as(0, t), in_as(1, t), t);
-        case OpKind::Maximum: return op2(Op::Maximum, ct, in_as(0, t), in_as(1, t));
-        case OpKind::Minimum: return op2(Op::Minimum, ct, in_as(0, t), in_as(1, t));
+        case OpKind::Maximum: case OpKind::Minimum: {
+            const Op op = nd.op == OpKind::Maximum ? Op::Maximum : Op::Minimum;
+            if (u64) return flip(op2(op, ct, flip(in_as(0, t)), flip(in_as(1, t))));
+            return op2(op, ct, in_as(0, t), in_as(1, t));
+        }
         case OpKind::Eq: case OpKind::Ne: case OpKind::Gt: case OpKind::Ge: case OpKind::Lt: case OpKind::Le: {
             // Compared in the compute type, never narrowed: an int8 tensor compared with the
             // literal 200 compares against 200 (NumPy 2), not against a wrapped -56.
             DType ot = result_type(Expr(nd.inputs[0]), Expr(nd.inputs[1]));
-            if (is_integer(ot)) ot = compute_type(ot) == CT::I64 ? DType::Int64 : DType::Int32;
+            if (ot == DType::UInt64 && nd.op != OpKind::Eq && nd.op != OpKind::Ne) {   // unsigned order
+                const int a = flip(in_as(0, ot)), b = flip(in_as(1, ot));
+                const Op op = nd.op == OpKind::Gt ? Op::Gt : nd.op == OpKind::Ge ? Op::Ge : nd.op == OpKind::Lt ? Op::Lt : Op::Le;
+                return op2(op, CT::I32, a, b);
+            }
+            if (is_integer(ot) && ot != DType::UInt64) ot = compute_type(ot) == CT::I64 ? DType::Int64 : DType::Int32;
             else if (is_float(ot)) ot = ot == DType::Float64 ? DType::Float64 : DType::Float32;
             Op op = nd.op == OpKind::Eq ? Op::Eq : nd.op == OpKind::Ne ? Op::Ne : nd.op == OpKind::Gt ? Op::Gt
                   : nd.op == OpKind::Ge ? Op::Ge : nd.op == OpKind::Lt ? Op::Lt : Op::Le;
@@ -573,8 +637,10 @@ struct Lowerer {
                 kir::AccKind kind = r->op == OpKind::Sum ? kir::AccKind::Sum : r->op == OpKind::Max ? kir::AccKind::Max
                                   : r->op == OpKind::Min ? kir::AccKind::Min : r->op == OpKind::ArgMax ? kir::AccKind::ArgMax
                                   : r->op == OpKind::Prod ? kir::AccKind::Prod : kir::AccKind::ArgMin;
-                // int8 sums and products accumulate as int32
-                if (kind == kir::AccKind::Sum || kind == kir::AccKind::Prod) v = convert(v, r->dtype);
+                // int8 sums and products accumulate as int32; uint64 extremes are taken of flipped
+                // values (signed order), flipped back where read.
+                if (kind == kir::AccKind::Sum || kind == kir::AccKind::Prod) v = convert_from(v, r->inputs[0]->dtype, r->dtype);
+                else if (r->inputs[0]->dtype == DType::UInt64) v = flip(v);
                 k.accums.push_back({kind, type_of(v), v});
                 k.blocks[cur].accums.push_back((int)k.accums.size() - 1);
                 acc_of[r] = (int)k.accums.size() - 1;
@@ -585,7 +651,7 @@ struct Lowerer {
             if (st.reduced[d] && ostrides[d] != 0 && st.domain[d] != 1) point_store = false;
         if (levels_total == 0) point_store = false;
         open_block(!point_store);
-        int v = convert(value(st.root), o.dtype);
+        int v = convert_from(value(st.root), st.root->dtype, o.dtype);
         if (opts.stochastic_round_bits > 0 && (o.dtype == DType::Float16 || o.dtype == DType::BFloat16))
             v = stochastic_round(v, o.dtype);
         k.blocks[cur].stores.push_back({obuf, v});

@@ -24,8 +24,8 @@ CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst_in, c
     }
     // A literal stored alone takes the destination's dtype when that holds more than float32 or
     // int32 does (a Python float into a float64 tensor stays the double it is).
-    // (A float literal into int64 or uint32 goes through float64, then the cast.)
-    // An integer literal into int64 or uint32 keeps its exact value (cast of a scalar, ir/expr.cpp).
+    // (A float literal into a 64-bit integer goes through float64, then the cast.)
+    // An integer literal into a 64-bit integer keeps its exact value (cast of a scalar, ir/expr.cpp).
     if (root->op == OpKind::Scalar && root->weak && is_wide(dst.dtype) && (is_float(root->dtype) || is_float(dst.dtype)))
         root = scalar(root->value, is_float(root->dtype) && !is_float(dst.dtype) ? DType::Float64 : dst.dtype).node();
     if (root->dtype != dst.dtype) root = cast(Expr(root), dst.dtype).node();

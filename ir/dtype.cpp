@@ -28,6 +28,7 @@ DType promote(DType a, DType b) {
     // Two integers.
     if (is_unsigned(a) == is_unsigned(b)) return bits(a) >= bits(b) ? a : b;
     const DType s = is_unsigned(a) ? b : a, u = is_unsigned(a) ? a : b;
+    if (u == DType::UInt64) return DType::Float64;
     return bits(s) > bits(u) ? s : signed_of_bits(2 * bits(u));
 }
 
@@ -39,7 +40,7 @@ bool parse_dtype(std::string_view n, DType& out) {
         {"float64", DType::Float64}, {"f64", DType::Float64}, {"double", DType::Float64},
         {"int64", DType::Int64}, {"i64", DType::Int64}, {"int32", DType::Int32}, {"i32", DType::Int32},
         {"int16", DType::Int16}, {"i16", DType::Int16}, {"int8", DType::Int8}, {"i8", DType::Int8},
-        {"uint32", DType::UInt32}, {"u32", DType::UInt32}, {"uint16", DType::UInt16}, {"u16", DType::UInt16},
+        {"uint64", DType::UInt64}, {"u64", DType::UInt64}, {"uint32", DType::UInt32}, {"u32", DType::UInt32}, {"uint16", DType::UInt16}, {"u16", DType::UInt16},
         {"uint8", DType::UInt8}, {"u8", DType::UInt8}, {"bool", DType::Bool},
     };
     for (auto& e : table)

@@ -1,6 +1,6 @@
 // The compute types kernels do arithmetic in: float32 for float32 and the 16-bit floats, float64
-// for float64, int32 for bool and the integers of up to 32 signed bits, int64 for int64 and
-// uint32 (the dtypes themselves are public: kiln/dtype.hpp). The numbers are part of recorded
+// for float64, int32 for bool and the integers of up to 32 signed bits, int64 for int64, uint32
+// and uint64 (its bits; the dtypes themselves are public: kiln/dtype.hpp). The numbers are part of recorded
 // kernel texts: new types are appended.
 #pragma once
 #include <kiln/dtype.hpp>
@@ -12,7 +12,7 @@ inline constexpr int kNumComputeTypes = 4;
 
 constexpr ComputeType compute_type(DType t) {
     if (t == DType::Float64) return ComputeType::F64;
-    if (t == DType::Int64 || t == DType::UInt32) return ComputeType::I64;
+    if (t == DType::Int64 || t == DType::UInt32 || t == DType::UInt64) return ComputeType::I64;
     return is_float(t) ? ComputeType::F32 : ComputeType::I32;
 }
 constexpr bool is_float(ComputeType t) { return t == ComputeType::F32 || t == ComputeType::F64; }

@@ -51,11 +51,12 @@ Expr make_scalar(double v, DType t, bool weak) {
     return Expr(intern(std::move(n)));
 }
 
+// (For uint64, v holds the value's bits.)
 Expr make_int_scalar(int64_t v, DType t, bool weak) {
     Node n;
     n.op = OpKind::Scalar;
     n.dtype = t;
-    n.value = (double)v;
+    n.value = t == DType::UInt64 ? (double)(uint64_t)v : (double)v;
     n.ivalue = v;
     n.weak = weak;
     return Expr(intern(std::move(n)));
@@ -64,7 +65,7 @@ Expr make_int_scalar(int64_t v, DType t, bool weak) {
 bool is_weak(const Expr& e) { return N(e).op == OpKind::Scalar && N(e).weak; }
 
 // NumPy's float result for a transcendental function of `t`: floats keep their type, 8-bit
-// integers and bool give float16, 16-bit integers float32, int64 and uint32 float64; int32
+// integers and bool give float16, 16-bit integers float32, int64, uint32 and uint64 float64; int32
 // gives float32 (NumPy: float64; kiln keeps 32-bit arithmetic 32-bit).
 DType float_result(DType t) {
     if (is_float(t)) return t;
@@ -73,7 +74,7 @@ DType float_result(DType t) {
 }
 
 // The dtype a sum or product of integers accumulates in: int32, kiln's default integer, for the
-// narrower ones and bool; int64 and uint32 keep theirs (wrapping at their width).
+// narrower ones and bool; int64, uint32 and uint64 keep theirs (wrapping at their width).
 DType accumulated(DType t) { return is_float(t) || is_wide(t) ? t : DType::Int32; }
 
 Expr unary(OpKind op, const Expr& a, DType result) { return make(op, result, N(a).shape, {a.node()}); }
@@ -92,6 +93,7 @@ std::pair<double, double> int_range(DType t) {
     case DType::Int16: return {-32768, 32767};
     case DType::UInt16: return {0, 65535};
     case DType::UInt32: return {0, 4294967295.0};
+    case DType::UInt64: return {0, 18446744073709549568.0};   // (the last double below 2^64)
     case DType::Int64: return {-9223372036854775808.0, 9223372036854774784.0};   // (the last double below 2^63)
     default: return {-2147483648.0, 2147483647.0};
     }
@@ -100,6 +102,7 @@ std::pair<double, double> int_range(DType t) {
 // "lo to hi" for an integer dtype, as integers.
 std::string range_str(DType t) {
     if (t == DType::Int64) return "-9223372036854775808 to 9223372036854775807";
+    if (t == DType::UInt64) return "0 to 18446744073709551615";
     const auto [lo, hi] = int_range(t);
     return fmt::format("{} to {}", literal_str(lo), literal_str(hi));
 }
@@ -113,17 +116,18 @@ bool fits_int32(double v) {
 // NumPy 2 (NEP 50): a Python integer that does not fit the operands' integer dtype is an
 // error, not a silent wrap-around. Two Python integers compute in int32, kiln's default
 // integer; NumPy would use int64.
-// Whether an integer scalar's value is one of t's (exactly, for int64).
+// Whether an integer scalar's value is one of t's (exactly, for the 64-bit integers: its integer
+// value holds the low 64 bits of the literal, which its double must agree with).
 bool int_fits(const Node& lit, DType t) {
     const double v = lit.value;
     if (t == DType::Int64) return v >= -9223372036854775808.0 && v <= 9223372036854775808.0 && (double)lit.ivalue == v;
+    if (t == DType::UInt64) return v >= 0 && v <= 18446744073709551616.0 && (double)(uint64_t)lit.ivalue == v;
     const auto [lo, hi] = int_range(t);
     return v >= lo && v <= hi;
 }
 
 void check_weak_int_fits(OpKind op, const Expr& lit, const Expr& other, DType common) {
     const double v = N(lit).value;
-    const auto [lo, hi] = int_range(common);
     if (int_fits(N(lit), common)) return;
     if (is_weak(other))
         fail(Error::Kind::Value,
@@ -139,22 +143,26 @@ void check_weak_int_fits(OpKind op, const Expr& lit, const Expr& other, DType co
 // A weak literal meeting an operand of dtype `common` (NumPy 2): an integer literal with a
 // float operand is that float value (2**31 stays 2147483648.0, not a wrapped int32), and with
 // an integer operand must fit its dtype. Comparisons are exempt (they compare true values).
-// A literal meeting a 64-bit operand (float64, int64, uint32) takes its dtype, so that the
+// A literal meeting a 64-bit operand (float64, int64, uint32, uint64) takes its dtype, so that the
 // kernel reads it as a 64-bit parameter: 0.1 * x in float64 multiplies by the double 0.1.
 Expr adopt_weak(OpKind op, const Expr& lit, const Expr& other, DType common) {
     if (!is_weak(lit)) return lit;
     if (!is_weak_int(lit)) return common == DType::Float64 ? make_scalar(N(lit).value, common, true) : lit;
     if (is_float(common)) return make_scalar(N(lit).value, common == DType::Float64 ? common : DType::Float32, true);
     if (!is_comparison(op)) check_weak_int_fits(op, lit, other, common);
-    if (common == DType::Int64 || common == DType::UInt32) return make_int_scalar(N(lit).ivalue, common, true);
+    if (compute_type(common) == ComputeType::I64) return make_int_scalar(N(lit).ivalue, common, true);
     return lit;
 }
 
 // An integer compared with a Python integer beyond the range its values are computed in (int32,
-// or int64 for int64 and uint32): every value lies on one side of it, so the comparison is one
-// against that range's bound that is always true or always false, as NumPy 2 compares true values.
-std::optional<Expr> compare_beyond_range(OpKind op, const Expr& a, const Expr& b, bool wide) {
-    auto fits = [&](const Node& n) { return wide ? int_fits(n, DType::Int64) : fits_int32(n.value); };
+// int64 for int64 and uint32, uint64's own): every value lies on one side of it, so the
+// comparison is one against that range's bound that is always true or always false, as NumPy 2
+// compares true values.
+std::optional<Expr> compare_beyond_range(OpKind op, const Expr& a, const Expr& b, DType common) {
+    const bool u64 = common == DType::UInt64, wide = compute_type(common) == ComputeType::I64;
+    auto fits = [&](const Node& n) {
+        return u64 ? int_fits(n, DType::UInt64) : wide ? int_fits(n, DType::Int64) : fits_int32(n.value);
+    };
     bool la = is_weak_int(a) && !fits(N(a)), lb = is_weak_int(b) && !fits(N(b));
     if (!la && !lb) return std::nullopt;
     if (la && lb) {  // two literals: the result is known (exactly, where both are within int64)
@@ -174,8 +182,9 @@ std::optional<Expr> compare_beyond_range(OpKind op, const Expr& a, const Expr& b
     const bool above = lit > 0;
     const bool holds = above ? (op == OpKind::Lt || op == OpKind::Le || op == OpKind::Ne)
                              : (op == OpKind::Gt || op == OpKind::Ge || op == OpKind::Ne);
-    Expr bound = wide ? make_int_scalar(above ? INT64_MAX : INT64_MIN, DType::Int64, true)
-                      : make_scalar(above ? 2147483647.0 : -2147483648.0, DType::Int32, true);
+    Expr bound = u64    ? make_int_scalar(above ? -1 : 0, DType::UInt64, true)
+                 : wide ? make_int_scalar(above ? INT64_MAX : INT64_MIN, DType::Int64, true)
+                        : make_scalar(above ? 2147483647.0 : -2147483648.0, DType::Int32, true);
     OpKind k = above ? (holds ? OpKind::Le : OpKind::Gt) : (holds ? OpKind::Ge : OpKind::Lt);
     return make(k, DType::Bool, N(x).shape, {x.node(), bound.node()});
 }
@@ -184,7 +193,7 @@ Expr binary(OpKind op, const Expr& a_in, const Expr& b_in, DType result) {
     const DType common = result_type(a_in, b_in);
     Shape s = broadcast_shapes(N(a_in).shape, N(b_in).shape, opkind_name(op));
     if (is_comparison(op) && !is_float(common))
-        if (auto r = compare_beyond_range(op, a_in, b_in, compute_type(common) == ComputeType::I64)) return *r;
+        if (auto r = compare_beyond_range(op, a_in, b_in, common)) return *r;
     Expr a = adopt_weak(op, a_in, b_in, common), b = adopt_weak(op, b_in, a_in, common);
     return make(op, result, std::move(s), {a.node(), b.node()});
 }
@@ -209,6 +218,12 @@ Expr int_literal(double v) {
     if (std::trunc(v) > -9223372036854775808.0) return e;
     Node n = *e.node();
     n.ivalue = 0;
+    return Expr(intern(std::move(n)));
+}
+
+Expr uint_literal(uint64_t v) {
+    Node n = *make_int_scalar((int64_t)v, DType::Int32, true).node();
+    n.value = (double)v;
     return Expr(intern(std::move(n)));
 }
 
@@ -249,7 +264,6 @@ Expr int_scalar(int64_t v, DType dtype) {
     if (is_float(dtype)) return make_scalar((double)v, dtype, false);
     Expr e = make_int_scalar(v, dtype, false);
     if (!int_fits(N(e), dtype)) {
-        const auto [lo, hi] = int_range(dtype);
         fail(Error::Kind::Value, "scalar: the value {} is out of range for {} (valid: {})", v, dtype_name(dtype),
              range_str(dtype));
     }
@@ -363,13 +377,15 @@ bool integral_identity(OpKind op, const Expr& a) {
 Expr cast(const Expr& a, DType to) {
     if (N(a).dtype == to) return a;
     // An integer scalar converted to a 64-bit integer keeps its exact value (a Python int past
-    // int32 is an int32 literal until it meets its dtype); uint32 wraps, as the kernel would.
+    // int32 is an int32 literal until it meets its dtype), which must be one of int64's (one of
+    // uint64's for uint64); uint32 wraps, as the kernel would.
     const Node& n = N(a);
-    if (n.op == OpKind::Scalar && !is_float(n.dtype) && (to == DType::Int64 || to == DType::UInt32)) {
-        if (!int_fits(n, DType::Int64))
-            fail(Error::Kind::Value, "cast: the integer literal {} is out of range for int64 ({}): no integer dtype "
-                 "holds it", literal_str(n.value), range_str(DType::Int64));
-        return make_int_scalar(to == DType::Int64 ? n.ivalue : (int64_t)(uint32_t)(uint64_t)n.ivalue, to, false);
+    if (n.op == OpKind::Scalar && !is_float(n.dtype) && compute_type(to) == ComputeType::I64) {
+        const DType holder = to == DType::UInt64 ? to : DType::Int64;
+        if (!int_fits(n, holder))
+            fail(Error::Kind::Value, "cast: the integer literal {} is out of range for {} ({})", literal_str(n.value),
+                 dtype_name(holder), range_str(holder));
+        return make_int_scalar(to == DType::UInt32 ? (int64_t)(uint32_t)(uint64_t)n.ivalue : n.ivalue, to, false);
     }
     return unary(OpKind::Cast, a, to);
 }

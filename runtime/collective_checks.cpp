@@ -94,10 +94,10 @@ void check_tensors(Op kind, const Context& ctx, int world, int rank, const Tenso
     DType dt = src.dtype();
     if (dt == DType::Int16 || dt == DType::UInt16)
         fail(Error::Kind::Type, "{}: {}: NCCL has no 16-bit integer type; valid dtypes: float64, float32, float16, "
-             "bfloat16, int64, int32, uint32, int8, uint8 and bool (not reduced)", op, describe(src));
+             "bfloat16, int64, int32, uint64, uint32, int8, uint8 and bool (not reduced)", op, describe(src));
     if (dt == DType::Bool && reduces)
         fail(Error::Kind::Type, "{}: {} cannot be reduced; valid dtypes: float64, float32, float16, bfloat16, int64, int32, "
-             "uint32, int8, uint8", op, describe(src));
+             "uint64, uint32, int8, uint8", op, describe(src));
     if (reduces && red == ReduceOp::Avg && is_integer(dt))
         fail(Error::Kind::Type, "{}: the average of {} values would be truncated; avg takes float64, float32, float16 and "
              "bfloat16 (sum an integer tensor and divide)", op, describe(src));

@@ -21,6 +21,7 @@ double load_element(DType t, const void* p) {
     case DType::Int16: { int16_t i; std::memcpy(&i, p, 2); return i; }
     case DType::UInt16: { uint16_t i; std::memcpy(&i, p, 2); return i; }
     case DType::UInt32: { uint32_t i; std::memcpy(&i, p, 4); return i; }
+    case DType::UInt64: { uint64_t i; std::memcpy(&i, p, 8); return (double)i; }
     }
     return 0;
 }
@@ -55,6 +56,15 @@ void store_element(DType t, void* p, double v) {
         const int64_t i = x <= -9223372036854775808.0 ? INT64_MIN : x >= 9223372036854775807.0 ? INT64_MAX : (int64_t)x;
         const uint32_t u = (uint32_t)(uint64_t)i;
         std::memcpy(p, &u, 4);
+        return;
+    }
+    case DType::UInt64: {   // as the kernels convert: through int64 below 2^63, saturating at 2^64
+        const double x = std::isnan(v) ? 0 : std::trunc(v);
+        uint64_t u;
+        if (x >= 18446744073709551615.0) u = UINT64_MAX;
+        else if (x >= 9223372036854775808.0) u = (uint64_t)(x - 9223372036854775808.0) + (1ull << 63);
+        else u = (uint64_t)(x <= -9223372036854775808.0 ? INT64_MIN : (int64_t)x);
+        std::memcpy(p, &u, 8);
         return;
     }
     }

@@ -44,7 +44,7 @@ Val load(DType t, const char* p) {
     case DType::Int16: { int16_t h; std::memcpy(&h, p, 2); v.i = h; break; }
     case DType::UInt16: { uint16_t h; std::memcpy(&h, p, 2); v.i = h; break; }
     case DType::Bool: v.i = *reinterpret_cast<const uint8_t*>(p) != 0; break;
-    case DType::Int64: std::memcpy(&v.l, p, 8); break;
+    case DType::Int64: case DType::UInt64: std::memcpy(&v.l, p, 8); break;
     case DType::UInt32: { uint32_t u; std::memcpy(&u, p, 4); v.l = u; break; }
     }
     return v;
@@ -59,7 +59,7 @@ void store(DType t, char* p, Val v) {
     case DType::Int8: case DType::UInt8: *reinterpret_cast<uint8_t*>(p) = (uint8_t)(v.i & 0xff); return;
     case DType::Int16: case DType::UInt16: { const uint16_t h = (uint16_t)(v.i & 0xffff); std::memcpy(p, &h, 2); return; }
     case DType::Bool: *reinterpret_cast<uint8_t*>(p) = v.i != 0; return;
-    case DType::Int64: std::memcpy(p, &v.l, 8); return;
+    case DType::Int64: case DType::UInt64: std::memcpy(p, &v.l, 8); return;
     case DType::UInt32: { const uint32_t u = (uint32_t)(uint64_t)v.l; std::memcpy(p, &u, 4); return; }
     }
 }

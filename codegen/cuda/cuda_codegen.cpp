@@ -86,7 +86,7 @@ const char* storage_type(DType t) {
     case DType::Int32: return "int";
     case DType::Int8: case DType::UInt8: case DType::Bool: return "unsigned char";
     case DType::Float64: return "double";
-    case DType::Int64: return "long long";
+    case DType::Int64: case DType::UInt64: return "long long";   // (uint64: its bits)
     case DType::Int16: return "short";
     case DType::UInt16: return "unsigned short";
     case DType::UInt32: return "unsigned";
@@ -102,7 +102,7 @@ std::string load_expr(DType t, const std::string& elem) {
     case DType::Int8: return fmt::format("((int){} ^ 0x80) - 0x80", elem);
     case DType::UInt8: return fmt::format("(int){}", elem);
     case DType::Bool: return fmt::format("(int)({} != 0)", elem);
-    case DType::Float64: case DType::Int64: return elem;
+    case DType::Float64: case DType::Int64: case DType::UInt64: return elem;
     case DType::Int16: case DType::UInt16: return fmt::format("(int){}", elem);
     case DType::UInt32: return fmt::format("(long long){}", elem);
     }
@@ -116,7 +116,7 @@ std::string store_value(DType t, const std::string& v) {
     case DType::BFloat16: return fmt::format("kiln_f32_to_bf16({})", v);
     case DType::Int8: case DType::UInt8: return fmt::format("(unsigned char)({} & 0xff)", v);
     case DType::Bool: return fmt::format("(unsigned char)({} != 0)", v);
-    case DType::Float64: case DType::Int64: return v;
+    case DType::Float64: case DType::Int64: case DType::UInt64: return v;
     case DType::Int16: return fmt::format("(short){}", v);
     case DType::UInt16: return fmt::format("(unsigned short){}", v);
     case DType::UInt32: return fmt::format("(unsigned){}", v);

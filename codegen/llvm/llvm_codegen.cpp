@@ -555,7 +555,7 @@ private:
         case DType::Int32: return Type::getInt32Ty(c);
         case DType::Int8: case DType::UInt8: case DType::Bool: return Type::getInt8Ty(c);
         case DType::Float64: return Type::getDoubleTy(c);
-        case DType::Int64: return Type::getInt64Ty(c);
+        case DType::Int64: case DType::UInt64: return Type::getInt64Ty(c);
         case DType::Int16: case DType::UInt16: return Type::getInt16Ty(c);
         case DType::UInt32: return Type::getInt32Ty(c);
         }
@@ -604,7 +604,7 @@ private:
         case DType::Int8: v = b_.CreateSExt(raw, i32_); break;
         case DType::UInt8: v = b_.CreateZExt(raw, i32_); break;
         case DType::Bool: v = bool_i32(b_.CreateICmpNE(raw, ConstantInt::get(i8_, 0))); break;
-        case DType::Float64: case DType::Int64: v = raw; break;
+        case DType::Float64: case DType::Int64: case DType::UInt64: v = raw; break;
         case DType::Int16: v = b_.CreateSExt(raw, i32_); break;
         case DType::UInt16: v = b_.CreateZExt(raw, i32_); break;
         case DType::UInt32: v = b_.CreateZExt(raw, i64_); break;
@@ -622,7 +622,7 @@ private:
         case DType::BFloat16: raw = f32_to_bf16(v); break;
         case DType::Int8: case DType::UInt8: raw = b_.CreateTrunc(v, i8_); break;
         case DType::Bool: raw = b_.CreateZExt(b_.CreateICmpNE(v, i32c(0)), i8_); break;
-        case DType::Float64: case DType::Int64: raw = v; break;
+        case DType::Float64: case DType::Int64: case DType::UInt64: raw = v; break;
         case DType::Int16: case DType::UInt16: raw = b_.CreateTrunc(v, i16_); break;
         case DType::UInt32: raw = b_.CreateTrunc(v, i32_); break;
         }

@@ -89,7 +89,7 @@ public:
     double timeout_s() const;
 
     // ---- collectives, on the context's stream. Tensors are contiguous, of this communicator's
-    // context, of one dtype (float64, float32, float16, bfloat16, int64, int32, uint32, int8, uint8;
+    // context, of one dtype (float64, float32, float16, bfloat16, int64, int32, uint64, uint32, int8, uint8;
     // bool for all_gather and broadcast; not int16 or uint16, which NCCL lacks). Every rank calls the same collectives in the same order.
     void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);
     void all_reduce(const Tensor& src, Tensor& dst, ReduceOp op = ReduceOp::Sum);   // same shape

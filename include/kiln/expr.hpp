@@ -54,8 +54,10 @@ KILN_API Expr leaf(const View& v);
 // A weak integer scalar of any magnitude (a Python int): an integer operand checks that it fits,
 // a float operand takes it as a float value.
 KILN_API Expr int_literal(double v);
+// The same for an integer in [2^63, 2^64), exact for uint64 operands (a Python int there).
+KILN_API Expr uint_literal(uint64_t v);
 KILN_API Expr scalar(double v, DType dtype);  // a strongly typed scalar; an integer dtype's must be in its range
-KILN_API Expr int_scalar(int64_t v, DType dtype);  // the same from an integer, exact in int64
+KILN_API Expr int_scalar(int64_t v, DType dtype);  // the same from an integer, exact (uint64: v's bits)
 // Throws kiln::Error naming `op` when `v` is outside integer dtype `dtype`'s values (NaN included).
 KILN_API void check_literal_fits(double v, DType dtype, const char* op);
 // Uniform [0, 1), float32. A draw per element of `shape`, broadcast like any operand (rand({1})

@@ -53,6 +53,7 @@ ncclDataType_t nccl_dtype(DType t) {
     case DType::Float64: return ncclFloat64;
     case DType::Int64: return ncclInt64;
     case DType::UInt32: return ncclUint32;
+    case DType::UInt64: return ncclUint64;
     case DType::Int16: case DType::UInt16: break;   // refused by collective_checks
     }
     return ncclUint8;

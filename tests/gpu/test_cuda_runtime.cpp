@@ -1067,7 +1067,7 @@ TEST_CASE("gpu: named tensors are counted in the fused kernels' store path") {
     }
 }
 
-TEST_CASE("gpu: float64, int64, uint32 and the 16-bit integers compute elementwise exactly as on the CPU, and "
+TEST_CASE("gpu: float64, int64, uint64, uint32 and the 16-bit integers compute elementwise exactly as on the CPU, and "
           "reduce along rows, columns, a cluster-long row and whole as the CPU does") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
@@ -1130,6 +1130,27 @@ TEST_CASE("gpu: float64, int64, uint32 and the 16-bit integers compute elementwi
     same_i64([](Expr X, Expr, Expr I, Expr) { return cast(X * 1e12, DType::Int64) + cast(I, DType::UInt32); }, DType::Int64);
     same_i64([](Expr, Expr, Expr I, Expr J) { return cast(I, DType::Int16) + cast(J, DType::UInt16); }, DType::Int32);
     same_i64([](Expr, Expr, Expr I, Expr J) { return cast(I, DType::UInt32) * cast(J, DType::UInt32) + 7; }, DType::UInt32);
+    // uint64: unsigned division, order, shifts and conversions, compared bit for bit.
+    auto same_u64 = [&](const char* what, auto&& build) {
+        INFO(what);
+        Tensor a = run(gpu, build, DType::UInt64), b = run(cpu, build, DType::UInt64);
+        std::vector<uint64_t> av(n), bv(n);
+        a.copy_to_host(av.data(), DType::UInt64);
+        b.copy_to_host(bv.data(), DType::UInt64);
+        CHECK(av == bv);
+    };
+    same_u64("division", [](Expr, Expr, Expr I, Expr J) {
+        const Expr u = cast(I, DType::UInt64), v = cast(J, DType::UInt64);
+        return floor_divide(u, v) + remainder(u, bitwise_right_shift(u, Expr(7))) + remainder(u, cast(J, DType::UInt32));
+    });
+    same_u64("order, shifts", [](Expr, Expr, Expr I, Expr J) {
+        const Expr u = cast(I, DType::UInt64), v = cast(J, DType::UInt64);
+        return maximum(u, v) - minimum(u, v * 3) + cast(u < v, DType::UInt64) + bitwise_right_shift(u, bitwise_and(v, Expr(63)));
+    });
+    same_u64("conversions", [](Expr X, Expr, Expr I, Expr) {
+        return cast(cast(cast(I, DType::UInt64), DType::Float64) * 0.75, DType::UInt64) +
+               cast(cast(cast(I, DType::UInt64), DType::Float32), DType::UInt64) + cast(X * 1e15, DType::UInt64);
+    });
     // Reductions: integers and every max, min and arg exactly; float64 sums, products and what
     // is built of them within the rounding that their order of summation allows.
     const int64_t rows = 1000, cols = 1049;   // rows * cols <= n
@@ -1182,6 +1203,22 @@ TEST_CASE("gpu: float64, int64, uint32 and the 16-bit integers compute elementwi
         same("uint32 sum, max", [](Expr, Expr I, Expr, int ax) {
             return sum(cast(I, DType::UInt32), ax) + max(cast(I, DType::UInt32), ax);
         }, DType::Int64, true);
+        {
+            INFO(lay.name << ": uint64 sum, max, min, argmax");
+            auto build = [&](Expr, Expr I, Expr, int ax) {
+                const Expr u = cast(I, DType::UInt64);
+                return sum(u, ax) + max(u, ax) * 3 + min(u, ax) + cast(argmax(u, ax), DType::UInt64);
+            };
+            std::vector<std::vector<uint64_t>> got;
+            for (Context* c : {&gpu, &cpu}) {
+                const std::vector<int64_t> is(i.begin(), i.begin() + rows * cols);
+                Tensor I = c->array(is, lay.shape), out = c->empty(out_shape, DType::UInt64);
+                out.assign(build(Expr(), Expr(I), Expr(), lay.axis));
+                got.emplace_back(out.size());
+                out.copy_to_host(got.back().data(), DType::UInt64);
+            }
+            CHECK(got[0] == got[1]);
+        }
         same("int16, uint16", [](Expr, Expr I, Expr J, int ax) {
             return sum(cast(I, DType::Int16), ax) + min(cast(J, DType::UInt16), ax) + cast(argmin(cast(I, DType::Int16), ax), DType::Int64);
         }, DType::Int64, true);

@@ -19,9 +19,11 @@ def test_arrays_and_expressions_name_the_kiln_namespace():
 def test_namespace_info_lists_kilns_dtypes_by_kind():
     info = kiln.__array_namespace_info__()
     d = info.dtypes()
-    assert set(d) == {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "float32", "float64"}
+    assert set(d) == {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32",
+                      "float64"}
     assert d["float32"] == kiln.float32 and d["int32"] == kiln.int32 and d["float64"] == kiln.float64
-    assert set(info.dtypes(kind="integral")) == {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"}
+    assert set(info.dtypes(kind="integral")) == {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                                                        "uint64"}
     assert set(info.dtypes(kind=("bool", "real floating"))) == {"bool", "float32", "float64"}
     assert info.dtypes(kind="complex floating") == {}
     # Each dtype listed makes arrays of that dtype.

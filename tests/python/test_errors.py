@@ -53,7 +53,7 @@ def test_raised_errors_are_instances_of_both(a):
         a[5]
     assert isinstance(ei.value, kiln.OutOfBounds) and isinstance(ei.value, kiln.Error)
     with pytest.raises(TypeError) as ei:
-        kiln.zeros(3, dtype="uint64")
+        kiln.zeros(3, dtype="complex64")
     assert isinstance(ei.value, kiln.DTypeError) and isinstance(ei.value, kiln.Error)
 
 
@@ -249,15 +249,15 @@ def test_float64_spellings_make_float64(spelling):
     assert kiln.zeros((2,), dtype=spelling).dtype == np.dtype("float64")
 
 
-@pytest.mark.parametrize("spelling", ["uint64", np.uint64, np.dtype("u8")], ids=str)
-def test_uint64_dtype_names_valid_dtypes(spelling):
+@pytest.mark.parametrize("spelling", ["complex64", np.complex64, np.dtype("c8")], ids=str)
+def test_a_dtype_kiln_lacks_names_the_valid_dtypes(spelling):
     with pytest.raises(kiln.DTypeError) as ei:
         kiln.zeros((2,), dtype=spelling)
-    check(ei, "uint64", "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint32",
-          "uint16", "uint8", "bool")
+    check(ei, "complex64", "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint64",
+          "uint32", "uint16", "uint8", "bool")
 
 
-@pytest.mark.parametrize("spelling", ["uint64", "complex64", np.complex128, "float128"], ids=str)
+@pytest.mark.parametrize("spelling", ["complex64", np.complex128, "float128"], ids=str)
 def test_other_unsupported_dtypes(spelling):
     with pytest.raises(kiln.DTypeError) as ei:
         kiln.dtype(spelling)
@@ -272,11 +272,12 @@ def test_not_a_dtype():
         kiln.dtype(object())
 
 
-def test_astype_uint64(a):
+def test_astype_to_a_dtype_kiln_lacks(a):
     with pytest.raises(kiln.DTypeError) as ei:
-        a.astype(np.uint64)
-    check(ei, "uint64", "float64")
+        a.astype(np.complex64)
+    check(ei, "complex64", "float64")
     assert a.astype(np.float64).dtype == np.dtype("float64")
+    assert a.astype(np.uint64).dtype == np.dtype("uint64")
 
 
 @pytest.mark.parametrize("operand", [np.ones(3, dtype=np.float32), np.ones((2, 3)), [1.0, 2.0, 3.0]],

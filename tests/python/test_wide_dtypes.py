@@ -1,13 +1,13 @@
-"""float64, int64, int16, uint16 and uint32: values against NumPy, computed in the dtype's own
-width (float64 arithmetic, int64 wrap-around, NumPy's promotion), on the context's backend.
-On CUDA, reductions of these dtypes are refused with a message; elementwise work runs."""
+"""float64, int64, uint64, int16, uint16 and uint32: values against NumPy, computed in the dtype's
+own width (float64 arithmetic, 64-bit wrap-around, unsigned order and division, NumPy's
+promotion), on the context's backend."""
 import numpy as np
 import pytest
 
 import kiln
 
-WIDE = ["float64", "int64", "int16", "uint16", "uint32"]
-INTS = ["int64", "int16", "uint16", "uint32"]
+WIDE = ["float64", "int64", "uint64", "int16", "uint16", "uint32"]
+INTS = ["int64", "uint64", "int16", "uint16", "uint32"]
 
 
 def _cuda():
@@ -89,7 +89,7 @@ def test_int64_wraps_and_divides_as_numpy():
     np.testing.assert_array_equal(_run(x > 2**40, "bool"), big > 2**40)
 
 
-@pytest.mark.parametrize("name", ["int16", "uint16", "uint32"])
+@pytest.mark.parametrize("name", ["int16", "uint16", "uint32", "uint64"])
 def test_narrow_and_unsigned_integers_wrap(name):
     a, b = _data(name, (4, 25), 4), _data(name, (4, 25), 5)
     x, y = kiln.asarray(a, dtype=name), kiln.asarray(b, dtype=name)
@@ -109,7 +109,8 @@ def test_narrow_and_unsigned_integers_wrap(name):
     ("int8", "uint8", "int16"), ("int16", "uint16", "int32"), ("int32", "uint32", "int64"),
     ("int64", "uint32", "int64"), ("uint8", "uint32", "uint32"), ("int16", "int64", "int64"),
     ("float32", "float64", "float64"), ("float16", "float64", "float64"), ("int64", "float64", "float64"),
-    ("bool", "uint16", "uint16"),
+    ("bool", "uint16", "uint16"), ("uint64", "uint8", "uint64"), ("uint64", "int8", "float64"),
+    ("uint64", "int64", "float64"), ("uint64", "float32", "float32"), ("uint64", "float64", "float64"),
 ])
 def test_promotion_is_numpys(a, b, want):
     assert kiln.result_type(a, b) == np.dtype(want)
@@ -142,7 +143,7 @@ def test_reductions(name):
         a = a / 1e3
     x = kiln.asarray(a, dtype=name)
     with np.errstate(all="ignore"):
-        if name in ("float64", "int64"):
+        if name in ("float64", "int64", "uint64"):
             np.testing.assert_allclose(np.asarray(kiln.sum(x, axis=1)).ravel(), a.sum(axis=1), rtol=1e-13)
             np.testing.assert_allclose(np.asarray(kiln.sum(x)).ravel(), [a.sum()], rtol=1e-13)
         np.testing.assert_array_equal(np.asarray(kiln.max(x, axis=1)).ravel(), a.max(axis=1))
@@ -165,7 +166,7 @@ def test_dlpack_and_namespace_know_the_new_dtypes():
     info = kiln.__array_namespace_info__()
     assert info.dtypes(kind="real floating") == {"float32": kiln.float32, "float64": kiln.float64}
     assert set(info.dtypes(kind="signed integer")) == {"int8", "int16", "int32", "int64"}
-    assert set(info.dtypes(kind="unsigned integer")) == {"uint8", "uint16", "uint32"}
+    assert set(info.dtypes(kind="unsigned integer")) == {"uint8", "uint16", "uint32", "uint64"}
     for name in WIDE:
         a = _data(name, (3, 4), 7)
         t = kiln.asarray(a, dtype=name)
@@ -274,3 +275,71 @@ def test_int64_literals_sharing_a_double_are_not_confused():
         kiln.astype(2**63 + 5, "int64")
     f = kiln.asarray(np.array([0.0]), dtype="float64")
     np.testing.assert_array_equal(np.asarray(f + (-2**63 - 1)), [float(-2**63 - 1)])
+
+
+def test_uint64_is_unsigned_past_2_to_the_63():
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 2**64, (6, 40), dtype=np.uint64, endpoint=False)
+    b = rng.integers(1, 2**64, (6, 40), dtype=np.uint64, endpoint=False)
+    a[0, :6] = [0, 1, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 1]
+    b[0, :6] = [2**63, 2**64 - 1, 3, 2**63 + 7, 1, 2]
+    small = rng.integers(1, 5000, (6, 40), dtype=np.uint64)
+    x, y, s = (kiln.asarray(v, dtype="uint64") for v in (a, b, small))
+    with np.errstate(all="ignore"):
+        for got, want in [(x // y, a // b), (x % y, a % b), (x // s, a // small), (x % s, a % small),
+                          (kiln.maximum(x, y), np.maximum(a, b)), (kiln.minimum(x, y), np.minimum(a, b)),
+                          (x >> (s % 64), a >> (small % 64)), (x << (s % 64), a << (small % 64)),
+                          (x >> (s + 64), np.zeros_like(a)), (x ** (s % 7), a ** (small % 7)),
+                          (kiln.abs(x), a), (kiln.sign(x), np.sign(a)), (-x, -a), (~x, ~a)]:
+            assert got.dtype == np.uint64
+            np.testing.assert_array_equal(_run(got, "uint64"), want)
+    for op in ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"):
+        np.testing.assert_array_equal(_run(getattr(x, op)(y), "bool"), getattr(a, op)(b))
+    # Conversions: to floats correctly rounded, from floats truncated (2^64 and up saturate).
+    np.testing.assert_array_equal(_run(x, "float64"), a.astype(np.float64))
+    np.testing.assert_array_equal(_run(x, "float32"), a.astype(np.float32))
+    np.testing.assert_array_equal(_run(x, "int64"), a.astype(np.int64))
+    np.testing.assert_array_equal(_run(x, "uint32"), a.astype(np.uint32))
+    np.testing.assert_array_equal(_run(x, "int8"), a.astype(np.int8))
+    f = np.array([0.0, 2.5, 2.0**63, 2.0**63 + 4096, 1.8e19, 2.0**64, 1e300, np.inf, np.nan])
+    np.testing.assert_array_equal(_run(kiln.asarray(f, dtype="float64"), "uint64"),
+                                  np.array([0, 2, 2**63, 2**63 + 4096, 18000000000000000000] + [2**64 - 1] * 3 + [0],
+                                           dtype=np.uint64))
+    np.testing.assert_array_equal(_run(kiln.sqrt(x), "float64"), np.sqrt(a))
+    # Reductions: sums wrap at 64 bits, extremes in unsigned order.
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(np.asarray(kiln.sum(x, axis=1, keepdims=False)), a.sum(axis=1))
+        np.testing.assert_array_equal(np.asarray(kiln.prod(x, axis=0, keepdims=False)), a.prod(axis=0))
+    np.testing.assert_array_equal(np.asarray(kiln.max(x, axis=1, keepdims=False)), a.max(axis=1))
+    np.testing.assert_array_equal(np.asarray(kiln.min(x, axis=0, keepdims=False)), a.min(axis=0))
+    np.testing.assert_array_equal(np.asarray(kiln.max(x, keepdims=False)), a.max())
+    np.testing.assert_array_equal(np.asarray(kiln.argmax(x, axis=1, keepdims=False)), a.argmax(axis=1))
+    np.testing.assert_array_equal(np.asarray(kiln.argmin(x, axis=0, keepdims=False)), a.argmin(axis=0))
+
+
+def test_uint64_literals_and_values_are_exact():
+    a = np.array([0, 5, 2**63, 2**64 - 2], dtype=np.uint64)
+    x = kiln.asarray(a, dtype="uint64")
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(_run(x + (2**63 + 1), "uint64"), a + np.uint64(2**63 + 1))
+        np.testing.assert_array_equal(_run(x * np.uint64(3), "uint64"), a * np.uint64(3))
+    np.testing.assert_array_equal(_run(x > 2**63 - 1, "bool"), a > 2**63 - 1)
+    np.testing.assert_array_equal(_run(x >= -1, "bool"), [True] * 4)      # every value is above -1
+    np.testing.assert_array_equal(_run(x < 2**70, "bool"), [True] * 4)    # and below 2^70
+    np.testing.assert_array_equal(_run(x == 2**64 - 2, "bool"), a == 2**64 - 2)
+    full = kiln.full((3,), 2**64 - 1, dtype="uint64")
+    np.testing.assert_array_equal(full.get(), np.full(3, 2**64 - 1, dtype=np.uint64))
+    t = kiln.empty((2,), dtype="uint64")
+    t[...] = 2**64 - 3
+    np.testing.assert_array_equal(t.get(), [2**64 - 3] * 2)
+    assert kiln.iinfo(kiln.uint64).max == 2**64 - 1 and kiln.iinfo("uint64").min == 0
+    with pytest.raises(ValueError, match=r"out of range for uint64 \(valid: 0 to 18446744073709551615\)"):
+        t[...] = -1
+    with pytest.raises(ValueError, match="out of range for uint64"):
+        t[...] = 2**64
+    with pytest.raises(ValueError, match="out of range for uint64"):
+        x + (-1)
+    with pytest.raises(ValueError, match="out of range for int64"):
+        kiln.asarray(np.zeros(2, np.int64), dtype="int64") + 2**63
+    # The wrapped view of a uint64 literal never reaches an int64 operand.
+    assert (x + kiln.asarray(np.ones(4, np.int64), dtype="int64")).dtype == np.float64

@@ -72,7 +72,7 @@ TEST_CASE("collectives: tensor checks name the op, the tensors and what is valid
     Tensor flags = c.zeros({4}, DType::Bool);
     CHECK_THAT(error_message([&] { collective::check_tensors(Op::AllReduce, c, 2, 0, flags, flags, ReduceOp::Sum); }),
                Contains("all_reduce: (4,) bool cannot be reduced; valid dtypes: float64, float32, float16, bfloat16, int64, int32, "
-                        "uint32, int8, uint8"));
+                        "uint64, uint32, int8, uint8"));
     Tensor shorts = c.zeros({4}, DType::Int16);
     CHECK_THAT(error_message([&] { collective::check_tensors(Op::Broadcast, c, 2, 0, shorts, shorts, ReduceOp::Sum); }),
                Contains("broadcast: (4,) int16: NCCL has no 16-bit integer type"));

@@ -20,7 +20,7 @@ from . import _kiln
 from ._kiln import *  # noqa: F401,F403 - re-exported
 from ._kiln import __version__  # noqa: F401
 from ._dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int16, int32, int64,  # noqa: F401
-                      uint8, uint16, uint32)
+                      uint8, uint16, uint32, uint64)
 from ._context import Context, default_context  # noqa: F401
 from ._neon import NervanaGPU  # noqa: F401
 from ._conv import conv  # noqa: F401

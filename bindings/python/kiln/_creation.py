@@ -7,7 +7,7 @@ import numpy as np
 from . import _dtypes, _kiln
 from ._kiln import DType, Expr, Tensor
 
-_INTEGERS = (DType.int64, DType.int32, DType.int16, DType.int8, DType.uint32, DType.uint16, DType.uint8)
+_INTEGERS = (DType.int64, DType.int32, DType.int16, DType.int8, DType.uint64, DType.uint32, DType.uint16, DType.uint8)
 
 
 def _ctx(ctx, device=None, op=None, of=None):

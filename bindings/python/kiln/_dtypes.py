@@ -1,7 +1,7 @@
 """kiln's dtypes and how they meet NumPy's.
 
-kiln stores float64, float32, float16, bfloat16, int64, int32, int16, int8, uint32, uint16, uint8
-and bool (arithmetic on 16-bit floats happens in float32). The dtype names are NumPy's scalar types, so ``kiln.float16 == np.float16``
+kiln stores float64, float32, float16, bfloat16, int64, int32, int16, int8, uint64, uint32, uint16,
+uint8 and bool (arithmetic on 16-bit floats happens in float32). The dtype names are NumPy's scalar types, so ``kiln.float16 == np.float16``
 and either spelling is accepted wherever a dtype is. NumPy has no bfloat16: with the package
 ``ml_dtypes`` installed, kiln.bfloat16 is ml_dtypes.bfloat16 and host copies keep it; without it,
 kiln.bfloat16 is kiln's own marker and host copies of bfloat16 tensors are float32 arrays.
@@ -65,16 +65,18 @@ int64 = np.int64
 int16 = np.int16
 uint16 = np.uint16
 uint32 = np.uint32
+uint64 = np.uint64
 
 # By DType value: what tensor.dtype reports, and the NumPy dtype of host copies.
-_WIDE = [np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.int16), np.dtype(np.uint16), np.dtype(np.uint32)]
+_WIDE = [np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.int16), np.dtype(np.uint16), np.dtype(np.uint32),
+         np.dtype(np.uint64)]
 _REPORTED = [np.dtype(np.float32), np.dtype(np.float16), _BF16_DTYPE, np.dtype(np.int32), np.dtype(np.int8),
              np.dtype(np.uint8), np.dtype(np.bool_)] + _WIDE
 _HOST = [np.dtype(np.float32), np.dtype(np.float16), _BF16_HOST, np.dtype(np.int32), np.dtype(np.int8),
          np.dtype(np.uint8), np.dtype(np.bool_)] + _WIDE
 _ALL = [DType.float32, DType.float16, DType.bfloat16, DType.int32, DType.int8, DType.uint8, DType.bool,
-        DType.float64, DType.int64, DType.int16, DType.uint16, DType.uint32]
-_VALID = "float64, float32, float16, bfloat16, int64, int32, int16, int8, uint32, uint16, uint8, bool"
+        DType.float64, DType.int64, DType.int16, DType.uint16, DType.uint32, DType.uint64]
+_VALID = "float64, float32, float16, bfloat16, int64, int32, int16, int8, uint64, uint32, uint16, uint8, bool"
 _cache = {}
 
 
@@ -136,7 +138,7 @@ def from_host(np_dtype):
     """The kiln DType that NumPy data of np_dtype becomes when no dtype is asked for: the same
     for float32, float16, bfloat16, int32, int8, uint8 and bool; float64 -> float32 and other
     integers -> int32, kiln's default float and integer dtypes (ask for float64, int64, int16,
-    uint16 or uint32 by dtype=)."""
+    uint16, uint32 or uint64 by dtype=)."""
     k = np_dtype.kind
     if np_dtype.name == "bfloat16":
         return DType.bfloat16

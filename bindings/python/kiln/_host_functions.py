@@ -157,9 +157,10 @@ def _cumulative(x, axis, dtype, include_initial, op, fn, initial):
 
 
 def _accumulated(d):
-    """The dtype kiln sums and multiplies d in: its own for floats, int64 and uint32, int32 (kiln's
+    """The dtype kiln sums and multiplies d in: its own for floats, int64, uint32 and uint64, int32 (kiln's
     default integer) for the narrower integers and bool."""
-    if d in (DType.float64, DType.float32, DType.float16, DType.bfloat16, DType.int64, DType.uint32):
+    if d in (DType.float64, DType.float32, DType.float16, DType.bfloat16, DType.int64, DType.uint32,
+             DType.uint64):
         return d
     return DType.int32
 

@@ -1,9 +1,9 @@
 """The Python Array API standard's entry points: an array names its namespace
 (``x.__array_namespace__()``, which is the kiln module), and ``kiln.__array_namespace_info__()``
 describes it: kiln's devices, its dtypes by kind, its default dtypes and its capabilities. kiln's
-dtypes are float64, float32, float16, bfloat16, int64, int32, int16, int8, uint32, uint16, uint8
-and bool; the info lists the standard's among them (float16 and bfloat16 are kiln's own
-extensions; uint64 and the complex dtypes are not kiln's)."""
+dtypes are float64, float32, float16, bfloat16, int64, int32, int16, int8, uint64, uint32, uint16,
+uint8 and bool; the info lists the standard's among them (float16 and bfloat16 are kiln's own
+extensions; the complex dtypes are not kiln's)."""
 import sys
 
 from . import _dtypes
@@ -15,15 +15,15 @@ _REVISIONS = ("2021.12", "2022.12", "2023.12", "2024.12", "2025.12")
 _KINDS = {
     "bool": ("bool",),
     "signed integer": ("int8", "int16", "int32", "int64"),
-    "unsigned integer": ("uint8", "uint16", "uint32"),
-    "integral": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"),
+    "unsigned integer": ("uint8", "uint16", "uint32", "uint64"),
+    "integral": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
     "real floating": ("float32", "float64"),
     "complex floating": (),
-    "numeric": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "float32", "float64"),
+    "numeric": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"),
 }
 _BY_NAME = {"bool": _dtypes.bool_, "int8": _dtypes.int8, "int16": _dtypes.int16, "int32": _dtypes.int32,
             "int64": _dtypes.int64, "uint8": _dtypes.uint8, "uint16": _dtypes.uint16, "uint32": _dtypes.uint32,
-            "float32": _dtypes.float32, "float64": _dtypes.float64}
+            "uint64": _dtypes.uint64, "float32": _dtypes.float32, "float64": _dtypes.float64}
 
 
 def array_namespace(self, api_version=None):

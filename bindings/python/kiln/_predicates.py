@@ -16,7 +16,7 @@ from ._dtypes import _REPORTED
 from ._dtypes import dtype as _dtype
 
 _FLOATS = ("float64", "float32", "float16", "bfloat16")
-_INTS = ("int64", "int32", "int16", "int8", "uint32", "uint16", "uint8")
+_INTS = ("int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8")
 
 
 def _name(x):

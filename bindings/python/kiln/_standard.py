@@ -13,7 +13,8 @@ from ._kiln import DType, Expr, Tensor
 
 _KIND_OF = {DType.bool: "bool", DType.int8: "signed integer", DType.int16: "signed integer",
             DType.int32: "signed integer", DType.int64: "signed integer", DType.uint8: "unsigned integer",
-            DType.uint16: "unsigned integer", DType.uint32: "unsigned integer", DType.float64: "real floating",
+            DType.uint16: "unsigned integer", DType.uint32: "unsigned integer",
+            DType.uint64: "unsigned integer", DType.float64: "real floating",
             DType.float32: "real floating", DType.float16: "real floating", DType.bfloat16: "real floating"}
 _KINDS = {"bool": ("bool",), "signed integer": ("signed integer",), "unsigned integer": ("unsigned integer",),
           "integral": ("signed integer", "unsigned integer"), "real floating": ("real floating",),

@@ -66,7 +66,7 @@ def _kiln_dtype(dtype):
         k = _kiln._dtype_from_name(str(dtype).removeprefix("torch."))
         if k is None:
             raise TypeError(f"kiln.torch: {dtype} tensors cannot be shared with kiln; its dtypes are float64, float32, "
-                            "float16, bfloat16, int64, int32, int16, int8, uint32, uint16, uint8 and bool")
+                            "float16, bfloat16, int64, int32, int16, int8, uint64, uint32, uint16, uint8 and bool")
         _KILN_DTYPES[dtype] = k
     return k
 

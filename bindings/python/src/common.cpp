@@ -37,6 +37,11 @@ Expr python_int(nb::handle h) {
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
     if (!overflow) return Expr((int64_t)v);
+    if (overflow > 0) {   // within uint64: exact for uint64 operands
+        const unsigned long long u = PyLong_AsUnsignedLongLong(h.ptr());
+        if (!(u == (unsigned long long)-1 && PyErr_Occurred())) return uint_literal(u);
+        PyErr_Clear();
+    }
     double d = PyLong_AsDouble(h.ptr());
     if (d == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
@@ -48,7 +53,7 @@ Expr python_int(nb::handle h) {
 
 bool numpy_scalar(nb::handle h, Expr& out) {
     // NumPy scalars are typed (NumPy 2): a float32 scalar keeps float32. float64 acts as a Python
-    // float, and int64, int16, uint16, uint32 and the types kiln lacks as Python ints would.
+    // float, and int64, int16, uint16, uint32, uint64 and the types kiln lacks as Python ints would.
     nb::handle t = h.type();
     if (!nb::hasattr(t, "__module__")) return false;
     nb::object mod = t.attr("__module__");
@@ -64,7 +69,8 @@ bool numpy_scalar(nb::handle h, Expr& out) {
     }
     // NumPy's default integer and the other integers wider than kiln's default act as Python
     // ints: weak, so they keep a tensor's dtype.
-    const bool as_python_int = name == "int64" || name == "uint32" || name == "int16" || name == "uint16";
+    const bool as_python_int =
+        name == "int64" || name == "uint64" || name == "uint32" || name == "int16" || name == "uint16";
     if (as_python_int || !parse_dtype(name, d)) {
         if (nb::hasattr(h, "is_integer") || name.find("int") != std::string::npos) {
             out = python_int(nb::int_(h));

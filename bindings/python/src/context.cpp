@@ -31,7 +31,8 @@ void bind_context(nb::module_& m) {
         .value("int64", DType::Int64)
         .value("int16", DType::Int16)
         .value("uint16", DType::UInt16)
-        .value("uint32", DType::UInt32);
+        .value("uint32", DType::UInt32)
+        .value("uint64", DType::UInt64);
     m.def("_dtype_from_name", [](const std::string& name) -> nb::object {
         DType d;
         if (!parse_dtype(name, d)) return nb::none();

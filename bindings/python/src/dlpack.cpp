@@ -60,6 +60,7 @@ DLDataType dl_dtype(DType t) {
     case DType::Int16: return {kDLInt, 16, 1};
     case DType::UInt16: return {kDLUInt, 16, 1};
     case DType::UInt32: return {kDLUInt, 32, 1};
+    case DType::UInt64: return {kDLUInt, 64, 1};
     }
     return {};
 }
@@ -78,6 +79,7 @@ bool kiln_dtype(DLDataType d, DType& out) {
     else if (d.code == kDLInt && d.bits == 16) out = DType::Int16;
     else if (d.code == kDLUInt && d.bits == 16) out = DType::UInt16;
     else if (d.code == kDLUInt && d.bits == 32) out = DType::UInt32;
+    else if (d.code == kDLUInt && d.bits == 64) out = DType::UInt64;
     else return false;
     return true;
 }
@@ -245,7 +247,7 @@ nb::object import_capsule(nb::handle capsule, nb::handle pyctx, bool* readonly) 
         std::string name = dl_dtype_str(d->dtype);
         release();
         throw Error(fmt::format("from_dlpack: {} data cannot be shared; kiln's dtypes are float64, float32, float16, bfloat16, "
-                                "int64, int32, int16, int8, uint32, uint16, uint8 and bool: convert it first (e.g. x.astype('float32'))",
+                                "int64, int32, int16, int8, uint64, uint32, uint16, uint8 and bool: convert it first (e.g. x.astype('float32'))",
                                 name),
                     Error::Kind::Type);
     }
@@ -277,7 +279,7 @@ void bind_dlpack_methods(nb::class_<PyTensor>& tc) {
             throw nb::python_error();
         }
         // In DType's order.
-        static const char* typestr[] = {"<f4", "<f2", "<V2", "<i4", "|i1", "|u1", "|b1", "<f8", "<i8", "<i2", "<u2", "<u4"};
+        static const char* typestr[] = {"<f4", "<f2", "<V2", "<i4", "|i1", "|u1", "|b1", "<f8", "<i8", "<i2", "<u2", "<u4", "<u8"};
         static_assert(sizeof(typestr) / sizeof(typestr[0]) == kNumDTypes);
         nb::dict d;
         nb::list shape, strides;

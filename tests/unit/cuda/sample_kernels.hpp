@@ -117,12 +117,12 @@ inline kir::Kernel dtypes_kernel() {
     return b.kernel();
 }
 
-// Elementwise: the dtypes with 64-bit values (float64, int64, uint32) and the 16-bit integers,
+// Elementwise: the dtypes with 64-bit values (float64, int64, uint32, uint64) and the 16-bit integers,
 // every op in its 64-bit form, the 64-bit parameters and constants, and the conversions between
 // 32-bit and 64-bit values.
 inline kir::Kernel wide_kernel() {
     KernelBuilder b("kiln_wide", "P");
-    const DType all[] = {DType::Float64, DType::Int64, DType::Int16, DType::UInt16, DType::UInt32};
+    const DType all[] = {DType::Float64, DType::Int64, DType::Int16, DType::UInt16, DType::UInt32, DType::UInt64};
     std::vector<int> outs, ins;
     for (DType t : all) outs.push_back(b.output(t, "1"));
     for (DType t : all) ins.push_back(b.input(t, "x"));
@@ -130,6 +130,7 @@ inline kir::Kernel wide_kernel() {
     const int ip_stride = b.iparam();
     b.loop();
     const int x = b.load(ins[0]), n = b.load(ins[1]), s16 = b.load(ins[2]), u16 = b.load(ins[3]), u32 = b.load(ins[4]);
+    const int u64 = b.load(ins[5]);
     const int y = b.paramd(0), m = b.paraml(1);
     const int ax = b.op(Op::Abs, CT::F64, x);
     std::vector<int> f = {
@@ -160,7 +161,7 @@ inline kir::Kernel wide_kernel() {
         b.op(Op::Or, CT::I64, n, m), b.op(Op::Xor, CT::I64, n, m), b.op(Op::Shl, CT::I64, n, sh),
         b.op(Op::Shr, CT::I64, n, sh), b.op(Op::IDiv, CT::I64, n, safe), b.op(Op::IRem, CT::I64, n, safe),
         b.op(Op::Convert, CT::I64, x), b.op(Op::Convert, CT::I64, s16), b.op(Op::Convert, CT::I64, b.op(Op::Convert, CT::F32, x)),
-        b.op(Op::WrapU32, CT::I64, n), b.op(Op::AsI64, CT::I64, x), u32,
+        b.op(Op::WrapU32, CT::I64, n), b.op(Op::AsI64, CT::I64, x), u32, u64,
         b.op(Op::Convert, CT::I64, b.op(Op::Eq, CT::I32, n, m)), b.op(Op::Convert, CT::I64, b.op(Op::Ge, CT::I32, x, y)),
         b.op(Op::Convert, CT::I64, b.op(Op::Finite, CT::I32, x)), b.op(Op::Convert, CT::I64, b.op(Op::ToBool, CT::I32, x)),
         b.op(Op::Convert, CT::I64, b.op(Op::ToBool, CT::I32, n)), b.constl(INT64_MIN), b.constl(-7),
@@ -172,6 +173,7 @@ inline kir::Kernel wide_kernel() {
     b.store(outs[2], b.op(Op::WrapI16, CT::I32, b.op(Op::Add, CT::I32, narrow, s16)));
     b.store(outs[3], b.op(Op::WrapU16, CT::I32, b.op(Op::Add, CT::I32, narrow, u16)));
     b.store(outs[4], b.op(Op::WrapU32, CT::I64, b.op(Op::Add, CT::I64, isum, u32)));
+    b.store(outs[5], b.op(Op::Xor, CT::I64, isum, u64));
     return b.kernel();
 }
 

@@ -1047,12 +1047,17 @@ TEST_CASE("64-bit and 16-bit integer expressions, lowered as the runtime lowers 
     const Expr d = leaf(host_view({64, 33}, DType::Float64)), e = leaf(host_view({64, 33}, DType::Float64));
     const Expr l = leaf(host_view({64, 33}, DType::Int64)), u = leaf(host_view({64, 33}, DType::UInt32));
     const Expr s = leaf(host_view({64, 33}, DType::Int16)), h = leaf(host_view({64, 33}, DType::Float16));
+    const Expr w = leaf(host_view({64, 33}, DType::UInt64));
     const std::vector<std::pair<Expr, DType>> work = {
         {d * 0.1 + floor_divide(d, e) + remainder(d, e) + power(d, 2.5) + nextafter(d, e), DType::Float64},
         {where(d > e, exp(d), tanh(e)) + cast(l, DType::Float64), DType::Float64},
         {power(l, cast(s, DType::Int64)) + floor_divide(l, cast(u, DType::Int64)) + bitwise_right_shift(l, Expr(3)),
          DType::Int64},
         {u * u + cast(s, DType::UInt32), DType::UInt32},
+        {floor_divide(w, cast(u, DType::UInt64)) + remainder(w, w) + bitwise_right_shift(w, Expr(3)) +
+             maximum(w, cast(l, DType::UInt64)) + cast(d, DType::UInt64) + cast(w > w * 3, DType::UInt64),
+         DType::UInt64},
+        {cast(w, DType::Float64) + cast(w, DType::Float32), DType::Float64},
         {s * s - cast(h, DType::Int16), DType::Int16},
         {cast(d, DType::Float16) + h, DType::Float16},   // float64 stored to float16
         {cast(l, DType::Float32) * 0.5, DType::Float32},
@@ -1086,6 +1091,7 @@ TEST_CASE("64-bit and 16-bit integer expressions, lowered as the runtime lowers 
         {"uint32", sum(u, 1) + cast(max(u, 1), DType::Int64)},
         {"int16", sum(s, 0) + cast(min(s, 0), DType::Int64) + cast(argmax(s, 0), DType::Int64)},
         {"uint16", sum(z) + cast(max(z), DType::Int64)},
+        {"uint64", sum(w, 1) + max(w, 1) + min(w) + cast(argmax(w, 0), DType::UInt64)},
         {"matmul_f64", sum(expand_dims(d, -1) * expand_dims(reshape(e, {33, 64}), 0), 1)},
     };
     for (const auto& [name, r] : reductions) {
