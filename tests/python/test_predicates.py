@@ -238,3 +238,5 @@ def test_result_type_takes_python_scalars_as_weak():
     assert kiln.result_type(kiln.zeros((2,), dtype="float16"), 1.0) == np.dtype(np.float16)
     assert kiln.result_type(True, 1) == np.dtype(np.int32)
     assert kiln.result_type(2.5) == np.dtype(np.float32)
+    assert kiln.result_type(kiln.float32, kiln.float64, 1.0) == np.dtype(np.float64)   # a float keeps float64
+    assert kiln.result_type(kiln.uint64, 2**64 - 1) == np.dtype(np.uint64)

@@ -394,7 +394,7 @@ def result_type(*arrays_and_dtypes):
     for x in weak:
         if d is None:
             d = dtype_of(x)
-        elif type(x) is float and d not in (DType.float32, DType.float16, DType.bfloat16):
+        elif type(x) is float and d not in (DType.float64, DType.float32, DType.float16, DType.bfloat16):
             d = DType.float32
         elif type(x) is int and d == DType.bool:
             d = DType.int32
