@@ -97,7 +97,7 @@ std::vector<RowFold> row_folds(const kir::Kernel& k);
 std::vector<int> row_cache_slots(const kir::Kernel& k, const std::vector<RowFold>& folds);
 bool row_later_reads_memory(const kir::Kernel& k, const std::vector<int>& slot, const std::vector<RowFold>& folds,
                             int64_t nr);
-bool row_register_entry(const kir::Kernel& k, const std::vector<RowFold>& folds, const std::vector<int>& slot);
+bool row_register_entry(const kir::Kernel& k, const std::vector<int>& slot);
 
 // Row kernels with one reduced dim read it in groups of V consecutive elements per thread
 // (V * the widest loaded element = 16 bytes), so the first pass can load a group with one
@@ -126,8 +126,10 @@ inline GroupWords group_words(DType t, int vw) {
 // passes read registers, and no row cache limits the blocks a multiprocessor runs. Its loops are
 // unrolled over the groups, so it serves aligned rows only (cuda_launch_aligned: every group of V
 // elements whole and on a boundary of its size in every buffer moved in groups). Whether k has
-// that entry: the cached buffers' groups must fit 8 registers (32 of the entry's 64 for 4 groups)
-// and no sum of exponentials may be folded (softmax keeps shared memory).
+// that entry: the cached buffers' groups must fit 8 registers (32 of the entry's 64 for 4 groups).
+// The entry takes no folds (each folded sum is a round over the registers); the launch plan
+// gives a kernel with a folded sum of exponentials (softmax) the entry only for rows of at most
+// a warp's threads.
 inline constexpr int kRowRegisterGroups = 4;
 bool row_register_entry(const kir::Kernel& k);
 

@@ -310,18 +310,14 @@ int row_vector_width(const kir::Kernel& k) {
 bool row_register_entry(const kir::Kernel& k) {
     if (k.full_reduce || cuda_shape(k) != CudaShape::Row) return false;
     const std::vector<RowFold> folds = row_folds(k);
-    return row_register_entry(k, folds, row_cache_slots(k, folds));
+    return row_register_entry(k, row_cache_slots(k, folds));
 }
 
-bool row_register_entry(const kir::Kernel& k, const std::vector<RowFold>& folds, const std::vector<int>& slot) {
+bool row_register_entry(const kir::Kernel& k, const std::vector<int>& slot) {
     const int v = row_vector_width(k);
     if (v < 2 || k.full_reduce || cuda_shape(k) != CudaShape::Row) return false;
     int rdim = 0;
     while (!k.reduced[rdim]) ++rdim;
-    // Softmax's sum of exponentials keeps its fold (one round with the max), which a group at a
-    // time costs more than the registers save: measured 0.75-0.95x the shared-memory entry.
-    for (const RowFold& f : folds)
-        if (f.kind == RowFold::ExpSum) return false;
     size_t bytes = 0;   // of a group of every cached buffer
     for (size_t b = 0; b < slot.size(); ++b) {
         if (slot[b] < 0) continue;
@@ -516,11 +512,16 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // more while few rows would fill the GPU, up to the row's groups rounded up to a power of
         // two). Past a block of threads, the shared-memory entry's longer stretches per thread
         // measured faster.
-        if (nr > 0 && detail::row_register_entry(k, folds, slot)) {
+        if (nr > 0 && detail::row_register_entry(k, slot)) {
             const int64_t groups = (nr + v - 1) / v;
             int64_t gr = std::max<int64_t>(std::min<int64_t>(2, pow2_ceil(groups)), threads_for(detail::kRowRegisterGroups));
             while (gr < kCudaBlockSize && gr < pow2_ceil(groups) && np * gr < busy) gr *= 2;
-            if (gr <= kCudaBlockSize) {
+            // From registers a folded sum of exponentials (softmax) takes a round of its own
+            // after the max's; past a warp a round costs block barriers, which the fold's one
+            // combined round saves, so such rows keep the shared-memory entry there.
+            const bool expsum = std::any_of(folds.begin(), folds.end(),
+                                            [](const detail::RowFold& f) { return f.kind == detail::RowFold::ExpSum; });
+            if (gr <= (expsum ? 32 : kCudaBlockSize)) {
                 const int64_t rows = kCudaBlockSize / gr;
                 l.aligned_entry = k.name + "_r";
                 l.aligned_width = (int)v;

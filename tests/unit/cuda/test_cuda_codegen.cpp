@@ -166,10 +166,15 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     CHECK(row.find("if (cs > 0) kiln_cx_init(&kiln_x);") != std::string::npos);
     CHECK(row.find(", &kiln_x, xround);") != std::string::npos);
     CHECK(row.find("if (cs > 0) kiln_cluster_sync();") != std::string::npos);
-    // Softmax's max and sum of exponentials: one round (detail::row_folds).
-    CHECK(row.find("kiln_row_reduce_lse<") != std::string::npos);
-    CHECK(row.find("kiln_row_reduce<kiln_max_f>") == std::string::npos);
-    CHECK(row.find("kiln_row_reduce<kiln_sum_f>") == std::string::npos);
+    // Softmax's max and sum of exponentials: one round (detail::row_folds) in the shared-memory
+    // entry; the register entry takes a round for each.
+    const std::string shared_entry = row.substr(0, row.find("kiln_row_softmax_r("));
+    const std::string register_entry = row.substr(row.find("kiln_row_softmax_r("));
+    CHECK(shared_entry.find("kiln_row_reduce_lse<") != std::string::npos);
+    CHECK(shared_entry.find("kiln_row_reduce<kiln_max_f>") == std::string::npos);
+    CHECK(shared_entry.find("kiln_row_reduce<kiln_sum_f>") == std::string::npos);
+    CHECK(register_entry.find("kiln_row_reduce_lse<") == std::string::npos);
+    CHECK(register_entry.find("kiln_row_reduce<kiln_sum_f>") != std::string::npos);
     CHECK(row.find("if (live && t == 0)") != std::string::npos);   // Point-block stores
     // The first pass keeps the row in shared memory, in its storage dtype; the later ones read
     // it from there.
@@ -364,7 +369,8 @@ TEST_CASE("row kernels keep a sum of exponentials about the row's max in the pas
     CHECK(folds[0].block == 1);
     CHECK(folds[0].shared == 0);
     CHECK(codegen::detail::row_cache_slots(sm)[1] == 0);   // the third pass still reads the cached row
-    std::string src = codegen::emit_cuda(sm).code;
+    const std::string whole = codegen::emit_cuda(sm).code;
+    const std::string src = whole.substr(0, whole.find("kiln_expsum_r("));   // the shared-memory entry
     INFO(src);
     CHECK(src.find("kiln_lse_step<false, 16>(se1_m, se1_s, mv1);") != std::string::npos);   // float32: 4 groups of 4
     CHECK(src.find("kiln_lse_add<false>(se1_m, se1_s, ") != std::string::npos);
@@ -829,7 +835,16 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
                 CHECK(codegen::detail::row_register_entry(wide.kernel()) == (held == 2));
             }
         }
-        CHECK_FALSE(codegen::detail::row_register_entry(row));   // softmax: its sum of exponentials folds
+        // Softmax (its sum of exponentials folds): registers for rows of a warp's threads at most.
+        REQUIRE(codegen::detail::row_register_entry(row));
+        for (auto [cols, reg] : {std::pair{96, true}, {1024, true}, {3000, false}}) {
+            INFO(cols);
+            kir::LaunchArgs sa;
+            sa.sizes = {8192, cols};
+            const codegen::CudaLaunchPlan sp = codegen::plan_cuda_launch(row, sa, h100s);
+            CHECK(sp.launches[0].aligned_entry.empty() == !reg);   // float16: 128 groups of 1024 are 32 threads'
+            if (reg) CHECK(sp.launches[0].aligned_param <= 32);
+        }
         const kir::Kernel rnorm = test::row_norm_kernel();
         REQUIRE(codegen::detail::row_register_entry(rnorm));
         CHECK(codegen::detail::row_folds(rnorm).size() == 1);   // the variance: a second round in NAME_r
