@@ -46,7 +46,10 @@ Expr make_scalar(double v, DType t, bool weak) {
     n.op = OpKind::Scalar;
     n.dtype = t;
     n.value = v;
-    if (!is_float(t)) n.ivalue = exact_int(v);
+    if (!is_float(t))   // (uint64 from 2^63 on: its bits)
+        n.ivalue = t == DType::UInt64 && v >= 9223372036854775808.0 && v < 18446744073709551616.0
+                       ? (int64_t)(uint64_t)v
+                       : exact_int(v);
     n.weak = weak;
     return Expr(intern(std::move(n)));
 }
@@ -377,12 +380,13 @@ bool integral_identity(OpKind op, const Expr& a) {
 Expr cast(const Expr& a, DType to) {
     if (N(a).dtype == to) return a;
     // An integer scalar converted to a 64-bit integer keeps its exact value (a Python int past
-    // int32 is an int32 literal until it meets its dtype), which must be one of int64's (one of
-    // uint64's for uint64); uint32 wraps, as the kernel would.
+    // int32 is an int32 literal until it meets its dtype): a Python int must be one of int64's
+    // (one of uint64's for uint64); uint32 wraps, as the kernel would, and so does a typed scalar
+    // into any of them (its bits: an int32 -1 is uint64's 2^64 - 1).
     const Node& n = N(a);
     if (n.op == OpKind::Scalar && !is_float(n.dtype) && compute_type(to) == ComputeType::I64) {
         const DType holder = to == DType::UInt64 ? to : DType::Int64;
-        if (!int_fits(n, holder))
+        if (n.weak && !int_fits(n, holder))
             fail(Error::Kind::Value, "cast: the integer literal {} is out of range for {} ({})", literal_str(n.value),
                  dtype_name(holder), range_str(holder));
         return make_int_scalar(to == DType::UInt32 ? (int64_t)(uint32_t)(uint64_t)n.ivalue : n.ivalue, to, false);

@@ -69,7 +69,8 @@
 //     sum of exp(v - m), rescaled as m grows, merged in the first pass's round, which then also
 //     gives the max.
 //     Kernels that qualify (detail::row_register_entry: cached buffers read in groups, at most 32
-//     bytes a group of them, no exponential sum folded) also have an entry NAME_r, taken when
+//     bytes a group of them) also have an entry NAME_r (no folds: each folded sum takes a round
+//     there; with a folded sum of exponentials, only planned for rows of up to 32 threads), taken when
 //     cuda_launch_aligned holds, with the launch's aligned_param as G, its aligned_grid and
 //     aligned_block and no dynamic shared memory: a thread's groups of the cached buffers
 //     (detail::kRowRegisterGroups at most) live in registers, the first pass that reads one

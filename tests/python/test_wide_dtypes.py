@@ -343,3 +343,15 @@ def test_uint64_literals_and_values_are_exact():
         kiln.asarray(np.zeros(2, np.int64), dtype="int64") + 2**63
     # The wrapped view of a uint64 literal never reaches an int64 operand.
     assert (x + kiln.asarray(np.ones(4, np.int64), dtype="int64")).dtype == np.float64
+
+
+def test_typed_scalars_wrap_into_uint64_and_back():
+    t = kiln.zeros((2,), dtype=kiln.uint64)
+    t[...] = np.int32(-1)                                   # NumPy: 2^64 - 1
+    np.testing.assert_array_equal(t.get(), [2**64 - 1] * 2)
+    i = kiln.zeros((2,), dtype=kiln.int64)
+    i[...] = kiln.astype(kiln.full((1,), 2**64 - 2, dtype="uint64"), "int64")   # as its bits: -2
+    np.testing.assert_array_equal(i.get(), [-2, -2])
+    t[...] = 1e19                                           # a float from 2^63 on keeps its value
+    np.testing.assert_array_equal(t.get(), [10**19] * 2)
+    np.testing.assert_array_equal(_run(t * 0 + kiln.full((2,), 1e19, dtype="uint64"), "uint64"), [10**19] * 2)

@@ -111,4 +111,12 @@ TEST_CASE("integer scalars hold their exact value: literals past 2^53 are distin
     CHECK(int_scalar(INT64_MAX, DType::Int64).node()->ivalue == INT64_MAX);
     CHECK_THROWS_WITH(int_scalar(int64_t(1) << 40, DType::Int32),
                       Catch::Contains("out of range for int32 (valid: -2147483648 to 2147483647)"));
+    // uint64: its bits. From a double past 2^63, a Python int past 2^63, a typed -1 cast to it.
+    CHECK((uint64_t)scalar(1e19, DType::UInt64).node()->ivalue == 10000000000000000000ull);
+    const Expr u = uint_literal(18446744073709551615ull);
+    CHECK((uint64_t)cast(u, DType::UInt64).node()->ivalue == 18446744073709551615ull);
+    CHECK_THROWS_WITH(cast(u, DType::Int64), Catch::Contains("out of range for int64"));
+    CHECK((uint64_t)cast(int_scalar(-1, DType::Int32), DType::UInt64).node()->ivalue == 18446744073709551615ull);
+    CHECK_THROWS_WITH(cast(Expr(int64_t(-1)), DType::UInt64),
+                      Catch::Contains("the integer literal -1 is out of range for uint64 (0 to 18446744073709551615)"));
 }
