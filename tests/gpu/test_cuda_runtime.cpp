@@ -1181,10 +1181,14 @@ TEST_CASE("gpu: float64, int64, uint64, uint32 and the 16-bit integers compute e
                 cpu, lay, [](Expr X, Expr, Expr, int axis) { return sum(absolute(X), axis); }, DType::Float64, out_shape);
             REQUIRE(a.size() == b.size());
             size_t bad = 0;
+            std::string first;
             for (size_t k = 0; k < a.size(); ++k) {
                 const double tol = exact ? 0.0 : 1e-12 * std::max(mag[k], std::fabs(b[k]));
-                bad += !(a[k] == b[k] || std::fabs(a[k] - b[k]) <= tol);
+                const bool ok = a[k] == b[k] || std::fabs(a[k] - b[k]) <= tol;
+                if (!ok && first.empty()) first = fmt::format("first at {}: gpu {:.17g}, cpu {:.17g}", k, a[k], b[k]);
+                bad += !ok;
             }
+            INFO(first);
             CHECK(bad == 0);
         };
         same("float64 sum", [](Expr X, Expr, Expr, int ax) { return sum(X, ax); }, DType::Float64, false);
