@@ -355,3 +355,14 @@ def test_typed_scalars_wrap_into_uint64_and_back():
     t[...] = 1e19                                           # a float from 2^63 on keeps its value
     np.testing.assert_array_equal(t.get(), [10**19] * 2)
     np.testing.assert_array_equal(_run(t * 0 + kiln.full((2,), 1e19, dtype="uint64"), "uint64"), [10**19] * 2)
+
+
+def test_python_lists_of_64_bit_integers_are_exact():
+    # NumPy reads ints past int64 as float64; with dtype= asked, kiln reads them as that dtype.
+    np.testing.assert_array_equal(kiln.asarray([2**64 - 1, 2**63 + 1, 3], dtype="uint64").get(),
+                                  np.array([2**64 - 1, 2**63 + 1, 3], dtype=np.uint64))
+    np.testing.assert_array_equal(kiln.asarray([2**62 + 1, 3.0], dtype="int64").get(), [2**62 + 1, 3])
+    x = kiln.asarray(np.array([5, 2**64 - 1, 2**63], dtype=np.uint64), dtype="uint64")
+    np.testing.assert_array_equal(kiln.asarray(x.get().tolist(), dtype="uint64").get(), x.get())
+    with pytest.raises(kiln.InvalidArgument, match=r"values in \[-1, 1\] do not fit uint64"):
+        kiln.asarray([-1, 1], dtype="uint64")

@@ -46,6 +46,16 @@ def upload(obj, dtype=None, ctx=None, default_float=None):
     else:
         dt = _dtypes.dtype(dtype)
     host = _dtypes.host_dtype(dt)
+    if a.dtype.kind == "f" and dt in (DType.int64, DType.uint64) and not isinstance(obj, np.ndarray):
+        # NumPy reads Python ints past int64 as float64, which rounds them: read them as the
+        # 64-bit integers asked for instead.
+        try:
+            a = np.asarray(obj, dtype=host)
+        except OverflowError:
+            info = np.iinfo(host)
+            raise _kiln.InvalidArgument(
+                f"array: values of the {type(obj).__name__} do not fit {host.name} (range [{info.min}, {info.max}])"
+            ) from None
     if a.dtype != host:
         if dt in _INTEGERS and a.dtype.kind in "iu" and a.size:
             info = np.iinfo(host)
