@@ -366,3 +366,16 @@ def test_python_lists_of_64_bit_integers_are_exact():
     np.testing.assert_array_equal(kiln.asarray(x.get().tolist(), dtype="uint64").get(), x.get())
     with pytest.raises(kiln.InvalidArgument, match=r"values in \[-1, 1\] do not fit uint64"):
         kiln.asarray([-1, 1], dtype="uint64")
+    with pytest.raises(kiln.InvalidArgument, match=r"values of the list do not fit int64 \(range"):
+        kiln.asarray([2**64 - 1, 1], dtype="int64")
+    # Assigned, the same (same shape, and broadcast).
+    t = kiln.zeros((2,), dtype=kiln.uint64)
+    t[...] = [2**64 - 1, 2**63 + 1]
+    np.testing.assert_array_equal(t.get(), np.array([2**64 - 1, 2**63 + 1], dtype=np.uint64))
+    t[...] = [2**63 + 5]
+    np.testing.assert_array_equal(t.get(), np.array([2**63 + 5] * 2, dtype=np.uint64))
+    i = kiln.zeros((2,), dtype=kiln.int64)
+    i[...] = [2**62 + 1, 3.0]
+    np.testing.assert_array_equal(i.get(), [2**62 + 1, 3])
+    with pytest.raises(kiln.InvalidArgument, match=r"assign: values of the list do not fit int64"):
+        i[...] = [2**63, 1]

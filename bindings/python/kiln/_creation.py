@@ -33,6 +33,24 @@ def _shape(shape):
     return tuple(int(d) for d in shape)
 
 
+def exact_ints(obj, a, dt, op="array"):
+    """a = np.asarray(obj), re-read where NumPy made float64 of Python ints past int64 (which
+    rounds them) and kiln dtype dt is a 64-bit integer: as that dtype, exactly. Values beyond it
+    raise InvalidArgument; data with NaN keeps the float path."""
+    if a.dtype.kind != "f" or dt not in (DType.int64, DType.uint64) or isinstance(obj, np.ndarray):
+        return a
+    host = _dtypes.host_dtype(dt)
+    try:
+        return np.asarray(obj, dtype=host)
+    except OverflowError:
+        info = np.iinfo(host)
+        raise _kiln.InvalidArgument(
+            f"{op}: values of the {type(obj).__name__} do not fit {host.name} (range [{info.min}, {info.max}])"
+        ) from None
+    except ValueError:
+        return a
+
+
 def upload(obj, dtype=None, ctx=None, default_float=None):
     """A new tensor holding host data (anything np.asarray takes), converted to dtype."""
     ctx = _ctx(ctx)
@@ -46,16 +64,7 @@ def upload(obj, dtype=None, ctx=None, default_float=None):
     else:
         dt = _dtypes.dtype(dtype)
     host = _dtypes.host_dtype(dt)
-    if a.dtype.kind == "f" and dt in (DType.int64, DType.uint64) and not isinstance(obj, np.ndarray):
-        # NumPy reads Python ints past int64 as float64, which rounds them: read them as the
-        # 64-bit integers asked for instead.
-        try:
-            a = np.asarray(obj, dtype=host)
-        except OverflowError:
-            info = np.iinfo(host)
-            raise _kiln.InvalidArgument(
-                f"array: values of the {type(obj).__name__} do not fit {host.name} (range [{info.min}, {info.max}])"
-            ) from None
+    a = exact_ints(obj, a, dt)
     if a.dtype != host:
         if dt in _INTEGERS and a.dtype.kind in "iu" and a.size:
             info = np.iinfo(host)

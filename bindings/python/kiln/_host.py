@@ -90,7 +90,9 @@ def assign_host(target, value):
     a = np.asarray(value)
     if a.dtype == object:
         raise _kiln.DTypeError(f"assign: cannot assign {type(value).__name__} data of NumPy dtype object")
-    from ._creation import upload, write_host
+    from ._creation import exact_ints, upload, write_host
+
+    a = exact_ints(value, a, target._dtype, "assign")
 
     if a.shape == tuple(target.shape):
         write_host(target, a)
