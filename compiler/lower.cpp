@@ -553,15 +553,14 @@ struct Lowerer {
             // Compared in the compute type, never narrowed: an int8 tensor compared with the
             // literal 200 compares against 200 (NumPy 2), not against a wrapped -56.
             DType ot = result_type(Expr(nd.inputs[0]), Expr(nd.inputs[1]));
-            if (ot == DType::UInt64 && nd.op != OpKind::Eq && nd.op != OpKind::Ne) {   // unsigned order
+            const Op op = nd.op == OpKind::Eq ? Op::Eq : nd.op == OpKind::Ne ? Op::Ne : nd.op == OpKind::Gt ? Op::Gt
+                        : nd.op == OpKind::Ge ? Op::Ge : nd.op == OpKind::Lt ? Op::Lt : Op::Le;
+            if (ot == DType::UInt64 && op != Op::Eq && op != Op::Ne) {   // unsigned order
                 const int a = flip(in_as(0, ot)), b = flip(in_as(1, ot));
-                const Op op = nd.op == OpKind::Gt ? Op::Gt : nd.op == OpKind::Ge ? Op::Ge : nd.op == OpKind::Lt ? Op::Lt : Op::Le;
                 return op2(op, CT::I32, a, b);
             }
             if (is_integer(ot) && ot != DType::UInt64) ot = compute_type(ot) == CT::I64 ? DType::Int64 : DType::Int32;
             else if (is_float(ot)) ot = ot == DType::Float64 ? DType::Float64 : DType::Float32;
-            Op op = nd.op == OpKind::Eq ? Op::Eq : nd.op == OpKind::Ne ? Op::Ne : nd.op == OpKind::Gt ? Op::Gt
-                  : nd.op == OpKind::Ge ? Op::Ge : nd.op == OpKind::Lt ? Op::Lt : Op::Le;
             return op2(op, CT::I32, in_as(0, ot), in_as(1, ot));
         }
         case OpKind::Where: {

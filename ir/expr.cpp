@@ -281,6 +281,14 @@ void check_literal_fits(double v, DType dtype, const char* op) {
              dtype_name(dtype), range_str(dtype));
 }
 
+void check_literal_fits(const Expr& literal, DType dtype, const char* op) {
+    const Node& n = N(literal);
+    if (dtype != DType::Int64 && dtype != DType::UInt64) return check_literal_fits(n.value, dtype, op);
+    if (!int_fits(n, dtype))
+        fail(Error::Kind::Value, "{}: the integer literal {} is out of range for {} (valid: {})", op, literal_str(n.value),
+             dtype_name(dtype), range_str(dtype));
+}
+
 Expr rand(const Shape& shape) {
     check_shape(shape, "rand");
     Node n;

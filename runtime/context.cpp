@@ -466,23 +466,9 @@ void Context::assign(Tensor& dst, const Expr& e) {
              "broadcast to the destination's shape",
              dtype_name(e.dtype()), shape_str(e.shape()), shape_str(dst.shape()));
     // NumPy 2: a Python integer stored to an integer tensor must fit it (t[...] = -1 into uint8 is an error).
-    // An int64 or uint64 destination takes any literal its integer value holds exactly (the
-    // double check would refuse the last values below 2^63 or 2^64 and take some beyond).
-    if (const Node& n = *e.node(); n.op == OpKind::Scalar && n.weak && n.dtype == DType::Int32) {
-        if (dst.dtype() == DType::Int64) {
-            if ((double)n.ivalue != n.value)
-                fail(Error::Kind::Value,
-                     "assign: the integer literal {:.0f} is out of range for int64 (valid: -9223372036854775808 to "
-                     "9223372036854775807)", n.value);
-        } else if (dst.dtype() == DType::UInt64) {
-            if (!(n.value >= 0 && (double)(uint64_t)n.ivalue == n.value))
-                fail(Error::Kind::Value,
-                     "assign: the integer literal {:.0f} is out of range for uint64 (valid: 0 to 18446744073709551615)",
-                     n.value);
-        } else {
-            check_literal_fits(n.value, dst.dtype(), "assign");
-        }
-    }
+    // An int64 or uint64 destination takes any literal its integer value holds exactly.
+    if (const Node& n = *e.node(); n.op == OpKind::Scalar && n.weak && n.dtype == DType::Int32)
+        check_literal_fits(e, dst.dtype(), "assign");
     if (dst.size() == 0) {
         check_readable(e.node(), "assign");
         return;

@@ -60,6 +60,9 @@ KILN_API Expr scalar(double v, DType dtype);  // a strongly typed scalar; an int
 KILN_API Expr int_scalar(int64_t v, DType dtype);  // the same from an integer, exact (uint64: v's bits)
 // Throws kiln::Error naming `op` when `v` is outside integer dtype `dtype`'s values (NaN included).
 KILN_API void check_literal_fits(double v, DType dtype, const char* op);
+// The same for an integer literal (an integer-dtype scalar), exactly for int64 and uint64, whose
+// values a double does not all hold.
+KILN_API void check_literal_fits(const Expr& literal, DType dtype, const char* op);
 // Uniform [0, 1), float32. A draw per element of `shape`, broadcast like any operand (rand({1})
 // is one value for all); a rank-0 rand({}) instead draws per element of the kernel it lands in,
 // i.e. of what it is combined into: `A = rand({})` fills A, as the seeds' `A[:] = ng.rand()`.
