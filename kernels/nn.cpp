@@ -1,12 +1,17 @@
-// Batch norm, softmax, cross-entropy and the activation helpers (kiln/nn.hpp): operand checks,
-// then expressions. Batch norm views x as (n, C) so that each statistic is one column reduction
-// and y one elementwise kernel.
+// Batch norm, softmax, cross-entropy, pooling, LRN and the activation helpers (kiln/nn.hpp):
+// operand checks, then expressions, except pooling on CUDA contexts (kernels/cuda/pool.cu).
+// Batch norm views x as (n, C) so that each statistic is one column reduction and y one
+// elementwise kernel.
 #include <kiln/nn.hpp>
 
 #include "ir/error.hpp"
 #include "kernels/hist_named.hpp"
 #include "runtime/bench.hpp"
 #include <kiln/context.hpp>
+
+#ifdef KILN_HAVE_GEMM_KERNELS
+#include "kernels/cuda/pool_cuda.hpp"
+#endif
 
 #include <cmath>
 
@@ -307,6 +312,9 @@ Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::op
     NamedCount named(O.context(), O);
     BenchTimer bench(context_impl(I.context()), op);
     bench_layer(bench, I, {&I, &O});
+#ifdef KILN_HAVE_GEMM_KERNELS
+    if (gemm::pool_fprop_cuda(L, I5, O5, A5 ? &*A5 : nullptr, alpha, beta)) return O;
+#endif
     const Tensor P = padded(I5, L, L.op == PoolOp::Max ? -INFINITY : 0.0);
     Expr r;
     if (L.op == PoolOp::Max) {
@@ -365,6 +373,10 @@ Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const st
         X5 = as5(*X, L, L.image, L.C, "X (the forward input)", false, op);
         Y5 = as5(*Y, L, L.output, L.K, "Y (the forward output)", false, op);
     }
+#ifdef KILN_HAVE_GEMM_KERNELS
+    if (gemm::pool_bprop_cuda(L, E5, G5, A5 ? &*A5 : nullptr, X5 ? &*X5 : nullptr, Y5 ? &*Y5 : nullptr, alpha, beta))
+        return grad_I;
+#endif
     Context& ctx = E.context();
     // Each tap adds its share into a padded float32 gradient: overlapping windows accumulate.
     Tensor Gp = padded(ctx.zeros(G5.shape(), DType::Float32), L, 0.0);

@@ -57,8 +57,9 @@ KILN_API Expr tanh_grad(const Expr& y);
 // J channels x T x R x S positions of an NDHWC input (also without depth, or depth and height,
 // as the convolution's tensors), with padding and strides (default: the window, so windows do
 // not overlap; smaller strides overlap them). Average divides by the window's elements inside
-// the input; max ignores the padding. Windows are expressions over strided views of a padded
-// copy, so pooling runs through the JIT on either backend.
+// the input; max ignores the padding. On CUDA contexts precompiled kernels pool (one pass
+// forward, and backward a gather per input element); on the CPU, and where those decline (a
+// strided output, mixed dtypes), windows are expressions over strided views of a padded copy.
 enum class PoolOp { Max, Avg, L2, Lrn };
 
 struct KILN_API PoolLayer {

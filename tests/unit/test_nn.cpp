@@ -3,6 +3,7 @@
 // reference is itself checked against finite differences of the forward one. Misuse messages.
 #include "tests/support/catch.hpp"
 #include "tests/support/error_message.hpp"
+#include "tests/support/pool_reference.hpp"
 #include "tests/support/random_values.hpp"
 
 #include <kiln/kiln.hpp>
@@ -212,36 +213,6 @@ TEST_CASE("nn: misuse names the operation, the tensor and what is valid") {
     CHECK_THROWS_WITH(softmax(X, 2), Catch::Matchers::Contains("softmax"));
 }
 
-namespace {
-
-// Pooling from the definition, float64: per output element, its window's in-bounds taps as
-// (tap index, input offset).
-template <class Visit>
-void each_window(const PoolLayer& L, Visit&& visit) {
-    const auto [D, H, W] = L.image;
-    const auto [M, P, Q] = L.output;
-    for (int64_t n = 0; n < L.N; ++n)
-        for (int64_t m = 0; m < M; ++m)
-            for (int64_t p = 0; p < P; ++p)
-                for (int64_t q = 0; q < Q; ++q)
-                    for (int64_t k = 0; k < L.K; ++k) {
-                        std::vector<std::pair<int64_t, int64_t>> taps;
-                        for (int64_t j = 0; j < L.J; ++j)
-                            for (int64_t t = 0; t < L.window[0]; ++t)
-                                for (int64_t r = 0; r < L.window[1]; ++r)
-                                    for (int64_t s = 0; s < L.window[2]; ++s) {
-                                        const int64_t d = m * L.stride[0] - L.pad[0] + t, h = p * L.stride[1] - L.pad[1] + r,
-                                                      w = q * L.stride[2] - L.pad[2] + s, c = k * L.str_c - L.pad_c + j;
-                                        if (d < 0 || d >= D || h < 0 || h >= H || w < 0 || w >= W || c < 0 || c >= L.C) continue;
-                                        taps.push_back({((j * L.window[0] + t) * L.window[1] + r) * L.window[2] + s,
-                                                        (((n * D + d) * H + h) * W + w) * L.C + c});
-                                    }
-                        visit((((n * M + m) * P + p) * Q + q) * L.K + k, taps);
-                    }
-}
-
-} // namespace
-
 TEST_CASE("nn: pooling max, avg and l2 with overlap, padding and channel windows; argmax; bprop accumulates overlaps") {
     Context ctx(ContextOptions{"cpu"});
     struct PoolCase { int64_t N, C; Dims3 image; int64_t J; Dims3 window; int64_t pad_c; Dims3 pad; int64_t str_c; Dims3 stride; };
@@ -261,23 +232,10 @@ TEST_CASE("nn: pooling max, avg and l2 with overlap, padding and channel windows
             Tensor O = ctx.empty(L.output_shape()), A = ctx.empty(L.output_shape(), DType::Int32);
             if (pop == PoolOp::Max) fprop_pool(L, X, O, A);
             else fprop_pool(L, X, O);
-            std::vector<double> want(e.size()), grad(x.size(), 0.0);
-            std::vector<int32_t> want_arg(e.size());
-            each_window(L, [&](int64_t o, const std::vector<std::pair<int64_t, int64_t>>& taps) {
-                REQUIRE(!taps.empty());
-                double best = -INFINITY, sum = 0, sq = 0;
-                int32_t arg = 0;
-                for (auto [tap, at] : taps) {
-                    if (x[at] > best) best = x[at], arg = (int32_t)tap;
-                    sum += x[at];
-                    sq += x[at] * x[at];
-                }
-                want[o] = pop == PoolOp::Max ? best : pop == PoolOp::Avg ? sum / (double)taps.size() : std::sqrt(sq);
-                want_arg[o] = arg;
-                for (auto [tap, at] : taps)
-                    grad[at] += pop == PoolOp::Max ? (tap == arg ? e[o] : 0.0)
-                                : pop == PoolOp::Avg ? e[o] / (double)taps.size() : e[o] * x[at] / want[o];
-            });
+            const test::PoolReference ref = test::pool_reference(L, x, e);
+            const std::vector<double>& want = ref.out;
+            const std::vector<int32_t>& want_arg = ref.argmax;
+            const std::vector<double>& grad = ref.grad;
             CHECK(count_far(O.to_vector<float>(), want, 1e-6) == 0);
             if (pop == PoolOp::Max) CHECK(A.to_vector<int32_t>() == want_arg);
             Tensor G = ctx.empty(L.input_shape());

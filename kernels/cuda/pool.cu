@@ -1,0 +1,263 @@
+// kiln's precompiled pooling kernels for CUDA contexts (any GPU kiln runs on): max, average and
+// L2 pooling forward and backward over (N, D, H, W, C) activations, windows across channels,
+// depth, height and width with padding and stride. Pooling as JIT expressions needs a padded
+// float32 copy of the input and, backward, a pass over a float32 gradient per window tap; here
+// each value is read and written once from the kernel's point of view (overlapping windows'
+// re-reads come from the caches).
+//
+// Forward: a thread per output position and `V` consecutive channels (16 bytes of them where
+// the window holds one channel, else one), over the window's taps in order (channel, depth,
+// height, width). Max keeps the first tap's value, then every strictly greater one and its tap
+// (padding is -inf); average divides the sum of the taps inside the input by their number; L2
+// takes the square root of the sum of squares.
+// Backward: a thread per input element and `V` channels gathers, from every output position
+// whose window covers it, in ascending tap order, that window's share: E where the window's
+// argmax is this tap (max), E over the window's count (average), E x / Y where Y > 0 (L2).
+// No atomics: the result is deterministic, and the same sums in the same order as the CPU path.
+// Both end with alpha * result + beta * destination, rounded once into the dtype.
+// Entries: kiln_pool_{fprop,bprop}_{max,avg,l2}_{f32,f16,bf16}_v<V>.
+#include "kernels/cuda/pool_params.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+using namespace kiln::gemm;
+
+namespace {
+
+enum { kMax = 0, kAvg = 1, kL2 = 2 };
+
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> __device__ __forceinline__ T narrow(float v);
+template <> __device__ __forceinline__ float narrow<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half narrow<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// V elements from element i on (16 bytes, aligned, where V > 1), widened to float.
+template <class T, int V>
+__device__ __forceinline__ void load(const void* base, int64_t i, float (&v)[V]) {
+    const T* p = static_cast<const T*>(base) + i;
+    if constexpr (V == 1) {
+        v[0] = widen(*p);
+    } else {
+        static_assert(V * sizeof(T) == 16, "a vector is 16 bytes");
+        union {
+            uint4 w;
+            T e[V];
+        } u;
+        u.w = __ldg(reinterpret_cast<const uint4*>(p));
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[k] = widen(u.e[k]);
+    }
+}
+template <class T, int V>
+__device__ __forceinline__ void store(void* base, int64_t i, const float (&v)[V]) {
+    T* p = static_cast<T*>(base) + i;
+    if constexpr (V == 1) {
+        *p = narrow<T>(v[0]);
+    } else {
+        union {
+            uint4 w;
+            T e[V];
+        } u;
+#pragma unroll
+        for (int k = 0; k < V; ++k) u.e[k] = narrow<T>(v[k]);
+        *reinterpret_cast<uint4*>(p) = u.w;
+    }
+}
+// V int32 from element i on (16-byte aligned where V > 1).
+template <int V>
+__device__ __forceinline__ void load_index(const int32_t* base, int64_t i, int (&a)[V]) {
+    if constexpr (V == 1) {
+        a[0] = base[i];
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k += 4) {
+            const int4 w = __ldg(reinterpret_cast<const int4*>(base + i + k));
+            a[k] = w.x, a[k + 1] = w.y, a[k + 2] = w.z, a[k + 3] = w.w;
+        }
+    }
+}
+template <int V>
+__device__ __forceinline__ void store_index(int32_t* base, int64_t i, const int (&a)[V]) {
+    if constexpr (V == 1) {
+        base[i] = a[0];
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k += 4) *reinterpret_cast<int4*>(base + i + k) = make_int4(a[k], a[k + 1], a[k + 2], a[k + 3]);
+    }
+}
+
+// q / f and q % f at once, for 0 <= q < 2^31.
+__device__ __forceinline__ int split(int& q, const FastDiv& f) {
+    const int quotient = int(divide(uint32_t(q), f));
+    const int rem = q - quotient * int(f.d);
+    q = quotient;
+    return rem;
+}
+// i / f for an index that may pass 2^31.
+__device__ __forceinline__ int64_t quotient(int64_t i, const FastDiv& f) {
+    return i < (int64_t(1) << 31) ? int64_t(divide(uint32_t(i), f)) : i / f.d;
+}
+
+// alpha * r + beta * (the destination's value), unfused, as the expression path computes it.
+template <class T, int V>
+__device__ __forceinline__ void finish(const PoolParams& p, int64_t at, float (&r)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) r[k] = __fmul_rn(p.alpha, r[k]);
+    if (p.beta != 0.f) {
+        float old[V];
+        load<T, V>(p.y, at, old);
+#pragma unroll
+        for (int k = 0; k < V; ++k) r[k] = __fadd_rn(r[k], __fmul_rn(p.beta, old[k]));
+    }
+    store<T, V>(p.y, at, r);
+}
+
+template <class T, int OP, int V>
+__device__ __forceinline__ void pool_fprop(const PoolParams& p) {
+    const PoolShape& g = p.g;
+    const int64_t plane = int64_t(g.D) * g.H * g.W * g.C;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t pos = quotient(i, p.lanes);   // (n, m, p, q) in row-major order; below 2^31
+        const int k0 = int(i - pos * p.lanes.d) * V;
+        int n = int(pos);
+        const int q = split(n, p.d3), y = split(n, p.d2), m = split(n, p.d1);
+        const int c0 = k0 * g.str_c - g.pad_c, d0 = m * g.str_d - g.pad_d, h0 = y * g.str_h - g.pad_h, w0 = q * g.str_w - g.pad_w;
+        const char* img = static_cast<const char*>(p.x) + int64_t(n) * plane * int64_t(sizeof(T));
+        float acc[V];
+        int arg[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] = OP == kMax ? -__int_as_float(0x7f800000) : 0.f, arg[k] = 0;
+        int inside = 0, tap = 0;
+        for (int j = 0; j < g.J; ++j) {
+            const bool c_in = unsigned(c0 + j) < unsigned(g.C);
+            for (int t = 0; t < g.T; ++t) {
+                const bool d_in = c_in && unsigned(d0 + t) < unsigned(g.D);
+                for (int r = 0; r < g.R; ++r) {
+                    const bool h_in = d_in && unsigned(h0 + r) < unsigned(g.H);
+                    const int64_t row = (int64_t(d0 + t) * g.H + (h0 + r)) * g.W;
+                    for (int s = 0; s < g.S; ++s, ++tap) {
+                        const bool in = h_in && unsigned(w0 + s) < unsigned(g.W);
+                        if (!in) continue;   // padding: -inf for max (already below any value), nothing for the sums
+                        float v[V];
+                        load<T, V>(img, (row + (w0 + s)) * g.C + c0 + j, v);
+                        ++inside;
+#pragma unroll
+                        for (int k = 0; k < V; ++k) {
+                            if (OP == kMax) {
+                                if (tap == 0 || v[k] > acc[k]) acc[k] = v[k], arg[k] = tap;
+                            } else if (OP == kAvg) {
+                                acc[k] = __fadd_rn(acc[k], v[k]);
+                            } else {
+                                acc[k] = __fadd_rn(acc[k], __fmul_rn(v[k], v[k]));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        const int64_t at = pos * g.K + k0;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            if (OP == kAvg) acc[k] = __fdiv_rn(acc[k], float(inside));
+            if (OP == kL2) acc[k] = __fsqrt_rn(acc[k]);
+        }
+        if (OP == kMax && p.argmax) store_index<V>(p.argmax, at, arg);
+        finish<T, V>(p, at, acc);
+    }
+}
+
+// The output positions along one axis whose windows cover coordinate x: lo..hi (empty when
+// lo > hi). Position o covers x when o * stride - pad <= x < o * stride - pad + window.
+struct Span {
+    int lo, hi;
+};
+__device__ __forceinline__ Span covering(int x, int pad, int window, const FastDiv& stride, int positions) {
+    const int a = x + pad, b = a - window + 1;
+    const int hi = min(int(divide(uint32_t(a), stride)), positions - 1);
+    const int lo = b <= 0 ? 0 : int(divide(uint32_t(b + int(stride.d) - 1), stride));
+    return {lo, hi};
+}
+// The taps of window o inside an axis of `size`.
+__device__ __forceinline__ int inside(int o, int pad, int window, int stride, int size) {
+    const int first = o * stride - pad;
+    return min(first + window, size) - max(first, 0);
+}
+
+template <class T, int OP, int V>
+__device__ __forceinline__ void pool_bprop(const PoolParams& p) {
+    const PoolShape& g = p.g;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t pos = quotient(i, p.lanes);   // (n, d, h, w); below 2^31
+        const int c0 = int(i - pos * p.lanes.d) * V;
+        int n = int(pos);
+        const int w = split(n, p.d3), h = split(n, p.d2), d = split(n, p.d1);
+        const int64_t at = pos * g.C + c0;
+        float x[V], acc[V];
+        if (OP == kL2) load<T, V>(p.x2, at, x);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] = 0.f;
+        // Ascending taps: descending positions along each axis (channel windows first).
+        const Span sc = V == 1 ? covering(c0, g.pad_c, g.J, p.str_c, g.K) : Span{c0, c0};
+        const Span sd = covering(d, g.pad_d, g.T, p.str_d, g.M), sh = covering(h, g.pad_h, g.R, p.str_h, g.P),
+                   sw = covering(w, g.pad_w, g.S, p.str_w, g.Q);
+        for (int kk = sc.hi; kk >= sc.lo; --kk) {
+            const int j = c0 + g.pad_c - kk * g.str_c;
+            for (int m = sd.hi; m >= sd.lo; --m) {
+                const int t = d + g.pad_d - m * g.str_d;
+                for (int y = sh.hi; y >= sh.lo; --y) {
+                    const int r = h + g.pad_h - y * g.str_h;
+                    const int64_t row = ((int64_t(n) * g.M + m) * g.P + y) * g.Q;
+                    for (int q = sw.hi; q >= sw.lo; --q) {
+                        const int s = w + g.pad_w - q * g.str_w;
+                        const int64_t o = (row + q) * g.K + kk;
+                        float e[V];
+                        load<T, V>(p.x, o, e);
+                        if (OP == kMax) {
+                            const int tap = ((j * g.T + t) * g.R + r) * g.S + s;
+                            int a[V];
+                            load_index<V>(p.argmax, o, a);
+#pragma unroll
+                            for (int k = 0; k < V; ++k)
+                                if (a[k] == tap) acc[k] = __fadd_rn(acc[k], e[k]);
+                        } else if (OP == kAvg) {
+                            const float count = float(inside(kk, g.pad_c, g.J, g.str_c, g.C) *
+                                                      inside(m, g.pad_d, g.T, g.str_d, g.D) *
+                                                      inside(y, g.pad_h, g.R, g.str_h, g.H) *
+                                                      inside(q, g.pad_w, g.S, g.str_w, g.W));
+#pragma unroll
+                            for (int k = 0; k < V; ++k) acc[k] = __fadd_rn(acc[k], __fdiv_rn(e[k], count));
+                        } else {
+                            float out[V];
+                            load<T, V>(p.y2, o, out);
+#pragma unroll
+                            for (int k = 0; k < V; ++k)
+                                if (out[k] > 0.f) acc[k] = __fadd_rn(acc[k], __fdiv_rn(__fmul_rn(e[k], x[k]), out[k]));
+                        }
+                    }
+                }
+            }
+        }
+        finish<T, V>(p, at, acc);
+    }
+}
+
+} // namespace
+
+#define KILN_POOL_OP(NAME, OPV, T, TN, V)                                                                             \
+    extern "C" __global__ void __launch_bounds__(256, 2) kiln_pool_fprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
+        pool_fprop<T, OPV, V>(p);                                                                                     \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256, 2) kiln_pool_bprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
+        pool_bprop<T, OPV, V>(p);                                                                                     \
+    }
+#define KILN_POOL_TYPE(T, TN, V) \
+    KILN_POOL_OP(max, kMax, T, TN, 1) KILN_POOL_OP(avg, kAvg, T, TN, 1) KILN_POOL_OP(l2, kL2, T, TN, 1) \
+    KILN_POOL_OP(max, kMax, T, TN, V) KILN_POOL_OP(avg, kAvg, T, TN, V) KILN_POOL_OP(l2, kL2, T, TN, V)
+KILN_POOL_TYPE(float, f32, 4)
+KILN_POOL_TYPE(__half, f16, 8)
+KILN_POOL_TYPE(__nv_bfloat16, bf16, 8)

@@ -1,0 +1,124 @@
+// Launches pool.cu's kernels (pool_cuda.hpp): whether they take the layer, the parameter block,
+// the vector width and the grid.
+#include "kernels/cuda/pool_cuda.hpp"
+
+#include "compiler/log.hpp"
+#include "ir/storage.hpp"
+#include "kernels/cuda/gemm_launch.hpp"
+#include "kernels/cuda/pool_params.hpp"
+#include "runtime/cuda/device_backend.hpp"
+#include <kiln/context.hpp>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+extern "C" const unsigned char kiln_pool_image[];
+
+namespace kiln::gemm {
+
+namespace {
+
+bool fits_31(int64_t v) { return v >= 0 && v < (int64_t(1) << 31); }
+
+// The kernels' geometry, or nothing where a size or index they form in 32 bits could pass 2^31.
+std::optional<PoolShape> shape_of(const PoolLayer& L) {
+    const int64_t in_pos = L.N * L.image[0] * L.image[1] * L.image[2], out_pos = L.N * L.output[0] * L.output[1] * L.output[2];
+    if (!fits_31(in_pos) || !fits_31(out_pos) || !fits_31(L.C + 2 * L.pad_c) || !fits_31(L.K * L.str_c + L.J) ||
+        !fits_31(L.taps()))
+        return std::nullopt;
+    for (int a = 0; a < 3; ++a)
+        if (!fits_31(L.image[a] + 2 * L.pad[a]) || !fits_31(L.output[a] * L.stride[a] + L.window[a])) return std::nullopt;
+    auto i32 = [](int64_t v) { return int32_t(v); };
+    return PoolShape{i32(L.N),         i32(L.image[0]),  i32(L.image[1]),  i32(L.image[2]),  i32(L.C),
+                     i32(L.output[0]), i32(L.output[1]), i32(L.output[2]), i32(L.K),         i32(L.J),
+                     i32(L.window[0]), i32(L.window[1]), i32(L.window[2]), i32(L.pad_c),     i32(L.pad[0]),
+                     i32(L.pad[1]),    i32(L.pad[2]),    i32(L.str_c),     i32(L.stride[0]), i32(L.stride[1]),
+                     i32(L.stride[2])};
+}
+
+const char* op_name(PoolOp op) { return op == PoolOp::Max ? "max" : op == PoolOp::Avg ? "avg" : "l2"; }
+const char* type_name(DType t) { return t == DType::Float32 ? "f32" : t == DType::Float16 ? "f16" : "bf16"; }
+
+// 16 bytes of channels a thread where a window holds one channel and every tensor's channels
+// are whole, aligned 16-byte vectors; else one.
+int vector_width(const PoolLayer& L, DType t, std::initializer_list<const Tensor*> tensors) {
+    const int v = int(16 / dtype_size(t));
+    if (L.J != 1 || L.str_c != 1 || L.pad_c != 0 || L.C % v != 0) return 1;
+    for (const Tensor* x : tensors)
+        if (x && reinterpret_cast<uintptr_t>(detail::data_of(*x)) % 16 != 0) return 1;
+    return v;
+}
+
+Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : t.context().eval(t.expr()); }
+
+void launch(Context& ctx, const std::string& entry, PoolParams& p, const PoolLayer& L) {
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    CUfunction f = be.precompiled(kiln_pool_image, entry, 0);
+    const int64_t blocks = std::clamp<int64_t>((p.items + 255) / 256, 1, int64_t(be.info().multiprocessors) * 16);
+    log_debug("pool: {} -> {} ({} items, {} blocks)", L.str(), entry, p.items, blocks);
+    void* params[] = {&p};
+    be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, 0, params, {});
+}
+
+} // namespace
+
+bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A5, double alpha, double beta) {
+    Context& ctx = I5.context();
+    if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || I5.dtype() != O5.dtype() || !O5.is_contiguous() ||
+        (A5 && !A5->is_contiguous()))
+        return false;
+    const std::optional<PoolShape> g = shape_of(L);
+    if (!g) return false;
+    const Tensor I = contiguous(I5);
+    const int v = vector_width(L, I.dtype(), {&I, &O5, A5});
+    PoolParams p{};
+    p.x = detail::data_of(I);
+    p.y = detail::data_of(O5);
+    p.argmax = A5 ? reinterpret_cast<int32_t*>(detail::data_of(*A5)) : nullptr;
+    p.alpha = float(alpha), p.beta = float(beta);
+    p.g = *g;
+    p.items = L.N * L.output[0] * L.output[1] * L.output[2] * (L.K / v);
+    p.lanes = fast_div(uint32_t(L.K / v));
+    p.d3 = fast_div(uint32_t(L.output[2])), p.d2 = fast_div(uint32_t(L.output[1])), p.d1 = fast_div(uint32_t(L.output[0]));
+    if (p.items > 0)
+        launch(ctx, fmt::format("kiln_pool_fprop_{}_{}_v{}", op_name(L.op), type_name(I.dtype()), v), p, L);
+    O5.view().storage->written = true;
+    if (A5) A5->view().storage->written = true;
+    return true;
+}
+
+bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Tensor* A5, const Tensor* X5, const Tensor* Y5,
+                     double alpha, double beta) {
+    Context& ctx = E5.context();
+    if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || !G5.is_contiguous()) return false;
+    for (const Tensor* t : {&E5, X5, Y5})
+        if (t && t->dtype() != G5.dtype()) return false;
+    const std::optional<PoolShape> g = shape_of(L);
+    if (!g) return false;
+    const Tensor E = contiguous(E5);
+    std::optional<Tensor> A, X, Y;
+    if (A5) A = contiguous(*A5);
+    if (X5) X = contiguous(*X5);
+    if (Y5) Y = contiguous(*Y5);
+    const int v = vector_width(L, G5.dtype(), {&E, &G5, A ? &*A : nullptr, X ? &*X : nullptr, Y ? &*Y : nullptr});
+    PoolParams p{};
+    p.x = detail::data_of(E);
+    p.y = detail::data_of(G5);
+    p.argmax = A ? reinterpret_cast<int32_t*>(detail::data_of(*A)) : nullptr;
+    p.x2 = X ? detail::data_of(*X) : nullptr;
+    p.y2 = Y ? detail::data_of(*Y) : nullptr;
+    p.alpha = float(alpha), p.beta = float(beta);
+    p.g = *g;
+    p.items = L.N * L.image[0] * L.image[1] * L.image[2] * (L.C / v);
+    p.lanes = fast_div(uint32_t(L.C / v));
+    p.d3 = fast_div(uint32_t(L.image[2])), p.d2 = fast_div(uint32_t(L.image[1])), p.d1 = fast_div(uint32_t(L.image[0]));
+    p.str_c = fast_div(uint32_t(L.str_c)), p.str_d = fast_div(uint32_t(L.stride[0]));
+    p.str_h = fast_div(uint32_t(L.stride[1])), p.str_w = fast_div(uint32_t(L.stride[2]));
+    if (p.items > 0)
+        launch(ctx, fmt::format("kiln_pool_bprop_{}_{}_v{}", op_name(L.op), type_name(G5.dtype()), v), p, L);
+    G5.view().storage->written = true;
+    return true;
+}
+
+} // namespace kiln::gemm

@@ -1,0 +1,20 @@
+// Pooling on CUDA contexts by kiln's precompiled kernels (pool.cu). kernels/nn.cpp asks first
+// and keeps the expression path (padded copies and a kernel per tap) where they decline.
+#pragma once
+#include <kiln/nn.hpp>
+
+namespace kiln::gemm {
+
+// O5 = alpha * pool(I5) + beta * O5 for layer L, the winning taps into A5 when given (max):
+// true when it ran, false where the kernels do not take the problem (not a CUDA context, I5 and
+// O5 of different dtypes, O5 or A5 not contiguous, more than 2^31 positions or a size past
+// 2^31). I5 (N, D, H, W, C) and O5 (N, M, P, Q, K) as fprop_pool sees them.
+bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A5, double alpha, double beta);
+
+// G5 = alpha * (pool's gradient from E5) + beta * G5 for layer L, with fprop's argmax A5 (max) or
+// the forward input X5 and output Y5 (L2): true when it ran, false as above (G5 not contiguous,
+// E5, X5 or Y5 of another dtype than G5).
+bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Tensor* A5, const Tensor* X5, const Tensor* Y5,
+                     double alpha, double beta);
+
+} // namespace kiln::gemm

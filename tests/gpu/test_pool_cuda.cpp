@@ -1,0 +1,154 @@
+// Pooling on a CUDA context (the precompiled kernels of kernels/cuda/pool.cu) against the float64
+// definition (tests/support/pool_reference.hpp) and the CPU path: max, average and L2, forward
+// (with argmax) and backward, 1D, 2D and 3D windows with padding, overlap and channel windows,
+// 16-byte channel vectors and single channels, every float dtype, alpha and beta, more work than
+// one grid round, and a strided output (the kernels decline it; the expression path runs).
+// Skips, saying why, without a CUDA device.
+#include "tests/support/catch.hpp"
+#include "tests/support/gpu.hpp"
+#include "tests/support/pool_reference.hpp"
+
+#include <kiln/kiln.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace kiln;
+
+namespace {
+
+std::vector<float> uniform(int64_t n, uint32_t seed, float lo, float hi) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v((size_t)n);
+    for (auto& x : v) x = d(g);
+    return v;
+}
+
+double ulp(DType dt) { return dt == DType::BFloat16 ? 0x1p-8 : dt == DType::Float16 ? 0x1p-11 : 0x1p-23; }
+
+// Elements of got off want by more than the dtype's rounding (two ulps of |want| and of the
+// scale) plus float32 arithmetic on the way; the first few are printed.
+int64_t count_off(const std::vector<float>& got, const std::vector<double>& want, DType dt, double scale, const char* what) {
+    int64_t off = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double tol = 2 * ulp(dt) * (std::fabs(want[i]) + scale) + 1e-6 * scale;
+        if (!(std::fabs(got[i] - want[i]) <= tol)) {
+            if (off < 3) UNSCOPED_INFO(what << " element " << i << ": got " << got[i] << ", want " << want[i]);
+            ++off;
+        }
+    }
+    return off;
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+struct PoolCase {
+    int64_t N, C;
+    Dims3 image;
+    int64_t J;
+    Dims3 window;
+    int64_t pad_c;
+    Dims3 pad;
+    int64_t str_c;
+    Dims3 stride;
+};
+
+} // namespace
+
+TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the CPU path in every float dtype") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    const std::vector<PoolCase> cases = {
+        {2, 16, {1, 13, 11}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2}},   // 3x3/2 pad 1: 16-byte channel vectors
+        {2, 5, {1, 13, 11}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2}},    // the same, single channels
+        {2, 7, {1, 6, 5}, 3, {1, 2, 2}, 1, {0, 0, 0}, 1, {1, 2, 2}},      // channel windows, padded
+        {1, 8, {4, 5, 6}, 1, {2, 3, 3}, 0, {1, 1, 0}, 0, {1, 2, 2}},      // 3D
+        {3, 24, {1, 1, 50}, 1, {1, 1, 4}, 0, {0, 0, 1}, 0, {1, 1, 3}},    // 1D
+        {16, 12, {1, 96, 96}, 1, {1, 2, 2}, 0, {0, 0, 0}, 0, {1, 1, 1}},  // more items than one grid round
+    };
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (PoolOp op : {PoolOp::Max, PoolOp::Avg, PoolOp::L2})
+            for (const PoolCase& c : cases) {
+                const PoolLayer L = pool_layer(dt, op, c.N, c.C, c.image, c.J, c.window, c.pad_c, c.pad, c.str_c, c.stride);
+                INFO(L.str());
+                const Shape in = L.input_shape(), out = L.output_shape();
+                const bool l2 = op == PoolOp::L2;
+                // Distinct values (ties in 16 bits would make argmax depend on rounding alone).
+                std::vector<float> xf = uniform(numel(in), 11, l2 ? 0.1f : -1.f, 1.f), ef = uniform(numel(out), 12, -1.f, 1.f);
+                Tensor Xc = cpu.array(xf, in, dt), Ec = cpu.array(ef, out, dt);
+                xf = Xc.to_vector<float>(), ef = Ec.to_vector<float>();
+                Tensor Xg = gpu.array(xf, in, dt), Eg = gpu.array(ef, out, dt);
+                const double alpha = c.N == 3 ? 0.5 : 1.0, beta = c.N == 3 ? 0.25 : 0.0;   // the 1D case: alpha and beta
+                const std::vector<float> o0 = uniform(numel(out), 13, -1.f, 1.f), g0 = uniform(numel(in), 14, -1.f, 1.f);
+                Tensor Og = gpu.array(o0, out, dt), Oc = cpu.array(o0, out, dt);
+                Tensor Ag = gpu.empty(out, DType::Int32), Ac = cpu.empty(out, DType::Int32);
+                const uint64_t before = gpu.counters().assignments;
+                if (op == PoolOp::Max) {
+                    fprop_pool(L, Xg, Og, Ag, alpha, beta);
+                    fprop_pool(L, Xc, Oc, Ac, alpha, beta);
+                } else {
+                    fprop_pool(L, Xg, Og, std::nullopt, alpha, beta);
+                    fprop_pool(L, Xc, Oc, std::nullopt, alpha, beta);
+                }
+                CHECK(gpu.counters().assignments == before);   // one precompiled kernel, no expression
+                const std::vector<float> og = Og.to_vector<float>(), oc = Oc.to_vector<float>(), o0r = Tensor(cpu.array(o0, out, dt)).to_vector<float>();
+                test::PoolReference ref = test::pool_reference(L, as_double(xf), as_double(ef));
+                std::vector<double> want(ref.out.size());
+                for (size_t i = 0; i < want.size(); ++i) want[i] = alpha * ref.out[i] + beta * o0r[i];
+                CHECK(count_off(og, want, dt, 1.0, "fprop vs float64") == 0);
+                CHECK(count_off(og, as_double(oc), dt, 1.0, "fprop vs cpu") == 0);
+                if (op == PoolOp::Max) {
+                    if (beta == 0) CHECK(og == oc);   // the same values picked
+                    CHECK(Ag.to_vector<int32_t>() == ref.argmax);
+                    CHECK(Ac.to_vector<int32_t>() == ref.argmax);
+                }
+                // Backward, from the CPU's forward output (L2 takes it as Y).
+                Tensor Gg = gpu.array(g0, in, dt), Gc = cpu.array(g0, in, dt);
+                const std::vector<float> g0r = Tensor(cpu.array(g0, in, dt)).to_vector<float>();
+                Tensor Yc = cpu.empty(out, dt);
+                fprop_pool(L, Xc, Yc);
+                Tensor Yg = gpu.array(Yc.to_vector<float>(), out, dt);
+                if (op == PoolOp::Max) {
+                    bprop_pool(L, Eg, Gg, Ag, alpha, beta);
+                    bprop_pool(L, Ec, Gc, Ac, alpha, beta);
+                } else if (op == PoolOp::Avg) {
+                    bprop_pool(L, Eg, Gg, std::nullopt, alpha, beta);
+                    bprop_pool(L, Ec, Gc, std::nullopt, alpha, beta);
+                } else {
+                    bprop_pool(L, Eg, Gg, std::nullopt, alpha, beta, Xg, Yg);
+                    bprop_pool(L, Ec, Gc, std::nullopt, alpha, beta, Xc, Yc);
+                }
+                const std::vector<float> gg = Gg.to_vector<float>(), gc = Gc.to_vector<float>();
+                std::vector<double> gwant(ref.grad.size());
+                for (size_t i = 0; i < gwant.size(); ++i) gwant[i] = alpha * ref.grad[i] + beta * g0r[i];
+                // Each element sums up to (window / stride) shares per axis: the scale of the sum.
+                const double scale = double(L.taps());
+                // (L2's reference divides by its float64 output, the kernels by Y rounded to the dtype.)
+                CHECK(count_off(gg, gwant, dt, scale, "bprop vs float64") == 0);
+                CHECK(count_off(gg, as_double(gc), dt, scale, "bprop vs cpu") == 0);
+                if (op == PoolOp::Max && beta == 0) CHECK(gg == gc);   // the same shares in the same order
+            }
+}
+
+TEST_CASE("gpu pool: a strided output takes the expression path, with the same values") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"});
+    const PoolLayer L = pool_layer(DType::Float16, PoolOp::Max, 2, 16, {1, 9, 9}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2});
+    const std::vector<float> x = uniform(numel(L.input_shape()), 21, -1.f, 1.f);
+    Tensor X = gpu.array(x, L.input_shape(), DType::Float16);
+    Tensor O = gpu.empty(L.output_shape(), DType::Float16);
+    Shape wide = L.output_shape();
+    wide.back() *= 2;
+    Tensor big = gpu.zeros(wide, DType::Float16);
+    Tensor half = big.slice({Slice::all(), Slice::all(), Slice::all(), Slice::range(0, 16)});
+    fprop_pool(L, X, O);
+    const uint64_t before = gpu.counters().assignments;
+    fprop_pool(L, X, half);
+    CHECK(gpu.counters().assignments > before);
+    const std::vector<float> whole = big.to_vector<float>(), o = O.to_vector<float>();
+    int64_t off = 0;
+    for (size_t i = 0; i < o.size(); ++i) off += whole[i / 16 * 32 + i % 16] != o[i] || whole[i / 16 * 32 + 16 + i % 16] != 0.f;
+    CHECK(off == 0);
+}
