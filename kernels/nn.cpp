@@ -72,6 +72,12 @@ void store(Tensor& v, const Expr& e) { v.assign(reshape(e, v.shape())); }
 
 Expr relu_keep_nan(const Expr& e) { return where(less(e, 0.0), Expr(0.0), e); }
 
+// e (a per-channel (1, C) expression) computed once per channel into a float32 tensor: a square
+// root and a division per element would make the normalisation of 16-bit activations bound by
+// instruction issue rather than memory.
+Expr per_channel_once(Context& ctx, const Expr& e) { return ctx.eval(cast(e, DType::Float32)).expr(); }
+Expr f32(const Expr& e) { return cast(e, DType::Float32); }
+
 } // namespace
 
 namespace {
@@ -115,7 +121,8 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
         store(gmean, per_channel(gmean, C) * rho + mean_e * (1.0 - rho));
         store(gvar, per_channel(gvar, C) * rho + var_e * (1.0 - rho));
     }
-    Expr out = (x2 - mean_e) * reciprocal(sqrt(var_e + eps)) * per_channel(gamma, C) + per_channel(beta, C);
+    const Expr scale = per_channel_once(x.context(), f32(per_channel(gamma, C)) * reciprocal(sqrt(f32(var_e) + eps)));
+    Expr out = (x2 - mean_e) * scale + per_channel(beta, C);
     if (accumbeta != 0) out = out + Expr(accumbeta) * reshape(y.expr(), {n, C});
     if (residual.defined()) out = out + reshape(residual.expr(), {n, C});
     if (relu) out = relu_keep_nan(out);
@@ -137,7 +144,7 @@ void compound_bprop_bn(Tensor& delta_out, Tensor& grad_gamma, Tensor& grad_beta,
     check_channels(grad_beta, x, C, "grad_beta", op);
     if (!(eps >= 0)) fail(Error::Kind::Value, "{}: eps={}; it must be >= 0", op, eps);
     const Expr x2 = reshape(x.expr(), {n, C}), d2 = reshape(delta_in.expr(), {n, C});
-    const Expr rstd = reciprocal(sqrt(per_channel(xvar, C) + eps));
+    const Expr rstd = per_channel_once(x.context(), reciprocal(sqrt(f32(per_channel(xvar, C)) + eps)));
     const Expr xhat = (x2 - per_channel(xsum, C) * (1.0 / (double)n)) * rstd;
     store(grad_gamma, sum(d2 * xhat, 0, true));
     store(grad_beta, sum(d2, 0, true));

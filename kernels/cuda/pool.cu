@@ -27,6 +27,8 @@ using namespace kiln::gemm;
 namespace {
 
 enum { kMax = 0, kAvg = 1, kL2 = 2 };
+constexpr int kBatch = 4;    // forward: taps whose loads a thread keeps in flight
+constexpr int kGather = 2;   // backward: windows whose loads a thread keeps in flight
 
 __device__ __forceinline__ float widen(float v) { return v; }
 __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
@@ -36,22 +38,41 @@ template <> __device__ __forceinline__ float narrow<float>(float v) { return v; 
 template <> __device__ __forceinline__ __half narrow<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-// V elements from element i on (16 bytes, aligned, where V > 1), widened to float.
+// V elements of T as loaded: one T, or a 16-byte word (aligned) holding V of them.
+template <class T, int V> struct Raw {
+    uint4 w;
+};
+template <class T> struct Raw<T, 1> {
+    T w;
+};
 template <class T, int V>
-__device__ __forceinline__ void load(const void* base, int64_t i, float (&v)[V]) {
+__device__ __forceinline__ Raw<T, V> fetch(const void* base, int64_t i) {
     const T* p = static_cast<const T*>(base) + i;
     if constexpr (V == 1) {
-        v[0] = widen(*p);
+        return {*p};
     } else {
         static_assert(V * sizeof(T) == 16, "a vector is 16 bytes");
+        return {__ldg(reinterpret_cast<const uint4*>(p))};
+    }
+}
+template <class T, int V>
+__device__ __forceinline__ void widen(const Raw<T, V>& r, float (&v)[V]) {
+    if constexpr (V == 1) {
+        v[0] = widen(r.w);
+    } else {
         union {
             uint4 w;
             T e[V];
         } u;
-        u.w = __ldg(reinterpret_cast<const uint4*>(p));
+        u.w = r.w;
 #pragma unroll
         for (int k = 0; k < V; ++k) v[k] = widen(u.e[k]);
     }
+}
+// V elements from element i on, widened to float.
+template <class T, int V>
+__device__ __forceinline__ void load(const void* base, int64_t i, float (&v)[V]) {
+    widen<T, V>(fetch<T, V>(base, i), v);
 }
 template <class T, int V>
 __device__ __forceinline__ void store(void* base, int64_t i, const float (&v)[V]) {
@@ -133,23 +154,35 @@ __device__ __forceinline__ void pool_fprop(const PoolParams& p) {
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[k] = OP == kMax ? -__int_as_float(0x7f800000) : 0.f, arg[k] = 0;
         int inside = 0, tap = 0;
+        const int RS = g.R * g.S;
         for (int j = 0; j < g.J; ++j) {
             const bool c_in = unsigned(c0 + j) < unsigned(g.C);
-            for (int t = 0; t < g.T; ++t) {
-                const bool d_in = c_in && unsigned(d0 + t) < unsigned(g.D);
-                for (int r = 0; r < g.R; ++r) {
-                    const bool h_in = d_in && unsigned(h0 + r) < unsigned(g.H);
-                    const int64_t row = (int64_t(d0 + t) * g.H + (h0 + r)) * g.W;
-                    for (int s = 0; s < g.S; ++s, ++tap) {
-                        const bool in = h_in && unsigned(w0 + s) < unsigned(g.W);
-                        if (!in) continue;   // padding: -inf for max (already below any value), nothing for the sums
+            for (int t = 0; t < g.T; ++t, tap += RS) {
+                if (!(c_in && unsigned(d0 + t) < unsigned(g.D))) continue;   // padding: -inf for max, nothing for sums
+                const char* plane_at = img + (int64_t(d0 + t) * g.H * g.W * g.C + c0 + j) * int64_t(sizeof(T));
+                // The plane's taps kBatch at a time: their loads in flight together, then combined in order.
+                int r = 0, s = 0;
+                for (int rs = 0; rs < RS; rs += kBatch) {
+                    Raw<T, V> raw[kBatch];
+                    bool in[kBatch];
+#pragma unroll
+                    for (int u = 0; u < kBatch; ++u) {
+                        const int h = h0 + r, w = w0 + s;
+                        in[u] = rs + u < RS && unsigned(h) < unsigned(g.H) && unsigned(w) < unsigned(g.W);
+                        if (in[u]) raw[u] = fetch<T, V>(plane_at, (int64_t(h) * g.W + w) * g.C);
+                        if (++s == g.S) s = 0, ++r;
+                    }
+#pragma unroll
+                    for (int u = 0; u < kBatch; ++u) {
+                        if (!in[u]) continue;
                         float v[V];
-                        load<T, V>(img, (row + (w0 + s)) * g.C + c0 + j, v);
+                        widen<T, V>(raw[u], v);
                         ++inside;
+                        const int at_tap = tap + rs + u;
 #pragma unroll
                         for (int k = 0; k < V; ++k) {
                             if (OP == kMax) {
-                                if (tap == 0 || v[k] > acc[k]) acc[k] = v[k], arg[k] = tap;
+                                if (at_tap == 0 || v[k] > acc[k]) acc[k] = v[k], arg[k] = at_tap;
                             } else if (OP == kAvg) {
                                 acc[k] = __fadd_rn(acc[k], v[k]);
                             } else {
@@ -205,38 +238,52 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p) {
         const Span sc = V == 1 ? covering(c0, g.pad_c, g.J, p.str_c, g.K) : Span{c0, c0};
         const Span sd = covering(d, g.pad_d, g.T, p.str_d, g.M), sh = covering(h, g.pad_h, g.R, p.str_h, g.P),
                    sw = covering(w, g.pad_w, g.S, p.str_w, g.Q);
+        const int nyq = sh.hi >= sh.lo && sw.hi >= sw.lo ? (sh.hi - sh.lo + 1) * (sw.hi - sw.lo + 1) : 0;
         for (int kk = sc.hi; kk >= sc.lo; --kk) {
             const int j = c0 + g.pad_c - kk * g.str_c;
             for (int m = sd.hi; m >= sd.lo; --m) {
                 const int t = d + g.pad_d - m * g.str_d;
-                for (int y = sh.hi; y >= sh.lo; --y) {
-                    const int r = h + g.pad_h - y * g.str_h;
-                    const int64_t row = ((int64_t(n) * g.M + m) * g.P + y) * g.Q;
-                    for (int q = sw.hi; q >= sw.lo; --q) {
-                        const int s = w + g.pad_w - q * g.str_w;
-                        const int64_t o = (row + q) * g.K + kk;
-                        float e[V];
-                        load<T, V>(p.x, o, e);
+                const int cd = inside(kk, g.pad_c, g.J, g.str_c, g.C) * inside(m, g.pad_d, g.T, g.str_d, g.D);
+                // The (y, q) windows, descending, kGather at a time: their loads in flight together.
+                const int64_t plane = (int64_t(n) * g.M + m) * g.P;
+                int y = sh.hi, q = sw.hi;
+                for (int b = 0; b < nyq; b += kGather) {
+                    Raw<T, V> e[kGather], out[kGather];
+                    int a[kGather][V];
+                    int tap[kGather], count[kGather];
+                    bool in[kGather];
+#pragma unroll
+                    for (int u = 0; u < kGather; ++u) {
+                        in[u] = b + u < nyq;
+                        const int64_t o = ((plane + y) * g.Q + q) * g.K + kk;
+                        if (in[u]) {
+                            e[u] = fetch<T, V>(p.x, o);
+                            if (OP == kMax) load_index<V>(p.argmax, o, a[u]);
+                            if (OP == kL2) out[u] = fetch<T, V>(p.y2, o);
+                        }
+                        tap[u] = ((j * g.T + t) * g.R + (h + g.pad_h - y * g.str_h)) * g.S + (w + g.pad_w - q * g.str_w);
+                        count[u] = cd * inside(y, g.pad_h, g.R, g.str_h, g.H) * inside(q, g.pad_w, g.S, g.str_w, g.W);
+                        if (--q < sw.lo) q = sw.hi, --y;
+                    }
+#pragma unroll
+                    for (int u = 0; u < kGather; ++u) {
+                        if (!in[u]) continue;
+                        float ev[V];
+                        widen<T, V>(e[u], ev);
                         if (OP == kMax) {
-                            const int tap = ((j * g.T + t) * g.R + r) * g.S + s;
-                            int a[V];
-                            load_index<V>(p.argmax, o, a);
 #pragma unroll
                             for (int k = 0; k < V; ++k)
-                                if (a[k] == tap) acc[k] = __fadd_rn(acc[k], e[k]);
+                                if (a[u][k] == tap[u]) acc[k] = __fadd_rn(acc[k], ev[k]);
                         } else if (OP == kAvg) {
-                            const float count = float(inside(kk, g.pad_c, g.J, g.str_c, g.C) *
-                                                      inside(m, g.pad_d, g.T, g.str_d, g.D) *
-                                                      inside(y, g.pad_h, g.R, g.str_h, g.H) *
-                                                      inside(q, g.pad_w, g.S, g.str_w, g.W));
+                            const float c = float(count[u]);
 #pragma unroll
-                            for (int k = 0; k < V; ++k) acc[k] = __fadd_rn(acc[k], __fdiv_rn(e[k], count));
+                            for (int k = 0; k < V; ++k) acc[k] = __fadd_rn(acc[k], __fdiv_rn(ev[k], c));
                         } else {
-                            float out[V];
-                            load<T, V>(p.y2, o, out);
+                            float yv[V];
+                            widen<T, V>(out[u], yv);
 #pragma unroll
                             for (int k = 0; k < V; ++k)
-                                if (out[k] > 0.f) acc[k] = __fadd_rn(acc[k], __fdiv_rn(__fmul_rn(e[k], x[k]), out[k]));
+                                if (yv[k] > 0.f) acc[k] = __fadd_rn(acc[k], __fdiv_rn(__fmul_rn(ev[k], x[k]), yv[k]));
                         }
                     }
                 }

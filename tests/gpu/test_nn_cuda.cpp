@@ -1,9 +1,11 @@
-// Pooling on a CUDA context (the precompiled kernels of kernels/cuda/pool.cu) against the float64
-// definition (tests/support/pool_reference.hpp) and the CPU path: max, average and L2, forward
-// (with argmax) and backward, 1D, 2D and 3D windows with padding, overlap and channel windows,
-// 16-byte channel vectors and single channels, every float dtype, alpha and beta, more work than
-// one grid round, and a strided output (the kernels decline it; the expression path runs).
-// Skips, saying why, without a CUDA device.
+// The layers on a CUDA context against the CPU path (which the unit tests hold to float64) and,
+// for pooling, the float64 definition (tests/support/pool_reference.hpp). Pooling (the
+// precompiled kernels of kernels/cuda/pool.cu): max, average and L2, forward (with argmax) and
+// backward, 1D, 2D and 3D windows with padding, overlap and channel windows, 16-byte channel
+// vectors and single channels, every float dtype, alpha and beta, more work than one grid round,
+// and a strided output (the kernels decline it; the expression path runs). Batch norm (training
+// and inference, relu, residual; backward) and LRN forward and backward. Skips, saying why,
+// without a CUDA device.
 #include "tests/support/catch.hpp"
 #include "tests/support/gpu.hpp"
 #include "tests/support/pool_reference.hpp"
@@ -151,4 +153,77 @@ TEST_CASE("gpu pool: a strided output takes the expression path, with the same v
     int64_t off = 0;
     for (size_t i = 0; i < o.size(); ++i) off += whole[i / 16 * 32 + i % 16] != o[i] || whole[i / 16 * 32 + 16 + i % 16] != 0.f;
     CHECK(off == 0);
+}
+
+namespace {
+
+// GPU and CPU tensors agree within two ulps of the dtype plus `slack` (float32 sums in another
+// order: a small fraction of the sum of the terms' magnitudes).
+int64_t count_apart(const Tensor& gpu, const Tensor& cpu, DType dt, double slack, const char* what) {
+    const std::vector<float> g = gpu.to_vector<float>(), c = cpu.to_vector<float>();
+    int64_t off = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+        const double tol = 2 * ulp(dt) * std::fabs(c[i]) + slack;
+        if (!(std::fabs((double)g[i] - c[i]) <= tol)) {
+            if (off < 3) UNSCOPED_INFO(what << " element " << i << ": gpu " << g[i] << ", cpu " << c[i]);
+            ++off;
+        }
+    }
+    return off;
+}
+
+} // namespace
+
+TEST_CASE("gpu nn: batch norm (training, inference, relu, residual; backward) and LRN match the CPU path in every float dtype") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (const Shape& shape : {Shape{37, 11, 13, 40}, Shape{8, 9, 9, 256}}) {
+            INFO(dtype_name(dt) << " " << shape_str(shape));
+            const int64_t C = shape.back(), n = numel(shape) / C;
+            std::vector<float> xv = uniform(numel(shape), 31, -2.f, 3.f), dv = uniform(numel(shape), 32, -1.f, 1.f),
+                               rv = uniform(numel(shape), 33, -1.f, 1.f);
+            const std::vector<float> gam = uniform(C, 34, 0.5f, 1.5f), bet = uniform(C, 35, -0.5f, 0.5f),
+                                     gm0 = uniform(C, 36, -0.1f, 0.1f), gv0 = uniform(C, 37, 0.5f, 1.5f);
+            struct Side {
+                Tensor x, d, res, gamma, beta, xsum, xvar, gmean, gvar, y, yi, dx, dg, db;
+            };
+            auto make_side = [&](Context& c) {
+                Side t;
+                t.x = c.array(xv, shape, dt), t.d = c.array(dv, shape, dt), t.res = c.array(rv, shape, dt);
+                t.gamma = c.array(gam, {C}), t.beta = c.array(bet, {C}), t.gmean = c.array(gm0, {C}), t.gvar = c.array(gv0, {C});
+                t.xsum = c.empty({C}), t.xvar = c.empty({C});
+                t.y = c.empty(shape, dt), t.yi = c.empty(shape, dt), t.dx = c.empty(shape, dt), t.dg = c.empty({C}), t.db = c.empty({C});
+                compound_fprop_bn(t.x, t.xsum, t.xvar, t.gmean, t.gvar, t.gamma, t.beta, t.y, 1e-5, 0.9, true, 0.0, true,
+                                  false, t.res);
+                compound_fprop_bn(t.x, t.xsum, t.xvar, t.gmean, t.gvar, t.gamma, t.beta, t.yi, 1e-5, 0.9, true, 0.0, false,
+                                  true);
+                compound_bprop_bn(t.dx, t.dg, t.db, t.d, t.x, t.xsum, t.xvar, t.gamma, 1e-5);
+                return t;
+            };
+            const Side g = make_side(gpu), c = make_side(cpu);
+            // Per channel: sums of n terms up to 3 (x), 1 (delta_in), 9 (squares) in magnitude.
+            const double sum_slack = 1e-6 * double(n);
+            CHECK(count_apart(g.xsum, c.xsum, DType::Float32, 3 * sum_slack, "xsum") == 0);
+            CHECK(count_apart(g.xvar, c.xvar, DType::Float32, 1e-5, "xvar") == 0);
+            CHECK(count_apart(g.gmean, c.gmean, DType::Float32, 1e-6, "gmean") == 0);
+            CHECK(count_apart(g.gvar, c.gvar, DType::Float32, 1e-6, "gvar") == 0);
+            CHECK(count_apart(g.db, c.db, DType::Float32, sum_slack, "grad_beta") == 0);
+            CHECK(count_apart(g.dg, c.dg, DType::Float32, 3 * sum_slack, "grad_gamma") == 0);
+            // Elementwise results of those statistics: values up to about 5.
+            CHECK(count_apart(g.y, c.y, dt, 10 * ulp(dt) + 1e-5, "y (training, relu, residual)") == 0);
+            CHECK(count_apart(g.yi, c.yi, dt, 10 * ulp(dt) + 1e-5, "y (inference)") == 0);
+            CHECK(count_apart(g.dx, c.dx, dt, 10 * ulp(dt) + 1e-4, "delta_out") == 0);
+            // LRN across 5 channels, forward and backward.
+            const PoolLayer L = lrn_layer(dt, shape[0], C, {1, shape[1], shape[2]}, 5);
+            Tensor Og = gpu.empty(shape, dt), Dg = gpu.empty(shape, dt), Gg = gpu.empty(shape, dt);
+            Tensor Oc = cpu.empty(shape, dt), Dc = cpu.empty(shape, dt), Gc = cpu.empty(shape, dt);
+            fprop_lrn(L, g.x, Og, Dg, 1.0, 0.0, 1e-2, 0.75);
+            fprop_lrn(L, c.x, Oc, Dc, 1.0, 0.0, 1e-2, 0.75);
+            CHECK(count_apart(Dg, Dc, dt, 1e-6, "lrn denom") == 0);
+            CHECK(count_apart(Og, Oc, dt, 2 * ulp(dt) + 1e-6, "lrn out") == 0);
+            bprop_lrn(L, g.x, Og, g.d, Gg, Dg, 1.0, 0.0, 1e-2, 0.75);
+            bprop_lrn(L, c.x, Oc, c.d, Gc, Dc, 1.0, 0.0, 1e-2, 0.75);
+            CHECK(count_apart(Gg, Gc, dt, 2 * ulp(dt) + 1e-6, "lrn delta") == 0);
+        }
 }
