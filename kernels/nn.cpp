@@ -1,5 +1,5 @@
 // Batch norm, softmax, cross-entropy, pooling, LRN and the activation helpers (kiln/nn.hpp):
-// operand checks, then expressions, except pooling on CUDA contexts (kernels/cuda/pool.cu).
+// operand checks, then expressions, except pooling and LRN on CUDA contexts (kernels/cuda/pool.cu).
 // Batch norm views x as (n, C) so that each statistic is one column reduction and y one
 // elementwise kernel.
 #include <kiln/nn.hpp>
@@ -449,6 +449,9 @@ Tensor& fprop_lrn(const PoolLayer& L, const Tensor& I, Tensor& O, Tensor& denom,
     NamedCount named(O.context(), O);
     BenchTimer bench(context_impl(I.context()), op);
     bench_layer(bench, I, {&I, &O, &denom});
+#ifdef KILN_HAVE_GEMM_KERNELS
+    if (gemm::lrn_fprop_cuda(L, I5, O5, D5, alpha, beta, ascale, bpower)) return O;
+#endif
     D5.assign(1.0 + Expr(ascale) * window_sum(I.context(), square(cast(I5.expr(), DType::Float32)), I5.shape(), L));
     Expr r = I5.expr() * power(D5.expr(), Expr(-bpower));
     if (alpha != 1) r = Expr(alpha) * r;
@@ -470,6 +473,9 @@ Tensor& bprop_lrn(const PoolLayer& L, const Tensor& I, const Tensor& O, const Te
     NamedCount named(delta.context(), delta);
     BenchTimer bench(context_impl(I.context()), op);
     bench_layer(bench, I, {&I, &O, &E, &delta, &denom});
+#ifdef KILN_HAVE_GEMM_KERNELS
+    if (gemm::lrn_bprop_cuda(L, I5, O5, E5, G5, D5, alpha, beta, ascale, bpower)) return delta;
+#endif
     const Expr s = window_sum(I.context(), cast(E5.expr() * O5.expr() / D5.expr(), DType::Float32), I5.shape(), L);
     Expr r = E5.expr() * power(D5.expr(), Expr(-bpower)) - Expr(2.0 * ascale * bpower) * I5.expr() * s;
     if (alpha != 1) r = Expr(alpha) * r;

@@ -94,6 +94,8 @@ KILN_API Tensor& bprop_pool(const PoolLayer& layer, const Tensor& E, Tensor& gra
 //   denom = 1 + ascale * sum over the window of I^2;  O = alpha * I * denom^-bpower + beta * O
 //   delta = alpha * (E denom^-bpower - 2 ascale bpower I * sum over the window of E O / denom)
 //           + beta * delta            (O: fprop's output with alpha = 1, beta = 0)
+// On CUDA contexts a precompiled kernel computes each position's windows in registers (windows
+// of up to 9 channels, channels in whole 16-byte vectors); otherwise they are expressions.
 KILN_API PoolLayer lrn_layer(DType dtype, int64_t N, int64_t C, Dims3 image = {1, 1, 1}, int64_t J = 1);
 KILN_API Tensor& fprop_lrn(const PoolLayer& layer, const Tensor& I, Tensor& O, Tensor& denom, double alpha = 1.0,
                            double beta = 0.0, double ascale = 1.0, double bpower = 1.0);

@@ -15,7 +15,9 @@
 // argmax is this tap (max), E over the window's count (average), E x / Y where Y > 0 (L2).
 // No atomics: the result is deterministic, and the same sums in the same order as the CPU path.
 // Both end with alpha * result + beta * destination, rounded once into the dtype.
-// Entries: kiln_pool_{fprop,bprop}_{max,avg,l2}_{f32,f16,bf16}_v<V>.
+// LRN (below) sums squares, and backward E O / denom, over windows of channels the same way.
+// Entries: kiln_pool_{fprop,bprop}_{max,avg,l2}_{f32,f16,bf16}_v<V>,
+// kiln_lrn_{fprop,bprop}_{f32,f16,bf16}_h<J / 2>.
 #include "kernels/cuda/pool_params.hpp"
 
 #include <cuda_bf16.h>
@@ -293,6 +295,99 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p) {
     }
 }
 
+// ---- LRN: windows of 2 H + 1 channels around each channel, zero past the edges. A thread takes
+// one position's V channels (16 bytes) and the vectors either side of them (H <= V), so each
+// window sum is formed in registers, in channel order, as the CPU path forms it.
+
+// d^e: for 16-bit results the hardware's approximation (a few float32 ulps, far below their
+// rounding; the accurate powf made 16-bit LRN bound by instruction issue), else powf.
+template <class T>
+__device__ __forceinline__ float power(float d, float e) {
+    if constexpr (sizeof(T) == 2) return __powf(d, e);
+    else return powf(d, e);
+}
+
+// The three vectors of channels around c0 (none past the edges: zeros) as `f` of each element.
+template <class T, int V, class F>
+__device__ __forceinline__ void around(const void* base, int64_t at, int c0, int C, float (&v)[3 * V], F&& f) {
+#pragma unroll
+    for (int b = 0; b < 3; ++b) {
+        const int c = c0 + (b - 1) * V;
+        if (c >= 0 && c < C) {
+            float e[V];
+            load<T, V>(base, at + (b - 1) * V, e);
+#pragma unroll
+            for (int k = 0; k < V; ++k) v[b * V + k] = f(e[k], b * V + k);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) v[b * V + k] = 0.f;
+        }
+    }
+}
+// The window sum of channel k of the middle vector: its first tap, then the others added.
+template <int V, int H>
+__device__ __forceinline__ float window_sum(const float (&v)[3 * V], int k) {
+    float s = v[V + k - H];
+#pragma unroll
+    for (int i = -H + 1; i <= H; ++i) s = __fadd_rn(s, v[V + k + i]);
+    return s;
+}
+
+template <class T, int V, int H>
+__device__ __forceinline__ void lrn_fprop(const LrnParams& p) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t pos = quotient(i, p.lanes);
+        const int c0 = int(i - pos * p.lanes.d) * V;
+        const int64_t at = pos * p.C + c0;
+        float sq[3 * V], x[V], d[V], r[V];
+        around<T, V>(p.in, at, c0, p.C, sq, [](float e, int) { return __fmul_rn(e, e); });
+        load<T, V>(p.in, at, x);
+#pragma unroll
+        for (int k = 0; k < V; ++k) d[k] = __fadd_rn(1.f, __fmul_rn(p.ascale, window_sum<V, H>(sq, k)));
+        store<T, V>(p.denom, at, d);
+#pragma unroll
+        for (int k = 0; k < V; ++k) r[k] = __fmul_rn(x[k], power<T>(widen(narrow<T>(d[k])), -p.bpower));   // the stored denominator
+#pragma unroll
+        for (int k = 0; k < V; ++k) r[k] = __fmul_rn(p.alpha, r[k]);
+        if (p.beta != 0.f) {
+            float old[V];
+            load<T, V>(p.result, at, old);
+#pragma unroll
+            for (int k = 0; k < V; ++k) r[k] = __fadd_rn(r[k], __fmul_rn(p.beta, old[k]));
+        }
+        store<T, V>(p.result, at, r);
+    }
+}
+
+template <class T, int V, int H>
+__device__ __forceinline__ void lrn_bprop(const LrnParams& p) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t pos = quotient(i, p.lanes);
+        const int c0 = int(i - pos * p.lanes.d) * V;
+        const int64_t at = pos * p.C + c0;
+        // err * out / denom around c0: err and out first, then divided by denom.
+        float ratio[3 * V], outs[3 * V];   // (outs: fprop's output around c0)
+        around<T, V>(p.out, at, c0, p.C, outs, [](float e, int) { return e; });
+        around<T, V>(p.err, at, c0, p.C, ratio, [&](float e, int j) { return __fmul_rn(e, outs[j]); });
+        around<T, V>(p.denom, at, c0, p.C, ratio, [&](float dv, int j) { return __fdiv_rn(ratio[j], dv); });
+        float x[V], e[V], d[V], r[V];
+        load<T, V>(p.in, at, x);
+        load<T, V>(p.err, at, e);
+        load<T, V>(p.denom, at, d);
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+            r[k] = __fmul_rn(p.alpha, __fsub_rn(__fmul_rn(e[k], power<T>(d[k], -p.bpower)),
+                                                __fmul_rn(__fmul_rn(p.scale2, x[k]), window_sum<V, H>(ratio, k))));
+        if (p.beta != 0.f) {
+            float old[V];
+            load<T, V>(p.result, at, old);
+#pragma unroll
+            for (int k = 0; k < V; ++k) r[k] = __fadd_rn(r[k], __fmul_rn(p.beta, old[k]));
+        }
+        store<T, V>(p.result, at, r);
+    }
+}
+
 } // namespace
 
 #define KILN_POOL_OP(NAME, OPV, T, TN, V)                                                                             \
@@ -308,3 +403,15 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p) {
 KILN_POOL_TYPE(float, f32, 4)
 KILN_POOL_TYPE(__half, f16, 8)
 KILN_POOL_TYPE(__nv_bfloat16, bf16, 8)
+
+#define KILN_LRN(T, TN, V, H)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, 2) kiln_lrn_fprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \
+        lrn_fprop<T, V, H>(p);                                                                                        \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256, 2) kiln_lrn_bprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \
+        lrn_bprop<T, V, H>(p);                                                                                        \
+    }
+#define KILN_LRN_TYPE(T, TN, V) KILN_LRN(T, TN, V, 1) KILN_LRN(T, TN, V, 2) KILN_LRN(T, TN, V, 3) KILN_LRN(T, TN, V, 4)
+KILN_LRN_TYPE(float, f32, 4)
+KILN_LRN_TYPE(__half, f16, 8)
+KILN_LRN_TYPE(__nv_bfloat16, bf16, 8)

@@ -1,5 +1,5 @@
 // Launches pool.cu's kernels (pool_cuda.hpp): whether they take the layer, the parameter block,
-// the vector width and the grid.
+// the vector width and the grid; pooling's and LRN's.
 #include "kernels/cuda/pool_cuda.hpp"
 
 #include "compiler/log.hpp"
@@ -52,13 +52,34 @@ int vector_width(const PoolLayer& L, DType t, std::initializer_list<const Tensor
 
 Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : t.context().eval(t.expr()); }
 
-void launch(Context& ctx, const std::string& entry, PoolParams& p, const PoolLayer& L) {
+template <class Params>
+void launch(Context& ctx, const std::string& entry, Params& p, const PoolLayer& L) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     CUfunction f = be.precompiled(kiln_pool_image, entry, 0);
     const int64_t blocks = std::clamp<int64_t>((p.items + 255) / 256, 1, int64_t(be.info().multiprocessors) * 16);
     log_debug("pool: {} -> {} ({} items, {} blocks)", L.str(), entry, p.items, blocks);
     void* params[] = {&p};
     be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, 0, params, {});
+}
+
+// LRN's parameters for layer L over tensors of dtype t, or nothing where the kernels decline.
+std::optional<LrnParams> lrn_params(const PoolLayer& L, DType t, std::initializer_list<const Tensor*> tensors,
+                                    std::initializer_list<const Tensor*> outputs, double alpha, double beta, double ascale,
+                                    double bpower) {
+    const int v = int(16 / dtype_size(t));
+    const int64_t positions = L.N * L.image[0] * L.image[1] * L.image[2];
+    if (L.C % v != 0 || L.J / 2 < 1 || L.J / 2 > 4 || !fits_31(positions) || !fits_31(L.C)) return std::nullopt;
+    for (const Tensor* x : tensors)
+        if (x->dtype() != t || reinterpret_cast<uintptr_t>(detail::data_of(*x)) % 16 != 0) return std::nullopt;
+    for (const Tensor* x : outputs)
+        if (!x->is_contiguous()) return std::nullopt;
+    LrnParams p{};
+    p.alpha = float(alpha), p.beta = float(beta), p.ascale = float(ascale), p.bpower = float(bpower);
+    p.scale2 = float(2.0 * ascale * bpower);
+    p.C = int32_t(L.C);
+    p.items = positions * (L.C / v);
+    p.lanes = fast_div(uint32_t(L.C / v));
+    return p;
 }
 
 } // namespace
@@ -117,6 +138,39 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
     p.str_h = fast_div(uint32_t(L.stride[1])), p.str_w = fast_div(uint32_t(L.stride[2]));
     if (p.items > 0)
         launch(ctx, fmt::format("kiln_pool_bprop_{}_{}_v{}", op_name(L.op), type_name(G5.dtype()), v), p, L);
+    G5.view().storage->written = true;
+    return true;
+}
+
+bool lrn_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor& D5, double alpha, double beta, double ascale,
+                    double bpower) {
+    Context& ctx = I5.context();
+    if (ctx.backend() != Backend::CUDA) return false;
+    const Tensor I = contiguous(I5);
+    std::optional<LrnParams> p = lrn_params(L, I.dtype(), {&I, &O5, &D5}, {&O5, &D5}, alpha, beta, ascale, bpower);
+    if (!p) return false;
+    p->in = detail::data_of(I);
+    p->denom = detail::data_of(D5);
+    p->result = detail::data_of(O5);
+    if (p->items > 0) launch(ctx, fmt::format("kiln_lrn_fprop_{}_h{}", type_name(I.dtype()), L.J / 2), *p, L);
+    O5.view().storage->written = true;
+    D5.view().storage->written = true;
+    return true;
+}
+
+bool lrn_bprop_cuda(const PoolLayer& L, const Tensor& I5, const Tensor& O5, const Tensor& E5, Tensor& G5, const Tensor& D5,
+                    double alpha, double beta, double ascale, double bpower) {
+    Context& ctx = I5.context();
+    if (ctx.backend() != Backend::CUDA) return false;
+    const Tensor I = contiguous(I5), O = contiguous(O5), E = contiguous(E5), D = contiguous(D5);
+    std::optional<LrnParams> p = lrn_params(L, G5.dtype(), {&I, &O, &E, &D, &G5}, {&G5}, alpha, beta, ascale, bpower);
+    if (!p) return false;
+    p->in = detail::data_of(I);
+    p->out = detail::data_of(O);
+    p->err = detail::data_of(E);
+    p->denom = detail::data_of(D);
+    p->result = detail::data_of(G5);
+    if (p->items > 0) launch(ctx, fmt::format("kiln_lrn_bprop_{}_h{}", type_name(G5.dtype()), L.J / 2), *p, L);
     G5.view().storage->written = true;
     return true;
 }

@@ -1,5 +1,5 @@
-// Pooling on CUDA contexts by kiln's precompiled kernels (pool.cu). kernels/nn.cpp asks first
-// and keeps the expression path (padded copies and a kernel per tap) where they decline.
+// Pooling and LRN on CUDA contexts by kiln's precompiled kernels (pool.cu). kernels/nn.cpp asks
+// first and keeps the expression path (padded copies and a kernel per tap) where they decline.
 #pragma once
 #include <kiln/nn.hpp>
 
@@ -16,5 +16,15 @@ bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A
 // E5, X5 or Y5 of another dtype than G5).
 bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Tensor* A5, const Tensor* X5, const Tensor* Y5,
                      double alpha, double beta);
+
+// LRN of layer L (kiln::fprop_lrn's arguments, 5-D views): true when it ran, false where the
+// kernels do not take it (not a CUDA context, tensors of different dtypes, an output not
+// contiguous, channels not whole 16-byte vectors, a window wider than 9 channels, more than 2^31
+// positions).
+bool lrn_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor& D5, double alpha, double beta, double ascale,
+                    double bpower);
+// bprop_lrn's counterpart: G5 = alpha * (LRN's gradient from E5) + beta * G5.
+bool lrn_bprop_cuda(const PoolLayer& L, const Tensor& I5, const Tensor& O5, const Tensor& E5, Tensor& G5, const Tensor& D5,
+                    double alpha, double beta, double ascale, double bpower);
 
 } // namespace kiln::gemm

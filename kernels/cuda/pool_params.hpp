@@ -1,4 +1,4 @@
-// The parameter block of pool.cu (pooling's forward and backward kernels), shared by the device
+// The parameter blocks of pool.cu (pooling's and LRN's forward and backward kernels), shared by the device
 // code (nvcc) and the host launcher (pool_cuda.cpp).
 #pragma once
 #include "kernels/cuda/fast_div.hpp"
@@ -32,6 +32,24 @@ struct PoolParams {
     PoolShape g;
     FastDiv lanes, d3, d2, d1;
     FastDiv str_c, str_d, str_h, str_w;
+};
+
+// Local response normalisation across a window of 2 half + 1 channels (kiln::fprop_lrn /
+// bprop_lrn) over activations of C channels innermost, contiguous, a thread per position and 16
+// bytes of channels (`items` of them; `lanes` divides by C / vec). fprop: denom = 1 + ascale *
+// window sum of in^2, result = alpha * in * denom^-bpower + beta * result. bprop (out: fprop's
+// output, err: E): result = alpha * (err * denom^-bpower - scale2 * in * window sum of
+// err * out / denom) + beta * result, scale2 = 2 ascale bpower.
+struct LrnParams {
+    const void* in;
+    const void* out;
+    const void* err;
+    void* denom;
+    void* result;
+    float alpha, beta, ascale, bpower, scale2;
+    int32_t C;
+    int64_t items;
+    FastDiv lanes;
 };
 
 } // namespace kiln::gemm

@@ -205,9 +205,9 @@ TEST_CASE("gpu nn: batch norm (training, inference, relu, residual; backward) an
             // Per channel: sums of n terms up to 3 (x), 1 (delta_in), 9 (squares) in magnitude.
             const double sum_slack = 1e-6 * double(n);
             CHECK(count_apart(g.xsum, c.xsum, DType::Float32, 3 * sum_slack, "xsum") == 0);
-            CHECK(count_apart(g.xvar, c.xvar, DType::Float32, 1e-5, "xvar") == 0);
+            CHECK(count_apart(g.xvar, c.xvar, DType::Float32, 1e-4, "xvar") == 0);
             CHECK(count_apart(g.gmean, c.gmean, DType::Float32, 1e-6, "gmean") == 0);
-            CHECK(count_apart(g.gvar, c.gvar, DType::Float32, 1e-6, "gvar") == 0);
+            CHECK(count_apart(g.gvar, c.gvar, DType::Float32, 1e-5, "gvar") == 0);
             CHECK(count_apart(g.db, c.db, DType::Float32, sum_slack, "grad_beta") == 0);
             CHECK(count_apart(g.dg, c.dg, DType::Float32, 3 * sum_slack, "grad_gamma") == 0);
             // Elementwise results of those statistics: values up to about 5.
@@ -218,12 +218,14 @@ TEST_CASE("gpu nn: batch norm (training, inference, relu, residual; backward) an
             const PoolLayer L = lrn_layer(dt, shape[0], C, {1, shape[1], shape[2]}, 5);
             Tensor Og = gpu.empty(shape, dt), Dg = gpu.empty(shape, dt), Gg = gpu.empty(shape, dt);
             Tensor Oc = cpu.empty(shape, dt), Dc = cpu.empty(shape, dt), Gc = cpu.empty(shape, dt);
+            const uint64_t before = gpu.counters().assignments;
             fprop_lrn(L, g.x, Og, Dg, 1.0, 0.0, 1e-2, 0.75);
+            CHECK(gpu.counters().assignments == before);   // the precompiled kernel
             fprop_lrn(L, c.x, Oc, Dc, 1.0, 0.0, 1e-2, 0.75);
             CHECK(count_apart(Dg, Dc, dt, 1e-6, "lrn denom") == 0);
-            CHECK(count_apart(Og, Oc, dt, 2 * ulp(dt) + 1e-6, "lrn out") == 0);
+            CHECK(count_apart(Og, Oc, dt, 4 * ulp(dt), "lrn out") == 0);
             bprop_lrn(L, g.x, Og, g.d, Gg, Dg, 1.0, 0.0, 1e-2, 0.75);
             bprop_lrn(L, c.x, Oc, c.d, Gc, Dc, 1.0, 0.0, 1e-2, 0.75);
-            CHECK(count_apart(Gg, Gc, dt, 2 * ulp(dt) + 1e-6, "lrn delta") == 0);
+            CHECK(count_apart(Gg, Gc, dt, 4 * ulp(dt), "lrn delta") == 0);
         }
 }
