@@ -36,4 +36,18 @@ KILN_GEMM_HOST_DEVICE inline uint32_t divide(uint32_t n, const FastDiv& f) {
 #endif
 }
 
+// q / f and q % f at once, for 0 <= q < 2^31: q becomes the quotient, the remainder is returned
+// (an index split into its coordinates, innermost first).
+KILN_GEMM_HOST_DEVICE inline int split(int& q, const FastDiv& f) {
+    const int quotient = int(divide(uint32_t(q), f));
+    const int rem = q - quotient * int(f.d);
+    q = quotient;
+    return rem;
+}
+
+// i / f for an index that may pass 2^31: the fast division below it.
+KILN_GEMM_HOST_DEVICE inline int64_t quotient(int64_t i, const FastDiv& f) {
+    return i < (int64_t(1) << 31) ? int64_t(divide(uint32_t(i), f)) : i / f.d;
+}
+
 } // namespace kiln::gemm

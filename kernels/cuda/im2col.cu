@@ -23,19 +23,6 @@ template <> struct Vec<8> { using type = uint2; };
 template <> struct Vec<4> { using type = uint32_t; };
 template <> struct Vec<2> { using type = uint16_t; };
 
-// q / f and q % f at once, for 0 <= q < 2^31.
-__device__ __forceinline__ int split(int& q, const FastDiv& f) {
-    const int quotient = int(divide(uint32_t(q), f));
-    const int rem = q - quotient * int(f.d);
-    q = quotient;
-    return rem;
-}
-
-// The quotient of a 64-bit index: the fast division below 2^31.
-__device__ __forceinline__ int64_t quotient(int64_t i, const FastDiv& f) {
-    return i < (int64_t(1) << 31) ? int64_t(divide(uint32_t(i), f)) : i / f.d;
-}
-
 template <int VB>
 __device__ __forceinline__ void im2col(const Im2colParams& p) {
     using V = typename Vec<VB>::type;

@@ -114,30 +114,19 @@ __device__ __forceinline__ void store_index(int32_t* base, int64_t i, const int 
     }
 }
 
-// q / f and q % f at once, for 0 <= q < 2^31.
-__device__ __forceinline__ int split(int& q, const FastDiv& f) {
-    const int quotient = int(divide(uint32_t(q), f));
-    const int rem = q - quotient * int(f.d);
-    q = quotient;
-    return rem;
-}
-// i / f for an index that may pass 2^31.
-__device__ __forceinline__ int64_t quotient(int64_t i, const FastDiv& f) {
-    return i < (int64_t(1) << 31) ? int64_t(divide(uint32_t(i), f)) : i / f.d;
-}
-
-// alpha * r + beta * (the destination's value), unfused, as the expression path computes it.
+// dst[at..] = alpha * r + beta * dst[at..] (its value before), unfused, as the expression path
+// computes it, rounded once into T.
 template <class T, int V>
-__device__ __forceinline__ void finish(const PoolParams& p, int64_t at, float (&r)[V]) {
+__device__ __forceinline__ void finish(float alpha, float beta, void* dst, int64_t at, float (&r)[V]) {
 #pragma unroll
-    for (int k = 0; k < V; ++k) r[k] = __fmul_rn(p.alpha, r[k]);
-    if (p.beta != 0.f) {
+    for (int k = 0; k < V; ++k) r[k] = __fmul_rn(alpha, r[k]);
+    if (beta != 0.f) {
         float old[V];
-        load<T, V>(p.y, at, old);
+        load<T, V>(dst, at, old);
 #pragma unroll
-        for (int k = 0; k < V; ++k) r[k] = __fadd_rn(r[k], __fmul_rn(p.beta, old[k]));
+        for (int k = 0; k < V; ++k) r[k] = __fadd_rn(r[k], __fmul_rn(beta, old[k]));
     }
-    store<T, V>(p.y, at, r);
+    store<T, V>(dst, at, r);
 }
 
 template <class T, int OP, int V>
@@ -202,7 +191,7 @@ __device__ __forceinline__ void pool_fprop(const PoolParams& p) {
             if (OP == kL2) acc[k] = __fsqrt_rn(acc[k]);
         }
         if (OP == kMax && p.argmax) store_index<V>(p.argmax, at, arg);
-        finish<T, V>(p, at, acc);
+        finish<T, V>(p.alpha, p.beta, p.y, at, acc);
     }
 }
 
@@ -291,7 +280,7 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p) {
                 }
             }
         }
-        finish<T, V>(p, at, acc);
+        finish<T, V>(p.alpha, p.beta, p.y, at, acc);
     }
 }
 
@@ -333,12 +322,19 @@ __device__ __forceinline__ float window_sum(const float (&v)[3 * V], int k) {
     return s;
 }
 
-template <class T, int V, int H>
-__device__ __forceinline__ void lrn_fprop(const LrnParams& p) {
+// f(at, c0) for each of the thread's items: a position's channels c0 .. c0 + V - 1 from element at.
+template <int V, class F>
+__device__ __forceinline__ void each_lrn_item(const LrnParams& p, F&& f) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t pos = quotient(i, p.lanes);
         const int c0 = int(i - pos * p.lanes.d) * V;
-        const int64_t at = pos * p.C + c0;
+        f(pos * p.C + c0, c0);
+    }
+}
+
+template <class T, int V, int H>
+__device__ __forceinline__ void lrn_fprop(const LrnParams& p) {
+    each_lrn_item<V>(p, [&](int64_t at, int c0) {
         float sq[3 * V], x[V], d[V], r[V];
         around<T, V>(p.in, at, c0, p.C, sq, [](float e, int) { return __fmul_rn(e, e); });
         load<T, V>(p.in, at, x);
@@ -347,24 +343,13 @@ __device__ __forceinline__ void lrn_fprop(const LrnParams& p) {
         store<T, V>(p.denom, at, d);
 #pragma unroll
         for (int k = 0; k < V; ++k) r[k] = __fmul_rn(x[k], power<T>(widen(narrow<T>(d[k])), -p.bpower));   // the stored denominator
-#pragma unroll
-        for (int k = 0; k < V; ++k) r[k] = __fmul_rn(p.alpha, r[k]);
-        if (p.beta != 0.f) {
-            float old[V];
-            load<T, V>(p.result, at, old);
-#pragma unroll
-            for (int k = 0; k < V; ++k) r[k] = __fadd_rn(r[k], __fmul_rn(p.beta, old[k]));
-        }
-        store<T, V>(p.result, at, r);
-    }
+        finish<T, V>(p.alpha, p.beta, p.result, at, r);
+    });
 }
 
 template <class T, int V, int H>
 __device__ __forceinline__ void lrn_bprop(const LrnParams& p) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t pos = quotient(i, p.lanes);
-        const int c0 = int(i - pos * p.lanes.d) * V;
-        const int64_t at = pos * p.C + c0;
+    each_lrn_item<V>(p, [&](int64_t at, int c0) {
         // err * out / denom around c0: err and out first, then divided by denom.
         float ratio[3 * V], outs[3 * V];   // (outs: fprop's output around c0)
         around<T, V>(p.out, at, c0, p.C, outs, [](float e, int) { return e; });
@@ -376,16 +361,10 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p) {
         load<T, V>(p.denom, at, d);
 #pragma unroll
         for (int k = 0; k < V; ++k)
-            r[k] = __fmul_rn(p.alpha, __fsub_rn(__fmul_rn(e[k], power<T>(d[k], -p.bpower)),
-                                                __fmul_rn(__fmul_rn(p.scale2, x[k]), window_sum<V, H>(ratio, k))));
-        if (p.beta != 0.f) {
-            float old[V];
-            load<T, V>(p.result, at, old);
-#pragma unroll
-            for (int k = 0; k < V; ++k) r[k] = __fadd_rn(r[k], __fmul_rn(p.beta, old[k]));
-        }
-        store<T, V>(p.result, at, r);
-    }
+            r[k] = __fsub_rn(__fmul_rn(e[k], power<T>(d[k], -p.bpower)),
+                             __fmul_rn(__fmul_rn(p.scale2, x[k]), window_sum<V, H>(ratio, k)));
+        finish<T, V>(p.alpha, p.beta, p.result, at, r);
+    });
 }
 
 } // namespace
