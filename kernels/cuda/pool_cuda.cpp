@@ -50,6 +50,14 @@ int vector_width(const PoolLayer& L, DType t, std::initializer_list<const Tensor
     return v;
 }
 
+// Every tensor a kernel would read holds data (null entries skipped); otherwise the kernels
+// decline and the expression path reports the tensor that was never written.
+bool all_written(std::initializer_list<const Tensor*> reads) {
+    for (const Tensor* t : reads)
+        if (t && !t->view().storage->written) return false;
+    return true;
+}
+
 Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : t.context().eval(t.expr()); }
 
 template <class Params>
@@ -87,7 +95,7 @@ std::optional<LrnParams> lrn_params(const PoolLayer& L, DType t, std::initialize
 bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A5, double alpha, double beta) {
     Context& ctx = I5.context();
     if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || I5.dtype() != O5.dtype() || !O5.is_contiguous() ||
-        (A5 && !A5->is_contiguous()))
+        (A5 && !A5->is_contiguous()) || !all_written({&I5, beta != 0 ? &O5 : nullptr}))
         return false;
     const std::optional<PoolShape> g = shape_of(L);
     if (!g) return false;
@@ -112,7 +120,9 @@ bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A
 bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Tensor* A5, const Tensor* X5, const Tensor* Y5,
                      double alpha, double beta) {
     Context& ctx = E5.context();
-    if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || !G5.is_contiguous()) return false;
+    if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || !G5.is_contiguous() ||
+        !all_written({&E5, A5, X5, Y5, beta != 0 ? &G5 : nullptr}))
+        return false;
     for (const Tensor* t : {&E5, X5, Y5})
         if (t && t->dtype() != G5.dtype()) return false;
     const std::optional<PoolShape> g = shape_of(L);
@@ -145,7 +155,7 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
 bool lrn_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor& D5, double alpha, double beta, double ascale,
                     double bpower) {
     Context& ctx = I5.context();
-    if (ctx.backend() != Backend::CUDA) return false;
+    if (ctx.backend() != Backend::CUDA || !all_written({&I5, beta != 0 ? &O5 : nullptr})) return false;
     const Tensor I = contiguous(I5);
     std::optional<LrnParams> p = lrn_params(L, I.dtype(), {&I, &O5, &D5}, {&O5, &D5}, alpha, beta, ascale, bpower);
     if (!p) return false;
@@ -161,7 +171,7 @@ bool lrn_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor& D5
 bool lrn_bprop_cuda(const PoolLayer& L, const Tensor& I5, const Tensor& O5, const Tensor& E5, Tensor& G5, const Tensor& D5,
                     double alpha, double beta, double ascale, double bpower) {
     Context& ctx = I5.context();
-    if (ctx.backend() != Backend::CUDA) return false;
+    if (ctx.backend() != Backend::CUDA || !all_written({&I5, &O5, &E5, &D5, beta != 0 ? &G5 : nullptr})) return false;
     const Tensor I = contiguous(I5), O = contiguous(O5), E = contiguous(E5), D = contiguous(D5);
     std::optional<LrnParams> p = lrn_params(L, G5.dtype(), {&I, &O, &E, &D, &G5}, {&G5}, alpha, beta, ascale, bpower);
     if (!p) return false;

@@ -134,7 +134,7 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
             }
 }
 
-TEST_CASE("gpu pool: a strided output takes the expression path, with the same values") {
+TEST_CASE("gpu pool: a strided output takes the expression path, with the same values; a tensor never written is named") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"});
     const PoolLayer L = pool_layer(DType::Float16, PoolOp::Max, 2, 16, {1, 9, 9}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2});
@@ -153,6 +153,11 @@ TEST_CASE("gpu pool: a strided output takes the expression path, with the same v
     int64_t off = 0;
     for (size_t i = 0; i < o.size(); ++i) off += whole[i / 16 * 32 + i % 16] != o[i] || whole[i / 16 * 32 + 16 + i % 16] != 0.f;
     CHECK(off == 0);
+    // An input never written: the kernels decline, and the expression path names it.
+    Tensor unwritten = gpu.empty(L.input_shape(), DType::Float16);
+    CHECK_THROWS_WITH(fprop_pool(L, unwritten, O), Catch::Matchers::Contains("never written"));
+    Tensor unwritten_out = gpu.empty(L.output_shape(), DType::Float16);   // read through beta
+    CHECK_THROWS_WITH(fprop_pool(L, X, unwritten_out, std::nullopt, 1.0, 0.5), Catch::Matchers::Contains("never written"));
 }
 
 namespace {
