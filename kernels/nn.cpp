@@ -74,7 +74,9 @@ Expr relu_keep_nan(const Expr& e) { return where(less(e, 0.0), Expr(0.0), e); }
 
 // e (a per-channel (1, C) expression) computed once per channel into a float32 tensor: a square
 // root and a division per element would make the normalisation of 16-bit activations bound by
-// instruction issue rather than memory.
+// instruction issue rather than memory. Each per-channel float32 vector an element reads costs,
+// beside a 16-byte word of 16-bit activations, twice the word in L1 traffic, so 16-bit results
+// take forms with as few of them as possible.
 Expr per_channel_once(Context& ctx, const Expr& e) { return ctx.eval(cast(e, DType::Float32)).expr(); }
 Expr f32(const Expr& e) { return cast(e, DType::Float32); }
 
@@ -121,8 +123,14 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
         store(gmean, per_channel(gmean, C) * rho + mean_e * (1.0 - rho));
         store(gvar, per_channel(gvar, C) * rho + var_e * (1.0 - rho));
     }
-    const Expr scale = per_channel_once(x.context(), f32(per_channel(gamma, C)) * reciprocal(sqrt(f32(var_e) + eps)));
-    Expr out = (x2 - mean_e) * scale + per_channel(beta, C);
+    Context& ctx = x.context();
+    const Expr scale = per_channel_once(ctx, f32(per_channel(gamma, C)) * reciprocal(sqrt(f32(var_e) + eps)));
+    // 16-bit results: x * scale + shift, one per-channel vector fewer beside each element (see
+    // per_channel_once). The shift's float32 rounding, |mean| / std units of 2^-24 of a result,
+    // stays far below a 16-bit result's; float32 results keep (x - mean) * scale + beta.
+    Expr out = dtype_size(y.dtype()) == 2
+                   ? x2 * scale + per_channel_once(ctx, f32(per_channel(beta, C)) - f32(mean_e) * scale)
+                   : (x2 - mean_e) * scale + per_channel(beta, C);
     if (accumbeta != 0) out = out + Expr(accumbeta) * reshape(y.expr(), {n, C});
     if (residual.defined()) out = out + reshape(residual.expr(), {n, C});
     if (relu) out = relu_keep_nan(out);
@@ -149,6 +157,18 @@ void compound_bprop_bn(Tensor& delta_out, Tensor& grad_gamma, Tensor& grad_beta,
     store(grad_gamma, sum(d2 * xhat, 0, true));
     store(grad_beta, sum(d2, 0, true));
     const Expr g = per_channel(grad_gamma, C), b = per_channel(grad_beta, C);
+    if (dtype_size(delta_out.dtype()) == 2) {
+        // 16-bit results: a d + bx x + c with three per-channel vectors instead of five (the
+        // forward pass's reason and bound on rounding): a = gamma rstd, bx = -a rstd g / n,
+        // c = a (rstd mean g - b) / n.
+        Context& ctx = x.context();
+        const Expr inv_n(1.0 / (double)n), mean = f32(per_channel(xsum, C)) * inv_n;
+        const Expr a = per_channel_once(ctx, f32(per_channel(gamma, C)) * rstd);
+        const Expr bx = per_channel_once(ctx, -(a * rstd * f32(g)) * inv_n);
+        const Expr c = per_channel_once(ctx, a * (rstd * mean * f32(g) - f32(b)) * inv_n);
+        store(delta_out, a * d2 + bx * x2 + c);
+        return;
+    }
     store(delta_out, per_channel(gamma, C) * (d2 - (xhat * g + b) * (1.0 / (double)n)) * rstd);
 }
 

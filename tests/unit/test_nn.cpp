@@ -103,6 +103,14 @@ TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta,
             inf[i] = (x[i] - gm_before[i % C]) / std::sqrt(gv_before[i % C] + 1e-3) * gamma[i % C] + beta[i % C];
         CHECK(count_far(Y.to_vector<float>(), inf, tol) == 0);
     }
+    // A mean far from zero against the spread (100 to 1): float16's x * scale + shift keeps the
+    // result to its own rounding.
+    std::vector<double> x = random_values(n * C, 8, 99, 101), gamma(C, 1.0), beta(C, 0.0), zeros(C, 0.0), ones(C, 1.0);
+    Tensor X = make(ctx, x, shape, DType::Float16), G = make(ctx, gamma, {C}), B = make(ctx, beta, {C});
+    Tensor xsum = ctx.empty({C}), xvar = ctx.empty({C}), gmean = make(ctx, zeros, {C}), gvar = make(ctx, ones, {C});
+    Tensor Y = ctx.empty(shape, DType::Float16);
+    compound_fprop_bn(X, xsum, xvar, gmean, gvar, G, B, Y, 1e-3, 0.9, true);
+    CHECK(count_far(Y.to_vector<float>(), bn_forward(x, gamma, beta, C, 1e-3), 4e-3) == 0);
 }
 
 TEST_CASE("nn: compound_bprop_bn against the gradient of the forward pass (checked by finite differences)") {
@@ -134,6 +142,22 @@ TEST_CASE("nn: compound_bprop_bn against the gradient of the forward pass (check
         return (up - down) / (2 * h);
     };
     const std::vector<float> gx = dX.to_vector<float>(), gg = dG.to_vector<float>(), gb = dB.to_vector<float>();
+    {
+        // 16-bit activations take a d + bx x + c (three per-channel vectors): the float32 path's
+        // gradient on the same rounded values, to float16's rounding.
+        std::vector<double> xr = x, dr = d;
+        Tensor X16 = make(ctx, xr, {4, 5, C}, DType::Float16), D16 = make(ctx, dr, {4, 5, C}, DType::Float16);
+        Tensor Xr = make(ctx, xr, {4, 5, C}), Dr = make(ctx, dr, {4, 5, C});
+        Tensor s16 = ctx.empty({C}), v16 = ctx.empty({C}), Y16 = ctx.empty({4, 5, C}, DType::Float16);
+        compound_fprop_bn(X16, s16, v16, gm, gv, G, B, Y16, eps, 0.9, true);
+        Tensor dX16 = ctx.empty({4, 5, C}, DType::Float16), dXr = ctx.empty({4, 5, C});
+        compound_bprop_bn(dX16, dG, dB, D16, X16, s16, v16, G, eps);
+        compound_bprop_bn(dXr, dG, dB, Dr, Xr, s16, v16, G, eps);
+        const std::vector<float> a = dX16.to_vector<float>(), b = dXr.to_vector<float>();
+        int far = 0;
+        for (size_t i = 0; i < a.size(); ++i) far += !(std::fabs(a[i] - b[i]) <= 2e-3 * (1 + std::fabs(b[i])));
+        CHECK(far == 0);
+    }
     int bad = 0;
     for (size_t i = 0; i < x.size(); ++i) bad += !(std::fabs(gx[i] - fd(x, i)) <= 1e-4 * (1 + std::fabs(gx[i])));
     for (size_t c = 0; c < C; ++c) {
