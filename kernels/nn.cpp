@@ -75,10 +75,19 @@ Expr relu_keep_nan(const Expr& e) { return where(less(e, 0.0), Expr(0.0), e); }
 // e (a per-channel (1, C) expression) computed once per channel into a float32 tensor: a square
 // root and a division per element would make the normalisation of 16-bit activations bound by
 // instruction issue rather than memory. Each per-channel float32 vector an element reads costs,
-// beside a 16-byte word of 16-bit activations, twice the word in L1 traffic, so 16-bit results
-// take forms with as few of them as possible.
+// beside a 16-byte word of 16-bit activations, twice the word in L1 traffic, so 16-bit
+// activations take forms with as few of them as possible.
 Expr per_channel_once(Context& ctx, const Expr& e) { return ctx.eval(cast(e, DType::Float32)).expr(); }
 Expr f32(const Expr& e) { return cast(e, DType::Float32); }
+// xsum / n per channel, correctly rounded in float32 (a constant channel's mean is then exact,
+// and with it the normalisation of a channel of variance 0, whose scale is 1 / sqrt(eps)).
+Expr batch_mean(Context& ctx, const Tensor& xsum, int64_t C, int64_t n) {
+    return per_channel_once(ctx, f32(per_channel(xsum, C)) / Expr((double)n));
+}
+// x and the result both 16-bit floats: the normalisations' 16-bit forms apply.
+bool sixteen_bits(const Tensor& x, const Tensor& out) {
+    return is_float(x.dtype()) && dtype_size(x.dtype()) == 2 && is_float(out.dtype()) && dtype_size(out.dtype()) == 2;
+}
 
 } // namespace
 
@@ -117,7 +126,7 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
         var_e = per_channel(gvar, C);
     } else {
         if (compute_batch_sum) store(xsum, sum(x2, 0, true));
-        mean_e = per_channel(xsum, C) * (1.0 / (double)n);
+        mean_e = batch_mean(x.context(), xsum, C, n);
         store(xvar, mean(square(x2 - mean_e), 0, true));
         var_e = per_channel(xvar, C);
         store(gmean, per_channel(gmean, C) * rho + mean_e * (1.0 - rho));
@@ -125,12 +134,14 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
     }
     Context& ctx = x.context();
     const Expr scale = per_channel_once(ctx, f32(per_channel(gamma, C)) * reciprocal(sqrt(f32(var_e) + eps)));
-    // 16-bit results: x * scale + shift, one per-channel vector fewer beside each element (see
-    // per_channel_once). The shift's float32 rounding, |mean| / std units of 2^-24 of a result,
-    // stays far below a 16-bit result's; float32 results keep (x - mean) * scale + beta.
-    Expr out = dtype_size(y.dtype()) == 2
-                   ? x2 * scale + per_channel_once(ctx, f32(per_channel(beta, C)) - f32(mean_e) * scale)
-                   : (x2 - mean_e) * scale + per_channel(beta, C);
+    Expr out = (x2 - mean_e) * scale + per_channel(beta, C);
+    if (sixteen_bits(x, y)) {
+        // (x - m) * scale + shift, m the mean rounded to x's dtype (x - m is exact) and shift =
+        // beta + (m - mean) * scale: a 16-bit vector in place of a float32 one beside each
+        // element (see per_channel_once), and no cancellation however small the variance.
+        const Expr m = ctx.eval(cast(mean_e, x.dtype())).expr();
+        out = (x2 - m) * scale + per_channel_once(ctx, f32(per_channel(beta, C)) + (f32(m) - f32(mean_e)) * scale);
+    }
     if (accumbeta != 0) out = out + Expr(accumbeta) * reshape(y.expr(), {n, C});
     if (residual.defined()) out = out + reshape(residual.expr(), {n, C});
     if (relu) out = relu_keep_nan(out);
@@ -153,20 +164,22 @@ void compound_bprop_bn(Tensor& delta_out, Tensor& grad_gamma, Tensor& grad_beta,
     if (!(eps >= 0)) fail(Error::Kind::Value, "{}: eps={}; it must be >= 0", op, eps);
     const Expr x2 = reshape(x.expr(), {n, C}), d2 = reshape(delta_in.expr(), {n, C});
     const Expr rstd = per_channel_once(x.context(), reciprocal(sqrt(f32(per_channel(xvar, C)) + eps)));
-    const Expr xhat = (x2 - per_channel(xsum, C) * (1.0 / (double)n)) * rstd;
+    const Expr mean = batch_mean(x.context(), xsum, C, n);
+    const Expr xhat = (x2 - mean) * rstd;
     store(grad_gamma, sum(d2 * xhat, 0, true));
     store(grad_beta, sum(d2, 0, true));
     const Expr g = per_channel(grad_gamma, C), b = per_channel(grad_beta, C);
-    if (dtype_size(delta_out.dtype()) == 2) {
-        // 16-bit results: a d + bx x + c with three per-channel vectors instead of five (the
-        // forward pass's reason and bound on rounding): a = gamma rstd, bx = -a rstd g / n,
-        // c = a (rstd mean g - b) / n.
+    if (sixteen_bits(x, delta_out) && is_float(delta_in.dtype()) && dtype_size(delta_in.dtype()) == 2) {
+        // a d + bx (x - m) + c with three float32 per-channel vectors and a 16-bit one instead of
+        // five float32 ones (the forward pass's reasons; m is the mean rounded to x's dtype):
+        // a = gamma rstd, bx = -a rstd g / n, c = a (rstd (mean - m) g - b) / n.
         Context& ctx = x.context();
-        const Expr inv_n(1.0 / (double)n), mean = f32(per_channel(xsum, C)) * inv_n;
+        const Expr inv_n(1.0 / (double)n);
+        const Expr m = ctx.eval(cast(mean, x.dtype())).expr();
         const Expr a = per_channel_once(ctx, f32(per_channel(gamma, C)) * rstd);
         const Expr bx = per_channel_once(ctx, -(a * rstd * f32(g)) * inv_n);
-        const Expr c = per_channel_once(ctx, a * (rstd * mean * f32(g) - f32(b)) * inv_n);
-        store(delta_out, a * d2 + bx * x2 + c);
+        const Expr c = per_channel_once(ctx, a * (rstd * (mean - f32(m)) * f32(g) - f32(b)) * inv_n);
+        store(delta_out, a * d2 + bx * (x2 - m) + c);
         return;
     }
     store(delta_out, per_channel(gamma, C) * (d2 - (xhat * g + b) * (1.0 / (double)n)) * rstd);

@@ -288,11 +288,12 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p) {
 // one position's V channels (16 bytes) and the vectors either side of them (H <= V), so each
 // window sum is formed in registers, in channel order, as the CPU path forms it.
 
-// d^e: for 16-bit results the hardware's approximation (a few float32 ulps, far below their
-// rounding; the accurate powf made 16-bit LRN bound by instruction issue), else powf.
+// d^e: for 16-bit results and d > 0 the hardware's approximation (a few float32 ulps, far below
+// their rounding; the accurate powf made 16-bit LRN bound by instruction issue), else powf (the
+// approximation gives NaN for d <= 0, where powf is finite for integral e).
 template <class T>
 __device__ __forceinline__ float power(float d, float e) {
-    if constexpr (sizeof(T) == 2) return __powf(d, e);
+    if constexpr (sizeof(T) == 2) return d > 0.f ? __powf(d, e) : powf(d, e);
     else return powf(d, e);
 }
 

@@ -24,11 +24,13 @@ bool fits_31(int64_t v) { return v >= 0 && v < (int64_t(1) << 31); }
 // The kernels' geometry, or nothing where a size or index they form in 32 bits could pass 2^31.
 std::optional<PoolShape> shape_of(const PoolLayer& L) {
     const int64_t in_pos = L.N * L.image[0] * L.image[1] * L.image[2], out_pos = L.N * L.output[0] * L.output[1] * L.output[2];
-    if (!fits_31(in_pos) || !fits_31(out_pos) || !fits_31(L.C + 2 * L.pad_c) || !fits_31(L.K * L.str_c + L.J) ||
+    // (backward rounds image + pad up to a multiple of the stride: image + pad + stride stays below too)
+    if (!fits_31(in_pos) || !fits_31(out_pos) || !fits_31(L.C + 2 * L.pad_c + L.str_c) || !fits_31(L.K * L.str_c + L.J) ||
         !fits_31(L.taps()))
         return std::nullopt;
     for (int a = 0; a < 3; ++a)
-        if (!fits_31(L.image[a] + 2 * L.pad[a]) || !fits_31(L.output[a] * L.stride[a] + L.window[a])) return std::nullopt;
+        if (!fits_31(L.image[a] + 2 * L.pad[a] + L.stride[a]) || !fits_31(L.output[a] * L.stride[a] + L.window[a]))
+            return std::nullopt;
     auto i32 = [](int64_t v) { return int32_t(v); };
     return PoolShape{i32(L.N),         i32(L.image[0]),  i32(L.image[1]),  i32(L.image[2]),  i32(L.C),
                      i32(L.output[0]), i32(L.output[1]), i32(L.output[2]), i32(L.K),         i32(L.J),
@@ -58,6 +60,20 @@ bool all_written(std::initializer_list<const Tensor*> reads) {
     return true;
 }
 
+// No written tensor shares memory with a tensor the kernel reads, nor with another written one
+// (null entries skipped): the kernels read neighbours that other threads write, so aliased
+// operands take the expression path, whose plans order such reads before the writes.
+bool apart(std::initializer_list<const Tensor*> writes, std::initializer_list<const Tensor*> reads) {
+    for (const Tensor* w : writes) {
+        if (!w) continue;
+        for (const Tensor* r : reads)
+            if (r && r->view().storage == w->view().storage) return false;
+        for (const Tensor* o : writes)
+            if (o && o != w && o->view().storage == w->view().storage) return false;
+    }
+    return true;
+}
+
 Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : t.context().eval(t.expr()); }
 
 template <class Params>
@@ -76,7 +92,11 @@ std::optional<LrnParams> lrn_params(const PoolLayer& L, DType t, std::initialize
                                     double bpower) {
     const int v = int(16 / dtype_size(t));
     const int64_t positions = L.N * L.image[0] * L.image[1] * L.image[2];
-    if (L.C % v != 0 || L.J / 2 < 1 || L.J / 2 > 4 || !fits_31(positions) || !fits_31(L.C)) return std::nullopt;
+    // lrn_layer's windows: J (odd) channels centred on each channel, nothing across positions.
+    const bool centred = L.op == PoolOp::Lrn && L.J % 2 == 1 && L.pad_c == L.J / 2 && L.str_c == 1 && L.K == L.C &&
+                         L.window == Dims3{1, 1, 1} && L.pad == Dims3{0, 0, 0} && L.stride == Dims3{1, 1, 1} &&
+                         L.output == L.image;
+    if (!centred || L.C % v != 0 || L.J / 2 < 1 || L.J / 2 > 4 || !fits_31(positions) || !fits_31(L.C)) return std::nullopt;
     for (const Tensor* x : tensors)
         if (x->dtype() != t || reinterpret_cast<uintptr_t>(detail::data_of(*x)) % 16 != 0) return std::nullopt;
     for (const Tensor* x : outputs)
@@ -95,7 +115,7 @@ std::optional<LrnParams> lrn_params(const PoolLayer& L, DType t, std::initialize
 bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A5, double alpha, double beta) {
     Context& ctx = I5.context();
     if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || I5.dtype() != O5.dtype() || !O5.is_contiguous() ||
-        (A5 && !A5->is_contiguous()) || !all_written({&I5, beta != 0 ? &O5 : nullptr}))
+        (A5 && !A5->is_contiguous()) || !all_written({&I5, beta != 0 ? &O5 : nullptr}) || !apart({&O5, A5}, {&I5}))
         return false;
     const std::optional<PoolShape> g = shape_of(L);
     if (!g) return false;
@@ -121,7 +141,7 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
                      double alpha, double beta) {
     Context& ctx = E5.context();
     if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || !G5.is_contiguous() ||
-        !all_written({&E5, A5, X5, Y5, beta != 0 ? &G5 : nullptr}))
+        !all_written({&E5, A5, X5, Y5, beta != 0 ? &G5 : nullptr}) || !apart({&G5}, {&E5, A5, X5, Y5}))
         return false;
     for (const Tensor* t : {&E5, X5, Y5})
         if (t && t->dtype() != G5.dtype()) return false;
@@ -155,7 +175,8 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
 bool lrn_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor& D5, double alpha, double beta, double ascale,
                     double bpower) {
     Context& ctx = I5.context();
-    if (ctx.backend() != Backend::CUDA || !all_written({&I5, beta != 0 ? &O5 : nullptr})) return false;
+    if (ctx.backend() != Backend::CUDA || !all_written({&I5, beta != 0 ? &O5 : nullptr}) || !apart({&O5, &D5}, {&I5}))
+        return false;
     const Tensor I = contiguous(I5);
     std::optional<LrnParams> p = lrn_params(L, I.dtype(), {&I, &O5, &D5}, {&O5, &D5}, alpha, beta, ascale, bpower);
     if (!p) return false;
@@ -171,7 +192,9 @@ bool lrn_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor& D5
 bool lrn_bprop_cuda(const PoolLayer& L, const Tensor& I5, const Tensor& O5, const Tensor& E5, Tensor& G5, const Tensor& D5,
                     double alpha, double beta, double ascale, double bpower) {
     Context& ctx = I5.context();
-    if (ctx.backend() != Backend::CUDA || !all_written({&I5, &O5, &E5, &D5, beta != 0 ? &G5 : nullptr})) return false;
+    if (ctx.backend() != Backend::CUDA || !all_written({&I5, &O5, &E5, &D5, beta != 0 ? &G5 : nullptr}) ||
+        !apart({&G5}, {&I5, &O5, &E5, &D5}))
+        return false;
     const Tensor I = contiguous(I5), O = contiguous(O5), E = contiguous(E5), D = contiguous(D5);
     std::optional<LrnParams> p = lrn_params(L, G5.dtype(), {&I, &O, &E, &D, &G5}, {&G5}, alpha, beta, ascale, bpower);
     if (!p) return false;

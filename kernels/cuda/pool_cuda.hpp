@@ -7,8 +7,8 @@ namespace kiln::gemm {
 
 // O5 = alpha * pool(I5) + beta * O5 for layer L, the winning taps into A5 when given (max):
 // true when it ran, false where the kernels do not take the problem (not a CUDA context, I5 and
-// O5 of different dtypes, O5 or A5 not contiguous, more than 2^31 positions or a size past
-// 2^31). I5 (N, D, H, W, C) and O5 (N, M, P, Q, K) as fprop_pool sees them.
+// O5 of different dtypes, O5 or A5 not contiguous or sharing memory with I5, a tensor read that
+// was never written, more than 2^31 positions or a size past 2^31). I5 (N, D, H, W, C) and O5 (N, M, P, Q, K) as fprop_pool sees them.
 bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A5, double alpha, double beta);
 
 // G5 = alpha * (pool's gradient from E5) + beta * G5 for layer L, with fprop's argmax A5 (max) or
@@ -18,9 +18,9 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
                      double alpha, double beta);
 
 // LRN of layer L (kiln::fprop_lrn's arguments, 5-D views): true when it ran, false where the
-// kernels do not take it (not a CUDA context, tensors of different dtypes, an output not
-// contiguous, channels not whole 16-byte vectors, a window wider than 9 channels, more than 2^31
-// positions).
+// kernels do not take it (not a CUDA context, not a layer as lrn_layer makes it, tensors of
+// different dtypes, an output not contiguous or sharing memory with another operand, channels
+// not whole 16-byte vectors, a window wider than 9 channels, more than 2^31 positions).
 bool lrn_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor& D5, double alpha, double beta, double ascale,
                     double bpower);
 // bprop_lrn's counterpart: G5 = alpha * (LRN's gradient from E5) + beta * G5.

@@ -134,7 +134,7 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
             }
 }
 
-TEST_CASE("gpu pool: a strided output takes the expression path, with the same values; a tensor never written is named") {
+TEST_CASE("gpu pool: a strided or in-place output takes the expression path, with the same values; a tensor never written is named") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"});
     const PoolLayer L = pool_layer(DType::Float16, PoolOp::Max, 2, 16, {1, 9, 9}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2});
@@ -158,6 +158,22 @@ TEST_CASE("gpu pool: a strided output takes the expression path, with the same v
     CHECK_THROWS_WITH(fprop_pool(L, unwritten, O), Catch::Matchers::Contains("never written"));
     Tensor unwritten_out = gpu.empty(L.output_shape(), DType::Float16);   // read through beta
     CHECK_THROWS_WITH(fprop_pool(L, X, unwritten_out, std::nullopt, 1.0, 0.5), Catch::Matchers::Contains("never written"));
+    // In place (the output is the input): the kernels decline, the result is the out-of-place one.
+    const PoolLayer same = pool_layer(DType::Float16, PoolOp::Max, 2, 16, {1, 9, 9}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 1, 1});
+    REQUIRE(same.output_shape() == same.input_shape());
+    Tensor Xi = gpu.array(x, same.input_shape(), DType::Float16), Oo = gpu.empty(same.output_shape(), DType::Float16);
+    fprop_pool(same, Xi, Oo);
+    fprop_pool(same, Xi, Xi);
+    CHECK(Xi.to_vector<float>() == Oo.to_vector<float>());
+    const PoolLayer lrn = lrn_layer(DType::Float16, 2, 16, {1, 9, 9}, 5);
+    Tensor Xl = gpu.array(x, lrn.input_shape(), DType::Float16), Ol = gpu.empty(lrn.input_shape(), DType::Float16);
+    Tensor D1 = gpu.empty(lrn.input_shape(), DType::Float16), D2 = gpu.empty(lrn.input_shape(), DType::Float16);
+    fprop_lrn(lrn, Xl, Ol, D1, 1.0, 0.0, 1e-2, 0.75);
+    fprop_lrn(lrn, Xl, Xl, D2, 1.0, 0.0, 1e-2, 0.75);
+    int64_t lrn_off = 0;
+    const std::vector<float> a = Xl.to_vector<float>(), b = Ol.to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) lrn_off += std::fabs(a[i] - b[i]) > 2 * ulp(DType::Float16) * std::fabs(b[i]);
+    CHECK(lrn_off == 0);
 }
 
 namespace {

@@ -103,14 +103,17 @@ TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta,
             inf[i] = (x[i] - gm_before[i % C]) / std::sqrt(gv_before[i % C] + 1e-3) * gamma[i % C] + beta[i % C];
         CHECK(count_far(Y.to_vector<float>(), inf, tol) == 0);
     }
-    // A mean far from zero against the spread (100 to 1): float16's x * scale + shift keeps the
-    // result to its own rounding.
-    std::vector<double> x = random_values(n * C, 8, 99, 101), gamma(C, 1.0), beta(C, 0.0), zeros(C, 0.0), ones(C, 1.0);
+    // Means far from zero against the spread (100 to 1), and a constant channel (variance 0, so
+    // scale = 1 / sqrt(eps)): float16's 16-bit form keeps every result to its own rounding.
+    std::vector<double> x = random_values(n * C, 8, 99, 101), gamma(C, 1.0), beta(C, 0.1), zeros(C, 0.0), ones(C, 1.0);
+    for (size_t i = 0; i < n; ++i) x[i * C] = 100.0;
     Tensor X = make(ctx, x, shape, DType::Float16), G = make(ctx, gamma, {C}), B = make(ctx, beta, {C});
     Tensor xsum = ctx.empty({C}), xvar = ctx.empty({C}), gmean = make(ctx, zeros, {C}), gvar = make(ctx, ones, {C});
     Tensor Y = ctx.empty(shape, DType::Float16);
-    compound_fprop_bn(X, xsum, xvar, gmean, gvar, G, B, Y, 1e-3, 0.9, true);
-    CHECK(count_far(Y.to_vector<float>(), bn_forward(x, gamma, beta, C, 1e-3), 4e-3) == 0);
+    compound_fprop_bn(X, xsum, xvar, gmean, gvar, G, B, Y, 1e-5, 0.9, true);
+    const std::vector<float> y = Y.to_vector<float>();
+    CHECK(count_far(y, bn_forward(x, gamma, beta, C, 1e-5), 4e-3) == 0);
+    for (size_t i = 0; i < n; ++i) CHECK(std::fabs(y[i * C] - beta[0]) <= 6.2e-5);   // half a float16 step at 0.1
 }
 
 TEST_CASE("nn: compound_bprop_bn against the gradient of the forward pass (checked by finite differences)") {
@@ -146,6 +149,7 @@ TEST_CASE("nn: compound_bprop_bn against the gradient of the forward pass (check
         // 16-bit activations take a d + bx x + c (three per-channel vectors): the float32 path's
         // gradient on the same rounded values, to float16's rounding.
         std::vector<double> xr = x, dr = d;
+        for (size_t i = 0; i < n; ++i) xr[i * C] = 50.0;   // a constant channel: variance 0
         Tensor X16 = make(ctx, xr, {4, 5, C}, DType::Float16), D16 = make(ctx, dr, {4, 5, C}, DType::Float16);
         Tensor Xr = make(ctx, xr, {4, 5, C}), Dr = make(ctx, dr, {4, 5, C});
         Tensor s16 = ctx.empty({C}), v16 = ctx.empty({C}), Y16 = ctx.empty({4, 5, C}, DType::Float16);
