@@ -74,19 +74,13 @@ Expr relu_keep_nan(const Expr& e) { return where(less(e, 0.0), Expr(0.0), e); }
 
 // e (a per-channel (1, C) expression) computed once per channel into a float32 tensor: a square
 // root and a division per element would make the normalisation of 16-bit activations bound by
-// instruction issue rather than memory. Each per-channel float32 vector an element reads costs,
-// beside a 16-byte word of 16-bit activations, twice the word in L1 traffic, so 16-bit
-// activations take forms with as few of them as possible.
+// instruction issue rather than memory.
 Expr per_channel_once(Context& ctx, const Expr& e) { return ctx.eval(cast(e, DType::Float32)).expr(); }
 Expr f32(const Expr& e) { return cast(e, DType::Float32); }
 // xsum / n per channel, correctly rounded in float32 (a constant channel's mean is then exact,
 // and with it the normalisation of a channel of variance 0, whose scale is 1 / sqrt(eps)).
 Expr batch_mean(Context& ctx, const Tensor& xsum, int64_t C, int64_t n) {
     return per_channel_once(ctx, f32(per_channel(xsum, C)) / Expr((double)n));
-}
-// x and the result both 16-bit floats: the normalisations' 16-bit forms apply.
-bool sixteen_bits(const Tensor& x, const Tensor& out) {
-    return is_float(x.dtype()) && dtype_size(x.dtype()) == 2 && is_float(out.dtype()) && dtype_size(out.dtype()) == 2;
 }
 
 } // namespace
@@ -135,13 +129,6 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
     Context& ctx = x.context();
     const Expr scale = per_channel_once(ctx, f32(per_channel(gamma, C)) * reciprocal(sqrt(f32(var_e) + eps)));
     Expr out = (x2 - mean_e) * scale + per_channel(beta, C);
-    if (sixteen_bits(x, y)) {
-        // (x - m) * scale + shift, m the mean rounded to x's dtype (x - m is exact) and shift =
-        // beta + (m - mean) * scale: a 16-bit vector in place of a float32 one beside each
-        // element (see per_channel_once), and no cancellation however small the variance.
-        const Expr m = ctx.eval(cast(mean_e, x.dtype())).expr();
-        out = (x2 - m) * scale + per_channel_once(ctx, f32(per_channel(beta, C)) + (f32(m) - f32(mean_e)) * scale);
-    }
     if (accumbeta != 0) out = out + Expr(accumbeta) * reshape(y.expr(), {n, C});
     if (residual.defined()) out = out + reshape(residual.expr(), {n, C});
     if (relu) out = relu_keep_nan(out);
@@ -169,19 +156,6 @@ void compound_bprop_bn(Tensor& delta_out, Tensor& grad_gamma, Tensor& grad_beta,
     store(grad_gamma, sum(d2 * xhat, 0, true));
     store(grad_beta, sum(d2, 0, true));
     const Expr g = per_channel(grad_gamma, C), b = per_channel(grad_beta, C);
-    if (sixteen_bits(x, delta_out) && is_float(delta_in.dtype()) && dtype_size(delta_in.dtype()) == 2) {
-        // a d + bx (x - m) + c with three float32 per-channel vectors and a 16-bit one instead of
-        // five float32 ones (the forward pass's reasons; m is the mean rounded to x's dtype):
-        // a = gamma rstd, bx = -a rstd g / n, c = a (rstd (mean - m) g - b) / n.
-        Context& ctx = x.context();
-        const Expr inv_n(1.0 / (double)n);
-        const Expr m = ctx.eval(cast(mean, x.dtype())).expr();
-        const Expr a = per_channel_once(ctx, f32(per_channel(gamma, C)) * rstd);
-        const Expr bx = per_channel_once(ctx, -(a * rstd * f32(g)) * inv_n);
-        const Expr c = per_channel_once(ctx, a * (rstd * (mean - f32(m)) * f32(g) - f32(b)) * inv_n);
-        store(delta_out, a * d2 + bx * (x2 - m) + c);
-        return;
-    }
     store(delta_out, per_channel(gamma, C) * (d2 - (xhat * g + b) * (1.0 / (double)n)) * rstd);
 }
 

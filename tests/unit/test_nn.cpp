@@ -104,7 +104,7 @@ TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta,
         CHECK(count_far(Y.to_vector<float>(), inf, tol) == 0);
     }
     // Means far from zero against the spread (100 to 1), and a constant channel (variance 0, so
-    // scale = 1 / sqrt(eps)): float16's 16-bit form keeps every result to its own rounding.
+    // scale = 1 / sqrt(eps): the mean, xsum / n correctly rounded, is exact and the result beta).
     std::vector<double> x = random_values(n * C, 8, 99, 101), gamma(C, 1.0), beta(C, 0.1), zeros(C, 0.0), ones(C, 1.0);
     for (size_t i = 0; i < n; ++i) x[i * C] = 100.0;
     Tensor X = make(ctx, x, shape, DType::Float16), G = make(ctx, gamma, {C}), B = make(ctx, beta, {C});
@@ -146,8 +146,8 @@ TEST_CASE("nn: compound_bprop_bn against the gradient of the forward pass (check
     };
     const std::vector<float> gx = dX.to_vector<float>(), gg = dG.to_vector<float>(), gb = dB.to_vector<float>();
     {
-        // 16-bit activations take a d + bx x + c (three per-channel vectors): the float32 path's
-        // gradient on the same rounded values, to float16's rounding.
+        // float16 activations (and a constant channel, variance 0): the float32 path's gradient on
+        // the same rounded values, to float16's rounding.
         std::vector<double> xr = x, dr = d;
         for (size_t i = 0; i < n; ++i) xr[i * C] = 50.0;   // a constant channel: variance 0
         Tensor X16 = make(ctx, xr, {4, 5, C}, DType::Float16), D16 = make(ctx, dr, {4, 5, C}, DType::Float16);
