@@ -59,7 +59,8 @@ KILN_API Expr tanh_grad(const Expr& y);
 // not overlap; smaller strides overlap them). Average divides by the window's elements inside
 // the input; max ignores the padding. On CUDA contexts precompiled kernels pool (one pass
 // forward, and backward a gather per input element); on the CPU, and where those decline (a
-// strided output, mixed dtypes), windows are expressions over strided views of a padded copy.
+// strided or in-place output, mixed dtypes), windows are expressions over strided views of a
+// padded copy.
 enum class PoolOp { Max, Avg, L2, Lrn };
 
 struct KILN_API PoolLayer {
