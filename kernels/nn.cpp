@@ -75,8 +75,8 @@ Expr relu_keep_nan(const Expr& e) { return where(less(e, 0.0), Expr(0.0), e); }
 // e (a per-channel (1, C) expression) computed once per channel into a float32 tensor: a square
 // root and a division per element would make the normalisation of 16-bit activations bound by
 // instruction issue rather than memory.
-Expr per_channel_once(Context& ctx, const Expr& e) { return ctx.eval(cast(e, DType::Float32)).expr(); }
 Expr f32(const Expr& e) { return cast(e, DType::Float32); }
+Expr per_channel_once(Context& ctx, const Expr& e) { return ctx.eval(f32(e)).expr(); }
 // xsum / n per channel, correctly rounded in float32 (a constant channel's mean is then exact,
 // and with it the normalisation of a channel of variance 0, whose scale is 1 / sqrt(eps)).
 Expr batch_mean(Context& ctx, const Tensor& xsum, int64_t C, int64_t n) {

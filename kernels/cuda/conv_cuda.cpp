@@ -78,7 +78,7 @@ WalkTile walk_for(const ConvLayer& L, const ConvTile& t) {
     return w;
 }
 
-bool fits_32_bits(int64_t v) { return v > 0 && v < (int64_t(1) << 31); }
+using detail::fits_32_bits;
 
 // Every size, padding, stride and dilation of L in the kernels' 32-bit fields, with room for
 // their sums (an image coordinate plus the padding, a tap times the dilation); the strides and
@@ -198,7 +198,7 @@ void set_epilogue(GemmParams& g, const detail::Mat& c, int64_t c_sm, int64_t c_s
 Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
     Context& ctx = I5.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
-    const Tensor I = I5.is_contiguous() ? I5 : ctx.eval(I5.expr());
+    const Tensor I = detail::contiguous(I5, ctx);
     const int64_t es = int64_t(dtype_size(I.dtype()));
     const int64_t rows = positions_of(L);
     const int64_t taps = taps_of(L);
@@ -300,8 +300,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype) return false;
     Context::Impl& impl = context_impl(ctx);
-    const Tensor I = I5.is_contiguous() ? I5 : ctx.eval(I5.expr());
-    const Tensor Fc = F.is_contiguous() ? F : ctx.eval(F.expr());
+    const Tensor I = detail::contiguous(I5, ctx);
+    const Tensor Fc = detail::contiguous(F, ctx);
     const int64_t rows = positions_of(L);
     const int64_t taps = taps_of(L);
     const ConvTile t = tile_for(L, be.info().multiprocessors);
@@ -430,8 +430,8 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     Context& ctx = grad_F.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!wgrad_takes(be, L) || I5.dtype() != L.dtype || E5.dtype() != L.dtype) return false;
-    const Tensor I = I5.is_contiguous() ? I5 : ctx.eval(I5.expr());
-    const Tensor E = E5.is_contiguous() ? E5 : ctx.eval(E5.expr());
+    const Tensor I = detail::contiguous(I5, ctx);
+    const Tensor E = detail::contiguous(E5, ctx);
     const int rank = im2col_rank(L, detail::data_of(I));
     if (rank == 0 || reinterpret_cast<uintptr_t>(detail::data_of(E)) % 16 != 0) return false;
     Context::Impl& impl = context_impl(ctx);

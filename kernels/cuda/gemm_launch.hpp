@@ -28,6 +28,14 @@ Mat mat(const Tensor& t);
 // The device address of t's first element (its view's offset applied).
 char* data_of(const Tensor& t);
 
+// t itself where it is contiguous, else a contiguous copy made on ctx (t's own context by
+// default): an operand the precompiled kernels read as dense memory.
+Tensor contiguous(const Tensor& t, Context& ctx);
+inline Tensor contiguous(const Tensor& t) { return contiguous(t, t.context()); }
+
+// 0 < v < 2^31: a size or index the kernels form in 32 bits.
+inline bool fits_32_bits(int64_t v) { return v > 0 && v < (int64_t(1) << 31); }
+
 // The kernels' dtype code (gemm_params.hpp) of a tensor dtype.
 int gemm_dtype(DType t);
 

@@ -26,6 +26,8 @@ char* data_of(const Tensor& t) {
     return static_cast<char*>(t.view().storage->data) + t.offset() * dtype_size(t.dtype());
 }
 
+Tensor contiguous(const Tensor& t, Context& ctx) { return t.is_contiguous() ? t : ctx.eval(t.expr()); }
+
 Mat mat(const Tensor& t) {
     Mat m;
     m.base = data_of(t);

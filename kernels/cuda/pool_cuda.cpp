@@ -19,17 +19,18 @@ namespace kiln::gemm {
 
 namespace {
 
-bool fits_31(int64_t v) { return v >= 0 && v < (int64_t(1) << 31); }
+using detail::contiguous;
+using detail::fits_32_bits;
 
 // The kernels' geometry, or nothing where a size or index they form in 32 bits could pass 2^31.
 std::optional<PoolShape> shape_of(const PoolLayer& L) {
     const int64_t in_pos = L.N * L.image[0] * L.image[1] * L.image[2], out_pos = L.N * L.output[0] * L.output[1] * L.output[2];
     // (backward rounds image + pad up to a multiple of the stride: image + pad + stride stays below too)
-    if (!fits_31(in_pos) || !fits_31(out_pos) || !fits_31(L.C + 2 * L.pad_c + L.str_c) || !fits_31(L.K * L.str_c + L.J) ||
-        !fits_31(L.taps()))
+    if (!fits_32_bits(in_pos) || !fits_32_bits(out_pos) || !fits_32_bits(L.C + 2 * L.pad_c + L.str_c) ||
+        !fits_32_bits(L.K * L.str_c + L.J) || !fits_32_bits(L.taps()))
         return std::nullopt;
     for (int a = 0; a < 3; ++a)
-        if (!fits_31(L.image[a] + 2 * L.pad[a] + L.stride[a]) || !fits_31(L.output[a] * L.stride[a] + L.window[a]))
+        if (!fits_32_bits(L.image[a] + 2 * L.pad[a] + L.stride[a]) || !fits_32_bits(L.output[a] * L.stride[a] + L.window[a]))
             return std::nullopt;
     auto i32 = [](int64_t v) { return int32_t(v); };
     return PoolShape{i32(L.N),         i32(L.image[0]),  i32(L.image[1]),  i32(L.image[2]),  i32(L.C),
@@ -74,8 +75,6 @@ bool apart(std::initializer_list<const Tensor*> writes, std::initializer_list<co
     return true;
 }
 
-Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : t.context().eval(t.expr()); }
-
 template <class Params>
 void launch(Context& ctx, const std::string& entry, Params& p, const PoolLayer& L) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
@@ -96,7 +95,7 @@ std::optional<LrnParams> lrn_params(const PoolLayer& L, DType t, std::initialize
     const bool centred = L.op == PoolOp::Lrn && L.J % 2 == 1 && L.pad_c == L.J / 2 && L.str_c == 1 && L.K == L.C &&
                          L.window == Dims3{1, 1, 1} && L.pad == Dims3{0, 0, 0} && L.stride == Dims3{1, 1, 1} &&
                          L.output == L.image;
-    if (!centred || L.C % v != 0 || L.J / 2 < 1 || L.J / 2 > 4 || !fits_31(positions) || !fits_31(L.C)) return std::nullopt;
+    if (!centred || L.C % v != 0 || L.J / 2 < 1 || L.J / 2 > 4 || !fits_32_bits(positions) || !fits_32_bits(L.C)) return std::nullopt;
     for (const Tensor* x : tensors)
         if (x->dtype() != t || reinterpret_cast<uintptr_t>(detail::data_of(*x)) % 16 != 0) return std::nullopt;
     for (const Tensor* x : outputs)
