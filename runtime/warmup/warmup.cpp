@@ -15,6 +15,7 @@
 // Exit status: 0 when every kernel is (or was already) cached, 1 when any failed (a compile, or
 // a store the cache did not keep) or, with --check, is missing, stale or damaged; 2, before any
 // work, for bad arguments (options.hpp), manifests (manifests.hpp) or cache directories.
+#include "compiler/env.hpp"
 #include "compiler/key.hpp"
 #include "runtime/warmup/manifests.hpp"
 #include "runtime/warmup/options.hpp"
@@ -92,12 +93,14 @@ Result stored(const cache::DiskCache& disk, const cache::DiskCacheKey& dkey, Res
 }
 
 #ifdef KILN_HAVE_NVRTC
-Result warm_cuda(cache::DiskCache& disk, kir::Kernel& k, const std::string& arch, const std::string& nvrtc, bool check) {
+Result warm_cuda(cache::DiskCache& disk, kir::Kernel& k, const std::string& arch, const std::string& nvrtc, bool check,
+                 bool dump_source) {
     const std::string key = key_material(k, arch);
     k.name = kernel_name_for(key);
     const codegen::CudaSource src = codegen::emit_cuda(k);
     const cache::DiskCacheKey dkey = cache::cuda_kernel_key(key, src.code, arch, nvrtc);
     if (check) return check_entry(disk, dkey);
+    if (dump_source) disk.save_source(k.name, src.code);
     if (disk.load(dkey)) return {Outcome::Cached, ""};
     cuda::NvrtcResult r = cuda::nvrtc_compile(src.code, k.name + ".cu", std::atoi(arch.c_str() + 3));
     if (!r.ok) return {Outcome::Failed, fmt::format("NVRTC ({}):\n{}", r.options, r.log)};
@@ -188,6 +191,7 @@ int main(int argc, char** argv) {
 #endif
 #ifdef KILN_HAVE_NVRTC
     const std::string nvrtc = cuda::nvrtc_toolchain();
+    const bool dump_source = env::flag("KILN_DUMP_SOURCE").value_or(false);   // as the runtime: <dir>/sources/
 #endif
 
     // ---- compile (or check) every (kernel, arch), in parallel
@@ -221,7 +225,7 @@ int main(int argc, char** argv) {
                 if (j.arch == kCpu) r = warm_cpu(jit_for(worker), disk, k, opt.check);
 #endif
 #ifdef KILN_HAVE_NVRTC
-                if (j.arch != kCpu) r = warm_cuda(disk, k, j.arch, nvrtc, opt.check);
+                if (j.arch != kCpu) r = warm_cuda(disk, k, j.arch, nvrtc, opt.check, dump_source);
 #endif
                 report(j, k.name, r.outcome, r.detail);
             } catch (const std::exception& e) {
