@@ -145,7 +145,7 @@ void Emitter::emit_vector_path() {
     for (size_t b = 0; b < k_.buffers.size(); ++b) {
         if (!all_uses_.buffers[b] || k_.buffers[b].layout[inner] != StrideKind::One) continue;
         misaligned += fmt::format("{}((unsigned long long)b{} & {})", misaligned.empty() ? "" : " | ", b,
-                                  n * dtype_size(k_.buffers[b].dtype) - 1);
+                                  std::min<size_t>(16, n * dtype_size(k_.buffers[b].dtype)) - 1);
         for (int d = 0; d < inner; ++d)
             if (k_.buffers[b].layout[d] == StrideKind::Any)
                 misaligned += fmt::format(" | (a.strides[{}] % {})", b * k_.rank + d, n);
@@ -179,13 +179,19 @@ void Emitter::emit_vector_path() {
     for (size_t b = 0; b < k_.buffers.size(); ++b) {
         if (!all_uses_.buffers[b] || k_.buffers[b].layout[inner] != StrideKind::One) continue;
         const DType t = k_.buffers[b].dtype;
-        const char* wt = word_type(t, n);
         if (stored[b]) {
             line("{} r{}[{}];", ctype(compute_type(t)), b, n);
-        } else {
-            line("const {0} w{1} = ((const {0}*)b{1})[{2}];", wt, b, word[b]);
-            line("{} e{}[{}];", ctype(compute_type(t)), b, n);
-            emit_unpack(t, n, fmt::format("w{}", b), fmt::format("e{}", b), 0,
+            continue;
+        }
+        // A vector of more than 16 bytes is loaded as that many 16-byte words.
+        const int words = detail::elementwise_words(k_, b), per = n / words;
+        const char* wt = word_type(t, per);
+        line("{} e{}[{}];", ctype(compute_type(t)), b, n);
+        for (int w = 0; w < words; ++w) {
+            const std::string name = words == 1 ? fmt::format("w{}", b) : fmt::format("w{}_{}", b, w);
+            line("const {0} {1} = ((const {0}*)b{2})[{3}{4}];", wt, name, b, words == 1 ? "" : fmt::format("{} * ", words),
+                 words == 1 ? word[b] : word[b] + fmt::format(" + {}", w));
+            emit_unpack(t, per, name, fmt::format("e{}", b), w * per,
                         needs_exact_load(b, -1) ? Unpack::Tested : Unpack::Hardware);
         }
     }
@@ -226,9 +232,14 @@ void Emitter::emit_vector_path() {
     for (size_t b = 0; b < k_.buffers.size(); ++b)
         if (stored[b] && k_.buffers[b].layout[inner] == StrideKind::One) {
             const DType t = k_.buffers[b].dtype;
-            line("{} w{} = {{}};", word_type(t, n), b);
-            emit_pack(t, n, fmt::format("w{}", b), fmt::format("r{}", b), 0, needs_exact_store(b, -1));
-            line("(({}*)b{})[{}] = w{};", word_type(t, n), b, word[b], b);
+            const int words = detail::elementwise_words(k_, b), per = n / words;
+            for (int w = 0; w < words; ++w) {
+                const std::string name = words == 1 ? fmt::format("w{}", b) : fmt::format("w{}_{}", b, w);
+                line("{} {} = {{}};", word_type(t, per), name);
+                emit_pack(t, per, name, fmt::format("r{}", b), w * per, needs_exact_store(b, -1));
+                line("(({}*)b{})[{}{}] = {};", word_type(t, per), b, words == 1 ? "" : fmt::format("{} * ", words),
+                     words == 1 ? word[b] : word[b] + fmt::format(" + {}", w), name);
+            }
         }
     close();
     line("start = nv * {};", n);

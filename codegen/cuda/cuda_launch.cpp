@@ -351,7 +351,7 @@ int elementwise_vector_width(const kir::Kernel& k) {
     }
     for (const kir::Block& b : k.blocks)
         for (const kir::Store& st : b.stores) used[st.buffer] = stored[st.buffer] = true;
-    size_t widest = 0;
+    size_t widest = 0, narrowest = 16;
     for (size_t b = 0; b < k.buffers.size(); ++b) {
         if (!used[b]) continue;
         const kir::StrideKind l = k.buffers[b].layout[inner];
@@ -361,13 +361,21 @@ int elementwise_vector_width(const kir::Kernel& k) {
         if (l == kir::StrideKind::Zero && stored[b] && k.rank > 1) return 1;
         if (l == kir::StrideKind::One) {
             widest = std::max(widest, dtype_size(k.buffers[b].dtype));
+            narrowest = std::min(narrowest, dtype_size(k.buffers[b].dtype));
             // (Another axis of stride 1 would start words off their boundaries.)
             for (int d = 0; d < inner; ++d)
                 if (k.buffers[b].layout[d] == kir::StrideKind::One) return 1;
         }
     }
     if (widest == 0 && k.rank > 1) return 1;
-    return widest >= 4 ? 4 : widest == 2 ? 8 : 16;
+    if (widest == 0) return 16;
+    // 16 bytes of the narrowest buffer a thread (float16 activations take 8 elements beside
+    // float32 per-channel vectors, which take two words), up to 32 bytes of the widest.
+    return (int)std::min(16 / narrowest, 32 / widest);
+}
+
+int elementwise_words(const kir::Kernel& k, size_t buffer) {
+    return std::max<int>(1, (int)(elementwise_vector_width(k) * dtype_size(k.buffers[buffer].dtype) / 16));
 }
 
 size_t row_cache_bytes(const kir::Kernel& k, const std::vector<int>& slot, int64_t elements) {

@@ -397,7 +397,7 @@ TEST_CASE("row kernels keep a sum of exponentials about the row's max in the pas
     }
 }
 
-TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
+TEST_CASE("contiguous rank-1 elementwise kernels have a vector path of 16 bytes of the narrowest buffer") {
     test::KernelBuilder b("kiln_vec", "P");
     int x = b.input(DType::Float32, "1"), h = b.input(DType::Float16, "1"), s = b.input(DType::Float32, "0"),
         y = b.output(DType::Float16, "1");
@@ -405,9 +405,11 @@ TEST_CASE("contiguous rank-1 elementwise kernels have a 16-byte vector path") {
     int v = b.op(kir::Op::Add, kir::ComputeType::F32, b.load(x), b.load(h));
     b.store(y, b.op(kir::Op::Mul, kir::ComputeType::F32, v, b.load(s)));
     CudaSource src = codegen::emit_cuda(b.kernel());
-    CHECK(src.code.find("const uint4 w0 = ((const uint4*)b0)[q];") != std::string::npos);
-    CHECK(src.code.find("const uint2 w1 = ((const uint2*)b1)[q];") != std::string::npos);
-    CHECK(src.code.find("((uint2*)b3)[q] = w3;") != std::string::npos);
+    // Eight elements a thread: 16 bytes of the 16-bit buffers, two words of the float32 one.
+    CHECK(src.code.find("const uint4 w0_0 = ((const uint4*)b0)[2 * q + 0];") != std::string::npos);
+    CHECK(src.code.find("const uint4 w0_1 = ((const uint4*)b0)[2 * q + 1];") != std::string::npos);
+    CHECK(src.code.find("const uint4 w1 = ((const uint4*)b1)[q];") != std::string::npos);
+    CHECK(src.code.find("((uint4*)b3)[q] = w3;") != std::string::npos);
     CHECK(src.code.find("for (long long i = start + ") != std::string::npos);   // scalar tail
     require_compiles("vec", src);
 
