@@ -384,10 +384,10 @@ struct Lowerer {
     // the exponent (and to inf past the largest finite value). In the float16 subnormal range
     // the grid is the subnormals' (drop grows as the exponent falls); below it, and for NaN
     // and inf, the value is left to the store's round to nearest.
-    int stochastic_round(int v, DType t) {
+    int stochastic_round(int v, DType t, uint64_t serial) {
         const int keep = t == DType::BFloat16 ? std::min(opts.stochastic_round_bits, 7) : opts.stochastic_round_bits;
         const int seed = new_iparam(0), ctr = new_iparam(0);
-        out.rands.push_back({kRoundingSerial + (uint64_t)(st.out.is_temp ? st.out.temp + 1 : 0), seed, ctr});
+        out.rands.push_back({serial, seed, ctr});
         const int bits = philox_bits(emit(kir::Instr{Op::LinearId, CT::I32}), seed, ctr);
         const int u = op1(Op::AsI32, CT::I32, v);
         const int e = op2(Op::And, CT::I32, op2(Op::Shr, CT::I32, u, ci(23)), ci(0xff));
@@ -579,7 +579,7 @@ struct Lowerer {
     // ---- reduction levels: a reduction's pass comes after every reduction it depends on.
     std::unordered_map<const Node*, int> levels;
     void compute_levels() {
-        for (const Node* nd : postorder(st.root)) {
+        for (const Node* nd : stage_postorder()) {
             int lv = 0;
             if (!st.inputs_from_temps.count(nd) && nd->op != OpKind::Leaf) {
                 for (auto& i : nd->inputs) lv = std::max(lv, levels.at(i.get()));
@@ -590,6 +590,18 @@ struct Lowerer {
     }
     int level_of(const Node* nd) const { return levels.at(nd); }
 
+    // The nodes of every root the kernel stores (the stage's, then its siblings'), operands
+    // before their users, each once.
+    std::vector<const Node*> stage_postorder() const {
+        std::vector<const Node*> order = postorder(st.root);
+        if (st.siblings.empty()) return order;
+        std::unordered_set<const Node*> seen(order.begin(), order.end());
+        for (const Stage::Sibling& sib : st.siblings)
+            for (const Node* nd : postorder(sib.root))
+                if (seen.insert(nd).second) order.push_back(nd);
+        return order;
+    }
+
     void open_block(bool loop) {
         k.blocks.push_back({});
         k.blocks.back().loop = loop;
@@ -597,11 +609,8 @@ struct Lowerer {
         memo.clear();
     }
 
-    void run() {
-        // Output first so that it is buffer 0 of every kernel.
-        const StageOutput& o = st.out;
+    int add_output(const StageOutput& o, std::vector<int64_t>& ostrides) {
         BufferSource osrc;
-        std::vector<int64_t> ostrides;
         if (o.is_temp) {
             osrc.is_temp = true;
             osrc.temp = o.temp;
@@ -610,22 +619,34 @@ struct Lowerer {
             osrc.view = o.view;
             ostrides = map_strides(o.view.shape, o.view.strides);
         }
-        int obuf = add_buffer(o.dtype, true, ostrides, osrc);
+        return add_buffer(o.dtype, true, ostrides, osrc);
+    }
+
+    void run() {
+        // Outputs first, so that the stage's is buffer 0 of every kernel (its siblings' follow).
+        std::vector<std::pair<const NodePtr*, const StageOutput*>> outs{{&st.root, &st.out}};
+        for (const Stage::Sibling& sib : st.siblings) outs.push_back({&sib.root, &sib.out});
+        std::vector<int> obufs;
+        std::vector<std::vector<int64_t>> ostrides(outs.size());
+        for (size_t i = 0; i < outs.size(); ++i) obufs.push_back(add_output(*outs[i].second, ostrides[i]));
 
         // Reductions fused into this stage, by level, in postfix order. postorder() also
         // descends below nodes that earlier stages computed; only what is reachable without
         // crossing one of those belongs to this stage.
         std::unordered_set<const Node*> reachable;
-        for (std::vector<const Node*> stack{st.root.get()}; !stack.empty();) {
+        std::vector<const Node*> stack;
+        for (auto& [root, o] : outs) stack.push_back(root->get());
+        while (!stack.empty()) {
             const Node* nd = stack.back();
             stack.pop_back();
             if (!reachable.insert(nd).second || st.inputs_from_temps.count(nd) || nd->op == OpKind::Leaf) continue;
             for (auto& i : nd->inputs) stack.push_back(i.get());
         }
         compute_levels();
-        int levels_total = level_of(st.root.get());
+        int levels_total = 0;
+        for (auto& [root, o] : outs) levels_total = std::max(levels_total, level_of(root->get()));
         std::vector<std::vector<const Node*>> by_level(levels_total + 1);
-        for (const Node* nd : postorder(st.root)) {
+        for (const Node* nd : stage_postorder()) {
             if (!reachable.count(nd) || st.inputs_from_temps.count(nd)) continue;
             if (is_reduction(nd->op)) by_level[level_of(nd)].push_back(nd);
         }
@@ -645,20 +666,32 @@ struct Lowerer {
                 acc_of[r] = (int)k.accums.size() - 1;
             }
         }
-        bool point_store = true;
-        for (int d = 0; d < n; ++d)
-            if (st.reduced[d] && ostrides[d] != 0 && st.domain[d] != 1) point_store = false;
-        if (levels_total == 0) point_store = false;
+        // A Point block stores once per P point, when no output varies along a reduced dim.
+        bool point_store = levels_total > 0;
+        for (size_t i = 0; i < outs.size(); ++i)
+            for (int d = 0; d < n; ++d)
+                if (st.reduced[d] && ostrides[i][d] != 0 && st.domain[d] != 1) point_store = false;
         open_block(!point_store);
-        int v = convert_from(value(st.root), st.root->dtype, o.dtype);
-        if (opts.stochastic_round_bits > 0 && (o.dtype == DType::Float16 || o.dtype == DType::BFloat16))
-            v = stochastic_round(v, o.dtype);
-        k.blocks[cur].stores.push_back({obuf, v});
-        k.buffers[obuf].output = true;
-        if (opts.hist.bins > 0 && !o.is_temp && is_float(o.dtype) && o.dtype != DType::Float64) {
-            k.buffers[obuf].hist = true;
-            k.hist = opts.hist;
+        for (size_t i = 0; i < outs.size(); ++i) {
+            const StageOutput& o = *outs[i].second;
+            const NodePtr& root = *outs[i].first;
+            int v = convert_from(value(root), root->dtype, o.dtype);
+            if (opts.stochastic_round_bits > 0 && (o.dtype == DType::Float16 || o.dtype == DType::BFloat16))
+                v = stochastic_round(v, o.dtype, rounding_serial(o, i));
+            k.blocks[cur].stores.push_back({obufs[i], v});
+            k.buffers[obufs[i]].output = true;
+            if (opts.hist.bins > 0 && !o.is_temp && is_float(o.dtype) && o.dtype != DType::Float64) {
+                k.buffers[obufs[i]].hist = true;
+                k.hist = opts.hist;
+            }
         }
+    }
+
+    // Each stored output rounds with draws of its own: temporaries by their index, the
+    // destination (0) and its siblings past every temporary's serial.
+    static uint64_t rounding_serial(const StageOutput& o, size_t output) {
+        if (o.is_temp) return kRoundingSerial + (uint64_t)o.temp + 1;
+        return kRoundingSerial + (output == 0 ? 0 : (uint64_t(1) << 32) + output);
     }
 
     void finish(const std::string& target) {

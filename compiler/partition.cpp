@@ -22,9 +22,11 @@ std::string Plan::str() const {
     std::string s;
     for (size_t i = 0; i < stages.size(); ++i) {
         const Stage& st = stages[i];
-        s += fmt::format("  stage {}: {} over {} -> {} (root %{}){}\n", i, stage_kind_name(st.kind), shape_str(st.domain),
+        std::string more;
+        for (const Stage::Sibling& sib : st.siblings) more += fmt::format(", destination (root %{})", sib.root->id);
+        s += fmt::format("  stage {}: {} over {} -> {} (root %{}){}{}\n", i, stage_kind_name(st.kind), shape_str(st.domain),
                          st.out.is_temp ? fmt::format("temp{}", st.out.temp) : std::string("destination"), st.root->id,
-                         st.why.empty() ? "" : ": " + st.why);
+                         more, st.why.empty() ? "" : ": " + st.why);
     }
     return s;
 }

@@ -8,11 +8,16 @@
 #include "ir/node.hpp"
 #include "ir/view_ops.hpp"
 
+#include <fmt/format.h>
+
+#include <unordered_set>
+
 namespace kiln {
 
-CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst_in, const std::string& target,
-                                      const LowerOptions& opts) {
-    const bool debug = log_level() >= LogLevel::Debug;
+namespace {
+
+// The passes before lowering: canonicalise, cse, legality, partition.
+Plan plan_assignment(const NodePtr& expr, const View& dst_in, bool debug) {
     View dst = dst_in;
     NodePtr root = expr;
     // A reshape at the root (sum(..., keepdims=false)) is a reshape of the destination instead.
@@ -65,14 +70,79 @@ CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst_in, c
             for (auto& m : legal.materialized) log_debug("legality: split: {}", legal.reasons[m.get()]);
     }
 
-    CompiledAssignment ca;
-    ca.plan = partition(root, dst, legal);
-    if (debug) log_debug("partition: {} stage(s)\n{}", ca.plan.stages.size(), ca.plan.str());
+    Plan plan = partition(root, dst, legal);
+    if (debug) log_debug("partition: {} stage(s)\n{}", plan.stages.size(), plan.str());
+    return plan;
+}
 
+void lower_stages(CompiledAssignment& ca, const std::string& target, const LowerOptions& opts, bool debug) {
     for (auto& st : ca.plan.stages) {
         ca.stages.push_back(lower(st, target, opts));
         if (debug) log_debug("lowered {}:\n{}", ca.stages.back().kernel.name, kir::to_string(ca.stages.back().kernel));
     }
+}
+
+// Sibling reductions share one kernel when each is a single column or full reduction stage
+// over the same domain, straight into its destination, and no destination is memory that an
+// expression reads or another destination holds (a kernel's outputs are never read by it).
+bool siblings(const std::vector<Plan>& plans, const std::vector<std::pair<NodePtr, View>>& list) {
+    if (plans.size() < 2) return false;
+    const Stage& first = plans[0].stages[0];
+    for (const Plan& p : plans) {
+        if (!p.temps.empty() || p.stages.size() != 1) return false;
+        const Stage& st = p.stages[0];
+        if ((st.kind != StageKind::ColumnReduction && st.kind != StageKind::FullReduction) || st.out.is_temp ||
+            st.domain != first.domain || st.reduced != first.reduced)
+            return false;
+    }
+    std::unordered_set<const Storage*> written;
+    for (const auto& [e, dst] : list)
+        if (!written.insert(dst.storage.get()).second) return false;
+    for (const auto& [e, dst] : list)
+        for (const Node* n : postorder(e))
+            if (n->op == OpKind::Leaf && written.count(n->view.storage.get())) return false;
+    return true;
+}
+
+} // namespace
+
+CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst, const std::string& target,
+                                      const LowerOptions& opts) {
+    const bool debug = log_level() >= LogLevel::Debug;
+    CompiledAssignment ca;
+    ca.plan = plan_assignment(expr, dst, debug);
+    lower_stages(ca, target, opts, debug);
+    return ca;
+}
+
+CompiledAssignment compile_together(const std::vector<std::pair<NodePtr, View>>& list, const std::string& target,
+                                    const LowerOptions& opts) {
+    const bool debug = log_level() >= LogLevel::Debug;
+    std::vector<Plan> plans;
+    for (const auto& [e, dst] : list) plans.push_back(plan_assignment(e, dst, debug));
+    CompiledAssignment ca;
+    if (siblings(plans, list)) {
+        Stage st = std::move(plans[0].stages[0]);
+        for (size_t i = 1; i < plans.size(); ++i)
+            st.siblings.push_back({plans[i].stages[0].root, plans[i].stages[0].out});
+        st.why = fmt::format("{} sibling reductions stored by one kernel", plans.size());
+        ca.plan.stages.push_back(std::move(st));
+        if (debug) log_debug("together: one stage\n{}", ca.plan.str());
+    } else {
+        // One after another, as separate assignments would run: each plan's temporaries
+        // renumbered after those of the plans before it.
+        for (Plan& p : plans) {
+            const int base = (int)ca.plan.temps.size();
+            ca.plan.temps.insert(ca.plan.temps.end(), p.temps.begin(), p.temps.end());
+            for (Stage& st : p.stages) {
+                if (st.out.is_temp) st.out.temp += base;
+                for (auto& [node, t] : st.inputs_from_temps) t += base;
+                ca.plan.stages.push_back(std::move(st));
+            }
+        }
+        if (debug) log_debug("together: {} stage(s), in order\n{}", ca.plan.stages.size(), ca.plan.str());
+    }
+    lower_stages(ca, target, opts, debug);
     return ca;
 }
 

@@ -28,6 +28,13 @@ struct Stage {
     Shape domain;               // iteration space
     std::vector<bool> reduced;  // per domain dim
     StageOutput out;
+    // Further values the same kernel stores (compile_together): reductions over the same
+    // domain, each to its own destination, so that the operands they share are read once.
+    struct Sibling {
+        NodePtr root;
+        StageOutput out;
+    };
+    std::vector<Sibling> siblings;
     // Nodes computed by earlier stages, read here as buffers: node -> temp index.
     std::unordered_map<const Node*, int> inputs_from_temps;
     std::string why;            // one line for the debug log: why this stage exists

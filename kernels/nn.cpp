@@ -119,9 +119,30 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
         mean_e = per_channel(gmean, C);
         var_e = per_channel(gvar, C);
     } else {
-        if (compute_batch_sum) store(xsum, sum(x2, 0, true));
-        mean_e = batch_mean(x.context(), xsum, C, n);
-        store(xvar, mean(square(x2 - mean_e), 0, true));
+        if (compute_batch_sum && (x.dtype() == DType::Float16 || x.dtype() == DType::BFloat16)) {
+            // One read of x for its sum and its variance, the latter from sums about a shift K,
+            // each channel's first value (near the mean for any data, so neither grows with the
+            // mean): s = sum(x - K), q = sum((x - K)^2), var = q / n - (s / n)^2. It loses about
+            // (K - mean)^2 / var of float32's precision: far below a 16-bit output's rounding,
+            // not below float32's, whose variance keeps the two-pass form below.
+            Context& ctx = x.context();
+            Tensor first = x;
+            while (first.rank() > 1) first = first[0];
+            const Expr K = f32(reshape(first.expr(), {1, C})), d = f32(x2) - K;
+            Tensor shifted = ctx.empty({1, C}), squares = ctx.empty({1, C});
+            ctx.assign_together({{&xsum, reshape(sum(x2, 0, true), xsum.shape())},
+                                 {&shifted, sum(d, 0, true)},
+                                 {&squares, sum(square(d), 0, true)}});
+            mean_e = batch_mean(ctx, xsum, C, n);
+            const Expr m = shifted.expr() / Expr((double)n);
+            store(xvar, maximum(squares.expr() / Expr((double)n) - square(m), Expr(0.0)));
+        } else {
+            // The variance about the mean of the sums (computed here, or given with x: a
+            // convolution's bsum), a second read of x.
+            if (compute_batch_sum) store(xsum, sum(x2, 0, true));
+            mean_e = batch_mean(x.context(), xsum, C, n);
+            store(xvar, mean(square(x2 - mean_e), 0, true));
+        }
         var_e = per_channel(xvar, C);
         store(gmean, per_channel(gmean, C) * rho + mean_e * (1.0 - rho));
         store(gvar, per_channel(gvar, C) * rho + var_e * (1.0 - rho));
@@ -153,8 +174,9 @@ void compound_bprop_bn(Tensor& delta_out, Tensor& grad_gamma, Tensor& grad_beta,
     const Expr rstd = per_channel_once(x.context(), reciprocal(sqrt(f32(per_channel(xvar, C)) + eps)));
     const Expr mean = batch_mean(x.context(), xsum, C, n);
     const Expr xhat = (x2 - mean) * rstd;
-    store(grad_gamma, sum(d2 * xhat, 0, true));
-    store(grad_beta, sum(d2, 0, true));
+    // Both sums in one read of delta_in and x.
+    x.context().assign_together({{&grad_gamma, reshape(sum(d2 * xhat, 0, true), grad_gamma.shape())},
+                                 {&grad_beta, reshape(sum(d2, 0, true), grad_beta.shape())}});
     const Expr g = per_channel(grad_gamma, C), b = per_channel(grad_beta, C);
     store(delta_out, per_channel(gamma, C) * (d2 - (xhat * g + b) * (1.0 / (double)n)) * rstd);
 }

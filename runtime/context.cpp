@@ -343,6 +343,30 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr, const 
     return plans.insert(signature, std::move(plan));
 }
 
+CachedPlan* Context::Impl::plan_for_together(const std::vector<std::pair<NodePtr, View>>& list) {
+    const uint64_t options = (uint64_t)stochastic_round_bits;
+    together_signature(list, options, "assign_together", signature);
+    for (const Storage* s : signature.storages) {
+        if (usable(s)) continue;
+        fail(Error::Kind::Value,
+             "assign_together: a tensor lives on {}, but this context runs on {}; copy it through the host "
+             "(to_vector/array) or create it with this context",
+             device_str(s->device), self->device_name());
+    }
+    if (CachedPlan* p = plans.find(signature)) {
+        ++counters.plan_hits;
+        return p;
+    }
+    CachedPlan plan = make_cached_plan(compile_together(list, target, LowerOptions{stochastic_round_bits, {}}), signature);
+    for (CachedStage& st : plan.stages) {
+        const std::string& key = st.lowered.key;
+        if (record) record->add(st.lowered.kernel, key, device().kind == DeviceKind::CUDA ? "cuda" : "cpu", target);
+        st.kernel = backend->compile(st.lowered.kernel, key);
+    }
+    release_retired(plan);
+    return plans.insert(signature, std::move(plan));
+}
+
 // Kernels the memory caches evicted while compiling `fresh` are freed once no cached plan
 // points at them: the plans that do are dropped (they recompile from the kernel cache, or the
 // disk cache, when met again); those `fresh` uses stay.
@@ -493,6 +517,35 @@ void Context::assign(Tensor& dst, const Expr& e) {
     }
     if (in_store) impl_->hist_slots.emplace_back(tag, slot);
     else if (named) impl_->count_named(*this, dst);
+}
+
+void Context::assign_together(const std::vector<std::pair<Tensor*, Expr>>& list) {
+    // What assign() checks and does besides the kernels (empty destinations, named tensors)
+    // takes the one-by-one path: it is assign() itself.
+    bool alone = false;
+    for (const auto& [dst, e] : list) {
+        if (!dst || !dst->defined()) throw Error("assign_together: a destination is missing or an empty kiln::Tensor");
+        alone = alone || dst->size() == 0 || !dst->view().storage->hist_tag.empty() || !e.valid() ||
+                (e.node()->op == OpKind::Scalar) || !broadcastable_to(e.shape(), dst->shape());
+    }
+    // (So does an expression that reads a destination: it must see the value written before it.)
+    for (size_t i = 0; i < list.size() && !alone; ++i)
+        for (const Node* n : postorder(list[i].second.node()))
+            for (const auto& [dst, e] : list)
+                if (n->op == OpKind::Leaf && n->view.storage == dst->view().storage) alone = true;
+    if (alone || list.size() < 2) {
+        for (const auto& [dst, e] : list) assign(*dst, e);
+        return;
+    }
+    std::vector<std::pair<NodePtr, View>> work;
+    for (const auto& [dst, e] : list) work.emplace_back(e.node(), dst->view());
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    CachedPlan& plan = *impl_->plan_for_together(work);
+    impl_->execute(plan, nullptr);
+    for (const auto& [dst, e] : list) {
+        ++impl_->counters.assignments;
+        dst->view().storage->written = true;
+    }
 }
 
 Tensor Context::eval(const Expr& e) {

@@ -53,6 +53,7 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     bool usable(const Storage* s) const;  // Context::can_use
     void check_devices(const NodePtr& expr);
     CachedPlan* plan_for(const View& dst, const NodePtr& expr, const kir::Hist& hist);
+    CachedPlan* plan_for_together(const std::vector<std::pair<NodePtr, View>>& list);
     void release_retired(const CachedPlan& fresh);
     void execute(CachedPlan& plan, void* hist_counters);
 };

@@ -50,11 +50,11 @@ uint64_t hash_words(const std::vector<uint64_t>& w) {
 
 } // namespace
 
-void assignment_signature(const NodePtr& root, const View& dst, uint64_t options, const char* op,
-                          AssignmentSignature& out) {
+namespace {
+
+// Appends one assignment's words: the destination, then the graph in postorder.
+void append_assignment(const NodePtr& root, const View& dst, const char* op, AssignmentSignature& out) {
     auto& w = out.words;
-    w.clear();
-    out.storages.clear();
     auto storage_class = [&](Storage* s) -> uint64_t {
         for (size_t i = 0; i < out.storages.size(); ++i)
             if (out.storages[i] == s) return i;
@@ -70,7 +70,6 @@ void assignment_signature(const NodePtr& root, const View& dst, uint64_t options
         w.push_back(s.size());
         for (int64_t d : s) w.push_back((uint64_t)d);
     };
-    w.push_back(options);
     w.push_back((uint64_t)dst.dtype);
     put_shape(dst.shape);
     put_view(dst);
@@ -100,7 +99,27 @@ void assignment_signature(const NodePtr& root, const View& dst, uint64_t options
         default: break;
         }
     }
-    out.hash = hash_words(w);
+}
+
+} // namespace
+
+void assignment_signature(const NodePtr& root, const View& dst, uint64_t options, const char* op,
+                          AssignmentSignature& out) {
+    out.words.clear();
+    out.storages.clear();
+    out.words.push_back(options);
+    append_assignment(root, dst, op, out);
+    out.hash = hash_words(out.words);
+}
+
+void together_signature(const std::vector<std::pair<NodePtr, View>>& list, uint64_t options, const char* op,
+                        AssignmentSignature& out) {
+    out.words.clear();
+    out.storages.clear();
+    out.words.push_back(options);
+    out.words.push_back(~(uint64_t)list.size());   // apart from any single assignment's words
+    for (const auto& [root, dst] : list) append_assignment(root, dst, op, out);
+    out.hash = hash_words(out.words);
 }
 
 CachedPlan make_cached_plan(CompiledAssignment&& ca, const AssignmentSignature& sig) {

@@ -31,6 +31,11 @@ struct AssignmentSignature {
 void assignment_signature(const NodePtr& root, const View& dst, uint64_t options, const char* op,
                           AssignmentSignature& out);
 
+// The same for several assignments run together (compile_together): their storages share one
+// numbering, the first destination's first.
+void together_signature(const std::vector<std::pair<NodePtr, View>>& list, uint64_t options, const char* op,
+                        AssignmentSignature& out);
+
 struct CachedStage {
     LoweredStage lowered;            // sources' views hold no storage; see storage_class
     std::vector<int> storage_class;  // per kernel buffer: its storage class, or -1 for a temp

@@ -1232,3 +1232,51 @@ TEST_CASE("gpu: float64, int64, uint64, uint32 and the 16-bit integers compute e
     }
 
 }
+
+TEST_CASE("gpu: assign_together's sibling kernels (column, split column, whole) agree with float64 and the CPU") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    // (rows, columns): a column kernel split across blocks (few columns, many rows), one that is
+    // not (many columns), a ragged shape; per columns and whole.
+    for (auto [n, C] : {std::pair<int64_t, int64_t>{200003, 24}, {4097, 1040}, {77, 3}}) {
+        for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
+            for (bool whole : {false, true}) {
+                INFO(n << "x" << C << " " << dtype_name(dt) << (whole ? " whole" : " columns"));
+                const std::vector<float> h = random_floats((size_t)(n * C), (uint32_t)(n + C));
+                const Shape out = whole ? Shape{1, 1} : Shape{1, C};
+                // float64 references of the values as the tensors hold them: sum, sum of
+                // squares about 0.25 (with the sums of magnitudes that bound float32's error), max.
+                const std::vector<float> x = cpu.array(h, {n, C}, dt).to_vector<float>();
+                const size_t outs = whole ? 1 : (size_t)C;
+                std::vector<double> sum(outs), sq(outs), mag(outs), mx(outs, -INFINITY);
+                for (size_t i = 0; i < x.size(); ++i) {
+                    const size_t c = whole ? 0 : i % (size_t)C;
+                    sum[c] += x[i], mag[c] += std::fabs(x[i]), sq[c] += (x[i] - 0.25) * (x[i] - 0.25);
+                    mx[c] = std::max(mx[c], (double)x[i]);
+                }
+                for (Context* ctx : {&gpu, &cpu}) {
+                    INFO((ctx == &gpu ? "cuda" : "cpu"));
+                    Tensor X = ctx->array(h, {n, C}, dt);
+                    Tensor A = ctx->empty(out), B = ctx->empty(out), M = ctx->empty(out, dt);
+                    const Expr xf = cast(X.expr(), DType::Float32);
+                    const uint64_t launches = ctx->counters().launches;
+                    if (whole)
+                        ctx->assign_together({{&A, kiln::sum(xf)}, {&B, kiln::sum(square(xf - 0.25))}, {&M, max(X.expr())}});
+                    else
+                        ctx->assign_together({{&A, kiln::sum(xf, 0, true)},
+                                              {&B, kiln::sum(square(xf - 0.25), 0, true)},
+                                              {&M, max(X.expr(), 0, true)}});
+                    // One kernel; a split or whole reduction runs it as partials, then a final pass.
+                    CHECK(ctx->counters().launches - launches >= 1);
+                    CHECK(ctx->counters().launches - launches <= 2);
+                    const std::vector<float> a = A.to_vector<float>(), b = B.to_vector<float>(), m = M.to_vector<float>();
+                    for (size_t c = 0; c < outs; ++c) {
+                        CHECK(std::fabs(a[c] - sum[c]) <= 1e-4 * mag[c]);
+                        CHECK(std::fabs(b[c] - sq[c]) <= 2e-4 * sq[c]);   // a float32 sum of 200003 terms: ~5e-5 here
+                        CHECK(m[c] == (float)mx[c]);
+                    }
+                }
+            }
+        }
+    }
+}

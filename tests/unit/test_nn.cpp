@@ -114,6 +114,27 @@ TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta,
     const std::vector<float> y = Y.to_vector<float>();
     CHECK(count_far(y, bn_forward(x, gamma, beta, C, 1e-5), 4e-3) == 0);
     for (size_t i = 0; i < n; ++i) CHECK(std::fabs(y[i * C] - beta[0]) <= 6.2e-5);   // half a float16 step at 0.1
+
+    // The variance of data whose mean (1000) dwarfs its spread (about 0.6), 2000 rows, the first
+    // row 5 to 8 spreads off the mean. float32 takes two passes (the variance about the mean):
+    // float32's rounding. 16-bit data takes one (sums about each channel's first value K), which
+    // loses about (K - mean)^2 / var of float32's precision (8e-5 here), where E[x^2] - E[x]^2
+    // without a shift would lose every digit.
+    for (DType dt : {DType::Float32, DType::Float16}) {
+        INFO(dtype_name(dt));
+        const size_t rows = 2000;
+        std::vector<double> xb = random_values(rows * C, 9, 999, 1001);
+        for (size_t c = 0; c < C; ++c) xb[c] = 1000.0 + 3.0 + 0.3 * (double)c;
+        Tensor Xb = make(ctx, xb, {(int64_t)rows, (int64_t)C}, dt);
+        Tensor sb = ctx.empty({C}), vb = ctx.empty({C}), mb = make(ctx, zeros, {C}), gb = make(ctx, ones, {C});
+        Tensor Yb = ctx.empty({(int64_t)rows, (int64_t)C}, dt);
+        compound_fprop_bn(Xb, sb, vb, mb, gb, G, B, Yb, 1e-5, 0.9, true);
+        std::vector<double> mean, var;
+        bn_forward(xb, gamma, beta, C, 1e-5, &mean, &var);
+        const std::vector<float> v = vb.to_vector<float>();
+        const double tol = dt == DType::Float32 ? 1e-5 : 2e-4;
+        for (size_t c = 0; c < C; ++c) CHECK(std::fabs(v[c] - var[c]) <= tol * var[c]);
+    }
 }
 
 TEST_CASE("nn: compound_bprop_bn against the gradient of the forward pass (checked by finite differences)") {
