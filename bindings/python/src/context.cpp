@@ -39,6 +39,33 @@ void bind_context(nb::module_& m) {
         return nb::cast(d);
     });
     m.def("_promote", &promote, "The dtype two operands of these dtypes promote to (NumPy's rules).");
+    m.def("assign_together", [](nb::handle pairs) {
+        const char* op = "assign_together";
+        if (!nb::isinstance<nb::sequence>(pairs) || nb::isinstance<nb::str>(pairs))
+            throw Error(fmt::format("{}: takes a list of (tensor, value) pairs, not {}", op,
+                                    nb::str(nb::type_name(pairs.type())).c_str()), Error::Kind::Type);
+        std::vector<PyTensor> dsts;
+        std::vector<Expr> values;
+        for (nb::handle item : nb::borrow<nb::sequence>(pairs)) {
+            if (!nb::isinstance<nb::tuple>(item) || nb::len(item) != 2 || !nb::isinstance<PyTensor>(item[0]))
+                throw Error(fmt::format("{}: each item must be a (tensor, value) pair; got {}", op,
+                                        nb::str(nb::repr(item)).c_str()), Error::Kind::Type);
+            dsts.push_back(*nb::inst_ptr<PyTensor>(item[0]));
+            nb::handle ctx = dsts.back().ctx;
+            values.push_back(operand(item[1], ctx, op));
+            if (!dsts.front().ctx.is(dsts.back().ctx))
+                throw Error(fmt::format("{}: every destination must belong to one context", op), Error::Kind::Value);
+        }
+        if (dsts.empty()) return;
+        std::vector<std::pair<Tensor*, Expr>> list;
+        for (size_t i = 0; i < dsts.size(); ++i) list.emplace_back(&dsts[i].t, values[i]);
+        PyContext& pc = owner(dsts.front());
+        run_unlocked(pc, [&] { pc.c().assign_together(list); });
+        pc.last = values.back();
+    }, "pairs"_a, nb::sig("def assign_together(pairs: list[tuple[Tensor, Tensor | Expr | float | int | bool]]) -> None"),
+       "dst[...] = value for each (dst, value) pair, in order. Where the values are reductions over the same axes "
+       "of the same shape, into destinations that no value reads (a sum beside a sum of squares), one kernel "
+       "computes them all, reading their shared operands once.");
 
     nb::class_<Mark>(m, "Mark", "A timing mark (init_mark): a point in a context's work that record_mark places.")
         .def_prop_ro("recorded", &Mark::recorded);
