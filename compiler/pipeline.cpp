@@ -83,8 +83,10 @@ void lower_stages(CompiledAssignment& ca, const std::string& target, const Lower
 }
 
 // Sibling reductions share one kernel when each is a single column or full reduction stage
-// over the same domain, straight into its destination, and no destination is memory that an
-// expression reads or another destination holds (a kernel's outputs are never read by it).
+// over the same domain, straight into a destination that holds one value per parallel point
+// (stored once, after the loop), and no destination is memory that an expression reads or
+// another destination holds (a kernel's outputs are never read by it). Expressions that draw
+// random numbers are left apart: separate assignments draw separately.
 bool siblings(const std::vector<Plan>& plans, const std::vector<std::pair<NodePtr, View>>& list) {
     if (plans.size() < 2) return false;
     const Stage& first = plans[0].stages[0];
@@ -94,13 +96,18 @@ bool siblings(const std::vector<Plan>& plans, const std::vector<std::pair<NodePt
         if ((st.kind != StageKind::ColumnReduction && st.kind != StageKind::FullReduction) || st.out.is_temp ||
             st.domain != first.domain || st.reduced != first.reduced)
             return false;
+        const Shape& o = st.out.shape;
+        for (size_t d = 0; d < st.domain.size(); ++d) {
+            const size_t back = st.domain.size() - d;   // right-aligned
+            if (st.reduced[d] && st.domain[d] != 1 && back <= o.size() && o[o.size() - back] != 1) return false;
+        }
     }
     std::unordered_set<const Storage*> written;
     for (const auto& [e, dst] : list)
         if (!written.insert(dst.storage.get()).second) return false;
     for (const auto& [e, dst] : list)
         for (const Node* n : postorder(e))
-            if (n->op == OpKind::Leaf && written.count(n->view.storage.get())) return false;
+            if ((n->op == OpKind::Leaf && written.count(n->view.storage.get())) || n->op == OpKind::Rand) return false;
     return true;
 }
 
@@ -121,27 +128,15 @@ CompiledAssignment compile_together(const std::vector<std::pair<NodePtr, View>>&
     std::vector<Plan> plans;
     for (const auto& [e, dst] : list) plans.push_back(plan_assignment(e, dst, debug));
     CompiledAssignment ca;
-    if (siblings(plans, list)) {
-        Stage st = std::move(plans[0].stages[0]);
-        for (size_t i = 1; i < plans.size(); ++i)
-            st.siblings.push_back({plans[i].stages[0].root, plans[i].stages[0].out});
-        st.why = fmt::format("{} sibling reductions stored by one kernel", plans.size());
-        ca.plan.stages.push_back(std::move(st));
-        if (debug) log_debug("together: one stage\n{}", ca.plan.str());
-    } else {
-        // One after another, as separate assignments would run: each plan's temporaries
-        // renumbered after those of the plans before it.
-        for (Plan& p : plans) {
-            const int base = (int)ca.plan.temps.size();
-            ca.plan.temps.insert(ca.plan.temps.end(), p.temps.begin(), p.temps.end());
-            for (Stage& st : p.stages) {
-                if (st.out.is_temp) st.out.temp += base;
-                for (auto& [node, t] : st.inputs_from_temps) t += base;
-                ca.plan.stages.push_back(std::move(st));
-            }
-        }
-        if (debug) log_debug("together: {} stage(s), in order\n{}", ca.plan.stages.size(), ca.plan.str());
+    if (!siblings(plans, list)) {
+        if (debug) log_debug("together: not siblings; each assignment runs on its own");
+        return ca;
     }
+    Stage st = std::move(plans[0].stages[0]);
+    for (size_t i = 1; i < plans.size(); ++i) st.siblings.push_back({plans[i].stages[0].root, plans[i].stages[0].out});
+    st.why = fmt::format("{} sibling reductions stored by one kernel", plans.size());
+    ca.plan.stages.push_back(std::move(st));
+    if (debug) log_debug("together: one stage\n{}", ca.plan.str());
     lower_stages(ca, target, opts, debug);
     return ca;
 }

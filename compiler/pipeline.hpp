@@ -19,10 +19,11 @@ struct CompiledAssignment {
 CompiledAssignment compile_assignment(const NodePtr& expr, const View& dst, const std::string& target,
                                       const LowerOptions& opts = {});
 
-// Several assignments, in order. When each is one column or full reduction over the same
-// domain into a destination that no expression reads (a tensor's sums of x and of x^2), one
-// stage stores them all (Stage::siblings), so the operands they share are read once;
-// otherwise their stages run one after another, as separate assignments would.
+// Several assignments as one stage, when each is one column or full reduction over the same
+// domain into a destination of one value per parallel point that no expression reads (a
+// tensor's sums of x and of x^2), and none draws random numbers: the stage stores them all
+// (Stage::siblings), so the operands they share are read once. Otherwise no stage at all: the
+// caller runs them one by one.
 CompiledAssignment compile_together(const std::vector<std::pair<NodePtr, View>>& list, const std::string& target,
                                     const LowerOptions& opts = {});
 

@@ -119,16 +119,17 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
         mean_e = per_channel(gmean, C);
         var_e = per_channel(gvar, C);
     } else {
-        if (compute_batch_sum && (x.dtype() == DType::Float16 || x.dtype() == DType::BFloat16)) {
-            // One read of x for its sum and its variance, the latter from sums about a shift K,
-            // each channel's first value (near the mean for any data, so neither grows with the
-            // mean): s = sum(x - K), q = sum((x - K)^2), var = q / n - (s / n)^2. It loses about
-            // (K - mean)^2 / var of float32's precision: far below a 16-bit output's rounding,
-            // not below float32's, whose variance keeps the two-pass form below.
+        std::optional<Tensor> rows = x.reshape_view({n, C});
+        if (compute_batch_sum && rows && (x.dtype() == DType::Float16 || x.dtype() == DType::BFloat16)) {
+            // One read of x for its sum and its variance, the latter from sums about a shift K
+            // per channel: s = sum(x - K), q = sum((x - K)^2), var = q / n - (s / n)^2, which
+            // loses about (K - mean)^2 / var of float32's precision to the subtraction. K is
+            // the mean of up to 64 rows spread over the batch, within a few spreads of the mean
+            // whatever the data: far below a 16-bit output's rounding, not below float32's,
+            // whose variance keeps the two-pass form below.
             Context& ctx = x.context();
-            Tensor first = x;
-            while (first.rank() > 1) first = first[0];
-            const Expr K = f32(reshape(first.expr(), {1, C})), d = f32(x2) - K;
+            const Tensor sample = rows->slice({Slice::range(0, n, std::max<int64_t>(1, n / 64))});
+            const Expr K = per_channel_once(ctx, mean(f32(sample.expr()), 0, true)), d = f32(x2) - K;
             Tensor shifted = ctx.empty({1, C}), squares = ctx.empty({1, C});
             ctx.assign_together({{&xsum, reshape(sum(x2, 0, true), xsum.shape())},
                                  {&shifted, sum(d, 0, true)},

@@ -346,18 +346,28 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr, const 
 CachedPlan* Context::Impl::plan_for_together(const std::vector<std::pair<NodePtr, View>>& list) {
     const uint64_t options = (uint64_t)stochastic_round_bits;
     together_signature(list, options, "assign_together", signature);
-    for (const Storage* s : signature.storages) {
-        if (usable(s)) continue;
-        fail(Error::Kind::Value,
-             "assign_together: a tensor lives on {}, but this context runs on {}; copy it through the host "
-             "(to_vector/array) or create it with this context",
-             device_str(s->device), self->device_name());
-    }
+    for (const auto& [e, dst] : list)
+        if (!usable(dst.storage.get()))
+            fail(Error::Kind::Value, "assign_together: a destination lives on {} of another context, but this context "
+                                     "runs on {}; create it with this context",
+                 device_str(dst.storage->device), self->device_name());
+    for (const Storage* s : signature.storages)
+        if (!usable(s))
+            fail(Error::Kind::Value,
+                 "assign_together: an operand lives on {} of another context, but the expressions run on {}; copy it "
+                 "through the host (to_vector/array) or create it with the destinations' context",
+                 device_str(s->device), self->device_name());
     if (CachedPlan* p = plans.find(signature)) {
         ++counters.plan_hits;
         return p;
     }
-    CachedPlan plan = make_cached_plan(compile_together(list, target, LowerOptions{stochastic_round_bits, {}}), signature);
+    CompiledAssignment ca = compile_together(list, target, LowerOptions{stochastic_round_bits, {}});
+    if (ca.stages.empty()) {
+        CachedPlan in_order;
+        in_order.in_order = true;
+        return plans.insert(signature, std::move(in_order));
+    }
+    CachedPlan plan = make_cached_plan(std::move(ca), signature);
     for (CachedStage& st : plan.stages) {
         const std::string& key = st.lowered.key;
         if (record) record->add(st.lowered.kernel, key, device().kind == DeviceKind::CUDA ? "cuda" : "cpu", target);
@@ -539,13 +549,24 @@ void Context::assign_together(const std::vector<std::pair<Tensor*, Expr>>& list)
     }
     std::vector<std::pair<NodePtr, View>> work;
     for (const auto& [dst, e] : list) work.emplace_back(e.node(), dst->view());
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    CachedPlan& plan = *impl_->plan_for_together(work);
-    impl_->execute(plan, nullptr);
-    for (const auto& [dst, e] : list) {
-        ++impl_->counters.assignments;
-        dst->view().storage->written = true;
+    {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        CachedPlan& plan = *impl_->plan_for_together(work);
+        if (!plan.in_order) {
+            BenchTimer timer(*impl_, "assign_together");
+            if (timer.on())
+                timer.set(fmt::format("{} destinations of shape {}: {} kernel{}", list.size(), shape_str(list[0].first->shape()),
+                                      plan.stages.size(), plan.stages.size() == 1 ? "" : "s"),
+                          plan_bytes(plan));
+            impl_->execute(plan, nullptr);
+            for (const auto& [dst, e] : list) {
+                ++impl_->counters.assignments;
+                dst->view().storage->written = true;
+            }
+            return;
+        }
     }
+    for (const auto& [dst, e] : list) assign(*dst, e);
 }
 
 Tensor Context::eval(const Expr& e) {

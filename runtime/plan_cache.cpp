@@ -3,6 +3,7 @@
 #include "compiler/key.hpp"
 #include "ir/error.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -53,7 +54,10 @@ uint64_t hash_words(const std::vector<uint64_t>& w) {
 namespace {
 
 // Appends one assignment's words: the destination, then the graph in postorder.
-void append_assignment(const NodePtr& root, const View& dst, const char* op, AssignmentSignature& out) {
+// rand() nodes are numbered in the order first met, across every assignment of the signature
+// (`rands`), so that sharing one between expressions is part of the structure.
+void append_assignment(const NodePtr& root, const View& dst, const char* op, AssignmentSignature& out,
+                       std::vector<const Node*>& rands) {
     auto& w = out.words;
     auto storage_class = [&](Storage* s) -> uint64_t {
         for (size_t i = 0; i < out.storages.size(); ++i)
@@ -75,7 +79,6 @@ void append_assignment(const NodePtr& root, const View& dst, const char* op, Ass
     put_view(dst);
     std::vector<const Node*> order = postorder(root);
     const OrderIndex index_in(order);
-    uint64_t rand_ordinal = 0;
     for (size_t i = 0; i < order.size(); ++i) {
         const Node& n = *order[i];
         w.push_back((uint64_t)n.op | (uint64_t)n.dtype << 8 | (uint64_t)n.weak << 16 | (uint64_t)n.inputs.size() << 24 |
@@ -95,7 +98,12 @@ void append_assignment(const NodePtr& root, const View& dst, const char* op, Ass
             w.push_back(double_bits(n.value));
             w.push_back((uint64_t)n.ivalue);   // integers past 2^53 share a double
             break;
-        case OpKind::Rand: w.push_back(rand_ordinal++); break;  // its serial differs on every call
+        case OpKind::Rand: {   // its serial differs on every call: its first place stands for it
+            const auto it = std::find(rands.begin(), rands.end(), &n);
+            w.push_back((uint64_t)(it - rands.begin()));
+            if (it == rands.end()) rands.push_back(&n);
+            break;
+        }
         default: break;
         }
     }
@@ -108,7 +116,8 @@ void assignment_signature(const NodePtr& root, const View& dst, uint64_t options
     out.words.clear();
     out.storages.clear();
     out.words.push_back(options);
-    append_assignment(root, dst, op, out);
+    std::vector<const Node*> rands;
+    append_assignment(root, dst, op, out, rands);
     out.hash = hash_words(out.words);
 }
 
@@ -118,7 +127,8 @@ void together_signature(const std::vector<std::pair<NodePtr, View>>& list, uint6
     out.storages.clear();
     out.words.push_back(options);
     out.words.push_back(~(uint64_t)list.size());   // apart from any single assignment's words
-    for (const auto& [root, dst] : list) append_assignment(root, dst, op, out);
+    std::vector<const Node*> rands;
+    for (const auto& [root, dst] : list) append_assignment(root, dst, op, out, rands);
     out.hash = hash_words(out.words);
 }
 

@@ -45,6 +45,9 @@ struct CachedStage {
 struct CachedPlan {
     std::vector<TempBuffer> temps;
     std::vector<CachedStage> stages;
+    // assign_together's plan for assignments that are not siblings: none of its own (no stages);
+    // each assignment runs as assign() runs it.
+    bool in_order = false;
 };
 
 // Detaches a compiled assignment from the tensors it was compiled for (a cached plan must not

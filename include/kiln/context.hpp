@@ -133,10 +133,11 @@ public:
 
     // ---- evaluation
     void assign(Tensor& dst, const Expr& e);
-    // Several assignments in one call, with the effect of assign() on each in order. Where
-    // every expression is a reduction over the same axes of the same shape, into destinations
-    // that no expression reads (a tensor's sum beside its sum of squares), one kernel stores
-    // them all and reads the operands they share once.
+    // Several assignments in one call, with the effect of assign() on each in order (an error
+    // in one leaves those before it done). Where every expression is a reduction over the same
+    // axes of the same shape, into destinations that no expression reads (a tensor's sum beside
+    // its sum of squares) and none draws random numbers, one kernel stores them all and reads
+    // the operands they share once.
     void assign_together(const std::vector<std::pair<Tensor*, Expr>>& list);
     Tensor eval(const Expr& e);
     Expr rand(const Shape& shape) { return kiln::rand(shape); }

@@ -95,6 +95,25 @@ TEST_CASE("assign_together: whole-tensor siblings, and where one kernel cannot: 
         ctx.assign_together({{&A, sum(X.expr(), 0, true)}, {&B, sum(X.expr(), 0, true) - A.expr()}});
         for (float v : B.to_vector<float>()) CHECK(v == 0.0f);
     }
+    SECTION("random draws keep assign()'s semantics: each assignment draws its own") {
+        const Expr R = rand({n, C});
+        Tensor A = ctx.empty({1, C}), B = ctx.empty({1, C});
+        const uint64_t l0 = ctx.counters().launches;
+        ctx.assign_together({{&A, sum(R, 0, true)}, {&B, sum(R, 0, true)}});
+        CHECK(ctx.counters().launches - l0 == 2);
+        CHECK(A.to_vector<float>() != B.to_vector<float>());
+    }
+    SECTION("a reduction beside a value broadcast back over the reduced axis: one after the other") {
+        Tensor A = ctx.empty({1, C}), Y = ctx.empty({n, C});
+        const uint64_t l0 = ctx.counters().launches;
+        ctx.assign_together({{&A, sum(X.expr(), 0, true)}, {&Y, X.expr() - mean(X.expr(), 0, true)}});
+        CHECK(ctx.counters().launches - l0 == 2);
+        const std::vector<float> y = Y.to_vector<float>();
+        double col0 = 0;
+        for (int64_t i = 0; i < n; ++i) col0 += y[(size_t)(i * C)];
+        CHECK(std::fabs(col0) < 1e-4);
+        CHECK(rel(A.to_vector<float>()[0], [&] { double t = 0; for (int64_t i = 0; i < n; ++i) t += x[(size_t)(i * C)]; return t; }()) < 1e-5);
+    }
     SECTION("the same destination twice: the later value stays") {
         Tensor A = ctx.empty({1, C});
         ctx.assign_together({{&A, sum(X.expr(), 0, true)}, {&A, max(X.expr(), 0, true)}});

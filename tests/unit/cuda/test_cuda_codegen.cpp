@@ -441,14 +441,16 @@ TEST_CASE("elementwise kernels past rank 1 take words along a contiguous innermo
     b.store(y, b.op(kir::Op::Add, kir::ComputeType::F32, b.op(kir::Op::Mul, kir::ComputeType::F32, b.load(x), b.load(c)),
                     b.load(r)));
     CudaSource src = codegen::emit_cuda(b.kernel());
-    // Words of 4 (the widest buffer, float32): where bases, row strides and the row length allow.
-    CHECK(src.code.find("if ((((unsigned long long)b0 & 7) | (a.strides[0] % 4) | ((unsigned long long)b1 & 15) | "
-                        "((unsigned long long)b3 & 7) | (a.strides[6] % 4) | (a.sizes[1] % 4)) == 0)") != std::string::npos);
-    CHECK(src.code.find("const long long i0 = 4 * q;") != std::string::npos);
-    CHECK(src.code.find("const uint2 w0 = ((const uint2*)b0)[(w_o0 / 4)];") != std::string::npos);
-    CHECK(src.code.find("const uint4 w1 = ((const uint4*)b1)[(w_o1 / 4)];") != std::string::npos);
+    // Words of 8 (16 bytes of the narrowest buffer, float16; two words of the float32 one): where
+    // bases, row strides and the row length allow.
+    CHECK(src.code.find("if ((((unsigned long long)b0 & 15) | (a.strides[0] % 8) | ((unsigned long long)b1 & 15) | "
+                        "((unsigned long long)b3 & 15) | (a.strides[6] % 8) | (a.sizes[1] % 8)) == 0)") != std::string::npos);
+    CHECK(src.code.find("const long long i0 = 8 * q;") != std::string::npos);
+    CHECK(src.code.find("const uint4 w0 = ((const uint4*)b0)[(w_o0 / 8)];") != std::string::npos);
+    CHECK(src.code.find("const uint4 w1_0 = ((const uint4*)b1)[2 * (w_o1 / 8) + 0];") != std::string::npos);
+    CHECK(src.code.find("const uint4 w1_1 = ((const uint4*)b1)[2 * (w_o1 / 8) + 1];") != std::string::npos);
     CHECK(src.code.find("const long long o2 = w_o2;") != std::string::npos);   // r: one element per word
-    CHECK(src.code.find("((uint2*)b3)[(w_o3 / 4)] = w3;") != std::string::npos);
+    CHECK(src.code.find("((uint4*)b3)[(w_o3 / 8)] = w3;") != std::string::npos);
     CHECK(src.code.find("for (long long i = start + ") != std::string::npos);   // the scalar loop otherwise
     require_compiles("vec2d", src);
 
@@ -473,7 +475,7 @@ TEST_CASE("elementwise kernels past rank 1 take words along a contiguous innermo
     a.sizes = {1000, 64};
     a.strides = {64, 1, 0, 1, 1, 0, 64, 1};   // x, c, r, y: (buffer, dim)
     a.buffers.assign(4, nullptr);
-    CHECK(codegen::plan_cuda_launch(b.kernel(), a, h100).launches[0].grid == (64000 / 4 + codegen::kCudaBlockSize - 1) / codegen::kCudaBlockSize);
+    CHECK(codegen::plan_cuda_launch(b.kernel(), a, h100).launches[0].grid == (64000 / 8 + codegen::kCudaBlockSize - 1) / codegen::kCudaBlockSize);
     a.strides[0] = 66;   // x's rows 66 elements apart: no word starts a row of x
     CHECK(codegen::plan_cuda_launch(b.kernel(), a, h100).launches[0].grid == (64000 + codegen::kCudaBlockSize - 1) / codegen::kCudaBlockSize);
     a.strides[0] = 64, a.sizes = {1000, 6};
