@@ -117,9 +117,10 @@ TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta,
 
     // The variance of data whose mean (1000) dwarfs its spread (about 0.6), 2000 rows, the first
     // row 5 to 8 spreads off the mean. float32 takes two passes (the variance about the mean):
-    // float32's rounding. 16-bit data takes one (sums about each channel's first value K), which
-    // loses about (K - mean)^2 / var of float32's precision (8e-5 here), where E[x^2] - E[x]^2
-    // without a shift would lose every digit.
+    // float32's rounding. 16-bit data takes one (sums about a shift K, the mean of 64 rows spread
+    // over the batch, which the outlying first row hardly moves), which loses about
+    // (K - mean)^2 / var of float32's precision, where E[x^2] - E[x]^2 without a shift would
+    // lose every digit.
     for (DType dt : {DType::Float32, DType::Float16}) {
         INFO(dtype_name(dt));
         const size_t rows = 2000;
