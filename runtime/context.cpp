@@ -332,8 +332,13 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr, const 
         ++counters.plan_hits;
         return p;
     }
-    CachedPlan plan =
-        make_cached_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits, hist}), signature);
+    return cache_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits, hist}));
+}
+
+// The backend's kernels for a compiled assignment's stages (recorded when recording), and the
+// plan cached under the current signature.
+CachedPlan* Context::Impl::cache_plan(CompiledAssignment&& ca) {
+    CachedPlan plan = make_cached_plan(std::move(ca), signature);
     for (CachedStage& st : plan.stages) {
         const std::string& key = st.lowered.key;
         if (record) record->add(st.lowered.kernel, key, device().kind == DeviceKind::CUDA ? "cuda" : "cpu", target);
@@ -367,14 +372,7 @@ CachedPlan* Context::Impl::plan_for_together(const std::vector<std::pair<NodePtr
         in_order.in_order = true;
         return plans.insert(signature, std::move(in_order));
     }
-    CachedPlan plan = make_cached_plan(std::move(ca), signature);
-    for (CachedStage& st : plan.stages) {
-        const std::string& key = st.lowered.key;
-        if (record) record->add(st.lowered.kernel, key, device().kind == DeviceKind::CUDA ? "cuda" : "cpu", target);
-        st.kernel = backend->compile(st.lowered.kernel, key);
-    }
-    release_retired(plan);
-    return plans.insert(signature, std::move(plan));
+    return cache_plan(std::move(ca));
 }
 
 // Kernels the memory caches evicted while compiling `fresh` are freed once no cached plan

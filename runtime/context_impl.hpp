@@ -54,6 +54,7 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     void check_devices(const NodePtr& expr);
     CachedPlan* plan_for(const View& dst, const NodePtr& expr, const kir::Hist& hist);
     CachedPlan* plan_for_together(const std::vector<std::pair<NodePtr, View>>& list);
+    CachedPlan* cache_plan(CompiledAssignment&& ca);
     void release_retired(const CachedPlan& fresh);
     void execute(CachedPlan& plan, void* hist_counters);
 };
