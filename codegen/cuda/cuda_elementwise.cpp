@@ -1,5 +1,6 @@
-// Elementwise kernels (cuda_codegen.hpp): grid-stride, with a 16-byte vector path where every
-// buffer is contiguous or broadcast along the innermost axis (rank 1: the whole kernel).
+// Elementwise kernels (cuda_codegen.hpp): grid-stride, with a vector path of 16 bytes of the
+// narrowest buffer where every buffer is contiguous or broadcast along the innermost axis
+// (rank 1: the whole kernel).
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include <fmt/format.h>
