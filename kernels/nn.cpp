@@ -113,6 +113,7 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
     if (residual.defined()) bench_layer(bench, x, {&x, &residual, &y});
     else bench_layer(bench, x, {&x, &y});
     if (!(rho >= 0 && rho <= 1)) fail(Error::Kind::Value, "{}: rho={}; the running averages' weight is in [0, 1]", op, rho);
+    Context& ctx = x.context();
     const Expr x2 = reshape(x.expr(), {n, C});
     Expr mean_e, var_e;
     if (inference) {
@@ -127,7 +128,6 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
             // the mean of up to 64 rows spread over the batch, within a few spreads of the mean
             // whatever the data: far below a 16-bit output's rounding, not below float32's,
             // whose variance keeps the two-pass form below.
-            Context& ctx = x.context();
             const Tensor sample = rows->slice({Slice::range(0, n, std::max<int64_t>(1, n / 64))});
             const Expr K = per_channel_once(ctx, mean(f32(sample.expr()), 0, true)), d = f32(x2) - K;
             Tensor shifted = ctx.empty({1, C}), squares = ctx.empty({1, C});
@@ -141,14 +141,13 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
             // The variance about the mean of the sums (computed here, or given with x: a
             // convolution's bsum), a second read of x.
             if (compute_batch_sum) store(xsum, sum(x2, 0, true));
-            mean_e = batch_mean(x.context(), xsum, C, n);
+            mean_e = batch_mean(ctx, xsum, C, n);
             store(xvar, mean(square(x2 - mean_e), 0, true));
         }
         var_e = per_channel(xvar, C);
         store(gmean, per_channel(gmean, C) * rho + mean_e * (1.0 - rho));
         store(gvar, per_channel(gvar, C) * rho + var_e * (1.0 - rho));
     }
-    Context& ctx = x.context();
     const Expr scale = per_channel_once(ctx, f32(per_channel(gamma, C)) * reciprocal(sqrt(f32(var_e) + eps)));
     Expr out = (x2 - mean_e) * scale + per_channel(beta, C);
     if (accumbeta != 0) out = out + Expr(accumbeta) * reshape(y.expr(), {n, C});
@@ -172,12 +171,13 @@ void compound_bprop_bn(Tensor& delta_out, Tensor& grad_gamma, Tensor& grad_beta,
     check_channels(grad_beta, x, C, "grad_beta", op);
     if (!(eps >= 0)) fail(Error::Kind::Value, "{}: eps={}; it must be >= 0", op, eps);
     const Expr x2 = reshape(x.expr(), {n, C}), d2 = reshape(delta_in.expr(), {n, C});
-    const Expr rstd = per_channel_once(x.context(), reciprocal(sqrt(f32(per_channel(xvar, C)) + eps)));
-    const Expr mean = batch_mean(x.context(), xsum, C, n);
+    Context& ctx = x.context();
+    const Expr rstd = per_channel_once(ctx, reciprocal(sqrt(f32(per_channel(xvar, C)) + eps)));
+    const Expr mean = batch_mean(ctx, xsum, C, n);
     const Expr xhat = (x2 - mean) * rstd;
     // Both sums in one read of delta_in and x.
-    x.context().assign_together({{&grad_gamma, reshape(sum(d2 * xhat, 0, true), grad_gamma.shape())},
-                                 {&grad_beta, reshape(sum(d2, 0, true), grad_beta.shape())}});
+    ctx.assign_together({{&grad_gamma, reshape(sum(d2 * xhat, 0, true), grad_gamma.shape())},
+                         {&grad_beta, reshape(sum(d2, 0, true), grad_beta.shape())}});
     const Expr g = per_channel(grad_gamma, C), b = per_channel(grad_beta, C);
     store(delta_out, per_channel(gamma, C) * (d2 - (xhat * g + b) * (1.0 / (double)n)) * rstd);
 }

@@ -541,13 +541,9 @@ void Context::assign_together(const std::vector<std::pair<Tensor*, Expr>>& list)
         for (const Node* n : postorder(list[i].second.node()))
             for (const auto& [dst, e] : list)
                 if (n->op == OpKind::Leaf && n->view.storage == dst->view().storage) alone = true;
-    if (alone || list.size() < 2) {
-        for (const auto& [dst, e] : list) assign(*dst, e);
-        return;
-    }
-    std::vector<std::pair<NodePtr, View>> work;
-    for (const auto& [dst, e] : list) work.emplace_back(e.node(), dst->view());
-    {
+    if (!alone && list.size() > 1) {
+        std::vector<std::pair<NodePtr, View>> work;
+        for (const auto& [dst, e] : list) work.emplace_back(e.node(), dst->view());
         std::lock_guard<std::mutex> lock(impl_->mu);
         CachedPlan& plan = *impl_->plan_for_together(work);
         if (!plan.in_order) {

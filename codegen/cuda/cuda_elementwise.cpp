@@ -132,6 +132,23 @@ void Emitter::emit_pack(DType t, int n, const std::string& w, const std::string&
     close();
 }
 
+namespace {
+
+// The 16-byte words of a vector of n elements of t: 1, or 2 for float32 beside 16-bit buffers.
+int words_of(DType t, int n) { return std::max(1, n * (int)dtype_size(t) / 16); }
+
+// Word w of buffer b's vector number `vector` (one of `words`): its variable and its index
+// among the buffer's words of that size.
+struct VectorWord {
+    std::string name, index;
+};
+VectorWord vector_word(size_t b, int w, int words, const std::string& vector) {
+    if (words == 1) return {fmt::format("w{}", b), vector};
+    return {fmt::format("w{}_{}", b, w), fmt::format("{} * {} + {}", words, vector, w)};
+}
+
+} // namespace
+
 // n elements per thread with one load and one store of up to 16 bytes per contiguous
 // buffer, when every contiguous buffer is aligned for it; the scalar loop does the rest.
 // The vector path: words of n elements along the innermost axis, taken where every contiguous
@@ -185,14 +202,12 @@ void Emitter::emit_vector_path() {
             continue;
         }
         // A vector of more than 16 bytes is loaded as that many 16-byte words.
-        const int words = detail::elementwise_words(k_, b), per = n / words;
-        const char* wt = word_type(t, per);
+        const int words = words_of(t, n), per = n / words;
         line("{} e{}[{}];", ctype(compute_type(t)), b, n);
         for (int w = 0; w < words; ++w) {
-            const std::string name = words == 1 ? fmt::format("w{}", b) : fmt::format("w{}_{}", b, w);
-            line("const {0} {1} = ((const {0}*)b{2})[{3}{4}];", wt, name, b, words == 1 ? "" : fmt::format("{} * ", words),
-                 words == 1 ? word[b] : word[b] + fmt::format(" + {}", w));
-            emit_unpack(t, per, name, fmt::format("e{}", b), w * per,
+            const VectorWord vw = vector_word(b, w, words, word[b]);
+            line("const {0} {1} = ((const {0}*)b{2})[{3}];", word_type(t, per), vw.name, b, vw.index);
+            emit_unpack(t, per, vw.name, fmt::format("e{}", b), w * per,
                         needs_exact_load(b, -1) ? Unpack::Tested : Unpack::Hardware);
         }
     }
@@ -233,13 +248,12 @@ void Emitter::emit_vector_path() {
     for (size_t b = 0; b < k_.buffers.size(); ++b)
         if (stored[b] && k_.buffers[b].layout[inner] == StrideKind::One) {
             const DType t = k_.buffers[b].dtype;
-            const int words = detail::elementwise_words(k_, b), per = n / words;
+            const int words = words_of(t, n), per = n / words;
             for (int w = 0; w < words; ++w) {
-                const std::string name = words == 1 ? fmt::format("w{}", b) : fmt::format("w{}_{}", b, w);
-                line("{} {} = {{}};", word_type(t, per), name);
-                emit_pack(t, per, name, fmt::format("r{}", b), w * per, needs_exact_store(b, -1));
-                line("(({}*)b{})[{}{}] = {};", word_type(t, per), b, words == 1 ? "" : fmt::format("{} * ", words),
-                     words == 1 ? word[b] : word[b] + fmt::format(" + {}", w), name);
+                const VectorWord vw = vector_word(b, w, words, word[b]);
+                line("{} {} = {{}};", word_type(t, per), vw.name);
+                emit_pack(t, per, vw.name, fmt::format("r{}", b), w * per, needs_exact_store(b, -1));
+                line("(({}*)b{})[{}] = {};", word_type(t, per), b, vw.index, vw.name);
             }
         }
     close();

@@ -142,8 +142,5 @@ size_t row_cache_bytes(const kir::Kernel& k, const std::vector<int>& slot, int64
 // contiguous buffer), or 1 when the kernel has no vector path (rank above 1, a strided buffer,
 // a gather or a coordinate read).
 int elementwise_vector_width(const kir::Kernel& k);
-// The 16-byte words of `buffer` (contiguous along the innermost axis) in one vector of the
-// elementwise path: 1, or 2 for float32 beside 16-bit buffers.
-int elementwise_words(const kir::Kernel& k, size_t buffer);
 
 } // namespace kiln::codegen::detail

@@ -374,10 +374,6 @@ int elementwise_vector_width(const kir::Kernel& k) {
     return (int)std::min(16 / narrowest, 32 / widest);
 }
 
-int elementwise_words(const kir::Kernel& k, size_t buffer) {
-    return std::max<int>(1, (int)(elementwise_vector_width(k) * dtype_size(k.buffers[buffer].dtype) / 16));
-}
-
 size_t row_cache_bytes(const kir::Kernel& k, const std::vector<int>& slot, int64_t elements) {
     size_t total = 0;
     for (size_t b = 0; b < slot.size(); ++b)
