@@ -67,7 +67,7 @@ class DataParallel:
                 pending.append(comm.all_reduce_async(bucket, "avg"))
                 bucket, size = [], 0
 
-        net.bprop(net.bprop_loss(onehot), on_grads)
+        net.bprop(net.bprop_loss(onehot), on_grads, input_grad=False)
         if comm is not None and not self.overlap:
             comm.all_reduce(bucket, "avg")   # every gradient at once, after the backward pass
         elif comm is not None:

@@ -2,8 +2,9 @@
 torch.compile) on the same GPU in one run.
 
 AlexNet and Overfeat (N=128), VGG-A (N=64) and ResNet-50 (N=256) as examples/convnets.py defines
-them, float16 and bfloat16: fprop, and fprop+bprop (every gradient: the input's, the filters',
-the biases', batch norm's) per iteration, host clock around back-to-back iterations bracketed by
+them, float16 and bfloat16: fprop, and fprop+bprop (every parameter's gradient: the filters',
+the biases', batch norm's; not the input image's, which neither side computes: kiln's first layer
+skips it, input_grad=False, and PyTorch's input does not require grad) per iteration, host clock around back-to-back iterations bracketed by
 synchronize, median of batches after warm-up; then a per-layer breakdown (each layer's fprop and
 bprop timed alone, kiln beside the same PyTorch module in eager mode). Before timing, one iteration
 of each network at a small batch, from the same weights and input, is checked against PyTorch in
@@ -125,7 +126,7 @@ def check_float32(torch, name, N):
     x = rng.standard_normal(net.layers[0].in_shape).astype(np.float32)
     e = (rng.standard_normal(net.out_shape) / N).astype(np.float32)
     y = net.fprop(ctx.array(x, kiln.float32))
-    net.bprop(ctx.array(e, kiln.float32))
+    net.bprop(ctx.array(e, kiln.float32), input_grad=False)
 
     def torch_run(m, dt):
         tx = torch.from_numpy(x).cuda().to(dt).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
@@ -226,7 +227,7 @@ def main():
                 return step
 
             runs = {"fprop": (lambda: net.fprop(x), torch_step(model, False)),
-                    "fprop+bprop": (lambda: (net.fprop(x), net.bprop(e)), torch_step(model, True))}
+                    "fprop+bprop": (lambda: (net.fprop(x), net.bprop(e, input_grad=False)), torch_step(model, True))}
             compiled = None if args.no_compile else torch.compile(model)
             for pass_, (run_kiln, run_eager) in runs.items():
                 k_ms = median_time_ms(run_kiln, sync, **timing)

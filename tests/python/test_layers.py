@@ -64,6 +64,38 @@ def test_bprop_matches_finite_differences(cpu):
     assert not bad, bad
 
 
+@pytest.mark.parametrize("first", ["conv", "residual", "pool", "lrn", "batchnorm", "relu", "fc"])
+def test_bprop_without_the_inputs_gradient(cpu, monkeypatch, first):
+    # input_grad=False: the first layer gives None and skips its input's gradient; every
+    # parameter's gradient is the same as with it.
+    head = {"conv": lambda: Conv(4, 3, pad=1, relu=True), "residual": lambda: Residual([Conv(2, 3, pad=1), BatchNorm()]),
+            "pool": lambda: Pool("max", 2, stride=1), "lrn": lambda: LRN(3, ascale=0.05),
+            "batchnorm": lambda: BatchNorm(relu=True), "relu": ReLU, "fc": lambda: FC(12, relu=True)}[first]
+    rng = np.random.default_rng(2)
+    x = cpu.array(rng.normal(0, 1, (3, 5, 5, 2)).astype(np.float32))
+    e = None
+    runs = []
+    calls = []
+    real = kiln.layers._kiln.bprop_conv
+    monkeypatch.setattr(kiln.layers._kiln, "bprop_conv", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    for input_grad in (True, False):
+        tail = [FC(4)] if first == "fc" else [Conv(3, 3, pad=1), FC(4)]
+        net = Network([head()] + tail, (3, 5, 5, 2), ctx=cpu, seed=4)
+        y = net.fprop(x)
+        if e is None:
+            e = cpu.array(rng.normal(0, 1, y.shape).astype(np.float32))
+        del calls[:]
+        gx = net.bprop(e, input_grad=input_grad)
+        assert (gx is not None) == input_grad
+        if input_grad:
+            assert gx.shape == (3, 5, 5, 2)
+        runs.append(([g.get() for _, g in net.params()], len(calls)))
+    for with_gx, without in zip(runs[0][0], runs[1][0]):
+        np.testing.assert_array_equal(with_gx, without)
+    first_convs = {"conv": 1, "residual": 1}.get(first, 0)
+    assert runs[0][1] - runs[1][1] == first_convs
+
+
 def test_sgd_steps_lower_the_loss_in_every_dtype(cpu):
     rng = np.random.default_rng(8)
     x = rng.normal(0, 1, (6, 8, 8, 2)).astype(np.float32)

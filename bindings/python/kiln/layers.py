@@ -3,7 +3,9 @@
 Activations are channels-last, (N, H, W, C) or (N, features), in the network's dtype on its
 context. Each layer is configured with its input shape (``configure``: output shape, FLOPs,
 nothing allocated), allocates its parameters on first use, and has ``fprop(x) -> y`` and
-``bprop(error) -> the input's gradient`` (filling its parameters' gradients). The operations are
+``bprop(error, input_grad=True) -> the input's gradient`` (filling its parameters' gradients; with
+input_grad=False the input's gradient is not computed and bprop gives None, as for a network's first
+layer, whose input is data). The operations are
 kiln's: ``fprop_conv`` / ``bprop_conv`` / ``update_conv`` (bias and ReLU in the convolution's
 epilogue), ``fprop_pool`` / ``bprop_pool``, ``fprop_lrn`` / ``bprop_lrn``, ``compound_fprop_bn`` /
 ``compound_bprop_bn``, ``compound_dot`` and the expressions of ``kiln.nn``.
@@ -97,11 +99,13 @@ class Conv(Layer):
         _kiln.fprop_conv(self.layer, x, self.F, self.y, bias=self.b if self.use_bias else None, relu=self.relu)
         return self.y
 
-    def bprop(self, e):
+    def bprop(self, e, input_grad=True):
         e = self._through_relu(e)
         if self.use_bias:
             self.db[...] = e.reshape((-1, self.K)).sum(axis=0)
         _kiln.update_conv(self.layer, self.x, e, self.dF)
+        if not input_grad:
+            return None
         gx = self.ctx.empty(self.in_shape, self.dtype)
         _kiln.bprop_conv(self.layer, self.F, e, gx)
         return gx
@@ -126,7 +130,9 @@ class Pool(Layer):
         _kiln.fprop_pool(self.layer, x, self.y, argmax=self.argmax)
         return self.y
 
-    def bprop(self, e):
+    def bprop(self, e, input_grad=True):
+        if not input_grad:
+            return None
         gx = self.ctx.empty(self.in_shape, self.dtype)
         _kiln.bprop_pool(self.layer, e, gx, argmax=self.argmax, X=self.x, Y=self.y)
         return gx
@@ -155,7 +161,9 @@ class LRN(Layer):
         _kiln.fprop_lrn(self.layer, x, self.y, self.denom, ascale=self.ascale, bpower=self.bpower)
         return self.y
 
-    def bprop(self, e):
+    def bprop(self, e, input_grad=True):
+        if not input_grad:
+            return None
         gx = self.ctx.empty(self.in_shape, self.dtype)
         _kiln.bprop_lrn(self.layer, self.x, self.y, e, gx, self.denom, ascale=self.ascale, bpower=self.bpower)
         return gx
@@ -190,11 +198,11 @@ class BatchNorm(Layer):
                                 self.eps, self.rho, True, relu=self.relu if relu is None else relu, residual=residual)
         return self.y
 
-    def bprop(self, e):
+    def bprop(self, e, input_grad=True):
         e = self._through_relu(e)
         gx = self.ctx.empty(self.in_shape, self.dtype)
         _kiln.compound_bprop_bn(gx, self.dgamma, self.dbeta, e, self.x, self.xsum, self.xvar, self.gamma, self.eps)
-        return gx
+        return gx if input_grad else None
 
 
 class FC(Layer):
@@ -223,11 +231,13 @@ class FC(Layer):
         _kiln.compound_dot(self.x, self.W.T, self.y, relu=self.relu, bias=self.b if self.use_bias else None)
         return self.y
 
-    def bprop(self, e):
+    def bprop(self, e, input_grad=True):
         e = self._through_relu(e)
         if self.use_bias:
             self.db[...] = e.sum(axis=0)
         _kiln.compound_dot(e.T, self.x, self.dW)
+        if not input_grad:
+            return None
         gx = self.ctx.empty((self.N, self.features), self.dtype)
         _kiln.compound_dot(e, self.W, gx)
         return gx.reshape(self.in_shape)
@@ -239,10 +249,20 @@ class ReLU(Layer):
         self.y[...] = _nn.relu(x)
         return self.y
 
-    def bprop(self, e):
+    def bprop(self, e, input_grad=True):
+        if not input_grad:
+            return None
         gx = self.ctx.empty(self.in_shape, self.dtype)
         gx[...] = _nn.relu_grad(self.y, e)
         return gx
+
+
+def _bprop_chain(layers, e, input_grad):
+    """e back through layers in reverse order; the first of them gives its input's gradient only
+    with input_grad (an empty chain, an identity, gives e)."""
+    for i in reversed(range(len(layers))):
+        e = layers[i].bprop(e, input_grad=input_grad or i > 0)
+    return e
 
 
 class Residual(Layer):
@@ -286,15 +306,13 @@ class Residual(Layer):
             self.y[...] = _nn.relu(b + s)
         return self.y
 
-    def bprop(self, e):
+    def bprop(self, e, input_grad=True):
         g = self.ctx.empty(self.out_shape, self.dtype)
         g[...] = _nn.relu_grad(self.y, e)
-        b = g
-        for layer in reversed(self.branch):
-            b = layer.bprop(b)
-        s = g
-        for layer in reversed(self.shortcut):
-            s = layer.bprop(s)
+        b = _bprop_chain(self.branch, g, input_grad)
+        s = _bprop_chain(self.shortcut, g, input_grad)
+        if not input_grad:
+            return None
         gx = self.ctx.empty(self.in_shape, self.dtype)
         gx[...] = b + s
         return gx
@@ -323,12 +341,15 @@ class Network:
             x = layer.fprop(x)
         return x
 
-    def bprop(self, e, on_grads=None):
-        """Back-propagates e through the layers; on_grads(pairs), when given, is called with
-        each layer's (param, grad) pairs as soon as its bprop has been given (a data-parallel
-        trainer starts their all-reduce there, overlapping the layers still to come)."""
-        for layer in reversed(self.layers):
-            e = layer.bprop(e)
+    def bprop(self, e, on_grads=None, input_grad=True):
+        """Back-propagates e through the layers and gives the input's gradient (None with
+        input_grad=False: the first layer then skips it, as a training step does, its input
+        being data); on_grads(pairs), when given, is called with each layer's (param, grad) pairs
+        as soon as its bprop has been given (a data-parallel trainer starts their all-reduce
+        there, overlapping the layers still to come)."""
+        for i in reversed(range(len(self.layers))):
+            layer = self.layers[i]
+            e = layer.bprop(e, input_grad=input_grad or i > 0)
             if on_grads is not None:
                 pairs = layer.params()
                 if pairs:
@@ -351,7 +372,7 @@ class Network:
     def train_step(self, x, labels, onehot, lr):
         """One step of plain SGD; returns the loss before it."""
         loss = self.loss(self.fprop(x), labels)
-        self.bprop(self.bprop_loss(onehot))
+        self.bprop(self.bprop_loss(onehot), input_grad=False)
         for p, g in self.params():
             p[...] = p - g * lr
         return loss
