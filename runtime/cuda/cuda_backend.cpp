@@ -358,6 +358,16 @@ int CudaBackend::max_active_clusters(CUfunction f, unsigned cluster, unsigned bl
     return max_clusters_[key] = n;
 }
 
+int64_t CudaBackend::resident_blocks(CUfunction f, unsigned block, unsigned smem) {
+    const auto key = std::make_tuple(f, block, smem);
+    if (auto it = resident_.find(key); it != resident_.end()) return it->second;
+    make_current();
+    int n = 0;
+    check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, int(block), smem),
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    return resident_[key] = std::max<int64_t>(1, int64_t(n) * info_.multiprocessors);
+}
+
 bool CudaBackend::programmatic_launches() const {
     if (info_.sm < 90) return false;
     return env::flag("KILN_PDL").value_or(true);
@@ -410,9 +420,12 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         ck->plan = codegen::plan_cuda_launch(ck->kernel, a, caps_);
         ck->plan_functions.clear();
         ck->plan_aligned_functions.clear();
-        for (const codegen::CudaLaunch& l : ck->plan.launches) {
+        for (codegen::CudaLaunch& l : ck->plan.launches) {
             ck->plan_functions.push_back(ck->entry(l.entry));
             ck->plan_aligned_functions.push_back(l.aligned_entry.empty() ? nullptr : ck->entry(l.aligned_entry));
+            if (l.max_waves && l.grid)   // the plan's wave limit, in this GPU's resident blocks
+                l.grid = uint32_t(std::min<int64_t>(
+                    l.grid, l.max_waves * resident_blocks(ck->plan_functions.back(), l.block, unsigned(l.shared_bytes))));
         }
         ck->planned_sizes = a.sizes;
     }

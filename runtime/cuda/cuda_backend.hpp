@@ -111,6 +111,10 @@ public:
     // one GPC, so fewer than SMs / cluster where the GPCs' SM counts are not multiples of it.
     // Cached per function and shape.
     int max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned smem);
+    // The blocks of `f` (`block` threads, `smem` bytes of dynamic shared memory each) that the
+    // whole GPU holds at once: one wave of a grid-stride kernel, so that no partial last wave
+    // leaves multiprocessors idle. Cached per function and shape.
+    int64_t resident_blocks(CUfunction f, unsigned block, unsigned smem);
     // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel.
     void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
                             void** params, LaunchOptions options = {});
@@ -180,6 +184,7 @@ private:
     };
     std::unordered_map<std::string, Precompiled> precompiled_;   // by entry name
     std::map<std::tuple<CUfunction, unsigned, unsigned, unsigned>, int> max_clusters_;   // max_active_clusters, by its arguments
+    std::map<std::tuple<CUfunction, unsigned, unsigned>, int64_t> resident_;                // resident_blocks, by its arguments
     CudaCounters counters_;
     std::vector<uint8_t> arg_bytes_;   // reused for each launch
     CUdeviceptr zeroed_ = 0;           // zeroed_scratch

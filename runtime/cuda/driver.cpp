@@ -68,6 +68,7 @@ Driver load() {
     sym(d.cuLaunchKernel, "cuLaunchKernel");
     sym(d.cuLaunchKernelEx, "cuLaunchKernelEx");
     sym(d.cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters");
+    sym(d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     sym(d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
     sym(d.cuTensorMapEncodeIm2col, "cuTensorMapEncodeIm2col");
     if (missing) return d;

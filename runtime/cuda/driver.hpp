@@ -56,6 +56,7 @@ struct Driver {
     KILN_CU_FN(cuLaunchKernel)
     KILN_CU_FN(cuLaunchKernelEx)
     KILN_CU_FN(cuOccupancyMaxActiveClusters)
+    KILN_CU_FN(cuOccupancyMaxActiveBlocksPerMultiprocessor)
     KILN_CU_FN(cuTensorMapEncodeTiled)   // TMA descriptors of the sm_90 GEMM kernels
     KILN_CU_FN(cuTensorMapEncodeIm2col)  // and of the sm_90 convolutions' image patches
 #undef KILN_CU_FN

@@ -710,6 +710,9 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.launches[0].entry == "kiln_all_ops");
     CHECK(p.launches[0].grid == (3000 + kCudaBlockSize - 1) / kCudaBlockSize);
     CHECK(p.launches[0].block == (uint32_t)kCudaBlockSize);
+    // Elementwise grids stop at a few waves of resident blocks (the backend asks the driver's
+    // occupancy); the reductions' plans set no such limit.
+    CHECK(p.launches[0].max_waves == codegen::detail::kElementwiseWaves);
 
     a.sizes = {1LL << 40};
     CHECK(codegen::plan_cuda_launch(test::dtypes_kernel(), a, h100).launches[0].grid == codegen::kCudaMaxGrid);
@@ -728,6 +731,7 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.launches[0].block == 256);
     CHECK(p.launches[0].cluster == 1);
     CHECK(p.launches[0].param == 16);
+    CHECK(p.launches[0].max_waves == 0);
     CHECK(p.launches[0].grid == 65536 / 16);
     CHECK(p.launches[0].shared_bytes == 256 * 64 * 2);
     a.sizes = {4096, 32768};   // a block of 256 per row, 128 elements each
