@@ -129,6 +129,15 @@ inline constexpr int kCudaMaxCluster = 8;         // row kernels: the largest (p
 inline constexpr int64_t kCudaMaxGrid = 65536;
 inline constexpr int64_t kCudaPointsPerPartial = 4096;
 inline constexpr int64_t kCudaMaxPartials = 1024;
+// Grid-stride kernels (elementwise here; pooling, LRN and im2col among the precompiled ones)
+// launch at most kGridStrideWaves waves of the blocks the GPU holds at once and loop over the
+// rest. A block per 256 vectors makes every block load, then compute, then store in step with
+// the blocks that started beside it, so that the memory system idles while they compute
+// (16-bit kernels with a transcendental or per-channel vectors stay far from the copy rate
+// so); blocks that loop fall out of step and overlap the two. Several waves rather than one
+// keep the pure-bandwidth kernels, which a single resident wave slows by its loop, near their
+// best, and leave any partial last wave a small share.
+inline constexpr uint32_t kGridStrideWaves = 8;
 
 enum class CudaShape : uint8_t { Elementwise, Row, Column, Full };
 CudaShape cuda_shape(const kir::Kernel& k);

@@ -30,14 +30,6 @@ bool varies_along_reduced(const kir::Kernel& k, size_t buf);
 // The innermost parallel dim of `k` (the last dim not reduced), or -1 when every dim is reduced.
 int innermost_parallel_dim(const kir::Kernel& k);
 
-// Elementwise kernels launch at most kElementwiseWaves waves of resident blocks and loop over
-// the rest. One block per 256 vectors makes every block load, then compute, then store in step
-// with the blocks that started beside it, so that the memory system idles while they compute
-// (16-bit kernels with a transcendental or per-channel vectors stay far from the copy rate so);
-// blocks that loop fall out of step and overlap the two. Several waves rather than one keep the
-// pure-bandwidth kernels, which a single resident wave slows by its loop, near their best.
-inline constexpr uint32_t kElementwiseWaves = 8;
-
 // Column kernels: blocks of kColumnThreads threads, column_width(k) parallel points side by side
 // (128 bytes of the narrowest loaded dtype: a row of the block's columns is then whole 128-byte
 // lines, which DRAM serves at full rate, where half lines read at different times are not) and

@@ -579,7 +579,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         }
         const int64_t items = (np + v - 1) / v;
         plan.launches = {launch_of(k.name, clamp_grid((items + kCudaBlockSize - 1) / kCudaBlockSize, 1), kCudaBlockSize, 1, 0)};
-        plan.launches[0].max_waves = detail::kElementwiseWaves;
+        plan.launches[0].max_waves = kGridStrideWaves;
         break;
     }
     }

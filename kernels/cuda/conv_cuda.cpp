@@ -237,10 +237,9 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5) {
     }
     const std::string entry = fmt::format("kiln_im2col_v{}", vb);
     CUfunction f = be.precompiled(kiln_im2col_image, entry, 0);
-    // A thread per 16-byte chunk of the buffer, up to the blocks the GPU holds at once
-    // (grid-stride beyond).
+    // A thread per 16-byte chunk of the buffer (grid-stride past kGridStrideWaves waves).
     const int64_t chunks = rows * ld * es / 16;
-    const int64_t blocks = std::clamp<int64_t>((chunks + 255) / 256, 1, be.resident_blocks(f, 256, 0));
+    const int64_t blocks = be.stride_grid(f, (chunks + 255) / 256, 256);
     log_debug("conv: im2col {} -> {} ({} x {}, {} blocks)", L.str(), entry, rows, taps, blocks);
     void* params[] = {&p};
     be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, 0, params, {});
@@ -273,7 +272,7 @@ Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols) {
     p.str_w = fast_div(uint32_t(p.shape.str_w));
     CUfunction f = be.precompiled(kiln_im2col_image, "kiln_col2im_f32", 0);
     const int64_t elements = image.size();
-    const int64_t blocks = std::clamp<int64_t>((elements + 255) / 256, 1, be.resident_blocks(f, 256, 0));
+    const int64_t blocks = be.stride_grid(f, (elements + 255) / 256, 256);
     log_debug("conv: col2im {} ({} x {} -> {} elements, {} blocks)", L.str(), rows, taps, elements, blocks);
     void* params[] = {&p};
     be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, 0, params, {});

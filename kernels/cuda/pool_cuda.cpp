@@ -79,7 +79,7 @@ template <class Params>
 void launch(Context& ctx, const std::string& entry, Params& p, const PoolLayer& L) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     CUfunction f = be.precompiled(kiln_pool_image, entry, 0);
-    const int64_t blocks = std::clamp<int64_t>((p.items + 255) / 256, 1, be.resident_blocks(f, 256, 0));
+    const int64_t blocks = be.stride_grid(f, (p.items + 255) / 256, 256);
     log_debug("pool: {} -> {} ({} items, {} blocks)", L.str(), entry, p.items, blocks);
     void* params[] = {&p};
     be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, 0, params, {});

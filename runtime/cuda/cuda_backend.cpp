@@ -368,6 +368,10 @@ int64_t CudaBackend::resident_blocks(CUfunction f, unsigned block, unsigned smem
     return resident_[key] = std::max<int64_t>(1, int64_t(n) * info_.multiprocessors);
 }
 
+int64_t CudaBackend::stride_grid(CUfunction f, int64_t blocks, unsigned block, unsigned smem) {
+    return std::clamp<int64_t>(blocks, 1, codegen::kGridStrideWaves * resident_blocks(f, block, smem));
+}
+
 bool CudaBackend::programmatic_launches() const {
     if (info_.sm < 90) return false;
     return env::flag("KILN_PDL").value_or(true);
@@ -425,7 +429,7 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
             ck->plan_aligned_functions.push_back(l.aligned_entry.empty() ? nullptr : ck->entry(l.aligned_entry));
             if (l.max_waves && l.grid)   // the plan's wave limit, in this GPU's resident blocks
                 l.grid = uint32_t(std::min<int64_t>(
-                    l.grid, l.max_waves * resident_blocks(ck->plan_functions.back(), l.block, unsigned(l.shared_bytes))));
+                    l.grid, int64_t(l.max_waves) * resident_blocks(ck->plan_functions.back(), l.block, unsigned(l.shared_bytes))));
         }
         ck->planned_sizes = a.sizes;
     }

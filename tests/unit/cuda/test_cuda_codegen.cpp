@@ -712,7 +712,7 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.launches[0].block == (uint32_t)kCudaBlockSize);
     // Elementwise grids stop at a few waves of resident blocks (the backend asks the driver's
     // occupancy); the reductions' plans set no such limit.
-    CHECK(p.launches[0].max_waves == codegen::detail::kElementwiseWaves);
+    CHECK(p.launches[0].max_waves == codegen::kGridStrideWaves);
 
     a.sizes = {1LL << 40};
     CHECK(codegen::plan_cuda_launch(test::dtypes_kernel(), a, h100).launches[0].grid == codegen::kCudaMaxGrid);
