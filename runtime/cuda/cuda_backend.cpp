@@ -300,7 +300,12 @@ void CudaBackend::release_retired(const std::unordered_set<const void*>& keep) {
     const Driver& d = driver();
     make_current();
     check(d.cuStreamSynchronize(stream_), "cuStreamSynchronize");  // no launch of a retired kernel is pending
-    kernels_.release_retired(keep, [&](CudaKernel& k) { d.cuModuleUnload(k.module); });
+    kernels_.release_retired(keep, [&](CudaKernel& k) {
+        // The driver may hand an unloaded kernel's function handles to a later module.
+        for (const auto& [name, f] : k.entries)
+            std::erase_if(resident_, [f](const auto& r) { return std::get<0>(r.first) == f; });
+        d.cuModuleUnload(k.module);
+    });
 }
 
 int CudaBackend::static_shared(CUfunction f) {

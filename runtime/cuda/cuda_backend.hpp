@@ -112,8 +112,8 @@ public:
     // Cached per function and shape.
     int max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned smem);
     // The blocks of `f` (`block` threads, `smem` bytes of dynamic shared memory each) that the
-    // whole GPU holds at once: one wave of a grid-stride kernel, so that no partial last wave
-    // leaves multiprocessors idle. Cached per function and shape.
+    // whole GPU holds at once: one wave. Cached per function and shape; a generated kernel's
+    // entries leave the cache when its module is unloaded.
     int64_t resident_blocks(CUfunction f, unsigned block, unsigned smem);
     // The grid of a grid-stride kernel `f` that has `blocks` blocks of work: at most
     // codegen::kGridStrideWaves waves of its resident blocks, at least 1.

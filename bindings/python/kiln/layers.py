@@ -4,8 +4,9 @@ Activations are channels-last, (N, H, W, C) or (N, features), in the network's d
 context. Each layer is configured with its input shape (``configure``: output shape, FLOPs,
 nothing allocated), allocates its parameters on first use, and has ``fprop(x) -> y`` and
 ``bprop(error, input_grad=True) -> the input's gradient`` (filling its parameters' gradients; with
-input_grad=False the input's gradient is not computed and bprop gives None, as for a network's first
-layer, whose input is data). The operations are
+input_grad=False bprop gives None and skips the input's gradient where it is separate work, as for
+a network's first layer, whose input is data: batch norm's comes from the kernel that gives its
+parameters' gradients). The operations are
 kiln's: ``fprop_conv`` / ``bprop_conv`` / ``update_conv`` (bias and ReLU in the convolution's
 epilogue), ``fprop_pool`` / ``bprop_pool``, ``fprop_lrn`` / ``bprop_lrn``, ``compound_fprop_bn`` /
 ``compound_bprop_bn``, ``compound_dot`` and the expressions of ``kiln.nn``.
