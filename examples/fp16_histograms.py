@@ -39,7 +39,7 @@ def train(ctx, steps, n, lr):
             layer.y.hist(f"act {name}")
         e = net.bprop_loss(onehot)
         for i in reversed(range(len(net.layers))):
-            e = net.layers[i].bprop(e)
+            e = net.layers[i].bprop(e, input_grad=i > 0)   # the first layer's input is data
             for j, (_, g) in enumerate(net.layers[i].params()):
                 g.hist(f"grad {names[i]}.{j}")
         for p, g in net.params():
