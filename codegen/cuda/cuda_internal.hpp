@@ -9,9 +9,14 @@
 namespace kiln::codegen::detail {
 
 // Device helpers every generated kernel starts with: 16-bit float conversions written out as
-// bit manipulation (bit-for-bit those of ir/half.hpp), NaN-propagating min/max, the
-// accumulator kinds, and the warp, row-group, cluster and column reductions.
+// bit manipulation (bit-for-bit those of ir/half.hpp) and NaN-propagating min/max.
 extern const char* const kCudaPrelude;
+// The accumulator kinds and the warp, block and column reductions, for kernels with
+// accumulators (every reduction shape; an elementwise kernel's single-point Loop blocks).
+extern const char* const kCudaReducePrelude;
+// The row kernels' shared-memory and global words and the row groups' reductions (warp
+// segments, blocks, clusters), for row kernels.
+extern const char* const kCudaRowPrelude;
 // The histogram's bin rule, for kernels with a kir::Hist.
 extern const char* const kCudaHistPrelude;
 // 64-bit parameters, conversions and min/max, for kernels with 64-bit values (has_wide).

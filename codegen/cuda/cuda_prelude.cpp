@@ -4,7 +4,9 @@
 namespace kiln::codegen::detail {
 
 // Device helpers shared by every kernel. The 16-bit float conversions are bit-for-bit those of
-// ir/half.hpp, so the CPU and CUDA backends store identical bits.
+// ir/half.hpp, so the CPU and CUDA backends store identical bits. A kernel's source holds only
+// the parts its shape calls (NVRTC's time grows with the source it parses, not only with what a
+// kernel uses).
 const char* const kCudaPrelude = R"(// ---- kiln prelude
 #define KILN_NO_POS 2147483647
 
@@ -110,7 +112,10 @@ __device__ __forceinline__ int kiln_f32_to_i32(float x) {
 // NumPy's maximum/minimum: a NaN operand gives NaN.
 __device__ __forceinline__ float kiln_maxf(float x, float y) { return (x > y || x != x) ? x : y; }
 __device__ __forceinline__ float kiln_minf(float x, float y) { return (x < y || x != x) ? x : y; }
+)";
 
+// Reductions: the accumulator kinds, and the warp, block and column reductions.
+const char* const kCudaReducePrelude = R"(
 // Accumulators: a state is (v, p); `add` folds in (x, q) and is also the combine of two states;
 // `add_next` the same for a q after every position the state has seen (a thread's elements in
 // order), which arg kinds decide with fewer tests.
@@ -237,6 +242,65 @@ __device__ __forceinline__ void kiln_block_reduce(typename A::T& v, int& p, type
     p = sp[32];
     __syncthreads();
 }
+// Column kernels: a block is W columns (threadIdx.x & (W - 1)) x 256 / W slices. The slices of a
+// column combine in slice order; every thread ends with its column's state.
+// sv/sp: 256 entries. Called by every thread of the block.
+template <class A, int W>
+__device__ __forceinline__ void kiln_column_reduce(typename A::T& v, int& p, typename A::T* sv, int* sp) {
+    sv[threadIdx.x] = v;
+    sp[threadIdx.x] = p;
+    __syncthreads();
+    const int column = (int)(threadIdx.x & (W - 1));
+    v = A::init();
+    p = KILN_NO_POS;
+    for (int s = 0; s < 256 / W; ++s) A::add(v, p, sv[s * W + column], sp[s * W + column]);
+    __syncthreads();
+}
+// The vector entry's form: a block is W threads across, each with the states of V adjacent
+// columns, x 256 / W slices. sv/sp: 256 * V entries. The slices of a column combine in slice
+// order in groups of V (each of 256 / (W * V) threads per column folds one group), then the
+// groups in order: a fixed order, and each thread reads V entries per stage, where folding
+// every slice in every thread would read 256 / W per column.
+// Positions (arg kinds only: Arg) pass through sp; the other kinds leave it alone.
+template <class A, int W, int V, bool Arg>
+__device__ __forceinline__ void kiln_column_reduce_v(typename A::T (&v)[V], int (&p)[V], typename A::T* sv, int* sp) {
+    const int column = (int)(threadIdx.x & (W - 1)), slice = (int)(threadIdx.x / W);
+    const int width = W * V, point = (int)threadIdx.x % width, part = (int)threadIdx.x / width;
+#pragma unroll
+    for (int c = 0; c < V; ++c) {
+        sv[(slice * W + column) * V + c] = v[c];
+        if (Arg) sp[(slice * W + column) * V + c] = p[c];
+    }
+    __syncthreads();
+    typename A::T x = A::init();
+    int q = KILN_NO_POS;
+#pragma unroll
+    for (int s = part * V; s < part * V + V; ++s) A::add(x, q, sv[s * width + point], Arg ? sp[s * width + point] : 0);
+    __syncthreads();
+    sv[threadIdx.x] = x;
+    if (Arg) sp[threadIdx.x] = q;
+    __syncthreads();
+    if ((int)threadIdx.x < width) {
+        x = A::init();
+        q = KILN_NO_POS;
+#pragma unroll
+        for (int g = 0; g < 256 / width; ++g) A::add(x, q, sv[g * width + point], Arg ? sp[g * width + point] : 0);
+        sv[256 + point] = x;
+        if (Arg) sp[256 + point] = q;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < V; ++c) {
+        v[c] = sv[256 + column * V + c];
+        if (Arg) p[c] = sp[256 + column * V + c];
+    }
+    __syncthreads();
+}
+)";
+
+// Row kernels: the row cache's shared-memory and global words, and the row groups' reductions
+// (warp segments, blocks, clusters), moments and sums of exponentials.
+const char* const kCudaRowPrelude = R"(
 // The row cache's words by 32-bit shared-memory address, computed once per thread (through a
 // pointer, the compiler rebuilds the cache's generic address at every access). Volatile and
 // clobbering memory: they stay ordered with the cache's element-wise accesses.
@@ -539,61 +603,6 @@ __device__ __forceinline__ void kiln_row_reduce_lse(float& m, float& s, const in
 #pragma unroll 1
     for (int r = 1; r < G / nthreads; ++r) kiln_lse_merge<F>(m, s, __uint_as_float(x->data[b][r][0]), __uint_as_float(x->data[b][r][1]));
 }
-// Column kernels: a block is W columns (threadIdx.x & (W - 1)) x 256 / W slices. The slices of a
-// column combine in slice order; every thread ends with its column's state.
-// sv/sp: 256 entries. Called by every thread of the block.
-template <class A, int W>
-__device__ __forceinline__ void kiln_column_reduce(typename A::T& v, int& p, typename A::T* sv, int* sp) {
-    sv[threadIdx.x] = v;
-    sp[threadIdx.x] = p;
-    __syncthreads();
-    const int column = (int)(threadIdx.x & (W - 1));
-    v = A::init();
-    p = KILN_NO_POS;
-    for (int s = 0; s < 256 / W; ++s) A::add(v, p, sv[s * W + column], sp[s * W + column]);
-    __syncthreads();
-}
-// The vector entry's form: a block is W threads across, each with the states of V adjacent
-// columns, x 256 / W slices. sv/sp: 256 * V entries. The slices of a column combine in slice
-// order in groups of V (each of 256 / (W * V) threads per column folds one group), then the
-// groups in order: a fixed order, and each thread reads V entries per stage, where folding
-// every slice in every thread would read 256 / W per column.
-// Positions (arg kinds only: Arg) pass through sp; the other kinds leave it alone.
-template <class A, int W, int V, bool Arg>
-__device__ __forceinline__ void kiln_column_reduce_v(typename A::T (&v)[V], int (&p)[V], typename A::T* sv, int* sp) {
-    const int column = (int)(threadIdx.x & (W - 1)), slice = (int)(threadIdx.x / W);
-    const int width = W * V, point = (int)threadIdx.x % width, part = (int)threadIdx.x / width;
-#pragma unroll
-    for (int c = 0; c < V; ++c) {
-        sv[(slice * W + column) * V + c] = v[c];
-        if (Arg) sp[(slice * W + column) * V + c] = p[c];
-    }
-    __syncthreads();
-    typename A::T x = A::init();
-    int q = KILN_NO_POS;
-#pragma unroll
-    for (int s = part * V; s < part * V + V; ++s) A::add(x, q, sv[s * width + point], Arg ? sp[s * width + point] : 0);
-    __syncthreads();
-    sv[threadIdx.x] = x;
-    if (Arg) sp[threadIdx.x] = q;
-    __syncthreads();
-    if ((int)threadIdx.x < width) {
-        x = A::init();
-        q = KILN_NO_POS;
-#pragma unroll
-        for (int g = 0; g < 256 / width; ++g) A::add(x, q, sv[g * width + point], Arg ? sp[g * width + point] : 0);
-        sv[256 + point] = x;
-        if (Arg) sp[256 + point] = q;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int c = 0; c < V; ++c) {
-        v[c] = sv[256 + column * V + c];
-        if (Arg) p[c] = sp[256 + column * V + c];
-    }
-    __syncthreads();
-}
-// ---- end of prelude
 )";
 
 const char* const kCudaWidePrelude = R"(
