@@ -21,6 +21,8 @@ extern const char* const kCudaRowPrelude;
 extern const char* const kCudaHistPrelude;
 // 64-bit parameters, conversions and min/max, for kernels with 64-bit values (has_wide).
 extern const char* const kCudaWidePrelude;
+// The accumulator kinds on 64-bit states, for wide kernels with the reductions' part.
+extern const char* const kCudaWideReducePrelude;
 
 // Whether `k` has a 64-bit value (f64, i64) or a buffer of a dtype the vector paths do not move
 // (8-byte dtypes, 16-bit integers, uint32): such kernels move one element at a time (no vector

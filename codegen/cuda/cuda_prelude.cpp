@@ -121,96 +121,95 @@ const char* const kCudaReducePrelude = R"(
 // order), which arg kinds decide with fewer tests.
 // Arg kinds keep the extreme value with the smallest position, a NaN counting as the extreme;
 // an empty state has position KILN_NO_POS, so it loses every tie.
-struct kiln_sum_f {
+// The kinds are templates over a value type's traits K (kiln_f: float, kiln_i: int wrapping;
+// kiln_d and kiln_l, for 64-bit values, in the wide part); the NaN tests only where K::real.
+struct kiln_f {
     typedef float T;
-    static __device__ __forceinline__ T init() { return 0.0f; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v += x; }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+    enum { real = 1 };
+    static __device__ __forceinline__ T add(T a, T b) { return a + b; }
+    static __device__ __forceinline__ T mul(T a, T b) { return a * b; }
+    static __device__ __forceinline__ T lowest() { return __uint_as_float(0xff800000u); }
+    static __device__ __forceinline__ T highest() { return __uint_as_float(0x7f800000u); }
 };
-struct kiln_sum_i {
+struct kiln_i {
     typedef int T;
-    static __device__ __forceinline__ T init() { return 0; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = (int)((unsigned)v + (unsigned)x); }
+    enum { real = 0 };
+    static __device__ __forceinline__ T add(T a, T b) { return (int)((unsigned)a + (unsigned)b); }
+    static __device__ __forceinline__ T mul(T a, T b) { return (int)((unsigned)a * (unsigned)b); }
+    static __device__ __forceinline__ T lowest() { return -2147483647 - 1; }
+    static __device__ __forceinline__ T highest() { return 2147483647; }
+};
+template <class K> struct kiln_sum {
+    typedef typename K::T T;
+    static __device__ __forceinline__ T init() { return T(0); }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = K::add(v, x); }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
-struct kiln_prod_f {
-    typedef float T;
-    static __device__ __forceinline__ T init() { return 1.0f; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v *= x; }
+template <class K> struct kiln_prod {
+    typedef typename K::T T;
+    static __device__ __forceinline__ T init() { return T(1); }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = K::mul(v, x); }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
-struct kiln_prod_i {
-    typedef int T;
-    static __device__ __forceinline__ T init() { return 1; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = (int)((unsigned)v * (unsigned)x); }
+template <class K> struct kiln_max {
+    typedef typename K::T T;
+    static __device__ __forceinline__ T init() { return K::lowest(); }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) {
+        if constexpr (K::real) { if (x > v || x != x) v = x; } else { if (x > v) v = x; }
+    }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
-struct kiln_max_f {
-    typedef float T;
-    static __device__ __forceinline__ T init() { return __uint_as_float(0xff800000u); }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v || x != x) v = x; }
+template <class K> struct kiln_min {
+    typedef typename K::T T;
+    static __device__ __forceinline__ T init() { return K::highest(); }
+    static __device__ __forceinline__ void add(T& v, int&, T x, int) {
+        if constexpr (K::real) { if (x < v || x != x) v = x; } else { if (x < v) v = x; }
+    }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
-struct kiln_max_i {
-    typedef int T;
-    static __device__ __forceinline__ T init() { return -2147483647 - 1; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v) v = x; }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
-};
-struct kiln_min_f {
-    typedef float T;
-    static __device__ __forceinline__ T init() { return __uint_as_float(0x7f800000u); }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v || x != x) v = x; }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
-};
-struct kiln_min_i {
-    typedef int T;
-    static __device__ __forceinline__ T init() { return 2147483647; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v) v = x; }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
-};
-struct kiln_argmax_f {
-    typedef float T;
-    static __device__ __forceinline__ T init() { return __uint_as_float(0xff800000u); }
+template <class K> struct kiln_argmax {
+    typedef typename K::T T;
+    static __device__ __forceinline__ T init() { return K::lowest(); }
     static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x > v || (x == v && q < p)));
-        if (take) { v = x; p = q; }
+        if constexpr (K::real) {
+            const bool take = (x != x) ? (v == v || q < p) : (v == v && (x > v || (x == v && q < p)));
+            if (take) { v = x; p = q; }
+        } else if (x > v || (x == v && q < p)) {
+            v = x; p = q;
+        }
     }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
-        if (v == v && (x > v || x != x || p == KILN_NO_POS)) { v = x; p = q; }
+        if constexpr (K::real) {
+            if (v == v && (x > v || x != x || p == KILN_NO_POS)) { v = x; p = q; }
+        } else if (x > v || p == KILN_NO_POS) {
+            v = x; p = q;
+        }
     }
 };
-struct kiln_argmin_f {
-    typedef float T;
-    static __device__ __forceinline__ T init() { return __uint_as_float(0x7f800000u); }
+template <class K> struct kiln_argmin {
+    typedef typename K::T T;
+    static __device__ __forceinline__ T init() { return K::highest(); }
     static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x < v || (x == v && q < p)));
-        if (take) { v = x; p = q; }
+        if constexpr (K::real) {
+            const bool take = (x != x) ? (v == v || q < p) : (v == v && (x < v || (x == v && q < p)));
+            if (take) { v = x; p = q; }
+        } else if (x < v || (x == v && q < p)) {
+            v = x; p = q;
+        }
     }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
-        if (v == v && (x < v || x != x || p == KILN_NO_POS)) { v = x; p = q; }
+        if constexpr (K::real) {
+            if (v == v && (x < v || x != x || p == KILN_NO_POS)) { v = x; p = q; }
+        } else if (x < v || p == KILN_NO_POS) {
+            v = x; p = q;
+        }
     }
 };
-struct kiln_argmax_i {
-    typedef int T;
-    static __device__ __forceinline__ T init() { return -2147483647 - 1; }
-    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        if (x > v || (x == v && q < p)) { v = x; p = q; }
-    }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
-        if (x > v || p == KILN_NO_POS) { v = x; p = q; }
-    }
-};
-struct kiln_argmin_i {
-    typedef int T;
-    static __device__ __forceinline__ T init() { return 2147483647; }
-    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        if (x < v || (x == v && q < p)) { v = x; p = q; }
-    }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
-        if (x < v || p == KILN_NO_POS) { v = x; p = q; }
-    }
-};
+#define KILN_ACC_KINDS(S, K)                                                                        \
+    typedef kiln_sum<K> kiln_sum_##S; typedef kiln_prod<K> kiln_prod_##S; typedef kiln_max<K> kiln_max_##S; \
+    typedef kiln_min<K> kiln_min_##S; typedef kiln_argmax<K> kiln_argmax_##S; typedef kiln_argmin<K> kiln_argmin_##S;
+KILN_ACC_KINDS(f, kiln_f)
+KILN_ACC_KINDS(i, kiln_i)
 
 // Lane 0 ends with the warp's combined state.
 template <class A>
@@ -629,103 +628,30 @@ __device__ __forceinline__ int kiln_f64_to_i32(double x) {
 }
 __device__ __forceinline__ double kiln_maxd(double x, double y) { return (x > y || x != x) ? x : y; }
 __device__ __forceinline__ double kiln_mind(double x, double y) { return (x < y || x != x) ? x : y; }
-// The accumulator kinds on 64-bit states (as their 32-bit twins above): float64 sums and
+)";
+
+// The accumulator kinds on 64-bit states, for wide kernels with accumulators: float64 sums and
 // products rounded per step (never contracted into an FMA, as the CPU backend does them),
 // int64 ones wrapping.
-struct kiln_sum_d {
+const char* const kCudaWideReducePrelude = R"(
+struct kiln_d {
     typedef double T;
-    static __device__ __forceinline__ T init() { return 0.0; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = __dadd_rn(v, x); }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+    enum { real = 1 };
+    static __device__ __forceinline__ T add(T a, T b) { return __dadd_rn(a, b); }
+    static __device__ __forceinline__ T mul(T a, T b) { return __dmul_rn(a, b); }
+    static __device__ __forceinline__ T lowest() { return __longlong_as_double(0xfff0000000000000LL); }
+    static __device__ __forceinline__ T highest() { return __longlong_as_double(0x7ff0000000000000LL); }
 };
-struct kiln_sum_l {
+struct kiln_l {
     typedef long long T;
-    static __device__ __forceinline__ T init() { return 0; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) {
-        v = (long long)((unsigned long long)v + (unsigned long long)x);
-    }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+    enum { real = 0 };
+    static __device__ __forceinline__ T add(T a, T b) { return (long long)((unsigned long long)a + (unsigned long long)b); }
+    static __device__ __forceinline__ T mul(T a, T b) { return (long long)((unsigned long long)a * (unsigned long long)b); }
+    static __device__ __forceinline__ T lowest() { return -9223372036854775807LL - 1; }
+    static __device__ __forceinline__ T highest() { return 9223372036854775807LL; }
 };
-struct kiln_prod_d {
-    typedef double T;
-    static __device__ __forceinline__ T init() { return 1.0; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = __dmul_rn(v, x); }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
-};
-struct kiln_prod_l {
-    typedef long long T;
-    static __device__ __forceinline__ T init() { return 1; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) {
-        v = (long long)((unsigned long long)v * (unsigned long long)x);
-    }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
-};
-struct kiln_max_d {
-    typedef double T;
-    static __device__ __forceinline__ T init() { return __longlong_as_double(0xfff0000000000000LL); }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v || x != x) v = x; }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
-};
-struct kiln_max_l {
-    typedef long long T;
-    static __device__ __forceinline__ T init() { return -9223372036854775807LL - 1; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x > v) v = x; }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
-};
-struct kiln_min_d {
-    typedef double T;
-    static __device__ __forceinline__ T init() { return __longlong_as_double(0x7ff0000000000000LL); }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v || x != x) v = x; }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
-};
-struct kiln_min_l {
-    typedef long long T;
-    static __device__ __forceinline__ T init() { return 9223372036854775807LL; }
-    static __device__ __forceinline__ void add(T& v, int&, T x, int) { if (x < v) v = x; }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
-};
-struct kiln_argmax_d {
-    typedef double T;
-    static __device__ __forceinline__ T init() { return __longlong_as_double(0xfff0000000000000LL); }
-    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x > v || (x == v && q < p)));
-        if (take) { v = x; p = q; }
-    }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
-        if (v == v && (x > v || x != x || p == KILN_NO_POS)) { v = x; p = q; }
-    }
-};
-struct kiln_argmin_d {
-    typedef double T;
-    static __device__ __forceinline__ T init() { return __longlong_as_double(0x7ff0000000000000LL); }
-    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        const bool take = (x != x) ? (v == v || q < p) : (v == v && (x < v || (x == v && q < p)));
-        if (take) { v = x; p = q; }
-    }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
-        if (v == v && (x < v || x != x || p == KILN_NO_POS)) { v = x; p = q; }
-    }
-};
-struct kiln_argmax_l {
-    typedef long long T;
-    static __device__ __forceinline__ T init() { return -9223372036854775807LL - 1; }
-    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        if (x > v || (x == v && q < p)) { v = x; p = q; }
-    }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
-        if (x > v || p == KILN_NO_POS) { v = x; p = q; }
-    }
-};
-struct kiln_argmin_l {
-    typedef long long T;
-    static __device__ __forceinline__ T init() { return 9223372036854775807LL; }
-    static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
-        if (x < v || (x == v && q < p)) { v = x; p = q; }
-    }
-    static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) {
-        if (x < v || p == KILN_NO_POS) { v = x; p = q; }
-    }
-};
+KILN_ACC_KINDS(d, kiln_d)
+KILN_ACC_KINDS(l, kiln_l)
 )";
 
 const char* const kCudaHistPrelude = R"(
