@@ -563,7 +563,8 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
     }
     case CudaShape::Elementwise: {
         // A thread per vector of the vector path where the sizes and strides let it run (bases
-        // permitting: the kernel checks those), so that no block starts with nothing to do; the
+        // permitting: the kernel checks those), so that no block starts with nothing to do, up to
+        // kGridStrideWaves waves of resident blocks (max_waves: the backend applies it); the
         // grid-stride loops cover the rest.
         int64_t v = detail::elementwise_vector_width(k);
         if (v > 1 && k.rank > 1) {
