@@ -327,7 +327,8 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr, const 
     const uint64_t options = (uint64_t)stochastic_round_bits | (uint64_t)hist.bins << 8 |
                              (uint64_t)(hist.offset + kir::kMaxHistOffset) << 24;
     assignment_signature(expr, dst, options, "assign", signature);
-    check_devices(expr);
+    const Storage* const destination = dst.storage.get();
+    check_devices("assign", {&expr, 1}, {&destination, 1});
     if (CachedPlan* p = plans.find(signature)) {
         ++counters.plan_hits;
         return p;
@@ -351,17 +352,10 @@ CachedPlan* Context::Impl::cache_plan(CompiledAssignment&& ca) {
 CachedPlan* Context::Impl::plan_for_together(const std::vector<std::pair<NodePtr, View>>& list) {
     const uint64_t options = (uint64_t)stochastic_round_bits;
     together_signature(list, options, "assign_together", signature);
-    for (const auto& [e, dst] : list)
-        if (!usable(dst.storage.get()))
-            fail(Error::Kind::Value, "assign_together: a destination lives on {} of another context, but this context "
-                                     "runs on {}; create it with this context",
-                 device_str(dst.storage->device), self->device_name());
-    for (const Storage* s : signature.storages)
-        if (!usable(s))
-            fail(Error::Kind::Value,
-                 "assign_together: an operand lives on {} of another context, but the expressions run on {}; copy it "
-                 "through the host (to_vector/array) or create it with the destinations' context",
-                 device_str(s->device), self->device_name());
+    std::vector<NodePtr> exprs;
+    std::vector<const Storage*> dsts;
+    for (const auto& [e, dst] : list) exprs.push_back(e), dsts.push_back(dst.storage.get());
+    check_devices("assign_together", exprs, dsts);
     if (CachedPlan* p = plans.find(signature)) {
         ++counters.plan_hits;
         return p;
@@ -436,20 +430,20 @@ bool Context::Impl::usable(const Storage* s) const {
 
 bool Context::can_use(const Tensor& t) const { return t.defined() && impl_->usable(t.view().storage.get()); }
 
-void Context::Impl::check_devices(const NodePtr& expr) {
-    auto foreign = [&](const Storage* s) { return !usable(s); };
-    if (foreign(signature.storages[0]))
-        fail(Error::Kind::Value, "assign: the destination lives on {} of another context, but this context runs on {}; "
-                                 "create it with this context",
-             device_str(signature.storages[0]->device), self->device_name());
-    for (size_t i = 1; i < signature.storages.size(); ++i) {
-        if (!foreign(signature.storages[i])) continue;
-        for (const Node* n : postorder(expr))
-            if (n->op == OpKind::Leaf && n->view.storage.get() == signature.storages[i])
-                fail(Error::Kind::Value,
-                     "assign: an operand ({} {}) lives on {} of another context, but the expression runs on {}; copy it "
-                     "through the host (to_vector/array) or create it with the destination's context",
-                     dtype_name(n->dtype), shape_str(n->shape), device_str(signature.storages[i]->device), self->device_name());
+void Context::Impl::check_devices(const char* op, std::span<const NodePtr> exprs, std::span<const Storage* const> dsts) {
+    for (const Storage* s : signature.storages) {
+        if (usable(s)) continue;
+        if (std::find(dsts.begin(), dsts.end(), s) != dsts.end())
+            fail(Error::Kind::Value, "{}: the destination lives on {} of another context, but this context runs on {}; "
+                                     "create it with this context",
+                 op, device_str(s->device), self->device_name());
+        for (const NodePtr& e : exprs)
+            for (const Node* n : postorder(e))
+                if (n->op == OpKind::Leaf && n->view.storage.get() == s)
+                    fail(Error::Kind::Value,
+                         "{}: an operand ({} {}) lives on {} of another context, but the expression runs on {}; copy it "
+                         "through the host (to_vector/array) or create it with the destination's context",
+                         op, dtype_name(n->dtype), shape_str(n->shape), device_str(s->device), self->device_name());
     }
 }
 

@@ -9,6 +9,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,7 +52,9 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     // path (CUDA); bins == 0: no histogram.
     void run(const View& dst, const NodePtr& expr, const kir::Hist& hist = {}, void* counters = nullptr);
     bool usable(const Storage* s) const;  // Context::can_use
-    void check_devices(const NodePtr& expr);
+    // Every storage of the current signature is usable here, else a Value error naming it as a
+    // destination (one of dsts) or as an operand (a leaf of one of exprs) of `op`.
+    void check_devices(const char* op, std::span<const NodePtr> exprs, std::span<const Storage* const> dsts);
     CachedPlan* plan_for(const View& dst, const NodePtr& expr, const kir::Hist& hist);
     CachedPlan* plan_for_together(const std::vector<std::pair<NodePtr, View>>& list);
     CachedPlan* cache_plan(CompiledAssignment&& ca);
