@@ -373,8 +373,8 @@ int64_t CudaBackend::resident_blocks(CUfunction f, unsigned block, unsigned smem
     return resident_[key] = std::max<int64_t>(1, int64_t(n) * info_.multiprocessors);
 }
 
-int64_t CudaBackend::stride_grid(CUfunction f, int64_t blocks, unsigned block, unsigned smem) {
-    return std::clamp<int64_t>(blocks, 1, codegen::kGridStrideWaves * resident_blocks(f, block, smem));
+int64_t CudaBackend::stride_grid(CUfunction f, int64_t blocks, unsigned block, unsigned smem, uint32_t waves) {
+    return std::clamp<int64_t>(blocks, 1, int64_t(waves) * resident_blocks(f, block, smem));
 }
 
 bool CudaBackend::programmatic_launches() const {
@@ -433,8 +433,7 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
             ck->plan_functions.push_back(ck->entry(l.entry));
             ck->plan_aligned_functions.push_back(l.aligned_entry.empty() ? nullptr : ck->entry(l.aligned_entry));
             if (l.max_waves && l.grid)   // the plan's wave limit, in this GPU's resident blocks
-                l.grid = uint32_t(std::min<int64_t>(
-                    l.grid, int64_t(l.max_waves) * resident_blocks(ck->plan_functions.back(), l.block, unsigned(l.shared_bytes))));
+                l.grid = uint32_t(stride_grid(ck->plan_functions.back(), l.grid, l.block, unsigned(l.shared_bytes), l.max_waves));
         }
         ck->planned_sizes = a.sizes;
     }
