@@ -258,11 +258,16 @@ class ReLU(Layer):
         return gx
 
 
-def _bprop_chain(layers, e, input_grad):
+def _bprop_chain(layers, e, input_grad, on_grads=None):
     """e back through layers in reverse order; the first of them gives its input's gradient only
-    with input_grad (an empty chain, an identity, gives e)."""
+    with input_grad (an empty chain, an identity, gives e); on_grads(pairs), when given, gets each
+    layer's (param, grad) pairs as soon as its bprop has been given."""
     for i in reversed(range(len(layers))):
         e = layers[i].bprop(e, input_grad=input_grad or i > 0)
+        if on_grads is not None:
+            pairs = layers[i].params()
+            if pairs:
+                on_grads(pairs)
     return e
 
 
@@ -348,14 +353,7 @@ class Network:
         being data); on_grads(pairs), when given, is called with each layer's (param, grad) pairs
         as soon as its bprop has been given (a data-parallel trainer starts their all-reduce
         there, overlapping the layers still to come)."""
-        for i in reversed(range(len(self.layers))):
-            layer = self.layers[i]
-            e = layer.bprop(e, input_grad=input_grad or i > 0)
-            if on_grads is not None:
-                pairs = layer.params()
-                if pairs:
-                    on_grads(pairs)
-        return e
+        return _bprop_chain(self.layers, e, input_grad, on_grads)
 
     def loss(self, logits, labels):
         """Softmax cross-entropy (mean over the batch) against int32 class indices; keeps the
