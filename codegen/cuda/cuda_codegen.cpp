@@ -511,6 +511,7 @@ void Emitter::init_acc_states(const kir::Block& b) {
 void Emitter::add_to_acc_states(const kir::Block& b, const std::string& pos) {
     for (int ai : b.accums) {
         if (!from_fold_.empty() && from_fold_[ai]) continue;
+        if (!step_summed_.empty() && step_summed_[ai]) continue;
         const kir::Accum& ac = k_.accums[ai];
         line("{0}::{4}({1}_v, {1}_p, {2}, {3});", acc_struct(ac), acc(ai), v(ac.value), pos, in_order_ ? "add_next" : "add");
     }

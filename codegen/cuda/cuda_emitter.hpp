@@ -106,6 +106,9 @@ private:
     // path) or one by one.
     std::vector<detail::RowFold> folds_now_;
     bool folds_grouped_ = false;
+    // Row kernels' grouped steps: sums of the values a moments fold also takes, which gain the
+    // step's sum (the fold computes it for the step's mean) instead of each element.
+    std::vector<bool> step_summed_;
     // Row kernels: accumulators whose state a fold gives (the max a sum of exponentials keeps
     // anyway), not accumulated element by element.
     std::vector<bool> from_fold_;

@@ -141,18 +141,21 @@ struct kiln_i {
 };
 template <class K> struct kiln_sum {
     typedef typename K::T T;
+    enum { positional = 0 };
     static __device__ __forceinline__ T init() { return T(0); }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = K::add(v, x); }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
 template <class K> struct kiln_prod {
     typedef typename K::T T;
+    enum { positional = 0 };
     static __device__ __forceinline__ T init() { return T(1); }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = K::mul(v, x); }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
 template <class K> struct kiln_max {
     typedef typename K::T T;
+    enum { positional = 0 };
     static __device__ __forceinline__ T init() { return K::lowest(); }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) {
         if constexpr (K::real) { if (x > v || x != x) v = x; } else { if (x > v) v = x; }
@@ -161,6 +164,7 @@ template <class K> struct kiln_max {
 };
 template <class K> struct kiln_min {
     typedef typename K::T T;
+    enum { positional = 0 };
     static __device__ __forceinline__ T init() { return K::highest(); }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) {
         if constexpr (K::real) { if (x < v || x != x) v = x; } else { if (x < v) v = x; }
@@ -169,6 +173,7 @@ template <class K> struct kiln_min {
 };
 template <class K> struct kiln_argmax {
     typedef typename K::T T;
+    enum { positional = 1 };
     static __device__ __forceinline__ T init() { return K::lowest(); }
     static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
         if constexpr (K::real) {
@@ -188,6 +193,7 @@ template <class K> struct kiln_argmax {
 };
 template <class K> struct kiln_argmin {
     typedef typename K::T T;
+    enum { positional = 1 };
     static __device__ __forceinline__ T init() { return K::highest(); }
     static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
         if constexpr (K::real) {
@@ -441,27 +447,40 @@ __device__ __forceinline__ int kiln_cx_exchange(kiln_cx* x, unsigned& round, con
 }
 
 // Every thread of a row group of G threads ends with the group's state. The combining order
-// depends only on G (a butterfly within the warp, then warps and blocks in index order), so a
-// result never depends on timing. sv/sp: 32 per-warp entries; x/round: the cluster's exchange.
-// Called by every thread of the block (barriers when G > 32).
+// depends only on G (a butterfly within the warp, then one over the group's warps' states, then
+// blocks in index order), so a result never depends on timing. The butterflies are unrolled
+// (each level guarded by the uniform G): a level costs its shuffles and one combine, no loop.
+// sv/sp: 32 per-warp entries; x/round: the cluster's exchange. Called by every thread of the
+// block (barriers when G > 32).
+template <class A>
+__device__ __forceinline__ void kiln_butterfly(typename A::T& v, int& p, const int n) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        if (o < n) {
+            const typename A::T y = __shfl_xor_sync(0xffffffffu, v, o);
+            const int q = A::positional ? __shfl_xor_sync(0xffffffffu, p, o) : KILN_NO_POS;
+            A::add(v, p, y, q);
+        }
+}
 template <class A>
 __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const int G, typename A::T* sv, int* sp,
                                                 kiln_cx* x, unsigned& round) {
-#pragma unroll 1
-    for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
-        const typename A::T x = __shfl_xor_sync(0xffffffffu, v, o);
-        const int q = __shfl_xor_sync(0xffffffffu, p, o);
-        A::add(v, p, x, q);
-    }
+    kiln_butterfly<A>(v, p, G);
     if (G <= 32) return;
-    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5);
+    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
-    if ((threadIdx.x & 31) == 0) { sv[warp] = v; sp[warp] = p; }
+    if (lane == 0) {
+        sv[warp] = v;
+        if (A::positional) sp[warp] = p;
+    }
     __syncthreads();
-    v = A::init();
-    p = KILN_NO_POS;
-#pragma unroll 1
-    for (int w = first; w < first + per_group; ++w) A::add(v, p, sv[w], sp[w]);
+    // Lane i of every warp of the group takes warp i % per_group's state, then a butterfly over
+    // each per_group lanes: every lane ends with the group's state. (Kinds without positions
+    // leave sp alone, so that a kernel without them has no such array.)
+    const int from = first + (lane & (per_group - 1));
+    v = sv[from];
+    if (A::positional) p = sp[from];
+    kiln_butterfly<A>(v, p, per_group);
     __syncthreads();
     if (G <= nthreads) return;
     // The state as words: the value's (one or two), then the position.
@@ -485,7 +504,9 @@ __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const 
 // with the same state.
 __device__ __forceinline__ void kiln_moments_merge(float& c, float& m, float& q, float c2, float m2, float q2) {
     const float n = c + c2;
-    const float f = c2 > 0.0f ? c2 / n : 0.0f;
+    float r;   // 1 / n within an ulp (exact for a power of two), without division's slow path
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(n));
+    const float f = c2 > 0.0f ? c2 * r : 0.0f;
     const float d = c2 > 0.0f ? m2 - m : 0.0f;
     m = m + d * f;
     q = q + q2 + d * d * c * f;
@@ -495,33 +516,35 @@ __device__ __forceinline__ void kiln_moments_merge(float& c, float& m, float& q,
 // the same values kept by kiln_sum_f; sx its entries), so that the mean and the moments cost
 // one round.
 template <bool S>
+__device__ __forceinline__ void kiln_moments_butterfly(float& c, float& m, float& q, float& x, const int n) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        if (o < n) {
+            const float c2 = __shfl_xor_sync(0xffffffffu, c, o), m2 = __shfl_xor_sync(0xffffffffu, m, o),
+                        q2 = __shfl_xor_sync(0xffffffffu, q, o);
+            if (S) x += __shfl_xor_sync(0xffffffffu, x, o);
+            const bool upper = (threadIdx.x & o) != 0;
+            float ca = upper ? c2 : c, ma = upper ? m2 : m, qa = upper ? q2 : q;
+            kiln_moments_merge(ca, ma, qa, upper ? c : c2, upper ? m : m2, upper ? q : q2);
+            c = ca, m = ma, q = qa;
+        }
+}
+template <bool S>
 __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, float& q, float& x, const int G, float* sc,
                                                         float* sm, float* sq, float* sx, kiln_cx* cx, unsigned& round) {
-#pragma unroll 1
-    for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
-        const float c2 = __shfl_xor_sync(0xffffffffu, c, o), m2 = __shfl_xor_sync(0xffffffffu, m, o),
-                    q2 = __shfl_xor_sync(0xffffffffu, q, o);
-        if (S) x += __shfl_xor_sync(0xffffffffu, x, o);
-        const bool upper = (threadIdx.x & o) != 0;
-        float ca = upper ? c2 : c, ma = upper ? m2 : m, qa = upper ? q2 : q;
-        kiln_moments_merge(ca, ma, qa, upper ? c : c2, upper ? m : m2, upper ? q : q2);
-        c = ca, m = ma, q = qa;
-    }
+    kiln_moments_butterfly<S>(c, m, q, x, G);
     if (G <= 32) return;
-    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5);
+    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
-    if ((threadIdx.x & 31) == 0) {
+    if (lane == 0) {
         sc[warp] = c; sm[warp] = m; sq[warp] = q;
         if (S) sx[warp] = x;
     }
     __syncthreads();
-    c = sc[first], m = sm[first], q = sq[first];
-    if (S) x = sx[first];
-#pragma unroll 1
-    for (int w = first + 1; w < first + per_group; ++w) {
-        kiln_moments_merge(c, m, q, sc[w], sm[w], sq[w]);
-        if (S) x += sx[w];
-    }
+    const int from = first + (lane & (per_group - 1));   // as in kiln_row_reduce
+    c = sc[from], m = sm[from], q = sq[from];
+    if (S) x = sx[from];
+    kiln_moments_butterfly<S>(c, m, q, x, per_group);
     __syncthreads();
     if (G <= nthreads) return;
     const unsigned w[4] = {__float_as_uint(c), __float_as_uint(m), __float_as_uint(q), __float_as_uint(x)};
@@ -575,25 +598,30 @@ __device__ __forceinline__ void kiln_lse_step(float& m, float& s, const float* x
 // kiln_row_reduce for (m, s): sm/ss 32 entries; every thread of a row ends with the same
 // state, combined in a fixed order.
 template <bool F>
+__device__ __forceinline__ void kiln_lse_butterfly(float& m, float& s, const int n) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        if (o < n) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            // The lower lane's state first in both lanes: the merge contracts to an fma, not symmetric.
+            const bool upper = (threadIdx.x & o) != 0;
+            float ma = upper ? m2 : m, sa = upper ? s2 : s;
+            kiln_lse_merge<F>(ma, sa, upper ? m : m2, upper ? s : s2);
+            m = ma, s = sa;
+        }
+}
+template <bool F>
 __device__ __forceinline__ void kiln_row_reduce_lse(float& m, float& s, const int G, float* sm, float* ss, kiln_cx* x,
                                                     unsigned& round) {
-#pragma unroll 1
-    for (int o = (G < 32 ? G : 32) >> 1; o > 0; o >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        // The lower lane's state first in both lanes: the merge contracts to an fma, not symmetric.
-        const bool upper = (threadIdx.x & o) != 0;
-        float ma = upper ? m2 : m, sa = upper ? s2 : s;
-        kiln_lse_merge<F>(ma, sa, upper ? m : m2, upper ? s : s2);
-        m = ma, s = sa;
-    }
+    kiln_lse_butterfly<F>(m, s, G);
     if (G <= 32) return;
-    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5);
+    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
-    if ((threadIdx.x & 31) == 0) { sm[warp] = m; ss[warp] = s; }
+    if (lane == 0) { sm[warp] = m; ss[warp] = s; }
     __syncthreads();
-    m = sm[first], s = ss[first];
-#pragma unroll 1
-    for (int w = first + 1; w < first + per_group; ++w) kiln_lse_merge<F>(m, s, sm[w], ss[w]);
+    const int from = first + (lane & (per_group - 1));   // as in kiln_row_reduce
+    m = sm[from], s = ss[from];
+    kiln_lse_butterfly<F>(m, s, per_group);
     __syncthreads();
     if (G <= nthreads) return;
     const unsigned w[2] = {__float_as_uint(m), __float_as_uint(s)};

@@ -349,6 +349,11 @@ void Emitter::emit_row_kernel(bool registers) {
                     line("const long long j = (long long)g << {};", shift);
                     open(fmt::format("if ((((long long)g * G + t) << {}) < nr)", shift));
                 } else {
+                    // The step's first group: its element index in the row (q) and its word in a
+                    // cache region (qs, in groups), carried from step to step.
+                    open("");
+                    line("long long q = ((j >> {}) * G + t) * {} + h;", shift, vw);
+                    line("unsigned qs = (unsigned)(j >> {}) * (unsigned)row_threads;", shift);
                     line("#pragma unroll 1");
                     if (uniform) open(fmt::format("for (; aligned && j + {0} <= fullh; j += {0})", n));
                     else   // this thread's next group, if it lies in the body (the last round of a row)
@@ -358,10 +363,16 @@ void Emitter::emit_row_kernel(bool registers) {
                 }
                 preloaded_.assign(k_.buffers.size(), "");
                 store_to_.assign(k_.buffers.size(), "");
-                // The address of word w of group g (of this step) of buffer buf.
+                if (registers) {
+                    line("const long long q = (((long long)g * G + t) << {}) + h;", shift);
+                    line("const unsigned qs = (unsigned)g * (unsigned)row_threads;");
+                }
+                // The address of word w of group g (of this step) of buffer buf: group g of the
+                // step lies g row strides of groups past the first.
                 auto word_at = [&](size_t buf, int g, int w, const GroupWords& gw) {
-                    return fmt::format("b{} + {} + h + (((j >> {}) + {}) * G + t) * {} + {}", buf, offset((int)buf), shift,
-                                       g, vw, w * gw.per_word);
+                    const std::string at = g ? fmt::format("q + {} * ((long long)G << {})", g, shift) : "q";
+                    return fmt::format("b{} + {} + {}{}", buf, offset((int)buf), at,
+                                       w ? fmt::format(" + {}", w * gw.per_word) : "");
                 };
                 // The step after its loads: the words to floats, the elements, the stores.
                 auto step_body = [&](Unpack mode) {
@@ -381,13 +392,17 @@ void Emitter::emit_row_kernel(bool registers) {
                         store_to_[buf] = fmt::format("r{}[u]", buf);
                     }
                     for (const detail::RowFold& f : folds_now_) line("float mv{}[{}];", f.accum, n);
+                    step_summed_.assign(k_.accums.size(), false);
+                    for (const detail::RowFold& f : folds_now_)
+                        if (f.kind == detail::RowFold::Moments && f.shared >= 0) step_summed_[f.shared] = true;
                     folds_grouped_ = in_order_ = true;
                     line("#pragma unroll");
                     open(fmt::format("for (int u = 0; u < {}; ++u)", n));
-                    line("const long long ri = h + (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", shift, vw);
+                    line("const long long ri = q + (u / {1}) * ((long long)G << {0}) + u % {1};", shift, vw);
                     emit_row_element(bi, slot, first_use, "(j + u)");
                     close();
                     folds_grouped_ = in_order_ = false;
+                    step_summed_.clear();
                     // The step's values as one group: its mean, the squared deviations from it, merged;
                     // or its max, the sum of exponentials about it, merged.
                     for (const detail::RowFold& f : folds_now_) {
@@ -399,6 +414,7 @@ void Emitter::emit_row_kernel(bool registers) {
                         line("float s = 0.0f, q = 0.0f;");
                         line("#pragma unroll");
                         line("for (int u = 0; u < {}; ++u) s += mv{}[u];", n, f.accum);
+                        if (f.shared >= 0) line("acc{}_v += s;", f.shared);
                         line("const float mean = s * {};", float_literal(1.0f / (float)n));
                         line("#pragma unroll");
                         line("for (int u = 0; u < {0}; ++u) q = fmaf(mv{1}[u] - mean, mv{1}[u] - mean, q);", n, f.accum);
@@ -429,8 +445,8 @@ void Emitter::emit_row_kernel(bool registers) {
                                     ? fmt::format("*(const {}*)({})", wt, word_at(buf, g, w, gw))
                                     : fmt::format("kiln_ldg_shift<{}>({}, s{})", wt, word_at(buf, g, w, gw), buf);
                             const std::string addr =
-                                fmt::format("xs{} + ((unsigned)(j >> {}) + {}) * (unsigned)row_threads * {} + {}", buf,
-                                            shift, g, vw * dtype_size(t), w * gw.per_word * dtype_size(t));
+                                fmt::format("xs{} + (qs{}) * {} + {}", buf, g ? fmt::format(" + {} * (unsigned)row_threads", g) : "",
+                                            vw * dtype_size(t), w * gw.per_word * dtype_size(t));
                             if (slot[buf] < 0) {
                                 line("const {} w{}_{}_{} = {};", wt, buf, g, w, mem);
                             } else if (registers) {   // loaded before the pass on first use
@@ -473,8 +489,12 @@ void Emitter::emit_row_kernel(bool registers) {
                 }
                 preloaded_.clear();
                 store_to_.clear();
+                if (!registers) {
+                    line("q += (long long)G * {};", n);
+                    line("qs += {}u * (unsigned)row_threads;", n / vw);
+                }
                 close();
-                if (registers) close();
+                close();   // the registers' group test, or the steps' scope
             };
             // Rows whose vectors are all in phase (every row when the row length is a multiple of
             // V) run a copy of the loops without the shifts; the shifting copy goes a group at a

@@ -286,10 +286,19 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
         check(d.cuModuleGetFunction(&f, k->module, e.c_str()), "cuModuleGetFunction");
         // Row kernels size their shared-memory row cache per launch, up to caps_.max_shared
         // (less a histogram's counters).
-        if (codegen::cuda_shape(kernel) == codegen::CudaShape::Row)
-            check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       (int)(caps_.max_shared - codegen::cuda_hist_shared_bytes(kernel))),
-                  "cuFuncSetAttribute");
+        if (codegen::cuda_shape(kernel) == codegen::CudaShape::Row) {
+            const int dynamic = (int)(caps_.max_shared - codegen::cuda_hist_shared_bytes(kernel));
+            const CUresult set = d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic);
+            if (set == CUDA_ERROR_INVALID_VALUE) {   // its static shared memory leaves less room
+                int fixed = -1;
+                d.cuFuncGetAttribute(&fixed, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
+                KILN_CHECK_INTERNAL(false,
+                                    "kernel {} entry {}: {} bytes of static shared memory leave less than the {} "
+                                    "bytes of row cache its plans may take (the device's opt-in limit {})",
+                                    kernel.name, e, fixed, dynamic, info_.max_shared_optin);
+            }
+            check(set, "cuFuncSetAttribute");
+        }
         k->entries.emplace_back(e, f);
     }
     return kernels_.insert(key, std::move(k));

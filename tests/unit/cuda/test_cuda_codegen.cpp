@@ -181,10 +181,8 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     INFO(row);
     CHECK(row.find("unsigned short* const x3 = ") != std::string::npos);   // buf3 is float16
     CHECK(row.find("if (cached) x3[(((j) >> 3) * row_threads) * 8 + ((j) & 7)] = m3;") != std::string::npos);
-    CHECK(row.find("if (cached) kiln_sts(xs3 + ((unsigned)(j >> 3) + 0) * (unsigned)row_threads * 16 + 0, w3_0_0);") !=
-          std::string::npos);
-    CHECK(row.find("const uint4 w3_0_0 = cached ? kiln_lds<uint4>(xs3 + ((unsigned)(j >> 3) + 0) * (unsigned)row_threads "
-                   "* 16 + 0) : ") != std::string::npos);
+    CHECK(row.find("if (cached) kiln_sts(xs3 + (qs) * 16 + 0, w3_0_0);") != std::string::npos);
+    CHECK(row.find("const uint4 w3_0_0 = cached ? kiln_lds<uint4>(xs3 + (qs) * 16 + 0) : ") != std::string::npos);
     CHECK(row.find("const float l3 = kiln_f16_to_f32((cached ? x3[(((j) >> 3) * row_threads) * 8 + ((j) & 7)] : ") !=
           std::string::npos);
     std::string col = codegen::emit_cuda(test::column_kernel()).code;
@@ -218,10 +216,16 @@ TEST_CASE("row kernels load rows 16 bytes at a time from their first group bound
         CHECK(src.code.find(fmt::format("for (; aligned && j < per_thread && ((((j >> {0}) * G + t) + 1) << {0}) + h <= nr; "
                                         "j += {1})",
                                         s, v)) != std::string::npos);
-        CHECK(src.code.find(fmt::format("const uint4 w1_0_0 = *(const uint4*)(b1 + pb1 + h + (((j >> {}) + 0) * G + t) * {} + 0);",
-                                        s, v)) != std::string::npos);
-        CHECK(src.code.find(fmt::format("const long long ri = h + (((j >> {0}) + u / {1}) * G + t) * {1} + u % {1};", s,
-                                        v)) != std::string::npos);
+        // A step's first group (q: its element of the row, qs: its group of the cache region),
+        // carried from step to step; its other groups lie a row stride of groups further each.
+        CHECK(src.code.find(fmt::format("long long q = ((j >> {}) * G + t) * {} + h;", s, v)) != std::string::npos);
+        CHECK(src.code.find(fmt::format("q += (long long)G * {};", 4 * v)) != std::string::npos);
+        CHECK(src.code.find("qs += 4u * (unsigned)row_threads;") != std::string::npos);
+        CHECK(src.code.find("const uint4 w1_0_0 = *(const uint4*)(b1 + pb1 + q);") != std::string::npos);
+        CHECK(src.code.find(fmt::format("const uint4 w1_1_0 = *(const uint4*)(b1 + pb1 + q + 1 * ((long long)G << {}));", s)) !=
+              std::string::npos);
+        CHECK(src.code.find(fmt::format("const long long ri = q + (u / {1}) * ((long long)G << {0}) + u % {1};", s, v)) !=
+              std::string::npos);
         // Element by element, slot r is element r + h, wrapped past the row's end.
         CHECK(src.code.find(fmt::format("const long long rslot = (((j + u) >> {}) * G + t) * {} + ((j + u) & {}) + h;", s,
                                         v, v - 1)) != std::string::npos);
@@ -249,10 +253,9 @@ TEST_CASE("row kernels read a vector out of the row's phase as shifted 16-byte w
                                         "* {}) & 15);",
                                         size)) != std::string::npos);
         CHECK(src.code.find("if ((s2) == 0)") != std::string::npos);
-        CHECK(src.code.find("kiln_ldg_shift<uint4>(b2 + 0 + h + ") != std::string::npos);
+        CHECK(src.code.find("kiln_ldg_shift<uint4>(b2 + 0 + q, s2)") != std::string::npos);
         CHECK(src.code.find("kiln_ldg_shift<uint4>(b1") == std::string::npos);
-        CHECK(src.code.find(fmt::format("const uint4 w2_0_0 = *(const uint4*)(b2 + 0 + h + (((j >> {}) + 0) * G + t) * {} + 0);",
-                                        v == 4 ? 2 : 3, v)) != std::string::npos);
+        CHECK(src.code.find("const uint4 w2_0_0 = *(const uint4*)(b2 + 0 + q);") != std::string::npos);
         require_compiles("rowshift", src);
     }
 }
