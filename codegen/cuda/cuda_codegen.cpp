@@ -284,7 +284,11 @@ std::string Emitter::expr(const kir::Instr& in) const {
     case Op::Neg: return f ? "-" + x : fmt::format("(int)(0u - (unsigned){})", x);
     case Op::Abs: return f ? fmt::format("fabsf({})", x) : fmt::format("{0} < 0 ? (int)(0u - (unsigned){0}) : {0}", x);
     case Op::Sqrt: return fmt::format("sqrtf({})", x);
-    case Op::Exp: return (stores_16_ ? "kiln_exp_fast(" : "expf(") + x + ")";
+    case Op::Exp: {
+        const size_t id = (size_t)(&in - k_.instrs.data());
+        const bool sum = id < sum_exp_.size() && sum_exp_[id];
+        return (stores_16_ ? (sum ? "kiln_exp_sum_fast(" : "kiln_exp_fast(") : "expf(") + x + ")";
+    }
     case Op::Exp2: return fmt::format("exp2f({})", x);
     case Op::Log: return fmt::format("logf({})", x);
     case Op::Log2: return fmt::format("log2f({})", x);

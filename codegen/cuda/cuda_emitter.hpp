@@ -76,6 +76,10 @@ private:
     bool stores_16_ = true;
     // The template argument of the prelude's exp helpers: the same exp as Op::Exp.
     const char* fast_exp() const { return stores_16_ ? "true" : "false"; }
+    // Row kernels, per instruction: an exp whose only use is a sum of exponentials about the
+    // row's max (a softmax fold's, taken as a round of its own from registers), which may
+    // flush terms below float's normal range (kiln_exp_sum_fast).
+    std::vector<bool> sum_exp_;
     // 16-bit NaNs. The exact conversions keep a NaN's payload; the hardware's give the canonical
     // NaN, and so does the GPU's float arithmetic (canonicalising: add, sub, mul, div, sqrt,
     // exp). Where a loaded value only feeds such arithmetic or ops blind to payloads

@@ -100,6 +100,14 @@ __device__ __forceinline__ float kiln_exp_fast(float x) {
     asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
     return y;
 }
+// The same for the terms of a sum of exponentials about the values' max (softmax's), which
+// holds exp(0) = 1: a term below float's normal range cannot move such a sum, so it flushes to
+// zero (ex2's .ftz form, without the fix-up that keeps subnormal results).
+__device__ __forceinline__ float kiln_exp_sum_fast(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+}
 
 // Truncation toward zero, saturating, NaN -> 0 (PTX cvt.rzi.sat).
 __device__ __forceinline__ int kiln_f32_to_i32(float x) {
@@ -561,9 +569,9 @@ __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, floa
 // Sums of exponentials about a running max (online softmax): m the max of the values so far
 // (NaN-propagating, as kiln_max_f) and s the sum of exp(x - m) over them. A state with m = -inf
 // has s = 0 (or NaN); exponentials are taken about 0 then, so that -inf - -inf never appears.
-// F: kiln_exp_fast, as the kernel's Op::Exp.
+// F: where the kernel's Op::Exp is kiln_exp_fast, these sums' exps are kiln_exp_sum_fast.
 template <bool F>
-__device__ __forceinline__ float kiln_exp_sel(float x) { return F ? kiln_exp_fast(x) : expf(x); }
+__device__ __forceinline__ float kiln_exp_sel(float x) { return F ? kiln_exp_sum_fast(x) : expf(x); }
 template <bool F>
 __device__ __forceinline__ void kiln_lse_merge(float& m, float& s, float m2, float s2) {
     const float mn = kiln_maxf(m, m2);

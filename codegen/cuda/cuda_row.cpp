@@ -131,6 +131,19 @@ std::vector<int> Emitter::row_invariant(const kir::Block& b) const {
 void Emitter::emit_row_kernel(bool registers) {
     const std::vector<int> slot = detail::row_cache_slots(k_);
     std::vector<detail::RowFold> folds = detail::row_folds(k_);
+    // A sum of exponentials' exp, used by nothing but accumulators, flushes tiny terms (the
+    // register entry's round of its own; the fold's helpers do the same).
+    sum_exp_.assign(k_.instrs.size(), false);
+    std::vector<bool> exp_sums(k_.accums.size(), false);
+    for (const detail::RowFold& f : folds)
+        if (f.kind == detail::RowFold::ExpSum) sum_exp_[k_.accums[f.accum].value] = exp_sums[f.accum] = true;
+    for (size_t ai = 0; ai < k_.accums.size(); ++ai)
+        if (!exp_sums[ai]) sum_exp_[k_.accums[ai].value] = false;
+    for (const kir::Instr& in : k_.instrs)
+        for (int o : in.a)
+            if (o >= 0) sum_exp_[o] = false;
+    for (const kir::Block& b : k_.blocks)
+        for (const kir::Store& st : b.stores) sum_exp_[st.value] = false;
     // From registers a variance takes a second round over them rather than the first pass's
     // moments, whose merges a group at a time cost more than the round (row_register_entry).
     if (registers) folds.clear();

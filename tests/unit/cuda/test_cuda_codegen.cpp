@@ -191,6 +191,48 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     CHECK(full.find("kiln_block_reduce<") != std::string::npos);
 }
 
+// A sum of exponentials about the row's max holds exp(0) = 1, so terms below float's normal
+// range cannot move it: with 16-bit stores its exps flush them (kiln_exp_sum_fast), in the
+// register entry's round of its own as in the fold's helpers; the stored exps keep them.
+TEST_CASE("row kernels flush tiny terms of a sum of exponentials about the max, and only there") {
+    for (bool shared_use : {false, true}) {
+        test::KernelBuilder b("kiln_rowsm", "PR");
+        int out = b.output(DType::Float16, "x1"), in = b.input(DType::Float16, "x1");
+        b.loop();
+        int a_max = b.accum(kir::AccKind::Max, b.load(in));
+        b.loop();
+        int e = b.op(kir::Op::Exp, kir::ComputeType::F32,
+                     b.op(kir::Op::Sub, kir::ComputeType::F32, b.load(in), b.acc_result(a_max)));
+        int a_sum = b.accum(kir::AccKind::Sum, e);
+        // A second sum over the same exps, scaled: the exp then has another use and no fold.
+        if (shared_use) b.accum(kir::AccKind::Sum, b.op(kir::Op::Mul, kir::ComputeType::F32, e, b.constf(2.0f)));
+        b.loop();
+        int e2 = b.op(kir::Op::Exp, kir::ComputeType::F32,
+                      b.op(kir::Op::Sub, kir::ComputeType::F32, b.load(in), b.acc_result(a_max)));
+        b.store(out, b.op(kir::Op::Div, kir::ComputeType::F32, e2, b.acc_result(a_sum)));
+        CudaSource src = codegen::emit_cuda(b.kernel());
+        INFO(src.code);
+        const std::string shared_entry = src.code.substr(0, src.code.find("kiln_rowsm_r("));
+        const std::string register_entry = src.code.substr(src.code.find("kiln_rowsm_r("));
+        auto count = [](const std::string& text, const std::string& what) {
+            size_t n = 0;
+            for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+            return n;
+        };
+        const std::string calls = "= kiln_exp_sum_fast(v";
+        if (!shared_use) {
+            CHECK(shared_entry.find("kiln_row_reduce_lse<true>") != std::string::npos);
+            CHECK(register_entry.find("kiln_row_reduce<kiln_sum_f>") != std::string::npos);
+            CHECK(count(register_entry, calls) > 0);
+            CHECK(register_entry.find("kiln_exp_fast(v") != std::string::npos);   // the stored exps
+        } else {
+            CHECK(shared_entry.find("kiln_row_reduce_lse<") == std::string::npos);
+            CHECK(count(src.code, calls) == 0);
+        }
+        require_compiles("rowsm", src);
+    }
+}
+
 TEST_CASE("row kernels load rows 16 bytes at a time from their first group boundary") {
     for (DType dt : {DType::Float32, DType::Float16}) {
         test::KernelBuilder b("kiln_rowvec", "PR");
