@@ -149,21 +149,21 @@ struct kiln_i {
 };
 template <class K> struct kiln_sum {
     typedef typename K::T T;
-    enum { positional = 0 };
+    enum { positional = 0, lower_first = 0 };
     static __device__ __forceinline__ T init() { return T(0); }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = K::add(v, x); }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
 template <class K> struct kiln_prod {
     typedef typename K::T T;
-    enum { positional = 0 };
+    enum { positional = 0, lower_first = 0 };
     static __device__ __forceinline__ T init() { return T(1); }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) { v = K::mul(v, x); }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
 };
 template <class K> struct kiln_max {
     typedef typename K::T T;
-    enum { positional = 0 };
+    enum { positional = 0, lower_first = 1 };
     static __device__ __forceinline__ T init() { return K::lowest(); }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) {
         if constexpr (K::real) { if (x > v || x != x) v = x; } else { if (x > v) v = x; }
@@ -172,7 +172,7 @@ template <class K> struct kiln_max {
 };
 template <class K> struct kiln_min {
     typedef typename K::T T;
-    enum { positional = 0 };
+    enum { positional = 0, lower_first = 1 };
     static __device__ __forceinline__ T init() { return K::highest(); }
     static __device__ __forceinline__ void add(T& v, int&, T x, int) {
         if constexpr (K::real) { if (x < v || x != x) v = x; } else { if (x < v) v = x; }
@@ -181,7 +181,7 @@ template <class K> struct kiln_min {
 };
 template <class K> struct kiln_argmax {
     typedef typename K::T T;
-    enum { positional = 1 };
+    enum { positional = 1, lower_first = 0 };
     static __device__ __forceinline__ T init() { return K::lowest(); }
     static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
         if constexpr (K::real) {
@@ -201,7 +201,7 @@ template <class K> struct kiln_argmax {
 };
 template <class K> struct kiln_argmin {
     typedef typename K::T T;
-    enum { positional = 1 };
+    enum { positional = 1, lower_first = 0 };
     static __device__ __forceinline__ T init() { return K::highest(); }
     static __device__ __forceinline__ void add(T& v, int& p, T x, int q) {
         if constexpr (K::real) {
@@ -460,6 +460,9 @@ __device__ __forceinline__ int kiln_cx_exchange(kiln_cx* x, unsigned& round, con
 // (each level guarded by the uniform G): a level costs its shuffles and one combine, no loop.
 // sv/sp: 32 per-warp entries; x/round: the cluster's exchange. Called by every thread of the
 // block (barriers when G > 32).
+// A kind whose combine is not symmetric in its bits (max and min keep their first operand of
+// +0 and -0, or of two NaNs) takes the lower lane's state first in both lanes, so that every
+// lane ends with the same bits.
 template <class A>
 __device__ __forceinline__ void kiln_butterfly(typename A::T& v, int& p, const int n) {
 #pragma unroll
@@ -467,7 +470,14 @@ __device__ __forceinline__ void kiln_butterfly(typename A::T& v, int& p, const i
         if (o < n) {
             const typename A::T y = __shfl_xor_sync(0xffffffffu, v, o);
             const int q = A::positional ? __shfl_xor_sync(0xffffffffu, p, o) : KILN_NO_POS;
-            A::add(v, p, y, q);
+            if (A::lower_first && (threadIdx.x & o) != 0) {
+                typename A::T a = y;
+                int pa = q;
+                A::add(a, pa, v, p);
+                v = a, p = pa;
+            } else {
+                A::add(v, p, y, q);
+            }
         }
 }
 template <class A>
@@ -514,7 +524,7 @@ __device__ __forceinline__ void kiln_moments_merge(float& c, float& m, float& q,
     const float n = c + c2;
     float r;   // 1 / n within an ulp (exact for a power of two), without division's slow path
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(n));
-    const float f = c2 > 0.0f ? c2 * r : 0.0f;
+    const float f = c2 > 0.0f ? (c > 0.0f ? c2 * r : 1.0f) : 0.0f;   // an empty a takes b as it is
     const float d = c2 > 0.0f ? m2 - m : 0.0f;
     m = m + d * f;
     q = q + q2 + d * d * c * f;

@@ -69,7 +69,8 @@ CudaBackend::CudaBackend(int device_index) {
                attribute(device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     info_.multiprocessors = attribute(device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
     info_.max_shared_optin = attribute(device_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-    // Row kernels declare under 1 KiB of static shared memory; the rest may be their row cache.
+    // Row kernels' row caches: what 1 KiB of static shared memory leaves (compile lowers an
+    // entry's limit where it declares more).
     caps_ = codegen::CudaDeviceCaps{info_.sm, info_.multiprocessors,
                                     (size_t)std::max(info_.max_shared_optin - 1024, 48 * 1024 - 1024)};
     check(d.cuDeviceTotalMem(&info_.total_memory, device_), "cuDeviceTotalMem");
@@ -286,17 +287,18 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
         check(d.cuModuleGetFunction(&f, k->module, e.c_str()), "cuModuleGetFunction");
         // Row kernels size their shared-memory row cache per launch, up to caps_.max_shared
         // (less a histogram's counters).
+        // (Up to what the entry's static shared memory leaves: the plans take at most half.)
         if (codegen::cuda_shape(kernel) == codegen::CudaShape::Row) {
-            const int dynamic = (int)(caps_.max_shared - codegen::cuda_hist_shared_bytes(kernel));
+            int fixed = 0;
+            check(d.cuFuncGetAttribute(&fixed, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f), "cuFuncGetAttribute");
+            const int dynamic = std::min((int)(caps_.max_shared - codegen::cuda_hist_shared_bytes(kernel)),
+                                         info_.max_shared_optin - fixed);
             const CUresult set = d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic);
-            if (set == CUDA_ERROR_INVALID_VALUE) {   // its static shared memory leaves less room
-                int fixed = -1;
-                d.cuFuncGetAttribute(&fixed, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
-                KILN_CHECK_INTERNAL(false,
-                                    "kernel {} entry {}: {} bytes of static shared memory leave less than the {} "
-                                    "bytes of row cache its plans may take (the device's opt-in limit {})",
-                                    kernel.name, e, fixed, dynamic, info_.max_shared_optin);
-            }
+            if (set != CUDA_SUCCESS) d.cuModuleUnload(k->module);
+            KILN_CHECK_INTERNAL(set != CUDA_ERROR_INVALID_VALUE,
+                                "kernel {} entry {}: {} bytes of static shared memory leave less than the {} bytes "
+                                "of row cache its plans may take (the device's opt-in limit {})",
+                                kernel.name, e, fixed, dynamic, info_.max_shared_optin);
             check(set, "cuFuncSetAttribute");
         }
         k->entries.emplace_back(e, f);
