@@ -15,8 +15,13 @@
 #include <kiln/context.hpp>
 
 #include "ir/error.hpp"
+#include "runtime/cache/disk_cache.hpp"
 
 #include <algorithm>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 extern "C" const unsigned char kiln_conv_sm90_image[];
 extern "C" const unsigned char kiln_im2col_image[];
@@ -42,14 +47,99 @@ struct ConvTile {
 
 double wave_use(int64_t blocks, int sms) { return double(blocks) / double((blocks + sms - 1) / sms * sms); }
 
-ConvTile tile_for(const ConvLayer& L, int sms) {
+ConvTile tile_of(const ConvLayer& L, int bn) {
     ConvTile t;
-    const int64_t tiles_m = (positions_of(L) + 127) / 128;
-    t.bn = L.K <= 64 ? 64 : L.K <= 128 || wave_use(tiles_m * ((L.K + 255) / 256), sms) < 0.8 ? 128 : 256;
+    t.bn = bn;
     t.stages = t.bn == 64 ? 4 : t.bn == 128 ? 6 : 4;
     t.smem = t.stages * (128 * 128 + t.bn * 128) + t.bn * 4 + 1024;
     t.entry = fmt::format("kiln_conv_fprop_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, t.stages);
     return t;
+}
+
+ConvTile tile_for(const ConvLayer& L, int sms) {
+    const int64_t tiles_m = (positions_of(L) + 127) / 128;
+    return tile_of(L, L.K <= 64 ? 64 : L.K <= 128 || wave_use(tiles_m * ((L.K + 255) / 256), sms) < 0.8 ? 128 : 256);
+}
+
+// KILN_AUTOTUNE=1 (as for the GEMM): the first call of a problem times the kernels that could
+// run it (one run to warm up, then the median of three, with events) into a scratch output of
+// the call's dtype, strides and alignment with the call's epilogue, keeps the fastest for the
+// process and in the disk cache (keyed by the problem and the device), and later calls and
+// processes launch it. The choices, by key, for conv_fprop_kernel and conv_wgrad_kernel.
+bool autotune_enabled() { return env::flag("KILN_AUTOTUNE").value_or(false); }
+
+std::mutex tuned_mu;
+std::unordered_map<std::string, std::string>& tuned() {
+    static std::unordered_map<std::string, std::string> m;
+    return m;
+}
+std::unordered_map<std::string, std::string>& tuned_entry() {   // the layer's last tuned kernel
+    static std::unordered_map<std::string, std::string> m;
+    return m;
+}
+std::string layer_key(const char* op, const ConvLayer& L) { return fmt::format("{} {} {}", op, L.str(), dtype_name(L.dtype)); }
+
+// A scratch copy of the matrix c (rows x cols of `es`-byte elements at strides s_row, s_col)
+// at the same address alignment: its tensor and where the matrix starts in it.
+std::pair<Tensor, char*> scratch_like(Context& ctx, const detail::Mat& c, int64_t rows, int64_t cols, int64_t s_row,
+                                      int64_t s_col, int64_t es) {
+    const int64_t misalign = int64_t(reinterpret_cast<uintptr_t>(c.base) % 256);
+    const int64_t bytes = ((rows - 1) * s_row + (cols - 1) * s_col + 1) * es + misalign;
+    Tensor t = ctx.empty({(bytes + 3) / 4}, DType::Float32);
+    t.view().storage->written = true;
+    return {t, static_cast<char*>(t.view().storage->data) + misalign};
+}
+
+// Times `run` (which launches on be's stream): one launch to warm up, the median of three.
+template <class F>
+float time_launches(cuda::CudaBackend& be, F&& run) {
+    const cuda::Driver& d = cuda::driver();
+    CUevent e0, e1;
+    cuda::check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
+    cuda::check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
+    run();
+    std::vector<float> ms;
+    for (int i = 0; i < 3; ++i) {
+        d.cuEventRecord(e0, be.stream());
+        run();
+        d.cuEventRecord(e1, be.stream());
+        cuda::check(d.cuEventSynchronize(e1), "cuEventSynchronize");
+        float v = 0;
+        d.cuEventElapsedTime(&v, e0, e1);
+        ms.push_back(v);
+    }
+    d.cuEventDestroy(e0);
+    d.cuEventDestroy(e1);
+    std::sort(ms.begin(), ms.end());
+    return ms[1];
+}
+
+// The tuned choice for key: from this process, the disk cache, or by timing each candidate
+// (named by `describe`, launched by `run`) once; "" when there is none to choose from.
+template <class C, class D, class R>
+std::string tuned_choice(cuda::CudaBackend& be, const std::string& key, const std::vector<C>& candidates, D&& describe,
+                         R&& run) {
+    std::lock_guard<std::mutex> lock(tuned_mu);
+    if (auto it = tuned().find(key); it != tuned().end()) return it->second;
+    cache::DiskCache* disk = be.disk_cache();
+    const cache::DiskCacheKey dkey{"conv-autotune|" + key, be.target(), be.info().name};
+    if (disk)
+        if (auto hit = disk->load(dkey)) {
+            const std::string name(hit->begin(), hit->end());
+            for (const C& c : candidates)
+                if (describe(c) == name) return tuned()[key] = name;
+        }
+    std::string best;
+    float best_ms = 0;
+    for (const C& c : candidates) {
+        const float ms = time_launches(be, [&] { run(c); });
+        log_debug("conv autotune: {}: {} {:.4f} ms", key, describe(c), ms);
+        if (best.empty() || ms < best_ms) best = describe(c), best_ms = ms;
+    }
+    if (best.empty()) return best;
+    log_info("conv autotune: {} -> {} ({:.4f} ms)", key, best, best_ms);
+    if (disk) disk->store(dkey, std::vector<char>(best.begin(), best.end()));
+    return tuned()[key] = best;
 }
 
 // KILN_CONV_KERNEL: 0 "im2col" (the patch matrix and the GEMM, for A/B runs), 1 "walk" (the
@@ -284,6 +374,11 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
+    if (autotune_enabled()) {   // the tuner's last choice for the layer, once it has run
+        std::lock_guard<std::mutex> lock(tuned_mu);
+        if (auto it = tuned_entry().find(layer_key("fprop", L)); it != tuned_entry().end())
+            return it->second + " (tuned)";
+    }
     const int sms = be.info().multiprocessors;
     const ConvTile t = tile_for(L, sms);
     if (!im2col_rank(L, nullptr)) return t.entry;   // (allocations are 16-byte aligned)
@@ -291,6 +386,23 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (walks(L, t, sms)) return walk_for(L, t).entry + " (patches by TMA)";
     return t.entry + " (patches by TMA)";
 }
+
+namespace {
+
+// The fprop launches the tuner picks from: each tile width the channels fill at least half of
+// (and whose stages fit), one tile a block, and where it can run the walk of the 64- and
+// 128-wide tiles.
+struct FpropChoice {
+    int bn = 0;
+    bool walk = false;
+};
+
+std::string describe(const ConvLayer& L, const FpropChoice& c) {
+    const ConvTile t = tile_of(L, c.bn);
+    return c.walk ? walk_for(L, t).entry : t.entry;
+}
+
+} // namespace
 
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
                          const StoreCount* count, bool* counted) {
@@ -303,7 +415,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     const Tensor Fc = detail::contiguous(F, ctx);
     const int64_t rows = positions_of(L);
     const int64_t taps = taps_of(L);
-    const ConvTile t = tile_for(L, be.info().multiprocessors);
+    const int sms = be.info().multiprocessors;
+    ConvTile t = tile_for(L, sms);
 
     ConvParams p{};
     GemmParams& g = p.gemm;
@@ -319,17 +432,75 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         g.flags |= kBias;
     }
     g.tiles_m = int32_t((rows + 127) / 128);
-    g.tiles_n = int32_t((L.K + t.bn - 1) / t.bn);
     p.image = detail::data_of(I);
     p.shape = conv_shape(L);
     p.im2col_rank = im2col_rank(L, p.image);
-
-    // The filter as a K x taps K-major matrix: boxes of one 128-byte k-tile x BN rows.
-    CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0, 64,
-                                           uint32_t(t.bn));
     CUtensorMap map_a{};
     if (p.im2col_rank) map_a = im2col_map(L, p.image, p.im2col_rank);
-    const int64_t blocks = int64_t(g.tiles_m) * g.tiles_n;
+    // The walk (conv_walk.cuh): a block per SM running ahead across its tiles, where there are
+    // more tiles than SMs, the patches come by TMA, the register epilogue stores (no histogram)
+    // and its buffers fit. KILN_CONV_KERNEL=walk or the tuner chooses it.
+    auto walk_runs = [&](const ConvTile& u, const GemmParams& h) {
+        const int64_t tiles = int64_t(h.tiles_m) * ((L.K + u.bn - 1) / u.bn);
+        return u.bn <= 128 && tiles > sms && p.im2col_rank && rows_of_16_bytes(h) && !(h.flags & kHist) &&
+               walk_for(L, u).smem <= be.info().max_shared_optin;
+    };
+    // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
+    // kernel's dynamic shared memory.
+    auto launch = [&](const ConvTile& u, bool walk, ConvParams q, int smem) {
+        GemmParams& h = q.gemm;
+        h.tiles_n = int32_t((L.K + u.bn - 1) / u.bn);
+        // The filter as a K x taps K-major matrix: boxes of one 128-byte k-tile x BN rows.
+        CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0,
+                                               64, uint32_t(u.bn));
+        void* params[] = {&q, &map_b, &map_a};
+        if (walk) {
+            const WalkTile w = walk_for(L, u);
+            CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, w.smem);
+            be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(w.smem), params,
+                                  {.programmatic = be.programmatic_launches()});
+        } else {
+            CUfunction f = be.precompiled(kiln_conv_sm90_image, u.entry, smem);
+            be.launch_precompiled(f, unsigned(int64_t(h.tiles_m) * h.tiles_n), 1, 1, 384, unsigned(smem), params,
+                                  {.programmatic = be.programmatic_launches()});
+        }
+    };
+    bool walk = conv_kernel_choice() == 1 && walk_runs(t, g);
+    if (autotune_enabled() && !count && !conv_kernel_choice()) {
+        std::vector<FpropChoice> candidates;
+        for (int bn : {64, 128, 256}) {
+            if (bn > 64 && bn / 2 >= L.K) break;
+            const ConvTile u = tile_of(L, bn);
+            if (u.smem > be.info().max_shared_optin) continue;
+            candidates.push_back({bn, false});
+            if (walk_runs(u, g)) candidates.push_back({bn, true});
+        }
+        const std::string key = fmt::format("fprop {} {} out {} {}x{} rows16 {} relu {} beta {} bias {} sr {} sms {}", L.str(),
+                                            dtype_name(L.dtype), dtype_name(C.dtype()), c.s_row, c.s_col,
+                                            rows_of_16_bytes(g), o.relu, o.beta != 0, o.bias.has_value(), g.sr_bits, sms);
+        auto [scratch, out] = scratch_like(ctx, c, rows, L.K, c.s_row, c.s_col, int64_t(dtype_size(C.dtype())));
+        ConvParams q = p;
+        q.gemm.c = out;
+        const std::string name = tuned_choice(
+            be, key, candidates, [&](const FpropChoice& x) { return describe(L, x); },
+            [&](const FpropChoice& x) {
+                const ConvTile u = tile_of(L, x.bn);
+                launch(u, x.walk, q, u.smem);
+            });
+        for (const FpropChoice& x : candidates)
+            if (describe(L, x) == name) t = tile_of(L, x.bn), walk = x.walk;
+        std::lock_guard<std::mutex> lock(tuned_mu);
+        tuned_entry()[layer_key("fprop", L)] = name;
+    }
+    const int64_t blocks = int64_t(g.tiles_m) * ((L.K + t.bn - 1) / t.bn);
+    if (walk) {
+        const WalkTile w = walk_for(L, t);
+        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks)", L.str(), w.entry, rows, L.K, taps, blocks,
+                  sms);
+        launch(t, true, p, 0);
+        C.view().storage->written = true;
+        return true;
+    }
     // A histogram: each epilogue warp's counters past the kernel's shared memory (16-byte
     // aligned), where the general epilogue stores the output (not the 16-bit register one: see
     // gemm_launch.cpp) and the counters fit beside its static and dynamic shared memory.
@@ -343,28 +514,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         smem = at + bytes;
         if (counted) *counted = true;
     }
-    // KILN_CONV_KERNEL=walk: the walk (conv_walk.cuh), a block per SM running ahead across its
-    // tiles, where there are more tiles than SMs, the patches come by TMA, the register epilogue
-    // stores and its buffers fit. Not chosen otherwise until measured against the one-tile kernel.
-    const int sms = be.info().multiprocessors;
-    const WalkTile walk = walk_for(L, t);
-    if (walks(L, t, sms) && p.im2col_rank && rows_of_16_bytes(g) && !(g.flags & kHist) &&
-        walk.smem <= be.info().max_shared_optin) {
-        CUfunction f = be.precompiled(kiln_conv_sm90_image, walk.entry, walk.smem);
-        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks)", L.str(), walk.entry, rows, L.K, taps, blocks,
-                  sms);
-        void* params[] = {&p, &map_b, &map_a};
-        be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(walk.smem), params,
-                              {.programmatic = be.programmatic_launches()});
-        C.view().storage->written = true;
-        return true;
-    }
-    CUfunction f = be.precompiled(kiln_conv_sm90_image, t.entry, smem);
     log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {})", L.str(), t.entry, rows, L.K, taps, blocks,
               p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"));
-    void* params[] = {&p, &map_b, &map_a};
-    be.launch_precompiled(f, unsigned(blocks), 1, 1, 384, unsigned(smem), params,
-                          {.programmatic = be.programmatic_launches()});
+    launch(t, false, p, smem);
     C.view().storage->written = true;
     return true;
 }
@@ -383,7 +535,19 @@ struct WgradPlan {
     std::string entry;
 };
 
-WgradPlan wgrad_plan(const ConvLayer& L, int sms) {
+WgradPlan wgrad_plan_of(const ConvLayer& L, int bn, int splits) {
+    WgradPlan w;
+    w.bn = bn, w.splits = splits;
+    w.stages = bn == 64 ? 8 : bn == 128 ? 6 : 4;
+    w.smem = w.stages * (128 * 128 + bn * 128) + 1024;
+    w.entry = fmt::format("kiln_conv_wgrad_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", bn, w.stages);
+    return w;
+}
+
+std::string describe(const WgradPlan& w) { return w.splits > 1 ? fmt::format("{} split {}", w.entry, w.splits) : w.entry; }
+
+// The model's cheapest plan, over every width, or of width only_bn.
+WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn = 0) {
     const int64_t taps = taps_of(L);
     const int64_t rows = positions_of(L);
     const int64_t ktiles = (rows + 63) / 64;
@@ -394,6 +558,7 @@ WgradPlan wgrad_plan(const ConvLayer& L, int sms) {
     double best_us = 0;
     for (int bn : {64, 128, 256}) {
         if (bn > 64 && bn / 2 >= L.K) break;   // half the tile or more past the channels
+        if (only_bn && bn != only_bn) continue;
         const int64_t tiles = (taps + 127) / 128 * ((L.K + bn - 1) / bn);
         for (int64_t splits = 1; splits <= std::min<int64_t>(ktiles, 64); ++splits) {
             const int64_t blocks = tiles * splits, waves = (blocks + sms - 1) / sms, per = (ktiles + splits - 1) / splits;
@@ -402,10 +567,26 @@ WgradPlan wgrad_plan(const ConvLayer& L, int sms) {
             if (best.bn == 0 || us < best_us) best.bn = bn, best.splits = int(splits), best_us = us;
         }
     }
-    best.stages = best.bn == 64 ? 8 : best.bn == 128 ? 6 : 4;
-    best.smem = best.stages * (128 * 128 + best.bn * 128) + 1024;
-    best.entry = fmt::format("kiln_conv_wgrad_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", best.bn, best.stages);
-    return best;
+    return wgrad_plan_of(L, best.bn, best.splits);
+}
+
+// The tuner's candidates: for each tile width the model weighs, the model's best split for
+// it, and half and twice that, whose stages fit.
+std::vector<WgradPlan> wgrad_candidates(const ConvLayer& L, int sms, int max_smem) {
+    const int max_splits = int(std::min<int64_t>((positions_of(L) + 63) / 64, 64));
+    std::vector<WgradPlan> out;
+    for (int bn : {64, 128, 256}) {
+        if (bn > 64 && bn / 2 >= L.K) break;
+        const int split = wgrad_plan(L, sms, bn).splits;
+        for (int sp : {split / 2, split, split * 2}) {
+            if (sp < 1 || sp > max_splits) continue;
+            const WgradPlan w = wgrad_plan_of(L, bn, sp);
+            if (w.smem > max_smem) continue;
+            if (std::none_of(out.begin(), out.end(), [&](const WgradPlan& x) { return describe(x) == describe(w); }))
+                out.push_back(w);
+        }
+    }
+    return out;
 }
 
 // Whether the implicit weight gradient takes L on this GPU: the fprop kernel's conditions, with
@@ -421,8 +602,12 @@ std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!wgrad_takes(be, L)) return "";
-    const WgradPlan w = wgrad_plan(L, be.info().multiprocessors);
-    return w.splits > 1 ? fmt::format("{} split {}", w.entry, w.splits) : w.entry;
+    if (autotune_enabled()) {   // the tuner's last choice for the layer, once it has run
+        std::lock_guard<std::mutex> lock(tuned_mu);
+        if (auto it = tuned_entry().find(layer_key("wgrad", L)); it != tuned_entry().end())
+            return it->second + " (tuned)";
+    }
+    return describe(wgrad_plan(L, be.info().multiprocessors));
 }
 
 bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o) {
@@ -436,7 +621,8 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     Context::Impl& impl = context_impl(ctx);
     const int64_t rows = positions_of(L);
     const int64_t taps = taps_of(L);
-    const WgradPlan w = wgrad_plan(L, be.info().multiprocessors);
+    const int sms = be.info().multiprocessors;
+    WgradPlan w = wgrad_plan(L, sms);
 
     // The epilogue's parameters: grad_F (K x taps) written as its transpose, element (tap, k).
     ConvParams p{};
@@ -445,33 +631,54 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     set_epilogue(g, c, c.s_col, c.s_row, grad_F.dtype(), o, impl);
     g.m = int32_t(taps), g.n = int32_t(L.K), g.k = int32_t(rows);
     g.tiles_m = int32_t((taps + 127) / 128);
-    g.tiles_n = int32_t((L.K + w.bn - 1) / w.bn);
-    g.k_splits = w.splits;
     p.image = detail::data_of(I);
     p.shape = conv_shape(L);
     p.im2col_rank = rank;
-    // Split: the blocks store raw float32 planes, slices[split] (taps x K), and the reduction
-    // applies the epilogue.
-    ConvParams q = p;
-    Tensor slices;
-    if (w.splits > 1) {
-        slices = ctx.empty({w.splits, taps, L.K}, DType::Float32);
-        q.gemm = detail::slice_params(g, slices.view().storage->data);
-    }
     // E as a rows x K matrix in boxes of 64 channels x 64 rows; I's patches 64 positions at a time.
     CUtensorMap map_e = detail::tensor_map(detail::data_of(E), L.dtype, uint64_t(L.K), uint64_t(rows), 1, L.K, 0, 64, 64);
     CUtensorMap map_i = im2col_map(L, p.image, rank, 64);
-    CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, w.smem);
-    const int64_t tiles = int64_t(g.tiles_m) * g.tiles_n;
-    log_debug("conv: update {} -> {} ({} x {} x {}, {} tiles x {} slices)", L.str(), w.entry, taps, L.K, rows, tiles,
-              w.splits);
-    void* params[] = {&q, &map_e, &map_i};
-    be.launch_precompiled(f, unsigned(tiles), unsigned(w.splits), 1, 384, unsigned(w.smem), params,
-                          {.programmatic = be.programmatic_launches()});
-    if (w.splits > 1) {
-        slices.view().storage->written = true;
-        detail::reduce_slices(be, g, static_cast<const float*>(slices.view().storage->data));
+    // Launches plan u with parameters q (whose epilogue stores where q.gemm.c points). Split, the
+    // blocks store raw float32 planes, slices[split] (taps x K, in `planes`), and the reduction
+    // applies the epilogue.
+    auto launch = [&](const WgradPlan& u, ConvParams q, float* planes) {
+        GemmParams h = q.gemm;
+        h.tiles_n = int32_t((L.K + u.bn - 1) / u.bn);
+        h.k_splits = u.splits;
+        q.gemm = u.splits > 1 ? detail::slice_params(h, planes) : h;
+        CUfunction f = be.precompiled(kiln_conv_sm90_image, u.entry, u.smem);
+        void* params[] = {&q, &map_e, &map_i};
+        be.launch_precompiled(f, unsigned(int64_t(h.tiles_m) * h.tiles_n), unsigned(u.splits), 1, 384, unsigned(u.smem),
+                              params, {.programmatic = be.programmatic_launches()});
+        if (u.splits > 1) detail::reduce_slices(be, h, planes);
+    };
+    auto planes_for = [&](int splits) {
+        return splits > 1 ? ctx.empty({splits, taps, L.K}, DType::Float32) : Tensor();
+    };
+    if (autotune_enabled() && !conv_kernel_choice()) {
+        const std::vector<WgradPlan> candidates = wgrad_candidates(L, sms, be.info().max_shared_optin);
+        int most = 1;
+        for (const WgradPlan& u : candidates) most = std::max(most, u.splits);
+        const std::string key = fmt::format("wgrad {} {} out {} {}x{} beta {} sr {} sms {}", L.str(), dtype_name(L.dtype),
+                                            dtype_name(grad_F.dtype()), c.s_row, c.s_col, o.beta != 0, g.sr_bits, sms);
+        auto [scratch, out] = scratch_like(ctx, c, L.K, taps, c.s_row, c.s_col, int64_t(dtype_size(grad_F.dtype())));
+        Tensor planes = planes_for(most);
+        if (most > 1) planes.view().storage->written = true;
+        ConvParams q = p;
+        q.gemm.c = out;
+        float* const scratch_planes = most > 1 ? static_cast<float*>(planes.view().storage->data) : nullptr;
+        const std::string name = tuned_choice(
+            be, key, candidates, [](const WgradPlan& u) { return describe(u); },
+            [&](const WgradPlan& u) { launch(u, q, scratch_planes); });
+        for (const WgradPlan& u : candidates)
+            if (describe(u) == name) w = u;
+        std::lock_guard<std::mutex> lock(tuned_mu);
+        tuned_entry()[layer_key("wgrad", L)] = name;
     }
+    Tensor slices = planes_for(w.splits);
+    if (w.splits > 1) slices.view().storage->written = true;
+    log_debug("conv: update {} -> {} ({} x {} x {}, {} tiles x {} slices)", L.str(), w.entry, taps, L.K, rows,
+              int64_t(g.tiles_m) * ((L.K + w.bn - 1) / w.bn), w.splits);
+    launch(w, p, w.splits > 1 ? static_cast<float*>(slices.view().storage->data) : nullptr);
     grad_F.view().storage->written = true;
     return true;
 }

@@ -3,6 +3,7 @@
 // fprop, bprop and update in 1D, 2D and 3D with padding, stride and dilation, pointwise layers,
 // a 3-channel first layer, every float dtype, the epilogue's pieces and deconvolution. Skips,
 // saying why, without a CUDA device.
+#include "tests/support/cache_dir.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/gpu.hpp"
 #include "tests/support/random_values.hpp"
@@ -14,6 +15,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <vector>
 
@@ -436,5 +439,62 @@ TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
         brelu.brelu = true;
         brelu.X = I;
         check_named(gI, [&] { bprop_conv(L, F, E, gI, brelu); });
+    }
+}
+
+// KILN_AUTOTUNE=1: the first fprop and update of a layer time the implicit kernels' tile widths
+// (and the fprop walk, the update's splits), keep the fastest for the process and in the disk
+// cache; the results agree with im2col and the GEMM on the GPU, a later context takes the
+// stored choices, and the layer's kernel names say they were tuned.
+TEST_CASE("gpu conv: KILN_AUTOTUNE=1 times the fprop tiles and the update's splits, keeps correct results and stores the choices") {
+    REQUIRE_GPU();
+    kiln::test::ScopedCacheDir dir;
+    auto stored = [&] {
+        int entries = 0;
+        for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+            if (!e.is_regular_file()) continue;
+            std::ifstream f(e.path(), std::ios::binary);
+            const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+            entries += bytes.find("conv-autotune|") != std::string::npos;
+        }
+        return entries;
+    };
+    uint32_t seed = 7000;
+    for (int pass = 0; pass < 2; ++pass) {
+        Context gpu(ContextOptions{"cuda"});
+        if (cuda::cuda_backend(gpu).info().sm != 90) {
+            std::printf("SKIPPED (the implicit-GEMM kernels are sm_90a code; this GPU is sm_%d)\n",
+                        cuda::cuda_backend(gpu).info().sm);
+            return;
+        }
+        INFO("pass " << pass);
+        const Case c{64, 64, 128, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}};
+        const DType dt = DType::Float16;
+        const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+        const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
+                   E = pair(gpu, gpu, L.output_shape(), dt, ++seed);
+        Tensor O = gpu.empty(L.output_shape(), dt), Oi = gpu.empty(L.output_shape(), dt),
+               Om = gpu.empty(L.output_shape(), DType::Float32);
+        Tensor G = gpu.empty(L.filter_shape(), dt), Gi = gpu.empty(L.filter_shape(), dt),
+               Gm = gpu.empty(L.filter_shape(), DType::Float32);
+        setenv("KILN_AUTOTUNE", "1", 1);
+        fprop_conv(L, I.gpu, F.gpu, O);
+        update_conv(L, I.gpu, E.gpu, G);
+        const std::string fk = gemm::conv_fprop_kernel(gpu, L), uk = conv_kernel(gpu, L, "update");
+        INFO(fk << "; " << uk);
+        CHECK(fk.rfind("kiln_conv_fprop_f16_", 0) == 0);
+        CHECK(fk.find("(tuned)") != std::string::npos);
+        CHECK(uk.find("kiln_conv_wgrad_f16_") != std::string::npos);
+        CHECK(uk.find("(tuned)") != std::string::npos);
+        CHECK(stored() == 2);   // one choice each, stored by the first pass, read by the second
+        unsetenv("KILN_AUTOTUNE");
+        setenv("KILN_CONV_KERNEL", "im2col", 1);
+        fprop_conv(L, I.gpu, F.gpu, Oi);
+        update_conv(L, I.gpu, E.gpu, Gi);
+        fprop_conv(L, I.abs, F.abs, Om);
+        update_conv(L, I.abs, E.abs, Gm);
+        unsetenv("KILN_CONV_KERNEL");
+        CHECK(count_off(O, Oi, Om, dt) == 0);
+        CHECK(count_off(G, Gi, Gm, dt) == 0);
     }
 }
