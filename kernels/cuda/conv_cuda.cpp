@@ -94,22 +94,25 @@ std::pair<Tensor, char*> scratch_like(Context& ctx, const detail::Mat& c, int64_
 template <class F>
 float time_launches(cuda::CudaBackend& be, F&& run) {
     const cuda::Driver& d = cuda::driver();
-    CUevent e0, e1;
-    cuda::check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
-    cuda::check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
+    struct Event {   // destroyed also when a launch throws
+        CUevent e = nullptr;
+        ~Event() {
+            if (e) cuda::driver().cuEventDestroy(e);
+        }
+    } e0, e1;
+    cuda::check(d.cuEventCreate(&e0.e, CU_EVENT_DEFAULT), "cuEventCreate");
+    cuda::check(d.cuEventCreate(&e1.e, CU_EVENT_DEFAULT), "cuEventCreate");
     run();
     std::vector<float> ms;
     for (int i = 0; i < 3; ++i) {
-        d.cuEventRecord(e0, be.stream());
+        d.cuEventRecord(e0.e, be.stream());
         run();
-        d.cuEventRecord(e1, be.stream());
-        cuda::check(d.cuEventSynchronize(e1), "cuEventSynchronize");
+        d.cuEventRecord(e1.e, be.stream());
+        cuda::check(d.cuEventSynchronize(e1.e), "cuEventSynchronize");
         float v = 0;
-        d.cuEventElapsedTime(&v, e0, e1);
+        d.cuEventElapsedTime(&v, e0.e, e1.e);
         ms.push_back(v);
     }
-    d.cuEventDestroy(e0);
-    d.cuEventDestroy(e1);
     std::sort(ms.begin(), ms.end());
     return ms[1];
 }
@@ -120,14 +123,16 @@ template <class C, class D, class R>
 std::string tuned_choice(cuda::CudaBackend& be, const std::string& key, const std::vector<C>& candidates, D&& describe,
                          R&& run) {
     std::lock_guard<std::mutex> lock(tuned_mu);
-    if (auto it = tuned().find(key); it != tuned().end()) return it->second;
+    auto known = [&](const std::string& name) {
+        return std::any_of(candidates.begin(), candidates.end(), [&](const C& c) { return describe(c) == name; });
+    };
+    if (auto it = tuned().find(key); it != tuned().end() && known(it->second)) return it->second;
     cache::DiskCache* disk = be.disk_cache();
     const cache::DiskCacheKey dkey{"conv-autotune|" + key, be.target(), be.info().name};
     if (disk)
         if (auto hit = disk->load(dkey)) {
             const std::string name(hit->begin(), hit->end());
-            for (const C& c : candidates)
-                if (describe(c) == name) return tuned()[key] = name;
+            if (known(name)) return tuned()[key] = name;
         }
     std::string best;
     float best_ms = 0;
@@ -370,6 +375,12 @@ Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols) {
     return image;
 }
 
+void conv_autotune_forget() {
+    std::lock_guard<std::mutex> lock(tuned_mu);
+    tuned().clear();
+    tuned_entry().clear();
+}
+
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
@@ -475,22 +486,27 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             candidates.push_back({bn, false});
             if (walk_runs(u, g)) candidates.push_back({bn, true});
         }
-        const std::string key = fmt::format("fprop {} {} out {} {}x{} rows16 {} relu {} beta {} bias {} sr {} sms {}", L.str(),
-                                            dtype_name(L.dtype), dtype_name(C.dtype()), c.s_row, c.s_col,
-                                            rows_of_16_bytes(g), o.relu, o.beta != 0, o.bias.has_value(), g.sr_bits, sms);
-        auto [scratch, out] = scratch_like(ctx, c, rows, L.K, c.s_row, c.s_col, int64_t(dtype_size(C.dtype())));
-        ConvParams q = p;
-        q.gemm.c = out;
+        const std::string key = fmt::format("fprop {} {} out {} {}x{} rows16 {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",
+                                            L.str(), dtype_name(L.dtype), dtype_name(C.dtype()), c.s_row, c.s_col,
+                                            rows_of_16_bytes(g), p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
+                                            g.sr_bits, be.info().name, sms);
+        std::pair<Tensor, char*> scratch;   // the timed launches' output, made on a miss
         const std::string name = tuned_choice(
             be, key, candidates, [&](const FpropChoice& x) { return describe(L, x); },
             [&](const FpropChoice& x) {
+                if (!scratch.second)
+                    scratch = scratch_like(ctx, c, rows, L.K, c.s_row, c.s_col, int64_t(dtype_size(C.dtype())));
+                ConvParams q = p;
+                q.gemm.c = scratch.second;
                 const ConvTile u = tile_of(L, x.bn);
                 launch(u, x.walk, q, u.smem);
             });
         for (const FpropChoice& x : candidates)
-            if (describe(L, x) == name) t = tile_of(L, x.bn), walk = x.walk;
-        std::lock_guard<std::mutex> lock(tuned_mu);
-        tuned_entry()[layer_key("fprop", L)] = name;
+            if (describe(L, x) == name) {
+                t = tile_of(L, x.bn), walk = x.walk;
+                std::lock_guard<std::mutex> lock(tuned_mu);
+                tuned_entry()[layer_key("fprop", L)] = name;
+            }
     }
     const int64_t blocks = int64_t(g.tiles_m) * ((L.K + t.bn - 1) / t.bn);
     if (walk) {
@@ -658,21 +674,29 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
         const std::vector<WgradPlan> candidates = wgrad_candidates(L, sms, be.info().max_shared_optin);
         int most = 1;
         for (const WgradPlan& u : candidates) most = std::max(most, u.splits);
-        const std::string key = fmt::format("wgrad {} {} out {} {}x{} beta {} sr {} sms {}", L.str(), dtype_name(L.dtype),
-                                            dtype_name(grad_F.dtype()), c.s_row, c.s_col, o.beta != 0, g.sr_bits, sms);
-        auto [scratch, out] = scratch_like(ctx, c, L.K, taps, c.s_row, c.s_col, int64_t(dtype_size(grad_F.dtype())));
-        Tensor planes = planes_for(most);
-        if (most > 1) planes.view().storage->written = true;
-        ConvParams q = p;
-        q.gemm.c = out;
-        float* const scratch_planes = most > 1 ? static_cast<float*>(planes.view().storage->data) : nullptr;
+        const std::string key = fmt::format("wgrad {} {} out {} {}x{} patches {} beta {} sr {} on {} ({} SMs)", L.str(),
+                                            dtype_name(L.dtype), dtype_name(grad_F.dtype()), c.s_row, c.s_col, rank,
+                                            o.beta != 0, g.sr_bits, be.info().name, sms);
+        std::pair<Tensor, char*> scratch;   // the timed launches' output and planes, made on a miss
+        Tensor planes;
         const std::string name = tuned_choice(
             be, key, candidates, [](const WgradPlan& u) { return describe(u); },
-            [&](const WgradPlan& u) { launch(u, q, scratch_planes); });
+            [&](const WgradPlan& u) {
+                if (!scratch.second) {
+                    scratch = scratch_like(ctx, c, L.K, taps, c.s_row, c.s_col, int64_t(dtype_size(grad_F.dtype())));
+                    planes = planes_for(most);
+                    if (most > 1) planes.view().storage->written = true;
+                }
+                ConvParams q = p;
+                q.gemm.c = scratch.second;
+                launch(u, q, most > 1 ? static_cast<float*>(planes.view().storage->data) : nullptr);
+            });
         for (const WgradPlan& u : candidates)
-            if (describe(u) == name) w = u;
-        std::lock_guard<std::mutex> lock(tuned_mu);
-        tuned_entry()[layer_key("wgrad", L)] = name;
+            if (describe(u) == name) {
+                w = u;
+                std::lock_guard<std::mutex> lock(tuned_mu);
+                tuned_entry()[layer_key("wgrad", L)] = name;
+            }
     }
     Tensor slices = planes_for(w.splits);
     if (w.splits > 1) slices.view().storage->written = true;

@@ -44,4 +44,8 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
 // The kernel (and split) conv_wgrad_implicit would launch for L on ctx, or "".
 std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L);
 
+// KILN_AUTOTUNE=1: forgets the choices tuned in this process (tests: the next call reads the
+// disk cache, or times the candidates again where it holds none).
+void conv_autotune_forget();
+
 } // namespace kiln::gemm

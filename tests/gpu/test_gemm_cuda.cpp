@@ -542,17 +542,7 @@ TEST_CASE("gpu gemm: KILN_AUTOTUNE=1 times the candidates, keeps a correct resul
     REQUIRE(timed.size() >= 2);
     for (const auto& t : timed) CHECK(t.ms > 0);
     // The choice is in the disk cache: an entry whose key material names the autotuner.
-    const auto autotune_entries = [&] {
-        int entries = 0;
-        for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
-            if (!e.is_regular_file()) continue;
-            std::ifstream f(e.path(), std::ios::binary);
-            const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-            entries += bytes.find("gemm-autotune|") != std::string::npos;
-        }
-        return entries;
-    };
-    CHECK(autotune_entries() == 1);
+    CHECK(kiln::test::files_containing(dir.path(), "gemm-autotune|") == 1);
     // The candidates run as the call launches them: a 16-bit product into C of its dtype with
     // rows 16 bytes apart times the lean twins of rule 7 (plain, and with bias, ReLU and bsum),
     // not the general kernels into float32 C.

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -47,6 +49,44 @@ private:
     }
     std::string path_;
     bool owned_ = false;
+    std::optional<std::string> old_;
+};
+
+// The files under dir (recursively) whose bytes contain text: a disk cache's entries whose key
+// material names, say, an autotuner.
+inline int files_containing(const std::string& dir, const std::string& text) {
+    int n = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+        if (!e.is_regular_file()) continue;
+        std::ifstream f(e.path(), std::ios::binary);
+        const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        n += bytes.find(text) != std::string::npos;
+    }
+    return n;
+}
+
+// An environment variable set (or unset, value nullptr) for a scope, its previous state restored
+// on destruction, also when the test throws.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name)) old_ = old;
+        if (value)
+            ::setenv(name, value, 1);
+        else
+            ::unsetenv(name);
+    }
+    ~ScopedEnv() {
+        if (old_)
+            ::setenv(name_.c_str(), old_->c_str(), 1);
+        else
+            ::unsetenv(name_.c_str());
+    }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    std::string name_;
     std::optional<std::string> old_;
 };
 
