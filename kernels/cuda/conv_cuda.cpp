@@ -90,33 +90,6 @@ std::pair<Tensor, char*> scratch_like(Context& ctx, const detail::Mat& c, int64_
     return {t, static_cast<char*>(t.view().storage->data) + misalign};
 }
 
-// Times `run` (which launches on be's stream): one launch to warm up, the median of three.
-template <class F>
-float time_launches(cuda::CudaBackend& be, F&& run) {
-    const cuda::Driver& d = cuda::driver();
-    struct Event {   // destroyed also when a launch throws
-        CUevent e = nullptr;
-        ~Event() {
-            if (e) cuda::driver().cuEventDestroy(e);
-        }
-    } e0, e1;
-    cuda::check(d.cuEventCreate(&e0.e, CU_EVENT_DEFAULT), "cuEventCreate");
-    cuda::check(d.cuEventCreate(&e1.e, CU_EVENT_DEFAULT), "cuEventCreate");
-    run();
-    std::vector<float> ms;
-    for (int i = 0; i < 3; ++i) {
-        d.cuEventRecord(e0.e, be.stream());
-        run();
-        d.cuEventRecord(e1.e, be.stream());
-        cuda::check(d.cuEventSynchronize(e1.e), "cuEventSynchronize");
-        float v = 0;
-        d.cuEventElapsedTime(&v, e0.e, e1.e);
-        ms.push_back(v);
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[1];
-}
-
 // The tuned choice for key: from this process, the disk cache, or by timing each candidate
 // (named by `describe`, launched by `run`) once; "" when there is none to choose from.
 template <class C, class D, class R>
@@ -137,7 +110,7 @@ std::string tuned_choice(cuda::CudaBackend& be, const std::string& key, const st
     std::string best;
     float best_ms = 0;
     for (const C& c : candidates) {
-        const float ms = time_launches(be, [&] { run(c); });
+        const float ms = detail::median_launch_ms(be, [&] { run(c); });
         log_debug("conv autotune: {}: {} {:.4f} ms", key, describe(c), ms);
         if (best.empty() || ms < best_ms) best = describe(c), best_ms = ms;
     }

@@ -51,7 +51,6 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
             for (const GemmKernel& k : all)
                 if (describe(k) == entry) return k;
         }
-    const cuda::Driver& d = cuda::driver();
     // C's layout where its rows are contiguous (the kernels' conditions read the strides and
     // the address's alignment), else a packed M x N layout.
     const int64_t M = p.m, N = p.n, batch = p.batch, es = int64_t(dtype_size(c_dtype));
@@ -71,30 +70,14 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
         scratch_hist = ctx.empty({p.hist_bins}, DType::Int32);
         t.hist = static_cast<uint32_t*>(scratch_hist.view().storage->data);
     }
-    CUevent e0, e1;
-    cuda::check(d.cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
-    cuda::check(d.cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
     GemmKernel best = all.front();
     float best_ms = 1e30f;
     for (const GemmKernel& k : all) {
-        run_kernel(ctx, be, k, t, a, b, dt, sums, c_rank);
-        std::vector<float> ms;
-        for (int i = 0; i < 3; ++i) {
-            d.cuEventRecord(e0, be.stream());
-            run_kernel(ctx, be, k, t, a, b, dt, sums, c_rank);
-            d.cuEventRecord(e1, be.stream());
-            cuda::check(d.cuEventSynchronize(e1), "cuEventSynchronize");
-            float v = 0;
-            d.cuEventElapsedTime(&v, e0, e1);
-            ms.push_back(v);
-        }
-        std::sort(ms.begin(), ms.end());
-        last_timings.push_back({describe(k) + (last_gemm_launch_lean() ? " lean" : ""), ms[1]});
-        log_debug("gemm autotune: {}: {:.4f} ms", last_timings.back().kernel, ms[1]);
-        if (ms[1] < best_ms) best_ms = ms[1], best = k;
+        const float ms = median_launch_ms(be, [&] { run_kernel(ctx, be, k, t, a, b, dt, sums, c_rank); });
+        last_timings.push_back({describe(k) + (last_gemm_launch_lean() ? " lean" : ""), ms});
+        log_debug("gemm autotune: {}: {:.4f} ms", last_timings.back().kernel, ms);
+        if (ms < best_ms) best_ms = ms, best = k;
     }
-    d.cuEventDestroy(e0);
-    d.cuEventDestroy(e1);
     scratch.view().storage->written = true;
     if (bsum) scratch_bsum.view().storage->written = true;
     const std::string entry = describe(best);

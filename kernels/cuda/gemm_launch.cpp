@@ -209,6 +209,29 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C) {
            (lean_twin(k, p, A.dtype(), false) ? " lean" : "") + (staged.empty() ? "" : " (copied" + staged + ")");
 }
 
+float detail::median_launch_ms(cuda::CudaBackend& be, const std::function<void()>& run) {
+    const cuda::Driver& d = cuda::driver();
+    struct Event {   // destroyed also when a launch throws
+        CUevent e = nullptr;
+        ~Event() {
+            if (e) cuda::driver().cuEventDestroy(e);
+        }
+    } e0, e1;
+    cuda::check(d.cuEventCreate(&e0.e, CU_EVENT_DEFAULT), "cuEventCreate");
+    cuda::check(d.cuEventCreate(&e1.e, CU_EVENT_DEFAULT), "cuEventCreate");
+    run();
+    std::array<float, 3> ms{};
+    for (float& v : ms) {
+        d.cuEventRecord(e0.e, be.stream());
+        run();
+        d.cuEventRecord(e1.e, be.stream());
+        cuda::check(d.cuEventSynchronize(e1.e), "cuEventSynchronize");
+        d.cuEventElapsedTime(&v, e0.e, e1.e);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[1];
+}
+
 GemmParams detail::slice_params(const GemmParams& p, void* slices) {
     GemmParams q = p;
     q.c = slices;

@@ -10,6 +10,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 
 // The module images, generated at build time (kernels/cuda/meson.build): nvcc fatbins.
 extern "C" const unsigned char kiln_gemm_sm80_image[];
@@ -72,5 +73,9 @@ void reduce_slices(cuda::CudaBackend& be, const GemmParams& p, const float* slic
 // is dropped and nothing is counted.
 bool run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,
                 DType dt, const Tensor* bsum, int c_rank);
+
+// The autotuners' timing (KILN_AUTOTUNE, gemm_launch.cpp): `run` (launches on be's stream)
+// once to warm up, then three times between events; the median, in ms.
+float median_launch_ms(cuda::CudaBackend& be, const std::function<void()>& run);
 
 } // namespace kiln::gemm::detail
