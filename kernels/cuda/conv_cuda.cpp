@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -78,6 +79,15 @@ std::unordered_map<std::string, std::string>& tuned_entry() {   // the layer's l
     return m;
 }
 std::string layer_key(const char* op, const ConvLayer& L) { return fmt::format("{} {} {}", op, L.str(), dtype_name(L.dtype)); }
+// The kernel name conv_fprop_kernel / conv_wgrad_kernel report for op on L: the tuner's last
+// choice for the layer, once it has run.
+std::optional<std::string> tuned_name(const char* op, const ConvLayer& L) {
+    if (!autotune_enabled()) return std::nullopt;
+    std::lock_guard<std::mutex> lock(tuned_mu);
+    const auto it = tuned_entry().find(layer_key(op, L));
+    if (it == tuned_entry().end()) return std::nullopt;
+    return it->second + " (tuned)";
+}
 
 // A scratch copy of the matrix c (rows x cols of `es`-byte elements at strides s_row, s_col)
 // at the same address alignment: its tensor and where the matrix starts in it.
@@ -90,34 +100,41 @@ std::pair<Tensor, char*> scratch_like(Context& ctx, const detail::Mat& c, int64_
     return {t, static_cast<char*>(t.view().storage->data) + misalign};
 }
 
-// The tuned choice for key: from this process, the disk cache, or by timing each candidate
-// (named by `describe`, launched by `run`) once; "" when there is none to choose from.
+// The tuned candidate for key: from this process, the disk cache, or by timing each candidate
+// (named by `describe`, launched by `run`) once; recorded as the layer's choice (op's
+// tuned_name); nullptr when there is none to choose from.
 template <class C, class D, class R>
-std::string tuned_choice(cuda::CudaBackend& be, const std::string& key, const std::vector<C>& candidates, D&& describe,
-                         R&& run) {
+const C* tuned_choice(cuda::CudaBackend& be, const char* op, const ConvLayer& L, const std::string& key,
+                      const std::vector<C>& candidates, D&& describe, R&& run) {
     std::lock_guard<std::mutex> lock(tuned_mu);
-    auto known = [&](const std::string& name) {
-        return std::any_of(candidates.begin(), candidates.end(), [&](const C& c) { return describe(c) == name; });
+    auto named = [&](const std::string& name) -> const C* {
+        for (const C& c : candidates)
+            if (describe(c) == name) return &c;
+        return nullptr;
     };
-    if (auto it = tuned().find(key); it != tuned().end() && known(it->second)) return it->second;
+    auto chosen = [&](const C* c) {
+        if (c) tuned()[key] = tuned_entry()[layer_key(op, L)] = describe(*c);
+        return c;
+    };
+    if (auto it = tuned().find(key); it != tuned().end())
+        if (const C* c = named(it->second)) return chosen(c);
     cache::DiskCache* disk = be.disk_cache();
     const cache::DiskCacheKey dkey{"conv-autotune|" + key, be.target(), be.info().name};
     if (disk)
-        if (auto hit = disk->load(dkey)) {
-            const std::string name(hit->begin(), hit->end());
-            if (known(name)) return tuned()[key] = name;
-        }
-    std::string best;
+        if (auto hit = disk->load(dkey))
+            if (const C* c = named(std::string(hit->begin(), hit->end()))) return chosen(c);
+    const C* best = nullptr;
     float best_ms = 0;
     for (const C& c : candidates) {
         const float ms = detail::median_launch_ms(be, [&] { run(c); });
         log_debug("conv autotune: {}: {} {:.4f} ms", key, describe(c), ms);
-        if (best.empty() || ms < best_ms) best = describe(c), best_ms = ms;
+        if (!best || ms < best_ms) best = &c, best_ms = ms;
     }
-    if (best.empty()) return best;
-    log_info("conv autotune: {} -> {} ({:.4f} ms)", key, best, best_ms);
-    if (disk) disk->store(dkey, std::vector<char>(best.begin(), best.end()));
-    return tuned()[key] = best;
+    if (!best) return nullptr;
+    const std::string name = describe(*best);
+    log_info("conv autotune: {} -> {} ({:.4f} ms)", key, name, best_ms);
+    if (disk) disk->store(dkey, std::vector<char>(name.begin(), name.end()));
+    return chosen(best);
 }
 
 // KILN_CONV_KERNEL: 0 "im2col" (the patch matrix and the GEMM, for A/B runs), 1 "walk" (the
@@ -358,11 +375,7 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
-    if (autotune_enabled()) {   // the tuner's last choice for the layer, once it has run
-        std::lock_guard<std::mutex> lock(tuned_mu);
-        if (auto it = tuned_entry().find(layer_key("fprop", L)); it != tuned_entry().end())
-            return it->second + " (tuned)";
-    }
+    if (auto tuned = tuned_name("fprop", L)) return *tuned;
     const int sms = be.info().multiprocessors;
     const ConvTile t = tile_for(L, sms);
     if (!im2col_rank(L, nullptr)) return t.entry;   // (allocations are 16-byte aligned)
@@ -464,8 +477,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                                             rows_of_16_bytes(g), p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
                                             g.sr_bits, be.info().name, sms);
         std::pair<Tensor, char*> scratch;   // the timed launches' output, made on a miss
-        const std::string name = tuned_choice(
-            be, key, candidates, [&](const FpropChoice& x) { return describe(L, x); },
+        const FpropChoice* chosen = tuned_choice(
+            be, "fprop", L, key, candidates, [&](const FpropChoice& x) { return describe(L, x); },
             [&](const FpropChoice& x) {
                 if (!scratch.second)
                     scratch = scratch_like(ctx, c, rows, L.K, c.s_row, c.s_col, int64_t(dtype_size(C.dtype())));
@@ -474,12 +487,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                 const ConvTile u = tile_of(L, x.bn);
                 launch(u, x.walk, q, u.smem);
             });
-        for (const FpropChoice& x : candidates)
-            if (describe(L, x) == name) {
-                t = tile_of(L, x.bn), walk = x.walk;
-                std::lock_guard<std::mutex> lock(tuned_mu);
-                tuned_entry()[layer_key("fprop", L)] = name;
-            }
+        if (chosen) t = tile_of(L, chosen->bn), walk = chosen->walk;
     }
     const int64_t blocks = int64_t(g.tiles_m) * ((L.K + t.bn - 1) / t.bn);
     if (walk) {
@@ -591,11 +599,7 @@ std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!wgrad_takes(be, L)) return "";
-    if (autotune_enabled()) {   // the tuner's last choice for the layer, once it has run
-        std::lock_guard<std::mutex> lock(tuned_mu);
-        if (auto it = tuned_entry().find(layer_key("wgrad", L)); it != tuned_entry().end())
-            return it->second + " (tuned)";
-    }
+    if (auto tuned = tuned_name("wgrad", L)) return *tuned;
     return describe(wgrad_plan(L, be.info().multiprocessors));
 }
 
@@ -652,8 +656,8 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
                                             o.beta != 0, g.sr_bits, be.info().name, sms);
         std::pair<Tensor, char*> scratch;   // the timed launches' output and planes, made on a miss
         Tensor planes;
-        const std::string name = tuned_choice(
-            be, key, candidates, [](const WgradPlan& u) { return describe(u); },
+        const WgradPlan* chosen = tuned_choice(
+            be, "wgrad", L, key, candidates, [](const WgradPlan& u) { return describe(u); },
             [&](const WgradPlan& u) {
                 if (!scratch.second) {
                     scratch = scratch_like(ctx, c, L.K, taps, c.s_row, c.s_col, int64_t(dtype_size(grad_F.dtype())));
@@ -664,12 +668,7 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
                 q.gemm.c = scratch.second;
                 launch(u, q, most > 1 ? static_cast<float*>(planes.view().storage->data) : nullptr);
             });
-        for (const WgradPlan& u : candidates)
-            if (describe(u) == name) {
-                w = u;
-                std::lock_guard<std::mutex> lock(tuned_mu);
-                tuned_entry()[layer_key("wgrad", L)] = name;
-            }
+        if (chosen) w = *chosen;
     }
     Tensor slices = planes_for(w.splits);
     if (w.splits > 1) slices.view().storage->written = true;

@@ -296,9 +296,9 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
             const CUresult set = d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic);
             if (set != CUDA_SUCCESS) d.cuModuleUnload(k->module);
             KILN_CHECK_INTERNAL(set != CUDA_ERROR_INVALID_VALUE,
-                                "kernel {} entry {}: {} bytes of static shared memory leave less than the {} bytes "
-                                "of row cache its plans may take (the device's opt-in limit {})",
-                                kernel.name, e, fixed, dynamic, info_.max_shared_optin);
+                                "kernel {} entry {}: the driver refused {} bytes of dynamic shared memory beside "
+                                "its {} bytes of static shared memory (the device's opt-in limit {})",
+                                kernel.name, e, dynamic, fixed, info_.max_shared_optin);
             check(set, "cuFuncSetAttribute");
         }
         k->entries.emplace_back(e, f);
