@@ -37,16 +37,11 @@ int64_t taps_of(const ConvLayer& L) { return L.filter[0] * L.filter[1] * L.filte
 
 // The tile: 128 output positions x BN output channels, as many stages as fit beside it; the
 // 64-wide one with 4 stages, two blocks an SM, so that one's pipeline fill and epilogue overlap
-// the other's multiplies (its tiles are short: 9 k-tiles for 3x3 over 64 channels). Each
-// k-tile brings 128 x 64 patch entries and BN x 64 filter entries from L2 for 128 x BN x 64
-// multiply-adds, so the widest tile the channels fill is chosen, the 256-wide one unless its
-// last wave would leave more than a fifth of the SMs' slots idle.
+// the other's multiplies (its tiles are short: 9 k-tiles for 3x3 over 64 channels).
 struct ConvTile {
     int bn = 0, stages = 0, smem = 0;
     std::string entry;
 };
-
-double wave_use(int64_t blocks, int sms) { return double(blocks) / double((blocks + sms - 1) / sms * sms); }
 
 ConvTile tile_of(const ConvLayer& L, int bn) {
     ConvTile t;
@@ -57,10 +52,47 @@ ConvTile tile_of(const ConvLayer& L, int bn) {
     return t;
 }
 
-ConvTile tile_for(const ConvLayer& L, int sms) {
+// How fprop runs a layer: the tile, and whether a block per SM walks the tiles (conv_walk.cuh)
+// instead of one tile a block.
+struct FpropPlan {
+    ConvTile tile;
+    bool walk = false;
+};
+
+// The plan by a cost model, microseconds: one tile a block takes waves x (k-tiles x a k-tile's
+// time + a fixed cost: the pipeline's fill, the epilogue, the block's start); the walk takes
+// its share of the tiles per SM x (the same, its fixed cost a third: it loads the next tile
+// while storing this one, but its k-tile is slower, with 5 stages instead of 6). The 256-wide
+// tile's k-tile costs less than two 128-wide ones (per multiply it brings 3/4 of the bytes
+// from L2); past the channels a tile's columns cost as much as inside. Where the producer
+// gathers the patches (no TMA), its 128 rows x 128 bytes per k-tile set the pace whatever the
+// width, so the widest tile amortises them best. Fitted to the H200's kernel times on the
+// seeds' layers (k-tiles 9-144, 98-6272 row tiles): within 10% of each. Output channels up to
+// 64 keep the 64-wide tile two blocks an SM.
+FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible) {
+    if (L.K <= 64) return {tile_of(L, 64), false};
     const int64_t tiles_m = (positions_of(L) + 127) / 128;
-    return tile_of(L, L.K <= 64 ? 64 : L.K <= 128 || wave_use(tiles_m * ((L.K + 255) / 256), sms) < 0.8 ? 128 : 256);
+    const int64_t ktiles = (taps_of(L) + 63) / 64;
+    struct Option { int bn; bool walk; double per_ktile, fixed; };
+    const Option options[] = {
+        {128, false, patches_by_tma ? 0.377 : 0.9, 2.8},
+        {256, false, patches_by_tma ? 0.74 : 1.15, 4.2},
+        {128, true, 0.43, 1.26},
+    };
+    FpropPlan best;
+    double best_us = 0;
+    for (const Option& o : options) {
+        if (o.walk && !walk_possible) continue;
+        if (o.bn == 256 && 128 >= L.K) continue;   // half the tile or more past the channels
+        const int64_t blocks = tiles_m * ((L.K + o.bn - 1) / o.bn), rounds = (blocks + sms - 1) / sms;
+        const double us = double(rounds) * (double(ktiles) * o.per_ktile + o.fixed);
+        if (best.tile.bn == 0 || us < best_us) best = {tile_of(L, o.bn), o.walk}, best_us = us;
+    }
+    return best;
 }
+
+// The widest tile fprop_plan may choose (whose stages must fit in shared memory).
+ConvTile tile_for(const ConvLayer& L, int sms) { return fprop_plan(L, sms, true, false).tile; }
 
 // KILN_AUTOTUNE=1 (as for the GEMM): the first call of a problem times the kernels that could
 // run it (one run to warm up, then the median of three, with events) into a scratch output of
@@ -137,9 +169,10 @@ const C* tuned_choice(cuda::CudaBackend& be, const char* op, const ConvLayer& L,
     return chosen(best);
 }
 
-// KILN_CONV_KERNEL: 0 "im2col" (the patch matrix and the GEMM, for A/B runs), 1 "walk" (the
-// fprop walk, conv_walk.cuh, where it applies); unset: kiln's choice. Read at each call.
-std::optional<int> conv_kernel_choice() { return env::choice("KILN_CONV_KERNEL", {"im2col", "walk"}); }
+// KILN_CONV_KERNEL, for A/B runs: 0 "im2col" (the patch matrix and the GEMM), 1 "walk" (the
+// fprop walk, conv_walk.cuh, where it applies), 2 "tile" (fprop one tile a block, never the
+// walk); unset: kiln's choice. Read at each call.
+std::optional<int> conv_kernel_choice() { return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile"}); }
 
 // The walk's tile (conv_walk.cuh): the one-tile kernel's width (64 or 128: the 256-wide
 // accumulators and the walk's state spilled) with fewer stages, its staged results and the
@@ -148,11 +181,11 @@ struct WalkTile {
     int stages = 0, smem = 0;
     std::string entry;
 };
-// Whether fprop walks L: KILN_CONV_KERNEL=walk, a tile 64 or 128 wide, more tiles than SMs. (The
-// launch also needs the patches by TMA, the register epilogue and room for the walk's buffers.)
-bool walks(const ConvLayer& L, const ConvTile& t, int sms) {
+// Whether tile t's walk can run L: more tiles than SMs and a tile 64 or 128 wide (the launch
+// also needs the patches by TMA, the register epilogue and room for the walk's buffers).
+bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms) {
     const int64_t tiles = (positions_of(L) + 127) / 128 * ((L.K + t.bn - 1) / t.bn);
-    return conv_kernel_choice() == 1 && t.bn <= 128 && tiles > sms;
+    return t.bn <= 128 && tiles > sms;
 }
 
 WalkTile walk_for(const ConvLayer& L, const ConvTile& t) {
@@ -377,11 +410,15 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (!takes(be, L)) return "";
     if (auto tuned = tuned_name("fprop", L)) return *tuned;
     const int sms = be.info().multiprocessors;
-    const ConvTile t = tile_for(L, sms);
-    if (!im2col_rank(L, nullptr)) return t.entry;   // (allocations are 16-byte aligned)
-    // (The walk, for a 16-bit output of its own: what the benchmarks store.)
-    if (walks(L, t, sms)) return walk_for(L, t).entry + " (patches by TMA)";
-    return t.entry + " (patches by TMA)";
+    const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
+    // (The walk where a 16-bit output of its own could take it: what the benchmarks store.)
+    const ConvTile narrow = tile_of(L, 128);
+    const bool walk_ok = tma && L.K % 8 == 0 && walk_fits_tiles(L, narrow, sms) &&
+                         walk_for(L, narrow).smem <= be.info().max_shared_optin;
+    FpropPlan plan = fprop_plan(L, sms, tma, walk_ok && conv_kernel_choice() != 2);
+    if (conv_kernel_choice() == 1 && walk_ok && walk_fits_tiles(L, plan.tile, sms)) plan.walk = true;
+    const std::string name = plan.walk ? walk_for(L, plan.tile).entry : plan.tile.entry;
+    return tma ? name + " (patches by TMA)" : name;
 }
 
 namespace {
@@ -413,7 +450,6 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     const int64_t rows = positions_of(L);
     const int64_t taps = taps_of(L);
     const int sms = be.info().multiprocessors;
-    ConvTile t = tile_for(L, sms);
 
     ConvParams p{};
     GemmParams& g = p.gemm;
@@ -436,10 +472,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     if (p.im2col_rank) map_a = im2col_map(L, p.image, p.im2col_rank);
     // The walk (conv_walk.cuh): a block per SM running ahead across its tiles, where there are
     // more tiles than SMs, the patches come by TMA, the register epilogue stores (no histogram)
-    // and its buffers fit. KILN_CONV_KERNEL=walk or the tuner chooses it.
+    // and its buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
     auto walk_runs = [&](const ConvTile& u, const GemmParams& h) {
-        const int64_t tiles = int64_t(h.tiles_m) * ((L.K + u.bn - 1) / u.bn);
-        return u.bn <= 128 && tiles > sms && p.im2col_rank && rows_of_16_bytes(h) && !(h.flags & kHist) &&
+        return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(h) && !(h.flags & kHist) &&
                walk_for(L, u).smem <= be.info().max_shared_optin;
     };
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
@@ -462,7 +497,13 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                                   {.programmatic = be.programmatic_launches()});
         }
     };
-    bool walk = conv_kernel_choice() == 1 && walk_runs(t, g);
+    // The cost model's plan (fprop_plan), the walk only where it can run (and not where the
+    // one-tile kernel would count a histogram as it stores); KILN_CONV_KERNEL=walk walks the
+    // plan's tile wherever that can, =tile never.
+    const FpropPlan plan =
+        fprop_plan(L, sms, p.im2col_rank != 0, !count && conv_kernel_choice() != 2 && walk_runs(tile_of(L, 128), g));
+    ConvTile t = plan.tile;
+    bool walk = plan.walk || (conv_kernel_choice() == 1 && walk_runs(t, g));
     if (autotune_enabled() && !count && !conv_kernel_choice()) {
         std::vector<FpropChoice> candidates;
         for (int bn : {64, 128, 256}) {
@@ -523,7 +564,8 @@ namespace {
 // The weight gradient's tile and split. The product is taps x K over the rows, split into
 // slices so that the blocks fill the SMs: for each tile width the channels fill and each split
 // count, the time is modelled as waves x k-tiles per block x a k-tile's multiply (proportional
-// to the width, the 64-wide one as 96 since it moves as much A per multiply), plus a fixed cost
+// to the width, the 64-wide one as 96 since it moves as much A per multiply, the 256-wide one
+// as 0.85 x 256 since per multiply it brings 3/4 of the 128-wide one's bytes), plus a fixed cost
 // per wave (filling the pipeline, the epilogue), plus, split, the float32 planes written and
 // read back by the reduction; the cheapest wins. Few slices of a large output (ResNet's
 // 512-channel layers) lose to the planes' traffic; many slices of a small one fill the GPU.
@@ -559,7 +601,8 @@ WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn = 0) {
         const int64_t tiles = (taps + 127) / 128 * ((L.K + bn - 1) / bn);
         for (int64_t splits = 1; splits <= std::min<int64_t>(ktiles, 64); ++splits) {
             const int64_t blocks = tiles * splits, waves = (blocks + sms - 1) / sms, per = (ktiles + splits - 1) / splits;
-            double us = double(waves) * (double(per) * kTileUs * std::max(bn, 96) / 128.0 + kWaveUs);
+            const double width = bn == 256 ? 0.85 * 256 : std::max(bn, 96);
+            double us = double(waves) * (double(per) * kTileUs * width / 128.0 + kWaveUs);
             if (splits > 1) us += double(splits) * double(taps * L.K) * 8.0 / kBytesPerUs + 3.0;
             if (best.bn == 0 || us < best_us) best.bn = bn, best.splits = int(splits), best_us = us;
         }

@@ -262,11 +262,12 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             CHECK(agree(gpu, cpu, D.output_shape(), dt,
                         [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
         }
-    // Enough 256-wide tiles to fill the SMs' slots: against im2col and the GEMM on the GPU (the
-    // CPU would take minutes).
+    // Layers the cost model gives the 256-wide tile (long enough k-loops by TMA, or gathered
+    // patches; output channels filling the last tile to 248 of 256): against im2col and the GEMM
+    // on the GPU (the CPU would take minutes).
     for (DType dt : {DType::Float16, DType::BFloat16})
-        for (int64_t C : {40, 64}) {
-            const ConvLayer L = conv_layer(dt, 32, C, 520, {1, 32, 32}, {1, 3, 3}, {0, 1, 1});
+        for (int64_t C : {40, 256}) {
+            const ConvLayer L = conv_layer(dt, 32, C, 504, {1, 32, 32}, {1, 3, 3}, {0, 1, 1});
             INFO(L.str());
             CHECK(gemm::conv_fprop_kernel(gpu, L).find("_256_") != std::string::npos);
             const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed);
@@ -283,12 +284,14 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             CHECK(count_off(Og, Oi, Om, dt) == 0);
         }
     // More tiles than SMs: the walk (KILN_CONV_KERNEL=walk: a block per SM across its tiles), 64
-    // and 128 wide, with a bias and ReLU reloaded per tile, against the one-tile kernel and
-    // against im2col and the GEMM.
+    // and 128 wide, with a bias and ReLU reloaded per tile, against the one-tile kernel
+    // (KILN_CONV_KERNEL=tile) and against im2col and the GEMM.
     for (DType dt : {DType::Float16, DType::BFloat16})
         for (int64_t K : {64, 128, 72}) {
             const ConvLayer L = conv_layer(dt, 48, 64, K, {1, 28, 28}, {1, 3, 3}, {0, 1, 1});
             INFO(L.str());
+            // Wider than 64 channels, 9 k-tiles a tile and 3 tiles an SM: the cost model walks.
+            CHECK((gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0) == (K > 64));
             setenv("KILN_CONV_KERNEL", "walk", 1);
             CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
             const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
@@ -298,7 +301,8 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             Tensor Ow = gpu.empty(L.output_shape(), dt), Ot = gpu.empty(L.output_shape(), dt),
                    Oi = gpu.empty(L.output_shape(), dt), Om = gpu.empty(L.output_shape(), DType::Float32);
             fprop_conv(L, I.gpu, F.gpu, Ow, o);
-            unsetenv("KILN_CONV_KERNEL");
+            setenv("KILN_CONV_KERNEL", "tile", 1);
+            CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == std::string::npos);
             fprop_conv(L, I.gpu, F.gpu, Ot, o);
             setenv("KILN_CONV_KERNEL", "im2col", 1);
             fprop_conv(L, I.gpu, F.gpu, Oi, o);
