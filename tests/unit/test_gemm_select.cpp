@@ -223,6 +223,26 @@ TEST_CASE("gemm selector: tiles by occupancy, narrow tiles for narrow products, 
         if (variant == 2) no.a_kmajor = false;
         for (const GemmKernel& k : gemm_candidates(no)) CHECK(k.path != GemmPath::Wgmma);
     }
+    // Products of one k-tile over many waves (a first convolution layer's patches times its
+    // filter, 1x1 convolutions over 64 channels): the one-tile kernels' fixed cost each wave
+    // (pipeline fill, epilogue, a block's start) outweighs the 256-wide persistent tile's empty
+    // columns, most of all through the general epilogue of a float32 C; a few k-tiles more and
+    // the narrow one-tile kernel is back.
+    pr = h100(3211264, 64, 27, kF16);
+    pr.b_kmajor = pr.plain_epilogue = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kk_256_c2_s4_p");
+    pr.k = 64, pr.m = 802816;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kk_256_c2_s4_p");
+    pr.k = 363, pr.m = 387200;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kk_64_c2_s8");
+    pr = h100(802816, 64, 256, kF16);
+    pr.plain_epilogue = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kt_64_c2_s8");
+    pr = h100(3211264, 27, 64, kF16);
+    pr.plain_epilogue = pr.c_f32 = true;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kt_256_c2_s4_pf");
+    pr.m = 387200, pr.n = 363;
+    CHECK(select_gemm(pr).entry == "kiln_gemm_wg_f16_kt_256_c2_s4_pf");
     // Candidates are ordered by path, then by the estimate.
     const auto all = gemm_candidates(h100(2000, 3000, 500, kF16));
     for (size_t i = 1; i < all.size(); ++i)
