@@ -107,7 +107,7 @@ int cluster_splits_for(const GemmProblem& pr, int bm, int bn, int bk) {
 constexpr double kWaveFixedUs = 2.7, kWaveFixedGeneralUs = 8.5;
 constexpr double kPersistentTileUs = 1.8, kPersistentTileF32Us = 4.3;
 
-// Rule 2's estimate, microseconds: the flops (k in whole k-tiles) at the tile's rate, scaled by
+// Rule 2's estimate, microseconds: the flops (k in whole k-tiles on wgmma) at the tile's rate, scaled by
 // the fraction of the launched tile area inside C and by how evenly the blocks fill the SMs'
 // waves (one block per SM at a time for these tile sizes), plus the wgmma kernels' fixed
 // costs, plus a split's. Global slices: a second launch (~3 us) and the slices' float32 sums
@@ -119,7 +119,8 @@ double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     const double fill = double(blocks) / double(waves * pr.sms);
     const double inside = double(pr.m * pr.n) / double(tm * k.bm * tn * k.bn);
     const double peak = pr.dtype == kF32 ? 350e12 : 700e12;
-    const int64_t k_padded = (pr.k + k.bk - 1) / k.bk * k.bk;
+    // (The wgmma kernels' k-tiles; the FMA kernels' steps are too short to count.)
+    const int64_t k_padded = k.path == GemmPath::Wgmma ? (pr.k + k.bk - 1) / k.bk * k.bk : pr.k;
     const double flops = 2.0 * double(pr.m) * double(pr.n) * double(k_padded) * double(pr.batch);
     if (blocks < 2 * pr.sms) rate *= k.lone_block_rate;
     if (blocks > pr.sms) rate *= k.waves_rate;

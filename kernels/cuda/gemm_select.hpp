@@ -33,7 +33,7 @@
 //     with alpha, bias, ReLU and bsum (no beta, no stochastic rounding). Its rate is 1.02 of
 //     the one-tile-per-block kernel's: its tensor cores do not stop for each tile's epilogue
 //     and the next tile's first loads.
-//     The estimate is a time: the product's flops (k in whole k-tiles) at the tile's rate times
+//     The estimate is a time: the product's flops (k in whole k-tiles on wgmma) at the tile's rate times
 //     fill times the inside fraction (peak 700 TFLOP/s for 16-bit operands, 350 for float32),
 //     plus the wgmma kernels' fixed costs: a one-tile kernel's per wave (pipeline fill,
 //     epilogue, a block's start; more through the general epilogue), the persistent kernel's per
