@@ -65,8 +65,8 @@ struct FpropPlan {
 // while storing this one, but its k-tile is slower, with 5 stages instead of 6). The 256-wide
 // tile's k-tile costs less than two 128-wide ones (per multiply it brings 3/4 of the bytes
 // from L2); past the channels a tile's columns cost as much as inside. Where the producer
-// gathers the patches (no TMA), its 128 rows x 128 bytes per k-tile set the pace whatever the
-// width, so the widest tile amortises them best. Fitted to the H200's kernel times on the
+// gathers the patches (no TMA), its 128 rows x 128 bytes per k-tile set the pace: a 256-wide
+// k-tile costs only a quarter more than a 128-wide one. Fitted to the H200's kernel times on the
 // seeds' layers (k-tiles 9-144, 98-6272 row tiles): within 10% of each. Output channels up to
 // 64 keep the 64-wide tile two blocks an SM.
 FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible) {
@@ -91,8 +91,9 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
     return best;
 }
 
-// The widest tile fprop_plan may choose (whose stages must fit in shared memory).
-ConvTile tile_for(const ConvLayer& L, int sms) { return fprop_plan(L, sms, true, false).tile; }
+// The widest one-tile kernel fprop_plan may choose for L (whose stages must fit in shared
+// memory; the walk's buffers are checked where it would run).
+ConvTile widest_tile(const ConvLayer& L) { return tile_of(L, L.K <= 64 ? 64 : L.K <= 128 ? 128 : 256); }
 
 // KILN_AUTOTUNE=1 (as for the GEMM): the first call of a problem times the kernels that could
 // run it (one run to warm up, then the median of three, with events) into a scratch output of
@@ -221,7 +222,7 @@ bool takes(cuda::CudaBackend& be, const ConvLayer& L) {
     const int64_t taps = taps_of(L);
     const int64_t image = L.image[0] * L.image[1] * L.image[2] * L.C;
     return fits_32_bits(rows + 128) && fits_32_bits(taps + 64) && fits_32_bits(image) && fits_32_bits(L.K) &&
-           tile_for(L, be.info().multiprocessors).smem <= be.info().max_shared_optin;
+           widest_tile(L).smem <= be.info().max_shared_optin;
 }
 
 // The rank of the TMA im2col descriptor that can bring L's patches (sm90/conv_fprop.cuh), or 0
@@ -411,10 +412,11 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (auto tuned = tuned_name("fprop", L)) return *tuned;
     const int sms = be.info().multiprocessors;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
-    // (The walk where a 16-bit output of its own could take it: what the benchmarks store.)
+    // (The walk where an output of the layer's dtype of its own, without beta, could take it:
+    // what the benchmarks store. Stochastic rounding is the context's.)
     const ConvTile narrow = tile_of(L, 128);
-    const bool walk_ok = tma && L.K % 8 == 0 && walk_fits_tiles(L, narrow, sms) &&
-                         walk_for(L, narrow).smem <= be.info().max_shared_optin;
+    const bool walk_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0 &&
+                         walk_fits_tiles(L, narrow, sms) && walk_for(L, narrow).smem <= be.info().max_shared_optin;
     FpropPlan plan = fprop_plan(L, sms, tma, walk_ok && conv_kernel_choice() != 2);
     if (conv_kernel_choice() == 1 && walk_ok && walk_fits_tiles(L, plan.tile, sms)) plan.walk = true;
     const std::string name = plan.walk ? walk_for(L, plan.tile).entry : plan.tile.entry;
@@ -497,11 +499,10 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                                   {.programmatic = be.programmatic_launches()});
         }
     };
-    // The cost model's plan (fprop_plan), the walk only where it can run (and not where the
-    // one-tile kernel would count a histogram as it stores); KILN_CONV_KERNEL=walk walks the
-    // plan's tile wherever that can, =tile never.
+    // The cost model's plan (fprop_plan), the walk only where it can run; KILN_CONV_KERNEL=walk
+    // walks the plan's tile wherever that can (up to 128 wide), =tile never.
     const FpropPlan plan =
-        fprop_plan(L, sms, p.im2col_rank != 0, !count && conv_kernel_choice() != 2 && walk_runs(tile_of(L, 128), g));
+        fprop_plan(L, sms, p.im2col_rank != 0, conv_kernel_choice() != 2 && walk_runs(tile_of(L, 128), g));
     ConvTile t = plan.tile;
     bool walk = plan.walk || (conv_kernel_choice() == 1 && walk_runs(t, g));
     if (autotune_enabled() && !count && !conv_kernel_choice()) {

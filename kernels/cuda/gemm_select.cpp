@@ -98,19 +98,22 @@ int cluster_splits_for(const GemmProblem& pr, int bm, int bn, int bk) {
     return best;
 }
 
-// Rule 2's fixed costs of the wgmma kernels, microseconds, fitted to the H200's kernel times of
-// products of 1-6 k-tiles (first convolution layers' and 1x1 convolutions' GEMMs): a one-tile
-// block's pipeline fill, epilogue and start, each wave, with the 16-bit register epilogue, and
-// with the general one (float32 staged through shared memory: float32 C, beta, stochastic
-// rounding); the persistent kernel's per tile, which its producer's running ahead leaves to
-// the epilogue's stores, 16-bit and float32.
+// Rule 2's fixed costs of the wgmma kernels on short k-loops, microseconds, fitted to the H200's
+// kernel times of products of 1-6 k-tiles (first convolution layers' and 1x1 convolutions'
+// GEMMs): a one-tile block's pipeline fill, epilogue and start, each wave, with the 16-bit
+// register epilogue, and with the general one (float32 staged through shared memory: float32
+// C, beta, stochastic rounding); the persistent kernel's per tile, which its producer's running
+// ahead leaves to the epilogue's stores, 16-bit and float32. Charged up to kShortLoopKTiles
+// k-tiles: the tile rates were fitted on long k-loops, which fold these costs in.
 constexpr double kWaveFixedUs = 2.7, kWaveFixedGeneralUs = 8.5;
 constexpr double kPersistentTileUs = 1.8, kPersistentTileF32Us = 4.3;
+constexpr int64_t kShortLoopKTiles = 8;
+constexpr int kSmemPerSm = 228 * 1024;   // sm_90's shared memory per SM
 
 // Rule 2's estimate, microseconds: the flops (k in whole k-tiles on wgmma) at the tile's rate, scaled by
 // the fraction of the launched tile area inside C and by how evenly the blocks fill the SMs'
 // waves (one block per SM at a time for these tile sizes), plus the wgmma kernels' fixed
-// costs, plus a split's. Global slices: a second launch (~3 us) and the slices' float32 sums
+// costs on short k-loops, plus a split's. Global slices: a second launch (~3 us) and the slices' float32 sums
 // written and read at 3 TB/s.
 double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     const int64_t tm = (pr.m + k.bm - 1) / k.bm, tn = (pr.n + k.bn - 1) / k.bn;
@@ -125,10 +128,13 @@ double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     if (blocks < 2 * pr.sms) rate *= k.lone_block_rate;
     if (blocks > pr.sms) rate *= k.waves_rate;
     double us = 1e6 * flops / (rate * fill * inside * peak);
-    if (k.path == GemmPath::Wgmma) {
+    if (k.path == GemmPath::Wgmma && (pr.k + k.bk - 1) / k.bk <= kShortLoopKTiles) {
+        // (The blocks an SM holds at once, as its shared memory allows: two of the 64 x 16 tile.)
+        const int64_t per_sm = std::max<int64_t>(1, kSmemPerSm / std::max(k.smem, 1));
+        const double rounds = double((blocks + pr.sms * per_sm - 1) / (pr.sms * per_sm));
         const bool general = pr.c_f32 || !pr.plain_epilogue;
-        us += k.persistent ? double(waves) * (pr.c_f32 ? kPersistentTileF32Us : kPersistentTileUs)
-                           : double(waves) * (general ? kWaveFixedGeneralUs : kWaveFixedUs);
+        us += k.persistent ? rounds * (pr.c_f32 ? kPersistentTileF32Us : kPersistentTileUs)
+                           : rounds * (general ? kWaveFixedGeneralUs : kWaveFixedUs);
     }
     if (k.splits > 1 && k.cluster_k) us += cluster_split_us(pr, k.bm, k.bn);
     // bsum over a row of several tiles: unsplit one-tile kernels add the row in one cluster

@@ -35,7 +35,8 @@
 //     and the next tile's first loads.
 //     The estimate is a time: the product's flops (k in whole k-tiles on wgmma) at the tile's rate times
 //     fill times the inside fraction (peak 700 TFLOP/s for 16-bit operands, 350 for float32),
-//     plus the wgmma kernels' fixed costs: a one-tile kernel's per wave (pipeline fill,
+//     plus, on k-loops of at most 8 k-tiles (the rates were fitted on long ones, which fold
+//     these in), the wgmma kernels' fixed costs: a one-tile kernel's per wave (pipeline fill,
 //     epilogue, a block's start; more through the general epilogue), the persistent kernel's per
 //     tile (smaller: its producer runs ahead across tiles), which send products of a k-tile or
 //     two over many waves (a first convolution layer's, a 1x1 convolution's over 64 channels) to

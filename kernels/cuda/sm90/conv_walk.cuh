@@ -6,7 +6,7 @@
 // The results are staged for their stores in a buffer of their own past the stages (the
 // register epilogue, store_tile_16bit), since the stages are being refilled meanwhile: 16-bit
 // output whose rows are 16 bytes apart, without beta or stochastic rounding (the host checks).
-// Chosen only with KILN_CONV_KERNEL=walk until measured against the one-tile kernel.
+// Chosen by the host's cost model (conv_cuda.cpp, fprop_plan), KILN_CONV_KERNEL=walk or the tuner.
 #pragma once
 #include "kernels/cuda/sm90/conv_fprop.cuh"
 
