@@ -304,6 +304,32 @@ std::optional<ConvLayer> implicit_dgrad(const ConvLayer& L) {
     return dgrad_as_conv(L);
 }
 
+#ifdef KILN_HAVE_GEMM_KERNELS
+// A layer whose channels are not a multiple of 8 (a first layer's 3), which the implicit-GEMM
+// kernel cannot take (its producer gathers 16-byte chunks of 8 channels of one tap), as the
+// same layer over its channels padded with zeros to the next multiple of 8, where the kernel
+// takes that and the padding at most multiplies the taps by 8/3 (3 channels up). The padded
+// image costs one copy (8/3 of the image written); the patch matrix it replaces is T x R x S
+// times the image, written and read back (ResNet-50's 7x7 first layer: 49 times).
+std::optional<ConvLayer> channels_padded(Context& ctx, const ConvLayer& L) {
+    const int64_t c8 = (L.C + 7) / 8 * 8;
+    if (c8 == L.C || 3 * c8 > 8 * L.C) return std::nullopt;
+    ConvLayer P = conv_layer(L.dtype, L.N, c8, L.K, L.image, L.filter, L.pad, L.stride, L.dilation);
+    if (P.output != L.output || gemm::conv_fprop_kernel(ctx, P).empty()) return std::nullopt;
+    return P;
+}
+
+// x (n, D, H, W, C) with its channels padded with zeros to c.
+Tensor with_channels(const Tensor& x, int64_t c) {
+    Shape s = x.shape();
+    const int64_t have = s[4];
+    s[4] = c;
+    Tensor padded = x.context().zeros(s, x.dtype());
+    padded.slice({Slice::all(), Slice::all(), Slice::all(), Slice::all(), Slice::range(0, have)}).assign(x.expr());
+    return padded;
+}
+#endif
+
 // out = epilogue(A . B): the GEMM's own epilogue (alpha, bias, ReLU, beta) when it is the
 // convolution's, else the product in float32 and the JIT epilogue. bsum sums the output's
 // columns (its channels), which the GEMM's per-row sums are not: a JIT reduction after it.
@@ -424,6 +450,14 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
             return gemm::conv_fprop_implicit(L, I5, F, C, d, count, &counted);
         }))
         return;
+    // Channels not a multiple of 8: the kernel over the image and filter padded with zeros.
+    if (auto P = on_gpu(I5) && !pointwise(g) ? channels_padded(I5.context(), L) : std::nullopt) {
+        const Tensor I8 = with_channels(I5, P->C), F8 = with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P->C);
+        if (product_with(out, o, g.rows(), g.K, named, [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
+                return gemm::conv_fprop_implicit(*P, I8, F8, C, d, count, &counted);
+            }))
+            return;
+    }
 #endif
     product(columns(g, L, I5), matrix_of(F, g.K, g.taps()).T(), out, o, g.K, named);
 }
@@ -740,6 +774,8 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         const bool forward = (op == "fprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
         if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
+        if (auto P = forward && !pointwise(g) ? channels_padded(ctx, L) : std::nullopt)
+            return fmt::format("implicit-gemm {} (channels padded to {})", gemm::conv_fprop_kernel(ctx, *P), P->C);
         // A strided gradient by phase: the kernel of its largest phase.
         if (auto phases = !forward ? implicit_phases(ctx, L) : std::nullopt) {
             const DgradPhase* largest = nullptr;

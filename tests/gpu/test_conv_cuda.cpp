@@ -324,9 +324,51 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
         CHECK(agree(gpu, cpu, L.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(L, I.*side, F.*side, o); }) == 0);
         CHECK(agree(gpu, cpu, L.filter_shape(), dt, [&](Tensor& o, Side side) { update_conv(L, I.*side, E.*side, o); }) == 0);
     }
-    // A 3-channel first layer and float32 go through im2col and the GEMM.
+    // The kernel itself takes neither a 3-channel first layer nor float32.
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float16, 2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3})).empty());
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float32, 2, 16, 16, {1, 8, 8}, {1, 3, 3}, {0, 1, 1})).empty());
+    CHECK(conv_kernel(gpu, conv_layer(DType::Float32, 2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3}), "fprop") == "im2col+gemm");
+    // Channels not a multiple of 8 (first layers): fprop pads them with zeros to the next
+    // multiple of 8 and runs the kernel (3 and 5 to 8, 12 to 16); 2 channels (4 times the taps)
+    // keep im2col and the GEMM. Strided 7x7 and 11x11 windows, every epilogue and bsum, both
+    // output dtypes, against the CPU.
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (int64_t C : {3, 5, 12, 2}) {
+            const bool wide = C == 5;
+            const ConvLayer L = wide ? conv_layer(dt, 2, C, 96, {1, 45, 47}, {1, 11, 11}, {0, 2, 0}, {1, 4, 4})
+                                     : conv_layer(dt, 3, C, 64, {1, 29, 30}, {1, 7, 7}, {0, 3, 2}, {1, 2, 2});
+            INFO(L.str());
+            const std::string path = conv_kernel(gpu, L, "fprop");
+            CHECK((path.find(std::string("(channels padded to ") + (C == 12 ? "16)" : "8)")) != std::string::npos) == (C != 2));
+            CHECK((path == "im2col+gemm") == (C == 2));
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed);
+            Tensor Om = cpu.empty(L.output_shape(), DType::Float32);
+            fprop_conv(L, I.abs, F.abs, Om);
+            const Tensor mag = cpu.eval(Om.expr() * 2.0 + absolute(X.cpu.expr()) + 1.0);
+            for (DType out : {dt, DType::Float32})
+                for (int variant = 0; variant < 3; ++variant) {
+                    INFO("output " << dtype_name(out) << ", variant " << variant);
+                    ConvOptions og, oc;
+                    og.alpha = oc.alpha = variant == 1 ? 0.75 : 1.0;
+                    og.beta = oc.beta = variant == 2 ? -0.5 : 0.0;
+                    og.relu = oc.relu = variant >= 1;
+                    og.slope = oc.slope = variant == 2 ? 0.25 : 0.0;
+                    if (variant >= 1) og.bias = B.gpu, oc.bias = B.cpu;
+                    Tensor bg = gpu.empty({L.K}, DType::Float32), bc = cpu.empty({L.K}, DType::Float32);
+                    if (variant == 1) og.bsum = bg, oc.bsum = bc;
+                    Tensor Og = gpu.eval(cast(gpu.array(X.cpu.to_vector<float>(), L.output_shape(), dt).expr(), out));
+                    Tensor Oc = cpu.eval(cast(X.cpu.expr(), out));
+                    fprop_conv(L, I.gpu, F.gpu, Og, og);
+                    fprop_conv(L, I.cpu, F.cpu, Oc, oc);
+                    CHECK(count_off(Og, Oc, mag, out) == 0);
+                    if (variant == 1) {
+                        const Tensor bmag = cpu.eval(
+                            reshape(sum(absolute(reshape(Oc.expr(), {numel(L.output_shape()) / L.K, L.K})), 0), {L.K}));
+                        CHECK(count_off(bg, bc, bmag, DType::Float32, 2 * ulp(out) + 1e-5) == 0);
+                    }
+                }
+        }
 }
 
 TEST_CASE("gpu conv: the implicit weight gradient on sm_90: taps past the tile, K tails, splits, alpha and beta, float32 output, 1D, 2D, 3D, deconvolution") {
