@@ -314,8 +314,10 @@ std::optional<ConvLayer> implicit_dgrad(const ConvLayer& L) {
 std::optional<ConvLayer> channels_padded(Context& ctx, const ConvLayer& L) {
     const int64_t c8 = (L.C + 7) / 8 * 8;
     if (c8 == L.C || 3 * c8 > 8 * L.C) return std::nullopt;
-    ConvLayer P = conv_layer(L.dtype, L.N, c8, L.K, L.image, L.filter, L.pad, L.stride, L.dilation);
-    if (P.output != L.output || gemm::conv_fprop_kernel(ctx, P).empty()) return std::nullopt;
+    ConvLayer P = L;   // (the convolution forward() runs: a deconvolution's is its bprop)
+    P.C = c8;
+    P.deconv = false;
+    if (gemm::conv_fprop_kernel(ctx, P).empty()) return std::nullopt;
     return P;
 }
 
