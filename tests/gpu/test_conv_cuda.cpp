@@ -368,6 +368,25 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
                         CHECK(count_off(bg, bc, bmag, DType::Float32, 2 * ulp(out) + 1e-5) == 0);
                     }
                 }
+            // brelu with X (the float32 product and the JIT epilogue), and a deconvolution's bprop
+            // (the convolution forward() runs) from a strided view of the image.
+            ConvOptions og, oc;
+            og.brelu = oc.brelu = true, og.slope = oc.slope = 0.1;
+            og.X = X.gpu, oc.X = X.cpu;
+            CHECK(agree(gpu, cpu, L.output_shape(), dt, [&](Tensor& o, Side side) {
+                      fprop_conv(L, I.*side, F.*side, o, side == &Pair::gpu ? og : side == &Pair::cpu ? oc : ConvOptions{});
+                  }) == 0);
+            const ConvLayer D = deconv_layer(dt, L.N, C, L.K, L.output, L.filter, L.pad, L.stride);
+            if (C != 2) CHECK(conv_kernel(gpu, D, "bprop").find("(channels padded to ") != std::string::npos);
+            Shape wide_e = D.output_shape();   // (the deconvolution's output: its bprop's E)
+            wide_e.back() = 2 * C;
+            const Pair W = pair(gpu, cpu, wide_e, dt, ++seed);
+            auto every_other = [&](const Tensor& t) {
+                return t.slice({Slice::all(), Slice::all(), Slice::all(), Slice::range(0, 2 * C, 2)});
+            };
+            CHECK(agree(gpu, cpu, D.input_shape(), dt, [&](Tensor& o, Side side) {
+                      bprop_conv(D, F.*side, every_other(W.*side), o);
+                  }) == 0);
         }
 }
 
