@@ -18,7 +18,6 @@
 #include "runtime/cache/disk_cache.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -69,29 +68,25 @@ struct FpropPlan {
 // gathers the patches (no TMA), its 128 rows x 128 bytes per k-tile set the pace: a 256-wide
 // k-tile costs only a quarter more than a 128-wide one. Fitted to the H200's kernel times on the
 // seeds' layers (k-tiles 9-144, 98-6272 row tiles): within 10% of each. Output channels up to
-// 64 keep the 64-wide tile. It runs two blocks an SM: its rounds, of two blocks' k-tiles and
-// one fixed cost, are counted in fractions (a last round's lone blocks have their SM to
-// themselves), and with patches by TMA it wins where 128-wide tiles leave a last round mostly
-// idle (AlexNet's conv3 bprop, 192 channels over 507 tiles: 0.070 ms against 0.086).
+// 64 keep the 64-wide tile two blocks an SM.
 FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible) {
     if (L.K <= 64) return {tile_of(L, 64), false};
     const int64_t tiles_m = (positions_of(L) + 127) / 128;
     const int64_t ktiles = (taps_of(L) + 63) / 64;
-    const double pairs = double(tiles_m * ((L.K + 63) / 64)) / double(2 * sms);
-    FpropPlan best{tile_of(L, 64), false};
-    double best_us = patches_by_tma ? pairs * (double(ktiles) * 0.6 + 2.7) : std::numeric_limits<double>::infinity();
     struct Option { int bn; bool walk; double per_ktile, fixed; };
     const Option options[] = {
         {128, false, patches_by_tma ? 0.377 : 0.9, 2.8},
         {256, false, patches_by_tma ? 0.74 : 1.15, 4.2},
         {128, true, 0.43, 1.26},
     };
+    FpropPlan best;
+    double best_us = 0;
     for (const Option& o : options) {
         if (o.walk && !walk_possible) continue;
         if (o.bn == 256 && 128 >= L.K) continue;   // half the tile or more past the channels
         const int64_t blocks = tiles_m * ((L.K + o.bn - 1) / o.bn), rounds = (blocks + sms - 1) / sms;
         const double us = double(rounds) * (double(ktiles) * o.per_ktile + o.fixed);
-        if (us < best_us) best = {tile_of(L, o.bn), o.walk}, best_us = us;
+        if (best.tile.bn == 0 || us < best_us) best = {tile_of(L, o.bn), o.walk}, best_us = us;
     }
     return best;
 }
