@@ -89,6 +89,40 @@ int64_t agree(Context& gpu, Context& cpu, const Shape& shape, DType out, Op&& op
     return count_off(g, c, m, out);
 }
 
+// fprop of L (I into an output first holding X, B a bias) on the GPU against the CPU, into
+// L's dtype and float32: plain; alpha, bias and ReLU (with bsum where `bsum`); beta, bias and
+// leaky ReLU.
+void check_fprop_epilogues(Context& gpu, Context& cpu, const ConvLayer& L, const Pair& I, const Pair& F, const Pair& X,
+                           const Pair& B, bool bsum) {
+    const DType dt = L.dtype;
+    Tensor Om = cpu.empty(L.output_shape(), DType::Float32);
+    fprop_conv(L, I.abs, F.abs, Om);
+    const Tensor mag = cpu.eval(Om.expr() * 2.0 + absolute(X.cpu.expr()) + 1.0);
+    for (DType out : {dt, DType::Float32})
+        for (int variant = 0; variant < 3; ++variant) {
+            INFO("output " << dtype_name(out) << ", variant " << variant);
+            ConvOptions og, oc;
+            og.alpha = oc.alpha = variant == 1 ? 0.75 : 1.0;
+            og.beta = oc.beta = variant == 2 ? -0.5 : 0.0;
+            og.relu = oc.relu = variant >= 1;
+            og.slope = oc.slope = variant == 2 ? 0.25 : 0.0;
+            if (variant >= 1) og.bias = B.gpu, oc.bias = B.cpu;
+            const bool sums = bsum && variant == 1;
+            Tensor bg = gpu.empty({L.K}, DType::Float32), bc = cpu.empty({L.K}, DType::Float32);
+            if (sums) og.bsum = bg, oc.bsum = bc;
+            Tensor Og = gpu.eval(cast(gpu.array(X.cpu.to_vector<float>(), L.output_shape(), dt).expr(), out));
+            Tensor Oc = cpu.eval(cast(X.cpu.expr(), out));
+            fprop_conv(L, I.gpu, F.gpu, Og, og);
+            fprop_conv(L, I.cpu, F.cpu, Oc, oc);
+            CHECK(count_off(Og, Oc, mag, out) == 0);
+            if (sums) {   // (the sums add the outputs as stored)
+                const Tensor bmag =
+                    cpu.eval(reshape(sum(absolute(reshape(Oc.expr(), {numel(L.output_shape()) / L.K, L.K})), 0), {L.K}));
+                CHECK(count_off(bg, bc, bmag, DType::Float32, 2 * ulp(out) + 1e-5) == 0);
+            }
+        }
+}
+
 } // namespace
 
 TEST_CASE("gpu conv: fprop, bprop and update match the CPU path; 1D, 2D, 3D; pad, stride, dilation; every dtype") {
@@ -190,24 +224,7 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             CHECK((gemm::conv_fprop_kernel(gpu, L).find("(patches by TMA)") != std::string::npos) == tma);
             const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
                        X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {c.K}, dt, ++seed);
-            Tensor Om = cpu.empty(L.output_shape(), DType::Float32);
-            fprop_conv(L, I.abs, F.abs, Om);
-            const Tensor mag = cpu.eval(Om.expr() * 2.0 + absolute(X.cpu.expr()) + 1.0);
-            for (DType out : {dt, DType::Float32})
-                for (int variant = 0; variant < 3; ++variant) {
-                    INFO("output " << dtype_name(out) << ", variant " << variant);
-                    ConvOptions og, oc;
-                    og.alpha = oc.alpha = variant == 1 ? 0.75 : 1.0;
-                    og.beta = oc.beta = variant == 2 ? -0.5 : 0.0;
-                    og.relu = oc.relu = variant >= 1;
-                    og.slope = oc.slope = variant == 2 ? 0.25 : 0.0;
-                    if (variant >= 1) og.bias = B.gpu, oc.bias = B.cpu;
-                    Tensor Og = gpu.eval(cast(gpu.array(X.cpu.to_vector<float>(), L.output_shape(), dt).expr(), out));
-                    Tensor Oc = cpu.eval(cast(X.cpu.expr(), out));
-                    fprop_conv(L, I.gpu, F.gpu, Og, og);
-                    fprop_conv(L, I.cpu, F.cpu, Oc, oc);
-                    CHECK(count_off(Og, Oc, mag, out) == 0);
-                }
+            check_fprop_epilogues(gpu, cpu, L, I, F, X, B, false);
         }
     // bprop: with stride 1 the implicit kernel's convolution of E with the flipped filter (C
     // output channels, at least 32 of them); strided, a stride-1 convolution per phase of the
@@ -343,31 +360,7 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             CHECK((path == "im2col+gemm") == (C == 2));
             const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
                        X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed);
-            Tensor Om = cpu.empty(L.output_shape(), DType::Float32);
-            fprop_conv(L, I.abs, F.abs, Om);
-            const Tensor mag = cpu.eval(Om.expr() * 2.0 + absolute(X.cpu.expr()) + 1.0);
-            for (DType out : {dt, DType::Float32})
-                for (int variant = 0; variant < 3; ++variant) {
-                    INFO("output " << dtype_name(out) << ", variant " << variant);
-                    ConvOptions og, oc;
-                    og.alpha = oc.alpha = variant == 1 ? 0.75 : 1.0;
-                    og.beta = oc.beta = variant == 2 ? -0.5 : 0.0;
-                    og.relu = oc.relu = variant >= 1;
-                    og.slope = oc.slope = variant == 2 ? 0.25 : 0.0;
-                    if (variant >= 1) og.bias = B.gpu, oc.bias = B.cpu;
-                    Tensor bg = gpu.empty({L.K}, DType::Float32), bc = cpu.empty({L.K}, DType::Float32);
-                    if (variant == 1) og.bsum = bg, oc.bsum = bc;
-                    Tensor Og = gpu.eval(cast(gpu.array(X.cpu.to_vector<float>(), L.output_shape(), dt).expr(), out));
-                    Tensor Oc = cpu.eval(cast(X.cpu.expr(), out));
-                    fprop_conv(L, I.gpu, F.gpu, Og, og);
-                    fprop_conv(L, I.cpu, F.cpu, Oc, oc);
-                    CHECK(count_off(Og, Oc, mag, out) == 0);
-                    if (variant == 1) {
-                        const Tensor bmag = cpu.eval(
-                            reshape(sum(absolute(reshape(Oc.expr(), {numel(L.output_shape()) / L.K, L.K})), 0), {L.K}));
-                        CHECK(count_off(bg, bc, bmag, DType::Float32, 2 * ulp(out) + 1e-5) == 0);
-                    }
-                }
+            check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
             // brelu with X (the float32 product and the JIT epilogue), and a deconvolution's bprop
             // (the convolution forward() runs) from a strided view of the image.
             ConvOptions og, oc;
