@@ -445,19 +445,19 @@ void product(const Tensor& A, const Tensor& B, Tensor& out, const ConvOptions& o
 void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& out, const ConvOptions& o,
              NamedCount& named) {
 #ifdef KILN_HAVE_GEMM_KERNELS
-    // The implicit-GEMM kernel where it takes the layer (the pointwise layers' matrix is the
-    // activations already: the GEMM's tuned kernels multiply it).
-    if (on_gpu(I5) && !pointwise(g) &&
-        product_with(out, o, g.rows(), g.K, named, [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
-            return gemm::conv_fprop_implicit(L, I5, F, C, d, count, &counted);
-        }))
-        return;
-    // Channels not a multiple of 8: the kernel over the image and filter padded with zeros.
-    if (auto P = on_gpu(I5) && !pointwise(g) ? channels_padded(I5.context(), L) : std::nullopt) {
-        const Tensor I8 = with_channels(I5, P->C), F8 = with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P->C);
-        if (product_with(out, o, g.rows(), g.K, named, [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
-                return gemm::conv_fprop_implicit(*P, I8, F8, C, d, count, &counted);
-            }))
+    // The implicit-GEMM kernel where it takes the layer, or the layer over its channels padded
+    // with zeros to a multiple of 8 (channels_padded); not the pointwise layers, whose matrix is
+    // the activations already (the GEMM's tuned kernels multiply it).
+    auto implicit = [&](const ConvLayer& layer, const Tensor& I, const Tensor& W) {
+        return product_with(out, o, g.rows(), g.K, named,
+                            [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
+                                return gemm::conv_fprop_implicit(layer, I, W, C, d, count, &counted);
+                            });
+    };
+    if (on_gpu(I5) && !pointwise(g)) {
+        if (implicit(L, I5, F)) return;
+        if (auto P = channels_padded(I5.context(), L);
+            P && implicit(*P, with_channels(I5, P->C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P->C)))
             return;
     }
 #endif

@@ -91,6 +91,21 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
     return best;
 }
 
+// KILN_CONV_KERNEL, for A/B runs: 0 "im2col" (the patch matrix and the GEMM), 1 "walk" (the
+// fprop walk, conv_walk.cuh, where it applies), 2 "tile" (fprop one tile a block, never the
+// walk); unset: kiln's choice. Read at each call.
+std::optional<int> conv_kernel_choice() { return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile"}); }
+
+// The plan a launch takes: fprop_plan's, where can_walk(tile) says whether that tile's walk can
+// run; KILN_CONV_KERNEL=walk walks the plan's tile wherever it can (up to 128 wide), =tile never.
+template <class CanWalk>
+FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, CanWalk&& can_walk) {
+    const std::optional<int> forced = conv_kernel_choice();
+    FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, 128)));
+    if (forced == 1 && can_walk(plan.tile)) plan.walk = true;
+    return plan;
+}
+
 // The widest one-tile kernel fprop_plan may choose for L (whose stages must fit in shared
 // memory; the walk's buffers are checked where it would run).
 ConvTile widest_tile(const ConvLayer& L) { return tile_of(L, L.K <= 64 ? 64 : L.K <= 128 ? 128 : 256); }
@@ -170,11 +185,6 @@ const C* tuned_choice(cuda::CudaBackend& be, const char* op, const ConvLayer& L,
     return chosen(best);
 }
 
-// KILN_CONV_KERNEL, for A/B runs: 0 "im2col" (the patch matrix and the GEMM), 1 "walk" (the
-// fprop walk, conv_walk.cuh, where it applies), 2 "tile" (fprop one tile a block, never the
-// walk); unset: kiln's choice. Read at each call.
-std::optional<int> conv_kernel_choice() { return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile"}); }
-
 // The walk's tile (conv_walk.cuh): the one-tile kernel's width (64 or 128: the 256-wide
 // accumulators and the walk's state spilled) with fewer stages, its staged results and the
 // bias past them.
@@ -195,6 +205,11 @@ WalkTile walk_for(const ConvLayer& L, const ConvTile& t) {
     w.smem = w.stages * (128 * 128 + t.bn * 128) + 128 * (t.bn + 8) * 2 + t.bn * 4 + 1024;
     w.entry = fmt::format("kiln_conv_fprop_walk_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, w.stages);
     return w;
+}
+
+// The entry a plan launches.
+std::string describe(const ConvLayer& L, const FpropPlan& plan) {
+    return plan.walk ? walk_for(L, plan.tile).entry : plan.tile.entry;
 }
 
 using detail::fits_32_bits;
@@ -414,31 +429,13 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
     // (The walk where an output of the layer's dtype of its own, without beta, could take it:
     // what the benchmarks store. Stochastic rounding is the context's.)
-    const ConvTile narrow = tile_of(L, 128);
-    const bool walk_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0 &&
-                         walk_fits_tiles(L, narrow, sms) && walk_for(L, narrow).smem <= be.info().max_shared_optin;
-    FpropPlan plan = fprop_plan(L, sms, tma, walk_ok && conv_kernel_choice() != 2);
-    if (conv_kernel_choice() == 1 && walk_ok && walk_fits_tiles(L, plan.tile, sms)) plan.walk = true;
-    const std::string name = plan.walk ? walk_for(L, plan.tile).entry : plan.tile.entry;
+    const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
+    const FpropPlan plan = fprop_choice(L, sms, tma, [&](const ConvTile& u) {
+        return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin;
+    });
+    const std::string name = describe(L, plan);
     return tma ? name + " (patches by TMA)" : name;
 }
-
-namespace {
-
-// The fprop launches the tuner picks from: each tile width the channels fill at least half of
-// (and whose stages fit), one tile a block, and where it can run the walk of the 64- and
-// 128-wide tiles.
-struct FpropChoice {
-    int bn = 0;
-    bool walk = false;
-};
-
-std::string describe(const ConvLayer& L, const FpropChoice& c) {
-    const ConvTile t = tile_of(L, c.bn);
-    return c.walk ? walk_for(L, t).entry : t.entry;
-}
-
-} // namespace
 
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
                          const StoreCount* count, bool* counted) {
@@ -475,8 +472,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // The walk (conv_walk.cuh): a block per SM running ahead across its tiles, where there are
     // more tiles than SMs, the patches come by TMA, the register epilogue stores (no histogram)
     // and its buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
-    auto walk_runs = [&](const ConvTile& u, const GemmParams& h) {
-        return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(h) && !(h.flags & kHist) &&
+    auto walk_runs = [&](const ConvTile& u) {
+        return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) && !(g.flags & kHist) &&
                walk_for(L, u).smem <= be.info().max_shared_optin;
     };
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
@@ -499,40 +496,38 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                                   {.programmatic = be.programmatic_launches()});
         }
     };
-    // The cost model's plan (fprop_plan), the walk only where it can run; KILN_CONV_KERNEL=walk
-    // walks the plan's tile wherever that can (up to 128 wide), =tile never.
-    const FpropPlan plan =
-        fprop_plan(L, sms, p.im2col_rank != 0, conv_kernel_choice() != 2 && walk_runs(tile_of(L, 128), g));
-    ConvTile t = plan.tile;
-    bool walk = plan.walk || (conv_kernel_choice() == 1 && walk_runs(t, g));
+    // The cost model's plan, the walk only where it can run (fprop_choice); or the tuner's.
+    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, walk_runs);
     if (autotune_enabled() && !count && !conv_kernel_choice()) {
-        std::vector<FpropChoice> candidates;
+        // Each tile width the channels fill at least half of (and whose stages fit), one tile a
+        // block, and where it can run the walk of the 64- and 128-wide tiles.
+        std::vector<FpropPlan> candidates;
         for (int bn : {64, 128, 256}) {
             if (bn > 64 && bn / 2 >= L.K) break;
             const ConvTile u = tile_of(L, bn);
             if (u.smem > be.info().max_shared_optin) continue;
-            candidates.push_back({bn, false});
-            if (walk_runs(u, g)) candidates.push_back({bn, true});
+            candidates.push_back({u, false});
+            if (walk_runs(u)) candidates.push_back({u, true});
         }
         const std::string key = fmt::format("fprop {} {} out {} {}x{} rows16 {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",
                                             L.str(), dtype_name(L.dtype), dtype_name(C.dtype()), c.s_row, c.s_col,
                                             rows_of_16_bytes(g), p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
                                             g.sr_bits, be.info().name, sms);
         std::pair<Tensor, char*> scratch;   // the timed launches' output, made on a miss
-        const FpropChoice* chosen = tuned_choice(
-            be, "fprop", L, key, candidates, [&](const FpropChoice& x) { return describe(L, x); },
-            [&](const FpropChoice& x) {
+        const FpropPlan* chosen = tuned_choice(
+            be, "fprop", L, key, candidates, [&](const FpropPlan& x) { return describe(L, x); },
+            [&](const FpropPlan& x) {
                 if (!scratch.second)
                     scratch = scratch_like(ctx, c, rows, L.K, c.s_row, c.s_col, int64_t(dtype_size(C.dtype())));
                 ConvParams q = p;
                 q.gemm.c = scratch.second;
-                const ConvTile u = tile_of(L, x.bn);
-                launch(u, x.walk, q, u.smem);
+                launch(x.tile, x.walk, q, x.tile.smem);
             });
-        if (chosen) t = tile_of(L, chosen->bn), walk = chosen->walk;
+        if (chosen) plan = *chosen;
     }
+    const ConvTile& t = plan.tile;
     const int64_t blocks = int64_t(g.tiles_m) * ((L.K + t.bn - 1) / t.bn);
-    if (walk) {
+    if (plan.walk) {
         const WalkTile w = walk_for(L, t);
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks)", L.str(), w.entry, rows, L.K, taps, blocks,
                   sms);
@@ -689,7 +684,10 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
         if (u.splits > 1) detail::reduce_slices(be, h, planes);
     };
     auto planes_for = [&](int splits) {
-        return splits > 1 ? ctx.empty({splits, taps, L.K}, DType::Float32) : Tensor();
+        if (splits <= 1) return Tensor();
+        Tensor planes = ctx.empty({splits, taps, L.K}, DType::Float32);
+        planes.view().storage->written = true;
+        return planes;
     };
     if (autotune_enabled() && !conv_kernel_choice()) {
         const std::vector<WgradPlan> candidates = wgrad_candidates(L, sms, be.info().max_shared_optin);
@@ -706,7 +704,6 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
                 if (!scratch.second) {
                     scratch = scratch_like(ctx, c, L.K, taps, c.s_row, c.s_col, int64_t(dtype_size(grad_F.dtype())));
                     planes = planes_for(most);
-                    if (most > 1) planes.view().storage->written = true;
                 }
                 ConvParams q = p;
                 q.gemm.c = scratch.second;
@@ -714,8 +711,7 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
             });
         if (chosen) w = *chosen;
     }
-    Tensor slices = planes_for(w.splits);
-    if (w.splits > 1) slices.view().storage->written = true;
+    const Tensor slices = planes_for(w.splits);
     log_debug("conv: update {} -> {} ({} x {} x {}, {} tiles x {} slices)", L.str(), w.entry, taps, L.K, rows,
               int64_t(g.tiles_m) * ((L.K + w.bn - 1) / w.bn), w.splits);
     launch(w, p, w.splits > 1 ? static_cast<float*>(slices.view().storage->data) : nullptr);

@@ -110,11 +110,11 @@ constexpr double kPersistentTileUs = 1.8, kPersistentTileF32Us = 4.3;
 constexpr int64_t kShortLoopKTiles = 8;
 constexpr int kSmemPerSm = 228 * 1024;   // sm_90's shared memory per SM
 
-// Rule 2's estimate, microseconds: the flops (k in whole k-tiles on wgmma) at the tile's rate, scaled by
-// the fraction of the launched tile area inside C and by how evenly the blocks fill the SMs'
-// waves (one block per SM at a time for these tile sizes), plus the wgmma kernels' fixed
-// costs on short k-loops, plus a split's. Global slices: a second launch (~3 us) and the slices' float32 sums
-// written and read at 3 TB/s.
+// Rule 2's estimate, microseconds: the flops (k in whole k-tiles on wgmma) at the tile's rate,
+// scaled by the fraction of the launched tile area inside C and by how evenly the blocks fill
+// the SMs' waves (one block per SM at a time for these tile sizes), plus the wgmma kernels'
+// fixed costs on short k-loops, plus a split's. Global slices: a second launch (~3 us) and the
+// slices' float32 sums written and read at 3 TB/s.
 double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     const int64_t tm = (pr.m + k.bm - 1) / k.bm, tn = (pr.n + k.bn - 1) / k.bn;
     const int64_t blocks = tm * tn * pr.batch * k.splits;
@@ -123,12 +123,13 @@ double estimate_us(const GemmProblem& pr, const GemmKernel& k, double rate) {
     const double inside = double(pr.m * pr.n) / double(tm * k.bm * tn * k.bn);
     const double peak = pr.dtype == kF32 ? 350e12 : 700e12;
     // (The wgmma kernels' k-tiles; the FMA kernels' steps are too short to count.)
-    const int64_t k_padded = k.path == GemmPath::Wgmma ? (pr.k + k.bk - 1) / k.bk * k.bk : pr.k;
+    const bool wgmma = k.path == GemmPath::Wgmma;
+    const int64_t ktiles = (pr.k + k.bk - 1) / k.bk, k_padded = wgmma ? ktiles * k.bk : pr.k;
     const double flops = 2.0 * double(pr.m) * double(pr.n) * double(k_padded) * double(pr.batch);
     if (blocks < 2 * pr.sms) rate *= k.lone_block_rate;
     if (blocks > pr.sms) rate *= k.waves_rate;
     double us = 1e6 * flops / (rate * fill * inside * peak);
-    if (k.path == GemmPath::Wgmma && (pr.k + k.bk - 1) / k.bk <= kShortLoopKTiles) {
+    if (wgmma && ktiles <= kShortLoopKTiles) {
         // (The blocks an SM holds at once, as its shared memory allows: two of the 64 x 16 tile.)
         const int64_t per_sm = std::max<int64_t>(1, kSmemPerSm / std::max(k.smem, 1));
         const double rounds = double((blocks + pr.sms * per_sm - 1) / (pr.sms * per_sm));
