@@ -12,7 +12,7 @@ latency against the fused-kernel targets; it records no date or commit, so they 
 fills `<!-- fusion:begin -->` .. `<!-- fusion:end -->`; kiln-bench-cpu-fusion's (the CPU backend
 against an unfused evaluation; no date or commit either) `<!-- cpu_fusion:begin -->` ..
 `<!-- cpu_fusion:end -->`; kiln-bench-gemm's (JSON lines; no device, date or commit) `<!-- gemm:begin -->` ..
-`<!-- gemm:end -->`; python_dispatch.py's (one or several runs, each row the median of the runs)
+`<!-- gemm:end -->` (per dtype) and gemm_shapes.md beside the document (per product); python_dispatch.py's (one or several runs, each row the median of the runs)
 `<!-- python:begin -->` .. `<!-- python:end -->`; conv.py's (kiln beside cuDNN) `<!-- conv:begin -->` ..
 `<!-- conv:end -->` (per network) and conv_layers.md beside the document (per layer); convnets.py's (whole
 networks beside PyTorch) `<!-- convnets:begin -->` .. `<!-- convnets:end -->` and convnets_layers.md beside it;
@@ -117,18 +117,22 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
+GEMM_SHAPES = "gemm_shapes.md"   # beside the document: the per-product rows of the GEMM run
+
+
 def render_gemm(rows, command, date, commit, device):
-    """kiln-bench-gemm's rows: a product's times, then the host's cost of issuing it."""
+    """kiln-bench-gemm's rows (a product's times, then the host's cost of issuing it): the section
+    (per-dtype summary) and the per-product document it links to."""
     products = [x for x in rows if "kiln_ms" in x]
     host = {(x["dtype"], x["m"], x["n"], x["k"]): x["host_us"] for x in rows if "host_us" in x}
-    out = [GEMM_BEGIN, ""] + provenance(
+    head = provenance(
         f"Device: {device}.", date, commit, f"`{command}`.",
         "CUDA events on kiln's stream (cuBLAS on the same stream) around batches of back-to-back calls, each batch "
         "queued whole behind a gate so that the times are the GPU's; median of 7 batches after warm-up, the calls "
         "taking turns. Operands uniform in [-1, 1). `ratio`: kiln's TFLOP/s over cuBLAS's (`cublasGemmEx`); "
         "`bias+relu vs cuBLASLt`: kiln's fused epilogue against cuBLASLt's RELU_BIAS epilogue; `+bsum over plain`: "
         "bias + ReLU + row sums over the plain product; `host us a call`: the host's time to issue a call (kiln, "
-        "cuBLAS).") + [""]
+        "cuBLAS).")
     summary = []
     for dt in dict.fromkeys(x["dtype"] for x in products):
         mine = [x for x in products if x["dtype"] == dt]
@@ -137,20 +141,23 @@ def render_gemm(rows, command, date, commit, device):
         squares = ", ".join(f"{x['m']}^3 {ratio(x):.2f}" for x in mine if x["m"] == x["n"] == x["k"] and x["m"] >= 4096)
         summary.append(f"{dt}: geometric mean {geomean([ratio(x) for x in mine]):.2f}"
                        + (f", N <= 128 {geomean(small):.2f}" if small else "") + (f", {squares}" if squares else ""))
-    out += ["kiln over cuBLAS (time ratio) by dtype: " + "; ".join(summary) + ".", "",
-            "| dtype | M x N x K | op | GPU: kiln TFLOP/s | cuBLAS | ratio | bias+relu vs cuBLASLt | +bsum over plain "
-            "| host us a call: kiln, cuBLAS | kernel chosen |",
-            "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
+    out = [GEMM_BEGIN, ""] + head + ["", "kiln over cuBLAS (time ratio) by dtype: " + "; ".join(summary) + ".", "",
+                                     f"Every product of the run: [{GEMM_SHAPES}]({GEMM_SHAPES}).", "", GEMM_END]
+    shapes = ["# GEMM beside cuBLAS, product by product", "",
+              "Written by `python3 examples/benchmarks/perf_tables.py gemm.json` with the GEMM section of "
+              "PERFORMANCE.md, from the same run.", ""] + head + ["",
+              "| dtype | M x N x K | op | GPU: kiln TFLOP/s | cuBLAS | ratio | bias+relu vs cuBLASLt | +bsum over plain "
+              "| host us a call: kiln, cuBLAS | kernel chosen |",
+              "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
     for x in products:
         h = host.get((x["dtype"], x["m"], x["n"], x["k"]))
         lt = x["cublaslt_bias_relu_ms"]   # -1 where cuBLASLt had no such epilogue
-        out.append(f"| {x['dtype']} | {x['m']}x{x['n']}x{x['k']} | {x['op']} | {x['kiln_tflops']:.1f} | "
-                   f"{x['cublas_tflops']:.1f} | {x['cublas_ms'] / x['kiln_ms']:.2f} | "
-                   + (f"{lt / x['kiln_bias_relu_ms']:.2f}" if lt > 0 else "n/a") + " | "
-                   f"{100 * (x['kiln_bias_relu_bsum_ms'] / x['kiln_ms'] - 1):+.1f}% | "
-                   + (f"{h[0]:.1f}, {h[3]:.1f}" if h else "") + f" | `{x['kernel']}` |")
-    out += ["", GEMM_END]
-    return "\n".join(out)
+        shapes.append(f"| {x['dtype']} | {x['m']}x{x['n']}x{x['k']} | {x['op']} | {x['kiln_tflops']:.1f} | "
+                      f"{x['cublas_tflops']:.1f} | {x['cublas_ms'] / x['kiln_ms']:.2f} | "
+                      + (f"{lt / x['kiln_bias_relu_ms']:.2f}" if lt > 0 else "n/a") + " | "
+                      f"{100 * (x['kiln_bias_relu_bsum_ms'] / x['kiln_ms'] - 1):+.1f}% | "
+                      + (f"{h[0]:.1f}, {h[3]:.1f}" if h else "") + f" | `{x['kernel']}` |")
+    return "\n".join(out), "\n".join(shapes) + "\n"
 
 
 def render_python(runs, command, date, commit):
@@ -495,9 +502,12 @@ def main():
         print("perf_tables: kiln-bench-gemm's JSON records no device: give --device", file=sys.stderr)
         return 2
     if gemm:
-        table = render_gemm(r, args.command or "kiln-bench-gemm --queued gemm.json", args.date, args.commit, args.device)
+        table, shapes = render_gemm(r, args.command or "kiln-bench-gemm --queued gemm.json", args.date, args.commit,
+                                    args.device)
         doc = replace_section(doc, GEMM_BEGIN, GEMM_END, table,
                               "GEMM: kiln's kernels beside cuBLAS/cuBLASLt (examples/benchmarks/gemm.cpp)")
+        with open(os.path.join(os.path.dirname(os.path.abspath(args.doc)), GEMM_SHAPES), "w") as f:
+            f.write(shapes)
     elif python:
         table = render_python(runs, args.command or "python examples/benchmarks/python_dispatch.py --json out.json",
                               args.date, args.commit)

@@ -179,8 +179,13 @@ def test_the_gemm_benchmark_fills_its_own_section_from_json_lines(tmp_path):
     text = doc.read_text()
     assert "stale" not in text
     assert "- Device: Test GPU." in text and "Date: 2026-01-02. Commit: abc1234." in text
-    assert "| f16 | 4096x4096x4096 | nn | 687.2 | 624.7 | 1.10 | 1.05 | +5.0% | 8.0, 20.0 | `kiln_gemm_x` |" in text
     assert "f16: geometric mean 1.28, N <= 128 1.50, 4096^3 1.10." in text
+    assert "[gemm_shapes.md](gemm_shapes.md)" in text
+    # Every product in the document beside it, with the same provenance.
+    shapes = (tmp_path / "gemm_shapes.md").read_text()
+    assert "- Device: Test GPU." in shapes and "Date: 2026-01-02. Commit: abc1234." in shapes
+    assert "| f16 | 4096x4096x4096 | nn | 687.2 | 624.7 | 1.10 | 1.05 | +5.0% | 8.0, 20.0 | `kiln_gemm_x` |" in shapes
+    assert "`kiln_gemm_x`" not in text
 
 
 def test_the_python_benchmark_fills_its_section_with_the_median_of_its_runs(tmp_path):
