@@ -2,9 +2,10 @@
 // the operand checks, then im2col (or its transpose, col2im, for the gradient with respect to
 // the input), the product through compound_dot, and the epilogue (the GEMM's, or one JIT
 // expression); on CUDA contexts the implicit-GEMM kernels first, where they take the layer (a
-// strided gradient with respect to the input as one stride-1 convolution per phase). CPU
-// contexts build the patch matrix with host loops over float32 copies, CUDA contexts in the
-// operands' dtype. See kiln/conv.hpp for the semantics.
+// strided gradient with respect to the input as one stride-1 convolution per phase, a strided
+// first layer with its stride folded into its channels). CPU contexts build the patch matrix
+// with host loops over float32 copies, CUDA contexts in the operands' dtype. See kiln/conv.hpp for
+// the semantics.
 #include <kiln/conv.hpp>
 
 #include "kernels/conv_views.hpp"
@@ -310,10 +311,14 @@ std::optional<ConvLayer> implicit_dgrad(const ConvLayer& L) {
 // same layer over its channels padded with zeros to the next multiple of 8, where the kernel
 // takes that and the padding at most multiplies the taps by 8/3 (3 channels up). The padded
 // image costs one copy (8/3 of the image written); the patch matrix it replaces is T x R x S
-// times the image, written and read back (ResNet-50's 7x7 first layer: 49 times).
+// times the image, written and read back (ResNet-50's 7x7 first layer: 49 times). Where the
+// padded filter is long the multiplies it adds cost more than that traffic: up to 4 k-tiles of
+// 64 taps (VGG-A's 3x3 first layer, 2: 0.54 ms against im2col's 0.64 on the H200; AlexNet's
+// 11x11, 16: 0.54 against 0.40; ResNet-50's 7x7, 7: 1.76 against 1.48).
+constexpr int64_t kPaddedMaxTaps = 256;
 std::optional<ConvLayer> channels_padded(Context& ctx, const ConvLayer& L) {
     const int64_t c8 = (L.C + 7) / 8 * 8;
-    if (c8 == L.C || 3 * c8 > 8 * L.C) return std::nullopt;
+    if (c8 == L.C || 3 * c8 > 8 * L.C || geo(L).taps() / L.C * c8 > kPaddedMaxTaps) return std::nullopt;
     ConvLayer P = L;   // (the convolution forward() runs: a deconvolution's is its bprop)
     P.C = c8;
     P.deconv = false;
@@ -329,6 +334,55 @@ Tensor with_channels(const Tensor& x, int64_t c) {
     Tensor padded = x.context().zeros(s, x.dtype());
     padded.slice({Slice::all(), Slice::all(), Slice::all(), Slice::all(), Slice::range(0, have)}).assign(x.expr());
     return padded;
+}
+
+// A strided layer whose channels the kernels cannot take (not a multiple of 8: a first layer's
+// 3) as a stride-1 convolution over its image folded into `channels` channels (space-to-depth,
+// gemm::fold_cuda): along an axis of stride s each folded position holds s of the image's, and
+// the folded filter ceil(f / s) taps of s phases each, zeros past f. Its taps stay near the
+// layer's (AlexNet's 11x11 over 3 channels, stride 4: 3x3 over 48, 432 for 363) where padding
+// the channels to 8 would multiply them by 8/3, its output is the layer's, and the kernels
+// read its channels whole: fprop gathers them (AlexNet's conv1 on the H200: 0.17 ms, cuDNN
+// 0.44), the update's and bprop's kernels want 64 and 32 (fold_channels). Dilation 1, and a
+// filter of more than one tap (a 1x1 filter's fold only adds channels).
+std::optional<ConvLayer> folded(const ConvLayer& L, int64_t channels) {
+    const int64_t phases = L.stride[0] * L.stride[1] * L.stride[2];
+    if (phases == 1 || L.C % 8 == 0 || phases * L.C > channels || geo(L).taps() == L.C) return std::nullopt;
+    Dims3 taps, positions;
+    for (int a = 0; a < 3; ++a) {
+        if (L.dilation[a] != 1) return std::nullopt;
+        taps[a] = (L.filter[a] + L.stride[a] - 1) / L.stride[a];
+        positions[a] = L.output[a] + taps[a] - 1;
+    }
+    return conv_layer(L.dtype, L.N, channels, L.K, positions, taps, {0, 0, 0}, {1, 1, 1});
+}
+
+// The folded channels for an op: fprop's gather takes multiples of 8; the update's kernel reads
+// its patches by TMA, 64 channels at a time; bprop's (the folded layer's gradient, whose output
+// channels are these) fills its narrowest tile at 32 (implicit_dgrad).
+enum class FoldFor { fprop, bprop, update };
+int64_t fold_channels(const ConvLayer& L, FoldFor op) {
+    const int64_t used = L.stride[0] * L.stride[1] * L.stride[2] * L.C;
+    const int64_t m = op == FoldFor::update ? 64 : 8;
+    return std::max<int64_t>((used + m - 1) / m * m, op == FoldFor::bprop ? kImplicitDgradMinChannels : 0);
+}
+
+// fprop's folded layer where the kernel takes it and it has no more taps than the layer over
+// its channels padded (channels_padded; a 1x1 filter of stride 2 folds into 4 times the
+// channels).
+std::optional<ConvLayer> fprop_folded(Context& ctx, const ConvLayer& L) {
+    const std::optional<ConvLayer> F = folded(L, fold_channels(L, FoldFor::fprop));
+    if (!F || gemm::conv_fprop_kernel(ctx, *F).empty()) return std::nullopt;
+    if (auto P = channels_padded(ctx, L); P && geo(*P).taps() < geo(*F).taps()) return std::nullopt;
+    return F;
+}
+
+// The image I5 (N, D, H, W, C) and the filter of L folded as the folded layer F wants them.
+Tensor fold_image(const ConvLayer& L, const ConvLayer& F, const Tensor& I5) {
+    return gemm::fold_cuda(I5, L.stride, L.pad, F.image, F.C);
+}
+Tensor fold_filter(const Geo& g, const ConvLayer& L, const ConvLayer& F, const Tensor& filter) {
+    return gemm::fold_cuda(as5(filter, g.K, {g.T, g.R, g.S}, g.C), L.stride, {0, 0, 0}, F.filter, F.C);
 }
 #endif
 
@@ -445,9 +499,10 @@ void product(const Tensor& A, const Tensor& B, Tensor& out, const ConvOptions& o
 void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& out, const ConvOptions& o,
              NamedCount& named) {
 #ifdef KILN_HAVE_GEMM_KERNELS
-    // The implicit-GEMM kernel where it takes the layer, or the layer over its channels padded
-    // with zeros to a multiple of 8 (channels_padded); not the pointwise layers, whose matrix is
-    // the activations already (the GEMM's tuned kernels multiply it).
+    // The implicit-GEMM kernel where it takes the layer, or the layer with its stride folded into
+    // its channels (fprop_folded), or over its channels padded with zeros to a multiple of 8
+    // (channels_padded); not the pointwise layers, whose matrix is the activations already (the
+    // GEMM's tuned kernels multiply it).
     auto implicit = [&](const ConvLayer& layer, const Tensor& I, const Tensor& W) {
         return product_with(out, o, g.rows(), g.K, named,
                             [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
@@ -456,6 +511,8 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
     };
     if (on_gpu(I5) && !pointwise(g)) {
         if (implicit(L, I5, F)) return;
+        if (auto D = fprop_folded(I5.context(), L); D && implicit(*D, fold_image(L, *D, I5), fold_filter(g, L, *D, F)))
+            return;
         if (auto P = channels_padded(I5.context(), L);
             P && implicit(*P, with_channels(I5, P->C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P->C)))
             return;
@@ -529,6 +586,31 @@ std::optional<std::vector<DgradPhase>> implicit_phases(Context& ctx, const ConvL
         if (P.layer && gemm::conv_fprop_kernel(ctx, *P.layer).empty()) return std::nullopt;
     return phases;
 }
+
+// The filter of dgrad_as_conv's convolution from F5 (K, T, R, S, C): flipped in space, K and C
+// exchanged (a small JIT copy).
+Tensor dgrad_filter(const Tensor& F5) {
+    const Slice flip = Slice::range(Slice::kNone, Slice::kNone, -1);
+    return F5.context().eval(F5.slice({Slice::all(), flip, flip, flip, Slice::all()}).transpose({4, 1, 2, 3, 0}).expr());
+}
+
+// bprop's folded layer (folded) and its gradient as a convolution, where the kernel takes that.
+struct FoldedDgrad {
+    ConvLayer folded, dgrad;
+};
+std::optional<FoldedDgrad> bprop_folded(Context& ctx, const ConvLayer& L) {
+    const std::optional<ConvLayer> F = folded(L, fold_channels(L, FoldFor::bprop));
+    const std::optional<ConvLayer> D = F ? implicit_dgrad(*F) : std::nullopt;
+    if (!D || gemm::conv_fprop_kernel(ctx, *D).empty()) return std::nullopt;
+    return FoldedDgrad{*F, *D};
+}
+
+// The update's folded layer, where the weight-gradient kernel takes it.
+std::optional<ConvLayer> update_folded(Context& ctx, const ConvLayer& L) {
+    const std::optional<ConvLayer> F = folded(L, fold_channels(L, FoldFor::update));
+    if (!F || gemm::conv_wgrad_kernel(ctx, *F).empty()) return std::nullopt;
+    return F;
+}
 #endif
 
 // out = epilogue(the gradient of conv(I, F) with respect to I, from E).
@@ -539,9 +621,7 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
     // kernel's, over the filter flipped in space with K and C exchanged (a small JIT copy).
     if (auto D = on_gpu(E5) && !pointwise(g) ? implicit_dgrad(L) : std::nullopt;
         D && !gemm::conv_fprop_kernel(E5.context(), *D).empty()) {
-        const Tensor F5 = as5(F, g.K, {g.T, g.R, g.S}, g.C);
-        const Slice flip = Slice::range(Slice::kNone, Slice::kNone, -1);
-        const Tensor Fd = E5.context().eval(F5.slice({Slice::all(), flip, flip, flip, Slice::all()}).transpose({4, 1, 2, 3, 0}).expr());
+        const Tensor Fd = dgrad_filter(as5(F, g.K, {g.T, g.R, g.S}, g.C));
         if (product_with(out, o, g.N * g.D * g.H * g.W, g.C, named,
                          [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
                              return gemm::conv_fprop_implicit(*D, E5, Fd, C, d, count, &counted);
@@ -590,6 +670,27 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
         channel_sums(out, o);
         return;
     }
+    // A strided first layer: the gradient of its folded layer (bprop_folded) with respect to the
+    // folded image, a stride-1 convolution, unfolded into the image's shape; where the options
+    // touch only what the kernel computes (scattered) it applies them in out's dtype and the
+    // unfold writes out, else a float32 gradient and the epilogue.
+    if (auto D = on_gpu(E5) && !pointwise(g) ? bprop_folded(E5.context(), L) : std::nullopt) {
+        Context& ctx = E5.context();
+        const ConvLayer& Fl = D->folded;
+        const Tensor Fd = dgrad_filter(fold_filter(g, L, Fl, F));
+        const bool direct = scattered(o) && out.is_contiguous();
+        DotOptions d;
+        if (direct) d.alpha = o.alpha, d.relu = o.relu, d.slope = o.slope;
+        Tensor T = ctx.empty({Fl.N, Fl.image[0], Fl.image[1], Fl.image[2], Fl.C}, direct ? out.dtype() : DType::Float32);
+        Tensor Tm = *T.reshape_view({Fl.N * Fl.image[0] * Fl.image[1] * Fl.image[2], Fl.C});
+        KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(D->dgrad, E5, Fd, Tm, d),
+                            "bprop_conv: the implicit-GEMM kernel declined the folded {}", Fl.str());
+        Tensor grad = direct ? *out.reshape_view({g.N, g.D, g.H, g.W, g.C}) : ctx.empty({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
+        gemm::unfold_cuda(T, grad, L.stride, L.pad);
+        if (!direct) epilogue(grad, out, o, g.C);
+        channel_sums(out, o);
+        return;
+    }
 #endif
     const Tensor Em = matrix_of(E5, g.rows(), g.K), Fm = matrix_of(F, g.K, g.taps());
     if (pointwise(g)) return product(Em, Fm, out, o, g.C, named);
@@ -629,8 +730,21 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
 #ifdef KILN_HAVE_GEMM_KERNELS
     // The implicit-GEMM weight gradient where it takes the layer (the pointwise layers' matrix
     // is the activations themselves: the GEMM below).
-    if (on_gpu(I5) && !pointwise(g))
+    if (on_gpu(I5) && !pointwise(g)) {
         if (auto v = grad_F.reshape_view({g.K, g.taps()}); v && gemm::conv_wgrad_implicit(L, I5, E5, *v, o)) return;
+        // A strided first layer: its folded layer's filter gradient (update_folded), unfolded.
+        if (auto D = update_folded(ctx, L)) {
+            Tensor G = ctx.empty({g.K, D->filter[0], D->filter[1], D->filter[2], D->C}, DType::Float32);
+            Tensor Gm = *G.reshape_view({g.K, geo(*D).taps()});
+            KILN_CHECK_INTERNAL(gemm::conv_wgrad_implicit(*D, fold_image(L, *D, I5), E5, Gm, DotOptions{}),
+                                "update_conv: the weight-gradient kernel declined the folded {}", D->str());
+            Tensor U = ctx.empty({g.K, g.T, g.R, g.S, g.C}, DType::Float32);
+            gemm::unfold_cuda(G, U, L.stride, {0, 0, 0});
+            const Expr grad = reshape(U.expr(), grad_F.shape());
+            grad_F.assign(cast(beta == 0 ? grad * alpha : grad * alpha + grad_F.expr() * beta, grad_F.dtype()));
+            return;
+        }
+    }
 #endif
     const Tensor cols = columns(g, L, I5), Em = matrix_of(E5, g.rows(), g.K);
     if (auto v = grad_F.reshape_view({g.K, g.taps()})) {
@@ -769,14 +883,19 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
     const Geo g = geo(L);
     if (pointwise(g)) return "gemm";
 #ifdef KILN_HAVE_GEMM_KERNELS
+    auto folded_name = [](const std::string& kernel, const ConvLayer& F) {
+        return fmt::format("implicit-gemm {} (stride folded into {} channels)", kernel, F.C);
+    };
     if (op == "update") {
         if (std::string k = gemm::conv_wgrad_kernel(ctx, L); !k.empty()) return "implicit-gemm " + k;
+        if (auto F = update_folded(ctx, L)) return folded_name(gemm::conv_wgrad_kernel(ctx, *F), *F);
     } else {
         // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
         const bool forward = (op == "fprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
         if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
-        if (auto P = forward && !pointwise(g) ? channels_padded(ctx, L) : std::nullopt)
+        if (auto F = forward ? fprop_folded(ctx, L) : std::nullopt) return folded_name(gemm::conv_fprop_kernel(ctx, *F), *F);
+        if (auto P = forward ? channels_padded(ctx, L) : std::nullopt)
             return fmt::format("implicit-gemm {} (channels padded to {})", gemm::conv_fprop_kernel(ctx, *P), P->C);
         // A strided gradient by phase: the kernel of its largest phase.
         if (auto phases = !forward ? implicit_phases(ctx, L) : std::nullopt) {
@@ -786,6 +905,8 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
                     largest = &P;
             return "implicit-gemm by phase " + gemm::conv_fprop_kernel(ctx, *largest->layer);
         }
+        if (auto F = !forward ? bprop_folded(ctx, L) : std::nullopt)
+            return folded_name(gemm::conv_fprop_kernel(ctx, F->dgrad), F->folded);
     }
 #else
     (void)ctx;

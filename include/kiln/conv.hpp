@@ -27,9 +27,10 @@
 // GEMM's, else one JIT kernel; a 1x1x1 layer with stride 1 and no padding skips im2col. On an
 // sm_90 GPU, 16-bit fprop with C a multiple of 8 (and bprop with stride 1 and K a multiple of 8,
 // as the convolution of E with the flipped filter) runs kiln's implicit-GEMM kernel, which
-// gathers the patches into shared memory instead; fprop with C from 3 up but not a multiple of 8
-// runs it over the image and filter copied with their channels padded with zeros to one
-// (conv_kernel says which path an op takes).
+// gathers the patches into shared memory instead; a strided layer with C not a multiple of 8 (a
+// first layer) runs it with the stride folded into the channels (space-to-depth), an unstrided
+// one's fprop over its channels padded with zeros to a multiple of 8 (conv_kernel says which path
+// an op takes).
 #pragma once
 #include <kiln/export.hpp>
 #include <kiln/context.hpp>

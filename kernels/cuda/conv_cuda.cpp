@@ -414,6 +414,79 @@ Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols) {
     return image;
 }
 
+namespace {
+std::string dims_str(const Dims3& d) { return fmt::format("{}x{}x{}", d[0], d[1], d[2]); }
+
+FoldParams fold_params(const Tensor& src, void* dst, int64_t n, const Dims3& x, int64_t c, const Dims3& stride,
+                       const Dims3& pad, const Dims3& j, int64_t cf, const char* op) {
+    // (Blocks and a row's elements index by 32 bits; strides and pads are under the sizes.)
+    if (!fits_32_bits(n * x[0] * x[1]) || !fits_32_bits(n * j[0] * j[1] * j[2]) || !fits_32_bits(cf * j[2]) ||
+        !fits_32_bits((x[2] + pad[2]) * c) || !fits_32_bits(x[0] + pad[0]) || !fits_32_bits(x[1] + pad[1]))
+        fail(Error::Kind::Value, "conv: {} ({} images of {} positions, {} channels, stride {}): past 2^31 positions", op,
+             n, dims_str(x), c, dims_str(stride));
+    FoldParams p{};
+    p.src = detail::data_of(src);
+    p.dst = dst;
+    p.n = int32_t(n), p.c = int32_t(c), p.cf = int32_t(cf);
+    for (int a = 0; a < 3; ++a)
+        p.x[a] = int32_t(x[a]), p.j[a] = int32_t(j[a]), p.s[a] = int32_t(stride[a]), p.pad[a] = int32_t(pad[a]);
+    const int64_t es = int64_t(dtype_size(src.dtype()));
+    // fold's tile: the positions whose staged rows fit in 12 KiB (all of a first layer's row).
+    p.tile = int32_t(std::clamp<int64_t>(12 * 1024 / (stride[0] * stride[1] * stride[2] * c * es), 1, j[2]));
+    p.div_tiles = fast_div(uint32_t((j[2] + p.tile - 1) / p.tile));
+    p.div_j1 = fast_div(uint32_t(j[1])), p.div_j0 = fast_div(uint32_t(j[0]));
+    p.div_chunks = fast_div(uint32_t(std::max<int64_t>(1, cf * es / 16))), p.div_sc = fast_div(uint32_t(stride[2] * c));
+    p.div_x1 = fast_div(uint32_t(x[1])), p.div_x0 = fast_div(uint32_t(x[0]));
+    p.div_s0 = fast_div(uint32_t(stride[0])), p.div_s1 = fast_div(uint32_t(stride[1]));
+    return p;
+}
+
+} // namespace
+
+Tensor fold_cuda(const Tensor& x5, const Dims3& stride, const Dims3& pad, const Dims3& positions, int64_t channels) {
+    Context& ctx = x5.context();
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    const Tensor x = detail::contiguous(x5, ctx);
+    const Shape& s = x.shape();
+    const int64_t es = int64_t(dtype_size(x.dtype()));
+    KILN_CHECK_INTERNAL(x.rank() == 5 && (es == 2 || es == 4) && channels >= stride[0] * stride[1] * stride[2] * s[4] &&
+                            channels * es % 16 == 0,
+                        "fold_cuda: {} {} into {} channels by stride {}", dtype_name(x.dtype()), shape_str(s), channels,
+                        dims_str(stride));
+    Tensor out = ctx.empty({s[0], positions[0], positions[1], positions[2], channels}, x.dtype());
+    FoldParams p = fold_params(x, detail::data_of(out), s[0], {s[1], s[2], s[3]}, s[4], stride, pad, positions, channels,
+                               "the stride folded into the channels");
+    log_debug("conv: fold {} {} by stride {} pad {} -> {}", dtype_name(x.dtype()), shape_str(s), dims_str(stride),
+              dims_str(pad), shape_str(out.shape()));
+    const int64_t blocks = s[0] * positions[0] * positions[1] * ((positions[2] + p.tile - 1) / p.tile);
+    const unsigned staged = unsigned(stride[0] * stride[1] * stride[2] * s[4] * p.tile * es);
+    CUfunction f = be.precompiled(kiln_im2col_image, fmt::format("kiln_fold_e{}", es), int(staged));
+    void* params[] = {&p};
+    be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, staged, params, {});
+    out.view().storage->written = true;
+    return out;
+}
+
+void unfold_cuda(const Tensor& folded, Tensor& x, const Dims3& stride, const Dims3& pad) {
+    Context& ctx = folded.context();
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    const Tensor f = detail::contiguous(folded, ctx);
+    const Shape &s = f.shape(), &xs = x.shape();
+    const int64_t es = int64_t(dtype_size(f.dtype()));
+    KILN_CHECK_INTERNAL(f.rank() == 5 && x.rank() == 5 && (es == 2 || es == 4) && x.dtype() == f.dtype() &&
+                            x.is_contiguous() && xs[0] == s[0] && s[4] >= stride[0] * stride[1] * stride[2] * xs[4],
+                        "unfold_cuda: {} {} to {} {} by stride {}", dtype_name(f.dtype()), shape_str(s),
+                        dtype_name(x.dtype()), shape_str(xs), dims_str(stride));
+    FoldParams p = fold_params(f, detail::data_of(x), s[0], {xs[1], xs[2], xs[3]}, xs[4], stride, pad, {s[1], s[2], s[3]},
+                               s[4], "the stride unfolded from the channels");
+    log_debug("conv: unfold {} {} by stride {} pad {} -> {}", dtype_name(f.dtype()), shape_str(s), dims_str(stride),
+              dims_str(pad), shape_str(xs));
+    CUfunction kernel = be.precompiled(kiln_im2col_image, fmt::format("kiln_unfold_e{}", es), 0);
+    void* params[] = {&p};
+    be.launch_precompiled(kernel, unsigned(xs[0] * xs[1] * xs[2]), 1, 1, 256, 0, params, {});
+    x.view().storage->written = true;
+}
+
 void conv_autotune_forget() {
     std::lock_guard<std::mutex> lock(tuned_mu);
     tuned().clear();

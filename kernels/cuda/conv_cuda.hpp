@@ -30,6 +30,16 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5);
 // new (N, D, H, W, C) float32 tensor. Each element sums the entries that tap it in tap order.
 Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols);
 
+// Space-to-depth (im2col.cu's FoldParams): x5 (n, X, c) of a convolution of stride s and padding
+// pad as `channels` (at least s0 s1 s2 c) channels at `positions` J, where folded position j,
+// phase b < s holds x's s j + b - pad, its channels ((b0 s1 + b1) s2 + b2) c + ch, zeros
+// elsewhere: a new (n, J0, J1, J2, channels) tensor of x5's dtype (16-bit or float32).
+Tensor fold_cuda(const Tensor& x5, const Dims3& stride, const Dims3& pad, const Dims3& positions, int64_t channels);
+
+// Its transpose over x: x (n, X, c; contiguous, folded's dtype) = folded (n, J, cf), zero at the
+// positions no folded one holds.
+void unfold_cuda(const Tensor& folded, Tensor& x, const Dims3& stride, const Dims3& pad);
+
 // The kernel conv_fprop_implicit would launch for L on ctx, or "" where it declines: what the
 // benchmark prints.
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L);

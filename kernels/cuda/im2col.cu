@@ -10,7 +10,8 @@
 // the row's last tap. Entry names: kiln_im2col_v<VB>, and kiln_im2col_rows_e<ES> for layers of few
 // channels (below). Its transpose, col2im (kiln_col2im_f32),
 // gathers the gradient with respect to the image from the patch matrix's gradient: a thread per
-// image element sums the entries of the taps that read it.
+// image element sums the entries of the taps that read it. kiln_fold_e<ES> and kiln_unfold_e<ES>
+// fold a first layer's stride into its channels and back (FoldParams).
 #include "kernels/cuda/im2col_params.hpp"
 
 #include <stdint.h>
@@ -165,6 +166,80 @@ __device__ __forceinline__ void col2im(const Col2imParams& p) {
         p.image[i] = acc;
     }
 }
+
+// Space-to-depth (FoldParams): a block per row of folded positions (n, j0, j1) and a tile of
+// p.tile positions along the last axis stages the s0 s1 image rows they hold, each a contiguous
+// run of tile x s2 pixels (zeros outside the image), with consecutive threads loading
+// consecutive elements; then its threads store the folded positions in 16-byte chunks (the
+// channels are a multiple of a chunk), consecutive threads consecutive chunks. Staged row r
+// (= b0 s1 + b1) holds, at j s2 C + b2 C + ch, what folded channel r s2 C + b2 C + ch of the
+// tile's position j takes. (A thread per chunk loading from the image itself read 2 bytes from
+// a different row in each lane.)
+template <class E>
+__device__ __forceinline__ void fold(const FoldParams& p) {
+    extern __shared__ __align__(16) unsigned char staged_raw[];
+    E* staged = reinterpret_cast<E*>(staged_raw);
+    constexpr int kPer = 16 / sizeof(E);
+    const int sc = p.s[2] * p.c, rows = p.s[0] * p.s[1];
+    int block = int(blockIdx.x);
+    const int tile = split(block, p.div_tiles), j1 = split(block, p.div_j1), j0 = split(block, p.div_j0), n = block;
+    const int first = tile * p.tile, count = min(p.tile, p.j[2] - first), span = count * sc;
+    const int64_t row_len = int64_t(p.x[2]) * p.c, start = (int64_t(first) * p.s[2] - p.pad[2]) * p.c;
+    const E* x = static_cast<const E*>(p.src);
+    for (int r = 0; r < rows; ++r) {
+        const int b0 = r / p.s[1], b1 = r - b0 * p.s[1];
+        const int x0 = j0 * p.s[0] + b0 - p.pad[0], x1 = j1 * p.s[1] + b1 - p.pad[1];
+        const bool inside = unsigned(x0) < unsigned(p.x[0]) && unsigned(x1) < unsigned(p.x[1]);
+        const E* row = x + ((int64_t(n) * p.x[0] + x0) * p.x[1] + x1) * row_len;
+        for (int k = threadIdx.x; k < span; k += blockDim.x) {
+            const int64_t e = start + k;
+            staged[r * span + k] = inside && e >= 0 && e < row_len ? __ldg(row + e) : E{};
+        }
+    }
+    __syncthreads();
+    uint4* out = static_cast<uint4*>(p.dst) + (((int64_t(n) * p.j[0] + j0) * p.j[1] + j1) * p.j[2] + first) * (p.cf / kPer);
+    for (int q = threadIdx.x; q < count * (p.cf / kPer); q += blockDim.x) {
+        int j = q;
+        int r = split(j, p.div_chunks) * kPer;   // the chunk's position j and first channel,
+        int rem = split(r, p.div_sc);            // as r s2 C + rem
+        union {
+            uint4 whole;
+            E part[kPer];
+        } v;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            v.part[k] = r < rows ? staged[r * span + j * sc + rem] : E{};
+            if (++rem == sc) rem = 0, ++r;
+        }
+        out[q] = v.whole;
+    }
+}
+
+// Its transpose over x: a block per image row (n, x0, x1), which is folded row (n, j0, j1)'s
+// phase (b0, b1); its element e (pixel x2, channel ch) is, with u = e + pad2 C, folded position
+// u / (s2 C)'s channel (b0 s1 + b1) s2 C + u % (s2 C): runs of s2 C consecutive elements.
+template <class E>
+__device__ __forceinline__ void unfold(const FoldParams& p) {
+    const int sc = p.s[2] * p.c;
+    int block = int(blockIdx.x);
+    const int x1 = split(block, p.div_x1), x0 = split(block, p.div_x0), n = block;
+    int j0 = x0 + p.pad[0], j1 = x1 + p.pad[1];
+    const int b0 = split(j0, p.div_s0), b1 = split(j1, p.div_s1);
+    const bool inside = j0 < p.j[0] && j1 < p.j[1];
+    const E* folded = static_cast<const E*>(p.src) + ((int64_t(n) * p.j[0] + j0) * p.j[1] + j1) * int64_t(p.j[2]) * p.cf +
+                      (b0 * p.s[1] + b1) * sc;
+    E* row = static_cast<E*>(p.dst) + ((int64_t(n) * p.x[0] + x0) * p.x[1] + x1) * int64_t(p.x[2]) * p.c;
+    for (int e = threadIdx.x; e < p.x[2] * p.c; e += blockDim.x) {
+        int j2 = e + p.pad[2] * p.c;
+        const int rem = split(j2, p.div_sc);
+        row[e] = inside && j2 < p.j[2] ? __ldg(folded + int64_t(j2) * p.cf + rem) : E{};
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kiln_fold_e2(const __grid_constant__ FoldParams p) { fold<uint16_t>(p); }
+extern "C" __global__ void __launch_bounds__(256) kiln_fold_e4(const __grid_constant__ FoldParams p) { fold<uint32_t>(p); }
+extern "C" __global__ void __launch_bounds__(256) kiln_unfold_e2(const __grid_constant__ FoldParams p) { unfold<uint16_t>(p); }
+extern "C" __global__ void __launch_bounds__(256) kiln_unfold_e4(const __grid_constant__ FoldParams p) { unfold<uint32_t>(p); }
 
 extern "C" __global__ void __launch_bounds__(256) kiln_col2im_f32(const __grid_constant__ Col2imParams p) { col2im(p); }
 

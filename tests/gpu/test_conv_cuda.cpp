@@ -345,19 +345,20 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float16, 2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3})).empty());
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float32, 2, 16, 16, {1, 8, 8}, {1, 3, 3}, {0, 1, 1})).empty());
     CHECK(conv_kernel(gpu, conv_layer(DType::Float32, 2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3}), "fprop") == "im2col+gemm");
-    // Channels not a multiple of 8 (first layers): fprop pads them with zeros to the next
-    // multiple of 8 and runs the kernel (3 and 5 to 8, 12 to 16); 2 channels (4 times the taps)
-    // keep im2col and the GEMM. Strided 7x7 and 11x11 windows, every epilogue and bsum, both
-    // output dtypes, against the CPU.
+    // Channels not a multiple of 8 (first layers) with stride 1: fprop pads them with zeros to
+    // the next multiple of 8 and runs the kernel (3 and 5 to 8, 12 to 16) where the padded filter
+    // has at most 256 taps; 2 channels (4 times the taps) and a 7x7 window over 3 (392) keep
+    // im2col and the GEMM. Every epilogue and bsum, both output dtypes, against the CPU.
     for (DType dt : {DType::Float16, DType::BFloat16})
-        for (int64_t C : {3, 5, 12, 2}) {
-            const bool wide = C == 5;
-            const ConvLayer L = wide ? conv_layer(dt, 2, C, 96, {1, 45, 47}, {1, 11, 11}, {0, 2, 0}, {1, 4, 4})
-                                     : conv_layer(dt, 3, C, 64, {1, 29, 30}, {1, 7, 7}, {0, 3, 2}, {1, 2, 2});
+        for (int64_t C : {3, 5, 12, 2, 7}) {
+            const ConvLayer L = C == 5   ? conv_layer(dt, 2, C, 96, {1, 21, 23}, {1, 5, 5}, {0, 2, 0})
+                                : C == 7 ? conv_layer(dt, 2, 3, 64, {1, 19, 18}, {1, 7, 7}, {0, 3, 3})
+                                         : conv_layer(dt, 3, C, 64, {1, 29, 30}, {1, 3, 3}, {0, 1, 1});
             INFO(L.str());
+            const bool padded = C != 2 && C != 7;
             const std::string path = conv_kernel(gpu, L, "fprop");
-            CHECK((path.find(std::string("(channels padded to ") + (C == 12 ? "16)" : "8)")) != std::string::npos) == (C != 2));
-            CHECK((path == "im2col+gemm") == (C == 2));
+            CHECK((path.find(std::string("(channels padded to ") + (C == 12 ? "16)" : "8)")) != std::string::npos) == padded);
+            CHECK((path == "im2col+gemm") == !padded);
             const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
                        X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed);
             check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
@@ -369,17 +370,121 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             CHECK(agree(gpu, cpu, L.output_shape(), dt, [&](Tensor& o, Side side) {
                       fprop_conv(L, I.*side, F.*side, o, side == &Pair::gpu ? og : side == &Pair::cpu ? oc : ConvOptions{});
                   }) == 0);
-            const ConvLayer D = deconv_layer(dt, L.N, C, L.K, L.output, L.filter, L.pad, L.stride);
-            if (C != 2) CHECK(conv_kernel(gpu, D, "bprop").find("(channels padded to ") != std::string::npos);
+            const ConvLayer D = deconv_layer(dt, L.N, L.C, L.K, L.output, L.filter, L.pad, L.stride);
+            CHECK((conv_kernel(gpu, D, "bprop").find("(channels padded to ") != std::string::npos) == padded);
             Shape wide_e = D.output_shape();   // (the deconvolution's output: its bprop's E)
-            wide_e.back() = 2 * C;
+            wide_e.back() = 2 * L.C;
             const Pair W = pair(gpu, cpu, wide_e, dt, ++seed);
             auto every_other = [&](const Tensor& t) {
-                return t.slice({Slice::all(), Slice::all(), Slice::all(), Slice::range(0, 2 * C, 2)});
+                return t.slice({Slice::all(), Slice::all(), Slice::all(), Slice::range(0, 2 * L.C, 2)});
             };
             CHECK(agree(gpu, cpu, D.input_shape(), dt, [&](Tensor& o, Side side) {
                       bprop_conv(D, F.*side, every_other(W.*side), o);
                   }) == 0);
+        }
+}
+
+// Strided layers whose channels are not a multiple of 8 (first layers) fold the stride into
+// the channels (space-to-depth) and run the stride-1 layer over the folded image: fprop (every
+// epilogue, bsum), bprop (its gradient, unfolded; alpha, beta, bsum, and the image's positions
+// no window reads) and update (alpha and beta, both output dtypes), 1D, 2D and 3D, and the
+// deconvolution of the same geometry; against the CPU. 1x1 filters and dilation do not fold,
+// nor fprop where the channels padded to 8 give fewer taps.
+TEST_CASE("gpu conv: strided first layers fold the stride into the channels") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (cuda::cuda_backend(gpu).info().sm != 90) {
+        std::printf("SKIPPED (the implicit-GEMM kernels are sm_90a code; this GPU is sm_%d)\n",
+                    cuda::cuda_backend(gpu).info().sm);
+        return;
+    }
+    struct Folded {
+        Case c;
+        int64_t fprop, bprop, update;   // the folded channels, 0 where the op does not fold
+    };
+    const std::vector<Folded> layers = {
+        {{3, 3, 64, {1, 29, 30}, {1, 7, 7}, {0, 3, 2}, {1, 2, 2}, {1, 1, 1}}, 16, 32, 64},     // ResNet's conv1
+        {{2, 3, 96, {1, 47, 45}, {1, 11, 11}, {0, 2, 0}, {1, 4, 4}, {1, 1, 1}}, 48, 48, 64},   // AlexNet's, Overfeat's
+        {{2, 3, 72, {1, 24, 25}, {1, 5, 5}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, 16, 32, 64},     // unread last rows
+        {{2, 12, 64, {1, 21, 21}, {1, 5, 5}, {0, 2, 2}, {1, 2, 2}, {1, 1, 1}}, 48, 48, 64},
+        {{2, 2, 64, {1, 22, 22}, {1, 7, 7}, {0, 3, 3}, {1, 2, 2}, {1, 1, 1}}, 8, 32, 64},
+        {{1, 3, 40, {9, 10, 11}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, {1, 1, 1}}, 24, 32, 64},     // 3D
+        {{2, 3, 48, {1, 1, 61}, {1, 1, 5}, {0, 0, 1}, {1, 1, 3}, {1, 1, 1}}, 16, 32, 64},      // 1D
+        {{2, 3, 64, {1, 17, 18}, {1, 3, 5}, {0, 1, 2}, {1, 3, 2}, {1, 1, 1}}, 24, 32, 64},     // uneven strides
+        {{2, 3, 64, {1, 16, 16}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, 0, 0, 0},        // 1x1: nothing to fold
+        {{2, 5, 64, {1, 20, 21}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}}, 0, 32, 64},      // padded: fewer taps
+        {{2, 3, 64, {1, 21, 21}, {1, 3, 3}, {0, 2, 2}, {1, 2, 2}, {1, 2, 2}}, 0, 0, 0},        // dilation
+    };
+    uint32_t seed = 3000;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Folded& f : layers) {
+            const Case& c = f.c;
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            auto folds = [&](const ConvLayer& layer, const char* op, int64_t channels) {
+                const std::string path = conv_kernel(gpu, layer, op);
+                INFO(op << ": " << path);
+                CHECK((path.find("(stride folded into " + std::to_string(channels) + " channels)") != std::string::npos) ==
+                      (channels != 0));
+            };
+            folds(L, "fprop", f.fprop);
+            folds(L, "bprop", f.bprop);
+            folds(L, "update", f.update);
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed),
+                       E = pair(gpu, cpu, L.output_shape(), dt, ++seed), GI = pair(gpu, cpu, L.input_shape(), dt, ++seed),
+                       GF = pair(gpu, cpu, L.filter_shape(), dt, ++seed);
+            check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
+            // bprop: plain, and alpha with leaky ReLU (applied by the kernel, unfolded into the
+            // output), into L's dtype; alpha, beta and bsum into float32 (the JIT epilogue).
+            CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
+            ConvOptions leaky;
+            leaky.alpha = 0.5, leaky.relu = true, leaky.slope = 0.2;
+            CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
+                      bprop_conv(L, F.*side, E.*side, o, side == &Pair::abs ? ConvOptions{} : leaky);
+                  }) == 0);
+            {
+                Tensor Im = cpu.empty(L.input_shape(), DType::Float32);
+                bprop_conv(L, F.abs, E.abs, Im);
+                const Tensor mag = cpu.eval(Im.expr() * 0.75 + absolute(GI.cpu.expr()) * 0.5 + 1.0);
+                ConvOptions og, oc;
+                og.alpha = oc.alpha = 0.75, og.beta = oc.beta = -0.5;
+                Tensor sg = gpu.empty({L.C}, DType::Float32), sc = cpu.empty({L.C}, DType::Float32);
+                og.bsum = sg, oc.bsum = sc;
+                Tensor Og = gpu.eval(cast(GI.gpu.expr(), DType::Float32)), Oc = cpu.eval(cast(GI.cpu.expr(), DType::Float32));
+                bprop_conv(L, F.gpu, E.gpu, Og, og);
+                bprop_conv(L, F.cpu, E.cpu, Oc, oc);
+                CHECK(count_off(Og, Oc, mag, DType::Float32) == 0);
+                const Tensor smag = cpu.eval(reshape(sum(absolute(reshape(Oc.expr(), {numel(L.input_shape()) / L.C, L.C})), 0), {L.C}));
+                CHECK(count_off(sg, sc, smag, DType::Float32, 1e-5) == 0);
+            }
+            // update: alpha and beta into L's dtype and float32.
+            Tensor Gm = cpu.empty(L.filter_shape(), DType::Float32);
+            update_conv(L, I.abs, E.abs, Gm);
+            const Tensor gmag = cpu.eval(Gm.expr() * 0.75 + absolute(GF.cpu.expr()) * 0.5 + 1.0);
+            for (DType out : {dt, DType::Float32})
+                for (int variant = 0; variant < 2; ++variant) {
+                    INFO("update into " << dtype_name(out) << ", variant " << variant);
+                    const double alpha = variant ? 0.75 : 1.0, beta = variant ? -0.5 : 0.0;
+                    Tensor Gg = gpu.eval(cast(GF.gpu.expr(), out)), Gc = cpu.eval(cast(GF.cpu.expr(), out));
+                    update_conv(L, I.gpu, E.gpu, Gg, alpha, beta);
+                    update_conv(L, I.cpu, E.cpu, Gc, alpha, beta);
+                    CHECK(count_off(Gg, Gc, gmag, out) == 0);
+                }
+            // The deconvolution of the same geometry, where its output has the image's size: its
+            // bprop is this fprop, its fprop this bprop, its update this one with I and E's roles.
+            bool round_trip = true;
+            for (int a = 0; a < 3; ++a)
+                round_trip = round_trip && (L.output[a] - 1) * c.stride[a] - 2 * c.pad[a] + c.dilation[a] * (c.filter[a] - 1) + 1 ==
+                                               c.image[a];
+            if (!round_trip) continue;
+            const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
+            folds(D, "bprop", f.fprop);
+            folds(D, "fprop", f.bprop);
+            folds(D, "update", f.update);
+            CHECK(agree(gpu, cpu, D.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
+            CHECK(agree(gpu, cpu, D.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(D, F.*side, I.*side, o); }) == 0);
+            CHECK(agree(gpu, cpu, D.filter_shape(), dt, [&](Tensor& o, Side side) { update_conv(D, E.*side, I.*side, o); }) == 0);
         }
 }
 
