@@ -318,7 +318,9 @@ std::optional<ConvLayer> implicit_dgrad(const ConvLayer& L) {
 constexpr int64_t kPaddedMaxTaps = 256;
 std::optional<ConvLayer> channels_padded(Context& ctx, const ConvLayer& L) {
     const int64_t c8 = (L.C + 7) / 8 * 8;
-    if (c8 == L.C || 3 * c8 > 8 * L.C || geo(L).taps() / L.C * c8 > kPaddedMaxTaps) return std::nullopt;
+    if (c8 == L.C || 3 * c8 > 8 * L.C || geo(L).taps() / L.C * c8 > kPaddedMaxTaps ||
+        !gemm::fold_fits(L.N, L.image, L.C, {0, 0, 0}, L.image, c8))
+        return std::nullopt;
     ConvLayer P = L;   // (the convolution forward() runs: a deconvolution's is its bprop)
     P.C = c8;
     P.deconv = false;
@@ -339,17 +341,23 @@ Tensor with_channels(const Tensor& x, int64_t c) {
 // layer's (AlexNet's 11x11 over 3 channels, stride 4: 3x3 over 48, 432 for 363) where padding
 // the channels to 8 would multiply them by 8/3, its output is the layer's, and the kernels
 // read its channels whole: fprop gathers them (AlexNet's conv1 on the H200: 0.17 ms, cuDNN
-// 0.44), the update's and bprop's kernels want 64 and 32 (fold_channels). Dilation 1, and a
-// filter of more than one tap (a 1x1 filter's fold only adds channels).
+// 0.44), the update's and bprop's kernels want 64 and 32 (fold_channels). Dilation 1, a filter
+// of more than one tap (a 1x1 filter's fold only adds channels), and a folded position's used
+// channels at most 12 KiB (the fold stages them in shared memory). (The zero taps past f meet
+// image positions outside each window: an infinite input gives NaN where the layer's own
+// windows would not read it.)
 std::optional<ConvLayer> folded(const ConvLayer& L, int64_t channels) {
     const int64_t phases = L.stride[0] * L.stride[1] * L.stride[2];
-    if (phases == 1 || L.C % 8 == 0 || phases * L.C > channels || geo(L).taps() == L.C) return std::nullopt;
+    if (phases == 1 || L.C % 8 == 0 || phases * L.C > channels || geo(L).taps() == L.C ||
+        phases * L.C * int64_t(dtype_size(L.dtype)) > 12 * 1024)
+        return std::nullopt;
     Dims3 taps, positions;
     for (int a = 0; a < 3; ++a) {
         if (L.dilation[a] != 1) return std::nullopt;
         taps[a] = (L.filter[a] + L.stride[a] - 1) / L.stride[a];
         positions[a] = L.output[a] + taps[a] - 1;
     }
+    if (!gemm::fold_fits(L.N, L.image, L.C, L.pad, positions, channels)) return std::nullopt;
     return conv_layer(L.dtype, L.N, channels, L.K, positions, taps, {0, 0, 0}, {1, 1, 1});
 }
 
@@ -728,17 +736,18 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
     // is the activations themselves: the GEMM below).
     if (on_gpu(I5) && !pointwise(g)) {
         if (auto v = grad_F.reshape_view({g.K, g.taps()}); v && gemm::conv_wgrad_implicit(L, I5, E5, *v, o)) return;
-        // A strided first layer: its folded layer's filter gradient (update_folded), unfolded.
+        // A strided first layer: its folded layer's filter gradient (update_folded), unfolded;
+        // the product below where the kernel declines E (not 16-byte aligned).
         if (auto D = update_folded(ctx, L)) {
             Tensor G = ctx.empty({g.K, D->filter[0], D->filter[1], D->filter[2], D->C}, DType::Float32);
             Tensor Gm = *G.reshape_view({g.K, geo(*D).taps()});
-            KILN_CHECK_INTERNAL(gemm::conv_wgrad_implicit(*D, fold_image(L, *D, I5), E5, Gm, DotOptions{}),
-                                "update_conv: the weight-gradient kernel declined the folded {}", D->str());
-            Tensor U = ctx.empty({g.K, g.T, g.R, g.S, g.C}, DType::Float32);
-            gemm::unfold_cuda(G, U, L.stride, {0, 0, 0});
-            const Expr grad = reshape(U.expr(), grad_F.shape());
-            grad_F.assign(cast(beta == 0 ? grad * alpha : grad * alpha + grad_F.expr() * beta, grad_F.dtype()));
-            return;
+            if (gemm::conv_wgrad_implicit(*D, fold_image(L, *D, I5), E5, Gm, DotOptions{})) {
+                Tensor U = ctx.empty({g.K, g.T, g.R, g.S, g.C}, DType::Float32);
+                gemm::unfold_cuda(G, U, L.stride, {0, 0, 0});
+                const Expr grad = reshape(U.expr(), grad_F.shape());
+                grad_F.assign(cast(beta == 0 ? grad * alpha : grad * alpha + grad_F.expr() * beta, grad_F.dtype()));
+                return;
+            }
         }
     }
 #endif

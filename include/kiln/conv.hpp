@@ -28,9 +28,9 @@
 // sm_90 GPU, 16-bit fprop with C a multiple of 8 (and bprop with stride 1 and K a multiple of 8,
 // as the convolution of E with the flipped filter) runs kiln's implicit-GEMM kernel, which
 // gathers the patches into shared memory instead; a strided layer with C not a multiple of 8 (a
-// first layer) runs it with the stride folded into the channels (space-to-depth), an unstrided
-// one's fprop over its channels padded with zeros to a multiple of 8 (conv_kernel says which path
-// an op takes).
+// first layer) runs it with the stride folded into the channels (space-to-depth), or its fprop
+// over its channels padded with zeros to a multiple of 8 where that gives fewer taps (an unstrided
+// layer's always; conv_kernel says which path an op takes).
 #pragma once
 #include <kiln/export.hpp>
 #include <kiln/context.hpp>
@@ -95,9 +95,11 @@ KILN_API Tensor& update_conv(const ConvLayer& layer, const Tensor& I, const Tens
 // How `op` ("fprop", "bprop" or "update") of layer L runs on ctx: "implicit-gemm <kernel entry>"
 // (the implicit-GEMM kernel), "implicit-gemm by phase <kernel entry>" (a strided bprop as one
 // stride-1 implicit-GEMM convolution per phase of the stride; the entry of the phase with the
-// most taps), "implicit-gemm <kernel entry> (channels padded to <c>)" (the kernel over channels
-// padded with zeros to a multiple of 8), "gemm" (a pointwise layer: the activations are the
-// matrix) or "im2col+gemm". What benchmarks print.
+// most taps), "implicit-gemm <kernel entry> (stride folded into <c> channels)" (a strided layer
+// over its image folded into c channels, space-to-depth, as a stride-1 one), "implicit-gemm
+// <kernel entry> (channels padded to <c>)" (the kernel over channels padded with zeros to a
+// multiple of 8), "gemm" (a pointwise layer: the activations are the matrix) or "im2col+gemm".
+// What benchmarks print.
 KILN_API std::string conv_kernel(Context& ctx, const ConvLayer& layer, const std::string& op = "fprop");
 
 // neon's layouts to kiln's and back: neon keeps activations as (C, [D,] H, W, N) and filters as

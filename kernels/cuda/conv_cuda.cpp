@@ -414,14 +414,18 @@ Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols) {
     return image;
 }
 
+bool fold_fits(int64_t n, const Dims3& x, int64_t c, const Dims3& pad, const Dims3& j, int64_t cf) {
+    // (Blocks and a row's elements index by 32 bits; strides and pads are under the sizes.)
+    return fits_32_bits(n * x[0] * x[1]) && fits_32_bits(n * j[0] * j[1] * j[2]) && fits_32_bits(cf * j[2]) &&
+           fits_32_bits((x[2] + pad[2]) * c) && fits_32_bits(x[0] + pad[0]) && fits_32_bits(x[1] + pad[1]);
+}
+
 namespace {
 std::string dims_str(const Dims3& d) { return fmt::format("{}x{}x{}", d[0], d[1], d[2]); }
 
 FoldParams fold_params(const Tensor& src, void* dst, int64_t n, const Dims3& x, int64_t c, const Dims3& stride,
                        const Dims3& pad, const Dims3& j, int64_t cf, const char* op) {
-    // (Blocks and a row's elements index by 32 bits; strides and pads are under the sizes.)
-    if (!fits_32_bits(n * x[0] * x[1]) || !fits_32_bits(n * j[0] * j[1] * j[2]) || !fits_32_bits(cf * j[2]) ||
-        !fits_32_bits((x[2] + pad[2]) * c) || !fits_32_bits(x[0] + pad[0]) || !fits_32_bits(x[1] + pad[1]))
+    if (!fold_fits(n, x, c, pad, j, cf))
         fail(Error::Kind::Value, "conv: {} ({} images of {} positions, {} channels, stride {}): past 2^31 positions", op,
              n, dims_str(x), c, dims_str(stride));
     FoldParams p{};
@@ -449,8 +453,8 @@ Tensor fold_cuda(const Tensor& x5, const Dims3& stride, const Dims3& pad, const 
     const Tensor x = detail::contiguous(x5, ctx);
     const Shape& s = x.shape();
     const int64_t es = int64_t(dtype_size(x.dtype()));
-    KILN_CHECK_INTERNAL(x.rank() == 5 && (es == 2 || es == 4) && channels >= stride[0] * stride[1] * stride[2] * s[4] &&
-                            channels * es % 16 == 0,
+    KILN_CHECK_INTERNAL(x.rank() == 5 && es == 2 && channels >= stride[0] * stride[1] * stride[2] * s[4] &&
+                            channels % 8 == 0 && stride[0] * stride[1] * stride[2] * s[4] * es <= 12 * 1024,
                         "fold_cuda: {} {} into {} channels by stride {}", dtype_name(x.dtype()), shape_str(s), channels,
                         dims_str(stride));
     Tensor out = ctx.empty({s[0], positions[0], positions[1], positions[2], channels}, x.dtype());

@@ -33,8 +33,13 @@ Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols);
 // Space-to-depth (im2col.cu's FoldParams): x5 (n, X, c) of a convolution of stride s and padding
 // pad as `channels` (at least s0 s1 s2 c) channels at `positions` J, where folded position j,
 // phase b < s holds x's s j + b - pad, its channels ((b0 s1 + b1) s2 + b2) c + ch, zeros
-// elsewhere: a new (n, J0, J1, J2, channels) tensor of x5's dtype (16-bit or float32).
+// elsewhere: a new (n, J0, J1, J2, channels) tensor of x5's dtype (16-bit; channels a multiple
+// of 8, a position's s0 s1 s2 c channels at most 12 KiB).
 Tensor fold_cuda(const Tensor& x5, const Dims3& stride, const Dims3& pad, const Dims3& positions, int64_t channels);
+
+// Whether fold_cuda and unfold_cuda index x (n, X, c; padded by pad) and its fold (n, J, cf) in 32
+// bits; where not they fail with a Value error.
+bool fold_fits(int64_t n, const Dims3& x, int64_t c, const Dims3& pad, const Dims3& j, int64_t cf);
 
 // Its transpose over x: x (n, X, c; contiguous, folded's dtype) = folded (n, J, cf), zero at the
 // positions no folded one holds.

@@ -10,7 +10,7 @@
 // the row's last tap. Entry names: kiln_im2col_v<VB>, and kiln_im2col_rows_e<ES> for layers of few
 // channels (below). Its transpose, col2im (kiln_col2im_f32),
 // gathers the gradient with respect to the image from the patch matrix's gradient: a thread per
-// image element sums the entries of the taps that read it. kiln_fold_e<ES> and kiln_unfold_e<ES>
+// image element sums the entries of the taps that read it. kiln_fold_e2 and kiln_unfold_e<ES>
 // fold a first layer's stride into its channels and back (FoldParams).
 #include "kernels/cuda/im2col_params.hpp"
 
@@ -237,7 +237,6 @@ __device__ __forceinline__ void unfold(const FoldParams& p) {
 }
 
 extern "C" __global__ void __launch_bounds__(256) kiln_fold_e2(const __grid_constant__ FoldParams p) { fold<uint16_t>(p); }
-extern "C" __global__ void __launch_bounds__(256) kiln_fold_e4(const __grid_constant__ FoldParams p) { fold<uint32_t>(p); }
 extern "C" __global__ void __launch_bounds__(256) kiln_unfold_e2(const __grid_constant__ FoldParams p) { unfold<uint16_t>(p); }
 extern "C" __global__ void __launch_bounds__(256) kiln_unfold_e4(const __grid_constant__ FoldParams p) { unfold<uint32_t>(p); }
 
