@@ -343,13 +343,13 @@ Tensor with_channels(const Tensor& x, int64_t c) {
 // read its channels whole: fprop gathers them (AlexNet's conv1 on the H200: 0.17 ms, cuDNN
 // 0.44), the update's and bprop's kernels want 64 and 32 (fold_channels). Dilation 1, a filter
 // of more than one tap (a 1x1 filter's fold only adds channels), and a folded position's used
-// channels at most 12 KiB (the fold stages them in shared memory). (The zero taps past f meet
+// channels at most kFoldPositionMaxBytes (the fold stages them in shared memory). (The zero taps past f meet
 // image positions outside each window: an infinite input gives NaN where the layer's own
 // windows would not read it.)
 std::optional<ConvLayer> folded(const ConvLayer& L, int64_t channels) {
     const int64_t phases = L.stride[0] * L.stride[1] * L.stride[2];
     if (phases == 1 || L.C % 8 == 0 || phases * L.C > channels || geo(L).taps() == L.C ||
-        phases * L.C * int64_t(dtype_size(L.dtype)) > 12 * 1024)
+        phases * L.C * int64_t(dtype_size(L.dtype)) > gemm::kFoldPositionMaxBytes)
         return std::nullopt;
     Dims3 taps, positions;
     for (int a = 0; a < 3; ++a) {
@@ -371,13 +371,13 @@ int64_t fold_channels(const ConvLayer& L, FoldFor op) {
     return std::max<int64_t>((used + m - 1) / m * m, op == FoldFor::bprop ? kImplicitDgradMinChannels : 0);
 }
 
-// fprop's folded layer where the kernel takes it and it has no more taps than the layer over
-// its channels padded (channels_padded; a 1x1 filter of stride 2 folds into 4 times the
-// channels).
-std::optional<ConvLayer> fprop_folded(Context& ctx, const ConvLayer& L) {
+// fprop's folded layer where the kernel takes it and it has no more taps than `padded`, the
+// layer over its channels padded (channels_padded; a 1x1 filter of stride 2 folds into 4 times
+// the channels).
+std::optional<ConvLayer> fprop_folded(Context& ctx, const ConvLayer& L, const std::optional<ConvLayer>& padded) {
     const std::optional<ConvLayer> F = folded(L, fold_channels(L, FoldFor::fprop));
     if (!F || gemm::conv_fprop_kernel(ctx, *F).empty()) return std::nullopt;
-    if (auto P = channels_padded(ctx, L); P && geo(*P).taps() < geo(*F).taps()) return std::nullopt;
+    if (padded && geo(*padded).taps() < geo(*F).taps()) return std::nullopt;
     return F;
 }
 
@@ -515,11 +515,10 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
     };
     if (on_gpu(I5) && !pointwise(g)) {
         if (implicit(L, I5, F)) return;
-        if (auto D = fprop_folded(I5.context(), L); D && implicit(*D, fold_image(L, *D, I5), fold_filter(g, L, *D, F)))
+        const std::optional<ConvLayer> P = channels_padded(I5.context(), L);
+        if (auto D = fprop_folded(I5.context(), L, P); D && implicit(*D, fold_image(L, *D, I5), fold_filter(g, L, *D, F)))
             return;
-        if (auto P = channels_padded(I5.context(), L);
-            P && implicit(*P, with_channels(I5, P->C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P->C)))
-            return;
+        if (P && implicit(*P, with_channels(I5, P->C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P->C))) return;
     }
 #endif
     product(columns(g, L, I5), matrix_of(F, g.K, g.taps()).T(), out, o, g.K, named);
@@ -899,9 +898,9 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         const bool forward = (op == "fprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
         if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
-        if (auto F = forward ? fprop_folded(ctx, L) : std::nullopt) return folded_name(gemm::conv_fprop_kernel(ctx, *F), *F);
-        if (auto P = forward ? channels_padded(ctx, L) : std::nullopt)
-            return fmt::format("implicit-gemm {} (channels padded to {})", gemm::conv_fprop_kernel(ctx, *P), P->C);
+        const std::optional<ConvLayer> P = forward ? channels_padded(ctx, L) : std::nullopt;
+        if (auto F = forward ? fprop_folded(ctx, L, P) : std::nullopt) return folded_name(gemm::conv_fprop_kernel(ctx, *F), *F);
+        if (P) return fmt::format("implicit-gemm {} (channels padded to {})", gemm::conv_fprop_kernel(ctx, *P), P->C);
         // A strided gradient by phase: the kernel of its largest phase.
         if (auto phases = !forward ? implicit_phases(ctx, L) : std::nullopt) {
             const DgradPhase* largest = nullptr;

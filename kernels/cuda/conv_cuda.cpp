@@ -435,8 +435,9 @@ FoldParams fold_params(const Tensor& src, void* dst, int64_t n, const Dims3& x, 
     for (int a = 0; a < 3; ++a)
         p.x[a] = int32_t(x[a]), p.j[a] = int32_t(j[a]), p.s[a] = int32_t(stride[a]), p.pad[a] = int32_t(pad[a]);
     const int64_t es = int64_t(dtype_size(src.dtype()));
-    // fold's tile: the positions whose staged rows fit in 12 KiB (all of a first layer's row).
-    p.tile = int32_t(std::clamp<int64_t>(12 * 1024 / (stride[0] * stride[1] * stride[2] * c * es), 1, j[2]));
+    // fold's tile: the positions whose staged rows fit in kFoldPositionMaxBytes (all of a first
+    // layer's row).
+    p.tile = int32_t(std::clamp<int64_t>(kFoldPositionMaxBytes / (stride[0] * stride[1] * stride[2] * c * es), 1, j[2]));
     p.div_tiles = fast_div(uint32_t((j[2] + p.tile - 1) / p.tile));
     p.div_j1 = fast_div(uint32_t(j[1])), p.div_j0 = fast_div(uint32_t(j[0]));
     p.div_chunks = fast_div(uint32_t(std::max<int64_t>(1, cf * es / 16))), p.div_sc = fast_div(uint32_t(stride[2] * c));
@@ -454,7 +455,7 @@ Tensor fold_cuda(const Tensor& x5, const Dims3& stride, const Dims3& pad, const 
     const Shape& s = x.shape();
     const int64_t es = int64_t(dtype_size(x.dtype()));
     KILN_CHECK_INTERNAL(x.rank() == 5 && es == 2 && channels >= stride[0] * stride[1] * stride[2] * s[4] &&
-                            channels % 8 == 0 && stride[0] * stride[1] * stride[2] * s[4] * es <= 12 * 1024,
+                            channels % 8 == 0 && stride[0] * stride[1] * stride[2] * s[4] * es <= kFoldPositionMaxBytes,
                         "fold_cuda: {} {} into {} channels by stride {}", dtype_name(x.dtype()), shape_str(s), channels,
                         dims_str(stride));
     Tensor out = ctx.empty({s[0], positions[0], positions[1], positions[2], channels}, x.dtype());

@@ -30,11 +30,15 @@ Tensor im2col_cuda(const ConvLayer& L, const Tensor& I5);
 // new (N, D, H, W, C) float32 tensor. Each element sums the entries that tap it in tap order.
 Tensor col2im_cuda(const ConvLayer& L, const Tensor& dcols);
 
+// The most bytes a folded position's s0 s1 s2 c channels may take: the fold stages its positions'
+// image rows in shared memory, this much a position at least.
+constexpr int64_t kFoldPositionMaxBytes = 12 * 1024;
+
 // Space-to-depth (im2col.cu's FoldParams): x5 (n, X, c) of a convolution of stride s and padding
 // pad as `channels` (at least s0 s1 s2 c) channels at `positions` J, where folded position j,
 // phase b < s holds x's s j + b - pad, its channels ((b0 s1 + b1) s2 + b2) c + ch, zeros
 // elsewhere: a new (n, J0, J1, J2, channels) tensor of x5's dtype (16-bit; channels a multiple
-// of 8, a position's s0 s1 s2 c channels at most 12 KiB).
+// of 8, a position's s0 s1 s2 c channels at most kFoldPositionMaxBytes).
 Tensor fold_cuda(const Tensor& x5, const Dims3& stride, const Dims3& pad, const Dims3& positions, int64_t channels);
 
 // Whether fold_cuda and unfold_cuda index x (n, X, c; padded by pad) and its fold (n, J, cf) in 32

@@ -33,14 +33,14 @@
 //     with alpha, bias, ReLU and bsum (no beta, no stochastic rounding). Its rate is 1.02 of
 //     the one-tile-per-block kernel's: its tensor cores do not stop for each tile's epilogue
 //     and the next tile's first loads.
-//     The estimate is a time: the product's flops (k in whole k-tiles on wgmma) at the tile's rate times
-//     fill times the inside fraction (peak 700 TFLOP/s for 16-bit operands, 350 for float32),
-//     plus, on k-loops of at most 8 k-tiles (the rates were fitted on long ones, which fold
-//     these in), the wgmma kernels' fixed costs: a one-tile kernel's per wave (pipeline fill,
-//     epilogue, a block's start; more through the general epilogue), the persistent kernel's per
-//     tile (smaller: its producer runs ahead across tiles), which send products of a k-tile or
-//     two over many waves (a first convolution layer's, a 1x1 convolution's over 64 channels) to
-//     the persistent kernel despite its 256-wide tile; plus the fixed cost of a split (rule 3).
+//     The estimate is a time: the product's flops (k in whole k-tiles on wgmma) at the tile's rate
+//     times fill times the inside fraction (peak 700 TFLOP/s for 16-bit operands, 350 for float32),
+//     plus, on k-loops of at most 8 k-tiles (the rates were fitted on long ones, which fold these
+//     in), the wgmma kernels' fixed costs: a one-tile kernel's per wave (pipeline fill, epilogue, a
+//     block's start; more through the general epilogue), the persistent kernel's per tile (smaller:
+//     its producer runs ahead across tiles), which send products of a k-tile or two over many waves
+//     (a first convolution layer's, a 1x1 convolution's over 64 channels) to the persistent kernel
+//     despite its 256-wide tile; plus the fixed cost of a split (rule 3).
 //  3. Split-K. When a tile's blocks would leave more than half of the SMs idle (small M and N,
 //     long K: 1760x16x1760, 512x8x500000), k is cut into slices that run as separate blocks,
 //     in one of two ways, each a candidate beside the unsplit tile:

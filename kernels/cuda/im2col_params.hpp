@@ -30,15 +30,14 @@ struct Col2imParams {
     FastDiv c, w, h, d, str_d, str_h, str_w;
 };
 
-// Space-to-depth, which folds a strided convolution into a stride-1 one over few channels:
-// `folded` (n, J0, J1, J2, cf) from x (n, X0, X1, X2, c), every element `elem` bytes. Along each
-// axis, folded position j and phase b < s hold x's position s j + b - pad; the folded channel
-// ((b0 s1 + b1) s2 + b2) c + ch holds channel ch of it (zero outside x, and in the channels
-// from s0 s1 s2 c to cf). unfold is its transpose over x: x's position i takes the
-// folded element of j = (i + pad) / s, b = (i + pad) % s, zero where j passes J. fold's blocks
-// take `tile` folded positions along the last axis. Divisions: the tiles of a row, J1, J0 (a
-// block's row), cf's 16-byte chunks, s2 c (a chunk's channel); X1, X0, s0, s1 (an image row's
-// phase), s2 c.
+// Space-to-depth, which folds a strided convolution into a stride-1 one over few channels: `folded`
+// (n, J0, J1, J2, cf) from x (n, X0, X1, X2, c). Along each axis, folded position j and phase b < s
+// hold x's position s j + b - pad; the folded channel ((b0 s1 + b1) s2 + b2) c + ch holds channel
+// ch of it (zero outside x, and in the channels from s0 s1 s2 c to cf). unfold is its transpose
+// over x: x's position i takes the folded element of j = (i + pad) / s, b = (i + pad) % s, zero
+// where j passes J. fold's blocks take `tile` folded positions along the last axis. Divisions: the
+// tiles of a row, J1, J0 (a block's row), cf's 16-byte chunks, s2 c (a chunk's channel); X1, X0,
+// s0, s1 (an image row's phase), s2 c.
 struct FoldParams {
     const void* src;
     void* dst;
