@@ -505,15 +505,15 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
 #ifdef KILN_HAVE_GEMM_KERNELS
     // The implicit-GEMM kernel where it takes the layer, or the layer with its stride folded into
     // its channels (fprop_folded), or over its channels padded with zeros to a multiple of 8
-    // (channels_padded); not the pointwise layers, whose matrix is the activations already (the
-    // GEMM's tuned kernels multiply it).
+    // (channels_padded); the pointwise layers, whose matrix is the activations already, only
+    // where pointwise_implicit prefers the kernel to the GEMM's tiles.
     auto implicit = [&](const ConvLayer& layer, const Tensor& I, const Tensor& W) {
         return product_with(out, o, g.rows(), g.K, named,
                             [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
                                 return gemm::conv_fprop_implicit(layer, I, W, C, d, count, &counted);
                             });
     };
-    if (on_gpu(I5) && !pointwise(g)) {
+    if (on_gpu(I5) && (!pointwise(g) || gemm::pointwise_implicit(I5.context(), L))) {
         if (implicit(L, I5, F)) return;
         const std::optional<ConvLayer> P = channels_padded(I5.context(), L);
         if (auto D = fprop_folded(I5.context(), L, P); D && implicit(*D, fold_image(L, *D, I5), fold_filter(g, L, *D, F)))
@@ -621,9 +621,10 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                    const ConvOptions& o, NamedCount& named) {
 #ifdef KILN_HAVE_GEMM_KERNELS
     // With stride 1 the gradient is itself a convolution (implicit_dgrad): the implicit-GEMM
-    // kernel's, over the filter flipped in space with K and C exchanged (a small JIT copy).
-    if (auto D = on_gpu(E5) && !pointwise(g) ? implicit_dgrad(L) : std::nullopt;
-        D && !gemm::conv_fprop_kernel(E5.context(), *D).empty()) {
+    // kernel's, over the filter flipped in space with K and C exchanged (a small JIT copy); a
+    // pointwise layer's where pointwise_implicit prefers it to the product E . F below.
+    if (auto D = on_gpu(E5) ? implicit_dgrad(L) : std::nullopt;
+        D && (pointwise(g) ? gemm::pointwise_implicit(E5.context(), *D) : !gemm::conv_fprop_kernel(E5.context(), *D).empty())) {
         const Tensor Fd = dgrad_filter(as5(F, g.K, {g.T, g.R, g.S}, g.C));
         if (product_with(out, o, g.N * g.D * g.H * g.W, g.C, named,
                          [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
@@ -885,8 +886,13 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
     if (op != "fprop" && op != "bprop" && op != "update")
         fail(Error::Kind::Value, "conv_kernel: op '{}'; it is 'fprop', 'bprop' or 'update'", op);
     const Geo g = geo(L);
-    if (pointwise(g)) return "gemm";
 #ifdef KILN_HAVE_GEMM_KERNELS
+    if (pointwise(g)) {   // the GEMM, or where pointwise_implicit says so the implicit kernel
+        const std::optional<ConvLayer> D = op == "update" ? std::nullopt
+                                           : (op == "fprop") != L.deconv ? std::optional<ConvLayer>(L)
+                                                                         : implicit_dgrad(L);
+        return D && gemm::pointwise_implicit(ctx, *D) ? "implicit-gemm " + gemm::conv_fprop_kernel(ctx, *D) : "gemm";
+    }
     auto folded_name = [](const std::string& kernel, const ConvLayer& F) {
         return fmt::format("implicit-gemm {} (stride folded into {} channels)", kernel, F.C);
     };
@@ -914,6 +920,7 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
     }
 #else
     (void)ctx;
+    if (pointwise(g)) return "gemm";
 #endif
     return "im2col+gemm";
 }

@@ -53,6 +53,11 @@ void unfold_cuda(const Tensor& folded, Tensor& x, const Dims3& stride, const Dim
 // benchmark prints.
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L);
 
+// Whether the implicit-GEMM kernel, rather than the GEMM, multiplies L, a pointwise layer (1x1,
+// stride 1, no padding; a fprop, or a pointwise layer's gradient as a convolution): where its
+// output channels are at most 128 and its rows fill a wave of 128-row tiles (conv_cuda.cpp).
+bool pointwise_implicit(Context& ctx, const ConvLayer& L);
+
 // grad_F (a K x taps matrix view of the filter's gradient) = alpha * (the gradient of conv(I5,
 // F) of layer L with respect to F, from E5 (N, M, P, Q, K)) + beta * grad_F, by the implicit-GEMM
 // weight-gradient kernel (conv_sm90.cu, sm90/conv_wgrad.cuh): true when it ran, false where it

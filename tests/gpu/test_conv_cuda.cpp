@@ -452,8 +452,10 @@ TEST_CASE("gpu conv: strided first layers fold the stride into the channels") {
                 INFO(op << ": " << path);
                 CHECK((path.find("(stride folded into " + std::to_string(channels) + " channels)") != std::string::npos) ==
                       (channels != 0));
-                // (These layers' fprop, where it does not fold, runs over channels padded to 8.)
-                if (channels == 0 && std::string(op) == "fprop") CHECK(path.find("(channels padded to 8)") != std::string::npos);
+                // (These layers' forward convolution, where it does not fold, runs over channels
+                // padded to 8: a deconvolution's bprop.)
+                if (channels == 0 && (std::string(op) == "fprop") != layer.deconv)
+                    CHECK(path.find("(channels padded to 8)") != std::string::npos);
             };
             folds(L, "fprop", f.fprop);
             folds(L, "bprop", f.bprop);
@@ -500,6 +502,43 @@ TEST_CASE("gpu conv: strided first layers fold the stride into the channels") {
             CHECK(agree(gpu, cpu, D.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
             CHECK(agree(gpu, cpu, D.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(D, F.*side, I.*side, o); }) == 0);
             CHECK(agree(gpu, cpu, D.filter_shape(), dt, [&](Tensor& o, Side side) { update_conv(D, E.*side, I.*side, o); }) == 0);
+        }
+}
+
+TEST_CASE("gpu conv: pointwise layers of at most 128 output channels over a wave of row tiles run on the implicit kernel") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (!sm90(gpu)) return;
+    const int64_t wave = 128 * cuda::cuda_backend(gpu).info().multiprocessors;   // rows of a wave of tiles
+    struct Pointwise {
+        int64_t N, C, K, H, W;
+    };
+    uint32_t seed = 7000;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Pointwise& c : {Pointwise{8, 64, 64, 48, 48}, Pointwise{5, 136, 128, 60, 61}, Pointwise{8, 40, 256, 48, 47},
+                                   Pointwise{2, 64, 64, 8, 8}}) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, {1, c.H, c.W}, {1, 1, 1});
+            INFO(L.str());
+            const bool rows = c.N * c.H * c.W >= wave;
+            // fprop's output channels are K, bprop's C (E . F: K into C).
+            CHECK((conv_kernel(gpu, L, "fprop").rfind("implicit-gemm kiln_conv_fprop", 0) == 0) == (rows && c.K <= 128));
+            CHECK((conv_kernel(gpu, L, "bprop").rfind("implicit-gemm kiln_conv_fprop", 0) == 0) == (rows && c.C <= 128));
+            CHECK(conv_kernel(gpu, L, "update") == "gemm");
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed),
+                       E = pair(gpu, cpu, L.output_shape(), dt, ++seed);
+            check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
+            ConvOptions leaky;
+            leaky.alpha = 0.5, leaky.relu = true, leaky.slope = 0.2;
+            for (DType out : {dt, DType::Float32})
+                for (bool options : {false, true})
+                    CHECK(agree(gpu, cpu, L.input_shape(), out, [&](Tensor& o, Side side) {
+                              bprop_conv(L, F.*side, E.*side, o, options && side != &Pair::abs ? leaky : ConvOptions{});
+                          }) == 0);
+            // The deconvolution: its fprop is this bprop.
+            const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, {1, 1, 1});
+            CHECK(conv_kernel(gpu, D, "fprop") == conv_kernel(gpu, L, "bprop"));
+            CHECK(agree(gpu, cpu, D.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
         }
 }
 
