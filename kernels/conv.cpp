@@ -597,6 +597,16 @@ Tensor dgrad_filter(const Tensor& F5) {
     return F5.context().eval(F5.slice({Slice::all(), flip, flip, flip, Slice::all()}).transpose({4, 1, 2, 3, 0}).expr());
 }
 
+// The gradient of a stride-1 layer of at most 8 channels (a first layer's 3) as the convolution
+// of E into those channels (dgrad_as_conv), where the narrow kernel (conv_narrow.cu) takes it:
+// the implicit kernel would leave most of a 64-wide tile idle, the product and col2im write and
+// read back the patch matrix's gradient.
+std::optional<ConvLayer> narrow_dgrad(Context& ctx, const ConvLayer& L) {
+    const std::optional<ConvLayer> D = L.C <= 8 ? dgrad_as_conv(L) : std::nullopt;
+    if (!D || !gemm::narrow_takes(ctx, *D)) return std::nullopt;
+    return D;
+}
+
 // bprop's folded layer (folded) and its gradient as a convolution, where the kernel takes that.
 struct FoldedDgrad {
     ConvLayer folded, dgrad;
@@ -629,6 +639,14 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
         if (product_with(out, o, g.N * g.D * g.H * g.W, g.C, named,
                          [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
                              return gemm::conv_fprop_implicit(*D, E5, Fd, C, d, count, &counted);
+                         }))
+            return;
+    }
+    if (auto D = on_gpu(E5) && !pointwise(g) ? narrow_dgrad(E5.context(), L) : std::nullopt) {
+        const Tensor Fd = dgrad_filter(as5(F, g.K, {g.T, g.R, g.S}, g.C));
+        if (product_with(out, o, g.N * g.D * g.H * g.W, g.C, named,
+                         [&](Tensor& C, const DotOptions& d, const StoreCount*, bool&) {
+                             return gemm::conv_narrow(*D, E5, Fd, C, d);
                          }))
             return;
     }
@@ -904,6 +922,8 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         const bool forward = (op == "fprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
         if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
+        if (!forward && narrow_dgrad(ctx, L))
+            return L.dtype == DType::BFloat16 ? "narrow kiln_conv_narrow_bf16" : "narrow kiln_conv_narrow_f16";
         const std::optional<ConvLayer> P = forward ? channels_padded(ctx, L) : std::nullopt;
         if (auto F = forward ? fprop_folded(ctx, L, P) : std::nullopt) return folded_name(gemm::conv_fprop_kernel(ctx, *F), *F);
         if (P) return fmt::format("implicit-gemm {} (channels padded to {})", gemm::conv_fprop_kernel(ctx, *P), P->C);

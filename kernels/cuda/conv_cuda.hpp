@@ -53,6 +53,16 @@ void unfold_cuda(const Tensor& folded, Tensor& x, const Dims3& stride, const Dim
 // benchmark prints.
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L);
 
+// C (the N P Q x K row-major output, float32 or 16-bit) = epilogue(conv(I5, F)) by the kernel of
+// few output channels (conv_narrow.cu, narrow_cuda.cpp; o's alpha, beta, bias and activation):
+// true when it ran, false where it does not take the problem (narrow_takes; a bsum, C not
+// contiguous or sharing memory with an operand, 16-bit C under stochastic rounding).
+bool conv_narrow(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o);
+// Whether conv_narrow takes layer L on ctx: sm_80 or later, 16-bit, K <= 8 output channels, C a
+// multiple of 8, a 2D or 1D convolution of stride 1 (not a deconvolution) whose input window
+// and filter fit in shared memory, sizes in 32 bits.
+bool narrow_takes(Context& ctx, const ConvLayer& L);
+
 // Whether the implicit-GEMM kernel, rather than the GEMM, multiplies L, a pointwise layer (1x1,
 // stride 1, no padding; a fprop, or a pointwise layer's gradient as a convolution): where its
 // output channels are at most 128 and its rows fill a wave of 128-row tiles (conv_cuda.cpp).

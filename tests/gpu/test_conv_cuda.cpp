@@ -261,13 +261,15 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
     // filter, fewer channels, a dilated strided axis or a one-tap filter keep the product and
     // col2im. Each with
     // the deconvolution of the same geometry, whose fprop is this gradient.
-    const std::string by_kernel = "implicit-gemm kiln_", by_phase = "implicit-gemm by phase", product = "im2col+gemm";
+    const std::string by_kernel = "implicit-gemm kiln_", by_phase = "implicit-gemm by phase", product = "im2col+gemm",
+                      narrow = "narrow kiln_conv_narrow_";
     const std::vector<std::pair<Case, std::string>> dgrad = {
         {{3, 40, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, by_kernel},
         {{2, 32, 64, {1, 9, 10}, {1, 3, 3}, {0, 2, 2}, {1, 1, 1}, {1, 2, 2}}, by_kernel},
         {{1, 48, 16, {5, 6, 7}, {3, 3, 3}, {1, 0, 1}, {1, 1, 1}, {1, 1, 1}}, by_kernel},
         {{2, 32, 32, {1, 8, 8}, {1, 3, 3}, {0, 3, 1}, {1, 1, 1}, {1, 1, 1}}, product},       // pad 3 > 2
-        {{2, 8, 64, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, product},       // 8 channels
+        {{2, 8, 64, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, narrow},        // 8 channels: the narrow kernel
+        {{2, 12, 64, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, product},      // 12: neither
         {{2, 40, 64, {1, 13, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}}, by_phase},
         {{2, 32, 48, {1, 14, 13}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, product},     // 1x1: one strided copy
         {{2, 32, 48, {1, 14, 13}, {1, 2, 1}, {0, 0, 0}, {1, 3, 2}, {1, 1, 1}}, by_phase},    // phases of zeros
@@ -502,6 +504,66 @@ TEST_CASE("gpu conv: strided first layers fold the stride into the channels") {
             CHECK(agree(gpu, cpu, D.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
             CHECK(agree(gpu, cpu, D.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(D, F.*side, I.*side, o); }) == 0);
             CHECK(agree(gpu, cpu, D.filter_shape(), dt, [&](Tensor& o, Side side) { update_conv(D, E.*side, I.*side, o); }) == 0);
+        }
+}
+
+TEST_CASE("gpu conv: the gradient of stride-1 layers of at most 8 channels by the narrow kernel") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (cuda::cuda_backend(gpu).info().sm < 80) {
+        std::printf("SKIPPED (the narrow kernel is mma.sync code for sm_80 and later)\n");
+        return;
+    }
+    // VGG's first layer (smaller); E's channels in several 64-channel chunks with a tail of 8;
+    // 8 channels, dilation and a padding past the window's middle; 1D; R != S, output rows and
+    // positions past a tile's 8 x 32; K = 12 (E's channels a multiple of 8 is what it needs: 12
+    // is not, and keeps the product).
+    const std::vector<std::pair<Case, bool>> layers = {
+        {{2, 3, 64, {1, 37, 45}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, true},
+        {{2, 3, 200, {1, 19, 70}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, true},
+        {{3, 8, 40, {1, 17, 33}, {1, 5, 5}, {0, 3, 1}, {1, 1, 1}, {1, 2, 2}}, true},
+        {{2, 1, 16, {1, 1, 300}, {1, 1, 7}, {0, 0, 3}, {1, 1, 1}, {1, 1, 1}}, true},
+        {{2, 5, 24, {1, 12, 29}, {1, 2, 5}, {0, 0, 4}, {1, 1, 1}, {1, 1, 1}}, true},
+        {{2, 3, 12, {1, 9, 9}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false},
+    };
+    uint32_t seed = 8000;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const auto& [c, takes] : layers) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            CHECK((conv_kernel(gpu, L, "bprop").rfind("narrow kiln_conv_narrow_", 0) == 0) == takes);
+            const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+                       G = pair(gpu, cpu, L.input_shape(), dt, ++seed), B = pair(gpu, cpu, {c.C}, DType::Float32, ++seed);
+            Tensor Gm = cpu.empty(L.input_shape(), DType::Float32);
+            bprop_conv(L, F.abs, E.abs, Gm);
+            const Tensor mag = cpu.eval(Gm.expr() + absolute(G.cpu.expr()) + 1.0);
+            // plain; alpha and leaky ReLU; alpha, beta, bias and ReLU (its own epilogue); brelu
+            // with X (the float32 gradient and the JIT epilogue); bsum; into L's dtype and float32.
+            for (DType out : {dt, DType::Float32})
+                for (int variant = 0; variant < 5; ++variant) {
+                    INFO("output " << dtype_name(out) << ", variant " << variant);
+                    ConvOptions og, oc;
+                    if (variant == 1) og.alpha = oc.alpha = 0.5, og.relu = oc.relu = true, og.slope = oc.slope = 0.2;
+                    if (variant == 2) {
+                        og.alpha = oc.alpha = 0.75, og.beta = oc.beta = -0.5, og.relu = oc.relu = true;
+                        og.bias = B.gpu, oc.bias = B.cpu;
+                    }
+                    if (variant == 3) og.brelu = oc.brelu = true, og.slope = oc.slope = 0.1, og.X = G.gpu, oc.X = G.cpu;
+                    Tensor sg = gpu.empty({c.C}, DType::Float32), sc = cpu.empty({c.C}, DType::Float32);
+                    if (variant == 4) og.bsum = sg, oc.bsum = sc;
+                    Tensor Og = gpu.eval(cast(G.gpu.expr(), out)), Oc = cpu.eval(cast(G.cpu.expr(), out));
+                    bprop_conv(L, F.gpu, E.gpu, Og, og);
+                    bprop_conv(L, F.cpu, E.cpu, Oc, oc);
+                    CHECK(count_off(Og, Oc, mag, out) == 0);
+                    if (variant == 4) {
+                        const Tensor smag = cpu.eval(reshape(sum(absolute(reshape(Oc.expr(), {numel(L.input_shape()) / c.C, c.C})), 0), {c.C}));
+                        CHECK(count_off(sg, sc, smag, DType::Float32, 2 * ulp(out) + 1e-5) == 0);
+                    }
+                }
+            // The deconvolution of the same geometry: its fprop is this gradient.
+            const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
+            CHECK(conv_kernel(gpu, D, "fprop") == conv_kernel(gpu, L, "bprop"));
+            CHECK(agree(gpu, cpu, D.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
         }
 }
 
