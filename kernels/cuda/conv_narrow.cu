@@ -9,8 +9,9 @@
 // % 8)) so that ldmatrix's eight rows of consecutive positions meet eight bank groups; each
 // warp multiplies one output row, two m16 tiles, tap by tap and 16 channels at a time, with
 // mma.sync m16n8k16 (float32 accumulators), the filter's B fragments staged beside the window
-// in the lanes' order. The results take alpha, beta, bias and the activation in registers and
-// are stored per element (K values a position: a few bytes). Every GPU from sm_80.
+// in the lanes' order. The results take the GEMM's epilogue in registers (alpha, bias, the
+// activation, then beta) and are stored per element (K values a position: a few bytes). Every
+// GPU from sm_80.
 #include "kernels/cuda/narrow_params.hpp"
 
 #include <cuda_bf16.h>
@@ -127,9 +128,9 @@ __device__ __forceinline__ void conv_narrow(const NarrowParams& p) {
             if (x >= p.Q || k >= p.K) continue;
             const int64_t i = ((int64_t(n) * p.P + y) * p.Q + x) * p.K + k;
             float v = p.alpha * acc[mt][r];
-            if (p.beta != 0.f) v += p.beta * load_out(p.out, i, p.out_dtype);
             if (p.bias) v += p.bias[k];
             if (p.relu && v < 0.f) v = p.slope == 0.f ? 0.f : v * p.slope;
+            if (p.beta != 0.f) v += p.beta * load_out(p.out, i, p.out_dtype);
             store_out(p.out, i, p.out_dtype, v);
         }
 }

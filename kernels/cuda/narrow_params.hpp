@@ -7,8 +7,8 @@
 
 namespace kiln::gemm {
 
-// out (N x P x Q rows of K, row-major, `out_dtype`) = alpha * conv(image, filter) + beta * out
-// + bias, then the activation (relu: ReLU, leaky below zero with `slope`); a 2D or 1D
+// out (N x P x Q rows of K, row-major, `out_dtype`) = act(alpha * conv(image, filter) + bias)
+// + beta * out, act: ReLU where relu (leaky below zero with `slope`); a 2D or 1D
 // convolution of stride 1. image (N, H, W, C) and filter (K, R, S, C) 16-bit (`bf16`) and
 // contiguous; K <= 8, C a multiple of 8. The blocks: N x tiles_h x tiles_w output tiles of
 // kNarrowTileH rows x kNarrowTileW positions. out_dtype: 0 float32, 1 float16, 2 bfloat16.
