@@ -328,6 +328,31 @@ std::optional<ConvLayer> channels_padded(Context& ctx, const ConvLayer& L) {
     return P;
 }
 
+// A layer whose channels are a multiple of 8 but not of 64 (Overfeat's second layer, 96),
+// whose patches the kernels gather 16 bytes at a time, as the same layer over its channels
+// padded with zeros to the next multiple of 64, whose patches TMA brings whole: where that adds
+// at most a third to the taps and, for fprop, where the cost model (conv_fprop_estimate_us)
+// puts the padded layer and the copy of its image (the padded channels written, then read
+// again, at kPadCopyBytesPerUs) under the layer itself. (Overfeat's 96 channels, 5x5, into
+// 256: a 256-wide tile gathering 38 k-tiles, about 190 us on the H200, against 50 k-tiles
+// by TMA, about 140.) The update's weight-gradient kernel takes only such channels.
+constexpr double kPadCopyBytesPerUs = 3.0e6;
+std::optional<ConvLayer> channels_for_tma(Context& ctx, const ConvLayer& L, bool forward) {
+    const int64_t c64 = (L.C + 63) / 64 * 64;
+    if (L.C % 8 != 0 || c64 == L.C || 3 * c64 > 4 * L.C || !gemm::fold_fits(L.N, L.image, L.C, {0, 0, 0}, L.image, c64))
+        return std::nullopt;
+    ConvLayer P = L;
+    P.C = c64;
+    P.deconv = false;
+    if (!forward) return gemm::conv_wgrad_kernel(ctx, P).empty() ? std::nullopt : std::optional<ConvLayer>(P);
+    const std::optional<double> padded = gemm::conv_fprop_estimate_us(ctx, P, true),
+                                gathered = gemm::conv_fprop_estimate_us(ctx, L, false);
+    const double copy = double(L.N * L.image[0] * L.image[1] * L.image[2] * (L.C + 2 * c64)) *
+                        double(dtype_size(L.dtype)) / kPadCopyBytesPerUs;
+    if (!padded || !gathered || *padded + copy >= *gathered || gemm::conv_fprop_kernel(ctx, P).empty()) return std::nullopt;
+    return P;
+}
+
 // x (n, D, H, W, C) with its channels padded with zeros to c: the fold of stride 1, one pass.
 Tensor with_channels(const Tensor& x, int64_t c) {
     const Shape& s = x.shape();
@@ -514,6 +539,9 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
                             });
     };
     if (on_gpu(I5) && (!pointwise(g) || gemm::pointwise_implicit(I5.context(), L))) {
+        if (auto T = !pointwise(g) ? channels_for_tma(I5.context(), L, true) : std::nullopt;
+            T && implicit(*T, with_channels(I5, T->C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), T->C)))
+            return;
         if (implicit(L, I5, F)) return;
         const std::optional<ConvLayer> P = channels_padded(I5.context(), L);
         if (auto D = fprop_folded(I5.context(), L, P); D && implicit(*D, fold_image(L, *D, I5), fold_filter(g, L, *D, F)))
@@ -754,6 +782,18 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
     // is the activations themselves: the GEMM below).
     if (on_gpu(I5) && !pointwise(g)) {
         if (auto v = grad_F.reshape_view({g.K, g.taps()}); v && gemm::conv_wgrad_implicit(L, I5, E5, *v, o)) return;
+        // Channels a multiple of 8 but not of 64: the layer's over its channels padded to 64
+        // (channels_for_tma), the gradient's first C channels taken.
+        if (auto P = channels_for_tma(ctx, L, false)) {
+            Tensor G = ctx.empty({g.K, g.T, g.R, g.S, P->C}, DType::Float32);
+            Tensor Gm = *G.reshape_view({g.K, geo(*P).taps()});
+            if (gemm::conv_wgrad_implicit(*P, with_channels(I5, P->C), E5, Gm, DotOptions{})) {
+                const Expr grad = reshape(G.slice({Slice::all(), Slice::all(), Slice::all(), Slice::all(), Slice::range(0, g.C)}).expr(),
+                                          grad_F.shape());
+                grad_F.assign(cast(beta == 0 ? grad * alpha : grad * alpha + grad_F.expr() * beta, grad_F.dtype()));
+                return;
+            }
+        }
         // A strided first layer: its folded layer's filter gradient (update_folded), unfolded;
         // the product below where the kernel declines E (not 16-byte aligned).
         if (auto D = update_folded(ctx, L)) {
@@ -914,19 +954,24 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
     auto folded_name = [](const std::string& kernel, const ConvLayer& F) {
         return fmt::format("implicit-gemm {} (stride folded into {} channels)", kernel, F.C);
     };
+    auto padded_name = [](const std::string& kernel, const ConvLayer& P) {
+        return fmt::format("implicit-gemm {} (channels padded to {})", kernel, P.C);
+    };
     if (op == "update") {
         if (std::string k = gemm::conv_wgrad_kernel(ctx, L); !k.empty()) return "implicit-gemm " + k;
+        if (auto P = channels_for_tma(ctx, L, false)) return padded_name(gemm::conv_wgrad_kernel(ctx, *P), *P);
         if (auto F = update_folded(ctx, L)) return folded_name(gemm::conv_wgrad_kernel(ctx, *F), *F);
     } else {
         // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
         const bool forward = (op == "fprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
+        if (auto P = forward ? channels_for_tma(ctx, L, true) : std::nullopt) return padded_name(gemm::conv_fprop_kernel(ctx, *P), *P);
         if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
         if (!forward && narrow_dgrad(ctx, L))
             return L.dtype == DType::BFloat16 ? "narrow kiln_conv_narrow_bf16" : "narrow kiln_conv_narrow_f16";
         const std::optional<ConvLayer> P = forward ? channels_padded(ctx, L) : std::nullopt;
         if (auto F = forward ? fprop_folded(ctx, L, P) : std::nullopt) return folded_name(gemm::conv_fprop_kernel(ctx, *F), *F);
-        if (P) return fmt::format("implicit-gemm {} (channels padded to {})", gemm::conv_fprop_kernel(ctx, *P), P->C);
+        if (P) return padded_name(gemm::conv_fprop_kernel(ctx, *P), *P);
         // A strided gradient by phase: the kernel of its largest phase.
         if (auto phases = !forward ? implicit_phases(ctx, L) : std::nullopt) {
             const DgradPhase* largest = nullptr;

@@ -57,6 +57,7 @@ ConvTile tile_of(const ConvLayer& L, int bn) {
 struct FpropPlan {
     ConvTile tile;
     bool walk = false;
+    double us = 0;   // the model's estimate (0: not modelled, the 64-wide tile of K <= 64)
 };
 
 // The plan by a cost model, microseconds: one tile a block takes waves x (k-tiles x a k-tile's
@@ -86,7 +87,7 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
         if (o.bn == 256 && 128 >= L.K) continue;   // half the tile or more past the channels
         const int64_t blocks = tiles_m * ((L.K + o.bn - 1) / o.bn), rounds = (blocks + sms - 1) / sms;
         const double us = double(rounds) * (double(ktiles) * o.per_ktile + o.fixed);
-        if (best.tile.bn == 0 || us < best_us) best = {tile_of(L, o.bn), o.walk}, best_us = us;
+        if (best.tile.bn == 0 || us < best_us) best = {tile_of(L, o.bn), o.walk, us}, best_us = us;
     }
     return best;
 }
@@ -513,6 +514,12 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     });
     const std::string name = describe(L, plan);
     return tma ? name + " (patches by TMA)" : name;
+}
+
+std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L, bool patches_by_tma) {
+    if (ctx.backend() != Backend::CUDA || L.K <= 64) return std::nullopt;
+    const FpropPlan plan = fprop_plan(L, cuda::cuda_backend(ctx).info().multiprocessors, patches_by_tma, patches_by_tma);
+    return plan.us;
 }
 
 // The GEMM's selector has no tile narrower than 128 columns that walks its tiles, and a

@@ -7,6 +7,7 @@
 
 #include "kernels/hist_named.hpp"
 
+#include <optional>
 #include <string>
 
 namespace kiln::gemm {
@@ -62,6 +63,11 @@ bool conv_narrow(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& 
 // multiple of 8, a 2D or 1D convolution of stride 1 (not a deconvolution) whose input window
 // and filter fit in shared memory, sizes in 32 bits.
 bool narrow_takes(Context& ctx, const ConvLayer& L);
+
+// fprop's cost model (conv_cuda.cpp, fprop_plan): the microseconds its plan for L takes on ctx's
+// GPU with the patches brought by TMA or gathered; nothing where it has no estimate (not a
+// CUDA context, K <= 64: the 64-wide tile).
+std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L, bool patches_by_tma);
 
 // Whether the implicit-GEMM kernel, rather than the GEMM, multiplies L, a pointwise layer (1x1,
 // stride 1, no padding; a fprop, or a pointwise layer's gradient as a convolution): where its

@@ -567,6 +567,46 @@ TEST_CASE("gpu conv: the gradient of stride-1 layers of at most 8 channels by th
         }
 }
 
+TEST_CASE("gpu conv: channels a multiple of 8 but not of 64 padded to 64 where TMA then brings the patches") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (!sm90(gpu)) return;
+    // fprop pads where the cost model says the padded layer by TMA wins (K past 64); the update
+    // wherever the taps grow by at most a third (96 and 160 channels, not 40).
+    struct Padded {
+        Case c;
+        bool fprop, update;
+    };
+    const std::vector<Padded> layers = {
+        {{3, 96, 256, {1, 12, 12}, {1, 5, 5}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}}, true, true},     // Overfeat's conv2, smaller
+        {{2, 160, 72, {1, 9, 11}, {1, 3, 3}, {0, 1, 1}, {1, 2, 1}, {1, 1, 2}}, true, true},     // 160 to 192; stride, dilation
+        {{2, 96, 48, {1, 10, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false, true},    // K <= 64: not modelled
+        {{2, 40, 96, {1, 10, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false, false},   // 40 to 64: too many taps
+    };
+    uint32_t seed = 9000;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Padded& t : layers) {
+            const Case& c = t.c;
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            const std::string padded = "(channels padded to " + std::to_string((c.C + 63) / 64 * 64) + ")";
+            INFO(L.str() << ": fprop " << conv_kernel(gpu, L, "fprop") << ", update " << conv_kernel(gpu, L, "update"));
+            CHECK((conv_kernel(gpu, L, "fprop").find(padded) != std::string::npos) == t.fprop);
+            CHECK((conv_kernel(gpu, L, "update").find(padded) != std::string::npos) == t.update);
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed),
+                       E = pair(gpu, cpu, L.output_shape(), dt, ++seed), G = pair(gpu, cpu, L.filter_shape(), dt, ++seed);
+            check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
+            check_update_alpha_beta(gpu, cpu, L, I, E, G);
+            // The deconvolution of the same geometry: its bprop is this fprop, its update this one.
+            if (!round_trips(L)) continue;
+            const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
+            CHECK(conv_kernel(gpu, D, "bprop") == conv_kernel(gpu, L, "fprop"));
+            CHECK(conv_kernel(gpu, D, "update") == conv_kernel(gpu, L, "update"));
+            CHECK(agree(gpu, cpu, D.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(D, F.*side, I.*side, o); }) == 0);
+            CHECK(agree(gpu, cpu, D.filter_shape(), dt, [&](Tensor& o, Side side) { update_conv(D, E.*side, I.*side, o); }) == 0);
+        }
+}
+
 TEST_CASE("gpu conv: pointwise layers of at most 128 output channels over a wave of row tiles run on the implicit kernel") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
