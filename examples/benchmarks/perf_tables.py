@@ -249,6 +249,21 @@ def render(r, command):
 CONV_LAYERS = "conv_layers.md"   # beside the document: the per-layer rows of the convolution run
 
 
+def name_provenance(r, runs, rows, keys=("date", "commit")):
+    """Each run's date and commit (`keys`), where the runs differ in them, with what they ran: the
+    networks (`rows(run)`: its timed rows; "checks" where it timed none), with the dtype where a
+    network's dtypes ran at different ones."""
+    for key in keys:
+        values = list(dict.fromkeys(x[key] for x in runs))
+        split = {n for n in {c["net"] for x in runs for c in rows(x)}
+                 if len({x[key] for x in runs for c in rows(x) if c["net"] == n}) > 1}
+        label = lambda c: f"{c['net']} {c['dtype']}" if c["net"] in split else c["net"]
+        if len(values) > 1:
+            ran = {v: ", ".join(dict.fromkeys(label(c) for x in runs if x[key] == v for c in rows(x))) or "checks"
+                   for v in values}
+            r[key] = "; ".join(f"{v} ({ran[v]})" for v in values)
+
+
 def merge_conv_runs(runs):
     """Several conv.py runs (one per network, say) on one device as one: their layers and summaries
     in order, the range of the peaks they measured, and each run's date and commit with the
@@ -260,19 +275,15 @@ def merge_conv_runs(runs):
     r["layers"] = [c for x in runs for c in x["layers"]]
     r["summary"] = [sm for x in runs for sm in x["summary"]]
     r["peak_tflops"] = [min(x["peak_tflops"] for x in runs), max(x["peak_tflops"] for x in runs)]
-    for key in ("date", "commit"):
-        values = list(dict.fromkeys(x[key] for x in runs))
-        if len(values) > 1:
-            nets = {v: ", ".join(dict.fromkeys(c["net"] for x in runs if x[key] == v for c in x["layers"]))
-                    for v in values}
-            r[key] = "; ".join(f"{v} ({nets[v]})" for v in values)
+    name_provenance(r, runs, lambda x: x["layers"])
     return r
 
 
 def merge_convnets_runs(runs):
-    """Several convnets.py runs (one per network, say) on one device, at one commit, as one: their
-    checks, networks and layers in order. None where the device, versions, method or commit differ."""
-    same = ("device", "torch", "cudnn", "kiln", "method", "commit")
+    """Several convnets.py runs (one per network, say) on one device as one: their checks,
+    networks and layers in order, the range of their dates, and each run's commit with the
+    networks it ran where they differ. None where the device, versions or method differ."""
+    same = ("device", "torch", "cudnn", "kiln", "method")
     if any(x.get(k) != runs[0].get(k) for x in runs for k in same):
         return None
     r = dict(runs[0])
@@ -285,6 +296,7 @@ def merge_convnets_runs(runs):
     r["checks"] = list(checks.values())
     dates = sorted(set(x["date"] for x in runs))
     r["date"] = " to ".join([dates[0], dates[-1]] if len(dates) > 1 else dates)
+    name_provenance(r, runs, lambda x: x.get("networks", []), keys=("commit",))
     return r
 
 
@@ -484,7 +496,7 @@ def main():
     elif len(runs) > 1 and all(isinstance(x, dict) and "networks" in x for x in runs):
         r = merge_convnets_runs(runs)
         if r is None:
-            print("perf_tables: the convnets.py runs differ in device, versions, method or commit", file=sys.stderr)
+            print("perf_tables: the convnets.py runs differ in device, versions or method", file=sys.stderr)
             return 2
     elif len(runs) > 1 and not python:
         print("perf_tables: several JSON files are taken from python_dispatch.py, conv.py and convnets.py only "

@@ -30,7 +30,8 @@
 // gathers the patches into shared memory instead; a strided layer with C not a multiple of 8 (a
 // first layer) runs it with the stride folded into the channels (space-to-depth), or its fprop
 // over its channels padded with zeros to a multiple of 8 where that gives fewer taps (an unstrided
-// layer's always; conv_kernel says which path an op takes).
+// layer's always), and the bprop of a stride-1 layer into at most 8 channels runs a kernel of its
+// own (any GPU from sm_80); conv_kernel says which path an op takes.
 #pragma once
 #include <kiln/export.hpp>
 #include <kiln/context.hpp>
@@ -98,7 +99,8 @@ KILN_API Tensor& update_conv(const ConvLayer& layer, const Tensor& I, const Tens
 // most taps), "implicit-gemm <kernel entry> (stride folded into <c> channels)" (a strided layer
 // over its image folded into c channels, space-to-depth, as a stride-1 one), "implicit-gemm
 // <kernel entry> (channels padded to <c>)" (the kernel over channels padded with zeros to a
-// multiple of 8), "gemm" (a pointwise layer: the activations are the matrix) or "im2col+gemm".
+// multiple of 8, or of 64 for TMA), "narrow <kernel entry>" (a stride-1 bprop into at most 8
+// channels), "gemm" (a pointwise layer: the activations are the matrix) or "im2col+gemm".
 // What benchmarks print.
 KILN_API std::string conv_kernel(Context& ctx, const ConvLayer& layer, const std::string& op = "fprop");
 

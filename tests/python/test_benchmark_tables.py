@@ -255,14 +255,14 @@ def test_the_whole_network_table(tmp_path):
 
 
 def test_convolution_runs_per_network_are_merged(tmp_path):
-    def run(net, peak, commit="def5678"):
-        layer = {"net": net, "layer": "conv1", "dtype": "float16", "op": "fprop", "N": 8, "C": 3, "K": 64,
+    def run(net, peak, commit="def5678", dtype="float16"):
+        layer = {"net": net, "layer": "conv1", "dtype": dtype, "op": "fprop", "N": 8, "C": 3, "K": 64,
                  "HW": 224, "RS": 7, "pad": 3, "stride": 2, "count": 1, "flops": 1.0e10, "kiln_ms": 1.0,
                  "cudnn_ms": 0.5, "kiln_tflops": 10.0, "cudnn_tflops": 20.0, "vs_cudnn": 0.5, "pct_peak": 1.0,
                  "err": 3e-4, "kiln_path": "im2col+gemm"}
         return {"device": "Test GPU", "date": "2026-01-02", "commit": commit, "torch": "2.x", "cudnn": 91900,
                 "kiln": "0.1", "peak_tflops": peak, "method": "host clock", "layers": [layer],
-                "summary": [{"net": net, "dtype": "float16", "fprop": 0.5, "sum": 0.5, "worst": 0.5}]}
+                "summary": [{"net": net, "dtype": dtype, "fprop": 0.5, "sum": 0.5, "worst": 0.5}]}
     doc = tmp_path / "P.md"
     doc.write_text("# Performance\n")
     files = []
@@ -279,6 +279,13 @@ def test_convolution_runs_per_network_are_merged(tmp_path):
     files[1].write_text(json.dumps(run("resnet50", 750.0, commit="0000000")))
     subprocess.run([sys.executable, tables, *map(str, files), "--doc", str(doc)], check=True, capture_output=True)
     assert "Commit: def5678 (alexnet); 0000000 (resnet50)." in doc.read_text()
+    # (with the dtype where a network's dtypes ran at different commits)
+    files[1].write_text(json.dumps(run("resnet50", 750.0)))
+    files.append(tmp_path / "c2.json")
+    files[2].write_text(json.dumps(run("resnet50", 750.0, commit="0000000", dtype="bfloat16")))
+    subprocess.run([sys.executable, tables, *map(str, files), "--doc", str(doc)], check=True, capture_output=True)
+    assert "Commit: def5678 (alexnet, resnet50 float16); 0000000 (resnet50 bfloat16)." in doc.read_text()
+    files.pop().unlink()
     other = run("resnet50", 750.0)
     other["device"] = "Other GPU"
     files[1].write_text(json.dumps(other))
@@ -342,7 +349,7 @@ def test_the_collectives_benchmark_fills_its_own_section(tmp_path):
     assert "| float32 | 67108864 | 0.2237 | 0.2165 | 300.0 | 310.0 | 0.968 | 0.1678 | 1.33 |" in text
 
 
-def test_convnets_runs_of_one_commit_merge_and_runs_of_two_are_refused(tmp_path):
+def test_convnets_runs_merge_naming_each_commit_and_other_devices_are_refused(tmp_path):
     def run(net, commit="abc4321"):
         return {"device": "Test GPU", "date": "2026-01-03", "commit": commit, "torch": "2.x", "cudnn": 91900,
                 "kiln": "0.1", "method": "host clock",
@@ -362,8 +369,15 @@ def test_convnets_runs_of_one_commit_merge_and_runs_of_two_are_refused(tmp_path)
     text = doc.read_text()
     assert "| alexnet | float16 | fprop | 128 | 2.00 | 3.00 | 1.00 | 1.50x | 0.50x | 64000 |" in text
     assert "| vgg_a | float16 | fprop | 128 |" in text and "| vgg_a | 8 | 1.0e-06 |" in text
+    assert "Commit: abc4321." in text
+    two = perf_tables_cli(files[0], files[2], "--doc", doc)
+    assert two.returncode == 0, two.stderr
+    assert "Commit: abc4321 (alexnet); fff0000 (overfeat)." in doc.read_text()
+    other = run("overfeat")
+    other["device"] = "Other GPU"
+    files[2].write_text(json.dumps(other))
     bad = perf_tables_cli(files[0], files[2], "--doc", doc)
-    assert bad.returncode == 2 and "differ in device, versions, method or commit" in bad.stderr
+    assert bad.returncode == 2 and "differ in device, versions or method" in bad.stderr
 
 
 def test_convnets_checks_merge_by_network_and_old_checks_still_render(tmp_path):
