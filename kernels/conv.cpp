@@ -339,14 +339,15 @@ std::optional<ConvLayer> channels_padded(Context& ctx, const ConvLayer& L) {
 constexpr double kPadCopyBytesPerUs = 3.0e6;
 std::optional<ConvLayer> channels_for_tma(Context& ctx, const ConvLayer& L, bool forward) {
     const int64_t c64 = (L.C + 63) / 64 * 64;
-    if (L.C % 8 != 0 || c64 == L.C || 3 * c64 > 4 * L.C || !gemm::fold_fits(L.N, L.image, L.C, {0, 0, 0}, L.image, c64))
+    // (The fold's staging holds a position's channels up to kFoldPositionMaxBytes.)
+    if (L.C % 8 != 0 || c64 == L.C || 3 * c64 > 4 * L.C || dtype_size(L.dtype) != 2 ||
+        c64 * 2 > gemm::kFoldPositionMaxBytes || !gemm::fold_fits(L.N, L.image, L.C, {0, 0, 0}, L.image, c64))
         return std::nullopt;
     ConvLayer P = L;
     P.C = c64;
     P.deconv = false;
     if (!forward) return gemm::conv_wgrad_kernel(ctx, P).empty() ? std::nullopt : std::optional<ConvLayer>(P);
-    const std::optional<double> padded = gemm::conv_fprop_estimate_us(ctx, P, true),
-                                gathered = gemm::conv_fprop_estimate_us(ctx, L, false);
+    const std::optional<double> padded = gemm::conv_fprop_estimate_us(ctx, P), gathered = gemm::conv_fprop_estimate_us(ctx, L);
     const double copy = double(L.N * L.image[0] * L.image[1] * L.image[2] * (L.C + 2 * c64)) *
                         double(dtype_size(L.dtype)) / kPadCopyBytesPerUs;
     if (!padded || !gathered || *padded + copy >= *gathered || gemm::conv_fprop_kernel(ctx, P).empty()) return std::nullopt;

@@ -499,27 +499,32 @@ void conv_autotune_forget() {
     tuned_entry().clear();
 }
 
+// The plan conv_fprop_implicit takes for L (the tuner aside), its patches by TMA where the
+// descriptor holds the window, the walk where an output of the layer's dtype of its own, without
+// beta, could take it (what the benchmarks store; stochastic rounding is the context's).
+FpropPlan expected_plan(Context& ctx, const ConvLayer& L) {
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    const int sms = be.info().multiprocessors;
+    const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
+    const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
+    return fprop_choice(L, sms, tma, [&](const ConvTile& u) {
+        return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin;
+    });
+}
+
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
     if (auto tuned = tuned_name("fprop", L)) return *tuned;
-    const int sms = be.info().multiprocessors;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
-    // (The walk where an output of the layer's dtype of its own, without beta, could take it:
-    // what the benchmarks store. Stochastic rounding is the context's.)
-    const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
-    const FpropPlan plan = fprop_choice(L, sms, tma, [&](const ConvTile& u) {
-        return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin;
-    });
-    const std::string name = describe(L, plan);
+    const std::string name = describe(L, expected_plan(ctx, L));
     return tma ? name + " (patches by TMA)" : name;
 }
 
-std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L, bool patches_by_tma) {
-    if (ctx.backend() != Backend::CUDA || L.K <= 64) return std::nullopt;
-    const FpropPlan plan = fprop_plan(L, cuda::cuda_backend(ctx).info().multiprocessors, patches_by_tma, patches_by_tma);
-    return plan.us;
+std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L) {
+    if (ctx.backend() != Backend::CUDA || !takes(cuda::cuda_backend(ctx), L) || L.K <= 64) return std::nullopt;
+    return expected_plan(ctx, L).us;
 }
 
 // The GEMM's selector has no tile narrower than 128 columns that walks its tiles, and a
@@ -528,6 +533,8 @@ std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L, b
 // layers at 56x56 on the H200: 0.084 ms against the GEMM's 0.126; 256 channels into 128, 0.17
 // against 0.23), while at 256 and more the GEMM's wide tiles win (64 into 256: 0.22 against
 // 0.16). Under a wave of row tiles both are a launch or two.
+bool conv_im2col_forced() { return conv_kernel_choice() == 0; }
+
 bool pointwise_implicit(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA || L.K > 128) return false;
     const int sms = cuda::cuda_backend(ctx).info().multiprocessors;

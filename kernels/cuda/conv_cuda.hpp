@@ -56,18 +56,23 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L);
 
 // C (the N P Q x K row-major output, float32 or 16-bit) = epilogue(conv(I5, F)) by the kernel of
 // few output channels (conv_narrow.cu, narrow_cuda.cpp; o's alpha, beta, bias and activation):
-// true when it ran, false where it does not take the problem (narrow_takes; a bsum, C not
-// contiguous or sharing memory with an operand, 16-bit C under stochastic rounding).
+// true when it ran, false where it does not take the problem (narrow_takes; a bsum, C's columns
+// not adjacent or C sharing memory with an operand, I5 not 16-byte aligned, 16-bit C under
+// stochastic rounding).
 bool conv_narrow(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o);
 // Whether conv_narrow takes layer L on ctx: sm_80 or later, 16-bit, K <= 8 output channels, C a
 // multiple of 8, a 2D or 1D convolution of stride 1 (not a deconvolution) whose input window
-// and filter fit in shared memory, sizes in 32 bits.
+// and filter fit in shared memory, sizes in 32 bits; not under KILN_CONV_KERNEL=im2col.
 bool narrow_takes(Context& ctx, const ConvLayer& L);
 
-// fprop's cost model (conv_cuda.cpp, fprop_plan): the microseconds its plan for L takes on ctx's
-// GPU with the patches brought by TMA or gathered; nothing where it has no estimate (not a
-// CUDA context, K <= 64: the 64-wide tile).
-std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L, bool patches_by_tma);
+// fprop's cost model (conv_cuda.cpp, fprop_plan): the microseconds of the plan the kernel would
+// take for L on ctx's GPU (its patches by TMA or gathered, walking or not, as it would launch);
+// nothing where it has no estimate (not a CUDA context, a layer the kernel does not take, K <=
+// 64: the 64-wide tile).
+std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L);
+
+// Whether KILN_CONV_KERNEL=im2col asks for the patch matrix and the GEMM on every convolution.
+bool conv_im2col_forced();
 
 // Whether the implicit-GEMM kernel, rather than the GEMM, multiplies L, a pointwise layer (1x1,
 // stride 1, no padding; a fprop, or a pointwise layer's gradient as a convolution): where its

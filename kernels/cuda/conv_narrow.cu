@@ -126,7 +126,7 @@ __device__ __forceinline__ void conv_narrow(const NarrowParams& p) {
         for (int r = 0; r < 4; ++r) {
             const int x = x0 + 16 * mt + g + 8 * (r >> 1), k = 2 * q + (r & 1);
             if (x >= p.Q || k >= p.K) continue;
-            const int64_t i = ((int64_t(n) * p.P + y) * p.Q + x) * p.K + k;
+            const int64_t i = ((int64_t(n) * p.P + y) * p.Q + x) * p.ld + k;
             float v = p.alpha * acc[mt][r];
             if (p.bias) v += p.bias[k];
             if (p.relu && v < 0.f) v = p.slope == 0.f ? 0.f : v * p.slope;

@@ -19,7 +19,7 @@ using detail::fits_32_bits;
 }
 
 bool narrow_takes(Context& ctx, const ConvLayer& L) {
-    if (ctx.backend() != Backend::CUDA || cuda::cuda_backend(ctx).info().sm < 80) return false;
+    if (ctx.backend() != Backend::CUDA || cuda::cuda_backend(ctx).info().sm < 80 || conv_im2col_forced()) return false;
     if (L.dtype != DType::Float16 && L.dtype != DType::BFloat16) return false;
     if (L.K > 8 || L.C % 8 != 0 || L.deconv) return false;
     // 2D or 1D, stride 1 (the depth axis of ones, unpadded)
@@ -43,14 +43,17 @@ bool conv_narrow(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& 
     Context& ctx = C.context();
     if (!narrow_takes(ctx, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype || o.bsum) return false;
     const int64_t rows = L.N * L.output[1] * L.output[2];
-    // C: the (rows, K) row-major output, rounded to nearest (the context's stochastic rounding is
-    // the GEMM's epilogue's).
-    if (C.rank() != 2 || C.shape()[0] != rows || C.shape()[1] != L.K || !C.is_contiguous()) return false;
+    // C: the (rows, K) output, rows ld apart, rounded to nearest (the context's stochastic
+    // rounding is the GEMM's epilogue's).
+    if (C.rank() != 2 || C.shape()[0] != rows || C.shape()[1] != L.K || (L.K > 1 && C.strides()[1] != 1) ||
+        C.strides()[0] < L.K || !fits_32_bits(C.strides()[0]))
+        return false;
     const DType out = C.dtype();
     if (out != DType::Float32 && out != DType::Float16 && out != DType::BFloat16) return false;
     if (out != DType::Float32 && context_impl(ctx).stochastic_round_bits > 0) return false;
     if (C.view().storage == I5.view().storage || C.view().storage == F.view().storage) return false;
     const Tensor I = detail::contiguous(I5, ctx), Fc = detail::contiguous(F, ctx);
+    if (reinterpret_cast<uintptr_t>(detail::data_of(I)) % 16 != 0) return false;   // (cp.async's 16-byte loads)
     Tensor bias;
     NarrowParams p{};
     if (o.bias) {   // K contiguous float32 values
@@ -63,6 +66,7 @@ bool conv_narrow(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& 
     p.alpha = float(o.alpha), p.beta = float(o.beta), p.slope = float(o.slope);
     p.relu = o.relu, p.bf16 = L.dtype == DType::BFloat16;
     p.out_dtype = out == DType::Float32 ? 0 : out == DType::Float16 ? 1 : 2;
+    p.ld = C.strides()[0];
     p.N = int32_t(L.N), p.H = int32_t(L.image[1]), p.W = int32_t(L.image[2]), p.C = int32_t(L.C), p.K = int32_t(L.K);
     p.R = int32_t(L.filter[1]), p.S = int32_t(L.filter[2]), p.P = int32_t(L.output[1]), p.Q = int32_t(L.output[2]);
     p.pad_h = int32_t(L.pad[1]), p.pad_w = int32_t(L.pad[2]), p.dil_h = int32_t(L.dilation[1]), p.dil_w = int32_t(L.dilation[2]);

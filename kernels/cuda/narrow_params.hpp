@@ -7,7 +7,7 @@
 
 namespace kiln::gemm {
 
-// out (N x P x Q rows of K, row-major, `out_dtype`) = act(alpha * conv(image, filter) + bias)
+// out (N x P x Q rows of K, rows ld elements apart, `out_dtype`) = act(alpha * conv(image, filter) + bias)
 // + beta * out, act: ReLU where relu (leaky below zero with `slope`); a 2D or 1D
 // convolution of stride 1. image (N, H, W, C) and filter (K, R, S, C) 16-bit (`bf16`) and
 // contiguous; K <= 8, C a multiple of 8. The blocks: N x tiles_h x tiles_w output tiles of
@@ -17,6 +17,7 @@ struct NarrowParams {
     const void* filter;
     void* out;
     const float* bias;   // K values, or null
+    int64_t ld;
     float alpha, beta, slope;
     int32_t relu, bf16, out_dtype;
     int32_t N, H, W, C, K, R, S, P, Q;

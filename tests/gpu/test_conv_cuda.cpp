@@ -564,7 +564,31 @@ TEST_CASE("gpu conv: the gradient of stride-1 layers of at most 8 channels by th
             const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
             CHECK(conv_kernel(gpu, D, "fprop") == conv_kernel(gpu, L, "bprop"));
             CHECK(agree(gpu, cpu, D.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
+            // Into the first C channels of a wider tensor (rows 2C apart: the kernel's row
+            // stride), and from an E one element off 16-byte alignment (the kernel declines; the
+            // product runs): against the CPU.
+            Shape wide = L.input_shape();
+            wide.back() = 2 * c.C;
+            Tensor Wg = gpu.zeros(wide, dt);
+            Tensor Vg = Wg.slice({Slice::all(), Slice::all(), Slice::all(), Slice::range(0, c.C)});
+            bprop_conv(L, F.gpu, E.gpu, Vg);
+            Tensor Gc = cpu.empty(L.input_shape(), dt);
+            bprop_conv(L, F.cpu, E.cpu, Gc);
+            CHECK(count_off(gpu.eval(Vg.expr()), Gc, mag, dt) == 0);
+            const int64_t n = numel(L.output_shape());
+            Tensor flat = gpu.array(std::vector<float>(size_t(n) + 1, 0.f), {n + 1}, dt);
+            Tensor Eo = *flat.slice({Slice::range(1, n + 1)}).reshape_view(L.output_shape());
+            Eo.assign(E.gpu.expr());
+            Tensor Og = gpu.empty(L.input_shape(), dt);
+            bprop_conv(L, F.gpu, Eo, Og);
+            CHECK(count_off(Og, Gc, mag, dt) == 0);
         }
+    // KILN_CONV_KERNEL=im2col takes the patch matrix here too.
+    {
+        kiln::test::ScopedEnv im2col("KILN_CONV_KERNEL", "im2col");
+        const ConvLayer L = conv_layer(DType::Float16, 2, 3, 64, {1, 37, 45}, {1, 3, 3}, {0, 1, 1});
+        CHECK(conv_kernel(gpu, L, "bprop") == "im2col+gemm");
+    }
 }
 
 TEST_CASE("gpu conv: channels a multiple of 8 but not of 64 padded to 64 where TMA then brings the patches") {
@@ -582,6 +606,7 @@ TEST_CASE("gpu conv: channels a multiple of 8 but not of 64 padded to 64 where T
         {{2, 160, 72, {1, 9, 11}, {1, 3, 3}, {0, 1, 1}, {1, 2, 1}, {1, 1, 2}}, true, true},     // 160 to 192; stride, dilation
         {{2, 96, 48, {1, 10, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false, true},    // K <= 64: not modelled
         {{2, 40, 96, {1, 10, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false, false},   // 40 to 64: too many taps
+        {{1, 6152, 72, {1, 3, 4}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false, false},   // past the fold's 12 KiB
     };
     uint32_t seed = 9000;
     for (DType dt : {DType::Float16, DType::BFloat16})
