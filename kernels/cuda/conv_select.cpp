@@ -1,0 +1,117 @@
+// The convolution kernels' cost models (conv_select.hpp): pure host code.
+#include "kernels/cuda/conv_select.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace kiln::gemm {
+
+int64_t positions_of(const ConvLayer& L) { return L.N * L.output[0] * L.output[1] * L.output[2]; }
+int64_t taps_of(const ConvLayer& L) { return L.filter[0] * L.filter[1] * L.filter[2] * L.C; }
+
+ConvTile tile_of(const ConvLayer& L, int bn) {
+    ConvTile t;
+    t.bn = bn;
+    t.stages = t.bn == 64 ? 4 : t.bn == 128 ? 6 : 4;
+    t.smem = t.stages * (128 * 128 + t.bn * 128) + t.bn * 4 + 1024;
+    t.entry = fmt::format("kiln_conv_fprop_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, t.stages);
+    return t;
+}
+
+// The plan by a cost model, microseconds: one tile a block takes waves x (k-tiles x a k-tile's
+// time + a fixed cost: the pipeline's fill, the epilogue, the block's start); the walk takes
+// its share of the tiles per SM x (the same, its fixed cost a third: it loads the next tile
+// while storing this one, but its k-tile is slower, with 5 stages instead of 6). The 256-wide
+// tile's k-tile costs less than two 128-wide ones (per multiply it brings 3/4 of the bytes
+// from L2); past the channels a tile's columns cost as much as inside. Where the producer
+// gathers the patches (no TMA), its 128 rows x 128 bytes per k-tile set the pace: a 256-wide
+// k-tile costs only a quarter more than a 128-wide one. Fitted to the H200's kernel times on the
+// seeds' layers (k-tiles 9-144, 98-6272 row tiles): within 10% of each. Output channels up to
+// 64 keep the 64-wide tile two blocks an SM.
+FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible) {
+    if (L.K <= 64) return {tile_of(L, 64), false};
+    const int64_t tiles_m = (positions_of(L) + 127) / 128;
+    const int64_t ktiles = (taps_of(L) + 63) / 64;
+    struct Option { int bn; bool walk; double per_ktile, fixed; };
+    const Option options[] = {
+        {128, false, patches_by_tma ? 0.377 : 0.9, 2.8},
+        {256, false, patches_by_tma ? 0.74 : 1.15, 4.2},
+        {128, true, 0.43, 1.26},
+    };
+    FpropPlan best;
+    double best_us = 0;
+    for (const Option& o : options) {
+        if (o.walk && !walk_possible) continue;
+        if (o.bn == 256 && 128 >= L.K) continue;   // half the tile or more past the channels
+        const int64_t blocks = tiles_m * ((L.K + o.bn - 1) / o.bn), rounds = (blocks + sms - 1) / sms;
+        const double us = double(rounds) * (double(ktiles) * o.per_ktile + o.fixed);
+        if (best.tile.bn == 0 || us < best_us) best = {tile_of(L, o.bn), o.walk, us}, best_us = us;
+    }
+    return best;
+}
+
+ConvTile widest_tile(const ConvLayer& L) { return tile_of(L, L.K <= 64 ? 64 : L.K <= 128 ? 128 : 256); }
+
+bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms) {
+    const int64_t tiles = (positions_of(L) + 127) / 128 * ((L.K + t.bn - 1) / t.bn);
+    return t.bn <= 128 && tiles > sms;
+}
+
+WalkTile walk_for(const ConvLayer& L, const ConvTile& t) {
+    WalkTile w;
+    w.stages = t.bn == 64 ? 6 : 5;
+    w.smem = w.stages * (128 * 128 + t.bn * 128) + 128 * (t.bn + 8) * 2 + t.bn * 4 + 1024;
+    w.entry = fmt::format("kiln_conv_fprop_walk_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, w.stages);
+    return w;
+}
+
+std::string describe(const ConvLayer& L, const FpropPlan& plan) {
+    return plan.walk ? walk_for(L, plan.tile).entry : plan.tile.entry;
+}
+
+// The weight gradient's tile and split. The product is taps x K over the rows, split into
+// slices so that the blocks fill the SMs: for each tile width the channels fill and each split
+// count, the time is modelled as waves x k-tiles per block x a k-tile's multiply (proportional
+// to the width, the 64-wide one as 96 since it moves as much A per multiply, the 256-wide one
+// as 0.85 x 256 since per multiply it brings 3/4 of the 128-wide one's bytes), plus a fixed cost
+// per wave (filling the pipeline, the epilogue), plus, split, the float32 planes written and
+// read back by the reduction; the cheapest wins. Few slices of a large output (ResNet's
+// 512-channel layers) lose to the planes' traffic; many slices of a small one fill the GPU.
+
+WgradPlan wgrad_plan_of(const ConvLayer& L, int bn, int splits) {
+    WgradPlan w;
+    w.bn = bn, w.splits = splits;
+    w.stages = bn == 64 ? 8 : bn == 128 ? 6 : 4;
+    w.smem = w.stages * (128 * 128 + bn * 128) + 1024;
+    w.entry = fmt::format("kiln_conv_wgrad_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", bn, w.stages);
+    return w;
+}
+
+std::string describe(const WgradPlan& w) { return w.splits > 1 ? fmt::format("{} split {}", w.entry, w.splits) : w.entry; }
+
+WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn) {
+    const int64_t taps = taps_of(L);
+    const int64_t rows = positions_of(L);
+    const int64_t ktiles = (rows + 63) / 64;
+    constexpr double kTileUs = 0.45;     // a 128 x 128 x 64 k-tile at about 600 TFLOP/s over 132 SMs
+    constexpr double kWaveUs = 2.0;      // pipeline fill and epilogue per wave
+    constexpr double kBytesPerUs = 3.0e6;   // HBM, bytes per microsecond
+    WgradPlan best;
+    double best_us = 0;
+    for (int bn : {64, 128, 256}) {
+        if (bn > 64 && bn / 2 >= L.K) break;   // half the tile or more past the channels
+        if (only_bn && bn != only_bn) continue;
+        const int64_t tiles = (taps + 127) / 128 * ((L.K + bn - 1) / bn);
+        for (int64_t splits = 1; splits <= std::min<int64_t>(ktiles, 64); ++splits) {
+            const int64_t blocks = tiles * splits, waves = (blocks + sms - 1) / sms, per = (ktiles + splits - 1) / splits;
+            const double width = bn == 256 ? 0.85 * 256 : std::max(bn, 96);
+            double us = double(waves) * (double(per) * kTileUs * width / 128.0 + kWaveUs);
+            if (splits > 1) us += double(splits) * double(taps * L.K) * 8.0 / kBytesPerUs + 3.0;
+            if (best.bn == 0 || us < best_us) best.bn = bn, best.splits = int(splits), best_us = us;
+        }
+    }
+    return wgrad_plan_of(L, best.bn, best.splits);
+}
+
+} // namespace kiln::gemm

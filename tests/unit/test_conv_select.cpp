@@ -1,0 +1,101 @@
+// The implicit-GEMM convolution kernels' plans (kernels/cuda/conv_select.hpp), checked on the
+// host: pure functions of the layer and the SM count, so the choices that the H200's benchmark
+// runs measured are pinned here without a GPU.
+#include "tests/support/catch.hpp"
+
+#include "kernels/cuda/conv_select.hpp"
+
+#include <string>
+
+using namespace kiln;
+using namespace kiln::gemm;
+
+namespace {
+
+constexpr int kSms = 132;   // an H100 / H200
+
+ConvLayer layer2d(int64_t N, int64_t C, int64_t K, int64_t hw, int64_t rs, int64_t pad, int64_t stride) {
+    return conv_layer(DType::Float16, N, C, K, {1, hw, hw}, {1, rs, rs}, {0, pad, pad}, {stride, stride, stride});
+}
+
+// The entry fprop launches for L as conv_fprop_kernel decides it on kSms SMs: the patches by TMA
+// where C is a multiple of 64 (the seeds' windows all fit the descriptor), the walk where it can
+// run (TMA, K a multiple of 8, more tiles than SMs).
+std::string fprop_entry(const ConvLayer& L) {
+    const bool tma = L.C % 64 == 0;
+    const bool walk = tma && L.K % 8 == 0 && walk_fits_tiles(L, tile_of(L, 128), kSms);
+    return describe(L, fprop_plan(L, kSms, tma, walk));
+}
+
+struct Chosen {
+    const char* layer;
+    int64_t N, C, K, hw, rs, pad, stride;
+    const char* fprop;
+    const char* update;
+};
+
+} // namespace
+
+TEST_CASE("conv plans: the seeds' layers take the tiles, walks and splits measured on the H200") {
+    // (the float16 run of conv.py at 3023e35 / bc9c9f7 / ab49882: docs/conv_layers.md)
+    const Chosen layers[] = {
+        {"alexnet conv2", 128, 64, 192, 27, 5, 2, 1, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 10"},
+        {"alexnet conv3", 128, 192, 384, 13, 3, 1, 1, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 3"},
+        {"alexnet conv4", 128, 384, 256, 13, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 4"},
+        {"overfeat conv3", 128, 256, 512, 12, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
+        {"overfeat conv5", 128, 1024, 1024, 12, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
+        {"vgg_a conv2", 64, 64, 128, 112, 3, 1, 1, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 26"},
+        {"vgg_a conv3", 64, 128, 256, 56, 3, 1, 1, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 14"},
+        {"vgg_a conv6", 64, 512, 512, 28, 3, 1, 1, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 7"},
+        {"vgg_a conv7", 64, 512, 512, 14, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
+        {"resnet50 s2_3x3", 256, 64, 64, 56, 3, 1, 1, "kiln_conv_fprop_f16_64_s4", "kiln_conv_wgrad_f16_64_s8 split 26"},
+        {"resnet50 s3_3x3s2", 256, 128, 128, 56, 3, 1, 2, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 14"},
+        {"resnet50 s3_proj", 256, 256, 512, 56, 1, 0, 2, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_256_s4 split 33"},
+        {"resnet50 s4_3x3s2", 256, 256, 256, 28, 3, 1, 2, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 7"},
+        {"resnet50 s4_proj", 256, 512, 1024, 28, 1, 0, 2, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_256_s4 split 8"},
+        {"resnet50 s5_3x3s2", 256, 512, 512, 14, 3, 1, 2, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
+        {"resnet50 s5_proj", 256, 1024, 2048, 14, 1, 0, 2, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_128_s6"},
+        {"resnet50 s5_3x3", 256, 512, 512, 7, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
+    };
+    for (const Chosen& c : layers) {
+        const ConvLayer L = layer2d(c.N, c.C, c.K, c.hw, c.rs, c.pad, c.stride);
+        INFO(c.layer << ": " << L.str());
+        CHECK(fprop_entry(L) == c.fprop);
+        CHECK(describe(wgrad_plan(L, kSms)) == c.update);
+    }
+}
+
+TEST_CASE("conv plans: the rules behind them") {
+    // Up to 64 output channels: the 64-wide tile, two blocks an SM, not modelled.
+    const ConvLayer narrow = layer2d(256, 64, 64, 56, 3, 1, 1);
+    const FpropPlan p64 = fprop_plan(narrow, kSms, true, true);
+    CHECK(p64.tile.bn == 64);
+    CHECK(!p64.walk);
+    CHECK(p64.us == 0);
+    // The walk only where it may run, and only for tiles up to 128 wide over more tiles than SMs.
+    const ConvLayer vgg2 = layer2d(64, 64, 128, 112, 3, 1, 1);
+    CHECK(fprop_plan(vgg2, kSms, true, true).walk);
+    CHECK(!fprop_plan(vgg2, kSms, true, false).walk);
+    CHECK(walk_fits_tiles(vgg2, tile_of(vgg2, 128), kSms));
+    CHECK(!walk_fits_tiles(vgg2, tile_of(vgg2, 256), kSms));
+    CHECK(!walk_fits_tiles(layer2d(2, 64, 128, 8, 3, 1, 1), tile_of(vgg2, 128), kSms));   // one tile
+    // Gathered patches cost more per k-tile than TMA's: Overfeat's conv2 over its 96 channels
+    // gathered, against the same layer padded to 128 by TMA (fewer microseconds despite a third
+    // more taps: what the padding to 64 channels weighs).
+    const ConvLayer gathered = layer2d(128, 96, 256, 24, 5, 0, 1), padded = layer2d(128, 128, 256, 24, 5, 0, 1);
+    const FpropPlan g = fprop_plan(gathered, kSms, false, false), t = fprop_plan(padded, kSms, true, true);
+    CHECK(g.tile.bn == 256);
+    CHECK(t.us < g.us);
+    CHECK(g.us > 0);
+    // The tiles' shared memory and entries.
+    CHECK(tile_of(vgg2, 128).entry == "kiln_conv_fprop_f16_128_s6");
+    CHECK(tile_of(vgg2, 128).smem == 6 * (128 * 128 + 128 * 128) + 128 * 4 + 1024);
+    CHECK(walk_for(vgg2, tile_of(vgg2, 64)).entry == "kiln_conv_fprop_walk_f16_64_s6");
+    CHECK(widest_tile(layer2d(2, 64, 300, 8, 3, 1, 1)).bn == 256);
+    CHECK(widest_tile(narrow).bn == 64);
+    // The update: a width of its own when asked, and no split where one wave already fills it.
+    CHECK(wgrad_plan(vgg2, kSms, 64).bn == 64);
+    CHECK(wgrad_plan(layer2d(256, 1024, 2048, 14, 1, 0, 2), kSms).splits == 1);
+    CHECK(positions_of(vgg2) == 64 * 112 * 112);
+    CHECK(taps_of(vgg2) == 9 * 64);
+}
