@@ -18,6 +18,7 @@
 
 #ifdef KILN_HAVE_GEMM_KERNELS
 #include "kernels/cuda/conv_cuda.hpp"
+#include "kernels/cuda/conv_select.hpp"
 #endif
 
 #include <algorithm>
@@ -328,29 +329,20 @@ std::optional<ConvLayer> channels_padded(Context& ctx, const ConvLayer& L) {
     return P;
 }
 
-// A layer whose channels are a multiple of 8 but not of 64 (Overfeat's second layer, 96),
-// whose patches the kernels gather 16 bytes at a time, as the same layer over its channels
-// padded with zeros to the next multiple of 64, whose patches TMA brings whole: where that adds
-// at most a third to the taps and, for fprop, where the cost model (conv_fprop_estimate_us)
-// puts the padded layer and the copy of its image (the padded channels written, then read
-// again, at kPadCopyBytesPerUs) under the layer itself. (Overfeat's 96 channels, 5x5, into
-// 256: a 256-wide tile gathering 38 k-tiles, about 190 us on the H200, against 50 k-tiles
-// by TMA, about 140.) The update's weight-gradient kernel takes only such channels.
-constexpr double kPadCopyBytesPerUs = 3.0e6;
+// A layer whose channels are a multiple of 8 but not of 64 as the same layer over its channels
+// padded to the next multiple of 64, whose patches TMA brings (conv_select.hpp's
+// tma_padded_channels): for the update wherever the weight-gradient kernel then takes it, for
+// fprop where the cost model puts the padded layer and its copy under the layer itself.
 std::optional<ConvLayer> channels_for_tma(Context& ctx, const ConvLayer& L, bool forward) {
-    const int64_t c64 = (L.C + 63) / 64 * 64;
-    // (The fold's staging holds a position's channels up to kFoldPositionMaxBytes.)
-    if (L.C % 8 != 0 || c64 == L.C || 3 * c64 > 4 * L.C || dtype_size(L.dtype) != 2 ||
-        c64 * 2 > gemm::kFoldPositionMaxBytes || !gemm::fold_fits(L.N, L.image, L.C, {0, 0, 0}, L.image, c64))
-        return std::nullopt;
+    const int64_t c64 = gemm::tma_padded_channels(L);
+    if (c64 == 0 || !gemm::fold_fits(L.N, L.image, L.C, {0, 0, 0}, L.image, c64)) return std::nullopt;
     ConvLayer P = L;
     P.C = c64;
     P.deconv = false;
     if (!forward) return gemm::conv_wgrad_kernel(ctx, P).empty() ? std::nullopt : std::optional<ConvLayer>(P);
     const std::optional<double> padded = gemm::conv_fprop_estimate_us(ctx, P), gathered = gemm::conv_fprop_estimate_us(ctx, L);
-    const double copy = double(L.N * L.image[0] * L.image[1] * L.image[2] * (L.C + 2 * c64)) *
-                        double(dtype_size(L.dtype)) / kPadCopyBytesPerUs;
-    if (!padded || !gathered || *padded + copy >= *gathered || gemm::conv_fprop_kernel(ctx, P).empty()) return std::nullopt;
+    if (!padded || !gathered || *padded + gemm::pad_copy_us(L, c64) >= *gathered || gemm::conv_fprop_kernel(ctx, P).empty())
+        return std::nullopt;
     return P;
 }
 

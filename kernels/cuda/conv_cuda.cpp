@@ -436,18 +436,12 @@ std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L) {
     return expected_plan(ctx, L).us;
 }
 
-// The GEMM's selector has no tile narrower than 128 columns that walks its tiles, and a
-// pointwise layer's product has one to a few k-tiles a tile: its output channels at most 128
-// run faster on the implicit kernel's 64- and 128-wide tiles (ResNet-50's 64-channel 1x1
-// layers at 56x56 on the H200: 0.084 ms against the GEMM's 0.126; 256 channels into 128, 0.17
-// against 0.23), while at 256 and more the GEMM's wide tiles win (64 into 256: 0.22 against
-// 0.16). Under a wave of row tiles both are a launch or two.
 bool conv_im2col_forced() { return conv_kernel_choice() == 0; }
 
 bool pointwise_implicit(Context& ctx, const ConvLayer& L) {
-    if (ctx.backend() != Backend::CUDA || L.K > 128) return false;
-    const int sms = cuda::cuda_backend(ctx).info().multiprocessors;
-    return positions_of(L) >= int64_t(128) * sms && !conv_fprop_kernel(ctx, L).empty();
+    if (ctx.backend() != Backend::CUDA) return false;
+    return pointwise_prefers_implicit(L, cuda::cuda_backend(ctx).info().multiprocessors) &&
+           !conv_fprop_kernel(ctx, L).empty();
 }
 
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,

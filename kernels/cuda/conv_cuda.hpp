@@ -75,8 +75,8 @@ std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L);
 bool conv_im2col_forced();
 
 // Whether the implicit-GEMM kernel, rather than the GEMM, multiplies L, a pointwise layer (1x1,
-// stride 1, no padding; a fprop, or a pointwise layer's gradient as a convolution): where its
-// output channels are at most 128 and its rows fill a wave of 128-row tiles (conv_cuda.cpp).
+// stride 1, no padding; a fprop, or a pointwise layer's gradient as a convolution): where the
+// kernel takes it and conv_select.hpp's pointwise_prefers_implicit says so.
 bool pointwise_implicit(Context& ctx, const ConvLayer& L);
 
 // grad_F (a K x taps matrix view of the filter's gradient) = alpha * (the gradient of conv(I5,

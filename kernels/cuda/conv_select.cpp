@@ -1,6 +1,8 @@
 // The convolution kernels' cost models (conv_select.hpp): pure host code.
 #include "kernels/cuda/conv_select.hpp"
 
+#include "kernels/cuda/conv_cuda.hpp"   // kFoldPositionMaxBytes
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -112,6 +114,22 @@ WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn) {
         }
     }
     return wgrad_plan_of(L, best.bn, best.splits);
+}
+
+bool pointwise_prefers_implicit(const ConvLayer& L, int sms) { return L.K <= 128 && positions_of(L) >= int64_t(128) * sms; }
+
+int64_t tma_padded_channels(const ConvLayer& L) {
+    const int64_t c64 = (L.C + 63) / 64 * 64;
+    if (L.C % 8 != 0 || c64 == L.C || 3 * c64 > 4 * L.C || dtype_size(L.dtype) != 2 ||
+        c64 * 2 > kFoldPositionMaxBytes)
+        return 0;
+    return c64;
+}
+
+double pad_copy_us(const ConvLayer& L, int64_t channels) {
+    constexpr double kBytesPerUs = 3.0e6;
+    return double(L.N * L.image[0] * L.image[1] * L.image[2] * (L.C + 2 * channels)) * double(dtype_size(L.dtype)) /
+           kBytesPerUs;
 }
 
 } // namespace kiln::gemm

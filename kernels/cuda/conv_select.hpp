@@ -66,4 +66,26 @@ std::string describe(const WgradPlan& w);
 // The model's cheapest plan on `sms` SMs, over every width, or of width only_bn.
 WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn = 0);
 
+// The GEMM's selector has no tile narrower than 128 columns that walks its tiles, and a
+// pointwise layer's product has one to a few k-tiles a tile: its output channels at most 128
+// run faster on the implicit kernel's 64- and 128-wide tiles (ResNet-50's 64-channel 1x1
+// layers at 56x56 on the H200: 0.084 ms against the GEMM's 0.126; 256 channels into 128, 0.17
+// against 0.23), while at 256 and more the GEMM's wide tiles win (64 into 256: 0.22 against
+// 0.16). Under a wave of row tiles both are a launch or two. Whether the implicit kernel
+// should multiply pointwise layer L (a fprop, or a pointwise gradient as a convolution) on
+// `sms` SMs.
+bool pointwise_prefers_implicit(const ConvLayer& L, int sms);
+
+// A layer whose channels are a multiple of 8 but not of 64 (Overfeat's second layer, 96),
+// whose patches the kernels gather 16 bytes at a time, runs over its channels padded with zeros
+// to the next multiple of 64, whose patches TMA brings whole, where that adds at most a third
+// to the taps (16-bit, a position's padded channels within the fold's staging): those channels,
+// or 0 where it does not. (fprop pads only where the cost model puts the padded layer and
+// pad_copy_us under the gathered one: Overfeat's 96 channels, 5x5, into 256, a 256-wide tile
+// gathering 38 k-tiles, about 190 us on the H200, against 50 k-tiles by TMA, about 140.)
+int64_t tma_padded_channels(const ConvLayer& L);
+// The copy that pads L's image to `channels`: the padded image written, then read again, and
+// the image read, at HBM's pace.
+double pad_copy_us(const ConvLayer& L, int64_t channels);
+
 } // namespace kiln::gemm

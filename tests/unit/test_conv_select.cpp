@@ -99,3 +99,30 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(positions_of(vgg2) == 64 * 112 * 112);
     CHECK(taps_of(vgg2) == 9 * 64);
 }
+
+TEST_CASE("conv plans: pointwise layers on the implicit kernel, channels padded for TMA") {
+    // At most 128 output channels over a wave of 128-row tiles: ResNet-50's 64-channel 1x1 at
+    // 56x56 (fprop, and its gradient as the convolution into 64), 256 into 128; not into 256, nor
+    // a handful of rows.
+    CHECK(pointwise_prefers_implicit(layer2d(256, 64, 64, 56, 1, 0, 1), kSms));
+    CHECK(pointwise_prefers_implicit(layer2d(256, 256, 64, 56, 1, 0, 1), kSms));
+    CHECK(pointwise_prefers_implicit(layer2d(256, 256, 128, 56, 1, 0, 1), kSms));
+    CHECK(!pointwise_prefers_implicit(layer2d(256, 64, 256, 56, 1, 0, 1), kSms));
+    CHECK(!pointwise_prefers_implicit(layer2d(2, 64, 64, 8, 1, 0, 1), kSms));
+    CHECK(pointwise_prefers_implicit(layer2d(2, 64, 64, 8, 1, 0, 1), 1));   // a wave of one SM
+    // Channels to the next multiple of 64 where that adds at most a third.
+    CHECK(tma_padded_channels(layer2d(128, 96, 256, 24, 5, 0, 1)) == 128);
+    CHECK(tma_padded_channels(layer2d(2, 160, 72, 9, 3, 1, 1)) == 192);
+    CHECK(tma_padded_channels(layer2d(2, 136, 72, 9, 3, 1, 1)) == 0);   // 192 is 41% more
+    CHECK(tma_padded_channels(layer2d(2, 40, 96, 9, 3, 1, 1)) == 0);
+    CHECK(tma_padded_channels(layer2d(2, 64, 96, 9, 3, 1, 1)) == 0);    // already TMA's
+    CHECK(tma_padded_channels(layer2d(2, 3, 96, 9, 3, 1, 1)) == 0);     // not a multiple of 8
+    CHECK(tma_padded_channels(layer2d(1, 6152, 72, 3, 3, 1, 1)) == 0);  // past the fold's staging
+    CHECK(tma_padded_channels(conv_layer(DType::Float32, 2, 96, 64, {1, 9, 9}, {1, 3, 3}, {0, 1, 1})) == 0);
+    // Overfeat's conv2: the padded layer by TMA and its copy under the gathered one.
+    const ConvLayer L = layer2d(128, 96, 256, 24, 5, 0, 1), P = layer2d(128, 128, 256, 24, 5, 0, 1);
+    const double gathered = fprop_plan(L, kSms, false, false).us;
+    const double padded = fprop_plan(P, kSms, true, walk_fits_tiles(P, tile_of(P, 128), kSms)).us;
+    CHECK(pad_copy_us(L, 128) > 0);
+    CHECK(padded + pad_copy_us(L, 128) < gathered);
+}
