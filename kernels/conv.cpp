@@ -531,15 +531,17 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
                                 return gemm::conv_fprop_implicit(layer, I, W, C, d, count, &counted);
                             });
     };
+    // The layer P over the image and filter with their channels padded with zeros to P's.
+    auto padded = [&](const ConvLayer& P) {
+        return implicit(P, with_channels(I5, P.C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P.C));
+    };
     if (on_gpu(I5) && (!pointwise(g) || gemm::pointwise_implicit(I5.context(), L))) {
-        if (auto T = !pointwise(g) ? channels_for_tma(I5.context(), L, true) : std::nullopt;
-            T && implicit(*T, with_channels(I5, T->C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), T->C)))
-            return;
+        if (auto T = !pointwise(g) ? channels_for_tma(I5.context(), L, true) : std::nullopt; T && padded(*T)) return;
         if (implicit(L, I5, F)) return;
         const std::optional<ConvLayer> P = channels_padded(I5.context(), L);
         if (auto D = fprop_folded(I5.context(), L, P); D && implicit(*D, fold_image(L, *D, I5), fold_filter(g, L, *D, F)))
             return;
-        if (P && implicit(*P, with_channels(I5, P->C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P->C))) return;
+        if (P && padded(*P)) return;
     }
 #endif
     product(columns(g, L, I5), matrix_of(F, g.K, g.taps()).T(), out, o, g.K, named);
@@ -771,6 +773,11 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
     o.alpha = alpha;
     o.beta = beta;
 #ifdef KILN_HAVE_GEMM_KERNELS
+    // grad_F = alpha * grad + beta * grad_F, grad a float32 gradient of another layer's kernel.
+    auto finish = [&](const Tensor& grad) {
+        const Expr e = reshape(grad.expr(), grad_F.shape());
+        grad_F.assign(cast(beta == 0 ? e * alpha : e * alpha + grad_F.expr() * beta, grad_F.dtype()));
+    };
     // The implicit-GEMM weight gradient where it takes the layer (the pointwise layers' matrix
     // is the activations themselves: the GEMM below).
     if (on_gpu(I5) && !pointwise(g)) {
@@ -781,9 +788,7 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
             Tensor G = ctx.empty({g.K, g.T, g.R, g.S, P->C}, DType::Float32);
             Tensor Gm = *G.reshape_view({g.K, geo(*P).taps()});
             if (gemm::conv_wgrad_implicit(*P, with_channels(I5, P->C), E5, Gm, DotOptions{})) {
-                const Expr grad = reshape(G.slice({Slice::all(), Slice::all(), Slice::all(), Slice::all(), Slice::range(0, g.C)}).expr(),
-                                          grad_F.shape());
-                grad_F.assign(cast(beta == 0 ? grad * alpha : grad * alpha + grad_F.expr() * beta, grad_F.dtype()));
+                finish(G.slice({Slice::all(), Slice::all(), Slice::all(), Slice::all(), Slice::range(0, g.C)}));
                 return;
             }
         }
@@ -795,8 +800,7 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
             if (gemm::conv_wgrad_implicit(*D, fold_image(L, *D, I5), E5, Gm, DotOptions{})) {
                 Tensor U = ctx.empty({g.K, g.T, g.R, g.S, g.C}, DType::Float32);
                 gemm::unfold_cuda(G, U, L.stride, {0, 0, 0});
-                const Expr grad = reshape(U.expr(), grad_F.shape());
-                grad_F.assign(cast(beta == 0 ? grad * alpha : grad * alpha + grad_F.expr() * beta, grad_F.dtype()));
+                finish(U);
                 return;
             }
         }

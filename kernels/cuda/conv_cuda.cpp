@@ -408,6 +408,7 @@ void conv_autotune_forget() {
     tuned_entry().clear();
 }
 
+namespace {
 // The plan conv_fprop_implicit takes for L (the tuner aside), its patches by TMA where the
 // descriptor holds the window, the walk where an output of the layer's dtype of its own, without
 // beta, could take it (what the benchmarks store; stochastic rounding is the context's).
@@ -420,6 +421,7 @@ FpropPlan expected_plan(Context& ctx, const ConvLayer& L) {
         return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin;
     });
 }
+} // namespace
 
 std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
@@ -463,10 +465,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     set_epilogue(g, c, c.s_row, c.s_col, C.dtype(), o, impl);
     g.m = int32_t(rows), g.n = int32_t(L.K), g.k = int32_t(taps);
     Tensor bias;
-    if (o.bias) {   // the kernels read K contiguous float32 values
-        bias = *o.bias;
-        if (bias.dtype() != DType::Float32 || !bias.is_contiguous())
-            bias = ctx.eval(cast(reshape(bias.expr(), {L.K}), DType::Float32));
+    if (o.bias) {
+        bias = detail::float32_bias(*o.bias, L.K, ctx);
         g.bias = reinterpret_cast<const float*>(detail::data_of(bias));
         g.flags |= kBias;
     }

@@ -65,7 +65,7 @@ bool conv_narrow(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& 
 // and filter fit in shared memory, sizes in 32 bits; not under KILN_CONV_KERNEL=im2col.
 bool narrow_takes(Context& ctx, const ConvLayer& L);
 
-// fprop's cost model (conv_cuda.cpp, fprop_plan): the microseconds of the plan the kernel would
+// fprop's cost model (conv_select.cpp, fprop_plan): the microseconds of the plan the kernel would
 // take for L on ctx's GPU (its patches by TMA or gathered, walking or not, as it would launch);
 // nothing where it has no estimate (not a CUDA context, a layer the kernel does not take, K <=
 // 64: the 64-wide tile).

@@ -131,11 +131,8 @@ bool cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
     if (o.beta != 0) p.flags |= kBeta;
     Tensor bias;
     if (o.bias) {
-        // The kernels read N contiguous float32 values.
-        bias = *o.bias;
-        const bool direct = bias.dtype() == DType::Float32 && (N == 1 || bias.strides().back() == 1);
-        if (!direct) bias = ctx.eval(cast(reshape(bias.expr(), {N}), DType::Float32));
-        p.bias = reinterpret_cast<const float*>(static_cast<const char*>(bias.view().storage->data) + bias.offset() * 4);
+        bias = detail::float32_bias(*o.bias, N, ctx);
+        p.bias = reinterpret_cast<const float*>(detail::data_of(bias));
         p.flags |= kBias;
     }
     if (impl.stochastic_round_bits > 0 && C.dtype() != DType::Float32) {

@@ -34,6 +34,10 @@ char* data_of(const Tensor& t);
 Tensor contiguous(const Tensor& t, Context& ctx);
 inline Tensor contiguous(const Tensor& t) { return contiguous(t, t.context()); }
 
+// A bias of n values as the kernels read it, n adjacent float32 values: `bias` itself where it
+// is that, else a float32 copy made on ctx. (The caller keeps the result alive until the launch.)
+Tensor float32_bias(const Tensor& bias, int64_t n, Context& ctx);
+
 // 0 < v < 2^31: a size or index the kernels form in 32 bits.
 inline bool fits_32_bits(int64_t v) { return v > 0 && v < (int64_t(1) << 31); }
 

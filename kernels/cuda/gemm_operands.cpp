@@ -28,6 +28,11 @@ char* data_of(const Tensor& t) {
 
 Tensor contiguous(const Tensor& t, Context& ctx) { return t.is_contiguous() ? t : ctx.eval(t.expr()); }
 
+Tensor float32_bias(const Tensor& bias, int64_t n, Context& ctx) {
+    if (bias.dtype() == DType::Float32 && (n == 1 || bias.strides().back() == 1)) return bias;
+    return ctx.eval(cast(reshape(bias.expr(), {n}), DType::Float32));
+}
+
 Mat mat(const Tensor& t) {
     Mat m;
     m.base = data_of(t);

@@ -56,10 +56,8 @@ bool conv_narrow(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& 
     if (reinterpret_cast<uintptr_t>(detail::data_of(I)) % 16 != 0) return false;   // (cp.async's 16-byte loads)
     Tensor bias;
     NarrowParams p{};
-    if (o.bias) {   // K contiguous float32 values
-        bias = *o.bias;
-        if (bias.dtype() != DType::Float32 || !bias.is_contiguous())
-            bias = ctx.eval(cast(reshape(bias.expr(), {L.K}), DType::Float32));
+    if (o.bias) {
+        bias = detail::float32_bias(*o.bias, L.K, ctx);
         p.bias = reinterpret_cast<const float*>(detail::data_of(bias));
     }
     p.image = detail::data_of(I), p.filter = detail::data_of(Fc), p.out = detail::data_of(C);
