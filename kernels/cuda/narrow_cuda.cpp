@@ -32,9 +32,11 @@ bool narrow_takes(Context& ctx, const ConvLayer& L) {
     if (!fits_32_bits(positions) || !fits_32_bits(L.N * L.output[1] * L.output[2]) || !fits_32_bits(L.C + 64) ||
         !fits_32_bits(L.filter[1] * L.filter[2] * L.C))
         return false;
-    const int64_t smem = int64_t(narrow_window_h(1, 1) + (L.filter[1] - 1) * L.dilation[1]) *
-                             (narrow_window_w(1, 1) + (L.filter[2] - 1) * L.dilation[2]) * 128 +
-                         L.filter[1] * L.filter[2] * 4 * 256;
+    // (A window or filter past these never fits in shared memory; within them narrow_smem's int
+    // holds the size.)
+    if ((L.filter[1] - 1) * L.dilation[1] > 1024 || (L.filter[2] - 1) * L.dilation[2] > 1024 || L.filter[1] * L.filter[2] > 1024)
+        return false;
+    const int smem = narrow_smem(int(L.filter[1]), int(L.filter[2]), int(L.dilation[1]), int(L.dilation[2]));
     const int64_t blocks = L.N * ((L.output[1] + kNarrowTileH - 1) / kNarrowTileH) * ((L.output[2] + kNarrowTileW - 1) / kNarrowTileW);
     return smem <= cuda::cuda_backend(ctx).info().max_shared_optin && fits_32_bits(blocks);
 }

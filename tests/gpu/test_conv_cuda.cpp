@@ -589,6 +589,15 @@ TEST_CASE("gpu conv: the gradient of stride-1 layers of at most 8 channels by th
         const ConvLayer L = conv_layer(DType::Float16, 2, 3, 64, {1, 37, 45}, {1, 3, 3}, {0, 1, 1});
         CHECK(conv_kernel(gpu, L, "bprop") == "im2col+gemm");
     }
+    // A dilation whose window would not fit in shared memory (4000 positions wide) keeps the
+    // product: against the CPU.
+    {
+        const ConvLayer L = conv_layer(DType::Float16, 1, 3, 8, {1, 1, 4100}, {1, 1, 2}, {0, 0, 0}, {1, 1, 1}, {1, 1, 4000});
+        INFO(L.str());
+        CHECK(conv_kernel(gpu, L, "bprop") == "im2col+gemm");
+        const Pair F = pair(gpu, cpu, L.filter_shape(), DType::Float16, ++seed), E = pair(gpu, cpu, L.output_shape(), DType::Float16, ++seed);
+        CHECK(agree(gpu, cpu, L.input_shape(), DType::Float16, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
+    }
 }
 
 TEST_CASE("gpu conv: channels a multiple of 8 but not of 64 padded to 64 where TMA then brings the patches") {
