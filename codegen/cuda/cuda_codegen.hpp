@@ -125,7 +125,10 @@ namespace kiln::codegen {
 
 inline constexpr int kCudaBlockSize = 256;        // elementwise, column and full-reduction kernels
 inline constexpr int kCudaMaxRowBlock = 512;      // row kernels: the largest block
-inline constexpr int kCudaMaxCluster = 8;         // row kernels: the largest (portable) cluster
+// Row kernels: a row takes at most a portable cluster (8 blocks), and up to kCudaMaxCluster
+// (sm_90's non-portable limit) only where that lets its blocks cache it in shared memory.
+inline constexpr int kCudaPortableCluster = 8;
+inline constexpr int kCudaMaxCluster = 16;
 inline constexpr int64_t kCudaMaxGrid = 65536;
 inline constexpr int64_t kCudaPointsPerPartial = 4096;
 inline constexpr int64_t kCudaMaxPartials = 1024;
@@ -173,6 +176,7 @@ struct CudaDeviceCaps {
     int sm = 80;                 // compute capability * 10; clusters need >= 90
     int multiprocessors = 108;
     size_t max_shared = 48 * 1024;   // dynamic shared memory a row kernel may be given
+    int max_cluster = kCudaMaxCluster;   // blocks a row kernel's cluster may have (sm_90 on)
 };
 
 struct CudaLaunch {

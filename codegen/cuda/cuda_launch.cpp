@@ -481,21 +481,26 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // threads hide its latency.
         // At least 2 threads (a warp's loads then cover whole 32-byte sectors); more while fewer
         // than 512 threads per multiprocessor would run (few short rows). Past a block, a
-        // cluster (sm_90) of blocks of kCudaBlockSize threads, up to kCudaMaxCluster of them.
+        // cluster (sm_90) of blocks of kCudaBlockSize threads, up to kCudaPortableCluster of them.
         // The shared-memory row cache of the passes after the first is used when a block's part
-        // of it leaves room for a second block on the multiprocessor (grown into a larger
-        // cluster if need be); otherwise every pass reads the row from memory, which L2 mostly
-        // serves.
+        // of it leaves room for a second block on the multiprocessor, grown into a larger
+        // cluster if need be, up to the device's max_cluster (16 on sm_90: a float32 row of
+        // 256 Ki elements is then read from memory once instead of once a pass); otherwise
+        // every pass reads the row from memory, which L2 mostly serves, in at most a portable
+        // cluster (each block sends its partial to every block of the cluster).
         const int64_t v = detail::row_vector_width(k);
         const std::vector<detail::RowFold> folds = detail::row_folds(k);   // once: it walks the kernel
         const std::vector<int> slot = detail::row_cache_slots(k, folds);
         const bool caches = detail::row_cache_bytes(k, slot, 1) > 0;
-        const int64_t max_g = dev.sm >= 90 ? (int64_t)kCudaBlockSize * kCudaMaxCluster : kCudaMaxRowBlock;
+        const int64_t portable_g = dev.sm >= 90 ? (int64_t)kCudaBlockSize * kCudaPortableCluster : kCudaMaxRowBlock;
+        const int64_t max_g =
+            dev.sm >= 90 ? (int64_t)kCudaBlockSize * std::clamp(dev.max_cluster, kCudaPortableCluster, kCudaMaxCluster)
+                         : kCudaMaxRowBlock;
         const int64_t busy = (int64_t)dev.multiprocessors * 512;
         auto threads_for = [&](int64_t groups) { return pow2_ceil((nr + groups * v - 1) / (groups * v)); };
         int64_t g = threads_for(caches ? 8 : 64);
         if (caches && g > 32 && !detail::row_later_reads_memory(k, slot, folds, nr)) g = threads_for(16);
-        g = std::min(std::max(g, std::min<int64_t>(2, pow2_ceil((nr + v - 1) / v))), max_g);
+        g = std::min(std::max(g, std::min<int64_t>(2, pow2_ceil((nr + v - 1) / v))), portable_g);
         while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
         auto block_of = [](int64_t g) -> int64_t { return g <= kCudaBlockSize || g > kCudaMaxRowBlock ? kCudaBlockSize : g; };
         auto cache_bytes = [&](int64_t g) {
@@ -504,6 +509,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // (Less a histogram's counters, which the block keeps in shared memory too.)
         const size_t cache_room = dev.max_shared / 2 - cuda_hist_shared_bytes(k);
         while (caches && cache_bytes(g) > cache_room && g < max_g) g *= 2;
+        if (caches && cache_bytes(g) > cache_room) g = std::min(g, portable_g);   // not cached after all
         const int64_t block = block_of(g);
         const int64_t cluster = g > block ? g / block : 1;
         const int64_t rows_per_block = g < block ? block / g : 1;

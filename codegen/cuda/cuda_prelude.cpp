@@ -407,7 +407,7 @@ __device__ __forceinline__ void kiln_cluster_sync() {
 // kiln_cx_init once before the first exchange, a cluster barrier after the last.
 struct kiln_cx {
     unsigned long long bar[2];
-    unsigned data[2][8][4];   // [buffer][sending block][word]
+    unsigned data[2][16][4];   // [buffer][sending block (kCudaMaxCluster)][word]
 };
 __device__ __forceinline__ void kiln_cx_init(kiln_cx* x) {
 #if __CUDA_ARCH__ >= 900

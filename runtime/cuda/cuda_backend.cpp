@@ -300,6 +300,9 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
                                 "its {} bytes of static shared memory (the device's opt-in limit {})",
                                 kernel.name, e, dynamic, fixed, info_.max_shared_optin);
             check(set, "cuFuncSetAttribute");
+            // Clusters past the portable 8 blocks (plan_cuda_launch's longest cached rows); a
+            // driver that refuses leaves launch to plan within 8.
+            if (info_.sm >= 90) (void)d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
         }
         k->entries.emplace_back(e, f);
     }
@@ -374,6 +377,27 @@ int CudaBackend::max_active_clusters(CUfunction f, unsigned cluster, unsigned bl
     return max_clusters_[key] = n;
 }
 
+bool CudaBackend::cluster_fits(CUfunction f, unsigned cluster, unsigned block, unsigned smem) {
+    const auto key = std::make_tuple(f, cluster, block, smem);
+    if (auto it = max_clusters_.find(key); it != max_clusters_.end()) return it->second > 0;
+    make_current();
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = cluster;
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = cluster, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+    cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = smem;
+    cfg.hStream = stream_;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) n = 0;   // refused: none fit
+    return (max_clusters_[key] = n) > 0;
+}
+
 int64_t CudaBackend::resident_blocks(CUfunction f, unsigned block, unsigned smem) {
     const auto key = std::make_tuple(f, block, smem);
     if (auto it = resident_.find(key); it != resident_.end()) return it->second;
@@ -438,6 +462,16 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
     make_current();
     if (ck->plan.launches.empty() || ck->planned_sizes != a.sizes) {
         ck->plan = codegen::plan_cuda_launch(ck->kernel, a, caps_);
+        // A cluster past the portable size is the device's to refuse (GPCs of fewer SMs, MIG):
+        // then the plan is made again within it.
+        for (const codegen::CudaLaunch& l : ck->plan.launches)
+            if (l.cluster > unsigned(codegen::kCudaPortableCluster) &&
+                !cluster_fits(ck->entry(l.entry), l.cluster, l.block, unsigned(l.shared_bytes))) {
+                codegen::CudaDeviceCaps portable = caps_;
+                portable.max_cluster = codegen::kCudaPortableCluster;
+                ck->plan = codegen::plan_cuda_launch(ck->kernel, a, portable);
+                break;
+            }
         ck->plan_functions.clear();
         ck->plan_aligned_functions.clear();
         for (codegen::CudaLaunch& l : ck->plan.launches) {

@@ -111,6 +111,9 @@ public:
     // one GPC, so fewer than SMs / cluster where the GPCs' SM counts are not multiples of it.
     // Cached per function and shape.
     int max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned smem);
+    // Whether the GPU runs such a cluster at all; a query the driver refuses (a non-portable
+    // size it does not take) answers false rather than throwing.
+    bool cluster_fits(CUfunction f, unsigned cluster, unsigned block, unsigned smem);
     // The blocks of `f` (`block` threads, `smem` bytes of dynamic shared memory each) that the
     // whole GPU holds at once: one wave. Cached per function and shape; a generated kernel's
     // entries leave the cache when its module is unloaded.

@@ -693,8 +693,8 @@ TEST_CASE("gpu: a variance read in one pass (folded moments) keeps its precision
 }
 
 // Softmax's sum of exponentials is kept by the pass that finds the row's max (a running max,
-// the sum rescaled as it grows): a warp segment, a block, a cluster, uncached rows, rows out of
-// phase, one element; rows of -inf, with one or two +inf, with a NaN, with -inf among finite
+// the sum rescaled as it grows): a warp segment, a block, a cluster, a cluster of 16 (float32
+// rows of 250001, which 8 blocks cannot cache), uncached rows, rows out of phase, one element; rows of -inf, with one or two +inf, with a NaN, with -inf among finite
 // values and far from zero, against the CPU backend (which reduces in two rounds) and float64.
 TEST_CASE("gpu: softmax's max and sum of exponentials in one round agree with the CPU, special values included") {
     REQUIRE_GPU();
@@ -704,7 +704,7 @@ TEST_CASE("gpu: softmax's max and sum of exponentials in one round agree with th
     int cases = 0;
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
         for (Case s : {Case{500, 7}, Case{64, 1000}, Case{33, 5001}, Case{4, 70001}, Case{2, 1 << 20}, Case{9, 1},
-                       Case{17, 97}, Case{12, 4096}})
+                       Case{17, 97}, Case{12, 4096}, Case{6, 250001}})
             for (int64_t xo : {0, 1}) {
                 const int64_t M = s.M, N = s.N;
                 INFO(dtype_name(dt) << " " << M << "x" << N << ", rows at " << xo);

@@ -797,18 +797,29 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.threads_per_row == 2048);
     CHECK(p.launches[0].cluster == 8);
     CHECK(p.launches[0].shared_bytes == 256 * 128 * 2);
-    a.sizes = {64, 1 << 19};   // the cache would take more than half the shared memory: none
+    a.sizes = {64, 1 << 19};   // 8 blocks would cache 128 KiB each: sm_90's non-portable 16 cache 64
     p = codegen::plan_cuda_launch(row, a, h100s);
-    CHECK(p.threads_per_row == 2048);
-    CHECK(p.launches[0].shared_bytes == 0);
+    CHECK(p.threads_per_row == 4096);
+    CHECK(p.launches[0].cluster == 16);
+    CHECK(p.launches[0].grid == 64 * 16);
+    CHECK(p.launches[0].shared_bytes == 256 * 128 * 2);
+    {   // a device that takes portable clusters only: then nothing is cached, as in 8 blocks
+        codegen::CudaDeviceCaps portable = h100s;
+        portable.max_cluster = codegen::kCudaPortableCluster;
+        p = codegen::plan_cuda_launch(row, a, portable);
+        CHECK(p.threads_per_row == 2048);
+        CHECK(p.launches[0].cluster == 8);
+        CHECK(p.launches[0].shared_bytes == 0);
+    }
     a.sizes = {1024, 65536};
     p = codegen::plan_cuda_launch(row, a, a100);   // no clusters, 48 KiB: the cache does not fit
     CHECK(p.threads_per_row == 512);
     CHECK(p.launches[0].cluster == 1);
     CHECK(p.launches[0].shared_bytes == 0);
-    a.sizes = {8, 1 << 22};   // longer than a cluster can cache
+    a.sizes = {8, 1 << 22};   // longer than a cluster can cache: a portable cluster reads it again
     p = codegen::plan_cuda_launch(row, a, h100s);
     CHECK(p.threads_per_row == 2048);
+    CHECK(p.launches[0].cluster == 8);
     CHECK(p.launches[0].shared_bytes == 0);
     {   // one pass, nothing cached: 64 groups per thread (float32: 256 elements)
         test::KernelBuilder one("kiln_onepass", "PR");
