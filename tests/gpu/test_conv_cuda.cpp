@@ -570,7 +570,9 @@ TEST_CASE("gpu conv: the gradient of stride-1 layers of at most 8 channels by th
             Shape wide = L.input_shape();
             wide.back() = 2 * c.C;
             Tensor Wg = gpu.zeros(wide, dt);
-            Tensor Vg = Wg.slice({Slice::all(), Slice::all(), Slice::all(), Slice::range(0, c.C)});
+            std::vector<Slice> channels(wide.size() - 1, Slice::all());   // 1D layers have one axis less
+            channels.push_back(Slice::range(0, c.C));
+            Tensor Vg = Wg.slice(channels);
             bprop_conv(L, F.gpu, E.gpu, Vg);
             Tensor Gc = cpu.empty(L.input_shape(), dt);
             bprop_conv(L, F.cpu, E.cpu, Gc);
