@@ -187,8 +187,8 @@ struct CudaLaunch {
     int param = 0;         // the entry's `param`
     size_t shared_bytes = 0;   // dynamic shared memory
     // When nonzero, the grid is at most this many waves of the blocks the GPU holds at once (the
-    // backend asks the driver's occupancy for the entry); the kernel's grid-stride loop does the
-    // rest.
+    // backend asks the driver's occupancy for the entry; of a cluster launch, how many clusters
+    // fit at once); the kernel's grid-stride loop does the rest.
     uint32_t max_waves = 0;
     // When set, the entry launched instead of `entry` when cuda_launch_aligned holds for the
     // call's arguments (a plan follows from the sizes, the alignment of the buffers from each

@@ -517,6 +517,10 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         CudaLaunch l = launch_of(k.name, np ? clamp_grid((np + rows_per_block - 1) / rows_per_block * cluster, cluster) : 0,
                                  (uint32_t)block, (uint32_t)cluster, (int)g);
         l.shared_bytes = caches && cache_bytes(g) <= cache_room ? cache_bytes(g) : 0;
+        // Clusters stay resident and walk the rows: one wave of those the GPU holds at once,
+        // rather than a cluster launched per row (a cluster's blocks are placed together, on one
+        // GPC, which costs more than a block's start).
+        if (cluster > 1) l.max_waves = 1;
         // Aligned rows that fit kRowRegisterGroups groups a thread within a block take the
         // register entry: G for that many groups (at least 2 threads when the row has 2 groups,
         // more while few rows would fill the GPU, up to the row's groups rounded up to a power of

@@ -477,8 +477,16 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         for (codegen::CudaLaunch& l : ck->plan.launches) {
             ck->plan_functions.push_back(ck->entry(l.entry));
             ck->plan_aligned_functions.push_back(l.aligned_entry.empty() ? nullptr : ck->entry(l.aligned_entry));
-            if (l.max_waves && l.grid)   // the plan's wave limit, in this GPU's resident blocks
+            static const int xp = getenv("KILN_XPERSIST") ? atoi(getenv("KILN_XPERSIST")) : 0;
+            if (xp > 0 && l.cluster == 1 && codegen::cuda_shape(ck->kernel) == codegen::CudaShape::Row) l.max_waves = xp;
+            // The plan's wave limit, in this GPU's resident blocks (clusters: those that fit at
+            // once, which GPCs whose SM counts are not multiples of the cluster hold fewer of).
+            if (l.max_waves && l.grid && l.cluster > 1) {
+                const int64_t n = max_active_clusters(ck->plan_functions.back(), l.cluster, l.block, unsigned(l.shared_bytes));
+                l.grid = uint32_t(std::min<int64_t>(l.grid, std::max<int64_t>(n, 1) * l.cluster * l.max_waves));
+            } else if (l.max_waves && l.grid) {
                 l.grid = uint32_t(stride_grid(ck->plan_functions.back(), l.grid, l.block, unsigned(l.shared_bytes), l.max_waves));
+            }
         }
         ck->planned_sizes = a.sizes;
     }

@@ -790,7 +790,8 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.threads_per_row == 1024);
     CHECK(p.launches[0].block == 256);
     CHECK(p.launches[0].cluster == 4);
-    CHECK(p.launches[0].grid == 1024 * 4);
+    CHECK(p.launches[0].grid == 1024 * 4);   // (the backend then keeps one wave of clusters resident)
+    CHECK(p.launches[0].max_waves == 1);
     CHECK(p.launches[0].shared_bytes == 256 * 64 * 2);
     a.sizes = {512, 262144};   // the largest cluster, 128 elements per thread
     p = codegen::plan_cuda_launch(row, a, h100s);
