@@ -477,8 +477,6 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         for (codegen::CudaLaunch& l : ck->plan.launches) {
             ck->plan_functions.push_back(ck->entry(l.entry));
             ck->plan_aligned_functions.push_back(l.aligned_entry.empty() ? nullptr : ck->entry(l.aligned_entry));
-            static const int xp = getenv("KILN_XPERSIST") ? atoi(getenv("KILN_XPERSIST")) : 0;
-            if (xp > 0 && l.cluster == 1 && codegen::cuda_shape(ck->kernel) == codegen::CudaShape::Row) l.max_waves = xp;
             // The plan's wave limit, in this GPU's resident blocks (clusters: those that fit at
             // once, which GPCs whose SM counts are not multiples of the cluster hold fewer of).
             if (l.max_waves && l.grid && l.cluster > 1) {
