@@ -1,6 +1,6 @@
 """Writes docs/PERFORMANCE.md's tables from the benchmarks' JSON.
 
-    python examples/benchmarks/perf_tables.py vs_torch.json [--doc docs/PERFORMANCE.md] [--command "..."]
+    python examples/benchmarks/perf_tables.py vs_torch.json [vs_torch2.json ...] [--doc docs/PERFORMANCE.md] [--command "..."]
     python examples/benchmarks/perf_tables.py fusion.json --date D --commit C [--doc ...] [--command "..."]
     python examples/benchmarks/perf_tables.py cpu_fusion.json --date D --commit C [--doc ...] [--command "..."]
     python examples/benchmarks/perf_tables.py gemm.json --date D --commit C --device "..." [--doc ...] [--command "..."]
@@ -205,8 +205,12 @@ def render(r, command):
     """The vs_torch section (summary, and the cases below 0.95x torch.compile) and the document of
     every case it links to."""
     cases = r["cases"]
+    bw = r["copy_gbs"]
+    bw_text = (f"measured in the run: {bw:.0f} GB/s" if not isinstance(bw, list) else
+               f"measured in each of {len(bw)} runs of the suite's shapes: " + ", ".join(f"{x:.0f}" for x in bw) +
+               " GB/s (each case's % of copy against its own run's)")
     head = provenance(
-        f"Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s (PyTorch "
+        f"Device: {r['device']}; copy bandwidth {bw_text} (PyTorch "
         "device-to-device copy of 1 GiB, events).", r["date"], r["commit"], f"`{command}`.",
         f"{r['method']}. Bytes: every input read once and every output written once. Every result checked "
         "against float64 (`err`: largest error relative to the result's scale).", f" PyTorch {r['torch']}.")
@@ -262,6 +266,29 @@ def name_provenance(r, runs, rows, keys=("date", "commit")):
             ran = {v: ", ".join(dict.fromkeys(label(c) for x in runs if x[key] == v for c in rows(x))) or "checks"
                    for v in values}
             r[key] = "; ".join(f"{v} ({ran[v]})" for v in values)
+
+
+def merge_vs_torch_runs(runs):
+    """Several vs_torch.py runs of one commit on one device (the suite's shapes split between them)
+    as one: their cases in order, each case's % of copy against its own run's bandwidth, the
+    geometric means recomputed over every case. None where the device, commit, versions or method
+    differ, or where a case ran twice."""
+    same = ("device", "commit", "torch", "kiln", "method")
+    if any(x.get(k) != runs[0].get(k) for x in runs for k in same):
+        return None
+    r = dict(runs[0])
+    r["cases"] = [c for x in runs for c in x["cases"]]
+    keys = [(c["case"], c["dtype"], tuple(c["shape"])) for c in r["cases"]]
+    if len(set(keys)) != len(keys):
+        return None
+    r["copy_gbs"] = [x["copy_gbs"] for x in runs]
+    r["date"] = max(x["date"] for x in runs)
+    by = {}
+    for c in r["cases"]:
+        if "vs_compile" in c:
+            by.setdefault(c["dtype"], []).append(c["vs_compile"])
+    r["geomean_vs_compile_by_dtype"] = {d: math.exp(statistics.fmean(map(math.log, v))) for d, v in by.items()}
+    return r
 
 
 def merge_conv_runs(runs):
@@ -498,8 +525,15 @@ def main():
         if r is None:
             print("perf_tables: the convnets.py runs differ in device, versions or method", file=sys.stderr)
             return 2
+    elif len(runs) > 1 and all(isinstance(x, dict) and "cases" in x and "copy_gbs" in x and "benchmark" not in x
+                               for x in runs):
+        r = merge_vs_torch_runs(runs)
+        if r is None:
+            print("perf_tables: the vs_torch.py runs differ in device, commit, versions or method, or repeat a case",
+                  file=sys.stderr)
+            return 2
     elif len(runs) > 1 and not python:
-        print("perf_tables: several JSON files are taken from python_dispatch.py, conv.py and convnets.py only "
+        print("perf_tables: several JSON files are taken from python_dispatch.py, vs_torch.py, conv.py and convnets.py only "
               "(one run of the others, layers.py's included)",
               file=sys.stderr)
         return 2

@@ -43,6 +43,31 @@ def case(name, ms, compile_ms, nbytes=128 << 20):
             "kiln_pct_copy": 100 * nbytes / ms / 1e6 / 4000, "error": {"kiln": 1e-7}}
 
 
+def test_runs_of_one_commit_split_by_shape_merge_into_one_table(tmp_path):
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text("# Performance\n" + perf_tables.BEGIN + "\nold\n" + perf_tables.END + "\n")
+    first, second = run_json([case("variance", 0.05, 0.10)]), run_json([case("softmax", 0.20, 0.10)])
+    second["copy_gbs"] = 4100.0
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(first))
+    b.write_text(json.dumps(second))
+    assert perf_tables_cli(a, b, "--doc", doc).returncode == 0
+    text = doc.read_text()
+    # each run's bandwidth named; the geometric mean over both runs' cases (2.0x and 0.5x: 1.0x)
+    assert "4000, 4100 GB/s" in text and "**1.00x** (float32 1.00x)" in text
+    assert "| softmax | float32 | 4096x8192 | 0.2000 |" in text
+    every = (tmp_path / "vs_torch_cases.md").read_text()
+    assert "| variance |" in every and "| softmax |" in every
+    # another commit, or a case run twice: refused, the document left as it was
+    second["commit"] = "def5678"
+    b.write_text(json.dumps(second))
+    r = perf_tables_cli(a, b, "--doc", doc)
+    assert r.returncode == 2 and "differ in device, commit" in r.stderr
+    b.write_text(json.dumps(first))
+    assert perf_tables_cli(a, b, "--doc", doc).returncode == 2
+    assert doc.read_text() == text
+
+
 def test_the_table_replaces_what_stands_between_the_markers(tmp_path):
     doc = tmp_path / "PERFORMANCE.md"
     doc.write_text("# Performance\n\nbefore\n" + perf_tables.BEGIN + "\nold table\n" + perf_tables.END + "\nafter\n")
