@@ -493,9 +493,9 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         const std::vector<int> slot = detail::row_cache_slots(k, folds);
         const bool caches = detail::row_cache_bytes(k, slot, 1) > 0;
         const int64_t portable_g = dev.sm >= 90 ? (int64_t)kCudaBlockSize * kCudaPortableCluster : kCudaMaxRowBlock;
-        const int64_t max_g =
-            dev.sm >= 90 ? (int64_t)kCudaBlockSize * std::clamp(dev.max_cluster, kCudaPortableCluster, kCudaMaxCluster)
-                         : kCudaMaxRowBlock;
+        const int64_t max_g = dev.sm < 90                          ? kCudaMaxRowBlock
+                              : dev.max_cluster >= kCudaMaxCluster ? (int64_t)kCudaBlockSize * kCudaMaxCluster
+                                                                   : portable_g;
         const int64_t busy = (int64_t)dev.multiprocessors * 512;
         auto threads_for = [&](int64_t groups) { return pow2_ceil((nr + groups * v - 1) / (groups * v)); };
         int64_t g = threads_for(caches ? 8 : 64);

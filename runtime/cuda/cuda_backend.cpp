@@ -316,8 +316,10 @@ void CudaBackend::release_retired(const std::unordered_set<const void*>& keep) {
     check(d.cuStreamSynchronize(stream_), "cuStreamSynchronize");  // no launch of a retired kernel is pending
     kernels_.release_retired(keep, [&](CudaKernel& k) {
         // The driver may hand an unloaded kernel's function handles to a later module.
-        for (const auto& [name, f] : k.entries)
+        for (const auto& [name, f] : k.entries) {
             std::erase_if(resident_, [f](const auto& r) { return std::get<0>(r.first) == f; });
+            std::erase_if(max_clusters_, [f](const auto& r) { return std::get<0>(r.first) == f; });
+        }
         d.cuModuleUnload(k.module);
     });
 }
@@ -356,7 +358,7 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
     return it->second.f;
 }
 
-int CudaBackend::max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned smem) {
+int CudaBackend::max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned smem, bool refused_is_none) {
     const auto key = std::make_tuple(f, cluster, block, smem);
     if (auto it = max_clusters_.find(key); it != max_clusters_.end()) return it->second;
     make_current();
@@ -373,29 +375,10 @@ int CudaBackend::max_active_clusters(CUfunction f, unsigned cluster, unsigned bl
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     int n = 0;
-    check(driver().cuOccupancyMaxActiveClusters(&n, f, &cfg), "cuOccupancyMaxActiveClusters");
+    const CUresult r = driver().cuOccupancyMaxActiveClusters(&n, f, &cfg);
+    if (r != CUDA_SUCCESS && refused_is_none) n = 0;
+    else check(r, "cuOccupancyMaxActiveClusters");
     return max_clusters_[key] = n;
-}
-
-bool CudaBackend::cluster_fits(CUfunction f, unsigned cluster, unsigned block, unsigned smem) {
-    const auto key = std::make_tuple(f, cluster, block, smem);
-    if (auto it = max_clusters_.find(key); it != max_clusters_.end()) return it->second > 0;
-    make_current();
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cluster;
-    attr.value.clusterDim.y = 1;
-    attr.value.clusterDim.z = 1;
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = cluster, cfg.gridDimY = 1, cfg.gridDimZ = 1;
-    cfg.blockDimX = block, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = smem;
-    cfg.hStream = stream_;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    if (driver().cuOccupancyMaxActiveClusters(&n, f, &cfg) != CUDA_SUCCESS) n = 0;   // refused: none fit
-    return (max_clusters_[key] = n) > 0;
 }
 
 int64_t CudaBackend::resident_blocks(CUfunction f, unsigned block, unsigned smem) {
@@ -466,7 +449,7 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         // then the plan is made again within it.
         for (const codegen::CudaLaunch& l : ck->plan.launches)
             if (l.cluster > unsigned(codegen::kCudaPortableCluster) &&
-                !cluster_fits(ck->entry(l.entry), l.cluster, l.block, unsigned(l.shared_bytes))) {
+                max_active_clusters(ck->entry(l.entry), l.cluster, l.block, unsigned(l.shared_bytes), true) == 0) {
                 codegen::CudaDeviceCaps portable = caps_;
                 portable.max_cluster = codegen::kCudaPortableCluster;
                 ck->plan = codegen::plan_cuda_launch(ck->kernel, a, portable);

@@ -109,11 +109,9 @@ public:
     // How many clusters of `cluster` blocks of `f` (`block` threads, `smem` bytes of dynamic
     // shared memory each) the GPU runs at once: the block scheduler places a cluster's blocks on
     // one GPC, so fewer than SMs / cluster where the GPCs' SM counts are not multiples of it.
-    // Cached per function and shape.
-    int max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned smem);
-    // Whether the GPU runs such a cluster at all; a query the driver refuses (a non-portable
-    // size it does not take) answers false rather than throwing.
-    bool cluster_fits(CUfunction f, unsigned cluster, unsigned block, unsigned smem);
+    // Cached per function and shape. refused_is_none: a query the driver refuses (a non-portable
+    // size it does not take) answers 0 rather than throwing.
+    int max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned smem, bool refused_is_none = false);
     // The blocks of `f` (`block` threads, `smem` bytes of dynamic shared memory each) that the
     // whole GPU holds at once: one wave. Cached per function and shape; a generated kernel's
     // entries leave the cache when its module is unloaded.

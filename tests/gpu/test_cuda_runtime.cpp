@@ -223,6 +223,7 @@ TEST_CASE("gpu: NVRTC failure is a CompileError with the log, the options and th
 }
 #endif
 
+// (600 rows of 40000: more rows than the GPU holds clusters at once, so each cluster walks several.)
 TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long rows; columns, split into many chunks; full") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
@@ -230,7 +231,7 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
     struct Case { int64_t M, N; };
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
         for (Case s : {Case{1000, 3}, Case{777, 5000}, Case{300, 1001}, Case{64, 20000}, Case{3, 100000}, Case{5, 300000},
-                       Case{2, 1 << 21}, Case{4096, 1}, Case{200000, 5}, Case{7, 70001}}) {
+                       Case{2, 1 << 21}, Case{4096, 1}, Case{200000, 5}, Case{7, 70001}, Case{600, 40000}}) {
             INFO(dtype_name(dt) << " " << s.M << "x" << s.N);
             const int64_t M = s.M, N = s.N;
             std::vector<float> h = random_floats((size_t)(M * N), (uint32_t)(M + N));
@@ -694,7 +695,8 @@ TEST_CASE("gpu: a variance read in one pass (folded moments) keeps its precision
 
 // Softmax's sum of exponentials is kept by the pass that finds the row's max (a running max,
 // the sum rescaled as it grows): a warp segment, a block, a cluster, a cluster of 16 (float32
-// rows of 250001, which 8 blocks cannot cache), uncached rows, rows out of phase, one element; rows of -inf, with one or two +inf, with a NaN, with -inf among finite
+// rows of 250001, which 8 blocks cannot cache; 64 such rows: each cluster walks several),
+// uncached rows, rows out of phase, one element; rows of -inf, with one or two +inf, with a NaN, with -inf among finite
 // values and far from zero, against the CPU backend (which reduces in two rounds) and float64.
 TEST_CASE("gpu: softmax's max and sum of exponentials in one round agree with the CPU, special values included") {
     REQUIRE_GPU();
@@ -704,7 +706,7 @@ TEST_CASE("gpu: softmax's max and sum of exponentials in one round agree with th
     int cases = 0;
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
         for (Case s : {Case{500, 7}, Case{64, 1000}, Case{33, 5001}, Case{4, 70001}, Case{2, 1 << 20}, Case{9, 1},
-                       Case{17, 97}, Case{12, 4096}, Case{6, 250001}})
+                       Case{17, 97}, Case{12, 4096}, Case{6, 250001}, Case{64, 250001}})
             for (int64_t xo : {0, 1}) {
                 const int64_t M = s.M, N = s.N;
                 INFO(dtype_name(dt) << " " << M << "x" << N << ", rows at " << xo);
@@ -751,7 +753,7 @@ TEST_CASE("gpu: softmax's max and sum of exponentials in one round agree with th
                 CHECK(bad == 0);
                 ++cases;
             }
-    CHECK(cases == 54);
+    CHECK(cases == 60);
 }
 
 // Arg reductions along rows take a thread's elements in order on the grouped path (fewer
