@@ -391,7 +391,11 @@ int64_t CudaBackend::resident_blocks(CUfunction f, unsigned block, unsigned smem
     return resident_[key] = std::max<int64_t>(1, int64_t(n) * info_.multiprocessors);
 }
 
-int64_t CudaBackend::stride_grid(CUfunction f, int64_t blocks, unsigned block, unsigned smem, uint32_t waves) {
+int64_t CudaBackend::stride_grid(CUfunction f, int64_t blocks, unsigned block, unsigned smem, uint32_t waves,
+                                 unsigned cluster) {
+    if (cluster > 1)
+        return std::clamp<int64_t>(blocks, cluster,
+                                   int64_t(waves) * cluster * std::max(1, max_active_clusters(f, cluster, block, smem)));
     return std::clamp<int64_t>(blocks, 1, int64_t(waves) * resident_blocks(f, block, smem));
 }
 
@@ -460,14 +464,9 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         for (codegen::CudaLaunch& l : ck->plan.launches) {
             ck->plan_functions.push_back(ck->entry(l.entry));
             ck->plan_aligned_functions.push_back(l.aligned_entry.empty() ? nullptr : ck->entry(l.aligned_entry));
-            // The plan's wave limit, in this GPU's resident blocks (clusters: those that fit at
-            // once, which GPCs whose SM counts are not multiples of the cluster hold fewer of).
-            if (l.max_waves && l.grid && l.cluster > 1) {
-                const int64_t n = max_active_clusters(ck->plan_functions.back(), l.cluster, l.block, unsigned(l.shared_bytes));
-                l.grid = uint32_t(std::min<int64_t>(l.grid, std::max<int64_t>(n, 1) * l.cluster * l.max_waves));
-            } else if (l.max_waves && l.grid) {
-                l.grid = uint32_t(stride_grid(ck->plan_functions.back(), l.grid, l.block, unsigned(l.shared_bytes), l.max_waves));
-            }
+            if (l.max_waves && l.grid)   // the plan's wave limit, in this GPU's resident blocks or clusters
+                l.grid = uint32_t(stride_grid(ck->plan_functions.back(), l.grid, l.block, unsigned(l.shared_bytes),
+                                              l.max_waves, l.cluster));
         }
         ck->planned_sizes = a.sizes;
     }

@@ -117,9 +117,10 @@ public:
     // entries leave the cache when its module is unloaded.
     int64_t resident_blocks(CUfunction f, unsigned block, unsigned smem);
     // The grid of a grid-stride kernel `f` that has `blocks` blocks of work: at most `waves`
-    // waves of its resident blocks, at least 1.
+    // waves of its resident blocks, at least 1; launched in clusters of `cluster` blocks, waves
+    // of the clusters that fit at once (max_active_clusters), at least one cluster.
     int64_t stride_grid(CUfunction f, int64_t blocks, unsigned block, unsigned smem = 0,
-                        uint32_t waves = codegen::kGridStrideWaves);
+                        uint32_t waves = codegen::kGridStrideWaves, unsigned cluster = 1);
     // Launches a precompiled kernel on the backend's stream; `params` as for cuLaunchKernel.
     void launch_precompiled(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned smem,
                             void** params, LaunchOptions options = {});
