@@ -113,6 +113,15 @@ KILN_GEMM_HOST_DEVICE inline bool split_sums_pushed(const GemmParams& p, int bn)
     return bn <= kSplitPushMaxBn && rows_of_16_bytes(p);
 }
 
+// Split-K's second step into a C whose columns are contiguous (its m stride 1, as a weight
+// gradient written as its transpose), without bsum: kiln_gemm_reduce_splits adds 64 x 64
+// blocks of the slices along their rows and stores C along its columns, through shared memory,
+// so that both sides are coalesced (stored along the slices' rows, every 2-byte store of a warp
+// fell in a line of its own).
+KILN_GEMM_HOST_DEVICE inline bool reduce_by_columns(const GemmParams& p) {
+    return !(p.flags & kBsum) && p.c_sm == 1 && p.c_sn != 1;
+}
+
 // Split-K's second step with bsum (kiln_gemm_reduce_splits): the warps of a 256-thread block
 // that share a row, 1 to 8 (a power of two, about 256 columns a warp), so that a product of
 // few long rows is not left to a few warps, each adding a whole row alone; the block takes

@@ -40,6 +40,7 @@ struct Case {
     bool align = false;   // round each buffer's row up to 8 elements before the padding (TMA-able)
     DotOptions o;
     DType cdtype;
+    bool tc = false;      // C passed as C.T() of an (N, M) buffer: its columns contiguous
 };
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
@@ -121,7 +122,7 @@ double acc_eps(DType a, bool tf32) { return a == DType::Float32 && tf32 ? 2.5e-3
 bool run_case(Context& ctx, const Case& cs, DType dt, const std::string& kernel, uint32_t seed) {
     Tensor A = operand(ctx, cs.m, cs.k, cs.ta, cs.pad, cs.align, dt, seed);
     Tensor B = operand(ctx, cs.k, cs.n, cs.tb, cs.pad, cs.align, dt, seed + 1);
-    Tensor C = operand(ctx, cs.m, cs.n, false, cs.pad, cs.align, cs.cdtype, seed + 2);
+    Tensor C = operand(ctx, cs.m, cs.n, cs.tc, cs.pad, cs.align, cs.cdtype, seed + 2);
     Tensor C0 = ctx.empty({cs.m, cs.n}, cs.cdtype);
     C0.assign(C.expr());
     DotOptions o = cs.o;
@@ -273,6 +274,18 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
             unsetenv("KILN_GEMM_SPLITS");
             REQUIRE(ran);
         }
+    // Split-K into a C whose columns are contiguous (as a weight gradient is written): the second
+    // step adds 64 x 64 blocks and stores them along C's columns; sizes past multiples of 64,
+    // alpha and beta, bias and ReLU.
+    for (const char* splits : {"3", "7"})
+        for (DType dt : {DType::Float16, DType::Float32})
+            for (int variant : {1, 2}) {
+                setenv("KILN_GEMM_SPLITS", splits, 1);
+                Case cs{130, 97, 1000, false, true, 8, true, epilogue_variant(variant), dt, true};
+                const bool ran = run_case(ctx, cs, dt, "", uint32_t(seed++));
+                unsetenv("KILN_GEMM_SPLITS");
+                REQUIRE(ran);
+            }
     // Few long rows with bsum: the second step's warps share a row (2, 4 and 8 of them).
     for (int64_t n : {300, 700, 1500})
         for (DType dt : {DType::Float16, DType::Float32}) {
