@@ -245,11 +245,11 @@ GemmParams detail::slice_params(const GemmParams& p, void* slices) {
 void detail::reduce_slices(cuda::CudaBackend& be, const GemmParams& p, const float* slices) {
     GemmParams fin = p;
     void* params[] = {&fin, &slices};
-    // With bsum 8 / reduce_warps_per_row rows a block; into C by columns 64 x 64 elements a
+    // With bsum 8 / reduce_warps_per_row rows a block; into C by columns 32 x 32 elements a
     // block; otherwise 4 elements per thread (see the kernel).
     const int64_t M = p.m, N = p.n, rows_per_block = 8 / reduce_warps_per_row(p.n);
     const int64_t grid = (p.flags & kBsum)        ? (M + rows_per_block - 1) / rows_per_block
-                         : reduce_by_columns(p) ? ((M + 63) / 64) * ((N + 63) / 64)
+                         : reduce_by_columns(p) ? ((M + 31) / 32) * ((N + 31) / 32)
                                                 : (M * N / 4 + 255) / 256 + 1;
     be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256, 0,
                           params, {.programmatic = sm80_image_programmatic(be)});

@@ -114,7 +114,7 @@ KILN_GEMM_HOST_DEVICE inline bool split_sums_pushed(const GemmParams& p, int bn)
 }
 
 // Split-K's second step into a C whose columns are contiguous (its m stride 1, as a weight
-// gradient written as its transpose), without bsum: kiln_gemm_reduce_splits adds 64 x 64
+// gradient written as its transpose), without bsum: kiln_gemm_reduce_splits adds 32 x 32
 // blocks of the slices along their rows and stores C along its columns, through shared memory,
 // so that both sides are coalesced (stored along the slices' rows, every 2-byte store of a warp
 // fell in a line of its own).

@@ -53,31 +53,42 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_fma_f32_256x16(const
 
 // Split-K's second step: C = epilogue(the slices' sum, added in slice order). With bsum 1-8
 // warps take a row (reduce_warps_per_row; its sum is reduced in each warp, then across them);
-// into C by columns, a block takes 64 x 64 (reduce_by_columns); otherwise each thread takes 4
+// into C by columns, a block takes 32 x 32 (reduce_by_columns); otherwise each thread takes 4
 // consecutive elements of the flattened M x N plane (16-byte loads when N is a multiple of 4),
 // so the slices are read in full coalesced lines whatever N is.
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const GemmParams p, const float* slices) {
     wait_for_prior_grids();
     char* C = c_of(p, 0);
     const int64_t plane = int64_t(p.m) * p.n;
-    if (reduce_by_columns(p)) {   // 64 x 64 blocks: summed along the slices' rows, stored along C's columns
-        __shared__ float turned[64][65];
-        const int tiles_n = (p.n + 63) / 64, t = threadIdx.x;
-        const int m0 = int(blockIdx.x) / tiles_n * 64, n0 = int(blockIdx.x) % tiles_n * 64;
-        for (int r = t / 64; r < 64; r += 4) {
-            const int m = m0 + r, n = n0 + t % 64;
-            float acc = 0.f;
-            if (m < p.m && n < p.n) {
-                const float* s = slices + int64_t(m) * p.n + n;
+    if (reduce_by_columns(p)) {   // 32 x 32 blocks: summed along the slices' rows, stored along C's columns
+        __shared__ float turned[32][33];
+        const int tiles_n = (p.n + 31) / 32, t = threadIdx.x;
+        const int m0 = int(blockIdx.x) / tiles_n * 32, n0 = int(blockIdx.x) % tiles_n * 32;
+        const int r = t / 8, c = 4 * (t % 8), m = m0 + r, n = n0 + c;   // 4 consecutive elements a thread, as below
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        if (m < p.m) {
+            const float* s = slices + int64_t(m) * p.n + n;
+            if (p.n % 4 == 0 && n < p.n) {
 #pragma unroll 4
-                for (int k = 0; k < p.k_splits; ++k) acc += s[k * plane];
+                for (int k = 0; k < p.k_splits; ++k) {
+                    const float4 v = *reinterpret_cast<const float4*>(s + k * plane);
+                    acc[0] += v.x, acc[1] += v.y, acc[2] += v.z, acc[3] += v.w;
+                }
+            } else {
+#pragma unroll 4
+                for (int k = 0; k < p.k_splits; ++k)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        if (n + j < p.n) acc[j] += s[k * plane + j];
             }
-            turned[t % 64][r] = acc;
         }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) turned[c + j][r] = acc[j];
         __syncthreads();
-        for (int c = t / 64; c < 64; c += 4) {
-            const int m = m0 + t % 64, n = n0 + c;
-            if (m < p.m && n < p.n) finish_element(p, C, 0, turned[c][t % 64], m, n);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int col = t / 32 + 8 * i, mm = m0 + t % 32, nn = n0 + col;
+            if (mm < p.m && nn < p.n) finish_element(p, C, 0, turned[col][t % 32], mm, nn);
         }
         return;
     }

@@ -275,7 +275,7 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
             REQUIRE(ran);
         }
     // Split-K into a C whose columns are contiguous (as a weight gradient is written): the second
-    // step adds 64 x 64 blocks and stores them along C's columns; sizes past multiples of 64,
+    // step adds 32 x 32 blocks and stores them along C's columns; sizes past multiples of 32,
     // alpha and beta, bias and ReLU.
     for (const char* splits : {"3", "7"})
         for (DType dt : {DType::Float16, DType::Float32})
