@@ -229,6 +229,36 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
                      reinterpret_cast<uintptr_t>(C) % (4 * esize) == 0;
     const bool bias = p.flags & kBias, relu = p.flags & kRelu, beta = p.flags & kBeta;
     uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp, lane) : nullptr;
+    // C by columns (its m stride 1, without bsum: a weight gradient written as its transpose): a
+    // warp takes columns and its lanes the rows, so that a warp's stores run along C's contiguous
+    // axis (along the rows, each of a warp's stores fell in a line of its own).
+    if (p.c_sm == 1 && p.c_sn != 1 && !(p.flags & kBsum)) {
+        constexpr int kRowSteps = (ROWS + 31) / 32;
+        for (int c = warp; c < COLS; c += kWarps) {
+            const int n = n0 + c;
+            if (n >= p.n) break;
+            const float b = bias ? __ldg(p.bias + n) : 0.f;
+            float o[kRowSteps];
+#pragma unroll
+            for (int i = 0; i < kRowSteps; ++i) {
+                const int r = lane + 32 * i, m = m0 + r;
+                o[i] = beta && r < ROWS && m < p.m ? load_c(p, C, int64_t(m) + int64_t(n) * p.c_sn) : 0.f;
+            }
+#pragma unroll
+            for (int i = 0; i < kRowSteps; ++i) {
+                const int r = lane + 32 * i, m = m0 + r;
+                if (r >= ROWS || m >= p.m) break;
+                float v = p.alpha * tile[r * ld + (PAIRS_SWAPPED ? c ^ 1 : c)] + b;
+                if (relu) v = activation(v, p.slope);
+                v += p.beta * o[i];   // o is 0 without beta
+                const float stored =
+                    store_c(p, C, int64_t(m) + int64_t(n) * p.c_sn, v, (uint64_t(z) * p.m + m) * uint64_t(p.n) + n);
+                if (hist) atomicAdd(hist + kiln_hist_bin(stored, p.hist_bins, p.hist_offset), 1u);
+            }
+        }
+        if (hist) hist_flush(p, hist, lane);
+        return;
+    }
     float4 bv[kChunks];
 #pragma unroll
     for (int h = 0; h < kChunks; ++h) {

@@ -52,16 +52,19 @@ GemmKernel autotuned(Context& ctx, cuda::CudaBackend& be, const GemmProblem& pr,
                 if (describe(k) == entry) return k;
         }
     // C's layout where its rows are contiguous (the kernels' conditions read the strides and
-    // the address's alignment), else a packed M x N layout.
+    // the address's alignment), else packed: by columns where C's columns are contiguous (the
+    // epilogues then store along them), else M x N.
     const int64_t M = p.m, N = p.n, batch = p.batch, es = int64_t(dtype_size(c_dtype));
     const bool same_layout = p.c_sn == 1 && p.c_sm >= N && (batch == 1 || p.c_batch >= M * p.c_sm);
-    const int64_t c_sm = same_layout ? p.c_sm : N, c_batch = same_layout ? p.c_batch : M * N;
+    const bool by_columns = !same_layout && p.c_sm == 1 && p.c_sn != 1;
+    const int64_t c_sm = same_layout ? p.c_sm : by_columns ? 1 : N, c_sn = by_columns ? M : 1;
+    const int64_t c_batch = same_layout ? p.c_batch : M * N;
     const int64_t misalign = same_layout ? int64_t(reinterpret_cast<uintptr_t>(p.c) % 256) : 0;
-    const int64_t c_bytes = ((batch - 1) * c_batch + (M - 1) * c_sm + N) * es + misalign;
+    const int64_t c_bytes = ((batch - 1) * c_batch + (M - 1) * c_sm + (N - 1) * c_sn + 1) * es + misalign;
     Tensor scratch = ctx.empty({(c_bytes + 3) / 4}, DType::Float32);
     GemmParams t = p;
     t.c = static_cast<char*>(scratch.view().storage->data) + misalign;
-    t.c_sm = c_sm, t.c_sn = 1, t.c_batch = c_batch;
+    t.c_sm = c_sm, t.c_sn = c_sn, t.c_batch = c_batch;
     Tensor scratch_bsum;
     if (bsum) scratch_bsum = ctx.empty(bsum->shape(), bsum->dtype());
     const Tensor* sums = bsum ? &scratch_bsum : nullptr;

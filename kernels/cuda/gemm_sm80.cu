@@ -51,6 +51,25 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_fma_f32_256x16(const
     fma_narrow_gemm<256, 16>(p);
 }
 
+// acc[j] += s[k * plane + j] over the slices k in order, for the first min(valid, 4) j: one
+// float4 a slice where the 4 elements are 16-byte aligned (vec), else one element at a time.
+__device__ __forceinline__ void sum_slices4(float (&acc)[4], const float* s, int64_t plane, int splits, bool vec,
+                                            int64_t valid) {
+    if (vec && valid >= 4) {
+#pragma unroll 4
+        for (int k = 0; k < splits; ++k) {
+            const float4 v = *reinterpret_cast<const float4*>(s + k * plane);
+            acc[0] += v.x, acc[1] += v.y, acc[2] += v.z, acc[3] += v.w;
+        }
+        return;
+    }
+#pragma unroll 4
+    for (int k = 0; k < splits; ++k)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            if (j < valid) acc[j] += s[k * plane + j];
+}
+
 // Split-K's second step: C = epilogue(the slices' sum, added in slice order). With bsum 1-8
 // warps take a row (reduce_warps_per_row; its sum is reduced in each warp, then across them);
 // into C by columns, a block takes 32 x 32 (reduce_by_columns); otherwise each thread takes 4
@@ -66,22 +85,7 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const 
         const int m0 = int(blockIdx.x) / tiles_n * 32, n0 = int(blockIdx.x) % tiles_n * 32;
         const int r = t / 8, c = 4 * (t % 8), m = m0 + r, n = n0 + c;   // 4 consecutive elements a thread, as below
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        if (m < p.m) {
-            const float* s = slices + int64_t(m) * p.n + n;
-            if (p.n % 4 == 0 && n < p.n) {
-#pragma unroll 4
-                for (int k = 0; k < p.k_splits; ++k) {
-                    const float4 v = *reinterpret_cast<const float4*>(s + k * plane);
-                    acc[0] += v.x, acc[1] += v.y, acc[2] += v.z, acc[3] += v.w;
-                }
-            } else {
-#pragma unroll 4
-                for (int k = 0; k < p.k_splits; ++k)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j)
-                        if (n + j < p.n) acc[j] += s[k * plane + j];
-            }
-        }
+        if (m < p.m) sum_slices4(acc, slices + int64_t(m) * p.n + n, plane, p.k_splits, p.n % 4 == 0, p.n - n);
 #pragma unroll
         for (int j = 0; j < 4; ++j) turned[c + j][r] = acc[j];
         __syncthreads();
@@ -96,19 +100,7 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const 
         const int64_t i = (int64_t(blockIdx.x) * 256 + threadIdx.x) * 4;
         if (i >= plane) return;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        if (p.n % 4 == 0) {
-#pragma unroll 4
-            for (int k = 0; k < p.k_splits; ++k) {
-                const float4 v = *reinterpret_cast<const float4*>(slices + k * plane + i);
-                acc[0] += v.x, acc[1] += v.y, acc[2] += v.z, acc[3] += v.w;
-            }
-        } else {
-#pragma unroll 4
-            for (int k = 0; k < p.k_splits; ++k)
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    if (i + j < plane) acc[j] += slices[k * plane + i + j];
-        }
+        sum_slices4(acc, slices + i, plane, p.k_splits, p.n % 4 == 0, plane - i);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
             if (i + j < plane) finish_element(p, C, 0, acc[j], int((i + j) / p.n), int((i + j) % p.n));

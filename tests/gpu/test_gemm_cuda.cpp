@@ -274,10 +274,9 @@ TEST_CASE("gpu gemm: the selector's choice on unaligned leading dimensions, mixe
             unsetenv("KILN_GEMM_SPLITS");
             REQUIRE(ran);
         }
-    // A C whose columns are contiguous (as a weight gradient is written): unsplit (the general
-    // epilogue), and split, whose second step adds 32 x 32 blocks and stores them along C's
-    // columns; M and N past multiples of 32 (N = 100: the slices read 4 at a time), alpha and
-    // beta, bias and ReLU.
+    // A C whose columns are contiguous (as a weight gradient is written), stored along them: by the
+    // general epilogue unsplit, by split-K's second step (32 x 32 blocks) split; M and N past
+    // multiples of 32 (N a multiple of 4: the slices read 4 at a time), alpha and beta, bias and ReLU.
     for (const char* splits : {"1", "3", "7"})
         for (DType dt : {DType::Float16, DType::Float32})
             for (int variant : {1, 2}) {
