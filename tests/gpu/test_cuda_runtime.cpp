@@ -758,8 +758,8 @@ TEST_CASE("gpu: softmax's max and sum of exponentials in one round agree with th
 
 // Arg reductions along rows take a thread's elements in order on the grouped path (fewer
 // tests per element) and in any order on the element-by-element one (rows out of phase wrap):
-// ties keep the first position, the first NaN wins, a row of -inf (or of +inf for argmin)
-// gives 0; every dtype, aligned rows and rows out of phase, against the CPU backend.
+// ties keep the first position (-0 and +0 tie), the first NaN wins, a row of -inf (or of +inf
+// for argmin) gives 0; every dtype, aligned rows and rows out of phase, against the CPU backend.
 TEST_CASE("gpu: argmax and argmin along rows keep the first extreme, the first NaN, in every phase") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
@@ -784,6 +784,7 @@ TEST_CASE("gpu: argmax and argmin along rows keep the first extreme, the first N
                 }
                 at(5, N - 1) = 100.0f;                                   // the max last, the min first
                 at(5, 0) = -100.0f;
+                for (int64_t j = 0; j < N; ++j) at(6, j) = j % 3 ? 0.0f : -0.0f;   // zeros of both signs tie
                 std::vector<int32_t> got[2][2];
                 for (int side = 0; side < 2; ++side) {
                     Context& ctx = side ? cpu : gpu;
@@ -799,6 +800,8 @@ TEST_CASE("gpu: argmax and argmin along rows keep the first extreme, the first N
                 if (fl) CHECK(got[0][0][3] == (int32_t)(N / 3));
                 CHECK(got[0][0][5] == (int32_t)(N - 1));
                 CHECK(got[0][1][5] == 0);
+                CHECK(got[0][0][6] == 0);
+                CHECK(got[0][1][6] == 0);
                 ++cases;
             }
     CHECK(cases == 72);
