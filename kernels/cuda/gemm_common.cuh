@@ -229,10 +229,9 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
                      reinterpret_cast<uintptr_t>(C) % (4 * esize) == 0;
     const bool bias = p.flags & kBias, relu = p.flags & kRelu, beta = p.flags & kBeta;
     uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp, lane) : nullptr;
-    // C by columns (its m stride 1, without bsum: a weight gradient written as its transpose): a
-    // warp takes columns and its lanes the rows, so that a warp's stores run along C's contiguous
-    // axis (along the rows, each of a warp's stores fell in a line of its own).
-    if (p.c_sm == 1 && p.c_sn != 1 && !(p.flags & kBsum)) {
+    // C by columns (c_by_columns): a warp takes columns and its lanes the rows, so that a warp's
+    // stores run along C's contiguous axis.
+    if (c_by_columns(p)) {
         constexpr int kRowSteps = (ROWS + 31) / 32;
         for (int c = warp; c < COLS; c += kWarps) {
             const int n = n0 + c;

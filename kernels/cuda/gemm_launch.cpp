@@ -249,7 +249,7 @@ void detail::reduce_slices(cuda::CudaBackend& be, const GemmParams& p, const flo
     // block; otherwise 4 elements per thread (see the kernel).
     const int64_t M = p.m, N = p.n, rows_per_block = 8 / reduce_warps_per_row(p.n);
     const int64_t grid = (p.flags & kBsum)        ? (M + rows_per_block - 1) / rows_per_block
-                         : reduce_by_columns(p) ? ((M + 31) / 32) * ((N + 31) / 32)
+                         : c_by_columns(p) ? ((M + 31) / 32) * ((N + 31) / 32)
                                                 : (M * N / 4 + 255) / 256 + 1;
     be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256, 0,
                           params, {.programmatic = sm80_image_programmatic(be)});

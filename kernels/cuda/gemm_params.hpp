@@ -113,12 +113,13 @@ KILN_GEMM_HOST_DEVICE inline bool split_sums_pushed(const GemmParams& p, int bn)
     return bn <= kSplitPushMaxBn && rows_of_16_bytes(p);
 }
 
-// Split-K's second step into a C whose columns are contiguous (its m stride 1, as a weight
-// gradient written as its transpose), without bsum: kiln_gemm_reduce_splits adds 32 x 32
-// blocks of the slices along their rows and stores C along its columns, through shared memory,
-// so that both sides are coalesced (stored along the slices' rows, every 2-byte store of a warp
-// fell in a line of its own).
-KILN_GEMM_HOST_DEVICE inline bool reduce_by_columns(const GemmParams& p) {
+// C stored by columns: its columns contiguous (its m stride 1, as a weight gradient written as
+// its transpose), without bsum. The general epilogue (finish_tile) then gives a warp columns
+// and its lanes rows, and split-K's second step (kiln_gemm_reduce_splits) adds 32 x 32 blocks
+// of the slices along their rows and stores C along its columns through shared memory, so that
+// the stores are coalesced (stored along C's rows, every 2-byte store of a warp fell in a line
+// of its own).
+KILN_GEMM_HOST_DEVICE inline bool c_by_columns(const GemmParams& p) {
     return !(p.flags & kBsum) && p.c_sm == 1 && p.c_sn != 1;
 }
 

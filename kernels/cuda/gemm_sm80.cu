@@ -72,14 +72,14 @@ __device__ __forceinline__ void sum_slices4(float (&acc)[4], const float* s, int
 
 // Split-K's second step: C = epilogue(the slices' sum, added in slice order). With bsum 1-8
 // warps take a row (reduce_warps_per_row; its sum is reduced in each warp, then across them);
-// into C by columns, a block takes 32 x 32 (reduce_by_columns); otherwise each thread takes 4
+// into C by columns, a block takes 32 x 32 (c_by_columns); otherwise each thread takes 4
 // consecutive elements of the flattened M x N plane (16-byte loads when N is a multiple of 4),
 // so the slices are read in full coalesced lines whatever N is.
 extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const GemmParams p, const float* slices) {
     wait_for_prior_grids();
     char* C = c_of(p, 0);
     const int64_t plane = int64_t(p.m) * p.n;
-    if (reduce_by_columns(p)) {   // 32 x 32 blocks: summed along the slices' rows, stored along C's columns
+    if (c_by_columns(p)) {   // 32 x 32 blocks: summed along the slices' rows, stored along C's columns
         __shared__ float turned[32][33];
         const int tiles_n = (p.n + 31) / 32, t = threadIdx.x;
         const int m0 = int(blockIdx.x) / tiles_n * 32, n0 = int(blockIdx.x) % tiles_n * 32;
