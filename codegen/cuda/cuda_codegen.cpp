@@ -156,9 +156,11 @@ CudaSource Emitter::run() {
         src.entry_points = {k_.name + "_partial", k_.name + "_final"};
         break;
     case CudaShape::Row:
-        emit_row_kernel(false);
-        src.entry_points = {k_.name};
-        if (detail::row_register_entry(k_)) {
+        if (module_.entry.empty() || module_.entry == k_.name) {
+            emit_row_kernel(false);
+            src.entry_points = {k_.name};
+        }
+        if (detail::row_register_entry(k_) && (module_.entry.empty() || module_.entry == k_.name + "_r")) {
             emit_row_kernel(true);
             src.entry_points.push_back(k_.name + "_r");
         }
@@ -668,6 +670,44 @@ namespace kiln::codegen {
 CudaSource emit_cuda(const kir::Kernel& k) {
     detail::validate(k);
     return detail::Emitter(k).run();
+}
+
+const char* cuda_reach_name(CudaReach r) {
+    switch (r) {
+    case CudaReach::Cluster: return "cluster";
+    case CudaReach::Block: return "block";
+    case CudaReach::Warp: return "warp";
+    }
+    return "?";
+}
+
+std::vector<CudaModuleId> cuda_modules(const kir::Kernel& k) {
+    if (cuda_shape(k) != CudaShape::Row) return {CudaModuleId{}};
+    std::vector<CudaModuleId> m = {{k.name, CudaReach::Cluster}, {k.name, CudaReach::Block}, {k.name, CudaReach::Warp}};
+    if (detail::row_register_entry(k)) {   // never launched in a cluster
+        m.push_back({k.name + "_r", CudaReach::Block});
+        m.push_back({k.name + "_r", CudaReach::Warp});
+    }
+    return m;
+}
+
+CudaModuleId cuda_module_of(const kir::Kernel& k, const std::string& entry, CudaReach reach) {
+    if (cuda_shape(k) != CudaShape::Row) return CudaModuleId{};
+    return CudaModuleId{entry, reach};
+}
+
+std::string cuda_module_label(const kir::Kernel& k, const CudaModuleId& m) {
+    return m.entry.empty() ? k.name : m.entry + "." + cuda_reach_name(m.reach);
+}
+
+CudaSource emit_cuda_module(const kir::Kernel& k, const CudaModuleId& m) {
+    detail::validate(k);
+    if (!m.entry.empty()) {
+        const std::vector<CudaModuleId> all = cuda_modules(k);
+        KILN_CHECK_INTERNAL(std::find(all.begin(), all.end(), m) != all.end(), "emit_cuda_module: kernel {} has no module {}",
+                            k.name, cuda_module_label(k, m));
+    }
+    return detail::Emitter(k, m).run();
 }
 
 } // namespace kiln::codegen

@@ -113,6 +113,15 @@
 // many blocks (cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION); a launch whose
 // aligned_entry cuda_launch_aligned admits for the call runs that entry instead, with the
 // launch's aligned_grid, aligned_block and aligned_param, no cluster and no dynamic shared memory.
+//
+// ---- Modules (what the runtime compiles and loads together)
+//
+// A row kernel's entries are compiled one at a time, when a launch first takes one, each
+// specialised for the reach of that launch's G (CudaReach, set by the plan): a row entry's
+// code for clusters (the exchange, its barriers) and for blocks (the warps' barriers) is half
+// its compile time or more, and most launches need neither. The reductions' template argument
+// leaves out the steps past the reach; nothing else differs, so every reach gives the same
+// bits. Every other kernel is one module: its plans launch all of its entries together.
 #pragma once
 #include "compiler/kernel_ir.hpp"
 
@@ -151,9 +160,34 @@ struct CudaSource {
     std::vector<std::string> entry_points;   // every entry; a plan launches some of them, in this order
 };
 
+// How far a row kernel's threads of one row reach (its launches' G): a segment of a warp, a
+// block, or a cluster of blocks. A row entry compiled for a reach keeps only the reduction
+// steps that reach needs (no block barriers within a warp, no cluster exchange within a
+// block); Cluster is the general entry, correct for every G.
+enum class CudaReach : uint8_t { Cluster, Block, Warp };
+const char* cuda_reach_name(CudaReach r);
+
+// A module: the entries the runtime compiles and loads together. Row kernels have one per
+// entry and reach (a call compiles only the entry its launch takes, specialised for its G);
+// every other kernel has one holding all of its entries (entry empty), all of which its plans
+// launch together.
+struct CudaModuleId {
+    std::string entry;
+    CudaReach reach = CudaReach::Cluster;
+    bool operator==(const CudaModuleId&) const = default;
+};
+// Every module a kernel's plans may ask for (what kiln-warmup compiles), the general first.
+std::vector<CudaModuleId> cuda_modules(const kir::Kernel& k);
+// The module that holds `entry` for a launch of reach `reach`.
+CudaModuleId cuda_module_of(const kir::Kernel& k, const std::string& entry, CudaReach reach);
+// A label for logs and saved sources (also a file name), e.g. "kiln_0123_r.warp" or "kiln_0123".
+std::string cuda_module_label(const kir::Kernel& k, const CudaModuleId& m);
+
 // Throws InternalError for a Kernel that breaks the rules of kernel_ir.hpp. The source is the
-// same for every architecture (sm_90-only paths are guarded by __CUDA_ARCH__).
+// same for every architecture (sm_90-only paths are guarded by __CUDA_ARCH__). emit_cuda gives
+// every entry, general (what CI compiles); emit_cuda_module one module's.
 CudaSource emit_cuda(const kir::Kernel& k);
+CudaSource emit_cuda_module(const kir::Kernel& k, const CudaModuleId& m);
 
 // Static shared memory an entry point of k keeps for its histogram (kir::Hist), beside the 1 KiB
 // below CudaDeviceCaps::max_shared that the other static arrays stay within.
@@ -197,6 +231,8 @@ struct CudaLaunch {
     int aligned_width = 0;
     uint32_t aligned_grid = 0, aligned_block = 0;
     int aligned_param = 0;
+    // Row kernels: the reach of `entry`'s and `aligned_entry`'s G (the module each is loaded from).
+    CudaReach reach = CudaReach::Cluster, aligned_reach = CudaReach::Cluster;
 };
 
 struct CudaLaunchPlan {

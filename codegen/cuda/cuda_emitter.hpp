@@ -39,7 +39,7 @@ struct Uses {
 
 class Emitter {
 public:
-    explicit Emitter(const kir::Kernel& k) : k_(k) {
+    explicit Emitter(const kir::Kernel& k, CudaModuleId module = {}) : k_(k), module_(std::move(module)) {
         for (int d = 0; d < k.rank; ++d) (k.reduced[d] ? rdims_ : pdims_).push_back(d);
         for (size_t bi = 0; bi < k.blocks.size(); ++bi) block_uses_.push_back(uses_of(k.blocks[bi]));
         all_uses_ = Uses{std::vector<bool>(k.buffers.size()), std::vector<bool>(k.rank), false};
@@ -64,6 +64,7 @@ private:
     };
 
     const kir::Kernel& k_;
+    CudaModuleId module_;   // what run() emits: every entry (entry empty), or one row entry for a reach
     std::vector<int> pdims_, rdims_;
     std::vector<Uses> block_uses_;
     Uses all_uses_;
@@ -220,7 +221,7 @@ private:
 
     // Column kernels: per_thread parallel points per thread (the vector entry's V).
     // folds: the row folds' scratch too (not in the register entry, which has none).
-    void emit_reduce_scratch(bool row, int per_thread = 1, bool folds = true);
+    void emit_reduce_scratch(bool row, int per_thread = 1, bool folds = true, bool cluster = false);
 
     // Loop block `bi` at R point `ri`, element `j` of this thread: loads of cached buffers go
     // through the row cache (stored by their first pass, read by the later ones).

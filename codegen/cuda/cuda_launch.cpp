@@ -517,6 +517,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         CudaLaunch l = launch_of(k.name, np ? clamp_grid((np + rows_per_block - 1) / rows_per_block * cluster, cluster) : 0,
                                  (uint32_t)block, (uint32_t)cluster, (int)g);
         l.shared_bytes = caches && cache_bytes(g) <= cache_room ? cache_bytes(g) : 0;
+        l.reach = g <= 32 ? CudaReach::Warp : cluster == 1 ? CudaReach::Block : CudaReach::Cluster;
         // Clusters stay resident and walk the rows: one wave of those the GPU holds at once,
         // rather than a cluster launched per row (a cluster's blocks are placed together, on one
         // GPC, which costs more than a block's start).
@@ -542,6 +543,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
                 l.aligned_grid = np ? clamp_grid((np + rows - 1) / rows, 1) : 0;
                 l.aligned_block = kCudaBlockSize;
                 l.aligned_param = (int)gr;
+                l.aligned_reach = gr <= 32 ? CudaReach::Warp : CudaReach::Block;
             }
         }
         plan.launches = {l};

@@ -459,7 +459,8 @@ __device__ __forceinline__ int kiln_cx_exchange(kiln_cx* x, unsigned& round, con
 // blocks in index order), so a result never depends on timing. The butterflies are unrolled
 // (each level guarded by the uniform G): a level costs its shuffles and one combine, no loop.
 // sv/sp: 32 per-warp entries; x/round: the cluster's exchange. Called by every thread of the
-// block (barriers when G > 32).
+// block (barriers when G > 32). Reach: how far the entry's launches' G goes (0: a warp, 1: a
+// block, 2: a cluster); the steps past it are left out of the entry (x may then be null).
 // A kind whose combine is not symmetric in its bits (max and min keep their first operand of
 // +0 and -0, or of two NaNs) takes the lower lane's state first in both lanes, so that every
 // lane ends with the same bits.
@@ -480,11 +481,11 @@ __device__ __forceinline__ void kiln_butterfly(typename A::T& v, int& p, const i
             }
         }
 }
-template <class A>
+template <class A, int Reach>
 __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const int G, typename A::T* sv, int* sp,
                                                 kiln_cx* x, unsigned& round) {
     kiln_butterfly<A>(v, p, G);
-    if (G <= 32) return;
+    if (Reach == 0 || G <= 32) return;
     const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
     if (lane == 0) {
@@ -500,7 +501,7 @@ __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const 
     if (A::positional) p = sp[from];
     kiln_butterfly<A>(v, p, per_group);
     __syncthreads();
-    if (G <= nthreads) return;
+    if (Reach == 1 || G <= nthreads) return;
     // The state as words: the value's (one or two), then the position.
     constexpr int N = (int)(sizeof(typename A::T) / 4) + 1;
     unsigned w[N];
@@ -547,11 +548,11 @@ __device__ __forceinline__ void kiln_moments_butterfly(float& c, float& m, float
             c = ca, m = ma, q = qa;
         }
 }
-template <bool S>
+template <bool S, int Reach>
 __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, float& q, float& x, const int G, float* sc,
                                                         float* sm, float* sq, float* sx, kiln_cx* cx, unsigned& round) {
     kiln_moments_butterfly<S>(c, m, q, x, G);
-    if (G <= 32) return;
+    if (Reach == 0 || G <= 32) return;
     const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
     if (lane == 0) {
@@ -564,7 +565,7 @@ __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, floa
     if (S) x = sx[from];
     kiln_moments_butterfly<S>(c, m, q, x, per_group);
     __syncthreads();
-    if (G <= nthreads) return;
+    if (Reach == 1 || G <= nthreads) return;
     const unsigned w[4] = {__float_as_uint(c), __float_as_uint(m), __float_as_uint(q), __float_as_uint(x)};
     const int b = kiln_cx_exchange<4>(cx, round, w, G / nthreads);
     const unsigned(*e)[4] = cx->data[b];
@@ -628,11 +629,11 @@ __device__ __forceinline__ void kiln_lse_butterfly(float& m, float& s, const int
             m = ma, s = sa;
         }
 }
-template <bool F>
+template <bool F, int Reach>
 __device__ __forceinline__ void kiln_row_reduce_lse(float& m, float& s, const int G, float* sm, float* ss, kiln_cx* x,
                                                     unsigned& round) {
     kiln_lse_butterfly<F>(m, s, G);
-    if (G <= 32) return;
+    if (Reach == 0 || G <= 32) return;
     const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
     if (lane == 0) { sm[warp] = m; ss[warp] = s; }
@@ -641,7 +642,7 @@ __device__ __forceinline__ void kiln_row_reduce_lse(float& m, float& s, const in
     m = sm[from], s = ss[from];
     kiln_lse_butterfly<F>(m, s, per_group);
     __syncthreads();
-    if (G <= nthreads) return;
+    if (Reach == 1 || G <= nthreads) return;
     const unsigned w[2] = {__float_as_uint(m), __float_as_uint(s)};
     const int b = kiln_cx_exchange<2>(x, round, w, G / nthreads);
     m = __uint_as_float(x->data[b][0][0]), s = __uint_as_float(x->data[b][0][1]);

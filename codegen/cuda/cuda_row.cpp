@@ -9,7 +9,7 @@
 
 namespace kiln::codegen::detail {
 
-void Emitter::emit_reduce_scratch(bool row, int per_thread, bool folds) {
+void Emitter::emit_reduce_scratch(bool row, int per_thread, bool folds, bool cluster) {
     declare_acc_scratch(row ? 32 : detail::kColumnThreads * per_thread);
     bool moments = false, expsum = false;
     if (row && folds)
@@ -20,7 +20,7 @@ void Emitter::emit_reduce_scratch(bool row, int per_thread, bool folds) {
     if (expsum) {
         line("__shared__ float kiln_sem[32], kiln_ses[32];");
     }
-    if (row) line("__shared__ kiln_cx kiln_x;   // the cluster's exchange");
+    if (row && cluster) line("__shared__ kiln_cx kiln_x;   // the cluster's exchange");
 }
 
 // Loop block `bi` at R point `ri`, element `j` of this thread: loads of cached buffers go
@@ -164,8 +164,14 @@ void Emitter::emit_row_kernel(bool registers) {
     // Two blocks of the largest size per multiprocessor (64 registers a thread): a row's
     // latency (load, reduce, pass again) is hidden only by other rows in flight.
     open_kernel(registers ? k_.name + "_r" : k_.name, kCudaMaxRowBlock, 2);
+    // The reach this entry is compiled for: the reductions' template argument (0 a warp, 1 a
+    // block, 2 a cluster) drops the steps past it. The register entry never runs in a cluster.
+    const CudaReach reach = registers && module_.reach == CudaReach::Cluster ? CudaReach::Block : module_.reach;
+    const bool cluster = reach == CudaReach::Cluster;
+    const int levels = reach == CudaReach::Warp ? 0 : reach == CudaReach::Block ? 1 : 2;
+    const char* xarg = cluster ? "&kiln_x" : "nullptr";
     emit_buffer_pointers(all_uses_);
-    emit_reduce_scratch(true, 1, !registers);
+    emit_reduce_scratch(true, 1, !registers, cluster);
     if (!registers) line("extern __shared__ uint4 kiln_row_cache[];");
     line("(void)scratch;");
     // G, the block and the cluster are powers of two: the geometry below is shifts and masks,
@@ -177,9 +183,13 @@ void Emitter::emit_row_kernel(bool registers) {
     line("const int nthreads = (int)blockDim.x;");
     line("const int ns = __ffs(nthreads) - 1;");
     line("const int rs = gs < ns ? gs : ns;");
-    line("const int cs = gs - rs;   // log2 of the cluster size (blocks per row)");
+    if (cluster) {
+        line("const int cs = gs - rs;   // log2 of the cluster size (blocks per row)");
+        line("if (cs > 0) kiln_cx_init(&kiln_x);");
+    } else {
+        line("const int cs = 0;   // no cluster: G is at most a block");
+    }
     line("unsigned xround = 0;   // the cluster exchanges so far");
-    line("if (cs > 0) kiln_cx_init(&kiln_x);");
     line("const int rows_per_block = nthreads >> rs;");
     line("const int row_threads = 1 << rs;   // threads of one row in this block");
     line("const int group = (int)threadIdx.x >> rs;");
@@ -579,21 +589,22 @@ void Emitter::emit_row_kernel(bool registers) {
         for (int ai : b.accums) {
             const kir::Accum& ac = k_.accums[ai];
             if (!shared[ai])
-                line("kiln_row_reduce<{0}>(acc{1}_v, acc{1}_p, G, kiln_sv{2}, kiln_sp, &kiln_x, xround);",
-                     acc_struct(ac), ai, acc_suffix(ac.type));
+                line("kiln_row_reduce<{0}, {3}>(acc{1}_v, acc{1}_p, G, kiln_sv{2}, kiln_sp, {4}, xround);",
+                     acc_struct(ac), ai, acc_suffix(ac.type), levels, xarg);
         }
         for (const detail::RowFold& f : folds_now_) {
             if (f.kind == detail::RowFold::ExpSum) {
-                line("kiln_row_reduce_lse<{1}>(se{0}_m, se{0}_s, G, kiln_sem, kiln_ses, &kiln_x, xround);", f.accum,
-                     fast_exp());
+                line("kiln_row_reduce_lse<{1}, {2}>(se{0}_m, se{0}_s, G, kiln_sem, kiln_ses, {3}, xround);", f.accum,
+                     fast_exp(), levels, xarg);
                 if (f.shared >= 0) line("acc{}_v = se{}_m;   // the max of the same values", f.shared, f.accum);
                 continue;
             }
             open("");
             if (f.shared < 0) line("float unused = 0.0f;");
-            line("kiln_row_reduce_moments<{1}>(mo{0}_c, mo{0}_m, mo{0}_q, {2}, G, kiln_smc, kiln_smm, kiln_smq, kiln_sms, "
-                 "&kiln_x, xround);",
-                 f.accum, f.shared >= 0 ? "true" : "false", f.shared >= 0 ? fmt::format("acc{}_v", f.shared) : "unused");
+            line("kiln_row_reduce_moments<{1}, {3}>(mo{0}_c, mo{0}_m, mo{0}_q, {2}, G, kiln_smc, kiln_smm, kiln_smq, "
+                 "kiln_sms, {4}, xround);",
+                 f.accum, f.shared >= 0 ? "true" : "false", f.shared >= 0 ? fmt::format("acc{}_v", f.shared) : "unused",
+                 levels, xarg);
             close();
         }
         folds_now_.clear();
@@ -602,7 +613,7 @@ void Emitter::emit_row_kernel(bool registers) {
     }
     close();   // rows
     from_fold_.clear();
-    line("if (cs > 0) kiln_cluster_sync();   // no block leaves while its last words are on their way");
+    if (cluster) line("if (cs > 0) kiln_cluster_sync();   // no block leaves while its last words are on their way");
     close_kernel();
 }
 

@@ -9,7 +9,7 @@
 //      synchronize);
 //   4. JIT latency: cold compile (empty cache directory) of nine new row reductions (the
 //      target's) and nine new elementwise structures, beside NVRTC's floor (a new one-line
-//      source each time); disk hit (a new context on that directory); memory hit (a new plan
+//      kernel, named apart, each time); disk hit (a new context on that directory); memory hit (a new plan
 //      whose kernel is already loaded);
 //   5. a new batch size with the same structure compiles nothing (counters).
 // Times come from the host clock around back-to-back calls bracketed by synchronize(), so a
@@ -349,15 +349,16 @@ int main(int argc, char** argv) {
                  memory_us = memory.empty() ? -1 : median(memory);
     // NVRTC's own floor: a one-line kernel compiled as kiln compiles its kernels (machine code
     // for this device), in this process, after kiln's compiles (the library loaded). Each a
-    // kernel of its own: NVRTC serves a source it has compiled before from a cache of its own.
+    // kernel of its own, named apart as kiln's kernels are (NVRTC keeps a cache of its own).
     std::vector<double> floor_ms;
     const int sm = kiln::cuda::cuda_backend(ctx).info().sm;
     const long long nonce = (long long)std::chrono::system_clock::now().time_since_epoch().count() % 1000000007LL;
     for (int i = 0; i < 9; ++i) {
         auto t0 = Clock::now();
-        kiln::cuda::nvrtc_compile("extern \"C\" __global__ void kiln_trivial(float* x) { x[threadIdx.x] = " +
+        const std::string name = "kiln_trivial_" + std::to_string(nonce) + "_" + std::to_string(i);
+        kiln::cuda::nvrtc_compile("extern \"C\" __global__ void " + name + "(float* x) { x[threadIdx.x] = " +
                                       std::to_string(nonce * 10 + i) + ".0f; }\n",
-                                  "kiln_trivial.cu", sm);
+                                  name + ".cu", sm);
         floor_ms.push_back(since_us(t0) / 1000);
     }
     const double nvrtc_floor_ms = median(floor_ms), nvrtc_median_ms = nvrtc_row.empty() ? -1 : median(nvrtc_row),

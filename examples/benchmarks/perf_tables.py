@@ -58,7 +58,7 @@ LATENCY = [
     ("(NVRTC's part of it, median)", "jit.nvrtc_ms", "ms", None),
     ("(a new elementwise structure, median of 9)", "jit.cold_elementwise_ms", "ms", None),
     ("(NVRTC's part of the elementwise ones, median)", "jit.nvrtc_elementwise_ms", "ms", None),
-    ("(NVRTC floor: a one-line kernel, a new one each time, compiled the same way)", "jit.nvrtc_floor_ms", "ms", None),
+    ("(NVRTC floor: a one-line kernel, a new one named apart each time, compiled the same way)", "jit.nvrtc_floor_ms", "ms", None),
     ("disk hit, median of 18", "jit.disk_ms", "ms", 1.0),
 ]
 

@@ -45,12 +45,6 @@ std::string save_failed_source(const std::string& name, const std::string& code)
 
 } // namespace
 
-CUfunction CudaKernel::entry(const std::string& name) const {
-    for (auto& [n, f] : entries)
-        if (n == name) return f;
-    throw InternalError(fmt::format("kernel {} has no entry point {}", kernel.name, name));
-}
-
 CudaBackend::CudaBackend(int device_index) {
     const Driver& d = driver();
     if (!d.loaded) throw Error(d.why_not, Error::Kind::Runtime);
@@ -89,7 +83,9 @@ CudaBackend::~CudaBackend() {
     const Driver& d = driver();
     make_current();
     d.cuStreamSynchronize(stream_);
-    kernels_.for_each([&](CudaKernel& k) { d.cuModuleUnload(k.module); });
+    kernels_.for_each([&](CudaKernel& k) {
+        for (const CudaModule& m : k.modules) d.cuModuleUnload(m.module);
+    });
     for (auto& [image, module] : images_) d.cuModuleUnload(module);
     for (int i = 0; i < 2; ++i) {
         if (pinned_done_[i]) d.cuEventDestroy(pinned_done_[i]);
@@ -230,13 +226,14 @@ void CudaBackend::wait_for(CUstream other) {
     stream_wait(stream_, other);
 }
 
-std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key,
-                                     bool* from_disk, bool use_disk) {
+std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const std::string& label, const codegen::CudaSource& src,
+                                     const std::string& key, bool* from_disk, bool use_disk) {
     *from_disk = false;
     // Everything that changes the cubin: the kernel's key (structure, dtypes, layout, target,
-    // kiln version), the source itself and the NVRTC options; the cache adds arch and toolchain.
+    // kiln version), the source itself (which of the kernel's modules) and the NVRTC options;
+    // the cache adds arch and toolchain.
     const cache::DiskCacheKey disk_key = cache::cuda_kernel_key(key, src.code, target(), nvrtc_toolchain());
-    if (dump_source_ && disk_) disk_->save_source(kernel.name, src.code);
+    if (dump_source_ && disk_) disk_->save_source(label, src.code);
     if (disk_ && use_disk) {
         if (std::optional<std::vector<char>> hit = disk_->load(disk_key)) {
             *from_disk = true;
@@ -245,17 +242,17 @@ std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const codegen::C
         }
     }
     if (forbid_compiles_) refuse_compile(kernel, target(), disk_ ? disk_->dir() : std::string("(memory only)"));
-    NvrtcResult r = nvrtc_compile(src.code, kernel.name + ".cu", info_.sm);
+    NvrtcResult r = nvrtc_compile(src.code, label + ".cu", info_.sm);
     if (!r.ok) {
-        std::string saved = disk_ ? disk_->save_source(kernel.name, src.code) : std::string();
-        if (saved.empty()) saved = save_failed_source(kernel.name, src.code);
+        std::string saved = disk_ ? disk_->save_source(label, src.code) : std::string();
+        if (saved.empty()) saved = save_failed_source(label, src.code);
         throw CompileError(fmt::format("NVRTC could not compile kernel {} for sm_{} (options: {}){}:\n{}", kernel.name,
                                        info_.sm, r.options, saved.empty() ? "" : "; source saved to " + saved, r.log),
                            r.log, r.options, numbered_source(src.code));
     }
     ++counters_.compiles;
     counters_.compile_ms += r.milliseconds;
-    log_debug("compiled {} for sm_{} in {:.1f} ms", kernel.name, info_.sm, r.milliseconds);
+    log_debug("compiled {} for sm_{} in {:.1f} ms", label, info_.sm, r.milliseconds);
     if (disk_) disk_->store(disk_key, r.binary);
     return std::move(r.binary);
 }
@@ -265,26 +262,37 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
         ++counters_.memory_hits;
         return hit;
     }
-    const Driver& d = driver();
-    make_current();
-    bool from_disk = false;
-    codegen::CudaSource src = codegen::emit_cuda(kernel);
-    std::vector<char> cubin = build(kernel, src, key, &from_disk, true);
     auto k = std::make_unique<CudaKernel>();
     k->kernel = kernel;
-    CUresult loaded = d.cuModuleLoadData(&k->module, cubin.data());
+    k->key = key;
+    return kernels_.insert(key, std::move(k));
+}
+
+const CudaModule& CudaBackend::load_module(const CudaKernel* k, const codegen::CudaModuleId& id) {
+    for (const CudaModule& m : k->modules)
+        if (m.id == id) return m;
+    const Driver& d = driver();
+    make_current();
+    const kir::Kernel& kernel = k->kernel;
+    const std::string label = codegen::cuda_module_label(kernel, id);
+    bool from_disk = false;
+    codegen::CudaSource src = codegen::emit_cuda_module(kernel, id);
+    std::vector<char> cubin = build(kernel, label, src, k->key, &from_disk, true);
+    CudaModule m;
+    m.id = id;
+    CUresult loaded = d.cuModuleLoadData(&m.module, cubin.data());
     if (loaded != CUDA_SUCCESS && from_disk) {
         // Verified on load yet refused by the driver (another driver's cubin, say): compile
         // afresh, which also replaces the file.
-        log_warn("the cached binary of kernel {} did not load ({}); compiling it again", kernel.name,
+        log_warn("the cached binary of kernel {} did not load ({}); compiling it again", label,
                  describe(loaded, "cuModuleLoadData"));
-        cubin = build(kernel, src, key, &from_disk, false);
-        loaded = d.cuModuleLoadData(&k->module, cubin.data());
+        cubin = build(kernel, label, src, k->key, &from_disk, false);
+        loaded = d.cuModuleLoadData(&m.module, cubin.data());
     }
     check(loaded, "cuModuleLoadData");
     for (const std::string& e : src.entry_points) {
         CUfunction f = nullptr;
-        check(d.cuModuleGetFunction(&f, k->module, e.c_str()), "cuModuleGetFunction");
+        check(d.cuModuleGetFunction(&f, m.module, e.c_str()), "cuModuleGetFunction");
         // Row kernels size their shared-memory row cache per launch, up to caps_.max_shared
         // (less a histogram's counters).
         // (Up to what the entry's static shared memory leaves: the plans take at most half.)
@@ -294,19 +302,31 @@ const CudaKernel* CudaBackend::compile(const kir::Kernel& kernel, const std::str
             const int dynamic = std::min((int)(caps_.max_shared - codegen::cuda_hist_shared_bytes(kernel)),
                                          info_.max_shared_optin - fixed);
             const CUresult set = d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic);
-            if (set != CUDA_SUCCESS) d.cuModuleUnload(k->module);
+            if (set != CUDA_SUCCESS) d.cuModuleUnload(m.module);
             KILN_CHECK_INTERNAL(set != CUDA_ERROR_INVALID_VALUE,
                                 "kernel {} entry {}: the driver refused {} bytes of dynamic shared memory beside "
                                 "its {} bytes of static shared memory (the device's opt-in limit {})",
-                                kernel.name, e, dynamic, fixed, info_.max_shared_optin);
+                                label, e, dynamic, fixed, info_.max_shared_optin);
             check(set, "cuFuncSetAttribute");
             // Clusters past the portable 8 blocks (plan_cuda_launch's longest cached rows); a
             // driver that refuses leaves launch to plan within 8.
             if (info_.sm >= 90) (void)d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
         }
-        k->entries.emplace_back(e, f);
+        m.entries.emplace_back(e, f);
     }
-    return kernels_.insert(key, std::move(k));
+    k->modules.push_back(std::move(m));
+    return k->modules.back();
+}
+
+CUfunction CudaBackend::function(const CudaKernel* k, const std::string& entry, codegen::CudaReach reach) {
+    const CudaModule& m = load_module(k, codegen::cuda_module_of(k->kernel, entry, reach));
+    for (const auto& [name, f] : m.entries)
+        if (name == entry) return f;
+    throw InternalError(fmt::format("kernel {} has no entry point {}", k->kernel.name, entry));
+}
+
+void CudaBackend::load_modules(const CudaKernel* k) {
+    for (const codegen::CudaModuleId& id : codegen::cuda_modules(k->kernel)) load_module(k, id);
 }
 
 void CudaBackend::release_retired(const std::unordered_set<const void*>& keep) {
@@ -316,11 +336,14 @@ void CudaBackend::release_retired(const std::unordered_set<const void*>& keep) {
     check(d.cuStreamSynchronize(stream_), "cuStreamSynchronize");  // no launch of a retired kernel is pending
     kernels_.release_retired(keep, [&](CudaKernel& k) {
         // The driver may hand an unloaded kernel's function handles to a later module.
-        for (const auto& [name, f] : k.entries) {
-            std::erase_if(resident_, [f](const auto& r) { return std::get<0>(r.first) == f; });
-            std::erase_if(max_clusters_, [f](const auto& r) { return std::get<0>(r.first) == f; });
+        for (const CudaModule& m : k.modules) {
+            for (const auto& [name, f] : m.entries) {
+                std::erase_if(resident_, [f](const auto& r) { return std::get<0>(r.first) == f; });
+                std::erase_if(max_clusters_, [f](const auto& r) { return std::get<0>(r.first) == f; });
+            }
+            d.cuModuleUnload(m.module);
         }
-        d.cuModuleUnload(k.module);
+        k.modules.clear();
     });
 }
 
@@ -453,24 +476,18 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         // then the plan is made again within it.
         for (const codegen::CudaLaunch& l : ck->plan.launches)
             if (l.cluster > unsigned(codegen::kCudaPortableCluster) &&
-                max_active_clusters(ck->entry(l.entry), l.cluster, l.block, unsigned(l.shared_bytes), true) == 0) {
+                max_active_clusters(function(ck, l.entry, l.reach), l.cluster, l.block, unsigned(l.shared_bytes), true) == 0) {
                 codegen::CudaDeviceCaps portable = caps_;
                 portable.max_cluster = codegen::kCudaPortableCluster;
                 ck->plan = codegen::plan_cuda_launch(ck->kernel, a, portable);
                 break;
             }
-        ck->plan_functions.clear();
-        ck->plan_aligned_functions.clear();
-        for (codegen::CudaLaunch& l : ck->plan.launches) {
-            ck->plan_functions.push_back(ck->entry(l.entry));
-            ck->plan_aligned_functions.push_back(l.aligned_entry.empty() ? nullptr : ck->entry(l.aligned_entry));
-            if (l.max_waves && l.grid)   // the plan's wave limit, in this GPU's resident blocks or clusters
-                l.grid = uint32_t(stride_grid(ck->plan_functions.back(), l.grid, l.block, unsigned(l.shared_bytes),
-                                              l.max_waves, l.cluster));
-        }
+        // The entries are looked up (their modules loaded) when a launch first takes them.
+        ck->plan_functions.assign(ck->plan.launches.size(), nullptr);
+        ck->plan_aligned_functions.assign(ck->plan.launches.size(), nullptr);
         ck->planned_sizes = a.sizes;
     }
-    const codegen::CudaLaunchPlan& plan = ck->plan;
+    codegen::CudaLaunchPlan& plan = ck->plan;
     codegen::pack_cuda_args(ck->kernel, a, arg_bytes_);
     CUdeviceptr scratch = 0;
     if (plan.scratch_bytes) scratch = allocator_->allocate(plan.scratch_bytes, "reduction scratch");
@@ -486,19 +503,27 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
     } release{*allocator_, scratch, plan.scratch_bytes};
     const bool programmatic = programmatic_launches();   // one environment read for the plan's launches
     for (size_t li = 0; li < plan.launches.size(); ++li) {
-        const codegen::CudaLaunch& l = plan.launches[li];
+        codegen::CudaLaunch& l = plan.launches[li];
         if (l.grid == 0) continue;
         int param = l.param;
         void* params[3] = {arg_bytes_.data(), &scratch, &param};
-        if (ck->plan_aligned_functions[li] && l.aligned_grid && codegen::cuda_launch_aligned(ck->kernel, a, l)) {
+        if (!l.aligned_entry.empty() && l.aligned_grid && codegen::cuda_launch_aligned(ck->kernel, a, l)) {
+            CUfunction& f = ck->plan_aligned_functions[li];
+            if (!f) f = function(ck, l.aligned_entry, l.aligned_reach);
             ++counters_.aligned_launches;
             param = l.aligned_param;
-            launch_function(ck->plan_aligned_functions[li], unsigned(l.aligned_grid), 1, 1, unsigned(l.aligned_block), 0,
-                            params, {.programmatic = programmatic});
+            launch_function(f, unsigned(l.aligned_grid), 1, 1, unsigned(l.aligned_block), 0, params,
+                            {.programmatic = programmatic});
             continue;
         }
-        launch_function(ck->plan_functions[li], unsigned(l.grid), 1, 1, unsigned(l.block), unsigned(l.shared_bytes),
-                        params, {.cluster = unsigned(l.cluster), .programmatic = programmatic});
+        CUfunction& f = ck->plan_functions[li];
+        if (!f) {
+            f = function(ck, l.entry, l.reach);
+            if (l.max_waves)   // the plan's wave limit, in this GPU's resident blocks or clusters
+                l.grid = uint32_t(stride_grid(f, l.grid, l.block, unsigned(l.shared_bytes), l.max_waves, l.cluster));
+        }
+        launch_function(f, unsigned(l.grid), 1, 1, unsigned(l.block), unsigned(l.shared_bytes), params,
+                        {.cluster = unsigned(l.cluster), .programmatic = programmatic});
     }
 }
 

@@ -39,19 +39,27 @@ struct CudaCounters {
     double compile_ms = 0;
 };
 
-// A compiled kernel: its module and entry points. Lives as long as the backend.
-struct CudaKernel {
-    kir::Kernel kernel;
+// A loaded module of a kernel (codegen::CudaModuleId) and its entry points.
+struct CudaModule {
+    codegen::CudaModuleId id;
     CUmodule module = nullptr;
     std::vector<std::pair<std::string, CUfunction>> entries;
-    CUfunction entry(const std::string& name) const;
+};
+
+// A kernel of the memory cache. Its modules are compiled (or read from disk) and loaded when a
+// launch first takes one of their entries: a call compiles only what it runs. Lives as long
+// as the backend.
+struct CudaKernel {
+    kir::Kernel kernel;
+    std::string key;
+    mutable std::vector<CudaModule> modules;   // loaded so far, in load order
     // The launch plan for the sizes of the last launch, with its entry points resolved: a
     // cached assignment launches with the same sizes every time, so it plans once. Guarded by
     // the backend's one-call-at-a-time rule.
     mutable std::vector<int64_t> planned_sizes;
     mutable codegen::CudaLaunchPlan plan;           // no launches: not planned yet
-    mutable std::vector<CUfunction> plan_functions;
-    mutable std::vector<CUfunction> plan_aligned_functions;   // per launch: its aligned_entry, or null
+    mutable std::vector<CUfunction> plan_functions;           // per launch: its entry, null until loaded
+    mutable std::vector<CUfunction> plan_aligned_functions;   // per launch: its aligned_entry, null until loaded
 };
 
 // How a kernel is launched beyond its grid.
@@ -91,7 +99,12 @@ public:
     void wait_for(CUstream other);
 
     // ---- kernels
+    // The kernel of `key`, from the memory cache or new; compiles nothing (launch does).
     const CudaKernel* compile(const kir::Kernel& kernel, const std::string& key);
+    // Entry `entry` of `k`, its module compiled or read from disk and loaded on first use.
+    CUfunction function(const CudaKernel* k, const std::string& entry, codegen::CudaReach reach);
+    // Every module of `k` (codegen::cuda_modules) loaded.
+    void load_modules(const CudaKernel* k);
     void launch(const CudaKernel* k, const kir::LaunchArgs& args);
 
     // A precompiled kernel (kernels/): entry `entry` of the module image `image` embedded in the
@@ -166,8 +179,9 @@ private:
     // was large enough already.
     bool grow_zeroed(CUdeviceptr& buf, size_t& bytes, size_t nbytes);
     void ensure_staging();
-    std::vector<char> build(const kir::Kernel& kernel, const codegen::CudaSource& src, const std::string& key, bool* from_disk,
-                            bool use_disk);
+    std::vector<char> build(const kir::Kernel& kernel, const std::string& label, const codegen::CudaSource& src,
+                            const std::string& key, bool* from_disk, bool use_disk);
+    const CudaModule& load_module(const CudaKernel* k, const codegen::CudaModuleId& id);
 
     DeviceInfo info_;
     codegen::CudaDeviceCaps caps_;

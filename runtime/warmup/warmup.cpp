@@ -93,19 +93,37 @@ Result stored(const cache::DiskCache& disk, const cache::DiskCacheKey& dkey, Res
 }
 
 #ifdef KILN_HAVE_NVRTC
+// Every module of the kernel (codegen::cuda_modules: a row kernel's entries for each reach), so
+// that no launch finds one missing. The kernel's outcome is its worst module's.
 Result warm_cuda(cache::DiskCache& disk, kir::Kernel& k, const std::string& arch, const std::string& nvrtc, bool check,
                  bool dump_source) {
     const std::string key = key_material(k, arch);
     k.name = kernel_name_for(key);
-    const codegen::CudaSource src = codegen::emit_cuda(k);
-    const cache::DiskCacheKey dkey = cache::cuda_kernel_key(key, src.code, arch, nvrtc);
-    if (check) return check_entry(disk, dkey);
-    if (dump_source) disk.save_source(k.name, src.code);
-    if (disk.load(dkey)) return {Outcome::Cached, ""};
-    cuda::NvrtcResult r = cuda::nvrtc_compile(src.code, k.name + ".cu", std::atoi(arch.c_str() + 3));
-    if (!r.ok) return {Outcome::Failed, fmt::format("NVRTC ({}):\n{}", r.options, r.log)};
-    disk.store(dkey, r.binary);
-    return stored(disk, dkey, {Outcome::Compiled, fmt::format("({:.0f} ms)", r.milliseconds)});
+    Result all{Outcome::Cached, ""};
+    double ms = 0;
+    for (const codegen::CudaModuleId& id : codegen::cuda_modules(k)) {
+        const codegen::CudaSource src = codegen::emit_cuda_module(k, id);
+        const std::string label = codegen::cuda_module_label(k, id);
+        const cache::DiskCacheKey dkey = cache::cuda_kernel_key(key, src.code, arch, nvrtc);
+        Result r{Outcome::Cached, ""};
+        if (check) {
+            r = check_entry(disk, dkey);
+        } else {
+            if (dump_source) disk.save_source(label, src.code);
+            if (!disk.load(dkey)) {
+                cuda::NvrtcResult c = cuda::nvrtc_compile(src.code, label + ".cu", std::atoi(arch.c_str() + 3));
+                if (!c.ok) return {Outcome::Failed, fmt::format("NVRTC ({}), module {}:\n{}", c.options, label, c.log)};
+                disk.store(dkey, c.binary);
+                ms += c.milliseconds;
+                r = stored(disk, dkey, {Outcome::Compiled, ""});
+            }
+        }
+        if (r.outcome == Outcome::Cached) continue;
+        if (r.outcome != Outcome::Compiled) return {r.outcome, r.detail.empty() ? "module " + label : label + ": " + r.detail};
+        all.outcome = Outcome::Compiled;
+    }
+    if (all.outcome == Outcome::Compiled) all.detail = fmt::format("({:.0f} ms)", ms);
+    return all;
 }
 #endif
 

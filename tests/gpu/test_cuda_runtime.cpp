@@ -208,7 +208,7 @@ TEST_CASE("gpu: NVRTC failure is a CompileError with the log, the options and th
     k.instrs = {c};
     k.blocks = {kir::Block{true, {0}, {}, {kir::Store{0, 0}}}};
     try {
-        gpu.compile(k, "bad kernel key");
+        gpu.load_modules(gpu.compile(k, "bad kernel key"));
         FAIL("NVRTC accepted a kernel named int");
     } catch (const CompileError& e) {
         const std::string m = e.what();

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <sstream>
 #include <string>
 
 using namespace kiln;
@@ -124,6 +125,57 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
     }
 }
 
+TEST_CASE("a row kernel's modules: one entry each, the reductions cut to its reach, each compiles with NVRTC") {
+    int rows = 0;
+    for (auto& [name, k] : test::sample_kernels()) {
+        const std::vector<codegen::CudaModuleId> modules = codegen::cuda_modules(k);
+        if (codegen::cuda_shape(k) != codegen::CudaShape::Row) {
+            // Every other kernel: one module, the whole source.
+            REQUIRE(modules.size() == 1);
+            CHECK(modules[0].entry.empty());
+            CHECK(codegen::emit_cuda_module(k, modules[0]).code == codegen::emit_cuda(k).code);
+            CHECK(codegen::cuda_module_of(k, k.name, codegen::CudaReach::Warp) == modules[0]);
+            continue;
+        }
+        ++rows;
+        SECTION(name) {
+            const bool registers = codegen::detail::row_register_entry(k);
+            REQUIRE(modules.size() == (registers ? 5u : 3u));
+            CHECK(modules[0] == codegen::CudaModuleId{k.name, codegen::CudaReach::Cluster});
+            for (const codegen::CudaModuleId& m : modules) {
+                const std::string label = codegen::cuda_module_label(k, m);
+                INFO(label);
+                CHECK(codegen::cuda_module_of(k, m.entry, m.reach) == m);
+                const CudaSource src = codegen::emit_cuda_module(k, m);
+                CHECK(src.entry_points == std::vector<std::string>{m.entry});
+                // The cluster exchange only where the reach is a cluster; the reductions' template
+                // argument says the reach (0 a warp, 1 a block, 2 a cluster).
+                const bool cluster = m.reach == codegen::CudaReach::Cluster;
+                CHECK((src.code.find("kiln_cx_init(&kiln_x)") != std::string::npos) == cluster);
+                CHECK((src.code.find("kiln_cluster_sync();   // no block leaves") != std::string::npos) == cluster);
+                const char* arg = m.reach == codegen::CudaReach::Warp ? ", 0>(" : m.reach == codegen::CudaReach::Block ? ", 1>(" : ", 2>(";
+                int calls = 0;
+                std::istringstream lines(src.code);
+                for (std::string line; std::getline(lines, line);) {
+                    const size_t at = line.find_first_not_of(' ');
+                    if (at == std::string::npos || at == 0 || line.compare(at, 15, "kiln_row_reduce") != 0) continue;
+                    ++calls;
+                    CHECK(line.find(arg) != std::string::npos);
+                }
+                CHECK(calls >= 1);
+                if (!cluster) require_compiles(label, src);   // (the cluster entry: with emit_cuda's)
+            }
+        }
+    }
+    CHECK(rows >= 3);
+    // A module the kernel does not have is refused.
+    const kir::Kernel softmax = test::row_softmax_kernel();
+    CHECK_THROWS_WITH(codegen::emit_cuda_module(softmax, {softmax.name + "_r", codegen::CudaReach::Cluster}),
+                      Catch::Matchers::Contains("has no module " + softmax.name + "_r.cluster"));
+    CHECK_THROWS_WITH(codegen::emit_cuda_module(softmax, {"kiln_other", codegen::CudaReach::Warp}),
+                      Catch::Matchers::Contains("has no module kiln_other.warp"));
+}
+
 TEST_CASE("kernel text round-trips every sample kernel; malformed text is refused with its position") {
     for (auto& [name, k] : test::sample_kernels()) {
         INFO(name);
@@ -157,7 +209,7 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     std::string ew = codegen::emit_cuda(test::dtypes_kernel()).code;
     CHECK(ew.find("kiln_row_reduce<") == std::string::npos);
     std::string row = codegen::emit_cuda(test::row_softmax_kernel()).code;
-    CHECK(row.find("kiln_row_reduce<kiln_argmax_f>") != std::string::npos);
+    CHECK(row.find("kiln_row_reduce<kiln_argmax_f, 2>") != std::string::npos);
     // A thread's grouped steps take its elements in order; the element-by-element loops do not.
     CHECK(row.find("kiln_argmax_f::add_next(acc") != std::string::npos);
     CHECK(row.find("kiln_argmax_f::add(acc") != std::string::npos);
@@ -171,10 +223,10 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     const std::string shared_entry = row.substr(0, row.find("kiln_row_softmax_r("));
     const std::string register_entry = row.substr(row.find("kiln_row_softmax_r("));
     CHECK(shared_entry.find("kiln_row_reduce_lse<") != std::string::npos);
-    CHECK(shared_entry.find("kiln_row_reduce<kiln_max_f>") == std::string::npos);
-    CHECK(shared_entry.find("kiln_row_reduce<kiln_sum_f>") == std::string::npos);
+    CHECK(shared_entry.find("kiln_row_reduce<kiln_max_f, ") == std::string::npos);
+    CHECK(shared_entry.find("kiln_row_reduce<kiln_sum_f, ") == std::string::npos);
     CHECK(register_entry.find("kiln_row_reduce_lse<") == std::string::npos);
-    CHECK(register_entry.find("kiln_row_reduce<kiln_sum_f>") != std::string::npos);
+    CHECK(register_entry.find("kiln_row_reduce<kiln_sum_f, 1>") != std::string::npos);
     CHECK(row.find("if (live && t == 0)") != std::string::npos);   // Point-block stores
     // The first pass keeps the row in shared memory, in its storage dtype; the later ones read
     // it from there.
@@ -221,8 +273,8 @@ TEST_CASE("row kernels flush tiny terms of a sum of exponentials about the max, 
         };
         const std::string calls = "= kiln_exp_sum_fast(v";
         if (!shared_use) {
-            CHECK(shared_entry.find("kiln_row_reduce_lse<true>") != std::string::npos);
-            CHECK(register_entry.find("kiln_row_reduce<kiln_sum_f>") != std::string::npos);
+            CHECK(shared_entry.find("kiln_row_reduce_lse<true, 2>") != std::string::npos);
+            CHECK(register_entry.find("kiln_row_reduce<kiln_sum_f, 1>") != std::string::npos);
             CHECK(count(register_entry, calls) > 0);
             CHECK(register_entry.find("kiln_exp_fast(v") != std::string::npos);   // the stored exps
         } else {
@@ -350,10 +402,10 @@ TEST_CASE("row kernels fold a sum of squared deviations into the first pass when
     INFO(src);
     CHECK(src.find("kiln_moments_merge(mo1_c, mo1_m, mo1_q, 32.0f, mean, q);") != std::string::npos);
     CHECK(src.find("kiln_moments_merge(mo1_c, mo1_m, mo1_q, 1.0f, ") != std::string::npos);
-    CHECK(src.find("kiln_row_reduce_moments<true>(mo1_c, mo1_m, mo1_q, acc0_v, G, ") != std::string::npos);
+    CHECK(src.find("kiln_row_reduce_moments<true, 2>(mo1_c, mo1_m, mo1_q, acc0_v, G, ") != std::string::npos);
     CHECK(src.find("acc1 = mo1_q + mo1_c * ((mo1_m - v4) * (mo1_m - v4));") != std::string::npos);   // v4: the mean
-    CHECK(src.find("kiln_row_reduce<kiln_sum_f>(acc1_v") == std::string::npos);   // no second round
-    CHECK(src.find("kiln_row_reduce<kiln_sum_f>(acc0_v") == std::string::npos);   // nor one for the mean
+    CHECK(src.find("kiln_row_reduce<kiln_sum_f, 2>(acc1_v") == std::string::npos);   // no second round
+    CHECK(src.find("kiln_row_reduce<kiln_sum_f, 2>(acc0_v") == std::string::npos);   // nor one for the mean
     require_compiles("moments", codegen::emit_cuda(var));
     // Any shift known before the pass, and a deviation computed from x: folded too.
     kir::Kernel two = moments_kernel(false, true);
@@ -364,7 +416,7 @@ TEST_CASE("row kernels fold a sum of squared deviations into the first pass when
     REQUIRE(codegen::detail::row_folds(bn).size() == 1);
     CHECK(codegen::detail::row_folds(bn)[0].shared == 0);
     CHECK(codegen::detail::row_cache_slots(bn)[1] == 0);
-    CHECK(codegen::emit_cuda(bn).code.find("kiln_row_reduce_moments<true>(mo1_c") != std::string::npos);
+    CHECK(codegen::emit_cuda(bn).code.find("kiln_row_reduce_moments<true, 2>(mo1_c") != std::string::npos);
     require_compiles("moments_bn", codegen::emit_cuda(bn));
     // Float32 rows read a third time: not folded.
     kir::Kernel bn32 = moments_kernel(true, false, false, DType::Float32);
@@ -377,7 +429,7 @@ TEST_CASE("row kernels fold a sum of squared deviations into the first pass when
     kir::Kernel sq = moments_kernel(false, false, true);
     REQUIRE(codegen::detail::row_folds(sq).size() == 1);
     CHECK(codegen::detail::row_folds(sq)[0].shared == -1);
-    CHECK(codegen::emit_cuda(sq).code.find("kiln_row_reduce_moments<false>(mo1_c, mo1_m, mo1_q, unused, G, ") !=
+    CHECK(codegen::emit_cuda(sq).code.find("kiln_row_reduce_moments<false, 2>(mo1_c, mo1_m, mo1_q, unused, G, ") !=
           std::string::npos);
     require_compiles("moments_sq", codegen::emit_cuda(sq));
 }
@@ -419,11 +471,11 @@ TEST_CASE("row kernels keep a sum of exponentials about the row's max in the pas
     INFO(src);
     CHECK(src.find("kiln_lse_step<false, 16>(se1_m, se1_s, mv1);") != std::string::npos);   // float32: 4 groups of 4
     CHECK(src.find("kiln_lse_add<false>(se1_m, se1_s, ") != std::string::npos);
-    CHECK(src.find("kiln_row_reduce_lse<false>(se1_m, se1_s, G, ") != std::string::npos);
+    CHECK(src.find("kiln_row_reduce_lse<false, 2>(se1_m, se1_s, G, ") != std::string::npos);
     CHECK(src.find("acc0_v = se1_m;") != std::string::npos);
     CHECK(src.find("kiln_max_f::add(acc0_v") == std::string::npos);   // the fold's max, not kept twice
     CHECK(src.find("acc1 = nr > 0 ? se1_s * kiln_exp_sel<false>(se1_m - ") != std::string::npos);
-    CHECK(src.find("kiln_row_reduce<kiln_max_f>(acc0_v") == std::string::npos);   // one round for both
+    CHECK(src.find("kiln_row_reduce<kiln_max_f, 2>(acc0_v") == std::string::npos);   // one round for both
     CHECK(src.find("kiln_row_reduce<kiln_sum_f>(acc1_v") == std::string::npos);
     require_compiles("expsum", codegen::emit_cuda(sm));
     // Stored as float16: the kernel's exp is the approximate one, and so is the fold's.
@@ -437,7 +489,7 @@ TEST_CASE("row kernels keep a sum of exponentials about the row's max in the pas
         INFO("shift " << shift);
         kir::Kernel other = expsum_kernel(shift, DType::Float32);
         CHECK(codegen::detail::row_folds(other).empty());
-        CHECK(codegen::emit_cuda(other).code.find("kiln_row_reduce<kiln_max_f>(acc0_v") != std::string::npos);
+        CHECK(codegen::emit_cuda(other).code.find("kiln_row_reduce<kiln_max_f, 2>(acc0_v") != std::string::npos);
         require_compiles("expsum_other", codegen::emit_cuda(other));
     }
 }
