@@ -162,10 +162,13 @@ struct Row {
 
 int main(int argc, char** argv) {
     const char* json_path = argc > 1 ? argv[1] : "fusion.json";
-    // A fresh cache directory, so the cold-compile numbers are cold.
+    // A fresh cache directory, so the cold-compile numbers are cold; and NVRTC's own disk cache
+    // (the CUDA compute cache, which serves a source compiled before, comments aside, in this
+    // process or an earlier one) off for the same reason.
     char dir_tmpl[] = "/tmp/kiln-fusion-cache-XXXXXX";
     const std::string cache_dir = mkdtemp(dir_tmpl);
     setenv("KILN_CACHE_DIR", cache_dir.c_str(), 1);
+    setenv("CUDA_CACHE_DISABLE", "1", 1);
     std::unique_ptr<Context> owned;
     try {
         owned = std::make_unique<Context>(ContextOptions{"cuda"});
@@ -349,7 +352,7 @@ int main(int argc, char** argv) {
                  memory_us = memory.empty() ? -1 : median(memory);
     // NVRTC's own floor: a one-line kernel compiled as kiln compiles its kernels (machine code
     // for this device), in this process, after kiln's compiles (the library loaded). Each a
-    // kernel of its own, named apart as kiln's kernels are (NVRTC keeps a cache of its own).
+    // kernel of its own, named apart as kiln's kernels are.
     std::vector<double> floor_ms;
     const int sm = kiln::cuda::cuda_backend(ctx).info().sm;
     const long long nonce = (long long)std::chrono::system_clock::now().time_since_epoch().count() % 1000000007LL;
