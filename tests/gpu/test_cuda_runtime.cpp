@@ -192,6 +192,52 @@ TEST_CASE("gpu: kernel caches — compile once, then memory hits, then disk hits
     ::unsetenv("KILN_DUMP_SOURCE");
 }
 
+TEST_CASE("gpu: a row reduction compiles only the module its launch takes, one per reach of G") {
+    REQUIRE_GPU();
+    kiln::test::ScopedCacheDir cache_dir;
+    auto check_sums = [](Tensor& a, Tensor& s, int64_t M, int64_t N, const std::vector<float>& h) {
+        std::vector<float> got = s.to_vector<float>();
+        int bad = 0;
+        for (int64_t i = 0; i < M; ++i) {
+            double want = 0, mag = 0;
+            for (int64_t j = 0; j < N; ++j) want += h[(size_t)(i * N + j)], mag += std::fabs(h[(size_t)(i * N + j)]);
+            bad += std::fabs(got[(size_t)i] - want) > 1e-5 * (mag + 1);
+        }
+        (void)a;
+        CHECK(bad == 0);
+    };
+    struct Shape { int64_t M, N; };
+    // 64 rows of 64: G 64, a block. 100000 rows of 16: G 2, a warp. 4 rows of 2^20: a cluster
+    // on sm_90 (past a block of threads), a block before it (no clusters).
+    const Shape block{64, 64}, warp{100000, 16}, longrow{4, 1 << 20};
+    {
+        Context ctx(ContextOptions{"cuda"});
+        const int sm = cuda::cuda_backend(ctx).info().sm;
+        auto run = [&](Shape sh) {
+            std::vector<float> h = random_floats((size_t)(sh.M * sh.N), (uint32_t)(sh.M + sh.N));
+            Tensor a = ctx.array(h, {sh.M, sh.N}), s = ctx.empty({sh.M, 1});
+            s[all] = sum(a, 1);
+            check_sums(a, s, sh.M, sh.N, h);
+            return ctx.counters().compiles;
+        };
+        CHECK(run(block) == 1);
+        CHECK(run(warp) == 2);             // the same kernel, another reach: one more module
+        CHECK(run(longrow) == (sm >= 90 ? 3u : 2u));
+        CHECK(run(block) == (sm >= 90 ? 3u : 2u));   // loaded: nothing compiled
+        CHECK(ctx.counters().disk_hits == 0);
+    }
+    {
+        // A new context finds the module of the reach it launches on disk, and only that one.
+        Context ctx(ContextOptions{"cuda"});
+        std::vector<float> h = random_floats((size_t)(warp.M * warp.N), 11);
+        Tensor a = ctx.array(h, {warp.M, warp.N}), s = ctx.empty({warp.M, 1});
+        s[all] = sum(a, 1);
+        check_sums(a, s, warp.M, warp.N, h);
+        CHECK(ctx.counters().compiles == 0);
+        CHECK(ctx.counters().disk_hits == 1);
+    }
+}
+
 #ifdef KILN_HAVE_NVRTC
 TEST_CASE("gpu: NVRTC failure is a CompileError with the log, the options and the numbered source") {
     REQUIRE_GPU();
