@@ -163,8 +163,9 @@ struct CudaSource {
 // How far a row kernel's threads of one row reach (its launches' G): a segment of a warp, a
 // block, or a cluster of blocks. A row entry compiled for a reach keeps only the reduction
 // steps that reach needs (no block barriers within a warp, no cluster exchange within a
-// block); Cluster is the general entry, correct for every G.
-enum class CudaReach : uint8_t { Cluster, Block, Warp };
+// block); Cluster is the general entry, correct for every G. The value is the prelude's
+// template argument for it (0 a warp, 1 a block, 2 a cluster).
+enum class CudaReach : uint8_t { Warp, Block, Cluster };
 const char* cuda_reach_name(CudaReach r);
 
 // A module: the entries the runtime compiles and loads together. Row kernels have one per

@@ -33,6 +33,11 @@ uint32_t clamp_grid(int64_t blocks, int64_t multiple) {
     return (uint32_t)std::min(blocks, cap);
 }
 
+// How far G threads of a row in blocks of `block` threads reach (the row entry's module).
+CudaReach row_reach(int64_t g, int64_t block) {
+    return g <= 32 ? CudaReach::Warp : g <= block ? CudaReach::Block : CudaReach::Cluster;
+}
+
 CudaLaunch launch_of(std::string entry, uint32_t grid, uint32_t block, uint32_t cluster, int param) {
     CudaLaunch l;
     l.entry = std::move(entry);
@@ -517,7 +522,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         CudaLaunch l = launch_of(k.name, np ? clamp_grid((np + rows_per_block - 1) / rows_per_block * cluster, cluster) : 0,
                                  (uint32_t)block, (uint32_t)cluster, (int)g);
         l.shared_bytes = caches && cache_bytes(g) <= cache_room ? cache_bytes(g) : 0;
-        l.reach = g <= 32 ? CudaReach::Warp : cluster == 1 ? CudaReach::Block : CudaReach::Cluster;
+        l.reach = row_reach(g, block);
         // Clusters stay resident and walk the rows: one wave of those the GPU holds at once,
         // rather than a cluster launched per row (a cluster's blocks are placed together, on one
         // GPC, which costs more than a block's start).
@@ -543,7 +548,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
                 l.aligned_grid = np ? clamp_grid((np + rows - 1) / rows, 1) : 0;
                 l.aligned_block = kCudaBlockSize;
                 l.aligned_param = (int)gr;
-                l.aligned_reach = gr <= 32 ? CudaReach::Warp : CudaReach::Block;
+                l.aligned_reach = row_reach(gr, kCudaBlockSize);
             }
         }
         plan.launches = {l};

@@ -164,11 +164,11 @@ void Emitter::emit_row_kernel(bool registers) {
     // Two blocks of the largest size per multiprocessor (64 registers a thread): a row's
     // latency (load, reduce, pass again) is hidden only by other rows in flight.
     open_kernel(registers ? k_.name + "_r" : k_.name, kCudaMaxRowBlock, 2);
-    // The reach this entry is compiled for: the reductions' template argument (0 a warp, 1 a
-    // block, 2 a cluster) drops the steps past it. The register entry never runs in a cluster.
+    // The reach this entry is compiled for: the reductions' template argument (CudaReach's
+    // value) drops the steps past it. The register entry never runs in a cluster.
     const CudaReach reach = registers && module_.reach == CudaReach::Cluster ? CudaReach::Block : module_.reach;
     const bool cluster = reach == CudaReach::Cluster;
-    const int levels = reach == CudaReach::Warp ? 0 : reach == CudaReach::Block ? 1 : 2;
+    const int levels = (int)reach;
     const char* xarg = cluster ? "&kiln_x" : "nullptr";
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(true, 1, !registers, cluster);
