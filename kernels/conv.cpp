@@ -781,7 +781,11 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
     // The implicit-GEMM weight gradient where it takes the layer (the pointwise layers' matrix
     // is the activations themselves: the GEMM below).
     if (on_gpu(I5) && !pointwise(g)) {
-        if (auto v = grad_F.reshape_view({g.K, g.taps()}); v && gemm::conv_wgrad_implicit(L, I5, E5, *v, o)) return;
+        bool counted = false;
+        if (auto v = grad_F.reshape_view({g.K, g.taps()}); v && gemm::conv_wgrad_implicit(L, I5, E5, *v, o, named.store(), &counted)) {
+            if (counted) named.counted();
+            return;
+        }
         // Channels a multiple of 8 but not of 64: the layer's over its channels padded to 64
         // (channels_for_tma), the gradient's first C channels taken.
         if (auto P = channels_for_tma(ctx, L, false)) {

@@ -350,7 +350,10 @@ Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::op
     BenchTimer bench(context_impl(I.context()), op);
     bench_layer(bench, I, {&I, &O});
 #ifdef KILN_HAVE_GEMM_KERNELS
-    if (gemm::pool_fprop_cuda(L, I5, O5, A5 ? &*A5 : nullptr, alpha, beta)) return O;
+    if (gemm::pool_fprop_cuda(L, I5, O5, A5 ? &*A5 : nullptr, alpha, beta, named.store())) {
+        if (named.store()) named.counted();
+        return O;
+    }
 #endif
     const Tensor P = padded(I5, L, L.op == PoolOp::Max ? -INFINITY : 0.0);
     Expr r;
@@ -411,8 +414,11 @@ Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const st
         Y5 = as5(*Y, L, L.output, L.K, "Y (the forward output)", false, op);
     }
 #ifdef KILN_HAVE_GEMM_KERNELS
-    if (gemm::pool_bprop_cuda(L, E5, G5, A5 ? &*A5 : nullptr, X5 ? &*X5 : nullptr, Y5 ? &*Y5 : nullptr, alpha, beta))
+    if (gemm::pool_bprop_cuda(L, E5, G5, A5 ? &*A5 : nullptr, X5 ? &*X5 : nullptr, Y5 ? &*Y5 : nullptr, alpha, beta,
+                              named.store())) {
+        if (named.store()) named.counted();
         return grad_I;
+    }
 #endif
     Context& ctx = E.context();
     // Each tap adds its share into a padded float32 gradient: overlapping windows accumulate.
@@ -480,7 +486,10 @@ Tensor& fprop_lrn(const PoolLayer& L, const Tensor& I, Tensor& O, Tensor& denom,
     BenchTimer bench(context_impl(I.context()), op);
     bench_layer(bench, I, {&I, &O, &denom});
 #ifdef KILN_HAVE_GEMM_KERNELS
-    if (gemm::lrn_fprop_cuda(L, I5, O5, D5, alpha, beta, ascale, bpower)) return O;
+    if (gemm::lrn_fprop_cuda(L, I5, O5, D5, alpha, beta, ascale, bpower, named.store())) {
+        if (named.store()) named.counted();
+        return O;
+    }
 #endif
     D5.assign(1.0 + Expr(ascale) * window_sum(I.context(), square(cast(I5.expr(), DType::Float32)), I5.shape(), L));
     Expr r = I5.expr() * power(D5.expr(), Expr(-bpower));
@@ -504,7 +513,10 @@ Tensor& bprop_lrn(const PoolLayer& L, const Tensor& I, const Tensor& O, const Te
     BenchTimer bench(context_impl(I.context()), op);
     bench_layer(bench, I, {&I, &O, &E, &delta, &denom});
 #ifdef KILN_HAVE_GEMM_KERNELS
-    if (gemm::lrn_bprop_cuda(L, I5, O5, E5, G5, D5, alpha, beta, ascale, bpower)) return delta;
+    if (gemm::lrn_bprop_cuda(L, I5, O5, E5, G5, D5, alpha, beta, ascale, bpower, named.store())) {
+        if (named.store()) named.counted();
+        return delta;
+    }
 #endif
     const Expr s = window_sum(I.context(), cast(E5.expr() * O5.expr() / D5.expr(), DType::Float32), I5.shape(), L);
     Expr r = E5.expr() * power(D5.expr(), Expr(-bpower)) - Expr(2.0 * ascale * bpower) * I5.expr() * s;

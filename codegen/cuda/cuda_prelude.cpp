@@ -704,12 +704,16 @@ KILN_ACC_KINDS(l, kiln_l)
 const char* const kCudaHistPrelude = R"(
 // Numerics histogram (include/kiln/hist.hpp): x's bin among B from 2^O by round(log2|x|), from
 // the bits as kernels/hist.cpp counts (0 and NaN in bin 0, infinities in the last; the
-// exponent, plus one past a significand of sqrt(2)), added to the block's counts h.
+// exponent, plus one past a significand of sqrt(2)), added to the block's counts h. Bins within
+// the normal exponents take the carry form (kernels/cuda/hist_bin.cuh says why it is exact).
 template <int B, int O>
 __device__ __forceinline__ void kiln_hist_count(unsigned* h, float x) {
     unsigned u = __float_as_uint(x) & 0x7fffffffu;
     int bin = 0;
-    if (u == 0x7f800000u) {
+    if (O >= -126 && O + B <= 129) {
+        const int l = (int)((u + 0x4afb0cu) >> 23) - 127 - O;
+        bin = u > 0x7f800000u ? 0 : min(max(l, 0), B - 1);
+    } else if (u == 0x7f800000u) {
         bin = B - 1;
     } else if (u != 0 && u < 0x7f800000u) {
         int shift = 0;

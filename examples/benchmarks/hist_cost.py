@@ -1,6 +1,7 @@
 """What numerics histograms of named tensors cost (docs/neon.md): the same call (an assignment, a
 product) uncounted, counted in its kernels' store path (hist_named on, the output tagged), and
-counted by a second pass (the call, then kiln.hist of its result), on the same GPU in one run.
+counted by a second pass (the call, then kiln.hist of its result), on the same GPU in one run:
+fused expressions, products, max pooling and a convolution.
 Random data; warm-up, then the median of batches of back-to-back calls timed on the host clock
 up to a synchronize (bench_common.median_time_ms). Floor: the bytes the assignment reads and
 writes over the device-to-device copy bandwidth measured at the start of the run (products:
@@ -99,6 +100,19 @@ def main():
             kiln.compound_dot(a, b, c)
 
         measure("compound_dot", dt, (m, n, k), product, c, 2.0 * m * n * k / (PEAK_TFLOPS[dt] * 1e9))
+    # Precompiled layer kernels, float16: max pooling 3x3 / 2 and a 3x3 convolution's fprop.
+    n, hw, ch = 64, 56, 256
+    x = kiln.empty((n, hw, hw, ch), dtype="float16")
+    x[...] = kiln.asarray(rng.standard_normal((n, hw, hw, ch), dtype=np.float32))
+    layer = kiln.pool_layer("float16", "max", n, ch, H=hw, W=hw, R=3, S=3, pad_h=1, pad_w=1, str_h=2, str_w=2)
+    y = kiln.empty(layer.dimO, dtype="float16")
+    measure("fprop_pool max", "float16", layer.dimI, lambda: kiln.fprop_pool(layer, x, y), y,
+            (x.nbytes + y.nbytes) / copy_gbs / 1e6)
+    w = kiln.empty((ch, 3, 3, ch), dtype="float16")
+    w[...] = kiln.asarray(rng.standard_normal((ch, 3, 3, ch), dtype=np.float32) / 48)
+    o = kiln.empty((n, hw, hw, ch), dtype="float16")
+    measure("conv fprop", "float16", (n, hw, hw, ch, 3, 3, ch), lambda: kiln.conv(x, w, padding=1, out=o), o,
+            2.0 * n * hw * hw * ch * 9 * ch / (PEAK_TFLOPS["float16"] * 1e9))
     result = {"device": ctx.description, "date": datetime.date.today().isoformat(), "commit": bench_common.git_commit(),
               "copy_gbs": copy_gbs, "hist": rows}
     if args.json:

@@ -441,8 +441,7 @@ def render_hist(r, command):
         f"Device: {r['device']}; copy bandwidth measured in the run: {r['copy_gbs']:.0f} GB/s.", r["date"], r["commit"],
         f"`{command}`.",
         "each call uncounted (hist_named off), counted as hist_named counts it (on, the output tagged: in the "
-        "kernels' store path, or after the call where docs/neon.md says so, e.g. 16-bit products through the "
-        "register epilogue), and counted by a second pass (the call, then kiln.hist of its result), on random data; "
+        "kernels' store path, or after the call where docs/neon.md says so), and counted by a second pass (the call, then kiln.hist of its result), on random data; "
         "warm-up, then 7 batches of back-to-back calls timed on the host clock up to a synchronize, the median batch. "
         "Floor: the bytes an assignment reads and writes over the copy bandwidth; a product's flops over the dtype's "
         "dense peak. Counts: hist_named's equal the second pass's.") + [""]

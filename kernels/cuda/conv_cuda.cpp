@@ -446,9 +446,16 @@ bool pointwise_implicit(Context& ctx, const ConvLayer& L) {
            !conv_fprop_kernel(ctx, L).empty();
 }
 
+namespace {
+thread_local bool last_counted = false;
+} // namespace
+
+bool last_conv_counted() { return last_counted; }
+
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
                          const StoreCount* count, bool* counted) {
     if (counted) *counted = false;
+    last_counted = false;
     Context& ctx = C.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype) return false;
@@ -477,10 +484,10 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     CUtensorMap map_a{};
     if (p.im2col_rank) map_a = im2col_map(L, p.image, p.im2col_rank);
     // The walk (conv_walk.cuh): a block per SM running ahead across its tiles, where there are
-    // more tiles than SMs, the patches come by TMA, the register epilogue stores (no histogram)
-    // and its buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
+    // more tiles than SMs, the patches come by TMA, the register epilogue stores and its
+    // buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
     auto walk_runs = [&](const ConvTile& u) {
-        return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) && !(g.flags & kHist) &&
+        return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) &&
                walk_for(L, u).smem <= be.info().max_shared_optin;
     };
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
@@ -494,8 +501,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         void* params[] = {&q, &map_b, &map_a};
         if (walk) {
             const WalkTile w = walk_for(L, u);
-            CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, w.smem);
-            be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(w.smem), params,
+            const int dynamic = std::max(smem, w.smem);
+            CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, dynamic);
+            be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(dynamic), params,
                                   {.programmatic = be.programmatic_launches()});
         } else {
             CUfunction f = be.precompiled(kiln_conv_sm90_image, u.entry, smem);
@@ -534,26 +542,27 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     }
     const ConvTile& t = plan.tile;
     const int64_t blocks = int64_t(g.tiles_m) * ((L.K + t.bn - 1) / t.bn);
-    if (plan.walk) {
-        const WalkTile w = walk_for(L, t);
-        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks)", L.str(), w.entry, rows, L.K, taps, blocks,
-                  sms);
-        launch(t, true, p, 0);
-        C.view().storage->written = true;
-        return true;
-    }
-    // A histogram: each epilogue warp's counters past the kernel's shared memory (16-byte
-    // aligned), where the general epilogue stores the output (not the 16-bit register one: see
-    // gemm_launch.cpp) and the counters fit beside its static and dynamic shared memory.
-    int smem = t.smem;
-    const int at = (smem + 15) & ~15, bytes = 384 / 32 * (count ? count->bins : 0) * 4;
-    if (count && !rows_of_16_bytes(g) &&
-        at + bytes + be.static_shared(be.precompiled(kiln_conv_sm90_image, t.entry, 0)) <= be.info().max_shared_optin) {
+    // A histogram: each epilogue warp's counters (8 warps: the two consumers) past the kernel's
+    // dynamic shared memory (16-byte aligned), where they fit beside its static and dynamic
+    // shared memory; otherwise the call counts the output after the convolution.
+    const WalkTile walk = plan.walk ? walk_for(L, t) : WalkTile{};
+    int smem = plan.walk ? walk.smem : t.smem;
+    const int at = (smem + 15) & ~15, bytes = 256 / 32 * (count ? count->bins : 0) * 4;
+    if (count && at + bytes + be.static_shared(be.precompiled(kiln_conv_sm90_image, plan.walk ? walk.entry : t.entry, 0)) <=
+                     be.info().max_shared_optin) {
         g.hist = static_cast<uint32_t*>(count->counters);
         g.hist_bins = count->bins, g.hist_offset = count->offset, g.hist_smem = at;
         g.flags |= kHist;
         smem = at + bytes;
         if (counted) *counted = true;
+        last_counted = true;
+    }
+    if (plan.walk) {
+        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks)", L.str(), walk.entry, rows, L.K, taps, blocks,
+                  sms);
+        launch(t, true, p, smem);
+        C.view().storage->written = true;
+        return true;
     }
     log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {})", L.str(), t.entry, rows, L.K, taps, blocks,
               p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"));
@@ -600,7 +609,10 @@ std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L) {
     return describe(wgrad_plan(L, be.info().multiprocessors));
 }
 
-bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o) {
+bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o,
+                         const StoreCount* count, bool* counted) {
+    if (counted) *counted = false;
+    last_counted = false;
     Context& ctx = grad_F.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!wgrad_takes(be, L) || I5.dtype() != L.dtype || E5.dtype() != L.dtype) return false;
@@ -630,14 +642,15 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     // Launches plan u with parameters q (whose epilogue stores where q.gemm.c points). Split, the
     // blocks store raw float32 planes, slices[split] (taps x K, in `planes`), and the reduction
     // applies the epilogue.
-    auto launch = [&](const WgradPlan& u, ConvParams q, float* planes) {
+    // smem: the kernel's dynamic shared memory (u.smem, or more for a histogram's counters).
+    auto launch = [&](const WgradPlan& u, ConvParams q, float* planes, int smem) {
         GemmParams h = q.gemm;
         h.tiles_n = int32_t((L.K + u.bn - 1) / u.bn);
         h.k_splits = u.splits;
         q.gemm = u.splits > 1 ? detail::slice_params(h, planes) : h;
-        CUfunction f = be.precompiled(kiln_conv_sm90_image, u.entry, u.smem);
+        CUfunction f = be.precompiled(kiln_conv_sm90_image, u.entry, smem);
         void* params[] = {&q, &map_e, &map_i};
-        be.launch_precompiled(f, unsigned(int64_t(h.tiles_m) * h.tiles_n), unsigned(u.splits), 1, 384, unsigned(u.smem),
+        be.launch_precompiled(f, unsigned(int64_t(h.tiles_m) * h.tiles_n), unsigned(u.splits), 1, 384, unsigned(smem),
                               params, {.programmatic = be.programmatic_launches()});
         if (u.splits > 1) detail::reduce_slices(be, h, planes);
     };
@@ -665,14 +678,31 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
                 }
                 ConvParams q = p;
                 q.gemm.c = scratch.second;
-                launch(u, q, most > 1 ? static_cast<float*>(planes.view().storage->data) : nullptr);
+                launch(u, q, most > 1 ? static_cast<float*>(planes.view().storage->data) : nullptr, u.smem);
             });
         if (chosen) w = *chosen;
     }
     const Tensor slices = planes_for(w.splits);
     log_debug("conv: update {} -> {} ({} x {} x {}, {} tiles x {} slices)", L.str(), w.entry, taps, L.K, rows,
               int64_t(g.tiles_m) * ((L.K + w.bn - 1) / w.bn), w.splits);
-    launch(w, p, w.splits > 1 ? static_cast<float*>(slices.view().storage->data) : nullptr);
+    // A histogram: split, the reduction counts what it stores (its block's counters);
+    // otherwise each epilogue warp's counters (8: the two consumers) past the kernel's dynamic
+    // shared memory, where they fit beside it; else the call counts grad_F after this.
+    int smem = w.smem;
+    if (count) {
+        const int at = (smem + 15) & ~15, bytes = 256 / 32 * count->bins * 4;
+        const bool fits =
+            at + bytes + be.static_shared(be.precompiled(kiln_conv_sm90_image, w.entry, 0)) <= be.info().max_shared_optin;
+        if (w.splits > 1 || fits) {
+            g.hist = static_cast<uint32_t*>(count->counters);
+            g.hist_bins = count->bins, g.hist_offset = count->offset;
+            g.flags |= kHist;
+            if (w.splits == 1) g.hist_smem = at, smem = at + bytes;
+            if (counted) *counted = true;
+            last_counted = true;
+        }
+    }
+    launch(w, p, w.splits > 1 ? static_cast<float*>(slices.view().storage->data) : nullptr, smem);
     grad_F.view().storage->written = true;
     return true;
 }

@@ -83,8 +83,15 @@ bool pointwise_implicit(Context& ctx, const ConvLayer& L);
 // F) of layer L with respect to F, from E5 (N, M, P, Q, K)) + beta * grad_F, by the implicit-GEMM
 // weight-gradient kernel (conv_sm90.cu, sm90/conv_wgrad.cuh): true when it ran, false where it
 // does not take the problem (the fprop kernel's conditions, plus C a multiple of 64 with a
-// window TMA's im2col descriptor holds, and K a multiple of 8). Deterministic.
-bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o);
+// window TMA's im2col descriptor holds, and K a multiple of 8). Deterministic. With `count`,
+// the epilogue (or split, the slices' reduction) counts the values it stores into it; *counted
+// says whether it did.
+bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o,
+                         const StoreCount* count = nullptr, bool* counted = nullptr);
+
+// Whether the last conv_fprop_implicit or conv_wgrad_implicit on this thread counted its output
+// in its store path (tests).
+bool last_conv_counted();
 
 // The kernel (and split) conv_wgrad_implicit would launch for L on ctx, or "".
 std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L);

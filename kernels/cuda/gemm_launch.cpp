@@ -251,8 +251,11 @@ void detail::reduce_slices(cuda::CudaBackend& be, const GemmParams& p, const flo
     const int64_t grid = (p.flags & kBsum)        ? (M + rows_per_block - 1) / rows_per_block
                          : c_by_columns(p) ? ((M + 31) / 32) * ((N + 31) / 32)
                                                 : (M * N / 4 + 255) / 256 + 1;
-    be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", 0), unsigned(grid), 1, 1, 256, 0,
-                          params, {.programmatic = sm80_image_programmatic(be)});
+    // kHist: the block's counters are its dynamic shared memory.
+    const int smem = (p.flags & kHist) ? 4 * p.hist_bins : 0;
+    fin.hist_smem = 0;
+    be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", smem), unsigned(grid), 1, 1, 256,
+                          smem, params, {.programmatic = sm80_image_programmatic(be)});
 }
 
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
@@ -391,7 +394,6 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     if (programmatic && k.path != GemmPath::Wgmma && blocks * grid_y <= be.info().multiprocessors)
         smem = std::max(smem, be.info().max_shared_optin / 2 + 1);
     const char* twin = lean_twin(k, p, dt, bsum != nullptr);
-    last_launch_lean = twin != nullptr;
     last_launch_b_share = share_b;
     // The one-tile wgmma kernels' clusters: a split's (with its row's tiles, above), B's share,
     // a row's tiles, or 4 along m.
@@ -403,27 +405,36 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
                                                                  : 1;
     last_launch_cluster = cluster;
     last_launch_blocks = blocks * grid_y;
-    const std::string entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
-    // kHist: each warp's counters past the kernel's dynamic shared memory (16-byte aligned),
-    // where the kernel chosen for the product stores C through the general epilogue, finish_tile
-    // (not the persistent kernels' TMA stores, the wgmma kernels' 16-bit register epilogue, a
-    // lean twin's, a pushed split's or global slices'), and the counters fit beside the
-    // kernel's static and dynamic shared memory. Counting never changes the kernel: forcing the
-    // general epilogue on a product that had a faster one cost more than reading C again.
+    // kHist: every kernel counts the values it stores into counters in shared memory past its
+    // own: finish_tile and the 16-bit register epilogue a warp's each, the persistent kernels
+    // (their twins too) the block's (their stages leave no room for a warp's each), global
+    // slices' reduction its block's. The one-tile kernels' lean twins hold no counting code, so
+    // a counted product runs the full kernel of the same tile. Where the counters do not fit
+    // beside the kernel's static and dynamic shared memory, the product runs uncounted and is
+    // counted after the call.
+    if ((p.flags & kHist) && !slices_k && !k.persistent) twin = nullptr;
+    std::string entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
+    const auto image_of = [&](const std::string& e) {
+        return be.precompiled(k.path == GemmPath::Wgmma ? sm90_image(e) : kiln_gemm_sm80_image, e, 0);
+    };
     bool counted = false;
-    if (q.flags & kHist) {
-        const bool general = !k.persistent && !slices_k && !twin &&
-                             (k.path != GemmPath::Wgmma || (k.cluster_k ? !split_sums_pushed(q, k.bn) : !rows_of_16_bytes(q)));
-        const int at = (smem + 15) & ~15, bytes = k.threads / 32 * q.hist_bins * 4;
-        const CUfunction image_f = be.precompiled(k.path == GemmPath::Wgmma ? sm90_image(entry) : kiln_gemm_sm80_image, entry, 0);
-        if (general && at + bytes + be.static_shared(image_f) <= be.info().max_shared_optin) {
-            q.hist_smem = at;
-            smem = at + bytes;
-            counted = true;
+    if (p.flags & kHist) {
+        if (slices_k) {
+            counted = true;   // by the reduction (reduce_slices); the slices are not C
         } else {
-            q.flags &= ~kHist;
+            const int at = (smem + 15) & ~15, bytes = (k.persistent ? 1 : k.threads / 32) * q.hist_bins * 4;
+            if (at + bytes + be.static_shared(image_of(entry)) <= be.info().max_shared_optin) {
+                q.hist_smem = at;
+                smem = at + bytes;
+                counted = true;
+            } else {
+                q.flags &= ~kHist;
+                twin = lean_twin(k, p, dt, bsum != nullptr);   // uncounted: the twin where there is one
+                entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
+            }
         }
     }
+    last_launch_lean = twin != nullptr;
     last_launch_counted = counted;
     CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? sm90_image(entry) : kiln_gemm_sm80_image, entry, smem);
     log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks, clusters of {})", M, N, K, batch, dtype_name(dt),

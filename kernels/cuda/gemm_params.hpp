@@ -39,7 +39,7 @@ enum GemmFlags : int32_t {
     kBias = 2,      // add bias[n] (float32, contiguous)
     kBeta = 4,      // add beta * C (C read before it is written)
     kBsum = 8,      // write row-sum partials
-    kHist = 16,     // count the values stored into hist (set only where the general epilogue, finish_tile, runs)
+    kHist = 16,     // count the values stored into hist (set where the counters fit: gemm_launch.cpp)
 };
 
 // Split-K in a cluster on tiles at most kSplitPushMaxBn wide, into 16-bit C without beta or
@@ -95,8 +95,9 @@ struct GemmParams {
                               // 4; 0 or 1: none) share B's stages, each block loading its share
                               // of them into all (TMA multicast); the B map's boxes are that share
     // kHist: the numerics histogram of the values stored to C, as rounded (include/kiln/hist.hpp):
-    // each epilogue warp counts into hist_bins words of its own in the dynamic shared memory from
-    // byte hist_smem on (past the kernel's own), then adds them to hist.
+    // each epilogue warp (the persistent kernels: the block) counts into hist_bins words of its
+    // own in the dynamic shared memory from byte hist_smem on (past the kernel's own), then adds
+    // them to hist.
     uint32_t* hist;
     int32_t hist_bins, hist_offset, hist_smem;
 };

@@ -74,11 +74,15 @@ __device__ __forceinline__ void sum_slices4(float (&acc)[4], const float* s, int
 // warps take a row (reduce_warps_per_row; its sum is reduced in each warp, then across them);
 // into C by columns, a block takes 32 x 32 (c_by_columns); otherwise each thread takes 4
 // consecutive elements of the flattened M x N plane (16-byte loads when N is a multiple of 4),
-// so the slices are read in full coalesced lines whatever N is.
-extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const GemmParams p, const float* slices) {
-    wait_for_prior_grids();
+// so the slices are read in full coalesced lines whatever N is. kHist: the block counts the
+// values it stores into hist_bins words of its dynamic shared memory (from byte hist_smem),
+// then adds them to p.hist.
+__device__ __forceinline__ void reduce_splits(const GemmParams& p, const float* slices, uint32_t* hist) {
     char* C = c_of(p, 0);
     const int64_t plane = int64_t(p.m) * p.n;
+    const auto count = [&](float stored) {
+        if (hist) atomicAdd(hist + kiln_hist_bin(stored, p.hist_bins, p.hist_offset), 1u);
+    };
     if (c_by_columns(p)) {   // 32 x 32 blocks: summed along the slices' rows, stored along C's columns
         __shared__ float turned[32][33];
         const int tiles_n = (p.n + 31) / 32, t = threadIdx.x;
@@ -92,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const 
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int col = t / 32 + 8 * i, mm = m0 + t % 32, nn = n0 + col;
-            if (mm < p.m && nn < p.n) finish_element(p, C, 0, turned[col][t % 32], mm, nn);
+            if (mm < p.m && nn < p.n) count(finish_element(p, C, 0, turned[col][t % 32], mm, nn));
         }
         return;
     }
@@ -103,7 +107,7 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const 
         sum_slices4(acc, slices + i, plane, p.k_splits, p.n % 4 == 0, plane - i);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-            if (i + j < plane) finish_element(p, C, 0, acc[j], int((i + j) / p.n), int((i + j) % p.n));
+            if (i + j < plane) count(finish_element(p, C, 0, acc[j], int((i + j) / p.n), int((i + j) % p.n)));
         return;
     }
     // A row to warps_per_row warps, their columns interleaved 32 at a time (each warp's loads
@@ -118,7 +122,9 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const 
             float acc = 0.f;
 #pragma unroll 4
             for (int k = 0; k < p.k_splits; ++k) acc += slices[k * plane + int64_t(m) * p.n + n];
-            s += finish_element(p, C, 0, acc, m, n);
+            const float stored = finish_element(p, C, 0, acc, m, n);
+            s += stored;
+            count(stored);
         }
     }
 #pragma unroll
@@ -133,6 +139,21 @@ extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const 
         float t = row_parts[warp];
         for (int w = 1; w < warps_per_row; ++w) t += row_parts[warp + w];
         store_bsum(p, 0, m, t);
+    }
+}
+extern "C" __global__ void __launch_bounds__(256) kiln_gemm_reduce_splits(const GemmParams p, const float* slices) {
+    extern __shared__ __align__(16) unsigned char kiln_gemm_dynamic_smem[];
+    uint32_t* const hist = (p.flags & kHist) ? reinterpret_cast<uint32_t*>(kiln_gemm_dynamic_smem + p.hist_smem) : nullptr;
+    if (hist) {
+        for (int i = threadIdx.x; i < p.hist_bins; i += 256) hist[i] = 0;
+        __syncthreads();
+    }
+    wait_for_prior_grids();
+    reduce_splits(p, slices, hist);
+    if (hist) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < p.hist_bins; i += 256)
+            if (hist[i]) atomicAdd(p.hist + i, hist[i]);
     }
 }
 

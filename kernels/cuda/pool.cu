@@ -14,10 +14,12 @@
 // whose window covers it, in ascending tap order, that window's share: E where the window's
 // argmax is this tap (max), E over the window's count (average), E x / Y where Y > 0 (L2).
 // No atomics: the result is deterministic, and the same sums in the same order as the CPU path.
-// Both end with alpha * result + beta * destination, rounded once into the dtype.
+// Both end with alpha * result + beta * destination, rounded once into the dtype, and where the
+// call counts its output (PoolHist), each block counts the values it stores.
 // LRN (below) sums squares, and backward E O / denom, over windows of channels the same way.
 // Entries: kiln_pool_{fprop,bprop}_{max,avg,l2}_{f32,f16,bf16}_v<V>,
 // kiln_lrn_{fprop,bprop}_{f32,f16,bf16}_h<J / 2>.
+#include "kernels/cuda/hist_bin.cuh"
 #include "kernels/cuda/pool_params.hpp"
 
 #include <cuda_bf16.h>
@@ -116,8 +118,32 @@ __device__ __forceinline__ void store_index(int32_t* base, int64_t i, const int 
 
 // dst[at..] = alpha * r + beta * dst[at..] (its value before), unfused, as the expression path
 // computes it, rounded once into T.
+// The output's histogram (PoolHist): the block's counters, zeroed, or null where the call does
+// not count; count_stored adds the values as stored (rounded to T); hist_end adds the block's
+// counters to the call's. Every thread of the block calls hist_begin and hist_end.
+__device__ __forceinline__ uint32_t* hist_begin(const PoolHist& h) {
+    extern __shared__ uint32_t block_counts[];
+    if (!h.counts) return nullptr;
+    for (int i = threadIdx.x; i < h.bins; i += blockDim.x) block_counts[i] = 0;
+    __syncthreads();
+    return block_counts;
+}
 template <class T, int V>
-__device__ __forceinline__ void finish(float alpha, float beta, void* dst, int64_t at, float (&r)[V]) {
+__device__ __forceinline__ void count_stored(const PoolHist& h, uint32_t* local, const float (&r)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) atomicAdd(local + kiln_hist_bin(widen(narrow<T>(r[k])), h.bins, h.offset), 1u);
+}
+__device__ __forceinline__ void hist_end(const PoolHist& h, const uint32_t* local) {
+    if (!local) return;
+    __syncthreads();
+    for (int i = threadIdx.x; i < h.bins; i += blockDim.x)
+        if (local[i]) atomicAdd(h.counts + i, local[i]);
+}
+
+// alpha * r + beta * dst into dst, counted into `local` (hist_begin) where not null.
+template <class T, int V>
+__device__ __forceinline__ void finish(float alpha, float beta, void* dst, int64_t at, float (&r)[V], const PoolHist& h,
+                                       uint32_t* local) {
 #pragma unroll
     for (int k = 0; k < V; ++k) r[k] = __fmul_rn(alpha, r[k]);
     if (beta != 0.f) {
@@ -127,10 +153,11 @@ __device__ __forceinline__ void finish(float alpha, float beta, void* dst, int64
         for (int k = 0; k < V; ++k) r[k] = __fadd_rn(r[k], __fmul_rn(beta, old[k]));
     }
     store<T, V>(dst, at, r);
+    if (local) count_stored<T, V>(h, local, r);
 }
 
 template <class T, int OP, int V>
-__device__ __forceinline__ void pool_fprop(const PoolParams& p) {
+__device__ __forceinline__ void pool_fprop(const PoolParams& p, uint32_t* local) {
     const PoolShape& g = p.g;
     const int64_t plane = int64_t(g.D) * g.H * g.W * g.C;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
@@ -191,7 +218,7 @@ __device__ __forceinline__ void pool_fprop(const PoolParams& p) {
             if (OP == kL2) acc[k] = __fsqrt_rn(acc[k]);
         }
         if (OP == kMax && p.argmax) store_index<V>(p.argmax, at, arg);
-        finish<T, V>(p.alpha, p.beta, p.y, at, acc);
+        finish<T, V>(p.alpha, p.beta, p.y, at, acc, p.hist, local);
     }
 }
 
@@ -213,7 +240,7 @@ __device__ __forceinline__ int inside(int o, int pad, int window, int stride, in
 }
 
 template <class T, int OP, int V>
-__device__ __forceinline__ void pool_bprop(const PoolParams& p) {
+__device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local) {
     const PoolShape& g = p.g;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t pos = quotient(i, p.lanes);   // (n, d, h, w); below 2^31
@@ -280,7 +307,7 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p) {
                 }
             }
         }
-        finish<T, V>(p.alpha, p.beta, p.y, at, acc);
+        finish<T, V>(p.alpha, p.beta, p.y, at, acc, p.hist, local);
     }
 }
 
@@ -334,7 +361,7 @@ __device__ __forceinline__ void each_lrn_item(const LrnParams& p, F&& f) {
 }
 
 template <class T, int V, int H>
-__device__ __forceinline__ void lrn_fprop(const LrnParams& p) {
+__device__ __forceinline__ void lrn_fprop(const LrnParams& p, uint32_t* local) {
     each_lrn_item<V>(p, [&](int64_t at, int c0) {
         float sq[3 * V], x[V], d[V], r[V];
         around<T, V>(p.in, at, c0, p.C, sq, [](float e, int) { return __fmul_rn(e, e); });
@@ -344,12 +371,12 @@ __device__ __forceinline__ void lrn_fprop(const LrnParams& p) {
         store<T, V>(p.denom, at, d);
 #pragma unroll
         for (int k = 0; k < V; ++k) r[k] = __fmul_rn(x[k], power<T>(widen(narrow<T>(d[k])), -p.bpower));   // the stored denominator
-        finish<T, V>(p.alpha, p.beta, p.result, at, r);
+        finish<T, V>(p.alpha, p.beta, p.result, at, r, p.hist, local);
     });
 }
 
 template <class T, int V, int H>
-__device__ __forceinline__ void lrn_bprop(const LrnParams& p) {
+__device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
     each_lrn_item<V>(p, [&](int64_t at, int c0) {
         // err * out / denom around c0: err and out first, then divided by denom.
         float ratio[3 * V], outs[3 * V];   // (outs: fprop's output around c0)
@@ -364,7 +391,7 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p) {
         for (int k = 0; k < V; ++k)
             r[k] = __fsub_rn(__fmul_rn(e[k], power<T>(d[k], -p.bpower)),
                              __fmul_rn(__fmul_rn(p.scale2, x[k]), window_sum<V, H>(ratio, k)));
-        finish<T, V>(p.alpha, p.beta, p.result, at, r);
+        finish<T, V>(p.alpha, p.beta, p.result, at, r, p.hist, local);
     });
 }
 
@@ -374,10 +401,14 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p) {
 // 2; backward keeps 2, as its gathers spill under the tighter limit.
 #define KILN_POOL_OP(NAME, OPV, T, TN, V)                                                                             \
     extern "C" __global__ void __launch_bounds__(256, 4) kiln_pool_fprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
-        pool_fprop<T, OPV, V>(p);                                                                                     \
+        uint32_t* local = hist_begin(p.hist);                                                                         \
+        pool_fprop<T, OPV, V>(p, local);                                                                              \
+        hist_end(p.hist, local);                                                                                      \
     }                                                                                                                 \
     extern "C" __global__ void __launch_bounds__(256, 2) kiln_pool_bprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
-        pool_bprop<T, OPV, V>(p);                                                                                     \
+        uint32_t* local = hist_begin(p.hist);                                                                         \
+        pool_bprop<T, OPV, V>(p, local);                                                                              \
+        hist_end(p.hist, local);                                                                                      \
     }
 #define KILN_POOL_TYPE(T, TN, V) \
     KILN_POOL_OP(max, kMax, T, TN, 1) KILN_POOL_OP(avg, kAvg, T, TN, 1) KILN_POOL_OP(l2, kL2, T, TN, 1) \
@@ -388,10 +419,14 @@ KILN_POOL_TYPE(__nv_bfloat16, bf16, 8)
 
 #define KILN_LRN(T, TN, V, H)                                                                                         \
     extern "C" __global__ void __launch_bounds__(256, 2) kiln_lrn_fprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \
-        lrn_fprop<T, V, H>(p);                                                                                        \
+        uint32_t* local = hist_begin(p.hist);                                                                         \
+        lrn_fprop<T, V, H>(p, local);                                                                                 \
+        hist_end(p.hist, local);                                                                                      \
     }                                                                                                                 \
     extern "C" __global__ void __launch_bounds__(256, 2) kiln_lrn_bprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \
-        lrn_bprop<T, V, H>(p);                                                                                        \
+        uint32_t* local = hist_begin(p.hist);                                                                         \
+        lrn_bprop<T, V, H>(p, local);                                                                                 \
+        hist_end(p.hist, local);                                                                                      \
     }
 #define KILN_LRN_TYPE(T, TN, V) KILN_LRN(T, TN, V, 1) KILN_LRN(T, TN, V, 2) KILN_LRN(T, TN, V, 3) KILN_LRN(T, TN, V, 4)
 KILN_LRN_TYPE(float, f32, 4)

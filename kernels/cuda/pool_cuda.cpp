@@ -75,14 +75,21 @@ bool apart(std::initializer_list<const Tensor*> writes, std::initializer_list<co
     return true;
 }
 
+thread_local bool last_counted = false;
+
+// With `count`, the kernel counts what it stores into it, each block into its dynamic shared
+// memory first.
 template <class Params>
-void launch(Context& ctx, const std::string& entry, Params& p, const PoolLayer& L) {
+void launch(Context& ctx, const std::string& entry, Params& p, const PoolLayer& L, const StoreCount* count) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
-    CUfunction f = be.precompiled(kiln_pool_image, entry, 0);
+    const int smem = count ? 4 * count->bins : 0;
+    last_counted = count != nullptr;
+    if (count) p.hist = PoolHist{static_cast<uint32_t*>(count->counters), int32_t(count->bins), int32_t(count->offset)};
+    CUfunction f = be.precompiled(kiln_pool_image, entry, smem);
     const int64_t blocks = be.stride_grid(f, (p.items + 255) / 256, 256);
-    log_debug("pool: {} -> {} ({} items, {} blocks)", L.str(), entry, p.items, blocks);
+    log_debug("pool: {} -> {} ({} items, {} blocks{})", L.str(), entry, p.items, blocks, count ? ", counted" : "");
     void* params[] = {&p};
-    be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, 0, params, {});
+    be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, unsigned(smem), params, {});
 }
 
 // LRN's parameters for layer L over tensors of dtype t, or nothing where the kernels decline.
@@ -111,7 +118,10 @@ std::optional<LrnParams> lrn_params(const PoolLayer& L, DType t, std::initialize
 
 } // namespace
 
-bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A5, double alpha, double beta) {
+bool last_pool_counted() { return last_counted; }
+
+bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A5, double alpha, double beta,
+                     const StoreCount* count) {
     Context& ctx = I5.context();
     if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || I5.dtype() != O5.dtype() || !O5.is_contiguous() ||
         (A5 && !A5->is_contiguous()) || !all_written({&I5, beta != 0 ? &O5 : nullptr}) || !apart({&O5, A5}, {&I5}))
@@ -130,14 +140,14 @@ bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A
     p.lanes = fast_div(uint32_t(L.K / v));
     p.d3 = fast_div(uint32_t(L.output[2])), p.d2 = fast_div(uint32_t(L.output[1])), p.d1 = fast_div(uint32_t(L.output[0]));
     if (p.items > 0)
-        launch(ctx, fmt::format("kiln_pool_fprop_{}_{}_v{}", op_name(L.op), type_name(I.dtype()), v), p, L);
+        launch(ctx, fmt::format("kiln_pool_fprop_{}_{}_v{}", op_name(L.op), type_name(I.dtype()), v), p, L, count);
     O5.view().storage->written = true;
     if (A5) A5->view().storage->written = true;
     return true;
 }
 
 bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Tensor* A5, const Tensor* X5, const Tensor* Y5,
-                     double alpha, double beta) {
+                     double alpha, double beta, const StoreCount* count) {
     Context& ctx = E5.context();
     if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || !G5.is_contiguous() ||
         !all_written({&E5, A5, X5, Y5, beta != 0 ? &G5 : nullptr}) || !apart({&G5}, {&E5, A5, X5, Y5}))
@@ -166,13 +176,13 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
     p.str_c = fast_div(uint32_t(L.str_c)), p.str_d = fast_div(uint32_t(L.stride[0]));
     p.str_h = fast_div(uint32_t(L.stride[1])), p.str_w = fast_div(uint32_t(L.stride[2]));
     if (p.items > 0)
-        launch(ctx, fmt::format("kiln_pool_bprop_{}_{}_v{}", op_name(L.op), type_name(G5.dtype()), v), p, L);
+        launch(ctx, fmt::format("kiln_pool_bprop_{}_{}_v{}", op_name(L.op), type_name(G5.dtype()), v), p, L, count);
     G5.view().storage->written = true;
     return true;
 }
 
 bool lrn_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor& D5, double alpha, double beta, double ascale,
-                    double bpower) {
+                    double bpower, const StoreCount* count) {
     Context& ctx = I5.context();
     if (ctx.backend() != Backend::CUDA || !all_written({&I5, beta != 0 ? &O5 : nullptr}) || !apart({&O5, &D5}, {&I5}))
         return false;
@@ -182,14 +192,14 @@ bool lrn_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor& D5
     p->in = detail::data_of(I);
     p->denom = detail::data_of(D5);
     p->result = detail::data_of(O5);
-    if (p->items > 0) launch(ctx, fmt::format("kiln_lrn_fprop_{}_h{}", type_name(I.dtype()), L.J / 2), *p, L);
+    if (p->items > 0) launch(ctx, fmt::format("kiln_lrn_fprop_{}_h{}", type_name(I.dtype()), L.J / 2), *p, L, count);
     O5.view().storage->written = true;
     D5.view().storage->written = true;
     return true;
 }
 
 bool lrn_bprop_cuda(const PoolLayer& L, const Tensor& I5, const Tensor& O5, const Tensor& E5, Tensor& G5, const Tensor& D5,
-                    double alpha, double beta, double ascale, double bpower) {
+                    double alpha, double beta, double ascale, double bpower, const StoreCount* count) {
     Context& ctx = I5.context();
     if (ctx.backend() != Backend::CUDA || !all_written({&I5, &O5, &E5, &D5, beta != 0 ? &G5 : nullptr}) ||
         !apart({&G5}, {&I5, &O5, &E5, &D5}))
@@ -202,7 +212,7 @@ bool lrn_bprop_cuda(const PoolLayer& L, const Tensor& I5, const Tensor& O5, cons
     p->err = detail::data_of(E);
     p->denom = detail::data_of(D);
     p->result = detail::data_of(G5);
-    if (p->items > 0) launch(ctx, fmt::format("kiln_lrn_bprop_{}_h{}", type_name(G5.dtype()), L.J / 2), *p, L);
+    if (p->items > 0) launch(ctx, fmt::format("kiln_lrn_bprop_{}_h{}", type_name(G5.dtype()), L.J / 2), *p, L, count);
     G5.view().storage->written = true;
     return true;
 }

@@ -5,6 +5,14 @@
 
 namespace kiln::gemm {
 
+// A numerics histogram of the values a kernel stores to its output (include/kiln/hist.hpp):
+// each block counts into `bins` words of its dynamic shared memory, then adds them to counts.
+// counts null: nothing is counted.
+struct PoolHist {
+    uint32_t* counts;
+    int32_t bins, offset;
+};
+
 // Input (N, D, H, W, C) and output (N, M, P, Q, K), channels innermost and contiguous; the
 // window J channels x T x R x S, with padding and stride per axis (channels first).
 struct PoolShape {
@@ -32,6 +40,7 @@ struct PoolParams {
     PoolShape g;
     FastDiv lanes, d3, d2, d1;
     FastDiv str_c, str_d, str_h, str_w;
+    PoolHist hist;   // of y
 };
 
 // Local response normalisation across a window of 2 half + 1 channels (kiln::fprop_lrn /
@@ -50,6 +59,7 @@ struct LrnParams {
     int32_t C;
     int64_t items;
     FastDiv lanes;
+    PoolHist hist;   // of result
 };
 
 } // namespace kiln::gemm

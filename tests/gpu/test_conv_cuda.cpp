@@ -736,18 +736,22 @@ TEST_CASE("gpu conv: the implicit weight gradient on sm_90: taps past the tile, 
 
 // Named outputs of the convolutions are counted as the GEMM or implicit-GEMM epilogue stores
 // them where that epilogue writes the output (the counts equal hist() of it), and after the call
-// elsewhere (brelu's epilogue): fprop on both kernels, bprop, update.
+// elsewhere (brelu's epilogue): fprop on both kernels (the one-tile kernel and the walk, the
+// 16-bit register epilogue and the general one), bprop, update (unsplit, and split: the
+// slices' reduction counts).
 TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
     set_hist_buffers(ctx, 64, -40);
     std::mt19937 g(4);
     auto random = [&](Shape s, DType dt) { return test::random_normal(ctx, g, s, dt); };
-    auto check_named = [&](Tensor& out, const std::function<void()>& call) {
+    // in_store: 1 counted as stored by the implicit kernels, 0 after the call, -1 not asked
+    auto check_named = [&](Tensor& out, int in_store, const std::function<void()>& call) {
         set_hist_tag(out, "out");
         dump_hist_data(ctx);
         set_hist_named(ctx, true);
         call();
+        if (in_store >= 0) CHECK(gemm::last_conv_counted() == (in_store == 1));
         set_hist_named(ctx, false);
         hist(out, "check");
         HistData d = dump_hist_data(ctx);
@@ -758,18 +762,48 @@ TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
         for (int i = 0; i < 64; ++i) total += counts[i];
         CHECK(total == out.size());
     };
+    const bool implicit = sm90(ctx);
     for (DType dt : {DType::Float16, DType::Float32}) {   // the implicit-GEMM kernel (sm_90, 16-bit), im2col + GEMM
         INFO(dtype_name(dt));
         const ConvLayer L = conv_layer(dt, 8, 64, 128, {1, 20, 20}, {1, 3, 3}, {0, 1, 1});
         Tensor I = random(L.input_shape(), dt), F = random(L.filter_shape(), dt), E = random(L.output_shape(), dt);
         Tensor O = ctx.empty(L.output_shape(), dt), gI = ctx.empty(L.input_shape(), dt), gF = ctx.empty(L.filter_shape(), dt);
-        check_named(O, [&] { fprop_conv(L, I, F, O); });
-        check_named(gI, [&] { bprop_conv(L, F, E, gI); });
-        check_named(gF, [&] { update_conv(L, I, E, gF); });
+        const int on_kernel = implicit && dt != DType::Float32 ? 1 : -1;
+        check_named(O, on_kernel, [&] { fprop_conv(L, I, F, O); });
+        check_named(gI, on_kernel, [&] { bprop_conv(L, F, E, gI); });
+        check_named(gF, on_kernel, [&] { update_conv(L, I, E, gF); });
         ConvOptions brelu;
         brelu.brelu = true;
         brelu.X = I;
-        check_named(gI, [&] { bprop_conv(L, F, E, gI, brelu); });
+        check_named(gI, -1, [&] { bprop_conv(L, F, E, gI, brelu); });
+    }
+    if (!implicit) return;
+    // More tiles than SMs: the one-tile kernel and the walk, with a bias and ReLU, into rows of
+    // 16 bytes (the register epilogue); rows of 68 channels take the general epilogue.
+    const DType dt = DType::BFloat16;
+    for (int64_t K : {128, 68}) {
+        const ConvLayer L = conv_layer(dt, 48, 64, K, {1, 28, 28}, {1, 3, 3}, {0, 1, 1});
+        INFO(L.str());
+        Tensor I = random(L.input_shape(), dt), F = random(L.filter_shape(), dt);
+        ConvOptions o;
+        o.relu = true, o.bias = random({K}, DType::Float32);
+        Tensor O = ctx.empty(L.output_shape(), dt);
+        for (const char* kernel : {"tile", "walk"}) {
+            if (K == 68 && std::string(kernel) == "walk") continue;   // the walk stores rows of 16 bytes only
+            INFO(kernel);
+            const test::ScopedEnv forced("KILN_CONV_KERNEL", kernel);
+            check_named(O, 1, [&] { fprop_conv(L, I, F, O, o); });
+        }
+    }
+    // The weight gradient split into slices (37632 positions, few tiles), and unsplit (288
+    // tiles of 7 k-tiles).
+    for (const ConvLayer& L : {conv_layer(dt, 48, 64, 128, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}),
+                               conv_layer(dt, 8, 512, 1024, {1, 7, 7}, {1, 3, 3}, {0, 1, 1})}) {
+        const std::string kernel = gemm::conv_wgrad_kernel(ctx, L);
+        INFO(L.str() << " " << kernel);
+        CHECK((kernel.find(" split ") != std::string::npos) == (L.K == 128));
+        Tensor I = random(L.input_shape(), dt), E = random(L.output_shape(), dt), gF = ctx.empty(L.filter_shape(), dt);
+        check_named(gF, 1, [&] { update_conv(L, I, E, gF); });
     }
 }
 

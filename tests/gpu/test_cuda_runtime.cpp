@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -1036,8 +1037,10 @@ TEST_CASE("gpu: bench mode times assignments and products with CUDA events") {
     CHECK(b.to_vector<float>()[5] == 2.0f);
 }
 
-// The precompiled histogram kernel counts as the CPU does: every dtype, special values, a
-// strided view, a tensor of many blocks, other bins and offsets.
+// The precompiled histogram kernel counts as the CPU does: every dtype, special values
+// (zeros, NaN, infinities, subnormals, the largest float, both sides of sqrt(2)'s significand),
+// a strided view, a tensor of many blocks, bins within the normal exponents (the carry form,
+// hist_bin.cuh) and bins past them at either end (the general rule), at the edges of both.
 TEST_CASE("gpu: hist counts as the CPU path does") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
@@ -1045,8 +1048,15 @@ TEST_CASE("gpu: hist counts as the CPU path does") {
     std::uniform_real_distribution<float> e(-70.0f, 70.0f), s(-1.0f, 1.0f);
     std::vector<float> h(3 << 20);
     for (auto& x : h) x = std::copysign(std::exp2(e(g)), s(g));
-    h[0] = 0.0f, h[1] = NAN, h[2] = INFINITY, h[3] = -INFINITY, h[4] = 1.5f, h[5] = 2.5f;
-    for (auto [bins, offset] : {std::pair{64, -48}, {16, -8}, {1, 0}})
+    const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7fc00000u, 0xffc00001u, 0x7f800000u, 0xff800000u,
+                                0x00000001u, 0x00400000u, 0x007fffffu, 0x80400000u, 0x00800000u, 0x7f7fffffu,
+                                0x3fb504f3u, 0x3fb504f4u, 0x3fb504f5u, 0x3fc00000u, 0x40200000u, 0x0fb504f4u};
+    for (size_t i = 0; i < std::size(special); ++i) {   // in row 0, and in row 1 where the strided view sees them
+        std::memcpy(&h[3 * i], &special[i], 4);
+        std::memcpy(&h[1024 + 2 * i], &special[i], 4);
+    }
+    for (auto [bins, offset] : {std::pair{64, -48}, {16, -8}, {1, 0}, {255, -126}, {256, -126}, {300, -160}, {64, 100},
+                                {64, 65}, {4096, -1000}})
         for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
             for (bool strided : {false, true}) {
                 INFO(dtype_name(dt) << (strided ? " strided" : "") << " bins " << bins << " offset " << offset);

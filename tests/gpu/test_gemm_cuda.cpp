@@ -1626,10 +1626,11 @@ TEST_CASE("gpu gemm: the lean twins of rule 7 give the general kernels' bits, an
     CHECK(gemm::selected_kernel(A, B, C32).find(" lean") == std::string::npos);
 }
 
-// Named outputs (include/kiln/hist.hpp) are counted by the general epilogue as it stores them
-// where the product runs it (float32 C, beta), and after the product where it runs another (the
-// 16-bit register epilogue, the persistent kernels); every dtype, a bias, ReLU, odd sizes, a
-// batch, 4096 bins; the counts equal hist() of C either way.
+// Named outputs (include/kiln/hist.hpp) are counted by the kernel that stores them, as it
+// stores them: the general epilogue (float32 C, beta), the 16-bit register epilogue (in place of
+// a lean twin), the persistent kernels (16-bit and float32 C, the tf32 kernel with B through
+// registers), splits in a cluster and global slices' reduction; every dtype, a bias, ReLU,
+// bsum, odd sizes, a batch, 4096 bins; the counts equal hist() of C.
 TEST_CASE("gpu gemm: named outputs are counted in the epilogue's store path") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
@@ -1637,37 +1638,58 @@ TEST_CASE("gpu gemm: named outputs are counted in the epilogue's store path") {
     auto random = [&](Shape s, DType dt) { return test::random_normal(ctx, g, s, dt); };
     struct Case {
         int64_t batch, m, n, k;
-        DType dt;
-        bool bias, relu, beta;
+        DType dt, cdt;
+        bool bias, relu, beta, bsum;
         int bins, offset;
-        int in_store;   // 1: counted as stored, 0: after, -1: either (4096 bins a warp may not fit)
+        int in_store;                      // 1: counted as stored, -1: either (4096 bins a warp may not fit)
+        const char* kernel = nullptr;      // KILN_GEMM_KERNEL
+        const char* splits = nullptr;      // KILN_GEMM_SPLITS
+        bool tf32 = false;
     };
+    const DType f32 = DType::Float32, f16 = DType::Float16, bf16 = DType::BFloat16;
     const Case cases[] = {
-        {0, 100, 70, 50, DType::Float32, false, false, false, 64, -48, 1},
-        {0, 1024, 2048, 512, DType::Float16, true, true, false, 64, -48, 0},
-        {0, 777, 1000, 300, DType::BFloat16, false, false, true, 9, -3, 1},
-        {0, 1024, 1024, 512, DType::Float16, true, true, true, 64, -48, 1},
-        {0, 4096, 4096, 1024, DType::Float16, false, false, false, 64, -20, 0},   // the persistent kernels' size
-        {3, 200, 304, 64, DType::Float16, true, false, false, 64, -48, 0},
-        {3, 200, 300, 64, DType::Float16, true, false, false, 64, -48, 1},   // rows not 16 bytes apart: general
-        {3, 200, 300, 64, DType::Float32, true, false, false, 64, -48, 1},
-        {0, 512, 512, 256, DType::Float32, false, false, false, 4096, -1000, -1},
+        {0, 100, 70, 50, f32, f32, false, false, false, false, 64, -48, 1},
+        {0, 1024, 2048, 512, f16, f16, true, true, false, false, 64, -48, 1},   // the register epilogue (a lean twin's shape)
+        {0, 1000, 1000, 512, bf16, bf16, true, false, false, true, 64, -48, 1},   // with bsum
+        {0, 777, 1000, 300, bf16, bf16, false, false, true, false, 9, -3, 1},
+        {0, 1024, 1024, 512, f16, f16, true, true, true, false, 64, -48, 1},
+        {0, 4096, 4096, 1024, f16, f16, false, false, false, false, 64, -20, 1},   // the persistent kernels' size
+        // the persistent kernels (more tiles than SMs), rows and columns past the tiles
+        {0, 3000, 2008, 256, f16, f16, true, true, false, false, 64, -48, 1, "kiln_gemm_wg_f16_kt_256_c2_s4_p"},
+        {0, 3000, 2008, 256, f16, f32, true, false, false, false, 64, -48, 1, "kiln_gemm_wg_f16_kt_256_c2_s4_pf"},
+        {0, 3000, 2008, 256, f32, f32, true, false, false, false, 64, -48, 1, "kiln_gemm_wg_tf32_kt_256x128_c2_s4_pf",
+         nullptr, true},
+        {0, 200, 300, 4096, f16, f16, true, false, false, false, 64, -48, 1, nullptr, "4"},    // global slices
+        {0, 200, 296, 4096, f16, f16, true, false, false, true, 64, -48, 1, nullptr, "4"},     // with bsum
+        {0, 200, 304, 4096, f16, f16, true, false, false, false, 64, -48, 1, nullptr, "3c"},   // sums pushed
+        {0, 200, 304, 4096, f16, f16, false, false, false, false, 64, -48, 1, nullptr, "4c"},
+        {3, 200, 304, 64, f16, f16, true, false, false, false, 64, -48, 1},
+        {3, 200, 300, 64, f16, f16, true, false, false, false, 64, -48, 1},   // rows not 16 bytes apart: general
+        {3, 200, 300, 64, f32, f32, true, false, false, false, 64, -48, 1},
+        {0, 512, 512, 256, f32, f32, false, false, false, false, 4096, -1000, -1},
     };
     for (const Case& c : cases) {
-        INFO("batch " << c.batch << " " << c.m << "x" << c.n << "x" << c.k << " " << dtype_name(c.dt) << " bins " << c.bins);
+        INFO("batch " << c.batch << " " << c.m << "x" << c.n << "x" << c.k << " " << dtype_name(c.dt) << " -> "
+                      << dtype_name(c.cdt) << " bins " << c.bins << " kernel " << (c.kernel ? c.kernel : "-") << " splits "
+                      << (c.splits ? c.splits : "-"));
         set_hist_buffers(ctx, c.bins, c.offset);
+        ctx.set_allow_tf32(c.tf32);
         const Shape cs = c.batch ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n};
         Tensor A = random(c.batch ? Shape{c.batch, c.m, c.k} : Shape{c.m, c.k}, c.dt);
         Tensor B = random(c.batch ? Shape{c.batch, c.k, c.n} : Shape{c.k, c.n}, c.dt);
-        Tensor C = random(cs, c.dt);
+        Tensor C = random(cs, c.cdt);
         DotOptions o;
         if (c.bias) o.bias = random({c.n}, DType::Float32);
         o.relu = c.relu;
         if (c.beta) o.beta = 0.5;
+        if (c.bsum) o.bsum = ctx.zeros({c.m, 1}, DType::Float32);
         set_hist_tag(C, "C");
         set_hist_named(ctx, true);
-        if (c.batch) batched_dot(A, B, C, o);
-        else compound_dot(A, B, C, o);
+        {
+            const test::ScopedEnv kernel("KILN_GEMM_KERNEL", c.kernel), splits("KILN_GEMM_SPLITS", c.splits);
+            if (c.batch) batched_dot(A, B, C, o);
+            else compound_dot(A, B, C, o);
+        }
         if (c.in_store >= 0) CHECK(gemm::last_gemm_counted() == (c.in_store == 1));
         set_hist_named(ctx, false);
         hist(C, "check");
@@ -1680,4 +1702,5 @@ TEST_CASE("gpu gemm: named outputs are counted in the epilogue's store path") {
         for (int32_t n : named) total += n;
         CHECK(total == C.size());
     }
+    ctx.set_allow_tf32(false);
 }

@@ -12,7 +12,10 @@
 
 #include <kiln/kiln.hpp>
 
+#include "kernels/cuda/pool_cuda.hpp"
+
 #include <cmath>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -132,6 +135,60 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
                 CHECK(count_off(gg, as_double(gc), dt, scale, "bprop vs cpu") == 0);
                 if (op == PoolOp::Max && beta == 0) CHECK(gg == gc);   // the same shares in the same order
             }
+}
+
+// A named output of pooling and LRN, forward and backward, is counted by the kernel as it stores
+// it (the counts equal hist() of the output): every pooling op and float dtype, 16-byte vectors
+// and single channels, alpha and beta, overlapping windows.
+TEST_CASE("gpu pool: named outputs of pooling and LRN are counted in their kernels' store path") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"});
+    set_hist_buffers(gpu, 64, -40);
+    auto check_named = [&](Tensor& out, const std::function<void()>& call) {
+        set_hist_tag(out, "out");
+        dump_hist_data(gpu);
+        set_hist_named(gpu, true);
+        call();
+        CHECK(gemm::last_pool_counted());
+        set_hist_named(gpu, false);
+        hist(out, "check");
+        HistData d = dump_hist_data(gpu);
+        REQUIRE(d.tags == std::vector<std::string>{"out", "check"});
+        const std::vector<int32_t> counts = d.counts.to_vector<int32_t>();
+        CHECK(std::vector<int32_t>(counts.begin(), counts.begin() + 64) == std::vector<int32_t>(counts.begin() + 64, counts.end()));
+        int64_t total = 0;
+        for (int i = 0; i < 64; ++i) total += counts[i];
+        CHECK(total == out.size());
+    };
+    uint32_t seed = 300;
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (PoolOp op : {PoolOp::Max, PoolOp::Avg, PoolOp::L2})
+            for (int64_t C : {64, 3}) {
+                const PoolLayer L = pool_layer(dt, op, 4, C, {1, 17, 17}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2});
+                INFO(dtype_name(dt) << " " << L.str());
+                Tensor X = gpu.array(uniform(numel(L.input_shape()), ++seed, -3.f, 3.f), L.input_shape(), dt);
+                Tensor E = gpu.array(uniform(numel(L.output_shape()), ++seed, -1.f, 1.f), L.output_shape(), dt);
+                Tensor O = gpu.array(uniform(numel(L.output_shape()), ++seed, -1.f, 1.f), L.output_shape(), dt);
+                Tensor G = gpu.array(uniform(numel(L.input_shape()), ++seed, -1.f, 1.f), L.input_shape(), dt);
+                Tensor A = gpu.empty(L.output_shape(), DType::Int32);
+                Tensor Y = gpu.empty(L.output_shape(), dt);
+                fprop_pool(L, X, Y, op == PoolOp::Max ? std::optional<Tensor>(A) : std::nullopt);
+                check_named(O, [&] { fprop_pool(L, X, O, std::nullopt, 0.5, 0.25); });
+                check_named(G, [&] {
+                    bprop_pool(L, E, G, op == PoolOp::Max ? std::optional<Tensor>(A) : std::nullopt, 1.0, 0.5,
+                               op == PoolOp::L2 ? std::optional<Tensor>(X) : std::nullopt,
+                               op == PoolOp::L2 ? std::optional<Tensor>(Y) : std::nullopt);
+                });
+            }
+    for (DType dt : {DType::Float32, DType::BFloat16}) {
+        const PoolLayer L = lrn_layer(dt, 4, 64, {1, 9, 9}, 5);
+        INFO(dtype_name(dt) << " " << L.str());
+        Tensor X = gpu.array(uniform(numel(L.input_shape()), ++seed, -3.f, 3.f), L.input_shape(), dt);
+        Tensor E = gpu.array(uniform(numel(L.input_shape()), ++seed, -1.f, 1.f), L.input_shape(), dt);
+        Tensor O = gpu.empty(L.input_shape(), dt), D = gpu.empty(L.input_shape(), dt), G = gpu.empty(L.input_shape(), dt);
+        check_named(O, [&] { fprop_lrn(L, X, O, D, 1.0, 0.0, 1e-2, 0.75); });
+        check_named(G, [&] { bprop_lrn(L, X, O, E, G, D, 1.0, 0.0, 1e-2, 0.75); });
+    }
 }
 
 TEST_CASE("gpu pool: a strided or in-place output takes the expression path, with the same values; a tensor never written is named") {

@@ -68,6 +68,36 @@ __device__ __forceinline__ float2 unpack2(uint32_t w, int dtype) {
     return __half22float2(*reinterpret_cast<const __half2*>(&w));
 }
 
+// kHist in the persistent kernels: the block's counters (hist_bins words at byte hist_smem of
+// its dynamic shared memory `smem`), zeroed by the 256 consumer threads (ctid: 0..255) behind
+// barrier 1; hist_flush_block adds them to p.hist once every consumer is done counting. Both
+// do nothing without kHist.
+__device__ __forceinline__ void hist_begin_block(const GemmParams& p, unsigned char* smem, int ctid) {
+    if (!(p.flags & kHist)) return;
+    uint32_t* h = reinterpret_cast<uint32_t*>(smem + p.hist_smem);
+    for (int i = ctid; i < p.hist_bins; i += 256) h[i] = 0;
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+}
+__device__ __forceinline__ void hist_flush_block(const GemmParams& p, unsigned char* smem, int ctid) {
+    if (!(p.flags & kHist)) return;
+    const uint32_t* h = reinterpret_cast<const uint32_t*>(smem + p.hist_smem);
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    for (int i = ctid; i < p.hist_bins; i += 256)
+        if (h[i]) atomicAdd(p.hist + i, h[i]);
+}
+
+// kHist: counts the 16-bit values of `words` (pack2 order) into the warp's counters h, the
+// first `left` of them (the columns inside C).
+template <int NWORDS>
+__device__ __forceinline__ void hist_count_words(const GemmParams& p, uint32_t* h, const uint32_t* words, int left) {
+#pragma unroll
+    for (int i = 0; i < NWORDS; ++i) {
+        const float2 v = unpack2(words[i], p.c_dtype);
+        if (2 * i < left) atomicAdd(h + kiln_hist_bin(v.x, p.hist_bins, p.hist_offset), 1u);
+        if (2 * i + 1 < left) atomicAdd(h + kiln_hist_bin(v.y, p.hist_bins, p.hist_offset), 1u);
+    }
+}
+
 // Zeroes the accumulators of this thread's columns at or past N (the tile's first `cols_left`
 // columns are inside C). TMA fills B's columns past N with zeros, so these hold A . 0: zero,
 // or NaN where a row of A holds an infinity, which the register epilogues' row sums (bsum)
@@ -280,6 +310,8 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     // Each row: BN / 8 chunks of 16 bytes, a lane per chunk.
     constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
     const int warp = tid / 32, lane = tid % 32;
+    // kHist: each warp counts the values it stores (the lean twins hold no counting code).
+    uint32_t* const hist = LEAN == kGeneral && (p.flags & kHist) ? hist_begin(p, warp, lane) : nullptr;
     const int r_in = lane / kChunks, chunk = lane % kChunks;
     uint16_t* C = static_cast<uint16_t*>(p.c) + int64_t(z) * p.c_batch;
     const int n = n0 + 8 * chunk;
@@ -294,7 +326,9 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
             const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
             for (int i = 0; i < 8 && n + i < p.n; ++i) dst[i] = e[i];
         }
+        if (hist) hist_count_words<4>(p, hist, &v.x, p.n - n);
     }
+    if (hist) hist_flush(p, hist, lane);
     if (LEAN != kLeanPlain && (p.flags & kBsum) && !p.bsum_cluster) finish_row_sums();
 }
 

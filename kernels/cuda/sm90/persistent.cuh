@@ -118,8 +118,23 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                     *reinterpret_cast<uint32_t*>(staged + (16 * warp + g + 8 * h) * 128 + (jj ^ g) * 16 + 4 * q) =
                         results[2 * (hf * (kPartCols / 8) + jj) + h];
             send_part(staged, pending_box, hf);
+            // kHist: the part's values, counted as the part is stored (while the next tile's
+            // first multiplies run). Rows and columns past C are not counted.
+            if (p.flags & kHist) {
+                uint32_t* const h = reinterpret_cast<uint32_t*>(smem + p.hist_smem);
+                const int row = pending_box[1] + 16 * warp + g, col = pending_box[0] + kPartCols * hf + 2 * q;
+#pragma unroll
+                for (int jj = 0; jj < kPartCols / 8; ++jj)
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh)
+                        if (row + 8 * hh < p.m)
+                            hist_count_words<1>(p, h, &results[2 * (hf * (kPartCols / 8) + jj) + hh],
+                                                p.n - (col + 8 * jj));
+            }
         }
     };
+    // kHist: the block's counters past its shared memory (a warp's each would not fit).
+    hist_begin_block(p, smem, ctid + 128 * c);
     int it = 0;
     for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
@@ -168,6 +183,12 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                     const int r = 16 * warp + g + 8 * h;
                     *reinterpret_cast<float2*>(staged + r * 128 + ((2 * jj + q / 2) ^ g) * 16 + 8 * (q % 2)) = v;
                     row_sum[h] += v.x + v.y;   // columns past N hold zeros (zero_columns_past_n)
+                    if ((p.flags & kHist) && m0 + r < p.m) {
+                        uint32_t* const h = reinterpret_cast<uint32_t*>(smem + p.hist_smem);
+                        const int n = n0 + 8 * j + 2 * q;
+                        if (n < p.n) atomicAdd(h + kiln_hist_bin(v.x, p.hist_bins, p.hist_offset), 1u);
+                        if (n + 1 < p.n) atomicAdd(h + kiln_hist_bin(v.y, p.hist_bins, p.hist_offset), 1u);
+                    }
                 }
             }
             const int box[3] = {n0, m0, z};
@@ -193,6 +214,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             }
         }
     }
+    hist_flush_block(p, smem, ctid + 128 * c);
     if (ctid == 0) tma_store_wait_all();
 }
 

@@ -139,6 +139,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
     int part = 0, it = 0;
     uint32_t frag[2][4];
+    hist_begin_block(p, smem, ctid + 128 * c);   // kHist: the block's counters
     for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
         const Tile at = tile_of(p, t - z * per_entry);
@@ -201,6 +202,11 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
                     const int row = 8 * jj + 2 * q + r;
                     *reinterpret_cast<float2*>(staged + 4096 * (box % 2) + 128 * row + 16 * (chunk ^ (row % 8)) + 8 * half) = v;
                     pair_sums[2 * jj + r] = v.x + v.y;   // columns past N hold zeros (zeroed above)
+                    if ((p.flags & kHist) && m0 + 32 * hf + row < p.m) {
+                        uint32_t* const h = reinterpret_cast<uint32_t*>(smem + p.hist_smem);
+                        if (n < p.n) atomicAdd(h + kiln_hist_bin(v.x, p.hist_bins, p.hist_offset), 1u);
+                        if (n + 1 < p.n) atomicAdd(h + kiln_hist_bin(v.y, p.hist_bins, p.hist_offset), 1u);
+                    }
                 }
             }
             if (bsum) sums[hf] = sum_over_columns_scattered(pair_sums, g);
@@ -245,6 +251,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent_bregs(const GemmParams& p,
             }
         }
     }
+    hist_flush_block(p, smem, ctid + 128 * c);
     if (ctid == 0) tma_store_wait_all();
 }
 
