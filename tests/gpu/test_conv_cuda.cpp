@@ -6,6 +6,7 @@
 #include "tests/support/cache_dir.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/gpu.hpp"
+#include "tests/support/named_counts.hpp"
 #include "tests/support/random_values.hpp"
 
 #include <kiln/kiln.hpp>
@@ -747,20 +748,9 @@ TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
     auto random = [&](Shape s, DType dt) { return test::random_normal(ctx, g, s, dt); };
     // in_store: 1 counted as stored by the implicit kernels, 0 after the call, -1 not asked
     auto check_named = [&](Tensor& out, int in_store, const std::function<void()>& call) {
-        set_hist_tag(out, "out");
-        dump_hist_data(ctx);
-        set_hist_named(ctx, true);
-        call();
-        if (in_store >= 0) CHECK(gemm::last_conv_counted() == (in_store == 1));
-        set_hist_named(ctx, false);
-        hist(out, "check");
-        HistData d = dump_hist_data(ctx);
-        REQUIRE(d.tags == std::vector<std::string>{"out", "check"});
-        const std::vector<int32_t> counts = d.counts.to_vector<int32_t>();
-        CHECK(std::vector<int32_t>(counts.begin(), counts.begin() + 64) == std::vector<int32_t>(counts.begin() + 64, counts.end()));
-        int64_t total = 0;
-        for (int i = 0; i < 64; ++i) total += counts[i];
-        CHECK(total == out.size());
+        test::check_named_counts(ctx, out, 64, call, [&] {
+            if (in_store >= 0) CHECK(gemm::last_conv_counted() == (in_store == 1));
+        });
     };
     const bool implicit = sm90(ctx);
     for (DType dt : {DType::Float16, DType::Float32}) {   // the implicit-GEMM kernel (sm_90, 16-bit), im2col + GEMM

@@ -8,6 +8,7 @@
 // without a CUDA device.
 #include "tests/support/catch.hpp"
 #include "tests/support/gpu.hpp"
+#include "tests/support/named_counts.hpp"
 #include "tests/support/pool_reference.hpp"
 
 #include <kiln/kiln.hpp>
@@ -145,20 +146,7 @@ TEST_CASE("gpu pool: named outputs of pooling and LRN are counted in their kerne
     Context gpu(ContextOptions{"cuda"});
     set_hist_buffers(gpu, 64, -40);
     auto check_named = [&](Tensor& out, const std::function<void()>& call) {
-        set_hist_tag(out, "out");
-        dump_hist_data(gpu);
-        set_hist_named(gpu, true);
-        call();
-        CHECK(gemm::last_pool_counted());
-        set_hist_named(gpu, false);
-        hist(out, "check");
-        HistData d = dump_hist_data(gpu);
-        REQUIRE(d.tags == std::vector<std::string>{"out", "check"});
-        const std::vector<int32_t> counts = d.counts.to_vector<int32_t>();
-        CHECK(std::vector<int32_t>(counts.begin(), counts.begin() + 64) == std::vector<int32_t>(counts.begin() + 64, counts.end()));
-        int64_t total = 0;
-        for (int i = 0; i < 64; ++i) total += counts[i];
-        CHECK(total == out.size());
+        test::check_named_counts(gpu, out, 64, call, [] { CHECK(gemm::last_pool_counted()); });
     };
     uint32_t seed = 300;
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
