@@ -547,9 +547,11 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // shared memory; otherwise the call counts the output after the convolution.
     const WalkTile walk = plan.walk ? walk_for(L, t) : WalkTile{};
     int smem = plan.walk ? walk.smem : t.smem;
-    const int at = (smem + 15) & ~15, bytes = 256 / 32 * (count ? count->bins : 0) * 4;
-    if (count && at + bytes + be.static_shared(be.precompiled(kiln_conv_sm90_image, plan.walk ? walk.entry : t.entry, 0)) <=
-                     be.info().max_shared_optin) {
+    const int bytes = 256 / 32 * (count ? count->bins : 0) * 4;
+    const int at = count ? detail::counters_at(be, be.precompiled(kiln_conv_sm90_image, plan.walk ? walk.entry : t.entry, 0),
+                                               smem, bytes)
+                         : -1;
+    if (at >= 0) {
         g.hist = static_cast<uint32_t*>(count->counters);
         g.hist_bins = count->bins, g.hist_offset = count->offset, g.hist_smem = at;
         g.flags |= kHist;
@@ -690,10 +692,9 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     // shared memory, where they fit beside it; else the call counts grad_F after this.
     int smem = w.smem;
     if (count) {
-        const int at = (smem + 15) & ~15, bytes = 256 / 32 * count->bins * 4;
-        const bool fits =
-            at + bytes + be.static_shared(be.precompiled(kiln_conv_sm90_image, w.entry, 0)) <= be.info().max_shared_optin;
-        if (w.splits > 1 || fits) {
+        const int bytes = 256 / 32 * count->bins * 4;
+        const int at = w.splits > 1 ? 0 : detail::counters_at(be, be.precompiled(kiln_conv_sm90_image, w.entry, 0), smem, bytes);
+        if (at >= 0) {
             g.hist = static_cast<uint32_t*>(count->counters);
             g.hist_bins = count->bins, g.hist_offset = count->offset;
             g.flags |= kHist;

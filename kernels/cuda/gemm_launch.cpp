@@ -258,6 +258,11 @@ void detail::reduce_slices(cuda::CudaBackend& be, const GemmParams& p, const flo
                           smem, params, {.programmatic = sm80_image_programmatic(be)});
 }
 
+int detail::counters_at(cuda::CudaBackend& be, CUfunction f, int smem, int bytes) {
+    const int at = (smem + 15) & ~15;
+    return at + bytes + be.static_shared(f) <= be.info().max_shared_optin ? at : -1;
+}
+
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
 // their sum (into `bsum` when given). `p` holds the operands and the epilogue.
 bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a,
@@ -412,31 +417,32 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     // a counted product runs the full kernel of the same tile. Where the counters do not fit
     // beside the kernel's static and dynamic shared memory, the product runs uncounted and is
     // counted after the call.
-    if ((p.flags & kHist) && !slices_k && !k.persistent) twin = nullptr;
-    std::string entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
-    const auto image_of = [&](const std::string& e) {
-        return be.precompiled(k.path == GemmPath::Wgmma ? sm90_image(e) : kiln_gemm_sm80_image, e, 0);
+    const auto entry_of = [&](const char* suffix) { return k.entry + (b_shared ? "_shb" : "") + (suffix ? suffix : ""); };
+    const auto function = [&](const std::string& e, int dynamic) {
+        return be.precompiled(k.path == GemmPath::Wgmma ? sm90_image(e) : kiln_gemm_sm80_image, e, dynamic);
     };
     bool counted = false;
     if (p.flags & kHist) {
         if (slices_k) {
             counted = true;   // by the reduction (reduce_slices); the slices are not C
         } else {
-            const int at = (smem + 15) & ~15, bytes = (k.persistent ? 1 : k.threads / 32) * q.hist_bins * 4;
-            if (at + bytes + be.static_shared(image_of(entry)) <= be.info().max_shared_optin) {
+            const char* counting = k.persistent ? twin : nullptr;
+            const int bytes = (k.persistent ? 1 : k.threads / 32) * q.hist_bins * 4;
+            const int at = counters_at(be, function(entry_of(counting), 0), smem, bytes);
+            if (at >= 0) {
                 q.hist_smem = at;
                 smem = at + bytes;
                 counted = true;
+                twin = counting;
             } else {
                 q.flags &= ~kHist;
-                twin = lean_twin(k, p, dt, bsum != nullptr);   // uncounted: the twin where there is one
-                entry = k.entry + (b_shared ? "_shb" : "") + (twin ? twin : "");
             }
         }
     }
+    const std::string entry = entry_of(twin);
     last_launch_lean = twin != nullptr;
     last_launch_counted = counted;
-    CUfunction f = be.precompiled(k.path == GemmPath::Wgmma ? sm90_image(entry) : kiln_gemm_sm80_image, entry, smem);
+    CUfunction f = function(entry, smem);
     log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks, clusters of {})", M, N, K, batch, dtype_name(dt),
               describe(k), b_shared ? " B shared x" + std::to_string(share_b) : "", twin ? " lean" : "", k.bm, k.bn,
               blocks * grid_y, cluster);

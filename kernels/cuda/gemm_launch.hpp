@@ -72,9 +72,14 @@ CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t oute
 GemmParams slice_params(const GemmParams& p, void* slices);
 void reduce_slices(cuda::CudaBackend& be, const GemmParams& p, const float* slices);
 
+// Where a kernel's histogram counters (kHist: `bytes` of them) start in its dynamic shared
+// memory: past its own `smem` bytes, 16-byte aligned; -1 where they would not fit beside those
+// and f's static shared memory.
+int counters_at(cuda::CudaBackend& be, CUfunction f, int smem, int bytes);
+
 // One product with kernel `chosen` as launched (gemm_launch.cpp). With kHist in `p`: true when
-// the kernel counted C's values (the general epilogue ran and its counters fit), else the flag
-// is dropped and nothing is counted.
+// the kernels counted C's values (their counters fit), else the flag is dropped and nothing is
+// counted.
 bool run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,
                 DType dt, const Tensor* bsum, int c_rank);
 

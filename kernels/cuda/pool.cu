@@ -116,8 +116,6 @@ __device__ __forceinline__ void store_index(int32_t* base, int64_t i, const int 
     }
 }
 
-// dst[at..] = alpha * r + beta * dst[at..] (its value before), unfused, as the expression path
-// computes it, rounded once into T.
 // The output's histogram (PoolHist): the block's counters, zeroed, or null where the call does
 // not count; count_stored adds the values as stored (rounded to T); hist_end adds the block's
 // counters to the call's. Every thread of the block calls hist_begin and hist_end.
@@ -140,7 +138,8 @@ __device__ __forceinline__ void hist_end(const PoolHist& h, const uint32_t* loca
         if (local[i]) atomicAdd(h.counts + i, local[i]);
 }
 
-// alpha * r + beta * dst into dst, counted into `local` (hist_begin) where not null.
+// dst[at..] = alpha * r + beta * dst[at..] (its value before), unfused, as the expression path
+// computes it, rounded once into T; counted into `local` (hist_begin) where not null.
 template <class T, int V>
 __device__ __forceinline__ void finish(float alpha, float beta, void* dst, int64_t at, float (&r)[V], const PoolHist& h,
                                        uint32_t* local) {
