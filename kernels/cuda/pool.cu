@@ -16,7 +16,8 @@
 // No atomics: the result is deterministic, and the same sums in the same order as the CPU path.
 // Both end with alpha * result + beta * destination, rounded once into the dtype, and where the
 // call counts its output (PoolHist), each block counts the values it stores.
-// LRN (below) sums squares, and backward E O / denom, over windows of channels the same way.
+// LRN (below) sums squares, and backward E O / denom, over windows of channels the same way;
+// backward takes the channels beside a thread's own from the neighbouring lanes.
 // Entries: kiln_pool_{fprop,bprop}_{max,avg,l2}_{f32,f16,bf16}_v<V>,
 // kiln_lrn_{fprop,bprop}_{f32,f16,bf16}_h<J / 2>.
 #include "kernels/cuda/hist_bin.cuh"
@@ -358,6 +359,49 @@ __device__ __forceinline__ void each_lrn_item(const LrnParams& p, F&& f) {
         f(pos * p.C + c0, c0);
     }
 }
+// The same with the lanes of a warp together (for beside's shuffles): lanes past the last item
+// run with live false and must not touch memory.
+template <int V, class F>
+__device__ __forceinline__ void each_lrn_item_warp(const LrnParams& p, F&& f) {
+    const int lane = int(threadIdx.x & 31);
+    for (int64_t i0 = int64_t(blockIdx.x) * blockDim.x + (threadIdx.x & ~31u); i0 < p.items; i0 += int64_t(gridDim.x) * blockDim.x) {
+        const bool live = i0 + lane < p.items;
+        const int64_t i = live ? i0 + lane : i0, pos = quotient(i, p.lanes);
+        const int c0 = int(i - pos * p.lanes.d) * V;
+        f(pos * p.C + c0, c0, live);
+    }
+}
+// v[V .. 2V) holds the thread's V values; fills the H either side (v[V - H .. V) and
+// v[2V .. 2V + H), zeros past the edges of the channels) from the neighbouring lanes, which hold
+// the vectors beside this one (a warp's items are consecutive); only the first and last lanes of
+// a warp compute their neighbour's vector, through f(element, values). Every lane of the warp
+// calls it.
+template <int V, int H, class F>
+__device__ __forceinline__ void beside(int64_t at, int c0, int C, bool live, float (&v)[3 * V], F&& f) {
+    const int lane = int(threadIdx.x & 31);
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+        v[V - H + j] = __shfl_up_sync(0xffffffffu, v[2 * V - H + j], 1);
+        v[2 * V + j] = __shfl_down_sync(0xffffffffu, v[V + j], 1);
+    }
+    float e[V];
+    if (c0 == 0) {
+#pragma unroll
+        for (int j = 0; j < H; ++j) v[V - H + j] = 0.f;
+    } else if (lane == 0) {
+        f(at - V, e);
+#pragma unroll
+        for (int j = 0; j < H; ++j) v[V - H + j] = e[V - H + j];
+    }
+    if (c0 + V >= C) {
+#pragma unroll
+        for (int j = 0; j < H; ++j) v[2 * V + j] = 0.f;
+    } else if (lane == 31 && live) {
+        f(at + V, e);
+#pragma unroll
+        for (int j = 0; j < H; ++j) v[2 * V + j] = e[j];
+    }
+}
 
 template <class T, int V, int H>
 __device__ __forceinline__ void lrn_fprop(const LrnParams& p, uint32_t* local) {
@@ -374,18 +418,32 @@ __device__ __forceinline__ void lrn_fprop(const LrnParams& p, uint32_t* local) {
     });
 }
 
+// Backward reads the window's err * out / denom from three tensors: its neighbours' come from
+// the lanes beside (beside), 3 vector loads an item instead of 9.
 template <class T, int V, int H>
 __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
-    each_lrn_item<V>(p, [&](int64_t at, int c0) {
-        // err * out / denom around c0: err and out first, then divided by denom.
-        float ratio[3 * V], outs[3 * V];   // (outs: fprop's output around c0)
-        around<T, V>(p.out, at, c0, p.C, outs, [](float e, int) { return e; });
-        around<T, V>(p.err, at, c0, p.C, ratio, [&](float e, int j) { return __fmul_rn(e, outs[j]); });
-        around<T, V>(p.denom, at, c0, p.C, ratio, [&](float dv, int j) { return __fdiv_rn(ratio[j], dv); });
-        float x[V], e[V], d[V], r[V];
+    auto ratios = [&](int64_t a, float (&q)[V]) {
+        float o[V], e[V], d[V];
+        load<T, V>(p.out, a, o);
+        load<T, V>(p.err, a, e);
+        load<T, V>(p.denom, a, d);
+#pragma unroll
+        for (int k = 0; k < V; ++k) q[k] = __fdiv_rn(__fmul_rn(e[k], o[k]), d[k]);
+    };
+    each_lrn_item_warp<V>(p, [&](int64_t at, int c0, bool live) {
+        float o[V], e[V], d[V], ratio[3 * V], x[V], r[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) o[k] = 0.f, e[k] = 0.f, d[k] = 1.f;
+        if (live) {
+            load<T, V>(p.out, at, o);
+            load<T, V>(p.err, at, e);
+            load<T, V>(p.denom, at, d);
+        }
+#pragma unroll
+        for (int k = 0; k < V; ++k) ratio[V + k] = __fdiv_rn(__fmul_rn(e[k], o[k]), d[k]);
+        beside<V, H>(at, c0, p.C, live, ratio, ratios);
+        if (!live) return;
         load<T, V>(p.in, at, x);
-        load<T, V>(p.err, at, e);
-        load<T, V>(p.denom, at, d);
 #pragma unroll
         for (int k = 0; k < V; ++k)
             r[k] = __fsub_rn(__fmul_rn(e[k], power<T>(d[k], -p.bpower)),

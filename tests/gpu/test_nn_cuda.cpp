@@ -280,18 +280,23 @@ TEST_CASE("gpu nn: batch norm (training, inference, relu, residual; backward) an
             CHECK(count_apart(g.y, c.y, dt, 10 * ulp(dt) + 1e-5, "y (training, relu, residual)") == 0);
             CHECK(count_apart(g.yi, c.yi, dt, 10 * ulp(dt) + 1e-5, "y (inference)") == 0);
             CHECK(count_apart(g.dx, c.dx, dt, 10 * ulp(dt) + 1e-4, "delta_out") == 0);
-            // LRN across 5 channels, forward and backward.
-            const PoolLayer L = lrn_layer(dt, shape[0], C, {1, shape[1], shape[2]}, 5);
-            Tensor Og = gpu.empty(shape, dt), Dg = gpu.empty(shape, dt), Gg = gpu.empty(shape, dt);
-            Tensor Oc = cpu.empty(shape, dt), Dc = cpu.empty(shape, dt), Gc = cpu.empty(shape, dt);
-            const uint64_t before = gpu.counters().assignments;
-            fprop_lrn(L, g.x, Og, Dg, 1.0, 0.0, 1e-2, 0.75);
-            CHECK(gpu.counters().assignments == before);   // the precompiled kernel
-            fprop_lrn(L, c.x, Oc, Dc, 1.0, 0.0, 1e-2, 0.75);
-            CHECK(count_apart(Dg, Dc, dt, 1e-6, "lrn denom") == 0);
-            CHECK(count_apart(Og, Oc, dt, 4 * ulp(dt), "lrn out") == 0);
-            bprop_lrn(L, g.x, Og, g.d, Gg, Dg, 1.0, 0.0, 1e-2, 0.75);
-            bprop_lrn(L, c.x, Oc, c.d, Gc, Dc, 1.0, 0.0, 1e-2, 0.75);
-            CHECK(count_apart(Gg, Gc, dt, 4 * ulp(dt), "lrn delta") == 0);
+            // LRN across 3, 5 and 9 channels (up to 4 either side: a whole float32 vector),
+            // forward and backward; the kernel's warps straddle positions of C = 40.
+            for (int64_t J : {3, 5, 9}) {
+                INFO("LRN across " << J << " channels");
+                const PoolLayer L = lrn_layer(dt, shape[0], C, {1, shape[1], shape[2]}, J);
+                Tensor Og = gpu.empty(shape, dt), Dg = gpu.empty(shape, dt), Gg = gpu.empty(shape, dt);
+                Tensor Oc = cpu.empty(shape, dt), Dc = cpu.empty(shape, dt), Gc = cpu.empty(shape, dt);
+                const uint64_t before = gpu.counters().assignments;
+                fprop_lrn(L, g.x, Og, Dg, 1.0, 0.0, 1e-2, 0.75);
+                CHECK(gpu.counters().assignments == before);   // the precompiled kernel
+                fprop_lrn(L, c.x, Oc, Dc, 1.0, 0.0, 1e-2, 0.75);
+                CHECK(count_apart(Dg, Dc, dt, 1e-6, "lrn denom") == 0);
+                CHECK(count_apart(Og, Oc, dt, 4 * ulp(dt), "lrn out") == 0);
+                bprop_lrn(L, g.x, Og, g.d, Gg, Dg, 1.0, 0.0, 1e-2, 0.75);
+                CHECK(gpu.counters().assignments == before);
+                bprop_lrn(L, c.x, Oc, c.d, Gc, Dc, 1.0, 0.0, 1e-2, 0.75);
+                CHECK(count_apart(Gg, Gc, dt, 4 * ulp(dt), "lrn delta") == 0);
+            }
         }
 }
