@@ -27,6 +27,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 using namespace kiln::gemm;
 
 namespace {
@@ -156,6 +158,52 @@ __device__ __forceinline__ void finish(float alpha, float beta, void* dst, int64
     if (local) count_stored<T, V>(h, local, r);
 }
 
+// Max pooling's state over 16-bit vectors, two channels a word: the largest value so far as
+// stored (16-bit) and its tap (16 bits; vector_width in pool_cuda.cpp keeps such windows below
+// 2^16 taps). A tap replaces the state where it is strictly greater, or where it is the window's
+// first (as the float path: a NaN is kept only as the first tap), by a mask from one paired
+// comparison, so a tap costs three instructions a pair of channels rather than converting and
+// comparing each: the forward kernel is bound by instruction issue. Unused (`used` false) for
+// float32 and single channels.
+template <class T, int V> struct MaxPairs {
+    static constexpr bool used = false;
+    __device__ __forceinline__ void add(const uint4&, int) {}
+    __device__ __forceinline__ void result(float (&)[V], int (&)[V]) const {}
+};
+template <class T> struct MaxPairs<T, 8> {
+    static_assert(sizeof(T) == 2, "vectors of 8 channels are 16-bit");
+    using T2 = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
+    static constexpr bool used = true;
+    static constexpr uint32_t kNegInf = std::is_same<T, __half>::value ? 0xfc00fc00u : 0xff80ff80u;
+    uint32_t value[4] = {kNegInf, kNegInf, kNegInf, kNegInf}, tap[4] = {0, 0, 0, 0};
+    static __device__ __forceinline__ uint32_t greater(uint32_t a, uint32_t b) {
+        T2 x, y;
+        memcpy(&x, &a, 4);
+        memcpy(&y, &b, 4);
+        return __hgt2_mask(x, y);
+    }
+    __device__ __forceinline__ void add(const uint4& w, int at_tap) {
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w}, taps = uint32_t(at_tap) * 0x10001u;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t m = at_tap == 0 ? ~0u : greater(words[j], value[j]);
+            value[j] = (words[j] & m) | (value[j] & ~m);
+            tap[j] = (taps & m) | (tap[j] & ~m);
+        }
+    }
+    __device__ __forceinline__ void result(float (&acc)[8], int (&arg)[8]) const {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            T lo, hi;
+            const uint16_t l = uint16_t(value[j]), h = uint16_t(value[j] >> 16);
+            memcpy(&lo, &l, 2);
+            memcpy(&hi, &h, 2);
+            acc[2 * j] = widen(lo), acc[2 * j + 1] = widen(hi);
+            arg[2 * j] = int(tap[j] & 0xffffu), arg[2 * j + 1] = int(tap[j] >> 16);
+        }
+    }
+};
+
 template <class T, int OP, int V>
 __device__ __forceinline__ void pool_fprop(const PoolParams& p, uint32_t* local) {
     const PoolShape& g = p.g;
@@ -171,6 +219,7 @@ __device__ __forceinline__ void pool_fprop(const PoolParams& p, uint32_t* local)
         int arg[V];
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[k] = OP == kMax ? -__int_as_float(0x7f800000) : 0.f, arg[k] = 0;
+        MaxPairs<T, V> pairs;   // (16-bit max over vectors: in place of acc and arg until the end)
         int inside = 0, tap = 0;
         const int RS = g.R * g.S;
         for (int j = 0; j < g.J; ++j) {
@@ -193,6 +242,10 @@ __device__ __forceinline__ void pool_fprop(const PoolParams& p, uint32_t* local)
 #pragma unroll
                     for (int u = 0; u < kBatch; ++u) {
                         if (!in[u]) continue;
+                        if constexpr (MaxPairs<T, V>::used && OP == kMax) {
+                            pairs.add(raw[u].w, tap + rs + u);
+                            continue;
+                        }
                         float v[V];
                         widen<T, V>(raw[u], v);
                         ++inside;
@@ -212,6 +265,7 @@ __device__ __forceinline__ void pool_fprop(const PoolParams& p, uint32_t* local)
             }
         }
         const int64_t at = pos * g.K + k0;
+        if constexpr (MaxPairs<T, V>::used && OP == kMax) pairs.result(acc, arg);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             if (OP == kAvg) acc[k] = __fdiv_rn(acc[k], float(inside));
@@ -317,11 +371,25 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
 
 // d^e: for 16-bit results and d > 0 the hardware's approximation (a few float32 ulps, far below
 // their rounding; the accurate powf made 16-bit LRN bound by instruction issue), else powf (the
-// approximation gives NaN for d <= 0, where powf is finite for integral e).
+// approximation gives NaN for d <= 0, where powf is finite for integral e). Where d and the
+// result are normal floats (d = 1 + a window's scaled squares, about 1), the approximation's
+// two steps run bare, without __powf's scaling of subnormal inputs and results, which gives
+// the same bits there at half its instructions.
 template <class T>
 __device__ __forceinline__ float power(float d, float e) {
-    if constexpr (sizeof(T) == 2) return d > 0.f ? __powf(d, e) : powf(d, e);
-    else return powf(d, e);
+    if constexpr (sizeof(T) == 2) {
+        float l;
+        asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(d));
+        l *= e;
+        if (d >= 1.17549435e-38f && l >= -126.f && l <= 128.f) {
+            float r;
+            asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(l));
+            return r;
+        }
+        return d > 0.f ? __powf(d, e) : powf(d, e);
+    } else {
+        return powf(d, e);
+    }
 }
 
 // The three vectors of channels around c0 (none past the edges: zeros) as `f` of each element.

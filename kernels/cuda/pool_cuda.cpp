@@ -44,10 +44,11 @@ const char* op_name(PoolOp op) { return op == PoolOp::Max ? "max" : op == PoolOp
 const char* type_name(DType t) { return t == DType::Float32 ? "f32" : t == DType::Float16 ? "f16" : "bf16"; }
 
 // 16 bytes of channels a thread where a window holds one channel and every tensor's channels
-// are whole, aligned 16-byte vectors; else one.
+// are whole, aligned 16-byte vectors; else one. (16-bit max pooling keeps a vector's winning taps
+// in 16 bits: windows of 2^16 taps or more take one channel a thread.)
 int vector_width(const PoolLayer& L, DType t, std::initializer_list<const Tensor*> tensors) {
     const int v = int(16 / dtype_size(t));
-    if (L.J != 1 || L.str_c != 1 || L.pad_c != 0 || L.C % v != 0) return 1;
+    if (L.J != 1 || L.str_c != 1 || L.pad_c != 0 || L.C % v != 0 || (L.op == PoolOp::Max && L.taps() >= 65536)) return 1;
     for (const Tensor* x : tensors)
         if (x && reinterpret_cast<uintptr_t>(detail::data_of(*x)) % 16 != 0) return 1;
     return v;

@@ -16,7 +16,9 @@
 #include "kernels/cuda/pool_cuda.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -136,6 +138,38 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
                 CHECK(count_off(gg, as_double(gc), dt, scale, "bprop vs cpu") == 0);
                 if (op == PoolOp::Max && beta == 0) CHECK(gg == gc);   // the same shares in the same order
             }
+}
+
+// Max pooling keeps the first tap, then every strictly greater one: with ties, zeros of both
+// signs, infinities and NaNs (kept only as a window's first tap) the GPU's kernels, 16-bit
+// vectors of channels among them, pick the CPU path's taps and values.
+TEST_CASE("gpu pool: max pooling over ties, signed zeros, infinities and NaNs picks the CPU path's taps") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> specials = {0.f, -0.f, 1.f, 1.f, -inf, inf, nan, -1.f, 0.5f, 0.5f, -inf, nan};
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (int64_t C : {int64_t(16), int64_t(5)}) {   // vectors of channels, and single channels
+            const PoolLayer L = pool_layer(dt, PoolOp::Max, 2, C, {1, 9, 7}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2});
+            INFO(L.str());
+            const Shape in = L.input_shape(), out = L.output_shape();
+            std::vector<float> x((size_t)numel(in));
+            std::mt19937 g(7);
+            for (auto& v : x) v = specials[g() % specials.size()];
+            Tensor Xg = gpu.array(x, in, dt), Xc = cpu.array(x, in, dt);
+            Tensor Og = gpu.empty(out, dt), Oc = cpu.empty(out, dt);
+            Tensor Ag = gpu.empty(out, DType::Int32), Ac = cpu.empty(out, DType::Int32);
+            const uint64_t before = gpu.counters().assignments;
+            fprop_pool(L, Xg, Og, Ag);
+            CHECK(gpu.counters().assignments == before);   // the precompiled kernel
+            fprop_pool(L, Xc, Oc, Ac);
+            CHECK(Ag.to_vector<int32_t>() == Ac.to_vector<int32_t>());
+            const std::vector<float> og = Og.to_vector<float>(), oc = Oc.to_vector<float>();
+            int64_t apart = 0;
+            for (size_t i = 0; i < og.size(); ++i)
+                if (!(std::isnan(og[i]) ? std::isnan(oc[i]) : std::memcmp(&og[i], &oc[i], sizeof(float)) == 0)) ++apart;
+            CHECK(apart == 0);
+        }
 }
 
 // A named output of pooling and LRN, forward and backward, is counted by the kernel as it stores
