@@ -167,7 +167,7 @@ __device__ __forceinline__ void finish(float alpha, float beta, void* dst, int64
 // float32 and single channels.
 template <class T, int V> struct MaxPairs {
     static constexpr bool used = false;
-    __device__ __forceinline__ void add(const uint4&, int) {}
+    __device__ __forceinline__ void add(const uint4&, int, bool) {}
     __device__ __forceinline__ void result(float (&)[V], int (&)[V]) const {}
 };
 template <class T> struct MaxPairs<T, 8> {
@@ -182,11 +182,11 @@ template <class T> struct MaxPairs<T, 8> {
         memcpy(&y, &b, 4);
         return __hgt2_mask(x, y);
     }
-    __device__ __forceinline__ void add(const uint4& w, int at_tap) {
+    __device__ __forceinline__ void add(const uint4& w, int at_tap, bool first) {
         const uint32_t words[4] = {w.x, w.y, w.z, w.w}, taps = uint32_t(at_tap) * 0x10001u;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const uint32_t m = at_tap == 0 ? ~0u : greater(words[j], value[j]);
+            const uint32_t m = first ? ~0u : greater(words[j], value[j]);
             value[j] = (words[j] & m) | (value[j] & ~m);
             tap[j] = (taps & m) | (tap[j] & ~m);
         }
@@ -208,6 +208,9 @@ template <class T, int OP, int V>
 __device__ __forceinline__ void pool_fprop(const PoolParams& p, uint32_t* local) {
     const PoolShape& g = p.g;
     const int64_t plane = int64_t(g.D) * g.H * g.W * g.C;
+    // Bytes from a tap to the next along a window's row, and from a row's last tap to the next row's first.
+    const int64_t next_tap = int64_t(g.C) * int64_t(sizeof(T)), next_row = (int64_t(g.W) - g.S + 1) * next_tap;
+    const bool small_span = int64_t(g.R) * g.W * next_tap < (int64_t(1) << 31);   // a window's offsets in 32 bits
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t pos = quotient(i, p.lanes);   // (n, m, p, q) in row-major order; below 2^31
         const int k0 = int(i - pos * p.lanes.d) * V;
@@ -226,42 +229,56 @@ __device__ __forceinline__ void pool_fprop(const PoolParams& p, uint32_t* local)
             const bool c_in = unsigned(c0 + j) < unsigned(g.C);
             for (int t = 0; t < g.T; ++t, tap += RS) {
                 if (!(c_in && unsigned(d0 + t) < unsigned(g.D))) continue;   // padding: -inf for max, nothing for sums
-                const char* plane_at = img + (int64_t(d0 + t) * g.H * g.W * g.C + c0 + j) * int64_t(sizeof(T));
-                // The plane's taps kBatch at a time: their loads in flight together, then combined in order.
-                int r = 0, s = 0;
-                for (int rs = 0; rs < RS; rs += kBatch) {
-                    Raw<T, V> raw[kBatch];
-                    bool in[kBatch];
+                // The window's first tap (outside the tensor where the window is padded: only taps
+                // inside are read), walked by a step a tap.
+                const char* corner = img + (((int64_t(d0 + t) * g.H + h0) * g.W + w0) * g.C + c0 + j) * int64_t(sizeof(T));
+                // The plane's taps kBatch at a time: their loads in flight together, then combined in
+                // order. Windows wholly inside (most) test no tap and step by 32-bit offsets (for vectors
+                // of channels: a single channel's kernel spills registers with both walks).
+                const auto walk = [&](auto padded) {
+                    constexpr bool kPadded = decltype(padded)::value;
+                    using Off = typename std::conditional<kPadded, int64_t, int32_t>::type;   // bytes from the corner
+                    int r = 0, s = 0;
+                    Off off = 0;
+                    for (int rs = 0; rs < RS; rs += kBatch) {
+                        Raw<T, V> raw[kBatch];
+                        bool in[kBatch];
 #pragma unroll
-                    for (int u = 0; u < kBatch; ++u) {
-                        const int h = h0 + r, w = w0 + s;
-                        in[u] = rs + u < RS && unsigned(h) < unsigned(g.H) && unsigned(w) < unsigned(g.W);
-                        if (in[u]) raw[u] = fetch<T, V>(plane_at, (int64_t(h) * g.W + w) * g.C);
-                        if (++s == g.S) s = 0, ++r;
-                    }
-#pragma unroll
-                    for (int u = 0; u < kBatch; ++u) {
-                        if (!in[u]) continue;
-                        if constexpr (MaxPairs<T, V>::used && OP == kMax) {
-                            pairs.add(raw[u].w, tap + rs + u);
-                            continue;
+                        for (int u = 0; u < kBatch; ++u) {
+                            in[u] = rs + u < RS;
+                            if constexpr (kPadded) in[u] = in[u] && unsigned(h0 + r) < unsigned(g.H) && unsigned(w0 + s) < unsigned(g.W);
+                            if (in[u]) raw[u] = fetch<T, V>(corner + off, 0);
+                            if (++s == g.S) s = 0, ++r, off += Off(next_row);
+                            else off += Off(next_tap);
                         }
-                        float v[V];
-                        widen<T, V>(raw[u], v);
-                        ++inside;
-                        const int at_tap = tap + rs + u;
 #pragma unroll
-                        for (int k = 0; k < V; ++k) {
-                            if (OP == kMax) {
-                                if (at_tap == 0 || v[k] > acc[k]) acc[k] = v[k], arg[k] = at_tap;
-                            } else if (OP == kAvg) {
-                                acc[k] = __fadd_rn(acc[k], v[k]);
-                            } else {
-                                acc[k] = __fadd_rn(acc[k], __fmul_rn(v[k], v[k]));
+                        for (int u = 0; u < kBatch; ++u) {
+                            if (!in[u]) continue;
+                            const int at_tap = tap + rs + u;
+                            const bool first = u == 0 && tap + rs == 0;   // (the window's first tap: at_tap == 0)
+                            if constexpr (MaxPairs<T, V>::used && OP == kMax) {
+                                pairs.add(raw[u].w, at_tap, first);
+                                continue;
+                            }
+                            float v[V];
+                            widen<T, V>(raw[u], v);
+                            if constexpr (kPadded) ++inside;
+#pragma unroll
+                            for (int k = 0; k < V; ++k) {
+                                if (OP == kMax) {
+                                    if (first || v[k] > acc[k]) acc[k] = v[k], arg[k] = at_tap;
+                                } else if (OP == kAvg) {
+                                    acc[k] = __fadd_rn(acc[k], v[k]);
+                                } else {
+                                    acc[k] = __fadd_rn(acc[k], __fmul_rn(v[k], v[k]));
+                                }
                             }
                         }
                     }
-                }
+                    if constexpr (!kPadded) inside += RS;
+                };
+                if (V > 1 && small_span && h0 >= 0 && w0 >= 0 && h0 + g.R <= g.H && w0 + g.S <= g.W) walk(std::false_type{});
+                else walk(std::true_type{});
             }
         }
         const int64_t at = pos * g.K + k0;
