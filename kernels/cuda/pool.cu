@@ -386,27 +386,21 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
 // one position's V channels (16 bytes) and the vectors either side of them (H <= V), so each
 // window sum is formed in registers, in channel order, as the CPU path forms it.
 
-// d^e: for 16-bit results and d > 0 the hardware's approximation (a few float32 ulps, far below
-// their rounding; the accurate powf made 16-bit LRN bound by instruction issue), else powf (the
-// approximation gives NaN for d <= 0, where powf is finite for integral e). Where d and the
-// result are normal floats (d = 1 + a window's scaled squares, about 1), the approximation's
-// two steps run bare, without __powf's scaling of subnormal inputs and results, which gives
-// the same bits there at half its instructions.
-template <class T>
+// d^e: where d and the result are normal floats (d = 1 + a window's scaled squares, about 1),
+// the hardware's approximation, its two steps bare (lg2 and ex2: within a few float32 ulps, the
+// float32 results' rounding error of a handful of operations; the accurate powf made LRN bound by
+// instruction issue in every dtype); else __powf for d > 0 (it scales subnormal inputs and
+// results) and powf (the approximation gives NaN for d <= 0, where powf is finite for integral e).
 __device__ __forceinline__ float power(float d, float e) {
-    if constexpr (sizeof(T) == 2) {
-        float l;
-        asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(d));
-        l *= e;
-        if (d >= 1.17549435e-38f && l >= -126.f && l <= 128.f) {
-            float r;
-            asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(l));
-            return r;
-        }
-        return d > 0.f ? __powf(d, e) : powf(d, e);
-    } else {
-        return powf(d, e);
+    float l;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(d));
+    l *= e;
+    if (d >= 1.17549435e-38f && l >= -126.f && l <= 128.f) {
+        float r;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(l));
+        return r;
     }
+    return d > 0.f ? __powf(d, e) : powf(d, e);
 }
 
 // The three vectors of channels around c0 (none past the edges: zeros) as `f` of each element.
@@ -498,7 +492,7 @@ __device__ __forceinline__ void lrn_fprop(const LrnParams& p, uint32_t* local) {
         for (int k = 0; k < V; ++k) d[k] = __fadd_rn(1.f, __fmul_rn(p.ascale, window_sum<V, H>(sq, k)));
         store<T, V>(p.denom, at, d);
 #pragma unroll
-        for (int k = 0; k < V; ++k) r[k] = __fmul_rn(x[k], power<T>(widen(narrow<T>(d[k])), -p.bpower));   // the stored denominator
+        for (int k = 0; k < V; ++k) r[k] = __fmul_rn(x[k], power(widen(narrow<T>(d[k])), -p.bpower));   // the stored denominator
         finish<T, V>(p.alpha, p.beta, p.result, at, r, p.hist, local);
     });
 }
@@ -531,7 +525,7 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
         load<T, V>(p.in, at, x);
 #pragma unroll
         for (int k = 0; k < V; ++k)
-            r[k] = __fsub_rn(__fmul_rn(e[k], power<T>(d[k], -p.bpower)),
+            r[k] = __fsub_rn(__fmul_rn(e[k], power(d[k], -p.bpower)),
                              __fmul_rn(__fmul_rn(p.scale2, x[k]), window_sum<V, H>(ratio, k)));
         finish<T, V>(p.alpha, p.beta, p.result, at, r, p.hist, local);
     });
