@@ -35,6 +35,8 @@ namespace {
 
 enum { kMax = 0, kAvg = 1, kL2 = 2 };
 constexpr int kBatch = 4;    // forward: taps whose loads a thread keeps in flight
+constexpr int kStaged = 9;   // forward, staged: taps a thread copies to shared memory at once (36 KiB a block)
+constexpr int kPoolThreads = 256;   // a block's threads (pool_cuda.cpp launches 256)
 constexpr int kGather = 2;   // backward: windows whose loads a thread keeps in flight
 
 __device__ __forceinline__ float widen(float v) { return v; }
@@ -204,7 +206,7 @@ template <class T> struct MaxPairs<T, 8> {
     }
 };
 
-template <class T, int OP, int V>
+template <class T, int OP, int V, bool kStagedTaps>
 __device__ __forceinline__ void pool_fprop(const PoolParams& p, uint32_t* local) {
     const PoolShape& g = p.g;
     const int64_t plane = int64_t(g.D) * g.H * g.W * g.C;
@@ -232,53 +234,98 @@ __device__ __forceinline__ void pool_fprop(const PoolParams& p, uint32_t* local)
                 // The window's first tap (outside the tensor where the window is padded: only taps
                 // inside are read), walked by a step a tap.
                 const char* corner = img + (((int64_t(d0 + t) * g.H + h0) * g.W + w0) * g.C + c0 + j) * int64_t(sizeof(T));
-                // The plane's taps kBatch at a time: their loads in flight together, then combined in
-                // order. Windows wholly inside (most) test no tap and step by 32-bit offsets (for vectors
-                // of channels: a single channel's kernel spills registers with both walks).
-                const auto walk = [&](auto padded) {
-                    constexpr bool kPadded = decltype(padded)::value;
-                    using Off = typename std::conditional<kPadded, int64_t, int32_t>::type;   // bytes from the corner
-                    int r = 0, s = 0;
-                    Off off = 0;
-                    for (int rs = 0; rs < RS; rs += kBatch) {
-                        Raw<T, V> raw[kBatch];
-                        bool in[kBatch];
+                // A tap's values into the window's state, in tap order.
+                const auto take = [&](const Raw<T, V>& raw, int at_tap, bool first) {
+                    if constexpr (MaxPairs<T, V>::used && OP == kMax) {
+                        pairs.add(raw.w, at_tap, first);
+                    } else {
+                        float v[V];
+                        widen<T, V>(raw, v);
 #pragma unroll
-                        for (int u = 0; u < kBatch; ++u) {
-                            in[u] = rs + u < RS;
-                            if constexpr (kPadded) in[u] = in[u] && unsigned(h0 + r) < unsigned(g.H) && unsigned(w0 + s) < unsigned(g.W);
-                            if (in[u]) raw[u] = fetch<T, V>(corner + off, 0);
-                            if (++s == g.S) s = 0, ++r, off += Off(next_row);
-                            else off += Off(next_tap);
-                        }
-#pragma unroll
-                        for (int u = 0; u < kBatch; ++u) {
-                            if (!in[u]) continue;
-                            const int at_tap = tap + rs + u;
-                            const bool first = u == 0 && tap + rs == 0;   // (the window's first tap: at_tap == 0)
-                            if constexpr (MaxPairs<T, V>::used && OP == kMax) {
-                                pairs.add(raw[u].w, at_tap, first);
-                                continue;
-                            }
-                            float v[V];
-                            widen<T, V>(raw[u], v);
-                            if constexpr (kPadded) ++inside;
-#pragma unroll
-                            for (int k = 0; k < V; ++k) {
-                                if (OP == kMax) {
-                                    if (first || v[k] > acc[k]) acc[k] = v[k], arg[k] = at_tap;
-                                } else if (OP == kAvg) {
-                                    acc[k] = __fadd_rn(acc[k], v[k]);
-                                } else {
-                                    acc[k] = __fadd_rn(acc[k], __fmul_rn(v[k], v[k]));
-                                }
+                        for (int k = 0; k < V; ++k) {
+                            if (OP == kMax) {
+                                if (first || v[k] > acc[k]) acc[k] = v[k], arg[k] = at_tap;
+                            } else if (OP == kAvg) {
+                                acc[k] = __fadd_rn(acc[k], v[k]);
+                            } else {
+                                acc[k] = __fadd_rn(acc[k], __fmul_rn(v[k], v[k]));
                             }
                         }
                     }
-                    if constexpr (!kPadded) inside += RS;
                 };
-                if (V > 1 && small_span && h0 >= 0 && w0 >= 0 && h0 + g.R <= g.H && w0 + g.S <= g.W) walk(std::false_type{});
-                else walk(std::true_type{});
+                if constexpr (V > 1 && kStagedTaps) {
+                    // 16-byte vectors in windows sharing taps: a thread copies kStaged taps at a time,
+                    // those inside the input, to its slots in shared memory (cp.async, through L1: in
+                    // flight together without holding registers), then combines them from there in
+                    // order.
+                    __shared__ uint4 stage[kStaged][kPoolThreads];
+                    int r = 0, s = 0;
+                    int64_t off = 0;   // bytes from the corner
+                    for (int rs = 0; rs < RS; rs += kStaged) {
+                        const int n = min(kStaged, RS - rs);
+                        uint32_t in = 0;
+                        for (int u = 0; u < n; ++u) {
+                            if (unsigned(h0 + r) < unsigned(g.H) && unsigned(w0 + s) < unsigned(g.W)) {
+                                const uint32_t slot = uint32_t(__cvta_generic_to_shared(&stage[u][threadIdx.x]));
+                                asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(slot), "l"(corner + off) : "memory");
+                                in |= 1u << u;
+                            }
+                            if (++s == g.S) s = 0, ++r, off += next_row;
+                            else off += next_tap;
+                        }
+                        asm volatile("cp.async.wait_all;" ::: "memory");
+                        for (int u = 0; u < n; ++u)
+                            if (in >> u & 1) ++inside, take(Raw<T, V>{stage[u][threadIdx.x]}, tap + rs + u, u == 0 && tap + rs == 0);
+                    }
+                } else {
+                    // kBatch taps at a time: their loads in flight together, then combined in order.
+                    // Windows wholly inside (most) test no tap and step by 32-bit offsets (for vectors
+                    // of channels: a single channel's kernel spills registers with both walks).
+                    const auto walk = [&](auto padded) {
+                        constexpr bool kPadded = decltype(padded)::value;
+                        using Off = typename std::conditional<kPadded, int64_t, int32_t>::type;   // bytes from the corner
+                        int r = 0, s = 0;
+                        Off off = 0;
+                        for (int rs = 0; rs < RS; rs += kBatch) {
+                            Raw<T, V> raw[kBatch];
+                            bool in[kBatch];
+#pragma unroll
+                            for (int u = 0; u < kBatch; ++u) {
+                                in[u] = rs + u < RS;
+                                if constexpr (kPadded) in[u] = in[u] && unsigned(h0 + r) < unsigned(g.H) && unsigned(w0 + s) < unsigned(g.W);
+                                if (in[u]) raw[u] = fetch<T, V>(corner + off, 0);
+                                if (++s == g.S) s = 0, ++r, off += Off(next_row);
+                                else off += Off(next_tap);
+                            }
+#pragma unroll
+                            for (int u = 0; u < kBatch; ++u) {
+                                if (!in[u]) continue;
+                                const int at_tap = tap + rs + u;
+                                const bool first = u == 0 && tap + rs == 0;   // (the window's first tap: at_tap == 0)
+                                if constexpr (MaxPairs<T, V>::used && OP == kMax) {
+                                    pairs.add(raw[u].w, at_tap, first);
+                                    continue;
+                                }
+                                float v[V];
+                                widen<T, V>(raw[u], v);
+                                if constexpr (kPadded) ++inside;
+#pragma unroll
+                                for (int k = 0; k < V; ++k) {
+                                    if (OP == kMax) {
+                                        if (first || v[k] > acc[k]) acc[k] = v[k], arg[k] = at_tap;
+                                    } else if (OP == kAvg) {
+                                        acc[k] = __fadd_rn(acc[k], v[k]);
+                                    } else {
+                                        acc[k] = __fadd_rn(acc[k], __fmul_rn(v[k], v[k]));
+                                    }
+                                }
+                            }
+                        }
+                        if constexpr (!kPadded) inside += RS;
+                    };
+                    if (V > 1 && small_span && h0 >= 0 && w0 >= 0 && h0 + g.R <= g.H && w0 + g.S <= g.W) walk(std::false_type{});
+                    else walk(std::true_type{});
+                }
             }
         }
         const int64_t at = pos * g.K + k0;
@@ -538,7 +585,7 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
 #define KILN_POOL_OP(NAME, OPV, T, TN, V)                                                                             \
     extern "C" __global__ void __launch_bounds__(256, 4) kiln_pool_fprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
         uint32_t* local = hist_begin(p.hist);                                                                         \
-        pool_fprop<T, OPV, V>(p, local);                                                                              \
+        pool_fprop<T, OPV, V, false>(p, local);                                                                       \
         hist_end(p.hist, local);                                                                                      \
     }                                                                                                                 \
     extern "C" __global__ void __launch_bounds__(256, 2) kiln_pool_bprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
@@ -552,6 +599,15 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
 KILN_POOL_TYPE(float, f32, 4)
 KILN_POOL_TYPE(__half, f16, 8)
 KILN_POOL_TYPE(__nv_bfloat16, bf16, 8)
+// Forward with staged taps (pool_cuda.cpp: 16-bit vectors of channels, windows sharing taps).
+#define KILN_POOL_STAGED(NAME, OPV, T, TN)                                                                            \
+    extern "C" __global__ void __launch_bounds__(256, 4) kiln_pool_fprop_##NAME##_##TN##_v8_staged(const __grid_constant__ PoolParams p) { \
+        uint32_t* local = hist_begin(p.hist);                                                                         \
+        pool_fprop<T, OPV, 8, true>(p, local);                                                                        \
+        hist_end(p.hist, local);                                                                                      \
+    }
+KILN_POOL_STAGED(max, kMax, __half, f16) KILN_POOL_STAGED(avg, kAvg, __half, f16) KILN_POOL_STAGED(l2, kL2, __half, f16)
+KILN_POOL_STAGED(max, kMax, __nv_bfloat16, bf16) KILN_POOL_STAGED(avg, kAvg, __nv_bfloat16, bf16) KILN_POOL_STAGED(l2, kL2, __nv_bfloat16, bf16)
 
 #define KILN_LRN(T, TN, V, H)                                                                                         \
     extern "C" __global__ void __launch_bounds__(256, 2) kiln_lrn_fprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \

@@ -370,7 +370,10 @@ CUfunction CudaBackend::precompiled(const void* image, const std::string& entry,
         }
         CUfunction f = nullptr;
         check(d.cuModuleGetFunction(&f, module, entry.c_str()), "cuModuleGetFunction");
-        it = precompiled_.emplace(entry, Precompiled{f, 48 * 1024}).first;
+        // Without the attribute an entry's static and dynamic shared memory share 48 KiB.
+        int fixed = 0;
+        check(d.cuFuncGetAttribute(&fixed, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f), "cuFuncGetAttribute");
+        it = precompiled_.emplace(entry, Precompiled{f, std::max(0, 48 * 1024 - fixed)}).first;
     }
     if (dynamic_smem > it->second.smem_limit) {
         make_current();

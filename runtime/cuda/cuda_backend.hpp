@@ -200,7 +200,7 @@ private:
     std::unordered_map<const void*, CUmodule> images_;          // precompiled modules by image
     struct Precompiled {
         CUfunction f;
-        int smem_limit;   // its dynamic shared-memory limit as set
+        int smem_limit;   // its dynamic shared-memory limit: as set, else what 48 KiB leaves beside its static
     };
     std::unordered_map<std::string, Precompiled> precompiled_;   // by entry name
     std::map<std::tuple<CUfunction, unsigned, unsigned, unsigned>, int> max_clusters_;   // max_active_clusters, by its arguments

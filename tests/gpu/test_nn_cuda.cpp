@@ -211,6 +211,16 @@ TEST_CASE("gpu pool: named outputs of pooling and LRN are counted in their kerne
         check_named(O, [&] { fprop_lrn(L, X, O, D, 1.0, 0.0, 1e-2, 0.75); });
         check_named(G, [&] { bprop_lrn(L, X, O, E, G, D, 1.0, 0.0, 1e-2, 0.75); });
     }
+    // The most bins a histogram has: 16 KiB of counters a block beside the forward's taps staged
+    // in static shared memory (together past the 48 KiB a launch gets without asking).
+    set_hist_buffers(gpu, 4096, -1000);
+    for (DType dt : {DType::Float32, DType::Float16}) {
+        const PoolLayer L = pool_layer(dt, PoolOp::Max, 4, 64, {1, 17, 17}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2});
+        INFO(dtype_name(dt) << " " << L.str() << ", 4096 bins");
+        Tensor X = gpu.array(uniform(numel(L.input_shape()), ++seed, -3.f, 3.f), L.input_shape(), dt);
+        Tensor O = gpu.empty(L.output_shape(), dt);
+        test::check_named_counts(gpu, O, 4096, [&] { fprop_pool(L, X, O); }, [] { CHECK(gemm::last_pool_counted()); });
+    }
 }
 
 TEST_CASE("gpu pool: a strided or in-place output takes the expression path, with the same values; a tensor never written is named") {
