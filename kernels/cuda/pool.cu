@@ -36,7 +36,6 @@ namespace {
 enum { kMax = 0, kAvg = 1, kL2 = 2 };
 constexpr int kBatch = 4;    // forward: taps whose loads a thread keeps in flight
 constexpr int kStaged = 9;   // forward, staged: taps a thread copies to shared memory at once (36 KiB a block)
-constexpr int kPoolThreads = 256;   // a block's threads (pool_cuda.cpp launches 256)
 constexpr int kGather = 2;   // backward: windows whose loads a thread keeps in flight
 
 __device__ __forceinline__ float widen(float v) { return v; }
@@ -300,25 +299,8 @@ __device__ __forceinline__ void pool_fprop(const PoolParams& p, uint32_t* local)
 #pragma unroll
                             for (int u = 0; u < kBatch; ++u) {
                                 if (!in[u]) continue;
-                                const int at_tap = tap + rs + u;
-                                const bool first = u == 0 && tap + rs == 0;   // (the window's first tap: at_tap == 0)
-                                if constexpr (MaxPairs<T, V>::used && OP == kMax) {
-                                    pairs.add(raw[u].w, at_tap, first);
-                                    continue;
-                                }
-                                float v[V];
-                                widen<T, V>(raw[u], v);
                                 if constexpr (kPadded) ++inside;
-#pragma unroll
-                                for (int k = 0; k < V; ++k) {
-                                    if (OP == kMax) {
-                                        if (first || v[k] > acc[k]) acc[k] = v[k], arg[k] = at_tap;
-                                    } else if (OP == kAvg) {
-                                        acc[k] = __fadd_rn(acc[k], v[k]);
-                                    } else {
-                                        acc[k] = __fadd_rn(acc[k], __fmul_rn(v[k], v[k]));
-                                    }
-                                }
+                                take(raw[u], tap + rs + u, u == 0 && tap + rs == 0);   // (first: the window's tap 0)
                             }
                         }
                         if constexpr (!kPadded) inside += RS;
@@ -583,12 +565,12 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
 // Forward: 4 resident blocks (at most 64 registers, none spilled) hold more loads in flight than
 // 2; backward keeps 2, as its gathers spill under the tighter limit.
 #define KILN_POOL_OP(NAME, OPV, T, TN, V)                                                                             \
-    extern "C" __global__ void __launch_bounds__(256, 4) kiln_pool_fprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
+    extern "C" __global__ void __launch_bounds__(kPoolThreads, 4) kiln_pool_fprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
         uint32_t* local = hist_begin(p.hist);                                                                         \
         pool_fprop<T, OPV, V, false>(p, local);                                                                       \
         hist_end(p.hist, local);                                                                                      \
     }                                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(256, 2) kiln_pool_bprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
+    extern "C" __global__ void __launch_bounds__(kPoolThreads, 2) kiln_pool_bprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
         uint32_t* local = hist_begin(p.hist);                                                                         \
         pool_bprop<T, OPV, V>(p, local);                                                                              \
         hist_end(p.hist, local);                                                                                      \
@@ -601,7 +583,7 @@ KILN_POOL_TYPE(__half, f16, 8)
 KILN_POOL_TYPE(__nv_bfloat16, bf16, 8)
 // Forward with staged taps (pool_cuda.cpp: 16-bit vectors of channels, windows sharing taps).
 #define KILN_POOL_STAGED(NAME, OPV, T, TN)                                                                            \
-    extern "C" __global__ void __launch_bounds__(256, 4) kiln_pool_fprop_##NAME##_##TN##_v8_staged(const __grid_constant__ PoolParams p) { \
+    extern "C" __global__ void __launch_bounds__(kPoolThreads, 4) kiln_pool_fprop_##NAME##_##TN##_v8_staged(const __grid_constant__ PoolParams p) { \
         uint32_t* local = hist_begin(p.hist);                                                                         \
         pool_fprop<T, OPV, 8, true>(p, local);                                                                        \
         hist_end(p.hist, local);                                                                                      \
@@ -610,12 +592,12 @@ KILN_POOL_STAGED(max, kMax, __half, f16) KILN_POOL_STAGED(avg, kAvg, __half, f16
 KILN_POOL_STAGED(max, kMax, __nv_bfloat16, bf16) KILN_POOL_STAGED(avg, kAvg, __nv_bfloat16, bf16) KILN_POOL_STAGED(l2, kL2, __nv_bfloat16, bf16)
 
 #define KILN_LRN(T, TN, V, H)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(256, 2) kiln_lrn_fprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \
+    extern "C" __global__ void __launch_bounds__(kPoolThreads, 2) kiln_lrn_fprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \
         uint32_t* local = hist_begin(p.hist);                                                                         \
         lrn_fprop<T, V, H>(p, local);                                                                                 \
         hist_end(p.hist, local);                                                                                      \
     }                                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(256, 2) kiln_lrn_bprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \
+    extern "C" __global__ void __launch_bounds__(kPoolThreads, 2) kiln_lrn_bprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \
         uint32_t* local = hist_begin(p.hist);                                                                         \
         lrn_bprop<T, V, H>(p, local);                                                                                 \
         hist_end(p.hist, local);                                                                                      \

@@ -41,10 +41,9 @@ std::optional<PoolShape> shape_of(const PoolLayer& L) {
 }
 
 // The forward stages its taps in shared memory (cp.async: many in flight without holding
-// registers, the kernel's bound where windows share taps and so reread them through L1) for 16-bit
-// vectors of channels in windows overlapping along some axis. Measured on an H200, max pooling
-// 3x3/2 over 64 channels: 16-bit 78% -> 89% of the copy bandwidth; float32 83% -> 82%, and
-// 16-bit windows sharing no taps (2x2/2) 93% -> 85%, which keep registers.
+// registers) for 16-bit vectors of channels in windows overlapping along some axis, where the
+// register path waits on taps reread through L1. float32 vectors and windows sharing no taps run
+// no faster staged, and keep registers.
 bool staged_taps(const PoolLayer& L, DType t, int v) {
     const bool overlap = L.window[0] > L.stride[0] || L.window[1] > L.stride[1] || L.window[2] > L.stride[2];
     return v == 8 && dtype_size(t) == 2 && overlap;
@@ -97,10 +96,10 @@ void launch(Context& ctx, const std::string& entry, Params& p, const PoolLayer& 
     last_counted = count != nullptr;
     if (count) p.hist = PoolHist{static_cast<uint32_t*>(count->counters), int32_t(count->bins), int32_t(count->offset)};
     CUfunction f = be.precompiled(kiln_pool_image, entry, smem);
-    const int64_t blocks = be.stride_grid(f, (p.items + 255) / 256, 256);
+    const int64_t blocks = be.stride_grid(f, (p.items + kPoolThreads - 1) / kPoolThreads, kPoolThreads);
     log_debug("pool: {} -> {} ({} items, {} blocks{})", L.str(), entry, p.items, blocks, count ? ", counted" : "");
     void* params[] = {&p};
-    be.launch_precompiled(f, unsigned(blocks), 1, 1, 256, unsigned(smem), params, {});
+    be.launch_precompiled(f, unsigned(blocks), 1, 1, kPoolThreads, unsigned(smem), params, {});
 }
 
 // LRN's parameters for layer L over tensors of dtype t, or nothing where the kernels decline.
@@ -151,7 +150,9 @@ bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A
     p.lanes = fast_div(uint32_t(L.K / v));
     p.d3 = fast_div(uint32_t(L.output[2])), p.d2 = fast_div(uint32_t(L.output[1])), p.d1 = fast_div(uint32_t(L.output[0]));
     if (p.items > 0)
-        launch(ctx, fmt::format("kiln_pool_fprop_{}_{}_v{}{}", op_name(L.op), type_name(I.dtype()), v, staged_taps(L, I.dtype(), v) ? "_staged" : ""),
+        launch(ctx,
+               fmt::format("kiln_pool_fprop_{}_{}_v{}{}", op_name(L.op), type_name(I.dtype()), v,
+                           staged_taps(L, I.dtype(), v) ? "_staged" : ""),
                p, L, count);
     O5.view().storage->written = true;
     if (A5) A5->view().storage->written = true;

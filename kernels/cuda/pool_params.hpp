@@ -23,6 +23,9 @@ struct PoolShape {
     int32_t str_c, str_d, str_h, str_w;
 };
 
+// Threads a block of the pooling and LRN kernels (the forward's staged taps are indexed by it).
+constexpr int kPoolThreads = 256;
+
 // fprop: y (the output) = alpha * pool(x) + beta * y; argmax (int32, output-shaped, max only)
 // written where not null. bprop: y (the input's gradient) = alpha * grad + beta * y from x (the
 // output's gradient E), with argmax (max), or x2/y2 the forward input and output (l2).
