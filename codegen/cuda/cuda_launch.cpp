@@ -186,17 +186,11 @@ std::vector<RowFold> row_folds(const kir::Kernel& k) {
     }
     if (!reread) return out;
     // Without those moment folds, their blocks are passes again: every accumulator of a block
-    // folds or none does.
-    // With a shared sum, the fold is kept for 16-bit rows only: on float32 rows the first
-    // pass's extra arithmetic cost more than the round saved.
-    auto narrow = [&](const RowFold& f) {
-        for (int id : f.chain)
-            if (k.instrs[id].op == Op::Load && dtype_size(k.buffers[k.instrs[id].index].dtype) > 2) return false;
-        return true;
-    };
+    // folds or none does. A fold that shares the mean's sum is kept in every dtype: its one
+    // round for mean and variance saves more than the first pass's extra arithmetic costs.
     std::vector<bool> has_moments(k.blocks.size(), false);
     for (const RowFold& f : out)
-        has_moments[f.block] = has_moments[f.block] || (f.kind == RowFold::Moments && (f.shared < 0 || !narrow(f)));
+        has_moments[f.block] = has_moments[f.block] || (f.kind == RowFold::Moments && f.shared < 0);
     std::vector<RowFold> kept;
     for (RowFold& f : out)
         if (!has_moments[f.block]) kept.push_back(std::move(f));
