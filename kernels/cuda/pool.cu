@@ -19,7 +19,7 @@
 // LRN (below) sums squares, and backward E O / denom, over windows of channels the same way;
 // backward takes the channels beside a thread's own from the neighbouring lanes.
 // Entries: kiln_pool_{fprop,bprop}_{max,avg,l2}_{f32,f16,bf16}_v<V>,
-// kiln_lrn_{fprop,bprop}_{f32,f16,bf16}_h<J / 2>.
+// kiln_lrn_{fprop,bprop}_{f32,f16,bf16}_h<J / 2>, each also as NAME_counted (KILN_ENTRY).
 #include "kernels/cuda/hist_bin.cuh"
 #include "kernels/cuda/pool_params.hpp"
 
@@ -562,19 +562,24 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
 
 } // namespace
 
+// Each entry comes twice: as named, which counts nothing (the count's code, absent, takes no
+// registers from the walk: the backward gathers then keep 3 blocks an SM), and NAME_counted,
+// which counts what it stores into the block's shared memory, then the call's counters.
+#define KILN_ENTRY(BLOCKS, NAME, PARAMS, ...)                                                                         \
+    extern "C" __global__ void __launch_bounds__(kPoolThreads, BLOCKS) NAME(const __grid_constant__ PARAMS p) {      \
+        __VA_ARGS__(p, nullptr);                                                                                      \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(kPoolThreads, BLOCKS) NAME##_counted(const __grid_constant__ PARAMS p) { \
+        uint32_t* local = hist_begin(p.hist);                                                                         \
+        __VA_ARGS__(p, local);                                                                                        \
+        hist_end(p.hist, local);                                                                                      \
+    }
+
 // Forward: 4 resident blocks (at most 64 registers, none spilled) hold more loads in flight than
 // 2; backward keeps 2, as its gathers spill under the tighter limit.
 #define KILN_POOL_OP(NAME, OPV, T, TN, V)                                                                             \
-    extern "C" __global__ void __launch_bounds__(kPoolThreads, 4) kiln_pool_fprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
-        uint32_t* local = hist_begin(p.hist);                                                                         \
-        pool_fprop<T, OPV, V, false>(p, local);                                                                       \
-        hist_end(p.hist, local);                                                                                      \
-    }                                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(kPoolThreads, 2) kiln_pool_bprop_##NAME##_##TN##_v##V(const __grid_constant__ PoolParams p) { \
-        uint32_t* local = hist_begin(p.hist);                                                                         \
-        pool_bprop<T, OPV, V>(p, local);                                                                              \
-        hist_end(p.hist, local);                                                                                      \
-    }
+    KILN_ENTRY(4, kiln_pool_fprop_##NAME##_##TN##_v##V, PoolParams, pool_fprop<T, OPV, V, false>)                    \
+    KILN_ENTRY(2, kiln_pool_bprop_##NAME##_##TN##_v##V, PoolParams, pool_bprop<T, OPV, V>)
 #define KILN_POOL_TYPE(T, TN, V) \
     KILN_POOL_OP(max, kMax, T, TN, 1) KILN_POOL_OP(avg, kAvg, T, TN, 1) KILN_POOL_OP(l2, kL2, T, TN, 1) \
     KILN_POOL_OP(max, kMax, T, TN, V) KILN_POOL_OP(avg, kAvg, T, TN, V) KILN_POOL_OP(l2, kL2, T, TN, V)
@@ -582,26 +587,14 @@ KILN_POOL_TYPE(float, f32, 4)
 KILN_POOL_TYPE(__half, f16, 8)
 KILN_POOL_TYPE(__nv_bfloat16, bf16, 8)
 // Forward with staged taps (pool_cuda.cpp: 16-bit vectors of channels, windows sharing taps).
-#define KILN_POOL_STAGED(NAME, OPV, T, TN)                                                                            \
-    extern "C" __global__ void __launch_bounds__(kPoolThreads, 4) kiln_pool_fprop_##NAME##_##TN##_v8_staged(const __grid_constant__ PoolParams p) { \
-        uint32_t* local = hist_begin(p.hist);                                                                         \
-        pool_fprop<T, OPV, 8, true>(p, local);                                                                        \
-        hist_end(p.hist, local);                                                                                      \
-    }
+#define KILN_POOL_STAGED(NAME, OPV, T, TN) \
+    KILN_ENTRY(4, kiln_pool_fprop_##NAME##_##TN##_v8_staged, PoolParams, pool_fprop<T, OPV, 8, true>)
 KILN_POOL_STAGED(max, kMax, __half, f16) KILN_POOL_STAGED(avg, kAvg, __half, f16) KILN_POOL_STAGED(l2, kL2, __half, f16)
 KILN_POOL_STAGED(max, kMax, __nv_bfloat16, bf16) KILN_POOL_STAGED(avg, kAvg, __nv_bfloat16, bf16) KILN_POOL_STAGED(l2, kL2, __nv_bfloat16, bf16)
 
-#define KILN_LRN(T, TN, V, H)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(kPoolThreads, 2) kiln_lrn_fprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \
-        uint32_t* local = hist_begin(p.hist);                                                                         \
-        lrn_fprop<T, V, H>(p, local);                                                                                 \
-        hist_end(p.hist, local);                                                                                      \
-    }                                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(kPoolThreads, 2) kiln_lrn_bprop_##TN##_h##H(const __grid_constant__ LrnParams p) { \
-        uint32_t* local = hist_begin(p.hist);                                                                         \
-        lrn_bprop<T, V, H>(p, local);                                                                                 \
-        hist_end(p.hist, local);                                                                                      \
-    }
+#define KILN_LRN(T, TN, V, H)                                                        \
+    KILN_ENTRY(2, kiln_lrn_fprop_##TN##_h##H, LrnParams, lrn_fprop<T, V, H>) \
+    KILN_ENTRY(2, kiln_lrn_bprop_##TN##_h##H, LrnParams, lrn_bprop<T, V, H>)
 #define KILN_LRN_TYPE(T, TN, V) KILN_LRN(T, TN, V, 1) KILN_LRN(T, TN, V, 2) KILN_LRN(T, TN, V, 3) KILN_LRN(T, TN, V, 4)
 KILN_LRN_TYPE(float, f32, 4)
 KILN_LRN_TYPE(__half, f16, 8)

@@ -87,14 +87,17 @@ bool apart(std::initializer_list<const Tensor*> writes, std::initializer_list<co
 
 thread_local bool last_counted = false;
 
-// With `count`, the kernel counts what it stores into it, each block into its dynamic shared
-// memory first.
+// With `count`, the entry's counting twin (pool.cu's KILN_ENTRY) counts what it stores into it,
+// each block into its dynamic shared memory first.
 template <class Params>
-void launch(Context& ctx, const std::string& entry, Params& p, const PoolLayer& L, const StoreCount* count) {
+void launch(Context& ctx, std::string entry, Params& p, const PoolLayer& L, const StoreCount* count) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const int smem = count ? 4 * count->bins : 0;
     last_counted = count != nullptr;
-    if (count) p.hist = PoolHist{static_cast<uint32_t*>(count->counters), int32_t(count->bins), int32_t(count->offset)};
+    if (count) {
+        p.hist = PoolHist{static_cast<uint32_t*>(count->counters), int32_t(count->bins), int32_t(count->offset)};
+        entry += "_counted";
+    }
     CUfunction f = be.precompiled(kiln_pool_image, entry, smem);
     const int64_t blocks = be.stride_grid(f, (p.items + kPoolThreads - 1) / kPoolThreads, kPoolThreads);
     log_debug("pool: {} -> {} ({} items, {} blocks{})", L.str(), entry, p.items, blocks, count ? ", counted" : "");
