@@ -575,8 +575,10 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
         hist_end(p.hist, local);                                                                                      \
     }
 
-// Forward: 4 resident blocks (at most 64 registers, none spilled) hold more loads in flight than
-// 2; backward keeps 2, as its gathers spill under the tighter limit.
+// Forward: 4 resident blocks (at most 64 registers) hold more loads in flight than 2; at that
+// limit the 16-bit avg and l2 vector kernels and float32 max over vectors keep one word on the
+// stack, stored and reloaded once an output position, outside the taps' loop. Backward keeps 2,
+// as its gathers spill under the tighter limit.
 #define KILN_POOL_OP(NAME, OPV, T, TN, V)                                                                             \
     KILN_ENTRY(4, kiln_pool_fprop_##NAME##_##TN##_v##V, PoolParams, pool_fprop<T, OPV, V, false>)                    \
     KILN_ENTRY(2, kiln_pool_bprop_##NAME##_##TN##_v##V, PoolParams, pool_bprop<T, OPV, V>)
