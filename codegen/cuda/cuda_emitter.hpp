@@ -114,6 +114,9 @@ private:
     // Row kernels' grouped steps: sums of the values a moments fold also takes, which gain the
     // step's sum (the fold computes it for the step's mean) instead of each element.
     std::vector<bool> step_summed_;
+    // Row kernels' grouped steps: float arg kinds, whose step's values gather in av<acc>[u] and
+    // enter the state at once (kiln_arg_step) instead of element by element.
+    std::vector<bool> step_arg_;
     // Row kernels: accumulators whose state a fold gives (the max a sum of exponentials keeps
     // anyway), not accumulated element by element.
     std::vector<bool> from_fold_;

@@ -120,6 +120,25 @@ __device__ __forceinline__ int kiln_f32_to_i32(float x) {
 // NumPy's maximum/minimum: a NaN operand gives NaN.
 __device__ __forceinline__ float kiln_maxf(float x, float y) { return (x > y || x != x) ? x : y; }
 __device__ __forceinline__ float kiln_minf(float x, float y) { return (x < y || x != x) ? x : y; }
+// The same in one instruction from sm_80 (max.NaN: a NaN operand gives the canonical NaN).
+__device__ __forceinline__ float kiln_max_nan(float x, float y) {
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+    return r;
+#else
+    return kiln_maxf(x, y);
+#endif
+}
+__device__ __forceinline__ float kiln_min_nan(float x, float y) {
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+    return r;
+#else
+    return kiln_minf(x, y);
+#endif
+}
 )";
 
 // Reductions: the accumulator kinds, and the warp, block and column reductions.
@@ -198,6 +217,9 @@ template <class K> struct kiln_argmax {
             v = x; p = q;
         }
     }
+    // (kiln_arg_step's: the extreme of two floats, a NaN taken; whether e leaves v as it is.)
+    static __device__ __forceinline__ float extreme(float a, float b) { return kiln_max_nan(a, b); }
+    static __device__ __forceinline__ bool within(float e, float v) { return e <= v; }
 };
 template <class K> struct kiln_argmin {
     typedef typename K::T T;
@@ -218,12 +240,45 @@ template <class K> struct kiln_argmin {
             v = x; p = q;
         }
     }
+    static __device__ __forceinline__ float extreme(float a, float b) { return kiln_min_nan(a, b); }
+    static __device__ __forceinline__ bool within(float e, float v) { return e >= v; }
 };
 #define KILN_ACC_KINDS(S, K)                                                                        \
     typedef kiln_sum<K> kiln_sum_##S; typedef kiln_prod<K> kiln_prod_##S; typedef kiln_max<K> kiln_max_##S; \
     typedef kiln_min<K> kiln_min_##S; typedef kiln_argmax<K> kiln_argmax_##S; typedef kiln_argmin<K> kiln_argmin_##S;
 KILN_ACC_KINDS(f, kiln_f)
 KILN_ACC_KINDS(i, kiln_i)
+
+// A row's grouped step into an arg kind's float state: N values in position order (element u
+// at position q + (u / V) * stride + u % V), as add_next would take them one by one. The step's
+// extreme first (max.NaN or min.NaN, four running partials); only when it moves the state (an
+// empty state, a larger value for argmax, a NaN) the first element equal to it, or the first
+// NaN. A state moves in few of a thread's steps, so an element costs about one instruction
+// instead of the five of add_next's tests and selects.
+template <class A, int N, int V>
+__device__ __forceinline__ void kiln_arg_step(float& v, int& p, const float (&x)[N], long long q, long long stride) {
+    static_assert(N % 4 == 0, "a step holds whole groups of at least 4 elements");
+    float m0 = x[0], m1 = x[1], m2 = x[2], m3 = x[3];
+#pragma unroll
+    for (int u = 4; u < N; u += 4) {
+        m0 = A::extreme(m0, x[u]);
+        m1 = A::extreme(m1, x[u + 1]);
+        m2 = A::extreme(m2, x[u + 2]);
+        m3 = A::extreme(m3, x[u + 3]);
+    }
+    const float e = A::extreme(A::extreme(m0, m1), A::extreme(m2, m3));
+    if (p != KILN_NO_POS && (v != v || A::within(e, v))) return;
+    int f = N - 1;
+    if (e == e) {
+#pragma unroll
+        for (int u = N - 2; u >= 0; --u) f = x[u] == e ? u : f;
+    } else {
+#pragma unroll
+        for (int u = N - 2; u >= 0; --u) f = x[u] != x[u] ? u : f;
+    }
+    v = e;
+    p = (int)(q + (long long)(f / V) * stride + f % V);
+}
 
 // Lane 0 ends with the warp's combined state.
 template <class A>

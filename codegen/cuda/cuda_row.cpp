@@ -418,6 +418,13 @@ void Emitter::emit_row_kernel(bool registers) {
                     step_summed_.assign(k_.accums.size(), false);
                     for (const detail::RowFold& f : folds_now_)
                         if (f.kind == detail::RowFold::Moments && f.shared >= 0) step_summed_[f.shared] = true;
+                    step_arg_.assign(k_.accums.size(), false);
+                    for (int ai : b.accums)
+                        if (is_arg(k_.accums[ai].kind) && k_.accums[ai].type == CT::F32 &&
+                            (from_fold_.empty() || !from_fold_[ai]) && !step_summed_[ai]) {
+                            step_arg_[ai] = true;
+                            line("float av{}[{}];", ai, n);
+                        }
                     folds_grouped_ = in_order_ = true;
                     line("#pragma unroll");
                     open(fmt::format("for (int u = 0; u < {}; ++u)", n));
@@ -426,6 +433,11 @@ void Emitter::emit_row_kernel(bool registers) {
                     close();
                     folds_grouped_ = in_order_ = false;
                     step_summed_.clear();
+                    for (int ai : b.accums)
+                        if (step_arg_[ai])
+                            line("kiln_arg_step<{0}, {1}, {2}>(acc{3}_v, acc{3}_p, av{3}, q, (long long)G << {4});",
+                                 acc_struct(k_.accums[ai]), n, vw, ai, shift);
+                    step_arg_.clear();
                     // The step's values as one group: its mean, the squared deviations from it, merged;
                     // or its max, the sum of exponentials about it, merged.
                     for (const detail::RowFold& f : folds_now_) {

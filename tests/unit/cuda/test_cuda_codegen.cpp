@@ -210,8 +210,10 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     CHECK(ew.find("kiln_row_reduce<") == std::string::npos);
     std::string row = codegen::emit_cuda(test::row_softmax_kernel()).code;
     CHECK(row.find("kiln_row_reduce<kiln_argmax_f, 2>") != std::string::npos);
-    // A thread's grouped steps take its elements in order; the element-by-element loops do not.
-    CHECK(row.find("kiln_argmax_f::add_next(acc") != std::string::npos);
+    // A thread's grouped steps take a float arg kind's elements as one step (its extreme, then
+    // the first position of it); the element-by-element loops take them one by one.
+    CHECK(row.find("kiln_arg_step<kiln_argmax_f, ") != std::string::npos);
+    CHECK(row.find("kiln_argmax_f::add_next(acc") == std::string::npos);
     CHECK(row.find("kiln_argmax_f::add(acc") != std::string::npos);
     // A cluster's blocks exchange partials through mbarriers: a cluster barrier after their
     // initialisation and at the end, none per reduction.
@@ -241,6 +243,28 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     CHECK(col.find("kiln_column_reduce<") != std::string::npos);
     std::string full = codegen::emit_cuda(test::full_reduce_kernel()).code;
     CHECK(full.find("kiln_block_reduce<") != std::string::npos);
+}
+
+// A grouped step hands a float arg kind its values at once (kiln_arg_step: the step's extreme,
+// then the first position holding it); an int32 one takes them one by one (add_next).
+TEST_CASE("row kernels take a float arg reduction's grouped step at once, an int32 one element by element") {
+    for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Int32}) {
+        for (kir::AccKind kind : {kir::AccKind::ArgMax, kir::AccKind::ArgMin}) {
+            INFO(dtype_name(t) << (kind == kir::AccKind::ArgMax ? " argmax" : " argmin"));
+            test::KernelBuilder b("kiln_argstep", "PR");
+            int x = b.input(t, "x1"), o = b.output(DType::Int32, "x0");
+            b.loop();
+            const int acc = b.accum(kind, b.load(x));
+            b.point();
+            b.store(o, b.acc_result(acc));
+            const CudaSource src = codegen::emit_cuda(b.kernel());
+            const std::string s = t == DType::Int32 ? "i" : "f";
+            const std::string name = std::string(kind == kir::AccKind::ArgMax ? "kiln_argmax_" : "kiln_argmin_") + s;
+            CHECK((src.code.find("kiln_arg_step<" + name + ", ") != std::string::npos) == (t != DType::Int32));
+            CHECK((src.code.find(name + "::add_next(acc") != std::string::npos) == (t == DType::Int32));
+            require_compiles("argstep", src);
+        }
+    }
 }
 
 // A sum of exponentials about the row's max holds exp(0) = 1, so terms below float's normal
