@@ -34,8 +34,17 @@ namespace {
 
 // KILN_CONV_KERNEL, for A/B runs: 0 "im2col" (the patch matrix and the GEMM), 1 "walk" (the
 // fprop walk, conv_walk.cuh, where it applies), 2 "tile" (fprop one tile a block, never the
-// walk); unset: kiln's choice. Read at each call.
-std::optional<int> conv_kernel_choice() { return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile"}); }
+// walk), 3 "balanced" and 4 "sliced" (the update's split: wgrad_split_choice); unset: kiln's
+// choice. Read at each call.
+std::optional<int> conv_kernel_choice() {
+    return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile", "balanced", "sliced"});
+}
+// The weight gradient's splits KILN_CONV_KERNEL allows: =balanced the balanced split wherever a
+// width has it, =sliced the slices only.
+WgradSplit wgrad_split_choice() {
+    const std::optional<int> forced = conv_kernel_choice();
+    return forced == 3 ? WgradSplit::Balanced : forced == 4 ? WgradSplit::Sliced : WgradSplit::Any;
+}
 
 // The plan a launch takes: fprop_plan's, where can_walk(tile) says whether that tile's walk can
 // run; KILN_CONV_KERNEL=walk walks the plan's tile wherever it can (up to 128 wide), =tile never.
@@ -575,17 +584,19 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
 
 namespace {
 
-// The tuner's candidates: for each tile width the model weighs, the model's best split for
-// it, and half and twice that, whose stages fit.
+// The tuner's candidates: for each tile width the model weighs, the model's best slice count
+// for it, and half and twice that, and the balanced split (128 and 256 wide), whose stages fit.
 std::vector<WgradPlan> wgrad_candidates(const ConvLayer& L, int sms, int max_smem) {
     const int max_splits = int(std::min<int64_t>((positions_of(L) + 63) / 64, 64));
     std::vector<WgradPlan> out;
     for (int bn : {64, 128, 256}) {
         if (bn > 64 && bn / 2 >= L.K) break;
-        const int split = wgrad_plan(L, sms, bn).splits;
-        for (int sp : {split / 2, split, split * 2}) {
-            if (sp < 1 || sp > max_splits) continue;
-            const WgradPlan w = wgrad_plan_of(L, bn, sp);
+        const int split = wgrad_plan(L, sms, bn, WgradSplit::Sliced).splits;
+        std::vector<WgradPlan> plans;
+        for (int sp : {split / 2, split, split * 2})
+            if (sp >= 1 && sp <= max_splits) plans.push_back(wgrad_plan_of(L, bn, sp));
+        if (bn > 64) plans.push_back(wgrad_balanced_of(L, bn, sms));
+        for (const WgradPlan& w : plans) {
             if (w.smem > max_smem) continue;
             if (std::none_of(out.begin(), out.end(), [&](const WgradPlan& x) { return describe(x) == describe(w); }))
                 out.push_back(w);
@@ -608,7 +619,7 @@ std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!wgrad_takes(be, L)) return "";
     if (auto tuned = tuned_name("wgrad", L)) return *tuned;
-    return describe(wgrad_plan(L, be.info().multiprocessors));
+    return describe(wgrad_plan(L, be.info().multiprocessors, 0, wgrad_split_choice()));
 }
 
 bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o,
@@ -626,7 +637,7 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     const int64_t rows = positions_of(L);
     const int64_t taps = taps_of(L);
     const int sms = be.info().multiprocessors;
-    WgradPlan w = wgrad_plan(L, sms);
+    WgradPlan w = wgrad_plan(L, sms, 0, wgrad_split_choice());
 
     // The epilogue's parameters: grad_F (K x taps) written as its transpose, element (tap, k).
     ConvParams p{};
@@ -645,6 +656,9 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     // blocks store raw float32 planes, slices[split] (taps x K, in `planes`), and the reduction
     // applies the epilogue.
     // smem: the kernel's dynamic shared memory (u.smem, or more for a histogram's counters).
+    // Balanced (u.runs > 0): a block an SM, all resident (a cooperative launch: a run waits for
+    // the later runs' partials of the tile it finishes), the partials in a scratch tensor and
+    // their flags tagged words of the backend's (a fresh tag each launch, so none is reset).
     auto launch = [&](const WgradPlan& u, ConvParams q, float* planes, int smem) {
         GemmParams h = q.gemm;
         h.tiles_n = int32_t((L.K + u.bn - 1) / u.bn);
@@ -652,6 +666,16 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
         q.gemm = u.splits > 1 ? detail::slice_params(h, planes) : h;
         CUfunction f = be.precompiled(kiln_conv_sm90_image, u.entry, smem);
         void* params[] = {&q, &map_e, &map_i};
+        if (u.runs > 0) {
+            Tensor partials = ctx.empty({u.runs, 128 * u.bn}, DType::Float32);
+            partials.view().storage->written = true;
+            const auto flags = be.tagged_scratch(size_t(u.runs) * 8);
+            q.part_sums = static_cast<float*>(partials.view().storage->data);
+            q.part_flags = reinterpret_cast<uint64_t*>(flags.words);
+            q.part_tag = flags.tag;
+            be.launch_precompiled(f, unsigned(u.runs), 1, 1, 384, unsigned(smem), params, {.cooperative = true});
+            return;
+        }
         be.launch_precompiled(f, unsigned(int64_t(h.tiles_m) * h.tiles_n), unsigned(u.splits), 1, 384, unsigned(smem),
                               params, {.programmatic = be.programmatic_launches()});
         if (u.splits > 1) detail::reduce_slices(be, h, planes);

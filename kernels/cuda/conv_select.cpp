@@ -80,7 +80,14 @@ std::string describe(const ConvLayer& L, const FpropPlan& plan) {
 // per wave (filling the pipeline, the epilogue), plus, split, the float32 planes written and
 // read back by the reduction; the cheapest wins. Few slices of a large output (ResNet's
 // 512-channel layers) lose to the planes' traffic; many slices of a small one fill the GPU.
-
+// The balanced split costs its run's k-tiles (the sequence's share of an SM, so no part-empty
+// last wave) at 1.15 x a one-tile block's (measured on the H200: a cooperative launch, one
+// block an SM, no overlap with the previous kernel's tail), a fixed cost per tile it finishes
+// (the producer waits for each epilogue but the last), and for each further run a tile spans
+// one partial that its finishing block reads back alone, one after another at the end
+// (about 8 us each there): it wins where the slices leave a last wave part empty and few runs
+// share a tile (ResNet's and VGG's 512-channel 3x3 layers at 7 and 14 pixels), and loses to
+// the slices' reduction kernel, which reads every plane at once, where many runs share one.
 WgradPlan wgrad_plan_of(const ConvLayer& L, int bn, int splits) {
     WgradPlan w;
     w.bn = bn, w.splits = splits;
@@ -90,30 +97,54 @@ WgradPlan wgrad_plan_of(const ConvLayer& L, int bn, int splits) {
     return w;
 }
 
-std::string describe(const WgradPlan& w) { return w.splits > 1 ? fmt::format("{} split {}", w.entry, w.splits) : w.entry; }
+WgradPlan wgrad_balanced_of(const ConvLayer& L, int bn, int sms) {
+    WgradPlan w = wgrad_plan_of(L, bn, 1);
+    const int64_t tiles = (taps_of(L) + 127) / 128 * ((L.K + bn - 1) / bn);
+    w.runs = int(std::min<int64_t>(sms, tiles * ((positions_of(L) + 63) / 64)));
+    w.entry = fmt::format("kiln_conv_wgrad_bal_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", bn, w.stages);
+    return w;
+}
 
-WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn) {
+std::string describe(const WgradPlan& w) {
+    return w.runs > 0      ? fmt::format("{} balanced over {}", w.entry, w.runs)
+           : w.splits > 1 ? fmt::format("{} split {}", w.entry, w.splits)
+                          : w.entry;
+}
+
+WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn, WgradSplit split) {
     const int64_t taps = taps_of(L);
     const int64_t rows = positions_of(L);
     const int64_t ktiles = (rows + 63) / 64;
     constexpr double kTileUs = 0.45;     // a 128 x 128 x 64 k-tile at about 600 TFLOP/s over 132 SMs
     constexpr double kWaveUs = 2.0;      // pipeline fill and epilogue per wave
     constexpr double kBytesPerUs = 3.0e6;   // HBM, bytes per microsecond
+    constexpr double kPartialUs = 8.0;       // a balanced run's partial tile, stored and read back
     WgradPlan best;
     double best_us = 0;
+    const auto consider = [&](const WgradPlan& w, double us) {
+        if (best.bn == 0 || us < best_us) best = w, best_us = us;
+    };
     for (int bn : {64, 128, 256}) {
         if (bn > 64 && bn / 2 >= L.K) break;   // half the tile or more past the channels
         if (only_bn && bn != only_bn) continue;
         const int64_t tiles = (taps + 127) / 128 * ((L.K + bn - 1) / bn);
-        for (int64_t splits = 1; splits <= std::min<int64_t>(ktiles, 64); ++splits) {
-            const int64_t blocks = tiles * splits, waves = (blocks + sms - 1) / sms, per = (ktiles + splits - 1) / splits;
-            const double width = bn == 256 ? 0.85 * 256 : std::max(bn, 96);
-            double us = double(waves) * (double(per) * kTileUs * width / 128.0 + kWaveUs);
-            if (splits > 1) us += double(splits) * double(taps * L.K) * 8.0 / kBytesPerUs + 3.0;
-            if (best.bn == 0 || us < best_us) best.bn = bn, best.splits = int(splits), best_us = us;
-        }
+        const double width = bn == 256 ? 0.85 * 256 : std::max(bn, 96);
+        const double tile_us = kTileUs * width / 128.0;
+        if (split != WgradSplit::Balanced)
+            for (int64_t splits = 1; splits <= std::min<int64_t>(ktiles, 64); ++splits) {
+                const int64_t blocks = tiles * splits, waves = (blocks + sms - 1) / sms, per = (ktiles + splits - 1) / splits;
+                double us = double(waves) * (double(per) * tile_us + kWaveUs);
+                if (splits > 1) us += double(splits) * double(taps * L.K) * 8.0 / kBytesPerUs + 3.0;
+                consider(wgrad_plan_of(L, bn, int(splits)), us);
+            }
+        if (bn == 64 || split == WgradSplit::Sliced) continue;
+        const WgradPlan w = wgrad_balanced_of(L, bn, sms);
+        const int64_t total = tiles * ktiles, per = (total + w.runs - 1) / w.runs;
+        const int64_t finished = (tiles + w.runs - 1) / w.runs, spanned = (ktiles + per - 1) / per;
+        consider(w, 1.15 * double(per) * tile_us + double(finished + 1) * kWaveUs + double(spanned - 1) * kPartialUs);
     }
-    return wgrad_plan_of(L, best.bn, best.splits);
+    // (The balanced split asked for where no width has it: the slices.)
+    return best.bn == 0 ? wgrad_plan(L, sms, only_bn, WgradSplit::Sliced) : best;
 }
 
 bool pointwise_prefers_implicit(const ConvLayer& L, int sms) { return L.K <= 128 && positions_of(L) >= int64_t(128) * sms; }

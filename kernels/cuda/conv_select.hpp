@@ -55,16 +55,21 @@ WalkTile walk_for(const ConvLayer& L, const ConvTile& t);
 // The entry a plan launches.
 std::string describe(const ConvLayer& L, const FpropPlan& plan);
 
-// The weight gradient's tile width, stages and split (slices of the output positions, their
-// float32 planes added by the GEMM's reduction kernel).
+// The weight gradient's tile width, stages and split: slices of the output positions (their
+// float32 planes added by the GEMM's reduction kernel), or the balanced split (`runs` > 0: every
+// tile's k-tiles in one sequence cut into that many equal runs, a block an SM; 128 and 256
+// wide).
 struct WgradPlan {
-    int bn = 0, stages = 0, smem = 0, splits = 1;
+    int bn = 0, stages = 0, smem = 0, splits = 1, runs = 0;
     std::string entry;
 };
 WgradPlan wgrad_plan_of(const ConvLayer& L, int bn, int splits);
+WgradPlan wgrad_balanced_of(const ConvLayer& L, int bn, int sms);
 std::string describe(const WgradPlan& w);
+// How a caller limits the weight gradient's plans (KILN_CONV_KERNEL=balanced / sliced).
+enum class WgradSplit { Any, Balanced, Sliced };
 // The model's cheapest plan on `sms` SMs, over every width, or of width only_bn.
-WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn = 0);
+WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn = 0, WgradSplit split = WgradSplit::Any);
 
 // The GEMM's selector has no tile narrower than 128 columns that walks its tiles, and a
 // pointwise layer's product has one to a few k-tiles a tile: its output channels at most 128

@@ -1,7 +1,7 @@
 // kiln's precompiled convolution kernels for sm_90a: implicit-GEMM fprop (sm90/conv_fprop.cuh)
 // and weight gradient (sm90/conv_wgrad.cuh) per 16-bit dtype and tile width. Entry names:
 // kiln_conv_fprop_<dtype>_<BN>_s<stages>, kiln_conv_fprop_walk_<dtype>_<BN>_s<stages> (sm90/conv_walk.cuh),
-// kiln_conv_wgrad_<dtype>_<BN>_s<stages>.
+// kiln_conv_wgrad_<dtype>_<BN>_s<stages>, kiln_conv_wgrad_bal_<dtype>_<BN>_s<stages> (the balanced split).
 #include "kernels/cuda/sm90/conv_fprop.cuh"
 #include "kernels/cuda/sm90/conv_walk.cuh"
 #include "kernels/cuda/sm90/conv_wgrad.cuh"
@@ -32,3 +32,6 @@ KILN_CONV_DTYPES(fprop_walk, conv_fprop_walk, 128, 5, 1)
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 64, 8, 1)
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 128, 6, 1)
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 256, 4, 1)
+// The weight gradient's balanced split: the same maps, one block an SM.
+KILN_CONV_DTYPES(wgrad_bal, conv_wgrad_balanced, 128, 6, 1)
+KILN_CONV_DTYPES(wgrad_bal, conv_wgrad_balanced, 256, 4, 1)

@@ -735,6 +735,53 @@ TEST_CASE("gpu conv: the implicit weight gradient on sm_90: taps past the tile, 
         }
 }
 
+// The weight gradient's balanced split (KILN_CONV_KERNEL=balanced) against its slices (=sliced)
+// and im2col with the GEMM, on the GPU: a tile shared by many runs (5 tiles over 132 runs, 128
+// wide), runs across two tiles (72 tiles of 7 k-tiles), runs that finish two or three tiles
+// (288 tiles of 2 k-tiles: the producer waits for each epilogue), K's tail in a 256-wide tile
+// past a part m-tile, and fewer k-tiles than SMs (a run each); the balanced split sums the
+// same bits on every call.
+TEST_CASE("gpu conv: the weight gradient's balanced split agrees with the slices and im2col, deterministically") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"});
+    if (!sm90(gpu)) return;
+    uint32_t seed = 7000;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Case& c : {Case{32, 64, 128, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+                              Case{8, 512, 512, {1, 7, 7}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+                              Case{2, 1024, 1024, {1, 7, 7}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+                              Case{16, 64, 192, {1, 15, 15}, {1, 5, 5}, {0, 2, 2}, {1, 1, 1}, {1, 1, 1}},
+                              Case{4, 128, 256, {1, 9, 9}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}}}) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), E = pair(gpu, gpu, L.output_shape(), dt, ++seed);
+            Tensor Gb = gpu.empty(L.filter_shape(), dt), Gb2 = gpu.empty(L.filter_shape(), dt),
+                   Gs = gpu.empty(L.filter_shape(), dt), Gi = gpu.empty(L.filter_shape(), dt),
+                   Gm = gpu.empty(L.filter_shape(), DType::Float32);
+            {
+                const test::ScopedEnv forced("KILN_CONV_KERNEL", "balanced");
+                const std::string k = conv_kernel(gpu, L, "update");
+                INFO(k);
+                CHECK(k.find(" balanced over ") != std::string::npos);
+                update_conv(L, I.gpu, E.gpu, Gb);
+                update_conv(L, I.gpu, E.gpu, Gb2);
+            }
+            {
+                const test::ScopedEnv forced("KILN_CONV_KERNEL", "sliced");
+                CHECK(conv_kernel(gpu, L, "update").find("balanced") == std::string::npos);
+                update_conv(L, I.gpu, E.gpu, Gs);
+            }
+            {
+                const test::ScopedEnv forced("KILN_CONV_KERNEL", "im2col");
+                update_conv(L, I.gpu, E.gpu, Gi);
+                update_conv(L, I.abs, E.abs, Gm);
+            }
+            CHECK(count_off(Gb, Gi, Gm, dt) == 0);
+            CHECK(count_off(Gs, Gi, Gm, dt) == 0);
+            CHECK(Gb.to_vector<float>() == Gb2.to_vector<float>());
+        }
+}
+
 // Named outputs of the convolutions are counted as the GEMM or implicit-GEMM epilogue stores
 // them where that epilogue writes the output (the counts equal hist() of it), and after the call
 // elsewhere (brelu's epilogue): fprop on both kernels (the one-tile kernel and the walk, the
@@ -785,14 +832,17 @@ TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
             check_named(O, 1, [&] { fprop_conv(L, I, F, O, o); });
         }
     }
-    // The weight gradient split into slices (37632 positions, few tiles), and unsplit (288
-    // tiles of 7 k-tiles).
+    // The weight gradient split into slices (37632 positions, few tiles), and not (288 tiles of
+    // 7 k-tiles); each also balanced (its runs' finishing tiles counted as stored).
     for (const ConvLayer& L : {conv_layer(dt, 48, 64, 128, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}),
                                conv_layer(dt, 8, 512, 1024, {1, 7, 7}, {1, 3, 3}, {0, 1, 1})}) {
         const std::string kernel = gemm::conv_wgrad_kernel(ctx, L);
         INFO(L.str() << " " << kernel);
         CHECK((kernel.find(" split ") != std::string::npos) == (L.K == 128));
         Tensor I = random(L.input_shape(), dt), E = random(L.output_shape(), dt), gF = ctx.empty(L.filter_shape(), dt);
+        check_named(gF, 1, [&] { update_conv(L, I, E, gF); });
+        const test::ScopedEnv forced("KILN_CONV_KERNEL", "balanced");
+        CHECK(gemm::conv_wgrad_kernel(ctx, L).find(" balanced over ") != std::string::npos);
         check_named(gF, 1, [&] { update_conv(L, I, E, gF); });
     }
 }

@@ -37,25 +37,28 @@ struct Chosen {
 } // namespace
 
 TEST_CASE("conv plans: the seeds' layers take the tiles, walks and splits measured on the H200") {
-    // (the float16 run of conv.py at 3023e35 / bc9c9f7 / ab49882: docs/conv_layers.md)
+    // (the float16 run of conv.py at 3023e35 / bc9c9f7 / ab49882: docs/conv_layers.md; the
+    // balanced split's against the slices' in the run of 2026-12-04)
+    const char* const BALANCED = "kiln_conv_wgrad_bal_f16_256_s4 balanced over 132";
     const Chosen layers[] = {
         {"alexnet conv2", 128, 64, 192, 27, 5, 2, 1, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 10"},
         {"alexnet conv3", 128, 192, 384, 13, 3, 1, 1, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 3"},
         {"alexnet conv4", 128, 384, 256, 13, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 4"},
         {"overfeat conv3", 128, 256, 512, 12, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
-        {"overfeat conv5", 128, 1024, 1024, 12, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
+        {"overfeat conv4", 128, 512, 1024, 12, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", BALANCED},
+        {"overfeat conv5", 128, 1024, 1024, 12, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", BALANCED},
         {"vgg_a conv2", 64, 64, 128, 112, 3, 1, 1, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 26"},
         {"vgg_a conv3", 64, 128, 256, 56, 3, 1, 1, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 14"},
-        {"vgg_a conv6", 64, 512, 512, 28, 3, 1, 1, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 7"},
-        {"vgg_a conv7", 64, 512, 512, 14, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
+        {"vgg_a conv6", 64, 512, 512, 28, 3, 1, 1, "kiln_conv_fprop_f16_256_s4", BALANCED},
+        {"vgg_a conv7", 64, 512, 512, 14, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", BALANCED},
         {"resnet50 s2_3x3", 256, 64, 64, 56, 3, 1, 1, "kiln_conv_fprop_f16_64_s4", "kiln_conv_wgrad_f16_64_s8 split 26"},
         {"resnet50 s3_3x3s2", 256, 128, 128, 56, 3, 1, 2, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 14"},
         {"resnet50 s3_proj", 256, 256, 512, 56, 1, 0, 2, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_256_s4 split 33"},
         {"resnet50 s4_3x3s2", 256, 256, 256, 28, 3, 1, 2, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 7"},
         {"resnet50 s4_proj", 256, 512, 1024, 28, 1, 0, 2, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_256_s4 split 8"},
-        {"resnet50 s5_3x3s2", 256, 512, 512, 14, 3, 1, 2, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
+        {"resnet50 s5_3x3s2", 256, 512, 512, 14, 3, 1, 2, "kiln_conv_fprop_f16_128_s6", BALANCED},
         {"resnet50 s5_proj", 256, 1024, 2048, 14, 1, 0, 2, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_128_s6"},
-        {"resnet50 s5_3x3", 256, 512, 512, 7, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
+        {"resnet50 s5_3x3", 256, 512, 512, 7, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", BALANCED},
     };
     for (const Chosen& c : layers) {
         const ConvLayer L = layer2d(c.N, c.C, c.K, c.hw, c.rs, c.pad, c.stride);
@@ -96,6 +99,22 @@ TEST_CASE("conv plans: the rules behind them") {
     // The update: a width of its own when asked, and no split where one wave already fills it.
     CHECK(wgrad_plan(vgg2, kSms, 64).bn == 64);
     CHECK(wgrad_plan(layer2d(256, 1024, 2048, 14, 1, 0, 2), kSms).splits == 1);
+    // The balanced split where few runs share a tile and the slices would leave a last wave part
+    // empty (VGG's conv7: 72 tiles of 196 k-tiles, 3 slices = 216 blocks), not where many runs
+    // would share one (VGG's conv2: 5 tiles over 132 runs, its partials read one by one).
+    const ConvLayer vgg7 = layer2d(64, 512, 512, 14, 3, 1, 1);
+    CHECK(wgrad_plan(vgg7, kSms).runs == kSms);
+    CHECK(wgrad_plan(vgg2, kSms).runs == 0);
+    CHECK(wgrad_plan(vgg2, kSms, 0, WgradSplit::Balanced).runs == kSms);
+    CHECK(wgrad_plan(vgg7, kSms, 0, WgradSplit::Sliced).splits == 3);
+    CHECK(wgrad_plan(vgg7, kSms, 0, WgradSplit::Sliced).runs == 0);
+    // No balanced split of the 64-wide tile: asked for, the slices; and never more runs than k-tiles.
+    CHECK(wgrad_plan(narrow, kSms, 0, WgradSplit::Balanced).runs == 0);
+    CHECK(wgrad_plan(narrow, kSms, 0, WgradSplit::Balanced).bn == 64);
+    const ConvLayer tiny = layer2d(1, 128, 256, 8, 1, 0, 1);   // one 128 x 256 tile of one k-tile
+    CHECK(wgrad_balanced_of(tiny, 256, kSms).runs == 1);
+    CHECK(wgrad_balanced_of(tiny, 128, kSms).runs == 2);
+    CHECK(describe(wgrad_balanced_of(vgg7, 128, kSms)) == "kiln_conv_wgrad_bal_f16_128_s6 balanced over 132");
     CHECK(positions_of(vgg2) == 64 * 112 * 112);
     CHECK(taps_of(vgg2) == 9 * 64);
 }
