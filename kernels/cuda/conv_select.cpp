@@ -88,20 +88,31 @@ std::string describe(const ConvLayer& L, const FpropPlan& plan) {
 // (about 8 us each there): it wins where the slices leave a last wave part empty and few runs
 // share a tile (ResNet's and VGG's 512-channel 3x3 layers at 7 and 14 pixels), and loses to
 // the slices' reduction kernel, which reads every plane at once, where many runs share one.
+namespace {
+// The weight gradient's 128 x bn tiles of grad_F^T, the k-tiles (64 output positions) of each,
+// and a kernel's entry name (kind "wgrad" or "wgrad_bal").
+int64_t wgrad_tiles(const ConvLayer& L, int bn) { return (taps_of(L) + 127) / 128 * ((L.K + bn - 1) / bn); }
+int64_t wgrad_ktiles(const ConvLayer& L) { return (positions_of(L) + 63) / 64; }
+// The balanced split's runs: a block an SM, never more than the k-tiles.
+int64_t wgrad_runs(const ConvLayer& L, int bn, int sms) { return std::min<int64_t>(sms, wgrad_tiles(L, bn) * wgrad_ktiles(L)); }
+std::string wgrad_entry(const ConvLayer& L, const char* kind, int bn, int stages) {
+    return fmt::format("kiln_conv_{}_{}_{}_s{}", kind, L.dtype == DType::Float16 ? "f16" : "bf16", bn, stages);
+}
+} // namespace
+
 WgradPlan wgrad_plan_of(const ConvLayer& L, int bn, int splits) {
     WgradPlan w;
     w.bn = bn, w.splits = splits;
     w.stages = bn == 64 ? 8 : bn == 128 ? 6 : 4;
     w.smem = w.stages * (128 * 128 + bn * 128) + 1024;
-    w.entry = fmt::format("kiln_conv_wgrad_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", bn, w.stages);
+    w.entry = wgrad_entry(L, "wgrad", bn, w.stages);
     return w;
 }
 
 WgradPlan wgrad_balanced_of(const ConvLayer& L, int bn, int sms) {
     WgradPlan w = wgrad_plan_of(L, bn, 1);
-    const int64_t tiles = (taps_of(L) + 127) / 128 * ((L.K + bn - 1) / bn);
-    w.runs = int(std::min<int64_t>(sms, tiles * ((positions_of(L) + 63) / 64)));
-    w.entry = fmt::format("kiln_conv_wgrad_bal_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", bn, w.stages);
+    w.runs = int(wgrad_runs(L, bn, sms));
+    w.entry = wgrad_entry(L, "wgrad_bal", bn, w.stages);
     return w;
 }
 
@@ -113,21 +124,22 @@ std::string describe(const WgradPlan& w) {
 
 WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn, WgradSplit split) {
     const int64_t taps = taps_of(L);
-    const int64_t rows = positions_of(L);
-    const int64_t ktiles = (rows + 63) / 64;
+    const int64_t ktiles = wgrad_ktiles(L);
     constexpr double kTileUs = 0.45;     // a 128 x 128 x 64 k-tile at about 600 TFLOP/s over 132 SMs
     constexpr double kWaveUs = 2.0;      // pipeline fill and epilogue per wave
     constexpr double kBytesPerUs = 3.0e6;   // HBM, bytes per microsecond
     constexpr double kPartialUs = 8.0;       // a balanced run's partial tile, stored and read back
-    WgradPlan best;
+    // The cheapest (width, slices; balanced), its plan made once at the end.
+    int best_bn = 0, best_splits = 1;
+    bool best_balanced = false;
     double best_us = 0;
-    const auto consider = [&](const WgradPlan& w, double us) {
-        if (best.bn == 0 || us < best_us) best = w, best_us = us;
+    const auto consider = [&](int bn, int splits, bool balanced, double us) {
+        if (best_bn == 0 || us < best_us) best_bn = bn, best_splits = splits, best_balanced = balanced, best_us = us;
     };
     for (int bn : {64, 128, 256}) {
         if (bn > 64 && bn / 2 >= L.K) break;   // half the tile or more past the channels
         if (only_bn && bn != only_bn) continue;
-        const int64_t tiles = (taps + 127) / 128 * ((L.K + bn - 1) / bn);
+        const int64_t tiles = wgrad_tiles(L, bn);
         const double width = bn == 256 ? 0.85 * 256 : std::max(bn, 96);
         const double tile_us = kTileUs * width / 128.0;
         if (split != WgradSplit::Balanced)
@@ -135,16 +147,17 @@ WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn, WgradSplit split)
                 const int64_t blocks = tiles * splits, waves = (blocks + sms - 1) / sms, per = (ktiles + splits - 1) / splits;
                 double us = double(waves) * (double(per) * tile_us + kWaveUs);
                 if (splits > 1) us += double(splits) * double(taps * L.K) * 8.0 / kBytesPerUs + 3.0;
-                consider(wgrad_plan_of(L, bn, int(splits)), us);
+                consider(bn, int(splits), false, us);
             }
         if (bn == 64 || split == WgradSplit::Sliced) continue;
-        const WgradPlan w = wgrad_balanced_of(L, bn, sms);
-        const int64_t total = tiles * ktiles, per = (total + w.runs - 1) / w.runs;
-        const int64_t finished = (tiles + w.runs - 1) / w.runs, spanned = (ktiles + per - 1) / per;
-        consider(w, 1.15 * double(per) * tile_us + double(finished + 1) * kWaveUs + double(spanned - 1) * kPartialUs);
+        const int64_t runs = wgrad_runs(L, bn, sms);
+        const int64_t per = (tiles * ktiles + runs - 1) / runs;
+        const int64_t finished = (tiles + runs - 1) / runs, spanned = (ktiles + per - 1) / per;
+        consider(bn, 1, true, 1.15 * double(per) * tile_us + double(finished + 1) * kWaveUs + double(spanned - 1) * kPartialUs);
     }
     // (The balanced split asked for where no width has it: the slices.)
-    return best.bn == 0 ? wgrad_plan(L, sms, only_bn, WgradSplit::Sliced) : best;
+    if (best_bn == 0) return wgrad_plan(L, sms, only_bn, WgradSplit::Sliced);
+    return best_balanced ? wgrad_balanced_of(L, best_bn, sms) : wgrad_plan_of(L, best_bn, best_splits);
 }
 
 bool pointwise_prefers_implicit(const ConvLayer& L, int sms) { return L.K <= 128 && positions_of(L) >= int64_t(128) * sms; }
