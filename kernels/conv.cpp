@@ -561,7 +561,7 @@ struct DgradPhase {
     std::optional<ConvLayer> layer;   // none where some axis has no taps
 };
 std::optional<std::vector<DgradPhase>> dgrad_phases(const ConvLayer& L) {
-    // (A one-tap filter keeps the product and its one strided copy: col2im_gpu says why.)
+    // (A one-tap filter: strided_pointwise_dgrad, else the product and one strided copy.)
     if (L.C < kImplicitDgradMinChannels || L.filter[0] * L.filter[1] * L.filter[2] == 1) return std::nullopt;
     for (int a = 0; a < 3; ++a)
         if (L.stride[a] > 1 && L.dilation[a] != 1) return std::nullopt;
@@ -641,6 +641,23 @@ std::optional<FoldedDgrad> bprop_folded(Context& ctx, const ConvLayer& L) {
     return FoldedDgrad{*F, *D};
 }
 
+// The gradient of a strided 1x1 layer without padding at the positions its taps reach, as the
+// stride-1 1x1 convolution of E into C channels, where pointwise_implicit prefers the implicit
+// kernel to the GEMM (at most 128 channels; wider ones measured slower that way): its rows
+// are groups of one stride in the gradient (c_row), so it stores there directly, where the
+// product wrote its rows and a copy moved them. (The rows group where the image's depth is whole
+// strides and a depth stride covers whole strides of height, as with depth stride 1 and an even
+// height under stride 2; an odd height leaves the product.)
+std::optional<ConvLayer> strided_pointwise_dgrad(Context& ctx, const ConvLayer& L) {
+    if (L.C < kImplicitDgradMinChannels || L.filter != Dims3{1, 1, 1} || L.pad != Dims3{0, 0, 0} ||
+        L.stride == Dims3{1, 1, 1} || L.image[0] != L.output[0] * L.stride[0] ||
+        L.stride[0] * L.image[1] != L.output[1] * L.stride[1])
+        return std::nullopt;
+    const ConvLayer D = conv_layer(L.dtype, L.N, L.K, L.C, L.output, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1});
+    if (!gemm::pointwise_implicit(ctx, D)) return std::nullopt;
+    return D;
+}
+
 // The update's folded layer, where the weight-gradient kernel takes it.
 std::optional<ConvLayer> update_folded(Context& ctx, const ConvLayer& L) {
     const std::optional<ConvLayer> F = folded(L, fold_channels(L, FoldFor::update));
@@ -675,8 +692,10 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
     }
     // Strided: a stride-1 convolution per phase (implicit_phases) into a float32 gradient, each
     // into its strided view, then the epilogue; or, where the options touch only what the
-    // phases compute (scattered), each phase's kernel applies them and rounds into out's dtype,
-    // and its result goes straight into out's view.
+    // phases compute (scattered), each phase's kernel applies them and rounds into out's dtype
+    // in out's view. The kernel stores into the view itself where its rows are groups of one
+    // stride (c_row), which saves writing the phase and copying it (ResNet-50's strided 3x3
+    // layers: every phase).
     if (auto phases = on_gpu(E5) ? implicit_phases(E5.context(), L) : std::nullopt) {
         Context& ctx = E5.context();
         const Tensor E = E5.is_contiguous() ? E5 : ctx.eval(E5.expr());   // once, not once per phase
@@ -706,7 +725,15 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                                            .transpose({4, 1, 2, 3, 0})
                                            .expr());
             const ConvLayer& D = *P.layer;
-            Tensor T = ctx.empty({D.N * D.output[0] * D.output[1] * D.output[2], g.C}, direct ? out.dtype() : DType::Float32);
+            // Straight into its view where the view's rows are groups of one stride (an even
+            // image's phases: (N D' H') groups of W' rows), else through a copy.
+            const int64_t groups = D.N * D.output[0] * D.output[1], per_group = D.output[2];
+            if (std::optional<Tensor> rows = view.reshape_view({groups, per_group, g.C})) {
+                KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(D, E, Fp, *rows, d),
+                                    "bprop_conv: the implicit-GEMM kernel declined phase {} of {}", dims_str(P.phase), L.str());
+                continue;
+            }
+            Tensor T = ctx.empty({groups * per_group, g.C}, direct ? out.dtype() : DType::Float32);
             KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(D, E, Fp, T, d),
                                 "bprop_conv: the implicit-GEMM kernel declined phase {} of {}", dims_str(P.phase), L.str());
             view.assign(reshape(T.expr(), view.shape()));
@@ -743,15 +770,38 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
     // A strided 1x1 without padding on a GPU: the product's rows are the gradient at every
     // stride-th position, the rest zeros. Where the options touch only those (scattered), the
     // GEMM applies them and rounds into out's dtype, and its result goes into out's view.
+    // The implicit kernel (strided_pointwise_dgrad) stores straight into the view where its rows
+    // group (an even image) and out shares no memory with E and F, the other positions zeroed
+    // first.
     if (on_gpu(E5) && g.T * g.R * g.S == 1 && L.pad == Dims3{0, 0, 0} && scattered(o))
         if (auto out5 = out.reshape_view({g.N, g.D, g.H, g.W, g.C})) {
-            Tensor G = ctx.empty({g.rows(), g.C}, out.dtype());
             DotOptions d;
             d.alpha = o.alpha, d.relu = o.relu, d.slope = o.slope;
-            compound_dot(Em, Fm, G, d);
             auto along = [&](int a) { return Slice::range(0, L.stride[a] * (L.output[a] - 1) + 1, L.stride[a]); };
-            out5->assign(Expr(0.0));
             Tensor view = out5->slice({Slice::all(), along(0), along(1), along(2), Slice::all()});
+#ifdef KILN_HAVE_GEMM_KERNELS
+            const bool apart = out.view().storage != E5.view().storage && out.view().storage != F.view().storage;
+            const std::optional<ConvLayer> D = apart ? strided_pointwise_dgrad(ctx, L) : std::nullopt;
+            if (auto rows = D ? view.reshape_view({g.N * L.output[0] * L.output[1], L.output[2], g.C}) : std::nullopt) {
+                for (int64_t pd = 0; pd < L.stride[0]; ++pd)   // the positions no tap reaches
+                    for (int64_t ph = 0; ph < L.stride[1]; ++ph)
+                        for (int64_t pw = 0; pw < L.stride[2]; ++pw) {
+                            const Dims3 phi{pd, ph, pw};
+                            if (phi == Dims3{0, 0, 0} || pd >= g.D || ph >= g.H || pw >= g.W) continue;
+                            auto from = [&](int a) { return Slice::range(phi[a], Slice::kNone, L.stride[a]); };
+                            out5->slice({Slice::all(), from(0), from(1), from(2), Slice::all()}).assign(Expr(0.0));
+                        }
+                const Tensor E = E5.is_contiguous() ? E5 : ctx.eval(E5.expr());
+                const Tensor Fp = ctx.eval(as5(F, g.K, {1, 1, 1}, g.C).transpose({4, 1, 2, 3, 0}).expr());
+                KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(*D, E, Fp, *rows, d),
+                                    "bprop_conv: the implicit-GEMM kernel declined {}", D->str());
+                channel_sums(out, o);
+                return;
+            }
+#endif
+            Tensor G = ctx.empty({g.rows(), g.C}, out.dtype());
+            compound_dot(Em, Fm, G, d);
+            out5->assign(Expr(0.0));
             view.assign(reshape(G.expr(), view.shape()));
             channel_sums(out, o);
             return;
@@ -983,6 +1033,8 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         }
         if (auto F = !forward ? bprop_folded(ctx, L) : std::nullopt)
             return folded_name(gemm::conv_fprop_kernel(ctx, F->dgrad), F->folded);
+        if (auto S = !forward ? strided_pointwise_dgrad(ctx, L) : std::nullopt)
+            return "implicit-gemm " + gemm::conv_fprop_kernel(ctx, *S) + " (into the strided view)";
     }
 #else
     (void)ctx;

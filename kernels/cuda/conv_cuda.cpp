@@ -477,8 +477,15 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
 
     ConvParams p{};
     GemmParams& g = p.gemm;
-    const detail::Mat c = detail::mat(C);
+    const bool grouped = C.rank() == 3;
+    KILN_CHECK_INTERNAL((C.rank() == 2 || grouped) && C.shape()[0] * (grouped ? C.shape()[1] : 1) == rows &&
+                            C.shape()[C.rank() - 1] == L.K,
+                        "conv_fprop_implicit: output {} for {}", shape_str(C.shape()), L.str());
+    detail::Mat c;
+    if (grouped) c.base = detail::data_of(C), c.s_row = C.strides()[1], c.s_col = C.strides()[2];
+    else c = detail::mat(C);
     set_epilogue(g, c, c.s_row, c.s_col, C.dtype(), o, impl);
+    if (grouped) g.c_group = int32_t(C.shape()[1]), g.c_sg = C.strides()[0];
     g.m = int32_t(rows), g.n = int32_t(L.K), g.k = int32_t(taps);
     Tensor bias;
     if (o.bias) {
@@ -545,6 +552,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                     scratch = scratch_like(ctx, c, rows, L.K, c.s_row, c.s_col, int64_t(dtype_size(C.dtype())));
                 ConvParams q = p;
                 q.gemm.c = scratch.second;
+                q.gemm.c_group = 0, q.gemm.c_sg = 0;   // (the scratch's rows are plain)
                 launch(x.tile, x.walk, q, x.tile.smem);
             });
         if (chosen) plan = *chosen;

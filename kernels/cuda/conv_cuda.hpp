@@ -15,7 +15,9 @@ namespace kiln::gemm {
 // C (rows x K, the output as a matrix) = epilogue(conv(I5, F)) of layer L with the implicit-GEMM
 // kernel: true when it ran, false where it does not take the problem (not an sm_90 GPU, not a
 // 16-bit dtype, C not a multiple of 8, sizes past 32 bits, or KILN_CONV_KERNEL=im2col). The
-// epilogue is the GEMM's (alpha, beta, bias, relu, slope; no bsum). I5 is (N, D, H, W, C).
+// epilogue is the GEMM's (alpha, beta, bias, relu, slope; no bsum). I5 is (N, D, H, W, C). C
+// may also be (groups, rows / groups, K): rows in groups of a stride of their own (c_row), as a
+// strided gradient's phase is in the image's gradient.
 // With `count`, the epilogue counts the values it stores to C into it; *counted says whether it
 // did (its counters fit beside the kernel's shared memory).
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,

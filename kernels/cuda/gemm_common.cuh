@@ -124,19 +124,26 @@ __device__ __forceinline__ float store_c(const GemmParams& p, char* c, int64_t o
     }
 }
 
+// C's row m, in elements from C's start: m * c_sm, or in groups (c_group > 0).
+__device__ __forceinline__ int64_t c_row(const GemmParams& p, int m) {
+    if (p.c_group == 0) return int64_t(m) * p.c_sm;
+    const int g = m / p.c_group;
+    return int64_t(g) * p.c_sg + int64_t(m - g * p.c_group) * p.c_sm;
+}
+
 // alpha * acc, + bias[n], activation, + beta * C[m, n]: the value C[m, n] receives.
 __device__ __forceinline__ float epilogue_value(const GemmParams& p, const char* c, float acc, int m, int n) {
     float v = p.alpha * acc;
     if (p.flags & kBias) v += __ldg(p.bias + n);
     if (p.flags & kRelu) v = activation(v, p.slope);
-    if (p.flags & kBeta) v += p.beta * load_c(p, c, m * p.c_sm + n * p.c_sn);
+    if (p.flags & kBeta) v += p.beta * load_c(p, c, c_row(p, m) + n * p.c_sn);
     return v;
 }
 
 // Finishes one element: computes and stores it, and returns the value stored (for the row sums).
 __device__ __forceinline__ float finish_element(const GemmParams& p, char* c, int z, float acc, int m, int n) {
     const float v = epilogue_value(p, c, acc, m, n);
-    return store_c(p, c, m * p.c_sm + n * p.c_sn, v, (uint64_t(z) * p.m + m) * uint64_t(p.n) + n);
+    return store_c(p, c, c_row(p, m) + n * p.c_sn, v, (uint64_t(z) * p.m + m) * uint64_t(p.n) + n);
 }
 
 __device__ __forceinline__ char* c_of(const GemmParams& p, int z) {
@@ -225,7 +232,7 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
     const int warp = tid / 32, lane = tid % 32;
     char* C = c_of(p, z);
     const int esize = p.c_dtype == kF32 ? 4 : 2;
-    const bool vec = p.c_sn == 1 && (p.sr_bits == 0 || p.c_dtype == kF32) && p.c_sm % 4 == 0 && n0 % 4 == 0 &&
+    const bool vec = p.c_sn == 1 && (p.sr_bits == 0 || p.c_dtype == kF32) && p.c_sm % 4 == 0 && p.c_sg % 4 == 0 && n0 % 4 == 0 &&
                      reinterpret_cast<uintptr_t>(C) % (4 * esize) == 0;
     const bool bias = p.flags & kBias, relu = p.flags & kRelu, beta = p.flags & kBeta;
     uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp, lane) : nullptr;
@@ -282,7 +289,7 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
             if (beta && c < COLS)
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
-                    if (n + j < p.n) o[j] = load_c(p, C, int64_t(m) * p.c_sm + int64_t(n + j) * p.c_sn);
+                    if (n + j < p.n) o[j] = load_c(p, C, c_row(p, m) + int64_t(n + j) * p.c_sn);
             cv[h] = make_float4(o[0], o[1], o[2], o[3]);
         }
         float s = 0.f;
@@ -299,7 +306,7 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
                 v[j] += p.beta * o[j];   // o is 0 without beta
             }
             if (vec && n + 3 < p.n) {
-                s += store4(p, C, int64_t(m) * p.c_sm + n, make_float4(v[0], v[1], v[2], v[3]));
+                s += store4(p, C, c_row(p, m) + n, make_float4(v[0], v[1], v[2], v[3]));
                 if (hist)
 #pragma unroll
                     for (int j = 0; j < 4; ++j)
@@ -308,7 +315,7 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
                     if (n + j < p.n) {
-                        const float stored = store_c(p, C, int64_t(m) * p.c_sm + int64_t(n + j) * p.c_sn, v[j],
+                        const float stored = store_c(p, C, c_row(p, m) + int64_t(n + j) * p.c_sn, v[j],
                                                      (uint64_t(z) * p.m + m) * uint64_t(p.n) + n + j);
                         s += stored;
                         if (hist) atomicAdd(hist + kiln_hist_bin(stored, p.hist_bins, p.hist_offset), 1u);

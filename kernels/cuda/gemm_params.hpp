@@ -74,6 +74,9 @@ struct GemmParams {
     int64_t a_sm, a_sk;       // A's strides along m and k, in elements
     int64_t b_sk, b_sn;       // B's strides along k and n
     int64_t c_sm, c_sn;       // C's strides along m and n
+    int64_t c_sg;             // c_group > 0: C's rows in groups of c_group, group g from g * c_sg
+    int32_t c_group;          // on (c_row): a view's rows over two axes (a strided convolution
+                              // gradient's phase, every s-th row of every s-th image row); 0: none
     int64_t a_batch, b_batch, c_batch;  // strides between batch entries (0: shared)
     int32_t m, n, k, batch;
     float alpha, beta, slope;
@@ -106,7 +109,7 @@ struct GemmParams {
 // rows and batch entries start 16 bytes apart, without beta or stochastic rounding.
 KILN_GEMM_HOST_DEVICE inline bool rows_of_16_bytes(const GemmParams& p) {
     return !(p.flags & kBeta) && p.sr_bits == 0 && p.c_dtype != kF32 && p.c_sn == 1 && p.c_sm % 8 == 0 &&
-           p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
+           p.c_sg % 8 == 0 && p.c_batch % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0;
 }
 // Whether a split in a cluster on tiles `bn` wide sends its sums from registers
 // (split_k_push_epilogue) rather than through the general epilogue's float32 staging.

@@ -259,8 +259,10 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
     // bprop: with stride 1 the implicit kernel's convolution of E with the flipped filter (C
     // output channels, at least 32 of them); strided, a stride-1 convolution per phase of the
     // stride (phases without taps along an axis receive zeros); a padding past the dilated
-    // filter, fewer channels, a dilated strided axis or a one-tap filter keep the product and
-    // col2im. Each with
+    // filter, fewer channels or a dilated strided axis keep the product and col2im; a strided
+    // one-tap filter (1x1) is the kernel's stride-1 1x1 into the gradient's strided view where
+    // pointwise_implicit takes that and the image's height is whole strides, else the product
+    // and one strided copy. Each with
     // the deconvolution of the same geometry, whose fprop is this gradient.
     const std::string by_kernel = "implicit-gemm kiln_", by_phase = "implicit-gemm by phase", product = "im2col+gemm",
                       narrow = "narrow kiln_conv_narrow_";
@@ -272,7 +274,11 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
         {{2, 8, 64, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, narrow},        // 8 channels: the narrow kernel
         {{2, 12, 64, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, product},      // 12: neither
         {{2, 40, 64, {1, 13, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}}, by_phase},
-        {{2, 32, 48, {1, 14, 13}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, product},     // 1x1: one strided copy
+        {{2, 32, 48, {1, 14, 13}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, product},     // 1x1, few positions: a copy
+        {{8, 48, 40, {1, 96, 95}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, by_kernel},   // 1x1: into the strided view
+        {{8, 48, 40, {1, 95, 96}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, product},     // odd height: one strided copy
+        {{4, 64, 40, {8, 64, 63}, {1, 1, 1}, {0, 0, 0}, {1, 2, 3}, {1, 1, 1}}, by_kernel},   // 3D 1x1 into its view
+        {{4, 64, 40, {8, 64, 63}, {1, 1, 1}, {0, 0, 0}, {2, 2, 3}, {1, 1, 1}}, product},     // depth stride 2: a copy
         {{2, 32, 48, {1, 14, 13}, {1, 2, 1}, {0, 0, 0}, {1, 3, 2}, {1, 1, 1}}, by_phase},    // phases of zeros
         {{1, 32, 16, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {2, 2, 1}, {1, 1, 2}}, by_phase},      // 3D, a dilated stride-1 axis
         {{2, 32, 24, {1, 11, 10}, {1, 5, 4}, {0, 2, 1}, {1, 3, 2}, {1, 1, 1}}, by_phase},

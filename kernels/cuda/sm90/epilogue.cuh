@@ -319,7 +319,7 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
         const int m = m0 + r;
         if (m >= p.m) break;
         const uint4 v = *reinterpret_cast<const uint4*>(tile + r * LD + 8 * chunk);
-        uint16_t* dst = C + int64_t(m) * p.c_sm + n;
+        uint16_t* dst = C + c_row(p, m) + n;
         if (n + 8 <= p.n) {
             *reinterpret_cast<uint4*>(dst) = v;
         } else {
