@@ -43,18 +43,22 @@ int64_t out_size(int64_t in, int64_t f, int64_t pad, int64_t str, int64_t dil, c
     return (padded - span) / str + 1;
 }
 
-void check_geometry(int64_t N, int64_t C, int64_t K, const Dims3& image, const Dims3& filter, const Dims3& pad,
+constexpr const char* kAxes[3] = {"depth", "height", "width"};
+
+// A layer's dtype and geometry (conv_layer, deconv_layer).
+void check_geometry(DType dtype, int64_t N, int64_t C, int64_t K, const Dims3& image, const Dims3& filter, const Dims3& pad,
                     const Dims3& stride, const Dims3& dilation, const char* image_name, const char* op) {
+    if (!is_float(dtype) || dtype == DType::Float64)
+        fail(Error::Kind::Type, "{}: dtype {}; convolution runs in float32, float16 or bfloat16", op, dtype_name(dtype));
     if (N < 1 || C < 1 || K < 1)
         fail(Error::Kind::Value, "{}: N={}, C={}, K={}: the batch and both channel counts must be at least 1", op, N, C, K);
-    static const char* axes[3] = {"depth", "height", "width"};
     for (int a = 0; a < 3; ++a) {
         if (image[a] < 1 || filter[a] < 1)
             fail(Error::Kind::Value, "{}: {} {} and filter {} (depth x height x width): every size must be at least 1", op,
                  image_name, dims_str(image), dims_str(filter));
         if (pad[a] < 0 || stride[a] < 1 || dilation[a] < 1)
             fail(Error::Kind::Value,
-                 "{}: along {} pad={}, stride={}, dilation={}: padding must be >= 0, stride and dilation >= 1", op, axes[a],
+                 "{}: along {} pad={}, stride={}, dilation={}: padding must be >= 0, stride and dilation >= 1", op, kAxes[a],
                  pad[a], stride[a], dilation[a]);
     }
 }
@@ -901,31 +905,25 @@ std::string ConvLayer::str() const {
 ConvLayer conv_layer(DType dtype, int64_t N, int64_t C, int64_t K, Dims3 image, Dims3 filter, Dims3 pad, Dims3 stride,
                      Dims3 dilation) {
     const char* op = "conv_layer";
-    if (!is_float(dtype) || dtype == DType::Float64)
-        fail(Error::Kind::Type, "{}: dtype {}; convolution runs in float32, float16 or bfloat16", op, dtype_name(dtype));
-    check_geometry(N, C, K, image, filter, pad, stride, dilation, "image", op);
+    check_geometry(dtype, N, C, K, image, filter, pad, stride, dilation, "image", op);
     ConvLayer L;
     L.dtype = dtype;
     L.N = N, L.C = C, L.K = K;
     L.image = image, L.filter = filter, L.pad = pad, L.stride = stride, L.dilation = dilation;
-    static const char* axes[3] = {"depth", "height", "width"};
-    for (int a = 0; a < 3; ++a) L.output[a] = out_size(image[a], filter[a], pad[a], stride[a], dilation[a], axes[a], op);
+    for (int a = 0; a < 3; ++a) L.output[a] = out_size(image[a], filter[a], pad[a], stride[a], dilation[a], kAxes[a], op);
     return L;
 }
 
 ConvLayer deconv_layer(DType dtype, int64_t N, int64_t C, int64_t K, Dims3 input, Dims3 filter, Dims3 pad, Dims3 stride,
                        Dims3 dilation) {
     const char* op = "deconv_layer";
-    if (!is_float(dtype) || dtype == DType::Float64)
-        fail(Error::Kind::Type, "{}: dtype {}; convolution runs in float32, float16 or bfloat16", op, dtype_name(dtype));
-    check_geometry(N, C, K, input, filter, pad, stride, dilation, "input", op);
+    check_geometry(dtype, N, C, K, input, filter, pad, stride, dilation, "input", op);
     Dims3 image;
-    static const char* axes[3] = {"depth", "height", "width"};
     for (int a = 0; a < 3; ++a) {
         image[a] = (input[a] - 1) * stride[a] - 2 * pad[a] + dilation[a] * (filter[a] - 1) + 1;
         if (image[a] < 1)
             fail(Error::Kind::Value, "{}: along {} the output size ({} - 1) x {} - 2 x {} + {} x ({} - 1) + 1 = {} is below 1",
-                 op, axes[a], input[a], stride[a], pad[a], dilation[a], filter[a], image[a]);
+                 op, kAxes[a], input[a], stride[a], pad[a], dilation[a], filter[a], image[a]);
     }
     ConvLayer L = conv_layer(dtype, N, C, K, image, filter, pad, stride, dilation);
     L.deconv = true;

@@ -99,8 +99,10 @@ KILN_API Tensor& update_conv(const ConvLayer& layer, const Tensor& I, const Tens
 // most taps), "implicit-gemm <kernel entry> (stride folded into <c> channels)" (a strided layer
 // over its image folded into c channels, space-to-depth, as a stride-1 one), "implicit-gemm
 // <kernel entry> (channels padded to <c>)" (the kernel over channels padded with zeros to a
-// multiple of 8, or of 64 for TMA), "narrow <kernel entry>" (a stride-1 bprop into at most 8
-// channels), "gemm" (a pointwise layer: the activations are the matrix) or "im2col+gemm".
+// multiple of 8, or of 64 for TMA), "implicit-gemm <kernel entry> (into the strided view)" (a
+// strided 1x1 bprop as the stride-1 1x1 over E, stored at every stride-th position), "narrow
+// <kernel entry>" (a stride-1 bprop into at most 8 channels), "gemm" (a pointwise layer: the
+// activations are the matrix) or "im2col+gemm".
 // What benchmarks print.
 KILN_API std::string conv_kernel(Context& ctx, const ConvLayer& layer, const std::string& op = "fprop");
 

@@ -137,7 +137,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
         "'implicit-gemm <kernel>', 'implicit-gemm by phase <kernel>' (a strided bprop, one convolution per phase "
         "of the stride), 'implicit-gemm <kernel> (stride folded into <c> channels)' (a strided layer over its image "
         "folded into c channels, as a stride-1 one), 'implicit-gemm <kernel> (channels padded to <c>)' (channels "
-        "padded with zeros to a multiple of 8, or of 64 for TMA), 'narrow <kernel>' (a stride-1 bprop into at most 8 "
+        "padded with zeros to a multiple of 8, or of 64 for TMA), 'implicit-gemm <kernel> (into the strided view)' (a "
+        "strided 1x1 bprop as the stride-1 1x1 over E), 'narrow <kernel>' (a stride-1 bprop into at most 8 "
         "channels), 'gemm' or 'im2col+gemm'.");
     m.def(
         "from_chwn",
