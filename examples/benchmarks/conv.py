@@ -5,7 +5,9 @@ N=128, VGG-A at N=64) and ResNet-50 (N=256), float16 and bfloat16, fprop, bprop 
 respect to the input) and update (gradient with respect to the filter) timed separately: host
 clock around back-to-back calls bracketed by synchronize, median of 5 batches after warm-up,
 cuDNN autotuned (torch.backends.cudnn.benchmark). The floor is the layer's FLOPs at the dense
-16-bit rate cuBLAS reaches in the same run (an 8192^3 matmul). Prints a table and writes JSON.
+16-bit rate cuBLAS reaches in the same run (an 8192^3 matmul). fprop is also timed with the
+fused epilogue (bias, ReLU and bsum, the per-channel sums batch norm takes) against kiln's plain
+fprop, its sums checked against the output's. Prints a table and writes JSON.
 
     PYTHONPATH=... python3 examples/benchmarks/conv.py [--nets alexnet,vgg] [--dtypes float16] [--json conv.json]
 """
@@ -13,6 +15,7 @@ import argparse
 import datetime
 import json
 import math
+import statistics
 import sys
 
 import kiln
@@ -82,7 +85,7 @@ def main():
     kdt = {"float16": kiln.float16, "bfloat16": kiln.bfloat16}
     only = set(filter(None, args.layers.split(",")))
     print(f"{'net':<9} {'layer':<9} {'dtype':<8} {'op':<6} {'kiln ms':>9} {'cudnn ms':>9} {'kiln TF/s':>9} "
-          f"{'cudnn TF/s':>10} {'vs cudnn':>8} {'%peak':>6} {'err':>8}  kiln path")
+          f"{'cudnn TF/s':>10} {'vs cudnn':>8} {'%peak':>6} {'err':>8} {'fused':>7}  kiln path")
     gen = torch.Generator(device="cuda").manual_seed(1)
     for net in args.nets.split(","):
         N, layers = NETS[net]
@@ -104,6 +107,9 @@ def main():
                 gi = torch.empty_like(x)
                 gw = torch.empty_like(w)
                 kO, kGI, kGW = nhwc(o), nhwc(gi), nhwc(gw)
+                bias = torch.randn(K, device="cuda", generator=gen)
+                sums = torch.empty(K, device="cuda")
+                kB, kS = kiln.from_dlpack(bias), kiln.from_dlpack(sums)
                 layer = kiln.conv_layer(kdt[dt], N, C, K, H=HW, W=HW, R=RS, S=RS, pad_h=pad, pad_w=pad, str_h=stride,
                                         str_w=stride)
                 paths = {op: kiln.conv_kernel(layer, op) for op in OPS}
@@ -141,11 +147,23 @@ def main():
                            "kiln_tflops": flops / k_ms / 1e9, "cudnn_tflops": flops / c_ms / 1e9,
                            "vs_cudnn": c_ms / k_ms, "pct_peak": 100 * flops / k_ms / 1e9 / peak, "err": err,
                            "kiln_path": paths[op]}
+                    fused = ""
+                    if op == "fprop":   # bias + ReLU + bsum beside the plain fprop
+                        run_fused = lambda: kiln.fprop_conv(layer, kI, kF, kO, bias=kB, relu=True, bsum=kS)
+                        run_fused()
+                        sync()
+                        want = o.float().sum(dim=(0, 2, 3))
+                        row["fused_err"] = ((sums - want).abs().max() / o.float().abs().sum(dim=(0, 2, 3)).max()).item()
+                        row["fused_ms"] = median_time_ms(run_fused, sync, **timing)
+                        row["fused_over_plain"] = row["fused_ms"] / k_ms - 1
+                        fused = f"{100 * row['fused_over_plain']:+6.1f}%"
+                        if row["fused_err"] > 1e-3:
+                            print(f"conv: {net} {name} {dt}: bsum off from the output's sums by {row['fused_err']:.1e}")
                     result["layers"].append(row)
                     print(f"{net:<9} {name:<9} {dt:<8} {op:<6} {k_ms:9.3f} {c_ms:9.3f} {row['kiln_tflops']:9.1f} "
-                          f"{row['cudnn_tflops']:10.1f} {row['vs_cudnn']:7.2f}x {row['pct_peak']:5.0f}% {err:8.1e}  "
-                          f"{paths[op]}", flush=True)
-                del x, w, e, o, gi, gw, kI, kF, kE, kO, kGI, kGW
+                          f"{row['cudnn_tflops']:10.1f} {row['vs_cudnn']:7.2f}x {row['pct_peak']:5.0f}% {err:8.1e} "
+                          f"{fused:>7}  {paths[op]}", flush=True)
+                del x, w, e, o, gi, gw, kI, kF, kE, kO, kGI, kGW, bias, sums, kB, kS
                 torch.cuda.empty_cache()
     summary = []
     for net in args.nets.split(","):
@@ -159,12 +177,17 @@ def main():
                 line[op] = math.exp(sum(math.log(r["vs_cudnn"]) for r in rs) / len(rs))
             line["sum"] = sum(r["cudnn_ms"] * r["count"] for r in rows) / sum(r["kiln_ms"] * r["count"] for r in rows)
             line["worst"] = min(r["vs_cudnn"] for r in rows)
+            fused = sorted(r["fused_over_plain"] for r in rows if "fused_over_plain" in r)
+            if fused:
+                line["fused_median"], line["fused_worst"] = statistics.median(fused), fused[-1]
             summary.append(line)
     result["summary"] = summary
     print("\nkiln vs cuDNN (>1: kiln faster): geometric mean per op; network time summed (layers x count)")
     for s in summary:
         ops = " ".join(f"{op} {s[op]:.2f}x" for op in args.ops.split(","))
-        print(f"  {s['net']:<9} {s['dtype']:<8} {ops}  sum {s['sum']:.2f}x  worst {s['worst']:.2f}x")
+        fused = (f"  fused bias+relu+bsum over plain fprop: median {100 * s['fused_median']:+.1f}%, worst "
+                 f"{100 * s['fused_worst']:+.1f}%" if "fused_median" in s else "")
+        print(f"  {s['net']:<9} {s['dtype']:<8} {ops}  sum {s['sum']:.2f}x  worst {s['worst']:.2f}x{fused}")
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
     return 0

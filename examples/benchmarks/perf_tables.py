@@ -338,24 +338,32 @@ def render_conv(r, command):
         f"{r['method']}. `err`: kiln's largest error relative to the largest float32 cuDNN result.",
         f" PyTorch {r['torch']}, cuDNN {r['cudnn']}.")
     out = [CONV_BEGIN, ""] + head + [""]
-    out += ["| net | dtype | fprop | bprop | update | network sum | worst layer |", "| --- | --- |" + " ---: |" * 5]
+    fused = any("fused_median" in sm for sm in r["summary"])
+    pct = lambda v: f"{100 * v:+.1f}%"
+    out += ["| net | dtype | fprop | bprop | update | network sum | worst layer |" +
+            (" fused over plain fprop |" if fused else ""), "| --- | --- |" + " ---: |" * (6 if fused else 5)]
     for sm in r["summary"]:
         out.append(f"| {sm['net']} | {sm['dtype']} | {sm.get('fprop', 0):.2f}x | {sm.get('bprop', 0):.2f}x | "
-                   f"{sm.get('update', 0):.2f}x | {sm['sum']:.2f}x | {sm['worst']:.2f}x |")
+                   f"{sm.get('update', 0):.2f}x | {sm['sum']:.2f}x | {sm['worst']:.2f}x |" +
+                   ((f" {pct(sm['fused_median'])}, {pct(sm['fused_worst'])} |" if "fused_median" in sm else " - |")
+                    if fused else ""))
     out += ["", "cuDNN ms / kiln ms (> 1: kiln faster): geometric mean over the network's layers per op; the "
-            "network's time summed over layers times their count in it; its slowest layer. Every layer of the run: "
-            f"[{CONV_LAYERS}]({CONV_LAYERS}).", "", CONV_END]
+            "network's time summed over layers times their count in it; its slowest layer" +
+            ("; kiln's fprop with bias, ReLU and bsum over its plain fprop, median and worst layer" if fused else "") +
+            f". Every layer of the run: [{CONV_LAYERS}]({CONV_LAYERS}).", "", CONV_END]
     layers = ["# Convolution beside cuDNN, layer by layer", "",
               "Written by `python3 examples/benchmarks/perf_tables.py conv.json` with the convolution section of "
               "PERFORMANCE.md, from the same run.", ""] + head + ["",
               "| net | layer | N C K | image | filter/pad/stride | dtype | op | kiln ms | cuDNN ms | kiln TFLOP/s | "
-              "% of peak | vs cuDNN | err | kiln path |", "| --- | --- | --- | --- | --- | --- | --- |" + " ---: |" * 6 +
-              " --- |"]
+              "% of peak | vs cuDNN | err |" + (" fused over plain |" if fused else "") + " kiln path |",
+              "| --- | --- | --- | --- | --- | --- | --- |" + " ---: |" * (7 if fused else 6) + " --- |"]
     for c in r["layers"]:
         layers.append(f"| {c['net']} | {c['layer']} | {c['N']} {c['C']} {c['K']} | {c['HW']}x{c['HW']} | "
                       f"{c['RS']}x{c['RS']}/{c['pad']}/{c['stride']} | {c['dtype']} | {c['op']} | {c['kiln_ms']:.3f} | "
                       f"{c['cudnn_ms']:.3f} | {c['kiln_tflops']:.0f} | {c['pct_peak']:.0f}% | {c['vs_cudnn']:.2f}x | "
-                      f"{c['err']:.1e} | {c['kiln_path']} |")
+                      f"{c['err']:.1e} |" +
+                      ((f" {pct(c['fused_over_plain'])} |" if "fused_over_plain" in c else " - |") if fused else "") +
+                      f" {c['kiln_path']} |")
     return "\n".join(out), "\n".join(layers) + "\n"
 
 

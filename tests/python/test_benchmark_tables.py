@@ -252,6 +252,17 @@ def test_the_convolution_table(tmp_path):
     assert "Commit: def5678" in layers and "800 TFLOP/s" in layers
     assert "| vgg_a | conv3 | 64 128 256 | 56x56 | 3x3/1/1 | float16 | fprop | 0.500 | 0.250 | 200 | 25% | 0.50x |" in layers
     assert "implicit-gemm kiln_conv_fprop_f16_256_s4" in layers
+    assert "fused" not in text and "fused" not in layers   # (a run without the fused fprop's times)
+    # With them: the median and worst per network, each fprop layer's, and "-" for the other ops.
+    run["layers"] = [dict(layer, fused_ms=0.51, fused_over_plain=0.02, fused_err=1e-6), dict(layer, op="update")]
+    run["summary"][0].update(fused_median=0.02, fused_worst=0.031)
+    js.write_text(json.dumps(run))
+    subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)], check=True,
+                   capture_output=True)
+    assert "| vgg_a | float16 | 0.50x | 0.00x | 0.00x | 0.50x | 0.50x | +2.0%, +3.1% |" in doc.read_text()
+    layers = (tmp_path / "conv_layers.md").read_text()
+    assert "| 0.50x | 3.0e-04 | +2.0% | implicit-gemm kiln_conv_fprop_f16_256_s4 |" in layers
+    assert "| update | 0.500 | 0.250 | 200 | 25% | 0.50x | 3.0e-04 | - |" in layers
 
 
 def test_the_whole_network_table(tmp_path):
