@@ -52,6 +52,9 @@ void check_geometry(DType dtype, int64_t N, int64_t C, int64_t K, const Dims3& i
         fail(Error::Kind::Type, "{}: dtype {}; convolution runs in float32, float16 or bfloat16", op, dtype_name(dtype));
     if (N < 1 || C < 1 || K < 1)
         fail(Error::Kind::Value, "{}: N={}, C={}, K={}: the batch and both channel counts must be at least 1", op, N, C, K);
+    if (N > kMaxLayerDim || C > kMaxLayerDim || K > kMaxLayerDim)
+        fail(Error::Kind::Value, "{}: N={}, C={}, K={}: the batch and the channel counts are at most 2^31 - 1 ({})", op, N,
+             C, K, kMaxLayerDim);
     for (int a = 0; a < 3; ++a) {
         if (image[a] < 1 || filter[a] < 1)
             fail(Error::Kind::Value, "{}: {} {} and filter {} (depth x height x width): every size must be at least 1", op,
@@ -60,7 +63,19 @@ void check_geometry(DType dtype, int64_t N, int64_t C, int64_t K, const Dims3& i
             fail(Error::Kind::Value,
                  "{}: along {} pad={}, stride={}, dilation={}: padding must be >= 0, stride and dilation >= 1", op, kAxes[a],
                  pad[a], stride[a], dilation[a]);
+        if (image[a] > kMaxLayerDim || filter[a] > kMaxLayerDim || pad[a] > kMaxLayerDim || stride[a] > kMaxLayerDim ||
+            dilation[a] > kMaxLayerDim)
+            fail(Error::Kind::Value,
+                 "{}: along {} {} size={}, filter={}, pad={}, stride={}, dilation={}: each is at most 2^31 - 1 ({})", op,
+                 kAxes[a], image_name, image[a], filter[a], pad[a], stride[a], dilation[a], kMaxLayerDim);
     }
+}
+
+// The layer's tensors (input, filter, output) within kiln's element limit (check_shape).
+void check_layer_shapes(const ConvLayer& L, const char* op) {
+    check_shape(L.input_shape(), op);
+    check_shape(L.filter_shape(), op);
+    check_shape(L.output_shape(), op);
 }
 
 // The layout of a conv-space activation (N, D, H, W, channels) as the tensor gives it: the
@@ -911,6 +926,7 @@ ConvLayer conv_layer(DType dtype, int64_t N, int64_t C, int64_t K, Dims3 image, 
     L.N = N, L.C = C, L.K = K;
     L.image = image, L.filter = filter, L.pad = pad, L.stride = stride, L.dilation = dilation;
     for (int a = 0; a < 3; ++a) L.output[a] = out_size(image[a], filter[a], pad[a], stride[a], dilation[a], kAxes[a], op);
+    check_layer_shapes(L, op);
     return L;
 }
 
@@ -918,15 +934,20 @@ ConvLayer deconv_layer(DType dtype, int64_t N, int64_t C, int64_t K, Dims3 input
                        Dims3 dilation) {
     const char* op = "deconv_layer";
     check_geometry(dtype, N, C, K, input, filter, pad, stride, dilation, "input", op);
-    Dims3 image;
-    for (int a = 0; a < 3; ++a) {
-        image[a] = (input[a] - 1) * stride[a] - 2 * pad[a] + dilation[a] * (filter[a] - 1) + 1;
-        if (image[a] < 1)
-            fail(Error::Kind::Value, "{}: along {} the output size ({} - 1) x {} - 2 x {} + {} x ({} - 1) + 1 = {} is below 1",
-                 op, kAxes[a], input[a], stride[a], pad[a], dilation[a], filter[a], image[a]);
-    }
-    ConvLayer L = conv_layer(dtype, N, C, K, image, filter, pad, stride, dilation);
+    ConvLayer L;
+    L.dtype = dtype;
+    L.N = N, L.C = C, L.K = K;
+    L.output = input, L.filter = filter, L.pad = pad, L.stride = stride, L.dilation = dilation;
     L.deconv = true;
+    for (int a = 0; a < 3; ++a) {
+        // (At most 2^62 + 2^62: check_geometry's bounds keep it inside int64.)
+        const int64_t size = (input[a] - 1) * stride[a] - 2 * pad[a] + dilation[a] * (filter[a] - 1) + 1;
+        if (size < 1)
+            fail(Error::Kind::Value, "{}: along {} the output size ({} - 1) x {} - 2 x {} + {} x ({} - 1) + 1 = {} is below 1",
+                 op, kAxes[a], input[a], stride[a], pad[a], dilation[a], filter[a], size);
+        L.image[a] = size;
+    }
+    check_layer_shapes(L, op);
     return L;
 }
 

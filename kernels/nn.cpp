@@ -300,12 +300,16 @@ std::string PoolLayer::str() const {
                        output[1], output[2]);
 }
 
-PoolLayer pool_layer(DType dtype, PoolOp op, int64_t N, int64_t C, Dims3 image, int64_t J, Dims3 window, int64_t pad_c,
-                     Dims3 pad, int64_t str_c, Dims3 stride) {
-    const char* name = "pool_layer";
+namespace {
+// pool_layer for `name` (pool_layer, lrn_layer).
+PoolLayer make_pool_layer(DType dtype, PoolOp op, int64_t N, int64_t C, Dims3 image, int64_t J, Dims3 window, int64_t pad_c,
+                          Dims3 pad, int64_t str_c, Dims3 stride, const char* name) {
     if (!is_float(dtype))
         fail(Error::Kind::Type, "{}: dtype {}; pooling runs in float32, float16 or bfloat16", name, dtype_name(dtype));
     if (N < 1 || C < 1 || J < 1) fail(Error::Kind::Value, "{}: N={}, C={}, J={}: each must be at least 1", name, N, C, J);
+    if (N > kMaxLayerDim || C > kMaxLayerDim || J > kMaxLayerDim || pad_c > kMaxLayerDim || str_c > kMaxLayerDim)
+        fail(Error::Kind::Value, "{}: N={}, C={}, J={}, pad_c={}, str_c={}: each is at most 2^31 - 1 ({})", name, N, C, J,
+             pad_c, str_c, kMaxLayerDim);
     PoolLayer L;
     L.op = op, L.dtype = dtype, L.N = N, L.C = C, L.J = J, L.pad_c = pad_c, L.image = image, L.window = window, L.pad = pad;
     L.str_c = str_c < 1 ? J : str_c;
@@ -314,6 +318,9 @@ PoolLayer pool_layer(DType dtype, PoolOp op, int64_t N, int64_t C, Dims3 image, 
         if (in < 1 || w < 1 || p < 0)
             fail(Error::Kind::Value, "{}: along {} size {}, window {}, pad {}: sizes must be at least 1 and padding >= 0", name,
                  axis, in, w, p);
+        if (in > kMaxLayerDim || w > kMaxLayerDim || p > kMaxLayerDim || st > kMaxLayerDim)
+            fail(Error::Kind::Value, "{}: along {} size {}, window {}, pad {}, stride {}: each is at most 2^31 - 1 ({})", name,
+                 axis, in, w, p, st, kMaxLayerDim);
         if (p >= w)
             fail(Error::Kind::Value, "{}: along {} pad={} is not smaller than the window ({}): a window would hold padding only",
                  name, axis, p, w);
@@ -327,7 +334,15 @@ PoolLayer pool_layer(DType dtype, PoolOp op, int64_t N, int64_t C, Dims3 image, 
         L.output[a] = size(image[a], window[a], pad[a], L.stride[a], axes[a]);
     }
     L.K = size(C, J, pad_c, L.str_c, "channels");
+    check_shape(L.input_shape(), name);
+    check_shape(L.output_shape(), name);
     return L;
+}
+} // namespace
+
+PoolLayer pool_layer(DType dtype, PoolOp op, int64_t N, int64_t C, Dims3 image, int64_t J, Dims3 window, int64_t pad_c,
+                     Dims3 pad, int64_t str_c, Dims3 stride) {
+    return make_pool_layer(dtype, op, N, C, image, J, window, pad_c, pad, str_c, stride, "pool_layer");
 }
 
 Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::optional<Tensor>& argmax, double alpha,
@@ -454,7 +469,7 @@ Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const st
 PoolLayer lrn_layer(DType dtype, int64_t N, int64_t C, Dims3 image, int64_t J) {
     if (J < 1 || J % 2 == 0)
         fail(Error::Kind::Value, "lrn_layer: J={}; the window of channels is centred on each channel, so J is odd", J);
-    PoolLayer L = pool_layer(dtype, PoolOp::Avg, N, C, image, J, {1, 1, 1}, J / 2, {0, 0, 0}, 1, {1, 1, 1});
+    PoolLayer L = make_pool_layer(dtype, PoolOp::Avg, N, C, image, J, {1, 1, 1}, J / 2, {0, 0, 0}, 1, {1, 1, 1}, "lrn_layer");
     L.op = PoolOp::Lrn;
     return L;
 }

@@ -45,6 +45,11 @@ namespace kiln {
 
 using Dims3 = std::array<int64_t, 3>;   // {depth, height, width}
 
+// The largest batch, channel count, size, window, padding, stride or dilation a layer takes
+// (conv_layer, deconv_layer, pool_layer, lrn_layer): with each at most 2^31 - 1 the geometry's
+// arithmetic stays inside int64. A layer's tensors must also hold at most kMaxElements.
+inline constexpr int64_t kMaxLayerDim = (int64_t(1) << 31) - 1;
+
 struct KILN_API ConvLayer {
     DType dtype = DType::Float32;
     int64_t N = 1, C = 1, K = 1;

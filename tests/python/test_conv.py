@@ -174,6 +174,15 @@ def test_misuse_messages(cpu):
         kiln.conv(I, F, groups=2)
     with pytest.raises(TypeError, match="conv: w must be a kiln tensor"):
         kiln.conv(I, np.zeros((4, 3, 3, 3)))
+    # Python ints past what a layer's arithmetic holds: refused by name, never wrapped.
+    with pytest.raises(kiln.Error, match=r"along height image size=6, filter=3, pad=4611686018427387904, .* at most 2\^31 - 1"):
+        kiln.conv_layer(np.float32, 2, 3, 4, H=6, W=6, R=3, S=3, pad_h=2**62)
+    with pytest.raises(kiln.Error, match=r"N=9223372036854775807, C=3, K=4: the batch and the channel counts are at most"):
+        kiln.conv_layer(np.float32, 2**63 - 1, 3, 4, H=6, W=6)
+    with pytest.raises(kiln.Error, match=r"a kiln tensor has at most 2\^60"):
+        kiln.deconv_layer(np.float32, 2**30, 2**30, 4, M=2**20, P=2**20, Q=1)
+    with pytest.raises((TypeError, OverflowError)):
+        kiln.conv_layer(np.float32, 2**64, 3, 4)
 
 
 def test_conv_kernel_names_the_path(cpu):

@@ -332,6 +332,27 @@ TEST_CASE("conv: misuse names the layer, the tensor, its shape and what is valid
     CHECK_THAT(message([] { conv_layer(DType::Float32, 0, 3, 4); }), Catch::Matchers::Contains("N=0, C=3, K=4"));
     CHECK_THAT(message([] { deconv_layer(DType::Float32, 1, 3, 4, {1, 1, 1}, {1, 1, 1}, {0, 0, 1}); }),
                Catch::Matchers::Contains("deconv_layer: along width the output size (1 - 1) x 1 - 2 x 1 + 1 x (1 - 1) + 1 = -1"));
+    // Sizes whose arithmetic would leave int64 (padded inputs, dilated filters, a deconvolution's
+    // output), and layers whose tensors pass kiln's element limit, are refused by name.
+    const int64_t huge = int64_t(1) << 62;
+    CHECK_THAT(message([&] { conv_layer(DType::Float32, huge, 3, 4, {1, 8, 8}, {1, 3, 3}); }),
+               Catch::Matchers::Contains("conv_layer: N=4611686018427387904, C=3, K=4: the batch and the channel counts are "
+                                         "at most 2^31 - 1 (2147483647)"));
+    CHECK_THAT(message([&] { conv_layer(DType::Float32, 1, 3, 4, {1, 8, 8}, {1, 3, 3}, {0, huge, 0}); }),
+               Catch::Matchers::Contains("conv_layer: along height image size=8, filter=3, pad=4611686018427387904, stride=1, "
+                                         "dilation=1: each is at most 2^31 - 1 (2147483647)"));
+    CHECK_THAT(message([&] { conv_layer(DType::Float32, 1, 3, 4, {1, 8, 8}, {1, 3, 3}, {0, 0, 0}, {1, 1, 1}, {1, 1, huge}); }),
+               Catch::Matchers::Contains("along width image size=8, filter=3, pad=0, stride=1, dilation=4611686018427387904"));
+    CHECK_THAT(message([&] { conv_layer(DType::Float32, 1, 3, 4, {1, INT64_MAX, 8}, {1, 3, 3}); }),
+               Catch::Matchers::Contains("along height image size=9223372036854775807"));
+    CHECK_THAT(message([] { conv_layer(DType::Float32, 1 << 30, 1 << 30, 4, {1, 1 << 20, 1 << 20}, {1, 1, 1}); }),
+               Catch::Matchers::Contains("conv_layer: shape (1073741824, 1048576, 1048576, 1073741824) has") &&
+                   Catch::Matchers::Contains("a kiln tensor has at most 2^60"));
+    CHECK_THAT(message([] {
+                   deconv_layer(DType::Float32, 1, 3, 4, {1, 1, 2147483647}, {1, 1, 2147483647}, {0, 0, 0}, {1, 1, 2147483647});
+               }),
+               Catch::Matchers::Contains("deconv_layer: shape (1, 4611686014132420609, 3)") &&
+                   Catch::Matchers::Contains("at most 2^60"));
     const ConvLayer L = conv_layer(DType::Float32, 2, 3, 4, {1, 6, 6}, {1, 3, 3});
     Tensor I = ctx.zeros(L.input_shape()), F = ctx.zeros(L.filter_shape()), O = ctx.empty(L.output_shape());
     Tensor wrong = ctx.zeros({2, 6, 6, 5});

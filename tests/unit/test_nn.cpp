@@ -304,6 +304,16 @@ TEST_CASE("nn: pooling max, avg and l2 with overlap, padding and channel windows
     CHECK_THROWS_WITH(fprop_pool(L, ctx.zeros({1, 4, 4, 3}), O), Catch::Matchers::Contains("it must be (1, 1, 4, 4, 2) or (1, 4, 4, 2)"));
     CHECK_THROWS_WITH(pool_layer(DType::Float32, PoolOp::Avg, 1, 2, {1, 4, 4}, 1, {1, 2, 2}, 0, {0, 2, 0}),
                       Catch::Matchers::Contains("along height pad=2 is not smaller than the window (2)"));
+    // Sizes past what the geometry's arithmetic holds, and layers past kiln's element limit.
+    const int64_t huge = int64_t(1) << 62;
+    CHECK_THROWS_WITH(pool_layer(DType::Float32, PoolOp::Max, huge, 2, {1, 4, 4}),
+                      Catch::Matchers::Contains("pool_layer: N=4611686018427387904, C=2, J=1, pad_c=0, str_c=0: each is at "
+                                                "most 2^31 - 1 (2147483647)"));
+    CHECK_THROWS_WITH(pool_layer(DType::Float32, PoolOp::Max, 1, 2, {1, 4, 4}, 1, {1, 2, 2}, 0, {0, 0, 0}, 0, {0, INT64_MAX, 0}),
+                      Catch::Matchers::Contains("pool_layer: along height size 4, window 2, pad 0, stride 9223372036854775807: "
+                                                "each is at most 2^31 - 1"));
+    CHECK_THROWS_WITH(pool_layer(DType::Float32, PoolOp::Max, 1 << 30, 1 << 30, {1, 1 << 20, 1 << 20}),
+                      Catch::Matchers::Contains("pool_layer: shape (1073741824, 1048576, 1048576, 1073741824) has"));
     const PoolLayer avg = pool_layer(DType::Float32, PoolOp::Avg, 1, 2, {1, 4, 4}, 1, {1, 2, 2});
     CHECK_THROWS_WITH(fprop_pool(avg, X, O, ctx.empty(avg.output_shape(), DType::Int32)),
                       Catch::Matchers::Contains("argmax is given, but the layer pools by avg, not max"));
@@ -353,6 +363,8 @@ TEST_CASE("nn: LRN across channels, forward against float64 and backward against
     }
     CHECK(bad == 0);
     CHECK_THROWS_WITH(lrn_layer(DType::Float32, 1, 4, {1, 1, 1}, 4), Catch::Matchers::Contains("J=4; the window of channels is centred"));
+    CHECK_THROWS_WITH(lrn_layer(DType::Float32, 1, 4, {1, 1, 1}, INT64_MAX),
+                      Catch::Matchers::Contains("lrn_layer: N=1, C=4, J=9223372036854775807, pad_c=4611686018427387903"));
     CHECK_THROWS_WITH(fprop_pool(L, X, O), Catch::Matchers::Contains("the layer is an LRN layer (lrn_layer): use fprop_lrn"));
     const PoolLayer mx = pool_layer(DType::Float32, PoolOp::Max, 2, C, {1, 3, 2});
     CHECK_THROWS_WITH(fprop_lrn(mx, X, O, D), Catch::Matchers::Contains("fprop_lrn: the layer pools by max"));
