@@ -159,7 +159,7 @@ def test_negative_dimension():
 
 
 @pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "var", "std", "argmax", "argmin"])
-@pytest.mark.parametrize("axis", [2, -3])
+@pytest.mark.parametrize("axis", [2, -3, 2**40, -2**40 - 1, 2**32])   # (past int32: not wrapped into range)
 def test_bad_axis(a, name, axis):
     with pytest.raises(kiln.OutOfBounds) as ei:
         getattr(kiln, name)(a, axis=axis)
@@ -193,6 +193,41 @@ def test_repeated_axis_methods(a):
         a.mean(axis=(0, -2))
     with pytest.raises(kiln.InvalidArgument, match="repeated"):
         kiln.NervanaGPU().max(a, axis=(1, 1))
+
+
+def test_int_arguments_past_int32_or_of_other_types(a):
+    # Refused by name, never wrapped into range or reported as a failed C++ cast.
+    for axis in (2**40, 2, -3):
+        with pytest.raises(kiln.OutOfBounds) as ei:
+            kiln.take(a, kiln.asarray(np.array([0], dtype=np.int32)), axis=axis)
+        check(ei, "take: axis", "out of range for a tensor of rank 2")
+    for axis in ("0", 1.0, True):
+        with pytest.raises(kiln.DTypeError) as ei:
+            kiln.take(a, kiln.asarray(np.array([0], dtype=np.int32)), axis=axis)
+        check(ei, "take: axis must be an int")
+    ctx = kiln.Context("cpu")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        ctx.stochastic_round = 2**40
+    check(ei, "stochastic_round = 1099511627776 is not a number of mantissa bits")
+    with pytest.raises(kiln.DTypeError) as ei:
+        ctx.stochastic_round = "7"
+    check(ei, "stochastic_round must be an int, got str")
+    assert ctx.stochastic_round == 0
+    # n past the axis's length: empty at once (each difference was computed, 2**62 times).
+    assert kiln.diff(a, n=2**62).shape == (2, 0) and kiln.diff(a, axis=0, n=5).shape == (0, 3)
+
+
+def test_tile_and_repeat_past_the_element_limit(a):
+    # Refused before any list or index array of that size is built.
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.tile(a, (2**62, 1))
+    check(ei, "tile: the result (9223372036854775808, 3) has", "at most 2^60")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.repeat(a, 2**62, axis=0)
+    check(ei, "repeat: the result (9223372036854775808,) has", "at most 2^60")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.repeat(a, np.array([2**62, 2**62, 1]), axis=1)
+    check(ei, "repeat: the result (9223372036854775809,) has")
 
 
 @pytest.mark.parametrize("name", ["argmax", "argmin"])

@@ -388,6 +388,15 @@ def count_nonzero(x, axis=None, keepdims=False):
     return _kiln.sum(x != 0, axis=axis, keepdims=keepdims)
 
 
+def _check_elements(op, shape):
+    """Refuses a result past kiln's element limit (2^60) before building it."""
+    count = 1
+    for d in shape:
+        count *= d
+    if count > 2**60:
+        raise _kiln.InvalidArgument(f"{op}: the result {shape} has {count} elements; a kiln tensor has at most 2^60")
+
+
 def tile(x, repetitions):
     """A new tensor of x repeated `repetitions` times along each axis (more repetitions than
     axes prepend axes of length 1 to x)."""
@@ -396,6 +405,7 @@ def tile(x, repetitions):
         raise _kiln.InvalidArgument(f"tile: repetitions {reps}; each is 0 or more")
     n = max(len(reps), x.ndim)
     reps = (1,) * (n - len(reps)) + reps
+    _check_elements("tile", tuple(d * r for d, r in zip((1,) * (n - x.ndim) + tuple(x.shape), reps)))
     t = x.reshape((1,) * (n - x.ndim) + tuple(x.shape))
     if isinstance(t, Expr):
         t = t.eval()
@@ -419,6 +429,7 @@ def repeat(x, repeats, axis=None):
         r = operator.index(repeats)
         if r < 0:
             raise _kiln.InvalidArgument(f"repeat: repeats={r}; it is 0 or more")
+        _check_elements("repeat", (n * r,))
         index = np.repeat(np.arange(n, dtype=np.int32), r)
     else:
         counts = np.asarray(repeats)
@@ -427,6 +438,7 @@ def repeat(x, repeats, axis=None):
         if counts.dtype.kind not in "iu" or counts.shape != (n,) or (counts < 0).any():
             raise _kiln.InvalidArgument(f"repeat: repeats must be one count of 0 or more per element along axis {a} "
                                         f"({n} of them), got shape {counts.shape} of {counts.dtype}")
+        _check_elements("repeat", (sum(int(c) for c in counts.tolist()),))
         index = np.repeat(np.arange(n, dtype=np.int32), counts)
     if index.size == 0:
         shape = list(x.shape)
@@ -446,7 +458,7 @@ def diff(x, axis=-1, n=1, prepend=None, append=None):
         x = _creation.concat(parts, axis=a)
     elif isinstance(x, Expr):
         x = x.eval()
-    for _ in range(n):
+    for _ in range(min(n, x.shape[a])):   # (past the axis's length every difference is empty)
         lo, hi = [slice(None)] * x.ndim, [slice(None)] * x.ndim
         lo[a], hi[a] = slice(None, -1), slice(1, None)
         x = _kiln.subtract(x[tuple(hi)], x[tuple(lo)]).eval() if x.shape[a] > 1 else \

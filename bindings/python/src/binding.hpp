@@ -83,6 +83,9 @@ struct Axes {
     std::vector<int> list;
 };
 Axes parse_axes(nb::handle axis, int rank, const char* op);
+// An int argument `name` of op (int, NumPy integer; not bool): a kiln.DTypeError for another
+// type, a kiln.InvalidArgument past 64 bits.
+int64_t int_value(nb::handle h, const char* name, const char* op);
 
 nb::object dtype_object(DType t);  // the Python dtype object kiln reports (numpy.dtype where one exists)
 DType dtype_arg(nb::handle h, const char* op);  // any dtype spelling kiln.dtype() understands

@@ -203,6 +203,11 @@ int64_t int_arg(nb::handle h, Message&& what_is_valid, TooLarge&& too_large) {
 
 } // namespace
 
+int64_t int_value(nb::handle h, const char* name, const char* op) {
+    return int_arg(h, [&] { return fmt::format("{}: {} must be an int, got {}", op, name, py_type_name(h)); },
+                   [&](const std::string& v) { return fmt::format("{}: {}={} is past 64 bits", op, name, v); });
+}
+
 Axes parse_axes(nb::handle axis, int rank, const char* op) {
     Axes a;
     if (!axis.is_valid() || axis.is_none()) return a;
@@ -211,7 +216,11 @@ Axes parse_axes(nb::handle axis, int rank, const char* op) {
         const int64_t v = int_arg(h, [&] {
             return fmt::format("{}: axis must be None, an int or a tuple of ints, got {}", op, py_type_name(h));
         }, [&](const std::string& v) { return fmt::format("{}: axis {} is out of range for a tensor of rank {}", op, v, rank); });
-        int ax = normalize_axis((int)v, rank, op);
+        if (v < -rank || v >= rank)   // (here, not after a cast to int, which would wrap 2**40 to 0)
+            throw Error(fmt::format("{}: axis {} is out of range for a tensor of rank {} (valid: {} to {})", op, v, rank,
+                                    -rank, rank - 1),
+                        Error::Kind::Index);
+        const int ax = normalize_axis(int(v), rank, op);
         if (std::find(a.list.begin(), a.list.end(), ax) != a.list.end())
             throw Error(fmt::format("{}: axis {} is repeated", op, v), Error::Kind::Value);
         a.list.push_back(ax);

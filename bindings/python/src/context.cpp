@@ -130,8 +130,15 @@ void bind_context(nb::module_& m) {
         })
         .def_prop_rw("stochastic_round", [](const PyContext& c) { return c.c().stochastic_round(); },
                      [](PyContext& c, nb::handle v) {
-                         if (PyBool_Check(v.ptr())) c.c().set_stochastic_round(v.ptr() == Py_True);
-                         else c.c().set_stochastic_round(nb::cast<int>(v));
+                         if (PyBool_Check(v.ptr())) return c.c().set_stochastic_round(v.ptr() == Py_True);
+                         const int64_t bits = int_value(v, "stochastic_round", "Context");
+                         if (bits < 0 || bits > 10)   // (the core's message, for a value past int's range too)
+                             throw Error(fmt::format("Context: stochastic_round = {} is not a number of mantissa bits to "
+                                                     "keep; valid: 1 to 10 (true = 10, float16's whole mantissa; bfloat16 "
+                                                     "keeps at most 7), or 0 / false for round to nearest",
+                                                     bits),
+                                         Error::Kind::Value);
+                         c.c().set_stochastic_round(int(bits));
                      },
                      "Mantissa bits kept by stochastic rounding of 16-bit float stores (0: round to nearest; True: 10).")
         .def_prop_rw("allow_tf32", [](const PyContext& c) { return c.c().allow_tf32(); },

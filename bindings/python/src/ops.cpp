@@ -305,7 +305,10 @@ void bind_ops(nb::module_& m) {
             ei = nb::inst_ptr<PyTensor>(uploaded)->t.expr();
         }
         std::optional<int> ax;
-        if (!axis.is_none()) ax = nb::cast<int>(axis);
+        if (!axis.is_none()) {   // one int, in range
+            int_value(axis, "axis", "take");
+            ax = parse_axes(axis, ea.rank(), "take").list[0];
+        }
         return finish(take(ea, ei, ax), ctx, out, "take");
     }, "a"_a, "indices"_a, "axis"_a.none() = nb::none(), "out"_a.none() = nb::none(),
        "Gathers along axis (None: of the flattened tensor). Negative indices count from the end; out-of-range ones are clipped.");
