@@ -170,3 +170,25 @@ def test_python_values_that_used_to_escape_as_bare_errors():
     with pytest.raises(kiln.DTypeError) as e:
         kiln.from_dlpack(object())
     check(e, "from_dlpack", "not a DLPack producer")
+
+
+def test_layer_arguments_past_int32():
+    # Windows, strides, paddings and axes past int32 (or past 64 bits): kiln errors naming them.
+    x = kiln.zeros((2, 8, 8, 4))
+    for kwargs in ({"window": 2**40}, {"window": (2, 2**62)}, {"window": 2, "stride": 2**63}, {"window": 2, "padding": 2**62}):
+        with pytest.raises(ValueError) as e:
+            kiln.nn.pool(x, **kwargs)
+        check(e, "pool: ", "each below 2^31")
+    with pytest.raises(ValueError) as e:
+        kiln.nn.pool(x, 2.5)
+    check(e, "pool: window=2.5; give an int or 2 ints")
+    p = kiln.zeros((3, 5))
+    with pytest.raises(kiln.OutOfBounds) as e:
+        kiln.nn.softmax(p, axis=2**40)
+    check(e, "softmax: axis 1099511627776 is out of range for a tensor of rank 2")
+    with pytest.raises(kiln.OutOfBounds) as e:
+        kiln.nn.cross_entropy(p, kiln.zeros((3, 5)), axis=-2**63)
+    check(e, "cross_entropy: axis -9223372036854775808 is out of range")
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.nn.softmax(p, axis=2**64)
+    check(e, "softmax: axis=18446744073709551616 is past 64 bits")

@@ -53,9 +53,13 @@ def pool(x, window, stride=None, padding=0, op="max"):
         raise ValueError(f"pool: x is {x.shape}; it needs 1 to 3 spatial axes between batch and channels")
 
     def per_axis(v, name, least):
-        vals = (v,) * rank if isinstance(v, int) and not isinstance(v, bool) else tuple(v)
-        if len(vals) != rank or not all(isinstance(i, int) and not isinstance(i, bool) and i >= least for i in vals):
-            raise ValueError(f"pool: {name}={v!r}; give an int or {rank} ints >= {least} (one per spatial axis)")
+        try:
+            vals = (v,) * rank if isinstance(v, int) and not isinstance(v, bool) else tuple(v)
+        except TypeError:   # (neither an int nor a sequence)
+            vals = ()
+        if len(vals) != rank or not all(isinstance(i, int) and not isinstance(i, bool) and least <= i < 2**31 for i in vals):
+            raise ValueError(f"pool: {name}={v!r}; give an int or {rank} ints >= {least} (one per spatial axis), "
+                             f"each below 2^31")
         return (1 if least else 0,) * (3 - rank) + vals
 
     win = per_axis(window, "window", 1)

@@ -86,6 +86,8 @@ Axes parse_axes(nb::handle axis, int rank, const char* op);
 // An int argument `name` of op (int, NumPy integer; not bool): a kiln.DTypeError for another
 // type, a kiln.InvalidArgument past 64 bits.
 int64_t int_value(nb::handle h, const char* name, const char* op);
+// One axis (an int) of a tensor of rank `rank`, in range, counted from the front.
+int axis_value(nb::handle h, int rank, const char* op);
 
 nb::object dtype_object(DType t);  // the Python dtype object kiln reports (numpy.dtype where one exists)
 DType dtype_arg(nb::handle h, const char* op);  // any dtype spelling kiln.dtype() understands

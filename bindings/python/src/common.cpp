@@ -208,6 +208,11 @@ int64_t int_value(nb::handle h, const char* name, const char* op) {
                    [&](const std::string& v) { return fmt::format("{}: {}={} is past 64 bits", op, name, v); });
 }
 
+int axis_value(nb::handle h, int rank, const char* op) {
+    int_value(h, "axis", op);
+    return parse_axes(h, rank, op).list[0];
+}
+
 Axes parse_axes(nb::handle axis, int rank, const char* op) {
     Axes a;
     if (!axis.is_valid() || axis.is_none()) return a;

@@ -77,10 +77,10 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         "Batch norm backward from the forward pass's xsum and xvar: grad_gamma, grad_beta and delta_out.");
     m.def(
         "fprop_softmax",
-        [](nb::handle x, int axis) {
+        [](nb::handle x, nb::handle axis) {
             nb::handle ctx;
             Expr e = operand(x, ctx, "fprop_softmax");
-            return wrap(softmax(e, axis), ctx);
+            return wrap(softmax(e, axis_value(axis, e.rank(), "softmax")), ctx);
         },
         "x"_a, "axis"_a, "exp(x - max(x)) / sum(exp(x - max(x))) along axis (an expression).");
     m.def(
@@ -108,9 +108,10 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
     // The pieces of kiln.nn.
     m.def(
         "_cross_entropy",
-        [](nb::handle p, nb::handle t, int axis, bool mean) {
+        [](nb::handle p, nb::handle t, nb::handle axis_arg, bool mean) {
             nb::handle ctx;
             Expr ep = operand(p, ctx, "cross_entropy");
+            const int axis = axis_value(axis_arg, ep.rank(), "cross_entropy");
             if (nb::isinstance<PyTensor>(t)) {
                 const Tensor& labels = nb::inst_ptr<PyTensor>(t)->t;
                 if (!is_float(labels.dtype())) return wrap(cross_entropy_labels(ep, labels, mean), ctx);

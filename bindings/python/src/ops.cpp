@@ -305,10 +305,7 @@ void bind_ops(nb::module_& m) {
             ei = nb::inst_ptr<PyTensor>(uploaded)->t.expr();
         }
         std::optional<int> ax;
-        if (!axis.is_none()) {   // one int, in range
-            int_value(axis, "axis", "take");
-            ax = parse_axes(axis, ea.rank(), "take").list[0];
-        }
+        if (!axis.is_none()) ax = axis_value(axis, ea.rank(), "take");
         return finish(take(ea, ei, ax), ctx, out, "take");
     }, "a"_a, "indices"_a, "axis"_a.none() = nb::none(), "out"_a.none() = nb::none(),
        "Gathers along axis (None: of the flattened tensor). Negative indices count from the end; out-of-range ones are clipped.");
