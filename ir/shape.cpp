@@ -80,11 +80,11 @@ bool broadcastable_to(const Shape& from, const Shape& to) {
     return true;
 }
 
-int normalize_axis(int axis, int rank, const char* op) {
+int normalize_axis(int64_t axis, int rank, const char* op) {
     if (axis < -rank || axis >= rank)
         fail(Error::Kind::Index, "{}: axis {} is out of range for a tensor of rank {} (valid: {} to {})", op, axis,
              rank, -rank, rank - 1);
-    return axis < 0 ? axis + rank : axis;
+    return int(axis < 0 ? axis + rank : axis);
 }
 
 } // namespace kiln

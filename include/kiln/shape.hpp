@@ -30,6 +30,6 @@ KILN_API Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 KILN_API bool broadcastable_to(const Shape& from, const Shape& to);
 
 // Normalises a possibly negative axis for a tensor of rank `rank`; throws naming `op`.
-KILN_API int normalize_axis(int axis, int rank, const char* op);
+KILN_API int normalize_axis(int64_t axis, int rank, const char* op);
 
 } // namespace kiln

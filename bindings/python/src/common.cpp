@@ -208,10 +208,7 @@ int64_t int_value(nb::handle h, const char* name, const char* op) {
                    [&](const std::string& v) { return fmt::format("{}: {}={} is past 64 bits", op, name, v); });
 }
 
-int axis_value(nb::handle h, int rank, const char* op) {
-    int_value(h, "axis", op);
-    return parse_axes(h, rank, op).list[0];
-}
+int axis_value(nb::handle h, int rank, const char* op) { return normalize_axis(int_value(h, "axis", op), rank, op); }
 
 Axes parse_axes(nb::handle axis, int rank, const char* op) {
     Axes a;
@@ -221,11 +218,7 @@ Axes parse_axes(nb::handle axis, int rank, const char* op) {
         const int64_t v = int_arg(h, [&] {
             return fmt::format("{}: axis must be None, an int or a tuple of ints, got {}", op, py_type_name(h));
         }, [&](const std::string& v) { return fmt::format("{}: axis {} is out of range for a tensor of rank {}", op, v, rank); });
-        if (v < -rank || v >= rank)   // (here, not after a cast to int, which would wrap 2**40 to 0)
-            throw Error(fmt::format("{}: axis {} is out of range for a tensor of rank {} (valid: {} to {})", op, v, rank,
-                                    -rank, rank - 1),
-                        Error::Kind::Index);
-        const int ax = normalize_axis(int(v), rank, op);
+        const int ax = normalize_axis(v, rank, op);   // (int64: a cast to int first wrapped 2**40 to 0)
         if (std::find(a.list.begin(), a.list.end(), ax) != a.list.end())
             throw Error(fmt::format("{}: axis {} is repeated", op, v), Error::Kind::Value);
         a.list.push_back(ax);
