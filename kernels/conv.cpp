@@ -418,6 +418,28 @@ std::optional<ConvLayer> fprop_folded(Context& ctx, const ConvLayer& L, const st
     return F;
 }
 
+// A layer of stride 1 without padding or dilation along W whose C channels (a multiple of 8,
+// under 64) times its S taps along W fill whole k-tiles of 64 (ResNet-50's folded first layer:
+// 4x4 over 16 channels), as the layer over S C channels at each of its image's W - S + 1
+// positions, position w's channels being pixels w..w+S-1's: a view of the image whose pixels
+// overlap (gemm::ImageLayout), so that TMA brings its patches a tap of 64 channels at a time
+// where the kernels would gather 16 bytes at a time (fprop) or need the channels padded to 64
+// (the update). Its filter (K, T, R, 1, S C) is the layer's, KRSC.
+struct TapsAsChannels {
+    ConvLayer layer;
+    gemm::ImageLayout layout;
+};
+std::optional<TapsAsChannels> taps_as_channels(const ConvLayer& L) {
+    const int64_t s = L.filter[2];
+    if (L.deconv || s == 1 || L.stride[2] != 1 || L.dilation[2] != 1 || L.pad[2] != 0 || L.C % 8 != 0 || L.C >= 64 ||
+        s * L.C % 64 != 0)
+        return std::nullopt;
+    return TapsAsChannels{conv_layer(L.dtype, L.N, s * L.C, L.K, {L.image[0], L.image[1], L.image[2] - s + 1},
+                                     {L.filter[0], L.filter[1], 1}, {L.pad[0], L.pad[1], 0}, {L.stride[0], L.stride[1], 1},
+                                     {L.dilation[0], L.dilation[1], 1}),
+                          {L.C, L.image[2] * L.C}};
+}
+
 // The image I5 (N, D, H, W, C) and the filter of L folded as the folded layer F wants them.
 Tensor fold_image(const ConvLayer& L, const ConvLayer& F, const Tensor& I5) {
     return gemm::fold_cuda(I5, L.stride, L.pad, F.image, F.C);
@@ -478,13 +500,12 @@ void epilogue(const Tensor& T, Tensor& out, const ConvOptions& o, int64_t ch) {
 // output afterwards.)
 bool scattered(const ConvOptions& o) { return o.beta == 0 && !o.bias && !o.brelu; }
 
-// bsum = the output's sum over every axis but the channel.
+// bsum = the output's sum over every axis but the channel: its values as stored, added in float32.
 void channel_sums(const Tensor& out, const ConvOptions& o) {
     if (!o.bsum) return;
-    Expr s = out.expr();
-    for (int a = 0; a < out.rank() - 1; ++a) s = sum(s, a, true);
+    const int64_t ch = out.shape().back();
     Tensor bs = *o.bsum;
-    bs.assign(reshape(s, bs.shape()));
+    bs.assign(reshape(sum(cast(reshape(out.expr(), {out.size() / ch, ch}), DType::Float32), 0), bs.shape()));
 }
 
 bool same_view(const Tensor& a, const Tensor& b) {
@@ -510,28 +531,30 @@ DotOptions dot_options(const ConvOptions& o, int64_t ch) {
 }
 
 // out = epilogue(a product into the matrix C with the GEMM's epilogue d): `multiply(C, d,
-// count, counted)` straight into the output where its epilogue is the convolution's (counting
-// the output as it stores it, where the call counts it: `named`), else into a float32 matrix
-// with the JIT epilogue after it; then bsum. multiply returns false where it declines.
+// extras)` straight into the output where its epilogue is the convolution's (counting the
+// output as it stores it, where the call counts it: `named`; bsum in its store path where it
+// can), else into a float32 matrix with the JIT epilogue after it; then bsum where the store
+// path did not add it up. multiply returns false where it declines.
 template <class Multiply>
 bool product_with(Tensor& out, const ConvOptions& o, int64_t rows, int64_t ch, NamedCount& named, Multiply&& multiply) {
+    StoreExtras extras;
     if (auto c = fused_target(out, o, rows, ch)) {
-        bool counted = false;
-        if (!multiply(*c, dot_options(o, ch), named.store(), counted)) return false;
-        if (counted) named.counted();
+        extras.count = named.store();
+        extras.column_sums = o.bsum ? &*o.bsum : nullptr;
+        if (!multiply(*c, dot_options(o, ch), extras)) return false;
+        if (extras.counted) named.counted();
     } else {
         Tensor T = out.context().empty({rows, ch}, DType::Float32);
-        bool unused = false;
-        if (!multiply(T, DotOptions{}, nullptr, unused)) return false;
+        if (!multiply(T, DotOptions{}, extras)) return false;
         epilogue(T, out, o, ch);
     }
-    channel_sums(out, o);
+    if (!extras.summed) channel_sums(out, o);
     return true;
 }
 
 void product(const Tensor& A, const Tensor& B, Tensor& out, const ConvOptions& o, int64_t ch, NamedCount& named) {
-    product_with(out, o, A.shape()[0], ch, named, [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
-        counted = compound_dot_counting(A, B, C, d, count);
+    product_with(out, o, A.shape()[0], ch, named, [&](Tensor& C, const DotOptions& d, StoreExtras& x) {
+        x.counted = compound_dot_counting(A, B, C, d, x.count);
         return true;
     });
 }
@@ -544,21 +567,27 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
     // its channels (fprop_folded), or over its channels padded with zeros to a multiple of 8
     // (channels_padded); the pointwise layers, whose matrix is the activations already, only
     // where pointwise_implicit prefers the kernel to the GEMM's tiles.
-    auto implicit = [&](const ConvLayer& layer, const Tensor& I, const Tensor& W) {
+    auto implicit = [&](const ConvLayer& layer, const Tensor& I, const Tensor& W, gemm::ImageLayout layout = {}) {
         return product_with(out, o, g.rows(), g.K, named,
-                            [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
-                                return gemm::conv_fprop_implicit(layer, I, W, C, d, count, &counted);
+                            [&](Tensor& C, const DotOptions& d, StoreExtras& x) {
+                                return gemm::conv_fprop_implicit(layer, I, W, C, d, &x, layout);
                             });
+    };
+    // Layer D over image I and filter W, read with its W taps as channels where the kernel takes that.
+    auto with_taps = [&](const ConvLayer& D, const Tensor& I, const Tensor& W) {
+        const std::optional<TapsAsChannels> V = taps_as_channels(D);
+        return (V && implicit(V->layer, I, W, V->layout)) || implicit(D, I, W);
     };
     // The layer P over the image and filter with their channels padded with zeros to P's.
     auto padded = [&](const ConvLayer& P) {
         return implicit(P, with_channels(I5, P.C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P.C));
     };
     if (on_gpu(I5) && (!pointwise(g) || gemm::pointwise_implicit(I5.context(), L))) {
+        if (auto V = taps_as_channels(L); V && implicit(V->layer, I5, F, V->layout)) return;
         if (auto T = !pointwise(g) ? channels_for_tma(I5.context(), L, true) : std::nullopt; T && padded(*T)) return;
         if (implicit(L, I5, F)) return;
         const std::optional<ConvLayer> P = channels_padded(I5.context(), L);
-        if (auto D = fprop_folded(I5.context(), L, P); D && implicit(*D, fold_image(L, *D, I5), fold_filter(g, L, *D, F)))
+        if (auto D = fprop_folded(I5.context(), L, P); D && with_taps(*D, fold_image(L, *D, I5), fold_filter(g, L, *D, F)))
             return;
         if (P && padded(*P)) return;
     }
@@ -677,11 +706,22 @@ std::optional<ConvLayer> strided_pointwise_dgrad(Context& ctx, const ConvLayer& 
     return D;
 }
 
-// The update's folded layer, where the weight-gradient kernel takes it.
-std::optional<ConvLayer> update_folded(Context& ctx, const ConvLayer& L) {
+// The update's folded layer, where the weight-gradient kernel takes it: folded into fprop's
+// channels and read with its W taps as channels (taps_as_channels: the kernel multiplies the
+// channels used, not those padded to 64) where that fills k-tiles, else into 64 channels.
+struct UpdateFolded {
+    ConvLayer folded;                       // the layer whose filter's gradient is unfolded
+    std::optional<TapsAsChannels> taps;     // how the kernel reads it, where not as itself
+    const ConvLayer& kernel_layer() const { return taps ? taps->layer : folded; }
+};
+std::optional<UpdateFolded> update_folded(Context& ctx, const ConvLayer& L) {
+    if (const std::optional<ConvLayer> F = folded(L, fold_channels(L, FoldFor::fprop))) {
+        if (auto V = taps_as_channels(*F); V && !gemm::conv_wgrad_kernel(ctx, V->layer).empty())
+            return UpdateFolded{*F, V};
+    }
     const std::optional<ConvLayer> F = folded(L, fold_channels(L, FoldFor::update));
     if (!F || gemm::conv_wgrad_kernel(ctx, *F).empty()) return std::nullopt;
-    return F;
+    return UpdateFolded{*F, std::nullopt};
 }
 #endif
 
@@ -696,15 +736,15 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
         D && (pointwise(g) ? gemm::pointwise_implicit(E5.context(), *D) : !gemm::conv_fprop_kernel(E5.context(), *D).empty())) {
         const Tensor Fd = dgrad_filter(as5(F, g.K, {g.T, g.R, g.S}, g.C));
         if (product_with(out, o, g.N * g.D * g.H * g.W, g.C, named,
-                         [&](Tensor& C, const DotOptions& d, const StoreCount* count, bool& counted) {
-                             return gemm::conv_fprop_implicit(*D, E5, Fd, C, d, count, &counted);
+                         [&](Tensor& C, const DotOptions& d, StoreExtras& x) {
+                             return gemm::conv_fprop_implicit(*D, E5, Fd, C, d, &x);
                          }))
             return;
     }
     if (auto D = on_gpu(E5) && !pointwise(g) ? narrow_dgrad(E5.context(), L) : std::nullopt) {
         const Tensor Fd = dgrad_filter(as5(F, g.K, {g.T, g.R, g.S}, g.C));
         if (product_with(out, o, g.N * g.D * g.H * g.W, g.C, named,
-                         [&](Tensor& C, const DotOptions& d, const StoreCount*, bool&) {
+                         [&](Tensor& C, const DotOptions& d, StoreExtras&) {
                              return gemm::conv_narrow(*D, E5, Fd, C, d);
                          }))
             return;
@@ -851,7 +891,10 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
     // is the activations themselves: the GEMM below).
     if (on_gpu(I5) && !pointwise(g)) {
         bool counted = false;
-        if (auto v = grad_F.reshape_view({g.K, g.taps()}); v && gemm::conv_wgrad_implicit(L, I5, E5, *v, o, named.store(), &counted)) {
+        const std::optional<TapsAsChannels> V = taps_as_channels(L);   // (the same gradient, K x taps)
+        if (auto v = grad_F.reshape_view({g.K, g.taps()});
+            v && ((V && gemm::conv_wgrad_implicit(V->layer, I5, E5, *v, o, named.store(), &counted, V->layout)) ||
+                  gemm::conv_wgrad_implicit(L, I5, E5, *v, o, named.store(), &counted))) {
             if (counted) named.counted();
             return;
         }
@@ -867,10 +910,12 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
         }
         // A strided first layer: its folded layer's filter gradient (update_folded), unfolded;
         // the product below where the kernel declines E (not 16-byte aligned).
-        if (auto D = update_folded(ctx, L)) {
-            Tensor G = ctx.empty({g.K, D->filter[0], D->filter[1], D->filter[2], D->C}, DType::Float32);
-            Tensor Gm = *G.reshape_view({g.K, geo(*D).taps()});
-            if (gemm::conv_wgrad_implicit(*D, fold_image(L, *D, I5), E5, Gm, DotOptions{})) {
+        if (auto U = update_folded(ctx, L)) {
+            const ConvLayer& D = U->folded;
+            Tensor G = ctx.empty({g.K, D.filter[0], D.filter[1], D.filter[2], D.C}, DType::Float32);
+            Tensor Gm = *G.reshape_view({g.K, geo(D).taps()});
+            if (gemm::conv_wgrad_implicit(U->kernel_layer(), fold_image(L, D, I5), E5, Gm, DotOptions{}, nullptr, nullptr,
+                                          U->taps ? U->taps->layout : gemm::ImageLayout{})) {
                 Tensor U = ctx.empty({g.K, g.T, g.R, g.S, g.C}, DType::Float32);
                 gemm::unfold_cuda(G, U, L.stride, {0, 0, 0});
                 finish(U);
@@ -1021,26 +1066,35 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
                                                                          : implicit_dgrad(L);
         return D && gemm::pointwise_implicit(ctx, *D) ? "implicit-gemm " + gemm::conv_fprop_kernel(ctx, *D) : "gemm";
     }
-    auto folded_name = [](const std::string& kernel, const ConvLayer& F) {
-        return fmt::format("implicit-gemm {} (stride folded into {} channels)", kernel, F.C);
+    auto folded_name = [](const std::string& kernel, const ConvLayer& F, bool taps) {
+        return fmt::format("implicit-gemm {} (stride folded into {} channels{})", kernel, F.C,
+                           taps ? ", W taps as channels" : "");
     };
     auto padded_name = [](const std::string& kernel, const ConvLayer& P) {
         return fmt::format("implicit-gemm {} (channels padded to {})", kernel, P.C);
     };
     if (op == "update") {
+        if (auto V = taps_as_channels(L))
+            if (std::string k = gemm::conv_wgrad_kernel(ctx, V->layer); !k.empty()) return "implicit-gemm " + k + " (W taps as channels)";
         if (std::string k = gemm::conv_wgrad_kernel(ctx, L); !k.empty()) return "implicit-gemm " + k;
         if (auto P = channels_for_tma(ctx, L, false)) return padded_name(gemm::conv_wgrad_kernel(ctx, *P), *P);
-        if (auto F = update_folded(ctx, L)) return folded_name(gemm::conv_wgrad_kernel(ctx, *F), *F);
+        if (auto U = update_folded(ctx, L)) return folded_name(gemm::conv_wgrad_kernel(ctx, U->kernel_layer()), U->folded, U->taps.has_value());
     } else {
         // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
         const bool forward = (op == "fprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
+        if (auto V = forward ? taps_as_channels(L) : std::nullopt)
+            if (std::string k = gemm::conv_fprop_kernel(ctx, V->layer); !k.empty()) return "implicit-gemm " + k + " (W taps as channels)";
         if (auto P = forward ? channels_for_tma(ctx, L, true) : std::nullopt) return padded_name(gemm::conv_fprop_kernel(ctx, *P), *P);
         if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
         if (!forward && narrow_dgrad(ctx, L))
             return L.dtype == DType::BFloat16 ? "narrow kiln_conv_narrow_bf16" : "narrow kiln_conv_narrow_f16";
         const std::optional<ConvLayer> P = forward ? channels_padded(ctx, L) : std::nullopt;
-        if (auto F = forward ? fprop_folded(ctx, L, P) : std::nullopt) return folded_name(gemm::conv_fprop_kernel(ctx, *F), *F);
+        if (auto F = forward ? fprop_folded(ctx, L, P) : std::nullopt) {
+            if (auto V = taps_as_channels(*F))
+                if (std::string k = gemm::conv_fprop_kernel(ctx, V->layer); !k.empty()) return folded_name(k, *F, true);
+            return folded_name(gemm::conv_fprop_kernel(ctx, *F), *F, false);
+        }
         if (P) return padded_name(gemm::conv_fprop_kernel(ctx, *P), *P);
         // A strided gradient by phase: the kernel of its largest phase.
         if (auto phases = !forward ? implicit_phases(ctx, L) : std::nullopt) {
@@ -1051,7 +1105,7 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
             return "implicit-gemm by phase " + gemm::conv_fprop_kernel(ctx, *largest->layer);
         }
         if (auto F = !forward ? bprop_folded(ctx, L) : std::nullopt)
-            return folded_name(gemm::conv_fprop_kernel(ctx, F->dgrad), F->folded);
+            return folded_name(gemm::conv_fprop_kernel(ctx, F->dgrad), F->folded, false);
         if (auto S = !forward ? strided_pointwise_dgrad(ctx, L) : std::nullopt)
             return "implicit-gemm " + gemm::conv_fprop_kernel(ctx, *S) + " (into the strided view)";
     }

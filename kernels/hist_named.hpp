@@ -19,6 +19,16 @@ struct StoreCount {
     int offset;
 };
 
+// What a caller asks of a kernel's store path beyond storing C, and what the kernel did of it:
+// counting the values stored into `count` (counted), and adding up C's columns as stored into
+// `column_sums` (summed; a convolution's bsum per channel).
+struct StoreExtras {
+    const StoreCount* count = nullptr;
+    bool counted = false;
+    const Tensor* column_sums = nullptr;
+    bool summed = false;
+};
+
 // Counts `out` when it goes out of scope, if the call holding it is not inside another (declare
 // it before the call's BenchTimer, so that it runs after the timer has closed) and did not fail:
 // by the slot its kernels counted into as they stored it (store(), then counted()), else by a

@@ -182,8 +182,10 @@ int im2col_rank(const ConvLayer& L, const void* image) {
 
 // The im2col descriptor of rank `rank` for the image I (N, D, H, W, C) of L: boxes of `pixels`
 // output positions x 64 channels in the 128-byte swizzle, axes innermost first (C, W, H, D, N; an
-// unused D or H folds into N).
-CUtensorMap im2col_map(const ConvLayer& L, const void* image, int rank, uint32_t pixels = 128) {
+// unused D or H folds into N), the pixels where `layout` puts them. Nothing where the driver
+// refuses a view's descriptor (a dense image's refusal is an error).
+std::optional<CUtensorMap> im2col_map(const ConvLayer& L, const void* image, int rank, uint32_t pixels = 128,
+                                      ImageLayout layout = {}) {
     const size_t es = dtype_size(L.dtype);
     cuuint64_t dims[5], strides[4];
     cuuint32_t elem[5] = {1, 1, 1, 1, 1};
@@ -201,16 +203,34 @@ CUtensorMap im2col_map(const ConvLayer& L, const void* image, int rank, uint32_t
         for (int i = 1; i < rank - 1; ++i) v *= dims[i];
         return v;
     }());
-    strides[0] = dims[0] * es;
-    for (int i = 1; i < rank - 1; ++i) strides[i] = strides[i - 1] * dims[i];
+    const bool view = layout.pixel != 0;
+    strides[0] = cuuint64_t(view ? layout.pixel : L.C) * es;
+    strides[1] = cuuint64_t(view ? layout.row : L.image[2] * L.C) * es;   // (W's rows: H, or N where H folds into it)
+    for (int i = 2; i < rank - 1; ++i) strides[i] = strides[i - 1] * dims[i];
     CUtensorMap map;
-    cuda::check(cuda::driver().cuTensorMapEncodeIm2col(
-                    &map, L.dtype == DType::Float16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                    cuuint32_t(rank), const_cast<void*>(image), dims, strides, lower, upper, 64, pixels, elem,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-                "cuTensorMapEncodeIm2col");
+    const CUresult r = cuda::driver().cuTensorMapEncodeIm2col(
+        &map, L.dtype == DType::Float16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        cuuint32_t(rank), const_cast<void*>(image), dims, strides, lower, upper, 64, pixels, elem,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (view && r != CUDA_SUCCESS) {
+        log_debug("conv: the driver refuses the im2col descriptor of {} over pixels {} and rows {} elements apart",
+                  L.str(), layout.pixel, layout.row);
+        return std::nullopt;
+    }
+    cuda::check(r, "cuTensorMapEncodeIm2col");
     return map;
+}
+
+// Whether I (contiguous) holds L's image where `layout` puts its pixels: both strides multiples
+// of 16 bytes, each row's W pixels within a row, and the last pixel's channels inside I.
+bool layout_fits(const ConvLayer& L, const Tensor& I, ImageLayout layout) {
+    if (layout.pixel == 0) return true;
+    const int64_t es = int64_t(dtype_size(L.dtype));
+    const int64_t rows = L.N * L.image[0] * L.image[1];
+    return I.is_contiguous() && layout.pixel > 0 && layout.row > 0 && layout.pixel * es % 16 == 0 &&
+           layout.row * es % 16 == 0 && (L.image[2] - 1) * layout.pixel + L.C <= layout.row &&
+           (rows - 1) * layout.row + (L.image[2] - 1) * layout.pixel + L.C <= I.size();
 }
 
 // The layer's geometry in the kernels' 32-bit fields (the callers have checked that they fit).
@@ -456,20 +476,26 @@ bool pointwise_implicit(Context& ctx, const ConvLayer& L) {
 }
 
 namespace {
-thread_local bool last_counted = false;
+thread_local bool last_counted = false, last_summed = false;
 } // namespace
 
 bool last_conv_counted() { return last_counted; }
+bool last_conv_summed() { return last_summed; }
 
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
-                         const StoreCount* count, bool* counted) {
-    if (counted) *counted = false;
-    last_counted = false;
+                         StoreExtras* extras, ImageLayout layout) {
+    const StoreCount* count = extras ? extras->count : nullptr;
+    if (extras) extras->counted = false, extras->summed = false;
+    last_counted = false, last_summed = false;
     Context& ctx = C.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
-    if (!takes(be, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype) return false;
+    if (!takes(be, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype || !layout_fits(L, I5, layout)) return false;
+    const Tensor I = layout.pixel ? I5 : detail::contiguous(I5, ctx);
+    std::optional<CUtensorMap> map_a;   // (the image's patches by TMA where the descriptor holds them)
+    const int rank = im2col_rank(L, detail::data_of(I));
+    if (rank) map_a = im2col_map(L, detail::data_of(I), rank, 128, layout);
+    if (layout.pixel && !map_a) return false;
     Context::Impl& impl = context_impl(ctx);
-    const Tensor I = detail::contiguous(I5, ctx);
     const Tensor Fc = detail::contiguous(F, ctx);
     const int64_t rows = positions_of(L);
     const int64_t taps = taps_of(L);
@@ -496,9 +522,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     g.tiles_m = int32_t((rows + 127) / 128);
     p.image = detail::data_of(I);
     p.shape = conv_shape(L);
-    p.im2col_rank = im2col_rank(L, p.image);
-    CUtensorMap map_a{};
-    if (p.im2col_rank) map_a = im2col_map(L, p.image, p.im2col_rank);
+    p.im2col_rank = map_a ? rank : 0;
     // The walk (conv_walk.cuh): a block per SM running ahead across its tiles, where there are
     // more tiles than SMs, the patches come by TMA, the register epilogue stores and its
     // buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
@@ -514,7 +538,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         // The filter as a K x taps K-major matrix: boxes of one 128-byte k-tile x BN rows.
         CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0,
                                                64, uint32_t(u.bn));
-        void* params[] = {&q, &map_b, &map_a};
+        CUtensorMap patches = map_a.value_or(CUtensorMap{});
+        void* params[] = {&q, &map_b, &patches};
         if (walk) {
             const WalkTile w = walk_for(L, u);
             const int dynamic = std::max(smem, w.smem);
@@ -540,8 +565,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             candidates.push_back({u, false});
             if (walk_runs(u)) candidates.push_back({u, true});
         }
-        const std::string key = fmt::format("fprop {} {} out {} {}x{} rows16 {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",
-                                            L.str(), dtype_name(L.dtype), dtype_name(C.dtype()), c.s_row, c.s_col,
+        const std::string key = fmt::format("fprop {} {} pixels {}/{} out {} {}x{} rows16 {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",
+                                            L.str(), dtype_name(L.dtype), layout.pixel, layout.row, dtype_name(C.dtype()), c.s_row, c.s_col,
                                             rows_of_16_bytes(g), p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
                                             g.sr_bits, be.info().name, sms);
         std::pair<Tensor, char*> scratch;   // the timed launches' output, made on a miss
@@ -559,11 +584,21 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     }
     const ConvTile& t = plan.tile;
     const int64_t blocks = int64_t(g.tiles_m) * ((L.K + t.bn - 1) / t.bn);
+    const WalkTile walk = plan.walk ? walk_for(L, t) : WalkTile{};
+    int smem = plan.walk ? walk.smem : t.smem;
+    // Channel sums: each row of tiles' column sums (kColSums, the warps' sums past the tile's
+    // bias), then their sum over the rows of tiles.
+    Tensor partials;
+    if (extras && extras->column_sums && rows_of_16_bytes(g) &&
+        smem + conv_col_sum_bytes(t.bn) <= be.info().max_shared_optin) {
+        partials = ctx.empty({g.tiles_m, L.K}, DType::Float32);
+        g.col_partials = reinterpret_cast<float*>(detail::data_of(partials));
+        g.flags |= kColSums;
+        smem += conv_col_sum_bytes(t.bn);
+    }
     // A histogram: each epilogue warp's counters (8 warps: the two consumers) past the kernel's
     // dynamic shared memory (16-byte aligned), where they fit beside its static and dynamic
     // shared memory; otherwise the call counts the output after the convolution.
-    const WalkTile walk = plan.walk ? walk_for(L, t) : WalkTile{};
-    int smem = plan.walk ? walk.smem : t.smem;
     const int bytes = 256 / 32 * (count ? count->bins : 0) * 4;
     const int at = count ? detail::counters_at(be, be.precompiled(kiln_conv_sm90_image, plan.walk ? walk.entry : t.entry, 0),
                                                smem, bytes)
@@ -573,20 +608,24 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         g.hist_bins = count->bins, g.hist_offset = count->offset, g.hist_smem = at;
         g.flags |= kHist;
         smem = at + bytes;
-        if (counted) *counted = true;
+        extras->counted = true;
         last_counted = true;
     }
-    if (plan.walk) {
-        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks)", L.str(), walk.entry, rows, L.K, taps, blocks,
-                  sms);
-        launch(t, true, p, smem);
-        C.view().storage->written = true;
-        return true;
-    }
-    log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {})", L.str(), t.entry, rows, L.K, taps, blocks,
-              p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"));
-    launch(t, false, p, smem);
+    if (plan.walk)
+        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks{})", L.str(), walk.entry, rows, L.K, taps,
+                  blocks, sms, partials.defined() ? ", channel sums" : "");
+    else
+        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {}{})", L.str(), t.entry, rows, L.K, taps, blocks,
+                  p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"),
+                  partials.defined() ? ", channel sums" : "");
+    launch(t, plan.walk, p, smem);
     C.view().storage->written = true;
+    if (partials.defined()) {
+        partials.view().storage->written = true;
+        Tensor sums = *extras->column_sums;
+        sums.assign(reshape(sum(partials.expr(), 0, true), sums.shape()));
+        extras->summed = last_summed = true;
+    }
     return true;
 }
 
@@ -631,16 +670,18 @@ std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L) {
 }
 
 bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o,
-                         const StoreCount* count, bool* counted) {
+                         const StoreCount* count, bool* counted, ImageLayout layout) {
     if (counted) *counted = false;
     last_counted = false;
     Context& ctx = grad_F.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
-    if (!wgrad_takes(be, L) || I5.dtype() != L.dtype || E5.dtype() != L.dtype) return false;
-    const Tensor I = detail::contiguous(I5, ctx);
+    if (!wgrad_takes(be, L) || I5.dtype() != L.dtype || E5.dtype() != L.dtype || !layout_fits(L, I5, layout)) return false;
+    const Tensor I = layout.pixel ? I5 : detail::contiguous(I5, ctx);
     const Tensor E = detail::contiguous(E5, ctx);
     const int rank = im2col_rank(L, detail::data_of(I));
     if (rank == 0 || reinterpret_cast<uintptr_t>(detail::data_of(E)) % 16 != 0) return false;
+    const std::optional<CUtensorMap> patches = im2col_map(L, detail::data_of(I), rank, 64, layout);
+    if (!patches) return false;
     Context::Impl& impl = context_impl(ctx);
     const int64_t rows = positions_of(L);
     const int64_t taps = taps_of(L);
@@ -659,7 +700,7 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
     p.im2col_rank = rank;
     // E as a rows x K matrix in boxes of 64 channels x 64 rows; I's patches 64 positions at a time.
     CUtensorMap map_e = detail::tensor_map(detail::data_of(E), L.dtype, uint64_t(L.K), uint64_t(rows), 1, L.K, 0, 64, 64);
-    CUtensorMap map_i = im2col_map(L, p.image, rank, 64);
+    CUtensorMap map_i = *patches;
     // Launches plan u with parameters q (whose epilogue stores where q.gemm.c points). Split, the
     // blocks store raw float32 planes, slices[split] (taps x K, in `planes`), and the reduction
     // applies the epilogue.
@@ -698,8 +739,8 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
         const std::vector<WgradPlan> candidates = wgrad_candidates(L, sms, be.info().max_shared_optin);
         int most = 1;
         for (const WgradPlan& u : candidates) most = std::max(most, u.splits);
-        const std::string key = fmt::format("wgrad {} {} out {} {}x{} patches {} beta {} sr {} on {} ({} SMs)", L.str(),
-                                            dtype_name(L.dtype), dtype_name(grad_F.dtype()), c.s_row, c.s_col, rank,
+        const std::string key = fmt::format("wgrad {} {} pixels {}/{} out {} {}x{} patches {} beta {} sr {} on {} ({} SMs)", L.str(),
+                                            dtype_name(L.dtype), layout.pixel, layout.row, dtype_name(grad_F.dtype()), c.s_row, c.s_col, rank,
                                             o.beta != 0, g.sr_bits, be.info().name, sms);
         std::pair<Tensor, char*> scratch;   // the timed launches' output and planes, made on a miss
         Tensor planes;

@@ -12,16 +12,27 @@
 
 namespace kiln::gemm {
 
+// Where the pixels of a layer's image lie in the tensor passed as its image, in elements: pixel
+// (n, d, h, w) of L's image at ((n D + d) H + h) row + w pixel, its C channels contiguous.
+// {0, 0}: the image dense (pixel C, row W C). Otherwise a view of another image's contiguous
+// storage (the tensor passed) whose pixels may overlap: taps_as_channels in kernels/conv.cpp.
+// Both a multiple of 16 bytes; the kernels take such an image only where TMA brings its patches.
+struct ImageLayout {
+    int64_t pixel = 0, row = 0;
+};
+
 // C (rows x K, the output as a matrix) = epilogue(conv(I5, F)) of layer L with the implicit-GEMM
 // kernel: true when it ran, false where it does not take the problem (not an sm_90 GPU, not a
 // 16-bit dtype, C not a multiple of 8, sizes past 32 bits, or KILN_CONV_KERNEL=im2col). The
-// epilogue is the GEMM's (alpha, beta, bias, relu, slope; no bsum). I5 is (N, D, H, W, C). C
-// may also be (groups, rows / groups, K): rows in groups of a stride of their own (c_row), as a
-// strided gradient's phase is in the image's gradient.
-// With `count`, the epilogue counts the values it stores to C into it; *counted says whether it
-// did (its counters fit beside the kernel's shared memory).
+// epilogue is the GEMM's (alpha, beta, bias, relu, slope). I5 is (N, D, H, W, C). C may also be
+// (groups, rows / groups, K): rows in groups of a stride of their own (c_row), as a strided
+// gradient's phase is in the image's gradient. `extras` (kernels/hist_named.hpp): the values
+// stored counted where the counters fit beside the kernel's shared memory; C's column sums
+// where the 16-bit register epilogue stores (16-bit C, no beta or stochastic rounding), each
+// row of tiles' sums added up by a JIT reduction after the kernel. `layout`: where I5 holds the
+// image's pixels (declines where TMA cannot bring them).
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
-                         const StoreCount* count = nullptr, bool* counted = nullptr);
+                         StoreExtras* extras = nullptr, ImageLayout layout = {});
 
 // The patch matrix of the image I5 (N, D, H, W, C) of layer L on a CUDA context, in I5's dtype,
 // by the precompiled im2col kernel: a (rows x taps) view of a buffer whose rows are 16 bytes
@@ -87,13 +98,15 @@ bool pointwise_implicit(Context& ctx, const ConvLayer& L);
 // does not take the problem (the fprop kernel's conditions, plus C a multiple of 64 with a
 // window TMA's im2col descriptor holds, and K a multiple of 8). Deterministic. With `count`,
 // the epilogue (or split, the slices' reduction) counts the values it stores into it; *counted
-// says whether it did.
+// says whether it did. `layout`: where I5 holds the image's pixels.
 bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o,
-                         const StoreCount* count = nullptr, bool* counted = nullptr);
+                         const StoreCount* count = nullptr, bool* counted = nullptr, ImageLayout layout = {});
 
 // Whether the last conv_fprop_implicit or conv_wgrad_implicit on this thread counted its output
-// in its store path (tests).
+// in its store path, and whether the last conv_fprop_implicit added up its channels there
+// (tests).
 bool last_conv_counted();
+bool last_conv_summed();
 
 // The kernel (and split) conv_wgrad_implicit would launch for L on ctx, or "".
 std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L);

@@ -32,6 +32,10 @@ KILN_GEMM_HOST_DEVICE inline RowOrigin row_origin(const ConvShape& s, int32_t ro
     return {row / s.M, z * s.str_d - s.pad_d, y * s.str_h - s.pad_h, x * s.str_w - s.pad_w};
 }
 
+// The fprop kernels' shared memory past the tile's bias for kColSums (a per-channel bsum in the
+// register epilogue): the 8 consumer warps' column sums of a BN-wide tile, added by the host.
+constexpr int conv_col_sum_bytes(int bn) { return 8 * bn * 4; }
+
 struct ConvParams {
     GemmParams gemm;     // m = rows, n = K, k = taps; c, strides, bias, flags, alpha, beta, rounding
     const void* image;   // I: (N, D, H, W, C), contiguous

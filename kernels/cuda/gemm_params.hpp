@@ -40,6 +40,7 @@ enum GemmFlags : int32_t {
     kBeta = 4,      // add beta * C (C read before it is written)
     kBsum = 8,      // write row-sum partials
     kHist = 16,     // count the values stored into hist (set where the counters fit: gemm_launch.cpp)
+    kColSums = 32,  // the register epilogue's column sums per row of tiles into col_partials
 };
 
 // Split-K in a cluster on tiles at most kSplitPushMaxBn wide, into 16-bit C without beta or
@@ -68,6 +69,8 @@ struct GemmParams {
     uint64_t* bsum_tagged;    // kBsum in the persistent kernels with tiles_n > 1: [tiles_n][batch][M]
                               // words, bsum_epoch << 32 | the float's bits (sm90/scheduler.cuh)
     void* bsum;               // kBsum: the sums, element (z, m) at z * bsum_sb + m * bsum_sm
+    float* col_partials;      // kColSums: [tiles_m][N] float32, row of tiles tm's sums of C's
+                              // columns as stored (a convolution's per-channel bsum)
     int64_t bsum_sb, bsum_sm;
     int32_t bsum_dtype;       // GemmDType of bsum
     uint32_t bsum_epoch;      // this launch's tag for bsum_tagged (never 0: the words start zeroed)

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -427,7 +428,9 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
 // epilogue, bsum), bprop (its gradient, unfolded; alpha, beta, bsum, and the image's positions
 // no window reads) and update (alpha and beta, both output dtypes), 1D, 2D and 3D, and the
 // deconvolution of the same geometry; against the CPU. 1x1 filters and dilation do not fold,
-// nor fprop where the channels padded to 8 give fewer taps.
+// nor fprop where the channels padded to 8 give fewer taps. Where the folded layer's W taps
+// fill k-tiles of 64 channels (taps_as_channels), fprop and the update read them as channels,
+// the update then folding into fprop's channels.
 TEST_CASE("gpu conv: strided first layers fold the stride into the channels") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
@@ -435,9 +438,14 @@ TEST_CASE("gpu conv: strided first layers fold the stride into the channels") {
     struct Folded {
         Case c;
         int64_t fprop, bprop, update;   // the folded channels, 0 where the op does not fold
+        bool taps = false;              // fprop and the update read the W taps as channels
     };
     const std::vector<Folded> layers = {
-        {{3, 3, 64, {1, 29, 29}, {1, 7, 7}, {0, 3, 2}, {1, 2, 2}, {1, 1, 1}}, 16, 32, 64},     // ResNet's conv1
+        {{3, 3, 64, {1, 29, 29}, {1, 7, 7}, {0, 3, 2}, {1, 2, 2}, {1, 1, 1}}, 16, 32, 16, true},   // ResNet's conv1
+        {{2, 3, 40, {1, 30, 31}, {1, 7, 7}, {0, 3, 3}, {1, 2, 2}, {1, 1, 1}}, 16, 32, 16, true},   // odd, K tail
+        {{2, 4, 64, {1, 23, 26}, {1, 5, 8}, {0, 2, 3}, {1, 2, 2}, {1, 1, 1}}, 16, 32, 16, true},
+        {{2, 3, 72, {1, 1, 301}, {1, 1, 15}, {0, 0, 7}, {1, 1, 2}, {1, 1, 1}}, 8, 32, 8, true},    // 1D, 8 taps of 8
+        {{1, 1, 64, {6, 9, 10}, {3, 3, 16}, {1, 1, 7}, {2, 2, 2}, {1, 1, 1}}, 8, 32, 8, true},     // 3D
         {{2, 3, 96, {1, 47, 45}, {1, 11, 11}, {0, 2, 0}, {1, 4, 4}, {1, 1, 1}}, 48, 48, 64},   // AlexNet's, Overfeat's
         {{2, 3, 72, {1, 24, 25}, {1, 5, 5}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, 16, 32, 64},     // unread last rows
         {{2, 12, 64, {1, 21, 21}, {1, 5, 5}, {0, 2, 2}, {1, 2, 2}, {1, 1, 1}}, 48, 48, 64},
@@ -456,19 +464,20 @@ TEST_CASE("gpu conv: strided first layers fold the stride into the channels") {
             const Case& c = f.c;
             const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
             INFO(L.str());
-            auto folds = [&](const ConvLayer& layer, const char* op, int64_t channels) {
+            auto folds = [&](const ConvLayer& layer, const char* op, int64_t channels, bool taps = false) {
                 const std::string path = conv_kernel(gpu, layer, op);
                 INFO(op << ": " << path);
-                CHECK((path.find("(stride folded into " + std::to_string(channels) + " channels)") != std::string::npos) ==
+                CHECK((path.find("(stride folded into " + std::to_string(channels) + " channels") != std::string::npos) ==
                       (channels != 0));
+                CHECK((path.find(", W taps as channels)") != std::string::npos) == taps);
                 // (These layers' forward convolution, where it does not fold, runs over channels
                 // padded to 8: a deconvolution's bprop.)
                 if (channels == 0 && std::string(op) != "update" && (std::string(op) == "fprop") != layer.deconv)
                     CHECK(path.find("(channels padded to 8)") != std::string::npos);
             };
-            folds(L, "fprop", f.fprop);
+            folds(L, "fprop", f.fprop, f.taps);
             folds(L, "bprop", f.bprop);
-            folds(L, "update", f.update);
+            folds(L, "update", f.update, f.taps);
             const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
                        X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed),
                        E = pair(gpu, cpu, L.output_shape(), dt, ++seed), GI = pair(gpu, cpu, L.input_shape(), dt, ++seed),
@@ -505,9 +514,9 @@ TEST_CASE("gpu conv: strided first layers fold the stride into the channels") {
             // bprop is this fprop, its fprop this bprop, its update this one with I and E's roles.
             if (!round_trips(L)) continue;
             const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
-            folds(D, "bprop", f.fprop);
+            folds(D, "bprop", f.fprop, f.taps);
             folds(D, "fprop", f.bprop);
-            folds(D, "update", f.update);
+            folds(D, "update", f.update, f.taps);
             CHECK(agree(gpu, cpu, D.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(D, E.*side, F.*side, o); }) == 0);
             CHECK(agree(gpu, cpu, D.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(D, F.*side, I.*side, o); }) == 0);
             CHECK(agree(gpu, cpu, D.filter_shape(), dt, [&](Tensor& o, Side side) { update_conv(D, E.*side, I.*side, o); }) == 0);
@@ -647,6 +656,53 @@ TEST_CASE("gpu conv: channels a multiple of 8 but not of 64 padded to 64 where T
             CHECK(conv_kernel(gpu, D, "update") == conv_kernel(gpu, L, "update"));
             CHECK(agree(gpu, cpu, D.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(D, F.*side, I.*side, o); }) == 0);
             CHECK(agree(gpu, cpu, D.filter_shape(), dt, [&](Tensor& o, Side side) { update_conv(D, E.*side, I.*side, o); }) == 0);
+        }
+}
+
+// Stride-1 layers without W padding whose C channels (under 64) times S taps along W fill
+// k-tiles of 64 read their W taps as channels (taps_as_channels: a view whose pixels overlap),
+// fprop and update alike, every epilogue, against the CPU; a strided image (not contiguous) is
+// made dense first, and a layer with W padding does not take the view.
+TEST_CASE("gpu conv: W taps read as channels where they fill k-tiles") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (!sm90(gpu)) return;
+    struct Taps {
+        Case c;
+        bool taps;
+    };
+    const std::vector<Taps> layers = {
+        {{2, 16, 64, {1, 13, 17}, {1, 3, 4}, {0, 1, 0}, {1, 1, 1}, {1, 1, 1}}, true},
+        {{3, 32, 96, {1, 9, 40}, {1, 3, 2}, {0, 1, 0}, {1, 2, 1}, {1, 2, 1}}, true},      // H stride, dilation
+        {{2, 8, 72, {1, 1, 700}, {1, 1, 16}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}}, true},     // 1D, 2 k-tiles a tap row
+        {{1, 16, 64, {5, 6, 9}, {2, 3, 8}, {1, 0, 0}, {1, 1, 1}, {1, 1, 1}}, true},       // 3D
+        {{2, 16, 64, {1, 13, 17}, {1, 3, 4}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false},    // W padded
+        {{2, 16, 64, {1, 13, 17}, {1, 3, 4}, {0, 1, 0}, {1, 1, 1}, {1, 1, 2}}, false},    // W dilated
+    };
+    uint32_t seed = 9500;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Taps& t : layers) {
+            const Case& c = t.c;
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str() << ": fprop " << conv_kernel(gpu, L, "fprop") << ", update " << conv_kernel(gpu, L, "update"));
+            CHECK((conv_kernel(gpu, L, "fprop").find("(W taps as channels)") != std::string::npos) == t.taps);
+            CHECK((conv_kernel(gpu, L, "update").find("(W taps as channels)") != std::string::npos) == t.taps);
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed),
+                       E = pair(gpu, cpu, L.output_shape(), dt, ++seed), G = pair(gpu, cpu, L.filter_shape(), dt, ++seed);
+            check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
+            check_update_alpha_beta(gpu, cpu, L, I, E, G);
+            // The image as every other channel of a wider one: not contiguous.
+            Shape wide = L.input_shape();
+            wide.back() *= 2;
+            const Pair Iw = pair(gpu, cpu, wide, dt, ++seed);
+            auto half = [&](const Tensor& x) {
+                std::vector<Slice> sl(x.rank(), Slice::all());
+                sl.back() = Slice::range(0, x.shape().back(), 2);
+                return x.slice(sl);
+            };
+            CHECK(agree(gpu, cpu, L.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(L, half(Iw.*side), F.*side, o); }) == 0);
+            CHECK(agree(gpu, cpu, L.filter_shape(), dt, [&](Tensor& o, Side side) { update_conv(L, half(Iw.*side), E.*side, o); }) == 0);
         }
 }
 
@@ -850,6 +906,68 @@ TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
         const test::ScopedEnv forced("KILN_CONV_KERNEL", "balanced");
         CHECK(gemm::conv_wgrad_kernel(ctx, L).find(" balanced over ") != std::string::npos);
         check_named(gF, 1, [&] { update_conv(L, I, E, gF); });
+    }
+}
+
+// bsum where the implicit kernel's 16-bit register epilogue stores (16-bit output, no beta): each
+// row of tiles' column sums of the values as stored, added up after the kernel, on the one-tile
+// kernel 64, 128 and 256 wide (gathered patches and by TMA) and on the walk, with rows and
+// channels past the last tile. Against the sums of the output as stored (the JIT reduction the
+// other paths run), the same bits in a second run; float32 output and beta keep the reduction.
+TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per channel, deterministically") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (!sm90(ctx)) return;
+    std::mt19937 g(5);
+    auto random = [&](Shape s, DType dt) { return test::random_normal(ctx, g, s, dt); };
+    struct Case {
+        ConvLayer L;
+        const char* kernel;   // KILN_CONV_KERNEL, or "" for the model's choice
+        const char* width;    // the tile the kernel name holds
+    };
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        const std::vector<Case> cases = {
+            {conv_layer(dt, 3, 64, 40, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}), "", "_64_"},      // 429 rows, 40 of 64 channels
+            {conv_layer(dt, 3, 24, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}), "", "kiln_"},    // gathered patches
+            {conv_layer(dt, 48, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "tile", "_128_"},
+            {conv_layer(dt, 48, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_walk_"},
+            {conv_layer(dt, 32, 256, 504, {1, 64, 64}, {1, 3, 3}, {0, 1, 1}), "", "_256_"},
+        };
+        for (const Case& c : cases) {
+            const ConvLayer& L = c.L;
+            std::optional<test::ScopedEnv> forced;
+            if (*c.kernel) forced.emplace("KILN_CONV_KERNEL", c.kernel);
+            INFO(L.str() << " " << gemm::conv_fprop_kernel(ctx, L));
+            CHECK(gemm::conv_fprop_kernel(ctx, L).find(c.width) != std::string::npos);
+            Tensor I = random(L.input_shape(), dt), F = random(L.filter_shape(), dt);
+            const int64_t rows = numel(L.output_shape()) / L.K;
+            for (DType out : {dt, DType::Float32})
+                for (bool beta : {false, true}) {
+                    INFO("output " << dtype_name(out) << (beta ? ", beta" : ""));
+                    Tensor O = ctx.eval(cast(random(L.output_shape(), dt).expr(), out));
+                    ConvOptions o;
+                    o.relu = true, o.bias = random({L.K}, DType::Float32);
+                    if (beta) o.beta = 0.5;
+                    Tensor bs = ctx.empty({L.K}, DType::Float32), again = ctx.empty({L.K}, DType::Float32);
+                    o.bsum = bs;
+                    const Tensor before = ctx.eval(O.expr());
+                    fprop_conv(L, I, F, O, o);
+                    CHECK(gemm::last_conv_summed() == (out == dt && !beta));
+                    const Expr as_rows = reshape(cast(O.expr(), DType::Float32), {rows, L.K});
+                    const std::vector<float> got = bs.to_vector<float>(),
+                                             want = ctx.eval(reshape(sum(as_rows, 0), {L.K})).to_vector<float>(),
+                                             scale = ctx.eval(reshape(sum(absolute(as_rows), 0), {L.K})).to_vector<float>();
+                    int off = 0;
+                    for (int64_t k = 0; k < L.K; ++k)
+                        if (!(std::fabs(got[k] - want[k]) <= 1e-5f * scale[k] + 1e-6f)) ++off;
+                    CHECK(off == 0);
+                    // The same call again from the same output: the same sums, bit for bit.
+                    Tensor O2 = ctx.eval(before.expr());
+                    o.bsum = again;
+                    fprop_conv(L, I, F, O2, o);
+                    CHECK(again.to_vector<float>() == got);
+                }
+        }
     }
 }
 

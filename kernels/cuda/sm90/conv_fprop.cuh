@@ -204,7 +204,8 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
     const int q = lane % 4;
     const int row0 = 64 * c + 16 * warp + lane / 4;
     if (reg_epilogue) {
-        store_tile_16bit<T, BM, BN, 256>(g, acc, smem, bias_s, m0, n0, tile_n, 0, row0, q, tid - 128, nullptr, nullptr);
+        store_tile_16bit<T, BM, BN, 256>(g, acc, smem, bias_s, m0, n0, tile_n, 0, row0, q, tid - 128, nullptr, nullptr, 0,
+                                         BM, bias_s + BN);
     } else {
         float* tile = reinterpret_cast<float*>(smem);
         stage_accumulators<BN>(tile, acc, row0, q);

@@ -13,7 +13,8 @@
 namespace kiln::gemm {
 
 // Shared memory past the stages: the staged results (BM rows of BN + 8 16-bit values), then the
-// tile's bias (BN floats).
+// tile's bias (BN floats), then with kColSums the warps' column sums (8 x BN floats, which the
+// host adds: conv_col_sum_bytes).
 template <int BN>
 constexpr int kWalkStagedBytes = 128 * (BN + 8) * 2;
 
@@ -49,17 +50,21 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     const bool bias = g.flags & kBias;
     const int q = lane % 4;
     const int row0 = 64 * c + 16 * warp + lane / 4;
+    static_assert(BN <= 256, "a consumer thread loads one bias value a tile");
+    const int bias_col = ctid + 128 * c;
     int it = 0;
     for (int t = int(blockIdx.x); t < tiles; t += int(gridDim.x)) {
         const int tile_n = t % g.tiles_n, m0 = t / g.tiles_n * BM, n0 = tile_n * BN;
+        // This thread's value of the tile's bias, loaded before the main loop, which hides the load.
+        const float bias_next = bias && bias_col < BN && n0 + bias_col < g.n ? __ldg(g.bias + n0 + bias_col) : 0.f;
         float acc[BN / 2];
         consume_tile<T, BN, 2, STAGES, 0, 0>(acc, smem, ring, c, lane, ktiles, it);
         // Both consumers are done with the previous tile's staged results and bias.
         asm volatile("bar.sync 1, 256;" ::: "memory");
-        for (int i = ctid + 128 * c; i < BN; i += 256) bias_s[i] = bias && n0 + i < g.n ? __ldg(g.bias + n0 + i) : 0.f;
+        if (bias_col < BN) bias_s[bias_col] = bias_next;
         asm volatile("bar.sync 1, 256;" ::: "memory");
         store_tile_16bit<T, BM, BN, 256>(g, acc, staged, bias_s, m0, n0, tile_n, 0, row0, q, ctid + 128 * c, nullptr,
-                                         nullptr);
+                                         nullptr, 0, BM, bias_s + BN);
     }
 }
 

@@ -239,11 +239,14 @@ __device__ __forceinline__ void share_row_sum(const GemmParams& p, float* row_su
     else store_to_peer(row_sums + r, sums_in, owner, s);
 }
 
+// kColSums (the general epilogue; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN
+// floats of shared memory, collects each warp's column sums of the values as stored; their sum
+// in warp order (the same bits in every run) goes to col_partials' row m0 / BM.
 template <class T, int BM, int BN, int NTHREADS, int LEAN = kGeneral>
 __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const float (&acc)[BN / 2], unsigned char* smem,
                                                  const float* bias_s, int m0, int n0, int tile_n, int z, int row0, int q,
                                                  int tid, float* row_sums, uint64_t* sums_in, int rows_begin = 0,
-                                                 int rows_end = BM) {
+                                                 int rows_end = BM, float* col_s = nullptr) {
     constexpr int LD = BN + 8;   // 16-bit elements per staged row: rows 16 bytes apart in bank terms
     uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
     // bsum: rows row0 and row0 + 8, whole (round_results) or this thread's share (BN > 128)
@@ -315,6 +318,9 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     const int r_in = lane / kChunks, chunk = lane % kChunks;
     uint16_t* C = static_cast<uint16_t*>(p.c) + int64_t(z) * p.c_batch;
     const int n = n0 + 8 * chunk;
+    // kColSums: this thread's rows' sums of its chunk's 8 columns
+    const bool col_sums = LEAN == kGeneral && (p.flags & kColSums);
+    float cs[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     for (int r = rows_begin + warp * kRowsPerPass + r_in; r < rows_end; r += (NTHREADS / 32) * kRowsPerPass) {
         const int m = m0 + r;
         if (m >= p.m) break;
@@ -327,8 +333,35 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
             for (int i = 0; i < 8 && n + i < p.n; ++i) dst[i] = e[i];
         }
         if (hist) hist_count_words<4>(p, hist, &v.x, p.n - n);
+        if (col_sums) {
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 f = unpack2(w[i], p.c_dtype);
+                cs[2 * i] += f.x, cs[2 * i + 1] += f.y;
+            }
+        }
     }
     if (hist) hist_flush(p, hist, lane);
+    if (col_sums) {
+        // The lanes of a chunk added in the warp, then the warps' sums in warp order.
+#pragma unroll
+        for (int off = kChunks; off < 32; off *= 2)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], off);
+        if (lane < kChunks) {
+            float4* at = reinterpret_cast<float4*>(col_s + warp * BN + 8 * lane);
+            at[0] = make_float4(cs[0], cs[1], cs[2], cs[3]);
+            at[1] = make_float4(cs[4], cs[5], cs[6], cs[7]);
+        }
+        asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory");
+        for (int col = tid; col < BN && n0 + col < p.n; col += NTHREADS) {
+            float s = 0.f;
+#pragma unroll
+            for (int w = 0; w < NTHREADS / 32; ++w) s += col_s[w * BN + col];
+            p.col_partials[int64_t(m0 / BM) * p.n + n0 + col] = s;
+        }
+    }
     if (LEAN != kLeanPlain && (p.flags & kBsum) && !p.bsum_cluster) finish_row_sums();
 }
 
