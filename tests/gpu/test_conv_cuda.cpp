@@ -384,10 +384,12 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float16, 2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3})).empty());
     CHECK(gemm::conv_fprop_kernel(gpu, conv_layer(DType::Float32, 2, 16, 16, {1, 8, 8}, {1, 3, 3}, {0, 1, 1})).empty());
     CHECK(conv_kernel(gpu, conv_layer(DType::Float32, 2, 3, 16, {1, 31, 31}, {1, 7, 7}, {0, 3, 3}), "fprop") == "im2col+gemm");
-    // Channels not a multiple of 8 (first layers) with stride 1: fprop pads them with zeros to
-    // the next multiple of 8 and runs the kernel (3 and 5 to 8, 12 to 16) where the padded filter
-    // has at most 256 taps; 2 channels (4 times the taps) and a 7x7 window over 3 (392) keep
-    // im2col and the GEMM. Every epilogue and bsum, both output dtypes, against the CPU.
+    // Channels not a multiple of 8 (first layers) with stride 1: fprop writes the W padding out,
+    // pads the channels and the filter's W taps with zeros until a row of taps fills a k-tile (3
+    // and 5 channels: 8 taps of 8; 12: 4 of 16) and reads the taps as channels (padded_taps),
+    // where the channels padded to 8 would have at most 256 taps; 2 channels (4 times the taps)
+    // and a 7x7 window over 3 (392) keep im2col and the GEMM. Every epilogue and bsum, both
+    // output dtypes, against the CPU; the update reads every one of them so.
     for (DType dt : {DType::Float16, DType::BFloat16})
         for (int64_t C : {3, 5, 12, 2, 7}) {
             const ConvLayer L = C == 5   ? conv_layer(dt, 2, C, 96, {1, 21, 23}, {1, 5, 5}, {0, 2, 0})
@@ -395,12 +397,18 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
                                          : conv_layer(dt, 3, C, 64, {1, 29, 30}, {1, 3, 3}, {0, 1, 1});
             INFO(L.str());
             const bool padded = C != 2 && C != 7;
-            const std::string path = conv_kernel(gpu, L, "fprop");
-            CHECK((path.find(std::string("(channels padded to ") + (C == 12 ? "16)" : "8)")) != std::string::npos) == padded);
+            const std::string path = conv_kernel(gpu, L, "fprop"), update = conv_kernel(gpu, L, "update");
+            INFO(path << "; update " << update);
+            const std::string taps = C == 12 ? "(W padding written out, 4 taps of 16 channels, W taps as channels)"
+                                             : "(W padding written out, 8 taps of 8 channels, W taps as channels)";
+            CHECK((path.find(taps) != std::string::npos) == padded);
             CHECK((path == "im2col+gemm") == !padded);
+            CHECK(update.find(taps) != std::string::npos);
             const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
-                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed);
+                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed),
+                       E = pair(gpu, cpu, L.output_shape(), dt, ++seed), G = pair(gpu, cpu, L.filter_shape(), dt, ++seed);
             check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
+            check_update_alpha_beta(gpu, cpu, L, I, E, G);
             // brelu with X (the float32 product and the JIT epilogue), and a deconvolution's bprop
             // (the convolution forward() runs) from a strided view of the image.
             ConvOptions og, oc;
