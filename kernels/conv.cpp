@@ -434,10 +434,11 @@ std::optional<TapsAsChannels> taps_as_channels(const ConvLayer& L) {
     if (L.deconv || s == 1 || L.stride[2] != 1 || L.dilation[2] != 1 || L.pad[2] != 0 || L.C % 8 != 0 || L.C >= 64 ||
         s * L.C % 64 != 0)
         return std::nullopt;
-    return TapsAsChannels{conv_layer(L.dtype, L.N, s * L.C, L.K, {L.image[0], L.image[1], L.image[2] - s + 1},
-                                     {L.filter[0], L.filter[1], 1}, {L.pad[0], L.pad[1], 0}, {L.stride[0], L.stride[1], 1},
-                                     {L.dilation[0], L.dilation[1], 1}),
-                          {L.C, L.image[2] * L.C}};
+    const ConvLayer V = conv_layer(L.dtype, L.N, s * L.C, L.K, {L.image[0], L.image[1], L.image[2] - s + 1},
+                                   {L.filter[0], L.filter[1], 1}, {L.pad[0], L.pad[1], 0}, {L.stride[0], L.stride[1], 1},
+                                   {L.dilation[0], L.dilation[1], 1});
+    if (!gemm::patches_by_tma(V)) return std::nullopt;   // (the gather reads dense pixels)
+    return TapsAsChannels{V, {L.C, L.image[2] * L.C}};
 }
 
 // A layer of stride 1 along W whose channels the kernels cannot take (not a multiple of 8: a
@@ -449,7 +450,10 @@ std::optional<TapsAsChannels> taps_as_channels(const ConvLayer& L) {
 // row, the one with the smallest image; where its k-tiles are at most 3/2 of the gathered
 // layer's, TMA's k-tile measured at about 0.57 of a gathered one (ResNet-50's first layer, 4
 // k-tiles each way: 0.578 ms against 1.019 on the H200). VGG-A's 3x3 over 3: 3 k-tiles, not 2.
-// (The update takes it wherever it applies, beside_gather false: its alternative is im2col.)
+// (The update takes it wherever it applies, beside_gather false: ahead of im2col, or of the fold
+// where the layer is strided along H or D.) As in folded(), the zero taps past S meet image
+// positions outside each window: an infinite input gives NaN where the layer's windows would
+// not read it.
 struct PaddedTaps {
     ConvLayer padded;       // the layer over the written-out image (no W padding)
     TapsAsChannels taps;    // and how the kernels read it
@@ -636,7 +640,8 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
         if (auto D = fprop_folded(I5.context(), L, P); D && with_taps(*D, fold_image(L, *D, I5), fold_filter(g, L, *D, F)))
             return;
         if (auto T = P ? padded_taps(L) : std::nullopt;
-            T && implicit(T->taps.layer, padded_taps_image(L, T->padded, I5), padded_taps_filter(g, T->padded, F), T->taps.layout))
+            T && !gemm::conv_fprop_kernel(I5.context(), T->taps.layer).empty() &&
+            implicit(T->taps.layer, padded_taps_image(L, T->padded, I5), padded_taps_filter(g, T->padded, F), T->taps.layout))
             return;
         if (P && padded(*P)) return;
     }

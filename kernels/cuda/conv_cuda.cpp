@@ -477,20 +477,25 @@ bool pointwise_implicit(Context& ctx, const ConvLayer& L) {
 
 namespace {
 thread_local bool last_counted = false, last_summed = false;
+thread_local ImageLayout last_layout;
 } // namespace
 
 bool last_conv_counted() { return last_counted; }
 bool last_conv_summed() { return last_summed; }
+ImageLayout last_conv_layout() { return last_layout; }
+
+bool patches_by_tma(const ConvLayer& L) { return im2col_rank(L, nullptr) != 0; }
 
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
                          StoreExtras* extras, ImageLayout layout) {
     const StoreCount* count = extras ? extras->count : nullptr;
     if (extras) extras->counted = false, extras->summed = false;
-    last_counted = false, last_summed = false;
+    last_counted = false, last_summed = false, last_layout = {};
     Context& ctx = C.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
-    if (!takes(be, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype || !layout_fits(L, I5, layout)) return false;
-    const Tensor I = layout.pixel ? I5 : detail::contiguous(I5, ctx);
+    if (!takes(be, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype) return false;
+    const Tensor I = detail::contiguous(I5, ctx);   // (a layout places pixels in I5's dense storage)
+    if (!layout_fits(L, I, layout)) return false;
     std::optional<CUtensorMap> map_a;   // (the image's patches by TMA where the descriptor holds them)
     const int rank = im2col_rank(L, detail::data_of(I));
     if (rank) map_a = im2col_map(L, detail::data_of(I), rank, 128, layout);
@@ -619,6 +624,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                   p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"),
                   partials.defined() ? ", channel sums" : "");
     launch(t, plan.walk, p, smem);
+    last_layout = layout;
     C.view().storage->written = true;
     if (partials.defined()) {
         partials.view().storage->written = true;
@@ -672,11 +678,12 @@ std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L) {
 bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5, Tensor& grad_F, const DotOptions& o,
                          const StoreCount* count, bool* counted, ImageLayout layout) {
     if (counted) *counted = false;
-    last_counted = false;
+    last_counted = false, last_layout = {};
     Context& ctx = grad_F.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
-    if (!wgrad_takes(be, L) || I5.dtype() != L.dtype || E5.dtype() != L.dtype || !layout_fits(L, I5, layout)) return false;
-    const Tensor I = layout.pixel ? I5 : detail::contiguous(I5, ctx);
+    if (!wgrad_takes(be, L) || I5.dtype() != L.dtype || E5.dtype() != L.dtype) return false;
+    const Tensor I = detail::contiguous(I5, ctx);   // (a layout places pixels in I5's dense storage)
+    if (!layout_fits(L, I, layout)) return false;
     const Tensor E = detail::contiguous(E5, ctx);
     const int rank = im2col_rank(L, detail::data_of(I));
     if (rank == 0 || reinterpret_cast<uintptr_t>(detail::data_of(E)) % 16 != 0) return false;
@@ -777,6 +784,7 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
         }
     }
     launch(w, p, w.splits > 1 ? static_cast<float*>(slices.view().storage->data) : nullptr, smem);
+    last_layout = layout;
     grad_F.view().storage->written = true;
     return true;
 }

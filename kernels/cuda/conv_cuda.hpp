@@ -16,7 +16,8 @@ namespace kiln::gemm {
 // (n, d, h, w) of L's image at ((n D + d) H + h) row + w pixel, its C channels contiguous.
 // {0, 0}: the image dense (pixel C, row W C). Otherwise a view of another image's contiguous
 // storage (the tensor passed) whose pixels may overlap: taps_as_channels in kernels/conv.cpp.
-// Both a multiple of 16 bytes; the kernels take such an image only where TMA brings its patches.
+// Both a multiple of 16 bytes; the kernels take such an image only where TMA brings its patches
+// (patches_by_tma). A non-contiguous image is made dense first.
 struct ImageLayout {
     int64_t pixel = 0, row = 0;
 };
@@ -103,10 +104,16 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
                          const StoreCount* count = nullptr, bool* counted = nullptr, ImageLayout layout = {});
 
 // Whether the last conv_fprop_implicit or conv_wgrad_implicit on this thread counted its output
-// in its store path, and whether the last conv_fprop_implicit added up its channels there
+// in its store path, and whether the last conv_fprop_implicit added up its channels there; the
+// layout of the image the last of them ran on ({0, 0} where it declined or read a dense image)
 // (tests).
 bool last_conv_counted();
 bool last_conv_summed();
+ImageLayout last_conv_layout();
+
+// Whether TMA's im2col descriptor can bring L's patches (its channels a multiple of 64 and its
+// window within the descriptor's ranges): where the kernels read an ImageLayout.
+bool patches_by_tma(const ConvLayer& L);
 
 // The kernel (and split) conv_wgrad_implicit would launch for L on ctx, or "".
 std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L);

@@ -33,7 +33,8 @@ KILN_GEMM_HOST_DEVICE inline RowOrigin row_origin(const ConvShape& s, int32_t ro
 }
 
 // The fprop kernels' shared memory past the tile's bias for kColSums (a per-channel bsum in the
-// register epilogue): the 8 consumer warps' column sums of a BN-wide tile, added by the host.
+// register epilogue): the 8 consumer warps' column sums of a BN-wide tile, which the epilogue
+// adds into the row of tiles' partials (the host adds the rows of tiles).
 constexpr int conv_col_sum_bytes(int bn) { return 8 * bn * 4; }
 
 struct ConvParams {

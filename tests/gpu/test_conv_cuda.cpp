@@ -407,6 +407,14 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
                        X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed),
                        E = pair(gpu, cpu, L.output_shape(), dt, ++seed), G = pair(gpu, cpu, L.filter_shape(), dt, ++seed);
+            {   // (the written-out image's pixels, 8 or 16 channels apart)
+                const int64_t pixel = C == 12 ? 16 : 8;
+                Tensor O = gpu.empty(L.output_shape(), dt), GF = gpu.empty(L.filter_shape(), dt);
+                fprop_conv(L, I.gpu, F.gpu, O);
+                CHECK(gemm::last_conv_layout().pixel == (padded ? pixel : 0));
+                update_conv(L, I.gpu, E.gpu, GF);
+                CHECK(gemm::last_conv_layout().pixel == pixel);
+            }
             check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
             check_update_alpha_beta(gpu, cpu, L, I, E, G);
             // brelu with X (the float32 product and the JIT epilogue), and a deconvolution's bprop
@@ -490,6 +498,13 @@ TEST_CASE("gpu conv: strided first layers fold the stride into the channels") {
                        X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed),
                        E = pair(gpu, cpu, L.output_shape(), dt, ++seed), GI = pair(gpu, cpu, L.input_shape(), dt, ++seed),
                        GF = pair(gpu, cpu, L.filter_shape(), dt, ++seed);
+            {   // (the folded image's pixels, f.fprop or f.update channels apart, where read as taps)
+                Tensor O = gpu.empty(L.output_shape(), dt), G = gpu.empty(L.filter_shape(), dt);
+                fprop_conv(L, I.gpu, F.gpu, O);
+                CHECK(gemm::last_conv_layout().pixel == (f.taps ? f.fprop : 0));
+                update_conv(L, I.gpu, E.gpu, G);
+                CHECK(gemm::last_conv_layout().pixel == (f.taps ? f.update : 0));
+            }
             check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
             // bprop: plain, and alpha with leaky ReLU (applied by the kernel, unfolded into the
             // output) into L's dtype and float32; alpha, beta and bsum into float32 (the JIT
@@ -670,7 +685,8 @@ TEST_CASE("gpu conv: channels a multiple of 8 but not of 64 padded to 64 where T
 // Stride-1 layers without W padding whose C channels (under 64) times S taps along W fill
 // k-tiles of 64 read their W taps as channels (taps_as_channels: a view whose pixels overlap),
 // fprop and update alike, every epilogue, against the CPU; a strided image (not contiguous) is
-// made dense first, and a layer with W padding does not take the view.
+// made dense first; a layer with W padding or dilation does not take the view. Each asserts
+// the image layout the kernel ran on (last_conv_layout: pixels C apart).
 TEST_CASE("gpu conv: W taps read as channels where they fill k-tiles") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
@@ -698,6 +714,14 @@ TEST_CASE("gpu conv: W taps read as channels where they fill k-tiles") {
             const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
                        X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed),
                        E = pair(gpu, cpu, L.output_shape(), dt, ++seed), G = pair(gpu, cpu, L.filter_shape(), dt, ++seed);
+            auto viewed = [&] { return gemm::last_conv_layout().pixel == c.C; };
+            {
+                Tensor O = gpu.empty(L.output_shape(), dt), GF = gpu.empty(L.filter_shape(), dt);
+                fprop_conv(L, I.gpu, F.gpu, O);
+                CHECK(viewed() == t.taps);
+                update_conv(L, I.gpu, E.gpu, GF);
+                CHECK(viewed() == t.taps);
+            }
             check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
             check_update_alpha_beta(gpu, cpu, L, I, E, G);
             // The image as every other channel of a wider one: not contiguous.
@@ -709,8 +733,14 @@ TEST_CASE("gpu conv: W taps read as channels where they fill k-tiles") {
                 sl.back() = Slice::range(0, x.shape().back(), 2);
                 return x.slice(sl);
             };
-            CHECK(agree(gpu, cpu, L.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(L, half(Iw.*side), F.*side, o); }) == 0);
-            CHECK(agree(gpu, cpu, L.filter_shape(), dt, [&](Tensor& o, Side side) { update_conv(L, half(Iw.*side), E.*side, o); }) == 0);
+            CHECK(agree(gpu, cpu, L.output_shape(), dt, [&](Tensor& o, Side side) {
+                      fprop_conv(L, half(Iw.*side), F.*side, o);
+                      if (side == &Pair::gpu) CHECK(viewed() == t.taps);
+                  }) == 0);
+            CHECK(agree(gpu, cpu, L.filter_shape(), dt, [&](Tensor& o, Side side) {
+                      update_conv(L, half(Iw.*side), E.*side, o);
+                      if (side == &Pair::gpu) CHECK(viewed() == t.taps);
+                  }) == 0);
         }
 }
 

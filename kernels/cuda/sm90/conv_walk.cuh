@@ -14,7 +14,7 @@ namespace kiln::gemm {
 
 // Shared memory past the stages: the staged results (BM rows of BN + 8 16-bit values), then the
 // tile's bias (BN floats), then with kColSums the warps' column sums (8 x BN floats, which the
-// host adds: conv_col_sum_bytes).
+// epilogue adds into its row of tiles' partials: conv_col_sum_bytes).
 template <int BN>
 constexpr int kWalkStagedBytes = 128 * (BN + 8) * 2;
 

@@ -239,7 +239,7 @@ __device__ __forceinline__ void share_row_sum(const GemmParams& p, float* row_su
     else store_to_peer(row_sums + r, sums_in, owner, s);
 }
 
-// kColSums (the general epilogue; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN
+// kColSums (LEAN == kGeneral only; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN
 // floats of shared memory, collects each warp's column sums of the values as stored; their sum
 // in warp order (the same bits in every run) goes to col_partials' row m0 / BM.
 template <class T, int BM, int BN, int NTHREADS, int LEAN = kGeneral>
