@@ -967,9 +967,10 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
         const std::vector<Case> cases = {
             {conv_layer(dt, 3, 64, 40, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}), "", "_64_"},      // 429 rows, 40 of 64 channels
             {conv_layer(dt, 3, 24, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}), "", "kiln_"},    // gathered patches
-            {conv_layer(dt, 48, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "tile", "_128_"},
-            {conv_layer(dt, 48, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_walk_"},
-            {conv_layer(dt, 32, 256, 504, {1, 64, 64}, {1, 3, 3}, {0, 1, 1}), "", "_256_"},
+            {conv_layer(dt, 47, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "tile", "_128_"},   // 288 rows of tiles, the last partly full
+            {conv_layer(dt, 47, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_walk_"},
+            {conv_layer(dt, 31, 256, 504, {1, 64, 63}, {1, 3, 3}, {0, 1, 1}), "", "_256_"},        // 977, the last half full
+
         };
         for (const Case& c : cases) {
             const ConvLayer& L = c.L;
