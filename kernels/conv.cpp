@@ -450,15 +450,15 @@ std::optional<TapsAsChannels> taps_as_channels(const ConvLayer& L) {
 // row, the one with the smallest image; where its k-tiles are at most 3/2 of the gathered
 // layer's, TMA's k-tile measured at about 0.57 of a gathered one (ResNet-50's first layer, 4
 // k-tiles each way: 0.578 ms against 1.019 on the H200). VGG-A's 3x3 over 3: 3 k-tiles, not 2.
-// (The update takes it wherever it applies, beside_gather false: ahead of im2col, or of the fold
-// where the layer is strided along H or D.) As in folded(), the zero taps past S meet image
-// positions outside each window: an infinite input gives NaN where the layer's windows would
-// not read it.
+// The update takes it wherever it applies (ahead of im2col, or of the fold where the layer is
+// strided along H or D); either only where op's kernel takes the view. As in folded(), the zero
+// taps past S meet image positions outside each window: an infinite input gives NaN where the
+// layer's windows would not read it.
 struct PaddedTaps {
     ConvLayer padded;       // the layer over the written-out image (no W padding)
     TapsAsChannels taps;    // and how the kernels read it
 };
-std::optional<PaddedTaps> padded_taps(const ConvLayer& L, bool beside_gather = true) {
+std::optional<PaddedTaps> padded_taps(Context& ctx, const ConvLayer& L, FoldFor op) {
     const int64_t s = L.filter[2], pw = L.pad[2];
     if (L.deconv || dtype_size(L.dtype) != 2 || L.C % 8 == 0 || s == 1 || L.stride[2] != 1 || L.dilation[2] != 1)
         return std::nullopt;
@@ -472,13 +472,14 @@ std::optional<PaddedTaps> padded_taps(const ConvLayer& L, bool beside_gather = t
     if (!best_c) return std::nullopt;
     const int64_t rows = L.filter[0] * L.filter[1];
     const int64_t gathered = (rows * s * ((L.C + 7) / 8 * 8) + 63) / 64, view = rows * best_s * best_c / 64;
-    if (beside_gather && 2 * view > 3 * gathered) return std::nullopt;
+    if (op == FoldFor::fprop && 2 * view > 3 * gathered) return std::nullopt;
     const ConvLayer P = conv_layer(L.dtype, L.N, best_c, L.K, {L.image[0], L.image[1], L.image[2] + 2 * pw + best_s - s},
                                    {L.filter[0], L.filter[1], best_s}, {L.pad[0], L.pad[1], 0}, {L.stride[0], L.stride[1], 1},
                                    {L.dilation[0], L.dilation[1], 1});
     if (!gemm::fold_fits(L.N, L.image, L.C, {0, 0, pw}, P.image, best_c)) return std::nullopt;
     std::optional<TapsAsChannels> V = taps_as_channels(P);
-    if (!V) return std::nullopt;
+    if (!V || (op == FoldFor::update ? gemm::conv_wgrad_kernel(ctx, V->layer) : gemm::conv_fprop_kernel(ctx, V->layer)).empty())
+        return std::nullopt;
     return PaddedTaps{P, *V};
 }
 // L's image and filter as padded_taps' layer P wants them: the image's W padding written out and
@@ -639,9 +640,8 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
         const std::optional<ConvLayer> P = channels_padded(I5.context(), L);
         if (auto D = fprop_folded(I5.context(), L, P); D && with_taps(*D, fold_image(L, *D, I5), fold_filter(g, L, *D, F)))
             return;
-        if (auto T = P ? padded_taps(L) : std::nullopt;
-            T && !gemm::conv_fprop_kernel(I5.context(), T->taps.layer).empty() &&
-            implicit(T->taps.layer, padded_taps_image(L, T->padded, I5), padded_taps_filter(g, T->padded, F), T->taps.layout))
+        if (auto T = P ? padded_taps(I5.context(), L, FoldFor::fprop) : std::nullopt;
+            T && implicit(T->taps.layer, padded_taps_image(L, T->padded, I5), padded_taps_filter(g, T->padded, F), T->taps.layout))
             return;
         if (P && padded(*P)) return;
     }
@@ -964,7 +964,7 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
         }
         // A first layer of stride 1 along W: the filter gradient of padded_taps' layer, its first S
         // taps of C channels taken.
-        if (auto T = padded_taps(L, false); T && !gemm::conv_wgrad_kernel(ctx, T->taps.layer).empty()) {
+        if (auto T = padded_taps(ctx, L, FoldFor::update)) {
             const ConvLayer& P = T->padded;
             Tensor G = ctx.empty({g.K, P.filter[0], P.filter[1], P.filter[2], P.C}, DType::Float32);
             Tensor Gm = *G.reshape_view({g.K, geo(P).taps()});
@@ -1143,32 +1143,33 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
     auto padded_name = [](const std::string& kernel, const ConvLayer& P) {
         return fmt::format("implicit-gemm {} (channels padded to {})", kernel, P.C);
     };
+    // The kernel of layer D read with its W taps as channels (taps_as_channels), or "".
+    auto taps_kernel = [&](const ConvLayer& D, bool update) {
+        const std::optional<TapsAsChannels> V = taps_as_channels(D);
+        return !V ? std::string() : update ? gemm::conv_wgrad_kernel(ctx, V->layer) : gemm::conv_fprop_kernel(ctx, V->layer);
+    };
     if (op == "update") {
-        if (auto V = taps_as_channels(L))
-            if (std::string k = gemm::conv_wgrad_kernel(ctx, V->layer); !k.empty()) return "implicit-gemm " + k + " (W taps as channels)";
+        if (std::string k = taps_kernel(L, true); !k.empty()) return "implicit-gemm " + k + " (W taps as channels)";
         if (std::string k = gemm::conv_wgrad_kernel(ctx, L); !k.empty()) return "implicit-gemm " + k;
         if (auto P = channels_for_tma(ctx, L, false)) return padded_name(gemm::conv_wgrad_kernel(ctx, *P), *P);
-        if (auto T = padded_taps(L, false))
-            if (std::string k = gemm::conv_wgrad_kernel(ctx, T->taps.layer); !k.empty()) return taps_name(k, T->padded);
+        if (auto T = padded_taps(ctx, L, FoldFor::update)) return taps_name(gemm::conv_wgrad_kernel(ctx, T->taps.layer), T->padded);
         if (auto U = update_folded(ctx, L)) return folded_name(gemm::conv_wgrad_kernel(ctx, U->kernel_layer()), U->folded, U->taps.has_value());
     } else {
         // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
         const bool forward = (op == "fprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
-        if (auto V = forward ? taps_as_channels(L) : std::nullopt)
-            if (std::string k = gemm::conv_fprop_kernel(ctx, V->layer); !k.empty()) return "implicit-gemm " + k + " (W taps as channels)";
+        if (std::string k = forward ? taps_kernel(L, false) : ""; !k.empty()) return "implicit-gemm " + k + " (W taps as channels)";
         if (auto P = forward ? channels_for_tma(ctx, L, true) : std::nullopt) return padded_name(gemm::conv_fprop_kernel(ctx, *P), *P);
         if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
         if (!forward && narrow_dgrad(ctx, L))
             return L.dtype == DType::BFloat16 ? "narrow kiln_conv_narrow_bf16" : "narrow kiln_conv_narrow_f16";
         const std::optional<ConvLayer> P = forward ? channels_padded(ctx, L) : std::nullopt;
         if (auto F = forward ? fprop_folded(ctx, L, P) : std::nullopt) {
-            if (auto V = taps_as_channels(*F))
-                if (std::string k = gemm::conv_fprop_kernel(ctx, V->layer); !k.empty()) return folded_name(k, *F, true);
+            if (std::string k = taps_kernel(*F, false); !k.empty()) return folded_name(k, *F, true);
             return folded_name(gemm::conv_fprop_kernel(ctx, *F), *F, false);
         }
-        if (auto T = P ? padded_taps(L) : std::nullopt)
-            if (std::string k = gemm::conv_fprop_kernel(ctx, T->taps.layer); !k.empty()) return taps_name(k, T->padded);
+        if (auto T = P ? padded_taps(ctx, L, FoldFor::fprop) : std::nullopt)
+            return taps_name(gemm::conv_fprop_kernel(ctx, T->taps.layer), T->padded);
         if (P) return padded_name(gemm::conv_fprop_kernel(ctx, *P), *P);
         // A strided gradient by phase: the kernel of its largest phase.
         if (auto phases = !forward ? implicit_phases(ctx, L) : std::nullopt) {
