@@ -1,6 +1,7 @@
 // Batch norm (forward in training and inference, backward), softmax, cross-entropy and the
 // activation helpers on the CPU backend against float64 references; the backward batch norm's
 // reference is itself checked against finite differences of the forward one. Misuse messages.
+#include "ir/half.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/error_message.hpp"
 #include "tests/support/pool_reference.hpp"
@@ -103,6 +104,29 @@ TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta,
             inf[i] = (x[i] - gm_before[i % C]) / std::sqrt(gv_before[i % C] + 1e-3) * gamma[i % C] + beta[i % C];
         CHECK(count_far(Y.to_vector<float>(), inf, tol) == 0);
     }
+    // Inference into 16-bit outputs (x * scale + shift) on running means far from zero against
+    // the spread (100 to 1): within the output's rounding, also where the result is near 0.
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        INFO(dtype_name(dt));
+        std::vector<double> xf = random_values(n * C, 10, 99, 101), gamma(C), beta = random_values(C, 11, -0.5, 0.5);
+        std::vector<double> gm(C, 100.0), gv = random_values(C, 12, 0.5, 2);
+        for (size_t c = 0; c < C; ++c) gamma[c] = 0.5 + 0.25 * (double)c;
+        for (double& v : xf) v = dt == DType::Float16 ? (double)f16_to_float(float_to_f16((float)v)) : (double)bf16_to_float(float_to_bf16((float)v));
+        Tensor X = make(ctx, xf, shape, dt), G = make(ctx, gamma, {C}), B = make(ctx, beta, {C});
+        Tensor xsum = ctx.empty({C}), xvar = ctx.empty({C}), gmean = make(ctx, gm, {C}), gvar = make(ctx, gv, {C});
+        Tensor Y = ctx.empty(shape, dt);
+        compound_fprop_bn(X, xsum, xvar, gmean, gvar, G, B, Y, 1e-5, 0.9, true, 0.0, false, true);
+        const std::vector<float> y = Y.to_vector<float>();
+        const double step = dt == DType::Float16 ? 0x1p-11 : 0x1p-8;
+        int far = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+            const size_t c = i % C;
+            const double want = (xf[i] - 100.0) / std::sqrt(gv[c] + 1e-5) * gamma[c] + beta[c];
+            far += !(std::fabs(y[i] - want) <= step * std::fabs(want) + 1e-5);
+        }
+        CHECK(far == 0);
+    }
+
     // Means far from zero against the spread (100 to 1), and a constant channel (variance 0, so
     // scale = 1 / sqrt(eps): the mean, xsum / n correctly rounded, is exact and the result beta).
     std::vector<double> x = random_values(n * C, 8, 99, 101), gamma(C, 1.0), beta(C, 0.1), zeros(C, 0.0), ones(C, 1.0);
