@@ -420,16 +420,31 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
 // float32 results' rounding error of a handful of operations; the accurate powf made LRN bound by
 // instruction issue in every dtype); else __powf for d > 0 (it scales subnormal inputs and
 // results) and powf (the approximation gives NaN for d <= 0, where powf is finite for integral e).
-__device__ __forceinline__ float power(float d, float e) {
-    float l;
-    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(d));
-    l *= e;
-    if (d >= 1.17549435e-38f && l >= -126.f && l <= 128.f) {
-        float r;
-        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(l));
-        return r;
+// A thread's V powers at once, with one branch on whether every element takes the
+// approximation: a branch an element around the exact forms' code cost the 16-bit kernels issue
+// slots.
+template <int V>
+__device__ __forceinline__ void powers(const float (&d)[V], float e, float (&r)[V]) {
+    float l[V];
+    bool approx = true;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l[k]) : "f"(d[k]));
+        l[k] *= e;
+        approx = approx && d[k] >= 1.17549435e-38f && l[k] >= -126.f && l[k] <= 128.f;
     }
-    return d > 0.f ? __powf(d, e) : powf(d, e);
+    if (approx) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r[k]) : "f"(l[k]));
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            if (d[k] >= 1.17549435e-38f && l[k] >= -126.f && l[k] <= 128.f)
+                asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r[k]) : "f"(l[k]));
+            else
+                r[k] = d[k] > 0.f ? __powf(d[k], e) : powf(d[k], e);
+        }
+    }
 }
 
 // The three vectors of channels around c0 (none past the edges: zeros) as `f` of each element.
@@ -521,7 +536,10 @@ __device__ __forceinline__ void lrn_fprop(const LrnParams& p, uint32_t* local) {
         for (int k = 0; k < V; ++k) d[k] = __fadd_rn(1.f, __fmul_rn(p.ascale, window_sum<V, H>(sq, k)));
         store<T, V>(p.denom, at, d);
 #pragma unroll
-        for (int k = 0; k < V; ++k) r[k] = __fmul_rn(x[k], power(widen(narrow<T>(d[k])), -p.bpower));   // the stored denominator
+        for (int k = 0; k < V; ++k) d[k] = widen(narrow<T>(d[k]));   // the stored denominator
+        powers<V>(d, -p.bpower, r);
+#pragma unroll
+        for (int k = 0; k < V; ++k) r[k] = __fmul_rn(x[k], r[k]);
         finish<T, V>(p.alpha, p.beta, p.result, at, r, p.hist, local);
     });
 }
@@ -552,10 +570,11 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
         beside<V, H>(at, c0, p.C, live, ratio, ratios);
         if (!live) return;
         load<T, V>(p.in, at, x);
+        float pw[V];
+        powers<V>(d, -p.bpower, pw);
 #pragma unroll
         for (int k = 0; k < V; ++k)
-            r[k] = __fsub_rn(__fmul_rn(e[k], power(d[k], -p.bpower)),
-                             __fmul_rn(__fmul_rn(p.scale2, x[k]), window_sum<V, H>(ratio, k)));
+            r[k] = __fsub_rn(__fmul_rn(e[k], pw[k]), __fmul_rn(__fmul_rn(p.scale2, x[k]), window_sum<V, H>(ratio, k)));
         finish<T, V>(p.alpha, p.beta, p.result, at, r, p.hist, local);
     });
 }
