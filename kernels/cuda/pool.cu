@@ -34,7 +34,7 @@ using namespace kiln::gemm;
 namespace {
 
 enum { kMax = 0, kAvg = 1, kL2 = 2 };
-constexpr int kBatch = 4;    // forward: taps whose loads a thread keeps in flight
+constexpr int kBatch = 5;    // forward: taps whose loads a thread keeps in flight (a 3x3 window in two rounds)
 constexpr int kStaged = 9;   // forward, staged: taps a thread copies to shared memory at once (36 KiB a block)
 constexpr int kGather = 2;   // backward: windows whose loads a thread keeps in flight
 
