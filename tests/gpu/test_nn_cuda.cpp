@@ -15,6 +15,7 @@
 
 #include "kernels/cuda/pool_cuda.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -343,4 +344,46 @@ TEST_CASE("gpu nn: batch norm (training, inference, relu, residual; backward) an
                 CHECK(count_apart(Gg, Gc, dt, 4 * ulp(dt), "lrn delta") == 0);
             }
         }
+}
+
+// LRN with a negative ascale and an integral power: denominators from -1.25 to 0.94, so vectors
+// mix elements the hardware's lg2 and ex2 take with elements that need powf (d <= 0, finite for
+// an integral exponent), forward and backward. Channels hold 3 or 0.5 in runs of 7, so a window's
+// sum of squares is one of six values and no denominator comes nearer 0 than 0.0625.
+TEST_CASE("gpu nn: LRN denominators outside the approximation's range (d <= 0) match the CPU path") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    const Shape shape{4, 5, 6, 48};
+    std::vector<float> xv((size_t)numel(shape)), dv = uniform(numel(shape), 41, -1.f, 1.f);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = (i % 48) / 7 % 2 ? 3.f : 0.5f;
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
+        INFO(dtype_name(dt));
+        const PoolLayer L = lrn_layer(dt, shape[0], shape[3], {1, shape[1], shape[2]}, 5);
+        struct Side {
+            Tensor x, d, o, den, g;
+        };
+        auto run = [&](Context& c) {
+            Side s{c.array(xv, shape, dt), c.array(dv, shape, dt), c.empty(shape, dt), c.empty(shape, dt), c.empty(shape, dt)};
+            fprop_lrn(L, s.x, s.o, s.den, 1.0, 0.0, -0.05, 2.0);
+            bprop_lrn(L, s.x, s.o, s.d, s.g, s.den, 1.0, 0.0, -0.05, 2.0);
+            return s;
+        };
+        const Side g = run(gpu), c = run(cpu);
+        auto apart = [&](const Tensor& a, const Tensor& b, const char* what) {
+            const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+            int64_t off = 0;
+            for (size_t i = 0; i < x.size(); ++i)
+                if (!(std::fabs((double)x[i] - y[i]) <= 8 * ulp(dt) * std::fabs(y[i]) + 1e-6)) {
+                    if (off < 3) UNSCOPED_INFO(what << " element " << i << ": gpu " << x[i] << ", cpu " << y[i]);
+                    ++off;
+                }
+            return off;
+        };
+        const std::vector<float> den = c.den.to_vector<float>();
+        CHECK(std::count_if(den.begin(), den.end(), [](float d) { return d < 0; }) > 0);
+        CHECK(std::count_if(den.begin(), den.end(), [](float d) { return d > 0; }) > 0);
+        CHECK(apart(g.den, c.den, "denom") == 0);
+        CHECK(apart(g.o, c.o, "out") == 0);
+        CHECK(apart(g.g, c.g, "delta") == 0);
+    }
 }
