@@ -130,7 +130,7 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
             // whose variance keeps the two-pass form below.
             const Tensor sample = rows->slice({Slice::range(0, n, std::max<int64_t>(1, n / 64))});
             const Expr K = per_channel_once(ctx, mean(f32(sample.expr()), 0, true)), d = f32(x2) - K;
-            Tensor shifted = ctx.empty({1, C}), squares = ctx.empty({1, C});
+            Tensor shifted = ctx.empty({1, C}, DType::Float32), squares = ctx.empty({1, C}, DType::Float32);
             ctx.assign_together({{&xsum, reshape(sum(x2, 0, true), xsum.shape())},
                                  {&shifted, sum(d, 0, true)},
                                  {&squares, sum(square(d), 0, true)}});
@@ -151,12 +151,11 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
     const Expr scale_e = f32(per_channel(gamma, C)) * reciprocal(sqrt(f32(var_e) + eps));
     Expr out;
     if (inference && dtype_size(y.dtype()) == 2) {
-        // x * scale + (beta - mean * scale): two float32 vectors a channel beside x rather than
-        // three, which left 16-bit outputs short of the bandwidth (the loads of a third vector
-        // per 16-byte group). The fold adds about 2^-24 |mean * scale| to a value the output
-        // then rounds to 2^-11 of itself (float16) or 2^-8 (bfloat16). float32 outputs keep
-        // (x - mean) * scale + beta.
-        Tensor scale = ctx.empty({1, C}), shift = ctx.empty({1, C});
+        // x * scale + (beta - mean * scale): two float32 vectors a channel beside x, as a third
+        // vector's loads per 16-byte group hold 16-bit outputs below the bandwidth. The fold adds
+        // about 2^-24 |mean * scale| to a value the output then rounds to 2^-11 of itself
+        // (float16) or 2^-8 (bfloat16). float32 outputs keep (x - mean) * scale + beta.
+        Tensor scale = ctx.empty({1, C}, DType::Float32), shift = ctx.empty({1, C}, DType::Float32);
         ctx.assign_together({{&scale, scale_e}, {&shift, f32(per_channel(beta, C)) - f32(mean_e) * scale_e}});
         out = x2 * scale.expr() + shift.expr();
     } else {

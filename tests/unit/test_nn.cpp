@@ -1,7 +1,6 @@
 // Batch norm (forward in training and inference, backward), softmax, cross-entropy and the
 // activation helpers on the CPU backend against float64 references; the backward batch norm's
 // reference is itself checked against finite differences of the forward one. Misuse messages.
-#include "ir/half.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/error_message.hpp"
 #include "tests/support/pool_reference.hpp"
@@ -105,27 +104,36 @@ TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta,
         CHECK(count_far(Y.to_vector<float>(), inf, tol) == 0);
     }
     // Inference into 16-bit outputs (x * scale + shift) on running means far from zero against
-    // the spread (100 to 1): within the output's rounding, also where the result is near 0.
-    for (DType dt : {DType::Float16, DType::BFloat16}) {
-        INFO(dtype_name(dt));
-        std::vector<double> xf = random_values(n * C, 10, 99, 101), gamma(C), beta = random_values(C, 11, -0.5, 0.5);
-        std::vector<double> gm(C, 100.0), gv = random_values(C, 12, 0.5, 2);
-        for (size_t c = 0; c < C; ++c) gamma[c] = 0.5 + 0.25 * (double)c;
-        for (double& v : xf) v = dt == DType::Float16 ? (double)f16_to_float(float_to_f16((float)v)) : (double)bf16_to_float(float_to_bf16((float)v));
-        Tensor X = make(ctx, xf, shape, dt), G = make(ctx, gamma, {C}), B = make(ctx, beta, {C});
-        Tensor xsum = ctx.empty({C}), xvar = ctx.empty({C}), gmean = make(ctx, gm, {C}), gvar = make(ctx, gv, {C});
-        Tensor Y = ctx.empty(shape, dt);
-        compound_fprop_bn(X, xsum, xvar, gmean, gvar, G, B, Y, 1e-5, 0.9, true, 0.0, false, true);
-        const std::vector<float> y = Y.to_vector<float>();
-        const double step = dt == DType::Float16 ? 0x1p-11 : 0x1p-8;
-        int far = 0;
-        for (size_t i = 0; i < y.size(); ++i) {
-            const size_t c = i % C;
-            const double want = (xf[i] - 100.0) / std::sqrt(gv[c] + 1e-5) * gamma[c] + beta[c];
-            far += !(std::fabs(y[i] - want) <= step * std::fabs(want) + 1e-5);
+    // the spread (100 to 1), results of either sign: within the output's rounding. Also in a
+    // context whose default dtype is float16 (the per-channel vectors stay float32).
+    Context half_default(ContextOptions{"cpu", 0, DType::Float16});
+    std::vector<float> inferred[2][2];
+    for (int ci = 0; ci < 2; ++ci)
+        for (int di = 0; di < 2; ++di) {
+            Context* c = ci ? &half_default : &ctx;
+            const DType dt = di ? DType::BFloat16 : DType::Float16;
+            INFO(dtype_name(dt) << ", default dtype " << dtype_name(c->default_dtype()));
+            std::vector<double> xf = random_values(n * C, 10, 99, 101), gamma(C), beta = random_values(C, 11, -0.5, 0.5);
+            std::vector<double> gm(C, 100.0), gv = random_values(C, 12, 0.5, 2);
+            for (size_t k = 0; k < C; ++k) gamma[k] = 0.5 + 0.25 * (double)k;
+            Tensor X = make(*c, xf, shape, dt), G = make(*c, gamma, {C}), B = make(*c, beta, {C});   // xf rounded to dt
+            Tensor xsum = c->empty({C}, DType::Float32), xvar = c->empty({C}, DType::Float32);
+            Tensor gmean = make(*c, gm, {C}), gvar = make(*c, gv, {C});
+            Tensor Y = c->empty(shape, dt);
+            compound_fprop_bn(X, xsum, xvar, gmean, gvar, G, B, Y, 1e-5, 0.9, true, 0.0, false, true);
+            const std::vector<float> y = Y.to_vector<float>();
+            const double step = dt == DType::Float16 ? 0x1p-11 : 0x1p-8;
+            int far = 0;
+            for (size_t i = 0; i < y.size(); ++i) {
+                const size_t k = i % C;
+                const double want = (xf[i] - 100.0) / std::sqrt(gv[k] + 1e-5) * gamma[k] + beta[k];
+                far += !(std::fabs(y[i] - want) <= step * std::fabs(want) + 1e-5);
+            }
+            CHECK(far == 0);
+            inferred[ci][di] = y;
         }
-        CHECK(far == 0);
-    }
+    CHECK(inferred[1][0] == inferred[0][0]);
+    CHECK(inferred[1][1] == inferred[0][1]);
 
     // Means far from zero against the spread (100 to 1), and a constant channel (variance 0, so
     // scale = 1 / sqrt(eps): the mean, xsum / n correctly rounded, is exact and the result beta).
@@ -145,21 +153,32 @@ TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta,
     // over the batch, which the outlying first row hardly moves), which loses about
     // (K - mean)^2 / var of float32's precision, where E[x^2] - E[x]^2 without a shift would
     // lose every digit.
-    for (DType dt : {DType::Float32, DType::Float16}) {
-        INFO(dtype_name(dt));
+    // The same in a context whose default dtype is float16: the sums stay float32, so the
+    // variances are the same bits.
+    std::vector<float> variances[2][2];
+    for (int ci = 0; ci < 2; ++ci)
+    for (int di = 0; di < 2; ++di) {
+        Context* cx = ci ? &half_default : &ctx;
+        const DType dt = di ? DType::Float16 : DType::Float32;
+        INFO(dtype_name(dt) << ", default dtype " << dtype_name(cx->default_dtype()));
         const size_t rows = 2000;
         std::vector<double> xb = random_values(rows * C, 9, 999, 1001);
         for (size_t c = 0; c < C; ++c) xb[c] = 1000.0 + 3.0 + 0.3 * (double)c;
-        Tensor Xb = make(ctx, xb, {(int64_t)rows, (int64_t)C}, dt);
-        Tensor sb = ctx.empty({C}), vb = ctx.empty({C}), mb = make(ctx, zeros, {C}), gb = make(ctx, ones, {C});
-        Tensor Yb = ctx.empty({(int64_t)rows, (int64_t)C}, dt);
-        compound_fprop_bn(Xb, sb, vb, mb, gb, G, B, Yb, 1e-5, 0.9, true);
+        Tensor Xb = make(*cx, xb, {(int64_t)rows, (int64_t)C}, dt);
+        Tensor Gc = make(*cx, gamma, {C}), Bc = make(*cx, beta, {C});
+        Tensor sb = cx->empty({C}, DType::Float32), vb = cx->empty({C}, DType::Float32), mb = make(*cx, zeros, {C}),
+               gb = make(*cx, ones, {C});
+        Tensor Yb = cx->empty({(int64_t)rows, (int64_t)C}, dt);
+        compound_fprop_bn(Xb, sb, vb, mb, gb, Gc, Bc, Yb, 1e-5, 0.9, true);
         std::vector<double> mean, var;
         bn_forward(xb, gamma, beta, C, 1e-5, &mean, &var);
         const std::vector<float> v = vb.to_vector<float>();
         const double tol = dt == DType::Float32 ? 1e-5 : 2e-4;
         for (size_t c = 0; c < C; ++c) CHECK(std::fabs(v[c] - var[c]) <= tol * var[c]);
+        variances[ci][di] = v;
     }
+    CHECK(variances[1][0] == variances[0][0]);
+    CHECK(variances[1][1] == variances[0][1]);
 }
 
 TEST_CASE("nn: compound_bprop_bn against the gradient of the forward pass (checked by finite differences)") {
