@@ -421,7 +421,7 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
 // instruction issue in every dtype); else __powf for d > 0 (it scales subnormal inputs and
 // results) and powf (the approximation gives NaN for d <= 0, where powf is finite for integral e).
 // A thread's V powers at once, with one branch on whether every element takes the
-// approximation: a branch an element around the exact forms' code cost the 16-bit kernels issue
+// approximation: a branch an element around the exact forms' code costs the 16-bit kernels issue
 // slots.
 template <int V>
 __device__ __forceinline__ void powers(const float (&d)[V], float e, float (&r)[V]) {

@@ -346,10 +346,12 @@ TEST_CASE("gpu nn: batch norm (training, inference, relu, residual; backward) an
         }
 }
 
-// LRN with a negative ascale and an integral power: denominators from -1.25 to 0.94, so vectors
+// LRN with a negative ascale and an integral power: denominators from -1.25 to 0.9625, so vectors
 // mix elements the hardware's lg2 and ex2 take with elements that need powf (d <= 0, finite for
 // an integral exponent), forward and backward. Channels hold 3 or 0.5 in runs of 7, so a window's
-// sum of squares is one of six values and no denominator comes nearer 0 than 0.0625.
+// sum of squares takes eight values (the edges' windows are short) and no denominator comes
+// nearer 0 than 0.0625. Backward's two terms reach about 1e3 and may cancel: the slack scales
+// with the largest value.
 TEST_CASE("gpu nn: LRN denominators outside the approximation's range (d <= 0) match the CPU path") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
@@ -371,9 +373,11 @@ TEST_CASE("gpu nn: LRN denominators outside the approximation's range (d <= 0) m
         const Side g = run(gpu), c = run(cpu);
         auto apart = [&](const Tensor& a, const Tensor& b, const char* what) {
             const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+            double largest = 0;
+            for (float v : y) largest = std::max(largest, (double)std::fabs(v));
             int64_t off = 0;
             for (size_t i = 0; i < x.size(); ++i)
-                if (!(std::fabs((double)x[i] - y[i]) <= 8 * ulp(dt) * std::fabs(y[i]) + 1e-6)) {
+                if (!(std::fabs((double)x[i] - y[i]) <= 8 * ulp(dt) * std::fabs(y[i]) + 1e-6 * largest)) {
                     if (off < 3) UNSCOPED_INFO(what << " element " << i << ": gpu " << x[i] << ", cpu " << y[i]);
                     ++off;
                 }
