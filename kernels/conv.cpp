@@ -952,39 +952,40 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
             if (counted) named.counted();
             return;
         }
+        // The float32 filter gradient (K, T', R', S', C') of another layer P, by the kernel reading
+        // P as layer `as` over image I (`layout`: where I holds its pixels), or nothing where the
+        // kernel declines.
+        auto gradient_of = [&](const ConvLayer& P, const ConvLayer& as, const Tensor& I,
+                               gemm::ImageLayout layout = {}) -> std::optional<Tensor> {
+            Tensor G = ctx.empty({g.K, P.filter[0], P.filter[1], P.filter[2], P.C}, DType::Float32);
+            Tensor Gm = *G.reshape_view({g.K, geo(P).taps()});
+            if (!gemm::conv_wgrad_implicit(as, I, E5, Gm, DotOptions{}, nullptr, nullptr, layout)) return std::nullopt;
+            return G;
+        };
         // Channels a multiple of 8 but not of 64: the layer's over its channels padded to 64
         // (channels_for_tma), the gradient's first C channels taken.
         if (auto P = channels_for_tma(ctx, L, false)) {
-            Tensor G = ctx.empty({g.K, g.T, g.R, g.S, P->C}, DType::Float32);
-            Tensor Gm = *G.reshape_view({g.K, geo(*P).taps()});
-            if (gemm::conv_wgrad_implicit(*P, with_channels(I5, P->C), E5, Gm, DotOptions{})) {
-                finish(G.slice({Slice::all(), Slice::all(), Slice::all(), Slice::all(), Slice::range(0, g.C)}));
+            if (auto G = gradient_of(*P, *P, with_channels(I5, P->C))) {
+                finish(G->slice({Slice::all(), Slice::all(), Slice::all(), Slice::all(), Slice::range(0, g.C)}));
                 return;
             }
         }
         // A first layer of stride 1 along W: the filter gradient of padded_taps' layer, its first S
         // taps of C channels taken.
         if (auto T = padded_taps(ctx, L, FoldFor::update)) {
-            const ConvLayer& P = T->padded;
-            Tensor G = ctx.empty({g.K, P.filter[0], P.filter[1], P.filter[2], P.C}, DType::Float32);
-            Tensor Gm = *G.reshape_view({g.K, geo(P).taps()});
-            if (gemm::conv_wgrad_implicit(T->taps.layer, padded_taps_image(L, P, I5), E5, Gm, DotOptions{}, nullptr, nullptr,
-                                          T->taps.layout)) {
-                finish(G.slice({Slice::all(), Slice::all(), Slice::all(), Slice::range(0, g.S), Slice::range(0, g.C)}));
+            if (auto G = gradient_of(T->padded, T->taps.layer, padded_taps_image(L, T->padded, I5), T->taps.layout)) {
+                finish(G->slice({Slice::all(), Slice::all(), Slice::all(), Slice::range(0, g.S), Slice::range(0, g.C)}));
                 return;
             }
         }
         // A strided first layer: its folded layer's filter gradient (update_folded), unfolded;
         // the product below where the kernel declines E (not 16-byte aligned).
         if (auto U = update_folded(ctx, L)) {
-            const ConvLayer& D = U->folded;
-            Tensor G = ctx.empty({g.K, D.filter[0], D.filter[1], D.filter[2], D.C}, DType::Float32);
-            Tensor Gm = *G.reshape_view({g.K, geo(D).taps()});
-            if (gemm::conv_wgrad_implicit(U->kernel_layer(), fold_image(L, D, I5), E5, Gm, DotOptions{}, nullptr, nullptr,
-                                          U->taps ? U->taps->layout : gemm::ImageLayout{})) {
-                Tensor U = ctx.empty({g.K, g.T, g.R, g.S, g.C}, DType::Float32);
-                gemm::unfold_cuda(G, U, L.stride, {0, 0, 0});
-                finish(U);
+            if (auto G = gradient_of(U->folded, U->kernel_layer(), fold_image(L, U->folded, I5),
+                                     U->taps ? U->taps->layout : gemm::ImageLayout{})) {
+                Tensor unfolded = ctx.empty({g.K, g.T, g.R, g.S, g.C}, DType::Float32);
+                gemm::unfold_cuda(*G, unfolded, L.stride, {0, 0, 0});
+                finish(unfolded);
                 return;
             }
         }
