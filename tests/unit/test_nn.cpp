@@ -157,26 +157,26 @@ TEST_CASE("nn: compound_fprop_bn: batch statistics, running averages, accumbeta,
     // variances are the same bits.
     std::vector<float> variances[2][2];
     for (int ci = 0; ci < 2; ++ci)
-    for (int di = 0; di < 2; ++di) {
-        Context* cx = ci ? &half_default : &ctx;
-        const DType dt = di ? DType::Float16 : DType::Float32;
-        INFO(dtype_name(dt) << ", default dtype " << dtype_name(cx->default_dtype()));
-        const size_t rows = 2000;
-        std::vector<double> xb = random_values(rows * C, 9, 999, 1001);
-        for (size_t c = 0; c < C; ++c) xb[c] = 1000.0 + 3.0 + 0.3 * (double)c;
-        Tensor Xb = make(*cx, xb, {(int64_t)rows, (int64_t)C}, dt);
-        Tensor Gc = make(*cx, gamma, {C}), Bc = make(*cx, beta, {C});
-        Tensor sb = cx->empty({C}, DType::Float32), vb = cx->empty({C}, DType::Float32), mb = make(*cx, zeros, {C}),
-               gb = make(*cx, ones, {C});
-        Tensor Yb = cx->empty({(int64_t)rows, (int64_t)C}, dt);
-        compound_fprop_bn(Xb, sb, vb, mb, gb, Gc, Bc, Yb, 1e-5, 0.9, true);
-        std::vector<double> mean, var;
-        bn_forward(xb, gamma, beta, C, 1e-5, &mean, &var);
-        const std::vector<float> v = vb.to_vector<float>();
-        const double tol = dt == DType::Float32 ? 1e-5 : 2e-4;
-        for (size_t c = 0; c < C; ++c) CHECK(std::fabs(v[c] - var[c]) <= tol * var[c]);
-        variances[ci][di] = v;
-    }
+        for (int di = 0; di < 2; ++di) {
+            Context* cx = ci ? &half_default : &ctx;
+            const DType dt = di ? DType::Float16 : DType::Float32;
+            INFO(dtype_name(dt) << ", default dtype " << dtype_name(cx->default_dtype()));
+            const size_t rows = 2000;
+            std::vector<double> xb = random_values(rows * C, 9, 999, 1001);
+            for (size_t c = 0; c < C; ++c) xb[c] = 1000.0 + 3.0 + 0.3 * (double)c;
+            Tensor Xb = make(*cx, xb, {(int64_t)rows, (int64_t)C}, dt);
+            Tensor Gc = make(*cx, gamma, {C}), Bc = make(*cx, beta, {C});
+            Tensor sb = cx->empty({C}, DType::Float32), vb = cx->empty({C}, DType::Float32), mb = make(*cx, zeros, {C}),
+                   gb = make(*cx, ones, {C});
+            Tensor Yb = cx->empty({(int64_t)rows, (int64_t)C}, dt);
+            compound_fprop_bn(Xb, sb, vb, mb, gb, Gc, Bc, Yb, 1e-5, 0.9, true);
+            std::vector<double> mean, var;
+            bn_forward(xb, gamma, beta, C, 1e-5, &mean, &var);
+            const std::vector<float> v = vb.to_vector<float>();
+            const double tol = dt == DType::Float32 ? 1e-5 : 2e-4;
+            for (size_t c = 0; c < C; ++c) CHECK(std::fabs(v[c] - var[c]) <= tol * var[c]);
+            variances[ci][di] = v;
+        }
     CHECK(variances[1][0] == variances[0][0]);
     CHECK(variances[1][1] == variances[0][1]);
 }
