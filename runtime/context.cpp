@@ -111,12 +111,13 @@ Context::~Context() {
     if (log_level() >= LogLevel::Info) {
         auto c = counters();
         log_info("counters ({}): {} compiles ({:.1f} ms), {} memory hits, {} disk hits, {} launches, {} assignments "
-                 "({} plan cache hits)",
+                 "({} plan cache hits, {} plans resized)",
                  device_name(), c.compiles, c.compile_ms, c.memory_hits, c.disk_hits, c.launches, c.assignments,
-                 c.plan_hits);
+                 c.plan_hits, c.plan_resizes);
     }
     // Plans and temporaries go while the backend that owns their kernels and memory is alive.
     impl_->plans.clear();
+    impl_->families.clear();
     impl_->temps.clear();
 }
 
@@ -333,7 +334,15 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr, const 
         ++counters.plan_hits;
         return p;
     }
-    return cache_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits, hist}));
+    const bool in_family = family_signature(expr, dst, options, family);
+    if (in_family)
+        if (std::optional<CachedPlan> p = families.resize(family, dst.shape)) {
+            ++counters.plan_resizes;
+            return plans.insert(signature, std::move(*p));
+        }
+    CachedPlan* p = cache_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits, hist}));
+    if (in_family) families.learn(family, dst.shape, *p);
+    return p;
 }
 
 // The backend's kernels for a compiled assignment's stages (recorded when recording), and the
@@ -376,11 +385,13 @@ void Context::Impl::release_retired(const CachedPlan& fresh) {
     std::unordered_set<KernelHandle> gone, keep;
     backend->retired_kernels(gone);
     if (gone.empty()) return;
-    plans.erase_if([&](const CachedPlan& p) {
+    auto retired = [&](const CachedPlan& p) {
         for (const CachedStage& st : p.stages)
             if (gone.count(st.kernel)) return true;
         return false;
-    });
+    };
+    plans.erase_if(retired);
+    families.erase_if(retired);
     for (const CachedStage& st : fresh.stages) keep.insert(st.kernel);
     backend->release_retired(keep);
 }

@@ -5,6 +5,7 @@
 #include "runtime/manifest.hpp"
 #include "runtime/owned_storage.hpp"
 #include "runtime/plan_cache.hpp"
+#include "runtime/plan_family.hpp"
 
 #include <deque>
 #include <memory>
@@ -43,6 +44,8 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     std::unique_ptr<ManifestWriter> record;  // KILN_RECORD / Context::record_to
     PlanCache plans;
     AssignmentSignature signature;  // reused by every assignment
+    PlanFamilies families;          // new shapes of planned elementwise assignments
+    AssignmentSignature family;     // reused by every plan cache miss
     std::vector<std::shared_ptr<Storage>> temps;
 
     Device device() const { return backend->device(); }

@@ -38,9 +38,11 @@ struct OrderIndex {
     }
 };
 
-// The signature's hash, a word at a time: it runs on every assignment, and byte-wise FNV over
-// a few hundred bytes costs more than the rest of the lookup. In memory only, never persisted.
-uint64_t hash_words(const std::vector<uint64_t>& w) {
+} // namespace
+
+// A word at a time: it runs on every assignment, and byte-wise FNV over a few hundred bytes
+// costs more than the rest of the lookup. In memory only, never persisted.
+uint64_t signature_hash(const std::vector<uint64_t>& w) {
     uint64_t h = 0x243f6a8885a308d3ull ^ w.size();
     for (uint64_t x : w) {
         h = (h ^ x) * 0x9e3779b97f4a7c15ull;
@@ -48,8 +50,6 @@ uint64_t hash_words(const std::vector<uint64_t>& w) {
     }
     return h;
 }
-
-} // namespace
 
 namespace {
 
@@ -118,7 +118,7 @@ void assignment_signature(const NodePtr& root, const View& dst, uint64_t options
     out.words.push_back(options);
     std::vector<const Node*> rands;
     append_assignment(root, dst, op, out, rands);
-    out.hash = hash_words(out.words);
+    out.hash = signature_hash(out.words);
 }
 
 void together_signature(const std::vector<std::pair<NodePtr, View>>& list, uint64_t options, const char* op,
@@ -129,7 +129,7 @@ void together_signature(const std::vector<std::pair<NodePtr, View>>& list, uint6
     out.words.push_back(~(uint64_t)list.size());   // apart from any single assignment's words
     std::vector<const Node*> rands;
     for (const auto& [root, dst] : list) append_assignment(root, dst, op, out, rands);
-    out.hash = hash_words(out.words);
+    out.hash = signature_hash(out.words);
 }
 
 CachedPlan make_cached_plan(CompiledAssignment&& ca, const AssignmentSignature& sig) {
@@ -177,7 +177,7 @@ CachedPlan* PlanCache::insert(const AssignmentSignature& sig, CachedPlan plan) {
 }
 
 void PlanCache::erase_index(std::list<Entry>::iterator victim) {
-    auto [lo, hi] = index_.equal_range(hash_words(victim->words));
+    auto [lo, hi] = index_.equal_range(signature_hash(victim->words));
     for (auto it = lo; it != hi; ++it)
         if (it->second == victim) {
             index_.erase(it);

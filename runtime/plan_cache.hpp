@@ -7,7 +7,8 @@
 // a hit only rebinds the buffers of the cached stages to this call's storages. Storage
 // identity classes are part of the signature because aliasing (an operand overlapping the
 // destination) changes the plan. A new shape is a new signature: it runs the passes again,
-// and its kernels are found in the kernel cache (kernel keys do not contain sizes).
+// and its kernels are found in the kernel cache (kernel keys do not contain sizes), unless
+// its plan family resizes another shape's plan (plan_family.hpp).
 #pragma once
 #include "compiler/pipeline.hpp"
 
@@ -24,6 +25,9 @@ struct AssignmentSignature {
     uint64_t hash = 0;
     std::vector<Storage*> storages;  // storage class -> this call's storage (0: the destination's)
 };
+
+// The hash of a signature's words.
+uint64_t signature_hash(const std::vector<uint64_t>& words);
 
 // Builds the signature of `dst = root` into `out` (reusing its memory). Throws kiln::Error when
 // an operand was never written (`op` names the user call in the message). `options` folds in

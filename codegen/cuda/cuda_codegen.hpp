@@ -243,6 +243,8 @@ struct CudaLaunchPlan {
     int threads_per_row = 0;            // row reductions: G
 };
 CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaDeviceCaps& dev);
+// One line per launch of the plan, for KILN_LOG=debug.
+std::string describe(const CudaLaunchPlan& plan);
 // Whether launch `l` may take its aligned_entry for arguments `a`: groups of aligned_width
 // points along the innermost parallel dim (row kernels: the reduced dim) lie whole inside it,
 // and every buffer contiguous along it starts each group on a boundary of aligned_width

@@ -6,6 +6,8 @@
 
 #include "ir/error.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -596,6 +598,23 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
     }
     }
     return plan;
+}
+
+std::string describe(const CudaLaunchPlan& plan) {
+    std::string out = plan.threads_per_row ? fmt::format("{} threads a row", plan.threads_per_row) : std::string();
+    if (plan.scratch_bytes)
+        out += fmt::format("{}{} partials, {} bytes of scratch", out.empty() ? "" : "; ", plan.num_partials, plan.scratch_bytes);
+    for (const CudaLaunch& l : plan.launches) {
+        out += fmt::format("{}{}: {} blocks of {}", out.empty() ? "" : "; ", l.entry, l.grid, l.block);
+        if (l.cluster > 1) out += fmt::format(", clusters of {}", l.cluster);
+        if (l.shared_bytes) out += fmt::format(", {} bytes of shared memory", l.shared_bytes);
+        if (l.max_waves) out += fmt::format(", at most {} waves", l.max_waves);
+        out += fmt::format(", param {}", l.param);
+        if (!l.aligned_entry.empty())
+            out += fmt::format(" (aligned: {}, {} blocks of {}, param {})", l.aligned_entry, l.aligned_grid, l.aligned_block,
+                               l.aligned_param);
+    }
+    return out;
 }
 
 } // namespace kiln::codegen

@@ -9,6 +9,8 @@
 #include "runtime/cache/disk_cache.hpp"
 #include "runtime/cuda/nvrtc.hpp"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -489,6 +491,8 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
         ck->plan_functions.assign(ck->plan.launches.size(), nullptr);
         ck->plan_aligned_functions.assign(ck->plan.launches.size(), nullptr);
         ck->planned_sizes = a.sizes;
+        if (log_level() >= LogLevel::Debug)
+            log_debug("cuda: {} at sizes [{}]: {}", ck->kernel.name, fmt::join(a.sizes, ", "), codegen::describe(ck->plan));
     }
     codegen::CudaLaunchPlan& plan = ck->plan;
     codegen::pack_cuda_args(ck->kernel, a, arg_bytes_);

@@ -193,6 +193,34 @@ TEST_CASE("gpu: kernel caches — compile once, then memory hits, then disk hits
     ::unsetenv("KILN_DUMP_SOURCE");
 }
 
+TEST_CASE("gpu: an elementwise assignment's third shape is resized from its plan family and matches the CPU") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    // Shapes whose merged length ends inside and on a 16-byte vector, and a large one (several
+    // blocks, the aligned entry).
+    for (auto [M, N] : std::vector<std::pair<int64_t, int64_t>>{{16, 32}, {17, 33}, {5, 7}, {1000, 1001}, {64, 64}}) {
+        const std::vector<float> f = random_floats(size_t(M * N), unsigned(M + N));
+        Tensor a = ctx.array(f, {M, N}), b = ctx.empty({M, N}, DType::Float16);
+        Tensor ah = cpu.array(f, {M, N}), bh = cpu.empty({M, N}, DType::Float16);
+        const auto c0 = ctx.counters();
+        b[all] = cast(tanh(a) * 3.0f - a, DType::Float16);
+        bh[all] = cast(tanh(ah) * 3.0f - ah, DType::Float16);
+        if (M == 5) {
+            CHECK(ctx.counters().plan_resizes == c0.plan_resizes + 1);
+            CHECK(ctx.counters().memory_hits == c0.memory_hits);
+        }
+        const std::vector<float> got = ctx.eval(cast(b.expr(), DType::Float32)).to_vector<float>(),
+                                 want = cpu.eval(cast(bh.expr(), DType::Float32)).to_vector<float>();
+        REQUIRE(got.size() == want.size());
+        for (size_t i = 0; i < got.size(); ++i)
+            if (got[i] != want[i]) CHECK(std::fabs(got[i] - want[i]) <= 1e-3f * (1 + std::fabs(want[i])));
+    }
+    // Three shapes each of the product and of the float16 -> float32 read-back resized; their two
+    // kernels compiled (or loaded) once.
+    CHECK(ctx.counters().plan_resizes == 6);
+    CHECK(ctx.counters().compiles + ctx.counters().disk_hits <= 2);
+}
+
 TEST_CASE("gpu: a row reduction compiles only the module its launch takes, one per reach of G") {
     REQUIRE_GPU();
     kiln::test::ScopedCacheDir cache_dir;

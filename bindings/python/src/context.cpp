@@ -180,6 +180,7 @@ void bind_context(nb::module_& m) {
             d["memory_hits"] = k.memory_hits;
             d["disk_hits"] = k.disk_hits;
             d["plan_hits"] = k.plan_hits;
+            d["plan_resizes"] = k.plan_resizes;
             d["compile_ms"] = k.compile_ms;
             d["launches"] = k.launches;
             d["assignments"] = k.assignments;

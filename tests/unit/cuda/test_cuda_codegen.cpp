@@ -857,6 +857,9 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.launches[0].max_waves == 0);
     CHECK(p.launches[0].grid == 65536 / 16);
     CHECK(p.launches[0].shared_bytes == 256 * 64 * 2);
+    // KILN_LOG=debug's line for the plan (the backend prints it when it plans a launch).
+    const std::string said = codegen::describe(p);
+    CHECK(said.rfind("16 threads a row; " + p.launches[0].entry + ": 4096 blocks of 256, 32768 bytes of shared memory, param 16", 0) == 0);
     a.sizes = {4096, 32768};   // a block of 256 per row, 128 elements each
     p = codegen::plan_cuda_launch(row, a, h100s);
     CHECK(p.threads_per_row == 256);
