@@ -128,7 +128,8 @@ def fusion_json():
             "dispatch_us": 4.3, "dispatch_prebuilt_us": 3.5, "launch_floor_us": 3.1,
             "launch_floor_programmatic_us": 2.5, "tiny_us": 4.5, "launch_sync_floor_us": 3.9,
             "jit": {"cold_ms": 64.6, "nvrtc_ms": 63.9, "cold_elementwise_ms": 31.2, "nvrtc_elementwise_ms": 30.8,
-                    "nvrtc_floor_ms": 27.5, "disk_ms": 0.12, "memory_us": 29.3, "disk_hits": 18}, "new_batch_compiles": 0}
+                    "nvrtc_floor_ms": 27.5, "disk_ms": 0.12, "memory_us": 29.3, "resized_us": 9.6,
+                    "memory_row_us": 33.1, "disk_hits": 18}, "new_batch_compiles": 0}
 
 
 def test_the_fusion_benchmark_fills_its_own_section_with_the_given_date_and_commit(tmp_path):
@@ -145,7 +146,10 @@ def test_the_fusion_benchmark_fills_its_own_section_with_the_given_date_and_comm
     assert "| host dispatch of a cached expression <= 3 us | 4.30 us | not met |" in text
     assert "| tiny 128x32 batch norm end to end (assign + synchronize) <= 5 us | 4.50 us | met |" in text
     assert "| (driver floor: empty kernel launched, then synchronize) | 3.90 us |  |" in text
-    assert "| a new plan for a loaded kernel, end to end <= 10 us | 29.30 us | not met |" in text
+    assert ("| a new plan for a loaded kernel, end to end (an elementwise assignment's new shape) <= 10 us | 9.60 us "
+            "| met |") in text
+    assert "| (an elementwise assignment's second shape, planned by the passes) | 29.30 us |  |" in text
+    assert "| (a row reduction's new shape, planned by the passes) | 33.10 us |  |" in text
     assert "| cold compile of a new row reduction, median of 9 <= 40 ms | 64.6 ms | not met |" in text
     assert "| (a new elementwise structure, median of 9) | 31.2 ms |  |" in text
     assert "| variance | float32 | 4096x16384 | 0.1000 | 2684 | 67.1% | 2.4e-07 |" in text
