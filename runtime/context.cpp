@@ -334,14 +334,14 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr, const 
         ++counters.plan_hits;
         return p;
     }
-    const bool in_family = family_signature(expr, dst, options, family);
+    const bool in_family = family_signature(expr, dst, options, family, family_at);
     if (in_family)
-        if (std::optional<CachedPlan> p = families.resize(family, dst.shape)) {
+        if (std::optional<CachedPlan> p = families.resize(family, family_at)) {
             ++counters.plan_resizes;
             return plans.insert(signature, std::move(*p));
         }
     CachedPlan* p = cache_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits, hist}));
-    if (in_family) families.learn(family, dst.shape, *p);
+    if (in_family) families.learn(family, family_at, *p);
     return p;
 }
 

@@ -44,8 +44,9 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     std::unique_ptr<ManifestWriter> record;  // KILN_RECORD / Context::record_to
     PlanCache plans;
     AssignmentSignature signature;  // reused by every assignment
-    PlanFamilies families;          // new shapes of planned elementwise assignments
+    PlanFamilies families;          // new shapes of planned assignments
     AssignmentSignature family;     // reused by every plan cache miss
+    Shape family_at;
     std::vector<std::shared_ptr<Storage>> temps;
 
     Device device() const { return backend->device(); }

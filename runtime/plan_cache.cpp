@@ -135,8 +135,10 @@ void together_signature(const std::vector<std::pair<NodePtr, View>>& list, uint6
 CachedPlan make_cached_plan(CompiledAssignment&& ca, const AssignmentSignature& sig) {
     CachedPlan cp;
     cp.temps = std::move(ca.plan.temps);
-    for (LoweredStage& ls : ca.stages) {
+    for (size_t i = 0; i < ca.stages.size(); ++i) {
+        LoweredStage& ls = ca.stages[i];
         CachedStage cs;
+        cs.domain = ca.plan.stages[i].domain;
         for (BufferSource& src : ls.sources) {
             if (src.is_temp) {
                 cs.storage_class.push_back(-1);

@@ -44,6 +44,7 @@ struct CachedStage {
     LoweredStage lowered;            // sources' views hold no storage; see storage_class
     std::vector<int> storage_class;  // per kernel buffer: its storage class, or -1 for a temp
     const void* kernel = nullptr;    // the backend's compiled kernel
+    Shape domain;                    // the stage's iteration space (plan_family.cpp resizes it)
 };
 
 struct CachedPlan {

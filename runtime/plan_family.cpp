@@ -8,31 +8,178 @@ namespace kiln {
 
 namespace {
 
+// The two kinds of family, the key's first word.
+enum : uint64_t { kElementwise = 1, kOuter = 2 };
+constexpr uint64_t kAnyExtent = ~uint64_t(0);   // the outer family's first dim, left out
+
+uint64_t storage_class_of(AssignmentSignature& sig, Storage* s) {
+    for (size_t i = 0; i < sig.storages.size(); ++i)
+        if (sig.storages[i] == s) return i;
+    sig.storages.push_back(s);
+    return sig.storages.size() - 1;
+}
+
 uint64_t double_bits(double v) {
     uint64_t b;
     std::memcpy(&b, &v, sizeof b);
     return b;
 }
 
-// The template's plan with its destination's shape `from` replaced by `to`: the merged dim's
-// size and the views of that shape (resizable said that is all there is).
-CachedPlan resized(const CachedPlan& t, const Shape& from, const Shape& to) {
+// The signature's walk with the sizes left out: `put_shape` writes a node's shape (false: the
+// assignment is in no family of this kind), `put_view` a view's layout.
+template <class PutShape, class PutView>
+bool family_words(const NodePtr& root, const View& dst, uint64_t options, uint64_t kind, AssignmentSignature& out,
+                  PutShape&& put_shape, PutView&& put_view) {
+    // (The caller wrote the kind first: out.words[0].)
+    auto& w = out.words;
+    w.push_back(options);
+    w.push_back((uint64_t)dst.dtype);
+    if (!put_shape(dst.shape) || !put_view(dst)) return false;
+    const std::vector<const Node*> order = postorder(root);
+    std::unordered_map<const Node*, uint64_t> index;
+    std::vector<const Node*> rands;
+    for (size_t i = 0; i < order.size(); ++i) {
+        const Node& n = *order[i];
+        const bool reduction = kind == kOuter && is_reduction(n.op);
+        if (!is_elementwise(n.op) && !reduction && n.op != OpKind::Leaf && n.op != OpKind::Scalar && n.op != OpKind::Rand)
+            return false;
+        w.push_back((uint64_t)n.op | (uint64_t)n.dtype << 8 | (uint64_t)n.weak << 16 | (uint64_t)n.inputs.size() << 24 |
+                    (uint64_t)(uint32_t)n.axis << 32);
+        if (!put_shape(n.shape)) return false;
+        for (const NodePtr& in : n.inputs) w.push_back(index.at(in.get()));
+        index.emplace(&n, i);
+        switch (n.op) {
+        case OpKind::Leaf:
+            if (!put_view(n.view)) return false;
+            break;
+        case OpKind::Scalar:
+            w.push_back(double_bits(n.value));
+            w.push_back((uint64_t)n.ivalue);
+            break;
+        case OpKind::Rand: {
+            const auto it = std::find(rands.begin(), rands.end(), &n);
+            w.push_back((uint64_t)(it - rands.begin()));
+            if (it == rands.end()) rands.push_back(&n);
+            break;
+        }
+        default: break;
+        }
+    }
+    out.hash = signature_hash(out.words);
+    return true;
+}
+
+bool elementwise_signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out) {
+    if (dst.shape.empty()) return false;
+    // Every shape is the destination's (1) or rank 0 (0); the destination's rank and its dims of
+    // size 1 are written first.
+    out.words.push_back(kElementwise);
+    out.words.push_back(dst.shape.size());
+    for (int64_t d : dst.shape) out.words.push_back(d == 1);
+    auto put_shape = [&](const Shape& s) {
+        if (!s.empty() && s != dst.shape) return false;
+        out.words.push_back(s.empty() ? 0 : 1);
+        return true;
+    };
+    // Dense strides exactly, size-1 dims' too: the partition tells a destination read in place
+    // from another view of it by their layouts.
+    auto put_view = [&](const View& v) {
+        if (v.strides != contiguous_strides(v.shape)) return false;
+        out.words.push_back(storage_class_of(out, v.storage.get()));
+        out.words.push_back((uint64_t)v.offset);
+        return true;
+    };
+    return family_words(root, dst, options, kElementwise, out, put_shape, put_view);
+}
+
+// The greatest rank of the assignment's shapes, and the extent of their first dim there (every
+// shape of that rank has it or 1); 0 where there is none past 1.
+std::pair<size_t, int64_t> outer_extent(const NodePtr& root, const View& dst) {
+    size_t rank = dst.shape.size();
+    const std::vector<const Node*> order = postorder(root);
+    for (const Node* n : order) rank = std::max(rank, n->shape.size());
+    int64_t extent = 0;
+    auto take = [&](const Shape& s) {
+        if (s.size() != rank || s[0] == 1) return true;
+        if (extent && s[0] != extent) return false;
+        extent = s[0];
+        return true;
+    };
+    if (rank == 0 || !take(dst.shape)) return {0, 0};
+    for (const Node* n : order)
+        if (!take(n->shape)) return {0, 0};
+    return {rank, extent};
+}
+
+bool outer_signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out, Shape& at) {
+    const auto [rank, extent] = outer_extent(root, dst);
+    if (extent == 0) return false;
+    at.assign(rank, 1);
+    at[0] = extent;
+    out.words.push_back(kOuter);
+    // Every size as it is, but the first dim's of the shapes of the greatest rank where it is
+    // not 1; views' strides and offsets as they are (a view whose strides depend on that
+    // extent is then another family at every extent).
+    auto put_shape = [&, rank = rank](const Shape& s) {
+        out.words.push_back(s.size());
+        for (size_t j = 0; j < s.size(); ++j)
+            out.words.push_back(j == 0 && s.size() == rank && s[0] != 1 ? kAnyExtent : (uint64_t)s[j]);
+        return true;
+    };
+    auto put_view = [&](const View& v) {
+        out.words.push_back(storage_class_of(out, v.storage.get()));
+        out.words.push_back((uint64_t)v.offset);
+        for (int64_t s : v.strides) out.words.push_back((uint64_t)s);
+        return true;
+    };
+    return family_words(root, dst, options, kOuter, out, put_shape, put_view);
+}
+
+// The template's plan at `to` (from `from`: family_signature's `at`). Elementwise: the merged
+// dim's size, and the views and domain of that shape. Outer (the first dim's extent `from[0]`
+// -> `to[0]`, the rank from.size()): in every shape of that rank whose first dim has it, it;
+// in each stage over such a domain, the merged dim that holds it (the first, or the second
+// behind the lone leading dim a full reduction of several passes gets). Nothing else changes:
+// no stride of a dense view depends on its first dim's extent.
+std::optional<CachedPlan> resized(uint64_t kind, const CachedPlan& t, const Shape& from, const Shape& to) {
     CachedPlan p = t;
-    LoweredStage& ls = p.stages[0].lowered;
-    ls.args.sizes[0] = numel(to);
-    const Strides strides = contiguous_strides(to);
-    for (BufferSource& s : ls.sources)
-        if (!s.is_temp && s.view.shape == from) s.view.shape = to, s.view.strides = strides;
+    if (kind == kElementwise) {
+        CachedStage& st = p.stages[0];
+        st.lowered.args.sizes[0] = numel(to);
+        st.domain = to;
+        const Strides strides = contiguous_strides(to);
+        for (BufferSource& s : st.lowered.sources)
+            if (!s.is_temp && s.view.shape == from) s.view.shape = to, s.view.strides = strides;
+        return p;
+    }
+    const size_t rank = from.size();
+    const int64_t a = from[0], b = to[0];
+    auto resize = [&](Shape& s) {
+        if (s.size() == rank && s[0] == a) s[0] = b;
+    };
+    for (TempBuffer& temp : p.temps) resize(temp.shape);
+    for (CachedStage& st : p.stages) {
+        if (st.domain.size() == rank && st.domain[0] == a) {
+            std::vector<int64_t>& sizes = st.lowered.args.sizes;
+            const size_t k = !sizes.empty() && sizes[0] % a == 0 ? 0 : sizes.size() > 1 && sizes[0] == 1 && sizes[1] % a == 0 ? 1 : sizes.size();
+            if (k == sizes.size()) return std::nullopt;
+            sizes[k] = sizes[k] / a * b;
+        }
+        resize(st.domain);
+        for (BufferSource& s : st.lowered.sources)
+            if (!s.is_temp) resize(s.view.shape);
+    }
     return p;
 }
 
-// Whether `p`, planned for a destination of shape `shape`, has the form resized assumes: one
-// stage, no temporaries, one merged dim of the destination's size, every buffer read along it
-// (stride 1) or broadcast (0), every view of that shape, contiguous, or of rank 0.
-bool resizable(const CachedPlan& p, const Shape& shape) {
+// Whether `p`, planned for a destination of shape `shape`, has the form the elementwise resize
+// assumes: one stage, no temporaries, one merged dim of the destination's size, every buffer
+// read along it (stride 1) or broadcast (0), every view of that shape, contiguous, or of rank 0.
+bool elementwise_form(const CachedPlan& p, const Shape& shape) {
     if (p.in_order || !p.temps.empty() || p.stages.size() != 1) return false;
     const LoweredStage& ls = p.stages[0].lowered;
-    if (ls.kernel.rank != 1 || ls.args.sizes != std::vector<int64_t>{numel(shape)}) return false;
+    if (ls.kernel.rank != 1 || ls.args.sizes != std::vector<int64_t>{numel(shape)} || p.stages[0].domain != shape)
+        return false;
     for (int64_t s : ls.args.strides)
         if (s != 0 && s != 1) return false;
     const Strides strides = contiguous_strides(shape);
@@ -49,13 +196,16 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 // Field by field: what execute() and the backends read of a plan.
 bool same_plan(const CachedPlan& a, const CachedPlan& b) {
     if (a.in_order != b.in_order || a.temps.size() != b.temps.size() || a.stages.size() != b.stages.size()) return false;
+    for (size_t i = 0; i < a.temps.size(); ++i)
+        if (a.temps[i].shape != b.temps[i].shape || a.temps[i].dtype != b.temps[i].dtype) return false;
     for (size_t i = 0; i < a.stages.size(); ++i) {
         const CachedStage &x = a.stages[i], &y = b.stages[i];
         const LoweredStage &p = x.lowered, &q = y.lowered;
-        if (x.kernel != y.kernel || x.storage_class != y.storage_class || p.key != q.key || p.kernel.name != q.kernel.name ||
-            p.args.sizes != q.args.sizes || p.args.strides != q.args.strides || !same_bits(p.args.fparams, q.args.fparams) ||
-            p.args.iparams != q.args.iparams || p.args.buffers.size() != q.args.buffers.size() ||
-            p.sources.size() != q.sources.size() || p.rands.size() != q.rands.size())
+        if (x.kernel != y.kernel || x.storage_class != y.storage_class || x.domain != y.domain || p.key != q.key ||
+            p.kernel.name != q.kernel.name || p.args.sizes != q.args.sizes || p.args.strides != q.args.strides ||
+            !same_bits(p.args.fparams, q.args.fparams) || p.args.iparams != q.args.iparams ||
+            p.args.buffers.size() != q.args.buffers.size() || p.sources.size() != q.sources.size() ||
+            p.rands.size() != q.rands.size())
             return false;
         for (size_t s = 0; s < p.sources.size(); ++s) {
             const BufferSource &u = p.sources[s], &v = q.sources[s];
@@ -81,61 +231,16 @@ bool same_plan(const CachedPlan& a, const CachedPlan& b) {
 
 } // namespace
 
-bool family_signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out) {
+bool family_signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out, Shape& at) {
     out.words.clear();
     out.storages.clear();
-    if (dst.shape.empty() || !dst.is_contiguous()) return false;
-    auto& w = out.words;
-    auto storage_class = [&](Storage* s) -> uint64_t {
-        for (size_t i = 0; i < out.storages.size(); ++i)
-            if (out.storages[i] == s) return i;
-        out.storages.push_back(s);
-        return out.storages.size() - 1;
-    };
-    // Every shape is the destination's (1) or rank 0 (0); the destination's rank and its dims
-    // of size 1 are written once.
-    auto put_shape = [&](const Shape& s) {
-        if (!s.empty() && s != dst.shape) return false;
-        w.push_back(s.empty() ? 0 : 1);
+    if (elementwise_signature(root, dst, options, out)) {
+        at = dst.shape;
         return true;
-    };
-    w.push_back(options);
-    w.push_back((uint64_t)dst.dtype);
-    w.push_back(dst.shape.size());
-    for (int64_t d : dst.shape) w.push_back(d == 1);
-    w.push_back(storage_class(dst.storage.get()));
-    w.push_back((uint64_t)dst.offset);
-    const std::vector<const Node*> order = postorder(root);
-    std::unordered_map<const Node*, uint64_t> index;
-    std::vector<const Node*> rands;
-    for (size_t i = 0; i < order.size(); ++i) {
-        const Node& n = *order[i];
-        if (!is_elementwise(n.op) && n.op != OpKind::Leaf && n.op != OpKind::Scalar && n.op != OpKind::Rand) return false;
-        w.push_back((uint64_t)n.op | (uint64_t)n.dtype << 8 | (uint64_t)n.weak << 16 | (uint64_t)n.inputs.size() << 24);
-        if (!put_shape(n.shape)) return false;
-        for (const NodePtr& in : n.inputs) w.push_back(index.at(in.get()));
-        index.emplace(&n, i);
-        switch (n.op) {
-        case OpKind::Leaf:
-            if (!n.view.is_contiguous()) return false;
-            w.push_back(storage_class(n.view.storage.get()));
-            w.push_back((uint64_t)n.view.offset);
-            break;
-        case OpKind::Scalar:
-            w.push_back(double_bits(n.value));
-            w.push_back((uint64_t)n.ivalue);
-            break;
-        case OpKind::Rand: {
-            const auto it = std::find(rands.begin(), rands.end(), &n);
-            w.push_back((uint64_t)(it - rands.begin()));
-            if (it == rands.end()) rands.push_back(&n);
-            break;
-        }
-        default: break;
-        }
     }
-    out.hash = signature_hash(out.words);
-    return true;
+    out.words.clear();
+    out.storages.clear();
+    return outer_signature(root, dst, options, out, at);
 }
 
 size_t PlanFamilies::Hash::operator()(const std::vector<uint64_t>& w) const { return signature_hash(w); }
@@ -143,23 +248,27 @@ size_t PlanFamilies::Hash::operator()(const std::vector<uint64_t>& w) const { re
 std::optional<CachedPlan> PlanFamilies::resize(const AssignmentSignature& fam, const Shape& shape) const {
     const auto it = families_.find(fam.words);
     if (it == families_.end() || it->second.state != State::Checked) return std::nullopt;
-    return resized(it->second.plan, it->second.shape, shape);
+    return resized(fam.words[0], it->second.plan, it->second.shape, shape);
 }
 
 void PlanFamilies::learn(const AssignmentSignature& fam, const Shape& shape, const CachedPlan& plan) {
+    const uint64_t kind = fam.words[0];
     const auto it = families_.find(fam.words);
     if (it == families_.end()) {
         if (families_.size() >= capacity_) families_.clear();
         Family f;
         f.shape = shape;
-        if (resizable(plan, shape)) f.plan = plan;
+        if (kind == kOuter || elementwise_form(plan, shape)) f.plan = plan;
         else f.state = State::Refused;
         families_.emplace(fam.words, std::move(f));
         return;
     }
+    // A second shape of the template's element count shows nothing of the sizes: the check
+    // waits for one that differs.
     Family& f = it->second;
-    if (f.state != State::Unchecked || shape == f.shape) return;
-    f.state = same_plan(resized(f.plan, f.shape, shape), plan) ? State::Checked : State::Refused;
+    if (f.state != State::Unchecked || numel(shape) == numel(f.shape)) return;
+    const std::optional<CachedPlan> r = resized(kind, f.plan, f.shape, shape);
+    f.state = r && same_plan(*r, plan) ? State::Checked : State::Refused;
     if (f.state == State::Refused) f.plan = CachedPlan{};
 }
 

@@ -1,15 +1,20 @@
-// New shapes of an elementwise assignment without the passes. A plan cache miss runs every pass
-// and the lowering (tens of microseconds), yet an elementwise assignment over contiguous
-// tensors that differs from one already planned only in its sizes lowers to the same kernel:
-// with every operand of the destination's shape (or rank 0) and every view contiguous, the
-// lowering merges the dims into one and reads the sizes nowhere else. Such assignments form a
-// family, keyed by the signature with the sizes left out (which dims are 1 stays in: those
-// dims are dropped); the family's first plan is its template, and a later shape's plan is the
-// template with the merged size and the views' shapes replaced (resize). The passes also plan
-// the family's second shape, and that plan must equal the resized template, field by field,
-// before the family makes plans: a lowering that read the sizes elsewhere would show there, and
-// the family is then refused for good. Only elementwise ops, leaves, scalars and rand() are
-// admitted (no reduction, reshape, take or iota, whose lowering reads sizes).
+// New shapes of an assignment without the passes. A plan cache miss runs every pass and the
+// lowering (tens of microseconds), yet many assignments lower to the same kernel at every
+// shape and differ in nothing but sizes the plan holds as numbers. Two kinds of family, each
+// keyed by the signature with some sizes left out:
+//  - elementwise: elementwise ops over dense tensors (strides as contiguous_strides gives
+//    them), every one of the destination's shape or rank 0 (the sizes left out, its dims of
+//    size 1 kept: those are dropped). The lowering merges the dims into one; a new shape
+//    changes its size and the views' shapes.
+//  - outer: elementwise ops and reductions over any views, the extent of the first dim of the
+//    shapes of the greatest rank left out (a batch size). No stride of a dense view depends on
+//    it; a new extent changes the merged dim that holds it in each stage over it, and the
+//    shapes of that rank that have it (temporaries, views, domains).
+// The family's first plan is its template, and a later shape's plan is the template resized.
+// The passes also plan the family's second element count, and that plan must equal the
+// resized template, field by field, before the family makes plans: a lowering that read those
+// sizes elsewhere would show there, and the family is then refused for good. Reshape, take and
+// iota (whose lowering reads sizes) are in no family.
 #pragma once
 #include "runtime/plan_cache.hpp"
 
@@ -20,20 +25,21 @@
 
 namespace kiln {
 
-// The family signature of `dst = root` into `out` (as assignment_signature's, the sizes left
-// out), or false where the assignment belongs to no family. Call it after
-// assignment_signature, which checks the operands.
-bool family_signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out);
+// The family signature of `dst = root` into `out` (as assignment_signature's, sizes left out)
+// and into `at` what its plans are resized by (elementwise: the destination's shape; outer: a
+// shape of the greatest rank, its first dim the extent, the others 1), or false where the
+// assignment is in no family. Call it after assignment_signature, which checks the operands.
+bool family_signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out, Shape& at);
 
 class PlanFamilies {
 public:
     explicit PlanFamilies(size_t capacity = 1024) : capacity_(capacity) {}
-    // The plan of the family `fam` for a destination of shape `shape`, or nothing where the
-    // family is unknown, not yet checked, or refused.
-    std::optional<CachedPlan> resize(const AssignmentSignature& fam, const Shape& shape) const;
-    // `plan`, made by the passes for `shape`: a new family's template, or the check of the
-    // family's second shape.
-    void learn(const AssignmentSignature& fam, const Shape& shape, const CachedPlan& plan);
+    // The plan of the family `fam` at `at` (family_signature's), or nothing where the family is
+    // unknown, not yet checked, or refused.
+    std::optional<CachedPlan> resize(const AssignmentSignature& fam, const Shape& at) const;
+    // `plan`, made by the passes at `at`: a new family's template, or the check of the family's
+    // second shape.
+    void learn(const AssignmentSignature& fam, const Shape& at, const CachedPlan& plan);
     size_t size() const { return families_.size(); }
     void clear() { families_.clear(); }
     // Drops every family whose template `pred` is true of.
@@ -46,7 +52,7 @@ private:
     enum class State { Unchecked, Checked, Refused };
     struct Family {
         CachedPlan plan;   // the template
-        Shape shape;       // its destination's
+        Shape shape;       // its `at`
         State state = State::Unchecked;
     };
     struct Hash {

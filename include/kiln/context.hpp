@@ -78,7 +78,7 @@ struct Counters {
     uint64_t memory_hits = 0;       // kernels found in the in-memory cache
     uint64_t disk_hits = 0;         // kernels loaded from the disk cache (CUDA cubins, CPU objects)
     uint64_t plan_hits = 0;         // assignments that reused a cached plan (no pass ran)
-    uint64_t plan_resizes = 0;      // new shapes of an elementwise assignment planned at another shape (no pass ran)
+    uint64_t plan_resizes = 0;      // assignments whose plan is another shape's resized (no pass ran)
     double compile_ms = 0;          // time spent compiling
     uint64_t launches = 0;          // kernels run
     uint64_t assignments = 0;       // expressions evaluated

@@ -221,6 +221,28 @@ TEST_CASE("gpu: an elementwise assignment's third shape is resized from its plan
     CHECK(ctx.counters().compiles + ctx.counters().disk_hits <= 2);
 }
 
+TEST_CASE("gpu: a row reduction's new batch sizes are resized from its plan family and match the CPU") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    uint64_t resized = 0;
+    for (int64_t M : {16, 17, 40, 1000, 3}) {
+        const int64_t N = 333;
+        const std::vector<float> f = random_floats(size_t(M * N), unsigned(M));
+        auto softmax = [&](Context& c) {
+            Tensor x = c.array(f, {M, N}), y = c.empty({M, N});
+            Expr e = exp(x - max(x, 1));
+            y.assign(e / sum(e, 1));
+            return y.to_vector<float>();
+        };
+        const uint64_t r0 = ctx.counters().plan_resizes;
+        const std::vector<float> got = softmax(ctx), want = softmax(cpu);
+        resized += ctx.counters().plan_resizes - r0;
+        REQUIRE(got.size() == want.size());
+        for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 1e-5f * (1 + std::fabs(want[i])));
+    }
+    CHECK(resized == 3);   // 40, 1000 and 3 rows, after the check at 17
+}
+
 TEST_CASE("gpu: a row reduction compiles only the module its launch takes, one per reach of G") {
     REQUIRE_GPU();
     kiln::test::ScopedCacheDir cache_dir;

@@ -129,7 +129,7 @@ def fusion_json():
             "launch_floor_programmatic_us": 2.5, "tiny_us": 4.5, "launch_sync_floor_us": 3.9,
             "jit": {"cold_ms": 64.6, "nvrtc_ms": 63.9, "cold_elementwise_ms": 31.2, "nvrtc_elementwise_ms": 30.8,
                     "nvrtc_floor_ms": 27.5, "disk_ms": 0.12, "memory_us": 29.3, "resized_us": 9.6,
-                    "memory_row_us": 33.1, "disk_hits": 18}, "new_batch_compiles": 0}
+                    "memory_row_us": 33.1, "resized_row_us": 11.2, "disk_hits": 18}, "new_batch_compiles": 0}
 
 
 def test_the_fusion_benchmark_fills_its_own_section_with_the_given_date_and_commit(tmp_path):
@@ -149,7 +149,8 @@ def test_the_fusion_benchmark_fills_its_own_section_with_the_given_date_and_comm
     assert ("| a new plan for a loaded kernel, end to end (an elementwise assignment's new shape) <= 10 us | 9.60 us "
             "| met |") in text
     assert "| (an elementwise assignment's second shape, planned by the passes) | 29.30 us |  |" in text
-    assert "| (a row reduction's new shape, planned by the passes) | 33.10 us |  |" in text
+    assert "| (a row reduction's new batch size, resized) | 11.20 us |  |" in text
+    assert "| (a row reduction's new batch size, planned by the passes) | 33.10 us |  |" in text
     assert "| cold compile of a new row reduction, median of 9 <= 40 ms | 64.6 ms | not met |" in text
     assert "| (a new elementwise structure, median of 9) | 31.2 ms |  |" in text
     assert "| variance | float32 | 4096x16384 | 0.1000 | 2684 | 67.1% | 2.4e-07 |" in text

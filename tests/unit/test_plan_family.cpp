@@ -116,17 +116,79 @@ TEST_CASE("plan families: resized plans compute the passes' values bit for bit")
     }
 }
 
-TEST_CASE("plan families: broadcasts, reductions, strided views and rank 0 run the passes every time") {
+TEST_CASE("plan families: a new batch size of reductions and broadcasts is resized, bit for bit") {
+    // The first dim's extent changes; the others stay (N = 37, an odd row).
+    const std::vector<std::pair<int64_t, int64_t>> batches{{4, 37}, {7, 37}, {33, 37}, {130, 37}, {1, 37}, {2, 37}, {65, 37}};
+    auto check = [&](const std::function<std::vector<float>(Context&, int64_t, int64_t)>& run) {
+        CHECK(same_as_fresh(batches, run) >= 3);   // 33, 130, 2 and 65 after the check at 7 (1 is in no family)
+    };
+    SECTION("layer norm over rows, its gain and shift rows broadcast, into float16") {
+        check([](Context& c, int64_t M, int64_t N) {
+            Tensor X = c.array(ramp(M * N, 0.5f), {M, N}), g = c.array(ramp(N, 0.01f), {1, N}),
+                   b = c.array(ramp(N, -0.02f), {1, N}), Y = c.empty({M, N}, DType::Float16);
+            Expr mu = mean(X, 1), d = X - mu;
+            Y.assign(cast(d * reciprocal(sqrt(mean(d * d, 1) + 1e-5f)) * g + b, DType::Float16));
+            return c.eval(cast(Y.expr(), DType::Float32)).to_vector<float>();
+        });
+    }
+    SECTION("softmax over rows") {
+        check([](Context& c, int64_t M, int64_t N) {
+            Tensor X = c.array(ramp(M * N, 0.1f), {M, N}), Y = c.empty({M, N});
+            Expr e = exp(X - max(X, 1));
+            Y.assign(e / sum(e, 1));
+            return Y.to_vector<float>();
+        });
+    }
+    SECTION("a column sum (the batch reduced) and a full sum") {
+        check([](Context& c, int64_t M, int64_t N) {
+            Tensor X = c.array(ramp(M * N, 0.25f), {M, N}), Y = c.empty({1, N}), Z = c.empty({1, 1});
+            Y.assign(sum(X * X, 0));
+            Z.assign(sum(X));
+            std::vector<float> v = Y.to_vector<float>();
+            v.push_back(Z.to_vector<float>()[0]);
+            return v;
+        });
+    }
+    SECTION("argmax along rows, and a row of a larger tensor's slice") {
+        check([](Context& c, int64_t M, int64_t N) {
+            Tensor big = c.array(ramp((M + 2) * N, 0.7f), {M + 2, N});
+            Tensor X = big.slice({Slice::range(1, M + 1), Slice::all()});   // offset N, rows N apart
+            Tensor A = c.empty({M, 1}, DType::Int32), Y = c.empty({M, N});
+            A.assign(argmax(X, 1));
+            Y.assign(X * 2.0f + 1.0f);
+            std::vector<float> v = Y.to_vector<float>();
+            for (int32_t a : A.to_vector<int32_t>()) v.push_back(float(a));
+            return v;
+        });
+    }
+    SECTION("three dims, a reduction over the last, with random draws") {
+        check([](Context& c, int64_t M, int64_t) {
+            Tensor X = c.array(ramp(M * 5 * 6, 0.3f), {M, 5, 6}), Y = c.empty({M, 5, 1});
+            c.rng_reset();
+            Y.assign(sum(X * rand({M, 5, 6}), 2) + rand({}));
+            return Y.to_vector<float>();
+        });
+    }
+}
+
+TEST_CASE("plan families: shapes that change past the first dim, strides that follow the batch, gathers and reshapes run the passes") {
     Context ctx(ContextOptions{"cpu"});
     for (int64_t M : {3, 4, 5, 6}) {
         const int64_t N = M + 2;
         Tensor X = ctx.array(ramp(M * N, 0.5f), {M, N}), row = ctx.array(ramp(N, 1.0f), {1, N});
-        Tensor Y = ctx.empty({M, N}), Z = ctx.empty({M, 1}), T = ctx.empty({N, M}), S = ctx.empty({});
-        Y.assign(X + row);                 // an operand broadcast along a dim
-        Z.assign(sum(X, 1));               // a reduction
-        T.assign(X.T() * 2.0f);            // a transposed (strided) view
+        Tensor Y = ctx.empty({M, N}), Z = ctx.empty({M, 1}), S = ctx.empty({});
+        Y.assign(X + row);                 // an operand broadcast along a dim, N changing
+        Z.assign(sum(X, 1));               // a reduction, N changing
         S.assign(Expr(float(M)) * 2.0f);   // a rank-0 destination
         CHECK(Y.to_vector<float>()[size_t(N)] == ramp(M * N, 0.5f)[size_t(N)] + ramp(N, 1.0f)[0]);
+    }
+    for (int64_t M : {3, 4, 5, 6}) {
+        Tensor X = ctx.array(ramp(7 * M, 0.5f), {7, M}), T = ctx.empty({M, 7}), R = ctx.empty({M * 7});
+        Tensor i = ctx.array(std::vector<int32_t>{2, 0}, {2}), G = ctx.empty({2, 7});
+        T.assign(X.T() * 2.0f);                       // a transposed view: its row stride is the batch
+        R.assign(reshape(X.T() * 1.0f, {M * 7}));     // a reshape
+        G.assign(take(X.T(), i.expr(), 0));           // a gather along the batch
+        CHECK(T.to_vector<float>()[1] == ramp(7 * M, 0.5f)[size_t(M)] * 2.0f);
     }
     CHECK(ctx.counters().plan_resizes == 0);
 }
