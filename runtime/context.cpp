@@ -334,7 +334,7 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr, const 
         ++counters.plan_hits;
         return p;
     }
-    const bool in_family = family_signature(expr, dst, options, family, family_at);
+    const bool in_family = families.signature(expr, dst, options, family, family_at);
     if (in_family)
         if (std::optional<CachedPlan> p = families.resize(family, family_at)) {
             ++counters.plan_resizes;

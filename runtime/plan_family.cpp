@@ -231,12 +231,17 @@ bool same_plan(const CachedPlan& a, const CachedPlan& b) {
 
 } // namespace
 
-bool family_signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out, Shape& at) {
+bool PlanFamilies::signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out,
+                             Shape& at) const {
     out.words.clear();
     out.storages.clear();
     if (elementwise_signature(root, dst, options, out)) {
-        at = dst.shape;
-        return true;
+        // (An elementwise family refused, its plans of several stages, leaves the outer kind.)
+        const auto it = families_.find(out.words);
+        if (it == families_.end() || it->second.state != State::Refused) {
+            at = dst.shape;
+            return true;
+        }
     }
     out.words.clear();
     out.storages.clear();

@@ -25,15 +25,15 @@
 
 namespace kiln {
 
-// The family signature of `dst = root` into `out` (as assignment_signature's, sizes left out)
-// and into `at` what its plans are resized by (elementwise: the destination's shape; outer: a
-// shape of the greatest rank, its first dim the extent, the others 1), or false where the
-// assignment is in no family. Call it after assignment_signature, which checks the operands.
-bool family_signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out, Shape& at);
-
 class PlanFamilies {
 public:
     explicit PlanFamilies(size_t capacity = 1024) : capacity_(capacity) {}
+    // The family signature of `dst = root` into `out` (as assignment_signature's, sizes left
+    // out) and into `at` what its plans are resized by (elementwise: the destination's shape;
+    // outer: a shape of the greatest rank, its first dim the extent, the others 1), or false
+    // where the assignment is in no family. The elementwise kind where it applies, unless its
+    // family was refused. Call it after assignment_signature, which checks the operands.
+    bool signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out, Shape& at) const;
     // The plan of the family `fam` at `at` (family_signature's), or nothing where the family is
     // unknown, not yet checked, or refused.
     std::optional<CachedPlan> resize(const AssignmentSignature& fam, const Shape& at) const;

@@ -161,6 +161,14 @@ TEST_CASE("plan families: a new batch size of reductions and broadcasts is resiz
             return v;
         });
     }
+    SECTION("a destination read through another view (a temporary, then a copy)") {
+        check([](Context& c, int64_t M, int64_t N) {
+            Tensor B = c.array(ramp((M + 3) * N, 0.5f), {M + 3, N});
+            Tensor D = B.slice({Slice::range(2, M + 2), Slice::all()}), S = B.slice({Slice::range(0, M), Slice::all()});
+            D.assign(S * 2.0f + 1.0f);
+            return B.to_vector<float>();
+        });
+    }
     SECTION("three dims, a reduction over the last, with random draws") {
         check([](Context& c, int64_t M, int64_t) {
             Tensor X = c.array(ramp(M * 5 * 6, 0.3f), {M, 5, 6}), Y = c.empty({M, 5, 1});
