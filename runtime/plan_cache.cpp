@@ -9,13 +9,20 @@
 
 namespace kiln {
 
-namespace {
-
 uint64_t double_bits(double v) {
     uint64_t b;
     std::memcpy(&b, &v, sizeof b);
     return b;
 }
+
+uint64_t storage_class_of(AssignmentSignature& sig, Storage* s) {
+    for (size_t i = 0; i < sig.storages.size(); ++i)
+        if (sig.storages[i] == s) return i;
+    sig.storages.push_back(s);
+    return sig.storages.size() - 1;
+}
+
+namespace {
 
 // Position of `n` in `order` (its postorder index). Graphs are usually small, and a short scan
 // from the back (operands are usually close to their users) beats a hash map; past that the
@@ -59,14 +66,8 @@ namespace {
 void append_assignment(const NodePtr& root, const View& dst, const char* op, AssignmentSignature& out,
                        std::vector<const Node*>& rands) {
     auto& w = out.words;
-    auto storage_class = [&](Storage* s) -> uint64_t {
-        for (size_t i = 0; i < out.storages.size(); ++i)
-            if (out.storages[i] == s) return i;
-        out.storages.push_back(s);
-        return out.storages.size() - 1;
-    };
     auto put_view = [&](const View& v) {
-        w.push_back(storage_class(v.storage.get()));
+        w.push_back(storage_class_of(out, v.storage.get()));
         w.push_back((uint64_t)v.offset);
         for (int64_t s : v.strides) w.push_back((uint64_t)s);
     };

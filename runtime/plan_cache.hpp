@@ -28,6 +28,10 @@ struct AssignmentSignature {
 
 // The hash of a signature's words.
 uint64_t signature_hash(const std::vector<uint64_t>& words);
+// A signature's pieces: the storage class of `s` (its place in sig.storages, added where new),
+// and a scalar's bits.
+uint64_t storage_class_of(AssignmentSignature& sig, Storage* s);
+uint64_t double_bits(double v);
 
 // Builds the signature of `dst = root` into `out` (reusing its memory). Throws kiln::Error when
 // an operand was never written (`op` names the user call in the message). `options` folds in

@@ -12,19 +12,6 @@ namespace {
 enum : uint64_t { kElementwise = 1, kOuter = 2 };
 constexpr uint64_t kAnyExtent = ~uint64_t(0);   // the outer family's first dim, left out
 
-uint64_t storage_class_of(AssignmentSignature& sig, Storage* s) {
-    for (size_t i = 0; i < sig.storages.size(); ++i)
-        if (sig.storages[i] == s) return i;
-    sig.storages.push_back(s);
-    return sig.storages.size() - 1;
-}
-
-uint64_t double_bits(double v) {
-    uint64_t b;
-    std::memcpy(&b, &v, sizeof b);
-    return b;
-}
-
 // The signature's walk with the sizes left out: `put_shape` writes a node's shape (false: the
 // assignment is in no family of this kind), `put_view` a view's layout.
 template <class PutShape, class PutView>
@@ -135,7 +122,7 @@ bool outer_signature(const NodePtr& root, const View& dst, uint64_t options, Ass
     return family_words(root, dst, options, kOuter, out, put_shape, put_view);
 }
 
-// The template's plan at `to` (from `from`: family_signature's `at`). Elementwise: the merged
+// The template's plan at `to` (from `from`: PlanFamilies::signature's `at`). Elementwise: the merged
 // dim's size, and the views and domain of that shape. Outer (the first dim's extent `from[0]`
 // -> `to[0]`, the rank from.size()): in every shape of that rank whose first dim has it, it;
 // in each stage over such a domain, the merged dim that holds it (the first, or the second

@@ -34,7 +34,7 @@ public:
     // where the assignment is in no family. The elementwise kind where it applies, unless its
     // family was refused. Call it after assignment_signature, which checks the operands.
     bool signature(const NodePtr& root, const View& dst, uint64_t options, AssignmentSignature& out, Shape& at) const;
-    // The plan of the family `fam` at `at` (family_signature's), or nothing where the family is
+    // The plan of the family `fam` at `at` (signature's), or nothing where the family is
     // unknown, not yet checked, or refused.
     std::optional<CachedPlan> resize(const AssignmentSignature& fam, const Shape& at) const;
     // `plan`, made by the passes at `at`: a new family's template, or the check of the family's
