@@ -28,6 +28,7 @@ const char* ctype(CT t) {
 }
 
 bool is_arg(AccKind k) { return k == AccKind::ArgMax || k == AccKind::ArgMin; }
+bool stepped(AccKind k) { return is_arg(k) || k == AccKind::Max || k == AccKind::Min; }
 
 std::string acc_struct(const kir::Accum& a) {
     const char* kind = "?";

@@ -21,6 +21,8 @@ using CT = ComputeType;
 // Helpers the emitter's files share (defined in cuda_codegen.cpp).
 const char* ctype(CT t);
 bool is_arg(AccKind k);
+// Kinds whose float states take a row's grouped step at once: arg kinds, max and min.
+bool stepped(AccKind k);
 std::string acc_struct(const kir::Accum& a);   // the prelude's accumulator kind, e.g. kiln_sum_f
 const char* acc_suffix(CT t);                   // f, i, d, l: of acc_struct and the scratch names
 std::string float_literal(float f);         // reads back to exactly f
@@ -114,8 +116,9 @@ private:
     // Row kernels' grouped steps: sums of the values a moments fold also takes, which gain the
     // step's sum (the fold computes it for the step's mean) instead of each element.
     std::vector<bool> step_summed_;
-    // Row kernels' grouped steps: float arg kinds, whose step's values gather in av<acc>[u] and
-    // enter the state at once (kiln_arg_step) instead of element by element.
+    // Row kernels' grouped steps: float arg, max and min kinds, whose step's values gather in
+    // av<acc>[u] and enter the state at once (kiln_arg_step, kiln_ext_step) instead of element by
+    // element.
     std::vector<bool> step_arg_;
     // Row kernels: accumulators whose state a fold gives (the max a sum of exponentials keeps
     // anyway), not accumulated element by element.

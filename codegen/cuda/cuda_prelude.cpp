@@ -188,6 +188,7 @@ template <class K> struct kiln_max {
         if constexpr (K::real) { if (x > v || x != x) v = x; } else { if (x > v) v = x; }
     }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+    static __device__ __forceinline__ float extreme(float a, float b) { return kiln_max_nan(a, b); }   // (kiln_ext_step's)
 };
 template <class K> struct kiln_min {
     typedef typename K::T T;
@@ -197,6 +198,7 @@ template <class K> struct kiln_min {
         if constexpr (K::real) { if (x < v || x != x) v = x; } else { if (x < v) v = x; }
     }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+    static __device__ __forceinline__ float extreme(float a, float b) { return kiln_min_nan(a, b); }
 };
 template <class K> struct kiln_argmax {
     typedef typename K::T T;
@@ -278,6 +280,53 @@ __device__ __forceinline__ void kiln_arg_step(float& v, int& p, const float (&x)
     }
     v = e;
     p = (int)(q + (long long)(f / V) * stride + f % V);
+}
+
+// kiln_maxf over N values in order, for N a multiple of 4: max.NaN over four running partials
+// (an instruction a value). Which NaN and which of +0 and -0 the ordered fold keeps depend on
+// the order, so a NaN or zero result takes the values one by one instead.
+template <int N>
+__device__ __forceinline__ float kiln_max_in_order(const float* x) {
+    static_assert(N % 4 == 0, "a step holds whole groups of at least 4 elements");
+    float m0 = x[0], m1 = x[1], m2 = x[2], m3 = x[3];
+#pragma unroll
+    for (int u = 4; u < N; u += 4) {
+        m0 = kiln_max_nan(m0, x[u]);
+        m1 = kiln_max_nan(m1, x[u + 1]);
+        m2 = kiln_max_nan(m2, x[u + 2]);
+        m3 = kiln_max_nan(m3, x[u + 3]);
+    }
+    float g = kiln_max_nan(kiln_max_nan(m0, m1), kiln_max_nan(m2, m3));
+    if (g != g || g == 0.0f) {
+        g = x[0];
+#pragma unroll
+        for (int u = 1; u < N; ++u) g = kiln_maxf(g, x[u]);
+    }
+    return g;
+}
+
+// A row's grouped step into a max or min float state: N values in position order, as add_next
+// would take them one by one. Their extreme (max.NaN or min.NaN, four running partials), then
+// one add; a NaN or zero extreme adds the values one by one, since which NaN and which zero the
+// state keeps depend on their order.
+template <class A, int N>
+__device__ __forceinline__ void kiln_ext_step(float& v, int& p, const float (&x)[N]) {
+    static_assert(N % 4 == 0, "a step holds whole groups of at least 4 elements");
+    float m0 = x[0], m1 = x[1], m2 = x[2], m3 = x[3];
+#pragma unroll
+    for (int u = 4; u < N; u += 4) {
+        m0 = A::extreme(m0, x[u]);
+        m1 = A::extreme(m1, x[u + 1]);
+        m2 = A::extreme(m2, x[u + 2]);
+        m3 = A::extreme(m3, x[u + 3]);
+    }
+    const float e = A::extreme(A::extreme(m0, m1), A::extreme(m2, m3));
+    if (e != e || e == 0.0f) {
+#pragma unroll
+        for (int u = 0; u < N; ++u) A::add(v, p, x[u], 0);
+    } else {
+        A::add(v, p, e, 0);
+    }
 }
 
 // Lane 0 ends with the warp's combined state.
@@ -658,9 +707,7 @@ __device__ __forceinline__ void kiln_lse_add(float& m, float& s, float x) {
 // N values at once: their max first, then one rescale and N exponentials.
 template <bool F, int N>
 __device__ __forceinline__ void kiln_lse_step(float& m, float& s, const float* x) {
-    float g = x[0];
-#pragma unroll
-    for (int u = 1; u < N; ++u) g = kiln_maxf(g, x[u]);
+    const float g = kiln_max_in_order<N>(x);
     const float mn = kiln_maxf(m, g);
     const float ms = mn == __uint_as_float(0xff800000u) ? 0.0f : mn;
     float t = 0.0f;

@@ -420,7 +420,7 @@ void Emitter::emit_row_kernel(bool registers) {
                         if (f.kind == detail::RowFold::Moments && f.shared >= 0) step_summed_[f.shared] = true;
                     step_arg_.assign(k_.accums.size(), false);
                     for (int ai : b.accums)
-                        if (is_arg(k_.accums[ai].kind) && k_.accums[ai].type == CT::F32 &&
+                        if (stepped(k_.accums[ai].kind) && k_.accums[ai].type == CT::F32 &&
                             (from_fold_.empty() || !from_fold_[ai]) && !step_summed_[ai]) {
                             step_arg_[ai] = true;
                             line("float av{}[{}];", ai, n);
@@ -434,9 +434,11 @@ void Emitter::emit_row_kernel(bool registers) {
                     folds_grouped_ = in_order_ = false;
                     step_summed_.clear();
                     for (int ai : b.accums)
-                        if (step_arg_[ai])
+                        if (step_arg_[ai] && is_arg(k_.accums[ai].kind))
                             line("kiln_arg_step<{0}, {1}, {2}>(acc{3}_v, acc{3}_p, av{3}, q, (long long)G << {4});",
                                  acc_struct(k_.accums[ai]), n, vw, ai, shift);
+                        else if (step_arg_[ai])
+                            line("kiln_ext_step<{0}, {1}>(acc{2}_v, acc{2}_p, av{2});", acc_struct(k_.accums[ai]), n, ai);
                     step_arg_.clear();
                     // The step's values as one group: its mean, the squared deviations from it, merged;
                     // or its max, the sum of exponentials about it, merged.

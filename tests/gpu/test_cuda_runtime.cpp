@@ -904,6 +904,67 @@ TEST_CASE("gpu: argmax and argmin along rows keep the first extreme, the first N
     CHECK(cases == 72);
 }
 
+// Max and min along rows take a grouped step's extreme at once (max.NaN, min.NaN) and the
+// values one by one when that extreme is a NaN or a zero, whose bits depend on the order: a row
+// holding a NaN gives NaN, a row whose extreme is a zero of either sign a zero, any other row
+// its extreme exactly; so does the max that softmax's sum of exponentials keeps (exposed by a
+// row-shaped where). A warp, a block and a cluster a row, every dtype, aligned rows and rows
+// out of phase, against the host.
+TEST_CASE("gpu: max and min along rows: NaN for a NaN, a zero for a zero extreme, the extreme otherwise") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    int cases = 0;
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (int64_t N : {200, 5001, 70001})
+            for (int64_t xo : {0, 1}) {
+                const int64_t M = 8;
+                INFO(dtype_name(dt) << " " << M << "x" << N << ", rows at " << xo);
+                std::vector<float> h = random_floats((size_t)(M * (N + 1)), (uint32_t)(N + xo), -8, 8);
+                auto at = [&](int64_t i, int64_t j) -> float& { return h[(size_t)(i * (N + 1) + xo + j)]; };
+                at(1, N / 3) = f32_from_bits(0x7fc01234u);                        // a NaN with a payload
+                for (int64_t j = 0; j < N; ++j) at(2, j) = -std::abs(at(2, j));   // max: a zero
+                at(2, N / 4) = 0.0f, at(2, N / 2) = -0.0f;
+                for (int64_t j = 0; j < N; ++j) at(3, j) = std::abs(at(3, j));    // min: a zero
+                at(3, N / 5) = -0.0f, at(3, 2 * N / 3) = 0.0f;
+                for (int64_t j = 0; j < N; ++j) at(4, j) = -inf;                 // -inf and one +inf
+                at(4, N - 1) = inf;
+                for (int64_t j = 0; j < N; ++j) at(5, j) = j % 2 ? -0.0f : 0.0f;  // zeros only
+                at(6, 0) = nan, at(6, N - 1) = -nan;                              // two NaNs
+                for (int64_t j = 0; j < N; ++j) at(7, j) = 3.0f;                  // all equal
+                for (auto& x : h)
+                    if (x == x) x = dt == DType::Float16 ? f16_to_float(float_to_f16(x)) : dt == DType::BFloat16 ? bf16_to_float(float_to_bf16(x)) : x;
+                Tensor X = ctx.array(h, {M, N + 1}, dt).slice({Slice::all(), Slice::range(xo, xo + N)});
+                Tensor A = ctx.empty({M, 1}), B = ctx.empty({M, 1}), C = ctx.empty({M, 1});
+                A[all] = max(X, 1);
+                B[all] = min(X, 1);
+                C[all] = where(sum(exp(X - max(X, 1)), 1) >= 0.0f, max(X, 1), -1.0f);
+                const std::vector<float> a = A.to_vector<float>(), b = B.to_vector<float>(), c = C.to_vector<float>();
+                int bad = 0;
+                for (int64_t i = 0; i < M; ++i) {
+                    bool has_nan = false;
+                    float mx = -inf, mn = inf;
+                    for (int64_t j = 0; j < N; ++j) {
+                        has_nan |= std::isnan(at(i, j));
+                        mx = std::max(mx, at(i, j)), mn = std::min(mn, at(i, j));
+                    }
+                    if (has_nan) {
+                        bad += !std::isnan(a[i]) + !std::isnan(b[i]) + (c[i] != -1.0f);
+                        continue;
+                    }
+                    bad += (a[i] != mx) + (b[i] != mn);
+                    // exp(+inf - +inf) is NaN: row 4's sum is NaN.
+                    bad += c[i] != (std::isinf(mx) ? -1.0f : mx);
+                }
+                CHECK(bad == 0);
+                CHECK(a[2] == 0.0f);
+                CHECK(b[3] == 0.0f);
+                CHECK((a[5] == 0.0f && b[5] == 0.0f));
+                ++cases;
+            }
+    CHECK(cases == 18);
+}
+
 // The kernels convert 16-bit floats two at a time with the hardware's paired conversions and
 // fall back to ir/half.hpp's rules when a NaN is among them: every float16 pattern, and float32
 // patterns around every float16 and bfloat16 value, NaN payloads included, give the host's bits

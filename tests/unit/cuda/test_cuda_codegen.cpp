@@ -247,20 +247,24 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
 
 // A grouped step hands a float arg kind its values at once (kiln_arg_step: the step's extreme,
 // then the first position holding it); an int32 one takes them one by one (add_next).
-TEST_CASE("row kernels take a float arg reduction's grouped step at once, an int32 one element by element") {
+TEST_CASE("row kernels take a float arg, max or min reduction's grouped step at once, an int32 one element by element") {
     for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Int32}) {
-        for (kir::AccKind kind : {kir::AccKind::ArgMax, kir::AccKind::ArgMin}) {
-            INFO(dtype_name(t) << (kind == kir::AccKind::ArgMax ? " argmax" : " argmin"));
+        for (kir::AccKind kind : {kir::AccKind::ArgMax, kir::AccKind::ArgMin, kir::AccKind::Max, kir::AccKind::Min}) {
+            const bool arg = kind == kir::AccKind::ArgMax || kind == kir::AccKind::ArgMin;
+            const char* kname = kind == kir::AccKind::ArgMax ? "argmax" : kind == kir::AccKind::ArgMin ? "argmin"
+                                : kind == kir::AccKind::Max    ? "max"
+                                                               : "min";
+            INFO(dtype_name(t) << " " << kname);
             test::KernelBuilder b("kiln_argstep", "PR");
-            int x = b.input(t, "x1"), o = b.output(DType::Int32, "x0");
+            int x = b.input(t, "x1"), o = b.output(arg ? DType::Int32 : t, "x0");
             b.loop();
             const int acc = b.accum(kind, b.load(x));
             b.point();
             b.store(o, b.acc_result(acc));
             const CudaSource src = codegen::emit_cuda(b.kernel());
-            const std::string s = t == DType::Int32 ? "i" : "f";
-            const std::string name = std::string(kind == kir::AccKind::ArgMax ? "kiln_argmax_" : "kiln_argmin_") + s;
-            CHECK((src.code.find("kiln_arg_step<" + name + ", ") != std::string::npos) == (t != DType::Int32));
+            const std::string name = std::string("kiln_") + kname + (t == DType::Int32 ? "_i" : "_f");
+            const std::string step = arg ? "kiln_arg_step<" : "kiln_ext_step<";
+            CHECK((src.code.find(step + name + ", ") != std::string::npos) == (t != DType::Int32));
             CHECK((src.code.find(name + "::add_next(acc") != std::string::npos) == (t == DType::Int32));
             require_compiles("argstep", src);
         }
