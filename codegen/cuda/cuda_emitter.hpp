@@ -120,6 +120,10 @@ private:
     // av<acc>[u] and enter the state at once (kiln_arg_step, kiln_ext_step) instead of element by
     // element.
     std::vector<bool> step_arg_;
+    // Of those, per accumulator, the step's 16-bit words holding its values, where the value is
+    // such a load (kiln_*_step16 take the extreme from the words; an arg kind then needs no
+    // floats, av<acc> left out).
+    std::vector<std::string> step_words_;
     // Row kernels: accumulators whose state a fold gives (the max a sum of exponentials keeps
     // anyway), not accumulated element by element.
     std::vector<bool> from_fold_;

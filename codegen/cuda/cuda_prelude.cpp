@@ -139,6 +139,25 @@ __device__ __forceinline__ float kiln_min_nan(float x, float y) {
     return kiln_minf(x, y);
 #endif
 }
+// The same on two pairs of 16-bit floats at once (float16, or bfloat16 where BF), sm_80 on.
+template <bool BF>
+__device__ __forceinline__ unsigned kiln_max_nan_x2(unsigned a, unsigned b) {
+    unsigned r;
+#if __CUDA_ARCH__ >= 800
+    if (BF) asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    else asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+#endif
+    return r;
+}
+template <bool BF>
+__device__ __forceinline__ unsigned kiln_min_nan_x2(unsigned a, unsigned b) {
+    unsigned r;
+#if __CUDA_ARCH__ >= 800
+    if (BF) asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    else asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+#endif
+    return r;
+}
 )";
 
 // Reductions: the accumulator kinds, and the warp, block and column reductions.
@@ -188,7 +207,8 @@ template <class K> struct kiln_max {
         if constexpr (K::real) { if (x > v || x != x) v = x; } else { if (x > v) v = x; }
     }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
-    static __device__ __forceinline__ float extreme(float a, float b) { return kiln_max_nan(a, b); }   // (kiln_ext_step's)
+    enum { is_max = 1 };   // (kiln_ext_step's: its extreme)
+    static __device__ __forceinline__ float extreme(float a, float b) { return kiln_max_nan(a, b); }
 };
 template <class K> struct kiln_min {
     typedef typename K::T T;
@@ -198,6 +218,7 @@ template <class K> struct kiln_min {
         if constexpr (K::real) { if (x < v || x != x) v = x; } else { if (x < v) v = x; }
     }
     static __device__ __forceinline__ void add_next(T& v, int& p, T x, int q) { add(v, p, x, q); }
+    enum { is_max = 0 };
     static __device__ __forceinline__ float extreme(float a, float b) { return kiln_min_nan(a, b); }
 };
 template <class K> struct kiln_argmax {
@@ -220,6 +241,7 @@ template <class K> struct kiln_argmax {
         }
     }
     // (kiln_arg_step's: the extreme of two floats, a NaN taken; whether e leaves v as it is.)
+    enum { is_max = 1 };
     static __device__ __forceinline__ float extreme(float a, float b) { return kiln_max_nan(a, b); }
     static __device__ __forceinline__ bool within(float e, float v) { return e <= v; }
 };
@@ -242,6 +264,7 @@ template <class K> struct kiln_argmin {
             v = x; p = q;
         }
     }
+    enum { is_max = 0 };
     static __device__ __forceinline__ float extreme(float a, float b) { return kiln_min_nan(a, b); }
     static __device__ __forceinline__ bool within(float e, float v) { return e >= v; }
 };
@@ -257,8 +280,8 @@ KILN_ACC_KINDS(i, kiln_i)
 // empty state, a larger value for argmax, a NaN) the first element equal to it, or the first
 // NaN. A state moves in few of a thread's steps, so an element costs about one instruction
 // instead of the five of add_next's tests and selects.
-template <class A, int N, int V>
-__device__ __forceinline__ void kiln_arg_step(float& v, int& p, const float (&x)[N], long long q, long long stride) {
+template <class A, int N>
+__device__ __forceinline__ float kiln_extreme(const float (&x)[N]) {
     static_assert(N % 4 == 0, "a step holds whole groups of at least 4 elements");
     float m0 = x[0], m1 = x[1], m2 = x[2], m3 = x[3];
 #pragma unroll
@@ -268,7 +291,29 @@ __device__ __forceinline__ void kiln_arg_step(float& v, int& p, const float (&x)
         m2 = A::extreme(m2, x[u + 2]);
         m3 = A::extreme(m3, x[u + 3]);
     }
-    const float e = A::extreme(A::extreme(m0, m1), A::extreme(m2, m3));
+    return A::extreme(A::extreme(m0, m1), A::extreme(m2, m3));
+}
+// The same extreme from the step's 16-bit floats as loaded, two to a word (bfloat16 where BF):
+// max.NaN or min.NaN on the pairs, then the last pair widened, so that the values need no
+// conversion where the state does not move (a NaN among them gives NaN).
+template <class A, bool BF, int W>
+__device__ __forceinline__ float kiln_extreme16(const unsigned (&w)[W]) {
+    unsigned m[W < 4 ? W : 4];
+#pragma unroll
+    for (int i = 0; i < (W < 4 ? W : 4); ++i) m[i] = w[i];
+#pragma unroll
+    for (int i = 4; i < W; ++i) m[i % 4] = A::is_max ? kiln_max_nan_x2<BF>(m[i % 4], w[i]) : kiln_min_nan_x2<BF>(m[i % 4], w[i]);
+#pragma unroll
+    for (int i = 1; i < (W < 4 ? W : 4); ++i) m[0] = A::is_max ? kiln_max_nan_x2<BF>(m[0], m[i]) : kiln_min_nan_x2<BF>(m[0], m[i]);
+    float lo, hi;
+    if (BF) kiln_bf16x2_cvt(m[0], lo, hi);
+    else kiln_f16x2_cvt(m[0], lo, hi);
+    return A::extreme(lo, hi);
+}
+// State (v, p) after a step whose extreme is e: only when e moves it (an empty state, a larger
+// value for argmax, a NaN) the first element equal to it, or the first NaN.
+template <class A, int N, int V>
+__device__ __forceinline__ void kiln_arg_take(float& v, int& p, float e, const float (&x)[N], long long q, long long stride) {
     if (p != KILN_NO_POS && (v != v || A::within(e, v))) return;
     int f = N - 1;
     if (e == e) {
@@ -280,6 +325,25 @@ __device__ __forceinline__ void kiln_arg_step(float& v, int& p, const float (&x)
     }
     v = e;
     p = (int)(q + (long long)(f / V) * stride + f % V);
+}
+template <class A, int N, int V>
+__device__ __forceinline__ void kiln_arg_step(float& v, int& p, const float (&x)[N], long long q, long long stride) {
+    kiln_arg_take<A, N, V>(v, p, kiln_extreme<A, N>(x), x, q, stride);
+}
+// The arg step from the step's 16-bit words alone (N = 2 W values): they are widened only when
+// the extreme moves the state (the hardware's conversions: a NaN's payload makes no position).
+template <class A, int N, int V, bool BF, int W>
+__device__ __forceinline__ void kiln_arg_step16(float& v, int& p, const unsigned (&w)[W], long long q, long long stride) {
+    static_assert(N == 2 * W, "two values a word");
+    const float e = kiln_extreme16<A, BF, W>(w);
+    if (p != KILN_NO_POS && (v != v || A::within(e, v))) return;
+    float x[N];
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+        if (BF) kiln_bf16x2_cvt(w[i], x[2 * i], x[2 * i + 1]);
+        else kiln_f16x2_cvt(w[i], x[2 * i], x[2 * i + 1]);
+    }
+    kiln_arg_take<A, N, V>(v, p, e, x, q, stride);
 }
 
 // kiln_maxf over N values in order, for N a multiple of 4: max.NaN over four running partials
@@ -310,23 +374,21 @@ __device__ __forceinline__ float kiln_max_in_order(const float* x) {
 // one add; a NaN or zero extreme adds the values one by one, since which NaN and which zero the
 // state keeps depend on their order.
 template <class A, int N>
-__device__ __forceinline__ void kiln_ext_step(float& v, int& p, const float (&x)[N]) {
-    static_assert(N % 4 == 0, "a step holds whole groups of at least 4 elements");
-    float m0 = x[0], m1 = x[1], m2 = x[2], m3 = x[3];
-#pragma unroll
-    for (int u = 4; u < N; u += 4) {
-        m0 = A::extreme(m0, x[u]);
-        m1 = A::extreme(m1, x[u + 1]);
-        m2 = A::extreme(m2, x[u + 2]);
-        m3 = A::extreme(m3, x[u + 3]);
-    }
-    const float e = A::extreme(A::extreme(m0, m1), A::extreme(m2, m3));
+__device__ __forceinline__ void kiln_ext_take(float& v, int& p, float e, const float (&x)[N]) {
     if (e != e || e == 0.0f) {
 #pragma unroll
         for (int u = 0; u < N; ++u) A::add(v, p, x[u], 0);
     } else {
         A::add(v, p, e, 0);
     }
+}
+template <class A, int N>
+__device__ __forceinline__ void kiln_ext_step(float& v, int& p, const float (&x)[N]) {
+    kiln_ext_take<A, N>(v, p, kiln_extreme<A, N>(x), x);
+}
+template <class A, int N, bool BF, int W>
+__device__ __forceinline__ void kiln_ext_step16(float& v, int& p, const float (&x)[N], const unsigned (&w)[W]) {
+    kiln_ext_take<A, N>(v, p, kiln_extreme16<A, BF, W>(w), x);
 }
 
 // Lane 0 ends with the warp's combined state.

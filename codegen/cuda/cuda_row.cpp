@@ -397,6 +397,25 @@ void Emitter::emit_row_kernel(bool registers) {
                     return fmt::format("b{} + {} + {}{}", buf, offset((int)buf), at,
                                        w ? fmt::format(" + {}", w * gw.per_word) : "");
                 };
+                // The step's words holding instruction id's values when id loads a 16-bit float
+                // buffer that this step moves in words, two values a 32-bit word, in element order
+                // (a C initializer list); "" otherwise.
+                auto packed_words = [&](int id, int n) -> std::string {
+                    const kir::Instr& in = k_.instrs[id];
+                    if (in.op != Op::Load || std::find(vec_loads.begin(), vec_loads.end(), (size_t)in.index) == vec_loads.end())
+                        return "";
+                    const DType t = k_.buffers[in.index].dtype;
+                    const GroupWords gw = group_words(t, vw);
+                    if ((t != DType::Float16 && t != DType::BFloat16) || gw.words == 0 || gw.per_word % 2) return "";
+                    static const char* const part[] = {".x", ".y", ".z", ".w"};
+                    std::string list;
+                    for (int g = 0; g < n / vw; ++g)
+                        for (int w = 0; w < gw.words; ++w)
+                            for (int l = 0; l < gw.per_word / 2; ++l)
+                                list += fmt::format("{}w{}_{}_{}{}", list.empty() ? "" : ", ", in.index, g, w,
+                                                    gw.per_word == 2 ? "" : part[l]);
+                    return list;
+                };
                 // The step after its loads: the words to floats, the elements, the stores.
                 auto step_body = [&](Unpack mode) {
                     for (size_t buf : vec_loads) {
@@ -419,11 +438,13 @@ void Emitter::emit_row_kernel(bool registers) {
                     for (const detail::RowFold& f : folds_now_)
                         if (f.kind == detail::RowFold::Moments && f.shared >= 0) step_summed_[f.shared] = true;
                     step_arg_.assign(k_.accums.size(), false);
+                    step_words_.assign(k_.accums.size(), "");
                     for (int ai : b.accums)
                         if (stepped(k_.accums[ai].kind) && k_.accums[ai].type == CT::F32 &&
                             (from_fold_.empty() || !from_fold_[ai]) && !step_summed_[ai]) {
                             step_arg_[ai] = true;
-                            line("float av{}[{}];", ai, n);
+                            step_words_[ai] = packed_words(k_.accums[ai].value, n);
+                            if (!is_arg(k_.accums[ai].kind) || step_words_[ai].empty()) line("float av{}[{}];", ai, n);
                         }
                     folds_grouped_ = in_order_ = true;
                     line("#pragma unroll");
@@ -434,12 +455,27 @@ void Emitter::emit_row_kernel(bool registers) {
                     folds_grouped_ = in_order_ = false;
                     step_summed_.clear();
                     for (int ai : b.accums)
-                        if (step_arg_[ai] && is_arg(k_.accums[ai].kind))
-                            line("kiln_arg_step<{0}, {1}, {2}>(acc{3}_v, acc{3}_p, av{3}, q, (long long)G << {4});",
-                                 acc_struct(k_.accums[ai]), n, vw, ai, shift);
-                        else if (step_arg_[ai])
-                            line("kiln_ext_step<{0}, {1}>(acc{2}_v, acc{2}_p, av{2});", acc_struct(k_.accums[ai]), n, ai);
+                        if (step_arg_[ai]) {
+                            // A value loaded as this step's 16-bit words: its extreme from the words.
+                            const std::string& words = step_words_[ai];
+                            const bool bf = !words.empty() &&
+                                            k_.buffers[k_.instrs[k_.accums[ai].value].index].dtype == DType::BFloat16;
+                            if (!words.empty())
+                                line("const unsigned pw{}[{}] = {{{}}};", ai, n / 2, words);
+                            if (is_arg(k_.accums[ai].kind) && words.empty())
+                                line("kiln_arg_step<{0}, {1}, {2}>(acc{3}_v, acc{3}_p, av{3}, q, (long long)G << {4});",
+                                     acc_struct(k_.accums[ai]), n, vw, ai, shift);
+                            else if (is_arg(k_.accums[ai].kind))
+                                line("kiln_arg_step16<{0}, {1}, {2}, {5}, {6}>(acc{3}_v, acc{3}_p, pw{3}, q, (long long)G << {4});",
+                                     acc_struct(k_.accums[ai]), n, vw, ai, shift, bf ? "true" : "false", n / 2);
+                            else if (words.empty())
+                                line("kiln_ext_step<{0}, {1}>(acc{2}_v, acc{2}_p, av{2});", acc_struct(k_.accums[ai]), n, ai);
+                            else
+                                line("kiln_ext_step16<{0}, {1}, {3}, {4}>(acc{2}_v, acc{2}_p, av{2}, pw{2});",
+                                     acc_struct(k_.accums[ai]), n, ai, bf ? "true" : "false", n / 2);
+                        }
                     step_arg_.clear();
+                    step_words_.clear();
                     // The step's values as one group: its mean, the squared deviations from it, merged;
                     // or its max, the sum of exponentials about it, merged.
                     for (const detail::RowFold& f : folds_now_) {

@@ -853,6 +853,50 @@ TEST_CASE("gpu: softmax's max and sum of exponentials in one round agree with th
     CHECK(cases == 60);
 }
 
+// Stored exps keep ex2's subnormal fix-up (kiln_exp_fast; only a sum of exponentials about the
+// max flushes): softmax rows whose exps fall below float's normal range (values 88 to 92 under
+// the row's max, the sum of exponentials about 1) keep them as bfloat16 subnormals, within a
+// subnormal step of float64's; float16 rounds them to zero. The register entry, a block and a
+// cluster a row.
+TEST_CASE("gpu: 16-bit softmax keeps exps below float's normal range (bfloat16 subnormals)") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    int cases = 0;
+    for (DType dt : {DType::BFloat16, DType::Float16})
+        for (int64_t N : {1000, 5001, 70001}) {
+            const int64_t M = 8;
+            INFO(dtype_name(dt) << " " << M << "x" << N);
+            std::vector<float> h((size_t)(M * N));
+            for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < N; ++j)
+                    h[(size_t)(i * N + j)] = j == i ? 0.0f : j % 7 == 3 ? -88.0f - float((i + j) % 5) : -20.0f;
+            for (auto& x : h) x = dt == DType::Float16 ? f16_to_float(float_to_f16(x)) : bf16_to_float(float_to_bf16(x));
+            Tensor X = ctx.array(h, {M, N}, dt), Y = ctx.empty({M, N}, dt);
+            Y[all] = exp(X - max(X, 1)) * reciprocal(sum(exp(X - max(X, 1)), 1));
+            const std::vector<float> y = Y.to_vector<float>();
+            const double step = std::ldexp(1.0, -133);   // bfloat16's least subnormal
+            const double floor16 = dt == DType::Float16 ? std::ldexp(1.0, -24) : step;   // the dtype's
+            int bad = 0, tiny = 0;
+            for (int64_t i = 0; i < M; ++i) {
+                double sum = 0;
+                for (int64_t j = 0; j < N; ++j) sum += std::exp((double)h[(size_t)(i * N + j)]);
+                for (int64_t j = 0; j < N; ++j) {
+                    const double e = std::exp((double)h[(size_t)(i * N + j)]) / sum, g = y[(size_t)(i * N + j)];
+                    if (e < 1.17549435e-38) {
+                        ++tiny;
+                        bad += dt == DType::Float16 ? g != 0.0 : !(std::abs(g - e) <= step + e / 128) || g == 0.0;
+                    } else {
+                        bad += !(std::abs(g - e) <= e / (dt == DType::Float16 ? 1000.0 : 120.0) + floor16);
+                    }
+                }
+            }
+            CHECK(tiny > M * N / 8);
+            CHECK(bad == 0);
+            ++cases;
+        }
+    CHECK(cases == 6);
+}
+
 // Arg reductions along rows take a thread's elements in order on the grouped path (fewer
 // tests per element) and in any order on the element-by-element one (rows out of phase wrap):
 // ties keep the first position (-0 and +0 tie), the first NaN wins, a row of -inf (or of +inf

@@ -247,7 +247,7 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
 
 // A grouped step hands a float arg kind its values at once (kiln_arg_step: the step's extreme,
 // then the first position holding it); an int32 one takes them one by one (add_next).
-TEST_CASE("row kernels take a float arg, max or min reduction's grouped step at once, an int32 one element by element") {
+TEST_CASE("row kernels take a float arg, max or min reduction's grouped step at once (16-bit: from its words), an int32 one element by element") {
     for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Int32}) {
         for (kir::AccKind kind : {kir::AccKind::ArgMax, kir::AccKind::ArgMin, kir::AccKind::Max, kir::AccKind::Min}) {
             const bool arg = kind == kir::AccKind::ArgMax || kind == kir::AccKind::ArgMin;
@@ -263,8 +263,11 @@ TEST_CASE("row kernels take a float arg, max or min reduction's grouped step at 
             b.store(o, b.acc_result(acc));
             const CudaSource src = codegen::emit_cuda(b.kernel());
             const std::string name = std::string("kiln_") + kname + (t == DType::Int32 ? "_i" : "_f");
-            const std::string step = arg ? "kiln_arg_step<" : "kiln_ext_step<";
+            // 16-bit values: the step's extreme from its words as loaded (kiln_*_step16).
+            const bool half = t == DType::Float16 || t == DType::BFloat16;
+            const std::string step = std::string(arg ? "kiln_arg_step" : "kiln_ext_step") + (half ? "16<" : "<");
             CHECK((src.code.find(step + name + ", ") != std::string::npos) == (t != DType::Int32));
+            if (half) CHECK(src.code.find(std::string(", ") + (t == DType::BFloat16 ? "true" : "false") + ", ") != std::string::npos);
             CHECK((src.code.find(name + "::add_next(acc") != std::string::npos) == (t == DType::Int32));
             require_compiles("argstep", src);
         }
