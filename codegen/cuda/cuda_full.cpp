@@ -7,6 +7,11 @@
 
 namespace kiln::codegen::detail {
 
+namespace {
+// Groups of 16 bytes a thread of a full reduction's partial kernel has in flight at once.
+constexpr int kFullGroupsInFlight = 4;
+} // namespace
+
 // Elements per group of a full reduction's partial kernel: 16 bytes of the widest buffer its
 // loop block loads, when the domain is rank 1 and every buffer the block touches is contiguous
 // or a broadcast scalar (and nothing reads coordinates, no value is 64-bit); else 1.
@@ -56,24 +61,46 @@ void Emitter::emit_partial_kernel() {
             }
         open(fmt::format("if ((({}) & 15) == 0)", mis));
         line("const long long groups = (rend - rbegin) / {};", vw);
-        line("#pragma unroll 4");
-        open("for (long long q = threadIdx.x; q < groups; q += blockDim.x)");
-        for (size_t buf : vec) {
-            const DType t = k_.buffers[buf].dtype;
-            const char* wt = word_type(t, vw);
-            line("const {0} w{1} = *(const {0}*)(b{1} + rbegin + q * {2});", wt, buf, vw);
-            line("{} e{}[{}];", ctype(compute_type(t)), buf, vw);
-            emit_unpack(t, vw, fmt::format("w{}", buf), fmt::format("e{}", buf), 0,
-                        needs_exact_load(buf, 0) ? Unpack::Tested : Unpack::Hardware);
-        }
-        for (int u = 0; u < vw; ++u) {
-            open("");
-            line("const long long ri = rbegin + q * {} + {};", vw, u);
-            for (size_t buf : vec) load_override_[buf] = fmt::format("e{}[{}]", buf, u);
-            emit_rloop_body(0);
-            load_override_.assign(k_.buffers.size(), "");
-            close();
-        }
+        // Group q + g * blockDim.x of the thread, its values folded in order.
+        auto group = [&](int g) {
+            const std::string at = g ? fmt::format("(q + {} * (long long)blockDim.x)", g) : "q";
+            for (size_t buf : vec) {
+                const DType t = k_.buffers[buf].dtype;
+                line("{} e{}_{}[{}];", ctype(compute_type(t)), buf, g, vw);
+                emit_unpack(t, vw, fmt::format("w{}_{}", buf, g), fmt::format("e{}_{}", buf, g), 0,
+                            needs_exact_load(buf, 0) ? Unpack::Tested : Unpack::Hardware);
+            }
+            for (int u = 0; u < vw; ++u) {
+                open("");
+                line("const long long ri = rbegin + {} * {} + {};", at, vw, u);
+                for (size_t buf : vec) load_override_[buf] = fmt::format("e{}_{}[{}]", buf, g, u);
+                emit_rloop_body(0);
+                load_override_.assign(k_.buffers.size(), "");
+                close();
+            }
+        };
+        auto loads = [&](int n) {
+            for (int g = 0; g < n; ++g)
+                for (size_t buf : vec) {
+                    const char* wt = word_type(k_.buffers[buf].dtype, vw);
+                    line("const {0} w{1}_{3} = *(const {0}*)(b{1} + rbegin + {4} * {2});", wt, buf, vw, g,
+                         g ? fmt::format("(q + {} * (long long)blockDim.x)", g) : "q");
+                }
+        };
+        // kFullGroupsInFlight groups a thread loaded before any is folded (a loop unrolled by the
+        // compiler tests its bound between copies, so their loads would wait on each other), then
+        // the rest one at a time: the same groups in the same order either way.
+        line("long long q = threadIdx.x;");
+        line("#pragma unroll 1");
+        open(fmt::format("for (; q + {} * (long long)blockDim.x < groups; q += {} * (long long)blockDim.x)",
+                         kFullGroupsInFlight - 1, kFullGroupsInFlight));
+        loads(kFullGroupsInFlight);
+        for (int g = 0; g < kFullGroupsInFlight; ++g) group(g);
+        close();
+        line("#pragma unroll 1");
+        open("for (; q < groups; q += blockDim.x)");
+        loads(1);
+        group(0);
         close();
         line("rrest = rbegin + groups * {};", vw);
         close();

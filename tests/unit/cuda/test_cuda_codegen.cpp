@@ -211,8 +211,10 @@ TEST_CASE("kernel shapes follow the reduced dims and the layout") {
     std::string row = codegen::emit_cuda(test::row_softmax_kernel()).code;
     CHECK(row.find("kiln_row_reduce<kiln_argmax_f, 2>") != std::string::npos);
     // A thread's grouped steps take a float arg kind's elements as one step (its extreme, then
-    // the first position of it); the element-by-element loops take them one by one.
-    CHECK(row.find("kiln_arg_step<kiln_argmax_f, ") != std::string::npos);
+    // the first position of it; float16 values from their words as loaded); the
+    // element-by-element loops take them one by one.
+    CHECK(row.find("kiln_arg_step16<kiln_argmax_f, ") != std::string::npos);
+    CHECK(row.find("kiln_ext_step16<kiln_max_f, ") != std::string::npos);
     CHECK(row.find("kiln_argmax_f::add_next(acc") == std::string::npos);
     CHECK(row.find("kiln_argmax_f::add(acc") != std::string::npos);
     // A cluster's blocks exchange partials through mbarriers: a cluster barrier after their
