@@ -8,8 +8,10 @@
 namespace kiln::codegen::detail {
 
 namespace {
-// Groups of 16 bytes a thread of a full reduction's partial kernel has in flight at once.
+// Groups of 16 bytes, or single points, a thread of a full reduction's partial kernel has in
+// flight at once.
 constexpr int kFullGroupsInFlight = 4;
+constexpr int kFullPointsInFlight = 8;
 } // namespace
 
 // Elements per group of a full reduction's partial kernel: 16 bytes of the widest buffer its
@@ -105,9 +107,22 @@ void Emitter::emit_partial_kernel() {
         line("rrest = rbegin + groups * {};", vw);
         close();
     }
-    // Unrolled so that several loads of a thread are in flight at once.
-    line("#pragma unroll 8");
-    open("for (long long ri = rrest + threadIdx.x; ri < rend; ri += blockDim.x)");
+    // The rest element by element: kFullPointsInFlight points a thread in straight-line copies
+    // (no bound test between them, so their loads are in flight at once), then one at a time.
+    line("long long r0 = rrest + threadIdx.x;");
+    line("#pragma unroll 1");
+    open(fmt::format("for (; r0 + {} * (long long)blockDim.x < rend; r0 += {} * (long long)blockDim.x)",
+                     kFullPointsInFlight - 1, kFullPointsInFlight));
+    for (int u = 0; u < kFullPointsInFlight; ++u) {
+        open("");
+        line("const long long ri = r0 + {} * (long long)blockDim.x;", u);
+        emit_rloop_body(0);
+        close();
+    }
+    close();
+    line("#pragma unroll 1");
+    open("for (; r0 < rend; r0 += blockDim.x)");
+    line("const long long ri = r0;");
     emit_rloop_body(0);
     close();
     block_reduce_acc_states(b);
