@@ -142,7 +142,7 @@ __device__ __forceinline__ float kiln_min_nan(float x, float y) {
 // The same on two pairs of 16-bit floats at once (float16, or bfloat16 where BF), sm_80 on.
 template <bool BF>
 __device__ __forceinline__ unsigned kiln_max_nan_x2(unsigned a, unsigned b) {
-    unsigned r;
+    unsigned r = a;
 #if __CUDA_ARCH__ >= 800
     if (BF) asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     else asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
@@ -151,7 +151,7 @@ __device__ __forceinline__ unsigned kiln_max_nan_x2(unsigned a, unsigned b) {
 }
 template <bool BF>
 __device__ __forceinline__ unsigned kiln_min_nan_x2(unsigned a, unsigned b) {
-    unsigned r;
+    unsigned r = a;
 #if __CUDA_ARCH__ >= 800
     if (BF) asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     else asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
@@ -298,6 +298,18 @@ __device__ __forceinline__ float kiln_extreme(const float (&x)[N]) {
 // conversion where the state does not move (a NaN among them gives NaN).
 template <class A, bool BF, int W>
 __device__ __forceinline__ float kiln_extreme16(const unsigned (&w)[W]) {
+#if __CUDA_ARCH__ < 800   // (no paired max.NaN: the values widened)
+    float x[2 * W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+        if (BF) kiln_bf16x2_cvt(w[i], x[2 * i], x[2 * i + 1]);
+        else kiln_f16x2_cvt(w[i], x[2 * i], x[2 * i + 1]);
+    }
+    float e = x[0];
+#pragma unroll
+    for (int u = 1; u < 2 * W; ++u) e = A::extreme(e, x[u]);
+    return e;
+#else
     unsigned m[W < 4 ? W : 4];
 #pragma unroll
     for (int i = 0; i < (W < 4 ? W : 4); ++i) m[i] = w[i];
@@ -309,6 +321,7 @@ __device__ __forceinline__ float kiln_extreme16(const unsigned (&w)[W]) {
     if (BF) kiln_bf16x2_cvt(m[0], lo, hi);
     else kiln_f16x2_cvt(m[0], lo, hi);
     return A::extreme(lo, hi);
+#endif
 }
 // State (v, p) after a step whose extreme is e: only when e moves it (an empty state, a larger
 // value for argmax, a NaN) the first element equal to it, or the first NaN.
