@@ -139,22 +139,16 @@ __device__ __forceinline__ float kiln_min_nan(float x, float y) {
     return kiln_minf(x, y);
 #endif
 }
-// The same on two pairs of 16-bit floats at once (float16, or bfloat16 where BF), sm_80 on.
-template <bool BF>
-__device__ __forceinline__ unsigned kiln_max_nan_x2(unsigned a, unsigned b) {
+// The same on two pairs of 16-bit floats at once (max.NaN where Max, else min.NaN; float16, or
+// bfloat16 where BF), sm_80 on.
+template <bool Max, bool BF>
+__device__ __forceinline__ unsigned kiln_ext_nan_x2(unsigned a, unsigned b) {
     unsigned r = a;
 #if __CUDA_ARCH__ >= 800
-    if (BF) asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    else asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-#endif
-    return r;
-}
-template <bool BF>
-__device__ __forceinline__ unsigned kiln_min_nan_x2(unsigned a, unsigned b) {
-    unsigned r = a;
-#if __CUDA_ARCH__ >= 800
-    if (BF) asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    else asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    if (Max && BF) asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    if (Max && !BF) asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    if (!Max && BF) asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    if (!Max && !BF) asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
 #endif
     return r;
 }
@@ -314,9 +308,9 @@ __device__ __forceinline__ float kiln_extreme16(const unsigned (&w)[W]) {
 #pragma unroll
     for (int i = 0; i < (W < 4 ? W : 4); ++i) m[i] = w[i];
 #pragma unroll
-    for (int i = 4; i < W; ++i) m[i % 4] = A::is_max ? kiln_max_nan_x2<BF>(m[i % 4], w[i]) : kiln_min_nan_x2<BF>(m[i % 4], w[i]);
+    for (int i = 4; i < W; ++i) m[i % 4] = kiln_ext_nan_x2<A::is_max, BF>(m[i % 4], w[i]);
 #pragma unroll
-    for (int i = 1; i < (W < 4 ? W : 4); ++i) m[0] = A::is_max ? kiln_max_nan_x2<BF>(m[0], m[i]) : kiln_min_nan_x2<BF>(m[0], m[i]);
+    for (int i = 1; i < (W < 4 ? W : 4); ++i) m[0] = kiln_ext_nan_x2<A::is_max, BF>(m[0], m[i]);
     float lo, hi;
     if (BF) kiln_bf16x2_cvt(m[0], lo, hi);
     else kiln_f16x2_cvt(m[0], lo, hi);
