@@ -572,10 +572,16 @@ void Emitter::emit_rloop_offsets(const Uses& u) {
 }
 
 // The body of a Loop block for one R point at flattened R index `ri`.
-void Emitter::emit_rloop_body(size_t bi) {
+void Emitter::emit_rloop_body(size_t bi, bool walked) {
     const kir::Block& b = k_.blocks[bi];
     scope_ = Scope::RLoop;
-    emit_coords(rdims_, "ri", needed_coords(block_uses_[bi], rdims_, true), "tr");
+    const std::vector<bool> need = needed_coords(block_uses_[bi], rdims_, true);
+    if (walked) {
+        for (int d : rdims_)
+            if (need[d]) line("const long long c{0} = k{0};", d);
+    } else {
+        emit_coords(rdims_, "ri", need, "tr");
+    }
     emit_rloop_offsets(block_uses_[bi]);
     emit_instrs(b);
     add_to_acc_states(b, "(int)ri");

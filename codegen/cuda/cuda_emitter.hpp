@@ -214,7 +214,8 @@ private:
     void emit_rloop_offsets(const Uses& u);
 
     // The body of a Loop block for one R point at flattened R index `ri`.
-    void emit_rloop_body(size_t bi);
+    // walked: the coordinates are kept in k<d> (a full reduction's walk), not divided out of ri.
+    void emit_rloop_body(size_t bi, bool walked = false);
 
     // ---- the kernels
 

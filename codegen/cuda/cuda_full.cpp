@@ -109,21 +109,59 @@ void Emitter::emit_partial_kernel() {
     }
     // The rest element by element: kFullPointsInFlight points a thread in straight-line copies
     // (no bound test between them, so their loads are in flight at once), then one at a time.
+    // Past rank 1 the thread keeps its point's coordinates (k<d>) and steps them by blockDim.x's
+    // digits in the domain's radix (s<d>), a carry a dim, instead of dividing each point's
+    // index by the sizes (64-bit divisions, some hundred instructions a point).
+    const std::vector<bool> need = needed_coords(block_uses_[0], rdims_, true);
+    const bool walk = rdims_.size() > 1 && std::any_of(rdims_.begin(), rdims_.end(), [&](int d) { return need[d]; });
     line("long long r0 = rrest + threadIdx.x;");
+    if (walk) {
+        auto digits = [&](const std::string& lin, const char* name) {
+            std::string cur = lin;
+            for (size_t j = rdims_.size(); j-- > 0;) {
+                const int d = rdims_[j];
+                if (j == 0) {
+                    line("{}{} = {};", name, d, cur);
+                    break;
+                }
+                line("{}{} = {} % {};", name, d, cur, size(d));
+                cur = fmt::format("({} / {})", cur, size(d));
+            }
+        };
+        for (int d : rdims_) line("long long k{0} = 0, s{0} = 0;", d);
+        open("if (nr > 0)");   // (every size then at least 1)
+        digits("r0", "k");
+        digits("(long long)blockDim.x", "s");
+        close();
+    }
+    auto point = [&](const std::string& ri) {
+        open("");
+        line("const long long ri = {};", ri);
+        emit_rloop_body(0, walk);
+        close();
+        if (!walk) return;
+        // The next point: the digits added from the innermost dim out, each carry at most one.
+        open("");
+        for (size_t j = rdims_.size(); j-- > 0;) {
+            const int d = rdims_[j];
+            if (j == 0) {
+                line("k{0} += s{0}{1};", d, j + 1 < rdims_.size() ? fmt::format(" + carry{}", rdims_[j + 1]) : "");
+                break;
+            }
+            line("k{0} += s{0}{1};", d, j + 1 < rdims_.size() ? fmt::format(" + carry{}", rdims_[j + 1]) : "");
+            line("const long long carry{0} = k{0} >= {1};", d, size(d));
+            line("if (carry{0}) k{0} -= {1};", d, size(d));
+        }
+        close();
+    };
     line("#pragma unroll 1");
     open(fmt::format("for (; r0 + {} * (long long)blockDim.x < rend; r0 += {} * (long long)blockDim.x)",
                      kFullPointsInFlight - 1, kFullPointsInFlight));
-    for (int u = 0; u < kFullPointsInFlight; ++u) {
-        open("");
-        line("const long long ri = r0 + {} * (long long)blockDim.x;", u);
-        emit_rloop_body(0);
-        close();
-    }
+    for (int u = 0; u < kFullPointsInFlight; ++u) point(fmt::format("r0 + {} * (long long)blockDim.x", u));
     close();
     line("#pragma unroll 1");
     open("for (; r0 < rend; r0 += blockDim.x)");
-    line("const long long ri = r0;");
-    emit_rloop_body(0);
+    point("r0");
     close();
     block_reduce_acc_states(b);
     open("if (threadIdx.x == 0)");

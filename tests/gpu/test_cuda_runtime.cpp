@@ -385,6 +385,48 @@ TEST_CASE("gpu: row reductions by a warp, a block, a cluster and uncached long r
         }
 }
 
+// Full reductions over views of rank 2 and 3 take their points element by element, each
+// thread stepping its coordinates by the block's digits in the domain's radix: inner sizes
+// below, near and above the block of 256 threads (carries of every size), every other row, a
+// column left out, a transposed view; sums (exact: small integers), max and argmax against the
+// CPU backend.
+TEST_CASE("gpu: full reductions over strided views of rank 2 and 3 agree with the CPU backend") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    struct Case { int64_t A, B, C; };
+    int cases = 0;
+    for (Case c : {Case{1, 300, 7}, Case{1, 64, 255}, Case{1, 90, 256}, Case{1, 40, 1001}, Case{5, 37, 11},
+                   Case{3, 129, 70}, Case{1, 2000, 513}})
+        for (int view = 0; view < 3; ++view) {
+            INFO(c.A << "x" << c.B << "x" << c.C << ", view " << view);
+            // Small integers: every sum exact in any order; many ties for argmax's first position.
+            std::vector<float> h = random_floats((size_t)(c.A * c.B * c.C), (uint32_t)(c.B * 7 + c.C + view), -4, 4);
+            for (auto& x : h) x = std::round(2 * x);
+            double sums[2];
+            float maxes[2];
+            int32_t args[2];
+            for (int side = 0; side < 2; ++side) {
+                Context& ctx = side ? cpu : gpu;
+                Tensor X = ctx.array(h, {c.A, c.B, c.C});
+                Tensor V = view == 0 ? X.slice({Slice::all(), Slice::range(0, c.B, 2), Slice::all()})
+                           : view == 1 ? X.slice({Slice::all(), Slice::all(), Slice::range(1, c.C)})
+                                       : X.slice({Slice::all(), Slice::range(1, c.B), Slice::all()}).transpose();
+                Tensor S = ctx.empty({1, 1, 1}), M = ctx.empty({1, 1, 1}), I = ctx.empty({1, 1, 1}, DType::Int32);
+                S[all] = sum(V);
+                M[all] = max(V);
+                I[all] = argmax(V);
+                sums[side] = S.to_vector<float>()[0];
+                maxes[side] = M.to_vector<float>()[0];
+                args[side] = I.to_vector<int32_t>()[0];
+            }
+            CHECK(sums[0] == sums[1]);
+            CHECK(maxes[0] == maxes[1]);
+            CHECK(args[0] == args[1]);
+            ++cases;
+        }
+    CHECK(cases == 21);
+}
+
 TEST_CASE("gpu: prod along rows (warp, block, cluster), columns (split) and all agrees with float64 and wrapping int32") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
