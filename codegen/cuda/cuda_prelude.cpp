@@ -268,14 +268,10 @@ template <class K> struct kiln_argmin {
 KILN_ACC_KINDS(f, kiln_f)
 KILN_ACC_KINDS(i, kiln_i)
 
-// A row's grouped step into an arg kind's float state: N values in position order (element u
-// at position q + (u / V) * stride + u % V), as add_next would take them one by one. The step's
-// extreme first (max.NaN or min.NaN, four running partials); only when it moves the state (an
-// empty state, a larger value for argmax, a NaN) the first element equal to it, or the first
-// NaN. A state moves in few of a thread's steps, so an element costs about one instruction
-// instead of the five of add_next's tests and selects.
+// The extreme of a step's N float values: A's (max.NaN or min.NaN) over four running partials,
+// an instruction a value; a NaN among them gives NaN.
 template <class A, int N>
-__device__ __forceinline__ float kiln_extreme(const float (&x)[N]) {
+__device__ __forceinline__ float kiln_extreme(const float* x) {
     static_assert(N % 4 == 0, "a step holds whole groups of at least 4 elements");
     float m0 = x[0], m1 = x[1], m2 = x[2], m3 = x[3];
 #pragma unroll
@@ -299,10 +295,7 @@ __device__ __forceinline__ float kiln_extreme16(const unsigned (&w)[W]) {
         if (BF) kiln_bf16x2_cvt(w[i], x[2 * i], x[2 * i + 1]);
         else kiln_f16x2_cvt(w[i], x[2 * i], x[2 * i + 1]);
     }
-    float e = x[0];
-#pragma unroll
-    for (int u = 1; u < 2 * W; ++u) e = A::extreme(e, x[u]);
-    return e;
+    return kiln_extreme<A, 2 * W>(x);
 #else
     unsigned m[W < 4 ? W : 4];
 #pragma unroll
@@ -333,6 +326,12 @@ __device__ __forceinline__ void kiln_arg_take(float& v, int& p, float e, const f
     v = e;
     p = (int)(q + (long long)(f / V) * stride + f % V);
 }
+// A row's grouped step into an arg kind's float state: N values in position order (element u
+// at position q + (u / V) * stride + u % V), as add_next would take them one by one. The step's
+// extreme first (kiln_extreme); only when it moves the state (an empty state, a larger value
+// for argmax, a NaN) the first element equal to it, or the first NaN. A state moves in few of a
+// thread's steps, so an element costs about one instruction instead of the five of add_next's
+// tests and selects.
 template <class A, int N, int V>
 __device__ __forceinline__ void kiln_arg_step(float& v, int& p, const float (&x)[N], long long q, long long stride) {
     kiln_arg_take<A, N, V>(v, p, kiln_extreme<A, N>(x), x, q, stride);
@@ -353,21 +352,12 @@ __device__ __forceinline__ void kiln_arg_step16(float& v, int& p, const unsigned
     kiln_arg_take<A, N, V>(v, p, e, x, q, stride);
 }
 
-// kiln_maxf over N values in order, for N a multiple of 4: max.NaN over four running partials
-// (an instruction a value). Which NaN and which of +0 and -0 the ordered fold keeps depend on
-// the order, so a NaN or zero result takes the values one by one instead.
+// kiln_maxf over N values in order, for N a multiple of 4, by kiln_extreme. Which NaN and which
+// of +0 and -0 the ordered fold keeps depend on the order, so a NaN or zero result takes the
+// values one by one instead.
 template <int N>
 __device__ __forceinline__ float kiln_max_in_order(const float* x) {
-    static_assert(N % 4 == 0, "a step holds whole groups of at least 4 elements");
-    float m0 = x[0], m1 = x[1], m2 = x[2], m3 = x[3];
-#pragma unroll
-    for (int u = 4; u < N; u += 4) {
-        m0 = kiln_max_nan(m0, x[u]);
-        m1 = kiln_max_nan(m1, x[u + 1]);
-        m2 = kiln_max_nan(m2, x[u + 2]);
-        m3 = kiln_max_nan(m3, x[u + 3]);
-    }
-    float g = kiln_max_nan(kiln_max_nan(m0, m1), kiln_max_nan(m2, m3));
+    float g = kiln_extreme<kiln_max_f, N>(x);
     if (g != g || g == 0.0f) {
         g = x[0];
 #pragma unroll
@@ -377,9 +367,9 @@ __device__ __forceinline__ float kiln_max_in_order(const float* x) {
 }
 
 // A row's grouped step into a max or min float state: N values in position order, as add_next
-// would take them one by one. Their extreme (max.NaN or min.NaN, four running partials), then
-// one add; a NaN or zero extreme adds the values one by one, since which NaN and which zero the
-// state keeps depend on their order.
+// would take them one by one. Their extreme (kiln_extreme, or kiln_extreme16 from 16-bit
+// words), then one add; a NaN or zero extreme adds the values one by one, since which NaN and
+// which zero the state keeps depend on their order.
 template <class A, int N>
 __device__ __forceinline__ void kiln_ext_take(float& v, int& p, float e, const float (&x)[N]) {
     if (e != e || e == 0.0f) {
