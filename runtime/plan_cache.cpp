@@ -2,10 +2,9 @@
 
 #include "compiler/key.hpp"
 #include "ir/error.hpp"
+#include "runtime/signature_walk.hpp"
 
-#include <algorithm>
 #include <cstring>
-#include <unordered_map>
 
 namespace kiln {
 
@@ -22,31 +21,6 @@ uint64_t storage_class_of(AssignmentSignature& sig, Storage* s) {
     return sig.storages.size() - 1;
 }
 
-namespace {
-
-// Position of `n` in `order` (its postorder index). Graphs are usually small, and a short scan
-// from the back (operands are usually close to their users) beats a hash map; past that the
-// map, so a graph of many thousands of nodes does not cost their square.
-struct OrderIndex {
-    const std::vector<const Node*>& order;
-    std::unordered_map<const Node*, uint64_t> map;
-    explicit OrderIndex(const std::vector<const Node*>& o) : order(o) {
-        if (o.size() > 64)
-            for (size_t i = 0; i < o.size(); ++i) map.emplace(o[i], i);
-    }
-    uint64_t operator()(size_t before, const Node* n) const {
-        if (map.empty()) {
-            for (size_t i = before; i-- > 0;)
-                if (order[i] == n) return i;
-        } else if (auto it = map.find(n); it != map.end() && it->second < before) {
-            return it->second;
-        }
-        throw InternalError("assignment_signature: operand not visited before its user");
-    }
-};
-
-} // namespace
-
 // A word at a time: it runs on every assignment, and byte-wise FNV over a few hundred bytes
 // costs more than the rest of the lookup. In memory only, never persisted.
 uint64_t signature_hash(const std::vector<uint64_t>& w) {
@@ -60,9 +34,8 @@ uint64_t signature_hash(const std::vector<uint64_t>& w) {
 
 namespace {
 
-// Appends one assignment's words: the destination, then the graph in postorder.
-// rand() nodes are numbered in the order first met, across every assignment of the signature
-// (`rands`), so that sharing one between expressions is part of the structure.
+// Appends one assignment's words: the destination, then the graph in postorder (rands: as
+// walk_signature's).
 void append_assignment(const NodePtr& root, const View& dst, const char* op, AssignmentSignature& out,
                        std::vector<const Node*>& rands) {
     auto& w = out.words;
@@ -70,44 +43,25 @@ void append_assignment(const NodePtr& root, const View& dst, const char* op, Ass
         w.push_back(storage_class_of(out, v.storage.get()));
         w.push_back((uint64_t)v.offset);
         for (int64_t s : v.strides) w.push_back((uint64_t)s);
+        return true;
     };
     auto put_shape = [&](const Shape& s) {
         w.push_back(s.size());
         for (int64_t d : s) w.push_back((uint64_t)d);
+        return true;
+    };
+    auto written = [&](const Node& n) {
+        if (n.op == OpKind::Leaf && !n.view.storage->written)
+            fail(Error::Kind::Value,
+                 "{}: reads a {} tensor of shape {} that was never written (created by empty() and not assigned); "
+                 "assign it, or create it with zeros()/array()",
+                 op, dtype_name(n.dtype), shape_str(n.shape));
+        return true;
     };
     w.push_back((uint64_t)dst.dtype);
     put_shape(dst.shape);
     put_view(dst);
-    std::vector<const Node*> order = postorder(root);
-    const OrderIndex index_in(order);
-    for (size_t i = 0; i < order.size(); ++i) {
-        const Node& n = *order[i];
-        w.push_back((uint64_t)n.op | (uint64_t)n.dtype << 8 | (uint64_t)n.weak << 16 | (uint64_t)n.inputs.size() << 24 |
-                    (uint64_t)(uint32_t)n.axis << 32);
-        put_shape(n.shape);
-        for (const NodePtr& in : n.inputs) w.push_back(index_in(i, in.get()));
-        switch (n.op) {
-        case OpKind::Leaf:
-            if (!n.view.storage->written)
-                fail(Error::Kind::Value,
-                     "{}: reads a {} tensor of shape {} that was never written (created by empty() and not assigned); "
-                     "assign it, or create it with zeros()/array()",
-                     op, dtype_name(n.dtype), shape_str(n.shape));
-            put_view(n.view);
-            break;
-        case OpKind::Scalar:
-            w.push_back(double_bits(n.value));
-            w.push_back((uint64_t)n.ivalue);   // integers past 2^53 share a double
-            break;
-        case OpKind::Rand: {   // its serial differs on every call: its first place stands for it
-            const auto it = std::find(rands.begin(), rands.end(), &n);
-            w.push_back((uint64_t)(it - rands.begin()));
-            if (it == rands.end()) rands.push_back(&n);
-            break;
-        }
-        default: break;
-        }
-    }
+    walk_signature(root, out, rands, written, put_shape, put_view);
 }
 
 } // namespace

@@ -1,8 +1,8 @@
 #include "runtime/plan_family.hpp"
 
+#include "runtime/signature_walk.hpp"
+
 #include <algorithm>
-#include <cstring>
-#include <unordered_map>
 
 namespace kiln {
 
@@ -18,40 +18,15 @@ template <class PutShape, class PutView>
 bool family_words(const NodePtr& root, const View& dst, uint64_t options, uint64_t kind, AssignmentSignature& out,
                   PutShape&& put_shape, PutView&& put_view) {
     // (The caller wrote the kind first: out.words[0].)
-    auto& w = out.words;
-    w.push_back(options);
-    w.push_back((uint64_t)dst.dtype);
+    out.words.push_back(options);
+    out.words.push_back((uint64_t)dst.dtype);
     if (!put_shape(dst.shape) || !put_view(dst)) return false;
-    const std::vector<const Node*> order = postorder(root);
-    std::unordered_map<const Node*, uint64_t> index;
     std::vector<const Node*> rands;
-    for (size_t i = 0; i < order.size(); ++i) {
-        const Node& n = *order[i];
-        const bool reduction = kind == kOuter && is_reduction(n.op);
-        if (!is_elementwise(n.op) && !reduction && n.op != OpKind::Leaf && n.op != OpKind::Scalar && n.op != OpKind::Rand)
-            return false;
-        w.push_back((uint64_t)n.op | (uint64_t)n.dtype << 8 | (uint64_t)n.weak << 16 | (uint64_t)n.inputs.size() << 24 |
-                    (uint64_t)(uint32_t)n.axis << 32);
-        if (!put_shape(n.shape)) return false;
-        for (const NodePtr& in : n.inputs) w.push_back(index.at(in.get()));
-        index.emplace(&n, i);
-        switch (n.op) {
-        case OpKind::Leaf:
-            if (!put_view(n.view)) return false;
-            break;
-        case OpKind::Scalar:
-            w.push_back(double_bits(n.value));
-            w.push_back((uint64_t)n.ivalue);
-            break;
-        case OpKind::Rand: {
-            const auto it = std::find(rands.begin(), rands.end(), &n);
-            w.push_back((uint64_t)(it - rands.begin()));
-            if (it == rands.end()) rands.push_back(&n);
-            break;
-        }
-        default: break;
-        }
-    }
+    auto admit = [&](const Node& n) {
+        return is_elementwise(n.op) || (kind == kOuter && is_reduction(n.op)) || n.op == OpKind::Leaf ||
+               n.op == OpKind::Scalar || n.op == OpKind::Rand;
+    };
+    if (!walk_signature(root, out, rands, admit, put_shape, put_view)) return false;
     out.hash = signature_hash(out.words);
     return true;
 }
