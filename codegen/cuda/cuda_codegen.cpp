@@ -521,7 +521,7 @@ void Emitter::add_to_acc_states(const kir::Block& b, const std::string& pos) {
         if (!step_summed_.empty() && step_summed_[ai]) continue;
         const kir::Accum& ac = k_.accums[ai];
         if (!step_arg_.empty() && step_arg_[ai]) {
-            if (!is_arg(ac.kind) || step_words_.empty() || step_words_[ai].empty()) line("av{}[u] = {};", ai, v(ac.value));
+            if (step_floats(ai)) line("av{}[u] = {};", ai, v(ac.value));
             continue;
         }
         line("{0}::{4}({1}_v, {1}_p, {2}, {3});", acc_struct(ac), acc(ai), v(ac.value), pos, in_order_ ? "add_next" : "add");

@@ -124,6 +124,10 @@ private:
     // such a load (kiln_*_step16 take the extreme from the words; an arg kind then needs no
     // floats, av<acc> left out).
     std::vector<std::string> step_words_;
+    // Whether a grouped step gathers accumulator ai's values as floats (av<ai>).
+    bool step_floats(int ai) const {
+        return step_arg_[ai] && (!is_arg(k_.accums[ai].kind) || step_words_.empty() || step_words_[ai].empty());
+    }
     // Row kernels: accumulators whose state a fold gives (the max a sum of exponentials keeps
     // anyway), not accumulated element by element.
     std::vector<bool> from_fold_;

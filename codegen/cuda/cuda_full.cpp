@@ -144,11 +144,8 @@ void Emitter::emit_partial_kernel() {
         open("");
         for (size_t j = rdims_.size(); j-- > 0;) {
             const int d = rdims_[j];
-            if (j == 0) {
-                line("k{0} += s{0}{1};", d, j + 1 < rdims_.size() ? fmt::format(" + carry{}", rdims_[j + 1]) : "");
-                break;
-            }
             line("k{0} += s{0}{1};", d, j + 1 < rdims_.size() ? fmt::format(" + carry{}", rdims_[j + 1]) : "");
+            if (j == 0) break;   // the outermost digit takes the rest: no carry out of it
             line("const long long carry{0} = k{0} >= {1};", d, size(d));
             line("if (carry{0}) k{0} -= {1};", d, size(d));
         }

@@ -444,7 +444,7 @@ void Emitter::emit_row_kernel(bool registers) {
                             (from_fold_.empty() || !from_fold_[ai]) && !step_summed_[ai]) {
                             step_arg_[ai] = true;
                             step_words_[ai] = packed_words(k_.accums[ai].value, n);
-                            if (!is_arg(k_.accums[ai].kind) || step_words_[ai].empty()) line("float av{}[{}];", ai, n);
+                            if (step_floats(ai)) line("float av{}[{}];", ai, n);
                         }
                     folds_grouped_ = in_order_ = true;
                     line("#pragma unroll");
