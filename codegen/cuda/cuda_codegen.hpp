@@ -59,12 +59,13 @@
 //     goes element by element. What does not vary along the row (parameters, earlier
 //     results, loads broadcast along it) is computed once per row, before the pass's loop.
 //     Row entries are compiled for two blocks of kCudaMaxRowBlock per multiprocessor (64
-//     registers a thread). A later pass that only sums squared deviations from a value known
-//     before it (a variance) is folded into the first pass (detail::row_folds says when): the
-//     first pass also keeps each thread's count, mean and sum of squared deviations (a step's
-//     values as one group, merged by Chan et al.'s update), the row's threads merge them in a
-//     fixed order, together with the first pass's sum of the same values if it has one, and
-//     the sum is M2 + n (mean - k)^2. A later pass that only sums exp(v - max(v)) with the
+//     registers a thread; NAME_r past a warp for detail::row_register_blocks of them). A
+//     later pass that only sums squared deviations from a value known before it (a variance)
+//     is folded into the first pass (detail::row_folds says when): the first pass also keeps
+//     each thread's count, mean and sum of squared deviations (a step's values as one group,
+//     merged by Chan et al.'s update), the row's threads merge them in a fixed order,
+//     together with the first pass's sum of the same values if it has one, and the sum is
+//     M2 + n (mean - k)^2. A later pass that only sums exp(v - max(v)) with the
 //     max the first pass's (softmax's denominator) is folded likewise: a running max m and s =
 //     sum of exp(v - m), rescaled as m grows, merged in the first pass's round, which then also
 //     gives the max.

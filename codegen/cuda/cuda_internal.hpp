@@ -140,6 +140,16 @@ inline GroupWords group_words(DType t, int vw) {
 inline constexpr int kRowRegisterGroups = 4;
 bool row_register_entry(const kir::Kernel& k);
 
+// The register entry's blocks of kCudaMaxRowBlock threads a multiprocessor when its rows span
+// more than a warp (the second bound of its launch bounds at block reach): 3, so 40 registers a
+// thread, when the cached buffers' group is one 16-byte word and one pass at most reads one
+// more buffer along the row from memory (a norm's weights): such a kernel fits 40 registers
+// without spilling, and a third row in flight hides more of each pass's latency; otherwise 2
+// (64 registers: a second streamed buffer's groups in flight do not fit 40). The launch gives
+// an entry of 3 rows of up to kCudaMaxRowBlock threads (a block each); one of 2, rows of up to
+// kCudaBlockSize threads.
+int row_register_blocks(const kir::Kernel& k, const std::vector<int>& slot);
+
 // Bytes of the row cache (slots: row_cache_slots(k)) when each cached buffer holds `elements`
 // of its dtype (the block's threads times the elements per thread): the buffers' regions one
 // after another in slot order, each rounded up to 16 bytes. 0 when nothing is cached.

@@ -328,6 +328,26 @@ bool row_register_entry(const kir::Kernel& k, const std::vector<int>& slot) {
     return bytes > 0 && bytes <= 32;
 }
 
+int row_register_blocks(const kir::Kernel& k, const std::vector<int>& slot) {
+    const int v = row_vector_width(k);
+    size_t bytes = 0;
+    for (size_t b = 0; b < slot.size(); ++b)
+        if (slot[b] >= 0) bytes += (size_t)v * dtype_size(k.buffers[b].dtype);
+    int streams = 0;   // other buffers read along the row, once for each pass that reads them
+    for (const kir::Block& b : k.blocks)
+        if (b.loop) {
+            std::vector<bool> seen(k.buffers.size(), false);
+            for (int id : b.instrs) {
+                const kir::Instr& in = k.instrs[id];
+                if (in.op != kir::Op::Load || slot[in.index] >= 0 || seen[in.index] || !varies_along_reduced(k, (size_t)in.index))
+                    continue;
+                seen[in.index] = true;
+                ++streams;
+            }
+        }
+    return bytes <= 16 && streams <= 1 ? 3 : 2;
+}
+
 bool has_wide(const kir::Kernel& k) {
     for (const kir::Buffer& b : k.buffers)
         if (is_wide(b.dtype) || b.dtype == DType::Int16 || b.dtype == DType::UInt16) return true;
@@ -526,8 +546,9 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // Aligned rows that fit kRowRegisterGroups groups a thread within a block take the
         // register entry: G for that many groups (at least 2 threads when the row has 2 groups,
         // more while few rows would fill the GPU, up to the row's groups rounded up to a power of
-        // two). Past a block of threads, the shared-memory entry's longer stretches per thread
-        // measured faster.
+        // two). The block: kCudaBlockSize threads, or G's for an entry of 3 blocks a
+        // multiprocessor (row_register_blocks), up to kCudaMaxRowBlock. Past that, the
+        // shared-memory entry's longer stretches per thread measured faster.
         if (nr > 0 && detail::row_register_entry(k, slot)) {
             const int64_t groups = (nr + v - 1) / v;
             int64_t gr = std::max<int64_t>(std::min<int64_t>(2, pow2_ceil(groups)), threads_for(detail::kRowRegisterGroups));
@@ -537,14 +558,15 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
             // combined round saves, so such rows keep the shared-memory entry there.
             const bool expsum = std::any_of(folds.begin(), folds.end(),
                                             [](const detail::RowFold& f) { return f.kind == detail::RowFold::ExpSum; });
-            if (gr <= (expsum ? 32 : kCudaBlockSize)) {
-                const int64_t rows = kCudaBlockSize / gr;
+            const int64_t widest = detail::row_register_blocks(k, slot) > 2 ? kCudaMaxRowBlock : kCudaBlockSize;
+            if (gr <= (expsum ? 32 : widest)) {
+                const int64_t rblock = std::max<int64_t>(kCudaBlockSize, gr), rows = rblock / gr;
                 l.aligned_entry = k.name + "_r";
                 l.aligned_width = (int)v;
                 l.aligned_grid = np ? clamp_grid((np + rows - 1) / rows, 1) : 0;
-                l.aligned_block = kCudaBlockSize;
+                l.aligned_block = (uint32_t)rblock;
                 l.aligned_param = (int)gr;
-                l.aligned_reach = row_reach(gr, kCudaBlockSize);
+                l.aligned_reach = row_reach(gr, rblock);
             }
         }
         plan.launches = {l};

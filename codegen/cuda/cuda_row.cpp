@@ -161,12 +161,14 @@ void Emitter::emit_row_kernel(bool registers) {
             if (k_.instrs[id].op == Op::Load && slot[k_.instrs[id].index] >= 0 && first_use[k_.instrs[id].index] < 0)
                 first_use[k_.instrs[id].index] = (int)bi;
     line("");
-    // Two blocks of the largest size per multiprocessor (64 registers a thread): a row's
-    // latency (load, reduce, pass again) is hidden only by other rows in flight.
-    open_kernel(registers ? k_.name + "_r" : k_.name, kCudaMaxRowBlock, 2);
     // The reach this entry is compiled for: the reductions' template argument (CudaReach's
     // value) drops the steps past it. The register entry never runs in a cluster.
     const CudaReach reach = registers && module_.reach == CudaReach::Cluster ? CudaReach::Block : module_.reach;
+    // Two blocks of the largest size per multiprocessor (64 registers a thread): a row's
+    // latency (load, reduce, pass again) is hidden only by other rows in flight. The register
+    // entry's rows past a warp: row_register_blocks.
+    open_kernel(registers ? k_.name + "_r" : k_.name, kCudaMaxRowBlock,
+                registers && reach == CudaReach::Block ? detail::row_register_blocks(k_, slot) : 2);
     const bool cluster = reach == CudaReach::Cluster;
     const int levels = (int)reach;
     const char* xarg = cluster ? "&kiln_x" : "nullptr";

@@ -112,14 +112,18 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
             } else {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name});
             }
-            // Row entries: two of the largest blocks per multiprocessor.
-            const std::string bound = codegen::cuda_shape(k) == codegen::CudaShape::Row
-                                          ? fmt::format("{}, 2", codegen::kCudaMaxRowBlock)
-                                          : std::string("256");
-            for (const std::string& e : src.entry_points)
+            // Row entries: two of the largest blocks per multiprocessor; the register entry (whose
+            // reach in the whole kernel's source is a block) row_register_blocks of them.
+            for (const std::string& e : src.entry_points) {
+                const bool row = codegen::cuda_shape(k) == codegen::CudaShape::Row;
+                const int blocks = e == k.name + "_r"
+                                       ? codegen::detail::row_register_blocks(k, codegen::detail::row_cache_slots(k))
+                                       : 2;
+                const std::string bound = row ? fmt::format("{}, {}", codegen::kCudaMaxRowBlock, blocks) : std::string("256");
                 CHECK(src.code.find(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a, "
                                                 "unsigned char* const scratch, const int param)",
                                                 bound, e)) != std::string::npos);
+            }
             require_compiles(name, src);
         }
     }
@@ -1045,6 +1049,43 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].aligned_param == 8);
         a.sizes = {4096, 16384};   // 1024 threads' worth: the shared-memory entry alone
         CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].aligned_entry.empty());
+
+        // One 16-byte group held and one pass streaming one more buffer: 3 blocks a multiprocessor
+        // (40 registers) past a warp, so rows of up to 512 threads' groups, a block each.
+        CHECK(codegen::detail::row_register_blocks(norm.kernel(), slots) == 3);
+        a.sizes = {4096, 8192};   // 2048 groups: 512 threads
+        p = codegen::plan_cuda_launch(norm.kernel(), a, h100s);
+        CHECK(p.launches[0].aligned_entry == "kiln_norm_r");
+        CHECK(p.launches[0].aligned_param == 512);
+        CHECK(p.launches[0].aligned_block == 512);
+        CHECK(p.launches[0].aligned_grid == 4096);
+        CHECK(p.launches[0].aligned_reach == codegen::CudaReach::Block);
+        auto bounds = [](const kir::Kernel& k, const std::string& entry, codegen::CudaReach r) {
+            const std::string code = codegen::emit_cuda_module(k, {entry, r}).code;
+            const size_t at = code.find("__launch_bounds__(");
+            return code.substr(at, code.find(')', at) - at + 1);
+        };
+        CHECK(bounds(norm.kernel(), "kiln_norm_r", codegen::CudaReach::Block) == "__launch_bounds__(512, 3)");
+        CHECK(bounds(norm.kernel(), "kiln_norm_r", codegen::CudaReach::Warp) == "__launch_bounds__(512, 2)");
+        CHECK(bounds(norm.kernel(), "kiln_norm", codegen::CudaReach::Block) == "__launch_bounds__(512, 2)");
+        {   // two weight rows in the last pass (a layer norm's scale and shift): 64 registers, rows
+            // of up to 256 threads' groups
+            test::KernelBuilder ln("kiln_ln", "PR");
+            int lout = ln.output(DType::Float32, "x1"), lin = ln.input(DType::Float32, "x1"),
+                lg = ln.input(DType::Float32, "01"), lb = ln.input(DType::Float32, "01");
+            ln.loop();
+            int lacc = ln.accum(kir::AccKind::Sum, ln.load(lin));
+            ln.loop();
+            int ls = ln.op(Op::Mul, CT::F32, ln.load(lin), ln.acc_result(lacc));
+            ln.store(lout, ln.op(Op::Add, CT::F32, ln.op(Op::Mul, CT::F32, ls, ln.load(lg)), ln.load(lb)));
+            CHECK(codegen::detail::row_register_blocks(ln.kernel(), codegen::detail::row_cache_slots(ln.kernel())) == 2);
+            CHECK(bounds(ln.kernel(), "kiln_ln_r", codegen::CudaReach::Block) == "__launch_bounds__(512, 2)");
+            CHECK(codegen::plan_cuda_launch(ln.kernel(), a, h100s).launches[0].aligned_entry.empty());
+            a.sizes = {4096, 4096};   // 1024 groups: 256 threads
+            p = codegen::plan_cuda_launch(ln.kernel(), a, h100s);
+            CHECK(p.launches[0].aligned_entry == "kiln_ln_r");
+            CHECK(p.launches[0].aligned_block == 256);
+        }
     }
     a.sizes = {128, 32};   // few short rows: a warp per row rather than one thread
     p = codegen::plan_cuda_launch(row, a, h100);
