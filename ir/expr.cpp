@@ -520,10 +520,15 @@ Expr take(const Expr& a, const Expr& indices, std::optional<int> axis_opt) {
              describe(indices));
     Expr src = a;
     int axis = 0;
+    if (!axis_opt && N(a).op == OpKind::Scalar) {
+        // A literal stays rank 0 when reshaped: as a one-element array, every index (clipped into
+        // [0, 1), as take clips) selects it, so the result is the literal over the indices' shape.
+        if (indices.rank() == 0) return a;
+        return where(greater_equal(iota(indices.shape(), 0), int_scalar(0, DType::Int32)), a, a);
+    }
     if (!axis_opt) {
         src = reshape(a, {a.size()});
     } else {
-        if (a.rank() == 0) fail(Error::Kind::Index, "take: axis {} given for a 0-d (scalar) operand", *axis_opt);
         axis = normalize_axis(*axis_opt, a.rank(), "take");
     }
     if (src.shape()[axis] == 0)

@@ -81,6 +81,7 @@ bool broadcastable_to(const Shape& from, const Shape& to) {
 }
 
 int normalize_axis(int64_t axis, int rank, const char* op) {
+    if (rank == 0) fail(Error::Kind::Index, "{}: axis {} given for a 0-d (scalar) operand, which has no axes", op, axis);
     if (axis < -rank || axis >= rank)
         fail(Error::Kind::Index, "{}: axis {} is out of range for a tensor of rank {} (valid: {} to {})", op, axis,
              rank, -rank, rank - 1);

@@ -715,6 +715,19 @@ def test_take_clips_out_of_range_indices():
     np.testing.assert_array_equal(np.asarray(r), want)
 
 
+@pytest.mark.parametrize("a", [1, 2.5, True, np.int64(7), np.float32(-3.0)], ids=repr)
+def test_take_from_a_scalar(a):
+    # A scalar is a one-element array: indices 0 and -1 take it (others clip to it, as any
+    # take clips); an axis is refused, as NumPy refuses it.
+    for idx in ([0, -1, 0], 0, np.array([[0], [-1]], dtype=np.int32)):
+        r = kiln.take(a, idx)
+        want = np.take(np.asarray(a), idx)
+        assert r.shape == want.shape
+        np.testing.assert_array_equal(np.asarray(r), want)
+    with pytest.raises(kiln.OutOfBounds, match="take: axis 0 given for a 0-d"):
+        kiln.take(a, 0, axis=0)
+
+
 @pytest.mark.parametrize("axis", [-1, 0, 1])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8, np.bool_], ids=dtype_id)
 def test_onehot(dtype, axis):

@@ -63,6 +63,12 @@ TEST_CASE("broadcasting and reduction shapes") {
     CHECK(sum(a).shape() == Shape{1, 1});
     CHECK(onehot(leaf(host_view({5}, DType::Int32)), 3, 0).shape() == Shape{3, 5});
     CHECK(take(a, leaf(host_view({2, 2}, DType::Int32)), 1).shape() == Shape{4, 2, 2});
+    // A literal (rank 0, kept so by reshape) flattened: the indices' shape, the literal's dtype.
+    const Expr lit = take(scalar(2.5, DType::Float32), leaf(host_view({2, 3}, DType::Int32)), std::nullopt);
+    CHECK((lit.shape() == Shape{2, 3} && lit.dtype() == DType::Float32));
+    CHECK(take(scalar(2.5, DType::Float32), leaf(host_view({}, DType::Int32)), std::nullopt).shape() == Shape{});
+    CHECK_THROWS_WITH(take(scalar(2.5, DType::Float32), leaf(host_view({2}, DType::Int32)), 0),
+                      Catch::Contains("take: axis 0 given for a 0-d (scalar) operand"));
 }
 
 TEST_CASE("views: slicing with steps, transpose, reshape") {
