@@ -461,7 +461,7 @@ Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const st
         Tensor g = tap_view(Gp, L, k);
         Expr share;
         if (L.op == PoolOp::Max) share = where(equal(A5->expr(), scalar((double)k, DType::Int32)), E5.expr(), Expr(0.0));
-        else if (L.op == PoolOp::Avg) share = E5.expr() / count->expr();
+        else if (L.op == PoolOp::Avg) share = E5.expr() * (Expr(1.0) / count->expr());   // as the kernels
         else share = where(greater(Y5->expr(), 0.0), E5.expr() * tap_view(*Xp, L, k).expr() / Y5->expr(), Expr(0.0));
         g.assign(g.expr() + share);
     }

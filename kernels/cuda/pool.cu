@@ -10,9 +10,11 @@
 // height, width). Max keeps the first tap's value, then every strictly greater one and its tap
 // (padding is -inf); average divides the sum of the taps inside the input by their number; L2
 // takes the square root of the sum of squares.
-// Backward: a thread per input element and `V` channels gathers, from every output position
-// whose window covers it, in ascending tap order, that window's share: E where the window's
-// argmax is this tap (max), E over the window's count (average), E x / Y where Y > 0 (L2).
+// Backward: a thread per input element and `V` channels (for vectors of channels, per square of
+// kPoolBpropBlock^2 input positions: the windows covering them loaded once for all) gathers,
+// from every output position whose window covers each, in ascending tap order, that window's
+// share: E where the window's argmax is this tap (max), E times the reciprocal of the window's
+// count (average), E x / Y where Y > 0 (L2).
 // No atomics: the result is deterministic, and the same sums in the same order as the CPU path.
 // Both end with alpha * result + beta * destination, rounded once into the dtype, and where the
 // call counts its output (PoolHist), each block counts the values it stores.
@@ -36,7 +38,7 @@ namespace {
 enum { kMax = 0, kAvg = 1, kL2 = 2 };
 constexpr int kBatch = 5;    // forward: taps whose loads a thread keeps in flight (a 3x3 window in two rounds)
 constexpr int kStaged = 9;   // forward, staged: taps a thread copies to shared memory at once (36 KiB a block)
-constexpr int kGather = 2;   // backward: windows whose loads a thread keeps in flight
+
 
 __device__ __forceinline__ float widen(float v) { return v; }
 __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
@@ -339,23 +341,33 @@ __device__ __forceinline__ int inside(int o, int pad, int window, int stride, in
     return min(first + window, size) - max(first, 0);
 }
 
-template <class T, int OP, int V>
+template <class T, int OP, int V, int U, int kGather>
 __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local) {
+    constexpr int UH = U, UW = U;
     const PoolShape& g = p.g;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t pos = quotient(i, p.lanes);   // (n, d, h, w); below 2^31
+        const int64_t pos = quotient(i, p.lanes);   // (n, d, h / UH, w / UW); below 2^31
         const int c0 = int(i - pos * p.lanes.d) * V;
         int n = int(pos);
-        const int w = split(n, p.d3), h = split(n, p.d2), d = split(n, p.d1);
-        const int64_t at = pos * g.C + c0;
-        float x[V], acc[V];
-        if (OP == kL2) load<T, V>(p.x2, at, x);
+        const int w0 = split(n, p.d3) * UW, h0 = split(n, p.d2) * UH, d = split(n, p.d1);
+        const int live_h = min(UH, g.H - h0), live_w = min(UW, g.W - w0);   // the inputs inside the image
+        const int64_t at = ((int64_t(n) * g.D + d) * g.H + h0) * int64_t(g.W) * g.C + int64_t(w0) * g.C + c0;
+        const int64_t row = int64_t(g.W) * g.C;
+        Raw<T, V> x[U * U];   // L2: the forward's inputs, as loaded
+        float acc[U * U][V];
 #pragma unroll
-        for (int k = 0; k < V; ++k) acc[k] = 0.f;
-        // Ascending taps: descending positions along each axis (channel windows first).
+        for (int u = 0; u < U * U; ++u) {
+            if (OP == kL2 && u / UW < live_h && u % UW < live_w) x[u] = fetch<T, V>(p.x2, at + (u / UW) * row + (u % UW) * g.C);
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc[u][k] = 0.f;
+        }
+        // Ascending taps: descending positions along each axis (channel windows first). Along the
+        // height and width, the windows covering any of the thread's inputs; each input takes
+        // those that cover it, in the same order as alone.
         const Span sc = V == 1 ? covering(c0, g.pad_c, g.J, p.str_c, g.K) : Span{c0, c0};
-        const Span sd = covering(d, g.pad_d, g.T, p.str_d, g.M), sh = covering(h, g.pad_h, g.R, p.str_h, g.P),
-                   sw = covering(w, g.pad_w, g.S, p.str_w, g.Q);
+        const Span sd = covering(d, g.pad_d, g.T, p.str_d, g.M);
+        const Span sh = {covering(h0, g.pad_h, g.R, p.str_h, g.P).lo, covering(h0 + live_h - 1, g.pad_h, g.R, p.str_h, g.P).hi};
+        const Span sw = {covering(w0, g.pad_w, g.S, p.str_w, g.Q).lo, covering(w0 + live_w - 1, g.pad_w, g.S, p.str_w, g.Q).hi};
         const int nyq = sh.hi >= sh.lo && sw.hi >= sw.lo ? (sh.hi - sh.lo + 1) * (sw.hi - sw.lo + 1) : 0;
         for (int kk = sc.hi; kk >= sc.lo; --kk) {
             const int j = c0 + g.pad_c - kk * g.str_c;
@@ -368,7 +380,8 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
                 for (int b = 0; b < nyq; b += kGather) {
                     Raw<T, V> e[kGather], out[kGather];
                     int a[kGather][V];
-                    int tap[kGather], count[kGather];
+                    int tap[kGather], off_h[kGather], off_w[kGather];
+                    float share[kGather];   // average: 1 / the window's count
                     bool in[kGather];
 #pragma unroll
                     for (int u = 0; u < kGather; ++u) {
@@ -379,35 +392,44 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
                             if (OP == kMax) load_index<V>(p.argmax, o, a[u]);
                             if (OP == kL2) out[u] = fetch<T, V>(p.y2, o);
                         }
-                        tap[u] = ((j * g.T + t) * g.R + (h + g.pad_h - y * g.str_h)) * g.S + (w + g.pad_w - q * g.str_w);
-                        count[u] = cd * inside(y, g.pad_h, g.R, g.str_h, g.H) * inside(q, g.pad_w, g.S, g.str_w, g.W);
+                        off_h[u] = h0 + g.pad_h - y * g.str_h, off_w[u] = w0 + g.pad_w - q * g.str_w;   // input (h0, w0)'s tap
+                        tap[u] = ((j * g.T + t) * g.R + off_h[u]) * g.S + off_w[u];
+                        if (OP == kAvg)
+                            share[u] = __frcp_rn(float(cd * inside(y, g.pad_h, g.R, g.str_h, g.H) * inside(q, g.pad_w, g.S, g.str_w, g.W)));
                         if (--q < sw.lo) q = sw.hi, --y;
                     }
 #pragma unroll
                     for (int u = 0; u < kGather; ++u) {
                         if (!in[u]) continue;
-                        float ev[V];
+                        float ev[V], yv[V];
                         widen<T, V>(e[u], ev);
-                        if (OP == kMax) {
+                        if (OP == kL2) widen<T, V>(out[u], yv);
 #pragma unroll
-                            for (int k = 0; k < V; ++k)
-                                if (a[u][k] == tap[u]) acc[k] = __fadd_rn(acc[k], ev[k]);
-                        } else if (OP == kAvg) {
-                            const float c = float(count[u]);
+                        for (int r = 0; r < U * U; ++r) {
+                            // input (h0 + r / UW, w0 + r % UW) outside the window: no share
+                            if (unsigned(off_h[u] + r / UW) >= unsigned(g.R) || unsigned(off_w[u] + r % UW) >= unsigned(g.S)) continue;
+                            const int tap_r = tap[u] + (r / UW) * g.S + r % UW;
+                            float xv[V];
+                            if (OP == kL2) widen<T, V>(x[r], xv);
 #pragma unroll
-                            for (int k = 0; k < V; ++k) acc[k] = __fadd_rn(acc[k], __fdiv_rn(ev[k], c));
-                        } else {
-                            float yv[V];
-                            widen<T, V>(out[u], yv);
-#pragma unroll
-                            for (int k = 0; k < V; ++k)
-                                if (yv[k] > 0.f) acc[k] = __fadd_rn(acc[k], __fdiv_rn(__fmul_rn(ev[k], x[k]), yv[k]));
+                            for (int k = 0; k < V; ++k) {
+                                if (OP == kMax) {
+                                    if (a[u][k] == tap_r) acc[r][k] = __fadd_rn(acc[r][k], ev[k]);
+                                } else if (OP == kAvg) {
+                                    acc[r][k] = __fadd_rn(acc[r][k], __fmul_rn(ev[k], share[u]));
+                                } else if (yv[k] > 0.f) {
+                                    acc[r][k] = __fadd_rn(acc[r][k], __fdiv_rn(__fmul_rn(ev[k], xv[k]), yv[k]));
+                                }
+                            }
                         }
                     }
                 }
             }
         }
-        finish<T, V>(p.alpha, p.beta, p.y, at, acc, p.hist, local);
+#pragma unroll
+        for (int u = 0; u < U * U; ++u)
+            if (u / UW < live_h && u % UW < live_w)
+                finish<T, V>(p.alpha, p.beta, p.y, at + (u / UW) * row + (u % UW) * g.C, acc[u], p.hist, local);
     }
 }
 
@@ -596,11 +618,15 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
 
 // Forward: 4 resident blocks (at most 64 registers) hold more loads in flight than 2; at that
 // limit the 16-bit avg and l2 vector kernels and float32 max over vectors keep one word on the
-// stack, stored and reloaded once an output position, outside the taps' loop. Backward keeps 2,
-// as its gathers spill under the tighter limit.
+// stack, stored and reloaded once an output position, outside the taps' loop. Backward over
+// vectors of channels: a window's loads at a time, 3 blocks (16-bit: 80 registers) or 4 (float32:
+// 64) resident, more than 2 windows in flight in fewer threads; L2 (which holds its inputs too)
+// and single channels keep 2 blocks, as they spill under a tighter limit, single channels with
+// 2 windows in flight.
 #define KILN_POOL_OP(NAME, OPV, T, TN, V)                                                                             \
     KILN_ENTRY(4, kiln_pool_fprop_##NAME##_##TN##_v##V, PoolParams, pool_fprop<T, OPV, V, false>)                    \
-    KILN_ENTRY(2, kiln_pool_bprop_##NAME##_##TN##_v##V, PoolParams, pool_bprop<T, OPV, V>)
+    KILN_ENTRY((V == 1 || OPV == kL2 ? 2 : V == 4 ? 4 : 3), kiln_pool_bprop_##NAME##_##TN##_v##V, PoolParams,                      \
+               pool_bprop<T, OPV, V, (V > 1 ? kPoolBpropBlock : 1), (V > 1 ? 1 : 2)>)
 #define KILN_POOL_TYPE(T, TN, V) \
     KILN_POOL_OP(max, kMax, T, TN, 1) KILN_POOL_OP(avg, kAvg, T, TN, 1) KILN_POOL_OP(l2, kL2, T, TN, 1) \
     KILN_POOL_OP(max, kMax, T, TN, V) KILN_POOL_OP(avg, kAvg, T, TN, V) KILN_POOL_OP(l2, kL2, T, TN, V)

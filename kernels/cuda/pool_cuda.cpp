@@ -186,9 +186,11 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
     p.y2 = Y ? detail::data_of(*Y) : nullptr;
     p.alpha = float(alpha), p.beta = float(beta);
     p.g = *g;
-    p.items = L.N * L.image[0] * L.image[1] * L.image[2] * (L.C / v);
+    const int block = v > 1 ? kPoolBpropBlock : 1;   // a thread's input positions along the height and width
+    const int64_t blocks_w = (L.image[2] + block - 1) / block, blocks_h = (L.image[1] + block - 1) / block;
+    p.items = L.N * L.image[0] * blocks_h * blocks_w * (L.C / v);
     p.lanes = fast_div(uint32_t(L.C / v));
-    p.d3 = fast_div(uint32_t(L.image[2])), p.d2 = fast_div(uint32_t(L.image[1])), p.d1 = fast_div(uint32_t(L.image[0]));
+    p.d3 = fast_div(uint32_t(blocks_w)), p.d2 = fast_div(uint32_t(blocks_h)), p.d1 = fast_div(uint32_t(L.image[0]));
     p.str_c = fast_div(uint32_t(L.str_c)), p.str_d = fast_div(uint32_t(L.stride[0]));
     p.str_h = fast_div(uint32_t(L.stride[1])), p.str_w = fast_div(uint32_t(L.stride[2]));
     if (p.items > 0)

@@ -25,6 +25,9 @@ struct PoolShape {
 
 // Threads a block of the pooling and LRN kernels (the forward's staged taps are indexed by it).
 constexpr int kPoolThreads = 256;
+// Backward over vectors of channels: a thread takes a square of kPoolBpropBlock^2 input positions
+// (height x width), loading each window that covers any of them once for all.
+constexpr int kPoolBpropBlock = 2;
 
 // fprop: y (the output) = alpha * pool(x) + beta * y; argmax (int32, output-shaped, max only)
 // written where not null. bprop: y (the input's gradient) = alpha * grad + beta * y from x (the

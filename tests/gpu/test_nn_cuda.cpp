@@ -76,6 +76,8 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
         {1, 8, {4, 5, 6}, 1, {2, 3, 3}, 0, {1, 1, 0}, 0, {1, 2, 2}},      // 3D
         {3, 24, {1, 1, 50}, 1, {1, 1, 4}, 0, {0, 0, 1}, 0, {1, 1, 3}},    // 1D
         {16, 12, {1, 96, 96}, 1, {1, 2, 2}, 0, {0, 0, 0}, 0, {1, 1, 1}},  // more items than one grid round
+        {2, 8, {1, 10, 9}, 1, {1, 2, 2}, 0, {0, 1, 0}, 0, {1, 3, 3}},     // gaps between windows: inputs in none
+        {2, 16, {1, 7, 9}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 1, 1}},     // stride 1: up to 9 windows an input
     };
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
         for (PoolOp op : {PoolOp::Max, PoolOp::Avg, PoolOp::L2})
