@@ -52,7 +52,7 @@ void Emitter::emit_column_entry(int vec) {
         col_.clear();
     };
     line("");
-    open_kernel(vec ? k_.name + "_v" : k_.name, width * slices / per);
+    open_kernel(vec ? k_.name + "_v" : k_.name, width * slices / per, vec ? detail::kColumnVectorBlocks : 0);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(false, per);
     if (!split) line("(void)scratch; (void)param;");

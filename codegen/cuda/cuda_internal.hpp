@@ -58,6 +58,11 @@ bool column_splittable(const kir::Kernel& k);
 // no Loop block stores, nothing reads a coordinate, the linear index or a gather and nothing is
 // has_wide: V, or 0.
 int column_vector_width(const kir::Kernel& k);
+// The vector entry is compiled for kColumnVectorBlocks resident blocks (85 registers a thread):
+// with no such bound, ptxas interleaved a step's 16-byte loads with the arithmetic of the ones
+// before (batch norm's statistics in float16: three sums of eight columns a thread), keeping
+// one or two in flight instead of the step's four.
+inline constexpr int kColumnVectorBlocks = 3;
 inline constexpr int64_t kColumnTargetBlocks = 2048;
 inline constexpr int64_t kColumnEnoughBlocks = 1024;
 inline constexpr int64_t kColumnMinChunk = 256;   // reduced points per chunk, at least

@@ -113,13 +113,17 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name});
             }
             // Row entries: two of the largest blocks per multiprocessor; the register entry (whose
-            // reach in the whole kernel's source is a block) row_register_blocks of them.
+            // reach in the whole kernel's source is a block) row_register_blocks of them. A
+            // column kernel's vector entry: kColumnVectorBlocks.
             for (const std::string& e : src.entry_points) {
                 const bool row = codegen::cuda_shape(k) == codegen::CudaShape::Row;
+                const bool column_v = codegen::cuda_shape(k) == codegen::CudaShape::Column && e == k.name + "_v";
                 const int blocks = e == k.name + "_r"
                                        ? codegen::detail::row_register_blocks(k, codegen::detail::row_cache_slots(k))
                                        : 2;
-                const std::string bound = row ? fmt::format("{}, {}", codegen::kCudaMaxRowBlock, blocks) : std::string("256");
+                const std::string bound = row        ? fmt::format("{}, {}", codegen::kCudaMaxRowBlock, blocks)
+                                          : column_v ? fmt::format("256, {}", codegen::detail::kColumnVectorBlocks)
+                                                     : std::string("256");
                 CHECK(src.code.find(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a, "
                                                 "unsigned char* const scratch, const int param)",
                                                 bound, e)) != std::string::npos);
