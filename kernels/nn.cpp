@@ -137,10 +137,16 @@ void compound_fprop_bn(const Tensor& x, Tensor& xsum, Tensor& xvar, Tensor& gmea
             mean_e = batch_mean(ctx, xsum, C, n);
             const Expr m = shifted.expr() / Expr((double)n);
             store(xvar, maximum(squares.expr() / Expr((double)n) - square(m), Expr(0.0)));
+        } else if (compute_batch_sum) {
+            // The sums and the variance about their mean in one kernel: on CUDA one read of x,
+            // the variance's pass folded into the sums' as moments (codegen's column_folds:
+            // Chan's merges, as stable as two passes); on the CPU two passes.
+            const Expr total = sum(f32(x2), 0, true);
+            ctx.assign_together({{&xsum, reshape(total, xsum.shape())},
+                                 {&xvar, reshape(mean(square(f32(x2) - total / Expr((double)n)), 0, true), xvar.shape())}});
+            mean_e = batch_mean(ctx, xsum, C, n);
         } else {
-            // The variance about the mean of the sums (computed here, or given with x: a
-            // convolution's bsum), a second read of x.
-            if (compute_batch_sum) store(xsum, sum(x2, 0, true));
+            // The variance about the mean of the given sums (a convolution's bsum): one read of x.
             mean_e = batch_mean(ctx, xsum, C, n);
             store(xvar, mean(square(x2 - mean_e), 0, true));
         }

@@ -145,6 +145,7 @@ CudaSource Emitter::run() {
     const CudaShape shape = cuda_shape(k_);
     const bool reduces = shape != CudaShape::Elementwise || !k_.accums.empty();
     if (reduces) out_ += detail::kCudaReducePrelude;
+    if (shape == CudaShape::Row || !detail::column_folds(k_).empty()) out_ += detail::kCudaMomentsPrelude;
     if (shape == CudaShape::Row) out_ += detail::kCudaRowPrelude;
     if (k_.hist.bins > 0) out_ += detail::kCudaHistPrelude;
     if (detail::has_wide(k_)) out_ += detail::kCudaWidePrelude;
@@ -584,6 +585,7 @@ void Emitter::emit_rloop_body(size_t bi, bool walked) {
     }
     emit_rloop_offsets(block_uses_[bi]);
     emit_instrs(b);
+    if (!folds_now_.empty()) emit_fold_values();
     add_to_acc_states(b, "(int)ri");
     emit_stores(b);
     scope_ = Scope::PPoint;

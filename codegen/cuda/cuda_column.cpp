@@ -11,9 +11,36 @@ namespace kiln::codegen::detail {
 
 bool column_splittable(const kir::Kernel& k) {
     if (k.blocks.empty() || !k.blocks[0].loop) return false;
+    std::vector<bool> folded(k.blocks.size(), false);
+    for (const RowFold& f : column_folds(k)) folded[f.block] = true;
     for (size_t bi = 1; bi < k.blocks.size(); ++bi)
-        if (k.blocks[bi].loop) return false;
+        if (k.blocks[bi].loop && !folded[bi]) return false;
     return true;
+}
+
+void Emitter::emit_column_folded_block(size_t bi, const std::vector<detail::RowFold>& folds, const std::string& guard) {
+    const kir::Block& b = k_.blocks[bi];
+    declare_acc_results(b);
+    if (!guard.empty()) open(fmt::format("if ({})", guard));
+    open("");
+    for (const detail::RowFold& f : folds) {
+        if (f.block != (int)bi) continue;
+        // k's instructions (column_folds: results, parameters and arithmetic), in order
+        std::vector<bool> need(k_.instrs.size(), false);
+        need[f.shift] = true;
+        for (int id = f.shift; id >= 0; --id)
+            if (need[id])
+                for (int o : k_.instrs[id].a)
+                    if (o >= 0) need[o] = true;
+        open("");
+        for (int id : b.instrs)
+            if (need[id]) line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
+        line("{0} = mo{1}{3}_q + mo{1}{3}_c * ((mo{1}{3}_m - {2}) * (mo{1}{3}_m - {2}));", acc(f.accum), f.accum, v(f.shift),
+             col_);
+        close();
+    }
+    close();
+    if (!guard.empty()) close();
 }
 
 void Emitter::emit_column_kernel() {
@@ -42,6 +69,9 @@ void Emitter::emit_column_entry(int vec) {
     const int width = detail::column_width(k_), per = vec ? vec : 1, across = width / per;
     const int slices = detail::kColumnThreads / across;
     const bool split = column_splittable(k_);
+    const std::vector<detail::RowFold> folds = detail::column_folds(k_);
+    std::vector<bool> folded(k_.blocks.size(), false);
+    for (const detail::RowFold& f : folds) folded[f.block] = true;
     const int q = detail::innermost_parallel_dim(k_);
     auto along_q = [&](size_t b) { return q >= 0 && k_.buffers[b].layout[q] == StrideKind::One; };
     auto per_column = [&](auto&& emit) {
@@ -55,6 +85,7 @@ void Emitter::emit_column_entry(int vec) {
     open_kernel(vec ? k_.name + "_v" : k_.name, width * slices / per, vec ? detail::kColumnVectorBlocks : 0);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(false, per);
+    if (!folds.empty()) line("__shared__ float kiln_smc[{0}], kiln_smm[{0}], kiln_smq[{0}];", 256 * per + 256);
     if (!split) line("(void)scratch; (void)param;");
     line("const long long np = {};", product(pdims_));
     line("const long long nr = {};", product(rdims_));
@@ -85,14 +116,41 @@ void Emitter::emit_column_entry(int vec) {
                 if (all_uses_.buffers[b] && !offset_terms((int)b, pdims_).empty())
                     line("const long long pb{}{} = pb{}{};", b, col_, b, along_q(b) ? fmt::format(" + {}", c) : "");
         });
+    // The folds' running moments of each column: count, mean, M2.
+    per_column([&](int) {
+        for (const detail::RowFold& f : folds) line("float mo{0}{1}_c = 0.0f, mo{0}{1}_m = 0.0f, mo{0}{1}_q = 0.0f;", f.accum, col_);
+    });
     for (size_t bi = 0; bi < k_.blocks.size(); ++bi) {
         const kir::Block& b = k_.blocks[bi];
+        if (folded[bi]) {
+            per_column([&](int) { emit_column_folded_block(bi, folds, split ? "chunks == 1" : ""); });
+            continue;
+        }
         if (!b.loop) {
             if (split) open("if (chunks == 1)");
             per_column([&](int) { emit_point_block(b, "live && slice == 0"); });
             if (split) close();
             continue;
         }
+        if (bi == 0) folds_now_ = folds;
+        // A step's values of the folds, grouped (mv arrays), their sum added to the shared
+        // accumulators with them (emit_moments_step).
+        auto begin_grouped = [&](int n) {
+            per_column([&](int) {
+                for (const detail::RowFold& f : folds_now_) line("float mv{}{}[{}];", f.accum, col_, n);
+            });
+            step_summed_.assign(k_.accums.size(), false);
+            for (const detail::RowFold& f : folds_now_)
+                if (f.shared >= 0) step_summed_[f.shared] = true;
+            folds_grouped_ = true;
+        };
+        auto end_grouped = [&](int n) {
+            folds_grouped_ = false;
+            step_summed_.clear();
+            per_column([&](int) {
+                for (const detail::RowFold& f : folds_now_) emit_moments_step(f, n);
+            });
+        };
         per_column([&](int) { declare_acc_results(b); });
         open("");
         per_column([&](int) { init_acc_states(b); });
@@ -124,6 +182,7 @@ void Emitter::emit_column_entry(int vec) {
             }
             scope_ = Scope::PPoint;
             close();
+            if (!folds_now_.empty()) begin_grouped(n);
             if (vec) {
                 line("#pragma unroll");
                 open(fmt::format("for (int u = 0; u < {}; ++u)", n));
@@ -147,6 +206,7 @@ void Emitter::emit_column_entry(int vec) {
                     close();
                 });
                 close();
+                if (!folds_now_.empty()) end_grouped(n);
                 return;
             }
             // float16 widens by the hardware's conversion unless the step holds a NaN (whose
@@ -183,6 +243,7 @@ void Emitter::emit_column_entry(int vec) {
                 compute(false);
                 close();
             }
+            if (!folds_now_.empty()) end_grouped(n);
         };
         if (!pre.empty()) {
             line("#pragma unroll 1");
@@ -220,6 +281,22 @@ void Emitter::emit_column_entry(int vec) {
             per_column([&](int c) { line("{0}_v = rv[{1}], {0}_p = rp[{1}];", acc(ai), c); });
             close();
         }
+        // The folds' moments across the block's slices, then (split) into the chunk's record:
+        // the mean and M2 in the folded accumulator's slot.
+        const int slot = detail::acc_record_slot(k_);
+        for (const detail::RowFold& f : folds_now_) {
+            open("");
+            std::string cs, ms, qs;
+            per_column([&](int c) {
+                cs += fmt::format("{}mo{}{}_c", c ? ", " : "", f.accum, col_);
+                ms += fmt::format("{}mo{}{}_m", c ? ", " : "", f.accum, col_);
+                qs += fmt::format("{}mo{}{}_q", c ? ", " : "", f.accum, col_);
+            });
+            line("float rc[{0}] = {{{1}}}, rm[{0}] = {{{2}}}, rq[{0}] = {{{3}}};", per, cs, ms, qs);
+            line("kiln_column_reduce_moments<{}, {}>(rc, rm, rq, kiln_smc, kiln_smm, kiln_smq);", across, per);
+            per_column([&](int c) { line("mo{0}{1}_c = rc[{2}], mo{0}{1}_m = rm[{2}], mo{0}{1}_q = rq[{2}];", f.accum, col_, c); });
+            close();
+        }
         if (split) {
             // Record (column, chunk) of the scratch (acc_record_slot).
             open("if (chunks > 1 && live && slice == 0)");
@@ -227,10 +304,14 @@ void Emitter::emit_column_entry(int vec) {
                 open("");
                 line("unsigned char* const rec = scratch + ((pi + {}) * chunks + chunk) * {};", c, record_bytes());
                 store_acc_record(b);
+                for (const detail::RowFold& f : folds_now_)
+                    line("*(float*)(rec + {0}) = mo{2}{3}_m, *(float*)(rec + {1}) = mo{2}{3}_q;", slot * f.accum,
+                         slot * f.accum + slot / 2, f.accum, col_);
                 close();
             });
             close();
         }
+        folds_now_.clear();
         per_column([&](int) { set_acc_results(b); });
         close();
     }
@@ -244,31 +325,53 @@ void Emitter::emit_column_entry(int vec) {
 void Emitter::emit_column_final_kernel() {
     const kir::Block& loop = k_.blocks[0];
     line("");
+    const std::vector<detail::RowFold> folds = detail::column_folds(k_);
+    const int slot = detail::acc_record_slot(k_);
     open_kernel(k_.name + "_final", kCudaBlockSize);
     emit_buffer_pointers(all_uses_);
     line("const int chunks = param;");
     line("const long long np = {};", product(pdims_));
+    if (!folds.empty()) {
+        line("const long long nr = {};", product(rdims_));
+        line("const long long per_chunk = (nr + chunks - 1) / chunks;");
+    }
     line("const int lane = (int)(threadIdx.x & 31);");
     line("const long long warps = (long long)gridDim.x * (blockDim.x / 32);");
     line("#pragma unroll 1");
     open("for (long long pi = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; pi < np; pi += warps)");
     emit_ppoint_setup();
     declare_acc_results(loop);
+    for (const detail::RowFold& f : folds) line("float mo{0}_c = 0.0f, mo{0}_m = 0.0f, mo{0}_q = 0.0f;", f.accum);
     open("");
     init_acc_states(loop);
     line("#pragma unroll 4");
     open("for (int c = lane; c < chunks; c += 32)");
     line("const unsigned char* const rec = scratch + (pi * chunks + c) * {};", record_bytes());
     fold_acc_record(loop);
+    if (!folds.empty()) {   // a chunk's count: its rows
+        line("const long long r0 = c * per_chunk < nr ? c * per_chunk : nr;");
+        line("const float rows = (float)((r0 + per_chunk < nr ? r0 + per_chunk : nr) - r0);");
+    }
+    for (const detail::RowFold& f : folds)
+        line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, rows, *(const float*)(rec + {1}), *(const float*)(rec + {2}));",
+             f.accum, slot * f.accum, slot * f.accum + slot / 2);
     close();
     for (int ai : loop.accums) {
         line("kiln_warp_reduce<{0}>(acc{1}_v, acc{1}_p);", acc_struct(k_.accums[ai]), ai);
         line("acc{0}_v = __shfl_sync(0xffffffffu, acc{0}_v, 0);", ai);
         line("acc{0}_p = __shfl_sync(0xffffffffu, acc{0}_p, 0);", ai);
     }
+    // The lanes' moments in a fixed butterfly: every lane ends with the same.
+    for (const detail::RowFold& f : folds)
+        line("{{ float unused = 0.0f; kiln_moments_butterfly<false>(mo{0}_c, mo{0}_m, mo{0}_q, unused, 32); }}", f.accum);
     set_acc_results(loop);
     close();
-    for (size_t bi = 1; bi < k_.blocks.size(); ++bi) emit_point_block(k_.blocks[bi], "lane == 0");
+    std::vector<bool> folded(k_.blocks.size(), false);
+    for (const detail::RowFold& f : folds) folded[f.block] = true;
+    for (size_t bi = 1; bi < k_.blocks.size(); ++bi) {
+        if (folded[bi]) emit_column_folded_block(bi, folds, "");
+        else emit_point_block(k_.blocks[bi], "lane == 0");
+    }
     close();
     close_kernel();
 }

@@ -262,6 +262,11 @@ private:
     // A Point block: every thread computes it (later blocks may read its values); the threads
     // for which `who` holds store.
     void emit_point_block(const kir::Block& b, const std::string& who);
+    void emit_fold_values();
+    // A column kernel's folded Loop block (detail::column_folds): its accumulators from the
+    // column's moments, M2 + n (mean - k)^2.
+    void emit_column_folded_block(size_t bi, const std::vector<detail::RowFold>& folds, const std::string& guard);
+    void emit_moments_step(const detail::RowFold& f, int n);
 
     int first_loop_block() const;
 

@@ -16,6 +16,7 @@ extern const char* const kCudaPrelude;
 extern const char* const kCudaReducePrelude;
 // The row kernels' shared-memory and global words and the row groups' reductions (warp
 // segments, blocks, clusters), for row kernels.
+extern const char* const kCudaMomentsPrelude;
 extern const char* const kCudaRowPrelude;
 // The histogram's bin rule, for kernels with a kir::Hist.
 extern const char* const kCudaHistPrelude;
@@ -105,6 +106,14 @@ struct RowFold {
     int shared = -1;
 };
 std::vector<RowFold> row_folds(const kir::Kernel& k);
+// A column kernel's Moments folds (the same pattern: a column's variance about its mean), where
+// they leave the first block the only Loop block, so that the kernel splits its reduced points:
+// the first pass keeps each column's moments (count, mean, M2) per thread, merged a step's
+// values at a time, then across the block's slices and the chunks in a fixed order
+// (kiln_column_reduce_moments; a chunk's record holds the mean and M2 in the folded
+// accumulator's slot, its count is its rows). Without them a variance of columns is two Loop
+// blocks, which do not split, and reads the columns twice.
+std::vector<RowFold> column_folds(const kir::Kernel& k);
 // The same questions given k's folds (row_folds(k)), which the launch plan computes once.
 std::vector<int> row_cache_slots(const kir::Kernel& k, const std::vector<RowFold>& folds);
 bool row_later_reads_memory(const kir::Kernel& k, const std::vector<int>& slot, const std::vector<RowFold>& folds,

@@ -95,10 +95,12 @@ bool same_value(const kir::Kernel& k, int x, int y) {
 }
 } // namespace
 
-std::vector<RowFold> row_folds(const kir::Kernel& k) {
+namespace {
+// The folds a reduction kernel's passes after its first allow (row_folds' kinds), whatever its
+// shape; every accumulator of a block folds or none does.
+std::vector<RowFold> candidate_folds(const kir::Kernel& k) {
     using kir::Op;
     std::vector<RowFold> out;
-    if (k.full_reduce || cuda_shape(k) != CudaShape::Row) return out;
     int first = -1;
     for (size_t bi = 0; bi < k.blocks.size() && first < 0; ++bi)
         if (k.blocks[bi].loop) first = (int)bi;
@@ -175,6 +177,21 @@ std::vector<RowFold> row_folds(const kir::Kernel& k) {
     for (size_t i = 0; i < out.size(); ++i)
         for (size_t j = 0; j < i; ++j)
             if (out[i].shared >= 0 && out[i].shared == out[j].shared) out[i].shared = -1;
+    return out;
+}
+} // namespace
+
+std::vector<RowFold> row_folds(const kir::Kernel& k) {
+    using kir::Op;
+    if (k.full_reduce || cuda_shape(k) != CudaShape::Row) return {};
+    std::vector<RowFold> out = candidate_folds(k);
+    int first = -1;
+    for (size_t bi = 0; bi < k.blocks.size() && first < 0; ++bi)
+        if (k.blocks[bi].loop) first = (int)bi;
+    if (first < 0) return out;
+    std::vector<bool> first_loads(k.buffers.size(), false);
+    for (int id : k.blocks[first].instrs)
+        if (k.instrs[id].op == Op::Load) first_loads[k.instrs[id].index] = true;
     // Moments that save no round only where the fold leaves one pass over the row: when a
     // later pass reads the row again it is kept in shared memory, the pass folded away costs
     // little, and the first pass's extra arithmetic between its loads costs more.
@@ -197,6 +214,28 @@ std::vector<RowFold> row_folds(const kir::Kernel& k) {
     for (RowFold& f : out)
         if (!has_moments[f.block]) kept.push_back(std::move(f));
     return kept;
+}
+
+std::vector<RowFold> column_folds(const kir::Kernel& k) {
+    if (k.full_reduce || cuda_shape(k) != CudaShape::Column || k.blocks.empty() || !k.blocks[0].loop) return {};
+    std::vector<RowFold> out = candidate_folds(k);
+    std::vector<bool> folded(k.blocks.size(), false);
+    for (const RowFold& f : out) {
+        if (f.kind != RowFold::Moments) return {};
+        folded[f.block] = true;
+        // k from the first pass's results and parameters alone: computed once per column.
+        std::vector<bool> need(k.instrs.size(), false);
+        need[f.shift] = true;
+        for (int id = f.shift; id >= 0; --id) {
+            if (!need[id]) continue;
+            if (k.instrs[id].op == kir::Op::Load || k.instrs[id].op == kir::Op::Gather) return {};
+            for (int o : k.instrs[id].a)
+                if (o >= 0) need[o] = true;
+        }
+    }
+    for (size_t bi = 1; bi < k.blocks.size(); ++bi)
+        if (k.blocks[bi].loop && !folded[bi]) return {};
+    return out;
 }
 
 bool varies_along_reduced(const kir::Kernel& k, size_t buf) {

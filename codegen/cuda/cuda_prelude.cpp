@@ -474,6 +474,73 @@ __device__ __forceinline__ void kiln_column_reduce_v(typename A::T (&v)[V], int 
 }
 )";
 
+// Moments (row kernels, and column kernels with Moments folds): Chan et al.'s merge, the
+// column slices' and a warp's combines.
+const char* const kCudaMomentsPrelude = R"(
+// Moments of values: count c, mean m and sum q of squared deviations from m. merge(a, b) folds
+// b into a by Chan et al.'s update; an empty b leaves a as it is. Not symmetric in its bits,
+// so every combine below puts the lower-numbered part first, and all threads of a row end
+// with the same state.
+__device__ __forceinline__ void kiln_moments_merge(float& c, float& m, float& q, float c2, float m2, float q2) {
+    const float n = c + c2;
+    float r;   // 1 / n within an ulp (exact for a power of two), without division's slow path
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(n));
+    const float f = c2 > 0.0f ? (c > 0.0f ? c2 * r : 1.0f) : 0.0f;   // an empty a takes b as it is
+    const float d = c2 > 0.0f ? m2 - m : 0.0f;
+    m = m + d * f;
+    q = q + q2 + d * d * c * f;
+    c = n;
+}
+// kiln_column_reduce_v for the moments (count, mean, M2) of a column kernel's Moments folds
+// (V = 1: the scalar entry): the same fixed order, merged by kiln_moments_merge. sc/sm/sq:
+// 256 * V + 256 floats each.
+template <int W, int V>
+__device__ __forceinline__ void kiln_column_reduce_moments(float (&c)[V], float (&m)[V], float (&q)[V], float* sc,
+                                                           float* sm, float* sq) {
+    const int column = (int)(threadIdx.x & (W - 1)), slice = (int)(threadIdx.x / W);
+    const int width = W * V, point = (int)threadIdx.x % width, part = (int)threadIdx.x / width;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const int at = (slice * W + column) * V + k;
+        sc[at] = c[k], sm[at] = m[k], sq[at] = q[k];
+    }
+    __syncthreads();
+    float xc = 0.0f, xm = 0.0f, xq = 0.0f;
+#pragma unroll
+    for (int s = part * V; s < part * V + V; ++s)
+        kiln_moments_merge(xc, xm, xq, sc[s * width + point], sm[s * width + point], sq[s * width + point]);
+    __syncthreads();
+    sc[threadIdx.x] = xc, sm[threadIdx.x] = xm, sq[threadIdx.x] = xq;
+    __syncthreads();
+    if ((int)threadIdx.x < width) {
+        xc = 0.0f, xm = 0.0f, xq = 0.0f;
+        for (int g = 0; g < 256 / width; ++g)
+            kiln_moments_merge(xc, xm, xq, sc[g * width + point], sm[g * width + point], sq[g * width + point]);
+        sc[256 + point] = xc, sm[256 + point] = xm, sq[256 + point] = xq;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < V; ++k) c[k] = sc[256 + column * V + k], m[k] = sm[256 + column * V + k], q[k] = sq[256 + column * V + k];
+    __syncthreads();
+}
+// A warp's (or its segments' of n lanes) moments combined in a butterfly, lower lanes first;
+// S: the same rounds also sum x.
+template <bool S>
+__device__ __forceinline__ void kiln_moments_butterfly(float& c, float& m, float& q, float& x, const int n) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        if (o < n) {
+            const float c2 = __shfl_xor_sync(0xffffffffu, c, o), m2 = __shfl_xor_sync(0xffffffffu, m, o),
+                        q2 = __shfl_xor_sync(0xffffffffu, q, o);
+            if (S) x += __shfl_xor_sync(0xffffffffu, x, o);
+            const bool upper = (threadIdx.x & o) != 0;
+            float ca = upper ? c2 : c, ma = upper ? m2 : m, qa = upper ? q2 : q;
+            kiln_moments_merge(ca, ma, qa, upper ? c : c2, upper ? m : m2, upper ? q : q2);
+            c = ca, m = ma, q = qa;
+        }
+}
+)";
+
 // Row kernels: the row cache's shared-memory and global words, and the row groups' reductions
 // (warp segments, blocks, clusters), moments and sums of exponentials.
 const char* const kCudaRowPrelude = R"(
@@ -680,37 +747,9 @@ __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const 
         A::add(v, p, y, (int)x->data[b][r][N - 1]);
     }
 }
-// Moments of values: count c, mean m and sum q of squared deviations from m. merge(a, b) folds
-// b into a by Chan et al.'s update; an empty b leaves a as it is. Not symmetric in its bits,
-// so every combine below puts the lower-numbered part first, and all threads of a row end
-// with the same state.
-__device__ __forceinline__ void kiln_moments_merge(float& c, float& m, float& q, float c2, float m2, float q2) {
-    const float n = c + c2;
-    float r;   // 1 / n within an ulp (exact for a power of two), without division's slow path
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(n));
-    const float f = c2 > 0.0f ? (c > 0.0f ? c2 * r : 1.0f) : 0.0f;   // an empty a takes b as it is
-    const float d = c2 > 0.0f ? m2 - m : 0.0f;
-    m = m + d * f;
-    q = q + q2 + d * d * c * f;
-    c = n;
-}
 // kiln_row_reduce for moments: sc/sm/sq 32 entries. S: the same round also sums x (a sum of
 // the same values kept by kiln_sum_f; sx its entries), so that the mean and the moments cost
 // one round.
-template <bool S>
-__device__ __forceinline__ void kiln_moments_butterfly(float& c, float& m, float& q, float& x, const int n) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        if (o < n) {
-            const float c2 = __shfl_xor_sync(0xffffffffu, c, o), m2 = __shfl_xor_sync(0xffffffffu, m, o),
-                        q2 = __shfl_xor_sync(0xffffffffu, q, o);
-            if (S) x += __shfl_xor_sync(0xffffffffu, x, o);
-            const bool upper = (threadIdx.x & o) != 0;
-            float ca = upper ? c2 : c, ma = upper ? m2 : m, qa = upper ? q2 : q;
-            kiln_moments_merge(ca, ma, qa, upper ? c : c2, upper ? m : m2, upper ? q : q2);
-            c = ca, m = ma, q = qa;
-        }
-}
 template <bool S, int Reach>
 __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, float& q, float& x, const int G, float* sc,
                                                         float* sm, float* sq, float* sx, kiln_cx* cx, unsigned& round) {

@@ -53,21 +53,43 @@ void Emitter::emit_row_element(size_t bi, const std::vector<int>& slot, const st
         load_override_[buf] = fmt::format("l{}", buf);
     }
     emit_instrs(b);
+    emit_fold_values();
+    add_to_acc_states(b, "(int)ri");
+    emit_stores(b);
+    load_override_.assign(k_.buffers.size(), "");
+    scope_ = Scope::PPoint;
+}
+
+// The folds' values (folds_now_) at this point, from their instructions: into the step's
+// arrays mv (folds_grouped_), else added to the running moments or sum of exponentials. Names
+// carry the column suffix col_ (column kernels' vector entries).
+void Emitter::emit_fold_values() {
     std::vector<int> chain;   // the folds' values' instructions, each once, in order
     for (const detail::RowFold& f : folds_now_) chain.insert(chain.end(), f.chain.begin(), f.chain.end());
     std::sort(chain.begin(), chain.end());
     chain.erase(std::unique(chain.begin(), chain.end()), chain.end());
     for (int id : chain) line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
     for (const detail::RowFold& f : folds_now_) {
-        if (folds_grouped_) line("mv{}[u] = {};", f.accum, v(f.value));
+        if (folds_grouped_) line("mv{}{}[u] = {};", f.accum, col_, v(f.value));
         else if (f.kind == detail::RowFold::Moments)
-            line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, 1.0f, {1}, 0.0f);", f.accum, v(f.value));
+            line("kiln_moments_merge(mo{0}{2}_c, mo{0}{2}_m, mo{0}{2}_q, 1.0f, {1}, 0.0f);", f.accum, v(f.value), col_);
         else line("kiln_lse_add<{2}>(se{0}_m, se{0}_s, {1});", f.accum, v(f.value), fast_exp());
     }
-    add_to_acc_states(b, "(int)ri");
-    emit_stores(b);
-    load_override_.assign(k_.buffers.size(), "");
-    scope_ = Scope::PPoint;
+}
+
+// A step's n values of Moments fold f (mv<f>[n]) as one group: its mean, the squared deviations
+// from it, merged into the running moments; their sum added to the shared accumulator's state.
+void Emitter::emit_moments_step(const detail::RowFold& f, int n) {
+    open("");
+    line("float s = 0.0f, q = 0.0f;");
+    line("#pragma unroll");
+    line("for (int u = 0; u < {}; ++u) s += mv{}{}[u];", n, f.accum, col_);
+    if (f.shared >= 0) line("{}_v += s;", acc(f.shared));
+    line("const float mean = s * {};", float_literal(1.0f / (float)n));
+    line("#pragma unroll");
+    line("for (int u = 0; u < {0}; ++u) q = fmaf(mv{1}{2}[u] - mean, mv{1}{2}[u] - mean, q);", n, f.accum, col_);
+    line("kiln_moments_merge(mo{0}{2}_c, mo{0}{2}_m, mo{0}{2}_q, {1}.0f, mean, q);", f.accum, n, col_);
+    close();
 }
 
 // Where element `j` of this thread sits in its row's slice of a buffer's cache region (the
@@ -485,16 +507,7 @@ void Emitter::emit_row_kernel(bool registers) {
                             line("kiln_lse_step<{0}, {1}>(se{2}_m, se{2}_s, mv{2});", fast_exp(), n, f.accum);
                             continue;
                         }
-                        open("");
-                        line("float s = 0.0f, q = 0.0f;");
-                        line("#pragma unroll");
-                        line("for (int u = 0; u < {}; ++u) s += mv{}[u];", n, f.accum);
-                        if (f.shared >= 0) line("acc{}_v += s;", f.shared);
-                        line("const float mean = s * {};", float_literal(1.0f / (float)n));
-                        line("#pragma unroll");
-                        line("for (int u = 0; u < {0}; ++u) q = fmaf(mv{1}[u] - mean, mv{1}[u] - mean, q);", n, f.accum);
-                        line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, {1}.0f, mean, q);", f.accum, n);
-                        close();
+                        emit_moments_step(f, n);
                     }
                     for (size_t buf : vec_stores) {
                         const DType t = k_.buffers[buf].dtype;

@@ -836,6 +836,45 @@ TEST_CASE("gpu: a variance read in one pass (folded moments) keeps its precision
     }
 }
 
+// The same along columns (codegen::detail::column_folds): one pass whose moments merge a step
+// at a time, across the block's slices and across the chunks (the final entry); the vector entry
+// (aligned columns) and column by column (77 columns); few rows (one chunk) and many; every
+// dtype, far from zero; the shared sum beside it.
+TEST_CASE("gpu: a column variance read in one pass (folded moments) keeps its precision far from zero, every dtype") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    struct Case { int64_t M, N; };
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (Case s : {Case{65536, 256}, Case{3000, 77}, Case{100, 24}, Case{1, 64}, Case{200003, 8}, Case{4099, 1000}}) {
+            INFO(dtype_name(dt) << " " << s.M << "x" << s.N);
+            std::vector<float> h = random_floats((size_t)(s.M * s.N), (uint32_t)(5 * s.M + s.N));
+            // columns near 1e3 (float32: 1e4) with a spread of about 1, and rows shifted in turn
+            const float base = dt == DType::Float32 ? 1.0e4f : 1.0e3f;
+            for (size_t i = 0; i < h.size(); ++i) h[i] = base + h[i] + (float)((i / (size_t)s.N) % 5);
+            for (auto& x : h) x = dt == DType::Float16 ? f16_to_float(float_to_f16(x)) : dt == DType::BFloat16 ? bf16_to_float(float_to_bf16(x)) : x;
+            Tensor A = ctx.array(h, {s.M, s.N}, dt), v = ctx.empty({1, s.N}), t = ctx.empty({1, s.N});
+            const Expr total = sum(cast(A.expr(), DType::Float32), 0, true);
+            ctx.assign_together({{&t, total}, {&v, mean(square(cast(A.expr(), DType::Float32) - total * (1.0 / (double)s.M)), 0, true)}});
+            const std::vector<float> got = v.to_vector<float>(), gt = t.to_vector<float>();
+            int bad = 0;
+            for (int64_t j = 0; j < s.N; ++j) {
+                double m = 0, q = 0;
+                for (int64_t i = 0; i < s.M; ++i) m += h[i * s.N + j];
+                const double total_ref = m;
+                m /= s.M;
+                for (int64_t i = 0; i < s.M; ++i) q += (h[i * s.N + j] - m) * (h[i * s.N + j] - m);
+                q /= s.M;
+                // float32 inputs near 1e4 carry 1e-3 of rounding each (16-bit: exact inputs).
+                if (!(std::abs(got[j] - q) <= 2e-3 * q + 1e-3)) {
+                    if (bad < 3) UNSCOPED_INFO("column " << j << ": variance " << got[j] << ", want " << q);
+                    ++bad;
+                }
+                bad += !(std::abs(gt[j] - total_ref) <= 1e-5 * std::abs(total_ref));
+            }
+            CHECK(bad == 0);
+        }
+}
+
 // Softmax's sum of exponentials is kept by the pass that finds the row's max (a running max,
 // the sum rescaled as it grows): a warp segment, a block, a cluster, a cluster of 16 (float32
 // rows of 250001, which 8 blocks cannot cache; 64 such rows: each cluster walks several),

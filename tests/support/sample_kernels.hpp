@@ -33,6 +33,7 @@ inline std::vector<kir::Kernel> sample_kernels(const std::string& target = "sm_9
         {tanh(A * 0.5 + 1.0) * sig(A), host_view({64, 32})},
         {sum(A * A), host_view({1, 1})},
         {sum(A, 0), host_view({1, 32})},
+        {var(H, 0) + mean(H, 0), host_view({1, 32})},   // a column's moments, folded
         {argmax(A, 1), host_view({64, 1}, DType::Int32)},
         {argmin(H, 0), host_view({1, 32}, DType::Int32)},
         {max(I, 1) + min(I, 1), host_view({64, 1}, DType::Int8)},

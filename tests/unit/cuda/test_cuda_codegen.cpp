@@ -431,6 +431,64 @@ kir::Kernel moments_kernel(bool third_pass, bool param_shift, bool first_square 
 }
 } // namespace
 
+TEST_CASE("a column kernel folds a sum of squared deviations into its first pass, which then splits into chunks") {
+    using Op = kir::Op;
+    using CT = ComputeType;
+    const codegen::CudaDeviceCaps h100{90, 132};
+    for (DType xdt : {DType::Float32, DType::Float16}) {
+        INFO(dtype_name(xdt));
+        test::KernelBuilder b("kiln_colmo", "RP");
+        int out = b.output(DType::Float32, "01"), in = b.input(xdt, "x1");
+        b.loop();
+        int s = b.accum(kir::AccKind::Sum, b.load(in));
+        b.loop();
+        const int mean = b.op(Op::Mul, CT::F32, b.acc_result(s), b.paramf(0));
+        const int d = b.op(Op::Sub, CT::F32, b.load(in), mean);
+        const int q = b.accum(kir::AccKind::Sum, b.op(Op::Mul, CT::F32, d, d));
+        b.point();
+        b.store(out, b.acc_result(q));
+        const kir::Kernel k = b.kernel();
+        REQUIRE(codegen::cuda_shape(k) == codegen::CudaShape::Column);
+        const std::vector<codegen::detail::RowFold> folds = codegen::detail::column_folds(k);
+        REQUIRE(folds.size() == 1);
+        CHECK(folds[0].block == 1);
+        CHECK(folds[0].shared == 0);
+        CHECK(codegen::detail::row_folds(k).empty());
+        CHECK(codegen::detail::column_splittable(k));
+        const CudaSource src = codegen::emit_cuda(k);
+        INFO(src.code);
+        REQUIRE(src.entry_points == std::vector<std::string>{"kiln_colmo", "kiln_colmo_v", "kiln_colmo_final"});
+        const int across = codegen::detail::column_width(k), v = 16 / (int)dtype_size(xdt);
+        CHECK(src.code.find(fmt::format("kiln_column_reduce_moments<{}, 1>(rc, rm, rq,", across)) != std::string::npos);
+        CHECK(src.code.find(fmt::format("kiln_column_reduce_moments<{}, {}>(rc, rm, rq,", across / v, v)) != std::string::npos);
+        CHECK(src.code.find("kiln_moments_merge(mo1_c, mo1_m, mo1_q, 8.0f, mean, q);") != std::string::npos);
+        CHECK(src.code.find("kiln_moments_merge(mo1_c0_c, mo1_c0_m, mo1_c0_q, 4.0f, mean, q);") != std::string::npos);
+        CHECK(src.code.find("acc1 = mo1_q + mo1_c * ((mo1_m - v") != std::string::npos);
+        CHECK(src.code.find("kiln_moments_butterfly<false>(mo1_c, mo1_m, mo1_q, unused, 32);") != std::string::npos);
+        CHECK(src.code.find("(acc1_v, acc1_p") == std::string::npos);   // no second pass
+        require_compiles("colmoments", src);
+        kir::LaunchArgs a;
+        a.sizes = {65536, 256};
+        const codegen::CudaLaunchPlan p = codegen::plan_cuda_launch(k, a, h100);
+        REQUIRE(p.launches.size() == 2);
+        CHECK(p.launches[0].param > 1);
+        CHECK(p.launches[1].entry == "kiln_colmo_final");
+    }
+    // k read from memory per column (a given mean): two passes, unsplit.
+    test::KernelBuilder b("kiln_colmo2", "RP");
+    int out = b.output(DType::Float32, "01"), in = b.input(DType::Float32, "x1"), m = b.input(DType::Float32, "01");
+    b.loop();
+    int s = b.accum(kir::AccKind::Sum, b.load(in));
+    b.loop();
+    const int d = b.op(Op::Sub, CT::F32, b.load(in), b.op(Op::Mul, CT::F32, b.acc_result(s), b.load(m)));
+    const int q = b.accum(kir::AccKind::Sum, b.op(Op::Mul, CT::F32, d, d));
+    b.point();
+    b.store(out, b.acc_result(q));
+    CHECK(codegen::detail::column_folds(b.kernel()).empty());
+    CHECK_FALSE(codegen::detail::column_splittable(b.kernel()));
+    require_compiles("colmoments2", codegen::emit_cuda(b.kernel()));
+}
+
 TEST_CASE("row kernels fold a sum of squared deviations into the first pass when that saves a round or a pass") {
     // Variance: the second pass becomes the first pass's moments, whose round also sums the
     // mean's values; the row needs no cache.
