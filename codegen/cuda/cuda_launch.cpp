@@ -98,16 +98,24 @@ bool same_value(const kir::Kernel& k, int x, int y) {
 namespace {
 // The folds a reduction kernel's passes after its first allow (row_folds' kinds), whatever its
 // shape; every accumulator of a block folds or none does.
+// k's first Loop block (-1: none) and the buffers it loads.
+int first_loop(const kir::Kernel& k, std::vector<bool>& loads) {
+    loads.assign(k.buffers.size(), false);
+    for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
+        if (!k.blocks[bi].loop) continue;
+        for (int id : k.blocks[bi].instrs)
+            if (k.instrs[id].op == kir::Op::Load) loads[k.instrs[id].index] = true;
+        return (int)bi;
+    }
+    return -1;
+}
+
 std::vector<RowFold> candidate_folds(const kir::Kernel& k) {
     using kir::Op;
     std::vector<RowFold> out;
-    int first = -1;
-    for (size_t bi = 0; bi < k.blocks.size() && first < 0; ++bi)
-        if (k.blocks[bi].loop) first = (int)bi;
+    std::vector<bool> first_loads;
+    const int first = first_loop(k, first_loads);
     if (first < 0) return out;
-    std::vector<bool> first_loads(k.buffers.size(), false);
-    for (int id : k.blocks[first].instrs)
-        if (k.instrs[id].op == Op::Load) first_loads[k.instrs[id].index] = true;
     for (size_t bi = first + 1; bi < k.blocks.size(); ++bi) {
         const kir::Block& b = k.blocks[bi];
         if (!b.loop || !b.stores.empty() || b.accums.empty()) continue;
@@ -185,13 +193,9 @@ std::vector<RowFold> row_folds(const kir::Kernel& k) {
     using kir::Op;
     if (k.full_reduce || cuda_shape(k) != CudaShape::Row) return {};
     std::vector<RowFold> out = candidate_folds(k);
-    int first = -1;
-    for (size_t bi = 0; bi < k.blocks.size() && first < 0; ++bi)
-        if (k.blocks[bi].loop) first = (int)bi;
+    std::vector<bool> first_loads;
+    const int first = first_loop(k, first_loads);
     if (first < 0) return out;
-    std::vector<bool> first_loads(k.buffers.size(), false);
-    for (int id : k.blocks[first].instrs)
-        if (k.instrs[id].op == Op::Load) first_loads[k.instrs[id].index] = true;
     // Moments that save no round only where the fold leaves one pass over the row: when a
     // later pass reads the row again it is kept in shared memory, the pass folded away costs
     // little, and the first pass's extra arithmetic between its loads costs more.
