@@ -11,11 +11,9 @@ namespace kiln::codegen::detail {
 
 bool column_splittable(const kir::Kernel& k) {
     if (k.blocks.empty() || !k.blocks[0].loop) return false;
-    std::vector<bool> folded(k.blocks.size(), false);
-    for (const RowFold& f : column_folds(k)) folded[f.block] = true;
-    for (size_t bi = 1; bi < k.blocks.size(); ++bi)
-        if (k.blocks[bi].loop && !folded[bi]) return false;
-    return true;
+    bool later = false;
+    for (size_t bi = 1; bi < k.blocks.size(); ++bi) later = later || k.blocks[bi].loop;
+    return !later || !column_folds(k).empty();   // (column_folds: only when every later Loop block folds)
 }
 
 void Emitter::emit_column_folded_block(size_t bi, const std::vector<detail::RowFold>& folds, const std::string& guard) {
@@ -26,15 +24,9 @@ void Emitter::emit_column_folded_block(size_t bi, const std::vector<detail::RowF
     for (const detail::RowFold& f : folds) {
         if (f.block != (int)bi) continue;
         // k's instructions (column_folds: results, parameters and arithmetic), in order
-        std::vector<bool> need(k_.instrs.size(), false);
-        need[f.shift] = true;
-        for (int id = f.shift; id >= 0; --id)
-            if (need[id])
-                for (int o : k_.instrs[id].a)
-                    if (o >= 0) need[o] = true;
         open("");
-        for (int id : b.instrs)
-            if (need[id]) line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
+        for (int id : detail::shift_chain(k_, f.shift))
+            line("const {} {} = {};", ctype(k_.instrs[id].type), v(id), expr(k_.instrs[id]));
         line("{0} = mo{1}{3}_q + mo{1}{3}_c * ((mo{1}{3}_m - {2}) * (mo{1}{3}_m - {2}));", acc(f.accum), f.accum, v(f.shift),
              col_);
         close();

@@ -114,6 +114,8 @@ std::vector<RowFold> row_folds(const kir::Kernel& k);
 // accumulator's slot, its count is its rows). Without them a variance of columns is two Loop
 // blocks, which do not split, and reads the columns twice.
 std::vector<RowFold> column_folds(const kir::Kernel& k);
+// The instructions k's value `shift` depends on, itself included, in order.
+std::vector<int> shift_chain(const kir::Kernel& k, int shift);
 // The same questions given k's folds (row_folds(k)), which the launch plan computes once.
 std::vector<int> row_cache_slots(const kir::Kernel& k, const std::vector<RowFold>& folds);
 bool row_later_reads_memory(const kir::Kernel& k, const std::vector<int>& slot, const std::vector<RowFold>& folds,

@@ -220,6 +220,19 @@ std::vector<RowFold> row_folds(const kir::Kernel& k) {
     return kept;
 }
 
+std::vector<int> shift_chain(const kir::Kernel& k, int shift) {
+    std::vector<bool> need(k.instrs.size(), false);
+    need[shift] = true;
+    for (int id = shift; id >= 0; --id)
+        if (need[id])
+            for (int o : k.instrs[id].a)
+                if (o >= 0) need[o] = true;
+    std::vector<int> chain;
+    for (int id = 0; id <= shift; ++id)
+        if (need[id]) chain.push_back(id);
+    return chain;
+}
+
 std::vector<RowFold> column_folds(const kir::Kernel& k) {
     if (k.full_reduce || cuda_shape(k) != CudaShape::Column || k.blocks.empty() || !k.blocks[0].loop) return {};
     std::vector<RowFold> out = candidate_folds(k);
@@ -228,14 +241,8 @@ std::vector<RowFold> column_folds(const kir::Kernel& k) {
         if (f.kind != RowFold::Moments) return {};
         folded[f.block] = true;
         // k from the first pass's results and parameters alone: computed once per column.
-        std::vector<bool> need(k.instrs.size(), false);
-        need[f.shift] = true;
-        for (int id = f.shift; id >= 0; --id) {
-            if (!need[id]) continue;
+        for (int id : shift_chain(k, f.shift))
             if (k.instrs[id].op == kir::Op::Load || k.instrs[id].op == kir::Op::Gather) return {};
-            for (int o : k.instrs[id].a)
-                if (o >= 0) need[o] = true;
-        }
     }
     for (size_t bi = 1; bi < k.blocks.size(); ++bi)
         if (k.blocks[bi].loop && !folded[bi]) return {};

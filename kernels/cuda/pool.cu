@@ -39,7 +39,6 @@ enum { kMax = 0, kAvg = 1, kL2 = 2 };
 constexpr int kBatch = 5;    // forward: taps whose loads a thread keeps in flight (a 3x3 window in two rounds)
 constexpr int kStaged = 9;   // forward, staged: taps a thread copies to shared memory at once (36 KiB a block)
 
-
 __device__ __forceinline__ float widen(float v) { return v; }
 __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
 __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -341,23 +340,23 @@ __device__ __forceinline__ int inside(int o, int pad, int window, int stride, in
     return min(first + window, size) - max(first, 0);
 }
 
+// A thread's inputs: a square of U x U positions (height x width); kGather windows' loads in flight.
 template <class T, int OP, int V, int U, int kGather>
 __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local) {
-    constexpr int UH = U, UW = U;
     const PoolShape& g = p.g;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t pos = quotient(i, p.lanes);   // (n, d, h / UH, w / UW); below 2^31
+        const int64_t pos = quotient(i, p.lanes);   // (n, d, h / U, w / U); below 2^31
         const int c0 = int(i - pos * p.lanes.d) * V;
         int n = int(pos);
-        const int w0 = split(n, p.d3) * UW, h0 = split(n, p.d2) * UH, d = split(n, p.d1);
-        const int live_h = min(UH, g.H - h0), live_w = min(UW, g.W - w0);   // the inputs inside the image
+        const int w0 = split(n, p.d3) * U, h0 = split(n, p.d2) * U, d = split(n, p.d1);
+        const int live_h = min(U, g.H - h0), live_w = min(U, g.W - w0);   // the inputs inside the image
         const int64_t at = ((int64_t(n) * g.D + d) * g.H + h0) * int64_t(g.W) * g.C + int64_t(w0) * g.C + c0;
         const int64_t row = int64_t(g.W) * g.C;
         Raw<T, V> x[U * U];   // L2: the forward's inputs, as loaded
         float acc[U * U][V];
 #pragma unroll
         for (int u = 0; u < U * U; ++u) {
-            if (OP == kL2 && u / UW < live_h && u % UW < live_w) x[u] = fetch<T, V>(p.x2, at + (u / UW) * row + (u % UW) * g.C);
+            if (OP == kL2 && u / U < live_h && u % U < live_w) x[u] = fetch<T, V>(p.x2, at + (u / U) * row + (u % U) * g.C);
 #pragma unroll
             for (int k = 0; k < V; ++k) acc[u][k] = 0.f;
         }
@@ -406,9 +405,9 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
                         if (OP == kL2) widen<T, V>(out[u], yv);
 #pragma unroll
                         for (int r = 0; r < U * U; ++r) {
-                            // input (h0 + r / UW, w0 + r % UW) outside the window: no share
-                            if (unsigned(off_h[u] + r / UW) >= unsigned(g.R) || unsigned(off_w[u] + r % UW) >= unsigned(g.S)) continue;
-                            const int tap_r = tap[u] + (r / UW) * g.S + r % UW;
+                            // input (h0 + r / U, w0 + r % U) outside the window: no share
+                            if (unsigned(off_h[u] + r / U) >= unsigned(g.R) || unsigned(off_w[u] + r % U) >= unsigned(g.S)) continue;
+                            const int tap_r = tap[u] + (r / U) * g.S + r % U;
                             float xv[V];
                             if (OP == kL2) widen<T, V>(x[r], xv);
 #pragma unroll
@@ -428,8 +427,8 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
         }
 #pragma unroll
         for (int u = 0; u < U * U; ++u)
-            if (u / UW < live_h && u % UW < live_w)
-                finish<T, V>(p.alpha, p.beta, p.y, at + (u / UW) * row + (u % UW) * g.C, acc[u], p.hist, local);
+            if (u / U < live_h && u % U < live_w)
+                finish<T, V>(p.alpha, p.beta, p.y, at + (u / U) * row + (u % U) * g.C, acc[u], p.hist, local);
     }
 }
 
