@@ -62,8 +62,7 @@ void Emitter::emit_column_entry(int vec) {
     const int slices = detail::kColumnThreads / across;
     const bool split = column_splittable(k_);
     const std::vector<detail::RowFold> folds = detail::column_folds(k_);
-    std::vector<bool> folded(k_.blocks.size(), false);
-    for (const detail::RowFold& f : folds) folded[f.block] = true;
+    const std::vector<bool> folded = detail::folded_blocks(k_, folds);
     const int q = detail::innermost_parallel_dim(k_);
     auto along_q = [&](size_t b) { return q >= 0 && k_.buffers[b].layout[q] == StrideKind::One; };
     auto per_column = [&](auto&& emit) {
@@ -358,8 +357,7 @@ void Emitter::emit_column_final_kernel() {
         line("{{ float unused = 0.0f; kiln_moments_butterfly<false>(mo{0}_c, mo{0}_m, mo{0}_q, unused, 32); }}", f.accum);
     set_acc_results(loop);
     close();
-    std::vector<bool> folded(k_.blocks.size(), false);
-    for (const detail::RowFold& f : folds) folded[f.block] = true;
+    const std::vector<bool> folded = detail::folded_blocks(k_, folds);
     for (size_t bi = 1; bi < k_.blocks.size(); ++bi) {
         if (folded[bi]) emit_column_folded_block(bi, folds, "");
         else emit_point_block(k_.blocks[bi], "lane == 0");

@@ -14,9 +14,11 @@ extern const char* const kCudaPrelude;
 // The accumulator kinds and the warp, block and column reductions, for kernels with
 // accumulators (every reduction shape; an elementwise kernel's single-point Loop blocks).
 extern const char* const kCudaReducePrelude;
+// Moments (count, mean, M2) merged by Chan's update, across a column kernel's slices and a
+// warp's lanes: for row kernels and column kernels with Moments folds.
+extern const char* const kCudaMomentsPrelude;
 // The row kernels' shared-memory and global words and the row groups' reductions (warp
 // segments, blocks, clusters), for row kernels.
-extern const char* const kCudaMomentsPrelude;
 extern const char* const kCudaRowPrelude;
 // The histogram's bin rule, for kernels with a kir::Hist.
 extern const char* const kCudaHistPrelude;
@@ -114,6 +116,8 @@ std::vector<RowFold> row_folds(const kir::Kernel& k);
 // accumulator's slot, its count is its rows). Without them a variance of columns is two Loop
 // blocks, which do not split, and reads the columns twice.
 std::vector<RowFold> column_folds(const kir::Kernel& k);
+// Which of k's blocks the folds fold away.
+std::vector<bool> folded_blocks(const kir::Kernel& k, const std::vector<RowFold>& folds);
 // The instructions k's value `shift` depends on, itself included, in order.
 std::vector<int> shift_chain(const kir::Kernel& k, int shift);
 // The same questions given k's folds (row_folds(k)), which the launch plan computes once.

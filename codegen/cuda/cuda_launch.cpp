@@ -96,8 +96,6 @@ bool same_value(const kir::Kernel& k, int x, int y) {
 } // namespace
 
 namespace {
-// The folds a reduction kernel's passes after its first allow (row_folds' kinds), whatever its
-// shape; every accumulator of a block folds or none does.
 // k's first Loop block (-1: none) and the buffers it loads.
 int first_loop(const kir::Kernel& k, std::vector<bool>& loads) {
     loads.assign(k.buffers.size(), false);
@@ -110,12 +108,12 @@ int first_loop(const kir::Kernel& k, std::vector<bool>& loads) {
     return -1;
 }
 
-std::vector<RowFold> candidate_folds(const kir::Kernel& k) {
+// The folds a reduction kernel's passes after its first Loop block (`first`, which loads
+// `first_loads`) allow (row_folds' kinds), whatever its shape; every accumulator of a block
+// folds or none does.
+std::vector<RowFold> candidate_folds(const kir::Kernel& k, int first, const std::vector<bool>& first_loads) {
     using kir::Op;
     std::vector<RowFold> out;
-    std::vector<bool> first_loads;
-    const int first = first_loop(k, first_loads);
-    if (first < 0) return out;
     for (size_t bi = first + 1; bi < k.blocks.size(); ++bi) {
         const kir::Block& b = k.blocks[bi];
         if (!b.loop || !b.stores.empty() || b.accums.empty()) continue;
@@ -192,15 +190,14 @@ std::vector<RowFold> candidate_folds(const kir::Kernel& k) {
 std::vector<RowFold> row_folds(const kir::Kernel& k) {
     using kir::Op;
     if (k.full_reduce || cuda_shape(k) != CudaShape::Row) return {};
-    std::vector<RowFold> out = candidate_folds(k);
     std::vector<bool> first_loads;
     const int first = first_loop(k, first_loads);
-    if (first < 0) return out;
+    if (first < 0) return {};
+    std::vector<RowFold> out = candidate_folds(k, first, first_loads);
     // Moments that save no round only where the fold leaves one pass over the row: when a
     // later pass reads the row again it is kept in shared memory, the pass folded away costs
     // little, and the first pass's extra arithmetic between its loads costs more.
-    std::vector<bool> folded(k.blocks.size(), false);
-    for (const RowFold& f : out) folded[f.block] = true;
+    const std::vector<bool> folded = folded_blocks(k, out);
     bool reread = false;
     for (size_t bi = first + 1; bi < k.blocks.size(); ++bi) {
         if (!k.blocks[bi].loop || folded[bi]) continue;
@@ -220,6 +217,12 @@ std::vector<RowFold> row_folds(const kir::Kernel& k) {
     return kept;
 }
 
+std::vector<bool> folded_blocks(const kir::Kernel& k, const std::vector<RowFold>& folds) {
+    std::vector<bool> folded(k.blocks.size(), false);
+    for (const RowFold& f : folds) folded[f.block] = true;
+    return folded;
+}
+
 std::vector<int> shift_chain(const kir::Kernel& k, int shift) {
     std::vector<bool> need(k.instrs.size(), false);
     need[shift] = true;
@@ -235,15 +238,15 @@ std::vector<int> shift_chain(const kir::Kernel& k, int shift) {
 
 std::vector<RowFold> column_folds(const kir::Kernel& k) {
     if (k.full_reduce || cuda_shape(k) != CudaShape::Column || k.blocks.empty() || !k.blocks[0].loop) return {};
-    std::vector<RowFold> out = candidate_folds(k);
-    std::vector<bool> folded(k.blocks.size(), false);
+    std::vector<bool> first_loads;
+    std::vector<RowFold> out = candidate_folds(k, first_loop(k, first_loads), first_loads);
     for (const RowFold& f : out) {
         if (f.kind != RowFold::Moments) return {};
-        folded[f.block] = true;
         // k from the first pass's results and parameters alone: computed once per column.
         for (int id : shift_chain(k, f.shift))
             if (k.instrs[id].op == kir::Op::Load || k.instrs[id].op == kir::Op::Gather) return {};
     }
+    const std::vector<bool> folded = folded_blocks(k, out);
     for (size_t bi = 1; bi < k.blocks.size(); ++bi)
         if (k.blocks[bi].loop && !folded[bi]) return {};
     return out;
@@ -266,8 +269,7 @@ std::vector<int> row_cache_slots(const kir::Kernel& k) { return row_cache_slots(
 
 std::vector<int> row_cache_slots(const kir::Kernel& k, const std::vector<RowFold>& folds) {
     std::vector<int> passes(k.buffers.size(), 0);
-    std::vector<bool> folded(k.blocks.size(), false);
-    for (const RowFold& f : folds) folded[f.block] = true;
+    const std::vector<bool> folded = folded_blocks(k, folds);
     for (size_t bi = 0; bi < k.blocks.size(); ++bi) {
         const kir::Block& b = k.blocks[bi];
         if (!b.loop || folded[bi]) continue;
@@ -290,8 +292,8 @@ bool row_later_reads_memory(const kir::Kernel& k, const std::vector<int>& slot, 
 
 bool row_later_reads_memory(const kir::Kernel& k, const std::vector<int>& slot, const std::vector<RowFold>& folds,
                             int64_t nr) {
-    std::vector<bool> folded(k.blocks.size(), false), counted(k.buffers.size(), false);
-    for (const RowFold& f : folds) folded[f.block] = true;
+    const std::vector<bool> folded = folded_blocks(k, folds);
+    std::vector<bool> counted(k.buffers.size(), false);
     bool first = true;
     int64_t bytes = 0;
     for (size_t bi = 0; bi < k.blocks.size(); ++bi) {

@@ -169,8 +169,7 @@ void Emitter::emit_row_kernel(bool registers) {
     // From registers a variance takes a second round over them rather than the first pass's
     // moments, whose merges a group at a time cost more than the round (row_register_entry).
     if (registers) folds.clear();
-    std::vector<bool> folded(k_.blocks.size(), false);
-    for (const detail::RowFold& f : folds) folded[f.block] = true;
+    const std::vector<bool> folded = detail::folded_blocks(k_, folds);
     from_fold_.assign(k_.accums.size(), false);
     for (const detail::RowFold& f : folds)
         if (f.kind == detail::RowFold::ExpSum && f.shared >= 0) from_fold_[f.shared] = true;
