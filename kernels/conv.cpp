@@ -551,12 +551,15 @@ void epilogue(const Tensor& T, Tensor& out, const ConvOptions& o, int64_t ch) {
 // output afterwards.)
 bool scattered(const ConvOptions& o) { return o.beta == 0 && !o.bias && !o.brelu; }
 
-// bsum = the output's sum over every axis but the channel: its values as stored, added in float32.
+// into = t's sum over every axis but the channel (the last), added in float32.
+void add_channels(const Tensor& t, Tensor into) {
+    const int64_t ch = t.shape().back();
+    into.assign(reshape(sum(cast(reshape(t.expr(), {t.size() / ch, ch}), DType::Float32), 0), into.shape()));
+}
+
+// bsum = the output's sum over every axis but the channel: its values as stored.
 void channel_sums(const Tensor& out, const ConvOptions& o) {
-    if (!o.bsum) return;
-    const int64_t ch = out.shape().back();
-    Tensor bs = *o.bsum;
-    bs.assign(reshape(sum(cast(reshape(out.expr(), {out.size() / ch, ch}), DType::Float32), 0), bs.shape()));
+    if (o.bsum) add_channels(out, *o.bsum);
 }
 
 bool same_view(const Tensor& a, const Tensor& b) {
@@ -1101,7 +1104,8 @@ Tensor& bprop_conv(const ConvLayer& L, const Tensor& F, const Tensor& E, Tensor&
 
 // conv: grad_F from the input I and the output's gradient E; deconv: the same with the
 // convolution's roles (its input is the deconvolution's E).
-Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor& grad_F, double alpha, double beta) {
+Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor& grad_F, double alpha, double beta,
+                    const std::optional<Tensor>& grad_bias) {
     const char* op = "update_conv";
     if (!I.defined()) fail(Error::Kind::Value, "{}: I is an empty kiln::Tensor", op);
     const Dims3& in_sp = L.deconv ? L.output : L.image;
@@ -1110,6 +1114,7 @@ Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor
     check_tensor(I, L, I, L.N, in_sp, in_ch, "I (the input)", true, op);
     check_tensor(E, L, I, L.N, e_sp, e_ch, "E (the output's gradient)", true, op);
     check_tensor(grad_F, L, I, L.K, L.filter, L.C, "grad_F (the filter's gradient, K x T x R x S x C)", false, op);
+    if (grad_bias) check_vector(*grad_bias, E, e_ch, "grad_bias", op);
     NamedCount named(grad_F.context(), grad_F);
     BenchTimer bench(context_impl(I.context()), op);
     if (bench.on())
@@ -1119,6 +1124,7 @@ Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor
     const Tensor I5 = as5(I, L.N, in_sp, in_ch), E5 = as5(E, L.N, e_sp, e_ch);
     if (L.deconv) backward_filter(g, L, E5, I5, grad_F, alpha, beta, named);
     else backward_filter(g, L, I5, E5, grad_F, alpha, beta, named);
+    if (grad_bias) add_channels(E, *grad_bias);
     return grad_F;
 }
 

@@ -12,7 +12,9 @@
 //
 //   fprop_conv:  O      = relu_slope(alpha * conv(I, F) + bias) [* brelu(X)] + beta * X
 //   bprop_conv:  grad_I = the same epilogue over conv's gradient with respect to I, from E
-//   update_conv: grad_F = alpha * conv's gradient with respect to F + beta * grad_F
+//   update_conv: grad_F = alpha * conv's gradient with respect to F + beta * grad_F;
+//                grad_bias (where given) = E's sum over every axis but the channel, the
+//                gradient of fprop's bias (alpha and beta do not apply to it)
 //
 // X defaults to the output itself (beta accumulates into it); bias holds one value per output
 // channel; relu_slope(x) = x > 0 ? x : slope * x when relu is set; brelu multiplies by
@@ -96,7 +98,8 @@ KILN_API Tensor& fprop_conv(const ConvLayer& layer, const Tensor& I, const Tenso
 KILN_API Tensor& bprop_conv(const ConvLayer& layer, const Tensor& F, const Tensor& E, Tensor& grad_I,
                             const ConvOptions& opts = {});
 KILN_API Tensor& update_conv(const ConvLayer& layer, const Tensor& I, const Tensor& E, Tensor& grad_F,
-                             double alpha = 1.0, double beta = 0.0);
+                             double alpha = 1.0, double beta = 0.0,
+                             const std::optional<Tensor>& grad_bias = std::nullopt);
 
 // How `op` ("fprop", "bprop" or "update") of layer L runs on ctx: "implicit-gemm <kernel entry>"
 // (the implicit-GEMM kernel), "implicit-gemm by phase <kernel entry>" (a strided bprop as one

@@ -116,6 +116,24 @@ def test_epilogue_keywords(cpu):
     np.testing.assert_allclose(G.get(), 3 * once, rtol=1e-5, atol=1e-4)
 
 
+def test_neon_update_keywords_grad_bias_and_layer_op(cpu):
+    """neon's full signatures: update_conv(..., repeat, grad_bias, layer_op); layer_op on every op."""
+    layer = kiln.conv_layer(np.float16, 2, 3, 4, H=6, W=5, R=3, S=3, pad_h=1, pad_w=1)
+    rng = np.random.default_rng(8)
+    I, F = cpu.array(rng.uniform(-1, 1, layer.dimI), dtype=np.float16), cpu.array(rng.uniform(-1, 1, layer.dimF), dtype=np.float16)
+    E = cpu.array(rng.uniform(-1, 1, layer.dimO), dtype=np.float16)
+    gF, gB = cpu.empty(layer.dimF, np.float32), cpu.full((4, 1), 3.0)
+    assert kiln.update_conv(layer, I, E, gF, 1.0, 0.0, 1, gB, object()) is gF
+    np.testing.assert_allclose(gB.get().reshape(4), E.get().astype(np.float64).reshape(-1, 4).sum(0), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(gF.get(), ref_update(five(I.get()), five(E.get()), (1, 3, 3), (0, 1, 1), (1, 1, 1),
+                                                    (1, 1, 1)).reshape(layer.dimF), rtol=1e-4, atol=1e-3)
+    O, gI = cpu.empty(layer.dimO, np.float16), cpu.empty(layer.dimI, np.float32)
+    kiln.fprop_conv(layer, I, F, O, layer_op="neon's layer object")
+    kiln.bprop_conv(layer, F, E, gI, layer_op=None)
+    with pytest.raises(ValueError, match=r"update_conv: grad_bias is float32 \(3,\); it holds one value per output channel"):
+        kiln.update_conv(layer, I, E, gF, grad_bias=cpu.zeros((3,)))
+
+
 def test_deconv_is_the_transposed_conv(cpu):
     d = kiln.deconv_layer(np.float32, 2, 2, 3, 1, 4, 5, R=3, S=3, pad_h=1, pad_w=1, str_h=2, str_w=2)
     assert d.deconv and (d.D, d.H, d.W) == (1, 7, 9) and d.dimI == (2, 4, 5, 3) and d.dimO == (2, 7, 9, 2)

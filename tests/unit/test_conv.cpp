@@ -248,6 +248,74 @@ TEST_CASE("conv: the epilogue: alpha, beta with X, bias, relu and leaky relu, br
     CHECK(count_bad(view, dF, DType::Float32, 2.0) == 0);
 }
 
+TEST_CASE("conv: bprop's epilogue and update's grad_bias in every dtype, for a convolution and a deconvolution") {
+    Context ctx(ContextOptions{"cpu"});
+    uint32_t seed = 40;
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+        for (bool deconv : {false, true}) {
+            // The 2D case with a dilated width; as a deconvolution, the same geometry transposed.
+            const Case& c = cases()[1];
+            const ConvLayer C = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            const ConvLayer L = deconv ? deconv_layer(dt, c.N, c.C, c.K, C.output, c.filter, c.pad, c.stride, c.dilation) : C;
+            ConvLayer conv = L;   // the geometry as a convolution: the references' loops
+            conv.deconv = false;
+            INFO(L.str());
+            // bprop reads E (the output's shape) and writes grad_I (the input's), with the
+            // input's channels; a deconvolution's bprop is the convolution's fprop.
+            const Shape in = L.input_shape(), out = L.output_shape();
+            const int64_t ni = numel(in), no = numel(out), ch = in.back();
+            std::vector<double> F = random_values(numel(L.filter_shape()), ++seed), E = random_values(no, ++seed);
+            std::vector<double> X = random_values(ni, ++seed), B = random_values(ch, ++seed), G0 = random_values(ni, ++seed);
+            Tensor tF = make(ctx, F, L.filter_shape(), dt), tE = make(ctx, E, out, dt), tX = make(ctx, X, in, dt);
+            Tensor tB = make(ctx, B, {ch}, DType::Float32);
+            const Reference grad = deconv ? ref_fprop(conv, E, F, ni) : ref_bprop(conv, F, E, ni);
+            for (int variant = 0; variant < 3; ++variant) {
+                INFO("variant " << variant);
+                ConvOptions o;
+                o.alpha = 0.5;
+                o.bias = tB;
+                o.bsum = ctx.empty({ch, 1});
+                if (variant == 0) o.relu = true, o.slope = 0.125, o.beta = 0.5;   // leaky ReLU, beta over grad_I
+                if (variant == 1) o.brelu = true, o.X = tX;                       // backward ReLU of X
+                if (variant == 2) o.beta = -1.5, o.X = tX;                        // beta over X
+                Tensor gI = make(ctx, G0, in, dt);
+                bprop_conv(L, tF, tE, gI, o);
+                const std::vector<float> got = gI.to_vector<float>(), sums = o.bsum->to_vector<float>();
+                std::vector<double> stored(ch, 0.0), stored_abs(ch, 0.0);
+                int bad = 0;
+                for (int64_t i = 0; i < ni; ++i) {
+                    const int64_t k = i % ch;
+                    double v = 0.5 * grad.value[i] + B[k];
+                    if (o.relu) v = v > 0 ? v : o.slope * v;
+                    const double x = o.X ? X[i] : G0[i];
+                    if (o.brelu) v = x > 0 ? v : 0.0;
+                    v += o.beta * x;
+                    const double tol = eps_of(dt) * (0.5 * grad.magnitude[i] + std::fabs(B[k]) + 2 * std::fabs(x) + std::fabs(v) + 1e-3);
+                    if (!(std::fabs(got[i] - v) <= tol)) {
+                        if (bad < 3) UNSCOPED_INFO("element " << i << ": " << got[i] << " vs " << v);
+                        ++bad;
+                    }
+                    stored[k] += got[i], stored_abs[k] += std::fabs(got[i]);
+                }
+                CHECK(bad == 0);
+                // bsum: the sums of grad_I as stored, added in float32.
+                for (int64_t k = 0; k < ch; ++k) CHECK(std::fabs(sums[k] - stored[k]) <= 1e-5 * (stored_abs[k] + 1));
+            }
+            // update_conv's grad_bias: E summed over every axis but its channel, whatever alpha and beta.
+            const int64_t ech = out.back();
+            Tensor gF = ctx.empty(L.filter_shape(), dt), gB = ctx.full({ech}, 7.0, DType::Float32);
+            update_conv(L, make(ctx, X, in, dt), tE, gF, 2.0, 0.0, gB);
+            std::vector<double> want(ech, 0.0);
+            for (int64_t i = 0; i < no; ++i) want[i % ech] += E[i];
+            const std::vector<float> gb = gB.to_vector<float>();
+            for (int64_t k = 0; k < ech; ++k) CHECK(std::fabs(gb[k] - want[k]) <= 1e-5 * (double(no / ech) + std::fabs(want[k])));
+            Tensor gB16 = ctx.empty({ech, 1}, dt);   // (channels, 1), in the operands' dtype
+            update_conv(L, make(ctx, X, in, dt), tE, gF, 1.0, 0.0, gB16);
+            const std::vector<float> gb16 = gB16.to_vector<float>();
+            for (int64_t k = 0; k < ech; ++k) CHECK(std::fabs(gb16[k] - want[k]) <= eps_of(dt) * (std::fabs(want[k]) + 1));
+        }
+}
+
 TEST_CASE("conv: deconv_layer is the transposed convolution: fprop and bprop exchanged, shapes from the input") {
     Context ctx(ContextOptions{"cpu"});
     // Input 4x5 of K=3 channels, 3x3 filter, stride 2, pad 1: output (4-1)*2-2+3 = 7 by (5-1)*2-2+3 = 9, C=2.
@@ -376,6 +444,12 @@ TEST_CASE("conv: misuse names the layer, the tensor, its shape and what is valid
     CHECK_THAT(message([&] { fprop_conv(L, I, F, O, x); }), Catch::Matchers::Contains("X is float32 (2, 4, 4, 5)"));
     Tensor gF = ctx.empty({4, 3, 3, 2});
     CHECK_THAT(message([&] { update_conv(L, I, O, gF); }), Catch::Matchers::Contains("grad_F (the filter's gradient"));
+    Tensor gF_ok = ctx.empty(L.filter_shape());
+    CHECK_THAT(message([&] { update_conv(L, I, O, gF_ok, 1.0, 0.0, ctx.zeros({3, 1})); }),
+               Catch::Matchers::Contains("update_conv: grad_bias is float32 (3, 1); it holds one value per output channel: "
+                                         "(4,) or (4, 1)"));
+    CHECK_THAT(message([&] { update_conv(L, I, O, gF_ok, 1.0, 0.0, ctx.zeros({4}, DType::Int32)); }),
+               Catch::Matchers::Contains("update_conv: grad_bias is int32 (4,); it must be a float tensor"));
     CHECK_THAT(message([&] { bprop_conv(L, F, Tensor(), I); }), Catch::Matchers::Contains("bprop_conv: E is an empty"));
 }
 

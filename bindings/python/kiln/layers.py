@@ -102,9 +102,7 @@ class Conv(Layer):
 
     def bprop(self, e, input_grad=True):
         e = self._through_relu(e)
-        if self.use_bias:
-            self.db[...] = e.reshape((-1, self.K)).sum(axis=0)
-        _kiln.update_conv(self.layer, self.x, e, self.dF)
+        _kiln.update_conv(self.layer, self.x, e, self.dF, grad_bias=self.db if self.use_bias else None)
         if not input_grad:
             return None
         gx = self.ctx.empty(self.in_shape, self.dtype)

@@ -82,7 +82,7 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
     m.def(
         "fprop_conv",
         [](const ConvLayer& layer, nb::handle I, nb::handle F, nb::handle O, nb::handle X, nb::handle bias, nb::handle bsum,
-           double alpha, double beta, bool relu, bool brelu, double slope, int64_t repeat) {
+           double alpha, double beta, bool relu, bool brelu, double slope, int64_t repeat, nb::handle) {
             const char* op = "fprop_conv";
             PyTensor i = value_of(I, op), f = value_of(F, op);
             PyTensor& o = out_tensor(O, "O", op);
@@ -95,11 +95,13 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
         },
         "layer"_a, "I"_a, "F"_a, "O"_a, "X"_a.none() = nb::none(), "bias"_a.none() = nb::none(), "bsum"_a.none() = nb::none(),
         "alpha"_a = 1.0, "beta"_a = 0.0, "relu"_a = false, "brelu"_a = false, "slope"_a = 0.0, "repeat"_a = 1,
-        "O = relu_slope(alpha * conv(I, F) + bias) [* brelu(X)] + beta * X (X defaults to O); bsum gets per-channel sums.");
+        "layer_op"_a.none() = nb::none(),
+        "O = relu_slope(alpha * conv(I, F) + bias) [* brelu(X)] + beta * X (X defaults to O); bsum gets per-channel sums. "
+        "layer_op (neon's layer, for its kernel tuning) is accepted and unused: kiln's selector and KILN_AUTOTUNE choose.");
     m.def(
         "bprop_conv",
         [](const ConvLayer& layer, nb::handle F, nb::handle E, nb::handle grad_I, nb::handle X, nb::handle bias,
-           nb::handle bsum, double alpha, double beta, bool relu, bool brelu, double slope, int64_t repeat) {
+           nb::handle bsum, double alpha, double beta, bool relu, bool brelu, double slope, int64_t repeat, nb::handle) {
             const char* op = "bprop_conv";
             PyTensor f = value_of(F, op), e = value_of(E, op);
             PyTensor& g = out_tensor(grad_I, "grad_I", op);
@@ -112,21 +114,27 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
         },
         "layer"_a, "F"_a, "E"_a, "grad_I"_a, "X"_a.none() = nb::none(), "bias"_a.none() = nb::none(),
         "bsum"_a.none() = nb::none(), "alpha"_a = 1.0, "beta"_a = 0.0, "relu"_a = false, "brelu"_a = false, "slope"_a = 0.0,
-        "repeat"_a = 1, "grad_I = the fprop epilogue over the gradient of conv(I, F) with respect to I, from E.");
+        "repeat"_a = 1, "layer_op"_a.none() = nb::none(),
+        "grad_I = the fprop epilogue over the gradient of conv(I, F) with respect to I, from E. layer_op: as fprop_conv's.");
     m.def(
         "update_conv",
-        [](const ConvLayer& layer, nb::handle I, nb::handle E, nb::handle grad_F, double alpha, double beta, int64_t repeat) {
+        [](const ConvLayer& layer, nb::handle I, nb::handle E, nb::handle grad_F, double alpha, double beta, int64_t repeat,
+           nb::handle grad_bias, nb::handle) {
             const char* op = "update_conv";
             PyTensor i = value_of(I, op), e = value_of(E, op);
             PyTensor& g = out_tensor(grad_F, "grad_F", op);
+            const std::optional<Tensor> gb = optional_tensor(grad_bias, "grad_bias", op);
             check_repeat(repeat, op);
             run_unlocked(owner(g), [&] {
-                for (int64_t r = 0; r < repeat; ++r) update_conv(layer, i.t, e.t, g.t, alpha, beta);
+                for (int64_t r = 0; r < repeat; ++r) update_conv(layer, i.t, e.t, g.t, alpha, beta, gb);
             });
             return nb::borrow(grad_F);
         },
         "layer"_a, "I"_a, "E"_a, "grad_F"_a, "alpha"_a = 1.0, "beta"_a = 0.0, "repeat"_a = 1,
-        "grad_F = alpha * (the gradient of conv(I, F) with respect to F, from E) + beta * grad_F.");
+        "grad_bias"_a.none() = nb::none(), "layer_op"_a.none() = nb::none(),
+        "grad_F = alpha * (the gradient of conv(I, F) with respect to F, from E) + beta * grad_F; grad_bias (where "
+        "given, (channels,) or (channels, 1)) = E summed over every axis but the channel, the bias's gradient. "
+        "layer_op: as fprop_conv's.");
     m.def(
         "conv_kernel",
         [](const ConvLayer& layer, const std::string& op, nb::handle ctx) {
