@@ -14,6 +14,7 @@
 #endif
 
 #include <cmath>
+#include <limits>
 
 namespace kiln {
 
@@ -233,7 +234,15 @@ Expr cross_entropy_labels(const Expr& p, const Tensor& labels, bool mean_over_ro
     const Expr one_hot = cast(equal(reshape(classes_t.expr(), {1, classes}),
                                     reshape(cast(labels.expr(), DType::Int32), {rows, 1})),
                               DType::Float32);
-    return cross_entropy(p, one_hot, 1, mean_over_rows);
+    // A label outside [0, classes) makes the loss NaN rather than a row of zero loss (the check
+    // stays in the expression: no read back of the labels). Compared as int64, so that no label
+    // of a wider or unsigned dtype passes as another class.
+    const Expr label = cast(labels.expr(), DType::Int64);
+    const Expr unknown = sum(where(bitwise_and(greater_equal(label, Expr(0.0)), less(label, Expr((double)classes))),
+                                   Expr(0.0), Expr(std::numeric_limits<double>::quiet_NaN())),
+                             kAllAxes, false);
+    const Expr total = cross_entropy(p, one_hot, 1, false) + cast(unknown, DType::Float32);
+    return mean_over_rows ? total * (1.0 / (double)std::max<int64_t>(rows, 1)) : total;
 }
 
 Expr fprop_relu(const Expr& x, double slope) {

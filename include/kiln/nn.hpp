@@ -42,7 +42,8 @@ KILN_API Expr softmax(const Expr& x, int axis = -1);
 // -sum(t * log(max(p, tiny))) over `axis`, then the mean (or the sum) over the rest: a scalar.
 KILN_API Expr cross_entropy(const Expr& p, const Expr& t, int axis = -1, bool mean = true);
 // The same from class indices: `labels` holds, per row of p (p is (rows, classes)), the index of
-// the true class (an integer tensor of shape (rows,) or (rows, 1)).
+// the true class (an integer tensor of shape (rows,) or (rows, 1)); a label outside
+// [0, classes) makes the result NaN.
 KILN_API Expr cross_entropy_labels(const Expr& p, const Tensor& labels, bool mean = true);
 
 // neon's fprop_relu / bprop_relu: max(x, 0) + slope * min(x, 0), and the error times the

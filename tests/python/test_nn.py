@@ -54,6 +54,10 @@ def test_softmax_cross_entropy_relu(cpu):
     P = cpu.array(p)
     want = -np.log(p[np.arange(6), labels]).mean()
     assert float(np.asarray(kiln.nn.cross_entropy(P, cpu.array(labels)))) == pytest.approx(want, rel=1e-5)
+    for bad in (-1, 9, 2**32):   # outside the classes, or wrapping onto class 0 in int32: NaN, not a zero row
+        wrong = np.array([0, 8, bad, 3, 5, 1], dtype=np.int64)
+        assert np.isnan(float(np.asarray(kiln.nn.cross_entropy(P, cpu.array(wrong, dtype=np.int64)))))
+        assert np.isnan(float(np.asarray(kiln.nn.cross_entropy(P, cpu.array(wrong, dtype=np.int64), reduction="sum"))))
     onehot = np.eye(9, dtype=np.float32)[labels]
     got_sum = float(np.asarray(kiln.nn.cross_entropy(P, cpu.array(onehot), reduction="sum")))
     assert got_sum == pytest.approx(6 * want, rel=1e-5)

@@ -265,6 +265,17 @@ TEST_CASE("nn: softmax, cross-entropy from targets and from labels, relu helpers
     CHECK(std::fabs(mean_ce - ce / 5) <= 1e-5 * (1 + ce));
     CHECK(std::fabs(ctx.eval(cross_entropy(P, T, -1, false)).to_vector<float>()[0] - ce) <= 1e-5 * (1 + ce));
     CHECK(ctx.eval(cross_entropy_labels(P, L)).to_vector<float>()[0] == mean_ce);
+    CHECK(std::fabs(ctx.eval(cross_entropy_labels(P, L, false)).to_vector<float>()[0] - ce) <= 1e-5 * (1 + ce));
+    // Labels of other integer dtypes; a label outside [0, 7) (negative, past the classes, or one
+    // that int32 would wrap onto a class) makes the loss NaN, in either reduction.
+    CHECK(ctx.eval(cross_entropy_labels(P, ctx.array(std::vector<uint8_t>{3, 0, 6, 6, 1}, {5, 1}))).to_vector<float>()[0] ==
+          mean_ce);
+    for (int64_t bad : {int64_t(-1), int64_t(7), (int64_t(1) << 32) + 3}) {
+        INFO("label " << bad);
+        Tensor Lb = ctx.array(std::vector<int64_t>{3, 0, bad, 6, 1}, {5});
+        CHECK(std::isnan(ctx.eval(cross_entropy_labels(P, Lb)).to_vector<float>()[0]));
+        CHECK(std::isnan(ctx.eval(cross_entropy_labels(P, Lb, false)).to_vector<float>()[0]));
+    }
 
     Tensor X = ctx.array(std::vector<float>{-2.0f, 0.0f, 3.0f, std::nanf("")}, {4});
     Tensor Err = ctx.array(std::vector<float>{1.0f, 1.0f, 2.0f, 1.0f}, {4});

@@ -36,7 +36,8 @@ def tanh_grad(y):
 
 def cross_entropy(p, target, axis=-1, reduction="mean"):
     """Cross-entropy of probabilities p against target: a distribution of p's shape (one-hot or
-    soft) or, for p of shape (rows, classes), an integer tensor of class indices (rows,).
+    soft) or, for p of shape (rows, classes), an integer tensor of class indices (rows,); a class
+    index outside [0, classes) makes the result NaN.
     -sum(target * log(p)) over axis (log clamped at exp(-50)), then the mean or the sum over rows."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"cross_entropy: reduction={reduction!r}; it is 'mean' or 'sum'")
