@@ -206,3 +206,41 @@ def test_a_residual_block_ending_in_batch_norm_ends_in_one_kernel_and_keeps_its_
         grads.append([gx] + [g.get() for _, g in net.params()])
     for fused, unfused in zip(*grads):
         np.testing.assert_allclose(fused, unfused, rtol=1e-4, atol=1e-6)
+
+
+def test_conv_sums_feed_batch_norm_and_eval_uses_the_running_statistics(cpu):
+    """conv_sums=True: a Conv without ReLU before a BatchNorm (also inside a Residual) gives the
+    batch norm its per-channel sums from the convolution's epilogue; the outputs and gradients are
+    those of the network without it. eval() normalises by the running statistics."""
+    def net(conv_sums):
+        layers = [Conv(6, 3, pad=1), BatchNorm(relu=True),
+                  Residual([Conv(6, 1), BatchNorm(relu=True), Conv(6, 3, pad=1), BatchNorm()], [Conv(6, 1), BatchNorm()]),
+                  FC(3)]
+        return Network(layers, (4, 6, 6, 2), ctx=cpu, seed=5, conv_sums=conv_sums)
+    a, b = net(False), net(True)
+    first, bn = b.layers[0], b.layers[1]
+    assert first.sums_for is bn and bn.sums_given and a.layers[0].sums_for is None
+    res = b.layers[2]
+    assert res.branch[0].sums_for is res.branch[1] and res.branch[2].sums_for is res.branch[3]
+    assert res.shortcut[0].sums_for is res.shortcut[1]
+    x = cpu.array(np.random.default_rng(6).normal(size=(4, 6, 6, 2)))
+    ya, yb = a.fprop(x).get(), b.fprop(x).get()
+    np.testing.assert_allclose(yb, ya, rtol=1e-4, atol=1e-5)
+    conv_out = first.y.get().astype(np.float64).reshape(-1, 6)
+    np.testing.assert_allclose(bn.xsum.get(), conv_out.sum(0), rtol=1e-5, atol=1e-5)
+    e = cpu.array(np.random.default_rng(7).normal(size=(4, 3)))
+    a.bprop(e)
+    b.bprop(e)
+    for (_, ga), (_, gb) in zip(a.params(), b.params()):
+        np.testing.assert_allclose(gb.get(), ga.get(), rtol=1e-3, atol=1e-5)
+    # eval(): the running statistics (after one training step's update) normalise, and no
+    # statistics move.
+    b.eval()
+    assert not bn.training and not res.branch[1].training
+    gmean, gvar = bn.gmean.get().copy(), bn.gvar.get().copy()
+    b.fprop(x)
+    np.testing.assert_array_equal(bn.gmean.get(), gmean)
+    conv_out = first.y.get().astype(np.float64).reshape(-1, 6)
+    want = np.maximum((conv_out - gmean) / np.sqrt(gvar + bn.eps) * bn.gamma.get() + bn.beta.get(), 0)
+    np.testing.assert_allclose(bn.y.get().reshape(-1, 6), want, rtol=1e-4, atol=1e-5)
+    assert b.train() is b and bn.training

@@ -9,7 +9,11 @@ a network's first layer, whose input is data: batch norm's comes from the kernel
 parameters' gradients). The operations are
 kiln's: ``fprop_conv`` / ``bprop_conv`` / ``update_conv`` (bias and ReLU in the convolution's
 epilogue), ``fprop_pool`` / ``bprop_pool``, ``fprop_lrn`` / ``bprop_lrn``, ``compound_fprop_bn`` /
-``compound_bprop_bn``, ``compound_dot`` and the expressions of ``kiln.nn``.
+``compound_bprop_bn``, ``compound_dot`` and the expressions of ``kiln.nn``. With
+``Network(..., conv_sums=True)`` a Conv without ReLU followed by a BatchNorm adds up the batch
+norm's per-channel sums in its epilogue (fprop_conv's bsum), and the batch norm does not read its
+input for them; ``Network.train()`` / ``eval()`` switch batch norms between the batch's and the
+running statistics.
 
     net = kiln.layers.Network([Conv(16, 3, pad=1, relu=True), Pool("max", 2), FC(10)],
                               (32, 28, 28, 1), dtype=kiln.float32, ctx=ctx)
@@ -76,6 +80,7 @@ class Conv(Layer):
         self.K, self.R, self.S = K, R, S if S is not None else R
         self.pad, self.stride, self.relu, self.use_bias = pad, stride, relu, bias
         self.F = None
+        self.sums_for = None   # the BatchNorm after it, whose per-channel sums its epilogue adds up
 
     def _configure(self, in_shape):
         N, H, W, C = _spatial(in_shape, "Conv")
@@ -97,7 +102,11 @@ class Conv(Layer):
         self.params()
         self.x = x
         self.y = self.ctx.empty(self.out_shape, self.dtype)
-        _kiln.fprop_conv(self.layer, x, self.F, self.y, bias=self.b if self.use_bias else None, relu=self.relu)
+        bn = self.sums_for
+        if bn is not None and bn.training:
+            bn.params()
+        bsum = bn.xsum if bn is not None and bn.training else None
+        _kiln.fprop_conv(self.layer, x, self.F, self.y, bias=self.b if self.use_bias else None, relu=self.relu, bsum=bsum)
         return self.y
 
     def bprop(self, e, input_grad=True):
@@ -175,6 +184,8 @@ class BatchNorm(Layer):
     def __init__(self, eps=1e-5, rho=0.9, relu=False):
         self.eps, self.rho, self.relu = eps, rho, relu
         self.gamma = None
+        self.training = True      # False: the running statistics normalise (Network.train / eval)
+        self.sums_given = False   # the Conv before it adds up x's per-channel sums (xsum) as it stores x
 
     def params(self):
         if self.gamma is None:
@@ -194,7 +205,8 @@ class BatchNorm(Layer):
         self.x = x
         self.y = out if out is not None else self.ctx.empty(self.out_shape, self.dtype)
         _kiln.compound_fprop_bn(x, self.xsum, self.xvar, self.gmean, self.gvar, self.gamma, self.beta, self.y,
-                                self.eps, self.rho, True, relu=self.relu if relu is None else relu, residual=residual)
+                                self.eps, self.rho, not self.sums_given, relu=self.relu if relu is None else relu,
+                                inference=not self.training, residual=residual)
         return self.y
 
     def bprop(self, e, input_grad=True):
@@ -269,6 +281,22 @@ def _bprop_chain(layers, e, input_grad, on_grads=None):
     return e
 
 
+def _chain_sums(layers):
+    """A Conv without ReLU followed by a BatchNorm: the convolution's epilogue adds up the batch
+    norm's per-channel sums as it stores its output (the seeds' bsum), which the batch norm then
+    does not read its input for."""
+    for a, b in zip(layers, layers[1:]):
+        if isinstance(a, Conv) and not a.relu and isinstance(b, BatchNorm):
+            a.sums_for, b.sums_given = b, True
+
+
+def _each_layer(layers):
+    for layer in layers:
+        yield layer
+        if isinstance(layer, Residual):
+            yield from _each_layer(layer.branch + layer.shortcut)
+
+
 class Residual(Layer):
     """y = relu(branch(x) + shortcut(x)): ResNet's block; shortcut is the identity or a projection
     (a list of layers, e.g. a strided 1x1 Conv and BatchNorm)."""
@@ -285,6 +313,7 @@ class Residual(Layer):
             short = layer.configure(short, self.dtype, self.ctx, self.rng)
         if tuple(short) != tuple(shape):
             raise ValueError(f"Residual: the branch gives {shape} and the shortcut {short}; they must agree")
+
         self.flops = sum(layer.flops for layer in self.branch + self.shortcut)
         return shape
 
@@ -325,7 +354,7 @@ class Residual(Layer):
 class Network:
     """Layers in order, ending in logits (N, classes); softmax cross-entropy as the loss."""
 
-    def __init__(self, layers, in_shape, dtype=_float32, ctx=None, seed=0):
+    def __init__(self, layers, in_shape, dtype=_float32, ctx=None, seed=0, conv_sums=False):
         self.layers, self.dtype = list(layers), dtype
         self.ctx = ctx if ctx is not None else _kiln_default_context()
         self.rng = np.random.default_rng(seed)
@@ -334,11 +363,29 @@ class Network:
             shape = layer.configure(shape, dtype, self.ctx, self.rng)
         if len(shape) != 2:
             raise ValueError(f"Network: the last layer gives {shape}; a network ends in logits (N, classes)")
+        if conv_sums:   # in every list of layers, a Residual's branch and shortcut too
+            _chain_sums(self.layers)
+            for layer in _each_layer(self.layers):
+                if isinstance(layer, Residual):
+                    _chain_sums(layer.branch)
+                    _chain_sums(layer.shortcut)
         self.out_shape = shape
         self.flops = sum(layer.flops for layer in self.layers)
 
     def params(self):
         return [p for layer in self.layers for p in layer.params()]
+
+    def train(self, mode=True):
+        """Batch norms normalise by the batch's statistics and update the running ones (mode
+        True, the default) or normalise by the running statistics (False); the network."""
+        for layer in _each_layer(self.layers):
+            if isinstance(layer, BatchNorm):
+                layer.training = bool(mode)
+        return self
+
+    def eval(self):
+        """train(False)."""
+        return self.train(False)
 
     def fprop(self, x):
         for layer in self.layers:
