@@ -373,6 +373,51 @@ TEST_CASE("nn: pooling max, avg and l2 with overlap, padding and channel windows
                       Catch::Matchers::Contains("argmax is given, but the layer pools by avg, not max"));
 }
 
+TEST_CASE("nn: pooling and LRN in float16 and bfloat16 on the CPU against float64 (operands as rounded)") {
+    Context ctx(ContextOptions{"cpu"});
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        const double tol = dt == DType::Float16 ? 2e-3 : 1.6e-2;   // a few roundings of the dtype
+        for (PoolOp pop : {PoolOp::Max, PoolOp::Avg, PoolOp::L2}) {
+            // 3x3/2 windows with padding (overlapping) and 2-channel windows at channel stride 1.
+            const PoolLayer L = pool_layer(dt, pop, 2, 6, {1, 7, 6}, 2, {1, 3, 3}, 0, {0, 1, 1}, 1, {1, 2, 2});
+            INFO(L.str() << " " << dtype_name(dt));
+            std::vector<double> x = random_values((size_t)numel(L.input_shape()), 51, -1, 1);
+            if (pop == PoolOp::L2) for (auto& v : x) v = std::fabs(v) + 0.1;
+            std::vector<double> e = random_values((size_t)numel(L.output_shape()), 52);
+            Tensor X = make(ctx, x, L.input_shape(), dt), E = make(ctx, e, L.output_shape(), dt);
+            Tensor O = ctx.empty(L.output_shape(), dt), A = ctx.empty(L.output_shape(), DType::Int32);
+            if (pop == PoolOp::Max) fprop_pool(L, X, O, A);
+            else fprop_pool(L, X, O);
+            const test::PoolReference ref = test::pool_reference(L, x, e);
+            CHECK(count_far(O.to_vector<float>(), ref.out, tol) == 0);
+            if (pop == PoolOp::Max) CHECK(A.to_vector<int32_t>() == ref.argmax);
+            // (L2's backward divides by the forward output as stored.)
+            Tensor G = ctx.empty(L.input_shape(), dt);
+            if (pop == PoolOp::Max) bprop_pool(L, E, G, A);
+            else if (pop == PoolOp::Avg) bprop_pool(L, E, G);
+            else bprop_pool(L, E, G, std::nullopt, 1.0, 0.0, X, O);
+            CHECK(count_far(G.to_vector<float>(), ref.grad, 3 * tol) == 0);
+        }
+        const int64_t C = 7, J = 5;
+        const double ascale = 0.3, bpower = 0.75;
+        const PoolLayer L = lrn_layer(dt, 2, C, {1, 3, 2}, J);
+        std::vector<double> x = random_values((size_t)numel(L.input_shape()), 53);
+        Tensor X = make(ctx, x, L.input_shape(), dt), O = ctx.empty(L.input_shape(), dt), D = ctx.empty(L.input_shape(), dt);
+        fprop_lrn(L, X, O, D, 1.0, 0.0, ascale, bpower);
+        std::vector<double> want(x.size()), dn(x.size());
+        for (size_t p = 0; p < x.size() / C; ++p)
+            for (int64_t c = 0; c < C; ++c) {
+                double sq = 0;
+                for (int64_t k = std::max<int64_t>(c - J / 2, 0); k <= std::min<int64_t>(c + J / 2, C - 1); ++k)
+                    sq += x[p * C + k] * x[p * C + k];
+                dn[p * C + c] = 1 + ascale * sq;
+                want[p * C + c] = x[p * C + c] * std::pow(dn[p * C + c], -bpower);
+            }
+        CHECK(count_far(O.to_vector<float>(), want, tol) == 0);
+        CHECK(count_far(D.to_vector<float>(), dn, tol) == 0);
+    }
+}
+
 TEST_CASE("nn: LRN across channels, forward against float64 and backward against finite differences") {
     Context ctx(ContextOptions{"cpu"});
     const int64_t C = 7, J = 5;
