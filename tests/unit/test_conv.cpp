@@ -113,7 +113,8 @@ const std::vector<Case>& cases() {
 
 } // namespace
 
-TEST_CASE("conv: fprop, bprop and update against float64 loops; 1D, 2D, 3D; padding, stride, dilation; every float dtype") {
+TEST_CASE("conv: fprop, bprop and update against float64 loops; 1D, 2D, 3D; padding, stride, dilation; every float dtype; "
+          "and each as a deconvolution") {
     Context ctx(ContextOptions{"cpu"});
     uint32_t seed = 1;
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
@@ -137,6 +138,26 @@ TEST_CASE("conv: fprop, bprop and update against float64 loops; 1D, 2D, 3D; padd
             Tensor gF = ctx.empty(L.filter_shape(), dt);
             update_conv(L, tI, tE, gF);
             CHECK(count_bad(gF, ref_update(L, I, E, numel(L.filter_shape())), dt) == 0);
+
+            // A deconvolution of E's shape with the same filter and parameters: its fprop is the
+            // convolution's bprop, its bprop the convolution's fprop, its update the convolution's
+            // with input and error exchanged; the convolution being D's geometry (whose image is
+            // smaller than L's where L's stride left a tail of the image unread).
+            const ConvLayer D = deconv_layer(dt, c.N, c.C, c.K, L.output, c.filter, c.pad, c.stride, c.dilation);
+            ConvLayer Dc = D;
+            Dc.deconv = false;
+            REQUIRE(Dc.output == L.output);
+            std::vector<double> Y = random_values(numel(D.output_shape()), ++seed);
+            Tensor tY = make(ctx, Y, D.output_shape(), dt);
+            Tensor dO = ctx.empty(D.output_shape(), dt);
+            fprop_conv(D, tE, tF, dO);
+            CHECK(count_bad(dO, ref_bprop(Dc, F, E, numel(D.output_shape())), dt) == 0);
+            Tensor dG = ctx.empty(D.input_shape(), dt);
+            bprop_conv(D, tF, tY, dG);
+            CHECK(count_bad(dG, ref_fprop(Dc, Y, F, numel(D.input_shape())), dt) == 0);
+            Tensor dF = ctx.empty(D.filter_shape(), DType::Float32);
+            update_conv(D, tE, tY, dF);
+            CHECK(count_bad(dF, ref_update(Dc, Y, E, numel(D.filter_shape())), DType::Float32) == 0);
         }
 }
 
@@ -378,7 +399,54 @@ TEST_CASE("conv: neon's CHWN activations and CRSK filters convert to NHWC / KRSC
     // nhwc[n, h, w, c] = chwn[c, h, w, n]
     CHECK(got[((4 * 3 + 2) * 4 + 1) * 2 + 1] == v[((1 * 3 + 2) * 4 + 1) * 5 + 4]);
     CHECK(to_chwn(nhwc).to_vector<float>() == v);
+    // 3D: (C, D, H, W, N) <-> (N, D, H, W, C), and filters (C, T, R, S, K) <-> (K, T, R, S, C).
+    std::vector<float> v5(2 * 3 * 2 * 4 * 5);
+    for (size_t i = 0; i < v5.size(); ++i) v5[i] = (float)i;
+    Tensor cdhwn = ctx.array(v5, {2, 3, 2, 4, 5}, DType::BFloat16);
+    Tensor ndhwc = from_chwn(cdhwn);
+    CHECK(ndhwc.shape() == Shape{5, 3, 2, 4, 2});
+    const std::vector<float> g5 = ndhwc.to_vector<float>();
+    // ndhwc[n, d, h, w, c] = cdhwn[c, d, h, w, n], at n=3, d=2, h=1, w=2, c=1
+    CHECK(g5[(((3 * 3 + 2) * 2 + 1) * 4 + 2) * 2 + 1] == v5[(((1 * 3 + 2) * 2 + 1) * 4 + 2) * 5 + 3]);
+    CHECK(to_chwn(ndhwc).to_vector<float>() == v5);
     CHECK_THROWS_WITH(from_chwn(ctx.zeros({7})), Catch::Matchers::Contains("from_chwn: x is float32 (7,); it needs a channel"));
+}
+
+TEST_CASE("conv: 16-bit outputs round stochastically where the context says so: neighbours, unbiased") {
+    // Every output of this layer is the same exact value, about 1 + ulp / 3, between two float16
+    // neighbours: with stochastic rounding about a third of them round up, without none do.
+    Context ctx(ContextOptions{"cpu", 11, DType::Float32});
+    const double ulp = std::ldexp(1.0, -10);
+    const ConvLayer L = conv_layer(DType::Float16, 4, 2, 16, {1, 32, 32}, {1, 1, 1});   // 65536 outputs
+    // I = 1 everywhere and each filter's two taps 1 and (ulp / 3 as float16 holds it): every
+    // output is 1 + tap, strictly between 1 and 1 + ulp.
+    std::vector<float> f(size_t(L.K * L.C));
+    for (int64_t k = 0; k < L.K; ++k) f[size_t(k * 2)] = 1.0f, f[size_t(k * 2 + 1)] = float(ulp / 3);
+    Tensor I = ctx.full(L.input_shape(), 1.0, DType::Float16), F = ctx.array(f, L.filter_shape(), DType::Float16);
+    const double tap = F.to_vector<float>()[1], exact = 1.0 + tap;   // the tap as float16 holds it
+    REQUIRE(exact > 1.0);
+    REQUIRE(exact < 1.0 + ulp);
+    auto count_up = [&](const Tensor& O) {
+        int64_t up = 0, other = 0;
+        for (float v : O.to_vector<float>()) up += v == float(1.0 + ulp), other += v != 1.0f && v != float(1.0 + ulp);
+        CHECK(other == 0);
+        return up;
+    };
+    Tensor O = ctx.empty(L.output_shape(), DType::Float16);
+    fprop_conv(L, I, F, O);
+    CHECK(count_up(O) == 0);   // round to nearest: all down
+    ctx.set_stochastic_round(true);
+    fprop_conv(L, I, F, O);
+    const double n = double(numel(L.output_shape())), p = (exact - 1.0) / ulp, sigma = std::sqrt(n * p * (1 - p));
+    CHECK(std::fabs(double(count_up(O)) - n * p) <= 5 * sigma);
+    // bprop of the same layer into a float16 gradient: E = 1 and the same filter give each input
+    // channel c the sum over k of F[k, c]: 16 (channel 0) and 16 tap (channel 1), both exact, so
+    // stochastic rounding leaves them as they are.
+    Tensor E = ctx.full(L.output_shape(), 1.0, DType::Float16), gI = ctx.empty(L.input_shape(), DType::Float16);
+    bprop_conv(L, F, E, gI);
+    const std::vector<float> g = gI.to_vector<float>();
+    CHECK(g[0] == 16.0f);
+    CHECK(g[1] == float(16 * tap));
 }
 
 TEST_CASE("conv: misuse names the layer, the tensor, its shape and what is valid") {
