@@ -461,6 +461,38 @@ TEST_CASE("nn: LRN across channels, forward against float64 and backward against
         bad += !(std::fabs(g[i] - num) <= 1e-4 * (1 + std::fabs(num)));
     }
     CHECK(bad == 0);
+    // alpha and beta, in a 3D layer: O = alpha I denom^-bpower + beta O, delta = alpha (the
+    // gradient) + beta delta.
+    {
+        const PoolLayer L3 = lrn_layer(DType::Float32, 2, C, {2, 3, 2}, 3);
+        CHECK(L3.input_shape() == Shape{2, 2, 3, 2, C});
+        std::vector<double> x3 = random_values((size_t)numel(L3.input_shape()), 43), o3 = random_values(x3.size(), 44),
+                            e3 = random_values(x3.size(), 45), g3 = random_values(x3.size(), 46);
+        Tensor X3 = make(ctx, x3, L3.input_shape()), E3 = make(ctx, e3, L3.input_shape());
+        Tensor O3 = make(ctx, o3, L3.input_shape()), D3 = ctx.empty(L3.input_shape()), P3 = ctx.empty(L3.input_shape());
+        fprop_lrn(L3, X3, P3, D3, 1.0, 0.0, ascale, bpower);   // plain
+        fprop_lrn(L3, X3, O3, D3, 0.5, 2.0, ascale, bpower);
+        const std::vector<float> plain = P3.to_vector<float>(), mixed = O3.to_vector<float>();
+        std::vector<double> want3(x3.size());
+        int bad3 = 0;
+        for (size_t i = 0; i < x3.size(); ++i) {
+            const size_t p = i / C, c = i % C;
+            double sq = 0;
+            for (int64_t k = std::max<int64_t>((int64_t)c - 1, 0); k <= std::min<int64_t>((int64_t)c + 1, C - 1); ++k)
+                sq += x3[p * C + k] * x3[p * C + k];
+            want3[i] = 0.5 * x3[i] * std::pow(1 + ascale * sq, -bpower) + 2.0 * o3[i];
+            bad3 += !(std::fabs(plain[i] * 0.5 + 2.0 * o3[i] - mixed[i]) <= 1e-6 * (1 + std::fabs(mixed[i])));
+        }
+        CHECK(bad3 == 0);
+        CHECK(count_far(mixed, want3, 1e-6) == 0);
+        Tensor G1 = ctx.empty(L3.input_shape()), G2 = make(ctx, g3, L3.input_shape());
+        bprop_lrn(L3, X3, P3, E3, G1, D3, 1.0, 0.0, ascale, bpower);
+        bprop_lrn(L3, X3, P3, E3, G2, D3, 0.5, 2.0, ascale, bpower);
+        const std::vector<float> one = G1.to_vector<float>();
+        std::vector<double> want_g(x3.size());
+        for (size_t i = 0; i < x3.size(); ++i) want_g[i] = 0.5 * one[i] + 2.0 * g3[i];
+        CHECK(count_far(G2.to_vector<float>(), want_g, 1e-6) == 0);
+    }
     CHECK_THROWS_WITH(lrn_layer(DType::Float32, 1, 4, {1, 1, 1}, 4), Catch::Matchers::Contains("J=4; the window of channels is centred"));
     CHECK_THROWS_WITH(lrn_layer(DType::Float32, 1, 4, {1, 1, 1}, INT64_MAX),
                       Catch::Matchers::Contains("lrn_layer: N=1, C=4, J=9223372036854775807, pad_c=4611686018427387903"));
