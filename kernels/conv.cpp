@@ -9,6 +9,7 @@
 #include <kiln/conv.hpp>
 
 #include "kernels/conv_views.hpp"
+#include "compiler/log.hpp"
 #include "ir/error.hpp"
 #include "ir/storage.hpp"
 #include "kernels/hist_named.hpp"
@@ -649,6 +650,7 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
         if (P && padded(*P)) return;
     }
 #endif
+    log_debug("conv: fprop {} -> {}", L.str(), pointwise(g) ? "gemm" : "im2col+gemm");
     product(columns(g, L, I5), matrix_of(F, g.K, g.taps()).T(), out, o, g.K, named);
 }
 
@@ -881,7 +883,10 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
     }
 #endif
     const Tensor Em = matrix_of(E5, g.rows(), g.K), Fm = matrix_of(F, g.K, g.taps());
-    if (pointwise(g)) return product(Em, Fm, out, o, g.C, named);
+    if (pointwise(g)) {
+        log_debug("conv: bprop {} -> gemm", L.str());
+        return product(Em, Fm, out, o, g.C, named);
+    }
     Context& ctx = E5.context();
     // A strided 1x1 without padding on a GPU: the product's rows are the gradient at every
     // stride-th position, the rest zeros. Where the options touch only those (scattered), the
@@ -915,6 +920,7 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                 return;
             }
 #endif
+            log_debug("conv: bprop {} -> gemm (into the strided view)", L.str());
             Tensor G = ctx.empty({g.rows(), g.C}, out.dtype());
             compound_dot(Em, Fm, G, d);
             out5->assign(Expr(0.0));
@@ -925,6 +931,7 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
     // (Rows 16 bytes apart on a GPU, so that the GEMM's epilogue stores whole vectors: a first
     // layer's 147 taps made it store one float at a time.)
     const int64_t ld = on_gpu(E5) ? (g.taps() + 3) / 4 * 4 : g.taps();
+    log_debug("conv: bprop {} -> im2col+gemm", L.str());
     Tensor dcols = ctx.empty({g.rows(), ld}, DType::Float32).slice({Slice::all(), Slice::range(0, g.taps())});
     compound_dot(Em, Fm, dcols);
     epilogue(on_gpu(E5) ? col2im_gpu(L, dcols) : col2im(g, dcols), out, o, g.C);
@@ -994,6 +1001,7 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
         }
     }
 #endif
+    log_debug("conv: update {} -> {}", L.str(), pointwise(g) ? "gemm" : "im2col+gemm");
     const Tensor cols = columns(g, L, I5), Em = matrix_of(E5, g.rows(), g.K);
     if (auto v = grad_F.reshape_view({g.K, g.taps()})) {
         if (compound_dot_counting(Em.T(), cols, *v, o, named.store())) named.counted();

@@ -211,3 +211,27 @@ def test_conv_kernel_names_the_path(cpu):
         assert kiln.conv_kernel(three, op, ctx=cpu) == "im2col+gemm"
     with pytest.raises(kiln.Error, match="conv_kernel: op 'forward'; it is 'fprop', 'bprop' or 'update'"):
         kiln.conv_kernel(three, "forward", ctx=cpu)
+
+
+def test_debug_log_names_the_path_each_op_takes():
+    """KILN_LOG=debug prints, for each op, the path conv_kernel names (here the CPU's)."""
+    import os
+    import subprocess
+    import sys
+    script = (
+        "import numpy as np, kiln\n"
+        "ctx = kiln.Context('cpu')\n"
+        "for R, name in ((3, 'a'), (1, 'b')):\n"
+        "    L = kiln.conv_layer(np.float32, 2, 3, 4, H=5, W=5, R=R, S=R)\n"
+        "    I, F, E = ctx.zeros(L.dimI), ctx.zeros(L.dimF), ctx.zeros(L.dimO)\n"
+        "    kiln.fprop_conv(L, I, F, ctx.empty(L.dimO)); kiln.bprop_conv(L, F, E, ctx.empty(L.dimI))\n"
+        "    kiln.update_conv(L, I, E, ctx.empty(L.dimF))\n"
+        "    print(name, repr(L), *(kiln.conv_kernel(L, op, ctx) for op in ('fprop', 'bprop', 'update')), sep='|')\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env={**os.environ, "KILN_LOG": "debug"})
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 2
+    for line in r.stdout.splitlines():
+        _, layer, *paths = line.split("|")
+        for op, path in zip(("fprop", "bprop", "update"), paths):
+            assert f"kiln[debug] conv: {op} {layer} -> {path}\n" in r.stderr, (op, layer, path, r.stderr[-2000:])
