@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.layers import FC, LRN, BatchNorm, Conv, Network, Pool, ReLU, Residual
+from kiln.layers import FC, LRN, BatchNorm, Conv, CrossEntropy, Network, Pool, ReLU, Residual, Softmax
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
 
@@ -244,3 +244,42 @@ def test_conv_sums_feed_batch_norm_and_eval_uses_the_running_statistics(cpu):
     want = np.maximum((conv_out - gmean) / np.sqrt(gvar + bn.eps) * bn.gamma.get() + bn.beta.get(), 0)
     np.testing.assert_allclose(bn.y.get().reshape(-1, 6), want, rtol=1e-4, atol=1e-5)
     assert b.train() is b and bn.training
+
+
+def test_softmax_layer_and_cross_entropy_cost(cpu):
+    """A network ending in a Softmax: the same loss and gradients as the one ending in logits
+    (softmax and cross-entropy's gradient in one step); the Softmax's and the cost's own bprop
+    against their formulas; Pool across feature maps."""
+    def net(softmax):
+        layers = [Conv(4, 3, pad=1, relu=True), Pool("max", 2, J=2, str_c=2), FC(5)] + ([Softmax()] if softmax else [])
+        return Network(layers, (3, 6, 6, 2), ctx=cpu, seed=9)
+    a, b = net(False), net(True)
+    assert a.layers[1].out_shape == (3, 3, 3, 2)   # 4 channels pooled in pairs
+    rng = np.random.default_rng(10)
+    x = cpu.array(rng.normal(size=(3, 6, 6, 2)))
+    labels = np.array([4, 0, 2], dtype=np.int32)
+    onehot = np.eye(5, dtype=np.float32)[labels]
+    la, lb = a.loss(a.fprop(x), cpu.array(labels)), b.loss(b.fprop(x), cpu.array(labels))
+    assert lb == pytest.approx(la, rel=1e-6)
+    a.bprop(a.bprop_loss(cpu.array(onehot)))
+    b.bprop(b.bprop_loss(cpu.array(onehot)))
+    for (_, ga), (_, gb) in zip(a.params(), b.params()):
+        np.testing.assert_allclose(gb.get(), ga.get(), rtol=1e-5, atol=1e-7)
+    # The Softmax layer's own bprop and the cost's gradient with respect to p, chained: the
+    # logits' gradient (p - onehot) / N.
+    sm, p = b.layers[-1], b.layers[-1].y
+    cost = CrossEntropy()
+    gp = cost.bprop(p, cpu.array(onehot))
+    np.testing.assert_allclose(gp.get(), -onehot / np.maximum(p.get(), np.exp(-50)) / 3, rtol=1e-6)
+    np.testing.assert_allclose(sm.bprop(gp).get(), (p.get() - onehot) / 3, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(cost.bprop_logits(p, cpu.array(onehot)).get(), (p.get() - onehot) / 3, rtol=1e-6)
+    total = CrossEntropy("sum")
+    assert total.fprop(p, cpu.array(labels)) == pytest.approx(3 * cost.fprop(p, cpu.array(labels)), rel=1e-6)
+    np.testing.assert_allclose(total.bprop_logits(p, cpu.array(onehot)).get(), p.get() - onehot, rtol=1e-6)
+    with pytest.raises(ValueError, match="reduction='max'; it is 'mean' or 'sum'"):
+        CrossEntropy("max")
+    with pytest.raises(ValueError, match=r"Softmax: input \(3, 6, 6, 2\); it takes \(N, classes\) logits"):
+        Network([Softmax()], (3, 6, 6, 2), ctx=cpu)
+    # A training step through the Softmax lowers the loss.
+    before = b.train_step(x, cpu.array(labels), cpu.array(onehot), 0.5)
+    assert b.loss(b.fprop(x), cpu.array(labels)) < before

@@ -120,15 +120,18 @@ class Conv(Layer):
 
 
 class Pool(Layer):
-    """op ('max', 'avg' or 'l2') over window x window positions, stride (default: the window)."""
+    """op ('max', 'avg' or 'l2') over window x window positions, stride (default: the window);
+    with J > 1 also across J feature maps (channel stride str_c, default J; padding pad_c)."""
 
-    def __init__(self, op, window, stride=None, pad=0):
+    def __init__(self, op, window, stride=None, pad=0, J=1, str_c=None, pad_c=0):
         self.op, self.window, self.stride, self.pad = op, window, stride or window, pad
+        self.J, self.str_c, self.pad_c = J, str_c, pad_c
 
     def _configure(self, in_shape):
         N, H, W, C = _spatial(in_shape, "Pool")
-        self.layer = _kiln.pool_layer(self.dtype, self.op, N, C, H=H, W=W, R=self.window, S=self.window,
-                                      pad_h=self.pad, pad_w=self.pad, str_h=self.stride, str_w=self.stride)
+        self.layer = _kiln.pool_layer(self.dtype, self.op, N, C, H=H, W=W, J=self.J, R=self.window, S=self.window,
+                                      pad_c=self.pad_c, pad_h=self.pad, pad_w=self.pad, str_c=self.str_c,
+                                      str_h=self.stride, str_w=self.stride)
         return _as4(self.layer.dimO)
 
     def fprop(self, x):
@@ -268,6 +271,62 @@ class ReLU(Layer):
         return gx
 
 
+class Softmax(Layer):
+    """The probabilities over the classes of logits (N, classes). Last in a Network, it pairs with
+    the network's CrossEntropy cost: bprop_loss gives the gradient with respect to the logits,
+    (p - onehot) / N, and the network's bprop starts below the Softmax."""
+
+    def _configure(self, in_shape):
+        if len(in_shape) != 2:
+            raise ValueError(f"Softmax: input {in_shape}; it takes (N, classes) logits")
+        return in_shape
+
+    def fprop(self, x):
+        self.y = self.ctx.empty(self.out_shape, self.dtype)
+        self.y[...] = _nn.softmax(x)
+        return self.y
+
+    def bprop(self, e, input_grad=True):
+        """The gradient with respect to the logits from e, the probabilities' gradient:
+        y (e - sum(e y)) along the classes."""
+        if not input_grad:
+            return None
+        gx = self.ctx.empty(self.in_shape, self.dtype)
+        gx[...] = self.y * (e - (e * self.y).sum(axis=-1, keepdims=True))
+        return gx
+
+
+class CrossEntropy:
+    """The cost: cross-entropy of probabilities p (N, classes) against class indices, the mean
+    (or with reduction='sum' the sum) over the batch."""
+
+    def __init__(self, reduction="mean"):
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"CrossEntropy: reduction={reduction!r}; it is 'mean' or 'sum'")
+        self.reduction = reduction
+
+    def _scale(self, p):
+        return 1.0 / p.shape[0] if self.reduction == "mean" else 1.0
+
+    def fprop(self, p, labels):
+        """The loss (a float) of probabilities p against int class indices labels (N,)."""
+        return float(np.asarray(_nn.cross_entropy(p, labels, reduction=self.reduction)))
+
+    def bprop(self, p, onehot):
+        """The gradient with respect to p: -onehot / p (p clamped at exp(-50), as the loss's log),
+        over N for the mean; a new float32 tensor."""
+        g = p.ctx.empty(tuple(p.shape), _float32)
+        g[...] = -onehot / _kiln.maximum(p, float(np.exp(-50.0))) * self._scale(p)
+        return g
+
+    def bprop_logits(self, p, onehot):
+        """The gradient with respect to the logits of p = softmax(logits): (p - onehot), over N
+        for the mean (softmax's and cross-entropy's gradients in one step); a new float32 tensor."""
+        g = p.ctx.empty(tuple(p.shape), _float32)
+        g[...] = (p - onehot) * self._scale(p)
+        return g
+
+
 def _bprop_chain(layers, e, input_grad, on_grads=None):
     """e back through layers in reverse order; the first of them gives its input's gradient only
     with input_grad (an empty chain, an identity, gives e); on_grads(pairs), when given, gets each
@@ -352,10 +411,13 @@ class Residual(Layer):
 
 
 class Network:
-    """Layers in order, ending in logits (N, classes); softmax cross-entropy as the loss."""
+    """Layers in order, ending in logits (N, classes) or in a Softmax; the cost (default
+    CrossEntropy()) of the probabilities as the loss."""
 
-    def __init__(self, layers, in_shape, dtype=_float32, ctx=None, seed=0, conv_sums=False):
+    def __init__(self, layers, in_shape, dtype=_float32, ctx=None, seed=0, conv_sums=False, cost=None):
         self.layers, self.dtype = list(layers), dtype
+        self.cost = cost if cost is not None else CrossEntropy()
+        self._softmax_last = bool(self.layers) and isinstance(self.layers[-1], Softmax)
         self.ctx = ctx if ctx is not None else _kiln_default_context()
         self.rng = np.random.default_rng(seed)
         shape = tuple(in_shape)
@@ -398,19 +460,25 @@ class Network:
         being data); on_grads(pairs), when given, is called with each layer's (param, grad) pairs
         as soon as its bprop has been given (a data-parallel trainer starts their all-reduce
         there, overlapping the layers still to come)."""
-        return _bprop_chain(self.layers, e, input_grad, on_grads)
+        # (A final Softmax's gradient comes with the cost's: bprop_loss gives the logits'.)
+        return _bprop_chain(self.layers[:-1] if self._softmax_last else self.layers, e, input_grad, on_grads)
 
-    def loss(self, logits, labels):
-        """Softmax cross-entropy (mean over the batch) against int32 class indices; keeps the
-        probabilities for bprop_loss."""
-        self.probs = self.ctx.empty(logits.shape, _float32)
-        self.probs[...] = _nn.softmax(logits)
-        return float(np.asarray(_nn.cross_entropy(self.probs, labels)))
+    def loss(self, out, labels):
+        """The cost of the network's output against int32 class indices: of softmax(out) for
+        logits, of out itself where the last layer is a Softmax; keeps the probabilities for
+        bprop_loss."""
+        if self._softmax_last:
+            self.probs = out
+        else:
+            self.probs = self.ctx.empty(out.shape, _float32)
+            self.probs[...] = _nn.softmax(out)
+        return self.cost.fprop(self.probs, labels)
 
     def bprop_loss(self, labels_onehot):
-        """The gradient of the mean cross-entropy with respect to the logits: (p - onehot) / N."""
-        e = self.ctx.empty(self.out_shape, self.dtype)
-        e[...] = (self.probs - labels_onehot) * (1.0 / self.out_shape[0])
+        """The gradient of the cost with respect to the logits (the input of a final Softmax):
+        (p - onehot) / N for the mean cross-entropy; what bprop takes."""
+        e = self.ctx.empty(self.layers[-1].in_shape if self._softmax_last else self.out_shape, self.dtype)
+        e[...] = self.cost.bprop_logits(self.probs, labels_onehot)
         return e
 
     def train_step(self, x, labels, onehot, lr):
