@@ -4,8 +4,9 @@
 // backward, 1D, 2D and 3D windows with padding, overlap and channel windows, 16-byte channel
 // vectors and single channels, every float dtype, alpha and beta, more work than one grid round,
 // and a strided output (the kernels decline it; the expression path runs). Batch norm (training
-// and inference, relu, residual; backward) and LRN forward and backward. Skips, saying why,
-// without a CUDA device.
+// and inference, relu, residual, given sums with accumbeta; backward) and LRN forward and
+// backward; softmax, cross-entropy, the relu helpers and activation derivatives. Skips, saying
+// why, without a CUDA device.
 #include "tests/support/catch.hpp"
 #include "tests/support/gpu.hpp"
 #include "tests/support/named_counts.hpp"
@@ -391,5 +392,73 @@ TEST_CASE("gpu nn: LRN denominators outside the approximation's range (d <= 0) m
         CHECK(apart(g.den, c.den, "denom") == 0);
         CHECK(apart(g.o, c.o, "out") == 0);
         CHECK(apart(g.g, c.g, "delta") == 0);
+    }
+}
+
+TEST_CASE("gpu nn: softmax, cross-entropy (targets and labels), relu helpers, activation derivatives; batch norm from "
+          "given sums with accumbeta: the CPU path's values") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
+        INFO(dtype_name(dt));
+        const int64_t rows = 300, classes = 37;
+        const std::vector<float> zv = uniform(rows * classes, 61, -8.f, 8.f), ev = uniform(rows * classes, 62, -1.f, 1.f);
+        std::vector<int32_t> lv((size_t)rows);
+        for (int64_t r = 0; r < rows; ++r) lv[(size_t)r] = int32_t((r * 7) % classes);
+        std::vector<float> onehot((size_t)(rows * classes), 0.f);
+        for (int64_t r = 0; r < rows; ++r) onehot[(size_t)(r * classes + lv[(size_t)r])] = 1.f;
+        struct Side {
+            Tensor p, ce, ce_sum, ce_labels, relu, leaky, relu_grad, sig, th;
+        };
+        auto run = [&](Context& c) {
+            Side s;
+            Tensor z = c.array(zv, {rows, classes}, dt), e = c.array(ev, {rows, classes}, dt);
+            s.p = c.eval(softmax(z));
+            s.ce = c.eval(cross_entropy(s.p, c.array(onehot, {rows, classes})));
+            s.ce_sum = c.eval(cross_entropy(s.p, c.array(onehot, {rows, classes}), -1, false));
+            s.ce_labels = c.eval(cross_entropy_labels(s.p, c.array(lv, {rows})));
+            s.relu = c.eval(fprop_relu(z));
+            s.leaky = c.eval(fprop_relu(z, 0.1));
+            s.relu_grad = c.eval(bprop_relu(z, e, 0.25));
+            s.sig = c.eval(sigmoid_grad(s.p));
+            s.th = c.eval(tanh_grad(s.p));
+            return s;
+        };
+        const Side g = run(gpu), c = run(cpu);
+        CHECK(count_apart(g.p, c.p, dt, 2 * ulp(dt), "softmax") == 0);
+        CHECK(count_apart(g.ce, c.ce, DType::Float32, 1e-4, "cross_entropy (mean)") == 0);
+        CHECK(count_apart(g.ce_sum, c.ce_sum, DType::Float32, 1e-4 * rows, "cross_entropy (sum)") == 0);
+        CHECK(count_apart(g.ce_labels, c.ce_labels, DType::Float32, 1e-4, "cross_entropy_labels") == 0);
+        CHECK(count_apart(g.relu, c.relu, dt, 0, "fprop_relu") == 0);
+        CHECK(count_apart(g.leaky, c.leaky, dt, ulp(dt), "fprop_relu slope") == 0);
+        CHECK(count_apart(g.relu_grad, c.relu_grad, dt, ulp(dt), "bprop_relu") == 0);
+        CHECK(count_apart(g.sig, c.sig, dt, 2 * ulp(dt), "sigmoid_grad") == 0);
+        CHECK(count_apart(g.th, c.th, dt, 2 * ulp(dt), "tanh_grad") == 0);
+        // A label past the classes: NaN on both.
+        std::vector<int32_t> bad = lv;
+        bad[5] = int32_t(classes);
+        CHECK(std::isnan(gpu.eval(cross_entropy_labels(g.p, gpu.array(bad, {rows}))).to_vector<float>()[0]));
+
+        // Batch norm with the batch's sums given (compute_batch_sum false, as from a
+        // convolution's bsum), and accumbeta adding half of y's earlier values.
+        const Shape shape{16, 7, 9, 48};
+        const int64_t C = shape.back();
+        const std::vector<float> xv = uniform(numel(shape), 63, -2.f, 3.f), gam = uniform(C, 64, 0.5f, 1.5f),
+                                 bet = uniform(C, 65, -0.5f, 0.5f), gm0 = uniform(C, 66, -0.1f, 0.1f),
+                                 gv0 = uniform(C, 67, 0.5f, 1.5f), y0 = uniform(numel(shape), 68, -1.f, 1.f);
+        auto bn = [&](Context& ctx) {
+            Tensor x = ctx.array(xv, shape, dt);
+            Tensor xsum = ctx.eval(reshape(sum(cast(reshape(x.expr(), {numel(shape) / C, C}), DType::Float32), 0), {C}));
+            Tensor xvar = ctx.empty({C}), gmean = ctx.array(gm0, {C}), gvar = ctx.array(gv0, {C});
+            Tensor y = ctx.array(y0, shape, dt);
+            compound_fprop_bn(x, xsum, xvar, gmean, gvar, ctx.array(gam, {C}), ctx.array(bet, {C}), y, 1e-5, 0.9, false, 0.5,
+                              false);
+            return std::vector<Tensor>{xvar, gmean, gvar, y};
+        };
+        const std::vector<Tensor> bg = bn(gpu), bc = bn(cpu);
+        CHECK(count_apart(bg[0], bc[0], DType::Float32, 1e-4, "xvar (given sums)") == 0);
+        CHECK(count_apart(bg[1], bc[1], DType::Float32, 1e-6, "gmean (accumbeta)") == 0);
+        CHECK(count_apart(bg[2], bc[2], DType::Float32, 1e-5, "gvar (accumbeta)") == 0);
+        CHECK(count_apart(bg[3], bc[3], dt, 10 * ulp(dt) + 1e-5, "y (given sums)") == 0);
     }
 }
