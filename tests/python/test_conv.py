@@ -235,3 +235,46 @@ def test_debug_log_names_the_path_each_op_takes():
         _, layer, *paths = line.split("|")
         for op, path in zip(("fprop", "bprop", "update"), paths):
             assert f"kiln[debug] conv: {op} {layer} -> {path}\n" in r.stderr, (op, layer, path, r.stderr[-2000:])
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_transpose_and_gradient_forms(cpu, dims):
+    """kiln.nn.conv_transpose, conv_grad_input and conv_grad_weight: the adjoints of kiln.conv,
+    against the NumPy references; conv_transpose is conv_grad_input with a layer's epilogue."""
+    rng = np.random.default_rng(20 + dims)
+    spatial = (7, 6, 5)[:dims]
+    filt = (3, 2, 3)[:dims]
+    stride, padding, dilation = (2, 1, 1)[:dims], (1, 0, 1)[:dims], (1, 2, 1)[:dims]
+    x = cpu.array(rng.uniform(-1, 1, (2, *spatial, 3)))
+    w = cpu.array(rng.uniform(-1, 1, (4, *filt, 3)))
+    y = kiln.conv(x, w, stride=stride, padding=padding, dilation=dilation)
+    e = cpu.array(rng.uniform(-1, 1, y.shape))
+    gx = kiln.nn.conv_grad_input(e, w, x.shape, stride=stride, padding=padding, dilation=dilation)
+    gw, gb = kiln.nn.conv_grad_weight(x, e, w.shape, stride=stride, padding=padding, dilation=dilation, bias=True)
+    assert gx.shape == x.shape and gw.shape == w.shape and gb.shape == (4,)
+    p3 = lambda v, fill: (fill,) * (3 - dims) + tuple(v)
+    np.testing.assert_allclose(five(gx.get()), ref_bprop(five(w.get()), five(e.get()), p3(spatial, 1), p3(padding, 0),
+                                                         p3(stride, 1), p3(dilation, 1)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(five(gw.get()), ref_update(five(x.get()), five(e.get()), p3(filt, 1), p3(padding, 0),
+                                                          p3(stride, 1), p3(dilation, 1)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gb.get(), e.get().reshape(-1, 4).sum(0), rtol=1e-5, atol=1e-6)
+    # <conv(x), e> = <x, conv_grad_input(e)> = <w, conv_grad_weight(x, e)>
+    inner = float((y.get().astype(np.float64) * e.get()).sum())
+    assert float((x.get() * gx.get()).sum()) == pytest.approx(inner, rel=1e-5)
+    assert float((w.get() * gw.get()).sum()) == pytest.approx(inner, rel=1e-5)
+    # conv_transpose of e: the input's gradient where the stride left no tail; bias and ReLU after it.
+    t = kiln.nn.conv_transpose(e, w, stride=stride, padding=padding, dilation=dilation)
+    cut = tuple(slice(0, n) for n in t.shape[1:-1])
+    np.testing.assert_allclose(t.get(), gx.get()[(slice(None), *cut)], rtol=1e-5, atol=1e-6)
+    b = cpu.array(rng.uniform(-1, 1, (3,)))
+    sums = cpu.empty((3, 1))
+    tr = kiln.nn.conv_transpose(e, w, stride=stride, padding=padding, dilation=dilation, bias=b, relu=True, bsum=sums)
+    np.testing.assert_allclose(tr.get(), np.maximum(t.get() + b.get(), 0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sums.get().reshape(3), tr.get().reshape(-1, 3).sum(0), rtol=1e-5, atol=1e-5)
+    ysums = cpu.empty((4,))
+    kiln.conv(x, w, stride=stride, padding=padding, dilation=dilation, bsum=ysums)
+    np.testing.assert_allclose(ysums.get(), y.get().reshape(-1, 4).sum(0), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"conv_grad_input: stride=\(1, 2(, 3)?\); give an int or a tuple of \d ints"):
+        kiln.nn.conv_grad_input(e, w, x.shape, stride=(1, 2) if dims != 2 else (1, 2, 3))
+    with pytest.raises(TypeError, match="conv_transpose: w must be a kiln tensor"):
+        kiln.nn.conv_transpose(e, np.zeros(w.shape))

@@ -5,10 +5,10 @@ whatever they are assigned into. The seeds' (neon's) forms are Context methods a
 functions of kiln: compound_fprop_bn, compound_bprop_bn, fprop_softmax, fprop_relu, bprop_relu,
 conv_layer, fprop_conv, bprop_conv, update_conv, pool_layer, fprop_pool, bprop_pool, lrn_layer,
 fprop_lrn, bprop_lrn. Here: softmax, cross_entropy, relu and the activations' derivatives
-(expressions); conv, pool / pool_grad, lrn / lrn_grad, batch_norm / batch_norm_grad (new tensors).
+(expressions); conv, conv_transpose, conv_grad_input, conv_grad_weight, pool / pool_grad, lrn / lrn_grad, batch_norm / batch_norm_grad (new tensors).
 """
 from . import _kiln
-from ._conv import conv  # noqa: F401 - re-exported
+from ._conv import conv, conv_grad_input, conv_grad_weight, conv_transpose  # noqa: F401 - re-exported
 
 
 def softmax(x, axis=-1):
