@@ -87,6 +87,13 @@ bool apart(std::initializer_list<const Tensor*> writes, std::initializer_list<co
 
 thread_local bool last_counted = false;
 
+// The kernels round to nearest: where the context rounds 16-bit stores stochastically they
+// decline a 16-bit output, and the expression path rounds it as every other store (max
+// pooling's plain forward copies its inputs' values, which no rounding changes).
+bool rounds_stochastically(const Tensor& out) {
+    return out.context().stochastic_round() > 0 && out.dtype() != DType::Float32;
+}
+
 // With `count`, the entry's counting twin (pool.cu's KILN_ENTRY) counts what it stores into it,
 // each block into its dynamic shared memory first.
 template <class Params>
@@ -137,7 +144,8 @@ bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A
                      const StoreCount* count) {
     Context& ctx = I5.context();
     if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || I5.dtype() != O5.dtype() || !O5.is_contiguous() ||
-        (A5 && !A5->is_contiguous()) || !all_written({&I5, beta != 0 ? &O5 : nullptr}) || !apart({&O5, A5}, {&I5}))
+        (A5 && !A5->is_contiguous()) || !all_written({&I5, beta != 0 ? &O5 : nullptr}) || !apart({&O5, A5}, {&I5}) ||
+        (rounds_stochastically(O5) && !(L.op == PoolOp::Max && alpha == 1 && beta == 0)))
         return false;
     const std::optional<PoolShape> g = shape_of(L);
     if (!g) return false;
@@ -166,7 +174,8 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
                      double alpha, double beta, const StoreCount* count) {
     Context& ctx = E5.context();
     if (ctx.backend() != Backend::CUDA || L.op == PoolOp::Lrn || !G5.is_contiguous() ||
-        !all_written({&E5, A5, X5, Y5, beta != 0 ? &G5 : nullptr}) || !apart({&G5}, {&E5, A5, X5, Y5}))
+        !all_written({&E5, A5, X5, Y5, beta != 0 ? &G5 : nullptr}) || !apart({&G5}, {&E5, A5, X5, Y5}) ||
+        rounds_stochastically(G5))
         return false;
     for (const Tensor* t : {&E5, X5, Y5})
         if (t && t->dtype() != G5.dtype()) return false;
@@ -202,7 +211,8 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
 bool lrn_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor& D5, double alpha, double beta, double ascale,
                     double bpower, const StoreCount* count) {
     Context& ctx = I5.context();
-    if (ctx.backend() != Backend::CUDA || !all_written({&I5, beta != 0 ? &O5 : nullptr}) || !apart({&O5, &D5}, {&I5}))
+    if (ctx.backend() != Backend::CUDA || !all_written({&I5, beta != 0 ? &O5 : nullptr}) || !apart({&O5, &D5}, {&I5}) ||
+        rounds_stochastically(O5) || rounds_stochastically(D5))
         return false;
     const Tensor I = contiguous(I5);
     std::optional<LrnParams> p = lrn_params(L, I.dtype(), {&I, &O5, &D5}, {&O5, &D5}, alpha, beta, ascale, bpower);
@@ -220,7 +230,7 @@ bool lrn_bprop_cuda(const PoolLayer& L, const Tensor& I5, const Tensor& O5, cons
                     double alpha, double beta, double ascale, double bpower, const StoreCount* count) {
     Context& ctx = I5.context();
     if (ctx.backend() != Backend::CUDA || !all_written({&I5, &O5, &E5, &D5, beta != 0 ? &G5 : nullptr}) ||
-        !apart({&G5}, {&I5, &O5, &E5, &D5}))
+        !apart({&G5}, {&I5, &O5, &E5, &D5}) || rounds_stochastically(G5))
         return false;
     const Tensor I = contiguous(I5), O = contiguous(O5), E = contiguous(E5), D = contiguous(D5);
     std::optional<LrnParams> p = lrn_params(L, G5.dtype(), {&I, &O, &E, &D, &G5}, {&G5}, alpha, beta, ascale, bpower);

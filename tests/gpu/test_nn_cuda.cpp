@@ -462,3 +462,50 @@ TEST_CASE("gpu nn: softmax, cross-entropy (targets and labels), relu helpers, ac
         CHECK(count_apart(bg[3], bc[3], dt, 10 * ulp(dt) + 1e-5, "y (given sums)") == 0);
     }
 }
+
+// With stochastic rounding on, the pooling and LRN kernels decline 16-bit outputs and the
+// expression path stores them: every value one of the two float16 neighbours of the float32
+// result, about as many above as below (LRN's output, computed from its denominator as rounded,
+// itself stochastically: within 4 steps of the round-to-nearest output, and not always equal).
+TEST_CASE("gpu pool: with stochastic rounding on, 16-bit pooling and LRN outputs round stochastically") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda", 5, DType::Float32});
+    const PoolLayer avg = pool_layer(DType::Float16, PoolOp::Avg, 8, 64, {1, 32, 32}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2});
+    const PoolLayer lrn = lrn_layer(DType::Float16, 8, 64, {1, 16, 16}, 5);
+    const std::vector<float> xv = uniform(numel(avg.input_shape()), 71, -2.f, 2.f), lv = uniform(numel(lrn.input_shape()), 72, -2.f, 2.f);
+    // The float32 results, from the same float16 inputs.
+    Tensor x16 = gpu.array(xv, avg.input_shape(), DType::Float16), l16 = gpu.array(lv, lrn.input_shape(), DType::Float16);
+    Tensor x32 = gpu.eval(cast(x16.expr(), DType::Float32)), l32 = gpu.eval(cast(l16.expr(), DType::Float32));
+    Tensor a32 = gpu.empty(avg.output_shape()), o32 = gpu.empty(lrn.input_shape()), d32 = gpu.empty(lrn.input_shape());
+    const PoolLayer avg32 = pool_layer(DType::Float32, PoolOp::Avg, 8, 64, {1, 32, 32}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2});
+    const PoolLayer lrn32 = lrn_layer(DType::Float32, 8, 64, {1, 16, 16}, 5);
+    fprop_pool(avg32, x32, a32);
+    fprop_lrn(lrn32, l32, o32, d32, 1.0, 0.0, 0.3, 0.75);
+    Tensor rn16 = gpu.empty(lrn.input_shape(), DType::Float16), rnd16 = gpu.empty(lrn.input_shape(), DType::Float16);
+    fprop_lrn(lrn, l16, rn16, rnd16, 1.0, 0.0, 0.3, 0.75);
+    gpu.set_stochastic_round(true);
+    Tensor a16 = gpu.empty(avg.output_shape(), DType::Float16), o16 = gpu.empty(lrn.input_shape(), DType::Float16),
+           d16 = gpu.empty(lrn.input_shape(), DType::Float16);
+    fprop_pool(avg, x16, a16);
+    fprop_lrn(lrn, l16, o16, d16, 1.0, 0.0, 0.3, 0.75);
+    auto check = [](const Tensor& got, const Tensor& exact, const char* what, bool unbiased = true) {
+        INFO(what);
+        const std::vector<float> g = got.to_vector<float>(), e = exact.to_vector<float>();
+        int64_t far = 0, rounded_away = 0;
+        double bias = 0, spread = 0;
+        for (size_t i = 0; i < g.size(); ++i) {
+            const double mag = unbiased ? std::fabs(e[i]) : std::max(std::fabs(e[i]), std::fabs(g[i]));
+            const double step = std::ldexp(1.0, std::max(-24, (int)std::floor(std::log2(mag + 1e-30)) - 10));
+            far += !(std::fabs((double)g[i] - e[i]) < (unbiased ? 1 : 4) * step);
+            rounded_away += unbiased ? std::fabs((double)g[i] - e[i]) > step / 2 : g[i] != e[i];
+            bias += ((double)g[i] - e[i]) / step;
+            spread += 0.25;
+        }
+        CHECK(far == 0);
+        CHECK(rounded_away > 0);   // round to nearest never moves a value more than half a step
+        if (unbiased) CHECK(std::fabs(bias) <= 5 * std::sqrt(spread) + 1);
+    };
+    check(a16, a32, "avg pool");
+    check(o16, rn16, "lrn out", false);
+    check(d16, d32, "lrn denom");
+}
