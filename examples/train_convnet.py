@@ -74,23 +74,64 @@ def _png(path, pixels):
                 chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
-def plot(path, curves, w=640, h=400, margin=40):
-    """Loss against step, one colour per curve, on a log scale; grey grid lines at powers of ten."""
+# A 5 x 7 pixel font for the plot's labels: each glyph's rows, top first, as 5-bit masks.
+_GLYPHS = {
+    "0": (14, 17, 19, 21, 25, 17, 14), "1": (4, 12, 4, 4, 4, 4, 14), "2": (14, 17, 1, 2, 4, 8, 31),
+    "3": (31, 2, 4, 2, 1, 17, 14), "4": (2, 6, 10, 18, 31, 2, 2), "5": (31, 16, 30, 1, 1, 17, 14),
+    "6": (6, 8, 16, 30, 17, 17, 14), "7": (31, 1, 2, 4, 8, 8, 8), "8": (14, 17, 17, 14, 17, 17, 14),
+    "9": (14, 17, 17, 15, 1, 2, 12), ".": (0, 0, 0, 0, 0, 12, 12), "-": (0, 0, 0, 31, 0, 0, 0),
+    "+": (0, 4, 4, 31, 4, 4, 0), " ": (0,) * 7, "a": (0, 0, 14, 1, 15, 17, 15), "b": (16, 16, 22, 25, 17, 17, 30),
+    "c": (0, 0, 14, 16, 16, 17, 14), "e": (0, 0, 14, 17, 31, 16, 14), "f": (6, 9, 8, 28, 8, 8, 8),
+    "h": (16, 16, 22, 25, 17, 17, 17), "i": (4, 0, 12, 4, 4, 4, 14), "l": (12, 4, 4, 4, 4, 4, 14),
+    "o": (0, 0, 14, 17, 17, 17, 14), "p": (0, 0, 30, 17, 30, 16, 16), "s": (0, 0, 14, 16, 14, 1, 30),
+    "t": (8, 8, 28, 8, 8, 9, 6),
+}
+
+
+def _text(pixels, x, y, text, colour=(0, 0, 0), scale=2):
+    """text with its top left corner at (x, y); characters outside _GLYPHS are left blank."""
+    for k, ch in enumerate(text):
+        for r, bits in enumerate(_GLYPHS.get(ch, _GLYPHS[" "])):
+            for c in range(5):
+                if bits >> (4 - c) & 1:
+                    for dy in range(scale):
+                        for dx in range(scale):
+                            px, py = x + (6 * k + c) * scale + dx, y + r * scale + dy
+                            if 0 <= py < len(pixels) and 0 <= px < len(pixels[0]):
+                                pixels[py][px] = colour
+
+
+def plot(path, curves, w=720, h=440):
+    """Loss (log scale; grey lines and labels at powers of ten) against step, one colour per
+    curve, with a legend."""
+    left, right, top, bottom = 80, 20, 20, 50
     pixels = [[(255, 255, 255)] * w for _ in range(h)]
     values = [v for c, _ in curves.values() for v in c if v > 0]
     lo, hi = np.log10(min(values)), np.log10(max(values))
     steps = max(len(c) for c, _ in curves.values())
-    to_x = lambda i: margin + int((w - 2 * margin) * i / max(steps - 1, 1))
-    to_y = lambda v: h - margin - int((h - 2 * margin) * (np.log10(max(v, 1e-30)) - lo) / max(hi - lo, 1e-9))
+    to_x = lambda i: left + int((w - left - right) * i / max(steps - 1, 1))
+    to_y = lambda v: h - bottom - int((h - top - bottom) * (np.log10(max(v, 1e-30)) - lo) / max(hi - lo, 1e-9))
     for d in range(int(np.floor(lo)), int(np.ceil(hi)) + 1):
         y = to_y(10.0 ** d)
-        if margin <= y < h - margin:
-            for x in range(margin, w - margin):
+        if top <= y <= h - bottom:
+            for x in range(left, w - right):
                 pixels[y][x] = (220, 220, 220)
-    for x in range(margin, w - margin):
-        pixels[h - margin][x] = (0, 0, 0)
-    for y in range(margin, h - margin + 1):
-        pixels[y][margin] = (0, 0, 0)
+            label = f"{10.0 ** d:g}"
+            _text(pixels, left - 8 - 12 * len(label), y - 7, label)
+    for x in range(left, w - right):
+        pixels[h - bottom][x] = (0, 0, 0)
+    for y in range(top, h - bottom + 1):
+        pixels[y][left] = (0, 0, 0)
+    tick = 10 ** int(np.floor(np.log10(max(steps - 1, 1))))
+    while tick > 1 and (steps - 1) // tick < 3:
+        tick //= 2
+    for i in range(0, steps, tick):
+        x = to_x(i)
+        for y in range(h - bottom, h - bottom + 5):
+            pixels[y][x] = (0, 0, 0)
+        _text(pixels, x - 6 * len(str(i)), h - bottom + 8, str(i))
+    _text(pixels, (w - left - right) // 2 + left - 24, h - 20, "step")
+    _text(pixels, 8, top, "loss")
     for values, colour in curves.values():
         pts = [(to_x(i), to_y(v)) for i, v in enumerate(values)]
         for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
@@ -100,11 +141,13 @@ def plot(path, curves, w=640, h=400, margin=40):
                 for dy in (0, 1):
                     if 0 <= y + dy < h and 0 <= x < w:
                         pixels[y + dy][x] = colour
-    # The legend: a colour swatch per curve in the top right corner, in the order given.
-    for k, (_, colour) in enumerate(curves.values()):
-        for y in range(8 + 14 * k, 18 + 14 * k):
-            for x in range(w - 30, w - 10):
+    # The legend: a colour swatch and the curve's name per curve, top right, in the order given.
+    for k, (name, (_, colour)) in enumerate(curves.items()):
+        x0, y0 = w - right - 12 * len(name) - 40, top + 6 + 20 * k
+        for y in range(y0 + 2, y0 + 12):
+            for x in range(x0, x0 + 24):
                 pixels[y][x] = colour
+        _text(pixels, x0 + 32, y0, name)
     _png(path, pixels)
 
 
