@@ -62,10 +62,11 @@ NETWORKS = {"alexnet": alexnet, "alexnet_lrn": alexnet_lrn, "overfeat": overfeat
             "resnet50": resnet50}
 
 
-def build(name, dtype=kiln.float16, ctx=None, N=None, seed=0):
-    """The network `name` (NETWORKS) for N images (default: the benchmark's) of 3 channels."""
+def build(name, dtype=kiln.float16, ctx=None, N=None, seed=0, conv_sums=False):
+    """The network `name` (NETWORKS) for N images (default: the benchmark's) of 3 channels;
+    conv_sums: each batch norm's sums from the convolution before it (Network's)."""
     n, hw, layers = NETWORKS[name]()
-    return Network(layers, (N or n, hw, hw, 3), dtype=dtype, ctx=ctx, seed=seed)
+    return Network(layers, (N or n, hw, hw, 3), dtype=dtype, ctx=ctx, seed=seed, conv_sums=conv_sums)
 
 
 if __name__ == "__main__":

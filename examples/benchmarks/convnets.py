@@ -169,6 +169,8 @@ def main():
     ap.add_argument("--no-layers", action="store_true", help="skip the per-layer breakdown")
     ap.add_argument("--check-batch", type=int, default=8, help="the float32 check's batch size")
     ap.add_argument("--check-only", action="store_true", help="only the float32 check against float64, no timing")
+    ap.add_argument("--conv-sums", action="store_true",
+                    help="batch norms take their sums from the convolution before them (Network's conv_sums)")
     ap.add_argument("--json", default="convnets.json")
     args = ap.parse_args()
     both = torch_beside_kiln("convnets")
@@ -187,6 +189,7 @@ def main():
     dev = torch.cuda.get_device_name()
     result = {"device": dev, "date": datetime.date.today().isoformat(), "commit": git_commit(),
               "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "kiln": kiln.__version__,
+              "conv_sums": args.conv_sums,
               "method": "host clock around back-to-back iterations bracketed by synchronize, median of 5 batches "
                         "after warm-up; PyTorch channels_last with cudnn.benchmark, eager and torch.compile; "
                         "kiln.layers NHWC",
@@ -206,7 +209,7 @@ def main():
               f"{'vs eager':>8} {'vs compile':>10} {'kiln img/s':>10}")
     for name in timed:
         for dt in args.dtypes.split(","):
-            net = networks.build(name, dtype=kdt[dt], ctx=ctx, seed=1)
+            net = networks.build(name, dtype=kdt[dt], ctx=ctx, seed=1, conv_sums=args.conv_sums)
             N = net.layers[0].in_shape[0]
             x = ctx.array(np.random.default_rng(2).standard_normal(net.layers[0].in_shape).astype(np.float32), kdt[dt])
             e = ctx.array((np.random.default_rng(5).standard_normal(net.out_shape) / N).astype(np.float32), kdt[dt])
