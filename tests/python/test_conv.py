@@ -278,3 +278,20 @@ def test_transpose_and_gradient_forms(cpu, dims):
         kiln.nn.conv_grad_input(e, w, x.shape, stride=(1, 2) if dims != 2 else (1, 2, 3))
     with pytest.raises(TypeError, match="conv_transpose: w must be a kiln tensor"):
         kiln.nn.conv_transpose(e, np.zeros(w.shape))
+
+
+def test_bprop_conv_keywords(cpu):
+    """bprop_conv's epilogue keywords reach the operation: alpha, bias, leaky relu, beta over X, bsum."""
+    layer = kiln.conv_layer(np.float32, 2, 3, 4, H=5, W=6, R=3, S=3, pad_h=1, pad_w=1)
+    rng = np.random.default_rng(12)
+    F, E = cpu.array(rng.uniform(-1, 1, layer.dimF)), cpu.array(rng.uniform(-1, 1, layer.dimO))
+    X, bias = rng.uniform(-1, 1, layer.dimI), rng.uniform(-1, 1, (3,))
+    plain = cpu.empty(layer.dimI)
+    kiln.bprop_conv(layer, F, E, plain)
+    g, sums = cpu.empty(layer.dimI), cpu.empty((3, 1))
+    kiln.bprop_conv(layer, F, E, g, X=cpu.array(X), bias=cpu.array(bias), bsum=sums, alpha=0.5, beta=-1.0, relu=True,
+                    slope=0.2)
+    v = 0.5 * plain.get() + bias
+    want = np.where(v > 0, v, 0.2 * v) - X
+    np.testing.assert_allclose(g.get(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sums.get().reshape(3), want.reshape(-1, 3).sum(0), rtol=1e-5, atol=1e-5)
