@@ -128,6 +128,13 @@ def test_the_seeds_networks(cpu):
     x = cpu.array(np.random.default_rng(1).normal(0, 1, (1, 224, 224, 3)).astype(np.float32))
     y = net.fprop(x).get()
     assert y.shape == (1, 1000) and np.isfinite(y).all()
+    # And back through it: every parameter's gradient and the input's, finite; the same network
+    # with each batch norm's sums from the convolution before it gives the same logits.
+    gx = net.bprop(cpu.array(np.full((1, 1000), 1e-3, np.float32)))
+    assert gx.shape == (1, 224, 224, 3) and np.isfinite(gx.get()).all()
+    assert all(np.isfinite(g.get()).all() for _, g in net.params())
+    chained = convnets.build("resnet50", dtype=kiln.float32, ctx=cpu, N=1, conv_sums=True)
+    np.testing.assert_allclose(chained.fprop(x).get(), y, rtol=1e-4, atol=1e-4)
 
 
 def test_training_example_runs_and_plots(tmp_path):
