@@ -1,5 +1,6 @@
 // Convolution on the CPU backend against float64 loops written from the definition: fprop,
-// bprop and update in 1D, 2D and 3D with padding, stride and dilation, every float dtype; the
+// bprop and update in 1D, 2D and 3D with padding, stride and dilation, every float dtype (fixed
+// cases, and a seeded sweep of random geometries with random epilogues); the
 // epilogue (alpha, beta with X, bias, relu and its slope, brelu, bsum); deconvolution as the
 // transposed convolution; the layer's shapes and FLOPs; and the misuse messages.
 #include "tests/support/catch.hpp"
@@ -159,6 +160,80 @@ TEST_CASE("conv: fprop, bprop and update against float64 loops; 1D, 2D, 3D; padd
             update_conv(D, tE, tY, dF);
             CHECK(count_bad(dF, ref_update(Dc, Y, E, numel(D.filter_shape())), DType::Float32) == 0);
         }
+}
+
+TEST_CASE("conv: a seeded sweep of random geometries (rank, sizes, padding, stride, dilation), dtypes and epilogues, "
+          "convolution and deconvolution, against float64 loops") {
+    Context ctx(ContextOptions{"cpu"});
+    std::mt19937 g(2024);
+    auto pick = [&](int lo, int hi) { return (int64_t)std::uniform_int_distribution<int>(lo, hi)(g); };
+    int layers = 0;
+    for (int trial = 0; layers < 48 && trial < 1000; ++trial) {
+        const int rank = (int)pick(1, 3);
+        Dims3 image{1, 1, 1}, filter{1, 1, 1}, pad{0, 0, 0}, stride{1, 1, 1}, dilation{1, 1, 1};
+        for (int a = 3 - rank; a < 3; ++a) {
+            image[a] = pick(1, 7), filter[a] = pick(1, 3), dilation[a] = pick(1, 2), stride[a] = pick(1, 3);
+            pad[a] = pick(0, filter[a] - 1);
+        }
+        bool fits = true;   // the dilated filter within the padded image along every axis
+        for (int a = 0; a < 3; ++a) fits = fits && image[a] + 2 * pad[a] >= dilation[a] * (filter[a] - 1) + 1;
+        if (!fits) continue;
+        const DType dt = layers % 3 == 0 ? DType::Float32 : layers % 3 == 1 ? DType::Float16 : DType::BFloat16;
+        const ConvLayer C = conv_layer(dt, pick(1, 2), pick(1, 5), pick(1, 5), image, filter, pad, stride, dilation);
+        // Every other layer as the deconvolution of the convolution's output; its convolution
+        // geometry is the references' (Dc).
+        const bool deconv = layers % 2 == 1;
+        const ConvLayer L = deconv ? deconv_layer(dt, C.N, C.C, C.K, C.output, filter, pad, stride, dilation) : C;
+        ConvLayer Dc = L;
+        Dc.deconv = false;
+        ++layers;
+        INFO(L.str() << " " << dtype_name(dt));
+        const Shape in = L.input_shape(), out = L.output_shape();
+        std::vector<double> I = random_values(numel(in), g()), F = random_values(numel(L.filter_shape()), g()),
+                            E = random_values(numel(out), g()), X = random_values(numel(out), g()),
+                            B = random_values(out.back(), g());
+        Tensor tI = make(ctx, I, in, dt), tF = make(ctx, F, L.filter_shape(), dt), tE = make(ctx, E, out, dt),
+               tX = make(ctx, X, out, dt), tB = make(ctx, B, {out.back()}, DType::Float32);
+        // fprop: the conv's fprop, or the deconv's (the conv's bprop), with a random epilogue.
+        const Reference plain = deconv ? ref_bprop(Dc, F, I, numel(out)) : ref_fprop(Dc, I, F, numel(out));
+        ConvOptions o;
+        o.alpha = pick(0, 1) ? 1.0 : 0.75;
+        if (pick(0, 1)) o.bias = tB;
+        if (pick(0, 1)) o.relu = true, o.slope = pick(0, 1) ? 0.0 : 0.125;
+        if (pick(0, 2) == 0) o.beta = 0.5, o.X = tX;
+        o.bsum = ctx.empty({out.back()});
+        Tensor O = ctx.empty(out, dt);
+        fprop_conv(L, tI, tF, O, o);
+        const std::vector<float> got = O.to_vector<float>(), sums = o.bsum->to_vector<float>();
+        int bad = 0;
+        std::vector<double> stored(out.back(), 0.0), stored_abs(out.back(), 0.0);
+        for (size_t i = 0; i < got.size(); ++i) {
+            const int64_t k = (int64_t)i % out.back();
+            double v = o.alpha * plain.value[i] + (o.bias ? B[k] : 0.0);
+            if (o.relu) v = v > 0 ? v : o.slope * v;
+            if (o.X) v += o.beta * X[i];
+            const double tol = eps_of(dt) * (o.alpha * plain.magnitude[i] + std::fabs(B[k]) + std::fabs(v) + 1e-3) + 1e-6;
+            if (!(std::fabs(got[i] - v) <= tol)) {
+                if (bad < 3) UNSCOPED_INFO("fprop element " << i << ": " << got[i] << " vs " << v);
+                ++bad;
+            }
+            stored[k] += got[i], stored_abs[k] += std::fabs(got[i]);
+        }
+        CHECK(bad == 0);
+        for (int64_t k = 0; k < out.back(); ++k) CHECK(std::fabs(sums[k] - stored[k]) <= 1e-5 * (stored_abs[k] + 1));
+        // bprop into the input's shape, in the layer's dtype.
+        Tensor gI = ctx.empty(in, dt);
+        bprop_conv(L, tF, tE, gI);
+        CHECK(count_bad(gI, deconv ? ref_fprop(Dc, E, F, numel(in)) : ref_bprop(Dc, F, E, numel(in)), dt) == 0);
+        // update, accumulating into a float32 gradient: alpha dF + beta grad_F.
+        std::vector<double> G0 = random_values(numel(L.filter_shape()), g()), half(G0.size());
+        for (size_t i = 0; i < G0.size(); ++i) half[i] = 0.5 * G0[i];
+        Tensor gF = make(ctx, G0, L.filter_shape(), DType::Float32);
+        update_conv(L, tI, tE, gF, 2.0, 0.5);
+        CHECK(count_bad(gF, deconv ? ref_update(Dc, E, I, numel(L.filter_shape())) : ref_update(Dc, I, E, numel(L.filter_shape())),
+                        DType::Float32, 2.0, &half) == 0);
+    }
+    CHECK(layers == 48);
 }
 
 TEST_CASE("conv: im2col and col2im as strided copies (the CUDA path's) match the definition on every case") {
