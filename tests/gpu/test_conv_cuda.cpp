@@ -1062,3 +1062,47 @@ TEST_CASE("gpu conv: KILN_AUTOTUNE=1 times the fprop tiles and the update's spli
     }
     gemm::conv_autotune_forget();
 }
+
+// A seeded sweep of random layers, so that the paths the GPU picks by rule (the implicit kernel
+// and its tiles, folded strides, padded channels, taps as channels, phases, the narrow kernel,
+// the GEMM and im2col) meet geometries no fixed case names: channel counts below, at and past
+// multiples of 8 and 64, odd images, every stride, padding and dilation up to the window's, 1D to
+// 3D, every dtype, convolution and deconvolution; fprop with its epilogues, bprop, update.
+TEST_CASE("gpu conv: a seeded sweep of random layers matches the CPU path in every op") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    std::mt19937 g(77);
+    auto pick = [&](std::initializer_list<int64_t> v) { return *(v.begin() + std::uniform_int_distribution<size_t>(0, v.size() - 1)(g)); };
+    int layers = 0;
+    for (int trial = 0; layers < 32 && trial < 1000; ++trial) {
+        const int rank = (int)pick({2, 2, 2, 1, 3});
+        Dims3 image{1, 1, 1}, filter{1, 1, 1}, pad{0, 0, 0}, stride{1, 1, 1}, dilation{1, 1, 1};
+        for (int a = 3 - rank; a < 3; ++a) {
+            image[a] = rank == 3 ? pick({3, 4, 6}) : pick({4, 7, 9, 14, 19});
+            filter[a] = pick({1, 3, 3, 5});
+            stride[a] = pick({1, 1, 2, 3});
+            dilation[a] = filter[a] > 1 ? pick({1, 1, 2}) : 1;
+            pad[a] = std::uniform_int_distribution<int64_t>(0, filter[a] - 1)(g);
+        }
+        bool fits = true;
+        for (int a = 0; a < 3; ++a) fits = fits && image[a] + 2 * pad[a] >= dilation[a] * (filter[a] - 1) + 1;
+        if (!fits) continue;
+        const DType dt = layers % 4 == 3 ? DType::Float32 : layers % 2 ? DType::BFloat16 : DType::Float16;
+        const ConvLayer C = conv_layer(dt, pick({1, 2, 4}), pick({3, 8, 16, 24, 40, 64, 72}), pick({8, 16, 24, 64, 136}),
+                                       image, filter, pad, stride, dilation);
+        const bool deconv = layers % 3 == 2;
+        const ConvLayer L = deconv ? deconv_layer(dt, C.N, C.C, C.K, C.output, filter, pad, stride, dilation) : C;
+        ++layers;
+        INFO(L.str());
+        uint32_t seed = 1000u * (uint32_t)layers;
+        const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                   E = pair(gpu, cpu, L.output_shape(), dt, ++seed), X = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+                   B = pair(gpu, cpu, {L.output_shape().back()}, DType::Float32, ++seed);
+        if (!deconv) check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
+        else CHECK(agree(gpu, cpu, L.output_shape(), dt, [&](Tensor& o, Side side) { fprop_conv(L, I.*side, F.*side, o); }) == 0);
+        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
+        CHECK(agree(gpu, cpu, L.filter_shape(), DType::Float32,
+                    [&](Tensor& o, Side side) { update_conv(L, I.*side, E.*side, o); }) == 0);
+    }
+    CHECK(layers == 32);
+}
