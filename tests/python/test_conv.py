@@ -278,6 +278,8 @@ def test_transpose_and_gradient_forms(cpu, dims):
         kiln.nn.conv_grad_input(e, w, x.shape, stride=(1, 2) if dims != 2 else (1, 2, 3))
     with pytest.raises(TypeError, match="conv_transpose: w must be a kiln tensor"):
         kiln.nn.conv_transpose(e, np.zeros(w.shape))
+    with pytest.raises(ValueError, match=r"conv_grad_weight: x is \(2, 7(, 6)?(, 5)?, 3\) and weight_shape=\(4, 3\); both need"):
+        kiln.nn.conv_grad_weight(x, e, (4, 3))
 
 
 def test_bprop_conv_keywords(cpu):

@@ -69,8 +69,9 @@ def conv_grad_weight(x, e, weight_shape, *, stride=1, padding=0, dilation=1, out
     _tensor("conv_grad_weight", "e", e)
     shape = tuple(weight_shape)
     rank = x.ndim - 2
-    if len(shape) != x.ndim:
-        raise ValueError(f"conv_grad_weight: weight_shape={shape}; it is (K, [T, [R,]] S, C) with x's {rank} spatial axes")
+    if rank < 1 or rank > 3 or len(shape) != x.ndim:
+        raise ValueError(f"conv_grad_weight: x is {x.shape} and weight_shape={shape}; both need 1 to 3 spatial axes "
+                         "between batch (or output channels) and channels, the same number in each")
     image = (1,) * (3 - rank) + tuple(x.shape[1:-1])
     filt = (1,) * (3 - rank) + shape[1:-1]
     pads = _per_axis(padding, rank, "padding", 0, "conv_grad_weight")
