@@ -15,18 +15,18 @@ def _per_axis(value, rank, name, least, fn="conv"):
     return (least if least == 1 else 0,) * (3 - rank) + values
 
 
-def _geometry(fn, shape, w, stride, padding, dilation):
-    """(image or input spatial sizes, filter sizes, pads, strides, dilations), each 3 long, of an
-    activation shape and filters w (K, [T, [R,]] S, C)."""
-    if not isinstance(w, _kiln.Tensor):
-        raise TypeError(f"{fn}: w must be a kiln tensor; got {type(w).__name__}")
-    rank = len(shape) - 2
-    if rank < 1 or rank > 3 or w.ndim != len(shape):
-        raise ValueError(f"{fn}: the activations are {tuple(shape)} and w is {w.shape}; both need 1 to 3 spatial axes "
-                         "between batch (or output channels) and channels, the same number in each")
-    return ((1,) * (3 - rank) + tuple(shape[1:-1]), (1,) * (3 - rank) + tuple(w.shape[1:-1]),
-            _per_axis(padding, rank, "padding", 0, fn), _per_axis(stride, rank, "stride", 1, fn),
-            _per_axis(dilation, rank, "dilation", 1, fn))
+def _geometry(fn, act, act_is, filt, filt_is, stride, padding, dilation):
+    """(spatial sizes of the activations, of the filters, pads, strides, dilations), each 3 long,
+    of activation shape act (N, [D, [H,]] W, C) and filter shape filt (K, [T, [R,]] S, C);
+    act_is and filt_is say what they are in the error."""
+    rank = len(act) - 2
+    if rank < 1 or rank > 3 or len(filt) != len(act):
+        raise ValueError(f"{fn}: {act_is} and {filt_is}; both need 1 to 3 spatial axes between batch (or output "
+                         "channels) and channels, the same number in each")
+    strides = _per_axis(stride, rank, "stride", 1, fn)
+    pads = _per_axis(padding, rank, "padding", 0, fn)
+    dils = _per_axis(dilation, rank, "dilation", 1, fn)
+    return (1,) * (3 - rank) + tuple(act[1:-1]), (1,) * (3 - rank) + tuple(filt[1:-1]), pads, strides, dils
 
 
 def _tensor(fn, name, t):
@@ -42,7 +42,9 @@ def conv_transpose(x, w, *, stride=1, padding=0, dilation=1, bias=None, relu=Fal
     bias (C values) and relu (slope: leaky) after it; bsum as conv's. A new tensor of x's dtype,
     or `out`."""
     _tensor("conv_transpose", "x", x)
-    inp, filt, pads, strides, dils = _geometry("conv_transpose", x.shape, w, stride, padding, dilation)
+    _tensor("conv_transpose", "w", w)
+    inp, filt, pads, strides, dils = _geometry("conv_transpose", x.shape, f"x is {x.shape}", w.shape, f"w is {w.shape}",
+                                               stride, padding, dilation)
     layer = _kiln.deconv_layer(x.dtype, x.shape[0], w.shape[-1], w.shape[0], *inp, *filt, *pads, *strides, *dils)
     if out is None:
         out = x.ctx.empty(layer.dimO, x.dtype)
@@ -53,8 +55,10 @@ def conv_grad_input(e, w, input_shape, *, stride=1, padding=0, dilation=1, out=N
     """The gradient of conv(x, w, ...) with respect to x, for x of input_shape (N, [D, [H,]] W, C),
     from e, the gradient of conv's output. A new tensor of e's dtype, or `out`."""
     _tensor("conv_grad_input", "e", e)
+    _tensor("conv_grad_input", "w", w)
     shape = tuple(input_shape)
-    image, filt, pads, strides, dils = _geometry("conv_grad_input", shape, w, stride, padding, dilation)
+    image, filt, pads, strides, dils = _geometry("conv_grad_input", shape, f"input_shape={shape}", w.shape,
+                                                 f"w is {w.shape}", stride, padding, dilation)
     layer = _kiln.conv_layer(e.dtype, shape[0], shape[-1], w.shape[0], *image, *filt, *pads, *strides, *dils)
     if out is None:
         out = e.ctx.empty(layer.dimI, e.dtype)
@@ -68,15 +72,8 @@ def conv_grad_weight(x, e, weight_shape, *, stride=1, padding=0, dilation=1, out
     _tensor("conv_grad_weight", "x", x)
     _tensor("conv_grad_weight", "e", e)
     shape = tuple(weight_shape)
-    rank = x.ndim - 2
-    if rank < 1 or rank > 3 or len(shape) != x.ndim:
-        raise ValueError(f"conv_grad_weight: x is {x.shape} and weight_shape={shape}; both need 1 to 3 spatial axes "
-                         "between batch (or output channels) and channels, the same number in each")
-    image = (1,) * (3 - rank) + tuple(x.shape[1:-1])
-    filt = (1,) * (3 - rank) + shape[1:-1]
-    pads = _per_axis(padding, rank, "padding", 0, "conv_grad_weight")
-    strides = _per_axis(stride, rank, "stride", 1, "conv_grad_weight")
-    dils = _per_axis(dilation, rank, "dilation", 1, "conv_grad_weight")
+    image, filt, pads, strides, dils = _geometry("conv_grad_weight", x.shape, f"x is {x.shape}", shape,
+                                                 f"weight_shape={shape}", stride, padding, dilation)
     layer = _kiln.conv_layer(x.dtype, x.shape[0], x.shape[-1], shape[0], *image, *filt, *pads, *strides, *dils)
     if out is None:
         out = x.ctx.empty(shape, _kiln.DType.float32)
@@ -97,18 +94,10 @@ def conv(x, w, *, stride=1, padding=0, dilation=1, groups=1, bias=None, relu=Fal
     if groups != 1:
         raise NotImplementedError(f"conv: groups={groups!r}; kiln's convolution is not grouped: split the channels of x "
                                   "and w into groups and call conv once per group")
-    for name, t in (("x", x), ("w", w)):
-        if not isinstance(t, _kiln.Tensor):
-            raise TypeError(f"conv: {name} must be a kiln tensor; got {type(t).__name__}")
-    rank = x.ndim - 2
-    if rank < 1 or rank > 3 or w.ndim != x.ndim:
-        raise ValueError(f"conv: x is {x.shape} and w is {w.shape}; both need 1 to 3 spatial axes between batch (or "
-                         "output channels) and channels, the same number in each")
-    image = (1,) * (3 - rank) + tuple(x.shape[1:-1])
-    filt = (1,) * (3 - rank) + tuple(w.shape[1:-1])
-    strides = _per_axis(stride, rank, "stride", 1)
-    pads = _per_axis(padding, rank, "padding", 0)
-    dils = _per_axis(dilation, rank, "dilation", 1)
+    _tensor("conv", "x", x)
+    _tensor("conv", "w", w)
+    image, filt, pads, strides, dils = _geometry("conv", x.shape, f"x is {x.shape}", w.shape, f"w is {w.shape}", stride,
+                                                 padding, dilation)
     layer = _kiln.conv_layer(x.dtype, x.shape[0], x.shape[-1], w.shape[0], *image, *filt, *pads, *strides, *dils)
     if out is None:
         out = x.ctx.empty(layer.dimO, x.dtype)

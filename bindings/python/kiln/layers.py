@@ -102,10 +102,10 @@ class Conv(Layer):
         self.params()
         self.x = x
         self.y = self.ctx.empty(self.out_shape, self.dtype)
-        bn = self.sums_for
-        if bn is not None and bn.training:
-            bn.params()
-        bsum = bn.xsum if bn is not None and bn.training else None
+        bsum = None
+        if self.sums_for is not None and self.sums_for.training:
+            self.sums_for.params()   # (its xsum allocated)
+            bsum = self.sums_for.xsum
         _kiln.fprop_conv(self.layer, x, self.F, self.y, bias=self.b if self.use_bias else None, relu=self.relu, bsum=bsum)
         return self.y
 
@@ -372,7 +372,6 @@ class Residual(Layer):
             short = layer.configure(short, self.dtype, self.ctx, self.rng)
         if tuple(short) != tuple(shape):
             raise ValueError(f"Residual: the branch gives {shape} and the shortcut {short}; they must agree")
-
         self.flops = sum(layer.flops for layer in self.branch + self.shortcut)
         return shape
 

@@ -8,6 +8,7 @@ fprop_lrn, bprop_lrn. Here: softmax, cross_entropy, relu and the activations' de
 (expressions); conv, conv_transpose, conv_grad_input, conv_grad_weight, pool / pool_grad, lrn / lrn_grad, batch_norm / batch_norm_grad (new tensors).
 """
 from . import _kiln
+from ._conv import _tensor
 from ._conv import conv, conv_grad_input, conv_grad_weight, conv_transpose  # noqa: F401 - re-exported
 
 
@@ -48,8 +49,7 @@ def cross_entropy(p, target, axis=-1, reduction="mean"):
 
 def _pool_geometry(name, x, window, stride, padding, op, channels, channel_stride, channel_padding):
     """The pool_layer for x (N, [D, [H,]] W, C) and the window's sizes (an int or one per spatial axis)."""
-    if not isinstance(x, _kiln.Tensor):
-        raise TypeError(f"{name}: x must be a kiln tensor; got {type(x).__name__}")
+    _tensor(name, "x", x)
     rank = x.ndim - 2
     if rank < 1 or rank > 3:
         raise ValueError(f"{name}: x is {x.shape}; it needs 1 to 3 spatial axes between batch and channels")
@@ -111,8 +111,7 @@ def pool_grad(error, x, window, stride=None, padding=0, op="max", *, channels=1,
 
 
 def _lrn_layer(name, x, size):
-    if not isinstance(x, _kiln.Tensor):
-        raise TypeError(f"{name}: x must be a kiln tensor; got {type(x).__name__}")
+    _tensor(name, "x", x)
     if x.ndim < 3 or x.ndim > 5:
         raise ValueError(f"{name}: x is {x.shape}; it needs 1 to 3 spatial axes between batch and channels")
     image = (1,) * (5 - x.ndim) + tuple(x.shape[1:-1])
@@ -145,8 +144,7 @@ def batch_norm(x, gamma, beta, eps=1e-5, *, running_mean=None, running_var=None,
     running_var (float32 (C,), where given) updated as rho * running + (1 - rho) * batch; with
     return_stats also (xsum, xvar), the batch's per-channel sum and variance, for batch_norm_grad.
     Not training: running_mean and running_var normalise. A new tensor of x's shape and dtype."""
-    if not isinstance(x, _kiln.Tensor):
-        raise TypeError(f"batch_norm: x must be a kiln tensor; got {type(x).__name__}")
+    _tensor("batch_norm", "x", x)
     C, ctx = x.shape[-1], x.ctx
     if not training and (running_mean is None or running_var is None):
         raise ValueError("batch_norm: training=False normalises by running_mean and running_var; give both")
