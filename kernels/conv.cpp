@@ -430,7 +430,7 @@ struct TapsAsChannels {
     ConvLayer layer;
     gemm::ImageLayout layout;
 };
-std::optional<TapsAsChannels> taps_as_channels(const ConvLayer& L) {
+std::optional<TapsAsChannels> taps_as_channels(Context& ctx, const ConvLayer& L) {
     const int64_t s = L.filter[2];
     if (L.deconv || s == 1 || L.stride[2] != 1 || L.dilation[2] != 1 || L.pad[2] != 0 || L.C % 8 != 0 || L.C >= 64 ||
         s * L.C % 64 != 0)
@@ -438,7 +438,7 @@ std::optional<TapsAsChannels> taps_as_channels(const ConvLayer& L) {
     const ConvLayer V = conv_layer(L.dtype, L.N, s * L.C, L.K, {L.image[0], L.image[1], L.image[2] - s + 1},
                                    {L.filter[0], L.filter[1], 1}, {L.pad[0], L.pad[1], 0}, {L.stride[0], L.stride[1], 1},
                                    {L.dilation[0], L.dilation[1], 1});
-    if (!gemm::patches_by_tma(V)) return std::nullopt;   // (the gather reads dense pixels)
+    if (!gemm::patches_by_tma(ctx, V)) return std::nullopt;   // (the gather reads dense pixels)
     return TapsAsChannels{V, {L.C, L.image[2] * L.C}};
 }
 
@@ -478,7 +478,7 @@ std::optional<PaddedTaps> padded_taps(Context& ctx, const ConvLayer& L, FoldFor 
                                    {L.filter[0], L.filter[1], best_s}, {L.pad[0], L.pad[1], 0}, {L.stride[0], L.stride[1], 1},
                                    {L.dilation[0], L.dilation[1], 1});
     if (!gemm::fold_fits(L.N, L.image, L.C, {0, 0, pw}, P.image, best_c)) return std::nullopt;
-    std::optional<TapsAsChannels> V = taps_as_channels(P);
+    std::optional<TapsAsChannels> V = taps_as_channels(ctx, P);
     if (!V || (op == FoldFor::update ? gemm::conv_wgrad_kernel(ctx, V->layer) : gemm::conv_fprop_kernel(ctx, V->layer)).empty())
         return std::nullopt;
     return PaddedTaps{P, *V};
@@ -630,7 +630,7 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
     };
     // Layer D over image I and filter W, read with its W taps as channels where the kernel takes that.
     auto with_taps = [&](const ConvLayer& D, const Tensor& I, const Tensor& W) {
-        const std::optional<TapsAsChannels> V = taps_as_channels(D);
+        const std::optional<TapsAsChannels> V = taps_as_channels(I5.context(), D);
         return (V && implicit(V->layer, I, W, V->layout)) || implicit(D, I, W);
     };
     // The layer P over the image and filter with their channels padded with zeros to P's.
@@ -638,7 +638,7 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
         return implicit(P, with_channels(I5, P.C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P.C));
     };
     if (on_gpu(I5) && (!pointwise(g) || gemm::pointwise_implicit(I5.context(), L))) {
-        if (auto V = taps_as_channels(L); V && implicit(V->layer, I5, F, V->layout)) return;
+        if (auto V = taps_as_channels(I5.context(), L); V && implicit(V->layer, I5, F, V->layout)) return;
         if (auto T = !pointwise(g) ? channels_for_tma(I5.context(), L, true) : std::nullopt; T && padded(*T)) return;
         if (implicit(L, I5, F)) return;
         const std::optional<ConvLayer> P = channels_padded(I5.context(), L);
@@ -775,7 +775,7 @@ struct UpdateFolded {
 };
 std::optional<UpdateFolded> update_folded(Context& ctx, const ConvLayer& L) {
     if (const std::optional<ConvLayer> F = folded(L, fold_channels(L, FoldFor::fprop))) {
-        if (auto V = taps_as_channels(*F); V && !gemm::conv_wgrad_kernel(ctx, V->layer).empty())
+        if (auto V = taps_as_channels(ctx, *F); V && !gemm::conv_wgrad_kernel(ctx, V->layer).empty())
             return UpdateFolded{*F, V};
     }
     const std::optional<ConvLayer> F = folded(L, fold_channels(L, FoldFor::update));
@@ -955,7 +955,7 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
     // is the activations themselves: the GEMM below).
     if (on_gpu(I5) && !pointwise(g)) {
         bool counted = false;
-        const std::optional<TapsAsChannels> V = taps_as_channels(L);   // (the same gradient, K x taps)
+        const std::optional<TapsAsChannels> V = taps_as_channels(ctx, L);   // (the same gradient, K x taps)
         if (auto v = grad_F.reshape_view({g.K, g.taps()});
             v && ((V && gemm::conv_wgrad_implicit(V->layer, I5, E5, *v, o, named.store(), &counted, V->layout)) ||
                   gemm::conv_wgrad_implicit(L, I5, E5, *v, o, named.store(), &counted))) {
@@ -1160,7 +1160,7 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
     };
     // The kernel of layer D read with its W taps as channels (taps_as_channels), or "".
     auto taps_kernel = [&](const ConvLayer& D, bool update) {
-        const std::optional<TapsAsChannels> V = taps_as_channels(D);
+        const std::optional<TapsAsChannels> V = taps_as_channels(ctx, D);
         return !V ? std::string() : update ? gemm::conv_wgrad_kernel(ctx, V->layer) : gemm::conv_fprop_kernel(ctx, V->layer);
     };
     if (op == "update") {

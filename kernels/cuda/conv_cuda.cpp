@@ -1,7 +1,8 @@
 // The host side of the implicit-GEMM convolution kernels: whether they take a layer, the
 // parameter block (conv_params.hpp: the GEMM's epilogue fields plus the geometry), the filter's
 // TMA descriptor and, where TMA can bring the patches, the image's im2col descriptor, the tile
-// width and the launch.
+// width and the launch. sm_90 runs the wgmma kernels (conv_sm90.cu), every other GPU from sm_80
+// the mma.sync fprop (conv_sm80.cu), which gathers both operands and has no weight gradient.
 #include "kernels/cuda/conv_cuda.hpp"
 
 #include "compiler/env.hpp"
@@ -26,6 +27,7 @@
 #include <vector>
 
 extern "C" const unsigned char kiln_conv_sm90_image[];
+extern "C" const unsigned char kiln_conv_sm80_image[];
 extern "C" const unsigned char kiln_im2col_image[];
 
 namespace kiln::gemm {
@@ -34,11 +36,14 @@ namespace {
 
 // KILN_CONV_KERNEL, for A/B runs: 0 "im2col" (the patch matrix and the GEMM), 1 "walk" (the
 // fprop walk, conv_walk.cuh, where it applies), 2 "tile" (fprop one tile a block, never the
-// walk), 3 "balanced" and 4 "sliced" (the update's split: wgrad_split_choice); unset: kiln's
+// walk), 3 "balanced" and 4 "sliced" (the update's split: wgrad_split_choice), 5 "mma" (on
+// sm_90 too, what other GPUs run: the mma.sync fprop, the update by im2col); unset: kiln's
 // choice. Read at each call.
 std::optional<int> conv_kernel_choice() {
-    return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile", "balanced", "sliced"});
+    return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile", "balanced", "sliced", "mma"});
 }
+// Whether fprop takes the mma.sync kernel on this GPU: every GPU but sm_90, or KILN_CONV_KERNEL=mma.
+bool mma_kernels(const cuda::CudaBackend& be) { return be.info().sm != 90 || conv_kernel_choice() == 5; }
 // The weight gradient's splits KILN_CONV_KERNEL allows: =balanced the balanced split wherever a
 // width has it, =sliced the slices only.
 WgradSplit wgrad_split_choice() {
@@ -149,14 +154,14 @@ bool geometry_fits(const ConvLayer& L) {
 
 bool takes(cuda::CudaBackend& be, const ConvLayer& L) {
     if (conv_kernel_choice() == 0) return false;
-    if (be.info().sm != 90) return false;
+    if (be.info().sm < 80) return false;
     if (L.dtype != DType::Float16 && L.dtype != DType::BFloat16) return false;
     if (L.C % 8 != 0 || !geometry_fits(L)) return false;
     const int64_t rows = positions_of(L);
     const int64_t taps = taps_of(L);
     const int64_t image = L.image[0] * L.image[1] * L.image[2] * L.C;
     return fits_32_bits(rows + 128) && fits_32_bits(taps + 64) && fits_32_bits(image) && fits_32_bits(L.K) &&
-           widest_tile(L).smem <= be.info().max_shared_optin;
+           (mma_kernels(be) ? mma_tile(L).smem : widest_tile(L).smem) <= be.info().max_shared_optin;
 }
 
 // The rank of the TMA im2col descriptor that can bring L's patches (sm90/conv_fprop.cuh), or 0
@@ -456,6 +461,7 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
+    if (mma_kernels(be)) return mma_tile(L).entry + " (patches gathered)";
     if (auto tuned = tuned_name("fprop", L)) return *tuned;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
     const std::string name = describe(L, expected_plan(ctx, L));
@@ -463,14 +469,16 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
 }
 
 std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L) {
-    if (ctx.backend() != Backend::CUDA || !takes(cuda::cuda_backend(ctx), L) || L.K <= 64) return std::nullopt;
+    if (ctx.backend() != Backend::CUDA || !takes(cuda::cuda_backend(ctx), L) || mma_kernels(cuda::cuda_backend(ctx)) ||
+        L.K <= 64)
+        return std::nullopt;
     return expected_plan(ctx, L).us;
 }
 
 bool conv_im2col_forced() { return conv_kernel_choice() == 0; }
 
 bool pointwise_implicit(Context& ctx, const ConvLayer& L) {
-    if (ctx.backend() != Backend::CUDA) return false;
+    if (ctx.backend() != Backend::CUDA || mma_kernels(cuda::cuda_backend(ctx))) return false;
     return pointwise_prefers_implicit(L, cuda::cuda_backend(ctx).info().multiprocessors) &&
            !conv_fprop_kernel(ctx, L).empty();
 }
@@ -484,7 +492,9 @@ bool last_conv_counted() { return last_counted; }
 bool last_conv_summed() { return last_summed; }
 ImageLayout last_conv_layout() { return last_layout; }
 
-bool patches_by_tma(const ConvLayer& L) { return im2col_rank(L, nullptr) != 0; }
+bool patches_by_tma(Context& ctx, const ConvLayer& L) {
+    return ctx.backend() == Backend::CUDA && !mma_kernels(cuda::cuda_backend(ctx)) && im2col_rank(L, nullptr) != 0;
+}
 
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
                          StoreExtras* extras, ImageLayout layout) {
@@ -497,7 +507,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     const Tensor I = detail::contiguous(I5, ctx);   // (a layout places pixels in I5's dense storage)
     if (!layout_fits(L, I, layout)) return false;
     std::optional<CUtensorMap> map_a;   // (the image's patches by TMA where the descriptor holds them)
-    const int rank = im2col_rank(L, detail::data_of(I));
+    const bool mma = mma_kernels(be);
+    const int rank = mma ? 0 : im2col_rank(L, detail::data_of(I));
     if (rank) map_a = im2col_map(L, detail::data_of(I), rank, 128, layout);
     if (layout.pixel && !map_a) return false;
     Context::Impl& impl = context_impl(ctx);
@@ -528,6 +539,35 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     p.image = detail::data_of(I);
     p.shape = conv_shape(L);
     p.im2col_rank = map_a ? rank : 0;
+    if (mma) {
+        // The mma.sync kernel: a block per tile, both operands gathered 16 bytes at a time.
+        g.b = detail::data_of(Fc);
+        const ConvTile t = mma_tile(L);
+        g.tiles_n = int32_t((L.K + t.bn - 1) / t.bn);
+        const int64_t blocks = int64_t(g.tiles_m) * g.tiles_n;
+        if (reinterpret_cast<uintptr_t>(p.image) % 16 != 0 || reinterpret_cast<uintptr_t>(g.b) % 16 != 0 ||
+            !fits_32_bits(blocks))
+            return false;
+        int smem = t.smem;
+        // A histogram: the 8 warps' counters past the dynamic shared memory, where they fit.
+        const int bytes = kConvMmaThreads / 32 * (count ? count->bins : 0) * 4;
+        const int at = count ? detail::counters_at(be, be.precompiled(kiln_conv_sm80_image, t.entry, 0), smem, bytes) : -1;
+        if (at >= 0) {
+            g.hist = static_cast<uint32_t*>(count->counters);
+            g.hist_bins = count->bins, g.hist_offset = count->offset, g.hist_smem = at;
+            g.flags |= kHist;
+            smem = at + bytes;
+            extras->counted = last_counted = true;
+        }
+        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches gathered)", L.str(), t.entry, rows, L.K, taps,
+                  blocks);
+        void* params[] = {&p};
+        CUfunction f = be.precompiled(kiln_conv_sm80_image, t.entry, smem);
+        be.launch_precompiled(f, unsigned(blocks), 1, 1, kConvMmaThreads, unsigned(smem), params,
+                              {.programmatic = detail::sm80_image_programmatic(be)});
+        C.view().storage->written = true;
+        return true;
+    }
     // The walk (conv_walk.cuh): a block per SM running ahead across its tiles, where there are
     // more tiles than SMs, the patches come by TMA, the register epilogue stores and its
     // buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
@@ -661,7 +701,7 @@ std::vector<WgradPlan> wgrad_candidates(const ConvLayer& L, int sms, int max_sme
 // Whether the implicit weight gradient takes L on this GPU: the fprop kernel's conditions, with
 // the patches by TMA (C a multiple of 64, a window the descriptor holds).
 bool wgrad_takes(cuda::CudaBackend& be, const ConvLayer& L) {
-    return takes(be, L) && L.K % 8 == 0 && im2col_rank(L, nullptr) != 0 &&
+    return takes(be, L) && !mma_kernels(be) && L.K % 8 == 0 && im2col_rank(L, nullptr) != 0 &&
            wgrad_plan(L, be.info().multiprocessors).smem <= be.info().max_shared_optin;
 }
 

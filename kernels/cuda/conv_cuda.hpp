@@ -23,15 +23,17 @@ struct ImageLayout {
 };
 
 // C (rows x K, the output as a matrix) = epilogue(conv(I5, F)) of layer L with the implicit-GEMM
-// kernel: true when it ran, false where it does not take the problem (not an sm_90 GPU, not a
-// 16-bit dtype, C not a multiple of 8, sizes past 32 bits, or KILN_CONV_KERNEL=im2col). The
-// epilogue is the GEMM's (alpha, beta, bias, relu, slope). I5 is (N, D, H, W, C). C may also be
-// (groups, rows / groups, K): rows in groups of a stride of their own (c_row), as a strided
-// gradient's phase is in the image's gradient. `extras` (kernels/hist_named.hpp): the values
-// stored counted where the counters fit beside the kernel's shared memory; C's column sums
-// where the 16-bit register epilogue stores (16-bit C, no beta or stochastic rounding), each
-// row of tiles' sums added up by a JIT reduction after the kernel. `layout`: where I5 holds the
-// image's pixels (declines where TMA cannot bring them).
+// kernel (sm_90: wgmma; other GPUs from sm_80, or KILN_CONV_KERNEL=mma: mma.sync): true when it
+// ran, false where it does not take the problem (a GPU before sm_80, not a 16-bit dtype, C not a
+// multiple of 8, sizes past 32 bits, KILN_CONV_KERNEL=im2col, or for mma.sync an image or filter
+// not 16-byte aligned or a `layout`). The epilogue is the GEMM's (alpha, beta, bias, relu,
+// slope). I5 is (N, D, H, W, C). C may also be (groups, rows / groups, K): rows in groups of a
+// stride of their own (c_row), as a strided gradient's phase is in the image's gradient.
+// `extras` (kernels/hist_named.hpp): the values stored counted where the counters fit beside the
+// kernel's shared memory; C's column sums where the wgmma kernels' 16-bit register epilogue
+// stores (16-bit C, no beta or stochastic rounding), each row of tiles' sums added up by a JIT
+// reduction after the kernel. `layout`: where I5 holds the image's pixels (declines where TMA
+// cannot bring them).
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
                          StoreExtras* extras = nullptr, ImageLayout layout = {});
 
@@ -96,7 +98,7 @@ bool pointwise_implicit(Context& ctx, const ConvLayer& L);
 // grad_F (a K x taps matrix view of the filter's gradient) = alpha * (the gradient of conv(I5,
 // F) of layer L with respect to F, from E5 (N, M, P, Q, K)) + beta * grad_F, by the implicit-GEMM
 // weight-gradient kernel (conv_sm90.cu, sm90/conv_wgrad.cuh): true when it ran, false where it
-// does not take the problem (the fprop kernel's conditions, plus C a multiple of 64 with a
+// does not take the problem (the fprop kernel's conditions on sm_90, plus C a multiple of 64 with a
 // window TMA's im2col descriptor holds, and K a multiple of 8). Deterministic. With `count`,
 // the epilogue (or split, the slices' reduction) counts the values it stores into it; *counted
 // says whether it did. `layout`: where I5 holds the image's pixels.
@@ -111,9 +113,10 @@ bool last_conv_counted();
 bool last_conv_summed();
 ImageLayout last_conv_layout();
 
-// Whether TMA's im2col descriptor can bring L's patches (its channels a multiple of 64 and its
-// window within the descriptor's ranges): where the kernels read an ImageLayout.
-bool patches_by_tma(const ConvLayer& L);
+// Whether TMA's im2col descriptor can bring L's patches on ctx's GPU (the wgmma kernels', its
+// channels a multiple of 64 and its window within the descriptor's ranges): where the kernels
+// read an ImageLayout.
+bool patches_by_tma(Context& ctx, const ConvLayer& L);
 
 // The kernel (and split) conv_wgrad_implicit would launch for L on ctx, or "".
 std::string conv_wgrad_kernel(Context& ctx, const ConvLayer& L);

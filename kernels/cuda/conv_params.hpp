@@ -1,4 +1,4 @@
-// The parameter block of kiln's precompiled convolution kernels (conv_sm90.cu),
+// The parameter block of kiln's precompiled convolution kernels (conv_sm90.cu, conv_sm80.cu),
 // shared by the device code (nvcc) and the host launcher (conv_cuda.cpp). The kernels compute
 // fprop as the GEMM  O (rows x K) = patches(I) (rows x taps) . F^T (taps x K)  without the patch
 // matrix: rows = N M P Q output positions, taps = T R S C filter entries, channels innermost
@@ -32,13 +32,41 @@ KILN_GEMM_HOST_DEVICE inline RowOrigin row_origin(const ConvShape& s, int32_t ro
     return {row / s.M, z * s.str_d - s.pad_d, y * s.str_h - s.pad_h, x * s.str_w - s.pad_w};
 }
 
+// The filter tap (t, r, s) and channel c of a patch column, walked forward n columns at a time
+// (the channel innermost, then S, R, T): t == T once past the filter's last tap. The gathering
+// kernels step their 16-byte chunks so, without a division.
+struct PatchColumn {
+    int32_t c = 0, s = 0, r = 0, t = 0;
+    KILN_GEMM_HOST_DEVICE void advance(const ConvShape& g, int32_t n) {
+        c += n;
+        while (c >= g.C) {
+            c -= g.C;
+            if (++s == g.S) {
+                s = 0;
+                if (++r == g.R) r = 0, ++t;
+            }
+        }
+    }
+};
+
 // The fprop kernels' shared memory past the tile's bias for kColSums (a per-channel bsum in the
 // register epilogue): the 8 consumer warps' column sums of a BN-wide tile, which the epilogue
 // adds into the row of tiles' partials (the host adds the rows of tiles).
 constexpr int conv_col_sum_bytes(int bn) { return 8 * bn * 4; }
 
+// The mma.sync fprop (sm80/conv_mma.cuh, every GPU from sm_80): 128 output positions x BN
+// channels a block of 256 threads, shared rows of 40 16-bit elements (a 32-element k-tile and
+// its padding), STAGES stages of both operands, or the float32 accumulator tile for the
+// epilogue, whichever is larger.
+constexpr int kConvMmaRows = 128, kConvMmaThreads = 256, kConvMmaLd = 40;
+KILN_GEMM_HOST_DEVICE constexpr int conv_mma_smem(int bn, int stages) {
+    const int pipeline = stages * (kConvMmaRows + bn) * kConvMmaLd * 2, tile = kConvMmaRows * (bn + 4) * 4;
+    return pipeline > tile ? pipeline : tile;
+}
+
 struct ConvParams {
-    GemmParams gemm;     // m = rows, n = K, k = taps; c, strides, bias, flags, alpha, beta, rounding
+    GemmParams gemm;     // m = rows, n = K, k = taps; c, strides, bias, flags, alpha, beta, rounding;
+                         // b the KTRSC filter (the mma.sync kernel: the others take it by TMA)
     const void* image;   // I: (N, D, H, W, C), contiguous
     ConvShape shape;
     int32_t im2col_rank;   // 3, 4 or 5: the patches come by TMA through an im2col descriptor of that rank; 0: gathered

@@ -2,6 +2,7 @@
 #include "kernels/cuda/conv_select.hpp"
 
 #include "kernels/cuda/conv_cuda.hpp"   // kFoldPositionMaxBytes
+#include "kernels/cuda/conv_params.hpp"   // conv_mma_smem
 
 #include <fmt/format.h>
 
@@ -18,6 +19,15 @@ ConvTile tile_of(const ConvLayer& L, int bn) {
     t.stages = t.bn == 64 ? 4 : t.bn == 128 ? 6 : 4;
     t.smem = t.stages * (128 * 128 + t.bn * 128) + t.bn * 4 + 1024;
     t.entry = fmt::format("kiln_conv_fprop_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, t.stages);
+    return t;
+}
+
+ConvTile mma_tile(const ConvLayer& L) {
+    ConvTile t;
+    t.bn = L.K <= 64 ? 64 : 128;
+    t.stages = 4;
+    t.smem = conv_mma_smem(t.bn, t.stages);
+    t.entry = fmt::format("kiln_conv_mma_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, t.stages);
     return t;
 }
 

@@ -24,6 +24,10 @@ struct ConvTile {
 };
 ConvTile tile_of(const ConvLayer& L, int bn);
 
+// The mma.sync fprop's tile (sm80/conv_mma.cuh, every GPU but sm_90): 128 positions x 64
+// channels where K <= 64 (a wider tile would leave half its columns idle), else 128, 4 stages.
+ConvTile mma_tile(const ConvLayer& L);
+
 // How fprop runs a layer: the tile, and whether a block per SM walks the tiles (conv_walk.cuh)
 // instead of one tile a block.
 struct FpropPlan {

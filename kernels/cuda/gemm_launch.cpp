@@ -24,11 +24,6 @@ using namespace detail;
 
 namespace {
 
-// Whether a kernel of the sm_80 image launches with programmatic stream serialization: only
-// where the GPU runs the image's sm_90 code, which waits for the grids before it (gemm_common.cuh);
-// later GPUs compile its compute_80 PTX, which cannot.
-bool sm80_image_programmatic(const cuda::CudaBackend& be) { return be.info().sm == 90 && be.programmatic_launches(); }
-
 // A 3-D tiled TMA descriptor: dims (inner, outer, batch), the swizzle as wide as the box's
 // inner extent (128 bytes, or 32 for the narrow tiles' 16-element N-major B).
 CUtensorMap encode_tensor_map(const void* base, DType dt, uint64_t inner, uint64_t outer, uint64_t batch,
@@ -257,6 +252,8 @@ void detail::reduce_slices(cuda::CudaBackend& be, const GemmParams& p, const flo
     be.launch_precompiled(be.precompiled(kiln_gemm_sm80_image, "kiln_gemm_reduce_splits", smem), unsigned(grid), 1, 1, 256,
                           smem, params, {.programmatic = sm80_image_programmatic(be)});
 }
+
+bool detail::sm80_image_programmatic(const cuda::CudaBackend& be) { return be.info().sm == 90 && be.programmatic_launches(); }
 
 int detail::counters_at(cuda::CudaBackend& be, CUfunction f, int smem, int bytes) {
     const int at = (smem + 15) & ~15;

@@ -72,6 +72,12 @@ CUtensorMap tensor_map(const void* base, DType dt, uint64_t inner, uint64_t oute
 GemmParams slice_params(const GemmParams& p, void* slices);
 void reduce_slices(cuda::CudaBackend& be, const GemmParams& p, const float* slices);
 
+// Whether a kernel of an image built for sm_80 (sm_80 and sm_90 code, compute_80 PTX) launches
+// with programmatic stream serialization: only where the GPU runs the image's sm_90 code, which
+// waits for the grids before it (gemm_common.cuh); later GPUs compile its compute_80 PTX, which
+// cannot.
+bool sm80_image_programmatic(const cuda::CudaBackend& be);
+
 // Where a kernel's histogram counters (kHist: `bytes` of them) start in its dynamic shared
 // memory: past its own `smem` bytes, 16-byte aligned; -1 where they would not fit beside those
 // and f's static shared memory.

@@ -1068,10 +1068,9 @@ TEST_CASE("gpu conv: KILN_AUTOTUNE=1 times the fprop tiles and the update's spli
 // the GEMM and im2col) meet geometries no fixed case names: channel counts below, at and past
 // multiples of 8 and 64, odd images, every stride, padding and dilation up to the window's, 1D to
 // 3D, every dtype, convolution and deconvolution; fprop with its epilogues, bprop, update.
-TEST_CASE("gpu conv: a seeded sweep of random layers matches the CPU path in every op") {
-    REQUIRE_GPU();
-    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
-    std::mt19937 g(77);
+namespace {
+void random_layers_agree(Context& gpu, Context& cpu, uint32_t seed0) {
+    std::mt19937 g(seed0);
     auto pick = [&](std::initializer_list<int64_t> v) { return *(v.begin() + std::uniform_int_distribution<size_t>(0, v.size() - 1)(g)); };
     int layers = 0;
     for (int trial = 0; layers < 32 && trial < 1000; ++trial) {
@@ -1105,4 +1104,100 @@ TEST_CASE("gpu conv: a seeded sweep of random layers matches the CPU path in eve
                     [&](Tensor& o, Side side) { update_conv(L, I.*side, E.*side, o); }) == 0);
     }
     CHECK(layers == 32);
+}
+} // namespace
+
+TEST_CASE("gpu conv: a seeded sweep of random layers matches the CPU path in every op") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    random_layers_agree(gpu, cpu, 77);
+}
+
+// The mma.sync fprop (sm80/conv_mma.cuh), which every GPU from sm_80 but sm_90 runs and sm_90
+// runs under KILN_CONV_KERNEL=mma: tails of positions, taps (C of 8 and 16: several taps a
+// k-tile) and K, every epilogue into 16-bit and float32 outputs, stochastic rounding, counted
+// named outputs, the gradient with respect to the input through it (stride 1, and by phase into
+// grouped rows), and the seeded sweep with it; the update takes im2col and the GEMM.
+TEST_CASE("gpu conv: the mma.sync kernel: tails, every epilogue, bprop by phase, named counts, a seeded sweep") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (cuda::cuda_backend(gpu).info().sm < 80) {
+        std::printf("SKIPPED (mma.sync m16n8k16 needs sm_80; this GPU is sm_%d)\n", cuda::cuda_backend(gpu).info().sm);
+        return;
+    }
+    const test::ScopedEnv forced("KILN_CONV_KERNEL", "mma");
+    const std::vector<Case> shapes = {
+        {3, 24, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},   // taps 216, K 200: tails
+        {2, 64, 64, {1, 15, 15}, {1, 3, 3}, {0, 2, 2}, {1, 2, 2}, {1, 2, 2}},    // stride and dilation
+        {1, 8, 40, {6, 7, 5}, {3, 3, 3}, {1, 1, 1}, {2, 1, 1}, {1, 1, 1}},       // 3D, C = 8: 4 taps a k-tile
+        {2, 16, 136, {1, 9, 9}, {1, 5, 5}, {0, 4, 0}, {1, 1, 3}, {1, 1, 1}},     // big pad, K past 128, C = 16
+        {4, 16, 100, {1, 1, 77}, {1, 1, 7}, {0, 0, 3}, {1, 1, 1}, {1, 1, 1}},    // 1D
+        {2, 32, 8, {1, 11, 10}, {1, 5, 4}, {0, 4, 1}, {1, 3, 2}, {1, 2, 1}},     // K = 8: one column of mma tiles
+    };
+    uint32_t seed = 4100;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Case& c : shapes) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            const std::string kernel = gemm::conv_fprop_kernel(gpu, L);
+            CHECK(kernel.rfind(c.K <= 64 ? "kiln_conv_mma_" + std::string(dt == DType::Float16 ? "f16" : "bf16") + "_64_"
+                                         : "kiln_conv_mma_" + std::string(dt == DType::Float16 ? "f16" : "bf16") + "_128_",
+                               0) == 0);
+            CHECK(conv_kernel(gpu, L, "update") == "im2col+gemm");
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {c.K}, dt, ++seed);
+            check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
+        }
+    // The gradient with respect to the input: stride 1 as one convolution, strided by phase.
+    const std::vector<Case> dgrad = {
+        {3, 40, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+        {2, 40, 64, {1, 13, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}},
+        {1, 32, 16, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {2, 2, 1}, {1, 1, 2}},
+    };
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Case& c : dgrad) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            INFO(L.str());
+            CHECK(conv_kernel(gpu, L, "bprop").find("kiln_conv_mma_") != std::string::npos);
+            const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed);
+            for (DType out : {dt, DType::Float32}) {
+                ConvOptions o;
+                o.alpha = 0.5, o.relu = true, o.slope = 0.125;
+                Tensor Gg = gpu.empty(L.input_shape(), out), Gc = cpu.empty(L.input_shape(), out),
+                       Gm = cpu.empty(L.input_shape(), DType::Float32);
+                bprop_conv(L, F.gpu, E.gpu, Gg, o);
+                bprop_conv(L, F.cpu, E.cpu, Gc, o);
+                bprop_conv(L, F.abs, E.abs, Gm);
+                CHECK(count_off(Gg, Gc, cpu.eval(Gm.expr() + 1.0), out) == 0);
+            }
+        }
+    // Stochastic rounding of a 16-bit output: within a step of round-to-nearest's.
+    {
+        const Case& c = shapes[0];
+        const ConvLayer L = conv_layer(DType::Float16, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+        const Pair I = pair(gpu, cpu, L.input_shape(), L.dtype, ++seed), F = pair(gpu, cpu, L.filter_shape(), L.dtype, ++seed);
+        Tensor near = gpu.empty(L.output_shape(), L.dtype), sr = gpu.empty(L.output_shape(), L.dtype);
+        fprop_conv(L, I.gpu, F.gpu, near);
+        gpu.set_stochastic_round(10);
+        fprop_conv(L, I.gpu, F.gpu, sr);
+        gpu.set_stochastic_round(0);
+        const std::vector<float> a = near.to_vector<float>(), b = sr.to_vector<float>();
+        int64_t far = 0, moved = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            far += !(std::fabs(a[i] - b[i]) <= 0x1p-10 * std::fabs(a[i]) + 1e-7);
+            moved += a[i] != b[i];
+        }
+        CHECK(far == 0);
+        CHECK(moved > 0);
+    }
+    {   // A named output counted in the kernel's store path.
+        Context ctx(ContextOptions{"cuda"});
+        set_hist_buffers(ctx, 64, -40);
+        std::mt19937 g(5);
+        const ConvLayer L = conv_layer(DType::BFloat16, 8, 64, 128, {1, 20, 20}, {1, 3, 3}, {0, 1, 1});
+        Tensor I = test::random_normal(ctx, g, L.input_shape(), L.dtype), F = test::random_normal(ctx, g, L.filter_shape(), L.dtype);
+        Tensor O = ctx.empty(L.output_shape(), L.dtype);
+        test::check_named_counts(ctx, O, 64, [&] { fprop_conv(L, I, F, O); }, [&] { CHECK(gemm::last_conv_counted()); });
+    }
+    random_layers_agree(gpu, cpu, 78);
 }

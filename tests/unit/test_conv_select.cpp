@@ -3,6 +3,7 @@
 // runs measured are pinned here without a GPU.
 #include "tests/support/catch.hpp"
 
+#include "kernels/cuda/conv_params.hpp"
 #include "kernels/cuda/conv_select.hpp"
 
 #include <string>
@@ -144,4 +145,49 @@ TEST_CASE("conv plans: pointwise layers on the implicit kernel, channels padded 
     const double padded = fprop_plan(P, kSms, true, walk_fits_tiles(P, tile_of(P, 128), kSms)).us;
     CHECK(pad_copy_us(L, 128) > 0);
     CHECK(padded + pad_copy_us(L, 128) < gathered);
+}
+
+TEST_CASE("conv plans: the mma.sync kernel's tile for other GPUs than sm_90") {
+    // 64 channels wide up to K = 64, else 128; bfloat16 names its own entry; the 128-wide tile's
+    // 4 stages (80 KiB) fit the 99 KiB an sm_86/sm_89 block may have, two blocks an A100's SM.
+    const ConvTile narrow = mma_tile(layer2d(8, 64, 64, 14, 3, 1, 1));
+    CHECK(narrow.entry == "kiln_conv_mma_f16_64_s4");
+    CHECK(narrow.bn == 64);
+    const ConvTile wide = mma_tile(layer2d(8, 64, 65, 14, 3, 1, 1));
+    CHECK(wide.entry == "kiln_conv_mma_f16_128_s4");
+    CHECK(wide.smem == 4 * (128 + 128) * 40 * 2);
+    CHECK(wide.smem <= 99 * 1024);
+    CHECK(2 * wide.smem <= 163 * 1024);
+    CHECK(mma_tile(conv_layer(DType::BFloat16, 1, 8, 300, {1, 1, 9}, {1, 1, 3})).entry == "kiln_conv_mma_bf16_128_s4");
+    // The epilogue's float32 tile fits where the stages are: 128 x (BN + 4) floats.
+    CHECK(narrow.smem >= 128 * (64 + 4) * 4);
+    CHECK(wide.smem >= 128 * (128 + 4) * 4);
+}
+
+TEST_CASE("conv plans: the gathering kernels step through every patch column in order") {
+    // The mma.sync kernel's threads: a thread's first chunk (0 or 2 of a k-tile's 4), then its 2
+    // chunks of each 32-column k-tile, stepping 8 columns at a time and 16 past the others'
+    // chunks; each chunk must be column k's tap and channel, or past the filter from k = taps on.
+    for (int32_t C : {8, 16, 24, 40, 64, 136})
+        for (const auto& [T, R, S] : {std::tuple{1, 1, 1}, {1, 3, 3}, {3, 2, 5}, {1, 1, 7}}) {
+            ConvShape g{};
+            g.C = C, g.T = T, g.R = R, g.S = S;
+            const int32_t taps = T * R * S * C, ktiles = (taps + 31) / 32;
+            INFO("C " << C << ", filter " << T << "x" << R << "x" << S);
+            for (int32_t first : {0, 2}) {
+                PatchColumn at;
+                at.advance(g, first * 8);
+                int bad = 0;
+                for (int32_t kt = 0; kt < ktiles; ++kt) {
+                    for (int32_t j = 0; j < 2; ++j) {
+                        const int32_t k = kt * 32 + (first + j) * 8, tap = k / C;
+                        if (k >= taps) bad += at.t < T;
+                        else bad += at.c != k % C || at.s != tap % S || at.r != tap / S % R || at.t != tap / (S * R);
+                        at.advance(g, 8);
+                    }
+                    at.advance(g, 16);
+                }
+                CHECK(bad == 0);
+            }
+        }
 }

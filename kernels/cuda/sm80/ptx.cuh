@@ -56,7 +56,7 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
 // ---- cp.async -----------------------------------------------------------------------------
 
 // 16 bytes into shared memory, of which the first `bytes` are read from `src`, the rest zeros.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const float* src, int bytes) {
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
