@@ -327,21 +327,34 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr, const 
     // Everything besides the graph that changes the generated code goes into `options`.
     const uint64_t options = (uint64_t)stochastic_round_bits | (uint64_t)hist.bins << 8 |
                              (uint64_t)(hist.offset + kir::kMaxHistOffset) << 24;
+    // (A live node at the remembered address is the remembered node.)
+    if (last.plan && last.node == expr.get() && last.generation == plans.generation() && last.options == options &&
+        last.dst_storage == dst.storage.get() && last.dst.dtype == dst.dtype && last.dst.offset == dst.offset &&
+        last.dst.shape == dst.shape && last.dst.strides == dst.strides && !last.root.expired()) {
+        ++counters.plan_hits;
+        return last.plan;
+    }
+    last.plan = nullptr;
     assignment_signature(expr, dst, options, "assign", signature);
     const Storage* const destination = dst.storage.get();
     check_devices("assign", {&expr, 1}, {&destination, 1});
-    if (CachedPlan* p = plans.find(signature)) {
+    CachedPlan* p = plans.find(signature);
+    if (p) {
         ++counters.plan_hits;
-        return p;
-    }
-    const bool in_family = families.signature(expr, dst, options, family, family_at);
-    if (in_family)
-        if (std::optional<CachedPlan> p = families.resize(family, family_at)) {
+    } else {
+        const bool in_family = families.signature(expr, dst, options, family, family_at);
+        std::optional<CachedPlan> resized = in_family ? families.resize(family, family_at) : std::nullopt;
+        if (resized) {
             ++counters.plan_resizes;
-            return plans.insert(signature, std::move(*p));
+            p = plans.insert(signature, std::move(*resized));
+        } else {
+            p = cache_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits, hist}));
+            if (in_family) families.learn(family, family_at, *p);
         }
-    CachedPlan* p = cache_plan(compile_assignment(expr, dst, target, LowerOptions{stochastic_round_bits, hist}));
-    if (in_family) families.learn(family, family_at, *p);
+    }
+    last.root = expr, last.node = expr.get(), last.dst_storage = destination;
+    last.dst.dtype = dst.dtype, last.dst.offset = dst.offset, last.dst.shape = dst.shape, last.dst.strides = dst.strides;
+    last.options = options, last.generation = plans.generation(), last.plan = p;
     return p;
 }
 
@@ -360,6 +373,7 @@ CachedPlan* Context::Impl::cache_plan(CompiledAssignment&& ca) {
 
 CachedPlan* Context::Impl::plan_for_together(const std::vector<std::pair<NodePtr, View>>& list) {
     const uint64_t options = (uint64_t)stochastic_round_bits;
+    last.plan = nullptr;   // (signature is about to hold another statement's storages)
     together_signature(list, options, "assign_together", signature);
     std::vector<NodePtr> exprs;
     std::vector<const Storage*> dsts;

@@ -44,6 +44,18 @@ struct [[gnu::visibility("hidden")]] Context::Impl {
     std::unique_ptr<ManifestWriter> record;  // KILN_RECORD / Context::record_to
     PlanCache plans;
     AssignmentSignature signature;  // reused by every assignment
+    // The last assign()'s statement and the plan it found (signature still holds its storages):
+    // the same statement again, as a loop repeats it (a rebuilt expression is its interned node
+    // again), takes that plan without the signature while the node lives and no plan has been
+    // added or dropped. It holds no reference to the graph or the destination.
+    struct LastAssign {
+        std::weak_ptr<const Node> root;
+        const Node* node = nullptr;
+        const Storage* dst_storage = nullptr;
+        View dst;   // the destination's layout (storage left empty)
+        uint64_t options = 0, generation = 0;
+        CachedPlan* plan = nullptr;
+    } last;
     PlanFamilies families;          // new shapes of planned assignments
     AssignmentSignature family;     // reused by every plan cache miss
     Shape family_at;

@@ -123,6 +123,7 @@ CachedPlan* PlanCache::find(const AssignmentSignature& sig) {
 }
 
 CachedPlan* PlanCache::insert(const AssignmentSignature& sig, CachedPlan plan) {
+    ++generation_;
     if (lru_.size() >= capacity_) {
         auto victim = std::prev(lru_.end());
         erase_index(victim);
@@ -143,6 +144,7 @@ void PlanCache::erase_index(std::list<Entry>::iterator victim) {
 }
 
 void PlanCache::clear() {
+    ++generation_;
     lru_.clear();
     index_.clear();
 }

@@ -77,8 +77,12 @@ public:
             if (!pred(it->plan)) { ++it; continue; }
             erase_index(it);
             it = lru_.erase(it);
+            ++generation_;
         }
     }
+    // Changes whenever a plan is added or dropped: a plan pointer taken at one generation is
+    // valid while it lasts.
+    uint64_t generation() const { return generation_; }
 
 private:
     struct Entry {
@@ -87,6 +91,7 @@ private:
     };
     void erase_index(std::list<Entry>::iterator victim);
     size_t capacity_;
+    uint64_t generation_ = 0;
     std::list<Entry> lru_;  // most recent first
     std::unordered_multimap<uint64_t, std::list<Entry>::iterator> index_;
 };
