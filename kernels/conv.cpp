@@ -168,51 +168,52 @@ Geo geo(const ConvLayer& L) {
             L.dilation[0], L.dilation[1], L.dilation[2]};
 }
 
-// Calls f(row, tap, input offset) for every output position and filter tap that lands inside
-// the image (the padding reads zeros); offsets are of the first channel.
+// Calls f(row - first, tap, input offset) for every output position `row` in [first, end) and
+// filter tap that lands inside the image (the padding reads zeros); offsets are of the first
+// channel.
 template <class F>
-void each_tap(const Geo& g, F&& f) {
-    for (int64_t n = 0; n < g.N; ++n)
-        for (int64_t m = 0; m < g.M; ++m)
-            for (int64_t p = 0; p < g.P; ++p)
-                for (int64_t q = 0; q < g.Q; ++q) {
-                    const int64_t row = ((n * g.M + m) * g.P + p) * g.Q + q;
-                    for (int64_t t = 0; t < g.T; ++t) {
-                        const int64_t d = m * g.sd - g.pd + t * g.dd;
-                        if (d < 0 || d >= g.D) continue;
-                        for (int64_t r = 0; r < g.R; ++r) {
-                            const int64_t h = p * g.sh - g.ph + r * g.dh;
-                            if (h < 0 || h >= g.H) continue;
-                            for (int64_t s = 0; s < g.S; ++s) {
-                                const int64_t w = q * g.sw - g.pw + s * g.dw;
-                                if (w < 0 || w >= g.W) continue;
-                                f(row, ((t * g.R + r) * g.S + s) * g.C, (((n * g.D + d) * g.H + h) * g.W + w) * g.C);
-                            }
-                        }
-                    }
+void each_tap(const Geo& g, int64_t first, int64_t end, F&& f) {
+    for (int64_t row = first; row < end; ++row) {
+        const int64_t q = row % g.Q, p = row / g.Q % g.P, m = row / (g.Q * g.P) % g.M, n = row / (g.Q * g.P * g.M);
+        for (int64_t t = 0; t < g.T; ++t) {
+            const int64_t d = m * g.sd - g.pd + t * g.dd;
+            if (d < 0 || d >= g.D) continue;
+            for (int64_t r = 0; r < g.R; ++r) {
+                const int64_t h = p * g.sh - g.ph + r * g.dh;
+                if (h < 0 || h >= g.H) continue;
+                for (int64_t s = 0; s < g.S; ++s) {
+                    const int64_t w = q * g.sw - g.pw + s * g.dw;
+                    if (w < 0 || w >= g.W) continue;
+                    f(row - first, ((t * g.R + r) * g.S + s) * g.C, (((n * g.D + d) * g.H + h) * g.W + w) * g.C);
                 }
+            }
+        }
+    }
 }
 
-// cols (rows x taps): row i holds the image patch output position i reads.
-Tensor im2col(const Geo& g, const Tensor& image) {
-    const HostF32 in = host_f32(image);
-    Tensor cols = image.context().zeros({g.rows(), g.taps()}, DType::Float32);
+// The CPU's patch matrix is made and multiplied at most this many bytes at a time (a block of
+// output positions): with a long filter it is many times the image (a 32768-tap 1-D filter over
+// 65536 samples: 4.3 GB at once).
+constexpr int64_t kCpuColumnsBytes = int64_t(64) << 20;
+int64_t rows_per_block(const Geo& g) { return std::max<int64_t>(1, kCpuColumnsBytes / (4 * g.taps())); }
+
+// cols (end - first x taps): row i holds the image patch output position first + i reads.
+Tensor im2col(const Geo& g, const HostF32& in, Context& ctx, int64_t first, int64_t end) {
+    Tensor cols = ctx.zeros({end - first, g.taps()}, DType::Float32);
     float* c = data_of(cols);
     const size_t bytes = sizeof(float) * (size_t)g.C;
-    each_tap(g, [&](int64_t row, int64_t tap, int64_t at) { std::memcpy(c + row * g.taps() + tap, in.p + at, bytes); });
+    each_tap(g, first, end, [&](int64_t row, int64_t tap, int64_t at) { std::memcpy(c + row * g.taps() + tap, in.p + at, bytes); });
     return cols;
 }
 
-// The image-shaped sum of every column entry at the position it was read from.
-Tensor col2im(const Geo& g, const Tensor& cols) {
+// Adds every entry of cols (the patch matrix's rows first..end) into `image` (float32, N D H W
+// C) at the position it was read from.
+void col2im_add(const Geo& g, const Tensor& cols, int64_t first, int64_t end, float* image) {
     const float* c = static_cast<const float*>(cols.view().storage->data) + cols.offset();
-    Tensor image = cols.context().zeros({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
-    float* o = data_of(image);
-    each_tap(g, [&](int64_t row, int64_t tap, int64_t at) {
+    each_tap(g, first, end, [&](int64_t row, int64_t tap, int64_t at) {
         const float* src = c + row * g.taps() + tap;
-        for (int64_t k = 0; k < g.C; ++k) o[at + k] += src[k];
+        for (int64_t k = 0; k < g.C; ++k) image[at + k] += src[k];
     });
-    return image;
 }
 
 // t's elements in shape s: a view where one exists, else a copy.
@@ -506,7 +507,7 @@ Tensor fold_filter(const Geo& g, const ConvLayer& L, const ConvLayer& F, const T
 // columns (its channels), which the GEMM's per-row sums are not: a JIT reduction after it.
 // cols (rows x taps) and the filter as (K x taps), as the context's product wants them.
 Tensor columns(const Geo& g, const ConvLayer& L, const Tensor& image5) {
-    if (!on_gpu(image5)) return im2col(g, image5);
+    if (!on_gpu(image5)) return im2col(g, host_f32(image5), image5.context(), 0, g.rows());
 #ifdef KILN_HAVE_GEMM_KERNELS
     if (!pointwise(g)) return gemm::im2col_cuda(L, image5);   // one kernel instead of a copy per tap
 #endif
@@ -650,6 +651,21 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
         if (P && padded(*P)) return;
     }
 #endif
+    if (const int64_t block = rows_per_block(g); !on_gpu(I5) && !pointwise(g) && g.rows() > block) {
+        log_debug("conv: fprop {} -> im2col+gemm, {} positions a block", L.str(), block);
+        Context& ctx = I5.context();
+        const HostF32 in = host_f32(I5);
+        const Tensor Ft = matrix_of(F, g.K, g.taps()).T();
+        Tensor T = ctx.empty({g.rows(), g.K}, DType::Float32);
+        for (int64_t first = 0; first < g.rows(); first += block) {
+            const int64_t end = std::min(g.rows(), first + block);
+            Tensor rows = T.slice({Slice::range(first, end), Slice::all()});
+            compound_dot(im2col(g, in, ctx, first, end), Ft, rows);
+        }
+        epilogue(T, out, o, g.K);
+        channel_sums(out, o);
+        return;
+    }
     log_debug("conv: fprop {} -> {}", L.str(), pointwise(g) ? "gemm" : "im2col+gemm");
     product(columns(g, L, I5), matrix_of(F, g.K, g.taps()).T(), out, o, g.K, named);
 }
@@ -928,13 +944,25 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
             channel_sums(out, o);
             return;
         }
-    // (Rows 16 bytes apart on a GPU, so that the GEMM's epilogue stores whole vectors: a first
-    // layer's 147 taps made it store one float at a time.)
-    const int64_t ld = on_gpu(E5) ? (g.taps() + 3) / 4 * 4 : g.taps();
     log_debug("conv: bprop {} -> im2col+gemm", L.str());
-    Tensor dcols = ctx.empty({g.rows(), ld}, DType::Float32).slice({Slice::all(), Slice::range(0, g.taps())});
-    compound_dot(Em, Fm, dcols);
-    epilogue(on_gpu(E5) ? col2im_gpu(L, dcols) : col2im(g, dcols), out, o, g.C);
+    if (on_gpu(E5)) {
+        // (Rows 16 bytes apart, so that the GEMM's epilogue stores whole vectors: a first layer's
+        // 147 taps made it store one float at a time.)
+        const int64_t ld = (g.taps() + 3) / 4 * 4;
+        Tensor dcols = ctx.empty({g.rows(), ld}, DType::Float32).slice({Slice::all(), Slice::range(0, g.taps())});
+        compound_dot(Em, Fm, dcols);
+        epilogue(col2im_gpu(L, dcols), out, o, g.C);
+    } else {
+        Tensor image = ctx.zeros({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
+        const int64_t block = rows_per_block(g);
+        for (int64_t first = 0; first < g.rows(); first += block) {
+            const int64_t end = std::min(g.rows(), first + block);
+            Tensor dcols = ctx.empty({end - first, g.taps()}, DType::Float32);
+            compound_dot(Em.slice({Slice::range(first, end), Slice::all()}), Fm, dcols);
+            col2im_add(g, dcols, first, end, data_of(image));
+        }
+        epilogue(image, out, o, g.C);
+    }
     channel_sums(out, o);
 }
 
@@ -945,12 +973,13 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
     DotOptions o;
     o.alpha = alpha;
     o.beta = beta;
-#ifdef KILN_HAVE_GEMM_KERNELS
-    // grad_F = alpha * grad + beta * grad_F, grad a float32 gradient of another layer's kernel.
+    // grad_F = alpha * grad + beta * grad_F, grad a float32 gradient (K x taps, or of another
+    // layer's kernel).
     auto finish = [&](const Tensor& grad) {
         const Expr e = reshape(grad.expr(), grad_F.shape());
         grad_F.assign(cast(beta == 0 ? e * alpha : e * alpha + grad_F.expr() * beta, grad_F.dtype()));
     };
+#ifdef KILN_HAVE_GEMM_KERNELS
     // The implicit-GEMM weight gradient where it takes the layer (the pointwise layers' matrix
     // is the activations themselves: the GEMM below).
     if (on_gpu(I5) && !pointwise(g)) {
@@ -1001,6 +1030,20 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
         }
     }
 #endif
+    if (const int64_t block = rows_per_block(g); !on_gpu(I5) && !pointwise(g) && g.rows() > block) {
+        log_debug("conv: update {} -> im2col+gemm, {} positions a block", L.str(), block);
+        const HostF32 in = host_f32(I5);
+        const Tensor Em = matrix_of(E5, g.rows(), g.K);
+        Tensor G = ctx.empty({g.K, g.taps()}, DType::Float32);
+        for (int64_t first = 0; first < g.rows(); first += block) {
+            const int64_t end = std::min(g.rows(), first + block);
+            DotOptions sum;
+            sum.beta = first == 0 ? 0.0 : 1.0;   // each block's product added to the ones before
+            compound_dot(Em.slice({Slice::range(first, end), Slice::all()}).T(), im2col(g, in, ctx, first, end), G, sum);
+        }
+        finish(G);
+        return;
+    }
     log_debug("conv: update {} -> {}", L.str(), pointwise(g) ? "gemm" : "im2col+gemm");
     const Tensor cols = columns(g, L, I5), Em = matrix_of(E5, g.rows(), g.K);
     if (auto v = grad_F.reshape_view({g.K, g.taps()})) {

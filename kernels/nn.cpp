@@ -300,6 +300,15 @@ Tensor padded(Context& ctx, const Expr& e, const Shape& s, const PoolLayer& L, d
 }
 Tensor padded(const Tensor& x, const PoolLayer& L, double fill) { return padded(x.context(), x.expr(), x.shape(), L, fill); }
 
+// A window's taps go into one expression at most this many at a time: at every such tap (but the
+// last) the result so far is evaluated and the next taps build on the tensor, so that a window of
+// any size compiles a few kernels of bounded size, not one of a term per tap (whose compile time
+// grows faster than the taps: 16000 took minutes). The order of the operations is unchanged.
+constexpr int64_t kTapsPerKernel = 32;
+Expr bounded(Context& ctx, const Expr& e, int64_t k, int64_t taps) {
+    return (k + 1) % kTapsPerKernel == 0 && k + 1 < taps ? ctx.eval(e).expr() : e;
+}
+
 // The elements of a padded tensor that tap `tap` of every window reads: an output-shaped view.
 Tensor tap_view(const Tensor& p, const PoolLayer& L, int64_t tap) {
     const int64_t s = tap % L.window[2], r = tap / L.window[2] % L.window[1], t = tap / (L.window[2] * L.window[1]) % L.window[0],
@@ -396,14 +405,15 @@ Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::op
         return O;
     }
 #endif
+    Context& ctx = I.context();
     const Tensor P = padded(I5, L, L.op == PoolOp::Max ? -INFINITY : 0.0);
     Expr r;
     if (L.op == PoolOp::Max) {
         Expr best = tap_view(P, L, 0).expr(), idx = scalar(0, DType::Int32);
         for (int64_t k = 1; k < L.taps(); ++k) {
             const Expr v = tap_view(P, L, k).expr(), up = greater(v, best);
-            if (A5) idx = where(up, scalar((double)k, DType::Int32), idx);
-            best = where(up, v, best);
+            if (A5) idx = bounded(ctx, where(up, scalar((double)k, DType::Int32), idx), k, L.taps());
+            best = bounded(ctx, where(up, v, best), k, L.taps());   // (idx read the previous best)
         }
         if (A5) {
             Tensor a = *A5;
@@ -414,15 +424,15 @@ Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::op
         Expr acc = Expr(0.0);
         for (int64_t k = 0; k < L.taps(); ++k) {
             const Expr v = tap_view(P, L, k).expr();
-            acc = acc + (L.op == PoolOp::L2 ? v * v : v);
+            acc = bounded(ctx, acc + (L.op == PoolOp::L2 ? v * v : v), k, L.taps());
         }
         if (L.op == PoolOp::L2) {
             r = sqrt(acc);
         } else {
             // The window's elements inside the input: the same sum over a padded tensor of ones.
-            const Tensor ones = padded(I.context().ones(I5.shape(), DType::Float32), L, 0.0);
+            const Tensor ones = padded(ctx.ones(I5.shape(), DType::Float32), L, 0.0);
             Expr count = Expr(0.0);
-            for (int64_t k = 0; k < L.taps(); ++k) count = count + tap_view(ones, L, k).expr();
+            for (int64_t k = 0; k < L.taps(); ++k) count = bounded(ctx, count + tap_view(ones, L, k).expr(), k, L.taps());
             r = acc / count;
         }
     }
@@ -469,7 +479,7 @@ Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const st
     if (L.op == PoolOp::Avg) {
         const Tensor ones = padded(ctx.ones(G5.shape(), DType::Float32), L, 0.0);
         Expr c = Expr(0.0);
-        for (int64_t k = 0; k < L.taps(); ++k) c = c + tap_view(ones, L, k).expr();
+        for (int64_t k = 0; k < L.taps(); ++k) c = bounded(ctx, c + tap_view(ones, L, k).expr(), k, L.taps());
         count = ctx.eval(c);
     }
     for (int64_t k = 0; k < L.taps(); ++k) {
@@ -509,7 +519,7 @@ void check_lrn(const PoolLayer& L, const char* op) {
 Expr window_sum(Context& ctx, const Expr& e, const Shape& s, const PoolLayer& L) {
     const Tensor p = padded(ctx, e, s, L, 0.0);
     Expr acc = tap_view(p, L, 0).expr();
-    for (int64_t k = 1; k < L.taps(); ++k) acc = acc + tap_view(p, L, k).expr();
+    for (int64_t k = 1; k < L.taps(); ++k) acc = bounded(ctx, acc + tap_view(p, L, k).expr(), k, L.taps());
     return acc;
 }
 } // namespace

@@ -297,3 +297,36 @@ def test_bprop_conv_keywords(cpu):
     want = np.where(v > 0, v, 0.2 * v) - X
     np.testing.assert_allclose(g.get(), want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(sums.get().reshape(3), want.reshape(-1, 3).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_long_filters_build_the_patch_matrix_a_block_at_a_time(cpu):
+    """A 1-D filter of 2200 taps over 2 x 12000 samples: the CPU's patch matrix (rows x taps, 190 MB
+    in float32 at once) is made and multiplied 64 MiB at a time, blocks crossing the images'
+    boundary; fprop, bprop and update against float64 correlations, with stride and padding."""
+    rng = np.random.default_rng(30)
+    N, W, C, K, S, st, pad = 2, 12000, 2, 3, 1100, 2, 50
+    x, w = rng.uniform(-1, 1, (N, W, C)), rng.uniform(-1, 1, (K, S, C))
+    X, Wt = cpu.array(x.astype(np.float32)), cpu.array(w.astype(np.float32))
+    x, w = X.get().astype(np.float64), Wt.get().astype(np.float64)
+    xp = np.pad(x, [(0, 0), (pad, pad), (0, 0)])
+    Q = (W + 2 * pad - S) // st + 1
+    y = kiln.conv(X, Wt, stride=st, padding=pad)
+    ref = np.stack([np.stack([sum(np.correlate(xp[n, :, c], w[k, :, c], "valid")[::st] for c in range(C))
+                              for k in range(K)], -1) for n in range(N)])
+    assert y.shape == (N, Q, K) and ref.shape == y.shape
+    np.testing.assert_allclose(y.get(), ref, rtol=1e-4, atol=1e-3)
+    e = rng.uniform(-1, 1, (N, Q, K))
+    E = cpu.array(e.astype(np.float32))
+    e = E.get().astype(np.float64)
+    up = np.zeros((N, (Q - 1) * st + 1, K))
+    up[:, ::st] = e
+    gx = kiln.nn.conv_grad_input(E, Wt, X.shape, stride=st, padding=pad).get()
+    full = np.stack([np.stack([sum(np.convolve(up[n, :, k], w[k, :, c]) for k in range(K)) for c in range(C)], -1)
+                     for n in range(N)])   # the padded input's gradient, up to its last tapped sample
+    gref = np.zeros((N, W + 2 * pad, C))
+    gref[:, :full.shape[1]] = full
+    np.testing.assert_allclose(gx, gref[:, pad:pad + W], rtol=1e-4, atol=1e-3)
+    gw = kiln.nn.conv_grad_weight(X, E, Wt.shape, stride=st, padding=pad).get()
+    wref = np.stack([np.stack([sum(np.correlate(xp[n, :, c], up[n, :, k], "valid")[:S] for n in range(N))
+                               for c in range(C)], -1) for k in range(K)])
+    np.testing.assert_allclose(gw, wref, rtol=1e-4, atol=1e-3)

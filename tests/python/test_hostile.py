@@ -105,8 +105,8 @@ def test_full_in_range():
     assert np.asarray(kiln.full((2,), 2**40, dtype=kiln.float32)).tolist() == [2**40, 2**40]
 
 
-def run_python(code):
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600)
+def run_python(code, timeout=600):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout)
 
 
 def test_deep_expression_evaluates():
@@ -192,3 +192,40 @@ def test_layer_arguments_past_int32():
     with pytest.raises(kiln.InvalidArgument) as e:
         kiln.nn.softmax(p, axis=2**64)
     check(e, "softmax: axis=18446744073709551616 is past 64 bits")
+
+
+def test_a_ctx_that_is_not_a_context_is_a_type_error():
+    # conv_kernel once read any object as a context (a segfault); the factories said "'int' object
+    # has no attribute ...".
+    layer = kiln.conv_layer(kiln.float32, 1, 1, 1)
+    for bad in (1, 1.5, "cpu", [1], object(), kiln.zeros((1,))):
+        with pytest.raises(TypeError) as e:
+            kiln.conv_kernel(layer, "fprop", bad)
+        check(e, "conv_kernel: ctx is of type", "it must be a kiln.Context, or None for the default context")
+        for make, name in ((lambda: kiln.zeros((2,), ctx=bad), "zeros"), (lambda: kiln.asarray([1.0], ctx=bad), "asarray"),
+                           (lambda: kiln.arange(3, ctx=bad), "arange"), (lambda: kiln.random.rand(2, ctx=bad), "random.uniform")):
+            with pytest.raises(TypeError) as e:
+                make()
+            check(e, f"{name}: ctx is of type {type(bad).__name__}; it must be a kiln.Context")
+    assert kiln.conv_kernel(layer, "fprop", None) == kiln.conv_kernel(layer, "fprop")
+
+
+def test_windows_of_thousands_of_taps_compile_in_bounded_pieces():
+    # Pooling and LRN windows were one expression term per tap: 16000 taps compiled for minutes
+    # (now under a second here; the limit leaves room for a slow machine).
+    r = run_python(timeout=120, code="""
+        import numpy as np, kiln
+        from kiln import nn
+        x = kiln.asarray(np.arange(16000, dtype=np.float32).reshape(1, 16000, 1) / 16000)
+        y, i = nn.pool(x, 16000, return_indices=True)
+        a = nn.pool(x, 16000, op="avg")
+        g = nn.pool_grad(kiln.ones((1, 1, 1)), x, 16000, op="avg")
+        d = nn.lrn(kiln.ones((1, 1, 16001)), 16001, ascale=1.0, bpower=1.0)
+        print(float(np.asarray(y).item()), int(np.asarray(i).item()), float(np.asarray(a).item()),
+              float(np.asarray(g).sum()), float(np.asarray(d)[0, 0, 8000]))
+    """)
+    assert r.returncode == 0, r.stderr
+    y, i, a, g, d = (float(v) for v in r.stdout.split())
+    assert (y, i) == (pytest.approx(15999 / 16000), 15999)
+    assert a == pytest.approx(15999 / 32000, rel=1e-5) and g == pytest.approx(1.0, rel=1e-5)
+    assert d == pytest.approx(1 / 16002, rel=1e-5)

@@ -68,6 +68,46 @@ def test_pool_and_its_gradient(cpu):
         kiln.nn.pool(X, 2, channels=0)
 
 
+def test_windows_of_many_taps_fold_in_pieces(cpu):
+    # Past 32 taps a window's terms go into kernels 32 at a time (the result so far evaluated
+    # between them): 7x7 = 49 taps, overlapping; a 1-D window of 300 over 1000; 40 channels.
+    rng = np.random.default_rng(6)
+    x = (rng.permutation(2 * 13 * 12 * 3) * 0.01 - 3.5).reshape(2, 13, 12, 3)   # distinct: one winner a window
+    X = cpu.array(x)
+    y, idx = kiln.nn.pool(X, 7, stride=2, padding=3, return_indices=True)
+    w = windows(x, (7, 7), (2, 2), (3, 3), -np.inf)
+    np.testing.assert_allclose(y.get(), w.max(-1), rtol=1e-6)
+    np.testing.assert_array_equal(idx.get(), w.argmax(-1))
+    e = rng.uniform(-1, 1, y.shape)
+    g = kiln.nn.pool_grad(cpu.array(e), X, 7, stride=2, padding=3, indices=idx).get()
+    ref = np.zeros((2, 19, 18, 3))   # each window's winner takes its error, windows overlapping
+    for p in range(y.shape[1]):
+        for q in range(y.shape[2]):
+            k = w[:, p, q].argmax(-1)   # (N, C)
+            for n in range(2):
+                for c in range(3):
+                    ref[n, 2 * p + k[n, c] // 7, 2 * q + k[n, c] % 7, c] += e[n, p, q, c]
+    np.testing.assert_allclose(g, ref[:, 3:16, 3:15], rtol=1e-6, atol=1e-6)
+    valid = windows(np.ones_like(x), (7, 7), (2, 2), (3, 3), 0.0).sum(-1)
+    np.testing.assert_allclose(kiln.nn.pool(X, 7, stride=2, padding=3, op="avg").get(),
+                               windows(x, (7, 7), (2, 2), (3, 3), 0.0).sum(-1) / valid, rtol=1e-5)
+    np.testing.assert_allclose(kiln.nn.pool(X, 7, stride=2, padding=3, op="l2").get(),
+                               np.sqrt((windows(x, (7, 7), (2, 2), (3, 3), 0.0) ** 2).sum(-1)), rtol=1e-5)
+    z = rng.uniform(-1, 1, (1, 1000, 2))
+    Z = cpu.array(z.reshape(1, 1, 1000, 2))
+    ya = kiln.nn.pool(Z, (1, 300), stride=(1, 7), op="avg").get().reshape(-1, 2)
+    ref = np.stack([z[0, i * 7:i * 7 + 300].mean(0) for i in range(101)])
+    np.testing.assert_allclose(ya, ref, rtol=1e-5, atol=1e-6)
+    ea = rng.uniform(-1, 1, (1, 1, 101, 2))
+    va = rng.uniform(-1, 1, (1, 1, 1000, 2))
+    ga = kiln.nn.pool_grad(cpu.array(ea), Z, (1, 300), stride=(1, 7), op="avg").get()
+    assert float((ga * va).sum()) == pytest.approx(
+        float((ea * kiln.nn.pool(cpu.array(va), (1, 300), stride=(1, 7), op="avg").get()).sum()), rel=1e-5)
+    u = rng.uniform(-2, 2, (2, 3, 4, 45))
+    d = 1 + 0.01 * sum(np.pad(u * u, [(0, 0)] * 3 + [(20, 20)])[..., i:i + 45] for i in range(41))
+    np.testing.assert_allclose(kiln.nn.lrn(cpu.array(u), 41, ascale=0.01, bpower=0.75).get(), u * d ** -0.75, rtol=1e-5)
+
+
 def test_lrn_and_its_gradient(cpu):
     rng = np.random.default_rng(4)
     x = rng.uniform(-2, 2, (2, 3, 4, 7))

@@ -13,7 +13,10 @@ _INTEGERS = (DType.int64, DType.int32, DType.int16, DType.int8, DType.uint64, DT
 def _ctx(ctx, device=None, op=None, of=None):
     """The context an operation makes its arrays in: ctx, or the one for the Array API's device=
     (_context.device_context; a device that is kiln array `of`'s own is its context), else the
-    default context."""
+    default context. A ctx that is not a kiln.Context is a DTypeError naming op."""
+    if ctx is not None and not isinstance(ctx, _kiln._Context):
+        raise _kiln.DTypeError(f"{op or 'ctx'}: ctx is of type {type(ctx).__name__}; it must be a kiln.Context, or None "
+                               "for the default context")
     if device is not None and ctx is None and isinstance(of, (Tensor, Expr)) and device == of.device:
         return of.ctx
     if device is not None:
@@ -53,7 +56,7 @@ def exact_ints(obj, a, dt, op="array"):
 
 def upload(obj, dtype=None, ctx=None, default_float=None):
     """A new tensor holding host data (anything np.asarray takes), converted to dtype."""
-    ctx = _ctx(ctx)
+    ctx = _ctx(ctx, op="asarray")
     a = np.asarray(obj)
     if a.dtype == object:
         raise _kiln.DTypeError(f"array: cannot make a tensor from {type(obj).__name__} data of NumPy dtype object")
@@ -125,7 +128,7 @@ def asarray(obj, dtype=None, ctx=None, *, device=None, copy=None):
         return _asarray(obj, dtype, ctx)
     if copy:
         return array(obj, dtype=dtype, ctx=ctx)
-    return _asarray_no_copy(obj, dtype, _ctx(ctx))
+    return _asarray_no_copy(obj, dtype, _ctx(ctx, op="asarray"))
 
 
 def _moved(x, c, dtype, copy, op):
@@ -174,7 +177,7 @@ def _asarray(obj, dtype, ctx):
         return _kiln.astype(obj, dtype).eval()
     if isinstance(obj, Expr):
         return (obj if dtype is None else _kiln.astype(obj, dtype)).eval()
-    c = _ctx(ctx)
+    c = _ctx(ctx, op="asarray")
     shared, _ = _shared(obj, c)
     if shared is not None:
         if dtype is not None and _dtypes.dtype(dtype) != shared._dtype:
@@ -192,7 +195,7 @@ def from_dlpack(x, *, device=None, copy=None, ctx=None):
     copy=False raises BufferError where sharing is impossible (other device, read-only data)."""
     if isinstance(x, Tensor):
         return x.copy() if copy else x
-    c = _ctx(ctx)
+    c = _ctx(ctx, op="from_dlpack")
     if device is not None and str(device) != c.device:
         raise BufferError(f"from_dlpack: device={device!r}, but the context runs on {c.device}")
     if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")):
@@ -312,10 +315,10 @@ def arange(start, stop=None, step=1, dtype=None, ctx=None, *, device=None):
     n = max(0, math.ceil((stop - start) / step))
     if dtype is None:
         is_int = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
-        dt = DType.int32 if is_int else _ctx(ctx)._default_dtype
+        dt = DType.int32 if is_int else _ctx(ctx, op="arange")._default_dtype
     else:
         dt = _dtypes.dtype(dtype)
-    t = _ctx(ctx)._empty((n,), dt)
+    t = _ctx(ctx, op="arange")._empty((n,), dt)
     if n:
         t[...] = _kiln._iota((n,), 0) * step + start
     return t

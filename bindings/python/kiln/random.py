@@ -10,8 +10,8 @@ from . import _context, _creation, _kiln
 __all__ = ["seed", "uniform", "normal", "rand", "randn"]
 
 
-def _ctx(ctx):
-    return _creation._ctx(ctx)
+def _ctx(ctx, op="random"):
+    return _creation._ctx(ctx, op=op)
 
 
 def _size(size):
@@ -20,12 +20,12 @@ def _size(size):
 
 def seed(seed, ctx=None):
     """Restarts the random stream of ctx (the default context) from seed."""
-    _ctx(ctx).seed(_context._seed_value(seed, "seed"))
+    _ctx(ctx, "random.seed").seed(_context._seed_value(seed, "seed"))
 
 
 def uniform(low=0.0, high=1.0, size=None, dtype=None, ctx=None):
     """Samples from the uniform distribution on [low, high)."""
-    c = _ctx(ctx)
+    c = _ctx(ctx, "random.uniform")
     shape = _size(size)
     out = _creation.empty(shape, dtype, ctx=c)
     out[...] = low + (high - low) * _kiln._rand(shape, c)
@@ -55,7 +55,7 @@ def _normal_expr(shape, loc, scale, ctx):
 
 def normal(loc=0.0, scale=1.0, size=None, dtype=None, ctx=None):
     """Samples from the normal distribution N(loc, scale^2)."""
-    c = _ctx(ctx)
+    c = _ctx(ctx, "random.normal")
     shape = _size(size)
     out = _creation.empty(shape, dtype, ctx=c)
     out[...] = _normal_expr(shape, loc, scale, c)

@@ -59,8 +59,9 @@ Expr operand(nb::handle h, nb::handle& ctx, const char* op);
 std::string not_an_operand(nb::handle h, const char* op);
 
 nb::object default_context();                 // kiln.default_context()
-PyContext& context_of(nb::handle ctx);        // None: the default context
-nb::object context_object(nb::handle ctx);    // ctx, or the default context for None
+// ctx (None: the default context); a TypeError naming `op` where it is not a kiln.Context.
+PyContext& context_of(nb::handle ctx, const char* op);
+nb::object context_object(nb::handle ctx, const char* op);
 inline PyContext& owner(const PyTensor& t) { return *nb::inst_ptr<PyContext>(t.ctx); }
 
 nb::object wrap(Expr e, nb::handle ctx);

@@ -135,21 +135,22 @@ const char* signature(const std::string& s) {
 
 nb::object default_context() { return kiln_package_attr("default_context")(); }
 
-nb::object context_object(nb::handle ctx) {
-    if (ctx.is_valid() && !ctx.is_none()) return nb::borrow(ctx);
-    return default_context();
+nb::object context_object(nb::handle ctx, const char* op) {
+    if (!ctx.is_valid() || ctx.is_none()) return default_context();
+    if (!nb::isinstance<PyContext>(ctx))
+        throw Error(fmt::format("{}: ctx is of type {}; it must be a kiln.Context, or None for the default context", op,
+                                nb::type_name(ctx.type()).c_str()),
+                    Error::Kind::Type);
+    return nb::borrow(ctx);
 }
 
-PyContext& context_of(nb::handle ctx) {
-    if (ctx.is_valid() && !ctx.is_none()) return *nb::inst_ptr<PyContext>(ctx);
-    return *nb::inst_ptr<PyContext>(default_context());
-}
+PyContext& context_of(nb::handle ctx, const char* op) { return *nb::inst_ptr<PyContext>(context_object(ctx, op)); }
 
 nb::object wrap(Expr e, nb::handle ctx) {
     return nb::cast(PyExpr{std::move(e), ctx.is_valid() ? nb::borrow(ctx) : nb::none()});
 }
 
-nb::object wrap(Tensor t, nb::handle ctx) { return nb::cast(PyTensor{std::move(t), context_object(ctx)}); }
+nb::object wrap(Tensor t, nb::handle ctx) { return nb::cast(PyTensor{std::move(t), context_object(ctx, "tensor")}); }
 
 void assign(PyTensor& dst, const Expr& e) {
     PyContext& pc = *nb::inst_ptr<PyContext>(dst.ctx);
@@ -162,7 +163,7 @@ void assign(PyTensor& dst, const Expr& e) {
 }
 
 PyTensor evaluate(const Expr& e, nb::handle ctx) {
-    nb::object c = context_object(ctx);
+    nb::object c = context_object(ctx, "eval");
     PyTensor out{nb::inst_ptr<PyContext>(c)->c().empty(e.shape(), e.dtype()), c};
     assign(out, e);
     return out;

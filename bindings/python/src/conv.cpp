@@ -138,7 +138,7 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
     m.def(
         "conv_kernel",
         [](const ConvLayer& layer, const std::string& op, nb::handle ctx) {
-            return conv_kernel(context_of(ctx).c(), layer, op);
+            return conv_kernel(context_of(ctx, "conv_kernel").c(), layer, op);
         },
         "layer"_a, "op"_a = "fprop", "ctx"_a.none() = nb::none(),
         "How op ('fprop', 'bprop' or 'update') of the layer runs on ctx (default: the default context): "

@@ -72,27 +72,27 @@ void bind_distributed(nb::module_& m) {
 
     nb::class_<PyCommunicator>(m, "_Communicator")
         .def_static("join", [](nb::handle ctx, int world, int rank, const std::string& id_hex, double timeout) {
-            PyContext& pc = context_of(ctx);
+            PyContext& pc = context_of(ctx, "Communicator");
             NcclId id = NcclId::from_hex(id_hex);
             std::unique_ptr<Communicator> c;
             run_unlocked(pc, [&] { c = std::make_unique<Communicator>(pc.c(), world, rank, id, CommOptions{timeout}); });
             return make(std::move(c), ctx);
         }, "ctx"_a, "world_size"_a, "rank"_a, "id"_a, "timeout"_a)
         .def_static("through_file", [](nb::handle ctx, int world, int rank, const std::string& path, double timeout) {
-            PyContext& pc = context_of(ctx);
+            PyContext& pc = context_of(ctx, "Communicator.through_file");
             std::unique_ptr<Communicator> c;
             run_unlocked(pc, [&] { c = Communicator::through_file(pc.c(), world, rank, path, CommOptions{timeout}); });
             return make(std::move(c), ctx);
         }, "ctx"_a, "world_size"_a, "rank"_a, "path"_a, "timeout"_a)
         .def_static("from_env", [](nb::handle ctx, double timeout) {
-            PyContext& pc = context_of(ctx);
+            PyContext& pc = context_of(ctx, "Communicator.from_env");
             std::unique_ptr<Communicator> c;
             run_unlocked(pc, [&] { c = Communicator::from_env(pc.c(), CommOptions{timeout}); });
             return make(std::move(c), ctx);
         }, "ctx"_a, "timeout"_a)
         .def_static("for_contexts", [](nb::list ctxs, double timeout) {
             std::vector<Context*> cs;
-            for (nb::handle h : ctxs) cs.push_back(&context_of(h).c());
+            for (nb::handle h : ctxs) cs.push_back(&context_of(h, "Communicator.for_contexts").c());
             std::vector<std::unique_ptr<Communicator>> comms;
             {
                 nb::gil_scoped_release unlocked;

@@ -222,7 +222,7 @@ std::function<void()> take_over(nb::handle capsule, Managed* m, const char* used
 // Imports a capsule as a tensor of `ctx` sharing its memory. `readonly` reports the
 // producer's read-only flag (the caller copies in that case).
 nb::object import_capsule(nb::handle capsule, nb::handle pyctx, bool* readonly) {
-    PyContext& pc = context_of(pyctx);
+    PyContext& pc = context_of(pyctx, "from_dlpack");
     DLTensor* d = nullptr;
     std::function<void()> release;
     *readonly = false;
@@ -263,7 +263,7 @@ nb::object import_capsule(nb::handle capsule, nb::handle pyctx, bool* readonly) 
     if (d->strides) strides.assign(d->strides, d->strides + d->ndim);
     void* data = static_cast<char*>(d->data) + d->byte_offset;
     Tensor t = pc.c().wrap(data, dt, shape, strides, dev, std::move(release));
-    return nb::cast(PyTensor{t, context_object(pyctx)});
+    return nb::cast(PyTensor{t, context_object(pyctx, "from_dlpack")});
 }
 
 } // namespace
@@ -311,7 +311,7 @@ void bind_dlpack(nb::module_& m) {
                       bool cuda, int device_index) {
         // Memory described by __cuda_array_interface__ (or any pointer): `owner` is kept alive
         // until the tensor dies. Strides in elements; None for row-major.
-        PyContext& pc = context_of(ctx);
+        PyContext& pc = context_of(ctx, "wrap");
         Shape sh = shape_arg(shape, "wrap");
         Strides st;
         if (!strides.is_none()) st = shape_arg(strides, "wrap");
@@ -324,7 +324,7 @@ void bind_dlpack(nb::module_& m) {
         };
         Device dev{cuda ? DeviceKind::CUDA : DeviceKind::CPU, cuda ? device_index : 0};
         Tensor t = pc.c().wrap((void*)ptr, dtype, sh, st, dev, std::move(release));
-        return PyTensor{t, context_object(ctx)};
+        return PyTensor{t, context_object(ctx, "wrap")};
     }, "ctx"_a, "ptr"_a, "dtype"_a, "shape"_a, "strides"_a.none(), "owner"_a, "cuda"_a, "device_index"_a);
 }
 

@@ -301,7 +301,7 @@ void bind_ops(nb::module_& m) {
         nb::handle ictx = ctx;
         nb::object uploaded;
         if (!to_expr(indices, ei, ictx)) {
-            uploaded = nb::module_::import_("kiln").attr("asarray")(indices, "ctx"_a = context_object(ctx));
+            uploaded = nb::module_::import_("kiln").attr("asarray")(indices, "ctx"_a = context_object(ctx, "take"));
             ei = nb::inst_ptr<PyTensor>(uploaded)->t.expr();
         }
         std::optional<int> ax;

@@ -244,7 +244,7 @@ void bind_values(nb::module_& m) {
         "where a value is needed (e.eval(), np.asarray(e), print(e)).");
     bind_arithmetic(expr);
     expr.def("eval", [](const PyExpr& e) { return evaluate(e.e, e.ctx); }, "A new tensor holding the value.")
-        .def_prop_ro("ctx", [](const PyExpr& e) { return context_object(e.ctx); })
+        .def_prop_ro("ctx", [](const PyExpr& e) { return context_object(e.ctx, "Expr.ctx"); })
         .def_prop_ro("T", [](const PyExpr& e) { PyTensor t = evaluate(e.e, e.ctx); return PyTensor{t.t.transpose(), t.ctx}; })
         .def("transpose", [](const PyExpr& e, nb::args axes) {
             PyTensor t = evaluate(e.e, e.ctx);
