@@ -229,3 +229,38 @@ def test_windows_of_thousands_of_taps_compile_in_bounded_pieces():
     assert (y, i) == (pytest.approx(15999 / 16000), 15999)
     assert a == pytest.approx(15999 / 32000, rel=1e-5) and g == pytest.approx(1.0, rel=1e-5)
     assert d == pytest.approx(1 / 16002, rel=1e-5)
+
+
+def test_misuse_the_probe_found_raises_errors_that_name_the_call():
+    # Unbound methods given another object as self once read it as theirs (segfaults).
+    for call, message in ((lambda: kiln.Context._empty(1, (2,), kiln.DType.float32), "empty: ctx is of type int"),
+                          (lambda: kiln.Context._full("x", (2,), 1.0, kiln.DType.float32), "full: ctx is of type str"),
+                          (lambda: kiln.Context._dump_hist_data(3), "dump_hist_data: ctx is of type int"),
+                          (lambda: kiln.Tensor.__iadd__(1, 2), "__iadd__: self must be a kiln tensor"),
+                          (lambda: kiln.Tensor.__dlpack__(1, None, None, None, None), "__dlpack__: self is of type int")):
+        with pytest.raises(TypeError) as e:
+            call()
+        check(e, message)
+    # Convolution geometry: NumPy integers are ints; past int32 a ValueError, not nanobind's overloads.
+    x, w = kiln.zeros((1, 8, 8, 3)), kiln.zeros((4, 3, 3, 3))
+    assert kiln.conv(x, w, stride=np.int64(2), padding=(np.int32(1), 1)).shape == (1, 4, 4, 4)
+    with pytest.raises(ValueError) as e:
+        kiln.conv(x, w, stride=2**63)
+    check(e, "conv: stride=9223372036854775808; every entry is at most 2**31 - 1")
+    with pytest.raises(TypeError) as e:
+        kiln.nn.conv_grad_input(kiln.zeros((1, 6, 6, 4)), w, x.shape, dilation=True)
+    check(e, "conv_grad_input: dilation=True; give an int or a tuple of 2 ints")
+    # Batch norm without a channel axis, or with a gradient's x that is not a tensor.
+    with pytest.raises(ValueError) as e:
+        kiln.nn.batch_norm(kiln.zeros(()), kiln.ones((1,)), kiln.zeros((1,)))
+    check(e, "batch_norm: x is a 0-d tensor; it needs a channel axis (the last)")
+    with pytest.raises(TypeError) as e:
+        kiln.nn.batch_norm_grad(kiln.zeros((2, 1)), "x", kiln.ones((1,)), kiln.ones((1,)), kiln.ones((1,)))
+    check(e, "batch_norm_grad: x must be a kiln tensor; got str")
+    # neon's output_dim with stride 0; the mean loss of an empty batch.
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.NervanaGPU().output_dim(10, 3, 0, 0)
+    check(e, "output_dim: strides=0, dilation=1; both must be at least 1")
+    with pytest.raises(ValueError) as e:
+        kiln.layers.CrossEntropy().bprop_logits(kiln.zeros((0, 3)), kiln.zeros((0, 3)))
+    check(e, "CrossEntropy: a batch of 0 rows has no mean loss")

@@ -1,17 +1,34 @@
 """kiln.conv: the NumPy-style form of the seeds' convolution (conv_layer + fprop_conv), and in
 kiln.nn its transpose and gradients (deconv_layer, bprop_conv, update_conv)."""
+import operator
+
 from . import _kiln
+
+_MAX_INT32 = 2**31 - 1
+
+
+def _int(v):
+    """v as a Python int where it is an integer (NumPy's too), else None; bools are not."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
 
 
 def _per_axis(value, rank, name, least, fn="conv"):
     """One int per spatial axis, padded on the left to depth, height, width."""
-    if isinstance(value, bool) or not isinstance(value, (int, tuple, list)):
+    one = _int(value)
+    if one is None and not isinstance(value, (tuple, list)):
         raise TypeError(f"{fn}: {name}={value!r}; give an int or a tuple of {rank} ints (one per spatial axis)")
-    values = (value,) * rank if isinstance(value, int) else tuple(value)
-    if len(values) != rank or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    values = (one,) * rank if one is not None else tuple(_int(v) for v in value)
+    if len(values) != rank or any(v is None for v in values):
         raise ValueError(f"{fn}: {name}={value!r}; give an int or a tuple of {rank} ints (one per spatial axis)")
     if any(v < least for v in values):
         raise ValueError(f"{fn}: {name}={value!r}; every entry must be at least {least}")
+    if any(v > _MAX_INT32 for v in values):
+        raise ValueError(f"{fn}: {name}={value!r}; every entry is at most 2**31 - 1")
     return (least if least == 1 else 0,) * (3 - rank) + values
 
 

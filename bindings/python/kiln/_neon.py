@@ -411,6 +411,8 @@ class NervanaGPU(Context):
     def output_dim(self, X, S, padding, strides, pooling=False, dilation=1):
         """The output size of a convolution or pooling over X with filter S (dilated), as neon
         computes it (rounding up for pooling in caffe mode)."""
+        if strides < 1 or dilation < 1:
+            raise _kiln.InvalidArgument(f"output_dim: strides={strides}, dilation={dilation}; both must be at least 1")
         S = dilation * (S - 1) + 1
         if pooling and padding >= S:
             raise _kiln.InvalidArgument(f"output_dim: padding {padding} is not smaller than the window {S}")

@@ -306,6 +306,8 @@ class CrossEntropy:
         self.reduction = reduction
 
     def _scale(self, p):
+        if self.reduction == "mean" and p.shape[0] == 0:
+            raise ValueError("CrossEntropy: a batch of 0 rows has no mean loss")
         return 1.0 / p.shape[0] if self.reduction == "mean" else 1.0
 
     def fprop(self, p, labels):

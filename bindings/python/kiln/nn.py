@@ -137,6 +137,14 @@ def lrn_grad(error, x, y, denom, size=5, ascale=1e-4, bpower=0.75):
     return grad
 
 
+def _channels(fn, x):
+    """x's channel count (its last axis), x a kiln tensor of rank 1 or more."""
+    _tensor(fn, "x", x)
+    if len(x.shape) == 0:
+        raise ValueError(f"{fn}: x is a 0-d tensor; it needs a channel axis (the last)")
+    return x.shape[-1]
+
+
 def batch_norm(x, gamma, beta, eps=1e-5, *, running_mean=None, running_var=None, rho=0.9, training=True, relu=False,
                return_stats=False):
     """Batch normalisation of x (..., C), channels last, per channel: (x - mean) / sqrt(var + eps)
@@ -144,8 +152,8 @@ def batch_norm(x, gamma, beta, eps=1e-5, *, running_mean=None, running_var=None,
     running_var (float32 (C,), where given) updated as rho * running + (1 - rho) * batch; with
     return_stats also (xsum, xvar), the batch's per-channel sum and variance, for batch_norm_grad.
     Not training: running_mean and running_var normalise. A new tensor of x's shape and dtype."""
-    _tensor("batch_norm", "x", x)
-    C, ctx = x.shape[-1], x.ctx
+    C = _channels("batch_norm", x)
+    ctx = x.ctx
     if not training and (running_mean is None or running_var is None):
         raise ValueError("batch_norm: training=False normalises by running_mean and running_var; give both")
     if return_stats and not training:
@@ -164,7 +172,9 @@ def batch_norm_grad(error, x, gamma, xsum, xvar, eps=1e-5):
     """The gradients of batch_norm(x, gamma, beta, eps) in training, from `error` (the gradient of
     its output) and the batch's xsum and xvar (return_stats=True): (grad_x, grad_gamma,
     grad_beta), new tensors (grad_x of x's shape and dtype; the others float32 (C,))."""
-    ctx, C = x.ctx, x.shape[-1]
+    _tensor("batch_norm_grad", "error", error)
+    C = _channels("batch_norm_grad", x)
+    ctx = x.ctx
     gx = ctx.empty(tuple(x.shape), x.dtype)
     gg, gb = ctx.empty((C,), _kiln.DType.float32), ctx.empty((C,), _kiln.DType.float32)
     _kiln.compound_bprop_bn(gx, gg, gb, error, x, xsum, xvar, gamma, eps)

@@ -121,7 +121,7 @@ void bind_context(nb::module_& m) {
         .def_prop_ro("hist_bins", [](PyContext& c) { return hist_bins(c.c()); })
         .def_prop_ro("hist_offset", [](PyContext& c) { return hist_offset(c.c()); })
         .def("_dump_hist_data", [](nb::handle self) {
-            PyContext& c = *nb::inst_ptr<PyContext>(self);
+            PyContext& c = context_of(self, "dump_hist_data");
             HistData d;
             run_unlocked(c, [&] { d = dump_hist_data(c.c()); });
             nb::list tags;
@@ -191,11 +191,11 @@ void bind_context(nb::module_& m) {
         .def("record_to", [](PyContext& c, const std::string& path) { c.c().record_to(path); }, "path"_a,
              "Appends every kernel this context compiles or loads to a manifest (JSON lines); '' stops.")
         .def("_empty", [](nb::handle self, nb::handle shape, DType dtype) {
-            auto& c = *nb::inst_ptr<PyContext>(self);
+            auto& c = context_of(self, "empty");
             return PyTensor{c.c().empty(shape_arg(shape, "empty"), dtype), nb::borrow(self)};
         })
         .def("_full", [](nb::handle self, nb::handle shape, double value, DType dtype) {
-            auto& c = *nb::inst_ptr<PyContext>(self);
+            auto& c = context_of(self, "full");
             PyTensor t{c.c().empty(shape_arg(shape, "full"), dtype), nb::borrow(self)};
             assign(t, scalar(value, dtype));
             return t;

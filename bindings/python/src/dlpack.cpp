@@ -169,6 +169,9 @@ nb::object export_capsule(const PyTensor& s, bool versioned, bool copied) {
 }
 
 nb::object dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy) {
+    if (!nb::isinstance<PyTensor>(self))
+        throw Error(fmt::format("__dlpack__: self is of type {}; it must be a kiln tensor", nb::type_name(self.type()).c_str()),
+                    Error::Kind::Type);
     PyTensor s = *nb::inst_ptr<PyTensor>(self);
     Device dev = s.t.context().device();
     if (!dl_device.is_none()) {

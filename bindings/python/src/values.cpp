@@ -229,8 +229,8 @@ void bind_values(nb::module_& m) {
                                         {"__ilshift__", bitwise_left_shift}, {"__irshift__", bitwise_right_shift}};
     for (const BinaryOp& op : in_place) {
         BinaryFn fn = op.fn;
-        tensor.def(op.name, [fn](nb::handle self, nb::handle other) -> nb::object {
-            PyTensor& s = *nb::inst_ptr<PyTensor>(self);
+        tensor.def(op.name, [fn, name = op.name](nb::handle self, nb::handle other) -> nb::object {
+            PyTensor& s = out_tensor(self, "self", name);
             nb::handle c;
             Expr e;
             if (!to_expr(other, e, c)) throw Error(not_an_operand(other, "in-place operator"), Error::Kind::Type);
