@@ -14,6 +14,7 @@
 #pragma once
 #include "kernels/cuda/conv_params.hpp"
 #include "kernels/cuda/gemm_common.cuh"
+#include "kernels/cuda/sm80/fragments.cuh"
 #include "kernels/cuda/sm80/ptx.cuh"
 
 namespace kiln::gemm {
@@ -109,41 +110,13 @@ __device__ __forceinline__ void conv_mma(const ConvParams& p) {
         const T* As = smem + (kt % STAGES) * Cfg::kStageElems;
         const T* Bs = As + BM * LD;
 #pragma unroll
-        for (int ks = 0; ks < BK; ks += 16) {
-            uint32_t af[MT][4], bf[NT][2];
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-                const T* r0 = As + (wm + 16 * i + gr) * LD + ks + 2 * q;
-                af[i][0] = *reinterpret_cast<const uint32_t*>(r0);
-                af[i][1] = *reinterpret_cast<const uint32_t*>(r0 + 8 * LD);
-                af[i][2] = *reinterpret_cast<const uint32_t*>(r0 + 8);
-                af[i][3] = *reinterpret_cast<const uint32_t*>(r0 + 8 * LD + 8);
-            }
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                const T* r0 = Bs + (wn + 8 * j + gr) * LD + ks + 2 * q;
-                bf[j][0] = *reinterpret_cast<const uint32_t*>(r0);
-                bf[j][1] = *reinterpret_cast<const uint32_t*>(r0 + 8);
-            }
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-                for (int j = 0; j < NT; ++j) mma<E>(acc[i][j], af[i], bf[j]);
-        }
+        for (int ks = 0; ks < BK; ks += 16) mma_step16<E, MT, NT, LD>(acc, As, Bs, wm, wn, gr, q, ks);
     }
     cp_async_wait<0>();
     __syncthreads();   // every warp is done with the stages: the tile takes their memory
 
-    // Element (i, j, r) is position wm + 16i + g + 8(r / 2), channel wn + 8j + 2q + r % 2.
     float* tile = reinterpret_cast<float*>(smem_raw);
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                *reinterpret_cast<float2*>(tile + (wm + 16 * i + gr + 8 * h) * tile_ld(BN) + wn + 8 * j + 2 * q) =
-                    make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+    store_accumulators<MT, NT, tile_ld(BN)>(tile, acc, wm, wn, gr, q);
     __syncthreads();
     finish_tile<BM, BN, Cfg::kThreads>(gp, tile, m0, n0, tile_n, 0, tid);
 }

@@ -3,6 +3,7 @@
 // (operands.cuh), the accumulators finished by the shared epilogue (finish_tile).
 #pragma once
 #include "kernels/cuda/gemm_common.cuh"
+#include "kernels/cuda/sm80/fragments.cuh"
 #include "kernels/cuda/sm80/operands.cuh"
 #include "kernels/cuda/sm80/ptx.cuh"
 
@@ -64,23 +65,10 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
         const T* Bs = As + BM * LD;
 #pragma unroll
         for (int ks = 0; ks < BK; ks += E::kStep) {
-            uint32_t af[MT][4], bf[NT][2];
             if constexpr (E::kStep == 16) {
-#pragma unroll
-                for (int i = 0; i < MT; ++i) {
-                    const T* r0 = As + (wm + 16 * i + g) * LD + ks + 2 * q;
-                    af[i][0] = *reinterpret_cast<const uint32_t*>(r0);
-                    af[i][1] = *reinterpret_cast<const uint32_t*>(r0 + 8 * LD);
-                    af[i][2] = *reinterpret_cast<const uint32_t*>(r0 + 8);
-                    af[i][3] = *reinterpret_cast<const uint32_t*>(r0 + 8 * LD + 8);
-                }
-#pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    const T* r0 = Bs + (wn + 8 * j + g) * LD + ks + 2 * q;
-                    bf[j][0] = *reinterpret_cast<const uint32_t*>(r0);
-                    bf[j][1] = *reinterpret_cast<const uint32_t*>(r0 + 8);
-                }
+                mma_step16<E, MT, NT, LD>(acc, As, Bs, wm, wn, g, q, ks);
             } else {
+                uint32_t af[MT][4], bf[NT][2];
 #pragma unroll
                 for (int i = 0; i < MT; ++i) {
                     const float* r0 = reinterpret_cast<const float*>(As) + (wm + 16 * i + g) * LD + ks + q;
@@ -95,11 +83,11 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
                     bf[j][0] = to_tf32(r0[0]);
                     bf[j][1] = to_tf32(r0[4]);
                 }
+#pragma unroll
+                for (int i = 0; i < MT; ++i)
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) mma<E>(acc[i][j], af[i], bf[j]);
             }
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-                for (int j = 0; j < NT; ++j) mma<E>(acc[i][j], af[i], bf[j]);
         }
         if (more) {
             T* next = smem + (cur ^ 1) * Cfg::kStageElems;
@@ -109,17 +97,10 @@ __device__ __forceinline__ void mma_gemm(const GemmParams& p) {
         __syncthreads();
     }
 
-    // Epilogue: element (i, j, r) is row wm + 16i + g + 8(r / 2), column wn + 8j + 2q + r % 2;
-    // staged in shared memory (the loop above ended on a barrier), then finish_tile.
+    // Epilogue: the accumulators staged in shared memory (the loop above ended on a barrier), then
+    // finish_tile.
     float* tile = reinterpret_cast<float*>(smem_raw);
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                *reinterpret_cast<float2*>(tile + (wm + 16 * i + g + 8 * h) * tile_ld(BN) + wn + 8 * j + 2 * q) =
-                    make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+    store_accumulators<MT, NT, tile_ld(BN)>(tile, acc, wm, wn, g, q);
     __syncthreads();
     finish_tile<BM, BN, Cfg::kThreads>(p, tile, m0, n0, tile_pos.n, w.zc, tid);
     bsum_across_tiles<BM>(p, m0, tile_pos.m, w.zc, tid, Cfg::kThreads, [] { __syncthreads(); });
