@@ -238,6 +238,13 @@ bool layout_fits(const ConvLayer& L, const Tensor& I, ImageLayout layout) {
            (rows - 1) * layout.row + (L.image[2] - 1) * layout.pixel + L.C <= I.size();
 }
 
+// t contiguous and starting on a 16-byte boundary, as the kernels' 16-byte copies and TMA want it:
+// t itself, or a copy (a view that starts mid-vector).
+Tensor aligned16(const Tensor& t, Context& ctx) {
+    const Tensor c = detail::contiguous(t, ctx);
+    return reinterpret_cast<uintptr_t>(detail::data_of(c)) % 16 == 0 ? c : ctx.eval(c.expr());
+}
+
 // The layer's geometry in the kernels' 32-bit fields (the callers have checked that they fit).
 ConvShape conv_shape(const ConvLayer& L) {
     ConvShape s;
@@ -504,7 +511,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     Context& ctx = C.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype) return false;
-    const Tensor I = detail::contiguous(I5, ctx);   // (a layout places pixels in I5's dense storage)
+    // (A layout places pixels in I5's dense storage: never copied.)
+    const Tensor I = layout.pixel ? detail::contiguous(I5, ctx) : aligned16(I5, ctx);
     if (!layout_fits(L, I, layout)) return false;
     std::optional<CUtensorMap> map_a;   // (the image's patches by TMA where the descriptor holds them)
     const bool mma = mma_kernels(be);
@@ -512,7 +520,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     if (rank) map_a = im2col_map(L, detail::data_of(I), rank, 128, layout);
     if (layout.pixel && !map_a) return false;
     Context::Impl& impl = context_impl(ctx);
-    const Tensor Fc = detail::contiguous(F, ctx);
+    const Tensor Fc = aligned16(F, ctx);
     const int64_t rows = positions_of(L);
     const int64_t taps = taps_of(L);
     const int sms = be.info().multiprocessors;
@@ -545,9 +553,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         const ConvTile t = mma_tile(L);
         g.tiles_n = int32_t((L.K + t.bn - 1) / t.bn);
         const int64_t blocks = int64_t(g.tiles_m) * g.tiles_n;
-        if (reinterpret_cast<uintptr_t>(p.image) % 16 != 0 || reinterpret_cast<uintptr_t>(g.b) % 16 != 0 ||
-            !fits_32_bits(blocks))
-            return false;
+        if (!fits_32_bits(blocks)) return false;
         int smem = t.smem;
         // A histogram: the 8 warps' counters past the dynamic shared memory, where they fit.
         const int bytes = kConvMmaThreads / 32 * (count ? count->bins : 0) * 4;

@@ -25,8 +25,8 @@ struct ImageLayout {
 // C (rows x K, the output as a matrix) = epilogue(conv(I5, F)) of layer L with the implicit-GEMM
 // kernel (sm_90: wgmma; other GPUs from sm_80, or KILN_CONV_KERNEL=mma: mma.sync): true when it
 // ran, false where it does not take the problem (a GPU before sm_80, not a 16-bit dtype, C not a
-// multiple of 8, sizes past 32 bits, KILN_CONV_KERNEL=im2col, or for mma.sync an image or filter
-// not 16-byte aligned or a `layout`). The epilogue is the GEMM's (alpha, beta, bias, relu,
+// multiple of 8, sizes past 32 bits, KILN_CONV_KERNEL=im2col, or for mma.sync a `layout`; an image
+// or filter not on a 16-byte boundary is copied first). The epilogue is the GEMM's (alpha, beta, bias, relu,
 // slope). I5 is (N, D, H, W, C). C may also be (groups, rows / groups, K): rows in groups of a
 // stride of their own (c_row), as a strided gradient's phase is in the image's gradient.
 // `extras` (kernels/hist_named.hpp): the values stored counted where the counters fit beside the

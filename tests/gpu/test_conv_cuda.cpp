@@ -1190,6 +1190,25 @@ TEST_CASE("gpu conv: the mma.sync kernel: tails, every epilogue, bprop by phase,
         CHECK(far == 0);
         CHECK(moved > 0);
     }
+    {   // An image and a filter that start mid-vector (contiguous views one element in): copied to a
+        // 16-byte boundary first.
+        const ConvLayer L = conv_layer(DType::BFloat16, 2, 16, 24, {1, 9, 9}, {1, 3, 3}, {0, 1, 1});
+        const Pair I = pair(gpu, cpu, L.input_shape(), L.dtype, ++seed), F = pair(gpu, cpu, L.filter_shape(), L.dtype, ++seed);
+        auto one_in = [&](const Tensor& t) {
+            std::vector<float> v = t.to_vector<float>();
+            v.insert(v.begin(), 0.f);
+            const int64_t n = numel(t.shape());
+            return *gpu.array(v, {n + 1}, t.dtype()).slice({Slice::range(1, n + 1)}).reshape_view(t.shape());
+        };
+        const Tensor Iv = one_in(I.cpu), Fv = one_in(F.cpu);
+        CHECK(Iv.offset() == 1);
+        Tensor Og = gpu.empty(L.output_shape(), L.dtype), Oc = cpu.empty(L.output_shape(), L.dtype),
+               Om = cpu.empty(L.output_shape(), DType::Float32);
+        fprop_conv(L, Iv, Fv, Og);
+        fprop_conv(L, I.cpu, F.cpu, Oc);
+        fprop_conv(L, I.abs, F.abs, Om);
+        CHECK(count_off(Og, Oc, Om, L.dtype) == 0);
+    }
     {   // A named output counted in the kernel's store path.
         Context ctx(ContextOptions{"cuda"});
         set_hist_buffers(ctx, 64, -40);
