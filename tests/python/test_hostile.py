@@ -264,3 +264,20 @@ def test_misuse_the_probe_found_raises_errors_that_name_the_call():
     with pytest.raises(ValueError) as e:
         kiln.layers.CrossEntropy().bprop_logits(kiln.zeros((0, 3)), kiln.zeros((0, 3)))
     check(e, "CrossEntropy: a batch of 0 rows has no mean loss")
+
+
+def test_never_initialised_contexts_tensors_and_expressions_are_type_errors():
+    # A Context subclass whose __init__ skips super().__init__(), or Tensor.__new__ without
+    # __init__, was read as a built object (segfaults).
+    class NoInit(kiln.Context):
+        def __init__(self):
+            pass
+
+    with pytest.raises(TypeError):
+        kiln.zeros(3, dtype="float32", ctx=NoInit())
+    for blank in (kiln.Tensor.__new__(kiln.Tensor), kiln.Expr.__new__(kiln.Expr)):
+        with pytest.raises(TypeError) as e:
+            blank + 1
+        check(e, "never initialised")
+        with pytest.raises(TypeError):
+            kiln.sum(blank)

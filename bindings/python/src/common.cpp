@@ -85,6 +85,10 @@ bool numpy_scalar(nb::handle h, Expr& out) {
 } // namespace
 
 bool to_expr(nb::handle h, Expr& out, nb::handle& ctx) {
+    if ((nb::isinstance<PyExpr>(h) || nb::isinstance<PyTensor>(h)) && !nb::inst_ready(h))
+        throw Error("a kiln tensor or expression that was never initialised (made by __new__ without __init__) "
+                    "was used as an operand",
+                    Error::Kind::Type);
     if (nb::isinstance<PyExpr>(h)) {
         auto* e = nb::inst_ptr<PyExpr>(h);
         out = e->e;
@@ -137,6 +141,10 @@ nb::object default_context() { return kiln_package_attr("default_context")(); }
 
 nb::object context_object(nb::handle ctx, const char* op) {
     if (!ctx.is_valid() || ctx.is_none()) return default_context();
+    if (nb::isinstance<PyContext>(ctx) && !nb::inst_ready(ctx))
+        throw Error(fmt::format("{}: ctx is a kiln.Context that was never initialised (a subclass's __init__ must call "
+                                "super().__init__())", op),
+                    Error::Kind::Type);
     if (!nb::isinstance<PyContext>(ctx))
         throw Error(fmt::format("{}: ctx is of type {}; it must be a kiln.Context, or None for the default context", op,
                                 nb::type_name(ctx.type()).c_str()),
