@@ -318,6 +318,15 @@ Tensor tap_view(const Tensor& p, const PoolLayer& L, int64_t tap) {
                     along(s, L.output[2], L.stride[2]), along(j, L.K, L.str_c)});
 }
 
+// The sum over each channel's window of e (an expression of the 5-D input's shape, zeros
+// past it): pooling's count of a window's elements inside the input (e ones), LRN's sums.
+Expr window_sum(Context& ctx, const Expr& e, const Shape& s, const PoolLayer& L) {
+    const Tensor p = padded(ctx, e, s, L, 0.0);
+    Expr acc = tap_view(p, L, 0).expr();
+    for (int64_t k = 1; k < L.taps(); ++k) acc = bounded(ctx, acc + tap_view(p, L, k).expr(), k, L.taps());
+    return acc;
+}
+
 } // namespace
 
 int PoolLayer::spatial_rank() const {
@@ -429,11 +438,7 @@ Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::op
         if (L.op == PoolOp::L2) {
             r = sqrt(acc);
         } else {
-            // The window's elements inside the input: the same sum over a padded tensor of ones.
-            const Tensor ones = padded(ctx.ones(I5.shape(), DType::Float32), L, 0.0);
-            Expr count = Expr(0.0);
-            for (int64_t k = 0; k < L.taps(); ++k) count = bounded(ctx, count + tap_view(ones, L, k).expr(), k, L.taps());
-            r = acc / count;
+            r = acc / window_sum(ctx, ctx.ones(I5.shape(), DType::Float32).expr(), I5.shape(), L);
         }
     }
     if (alpha != 1) r = Expr(alpha) * r;
@@ -477,10 +482,7 @@ Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const st
     std::optional<Tensor> Xp, count;
     if (X5) Xp = padded(*X5, L, 0.0);
     if (L.op == PoolOp::Avg) {
-        const Tensor ones = padded(ctx.ones(G5.shape(), DType::Float32), L, 0.0);
-        Expr c = Expr(0.0);
-        for (int64_t k = 0; k < L.taps(); ++k) c = bounded(ctx, c + tap_view(ones, L, k).expr(), k, L.taps());
-        count = ctx.eval(c);
+        count = ctx.eval(window_sum(ctx, ctx.ones(G5.shape(), DType::Float32).expr(), G5.shape(), L));
     }
     for (int64_t k = 0; k < L.taps(); ++k) {
         Tensor g = tap_view(Gp, L, k);
@@ -514,13 +516,6 @@ namespace {
 void check_lrn(const PoolLayer& L, const char* op) {
     if (L.op != PoolOp::Lrn)
         fail(Error::Kind::Value, "{}: the layer pools by {}; make an LRN layer with lrn_layer", op, pool_name(L.op));
-}
-// The sum over each channel's window of e (an expression of the 5-D input's shape).
-Expr window_sum(Context& ctx, const Expr& e, const Shape& s, const PoolLayer& L) {
-    const Tensor p = padded(ctx, e, s, L, 0.0);
-    Expr acc = tap_view(p, L, 0).expr();
-    for (int64_t k = 1; k < L.taps(); ++k) acc = bounded(ctx, acc + tap_view(p, L, k).expr(), k, L.taps());
-    return acc;
 }
 } // namespace
 
