@@ -335,6 +335,27 @@ def test_to_kiln_shares_memory():
     assert k._data_ptr == t.data_ptr() and k.shape == (2, 3)
     with pytest.raises(TypeError, match="expected a torch.Tensor"):
         kt.to_kiln([1, 2])
+    neg = torch._neg_view(t)
+    assert neg.is_neg()
+    with pytest.raises(ValueError, match=r"lazy negation .*resolve_neg\(\) first"):
+        kt.to_kiln(neg)
+    np.testing.assert_array_equal(np.asarray(kt.to_kiln(neg.resolve_neg())), -t.cpu().numpy())
+
+
+def test_ops_read_lazily_negated_tensors_as_their_values():
+    # PyTorch hands a custom op a negative view as is (memory holding the negatives, the bit set)
+    t = _rand(4, 6, grad=False)
+    neg = torch._neg_view(t)
+    torch.testing.assert_close(kt.op(lambda a: a * 2)(neg), -2 * t)
+    w = _rand(3, 6, grad=False, seed=1)
+    torch.testing.assert_close(kt.linear(t, torch._neg_view(w)), F.linear(t, -w), rtol=1e-5, atol=1e-5)
+    x = _rand(2, 3, 6, 6, grad=False, seed=2)
+    f = _rand(5, 3, 3, 3, grad=False, seed=3)
+    torch.testing.assert_close(kt.conv2d(torch._neg_view(x), f, padding=1), F.conv2d(-x, f, padding=1),
+                               rtol=1e-4, atol=1e-4)
+    a = t.clone().requires_grad_()
+    (kt.op(lambda u: u * u)(a) * torch._neg_view(torch.ones_like(t))).sum().backward()
+    torch.testing.assert_close(a.grad, -2 * t)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA context (stream ordering)")

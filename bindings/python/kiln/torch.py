@@ -14,7 +14,7 @@ graph breaks:
     Linear, Conv1d, Conv2d, Conv3d   drop-in subclasses of torch.nn's modules.
 
 Tensors are shared, never copied (a convolution copies an input that is not channels-last
-into that layout). On CUDA, kiln's work waits for what PyTorch has queued on its
+into that layout; an input with PyTorch's negative bit set is materialised first). On CUDA, kiln's work waits for what PyTorch has queued on its
 current stream and PyTorch's later work waits for kiln's.
 """
 import contextlib
@@ -81,14 +81,24 @@ def _torch_dtype(kiln_dtype):
 def to_kiln(t, ctx=None):
     """The kiln tensor sharing a torch tensor's memory (its shape and strides; the torch tensor is
     kept alive while kiln uses it). No stream is synchronised: kiln.torch's ops order the streams
-    themselves; kiln.from_dlpack(t) is the general, synchronising form."""
+    themselves; kiln.from_dlpack(t) is the general, synchronising form. A tensor with PyTorch's negative
+bit set (a lazy negation) is refused: its memory holds the negatives of its values."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"kiln.torch: expected a torch.Tensor, got {type(t).__name__}")
+    if t.is_neg():
+        raise ValueError("kiln.torch.to_kiln: the tensor is a lazy negation (its negative bit is set, so its memory "
+                         "holds the values' negatives); call t.resolve_neg() first")
     dev = t.device
     if ctx is None:
         ctx = context_for(dev)
     return _kiln._wrap(ctx, t.data_ptr(), _kiln_dtype(t.dtype), tuple(t.shape), tuple(t.stride()), t,
                        dev.type == "cuda", dev.index or 0)
+
+
+def _resolved(*ts):
+    """Operands as kiln reads them: a lazily negated tensor (PyTorch's negative bit, which its custom ops
+    receive as is) materialised, queued on PyTorch's stream before kiln waits for it; None stays None."""
+    return tuple(t.resolve_neg() if t is not None else None for t in ts)
 
 
 @contextlib.contextmanager
@@ -157,6 +167,7 @@ def _relu_backward(y, grad, relu, slope):
 def _linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], relu: bool,
                     slope: float) -> torch.Tensor:
     out_features, in_features = weight.shape
+    x, weight, bias = _resolved(x, weight, bias)
     x2 = x.reshape(math.prod(x.shape[:-1]), in_features)
     out = torch.empty((x2.shape[0], out_features), dtype=x.dtype, device=x.device)
     if out.numel() and in_features == 0:   # an empty sum: the bias alone
@@ -185,6 +196,7 @@ def _linear_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Ten
                           need_w: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad x, grad weight, grad bias); each not asked for is an empty tensor."""
     out_features, in_features = weight.shape
+    grad, x, weight, y = _resolved(grad, x, weight, y)
     x2 = x.reshape(math.prod(x.shape[:-1]), in_features)
     g2 = grad.reshape(x2.shape[0], out_features)
     alloc = torch.empty_like if g2.numel() else torch.zeros_like   # kiln writes every element (beta 0)
@@ -325,6 +337,7 @@ def _conv_out_shape(x, weight, stride, padding, dilation):
 
 def _conv_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
                   padding: list[int], dilation: list[int], relu: bool, slope: float) -> torch.Tensor:
+    x, weight, bias = _resolved(x, weight, bias)
     out = _channels_last_empty(_conv_out_shape(x, weight, stride, padding, dilation), x)
     if out.numel():
         ctx = context_for(x.device)
@@ -341,6 +354,7 @@ def _conv_backward_impl(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
                         stride: list[int], padding: list[int], dilation: list[int], has_bias: bool, relu: bool,
                         slope: float, need_x: bool, need_w: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad x, grad weight, grad bias), channels-last; each not asked for is an empty tensor."""
+    grad, x, weight, y = _resolved(grad, x, weight, y)
     writes = grad.numel() and x.numel()   # kiln writes every element; otherwise they are zeros
 
     def alloc(like):
@@ -532,7 +546,7 @@ def op(fn=None, *, name=None):
         device = xs[0].device if xs else torch.device("cpu")
         _same_device(f"torch.op({label})", *xs)
         ctx = context_for(device)
-        ks = [to_kiln(x, ctx) for x in xs]   # building the expressions queues no work
+        ks = [to_kiln(x, ctx) for x in _resolved(*xs)]   # building the expressions queues no work
         ys = _outputs(fn, ks, label)
         outs = [torch.empty(tuple(y.shape), dtype=_torch_dtype(y.dtype), device=device) for y in ys]
         with _ordered(ctx, device):
@@ -551,7 +565,7 @@ def op(fn=None, *, name=None):
         ctx = context_for(device)
         # An input sharing memory with an earlier one is read from a copy, so that each receives
         # its own derivative (PyTorch adds them).
-        seen, xs = set(), list(xs)
+        seen, xs, grads = set(), list(_resolved(*xs)), _resolved(*grads)
         for i, x in enumerate(xs):
             key = x.untyped_storage().data_ptr()
             if key in seen and x.numel():
