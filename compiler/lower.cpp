@@ -593,11 +593,13 @@ struct Lowerer {
     // The nodes of every root the kernel stores (the stage's, then its siblings'), operands
     // before their users, each once.
     std::vector<const Node*> stage_postorder() const {
-        std::vector<const Node*> order = postorder(st.root);
+        // Not below what an earlier stage computed: a chain of N stages lowers in O(N), not O(N^2).
+        auto computed = [this](const Node* nd) { return st.inputs_from_temps.count(nd) != 0; };
+        std::vector<const Node*> order = postorder(st.root, computed);
         if (st.siblings.empty()) return order;
         std::unordered_set<const Node*> seen(order.begin(), order.end());
         for (const Stage::Sibling& sib : st.siblings)
-            for (const Node* nd : postorder(sib.root))
+            for (const Node* nd : postorder(sib.root, computed))
                 if (seen.insert(nd).second) order.push_back(nd);
         return order;
     }
@@ -630,24 +632,13 @@ struct Lowerer {
         std::vector<std::vector<int64_t>> ostrides(outs.size());
         for (size_t i = 0; i < outs.size(); ++i) obufs.push_back(add_output(*outs[i].second, ostrides[i]));
 
-        // Reductions fused into this stage, by level, in postfix order. postorder() also
-        // descends below nodes that earlier stages computed; only what is reachable without
-        // crossing one of those belongs to this stage.
-        std::unordered_set<const Node*> reachable;
-        std::vector<const Node*> stack;
-        for (auto& [root, o] : outs) stack.push_back(root->get());
-        while (!stack.empty()) {
-            const Node* nd = stack.back();
-            stack.pop_back();
-            if (!reachable.insert(nd).second || st.inputs_from_temps.count(nd) || nd->op == OpKind::Leaf) continue;
-            for (auto& i : nd->inputs) stack.push_back(i.get());
-        }
+        // Reductions fused into this stage, by level, in postfix order.
         compute_levels();
         int levels_total = 0;
         for (auto& [root, o] : outs) levels_total = std::max(levels_total, level_of(root->get()));
         std::vector<std::vector<const Node*>> by_level(levels_total + 1);
         for (const Node* nd : stage_postorder()) {
-            if (!reachable.count(nd) || st.inputs_from_temps.count(nd)) continue;
+            if (st.inputs_from_temps.count(nd)) continue;
             if (is_reduction(nd->op)) by_level[level_of(nd)].push_back(nd);
         }
         for (int lv = 1; lv <= levels_total; ++lv) {

@@ -58,6 +58,26 @@ void stage_leaves(const Node* root, const std::unordered_map<const Node*, int>& 
     }
 }
 
+// The temporaries a stage rooted at `root` reads: those met walking down from it, stopping at
+// each (its own root, when the stage only copies a temporary). Only these, not every temporary
+// made so far, so that a chain of N materialised nodes plans in O(N) memory rather than O(N^2).
+std::unordered_map<const Node*, int> temps_read(const Node* root, const std::unordered_map<const Node*, int>& temps) {
+    std::unordered_map<const Node*, int> read;
+    std::unordered_set<const Node*> seen;
+    std::vector<const Node*> stack{root};
+    while (!stack.empty()) {
+        const Node* n = stack.back();
+        stack.pop_back();
+        if (!seen.insert(n).second) continue;
+        if (auto t = temps.find(n); t != temps.end()) {
+            read.emplace(n, t->second);
+            continue;
+        }
+        for (const NodePtr& in : n->inputs) stack.push_back(in.get());
+    }
+    return read;
+}
+
 } // namespace
 
 Plan partition(const NodePtr& root, const View& dst, const LegalityResult& legal) {
@@ -75,7 +95,7 @@ Plan partition(const NodePtr& root, const View& dst, const LegalityResult& legal
         st.domain = c.domain;
         st.reduced = c.reduced;
         st.out = std::move(out);
-        st.inputs_from_temps = temp_of;
+        st.inputs_from_temps = temps_read(stage_root.get(), temp_of);
         st.why = std::move(why);
         plan.stages.push_back(std::move(st));
     };

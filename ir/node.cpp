@@ -187,7 +187,10 @@ size_t live_node_count() {
     return t.map.size();
 }
 
-std::vector<const Node*> postorder(const NodePtr& root) {
+namespace {
+
+template <class Stop>
+std::vector<const Node*> postorder_until(const NodePtr& root, const Stop& stop) {
     // Runs several times on every new plan, and once on every assignment (the plan cache's
     // signature): expressions are small, so "seen" is a scan of the nodes met so far, kept on
     // the stack, until there are many of them, then a hash set.
@@ -212,7 +215,7 @@ std::vector<const Node*> postorder(const NodePtr& root) {
     stack.push_back({root.get(), 0});
     while (!stack.empty()) {
         auto& [n, i] = stack.back();
-        if (i < n->inputs.size()) {
+        if (i < n->inputs.size() && !stop(n)) {
             const Node* c = n->inputs[i++].get();
             if (first_visit(c)) stack.push_back({c, 0});
         } else {
@@ -221,6 +224,16 @@ std::vector<const Node*> postorder(const NodePtr& root) {
         }
     }
     return out;
+}
+
+} // namespace
+
+std::vector<const Node*> postorder(const NodePtr& root) {
+    return postorder_until(root, [](const Node*) { return false; });
+}
+
+std::vector<const Node*> postorder(const NodePtr& root, const std::function<bool(const Node*)>& stop) {
+    return postorder_until(root, stop);
 }
 
 std::string node_str(const Node& n) {

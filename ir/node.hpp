@@ -8,6 +8,7 @@
 #include "ir/storage.hpp"
 #include <kiln/expr.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -123,5 +124,8 @@ std::string node_str(const Node& n);  // the node alone, operands by id
 
 // Postorder (inputs before users), each node once.
 std::vector<const Node*> postorder(const NodePtr& root);
+// The same, not descending below a node for which `stop` holds (that node is listed): a stage's
+// nodes, stopping at what earlier stages computed.
+std::vector<const Node*> postorder(const NodePtr& root, const std::function<bool(const Node*)>& stop);
 
 } // namespace kiln

@@ -121,6 +121,24 @@ def test_deep_expression_evaluates():
     assert r.stdout.strip() == "[20000.0, 20000.0, 20000.0, 20000.0]"
 
 
+def test_deep_chain_of_reductions_plans_in_linear_memory():
+    # 20000 reductions, each its own stage reading the last: planning it once took gigabytes
+    # (every stage held every earlier temporary) and aborted under a memory limit.
+    r = run_python("""
+        import os, resource
+        os.environ["KILN_BACKEND"] = "cpu"   # a GPU driver reserves more address space than the limit
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+        import numpy as np, kiln
+        t = kiln.asarray(np.array([1.0, 2.0, 3.0], np.float32))
+        x = t
+        for _ in range(20000):
+            x = kiln.mean(x, axis=0, keepdims=True) + t
+        print(np.asarray(x).tolist())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[40001.0, 40002.0, 40003.0]"
+
+
 def test_deep_expression_is_destroyed():
     r = run_python("""
         import kiln

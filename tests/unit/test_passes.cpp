@@ -130,6 +130,24 @@ TEST_CASE("partition classifies stages") {
     (void)a;
 }
 
+TEST_CASE("partition: a chain of materialised reductions gives each stage only the temporaries it reads") {
+    // x <- sum(x, 0) + t, 3000 times: every step is its own stage reading the step before. Each
+    // stage holding every earlier temporary made planning O(N^2) in memory (gigabytes at 20000).
+    Expr t = leaf(host_view({3}));
+    Expr x = t;
+    constexpr int kSteps = 3000;
+    for (int i = 0; i < kSteps; ++i) x = sum(x, 0, true) + t;
+    auto plan = partition(x.node(), host_view({3}), legality(x.node(), {3}));
+    REQUIRE(plan.stages.size() >= kSteps);
+    CHECK(plan.temps.size() == plan.stages.size() - 1);
+    CHECK(plan.stages.front().inputs_from_temps.empty());
+    for (size_t i = 1; i < plan.stages.size(); ++i) {
+        const Stage& st = plan.stages[i];
+        REQUIRE(st.inputs_from_temps.size() == 1);
+        CHECK(st.inputs_from_temps.begin()->second == plan.stages[i - 1].out.temp);
+    }
+}
+
 TEST_CASE("lower + key: sizes are arguments, layouts and structure are the key") {
     auto key_of = [](Shape s) {
         Expr A = leaf(host_view(s));

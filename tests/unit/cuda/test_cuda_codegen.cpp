@@ -380,7 +380,7 @@ TEST_CASE("row kernels read a vector out of the row's phase as shifted 16-byte w
         b.loop();
         const int sum = b.op(kir::Op::Add, kir::ComputeType::F32, b.load(w), b.acc_result(acc));
         b.store(out, b.op(kir::Op::Mul, kir::ComputeType::F32, b.load(in), sum));
-        const int v = dt == DType::Float32 ? 4 : 8, size = dt == DType::Float32 ? 4 : 2;
+        const int size = dt == DType::Float32 ? 4 : 2;
         CudaSource src = codegen::emit_cuda(b.kernel());
         INFO(src.code);
         // The store is the anchor; x is expected in its phase; w's offset from it is s2 bytes.
