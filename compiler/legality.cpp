@@ -31,8 +31,9 @@ std::vector<bool> reduced_axes(const Node& r) {
     return a;
 }
 
-// Reductions reachable from `root` through elementwise operations only, in postfix order.
-std::vector<const Node*> frontier_reductions(const NodePtr& root) {
+// Reductions reachable from `root` through elementwise operations only, not through a cut
+// below it, in postfix order.
+std::vector<const Node*> frontier_reductions(const NodePtr& root, const std::unordered_set<const Node*>& cuts) {
     std::vector<const Node*> out;
     std::unordered_set<const Node*> seen;
     std::vector<const Node*> stack{root.get()};  // operands pushed in reverse: visited first to last
@@ -41,7 +42,7 @@ std::vector<const Node*> frontier_reductions(const NodePtr& root) {
         stack.pop_back();
         if (!seen.insert(n).second) continue;
         if (is_reduction(n->op)) { out.push_back(n); continue; }
-        if (!is_elementwise(n->op)) continue;
+        if (!is_elementwise(n->op) || (n != root.get() && cuts.count(n))) continue;
         for (size_t i = n->inputs.size(); i-- > 0;) stack.push_back(n->inputs[i].get());
     }
     return out;
@@ -83,7 +84,7 @@ std::string ctx_str(const StageContext& c) {
 struct Legality {
     LegalityResult res;
     std::unordered_set<const Node*> done;  // materialized already
-    std::unordered_set<const Node*> cuts;  // long_chain_cuts
+    const std::unordered_set<const Node*>& cuts = res.cuts;  // long_chain_cuts
 
     struct Walk {  // one stage's context and the nodes its walk has met
         StageContext ctx;
@@ -108,7 +109,7 @@ struct Legality {
     }
 
     void process(const NodePtr& root, const Shape& dst_shape) {
-        walks.push_back({choose_context(root, dst_shape), {}});
+        walks.push_back({choose_context(root, dst_shape, cuts), {}});
         stack.push_back({&root, walks.size() - 1, false, true, false, {}});
     }
 
@@ -177,8 +178,8 @@ struct Legality {
 
 } // namespace
 
-StageContext choose_context(const NodePtr& root, const Shape& dst_shape) {
-    for (const Node* r : frontier_reductions(root)) {
+StageContext choose_context(const NodePtr& root, const Shape& dst_shape, const std::unordered_set<const Node*>& cuts) {
+    for (const Node* r : frontier_reductions(root, cuts)) {
         const Shape& s = r->inputs[0]->shape;
         std::vector<bool> axes = reduced_axes(*r);
         StageContext c{s, axes};
@@ -190,7 +191,7 @@ StageContext choose_context(const NodePtr& root, const Shape& dst_shape) {
 
 LegalityResult legality(const NodePtr& root, const Shape& dst_shape) {
     Legality l;
-    l.cuts = long_chain_cuts(root);
+    l.res.cuts = long_chain_cuts(root);
     l.process(root, dst_shape);
     l.run();
     return std::move(l.res);

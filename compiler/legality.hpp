@@ -21,6 +21,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace kiln {
@@ -33,13 +34,17 @@ struct StageContext {
     bool any_reduced() const;
 };
 
-StageContext choose_context(const NodePtr& root, const Shape& dst_shape);
+// The context is taken from the reductions reachable from `root` through elementwise nodes,
+// not through the `cuts` below it (a long chain's cut points: each is a stage of its own, and
+// walking through them made planning quadratic in the chain's length).
+StageContext choose_context(const NodePtr& root, const Shape& dst_shape, const std::unordered_set<const Node*>& cuts);
 
 struct LegalityResult {
     // Nodes to compute in a stage of their own, dependencies first. A Reshape node listed
     // here means: its input is computed into memory and the Reshape reads that memory.
     std::vector<NodePtr> materialized;
     std::unordered_map<const Node*, std::string> reasons;
+    std::unordered_set<const Node*> cuts;   // where a long chain is cut (kMaxStageOperations)
 };
 
 // A stage computes at most about this many operations: a longer expression is cut into stages

@@ -89,7 +89,7 @@ Plan partition(const NodePtr& root, const View& dst, const LegalityResult& legal
         // A stage whose root was computed earlier only copies it.
         StageContext c = temp_of.count(stage_root.get())
                              ? StageContext{out.shape, std::vector<bool>(out.shape.size(), false)}
-                             : choose_context(stage_root, out.shape);
+                             : choose_context(stage_root, out.shape, legal.cuts);
         st.kind = classify(c);
         st.root = stage_root;
         st.domain = c.domain;

@@ -148,6 +148,22 @@ TEST_CASE("partition: a chain of materialised reductions gives each stage only t
     }
 }
 
+TEST_CASE("legality: a stage's context is not read through a long chain's cut below it") {
+    // x - mean(x, 1), then 1500 more elementwise operations: the chain is cut after about
+    // kMaxStageOperations, and the row reduction belongs to the stage below the cut. The stage
+    // above it is elementwise (its context no longer walks through the cut, which made planning a
+    // chain of N operations cost O(N^2 / kMaxStageOperations)).
+    Expr A = leaf(host_view({16, 32}));
+    Expr y = A - mean(A, 1);
+    for (int i = 0; i < 1500; ++i) y = y * 1.5 + A;
+    auto l = legality(y.node(), {16, 32});
+    REQUIRE(!l.cuts.empty());
+    auto plan = partition(y.node(), host_view({16, 32}), l);
+    REQUIRE(plan.stages.size() >= 2);
+    CHECK(plan.stages.front().kind == StageKind::RowReduction);
+    CHECK(plan.stages.back().kind == StageKind::Elementwise);
+}
+
 TEST_CASE("lower + key: sizes are arguments, layouts and structure are the key") {
     auto key_of = [](Shape s) {
         Expr A = leaf(host_view(s));
