@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -130,7 +131,14 @@ void destroy(const Node* n) {
     thread_local std::vector<NodePtr> pending;
     thread_local bool draining = false;
     Node* m = const_cast<Node*>(n);  // made by `new Node` in intern(): not a const object
-    for (NodePtr& in : m->inputs) pending.push_back(std::move(in));
+    // A deleter must not throw: where the list cannot grow, push_back leaves the input in place
+    // and `delete m` releases it here, recursively (deeper stack, no std::terminate).
+    for (NodePtr& in : m->inputs) {
+        try {
+            pending.push_back(std::move(in));
+        } catch (const std::bad_alloc&) {
+        }
+    }
     delete m;
     if (draining) return;
     draining = true;
