@@ -48,18 +48,24 @@ std::vector<const Node*> frontier_reductions(const NodePtr& root, const std::uno
     return out;
 }
 
-// Where a long expression is cut (kMaxStageOperations): counted in postorder, an operand shared
-// by two users counted for each (conservative, and saturating), reset after each cut. A tensor
-// read counts as an operation too (it is a buffer of the kernel), so a sum of thousands of
-// tensors is cut as well.
+// Where a long expression is cut (kMaxStageOperations): counted in postorder, each node once,
+// charged to the first user met (a kernel computes a shared operand once, so counting it for
+// each user grew a gradient's count, where forward values feed several backward nodes,
+// quadratically and cut it every few operations: one new kernel each). Reset after each cut. A
+// stage can recompute nodes charged to an earlier one (only cuts are stored): a gradient's
+// stage recomputes the forward values since the forward chain's last cut, up to about twice
+// the count in all. A tensor read counts as an operation too (it is a buffer of the kernel), so
+// a sum of thousands of tensors is cut as well.
 std::unordered_set<const Node*> long_chain_cuts(const NodePtr& root) {
     std::unordered_map<const Node*, int64_t> ops;
+    std::unordered_set<const Node*> charged;
     std::unordered_set<const Node*> cuts;
     for (const Node* n : postorder(root)) {
         int64_t c = n->op == OpKind::Leaf ? 1 : 0;
         if (is_elementwise(n->op) || is_reduction(n->op)) {
             c = 1;
-            for (auto& i : n->inputs) c = std::min(c + ops[i.get()], INT64_MAX / 4);
+            for (auto& i : n->inputs)
+                if (charged.insert(i.get()).second) c += ops[i.get()];
         }
         if (c > kMaxStageOperations && is_elementwise(n->op)) {
             cuts.insert(n);

@@ -47,7 +47,8 @@ struct LegalityResult {
     std::unordered_set<const Node*> cuts;   // where a long chain is cut (kMaxStageOperations)
 };
 
-// A stage computes at most about this many operations: a longer expression is cut into stages
+// A stage computes about this many distinct operations at most (one recomputing values that an
+// earlier stage's count took, up to about twice it): a longer expression is cut into stages
 // (every node where the count of operations since the last cut passes it is materialised). A
 // kernel's compile time grows faster than its length in LLVM's and NVRTC's schedulers, and a
 // stage this long is compute-bound already, so the extra pass through memory costs little;

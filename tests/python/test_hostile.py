@@ -154,6 +154,30 @@ def test_long_elementwise_chain_cut_into_stages():
     assert r.stdout.strip() == "[30001.0, 30001.0, 30001.0]"
 
 
+def test_gradient_of_a_long_chain_is_a_few_kernels():
+    # Forward values feed several backward nodes; counted once per user, the derivative of a
+    # 300-step chain was cut every few operations into ~270 stages, each a distinct kernel.
+    r = run_python("""
+        import numpy as np, kiln
+        x0 = np.array([1.2, 1.6, 2.0])
+        x = kiln.asarray(x0.astype(np.float32))
+        y = x
+        for _ in range(300):
+            y = kiln.sin(y) * x
+        before = kiln.default_context().counters()["launches"]
+        g = np.asarray(kiln.grad(kiln.sum(y), x))
+        print(kiln.default_context().counters()["launches"] - before)
+        v, dv = x0.copy(), np.ones(3)
+        for _ in range(300):
+            v, dv = np.sin(v) * x0, np.cos(v) * dv * x0 + np.sin(v)
+        print(np.abs(g - dv).max() / np.abs(dv).max())
+    """)
+    assert r.returncode == 0, r.stderr
+    stages, err = r.stdout.split()
+    assert int(stages) <= 6
+    assert float(err) < 1e-4
+
+
 def test_deep_expression_is_destroyed():
     r = run_python("""
         import kiln

@@ -164,6 +164,25 @@ TEST_CASE("legality: a stage's context is not read through a long chain's cut be
     CHECK(plan.stages.back().kind == StageKind::Elementwise);
 }
 
+TEST_CASE("legality: a gradient's shared forward values count once towards a stage's length") {
+    // y <- sin(y) * x, 400 times, and its derivative: about 2800 distinct nodes, forward values
+    // each read by several backward ones. Counting an operand per user cut it every few dozen
+    // operations (one distinct kernel each: 999 compiles for 1000 steps).
+    Expr x = leaf(host_view({3}));
+    Expr y = x;
+    for (int i = 0; i < 400; ++i) y = sin(y) * x;
+    NodePtr g = grad(sum(y), {x}, Expr(1.0))[0].node();
+    const size_t nodes = postorder(g).size();
+    auto l = legality(g, {3});
+    auto plan = partition(g, host_view({3}), l);
+    CHECK(plan.stages.size() <= 2 * nodes / kMaxStageOperations + 1);
+    for (const Stage& st : plan.stages) {
+        auto computed = [&](const Node* n) { return n != st.root.get() && st.inputs_from_temps.count(n) != 0; };
+        // a stage recomputes the forward values since the last cut of the forward chain
+        CHECK(postorder(st.root, computed).size() <= size_t(3 * kMaxStageOperations));
+    }
+}
+
 TEST_CASE("lower + key: sizes are arguments, layouts and structure are the key") {
     auto key_of = [](Shape s) {
         Expr A = leaf(host_view(s));
