@@ -338,3 +338,22 @@ def test_never_initialised_contexts_tensors_and_expressions_are_type_errors():
         check(e, "never initialised")
         with pytest.raises(TypeError):
             kiln.sum(blank)
+
+
+def test_unary_functions_take_scalars_and_name_other_values():
+    for fn, want in ((kiln.round, 2.0), (kiln.positive, 2.5), (kiln.conj, 2.5), (kiln.real, 2.5), (kiln.imag, 0.0),
+                     (lambda v: kiln.clip(v, 0, 1), 1.0)):
+        assert float(np.asarray(fn(2.5))) == want
+    assert int(np.asarray(kiln.positive(3))) == 3
+    assert float(np.asarray(kiln.round(np.float32(1.5)))) == 2.0
+    for fn in (kiln.round, kiln.positive, kiln.conj, kiln.real, kiln.imag, kiln.clip):
+        with pytest.raises(TypeError, match=r"x is of type str; it is a kiln Tensor or Expr, or a scalar"):
+            fn("1.5")
+
+
+def test_concat_and_stack_name_an_operand_that_is_not_an_array():
+    a = kiln.asarray(np.ones((2, 3), np.float32))
+    for fn in (kiln.concat, kiln.stack):
+        with pytest.raises(TypeError, match=r"arrays\[1\] is of type int; every one is a kiln Tensor or Expr"):
+            fn([a, 1])
+    np.testing.assert_array_equal(np.asarray(kiln.concat(a)), np.ones(6, np.float32))   # its rows, as NumPy's

@@ -423,12 +423,23 @@ def result_type(*arrays_and_dtypes):
     return _dtypes._REPORTED[d.value]
 
 
+def _arrays(arrays, op):
+    """concat's and stack's operands: a non-empty sequence of tensors and expressions (a tensor
+    is the sequence of its rows, as NumPy's)."""
+    arrays = list(arrays)
+    if not arrays:
+        raise _kiln.InvalidArgument(f"{op}: needs at least one array")
+    for i, a in enumerate(arrays):
+        if not isinstance(a, (Tensor, Expr)):
+            raise TypeError(f"{op}: arrays[{i}] is of type {type(a).__name__}; every one is a kiln Tensor or Expr "
+                            "(kiln.asarray converts other values)")
+    return arrays
+
+
 def concat(arrays, axis=0, ctx=None):
     """A new tensor joining tensors or expressions along an existing axis (NumPy's concatenate);
     their common dtype (result_type); axis=None joins them flattened."""
-    arrays = list(arrays)
-    if not arrays:
-        raise _kiln.InvalidArgument("concat: needs at least one array")
+    arrays = _arrays(arrays, "concat")
     if axis is None:
         arrays = [a.reshape((math.prod(a.shape),)) for a in arrays]
         axis = 0
@@ -458,9 +469,7 @@ def concat(arrays, axis=0, ctx=None):
 
 def stack(arrays, axis=0, ctx=None):
     """A new tensor joining tensors or expressions of one shape along a new axis."""
-    arrays = list(arrays)
-    if not arrays:
-        raise _kiln.InvalidArgument("stack: needs at least one array")
+    arrays = _arrays(arrays, "stack")
     first = tuple(arrays[0].shape)
     for a in arrays[1:]:
         if tuple(a.shape) != first:

@@ -369,6 +369,7 @@ def broadcast_shapes(*shapes):
 def clip(x, /, min=None, max=None, out=None, *, a_min=None, a_max=None):  # noqa: A002 - the standard's names
     """x limited to [min, max] (either may be None: no bound there; a bound is a scalar or an
     array broadcast against x), of x's dtype. NumPy's a_min= and a_max= name the same bounds."""
+    x = _array(x, "clip")
     lo = min if min is not None else a_min
     hi = max if max is not None else a_max
     if lo is None and hi is None:
@@ -510,8 +511,20 @@ def logaddexp(x1, x2):
     return _kiln.where(x1 == x2, x1 + math.log(2.0), big + _kiln.log1p(_kiln.exp(-_kiln.abs(x1 - x2))))
 
 
+def _array(x, op):
+    """A unary function's operand: a tensor or expression as it is, a Python or NumPy scalar as a
+    0-d tensor (as NumPy's functions take them)."""
+    if isinstance(x, (Tensor, Expr)):
+        return x
+    if isinstance(x, (bool, int, float, np.generic)):
+        return _creation.asarray(x)
+    raise TypeError(f"{op}: x is of type {type(x).__name__}; it is a kiln Tensor or Expr, or a scalar "
+                    "(kiln.asarray converts other values)")
+
+
 def positive(x):
     """+x: x's values, lazily (numeric dtypes)."""
+    x = _array(x, "positive")
     if x._dtype == DType.bool:
         raise _kiln.DTypeError("positive: x is bool; positive takes numeric dtypes")
     return _kiln.astype(x, x._dtype)
@@ -519,6 +532,7 @@ def positive(x):
 
 def conj(x):
     """The complex conjugate: for kiln's real dtypes (it has no complex ones) x's values, lazily."""
+    x = _array(x, "conj")
     if x._dtype == DType.bool:
         raise _kiln.DTypeError("conj: x is bool; conj takes numeric dtypes")
     return _kiln.astype(x, x._dtype)
@@ -526,6 +540,7 @@ def conj(x):
 
 def real(x):
     """The real component: for kiln's real dtypes (it has no complex ones) x's values, lazily."""
+    x = _array(x, "real")
     if x._dtype == DType.bool:
         raise _kiln.DTypeError("real: x is bool; real takes numeric dtypes")
     return _kiln.astype(x, x._dtype)
@@ -534,6 +549,7 @@ def real(x):
 def imag(x):
     """The imaginary component: for kiln's real dtypes (it has no complex ones) zeros of x's shape
     and dtype, as NumPy's imag of a real array."""
+    x = _array(x, "imag")
     if x._dtype == DType.bool:
         raise _kiln.DTypeError("imag: x is bool; imag takes numeric dtypes")
     return _creation.zeros_like(x)
@@ -547,6 +563,7 @@ def pow(x1, x2):  # noqa: A001 - the standard's name
 def round(x):  # noqa: A001 - the standard's name
     """x rounded to the nearest integer, ties to even (kiln.rint); integers and bools unchanged
     (of their own dtype)."""
+    x = _array(x, "round")
     if x._dtype not in (DType.float64, DType.float32, DType.float16, DType.bfloat16):
         return _kiln.astype(x, x._dtype)
     return _kiln.rint(x)
