@@ -618,6 +618,26 @@ def test_onehot_bad_arguments():
     with pytest.raises(kiln.InvalidArgument) as ei:
         kiln.onehot(idx, 0)
     check(ei, "onehot", "num_classes", "0")
+    ng = kiln.NervanaGPU()
+    with pytest.raises(kiln.InvalidArgument) as ei:   # a std::bad_cast RuntimeError before
+        ng.onehot(idx, 0, num_classes=2**63)
+    check(ei, "onehot", "num_classes")
+    with pytest.raises(kiln.DTypeError) as ei:
+        ng.onehot(idx, 0, num_classes="3")
+    check(ei, "onehot", "num_classes")
+    np.testing.assert_array_equal(np.asarray(ng.onehot(idx, 0, num_classes=np.int64(3))),
+                                  np.array([[0, 1], [1, 0], [0, 0]], np.float32))
+
+
+def test_values_with_an_ndim_that_is_not_an_int_are_not_scalars():
+    class Odd:   # has the attributes NumPy scalars have, but ndim is not an int
+        ndim = "zero"
+        dtype = np.dtype(np.float32)
+        __module__ = "numpy"
+    with pytest.raises(TypeError):
+        kiln.asarray(np.ones(3, np.float32)) + Odd()
+    with pytest.raises((TypeError, IndexError, kiln.Error)):
+        kiln.asarray(np.ones(3, np.float32))[Odd()]
 
 
 @pytest.mark.parametrize("keep", [0, 1.5, -0.2])

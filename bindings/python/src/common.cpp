@@ -60,7 +60,8 @@ bool numpy_scalar(nb::handle h, Expr& out) {
     if (!nb::isinstance<nb::str>(mod)) return false;
     std::string m = nb::cast<std::string>(mod);
     if (m != "numpy" && m != "ml_dtypes") return false;
-    if (!nb::hasattr(h, "dtype") || !nb::hasattr(h, "ndim") || nb::cast<int>(h.attr("ndim")) != 0) return false;
+    int ndim = -1;
+    if (!nb::hasattr(h, "dtype") || !nb::hasattr(h, "ndim") || !nb::try_cast(h.attr("ndim"), ndim) || ndim != 0) return false;
     std::string name = nb::cast<std::string>(nb::str(h.attr("dtype").attr("name")));
     DType d;
     if (name == "float64") {

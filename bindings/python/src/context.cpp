@@ -273,7 +273,7 @@ void bind_context(nb::module_& m) {
             }
         }
         if (!num_classes.is_none()) {
-            n = nb::cast<int64_t>(num_classes);
+            n = int_value(num_classes, "num_classes", "onehot");
         } else if (!out.is_none() && nb::isinstance<PyTensor>(out)) {
             const Tensor& o = nb::inst_ptr<PyTensor>(out)->t;
             n = o.shape()[normalize_axis(axis, o.rank(), "onehot")];

@@ -20,7 +20,8 @@ bool is_array_index(nb::handle h) {
     if (nb::isinstance<PyTensor>(h) || nb::isinstance<PyExpr>(h) || nb::isinstance<nb::list>(h)) return true;
     if (!nb::hasattr(h, "__array_interface__") && !nb::hasattr(h, "__array__")) return false;
     // NumPy scalars and 0-d arrays have an array interface too: they index like ints.
-    return !nb::hasattr(h, "ndim") || nb::cast<int>(h.attr("ndim")) > 0;
+    int ndim = 1;   // an ndim that is not an int: an array-like, as one without ndim
+    return !nb::hasattr(h, "ndim") || !nb::try_cast(h.attr("ndim"), ndim) || ndim > 0;
 }
 
 bool is_int_index(nb::handle h) {
