@@ -542,3 +542,36 @@ def test_wrap_pointer_keeps_its_owner_alive():
     np.testing.assert_array_equal(s.get(), np.arange(12).reshape(3, 4).T)
     t[...] = t * 2
     np.testing.assert_array_equal(s.get(), 2 * np.arange(12).reshape(3, 4).T)
+
+
+def test_torch_takes_a_reversed_view_as_a_copy():
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    # PyTorch's from_dlpack aborts the process on negative strides: run it apart
+    code = textwrap.dedent("""
+        import numpy as np, torch, kiln
+        h = np.arange(6, dtype=np.float32).reshape(2, 3)
+        t = kiln.asarray(h)
+        print(torch.from_dlpack(t[:, ::-1]).cpu().tolist())
+        print(torch.from_dlpack(t[::-1, 1]).cpu().tolist())
+        try:
+            torch.from_dlpack(t[:, ::-1], copy=False)
+            print("no error")
+        except BufferError as e:
+            print(e)
+        print(np.from_dlpack(t[:, ::-1]).strides if kiln.default_context().device == "cpu" else (-4,))   # NumPy: a view
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "[[2.0, 1.0, 0.0], [5.0, 4.0, 3.0]]"
+    assert lines[1] == "[4.0, 1.0]"
+    assert "PyTorch cannot take a view with negative strides" in lines[2]
+    assert "-4" in lines[3]
+
+
+def test_dlpack_arguments_of_the_wrong_type_are_type_errors():
+    t = kiln.asarray(np.ones((2, 2), np.float32))
+    for kw, what in (({"dl_device": "cpu"}, "dl_device= is of type str"), ({"max_version": 1}, "max_version= is of type int"),
+                     ({"copy": "yes"}, "copy= is of type str")):
+        with pytest.raises(TypeError, match=what):
+            t.__dlpack__(**kw)

@@ -168,6 +168,33 @@ nb::object export_capsule(const PyTensor& s, bool versioned, bool copied) {
     return make_capsule(new DLManagedTensor{}, e, s);
 }
 
+// PyTorch's from_dlpack aborts the process on a negative stride (its storage-size check throws
+// where nothing catches it; NumPy's arrays trigger it too). Its caller is Python code of the
+// torch package, the frame this method is called from.
+bool called_from_torch() {
+    nb::object frame = nb::module_::import_("sys").attr("_getframe")(0);
+    nb::object name = nb::borrow<nb::dict>(frame.attr("f_globals")).get("__name__", nb::none());
+    if (!nb::isinstance<nb::str>(name)) return false;
+    std::string n = nb::cast<std::string>(name);
+    return n == "torch" || n.rfind("torch.", 0) == 0;
+}
+
+bool has_negative_stride(const Tensor& t) {
+    for (size_t d = 0; d < t.strides().size(); ++d)
+        if (t.strides()[d] < 0 && t.shape()[d] > 1) return true;
+    return false;
+}
+
+// A keyword argument of __dlpack__ as T, or a TypeError naming it (std::bad_cast before).
+template <class T>
+T dlpack_arg(nb::handle h, const char* name, const char* what) {
+    T v{};
+    if (!nb::try_cast(h, v))
+        throw Error(fmt::format("__dlpack__: {}= is of type {}; it is {}", name, nb::type_name(h.type()).c_str(), what),
+                    Error::Kind::Type);
+    return v;
+}
+
 nb::object dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy) {
     if (!nb::isinstance<PyTensor>(self))
         throw Error(fmt::format("__dlpack__: self is of type {}; it must be a kiln tensor", nb::type_name(self.type()).c_str()),
@@ -175,7 +202,7 @@ nb::object dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb
     PyTensor s = *nb::inst_ptr<PyTensor>(self);
     Device dev = s.t.context().device();
     if (!dl_device.is_none()) {
-        auto want = nb::cast<std::pair<int, int>>(dl_device);
+        auto want = dlpack_arg<std::pair<int, int>>(dl_device, "dl_device", "a (device type, index) pair of ints");
         int have_type = dev.kind == DeviceKind::CUDA ? kDLCUDA : kDLCPU;
         if (want.first != have_type || want.second != dev.index)
             buffer_error(fmt::format("__dlpack__: the tensor is on {}; exporting to device ({}, {}) is not supported: copy "
@@ -183,13 +210,19 @@ nb::object dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb
                                      s.t.context().device_name(), want.first, want.second));
     }
     bool copied = false;
-    if (!copy.is_none() && nb::cast<bool>(copy)) {
+    if (!copy.is_none() && dlpack_arg<bool>(copy, "copy", "a bool or None")) {
         s = evaluate(s.t.expr(), s.ctx);
+        copied = true;
+    } else if (has_negative_stride(s.t) && called_from_torch()) {
+        if (!copy.is_none())
+            buffer_error("__dlpack__: PyTorch cannot take a view with negative strides (a reversed slice) and copy=False "
+                         "forbids the copy it needs");
+        s = evaluate(s.t.expr(), s.ctx);   // a compact copy, as copy=None allows
         copied = true;
     }
     if (dev.kind == DeviceKind::CUDA) {
         // None: the consumer's legacy default stream (1); -1: the consumer asks for no ordering.
-        int64_t st = stream.is_none() ? 1 : nb::cast<int64_t>(stream);
+        int64_t st = stream.is_none() ? 1 : dlpack_arg<int64_t>(stream, "stream", "an int or None");
         if (st == 0) buffer_error("__dlpack__: stream=0 is ambiguous for CUDA; use 1 (legacy default) or 2 (per-thread default)");
         if (st != -1) s.t.context().order_before((uintptr_t)st);
     } else if (!stream.is_none()) {
@@ -197,7 +230,7 @@ nb::object dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb
     }
     bool versioned = false;
     if (!max_version.is_none()) {
-        auto v = nb::cast<std::pair<int, int>>(max_version);
+        auto v = dlpack_arg<std::pair<int, int>>(max_version, "max_version", "a (major, minor) pair of ints");
         versioned = v.first >= 1;
     }
     return export_capsule(s, versioned, copied);
