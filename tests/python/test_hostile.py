@@ -357,3 +357,16 @@ def test_concat_and_stack_name_an_operand_that_is_not_an_array():
         with pytest.raises(TypeError, match=r"arrays\[1\] is of type int; every one is a kiln Tensor or Expr"):
             fn([a, 1])
     np.testing.assert_array_equal(np.asarray(kiln.concat(a)), np.ones(6, np.float32))   # its rows, as NumPy's
+
+
+def test_context_seed_checks_its_value():
+    ctx = kiln.Context("cpu")
+    with pytest.raises(kiln.InvalidArgument, match=r"Context.seed: seed -1 is out of range; valid: 0 to 2\*\*64 - 1"):
+        ctx.seed(-1)
+    with pytest.raises(kiln.DTypeError, match="Context.seed: a seed is an int, got float"):
+        ctx.seed(1.5)
+    ctx.seed(np.uint64(2**64 - 1))
+    ctx.seed(None)
+    a = np.asarray(kiln.random.uniform(size=(4,), ctx=ctx))
+    ctx.seed(0)
+    np.testing.assert_array_equal(np.asarray(kiln.random.uniform(size=(4,), ctx=ctx)), a)

@@ -136,6 +136,10 @@ class Context(_kiln._Context):
         """Back to the state right after the last seeding (the constructor's seed, or seed())."""
         self._rng_reset()
 
+    def seed(self, seed):
+        """Restarts the random stream from seed (None: 0; an int in [0, 2**64))."""
+        super().seed(_seed_value(seed, "Context.seed"))
+
     def gen_rng(self, seed=None):
         """Seeds the random stream (None: 0) and returns its state, as neon's gen_rng."""
         self.seed(_seed_value(seed, "gen_rng"))
