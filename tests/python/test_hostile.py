@@ -224,6 +224,9 @@ def test_python_values_that_used_to_escape_as_bare_errors():
     with pytest.raises(kiln.InvalidArgument) as e:
         kiln.var(kiln.zeros((3,)), ddof=2**40)
     check(e, "ddof=1099511627776")
+    h = np.arange(10, dtype=np.float32)   # a fractional ddof, as NumPy's (an overload error before)
+    np.testing.assert_allclose(np.asarray(kiln.var(kiln.asarray(h), ddof=0.5)), np.var(h, ddof=0.5), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(kiln.std(kiln.asarray(h), ddof=1.5)), np.std(h, ddof=1.5), rtol=1e-6)
     with pytest.raises(kiln.DTypeError) as e:
         kiln.from_dlpack(object())
     check(e, "from_dlpack", "not a DLPack producer")

@@ -216,19 +216,19 @@ void bind_ops(nb::module_& m) {
         const bool has_ddof = kind == Reduction::Var || kind == Reduction::Std;
         const bool has_dtype = kind == Reduction::Sum || kind == Reduction::Prod || kind == Reduction::Mean;
         if (has_ddof) {
-            // correction: the Array API's name for ddof, also fractional.
-            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, int64_t ddof,
+            // correction: the Array API's name for ddof; both may be fractional, as NumPy's ddof.
+            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, double ddof,
                                      std::optional<double> correction) {
                 nb::handle ctx;
                 if (correction && ddof != 0)
                     throw Error(fmt::format("{}: give ddof or correction, not both (ddof={}, correction={})", name, ddof,
                                             *correction),
                                 Error::Kind::Value);
-                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, correction ? *correction : (double)ddof,
+                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, correction ? *correction : ddof,
                                 nb::handle(), name);
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
-                                             "out: Tensor | None = None, ddof: int = 0, correction: float | None = None) "
+                                             "out: Tensor | None = None, ddof: float = 0, correction: float | None = None) "
                                              "-> Expr | Tensor", name, kOperand))),
                "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none(), "ddof"_a = 0,
                "correction"_a.none() = nb::none());
