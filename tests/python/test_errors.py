@@ -639,6 +639,15 @@ def test_values_with_an_ndim_that_is_not_an_int_are_not_scalars():
     with pytest.raises((TypeError, IndexError, kiln.Error)):
         kiln.asarray(np.ones(3, np.float32))[Odd()]
 
+    class OddName:   # a 0-d "NumPy" value whose dtype's name is not a string
+        ndim = 0
+        dtype = type("D", (), {"name": 5})()
+        __module__ = "numpy"
+        def __float__(self):
+            return 2.5
+    with pytest.raises(kiln.DTypeError, match=r"maximum: an operand of type numpy\.\S*OddName is not a kiln tensor"):
+        kiln.maximum(kiln.asarray(np.ones(3, np.float32)), OddName())
+
 
 @pytest.mark.parametrize("keep", [0, 1.5, -0.2])
 def test_dropout_keep_out_of_range(keep):

@@ -62,7 +62,9 @@ bool numpy_scalar(nb::handle h, Expr& out) {
     if (m != "numpy" && m != "ml_dtypes") return false;
     int ndim = -1;
     if (!nb::hasattr(h, "dtype") || !nb::hasattr(h, "ndim") || !nb::try_cast(h.attr("ndim"), ndim) || ndim != 0) return false;
-    std::string name = nb::cast<std::string>(nb::str(h.attr("dtype").attr("name")));
+    nb::object dtype = h.attr("dtype");
+    std::string name;
+    if (!nb::hasattr(dtype, "name") || !nb::try_cast(dtype.attr("name"), name)) return false;
     DType d;
     if (name == "float64") {
         out = Expr(nb::cast<double>(nb::float_(h)));
