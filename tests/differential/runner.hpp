@@ -32,6 +32,7 @@ struct Totals {
 
 struct Env {
     int64_t count = 2000;
+    int64_t first = 0;  // the first graph's index: graphs [first, count) run
     std::optional<uint64_t> seed;
     int64_t nvrtc_max = INT64_MAX;  // every distinct kernel is compiled for sm_80 and sm_90
     bool verbose = false;
@@ -41,6 +42,7 @@ struct Env {
 Env read_env() {
     Env e;
     if (const char* s = std::getenv("KILN_FUZZ_COUNT")) e.count = std::atoll(s);
+    if (const char* s = std::getenv("KILN_FUZZ_FIRST")) e.first = std::max<int64_t>(0, std::atoll(s));
     if (const char* s = std::getenv("KILN_FUZZ_SEED")) e.seed = std::strtoull(s, nullptr, 10);
     if (const char* s = std::getenv("KILN_FUZZ_NVRTC_MAX")) e.nvrtc_max = std::atoll(s);
     if (const char* s = std::getenv("KILN_FUZZ_VERBOSE")) e.verbose = std::atoi(s) != 0;
