@@ -46,14 +46,14 @@ int hist_bin(float x, int bins, int offset) {
 }
 } // namespace
 
-void set_hist_buffers(Context& ctx, int bins, int offset) {
+void set_hist_buffers(Context& ctx, int64_t bins, int64_t offset) {
     if (bins < 1 || bins > kMaxHistBins)
         fail(Error::Kind::Value, "set_hist_buffers: hist_bins={}; valid: 1 to {}", bins, kMaxHistBins);
     if (offset < -1000 || offset > 1000)
         fail(Error::Kind::Value, "set_hist_buffers: hist_offset={}; valid: -1000 to 1000 (a power of two)", offset);
     Context::Impl& m = context_impl(ctx);
-    m.hist_bins = bins;
-    m.hist_offset = offset;
+    m.hist_bins = (int)bins;   // (in range: checked above)
+    m.hist_offset = (int)offset;
     m.hist_slots.clear();
 }
 

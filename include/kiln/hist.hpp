@@ -9,6 +9,7 @@
 #include <kiln/context.hpp>
 #include <kiln/tensor.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,7 @@ KILN_API Tensor hist(const Tensor& x, const std::string& tag);
 
 // The bins and their offset for the slots from now on (neon's defaults: 64 bins from 2^-48);
 // discards the slots taken so far. bins: 1..4096.
-KILN_API void set_hist_buffers(Context& ctx, int bins = 64, int offset = -48);
+KILN_API void set_hist_buffers(Context& ctx, int64_t bins = 64, int64_t offset = -48);
 KILN_API int hist_bins(Context& ctx);
 KILN_API int hist_offset(Context& ctx);
 

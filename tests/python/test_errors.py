@@ -275,6 +275,54 @@ def test_ddof_too_large(a, name):
     getattr(kiln, name)(a, axis=1, ddof=2)  # one less is fine
 
 
+@pytest.mark.parametrize("name", ["sum", "max", "argmax", "mean", "var"])
+def test_keepdims_takes_what_numpy_takes_and_names_anything_else(a, name):
+    f = getattr(kiln, name)
+    ref = f(a, axis=1, keepdims=True).get()
+    for truthy in (1, np.bool_(True), np.int64(1)):
+        np.testing.assert_array_equal(f(a, axis=1, keepdims=truthy).get(), ref)
+    assert f(a, axis=1, keepdims=0).shape == (2,)
+    assert getattr(a, name)(axis=1, keepdims=1).shape == (2, 1)   # the Tensor method alike
+    for bad, tname in ((None, "NoneType"), ("yes", "str"), (1.0, "float")):
+        with pytest.raises(kiln.DTypeError) as ei:
+            f(a, axis=1, keepdims=bad)
+        check(ei, name, "keepdims must be a bool", tname)
+        with pytest.raises(TypeError) as ei:
+            getattr(a, name)(axis=1, keepdims=bad)
+        check(ei, name, "keepdims must be a bool", tname)
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+def test_ddof_and_correction_are_real_numbers(a, name):
+    ref = np.var(a.get(), axis=1, ddof=0.5)
+    ref = ref if name == "var" else np.sqrt(ref)
+    np.testing.assert_allclose(getattr(kiln, name)(a, axis=1, ddof=np.float32(0.5)).get(), ref, rtol=1e-6)
+    np.testing.assert_allclose(getattr(a, name)(axis=1, ddof=0.5).get(), ref, rtol=1e-6)   # the method: fractional too
+    np.testing.assert_allclose(getattr(kiln, name)(a, axis=1, correction=0.5).get(), ref, rtol=1e-6)
+    for kw in ("ddof", "correction"):
+        with pytest.raises(kiln.DTypeError) as ei:
+            getattr(kiln, name)(a, axis=1, **{kw: "1"})
+        check(ei, name, f"{kw} must be a real number", "str")
+    with pytest.raises(kiln.DTypeError) as ei:
+        getattr(a, name)(axis=1, ddof=[1])
+    check(ei, name, "ddof must be a real number", "list")
+
+
+def test_set_hist_buffers_names_a_non_int_and_a_value_past_its_range():
+    ctx = kiln.Context("cpu")
+    with pytest.raises(kiln.DTypeError) as ei:
+        ctx.set_hist_buffers("64")
+    check(ei, "set_hist_buffers", "hist_bins must be an int", "str")
+    with pytest.raises(kiln.DTypeError) as ei:
+        ctx.set_hist_buffers(64, 1.5)
+    check(ei, "set_hist_buffers", "hist_offset must be an int", "float")
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        ctx.set_hist_buffers(2**40)   # past an int: the range check, not a wrapped value
+    check(ei, "set_hist_buffers", "hist_bins=1099511627776", "valid: 1 to")
+    ctx.set_hist_buffers(np.int64(16), -8)
+    assert (ctx.hist_bins, ctx.hist_offset) == (16, -8)
+
+
 # =============================================================================================
 # dtypes
 

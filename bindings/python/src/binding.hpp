@@ -87,6 +87,12 @@ Axes parse_axes(nb::handle axis, int rank, const char* op);
 // An int argument `name` of op (int, NumPy integer; not bool): a kiln.DTypeError for another
 // type, a kiln.InvalidArgument past 64 bits.
 int64_t int_value(nb::handle h, const char* name, const char* op);
+// A bool argument `name` of op: a bool, a NumPy bool scalar, or an int (nonzero is true, as
+// NumPy's keepdims=1); a kiln.DTypeError naming the type for anything else.
+bool bool_value(nb::handle h, const char* name, const char* op);
+// A real argument `name` of op (int, float, NumPy real scalars): a kiln.DTypeError naming the
+// type for anything else (a str is not parsed).
+double real_value(nb::handle h, const char* name, const char* op);
 // One axis (an int) of a tensor of rank `rank`, in range, counted from the front.
 int axis_value(nb::handle h, int rank, const char* op);
 

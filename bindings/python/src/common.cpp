@@ -220,6 +220,34 @@ int64_t int_value(nb::handle h, const char* name, const char* op) {
                    [&](const std::string& v) { return fmt::format("{}: {}={} is past 64 bits", op, name, v); });
 }
 
+bool bool_value(nb::handle h, const char* name, const char* op) {
+    if (PyBool_Check(h.ptr())) return h.ptr() == Py_True;
+    // A NumPy bool scalar (no __index__ in NumPy 2), by its dtype's kind and empty shape.
+    if (nb::hasattr(h, "dtype") && nb::hasattr(h, "shape")) {
+        nb::object kind = nb::getattr(nb::getattr(h, "dtype"), "kind", nb::none());
+        nb::object shape = nb::getattr(h, "shape");
+        if (nb::isinstance<nb::str>(kind) && nb::cast<std::string>(kind) == "b" && nb::isinstance<nb::tuple>(shape) &&
+            nb::len(shape) == 0)
+            return PyObject_IsTrue(h.ptr()) == 1;
+    }
+    if (PyIndex_Check(h.ptr())) return int_value(h, name, op) != 0;
+    throw Error(fmt::format("{}: {} must be a bool, got {}", op, name, py_type_name(h)), Error::Kind::Type);
+}
+
+double real_value(nb::handle h, const char* name, const char* op) {
+    PyNumberMethods* nm = Py_TYPE(h.ptr())->tp_as_number;
+    if (!PyIndex_Check(h.ptr()) && !(nm && nm->nb_float))
+        throw Error(fmt::format("{}: {} must be a real number, got {}", op, name, py_type_name(h)), Error::Kind::Type);
+    const double v = PyFloat_AsDouble(h.ptr());
+    if (v == -1.0 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) throw nb::python_error();
+        PyErr_Clear();
+        throw Error(fmt::format("{}: {}={} is past the range of a double", op, name, nb::cast<std::string>(nb::str(h))),
+                    Error::Kind::Value);
+    }
+    return v;
+}
+
 int axis_value(nb::handle h, int rank, const char* op) { return normalize_axis(int_value(h, "axis", op), rank, op); }
 
 Axes parse_axes(nb::handle axis, int rank, const char* op) {

@@ -112,8 +112,11 @@ void bind_context(nb::module_& m) {
             }, "The calls bench mode timed, oldest first (the last 4096): dicts of op, detail, ms, bytes, flops and "
                "depth (1 for a call inside another timed call).")
         .def("clear_bench_log", [](PyContext& c) { c.c().clear_bench_log(); })
-        .def("set_hist_buffers", [](PyContext& c, int bins, int offset) { set_hist_buffers(c.c(), bins, offset); },
-             "hist_bins"_a = 64, "hist_offset"_a = -48,
+        .def("set_hist_buffers", [](PyContext& c, nb::handle bins, nb::handle offset) {
+                 set_hist_buffers(c.c(), int_value(bins, "hist_bins", "set_hist_buffers"),
+                                  int_value(offset, "hist_offset", "set_hist_buffers"));
+             }, nb::sig("def set_hist_buffers(self, hist_bins: int = 64, hist_offset: int = -48) -> None"),
+             "hist_bins"_a.none() = 64, "hist_offset"_a.none() = -48,
              "The bins and offset of the numerics histograms (kiln.hist) from now on; discards the slots taken so far.")
         .def_prop_rw("hist_named", [](PyContext& c) { return hist_named(c.c()); },
                      [](PyContext& c, bool on) { set_hist_named(c.c(), on); },
@@ -234,14 +237,14 @@ void bind_context(nb::module_& m) {
         Reduction kind = r.r;
         const char* name = r.name;
         nb::object default_axis = (kind == Reduction::ArgMax || kind == Reduction::ArgMin) ? nb::object(nb::int_(1)) : nb::object(nb::none());
-        cls.def(name, [kind, name](nb::handle self, nb::handle a, nb::handle axis, nb::handle out, bool keepdims) {
+        cls.def(name, [kind, name](nb::handle self, nb::handle a, nb::handle axis, nb::handle out, nb::handle keepdims_arg) {
             nb::handle ctx;
-            Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, 0, nb::handle(), name);
+            Expr e = reduce(kind, operand(a, ctx, name), axis, bool_value(keepdims_arg, "keepdims", name), 0, nb::handle(), name);
             return finish(e, ctx_or(ctx, self), out, name);
         }, nb::sig(signature(fmt::format("def {}(self, a: {}, axis: int | tuple[int, ...] | None = {}, out: Tensor | None = None, "
                                          "keepdims: bool = True) -> Expr | Tensor",
                                          name, kOperand, default_axis.is_none() ? "None" : "1"))),
-           "a"_a, "axis"_a.none() = default_axis, "out"_a.none() = nb::none(), "keepdims"_a = true);
+           "a"_a, "axis"_a.none() = default_axis, "out"_a.none() = nb::none(), "keepdims"_a.none() = true);
     }
     cls.def("clip", [](nb::handle self, nb::handle a, nb::handle lo, nb::handle hi, nb::handle out) {
         nb::handle ctx;

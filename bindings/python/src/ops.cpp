@@ -217,37 +217,40 @@ void bind_ops(nb::module_& m) {
         const bool has_dtype = kind == Reduction::Sum || kind == Reduction::Prod || kind == Reduction::Mean;
         if (has_ddof) {
             // correction: the Array API's name for ddof; both may be fractional, as NumPy's ddof.
-            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, double ddof,
-                                     std::optional<double> correction) {
+            m.def(name, [kind, name](nb::handle a, nb::handle axis, nb::handle keepdims_arg, nb::handle out, nb::handle ddof_arg,
+                                     nb::handle correction_arg) {
                 nb::handle ctx;
+                const double ddof = real_value(ddof_arg, "ddof", name);
+                std::optional<double> correction;
+                if (!correction_arg.is_none()) correction = real_value(correction_arg, "correction", name);
                 if (correction && ddof != 0)
                     throw Error(fmt::format("{}: give ddof or correction, not both (ddof={}, correction={})", name, ddof,
                                             *correction),
                                 Error::Kind::Value);
-                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, correction ? *correction : ddof,
+                Expr e = reduce(kind, operand(a, ctx, name), axis, bool_value(keepdims_arg, "keepdims", name), correction ? *correction : ddof,
                                 nb::handle(), name);
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None, ddof: float = 0, correction: float | None = None) "
                                              "-> Expr | Tensor", name, kOperand))),
-               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none(), "ddof"_a = 0,
+               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a.none() = false, "out"_a.none() = nb::none(), "ddof"_a.none() = 0,
                "correction"_a.none() = nb::none());
         } else if (has_dtype) {
-            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out, nb::handle dtype) {
+            m.def(name, [kind, name](nb::handle a, nb::handle axis, nb::handle keepdims_arg, nb::handle out, nb::handle dtype) {
                 nb::handle ctx;
-                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, 0, dtype, name);
+                Expr e = reduce(kind, operand(a, ctx, name), axis, bool_value(keepdims_arg, "keepdims", name), 0, dtype, name);
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None, dtype: object = None) -> Expr | Tensor", name, kOperand))),
-               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none(), "dtype"_a.none() = nb::none());
+               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a.none() = false, "out"_a.none() = nb::none(), "dtype"_a.none() = nb::none());
         } else {
-            m.def(name, [kind, name](nb::handle a, nb::handle axis, bool keepdims, nb::handle out) {
+            m.def(name, [kind, name](nb::handle a, nb::handle axis, nb::handle keepdims_arg, nb::handle out) {
                 nb::handle ctx;
-                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims, 0, nb::handle(), name);
+                Expr e = reduce(kind, operand(a, ctx, name), axis, bool_value(keepdims_arg, "keepdims", name), 0, nb::handle(), name);
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),
-               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none());
+               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a.none() = false, "out"_a.none() = nb::none());
         }
     }
     m.def("divmod", [](nb::handle a, nb::handle b) {

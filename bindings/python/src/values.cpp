@@ -99,13 +99,13 @@ void bind_arithmetic(nb::class_<T>& cls) {
         if (n == "amax" || n == "amin") continue;
         Reduction kind = r.r;
         const char* name = r.name;
-        cls.def(name, [kind, name](nb::handle self, nb::handle axis, bool keepdims, nb::handle out, int64_t ddof) {
+        cls.def(name, [kind, name](nb::handle self, nb::handle axis, nb::handle keepdims_arg, nb::handle out, nb::handle ddof) {
             nb::handle ctx;
-            Expr e = reduce(kind, operand(self, ctx, name), axis, keepdims, ddof, nb::handle(), name);
+            Expr e = reduce(kind, operand(self, ctx, name), axis, bool_value(keepdims_arg, "keepdims", name), real_value(ddof, "ddof", name), nb::handle(), name);
             return finish(e, ctx, out, name);
         }, nb::sig(signature(fmt::format("def {}(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
-                                         "out: Tensor | None = None, ddof: int = 0) -> Expr | Tensor", name))),
-           "axis"_a.none() = nb::none(), "keepdims"_a = false, "out"_a.none() = nb::none(), "ddof"_a = 0);
+                                         "out: Tensor | None = None, ddof: float = 0) -> Expr | Tensor", name))),
+           "axis"_a.none() = nb::none(), "keepdims"_a.none() = false, "out"_a.none() = nb::none(), "ddof"_a.none() = 0);
     }
     cls.def("clip", &clip_call, "a_min"_a.none() = nb::none(), "a_max"_a.none() = nb::none(), "out"_a.none() = nb::none());
     cls.def("astype", [](nb::handle self, nb::handle dtype) {
