@@ -323,6 +323,39 @@ def test_set_hist_buffers_names_a_non_int_and_a_value_past_its_range():
     assert (ctx.hist_bins, ctx.hist_offset) == (16, -8)
 
 
+@pytest.mark.parametrize("call,op", [
+    (lambda a: kiln.sum(None), "sum"), (lambda a: kiln.exp(None), "exp"), (lambda a: kiln.add(a, None), "add"),
+    (lambda a: kiln.where(None, a, 1), "where"),
+    (lambda a: kiln.nn.softmax(None), "softmax"), (lambda a: kiln.nn.relu(None), "relu"),
+    (lambda a: kiln.nn.sigmoid_grad(None), "activation_grad"), (lambda a: kiln.nn.cross_entropy(None, a), "cross_entropy"),
+])
+def test_none_as_an_operand_is_named(a, call, op):
+    with pytest.raises(kiln.DTypeError) as ei:
+        call(a)
+    check(ei, op, "operand of type NoneType")
+    assert "incompatible function arguments" not in str(ei.value)
+
+
+def test_nn_layer_parameters_of_the_wrong_type_are_named():
+    x = kiln.asarray(np.random.default_rng(0).random((2, 3, 3, 8), dtype=np.float32))
+    for kw, name, tname in (({"slope": "a"}, "slope", "str"), ({"slope": None}, "slope", "NoneType")):
+        with pytest.raises(kiln.DTypeError) as ei:
+            kiln.nn.relu(x, **kw)
+        check(ei, "relu", f"{name} must be a real number", tname)
+        with pytest.raises(kiln.DTypeError) as ei:
+            kiln.nn.relu_grad(x, x, **kw)
+        check(ei, "relu", f"{name} must be a real number", tname)
+    for kw, msg in (({"ascale": "a"}, "ascale must be a real number"), ({"bpower": []}, "bpower must be a real number"),
+                    ({"size": 2.5}, "J must be an int, got float"), ({"size": None}, "J must be an int, got NoneType")):
+        with pytest.raises(kiln.DTypeError) as ei:
+            kiln.nn.lrn(x, **kw)
+        check(ei, "lrn", msg)
+    with pytest.raises(kiln.InvalidArgument) as ei:
+        kiln.nn.lrn(x, size=2**70)
+    check(ei, "lrn_layer", "past 64 bits")
+    np.testing.assert_allclose(kiln.nn.relu(x, slope=np.float32(0.5)).get(), kiln.nn.relu(x, slope=0.5).get())
+
+
 # =============================================================================================
 # dtypes
 

@@ -219,7 +219,7 @@ void bind_context(nb::module_& m) {
             Expr e = fn(operand(a, ctx, name));
             return finish(e, ctx_or(ctx, self), out, name);
         }, nb::sig(signature(fmt::format("def {}(self, a: {}, out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),
-           "a"_a, "out"_a.none() = nb::none());
+           "a"_a.none(), "out"_a.none() = nb::none());
     }
     for (const BinaryOp& b : binary_ops()) {
         BinaryFn fn = b.fn;
@@ -231,7 +231,7 @@ void bind_context(nb::module_& m) {
             return finish(fn(ea, eb), ctx_or(ctx, self), out, name);
         }, nb::sig(signature(fmt::format("def {}(self, a: {}, b: {}, out: Tensor | None = None) -> Expr | Tensor", name,
                                          kOperand, kOperand))),
-           "a"_a, "b"_a, "out"_a.none() = nb::none());
+           "a"_a.none(), "b"_a.none(), "out"_a.none() = nb::none());
     }
     for (const ReductionOp& r : reduction_ops()) {
         Reduction kind = r.r;
@@ -244,21 +244,21 @@ void bind_context(nb::module_& m) {
         }, nb::sig(signature(fmt::format("def {}(self, a: {}, axis: int | tuple[int, ...] | None = {}, out: Tensor | None = None, "
                                          "keepdims: bool = True) -> Expr | Tensor",
                                          name, kOperand, default_axis.is_none() ? "None" : "1"))),
-           "a"_a, "axis"_a.none() = default_axis, "out"_a.none() = nb::none(), "keepdims"_a.none() = true);
+           "a"_a.none(), "axis"_a.none() = default_axis, "out"_a.none() = nb::none(), "keepdims"_a.none() = true);
     }
     cls.def("clip", [](nb::handle self, nb::handle a, nb::handle lo, nb::handle hi, nb::handle out) {
         nb::handle ctx;
         Expr e = clip(operand(a, ctx, "clip"), operand(lo, ctx, "clip"), operand(hi, ctx, "clip"));
         return finish(e, ctx_or(ctx, self), out, "clip");
-    }, "a"_a, "a_min"_a.none(), "a_max"_a.none(), "out"_a.none() = nb::none());
+    }, "a"_a.none(), "a_min"_a.none(), "a_max"_a.none(), "out"_a.none() = nb::none());
     cls.def("where", [](nb::handle self, nb::handle c, nb::handle a, nb::handle b, nb::handle out) {
         nb::handle ctx;
         Expr e = where(operand(c, ctx, "where"), operand(a, ctx, "where"), operand(b, ctx, "where"));
         return finish(e, ctx_or(ctx, self), out, "where");
-    }, "condition"_a, "x"_a, "y"_a, "out"_a.none() = nb::none());
+    }, "condition"_a.none(), "x"_a.none(), "y"_a.none(), "out"_a.none() = nb::none());
     cls.def("take", [](nb::handle self, nb::handle a, nb::handle indices, nb::handle axis, nb::handle out) {
         return nb::module_::import_("kiln._kiln").attr("take")(a, self.attr("asarray")(indices), axis, "out"_a = out);
-    }, "a"_a, "indices"_a, "axis"_a.none() = nb::none(), "out"_a.none() = nb::none());
+    }, "a"_a.none(), "indices"_a.none(), "axis"_a.none() = nb::none(), "out"_a.none() = nb::none());
     cls.def("onehot", [](nb::handle self, nb::handle indices, int axis, nb::handle out, nb::handle num_classes) {
         nb::handle ctx;
         Expr ei = operand(indices, ctx, "onehot");
@@ -285,7 +285,7 @@ void bind_context(nb::module_& m) {
             throw Error("onehot: the number of classes comes from out= (its size along axis) or num_classes=; neither was given");
         }
         return finish(onehot(ei, n, axis, dt), ctx_or(ctx, self), out, "onehot");
-    }, "indices"_a, "axis"_a, "out"_a.none() = nb::none(), "num_classes"_a.none() = nb::none(),
+    }, "indices"_a.none(), "axis"_a, "out"_a.none() = nb::none(), "num_classes"_a.none() = nb::none(),
        "One-hot rows (or columns) of the indices; the class count is out's size along axis.");
 }
 

@@ -82,28 +82,31 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             Expr e = operand(x, ctx, "fprop_softmax");
             return wrap(softmax(e, axis_value(axis, e.rank(), "softmax")), ctx);
         },
-        "x"_a, "axis"_a, "exp(x - max(x)) / sum(exp(x - max(x))) along axis (an expression).");
+        "x"_a.none(), "axis"_a.none(), "exp(x - max(x)) / sum(exp(x - max(x))) along axis (an expression).");
     m.def(
         "fprop_relu",
-        [](nb::handle layer, nb::handle x, double slope) {
+        [](nb::handle layer, nb::handle x, nb::handle slope) {
             (void)layer;
             nb::handle ctx;
             Expr e = operand(x, ctx, "fprop_relu");
-            return wrap(fprop_relu(e, slope), ctx);
+            return wrap(fprop_relu(e, real_value(slope, "slope", "fprop_relu")), ctx);
         },
-        "layer"_a.none(), "x"_a, "slope"_a = 0.0, "max(x, 0) + slope * min(x, 0) (an expression; layer: no effect).");
+        nb::sig("def fprop_relu(layer: object | None, x: object, slope: float = 0.0) -> object"),
+        "layer"_a.none(), "x"_a.none(), "slope"_a.none() = 0.0, "max(x, 0) + slope * min(x, 0) (an expression; layer: no effect).");
     m.def(
         "bprop_relu",
-        [](nb::handle layer, nb::handle x, nb::handle error, nb::handle deltas, double slope) {
+        [](nb::handle layer, nb::handle x, nb::handle error, nb::handle deltas, nb::handle slope) {
             (void)layer;
             nb::handle ctx;
             Expr ex = operand(x, ctx, "bprop_relu"), ee = operand(error, ctx, "bprop_relu");
-            Expr r = bprop_relu(ex, ee, slope);
+            Expr r = bprop_relu(ex, ee, real_value(slope, "slope", "bprop_relu"));
             if (deltas.is_none()) return wrap(r, ctx);
             assign(out_tensor(deltas, "deltas", "bprop_relu"), r);
             return nb::borrow(deltas);
         },
-        "layer"_a.none(), "x"_a, "error"_a, "deltas"_a.none() = nb::none(), "slope"_a = 0.0,
+        nb::sig("def bprop_relu(layer: object | None, x: object, error: object, deltas: object | None = None, "
+                "slope: float = 0.0) -> object"),
+        "layer"_a.none(), "x"_a.none(), "error"_a.none(), "deltas"_a.none() = nb::none(), "slope"_a.none() = 0.0,
         "error * ((x > 0) + slope * (x < 0)), into deltas (returned) or as an expression when deltas is None.");
     // The pieces of kiln.nn.
     m.def(
@@ -119,7 +122,7 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             Expr et = operand(t, ctx, "cross_entropy");
             return wrap(cross_entropy(ep, et, axis, mean), ctx);
         },
-        "p"_a, "t"_a, "axis"_a, "mean"_a);
+        "p"_a.none(), "t"_a.none(), "axis"_a.none(), "mean"_a);
     m.def(
         "_activation_grad",
         [](nb::handle y, const std::string& kind) {
@@ -129,7 +132,7 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             if (kind == "tanh") return wrap(tanh_grad(e), ctx);
             throw Error(fmt::format("activation_grad: kind='{}'; it is 'sigmoid' or 'tanh'", kind), Error::Kind::Value);
         },
-        "y"_a, "kind"_a);
+        "y"_a.none(), "kind"_a);
     nb::class_<PoolLayer>(m, "PoolLayer", "A pooling layer's geometry (pool_layer): pass it to fprop_pool and bprop_pool.")
         .def_prop_ro("op",
                      [](const PoolLayer& l) {
@@ -200,17 +203,22 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         "pooling needs fprop's argmax, L2 the forward input X and output Y.");
     m.def(
         "lrn_layer",
-        [](nb::handle dtype, int64_t N, int64_t C, int64_t D, int64_t H, int64_t W, int64_t J) {
-            return lrn_layer(dtype_arg(dtype, "lrn_layer"), N, C, {D, H, W}, J);
+        [](nb::handle dtype, nb::handle N, nb::handle C, nb::handle D, nb::handle H, nb::handle W, nb::handle J) {
+            const char* op = "lrn_layer";
+            return lrn_layer(dtype_arg(dtype, op), int_value(N, "N", op), int_value(C, "C", op),
+                             {int_value(D, "D", op), int_value(H, "H", op), int_value(W, "W", op)}, int_value(J, "J", op));
         },
-        "dtype"_a, "N"_a, "C"_a, "D"_a = 1, "H"_a = 1, "W"_a = 1, "J"_a = 1,
+        nb::sig("def lrn_layer(dtype: object, N: int, C: int, D: int = 1, H: int = 1, W: int = 1, J: int = 1) -> PoolLayer"),
+        "dtype"_a, "N"_a.none(), "C"_a.none(), "D"_a.none() = 1, "H"_a.none() = 1, "W"_a.none() = 1, "J"_a.none() = 1,
         "Local response normalisation across J channels (J odd) of an NDHWC input.");
     m.def(
         "fprop_lrn",
-        [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle denom, double alpha, double beta, double ascale,
-           double bpower, int64_t repeat) {
+        [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle denom, nb::handle alpha_arg, nb::handle beta_arg,
+           nb::handle ascale_arg, nb::handle bpower_arg, int64_t repeat) {
             const char* op = "fprop_lrn";
             check_repeat(repeat, op);
+            const double alpha = real_value(alpha_arg, "alpha", op), beta = real_value(beta_arg, "beta", op),
+                         ascale = real_value(ascale_arg, "ascale", op), bpower = real_value(bpower_arg, "bpower", op);
             PyTensor i = value_of(I, op);
             PyTensor &o = out_tensor(O, "O", op), &d = out_tensor(denom, "denom", op);
             run_unlocked(owner(o), [&] {
@@ -218,14 +226,19 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             });
             return nb::borrow(O);
         },
-        "layer"_a, "I"_a, "O"_a, "denom"_a, "alpha"_a = 1.0, "beta"_a = 0.0, "ascale"_a = 1.0, "bpower"_a = 1.0, "repeat"_a = 1,
+        nb::sig("def fprop_lrn(layer: PoolLayer, I: object, O: object, denom: object, alpha: float = 1.0, beta: float = 0.0, "
+                "ascale: float = 1.0, bpower: float = 1.0, repeat: int = 1) -> object"),
+        "layer"_a, "I"_a, "O"_a, "denom"_a, "alpha"_a.none() = 1.0, "beta"_a.none() = 0.0, "ascale"_a.none() = 1.0,
+        "bpower"_a.none() = 1.0, "repeat"_a = 1,
         "denom = 1 + ascale * (window sum of I^2); O = alpha * I * denom^-bpower + beta * O.");
     m.def(
         "bprop_lrn",
-        [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle E, nb::handle delta, nb::handle denom, double alpha,
-           double beta, double ascale, double bpower, int64_t repeat) {
+        [](const PoolLayer& layer, nb::handle I, nb::handle O, nb::handle E, nb::handle delta, nb::handle denom,
+           nb::handle alpha_arg, nb::handle beta_arg, nb::handle ascale_arg, nb::handle bpower_arg, int64_t repeat) {
             const char* op = "bprop_lrn";
             check_repeat(repeat, op);
+            const double alpha = real_value(alpha_arg, "alpha", op), beta = real_value(beta_arg, "beta", op),
+                         ascale = real_value(ascale_arg, "ascale", op), bpower = real_value(bpower_arg, "bpower", op);
             PyTensor i = value_of(I, op), o = value_of(O, op), e = value_of(E, op), d = value_of(denom, op);
             PyTensor& g = out_tensor(delta, "delta", op);
             run_unlocked(owner(g), [&] {
@@ -233,8 +246,10 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             });
             return nb::borrow(delta);
         },
-        "layer"_a, "I"_a, "O"_a, "E"_a, "delta"_a, "denom"_a, "alpha"_a = 1.0, "beta"_a = 0.0, "ascale"_a = 1.0,
-        "bpower"_a = 1.0, "repeat"_a = 1, "The gradient of fprop_lrn with respect to I, from E, into delta.");
+        nb::sig("def bprop_lrn(layer: PoolLayer, I: object, O: object, E: object, delta: object, denom: object, "
+                "alpha: float = 1.0, beta: float = 0.0, ascale: float = 1.0, bpower: float = 1.0, repeat: int = 1) -> object"),
+        "layer"_a, "I"_a, "O"_a, "E"_a, "delta"_a, "denom"_a, "alpha"_a.none() = 1.0, "beta"_a.none() = 0.0,
+        "ascale"_a.none() = 1.0, "bpower"_a.none() = 1.0, "repeat"_a = 1, "The gradient of fprop_lrn with respect to I, from E, into delta.");
     m.def(
         "hist",
         [](nb::handle x, const std::string& tag) {

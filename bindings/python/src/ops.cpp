@@ -196,7 +196,7 @@ void bind_ops(nb::module_& m) {
             Expr e = fn(operand(a, ctx, name));
             return finish(e, ctx, out, name);
         }, nb::sig(signature(fmt::format("def {}(a: {}, out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),
-           "a"_a, "out"_a.none() = nb::none(), "Elementwise; lazy unless out= is given.");
+           "a"_a.none(), "out"_a.none() = nb::none(), "Elementwise; lazy unless out= is given.");
     }
     for (const BinaryOp& b : binary_ops()) {
         BinaryFn fn = b.fn;
@@ -208,7 +208,7 @@ void bind_ops(nb::module_& m) {
             return finish(fn(ea, eb), ctx, out, name);
         }, nb::sig(signature(fmt::format("def {}(a: {}, b: {}, out: Tensor | None = None) -> Expr | Tensor", name, kOperand,
                                          kOperand))),
-           "a"_a, "b"_a, "out"_a.none() = nb::none(), "Elementwise with NumPy broadcasting; lazy unless out= is given.");
+           "a"_a.none(), "b"_a.none(), "out"_a.none() = nb::none(), "Elementwise with NumPy broadcasting; lazy unless out= is given.");
     }
     for (const ReductionOp& r : reduction_ops()) {
         Reduction kind = r.r;
@@ -233,7 +233,7 @@ void bind_ops(nb::module_& m) {
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None, ddof: float = 0, correction: float | None = None) "
                                              "-> Expr | Tensor", name, kOperand))),
-               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a.none() = false, "out"_a.none() = nb::none(), "ddof"_a.none() = 0,
+               "a"_a.none(), "axis"_a.none() = nb::none(), "keepdims"_a.none() = false, "out"_a.none() = nb::none(), "ddof"_a.none() = 0,
                "correction"_a.none() = nb::none());
         } else if (has_dtype) {
             m.def(name, [kind, name](nb::handle a, nb::handle axis, nb::handle keepdims_arg, nb::handle out, nb::handle dtype) {
@@ -242,7 +242,7 @@ void bind_ops(nb::module_& m) {
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None, dtype: object = None) -> Expr | Tensor", name, kOperand))),
-               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a.none() = false, "out"_a.none() = nb::none(), "dtype"_a.none() = nb::none());
+               "a"_a.none(), "axis"_a.none() = nb::none(), "keepdims"_a.none() = false, "out"_a.none() = nb::none(), "dtype"_a.none() = nb::none());
         } else {
             m.def(name, [kind, name](nb::handle a, nb::handle axis, nb::handle keepdims_arg, nb::handle out) {
                 nb::handle ctx;
@@ -250,7 +250,7 @@ void bind_ops(nb::module_& m) {
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),
-               "a"_a, "axis"_a.none() = nb::none(), "keepdims"_a.none() = false, "out"_a.none() = nb::none());
+               "a"_a.none(), "axis"_a.none() = nb::none(), "keepdims"_a.none() = false, "out"_a.none() = nb::none());
         }
     }
     m.def("divmod", [](nb::handle a, nb::handle b) {
@@ -258,12 +258,12 @@ void bind_ops(nb::module_& m) {
         Expr ea = operand(a, ctx, "divmod"), eb = operand(b, ctx, "divmod");
         return nb::make_tuple(wrap(floor_divide(ea, eb), ctx), wrap(remainder(ea, eb), ctx));
     }, nb::sig(signature(fmt::format("def divmod(a: {}, b: {}) -> tuple[Expr, Expr]", kOperand, kOperand))),
-       "a"_a, "b"_a, "(floor_divide(a, b), remainder(a, b)): two lazy expressions.");
+       "a"_a.none(), "b"_a.none(), "(floor_divide(a, b), remainder(a, b)): two lazy expressions.");
     m.def("where", [](nb::handle c, nb::handle a, nb::handle b, nb::handle out) {
         nb::handle ctx;
         Expr ec = operand(c, ctx, "where"), ea = operand(a, ctx, "where"), eb = operand(b, ctx, "where");
         return finish(where(ec, ea, eb), ctx, out, "where");
-    }, "condition"_a, "x"_a, "y"_a, "out"_a.none() = nb::none());
+    }, "condition"_a.none(), "x"_a.none(), "y"_a.none(), "out"_a.none() = nb::none());
     m.def("grad", [](nb::handle y, nb::handle wrt, nb::handle dy) -> nb::object {
         nb::handle ctx;
         Expr ey = operand(y, ctx, "grad");
@@ -288,15 +288,15 @@ void bind_ops(nb::module_& m) {
         nb::list out;
         for (const Expr& g : gs) out.append(wrap(g, ctx));
         return out;
-    }, "y"_a, "wrt"_a, "dy"_a.none() = nb::none(),
+    }, "y"_a.none(), "wrt"_a, "dy"_a.none() = nb::none(),
        "The vector-Jacobian product dy^T (dy/dwrt) for each tensor of wrt, as lazy expressions of their shapes and "
        "dtypes (kiln/grad.hpp): the derivative of sum(dy * y); dy defaults to ones.");
-    m.def("clip", &clip_call, "a"_a, "a_min"_a.none(), "a_max"_a.none(), "out"_a.none() = nb::none());
+    m.def("clip", &clip_call, "a"_a.none(), "a_min"_a.none(), "a_max"_a.none(), "out"_a.none() = nb::none());
     m.def("astype", [](nb::handle a, nb::handle dtype) {
         nb::handle ctx;
         Expr e = operand(a, ctx, "astype");
         return wrap(cast(e, dtype_arg(dtype, "astype")), ctx);
-    }, "a"_a, "dtype"_a, "Lazy cast to dtype.");
+    }, "a"_a.none(), "dtype"_a, "Lazy cast to dtype.");
     m.def("take", [](nb::handle a, nb::handle indices, nb::handle axis, nb::handle out) {
         nb::handle ctx;
         Expr ea = operand(a, ctx, "take");
@@ -310,14 +310,14 @@ void bind_ops(nb::module_& m) {
         std::optional<int> ax;
         if (!axis.is_none()) ax = axis_value(axis, ea.rank(), "take");
         return finish(take(ea, ei, ax), ctx, out, "take");
-    }, "a"_a, "indices"_a, "axis"_a.none() = nb::none(), "out"_a.none() = nb::none(),
+    }, "a"_a.none(), "indices"_a.none(), "axis"_a.none() = nb::none(), "out"_a.none() = nb::none(),
        "Gathers along axis (None: of the flattened tensor). Negative indices count from the end; out-of-range ones are clipped.");
     m.def("onehot", [](nb::handle indices, int64_t num_classes, int axis, nb::handle dtype, nb::handle out) {
         nb::handle ctx;
         Expr ei = operand(indices, ctx, "onehot");
         DType dt = dtype.is_none() ? DType::Float32 : dtype_arg(dtype, "onehot");
         return finish(onehot(ei, num_classes, axis, dt), ctx, out, "onehot");
-    }, "indices"_a, "num_classes"_a, "axis"_a = -1, "dtype"_a.none() = nb::none(), "out"_a.none() = nb::none());
+    }, "indices"_a.none(), "num_classes"_a, "axis"_a = -1, "dtype"_a.none() = nb::none(), "out"_a.none() = nb::none());
     m.def("_iota", [](nb::handle shape, int axis) { return wrap(iota(shape_arg(shape, "iota"), axis), nb::none()); });
     m.def("_rand", [](nb::handle shape, nb::handle ctx) { return wrap(rand(shape_arg(shape, "rand")), ctx); },
           "shape"_a, "ctx"_a.none() = nb::none());
