@@ -356,6 +356,28 @@ def test_nn_layer_parameters_of_the_wrong_type_are_named():
     np.testing.assert_allclose(kiln.nn.relu(x, slope=np.float32(0.5)).get(), kiln.nn.relu(x, slope=0.5).get())
 
 
+@pytest.mark.parametrize("call,op,name", [
+    (lambda a: kiln.flip(None), "flip", "x"), (lambda a: kiln.matmul(a, "m"), "matmul", "x2"),
+    (lambda a: kiln.matmul(x1=[1.0], x2=a), "matmul", "x1"), (lambda a: kiln.transpose(3.0), "transpose", "a"),
+    (lambda a: kiln.take_along_axis(a, [0]), "take_along_axis", "indices"), (lambda a: kiln.tril(None), "tril", "x"),
+    (lambda a: kiln.linalg.vector_norm([1.0, 2.0]), "vector_norm", "x"), (lambda a: kiln.linalg.outer(a, 2), "outer", "x2"),
+    (lambda a: kiln.broadcast_arrays(a, None), "broadcast_arrays", "arrays[1]"),
+    (lambda a: kiln.meshgrid(object()), "meshgrid", "arrays[0]"), (lambda a: kiln.zeros_like(None), "zeros_like", "a"),
+    (lambda a: kiln.full_like([1, 2], 3), "full_like", "a"),
+])
+def test_array_functions_name_an_operand_that_is_not_an_array(a, call, op, name):
+    with pytest.raises(kiln.DTypeError) as ei:
+        call(a)
+    check(ei, f"{op}: {name} is of type")
+    assert "has no attribute" not in str(ei.value)
+
+
+def test_like_functions_take_a_numpy_array():
+    z = kiln.zeros_like(np.ones((2, 3), np.float16))
+    assert z.shape == (2, 3) and z.dtype == kiln.float16 and not z.get().any()
+    assert kiln.full_like(np.ones(4, np.int32), 7, ctx=kiln.Context("cpu")).get().tolist() == [7, 7, 7, 7]
+
+
 # =============================================================================================
 # dtypes
 

@@ -1,5 +1,7 @@
 """Tensor factories with NumPy's spellings (array, asarray, zeros, arange, ...), host data in,
 and zero-copy import from other libraries (DLPack, __cuda_array_interface__)."""
+import functools
+import inspect
 import math
 
 import numpy as np
@@ -8,6 +10,42 @@ from . import _dtypes, _kiln
 from ._kiln import DType, Expr, Tensor
 
 _INTEGERS = (DType.int64, DType.int32, DType.int16, DType.int8, DType.uint64, DType.uint32, DType.uint16, DType.uint8)
+
+
+_MISSING = object()
+
+
+def _array_type_error(op, name, value):
+    return _kiln.DTypeError(f"{op}: {name} is of type {type(value).__name__}; it is a kiln Tensor or Expr "
+                            "(kiln.asarray converts other values)")
+
+
+def _takes_arrays(*names):
+    """Decorator: the parameters `names` are kiln arrays (Tensor or Expr). Anything else is a
+    DTypeError naming the function, the parameter and its type, raised before the body would fail
+    on an attribute of it."""
+    def wrap(fn):
+        params = list(inspect.signature(fn).parameters)
+        where = [(params.index(n), n) for n in names]
+        op = fn.__name__
+
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            for i, n in where:
+                v = args[i] if i < len(args) else kwargs.get(n, _MISSING)
+                if v is not _MISSING and not isinstance(v, (Tensor, Expr)):
+                    raise _array_type_error(op, n, v)
+            return fn(*args, **kwargs)
+        return checked
+    return wrap
+
+
+def _each_array(arrays, op):
+    """The operands of a function of *arrays, each a kiln Tensor or Expr (else a DTypeError)."""
+    for i, a in enumerate(arrays):
+        if not isinstance(a, (Tensor, Expr)):
+            raise _array_type_error(op, f"arrays[{i}]", a)
+    return arrays
 
 
 def _ctx(ctx, device=None, op=None, of=None):
@@ -282,25 +320,35 @@ def ones(shape, dtype=None, ctx=None, *, device=None):
 
 
 def _like_ctx(a, ctx, device, op):
+    """The context of a *_like result. `a` is a kiln array, or a NumPy array (whose shape and dtype
+    are taken; the default context, or ctx, holds the result)."""
+    if not isinstance(a, (Tensor, Expr, np.ndarray)):
+        raise _kiln.DTypeError(f"{op}: a is of type {type(a).__name__}; it is a kiln Tensor or Expr, or a NumPy array")
     if device is not None:
         return _ctx(ctx, device, op, of=a)
-    return ctx if ctx is not None else a.ctx
+    if ctx is not None or isinstance(a, np.ndarray):
+        return _ctx(ctx, None, op)
+    return a.ctx
 
 
 def empty_like(a, dtype=None, ctx=None, *, device=None):
-    return empty(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx, device, "empty_like"))
+    c = _like_ctx(a, ctx, device, "empty_like")
+    return empty(a.shape, a.dtype if dtype is None else dtype, ctx=c)
 
 
 def zeros_like(a, dtype=None, ctx=None, *, device=None):
-    return zeros(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx, device, "zeros_like"))
+    c = _like_ctx(a, ctx, device, "zeros_like")
+    return zeros(a.shape, a.dtype if dtype is None else dtype, ctx=c)
 
 
 def ones_like(a, dtype=None, ctx=None, *, device=None):
-    return ones(a.shape, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx, device, "ones_like"))
+    c = _like_ctx(a, ctx, device, "ones_like")
+    return ones(a.shape, a.dtype if dtype is None else dtype, ctx=c)
 
 
 def full_like(a, fill_value, dtype=None, ctx=None, *, device=None):
-    return full(a.shape, fill_value, a.dtype if dtype is None else dtype, ctx=_like_ctx(a, ctx, device, "full_like"))
+    c = _like_ctx(a, ctx, device, "full_like")
+    return full(a.shape, fill_value, a.dtype if dtype is None else dtype, ctx=c)
 
 
 def arange(start, stop=None, step=1, dtype=None, ctx=None, *, device=None):
@@ -367,14 +415,17 @@ def astype(x, dtype, copy=True, *, device=None):
     return _kiln.astype(x, dtype)
 
 
+@_takes_arrays("a")
 def transpose(a, axes=None):
     return a.transpose() if axes is None else a.transpose(tuple(axes))
 
 
+@_takes_arrays("a")
 def squeeze(a, axis=None):
     return a.squeeze(axis)
 
 
+@_takes_arrays("a")
 def expand_dims(a, axis):
     shape = list(a.shape)
     axes = (axis,) if isinstance(axis, int) else tuple(axis)

@@ -72,11 +72,13 @@ def _triangle(x, k, keep_below, op):
     return _kiln.where(keep, x, False if x._dtype == DType.bool else 0)   # a weak 0 keeps x's dtype
 
 
+@_creation._takes_arrays("x")
 def tril(x, k=0):
     """x with the elements above diagonal k of its last two dimensions zeroed (lazy)."""
     return _triangle(x, k, True, "tril")
 
 
+@_creation._takes_arrays("x")
 def triu(x, k=0):
     """x with the elements below diagonal k of its last two dimensions zeroed (lazy)."""
     return _triangle(x, k, False, "triu")
@@ -107,6 +109,7 @@ def meshgrid(*arrays, indexing="xy"):
     ('xy': the first two axes swapped, as NumPy's default; 'ij': matrix indexing), as a tuple."""
     if indexing not in ("xy", "ij"):
         raise ValueError(f"meshgrid: indexing={indexing!r}; it is 'xy' or 'ij'")
+    _creation._each_array(arrays, "meshgrid")
     for i, a in enumerate(arrays):
         if a.ndim != 1:
             raise _kiln.InvalidArgument(f"meshgrid: array {i} has shape {tuple(a.shape)}; every one is 1-d")
@@ -143,6 +146,7 @@ def _axes(x, axes, op):
     return out
 
 
+@_creation._takes_arrays("x")
 def permute_dims(x, axes):
     """x with its axes in the order `axes` (a view of a tensor, lazy for an expression)."""
     axes = tuple(axes)
@@ -151,6 +155,7 @@ def permute_dims(x, axes):
     return x.transpose(tuple(_axes(x, axes, "permute_dims")))
 
 
+@_creation._takes_arrays("x")
 def matrix_transpose(x):
     """x with its last two axes swapped."""
     if x.ndim < 2:
@@ -173,6 +178,7 @@ def moveaxis(x, source, destination):
     return x.transpose(tuple(order))
 
 
+@_creation._takes_arrays("x")
 def flip(x, axis=None):
     """x with the order of its elements reversed along axis (None: every axis): a view of a
     tensor."""
@@ -185,6 +191,7 @@ def flip(x, axis=None):
     return x[tuple(index)]
 
 
+@_creation._takes_arrays("x")
 def roll(x, shift, axis=None):
     """A new tensor of x's elements shifted by `shift` along axis (None: the flattened tensor,
     reshaped back), those pushed past the end coming back at the start."""
@@ -209,6 +216,7 @@ def roll(x, shift, axis=None):
     return out if out is not x else x.copy() if isinstance(x, Tensor) else x
 
 
+@_creation._takes_arrays("x")
 def unstack(x, axis=0):
     """The slices of x along axis, as a tuple (views of a tensor)."""
     (a,) = _axes(x, (axis,), "unstack")
@@ -229,6 +237,7 @@ def _operand(x, dtype):
     return x
 
 
+@_creation._takes_arrays("x1", "x2")
 def matmul(x1, x2):
     """The matrix product of the last two axes (kiln's GEMM), the leading ones broadcast as
     batches; a 1-d operand is a row (first) or a column (second) vector whose axis is dropped.
@@ -285,6 +294,7 @@ def matmul(x1, x2):
     return out.reshape(shape)
 
 
+@_creation._takes_arrays("x1", "x2")
 def vecdot(x1, x2, axis=-1):
     """The dot product of the vectors along axis (of the broadcast shape; both operands must
     have it, of one length), the other axes broadcast: lazy, a sum of products."""
@@ -300,6 +310,7 @@ def vecdot(x1, x2, axis=-1):
     return r if r._dtype == dt else _kiln.astype(r, dt)
 
 
+@_creation._takes_arrays("x1", "x2")
 def tensordot(x1, x2, axes=2):
     """Sums of products over axes of x1 and x2 (an int: x1's last ones and x2's first ones; or
     two sequences), through kiln's GEMM: the result has x1's other axes, then x2's."""
@@ -349,6 +360,7 @@ def broadcast_to(x, shape):
 
 def broadcast_arrays(*arrays):
     """The arrays broadcast to their common shape (lazily), as a tuple."""
+    _creation._each_array(arrays, "broadcast_arrays")
     try:
         shape = tuple(np.broadcast_shapes(*(tuple(a.shape) for a in arrays)))
     except ValueError:
@@ -418,6 +430,7 @@ def tile(x, repetitions):
     return t if joined else t.copy()   # a new tensor, as when it is joined
 
 
+@_creation._takes_arrays("x")
 def repeat(x, repeats, axis=None):
     """Each element of x repeated along axis (None: of the flattened tensor), `repeats` times (an
     int) or repeats[i] times for element i (an array or sequence): a gather (lazy)."""
@@ -448,6 +461,7 @@ def repeat(x, repeats, axis=None):
     return _kiln.take(x, _creation.asarray(index, ctx=x.ctx), axis=a)
 
 
+@_creation._takes_arrays("x")
 def diff(x, axis=-1, n=1, prepend=None, append=None):
     """The n-th forward difference along axis (prepend/append joined first)."""
     (a,) = _axes(x, (axis,), "diff")
@@ -467,6 +481,7 @@ def diff(x, axis=-1, n=1, prepend=None, append=None):
     return x
 
 
+@_creation._takes_arrays("x", "indices")
 def take_along_axis(x, indices, axis=-1):
     """x's elements at `indices` along axis (negative ones count from the end), the other axes
     matched position by position (broadcast where one has length 1): a gather (lazy)."""

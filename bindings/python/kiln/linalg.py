@@ -31,6 +31,7 @@ def _mask(x, offset):
     return _kiln._iota(tuple(x.shape), n - 1) - _kiln._iota(tuple(x.shape), n - 2) == offset
 
 
+@_creation._takes_arrays("x1", "x2")
 def outer(x1, x2, /):
     """The outer product of two 1-d arrays (lazy): x1[i] * x2[j]."""
     if x1.ndim != 1 or x2.ndim != 1:
@@ -38,6 +39,7 @@ def outer(x1, x2, /):
     return x1.reshape((x1.shape[0], 1)) * x2.reshape((1, x2.shape[0]))
 
 
+@_creation._takes_arrays("x")
 def diagonal(x, /, *, offset=0):
     """Diagonal `offset` of the last two axes (a gather of x's elements, as a new tensor)."""
     _need_matrix(x, "diagonal")
@@ -53,6 +55,7 @@ def diagonal(x, /, *, offset=0):
     return _kiln.take(flat, _creation.asarray(index, ctx=x.ctx), axis=-1)
 
 
+@_creation._takes_arrays("x")
 def trace(x, /, *, offset=0, dtype=None):
     """The sum of diagonal `offset` of the last two axes (a fused masked sum)."""
     _need_matrix(x, "trace")
@@ -61,6 +64,7 @@ def trace(x, /, *, offset=0, dtype=None):
     return r if dtype is None else _kiln.astype(r, dtype)
 
 
+@_creation._takes_arrays("x")
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002 - the standard's name
     """The vector p-norm over axis (None: all of x): ord a number, inf or -inf (max/min of |x|),
     0 (how many are not zero). A fused reduction, in x's float dtype."""
@@ -81,6 +85,7 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002 - the 
     return _kiln.power(_kiln.sum(_kiln.power(a, p), axis=axis, keepdims=keepdims), 1.0 / p)
 
 
+@_creation._takes_arrays("x")
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - the standard's name
     """The matrix norm of the last two axes: 'fro', 1 / -1 (max / min column sum of |x|) and
     inf / -inf (max / min row sum). The 2-norms and the nuclear norm need singular values,
@@ -104,6 +109,7 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - the standar
     raise ValueError(f"linalg.matrix_norm: ord={ord!r}; valid: 'fro', 'nuc', 1, -1, 2, -2, inf, -inf")
 
 
+@_creation._takes_arrays("x1", "x2")
 def cross(x1, x2, /, *, axis=-1):
     """The cross product of 3-vectors along axis (lazy), the other axes broadcast."""
     n = max(x1.ndim, x2.ndim)
@@ -125,6 +131,7 @@ def cross(x1, x2, /, *, axis=-1):
     return _creation.concat([p.eval() if hasattr(p, "eval") else p for p in parts], axis=ax)
 
 
+@_creation._takes_arrays("x")
 def matrix_power(x, n, /):
     """x multiplied by itself n times (n >= 0; n = 0 gives the identity), by repeated squaring
     with kiln's products. Negative n needs an inverse, which kiln does not compute."""
