@@ -378,6 +378,42 @@ def test_like_functions_take_a_numpy_array():
     assert kiln.full_like(np.ones(4, np.int32), 7, ctx=kiln.Context("cpu")).get().tolist() == [7, 7, 7, 7]
 
 
+@pytest.mark.parametrize("call,msg", [
+    (lambda x: kiln.empty((2.0, 3)), "empty: shape must be an int or a sequence of ints; (2.0, 3) holds a float"),
+    (lambda x: kiln.zeros("ab"), "zeros: shape must be an int or a sequence of ints, got str"),
+    (lambda x: kiln.ones(None), "ones: shape must be an int or a sequence of ints, got NoneType"),
+    (lambda x: kiln.reshape(x, [[1]]), "reshape: shape must be an int or a sequence of ints; ([1],) holds a list"),
+    (lambda x: kiln.broadcast_to(x, (2, None)), "broadcast_to: shape must be"),
+    (lambda x: kiln.tile(x, None), "tile: repetitions must be an int or a sequence of ints"),
+    (lambda x: kiln.transpose(x, 1.5), "transpose: axes must be"),
+    (lambda x: kiln.permute_dims(x, None), "permute_dims: axes must be"),
+    (lambda x: kiln.expand_dims(x, None), "expand_dims: axis must be"),
+    (lambda x: kiln.flip(x, "0"), "flip: axis must be an int, got str"),
+    (lambda x: kiln.roll(x, 1.5, 0), "roll: shift must be an int, got float"),
+    (lambda x: kiln.unstack(x, None), "unstack: axis must be an int, got NoneType"),
+    (lambda x: kiln.eye(2.5), "eye: n_rows must be an int, got float"),
+    (lambda x: kiln.tril(x, None), "tril: k must be an int, got NoneType"),
+    (lambda x: kiln.linspace(0, 1, 2.0), "linspace: num must be an int, got float"),
+    (lambda x: kiln.diff(x, n=1.0), "diff: n must be an int, got float"),
+    (lambda x: kiln.linalg.matrix_power(x[:2, :2], 2.0), "matrix_power: n must be an int, got float"),
+    (lambda x: kiln.concat(None), "concat: arrays is of type NoneType"),
+    (lambda x: kiln.stack(3.0), "stack: arrays is of type float"),
+])
+def test_int_and_shape_arguments_are_named(a, call, msg):
+    with pytest.raises(kiln.DTypeError) as ei:
+        call(a)
+    check(ei, msg)
+
+
+def test_shapes_and_axes_take_numpy_integers():
+    assert kiln.empty(np.int64(3)).shape == (3,)
+    assert kiln.zeros((np.int32(2), 3)).shape == (2, 3)
+    x = kiln.ones((2, 3))
+    assert kiln.expand_dims(x, -1).shape == (2, 3, 1) and kiln.expand_dims(x, (0, 1)).shape == (1, 1, 2, 3)
+    assert kiln.transpose(x, [np.int64(1), 0]).shape == (3, 2)
+    assert kiln.tile(x, 2).shape == (2, 6)
+
+
 # =============================================================================================
 # dtypes
 

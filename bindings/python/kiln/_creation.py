@@ -3,6 +3,7 @@ and zero-copy import from other libraries (DLPack, __cuda_array_interface__)."""
 import functools
 import inspect
 import math
+import operator
 
 import numpy as np
 
@@ -68,10 +69,25 @@ def _ctx(ctx, device=None, op=None, of=None):
     return ctx
 
 
-def _shape(shape):
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
-    return tuple(int(d) for d in shape)
+def _index(v, name, op):
+    """An int argument (Python or NumPy integer; not bool, not a float); a DTypeError naming op,
+    the parameter and the type for anything else."""
+    if isinstance(v, (bool, np.bool_)) or not hasattr(type(v), "__index__"):
+        raise _kiln.DTypeError(f"{op}: {name} must be an int, got {type(v).__name__}")
+    return operator.index(v)
+
+
+def _shape(shape, op="shape", name="shape"):
+    """A shape argument: an int or a sequence of ints (a float, even 2.0, is an error, as in NumPy)."""
+    if isinstance(shape, (str, bytes)) or not (hasattr(type(shape), "__index__") or hasattr(shape, "__iter__")):
+        raise _kiln.DTypeError(f"{op}: {name} must be an int or a sequence of ints, got {type(shape).__name__}")
+    if hasattr(type(shape), "__index__") and not isinstance(shape, (bool, np.bool_)):
+        return (operator.index(shape),)
+    dims = tuple(shape)
+    for d in dims:
+        if isinstance(d, (bool, np.bool_)) or not hasattr(type(d), "__index__"):
+            raise _kiln.DTypeError(f"{op}: {name} must be an int or a sequence of ints; {dims!r} holds a {type(d).__name__}")
+    return tuple(operator.index(d) for d in dims)
 
 
 def exact_ints(obj, a, dt, op="array"):
@@ -295,7 +311,7 @@ def _from_cuda_array_interface(obj, c):
 def empty(shape, dtype=None, ctx=None, *, device=None):
     """An uninitialised tensor (reading it before writing raises kiln.InvalidArgument)."""
     c = _ctx(ctx, device, "empty")
-    return c._empty(_shape(shape), _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
+    return c._empty(_shape(shape, "empty"), _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
 
 
 def full(shape, fill_value, dtype=None, ctx=None, *, device=None):
@@ -304,19 +320,19 @@ def full(shape, fill_value, dtype=None, ctx=None, *, device=None):
         dt = DType.bool if isinstance(fill_value, bool) else DType.int32 if isinstance(fill_value, int) else c._default_dtype
     else:
         dt = _dtypes.dtype(dtype)
-    t = c._empty(_shape(shape), dt)
+    t = c._empty(_shape(shape, "full"), dt)
     t[...] = fill_value
     return t
 
 
 def zeros(shape, dtype=None, ctx=None, *, device=None):
     c = _ctx(ctx, device, "zeros")
-    return c._full(_shape(shape), 0.0, _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
+    return c._full(_shape(shape, "zeros"), 0.0, _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
 
 
 def ones(shape, dtype=None, ctx=None, *, device=None):
     c = _ctx(ctx, device, "ones")
-    return c._full(_shape(shape), 1.0, _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
+    return c._full(_shape(shape, "ones"), 1.0, _dtypes.dtype(dtype) if dtype is not None else c._default_dtype)
 
 
 def _like_ctx(a, ctx, device, op):
@@ -385,7 +401,7 @@ def reshape(a, shape=None, *, copy=None, newshape=None):
     always copies, False never does (ValueError where a view is impossible)."""
     if (shape is None) == (newshape is None):
         raise _kiln.DTypeError("reshape: give the new shape once, as shape= (or NumPy's older newshape=)")
-    s = _shape(shape if shape is not None else newshape)
+    s = _shape(shape if shape is not None else newshape, "reshape")
     if copy is not None and not isinstance(copy, (bool, np.bool_)):
         raise _kiln.DTypeError(f"reshape: copy= takes True, False or None, got {copy!r}")
     r = a.reshape(s)
@@ -417,7 +433,7 @@ def astype(x, dtype, copy=True, *, device=None):
 
 @_takes_arrays("a")
 def transpose(a, axes=None):
-    return a.transpose() if axes is None else a.transpose(tuple(axes))
+    return a.transpose() if axes is None else a.transpose(_shape(axes, "transpose", "axes"))
 
 
 @_takes_arrays("a")
@@ -428,7 +444,7 @@ def squeeze(a, axis=None):
 @_takes_arrays("a")
 def expand_dims(a, axis):
     shape = list(a.shape)
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = _shape(axis, "expand_dims", "axis")
     out_rank = len(shape) + len(axes)
     norm = sorted(ax + out_rank if ax < 0 else ax for ax in axes)
     for ax in norm:
@@ -477,6 +493,9 @@ def result_type(*arrays_and_dtypes):
 def _arrays(arrays, op):
     """concat's and stack's operands: a non-empty sequence of tensors and expressions (a tensor
     is the sequence of its rows, as NumPy's)."""
+    if not isinstance(arrays, (Tensor, Expr)) and (isinstance(arrays, (str, bytes)) or not hasattr(arrays, "__iter__")):
+        raise _kiln.DTypeError(f"{op}: arrays is of type {type(arrays).__name__}; it is a sequence of kiln Tensors or "
+                               "Exprs")
     arrays = list(arrays)
     if not arrays:
         raise _kiln.InvalidArgument(f"{op}: needs at least one array")

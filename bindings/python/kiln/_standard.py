@@ -4,7 +4,6 @@ can_cast), the matrix creators (eye, tril, triu, linspace, meshgrid), axis manip
 (positive, pow, round; conj, real and imag of kiln's real dtypes). Each returns what its parts do: views where kiln slices or transposes,
 lazy expressions that fuse into the assignment using them, new tensors where data is joined."""
 import math
-import operator
 
 import numpy as np
 
@@ -51,8 +50,8 @@ def can_cast(from_, to):
 
 def eye(n_rows, n_cols=None, k=0, dtype=None, ctx=None, *, device=None):
     """A 2-d tensor with ones on diagonal k (0 the main one, > 0 above it) and zeros elsewhere."""
-    n, m = operator.index(n_rows), operator.index(n_rows if n_cols is None else n_cols)
-    k = operator.index(k)
+    n, m = _creation._index(n_rows, "n_rows", "eye"), _creation._index(n_rows if n_cols is None else n_cols, "n_cols", "eye")
+    k = _creation._index(k, "k", "eye")
     if n < 0 or m < 0:
         raise _kiln.InvalidArgument(f"eye: n_rows={n}, n_cols={m}; sizes are 0 or more")
     c = _creation._ctx(ctx, device, "eye")
@@ -66,7 +65,7 @@ def _triangle(x, k, keep_below, op):
     if x.ndim < 2:
         raise _kiln.InvalidArgument(f"{op}: x has shape {tuple(x.shape)}; it needs 2 or more dimensions (the last two "
                                     "are the matrix)")
-    k = operator.index(k)
+    k = _creation._index(k, "k", op)
     col_minus_row = _kiln._iota(tuple(x.shape), x.ndim - 1) - _kiln._iota(tuple(x.shape), x.ndim - 2)
     keep = col_minus_row <= k if keep_below else col_minus_row >= k
     return _kiln.where(keep, x, False if x._dtype == DType.bool else 0)   # a weak 0 keeps x's dtype
@@ -87,7 +86,7 @@ def triu(x, k=0):
 def linspace(start, stop, num, dtype=None, ctx=None, *, device=None, endpoint=True):
     """num evenly spaced values from start to stop (stop included unless endpoint=False),
     computed on the device."""
-    num = operator.index(num)
+    num = _creation._index(num, "num", "linspace")
     if num < 0:
         raise _kiln.InvalidArgument(f"linspace: num={num}; it is 0 or more")
     if not all(math.isfinite(v) for v in (start, stop)):
@@ -137,7 +136,7 @@ def _axes(x, axes, op):
     n = x.ndim
     out = []
     for a in axes:
-        a = operator.index(a)
+        a = _creation._index(a, "axis", op)
         if not -n <= a < n:
             raise _kiln.InvalidArgument(f"{op}: axis {a} is out of range for {n} dimensions")
         out.append(a % n)
@@ -149,7 +148,7 @@ def _axes(x, axes, op):
 @_creation._takes_arrays("x")
 def permute_dims(x, axes):
     """x with its axes in the order `axes` (a view of a tensor, lazy for an expression)."""
-    axes = tuple(axes)
+    axes = _creation._shape(axes, "permute_dims", "axes")
     if len(axes) != x.ndim:
         raise _kiln.InvalidArgument(f"permute_dims: axes {axes} for {x.ndim} dimensions; give each axis once")
     return x.transpose(tuple(_axes(x, axes, "permute_dims")))
@@ -205,7 +204,7 @@ def roll(x, shift, axis=None):
     out = x
     for a, s in zip(axes, shifts):
         n = x.shape[a]
-        s = operator.index(s) % n if n else 0
+        s = _creation._index(s, "shift", "roll") % n if n else 0
         if s == 0:
             continue
         head = [slice(None)] * x.ndim
@@ -299,7 +298,7 @@ def vecdot(x1, x2, axis=-1):
     """The dot product of the vectors along axis (of the broadcast shape; both operands must
     have it, of one length), the other axes broadcast: lazy, a sum of products."""
     n = max(x1.ndim, x2.ndim)
-    ax = operator.index(axis)
+    ax = _creation._index(axis, "axis", "vecdot")
     if not -n <= ax < n:
         raise _kiln.InvalidArgument(f"vecdot: axis {axis} is out of range for {n} dimensions")
     ax = ax - n if ax >= 0 else ax
@@ -315,7 +314,7 @@ def tensordot(x1, x2, axes=2):
     """Sums of products over axes of x1 and x2 (an int: x1's last ones and x2's first ones; or
     two sequences), through kiln's GEMM: the result has x1's other axes, then x2's."""
     if isinstance(axes, (int, np.integer)):
-        n = operator.index(axes)
+        n = _creation._index(axes, "axes", "tensordot")
         if n < 0 or n > min(x1.ndim, x2.ndim):
             raise _kiln.InvalidArgument(f"tensordot: axes={n} for operands of {x1.ndim} and {x2.ndim} dimensions")
         a_axes, b_axes = list(range(x1.ndim - n, x1.ndim)), list(range(n))
@@ -344,7 +343,7 @@ def tensordot(x1, x2, axes=2):
 
 def broadcast_to(x, shape):
     """x broadcast to shape, lazily (an expression: nothing is copied until it is assigned)."""
-    shape = _creation._shape(shape)
+    shape = _creation._shape(shape, "broadcast_to")
     try:
         ok = tuple(np.broadcast_shapes(tuple(x.shape), shape)) == shape
     except ValueError:
@@ -372,9 +371,9 @@ def broadcast_arrays(*arrays):
 def broadcast_shapes(*shapes):
     """The shape that arrays of the given shapes broadcast to together."""
     try:
-        return tuple(np.broadcast_shapes(*(tuple(operator.index(d) for d in s) for s in shapes)))
+        return tuple(np.broadcast_shapes(*(_creation._shape(s, "broadcast_shapes") for s in shapes)))
     except ValueError:
-        raise _kiln.InvalidArgument("broadcast_shapes: shapes " + ", ".join(str(tuple(s)) for s in shapes) +
+        raise _kiln.InvalidArgument("broadcast_shapes: shapes " + ", ".join(str(s) for s in shapes) +
                                     " do not broadcast together") from None
 
 
@@ -413,7 +412,7 @@ def _check_elements(op, shape):
 def tile(x, repetitions):
     """A new tensor of x repeated `repetitions` times along each axis (more repetitions than
     axes prepend axes of length 1 to x)."""
-    reps = tuple(operator.index(r) for r in repetitions)
+    reps = _creation._shape(repetitions, "tile", "repetitions")
     if any(r < 0 for r in reps):
         raise _kiln.InvalidArgument(f"tile: repetitions {reps}; each is 0 or more")
     n = max(len(reps), x.ndim)
@@ -440,7 +439,7 @@ def repeat(x, repeats, axis=None):
     (a,) = _axes(x, (axis,), "repeat")
     n = x.shape[a]
     if isinstance(repeats, (int, np.integer)):
-        r = operator.index(repeats)
+        r = _creation._index(repeats, "repeats", "repeat")
         if r < 0:
             raise _kiln.InvalidArgument(f"repeat: repeats={r}; it is 0 or more")
         _check_elements("repeat", (n * r,))
@@ -465,7 +464,7 @@ def repeat(x, repeats, axis=None):
 def diff(x, axis=-1, n=1, prepend=None, append=None):
     """The n-th forward difference along axis (prepend/append joined first)."""
     (a,) = _axes(x, (axis,), "diff")
-    n = operator.index(n)
+    n = _creation._index(n, "n", "diff")
     if n < 0:
         raise _kiln.InvalidArgument(f"diff: n={n}; it is 0 or more")
     if prepend is not None or append is not None:

@@ -4,7 +4,6 @@ matmul, tensordot, vecdot, matrix_transpose, outer, diagonal, trace, vector_norm
 and solvers (cholesky, det, eig, eigh, inv, qr, solve, svd and the functions built on them) are
 not kiln's: each raises NotImplementedError naming itself."""
 import math
-import operator
 
 import numpy as np
 
@@ -43,7 +42,7 @@ def outer(x1, x2, /):
 def diagonal(x, /, *, offset=0):
     """Diagonal `offset` of the last two axes (a gather of x's elements, as a new tensor)."""
     _need_matrix(x, "diagonal")
-    offset = operator.index(offset)
+    offset = _creation._index(offset, "offset", "diagonal")
     rows, cols = x.shape[-2], x.shape[-1]
     first_row, first_col = max(0, -offset), max(0, offset)
     length = max(0, min(rows - first_row, cols - first_col))
@@ -60,7 +59,7 @@ def trace(x, /, *, offset=0, dtype=None):
     """The sum of diagonal `offset` of the last two axes (a fused masked sum)."""
     _need_matrix(x, "trace")
     zero = False if x._dtype == DType.bool else 0
-    r = _kiln.sum(_kiln.where(_mask(x, operator.index(offset)), x, zero), axis=(-2, -1))
+    r = _kiln.sum(_kiln.where(_mask(x, _creation._index(offset, "offset", "trace")), x, zero), axis=(-2, -1))
     return r if dtype is None else _kiln.astype(r, dtype)
 
 
@@ -113,7 +112,7 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - the standar
 def cross(x1, x2, /, *, axis=-1):
     """The cross product of 3-vectors along axis (lazy), the other axes broadcast."""
     n = max(x1.ndim, x2.ndim)
-    ax = operator.index(axis)
+    ax = _creation._index(axis, "axis", "cross")
     if not -n <= ax < 0 and not 0 <= ax < n:
         raise _kiln.InvalidArgument(f"linalg.cross: axis {axis} is out of range for {n} dimensions")
     ax = ax - n if ax >= 0 else ax
@@ -136,7 +135,7 @@ def matrix_power(x, n, /):
     """x multiplied by itself n times (n >= 0; n = 0 gives the identity), by repeated squaring
     with kiln's products. Negative n needs an inverse, which kiln does not compute."""
     _need_matrix(x, "matrix_power")
-    n = operator.index(n)
+    n = _creation._index(n, "n", "matrix_power")
     if x.shape[-1] != x.shape[-2]:
         raise _kiln.InvalidArgument(f"linalg.matrix_power: x has shape {tuple(x.shape)}; the matrices are square")
     if n < 0:

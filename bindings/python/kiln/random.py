@@ -15,7 +15,7 @@ def _ctx(ctx, op="random"):
 
 
 def _size(size):
-    return () if size is None else _creation._shape(size)
+    return () if size is None else _creation._shape(size, "random: size")
 
 
 def seed(seed, ctx=None):
