@@ -414,6 +414,23 @@ def test_shapes_and_axes_take_numpy_integers():
     assert kiln.tile(x, 2).shape == (2, 6)
 
 
+def test_histogram_tags_and_neon_layout_helpers_name_bad_arguments():
+    x = kiln.ones((2, 3))
+    for call, msg in ((lambda: kiln.hist(x, None), "hist: tag must be a str, got NoneType"),
+                      (lambda: kiln.hist(None, "t"), "hist: expected a kiln tensor or expression, got NoneType"),
+                      (lambda: kiln.set_hist_tag(x, 3), "set_hist_tag: tag must be a str, got int"),
+                      (lambda: kiln.set_hist_tag(x * 2, "t"), "set_hist_tag: x must be a kiln Tensor"),
+                      (lambda: kiln.hist_tag(None), "hist_tag: x must be a kiln Tensor"),
+                      (lambda: kiln.dot(x, None), "dot: expected a kiln tensor or expression, got NoneType"),
+                      (lambda: kiln.from_chwn(None), "from_chwn: expected a kiln tensor"),
+                      (lambda: kiln.to_chwn(None), "to_chwn: expected a kiln tensor")):
+        with pytest.raises(kiln.DTypeError) as ei:
+            call()
+        check(ei, msg)
+    kiln.set_hist_tag(x, "w")
+    assert kiln.hist_tag(x) == "w"
+
+
 # =============================================================================================
 # dtypes
 

@@ -90,6 +90,10 @@ int64_t int_value(nb::handle h, const char* name, const char* op);
 // A bool argument `name` of op: a bool, a NumPy bool scalar, or an int (nonzero is true, as
 // NumPy's keepdims=1); a kiln.DTypeError naming the type for anything else.
 bool bool_value(nb::handle h, const char* name, const char* op);
+// The type of h as messages name it ("NoneType", "numpy.ndarray").
+std::string py_type_name(nb::handle h);
+// A str argument `name` of op: a kiln.DTypeError naming the type for anything else.
+std::string str_value(nb::handle h, const char* name, const char* op);
 // A real argument `name` of op (int, float, NumPy real scalars): a kiln.DTypeError naming the
 // type for anything else (a str is not parsed).
 double real_value(nb::handle h, const char* name, const char* op);

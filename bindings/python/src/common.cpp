@@ -24,12 +24,6 @@ nb::object& kiln_package_attr(const char* name) {
     return *it->second;
 }
 
-std::string py_type_name(nb::handle h) {
-    nb::handle t = h.type();
-    std::string mod = nb::hasattr(t, "__module__") ? nb::cast<std::string>(nb::str(t.attr("__module__"))) : "";
-    std::string name = nb::cast<std::string>(nb::str(t.attr("__qualname__")));
-    return mod.empty() || mod == "builtins" ? name : mod + "." + name;
-}
 
 // A Python int as a weak integer literal, of any magnitude: a float operand takes it as a float
 // value, an integer operand checks that it fits (ir/expr.cpp).
@@ -86,6 +80,13 @@ bool numpy_scalar(nb::handle h, Expr& out) {
 }
 
 } // namespace
+
+std::string py_type_name(nb::handle h) {
+    nb::handle t = h.type();
+    std::string mod = nb::hasattr(t, "__module__") ? nb::cast<std::string>(nb::str(t.attr("__module__"))) : "";
+    std::string name = nb::cast<std::string>(nb::str(t.attr("__qualname__")));
+    return mod.empty() || mod == "builtins" ? name : mod + "." + name;
+}
 
 bool to_expr(nb::handle h, Expr& out, nb::handle& ctx) {
     if ((nb::isinstance<PyExpr>(h) || nb::isinstance<PyTensor>(h)) && !nb::inst_ready(h))
@@ -232,6 +233,12 @@ bool bool_value(nb::handle h, const char* name, const char* op) {
     }
     if (PyIndex_Check(h.ptr())) return int_value(h, name, op) != 0;
     throw Error(fmt::format("{}: {} must be a bool, got {}", op, name, py_type_name(h)), Error::Kind::Type);
+}
+
+std::string str_value(nb::handle h, const char* name, const char* op) {
+    if (!nb::isinstance<nb::str>(h))
+        throw Error(fmt::format("{}: {} must be a str, got {}", op, name, py_type_name(h)), Error::Kind::Type);
+    return nb::cast<std::string>(h);
 }
 
 double real_value(nb::handle h, const char* name, const char* op) {

@@ -154,14 +154,14 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             PyTensor t = value_of(x, "from_chwn");
             return wrap(from_chwn(t.t), t.ctx);
         },
-        "x"_a, "neon's (C, [D,] H, W, N) activations or (C, [T,] R, S, K) filters as kiln's (N, ..., C) / (K, ..., C): a copy.");
+        "x"_a.none(), "neon's (C, [D,] H, W, N) activations or (C, [T,] R, S, K) filters as kiln's (N, ..., C) / (K, ..., C): a copy.");
     m.def(
         "to_chwn",
         [](nb::handle x) {
             PyTensor t = value_of(x, "to_chwn");
             return wrap(to_chwn(t.t), t.ctx);
         },
-        "x"_a, "kiln's (N, ..., C) activations or (K, ..., C) filters in neon's layout (C, ..., N): a copy.");
+        "x"_a.none(), "kiln's (N, ..., C) activations or (K, ..., C) filters in neon's layout (C, ..., N): a copy.");
     // The same as methods of Context (the seeds' ng.conv_layer, ng.fprop_conv, ...).
     nb::object staticmethod = nb::module_::import_("builtins").attr("staticmethod");
     for (const char* name : {"conv_layer", "deconv_layer", "fprop_conv", "bprop_conv", "update_conv"})

@@ -86,7 +86,7 @@ void bind_gemm(nb::module_& m, nb::handle context_class, nb::handle tensor_class
     m.def("batched_dot", batched_fn, "A"_a, "B"_a, "C"_a, "alpha"_a = 1.0, "beta"_a = 0.0, "relu"_a = false,
           "slope"_a = 0.0, "bias"_a.none() = nb::none(), "bsum"_a.none() = nb::none(),
           "compound_dot over a leading batch dimension (A or B may be a shared matrix).");
-    m.def("dot", &matrix_product, "a"_a, "b"_a, "out"_a.none() = nb::none(),
+    m.def("dot", &matrix_product, "a"_a.none(), "b"_a.none(), "out"_a.none() = nb::none(),
           "The matrix product (vectors act as a row or a column, as NumPy's dot), computed at once.");
     // The same as methods of Context (the seeds' ng.dot / ng.compound_dot / ng.batched_dot).
     // The operands name the context, so the methods are the functions themselves.

@@ -21,7 +21,18 @@ void no_binary(bool binary, const char* op) {
                     Error::Kind::Value);
 }
 
+
+// A tensor whose memory a histogram tag names: a kiln Tensor (an expression has no memory of its own).
+const Tensor& tagged_tensor(nb::handle x, const char* op) {
+    if (!nb::isinstance<PyTensor>(x))
+        throw Error(fmt::format("{}: x must be a kiln Tensor (a tag names memory; an expression has none), got {}", op,
+                                py_type_name(x)),
+                    Error::Kind::Type);
+    return nb::inst_ptr<PyTensor>(x)->t;
+}
+
 } // namespace
+
 
 void bind_nn(nb::module_& m, nb::handle context_class) {
     m.def(
@@ -252,22 +263,28 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
         "ascale"_a.none() = 1.0, "bpower"_a.none() = 1.0, "repeat"_a = 1, "The gradient of fprop_lrn with respect to I, from E, into delta.");
     m.def(
         "hist",
-        [](nb::handle x, const std::string& tag) {
+        [](nb::handle x, nb::handle tag_arg) {
             const char* op = "hist";
             PyTensor X = value_of(x, op);
+            const std::string tag = str_value(tag_arg, "tag", op);
             Tensor slot;
             run_unlocked(owner(X), [&] { slot = hist(X.t, tag); });
             return wrap(std::move(slot), X.ctx);
         },
-        "x"_a, "tag"_a,
+        nb::sig("def hist(x: object, tag: str) -> Tensor"), "x"_a.none(), "tag"_a.none(),
         "Counts x's values by round(log2|x|) into a new histogram slot named tag (neon's Tensor.hist): a (1, bins) "
         "int32 tensor; bin i holds the values whose rounded log2 is hist_offset + i, the first and last bins also "
         "everything below and above, 0 and NaN in the first.");
     m.def(
-        "set_hist_tag", [](const PyTensor& x, const std::string& tag) { set_hist_tag(x.t, tag); }, "x"_a, "tag"_a,
+        "set_hist_tag",
+        [](nb::handle x, nb::handle tag) {
+            set_hist_tag(tagged_tensor(x, "set_hist_tag"), str_value(tag, "tag", "set_hist_tag"));
+        },
+        nb::sig("def set_hist_tag(x: Tensor, tag: str) -> None"), "x"_a.none(), "tag"_a.none(),
         "Tags x's memory for the numerics histograms (neon's tensor name; '' removes it): while its context's "
         "hist_named is on, every call that writes it counts what it wrote under the tag.");
-    m.def("hist_tag", [](const PyTensor& x) { return hist_tag(x.t); }, "x"_a, "The tag of x's memory, or ''.");
+    m.def("hist_tag", [](nb::handle x) { return hist_tag(tagged_tensor(x, "hist_tag")); },
+          nb::sig("def hist_tag(x: Tensor) -> str"), "x"_a.none(), "The tag of x's memory, or ''.");
     nb::object staticmethod = nb::module_::import_("builtins").attr("staticmethod");
     for (const char* name : {"hist", "compound_fprop_bn", "compound_bprop_bn", "fprop_softmax", "fprop_relu", "bprop_relu",
                              "pool_layer", "fprop_pool", "bprop_pool", "lrn_layer", "fprop_lrn", "bprop_lrn"})
