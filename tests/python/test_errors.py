@@ -431,6 +431,25 @@ def test_histogram_tags_and_neon_layout_helpers_name_bad_arguments():
     assert kiln.hist_tag(x) == "w"
 
 
+def test_all_and_any_take_a_numpy_integer_axis_and_name_a_bad_one():
+    x = kiln.asarray(np.array([[1, 0, 2], [3, 4, 5]], np.float32))
+    assert kiln.all(x, axis=np.int64(1)).get().tolist() == [False, True]   # a TypeError ("not iterable") before
+    assert kiln.any(x, axis=(np.int32(0), 1)).get()
+    for f, name in ((kiln.all, "all"), (kiln.any, "any")):
+        with pytest.raises(kiln.DTypeError) as ei:
+            f(x, axis=1.5)
+        check(ei, f"{name}: axis must be an int or a sequence of ints, got float")
+
+
+def test_tensordot_axes_that_are_neither_an_int_nor_a_pair():
+    x = kiln.ones((2, 3))
+    for bad in (1.5, None, (1,), ([1], [1], [0])):
+        with pytest.raises(kiln.DTypeError) as ei:
+            kiln.tensordot(x, x, axes=bad)
+        check(ei, "tensordot: axes=", "an int or a pair")
+    assert kiln.tensordot(x, x, axes=([1], [1])).shape == (2, 2)
+
+
 # =============================================================================================
 # dtypes
 

@@ -37,10 +37,10 @@ def isinf(x):
     return _kiln.equal(_kiln.absolute(x), float("inf"))
 
 
-def _truth(x, axis, keepdims, reduce, empty):
+def _truth(x, axis, keepdims, reduce, empty, op):
     t = _kiln.not_equal(x, 0)
     shape = tuple(t.shape)
-    axes = range(len(shape)) if axis is None else [axis] if isinstance(axis, int) else list(axis)
+    axes = range(len(shape)) if axis is None else _creation._shape(axis, op, "axis")
     axes = sorted({a + len(shape) if a < 0 else a for a in axes})
     if shape and any_empty(shape, axes):   # nothing to reduce: NumPy's True for all, False for any
         kept = tuple(1 if d in axes else n for d, n in enumerate(shape)) if keepdims else \
@@ -56,13 +56,13 @@ def any_empty(shape, axes):
 def all(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's and the Array API's name
     """True where every element along `axis` (all of them by default) is nonzero; NaN counts as
     nonzero; True where there is none."""
-    return _truth(x, axis, keepdims, _kiln.min, True)
+    return _truth(x, axis, keepdims, _kiln.min, True, "all")
 
 
 def any(x, axis=None, keepdims=False):  # noqa: A001
     """True where some element along `axis` (any of all by default) is nonzero; NaN counts as
     nonzero; False where there is none."""
-    return _truth(x, axis, keepdims, _kiln.max, False)
+    return _truth(x, axis, keepdims, _kiln.max, False, "any")
 
 
 def logical_and(a, b):

@@ -319,6 +319,8 @@ def tensordot(x1, x2, axes=2):
             raise _kiln.InvalidArgument(f"tensordot: axes={n} for operands of {x1.ndim} and {x2.ndim} dimensions")
         a_axes, b_axes = list(range(x1.ndim - n, x1.ndim)), list(range(n))
     else:
+        if not isinstance(axes, (list, tuple)) or len(axes) != 2:
+            raise _kiln.DTypeError(f"tensordot: axes={axes!r}; it is an int or a pair (x1's axes, x2's axes)")
         a_axes, b_axes = (list(v) if isinstance(v, (list, tuple)) else [v] for v in axes)
         if len(a_axes) != len(b_axes):
             raise _kiln.InvalidArgument(f"tensordot: {len(a_axes)} axes of x1 against {len(b_axes)} of x2")
