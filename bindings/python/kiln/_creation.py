@@ -45,7 +45,8 @@ def _each_array(arrays, op):
     """The operands of a function of *arrays, each a kiln Tensor or Expr (else a DTypeError)."""
     for i, a in enumerate(arrays):
         if not isinstance(a, (Tensor, Expr)):
-            raise _array_type_error(op, f"arrays[{i}]", a)
+            raise _kiln.DTypeError(f"{op}: arrays[{i}] is of type {type(a).__name__}; every one is a kiln Tensor or "
+                                   "Expr (kiln.asarray converts other values)")
     return arrays
 
 
@@ -499,11 +500,7 @@ def _arrays(arrays, op):
     arrays = list(arrays)
     if not arrays:
         raise _kiln.InvalidArgument(f"{op}: needs at least one array")
-    for i, a in enumerate(arrays):
-        if not isinstance(a, (Tensor, Expr)):
-            raise TypeError(f"{op}: arrays[{i}] is of type {type(a).__name__}; every one is a kiln Tensor or Expr "
-                            "(kiln.asarray converts other values)")
-    return arrays
+    return _each_array(arrays, op)
 
 
 def concat(arrays, axis=0, ctx=None):

@@ -239,7 +239,7 @@ void bind_context(nb::module_& m) {
         nb::object default_axis = (kind == Reduction::ArgMax || kind == Reduction::ArgMin) ? nb::object(nb::int_(1)) : nb::object(nb::none());
         cls.def(name, [kind, name](nb::handle self, nb::handle a, nb::handle axis, nb::handle out, nb::handle keepdims_arg) {
             nb::handle ctx;
-            Expr e = reduce(kind, operand(a, ctx, name), axis, bool_value(keepdims_arg, "keepdims", name), 0, nb::handle(), name);
+            Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims_arg, 0, nb::handle(), name);
             return finish(e, ctx_or(ctx, self), out, name);
         }, nb::sig(signature(fmt::format("def {}(self, a: {}, axis: int | tuple[int, ...] | None = {}, out: Tensor | None = None, "
                                          "keepdims: bool = True) -> Expr | Tensor",

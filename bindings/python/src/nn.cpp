@@ -21,7 +21,6 @@ void no_binary(bool binary, const char* op) {
                     Error::Kind::Value);
 }
 
-
 // A tensor whose memory a histogram tag names: a kiln Tensor (an expression has no memory of its own).
 const Tensor& tagged_tensor(nb::handle x, const char* op) {
     if (!nb::isinstance<PyTensor>(x))
@@ -31,8 +30,16 @@ const Tensor& tagged_tensor(nb::handle x, const char* op) {
     return nb::inst_ptr<PyTensor>(x)->t;
 }
 
-} // namespace
+// fprop_lrn's and bprop_lrn's numbers, checked.
+struct LrnScalars {
+    double alpha, beta, ascale, bpower;
+};
+LrnScalars lrn_scalars(nb::handle alpha, nb::handle beta, nb::handle ascale, nb::handle bpower, const char* op) {
+    return {real_value(alpha, "alpha", op), real_value(beta, "beta", op), real_value(ascale, "ascale", op),
+            real_value(bpower, "bpower", op)};
+}
 
+} // namespace
 
 void bind_nn(nb::module_& m, nb::handle context_class) {
     m.def(
@@ -228,8 +235,7 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
            nb::handle ascale_arg, nb::handle bpower_arg, int64_t repeat) {
             const char* op = "fprop_lrn";
             check_repeat(repeat, op);
-            const double alpha = real_value(alpha_arg, "alpha", op), beta = real_value(beta_arg, "beta", op),
-                         ascale = real_value(ascale_arg, "ascale", op), bpower = real_value(bpower_arg, "bpower", op);
+            const auto [alpha, beta, ascale, bpower] = lrn_scalars(alpha_arg, beta_arg, ascale_arg, bpower_arg, op);
             PyTensor i = value_of(I, op);
             PyTensor &o = out_tensor(O, "O", op), &d = out_tensor(denom, "denom", op);
             run_unlocked(owner(o), [&] {
@@ -248,8 +254,7 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
            nb::handle alpha_arg, nb::handle beta_arg, nb::handle ascale_arg, nb::handle bpower_arg, int64_t repeat) {
             const char* op = "bprop_lrn";
             check_repeat(repeat, op);
-            const double alpha = real_value(alpha_arg, "alpha", op), beta = real_value(beta_arg, "beta", op),
-                         ascale = real_value(ascale_arg, "ascale", op), bpower = real_value(bpower_arg, "bpower", op);
+            const auto [alpha, beta, ascale, bpower] = lrn_scalars(alpha_arg, beta_arg, ascale_arg, bpower_arg, op);
             PyTensor i = value_of(I, op), o = value_of(O, op), e = value_of(E, op), d = value_of(denom, op);
             PyTensor& g = out_tensor(delta, "delta", op);
             run_unlocked(owner(g), [&] {

@@ -113,7 +113,8 @@ const std::vector<ReductionOp>& reduction_ops() {
     return ops;
 }
 
-Expr reduce(Reduction r, const Expr& x0, nb::handle axis, bool keepdims, double ddof, nb::handle dtype, const char* op) {
+Expr reduce(Reduction r, const Expr& x0, nb::handle axis, nb::handle keepdims_arg, double ddof, nb::handle dtype, const char* op) {
+    const bool keepdims = bool_value(keepdims_arg, "keepdims", op);
     Expr x = x0;
     if (dtype.is_valid() && !dtype.is_none()) x = cast(x, dtype_arg(dtype, op));
     const int rank = x.rank();
@@ -227,7 +228,7 @@ void bind_ops(nb::module_& m) {
                     throw Error(fmt::format("{}: give ddof or correction, not both (ddof={}, correction={})", name, ddof,
                                             *correction),
                                 Error::Kind::Value);
-                Expr e = reduce(kind, operand(a, ctx, name), axis, bool_value(keepdims_arg, "keepdims", name), correction ? *correction : ddof,
+                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims_arg, correction ? *correction : ddof,
                                 nb::handle(), name);
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
@@ -238,7 +239,7 @@ void bind_ops(nb::module_& m) {
         } else if (has_dtype) {
             m.def(name, [kind, name](nb::handle a, nb::handle axis, nb::handle keepdims_arg, nb::handle out, nb::handle dtype) {
                 nb::handle ctx;
-                Expr e = reduce(kind, operand(a, ctx, name), axis, bool_value(keepdims_arg, "keepdims", name), 0, dtype, name);
+                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims_arg, 0, dtype, name);
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None, dtype: object = None) -> Expr | Tensor", name, kOperand))),
@@ -246,7 +247,7 @@ void bind_ops(nb::module_& m) {
         } else {
             m.def(name, [kind, name](nb::handle a, nb::handle axis, nb::handle keepdims_arg, nb::handle out) {
                 nb::handle ctx;
-                Expr e = reduce(kind, operand(a, ctx, name), axis, bool_value(keepdims_arg, "keepdims", name), 0, nb::handle(), name);
+                Expr e = reduce(kind, operand(a, ctx, name), axis, keepdims_arg, 0, nb::handle(), name);
                 return finish(e, ctx, out, name);
             }, nb::sig(signature(fmt::format("def {}(a: {}, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                              "out: Tensor | None = None) -> Expr | Tensor", name, kOperand))),

@@ -23,7 +23,7 @@ const std::vector<ReductionOp>& reduction_ops();  // sum, prod, max, min, amax, 
 
 // x reduced over `axes` (None, an int or a tuple). ddof applies to var and std; `dtype`
 // (None or a dtype) casts x first, as NumPy's dtype= argument does.
-Expr reduce(Reduction r, const Expr& x, nb::handle axes, bool keepdims, double ddof, nb::handle dtype, const char* op);
+Expr reduce(Reduction r, const Expr& x, nb::handle axes, nb::handle keepdims, double ddof, nb::handle dtype, const char* op);
 
 // clip(a, a_min, a_max, out): either bound may be None (not both).
 nb::object clip_call(nb::handle a, nb::handle lo, nb::handle hi, nb::handle out);

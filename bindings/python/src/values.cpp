@@ -101,7 +101,7 @@ void bind_arithmetic(nb::class_<T>& cls) {
         const char* name = r.name;
         cls.def(name, [kind, name](nb::handle self, nb::handle axis, nb::handle keepdims_arg, nb::handle out, nb::handle ddof) {
             nb::handle ctx;
-            Expr e = reduce(kind, operand(self, ctx, name), axis, bool_value(keepdims_arg, "keepdims", name), real_value(ddof, "ddof", name), nb::handle(), name);
+            Expr e = reduce(kind, operand(self, ctx, name), axis, keepdims_arg, real_value(ddof, "ddof", name), nb::handle(), name);
             return finish(e, ctx, out, name);
         }, nb::sig(signature(fmt::format("def {}(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False, "
                                          "out: Tensor | None = None, ddof: float = 0) -> Expr | Tensor", name))),
