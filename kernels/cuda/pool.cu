@@ -432,6 +432,74 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
     }
 }
 
+// pool_bprop of max pooling over 16-bit vectors of channels in planar windows (pool_cuda.cpp's
+// planar_bprop): one channel and one depth a window, and windows shorter than twice their
+// stride along the height and the width, so that at most 2 x 2 windows cover a thread's square of
+// 2 x 2 inputs. Their values and winners are all loaded first, at 32-bit offsets from the square's
+// last window, then each input takes its shares in pool_bprop's order (the same sums, rounded
+// alike). pool_bprop walks the windows one at a time, a 64-bit index and a load round trip each,
+// which left 16-bit max bound by instruction issue; float32 and average run no faster here (they
+// keep pool_bprop's 3 or 4 resident blocks, this takes 2).
+template <class T>
+__device__ __forceinline__ void pool_bprop_max_planar(const PoolParams& p, uint32_t* local) {
+    constexpr int V = 8, U = kPoolBpropBlock;
+    static_assert(U == 2, "a square of 2 x 2 inputs: 2 x 2 windows at most");
+    const PoolShape& g = p.g;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t pos = quotient(i, p.lanes);   // (n, d, h / U, w / U); below 2^31
+        const int c0 = int(i - pos * p.lanes.d) * V;
+        int n = int(pos);
+        const int w0 = split(n, p.d3) * U, h0 = split(n, p.d2) * U;
+        const int64_t image = n;   // n * D + d: the depth maps one to one (M == D)
+        const int live_h = min(U, g.H - h0), live_w = min(U, g.W - w0);
+        const int64_t at = (image * g.H + h0) * int64_t(g.W) * g.C + int64_t(w0) * g.C + c0;
+        const int64_t row = int64_t(g.W) * g.C;
+        const Span sh = {covering(h0, g.pad_h, g.R, p.str_h, g.P).lo, covering(h0 + live_h - 1, g.pad_h, g.R, p.str_h, g.P).hi};
+        const Span sw = {covering(w0, g.pad_w, g.S, p.str_w, g.Q).lo, covering(w0 + live_w - 1, g.pad_w, g.S, p.str_w, g.Q).hi};
+        // Window (sh.hi - u / 2, sw.hi - u % 2) in slot u: descending, as pool_bprop walks them.
+        const int64_t last = ((image * g.P + sh.hi) * g.Q + sw.hi) * int64_t(g.K) + c0;
+        const int e_row = g.Q * g.K, e_col = g.K;   // elements between windows (below 2^31: pool_cuda.cpp)
+        Raw<T, V> e[4];
+        int a[4][V];
+        bool in[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            in[u] = sh.hi - u / 2 >= sh.lo && sw.hi - u % 2 >= sw.lo;
+            const int off = -(u / 2) * e_row - (u % 2) * e_col;
+            if (in[u]) {
+                e[u] = fetch<T, V>(static_cast<const T*>(p.x) + last, off);
+                load_index<V>(p.argmax + last, off, a[u]);
+            }
+        }
+        float acc[U * U][V];
+#pragma unroll
+        for (int r = 0; r < U * U; ++r)
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc[r][k] = 0.f;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            if (!in[u]) continue;
+            const int y = sh.hi - u / 2, q = sw.hi - u % 2;
+            const int off_h = h0 + g.pad_h - y * g.str_h, off_w = w0 + g.pad_w - q * g.str_w;   // input (h0, w0)'s tap
+            const int tap = off_h * g.S + off_w;
+            float ev[V];
+            widen<T, V>(e[u], ev);
+#pragma unroll
+            for (int r = 0; r < U * U; ++r) {
+                if (unsigned(off_h + r / U) >= unsigned(g.R) || unsigned(off_w + r % U) >= unsigned(g.S)) continue;
+                const int tap_r = tap + (r / U) * g.S + r % U;
+#pragma unroll
+                for (int k = 0; k < V; ++k)
+                    if (a[u][k] == tap_r) acc[r][k] = __fadd_rn(acc[r][k], ev[k]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U * U; ++u)
+            if (u / U < live_h && u % U < live_w)
+                finish<T, V>(p.alpha, p.beta, p.y, at + (u / U) * row + (u % U) * g.C, acc[u], p.hist, local);
+    }
+}
+
 // ---- LRN: windows of 2 H + 1 channels around each channel, zero past the edges. A thread takes
 // one position's V channels (16 bytes) and the vectors either side of them (H <= V), so each
 // window sum is formed in registers, in channel order, as the CPU path forms it.
@@ -641,6 +709,10 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
 KILN_POOL_TYPE(float, f32, 4)
 KILN_POOL_TYPE(__half, f16, 8)
 KILN_POOL_TYPE(__nv_bfloat16, bf16, 8)
+// 16-bit max backward over planar windows: 4 windows' values and winners held at once (116
+// registers), 2 blocks resident.
+KILN_ENTRY(2, kiln_pool_bprop_max_f16_v8_planar, PoolParams, pool_bprop_max_planar<__half>)
+KILN_ENTRY(2, kiln_pool_bprop_max_bf16_v8_planar, PoolParams, pool_bprop_max_planar<__nv_bfloat16>)
 // Forward with staged taps (pool_cuda.cpp: 16-bit vectors of channels, windows sharing taps).
 #define KILN_POOL_STAGED(NAME, OPV, T, TN) \
     KILN_ENTRY(4, kiln_pool_fprop_##NAME##_##TN##_v8_staged, PoolParams, pool_fprop<T, OPV, 8, true>)

@@ -2,6 +2,7 @@
 // the vector width and the grid; pooling's and LRN's.
 #include "kernels/cuda/pool_cuda.hpp"
 
+#include "compiler/env.hpp"
 #include "compiler/log.hpp"
 #include "ir/storage.hpp"
 #include "kernels/cuda/gemm_launch.hpp"
@@ -63,6 +64,20 @@ int vector_width(const PoolLayer& L, DType t, std::initializer_list<const Tensor
     return v;
 }
 
+// KILN_POOL_KERNEL, for A/B runs: 0 "general" (the backward's general gather for every layer);
+// unset: kiln's choice. Read at each call.
+std::optional<int> pool_kernel_choice() { return env::choice("KILN_POOL_KERNEL", {"general"}); }
+
+// The backward's planar gather (pool.cu's pool_bprop_max_planar): max pooling over 16-bit
+// vectors of channels, one depth a window (M == D), at most 2 windows covering two neighbouring
+// inputs along the height and the width (a window shorter than twice its stride), a row of the
+// output's windows within 32-bit offsets.
+bool planar_bprop(const PoolLayer& L, DType t, int v) {
+    return v == 8 && dtype_size(t) == 2 && L.op == PoolOp::Max && pool_kernel_choice() != 0 && L.window[0] == 1 &&
+           L.stride[0] == 1 && L.pad[0] == 0 && L.window[1] < 2 * L.stride[1] && L.window[2] < 2 * L.stride[2] &&
+           fits_32_bits((L.output[2] + 1) * L.K);
+}
+
 // Every tensor a kernel would read holds data (null entries skipped); otherwise the kernels
 // decline and the expression path reports the tensor that was never written.
 bool all_written(std::initializer_list<const Tensor*> reads) {
@@ -86,6 +101,7 @@ bool apart(std::initializer_list<const Tensor*> writes, std::initializer_list<co
 }
 
 thread_local bool last_counted = false;
+thread_local std::string last_entry;
 
 // The kernels round to nearest: where the context rounds 16-bit stores stochastically they
 // decline a 16-bit output, and the expression path rounds it as every other store (max
@@ -101,6 +117,7 @@ void launch(Context& ctx, std::string entry, Params& p, const PoolLayer& L, cons
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const int smem = count ? 4 * count->bins : 0;
     last_counted = count != nullptr;
+    last_entry = entry;
     if (count) {
         p.hist = PoolHist{static_cast<uint32_t*>(count->counters), int32_t(count->bins), int32_t(count->offset)};
         entry += "_counted";
@@ -139,6 +156,8 @@ std::optional<LrnParams> lrn_params(const PoolLayer& L, DType t, std::initialize
 } // namespace
 
 bool last_pool_counted() { return last_counted; }
+
+const std::string& last_pool_entry() { return last_entry; }
 
 bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A5, double alpha, double beta,
                      const StoreCount* count) {
@@ -203,7 +222,10 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
     p.str_c = fast_div(uint32_t(L.str_c)), p.str_d = fast_div(uint32_t(L.stride[0]));
     p.str_h = fast_div(uint32_t(L.stride[1])), p.str_w = fast_div(uint32_t(L.stride[2]));
     if (p.items > 0)
-        launch(ctx, fmt::format("kiln_pool_bprop_{}_{}_v{}", op_name(L.op), type_name(G5.dtype()), v), p, L, count);
+        launch(ctx,
+               fmt::format("kiln_pool_bprop_{}_{}_v{}{}", op_name(L.op), type_name(G5.dtype()), v,
+                           planar_bprop(L, G5.dtype(), v) ? "_planar" : ""),
+               p, L, count);
     G5.view().storage->written = true;
     return true;
 }

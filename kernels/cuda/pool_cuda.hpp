@@ -1,6 +1,8 @@
 // Pooling and LRN on CUDA contexts by kiln's precompiled kernels (pool.cu). kernels/nn.cpp asks
 // first and keeps the expression path (padded copies and a kernel per tap) where they decline.
 #pragma once
+
+#include <string>
 #include <kiln/nn.hpp>
 
 #include "kernels/hist_named.hpp"
@@ -34,5 +36,7 @@ bool lrn_bprop_cuda(const PoolLayer& L, const Tensor& I5, const Tensor& O5, cons
 
 // Whether the last pooling or LRN kernel launched on this thread counted its output (tests).
 bool last_pool_counted();
+// The entry point of the last pooling or LRN kernel launched on this thread (tests).
+const std::string& last_pool_entry();
 
 } // namespace kiln::gemm

@@ -7,6 +7,7 @@
 // and inference, relu, residual, given sums with accumbeta; backward) and LRN forward and
 // backward; softmax, cross-entropy, the relu helpers and activation derivatives. Skips, saying
 // why, without a CUDA device.
+#include "tests/support/cache_dir.hpp"
 #include "tests/support/catch.hpp"
 #include "tests/support/gpu.hpp"
 #include "tests/support/named_counts.hpp"
@@ -79,12 +80,20 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
         {16, 12, {1, 96, 96}, 1, {1, 2, 2}, 0, {0, 0, 0}, 0, {1, 1, 1}},  // more items than one grid round
         {2, 8, {1, 10, 9}, 1, {1, 2, 2}, 0, {0, 1, 0}, 0, {1, 3, 3}},     // gaps between windows: inputs in none
         {2, 16, {1, 7, 9}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 1, 1}},     // stride 1: up to 9 windows an input
+        {3, 24, {1, 9, 7}, 1, {1, 2, 2}, 0, {0, 0, 0}, 0, {1, 2, 2}},     // 2x2/2: the last row and column in none
+        {2, 8, {1, 12, 10}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2}},    // 3x3/2 pad 1 over even sizes
+        {2, 16, {3, 6, 8}, 1, {1, 3, 2}, 0, {0, 0, 1}, 0, {1, 2, 3}},     // planar over depths, uneven windows
     };
+    // Each case by kiln's choice of backward kernel (16-bit max: the planar gather where it
+    // applies), then by the general gather (KILN_POOL_KERNEL=general).
+    int planar = 0;
+    for (const char* kernel : {static_cast<const char*>(nullptr), "general"})
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
         for (PoolOp op : {PoolOp::Max, PoolOp::Avg, PoolOp::L2})
             for (const PoolCase& c : cases) {
                 const PoolLayer L = pool_layer(dt, op, c.N, c.C, c.image, c.J, c.window, c.pad_c, c.pad, c.str_c, c.stride);
-                INFO(L.str());
+                INFO(L.str() << (kernel ? " (KILN_POOL_KERNEL=general)" : ""));
+                test::ScopedEnv forced("KILN_POOL_KERNEL", kernel);
                 const Shape in = L.input_shape(), out = L.output_shape();
                 const bool l2 = op == PoolOp::L2;
                 // Distinct values (ties in 16 bits would make argmax depend on rounding alone).
@@ -132,6 +141,10 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
                     bprop_pool(L, Eg, Gg, std::nullopt, alpha, beta, Xg, Yg);
                     bprop_pool(L, Ec, Gc, std::nullopt, alpha, beta, Xc, Yc);
                 }
+                // (gpu's last pooling kernel: the CPU context launches none)
+                const bool took_planar = gemm::last_pool_entry().find("_planar") != std::string::npos;
+                if (kernel) CHECK_FALSE(took_planar);
+                planar += took_planar;
                 const std::vector<float> gg = Gg.to_vector<float>(), gc = Gc.to_vector<float>();
                 std::vector<double> gwant(ref.grad.size());
                 for (size_t i = 0; i < gwant.size(); ++i) gwant[i] = alpha * ref.grad[i] + beta * g0r[i];
@@ -142,6 +155,9 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
                 CHECK(count_off(gg, as_double(gc), dt, scale, "bprop vs cpu") == 0);
                 if (op == PoolOp::Max && beta == 0) CHECK(gg == gc);   // the same shares in the same order
             }
+    // The planar gather's layers: 3x3/2 twice, 1D, gaps, 2x2/2 and over depths (6 cases), max
+    // pooling in 16 bits.
+    CHECK(planar == 6 * 2);
 }
 
 // Max pooling keeps the first tap, then every strictly greater one: with ties, zeros of both
