@@ -435,15 +435,22 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
 // pool_bprop of max pooling over 16-bit vectors of channels in planar windows (pool_cuda.cpp's
 // planar_bprop): one channel and one depth a window, and windows shorter than twice their
 // stride along the height and the width, so that at most 2 x 2 windows cover a thread's square of
-// 2 x 2 inputs. Their values and winners are all loaded first, at 32-bit offsets from the square's
-// last window, then each input takes its shares in pool_bprop's order (the same sums, rounded
-// alike). pool_bprop walks the windows one at a time, a 64-bit index and a load round trip each,
-// which left 16-bit max bound by instruction issue; float32 and average run no faster here (they
-// keep pool_bprop's 3 or 4 resident blocks, this takes 2).
+// 2 x 2 inputs. A thread copies their values and winners (3 x 16 bytes a window, at 32-bit offsets
+// from the square's last window) to its slots in shared memory at once (cp.async: all in flight
+// without holding registers, 3 blocks resident), then each input takes its shares in pool_bprop's
+// order (the same sums, rounded alike). pool_bprop walks the windows one at a time, a 64-bit
+// index and a load round trip each, which left 16-bit max bound by instruction issue; held in
+// registers instead of staged, the windows left 2 blocks resident, bound by latency. float32 and
+// average run no faster planar.
 template <class T>
 __device__ __forceinline__ void pool_bprop_max_planar(const PoolParams& p, uint32_t* local) {
     constexpr int V = 8, U = kPoolBpropBlock;
     static_assert(U == 2, "a square of 2 x 2 inputs: 2 x 2 windows at most");
+    __shared__ uint4 staged[4 * 3][kPoolThreads];   // window u's values in slot 3 u, its winners in the next two
+    const auto stage = [](int slot, const void* from) {
+        const uint32_t to = uint32_t(__cvta_generic_to_shared(&staged[slot][threadIdx.x]));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from) : "memory");
+    };
     const PoolShape& g = p.g;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t pos = quotient(i, p.lanes);   // (n, d, h / U, w / U); below 2^31
@@ -456,21 +463,21 @@ __device__ __forceinline__ void pool_bprop_max_planar(const PoolParams& p, uint3
         const int64_t row = int64_t(g.W) * g.C;
         const Span sh = {covering(h0, g.pad_h, g.R, p.str_h, g.P).lo, covering(h0 + live_h - 1, g.pad_h, g.R, p.str_h, g.P).hi};
         const Span sw = {covering(w0, g.pad_w, g.S, p.str_w, g.Q).lo, covering(w0 + live_w - 1, g.pad_w, g.S, p.str_w, g.Q).hi};
-        // Window (sh.hi - u / 2, sw.hi - u % 2) in slot u: descending, as pool_bprop walks them.
+        // Window (sh.hi - u / 2, sw.hi - u % 2) as u: descending, as pool_bprop walks them.
         const int64_t last = ((image * g.P + sh.hi) * g.Q + sw.hi) * int64_t(g.K) + c0;
         const int e_row = g.Q * g.K, e_col = g.K;   // elements between windows (below 2^31: pool_cuda.cpp)
-        Raw<T, V> e[4];
-        int a[4][V];
         bool in[4];
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
             in[u] = sh.hi - u / 2 >= sh.lo && sw.hi - u % 2 >= sw.lo;
-            const int off = -(u / 2) * e_row - (u % 2) * e_col;
+            const int64_t o = last - (u / 2) * e_row - (u % 2) * e_col;
             if (in[u]) {
-                e[u] = fetch<T, V>(static_cast<const T*>(p.x) + last, off);
-                load_index<V>(p.argmax + last, off, a[u]);
+                stage(3 * u, static_cast<const T*>(p.x) + o);
+                stage(3 * u + 1, p.argmax + o);
+                stage(3 * u + 2, p.argmax + o + 4);
             }
         }
+        asm volatile("cp.async.wait_all;" ::: "memory");
         float acc[U * U][V];
 #pragma unroll
         for (int r = 0; r < U * U; ++r)
@@ -483,14 +490,20 @@ __device__ __forceinline__ void pool_bprop_max_planar(const PoolParams& p, uint3
             const int off_h = h0 + g.pad_h - y * g.str_h, off_w = w0 + g.pad_w - q * g.str_w;   // input (h0, w0)'s tap
             const int tap = off_h * g.S + off_w;
             float ev[V];
-            widen<T, V>(e[u], ev);
+            widen<T, V>(Raw<T, V>{staged[3 * u][threadIdx.x]}, ev);
+            int a[V];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint4 w = staged[3 * u + 1 + h][threadIdx.x];
+                a[4 * h] = int(w.x), a[4 * h + 1] = int(w.y), a[4 * h + 2] = int(w.z), a[4 * h + 3] = int(w.w);
+            }
 #pragma unroll
             for (int r = 0; r < U * U; ++r) {
                 if (unsigned(off_h + r / U) >= unsigned(g.R) || unsigned(off_w + r % U) >= unsigned(g.S)) continue;
                 const int tap_r = tap + (r / U) * g.S + r % U;
 #pragma unroll
                 for (int k = 0; k < V; ++k)
-                    if (a[u][k] == tap_r) acc[r][k] = __fadd_rn(acc[r][k], ev[k]);
+                    if (a[k] == tap_r) acc[r][k] = __fadd_rn(acc[r][k], ev[k]);
             }
         }
 #pragma unroll
@@ -709,10 +722,10 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
 KILN_POOL_TYPE(float, f32, 4)
 KILN_POOL_TYPE(__half, f16, 8)
 KILN_POOL_TYPE(__nv_bfloat16, bf16, 8)
-// 16-bit max backward over planar windows: 4 windows' values and winners held at once (116
-// registers), 2 blocks resident.
-KILN_ENTRY(2, kiln_pool_bprop_max_f16_v8_planar, PoolParams, pool_bprop_max_planar<__half>)
-KILN_ENTRY(2, kiln_pool_bprop_max_bf16_v8_planar, PoolParams, pool_bprop_max_planar<__nv_bfloat16>)
+// 16-bit max backward over planar windows: 48 KiB of staged windows and 76 registers a thread, 3
+// blocks resident.
+KILN_ENTRY(3, kiln_pool_bprop_max_f16_v8_planar, PoolParams, pool_bprop_max_planar<__half>)
+KILN_ENTRY(3, kiln_pool_bprop_max_bf16_v8_planar, PoolParams, pool_bprop_max_planar<__nv_bfloat16>)
 // Forward with staged taps (pool_cuda.cpp: 16-bit vectors of channels, windows sharing taps).
 #define KILN_POOL_STAGED(NAME, OPV, T, TN) \
     KILN_ENTRY(4, kiln_pool_fprop_##NAME##_##TN##_v8_staged, PoolParams, pool_fprop<T, OPV, 8, true>)
