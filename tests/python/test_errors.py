@@ -382,6 +382,7 @@ def test_like_functions_take_a_numpy_array():
     (lambda x: kiln.empty((2.0, 3)), "empty: shape must be an int or a sequence of ints; (2.0, 3) holds a float"),
     (lambda x: kiln.zeros("ab"), "zeros: shape must be an int or a sequence of ints, got str"),
     (lambda x: kiln.ones(None), "ones: shape must be an int or a sequence of ints, got NoneType"),
+    (lambda x: kiln.empty(True), "empty: shape must be an int or a sequence of ints, got bool"),
     (lambda x: kiln.reshape(x, [[1]]), "reshape: shape must be an int or a sequence of ints; ([1],) holds a list"),
     (lambda x: kiln.broadcast_to(x, (2, None)), "broadcast_to: shape must be"),
     (lambda x: kiln.tile(x, None), "tile: repetitions must be an int or a sequence of ints"),

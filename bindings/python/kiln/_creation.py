@@ -70,23 +70,27 @@ def _ctx(ctx, device=None, op=None, of=None):
     return ctx
 
 
+def _is_int(v):
+    """A Python or NumPy integer: not a bool, not a float."""
+    return hasattr(type(v), "__index__") and not isinstance(v, (bool, np.bool_))
+
+
 def _index(v, name, op):
-    """An int argument (Python or NumPy integer; not bool, not a float); a DTypeError naming op,
-    the parameter and the type for anything else."""
-    if isinstance(v, (bool, np.bool_)) or not hasattr(type(v), "__index__"):
+    """An int argument (_is_int); a DTypeError naming op, the parameter and the type for anything else."""
+    if not _is_int(v):
         raise _kiln.DTypeError(f"{op}: {name} must be an int, got {type(v).__name__}")
     return operator.index(v)
 
 
 def _shape(shape, op="shape", name="shape"):
     """A shape argument: an int or a sequence of ints (a float, even 2.0, is an error, as in NumPy)."""
-    if isinstance(shape, (str, bytes)) or not (hasattr(type(shape), "__index__") or hasattr(shape, "__iter__")):
-        raise _kiln.DTypeError(f"{op}: {name} must be an int or a sequence of ints, got {type(shape).__name__}")
-    if hasattr(type(shape), "__index__") and not isinstance(shape, (bool, np.bool_)):
+    if _is_int(shape):
         return (operator.index(shape),)
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise _kiln.DTypeError(f"{op}: {name} must be an int or a sequence of ints, got {type(shape).__name__}")
     dims = tuple(shape)
     for d in dims:
-        if isinstance(d, (bool, np.bool_)) or not hasattr(type(d), "__index__"):
+        if not _is_int(d):
             raise _kiln.DTypeError(f"{op}: {name} must be an int or a sequence of ints; {dims!r} holds a {type(d).__name__}")
     return tuple(operator.index(d) for d in dims)
 
