@@ -4,11 +4,9 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <unordered_map>
 #include <unordered_set>
 
 namespace kiln {
@@ -113,10 +111,58 @@ bool structurally_equal(const Node& a, const Node& b) {
     return true;
 }
 
+// An interned node: the Node and its reference count in one allocation (make_shared), linked
+// into its bucket of the table through `next`. Building an expression makes and drops a node per
+// operation; each costs one allocation here besides its shape and inputs, none in the table.
+struct Interned : Node, std::enable_shared_from_this<Interned> {
+    explicit Interned(Node&& n) : Node(std::move(n)) {}
+    Interned(const Interned&) = delete;
+    Interned& operator=(const Interned&) = delete;
+    ~Interned();
+    Interned* next = nullptr;  // the table's chain; guarded by its mutex
+};
+
+// Buckets of intrusive chains, a power of two of them, doubled when the nodes outnumber them.
 struct InternTable {
     std::mutex mu;
-    std::unordered_multimap<size_t, std::pair<const Node*, std::weak_ptr<const Node>>> map;
-    std::atomic<uint64_t> next_id{1};
+    std::vector<Interned*> buckets = std::vector<Interned*>(1024, nullptr);
+    int shift = 64 - 10;  // bucket of hash h: (h * golden) >> shift, the hash's high bits mixed in
+    size_t count = 0;
+    uint64_t next_id = 1;
+
+    Interned*& bucket(size_t h) { return buckets[(size_t)((uint64_t)h * 0x9e3779b97f4a7c15ull >> shift)]; }
+    void link(Interned* n) {
+        Interned*& b = bucket(n->hash);
+        n->next = b;
+        b = n;
+        if (++count > buckets.size()) grow();
+    }
+    void unlink(const Interned* n) {
+        for (Interned** p = &bucket(n->hash); *p; p = &(*p)->next)
+            if (*p == n) {
+                *p = n->next;
+                --count;
+                return;
+            }
+    }
+    void grow() {  // without memory to grow, the chains only get longer
+        std::vector<Interned*> old;
+        try {
+            old.assign(buckets.size() * 2, nullptr);
+        } catch (const std::bad_alloc&) {
+            return;
+        }
+        old.swap(buckets);
+        --shift;
+        for (Interned* n : old)
+            while (n) {
+                Interned* after = n->next;
+                Interned*& b = bucket(n->hash);
+                n->next = b;
+                b = n;
+                n = after;
+            }
+    }
 };
 
 InternTable& table() {
@@ -124,30 +170,38 @@ InternTable& table() {
     return *t;
 }
 
-// Deletes a node without recursion: the inputs it held the last reference to would delete
-// theirs in turn, as deep as the expression (200000 chained additions overflow the stack).
-// The outermost call on a thread drains a list of released inputs; nested calls only add to it.
-void destroy(const Node* n) {
-    thread_local std::vector<NodePtr> pending;
-    thread_local bool draining = false;
-    Node* m = const_cast<Node*>(n);  // made by `new Node` in intern(): not a const object
-    // A deleter must not throw: where the list cannot grow, push_back leaves the input in place
-    // and `delete m` releases it here, recursively (deeper stack, no std::terminate).
-    for (NodePtr& in : m->inputs) {
+// Releases a dying node's inputs without recursion: the inputs it held the last reference to
+// would release theirs in turn, as deep as the expression (200000 chained additions overflow the
+// stack). The outermost release on a thread drains a list of released inputs; nested ones only
+// add to it.
+struct Releaser {
+    std::vector<NodePtr> pending;
+    bool draining = false;
+};
+
+Interned::~Interned() {
+    {
+        auto& t = table();
+        std::lock_guard<std::mutex> l(t.mu);
+        t.unlink(this);
+    }
+    thread_local Releaser r;
+    // A destructor must not throw: where the list cannot grow, push_back leaves the input in
+    // place and ~Node releases it, recursively (deeper stack, no std::terminate).
+    for (NodePtr& in : inputs) {
         try {
-            pending.push_back(std::move(in));
+            r.pending.push_back(std::move(in));
         } catch (const std::bad_alloc&) {
         }
     }
-    delete m;
-    if (draining) return;
-    draining = true;
-    while (!pending.empty()) {
-        NodePtr last = std::move(pending.back());
-        pending.pop_back();
-        last.reset();  // may run this deleter again, which appends to `pending`
+    if (r.draining) return;
+    r.draining = true;
+    while (!r.pending.empty()) {
+        NodePtr last = std::move(r.pending.back());
+        r.pending.pop_back();
+        last.reset();  // may run this destructor again, which appends to `pending`
     }
-    draining = false;
+    r.draining = false;
 }
 
 } // namespace
@@ -158,41 +212,22 @@ NodePtr intern(Node proto) {
                         opkind_name(proto.op), proto.inputs.size());
     proto.hash = structural_hash(proto);
     auto& t = table();
-    // Candidates locked during the search are released only after the mutex: dropping the last
-    // reference runs the node's deleter, which takes the mutex itself.
-    std::vector<NodePtr> candidates;
     std::lock_guard<std::mutex> lock(t.mu);
-    auto range = t.map.equal_range(proto.hash);
-    for (auto it = range.first; it != range.second; ++it) {
-        if (auto existing = it->second.second.lock()) {
-            if (structurally_equal(*existing, proto)) return existing;
-            candidates.push_back(std::move(existing));
-        }
-    }
+    // A node in the table is alive or waiting in its destructor for this mutex, fields intact;
+    // only a live one is shared (lock() fails on a dying one, which is then left to unlink itself).
+    for (Interned* c = t.bucket(proto.hash); c; c = c->next)
+        if (c->hash == proto.hash && structurally_equal(*c, proto))
+            if (std::shared_ptr<Interned> existing = c->weak_from_this().lock()) return existing;
     proto.id = t.next_id++;
-    size_t h = proto.hash;
-    Node* raw = new Node(std::move(proto));
-    NodePtr ptr(raw, [h](const Node* n) {
-        auto& tab = table();
-        {
-            std::lock_guard<std::mutex> l(tab.mu);
-            auto r = tab.map.equal_range(h);
-            for (auto it = r.first; it != r.second; ++it)
-                if (it->second.first == n) {
-                    tab.map.erase(it);
-                    break;
-                }
-        }
-        destroy(n);  // outside the lock: releasing inputs re-enters this deleter
-    });
-    t.map.emplace(h, std::make_pair(raw, std::weak_ptr<const Node>(ptr)));
-    return ptr;
+    auto made = std::make_shared<Interned>(std::move(proto));
+    t.link(made.get());
+    return made;
 }
 
 size_t live_node_count() {
     auto& t = table();
     std::lock_guard<std::mutex> lock(t.mu);
-    return t.map.size();
+    return t.count;
 }
 
 namespace {

@@ -30,6 +30,10 @@ std::optional<Tensor> Tensor::reshape_view(const Shape& s) const {
     return std::nullopt;
 }
 
+Tensor::Tensor(Context* ctx, View v) : ctx_(ctx), view_(std::move(v)) {
+    if (view_.storage) leaf_ = leaf(view_).node();
+}
+
 Tensor& Tensor::assign(const Expr& e) {
     if (!defined()) throw Error("assign: the destination is an empty kiln::Tensor (default-constructed)");
     context().assign(*this, e);

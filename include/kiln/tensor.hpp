@@ -31,7 +31,7 @@ private:
 class KILN_API Tensor {
 public:
     Tensor() = default;
-    Tensor(Context* ctx, View v) : ctx_(ctx), view_(std::move(v)) {}
+    Tensor(Context* ctx, View v);
 
     // ---- properties
     const Shape& shape() const { return view_.shape; }
@@ -61,7 +61,7 @@ public:
 
     // ---- evaluation
     operator Expr() const { return expr(); }
-    Expr expr() const { return leaf(view_); }
+    Expr expr() const { return leaf_ ? Expr(leaf_) : leaf(view_); }
     Tensor& assign(const Expr& e);
     Assignable operator[](AllTag) { return Assignable(*this); }
     Tensor& operator=(const Expr& e) { return assign(e); }
@@ -79,6 +79,9 @@ public:
 private:
     Context* ctx_ = nullptr;
     View view_;
+    // The view's leaf node, made once: a tensor in an expression built again and again (a loop
+    // body) is not hashed and looked up again each time.
+    NodePtr leaf_;
 };
 
 template <typename T> constexpr DType dtype_of();

@@ -6,7 +6,10 @@
 #include "ir/node.hpp"
 #include "ir/view_ops.hpp"
 
+#include <kiln/kiln.hpp>
+
 #include <memory>
+#include <vector>
 
 using namespace kiln;
 
@@ -102,6 +105,33 @@ TEST_CASE("nodes are hash-consed: equal subtrees are one node") {
         CHECK(live_node_count() > before);
     }
     CHECK(live_node_count() == before);  // dead nodes leave the table
+}
+
+TEST_CASE("the node table stays shared past its first buckets, and dying nodes leave it") {
+    Expr a = leaf(host_view({8, 4}));
+    const size_t before = live_node_count();
+    {
+        std::vector<Expr> kept;
+        for (int i = 0; i < 5000; ++i) kept.push_back(a * (double)i + 1.0);  // 10000 nodes: the table doubles
+        CHECK(live_node_count() >= before + 10000);
+        for (int i = 0; i < 5000; i += 7) CHECK((a * (double)i + 1.0).node() == kept[(size_t)i].node());
+        for (int i = 0; i < 5000; i += 2) kept[(size_t)i] = Expr();   // half of them die
+        for (int i = 1; i < 5000; i += 2 * 7) CHECK((a * (double)i + 1.0).node() == kept[(size_t)i].node());
+        for (int i = 0; i < 5000; i += 2 * 7) CHECK((a * (double)i + 1.0).node() != nullptr);
+    }
+    CHECK(live_node_count() == before);
+}
+
+TEST_CASE("a tensor's leaf is made once: its expression is the same node every time") {
+    Context ctx(ContextOptions{"cpu"});
+    Tensor t = ctx.empty({3, 4});
+    const uint64_t id = t.expr().node()->id;   // the expression dies here; the tensor keeps its leaf
+    CHECK(Expr(t).node()->id == id);
+    CHECK(Tensor(t).expr().node()->id == id);  // copies share it
+    Tensor s = t.slice({Slice::all(), Slice::range(1, 3)});
+    CHECK(s.expr().node()->id != id);           // a view is its own leaf
+    CHECK(s.expr().node()->view.offset == 1);
+    CHECK_THROWS_WITH(Tensor().expr(), Catch::Contains("an empty kiln::Tensor"));
 }
 
 TEST_CASE("integer scalars hold their exact value: literals past 2^53 are distinct nodes and reach int64 exactly") {

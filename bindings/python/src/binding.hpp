@@ -31,17 +31,7 @@ struct PyContext {
 struct PyTensor {
     Tensor t;
     nb::object ctx;  // the Python Context owning t's memory
-    // t's leaf node, kept while the tensor lives: a tensor used in every iteration of a loop
-    // is then interned once, not once per expression.
-    const Expr& leaf() const {
-        if (!leaf_cache.valid() || !leaf_view.same_layout(t.view())) {
-            leaf_cache = t.expr();
-            leaf_view = t.view();
-        }
-        return leaf_cache;
-    }
-    mutable Expr leaf_cache;
-    mutable View leaf_view;   // the layout leaf_cache was made for
+    Expr leaf() const { return t.expr(); }   // made once, with the tensor
 };
 
 struct PyExpr {
