@@ -363,9 +363,9 @@ CachedPlan* Context::Impl::plan_for(const View& dst, const NodePtr& expr, const 
 CachedPlan* Context::Impl::cache_plan(CompiledAssignment&& ca) {
     CachedPlan plan = make_cached_plan(std::move(ca), signature);
     for (CachedStage& st : plan.stages) {
-        const std::string& key = st.lowered.key;
-        if (record) record->add(st.lowered.kernel, key, device().kind == DeviceKind::CUDA ? "cuda" : "cpu", target);
-        st.kernel = backend->compile(st.lowered.kernel, key);
+        const std::string& key = st.code->key;
+        if (record) record->add(st.code->kernel, key, device().kind == DeviceKind::CUDA ? "cuda" : "cpu", target);
+        st.kernel = backend->compile(st.code->kernel, key);
     }
     release_retired(plan);
     return plans.insert(signature, std::move(plan));
@@ -437,7 +437,7 @@ void Context::Impl::execute(CachedPlan& plan, void* hist_counters) {
             ls.args.iparams[r.seed_slot] = (int32_t)seed;
             ls.args.iparams[r.counter_slot] = (int32_t)draw_for(r.serial);
         }
-        ls.args.hist = ls.kernel.hist.bins > 0 ? hist_counters : nullptr;
+        ls.args.hist = st.code->kernel.hist.bins > 0 ? hist_counters : nullptr;
         backend->launch(st.kernel, ls.args);
         ++counters.launches;
     }

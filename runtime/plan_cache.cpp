@@ -106,6 +106,9 @@ CachedPlan make_cached_plan(CompiledAssignment&& ca, const AssignmentSignature& 
             cs.storage_class.push_back(cls);
             src.view.storage.reset();
         }
+        cs.code = std::make_shared<const StageCode>(StageCode{std::move(ls.kernel), std::move(ls.key)});
+        ls.kernel = kir::Kernel{};
+        ls.key.clear();
         cs.lowered = std::move(ls);
         cp.stages.push_back(std::move(cs));
     }

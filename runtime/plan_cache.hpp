@@ -44,8 +44,18 @@ void assignment_signature(const NodePtr& root, const View& dst, uint64_t options
 void together_signature(const std::vector<std::pair<NodePtr, View>>& list, uint64_t options, const char* op,
                         AssignmentSignature& out);
 
+// A stage's kernel IR and key, which never change once lowered: shared by the plans a family
+// resizes from one another (plan_family.cpp), which copy only what a new shape changes.
+struct StageCode {
+    kir::Kernel kernel;
+    std::string key;
+};
+
 struct CachedStage {
-    LoweredStage lowered;            // sources' views hold no storage; see storage_class
+    // The lowered stage less its kernel and key (in `code`); sources' views hold no storage,
+    // see storage_class.
+    LoweredStage lowered;
+    std::shared_ptr<const StageCode> code;
     std::vector<int> storage_class;  // per kernel buffer: its storage class, or -1 for a temp
     const void* kernel = nullptr;    // the backend's compiled kernel
     Shape domain;                    // the stage's iteration space (plan_family.cpp resizes it)

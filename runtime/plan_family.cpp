@@ -140,7 +140,7 @@ std::optional<CachedPlan> resized(uint64_t kind, const CachedPlan& t, const Shap
 bool elementwise_form(const CachedPlan& p, const Shape& shape) {
     if (p.in_order || !p.temps.empty() || p.stages.size() != 1) return false;
     const LoweredStage& ls = p.stages[0].lowered;
-    if (ls.kernel.rank != 1 || ls.args.sizes != std::vector<int64_t>{numel(shape)} || p.stages[0].domain != shape)
+    if (p.stages[0].code->kernel.rank != 1 || ls.args.sizes != std::vector<int64_t>{numel(shape)} || p.stages[0].domain != shape)
         return false;
     for (int64_t s : ls.args.strides)
         if (s != 0 && s != 1) return false;
@@ -163,8 +163,9 @@ bool same_plan(const CachedPlan& a, const CachedPlan& b) {
     for (size_t i = 0; i < a.stages.size(); ++i) {
         const CachedStage &x = a.stages[i], &y = b.stages[i];
         const LoweredStage &p = x.lowered, &q = y.lowered;
-        if (x.kernel != y.kernel || x.storage_class != y.storage_class || x.domain != y.domain || p.key != q.key ||
-            p.kernel.name != q.kernel.name || p.args.sizes != q.args.sizes || p.args.strides != q.args.strides ||
+        if (x.kernel != y.kernel || x.storage_class != y.storage_class || x.domain != y.domain ||
+            (x.code != y.code && (x.code->key != y.code->key || x.code->kernel.name != y.code->kernel.name)) ||
+            p.args.sizes != q.args.sizes || p.args.strides != q.args.strides ||
             !same_bits(p.args.fparams, q.args.fparams) || p.args.iparams != q.args.iparams ||
             p.args.buffers.size() != q.args.buffers.size() || p.sources.size() != q.sources.size() ||
             p.rands.size() != q.rands.size())

@@ -3,6 +3,9 @@
 // plans compute what the passes' plans compute, bit for bit.
 #include "tests/support/catch.hpp"
 
+#include "runtime/plan_family.hpp"
+#include "tests/support/views.hpp"
+
 #include <kiln/context.hpp>
 
 #include <cmath>
@@ -216,4 +219,32 @@ TEST_CASE("plan families: a template whose kernel the cache evicted is dropped w
     }
     CHECK(ctx.counters().plan_resizes == 0);
     CHECK(ctx.counters().cached_kernels == 1);
+}
+
+TEST_CASE("plan families: a resized plan shares its template's kernel IR and key, and copies what it resizes") {
+    PlanFamilies families;
+    // The plan the passes make for y = x * 3 + 1 over (rows, 16), as the context caches it.
+    auto planned = [](int64_t rows, AssignmentSignature& fam, Shape& at) {
+        const View x = test::host_view({rows, 16}), y = test::host_view({rows, 16});
+        x.storage->written = true;
+        const NodePtr root = (leaf(x) * 3.0f + 1.0f).node();
+        AssignmentSignature sig;
+        assignment_signature(root, y, 0, "test", sig);
+        REQUIRE(PlanFamilies{}.signature(root, y, 0, fam, at));
+        return make_cached_plan(compile_assignment(root, y, "cpu-test", {}), sig);
+    };
+    AssignmentSignature fam, fam2, fam3;
+    Shape at, at2, at3;
+    const CachedPlan first = planned(8, fam, at);
+    REQUIRE(first.stages.size() == 1);
+    REQUIRE(first.stages[0].code);
+    CHECK(first.stages[0].lowered.kernel.instrs.empty());   // moved into the shared code
+    families.learn(fam, at, first);
+    families.learn(fam2, at2, planned(9, fam2, at2));   // the check of the family's second shape
+    planned(5, fam3, at3);
+    const std::optional<CachedPlan> r = families.resize(fam3, at3);
+    REQUIRE(r.has_value());
+    CHECK(r->stages[0].code == first.stages[0].code);
+    CHECK(r->stages[0].lowered.args.sizes == std::vector<int64_t>{5 * 16});
+    CHECK(first.stages[0].lowered.args.sizes == std::vector<int64_t>{8 * 16});
 }
