@@ -48,9 +48,10 @@ inline constexpr int kColumnThreads = 256;
 int column_width(const kir::Kernel& k);
 // Column kernels whose only Loop block comes first may split their reduced points into chunks
 // (an entry NAME_final then combines them); the plan splits until about kColumnTargetBlocks
-// blocks run, unless kColumnEnoughBlocks column blocks already fill a large GPU (the second
-// launch then costs more than it gains): numbers independent of the device so that results are
-// too.
+// blocks run (none where that many column blocks run already), a number independent of the
+// device so that results are too. About 1.3 waves of the vector entry's 3 blocks an SM on 132
+// SMs: fewer, longer chunks measured faster than more blocks, whose ends (the slices' merge, a
+// record each) and the final entry's reads cost more than a second wave's tail.
 bool column_splittable(const kir::Kernel& k);
 // Column kernels' vector entry NAME_v: V adjacent points of the innermost parallel dim q per
 // thread, every buffer contiguous along q read V elements at a time (V * the widest of those
@@ -66,10 +67,8 @@ int column_vector_width(const kir::Kernel& k);
 // before (batch norm's statistics in float16: three sums of eight columns a thread), keeping
 // one or two in flight instead of the step's four.
 inline constexpr int kColumnVectorBlocks = 3;
-inline constexpr int64_t kColumnTargetBlocks = 2048;
-inline constexpr int64_t kColumnEnoughBlocks = 1024;
+inline constexpr int64_t kColumnTargetBlocks = 512;
 inline constexpr int64_t kColumnMinChunk = 256;   // reduced points per chunk, at least
-inline constexpr int64_t kColumnMaxChunks = 1024;
 
 // Row kernels keep every buffer that several Loop blocks load (not gather) and that varies
 // along the row in shared memory, in its storage dtype: per buffer, its slot in the row cache,

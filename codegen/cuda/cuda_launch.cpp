@@ -628,10 +628,9 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         const int64_t width = detail::column_width(k);
         const int64_t pblocks = (np + width - 1) / width;
         int64_t chunks = 1;
-        if (detail::column_splittable(k) && np > 0 && pblocks < detail::kColumnEnoughBlocks)
-            chunks = std::clamp<int64_t>(std::min((detail::kColumnTargetBlocks + pblocks - 1) / pblocks,
-                                                  nr / detail::kColumnMinChunk),
-                                         1, detail::kColumnMaxChunks);
+        if (detail::column_splittable(k) && np > 0)
+            chunks = std::max<int64_t>(1, std::min((detail::kColumnTargetBlocks + pblocks - 1) / pblocks,
+                                                   nr / detail::kColumnMinChunk));
         const uint32_t block = (uint32_t)detail::kColumnThreads;
         plan.launches = {launch_of(k.name, np ? clamp_grid(pblocks * chunks, chunks) : 0, block, 1, (int)chunks)};
         if (const int v = detail::column_vector_width(k)) {

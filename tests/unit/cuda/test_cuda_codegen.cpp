@@ -1249,10 +1249,12 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.launches[0].param == 1);
     CHECK(p.launches[0].grid == 2048);
     CHECK(p.scratch_bytes == 0);
-    a.sizes = {4096, 1024 * 128};   // fewer than kColumnTargetBlocks, but enough to fill a GPU
+    a.sizes = {4096, 512 * 128};   // kColumnTargetBlocks column blocks: not split
     CHECK(codegen::plan_cuda_launch(column, a, h100).launches.size() == 1);
-    a.sizes = {4096, 1023 * 128};
-    CHECK(codegen::plan_cuda_launch(column, a, h100).launches[0].param == (2048 + 1022) / 1023);
+    a.sizes = {4096, 511 * 128};
+    CHECK(codegen::plan_cuda_launch(column, a, h100).launches[0].param == (512 + 510) / 511);
+    a.sizes = {1 << 20, 128};   // one column block: at most kColumnTargetBlocks chunks
+    CHECK(codegen::plan_cuda_launch(column, a, h100).launches[0].param == 512);
     a.sizes = {100, 100};   // too few reduced points to split
     CHECK(codegen::plan_cuda_launch(column, a, h100).launches.size() == 1);
 
