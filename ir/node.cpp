@@ -173,10 +173,14 @@ InternTable& table() {
 // Releases a dying node's inputs without recursion: the inputs it held the last reference to
 // would release theirs in turn, as deep as the expression (200000 chained additions overflow the
 // stack). The outermost release on a thread drains a list of released inputs; nested ones only
-// add to it.
+// add to it. A node can die after its thread's list (a thread_local or static holding a Tensor,
+// destroyed as the thread or the process ends): releaser_gone, which has no destructor, says so,
+// and ~Node then releases its inputs itself.
+thread_local bool releaser_gone = false;
 struct Releaser {
     std::vector<NodePtr> pending;
     bool draining = false;
+    ~Releaser() { releaser_gone = true; }
 };
 
 Interned::~Interned() {
@@ -185,6 +189,7 @@ Interned::~Interned() {
         std::lock_guard<std::mutex> l(t.mu);
         t.unlink(this);
     }
+    if (releaser_gone) return;
     thread_local Releaser r;
     // A destructor must not throw: where the list cannot grow, push_back leaves the input in
     // place and ~Node releases it, recursively (deeper stack, no std::terminate).

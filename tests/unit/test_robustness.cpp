@@ -11,6 +11,7 @@
 
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace kiln;
@@ -38,6 +39,21 @@ TEST_CASE("a deep expression is destroyed without recursion (a million chained a
         CHECK(live_node_count() >= before + 1000000);
     }
     CHECK(live_node_count() <= before + 2);  // the leaf's view and the literal may live on in the test's views
+}
+
+TEST_CASE("nodes released as their thread ends, after its release list is gone, are released all the same") {
+    const size_t before = live_node_count();
+    std::thread([] {
+        struct Holder {
+            Expr e;
+        };
+        // Made before any node dies on this thread, so destroyed after the thread's release list.
+        thread_local Holder held;
+        Expr a = leaf(test::host_view({4}));
+        held.e = chain(exp(a), 50);
+        { Expr gone = a * 2.0; }   // a node dies here: the thread's release list is made now
+    }).join();
+    CHECK(live_node_count() == before);
 }
 
 TEST_CASE("every pass walks a deep expression without recursion (200000 nodes, with reductions and a take)") {
