@@ -422,23 +422,22 @@ void Context::Impl::execute(CachedPlan& plan, void* hist_counters) {
         return draws.back().second;
     };
     for (CachedStage& st : plan.stages) {
-        LoweredStage& ls = st.lowered;
-        for (size_t b = 0; b < ls.sources.size(); ++b) {
-            const BufferSource& src = ls.sources[b];
+        for (size_t b = 0; b < st.sources.size(); ++b) {
+            const BufferSource& src = st.sources[b];
             int cls = st.storage_class[b];
             if (cls < 0) {
-                ls.args.buffers[b] = temps[src.temp]->data;
+                st.args.buffers[b] = temps[src.temp]->data;
             } else {
                 auto* base = static_cast<char*>(signature.storages[cls]->data);
-                ls.args.buffers[b] = base + src.view.offset * (int64_t)dtype_size(src.view.dtype);
+                st.args.buffers[b] = base + src.view.offset * (int64_t)dtype_size(src.view.dtype);
             }
         }
-        for (auto& r : ls.rands) {
-            ls.args.iparams[r.seed_slot] = (int32_t)seed;
-            ls.args.iparams[r.counter_slot] = (int32_t)draw_for(r.serial);
+        for (auto& r : st.rands) {
+            st.args.iparams[r.seed_slot] = (int32_t)seed;
+            st.args.iparams[r.counter_slot] = (int32_t)draw_for(r.serial);
         }
-        ls.args.hist = st.code->kernel.hist.bins > 0 ? hist_counters : nullptr;
-        backend->launch(st.kernel, ls.args);
+        st.args.hist = st.code->kernel.hist.bins > 0 ? hist_counters : nullptr;
+        backend->launch(st.kernel, st.args);
         ++counters.launches;
     }
     temps.clear();  // device temporaries return to the allocator; stream order keeps them valid
@@ -481,8 +480,8 @@ double plan_bytes(const CachedPlan& plan) {
     double bytes = 0;
     std::vector<std::pair<int, const View*>> seen;
     for (const CachedStage& st : plan.stages)
-        for (size_t b = 0; b < st.lowered.sources.size(); ++b) {
-            const View& v = st.lowered.sources[b].view;
+        for (size_t b = 0; b < st.sources.size(); ++b) {
+            const View& v = st.sources[b].view;
             const int cls = st.storage_class[b];
             if (cls < 0 || std::any_of(seen.begin(), seen.end(), [&](const auto& s) {
                     return s.first == cls && s.second->same_layout(v);

@@ -107,9 +107,9 @@ CachedPlan make_cached_plan(CompiledAssignment&& ca, const AssignmentSignature& 
             src.view.storage.reset();
         }
         cs.code = std::make_shared<const StageCode>(StageCode{std::move(ls.kernel), std::move(ls.key)});
-        ls.kernel = kir::Kernel{};
-        ls.key.clear();
-        cs.lowered = std::move(ls);
+        cs.args = std::move(ls.args);
+        cs.sources = std::move(ls.sources);
+        cs.rands = std::move(ls.rands);
         cp.stages.push_back(std::move(cs));
     }
     return cp;  // ca.plan's stages (which hold the graph, and so the tensors) die with ca

@@ -51,11 +51,12 @@ struct StageCode {
     std::string key;
 };
 
+// A lowered stage as a cached plan holds it: its code shared, what a launch reads its own.
 struct CachedStage {
-    // The lowered stage less its kernel and key (in `code`); sources' views hold no storage,
-    // see storage_class.
-    LoweredStage lowered;
     std::shared_ptr<const StageCode> code;
+    kir::LaunchArgs args;               // buffer pointers resolved from `sources` at each run
+    std::vector<BufferSource> sources;  // per kernel buffer; views hold no storage, see storage_class
+    std::vector<RandSlot> rands;
     std::vector<int> storage_class;  // per kernel buffer: its storage class, or -1 for a temp
     const void* kernel = nullptr;    // the backend's compiled kernel
     Shape domain;                    // the stage's iteration space (plan_family.cpp resizes it)

@@ -107,10 +107,10 @@ std::optional<CachedPlan> resized(uint64_t kind, const CachedPlan& t, const Shap
     CachedPlan p = t;
     if (kind == kElementwise) {
         CachedStage& st = p.stages[0];
-        st.lowered.args.sizes[0] = numel(to);
+        st.args.sizes[0] = numel(to);
         st.domain = to;
         const Strides strides = contiguous_strides(to);
-        for (BufferSource& s : st.lowered.sources)
+        for (BufferSource& s : st.sources)
             if (!s.is_temp && s.view.shape == from) s.view.shape = to, s.view.strides = strides;
         return p;
     }
@@ -122,13 +122,13 @@ std::optional<CachedPlan> resized(uint64_t kind, const CachedPlan& t, const Shap
     for (TempBuffer& temp : p.temps) resize(temp.shape);
     for (CachedStage& st : p.stages) {
         if (st.domain.size() == rank && st.domain[0] == a) {
-            std::vector<int64_t>& sizes = st.lowered.args.sizes;
+            std::vector<int64_t>& sizes = st.args.sizes;
             const size_t k = !sizes.empty() && sizes[0] % a == 0 ? 0 : sizes.size() > 1 && sizes[0] == 1 && sizes[1] % a == 0 ? 1 : sizes.size();
             if (k == sizes.size()) return std::nullopt;
             sizes[k] = sizes[k] / a * b;
         }
         resize(st.domain);
-        for (BufferSource& s : st.lowered.sources)
+        for (BufferSource& s : st.sources)
             if (!s.is_temp) resize(s.view.shape);
     }
     return p;
@@ -139,13 +139,13 @@ std::optional<CachedPlan> resized(uint64_t kind, const CachedPlan& t, const Shap
 // read along it (stride 1) or broadcast (0), every view of that shape, contiguous, or of rank 0.
 bool elementwise_form(const CachedPlan& p, const Shape& shape) {
     if (p.in_order || !p.temps.empty() || p.stages.size() != 1) return false;
-    const LoweredStage& ls = p.stages[0].lowered;
-    if (p.stages[0].code->kernel.rank != 1 || ls.args.sizes != std::vector<int64_t>{numel(shape)} || p.stages[0].domain != shape)
+    const CachedStage& st = p.stages[0];
+    if (st.code->kernel.rank != 1 || st.args.sizes != std::vector<int64_t>{numel(shape)} || st.domain != shape)
         return false;
-    for (int64_t s : ls.args.strides)
+    for (int64_t s : st.args.strides)
         if (s != 0 && s != 1) return false;
     const Strides strides = contiguous_strides(shape);
-    for (const BufferSource& s : ls.sources)
+    for (const BufferSource& s : st.sources)
         if (s.is_temp || !(s.view.shape.empty() || (s.view.shape == shape && s.view.strides == strides))) return false;
     return true;
 }
@@ -162,16 +162,15 @@ bool same_plan(const CachedPlan& a, const CachedPlan& b) {
         if (a.temps[i].shape != b.temps[i].shape || a.temps[i].dtype != b.temps[i].dtype) return false;
     for (size_t i = 0; i < a.stages.size(); ++i) {
         const CachedStage &x = a.stages[i], &y = b.stages[i];
-        const LoweredStage &p = x.lowered, &q = y.lowered;
         if (x.kernel != y.kernel || x.storage_class != y.storage_class || x.domain != y.domain ||
             (x.code != y.code && (x.code->key != y.code->key || x.code->kernel.name != y.code->kernel.name)) ||
-            p.args.sizes != q.args.sizes || p.args.strides != q.args.strides ||
-            !same_bits(p.args.fparams, q.args.fparams) || p.args.iparams != q.args.iparams ||
-            p.args.buffers.size() != q.args.buffers.size() || p.sources.size() != q.sources.size() ||
-            p.rands.size() != q.rands.size())
+            x.args.sizes != y.args.sizes || x.args.strides != y.args.strides ||
+            !same_bits(x.args.fparams, y.args.fparams) || x.args.iparams != y.args.iparams ||
+            x.args.buffers.size() != y.args.buffers.size() || x.sources.size() != y.sources.size() ||
+            x.rands.size() != y.rands.size())
             return false;
-        for (size_t s = 0; s < p.sources.size(); ++s) {
-            const BufferSource &u = p.sources[s], &v = q.sources[s];
+        for (size_t s = 0; s < x.sources.size(); ++s) {
+            const BufferSource &u = x.sources[s], &v = y.sources[s];
             if (u.is_temp != v.is_temp || u.temp != v.temp || u.view.dtype != v.view.dtype || u.view.shape != v.view.shape ||
                 u.view.strides != v.view.strides || u.view.offset != v.view.offset)
                 return false;
@@ -184,9 +183,9 @@ bool same_plan(const CachedPlan& a, const CachedPlan& b) {
             while (rs[first].serial != rs[r].serial) ++first;
             return first;
         };
-        for (size_t r = 0; r < p.rands.size(); ++r)
-            if (place(p.rands, r) != place(q.rands, r) || p.rands[r].seed_slot != q.rands[r].seed_slot ||
-                p.rands[r].counter_slot != q.rands[r].counter_slot)
+        for (size_t r = 0; r < x.rands.size(); ++r)
+            if (place(x.rands, r) != place(y.rands, r) || x.rands[r].seed_slot != y.rands[r].seed_slot ||
+                x.rands[r].counter_slot != y.rands[r].counter_slot)
                 return false;
     }
     return true;
