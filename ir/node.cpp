@@ -131,10 +131,13 @@ struct InternTable {
     uint64_t next_id = 1;
 
     Interned*& bucket(size_t h) { return buckets[(size_t)((uint64_t)h * 0x9e3779b97f4a7c15ull >> shift)]; }
-    void link(Interned* n) {
+    void push(Interned* n) {   // onto its bucket's chain
         Interned*& b = bucket(n->hash);
         n->next = b;
         b = n;
+    }
+    void link(Interned* n) {
+        push(n);
         if (++count > buckets.size()) grow();
     }
     void unlink(const Interned* n) {
@@ -157,9 +160,7 @@ struct InternTable {
         for (Interned* n : old)
             while (n) {
                 Interned* after = n->next;
-                Interned*& b = bucket(n->hash);
-                n->next = b;
-                b = n;
+                push(n);
                 n = after;
             }
     }

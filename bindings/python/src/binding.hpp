@@ -31,7 +31,6 @@ struct PyContext {
 struct PyTensor {
     Tensor t;
     nb::object ctx;  // the Python Context owning t's memory
-    Expr leaf() const { return t.expr(); }   // made once, with the tensor
 };
 
 struct PyExpr {

@@ -101,7 +101,7 @@ bool to_expr(nb::handle h, Expr& out, nb::handle& ctx) {
     }
     if (nb::isinstance<PyTensor>(h)) {
         auto* t = nb::inst_ptr<PyTensor>(h);
-        out = t->leaf();
+        out = t->t.expr();
         if (!ctx.is_valid() || ctx.is_none()) ctx = t->ctx;
         return true;
     }

@@ -234,7 +234,7 @@ void bind_values(nb::module_& m) {
             nb::handle c;
             Expr e;
             if (!to_expr(other, e, c)) throw Error(not_an_operand(other, "in-place operator"), Error::Kind::Type);
-            assign(s, fn(s.leaf(), e));
+            assign(s, fn(s.t.expr(), e));
             return nb::borrow(self);
         });
     }
