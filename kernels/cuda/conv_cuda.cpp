@@ -590,14 +590,21 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0,
                                                64, uint32_t(u.bn));
         CUtensorMap patches = map_a.value_or(CUtensorMap{});
-        void* params[] = {&q, &map_b, &patches};
         if (walk) {
+            // C's plain rows by TMA, in boxes of 16 rows x 128 bytes (a phase's grouped rows:
+            // the warps' own stores).
+            CUtensorMap map_c{};
+            q.c_by_tma = h.c_group == 0;
+            if (q.c_by_tma)
+                map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 16);
+            void* params[] = {&q, &map_b, &patches, &map_c};
             const WalkTile w = walk_for(L, u);
             const int dynamic = std::max(smem, w.smem);
             CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, dynamic);
             be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(dynamic), params,
                                   {.programmatic = be.programmatic_launches()});
         } else {
+            void* params[] = {&q, &map_b, &patches};
             CUfunction f = be.precompiled(kiln_conv_sm90_image, u.entry, smem);
             be.launch_precompiled(f, unsigned(int64_t(h.tiles_m) * h.tiles_n), 1, 1, 384, unsigned(smem), params,
                                   {.programmatic = be.programmatic_launches()});

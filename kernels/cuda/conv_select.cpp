@@ -73,7 +73,7 @@ bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms) {
 WalkTile walk_for(const ConvLayer& L, const ConvTile& t) {
     WalkTile w;
     w.stages = t.bn == 64 ? 6 : 5;
-    w.smem = w.stages * (128 * 128 + t.bn * 128) + 128 * (t.bn + 8) * 2 + t.bn * 4 + 1024;
+    w.smem = w.stages * (128 * 128 + t.bn * 128) + 128 * (t.bn + 8) * 2 + 4 * t.bn * 4 + 1024;
     w.entry = fmt::format("kiln_conv_fprop_walk_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, w.stages);
     return w;
 }

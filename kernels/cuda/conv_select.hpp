@@ -45,8 +45,8 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
 ConvTile widest_tile(const ConvLayer& L);
 
 // The walk's tile (conv_walk.cuh): the one-tile kernel's width (64 or 128: the 256-wide
-// accumulators and the walk's state spilled) with fewer stages, its staged results and the
-// bias past them.
+// accumulators and the walk's state spilled) with fewer stages, its staged results and each
+// consumer's bias for two tiles past them.
 struct WalkTile {
     int stages = 0, smem = 0;
     std::string entry;

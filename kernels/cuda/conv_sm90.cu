@@ -26,8 +26,17 @@ using namespace kiln::gemm;
 KILN_CONV_DTYPES(fprop, conv_fprop, 64, 4, 2)
 KILN_CONV_DTYPES(fprop, conv_fprop, 128, 6, 1)
 KILN_CONV_DTYPES(fprop, conv_fprop, 256, 4, 1)
-KILN_CONV_DTYPES(fprop_walk, conv_fprop_walk, 64, 6, 1)
-KILN_CONV_DTYPES(fprop_walk, conv_fprop_walk, 128, 5, 1)
+// The walk: a third map, C in boxes of 16 rows x 128 bytes (with p.c_by_tma).
+#define KILN_CONV_WALK(tn, T, BN, ST)                                                                            \
+    extern "C" __global__ void __launch_bounds__(384, 1) kiln_conv_fprop_walk_##tn##_##BN##_s##ST(              \
+        const __grid_constant__ ConvParams p, const __grid_constant__ CUtensorMap map0,                         \
+        const __grid_constant__ CUtensorMap map1, const __grid_constant__ CUtensorMap map_c) {                  \
+        conv_fprop_walk<T, BN, ST>(p, &map0, &map1, &map_c);                                                    \
+    }
+KILN_CONV_WALK(f16, __half, 64, 6)
+KILN_CONV_WALK(bf16, __nv_bfloat16, 64, 6)
+KILN_CONV_WALK(f16, __half, 128, 5)
+KILN_CONV_WALK(bf16, __nv_bfloat16, 128, 5)
 // The weight gradient: map0 E, map1 the image's im2col descriptor.
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 64, 8, 1)
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 128, 6, 1)

@@ -1,25 +1,124 @@
 // The implicit-GEMM fprop as a walk: a block per SM takes tiles blockIdx.x, + gridDim.x, ...
 // (raster order), its producer running ahead across them by TMA in im2col mode, so that the
-// next tile's stages load while the consumers finish this one and store its results. The
-// one-tile kernel (conv_fprop.cuh) pays each tile's pipeline fill and epilogue with the tensor
-// cores idle, which dominates where a tile has few k-tiles (a 1x1 layer, 3x3 over 64 channels).
-// The results are staged for their stores in a buffer of their own past the stages (the
-// register epilogue, store_tile_16bit), since the stages are being refilled meanwhile: 16-bit
-// output whose rows are 16 bytes apart, without beta or stochastic rounding (the host checks).
-// Chosen by the host's cost model (conv_cuda.cpp, fprop_plan), KILN_CONV_KERNEL=walk or the tuner.
+// next tile's stages load while the consumers finish this one. The one-tile kernel
+// (conv_fprop.cuh) pays each tile's pipeline fill and epilogue with the tensor cores idle,
+// which dominates where a tile has few k-tiles (a 1x1 layer, 3x3 over 64 channels).
+//
+// A tile's results wait in registers, rounded to C's 16-bit dtype, until the next tile's first
+// multiplies are issued; each warp then stages its 16 rows in a slice of shared memory of its
+// own and stores them while those run (the last tile's after its own). Where C's rows are plain
+// (p.c_by_tma: not a phase's grouped rows) one lane hands the slice to TMA in boxes of 16 rows
+// x 128 bytes; otherwise the warp stores them, a lane per 16-byte chunk. (The consumer warps'
+// own stores, 8 warps an SM, moved a 1x1 layer's output at about a third of the bandwidth that
+// TMA's do.) Nothing in the store path waits for the other warps but the channel sums
+// (kColSums), which add all eight warps' sums in a fixed order.
+// 16-bit output whose rows are 16 bytes apart, without beta or stochastic rounding (the host
+// checks). Chosen by the host's cost model (conv_cuda.cpp, fprop_plan), KILN_CONV_KERNEL=walk
+// or the tuner.
 #pragma once
 #include "kernels/cuda/sm90/conv_fprop.cuh"
 
 namespace kiln::gemm {
 
-// Shared memory past the stages: the staged results (BM rows of BN + 8 16-bit values), then the
-// tile's bias (BN floats), then with kColSums the warps' column sums (8 x BN floats, which the
-// epilogue adds into its row of tiles' partials: conv_col_sum_bytes).
+// Shared memory past the stages: the staged results (BM rows of BN + 8 16-bit values, 16 rows
+// a warp; by TMA a warp's BN / 64 boxes of 16 rows x 128 bytes in the 128-byte swizzle, 2 KB
+// each, in the same space), then each consumer's bias for two tiles in turn (2 x 2 x BN
+// floats), then with kColSums the warps' column sums (8 x BN floats: conv_col_sum_bytes).
 template <int BN>
 constexpr int kWalkStagedBytes = 128 * (BN + 8) * 2;
 
+// Where a warp's staged row r, 16-byte chunk j (columns 8j .. 8j + 7) lies, in 16-bit elements
+// from its slice: rows BN + 8 apart, or by TMA in box j / 8, chunk j % 8 of row r at
+// (j % 8) ^ (r % 8) (the swizzle; boxes 1024-byte aligned).
+template <int BN>
+__device__ __forceinline__ int walk_staged_at(bool by_tma, int r, int j) {
+    return by_tma ? (j / 8) * 1024 + r * 64 + (((j % 8) ^ (r % 8)) * 8) : r * (BN + 8) + 8 * j;
+}
+
+// Warp warp8's 16 rows of the finished tile at (m0, n0) (rows 16 warp8 + g and + 8, register
+// 2j + h of `results` holding row g + 8h, columns 8j + 2q, + 1) from registers to C: staged in
+// the warp's slice of shared memory, then a lane per 16-byte chunk of a row. kColSums: the
+// warp's column sums into col_s[warp], then, behind the consumers' barrier, their sum in warp
+// order into the tile's row of col_partials.
+template <int BM, int BN>
+__device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUtensorMap* map_c,
+                                                const uint32_t (&results)[BN / 4], uint16_t* slice, float* col_s, int m0,
+                                                int n0, int warp8, int lane) {
+    constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
+    const GemmParams& p = cp.gemm;
+    const bool by_tma = cp.c_by_tma;
+    const int g = lane / 4, q = lane % 4;
+    // The warp's previous tile's rows are read: by its lanes, or (lane 0 waits) by TMA.
+    if (by_tma && lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<uint32_t*>(slice + walk_staged_at<BN>(by_tma, g + 8 * h, j) + 2 * q) = results[2 * j + h];
+    if (by_tma) fence_to_tma();
+    __syncwarp();
+    if (by_tma && lane == 0) {
+#pragma unroll
+        for (int b = 0; b < BN / 64; ++b) tma_store(map_c, slice + b * 1024, n0 + 64 * b, m0 + 16 * warp8, 0);
+        tma_store_commit();
+    }
+    uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp8, lane) : nullptr;
+    const bool col_sums = p.flags & kColSums;
+    if (by_tma && !hist && !col_sums) return;
+    const int r_in = lane / kChunks, chunk = lane % kChunks, n = n0 + 8 * chunk;
+    const int row0 = m0 + 16 * warp8;   // the warp's first row (consumer c's warps are 4c .. 4c + 3)
+    uint16_t* C = static_cast<uint16_t*>(p.c);
+    float cs[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int r = r_in; r < 16; r += kRowsPerPass) {
+        const int m = row0 + r;
+        if (m >= p.m) break;
+        const uint4 v = *reinterpret_cast<const uint4*>(slice + walk_staged_at<BN>(by_tma, r, chunk));
+        if (!by_tma) {
+            uint16_t* dst = C + c_row(p, m) + n;
+            if (n + 8 <= p.n) {
+                *reinterpret_cast<uint4*>(dst) = v;
+            } else {
+                const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
+                for (int i = 0; i < 8 && n + i < p.n; ++i) dst[i] = e[i];
+            }
+        }
+        if (hist) hist_count_words<4>(p, hist, &v.x, p.n - n);
+        if (col_sums) {
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 f = unpack2(w[i], p.c_dtype);
+                cs[2 * i] += f.x, cs[2 * i + 1] += f.y;
+            }
+        }
+    }
+    if (hist) hist_flush(p, hist, lane);
+    if (!col_sums) return;
+#pragma unroll
+    for (int off = kChunks; off < 32; off *= 2)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], off);
+    if (lane < kChunks) {
+        float4* at = reinterpret_cast<float4*>(col_s + warp8 * BN + 8 * lane);
+        at[0] = make_float4(cs[0], cs[1], cs[2], cs[3]);
+        at[1] = make_float4(cs[4], cs[5], cs[6], cs[7]);
+    }
+    asm volatile("bar.sync 1, 256;" ::: "memory");   // every warp's sums of this tile are in
+    const int tid = 32 * warp8 + lane;
+    if (tid < BN && n0 + tid < p.n) {
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < 8; ++w) s += col_s[w * BN + tid];
+        p.col_partials[int64_t(m0 / BM) * p.n + n0 + tid] = s;
+    }
+    asm volatile("bar.sync 1, 256;" ::: "memory");   // read before the next tile's sums land
+}
+
 template <class T, int BN, int STAGES>
-__device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUtensorMap* map_b, const CUtensorMap* map_a) {
+__device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUtensorMap* map_b, const CUtensorMap* map_a,
+                                                const CUtensorMap* map_c) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
     constexpr int BM = Cfg::BM;
     extern __shared__ unsigned char smem_raw[];
@@ -30,6 +129,7 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     const int tiles = g.tiles_m * g.tiles_n;
     const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
     conv_block_start(ring, 1, map_b, map_a);
+    if (tid == 0 && p.c_by_tma) tma_prefetch_descriptor(map_c);
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -44,28 +144,45 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int c = wg - 1;
-    const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32;
-    unsigned char* staged = smem + STAGES * Cfg::kStageBytes;
-    float* bias_s = reinterpret_cast<float*>(staged + kWalkStagedBytes<BN>);
+    const int ctid = tid - 128 * wg, warp = ctid / 32, lane = ctid % 32, q = lane % 4;
+    const int warp8 = 4 * c + warp;
+    uint16_t* const slice = reinterpret_cast<uint16_t*>(smem + STAGES * Cfg::kStageBytes) +
+                            (p.c_by_tma ? warp8 * (BN / 64) * 1024 : 16 * warp8 * (BN + 8));
+    float* const bias_c = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes + kWalkStagedBytes<BN>) + c * 2 * BN;
+    float* const col_s = bias_c - c * 2 * BN + 4 * BN;
     const bool bias = g.flags & kBias;
-    const int q = lane % 4;
-    const int row0 = 64 * c + 16 * warp + lane / 4;
-    static_assert(BN <= 256, "a consumer thread loads one bias value a tile");
-    const int bias_col = ctid + 128 * c;
+    const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
+    static_assert(BN <= 128, "a consumer thread loads one bias value a tile");
+    uint32_t results[BN / 4];   // the previous tile's, rounded
+    int pending = -1;           // that tile, or none
+    const auto store_pending = [&] {
+        if (pending >= 0)
+            walk_store_rows<BM, BN>(p, map_c, results, slice, col_s, pending / g.tiles_n * BM, pending % g.tiles_n * BN,
+                                    warp8, lane);
+    };
     int it = 0;
-    for (int t = int(blockIdx.x); t < tiles; t += int(gridDim.x)) {
-        const int tile_n = t % g.tiles_n, m0 = t / g.tiles_n * BM, n0 = tile_n * BN;
+    for (int t = int(blockIdx.x), u = 0; t < tiles; t += int(gridDim.x), ++u) {
+        const int n0 = t % g.tiles_n * BN;
         // This thread's value of the tile's bias, loaded before the main loop, which hides the load.
-        const float bias_next = bias && bias_col < BN && n0 + bias_col < g.n ? __ldg(g.bias + n0 + bias_col) : 0.f;
+        const float bias_next = bias && ctid < BN && n0 + ctid < g.n ? __ldg(g.bias + n0 + ctid) : 0.f;
         float acc[BN / 2];
-        consume_tile<T, BN, 2, STAGES, 0, 0>(acc, smem, ring, c, lane, ktiles, it);
-        // Both consumers are done with the previous tile's staged results and bias.
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        if (bias_col < BN) bias_s[bias_col] = bias_next;
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        store_tile_16bit<T, BM, BN, 256>(g, acc, staged, bias_s, m0, n0, tile_n, 0, row0, q, ctid + 128 * c, nullptr,
-                                         nullptr, 0, BM, bias_s + BN);
+        consume_tile<T, BN, 2, STAGES, 0, 0, 1>(acc, smem, ring, c, lane, ktiles, it, [&](int) { store_pending(); });
+        // bias_c[u % 2] was last read two tiles ago, before this consumer's barrier of the last one.
+        float* const bias_s = bias_c + (u % 2) * BN;
+        if (ctid < BN) bias_s[ctid] = bias_next;
+        consumer_sync();
+        float row_sum[2];   // (no row sums here)
+        const auto round = [&](auto bf16) {
+            if (!(g.flags & kRelu)) round_results<bf16.value, kActNone, false, BN>(g, acc, bias_s, q, results, row_sum);
+            else if (g.slope == 0.f) round_results<bf16.value, kActRelu, false, BN>(g, acc, bias_s, q, results, row_sum);
+            else round_results<bf16.value, kActLeaky, false, BN>(g, acc, bias_s, q, results, row_sum);
+        };
+        if (g.c_dtype == kBF16) round(std::true_type{});
+        else round(std::false_type{});
+        pending = t;
     }
+    store_pending();   // the last tile's, with nothing left to hide behind
+    if (p.c_by_tma && lane == 0) tma_store_wait_all();   // (the block's shared memory stays until TMA has read it)
 }
 
 } // namespace kiln::gemm
