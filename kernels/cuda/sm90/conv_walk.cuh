@@ -75,36 +75,13 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
         const int m = row0 + r;
         if (m >= p.m) break;
         const uint4 v = *reinterpret_cast<const uint4*>(slice + walk_staged_at<BN>(by_tma, r, chunk));
-        if (!by_tma) {
-            uint16_t* dst = C + c_row(p, m) + n;
-            if (n + 8 <= p.n) {
-                *reinterpret_cast<uint4*>(dst) = v;
-            } else {
-                const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
-                for (int i = 0; i < 8 && n + i < p.n; ++i) dst[i] = e[i];
-            }
-        }
+        if (!by_tma) store_chunk_16bit(p, C + c_row(p, m), n, v);
         if (hist) hist_count_words<4>(p, hist, &v.x, p.n - n);
-        if (col_sums) {
-            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float2 f = unpack2(w[i], p.c_dtype);
-                cs[2 * i] += f.x, cs[2 * i + 1] += f.y;
-            }
-        }
+        if (col_sums) add_chunk(p, v, cs);
     }
     if (hist) hist_flush(p, hist, lane);
     if (!col_sums) return;
-#pragma unroll
-    for (int off = kChunks; off < 32; off *= 2)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], off);
-    if (lane < kChunks) {
-        float4* at = reinterpret_cast<float4*>(col_s + warp8 * BN + 8 * lane);
-        at[0] = make_float4(cs[0], cs[1], cs[2], cs[3]);
-        at[1] = make_float4(cs[4], cs[5], cs[6], cs[7]);
-    }
+    warp_col_sums<BN>(cs, col_s, warp8, lane);
     asm volatile("bar.sync 1, 256;" ::: "memory");   // every warp's sums of this tile are in
     const int tid = 32 * warp8 + lane;
     if (tid < BN && n0 + tid < p.n) {

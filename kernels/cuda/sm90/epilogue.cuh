@@ -239,6 +239,42 @@ __device__ __forceinline__ void share_row_sum(const GemmParams& p, float* row_su
     else store_to_peer(row_sums + r, sums_in, owner, s);
 }
 
+// A staged 16-byte chunk v of a 16-bit row (`row`: C's row, columns n .. n + 7) stored, its
+// columns at or past N left out.
+__device__ __forceinline__ void store_chunk_16bit(const GemmParams& p, uint16_t* row, int n, uint4 v) {
+    uint16_t* dst = row + n;
+    if (n + 8 <= p.n) {
+        *reinterpret_cast<uint4*>(dst) = v;
+    } else {
+        const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
+        for (int i = 0; i < 8 && n + i < p.n; ++i) dst[i] = e[i];
+    }
+}
+// kColSums: a chunk's 8 values added into its columns' sums cs.
+__device__ __forceinline__ void add_chunk(const GemmParams& p, uint4 v, float (&cs)[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = unpack2(w[i], p.c_dtype);
+        cs[2 * i] += f.x, cs[2 * i + 1] += f.y;
+    }
+}
+// kColSums: a warp's sums of its BN / 8 chunks (each lane's cs, lanes BN / 8 apart sharing a
+// chunk) added over the lanes and written to row `warp` of col_s (BN floats a row).
+template <int BN>
+__device__ __forceinline__ void warp_col_sums(float (&cs)[8], float* col_s, int warp, int lane) {
+    constexpr int kChunks = BN / 8;
+#pragma unroll
+    for (int off = kChunks; off < 32; off *= 2)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], off);
+    if (lane < kChunks) {
+        float4* at = reinterpret_cast<float4*>(col_s + warp * BN + 8 * lane);
+        at[0] = make_float4(cs[0], cs[1], cs[2], cs[3]);
+        at[1] = make_float4(cs[4], cs[5], cs[6], cs[7]);
+    }
+}
+
 // kColSums (LEAN == kGeneral only; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN
 // floats of shared memory, collects each warp's column sums of the values as stored; their sum
 // in warp order (the same bits in every run) goes to col_partials' row m0 / BM.
@@ -325,35 +361,14 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
         const int m = m0 + r;
         if (m >= p.m) break;
         const uint4 v = *reinterpret_cast<const uint4*>(tile + r * LD + 8 * chunk);
-        uint16_t* dst = C + c_row(p, m) + n;
-        if (n + 8 <= p.n) {
-            *reinterpret_cast<uint4*>(dst) = v;
-        } else {
-            const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
-            for (int i = 0; i < 8 && n + i < p.n; ++i) dst[i] = e[i];
-        }
+        store_chunk_16bit(p, C + c_row(p, m), n, v);
         if (hist) hist_count_words<4>(p, hist, &v.x, p.n - n);
-        if (col_sums) {
-            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float2 f = unpack2(w[i], p.c_dtype);
-                cs[2 * i] += f.x, cs[2 * i + 1] += f.y;
-            }
-        }
+        if (col_sums) add_chunk(p, v, cs);
     }
     if (hist) hist_flush(p, hist, lane);
     if (col_sums) {
         // The lanes of a chunk added in the warp, then the warps' sums in warp order.
-#pragma unroll
-        for (int off = kChunks; off < 32; off *= 2)
-#pragma unroll
-            for (int i = 0; i < 8; ++i) cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], off);
-        if (lane < kChunks) {
-            float4* at = reinterpret_cast<float4*>(col_s + warp * BN + 8 * lane);
-            at[0] = make_float4(cs[0], cs[1], cs[2], cs[3]);
-            at[1] = make_float4(cs[4], cs[5], cs[6], cs[7]);
-        }
+        warp_col_sums<BN>(cs, col_s, warp, lane);
         asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory");
         for (int col = tid; col < BN && n0 + col < p.n; col += NTHREADS) {
             float s = 0.f;
