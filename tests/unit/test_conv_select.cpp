@@ -95,6 +95,13 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(tile_of(vgg2, 128).entry == "kiln_conv_fprop_f16_128_s6");
     CHECK(tile_of(vgg2, 128).smem == 6 * (128 * 128 + 128 * 128) + 128 * 4 + 1024);
     CHECK(walk_for(vgg2, tile_of(vgg2, 64)).entry == "kiln_conv_fprop_walk_f16_64_s6");
+    // The walk's stages, staged results (16-bit rows of BN + 8), each consumer's bias for two
+    // tiles and the barriers' 1 KB fit an SM's 227 KB with the channel sums.
+    for (int bn : {64, 128}) {
+        const WalkTile w = walk_for(vgg2, tile_of(vgg2, bn));
+        CHECK(w.smem == w.stages * (128 * 128 + bn * 128) + 128 * (bn + 8) * 2 + 4 * bn * 4 + 1024);
+        CHECK(w.smem + conv_col_sum_bytes(bn) <= 227 * 1024);
+    }
     CHECK(widest_tile(layer2d(2, 64, 300, 8, 3, 1, 1)).bn == 256);
     CHECK(widest_tile(narrow).bn == 64);
     // The update: a width of its own when asked, and no split where one wave already fills it.
