@@ -159,12 +159,17 @@ CudaSource Emitter::run() {
         break;
     case CudaShape::Row:
         if (module_.entry.empty() || module_.entry == k_.name) {
-            emit_row_kernel(false);
+            emit_row_kernel(RowEntry::Shared);
             src.entry_points = {k_.name};
         }
         if (detail::row_register_entry(k_) && (module_.entry.empty() || module_.entry == k_.name + "_r")) {
-            emit_row_kernel(true);
+            emit_row_kernel(RowEntry::Registers);
             src.entry_points.push_back(k_.name + "_r");
+        }
+        if (module_.entry.empty() || module_.entry == k_.name + "_s") {
+            emit_row_kernel(RowEntry::Small);
+            src.entry_points.push_back(k_.name + "_s");
+            src.fast_compile = !module_.entry.empty();
         }
         break;
     case CudaShape::Column:
@@ -701,6 +706,8 @@ std::vector<CudaModuleId> cuda_modules(const kir::Kernel& k) {
         m.push_back({k.name + "_r", CudaReach::Block});
         m.push_back({k.name + "_r", CudaReach::Warp});
     }
+    m.push_back({k.name + "_s", CudaReach::Block});   // never launched in a cluster either
+    m.push_back({k.name + "_s", CudaReach::Warp});
     return m;
 }
 

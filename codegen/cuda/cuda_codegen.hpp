@@ -77,6 +77,9 @@
 //     (detail::kRowRegisterGroups at most) live in registers, the first pass that reads one
 //     loads all of its groups before it works through them, the later passes read the
 //     registers, a group at a time; no folds (a variance takes its own round).
+//     Every row kernel also has an entry NAME_s, taken instead of NAME by launches of at most
+//     kCudaSmallRowElements elements (G at most a block): thread t of a row takes elements t,
+//     t + G, ... one at a time; no row cache (later passes read the row again) and no folds.
 //   - column reduction (some buffer contiguous along a parallel dim and none along a reduced
 //     one), entry NAME: a block is detail::column_width parallel points (128 bytes of the narrowest
 //     loaded dtype) x the slices of the reduced points that make 256 threads; the
@@ -122,7 +125,8 @@
 // code for clusters (the exchange, its barriers) and for blocks (the warps' barriers) is half
 // its compile time or more, and most launches need neither. The reductions' template argument
 // leaves out the steps past the reach; nothing else differs, so every reach gives the same
-// bits. Every other kernel is one module: its plans launch all of its entries together.
+// bits. NAME_s's module is compiled for compile time (CudaSource::fast_compile). Every other
+// kernel is one module: its plans launch all of its entries together.
 #pragma once
 #include "compiler/kernel_ir.hpp"
 
@@ -139,6 +143,11 @@ inline constexpr int kCudaMaxRowBlock = 512;      // row kernels: the largest bl
 // (sm_90's non-portable limit) only where that lets its blocks cache it in shared memory.
 inline constexpr int kCudaPortableCluster = 8;
 inline constexpr int kCudaMaxCluster = 16;
+// Row kernels: a launch of at most this many elements (rows x row length) takes the small entry
+// NAME_s. Such a launch lasts a few microseconds however its rows are walked (its start and its
+// reduction's steps dominate), so what matters is the first call's compile: NAME_s goes element
+// by element, without row cache or folds, and compiles in 40% of NAME's time or less.
+inline constexpr int64_t kCudaSmallRowElements = int64_t(1) << 16;
 inline constexpr int64_t kCudaMaxGrid = 65536;
 inline constexpr int64_t kCudaPointsPerPartial = 4096;
 inline constexpr int64_t kCudaMaxPartials = 1024;
@@ -159,6 +168,9 @@ const char* cuda_shape_name(CudaShape s);
 struct CudaSource {
     std::string code;
     std::vector<std::string> entry_points;   // every entry; a plan launches some of them, in this order
+    // Compile for compile time (NVRTC's -Ofc=mid where it has it): the small row entry's
+    // module, whose launches are a few microseconds however the code is optimised.
+    bool fast_compile = false;
 };
 
 // How far a row kernel's threads of one row reach (its launches' G): a segment of a warp, a
@@ -213,6 +225,9 @@ struct CudaDeviceCaps {
     int multiprocessors = 108;
     size_t max_shared = 48 * 1024;   // dynamic shared memory a row kernel may be given
     int max_cluster = kCudaMaxCluster;   // blocks a row kernel's cluster may have (sm_90 on)
+    // Small row launches take NAME_s (kCudaSmallRowElements); KILN_SMALL_ROWS=0 turns that off, so
+    // that small tests reach the general entries.
+    bool small_rows = true;
 };
 
 struct CudaLaunch {

@@ -272,9 +272,11 @@ private:
 
     std::vector<int> row_invariant(const kir::Block& b) const;
 
-    // `registers`: the entry NAME_r (detail::row_register_entry), the row's cached groups in
-    // registers, aligned rows only.
-    void emit_row_kernel(bool registers);
+    // Shared: the entry NAME (the row cache in shared memory, every case); Registers: NAME_r
+    // (detail::row_register_entry), the row's cached groups in registers, aligned rows only;
+    // Small: NAME_s, for launches of few elements (kCudaSmallRowElements), element by element.
+    enum class RowEntry { Shared, Registers, Small };
+    void emit_row_kernel(RowEntry entry);
 
     // ---- column reductions: column_width parallel points x slices of the reduced points per block
 

@@ -571,11 +571,25 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
                                                                    : portable_g;
         const int64_t busy = (int64_t)dev.multiprocessors * 512;
         auto threads_for = [&](int64_t groups) { return pow2_ceil((nr + groups * v - 1) / (groups * v)); };
+        auto block_of = [](int64_t g) -> int64_t { return g <= kCudaBlockSize || g > kCudaMaxRowBlock ? kCudaBlockSize : g; };
+        if (dev.small_rows && np * nr <= kCudaSmallRowElements) {
+            // The small entry: G as for a row without cache, up to a block; no dynamic shared
+            // memory, no register entry.
+            int64_t g = std::min<int64_t>(std::max<int64_t>(threads_for(64), std::min<int64_t>(2, pow2_ceil(nr))),
+                                          kCudaMaxRowBlock);
+            while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
+            const int64_t block = block_of(g), rows_per_block = block / g;
+            plan.threads_per_row = (int)g;
+            CudaLaunch l = launch_of(k.name + "_s", np ? clamp_grid((np + rows_per_block - 1) / rows_per_block, 1) : 0,
+                                     (uint32_t)block, 1, (int)g);
+            l.reach = row_reach(g, block);
+            plan.launches = {l};
+            break;
+        }
         int64_t g = threads_for(caches ? 8 : 64);
         if (caches && g > 32 && !detail::row_later_reads_memory(k, slot, folds, nr)) g = threads_for(16);
         g = std::min(std::max(g, std::min<int64_t>(2, pow2_ceil((nr + v - 1) / v))), portable_g);
         while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
-        auto block_of = [](int64_t g) -> int64_t { return g <= kCudaBlockSize || g > kCudaMaxRowBlock ? kCudaBlockSize : g; };
         auto cache_bytes = [&](int64_t g) {
             return detail::row_cache_bytes(k, slot, block_of(g) * ((nr + g * v - 1) / (g * v) * v));
         };

@@ -1,6 +1,7 @@
 // Row reductions (cuda_codegen.hpp): G threads per row, the row kept by the first pass in shared
 // memory or, for aligned rows, in registers (the entry NAME_r), 16-byte loads and stores over the
-// row's aligned body. Also the P-point pieces the column kernel shares.
+// row's aligned body; for small launches the entry NAME_s, element by element. Also the P-point
+// pieces the column kernel shares.
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include <fmt/format.h>
@@ -150,8 +151,11 @@ std::vector<int> Emitter::row_invariant(const kir::Block& b) const {
 }
 
 
-void Emitter::emit_row_kernel(bool registers) {
-    const std::vector<int> slot = detail::row_cache_slots(k_);
+void Emitter::emit_row_kernel(RowEntry entry) {
+    const bool registers = entry == RowEntry::Registers, small = entry == RowEntry::Small;
+    // The small entry keeps nothing: no row cache (a later pass reads the row again, from L1 or
+    // L2), no folds (a variance or a softmax's denominator takes a round of its own).
+    const std::vector<int> slot = small ? std::vector<int>(k_.buffers.size(), -1) : detail::row_cache_slots(k_);
     std::vector<detail::RowFold> folds = detail::row_folds(k_);
     // A sum of exponentials' exp, used by nothing but accumulators, flushes tiny terms (the
     // register entry's round of its own; the fold's helpers do the same).
@@ -168,7 +172,7 @@ void Emitter::emit_row_kernel(bool registers) {
         for (const kir::Store& st : b.stores) sum_exp_[st.value] = false;
     // From registers a variance takes a second round over them rather than the first pass's
     // moments, whose merges a group at a time cost more than the round (row_register_entry).
-    if (registers) folds.clear();
+    if (registers || small) folds.clear();
     const std::vector<bool> folded = detail::folded_blocks(k_, folds);
     from_fold_.assign(k_.accums.size(), false);
     for (const detail::RowFold& f : folds)
@@ -183,19 +187,20 @@ void Emitter::emit_row_kernel(bool registers) {
                 first_use[k_.instrs[id].index] = (int)bi;
     line("");
     // The reach this entry is compiled for: the reductions' template argument (CudaReach's
-    // value) drops the steps past it. The register entry never runs in a cluster.
-    const CudaReach reach = registers && module_.reach == CudaReach::Cluster ? CudaReach::Block : module_.reach;
+    // value) drops the steps past it. The register and small entries never run in a cluster.
+    const CudaReach reach =
+        (registers || small) && module_.reach == CudaReach::Cluster ? CudaReach::Block : module_.reach;
     // Two blocks of the largest size per multiprocessor (64 registers a thread): a row's
     // latency (load, reduce, pass again) is hidden only by other rows in flight. The register
     // entry's rows past a warp: row_register_blocks.
-    open_kernel(registers ? k_.name + "_r" : k_.name, kCudaMaxRowBlock,
+    open_kernel(registers ? k_.name + "_r" : small ? k_.name + "_s" : k_.name, kCudaMaxRowBlock,
                 registers && reach == CudaReach::Block ? detail::row_register_blocks(k_, slot) : 2);
     const bool cluster = reach == CudaReach::Cluster;
     const int levels = (int)reach;
     const char* xarg = cluster ? "&kiln_x" : "nullptr";
     emit_buffer_pointers(all_uses_);
-    emit_reduce_scratch(true, 1, !registers, cluster);
-    if (!registers) line("extern __shared__ uint4 kiln_row_cache[];");
+    emit_reduce_scratch(true, 1, !folds.empty(), cluster);
+    if (entry == RowEntry::Shared) line("extern __shared__ uint4 kiln_row_cache[];");
     line("(void)scratch;");
     // G, the block and the cluster are powers of two: the geometry below is shifts and masks,
     // no divisions (a block pays this once per launch, and most blocks reduce one row).
@@ -220,7 +225,7 @@ void Emitter::emit_row_kernel(bool registers) {
     line("const int t = ((int)(blockIdx.x & ((1u << cs) - 1)) << ns) | lane;");
     const int vw = row_vector_width();
     const int vs = row_vector_shift();
-    if (!registers) {
+    if (entry == RowEntry::Shared) {
         line("const long long per_thread = ((nr + ((long long)G << {0}) - 1) >> (gs + {0})) << {0};", vs);
         line("const long long full = (nr >> (gs + {0})) << {0};   // elements every thread of a row has", vs);
     }
@@ -285,7 +290,9 @@ void Emitter::emit_row_kernel(bool registers) {
         return anchor >= 0 && (k_.buffers[buf].layout != k_.buffers[anchor].layout ||
                                dtype_size(k_.buffers[buf].dtype) != dtype_size(k_.buffers[anchor].dtype));
     };
-    if (registers) {
+    if (small) {
+        // (Element by element from slot 0: no phase.)
+    } else if (registers) {
         // The launch gives aligned rows of whole groups, at most kRowRegisterGroups a thread: no
         // phase, no shifts, no elements outside the groups.
         KILN_CHECK_INTERNAL(anchor >= 0, "emit_cuda: {}'s register entry has no buffer read in groups", k_.name);
@@ -358,9 +365,9 @@ void Emitter::emit_row_kernel(bool registers) {
                 if (vector_buffer(st.buffer)) vec_stores.push_back(st.buffer);
         }
         const int step = vw > 1 ? std::min(32, (first ? 4 : 2) * vw) : first ? 16 : 4;
-        if (!registers) line("long long j = 0;");
+        if (entry == RowEntry::Shared) line("long long j = 0;");
         open("if (live)");
-        if (registers || !vec_loads.empty() || !vec_stores.empty()) {
+        if (!small && (registers || !vec_loads.empty() || !vec_stores.empty())) {
             // The pass goes in groups when every buffer it stores in groups has the anchor's phase
             // and no pointer is off its element size. A load out of phase shifts by s<b> bytes.
             std::string same;
@@ -624,6 +631,13 @@ void Emitter::emit_row_kernel(bool registers) {
         // Slots the grouped path did not take (a pass out of phase, the end of the body) go
         // element by element; slot r is element r + h, wrapped. Rows in registers have none.
         if (registers) {
+            close();   // live
+        } else if (small) {
+            // Thread t takes elements t, t + G, ...: a warp's loads are contiguous.
+            line("#pragma unroll 1");
+            open("for (long long ri = t; ri < nr; ri += G)");
+            emit_row_element(bi, slot, first_use, "ri");
+            close();
             close();   // live
         } else {
             const int scalar_step = vec_loads.empty() && vec_stores.empty() ? step : 4;

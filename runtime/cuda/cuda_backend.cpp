@@ -69,6 +69,7 @@ CudaBackend::CudaBackend(int device_index) {
     // entry's limit where it declares more).
     caps_ = codegen::CudaDeviceCaps{info_.sm, info_.multiprocessors,
                                     (size_t)std::max(info_.max_shared_optin - 1024, 48 * 1024 - 1024)};
+    caps_.small_rows = env::flag("KILN_SMALL_ROWS").value_or(true);
     check(d.cuDeviceTotalMem(&info_.total_memory, device_), "cuDeviceTotalMem");
     check(d.cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain");
     make_current();
@@ -234,7 +235,7 @@ std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const std::strin
     // Everything that changes the cubin: the kernel's key (structure, dtypes, layout, target,
     // kiln version), the source itself (which of the kernel's modules) and the NVRTC options;
     // the cache adds arch and toolchain.
-    const cache::DiskCacheKey disk_key = cache::cuda_kernel_key(key, src.code, target(), nvrtc_toolchain());
+    const cache::DiskCacheKey disk_key = cache::cuda_kernel_key(key, src.code, target(), nvrtc_toolchain(src.fast_compile));
     if (dump_source_ && disk_) disk_->save_source(label, src.code);
     if (disk_ && use_disk) {
         if (std::optional<std::vector<char>> hit = disk_->load(disk_key)) {
@@ -244,7 +245,7 @@ std::vector<char> CudaBackend::build(const kir::Kernel& kernel, const std::strin
         }
     }
     if (forbid_compiles_) refuse_compile(kernel, target(), disk_ ? disk_->dir() : std::string("(memory only)"));
-    NvrtcResult r = nvrtc_compile(src.code, label + ".cu", info_.sm);
+    NvrtcResult r = nvrtc_compile(src.code, label + ".cu", info_.sm, true, src.fast_compile);
     if (!r.ok) {
         std::string saved = disk_ ? disk_->save_source(label, src.code) : std::string();
         if (saved.empty()) saved = save_failed_source(label, src.code);

@@ -44,6 +44,20 @@ const std::vector<const char*>& base_options() {
     return options;
 }
 
+// What `fast` adds: -Ofc=mid (NVRTC 12.8 and later) has NVVM and ptxas spend less effort (a
+// small row entry's compile: 10-30% shorter), its code a little slower; nothing on an NVRTC
+// without it.
+const std::vector<const char*>& fast_options() {
+    static const std::vector<const char*> options = [] {
+        std::vector<const char*> o;
+        int major = 0, minor = 0;
+        if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS && (major > 12 || (major == 12 && minor >= 8)))
+            o.push_back("-Ofc=mid");
+        return o;
+    }();
+    return options;
+}
+
 // Destroys the program on every path out of nvrtc_compile.
 struct Program {
     nvrtcProgram p = nullptr;
@@ -63,7 +77,7 @@ std::string program_log(nvrtcProgram p) {
 
 } // namespace
 
-NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, int sm, bool want_cubin) {
+NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, int sm, bool want_cubin, bool fast) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     NvrtcResult r;
@@ -81,6 +95,7 @@ NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, in
     const std::string arch = fmt::format("--gpu-architecture={}_{}", want_cubin ? "sm" : "compute", sm);
     std::vector<const char*> opts = {arch.c_str()};
     opts.insert(opts.end(), base_options().begin(), base_options().end());
+    if (fast) opts.insert(opts.end(), fast_options().begin(), fast_options().end());
     for (const char* o : opts) r.options += (r.options.empty() ? "" : " ") + std::string(o);
     st = nvrtcCompileProgram(prog.p, (int)opts.size(), opts.data());
     r.log = program_log(prog.p);
@@ -109,9 +124,11 @@ std::string nvrtc_version() {
     return fmt::format("{}.{}", major, minor);
 }
 
-std::string nvrtc_toolchain() {
+std::string nvrtc_toolchain(bool fast) {
     std::string s = "nvrtc " + nvrtc_version();
     for (const char* o : base_options()) s += std::string(" ") + o;
+    if (fast)
+        for (const char* o : fast_options()) s += std::string(" ") + o;
     return s;
 }
 
@@ -126,7 +143,7 @@ std::vector<int> nvrtc_supported_archs() {
 
 #else
 
-NvrtcResult nvrtc_compile(const std::string&, const std::string& name, int sm, bool) {
+NvrtcResult nvrtc_compile(const std::string&, const std::string& name, int sm, bool, bool) {
     NvrtcResult r;
     r.log = fmt::format("cannot compile {} for sm_{}: kiln was built without NVRTC (no CUDA toolkit found at build time)",
                         name, sm);
@@ -135,7 +152,7 @@ NvrtcResult nvrtc_compile(const std::string&, const std::string& name, int sm, b
 
 std::string nvrtc_version() { return "none"; }
 
-std::string nvrtc_toolchain() { return "nvrtc none"; }
+std::string nvrtc_toolchain(bool) { return "nvrtc none"; }
 
 std::vector<int> nvrtc_supported_archs() { return {}; }
 

@@ -17,8 +17,10 @@ struct NvrtcResult {
 
 // `name` is the program name that NVRTC's messages show (e.g. "kiln_1234abcd.cu").
 // `sm` is the compute capability times ten (80, 90). Options: --gpu-architecture=sm_XX (or
-// compute_XX for PTX), then those nvrtc_toolchain() names.
-NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, int sm, bool want_cubin = true);
+// compute_XX for PTX), then those nvrtc_toolchain(fast) names; `fast` compiles for compile time
+// (CudaSource::fast_compile).
+NvrtcResult nvrtc_compile(const std::string& source, const std::string& name, int sm, bool want_cubin = true,
+                          bool fast = false);
 
 // The source with each line prefixed by its number, as compile errors show it.
 std::string numbered_source(const std::string& source);
@@ -27,8 +29,8 @@ std::string numbered_source(const std::string& source);
 std::string nvrtc_version();
 
 // What besides the source and the architecture decides the binary: "nvrtc <version> <options>"
-// (the disk cache keys kernels on it).
-std::string nvrtc_toolchain();
+// (the disk cache keys kernels on it); `fast`: with the options nvrtc_compile's `fast` adds.
+std::string nvrtc_toolchain(bool fast = false);
 
 // The architectures the NVRTC in use compiles for, as compute capability times ten (75, 80,
 // 90, ...), ascending; empty when kiln was built without NVRTC.

@@ -104,14 +104,16 @@ Result warm_cuda(cache::DiskCache& disk, kir::Kernel& k, const std::string& arch
     for (const codegen::CudaModuleId& id : codegen::cuda_modules(k)) {
         const codegen::CudaSource src = codegen::emit_cuda_module(k, id);
         const std::string label = codegen::cuda_module_label(k, id);
-        const cache::DiskCacheKey dkey = cache::cuda_kernel_key(key, src.code, arch, nvrtc);
+        const cache::DiskCacheKey dkey =
+            cache::cuda_kernel_key(key, src.code, arch, src.fast_compile ? cuda::nvrtc_toolchain(true) : nvrtc);
         Result r{Outcome::Cached, ""};
         if (check) {
             r = check_entry(disk, dkey);
         } else {
             if (dump_source) disk.save_source(label, src.code);
             if (!disk.load(dkey)) {
-                cuda::NvrtcResult c = cuda::nvrtc_compile(src.code, label + ".cu", std::atoi(arch.c_str() + 3));
+                cuda::NvrtcResult c =
+                    cuda::nvrtc_compile(src.code, label + ".cu", std::atoi(arch.c_str() + 3), true, src.fast_compile);
                 if (!c.ok) return {Outcome::Failed, fmt::format("NVRTC ({}), module {}:\n{}", c.options, label, c.log)};
                 disk.store(dkey, c.binary);
                 ms += c.milliseconds;

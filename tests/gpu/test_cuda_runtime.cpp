@@ -560,14 +560,20 @@ TEST_CASE("gpu: column reductions by groups of adjacent columns (aligned) and co
 // inputs at an offset and rows out of phase; batch norm, layer norm (weights read in the last
 // pass), a residual norm (two buffers in registers), RMS norm stored in the input's dtype, an
 // argmax, an int8 row beside the input, a 16-bit variance whose fold the register entry undoes,
-// and softmax, which has no register entry; every float dtype; results against float64.
+// and softmax, which has no register entry; every float dtype; results against float64. The
+// launches of at most kCudaSmallRowElements elements again through the small entry.
 #ifdef KILN_HAVE_NVRTC
-TEST_CASE("gpu: rows held in registers (aligned rows) and in shared memory agree with float64") {
+TEST_CASE("gpu: rows held in registers (aligned rows), in shared memory and element by element (small launches) agree "
+          "with float64") {
     REQUIRE_GPU();
-    Context ctx(ContextOptions{"cuda"});
-    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    // The general entries (KILN_SMALL_ROWS=0: small launches too), then for launches of at most
+    // kCudaSmallRowElements elements the small entry NAME_s, which never holds a row in registers.
+    setenv("KILN_SMALL_ROWS", "0", 1);
+    Context general(ContextOptions{"cuda"});
+    unsetenv("KILN_SMALL_ROWS");
+    Context small(ContextOptions{"cuda"});
     const float eps = 1e-5f;
-    int register_cases = 0, cases = 0;
+    int register_cases = 0, cases = 0, small_cases = 0;
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
         for (int64_t N : {8, 96, 1000, 1004, 3000, 4096, 8192, 16384})
             for (int64_t M : {1, 7, 300, 1000})
@@ -585,77 +591,84 @@ TEST_CASE("gpu: rows held in registers (aligned rows) and in shared memory agree
                     const std::vector<float> hw = rounded(random_floats((size_t)N, (uint32_t)(N + 11), 0.5f, 2.0f));
                     std::vector<float> hm = random_floats((size_t)(M * ld + 1), (uint32_t)(M + 7 * N + layout), 0, 3);
                     for (auto& x : hm) x = std::floor(x);
-                    auto rows = [&](const std::vector<float>& h, DType t) {
-                        return ctx.array(h, {(int64_t)h.size()}, t).slice({Slice::range(xo, xo + M * ld)}).reshape({M, ld}).slice(
-                            {Slice::all(), Slice::range(0, N)});
-                    };
-                    Tensor X = rows(hx, dt), R = rows(hr, dt), Mk = rows(hm, DType::Int8), W = ctx.array(hw, {1, N}, dt);
-                    Tensor bn = ctx.empty({M, N}), sm = ctx.empty({M, N}), ln = ctx.empty({M, N}), rn = ctx.empty({M, N}),
-                           rms = ctx.empty({M, N}, dt), ar = ctx.empty({M, N}), mk = ctx.empty({M, N}), fv = ctx.empty({M, N});
-                    const int64_t v = 16 / (int64_t)dtype_size(dt);
-                    // Rows of a block of up to 256 threads' groups go through registers; up to 512
-                    // threads' (a block each) where one 16-byte group is cached and one pass at
-                    // most streams one more buffer (`wide`: 3 blocks a multiprocessor).
-                    const bool aligned = (layout == 0 || (layout == 2 && M == 1)) && N % v == 0;
-                    int taken = 0, expected = 0;
-                    auto count = [&](bool wide, auto&& assign) {
-                        const uint64_t before = be.counters().aligned_launches;
-                        assign();
-                        taken += be.counters().aligned_launches > before;
-                        expected += aligned && N <= 4 * (wide ? 512 : 256) * v;
-                    };
-                    count(true, [&] { bn[all] = reciprocal(sqrt(var(X, 1) + eps)) * (X - mean(X, 1)); });
-                    sm[all] = exp(X - max(X, 1)) / sum(exp(X - max(X, 1)), 1);   // softmax keeps shared memory
-                    count(true, [&] { ln[all] = (X - mean(X, 1)) * reciprocal(sqrt(var(X, 1) + eps)) * W; });
-                    count(false, [&] { rn[all] = (X + R - mean(X + R, 1)) * reciprocal(sqrt(var(X + R, 1) + eps)); });
-                    count(true, [&] { rms[all] = X * reciprocal(sqrt(mean(X * X, 1) + eps)) * W; });
-                    // An arg reduction; an int8 row held beside the input (groups of 4 or 8 bytes); a
-                    // 16-bit variance whose fold the register entry undoes, its row then read twice.
-                    count(true, [&] { ar[all] = X * (argmax(X, 1) + 1); });
-                    count(false, [&] { mk[all] = X * Mk - mean(X * Mk, 1); });
-                    count(false, [&] { fv[all] = (R - mean(R, 1)) * reciprocal(sqrt(var(X, 1) + eps)); });
-                    CHECK(taken == expected);
-                    register_cases += expected > 0;
-                    ++cases;
-                    const std::vector<float> gbn = bn.to_vector<float>(), gsm = sm.to_vector<float>(), gln = ln.to_vector<float>(),
-                                             grn = rn.to_vector<float>(), grms = rms.to_vector<float>(),
-                                             gar = ar.to_vector<float>(), gmk = mk.to_vector<float>(), gfv = fv.to_vector<float>();
-                    const double tol = dt == DType::Float32 ? 2e-5 : dt == DType::Float16 ? 2e-3 : 1.6e-2;
-                    int bad = 0;
-                    for (int64_t i = 0; i < M; ++i) {
-                        const float* x = hx.data() + xo + i * ld;
-                        const float* r = hr.data() + xo + i * ld;
-                        const float* mkr = hm.data() + xo + i * ld;
-                        double m = 0, q = 0, mx = -1e30, se = 0, mr = 0, qr = 0, ss = 0, sxm = 0, rr = 0;
-                        int64_t arg = 0;
-                        for (int64_t j = 0; j < N; ++j) {
-                            m += x[j], mr += (double)x[j] + r[j], ss += (double)x[j] * x[j], sxm += (double)x[j] * mkr[j], rr += r[j];
-                            if (x[j] > mx) mx = x[j], arg = j;
+                    for (int pass = 0; pass < 2; ++pass) {
+                        if (pass == 1 && M * N > codegen::kCudaSmallRowElements) break;
+                        Context& ctx = pass ? small : general;
+                        cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+                        INFO((pass ? "the small entry" : "the general entries"));
+                        auto rows = [&](const std::vector<float>& h, DType t) {
+                            return ctx.array(h, {(int64_t)h.size()}, t).slice({Slice::range(xo, xo + M * ld)}).reshape({M, ld}).slice(
+                                {Slice::all(), Slice::range(0, N)});
+                        };
+                        Tensor X = rows(hx, dt), R = rows(hr, dt), Mk = rows(hm, DType::Int8), W = ctx.array(hw, {1, N}, dt);
+                        Tensor bn = ctx.empty({M, N}), sm = ctx.empty({M, N}), ln = ctx.empty({M, N}), rn = ctx.empty({M, N}),
+                               rms = ctx.empty({M, N}, dt), ar = ctx.empty({M, N}), mk = ctx.empty({M, N}), fv = ctx.empty({M, N});
+                        const int64_t v = 16 / (int64_t)dtype_size(dt);
+                        // Rows of a block of up to 256 threads' groups go through registers; up to 512
+                        // threads' (a block each) where one 16-byte group is cached and one pass at
+                        // most streams one more buffer (`wide`: 3 blocks a multiprocessor).
+                        const bool aligned = (layout == 0 || (layout == 2 && M == 1)) && N % v == 0;
+                        int taken = 0, expected = 0;
+                        auto count = [&](bool wide, auto&& assign) {
+                            const uint64_t before = be.counters().aligned_launches;
+                            assign();
+                            taken += be.counters().aligned_launches > before;
+                            expected += pass == 0 && aligned && N <= 4 * (wide ? 512 : 256) * v;
+                        };
+                        count(true, [&] { bn[all] = reciprocal(sqrt(var(X, 1) + eps)) * (X - mean(X, 1)); });
+                        sm[all] = exp(X - max(X, 1)) / sum(exp(X - max(X, 1)), 1);   // softmax keeps shared memory
+                        count(true, [&] { ln[all] = (X - mean(X, 1)) * reciprocal(sqrt(var(X, 1) + eps)) * W; });
+                        count(false, [&] { rn[all] = (X + R - mean(X + R, 1)) * reciprocal(sqrt(var(X + R, 1) + eps)); });
+                        count(true, [&] { rms[all] = X * reciprocal(sqrt(mean(X * X, 1) + eps)) * W; });
+                        // An arg reduction; an int8 row held beside the input (groups of 4 or 8 bytes); a
+                        // 16-bit variance whose fold the register entry undoes, its row then read twice.
+                        count(true, [&] { ar[all] = X * (argmax(X, 1) + 1); });
+                        count(false, [&] { mk[all] = X * Mk - mean(X * Mk, 1); });
+                        count(false, [&] { fv[all] = (R - mean(R, 1)) * reciprocal(sqrt(var(X, 1) + eps)); });
+                        CHECK(taken == expected);
+                        register_cases += expected > 0;
+                        ++(pass ? small_cases : cases);
+                        const std::vector<float> gbn = bn.to_vector<float>(), gsm = sm.to_vector<float>(), gln = ln.to_vector<float>(),
+                                                 grn = rn.to_vector<float>(), grms = rms.to_vector<float>(),
+                                                 gar = ar.to_vector<float>(), gmk = mk.to_vector<float>(), gfv = fv.to_vector<float>();
+                        const double tol = dt == DType::Float32 ? 2e-5 : dt == DType::Float16 ? 2e-3 : 1.6e-2;
+                        int bad = 0;
+                        for (int64_t i = 0; i < M; ++i) {
+                            const float* x = hx.data() + xo + i * ld;
+                            const float* r = hr.data() + xo + i * ld;
+                            const float* mkr = hm.data() + xo + i * ld;
+                            double m = 0, q = 0, mx = -1e30, se = 0, mr = 0, qr = 0, ss = 0, sxm = 0, rr = 0;
+                            int64_t arg = 0;
+                            for (int64_t j = 0; j < N; ++j) {
+                                m += x[j], mr += (double)x[j] + r[j], ss += (double)x[j] * x[j], sxm += (double)x[j] * mkr[j], rr += r[j];
+                                if (x[j] > mx) mx = x[j], arg = j;
+                            }
+                            m /= N, mr /= N, sxm /= N, rr /= N;
+                            for (int64_t j = 0; j < N; ++j)
+                                q += (x[j] - m) * (x[j] - m), qr += ((double)x[j] + r[j] - mr) * ((double)x[j] + r[j] - mr), se += std::exp(x[j] - mx);
+                            q /= N, qr /= N;
+                            const double is = 1 / std::sqrt(q + eps), isr = 1 / std::sqrt(qr + eps), irms = 1 / std::sqrt(ss / N + eps);
+                            for (int64_t j = 0; j < N; ++j) {
+                                const size_t o = (size_t)(i * N + j);
+                                const double b = (x[j] - m) * is, s = std::exp(x[j] - mx) / se, l = b * hw[j],
+                                             n = ((double)x[j] + r[j] - mr) * isr, rm = x[j] * irms * hw[j];
+                                bad += !(std::abs(gbn[o] - b) <= 1e-4 * (std::abs(b) + 1));
+                                bad += !(std::abs(gsm[o] - s) <= 1e-4 * s + 1e-7);
+                                bad += !(std::abs(gln[o] - l) <= 1e-4 * (std::abs(l) + 1));
+                                bad += !(std::abs(grn[o] - n) <= 1e-4 * (std::abs(n) + 1));
+                                bad += !(std::abs(grms[o] - rm) <= tol * (std::abs(rm) + 1));
+                                const double a = (double)x[j] * (arg + 1), k = (double)x[j] * mkr[j] - sxm, f = (r[j] - rr) * is;
+                                bad += !(std::abs(gar[o] - a) <= tol * (std::abs(a) + 1));
+                                bad += !(std::abs(gmk[o] - k) <= tol * (std::abs(k) + 1));
+                                bad += !(std::abs(gfv[o] - f) <= 1e-4 * (std::abs(f) + 1));
+                            }
                         }
-                        m /= N, mr /= N, sxm /= N, rr /= N;
-                        for (int64_t j = 0; j < N; ++j)
-                            q += (x[j] - m) * (x[j] - m), qr += ((double)x[j] + r[j] - mr) * ((double)x[j] + r[j] - mr), se += std::exp(x[j] - mx);
-                        q /= N, qr /= N;
-                        const double is = 1 / std::sqrt(q + eps), isr = 1 / std::sqrt(qr + eps), irms = 1 / std::sqrt(ss / N + eps);
-                        for (int64_t j = 0; j < N; ++j) {
-                            const size_t o = (size_t)(i * N + j);
-                            const double b = (x[j] - m) * is, s = std::exp(x[j] - mx) / se, l = b * hw[j],
-                                         n = ((double)x[j] + r[j] - mr) * isr, rm = x[j] * irms * hw[j];
-                            bad += !(std::abs(gbn[o] - b) <= 1e-4 * (std::abs(b) + 1));
-                            bad += !(std::abs(gsm[o] - s) <= 1e-4 * s + 1e-7);
-                            bad += !(std::abs(gln[o] - l) <= 1e-4 * (std::abs(l) + 1));
-                            bad += !(std::abs(grn[o] - n) <= 1e-4 * (std::abs(n) + 1));
-                            bad += !(std::abs(grms[o] - rm) <= tol * (std::abs(rm) + 1));
-                            const double a = (double)x[j] * (arg + 1), k = (double)x[j] * mkr[j] - sxm, f = (r[j] - rr) * is;
-                            bad += !(std::abs(gar[o] - a) <= tol * (std::abs(a) + 1));
-                            bad += !(std::abs(gmk[o] - k) <= tol * (std::abs(k) + 1));
-                            bad += !(std::abs(gfv[o] - f) <= 1e-4 * (std::abs(f) + 1));
-                        }
+                        CHECK(bad == 0);
                     }
-                    CHECK(bad == 0);
                 }
     CHECK(register_cases > 20);
     CHECK(cases > 200);
+    CHECK(small_cases > 50);
 }
 #endif
 

@@ -126,6 +126,15 @@ cache::DiskCacheKey runtime_key(const RecordedStage& s, const std::string& arch)
     return cache::cuda_kernel_key(key, codegen::emit_cuda_module(k, codegen::cuda_modules(k)[0]).code, arch,
                                   cuda::nvrtc_toolchain());
 }
+// A row kernel's small entry for a warp: keyed with the options it is compiled with.
+cache::DiskCacheKey small_row_key(const RecordedStage& s, const std::string& arch) {
+    kir::Kernel k = s.kernel;
+    std::string key = arch == "sm_90" ? s.key : key_material(k, arch);
+    k.name = kernel_name_for(key);
+    const codegen::CudaSource src = codegen::emit_cuda_module(k, {k.name + "_s", codegen::CudaReach::Warp});
+    REQUIRE(src.fast_compile);
+    return cache::cuda_kernel_key(key, src.code, arch, cuda::nvrtc_toolchain(true));
+}
 #endif
 
 std::string fresh_dir(const char* tag) {
@@ -171,11 +180,17 @@ TEST_CASE("warm-up from a manifest makes every stage a disk hit for each arch; r
                                  stages.size() * 2)) != std::string::npos);
     {
         cache::DiskCache disk(cache::DiskCacheOptions{dir, ""});
+        int small_rows = 0;
         for (const RecordedStage& s : stages)
             for (const char* arch : {"sm_80", "sm_90"}) {
                 INFO(s.kernel.name << " " << arch);
                 CHECK(disk.load(runtime_key(s, arch)).has_value());
+                if (codegen::cuda_shape(s.kernel) == codegen::CudaShape::Row) {
+                    ++small_rows;
+                    CHECK(disk.load(small_row_key(s, arch)).has_value());
+                }
             }
+        CHECK(small_rows > 0);
     }
     // Again: nothing to compile; --check agrees.
     r = run(fmt::format("{} --arch sm_80,sm_90 --cache-dir {}", manifest, dir));

@@ -100,6 +100,7 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
         SECTION(name) {
             CudaSource src = codegen::emit_cuda(k);
             CHECK(src.code.find("#include") == std::string::npos);
+            CHECK_FALSE(src.fast_compile);   // the whole source (what CI compiles): as any other
             if (k.full_reduce) {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name + "_partial", k.name + "_final"});
             } else if (codegen::cuda_shape(k) == codegen::CudaShape::Column) {
@@ -108,7 +109,9 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
                 if (codegen::detail::column_splittable(k)) entries.push_back(k.name + "_final");
                 REQUIRE(src.entry_points == entries);
             } else if (codegen::cuda_shape(k) == codegen::CudaShape::Row && codegen::detail::row_register_entry(k)) {
-                REQUIRE(src.entry_points == std::vector<std::string>{k.name, k.name + "_r"});
+                REQUIRE(src.entry_points == std::vector<std::string>{k.name, k.name + "_r", k.name + "_s"});
+            } else if (codegen::cuda_shape(k) == codegen::CudaShape::Row) {
+                REQUIRE(src.entry_points == std::vector<std::string>{k.name, k.name + "_s"});
             } else {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name});
             }
@@ -148,14 +151,27 @@ TEST_CASE("a row kernel's modules: one entry each, the reductions cut to its rea
         ++rows;
         SECTION(name) {
             const bool registers = codegen::detail::row_register_entry(k);
-            REQUIRE(modules.size() == (registers ? 5u : 3u));
+            REQUIRE(modules.size() == (registers ? 7u : 5u));
             CHECK(modules[0] == codegen::CudaModuleId{k.name, codegen::CudaReach::Cluster});
+            // The small entry: a block or a warp, compiled for compile time; element by element,
+            // no row cache, no folds.
+            CHECK(modules[modules.size() - 2] == codegen::CudaModuleId{k.name + "_s", codegen::CudaReach::Block});
+            CHECK(modules.back() == codegen::CudaModuleId{k.name + "_s", codegen::CudaReach::Warp});
             for (const codegen::CudaModuleId& m : modules) {
                 const std::string label = codegen::cuda_module_label(k, m);
                 INFO(label);
                 CHECK(codegen::cuda_module_of(k, m.entry, m.reach) == m);
                 const CudaSource src = codegen::emit_cuda_module(k, m);
                 CHECK(src.entry_points == std::vector<std::string>{m.entry});
+                const bool small = m.entry == k.name + "_s";
+                CHECK(src.fast_compile == small);
+                if (small) {
+                    CHECK(src.code.find("extern __shared__ uint4 kiln_row_cache[];") == std::string::npos);
+                    CHECK(src.code.find("for (long long ri = t; ri < nr; ri += G)") != std::string::npos);
+                    CHECK(src.code.find("kiln_row_reduce_moments<") == std::string::npos);
+                    CHECK(src.code.find("kiln_row_reduce_lse<") == std::string::npos);
+                    CHECK(src.code.find("const uint4 w") == std::string::npos);   // no 16-byte groups
+                }
                 // The cluster exchange only where the reach is a cluster; the reductions' template
                 // argument says the reach (0 a warp, 1 a block, 2 a cluster).
                 const bool cluster = m.reach == codegen::CudaReach::Cluster;
@@ -180,6 +196,8 @@ TEST_CASE("a row kernel's modules: one entry each, the reductions cut to its rea
     const kir::Kernel softmax = test::row_softmax_kernel();
     CHECK_THROWS_WITH(codegen::emit_cuda_module(softmax, {softmax.name + "_r", codegen::CudaReach::Cluster}),
                       Catch::Matchers::Contains("has no module " + softmax.name + "_r.cluster"));
+    CHECK_THROWS_WITH(codegen::emit_cuda_module(softmax, {softmax.name + "_s", codegen::CudaReach::Cluster}),
+                      Catch::Matchers::Contains("has no module " + softmax.name + "_s.cluster"));
     CHECK_THROWS_WITH(codegen::emit_cuda_module(softmax, {"kiln_other", codegen::CudaReach::Warp}),
                       Catch::Matchers::Contains("has no module kiln_other.warp"));
 }
@@ -1084,7 +1102,8 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         CHECK(p.launches[0].aligned_param == 256);   // 750 groups: 188 threads' worth
         CHECK(p.launches[0].aligned_block == 256);
         CHECK(p.launches[0].aligned_grid == 8192);
-        CHECK(codegen::emit_cuda(norm.kernel()).entry_points == std::vector<std::string>{"kiln_norm", "kiln_norm_r"});
+        CHECK(codegen::emit_cuda(norm.kernel()).entry_points ==
+              std::vector<std::string>{"kiln_norm", "kiln_norm_r", "kiln_norm_s"});
         {
             alignas(64) static float data[64];
             kir::LaunchArgs al = a;
@@ -1108,7 +1127,31 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         CHECK(p.launches[0].aligned_param == 8);
         CHECK(p.launches[0].aligned_grid == 200000 / 32);
         a.sizes = {128, 32};   // few rows: a thread a group
-        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].aligned_param == 8);
+        {
+            codegen::CudaDeviceCaps general = h100s;
+            general.small_rows = false;
+            CHECK(codegen::plan_cuda_launch(norm.kernel(), a, general).launches[0].aligned_param == 8);
+        }
+        // Up to kCudaSmallRowElements elements: the small entry alone, G up to a block, no cluster,
+        // no dynamic shared memory.
+        for (auto [rows, cols, g] : {std::tuple{128, 32, 32}, {64, 64, 64}, {1, 65536, 512}, {16, 4096, 512},
+                                     {65536, 1, 1}, {256, 256, 256}}) {
+            INFO(rows << "x" << cols);
+            a.sizes = {rows, cols};
+            const codegen::CudaLaunchPlan sp = codegen::plan_cuda_launch(norm.kernel(), a, h100s);
+            REQUIRE(sp.launches.size() == 1);
+            const codegen::CudaLaunch& l = sp.launches[0];
+            CHECK(l.entry == "kiln_norm_s");
+            CHECK(l.aligned_entry.empty());
+            CHECK(l.param == g);
+            CHECK(l.cluster == 1);
+            CHECK(l.shared_bytes == 0);
+            CHECK(l.block == (uint32_t)std::max(g, codegen::kCudaBlockSize));
+            CHECK(l.reach == (g <= 32 ? codegen::CudaReach::Warp : codegen::CudaReach::Block));
+            CHECK((int64_t)l.grid * (l.block / g) >= rows);
+        }
+        a.sizes = {257, 256};   // one row past: the general entries
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm");
         a.sizes = {4096, 16384};   // 1024 threads' worth: the shared-memory entry alone
         CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].aligned_entry.empty());
 
@@ -1303,6 +1346,13 @@ TEST_CASE("NVRTC version and PTX output") {
     CHECK(r.options == "--gpu-architecture=compute_90 " + tc.substr(("nvrtc " + v + " ").size()));
     const int major = std::stoi(v.substr(0, v.find('.'))), minor = std::stoi(v.substr(v.find('.') + 1));
     CHECK((tc.find("-minimal") != std::string::npos) == (major > 12 || (major == 12 && minor >= 4)));
+    // Compiled for compile time: -Ofc=mid where NVRTC has it, in the options and the toolchain.
+    const std::string fast = cuda::nvrtc_toolchain(true);
+    const bool has_ofc = major > 12 || (major == 12 && minor >= 8);
+    CHECK(fast == tc + (has_ofc ? " -Ofc=mid" : ""));
+    cuda::NvrtcResult rf = cuda::nvrtc_compile(src.code, "mean.cu", 90, true, true);
+    REQUIRE(rf.ok);
+    CHECK(rf.options == "--gpu-architecture=sm_90 " + fast.substr(("nvrtc " + v + " ").size()));
 }
 
 TEST_CASE("kernel IR listing names ops, buffers, accumulators and stores") {
