@@ -715,36 +715,40 @@ template <class A, int Reach>
 __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const int G, typename A::T* sv, int* sp,
                                                 kiln_cx* x, unsigned& round) {
     kiln_butterfly<A>(v, p, G);
-    if (Reach == 0 || G <= 32) return;
-    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
-    const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
-    if (lane == 0) {
-        sv[warp] = v;
-        if (A::positional) sp[warp] = p;
-    }
-    __syncthreads();
-    // Lane i of every warp of the group takes warp i % per_group's state, then a butterfly over
-    // each per_group lanes: every lane ends with the group's state. (Kinds without positions
-    // leave sp alone, so that a kernel without them has no such array.)
-    const int from = first + (lane & (per_group - 1));
-    v = sv[from];
-    if (A::positional) p = sp[from];
-    kiln_butterfly<A>(v, p, per_group);
-    __syncthreads();
-    if (Reach == 1 || G <= nthreads) return;
-    // The state as words: the value's (one or two), then the position.
-    constexpr int N = (int)(sizeof(typename A::T) / 4) + 1;
-    unsigned w[N];
-    memcpy(w, &v, sizeof(v));
-    w[N - 1] = (unsigned)p;
-    const int b = kiln_cx_exchange<N>(x, round, w, G / nthreads);
-    v = A::init();
-    p = KILN_NO_POS;
+    if constexpr (Reach > 0) {   // (a warp's entry instantiates nothing past its butterfly)
+        if (G <= 32) return;
+        const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+        const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
+        if (lane == 0) {
+            sv[warp] = v;
+            if (A::positional) sp[warp] = p;
+        }
+        __syncthreads();
+        // Lane i of every warp of the group takes warp i % per_group's state, then a butterfly over
+        // each per_group lanes: every lane ends with the group's state. (Kinds without positions
+        // leave sp alone, so that a kernel without them has no such array.)
+        const int from = first + (lane & (per_group - 1));
+        v = sv[from];
+        if (A::positional) p = sp[from];
+        kiln_butterfly<A>(v, p, per_group);
+        __syncthreads();
+        if constexpr (Reach > 1) {
+            if (G <= nthreads) return;
+            // The state as words: the value's (one or two), then the position.
+            constexpr int N = (int)(sizeof(typename A::T) / 4) + 1;
+            unsigned w[N];
+            memcpy(w, &v, sizeof(v));
+            w[N - 1] = (unsigned)p;
+            const int b = kiln_cx_exchange<N>(x, round, w, G / nthreads);
+            v = A::init();
+            p = KILN_NO_POS;
 #pragma unroll 1
-    for (int r = 0; r < G / nthreads; ++r) {
-        typename A::T y;
-        memcpy(&y, x->data[b][r], sizeof(y));
-        A::add(v, p, y, (int)x->data[b][r][N - 1]);
+            for (int r = 0; r < G / nthreads; ++r) {
+                typename A::T y;
+                memcpy(&y, x->data[b][r], sizeof(y));
+                A::add(v, p, y, (int)x->data[b][r][N - 1]);
+            }
+        }
     }
 }
 // kiln_row_reduce for moments: sc/sm/sq 32 entries. S: the same round also sums x (a sum of
@@ -754,29 +758,33 @@ template <bool S, int Reach>
 __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, float& q, float& x, const int G, float* sc,
                                                         float* sm, float* sq, float* sx, kiln_cx* cx, unsigned& round) {
     kiln_moments_butterfly<S>(c, m, q, x, G);
-    if (Reach == 0 || G <= 32) return;
-    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
-    const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
-    if (lane == 0) {
-        sc[warp] = c; sm[warp] = m; sq[warp] = q;
-        if (S) sx[warp] = x;
-    }
-    __syncthreads();
-    const int from = first + (lane & (per_group - 1));   // as in kiln_row_reduce
-    c = sc[from], m = sm[from], q = sq[from];
-    if (S) x = sx[from];
-    kiln_moments_butterfly<S>(c, m, q, x, per_group);
-    __syncthreads();
-    if (Reach == 1 || G <= nthreads) return;
-    const unsigned w[4] = {__float_as_uint(c), __float_as_uint(m), __float_as_uint(q), __float_as_uint(x)};
-    const int b = kiln_cx_exchange<4>(cx, round, w, G / nthreads);
-    const unsigned(*e)[4] = cx->data[b];
-    c = __uint_as_float(e[0][0]), m = __uint_as_float(e[0][1]), q = __uint_as_float(e[0][2]);
-    if (S) x = __uint_as_float(e[0][3]);
+    if constexpr (Reach > 0) {   // (a warp's entry instantiates nothing past its butterfly)
+        if (G <= 32) return;
+        const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+        const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
+        if (lane == 0) {
+            sc[warp] = c; sm[warp] = m; sq[warp] = q;
+            if (S) sx[warp] = x;
+        }
+        __syncthreads();
+        const int from = first + (lane & (per_group - 1));   // as in kiln_row_reduce
+        c = sc[from], m = sm[from], q = sq[from];
+        if (S) x = sx[from];
+        kiln_moments_butterfly<S>(c, m, q, x, per_group);
+        __syncthreads();
+        if constexpr (Reach > 1) {
+            if (G <= nthreads) return;
+            const unsigned w[4] = {__float_as_uint(c), __float_as_uint(m), __float_as_uint(q), __float_as_uint(x)};
+            const int b = kiln_cx_exchange<4>(cx, round, w, G / nthreads);
+            const unsigned(*e)[4] = cx->data[b];
+            c = __uint_as_float(e[0][0]), m = __uint_as_float(e[0][1]), q = __uint_as_float(e[0][2]);
+            if (S) x = __uint_as_float(e[0][3]);
 #pragma unroll 1
-    for (int r = 1; r < G / nthreads; ++r) {
-        kiln_moments_merge(c, m, q, __uint_as_float(e[r][0]), __uint_as_float(e[r][1]), __uint_as_float(e[r][2]));
-        if (S) x += __uint_as_float(e[r][3]);
+            for (int r = 1; r < G / nthreads; ++r) {
+                kiln_moments_merge(c, m, q, __uint_as_float(e[r][0]), __uint_as_float(e[r][1]), __uint_as_float(e[r][2]));
+                if (S) x += __uint_as_float(e[r][3]);
+            }
+        }
     }
 }
 // Sums of exponentials about a running max (online softmax): m the max of the values so far
@@ -833,21 +841,25 @@ template <bool F, int Reach>
 __device__ __forceinline__ void kiln_row_reduce_lse(float& m, float& s, const int G, float* sm, float* ss, kiln_cx* x,
                                                     unsigned& round) {
     kiln_lse_butterfly<F>(m, s, G);
-    if (Reach == 0 || G <= 32) return;
-    const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
-    const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
-    if (lane == 0) { sm[warp] = m; ss[warp] = s; }
-    __syncthreads();
-    const int from = first + (lane & (per_group - 1));   // as in kiln_row_reduce
-    m = sm[from], s = ss[from];
-    kiln_lse_butterfly<F>(m, s, per_group);
-    __syncthreads();
-    if (Reach == 1 || G <= nthreads) return;
-    const unsigned w[2] = {__float_as_uint(m), __float_as_uint(s)};
-    const int b = kiln_cx_exchange<2>(x, round, w, G / nthreads);
-    m = __uint_as_float(x->data[b][0][0]), s = __uint_as_float(x->data[b][0][1]);
+    if constexpr (Reach > 0) {   // (a warp's entry instantiates nothing past its butterfly)
+        if (G <= 32) return;
+        const int nthreads = (int)blockDim.x, warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+        const int per_group = (G < nthreads ? G : nthreads) >> 5, first = warp & -per_group;
+        if (lane == 0) { sm[warp] = m; ss[warp] = s; }
+        __syncthreads();
+        const int from = first + (lane & (per_group - 1));   // as in kiln_row_reduce
+        m = sm[from], s = ss[from];
+        kiln_lse_butterfly<F>(m, s, per_group);
+        __syncthreads();
+        if constexpr (Reach > 1) {
+            if (G <= nthreads) return;
+            const unsigned w[2] = {__float_as_uint(m), __float_as_uint(s)};
+            const int b = kiln_cx_exchange<2>(x, round, w, G / nthreads);
+            m = __uint_as_float(x->data[b][0][0]), s = __uint_as_float(x->data[b][0][1]);
 #pragma unroll 1
-    for (int r = 1; r < G / nthreads; ++r) kiln_lse_merge<F>(m, s, __uint_as_float(x->data[b][r][0]), __uint_as_float(x->data[b][r][1]));
+            for (int r = 1; r < G / nthreads; ++r) kiln_lse_merge<F>(m, s, __uint_as_float(x->data[b][r][0]), __uint_as_float(x->data[b][r][1]));
+        }
+    }
 }
 )";
 
