@@ -95,8 +95,7 @@ Result stored(const cache::DiskCache& disk, const cache::DiskCacheKey& dkey, Res
 #ifdef KILN_HAVE_NVRTC
 // Every module of the kernel (codegen::cuda_modules: a row kernel's entries for each reach), so
 // that no launch finds one missing. The kernel's outcome is its worst module's.
-Result warm_cuda(cache::DiskCache& disk, kir::Kernel& k, const std::string& arch, const std::string& nvrtc, bool check,
-                 bool dump_source) {
+Result warm_cuda(cache::DiskCache& disk, kir::Kernel& k, const std::string& arch, bool check, bool dump_source) {
     const std::string key = key_material(k, arch);
     k.name = kernel_name_for(key);
     Result all{Outcome::Cached, ""};
@@ -104,8 +103,7 @@ Result warm_cuda(cache::DiskCache& disk, kir::Kernel& k, const std::string& arch
     for (const codegen::CudaModuleId& id : codegen::cuda_modules(k)) {
         const codegen::CudaSource src = codegen::emit_cuda_module(k, id);
         const std::string label = codegen::cuda_module_label(k, id);
-        const cache::DiskCacheKey dkey =
-            cache::cuda_kernel_key(key, src.code, arch, src.fast_compile ? cuda::nvrtc_toolchain(true) : nvrtc);
+        const cache::DiskCacheKey dkey = cache::cuda_kernel_key(key, src.code, arch, cuda::nvrtc_toolchain(src.fast_compile));
         Result r{Outcome::Cached, ""};
         if (check) {
             r = check_entry(disk, dkey);
@@ -210,7 +208,6 @@ int main(int argc, char** argv) {
     (void)any_cpu;
 #endif
 #ifdef KILN_HAVE_NVRTC
-    const std::string nvrtc = cuda::nvrtc_toolchain();
     const bool dump_source = env::flag("KILN_DUMP_SOURCE").value_or(false);   // as the runtime: <dir>/sources/
 #endif
 
@@ -245,7 +242,7 @@ int main(int argc, char** argv) {
                 if (j.arch == kCpu) r = warm_cpu(jit_for(worker), disk, k, opt.check);
 #endif
 #ifdef KILN_HAVE_NVRTC
-                if (j.arch != kCpu) r = warm_cuda(disk, k, j.arch, nvrtc, opt.check, dump_source);
+                if (j.arch != kCpu) r = warm_cuda(disk, k, j.arch, opt.check, dump_source);
 #endif
                 report(j, k.name, r.outcome, r.detail);
             } catch (const std::exception& e) {
