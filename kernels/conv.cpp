@@ -638,7 +638,10 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
     auto padded = [&](const ConvLayer& P) {
         return implicit(P, with_channels(I5, P.C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P.C));
     };
-    if (on_gpu(I5) && (!pointwise(g) || gemm::pointwise_implicit(I5.context(), L))) {
+    gemm::forget_last_conv();
+    // (A bsum the implicit kernel's register epilogue can add as it stores: pointwise_implicit.)
+    const bool sums_in_store = o.bsum && !o.brelu && o.beta == 0 && dtype_size(out.dtype()) == 2;
+    if (on_gpu(I5) && (!pointwise(g) || gemm::pointwise_implicit(I5.context(), L, sums_in_store))) {
         if (auto V = taps_as_channels(I5.context(), L); V && implicit(V->layer, I5, F, V->layout)) return;
         if (auto T = !pointwise(g) ? channels_for_tma(I5.context(), L, true) : std::nullopt; T && padded(*T)) return;
         if (implicit(L, I5, F)) return;

@@ -42,6 +42,9 @@ namespace {
 std::optional<int> conv_kernel_choice() {
     return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile", "balanced", "sliced", "mma"});
 }
+// The walk's blocks: one an SM, a multiple of tiles_n with kColSums (every tile of a block then
+// in one column of tiles: conv_walk.cuh).
+int walk_blocks(int sms, int32_t tiles_n, int32_t flags) { return (flags & kColSums) ? sms / tiles_n * tiles_n : sms; }
 // Whether fprop takes the mma.sync kernel on this GPU: every GPU but sm_90, or KILN_CONV_KERNEL=mma.
 bool mma_kernels(const cuda::CudaBackend& be) { return be.info().sm != 90 || conv_kernel_choice() == 5; }
 // The weight gradient's splits KILN_CONV_KERNEL allows: =balanced the balanced split wherever a
@@ -484,9 +487,11 @@ std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L) {
 
 bool conv_im2col_forced() { return conv_kernel_choice() == 0; }
 
-bool pointwise_implicit(Context& ctx, const ConvLayer& L) {
+bool pointwise_implicit(Context& ctx, const ConvLayer& L, bool channel_sums) {
     if (ctx.backend() != Backend::CUDA || mma_kernels(cuda::cuda_backend(ctx))) return false;
-    return pointwise_prefers_implicit(L, cuda::cuda_backend(ctx).info().multiprocessors) &&
+    const std::optional<int> forced = conv_kernel_choice();
+    return (channel_sums || forced == 1 || forced == 2 ||
+            pointwise_prefers_implicit(L, cuda::cuda_backend(ctx).info().multiprocessors)) &&
            !conv_fprop_kernel(ctx, L).empty();
 }
 
@@ -498,6 +503,7 @@ thread_local ImageLayout last_layout;
 bool last_conv_counted() { return last_counted; }
 bool last_conv_summed() { return last_summed; }
 ImageLayout last_conv_layout() { return last_layout; }
+void forget_last_conv() { last_counted = false, last_summed = false, last_layout = {}; }
 
 bool patches_by_tma(Context& ctx, const ConvLayer& L) {
     return ctx.backend() == Backend::CUDA && !mma_kernels(cuda::cuda_backend(ctx)) && im2col_rank(L, nullptr) != 0;
@@ -601,7 +607,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             const WalkTile w = walk_for(L, u);
             const int dynamic = std::max(smem, w.smem);
             CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, dynamic);
-            be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(dynamic), params,
+            be.launch_precompiled(f, unsigned(walk_blocks(sms, h.tiles_n, h.flags)), 1, 1, 384, unsigned(dynamic), params,
                                   {.programmatic = be.programmatic_launches()});
         } else {
             void* params[] = {&q, &map_b, &patches};
@@ -644,13 +650,26 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     const int64_t blocks = int64_t(g.tiles_m) * ((L.K + t.bn - 1) / t.bn);
     const WalkTile walk = plan.walk ? walk_for(L, t) : WalkTile{};
     int smem = plan.walk ? walk.smem : t.smem;
-    // Channel sums: each row of tiles' column sums (kColSums, the warps' sums past the tile's
-    // bias), then their sum over the rows of tiles.
-    Tensor partials;
+    // Channel sums (kColSums, the warps' sums past the tile's bias): the first level's rows are
+    // the rows of tiles, or the walk's blocks of a column of tiles; the kernel adds them up into
+    // bsum where it can store it (16- and 32-bit floats), else into a float32 vector copied there.
+    Tensor partials, sums_f32;
+    const int64_t tiles_n = (L.K + t.bn - 1) / t.bn;
     if (extras && extras->column_sums && rows_of_16_bytes(g) &&
-        smem + conv_col_sum_bytes(t.bn) <= be.info().max_shared_optin) {
-        partials = ctx.empty({g.tiles_m, L.K}, DType::Float32);
+        smem + conv_col_sum_bytes(t.bn) <= be.info().max_shared_optin && (!plan.walk || sms >= tiles_n)) {
+        const Tensor& bsum = *extras->column_sums;
+        const ColSumsSpace space =
+            col_sums_space(plan.walk ? walk_blocks(sms, int32_t(tiles_n), kColSums) / tiles_n : g.tiles_m, tiles_n);
+        partials = ctx.empty({space.rows, L.K}, DType::Float32);
         g.col_partials = reinterpret_cast<float*>(detail::data_of(partials));
+        g.col_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(size_t(space.turns) * 4));
+        const bool direct = bsum.dtype() == DType::Float32 || bsum.dtype() == DType::Float16 ||
+                            bsum.dtype() == DType::BFloat16;
+        if (!direct) sums_f32 = ctx.empty({L.K}, DType::Float32);
+        const Tensor& into = direct ? bsum : sums_f32;
+        g.bsum = detail::data_of(into);
+        g.bsum_sm = into.strides()[0];
+        g.bsum_dtype = detail::gemm_dtype(into.dtype());
         g.flags |= kColSums;
         smem += conv_col_sum_bytes(t.bn);
     }
@@ -680,9 +699,13 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     last_layout = layout;
     C.view().storage->written = true;
     if (partials.defined()) {
-        partials.view().storage->written = true;
         Tensor sums = *extras->column_sums;
-        sums.assign(reshape(sum(partials.expr(), 0, true), sums.shape()));
+        if (sums_f32.defined()) {
+            sums_f32.view().storage->written = true;
+            sums.assign(reshape(sums_f32.expr(), sums.shape()));
+        } else {
+            sums.view().storage->written = true;
+        }
         extras->summed = last_summed = true;
     }
     return true;

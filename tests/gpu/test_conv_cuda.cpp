@@ -967,9 +967,12 @@ TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
 }
 
 // bsum where the implicit kernel's 16-bit register epilogue stores (16-bit output, no beta): each
-// row of tiles' column sums of the values as stored, added up after the kernel, on the one-tile
-// kernel 64, 128 and 256 wide (gathered patches and by TMA) and on the walk, with rows and
-// channels past the last tile. Against the sums of the output as stored (the JIT reduction the
+// block's column sums of the values as stored, added up in the kernel (climb_col_sums: one, two
+// and three levels of rows), on the one-tile kernel 64, 128 and 256 wide (gathered patches and by
+// TMA) and on the walk (1, 2 and 5 columns of tiles, the last one partly full: 130 of 132 blocks
+// on an H100), with rows and channels past the last tile; a pointwise layer through the implicit
+// kernel rather than the GEMM for it. Into float32, bfloat16, float64 (through a float32 vector)
+// and a strided (K, 1) view. Against the sums of the output as stored (the JIT reduction the
 // other paths run), the same bits in a second run; float32 output and beta keep the reduction.
 TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per channel, deterministically") {
     REQUIRE_GPU();
@@ -982,6 +985,7 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
         const char* kernel;   // KILN_CONV_KERNEL, or "" for the model's choice
         const char* width;    // the tile the kernel name holds
     };
+    int index = 0;
     for (DType dt : {DType::Float16, DType::BFloat16}) {
         const std::vector<Case> cases = {
             {conv_layer(dt, 3, 64, 40, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}), "", "_64_"},      // 429 rows, 40 of 64 channels
@@ -989,7 +993,10 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
             {conv_layer(dt, 47, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "tile", "_128_"},   // 288 rows of tiles, the last partly full
             {conv_layer(dt, 47, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_walk_"},
             {conv_layer(dt, 31, 256, 504, {1, 64, 63}, {1, 3, 3}, {0, 1, 1}), "", "_256_"},        // 977, the last half full
-
+            {conv_layer(dt, 16, 64, 256, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_walk_"},   // 2 columns of tiles
+            {conv_layer(dt, 8, 64, 600, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "", "_walk_"},        // 5, the last 88 wide
+            {conv_layer(dt, 64, 64, 256, {1, 56, 56}, {1, 1, 1}, {0, 0, 0}), "", "_walk_"},       // pointwise
+            {conv_layer(dt, 64, 64, 256, {1, 56, 56}, {1, 1, 1}, {0, 0, 0}), "tile", "_256_"},    // 1568 rows of tiles
         };
         for (const Case& c : cases) {
             const ConvLayer& L = c.L;
@@ -999,31 +1006,41 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
             CHECK(gemm::conv_fprop_kernel(ctx, L).find(c.width) != std::string::npos);
             Tensor I = random(L.input_shape(), dt), F = random(L.filter_shape(), dt);
             const int64_t rows = numel(L.output_shape()) / L.K;
+            // bsum's kind: float32, bfloat16, float64, a (K, 1) view of every other float32
+            const int kind = index++ % 4;
+            const DType sums_dt = kind == 1 ? DType::BFloat16 : kind == 2 ? DType::Float64 : DType::Float32;
+            auto sums_tensor = [&] {
+                return kind == 3 ? ctx.empty({L.K, 2}, sums_dt).slice({Slice::all(), Slice::range(0, 1)})
+                                 : ctx.empty({L.K}, sums_dt);
+            };
             for (DType out : {dt, DType::Float32})
                 for (bool beta : {false, true}) {
-                    INFO("output " << dtype_name(out) << (beta ? ", beta" : ""));
+                    INFO("output " << dtype_name(out) << (beta ? ", beta" : "") << ", bsum " << dtype_name(sums_dt)
+                                   << (kind == 3 ? " (K, 1) view" : ""));
                     Tensor O = ctx.eval(cast(random(L.output_shape(), dt).expr(), out));
                     ConvOptions o;
                     o.relu = true, o.bias = random({L.K}, DType::Float32);
                     if (beta) o.beta = 0.5;
-                    Tensor bs = ctx.empty({L.K}, DType::Float32), again = ctx.empty({L.K}, DType::Float32);
+                    Tensor bs = sums_tensor(), again = sums_tensor();
                     o.bsum = bs;
                     const Tensor before = ctx.eval(O.expr());
                     fprop_conv(L, I, F, O, o);
                     CHECK(gemm::last_conv_summed() == (out == dt && !beta));
                     const Expr as_rows = reshape(cast(O.expr(), DType::Float32), {rows, L.K});
-                    const std::vector<float> got = bs.to_vector<float>(),
+                    auto values = [&](const Tensor& t) { return ctx.eval(cast(reshape(t.expr(), {L.K}), DType::Float32)).to_vector<float>(); };
+                    const std::vector<float> got = values(bs),
                                              want = ctx.eval(reshape(sum(as_rows, 0), {L.K})).to_vector<float>(),
                                              scale = ctx.eval(reshape(sum(absolute(as_rows), 0), {L.K})).to_vector<float>();
+                    const float rounding = sums_dt == DType::BFloat16 ? 1.0f / 128 : 0.f;
                     int off = 0;
                     for (int64_t k = 0; k < L.K; ++k)
-                        if (!(std::fabs(got[k] - want[k]) <= 1e-5f * scale[k] + 1e-6f)) ++off;
+                        if (!(std::fabs(got[k] - want[k]) <= 1e-5f * scale[k] + rounding * std::fabs(want[k]) + 1e-6f)) ++off;
                     CHECK(off == 0);
                     // The same call again from the same output: the same sums, bit for bit.
                     Tensor O2 = ctx.eval(before.expr());
                     o.bsum = again;
                     fprop_conv(L, I, F, O2, o);
-                    CHECK(again.to_vector<float>() == got);
+                    CHECK(values(again) == got);
                 }
         }
     }
