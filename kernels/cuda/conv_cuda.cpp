@@ -490,8 +490,9 @@ bool conv_im2col_forced() { return conv_kernel_choice() == 0; }
 bool pointwise_implicit(Context& ctx, const ConvLayer& L, bool channel_sums) {
     if (ctx.backend() != Backend::CUDA || mma_kernels(cuda::cuda_backend(ctx))) return false;
     const std::optional<int> forced = conv_kernel_choice();
-    return (channel_sums || forced == 1 || forced == 2 ||
-            pointwise_prefers_implicit(L, cuda::cuda_backend(ctx).info().multiprocessors)) &&
+    const int sms = cuda::cuda_backend(ctx).info().multiprocessors;
+    return ((channel_sums && positions_of(L) >= int64_t(128) * sms) || forced == 1 || forced == 2 ||
+            pointwise_prefers_implicit(L, sms)) &&
            !conv_fprop_kernel(ctx, L).empty();
 }
 
@@ -597,12 +598,16 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                                                64, uint32_t(u.bn));
         CUtensorMap patches = map_a.value_or(CUtensorMap{});
         if (walk) {
-            // C's plain rows by TMA, in boxes of 16 rows x 128 bytes (a phase's grouped rows:
-            // the warps' own stores).
+            // C's rows by TMA, in boxes of 16 rows x 128 bytes: plain rows as one matrix, a
+            // phase's grouped rows as (groups, rows of a group) where a group holds a box's rows
+            // (fewer: the warps' own stores).
             CUtensorMap map_c{};
-            q.c_by_tma = h.c_group == 0;
-            if (q.c_by_tma)
+            q.c_by_tma = h.c_group == 0 || h.c_group >= 16;
+            if (h.c_group == 0)
                 map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 16);
+            else if (q.c_by_tma)
+                map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.c_group),
+                                           uint64_t(h.m / h.c_group), h.c_sm, h.c_sg, 64, 16);
             void* params[] = {&q, &map_b, &patches, &map_c};
             const WalkTile w = walk_for(L, u);
             const int dynamic = std::max(smem, w.smem);
@@ -690,7 +695,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     }
     if (plan.walk)
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks{})", L.str(), walk.entry, rows, L.K, taps,
-                  blocks, sms, partials.defined() ? ", channel sums" : "");
+                  blocks, walk_blocks(sms, int32_t(tiles_n), g.flags), partials.defined() ? ", channel sums" : "");
     else
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {}{})", L.str(), t.entry, rows, L.K, taps, blocks,
                   p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"),

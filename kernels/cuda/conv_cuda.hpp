@@ -94,7 +94,8 @@ bool conv_im2col_forced();
 // stride 1, no padding; a fprop, or a pointwise layer's gradient as a convolution): where the
 // kernel takes it and conv_select.hpp's pointwise_prefers_implicit says so, or KILN_CONV_KERNEL
 // names one of its kernels (walk, tile). `channel_sums`: a fprop with bsum into a 16-bit output,
-// which the kernel adds up as it stores, where the GEMM's output would be read again for it.
+// which the kernel adds up as it stores where the GEMM's output would be read again for it
+// (over a wave of tiles or more: fewer rows of more channels stay on the GEMM's tiles).
 bool pointwise_implicit(Context& ctx, const ConvLayer& L, bool channel_sums = false);
 
 // grad_F (a K x taps matrix view of the filter's gradient) = alpha * (the gradient of conv(I5,

@@ -370,24 +370,26 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             CHECK(count_off(Ow, Oi, Om, dt) == 0);
         }
     // Strided bprop by phase on the walk (each phase more tiles than SMs, its rows landing in
-    // grad_I's strided view), with alpha and beta, against the CPU.
-    for (DType dt : {DType::Float16, DType::BFloat16}) {
-        const ConvLayer L = conv_layer(dt, 24, 64, 64, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2});
-        INFO(L.str());
-        test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
-        const std::string path = conv_kernel(gpu, L, "bprop");
-        INFO(path);
-        CHECK(path.find("by phase kiln_conv_fprop_walk_") != std::string::npos);
-        const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
-                   X = pair(gpu, cpu, L.input_shape(), dt, ++seed);
-        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
-        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
-                  o.assign((X.*side).expr());
-                  ConvOptions ab;
-                  ab.alpha = 0.5, ab.beta = side == &Pair::abs ? 0.5 : -0.25;
-                  bprop_conv(L, F.*side, E.*side, o, ab);
-              }) == 0);
-    }
+    // grad_I's strided view: by TMA in groups of 28 rows, which boxes of 16 cross; by the warps
+    // in groups of 12), with alpha and beta, against the CPU.
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const auto& [N, hw] : {std::pair<int64_t, int64_t>{24, 56}, {128, 24}}) {
+            const ConvLayer L = conv_layer(dt, N, 64, 64, {1, hw, hw}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2});
+            INFO(L.str());
+            test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
+            const std::string path = conv_kernel(gpu, L, "bprop");
+            INFO(path);
+            CHECK(path.find("by phase kiln_conv_fprop_walk_") != std::string::npos);
+            const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+                       X = pair(gpu, cpu, L.input_shape(), dt, ++seed);
+            CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
+            CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
+                      o.assign((X.*side).expr());
+                      ConvOptions ab;
+                      ab.alpha = 0.5, ab.beta = side == &Pair::abs ? 0.5 : -0.25;
+                      bprop_conv(L, F.*side, E.*side, o, ab);
+                  }) == 0);
+        }
     // A first layer padded along its axis of ones (depth): its one output depth reads only the
     // padding, so its outputs and its filter gradient are zeros (the staged im2col, which has no
     // depth, declines it).

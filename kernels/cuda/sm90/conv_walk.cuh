@@ -6,9 +6,11 @@
 //
 // A tile's results wait in registers, rounded to C's 16-bit dtype, until the next tile's first
 // multiplies are issued; each warp then stages its 16 rows in a slice of shared memory of its
-// own and stores them while those run (the last tile's after its own). Where C's rows are plain
-// (p.c_by_tma: not a phase's grouped rows) one lane hands the slice to TMA in boxes of 16 rows
-// x 128 bytes; otherwise the warp stores them, a lane per 16-byte chunk. (The consumer warps'
+// own and stores them while those run (the last tile's after its own). Where TMA can store C's
+// rows (p.c_by_tma: plain rows, or a phase's rows grouped at least 16 to a group) one lane hands
+// the slice to TMA in boxes of 16 rows x 128 bytes, a box that crosses groups once per group it
+// reaches (the rows outside a group's clipped); otherwise the warp stores them, a lane per
+// 16-byte chunk. (The consumer warps'
 // own stores, 8 warps an SM, moved a 1x1 layer's output at about a third of the bandwidth that
 // TMA's do.) Nothing in the store path waits for the other warps but the channel sums
 // (kColSums), which add all eight warps' sums in a fixed order. With them every tile of a block
@@ -63,7 +65,16 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
     __syncwarp();
     if (by_tma && lane == 0) {
 #pragma unroll
-        for (int b = 0; b < BN / 64; ++b) tma_store(map_c, slice + b * 1024, n0 + 64 * b, m0 + 16 * warp8, 0);
+        for (int b = 0; b < BN / 64; ++b) {
+            const int m = m0 + 16 * warp8;
+            if (p.c_group == 0) {
+                tma_store(map_c, slice + b * 1024, n0 + 64 * b, m, 0);
+            } else {   // group g from row w on, then the next groups from rows before their first
+                const int g = m / p.c_group, w = m - g * p.c_group, groups = p.m / p.c_group;
+                for (int k = 0; g + k < groups && w - k * p.c_group > -16; ++k)
+                    tma_store(map_c, slice + b * 1024, n0 + 64 * b, w - k * p.c_group, g + k);
+            }
+        }
         tma_store_commit();
     }
     uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp8, lane) : nullptr;
