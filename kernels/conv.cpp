@@ -638,10 +638,7 @@ void forward(const Geo& g, const ConvLayer& L, const Tensor& I5, const Tensor& F
     auto padded = [&](const ConvLayer& P) {
         return implicit(P, with_channels(I5, P.C), with_channels(as5(F, g.K, {g.T, g.R, g.S}, g.C), P.C));
     };
-    gemm::forget_last_conv();
-    // (A bsum the implicit kernel's register epilogue can add as it stores: pointwise_implicit.)
-    const bool sums_in_store = o.bsum && !o.brelu && o.beta == 0 && dtype_size(out.dtype()) == 2;
-    if (on_gpu(I5) && (!pointwise(g) || gemm::pointwise_implicit(I5.context(), L, sums_in_store))) {
+    if (on_gpu(I5) && (!pointwise(g) || gemm::pointwise_implicit(I5.context(), L))) {
         if (auto V = taps_as_channels(I5.context(), L); V && implicit(V->layer, I5, F, V->layout)) return;
         if (auto T = !pointwise(g) ? channels_for_tma(I5.context(), L, true) : std::nullopt; T && padded(*T)) return;
         if (implicit(L, I5, F)) return;
@@ -1183,19 +1180,15 @@ Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor
 }
 
 std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op) {
-    if (op != "fprop" && op != "fprop+bsum" && op != "bprop" && op != "update")
-        fail(Error::Kind::Value, "conv_kernel: op '{}'; it is 'fprop', 'fprop+bsum', 'bprop' or 'update'", op);
-    const bool sums = op == "fprop+bsum";   // a fprop with bsum into the layer's dtype
+    if (op != "fprop" && op != "bprop" && op != "update")
+        fail(Error::Kind::Value, "conv_kernel: op '{}'; it is 'fprop', 'bprop' or 'update'", op);
     const Geo g = geo(L);
 #ifdef KILN_HAVE_GEMM_KERNELS
     if (pointwise(g)) {   // the GEMM, or where pointwise_implicit says so the implicit kernel
-        const bool forward = op == "fprop" || sums;
-        const std::optional<ConvLayer> D = op == "update"          ? std::nullopt
-                                           : forward != L.deconv ? std::optional<ConvLayer>(L)
-                                                                 : implicit_dgrad(L);
-        const bool in_store = sums && !L.deconv && dtype_size(L.dtype) == 2;
-        return D && gemm::pointwise_implicit(ctx, *D, in_store) ? "implicit-gemm " + gemm::conv_fprop_kernel(ctx, *D)
-                                                                : "gemm";
+        const std::optional<ConvLayer> D = op == "update" ? std::nullopt
+                                           : (op == "fprop") != L.deconv ? std::optional<ConvLayer>(L)
+                                                                         : implicit_dgrad(L);
+        return D && gemm::pointwise_implicit(ctx, *D) ? "implicit-gemm " + gemm::conv_fprop_kernel(ctx, *D) : "gemm";
     }
     auto folded_name = [](const std::string& kernel, const ConvLayer& F, bool taps) {
         return fmt::format("implicit-gemm {} (stride folded into {} channels{})", kernel, F.C,
@@ -1221,7 +1214,7 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         if (auto U = update_folded(ctx, L)) return folded_name(gemm::conv_wgrad_kernel(ctx, U->kernel_layer()), U->folded, U->taps.has_value());
     } else {
         // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
-        const bool forward = (op == "fprop" || sums) != L.deconv;
+        const bool forward = (op == "fprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
         if (std::string k = forward ? taps_kernel(L, false) : ""; !k.empty()) return "implicit-gemm " + k + " (W taps as channels)";
         if (auto P = forward ? channels_for_tma(ctx, L, true) : std::nullopt) return padded_name(gemm::conv_fprop_kernel(ctx, *P), *P);

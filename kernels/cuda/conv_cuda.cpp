@@ -42,9 +42,6 @@ namespace {
 std::optional<int> conv_kernel_choice() {
     return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile", "balanced", "sliced", "mma"});
 }
-// The walk's blocks: one an SM, a multiple of tiles_n with kColSums (every tile of a block then
-// in one column of tiles: conv_walk.cuh).
-int walk_blocks(int sms, int32_t tiles_n, int32_t flags) { return (flags & kColSums) ? sms / tiles_n * tiles_n : sms; }
 // Whether fprop takes the mma.sync kernel on this GPU: every GPU but sm_90, or KILN_CONV_KERNEL=mma.
 bool mma_kernels(const cuda::CudaBackend& be) { return be.info().sm != 90 || conv_kernel_choice() == 5; }
 // The weight gradient's splits KILN_CONV_KERNEL allows: =balanced the balanced split wherever a
@@ -487,12 +484,9 @@ std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L) {
 
 bool conv_im2col_forced() { return conv_kernel_choice() == 0; }
 
-bool pointwise_implicit(Context& ctx, const ConvLayer& L, bool channel_sums) {
+bool pointwise_implicit(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA || mma_kernels(cuda::cuda_backend(ctx))) return false;
-    const std::optional<int> forced = conv_kernel_choice();
-    const int sms = cuda::cuda_backend(ctx).info().multiprocessors;
-    return ((channel_sums && positions_of(L) >= int64_t(128) * sms) || forced == 1 || forced == 2 ||
-            pointwise_prefers_implicit(L, sms)) &&
+    return pointwise_prefers_implicit(L, cuda::cuda_backend(ctx).info().multiprocessors) &&
            !conv_fprop_kernel(ctx, L).empty();
 }
 
@@ -504,7 +498,6 @@ thread_local ImageLayout last_layout;
 bool last_conv_counted() { return last_counted; }
 bool last_conv_summed() { return last_summed; }
 ImageLayout last_conv_layout() { return last_layout; }
-void forget_last_conv() { last_counted = false, last_summed = false, last_layout = {}; }
 
 bool patches_by_tma(Context& ctx, const ConvLayer& L) {
     return ctx.backend() == Backend::CUDA && !mma_kernels(cuda::cuda_backend(ctx)) && im2col_rank(L, nullptr) != 0;
@@ -598,21 +591,17 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                                                64, uint32_t(u.bn));
         CUtensorMap patches = map_a.value_or(CUtensorMap{});
         if (walk) {
-            // C's rows by TMA, in boxes of 16 rows x 128 bytes: plain rows as one matrix, a
-            // phase's grouped rows as (groups, rows of a group) where a group holds a box's rows
-            // (fewer: the warps' own stores).
+            // C's plain rows by TMA, in boxes of 16 rows x 128 bytes (a phase's grouped rows:
+            // the warps' own stores).
             CUtensorMap map_c{};
-            q.c_by_tma = h.c_group == 0 || h.c_group >= 16;
-            if (h.c_group == 0)
+            q.c_by_tma = h.c_group == 0;
+            if (q.c_by_tma)
                 map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 16);
-            else if (q.c_by_tma)
-                map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.c_group),
-                                           uint64_t(h.m / h.c_group), h.c_sm, h.c_sg, 64, 16);
             void* params[] = {&q, &map_b, &patches, &map_c};
             const WalkTile w = walk_for(L, u);
             const int dynamic = std::max(smem, w.smem);
             CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, dynamic);
-            be.launch_precompiled(f, unsigned(walk_blocks(sms, h.tiles_n, h.flags)), 1, 1, 384, unsigned(dynamic), params,
+            be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(dynamic), params,
                                   {.programmatic = be.programmatic_launches()});
         } else {
             void* params[] = {&q, &map_b, &patches};
@@ -655,26 +644,13 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     const int64_t blocks = int64_t(g.tiles_m) * ((L.K + t.bn - 1) / t.bn);
     const WalkTile walk = plan.walk ? walk_for(L, t) : WalkTile{};
     int smem = plan.walk ? walk.smem : t.smem;
-    // Channel sums (kColSums, the warps' sums past the tile's bias): the first level's rows are
-    // the rows of tiles, or the walk's blocks of a column of tiles; the kernel adds them up into
-    // bsum where it can store it (16- and 32-bit floats), else into a float32 vector copied there.
-    Tensor partials, sums_f32;
-    const int64_t tiles_n = (L.K + t.bn - 1) / t.bn;
+    // Channel sums: each row of tiles' column sums (kColSums, the warps' sums past the tile's
+    // bias), then their sum over the rows of tiles.
+    Tensor partials;
     if (extras && extras->column_sums && rows_of_16_bytes(g) &&
-        smem + conv_col_sum_bytes(t.bn) <= be.info().max_shared_optin && (!plan.walk || sms >= tiles_n)) {
-        const Tensor& bsum = *extras->column_sums;
-        const ColSumsSpace space =
-            col_sums_space(plan.walk ? walk_blocks(sms, int32_t(tiles_n), kColSums) / tiles_n : g.tiles_m, tiles_n);
-        partials = ctx.empty({space.rows, L.K}, DType::Float32);
+        smem + conv_col_sum_bytes(t.bn) <= be.info().max_shared_optin) {
+        partials = ctx.empty({g.tiles_m, L.K}, DType::Float32);
         g.col_partials = reinterpret_cast<float*>(detail::data_of(partials));
-        g.col_turns = reinterpret_cast<uint32_t*>(be.zeroed_scratch(size_t(space.turns) * 4));
-        const bool direct = bsum.dtype() == DType::Float32 || bsum.dtype() == DType::Float16 ||
-                            bsum.dtype() == DType::BFloat16;
-        if (!direct) sums_f32 = ctx.empty({L.K}, DType::Float32);
-        const Tensor& into = direct ? bsum : sums_f32;
-        g.bsum = detail::data_of(into);
-        g.bsum_sm = into.strides()[0];
-        g.bsum_dtype = detail::gemm_dtype(into.dtype());
         g.flags |= kColSums;
         smem += conv_col_sum_bytes(t.bn);
     }
@@ -695,7 +671,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     }
     if (plan.walk)
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks{})", L.str(), walk.entry, rows, L.K, taps,
-                  blocks, walk_blocks(sms, int32_t(tiles_n), g.flags), partials.defined() ? ", channel sums" : "");
+                  blocks, sms, partials.defined() ? ", channel sums" : "");
     else
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {}{})", L.str(), t.entry, rows, L.K, taps, blocks,
                   p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"),
@@ -704,13 +680,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     last_layout = layout;
     C.view().storage->written = true;
     if (partials.defined()) {
+        partials.view().storage->written = true;
         Tensor sums = *extras->column_sums;
-        if (sums_f32.defined()) {
-            sums_f32.view().storage->written = true;
-            sums.assign(reshape(sums_f32.expr(), sums.shape()));
-        } else {
-            sums.view().storage->written = true;
-        }
+        sums.assign(reshape(sum(partials.expr(), 0, true), sums.shape()));
         extras->summed = last_summed = true;
     }
     return true;

@@ -92,11 +92,8 @@ bool conv_im2col_forced();
 
 // Whether the implicit-GEMM kernel, rather than the GEMM, multiplies L, a pointwise layer (1x1,
 // stride 1, no padding; a fprop, or a pointwise layer's gradient as a convolution): where the
-// kernel takes it and conv_select.hpp's pointwise_prefers_implicit says so, or KILN_CONV_KERNEL
-// names one of its kernels (walk, tile). `channel_sums`: a fprop with bsum into a 16-bit output,
-// which the kernel adds up as it stores where the GEMM's output would be read again for it
-// (over a wave of tiles or more: fewer rows of more channels stay on the GEMM's tiles).
-bool pointwise_implicit(Context& ctx, const ConvLayer& L, bool channel_sums = false);
+// kernel takes it and conv_select.hpp's pointwise_prefers_implicit says so.
+bool pointwise_implicit(Context& ctx, const ConvLayer& L);
 
 // grad_F (a K x taps matrix view of the filter's gradient) = alpha * (the gradient of conv(I5,
 // F) of layer L with respect to F, from E5 (N, M, P, Q, K)) + beta * grad_F, by the implicit-GEMM
@@ -115,9 +112,6 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
 bool last_conv_counted();
 bool last_conv_summed();
 ImageLayout last_conv_layout();
-// Sets those three back (false, false, {0, 0}): where a fprop starts, so that a path without the
-// implicit kernel (the GEMM's) leaves them so.
-void forget_last_conv();
 
 // Whether TMA's im2col descriptor can bring L's patches on ctx's GPU (the wgmma kernels', its
 // channels a multiple of 64 and its window within the descriptor's ranges): where the kernels

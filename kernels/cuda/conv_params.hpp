@@ -51,7 +51,7 @@ struct PatchColumn {
 
 // The fprop kernels' shared memory past the tile's bias for kColSums (a per-channel bsum in the
 // register epilogue): the 8 consumer warps' column sums of a BN-wide tile, which the epilogue
-// adds into its row of partials (climb_col_sums adds the rows; gemm_params.hpp).
+// adds into the row of tiles' partials (the host adds the rows of tiles).
 constexpr int conv_col_sum_bytes(int bn) { return 8 * bn * 4; }
 
 // The mma.sync fprop (sm80/conv_mma.cuh, every GPU from sm_80): 128 output positions x BN
@@ -70,7 +70,7 @@ struct ConvParams {
     const void* image;   // I: (N, D, H, W, C), contiguous
     ConvShape shape;
     int32_t im2col_rank;   // 3, 4 or 5: the patches come by TMA through an im2col descriptor of that rank; 0: gathered
-    int32_t c_by_tma;      // the fprop walk: C's rows (plain, or grouped 16 or more a group) stored by TMA
+    int32_t c_by_tma;      // the fprop walk: C's rows (plain, not grouped) stored by TMA through its descriptor
     // The weight gradient's balanced split (sm90/conv_wgrad.cuh, conv_wgrad_balanced): block b's
     // float32 partial tile at part_sums + b * 128 * BN, and its flag part_flags[b], a word whose
     // upper half becomes part_tag (this launch's, never 0) once that partial is written.

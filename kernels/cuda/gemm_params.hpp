@@ -40,28 +40,8 @@ enum GemmFlags : int32_t {
     kBeta = 4,      // add beta * C (C read before it is written)
     kBsum = 8,      // write row-sum partials
     kHist = 16,     // count the values stored into hist (set where the counters fit: gemm_launch.cpp)
-    kColSums = 32,  // the register epilogue's column sums into bsum (col_partials, col_turns)
+    kColSums = 32,  // the register epilogue's column sums per row of tiles into col_partials
 };
-
-// kColSums (a convolution's per-channel bsum; never with kBsum): each block writes its sums of
-// its BN columns as stored into its row of col_partials' first level (a row of tiles, or a
-// walking block's tiles). The rows are added kColGroup at a time, in row order, by the last
-// block of each group to arrive (counted in col_turns, which it sets back to zero), into the
-// next level's rows, until one row is left: that row goes to bsum (element n at n * bsum_sm, of
-// bsum_dtype). The same bits in every run, and no second launch.
-constexpr int kColGroup = 32;
-struct ColSumsSpace {
-    int64_t rows;    // col_partials' rows over every level, the last one's single row included
-    int64_t turns;   // col_turns' counters: each level's groups x tiles_n
-};
-KILN_GEMM_HOST_DEVICE constexpr ColSumsSpace col_sums_space(int64_t rows, int64_t tiles_n) {
-    ColSumsSpace s{1, 0};
-    for (; rows > 1; rows = (rows + kColGroup - 1) / kColGroup) {
-        s.rows += rows;
-        s.turns += (rows + kColGroup - 1) / kColGroup * tiles_n;
-    }
-    return s;
-}
 
 // Split-K in a cluster on tiles at most kSplitPushMaxBn wide, into 16-bit C without beta or
 // stochastic rounding: each block sends its sums of the other blocks' rows straight from its
@@ -89,9 +69,8 @@ struct GemmParams {
     uint64_t* bsum_tagged;    // kBsum in the persistent kernels with tiles_n > 1: [tiles_n][batch][M]
                               // words, bsum_epoch << 32 | the float's bits (sm90/scheduler.cuh)
     void* bsum;               // kBsum: the sums, element (z, m) at z * bsum_sb + m * bsum_sm
-                              // (kColSums: the column sums, element n at n * bsum_sm)
-    float* col_partials;      // kColSums: [col_sums_space(rows).rows][N] float32 (above)
-    uint32_t* col_turns;      // kColSums: col_sums_space(rows).turns counters, zero before and after
+    float* col_partials;      // kColSums: [tiles_m][N] float32, row of tiles tm's sums of C's
+                              // columns as stored (a convolution's per-channel bsum)
     int64_t bsum_sb, bsum_sm;
     int32_t bsum_dtype;       // GemmDType of bsum
     uint32_t bsum_epoch;      // this launch's tag for bsum_tagged (never 0: the words start zeroed)

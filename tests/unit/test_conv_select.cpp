@@ -154,19 +154,6 @@ TEST_CASE("conv plans: pointwise layers on the implicit kernel, channels padded 
     CHECK(padded + pad_copy_us(L, 128) < gathered);
 }
 
-TEST_CASE("conv plans: the channel sums' levels of partial rows and counters") {
-    // One row is the sums already; then 32 rows a group, level by level, to one.
-    CHECK(col_sums_space(1, 4).rows == 1);
-    CHECK(col_sums_space(1, 4).turns == 0);
-    CHECK(col_sums_space(32, 1).rows == 33);    // 32, then 1
-    CHECK(col_sums_space(32, 1).turns == 1);
-    CHECK(col_sums_space(33, 1).rows == 33 + 2 + 1);
-    CHECK(col_sums_space(33, 1).turns == 2 + 1);
-    // ResNet-50's 56x56 layers on the one-tile kernel: 1568 rows of tiles, 49, 2, 1; 2 columns.
-    CHECK(col_sums_space(1568, 2).rows == 1568 + 49 + 2 + 1);
-    CHECK(col_sums_space(1568, 2).turns == (49 + 2 + 1) * 2);
-}
-
 TEST_CASE("conv plans: the mma.sync kernel's tile for other GPUs than sm_90") {
     // 64 channels wide up to K = 64, else 128; bfloat16 names its own entry; the 128-wide tile's
     // 4 stages (80 KiB) fit the 99 KiB an sm_86/sm_89 block may have, two blocks an A100's SM.

@@ -6,17 +6,12 @@
 //
 // A tile's results wait in registers, rounded to C's 16-bit dtype, until the next tile's first
 // multiplies are issued; each warp then stages its 16 rows in a slice of shared memory of its
-// own and stores them while those run (the last tile's after its own). Where TMA can store C's
-// rows (p.c_by_tma: plain rows, or a phase's rows grouped at least 16 to a group) one lane hands
-// the slice to TMA in boxes of 16 rows x 128 bytes, a box that crosses groups once per group it
-// reaches (the rows outside a group's clipped); otherwise the warp stores them, a lane per
-// 16-byte chunk. (The consumer warps'
+// own and stores them while those run (the last tile's after its own). Where C's rows are plain
+// (p.c_by_tma: not a phase's grouped rows) one lane hands the slice to TMA in boxes of 16 rows
+// x 128 bytes; otherwise the warp stores them, a lane per 16-byte chunk. (The consumer warps'
 // own stores, 8 warps an SM, moved a 1x1 layer's output at about a third of the bandwidth that
 // TMA's do.) Nothing in the store path waits for the other warps but the channel sums
-// (kColSums), which add all eight warps' sums in a fixed order. With them every tile of a block
-// lies in one column of tiles (the host launches a multiple of tiles_n blocks): the block adds
-// its tiles' sums in its walk's order and writes them once, as row blockIdx.x / tiles_n of the
-// first level (climb_col_sums).
+// (kColSums), which add all eight warps' sums in a fixed order.
 // 16-bit output whose rows are 16 bytes apart, without beta or stochastic rounding (the host
 // checks). Chosen by the host's cost model (conv_cuda.cpp, fprop_plan), KILN_CONV_KERNEL=walk
 // or the tuner.
@@ -44,11 +39,11 @@ __device__ __forceinline__ int walk_staged_at(bool by_tma, int r, int j) {
 // 2j + h of `results` holding row g + 8h, columns 8j + 2q, + 1) from registers to C: staged in
 // the warp's slice of shared memory, then a lane per 16-byte chunk of a row. kColSums: the
 // warp's column sums into col_s[warp], then, behind the consumers' barrier, their sum in warp
-// order added into col_acc (consumer thread tid's column, tid < BN).
+// order into the tile's row of col_partials.
 template <int BM, int BN>
 __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUtensorMap* map_c,
-                                                const uint32_t (&results)[BN / 4], uint16_t* slice, float* col_s,
-                                                float& col_acc, int m0, int n0, int warp8, int lane) {
+                                                const uint32_t (&results)[BN / 4], uint16_t* slice, float* col_s, int m0,
+                                                int n0, int warp8, int lane) {
     constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
     const GemmParams& p = cp.gemm;
     const bool by_tma = cp.c_by_tma;
@@ -65,16 +60,7 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
     __syncwarp();
     if (by_tma && lane == 0) {
 #pragma unroll
-        for (int b = 0; b < BN / 64; ++b) {
-            const int m = m0 + 16 * warp8;
-            if (p.c_group == 0) {
-                tma_store(map_c, slice + b * 1024, n0 + 64 * b, m, 0);
-            } else {   // group g from row w on, then the next groups from rows before their first
-                const int g = m / p.c_group, w = m - g * p.c_group, groups = p.m / p.c_group;
-                for (int k = 0; g + k < groups && w - k * p.c_group > -16; ++k)
-                    tma_store(map_c, slice + b * 1024, n0 + 64 * b, w - k * p.c_group, g + k);
-            }
-        }
+        for (int b = 0; b < BN / 64; ++b) tma_store(map_c, slice + b * 1024, n0 + 64 * b, m0 + 16 * warp8, 0);
         tma_store_commit();
     }
     uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp8, lane) : nullptr;
@@ -98,11 +84,11 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
     warp_col_sums<BN>(cs, col_s, warp8, lane);
     asm volatile("bar.sync 1, 256;" ::: "memory");   // every warp's sums of this tile are in
     const int tid = 32 * warp8 + lane;
-    if (tid < BN) {
+    if (tid < BN && n0 + tid < p.n) {
         float s = 0.f;
 #pragma unroll
         for (int w = 0; w < 8; ++w) s += col_s[w * BN + tid];
-        col_acc += s;
+        p.col_partials[int64_t(m0 / BM) * p.n + n0 + tid] = s;
     }
     asm volatile("bar.sync 1, 256;" ::: "memory");   // read before the next tile's sums land
 }
@@ -146,11 +132,10 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     static_assert(BN <= 128, "a consumer thread loads one bias value a tile");
     uint32_t results[BN / 4];   // the previous tile's, rounded
     int pending = -1;           // that tile, or none
-    float col_acc = 0.f;        // kColSums: this thread's column's sum over the block's tiles
     const auto store_pending = [&] {
         if (pending >= 0)
-            walk_store_rows<BM, BN>(p, map_c, results, slice, col_s, col_acc, pending / g.tiles_n * BM,
-                                    pending % g.tiles_n * BN, warp8, lane);
+            walk_store_rows<BM, BN>(p, map_c, results, slice, col_s, pending / g.tiles_n * BM, pending % g.tiles_n * BN,
+                                    warp8, lane);
     };
     int it = 0;
     for (int t = int(blockIdx.x), u = 0; t < tiles; t += int(gridDim.x), ++u) {
@@ -174,12 +159,6 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
         pending = t;
     }
     store_pending();   // the last tile's, with nothing left to hide behind
-    if (g.flags & kColSums) {
-        const int tile_n = int(blockIdx.x) % g.tiles_n, n0 = tile_n * BN, row = int(blockIdx.x) / g.tiles_n;
-        if (ctid < BN && n0 + ctid < g.n) g.col_partials[int64_t(row) * g.n + n0 + ctid] = col_acc;
-        climb_col_sums<BN>(g, int(gridDim.x) / g.tiles_n, row, tile_n, n0, ctid, reinterpret_cast<int*>(col_s),
-                           [] { asm volatile("bar.sync 1, 256;" ::: "memory"); });
-    }
     if (p.c_by_tma && lane == 0) tma_store_wait_all();   // (the block's shared memory stays until TMA has read it)
 }
 

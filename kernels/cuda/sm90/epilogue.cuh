@@ -275,49 +275,9 @@ __device__ __forceinline__ void warp_col_sums(float (&cs)[8], float* col_s, int 
     }
 }
 
-// kColSums: the sums past a block's first-level row (row `row` of `rows`, columns n0 .. n0 + BN - 1,
-// written by threads tid < BN before the call), as gemm_params.hpp describes: while this block
-// is the last of its group to arrive, it adds the group's rows in order into the next level.
-// `flag`: an int of shared memory; `sync`: the calling threads' barrier. (One thread's fence
-// and atomic after the barrier publish the others' rows, as a grid-wide barrier does.)
-template <int BN, class Sync>
-__device__ __forceinline__ void climb_col_sums(const GemmParams& p, int rows, int row, int tile_n, int n0, int tid,
-                                               int* flag, Sync&& sync) {
-    const bool mine = tid < BN && n0 + tid < p.n;
-    int64_t base = 0, turns = 0;   // this level's first row of col_partials and first counter
-    while (rows > 1) {
-        const int group = row / kColGroup, first = group * kColGroup, size = min(kColGroup, rows - first);
-        const int groups = (rows + kColGroup - 1) / kColGroup;
-        sync();
-        if (tid == 0) {
-            __threadfence();
-            uint32_t* turn = p.col_turns + turns + int64_t(group) * p.tiles_n + tile_n;
-            const bool last = atomicAdd(turn, 1u) == uint32_t(size - 1);
-            if (last) *turn = 0u, __threadfence();
-            *flag = last;
-        }
-        sync();
-        if (!*flag) return;
-        if (mine) {
-            const float* src = p.col_partials + (base + first) * p.n + n0 + tid;
-            float v[kColGroup];
-#pragma unroll
-            for (int i = 0; i < kColGroup; ++i) v[i] = i < size ? __ldcg(src + i * int64_t(p.n)) : 0.f;
-            float s = 0.f;
-#pragma unroll
-            for (int i = 0; i < kColGroup; ++i) s += v[i];
-            p.col_partials[(base + rows + group) * p.n + n0 + tid] = s;
-        }
-        base += rows, turns += int64_t(groups) * p.tiles_n;
-        rows = groups, row = group;
-    }
-    if (mine) store_bsum(p, 0, n0 + tid, __ldcg(p.col_partials + (base + row) * p.n + n0 + tid));
-}
-
 // kColSums (LEAN == kGeneral only; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN
 // floats of shared memory, collects each warp's column sums of the values as stored; their sum
-// in warp order (the same bits in every run) goes to col_partials' row m0 / BM, then up the
-// levels (climb_col_sums).
+// in warp order (the same bits in every run) goes to col_partials' row m0 / BM.
 template <class T, int BM, int BN, int NTHREADS, int LEAN = kGeneral>
 __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const float (&acc)[BN / 2], unsigned char* smem,
                                                  const float* bias_s, int m0, int n0, int tile_n, int z, int row0, int q,
@@ -416,8 +376,6 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
             for (int w = 0; w < NTHREADS / 32; ++w) s += col_s[w * BN + col];
             p.col_partials[int64_t(m0 / BM) * p.n + n0 + col] = s;
         }
-        climb_col_sums<BN>(p, p.tiles_m, m0 / BM, tile_n, n0, tid, reinterpret_cast<int*>(col_s),
-                           [] { asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory"); });
     }
     if (LEAN != kLeanPlain && (p.flags & kBsum) && !p.bsum_cluster) finish_row_sums();
 }
