@@ -562,22 +562,19 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // every pass reads the row from memory, which L2 mostly serves, in at most a portable
         // cluster (each block sends its partial to every block of the cluster).
         const int64_t v = detail::row_vector_width(k);
-        const std::vector<detail::RowFold> folds = detail::row_folds(k);   // once: it walks the kernel
-        const std::vector<int> slot = detail::row_cache_slots(k, folds);
-        const bool caches = detail::row_cache_bytes(k, slot, 1) > 0;
-        const int64_t portable_g = dev.sm >= 90 ? (int64_t)kCudaBlockSize * kCudaPortableCluster : kCudaMaxRowBlock;
-        const int64_t max_g = dev.sm < 90                          ? kCudaMaxRowBlock
-                              : dev.max_cluster >= kCudaMaxCluster ? (int64_t)kCudaBlockSize * kCudaMaxCluster
-                                                                   : portable_g;
         const int64_t busy = (int64_t)dev.multiprocessors * 512;
         auto threads_for = [&](int64_t groups) { return pow2_ceil((nr + groups * v - 1) / (groups * v)); };
         auto block_of = [](int64_t g) -> int64_t { return g <= kCudaBlockSize || g > kCudaMaxRowBlock ? kCudaBlockSize : g; };
+        // G doubled, up to a block and the row, while the rows' threads leave the GPU idle.
+        auto widened = [&](int64_t g) {
+            while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
+            return g;
+        };
         if (dev.small_rows && np * nr <= kCudaSmallRowElements) {
             // The small entry: G as for a row without cache, up to a block; no dynamic shared
-            // memory, no register entry.
-            int64_t g = std::min<int64_t>(std::max<int64_t>(threads_for(64), std::min<int64_t>(2, pow2_ceil(nr))),
-                                          kCudaMaxRowBlock);
-            while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
+            // memory, no register entry (nor the walks of the kernel that plan those).
+            const int64_t g = widened(std::min<int64_t>(
+                std::max<int64_t>(threads_for(64), std::min<int64_t>(2, pow2_ceil(nr))), kCudaMaxRowBlock));
             const int64_t block = block_of(g), rows_per_block = block / g;
             plan.threads_per_row = (int)g;
             CudaLaunch l = launch_of(k.name + "_s", np ? clamp_grid((np + rows_per_block - 1) / rows_per_block, 1) : 0,
@@ -586,10 +583,16 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
             plan.launches = {l};
             break;
         }
+        const std::vector<detail::RowFold> folds = detail::row_folds(k);   // once: it walks the kernel
+        const std::vector<int> slot = detail::row_cache_slots(k, folds);
+        const bool caches = detail::row_cache_bytes(k, slot, 1) > 0;
+        const int64_t portable_g = dev.sm >= 90 ? (int64_t)kCudaBlockSize * kCudaPortableCluster : kCudaMaxRowBlock;
+        const int64_t max_g = dev.sm < 90                          ? kCudaMaxRowBlock
+                              : dev.max_cluster >= kCudaMaxCluster ? (int64_t)kCudaBlockSize * kCudaMaxCluster
+                                                                   : portable_g;
         int64_t g = threads_for(caches ? 8 : 64);
         if (caches && g > 32 && !detail::row_later_reads_memory(k, slot, folds, nr)) g = threads_for(16);
-        g = std::min(std::max(g, std::min<int64_t>(2, pow2_ceil((nr + v - 1) / v))), portable_g);
-        while (g < kCudaMaxRowBlock && g < pow2_ceil(nr) && np * g < busy) g *= 2;
+        g = widened(std::min(std::max(g, std::min<int64_t>(2, pow2_ceil((nr + v - 1) / v))), portable_g));
         auto cache_bytes = [&](int64_t g) {
             return detail::row_cache_bytes(k, slot, block_of(g) * ((nr + g * v - 1) / (g * v) * v));
         };
