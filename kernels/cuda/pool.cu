@@ -20,7 +20,8 @@
 // call counts its output (PoolHist), each block counts the values it stores.
 // LRN (below) sums squares, and backward E O / denom, over windows of channels the same way;
 // backward takes the channels beside a thread's own from the neighbouring lanes.
-// Entries: kiln_pool_{fprop,bprop}_{max,avg,l2}_{f32,f16,bf16}_v<V>,
+// Entries: kiln_pool_{fprop,bprop}_{max,avg,l2}_{f32,f16,bf16}_v<V> (vectors: forward also
+// _staged; backward also _tiled for max and average, _planar for 16-bit max),
 // kiln_lrn_{fprop,bprop}_{f32,f16,bf16}_h<J / 2>, each also as NAME_counted (KILN_ENTRY).
 #include "kernels/cuda/hist_bin.cuh"
 #include "kernels/cuda/pool_params.hpp"
@@ -432,6 +433,41 @@ __device__ __forceinline__ void pool_bprop(const PoolParams& p, uint32_t* local)
     }
 }
 
+// pool_bprop where the windows tile the input (pool_cuda.cpp's tiled_bprop): one channel a
+// window, window = stride and no padding along each axis, every size a whole number of strides,
+// so every input lies in exactly one window. A thread per window and V channels loads its
+// gradient (and winners) once and stores each of its inputs once: the share the general gather
+// adds to zero, the same sum rounded alike, with none of its search for covering windows (a
+// third fewer instructions issued than the gather's for 16-bit average 2x2/2).
+template <class T, int OP, int V>
+__device__ __forceinline__ void pool_bprop_tiled(const PoolParams& p, uint32_t* local) {
+    static_assert(OP == kMax || OP == kAvg, "max or average pooling");
+    const PoolShape& g = p.g;
+    const float share = __frcp_rn(float(g.T * g.R * g.S));   // average: 1 / the window's count
+    const int64_t row = int64_t(g.W) * g.C, plane = int64_t(g.H) * row;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.items; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t pos = quotient(i, p.lanes);   // (n, m, y, q): the window
+        const int c0 = int(i - pos * p.lanes.d) * V;
+        int n = int(pos);
+        const int q = split(n, p.d3), y = split(n, p.d2), m = split(n, p.d1);
+        float ev[V];
+        int a[V];
+        load<T, V>(p.x, pos * g.K + c0, ev);
+        if (OP == kMax) load_index<V>(p.argmax, pos * g.K + c0, a);
+        const int64_t first = (int64_t(n) * g.D + int64_t(m) * g.T) * plane + int64_t(y) * g.R * row + int64_t(q) * g.S * g.C + c0;
+        for (int t = 0; t < g.T; ++t)
+            for (int r = 0; r < g.R; ++r)
+                for (int s = 0; s < g.S; ++s) {
+                    const int tap = (t * g.R + r) * g.S + s;
+                    float acc[V];
+#pragma unroll
+                    for (int k = 0; k < V; ++k)
+                        acc[k] = OP == kMax ? (a[k] == tap ? __fadd_rn(0.f, ev[k]) : 0.f) : __fadd_rn(0.f, __fmul_rn(ev[k], share));
+                    finish<T, V>(p.alpha, p.beta, p.y, first + t * plane + r * row + int64_t(s) * g.C, acc, p.hist, local);
+                }
+    }
+}
+
 // pool_bprop of max pooling over 16-bit vectors of channels in planar windows (pool_cuda.cpp's
 // planar_bprop): one channel and one depth a window, and windows shorter than twice their
 // stride along the height and the width, so that at most 2 x 2 windows cover a thread's square of
@@ -722,6 +758,14 @@ __device__ __forceinline__ void lrn_bprop(const LrnParams& p, uint32_t* local) {
 KILN_POOL_TYPE(float, f32, 4)
 KILN_POOL_TYPE(__half, f16, 8)
 KILN_POOL_TYPE(__nv_bfloat16, bf16, 8)
+// Backward over tiling windows (max and average over vectors of channels): a window's loads and
+// its inputs' stores, 4 blocks resident.
+#define KILN_POOL_TILED(T, TN, V)                                                                       \
+    KILN_ENTRY(4, kiln_pool_bprop_max_##TN##_v##V##_tiled, PoolParams, pool_bprop_tiled<T, kMax, V>) \
+    KILN_ENTRY(4, kiln_pool_bprop_avg_##TN##_v##V##_tiled, PoolParams, pool_bprop_tiled<T, kAvg, V>)
+KILN_POOL_TILED(float, f32, 4)
+KILN_POOL_TILED(__half, f16, 8)
+KILN_POOL_TILED(__nv_bfloat16, bf16, 8)
 // 16-bit max backward over planar windows: 48 KiB of staged windows and 76 registers a thread, 3
 // blocks resident.
 KILN_ENTRY(3, kiln_pool_bprop_max_f16_v8_planar, PoolParams, pool_bprop_max_planar<__half>)

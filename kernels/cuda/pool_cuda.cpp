@@ -64,8 +64,8 @@ int vector_width(const PoolLayer& L, DType t, std::initializer_list<const Tensor
     return v;
 }
 
-// KILN_POOL_KERNEL, for A/B runs: 0 "general" (the backward's general gather for every layer);
-// unset: kiln's choice. Read at each call.
+// KILN_POOL_KERNEL, for A/B runs: 0 "general" (the backward's general gather for every layer,
+// neither the tiled nor the planar form); unset: kiln's choice. Read at each call.
 std::optional<int> pool_kernel_choice() { return env::choice("KILN_POOL_KERNEL", {"general"}); }
 
 // The backward's planar gather (pool.cu's pool_bprop_max_planar): max pooling over 16-bit
@@ -76,6 +76,16 @@ bool planar_bprop(const PoolLayer& L, DType t, int v) {
     return v == 8 && dtype_size(t) == 2 && L.op == PoolOp::Max && pool_kernel_choice() != 0 && L.window[0] == 1 &&
            L.stride[0] == 1 && L.pad[0] == 0 && L.window[1] < 2 * L.stride[1] && L.window[2] < 2 * L.stride[2] &&
            fits_32_bits((L.output[2] + 1) * L.K);
+}
+
+// The backward's tiled form (pool.cu's pool_bprop_tiled): max or average pooling over vectors of
+// channels whose windows tile the input, window = stride and no padding along the depth, height
+// and width, each a whole number of strides, so that every input lies in exactly one window.
+bool tiled_bprop(const PoolLayer& L, int v) {
+    if (v == 1 || (L.op != PoolOp::Max && L.op != PoolOp::Avg) || pool_kernel_choice() == 0) return false;
+    for (int a = 0; a < 3; ++a)
+        if (L.pad[a] != 0 || L.window[a] != L.stride[a] || L.output[a] * L.stride[a] != L.image[a]) return false;
+    return true;
 }
 
 // Every tensor a kernel would read holds data (null entries skipped); otherwise the kernels
@@ -214,17 +224,24 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
     p.y2 = Y ? detail::data_of(*Y) : nullptr;
     p.alpha = float(alpha), p.beta = float(beta);
     p.g = *g;
-    const int block = v > 1 ? kPoolBpropBlock : 1;   // a thread's input positions along the height and width
-    const int64_t blocks_w = (L.image[2] + block - 1) / block, blocks_h = (L.image[1] + block - 1) / block;
-    p.items = L.N * L.image[0] * blocks_h * blocks_w * (L.C / v);
-    p.lanes = fast_div(uint32_t(L.C / v));
-    p.d3 = fast_div(uint32_t(blocks_w)), p.d2 = fast_div(uint32_t(blocks_h)), p.d1 = fast_div(uint32_t(L.image[0]));
+    const bool tiled = tiled_bprop(L, v);
+    if (tiled) {   // a thread per window (n, m, p, q) and v channels
+        p.items = L.N * L.output[0] * L.output[1] * L.output[2] * (L.K / v);
+        p.lanes = fast_div(uint32_t(L.K / v));
+        p.d3 = fast_div(uint32_t(L.output[2])), p.d2 = fast_div(uint32_t(L.output[1])), p.d1 = fast_div(uint32_t(L.output[0]));
+    } else {
+        const int block = v > 1 ? kPoolBpropBlock : 1;   // a thread's input positions along the height and width
+        const int64_t blocks_w = (L.image[2] + block - 1) / block, blocks_h = (L.image[1] + block - 1) / block;
+        p.items = L.N * L.image[0] * blocks_h * blocks_w * (L.C / v);
+        p.lanes = fast_div(uint32_t(L.C / v));
+        p.d3 = fast_div(uint32_t(blocks_w)), p.d2 = fast_div(uint32_t(blocks_h)), p.d1 = fast_div(uint32_t(L.image[0]));
+    }
     p.str_c = fast_div(uint32_t(L.str_c)), p.str_d = fast_div(uint32_t(L.stride[0]));
     p.str_h = fast_div(uint32_t(L.stride[1])), p.str_w = fast_div(uint32_t(L.stride[2]));
     if (p.items > 0)
         launch(ctx,
                fmt::format("kiln_pool_bprop_{}_{}_v{}{}", op_name(L.op), type_name(G5.dtype()), v,
-                           planar_bprop(L, G5.dtype(), v) ? "_planar" : ""),
+                           tiled ? "_tiled" : planar_bprop(L, G5.dtype(), v) ? "_planar" : ""),
                p, L, count);
     G5.view().storage->written = true;
     return true;

@@ -83,10 +83,15 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
         {3, 24, {1, 9, 7}, 1, {1, 2, 2}, 0, {0, 0, 0}, 0, {1, 2, 2}},     // 2x2/2: the last row and column in none
         {2, 8, {1, 12, 10}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2}},    // 3x3/2 pad 1 over even sizes
         {2, 16, {3, 6, 8}, 1, {1, 3, 2}, 0, {0, 0, 1}, 0, {1, 2, 3}},     // planar over depths, uneven windows
+        {2, 16, {1, 8, 10}, 1, {1, 2, 2}, 0, {0, 0, 0}, 0, {1, 2, 2}},    // 2x2/2 tiling the image
+        {1, 8, {4, 6, 9}, 1, {2, 3, 3}, 0, {0, 0, 0}, 0, {2, 3, 3}},      // 3D windows tiling it
+        {2, 32, {1, 7, 7}, 1, {1, 7, 7}, 0, {0, 0, 0}, 0, {1, 7, 7}},     // one window: a global pool
+        {3, 8, {1, 4, 9}, 1, {1, 2, 3}, 0, {0, 0, 0}, 0, {1, 2, 3}},      // tiling, uneven windows; alpha and beta
     };
-    // Each case by kiln's choice of backward kernel (16-bit max: the planar gather where it
-    // applies), then by the general gather (KILN_POOL_KERNEL=general).
-    int planar = 0;
+    // Each case by kiln's choice of backward kernel (max and average over tiling windows: the
+    // tiled form; other 16-bit max: the planar gather where it applies), then by the general
+    // gather (KILN_POOL_KERNEL=general).
+    int planar = 0, tiled = 0;
     for (const char* kernel : {static_cast<const char*>(nullptr), "general"})
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
         for (PoolOp op : {PoolOp::Max, PoolOp::Avg, PoolOp::L2})
@@ -143,8 +148,10 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
                 }
                 // (gpu's last pooling kernel: the CPU context launches none)
                 const bool took_planar = gemm::last_pool_entry().find("_planar") != std::string::npos;
-                if (kernel) CHECK_FALSE(took_planar);
+                const bool took_tiled = gemm::last_pool_entry().find("_tiled") != std::string::npos;
+                if (kernel) CHECK_FALSE((took_planar || took_tiled));
                 planar += took_planar;
+                tiled += took_tiled;
                 const std::vector<float> gg = Gg.to_vector<float>(), gc = Gc.to_vector<float>();
                 std::vector<double> gwant(ref.grad.size());
                 for (size_t i = 0; i < gwant.size(); ++i) gwant[i] = alpha * ref.grad[i] + beta * g0r[i];
@@ -156,8 +163,9 @@ TEST_CASE("gpu pool: max, avg and l2 forward and backward match float64 and the 
                 if (op == PoolOp::Max && beta == 0) CHECK(gg == gc);   // the same shares in the same order
             }
     // The planar gather's layers: 3x3/2 twice, 1D, gaps, 2x2/2 and over depths (6 cases), max
-    // pooling in 16 bits.
+    // pooling in 16 bits; the tiled form's: the last 4 cases, max and average, in every dtype.
     CHECK(planar == 6 * 2);
+    CHECK(tiled == 4 * 2 * 3);
 }
 
 // Max pooling keeps the first tap, then every strictly greater one: with ties, zeros of both
@@ -194,7 +202,7 @@ TEST_CASE("gpu pool: max pooling over ties, signed zeros, infinities and NaNs pi
 
 // A named output of pooling and LRN, forward and backward, is counted by the kernel as it stores
 // it (the counts equal hist() of the output): every pooling op and float dtype, 16-byte vectors
-// and single channels, alpha and beta, overlapping windows.
+// and single channels, alpha and beta, overlapping and tiling windows.
 TEST_CASE("gpu pool: named outputs of pooling and LRN are counted in their kernels' store path") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"});
@@ -205,8 +213,10 @@ TEST_CASE("gpu pool: named outputs of pooling and LRN are counted in their kerne
     uint32_t seed = 300;
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
         for (PoolOp op : {PoolOp::Max, PoolOp::Avg, PoolOp::L2})
-            for (int64_t C : {64, 3}) {
-                const PoolLayer L = pool_layer(dt, op, 4, C, {1, 17, 17}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2});
+            for (int64_t C : {64, 3, 32}) {
+                // (C = 32: 2x2/2 windows tiling the image, the tiled backward for max and average)
+                const PoolLayer L = C == 32 ? pool_layer(dt, op, 4, C, {1, 16, 18}, 1, {1, 2, 2}, 0, {0, 0, 0}, 0, {1, 2, 2})
+                                            : pool_layer(dt, op, 4, C, {1, 17, 17}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2});
                 INFO(dtype_name(dt) << " " << L.str());
                 Tensor X = gpu.array(uniform(numel(L.input_shape()), ++seed, -3.f, 3.f), L.input_shape(), dt);
                 Tensor E = gpu.array(uniform(numel(L.output_shape()), ++seed, -1.f, 1.f), L.output_shape(), dt);
