@@ -1180,15 +1180,18 @@ Tensor& update_conv(const ConvLayer& L, const Tensor& I, const Tensor& E, Tensor
 }
 
 std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op) {
-    if (op != "fprop" && op != "bprop" && op != "update")
-        fail(Error::Kind::Value, "conv_kernel: op '{}'; it is 'fprop', 'bprop' or 'update'", op);
+    if (op != "fprop" && op != "fprop+bsum" && op != "bprop" && op != "update")
+        fail(Error::Kind::Value, "conv_kernel: op '{}'; it is 'fprop', 'fprop+bsum', 'bprop' or 'update'", op);
     const Geo g = geo(L);
 #ifdef KILN_HAVE_GEMM_KERNELS
+    const bool sums = op == "fprop+bsum";   // the channels' sums in the kernel's epilogue
+    // The kernel conv_fprop_implicit launches for layer X on this op's forward path.
+    auto fprop_kernel = [&](const ConvLayer& X) { return gemm::conv_fprop_kernel(ctx, X, sums); };
     if (pointwise(g)) {   // the GEMM, or where pointwise_implicit says so the implicit kernel
         const std::optional<ConvLayer> D = op == "update" ? std::nullopt
-                                           : (op == "fprop") != L.deconv ? std::optional<ConvLayer>(L)
+                                           : (op != "bprop") != L.deconv ? std::optional<ConvLayer>(L)
                                                                          : implicit_dgrad(L);
-        return D && gemm::pointwise_implicit(ctx, *D) ? "implicit-gemm " + gemm::conv_fprop_kernel(ctx, *D) : "gemm";
+        return D && gemm::pointwise_implicit(ctx, *D) ? "implicit-gemm " + fprop_kernel(*D) : "gemm";
     }
     auto folded_name = [](const std::string& kernel, const ConvLayer& F, bool taps) {
         return fmt::format("implicit-gemm {} (stride folded into {} channels{})", kernel, F.C,
@@ -1204,7 +1207,7 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
     // The kernel of layer D read with its W taps as channels (taps_as_channels), or "".
     auto taps_kernel = [&](const ConvLayer& D, bool update) {
         const std::optional<TapsAsChannels> V = taps_as_channels(ctx, D);
-        return !V ? std::string() : update ? gemm::conv_wgrad_kernel(ctx, V->layer) : gemm::conv_fprop_kernel(ctx, V->layer);
+        return !V ? std::string() : update ? gemm::conv_wgrad_kernel(ctx, V->layer) : fprop_kernel(V->layer);
     };
     if (op == "update") {
         if (std::string k = taps_kernel(L, true); !k.empty()) return "implicit-gemm " + k + " (W taps as channels)";
@@ -1214,33 +1217,33 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         if (auto U = update_folded(ctx, L)) return folded_name(gemm::conv_wgrad_kernel(ctx, U->kernel_layer()), U->folded, U->taps.has_value());
     } else {
         // (A deconvolution's fprop is the convolution's bprop, and the other way round.)
-        const bool forward = (op == "fprop") != L.deconv;
+        const bool forward = (op != "bprop") != L.deconv;
         const std::optional<ConvLayer> D = forward ? std::optional<ConvLayer>(L) : implicit_dgrad(L);
         if (std::string k = forward ? taps_kernel(L, false) : ""; !k.empty()) return "implicit-gemm " + k + " (W taps as channels)";
-        if (auto P = forward ? channels_for_tma(ctx, L, true) : std::nullopt) return padded_name(gemm::conv_fprop_kernel(ctx, *P), *P);
-        if (std::string k = D ? gemm::conv_fprop_kernel(ctx, *D) : ""; !k.empty()) return "implicit-gemm " + k;
+        if (auto P = forward ? channels_for_tma(ctx, L, true) : std::nullopt) return padded_name(fprop_kernel(*P), *P);
+        if (std::string k = D ? fprop_kernel(*D) : ""; !k.empty()) return "implicit-gemm " + k;
         if (!forward && narrow_dgrad(ctx, L))
             return L.dtype == DType::BFloat16 ? "narrow kiln_conv_narrow_bf16" : "narrow kiln_conv_narrow_f16";
         const std::optional<ConvLayer> P = forward ? channels_padded(ctx, L) : std::nullopt;
         if (auto F = forward ? fprop_folded(ctx, L, P) : std::nullopt) {
             if (std::string k = taps_kernel(*F, false); !k.empty()) return folded_name(k, *F, true);
-            return folded_name(gemm::conv_fprop_kernel(ctx, *F), *F, false);
+            return folded_name(fprop_kernel(*F), *F, false);
         }
         if (auto T = P ? padded_taps(ctx, L, FoldFor::fprop) : std::nullopt)
-            return taps_name(gemm::conv_fprop_kernel(ctx, T->taps.layer), T->padded);
-        if (P) return padded_name(gemm::conv_fprop_kernel(ctx, *P), *P);
+            return taps_name(fprop_kernel(T->taps.layer), T->padded);
+        if (P) return padded_name(fprop_kernel(*P), *P);
         // A strided gradient by phase: the kernel of its largest phase.
         if (auto phases = !forward ? implicit_phases(ctx, L) : std::nullopt) {
             const DgradPhase* largest = nullptr;
             for (const DgradPhase& P : *phases)
                 if (P.layer && (!largest || P.taps[0] * P.taps[1] * P.taps[2] > largest->taps[0] * largest->taps[1] * largest->taps[2]))
                     largest = &P;
-            return "implicit-gemm by phase " + gemm::conv_fprop_kernel(ctx, *largest->layer);
+            return "implicit-gemm by phase " + fprop_kernel(*largest->layer);
         }
         if (auto F = !forward ? bprop_folded(ctx, L) : std::nullopt)
-            return folded_name(gemm::conv_fprop_kernel(ctx, F->dgrad), F->folded, false);
+            return folded_name(fprop_kernel(F->dgrad), F->folded, false);
         if (auto S = !forward ? strided_pointwise_dgrad(ctx, L) : std::nullopt)
-            return "implicit-gemm " + gemm::conv_fprop_kernel(ctx, *S) + " (into the strided view)";
+            return "implicit-gemm " + fprop_kernel(*S) + " (into the strided view)";
     }
 #else
     (void)ctx;

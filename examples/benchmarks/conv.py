@@ -157,12 +157,15 @@ def main():
                         row["fused_ms"] = median_time_ms(run_fused, sync, **timing)
                         row["fused_over_plain"] = row["fused_ms"] / k_ms - 1
                         fused = f"{100 * row['fused_over_plain']:+6.1f}%"
+                        row["fused_path"] = kiln.conv_kernel(layer, "fprop+bsum")
                         if row["fused_err"] > 1e-3:
                             print(f"conv: {net} {name} {dt}: bsum off from the output's sums by {row['fused_err']:.1e}")
                     result["layers"].append(row)
                     print(f"{net:<9} {name:<9} {dt:<8} {op:<6} {k_ms:9.3f} {c_ms:9.3f} {row['kiln_tflops']:9.1f} "
                           f"{row['cudnn_tflops']:10.1f} {row['vs_cudnn']:7.2f}x {row['pct_peak']:5.0f}% {err:8.1e} "
-                          f"{fused:>7}  {paths[op]}", flush=True)
+                          f"{fused:>7}  {paths[op]}"
+                          + (f" (fused: {row['fused_path']})" if row.get("fused_path", paths[op]) != paths[op] else ""),
+                          flush=True)
                 del x, w, e, o, gi, gw, kI, kF, kE, kO, kGI, kGW, bias, sums, kB, kS
                 torch.cuda.empty_cache()
     summary = []

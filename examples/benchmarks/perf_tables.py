@@ -366,7 +366,9 @@ def render_conv(r, command):
                       f"{c['cudnn_ms']:.3f} | {c['kiln_tflops']:.0f} | {c['pct_peak']:.0f}% | {c['vs_cudnn']:.2f}x | "
                       f"{c['err']:.1e} |" +
                       ((f" {pct(c['fused_over_plain'])} |" if "fused_over_plain" in c else " - |") if fused else "") +
-                      f" {c['kiln_path']} |")
+                      f" {c['kiln_path']}" +
+                      (f" (fused: {c['fused_path']})" if c.get("fused_path", c["kiln_path"]) != c["kiln_path"] else "") +
+                      " |")
     return "\n".join(out), "\n".join(layers) + "\n"
 
 

@@ -52,11 +52,13 @@ WgradSplit wgrad_split_choice() {
 }
 
 // The plan a launch takes: fprop_plan's, where can_walk(tile) says whether that tile's walk can
-// run; KILN_CONV_KERNEL=walk walks the plan's tile wherever it can (up to 128 wide), =tile never.
+// run and column_sums whether the epilogue sums the channels (bsum); KILN_CONV_KERNEL=walk walks
+// the plan's tile wherever it can (up to 128 wide), =tile never.
 template <class CanWalk>
-FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, CanWalk&& can_walk) {
+FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, CanWalk&& can_walk, bool column_sums) {
     const std::optional<int> forced = conv_kernel_choice();
-    FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, 128)));
+    FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)),
+                                column_sums);
     if (forced == 1 && can_walk(plan.tile)) plan.walk = true;
     return plan;
 }
@@ -452,26 +454,27 @@ void conv_autotune_forget() {
 namespace {
 // The plan conv_fprop_implicit takes for L (the tuner aside), its patches by TMA where the
 // descriptor holds the window, the walk where an output of the layer's dtype of its own, without
-// beta, could take it (what the benchmarks store; stochastic rounding is the context's).
-FpropPlan expected_plan(Context& ctx, const ConvLayer& L) {
+// beta, could take it (what the benchmarks store; stochastic rounding is the context's); sums:
+// with bsum.
+FpropPlan expected_plan(Context& ctx, const ConvLayer& L, bool sums = false) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const int sms = be.info().multiprocessors;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
     const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
     return fprop_choice(L, sms, tma, [&](const ConvTile& u) {
         return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin;
-    });
+    }, sums);
 }
 } // namespace
 
-std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool sums) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
     if (mma_kernels(be)) return mma_tile(L).entry + " (patches gathered)";
     if (auto tuned = tuned_name("fprop", L)) return *tuned;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
-    const std::string name = describe(L, expected_plan(ctx, L));
+    const std::string name = describe(L, expected_plan(ctx, L, sums));
     return tma ? name + " (patches by TMA)" : name;
 }
 
@@ -611,7 +614,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         }
     };
     // The cost model's plan, the walk only where it can run (fprop_choice); or the tuner's.
-    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, walk_runs);
+    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, walk_runs, extras && extras->column_sums);
     if (autotune_enabled() && !count && !conv_kernel_choice()) {
         // Each tile width the channels fill at least half of (and whose stages fit), one tile a
         // block, and where it can run the walk of the 64- and 128-wide tiles.

@@ -66,9 +66,9 @@ bool fold_fits(int64_t n, const Dims3& x, int64_t c, const Dims3& pad, const Dim
 // positions no folded one holds.
 void unfold_cuda(const Tensor& folded, Tensor& x, const Dims3& stride, const Dims3& pad);
 
-// The kernel conv_fprop_implicit would launch for L on ctx, or "" where it declines: what the
-// benchmark prints.
-std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L);
+// The kernel conv_fprop_implicit would launch for L on ctx (sums: with the channels' sums in its
+// epilogue, bsum), or "" where it declines: what the benchmark prints.
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool sums = false);
 
 // C (the N P Q x K row-major output, float32 or 16-bit) = epilogue(conv(I5, F)) by the kernel of
 // few output channels (conv_narrow.cu, narrow_cuda.cpp; o's alpha, beta, bias and activation):

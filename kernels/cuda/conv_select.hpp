@@ -37,8 +37,9 @@ struct FpropPlan {
 };
 
 // The plan by a cost model (conv_select.cpp), on `sms` SMs, the patches brought by TMA or
-// gathered, the walk considered where walk_possible.
-FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible);
+// gathered, the walk considered where walk_possible (of the 64-wide tile where K <= 64, else of
+// the 128-wide one); column_sums: the epilogue also sums the output's channels (bsum).
+FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool column_sums = false);
 
 // The widest one-tile kernel fprop_plan may choose for L (whose stages must fit in shared
 // memory; the walk's buffers are checked where it would run).

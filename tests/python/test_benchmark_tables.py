@@ -268,6 +268,13 @@ def test_the_convolution_table(tmp_path):
     layers = (tmp_path / "conv_layers.md").read_text()
     assert "| 0.50x | 3.0e-04 | +2.0% | implicit-gemm kiln_conv_fprop_f16_256_s4 |" in layers
     assert "| update | 0.500 | 0.250 | 200 | 25% | 0.50x | 3.0e-04 | - |" in layers
+    # A fused fprop that takes another kernel (a narrow layer's bsum: one tile a block) names it.
+    run["layers"][0]["fused_path"] = "implicit-gemm kiln_conv_fprop_f16_64_s4"
+    js.write_text(json.dumps(run))
+    subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc)], check=True,
+                   capture_output=True)
+    assert ("| +2.0% | implicit-gemm kiln_conv_fprop_f16_256_s4 (fused: implicit-gemm kiln_conv_fprop_f16_64_s4) |"
+            in (tmp_path / "conv_layers.md").read_text())
 
 
 def test_the_whole_network_table(tmp_path):

@@ -206,10 +206,10 @@ def test_misuse_messages(cpu):
 def test_conv_kernel_names_the_path(cpu):
     point = kiln.conv_layer(kiln.float16, 2, 16, 32, H=5, W=5)
     three = kiln.conv_layer(kiln.float16, 2, 16, 32, H=5, W=5, R=3, S=3, pad_h=1, pad_w=1)
-    for op in ("fprop", "bprop", "update"):
+    for op in ("fprop", "fprop+bsum", "bprop", "update"):
         assert kiln.conv_kernel(point, op, ctx=cpu) == "gemm"
         assert kiln.conv_kernel(three, op, ctx=cpu) == "im2col+gemm"
-    with pytest.raises(kiln.Error, match="conv_kernel: op 'forward'; it is 'fprop', 'bprop' or 'update'"):
+    with pytest.raises(kiln.Error, match="conv_kernel: op 'forward'; it is 'fprop', 'fprop\\+bsum', 'bprop' or 'update'"):
         kiln.conv_kernel(three, "forward", ctx=cpu)
 
 

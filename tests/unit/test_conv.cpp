@@ -276,12 +276,12 @@ TEST_CASE("conv: conv_kernel names how each op runs; a bad op is a Value error")
     Context ctx(ContextOptions{"cpu"});
     const ConvLayer point = conv_layer(DType::Float16, 2, 16, 32, {1, 5, 5});
     const ConvLayer three = conv_layer(DType::Float16, 2, 16, 32, {1, 5, 5}, {1, 3, 3}, {0, 1, 1});
-    for (const char* op : {"fprop", "bprop", "update"}) {
+    for (const char* op : {"fprop", "fprop+bsum", "bprop", "update"}) {
         CHECK(conv_kernel(ctx, point, op) == "gemm");
         CHECK(conv_kernel(ctx, three, op) == "im2col+gemm");   // the implicit-GEMM kernels are the GPU's
     }
     CHECK_THROWS_WITH(conv_kernel(ctx, three, "forward"),
-                      Catch::Matchers::Contains("conv_kernel: op 'forward'; it is 'fprop', 'bprop' or 'update'"));
+                      Catch::Matchers::Contains("conv_kernel: op 'forward'; it is 'fprop', 'fprop+bsum', 'bprop' or 'update'"));
 }
 
 TEST_CASE("conv: the epilogue: alpha, beta with X, bias, relu and leaky relu, brelu, bsum; update accumulates") {

@@ -24,7 +24,7 @@ ConvLayer layer2d(int64_t N, int64_t C, int64_t K, int64_t hw, int64_t rs, int64
 // run (TMA, K a multiple of 8, more tiles than SMs).
 std::string fprop_entry(const ConvLayer& L) {
     const bool tma = L.C % 64 == 0;
-    const bool walk = tma && L.K % 8 == 0 && walk_fits_tiles(L, tile_of(L, 128), kSms);
+    const bool walk = tma && L.K % 8 == 0 && walk_fits_tiles(L, tile_of(L, L.K <= 64 ? 64 : 128), kSms);
     return describe(L, fprop_plan(L, kSms, tma, walk));
 }
 
@@ -52,7 +52,7 @@ TEST_CASE("conv plans: the seeds' layers take the tiles, walks and splits measur
         {"vgg_a conv3", 64, 128, 256, 56, 3, 1, 1, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 14"},
         {"vgg_a conv6", 64, 512, 512, 28, 3, 1, 1, "kiln_conv_fprop_f16_256_s4", BALANCED},
         {"vgg_a conv7", 64, 512, 512, 14, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", BALANCED},
-        {"resnet50 s2_3x3", 256, 64, 64, 56, 3, 1, 1, "kiln_conv_fprop_f16_64_s4", "kiln_conv_wgrad_f16_64_s8 split 26"},
+        {"resnet50 s2_3x3", 256, 64, 64, 56, 3, 1, 1, "kiln_conv_fprop_walk_f16_64_s6", "kiln_conv_wgrad_f16_64_s8 split 26"},
         {"resnet50 s3_3x3s2", 256, 128, 128, 56, 3, 1, 2, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 14"},
         {"resnet50 s3_proj", 256, 256, 512, 56, 1, 0, 2, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_256_s4 split 33"},
         {"resnet50 s4_3x3s2", 256, 256, 256, 28, 3, 1, 2, "kiln_conv_fprop_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 7"},
@@ -70,12 +70,22 @@ TEST_CASE("conv plans: the seeds' layers take the tiles, walks and splits measur
 }
 
 TEST_CASE("conv plans: the rules behind them") {
-    // Up to 64 output channels: the 64-wide tile, two blocks an SM, not modelled.
+    // Up to 64 output channels: the 64-wide tile, not modelled; its walk over short k-loops (9
+    // k-tiles: ResNet-50's s2_3x3; 1: its s2_1x1a) where the walk can run, one tile a block, two
+    // blocks an SM, with bsum or over long k-loops (18: VGG-A's conv2 backward, 128 channels into 64).
     const ConvLayer narrow = layer2d(256, 64, 64, 56, 3, 1, 1);
     const FpropPlan p64 = fprop_plan(narrow, kSms, true, true);
     CHECK(p64.tile.bn == 64);
-    CHECK(!p64.walk);
+    CHECK(p64.walk);
     CHECK(p64.us == 0);
+    CHECK(describe(narrow, p64) == "kiln_conv_fprop_walk_f16_64_s6");
+    CHECK(fprop_plan(layer2d(256, 64, 64, 56, 1, 0, 1), kSms, true, true).walk);
+    CHECK(!fprop_plan(narrow, kSms, true, false).walk);
+    CHECK(!fprop_plan(narrow, kSms, true, true, true).walk);   // bsum
+    const FpropPlan long_k = fprop_plan(layer2d(64, 128, 64, 112, 3, 1, 1), kSms, true, true);
+    CHECK(long_k.tile.bn == 64);
+    CHECK(!long_k.walk);
+    CHECK(describe(narrow, fprop_plan(narrow, kSms, true, true, true)) == "kiln_conv_fprop_f16_64_s4");
     // The walk only where it may run, and only for tiles up to 128 wide over more tiles than SMs.
     const ConvLayer vgg2 = layer2d(64, 64, 128, 112, 3, 1, 1);
     CHECK(fprop_plan(vgg2, kSms, true, true).walk);

@@ -141,7 +141,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             return conv_kernel(context_of(ctx, "conv_kernel").c(), layer, op);
         },
         "layer"_a, "op"_a = "fprop", "ctx"_a.none() = nb::none(),
-        "How op ('fprop', 'bprop' or 'update') of the layer runs on ctx (default: the default context): "
+        "How op ('fprop', 'fprop+bsum': a fprop that also sums the output's channels, 'bprop' or 'update') of the "
+        "layer runs on ctx (default: the default context): "
         "'implicit-gemm <kernel>', 'implicit-gemm by phase <kernel>' (a strided bprop, one convolution per phase "
         "of the stride), 'implicit-gemm <kernel> (stride folded into <c> channels)' (a strided layer over its image "
         "folded into c channels, as a stride-1 one), 'implicit-gemm <kernel> (channels padded to <c>)' (channels "
