@@ -88,6 +88,14 @@ bool tiled_bprop(const PoolLayer& L, int v) {
     return true;
 }
 
+// A thread per output window (n, m, p, q) and v channels: the forward's items, and the tiled
+// backward's.
+void per_window(const PoolLayer& L, int v, PoolParams& p) {
+    p.items = L.N * L.output[0] * L.output[1] * L.output[2] * (L.K / v);
+    p.lanes = fast_div(uint32_t(L.K / v));
+    p.d3 = fast_div(uint32_t(L.output[2])), p.d2 = fast_div(uint32_t(L.output[1])), p.d1 = fast_div(uint32_t(L.output[0]));
+}
+
 // Every tensor a kernel would read holds data (null entries skipped); otherwise the kernels
 // decline and the expression path reports the tensor that was never written.
 bool all_written(std::initializer_list<const Tensor*> reads) {
@@ -186,9 +194,7 @@ bool pool_fprop_cuda(const PoolLayer& L, const Tensor& I5, Tensor& O5, Tensor* A
     p.argmax = A5 ? reinterpret_cast<int32_t*>(detail::data_of(*A5)) : nullptr;
     p.alpha = float(alpha), p.beta = float(beta);
     p.g = *g;
-    p.items = L.N * L.output[0] * L.output[1] * L.output[2] * (L.K / v);
-    p.lanes = fast_div(uint32_t(L.K / v));
-    p.d3 = fast_div(uint32_t(L.output[2])), p.d2 = fast_div(uint32_t(L.output[1])), p.d1 = fast_div(uint32_t(L.output[0]));
+    per_window(L, v, p);
     if (p.items > 0)
         launch(ctx,
                fmt::format("kiln_pool_fprop_{}_{}_v{}{}", op_name(L.op), type_name(I.dtype()), v,
@@ -225,10 +231,8 @@ bool pool_bprop_cuda(const PoolLayer& L, const Tensor& E5, Tensor& G5, const Ten
     p.alpha = float(alpha), p.beta = float(beta);
     p.g = *g;
     const bool tiled = tiled_bprop(L, v);
-    if (tiled) {   // a thread per window (n, m, p, q) and v channels
-        p.items = L.N * L.output[0] * L.output[1] * L.output[2] * (L.K / v);
-        p.lanes = fast_div(uint32_t(L.K / v));
-        p.d3 = fast_div(uint32_t(L.output[2])), p.d2 = fast_div(uint32_t(L.output[1])), p.d1 = fast_div(uint32_t(L.output[0]));
+    if (tiled) {
+        per_window(L, v, p);
     } else {
         const int block = v > 1 ? kPoolBpropBlock : 1;   // a thread's input positions along the height and width
         const int64_t blocks_w = (L.image[2] + block - 1) / block, blocks_h = (L.image[1] + block - 1) / block;
