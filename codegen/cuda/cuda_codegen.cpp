@@ -233,10 +233,10 @@ void Emitter::emit_coords(const std::vector<int>& dims, const std::string& lin, 
     std::string cur = lin;
     for (int j = (int)dims.size() - 1; j >= outer; --j) {
         int d = dims[j];
-        if (need[d]) line("const long long c{} = {};", d, j == 0 ? cur : fmt::format("{} % {}", cur, size(d)));
+        if (need[d]) line("const {} c{} = {};", index_type(), d, j == 0 ? cur : fmt::format("{} % {}", cur, size(d)));
         if (j == outer) break;
         if (cur == lin) {
-            line("long long {} = {} / {};", tmp, lin, size(d));
+            line("{} {} = {} / {};", index_type(), tmp, lin, size(d));
             cur = tmp;
         } else {
             line("{} /= {};", tmp, size(d));
@@ -251,7 +251,8 @@ std::string Emitter::offset_terms(int b, const std::vector<int>& dims) const {
         StrideKind l = k_.buffers[b].layout[d];
         if (l == StrideKind::Zero) continue;
         if (!s.empty()) s += " + ";
-        s += l == StrideKind::One ? fmt::format("c{}", d) : fmt::format("c{} * a.strides[{}]", d, b * k_.rank + d);
+        s += l == StrideKind::One ? fmt::format("c{}", d)
+                                  : fmt::format("c{} * {}a.strides[{}]", d, narrow_ ? "(int)" : "", b * k_.rank + d);
     }
     return s;
 }
@@ -573,7 +574,7 @@ void Emitter::emit_rloop_offsets(const Uses& u) {
         std::string p = offset_terms((int)b, pdims_).empty() ? "" : fmt::format("pb{}{}", b, col_);
         std::string r = offset_terms((int)b, rdims_);
         std::string e = p.empty() ? r : r.empty() ? p : p + " + " + r;
-        line("const long long o{}{} = {};", b, col_, e.empty() ? "0" : e);
+        line("const {} o{}{} = {};", index_type(), b, col_, e.empty() ? "0" : e);
     }
 }
 
@@ -677,7 +678,7 @@ void Emitter::emit_pbase_offsets() {
     for (size_t b = 0; b < k_.buffers.size(); ++b) {
         if (!all_uses_.buffers[b]) continue;
         std::string e = offset_terms((int)b, pdims_);
-        if (!e.empty()) line("const long long pb{}{} = {};", b, col_, e);
+        if (!e.empty()) line("const {} pb{}{} = {};", index_type(), b, col_, e);
     }
 }
 

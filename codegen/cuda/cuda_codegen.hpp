@@ -146,8 +146,12 @@ inline constexpr int kCudaMaxCluster = 16;
 // Row kernels: a launch of at most this many elements (rows x row length) takes the small entry
 // NAME_s. Such a launch lasts a few microseconds however its rows are walked (its start and its
 // reduction's steps dominate), so what matters is the first call's compile: NAME_s goes element
-// by element, without row cache or folds, and compiles in 40% of NAME's time or less.
+// by element, without row cache or folds, in 32-bit index arithmetic (a launch whose offsets
+// do not fit takes NAME), and compiles in 40% of NAME's time or less.
 inline constexpr int64_t kCudaSmallRowElements = int64_t(1) << 16;
+// The small entry's threads of a row stay within a warp while each walks at most this many
+// elements of it.
+inline constexpr int64_t kCudaSmallLaneElements = 4;
 inline constexpr int64_t kCudaMaxGrid = 65536;
 inline constexpr int64_t kCudaPointsPerPartial = 4096;
 inline constexpr int64_t kCudaMaxPartials = 1024;

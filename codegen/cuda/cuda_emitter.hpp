@@ -73,6 +73,10 @@ private:
     std::string out_;
     int indent_ = 0;
     Scope scope_ = Scope::Elementwise;
+    // Index arithmetic in 32 bits (the small row entry: its launches' every offset fits, which
+    // the plan checks): ptxas then spends less on the coordinates and offsets than in 64 bits.
+    bool narrow_ = false;
+    const char* index_type() const { return narrow_ ? "int" : "long long"; }
     // Every value the kernel stores is a 16-bit float: exp may take the hardware's
     // approximation, whose error lies far below the stored value's rounding step
     // (kiln_exp_fast in the prelude).
@@ -154,7 +158,7 @@ private:
     // Coordinates among `dims` that code with uses `u` reads, in the current scope.
     std::vector<bool> needed_coords(const Uses& u, const std::vector<int>& dims, bool linear_from_coords) const;
 
-    std::string size(int d) const { return fmt::format("a.sizes[{}]", d); }
+    std::string size(int d) const { return fmt::format("{}a.sizes[{}]", narrow_ ? "(int)" : "", d); }
 
     std::string product(const std::vector<int>& dims) const;
 

@@ -206,8 +206,11 @@ void Emitter::emit_row_kernel(RowEntry entry) {
     // no divisions (a block pays this once per launch, and most blocks reduce one row).
     line("const int G = param;   // threads per row, a power of two");
     line("const int gs = __ffs(G) - 1;");
-    line("const long long np = {};", product(pdims_));
-    line("const long long nr = {};", product(rdims_));
+    // The small entry's launches keep every offset within 32 bits (plan_cuda_launch checks).
+    narrow_ = small;
+    const char* ix = index_type();
+    line("const {} np = {};", ix, product(pdims_));
+    line("const {} nr = {};", ix, product(rdims_));
     line("const int nthreads = (int)blockDim.x;");
     line("const int ns = __ffs(nthreads) - 1;");
     line("const int rs = gs < ns ? gs : ns;");
@@ -251,11 +254,12 @@ void Emitter::emit_row_kernel(RowEntry entry) {
         line("const bool cached = (unsigned long long)kiln_dynamic_smem_size() >= (unsigned long long)({});", at);
     }
     line("#pragma unroll 1");
-    open("for (long long row0 = (long long)(blockIdx.x >> cs) * rows_per_block; row0 < np; "
-         "row0 += (long long)(gridDim.x >> cs) * rows_per_block)");
+    open(fmt::format("for ({0} row0 = ({0})(blockIdx.x >> cs) * rows_per_block; row0 < np; "
+                     "row0 += ({0})(gridDim.x >> cs) * rows_per_block)",
+                     ix));
     // A group past the last row still takes part in the barriers; it reads row0's P point.
     line("const bool live = row0 + group < np;");
-    line("const long long pi = live ? row0 + group : row0;");
+    line("const {} pi = live ? row0 + group : row0;", ix);
     emit_ppoint_setup();
     const int shift = vs;
     // The row's phase h: elements before the anchor buffer's first group boundary (the first
@@ -635,7 +639,7 @@ void Emitter::emit_row_kernel(RowEntry entry) {
         } else if (small) {
             // Thread t takes elements t, t + G, ...: a warp's loads are contiguous.
             line("#pragma unroll 1");
-            open("for (long long ri = t; ri < nr; ri += G)");
+            open(fmt::format("for ({} ri = t; ri < nr; ri += G)", ix));
             emit_row_element(bi, slot, first_use, "ri");
             close();
             close();   // live
@@ -693,6 +697,7 @@ void Emitter::emit_row_kernel(RowEntry entry) {
     from_fold_.clear();
     if (cluster) line("if (cs > 0) kiln_cluster_sync();   // no block leaves while its last words are on their way");
     close_kernel();
+    narrow_ = false;
 }
 
 } // namespace kiln::codegen::detail

@@ -258,9 +258,9 @@ TEST_CASE("gpu: a row reduction compiles only the module its launch takes, one p
         CHECK(bad == 0);
     };
     struct Shape { int64_t M, N; };
-    // 64 rows of 64: G 64, a block. 100000 rows of 16: G 2, a warp. 4 rows of 2^20: a cluster
-    // on sm_90 (past a block of threads), a block before it (no clusters).
-    const Shape block{64, 64}, warp{100000, 16}, longrow{4, 1 << 20};
+    // 64 rows of 256: the small entry, G 256, a block. 100000 rows of 16: G 2, a warp. 4 rows of
+    // 2^20: a cluster on sm_90 (past a block of threads), a block before it (no clusters).
+    const Shape block{64, 256}, warp{100000, 16}, longrow{4, 1 << 20};
     {
         Context ctx(ContextOptions{"cuda"});
         const int sm = cuda::cuda_backend(ctx).info().sm;
@@ -286,6 +286,33 @@ TEST_CASE("gpu: a row reduction compiles only the module its launch takes, one p
         check_sums(a, s, warp.M, warp.N, h);
         CHECK(ctx.counters().compiles == 0);
         CHECK(ctx.counters().disk_hits == 1);
+    }
+}
+
+// The small entry indexes in 32 bits: a few rows of a view whose last element lies past 2^31
+// elements from its first take the general entries, which index in 64 (a 32-bit offset would
+// wrap and fault); reversed too.
+TEST_CASE("gpu: a small row reduction over a view past 2^31 elements agrees with float64") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    const int64_t M = 3, N = 64, ld = (int64_t(1) << 30) + 8;   // the last row starts 2^31 + 16 in
+    Tensor big = ctx.zeros({M, ld}, DType::Float16);   // 6 GiB
+    std::vector<float> h = random_floats((size_t)(M * N), 19);
+    for (auto& x : h) x = f16_to_float(float_to_f16(x));
+    Tensor rows = big.slice({Slice::all(), Slice::range(0, N)});
+    rows[all] = ctx.array(h, {M, N}, DType::Float16);
+    for (bool reversed : {false, true}) {
+        INFO((reversed ? "rows reversed" : "rows in order"));
+        Tensor v = reversed ? rows.slice({Slice{Slice::kNone, Slice::kNone, -1}, Slice::all()}) : rows;
+        Tensor s = ctx.empty({M, 1});
+        s[all] = sum(v * 2.0f, 1);
+        const std::vector<float> got = s.to_vector<float>();
+        for (int64_t i = 0; i < M; ++i) {
+            const int64_t r = reversed ? M - 1 - i : i;
+            double want = 0, mag = 0;
+            for (int64_t j = 0; j < N; ++j) want += 2.0 * h[(size_t)(r * N + j)], mag += std::fabs(2.0 * h[(size_t)(r * N + j)]);
+            CHECK(std::fabs(got[(size_t)i] - want) <= 1e-5 * (mag + 1));
+        }
     }
 }
 

@@ -154,7 +154,7 @@ TEST_CASE("a row kernel's modules: one entry each, the reductions cut to its rea
             REQUIRE(modules.size() == (registers ? 7u : 5u));
             CHECK(modules[0] == codegen::CudaModuleId{k.name, codegen::CudaReach::Cluster});
             // The small entry: a block or a warp, compiled for compile time; element by element,
-            // no row cache, no folds.
+            // 32-bit index arithmetic, no row cache, no folds.
             CHECK(modules[modules.size() - 2] == codegen::CudaModuleId{k.name + "_s", codegen::CudaReach::Block});
             CHECK(modules.back() == codegen::CudaModuleId{k.name + "_s", codegen::CudaReach::Warp});
             for (const codegen::CudaModuleId& m : modules) {
@@ -167,7 +167,10 @@ TEST_CASE("a row kernel's modules: one entry each, the reductions cut to its rea
                 CHECK(src.fast_compile == small);
                 if (small) {
                     CHECK(src.code.find("extern __shared__ uint4 kiln_row_cache[];") == std::string::npos);
-                    CHECK(src.code.find("for (long long ri = t; ri < nr; ri += G)") != std::string::npos);
+                    CHECK(src.code.find("for (int ri = t; ri < nr; ri += G)") != std::string::npos);
+                    // 32-bit coordinates and offsets (a gather's data-dependent index stays 64-bit)
+                    CHECK(src.code.find("const long long", src.code.find("extern \"C\"")) == std::string::npos);
+                    CHECK(src.code.find("const int nr = (int)a.sizes[") != std::string::npos);
                     CHECK(src.code.find("kiln_row_reduce_moments<") == std::string::npos);
                     CHECK(src.code.find("kiln_row_reduce_lse<") == std::string::npos);
                     CHECK(src.code.find("const uint4 w") == std::string::npos);   // no 16-byte groups
@@ -1132,12 +1135,16 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
             general.small_rows = false;
             CHECK(codegen::plan_cuda_launch(norm.kernel(), a, general).launches[0].aligned_param == 8);
         }
-        // Up to kCudaSmallRowElements elements: the small entry alone, G up to a block, no cluster,
-        // no dynamic shared memory.
-        for (auto [rows, cols, g] : {std::tuple{128, 32, 32}, {64, 64, 64}, {1, 65536, 512}, {16, 4096, 512},
-                                     {65536, 1, 1}, {256, 256, 256}}) {
+        // Up to kCudaSmallRowElements elements: the small entry alone, G up to a block (within a
+        // warp while a lane walks at most kCudaSmallLaneElements), no cluster, no dynamic shared
+        // memory.
+        static_assert(codegen::kCudaSmallLaneElements == 4);
+        for (auto [rows, cols, g] : {std::tuple{128, 32, 32}, {64, 64, 32}, {32, 128, 32}, {32, 129, 256},
+                                     {64, 256, 256}, {1, 65536, 512}, {16, 4096, 512}, {65536, 1, 1},
+                                     {256, 256, 256}}) {
             INFO(rows << "x" << cols);
             a.sizes = {rows, cols};
+            a.strides = {cols, 1, cols, 1, 0, 1};
             const codegen::CudaLaunchPlan sp = codegen::plan_cuda_launch(norm.kernel(), a, h100s);
             REQUIRE(sp.launches.size() == 1);
             const codegen::CudaLaunch& l = sp.launches[0];
@@ -1151,6 +1158,19 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
             CHECK((int64_t)l.grid * (l.block / g) >= rows);
         }
         a.sizes = {257, 256};   // one row past: the general entries
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm");
+        // The small entry's offsets are 32-bit: a view whose last element lies 2^31 elements or
+        // more past its first takes the general entries, and so does a launch without strides.
+        a.sizes = {64, 64};
+        a.strides = {(1LL << 31) / 63 + 1, 1, 64, 1, 0, 1};
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm");
+        a.strides = {(1LL << 31) / 63 - 2, 1, 64, 1, 0, 1};   // (63 x that + 63 < 2^31)
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm_s");
+        a.strides = {-((1LL << 31) / 63 + 1), 1, 64, 1, 0, 1};   // a reversed view as far
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm");
+        a.strides = {64, 1, 64, 1, 1LL << 40, 1};   // a broadcast dimension's stride is never used
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm_s");
+        a.strides.clear();
         CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm");
         a.sizes = {4096, 16384};   // 1024 threads' worth: the shared-memory entry alone
         CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].aligned_entry.empty());
