@@ -610,7 +610,7 @@ bool product_with(Tensor& out, const ConvOptions& o, int64_t rows, int64_t ch, N
 
 void product(const Tensor& A, const Tensor& B, Tensor& out, const ConvOptions& o, int64_t ch, NamedCount& named) {
     product_with(out, o, A.shape()[0], ch, named, [&](Tensor& C, const DotOptions& d, StoreExtras& x) {
-        x.counted = compound_dot_counting(A, B, C, d, x.count);
+        compound_dot_extras(A, B, C, d, x);
         return true;
     });
 }
@@ -1047,7 +1047,9 @@ void backward_filter(const Geo& g, const ConvLayer& L, const Tensor& I5, const T
     log_debug("conv: update {} -> {}", L.str(), pointwise(g) ? "gemm" : "im2col+gemm");
     const Tensor cols = columns(g, L, I5), Em = matrix_of(E5, g.rows(), g.K);
     if (auto v = grad_F.reshape_view({g.K, g.taps()})) {
-        if (compound_dot_counting(Em.T(), cols, *v, o, named.store())) named.counted();
+        StoreExtras x{named.store()};
+        compound_dot_extras(Em.T(), cols, *v, o, x);
+        if (x.counted) named.counted();
         return;
     }
     Tensor tmp = ctx.empty({g.K, g.taps()}, grad_F.dtype());

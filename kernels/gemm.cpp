@@ -149,7 +149,7 @@ bool shares_storage(const Tensor& a, const Tensor& b) { return a.view().storage 
 // product, K = 0) and outputs that overlap an operand are arranged here. With `count`, the
 // kernel counts C's values into it as it stores them where it can: true when it did.
 bool cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o, const char* op,
-                  const StoreCount* count = nullptr) {
+                  const StoreCount* count = nullptr, const Tensor* col_sums = nullptr, bool* summed = nullptr) {
 #ifdef KILN_HAVE_GEMM_KERNELS
     (void)op;
     const int r = C.rank();
@@ -179,9 +179,9 @@ bool cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions&
         C.assign(fresh.expr());
         return false;
     }
-    return gemm::cuda_gemm(A, B, C, o, count);
+    return gemm::cuda_gemm(A, B, C, o, count, col_sums, summed);
 #else
-    (void)A, (void)B, (void)C, (void)o, (void)count;
+    (void)A, (void)B, (void)C, (void)o, (void)count, (void)col_sums, (void)summed;
     fail(Error::Kind::Runtime,
          "{}: this build of kiln has no CUDA GEMM kernels (nvcc was not found when it was built); rebuild with the CUDA "
          "toolkit's nvcc on PATH, or run the product on a CPU context",
@@ -201,24 +201,25 @@ void bench_product(BenchTimer& bench, const Tensor& A, const Tensor& B, const Te
 
 } // namespace
 
-bool compound_dot_counting(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts, const StoreCount* count) {
+void compound_dot_extras(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts, StoreExtras& x) {
     const char* op = "compound_dot";
     check_operands(A, B, C, opts, op);
     NamedCount named(C.context(), C);
     BenchTimer bench(context_impl(A.context()), op);
     bench_product(bench, A, B, C, 1);
     if (A.context().backend() == Backend::CUDA) {
-        const bool counted = cuda_product(A, B, C, opts, op, count ? count : named.store());
-        if (counted && !count) named.counted();
-        return counted;
+        const bool counted = cuda_product(A, B, C, opts, op, x.count ? x.count : named.store(), x.column_sums, &x.summed);
+        if (counted && !x.count) named.counted();
+        x.counted = counted && x.count;
+        return;
     }
     Tensor T = cpu_product(A, B, opts.alpha, op);
     epilogue(T, C, opts);
-    return false;
 }
 
 Tensor& compound_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts) {
-    compound_dot_counting(A, B, C, opts, nullptr);
+    StoreExtras x;
+    compound_dot_extras(A, B, C, opts, x);
     return C;
 }
 

@@ -55,8 +55,9 @@ private:
     StoreCount store_{};
 };
 
-// compound_dot for a caller that counts C (a convolution writing its output through the GEMM):
-// the kernel counts the values it stores into `count` where it can; true when it did.
-bool compound_dot_counting(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts, const StoreCount* count);
+// compound_dot for a caller that asks more of C's store path (a convolution writing its output
+// through the GEMM): the kernel counts the values it stores into x.count (x.counted) and adds
+// up C's columns as stored into x.column_sums (x.summed) where it can.
+void compound_dot_extras(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts, StoreExtras& x);
 
 } // namespace kiln

@@ -103,7 +103,8 @@ bool autotune_enabled() {
 
 std::vector<AutotuneTiming> last_autotune_timings() { return last_timings; }
 
-bool cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& o, const StoreCount* count) {
+bool cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& o, const StoreCount* count,
+               const Tensor* col_sums, bool* summed) {
     Context& ctx = C.context();
     Context::Impl& impl = context_impl(ctx);
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
@@ -165,7 +166,7 @@ bool cuda_gemm(const Tensor& A0, const Tensor& B0, Tensor& C, const DotOptions& 
     } else {
         k = selection(pr);
     }
-    const bool counted = run_kernel(ctx, be, k, p, a, b, dt, o.bsum ? &*o.bsum : nullptr, r);
+    const bool counted = run_kernel(ctx, be, k, p, a, b, dt, o.bsum ? &*o.bsum : nullptr, r, col_sums, summed);
     C.view().storage->written = true;
     return counted;
 }

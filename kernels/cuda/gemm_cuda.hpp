@@ -23,8 +23,11 @@ namespace kiln::gemm {
 // Operands are checked by the caller; M, N and K are positive and C shares no memory with A
 // or B. With `count`, the kernel counts the values it stores to C into it (the general
 // epilogue, GemmParams::hist) where its counters fit beside the kernel's shared memory: true
-// when it did.
-bool cuda_gemm(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o, const StoreCount* count = nullptr);
+// when it did. With `col_sums` (float32, N elements; a convolution's bsum per channel), the
+// kernel adds up C's columns as stored where its epilogue can (col_sums_in_epilogue,
+// gemm_launch.hpp) and *summed says whether it did.
+bool cuda_gemm(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o, const StoreCount* count = nullptr,
+               const Tensor* col_sums = nullptr, bool* summed = nullptr);
 
 // The entry point the selector picks for these operands (benchmarks and logs), with " lean"
 // where the plain product runs its lean twin (rule 7, gemm_select.hpp).
@@ -32,6 +35,8 @@ std::string selected_kernel(const Tensor& A, const Tensor& B, const Tensor& C);
 
 // Whether the last GEMM launched on this thread ran a lean twin (rule 7): what tests check.
 bool last_gemm_launch_lean();
+// The entry point the last GEMM launched on this thread ran (its twin's, where one ran).
+std::string last_gemm_entry();
 // Whether the last GEMM launched on this thread counted C into a histogram as it stored it.
 bool last_gemm_counted();
 // How many blocks shared B's stages in the last GEMM launched on this thread (1: none;

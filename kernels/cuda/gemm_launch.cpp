@@ -6,6 +6,7 @@
 // run_kernel must make alike, sit together.
 #include "kernels/cuda/gemm_launch.hpp"
 
+#include "compiler/env.hpp"
 #include "compiler/log.hpp"
 #include "ir/error.hpp"
 #include "kernels/cuda/gemm_params.hpp"
@@ -56,6 +57,7 @@ CUtensorMap encode_tensor_map(const void* base, DType dt, uint64_t inner, uint64
 // split but one in a cluster through registers; the persistent kernels into 16-bit C of the
 // operands' dtype likewise. The twin's entry suffix, or nullptr for none.
 const char* lean_twin(const GemmKernel& k, const GemmParams& p, DType dt, bool bsum) {
+    if (p.flags & kColSums) return k.persistent ? "_lean_cols" : nullptr;   // (col_sums_in_epilogue)
     if (!lean_kernels_allowed() || k.path != GemmPath::Wgmma || p.c_dtype != gemm_dtype(dt) || p.c_dtype == kF32) return nullptr;
     const bool plain = k.persistent ? !k.b_in_registers   // (16-bit C: the selector chose it for a plain epilogue)
                                     : k.bn <= 128 && (k.splits == 1 || (k.cluster_k && k.bn <= kSplitPushMaxBn)) &&
@@ -69,6 +71,7 @@ thread_local int last_launch_b_share = 1;
 thread_local int last_launch_cluster = 1;
 thread_local int64_t last_launch_blocks = 0;
 thread_local bool last_launch_counted = false;
+thread_local std::string last_launch_entry;
 
 } // namespace
 
@@ -91,6 +94,7 @@ CUtensorMap detail::tensor_map(const void* base, DType dt, uint64_t inner, uint6
 }
 
 bool last_gemm_launch_lean() { return last_launch_lean; }
+std::string last_gemm_entry() { return last_launch_entry; }
 bool last_gemm_counted() { return last_launch_counted; }
 int last_gemm_b_share() { return last_launch_b_share; }
 int last_gemm_cluster() { return last_launch_cluster; }
@@ -260,11 +264,22 @@ int detail::counters_at(cuda::CudaBackend& be, CUfunction f, int smem, int bytes
     return at + bytes + be.static_shared(f) <= be.info().max_shared_optin ? at : -1;
 }
 
+bool detail::col_sums_in_epilogue(const GemmKernel& k, const GemmParams& p, DType dt) {
+    if (!env::flag("KILN_GEMM_COLSUMS").value_or(true)) return false;
+    if (k.path != GemmPath::Wgmma || k.splits != 1 || k.b_in_registers || p.batch != 1 || !rows_of_16_bytes(p)) return false;
+    // The persistent kernels: their kLeanCols twin (16-bit C of the operands' dtype, both K-major,
+    // no bsum).
+    return !k.persistent || (lean_kernels_allowed() && p.c_dtype == gemm_dtype(dt) && !k.a_trans && !k.b_trans &&
+                             !(p.flags & kBsum) && p.tiles_n <= 32);
+}
+
 // One product with kernel `k`: tiles, split-K slices and their reduction, bsum partials and
-// their sum (into `bsum` when given). `p` holds the operands and the epilogue.
+// their sum (into `bsum` when given), column sums (into `col_sums`, where the kernel adds them).
+// `p` holds the operands and the epilogue.
 bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a,
-                        const Mat& b, DType dt, const Tensor* bsum, int c_rank) {
+                        const Mat& b, DType dt, const Tensor* bsum, int c_rank, const Tensor* col_sums, bool* summed) {
     const GemmKernel k = as_launched(be, chosen, p, dt);
+    if (summed) *summed = false;
     const int64_t M = p.m, N = p.n, K = p.k, batch = p.batch;
     const size_t es = dtype_size(dt);
     p.tiles_m = int32_t((M + k.bm - 1) / k.bm);
@@ -395,6 +410,21 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     int smem = kernel_smem;
     if (programmatic && k.path != GemmPath::Wgmma && blocks * grid_y <= be.info().multiprocessors)
         smem = std::max(smem, be.info().max_shared_optin / 2 + 1);
+    // Column sums: the one-tile kernels' warps' sums past the tile's bias (shared memory), added
+    // in warp order into a row of `col_partials` a row of tiles; the persistent kernels' each
+    // warp's running sums over the block's tiles into a row of its own a block (every entry
+    // written, zeros where the block did not go). Then one JIT reduction over those rows, in
+    // order: the same bits in every run.
+    Tensor col_partials;
+    const int col_s_bytes = k.persistent ? 0 : (k.threads - 128) / 32 * k.bn * 4;
+    if (col_sums && col_sums_in_epilogue(k, p, dt) && smem + col_s_bytes <= be.info().max_shared_optin) {
+        col_partials = k.persistent ? ctx.empty({blocks * 8, int64_t(p.tiles_n) * k.bn}, DType::Float32)
+                                    : ctx.empty({p.tiles_m, N}, DType::Float32);
+        p.col_partials = q.col_partials = static_cast<float*>(col_partials.view().storage->data);
+        p.flags |= kColSums;
+        q.flags |= kColSums;
+        smem += col_s_bytes;
+    }
     const char* twin = lean_twin(k, p, dt, bsum != nullptr);
     last_launch_b_share = share_b;
     // The one-tile wgmma kernels' clusters: a split's (with its row's tiles, above), B's share,
@@ -438,6 +468,7 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     }
     const std::string entry = entry_of(twin);
     last_launch_lean = twin != nullptr;
+    last_launch_entry = entry;
     last_launch_counted = counted;
     CUfunction f = function(entry, smem);
     log_debug("gemm: {}x{}x{} batch {} {} -> {}{}{} (tile {}x{}, {} blocks, clusters of {})", M, N, K, batch, dtype_name(dt),
@@ -485,6 +516,13 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
         reduce_slices(be, p, static_cast<const float*>(slices.view().storage->data));
     }
     if (bsum) bsum->view().storage->written = true;
+    if (col_partials.defined()) {
+        col_partials.view().storage->written = true;
+        Tensor sums = *col_sums;
+        const Tensor rows = col_partials.slice({Slice::all(), Slice::range(0, N)});
+        sums.assign(reshape(sum(rows.expr(), 0, true), sums.shape()));
+        if (summed) *summed = true;
+    }
     return counted;
 }
 

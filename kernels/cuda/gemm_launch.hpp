@@ -85,9 +85,17 @@ int counters_at(cuda::CudaBackend& be, CUfunction f, int smem, int bytes);
 
 // One product with kernel `chosen` as launched (gemm_launch.cpp). With kHist in `p`: true when
 // the kernels counted C's values (their counters fit), else the flag is dropped and nothing is
-// counted.
+// counted. `col_sums` (float32, N elements): C's column sums as stored, where the kernel adds
+// them in its register epilogue (col_sums_in_epilogue); *summed says whether it did.
 bool run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,
-                DType dt, const Tensor* bsum, int c_rank);
+                DType dt, const Tensor* bsum, int c_rank, const Tensor* col_sums = nullptr, bool* summed = nullptr);
+
+// Whether kernel k adds C's column sums in its epilogue (kColSums): a wgmma kernel, unsplit, one
+// tile a block (the general kernel) or persistent (its kLeanCols twin: C of the operands' dtype
+// dt, both operands K-major, no bsum, at most 32 columns of tiles), not B in registers, into
+// 16-bit C through the register epilogue (rows_of_16_bytes), unbatched; not with
+// KILN_GEMM_COLSUMS=0 (then the caller reads C again).
+bool col_sums_in_epilogue(const GemmKernel& k, const GemmParams& p, DType dt);
 
 // The autotuners' timing (KILN_AUTOTUNE, gemm_launch.cpp): `run` (launches on be's stream)
 // once to warm up, then three times between events; the median, in ms.

@@ -108,11 +108,15 @@ using namespace kiln::gemm;
     KILN_WG_CONFIGS(T, tn, 0, 1, k, t)        \
     KILN_WG_CONFIGS(T, tn, 1, 0, t, k)        \
     KILN_WG_CONFIGS(T, tn, 1, 1, t, t)
+// ..._kk_256_c2_s4_p_lean_cols: the persistent twin that also adds C's column sums (a
+// convolution's bsum per channel, whose product is K-major on both sides).
 #if !defined(KILN_SM90_PART) || KILN_SM90_PART == 1
 KILN_WG_LAYOUTS(__half, f16)
+KILN_WG_PERSISTENT_C(__half, f16, 0, 0, k, k, false, kLeanCols, p_lean_cols)
 #endif
 #if !defined(KILN_SM90_PART) || KILN_SM90_PART == 2
 KILN_WG_LAYOUTS(__nv_bfloat16, bf16)
+KILN_WG_PERSISTENT_C(__nv_bfloat16, bf16, 0, 0, k, k, false, kLeanCols, p_lean_cols)
 KILN_WG_KERNEL(float, tf32, 256, 2, 4, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 128, 2, 6, 0, 0, k, k)
 KILN_WG_KERNEL(float, tf32, 64, 1, 8, 0, 0, k, k)

@@ -21,6 +21,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -1703,4 +1704,61 @@ TEST_CASE("gpu gemm: named outputs are counted in the epilogue's store path") {
         CHECK(total == C.size());
     }
     ctx.set_allow_tf32(false);
+}
+
+// C's column sums added up in the store path (GemmParams::kColSums; a convolution's bsum per
+// channel through the GEMM): the persistent kernels' kLeanCols twin (each warp's running sums
+// over its block's tiles, through walks that stay on one column of tiles and walks that move
+// between three, blocks that skip most of nine columns and store zeros there, M and N past the
+// last tile) and the one-tile kernel (the warps' sums in shared memory), with bias and ReLU,
+// float16 and bfloat16. Against the sums of C as stored, the same bits in a second run; where no
+// epilogue adds them (float32 C; more than 32 columns of 256-wide tiles) nothing is summed.
+TEST_CASE("gpu gemm: column sums in the persistent twin's and the one-tile kernel's store path, deterministically") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    if (cuda::cuda_backend(ctx).info().sm != 90) return;
+    struct Case {
+        int64_t m, n, k;
+        const char* entry;   // what the entry point ends with
+        bool f32;            // float32 C
+    };
+    uint32_t seed = 900;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Case& c : {Case{40001, 200, 64, "_p_lean_cols", false}, Case{20003, 600, 72, "_p_lean_cols", false},
+                              Case{3001, 2056, 64, "_p_lean_cols", false},   // 9 columns of tiles, a block on 1-2
+                              Case{1000, 296, 64, "", false}, Case{20003, 600, 72, "", true},
+                              Case{2000, 8456, 64, "", false}}) {   // 34 columns of tiles: read again
+            const DType cdt = c.f32 ? DType::Float32 : dt;
+            INFO(dtype_name(dt) << " " << c.m << "x" << c.n << "x" << c.k << " C " << dtype_name(cdt));
+            const Tensor A = operand(ctx, c.m, c.k, false, 0, false, dt, ++seed),
+                         B = operand(ctx, c.k, c.n, true, 0, false, dt, ++seed);
+            Tensor C = ctx.empty({c.m, c.n}, cdt), sums = ctx.empty({c.n}, DType::Float32),
+                   again = ctx.empty({c.n}, DType::Float32);
+            DotOptions o;
+            o.relu = true;
+            o.bias = ctx.array(random_floats(size_t(c.n), ++seed), {c.n});
+            bool summed = false;
+            gemm::cuda_gemm(A, B, C, o, nullptr, &sums, &summed);
+            const std::string entry = gemm::last_gemm_entry();
+            INFO(entry);
+            const bool persistent = entry.find("_p") != std::string::npos;
+            const bool expect = !c.f32 && !(persistent && c.n > 32 * 256);
+            CHECK(summed == expect);
+            if (!expect) continue;
+            const size_t tail = std::strlen(c.entry);
+            const bool ends = entry.size() > tail && entry.compare(entry.size() - tail, std::string::npos, c.entry) == 0;
+            if (*c.entry) CHECK(ends);
+            else if (c.n <= 32 * 256) CHECK_FALSE(persistent);   // one tile a block
+            const Expr as_f32 = cast(C.expr(), DType::Float32);
+            const std::vector<float> got = sums.to_vector<float>(), want = ctx.eval(sum(as_f32, 0)).to_vector<float>(),
+                                     scale = ctx.eval(sum(absolute(as_f32), 0)).to_vector<float>();
+            int off = 0;
+            for (int64_t j = 0; j < c.n; ++j)
+                if (!(std::fabs(got[size_t(j)] - want[size_t(j)]) <= 1e-5f * scale[size_t(j)] + 1e-6f)) ++off;
+            CHECK(off == 0);
+            bool summed_again = false;
+            gemm::cuda_gemm(A, B, C, o, nullptr, &again, &summed_again);
+            CHECK(summed_again);
+            CHECK(again.to_vector<float>() == got);
+        }
 }

@@ -15,8 +15,11 @@ namespace kiln::gemm {
 
 // Which epilogues a one-tile kernel's code holds: every one (kGeneral), or, in its lean twins
 // (the entry points, gemm_sm90.cu), the 16-bit register epilogue into C of the operands' dtype alone, without
-// bsum (kLeanPlain) or with it (kLeanBsum).
-enum { kGeneral, kLeanPlain, kLeanBsum };
+// bsum (kLeanPlain) or with it (kLeanBsum); the persistent kernels' kLeanCols: without bsum, with
+// C's column sums (kColSums), a twin of its own so that the other kernels keep their registers.
+enum { kGeneral, kLeanPlain, kLeanBsum, kLeanCols };
+// Whether an epilogue of kind LEAN holds bsum's code.
+__host__ __device__ constexpr bool lean_has_bsum(int lean) { return lean == kGeneral || lean == kLeanBsum; }
 
 // The epilogue into 16-bit C whose rows are 16-byte aligned, without beta or stochastic
 // rounding (rows_of_16_bytes, gemm_params.hpp): alpha, bias and ReLU are applied in the
@@ -273,6 +276,48 @@ __device__ __forceinline__ void warp_col_sums(float (&cs)[8], float* col_s, int 
         at[0] = make_float4(cs[0], cs[1], cs[2], cs[3]);
         at[1] = make_float4(cs[4], cs[5], cs[6], cs[7]);
     }
+}
+
+// kColSums in the persistent kernels, from the rounded results in registers (register 2j + h:
+// row g + 8h of the warp's 16, columns 8j + 2q, + 1; rows from rows_left on lie past M and are
+// left out): the column sums of the warp's rows, halved over the lanes of one q three times
+// (each lane keeping half of what it holds and adding its partner's matching half: 56 shuffles,
+// not the 192 of adding every column over all eight), so that lane 4g + q ends with the sums
+// of columns 8j + 2q, + 1 for j = 4g .. 4g + 3, which it adds to cs. Fixed order: the same
+// bits in every run.
+template <int H, int N>
+__device__ __forceinline__ void keep_half_added(float (&s)[N], bool high, int lane_mask) {
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+        const float keep = high ? s[H + i] : s[i], send = high ? s[i] : s[H + i];
+        s[i] = keep + __shfl_xor_sync(0xffffffffu, send, lane_mask);
+    }
+}
+template <int BN>
+__device__ __forceinline__ void add_warp_col_sums(const GemmParams& p, const uint32_t (&results)[BN / 4], int rows_left,
+                                                  int g, float (&cs)[8]) {
+    static_assert(BN == 256, "the halving leaves 8 sums a lane at 256 columns");
+    float s[BN / 4];
+    if (rows_left >= 16) {   // (every tile but a last, partial row of tiles: no masks)
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const float2 a = unpack2(results[2 * j], p.c_dtype), b = unpack2(results[2 * j + 1], p.c_dtype);
+            s[2 * j] = a.x + b.x, s[2 * j + 1] = a.y + b.y;
+        }
+    } else {
+        const bool low_row = g < rows_left, high_row = g + 8 < rows_left;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const float2 a = unpack2(results[2 * j], p.c_dtype), b = unpack2(results[2 * j + 1], p.c_dtype);
+            s[2 * j] = (low_row ? a.x : 0.f) + (high_row ? b.x : 0.f);
+            s[2 * j + 1] = (low_row ? a.y : 0.f) + (high_row ? b.y : 0.f);
+        }
+    }
+    keep_half_added<BN / 8>(s, g & 4, 16);
+    keep_half_added<BN / 16>(s, g & 2, 8);
+    keep_half_added<BN / 32>(s, g & 1, 4);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) cs[i] += s[i];
 }
 
 // kColSums (LEAN == kGeneral only; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN

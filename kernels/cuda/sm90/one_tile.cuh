@@ -142,8 +142,9 @@ __device__ __forceinline__ void wgmma_gemm(const GemmParams& p, const CUtensorMa
         float* row_sums = gathered + (p.bsum_cluster ? int(blockIdx.x) % p.tiles_n : 0) * BM;
         if (lean || rows_of_16_bytes(p)) {
             if (p.flags & kBsum) zero_columns_past_n<BN>(acc, p.n - n0, q);
+            // kColSums: the warps' column sums past the tile's bias (the host adds their bytes).
             store_tile_16bit<T, BM, BN, kConsumerThreads, LEAN>(p, acc, smem, bias_s, m0, n0, at.n, w.zc, row0, q,
-                                                                tid - 128, row_sums, &sums_in);
+                                                                tid - 128, row_sums, &sums_in, 0, BM, bias_s + BN);
         } else if constexpr (!lean) {
             float* tile = reinterpret_cast<float*>(smem);
             stage_accumulators<BN>(tile, acc, row0, q);

@@ -30,7 +30,8 @@ namespace kiln::gemm {
 // it) and the barriers: 227 KB, all there is, so the block's dynamic shared memory must start
 // 1024-byte aligned (checked). bsum
 // over several tiles per row: the consumers store the tile's row sums as tagged partials and
-// the bsum warps of the block that adds the row read them (add_bsum_rows).
+// the bsum warps of the block that adds the row read them (add_bsum_rows). Column sums
+// (kColSums): each warp's running sums in registers, into a row of its own (flush_col_sums).
 template <class T, int STAGES, int TA, int TB, bool C32, int LEAN = kGeneral>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const CUtensorMap* map_c) {
@@ -53,7 +54,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     const int tid = threadIdx.x;
     const PersistentWalk walk = persistent_walk(p, BK);
     const int per_entry = walk.per_entry, total = walk.total, ktiles = walk.ktiles;
-    const bool spans = LEAN != kLeanPlain && walk.rows_span_tiles;
+    const bool spans = lean_has_bsum(LEAN) && walk.rows_span_tiles;
     init_persistent_barriers(bars, smem);
 
     const int wg = tid / 128;
@@ -135,6 +136,35 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     };
     // kHist: the block's counters past its shared memory (a warp's each would not fit).
     hist_begin_block(p, smem, ctid + 128 * c);
+    // kColSums (the kLeanCols twin; a convolution's bsum per channel): this lane's sums of its 8
+    // columns of column of tiles sums_n (add_warp_col_sums), over the block's tiles there so far,
+    // go to the warp's row of col_partials ([gridDim.x x 8][tiles_n x BN], tiles_n <= 32) when
+    // the block's walk moves to another column of tiles and after its last tile: stored the first
+    // time (`visited`), added to after that by atomic reductions, which the warp does not wait
+    // for; each entry has one writer, this thread, whose operations on one address keep their
+    // order: the same bits in every run. At the end the block stores zeros in the columns it never
+    // visited, so that the host need not clear the rows first. (No shared memory is left for a
+    // tile's sums over the warps, and a row a warp and tile would write an eighth of C again.)
+    float col_sums[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int sums_n = -1;
+    uint32_t visited = 0;
+    float* const sums_row = p.col_partials + (int64_t(blockIdx.x) * 8 + 4 * c + warp) * (int64_t(p.tiles_n) * BN);
+    const auto flush_col_sums = [&] {
+        if (sums_n < 0) return;
+        const bool again = (visited >> sums_n) & 1u;
+        visited |= 1u << sums_n;
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+            float2* const slot = reinterpret_cast<float2*>(sums_row + int64_t(sums_n) * BN + 8 * (4 * g + jj) + 2 * q);
+            if (again) {   // (reductions without a result: the warp does not wait for the old values)
+                atomicAdd(&slot->x, col_sums[2 * jj]);
+                atomicAdd(&slot->y, col_sums[2 * jj + 1]);
+            } else {
+                *slot = make_float2(col_sums[2 * jj], col_sums[2 * jj + 1]);
+            }
+            col_sums[2 * jj] = col_sums[2 * jj + 1] = 0.f;
+        }
+    };
     int it = 0;
     for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
@@ -159,7 +189,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         // the row, 4 bytes each; float32, chunk 2 jj + q / 2, 8 bytes each. Row r's chunk c
         // sits at c ^ (r % 8) (the 128-byte swizzle; r % 8 = g).
         float row_sum[2] = {0.f, 0.f};   // bsum: its two rows, whole (16-bit C) or this thread's share (C32)
-        if (LEAN != kLeanPlain && (p.flags & kBsum)) zero_columns_past_n<BN>(acc, p.n - at.n * BN, q);
+        if (lean_has_bsum(LEAN) && (p.flags & kBsum)) zero_columns_past_n<BN>(acc, p.n - at.n * BN, q);
         if constexpr (LEAN != kGeneral) {   // C of the operands' dtype, bsum known
             constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>, kSums = LEAN == kLeanBsum;
             if (!relu) round_results<kBf16, kActNone, kSums, BN>(p, acc, bias_s, q, results, row_sum);
@@ -169,6 +199,13 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             with_epilogue_choices(p, [&](auto bf16, auto act, auto sums) {
                 round_results<bf16.value, act.value, sums.value, BN>(p, acc, bias_s, q, results, row_sum);
             });
+        }
+        if constexpr (LEAN == kLeanCols) {
+            if (p.flags & kColSums) {
+                if (at.n != sums_n) flush_col_sums();
+                sums_n = at.n;
+                add_warp_col_sums<BN>(p, results, p.m - (m0 + 16 * warp), g, col_sums);
+            }
         }
 #pragma unroll
         for (int hf = 0; hf < (C32 ? kParts : 0); ++hf) {
@@ -200,7 +237,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
 #pragma unroll
                 for (int hf = 0; hf < kParts; ++hf) store_pending_part(hf, t + int(gridDim.x));
         }
-        if (LEAN != kLeanPlain && (p.flags & kBsum)) {
+        if (lean_has_bsum(LEAN) && (p.flags & kBsum)) {
             // The tile's row sums: to bsum (one tile per row), as tagged partials, or, where the
             // block's last tile adds its row, to its consumers through shared memory.
             const bool add_here = spans && is_row_adder(p, at) && last_of_block(t, total);
@@ -212,6 +249,16 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
                 asm volatile("bar.sync 1, 256;" ::: "memory");   // own_sums written by both consumers
                 add_row_last<BM, 16>(p, bars.own_sums, at.m * BM, z, ctid + 128 * c, 256);
             }
+        }
+    }
+    if constexpr (LEAN == kLeanCols) {
+        if (p.flags & kColSums) {
+            flush_col_sums();
+            for (int n = 0; n < p.tiles_n; ++n)
+                if (!((visited >> n) & 1u))
+#pragma unroll
+                    for (int jj = 0; jj < 4; ++jj)
+                        *reinterpret_cast<float2*>(sums_row + int64_t(n) * BN + 8 * (4 * g + jj) + 2 * q) = make_float2(0.f, 0.f);
         }
     }
     hist_flush_block(p, smem, ctid + 128 * c);
