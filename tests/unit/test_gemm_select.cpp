@@ -2,12 +2,16 @@
 // host: the selector is a pure function of the problem, so every rule is testable without a GPU.
 #include "tests/support/catch.hpp"
 
+#include "tests/support/cache_dir.hpp"
+
 #include "ir/error.hpp"
+#include "kernels/cuda/gemm_launch.hpp"
 #include "kernels/cuda/gemm_params.hpp"
 #include "kernels/cuda/gemm_select.hpp"
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 using namespace kiln;
 using namespace kiln::gemm;
@@ -463,4 +467,72 @@ TEST_CASE("gemm selector: the persistent grid, a multiple of 8 blocks where the 
     // A GPU of 114 SMs (the H100 PCIe): 1000 tiles take 9 rounds on 114 and on 112 blocks.
     CHECK(persistent_grid(1000, 114) == 112);
     CHECK(persistent_grid(1026, 114) == 114);   // 9 rounds on 114, 10 on 112
+}
+
+// Where the epilogue adds C's column sums (a convolution's bsum through the GEMM; gemm_launch.hpp,
+// col_sums_in_epilogue): the wgmma kernels through the 16-bit register epilogue, unsplit and
+// unbatched; the persistent ones only through their kLeanCols twin (C of the operands' dtype,
+// both operands K-major, no bsum, at most 32 columns of tiles, lean twins allowed); never with
+// KILN_GEMM_COLSUMS=0.
+TEST_CASE("gemm launcher: which kernels add C's column sums in their epilogue") {
+    using detail::col_sums_in_epilogue;
+    GemmKernel persistent;
+    persistent.path = GemmPath::Wgmma, persistent.persistent = true, persistent.bm = 128, persistent.bn = 256;
+    GemmKernel one_tile = persistent;
+    one_tile.persistent = false;
+    GemmParams p{};
+    p.c = reinterpret_cast<void*>(uintptr_t(1) << 20);
+    p.c_dtype = kF16, p.c_sn = 1, p.c_sm = 296, p.batch = 1, p.tiles_n = 2;
+    const DType f16 = DType::Float16;
+    CHECK(col_sums_in_epilogue(persistent, p, f16));
+    CHECK(col_sums_in_epilogue(one_tile, p, f16));
+    auto both = [&](const GemmParams& q, const GemmKernel& kp = GemmKernel{}, const GemmKernel& ko = GemmKernel{}) {
+        const GemmKernel& a = kp.path == GemmPath::Wgmma ? kp : persistent;
+        const GemmKernel& b = ko.path == GemmPath::Wgmma ? ko : one_tile;
+        return std::pair<bool, bool>(col_sums_in_epilogue(a, q, f16), col_sums_in_epilogue(b, q, f16));
+    };
+    using Pair = std::pair<bool, bool>;
+    GemmParams q = p;
+    q.tiles_n = 32;
+    CHECK(both(q) == Pair(true, true));
+    q.tiles_n = 33;   // the persistent twin's mask of visited columns holds 32
+    CHECK(both(q) == Pair(false, true));
+    q = p, q.flags = kBsum;   // the twin holds no bsum
+    CHECK(both(q) == Pair(false, true));
+    q = p, q.c_dtype = kBF16;   // C of another dtype than the operands'
+    CHECK(both(q) == Pair(false, true));
+    {
+        GemmKernel mp = persistent, mo = one_tile;
+        mp.a_trans = mo.a_trans = true;   // A M-major: only the kk twin was built
+        CHECK(both(p, mp, mo) == Pair(false, true));
+    }
+    // Not through the 16-bit register epilogue: rows not 16 bytes apart, float32 C, beta,
+    // stochastic rounding; nor batched, split, B in registers, or off the wgmma path.
+    q = p, q.c_sm = 300;
+    CHECK(both(q) == Pair(false, false));
+    q = p, q.c_dtype = kF32;
+    CHECK(both(q) == Pair(false, false));
+    q = p, q.flags = kBeta;
+    CHECK(both(q) == Pair(false, false));
+    q = p, q.sr_bits = 7;
+    CHECK(both(q) == Pair(false, false));
+    q = p, q.batch = 2;
+    CHECK(both(q) == Pair(false, false));
+    {
+        GemmKernel sp = persistent, so = one_tile;
+        sp.splits = so.splits = 2;
+        CHECK(both(p, sp, so) == Pair(false, false));
+        GemmKernel rp = persistent, ro = one_tile;
+        rp.b_in_registers = ro.b_in_registers = true;
+        CHECK(both(p, rp, ro) == Pair(false, false));
+        GemmKernel mma = one_tile;
+        mma.path = GemmPath::Mma;
+        CHECK_FALSE(col_sums_in_epilogue(mma, p, f16));
+    }
+    {
+        const test::ScopedEnv lean("KILN_GEMM_LEAN", "0");   // no twins: the persistent kernels read C again
+        CHECK(both(p) == Pair(false, true));
+    }
+    const test::ScopedEnv off("KILN_GEMM_COLSUMS", "0");
+    CHECK(both(p) == Pair(false, false));
 }
