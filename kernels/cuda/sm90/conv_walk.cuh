@@ -8,10 +8,12 @@
 // multiplies are issued; each warp then stages its 16 rows in a slice of shared memory of its
 // own and stores them while those run (the last tile's after its own). Where C's rows are plain
 // (p.c_by_tma: not a phase's grouped rows) one lane hands the slice to TMA in boxes of 16 rows
-// x 128 bytes; otherwise the warp stores them, a lane per 16-byte chunk. (The consumer warps'
-// own stores, 8 warps an SM, moved a 1x1 layer's output at about a third of the bandwidth that
-// TMA's do.) Nothing in the store path waits for the other warps but the channel sums
-// (kColSums), which add all eight warps' sums in a fixed order.
+// x 128 bytes; otherwise each of 16 lanes hands one row to the bulk-copy engine (cp.async.bulk,
+// where the tile's part of a row is whole 16-byte chunks), or, failing that, the warp stores
+// them, a lane per 16-byte chunk. (The consumer warps' own stores, 8 warps an SM, moved a 1x1
+// layer's output at about a third of the bandwidth that TMA's do.) Nothing in the store path
+// waits for the other warps but the channel sums (kColSums), which add all eight warps' sums in
+// a fixed order.
 // 16-bit output whose rows are 16 bytes apart, without beta or stochastic rounding (the host
 // checks). Chosen by the host's cost model (conv_cuda.cpp, fprop_plan), KILN_CONV_KERNEL=walk
 // or the tuner.
@@ -19,6 +21,14 @@
 #include "kernels/cuda/sm90/conv_fprop.cuh"
 
 namespace kiln::gemm {
+
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared to global memory by the
+// bulk-copy engine, in this thread's bulk group (tma_store_commit and its waits).
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, int bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(reinterpret_cast<uint64_t>(dst)),
+                 "r"(smem_u32(src)), "r"(bytes)
+                 : "memory");
+}
 
 // Shared memory past the stages: the staged results (BM rows of BN + 8 16-bit values, 16 rows
 // a warp; by TMA a warp's BN / 64 boxes of 16 rows x 128 bytes in the 128-byte swizzle, 2 KB
@@ -48,34 +58,41 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
     const GemmParams& p = cp.gemm;
     const bool by_tma = cp.c_by_tma;
     const int g = lane / 4, q = lane % 4;
-    // The warp's previous tile's rows are read: by its lanes, or (lane 0 waits) by TMA.
-    if (by_tma && lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    const int cols = p.n - n0 < BN ? p.n - n0 : BN;   // the tile's part of a row
+    const bool by_rows = !by_tma && cols % 8 == 0;     // a bulk copy a row, whole 16-byte chunks
+    // The warp's previous tile's rows are read: by its lanes, or (each waits for its own) by TMA
+    // or the bulk copies.
+    if ((by_tma && lane == 0) || (!by_tma && lane < 16)) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     __syncwarp();
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
             *reinterpret_cast<uint32_t*>(slice + walk_staged_at<BN>(by_tma, g + 8 * h, j) + 2 * q) = results[2 * j + h];
-    if (by_tma) fence_to_tma();
+    if (by_tma || by_rows) fence_to_tma();
     __syncwarp();
     if (by_tma && lane == 0) {
 #pragma unroll
         for (int b = 0; b < BN / 64; ++b) tma_store(map_c, slice + b * 1024, n0 + 64 * b, m0 + 16 * warp8, 0);
         tma_store_commit();
     }
-    uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp8, lane) : nullptr;
-    const bool col_sums = p.flags & kColSums;
-    if (by_tma && !hist && !col_sums) return;
-    const int r_in = lane / kChunks, chunk = lane % kChunks, n = n0 + 8 * chunk;
     const int row0 = m0 + 16 * warp8;   // the warp's first row (consumer c's warps are 4c .. 4c + 3)
     uint16_t* C = static_cast<uint16_t*>(p.c);
+    if (by_rows && lane < 16 && row0 + lane < p.m) {
+        bulk_store(C + c_row(p, row0 + lane) + n0, slice + walk_staged_at<BN>(false, lane, 0), cols * 2);
+        tma_store_commit();
+    }
+    uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp8, lane) : nullptr;
+    const bool col_sums = p.flags & kColSums;
+    if ((by_tma || by_rows) && !hist && !col_sums) return;
+    const int r_in = lane / kChunks, chunk = lane % kChunks, n = n0 + 8 * chunk;
     float cs[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int r = r_in; r < 16; r += kRowsPerPass) {
         const int m = row0 + r;
         if (m >= p.m) break;
         const uint4 v = *reinterpret_cast<const uint4*>(slice + walk_staged_at<BN>(by_tma, r, chunk));
-        if (!by_tma) store_chunk_16bit(p, C + c_row(p, m), n, v);
+        if (!by_tma && !by_rows) store_chunk_16bit(p, C + c_row(p, m), n, v);
         if (hist) hist_count_words<4>(p, hist, &v.x, p.n - n);
         if (col_sums) add_chunk(p, v, cs);
     }
@@ -159,7 +176,8 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
         pending = t;
     }
     store_pending();   // the last tile's, with nothing left to hide behind
-    if (p.c_by_tma && lane == 0) tma_store_wait_all();   // (the block's shared memory stays until TMA has read it)
+    // (The block's shared memory stays until TMA or the bulk copies have read it.)
+    if ((p.c_by_tma && lane == 0) || (!p.c_by_tma && lane < 16)) tma_store_wait_all();
 }
 
 } // namespace kiln::gemm
