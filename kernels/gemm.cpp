@@ -150,6 +150,7 @@ bool shares_storage(const Tensor& a, const Tensor& b) { return a.view().storage 
 // kernel counts C's values into it as it stores them where it can: true when it did.
 bool cuda_product(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& o, const char* op,
                   const StoreCount* count = nullptr, const Tensor* col_sums = nullptr, bool* summed = nullptr) {
+    if (summed) *summed = false;   // (until a kernel adds the column sums)
 #ifdef KILN_HAVE_GEMM_KERNELS
     (void)op;
     const int r = C.rank();
@@ -202,6 +203,7 @@ void bench_product(BenchTimer& bench, const Tensor& A, const Tensor& B, const Te
 } // namespace
 
 void compound_dot_extras(const Tensor& A, const Tensor& B, Tensor& C, const DotOptions& opts, StoreExtras& x) {
+    x.counted = x.summed = false;
     const char* op = "compound_dot";
     check_operands(A, B, C, opts, op);
     NamedCount named(C.context(), C);

@@ -261,8 +261,16 @@ struct CudaLaunchPlan {
     size_t scratch_bytes = 0;           // device scratch the entries share (full reductions)
     int num_partials = 0;               // full reductions
     int threads_per_row = 0;            // row reductions: G
+    // The small row entry, whose offsets are 32-bit: the plan holds for other arguments of the
+    // same sizes only where cuda_offsets_fit_32 holds for them too (a view of the same sizes may
+    // reach further).
+    bool offsets_32 = false;
 };
 CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaDeviceCaps& dev);
+// Whether every element offset launch `a` of `k` forms fits in 32 bits, as the small row entry's
+// index arithmetic needs: per buffer, the sum over dimensions of (size - 1) x |stride| (broadcast
+// dimensions left out) below 2^31; false where a's strides are not given.
+bool cuda_offsets_fit_32(const kir::Kernel& k, const kir::LaunchArgs& a);
 // One line per launch of the plan, for KILN_LOG=debug.
 std::string describe(const CudaLaunchPlan& plan);
 // Whether launch `l` may take its aligned_entry for arguments `a`: groups of aligned_width

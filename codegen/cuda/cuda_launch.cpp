@@ -35,27 +35,6 @@ uint32_t clamp_grid(int64_t blocks, int64_t multiple) {
     return (uint32_t)std::min(blocks, cap);
 }
 
-// Whether every element offset a launch forms fits in 32 bits, as the small row entry's index
-// arithmetic needs: per buffer, the sum over dimensions of (size - 1) x |stride| (a view may
-// have huge strides over few elements).
-bool offsets_fit_32(const kir::Kernel& k, const kir::LaunchArgs& a) {
-    for (int d = 0; d < k.rank; ++d)
-        if (a.sizes[d] <= 0) return true;   // nothing is read or written
-    if (a.strides.size() != k.buffers.size() * k.rank) return false;   // not known
-    for (size_t b = 0; b < k.buffers.size(); ++b) {
-        int64_t reach = 0;
-        for (int d = 0; d < k.rank; ++d) {
-            const kir::StrideKind l = k.buffers[b].layout[d];
-            if (l == kir::StrideKind::Zero) continue;
-            const int64_t st = l == kir::StrideKind::One ? 1 : a.strides[b * k.rank + d];
-            if (st > INT32_MAX || st < -INT32_MAX || a.sizes[d] > INT32_MAX) return false;
-            reach += (a.sizes[d] - 1) * (st < 0 ? -st : st);   // each factor < 2^31: no overflow
-            if (reach > INT32_MAX) return false;
-        }
-    }
-    return true;
-}
-
 // How far G threads of a row in blocks of `block` threads reach (the row entry's module).
 CudaReach row_reach(int64_t g, int64_t block) {
     return g <= 32 ? CudaReach::Warp : g <= block ? CudaReach::Block : CudaReach::Cluster;
@@ -549,6 +528,22 @@ void pack_cuda_args(const kir::Kernel& k, const kir::LaunchArgs& a, std::vector<
     }
 }
 
+bool cuda_offsets_fit_32(const kir::Kernel& k, const kir::LaunchArgs& a) {
+    if (a.sizes.size() != (size_t)k.rank || a.strides.size() != k.buffers.size() * k.rank) return false;   // not known
+    for (size_t b = 0; b < k.buffers.size(); ++b) {
+        int64_t reach = 0;
+        for (int d = 0; d < k.rank; ++d) {
+            const kir::StrideKind l = k.buffers[b].layout[d];
+            if (l == kir::StrideKind::Zero || a.sizes[d] <= 1) continue;
+            const int64_t st = l == kir::StrideKind::One ? 1 : a.strides[b * k.rank + d];
+            if (st > INT32_MAX || st < -INT32_MAX || a.sizes[d] > INT32_MAX) return false;
+            reach += (a.sizes[d] - 1) * (st < 0 ? -st : st);   // each factor < 2^31: no overflow
+            if (reach > INT32_MAX) return false;
+        }
+    }
+    return true;
+}
+
 CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, const CudaDeviceCaps& dev) {
     KILN_CHECK_INTERNAL(a.sizes.size() == (size_t)k.rank, "plan_cuda_launch: {} sizes for rank {}", a.sizes.size(),
                         k.rank);
@@ -591,7 +586,8 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
             while (g < limit && g < pow2_ceil(nr) && np * g < busy) g *= 2;
             return g;
         };
-        if (dev.small_rows && np * nr <= kCudaSmallRowElements && offsets_fit_32(k, a)) {
+        // (Rows of no elements count as one: their launch still stores a result per row.)
+        if (dev.small_rows && np * std::max<int64_t>(nr, 1) <= kCudaSmallRowElements && cuda_offsets_fit_32(k, a)) {
             // The small entry: G as for a row without cache, up to a block; no dynamic shared
             // memory, no register entry (nor the walks of the kernel that plan those). Within a
             // warp while a lane walks at most kCudaSmallLaneElements: the launch takes the same few
@@ -607,6 +603,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
                                      (uint32_t)block, 1, (int)g);
             l.reach = row_reach(g, block);
             plan.launches = {l};
+            plan.offsets_32 = true;
             break;
         }
         const std::vector<detail::RowFold> folds = detail::row_folds(k);   // once: it walks the kernel

@@ -417,7 +417,11 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     // order: the same bits in every run.
     Tensor col_partials;
     const int col_s_bytes = k.persistent ? 0 : (k.threads - 128) / 32 * k.bn * 4;
-    if (col_sums && col_sums_in_epilogue(k, p, dt) && smem + col_s_bytes <= be.info().max_shared_optin) {
+    const auto col_s_fits = [&] {   // beside the one-tile kernel's static and dynamic shared memory
+        const std::string e = k.entry + (b_shared ? "_shb" : "");
+        return smem + col_s_bytes + be.static_shared(be.precompiled(sm90_image(e), e, 0)) <= be.info().max_shared_optin;
+    };
+    if (col_sums && col_sums_in_epilogue(k, p, dt) && (k.persistent || col_s_fits())) {
         col_partials = k.persistent ? ctx.empty({blocks * 8, int64_t(p.tiles_n) * k.bn}, DType::Float32)
                                     : ctx.empty({p.tiles_m, N}, DType::Float32);
         p.col_partials = q.col_partials = static_cast<float*>(col_partials.view().storage->data);

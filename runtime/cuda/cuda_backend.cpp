@@ -476,7 +476,8 @@ void CudaBackend::launch_function(CUfunction f, unsigned grid_x, unsigned grid_y
 
 void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
     make_current();
-    if (ck->plan.launches.empty() || ck->planned_sizes != a.sizes) {
+    if (ck->plan.launches.empty() || ck->planned_sizes != a.sizes ||
+        (ck->plan.offsets_32 && !codegen::cuda_offsets_fit_32(ck->kernel, a))) {
         ck->plan = codegen::plan_cuda_launch(ck->kernel, a, caps_);
         // A cluster past the portable size is the device's to refuse (GPCs of fewer SMs, MIG):
         // then the plan is made again within it.

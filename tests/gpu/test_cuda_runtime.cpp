@@ -291,7 +291,8 @@ TEST_CASE("gpu: a row reduction compiles only the module its launch takes, one p
 
 // The small entry indexes in 32 bits: a few rows of a view whose last element lies past 2^31
 // elements from its first take the general entries, which index in 64 (a 32-bit offset would
-// wrap and fault); reversed too.
+// wrap and fault), also right after the same expression planned a small launch of the same
+// sizes over dense rows; reversed too.
 TEST_CASE("gpu: a small row reduction over a view past 2^31 elements agrees with float64") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
@@ -301,6 +302,18 @@ TEST_CASE("gpu: a small row reduction over a view past 2^31 elements agrees with
     for (auto& x : h) x = f16_to_float(float_to_f16(x));
     Tensor rows = big.slice({Slice::all(), Slice::range(0, N)});
     rows[all] = ctx.array(h, {M, N}, DType::Float16);
+    // First the same expression over a dense copy of the same sizes, so that the kernel holds a
+    // small entry's plan when the far view comes (the plan must not carry over).
+    {
+        Tensor dense = ctx.array(h, {M, N}, DType::Float16), s = ctx.empty({M, 1});
+        s[all] = sum(dense * 2.0f, 1);
+        const std::vector<float> got = s.to_vector<float>();
+        for (int64_t i = 0; i < M; ++i) {
+            double want = 0, mag = 0;
+            for (int64_t j = 0; j < N; ++j) want += 2.0 * h[(size_t)(i * N + j)], mag += std::fabs(2.0 * h[(size_t)(i * N + j)]);
+            CHECK(std::fabs(got[(size_t)i] - want) <= 1e-5 * (mag + 1));
+        }
+    }
     for (bool reversed : {false, true}) {
         INFO((reversed ? "rows reversed" : "rows in order"));
         Tensor v = reversed ? rows.slice({Slice{Slice::kNone, Slice::kNone, -1}, Slice::all()}) : rows;

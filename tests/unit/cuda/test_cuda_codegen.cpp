@@ -1149,6 +1149,7 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
             REQUIRE(sp.launches.size() == 1);
             const codegen::CudaLaunch& l = sp.launches[0];
             CHECK(l.entry == "kiln_norm_s");
+            CHECK(sp.offsets_32);
             CHECK(l.aligned_entry.empty());
             CHECK(l.param == g);
             CHECK(l.cluster == 1);
@@ -1172,6 +1173,22 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm_s");
         a.strides.clear();
         CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm");
+        CHECK_FALSE(codegen::plan_cuda_launch(norm.kernel(), a, h100s).offsets_32);
+        CHECK_FALSE(codegen::cuda_offsets_fit_32(norm.kernel(), a));
+        // The backend plans again where a launch of the same sizes reaches further
+        // (plan.offsets_32): the bound is the arguments', not the sizes'.
+        a.strides = {64, 1, 64, 1, 0, 1};
+        CHECK(codegen::cuda_offsets_fit_32(norm.kernel(), a));
+        a.strides[0] = int64_t(1) << 30;
+        CHECK_FALSE(codegen::cuda_offsets_fit_32(norm.kernel(), a));
+        a.sizes = {1, 64};   // a dimension of one reaches nowhere, whatever its stride
+        CHECK(codegen::cuda_offsets_fit_32(norm.kernel(), a));
+        // Rows of no elements still store a result a row: 100000 of them are no small launch.
+        a.sizes = {100000, 0};
+        a.strides = {64, 1, 64, 1, 0, 1};
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm");
+        a.sizes = {1000, 0};
+        CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].entry == "kiln_norm_s");
         a.sizes = {4096, 16384};   // 1024 threads' worth: the shared-memory entry alone
         CHECK(codegen::plan_cuda_launch(norm.kernel(), a, h100s).launches[0].aligned_entry.empty());
 
