@@ -22,14 +22,6 @@
 
 namespace kiln::gemm {
 
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared to global memory by the
-// bulk-copy engine, in this thread's bulk group (tma_store_commit and its waits).
-__device__ __forceinline__ void bulk_store(void* dst, const void* src, int bytes) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(reinterpret_cast<uint64_t>(dst)),
-                 "r"(smem_u32(src)), "r"(bytes)
-                 : "memory");
-}
-
 // Shared memory past the stages: the staged results (BM rows of BN + 8 16-bit values, 16 rows
 // a warp; by TMA a warp's BN / 64 boxes of 16 rows x 128 bytes in the 128-byte swizzle, 2 KB
 // each, in the same space), then each consumer's bias for two tiles in turn (2 x 2 x BN

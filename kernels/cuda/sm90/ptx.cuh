@@ -71,6 +71,13 @@ __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* sr
                  "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
                  : "memory");
 }
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared to global memory by the
+// bulk-copy engine, without a tensor map, in this thread's bulk group (the commit and waits below).
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, int bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(reinterpret_cast<uint64_t>(dst)),
+                 "r"(smem_u32(src)), "r"(bytes)
+                 : "memory");
+}
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // All but the most recent group have read their shared memory.
 __device__ __forceinline__ void tma_store_wait_read_but_one() {
