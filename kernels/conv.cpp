@@ -736,11 +736,26 @@ std::optional<std::vector<DgradPhase>> implicit_phases(Context& ctx, const ConvL
     return phases;
 }
 
+// F5's (K, T, R, S, C) taps base + step j (j < taps) along each axis, K and C exchanged: (C,
+// taps, K). The precompiled transpose (filter_taps_cuda) where F5 is 16-bit and contiguous with
+// channels in multiples of 8, else a JIT copy (whose reads along K are 2 bytes apart: a
+// 512 x 3 x 3 x 512 filter took 18 us that way on the H100, the transpose 4.4 us).
+Tensor filter_taps(const Tensor& F5, const Dims3& taps, const Dims3& base, const Dims3& step) {
+    const Shape& s = F5.shape();
+    if (dtype_size(F5.dtype()) == 2 && F5.is_contiguous() && s[0] % 8 == 0 && s[4] % 8 == 0)
+        return gemm::filter_taps_cuda(F5, taps, base, step);
+    auto along = [&](int a) {
+        const int64_t stop = base[a] + step[a] * taps[a];
+        return Slice::range(base[a], stop >= 0 ? stop : Slice::kNone, step[a]);
+    };
+    return F5.context().eval(F5.slice({Slice::all(), along(0), along(1), along(2), Slice::all()}).transpose({4, 1, 2, 3, 0}).expr());
+}
+
 // The filter of dgrad_as_conv's convolution from F5 (K, T, R, S, C): flipped in space, K and C
-// exchanged (a small JIT copy).
+// exchanged.
 Tensor dgrad_filter(const Tensor& F5) {
-    const Slice flip = Slice::range(Slice::kNone, Slice::kNone, -1);
-    return F5.context().eval(F5.slice({Slice::all(), flip, flip, flip, Slice::all()}).transpose({4, 1, 2, 3, 0}).expr());
+    const Shape& s = F5.shape();
+    return filter_taps(F5, {s[1], s[2], s[3]}, {s[1] - 1, s[2] - 1, s[3] - 1}, {-1, -1, -1});
 }
 
 // The gradient of a stride-1 layer of at most 8 channels (a first layer's 3) as the convolution
@@ -766,9 +781,8 @@ std::optional<FoldedDgrad> bprop_folded(Context& ctx, const ConvLayer& L) {
 
 // The gradient of a strided 1x1 layer without padding at the positions its taps reach, as the
 // stride-1 1x1 convolution of E into C channels, where pointwise_implicit prefers the implicit
-// kernel to the GEMM (at most 128 channels; wider ones measured slower that way): its rows
-// are groups of one stride in the gradient (c_row), so it stores there directly, where the
-// product wrote its rows and a copy moved them. (The rows group where the image's depth is whole
+// kernel into a strided view: its rows are groups of one stride in the gradient (c_row), so it
+// stores there directly, where the product wrote its rows and a copy moved them. (The rows group where the image's depth is whole
 // strides and a depth stride covers whole strides of height, as with depth stride 1 and an even
 // height under stride 2; an odd height leaves the product.)
 std::optional<ConvLayer> strided_pointwise_dgrad(Context& ctx, const ConvLayer& L) {
@@ -777,7 +791,7 @@ std::optional<ConvLayer> strided_pointwise_dgrad(Context& ctx, const ConvLayer& 
         L.stride[0] * L.image[1] != L.output[1] * L.stride[1])
         return std::nullopt;
     const ConvLayer D = conv_layer(L.dtype, L.N, L.K, L.C, L.output, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1});
-    if (!gemm::pointwise_implicit(ctx, D)) return std::nullopt;
+    if (!gemm::pointwise_implicit(ctx, D, true)) return std::nullopt;
     return D;
 }
 
@@ -850,14 +864,10 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                 view.assign(Expr(0.0));
                 continue;
             }
-            // Its taps, last first, with K and C exchanged: (C, taps, K). (The first tap is below
-            // the step, so the slice runs down to it through the filter's start.)
-            auto taps = [&](int a) {
-                return Slice::range(P.first[a] + L.stride[a] * (P.taps[a] - 1), Slice::kNone, -L.stride[a]);
-            };
-            const Tensor Fp = ctx.eval(F5.slice({Slice::all(), taps(0), taps(1), taps(2), Slice::all()})
-                                           .transpose({4, 1, 2, 3, 0})
-                                           .expr());
+            // Its taps, last first, with K and C exchanged: (C, taps, K).
+            const Dims3 last{P.first[0] + L.stride[0] * (P.taps[0] - 1), P.first[1] + L.stride[1] * (P.taps[1] - 1),
+                             P.first[2] + L.stride[2] * (P.taps[2] - 1)};
+            const Tensor Fp = filter_taps(F5, P.taps, last, {-L.stride[0], -L.stride[1], -L.stride[2]});
             const ConvLayer& D = *P.layer;
             // Straight into its view where the view's rows are groups of one stride (an even
             // image's phases: (N D' H') groups of W' rows), else through a copy.
@@ -929,7 +939,7 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                             out5->slice({Slice::all(), from(0), from(1), from(2), Slice::all()}).assign(Expr(0.0));
                         }
                 const Tensor E = E5.is_contiguous() ? E5 : ctx.eval(E5.expr());
-                const Tensor Fp = ctx.eval(as5(F, g.K, {1, 1, 1}, g.C).transpose({4, 1, 2, 3, 0}).expr());
+                const Tensor Fp = dgrad_filter(as5(F, g.K, {1, 1, 1}, g.C));
                 KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(*D, E, Fp, *rows, d),
                                     "bprop_conv: the implicit-GEMM kernel declined {}", D->str());
                 channel_sums(out, o);
@@ -1186,9 +1196,9 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         fail(Error::Kind::Value, "conv_kernel: op '{}'; it is 'fprop', 'fprop+bsum', 'bprop' or 'update'", op);
     const Geo g = geo(L);
 #ifdef KILN_HAVE_GEMM_KERNELS
-    const bool sums = op == "fprop+bsum";   // the channels' sums in the kernel's epilogue
-    // The kernel conv_fprop_implicit launches for layer X on this op's forward path.
-    auto fprop_kernel = [&](const ConvLayer& X) { return gemm::conv_fprop_kernel(ctx, X, sums); };
+    // The kernel conv_fprop_implicit launches for layer X on this op's forward path (with bsum
+    // or not: "fprop+bsum" names the same kernels as "fprop").
+    auto fprop_kernel = [&](const ConvLayer& X) { return gemm::conv_fprop_kernel(ctx, X); };
     if (pointwise(g)) {   // the GEMM, or where pointwise_implicit says so the implicit kernel
         const std::optional<ConvLayer> D = op == "update" ? std::nullopt
                                            : (op != "bprop") != L.deconv ? std::optional<ConvLayer>(L)

@@ -52,13 +52,12 @@ WgradSplit wgrad_split_choice() {
 }
 
 // The plan a launch takes: fprop_plan's, where can_walk(tile) says whether that tile's walk can
-// run and column_sums whether the epilogue sums the channels (bsum); KILN_CONV_KERNEL=walk walks
+// run; KILN_CONV_KERNEL=walk walks
 // the plan's tile wherever it can (up to 128 wide), =tile never.
 template <class CanWalk>
-FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, CanWalk&& can_walk, bool column_sums) {
+FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, CanWalk&& can_walk) {
     const std::optional<int> forced = conv_kernel_choice();
-    FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)),
-                                column_sums);
+    FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)));
     if (forced == 1 && can_walk(plan.tile)) plan.walk = true;
     return plan;
 }
@@ -425,6 +424,34 @@ Tensor fold_cuda(const Tensor& x5, const Dims3& stride, const Dims3& pad, const 
     return out;
 }
 
+Tensor filter_taps_cuda(const Tensor& F5, const Dims3& taps, const Dims3& base, const Dims3& step) {
+    Context& ctx = F5.context();
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    const Shape& s = F5.shape();
+    KILN_CHECK_INTERNAL(F5.rank() == 5 && dtype_size(F5.dtype()) == 2 && F5.is_contiguous() && s[0] % 8 == 0 &&
+                            s[4] % 8 == 0 && fits_32_bits(s[0]) && fits_32_bits(s[4]),
+                        "filter_taps_cuda: {} {}", dtype_name(F5.dtype()), shape_str(s));
+    FilterTapsParams p{};
+    p.filter = detail::data_of(F5);
+    p.K = int32_t(s[0]), p.T = int32_t(s[1]), p.R = int32_t(s[2]), p.S = int32_t(s[3]), p.C = int32_t(s[4]);
+    for (int a = 0; a < 3; ++a) {
+        KILN_CHECK_INTERNAL(taps[a] >= 1 && base[a] >= 0 && base[a] < s[1 + a] && base[a] + step[a] * (taps[a] - 1) >= 0 &&
+                                base[a] + step[a] * (taps[a] - 1) < s[1 + a],
+                            "filter_taps_cuda: taps {} from {} by {} of {}", dims_str(taps), dims_str(base), dims_str(step),
+                            shape_str(s));
+        p.taps[a] = int32_t(taps[a]), p.base[a] = int32_t(base[a]), p.step[a] = int32_t(step[a]);
+    }
+    KILN_CHECK_INTERNAL(taps[0] * taps[1] * taps[2] <= 65535, "filter_taps_cuda: {} taps", dims_str(taps));
+    Tensor out = ctx.empty({s[4], taps[0], taps[1], taps[2], s[0]}, F5.dtype());
+    p.out = detail::data_of(out);
+    CUfunction f = be.precompiled(kiln_im2col_image, "kiln_filter_taps_e2", 0);
+    void* params[] = {&p};
+    be.launch_precompiled(f, unsigned((s[4] + 63) / 64), unsigned((s[0] + 63) / 64), unsigned(taps[0] * taps[1] * taps[2]),
+                          256, 0, params, {.programmatic = be.programmatic_launches()});
+    out.view().storage->written = true;
+    return out;
+}
+
 void unfold_cuda(const Tensor& folded, Tensor& x, const Dims3& stride, const Dims3& pad) {
     Context& ctx = folded.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
@@ -454,27 +481,26 @@ void conv_autotune_forget() {
 namespace {
 // The plan conv_fprop_implicit takes for L (the tuner aside), its patches by TMA where the
 // descriptor holds the window, the walk where an output of the layer's dtype of its own, without
-// beta, could take it (what the benchmarks store; stochastic rounding is the context's); sums:
-// with bsum.
-FpropPlan expected_plan(Context& ctx, const ConvLayer& L, bool sums = false) {
+// beta, could take it (what the benchmarks store; stochastic rounding is the context's).
+FpropPlan expected_plan(Context& ctx, const ConvLayer& L) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const int sms = be.info().multiprocessors;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
     const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
     return fprop_choice(L, sms, tma, [&](const ConvTile& u) {
         return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin;
-    }, sums);
+    });
 }
 } // namespace
 
-std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool sums) {
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
     if (mma_kernels(be)) return mma_tile(L).entry + " (patches gathered)";
     if (auto tuned = tuned_name("fprop", L)) return *tuned;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
-    const std::string name = describe(L, expected_plan(ctx, L, sums));
+    const std::string name = describe(L, expected_plan(ctx, L));
     return tma ? name + " (patches by TMA)" : name;
 }
 
@@ -487,9 +513,9 @@ std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L) {
 
 bool conv_im2col_forced() { return conv_kernel_choice() == 0; }
 
-bool pointwise_implicit(Context& ctx, const ConvLayer& L) {
+bool pointwise_implicit(Context& ctx, const ConvLayer& L, bool into_view) {
     if (ctx.backend() != Backend::CUDA || mma_kernels(cuda::cuda_backend(ctx))) return false;
-    return pointwise_prefers_implicit(L, cuda::cuda_backend(ctx).info().multiprocessors) &&
+    return pointwise_prefers_implicit(L, cuda::cuda_backend(ctx).info().multiprocessors, into_view) &&
            !conv_fprop_kernel(ctx, L).empty();
 }
 
@@ -614,7 +640,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         }
     };
     // The cost model's plan, the walk only where it can run (fprop_choice); or the tuner's.
-    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, walk_runs, extras && extras->column_sums);
+    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, walk_runs);
     if (autotune_enabled() && !count && !conv_kernel_choice()) {
         // Each tile width the channels fill at least half of (and whose stages fit), one tile a
         // block, and where it can run the walk of the 64- and 128-wide tiles.
@@ -647,15 +673,19 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     const int64_t blocks = int64_t(g.tiles_m) * ((L.K + t.bn - 1) / t.bn);
     const WalkTile walk = plan.walk ? walk_for(L, t) : WalkTile{};
     int smem = plan.walk ? walk.smem : t.smem;
-    // Channel sums: each row of tiles' column sums (kColSums, the warps' sums past the tile's
-    // bias), then their sum over the rows of tiles.
+    // Channel sums (kColSums), then their sum over the partials' rows: one tile a block, each row
+    // of tiles' column sums (the warps' sums past the tile's bias, added in warp order); the
+    // walk, each warp's running sums over its block's tiles (WarpColSums), a row a warp.
     Tensor partials;
-    if (extras && extras->column_sums && rows_of_16_bytes(g) &&
-        smem + conv_col_sum_bytes(t.bn) <= be.info().max_shared_optin) {
-        partials = ctx.empty({g.tiles_m, L.K}, DType::Float32);
+    const int64_t tiles_n = (L.K + t.bn - 1) / t.bn;
+    const int col_s_bytes = plan.walk ? 0 : conv_col_sum_bytes(t.bn);
+    if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
+        smem + col_s_bytes <= be.info().max_shared_optin) {
+        partials = plan.walk ? ctx.empty({int64_t(sms) * 8, tiles_n * t.bn}, DType::Float32)
+                             : ctx.empty({g.tiles_m, L.K}, DType::Float32);
         g.col_partials = reinterpret_cast<float*>(detail::data_of(partials));
         g.flags |= kColSums;
-        smem += conv_col_sum_bytes(t.bn);
+        smem += col_s_bytes;
     }
     // A histogram: each epilogue warp's counters (8 warps: the two consumers) past the kernel's
     // dynamic shared memory (16-byte aligned), where they fit beside its static and dynamic
@@ -685,7 +715,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     if (partials.defined()) {
         partials.view().storage->written = true;
         Tensor sums = *extras->column_sums;
-        sums.assign(reshape(sum(partials.expr(), 0, true), sums.shape()));
+        sums.assign(reshape(sum(partials.slice({Slice::all(), Slice::range(0, L.K)}).expr(), 0, true), sums.shape()));
         extras->summed = last_summed = true;
     }
     return true;

@@ -66,9 +66,14 @@ bool fold_fits(int64_t n, const Dims3& x, int64_t c, const Dims3& pad, const Dim
 // positions no folded one holds.
 void unfold_cuda(const Tensor& folded, Tensor& x, const Dims3& stride, const Dims3& pad);
 
-// The kernel conv_fprop_implicit would launch for L on ctx (sums: with the channels' sums in its
-// epilogue, bsum), or "" where it declines: what the benchmark prints.
-std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool sums = false);
+// The taps a gradient with respect to the input multiplies, of F5 (K, T, R, S, C; 16-bit,
+// contiguous, K and C multiples of 8; FilterTapsParams): a new (C, taps, K) tensor holding
+// F5[k][base + step j][c] for j < taps along each axis (every such tap within the filter).
+Tensor filter_taps_cuda(const Tensor& F5, const Dims3& taps, const Dims3& base, const Dims3& step);
+
+// The kernel conv_fprop_implicit would launch for L on ctx (with or without bsum), or "" where it
+// declines: what the benchmark prints.
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L);
 
 // C (the N P Q x K row-major output, float32 or 16-bit) = epilogue(conv(I5, F)) by the kernel of
 // few output channels (conv_narrow.cu, narrow_cuda.cpp; o's alpha, beta, bias and activation):
@@ -92,8 +97,9 @@ bool conv_im2col_forced();
 
 // Whether the implicit-GEMM kernel, rather than the GEMM, multiplies L, a pointwise layer (1x1,
 // stride 1, no padding; a fprop, or a pointwise layer's gradient as a convolution): where the
-// kernel takes it and conv_select.hpp's pointwise_prefers_implicit says so.
-bool pointwise_implicit(Context& ctx, const ConvLayer& L);
+// kernel takes it and conv_select.hpp's pointwise_prefers_implicit says so (into_view: L's
+// output goes to a strided gradient's view).
+bool pointwise_implicit(Context& ctx, const ConvLayer& L, bool into_view = false);
 
 // grad_F (a K x taps matrix view of the filter's gradient) = alpha * (the gradient of conv(I5,
 // F) of layer L with respect to F, from E5 (N, M, P, Q, K)) + beta * grad_F, by the implicit-GEMM

@@ -49,9 +49,9 @@ struct PatchColumn {
     }
 };
 
-// The fprop kernels' shared memory past the tile's bias for kColSums (a per-channel bsum in the
-// register epilogue): the 8 consumer warps' column sums of a BN-wide tile, which the epilogue
-// adds into the row of tiles' partials (the host adds the rows of tiles).
+// The one-tile fprop kernel's shared memory past the tile's bias for kColSums (a per-channel bsum
+// in the register epilogue): the 8 consumer warps' column sums of a BN-wide tile, which the
+// epilogue adds into the row of tiles' partials (the host adds the rows of tiles).
 constexpr int conv_col_sum_bytes(int bn) { return 8 * bn * 4; }
 
 // The mma.sync fprop (sm80/conv_mma.cuh, every GPU from sm_80): 128 output positions x BN

@@ -41,16 +41,16 @@ ConvTile mma_tile(const ConvLayer& L) {
 // k-tile costs only a quarter more than a 128-wide one. Fitted to the H200's kernel times on the
 // seeds' layers (k-tiles 9-144, 98-6272 row tiles): within 10% of each. Output channels up to
 // 64 take the 64-wide tile, not modelled: its walk where it can run, over at most
-// kNarrowWalkKtiles k-tiles and without channel sums, else one tile a block, two blocks an SM.
-// Measured on an H100 (ResNet-50, VGG-A and AlexNet layers, float16): the walk took 6-24% less
-// over 1 and 9 k-tiles, the same over 4 (both at the memory's pace), 3-4% more over 18 and 75,
-// where one block's fill and epilogue overlapping the other's multiplies costs less than the
-// walk's slower k-tile; with bsum it took 27-44% more (the walk's partial sums per tile).
+// kNarrowWalkKtiles k-tiles, else one tile a block, two blocks an SM. Measured on an H100
+// (ResNet-50, VGG-A and AlexNet layers, float16): the walk took 6-24% less over 1 and 9 k-tiles,
+// the same over 4 (both at the memory's pace), 3-4% more over 18 and 75, where one block's fill
+// and epilogue overlapping the other's multiplies costs less than the walk's slower k-tile; with
+// bias, ReLU and bsum 2-22% less over 1, 4 and 9.
 constexpr int64_t kNarrowWalkKtiles = 12;
-FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool column_sums) {
+FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible) {
     const int64_t tiles_m = (positions_of(L) + 127) / 128;
     const int64_t ktiles = (taps_of(L) + 63) / 64;
-    if (L.K <= 64) return {tile_of(L, 64), walk_possible && !column_sums && ktiles <= kNarrowWalkKtiles};
+    if (L.K <= 64) return {tile_of(L, 64), walk_possible && ktiles <= kNarrowWalkKtiles};
     struct Option { int bn; bool walk; double per_ktile, fixed; };
     const Option options[] = {
         {128, false, patches_by_tma ? 0.377 : 0.9, 2.8},
@@ -176,7 +176,9 @@ WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn, WgradSplit split)
     return best_balanced ? wgrad_balanced_of(L, best_bn, sms) : wgrad_plan_of(L, best_bn, best_splits);
 }
 
-bool pointwise_prefers_implicit(const ConvLayer& L, int sms) { return L.K <= 128 && positions_of(L) >= int64_t(128) * sms; }
+bool pointwise_prefers_implicit(const ConvLayer& L, int sms, bool into_view) {
+    return (into_view || L.K <= 128) && positions_of(L) >= int64_t(128) * sms;
+}
 
 int64_t tma_padded_channels(const ConvLayer& L) {
     const int64_t c64 = (L.C + 63) / 64 * 64;

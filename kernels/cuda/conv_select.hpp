@@ -38,8 +38,8 @@ struct FpropPlan {
 
 // The plan by a cost model (conv_select.cpp), on `sms` SMs, the patches brought by TMA or
 // gathered, the walk considered where walk_possible (of the 64-wide tile where K <= 64, else of
-// the 128-wide one); column_sums: the epilogue also sums the output's channels (bsum).
-FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool column_sums = false);
+// the 128-wide one).
+FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible);
 
 // The widest one-tile kernel fprop_plan may choose for L (whose stages must fit in shared
 // memory; the walk's buffers are checked where it would run).
@@ -83,8 +83,10 @@ WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn = 0, WgradSplit sp
 // against 0.23), while at 256 and more the GEMM's wide tiles win (64 into 256: 0.22 against
 // 0.16). Under a wave of row tiles both are a launch or two. Whether the implicit kernel
 // should multiply pointwise layer L (a fprop, or a pointwise gradient as a convolution) on
-// `sms` SMs.
-bool pointwise_prefers_implicit(const ConvLayer& L, int sms);
+// `sms` SMs. into_view: L is a strided 1x1's gradient, which the implicit kernel stores into
+// the gradient's strided view while the GEMM's product is copied there after it, so any width
+// takes it (ResNet-50's 1x1 stride-2 layers into 256-1024 channels).
+bool pointwise_prefers_implicit(const ConvLayer& L, int sms, bool into_view = false);
 
 // A layer whose channels are a multiple of 8 but not of 64 (Overfeat's second layer, 96),
 // whose patches the kernels gather 16 bytes at a time, runs over its channels padded with zeros

@@ -11,7 +11,8 @@
 // channels (below). Its transpose, col2im (kiln_col2im_f32),
 // gathers the gradient with respect to the image from the patch matrix's gradient: a thread per
 // image element sums the entries of the taps that read it. kiln_fold_e2 and kiln_unfold_e<ES>
-// fold a first layer's stride into its channels and back (FoldParams).
+// fold a first layer's stride into its channels and back (FoldParams); kiln_filter_taps_e2 gives
+// a gradient with respect to the input its filter (FilterTapsParams).
 #include "kernels/cuda/im2col_params.hpp"
 
 #include <stdint.h>
@@ -236,6 +237,49 @@ __device__ __forceinline__ void unfold(const FoldParams& p) {
     }
 }
 
+// FilterTapsParams: 64 k rows x 64 channels of the output tap's input tap, by 16-byte loads,
+// into shared memory (rows 33 words apart: a warp's stores and reads spread over the banks),
+// then 64 channel rows x 64 k out, 16 bytes a thread.
+__device__ __forceinline__ void filter_taps(const FilterTapsParams& p) {
+    __shared__ uint32_t tile[64 * 33];   // [k][c], 16-bit elements, 66 a row
+    const uint16_t* const half = reinterpret_cast<const uint16_t*>(tile);
+    const int c0 = int(blockIdx.x) * 64, k0 = int(blockIdx.y) * 64, z = int(blockIdx.z);
+    const int js = z % p.taps[2], jr = z / p.taps[2] % p.taps[1], jt = z / (p.taps[2] * p.taps[1]);
+    const int64_t tap = (int64_t(p.base[0] + p.step[0] * jt) * p.R + p.base[1] + p.step[1] * jr) * p.S +
+                        p.base[2] + p.step[2] * js;
+    const int64_t taps_in = int64_t(p.T) * p.R * p.S, taps_out = int64_t(p.taps[0]) * p.taps[1] * p.taps[2];
+    const uint16_t* const F = static_cast<const uint16_t*>(p.filter);
+    const int chunk = int(threadIdx.x) % 8, row = int(threadIdx.x) / 8;   // 32 rows a pass
+#if __CUDA_ARCH__ >= 900
+    // Launched with programmatic stream serialization on sm_90 (as the GEMM's wait_for_prior_grids):
+    // nothing global is touched before the kernel before it has ended.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int k = k0 + row + 32 * h, c = c0 + 8 * chunk;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (k < p.K && c < p.C) v = __ldg(reinterpret_cast<const uint4*>(F + (int64_t(k) * taps_in + tap) * p.C + c));
+        uint32_t* const at = tile + (row + 32 * h) * 33 + 4 * chunk;
+        at[0] = v.x, at[1] = v.y, at[2] = v.z, at[3] = v.w;
+    }
+    __syncthreads();
+    uint16_t* const out = static_cast<uint16_t*>(p.out);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int cr = row + 32 * h, c = c0 + cr, k = k0 + 8 * chunk;
+        if (c >= p.C || k >= p.K) continue;
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            w[i] = uint32_t(half[(8 * chunk + 2 * i) * 66 + cr]) | uint32_t(half[(8 * chunk + 2 * i + 1) * 66 + cr]) << 16;
+        *reinterpret_cast<uint4*>(out + (int64_t(c) * taps_out + z) * p.K + k) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kiln_filter_taps_e2(const __grid_constant__ FilterTapsParams p) {
+    filter_taps(p);
+}
 extern "C" __global__ void __launch_bounds__(256) kiln_fold_e2(const __grid_constant__ FoldParams p) { fold<uint16_t>(p); }
 extern "C" __global__ void __launch_bounds__(256) kiln_unfold_e2(const __grid_constant__ FoldParams p) { unfold<uint16_t>(p); }
 extern "C" __global__ void __launch_bounds__(256) kiln_unfold_e4(const __grid_constant__ FoldParams p) { unfold<uint32_t>(p); }

@@ -46,4 +46,16 @@ struct FoldParams {
     FastDiv div_tiles, div_j1, div_j0, div_chunks, div_sc, div_x1, div_x0, div_s0, div_s1;
 };
 
+// The taps of a filter F (K, T, R, S, C; 16-bit, contiguous) that a gradient with respect to
+// the input multiplies, K and C exchanged: out (C, T', R', S', K), out[c][j][k] = F[k][base +
+// step j][c] along each axis (step -1 from the last tap: the filter flipped in space; -s from a
+// phase's last tap: one phase of stride s). Channels C and K multiples of 8. A block transposes
+// 64 k x 64 c of one output tap (blockIdx.z) through shared memory.
+struct FilterTapsParams {
+    const void* filter;
+    void* out;
+    int32_t K, C, T, R, S;
+    int32_t taps[3], base[3], step[3];
+};
+
 } // namespace kiln::gemm

@@ -347,9 +347,8 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             const ConvLayer L = conv_layer(dt, 48, 64, K, {1, 28, 28}, {1, 3, 3}, {0, 1, 1});
             INFO(L.str());
             // 9 k-tiles a tile and 3 tiles an SM: the walk by the cost model (wider than 64
-            // channels) and by the narrow tile's rule (at most 12 k-tiles; with bsum one tile a block).
+            // channels) and by the narrow tile's rule (at most 12 k-tiles).
             CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
-            CHECK((gemm::conv_fprop_kernel(gpu, L, true).find("kiln_conv_fprop_walk_") == 0) == (K > 64));
             setenv("KILN_CONV_KERNEL", "walk", 1);
             CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
             const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
@@ -990,6 +989,10 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
             {conv_layer(dt, 3, 24, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}), "", "kiln_"},    // gathered patches
             {conv_layer(dt, 47, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "tile", "_128_"},   // 288 rows of tiles, the last partly full
             {conv_layer(dt, 47, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_walk_"},
+            // The walk's running sums: 64 wide; 5 columns of tiles, which blocks leave and come
+            // back to on any SM count not a multiple of 5, the last row of tiles partly full.
+            {conv_layer(dt, 47, 64, 40, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_64_s6"},
+            {conv_layer(dt, 23, 64, 520, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_walk_"},
             {conv_layer(dt, 31, 256, 504, {1, 64, 63}, {1, 3, 3}, {0, 1, 1}), "", "_256_"},        // 977, the last half full
 
         };
@@ -1029,6 +1032,40 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
                 }
         }
     }
+}
+
+// The taps a gradient with respect to the input multiplies, K and C exchanged, by the precompiled
+// transpose: bit for bit the JIT copy of the same slice, whole 64 x 64 blocks and partial ones,
+// the filter flipped (stride 1) and a phase of stride 2, 2D and 3D.
+TEST_CASE("gpu conv: a gradient's filter taps by the precompiled transpose equal the JIT copy") {
+    REQUIRE_GPU();
+    Context ctx(ContextOptions{"cuda"});
+    std::mt19937 g(11);
+    struct Case {
+        Shape F;
+        Dims3 taps, base, step;
+    };
+    for (const Case& c : {Case{{72, 1, 3, 3, 200}, {1, 3, 3}, {0, 2, 2}, {-1, -1, -1}},
+                          Case{{136, 1, 5, 5, 96}, {1, 2, 3}, {0, 3, 4}, {-1, -2, -2}},
+                          Case{{16, 3, 3, 3, 24}, {2, 1, 2}, {2, 1, 2}, {-2, -2, -2}},
+                          Case{{256, 1, 3, 3, 64}, {1, 1, 1}, {0, 1, 1}, {-1, -2, -2}}})
+        for (DType dt : {DType::Float16, DType::BFloat16}) {
+            INFO(shape_str(c.F) << " taps " << c.taps[0] << "x" << c.taps[1] << "x" << c.taps[2] << " from " << c.base[0]
+                                << "," << c.base[1] << "," << c.base[2] << " " << dtype_name(dt));
+            const Tensor F = test::random_normal(ctx, g, c.F, dt);
+            auto along = [&](int a) {
+                const int64_t stop = c.base[a] + c.step[a] * c.taps[a];
+                return Slice::range(c.base[a], stop >= 0 ? stop : Slice::kNone, c.step[a]);
+            };
+            const Tensor want = ctx.eval(F.slice({Slice::all(), along(0), along(1), along(2), Slice::all()})
+                                             .transpose({4, 1, 2, 3, 0})
+                                             .expr());
+            const Tensor got = gemm::filter_taps_cuda(F, c.taps, c.base, c.step);
+            CHECK(got.shape() == want.shape());
+            CHECK(got.dtype() == dt);
+            CHECK(ctx.eval(cast(got.expr(), DType::Float32)).to_vector<float>() ==
+                  ctx.eval(cast(want.expr(), DType::Float32)).to_vector<float>());
+        }
 }
 
 // KILN_AUTOTUNE=1: the first fprop and update of a layer time the implicit kernels' tile widths

@@ -72,7 +72,7 @@ TEST_CASE("conv plans: the seeds' layers take the tiles, walks and splits measur
 TEST_CASE("conv plans: the rules behind them") {
     // Up to 64 output channels: the 64-wide tile, not modelled; its walk over short k-loops (9
     // k-tiles: ResNet-50's s2_3x3; 1: its s2_1x1a) where the walk can run, one tile a block, two
-    // blocks an SM, with bsum or over long k-loops (18: VGG-A's conv2 backward, 128 channels into 64).
+    // blocks an SM, over long k-loops (18: VGG-A's conv2 backward, 128 channels into 64).
     const ConvLayer narrow = layer2d(256, 64, 64, 56, 3, 1, 1);
     const FpropPlan p64 = fprop_plan(narrow, kSms, true, true);
     CHECK(p64.tile.bn == 64);
@@ -81,11 +81,10 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(describe(narrow, p64) == "kiln_conv_fprop_walk_f16_64_s6");
     CHECK(fprop_plan(layer2d(256, 64, 64, 56, 1, 0, 1), kSms, true, true).walk);
     CHECK(!fprop_plan(narrow, kSms, true, false).walk);
-    CHECK(!fprop_plan(narrow, kSms, true, true, true).walk);   // bsum
     const FpropPlan long_k = fprop_plan(layer2d(64, 128, 64, 112, 3, 1, 1), kSms, true, true);
     CHECK(long_k.tile.bn == 64);
     CHECK(!long_k.walk);
-    CHECK(describe(narrow, fprop_plan(narrow, kSms, true, true, true)) == "kiln_conv_fprop_f16_64_s4");
+    CHECK(describe(narrow, fprop_plan(narrow, kSms, true, false)) == "kiln_conv_fprop_f16_64_s4");
     // The walk only where it may run, and only for tiles up to 128 wide over more tiles than SMs.
     const ConvLayer vgg2 = layer2d(64, 64, 128, 112, 3, 1, 1);
     CHECK(fprop_plan(vgg2, kSms, true, true).walk);
@@ -147,6 +146,11 @@ TEST_CASE("conv plans: pointwise layers on the implicit kernel, channels padded 
     CHECK(!pointwise_prefers_implicit(layer2d(256, 64, 256, 56, 1, 0, 1), kSms));
     CHECK(!pointwise_prefers_implicit(layer2d(2, 64, 64, 8, 1, 0, 1), kSms));
     CHECK(pointwise_prefers_implicit(layer2d(2, 64, 64, 8, 1, 0, 1), 1));   // a wave of one SM
+    // Into a strided gradient's view, any width (ResNet-50's s3_proj gradient: 512 into 256 at
+    // 28x28), but not a handful of rows.
+    CHECK(pointwise_prefers_implicit(layer2d(256, 512, 256, 28, 1, 0, 1), kSms, true));
+    CHECK(pointwise_prefers_implicit(layer2d(256, 1024, 512, 14, 1, 0, 1), kSms, true));
+    CHECK(!pointwise_prefers_implicit(layer2d(2, 512, 256, 8, 1, 0, 1), kSms, true));
     // Channels to the next multiple of 64 where that adds at most a third.
     CHECK(tma_padded_channels(layer2d(128, 96, 256, 24, 5, 0, 1)) == 128);
     CHECK(tma_padded_channels(layer2d(2, 160, 72, 9, 3, 1, 1)) == 192);

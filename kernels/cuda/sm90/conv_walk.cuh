@@ -12,8 +12,9 @@
 // where the tile's part of a row is whole 16-byte chunks), or, failing that, the warp stores
 // them, a lane per 16-byte chunk. (The consumer warps' own stores, 8 warps an SM, moved a 1x1
 // layer's output at about a third of the bandwidth that TMA's do.) Nothing in the store path
-// waits for the other warps but the channel sums (kColSums), which add all eight warps' sums in
-// a fixed order.
+// waits for the other warps. The channel sums (kColSums) stay in each warp's registers across
+// the block's tiles of one column of tiles (WarpColSums), so they take no shared memory and no
+// barrier a tile.
 // 16-bit output whose rows are 16 bytes apart, without beta or stochastic rounding (the host
 // checks). Chosen by the host's cost model (conv_cuda.cpp, fprop_plan), KILN_CONV_KERNEL=walk
 // or the tuner.
@@ -24,8 +25,7 @@ namespace kiln::gemm {
 
 // Shared memory past the stages: the staged results (BM rows of BN + 8 16-bit values, 16 rows
 // a warp; by TMA a warp's BN / 64 boxes of 16 rows x 128 bytes in the 128-byte swizzle, 2 KB
-// each, in the same space), then each consumer's bias for two tiles in turn (2 x 2 x BN
-// floats), then with kColSums the warps' column sums (8 x BN floats: conv_col_sum_bytes).
+// each, in the same space), then each consumer's bias for two tiles in turn (2 x 2 x BN floats).
 template <int BN>
 constexpr int kWalkStagedBytes = 128 * (BN + 8) * 2;
 
@@ -39,13 +39,12 @@ __device__ __forceinline__ int walk_staged_at(bool by_tma, int r, int j) {
 
 // Warp warp8's 16 rows of the finished tile at (m0, n0) (rows 16 warp8 + g and + 8, register
 // 2j + h of `results` holding row g + 8h, columns 8j + 2q, + 1) from registers to C: staged in
-// the warp's slice of shared memory, then a lane per 16-byte chunk of a row. kColSums: the
-// warp's column sums into col_s[warp], then, behind the consumers' barrier, their sum in warp
-// order into the tile's row of col_partials.
-template <int BM, int BN>
+// the warp's slice of shared memory, then by TMA, by a bulk copy a row or a lane per 16-byte
+// chunk of a row.
+template <int BN>
 __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUtensorMap* map_c,
-                                                const uint32_t (&results)[BN / 4], uint16_t* slice, float* col_s, int m0,
-                                                int n0, int warp8, int lane) {
+                                                const uint32_t (&results)[BN / 4], uint16_t* slice, int m0, int n0,
+                                                int warp8, int lane) {
     constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
     const GemmParams& p = cp.gemm;
     const bool by_tma = cp.c_by_tma;
@@ -75,10 +74,8 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
         tma_store_commit();
     }
     uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp8, lane) : nullptr;
-    const bool col_sums = p.flags & kColSums;
-    if ((by_tma || by_rows) && !hist && !col_sums) return;
+    if ((by_tma || by_rows) && !hist) return;
     const int r_in = lane / kChunks, chunk = lane % kChunks, n = n0 + 8 * chunk;
-    float cs[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int r = r_in; r < 16; r += kRowsPerPass) {
         const int m = row0 + r;
@@ -86,20 +83,8 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
         const uint4 v = *reinterpret_cast<const uint4*>(slice + walk_staged_at<BN>(by_tma, r, chunk));
         if (!by_tma && !by_rows) store_chunk_16bit(p, C + c_row(p, m), n, v);
         if (hist) hist_count_words<4>(p, hist, &v.x, p.n - n);
-        if (col_sums) add_chunk(p, v, cs);
     }
     if (hist) hist_flush(p, hist, lane);
-    if (!col_sums) return;
-    warp_col_sums<BN>(cs, col_s, warp8, lane);
-    asm volatile("bar.sync 1, 256;" ::: "memory");   // every warp's sums of this tile are in
-    const int tid = 32 * warp8 + lane;
-    if (tid < BN && n0 + tid < p.n) {
-        float s = 0.f;
-#pragma unroll
-        for (int w = 0; w < 8; ++w) s += col_s[w * BN + tid];
-        p.col_partials[int64_t(m0 / BM) * p.n + n0 + tid] = s;
-    }
-    asm volatile("bar.sync 1, 256;" ::: "memory");   // read before the next tile's sums land
 }
 
 template <class T, int BN, int STAGES>
@@ -135,16 +120,21 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     uint16_t* const slice = reinterpret_cast<uint16_t*>(smem + STAGES * Cfg::kStageBytes) +
                             (p.c_by_tma ? warp8 * (BN / 64) * 1024 : 16 * warp8 * (BN + 8));
     float* const bias_c = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes + kWalkStagedBytes<BN>) + c * 2 * BN;
-    float* const col_s = bias_c - c * 2 * BN + 4 * BN;
+    // kColSums: the warp's running channel sums, in its row of col_partials ([gridDim.x x 8]
+    // [tiles_n x BN], tiles_n <= 64).
+    const bool col_sums = g.flags & kColSums;
+    WarpColSums<BN> sums;
+    sums.row = g.col_partials + (int64_t(blockIdx.x) * 8 + warp8) * (int64_t(g.tiles_n) * BN);
     const bool bias = g.flags & kBias;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
     static_assert(BN <= 128, "a consumer thread loads one bias value a tile");
     uint32_t results[BN / 4];   // the previous tile's, rounded
     int pending = -1;           // that tile, or none
     const auto store_pending = [&] {
-        if (pending >= 0)
-            walk_store_rows<BM, BN>(p, map_c, results, slice, col_s, pending / g.tiles_n * BM, pending % g.tiles_n * BN,
-                                    warp8, lane);
+        if (pending < 0) return;
+        const int m0 = pending / g.tiles_n * BM, tile_n = pending % g.tiles_n;
+        walk_store_rows<BN>(p, map_c, results, slice, m0, tile_n * BN, warp8, lane);
+        if (col_sums) sums.add(g, results, g.m - (m0 + 16 * warp8), lane / 4, q, tile_n);
     };
     int it = 0;
     for (int t = int(blockIdx.x), u = 0; t < tiles; t += int(gridDim.x), ++u) {
@@ -168,6 +158,7 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
         pending = t;
     }
     store_pending();   // the last tile's, with nothing left to hide behind
+    if (col_sums) sums.finish(g.tiles_n, lane / 4, q);
     // (The block's shared memory stays until TMA or the bulk copies have read it.)
     if ((p.c_by_tma && lane == 0) || (!p.c_by_tma && lane < 16)) tma_store_wait_all();
 }

@@ -278,13 +278,13 @@ __device__ __forceinline__ void warp_col_sums(float (&cs)[8], float* col_s, int 
     }
 }
 
-// kColSums in the persistent kernels, from the rounded results in registers (register 2j + h:
-// row g + 8h of the warp's 16, columns 8j + 2q, + 1; rows from rows_left on lie past M and are
-// left out): the column sums of the warp's rows, halved over the lanes of one q three times
-// (each lane keeping half of what it holds and adding its partner's matching half: 56 shuffles,
-// not the 192 of adding every column over all eight), so that lane 4g + q ends with the sums
-// of columns 8j + 2q, + 1 for j = 4g .. 4g + 3, which it adds to cs. Fixed order: the same
-// bits in every run.
+// kColSums in the persistent kernels and the convolution's walk, from the rounded results in
+// registers (register 2j + h: row g + 8h of the warp's 16, columns 8j + 2q, + 1; rows from
+// rows_left on lie past M and are left out): the column sums of the warp's rows, halved over the
+// lanes of one q three times (each lane keeping half of what it holds and adding its partner's
+// matching half: 56 shuffles at 256 columns, not the 192 of adding every column over all eight),
+// so that lane 4g + q ends with the sums of columns 8j + 2q, + 1 for j = BN/64 g .. BN/64 (g + 1)
+// - 1, which it adds to cs. Fixed order: the same bits in every run.
 template <int H, int N>
 __device__ __forceinline__ void keep_half_added(float (&s)[N], bool high, int lane_mask) {
 #pragma unroll
@@ -295,8 +295,8 @@ __device__ __forceinline__ void keep_half_added(float (&s)[N], bool high, int la
 }
 template <int BN>
 __device__ __forceinline__ void add_warp_col_sums(const GemmParams& p, const uint32_t (&results)[BN / 4], int rows_left,
-                                                  int g, float (&cs)[8]) {
-    static_assert(BN == 256, "the halving leaves 8 sums a lane at 256 columns");
+                                                  int g, float (&cs)[BN / 32]) {
+    static_assert(BN == 64 || BN == 128 || BN == 256, "the halving leaves BN / 32 sums a lane");
     float s[BN / 4];
     if (rows_left >= 16) {   // (every tile but a last, partial row of tiles: no masks)
 #pragma unroll
@@ -317,8 +317,56 @@ __device__ __forceinline__ void add_warp_col_sums(const GemmParams& p, const uin
     keep_half_added<BN / 16>(s, g & 2, 8);
     keep_half_added<BN / 32>(s, g & 1, 4);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) cs[i] += s[i];
+    for (int i = 0; i < BN / 32; ++i) cs[i] += s[i];
 }
+
+// A warp's running column sums over its block's tiles (kColSums where a block walks several
+// tiles: a convolution's bsum per channel), kept in registers while the block stays in one
+// column of tiles and moved to the warp's row of col_partials (`row`: tiles_n x BN floats,
+// tiles_n <= 64) when it goes to another and at the end: stored the first time, added to after
+// that by atomic reductions the warp does not wait for. Each entry has one writer, this thread,
+// whose operations on one address keep their order: the same bits in every run. At the end the
+// columns of tiles never visited get zeros, so that the host need not clear the rows. (A tile's
+// sums over the warps would need shared memory and a barrier a tile; a row a warp and tile
+// would write an eighth of C again.)
+template <int BN>
+struct WarpColSums {
+    float cs[BN / 32] = {};
+    int n = -1;   // the column of tiles in cs, or none
+    uint64_t visited = 0;
+    float* row;
+    __device__ __forceinline__ void flush(int g, int q) {
+        if (n < 0) return;
+        const bool again = (visited >> n) & 1u;
+        visited |= uint64_t(1) << n;
+#pragma unroll
+        for (int jj = 0; jj < BN / 64; ++jj) {
+            float2* const slot = reinterpret_cast<float2*>(row + int64_t(n) * BN + 8 * (BN / 64 * g + jj) + 2 * q);
+            if (again) {   // (reductions without a result: the warp does not wait for the old values)
+                atomicAdd(&slot->x, cs[2 * jj]);
+                atomicAdd(&slot->y, cs[2 * jj + 1]);
+            } else {
+                *slot = make_float2(cs[2 * jj], cs[2 * jj + 1]);
+            }
+            cs[2 * jj] = cs[2 * jj + 1] = 0.f;
+        }
+    }
+    // The tile in column of tiles tile_n: its results' column sums (add_warp_col_sums).
+    __device__ __forceinline__ void add(const GemmParams& p, const uint32_t (&results)[BN / 4], int rows_left, int g,
+                                        int q, int tile_n) {
+        if (tile_n != n) flush(g, q);
+        n = tile_n;
+        add_warp_col_sums<BN>(p, results, rows_left, g, cs);
+    }
+    __device__ __forceinline__ void finish(int tiles_n, int g, int q) {
+        flush(g, q);
+        for (int t = 0; t < tiles_n; ++t)
+            if (!((visited >> t) & 1u))
+#pragma unroll
+                for (int jj = 0; jj < BN / 64; ++jj)
+                    *reinterpret_cast<float2*>(row + int64_t(t) * BN + 8 * (BN / 64 * g + jj) + 2 * q) = make_float2(0.f, 0.f);
+    }
+};
 
 // kColSums (LEAN == kGeneral only; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN
 // floats of shared memory, collects each warp's column sums of the values as stored; their sum

@@ -136,35 +136,11 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     };
     // kHist: the block's counters past its shared memory (a warp's each would not fit).
     hist_begin_block(p, smem, ctid + 128 * c);
-    // kColSums (the kLeanCols twin; a convolution's bsum per channel): this lane's sums of its 8
-    // columns of column of tiles sums_n (add_warp_col_sums), over the block's tiles there so far,
-    // go to the warp's row of col_partials ([gridDim.x x 8][tiles_n x BN], tiles_n <= 32) when
-    // the block's walk moves to another column of tiles and after its last tile: stored the first
-    // time (`visited`), added to after that by atomic reductions, which the warp does not wait
-    // for; each entry has one writer, this thread, whose operations on one address keep their
-    // order: the same bits in every run. At the end the block stores zeros in the columns it never
-    // visited, so that the host need not clear the rows first. (No shared memory is left for a
-    // tile's sums over the warps, and a row a warp and tile would write an eighth of C again.)
-    float col_sums[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    int sums_n = -1;
-    uint32_t visited = 0;
-    float* const sums_row = p.col_partials + (int64_t(blockIdx.x) * 8 + 4 * c + warp) * (int64_t(p.tiles_n) * BN);
-    const auto flush_col_sums = [&] {
-        if (sums_n < 0) return;
-        const bool again = (visited >> sums_n) & 1u;
-        visited |= 1u << sums_n;
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-            float2* const slot = reinterpret_cast<float2*>(sums_row + int64_t(sums_n) * BN + 8 * (4 * g + jj) + 2 * q);
-            if (again) {   // (reductions without a result: the warp does not wait for the old values)
-                atomicAdd(&slot->x, col_sums[2 * jj]);
-                atomicAdd(&slot->y, col_sums[2 * jj + 1]);
-            } else {
-                *slot = make_float2(col_sums[2 * jj], col_sums[2 * jj + 1]);
-            }
-            col_sums[2 * jj] = col_sums[2 * jj + 1] = 0.f;
-        }
-    };
+    // kColSums (the kLeanCols twin; a convolution's bsum per channel): each warp's running sums
+    // over the block's tiles (WarpColSums) in its row of col_partials ([gridDim.x x 8][tiles_n x
+    // BN], tiles_n <= 64).
+    WarpColSums<BN> col_sums;
+    col_sums.row = p.col_partials + (int64_t(blockIdx.x) * 8 + 4 * c + warp) * (int64_t(p.tiles_n) * BN);
     int it = 0;
     for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
@@ -201,11 +177,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             });
         }
         if constexpr (LEAN == kLeanCols) {
-            if (p.flags & kColSums) {
-                if (at.n != sums_n) flush_col_sums();
-                sums_n = at.n;
-                add_warp_col_sums<BN>(p, results, p.m - (m0 + 16 * warp), g, col_sums);
-            }
+            if (p.flags & kColSums) col_sums.add(p, results, p.m - (m0 + 16 * warp), g, q, at.n);
         }
 #pragma unroll
         for (int hf = 0; hf < (C32 ? kParts : 0); ++hf) {
@@ -252,14 +224,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
         }
     }
     if constexpr (LEAN == kLeanCols) {
-        if (p.flags & kColSums) {
-            flush_col_sums();
-            for (int n = 0; n < p.tiles_n; ++n)
-                if (!((visited >> n) & 1u))
-#pragma unroll
-                    for (int jj = 0; jj < 4; ++jj)
-                        *reinterpret_cast<float2*>(sums_row + int64_t(n) * BN + 8 * (4 * g + jj) + 2 * q) = make_float2(0.f, 0.f);
-        }
+        if (p.flags & kColSums) col_sums.finish(p.tiles_n, g, q);
     }
     hist_flush_block(p, smem, ctid + 128 * c);
     if (ctid == 0) tma_store_wait_all();
