@@ -280,45 +280,57 @@ __device__ __forceinline__ void warp_col_sums(float (&cs)[8], float* col_s, int 
 
 // kColSums in the persistent kernels and the convolution's walk, from the rounded results in
 // registers (register 2j + h: row g + 8h of the warp's 16, columns 8j + 2q, + 1; rows from
-// rows_left on lie past M and are left out): the column sums of the warp's rows, halved over the
-// lanes of one q three times (each lane keeping half of what it holds and adding its partner's
-// matching half: 56 shuffles at 256 columns, not the 192 of adding every column over all eight),
-// so that lane 4g + q ends with the sums of columns 8j + 2q, + 1 for j = BN/64 g .. BN/64 (g + 1)
-// - 1, which it adds to cs. Fixed order: the same bits in every run.
-template <int H, int N>
-__device__ __forceinline__ void keep_half_added(float (&s)[N], bool high, int lane_mask) {
+// rows_left on lie past M and count as zeros), on the tensor cores: each 8 x 8 block of C
+// transposed within the warp (movmatrix), so that 16 columns x the 16 rows are an m16n8k16 A
+// operand, times a B of ones: D's row m is column m's sum over the rows, added in float32 by
+// the mma (the same bits in every run). Of the BN / 16 products lane 4g + q keeps those of
+// column groups i = q, q + 4, ...: cs[2k + e] += the sum of column 16 (4k + q) + 8e + g (k <
+// BN / 64). About 6 instructions a column group, where adding the columns' floats over the
+// lanes took about 20 (ncu on the persistent GEMM's twin: 56% more instructions than plain).
+__device__ __forceinline__ uint32_t transpose_8x8(uint32_t v) {
+    uint32_t t;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(t) : "r"(v));
+    return t;
+}
+// Columns 64k .. 64k + 63 (four groups of 16); low_row / high_row: rows g / g + 8 lie within M.
+template <int BN>
+__device__ __forceinline__ void add_col_sums_64(const GemmParams& p, const uint32_t (&results)[BN / 4], int k,
+                                                bool low_row, bool high_row, int q, float (&cs)[BN / 32]) {
+    static_assert(BN % 64 == 0, "whole groups of 4 x 16 columns");
+    const bool bf16 = p.c_dtype == kBF16;
+    const uint32_t ones = bf16 ? 0x3f803f80u : 0x3c003c00u;
+    float sum[2] = {0.f, 0.f};
 #pragma unroll
-    for (int i = 0; i < H; ++i) {
-        const float keep = high ? s[H + i] : s[i], send = high ? s[i] : s[H + i];
-        s[i] = keep + __shfl_xor_sync(0xffffffffu, send, lane_mask);
+    for (int i4 = 0; i4 < 4; ++i4) {
+        const int j0 = 2 * (4 * k + i4), j1 = j0 + 1;   // the group's two 8-column chunks
+        const uint32_t a0 = transpose_8x8(low_row ? results[2 * j0] : 0u),
+                       a1 = transpose_8x8(low_row ? results[2 * j1] : 0u),
+                       a2 = transpose_8x8(high_row ? results[2 * j0 + 1] : 0u),
+                       a3 = transpose_8x8(high_row ? results[2 * j1 + 1] : 0u);
+        float d[4];
+        if (bf16)
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, "
+                         "{%9,%9,%9,%9};"
+                         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(ones), "f"(0.f));
+        else
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, "
+                         "{%9,%9,%9,%9};"
+                         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(ones), "f"(0.f));
+        if (q == i4) sum[0] = d[0], sum[1] = d[2];   // columns 16 i + g and 16 i + 8 + g
     }
+    cs[2 * k] += sum[0];
+    cs[2 * k + 1] += sum[1];
 }
 template <int BN>
 __device__ __forceinline__ void add_warp_col_sums(const GemmParams& p, const uint32_t (&results)[BN / 4], int rows_left,
-                                                  int g, float (&cs)[BN / 32]) {
-    static_assert(BN == 64 || BN == 128 || BN == 256, "the halving leaves BN / 32 sums a lane");
-    float s[BN / 4];
-    if (rows_left >= 16) {   // (every tile but a last, partial row of tiles: no masks)
+                                                  int g, int q, float (&cs)[BN / 32]) {
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const float2 a = unpack2(results[2 * j], p.c_dtype), b = unpack2(results[2 * j + 1], p.c_dtype);
-            s[2 * j] = a.x + b.x, s[2 * j + 1] = a.y + b.y;
-        }
-    } else {
-        const bool low_row = g < rows_left, high_row = g + 8 < rows_left;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const float2 a = unpack2(results[2 * j], p.c_dtype), b = unpack2(results[2 * j + 1], p.c_dtype);
-            s[2 * j] = (low_row ? a.x : 0.f) + (high_row ? b.x : 0.f);
-            s[2 * j + 1] = (low_row ? a.y : 0.f) + (high_row ? b.y : 0.f);
-        }
-    }
-    keep_half_added<BN / 8>(s, g & 4, 16);
-    keep_half_added<BN / 16>(s, g & 2, 8);
-    keep_half_added<BN / 32>(s, g & 1, 4);
-#pragma unroll
-    for (int i = 0; i < BN / 32; ++i) cs[i] += s[i];
+    for (int k = 0; k < BN / 64; ++k) add_col_sums_64<BN>(p, results, k, rows_left > g, rows_left > g + 8, q, cs);
 }
+// The column of tile lane (g, q)'s cs[2k + e] sums (add_warp_col_sums).
+__device__ __forceinline__ int col_sum_column(int k, int e, int g, int q) { return 16 * (4 * k + q) + 8 * e + g; }
 
 // A warp's running column sums over its block's tiles (kColSums where a block walks several
 // tiles: a convolution's bsum per channel), kept in registers while the block stays in one
@@ -340,31 +352,30 @@ struct WarpColSums {
         const bool again = (visited >> n) & 1u;
         visited |= uint64_t(1) << n;
 #pragma unroll
-        for (int jj = 0; jj < BN / 64; ++jj) {
-            float2* const slot = reinterpret_cast<float2*>(row + int64_t(n) * BN + 8 * (BN / 64 * g + jj) + 2 * q);
-            if (again) {   // (reductions without a result: the warp does not wait for the old values)
-                atomicAdd(&slot->x, cs[2 * jj]);
-                atomicAdd(&slot->y, cs[2 * jj + 1]);
-            } else {
-                *slot = make_float2(cs[2 * jj], cs[2 * jj + 1]);
-            }
-            cs[2 * jj] = cs[2 * jj + 1] = 0.f;
+        for (int i = 0; i < BN / 32; ++i) {
+            float* const slot = row + int64_t(n) * BN + col_sum_column(i / 2, i % 2, g, q);
+            if (again) atomicAdd(slot, cs[i]);   // (a reduction without a result: the warp does not wait)
+            else *slot = cs[i];
+            cs[i] = 0.f;
         }
+    }
+    // A tile in column of tiles tile_n comes: the sums so far moved out if they are another's.
+    __device__ __forceinline__ void enter(int tile_n, int g, int q) {
+        if (tile_n != n) flush(g, q);
+        n = tile_n;
     }
     // The tile in column of tiles tile_n: its results' column sums (add_warp_col_sums).
     __device__ __forceinline__ void add(const GemmParams& p, const uint32_t (&results)[BN / 4], int rows_left, int g,
                                         int q, int tile_n) {
-        if (tile_n != n) flush(g, q);
-        n = tile_n;
-        add_warp_col_sums<BN>(p, results, rows_left, g, cs);
+        enter(tile_n, g, q);
+        add_warp_col_sums<BN>(p, results, rows_left, g, q, cs);
     }
     __device__ __forceinline__ void finish(int tiles_n, int g, int q) {
         flush(g, q);
         for (int t = 0; t < tiles_n; ++t)
             if (!((visited >> t) & 1u))
 #pragma unroll
-                for (int jj = 0; jj < BN / 64; ++jj)
-                    *reinterpret_cast<float2*>(row + int64_t(t) * BN + 8 * (BN / 64 * g + jj) + 2 * q) = make_float2(0.f, 0.f);
+                for (int i = 0; i < BN / 32; ++i) row[int64_t(t) * BN + col_sum_column(i / 2, i % 2, g, q)] = 0.f;
     }
 };
 

@@ -31,7 +31,7 @@ namespace kiln::gemm {
 // 1024-byte aligned (checked). bsum
 // over several tiles per row: the consumers store the tile's row sums as tagged partials and
 // the bsum warps of the block that adds the row read them (add_bsum_rows). Column sums
-// (kColSums): each warp's running sums in registers, into a row of its own (flush_col_sums).
+// (kColSums): each warp's running sums in registers, into a row of its own (WarpColSums).
 template <class T, int STAGES, int TA, int TB, bool C32, int LEAN = kGeneral>
 __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const CUtensorMap* map_c) {
@@ -107,6 +107,13 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     // tiles before tile t wait this way; only the thread that hands parts to TMA needs to know
     // where they go (bars.pending_box: registers are short here).
     uint32_t results[C32 ? 1 : BN / 4];   // register 2j + h: row g + 8h, columns 8j + 2q, + 1
+    // kColSums (the kLeanCols twin; a convolution's bsum per channel): each warp's running sums
+    // over the block's tiles (WarpColSums) in its row of col_partials ([gridDim.x x 8][tiles_n x
+    // BN], tiles_n <= 64), added once the tile's results are rounded. (Added part by part while
+    // the next tile multiplies, the callback grew past inlining and took the results array to
+    // local memory.)
+    WarpColSums<BN> col_sums;
+    col_sums.row = p.col_partials + (int64_t(blockIdx.x) * 8 + 4 * c + warp) * (int64_t(p.tiles_n) * BN);
     int* const pending_box = bars.pending_box[c];   // n0, m0, z
     const auto store_pending_part = [&](int hf, int t) {
         if constexpr (!C32) {
@@ -136,11 +143,6 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     };
     // kHist: the block's counters past its shared memory (a warp's each would not fit).
     hist_begin_block(p, smem, ctid + 128 * c);
-    // kColSums (the kLeanCols twin; a convolution's bsum per channel): each warp's running sums
-    // over the block's tiles (WarpColSums) in its row of col_partials ([gridDim.x x 8][tiles_n x
-    // BN], tiles_n <= 64).
-    WarpColSums<BN> col_sums;
-    col_sums.row = p.col_partials + (int64_t(blockIdx.x) * 8 + 4 * c + warp) * (int64_t(p.tiles_n) * BN);
     int it = 0;
     for (int t = blockIdx.x, u = 0; t < total; t += gridDim.x, ++u) {
         const int z = t / per_entry;
