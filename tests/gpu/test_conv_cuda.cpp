@@ -262,8 +262,8 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
     // stride (phases without taps along an axis receive zeros); a padding past the dilated
     // filter, fewer channels or a dilated strided axis keep the product and col2im; a strided
     // one-tap filter (1x1) is the kernel's stride-1 1x1 into the gradient's strided view where
-    // pointwise_implicit takes that and the image's height is whole strides, else the product
-    // and one strided copy. Each with
+    // pointwise_implicit takes that (any width into a view) and the image's height is whole
+    // strides, else the product and one strided copy. Each with
     // the deconvolution of the same geometry, whose fprop is this gradient.
     const std::string by_kernel = "implicit-gemm kiln_", by_phase = "implicit-gemm by phase", product = "im2col+gemm",
                       narrow = "narrow kiln_conv_narrow_";
@@ -277,6 +277,8 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
         {{2, 40, 64, {1, 13, 12}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}}, by_phase},
         {{2, 32, 48, {1, 14, 13}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, product},     // 1x1, few positions: a copy
         {{8, 48, 40, {1, 96, 95}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, by_kernel},   // 1x1: into the strided view
+        {{8, 264, 64, {1, 96, 96}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, by_kernel},  // and wider than 128 channels
+        {{8, 136, 128, {1, 96, 96}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, by_kernel},
         {{8, 48, 40, {1, 95, 96}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}}, product},     // odd height: one strided copy
         {{4, 64, 40, {8, 64, 63}, {1, 1, 1}, {0, 0, 0}, {1, 2, 3}, {1, 1, 1}}, by_kernel},   // 3D 1x1 into its view
         {{4, 64, 40, {8, 64, 63}, {1, 1, 1}, {0, 0, 0}, {2, 2, 3}, {1, 1, 1}}, product},     // depth stride 2: a copy
