@@ -31,9 +31,9 @@ struct ImageLayout {
 // stride of their own (c_row), as a strided gradient's phase is in the image's gradient.
 // `extras` (kernels/hist_named.hpp): the values stored counted where the counters fit beside the
 // kernel's shared memory; C's column sums where the wgmma kernels' 16-bit register epilogue
-// stores (16-bit C, no beta or stochastic rounding), each row of tiles' sums added up by a JIT
-// reduction after the kernel. `layout`: where I5 holds the image's pixels (declines where TMA
-// cannot bring them).
+// stores (16-bit C, no beta or stochastic rounding), the kernel's partial sums (a row of tiles'
+// or, walking, a warp's) added up by a JIT reduction after it. `layout`: where I5 holds the
+// image's pixels (declines where TMA cannot bring them).
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
                          StoreExtras* extras = nullptr, ImageLayout layout = {});
 
