@@ -782,9 +782,10 @@ std::optional<FoldedDgrad> bprop_folded(Context& ctx, const ConvLayer& L) {
 // The gradient of a strided 1x1 layer without padding at the positions its taps reach, as the
 // stride-1 1x1 convolution of E into C channels, where pointwise_implicit prefers the implicit
 // kernel into a strided view: its rows are groups of one stride in the gradient (c_row), so it
-// stores there directly, where the product wrote its rows and a copy moved them. (The rows group where the image's depth is whole
-// strides and a depth stride covers whole strides of height, as with depth stride 1 and an even
-// height under stride 2; an odd height leaves the product.)
+// stores there directly, where the product wrote its rows and a copy moved them. (The rows
+// group where the image's depth is whole strides and a depth stride covers whole strides of
+// height, as with depth stride 1 and an even height under stride 2; an odd height leaves the
+// product.)
 std::optional<ConvLayer> strided_pointwise_dgrad(Context& ctx, const ConvLayer& L) {
     if (L.C < kImplicitDgradMinChannels || L.filter != Dims3{1, 1, 1} || L.pad != Dims3{0, 0, 0} ||
         L.stride == Dims3{1, 1, 1} || L.image[0] != L.output[0] * L.stride[0] ||

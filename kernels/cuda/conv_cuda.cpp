@@ -52,8 +52,7 @@ WgradSplit wgrad_split_choice() {
 }
 
 // The plan a launch takes: fprop_plan's, where can_walk(tile) says whether that tile's walk can
-// run; KILN_CONV_KERNEL=walk walks
-// the plan's tile wherever it can (up to 128 wide), =tile never.
+// run; KILN_CONV_KERNEL=walk walks the plan's tile wherever it can (up to 128 wide), =tile never.
 template <class CanWalk>
 FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, CanWalk&& can_walk) {
     const std::optional<int> forced = conv_kernel_choice();
@@ -435,8 +434,8 @@ Tensor filter_taps_cuda(const Tensor& F5, const Dims3& taps, const Dims3& base, 
     p.filter = detail::data_of(F5);
     p.K = int32_t(s[0]), p.T = int32_t(s[1]), p.R = int32_t(s[2]), p.S = int32_t(s[3]), p.C = int32_t(s[4]);
     for (int a = 0; a < 3; ++a) {
-        KILN_CHECK_INTERNAL(taps[a] >= 1 && base[a] >= 0 && base[a] < s[1 + a] && base[a] + step[a] * (taps[a] - 1) >= 0 &&
-                                base[a] + step[a] * (taps[a] - 1) < s[1 + a],
+        const int64_t last = base[a] + step[a] * (taps[a] - 1);
+        KILN_CHECK_INTERNAL(taps[a] >= 1 && base[a] >= 0 && base[a] < s[1 + a] && last >= 0 && last < s[1 + a],
                             "filter_taps_cuda: taps {} from {} by {} of {}", dims_str(taps), dims_str(base), dims_str(step),
                             shape_str(s));
         p.taps[a] = int32_t(taps[a]), p.base[a] = int32_t(base[a]), p.step[a] = int32_t(step[a]);
@@ -670,14 +669,13 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         if (chosen) plan = *chosen;
     }
     const ConvTile& t = plan.tile;
-    const int64_t blocks = int64_t(g.tiles_m) * ((L.K + t.bn - 1) / t.bn);
+    const int64_t tiles_n = (L.K + t.bn - 1) / t.bn, blocks = int64_t(g.tiles_m) * tiles_n;
     const WalkTile walk = plan.walk ? walk_for(L, t) : WalkTile{};
     int smem = plan.walk ? walk.smem : t.smem;
     // Channel sums (kColSums), then their sum over the partials' rows: one tile a block, each row
     // of tiles' column sums (the warps' sums past the tile's bias, added in warp order); the
     // walk, each warp's running sums over its block's tiles (WarpColSums), a row a warp.
     Tensor partials;
-    const int64_t tiles_n = (L.K + t.bn - 1) / t.bn;
     const int col_s_bytes = plan.walk ? 0 : conv_col_sum_bytes(t.bn);
     if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
         smem + col_s_bytes <= be.info().max_shared_optin) {

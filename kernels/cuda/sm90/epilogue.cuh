@@ -292,42 +292,39 @@ __device__ __forceinline__ uint32_t transpose_8x8(uint32_t v) {
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(t) : "r"(v));
     return t;
 }
-// Columns 64k .. 64k + 63 (four groups of 16); low_row / high_row: rows g / g + 8 lie within M.
-template <int BN>
-__device__ __forceinline__ void add_col_sums_64(const GemmParams& p, const uint32_t (&results)[BN / 4], int k,
-                                                bool low_row, bool high_row, int q, float (&cs)[BN / 32]) {
-    static_assert(BN % 64 == 0, "whole groups of 4 x 16 columns");
-    const bool bf16 = p.c_dtype == kBF16;
-    const uint32_t ones = bf16 ? 0x3f803f80u : 0x3c003c00u;
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int i4 = 0; i4 < 4; ++i4) {
-        const int j0 = 2 * (4 * k + i4), j1 = j0 + 1;   // the group's two 8-column chunks
-        const uint32_t a0 = transpose_8x8(low_row ? results[2 * j0] : 0u),
-                       a1 = transpose_8x8(low_row ? results[2 * j1] : 0u),
-                       a2 = transpose_8x8(high_row ? results[2 * j0 + 1] : 0u),
-                       a3 = transpose_8x8(high_row ? results[2 * j1 + 1] : 0u);
-        float d[4];
-        if (bf16)
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, "
-                         "{%9,%9,%9,%9};"
-                         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(ones), "f"(0.f));
-        else
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, "
-                         "{%9,%9,%9,%9};"
-                         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(ones), "f"(0.f));
-        if (q == i4) sum[0] = d[0], sum[1] = d[2];   // columns 16 i + g and 16 i + 8 + g
-    }
-    cs[2 * k] += sum[0];
-    cs[2 * k + 1] += sum[1];
-}
 template <int BN>
 __device__ __forceinline__ void add_warp_col_sums(const GemmParams& p, const uint32_t (&results)[BN / 4], int rows_left,
                                                   int g, int q, float (&cs)[BN / 32]) {
+    static_assert(BN % 64 == 0, "whole groups of 4 x 16 columns");
+    const bool bf16 = p.c_dtype == kBF16;
+    const uint32_t ones = bf16 ? 0x3f803f80u : 0x3c003c00u;
+    const bool low_row = rows_left > g, high_row = rows_left > g + 8;   // rows g, g + 8 within M
 #pragma unroll
-    for (int k = 0; k < BN / 64; ++k) add_col_sums_64<BN>(p, results, k, rows_left > g, rows_left > g + 8, q, cs);
+    for (int k = 0; k < BN / 64; ++k) {   // columns 64k .. 64k + 63: four groups of 16
+        float sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int i4 = 0; i4 < 4; ++i4) {
+            const int j0 = 2 * (4 * k + i4), j1 = j0 + 1;   // the group's two 8-column chunks
+            const uint32_t a0 = transpose_8x8(low_row ? results[2 * j0] : 0u),
+                           a1 = transpose_8x8(low_row ? results[2 * j1] : 0u),
+                           a2 = transpose_8x8(high_row ? results[2 * j0 + 1] : 0u),
+                           a3 = transpose_8x8(high_row ? results[2 * j1 + 1] : 0u);
+            float d[4];
+            if (bf16)
+                asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, "
+                             "{%9,%9,%9,%9};"
+                             : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(ones), "f"(0.f));
+            else
+                asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, "
+                             "{%9,%9,%9,%9};"
+                             : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(ones), "f"(0.f));
+            if (q == i4) sum[0] = d[0], sum[1] = d[2];   // columns 16 i + g and 16 i + 8 + g
+        }
+        cs[2 * k] += sum[0];
+        cs[2 * k + 1] += sum[1];
+    }
 }
 // The column of tile lane (g, q)'s cs[2k + e] sums (add_warp_col_sums).
 __device__ __forceinline__ int col_sum_column(int k, int e, int g, int q) { return 16 * (4 * k + q) + 8 * e + g; }
@@ -359,15 +356,12 @@ struct WarpColSums {
             cs[i] = 0.f;
         }
     }
-    // A tile in column of tiles tile_n comes: the sums so far moved out if they are another's.
-    __device__ __forceinline__ void enter(int tile_n, int g, int q) {
-        if (tile_n != n) flush(g, q);
-        n = tile_n;
-    }
-    // The tile in column of tiles tile_n: its results' column sums (add_warp_col_sums).
+    // The tile in column of tiles tile_n: its results' column sums (add_warp_col_sums), after
+    // the sums so far are moved out if they are another column's.
     __device__ __forceinline__ void add(const GemmParams& p, const uint32_t (&results)[BN / 4], int rows_left, int g,
                                         int q, int tile_n) {
-        enter(tile_n, g, q);
+        if (tile_n != n) flush(g, q);
+        n = tile_n;
         add_warp_col_sums<BN>(p, results, rows_left, g, q, cs);
     }
     __device__ __forceinline__ void finish(int tiles_n, int g, int q) {
