@@ -736,26 +736,32 @@ std::optional<std::vector<DgradPhase>> implicit_phases(Context& ctx, const ConvL
     return phases;
 }
 
-// F5's (K, T, R, S, C) taps base + step j (j < taps) along each axis, K and C exchanged: (C,
-// taps, K). The precompiled transpose (filter_taps_cuda) where F5 is 16-bit and contiguous with
-// channels in multiples of 8, else a JIT copy (whose reads along K are 2 bytes apart: a
-// 512 x 3 x 3 x 512 filter took 18 us that way on the H100, the transpose 4.4 us).
-Tensor filter_taps(const Tensor& F5, const Dims3& taps, const Dims3& base, const Dims3& step) {
+// For each set, F5's (K, T, R, S, C) taps base + step j (j < taps) along each axis, K and C
+// exchanged: (C, taps, K). The precompiled transpose (filter_taps_cuda), every set in one launch,
+// where F5 is 16-bit and contiguous with channels in multiples of 8, else a JIT copy each (whose
+// reads along K are 2 bytes apart: a 512 x 3 x 3 x 512 filter took 18 us that way on the H100,
+// the transpose 4.4 us).
+std::vector<Tensor> filter_taps(const Tensor& F5, const std::vector<gemm::TapSet>& sets) {
     const Shape& s = F5.shape();
     if (dtype_size(F5.dtype()) == 2 && F5.is_contiguous() && s[0] % 8 == 0 && s[4] % 8 == 0)
-        return gemm::filter_taps_cuda(F5, taps, base, step);
-    auto along = [&](int a) {
-        const int64_t stop = base[a] + step[a] * taps[a];
-        return Slice::range(base[a], stop >= 0 ? stop : Slice::kNone, step[a]);
-    };
-    return F5.context().eval(F5.slice({Slice::all(), along(0), along(1), along(2), Slice::all()}).transpose({4, 1, 2, 3, 0}).expr());
+        return gemm::filter_taps_cuda(F5, sets);
+    std::vector<Tensor> out;
+    for (const gemm::TapSet& t : sets) {
+        auto along = [&](int a) {
+            const int64_t stop = t.base[a] + t.step[a] * t.taps[a];
+            return Slice::range(t.base[a], stop >= 0 ? stop : Slice::kNone, t.step[a]);
+        };
+        out.push_back(F5.context().eval(
+            F5.slice({Slice::all(), along(0), along(1), along(2), Slice::all()}).transpose({4, 1, 2, 3, 0}).expr()));
+    }
+    return out;
 }
 
 // The filter of dgrad_as_conv's convolution from F5 (K, T, R, S, C): flipped in space, K and C
 // exchanged.
 Tensor dgrad_filter(const Tensor& F5) {
     const Shape& s = F5.shape();
-    return filter_taps(F5, {s[1], s[2], s[3]}, {s[1] - 1, s[2] - 1, s[3] - 1}, {-1, -1, -1});
+    return filter_taps(F5, {{{s[1], s[2], s[3]}, {s[1] - 1, s[2] - 1, s[3] - 1}, {-1, -1, -1}}}).front();
 }
 
 // The gradient of a stride-1 layer of at most 8 channels (a first layer's 3) as the convolution
@@ -856,6 +862,16 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
         Tensor grad = direct ? *direct : ctx.empty({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
         DotOptions d;
         if (direct) d.alpha = o.alpha, d.relu = o.relu, d.slope = o.slope;
+        // Each phase's taps, last first, with K and C exchanged: (C, taps, K), all in one launch.
+        std::vector<gemm::TapSet> sets;
+        for (const DgradPhase& P : *phases)
+            if (P.layer)
+                sets.push_back({P.taps,
+                                {P.first[0] + L.stride[0] * (P.taps[0] - 1), P.first[1] + L.stride[1] * (P.taps[1] - 1),
+                                 P.first[2] + L.stride[2] * (P.taps[2] - 1)},
+                                {-L.stride[0], -L.stride[1], -L.stride[2]}});
+        const std::vector<Tensor> phase_taps = filter_taps(F5, sets);
+        size_t next_taps = 0;
         for (const DgradPhase& P : *phases) {
             auto along = [&](int a) {
                 return Slice::range(P.phase[a], P.phase[a] + L.stride[a] * (P.positions[a] - 1) + 1, L.stride[a]);
@@ -865,10 +881,7 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                 view.assign(Expr(0.0));
                 continue;
             }
-            // Its taps, last first, with K and C exchanged: (C, taps, K).
-            const Dims3 last{P.first[0] + L.stride[0] * (P.taps[0] - 1), P.first[1] + L.stride[1] * (P.taps[1] - 1),
-                             P.first[2] + L.stride[2] * (P.taps[2] - 1)};
-            const Tensor Fp = filter_taps(F5, P.taps, last, {-L.stride[0], -L.stride[1], -L.stride[2]});
+            const Tensor& Fp = phase_taps[next_taps++];
             const ConvLayer& D = *P.layer;
             // Straight into its view where the view's rows are groups of one stride (an even
             // image's phases: (N D' H') groups of W' rows), else through a copy.

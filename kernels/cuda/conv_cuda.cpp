@@ -424,30 +424,56 @@ Tensor fold_cuda(const Tensor& x5, const Dims3& stride, const Dims3& pad, const 
 }
 
 Tensor filter_taps_cuda(const Tensor& F5, const Dims3& taps, const Dims3& base, const Dims3& step) {
+    return filter_taps_cuda(F5, std::vector<TapSet>{{taps, base, step}}).front();
+}
+
+std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>& sets) {
     Context& ctx = F5.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const Shape& s = F5.shape();
     KILN_CHECK_INTERNAL(F5.rank() == 5 && dtype_size(F5.dtype()) == 2 && F5.is_contiguous() && s[0] % 8 == 0 &&
-                            s[4] % 8 == 0 && fits_32_bits(s[0]) && fits_32_bits(s[4]),
-                        "filter_taps_cuda: {} {}", dtype_name(F5.dtype()), shape_str(s));
-    FilterTapsParams p{};
-    p.filter = detail::data_of(F5);
-    p.K = int32_t(s[0]), p.T = int32_t(s[1]), p.R = int32_t(s[2]), p.S = int32_t(s[3]), p.C = int32_t(s[4]);
-    for (int a = 0; a < 3; ++a) {
-        const int64_t last = base[a] + step[a] * (taps[a] - 1);
-        KILN_CHECK_INTERNAL(taps[a] >= 1 && base[a] >= 0 && base[a] < s[1 + a] && last >= 0 && last < s[1 + a],
-                            "filter_taps_cuda: taps {} from {} by {} of {}", dims_str(taps), dims_str(base), dims_str(step),
-                            shape_str(s));
-        p.taps[a] = int32_t(taps[a]), p.base[a] = int32_t(base[a]), p.step[a] = int32_t(step[a]);
+                            s[4] % 8 == 0 && fits_32_bits(s[0]) && fits_32_bits(s[4]) && !sets.empty(),
+                        "filter_taps_cuda: {} {}, {} sets", dtype_name(F5.dtype()), shape_str(s), sets.size());
+    int64_t total = 0;
+    for (const TapSet& t : sets) {
+        for (int a = 0; a < 3; ++a) {
+            const int64_t last = t.base[a] + t.step[a] * (t.taps[a] - 1);
+            KILN_CHECK_INTERNAL(t.taps[a] >= 1 && t.base[a] >= 0 && t.base[a] < s[1 + a] && last >= 0 && last < s[1 + a],
+                                "filter_taps_cuda: taps {} from {} by {} of {}", dims_str(t.taps), dims_str(t.base),
+                                dims_str(t.step), shape_str(s));
+        }
+        total += s[4] * t.taps[0] * t.taps[1] * t.taps[2] * s[0];
     }
-    KILN_CHECK_INTERNAL(taps[0] * taps[1] * taps[2] <= 65535, "filter_taps_cuda: {} taps", dims_str(taps));
-    Tensor out = ctx.empty({s[4], taps[0], taps[1], taps[2], s[0]}, F5.dtype());
-    p.out = detail::data_of(out);
+    const Tensor buffer = ctx.empty({total}, F5.dtype());
     CUfunction f = be.precompiled(kiln_im2col_image, "kiln_filter_taps_e2", 0);
-    void* params[] = {&p};
-    be.launch_precompiled(f, unsigned((s[4] + 63) / 64), unsigned((s[0] + 63) / 64), unsigned(taps[0] * taps[1] * taps[2]),
-                          256, 0, params, {.programmatic = be.programmatic_launches()});
-    out.view().storage->written = true;
+    std::vector<Tensor> out;
+    int64_t at = 0;
+    for (size_t first = 0; first < sets.size(); first += kMaxTapSets) {
+        FilterTapsParams p{};
+        p.filter = detail::data_of(F5);
+        p.out = detail::data_of(buffer);
+        p.K = int32_t(s[0]), p.T = int32_t(s[1]), p.R = int32_t(s[2]), p.S = int32_t(s[3]), p.C = int32_t(s[4]);
+        int64_t z = 0;   // the launch's output taps
+        for (size_t i = first; i < std::min(sets.size(), first + size_t(kMaxTapSets)); ++i, ++p.sets) {
+            const TapSet& t = sets[i];
+            for (int a = 0; a < 3; ++a) {
+                p.taps[p.sets][a] = int32_t(t.taps[a]);
+                p.base[p.sets][a] = int32_t(t.base[a]);
+                p.step[p.sets][a] = int32_t(t.step[a]);
+            }
+            const Shape shape{s[4], t.taps[0], t.taps[1], t.taps[2], s[0]};
+            z += t.taps[0] * t.taps[1] * t.taps[2];
+            p.z_end[p.sets] = int32_t(std::min<int64_t>(z, 65536));
+            p.out_at[p.sets] = at;
+            out.push_back(*buffer.slice({Slice::range(at, at + numel(shape))}).reshape_view(shape));
+            at += numel(shape);
+        }
+        KILN_CHECK_INTERNAL(z <= 65535, "filter_taps_cuda: {} taps in one launch", z);
+        void* params[] = {&p};
+        be.launch_precompiled(f, unsigned((s[4] + 63) / 64), unsigned((s[0] + 63) / 64), unsigned(z), 256, 0, params,
+                              {.programmatic = be.programmatic_launches()});
+    }
+    buffer.view().storage->written = true;
     return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln::gemm {
 
@@ -70,6 +71,12 @@ void unfold_cuda(const Tensor& folded, Tensor& x, const Dims3& stride, const Dim
 // contiguous, K and C multiples of 8; FilterTapsParams): a new (C, taps, K) tensor holding
 // F5[k][base + step j][c] for j < taps along each axis (every such tap within the filter).
 Tensor filter_taps_cuda(const Tensor& F5, const Dims3& taps, const Dims3& base, const Dims3& step);
+// Several such sets (a strided gradient's phases) in one launch (kMaxTapSets a launch), each a
+// (C, taps, K) view of one new buffer.
+struct TapSet {
+    Dims3 taps, base, step;
+};
+std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>& sets);
 
 // The kernel conv_fprop_implicit would launch for L on ctx (with or without bsum), or "" where it
 // declines: what the benchmark prints.

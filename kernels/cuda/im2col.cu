@@ -243,11 +243,14 @@ __device__ __forceinline__ void unfold(const FoldParams& p) {
 __device__ __forceinline__ void filter_taps(const FilterTapsParams& p) {
     __shared__ uint32_t tile[64 * 33];   // [k][c], 16-bit elements, 66 a row
     const uint16_t* const half = reinterpret_cast<const uint16_t*>(tile);
-    const int c0 = int(blockIdx.x) * 64, k0 = int(blockIdx.y) * 64, z = int(blockIdx.z);
-    const int js = z % p.taps[2], jr = z / p.taps[2] % p.taps[1], jt = z / (p.taps[2] * p.taps[1]);
-    const int64_t tap = (int64_t(p.base[0] + p.step[0] * jt) * p.R + p.base[1] + p.step[1] * jr) * p.S +
-                        p.base[2] + p.step[2] * js;
-    const int64_t taps_in = int64_t(p.T) * p.R * p.S, taps_out = int64_t(p.taps[0]) * p.taps[1] * p.taps[2];
+    const int c0 = int(blockIdx.x) * 64, k0 = int(blockIdx.y) * 64;
+    int set = 0;
+    while (set + 1 < p.sets && int(blockIdx.z) >= p.z_end[set]) ++set;
+    const int z = int(blockIdx.z) - (set ? p.z_end[set - 1] : 0);   // the output tap within its set
+    const int32_t *taps = p.taps[set], *base = p.base[set], *step = p.step[set];
+    const int js = z % taps[2], jr = z / taps[2] % taps[1], jt = z / (taps[2] * taps[1]);
+    const int64_t tap = (int64_t(base[0] + step[0] * jt) * p.R + base[1] + step[1] * jr) * p.S + base[2] + step[2] * js;
+    const int64_t taps_in = int64_t(p.T) * p.R * p.S, taps_out = int64_t(taps[0]) * taps[1] * taps[2];
     const uint16_t* const F = static_cast<const uint16_t*>(p.filter);
     const int chunk = int(threadIdx.x) % 8, row = int(threadIdx.x) / 8;   // 32 rows a pass
 #if __CUDA_ARCH__ >= 900
@@ -264,7 +267,7 @@ __device__ __forceinline__ void filter_taps(const FilterTapsParams& p) {
         at[0] = v.x, at[1] = v.y, at[2] = v.z, at[3] = v.w;
     }
     __syncthreads();
-    uint16_t* const out = static_cast<uint16_t*>(p.out);
+    uint16_t* const out = static_cast<uint16_t*>(p.out) + p.out_at[set];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int cr = row + 32 * h, c = c0 + cr, k = k0 + 8 * chunk;

@@ -1068,6 +1068,30 @@ TEST_CASE("gpu conv: a gradient's filter taps by the precompiled transpose equal
             CHECK(ctx.eval(cast(got.expr(), DType::Float32)).to_vector<float>() ==
                   ctx.eval(cast(want.expr(), DType::Float32)).to_vector<float>());
         }
+    // Several sets in one call: the four phases of a stride-2 3x3 filter (one launch), and 19 sets
+    // (two launches of at most kMaxTapSets), each equal to its own call.
+    const Tensor F = test::random_normal(ctx, g, {40, 1, 3, 3, 24}, DType::BFloat16);
+    std::vector<gemm::TapSet> phases;
+    for (int64_t ph = 0; ph < 2; ++ph)
+        for (int64_t pw = 0; pw < 2; ++pw) {
+            // (pad 1: phase phi's first tap (phi + 1) % 2, its taps 1 or 2, the last first)
+            const int64_t th = ph == 0 ? 1 : 2, tw = pw == 0 ? 1 : 2;
+            phases.push_back({{1, th, tw}, {0, (ph + 1) % 2 + 2 * (th - 1), (pw + 1) % 2 + 2 * (tw - 1)}, {-1, -2, -2}});
+        }
+    std::vector<gemm::TapSet> many;
+    for (int i = 0; i < 19; ++i) many.push_back(phases[size_t(i) % phases.size()]);
+    for (const std::vector<gemm::TapSet>* sets : {&phases, &many}) {
+        INFO(sets->size() << " sets");
+        const std::vector<Tensor> got = gemm::filter_taps_cuda(F, *sets);
+        REQUIRE(got.size() == sets->size());
+        for (size_t i = 0; i < got.size(); ++i) {
+            const gemm::TapSet& t = (*sets)[i];
+            const Tensor one = gemm::filter_taps_cuda(F, t.taps, t.base, t.step);
+            CHECK(got[i].shape() == one.shape());
+            CHECK(ctx.eval(cast(got[i].expr(), DType::Float32)).to_vector<float>() ==
+                  ctx.eval(cast(one.expr(), DType::Float32)).to_vector<float>());
+        }
+    }
 }
 
 // KILN_AUTOTUNE=1: the first fprop and update of a layer time the implicit kernels' tile widths
