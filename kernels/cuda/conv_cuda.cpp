@@ -52,12 +52,15 @@ WgradSplit wgrad_split_choice() {
 }
 
 // The plan a launch takes: fprop_plan's, where can_walk(tile) says whether that tile's walk can
-// run; KILN_CONV_KERNEL=walk walks the plan's tile wherever it can (up to 128 wide), =tile never.
+// run; KILN_CONV_KERNEL=walk walks wherever it can (the 256-wide tile over more than 128
+// channels, else the plan's tile), =tile never.
 template <class CanWalk>
 FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, CanWalk&& can_walk) {
     const std::optional<int> forced = conv_kernel_choice();
-    FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)));
-    if (forced == 1 && can_walk(plan.tile)) plan.walk = true;
+    const bool wide = forced != 2 && L.K > 128 && can_walk(tile_of(L, 256));
+    FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)), wide);
+    if (forced == 1 && wide) plan = {tile_of(L, 256), true};
+    else if (forced == 1 && can_walk(plan.tile)) plan.walk = true;
     return plan;
 }
 
@@ -507,25 +510,27 @@ namespace {
 // The plan conv_fprop_implicit takes for L (the tuner aside), its patches by TMA where the
 // descriptor holds the window, the walk where an output of the layer's dtype of its own, without
 // beta, could take it (what the benchmarks store; stochastic rounding is the context's).
-FpropPlan expected_plan(Context& ctx, const ConvLayer& L) {
+// With column_sums (bsum), not the 256-wide walk, which adds none.
+FpropPlan expected_plan(Context& ctx, const ConvLayer& L, bool column_sums) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const int sms = be.info().multiprocessors;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
     const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
     return fprop_choice(L, sms, tma, [&](const ConvTile& u) {
-        return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin;
+        return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin &&
+               (u.bn <= 128 || !column_sums);
     });
 }
 } // namespace
 
-std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
     if (mma_kernels(be)) return mma_tile(L).entry + " (patches gathered)";
     if (auto tuned = tuned_name("fprop", L)) return *tuned;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
-    const std::string name = describe(L, expected_plan(ctx, L));
+    const std::string name = describe(L, expected_plan(ctx, L, column_sums));
     return tma ? name + " (patches by TMA)" : name;
 }
 
@@ -533,7 +538,7 @@ std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA || !takes(cuda::cuda_backend(ctx), L) || mma_kernels(cuda::cuda_backend(ctx)) ||
         L.K <= 64)
         return std::nullopt;
-    return expected_plan(ctx, L).us;
+    return expected_plan(ctx, L, false).us;
 }
 
 bool conv_im2col_forced() { return conv_kernel_choice() == 0; }
@@ -633,7 +638,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
     auto walk_runs = [&](const ConvTile& u) {
         return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) &&
-               walk_for(L, u).smem <= be.info().max_shared_optin;
+               walk_for(L, u).smem <= be.info().max_shared_optin &&
+               (u.bn <= 128 || !(count || (extras && extras->column_sums)));   // (the 256-wide walk counts and sums nothing)
     };
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
     // kernel's dynamic shared memory.
@@ -668,7 +674,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, walk_runs);
     if (autotune_enabled() && !count && !conv_kernel_choice()) {
         // Each tile width the channels fill at least half of (and whose stages fit), one tile a
-        // block, and where it can run the walk of the 64- and 128-wide tiles.
+        // block, and where it can run its walk.
         std::vector<FpropPlan> candidates;
         for (int bn : {64, 128, 256}) {
             if (bn > 64 && bn / 2 >= L.K) break;

@@ -39,7 +39,11 @@ ConvTile mma_tile(const ConvLayer& L) {
 // from L2); past the channels a tile's columns cost as much as inside. Where the producer
 // gathers the patches (no TMA), its 128 rows x 128 bytes per k-tile set the pace: a 256-wide
 // k-tile costs only a quarter more than a 128-wide one. Fitted to the H200's kernel times on the
-// seeds' layers (k-tiles 9-144, 98-6272 row tiles): within 10% of each. Output channels up to
+// seeds' layers (k-tiles 9-144, 98-6272 row tiles): within 10% of each. The 256-wide walk
+// (where the channels fill more than half of it, wide_walk_possible) scales the 128-wide walk's
+// terms by what KILN_AUTOTUNE timed on an H100 for ResNet-50's shapes (its k-tile 1.6 times the
+// 128-wide walk's, its fixed cost 2.4 times: with 3 stages and its results stored as soon as
+// they are rounded, not while the next tile multiplies). Output channels up to
 // 64 take the 64-wide tile, not modelled: its walk where it can run, over at most
 // kNarrowWalkKtiles k-tiles, else one tile a block, two blocks an SM. Measured on an H100
 // (ResNet-50, VGG-A and AlexNet layers, float16): the walk took 6-24% less over 1 and 9 k-tiles,
@@ -47,7 +51,7 @@ ConvTile mma_tile(const ConvLayer& L) {
 // and epilogue overlapping the other's multiplies costs less than the walk's slower k-tile; with
 // bias, ReLU and bsum 2-22% less over 1, 4 and 9.
 constexpr int64_t kNarrowWalkKtiles = 12;
-FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible) {
+FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible) {
     const int64_t tiles_m = (positions_of(L) + 127) / 128;
     const int64_t ktiles = (taps_of(L) + 63) / 64;
     if (L.K <= 64) return {tile_of(L, 64), walk_possible && ktiles <= kNarrowWalkKtiles};
@@ -56,11 +60,12 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
         {128, false, patches_by_tma ? 0.377 : 0.9, 2.8},
         {256, false, patches_by_tma ? 0.74 : 1.15, 4.2},
         {128, true, 0.43, 1.26},
+        {256, true, 0.68, 3.0},
     };
     FpropPlan best;
     double best_us = 0;
     for (const Option& o : options) {
-        if (o.walk && !walk_possible) continue;
+        if (o.walk && !(o.bn == 256 ? wide_walk_possible : walk_possible)) continue;
         if (o.bn == 256 && 128 >= L.K) continue;   // half the tile or more past the channels
         const int64_t blocks = tiles_m * ((L.K + o.bn - 1) / o.bn), rounds = (blocks + sms - 1) / sms;
         const double us = double(rounds) * (double(ktiles) * o.per_ktile + o.fixed);
@@ -73,12 +78,12 @@ ConvTile widest_tile(const ConvLayer& L) { return tile_of(L, L.K <= 64 ? 64 : L.
 
 bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms) {
     const int64_t tiles = (positions_of(L) + 127) / 128 * ((L.K + t.bn - 1) / t.bn);
-    return t.bn <= 128 && tiles > sms;
+    return tiles > sms;
 }
 
 WalkTile walk_for(const ConvLayer& L, const ConvTile& t) {
     WalkTile w;
-    w.stages = t.bn == 64 ? 6 : 5;
+    w.stages = t.bn == 64 ? 6 : t.bn == 128 ? 5 : 3;
     w.smem = w.stages * (128 * 128 + t.bn * 128) + 128 * (t.bn + 8) * 2 + 4 * t.bn * 4 + 1024;
     w.entry = fmt::format("kiln_conv_fprop_walk_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, w.stages);
     return w;

@@ -38,22 +38,22 @@ struct FpropPlan {
 
 // The plan by a cost model (conv_select.cpp), on `sms` SMs, the patches brought by TMA or
 // gathered, the walk considered where walk_possible (of the 64-wide tile where K <= 64, else of
-// the 128-wide one).
-FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible);
+// the 128-wide one) and the 256-wide walk where wide_walk_possible.
+FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible = false);
 
 // The widest one-tile kernel fprop_plan may choose for L (whose stages must fit in shared
 // memory; the walk's buffers are checked where it would run).
 ConvTile widest_tile(const ConvLayer& L);
 
-// The walk's tile (conv_walk.cuh): the one-tile kernel's width (64 or 128: the 256-wide
-// accumulators and the walk's state spilled) with fewer stages, its staged results and each
-// consumer's bias for two tiles past them.
+// The walk's tile (conv_walk.cuh): the one-tile kernel's width with fewer stages (6, 5 and 3 for
+// 64, 128 and 256), its staged results and each consumer's bias for two tiles past them.
 struct WalkTile {
     int stages = 0, smem = 0;
     std::string entry;
 };
-// Whether tile t's walk can run L: more tiles than SMs and a tile 64 or 128 wide (the launch
-// also needs the patches by TMA, the register epilogue and room for the walk's buffers).
+// Whether tile t's walk can run L: more tiles than SMs (the launch also needs the patches by
+// TMA, the register epilogue and room for the walk's buffers; the 256-wide walk no bsum or
+// histogram).
 bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms);
 WalkTile walk_for(const ConvLayer& L, const ConvTile& t);
 

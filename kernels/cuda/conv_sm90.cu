@@ -37,6 +37,8 @@ KILN_CONV_WALK(f16, __half, 64, 6)
 KILN_CONV_WALK(bf16, __nv_bfloat16, 64, 6)
 KILN_CONV_WALK(f16, __half, 128, 5)
 KILN_CONV_WALK(bf16, __nv_bfloat16, 128, 5)
+KILN_CONV_WALK(f16, __half, 256, 3)
+KILN_CONV_WALK(bf16, __nv_bfloat16, 256, 3)
 // The weight gradient: map0 E, map1 the image's im2col descriptor.
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 64, 8, 1)
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 128, 6, 1)

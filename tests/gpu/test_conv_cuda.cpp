@@ -1036,6 +1036,78 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
     }
 }
 
+// The 256-wide walk (KILN_CONV_KERNEL=walk over more than 128 output channels): its rows by TMA
+// with a bias and ReLU and a partial last column of tiles (296 channels), against the one-tile kernel, im2col and
+// the GEMM; a strided bprop's phases 256 wide into grad_I's view (a bulk copy a row), with alpha
+// and beta, against the CPU; and a bsum, which keeps to the 128-wide walk that adds it.
+TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped rows, and leaves bsum to the narrower tiles") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (!sm90(gpu)) return;
+    uint32_t seed = 7700;
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        const ConvLayer L = conv_layer(dt, 48, 64, 296, {1, 28, 28}, {1, 3, 3}, {0, 1, 1});
+        INFO(L.str());
+        const test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
+        CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
+        CHECK(gemm::conv_fprop_kernel(gpu, L).find("_256_s3") != std::string::npos);
+        CHECK(gemm::conv_fprop_kernel(gpu, L, true).find("_128_s5") != std::string::npos);
+        const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
+                   B = pair(gpu, gpu, {L.K}, DType::Float32, ++seed);
+        ConvOptions o;
+        o.relu = true, o.bias = B.gpu;
+        Tensor Ow = gpu.empty(L.output_shape(), dt), Ot = gpu.empty(L.output_shape(), dt),
+               Oi = gpu.empty(L.output_shape(), dt), Om = gpu.empty(L.output_shape(), DType::Float32);
+        fprop_conv(L, I.gpu, F.gpu, Ow, o);
+        {
+            const test::ScopedEnv tile("KILN_CONV_KERNEL", "tile");
+            fprop_conv(L, I.gpu, F.gpu, Ot, o);
+        }
+        {
+            const test::ScopedEnv im2col("KILN_CONV_KERNEL", "im2col");
+            fprop_conv(L, I.gpu, F.gpu, Oi, o);
+        }
+        ConvOptions m;
+        m.bias = B.abs;
+        fprop_conv(L, I.abs, F.abs, Om, m);
+        CHECK(count_off(Ow, Ot, Om, dt) == 0);
+        CHECK(count_off(Ow, Oi, Om, dt) == 0);
+        // bsum: the kernel adds the channel sums (the 128-wide walk), equal to the output's.
+        Tensor Os = gpu.empty(L.output_shape(), dt), sums = gpu.empty({L.K}, DType::Float32);
+        ConvOptions ob = o;
+        ob.bsum = sums;
+        fprop_conv(L, I.gpu, F.gpu, Os, ob);
+        CHECK(gemm::last_conv_summed());
+        CHECK(count_off(Os, Ow, Om, dt) == 0);
+        const Expr as_rows = reshape(cast(Os.expr(), DType::Float32), {numel(L.output_shape()) / L.K, L.K});
+        const std::vector<float> got = sums.to_vector<float>(),
+                                 want = gpu.eval(reshape(sum(as_rows, 0), {L.K})).to_vector<float>(),
+                                 scale = gpu.eval(reshape(sum(absolute(as_rows), 0), {L.K})).to_vector<float>();
+        int off = 0;
+        for (int64_t k = 0; k < L.K; ++k)
+            if (!(std::fabs(got[k] - want[k]) <= 1e-5f * scale[k] + 1e-6f)) ++off;
+        CHECK(off == 0);
+    }
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        const ConvLayer L = conv_layer(dt, 24, 256, 64, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2});
+        INFO(L.str());
+        const test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
+        const std::string path = conv_kernel(gpu, L, "bprop");
+        INFO(path);
+        CHECK(path.find("by phase kiln_conv_fprop_walk_") != std::string::npos);
+        CHECK(path.find("_256_s3") != std::string::npos);
+        const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+                   X = pair(gpu, cpu, L.input_shape(), dt, ++seed);
+        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
+        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
+                  o.assign((X.*side).expr());
+                  ConvOptions ab;
+                  ab.alpha = 0.5, ab.beta = side == &Pair::abs ? 0.5 : -0.25;
+                  bprop_conv(L, F.*side, E.*side, o, ab);
+              }) == 0);
+    }
+}
+
 // The taps a gradient with respect to the input multiplies, K and C exchanged, by the precompiled
 // transpose: bit for bit the JIT copy of the same slice, whole 64 x 64 blocks and partial ones,
 // the filter flipped (stride 1) and a phase of stride 2, 2D and 3D.

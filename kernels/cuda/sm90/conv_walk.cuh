@@ -14,7 +14,10 @@
 // layer's output at about a third of the bandwidth that TMA's do.) Nothing in the store path
 // waits for the other warps. The channel sums (kColSums) stay in each warp's registers across
 // the block's tiles of one column of tiles (WarpColSums), so they take no shared memory and no
-// barrier a tile.
+// barrier a tile. The 256-wide tile (3 stages) rounds its results straight into the slice and
+// stores them at once: its 128 accumulators and 64 rounded registers, held across the next
+// tile's first multiplies, spilled; it adds no channel sums and counts no histogram (the host
+// does not take it for those).
 // 16-bit output whose rows are 16 bytes apart, without beta or stochastic rounding (the host
 // checks). Chosen by the host's cost model (conv_cuda.cpp, fprop_plan), KILN_CONV_KERNEL=walk
 // or the tuner.
@@ -37,14 +40,13 @@ __device__ __forceinline__ int walk_staged_at(bool by_tma, int r, int j) {
     return by_tma ? (j / 8) * 1024 + r * 64 + (((j % 8) ^ (r % 8)) * 8) : r * (BN + 8) + 8 * j;
 }
 
-// Warp warp8's 16 rows of the finished tile at (m0, n0) (rows 16 warp8 + g and + 8, register
-// 2j + h of `results` holding row g + 8h, columns 8j + 2q, + 1) from registers to C: staged in
-// the warp's slice of shared memory, then by TMA, by a bulk copy a row or a lane per 16-byte
-// chunk of a row.
-template <int BN>
-__device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUtensorMap* map_c,
-                                                const uint32_t (&results)[BN / 4], uint16_t* slice, int m0, int n0,
-                                                int warp8, int lane) {
+// Warp warp8's 16 rows of the finished tile at (m0, n0) (rows 16 warp8 + g and + 8) from
+// registers to C: staged in the warp's slice of shared memory, stage(put) handing each packed
+// pair to put(j, h, pair) (row g + 8h, columns 8j + 2q, + 1), then by TMA, by a bulk copy a row
+// or a lane per 16-byte chunk of a row.
+template <int BN, class Stage>
+__device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUtensorMap* map_c, Stage&& stage,
+                                                uint16_t* slice, int m0, int n0, int warp8, int lane) {
     constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
     const GemmParams& p = cp.gemm;
     const bool by_tma = cp.c_by_tma;
@@ -55,11 +57,9 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
     // or the bulk copies.
     if ((by_tma && lane == 0) || (!by_tma && lane < 16)) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     __syncwarp();
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            *reinterpret_cast<uint32_t*>(slice + walk_staged_at<BN>(by_tma, g + 8 * h, j) + 2 * q) = results[2 * j + h];
+    stage([&](int j, int h, uint32_t pair) {
+        *reinterpret_cast<uint32_t*>(slice + walk_staged_at<BN>(by_tma, g + 8 * h, j) + 2 * q) = pair;
+    });
     if (by_tma || by_rows) fence_to_tma();
     __syncwarp();
     if (by_tma && lane == 0) {
@@ -73,7 +73,7 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
         bulk_store(C + c_row(p, row0 + lane) + n0, slice + walk_staged_at<BN>(false, lane, 0), cols * 2);
         tma_store_commit();
     }
-    uint32_t* const hist = (p.flags & kHist) ? hist_begin(p, warp8, lane) : nullptr;
+    uint32_t* const hist = BN <= 128 && (p.flags & kHist) ? hist_begin(p, warp8, lane) : nullptr;
     if ((by_tma || by_rows) && !hist) return;
     const int r_in = lane / kChunks, chunk = lane % kChunks, n = n0 + 8 * chunk;
 #pragma unroll
@@ -122,31 +122,63 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     float* const bias_c = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes + kWalkStagedBytes<BN>) + c * 2 * BN;
     // kColSums: the warp's running channel sums, in its row of col_partials ([gridDim.x x 8]
     // [tiles_n x BN], tiles_n <= 64).
-    const bool col_sums = g.flags & kColSums;
+    const bool col_sums = BN <= 128 && (g.flags & kColSums);   // (not the 256-wide walk: the host checks)
     WarpColSums<BN> sums;
     sums.row = g.col_partials + (int64_t(blockIdx.x) * 8 + warp8) * (int64_t(g.tiles_n) * BN);
     const bool bias = g.flags & kBias;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
-    static_assert(BN <= 128, "a consumer thread loads one bias value a tile");
+    constexpr int kBiasPerThread = BN <= 128 ? 1 : BN / 128;   // a consumer's thread loads this many values a tile
+    // The 256-wide tile stores its results as soon as they are rounded (held across the next
+    // tile's multiplies, they and its accumulators outgrow the registers).
+    constexpr bool kStoreNow = BN > 128;
     uint32_t results[BN / 4];   // the previous tile's, rounded
     int pending = -1;           // that tile, or none
     const auto store_pending = [&] {
         if (pending < 0) return;
         const int m0 = pending / g.tiles_n * BM, tile_n = pending % g.tiles_n;
-        walk_store_rows<BN>(p, map_c, results, slice, m0, tile_n * BN, warp8, lane);
+        const auto staged = [&](auto put) {
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) put(j, h, results[2 * j + h]);
+        };
+        walk_store_rows<BN>(p, map_c, staged, slice, m0, tile_n * BN, warp8, lane);
         if (col_sums) sums.add(g, results, g.m - (m0 + 16 * warp8), lane / 4, q, tile_n);
     };
     int it = 0;
     for (int t = int(blockIdx.x), u = 0; t < tiles; t += int(gridDim.x), ++u) {
         const int n0 = t % g.tiles_n * BN;
-        // This thread's value of the tile's bias, loaded before the main loop, which hides the load.
-        const float bias_next = bias && ctid < BN && n0 + ctid < g.n ? __ldg(g.bias + n0 + ctid) : 0.f;
+        // This thread's values of the tile's bias, loaded before the main loop, which hides the loads.
+        float bias_next[kBiasPerThread];
+#pragma unroll
+        for (int i = 0; i < kBiasPerThread; ++i) {
+            const int col = ctid + 128 * i;
+            bias_next[i] = bias && col < BN && n0 + col < g.n ? __ldg(g.bias + n0 + col) : 0.f;
+        }
         float acc[BN / 2];
-        consume_tile<T, BN, 2, STAGES, 0, 0, 1>(acc, smem, ring, c, lane, ktiles, it, [&](int) { store_pending(); });
+        if constexpr (kStoreNow) consume_tile<T, BN, 2, STAGES, 0, 0, 0>(acc, smem, ring, c, lane, ktiles, it);
+        else consume_tile<T, BN, 2, STAGES, 0, 0, 1>(acc, smem, ring, c, lane, ktiles, it, [&](int) { store_pending(); });
         // bias_c[u % 2] was last read two tiles ago, before this consumer's barrier of the last one.
         float* const bias_s = bias_c + (u % 2) * BN;
-        if (ctid < BN) bias_s[ctid] = bias_next;
+#pragma unroll
+        for (int i = 0; i < kBiasPerThread; ++i)
+            if (ctid + 128 * i < BN) bias_s[ctid + 128 * i] = bias_next[i];
         consumer_sync();
+        if constexpr (kStoreNow) {
+            // Rounded straight into the warp's slice (no results held), and stored.
+            const auto round_into = [&](auto bf16) {
+                const auto as = [&](auto act) {
+                    walk_store_rows<BN>(p, map_c, [&](auto put) { round_pairs<bf16.value, act.value, BN>(g, acc, bias_s, q, put); },
+                                        slice, t / g.tiles_n * BM, n0, warp8, lane);
+                };
+                if (!(g.flags & kRelu)) as(std::integral_constant<int, kActNone>{});
+                else if (g.slope == 0.f) as(std::integral_constant<int, kActRelu>{});
+                else as(std::integral_constant<int, kActLeaky>{});
+            };
+            if (g.c_dtype == kBF16) round_into(std::true_type{});
+            else round_into(std::false_type{});
+            continue;
+        }
         float row_sum[2];   // (no row sums here)
         const auto round = [&](auto bf16) {
             if (!(g.flags & kRelu)) round_results<bf16.value, kActNone, false, BN>(g, acc, bias_s, q, results, row_sum);

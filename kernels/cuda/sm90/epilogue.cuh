@@ -156,9 +156,11 @@ __device__ __forceinline__ void rounded_row_sums(const uint32_t (&results)[BN / 
 #pragma unroll
     for (int c = 1; c < kChains; ++c) row_sum[0] += d[c][0], row_sum[1] += d[c][2];
 }
-template <bool BF16, int ACT, bool SUMS, int BN>
-__device__ __forceinline__ void round_results(const GemmParams& p, const float (&acc)[BN / 2], const float* bias_s, int q,
-                                              uint32_t (&results)[BN / 4], float (&row_sum)[2]) {
+// The register epilogue's rounding: alpha, the tile's bias (bias_s), the activation, then C's
+// 16-bit dtype, each pair handed to put(j, h, packed) (row g + 8h, columns 8j + 2q, + 1).
+template <bool BF16, int ACT, int BN, class Put>
+__device__ __forceinline__ void round_pairs(const GemmParams& p, const float (&acc)[BN / 2], const float* bias_s, int q,
+                                            Put&& put) {
     const float alpha = p.alpha, slope = p.slope;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
@@ -173,9 +175,14 @@ __device__ __forceinline__ void round_results(const GemmParams& p, const float (
                 v0 = v0 > 0.f ? v0 : v0 * slope;
                 v1 = v1 > 0.f ? v1 : v1 * slope;
             }
-            results[2 * j + h] = pack2(v0, v1, BF16 ? kBF16 : kF16);
+            put(j, h, pack2(v0, v1, BF16 ? kBF16 : kF16));
         }
     }
+}
+template <bool BF16, int ACT, bool SUMS, int BN>
+__device__ __forceinline__ void round_results(const GemmParams& p, const float (&acc)[BN / 2], const float* bias_s, int q,
+                                              uint32_t (&results)[BN / 4], float (&row_sum)[2]) {
+    round_pairs<BF16, ACT, BN>(p, acc, bias_s, q, [&](int j, int h, uint32_t v) { results[2 * j + h] = v; });
     if constexpr (SUMS) rounded_row_sums<BF16, BN>(results, row_sum);
 }
 // Calls f(splits) with a cluster split's count (2, 3, 4 or 8: the host's choices) as a
