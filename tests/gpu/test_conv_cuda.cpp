@@ -91,6 +91,40 @@ int64_t agree(Context& gpu, Context& cpu, const Shape& shape, DType out, Op&& op
     return count_off(g, c, m, out);
 }
 
+// The channels (of K) whose bsum `sums` is off the sum of O's values as stored, relative to the
+// sum of their magnitudes.
+int64_t sums_off(Context& ctx, const Tensor& O, const Tensor& sums, int64_t K) {
+    const Expr as_rows = reshape(cast(O.expr(), DType::Float32), {numel(O.shape()) / K, K});
+    const std::vector<float> got = sums.to_vector<float>(), want = ctx.eval(reshape(sum(as_rows, 0), {K})).to_vector<float>(),
+                             scale = ctx.eval(reshape(sum(absolute(as_rows), 0), {K})).to_vector<float>();
+    int64_t off = 0;
+    for (int64_t k = 0; k < K; ++k)
+        if (!(std::fabs(got[k] - want[k]) <= 1e-5f * scale[k] + 1e-6f)) ++off;
+    return off;
+}
+
+// L's strided bprop on the forced walk, by phase (each phase more tiles than SMs, its rows
+// landing in grad_I's strided view), plain and with alpha and beta, against the CPU; the walk's
+// entry holds `width`.
+void check_walked_phases(Context& gpu, Context& cpu, const ConvLayer& L, const char* width, uint32_t& seed) {
+    INFO(L.str());
+    const test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
+    const std::string path = conv_kernel(gpu, L, "bprop");
+    INFO(path);
+    CHECK(path.find("by phase kiln_conv_fprop_walk_") != std::string::npos);
+    CHECK(path.find(width) != std::string::npos);
+    const DType dt = L.dtype;
+    const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+               X = pair(gpu, cpu, L.input_shape(), dt, ++seed);
+    CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
+    CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
+              o.assign((X.*side).expr());
+              ConvOptions ab;
+              ab.alpha = 0.5, ab.beta = side == &Pair::abs ? 0.5 : -0.25;
+              bprop_conv(L, F.*side, E.*side, o, ab);
+          }) == 0);
+}
+
 // fprop of L (I into an output first holding X, B a bias) on the GPU against the CPU, into
 // L's dtype and float32: plain; alpha, bias and ReLU (with bsum where `bsum`); beta, bias and
 // leaky ReLU.
@@ -372,25 +406,9 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             CHECK(count_off(Ow, Ot, Om, dt) == 0);
             CHECK(count_off(Ow, Oi, Om, dt) == 0);
         }
-    // Strided bprop by phase on the walk (each phase more tiles than SMs, its rows landing in
-    // grad_I's strided view), with alpha and beta, against the CPU.
-    for (DType dt : {DType::Float16, DType::BFloat16}) {
-        const ConvLayer L = conv_layer(dt, 24, 64, 64, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2});
-        INFO(L.str());
-        test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
-        const std::string path = conv_kernel(gpu, L, "bprop");
-        INFO(path);
-        CHECK(path.find("by phase kiln_conv_fprop_walk_") != std::string::npos);
-        const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
-                   X = pair(gpu, cpu, L.input_shape(), dt, ++seed);
-        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
-        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
-                  o.assign((X.*side).expr());
-                  ConvOptions ab;
-                  ab.alpha = 0.5, ab.beta = side == &Pair::abs ? 0.5 : -0.25;
-                  bprop_conv(L, F.*side, E.*side, o, ab);
-              }) == 0);
-    }
+    // Strided bprop by phase on the walk, with alpha and beta, against the CPU.
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        check_walked_phases(gpu, cpu, conv_layer(dt, 24, 64, 64, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), "", seed);
     // A first layer padded along its axis of ones (depth): its one output depth reads only the
     // padding, so its outputs and its filter gradient are zeros (the staged im2col, which has no
     // depth, declines it).
@@ -1005,7 +1023,6 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
             INFO(L.str() << " " << gemm::conv_fprop_kernel(ctx, L));
             CHECK(gemm::conv_fprop_kernel(ctx, L).find(c.width) != std::string::npos);
             Tensor I = random(L.input_shape(), dt), F = random(L.filter_shape(), dt);
-            const int64_t rows = numel(L.output_shape()) / L.K;
             for (DType out : {dt, DType::Float32})
                 for (bool beta : {false, true}) {
                     INFO("output " << dtype_name(out) << (beta ? ", beta" : ""));
@@ -1018,14 +1035,8 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
                     const Tensor before = ctx.eval(O.expr());
                     fprop_conv(L, I, F, O, o);
                     CHECK(gemm::last_conv_summed() == (out == dt && !beta));
-                    const Expr as_rows = reshape(cast(O.expr(), DType::Float32), {rows, L.K});
-                    const std::vector<float> got = bs.to_vector<float>(),
-                                             want = ctx.eval(reshape(sum(as_rows, 0), {L.K})).to_vector<float>(),
-                                             scale = ctx.eval(reshape(sum(absolute(as_rows), 0), {L.K})).to_vector<float>();
-                    int off = 0;
-                    for (int64_t k = 0; k < L.K; ++k)
-                        if (!(std::fabs(got[k] - want[k]) <= 1e-5f * scale[k] + 1e-6f)) ++off;
-                    CHECK(off == 0);
+                    CHECK(sums_off(ctx, O, bs, L.K) == 0);
+                    const std::vector<float> got = bs.to_vector<float>();
                     // The same call again from the same output: the same sums, bit for bit.
                     Tensor O2 = ctx.eval(before.expr());
                     o.bsum = again;
@@ -1079,33 +1090,11 @@ TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped r
         fprop_conv(L, I.gpu, F.gpu, Os, ob);
         CHECK(gemm::last_conv_summed());
         CHECK(count_off(Os, Ow, Om, dt) == 0);
-        const Expr as_rows = reshape(cast(Os.expr(), DType::Float32), {numel(L.output_shape()) / L.K, L.K});
-        const std::vector<float> got = sums.to_vector<float>(),
-                                 want = gpu.eval(reshape(sum(as_rows, 0), {L.K})).to_vector<float>(),
-                                 scale = gpu.eval(reshape(sum(absolute(as_rows), 0), {L.K})).to_vector<float>();
-        int off = 0;
-        for (int64_t k = 0; k < L.K; ++k)
-            if (!(std::fabs(got[k] - want[k]) <= 1e-5f * scale[k] + 1e-6f)) ++off;
-        CHECK(off == 0);
+        CHECK(sums_off(gpu, Os, sums, L.K) == 0);
     }
-    for (DType dt : {DType::Float16, DType::BFloat16}) {
-        const ConvLayer L = conv_layer(dt, 24, 256, 64, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2});
-        INFO(L.str());
-        const test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
-        const std::string path = conv_kernel(gpu, L, "bprop");
-        INFO(path);
-        CHECK(path.find("by phase kiln_conv_fprop_walk_") != std::string::npos);
-        CHECK(path.find("_256_s3") != std::string::npos);
-        const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
-                   X = pair(gpu, cpu, L.input_shape(), dt, ++seed);
-        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
-        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
-                  o.assign((X.*side).expr());
-                  ConvOptions ab;
-                  ab.alpha = 0.5, ab.beta = side == &Pair::abs ? 0.5 : -0.25;
-                  bprop_conv(L, F.*side, E.*side, o, ab);
-              }) == 0);
-    }
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        check_walked_phases(gpu, cpu, conv_layer(dt, 24, 256, 64, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), "_256_s3",
+                            seed);
 }
 
 // The taps a gradient with respect to the input multiplies, K and C exchanged, by the precompiled
