@@ -466,12 +466,12 @@ std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>
             }
             const Shape shape{s[4], t.taps[0], t.taps[1], t.taps[2], s[0]};
             z += t.taps[0] * t.taps[1] * t.taps[2];
-            p.z_end[p.sets] = int32_t(std::min<int64_t>(z, 65536));
+            KILN_CHECK_INTERNAL(z <= 65535, "filter_taps_cuda: {} taps in one launch", z);
+            p.z_end[p.sets] = int32_t(z);
             p.out_at[p.sets] = at;
             out.push_back(*buffer.slice({Slice::range(at, at + numel(shape))}).reshape_view(shape));
             at += numel(shape);
         }
-        KILN_CHECK_INTERNAL(z <= 65535, "filter_taps_cuda: {} taps in one launch", z);
         void* params[] = {&p};
         be.launch_precompiled(f, unsigned((s[4] + 63) / 64), unsigned((s[0] + 63) / 64), unsigned(z), 256, 0, params,
                               {.programmatic = be.programmatic_launches()});

@@ -166,27 +166,16 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
         consumer_sync();
         if constexpr (kStoreNow) {
             // Rounded straight into the warp's slice (no results held), and stored.
-            const auto round_into = [&](auto bf16) {
-                const auto as = [&](auto act) {
-                    walk_store_rows<BN>(p, map_c, [&](auto put) { round_pairs<bf16.value, act.value, BN>(g, acc, bias_s, q, put); },
-                                        slice, t / g.tiles_n * BM, n0, warp8, lane);
-                };
-                if (!(g.flags & kRelu)) as(std::integral_constant<int, kActNone>{});
-                else if (g.slope == 0.f) as(std::integral_constant<int, kActRelu>{});
-                else as(std::integral_constant<int, kActLeaky>{});
-            };
-            if (g.c_dtype == kBF16) round_into(std::true_type{});
-            else round_into(std::false_type{});
+            with_rounding_choices(g, [&](auto bf16, auto act) {
+                walk_store_rows<BN>(p, map_c, [&](auto put) { round_pairs<bf16.value, act.value, BN>(g, acc, bias_s, q, put); },
+                                    slice, t / g.tiles_n * BM, n0, warp8, lane);
+            });
             continue;
         }
         float row_sum[2];   // (no row sums here)
-        const auto round = [&](auto bf16) {
-            if (!(g.flags & kRelu)) round_results<bf16.value, kActNone, false, BN>(g, acc, bias_s, q, results, row_sum);
-            else if (g.slope == 0.f) round_results<bf16.value, kActRelu, false, BN>(g, acc, bias_s, q, results, row_sum);
-            else round_results<bf16.value, kActLeaky, false, BN>(g, acc, bias_s, q, results, row_sum);
-        };
-        if (g.c_dtype == kBF16) round(std::true_type{});
-        else round(std::false_type{});
+        with_rounding_choices(g, [&](auto bf16, auto act) {
+            round_results<bf16.value, act.value, false, BN>(g, acc, bias_s, q, results, row_sum);
+        });
         pending = t;
     }
     store_pending();   // the last tile's, with nothing left to hide behind

@@ -194,17 +194,27 @@ __device__ __forceinline__ void with_split_count(int splits, F&& f) {
     else if (splits == 4) f(std::integral_constant<int, 4>{});
     else f(std::integral_constant<int, 8>{});
 }
+// Calls f(act) with the product's activation as a std::integral_constant value.
+template <class F>
+__device__ __forceinline__ void with_activation(const GemmParams& p, F&& f) {
+    if (!(p.flags & kRelu)) f(std::integral_constant<int, kActNone>{});
+    else if (p.slope == 0.f) f(std::integral_constant<int, kActRelu>{});
+    else f(std::integral_constant<int, kActLeaky>{});
+}
+// Calls f(bf16, act) with C's 16-bit dtype and the activation as std::integral_constant values.
+template <class F>
+__device__ __forceinline__ void with_rounding_choices(const GemmParams& p, F&& f) {
+    const auto by_act = [&](auto bf16) { with_activation(p, [&](auto act) { f(bf16, act); }); };
+    if (p.c_dtype == kBF16) by_act(std::true_type{});
+    else by_act(std::false_type{});
+}
 // Calls f(bf16, act, sums) with the product's choices as std::integral_constant values.
 template <class F>
 __device__ __forceinline__ void with_epilogue_choices(const GemmParams& p, F&& f) {
-    const auto by_act = [&](auto bf16, auto sums) {
-        if (!(p.flags & kRelu)) f(bf16, std::integral_constant<int, kActNone>{}, sums);
-        else if (p.slope == 0.f) f(bf16, std::integral_constant<int, kActRelu>{}, sums);
-        else f(bf16, std::integral_constant<int, kActLeaky>{}, sums);
-    };
     const auto by_sums = [&](auto bf16) {
-        if (p.flags & kBsum) by_act(bf16, std::true_type{});
-        else by_act(bf16, std::false_type{});
+        const auto by_act = [&](auto sums) { with_activation(p, [&](auto act) { f(bf16, act, sums); }); };
+        if (p.flags & kBsum) by_act(std::true_type{});
+        else by_act(std::false_type{});
     };
     if (p.c_dtype == kBF16) by_sums(std::true_type{});
     else by_sums(std::false_type{});
