@@ -1210,9 +1210,8 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         fail(Error::Kind::Value, "conv_kernel: op '{}'; it is 'fprop', 'fprop+bsum', 'bprop' or 'update'", op);
     const Geo g = geo(L);
 #ifdef KILN_HAVE_GEMM_KERNELS
-    // The kernel conv_fprop_implicit launches for layer X on this op's forward path ("fprop+bsum":
-    // with the channel sums, which keep to the tiles that add them).
-    auto fprop_kernel = [&](const ConvLayer& X) { return gemm::conv_fprop_kernel(ctx, X, op == "fprop+bsum"); };
+    // The kernel conv_fprop_implicit launches for layer X on this op's forward path.
+    auto fprop_kernel = [&](const ConvLayer& X) { return gemm::conv_fprop_kernel(ctx, X); };
     if (pointwise(g)) {   // the GEMM, or where pointwise_implicit says so the implicit kernel
         const std::optional<ConvLayer> D = op == "update" ? std::nullopt
                                            : (op != "bprop") != L.deconv ? std::optional<ConvLayer>(L)

@@ -510,27 +510,25 @@ namespace {
 // The plan conv_fprop_implicit takes for L (the tuner aside), its patches by TMA where the
 // descriptor holds the window, the walk where an output of the layer's dtype of its own, without
 // beta, could take it (what the benchmarks store; stochastic rounding is the context's).
-// With column_sums (bsum), not the 256-wide walk, which adds none.
-FpropPlan expected_plan(Context& ctx, const ConvLayer& L, bool column_sums) {
+FpropPlan expected_plan(Context& ctx, const ConvLayer& L) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const int sms = be.info().multiprocessors;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
     const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
     return fprop_choice(L, sms, tma, [&](const ConvTile& u) {
-        return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin &&
-               (u.bn <= 128 || !column_sums);
+        return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin;
     });
 }
 } // namespace
 
-std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums) {
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
     if (mma_kernels(be)) return mma_tile(L).entry + " (patches gathered)";
     if (auto tuned = tuned_name("fprop", L)) return *tuned;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
-    const std::string name = describe(L, expected_plan(ctx, L, column_sums));
+    const std::string name = describe(L, expected_plan(ctx, L));
     return tma ? name + " (patches by TMA)" : name;
 }
 
@@ -538,7 +536,7 @@ std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA || !takes(cuda::cuda_backend(ctx), L) || mma_kernels(cuda::cuda_backend(ctx)) ||
         L.K <= 64)
         return std::nullopt;
-    return expected_plan(ctx, L, false).us;
+    return expected_plan(ctx, L).us;
 }
 
 bool conv_im2col_forced() { return conv_kernel_choice() == 0; }
@@ -639,7 +637,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     auto walk_runs = [&](const ConvTile& u) {
         return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) &&
                walk_for(L, u).smem <= be.info().max_shared_optin &&
-               (u.bn <= 128 || !(count || (extras && extras->column_sums)));   // (the 256-wide walk counts and sums nothing)
+               (u.bn <= 128 || !count);   // (the 256-wide walk counts no histogram)
     };
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
     // kernel's dynamic shared memory.
@@ -706,7 +704,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     int smem = plan.walk ? walk.smem : t.smem;
     // Channel sums (kColSums), then their sum over the partials' rows: one tile a block, each row
     // of tiles' column sums (the warps' sums past the tile's bias, added in warp order); the
-    // walk, each warp's running sums over its block's tiles (WarpColSums), a row a warp.
+    // walk, each warp's running sums over its block's tiles (WarpColSums), a row a warp, added
+    // into the block's first at its end.
     Tensor partials;
     const int col_s_bytes = plan.walk ? 0 : conv_col_sum_bytes(t.bn);
     if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
@@ -745,7 +744,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     if (partials.defined()) {
         partials.view().storage->written = true;
         Tensor sums = *extras->column_sums;
-        sums.assign(reshape(sum(partials.slice({Slice::all(), Slice::range(0, L.K)}).expr(), 0, true), sums.shape()));
+        // (The walk leaves each block's sums in the first of its 8 rows.)
+        const Slice rows = plan.walk ? Slice::range(0, partials.shape()[0], 8) : Slice::all();
+        sums.assign(reshape(sum(partials.slice({rows, Slice::range(0, L.K)}).expr(), 0, true), sums.shape()));
         extras->summed = last_summed = true;
     }
     return true;

@@ -52,8 +52,7 @@ struct WalkTile {
     std::string entry;
 };
 // Whether tile t's walk can run L: more tiles than SMs (the launch also needs the patches by
-// TMA, the register epilogue and room for the walk's buffers; the 256-wide walk no bsum or
-// histogram).
+// TMA, the register epilogue and room for the walk's buffers; the 256-wide walk no histogram).
 bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms);
 WalkTile walk_for(const ConvLayer& L, const ConvTile& t);
 

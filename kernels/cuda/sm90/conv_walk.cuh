@@ -16,8 +16,9 @@
 // the block's tiles of one column of tiles (WarpColSums), so they take no shared memory and no
 // barrier a tile. The 256-wide tile (3 stages) rounds its results straight into the slice and
 // stores them at once: its 128 accumulators and 64 rounded registers, held across the next
-// tile's first multiplies, spilled; it adds no channel sums and counts no histogram (the host
-// does not take it for those).
+// tile's first multiplies, spilled. Its channel sums take each group of 16 columns' pairs as the
+// rounding hands them out (WarpColSums::add_pair); it counts no histogram (the host does not
+// take it for that).
 // 16-bit output whose rows are 16 bytes apart, without beta or stochastic rounding (the host
 // checks). Chosen by the host's cost model (conv_cuda.cpp, fprop_plan), KILN_CONV_KERNEL=walk
 // or the tuner.
@@ -121,8 +122,8 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
                             (p.c_by_tma ? warp8 * (BN / 64) * 1024 : 16 * warp8 * (BN + 8));
     float* const bias_c = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes + kWalkStagedBytes<BN>) + c * 2 * BN;
     // kColSums: the warp's running channel sums, in its row of col_partials ([gridDim.x x 8]
-    // [tiles_n x BN], tiles_n <= 64).
-    const bool col_sums = BN <= 128 && (g.flags & kColSums);   // (not the 256-wide walk: the host checks)
+    // [tiles_n x BN], tiles_n <= 64), at the end added into the block's first row.
+    const bool col_sums = g.flags & kColSums;
     WarpColSums<BN> sums;
     sums.row = g.col_partials + (int64_t(blockIdx.x) * 8 + warp8) * (int64_t(g.tiles_n) * BN);
     const bool bias = g.flags & kBias;
@@ -165,10 +166,20 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
             if (ctid + 128 * i < BN) bias_s[ctid + 128 * i] = bias_next[i];
         consumer_sync();
         if constexpr (kStoreNow) {
-            // Rounded straight into the warp's slice (no results held), and stored.
+            // Rounded straight into the warp's slice (no results held), and stored; the channel
+            // sums taken from the pairs as they go by.
+            const int m0 = t / g.tiles_n * BM, rows_left = g.m - (m0 + 16 * warp8);
+            if (col_sums) sums.begin(t % g.tiles_n, lane / 4, q);
             with_rounding_choices(g, [&](auto bf16, auto act) {
-                walk_store_rows<BN>(p, map_c, [&](auto put) { round_pairs<bf16.value, act.value, BN>(g, acc, bias_s, q, put); },
-                                    slice, t / g.tiles_n * BM, n0, warp8, lane);
+                walk_store_rows<BN>(
+                    p, map_c,
+                    [&](auto put) {
+                        round_pairs<bf16.value, act.value, BN>(g, acc, bias_s, q, [&](int j, int h, uint32_t v) {
+                            put(j, h, v);
+                            if (col_sums) sums.add_pair(g, j, h, v, rows_left, lane / 4, q);
+                        });
+                    },
+                    slice, m0, n0, warp8, lane);
             });
             continue;
         }
@@ -179,7 +190,21 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
         pending = t;
     }
     store_pending();   // the last tile's, with nothing left to hide behind
-    if (col_sums) sums.finish(g.tiles_n, lane / 4, q);
+    if (col_sums) {
+        sums.finish(g.tiles_n, lane / 4, q);
+        // The block's 8 warp rows added into its first, in warp order (the same bits in every
+        // run), so that the host adds a row a block rather than eight.
+        const int64_t width = int64_t(g.tiles_n) * BN;
+        float* const rows = g.col_partials + int64_t(blockIdx.x) * 8 * width;
+        __threadfence_block();
+        asm volatile("bar.sync 1, 256;" ::: "memory");   // every warp's row is in
+        for (int64_t col = 128 * c + ctid; col < width; col += 256) {
+            float s = rows[col];
+#pragma unroll
+            for (int w = 1; w < 8; ++w) s += rows[w * width + col];
+            rows[col] = s;
+        }
+    }
     // (The block's shared memory stays until TMA or the bulk copies have read it.)
     if ((p.c_by_tma && lane == 0) || (!p.c_by_tma && lane < 16)) tma_store_wait_all();
 }

@@ -309,12 +309,29 @@ __device__ __forceinline__ uint32_t transpose_8x8(uint32_t v) {
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(t) : "r"(v));
     return t;
 }
+// One group of 16 columns: its two 8-column chunks' pairs of row g (w0, w1) and of row g + 8
+// (w2, w3), zeros for rows past M; lane (g, q) gets the sums of columns 16 i + g and 16 i + 8 + g.
+__device__ __forceinline__ float2 group_col_sums(bool bf16, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+    const uint32_t ones = bf16 ? 0x3f803f80u : 0x3c003c00u;
+    const uint32_t a0 = transpose_8x8(w0), a1 = transpose_8x8(w1), a2 = transpose_8x8(w2), a3 = transpose_8x8(w3);
+    float d[4];
+    if (bf16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, "
+                     "{%9,%9,%9,%9};"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(ones), "f"(0.f));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, "
+                     "{%9,%9,%9,%9};"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(ones), "f"(0.f));
+    return make_float2(d[0], d[2]);
+}
 template <int BN>
 __device__ __forceinline__ void add_warp_col_sums(const GemmParams& p, const uint32_t (&results)[BN / 4], int rows_left,
                                                   int g, int q, float (&cs)[BN / 32]) {
     static_assert(BN % 64 == 0, "whole groups of 4 x 16 columns");
     const bool bf16 = p.c_dtype == kBF16;
-    const uint32_t ones = bf16 ? 0x3f803f80u : 0x3c003c00u;
     const bool low_row = rows_left > g, high_row = rows_left > g + 8;   // rows g, g + 8 within M
 #pragma unroll
     for (int k = 0; k < BN / 64; ++k) {   // columns 64k .. 64k + 63: four groups of 16
@@ -322,22 +339,9 @@ __device__ __forceinline__ void add_warp_col_sums(const GemmParams& p, const uin
 #pragma unroll
         for (int i4 = 0; i4 < 4; ++i4) {
             const int j0 = 2 * (4 * k + i4), j1 = j0 + 1;   // the group's two 8-column chunks
-            const uint32_t a0 = transpose_8x8(low_row ? results[2 * j0] : 0u),
-                           a1 = transpose_8x8(low_row ? results[2 * j1] : 0u),
-                           a2 = transpose_8x8(high_row ? results[2 * j0 + 1] : 0u),
-                           a3 = transpose_8x8(high_row ? results[2 * j1 + 1] : 0u);
-            float d[4];
-            if (bf16)
-                asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, "
-                             "{%9,%9,%9,%9};"
-                             : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(ones), "f"(0.f));
-            else
-                asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%8}, "
-                             "{%9,%9,%9,%9};"
-                             : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(ones), "f"(0.f));
-            if (q == i4) sum[0] = d[0], sum[1] = d[2];   // columns 16 i + g and 16 i + 8 + g
+            const float2 d = group_col_sums(bf16, low_row ? results[2 * j0] : 0u, low_row ? results[2 * j1] : 0u,
+                                            high_row ? results[2 * j0 + 1] : 0u, high_row ? results[2 * j1 + 1] : 0u);
+            if (q == i4) sum[0] = d.x, sum[1] = d.y;   // columns 16 i + g and 16 i + 8 + g
         }
         cs[2 * k] += sum[0];
         cs[2 * k + 1] += sum[1];
@@ -377,9 +381,24 @@ struct WarpColSums {
     // the sums so far are moved out if they are another column's.
     __device__ __forceinline__ void add(const GemmParams& p, const uint32_t (&results)[BN / 4], int rows_left, int g,
                                         int q, int tile_n) {
+        begin(tile_n, g, q);
+        add_warp_col_sums<BN>(p, results, rows_left, g, q, cs);
+    }
+    __device__ __forceinline__ void begin(int tile_n, int g, int q) {
         if (tile_n != n) flush(g, q);
         n = tile_n;
-        add_warp_col_sums<BN>(p, results, rows_left, g, q, cs);
+    }
+    // Or pair by pair as round_pairs hands them out (after begin; the tile's results are not
+    // held): pair (j, h) of column group j / 2, the group's sums added once its four are in.
+    uint32_t group[4];
+    __device__ __forceinline__ void add_pair(const GemmParams& p, int j, int h, uint32_t v, int rows_left, int g, int q) {
+        group[2 * h + j % 2] = v;
+        if (j % 2 == 0 || h == 0) return;
+        const bool low_row = rows_left > g, high_row = rows_left > g + 8;
+        const float2 d = group_col_sums(p.c_dtype == kBF16, low_row ? group[0] : 0u, low_row ? group[1] : 0u,
+                                        high_row ? group[2] : 0u, high_row ? group[3] : 0u);
+        const int i = j / 2;
+        if (q == i % 4) cs[2 * (i / 4)] += d.x, cs[2 * (i / 4) + 1] += d.y;
     }
     __device__ __forceinline__ void finish(int tiles_n, int g, int q) {
         flush(g, q);
