@@ -1210,8 +1210,9 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         fail(Error::Kind::Value, "conv_kernel: op '{}'; it is 'fprop', 'fprop+bsum', 'bprop' or 'update'", op);
     const Geo g = geo(L);
 #ifdef KILN_HAVE_GEMM_KERNELS
-    // The kernel conv_fprop_implicit launches for layer X on this op's forward path.
-    auto fprop_kernel = [&](const ConvLayer& X) { return gemm::conv_fprop_kernel(ctx, X); };
+    // The kernel conv_fprop_implicit launches for layer X on this op's forward path ("fprop+bsum":
+    // adding the channel sums, which the 256-wide walk does in an entry of its own).
+    auto fprop_kernel = [&](const ConvLayer& X) { return gemm::conv_fprop_kernel(ctx, X, op == "fprop+bsum"); };
     if (pointwise(g)) {   // the GEMM, or where pointwise_implicit says so the implicit kernel
         const std::optional<ConvLayer> D = op == "update" ? std::nullopt
                                            : (op != "bprop") != L.deconv ? std::optional<ConvLayer>(L)

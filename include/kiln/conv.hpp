@@ -101,8 +101,8 @@ KILN_API Tensor& update_conv(const ConvLayer& layer, const Tensor& I, const Tens
                              double alpha = 1.0, double beta = 0.0,
                              const std::optional<Tensor>& grad_bias = std::nullopt);
 
-// How `op` ("fprop"; "fprop+bsum", a fprop that also sums the output's channels, as its kernels
-// store; "bprop" or "update") of layer L runs on ctx: "implicit-gemm <kernel entry>"
+// How `op` ("fprop"; "fprop+bsum", a fprop that also sums the output's channels, which may take
+// another kernel entry; "bprop" or "update") of layer L runs on ctx: "implicit-gemm <kernel entry>"
 // (the implicit-GEMM kernel), "implicit-gemm by phase <kernel entry>" (a strided bprop as one
 // stride-1 implicit-GEMM convolution per phase of the stride; the entry of the phase with the
 // most taps), "implicit-gemm <kernel entry> (stride folded into <c> channels)" (a strided layer

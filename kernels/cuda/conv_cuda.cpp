@@ -521,14 +521,14 @@ FpropPlan expected_plan(Context& ctx, const ConvLayer& L) {
 }
 } // namespace
 
-std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L) {
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
     if (mma_kernels(be)) return mma_tile(L).entry + " (patches gathered)";
     if (auto tuned = tuned_name("fprop", L)) return *tuned;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
-    const std::string name = describe(L, expected_plan(ctx, L));
+    const std::string name = describe(L, expected_plan(ctx, L), column_sums);
     return tma ? name + " (patches by TMA)" : name;
 }
 
@@ -656,7 +656,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             if (q.c_by_tma)
                 map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 16);
             void* params[] = {&q, &map_b, &patches, &map_c};
-            const WalkTile w = walk_for(L, u);
+            const WalkTile w = walk_for(L, u, (h.flags & kColSums) != 0);
             const int dynamic = std::max(smem, w.smem);
             CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, dynamic);
             be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(dynamic), params,
@@ -732,7 +732,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         last_counted = true;
     }
     if (plan.walk)
-        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks{})", L.str(), walk.entry, rows, L.K, taps,
+        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks{})", L.str(),
+                  walk_for(L, t, partials.defined()).entry, rows, L.K, taps,
                   blocks, sms, partials.defined() ? ", channel sums" : "");
     else
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {}{})", L.str(), t.entry, rows, L.K, taps, blocks,

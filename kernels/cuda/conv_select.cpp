@@ -81,16 +81,17 @@ bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms) {
     return tiles > sms;
 }
 
-WalkTile walk_for(const ConvLayer& L, const ConvTile& t) {
+WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums) {
     WalkTile w;
     w.stages = t.bn == 64 ? 6 : t.bn == 128 ? 5 : 3;
     w.smem = w.stages * (128 * 128 + t.bn * 128) + 128 * (t.bn + 8) * 2 + 4 * t.bn * 4 + 1024;
-    w.entry = fmt::format("kiln_conv_fprop_walk_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, w.stages);
+    w.entry = fmt::format("kiln_conv_fprop_walk_{}_{}_s{}{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, w.stages,
+                          column_sums && t.bn > 128 ? "_bsum" : "");
     return w;
 }
 
-std::string describe(const ConvLayer& L, const FpropPlan& plan) {
-    return plan.walk ? walk_for(L, plan.tile).entry : plan.tile.entry;
+std::string describe(const ConvLayer& L, const FpropPlan& plan, bool column_sums) {
+    return plan.walk ? walk_for(L, plan.tile, column_sums).entry : plan.tile.entry;
 }
 
 // The weight gradient's tile and split. The product is taps x K over the rows, split into

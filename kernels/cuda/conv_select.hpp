@@ -54,10 +54,11 @@ struct WalkTile {
 // Whether tile t's walk can run L: more tiles than SMs (the launch also needs the patches by
 // TMA, the register epilogue and room for the walk's buffers; the 256-wide walk no histogram).
 bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms);
-WalkTile walk_for(const ConvLayer& L, const ConvTile& t);
+// (column_sums: the entry that adds the channel sums, the 256-wide walk's own.)
+WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums = false);
 
-// The entry a plan launches.
-std::string describe(const ConvLayer& L, const FpropPlan& plan);
+// The entry a plan launches (with column_sums: adding the channel sums).
+std::string describe(const ConvLayer& L, const FpropPlan& plan, bool column_sums = false);
 
 // The weight gradient's tile width, stages and split: slices of the output positions (their
 // float32 planes added by the GEMM's reduction kernel), or the balanced split (`runs` > 0: every

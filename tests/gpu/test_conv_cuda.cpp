@@ -1063,7 +1063,8 @@ TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped r
         const test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
         CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
         CHECK(gemm::conv_fprop_kernel(gpu, L).find("_256_s3") != std::string::npos);
-        CHECK(conv_kernel(gpu, L, "fprop+bsum") == "implicit-gemm " + gemm::conv_fprop_kernel(gpu, L));
+        CHECK(conv_kernel(gpu, L, "fprop+bsum") == "implicit-gemm " + gemm::conv_fprop_kernel(gpu, L, true));
+        CHECK(gemm::conv_fprop_kernel(gpu, L, true).find("_256_s3_bsum") != std::string::npos);
         const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
                    B = pair(gpu, gpu, {L.K}, DType::Float32, ++seed);
         ConvOptions o;

@@ -125,6 +125,8 @@ TEST_CASE("conv plans: the rules behind them") {
         CHECK(w.smem + (bn <= 128 ? conv_col_sum_bytes(bn) : 0) <= 227 * 1024);
     }
     CHECK(walk_for(vgg2, tile_of(vgg2, 256)).entry == "kiln_conv_fprop_walk_f16_256_s3");
+    CHECK(walk_for(vgg2, tile_of(vgg2, 256), true).entry == "kiln_conv_fprop_walk_f16_256_s3_bsum");
+    CHECK(walk_for(vgg2, tile_of(vgg2, 128), true).entry == "kiln_conv_fprop_walk_f16_128_s5");
     CHECK(widest_tile(layer2d(2, 64, 300, 8, 3, 1, 1)).bn == 256);
     CHECK(widest_tile(narrow).bn == 64);
     // The update: a width of its own when asked, and no split where one wave already fills it.

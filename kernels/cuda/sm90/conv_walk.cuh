@@ -16,9 +16,9 @@
 // the block's tiles of one column of tiles (WarpColSums), so they take no shared memory and no
 // barrier a tile. The 256-wide tile (3 stages) rounds its results straight into the slice and
 // stores them at once: its 128 accumulators and 64 rounded registers, held across the next
-// tile's first multiplies, spilled. Its channel sums take each group of 16 columns' pairs as the
-// rounding hands them out (WarpColSums::add_pair); it counts no histogram (the host does not
-// take it for that).
+// tile's first multiplies, spilled. Its channel sums (the entry ending _bsum) take each group of
+// 16 columns' pairs as the rounding hands them out (WarpColSums::add_pair); it counts no
+// histogram (the host does not take it for that).
 // 16-bit output whose rows are 16 bytes apart, without beta or stochastic rounding (the host
 // checks). Chosen by the host's cost model (conv_cuda.cpp, fprop_plan), KILN_CONV_KERNEL=walk
 // or the tuner.
@@ -88,7 +88,10 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
     if (hist) hist_flush(p, hist, lane);
 }
 
-template <class T, int BN, int STAGES>
+// SUMS: the 256-wide tile's channel sums (kColSums), an entry of their own: tested at run time
+// in the rounding's sink they slowed the plain tile by up to 4%, and two copies of the
+// epilogue in one kernel spilled. The narrower tiles test kColSums at run time.
+template <class T, int BN, int STAGES, bool SUMS = false>
 __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUtensorMap* map_b, const CUtensorMap* map_a,
                                                 const CUtensorMap* map_c) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
@@ -123,7 +126,7 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     float* const bias_c = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes + kWalkStagedBytes<BN>) + c * 2 * BN;
     // kColSums: the warp's running channel sums, in its row of col_partials ([gridDim.x x 8]
     // [tiles_n x BN], tiles_n <= 64), at the end added into the block's first row.
-    const bool col_sums = g.flags & kColSums;
+    const bool col_sums = BN <= 128 ? (g.flags & kColSums) != 0 : SUMS;
     WarpColSums<BN> sums;
     sums.row = g.col_partials + (int64_t(blockIdx.x) * 8 + warp8) * (int64_t(g.tiles_n) * BN);
     const bool bias = g.flags & kBias;
