@@ -526,7 +526,12 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
     if (mma_kernels(be)) return mma_tile(L).entry + " (patches gathered)";
-    if (auto tuned = tuned_name("fprop", L)) return *tuned;
+    if (auto tuned = tuned_name("fprop", L)) {
+        // (The tuner times the plain entries; the 256-wide walk adds the sums in its own.)
+        const std::string walk256 = walk_for(L, tile_of(L, 256)).entry;
+        if (column_sums && tuned->rfind(walk256 + " ", 0) == 0) tuned->insert(walk256.size(), "_bsum");
+        return *tuned;
+    }
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
     const std::string name = describe(L, expected_plan(ctx, L), column_sums);
     return tma ? name + " (patches by TMA)" : name;
