@@ -88,9 +88,9 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
     if (hist) hist_flush(p, hist, lane);
 }
 
-// SUMS: the 256-wide tile's channel sums (kColSums), an entry of their own: tested at run time
-// in the rounding's sink they slowed the plain tile by up to 4%, and two copies of the
-// epilogue in one kernel spilled. The narrower tiles test kColSums at run time.
+// SUMS: the 256-wide tile's channel sums (kColSums), in an entry of their own so that the plain
+// tile carries none of their code (a test at run time in the rounding's sink slows it, two
+// copies of the epilogue in one kernel spill). The narrower tiles test kColSums at run time.
 template <class T, int BN, int STAGES, bool SUMS = false>
 __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUtensorMap* map_b, const CUtensorMap* map_a,
                                                 const CUtensorMap* map_c) {
