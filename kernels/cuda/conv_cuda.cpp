@@ -528,8 +528,8 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums
     if (mma_kernels(be)) return mma_tile(L).entry + " (patches gathered)";
     if (auto tuned = tuned_name("fprop", L)) {
         // (The tuner times the plain entries; the 256-wide walk adds the sums in its own.)
-        const std::string walk256 = walk_for(L, tile_of(L, 256)).entry;
-        if (column_sums && tuned->rfind(walk256 + " ", 0) == 0) tuned->insert(walk256.size(), "_bsum");
+        const ConvTile wide = tile_of(L, 256);
+        if (column_sums && *tuned == walk_for(L, wide).entry + " (tuned)") return walk_for(L, wide, true).entry + " (tuned)";
         return *tuned;
     }
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
