@@ -153,9 +153,8 @@ CudaSource Emitter::run() {
     emit_args_struct();
     switch (shape) {
     case CudaShape::Full:
-        emit_partial_kernel();
-        emit_final_kernel();
-        src.entry_points = {k_.name + "_partial", k_.name + "_final"};
+        emit_full_kernel();
+        src.entry_points = {k_.name};
         break;
     case CudaShape::Row:
         if (module_.entry.empty() || module_.entry == k_.name) {
@@ -176,7 +175,6 @@ CudaSource Emitter::run() {
         emit_column_kernel();
         src.entry_points = {k_.name};
         if (detail::column_vector_width(k_)) src.entry_points.push_back(k_.name + "_v");
-        if (detail::column_splittable(k_)) src.entry_points.push_back(k_.name + "_final");
         break;
     case CudaShape::Elementwise:
         emit_elementwise_kernel();
@@ -547,8 +545,8 @@ void Emitter::fold_acc_record(const kir::Block& b) {
     const int slot = detail::acc_record_slot(k_);
     for (int ai : b.accums) {
         const kir::Accum& ac = k_.accums[ai];
-        line("{0}::add({1}_v, {1}_p, *(const {2}*)(rec + {3}), *(const int*)(rec + {4}));", acc_struct(ac), acc(ai),
-             ctype(ac.type), slot * ai, slot * ai + slot / 2);
+        line("{0}::add({1}_v, {1}_p, __ldcg((const {2}*)(rec + {3})), __ldcg((const int*)(rec + {4})));", acc_struct(ac),
+             acc(ai), ctype(ac.type), slot * ai, slot * ai + slot / 2);
     }
 }
 
@@ -597,14 +595,15 @@ void Emitter::emit_rloop_body(size_t bi, bool walked) {
     scope_ = Scope::PPoint;
 }
 
-std::string Emitter::signature(const std::string& entry, int max_threads, int min_blocks) const {
+std::string Emitter::signature(const std::string& entry, int max_threads, int min_blocks, bool counters) const {
     return fmt::format("extern \"C\" __global__ void __launch_bounds__({}{}) {}(const Args a, unsigned char* const "
-                       "scratch, const int param)",
-                       max_threads, min_blocks > 1 ? fmt::format(", {}", min_blocks) : "", entry);
+                       "scratch, const int param{})",
+                       max_threads, min_blocks > 1 ? fmt::format(", {}", min_blocks) : "", entry,
+                       counters ? ", unsigned* const counters" : "");
 }
 
-void Emitter::open_kernel(const std::string& entry, int max_threads, int min_blocks) {
-    open(signature(entry, max_threads, min_blocks));
+void Emitter::open_kernel(const std::string& entry, int max_threads, int min_blocks, bool counters) {
+    open(signature(entry, max_threads, min_blocks, counters));
     line("kiln_after_prior_grids();");
     if (k_.hist.bins > 0) {
         line("__shared__ unsigned kiln_hist[{}];", k_.hist.bins);

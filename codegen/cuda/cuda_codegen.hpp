@@ -87,23 +87,23 @@
 //     first (detail::column_splittable), param = S, the chunks the reduced points are split
 //     into: block b reduces chunk b % S of column block b / S. S = 1 runs the Point blocks at
 //     once; S > 1 writes record (column * S + chunk) of `scratch` (the full reduction's record
-//     layout, below) and a second entry NAME_final, param = S, a warp per column, combines
-//     a column's records (lane l those of chunks l, l + 32, ... in order, then the lanes in a
-//     fixed tree) and runs the Point blocks. S follows from the sizes
-//     alone (enough chunks for about kColumnTargetBlocks blocks), never from the device.
-//     Otherwise param is unused and there is no second entry.
+//     layout, below) and counts the chunk in word (column block) of the fourth parameter,
+//     `counters`; the block that counts a column block's last chunk sets the word back to zero,
+//     combines the block's columns' records, a warp per column (lane l those of chunks l,
+//     l + 32, ... in order, then the lanes in a fixed tree), and runs the Point blocks. S
+//     follows from the sizes alone (enough chunks for about kColumnTargetBlocks blocks), never
+//     from the device. Otherwise param is unused and the entry has no fourth parameter.
 //     Kernels that qualify (detail::column_vector_width: V > 1) also have an entry NAME_v with
 //     the same blocks, grid and param, whose threads each take V adjacent points of the
 //     innermost parallel dim (a block: column_width / V threads across x 256 / that slices),
 //     reading a buffer contiguous along it V elements at a time; a launch takes it when
 //     cuda_launch_aligned holds. It combines the slices of a column in the same fixed way, over
 //     more slices, so a column's bits follow from the sizes and the buffers' alignment.
-//   - full reduction (Kernel::full_reduce), two entries launched in order on one stream:
-//       NAME_partial, param = num_partials, grid = num_partials: block b reduces the b-th
-//           contiguous chunk of ceil(points / num_partials) points of the flattened R space
-//           into record b of `scratch`;
-//       NAME_final, param = num_partials, grid = 1: combines the records in a fixed order
-//           (deterministic) and runs the Point block.
+//   - full reduction (Kernel::full_reduce), entry NAME, param = num_partials, grid =
+//       num_partials: block b reduces the b-th contiguous chunk of ceil(points / num_partials)
+//       points of the flattened R space into record b of `scratch` and counts itself in word 0
+//       of its fourth parameter, `counters`; the block that counts the last sets the word back
+//       to zero, combines the records in a fixed order (deterministic) and runs the Point block.
 //       A record is S * accums.size() bytes; accumulator i sits at byte S*i: its value at +0,
 //       its i32 position at +S/2; S = 8, or 16 when some accumulator holds a 64-bit value. num_partials = clamp(ceil(points /
 //       kCudaPointsPerPartial), 1, kCudaMaxPartials), independent of the device, so a result
@@ -259,6 +259,9 @@ struct CudaLaunch {
 struct CudaLaunchPlan {
     std::vector<CudaLaunch> launches;   // in order, same entries as CudaSource::entry_points
     size_t scratch_bytes = 0;           // device scratch the entries share (full reductions)
+    // Words of zeroed device memory the entries count in, passed as their fourth parameter
+    // (split column reductions): zero before the launch, and set back to zero by it.
+    size_t counters = 0;
     int num_partials = 0;               // full reductions
     int threads_per_row = 0;            // row reductions: G
     // The small row entry, whose offsets are 32-bit: the plan holds for other arguments of the

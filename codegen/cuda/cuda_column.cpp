@@ -1,6 +1,6 @@
 // Column reductions (cuda_codegen.hpp): column_width parallel points x the slices of the reduced
 // points that fill a block of kColumnThreads; when the parallel points alone would not fill the GPU, the reduced points are split
-// into chunks reduced by blocks of their own, and a second entry combines the chunks in order.
+// into chunks reduced by blocks of their own, and the last block of a column block to finish combines its chunks in order.
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include <fmt/format.h>
@@ -38,7 +38,6 @@ void Emitter::emit_column_folded_block(size_t bi, const std::vector<detail::RowF
 void Emitter::emit_column_kernel() {
     emit_column_entry(0);
     if (const int v = detail::column_vector_width(k_)) emit_column_entry(v);
-    if (column_splittable(k_)) emit_column_final_kernel();
 }
 
 // Loads of Loop block `b` that vary along the reduced points: issued a step ahead of the
@@ -73,9 +72,10 @@ void Emitter::emit_column_entry(int vec) {
         col_.clear();
     };
     line("");
-    open_kernel(vec ? k_.name + "_v" : k_.name, width * slices / per, vec ? detail::kColumnVectorBlocks : 0);
+    open_kernel(vec ? k_.name + "_v" : k_.name, width * slices / per, vec ? detail::kColumnVectorBlocks : 0, split);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(false, per);
+    if (split) line("__shared__ bool kiln_last;");
     if (!folds.empty()) line("__shared__ float kiln_smc[{0}], kiln_smm[{0}], kiln_smq[{0}];", 256 * per + 256);
     if (!split) line("(void)scratch; (void)param;");
     line("const long long np = {};", product(pdims_));
@@ -306,30 +306,41 @@ void Emitter::emit_column_entry(int vec) {
         per_column([&](int) { set_acc_results(b); });
         close();
     }
+    if (split) {
+        // The block that finds every chunk of its column block recorded combines them
+        // (emit_column_combine), so no second launch waits on this one; it sets the column
+        // block's counter back to zero for the next launch. The fences order the records
+        // before the count and the count before their reads.
+        open("if (chunks > 1)");
+        line("__threadfence();");
+        line("__syncthreads();");
+        open("if (threadIdx.x == 0)");
+        line("kiln_last = atomicAdd(counters + p0 / {}, 1u) == (unsigned)chunks - 1;", width);
+        line("if (kiln_last) counters[p0 / {}] = 0u;", width);
+        line("__threadfence();");
+        close();
+        line("__syncthreads();");
+        open("if (kiln_last)");
+        emit_column_combine("p0 + (long long)(threadIdx.x >> 5)", fmt::format("(p0 + {0} < np ? p0 + {0} : np)", width),
+                            "(long long)(blockDim.x >> 5)");
+        close();
+        close();
+    }
     close();
     close_kernel();
 }
 
-// A warp per column: lane l folds the column's chunk records l, l + 32, ... in chunk order,
-// the warp combines its lanes in a fixed tree (so the same records always give the same
-// result, and a long list of chunks is read 32 records at a time), then runs the Point blocks.
-void Emitter::emit_column_final_kernel() {
+// Columns pi = first, first + step, ... below end, a warp each: lane l folds the column's chunk
+// records l, l + 32, ... in chunk order, the warp combines its lanes in a fixed tree (so the same
+// records always give the same result, whichever block combines them, and a long list of chunks
+// is read 32 records at a time), then runs the Point blocks.
+void Emitter::emit_column_combine(const std::string& first, const std::string& end, const std::string& step) {
     const kir::Block& loop = k_.blocks[0];
-    line("");
     const std::vector<detail::RowFold> folds = detail::column_folds(k_);
     const int slot = detail::acc_record_slot(k_);
-    open_kernel(k_.name + "_final", kCudaBlockSize);
-    emit_buffer_pointers(all_uses_);
-    line("const int chunks = param;");
-    line("const long long np = {};", product(pdims_));
-    if (!folds.empty()) {
-        line("const long long nr = {};", product(rdims_));
-        line("const long long per_chunk = (nr + chunks - 1) / chunks;");
-    }
     line("const int lane = (int)(threadIdx.x & 31);");
-    line("const long long warps = (long long)gridDim.x * (blockDim.x / 32);");
     line("#pragma unroll 1");
-    open("for (long long pi = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; pi < np; pi += warps)");
+    open(fmt::format("for (long long pi = {}; pi < {}; pi += {})", first, end, step));
     emit_ppoint_setup();
     declare_acc_results(loop);
     for (const detail::RowFold& f : folds) line("float mo{0}_c = 0.0f, mo{0}_m = 0.0f, mo{0}_q = 0.0f;", f.accum);
@@ -344,7 +355,8 @@ void Emitter::emit_column_final_kernel() {
         line("const float rows = (float)((r0 + per_chunk < nr ? r0 + per_chunk : nr) - r0);");
     }
     for (const detail::RowFold& f : folds)
-        line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, rows, *(const float*)(rec + {1}), *(const float*)(rec + {2}));",
+        line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, rows, __ldcg((const float*)(rec + {1})), "
+             "__ldcg((const float*)(rec + {2})));",
              f.accum, slot * f.accum, slot * f.accum + slot / 2);
     close();
     for (int ai : loop.accums) {
@@ -363,7 +375,6 @@ void Emitter::emit_column_final_kernel() {
         else emit_point_block(k_.blocks[bi], "lane == 0");
     }
     close();
-    close_kernel();
 }
 
 } // namespace kiln::codegen::detail

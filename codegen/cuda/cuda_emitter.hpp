@@ -212,7 +212,8 @@ private:
     void block_reduce_acc_states(const kir::Block& b);
     // A partial-reduction record at `rec` (cuda_codegen.hpp: accumulator i's value at byte
     // S * i, its position at S * i + S / 2, S = acc_record_slot): written from the block's
-    // states, or folded into them.
+    // states, or folded into them (read past L1, which may hold an older copy of another
+    // block's record: the combining block reads what other multiprocessors wrote).
     void store_acc_record(const kir::Block& b);
     void fold_acc_record(const kir::Block& b);
     // An Arg accumulator that saw no point (an empty R domain) yields position 0.
@@ -227,10 +228,12 @@ private:
 
     // ---- the kernels
 
-    std::string signature(const std::string& entry, int max_threads, int min_blocks) const;
+    // counters: the entry takes a fourth parameter, the launch's words of zeroed counters
+    // (CudaLaunchPlan::counters).
+    std::string signature(const std::string& entry, int max_threads, int min_blocks, bool counters) const;
     // Opens a kernel's body: its signature, then the wait for the grids before it in the stream
     // (the runtime may launch it before they end; kiln_after_prior_grids in the prelude).
-    void open_kernel(const std::string& entry, int max_threads, int min_blocks = 1);
+    void open_kernel(const std::string& entry, int max_threads, int min_blocks = 1, bool counters = false);
 
     void emit_elementwise_kernel();
 
@@ -287,7 +290,7 @@ private:
     void emit_column_kernel();
     void emit_column_entry(int vec);
     std::vector<size_t> column_step_loads(const kir::Block& b) const;
-    void emit_column_final_kernel();
+    void emit_column_combine(const std::string& first, const std::string& end, const std::string& step);
 
     // ---- the vector path of contiguous rank-1 elementwise kernels
 
@@ -319,9 +322,8 @@ private:
     size_t record_bytes() const { return (size_t)detail::acc_record_slot(k_) * k_.accums.size(); }
 
     int full_vector_width() const;
-    void emit_partial_kernel();
-
-    void emit_final_kernel();
+    void emit_full_kernel();
+    void emit_full_combine();
 };
 
 } // namespace kiln::codegen::detail

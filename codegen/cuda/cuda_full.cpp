@@ -1,4 +1,4 @@
-// Full reductions (cuda_codegen.hpp): partial records per chunk, then one block combines them in order.
+// Full reductions (cuda_codegen.hpp): partial records per chunk, then the last block to finish combines them in order.
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include <fmt/format.h>
@@ -32,14 +32,15 @@ int Emitter::full_vector_width() const {
     return widest ? (int)(16 / widest) : 1;
 }
 
-void Emitter::emit_partial_kernel() {
+void Emitter::emit_full_kernel() {
     const kir::Block& b = k_.blocks[0];
     line("");
-    open_kernel(k_.name + "_partial", kCudaBlockSize);
+    open_kernel(k_.name, kCudaBlockSize, 1, true);
     line("unsigned char* const partials = scratch;");
     line("const int num_partials = param;");
-    emit_buffer_pointers(block_uses_[0]);
+    emit_buffer_pointers(all_uses_);
     emit_scratch();
+    line("__shared__ bool kiln_last;");
     line("const long long nr = {};", product(rdims_));
     // Chunks of whole groups of V elements (below), so that every chunk starts aligned.
     const int vw = full_vector_width();
@@ -166,23 +167,30 @@ void Emitter::emit_partial_kernel() {
     store_acc_record(b);
     close();
     close();
+    emit_full_combine();
     close_kernel();
 }
 
-void Emitter::emit_final_kernel() {
+// The block that counts the grid's last arrival (counters[0], set back to zero for the next
+// launch) combines the records, so no second launch waits on the first: thread t folds records
+// t, t + blockDim.x, ... in order, then the block combines the threads in a fixed tree, so the
+// same partials always give the same result, whichever block was last. The fences order the
+// records before the count and the count before their reads.
+void Emitter::emit_full_combine() {
     const kir::Block& loop = k_.blocks[0];
     const kir::Block& point = k_.blocks[1];
-    line("");
-    open_kernel(k_.name + "_final", kCudaBlockSize);
-    line("const unsigned char* const partials = scratch;");
-    line("const int num_partials = param;");
-    emit_buffer_pointers(block_uses_[1]);
-    emit_scratch();
+    line("__threadfence();");
+    line("__syncthreads();");
+    open("if (threadIdx.x == 0)");
+    line("kiln_last = atomicAdd(counters, 1u) == gridDim.x - 1;");
+    line("if (kiln_last) counters[0] = 0u;");
+    line("__threadfence();");
+    close();
+    line("__syncthreads();");
+    line("if (!kiln_last) return;");
     scope_ = Scope::PPoint;
     declare_acc_results(loop);
     init_acc_states(loop);
-    // Thread t folds records t, t + blockDim.x, ... in order, then the block combines the
-    // threads in a fixed tree: the same partials always give the same result.
     line("#pragma unroll 1");
     open("for (int j = threadIdx.x; j < num_partials; j += blockDim.x)");
     line("const unsigned char* const rec = partials + (long long)j * {};", record_bytes());
@@ -196,7 +204,6 @@ void Emitter::emit_final_kernel() {
         emit_stores(point);
         close();
     }
-    close_kernel();
 }
 
 } // namespace kiln::codegen::detail

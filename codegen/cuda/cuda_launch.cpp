@@ -555,8 +555,8 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
                                                   kCudaMaxPartials);
         plan.num_partials = (int)parts;
         plan.scratch_bytes = (size_t)parts * detail::acc_record_slot(k) * k.accums.size();
-        plan.launches = {launch_of(k.name + "_partial", (uint32_t)parts, kCudaBlockSize, 1, (int)parts),
-                         launch_of(k.name + "_final", 1, kCudaBlockSize, 1, (int)parts)};
+        plan.counters = 1;   // the blocks that have recorded their parts
+        plan.launches = {launch_of(k.name, (uint32_t)parts, kCudaBlockSize, 1, (int)parts)};
         break;
     }
     case CudaShape::Row: {
@@ -681,9 +681,7 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         }
         if (chunks > 1) {
             plan.scratch_bytes = (size_t)(np * chunks) * detail::acc_record_slot(k) * k.accums.size();
-            const int64_t warps_per_block = kCudaBlockSize / 32;   // the final entry: a warp per column
-            plan.launches.push_back(launch_of(k.name + "_final", clamp_grid((np + warps_per_block - 1) / warps_per_block, 1),
-                                              kCudaBlockSize, 1, (int)chunks));
+            plan.counters = (size_t)pblocks;   // a column block's chunks recorded so far
         }
         break;
     }
@@ -717,6 +715,7 @@ std::string describe(const CudaLaunchPlan& plan) {
     std::string out = plan.threads_per_row ? fmt::format("{} threads a row", plan.threads_per_row) : std::string();
     if (plan.scratch_bytes)
         out += fmt::format("{}{} partials, {} bytes of scratch", out.empty() ? "" : "; ", plan.num_partials, plan.scratch_bytes);
+    if (plan.counters) out += fmt::format("{}{} counters", out.empty() ? "" : "; ", plan.counters);
     for (const CudaLaunch& l : plan.launches) {
         out += fmt::format("{}{}: {} blocks of {}", out.empty() ? "" : "; ", l.entry, l.grid, l.block);
         if (l.cluster > 1) out += fmt::format(", clusters of {}", l.cluster);

@@ -510,12 +510,13 @@ void CudaBackend::launch(const CudaKernel* ck, const kir::LaunchArgs& a) {
             if (p) alloc.release(p, n);
         }
     } release{*allocator_, scratch, plan.scratch_bytes};
+    CUdeviceptr counters = plan.counters ? zeroed_scratch(plan.counters * sizeof(uint32_t)) : 0;
     const bool programmatic = programmatic_launches();   // one environment read for the plan's launches
     for (size_t li = 0; li < plan.launches.size(); ++li) {
         codegen::CudaLaunch& l = plan.launches[li];
         if (l.grid == 0) continue;
         int param = l.param;
-        void* params[3] = {arg_bytes_.data(), &scratch, &param};
+        void* params[4] = {arg_bytes_.data(), &scratch, &param, &counters};   // (an entry of 3 reads 3)
         if (!l.aligned_entry.empty() && l.aligned_grid && codegen::cuda_launch_aligned(ck->kernel, a, l)) {
             CUfunction& f = ck->plan_aligned_functions[li];
             if (!f) f = function(ck, l.aligned_entry, l.aligned_reach);

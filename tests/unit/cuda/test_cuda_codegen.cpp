@@ -102,11 +102,10 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
             CHECK(src.code.find("#include") == std::string::npos);
             CHECK_FALSE(src.fast_compile);   // the whole source (what CI compiles): as any other
             if (k.full_reduce) {
-                REQUIRE(src.entry_points == std::vector<std::string>{k.name + "_partial", k.name + "_final"});
+                REQUIRE(src.entry_points == std::vector<std::string>{k.name});
             } else if (codegen::cuda_shape(k) == codegen::CudaShape::Column) {
                 std::vector<std::string> entries{k.name};
                 if (codegen::detail::column_vector_width(k)) entries.push_back(k.name + "_v");
-                if (codegen::detail::column_splittable(k)) entries.push_back(k.name + "_final");
                 REQUIRE(src.entry_points == entries);
             } else if (codegen::cuda_shape(k) == codegen::CudaShape::Row && codegen::detail::row_register_entry(k)) {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name, k.name + "_r", k.name + "_s"});
@@ -127,9 +126,12 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
                 const std::string bound = row        ? fmt::format("{}, {}", codegen::kCudaMaxRowBlock, blocks)
                                           : column_v ? fmt::format("256, {}", codegen::detail::kColumnVectorBlocks)
                                                      : std::string("256");
+                // Split column and full reductions count in a fourth parameter (CudaLaunchPlan::counters).
+                const bool counts = k.full_reduce || (codegen::cuda_shape(k) == codegen::CudaShape::Column &&
+                                                      codegen::detail::column_splittable(k));
                 CHECK(src.code.find(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a, "
-                                                "unsigned char* const scratch, const int param)",
-                                                bound, e)) != std::string::npos);
+                                                "unsigned char* const scratch, const int param{})",
+                                                bound, e, counts ? ", unsigned* const counters" : "")) != std::string::npos);
             }
             require_compiles(name, src);
         }
@@ -478,7 +480,7 @@ TEST_CASE("a column kernel folds a sum of squared deviations into its first pass
         CHECK(codegen::detail::column_splittable(k));
         const CudaSource src = codegen::emit_cuda(k);
         INFO(src.code);
-        REQUIRE(src.entry_points == std::vector<std::string>{"kiln_colmo", "kiln_colmo_v", "kiln_colmo_final"});
+        REQUIRE(src.entry_points == std::vector<std::string>{"kiln_colmo", "kiln_colmo_v"});
         const int across = codegen::detail::column_width(k), v = 16 / (int)dtype_size(xdt);
         CHECK(src.code.find(fmt::format("kiln_column_reduce_moments<{}, 1>(rc, rm, rq,", across)) != std::string::npos);
         CHECK(src.code.find(fmt::format("kiln_column_reduce_moments<{}, {}>(rc, rm, rq,", across / v, v)) != std::string::npos);
@@ -491,9 +493,9 @@ TEST_CASE("a column kernel folds a sum of squared deviations into its first pass
         kir::LaunchArgs a;
         a.sizes = {65536, 256};
         const codegen::CudaLaunchPlan p = codegen::plan_cuda_launch(k, a, h100);
-        REQUIRE(p.launches.size() == 2);
+        REQUIRE(p.launches.size() == 1);   // the last block of a column block combines its chunks
         CHECK(p.launches[0].param > 1);
-        CHECK(p.launches[1].entry == "kiln_colmo_final");
+        CHECK(p.counters == (256 + across - 1) / across);
     }
     // k read from memory per column (a given mean): two passes, unsplit.
     test::KernelBuilder b("kiln_colmo2", "RP");
@@ -1312,16 +1314,14 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         al.strides[2 * 2] = 7;
         CHECK(codegen::cuda_launch_aligned(column, al, p.launches[0]));
     }
-    REQUIRE(p.launches.size() == 2);
+    REQUIRE(p.launches.size() == 1);   // the last block of a column block combines its chunks
     CHECK(p.launches[0].entry == "kiln_column");
     CHECK(p.launches[0].param == 4096 / codegen::detail::kColumnMinChunk);
     CHECK(p.launches[0].grid == (100 / 128 + 1) * 16);
     CHECK(p.launches[0].block == 256);
-    CHECK(p.launches[1].entry == "kiln_column_final");
-    CHECK(p.launches[1].param == 16);
-    CHECK(p.launches[1].grid == (100 + 7) / 8);   // a warp per column
-    CHECK(p.launches[1].block == 256);
     CHECK(p.scratch_bytes == 100 * 16 * 8 * column.accums.size());
+    CHECK(p.counters == 1);   // a counter a column block
+    CHECK(codegen::describe(p).find("1 counters") != std::string::npos);
     CHECK(codegen::plan_cuda_launch(column, a, a100).launches[0].param == 16);
     a.sizes = {1 << 20, 256 * 1024};   // enough column blocks already: not split
     p = codegen::plan_cuda_launch(column, a, h100);
@@ -1329,6 +1329,7 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.launches[0].param == 1);
     CHECK(p.launches[0].grid == 2048);
     CHECK(p.scratch_bytes == 0);
+    CHECK(p.counters == 0);
     a.sizes = {4096, 512 * 128};   // kColumnTargetBlocks column blocks: not split
     CHECK(codegen::plan_cuda_launch(column, a, h100).launches.size() == 1);
     a.sizes = {4096, 511 * 128};
@@ -1341,12 +1342,11 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     kir::Kernel full = test::full_reduce_kernel();
     a.sizes = {100, 1000};
     p = codegen::plan_cuda_launch(full, a, h100);
-    REQUIRE(p.launches.size() == 2);
-    CHECK(p.launches[0].entry == "kiln_full_partial");
-    CHECK(p.launches[1].entry == "kiln_full_final");
+    REQUIRE(p.launches.size() == 1);   // the last block to finish combines the partials
+    CHECK(p.launches[0].entry == "kiln_full");
     CHECK(p.num_partials == (100000 + codegen::kCudaPointsPerPartial - 1) / codegen::kCudaPointsPerPartial);
     CHECK(p.launches[0].grid == (uint32_t)p.num_partials);
-    CHECK(p.launches[1].grid == 1);
+    CHECK(p.counters == 1);
     CHECK(p.scratch_bytes == (size_t)p.num_partials * 8 * full.accums.size());
     a.sizes = {0, 5};   // an empty full reduction still runs, to store the identity
     CHECK(codegen::plan_cuda_launch(full, a, h100).num_partials == 1);
@@ -1374,8 +1374,7 @@ TEST_CASE("NVRTC version and PTX output") {
     cuda::NvrtcResult r = cuda::nvrtc_compile(src.code, "mean.cu", 90, /*want_cubin=*/false);
     REQUIRE(r.ok);
     std::string ptx(r.binary.begin(), r.binary.end());
-    CHECK(ptx.find(".entry kiln_mean_partial") != std::string::npos);
-    CHECK(ptx.find(".entry kiln_mean_final") != std::string::npos);
+    CHECK(ptx.find(".entry kiln_mean(") != std::string::npos);
     CHECK(r.milliseconds > 0);
     // The disk cache's toolchain names the version and every option but the architecture.
     const std::string tc = cuda::nvrtc_toolchain();
