@@ -144,9 +144,23 @@ CudaSource Emitter::run() {
     out_ += detail::kCudaPrelude;
     const CudaShape shape = cuda_shape(k_);
     const bool reduces = shape != CudaShape::Elementwise || !k_.accums.empty();
+    // A row kernel's small entry (its module alone) has neither grouped steps nor folds.
+    const bool row = shape == CudaShape::Row, steps = row && module_.entry != k_.name + "_s";
+    const std::vector<detail::RowFold> folds = steps ? detail::row_folds(k_) : std::vector<detail::RowFold>{};
+    auto folds_of = [&](detail::RowFold::Kind kind) {
+        return std::any_of(folds.begin(), folds.end(), [&](const detail::RowFold& f) { return f.kind == kind; });
+    };
+    const bool extremes = std::any_of(k_.accums.begin(), k_.accums.end(), [](const kir::Accum& a) {
+        return a.kind != kir::AccKind::Sum && a.kind != kir::AccKind::Prod;
+    });
+    const bool row_moments = folds_of(detail::RowFold::Moments);
     if (reduces) out_ += detail::kCudaReducePrelude;
-    if (shape == CudaShape::Row || !detail::column_folds(k_).empty()) out_ += detail::kCudaMomentsPrelude;
-    if (shape == CudaShape::Row) out_ += detail::kCudaRowPrelude;
+    if (steps && extremes) out_ += detail::kCudaStepPrelude;
+    if (shape == CudaShape::Column) out_ += detail::kCudaColumnPrelude;
+    if (row_moments || !detail::column_folds(k_).empty()) out_ += detail::kCudaMomentsPrelude;
+    if (row) out_ += detail::kCudaRowPrelude;
+    if (row_moments) out_ += detail::kCudaRowMomentsPrelude;
+    if (folds_of(detail::RowFold::ExpSum)) out_ += detail::kCudaLsePrelude;
     if (k_.hist.bins > 0) out_ += detail::kCudaHistPrelude;
     if (detail::has_wide(k_)) out_ += detail::kCudaWidePrelude;
     if (detail::has_wide(k_) && reduces) out_ += detail::kCudaWideReducePrelude;

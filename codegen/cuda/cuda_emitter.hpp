@@ -290,7 +290,7 @@ private:
     void emit_column_kernel();
     void emit_column_entry(int vec);
     std::vector<size_t> column_step_loads(const kir::Block& b) const;
-    void emit_column_combine(const std::string& first, const std::string& end, const std::string& step);
+    void emit_column_combine(int width);
 
     // ---- the vector path of contiguous rank-1 elementwise kernels
 
@@ -323,6 +323,7 @@ private:
 
     int full_vector_width() const;
     void emit_full_kernel();
+    void emit_arrival(const std::string& counter, const std::string& total);
     void emit_full_combine();
 };
 

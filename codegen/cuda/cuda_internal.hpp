@@ -11,15 +11,25 @@ namespace kiln::codegen::detail {
 // Device helpers every generated kernel starts with: 16-bit float conversions written out as
 // bit manipulation (bit-for-bit those of ir/half.hpp) and NaN-propagating min/max.
 extern const char* const kCudaPrelude;
-// The accumulator kinds and the warp, block and column reductions, for kernels with
-// accumulators (every reduction shape; an elementwise kernel's single-point Loop blocks).
+// Each part below only where a kernel's module calls it, since NVRTC's front end parses all of
+// it (a small row entry's module: 44 KB with every reduction part, 28 KB with its own).
+// The accumulator kinds and the warp and block reductions, for kernels with accumulators
+// (every reduction shape; an elementwise kernel's single-point Loop blocks).
 extern const char* const kCudaReducePrelude;
+// A step's values of a max, min or arg kind at once, for row kernels' grouped steps.
+extern const char* const kCudaStepPrelude;
+// The slices of a block's columns combined, for column kernels.
+extern const char* const kCudaColumnPrelude;
 // Moments (count, mean, M2) merged by Chan's update, across a column kernel's slices and a
-// warp's lanes: for row kernels and column kernels with Moments folds.
+// warp's lanes: for kernels with Moments folds.
 extern const char* const kCudaMomentsPrelude;
 // The row kernels' shared-memory and global words and the row groups' reductions (warp
 // segments, blocks, clusters), for row kernels.
 extern const char* const kCudaRowPrelude;
+// A row group's moments combined, for row kernels with Moments folds.
+extern const char* const kCudaRowMomentsPrelude;
+// Sums of exponentials about a running max, for row kernels with an ExpSum fold (softmax).
+extern const char* const kCudaLsePrelude;
 // The histogram's bin rule, for kernels with a kir::Hist.
 extern const char* const kCudaHistPrelude;
 // 64-bit parameters, conversions and min/max, for kernels with 64-bit values (has_wide).

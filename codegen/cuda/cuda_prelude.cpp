@@ -21,6 +21,16 @@ __device__ __forceinline__ void kiln_after_prior_grids() {
 #endif
 }
 
+// A block's arrival at a grid-wide counter, by one thread after a barrier: release (the block's
+// writes before the barrier are visible to whoever sees the count) and acquire (so are those of
+// every block counted before it). Lighter than __threadfence()'s sequentially consistent fence,
+// which every block of a split reduction would wait on before it ends.
+__device__ __forceinline__ unsigned kiln_arrive(unsigned* counter) {
+    unsigned before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+    return before;
+}
+
 // Exact; a NaN keeps its payload, as in ir/half.hpp (the hardware conversion does the rest).
 // Branch-free, so that a thread's loads are not serialised behind the conversions.
 __device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {
@@ -268,6 +278,40 @@ template <class K> struct kiln_argmin {
 KILN_ACC_KINDS(f, kiln_f)
 KILN_ACC_KINDS(i, kiln_i)
 
+// Lane 0 ends with the warp's combined state.
+template <class A>
+__device__ __forceinline__ void kiln_warp_reduce(typename A::T& v, int& p) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const typename A::T x = __shfl_down_sync(0xffffffffu, v, o);
+        const int q = __shfl_down_sync(0xffffffffu, p, o);
+        A::add(v, p, x, q);
+    }
+}
+
+// Every thread ends with the block's combined state, always combined in the same order.
+// sv/sp: shared scratch of 33 entries; blockDim.x is a multiple of 32. Called by all threads.
+template <class A>
+__device__ __forceinline__ void kiln_block_reduce(typename A::T& v, int& p, typename A::T* sv, int* sp) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    kiln_warp_reduce<A>(v, p);
+    if (lane == 0) { sv[warp] = v; sp[warp] = p; }
+    __syncthreads();
+    if (warp == 0) {
+        const int nwarps = blockDim.x >> 5;
+        v = lane < nwarps ? sv[lane] : A::init();
+        p = lane < nwarps ? sp[lane] : KILN_NO_POS;
+        kiln_warp_reduce<A>(v, p);
+        if (lane == 0) { sv[32] = v; sp[32] = p; }
+    }
+    __syncthreads();
+    v = sv[32];
+    p = sp[32];
+    __syncthreads();
+}
+)";
+
+// Grouped steps of row kernels' max, min and arg kinds: a step's values at once.
+const char* const kCudaStepPrelude = R"(
 // The extreme of a step's N float values: A's (max.NaN or min.NaN) over four running partials,
 // an instruction a value; a NaN among them gives NaN.
 template <class A, int N>
@@ -388,36 +432,10 @@ __device__ __forceinline__ void kiln_ext_step16(float& v, int& p, const float (&
     kiln_ext_take<A, N>(v, p, kiln_extreme16<A, BF, W>(w), x);
 }
 
-// Lane 0 ends with the warp's combined state.
-template <class A>
-__device__ __forceinline__ void kiln_warp_reduce(typename A::T& v, int& p) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const typename A::T x = __shfl_down_sync(0xffffffffu, v, o);
-        const int q = __shfl_down_sync(0xffffffffu, p, o);
-        A::add(v, p, x, q);
-    }
-}
+)";
 
-// Every thread ends with the block's combined state, always combined in the same order.
-// sv/sp: shared scratch of 33 entries; blockDim.x is a multiple of 32. Called by all threads.
-template <class A>
-__device__ __forceinline__ void kiln_block_reduce(typename A::T& v, int& p, typename A::T* sv, int* sp) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    kiln_warp_reduce<A>(v, p);
-    if (lane == 0) { sv[warp] = v; sp[warp] = p; }
-    __syncthreads();
-    if (warp == 0) {
-        const int nwarps = blockDim.x >> 5;
-        v = lane < nwarps ? sv[lane] : A::init();
-        p = lane < nwarps ? sp[lane] : KILN_NO_POS;
-        kiln_warp_reduce<A>(v, p);
-        if (lane == 0) { sv[32] = v; sp[32] = p; }
-    }
-    __syncthreads();
-    v = sv[32];
-    p = sp[32];
-    __syncthreads();
-}
+// Column kernels: the slices of a block's columns combined.
+const char* const kCudaColumnPrelude = R"(
 // Column kernels: a block is W columns (threadIdx.x & (W - 1)) x 256 / W slices. The slices of a
 // column combine in slice order; every thread ends with its column's state.
 // sv/sp: 256 entries. Called by every thread of the block.
@@ -751,6 +769,10 @@ __device__ __forceinline__ void kiln_row_reduce(typename A::T& v, int& p, const 
         }
     }
 }
+)";
+
+// Row kernels with Moments folds: their rows' moments combined.
+const char* const kCudaRowMomentsPrelude = R"(
 // kiln_row_reduce for moments: sc/sm/sq 32 entries. S: the same round also sums x (a sum of
 // the same values kept by kiln_sum_f; sx its entries), so that the mean and the moments cost
 // one round.
@@ -787,6 +809,10 @@ __device__ __forceinline__ void kiln_row_reduce_moments(float& c, float& m, floa
         }
     }
 }
+)";
+
+// Row kernels with an ExpSum fold (softmax's denominator): sums of exponentials about a running max.
+const char* const kCudaLsePrelude = R"(
 // Sums of exponentials about a running max (online softmax): m the max of the values so far
 // (NaN-propagating, as kiln_max_f) and s the sum of exp(x - m) over them. A state with m = -inf
 // has s = 0 (or NaN); exponentials are taken about 0 then, so that -inf - -inf never appears.

@@ -176,6 +176,12 @@ TEST_CASE("a row kernel's modules: one entry each, the reductions cut to its rea
                     CHECK(src.code.find("kiln_row_reduce_moments<") == std::string::npos);
                     CHECK(src.code.find("kiln_row_reduce_lse<") == std::string::npos);
                     CHECK(src.code.find("const uint4 w") == std::string::npos);   // no 16-byte groups
+                    // nor the prelude's parts for folds, grouped steps and columns (NVRTC parses them all)
+                    for (const char* part : {"void kiln_moments_merge(", "void kiln_row_reduce_moments(", "void kiln_lse_merge(",
+                                             "void kiln_ext_step(", "void kiln_column_reduce("}) {
+                        INFO(part);
+                        CHECK(src.code.find(part) == std::string::npos);
+                    }
                 }
                 // The cluster exchange only where the reach is a cluster; the reductions' template
                 // argument says the reach (0 a warp, 1 a block, 2 a cluster).
@@ -487,7 +493,11 @@ TEST_CASE("a column kernel folds a sum of squared deviations into its first pass
         CHECK(src.code.find("kiln_moments_merge(mo1_c, mo1_m, mo1_q, 8.0f, mean, q);") != std::string::npos);
         CHECK(src.code.find("kiln_moments_merge(mo1_c0_c, mo1_c0_m, mo1_c0_q, 4.0f, mean, q);") != std::string::npos);
         CHECK(src.code.find("acc1 = mo1_q + mo1_c * ((mo1_m - v") != std::string::npos);
-        CHECK(src.code.find("kiln_moments_butterfly<false>(mo1_c, mo1_m, mo1_q, unused, 32);") != std::string::npos);
+        // The combine: a warp's columns (column_width / 8) loaded a round at a time, then folded.
+        CHECK(src.code.find(fmt::format("kiln_moments_butterfly<false>(mo1_c{0}_c, mo1_c{0}_m, mo1_c{0}_q, unused, 32);",
+                                        across / 8 - 1)) != std::string::npos);
+        CHECK(src.code.find(fmt::format("kiln_moments_merge(mo1_c{0}_c, mo1_c{0}_m, mo1_c{0}_q, rows, rm{0}_1, rq{0}_1);",
+                                        across / 8 - 1)) != std::string::npos);
         CHECK(src.code.find("(acc1_v, acc1_p") == std::string::npos);   // no second pass
         require_compiles("colmoments", src);
         kir::LaunchArgs a;
