@@ -189,6 +189,7 @@ CudaSource Emitter::run() {
         emit_column_kernel();
         src.entry_points = {k_.name};
         if (detail::column_vector_width(k_)) src.entry_points.push_back(k_.name + "_v");
+        if (detail::column_splittable(k_)) src.entry_points.push_back(k_.name + "_final");
         break;
     case CudaShape::Elementwise:
         emit_elementwise_kernel();

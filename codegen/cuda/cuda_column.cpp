@@ -1,6 +1,6 @@
 // Column reductions (cuda_codegen.hpp): column_width parallel points x the slices of the reduced
 // points that fill a block of kColumnThreads; when the parallel points alone would not fill the GPU, the reduced points are split
-// into chunks reduced by blocks of their own, and the last block of a column block to finish combines its chunks in order.
+// into chunks reduced by blocks of their own, and a second entry combines the chunks in order.
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include <fmt/format.h>
@@ -38,6 +38,7 @@ void Emitter::emit_column_folded_block(size_t bi, const std::vector<detail::RowF
 void Emitter::emit_column_kernel() {
     emit_column_entry(0);
     if (const int v = detail::column_vector_width(k_)) emit_column_entry(v);
+    if (column_splittable(k_)) emit_column_final_kernel();
 }
 
 // Loads of Loop block `b` that vary along the reduced points: issued a step ahead of the
@@ -72,10 +73,9 @@ void Emitter::emit_column_entry(int vec) {
         col_.clear();
     };
     line("");
-    open_kernel(vec ? k_.name + "_v" : k_.name, width * slices / per, vec ? detail::kColumnVectorBlocks : 0, split);
+    open_kernel(vec ? k_.name + "_v" : k_.name, width * slices / per, vec ? detail::kColumnVectorBlocks : 0);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(false, per);
-    if (split) line("__shared__ bool kiln_last;");
     if (!folds.empty()) line("__shared__ float kiln_smc[{0}], kiln_smm[{0}], kiln_smq[{0}];", 256 * per + 256);
     if (!split) line("(void)scratch; (void)param;");
     line("const long long np = {};", product(pdims_));
@@ -306,100 +306,64 @@ void Emitter::emit_column_entry(int vec) {
         per_column([&](int) { set_acc_results(b); });
         close();
     }
-    if (split) {
-        // The block that finds every chunk of its column block recorded combines them
-        // (emit_column_combine), so no second launch waits on this one.
-        open("if (chunks > 1)");
-        emit_arrival(fmt::format("counters + p0 / {}", width), "(unsigned)chunks");
-        open("if (kiln_last)");
-        emit_column_combine(width);
-        close();
-        close();
-    }
     close();
     close_kernel();
 }
 
-// The column block's `width` columns from p0, width / 8 a warp: lane l folds each of its warp's
-// columns' chunk records l, l + 32, ... in chunk order, then the warp combines its lanes in a
-// fixed tree (so the same records always give the same result, whichever block combines them),
-// then the Point blocks run, a column at a time. A round's records of all the warp's columns are
-// loaded before any is folded: a tall column block's combine then waits about chunks / 32 loads'
-// latencies, not that times its columns.
-void Emitter::emit_column_combine(int width) {
+// A warp per column: lane l folds the column's chunk records l, l + 32, ... in chunk order,
+// the warp combines its lanes in a fixed tree (so the same records always give the same
+// result, and a long list of chunks is read 32 records at a time), then runs the Point blocks.
+void Emitter::emit_column_final_kernel() {
     const kir::Block& loop = k_.blocks[0];
+    line("");
     const std::vector<detail::RowFold> folds = detail::column_folds(k_);
-    const int slot = detail::acc_record_slot(k_), per_warp = width / (detail::kColumnThreads / 32);
-    auto column = [&](int j, auto&& emit) {
-        col_ = fmt::format("_c{}", j);
-        emit();
-        col_.clear();
-    };
+    const int slot = detail::acc_record_slot(k_);
+    open_kernel(k_.name + "_final", kCudaBlockSize);
+    emit_buffer_pointers(all_uses_);
+    line("const int chunks = param;");
+    line("const long long np = {};", product(pdims_));
+    if (!folds.empty()) {
+        line("const long long nr = {};", product(rdims_));
+        line("const long long per_chunk = (nr + chunks - 1) / chunks;");
+    }
     line("const int lane = (int)(threadIdx.x & 31);");
-    line("const long long q0 = p0 + (long long)(threadIdx.x >> 5) * {};", per_warp);
-    for (int j = 0; j < per_warp; ++j)
-        column(j, [&] {
-            init_acc_states(loop);
-            for (const detail::RowFold& f : folds)
-                line("float mo{0}{1}_c = 0.0f, mo{0}{1}_m = 0.0f, mo{0}{1}_q = 0.0f;", f.accum, col_);
-        });
+    line("const long long warps = (long long)gridDim.x * (blockDim.x / 32);");
     line("#pragma unroll 1");
+    open("for (long long pi = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; pi < np; pi += warps)");
+    emit_ppoint_setup();
+    declare_acc_results(loop);
+    for (const detail::RowFold& f : folds) line("float mo{0}_c = 0.0f, mo{0}_m = 0.0f, mo{0}_q = 0.0f;", f.accum);
+    open("");
+    init_acc_states(loop);
+    line("#pragma unroll 4");
     open("for (int c = lane; c < chunks; c += 32)");
+    line("const unsigned char* const rec = scratch + (pi * chunks + c) * {};", record_bytes());
+    fold_acc_record(loop);
     if (!folds.empty()) {   // a chunk's count: its rows
         line("const long long r0 = c * per_chunk < nr ? c * per_chunk : nr;");
         line("const float rows = (float)((r0 + per_chunk < nr ? r0 + per_chunk : nr) - r0);");
     }
-    // (A column past np reads the last column's records: the result is not stored.)
-    for (int j = 0; j < per_warp; ++j) {
-        line("const unsigned char* const rec{0} = scratch + ((q0 + {0} < np ? q0 + {0} : np - 1) * chunks + c) * {1};", j,
-             record_bytes());
-        for (int ai : loop.accums)
-            line("const {0} rv{1}_{2} = __ldcg((const {0}*)(rec{1} + {3})); const int rp{1}_{2} = __ldcg((const int*)(rec{1} + "
-                 "{4}));",
-                 ctype(k_.accums[ai].type), j, ai, slot * ai, slot * ai + slot / 2);
-        for (const detail::RowFold& f : folds)
-            line("const float rm{0}_{1} = __ldcg((const float*)(rec{0} + {2})), rq{0}_{1} = __ldcg((const float*)(rec{0} + "
-                 "{3}));",
-                 j, f.accum, slot * f.accum, slot * f.accum + slot / 2);
+    for (const detail::RowFold& f : folds)
+        line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, rows, *(const float*)(rec + {1}), *(const float*)(rec + {2}));",
+             f.accum, slot * f.accum, slot * f.accum + slot / 2);
+    close();
+    for (int ai : loop.accums) {
+        line("kiln_warp_reduce<{0}>(acc{1}_v, acc{1}_p);", acc_struct(k_.accums[ai]), ai);
+        line("acc{0}_v = __shfl_sync(0xffffffffu, acc{0}_v, 0);", ai);
+        line("acc{0}_p = __shfl_sync(0xffffffffu, acc{0}_p, 0);", ai);
     }
-    for (int j = 0; j < per_warp; ++j)
-        column(j, [&] {
-            for (int ai : loop.accums)
-                line("{0}::add({1}_v, {1}_p, rv{2}_{3}, rp{2}_{3});", acc_struct(k_.accums[ai]), acc(ai), j, ai);
-            for (const detail::RowFold& f : folds)
-                line("kiln_moments_merge(mo{0}{1}_c, mo{0}{1}_m, mo{0}{1}_q, rows, rm{2}_{0}, rq{2}_{0});", f.accum, col_, j);
-        });
+    // The lanes' moments in a fixed butterfly: every lane ends with the same.
+    for (const detail::RowFold& f : folds)
+        line("{{ float unused = 0.0f; kiln_moments_butterfly<false>(mo{0}_c, mo{0}_m, mo{0}_q, unused, 32); }}", f.accum);
+    set_acc_results(loop);
     close();
     const std::vector<bool> folded = detail::folded_blocks(k_, folds);
-    for (int j = 0; j < per_warp; ++j) {
-        column(j, [&] {
-            for (int ai : loop.accums) {
-                line("kiln_warp_reduce<{0}>({1}_v, {1}_p);", acc_struct(k_.accums[ai]), acc(ai));
-                line("{0}_v = __shfl_sync(0xffffffffu, {0}_v, 0);", acc(ai));
-                line("{0}_p = __shfl_sync(0xffffffffu, {0}_p, 0);", acc(ai));
-            }
-            // The lanes' moments in a fixed butterfly: every lane ends with the same.
-            for (const detail::RowFold& f : folds)
-                line("{{ float unused = 0.0f; kiln_moments_butterfly<false>(mo{0}{1}_c, mo{0}{1}_m, mo{0}{1}_q, unused, 32); }}",
-                     f.accum, col_);
-        });
-        open(fmt::format("if (q0 + {} < np)", j));
-        line("const long long pi = q0 + {};", j);
-        emit_ppoint_setup();
-        // The column's results under the names the Point blocks read.
-        declare_acc_results(loop);
-        for (int ai : loop.accums) {
-            if (is_arg(k_.accums[ai].kind)) line("{0} = {0}_c{1}_p == KILN_NO_POS ? 0 : {0}_c{1}_p;", acc(ai), j);
-            else line("{0} = {0}_c{1}_v;", acc(ai), j);
-        }
-        for (const detail::RowFold& f : folds)
-            line("const float mo{0}_c = mo{0}_c{1}_c, mo{0}_m = mo{0}_c{1}_m, mo{0}_q = mo{0}_c{1}_q;", f.accum, j);
-        for (size_t bi = 1; bi < k_.blocks.size(); ++bi) {
-            if (folded[bi]) emit_column_folded_block(bi, folds, "");
-            else emit_point_block(k_.blocks[bi], "lane == 0");
-        }
-        close();
+    for (size_t bi = 1; bi < k_.blocks.size(); ++bi) {
+        if (folded[bi]) emit_column_folded_block(bi, folds, "");
+        else emit_point_block(k_.blocks[bi], "lane == 0");
     }
+    close();
+    close_kernel();
 }
 
 } // namespace kiln::codegen::detail

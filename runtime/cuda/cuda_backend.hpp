@@ -139,8 +139,8 @@ public:
                             void** params, LaunchOptions options = {});
 
     // At least `nbytes` of device memory that holds zeros whenever no kernel is running:
-    // kernels that count in it (the GEMM's bsum turn counters, a split column reduction's
-    // chunks) set every word they change back to zero before they finish. Zero-filled on the
+    // kernels that count in it (the GEMM's bsum turn counters, a full reduction's blocks) set
+    // every word they change back to zero before they finish. Zero-filled on the
     // stream when it grows.
     CUdeviceptr zeroed_scratch(size_t nbytes);
 

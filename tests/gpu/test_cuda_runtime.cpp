@@ -890,7 +890,7 @@ TEST_CASE("gpu: a variance read in one pass (folded moments) keeps its precision
 }
 
 // The same along columns (codegen::detail::column_folds): one pass whose moments merge a step
-// at a time, across the block's slices and across the chunks (the last block of a column block); the vector entry
+// at a time, across the block's slices and across the chunks (the final entry); the vector entry
 // (aligned columns) and column by column (77 columns); few rows (one chunk) and many; every
 // dtype, far from zero; the shared sum beside it.
 TEST_CASE("gpu: a column variance read in one pass (folded moments) keeps its precision far from zero, every dtype") {
@@ -1262,8 +1262,8 @@ TEST_CASE("gpu: a result does not depend on the run (deterministic reductions)")
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
     Tensor A = ctx.array(random_floats(3 * 100000, 9), {3, 100000}), r = ctx.empty({3, 1}), s = ctx.empty({1, 1});
-    // Columns split into chunks (whichever block of a column block ends last combines them): a
-    // variance and a sum, of 100000 x 3 and 100000 x 200.
+    // Columns split into chunks and a full sum whose partials the last block to end combines: a
+    // column variance and sum, of 100000 x 3 and 100000 x 200.
     Tensor B = ctx.array(random_floats(100000 * 200, 10), {100000, 200}), c = ctx.empty({1, 3}), d = ctx.empty({1, 200});
     const Tensor Bt = B.slice({Slice::all(), Slice::range(0, 3)});
     auto run = [&] {
@@ -1638,9 +1638,11 @@ TEST_CASE("gpu: assign_together's sibling kernels (column, split column, whole) 
                         ctx->assign_together({{&A, kiln::sum(xf, 0, true)},
                                               {&B, kiln::sum(square(xf - 0.25), 0, true)},
                                               {&M, max(X.expr(), 0, true)}});
-                    // One kernel; on the GPU one launch, whose last block combines the partials.
+                    // One kernel; on the GPU one launch for the whole sums (the last block combines the
+                    // partials), two for columns split into chunks (the final entry combines them).
                     CHECK(ctx->counters().launches - launches == 1);
-                    if (ctx == &gpu) CHECK(cuda::cuda_backend(gpu).counters().launches - cuda_launches == 1);
+                    if (ctx == &gpu && whole) CHECK(cuda::cuda_backend(gpu).counters().launches - cuda_launches == 1);
+                    if (ctx == &gpu && !whole) CHECK(cuda::cuda_backend(gpu).counters().launches - cuda_launches <= 2);
                     const std::vector<float> a = A.to_vector<float>(), b = B.to_vector<float>(), m = M.to_vector<float>();
                     for (size_t c = 0; c < outs; ++c) {
                         CHECK(std::fabs(a[c] - sum[c]) <= 1e-4 * mag[c]);

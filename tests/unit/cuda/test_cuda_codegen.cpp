@@ -106,6 +106,7 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
             } else if (codegen::cuda_shape(k) == codegen::CudaShape::Column) {
                 std::vector<std::string> entries{k.name};
                 if (codegen::detail::column_vector_width(k)) entries.push_back(k.name + "_v");
+                if (codegen::detail::column_splittable(k)) entries.push_back(k.name + "_final");
                 REQUIRE(src.entry_points == entries);
             } else if (codegen::cuda_shape(k) == codegen::CudaShape::Row && codegen::detail::row_register_entry(k)) {
                 REQUIRE(src.entry_points == std::vector<std::string>{k.name, k.name + "_r", k.name + "_s"});
@@ -126,9 +127,8 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
                 const std::string bound = row        ? fmt::format("{}, {}", codegen::kCudaMaxRowBlock, blocks)
                                           : column_v ? fmt::format("256, {}", codegen::detail::kColumnVectorBlocks)
                                                      : std::string("256");
-                // Split column and full reductions count in a fourth parameter (CudaLaunchPlan::counters).
-                const bool counts = k.full_reduce || (codegen::cuda_shape(k) == codegen::CudaShape::Column &&
-                                                      codegen::detail::column_splittable(k));
+                // Full reductions count in a fourth parameter (CudaLaunchPlan::counters).
+                const bool counts = k.full_reduce;
                 CHECK(src.code.find(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a, "
                                                 "unsigned char* const scratch, const int param{})",
                                                 bound, e, counts ? ", unsigned* const counters" : "")) != std::string::npos);
@@ -486,26 +486,23 @@ TEST_CASE("a column kernel folds a sum of squared deviations into its first pass
         CHECK(codegen::detail::column_splittable(k));
         const CudaSource src = codegen::emit_cuda(k);
         INFO(src.code);
-        REQUIRE(src.entry_points == std::vector<std::string>{"kiln_colmo", "kiln_colmo_v"});
+        REQUIRE(src.entry_points == std::vector<std::string>{"kiln_colmo", "kiln_colmo_v", "kiln_colmo_final"});
         const int across = codegen::detail::column_width(k), v = 16 / (int)dtype_size(xdt);
         CHECK(src.code.find(fmt::format("kiln_column_reduce_moments<{}, 1>(rc, rm, rq,", across)) != std::string::npos);
         CHECK(src.code.find(fmt::format("kiln_column_reduce_moments<{}, {}>(rc, rm, rq,", across / v, v)) != std::string::npos);
         CHECK(src.code.find("kiln_moments_merge(mo1_c, mo1_m, mo1_q, 8.0f, mean, q);") != std::string::npos);
         CHECK(src.code.find("kiln_moments_merge(mo1_c0_c, mo1_c0_m, mo1_c0_q, 4.0f, mean, q);") != std::string::npos);
         CHECK(src.code.find("acc1 = mo1_q + mo1_c * ((mo1_m - v") != std::string::npos);
-        // The combine: a warp's columns (column_width / 8) loaded a round at a time, then folded.
-        CHECK(src.code.find(fmt::format("kiln_moments_butterfly<false>(mo1_c{0}_c, mo1_c{0}_m, mo1_c{0}_q, unused, 32);",
-                                        across / 8 - 1)) != std::string::npos);
-        CHECK(src.code.find(fmt::format("kiln_moments_merge(mo1_c{0}_c, mo1_c{0}_m, mo1_c{0}_q, rows, rm{0}_1, rq{0}_1);",
-                                        across / 8 - 1)) != std::string::npos);
+        CHECK(src.code.find("kiln_moments_butterfly<false>(mo1_c, mo1_m, mo1_q, unused, 32);") != std::string::npos);
         CHECK(src.code.find("(acc1_v, acc1_p") == std::string::npos);   // no second pass
         require_compiles("colmoments", src);
         kir::LaunchArgs a;
         a.sizes = {65536, 256};
         const codegen::CudaLaunchPlan p = codegen::plan_cuda_launch(k, a, h100);
-        REQUIRE(p.launches.size() == 1);   // the last block of a column block combines its chunks
+        REQUIRE(p.launches.size() == 2);
         CHECK(p.launches[0].param > 1);
-        CHECK(p.counters == (256 + across - 1) / across);
+        CHECK(p.launches[1].entry == "kiln_colmo_final");
+        CHECK(p.counters == 0);
     }
     // k read from memory per column (a given mean): two passes, unsplit.
     test::KernelBuilder b("kiln_colmo2", "RP");
@@ -1324,14 +1321,17 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         al.strides[2 * 2] = 7;
         CHECK(codegen::cuda_launch_aligned(column, al, p.launches[0]));
     }
-    REQUIRE(p.launches.size() == 1);   // the last block of a column block combines its chunks
+    REQUIRE(p.launches.size() == 2);
     CHECK(p.launches[0].entry == "kiln_column");
     CHECK(p.launches[0].param == 4096 / codegen::detail::kColumnMinChunk);
     CHECK(p.launches[0].grid == (100 / 128 + 1) * 16);
     CHECK(p.launches[0].block == 256);
+    CHECK(p.launches[1].entry == "kiln_column_final");
+    CHECK(p.launches[1].param == 16);
+    CHECK(p.launches[1].grid == (100 + 7) / 8);   // a warp per column
+    CHECK(p.launches[1].block == 256);
     CHECK(p.scratch_bytes == 100 * 16 * 8 * column.accums.size());
-    CHECK(p.counters == 1);   // a counter a column block
-    CHECK(codegen::describe(p).find("1 counters") != std::string::npos);
+    CHECK(p.counters == 0);
     CHECK(codegen::plan_cuda_launch(column, a, a100).launches[0].param == 16);
     a.sizes = {1 << 20, 256 * 1024};   // enough column blocks already: not split
     p = codegen::plan_cuda_launch(column, a, h100);
@@ -1357,6 +1357,7 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
     CHECK(p.num_partials == (100000 + codegen::kCudaPointsPerPartial - 1) / codegen::kCudaPointsPerPartial);
     CHECK(p.launches[0].grid == (uint32_t)p.num_partials);
     CHECK(p.counters == 1);
+    CHECK(codegen::describe(p).find("1 counters") != std::string::npos);
     CHECK(p.scratch_bytes == (size_t)p.num_partials * 8 * full.accums.size());
     a.sizes = {0, 5};   // an empty full reduction still runs, to store the identity
     CHECK(codegen::plan_cuda_launch(full, a, h100).num_partials == 1);
