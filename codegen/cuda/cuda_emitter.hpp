@@ -323,7 +323,6 @@ private:
 
     int full_vector_width() const;
     void emit_full_kernel();
-    void emit_arrival(const std::string& counter, const std::string& total);
     void emit_full_combine();
 };
 

@@ -32,17 +32,6 @@ int Emitter::full_vector_width() const {
     return widest ? (int)(16 / widest) : 1;
 }
 
-// kiln_last: whether this block is the `total`-th to arrive at `counter` (kiln_arrive), which it
-// then sets back to zero for the next launch. Every thread of the block calls it.
-void Emitter::emit_arrival(const std::string& counter, const std::string& total) {
-    line("__syncthreads();");
-    open("if (threadIdx.x == 0)");
-    line("kiln_last = kiln_arrive({}) == {} - 1;", counter, total);
-    line("if (kiln_last) *({}) = 0u;", counter);
-    close();
-    line("__syncthreads();");
-}
-
 void Emitter::emit_full_kernel() {
     const kir::Block& b = k_.blocks[0];
     line("");
@@ -182,14 +171,20 @@ void Emitter::emit_full_kernel() {
     close_kernel();
 }
 
-// The block that counts the grid's last arrival combines the records, so no second launch waits
-// on the first: thread t folds records t, t + blockDim.x, ... in order, then the block combines
-// the threads in a fixed tree, so the same partials always give the same result, whichever
-// block was last.
+// The block that counts the grid's last arrival (kiln_arrive on counters[0], which it then sets
+// back to zero for the next launch) combines the records, so no second launch waits on the
+// first: thread t folds records t, t + blockDim.x, ... in order, then the block combines the
+// threads in a fixed tree, so the same partials always give the same result, whichever block
+// was last.
 void Emitter::emit_full_combine() {
     const kir::Block& loop = k_.blocks[0];
     const kir::Block& point = k_.blocks[1];
-    emit_arrival("counters", "gridDim.x");
+    line("__syncthreads();");
+    open("if (threadIdx.x == 0)");
+    line("kiln_last = kiln_arrive(counters) == gridDim.x - 1;");
+    line("if (kiln_last) counters[0] = 0u;");
+    close();
+    line("__syncthreads();");
     line("if (!kiln_last) return;");
     scope_ = Scope::PPoint;
     declare_acc_results(loop);

@@ -13,8 +13,9 @@ namespace kiln::codegen::detail {
 extern const char* const kCudaPrelude;
 // Each part below only where a kernel's module calls it, since NVRTC's front end parses all of
 // it (a small row entry's module: 44 KB with every reduction part, 28 KB with its own).
-// The accumulator kinds and the warp and block reductions, for kernels with accumulators
-// (every reduction shape; an elementwise kernel's single-point Loop blocks).
+// The accumulator kinds, the warp and block reductions and a block's arrival at a grid-wide
+// counter, for kernels with accumulators (every reduction shape; an elementwise kernel's
+// single-point Loop blocks).
 extern const char* const kCudaReducePrelude;
 // A step's values of a max, min or arg kind at once, for row kernels' grouped steps.
 extern const char* const kCudaStepPrelude;

@@ -21,16 +21,6 @@ __device__ __forceinline__ void kiln_after_prior_grids() {
 #endif
 }
 
-// A block's arrival at a grid-wide counter, by one thread after a barrier: release (the block's
-// writes before the barrier are visible to whoever sees the count) and acquire (so are those of
-// every block counted before it). Lighter than __threadfence()'s sequentially consistent fence,
-// which every block of a split reduction would wait on before it ends.
-__device__ __forceinline__ unsigned kiln_arrive(unsigned* counter) {
-    unsigned before;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
-    return before;
-}
-
 // Exact; a NaN keeps its payload, as in ir/half.hpp (the hardware conversion does the rest).
 // Branch-free, so that a thread's loads are not serialised behind the conversions.
 __device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {
@@ -277,6 +267,16 @@ template <class K> struct kiln_argmin {
     typedef kiln_min<K> kiln_min_##S; typedef kiln_argmax<K> kiln_argmax_##S; typedef kiln_argmin<K> kiln_argmin_##S;
 KILN_ACC_KINDS(f, kiln_f)
 KILN_ACC_KINDS(i, kiln_i)
+
+// A block's arrival at a grid-wide counter, by one thread after a barrier: release (the block's
+// writes before the barrier are visible to whoever sees the count) and acquire (so are those of
+// every block counted before it). Lighter than __threadfence()'s sequentially consistent fence,
+// which every block of a full reduction would wait on before it ends.
+__device__ __forceinline__ unsigned kiln_arrive(unsigned* counter) {
+    unsigned before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+    return before;
+}
 
 // Lane 0 ends with the warp's combined state.
 template <class A>

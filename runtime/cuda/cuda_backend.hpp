@@ -140,8 +140,8 @@ public:
 
     // At least `nbytes` of device memory that holds zeros whenever no kernel is running:
     // kernels that count in it (the GEMM's bsum turn counters, a full reduction's blocks) set
-    // every word they change back to zero before they finish. Zero-filled on the
-    // stream when it grows.
+    // every word they change back to zero before they finish. Zero-filled on the stream when it
+    // grows.
     CUdeviceptr zeroed_scratch(size_t nbytes);
 
     // At least `nbytes` of device memory for 64-bit words tagged in their upper half (the
