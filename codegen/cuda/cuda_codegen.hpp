@@ -87,11 +87,16 @@
 //     first (detail::column_splittable), param = S, the chunks the reduced points are split
 //     into: block b reduces chunk b % S of column block b / S. S = 1 runs the Point blocks at
 //     once; S > 1 writes record (column * S + chunk) of `scratch` (the full reduction's record
-//     layout, below) and a second entry NAME_final, param = S, a warp per column, combines
-//     a column's records (lane l those of chunks l, l + 32, ... in order, then the lanes in a
-//     fixed tree) and runs the Point blocks. S follows from the sizes
-//     alone (enough chunks for about kColumnTargetBlocks blocks), never from the device.
-//     Otherwise param is unused and there is no second entry.
+//     layout, below). Up to detail::kColumnCombineChunks chunks the block then counts the
+//     chunk in word (column block) of the fourth parameter, `counters`; the block that counts
+//     a column block's last chunk sets the word back to zero, combines its columns' records
+//     (256 / column_width threads a column: thread s those of chunks s, s + 256 / width, ... in
+//     order, then the column's threads in a fixed tree) and runs the Point blocks. With more
+//     chunks a second entry NAME_final, param = S, a warp per column, combines a column's
+//     records (lane l those of chunks l, l + 32, ... in order, then the lanes in a fixed tree)
+//     and runs the Point blocks. S follows from the sizes alone (enough chunks for about
+//     kColumnTargetBlocks blocks), never from the device. Otherwise param is unused; a
+//     splittable kernel's entries take the fourth parameter all the same.
 //     Kernels that qualify (detail::column_vector_width: V > 1) also have an entry NAME_v with
 //     the same blocks, grid and param, whose threads each take V adjacent points of the
 //     innermost parallel dim (a block: column_width / V threads across x 256 / that slices),
@@ -259,7 +264,8 @@ struct CudaLaunchPlan {
     std::vector<CudaLaunch> launches;   // in order, same entries as CudaSource::entry_points
     size_t scratch_bytes = 0;           // device scratch the entries share (full reductions)
     // Words of zeroed device memory the entries count in, passed as their fourth parameter
-    // (full reductions): zero before the launch, and set back to zero by it.
+    // (full reductions, column reductions of few chunks): zero before the launch, and set back
+    // to zero by it.
     size_t counters = 0;
     int num_partials = 0;               // full reductions
     int threads_per_row = 0;            // row reductions: G

@@ -1,6 +1,6 @@
 // Column reductions (cuda_codegen.hpp): column_width parallel points x the slices of the reduced
 // points that fill a block of kColumnThreads; when the parallel points alone would not fill the GPU, the reduced points are split
-// into chunks reduced by blocks of their own, and a second entry combines the chunks in order.
+// into chunks reduced by blocks of their own, combined in order by the last block to finish (few chunks) or a second entry.
 #include "codegen/cuda/cuda_emitter.hpp"
 
 #include <fmt/format.h>
@@ -73,9 +73,10 @@ void Emitter::emit_column_entry(int vec) {
         col_.clear();
     };
     line("");
-    open_kernel(vec ? k_.name + "_v" : k_.name, width * slices / per, vec ? detail::kColumnVectorBlocks : 0);
+    open_kernel(vec ? k_.name + "_v" : k_.name, width * slices / per, vec ? detail::kColumnVectorBlocks : 0, split);
     emit_buffer_pointers(all_uses_);
     emit_reduce_scratch(false, per);
+    if (split) line("__shared__ bool kiln_last;");
     if (!folds.empty()) line("__shared__ float kiln_smc[{0}], kiln_smm[{0}], kiln_smq[{0}];", 256 * per + 256);
     if (!split) line("(void)scratch; (void)param;");
     line("const long long np = {};", product(pdims_));
@@ -306,18 +307,88 @@ void Emitter::emit_column_entry(int vec) {
         per_column([&](int) { set_acc_results(b); });
         close();
     }
+    if (split) {
+        // Few chunks: the block that counts its column block's last chunk combines them
+        // (emit_column_combine), so no second launch waits on this one.
+        open(fmt::format("if (chunks > 1 && chunks <= {})", detail::kColumnCombineChunks));
+        line("__syncthreads();");
+        open("if (threadIdx.x == 0)");
+        line("kiln_last = kiln_arrive(counters + p0 / {}) == (unsigned)chunks - 1;", width);
+        line("if (kiln_last) counters[p0 / {}] = 0u;", width);
+        close();
+        line("__syncthreads();");
+        open("if (kiln_last)");
+        emit_column_combine(width);
+        close();
+        close();
+    }
     close();
     close_kernel();
 }
 
-// A warp per column: lane l folds the column's chunk records l, l + 32, ... in chunk order,
+// Record (column, c) of the scratch folded into the accumulators' states and the folds'
+// moments (a chunk's count: its rows), read past L1: other blocks of this launch wrote it.
+void Emitter::fold_column_record(const std::string& column, const std::vector<detail::RowFold>& folds) {
+    const int slot = detail::acc_record_slot(k_);
+    line("const unsigned char* const rec = scratch + ({} * chunks + c) * {};", column, record_bytes());
+    fold_acc_record(k_.blocks[0]);
+    if (!folds.empty()) {
+        line("const long long r0 = c * per_chunk < nr ? c * per_chunk : nr;");
+        line("const float rows = (float)((r0 + per_chunk < nr ? r0 + per_chunk : nr) - r0);");
+    }
+    for (const detail::RowFold& f : folds)
+        line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, rows, __ldcg((const float*)(rec + {1})), "
+             "__ldcg((const float*)(rec + {2})));",
+             f.accum, slot * f.accum, slot * f.accum + slot / 2);
+}
+
+// The column block's `width` columns from p0, T = kColumnThreads / width threads side by side
+// a column: thread s of a column folds the column's records s, s + T, ... in chunk order (at
+// most kColumnCombineChunks of them, unrolled by 4: four reads in flight at a time; all at once
+// spilled in the vector entry), the column's threads combine in a fixed tree (the same records
+// always give the same result, whichever block combines them), then the column's first thread
+// runs the Point blocks. A column past np reads the last column's records and stores nothing,
+// so that every lane of a warp takes part in the shuffles.
+void Emitter::emit_column_combine(int width) {
+    const kir::Block& loop = k_.blocks[0];
+    const std::vector<detail::RowFold> folds = detail::column_folds(k_);
+    const int threads = detail::kColumnThreads / width;
+    line("const int sub = (int)(threadIdx.x & {});", threads - 1);
+    line("const long long pi = p0 + (long long)(threadIdx.x / {});", threads);
+    line("const long long pr = pi < np ? pi : np - 1;");
+    init_acc_states(loop);
+    for (const detail::RowFold& f : folds) line("float mo{0}_c = 0.0f, mo{0}_m = 0.0f, mo{0}_q = 0.0f;", f.accum);
+    line("#pragma unroll 4");
+    open(fmt::format("for (int i = 0; i < {}; ++i)", (detail::kColumnCombineChunks + threads - 1) / threads));
+    line("const int c = sub + i * {};", threads);
+    open("if (c < chunks)");
+    fold_column_record("pr", folds);
+    close();
+    close();
+    for (int ai : loop.accums) line("kiln_group_reduce<{}, {}>(acc{}_v, acc{}_p);", acc_struct(k_.accums[ai]), threads, ai, ai);
+    for (const detail::RowFold& f : folds)
+        line("{{ float unused = 0.0f; kiln_moments_butterfly<false>(mo{0}_c, mo{0}_m, mo{0}_q, unused, {1}); }}", f.accum,
+             threads);
+    open("if (pi < np)");
+    emit_ppoint_setup();
+    declare_acc_results(loop);
+    set_acc_results(loop);
+    const std::vector<bool> folded = detail::folded_blocks(k_, folds);
+    for (size_t bi = 1; bi < k_.blocks.size(); ++bi) {
+        if (folded[bi]) emit_column_folded_block(bi, folds, "");
+        else emit_point_block(k_.blocks[bi], "sub == 0");
+    }
+    close();
+}
+
+// More than kColumnCombineChunks chunks (a few column blocks, tall): entry NAME_final, a warp per
+// column, over the GPU: lane l folds the column's chunk records l, l + 32, ... in chunk order,
 // the warp combines its lanes in a fixed tree (so the same records always give the same
 // result, and a long list of chunks is read 32 records at a time), then runs the Point blocks.
 void Emitter::emit_column_final_kernel() {
     const kir::Block& loop = k_.blocks[0];
     line("");
     const std::vector<detail::RowFold> folds = detail::column_folds(k_);
-    const int slot = detail::acc_record_slot(k_);
     open_kernel(k_.name + "_final", kCudaBlockSize);
     emit_buffer_pointers(all_uses_);
     line("const int chunks = param;");
@@ -337,15 +408,7 @@ void Emitter::emit_column_final_kernel() {
     init_acc_states(loop);
     line("#pragma unroll 4");
     open("for (int c = lane; c < chunks; c += 32)");
-    line("const unsigned char* const rec = scratch + (pi * chunks + c) * {};", record_bytes());
-    fold_acc_record(loop);
-    if (!folds.empty()) {   // a chunk's count: its rows
-        line("const long long r0 = c * per_chunk < nr ? c * per_chunk : nr;");
-        line("const float rows = (float)((r0 + per_chunk < nr ? r0 + per_chunk : nr) - r0);");
-    }
-    for (const detail::RowFold& f : folds)
-        line("kiln_moments_merge(mo{0}_c, mo{0}_m, mo{0}_q, rows, *(const float*)(rec + {1}), *(const float*)(rec + {2}));",
-             f.accum, slot * f.accum, slot * f.accum + slot / 2);
+    fold_column_record("pi", folds);
     close();
     for (int ai : loop.accums) {
         line("kiln_warp_reduce<{0}>(acc{1}_v, acc{1}_p);", acc_struct(k_.accums[ai]), ai);

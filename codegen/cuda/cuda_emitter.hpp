@@ -290,6 +290,8 @@ private:
     void emit_column_kernel();
     void emit_column_entry(int vec);
     std::vector<size_t> column_step_loads(const kir::Block& b) const;
+    void fold_column_record(const std::string& column, const std::vector<detail::RowFold>& folds);
+    void emit_column_combine(int width);
     void emit_column_final_kernel();
 
     // ---- the vector path of contiguous rank-1 elementwise kernels

@@ -57,15 +57,18 @@ int innermost_parallel_dim(const kir::Kernel& k);
 // kColumnThreads / column_width(k) slices of the reduced points.
 inline constexpr int kColumnThreads = 256;
 int column_width(const kir::Kernel& k);
-// Column kernels whose only Loop block comes first may split their reduced points into chunks
-// (an entry NAME_final then combines them); the plan splits until about kColumnTargetBlocks
-// blocks run (none where that many column blocks run already), a number independent of the
-// device so that results are too. About 1.3 waves of the vector entry's 3 blocks an SM on 132
-// SMs: fewer, longer chunks measured faster than more blocks, whose ends (the slices' merge, a
-// record each) and the final entry's reads cost more than a second wave's tail. The final entry
-// is a launch of its own: a combine by the last block to finish (as full reductions do) made
-// the split entries' main loops slower than that launch costs.
+// Column kernels whose only Loop block comes first may split their reduced points into chunks;
+// the plan splits until about kColumnTargetBlocks blocks run (none where that many column blocks
+// run already), a number independent of the device so that results are too. About 1.3 waves of
+// the vector entry's 3 blocks an SM on 132 SMs: fewer, longer chunks measured faster than more
+// blocks, whose ends (the slices' merge, a record each) and the combine's reads cost more than a
+// second wave's tail. Up to kColumnCombineChunks chunks, the last block of a column block to
+// finish combines them (no second launch), a column's threads side by side, each reading its
+// records four at a time, so that the entries keep the registers, and the vector entry the
+// blocks an SM, they have without the combine. Past it an entry NAME_final combines them, a
+// warp per column across the GPU, where one block would wait on many rounds of reads.
 bool column_splittable(const kir::Kernel& k);
+inline constexpr int kColumnCombineChunks = 32;
 // Column kernels' vector entry NAME_v: V adjacent points of the innermost parallel dim q per
 // thread, every buffer contiguous along q read V elements at a time (V * the widest of those
 // loaded along the reduced points = 16 bytes, V at most 8: the slices' shared-memory states

@@ -681,9 +681,14 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         }
         if (chunks > 1) {
             plan.scratch_bytes = (size_t)(np * chunks) * detail::acc_record_slot(k) * k.accums.size();
-            const int64_t warps_per_block = kCudaBlockSize / 32;   // the final entry: a warp per column
-            plan.launches.push_back(launch_of(k.name + "_final", clamp_grid((np + warps_per_block - 1) / warps_per_block, 1),
-                                              kCudaBlockSize, 1, (int)chunks));
+            if (chunks <= detail::kColumnCombineChunks) {
+                plan.counters = (size_t)pblocks;   // a column block's chunks recorded so far
+            } else {
+                const int64_t warps_per_block = kCudaBlockSize / 32;   // the final entry: a warp per column
+                plan.launches.push_back(launch_of(k.name + "_final",
+                                                  clamp_grid((np + warps_per_block - 1) / warps_per_block, 1),
+                                                  kCudaBlockSize, 1, (int)chunks));
+            }
         }
         break;
     }

@@ -436,6 +436,17 @@ __device__ __forceinline__ void kiln_ext_step16(float& v, int& p, const float (&
 
 // Column kernels: the slices of a block's columns combined.
 const char* const kCudaColumnPrelude = R"(
+// A group of N lanes (a power of two, aligned within the warp): the group's first lane ends with
+// the group's state, the lower lanes' states first in a fixed tree. Called by every lane.
+template <class A, int N>
+__device__ __forceinline__ void kiln_group_reduce(typename A::T& v, int& p) {
+#pragma unroll
+    for (int o = N / 2; o > 0; o >>= 1) {
+        const typename A::T x = __shfl_down_sync(0xffffffffu, v, o);
+        const int q = __shfl_down_sync(0xffffffffu, p, o);
+        A::add(v, p, x, q);
+    }
+}
 // Column kernels: a block is W columns (threadIdx.x & (W - 1)) x 256 / W slices. The slices of a
 // column combine in slice order; every thread ends with its column's state.
 // sv/sp: 256 entries. Called by every thread of the block.

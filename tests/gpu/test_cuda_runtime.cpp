@@ -25,6 +25,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace kiln;
@@ -1286,6 +1287,55 @@ TEST_CASE("gpu: a result does not depend on the run (deterministic reductions)")
         CHECK(s.to_vector<float>() == s0);
         CHECK(c.to_vector<float>() == c0);
         CHECK(d.to_vector<float>() == d0);
+    }
+}
+
+TEST_CASE("gpu: column reductions of few chunks combine in their one launch, every run alike") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    // Chunks per column block (detail::kColumnCombineChunks at most, so the last block to finish
+    // combines them): 9 (8192 x 2000 float32), 19 and a ragged last column block (5000 x 70
+    // float16), 32 (16384 x 1024 float16).
+    for (auto [n, C, dt] : {std::tuple<int64_t, int64_t, DType>{8192, 2000, DType::Float32}, {5000, 70, DType::Float16},
+                            {16384, 1024, DType::Float16}}) {
+        INFO(n << "x" << C << " " << dtype_name(dt));
+        const std::vector<float> h = random_floats((size_t)(n * C), (uint32_t)(n * 7 + C));
+        const std::vector<float> x = cpu.array(h, {n, C}, dt).to_vector<float>();
+        std::vector<double> sum(C), sq(C), mag(C);
+        std::vector<int> arg(C, 0);
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t c = 0; c < C; ++c) {
+                const double v = x[(size_t)(i * C + c)];
+                sum[c] += v, mag[c] += std::fabs(v);
+                if (v > x[(size_t)(arg[c] * C + c)]) arg[c] = (int)i;
+            }
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t c = 0; c < C; ++c) {
+                const double d = x[(size_t)(i * C + c)] - sum[c] / n;
+                sq[c] += d * d;
+            }
+        Tensor X = gpu.array(h, {n, C}, dt), s = gpu.empty({1, C}), v = gpu.empty({1, C}), a = gpu.empty({1, C}, DType::Int32);
+        auto run = [&] {
+            s[all] = kiln::sum(cast(X.expr(), DType::Float32), 0, true);
+            v[all] = var(cast(X.expr(), DType::Float32), 0, true);
+            a[all] = argmax(X, 0, true);
+        };
+        const uint64_t launches = cuda::cuda_backend(gpu).counters().launches;
+        run();
+        CHECK(cuda::cuda_backend(gpu).counters().launches - launches == 3);   // one each
+        const std::vector<float> s0 = s.to_vector<float>(), v0 = v.to_vector<float>();
+        const std::vector<int32_t> a0 = a.to_vector<int32_t>();
+        for (int64_t c = 0; c < C; ++c) {
+            CHECK(std::fabs(s0[c] - sum[c]) <= 1e-6 * mag[c] + 1e-6);
+            CHECK(std::fabs(v0[c] - sq[c] / n) <= 1e-5 * sq[c] / n + 1e-6);
+            CHECK(a0[c] == arg[c]);
+        }
+        for (int i = 0; i < 10; ++i) {
+            run();
+            CHECK(s.to_vector<float>() == s0);
+            CHECK(v.to_vector<float>() == v0);
+            CHECK(a.to_vector<int32_t>() == a0);
+        }
     }
 }
 

@@ -127,8 +127,10 @@ TEST_CASE("every sample kernel renders and compiles with NVRTC for sm_80 and sm_
                 const std::string bound = row        ? fmt::format("{}, {}", codegen::kCudaMaxRowBlock, blocks)
                                           : column_v ? fmt::format("256, {}", codegen::detail::kColumnVectorBlocks)
                                                      : std::string("256");
-                // Full reductions count in a fourth parameter (CudaLaunchPlan::counters).
-                const bool counts = k.full_reduce;
+                // Full reductions and the entries of splittable column kernels count in a fourth
+                // parameter (CudaLaunchPlan::counters); the final entry does not.
+                const bool counts = k.full_reduce || (codegen::cuda_shape(k) == codegen::CudaShape::Column &&
+                                                      codegen::detail::column_splittable(k) && e != k.name + "_final");
                 CHECK(src.code.find(fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const Args a, "
                                                 "unsigned char* const scratch, const int param{})",
                                                 bound, e, counts ? ", unsigned* const counters" : "")) != std::string::npos);
@@ -1321,18 +1323,30 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         al.strides[2 * 2] = 7;
         CHECK(codegen::cuda_launch_aligned(column, al, p.launches[0]));
     }
-    REQUIRE(p.launches.size() == 2);
+    // 16 chunks: the last block of a column block to finish combines them, counted in a word
+    // per column block.
+    REQUIRE(p.launches.size() == 1);
     CHECK(p.launches[0].entry == "kiln_column");
     CHECK(p.launches[0].param == 4096 / codegen::detail::kColumnMinChunk);
     CHECK(p.launches[0].grid == (100 / 128 + 1) * 16);
     CHECK(p.launches[0].block == 256);
+    CHECK(p.scratch_bytes == 100 * 16 * 8 * column.accums.size());
+    CHECK(p.counters == (size_t)(100 / 128 + 1));
+    CHECK(codegen::describe(p).find("1 counters") != std::string::npos);
+    CHECK(codegen::plan_cuda_launch(column, a, a100).launches[0].param == 16);
+    // More than kColumnCombineChunks: the final entry, a warp per column, combines them.
+    a.sizes = {65536, 100};
+    p = codegen::plan_cuda_launch(column, a, h100);
+    REQUIRE(p.launches.size() == 2);
+    CHECK(p.launches[0].param == 256);
+    CHECK(p.launches[0].param > codegen::detail::kColumnCombineChunks);
     CHECK(p.launches[1].entry == "kiln_column_final");
-    CHECK(p.launches[1].param == 16);
+    CHECK(p.launches[1].param == 256);
     CHECK(p.launches[1].grid == (100 + 7) / 8);   // a warp per column
     CHECK(p.launches[1].block == 256);
-    CHECK(p.scratch_bytes == 100 * 16 * 8 * column.accums.size());
+    CHECK(p.scratch_bytes == 100 * 256 * 8 * column.accums.size());
     CHECK(p.counters == 0);
-    CHECK(codegen::plan_cuda_launch(column, a, a100).launches[0].param == 16);
+    a.sizes = {4096, 100};
     a.sizes = {1 << 20, 256 * 1024};   // enough column blocks already: not split
     p = codegen::plan_cuda_launch(column, a, h100);
     REQUIRE(p.launches.size() == 1);
