@@ -344,11 +344,11 @@ void Emitter::fold_column_record(const std::string& column, const std::vector<de
 
 // The column block's `width` columns from p0, T = kColumnThreads / width threads side by side
 // a column: thread s of a column folds the column's records s, s + T, ... in chunk order (at
-// most kColumnCombineChunks of them, unrolled by 4: four reads in flight at a time; all at once
-// spilled in the vector entry), the column's threads combine in a fixed tree (the same records
-// always give the same result, whichever block combines them), then the column's first thread
-// runs the Point blocks. A column past np reads the last column's records and stores nothing,
-// so that every lane of a warp takes part in the shuffles.
+// most kColumnCombineChunks of them: a thread's reads in flight at once), the column's threads
+// combine in a fixed tree (the same records always give the same result, whichever block
+// combines them), then the column's first thread runs the Point blocks. A column past np reads
+// the last column's records and stores nothing, so that every lane of a warp takes part in the
+// shuffles.
 void Emitter::emit_column_combine(int width) {
     const kir::Block& loop = k_.blocks[0];
     const std::vector<detail::RowFold> folds = detail::column_folds(k_);
@@ -381,7 +381,7 @@ void Emitter::emit_column_combine(int width) {
     close();
 }
 
-// More than kColumnCombineChunks chunks (a few column blocks, tall): entry NAME_final, a warp per
+// More than kColumnCombineChunks chunks (fewer column blocks): entry NAME_final, a warp per
 // column, over the GPU: lane l folds the column's chunk records l, l + 32, ... in chunk order,
 // the warp combines its lanes in a fixed tree (so the same records always give the same
 // result, and a long list of chunks is read 32 records at a time), then runs the Point blocks.

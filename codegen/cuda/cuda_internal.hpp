@@ -62,13 +62,14 @@ int column_width(const kir::Kernel& k);
 // run already), a number independent of the device so that results are too. About 1.3 waves of
 // the vector entry's 3 blocks an SM on 132 SMs: fewer, longer chunks measured faster than more
 // blocks, whose ends (the slices' merge, a record each) and the combine's reads cost more than a
-// second wave's tail. Up to kColumnCombineChunks chunks, the last block of a column block to
-// finish combines them (no second launch), a column's threads side by side, each reading its
-// records four at a time, so that the entries keep the registers, and the vector entry the
-// blocks an SM, they have without the combine. Past it an entry NAME_final combines them, a
-// warp per column across the GPU, where one block would wait on many rounds of reads.
+// second wave's tail. Few chunks mean many column blocks, whose records a second launch would
+// take a warp per column to combine: up to kColumnCombineChunks chunks, the last block of a
+// column block to finish combines them itself, a column's threads side by side, one round of
+// reads (the entries keep the registers, and the vector entry the blocks an SM, they have
+// without it). With more, the combine's rounds of reads at the end of the kernel cost as much
+// as the entry NAME_final, a warp per column across the GPU, which then combines them.
 bool column_splittable(const kir::Kernel& k);
-inline constexpr int kColumnCombineChunks = 32;
+inline constexpr int kColumnCombineChunks = 4;
 // Column kernels' vector entry NAME_v: V adjacent points of the innermost parallel dim q per
 // thread, every buffer contiguous along q read V elements at a time (V * the widest of those
 // loaded along the reduced points = 16 bytes, V at most 8: the slices' shared-memory states

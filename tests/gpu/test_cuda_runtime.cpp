@@ -1294,10 +1294,10 @@ TEST_CASE("gpu: column reductions of few chunks combine in their one launch, eve
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
     // Chunks per column block (detail::kColumnCombineChunks at most, so the last block to finish
-    // combines them): 9 (8192 x 2000 float32), 19 and a ragged last column block (5000 x 70
-    // float16), 32 (16384 x 1024 float16).
-    for (auto [n, C, dt] : {std::tuple<int64_t, int64_t, DType>{8192, 2000, DType::Float32}, {5000, 70, DType::Float16},
-                            {16384, 1024, DType::Float16}}) {
+    // combines them): 2 (1024 x 8192 float32), 4 and a ragged last column block (2048 x 4100
+    // float32, 1024 x 8200 float16).
+    for (auto [n, C, dt] : {std::tuple<int64_t, int64_t, DType>{1024, 8192, DType::Float32}, {2048, 4100, DType::Float32},
+                            {1024, 8200, DType::Float16}}) {
         INFO(n << "x" << C << " " << dtype_name(dt));
         const std::vector<float> h = random_floats((size_t)(n * C), (uint32_t)(n * 7 + C));
         const std::vector<float> x = cpu.array(h, {n, C}, dt).to_vector<float>();
@@ -1315,26 +1315,32 @@ TEST_CASE("gpu: column reductions of few chunks combine in their one launch, eve
                 sq[c] += d * d;
             }
         Tensor X = gpu.array(h, {n, C}, dt), s = gpu.empty({1, C}), v = gpu.empty({1, C}), a = gpu.empty({1, C}, DType::Int32);
+        // (columns 1.. of X: off the 16-byte groups, so the entry of a point a thread)
+        const Tensor Xs = X.slice({Slice::all(), Slice::range(1, C)});
+        Tensor s1 = gpu.empty({1, C - 1});
         auto run = [&] {
             s[all] = kiln::sum(cast(X.expr(), DType::Float32), 0, true);
             v[all] = var(cast(X.expr(), DType::Float32), 0, true);
             a[all] = argmax(X, 0, true);
+            s1[all] = kiln::sum(cast(Xs.expr(), DType::Float32), 0, true);
         };
         const uint64_t launches = cuda::cuda_backend(gpu).counters().launches;
         run();
-        CHECK(cuda::cuda_backend(gpu).counters().launches - launches == 3);   // one each
-        const std::vector<float> s0 = s.to_vector<float>(), v0 = v.to_vector<float>();
+        CHECK(cuda::cuda_backend(gpu).counters().launches - launches == 4);   // one each
+        const std::vector<float> s0 = s.to_vector<float>(), v0 = v.to_vector<float>(), s10 = s1.to_vector<float>();
         const std::vector<int32_t> a0 = a.to_vector<int32_t>();
         for (int64_t c = 0; c < C; ++c) {
             CHECK(std::fabs(s0[c] - sum[c]) <= 1e-6 * mag[c] + 1e-6);
             CHECK(std::fabs(v0[c] - sq[c] / n) <= 1e-5 * sq[c] / n + 1e-6);
             CHECK(a0[c] == arg[c]);
+            if (c > 0) CHECK(std::fabs(s10[c - 1] - sum[c]) <= 1e-6 * mag[c] + 1e-6);
         }
         for (int i = 0; i < 10; ++i) {
             run();
             CHECK(s.to_vector<float>() == s0);
             CHECK(v.to_vector<float>() == v0);
             CHECK(a.to_vector<int32_t>() == a0);
+            CHECK(s1.to_vector<float>() == s10);
         }
     }
 }

@@ -1323,30 +1323,30 @@ TEST_CASE("plan_cuda_launch follows the documented launch convention") {
         al.strides[2 * 2] = 7;
         CHECK(codegen::cuda_launch_aligned(column, al, p.launches[0]));
     }
-    // 16 chunks: the last block of a column block to finish combines them, counted in a word
-    // per column block.
-    REQUIRE(p.launches.size() == 1);
+    // 16 chunks, more than kColumnCombineChunks: the final entry, a warp per column, combines them.
+    REQUIRE(p.launches.size() == 2);
     CHECK(p.launches[0].entry == "kiln_column");
     CHECK(p.launches[0].param == 4096 / codegen::detail::kColumnMinChunk);
+    CHECK(p.launches[0].param > codegen::detail::kColumnCombineChunks);
     CHECK(p.launches[0].grid == (100 / 128 + 1) * 16);
     CHECK(p.launches[0].block == 256);
-    CHECK(p.scratch_bytes == 100 * 16 * 8 * column.accums.size());
-    CHECK(p.counters == (size_t)(100 / 128 + 1));
-    CHECK(codegen::describe(p).find("1 counters") != std::string::npos);
-    CHECK(codegen::plan_cuda_launch(column, a, a100).launches[0].param == 16);
-    // More than kColumnCombineChunks: the final entry, a warp per column, combines them.
-    a.sizes = {65536, 100};
-    p = codegen::plan_cuda_launch(column, a, h100);
-    REQUIRE(p.launches.size() == 2);
-    CHECK(p.launches[0].param == 256);
-    CHECK(p.launches[0].param > codegen::detail::kColumnCombineChunks);
     CHECK(p.launches[1].entry == "kiln_column_final");
-    CHECK(p.launches[1].param == 256);
+    CHECK(p.launches[1].param == 16);
     CHECK(p.launches[1].grid == (100 + 7) / 8);   // a warp per column
     CHECK(p.launches[1].block == 256);
-    CHECK(p.scratch_bytes == 100 * 256 * 8 * column.accums.size());
+    CHECK(p.scratch_bytes == 100 * 16 * 8 * column.accums.size());
     CHECK(p.counters == 0);
-    a.sizes = {4096, 100};
+    CHECK(codegen::plan_cuda_launch(column, a, a100).launches[0].param == 16);
+    // 4 chunks (128 column blocks): the last block of a column block to finish combines them,
+    // counted in a word per column block; one launch.
+    a.sizes = {4096, 128 * 128};
+    p = codegen::plan_cuda_launch(column, a, h100);
+    REQUIRE(p.launches.size() == 1);
+    CHECK(p.launches[0].param == 4);
+    CHECK(p.launches[0].grid == 128 * 4);
+    CHECK(p.scratch_bytes == (size_t)128 * 128 * 4 * 8 * column.accums.size());
+    CHECK(p.counters == 128);
+    CHECK(codegen::describe(p).find("128 counters") != std::string::npos);
     a.sizes = {1 << 20, 256 * 1024};   // enough column blocks already: not split
     p = codegen::plan_cuda_launch(column, a, h100);
     REQUIRE(p.launches.size() == 1);
