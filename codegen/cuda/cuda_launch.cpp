@@ -566,8 +566,8 @@ CudaLaunchPlan plan_cuda_launch(const kir::Kernel& k, const kir::LaunchArgs& a, 
         // groups of V of the widest loaded element per thread. Cached: 8 groups while that keeps
         // G within a warp, else 16 (the block barriers then cost more than a longer stretch),
         // unless a later pass also waits on memory (row_later_reads_memory: a residual, or a
-        // norm's weights of 32 KiB or more): with 2 groups of it in flight per thread, more
-        // threads hide its latency.
+        // norm's weights of 32 KiB or more): with 2 to 4 groups of it in flight per thread (the
+        // pass's steps, cuda_row.cpp), more threads hide its latency.
         // At least 2 threads (a warp's loads then cover whole 32-byte sectors); more while fewer
         // than 512 threads per multiprocessor would run (few short rows). Past a block, a
         // cluster (sm_90) of blocks of kCudaBlockSize threads, up to kCudaPortableCluster of them.

@@ -368,7 +368,14 @@ void Emitter::emit_row_kernel(RowEntry entry) {
             for (const kir::Store& st : b.stores)
                 if (vector_buffer(st.buffer)) vec_stores.push_back(st.buffer);
         }
-        const int step = vw > 1 ? std::min(32, (first ? 4 : 2) * vw) : first ? 16 : 4;
+        // Groups a step keeps in flight: 4 in the first pass; in a later one 4 where it reads one
+        // buffer from memory besides the row cache (a norm's weight: its loads then wait on L2 as
+        // the first pass's wait on DRAM), else 2 (the cache alone; two such buffers' 4 groups
+        // take registers the entry does not have).
+        int memory_reads = 0;
+        for (size_t buf : vec_loads) memory_reads += slot[buf] < 0;
+        const int groups = first || memory_reads == 1 ? 4 : 2;
+        const int step = vw > 1 ? std::min(32, groups * vw) : first ? 16 : 4;
         if (entry == RowEntry::Shared) line("long long j = 0;");
         open("if (live)");
         if (!small && (registers || !vec_loads.empty() || !vec_stores.empty())) {
