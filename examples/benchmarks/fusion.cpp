@@ -11,7 +11,8 @@
 //      target's) and nine new elementwise structures, beside NVRTC's floor (a new one-line
 //      kernel, named apart, each time); disk hit (a new context on that directory); a new plan
 //      whose kernel is already loaded (an elementwise structure's third shape, resized from its
-//      plan family, as is a row reduction's third batch size; their second planned by the passes);
+//      plan family, as is a row reduction's third batch size; their second planned by the passes),
+//      end to end and, for the elementwise one, until the assignment returns;
 //   5. a new batch size with the same structure compiles nothing (counters), small launches
 //      (the small row entry's own module) aside.
 // Times come from the host clock around back-to-back calls bracketed by synchronize(), so a
@@ -330,7 +331,7 @@ int main(int argc, char** argv) {
             (s < kFirstRow ? nvrtc_ew : nvrtc_row)
                 .push_back((after.compile_ms - before.compile_ms) / double(after.compiles - before.compiles));
     }
-    std::vector<double> memory, resized, memory_row, resized_row;
+    std::vector<double> memory, resized, resized_host, memory_row, resized_row;
     uint64_t disk_hits = 0;
     {
         Context fresh(ContextOptions{"cuda"});
@@ -342,20 +343,26 @@ int main(int argc, char** argv) {
         // A new plan (another shape) whose kernel this context has loaded, its operands uploaded
         // before the clock starts: a structure's second shape (the passes plan it, and it checks
         // the structure's plan family) and third (resized from the family without the passes),
-        // elementwise and row reductions (a new batch size).
-        auto new_plan_us = [&](int s, int64_t rows, std::vector<double>& into, uint64_t Counters::*counter) {
+        // elementwise and row reductions (a new batch size); `host` also takes the time until the
+        // assignment returns (its kernel launched, not waited for).
+        auto new_plan_us = [&](int s, int64_t rows, std::vector<double>& into, uint64_t Counters::*counter,
+                               std::vector<double>* host = nullptr) {
             Tensor X = fresh.array(std::vector<float>(size_t(rows * 64), 0.5f), {rows, 64}), Y = fresh.empty({rows, 64}), Yz;
             fresh.synchronize();
             const uint64_t c0 = fresh.counters().*counter;
             auto t0 = Clock::now();
             Y[all] = structures(X, Yz, s);
+            const double returned_us = since_us(t0);
             fresh.synchronize();
             const double us = since_us(t0);
-            if (fresh.counters().*counter > c0) into.push_back(us);
+            if (fresh.counters().*counter > c0) {
+                into.push_back(us);
+                if (host) host->push_back(returned_us);
+            }
         };
         for (int s = 0; s < 8; ++s) {
             new_plan_us(s, 65, memory, &Counters::memory_hits);
-            new_plan_us(s, 66, resized, &Counters::plan_resizes);
+            new_plan_us(s, 66, resized, &Counters::plan_resizes, &resized_host);
         }
         for (int s = 14; s < kStructures; ++s) {
             new_plan_us(s, 65, memory_row, &Counters::memory_hits);
@@ -364,6 +371,7 @@ int main(int argc, char** argv) {
     }
     const double cold_ms = median(cold_row), cold_ew_ms = median(cold_ew), disk_ms = median(disk),
                  memory_us = memory.empty() ? -1 : median(memory), resized_us = resized.empty() ? -1 : median(resized),
+                 resized_host_us = resized_host.empty() ? -1 : median(resized_host),
                  memory_row_us = memory_row.empty() ? -1 : median(memory_row),
                  resized_row_us = resized_row.empty() ? -1 : median(resized_row);
     // NVRTC's own floor: a one-line kernel compiled as kiln compiles its kernels (machine code
@@ -425,6 +433,7 @@ int main(int argc, char** argv) {
     std::printf("%-44s %10.1f ms %12s\n", "  (NVRTC floor: a one-line kernel)", nvrtc_floor_ms, "");
     std::printf("%-44s %10.3f ms %12s\n", "disk hit <= 1 ms (median of 18)", disk_ms, met(disk_ms <= 1));
     std::printf("%-44s %10.2f us %12s\n", "new plan, kernel loaded, end to end <= 10 us", resized_us, met(resized_us >= 0 && resized_us <= 10));
+    std::printf("%-44s %10.2f us %12s\n", "  (the same, until the assignment returns)", resized_host_us, "");
     std::printf("%-44s %10.2f us %12s\n", "  (elementwise, a shape the passes plan)", memory_us, "");
     std::printf("%-44s %10.2f us %12s\n", "  (row reduction, a new batch size resized)", resized_row_us, "");
     std::printf("%-44s %10.2f us %12s\n", "  (row reduction, the passes)", memory_row_us, "");
@@ -451,7 +460,8 @@ int main(int argc, char** argv) {
             ",\"nvrtc_ms\":" + std::to_string(nvrtc_median_ms) + ",\"cold_elementwise_ms\":" + std::to_string(cold_ew_ms) +
             ",\"nvrtc_elementwise_ms\":" + std::to_string(nvrtc_ew_ms) + ",\"nvrtc_floor_ms\":" + std::to_string(nvrtc_floor_ms) +
             ",\"disk_ms\":" + std::to_string(disk_ms) + ",\"memory_us\":" + std::to_string(memory_us) +
-            ",\"resized_us\":" + std::to_string(resized_us) + ",\"memory_row_us\":" + std::to_string(memory_row_us) +
+            ",\"resized_us\":" + std::to_string(resized_us) + ",\"resized_host_us\":" + std::to_string(resized_host_us) +
+            ",\"memory_row_us\":" + std::to_string(memory_row_us) +
             ",\"resized_row_us\":" + std::to_string(resized_row_us) +
             ",\"disk_hits\":" + std::to_string(disk_hits) + "},\"new_batch_compiles\":" + std::to_string(new_batch_compiles) + "}\n";
     if (FILE* f = std::fopen(json_path, "w")) {

@@ -54,6 +54,7 @@ LATENCY = [
     ("tiny 128x32 batch norm end to end (assign + synchronize)", "tiny_us", "us", 5.0),
     ("(driver floor: empty kernel launched, then synchronize)", "launch_sync_floor_us", "us", None),
     ("a new plan for a loaded kernel, end to end (an elementwise assignment's new shape)", "jit.resized_us", "us", 10.0),
+    ("(the same, until the assignment returns: the kernel launched, not waited for)", "jit.resized_host_us", "us", None),
     ("(an elementwise assignment's second shape, planned by the passes)", "jit.memory_us", "us", None),
     ("(a row reduction's new batch size, resized)", "jit.resized_row_us", "us", None),
     ("(a row reduction's new batch size, planned by the passes)", "jit.memory_row_us", "us", None),

@@ -129,7 +129,7 @@ def fusion_json():
             "launch_floor_programmatic_us": 2.5, "tiny_us": 4.5, "launch_sync_floor_us": 3.9,
             "jit": {"cold_ms": 64.6, "nvrtc_ms": 63.9, "cold_elementwise_ms": 31.2, "nvrtc_elementwise_ms": 30.8,
                     "nvrtc_floor_ms": 27.5, "disk_ms": 0.12, "memory_us": 29.3, "resized_us": 9.6,
-                    "memory_row_us": 33.1, "resized_row_us": 11.2, "disk_hits": 18}, "new_batch_compiles": 0}
+                    "resized_host_us": 5.2, "memory_row_us": 33.1, "resized_row_us": 11.2, "disk_hits": 18}, "new_batch_compiles": 0}
 
 
 def test_the_fusion_benchmark_fills_its_own_section_with_the_given_date_and_commit(tmp_path):
@@ -148,6 +148,7 @@ def test_the_fusion_benchmark_fills_its_own_section_with_the_given_date_and_comm
     assert "| (driver floor: empty kernel launched, then synchronize) | 3.90 us |  |" in text
     assert ("| a new plan for a loaded kernel, end to end (an elementwise assignment's new shape) <= 10 us | 9.60 us "
             "| met |") in text
+    assert "| (the same, until the assignment returns: the kernel launched, not waited for) | 5.20 us |  |" in text
     assert "| (an elementwise assignment's second shape, planned by the passes) | 29.30 us |  |" in text
     assert "| (a row reduction's new batch size, resized) | 11.20 us |  |" in text
     assert "| (a row reduction's new batch size, planned by the passes) | 33.10 us |  |" in text
@@ -494,3 +495,17 @@ def test_the_training_example_fills_its_own_section(tmp_path):
     text = doc.read_text()
     assert perf_tables.TRAIN_BEGIN in text and "Commit: abc1234" in text
     assert "| 64 | eager | 2.000 | 1.000 | 0.50x | 5.0e-03 | 4.0e-03 | 2.0000 / 2.0100 |" in text
+
+
+def test_a_fusion_json_without_the_new_plans_host_time_leaves_its_row_out(tmp_path):
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text(perf_tables.FUSION_BEGIN + "\n" + perf_tables.FUSION_END + "\n")
+    older = fusion_json()
+    del older["jit"]["resized_host_us"]
+    js = tmp_path / "fusion.json"
+    js.write_text(json.dumps(older))
+    subprocess.run([sys.executable, os.path.join(BENCH, "perf_tables.py"), str(js), "--doc", str(doc),
+                    "--date", "2026-01-02", "--commit", "def5678"], check=True, capture_output=True)
+    text = doc.read_text()
+    assert "until the assignment returns" not in text
+    assert "| (a row reduction's new batch size, resized) | 11.20 us |  |" in text
