@@ -565,6 +565,15 @@ void Emitter::fold_acc_record(const kir::Block& b) {
     }
 }
 
+void Emitter::emit_last_arrival(const std::string& counter, const std::string& arrivals) {
+    line("__syncthreads();");
+    open("if (threadIdx.x == 0)");
+    line("kiln_last = kiln_arrive({}) == {} - 1;", counter, arrivals);
+    line("if (kiln_last) *({}) = 0u;", counter);
+    close();
+    line("__syncthreads();");
+}
+
 void Emitter::block_reduce_acc_states(const kir::Block& b) {
     for (int ai : b.accums) {
         const kir::Accum& ac = k_.accums[ai];

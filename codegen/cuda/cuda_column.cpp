@@ -311,12 +311,7 @@ void Emitter::emit_column_entry(int vec) {
         // Few chunks: the block that counts its column block's last chunk combines them
         // (emit_column_combine), so no second launch waits on this one.
         open(fmt::format("if (chunks > 1 && chunks <= {})", detail::kColumnCombineChunks));
-        line("__syncthreads();");
-        open("if (threadIdx.x == 0)");
-        line("kiln_last = kiln_arrive(counters + p0 / {}) == (unsigned)chunks - 1;", width);
-        line("if (kiln_last) counters[p0 / {}] = 0u;", width);
-        close();
-        line("__syncthreads();");
+        emit_last_arrival(fmt::format("counters + p0 / {}", width), "(unsigned)chunks");
         open("if (kiln_last)");
         emit_column_combine(width);
         close();

@@ -216,6 +216,11 @@ private:
     // block's record: the combining block reads what other multiprocessors wrote).
     void store_acc_record(const kir::Block& b);
     void fold_acc_record(const kir::Block& b);
+    // After the block's records: thread 0 counts the block's arrival at `counter` (a word of the
+    // zeroed counters) after a barrier; the block that brings it to `arrivals` sets the shared
+    // kiln_last and the word back to zero for the next launch; a barrier, then every thread
+    // reads kiln_last.
+    void emit_last_arrival(const std::string& counter, const std::string& arrivals);
     // An Arg accumulator that saw no point (an empty R domain) yields position 0.
     void set_acc_results(const kir::Block& b);
 

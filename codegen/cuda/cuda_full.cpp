@@ -179,12 +179,7 @@ void Emitter::emit_full_kernel() {
 void Emitter::emit_full_combine() {
     const kir::Block& loop = k_.blocks[0];
     const kir::Block& point = k_.blocks[1];
-    line("__syncthreads();");
-    open("if (threadIdx.x == 0)");
-    line("kiln_last = kiln_arrive(counters) == gridDim.x - 1;");
-    line("if (kiln_last) counters[0] = 0u;");
-    close();
-    line("__syncthreads();");
+    emit_last_arrival("counters", "gridDim.x");
     line("if (!kiln_last) return;");
     scope_ = Scope::PPoint;
     declare_acc_results(loop);

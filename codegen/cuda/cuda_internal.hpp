@@ -57,17 +57,17 @@ int innermost_parallel_dim(const kir::Kernel& k);
 // kColumnThreads / column_width(k) slices of the reduced points.
 inline constexpr int kColumnThreads = 256;
 int column_width(const kir::Kernel& k);
-// Column kernels whose only Loop block comes first may split their reduced points into chunks;
-// the plan splits until about kColumnTargetBlocks blocks run (none where that many column blocks
-// run already), a number independent of the device so that results are too. About 1.3 waves of
-// the vector entry's 3 blocks an SM on 132 SMs: fewer, longer chunks measured faster than more
-// blocks, whose ends (the slices' merge, a record each) and the combine's reads cost more than a
-// second wave's tail. Few chunks mean many column blocks, whose records a second launch would
-// take a warp per column to combine: up to kColumnCombineChunks chunks, the last block of a
-// column block to finish combines them itself, a column's threads side by side, one round of
-// reads (the entries keep the registers, and the vector entry the blocks an SM, they have
-// without it). With more, the combine's rounds of reads at the end of the kernel cost as much
-// as the entry NAME_final, a warp per column across the GPU, which then combines them.
+// Column kernels whose only Loop block comes first may split their reduced points into chunks; the
+// plan splits until about kColumnTargetBlocks blocks run (none where that many column blocks run
+// already), a number independent of the device so that results are too. About 1.3 waves of the
+// vector entry's 3 blocks an SM on 132 SMs: fewer, longer chunks measured faster than more blocks,
+// whose ends (the slices' merge, a record each) and the combine's reads cost more than a second
+// wave's tail. Few chunks mean many column blocks, whose records a second launch would take a warp
+// per column to combine: up to kColumnCombineChunks chunks, the last block of a column block to
+// finish combines them itself, a column's threads side by side, one round of reads, so that the
+// vector entry keeps the blocks an SM it has without it (a float16 sum's 4 blocks of 256 threads:
+// at most 64 registers). With more, the combine's rounds of reads at the end of the kernel cost as
+// much as the entry NAME_final, a warp per column across the GPU, which then combines them.
 bool column_splittable(const kir::Kernel& k);
 inline constexpr int kColumnCombineChunks = 4;
 // Column kernels' vector entry NAME_v: V adjacent points of the innermost parallel dim q per

@@ -278,14 +278,21 @@ __device__ __forceinline__ unsigned kiln_arrive(unsigned* counter) {
     return before;
 }
 
-// Lane 0 ends with the warp's combined state.
-template <class A>
-__device__ __forceinline__ void kiln_warp_reduce(typename A::T& v, int& p) {
-    for (int o = 16; o > 0; o >>= 1) {
+// A group of N lanes (a power of two, aligned within the warp): the group's first lane ends with
+// the group's state, the lower lanes' states first in a fixed tree. Called by every lane.
+template <class A, int N>
+__device__ __forceinline__ void kiln_group_reduce(typename A::T& v, int& p) {
+#pragma unroll
+    for (int o = N / 2; o > 0; o >>= 1) {
         const typename A::T x = __shfl_down_sync(0xffffffffu, v, o);
         const int q = __shfl_down_sync(0xffffffffu, p, o);
         A::add(v, p, x, q);
     }
+}
+// Lane 0 ends with the warp's combined state.
+template <class A>
+__device__ __forceinline__ void kiln_warp_reduce(typename A::T& v, int& p) {
+    kiln_group_reduce<A, 32>(v, p);
 }
 
 // Every thread ends with the block's combined state, always combined in the same order.
@@ -436,17 +443,6 @@ __device__ __forceinline__ void kiln_ext_step16(float& v, int& p, const float (&
 
 // Column kernels: the slices of a block's columns combined.
 const char* const kCudaColumnPrelude = R"(
-// A group of N lanes (a power of two, aligned within the warp): the group's first lane ends with
-// the group's state, the lower lanes' states first in a fixed tree. Called by every lane.
-template <class A, int N>
-__device__ __forceinline__ void kiln_group_reduce(typename A::T& v, int& p) {
-#pragma unroll
-    for (int o = N / 2; o > 0; o >>= 1) {
-        const typename A::T x = __shfl_down_sync(0xffffffffu, v, o);
-        const int q = __shfl_down_sync(0xffffffffu, p, o);
-        A::add(v, p, x, q);
-    }
-}
 // Column kernels: a block is W columns (threadIdx.x & (W - 1)) x 256 / W slices. The slices of a
 // column combine in slice order; every thread ends with its column's state.
 // sv/sp: 256 entries. Called by every thread of the block.
