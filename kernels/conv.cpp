@@ -1212,7 +1212,10 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
 #ifdef KILN_HAVE_GEMM_KERNELS
     // The kernel conv_fprop_implicit launches for layer X on this op's forward path ("fprop+bsum":
     // adding the channel sums, which the 256-wide walk does in an entry of its own).
-    auto fprop_kernel = [&](const ConvLayer& X) { return gemm::conv_fprop_kernel(ctx, X, op == "fprop+bsum"); };
+    // (plain_rows false: into a strided gradient's view, rows in groups.)
+    auto fprop_kernel = [&](const ConvLayer& X, bool plain_rows = true) {
+        return gemm::conv_fprop_kernel(ctx, X, op == "fprop+bsum", plain_rows);
+    };
     if (pointwise(g)) {   // the GEMM, or where pointwise_implicit says so the implicit kernel
         const std::optional<ConvLayer> D = op == "update" ? std::nullopt
                                            : (op != "bprop") != L.deconv ? std::optional<ConvLayer>(L)
@@ -1264,12 +1267,12 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
             for (const DgradPhase& P : *phases)
                 if (P.layer && (!largest || P.taps[0] * P.taps[1] * P.taps[2] > largest->taps[0] * largest->taps[1] * largest->taps[2]))
                     largest = &P;
-            return "implicit-gemm by phase " + fprop_kernel(*largest->layer);
+            return "implicit-gemm by phase " + fprop_kernel(*largest->layer, false);
         }
         if (auto F = !forward ? bprop_folded(ctx, L) : std::nullopt)
             return folded_name(fprop_kernel(F->dgrad), F->folded, false);
         if (auto S = !forward ? strided_pointwise_dgrad(ctx, L) : std::nullopt)
-            return "implicit-gemm " + fprop_kernel(*S) + " (into the strided view)";
+            return "implicit-gemm " + fprop_kernel(*S, false) + " (into the strided view)";
     }
 #else
     (void)ctx;

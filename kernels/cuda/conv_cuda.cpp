@@ -521,7 +521,7 @@ FpropPlan expected_plan(Context& ctx, const ConvLayer& L) {
 }
 } // namespace
 
-std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums) {
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums, bool plain_rows) {
     if (ctx.backend() != Backend::CUDA) return "";
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L)) return "";
@@ -533,7 +533,7 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums
         return *tuned;
     }
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
-    const std::string name = describe(L, expected_plan(ctx, L), column_sums);
+    const std::string name = describe(L, expected_plan(ctx, L), column_sums, plain_rows);
     return tma ? name + " (patches by TMA)" : name;
 }
 
@@ -636,12 +636,15 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         C.view().storage->written = true;
         return true;
     }
+    // Whether C's rows are plain (not a strided gradient's phase's grouped rows) and of the
+    // layer's dtype: the 256-wide walk then runs on the GEMM's persistent kernel (walk_for).
+    const auto plain_rows = [&](const GemmParams& h) { return h.c_group == 0 && C.dtype() == L.dtype; };
     // The walk (conv_walk.cuh): a block per SM running ahead across its tiles, where there are
     // more tiles than SMs, the patches come by TMA, the register epilogue stores and its
     // buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
     auto walk_runs = [&](const ConvTile& u) {
         return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) &&
-               walk_for(L, u).smem <= be.info().max_shared_optin &&
+               walk_for(L, u, false, plain_rows(g)).smem <= be.info().max_shared_optin &&
                (u.bn <= 128 || !count);   // (the 256-wide walk counts no histogram)
     };
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
@@ -653,7 +656,17 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0,
                                                64, uint32_t(u.bn));
         CUtensorMap patches = map_a.value_or(CUtensorMap{});
-        if (walk) {
+        const WalkTile w = walk ? walk_for(L, u, (h.flags & kColSums) != 0, plain_rows(h)) : WalkTile{};
+        if (w.persistent) {
+            // The GEMM's persistent kernel: C in boxes of 64 rows x 128 bytes, its raster a row
+            // of tiles after another, not launched early (as the GEMM's).
+            h.group_m = 1, h.batch = 1;
+            CUtensorMap map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 64);
+            void* params[] = {&q, &map_b, &patches, &map_c};
+            const int dynamic = std::max(smem, w.smem);
+            CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, dynamic);
+            be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(dynamic), params, {});
+        } else if (walk) {
             // C's plain rows by TMA, in boxes of 16 rows x 128 bytes (a phase's grouped rows:
             // the warps' own stores).
             CUtensorMap map_c{};
@@ -661,7 +674,6 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             if (q.c_by_tma)
                 map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 16);
             void* params[] = {&q, &map_b, &patches, &map_c};
-            const WalkTile w = walk_for(L, u, (h.flags & kColSums) != 0);
             const int dynamic = std::max(smem, w.smem);
             CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, dynamic);
             be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(dynamic), params,
@@ -705,12 +717,12 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     }
     const ConvTile& t = plan.tile;
     const int64_t tiles_n = (L.K + t.bn - 1) / t.bn, blocks = int64_t(g.tiles_m) * tiles_n;
-    const WalkTile walk = plan.walk ? walk_for(L, t) : WalkTile{};
+    const WalkTile walk = plan.walk ? walk_for(L, t, false, plain_rows(g)) : WalkTile{};
     int smem = plan.walk ? walk.smem : t.smem;
     // Channel sums (kColSums), then their sum over the partials' rows: one tile a block, each row
     // of tiles' column sums (the warps' sums past the tile's bias, added in warp order); the
     // walk, each warp's running sums over its block's tiles (WarpColSums), a row a warp, added
-    // into the block's first at its end.
+    // into the block's first at its end (on the persistent kernel, not added there).
     Tensor partials;
     const int col_s_bytes = plan.walk ? 0 : conv_col_sum_bytes(t.bn);
     if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
@@ -738,7 +750,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     }
     if (plan.walk)
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks{})", L.str(),
-                  walk_for(L, t, partials.defined()).entry, rows, L.K, taps,
+                  walk_for(L, t, partials.defined(), plain_rows(g)).entry, rows, L.K, taps,
                   blocks, sms, partials.defined() ? ", channel sums" : "");
     else
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {}{})", L.str(), t.entry, rows, L.K, taps, blocks,
@@ -750,8 +762,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     if (partials.defined()) {
         partials.view().storage->written = true;
         Tensor sums = *extras->column_sums;
-        // (The walk leaves each block's sums in the first of its 8 rows.)
-        const Slice rows = plan.walk ? Slice::range(0, partials.shape()[0], 8) : Slice::all();
+        // (The walk leaves each block's sums in the first of its 8 rows; the persistent kernel a
+        // row a warp.)
+        const Slice rows = plan.walk && !walk.persistent ? Slice::range(0, partials.shape()[0], 8) : Slice::all();
         sums.assign(reshape(sum(partials.slice({rows, Slice::range(0, L.K)}).expr(), 0, true), sums.shape()));
         extras->summed = last_summed = true;
     }

@@ -79,8 +79,9 @@ struct TapSet {
 std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>& sets);
 
 // The kernel conv_fprop_implicit would launch for L on ctx (with column_sums: adding a bsum's
-// sums), or "" where it declines: what the benchmark prints.
-std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums = false);
+// sums; plain_rows false: into a strided gradient's grouped rows), or "" where it declines:
+// what the benchmark prints.
+std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums = false, bool plain_rows = true);
 
 // C (the N P Q x K row-major output, float32 or 16-bit) = epilogue(conv(I5, F)) by the kernel of
 // few output channels (conv_narrow.cu, narrow_cuda.cpp; o's alpha, beta, bias and activation):

@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/conv_cuda.hpp"   // kFoldPositionMaxBytes
 #include "kernels/cuda/conv_params.hpp"   // conv_mma_smem
+#include "kernels/cuda/gemm_select.hpp"   // persistent_smem
 
 #include <fmt/format.h>
 
@@ -40,10 +41,9 @@ ConvTile mma_tile(const ConvLayer& L) {
 // gathers the patches (no TMA), its 128 rows x 128 bytes per k-tile set the pace: a 256-wide
 // k-tile costs only a quarter more than a 128-wide one. Fitted to the H200's kernel times on the
 // seeds' layers (k-tiles 9-144, 98-6272 row tiles): within 10% of each. The 256-wide walk
-// (where the channels fill more than half of it, wide_walk_possible) scales the 128-wide walk's
-// terms by what KILN_AUTOTUNE timed on an H100 for ResNet-50's shapes (its k-tile 1.6 times the
-// 128-wide walk's, its fixed cost 2.4 times: with 3 stages and its results stored as soon as
-// they are rounded, not while the next tile multiplies). Output channels up to
+// (where the channels fill more than half of it, wide_walk_possible), on the GEMM's persistent
+// kernel, fitted to its kernel times on an H100 (VGG-A's conv3, conv4 and conv6, 18-72 k-tiles
+// over 6-12 rounds: 0.655 us a k-tile, 1.5 a tile). Output channels up to
 // 64 take the 64-wide tile, not modelled: its walk where it can run, over at most
 // kNarrowWalkKtiles k-tiles, else one tile a block, two blocks an SM. Measured on an H100
 // (ResNet-50, VGG-A and AlexNet layers, float16): the walk took 6-24% less over 1 and 9 k-tiles,
@@ -60,7 +60,7 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
         {128, false, patches_by_tma ? 0.377 : 0.9, 2.8},
         {256, false, patches_by_tma ? 0.74 : 1.15, 4.2},
         {128, true, 0.43, 1.26},
-        {256, true, 0.68, 3.0},
+        {256, true, 0.655, 1.5},
     };
     FpropPlan best;
     double best_us = 0;
@@ -81,8 +81,15 @@ bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms) {
     return tiles > sms;
 }
 
-WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums) {
+WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums, bool plain_rows) {
     WalkTile w;
+    if (t.bn == 256 && plain_rows) {
+        w.stages = 4, w.persistent = true;
+        w.smem = persistent_smem(128, 256);
+        w.entry = fmt::format("kiln_conv_fprop_pers_{}_256_s4{}", L.dtype == DType::Float16 ? "f16" : "bf16",
+                              column_sums ? "_cols" : "");
+        return w;
+    }
     w.stages = t.bn == 64 ? 6 : t.bn == 128 ? 5 : 3;
     w.smem = w.stages * (128 * 128 + t.bn * 128) + 128 * (t.bn + 8) * 2 + 4 * t.bn * 4 + 1024;
     w.entry = fmt::format("kiln_conv_fprop_walk_{}_{}_s{}{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, w.stages,
@@ -90,8 +97,8 @@ WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums) {
     return w;
 }
 
-std::string describe(const ConvLayer& L, const FpropPlan& plan, bool column_sums) {
-    return plan.walk ? walk_for(L, plan.tile, column_sums).entry : plan.tile.entry;
+std::string describe(const ConvLayer& L, const FpropPlan& plan, bool column_sums, bool plain_rows) {
+    return plan.walk ? walk_for(L, plan.tile, column_sums, plain_rows).entry : plan.tile.entry;
 }
 
 // The weight gradient's tile and split. The product is taps x K over the rows, split into

@@ -46,19 +46,24 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
 ConvTile widest_tile(const ConvLayer& L);
 
 // The walk's tile (conv_walk.cuh): the one-tile kernel's width with fewer stages (6, 5 and 3 for
-// 64, 128 and 256), its staged results and each consumer's bias for two tiles past them.
+// 64, 128 and 256), its staged results and each consumer's bias for two tiles past them. The
+// 256-wide tile into plain rows of C of the layer's dtype walks on the GEMM's persistent kernel
+// instead (conv_persistent.cuh, `persistent`): 4 stages, its results stored part by part while
+// the next tile multiplies.
 struct WalkTile {
     int stages = 0, smem = 0;
+    bool persistent = false;
     std::string entry;
 };
 // Whether tile t's walk can run L: more tiles than SMs (the launch also needs the patches by
 // TMA, the register epilogue and room for the walk's buffers; the 256-wide walk no histogram).
 bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms);
-// (column_sums: the entry that adds the channel sums, the 256-wide walk's own.)
-WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums = false);
+// (column_sums: the entry that adds the channel sums, the 256-wide walk's own; plain_rows: C's
+// rows are plain, not a strided gradient's grouped rows, and C has the layer's dtype.)
+WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums = false, bool plain_rows = true);
 
-// The entry a plan launches (with column_sums: adding the channel sums).
-std::string describe(const ConvLayer& L, const FpropPlan& plan, bool column_sums = false);
+// The entry a plan launches (with column_sums: adding the channel sums; plain_rows as walk_for's).
+std::string describe(const ConvLayer& L, const FpropPlan& plan, bool column_sums = false, bool plain_rows = true);
 
 // The weight gradient's tile width, stages and split: slices of the output positions (their
 // float32 planes added by the GEMM's reduction kernel), or the balanced split (`runs` > 0: every

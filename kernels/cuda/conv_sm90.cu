@@ -1,8 +1,10 @@
 // kiln's precompiled convolution kernels for sm_90a: implicit-GEMM fprop (sm90/conv_fprop.cuh)
 // and weight gradient (sm90/conv_wgrad.cuh) per 16-bit dtype and tile width. Entry names:
 // kiln_conv_fprop_<dtype>_<BN>_s<stages>, kiln_conv_fprop_walk_<dtype>_<BN>_s<stages>[_bsum] (sm90/conv_walk.cuh),
+// kiln_conv_fprop_pers_<dtype>_256_s4[_cols] (sm90/conv_persistent.cuh),
 // kiln_conv_wgrad_<dtype>_<BN>_s<stages>, kiln_conv_wgrad_bal_<dtype>_<BN>_s<stages> (the balanced split).
 #include "kernels/cuda/sm90/conv_fprop.cuh"
+#include "kernels/cuda/sm90/conv_persistent.cuh"
 #include "kernels/cuda/sm90/conv_walk.cuh"
 #include "kernels/cuda/sm90/conv_wgrad.cuh"
 
@@ -48,6 +50,17 @@ KILN_CONV_WALK(bf16, __nv_bfloat16, 256, 3)
     }
 KILN_CONV_WALK_BSUM(f16, __half, 256, 3)
 KILN_CONV_WALK_BSUM(bf16, __nv_bfloat16, 256, 3)
+// On the GEMM's persistent kernel: the same three maps; _cols with the channel sums (kColSums).
+#define KILN_CONV_PERSISTENT(tn, T, LEAN, suffix)                                                                \
+    extern "C" __global__ void __launch_bounds__(384, 1) kiln_conv_fprop_pers_##tn##_256_s4##suffix(            \
+        const __grid_constant__ ConvParams p, const __grid_constant__ CUtensorMap map0,                         \
+        const __grid_constant__ CUtensorMap map1, const __grid_constant__ CUtensorMap map_c) {                  \
+        conv_fprop_persistent<T, LEAN>(p, &map0, &map1, &map_c);                                                \
+    }
+KILN_CONV_PERSISTENT(f16, __half, kLeanPlain, )
+KILN_CONV_PERSISTENT(bf16, __nv_bfloat16, kLeanPlain, )
+KILN_CONV_PERSISTENT(f16, __half, kLeanCols, _cols)
+KILN_CONV_PERSISTENT(bf16, __nv_bfloat16, kLeanCols, _cols)
 // The weight gradient: map0 E, map1 the image's im2col descriptor.
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 64, 8, 1)
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 128, 6, 1)

@@ -255,10 +255,7 @@ std::vector<GemmKernel> gemm_candidates(const GemmProblem& pr) {
                 pk.entry = fmt::format("kiln_gemm_wg_{}_{}{}_256_c2_s4_{}", tag, k.a_trans ? 't' : 'k', k.b_trans ? 't' : 'k',
                                        pr.c_f32 ? "pf" : "p");
                 pk.persistent = true;
-                // 4 stages, each consumer's two buffers of staged results (2 x 8 KB), the bias twice,
-                // the barriers (256 bytes at most) and the adder's row sums (BM floats); no
-                // alignment slack: 227 KB would not hold it.
-                pk.smem = 4 * (k.bm + w.bn) * 128 + 2 * (64 * 128 * 2) + 2 * 256 * 4 + 256 + k.bm * 4;
+                pk.smem = persistent_smem(k.bm, w.bn);
                 push(pk, kPersistentRate * w.rate, 1, false);
             }
         }

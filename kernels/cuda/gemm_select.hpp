@@ -172,6 +172,11 @@ int one_wave_raster_group(int bm, int bn, int64_t tiles_m, int64_t tiles_n);
 // together, in every round; with 132 blocks only the first round does, so the aligned grid
 // is the faster one.
 int64_t persistent_grid(int64_t tiles, int64_t sms);
+// A persistent kernel's dynamic shared memory (sm90/persistent.cuh) for BM x BN tiles of 16-bit
+// operands: 4 stages, each consumer's two buffers of staged results (2 x 8 KB), the bias twice,
+// the barriers (256 bytes at most) and the adder's row sums (BM floats); no alignment slack:
+// 227 KB would not hold it (the kernel checks that its shared memory starts 1024-byte aligned).
+constexpr int persistent_smem(int bm, int bn) { return 4 * (bm + bn) * 128 + 2 * (64 * 128 * 2) + 2 * 256 * 4 + 256 + bm * 4; }
 
 // Rule 7: whether the lean twins may run (KILN_GEMM_LEAN is not "0").
 bool lean_kernels_allowed();

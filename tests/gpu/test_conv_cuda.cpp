@@ -1047,11 +1047,12 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
     }
 }
 
-// The 256-wide walk (KILN_CONV_KERNEL=walk over more than 128 output channels): its rows by TMA
-// with a bias and ReLU and a partial last column of tiles (296 channels), against the one-tile kernel, im2col and
-// the GEMM; a strided bprop's phases 256 wide into grad_I's view (a bulk copy a row), with alpha
-// and beta, against the CPU; and a bsum the walk adds as it stores, rows past M (47 x 28 x 28 is
-// not a multiple of 128) left out.
+// The 256-wide walk (KILN_CONV_KERNEL=walk over more than 128 output channels): on the GEMM's
+// persistent kernel into plain rows, by TMA, with a bias and ReLU and a partial last column of
+// tiles (296 channels), against the one-tile kernel, im2col and the GEMM; a strided bprop's
+// phases 256 wide into grad_I's view on the walk's own kernel (a bulk copy a row), with alpha
+// and beta, against the CPU; and a bsum the persistent kernel adds as it stores, rows past M
+// (47 x 28 x 28 is not a multiple of 128) left out.
 TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped rows, and adds a bsum") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
@@ -1061,10 +1062,10 @@ TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped r
         const ConvLayer L = conv_layer(dt, 47, 64, 296, {1, 28, 28}, {1, 3, 3}, {0, 1, 1});
         INFO(L.str());
         const test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
-        CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
-        CHECK(gemm::conv_fprop_kernel(gpu, L).find("_256_s3") != std::string::npos);
+        CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_pers_") == 0);
+        CHECK(gemm::conv_fprop_kernel(gpu, L).find("_256_s4") != std::string::npos);
         CHECK(conv_kernel(gpu, L, "fprop+bsum") == "implicit-gemm " + gemm::conv_fprop_kernel(gpu, L, true));
-        CHECK(gemm::conv_fprop_kernel(gpu, L, true).find("_256_s3_bsum") != std::string::npos);
+        CHECK(gemm::conv_fprop_kernel(gpu, L, true).find("_256_s4_cols") != std::string::npos);
         const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
                    B = pair(gpu, gpu, {L.K}, DType::Float32, ++seed);
         ConvOptions o;
@@ -1085,7 +1086,7 @@ TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped r
         fprop_conv(L, I.abs, F.abs, Om, m);
         CHECK(count_off(Ow, Ot, Om, dt) == 0);
         CHECK(count_off(Ow, Oi, Om, dt) == 0);
-        // bsum: the 256-wide walk adds the channel sums, equal to the output's.
+        // bsum: the persistent kernel adds the channel sums, equal to the output's.
         Tensor Os = gpu.empty(L.output_shape(), dt), sums = gpu.empty({L.K}, DType::Float32);
         ConvOptions ob = o;
         ob.bsum = sums;

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/conv_params.hpp"
 #include "kernels/cuda/conv_select.hpp"
+#include "kernels/cuda/gemm_select.hpp"
 
 #include <string>
 
@@ -40,29 +41,27 @@ struct Chosen {
 
 TEST_CASE("conv plans: the seeds' layers take the tiles, walks and splits measured on the H200") {
     // (the float16 run of conv.py at 3023e35 / bc9c9f7 / ab49882: docs/conv_layers.md; the
-    // balanced split's against the slices' in the run of 2026-12-04; the 256-wide walk from
-    // KILN_AUTOTUNE's timings of every candidate on an H100, 2026-12-06: fastest or within 3% of
-    // the fastest on each layer below that takes it, AlexNet's conv2 the one-tile 256 kernel's
-    // time, ResNet-50's s4_3x3s2 3% over it)
+    // balanced split's against the slices' in the run of 2026-12-04; the 256-wide walk, on the
+    // GEMM's persistent kernel, from kernel times of every candidate on an H100, 2026-12-06)
     const char* const BALANCED = "kiln_conv_wgrad_bal_f16_256_s4 balanced over 132";
     const Chosen layers[] = {
-        {"alexnet conv2", 128, 64, 192, 27, 5, 2, 1, "kiln_conv_fprop_walk_f16_256_s3", "kiln_conv_wgrad_f16_256_s4 split 10"},
+        {"alexnet conv2", 128, 64, 192, 27, 5, 2, 1, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 10"},
         {"alexnet conv3", 128, 192, 384, 13, 3, 1, 1, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 3"},
         {"alexnet conv4", 128, 384, 256, 13, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 4"},
-        {"overfeat conv3", 128, 256, 512, 12, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 3"},
-        {"overfeat conv4", 128, 512, 1024, 12, 3, 1, 1, "kiln_conv_fprop_walk_f16_256_s3", BALANCED},
-        {"overfeat conv5", 128, 1024, 1024, 12, 3, 1, 1, "kiln_conv_fprop_walk_f16_256_s3", BALANCED},
+        {"overfeat conv3", 128, 256, 512, 12, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 3"},
+        {"overfeat conv4", 128, 512, 1024, 12, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", BALANCED},
+        {"overfeat conv5", 128, 1024, 1024, 12, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", BALANCED},
         {"vgg_a conv2", 64, 64, 128, 112, 3, 1, 1, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 26"},
-        {"vgg_a conv3", 64, 128, 256, 56, 3, 1, 1, "kiln_conv_fprop_walk_f16_256_s3", "kiln_conv_wgrad_f16_256_s4 split 14"},
-        {"vgg_a conv6", 64, 512, 512, 28, 3, 1, 1, "kiln_conv_fprop_walk_f16_256_s3", BALANCED},
+        {"vgg_a conv3", 64, 128, 256, 56, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 14"},
+        {"vgg_a conv6", 64, 512, 512, 28, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", BALANCED},
         {"vgg_a conv7", 64, 512, 512, 14, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", BALANCED},
         {"resnet50 s2_3x3", 256, 64, 64, 56, 3, 1, 1, "kiln_conv_fprop_walk_f16_64_s6", "kiln_conv_wgrad_f16_64_s8 split 26"},
         {"resnet50 s3_3x3s2", 256, 128, 128, 56, 3, 1, 2, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 14"},
-        {"resnet50 s3_proj", 256, 256, 512, 56, 1, 0, 2, "kiln_conv_fprop_walk_f16_256_s3", "kiln_conv_wgrad_f16_256_s4 split 33"},
-        {"resnet50 s4_3x3s2", 256, 256, 256, 28, 3, 1, 2, "kiln_conv_fprop_walk_f16_256_s3", "kiln_conv_wgrad_f16_256_s4 split 7"},
-        {"resnet50 s4_proj", 256, 512, 1024, 28, 1, 0, 2, "kiln_conv_fprop_walk_f16_256_s3", "kiln_conv_wgrad_f16_256_s4 split 8"},
+        {"resnet50 s3_proj", 256, 256, 512, 56, 1, 0, 2, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 33"},
+        {"resnet50 s4_3x3s2", 256, 256, 256, 28, 3, 1, 2, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 7"},
+        {"resnet50 s4_proj", 256, 512, 1024, 28, 1, 0, 2, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 8"},
         {"resnet50 s5_3x3s2", 256, 512, 512, 14, 3, 1, 2, "kiln_conv_fprop_f16_128_s6", BALANCED},
-        {"resnet50 s5_proj", 256, 1024, 2048, 14, 1, 0, 2, "kiln_conv_fprop_walk_f16_256_s3", "kiln_conv_wgrad_f16_128_s6"},
+        {"resnet50 s5_proj", 256, 1024, 2048, 14, 1, 0, 2, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_128_s6"},
         {"resnet50 s5_3x3", 256, 512, 512, 7, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", BALANCED},
     };
     for (const Chosen& c : layers) {
@@ -100,7 +99,7 @@ TEST_CASE("conv plans: the rules behind them") {
     // 3 rounds of 392 tiles), not over 72 k-tiles in 2 rounds of 196 tiles (its s5_3x3: the
     // one-tile 128-wide kernel's 3 rounds cost less), nor where it cannot run.
     const ConvLayer s4 = layer2d(256, 256, 256, 14, 3, 1, 1), s5 = layer2d(256, 512, 512, 7, 3, 1, 1);
-    CHECK(describe(s4, fprop_plan(s4, kSms, true, true, true)) == "kiln_conv_fprop_walk_f16_256_s3");
+    CHECK(describe(s4, fprop_plan(s4, kSms, true, true, true)) == "kiln_conv_fprop_pers_f16_256_s4");
     CHECK(describe(s4, fprop_plan(s4, kSms, true, true, false)) == "kiln_conv_fprop_f16_256_s4");
     CHECK(describe(s5, fprop_plan(s5, kSms, true, true, true)) == "kiln_conv_fprop_f16_128_s6");
     CHECK(!walk_fits_tiles(layer2d(2, 64, 128, 8, 3, 1, 1), tile_of(vgg2, 128), kSms));   // one tile
@@ -119,13 +118,24 @@ TEST_CASE("conv plans: the rules behind them") {
     // The walk's stages, staged results (16-bit rows of BN + 8), each consumer's bias for two
     // tiles and the barriers' 1 KB fit an SM's 227 KB with the channel sums.
     for (int bn : {64, 128, 256}) {
-        const WalkTile w = walk_for(vgg2, tile_of(vgg2, bn));
+        const WalkTile w = walk_for(vgg2, tile_of(vgg2, bn), false, bn != 256);
+        CHECK(!w.persistent);
         CHECK(w.stages == (bn == 64 ? 6 : bn == 128 ? 5 : 3));
         CHECK(w.smem == w.stages * (128 * 128 + bn * 128) + 128 * (bn + 8) * 2 + 4 * bn * 4 + 1024);
         CHECK(w.smem + (bn <= 128 ? conv_col_sum_bytes(bn) : 0) <= 227 * 1024);
     }
-    CHECK(walk_for(vgg2, tile_of(vgg2, 256)).entry == "kiln_conv_fprop_walk_f16_256_s3");
-    CHECK(walk_for(vgg2, tile_of(vgg2, 256), true).entry == "kiln_conv_fprop_walk_f16_256_s3_bsum");
+    // The 256-wide tile into plain rows of the layer's dtype walks on the GEMM's persistent
+    // kernel (4 stages, its shared memory exactly the GEMM's, within 227 KB); a strided
+    // gradient's grouped rows on the walk's own 3 stages.
+    const WalkTile pers = walk_for(vgg2, tile_of(vgg2, 256));
+    CHECK(pers.persistent);
+    CHECK(pers.stages == 4);
+    CHECK(pers.smem == persistent_smem(128, 256));
+    CHECK(pers.smem <= 227 * 1024);
+    CHECK(pers.entry == "kiln_conv_fprop_pers_f16_256_s4");
+    CHECK(walk_for(vgg2, tile_of(vgg2, 256), true).entry == "kiln_conv_fprop_pers_f16_256_s4_cols");
+    CHECK(walk_for(vgg2, tile_of(vgg2, 256), false, false).entry == "kiln_conv_fprop_walk_f16_256_s3");
+    CHECK(walk_for(vgg2, tile_of(vgg2, 256), true, false).entry == "kiln_conv_fprop_walk_f16_256_s3_bsum");
     CHECK(walk_for(vgg2, tile_of(vgg2, 128), true).entry == "kiln_conv_fprop_walk_f16_128_s5");
     CHECK(widest_tile(layer2d(2, 64, 300, 8, 3, 1, 1)).bn == 256);
     CHECK(widest_tile(narrow).bn == 64);

@@ -14,7 +14,9 @@
 // layer's output at about a third of the bandwidth that TMA's do.) Nothing in the store path
 // waits for the other warps. The channel sums (kColSums) stay in each warp's registers across
 // the block's tiles of one column of tiles (WarpColSums), so they take no shared memory and no
-// barrier a tile. The 256-wide tile (3 stages) rounds its results straight into the slice and
+// barrier a tile. The 256-wide tile here serves a strided gradient's grouped rows and C of another
+// 16-bit dtype (plain rows of the layer's dtype walk on the GEMM's persistent kernel,
+// conv_persistent.cuh, with 4 stages). It (3 stages) rounds its results straight into the slice and
 // stores them at once: its 128 accumulators and 64 rounded registers, held across the next
 // tile's first multiplies, spilled. Its channel sums (the entry ending _bsum) take each group of
 // 16 columns' pairs as the rounding hands them out (WarpColSums::add_pair); it counts no

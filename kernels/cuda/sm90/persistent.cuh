@@ -32,9 +32,14 @@ namespace kiln::gemm {
 // over several tiles per row: the consumers store the tile's row sums as tagged partials and
 // the bsum warps of the block that adds the row read them (add_bsum_rows). Column sums
 // (kColSums): each warp's running sums in registers, into a row of its own (WarpColSums).
-template <class T, int STAGES, int TA, int TB, bool C32, int LEAN = kGeneral>
-__device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
-                                                      const CUtensorMap* map_b, const CUtensorMap* map_c) {
+//
+// The body takes its producer as `produce(smem, ring, at, z, ktiles, it)`, called by thread 0 for
+// each of the block's tiles in order (tile `at` of batch entry z, its k-tiles; `it` counts stage
+// uses across them):
+// the GEMM's TMA loads of A and B (wgmma_gemm_persistent), or a convolution's patches by TMA
+// im2col (sm90/conv_persistent.cuh), with the same ring, mainloop, epilogue and walk.
+template <class T, int STAGES, int TA, int TB, bool C32, int LEAN, class Produce>
+__device__ __forceinline__ void persistent_body(const GemmParams& p, const CUtensorMap* map_c, Produce&& produce) {
     static_assert(!(LEAN != kGeneral && C32), "the persistent kernels' twins: 16-bit C");
     using Cfg = WgConfig<T, 256, 2, STAGES>;
     constexpr int BM = Cfg::BM, BN = 256, BK = Cfg::BK;
@@ -64,9 +69,7 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
             int it = 0;
             for (int t = blockIdx.x; t < total; t += gridDim.x) {
                 const int z = t / per_entry;
-                const Tile at = tile_of(p, t - z * per_entry);
-                produce_tile<T, BN, 2, STAGES, TA, TB>(smem, ring, map_a, map_b, 0, ktiles, at.m * BM, at.n * BN,
-                                                       p.a_batch ? z : 0, p.b_batch ? z : 0, it);
+                produce(smem, ring, tile_of(p, t - z * per_entry), z, ktiles, it);
             }
         } else if (spans && tid >= 32) {
             add_bsum_rows<BM, 4>(p, per_entry, total, tid - 32);
@@ -230,6 +233,17 @@ __device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const
     }
     hist_flush_block(p, smem, ctid + 128 * c);
     if (ctid == 0) tma_store_wait_all();
+}
+
+// The GEMM: A's and B's k-tiles by TMA (producer.cuh).
+template <class T, int STAGES, int TA, int TB, bool C32, int LEAN = kGeneral>
+__device__ __forceinline__ void wgmma_gemm_persistent(const GemmParams& p, const CUtensorMap* map_a,
+                                                      const CUtensorMap* map_b, const CUtensorMap* map_c) {
+    persistent_body<T, STAGES, TA, TB, C32, LEAN>(
+        p, map_c, [&](unsigned char* smem, Ring<STAGES>& ring, const Tile& at, int z, int ktiles, int& it) {
+            produce_tile<T, 256, 2, STAGES, TA, TB>(smem, ring, map_a, map_b, 0, ktiles, at.m * 128, at.n * 256,
+                                                    p.a_batch ? z : 0, p.b_batch ? z : 0, it);
+        });
 }
 
 } // namespace kiln::gemm
