@@ -19,6 +19,7 @@
 
 #ifdef KILN_HAVE_GEMM_KERNELS
 #include "kernels/cuda/conv_cuda.hpp"
+#include "kernels/cuda/conv_params.hpp"   // kAfterSibling, kBeforeSibling
 #include "kernels/cuda/conv_select.hpp"
 #endif
 
@@ -871,26 +872,41 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
                                  P.first[2] + L.stride[2] * (P.taps[2] - 1)},
                                 {-L.stride[0], -L.stride[1], -L.stride[2]}});
         const std::vector<Tensor> phase_taps = filter_taps(F5, sets);
-        size_t next_taps = 0;
-        for (const DgradPhase& P : *phases) {
+        auto view_of = [&](const DgradPhase& P) {
             auto along = [&](int a) {
                 return Slice::range(P.phase[a], P.phase[a] + L.stride[a] * (P.positions[a] - 1) + 1, L.stride[a]);
             };
-            Tensor view = grad.slice({Slice::all(), along(0), along(1), along(2), Slice::all()});
-            if (!P.layer) {
-                view.assign(Expr(0.0));
-                continue;
-            }
-            const Tensor& Fp = phase_taps[next_taps++];
+            return grad.slice({Slice::all(), along(0), along(1), along(2), Slice::all()});
+        };
+        // Straight into its view where the view's rows are groups of one stride (an even
+        // image's phases: (N D' H') groups of W' rows), else through a copy.
+        auto rows_of = [&](const DgradPhase& P) {
             const ConvLayer& D = *P.layer;
-            // Straight into its view where the view's rows are groups of one stride (an even
-            // image's phases: (N D' H') groups of W' rows), else through a copy.
-            const int64_t groups = D.N * D.output[0] * D.output[1], per_group = D.output[2];
-            if (std::optional<Tensor> rows = view.reshape_view({groups, per_group, g.C})) {
-                KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(D, E, Fp, *rows, d),
+            return view_of(P).reshape_view({D.N * D.output[0] * D.output[1], D.output[2], g.C});
+        };
+        // The phases without taps get zeros first; where every other phase goes straight into
+        // its view their launches follow one another, each started beside the one before
+        // (gemm::kAfterSibling, kBeforeSibling).
+        std::vector<const DgradPhase*> launched;
+        bool straight = true;
+        for (const DgradPhase& P : *phases) {
+            if (!P.layer) view_of(P).assign(Expr(0.0));
+            else launched.push_back(&P), straight = straight && rows_of(P).has_value();
+        }
+        for (size_t i = 0; i < launched.size(); ++i) {
+            const DgradPhase& P = *launched[i];
+            const Tensor& Fp = phase_taps[i];
+            const ConvLayer& D = *P.layer;
+            if (std::optional<Tensor> rows = rows_of(P)) {
+                const uint32_t siblings = !straight ? 0u
+                                                    : (i > 0 ? gemm::kAfterSibling : 0u) |
+                                                          (i + 1 < launched.size() ? gemm::kBeforeSibling : 0u);
+                KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(D, E, Fp, *rows, d, nullptr, {}, siblings),
                                     "bprop_conv: the implicit-GEMM kernel declined phase {} of {}", dims_str(P.phase), L.str());
                 continue;
             }
+            Tensor view = view_of(P);
+            const int64_t groups = D.N * D.output[0] * D.output[1], per_group = D.output[2];
             Tensor T = ctx.empty({groups * per_group, g.C}, direct ? out.dtype() : DType::Float32);
             KILN_CHECK_INTERNAL(gemm::conv_fprop_implicit(D, E, Fp, T, d),
                                 "bprop_conv: the implicit-GEMM kernel declined phase {} of {}", dims_str(P.phase), L.str());

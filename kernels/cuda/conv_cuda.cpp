@@ -53,12 +53,13 @@ WgradSplit wgrad_split_choice() {
 
 // The plan a launch takes: fprop_plan's, where can_walk(tile) says whether that tile's walk can
 // run; KILN_CONV_KERNEL=walk walks wherever it can (the 256-wide tile over more than 128
-// channels, else the plan's tile), =tile never.
+// channels, else the plan's tile), =tile never. plain_rows as walk_for's.
 template <class CanWalk>
-FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, CanWalk&& can_walk) {
+FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, bool plain_rows, CanWalk&& can_walk) {
     const std::optional<int> forced = conv_kernel_choice();
     const bool wide = forced != 2 && L.K > 128 && can_walk(tile_of(L, 256));
-    FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)), wide);
+    FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)), wide,
+                                plain_rows);
     if (forced == 1 && wide) plan = {tile_of(L, 256), true};
     else if (forced == 1 && can_walk(plan.tile)) plan.walk = true;
     return plan;
@@ -510,13 +511,14 @@ namespace {
 // The plan conv_fprop_implicit takes for L (the tuner aside), its patches by TMA where the
 // descriptor holds the window, the walk where an output of the layer's dtype of its own, without
 // beta, could take it (what the benchmarks store; stochastic rounding is the context's).
-FpropPlan expected_plan(Context& ctx, const ConvLayer& L) {
+FpropPlan expected_plan(Context& ctx, const ConvLayer& L, bool plain_rows) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const int sms = be.info().multiprocessors;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
     const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
-    return fprop_choice(L, sms, tma, [&](const ConvTile& u) {
-        return output_ok && walk_fits_tiles(L, u, sms) && walk_for(L, u).smem <= be.info().max_shared_optin;
+    return fprop_choice(L, sms, tma, plain_rows, [&](const ConvTile& u) {
+        return output_ok && walk_fits_tiles(L, u, sms) &&
+               walk_for(L, u, false, plain_rows).smem <= be.info().max_shared_optin;
     });
 }
 } // namespace
@@ -533,7 +535,7 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums
         return *tuned;
     }
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
-    const std::string name = describe(L, expected_plan(ctx, L), column_sums, plain_rows);
+    const std::string name = describe(L, expected_plan(ctx, L, plain_rows), column_sums, plain_rows);
     return tma ? name + " (patches by TMA)" : name;
 }
 
@@ -541,7 +543,7 @@ std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L) {
     if (ctx.backend() != Backend::CUDA || !takes(cuda::cuda_backend(ctx), L) || mma_kernels(cuda::cuda_backend(ctx)) ||
         L.K <= 64)
         return std::nullopt;
-    return expected_plan(ctx, L).us;
+    return expected_plan(ctx, L, true).us;
 }
 
 bool conv_im2col_forced() { return conv_kernel_choice() == 0; }
@@ -566,7 +568,7 @@ bool patches_by_tma(Context& ctx, const ConvLayer& L) {
 }
 
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
-                         StoreExtras* extras, ImageLayout layout) {
+                         StoreExtras* extras, ImageLayout layout, uint32_t siblings) {
     const StoreCount* count = extras ? extras->count : nullptr;
     if (extras) extras->counted = false, extras->summed = false;
     last_counted = false, last_summed = false, last_layout = {};
@@ -609,6 +611,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     p.image = detail::data_of(I);
     p.shape = conv_shape(L);
     p.im2col_rank = map_a ? rank : 0;
+    // (Where I or F was copied here, that copy's kernel comes between the siblings: it waits.)
+    const bool copied = detail::data_of(I) != detail::data_of(I5) || detail::data_of(Fc) != detail::data_of(F);
+    if (!mma) p.siblings = copied ? siblings & ~kAfterSibling : siblings;
     if (mma) {
         // The mma.sync kernel: a block per tile, both operands gathered 16 bytes at a time.
         g.b = detail::data_of(Fc);
@@ -686,7 +691,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         }
     };
     // The cost model's plan, the walk only where it can run (fprop_choice); or the tuner's.
-    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, walk_runs);
+    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, plain_rows(g), walk_runs);
     if (autotune_enabled() && !count && !conv_kernel_choice()) {
         // Each tile width the channels fill at least half of (and whose stages fit), one tile a
         // block, and where it can run its walk.
@@ -709,6 +714,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                 if (!scratch.second)
                     scratch = scratch_like(ctx, c, rows, L.K, c.s_row, c.s_col, int64_t(dtype_size(C.dtype())));
                 ConvParams q = p;
+                q.siblings = 0;   // (launched between the phases' own)
                 q.gemm.c = scratch.second;
                 q.gemm.c_group = 0, q.gemm.c_sg = 0;   // (the scratch's rows are plain)
                 launch(x.tile, x.walk, q, x.tile.smem);
@@ -722,7 +728,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // Channel sums (kColSums), then their sum over the partials' rows: one tile a block, each row
     // of tiles' column sums (the warps' sums past the tile's bias, added in warp order); the
     // walk, each warp's running sums over its block's tiles (WarpColSums), a row a warp, added
-    // into the block's first at its end (on the persistent kernel, not added there).
+    // into the block's first at its end.
     Tensor partials;
     const int col_s_bytes = plan.walk ? 0 : conv_col_sum_bytes(t.bn);
     if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
@@ -762,9 +768,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     if (partials.defined()) {
         partials.view().storage->written = true;
         Tensor sums = *extras->column_sums;
-        // (The walk leaves each block's sums in the first of its 8 rows; the persistent kernel a
-        // row a warp.)
-        const Slice rows = plan.walk && !walk.persistent ? Slice::range(0, partials.shape()[0], 8) : Slice::all();
+        // (The walk leaves each block's sums in the first of its 8 rows.)
+        const Slice rows = plan.walk ? Slice::range(0, partials.shape()[0], 8) : Slice::all();
         sums.assign(reshape(sum(partials.slice({rows, Slice::range(0, L.K)}).expr(), 0, true), sums.shape()));
         extras->summed = last_summed = true;
     }

@@ -34,9 +34,11 @@ struct ImageLayout {
 // kernel's shared memory; C's column sums where the wgmma kernels' 16-bit register epilogue
 // stores (16-bit C, no beta or stochastic rounding), the kernel's partial sums (a row of tiles'
 // or, walking, a warp's) added up by a JIT reduction after it. `layout`: where I5 holds the
-// image's pixels (declines where TMA cannot bring them).
+// image's pixels (declines where TMA cannot bring them). `siblings`: how the launch sits among a
+// strided gradient's phases (ConvParams::siblings; the mma.sync kernel and the tuner's timed
+// launches ignore it).
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
-                         StoreExtras* extras = nullptr, ImageLayout layout = {});
+                         StoreExtras* extras = nullptr, ImageLayout layout = {}, uint32_t siblings = 0);
 
 // The patch matrix of the image I5 (N, D, H, W, C) of layer L on a CUDA context, in I5's dtype,
 // by the precompiled im2col kernel: a (rows x taps) view of a buffer whose rows are 16 bytes

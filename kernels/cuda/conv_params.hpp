@@ -77,6 +77,16 @@ struct ConvParams {
     float* part_sums;
     uint64_t* part_flags;
     uint32_t part_tag;
+    uint32_t siblings;   // kAfterSibling, kBeforeSibling: a strided gradient's phases in a row
 };
+
+// A strided gradient's phases (conv.cpp, bprop by phase) write apart and read only what was
+// there before the first of them, so each may run beside the phase before it in the stream.
+// kBeforeSibling: the kernel lets the next grid start at once (allow_next_grid), so that its
+// blocks take the SMs this one's last blocks leave; kAfterSibling: the kernel does not wait for
+// the grid before it (a sibling, which started only after the grids before it had ended) to
+// start, but waits for it before it exits, so that its own end still implies every earlier
+// grid's for what follows. (Programmatic launches; without them both do nothing.)
+constexpr uint32_t kAfterSibling = 1, kBeforeSibling = 2;
 
 } // namespace kiln::gemm

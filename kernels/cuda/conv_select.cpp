@@ -43,7 +43,9 @@ ConvTile mma_tile(const ConvLayer& L) {
 // seeds' layers (k-tiles 9-144, 98-6272 row tiles): within 10% of each. The 256-wide walk
 // (where the channels fill more than half of it, wide_walk_possible), on the GEMM's persistent
 // kernel, fitted to its kernel times on an H100 (VGG-A's conv3, conv4 and conv6, 18-72 k-tiles
-// over 6-12 rounds: 0.655 us a k-tile, 1.5 a tile). Output channels up to
+// over 6-12 rounds: 0.655 us a k-tile, 1.5 a tile); into grouped rows (a strided gradient's
+// phases) the walk's own, 3 stages, its k-tile 1.6 times the 128-wide walk's and its fixed cost
+// 2.4 times (KILN_AUTOTUNE on an H100, ResNet-50's shapes). Output channels up to
 // 64 take the 64-wide tile, not modelled: its walk where it can run, over at most
 // kNarrowWalkKtiles k-tiles, else one tile a block, two blocks an SM. Measured on an H100
 // (ResNet-50, VGG-A and AlexNet layers, float16): the walk took 6-24% less over 1 and 9 k-tiles,
@@ -51,7 +53,8 @@ ConvTile mma_tile(const ConvLayer& L) {
 // and epilogue overlapping the other's multiplies costs less than the walk's slower k-tile; with
 // bias, ReLU and bsum 2-22% less over 1, 4 and 9.
 constexpr int64_t kNarrowWalkKtiles = 12;
-FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible) {
+FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible,
+                     bool plain_rows) {
     const int64_t tiles_m = (positions_of(L) + 127) / 128;
     const int64_t ktiles = (taps_of(L) + 63) / 64;
     if (L.K <= 64) return {tile_of(L, 64), walk_possible && ktiles <= kNarrowWalkKtiles};
@@ -60,7 +63,7 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
         {128, false, patches_by_tma ? 0.377 : 0.9, 2.8},
         {256, false, patches_by_tma ? 0.74 : 1.15, 4.2},
         {128, true, 0.43, 1.26},
-        {256, true, 0.655, 1.5},
+        {256, true, plain_rows ? 0.655 : 0.68, plain_rows ? 1.5 : 3.0},
     };
     FpropPlan best;
     double best_us = 0;

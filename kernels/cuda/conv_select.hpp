@@ -38,8 +38,9 @@ struct FpropPlan {
 
 // The plan by a cost model (conv_select.cpp), on `sms` SMs, the patches brought by TMA or
 // gathered, the walk considered where walk_possible (of the 64-wide tile where K <= 64, else of
-// the 128-wide one) and the 256-wide walk where wide_walk_possible.
-FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible = false);
+// the 128-wide one) and the 256-wide walk where wide_walk_possible (plain_rows as walk_for's).
+FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible = false,
+                     bool plain_rows = true);
 
 // The widest one-tile kernel fprop_plan may choose for L (whose stages must fit in shared
 // memory; the walk's buffers are checked where it would run).

@@ -413,8 +413,8 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     // Column sums: the one-tile kernels' warps' sums past the tile's bias (shared memory), added
     // in warp order into a row of `col_partials` a row of tiles; the persistent kernels' each
     // warp's running sums over the block's tiles into a row of its own a block (every entry
-    // written, zeros where the block did not go). Then one JIT reduction over those rows, in
-    // order: the same bits in every run.
+    // written, zeros where the block did not go), added in warp order into the block's first.
+    // Then one JIT reduction over those rows, in order: the same bits in every run.
     Tensor col_partials;
     const int col_s_bytes = k.persistent ? 0 : (k.threads - 128) / 32 * k.bn * 4;
     const auto col_s_fits = [&] {   // beside the one-tile kernel's static and dynamic shared memory
@@ -523,7 +523,8 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     if (col_partials.defined()) {
         col_partials.view().storage->written = true;
         Tensor sums = *col_sums;
-        const Tensor rows = col_partials.slice({Slice::all(), Slice::range(0, N)});
+        const Slice each = k.persistent ? Slice::range(0, col_partials.shape()[0], 8) : Slice::all();
+        const Tensor rows = col_partials.slice({each, Slice::range(0, N)});
         sums.assign(reshape(sum(rows.expr(), 0, true), sums.shape()));
         if (summed) *summed = true;
     }

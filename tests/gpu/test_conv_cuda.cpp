@@ -1012,7 +1012,8 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
             // The walk's running sums: 64 wide; 5 columns of tiles, which blocks leave and come
             // back to on any SM count not a multiple of 5, the last row of tiles partly full.
             {conv_layer(dt, 47, 64, 40, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_64_s6"},
-            {conv_layer(dt, 23, 64, 520, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_walk_"},
+            // The 256-wide walk on the persistent kernel: 3 columns of tiles, the last partly full.
+            {conv_layer(dt, 23, 64, 520, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_pers_"},
             {conv_layer(dt, 31, 256, 504, {1, 64, 63}, {1, 3, 3}, {0, 1, 1}), "", "_256_"},        // 977, the last half full
 
         };
@@ -1098,6 +1099,48 @@ TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped r
     for (DType dt : {DType::Float16, DType::BFloat16})
         check_walked_phases(gpu, cpu, conv_layer(dt, 24, 256, 64, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), "_256_s3",
                             seed);
+}
+
+// A strided gradient's phases each start beside the one before (kBeforeSibling, kAfterSibling):
+// the gradient is bit for bit the one of phases run one after another (KILN_PDL=0), over an
+// output first filled with NaN, so that a position no phase wrote shows; and a reduction
+// launched right after the call sees every phase's values (its sum bit for bit the sum of the
+// gradient made one phase after another). 2D stride 2 (phases of 1, 2, 2 and 4 taps, walking
+// and one tile a block), 3D stride 2 (8 phases), and stride 3 over a 2-tap filter (phases
+// without taps, zeros).
+TEST_CASE("gpu conv: a strided gradient's phases started beside one another equal them one after another") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"});
+    if (!sm90(gpu)) return;
+    uint32_t seed = 8800;
+    const ConvLayer layers[] = {
+        conv_layer(DType::Float16, 64, 128, 128, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}),
+        conv_layer(DType::BFloat16, 8, 64, 192, {1, 30, 30}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}),
+        conv_layer(DType::Float16, 4, 64, 64, {8, 16, 16}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}),
+        conv_layer(DType::BFloat16, 8, 64, 64, {1, 30, 30}, {1, 2, 2}, {0, 0, 0}, {1, 3, 3}),
+    };
+    for (const ConvLayer& L : layers) {
+        INFO(L.str());
+        CHECK(conv_kernel(gpu, L, "bprop").find("by phase") != std::string::npos);
+        const Pair F = pair(gpu, gpu, L.filter_shape(), L.dtype, ++seed), E = pair(gpu, gpu, L.output_shape(), L.dtype, ++seed);
+        Tensor ref = gpu.empty(L.input_shape(), L.dtype);
+        ref.assign(Expr(std::nan("")));
+        {
+            const test::ScopedEnv serial("KILN_PDL", "0");
+            bprop_conv(L, F.gpu, E.gpu, ref);
+        }
+        const std::vector<float> want = ref.to_vector<float>();
+        const float want_sum = gpu.eval(sum(cast(ref.expr(), DType::Float32))).to_vector<float>()[0];
+        CHECK(std::none_of(want.begin(), want.end(), [](float v) { return std::isnan(v); }));
+        for (int run = 0; run < 4; ++run) {
+            Tensor got = gpu.empty(L.input_shape(), L.dtype);
+            got.assign(Expr(std::nan("")));
+            bprop_conv(L, F.gpu, E.gpu, got);
+            const Tensor total = gpu.eval(sum(cast(got.expr(), DType::Float32)));
+            CHECK(total.to_vector<float>()[0] == want_sum);
+            CHECK(got.to_vector<float>() == want);
+        }
+    }
 }
 
 // The taps a gradient with respect to the input multiplies, K and C exchanged, by the precompiled

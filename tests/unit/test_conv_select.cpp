@@ -135,6 +135,9 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(pers.entry == "kiln_conv_fprop_pers_f16_256_s4");
     CHECK(walk_for(vgg2, tile_of(vgg2, 256), true).entry == "kiln_conv_fprop_pers_f16_256_s4_cols");
     CHECK(walk_for(vgg2, tile_of(vgg2, 256), false, false).entry == "kiln_conv_fprop_walk_f16_256_s3");
+    // Into grouped rows the 256-wide walk is that 3-stage kernel, which the model prices higher.
+    const ConvLayer wide = layer2d(64, 512, 512, 28, 3, 1, 1);
+    CHECK(fprop_plan(wide, kSms, true, true, true, false).us > fprop_plan(wide, kSms, true, true, true, true).us);
     CHECK(walk_for(vgg2, tile_of(vgg2, 256), true, false).entry == "kiln_conv_fprop_walk_f16_256_s3_bsum");
     CHECK(walk_for(vgg2, tile_of(vgg2, 128), true).entry == "kiln_conv_fprop_walk_f16_128_s5");
     CHECK(widest_tile(layer2d(2, 64, 300, 8, 3, 1, 1)).bn == 256);

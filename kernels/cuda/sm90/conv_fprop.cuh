@@ -143,11 +143,12 @@ __device__ __forceinline__ void conv_produce_gather(const ConvParams& p, unsigne
 }
 
 // The start of a convolution kernel's block (thread 0 prefetches the descriptors and sets up the
-// ring; everyone waits, then for the grids before): each stage full after `full_arrivals`
-// arrivals with the TMA bytes, empty once lane 0 of each of the two consumers' warps is done.
+// ring; everyone waits, then for the grids before unless the one before is a sibling phase,
+// siblings as ConvParams::siblings): each stage full after `full_arrivals` arrivals with the TMA
+// bytes, empty once lane 0 of each of the two consumers' warps is done.
 template <int STAGES>
 __device__ __forceinline__ void conv_block_start(Ring<STAGES>& ring, int full_arrivals, const CUtensorMap* map0,
-                                                 const CUtensorMap* map1) {
+                                                 const CUtensorMap* map1, uint32_t siblings = 0) {
     if (threadIdx.x == 0) {
         tma_prefetch_descriptor(map0);
         if (map1) tma_prefetch_descriptor(map1);
@@ -158,7 +159,12 @@ __device__ __forceinline__ void conv_block_start(Ring<STAGES>& ring, int full_ar
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    wait_for_prior_grids();
+    if (!(siblings & kAfterSibling)) wait_for_prior_grids();
+    if (siblings & kBeforeSibling) allow_next_grid();
+}
+// The end of a consumer of a kernel that started beside the sibling phase before it.
+__device__ __forceinline__ void conv_block_end(uint32_t siblings) {
+    if (siblings & kAfterSibling) wait_for_prior_grids();
 }
 
 // One 128 x BN tile of O per block: blockIdx.x = tile_m * tiles_n + tile_n (the blocks of one
@@ -178,7 +184,7 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
     const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
     const bool tma_a = p.im2col_rank != 0;
     // (The issuing thread's TMA bytes, and with the gather every producer thread.)
-    conv_block_start(ring, tma_a ? 1 : 128 + 1, map_b, tma_a ? map_a : nullptr);
+    conv_block_start(ring, tma_a ? 1 : 128 + 1, map_b, tma_a ? map_a : nullptr, p.siblings);
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -212,6 +218,7 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
         asm volatile("bar.sync 1, 256;" ::: "memory");
         finish_tile<BM, BN, 256>(g, tile, m0, n0, tile_n, 0, tid - 128, nullptr);
     }
+    conv_block_end(p.siblings);
 }
 
 } // namespace kiln::gemm

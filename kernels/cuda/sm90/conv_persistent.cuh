@@ -8,7 +8,8 @@
 // next tile's first multiplies. The raster is the GEMM's (tile_of, group_m rows of tiles at a
 // time; the host gives 1: a row of tiles after another, neighbours reading the same patches).
 // LEAN kLeanPlain, or kLeanCols with the channel sums (kColSums: each warp's running sums in a
-// row of its own of col_partials, [gridDim.x x 8][tiles_n x 256], tiles_n <= 64).
+// row of its own of col_partials, [gridDim.x x 8][tiles_n x 256], tiles_n <= 64, the block's
+// added into its first at the end).
 #pragma once
 #include "kernels/cuda/sm90/conv_fprop.cuh"
 #include "kernels/cuda/sm90/persistent.cuh"

@@ -105,7 +105,7 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     const int tid = threadIdx.x;
     const int tiles = g.tiles_m * g.tiles_n;
     const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
-    conv_block_start(ring, 1, map_b, map_a);
+    conv_block_start(ring, 1, map_b, map_a, p.siblings);
     if (tid == 0 && p.c_by_tma) tma_prefetch_descriptor(map_c);
 
     const int wg = tid / 128;
@@ -197,21 +197,11 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     store_pending();   // the last tile's, with nothing left to hide behind
     if (col_sums) {
         sums.finish(g.tiles_n, lane / 4, q);
-        // The block's 8 warp rows added into its first, in warp order (the same bits in every
-        // run), so that the host adds a row a block rather than eight.
-        const int64_t width = int64_t(g.tiles_n) * BN;
-        float* const rows = g.col_partials + int64_t(blockIdx.x) * 8 * width;
-        __threadfence_block();
-        asm volatile("bar.sync 1, 256;" ::: "memory");   // every warp's row is in
-        for (int64_t col = 128 * c + ctid; col < width; col += 256) {
-            float s = rows[col];
-#pragma unroll
-            for (int w = 1; w < 8; ++w) s += rows[w * width + col];
-            rows[col] = s;
-        }
+        add_block_col_rows<BN>(g, 128 * c + ctid);
     }
     // (The block's shared memory stays until TMA or the bulk copies have read it.)
     if ((p.c_by_tma && lane == 0) || (!p.c_by_tma && lane < 16)) tma_store_wait_all();
+    conv_block_end(p.siblings);
 }
 
 } // namespace kiln::gemm

@@ -409,6 +409,23 @@ struct WarpColSums {
     }
 };
 
+// The block's 8 warp rows of col_partials (WarpColSums, each finished) added into its first, in
+// warp order (the same bits in every run), so that the host adds a row a block rather than eight:
+// by the two consumers' 256 threads, this one `i`.
+template <int BN>
+__device__ __forceinline__ void add_block_col_rows(const GemmParams& p, int i) {
+    const int64_t width = int64_t(p.tiles_n) * BN;
+    float* const rows = p.col_partials + int64_t(blockIdx.x) * 8 * width;
+    __threadfence_block();
+    asm volatile("bar.sync 1, 256;" ::: "memory");   // every warp's row is in
+    for (int64_t col = i; col < width; col += 256) {
+        float s = rows[col];
+#pragma unroll
+        for (int w = 1; w < 8; ++w) s += rows[w * width + col];
+        rows[col] = s;
+    }
+}
+
 // kColSums (LEAN == kGeneral only; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN
 // floats of shared memory, collects each warp's column sums of the values as stored; their sum
 // in warp order (the same bits in every run) goes to col_partials' row m0 / BM.

@@ -31,7 +31,8 @@ namespace kiln::gemm {
 // 1024-byte aligned (checked). bsum
 // over several tiles per row: the consumers store the tile's row sums as tagged partials and
 // the bsum warps of the block that adds the row read them (add_bsum_rows). Column sums
-// (kColSums): each warp's running sums in registers, into a row of its own (WarpColSums).
+// (kColSums): each warp's running sums in registers, into a row of its own (WarpColSums), the
+// block's 8 rows added into its first at the end.
 //
 // The body takes its producer as `produce(smem, ring, at, z, ktiles, it)`, called by thread 0 for
 // each of the block's tiles in order (tile `at` of batch entry z, its k-tiles; `it` counts stage
@@ -229,7 +230,10 @@ __device__ __forceinline__ void persistent_body(const GemmParams& p, const CUten
         }
     }
     if constexpr (LEAN == kLeanCols) {
-        if (p.flags & kColSums) col_sums.finish(p.tiles_n, g, q);
+        if (p.flags & kColSums) {
+            col_sums.finish(p.tiles_n, g, q);
+            add_block_col_rows<BN>(p, ctid + 128 * c);
+        }
     }
     hist_flush_block(p, smem, ctid + 128 * c);
     if (ctid == 0) tma_store_wait_all();
