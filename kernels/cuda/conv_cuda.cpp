@@ -531,7 +531,8 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums
     if (auto tuned = tuned_name("fprop", L)) {
         // (The tuner times the plain entries; the 256-wide walk adds the sums in its own.)
         const ConvTile wide = tile_of(L, 256);
-        if (column_sums && *tuned == walk_for(L, wide).entry + " (tuned)") return walk_for(L, wide, true).entry + " (tuned)";
+        if (column_sums && *tuned == walk_for(L, wide, false, plain_rows).entry + " (tuned)")
+            return walk_for(L, wide, true, plain_rows).entry + " (tuned)";
         return *tuned;
     }
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
@@ -653,15 +654,16 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                (u.bn <= 128 || !count);   // (the 256-wide walk counts no histogram)
     };
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
-    // kernel's dynamic shared memory.
-    auto launch = [&](const ConvTile& u, bool walk, ConvParams q, int smem) {
+    // kernel's dynamic shared memory; plain: plain_rows of the call's C (the tuner's scratch,
+    // plain, times the kernel the call would run).
+    auto launch = [&](const ConvTile& u, bool walk, ConvParams q, int smem, bool plain) {
         GemmParams& h = q.gemm;
         h.tiles_n = int32_t((L.K + u.bn - 1) / u.bn);
         // The filter as a K x taps K-major matrix: boxes of one 128-byte k-tile x BN rows.
         CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0,
                                                64, uint32_t(u.bn));
         CUtensorMap patches = map_a.value_or(CUtensorMap{});
-        const WalkTile w = walk ? walk_for(L, u, (h.flags & kColSums) != 0, plain_rows(h)) : WalkTile{};
+        const WalkTile w = walk ? walk_for(L, u, (h.flags & kColSums) != 0, plain) : WalkTile{};
         if (w.persistent) {
             // The GEMM's persistent kernel: C in boxes of 64 rows x 128 bytes, its raster a row
             // of tiles after another, not launched early (as the GEMM's).
@@ -703,13 +705,13 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             candidates.push_back({u, false});
             if (walk_runs(u)) candidates.push_back({u, true});
         }
-        const std::string key = fmt::format("fprop {} {} pixels {}/{} out {} {}x{} rows16 {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",
+        const std::string key = fmt::format("fprop {} {} pixels {}/{} out {} {}x{} rows16 {} plain {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",
                                             L.str(), dtype_name(L.dtype), layout.pixel, layout.row, dtype_name(C.dtype()), c.s_row, c.s_col,
-                                            rows_of_16_bytes(g), p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
+                                            rows_of_16_bytes(g), plain_rows(g), p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
                                             g.sr_bits, be.info().name, sms);
         std::pair<Tensor, char*> scratch;   // the timed launches' output, made on a miss
         const FpropPlan* chosen = tuned_choice(
-            be, "fprop", L, key, candidates, [&](const FpropPlan& x) { return describe(L, x); },
+            be, "fprop", L, key, candidates, [&](const FpropPlan& x) { return describe(L, x, false, plain_rows(g)); },
             [&](const FpropPlan& x) {
                 if (!scratch.second)
                     scratch = scratch_like(ctx, c, rows, L.K, c.s_row, c.s_col, int64_t(dtype_size(C.dtype())));
@@ -717,7 +719,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                 q.siblings = 0;   // (launched between the phases' own)
                 q.gemm.c = scratch.second;
                 q.gemm.c_group = 0, q.gemm.c_sg = 0;   // (the scratch's rows are plain)
-                launch(x.tile, x.walk, q, x.tile.smem);
+                launch(x.tile, x.walk, q, x.tile.smem, plain_rows(g));
             });
         if (chosen) plan = *chosen;
     }
@@ -762,7 +764,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {}{})", L.str(), t.entry, rows, L.K, taps, blocks,
                   p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"),
                   partials.defined() ? ", channel sums" : "");
-    launch(t, plan.walk, p, smem);
+    launch(t, plan.walk, p, smem, plain_rows(g));
     last_layout = layout;
     C.view().storage->written = true;
     if (partials.defined()) {

@@ -84,9 +84,11 @@ struct ConvParams {
 // there before the first of them, so each may run beside the phase before it in the stream.
 // kBeforeSibling: the kernel lets the next grid start at once (allow_next_grid), so that its
 // blocks take the SMs this one's last blocks leave; kAfterSibling: the kernel does not wait for
-// the grid before it (a sibling, which started only after the grids before it had ended) to
-// start, but waits for it before it exits, so that its own end still implies every earlier
-// grid's for what follows. (Programmatic launches; without them both do nothing.)
+// the grid before it (a sibling) to start, but waits for it before it exits, so that its own end
+// still implies every earlier grid's for what follows. Every phase starts only after the first
+// has waited for the grids before it (where E, the taps and the zeroed views were made) and let
+// the next start; phases read E and their taps through L2 only (TMA, cp.async.cg).
+// (Programmatic launches; without them both do nothing.)
 constexpr uint32_t kAfterSibling = 1, kBeforeSibling = 2;
 
 } // namespace kiln::gemm
