@@ -887,17 +887,17 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
         // The phases without taps get zeros first; where every other phase goes straight into
         // its view their launches follow one another, each started beside the one before
         // (gemm::kAfterSibling, kBeforeSibling).
-        std::vector<const DgradPhase*> launched;
+        std::vector<std::pair<const DgradPhase*, std::optional<Tensor>>> launched;   // and its rows
         bool straight = true;
         for (const DgradPhase& P : *phases) {
             if (!P.layer) view_of(P).assign(Expr(0.0));
-            else launched.push_back(&P), straight = straight && rows_of(P).has_value();
+            else launched.emplace_back(&P, rows_of(P)), straight = straight && launched.back().second.has_value();
         }
         for (size_t i = 0; i < launched.size(); ++i) {
-            const DgradPhase& P = *launched[i];
+            const DgradPhase& P = *launched[i].first;
             const Tensor& Fp = phase_taps[i];
             const ConvLayer& D = *P.layer;
-            if (std::optional<Tensor> rows = rows_of(P)) {
+            if (std::optional<Tensor>& rows = launched[i].second) {
                 const uint32_t siblings = !straight ? 0u
                                                     : (i > 0 ? gemm::kAfterSibling : 0u) |
                                                           (i + 1 < launched.size() ? gemm::kBeforeSibling : 0u);

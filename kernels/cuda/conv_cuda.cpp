@@ -643,48 +643,43 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         return true;
     }
     // Whether C's rows are plain (not a strided gradient's phase's grouped rows) and of the
-    // layer's dtype: the 256-wide walk then runs on the GEMM's persistent kernel (walk_for).
-    const auto plain_rows = [&](const GemmParams& h) { return h.c_group == 0 && C.dtype() == L.dtype; };
+    // layer's dtype: the 256-wide walk then runs on the GEMM's persistent kernel (walk_for). The
+    // tuner's scratch, plain, is timed with the kernel this call would run.
+    const bool plain = g.c_group == 0 && C.dtype() == L.dtype;
     // The walk (conv_walk.cuh): a block per SM running ahead across its tiles, where there are
     // more tiles than SMs, the patches come by TMA, the register epilogue stores and its
     // buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
     auto walk_runs = [&](const ConvTile& u) {
         return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) &&
-               walk_for(L, u, false, plain_rows(g)).smem <= be.info().max_shared_optin &&
+               walk_for(L, u, false, plain).smem <= be.info().max_shared_optin &&
                (u.bn <= 128 || !count);   // (the 256-wide walk counts no histogram)
     };
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
-    // kernel's dynamic shared memory; plain: plain_rows of the call's C (the tuner's scratch,
-    // plain, times the kernel the call would run).
-    auto launch = [&](const ConvTile& u, bool walk, ConvParams q, int smem, bool plain) {
+    // kernel's dynamic shared memory.
+    auto launch = [&](const ConvTile& u, bool walk, ConvParams q, int smem) {
         GemmParams& h = q.gemm;
         h.tiles_n = int32_t((L.K + u.bn - 1) / u.bn);
         // The filter as a K x taps K-major matrix: boxes of one 128-byte k-tile x BN rows.
         CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0,
                                                64, uint32_t(u.bn));
         CUtensorMap patches = map_a.value_or(CUtensorMap{});
-        const WalkTile w = walk ? walk_for(L, u, (h.flags & kColSums) != 0, plain) : WalkTile{};
-        if (w.persistent) {
-            // The GEMM's persistent kernel: C in boxes of 64 rows x 128 bytes, its raster a row
-            // of tiles after another, not launched early (as the GEMM's).
-            h.group_m = 1, h.batch = 1;
-            CUtensorMap map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 64);
-            void* params[] = {&q, &map_b, &patches, &map_c};
-            const int dynamic = std::max(smem, w.smem);
-            CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, dynamic);
-            be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(dynamic), params, {});
-        } else if (walk) {
-            // C's plain rows by TMA, in boxes of 16 rows x 128 bytes (a phase's grouped rows:
-            // the warps' own stores).
+        if (walk) {
+            // C by TMA: on the GEMM's persistent kernel in boxes of 64 rows x 128 bytes, its
+            // raster a row of tiles after another, not launched early (as the GEMM's); on the
+            // walk, plain rows in boxes of 16 rows x 128 bytes (a phase's grouped rows: the
+            // warps' own stores).
+            const WalkTile w = walk_for(L, u, (h.flags & kColSums) != 0, plain);
+            if (w.persistent) h.group_m = 1, h.batch = 1;
+            else q.c_by_tma = h.c_group == 0;
             CUtensorMap map_c{};
-            q.c_by_tma = h.c_group == 0;
-            if (q.c_by_tma)
-                map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 16);
+            if (w.persistent || q.c_by_tma)
+                map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64,
+                                           w.persistent ? 64 : 16);
             void* params[] = {&q, &map_b, &patches, &map_c};
             const int dynamic = std::max(smem, w.smem);
             CUfunction f = be.precompiled(kiln_conv_sm90_image, w.entry, dynamic);
             be.launch_precompiled(f, unsigned(sms), 1, 1, 384, unsigned(dynamic), params,
-                                  {.programmatic = be.programmatic_launches()});
+                                  {.programmatic = !w.persistent && be.programmatic_launches()});
         } else {
             void* params[] = {&q, &map_b, &patches};
             CUfunction f = be.precompiled(kiln_conv_sm90_image, u.entry, smem);
@@ -693,7 +688,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         }
     };
     // The cost model's plan, the walk only where it can run (fprop_choice); or the tuner's.
-    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, plain_rows(g), walk_runs);
+    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, plain, walk_runs);
     if (autotune_enabled() && !count && !conv_kernel_choice()) {
         // Each tile width the channels fill at least half of (and whose stages fit), one tile a
         // block, and where it can run its walk.
@@ -707,11 +702,11 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         }
         const std::string key = fmt::format("fprop {} {} pixels {}/{} out {} {}x{} rows16 {} plain {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",
                                             L.str(), dtype_name(L.dtype), layout.pixel, layout.row, dtype_name(C.dtype()), c.s_row, c.s_col,
-                                            rows_of_16_bytes(g), plain_rows(g), p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
+                                            rows_of_16_bytes(g), plain, p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
                                             g.sr_bits, be.info().name, sms);
         std::pair<Tensor, char*> scratch;   // the timed launches' output, made on a miss
         const FpropPlan* chosen = tuned_choice(
-            be, "fprop", L, key, candidates, [&](const FpropPlan& x) { return describe(L, x, false, plain_rows(g)); },
+            be, "fprop", L, key, candidates, [&](const FpropPlan& x) { return describe(L, x, false, plain); },
             [&](const FpropPlan& x) {
                 if (!scratch.second)
                     scratch = scratch_like(ctx, c, rows, L.K, c.s_row, c.s_col, int64_t(dtype_size(C.dtype())));
@@ -719,13 +714,13 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                 q.siblings = 0;   // (launched between the phases' own)
                 q.gemm.c = scratch.second;
                 q.gemm.c_group = 0, q.gemm.c_sg = 0;   // (the scratch's rows are plain)
-                launch(x.tile, x.walk, q, x.tile.smem, plain_rows(g));
+                launch(x.tile, x.walk, q, x.tile.smem);
             });
         if (chosen) plan = *chosen;
     }
     const ConvTile& t = plan.tile;
     const int64_t tiles_n = (L.K + t.bn - 1) / t.bn, blocks = int64_t(g.tiles_m) * tiles_n;
-    const WalkTile walk = plan.walk ? walk_for(L, t, false, plain_rows(g)) : WalkTile{};
+    const WalkTile walk = plan.walk ? walk_for(L, t, false, plain) : WalkTile{};
     int smem = plan.walk ? walk.smem : t.smem;
     // Channel sums (kColSums), then their sum over the partials' rows: one tile a block, each row
     // of tiles' column sums (the warps' sums past the tile's bias, added in warp order); the
@@ -758,13 +753,13 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     }
     if (plan.walk)
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks{})", L.str(),
-                  walk_for(L, t, partials.defined(), plain_rows(g)).entry, rows, L.K, taps,
+                  walk_for(L, t, partials.defined(), plain).entry, rows, L.K, taps,
                   blocks, sms, partials.defined() ? ", channel sums" : "");
     else
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {}{})", L.str(), t.entry, rows, L.K, taps, blocks,
                   p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"),
                   partials.defined() ? ", channel sums" : "");
-    launch(t, plan.walk, p, smem, plain_rows(g));
+    launch(t, plan.walk, p, smem);
     last_layout = layout;
     C.view().storage->written = true;
     if (partials.defined()) {
