@@ -741,11 +741,12 @@ std::optional<std::vector<DgradPhase>> implicit_phases(Context& ctx, const ConvL
 // exchanged: (C, taps, K). The precompiled transpose (filter_taps_cuda), every set in one launch,
 // where F5 is 16-bit and contiguous with channels in multiples of 8, else a JIT copy each (whose
 // reads along K are 2 bytes apart: a 512 x 3 x 3 x 512 filter took 18 us that way on the H100,
-// the transpose 4.4 us).
-std::vector<Tensor> filter_taps(const Tensor& F5, const std::vector<gemm::TapSet>& sets) {
+// the transpose 4.4 us). side_by_side: the transpose's sets side by side in one buffer
+// (filter_taps_cuda), where it runs.
+std::vector<Tensor> filter_taps(const Tensor& F5, const std::vector<gemm::TapSet>& sets, bool side_by_side = false) {
     const Shape& s = F5.shape();
     if (dtype_size(F5.dtype()) == 2 && F5.is_contiguous() && s[0] % 8 == 0 && s[4] % 8 == 0)
-        return gemm::filter_taps_cuda(F5, sets);
+        return gemm::filter_taps_cuda(F5, sets, side_by_side);
     std::vector<Tensor> out;
     for (const gemm::TapSet& t : sets) {
         auto along = [&](int a) {
@@ -863,15 +864,6 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
         Tensor grad = direct ? *direct : ctx.empty({g.N, g.D, g.H, g.W, g.C}, DType::Float32);
         DotOptions d;
         if (direct) d.alpha = o.alpha, d.relu = o.relu, d.slope = o.slope;
-        // Each phase's taps, last first, with K and C exchanged: (C, taps, K), all in one launch.
-        std::vector<gemm::TapSet> sets;
-        for (const DgradPhase& P : *phases)
-            if (P.layer)
-                sets.push_back({P.taps,
-                                {P.first[0] + L.stride[0] * (P.taps[0] - 1), P.first[1] + L.stride[1] * (P.taps[1] - 1),
-                                 P.first[2] + L.stride[2] * (P.taps[2] - 1)},
-                                {-L.stride[0], -L.stride[1], -L.stride[2]}});
-        const std::vector<Tensor> phase_taps = filter_taps(F5, sets);
         auto view_of = [&](const DgradPhase& P) {
             auto along = [&](int a) {
                 return Slice::range(P.phase[a], P.phase[a] + L.stride[a] * (P.positions[a] - 1) + 1, L.stride[a]);
@@ -885,13 +877,34 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
             return view_of(P).reshape_view({D.N * D.output[0] * D.output[1], D.output[2], g.C});
         };
         // The phases without taps get zeros first; where every other phase goes straight into
-        // its view their launches follow one another, each started beside the one before
-        // (gemm::kAfterSibling, kBeforeSibling).
+        // its view, they run in one launch (the phased walk) where it takes them, else their
+        // launches follow one another, each started beside the one before (gemm::kAfterSibling,
+        // kBeforeSibling).
         std::vector<std::pair<const DgradPhase*, std::optional<Tensor>>> launched;   // and its rows
         bool straight = true;
         for (const DgradPhase& P : *phases) {
             if (!P.layer) view_of(P).assign(Expr(0.0));
             else launched.emplace_back(&P, rows_of(P)), straight = straight && launched.back().second.has_value();
+        }
+        std::vector<ConvLayer> layers;
+        for (const auto& [P, rows] : launched) layers.push_back(*P->layer);
+        const bool one_launch = direct && straight && !gemm::conv_phased_kernel(ctx, layers).empty();
+        // Each phase's taps, last first, with K and C exchanged: (C, taps, K), all in one launch
+        // (for one launch of the phases, side by side).
+        std::vector<gemm::TapSet> sets;
+        for (const auto& [P, rows] : launched)
+            sets.push_back({P->taps,
+                            {P->first[0] + L.stride[0] * (P->taps[0] - 1), P->first[1] + L.stride[1] * (P->taps[1] - 1),
+                             P->first[2] + L.stride[2] * (P->taps[2] - 1)},
+                            {-L.stride[0], -L.stride[1], -L.stride[2]}});
+        const std::vector<Tensor> phase_taps = filter_taps(F5, sets, one_launch);
+        if (one_launch) {
+            std::vector<Tensor> rows;
+            for (const auto& [P, r] : launched) rows.push_back(*r);
+            if (gemm::conv_dgrad_phased(layers, E, phase_taps, rows, d)) {
+                channel_sums(out, o);
+                return;
+            }
         }
         for (size_t i = 0; i < launched.size(); ++i) {
             const DgradPhase& P = *launched[i].first;
@@ -1277,8 +1290,13 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         if (auto T = P ? padded_taps(ctx, L, FoldFor::fprop) : std::nullopt)
             return taps_name(fprop_kernel(T->taps.layer), T->padded);
         if (P) return padded_name(fprop_kernel(*P), *P);
-        // A strided gradient by phase: the kernel of its largest phase.
+        // A strided gradient by phase: the phased walk, or the kernel of its largest phase.
         if (auto phases = !forward ? implicit_phases(ctx, L) : std::nullopt) {
+            std::vector<ConvLayer> layers;
+            for (const DgradPhase& P : *phases)
+                if (P.layer) layers.push_back(*P.layer);
+            if (std::string k = gemm::conv_phased_kernel(ctx, layers); !k.empty())
+                return "implicit-gemm, phases in one launch, " + k;
             const DgradPhase* largest = nullptr;
             for (const DgradPhase& P : *phases)
                 if (P.layer && (!largest || P.taps[0] * P.taps[1] * P.taps[2] > largest->taps[0] * largest->taps[1] * largest->taps[2]))

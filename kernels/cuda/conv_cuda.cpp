@@ -20,6 +20,7 @@
 #include "runtime/cache/disk_cache.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -431,7 +432,7 @@ Tensor filter_taps_cuda(const Tensor& F5, const Dims3& taps, const Dims3& base, 
     return filter_taps_cuda(F5, std::vector<TapSet>{{taps, base, step}}).front();
 }
 
-std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>& sets) {
+std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>& sets, bool side_by_side) {
     Context& ctx = F5.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const Shape& s = F5.shape();
@@ -448,6 +449,9 @@ std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>
         }
         total += s[4] * t.taps[0] * t.taps[1] * t.taps[2] * s[0];
     }
+    KILN_CHECK_INTERNAL(!side_by_side || sets.size() <= size_t(kMaxTapSets), "filter_taps_cuda: {} sets side by side",
+                        sets.size());
+    const int64_t row_taps = total / (s[4] * s[0]);   // (side by side: every set's taps in a row)
     const Tensor buffer = ctx.empty({total}, F5.dtype());
     CUfunction f = be.precompiled(kiln_im2col_image, "kiln_filter_taps_e2", 0);
     std::vector<Tensor> out;
@@ -457,6 +461,7 @@ std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>
         p.filter = detail::data_of(F5);
         p.out = detail::data_of(buffer);
         p.K = int32_t(s[0]), p.T = int32_t(s[1]), p.R = int32_t(s[2]), p.S = int32_t(s[3]), p.C = int32_t(s[4]);
+        p.row_taps = side_by_side ? int32_t(row_taps) : 0;
         int64_t z = 0;   // the launch's output taps
         for (size_t i = first; i < std::min(sets.size(), first + size_t(kMaxTapSets)); ++i, ++p.sets) {
             const TapSet& t = sets[i];
@@ -469,6 +474,15 @@ std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>
             z += t.taps[0] * t.taps[1] * t.taps[2];
             KILN_CHECK_INTERNAL(z <= 65535, "filter_taps_cuda: {} taps in one launch", z);
             p.z_end[p.sets] = int32_t(z);
+            const int64_t set_taps = t.taps[0] * t.taps[1] * t.taps[2];
+            if (side_by_side) {
+                // Taps [at, at + set_taps) of each channel's row of row_taps.
+                p.out_at[p.sets] = at * s[0];
+                const Tensor all = *buffer.reshape_view({s[4], row_taps, s[0]});
+                out.push_back(*all.slice({Slice::all(), Slice::range(at, at + set_taps), Slice::all()}).reshape_view(shape));
+                at += set_taps;
+                continue;
+            }
             p.out_at[p.sets] = at;
             out.push_back(*buffer.slice({Slice::range(at, at + numel(shape))}).reshape_view(shape));
             at += numel(shape);
@@ -770,6 +784,129 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         sums.assign(reshape(sum(partials.slice({rows, Slice::range(0, L.K)}).expr(), 0, true), sums.shape()));
         extras->summed = last_summed = true;
     }
+    return true;
+}
+
+namespace {
+
+// A strided gradient's phases as one walk takes them: their common patch layer (the first
+// phase's, with each axis's largest padding, its window reaching every phase's last tap from
+// there), each phase's offsets into it (the padding it has less), and the walk's width; none
+// where the phases differ in anything but their taps and padding, or the walk cannot run them.
+struct PhasedLaunch {
+    ConvLayer patches;
+    std::vector<Dims3> offsets;
+    PhasedWalk walk;
+};
+std::optional<PhasedLaunch> phased_launch(cuda::CudaBackend& be, const std::vector<ConvLayer>& phases) {
+    if (phases.size() < 2 || phases.size() > size_t(kMaxPhases) || mma_kernels(be) || conv_kernel_choice() == 2)
+        return std::nullopt;
+    const ConvLayer& A = phases.front();
+    PhasedLaunch out{A, {}, {}};
+    for (const ConvLayer& D : phases) {
+        if (D.N != A.N || D.C != A.C || D.K != A.K || D.dtype != A.dtype || D.image != A.image || D.output != A.output ||
+            D.stride != Dims3{1, 1, 1} || D.dilation != A.dilation || !takes(be, D))
+            return std::nullopt;
+        for (int a = 0; a < 3; ++a) out.patches.pad[a] = std::max(out.patches.pad[a], D.pad[a]);
+    }
+    for (const ConvLayer& D : phases) {
+        Dims3 o{};
+        for (int a = 0; a < 3; ++a) {
+            o[a] = out.patches.pad[a] - D.pad[a];
+            if (o[a] != 0 && D.dilation[a] != 1) return std::nullopt;
+            out.patches.filter[a] = std::max(out.patches.filter[a], o[a] + D.filter[a]);
+        }
+        out.offsets.push_back(o);
+    }
+    if (A.K <= 64 || !geometry_fits(out.patches) || im2col_rank(out.patches, nullptr) == 0) return std::nullopt;
+    int64_t taps = 0;
+    for (const ConvLayer& D : phases) taps += D.filter[0] * D.filter[1] * D.filter[2];
+    out.walk = phased_walk(A, taps, int(phases.size()), be.info().multiprocessors);
+    if (out.walk.smem > be.info().max_shared_optin) return std::nullopt;
+    return out;
+}
+
+} // namespace
+
+std::string conv_phased_kernel(Context& ctx, const std::vector<ConvLayer>& phases) {
+    if (ctx.backend() != Backend::CUDA) return "";
+    const std::optional<PhasedLaunch> l = phased_launch(cuda::cuda_backend(ctx), phases);
+    return l ? l->walk.entry : "";
+}
+
+bool conv_dgrad_phased(const std::vector<ConvLayer>& phases, const Tensor& E5, const std::vector<Tensor>& taps,
+                       const std::vector<Tensor>& rows, const DotOptions& o) {
+    Context& ctx = E5.context();
+    cuda::CudaBackend& be = cuda::cuda_backend(ctx);
+    const std::optional<PhasedLaunch> l = phased_launch(be, phases);
+    KILN_CHECK_INTERNAL(taps.size() == phases.size() && rows.size() == phases.size(),
+                        "conv_dgrad_phased: {} phases, {} taps, {} rows", phases.size(), taps.size(), rows.size());
+    if (!l) return false;
+    const ConvLayer& A = phases.front();
+    if (E5.dtype() != A.dtype) return false;
+    const Tensor E = aligned16(E5, ctx);
+    const int rank = im2col_rank(l->patches, detail::data_of(E));
+    if (rank == 0) return false;
+    // The taps: views of one buffer, channel rows of every phase's taps (filter_taps_cuda side by
+    // side); the rows: views of one gradient alike but for where they start.
+    const int64_t es = int64_t(dtype_size(A.dtype));
+    const Tensor& T0 = taps.front();
+    const Tensor& R0 = rows.front();
+    const char* const taps_at = detail::data_of(T0);
+    for (size_t i = 0; i < phases.size(); ++i) {
+        const Tensor &T = taps[i], &R = rows[i];
+        if (T.dtype() != A.dtype || T.rank() != 5 || T.view().storage != T0.view().storage ||
+            T.strides()[0] != T0.strides()[0] || T.strides()[4] != 1 || detail::data_of(T) < taps_at ||
+            R.rank() != 3 || R.dtype() != R0.dtype() || R.shape() != R0.shape() || R.strides() != R0.strides() ||
+            R.view().storage != R0.view().storage)
+            return false;
+    }
+    Context::Impl& impl = context_impl(ctx);
+    ConvParams p{};
+    GemmParams& g = p.gemm;
+    detail::Mat c;
+    c.base = detail::data_of(R0), c.s_row = R0.strides()[1], c.s_col = R0.strides()[2];
+    set_epilogue(g, c, c.s_row, c.s_col, R0.dtype(), o, impl);
+    g.c_group = int32_t(R0.shape()[1]), g.c_sg = R0.strides()[0];
+    g.m = int32_t(positions_of(A)), g.n = int32_t(A.K), g.k = int32_t(taps_of(A));
+    const int bn = l->walk.bn;
+    g.tiles_m = int32_t((positions_of(A) + 127) / 128), g.tiles_n = int32_t((A.K + bn - 1) / bn);
+    if (!rows_of_16_bytes(g) || R0.shape()[0] * R0.shape()[1] != positions_of(A) || R0.shape()[2] != A.K) return false;
+    ConvPhases ph{};
+    ph.count = int32_t(phases.size());
+    for (size_t i = 0; i < phases.size(); ++i) {
+        const ConvLayer& D = phases[i];
+        const int64_t k_first = detail::data_of(taps[i]) - taps_at;
+        if (reinterpret_cast<uintptr_t>(detail::data_of(rows[i])) % 16 != 0 || k_first % (64 * es) != 0) return false;
+        ConvPhase& f = ph.phase[i];
+        f.k = int32_t(taps_of(D)), f.k_first = int32_t(k_first / es);
+        f.R = int32_t(D.filter[1]), f.S = int32_t(D.filter[2]);
+        f.od = uint16_t(l->offsets[i][0]), f.oh = uint16_t(l->offsets[i][1]), f.ow = uint16_t(l->offsets[i][2]);
+        if (taps[i].shape() != Shape{A.K, D.filter[0], D.filter[1], D.filter[2], A.C}) return false;
+        // Its rows by TMA: (columns, row in group, group), boxes of 64 columns x 16 rows.
+        const CUtensorMap map_c = detail::tensor_map(detail::data_of(rows[i]), R0.dtype(), uint64_t(A.K),
+                                                     uint64_t(g.c_group), uint64_t(R0.shape()[0]), g.c_sm, g.c_sg, 64, 16);
+        static_assert(sizeof(CUtensorMap) == sizeof(ph.c_maps[0]));
+        std::memcpy(ph.c_maps[i], &map_c, sizeof(map_c));
+    }
+    p.image = detail::data_of(E);
+    p.shape = conv_shape(l->patches);
+    p.im2col_rank = rank;
+    p.c_by_tma = 1;
+    // B: the channel rows of all the phases' taps, boxes of one k-tile x bn rows.
+    const int64_t row = T0.strides()[0];
+    const CUtensorMap map_b = detail::tensor_map(taps_at, A.dtype, uint64_t(row), uint64_t(A.K), 1, row, 0, 64, uint32_t(bn));
+    const std::optional<CUtensorMap> map_a = im2col_map(l->patches, detail::data_of(E), rank, 128);
+    const int64_t items = int64_t(g.tiles_m) * g.tiles_n;
+    const unsigned blocks = unsigned(std::min<int64_t>(items, be.info().multiprocessors));
+    log_debug("conv: {} phases of {} -> {} ({} x {}, {} items of every phase on {} blocks)", phases.size(), A.str(),
+              l->walk.entry, positions_of(A), A.K, items, blocks);
+    CUtensorMap patches = *map_a;
+    void* params[] = {&p, const_cast<CUtensorMap*>(&map_b), &patches, &ph};
+    CUfunction f = be.precompiled(kiln_conv_sm90_image, l->walk.entry, l->walk.smem);
+    be.launch_precompiled(f, blocks, 1, 1, 384, unsigned(l->walk.smem), params,
+                          {.programmatic = be.programmatic_launches()});
+    R0.view().storage->written = true;
     return true;
 }
 

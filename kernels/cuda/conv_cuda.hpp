@@ -40,6 +40,18 @@ struct ImageLayout {
 bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, Tensor& C, const DotOptions& o,
                          StoreExtras* extras = nullptr, ImageLayout layout = {}, uint32_t siblings = 0);
 
+// A strided gradient's phases, each a stride-1 layer of E5 as conv_fprop_implicit takes them
+// (grouped rows), in one launch of the phased walk (conv_walk.cuh): every phase's taps a view of
+// one buffer (filter_taps_cuda side by side), its rows a view of one gradient, alike but for
+// where they start. conv_phased_kernel: the entry it would launch for `phases` on ctx, or ""
+// where it does not take them (not sm_90's wgmma kernels, KILN_CONV_KERNEL=tile or im2col,
+// fewer than 2 or more than kMaxPhases phases, phases that differ in more than their taps and
+// padding, 64 or fewer channels out, patches TMA cannot bring); conv_dgrad_phased: true when it
+// ran (it also declines 16-bit rows not 16 bytes apart, stochastic rounding, beta). o: alpha,
+// ReLU and its slope.
+std::string conv_phased_kernel(Context& ctx, const std::vector<ConvLayer>& phases);
+bool conv_dgrad_phased(const std::vector<ConvLayer>& phases, const Tensor& E5, const std::vector<Tensor>& taps,
+                       const std::vector<Tensor>& rows, const DotOptions& o);
 // The patch matrix of the image I5 (N, D, H, W, C) of layer L on a CUDA context, in I5's dtype,
 // by the precompiled im2col kernel: a (rows x taps) view of a buffer whose rows are 16 bytes
 // apart.
@@ -74,11 +86,13 @@ void unfold_cuda(const Tensor& folded, Tensor& x, const Dims3& stride, const Dim
 // F5[k][base + step j][c] for j < taps along each axis (every such tap within the filter).
 Tensor filter_taps_cuda(const Tensor& F5, const Dims3& taps, const Dims3& base, const Dims3& step);
 // Several such sets (a strided gradient's phases) in one launch (kMaxTapSets a launch), each a
-// (C, taps, K) view of one new buffer.
+// (C, taps, K) view of one new buffer: one after another, each contiguous, or side_by_side (at
+// most kMaxTapSets sets): a buffer (C, all sets' taps, K) whose channel rows hold every set's
+// taps in turn, set i's a view of its own taps.
 struct TapSet {
     Dims3 taps, base, step;
 };
-std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>& sets);
+std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>& sets, bool side_by_side = false);
 
 // The kernel conv_fprop_implicit would launch for L on ctx (with column_sums: adding a bsum's
 // sums; plain_rows false: into a strided gradient's grouped rows), or "" where it declines:

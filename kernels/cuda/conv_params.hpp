@@ -91,4 +91,35 @@ struct ConvParams {
 // (Programmatic launches; without them both do nothing.)
 constexpr uint32_t kAfterSibling = 1, kBeforeSibling = 2;
 
+// A strided gradient's phases in one launch (the walk's phased entries, sm90/conv_walk.cuh): the
+// phases share the output positions, E's patch descriptor and C's row layout, and differ in
+// their taps, where those start in the taps matrix B, and where their rows lie (each phase's
+// map of C). The descriptor is made with the largest of the phases' paddings, each phase's
+// window starting (od, oh, ow) further in, so that one descriptor walks every phase's positions
+// alike.
+constexpr int kMaxPhases = 8;
+struct ConvPhase {
+    int32_t k;           // its taps x channels: B's columns k_first .. k_first + k - 1
+    int32_t k_first;
+    int32_t R, S;        // its taps along H and W (and T, up to k / (R S C))
+    uint16_t od, oh, ow, unused;
+};
+struct ConvPhases {
+    int32_t count;
+    ConvPhase phase[kMaxPhases];
+    // Each phase's rows by TMA: a CUtensorMap (columns, row in group, group) over them, boxes of
+    // 64 columns x 16 rows x 1 group (this header is included where cuda.h is not).
+    alignas(64) unsigned char c_maps[kMaxPhases][128];
+};
+
+// The taps a tile multiplies, walked by the producer: R x S a step of T (the whole filter of
+// ConvShape, or a phase's), from column k_first of B, each tap's offsets moved by (od, oh, ow).
+struct TapWindow {
+    int32_t R, S, k_first, od, oh, ow;
+};
+KILN_GEMM_HOST_DEVICE inline TapWindow whole_window(const ConvShape& g) { return {g.R, g.S, 0, 0, 0, 0}; }
+KILN_GEMM_HOST_DEVICE inline TapWindow phase_window(const ConvPhase& f) {
+    return {f.R, f.S, f.k_first, f.od, f.oh, f.ow};
+}
+
 } // namespace kiln::gemm

@@ -104,6 +104,23 @@ std::string describe(const ConvLayer& L, const FpropPlan& plan, bool column_sums
     return plan.walk ? walk_for(L, plan.tile, column_sums, plain_rows).entry : plan.tile.entry;
 }
 
+PhasedWalk phased_walk(const ConvLayer& L, int64_t taps, int phases, int sms) {
+    const int64_t tiles_m = (positions_of(L) + 127) / 128, ktiles = (taps * L.C + 63) / 64;
+    PhasedWalk best;
+    for (int bn : {128, 256}) {
+        if (bn == 256 && 128 >= L.K) break;   // half the tile or more past the channels
+        const double per_ktile = bn == 128 ? 0.43 : 0.68, fixed = bn == 128 ? 1.26 : 3.0;
+        const int64_t items = tiles_m * ((L.K + bn - 1) / bn), rounds = (items + sms - 1) / sms;
+        const double us = double(rounds) * (double(ktiles) * per_ktile + double(phases) * fixed);
+        if (best.bn && us >= best.us) continue;
+        const WalkTile w = walk_for(L, tile_of(L, bn), false, false);
+        best.bn = bn, best.stages = w.stages, best.smem = w.smem, best.us = us;
+        best.entry = fmt::format("kiln_conv_dgrad_phases_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", bn,
+                                 w.stages);
+    }
+    return best;
+}
+
 // The weight gradient's tile and split. The product is taps x K over the rows, split into
 // slices so that the blocks fill the SMs: for each tile width the channels fill and each split
 // count, the time is modelled as waves x k-tiles per block x a k-tile's multiply (proportional

@@ -66,6 +66,20 @@ WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums = fals
 // The entry a plan launches (with column_sums: adding the channel sums; plain_rows as walk_for's).
 std::string describe(const ConvLayer& L, const FpropPlan& plan, bool column_sums = false, bool plain_rows = true);
 
+// A strided gradient's phases in one walk (conv_walk.cuh, the phased entries): a block takes an
+// item (a tile of one phase's output) and multiplies its tile of every phase in turn. `L`: any
+// phase's layer (they share output positions and channels); `taps`: the phases' filter taps
+// summed (the k-tiles an item multiplies, with L.C channels each); `phases`: how many. The width
+// (128, or 256 over more than 128 output channels) by the walk's model: items per SM x (the
+// item's k-tiles x a k-tile's time + a tile's fixed cost per phase), the walk's terms into
+// grouped rows (fprop_plan). smem: the walk's (walk_for, grouped rows).
+struct PhasedWalk {
+    int bn = 0, stages = 0, smem = 0;
+    double us = 0;
+    std::string entry;
+};
+PhasedWalk phased_walk(const ConvLayer& L, int64_t taps, int phases, int sms);
+
 // The weight gradient's tile width, stages and split: slices of the output positions (their
 // float32 planes added by the GEMM's reduction kernel), or the balanced split (`runs` > 0: every
 // tile's k-tiles in one sequence cut into that many equal runs, a block an SM; 128 and 256

@@ -2,6 +2,7 @@
 // and weight gradient (sm90/conv_wgrad.cuh) per 16-bit dtype and tile width. Entry names:
 // kiln_conv_fprop_<dtype>_<BN>_s<stages>, kiln_conv_fprop_walk_<dtype>_<BN>_s<stages>[_bsum] (sm90/conv_walk.cuh),
 // kiln_conv_fprop_pers_<dtype>_256_s4[_cols] (sm90/conv_persistent.cuh),
+// kiln_conv_dgrad_phases_<dtype>_<BN>_s<stages> (a strided gradient's phases in one walk, conv_walk.cuh),
 // kiln_conv_wgrad_<dtype>_<BN>_s<stages>, kiln_conv_wgrad_bal_<dtype>_<BN>_s<stages> (the balanced split).
 #include "kernels/cuda/sm90/conv_fprop.cuh"
 #include "kernels/cuda/sm90/conv_persistent.cuh"
@@ -50,6 +51,18 @@ KILN_CONV_WALK(bf16, __nv_bfloat16, 256, 3)
     }
 KILN_CONV_WALK_BSUM(f16, __half, 256, 3)
 KILN_CONV_WALK_BSUM(bf16, __nv_bfloat16, 256, 3)
+// A strided gradient's phases in one launch (PHASED): map0 the phases' taps side by side, map1
+// E's patch descriptor, then the phases.
+#define KILN_CONV_PHASES(tn, T, BN, ST)                                                                          \
+    extern "C" __global__ void __launch_bounds__(384, 1) kiln_conv_dgrad_phases_##tn##_##BN##_s##ST(            \
+        const __grid_constant__ ConvParams p, const __grid_constant__ CUtensorMap map0,                         \
+        const __grid_constant__ CUtensorMap map1, const __grid_constant__ ConvPhases phases) {                  \
+        conv_fprop_walk<T, BN, ST, false, true>(p, &map0, &map1, nullptr, &phases);                             \
+    }
+KILN_CONV_PHASES(f16, __half, 128, 5)
+KILN_CONV_PHASES(bf16, __nv_bfloat16, 128, 5)
+KILN_CONV_PHASES(f16, __half, 256, 3)
+KILN_CONV_PHASES(bf16, __nv_bfloat16, 256, 3)
 // On the GEMM's persistent kernel: the same three maps; _cols with the channel sums (kColSums).
 #define KILN_CONV_PERSISTENT(tn, T, LEAN, suffix)                                                                \
     extern "C" __global__ void __launch_bounds__(384, 1) kiln_conv_fprop_pers_##tn##_256_s4##suffix(            \

@@ -276,7 +276,8 @@ __device__ __forceinline__ void filter_taps(const FilterTapsParams& p) {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
             w[i] = uint32_t(half[(8 * chunk + 2 * i) * 66 + cr]) | uint32_t(half[(8 * chunk + 2 * i + 1) * 66 + cr]) << 16;
-        *reinterpret_cast<uint4*>(out + (int64_t(c) * taps_out + z) * p.K + k) = make_uint4(w[0], w[1], w[2], w[3]);
+        const int64_t row = p.row_taps ? p.row_taps : taps_out;
+        *reinterpret_cast<uint4*>(out + (int64_t(c) * row + z) * p.K + k) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 

@@ -51,14 +51,16 @@ struct FoldParams {
 // step j][c] along each axis (step -1 from the last tap: the filter flipped in space; -s from a
 // phase's last tap: one phase of stride s). Channels C and K multiples of 8. Up to kMaxTapSets
 // such sets in one launch (a strided gradient's phases), set i into out + out_at[i] elements;
-// the output taps of all sets are numbered in turn, set i's ending before z_end[i]. A block
-// transposes 64 k x 64 c of one output tap (blockIdx.z) through shared memory.
+// the output taps of all sets are numbered in turn, set i's ending before z_end[i]; row_taps > 0:
+// a channel's row holds that many taps (the sets side by side: out (C, row_taps, K), set i from
+// its first tap on), else its set's. A block transposes 64 k x 64 c of one output tap
+// (blockIdx.z) through shared memory.
 constexpr int kMaxTapSets = 16;
 struct FilterTapsParams {
     const void* filter;
     void* out;
     int32_t K, C, T, R, S;
-    int32_t sets;
+    int32_t sets, row_taps;
     int32_t z_end[kMaxTapSets];
     int64_t out_at[kMaxTapSets];
     int32_t taps[kMaxTapSets][3], base[kMaxTapSets][3], step[kMaxTapSets][3];

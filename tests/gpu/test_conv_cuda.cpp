@@ -104,14 +104,15 @@ int64_t sums_off(Context& ctx, const Tensor& O, const Tensor& sums, int64_t K) {
 }
 
 // L's strided bprop on the forced walk, by phase (each phase more tiles than SMs, its rows
-// landing in grad_I's strided view), plain and with alpha and beta, against the CPU; the walk's
-// entry holds `width`.
-void check_walked_phases(Context& gpu, Context& cpu, const ConvLayer& L, const char* width, uint32_t& seed) {
+// landing in grad_I's strided view), plain and with alpha and beta, against the CPU; the path
+// holds `walk` (the phases' walk, or the phased walk of all of them) and `width`.
+void check_walked_phases(Context& gpu, Context& cpu, const ConvLayer& L, const char* width, uint32_t& seed,
+                         const char* walk_name = "by phase kiln_conv_fprop_walk_") {
     INFO(L.str());
     const test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
     const std::string path = conv_kernel(gpu, L, "bprop");
     INFO(path);
-    CHECK(path.find("by phase kiln_conv_fprop_walk_") != std::string::npos);
+    CHECK(path.find(walk_name) != std::string::npos);
     CHECK(path.find(width) != std::string::npos);
     const DType dt = L.dtype;
     const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
@@ -1096,9 +1097,56 @@ TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped r
         CHECK(count_off(Os, Ow, Om, dt) == 0);
         CHECK(sums_off(gpu, Os, sums, L.K) == 0);
     }
+    // (An odd image: phases of 29 and 28 positions a row, not one launch: each its walk.)
     for (DType dt : {DType::Float16, DType::BFloat16})
-        check_walked_phases(gpu, cpu, conv_layer(dt, 24, 256, 64, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), "_256_s3",
+        check_walked_phases(gpu, cpu, conv_layer(dt, 24, 256, 64, {1, 57, 57}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), "_256_s3",
                             seed);
+}
+
+// A strided gradient's phases in one launch (the phased walk, conv_dgrad_phased): against the
+// CPU, plain and with alpha, ReLU and its slope, every position written (the output first filled
+// with NaN). Phases of equal padding (3x3, stride 2, pad 1; 128 and 256 wide), of paddings 1 and
+// 0 (3x3 without padding, 5x5 with 2: windows moved by the offsets), the channels not a multiple
+// of the tile (192 in 128-wide tiles), 3D (8 phases), stride 2 along H alone (2 phases, W's whole
+// filter); an odd image's phases (29 and 28 positions a row) each their own launch.
+TEST_CASE("gpu conv: a strided gradient's phases in one launch") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"});
+    Context cpu;
+    if (!sm90(gpu)) return;
+    uint32_t seed = 9100;
+    struct Want {
+        ConvLayer L;
+        const char* path;
+    };
+    const char* one = "implicit-gemm, phases in one launch, kiln_conv_dgrad_phases_";
+    const Want wants[] = {
+        {conv_layer(DType::Float16, 16, 128, 64, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), "_f16_128_s5"},
+        {conv_layer(DType::BFloat16, 48, 256, 256, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), "_bf16_256_s3"},
+        {conv_layer(DType::Float16, 8, 128, 64, {1, 30, 30}, {1, 3, 3}, {0, 0, 0}, {1, 2, 2}), one},
+        {conv_layer(DType::BFloat16, 8, 192, 64, {1, 28, 28}, {1, 5, 5}, {0, 2, 2}, {1, 2, 2}), one},
+        {conv_layer(DType::Float16, 2, 128, 64, {8, 16, 16}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}), one},
+        {conv_layer(DType::BFloat16, 8, 128, 64, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}, {1, 2, 1}), one},
+        {conv_layer(DType::Float16, 8, 128, 64, {1, 29, 29}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), "by phase kiln_conv_"},
+    };
+    for (const Want& w : wants) {
+        const ConvLayer& L = w.L;
+        const std::string path = conv_kernel(gpu, L, "bprop");
+        INFO(L.str() << ": " << path);
+        CHECK(path.find(w.path) != std::string::npos);
+        if (w.path != one && std::string(w.path).rfind("by phase", 0) != 0) CHECK(path.find(one) != std::string::npos);
+        const DType dt = L.dtype;
+        const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed);
+        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
+                  if (side == &Pair::gpu) o.assign(Expr(std::nan("")));
+                  bprop_conv(L, F.*side, E.*side, o);
+              }) == 0);
+        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
+                  ConvOptions r;
+                  r.alpha = 0.5, r.relu = true, r.slope = side == &Pair::abs ? 0.0 : 0.125;
+                  bprop_conv(L, F.*side, E.*side, o, r);
+              }) == 0);
+    }
 }
 
 // A strided gradient's phases each start beside the one before (kBeforeSibling, kAfterSibling):
@@ -1106,21 +1154,24 @@ TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped r
 // output first filled with NaN, so that a position no phase wrote shows; and a reduction
 // launched right after the call sees every phase's values (its sum bit for bit the sum of the
 // gradient made one phase after another). 2D stride 2 (phases of 1, 2, 2 and 4 taps, walking
-// and one tile a block), 3D stride 2 (8 phases), and stride 3 over a 2-tap filter (phases
-// without taps, zeros).
+// and, KILN_CONV_KERNEL=tile, one tile a block: 128 channels out otherwise take one launch for
+// all phases), 3D stride 2 (8 phases), and stride 3 over a 2-tap filter (phases without taps,
+// zeros).
 TEST_CASE("gpu conv: a strided gradient's phases started beside one another equal them one after another") {
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"});
     if (!sm90(gpu)) return;
     uint32_t seed = 8800;
-    const ConvLayer layers[] = {
-        conv_layer(DType::Float16, 64, 128, 128, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}),
-        conv_layer(DType::BFloat16, 8, 64, 192, {1, 30, 30}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}),
-        conv_layer(DType::Float16, 4, 64, 64, {8, 16, 16}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}),
-        conv_layer(DType::BFloat16, 8, 64, 64, {1, 30, 30}, {1, 2, 2}, {0, 0, 0}, {1, 3, 3}),
+    const std::pair<ConvLayer, const char*> layers[] = {
+        {conv_layer(DType::Float16, 64, 128, 128, {1, 56, 56}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), "tile"},
+        {conv_layer(DType::BFloat16, 8, 64, 192, {1, 30, 30}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), nullptr},
+        {conv_layer(DType::Float16, 4, 64, 64, {8, 16, 16}, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}), nullptr},
+        {conv_layer(DType::BFloat16, 8, 64, 64, {1, 30, 30}, {1, 2, 2}, {0, 0, 0}, {1, 3, 3}), nullptr},
     };
-    for (const ConvLayer& L : layers) {
+    for (const auto& [L, forced] : layers) {
         INFO(L.str());
+        std::optional<test::ScopedEnv> kernel;
+        if (forced) kernel.emplace("KILN_CONV_KERNEL", forced);
         CHECK(conv_kernel(gpu, L, "bprop").find("by phase") != std::string::npos);
         const Pair F = pair(gpu, gpu, L.filter_shape(), L.dtype, ++seed), E = pair(gpu, gpu, L.output_shape(), L.dtype, ++seed);
         Tensor ref = gpu.empty(L.input_shape(), L.dtype);
@@ -1176,7 +1227,8 @@ TEST_CASE("gpu conv: a gradient's filter taps by the precompiled transpose equal
                   ctx.eval(cast(want.expr(), DType::Float32)).to_vector<float>());
         }
     // Several sets in one call: the four phases of a stride-2 3x3 filter (one launch), and 19 sets
-    // (two launches of at most kMaxTapSets), each equal to its own call.
+    // (two launches of at most kMaxTapSets), each equal to its own call; the four side by side, each
+    // a view of one buffer's channel rows (every set's taps in a row).
     const Tensor F = test::random_normal(ctx, g, {40, 1, 3, 3, 24}, DType::BFloat16);
     std::vector<gemm::TapSet> phases;
     for (int64_t ph = 0; ph < 2; ++ph)
@@ -1198,6 +1250,20 @@ TEST_CASE("gpu conv: a gradient's filter taps by the precompiled transpose equal
             CHECK(ctx.eval(cast(got[i].expr(), DType::Float32)).to_vector<float>() ==
                   ctx.eval(cast(one.expr(), DType::Float32)).to_vector<float>());
         }
+    }
+    const std::vector<Tensor> side = gemm::filter_taps_cuda(F, phases, true);
+    REQUIRE(side.size() == phases.size());
+    int64_t first = 0;
+    for (size_t i = 0; i < side.size(); ++i) {
+        const gemm::TapSet& t = phases[i];
+        const Tensor one = gemm::filter_taps_cuda(F, t.taps, t.base, t.step);
+        CHECK(side[i].shape() == one.shape());
+        CHECK(side[i].strides()[0] == 9 * 40);   // (1 + 2 + 2 + 4 taps of 40 in a channel's row)
+        CHECK(side[i].view().storage == side[0].view().storage);
+        CHECK(side[i].view().offset == side[0].view().offset + first * 40);
+        first += t.taps[0] * t.taps[1] * t.taps[2];
+        CHECK(ctx.eval(cast(side[i].expr(), DType::Float32)).to_vector<float>() ==
+              ctx.eval(cast(one.expr(), DType::Float32)).to_vector<float>());
     }
 }
 

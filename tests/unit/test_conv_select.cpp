@@ -165,6 +165,32 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(taps_of(vgg2) == 9 * 64);
 }
 
+// A strided gradient's phases in one walk (phased_walk): the width by the walk's model over items
+// that cost every phase's taps. ResNet-50's strided 3x3 gradients, as their phases' layers (E's
+// positions, K and C exchanged): 128 output channels take the 128-wide walk (the 256-wide tile
+// would be half empty); 256 channels at 14x14 the 256-wide one (392 items, 3 rounds, against 784
+// and 6); 512 at 7x7 the 128-wide one (392 items over 3 rounds beside 196 over 2 of the 256-wide
+// tile's dearer k-tiles and tiles).
+TEST_CASE("conv plans: a strided gradient's phases in one walk") {
+    const auto phase = [](int64_t C, int64_t K, int64_t hw) {
+        return conv_layer(DType::Float16, 256, K, C, {1, hw, hw}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1});
+    };
+    const PhasedWalk s3 = phased_walk(phase(128, 128, 28), 9, 4, kSms);
+    CHECK(s3.entry == "kiln_conv_dgrad_phases_f16_128_s5");
+    CHECK(s3.bn == 128);
+    CHECK(s3.smem == walk_for(phase(128, 128, 28), tile_of(phase(128, 128, 28), 128), false, false).smem);
+    const PhasedWalk s4 = phased_walk(phase(256, 256, 14), 9, 4, kSms);
+    CHECK(s4.entry == "kiln_conv_dgrad_phases_f16_256_s3");
+    CHECK(s4.us == Approx(3 * (36 * 0.68 + 4 * 3.0)));
+    const PhasedWalk s5 = phased_walk(phase(512, 512, 7), 9, 4, kSms);
+    CHECK(s5.entry == "kiln_conv_dgrad_phases_f16_128_s5");
+    CHECK(s5.us == Approx(3 * (72 * 0.43 + 4 * 1.26)));
+    // bfloat16's entries; fewer SMs, more rounds.
+    const ConvLayer b = conv_layer(DType::BFloat16, 256, 256, 256, {1, 14, 14}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1});
+    CHECK(phased_walk(b, 9, 4, kSms).entry == "kiln_conv_dgrad_phases_bf16_256_s3");
+    CHECK(phased_walk(b, 9, 4, 66).us > phased_walk(b, 9, 4, kSms).us);
+}
+
 TEST_CASE("conv plans: pointwise layers on the implicit kernel, channels padded for TMA") {
     // At most 128 output channels over a wave of 128-row tiles: ResNet-50's 64-channel 1x1 at
     // 56x56 (fprop, and its gradient as the convolution into 64), 256 into 128; not into 256, nor

@@ -62,10 +62,11 @@ __device__ __forceinline__ void tma_load_im2col(int rank, void* dst, const CUten
 // (t, r, s), kt = tap * C / 64 + cb, as in the filter's KTRSC order. `it` counts stage uses
 // across the tiles a block takes (stage it % STAGES, use it / STAGES). The descriptor map_a was
 // made for the image with this layer's padding, strides and output size (conv_cuda.cpp).
+// `w`: the taps (a strided gradient's phase: its own, conv_params.hpp), the whole filter by default.
 template <class T, int BN, int STAGES>
 __device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
                                                  const CUtensorMap* map_a, const CUtensorMap* map_b, int m0, int n0,
-                                                 int ktiles, int& it) {
+                                                 int ktiles, int& it, const TapWindow& w) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
     const ConvShape& g = p.shape;
     const RowOrigin o = row_origin(g, m0);
@@ -79,16 +80,22 @@ __device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned c
         unsigned char* stage = smem + st * Cfg::kStageBytes;
         mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
         tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
-                        uint16_t(s * g.dil_w), uint16_t(r * g.dil_h), uint16_t(t * g.dil_d));
-        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
+                        uint16_t(w.ow + s * g.dil_w), uint16_t(w.oh + r * g.dil_h), uint16_t(w.od + t * g.dil_d));
+        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], w.k_first + kt * Cfg::BK, n0, 0);
         if (++cb == cblocks) {
             cb = 0;
-            if (++s == g.S) {
+            if (++s == w.S) {
                 s = 0;
-                if (++r == g.R) r = 0, ++t;
+                if (++r == w.R) r = 0, ++t;
             }
         }
     }
+}
+template <class T, int BN, int STAGES>
+__device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
+                                                 const CUtensorMap* map_a, const CUtensorMap* map_b, int m0, int n0,
+                                                 int ktiles, int& it) {
+    conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it, whole_window(p.shape));
 }
 
 // The gathering producer, thread `tid` (0..127): row tid of the tile (output position m0 + tid),

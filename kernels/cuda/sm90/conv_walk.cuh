@@ -46,8 +46,11 @@ __device__ __forceinline__ int walk_staged_at(bool by_tma, int r, int j) {
 // Warp warp8's 16 rows of the finished tile at (m0, n0) (rows 16 warp8 + g and + 8) from
 // registers to C: staged in the warp's slice of shared memory, stage(put) handing each packed
 // pair to put(j, h, pair) (row g + 8h, columns 8j + 2q, + 1), then by TMA, by a bulk copy a row
-// or a lane per 16-byte chunk of a row.
-template <int BN, class Stage>
+// or a lane per 16-byte chunk of a row. GROUPED: C by TMA in groups of p.c_group rows, map_c over (columns,
+// row in group, group): the warp's rows in a box for each group they reach, each box starting
+// where the warp's first row would be in that group (rows outside a group are outside the
+// map's bounds, which TMA does not write).
+template <int BN, bool GROUPED = false, class Stage>
 __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUtensorMap* map_c, Stage&& stage,
                                                 uint16_t* slice, int m0, int n0, int warp8, int lane) {
     constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
@@ -66,8 +69,16 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
     if (by_tma || by_rows) fence_to_tma();
     __syncwarp();
     if (by_tma && lane == 0) {
+        if constexpr (GROUPED) {
+            const int row0 = m0 + 16 * warp8, g0 = row0 / p.c_group, j0 = row0 - g0 * p.c_group;
+            for (int k = 0; k * p.c_group < j0 + 16; ++k)
 #pragma unroll
-        for (int b = 0; b < BN / 64; ++b) tma_store(map_c, slice + b * 1024, n0 + 64 * b, m0 + 16 * warp8, 0);
+                for (int b = 0; b < BN / 64; ++b)
+                    tma_store(map_c, slice + b * 1024, n0 + 64 * b, j0 - k * p.c_group, g0 + k);
+        } else {
+#pragma unroll
+            for (int b = 0; b < BN / 64; ++b) tma_store(map_c, slice + b * 1024, n0 + 64 * b, m0 + 16 * warp8, 0);
+        }
         tma_store_commit();
     }
     const int row0 = m0 + 16 * warp8;   // the warp's first row (consumer c's warps are 4c .. 4c + 3)
@@ -93,9 +104,13 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
 // SUMS: the 256-wide tile's channel sums (kColSums), in an entry of their own so that the plain
 // tile carries none of their code (a test at run time in the rounding's sink slows it, two
 // copies of the epilogue in one kernel spill). The narrower tiles test kColSums at run time.
-template <class T, int BN, int STAGES, bool SUMS = false>
+// PHASED: a strided gradient's phases in one launch (`phases`, conv_params.hpp; C's rows
+// grouped, by TMA through each phase's map): the walk's items are the tiles of one phase's output, and a block
+// takes each item's tile of every phase in turn, so that all of them multiply the same rows of
+// E, from L2 after the first, and every item costs the same (all the filter's taps).
+template <class T, int BN, int STAGES, bool SUMS = false, bool PHASED = false>
 __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUtensorMap* map_b, const CUtensorMap* map_a,
-                                                const CUtensorMap* map_c) {
+                                                const CUtensorMap* map_c, const ConvPhases* phases = nullptr) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
     constexpr int BM = Cfg::BM;
     extern __shared__ unsigned char smem_raw[];
@@ -103,10 +118,18 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     __shared__ __align__(8) Ring<STAGES> ring;
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x;
-    const int tiles = g.tiles_m * g.tiles_n;
-    const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
+    const int tiles = g.tiles_m * g.tiles_n;   // items: each a tile of every phase
+    const int count = PHASED ? phases->count : 1;
+    // Phase f's k-tiles.
+    const int whole_ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
+    const auto ktiles_of = [&](int f) { return PHASED ? (phases->phase[f].k + Cfg::BK - 1) / Cfg::BK : whole_ktiles; };
+    // Phase f's map of C (PHASED), or map_c.
+    const auto map_of = [&](int f) {
+        return PHASED ? reinterpret_cast<const CUtensorMap*>(phases->c_maps[f]) : map_c;
+    };
     conv_block_start(ring, 1, map_b, map_a, p.siblings);
-    if (tid == 0 && p.c_by_tma) tma_prefetch_descriptor(map_c);
+    if (tid == 0 && p.c_by_tma)
+        for (int f = 0; f < count; ++f) tma_prefetch_descriptor(map_of(f));
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -114,8 +137,10 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
         if (tid == 0) {
             int it = 0;   // stage uses across the block's tiles
             for (int t = int(blockIdx.x); t < tiles; t += int(gridDim.x))
-                conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, t / g.tiles_n * BM, t % g.tiles_n * BN,
-                                                ktiles, it);
+                for (int f = 0; f < count; ++f)
+                    conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, t / g.tiles_n * BM, t % g.tiles_n * BN,
+                                                    ktiles_of(f), it,
+                                                    PHASED ? phase_window(phases->phase[f]) : whole_window(p.shape));
         }
         return;
     }
@@ -138,22 +163,28 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     // tile's multiplies, they and its accumulators outgrow the registers).
     constexpr bool kStoreNow = BN > 128;
     uint32_t results[BN / 4];   // the previous tile's, rounded
-    int pending = -1;           // that tile, or none
+    int pending = -1;           // that tile (item x count + phase), or none
     const auto store_pending = [&] {
         if (pending < 0) return;
-        const int m0 = pending / g.tiles_n * BM, tile_n = pending % g.tiles_n;
+        const int item = pending / count;
+        const int m0 = item / g.tiles_n * BM, tile_n = item % g.tiles_n;
         const auto staged = [&](auto put) {
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) put(j, h, results[2 * j + h]);
         };
-        walk_store_rows<BN>(p, map_c, staged, slice, m0, tile_n * BN, warp8, lane);
+        const int f = pending - item * count;
+        walk_store_rows<BN, PHASED>(p, map_of(f), staged, slice, m0, tile_n * BN, warp8, lane);
         if (col_sums) sums.add(g, results, g.m - (m0 + 16 * warp8), lane / 4, q, tile_n);
     };
     int it = 0;
-    for (int t = int(blockIdx.x), u = 0; t < tiles; t += int(gridDim.x), ++u) {
-        const int n0 = t % g.tiles_n * BN;
+    // The block's u-th tile: item t's of phase f.
+    const auto next = [&](int& t, int& f) {
+        if (++f == count) f = 0, t += int(gridDim.x);
+    };
+    for (int t = int(blockIdx.x), f = 0, u = 0; t < tiles; ++u, next(t, f)) {
+        const int n0 = t % g.tiles_n * BN, ktiles = ktiles_of(f);
         // This thread's values of the tile's bias, loaded before the main loop, which hides the loads.
         float bias_next[kBiasPerThread];
 #pragma unroll
@@ -176,8 +207,8 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
             const int m0 = t / g.tiles_n * BM, rows_left = g.m - (m0 + 16 * warp8);
             if (col_sums) sums.begin(t % g.tiles_n, lane / 4, q);
             with_rounding_choices(g, [&](auto bf16, auto act) {
-                walk_store_rows<BN>(
-                    p, map_c,
+                walk_store_rows<BN, PHASED>(
+                    p, map_of(f),
                     [&](auto put) {
                         round_pairs<bf16.value, act.value, BN>(g, acc, bias_s, q, [&](int j, int h, uint32_t v) {
                             put(j, h, v);
@@ -192,7 +223,7 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
         with_rounding_choices(g, [&](auto bf16, auto act) {
             round_results<bf16.value, act.value, false, BN>(g, acc, bias_s, q, results, row_sum);
         });
-        pending = t;
+        pending = t * count + f;
     }
     store_pending();   // the last tile's, with nothing left to hide behind
     if (col_sums) {
