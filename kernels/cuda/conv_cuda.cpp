@@ -20,7 +20,6 @@
 #include "runtime/cache/disk_cache.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -853,6 +852,7 @@ bool conv_dgrad_phased(const std::vector<ConvLayer>& phases, const Tensor& E5, c
     const Tensor& T0 = taps.front();
     const Tensor& R0 = rows.front();
     const char* const taps_at = detail::data_of(T0);
+    const char* rows_at = detail::data_of(R0);
     for (size_t i = 0; i < phases.size(); ++i) {
         const Tensor &T = taps[i], &R = rows[i];
         if (T.dtype() != A.dtype || T.rank() != 5 || T.view().storage != T0.view().storage ||
@@ -860,12 +860,13 @@ bool conv_dgrad_phased(const std::vector<ConvLayer>& phases, const Tensor& E5, c
             R.rank() != 3 || R.dtype() != R0.dtype() || R.shape() != R0.shape() || R.strides() != R0.strides() ||
             R.view().storage != R0.view().storage)
             return false;
+        rows_at = std::min(rows_at, static_cast<const char*>(detail::data_of(R)));
     }
     Context::Impl& impl = context_impl(ctx);
     ConvParams p{};
     GemmParams& g = p.gemm;
     detail::Mat c;
-    c.base = detail::data_of(R0), c.s_row = R0.strides()[1], c.s_col = R0.strides()[2];
+    c.base = rows_at, c.s_row = R0.strides()[1], c.s_col = R0.strides()[2];
     set_epilogue(g, c, c.s_row, c.s_col, R0.dtype(), o, impl);
     g.c_group = int32_t(R0.shape()[1]), g.c_sg = R0.strides()[0];
     g.m = int32_t(positions_of(A)), g.n = int32_t(A.K), g.k = int32_t(taps_of(A));
@@ -876,23 +877,17 @@ bool conv_dgrad_phased(const std::vector<ConvLayer>& phases, const Tensor& E5, c
     ph.count = int32_t(phases.size());
     for (size_t i = 0; i < phases.size(); ++i) {
         const ConvLayer& D = phases[i];
-        const int64_t k_first = detail::data_of(taps[i]) - taps_at;
-        if (reinterpret_cast<uintptr_t>(detail::data_of(rows[i])) % 16 != 0 || k_first % (64 * es) != 0) return false;
+        const int64_t c_at = detail::data_of(rows[i]) - rows_at, k_first = detail::data_of(taps[i]) - taps_at;
+        if (c_at % 16 != 0 || k_first % (64 * es) != 0) return false;
         ConvPhase& f = ph.phase[i];
-        f.k = int32_t(taps_of(D)), f.k_first = int32_t(k_first / es);
+        f.c_at = c_at / es, f.k = int32_t(taps_of(D)), f.k_first = int32_t(k_first / es);
         f.R = int32_t(D.filter[1]), f.S = int32_t(D.filter[2]);
         f.od = uint16_t(l->offsets[i][0]), f.oh = uint16_t(l->offsets[i][1]), f.ow = uint16_t(l->offsets[i][2]);
         if (taps[i].shape() != Shape{A.K, D.filter[0], D.filter[1], D.filter[2], A.C}) return false;
-        // Its rows by TMA: (columns, row in group, group), boxes of 64 columns x 16 rows.
-        const CUtensorMap map_c = detail::tensor_map(detail::data_of(rows[i]), R0.dtype(), uint64_t(A.K),
-                                                     uint64_t(g.c_group), uint64_t(R0.shape()[0]), g.c_sm, g.c_sg, 64, 16);
-        static_assert(sizeof(CUtensorMap) == sizeof(ph.c_maps[0]));
-        std::memcpy(ph.c_maps[i], &map_c, sizeof(map_c));
     }
     p.image = detail::data_of(E);
     p.shape = conv_shape(l->patches);
     p.im2col_rank = rank;
-    p.c_by_tma = 1;
     // B: the channel rows of all the phases' taps, boxes of one k-tile x bn rows.
     const int64_t row = T0.strides()[0];
     const CUtensorMap map_b = detail::tensor_map(taps_at, A.dtype, uint64_t(row), uint64_t(A.K), 1, row, 0, 64, uint32_t(bn));

@@ -93,12 +93,12 @@ constexpr uint32_t kAfterSibling = 1, kBeforeSibling = 2;
 
 // A strided gradient's phases in one launch (the walk's phased entries, sm90/conv_walk.cuh): the
 // phases share the output positions, E's patch descriptor and C's row layout, and differ in
-// their taps, where those start in the taps matrix B, and where their rows lie (each phase's
-// map of C). The descriptor is made with the largest of the phases' paddings, each phase's
-// window starting (od, oh, ow) further in, so that one descriptor walks every phase's positions
-// alike.
+// their taps, where those start in the taps matrix B, and where their rows start in C. The
+// descriptor is made with the largest of the phases' paddings, each phase's window starting
+// (od, oh, ow) further in, so that one descriptor walks every phase's positions alike.
 constexpr int kMaxPhases = 8;
 struct ConvPhase {
+    int64_t c_at;        // the phase's rows of C from element c_at of gemm.c (c_row's layout)
     int32_t k;           // its taps x channels: B's columns k_first .. k_first + k - 1
     int32_t k_first;
     int32_t R, S;        // its taps along H and W (and T, up to k / (R S C))
@@ -107,9 +107,6 @@ struct ConvPhase {
 struct ConvPhases {
     int32_t count;
     ConvPhase phase[kMaxPhases];
-    // Each phase's rows by TMA: a CUtensorMap (columns, row in group, group) over them, boxes of
-    // 64 columns x 16 rows x 1 group (this header is included where cuda.h is not).
-    alignas(64) unsigned char c_maps[kMaxPhases][128];
 };
 
 // The taps a tile multiplies, walked by the producer: R x S a step of T (the whole filter of

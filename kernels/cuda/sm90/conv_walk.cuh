@@ -46,13 +46,11 @@ __device__ __forceinline__ int walk_staged_at(bool by_tma, int r, int j) {
 // Warp warp8's 16 rows of the finished tile at (m0, n0) (rows 16 warp8 + g and + 8) from
 // registers to C: staged in the warp's slice of shared memory, stage(put) handing each packed
 // pair to put(j, h, pair) (row g + 8h, columns 8j + 2q, + 1), then by TMA, by a bulk copy a row
-// or a lane per 16-byte chunk of a row. GROUPED: C by TMA in groups of p.c_group rows, map_c over (columns,
-// row in group, group): the warp's rows in a box for each group they reach, each box starting
-// where the warp's first row would be in that group (rows outside a group are outside the
-// map's bounds, which TMA does not write).
-template <int BN, bool GROUPED = false, class Stage>
+// or a lane per 16-byte chunk of a row. c_at: where the rows start in C, from p.c (a phase's of a
+// phased launch; C by TMA: 0).
+template <int BN, class Stage>
 __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUtensorMap* map_c, Stage&& stage,
-                                                uint16_t* slice, int m0, int n0, int warp8, int lane) {
+                                                uint16_t* slice, int m0, int n0, int warp8, int lane, int64_t c_at) {
     constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
     const GemmParams& p = cp.gemm;
     const bool by_tma = cp.c_by_tma;
@@ -69,20 +67,12 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
     if (by_tma || by_rows) fence_to_tma();
     __syncwarp();
     if (by_tma && lane == 0) {
-        if constexpr (GROUPED) {
-            const int row0 = m0 + 16 * warp8, g0 = row0 / p.c_group, j0 = row0 - g0 * p.c_group;
-            for (int k = 0; k * p.c_group < j0 + 16; ++k)
 #pragma unroll
-                for (int b = 0; b < BN / 64; ++b)
-                    tma_store(map_c, slice + b * 1024, n0 + 64 * b, j0 - k * p.c_group, g0 + k);
-        } else {
-#pragma unroll
-            for (int b = 0; b < BN / 64; ++b) tma_store(map_c, slice + b * 1024, n0 + 64 * b, m0 + 16 * warp8, 0);
-        }
+        for (int b = 0; b < BN / 64; ++b) tma_store(map_c, slice + b * 1024, n0 + 64 * b, m0 + 16 * warp8, 0);
         tma_store_commit();
     }
     const int row0 = m0 + 16 * warp8;   // the warp's first row (consumer c's warps are 4c .. 4c + 3)
-    uint16_t* C = static_cast<uint16_t*>(p.c);
+    uint16_t* C = static_cast<uint16_t*>(p.c) + c_at;
     if (by_rows && lane < 16 && row0 + lane < p.m) {
         bulk_store(C + c_row(p, row0 + lane) + n0, slice + walk_staged_at<BN>(false, lane, 0), cols * 2);
         tma_store_commit();
@@ -105,7 +95,7 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
 // tile carries none of their code (a test at run time in the rounding's sink slows it, two
 // copies of the epilogue in one kernel spill). The narrower tiles test kColSums at run time.
 // PHASED: a strided gradient's phases in one launch (`phases`, conv_params.hpp; C's rows
-// grouped, by TMA through each phase's map): the walk's items are the tiles of one phase's output, and a block
+// grouped, never by TMA): the walk's items are the tiles of one phase's output, and a block
 // takes each item's tile of every phase in turn, so that all of them multiply the same rows of
 // E, from L2 after the first, and every item costs the same (all the filter's taps).
 template <class T, int BN, int STAGES, bool SUMS = false, bool PHASED = false>
@@ -123,13 +113,8 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     // Phase f's k-tiles.
     const int whole_ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
     const auto ktiles_of = [&](int f) { return PHASED ? (phases->phase[f].k + Cfg::BK - 1) / Cfg::BK : whole_ktiles; };
-    // Phase f's map of C (PHASED), or map_c.
-    const auto map_of = [&](int f) {
-        return PHASED ? reinterpret_cast<const CUtensorMap*>(phases->c_maps[f]) : map_c;
-    };
     conv_block_start(ring, 1, map_b, map_a, p.siblings);
-    if (tid == 0 && p.c_by_tma)
-        for (int f = 0; f < count; ++f) tma_prefetch_descriptor(map_of(f));
+    if (tid == 0 && p.c_by_tma) tma_prefetch_descriptor(map_c);
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -164,6 +149,8 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     constexpr bool kStoreNow = BN > 128;
     uint32_t results[BN / 4];   // the previous tile's, rounded
     int pending = -1;           // that tile (item x count + phase), or none
+    // Where phase f's rows start in C.
+    const auto c_at = [&](int f) { return PHASED ? phases->phase[f].c_at : int64_t(0); };
     const auto store_pending = [&] {
         if (pending < 0) return;
         const int item = pending / count;
@@ -174,8 +161,7 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
 #pragma unroll
                 for (int h = 0; h < 2; ++h) put(j, h, results[2 * j + h]);
         };
-        const int f = pending - item * count;
-        walk_store_rows<BN, PHASED>(p, map_of(f), staged, slice, m0, tile_n * BN, warp8, lane);
+        walk_store_rows<BN>(p, map_c, staged, slice, m0, tile_n * BN, warp8, lane, c_at(pending - item * count));
         if (col_sums) sums.add(g, results, g.m - (m0 + 16 * warp8), lane / 4, q, tile_n);
     };
     int it = 0;
@@ -207,15 +193,15 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
             const int m0 = t / g.tiles_n * BM, rows_left = g.m - (m0 + 16 * warp8);
             if (col_sums) sums.begin(t % g.tiles_n, lane / 4, q);
             with_rounding_choices(g, [&](auto bf16, auto act) {
-                walk_store_rows<BN, PHASED>(
-                    p, map_of(f),
+                walk_store_rows<BN>(
+                    p, map_c,
                     [&](auto put) {
                         round_pairs<bf16.value, act.value, BN>(g, acc, bias_s, q, [&](int j, int h, uint32_t v) {
                             put(j, h, v);
                             if (col_sums) sums.add_pair(g, j, h, v, rows_left, lane / 4, q);
                         });
                     },
-                    slice, m0, n0, warp8, lane);
+                    slice, m0, n0, warp8, lane, c_at(f));
             });
             continue;
         }
