@@ -737,6 +737,14 @@ std::optional<std::vector<DgradPhase>> implicit_phases(Context& ctx, const ConvL
     return phases;
 }
 
+// The layers of the phases that have taps, in order (what the implicit kernel launches).
+std::vector<ConvLayer> tap_layers(const std::vector<DgradPhase>& phases) {
+    std::vector<ConvLayer> out;
+    for (const DgradPhase& P : phases)
+        if (P.layer) out.push_back(*P.layer);
+    return out;
+}
+
 // For each set, F5's (K, T, R, S, C) taps base + step j (j < taps) along each axis, K and C
 // exchanged: (C, taps, K). The precompiled transpose (filter_taps_cuda), every set in one launch,
 // where F5 is 16-bit and contiguous with channels in multiples of 8, else a JIT copy each (whose
@@ -886,8 +894,7 @@ void backward_data(const Geo& g, const ConvLayer& L, const Tensor& F, const Tens
             if (!P.layer) view_of(P).assign(Expr(0.0));
             else launched.emplace_back(&P, rows_of(P)), straight = straight && launched.back().second.has_value();
         }
-        std::vector<ConvLayer> layers;
-        for (const auto& [P, rows] : launched) layers.push_back(*P->layer);
+        const std::vector<ConvLayer> layers = tap_layers(*phases);
         const bool one_launch = direct && straight && !gemm::conv_phased_kernel(ctx, layers).empty();
         // Each phase's taps, last first, with K and C exchanged: (C, taps, K), all in one launch
         // (for one launch of the phases, side by side).
@@ -1292,10 +1299,7 @@ std::string conv_kernel(Context& ctx, const ConvLayer& L, const std::string& op)
         if (P) return padded_name(fprop_kernel(*P), *P);
         // A strided gradient by phase: the phased walk, or the kernel of its largest phase.
         if (auto phases = !forward ? implicit_phases(ctx, L) : std::nullopt) {
-            std::vector<ConvLayer> layers;
-            for (const DgradPhase& P : *phases)
-                if (P.layer) layers.push_back(*P.layer);
-            if (std::string k = gemm::conv_phased_kernel(ctx, layers); !k.empty())
+            if (std::string k = gemm::conv_phased_kernel(ctx, tap_layers(*phases)); !k.empty())
                 return "implicit-gemm, phases in one launch, " + k;
             const DgradPhase* largest = nullptr;
             for (const DgradPhase& P : *phases)

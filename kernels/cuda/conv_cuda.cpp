@@ -470,10 +470,10 @@ std::vector<Tensor> filter_taps_cuda(const Tensor& F5, const std::vector<TapSet>
                 p.step[p.sets][a] = int32_t(t.step[a]);
             }
             const Shape shape{s[4], t.taps[0], t.taps[1], t.taps[2], s[0]};
-            z += t.taps[0] * t.taps[1] * t.taps[2];
+            const int64_t set_taps = t.taps[0] * t.taps[1] * t.taps[2];
+            z += set_taps;
             KILN_CHECK_INTERNAL(z <= 65535, "filter_taps_cuda: {} taps in one launch", z);
             p.z_end[p.sets] = int32_t(z);
-            const int64_t set_taps = t.taps[0] * t.taps[1] * t.taps[2];
             if (side_by_side) {
                 // Taps [at, at + set_taps) of each channel's row of row_taps.
                 p.out_at[p.sets] = at * s[0];
@@ -837,9 +837,9 @@ bool conv_dgrad_phased(const std::vector<ConvLayer>& phases, const Tensor& E5, c
                        const std::vector<Tensor>& rows, const DotOptions& o) {
     Context& ctx = E5.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
-    const std::optional<PhasedLaunch> l = phased_launch(be, phases);
     KILN_CHECK_INTERNAL(taps.size() == phases.size() && rows.size() == phases.size(),
                         "conv_dgrad_phased: {} phases, {} taps, {} rows", phases.size(), taps.size(), rows.size());
+    const std::optional<PhasedLaunch> l = phased_launch(be, phases);
     if (!l) return false;
     const ConvLayer& A = phases.front();
     if (E5.dtype() != A.dtype) return false;

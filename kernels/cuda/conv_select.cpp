@@ -53,6 +53,16 @@ ConvTile mma_tile(const ConvLayer& L) {
 // and epilogue overlapping the other's multiplies costs less than the walk's slower k-tile; with
 // bias, ReLU and bsum 2-22% less over 1, 4 and 9.
 constexpr int64_t kNarrowWalkKtiles = 12;
+namespace {
+// A walk's terms, microseconds: a k-tile, and a tile's fixed cost.
+struct WalkCost {
+    double per_ktile, fixed;
+};
+WalkCost walk_cost(int bn, bool plain_rows) {
+    if (bn == 128) return {0.43, 1.26};
+    return plain_rows ? WalkCost{0.655, 1.5} : WalkCost{0.68, 3.0};
+}
+} // namespace
 FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible,
                      bool plain_rows) {
     const int64_t tiles_m = (positions_of(L) + 127) / 128;
@@ -62,8 +72,8 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
     const Option options[] = {
         {128, false, patches_by_tma ? 0.377 : 0.9, 2.8},
         {256, false, patches_by_tma ? 0.74 : 1.15, 4.2},
-        {128, true, 0.43, 1.26},
-        {256, true, plain_rows ? 0.655 : 0.68, plain_rows ? 1.5 : 3.0},
+        {128, true, walk_cost(128, plain_rows).per_ktile, walk_cost(128, plain_rows).fixed},
+        {256, true, walk_cost(256, plain_rows).per_ktile, walk_cost(256, plain_rows).fixed},
     };
     FpropPlan best;
     double best_us = 0;
@@ -109,14 +119,14 @@ PhasedWalk phased_walk(const ConvLayer& L, int64_t taps, int phases, int sms) {
     PhasedWalk best;
     for (int bn : {128, 256}) {
         if (bn == 256 && 128 >= L.K) break;   // half the tile or more past the channels
-        const double per_ktile = bn == 128 ? 0.43 : 0.68, fixed = bn == 128 ? 1.26 : 3.0;
+        const WalkCost w = walk_cost(bn, false);   // (into grouped rows)
         const int64_t items = tiles_m * ((L.K + bn - 1) / bn), rounds = (items + sms - 1) / sms;
-        const double us = double(rounds) * (double(ktiles) * per_ktile + double(phases) * fixed);
+        const double us = double(rounds) * (double(ktiles) * w.per_ktile + double(phases) * w.fixed);
         if (best.bn && us >= best.us) continue;
-        const WalkTile w = walk_for(L, tile_of(L, bn), false, false);
-        best.bn = bn, best.stages = w.stages, best.smem = w.smem, best.us = us;
+        const WalkTile t = walk_for(L, tile_of(L, bn), false, false);
+        best.bn = bn, best.stages = t.stages, best.smem = t.smem, best.us = us;
         best.entry = fmt::format("kiln_conv_dgrad_phases_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", bn,
-                                 w.stages);
+                                 t.stages);
     }
     return best;
 }
