@@ -57,7 +57,7 @@ WgradSplit wgrad_split_choice() {
 template <class CanWalk>
 FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, bool plain_rows, CanWalk&& can_walk) {
     const std::optional<int> forced = conv_kernel_choice();
-    const bool wide = forced != 2 && L.K > 128 && can_walk(tile_of(L, 256));
+    const bool wide = forced != 2 && L.K > 128 && can_walk(tile_of(L, 256)) && can_walk(tile_of(L, 192));
     FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)), wide,
                                 plain_rows);
     if (forced == 1 && wide) plan = {tile_of(L, 256), true};
@@ -665,7 +665,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     auto walk_runs = [&](const ConvTile& u) {
         return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) &&
                walk_for(L, u, false, plain).smem <= be.info().max_shared_optin &&
-               (u.bn <= 128 || !count);   // (the 256-wide walk counts no histogram)
+               (u.bn <= 128 || !count);   // (the wider walks count no histogram)
     };
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
     // kernel's dynamic shared memory.
@@ -706,11 +706,10 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         // Each tile width the channels fill at least half of (and whose stages fit), one tile a
         // block, and where it can run its walk.
         std::vector<FpropPlan> candidates;
-        for (int bn : {64, 128, 256}) {
+        for (int bn : {64, 128, 192, 256}) {
             if (bn > 64 && bn / 2 >= L.K) break;
             const ConvTile u = tile_of(L, bn);
-            if (u.smem > be.info().max_shared_optin) continue;
-            candidates.push_back({u, false});
+            if (bn != 192 && u.smem <= be.info().max_shared_optin) candidates.push_back({u, false});   // (192: the walk only)
             if (walk_runs(u)) candidates.push_back({u, true});
         }
         const std::string key = fmt::format("fprop {} {} pixels {}/{} out {} {}x{} rows16 {} plain {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",

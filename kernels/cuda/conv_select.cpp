@@ -45,7 +45,10 @@ ConvTile mma_tile(const ConvLayer& L) {
 // kernel, fitted to its kernel times on an H100 (VGG-A's conv3, conv4 and conv6, 18-72 k-tiles
 // over 6-12 rounds: 0.655 us a k-tile, 1.5 a tile); into grouped rows (a strided gradient's
 // phases) the walk's own, 3 stages, its k-tile 1.6 times the 128-wide walk's and its fixed cost
-// 2.4 times (KILN_AUTOTUNE on an H100, ResNet-50's shapes). Output channels up to
+// 2.4 times (KILN_AUTOTUNE on an H100, ResNet-50's shapes). The 192-wide walk (4 stages, where
+// 192 or 384 channels would leave a 128- or 256-wide tile partly empty) between the two: its
+// k-tile 1.5 times the 128-wide walk's less the wider tile's saving on L2 bytes, its fixed cost
+// as its share of results to store. Output channels up to
 // 64 take the 64-wide tile, not modelled: its walk where it can run, over at most
 // kNarrowWalkKtiles k-tiles, else one tile a block, two blocks an SM. Measured on an H100
 // (ResNet-50, VGG-A and AlexNet layers, float16): the walk took 6-24% less over 1 and 9 k-tiles,
@@ -60,6 +63,7 @@ struct WalkCost {
 };
 WalkCost walk_cost(int bn, bool plain_rows) {
     if (bn == 128) return {0.43, 1.26};
+    if (bn == 192) return plain_rows ? WalkCost{0.55, 2.2} : WalkCost{0.6, 2.6};
     return plain_rows ? WalkCost{0.655, 1.5} : WalkCost{0.68, 3.0};
 }
 } // namespace
@@ -73,13 +77,14 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
         {128, false, patches_by_tma ? 0.377 : 0.9, 2.8},
         {256, false, patches_by_tma ? 0.74 : 1.15, 4.2},
         {128, true, walk_cost(128, plain_rows).per_ktile, walk_cost(128, plain_rows).fixed},
+        {192, true, walk_cost(192, plain_rows).per_ktile, walk_cost(192, plain_rows).fixed},
         {256, true, walk_cost(256, plain_rows).per_ktile, walk_cost(256, plain_rows).fixed},
     };
     FpropPlan best;
     double best_us = 0;
     for (const Option& o : options) {
-        if (o.walk && !(o.bn == 256 ? wide_walk_possible : walk_possible)) continue;
-        if (o.bn == 256 && 128 >= L.K) continue;   // half the tile or more past the channels
+        if (o.walk && !(o.bn > 128 ? wide_walk_possible : walk_possible)) continue;
+        if (o.bn > 128 && o.bn / 2 >= L.K) continue;   // half the tile or more past the channels
         const int64_t blocks = tiles_m * ((L.K + o.bn - 1) / o.bn), rounds = (blocks + sms - 1) / sms;
         const double us = double(rounds) * (double(ktiles) * o.per_ktile + o.fixed);
         if (best.tile.bn == 0 || us < best_us) best = {tile_of(L, o.bn), o.walk, us}, best_us = us;
@@ -103,10 +108,10 @@ WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums, bool 
                               column_sums ? "_cols" : "");
         return w;
     }
-    w.stages = t.bn == 64 ? 6 : t.bn == 128 ? 5 : 3;
+    w.stages = t.bn == 64 ? 6 : t.bn == 128 ? 5 : t.bn == 192 ? 4 : 3;
     w.smem = w.stages * (128 * 128 + t.bn * 128) + 128 * (t.bn + 8) * 2 + 4 * t.bn * 4 + 1024;
     w.entry = fmt::format("kiln_conv_fprop_walk_{}_{}_s{}{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, w.stages,
-                          column_sums && t.bn > 128 ? "_bsum" : "");
+                          column_sums && t.bn == 256 ? "_bsum" : "");
     return w;
 }
 

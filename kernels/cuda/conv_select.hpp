@@ -17,7 +17,8 @@ int64_t taps_of(const ConvLayer& L);
 
 // The tile: 128 output positions x BN output channels, as many stages as fit beside it; the
 // 64-wide one with 4 stages, two blocks an SM, so that one's pipeline fill and epilogue overlap
-// the other's multiplies (its tiles are short: 9 k-tiles for 3x3 over 64 channels).
+// the other's multiplies (its tiles are short: 9 k-tiles for 3x3 over 64 channels). The 192-wide
+// tile only walks (its `entry`, a one-tile kernel's name, is never launched).
 struct ConvTile {
     int bn = 0, stages = 0, smem = 0;
     std::string entry;
@@ -38,7 +39,8 @@ struct FpropPlan {
 
 // The plan by a cost model (conv_select.cpp), on `sms` SMs, the patches brought by TMA or
 // gathered, the walk considered where walk_possible (of the 64-wide tile where K <= 64, else of
-// the 128-wide one) and the 256-wide walk where wide_walk_possible (plain_rows as walk_for's).
+// the 128-wide one) and the 192- and 256-wide walks where wide_walk_possible (plain_rows as
+// walk_for's).
 FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible = false,
                      bool plain_rows = true);
 
@@ -46,8 +48,8 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
 // memory; the walk's buffers are checked where it would run).
 ConvTile widest_tile(const ConvLayer& L);
 
-// The walk's tile (conv_walk.cuh): the one-tile kernel's width with fewer stages (6, 5 and 3 for
-// 64, 128 and 256), its staged results and each consumer's bias for two tiles past them. The
+// The walk's tile (conv_walk.cuh): the one-tile kernel's width with fewer stages (6, 5, 4 and 3
+// for 64, 128, 192 and 256), its staged results and each consumer's bias for two tiles past them. The
 // 256-wide tile into plain rows of C of the layer's dtype walks on the GEMM's persistent kernel
 // instead (conv_persistent.cuh, `persistent`): 4 stages, its results stored part by part while
 // the next tile multiplies.
@@ -57,7 +59,7 @@ struct WalkTile {
     std::string entry;
 };
 // Whether tile t's walk can run L: more tiles than SMs (the launch also needs the patches by
-// TMA, the register epilogue and room for the walk's buffers; the 256-wide walk no histogram).
+// TMA, the register epilogue and room for the walk's buffers; the walks wider than 128 no histogram).
 bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms);
 // (column_sums: the entry that adds the channel sums, the 256-wide walk's own; plain_rows: C's
 // rows are plain, not a strided gradient's grouped rows, and C has the layer's dtype.)

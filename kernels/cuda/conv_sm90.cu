@@ -40,6 +40,8 @@ KILN_CONV_WALK(f16, __half, 64, 6)
 KILN_CONV_WALK(bf16, __nv_bfloat16, 64, 6)
 KILN_CONV_WALK(f16, __half, 128, 5)
 KILN_CONV_WALK(bf16, __nv_bfloat16, 128, 5)
+KILN_CONV_WALK(f16, __half, 192, 4)
+KILN_CONV_WALK(bf16, __nv_bfloat16, 192, 4)
 KILN_CONV_WALK(f16, __half, 256, 3)
 KILN_CONV_WALK(bf16, __nv_bfloat16, 256, 3)
 // The 256-wide walk with the channel sums (kColSums), an entry of its own.

@@ -103,13 +103,14 @@ int64_t sums_off(Context& ctx, const Tensor& O, const Tensor& sums, int64_t K) {
     return off;
 }
 
-// L's strided bprop on the forced walk, by phase (each phase more tiles than SMs, its rows
-// landing in grad_I's strided view), plain and with alpha and beta, against the CPU; the path
-// holds `walk` (the phases' walk, or the phased walk of all of them) and `width`.
+// L's strided bprop on the forced walk (or, with `forced` null, kiln's choice), by phase (each
+// phase more tiles than SMs, its rows landing in grad_I's strided view), plain and with alpha and
+// beta, against the CPU; the path holds `walk` (the phases' walk, or the phased walk of all of
+// them) and `width`.
 void check_walked_phases(Context& gpu, Context& cpu, const ConvLayer& L, const char* width, uint32_t& seed,
-                         const char* walk_name = "by phase kiln_conv_fprop_walk_") {
+                         const char* walk_name = "by phase kiln_conv_fprop_walk_", const char* forced = "walk") {
     INFO(L.str());
-    const test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
+    const test::ScopedEnv walk("KILN_CONV_KERNEL", forced);
     const std::string path = conv_kernel(gpu, L, "bprop");
     INFO(path);
     CHECK(path.find(walk_name) != std::string::npos);
@@ -1101,6 +1102,59 @@ TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped r
     for (DType dt : {DType::Float16, DType::BFloat16})
         check_walked_phases(gpu, cpu, conv_layer(dt, 24, 256, 64, {1, 57, 57}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}), "_256_s3",
                             seed);
+}
+
+// The 192-wide walk, by the cost model for 192 output channels and where the last column of
+// tiles is partial (184 and 376: 192 + 184), with a bias and ReLU, against the one-tile kernel
+// (KILN_CONV_KERNEL=tile), im2col and the GEMM; its channel sums (tested at run time in its plain
+// entry) against the output's, rows past M (47 x 28 x 28 is not a multiple of 128) left out; and
+// a strided gradient's phases of an odd image (each its own launch) 192 wide into grad_I's view
+// (grouped rows, a bulk copy a row), against the CPU.
+TEST_CASE("gpu conv: the 192-wide walk") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (!sm90(gpu)) return;
+    uint32_t seed = 7900;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (int64_t K : {192, 184, 376}) {
+            const ConvLayer L = conv_layer(dt, 47, 64, K, {1, 28, 28}, {1, 3, 3}, {0, 1, 1});
+            INFO(L.str());
+            CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
+            CHECK(gemm::conv_fprop_kernel(gpu, L).find("_192_s4 ") != std::string::npos);
+            CHECK(gemm::conv_fprop_kernel(gpu, L, true) == gemm::conv_fprop_kernel(gpu, L));
+            const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
+                       B = pair(gpu, gpu, {K}, DType::Float32, ++seed);
+            ConvOptions o;
+            o.relu = true, o.bias = B.gpu;
+            Tensor Ow = gpu.empty(L.output_shape(), dt), Ot = gpu.empty(L.output_shape(), dt),
+                   Oi = gpu.empty(L.output_shape(), dt), Om = gpu.empty(L.output_shape(), DType::Float32);
+            fprop_conv(L, I.gpu, F.gpu, Ow, o);
+            {
+                const test::ScopedEnv tile("KILN_CONV_KERNEL", "tile");
+                fprop_conv(L, I.gpu, F.gpu, Ot, o);
+            }
+            {
+                const test::ScopedEnv im2col("KILN_CONV_KERNEL", "im2col");
+                fprop_conv(L, I.gpu, F.gpu, Oi, o);
+            }
+            ConvOptions m;
+            m.bias = B.abs;
+            fprop_conv(L, I.abs, F.abs, Om, m);
+            CHECK(count_off(Ow, Ot, Om, dt) == 0);
+            CHECK(count_off(Ow, Oi, Om, dt) == 0);
+            Tensor Os = gpu.empty(L.output_shape(), dt), sums = gpu.empty({K}, DType::Float32);
+            ConvOptions ob = o;
+            ob.bsum = sums;
+            fprop_conv(L, I.gpu, F.gpu, Os, ob);
+            CHECK(gemm::last_conv_summed());
+            CHECK(count_off(Os, Ow, Om, dt) == 0);
+            CHECK(sums_off(gpu, Os, sums, K) == 0);
+        }
+    // (Each phase: 512 channels into 192 over 147 or more row tiles, the 4-tap phase's 32
+    // k-tiles priced lowest 192 wide.)
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        check_walked_phases(gpu, cpu, conv_layer(dt, 24, 192, 512, {1, 57, 57}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}),
+                            "_192_s4", seed, "by phase kiln_conv_fprop_walk_", nullptr);
 }
 
 // A strided gradient's phases in one launch (the phased walk, conv_dgrad_phased): against the

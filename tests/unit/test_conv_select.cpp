@@ -22,11 +22,13 @@ ConvLayer layer2d(int64_t N, int64_t C, int64_t K, int64_t hw, int64_t rs, int64
 
 // The entry fprop launches for L as conv_fprop_kernel decides it on kSms SMs: the patches by TMA
 // where C is a multiple of 64 (the seeds' windows all fit the descriptor), the walk where it can
-// run (TMA, K a multiple of 8, more tiles than SMs), the 256-wide one over more than 128 channels.
+// run (TMA, K a multiple of 8, more tiles than SMs), the 192- and 256-wide ones over more than 128
+// channels.
 std::string fprop_entry(const ConvLayer& L) {
     const bool tma = L.C % 64 == 0;
     const bool walk = tma && L.K % 8 == 0 && walk_fits_tiles(L, tile_of(L, L.K <= 64 ? 64 : 128), kSms);
-    const bool wide = tma && L.K % 8 == 0 && L.K > 128 && walk_fits_tiles(L, tile_of(L, 256), kSms);
+    const bool wide = tma && L.K % 8 == 0 && L.K > 128 && walk_fits_tiles(L, tile_of(L, 256), kSms) &&
+                      walk_fits_tiles(L, tile_of(L, 192), kSms);
     return describe(L, fprop_plan(L, kSms, tma, walk, wide));
 }
 
@@ -42,11 +44,12 @@ struct Chosen {
 TEST_CASE("conv plans: the seeds' layers take the tiles, walks and splits measured on the H200") {
     // (the float16 run of conv.py at 3023e35 / bc9c9f7 / ab49882: docs/conv_layers.md; the
     // balanced split's against the slices' in the run of 2026-12-04; the 256-wide walk, on the
-    // GEMM's persistent kernel, from kernel times of every candidate on an H100, 2026-12-06)
+    // GEMM's persistent kernel, from kernel times of every candidate on an H100, 2026-12-06; the
+    // 192-wide walk for AlexNet's 192 and 384 channels by the model)
     const char* const BALANCED = "kiln_conv_wgrad_bal_f16_256_s4 balanced over 132";
     const Chosen layers[] = {
-        {"alexnet conv2", 128, 64, 192, 27, 5, 2, 1, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 10"},
-        {"alexnet conv3", 128, 192, 384, 13, 3, 1, 1, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 3"},
+        {"alexnet conv2", 128, 64, 192, 27, 5, 2, 1, "kiln_conv_fprop_walk_f16_192_s4", "kiln_conv_wgrad_f16_256_s4 split 10"},
+        {"alexnet conv3", 128, 192, 384, 13, 3, 1, 1, "kiln_conv_fprop_walk_f16_192_s4", "kiln_conv_wgrad_f16_128_s6 split 3"},
         {"alexnet conv4", 128, 384, 256, 13, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", "kiln_conv_wgrad_f16_256_s4 split 4"},
         {"overfeat conv3", 128, 256, 512, 12, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 3"},
         {"overfeat conv4", 128, 512, 1024, 12, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", BALANCED},
@@ -102,6 +105,18 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(describe(s4, fprop_plan(s4, kSms, true, true, true)) == "kiln_conv_fprop_pers_f16_256_s4");
     CHECK(describe(s4, fprop_plan(s4, kSms, true, true, false)) == "kiln_conv_fprop_f16_256_s4");
     CHECK(describe(s5, fprop_plan(s5, kSms, true, true, true)) == "kiln_conv_fprop_f16_128_s6");
+    // The 192-wide walk where 192 or 384 channels would leave a 128- or 256-wide tile partly
+    // empty (AlexNet's conv3 gradient: 384 channels into 192, 2 rounds of 169 tiles against 3 of
+    // 338 128-wide ones), not over 256 or 512 channels (no tile past them), nor where the wider
+    // walks cannot run or the channels fill less than half of it.
+    const ConvLayer a3b = layer2d(128, 384, 192, 13, 3, 1, 1);
+    const FpropPlan mid = fprop_plan(a3b, kSms, true, true, true);
+    CHECK(describe(a3b, mid) == "kiln_conv_fprop_walk_f16_192_s4");
+    CHECK(mid.us == Approx(2 * (54 * 0.55 + 2.2)));
+    CHECK(fprop_plan(a3b, kSms, true, true, false).tile.bn != 192);
+    CHECK(fprop_plan(s4, kSms, true, true, true).tile.bn == 256);
+    CHECK(fprop_plan(layer2d(128, 256, 512, 12, 3, 1, 1), kSms, true, true, true).tile.bn == 256);
+    CHECK(fprop_plan(layer2d(256, 64, 96, 56, 3, 1, 1), kSms, true, true, true).tile.bn != 192);
     CHECK(!walk_fits_tiles(layer2d(2, 64, 128, 8, 3, 1, 1), tile_of(vgg2, 128), kSms));   // one tile
     // Gathered patches cost more per k-tile than TMA's: Overfeat's conv2 over its 96 channels
     // gathered, against the same layer padded to 128 by TMA (fewer microseconds despite a third
@@ -117,13 +132,17 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(walk_for(vgg2, tile_of(vgg2, 64)).entry == "kiln_conv_fprop_walk_f16_64_s6");
     // The walk's stages, staged results (16-bit rows of BN + 8), each consumer's bias for two
     // tiles and the barriers' 1 KB fit an SM's 227 KB with the channel sums.
-    for (int bn : {64, 128, 256}) {
+    for (int bn : {64, 128, 192, 256}) {
         const WalkTile w = walk_for(vgg2, tile_of(vgg2, bn), false, bn != 256);
         CHECK(!w.persistent);
-        CHECK(w.stages == (bn == 64 ? 6 : bn == 128 ? 5 : 3));
+        CHECK(w.stages == (bn == 64 ? 6 : bn == 128 ? 5 : bn == 192 ? 4 : 3));
         CHECK(w.smem == w.stages * (128 * 128 + bn * 128) + 128 * (bn + 8) * 2 + 4 * bn * 4 + 1024);
         CHECK(w.smem + (bn <= 128 ? conv_col_sum_bytes(bn) : 0) <= 227 * 1024);
     }
+    // The 192-wide walk adds the channel sums in its plain entry (tested at run time, as the
+    // narrower ones); into grouped rows too.
+    CHECK(walk_for(vgg2, tile_of(vgg2, 192), true).entry == "kiln_conv_fprop_walk_f16_192_s4");
+    CHECK(walk_for(vgg2, tile_of(vgg2, 192), true, false).entry == "kiln_conv_fprop_walk_f16_192_s4");
     // The 256-wide tile into plain rows of the layer's dtype walks on the GEMM's persistent
     // kernel (4 stages, its shared memory exactly the GEMM's, within 227 KB); a strided
     // gradient's grouped rows on the walk's own 3 stages.

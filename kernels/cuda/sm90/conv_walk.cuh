@@ -20,7 +20,9 @@
 // stores them at once: its 128 accumulators and 64 rounded registers, held across the next
 // tile's first multiplies, spilled. Its channel sums (the entry ending _bsum) take each group of
 // 16 columns' pairs as the rounding hands them out (WarpColSums::add_pair); it counts no
-// histogram (the host does not take it for that).
+// histogram (the host does not take it for that). The 192-wide tile (4 stages; 192 output
+// channels in one tile rather than a 128-wide and a half-empty one, or a 256-wide one a quarter
+// past the channels) holds its results as the narrower ones do and counts no histogram either.
 // 16-bit output whose rows are 16 bytes apart, without beta or stochastic rounding (the host
 // checks). Chosen by the host's cost model (conv_cuda.cpp, fprop_plan), KILN_CONV_KERNEL=walk
 // or the tuner.
@@ -51,7 +53,7 @@ __device__ __forceinline__ int walk_staged_at(bool by_tma, int r, int j) {
 template <int BN, class Stage>
 __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUtensorMap* map_c, Stage&& stage,
                                                 uint16_t* slice, int m0, int n0, int warp8, int lane, int64_t c_at) {
-    constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
+    constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;   // (the 192-wide tile: lanes 24-31 idle)
     const GemmParams& p = cp.gemm;
     const bool by_tma = cp.c_by_tma;
     const int g = lane / 4, q = lane % 4;
@@ -78,7 +80,7 @@ __device__ __forceinline__ void walk_store_rows(const ConvParams& cp, const CUte
         tma_store_commit();
     }
     uint32_t* const hist = BN <= 128 && (p.flags & kHist) ? hist_begin(p, warp8, lane) : nullptr;
-    if ((by_tma || by_rows) && !hist) return;
+    if (((by_tma || by_rows) && !hist) || lane >= kRowsPerPass * kChunks) return;
     const int r_in = lane / kChunks, chunk = lane % kChunks, n = n0 + 8 * chunk;
 #pragma unroll
     for (int r = r_in; r < 16; r += kRowsPerPass) {
@@ -103,6 +105,10 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
                                                 const CUtensorMap* map_c, const ConvPhases* phases = nullptr) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
     constexpr int BM = Cfg::BM;
+    // The 256-wide tile stores its results as soon as they are rounded (held across the next
+    // tile's multiplies, they and its accumulators outgrow the registers; the 192-wide tile's
+    // 96 accumulators and 48 rounded registers fit).
+    constexpr bool kStoreNow = BN > 192;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = aligned_smem(smem_raw);
     __shared__ __align__(8) Ring<STAGES> ring;
@@ -138,15 +144,12 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     float* const bias_c = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes + kWalkStagedBytes<BN>) + c * 2 * BN;
     // kColSums: the warp's running channel sums, in its row of col_partials ([gridDim.x x 8]
     // [tiles_n x BN], tiles_n <= 64), at the end added into the block's first row.
-    const bool col_sums = BN <= 128 ? (g.flags & kColSums) != 0 : SUMS;
+    const bool col_sums = !kStoreNow ? (g.flags & kColSums) != 0 : SUMS;
     WarpColSums<BN> sums;
     sums.row = g.col_partials + (int64_t(blockIdx.x) * 8 + warp8) * (int64_t(g.tiles_n) * BN);
     const bool bias = g.flags & kBias;
     const auto consumer_sync = [c] { asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory"); };
-    constexpr int kBiasPerThread = BN <= 128 ? 1 : BN / 128;   // a consumer's thread loads this many values a tile
-    // The 256-wide tile stores its results as soon as they are rounded (held across the next
-    // tile's multiplies, they and its accumulators outgrow the registers).
-    constexpr bool kStoreNow = BN > 128;
+    constexpr int kBiasPerThread = (BN + 127) / 128;   // a consumer's thread loads this many values a tile
     uint32_t results[BN / 4];   // the previous tile's, rounded
     int pending = -1;           // that tile (item x count + phase), or none
     // Where phase f's rows start in C.
