@@ -37,10 +37,11 @@ namespace {
 // KILN_CONV_KERNEL, for A/B runs: 0 "im2col" (the patch matrix and the GEMM), 1 "walk" (the
 // fprop walk, conv_walk.cuh, where it applies), 2 "tile" (fprop one tile a block, never the
 // walk), 3 "balanced" and 4 "sliced" (the update's split: wgrad_split_choice), 5 "mma" (on
-// sm_90 too, what other GPUs run: the mma.sync fprop, the update by im2col); unset: kiln's
-// choice. Read at each call.
+// sm_90 too, what other GPUs run: the mma.sync fprop, the update by im2col), 6 "walkt" (the
+// transposed walk, conv_walk_t.cuh, wherever it can run; "walk" and "tile" never take it);
+// unset: kiln's choice. Read at each call.
 std::optional<int> conv_kernel_choice() {
-    return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile", "balanced", "sliced", "mma"});
+    return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile", "balanced", "sliced", "mma", "walkt"});
 }
 // Whether fprop takes the mma.sync kernel on this GPU: every GPU but sm_90, or KILN_CONV_KERNEL=mma.
 bool mma_kernels(const cuda::CudaBackend& be) { return be.info().sm != 90 || conv_kernel_choice() == 5; }
@@ -52,14 +53,17 @@ WgradSplit wgrad_split_choice() {
 }
 
 // The plan a launch takes: fprop_plan's, where can_walk(tile) says whether that tile's walk can
-// run; KILN_CONV_KERNEL=walk walks wherever it can (the 256-wide tile over more than 128
-// channels, else the plan's tile), =tile never. plain_rows as walk_for's.
+// run and can_walk_t whether the transposed walk can; KILN_CONV_KERNEL=walk walks wherever it
+// can (the 256-wide tile over more than 128 channels, else the plan's tile), =tile never, and
+// neither takes the transposed walk; =walkt takes it wherever it can run. plain_rows as walk_for's.
 template <class CanWalk>
-FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, bool plain_rows, CanWalk&& can_walk) {
+FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, bool plain_rows, CanWalk&& can_walk,
+                       bool can_walk_t) {
     const std::optional<int> forced = conv_kernel_choice();
+    if (forced == 6 && can_walk_t) return {tile_of(L, 64), false, 0, true};
     const bool wide = forced != 2 && L.K > 128 && can_walk(tile_of(L, 256)) && can_walk(tile_of(L, 192));
     FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)), wide,
-                                plain_rows);
+                                plain_rows, can_walk_t && forced != 1 && forced != 2);
     if (forced == 1 && wide) plan = {tile_of(L, 256), true};
     else if (forced == 1 && can_walk(plan.tile)) plan.walk = true;
     return plan;
@@ -529,10 +533,13 @@ FpropPlan expected_plan(Context& ctx, const ConvLayer& L, bool plain_rows) {
     const int sms = be.info().multiprocessors;
     const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
     const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
-    return fprop_choice(L, sms, tma, plain_rows, [&](const ConvTile& u) {
-        return output_ok && walk_fits_tiles(L, u, sms) &&
-               walk_for(L, u, false, plain_rows).smem <= be.info().max_shared_optin;
-    });
+    return fprop_choice(
+        L, sms, tma, plain_rows,
+        [&](const ConvTile& u) {
+            return output_ok && walk_fits_tiles(L, u, sms) &&
+                   walk_for(L, u, false, plain_rows).smem <= be.info().max_shared_optin;
+        },
+        output_ok && plain_rows && L.K <= 64 && walk_t_for(L).smem <= be.info().max_shared_optin);
 }
 } // namespace
 
@@ -667,16 +674,30 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                walk_for(L, u, false, plain).smem <= be.info().max_shared_optin &&
                (u.bn <= 128 || !count);   // (the wider walks count no histogram)
     };
+    // The transposed walk (conv_walk_t.cuh): at most 64 channels, the patches by TMA, plain 16-bit
+    // rows of the layer's dtype, no histogram.
+    const WalkTile walk_t = walk_t_for(L);
+    const bool walk_t_runs = L.K <= 64 && p.im2col_rank && rows_of_16_bytes(g) && plain && !count &&
+                             walk_t.smem <= be.info().max_shared_optin;
+    const int64_t walk_t_blocks = std::min<int64_t>(sms, (rows + 255) / 256);
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
     // kernel's dynamic shared memory.
-    auto launch = [&](const ConvTile& u, bool walk, ConvParams q, int smem) {
+    auto launch = [&](const FpropPlan& x, ConvParams q, int smem) {
+        const ConvTile& u = x.tile;
         GemmParams& h = q.gemm;
         h.tiles_n = int32_t((L.K + u.bn - 1) / u.bn);
         // The filter as a K x taps K-major matrix: boxes of one 128-byte k-tile x BN rows.
         CUtensorMap map_b = detail::tensor_map(detail::data_of(Fc), L.dtype, uint64_t(taps), uint64_t(L.K), 1, taps, 0,
                                                64, uint32_t(u.bn));
         CUtensorMap patches = map_a.value_or(CUtensorMap{});
-        if (walk) {
+        if (x.transposed) {
+            // C by TMA in boxes of 256 rows x 64 channels (the tile, transposed back).
+            CUtensorMap map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 256);
+            void* params[] = {&q, &map_b, &patches, &map_c};
+            CUfunction f = be.precompiled(kiln_conv_sm90_image, walk_t.entry, walk_t.smem);
+            be.launch_precompiled(f, unsigned(walk_t_blocks), 1, 1, 256, unsigned(walk_t.smem), params,
+                                  {.programmatic = be.programmatic_launches()});
+        } else if (x.walk) {
             // C by TMA: on the GEMM's persistent kernel in boxes of 64 rows x 128 bytes, its
             // raster a row of tiles after another, not launched early (as the GEMM's); on the
             // walk, plain rows in boxes of 16 rows x 128 bytes (a phase's grouped rows: the
@@ -701,7 +722,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         }
     };
     // The cost model's plan, the walk only where it can run (fprop_choice); or the tuner's.
-    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, plain, walk_runs);
+    FpropPlan plan = fprop_choice(L, sms, p.im2col_rank != 0, plain, walk_runs, walk_t_runs);
     if (autotune_enabled() && !count && !conv_kernel_choice()) {
         // Each tile width the channels fill at least half of (and whose stages fit), one tile a
         // block, and where it can run its walk.
@@ -712,6 +733,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             if (bn != 192 && u.smem <= be.info().max_shared_optin) candidates.push_back({u, false});   // (192: the walk only)
             if (walk_runs(u)) candidates.push_back({u, true});
         }
+        if (walk_t_runs) candidates.push_back({tile_of(L, 64), false, 0, true});
         const std::string key = fmt::format("fprop {} {} pixels {}/{} out {} {}x{} rows16 {} plain {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",
                                             L.str(), dtype_name(L.dtype), layout.pixel, layout.row, dtype_name(C.dtype()), c.s_row, c.s_col,
                                             rows_of_16_bytes(g), plain, p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
@@ -726,24 +748,26 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                 q.siblings = 0;   // (launched between the phases' own)
                 q.gemm.c = scratch.second;
                 q.gemm.c_group = 0, q.gemm.c_sg = 0;   // (the scratch's rows are plain)
-                launch(x.tile, x.walk, q, x.tile.smem);
+                launch(x, q, x.tile.smem);
             });
         if (chosen) plan = *chosen;
     }
     const ConvTile& t = plan.tile;
     const int64_t tiles_n = (L.K + t.bn - 1) / t.bn, blocks = int64_t(g.tiles_m) * tiles_n;
     const WalkTile walk = plan.walk ? walk_for(L, t, false, plain) : WalkTile{};
-    int smem = plan.walk ? walk.smem : t.smem;
+    int smem = plan.transposed ? walk_t.smem : plan.walk ? walk.smem : t.smem;
     // Channel sums (kColSums), then their sum over the partials' rows: one tile a block, each row
     // of tiles' column sums (the warps' sums past the tile's bias, added in warp order); the
     // walk, each warp's running sums over its block's tiles (WarpColSums), a row a warp, added
-    // into the block's first at its end.
+    // into the block's first at its end; the transposed walk, each thread's two channels in
+    // registers over its block's tiles, a row of 64 a block.
     Tensor partials;
-    const int col_s_bytes = plan.walk ? 0 : conv_col_sum_bytes(t.bn);
+    const int col_s_bytes = plan.walk || plan.transposed ? 0 : conv_col_sum_bytes(t.bn);
     if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
         smem + col_s_bytes <= be.info().max_shared_optin) {
-        partials = plan.walk ? ctx.empty({int64_t(sms) * 8, tiles_n * t.bn}, DType::Float32)
-                             : ctx.empty({g.tiles_m, L.K}, DType::Float32);
+        partials = plan.transposed ? ctx.empty({walk_t_blocks, 64}, DType::Float32)
+                   : plan.walk     ? ctx.empty({int64_t(sms) * 8, tiles_n * t.bn}, DType::Float32)
+                                   : ctx.empty({g.tiles_m, L.K}, DType::Float32);
         g.col_partials = reinterpret_cast<float*>(detail::data_of(partials));
         g.flags |= kColSums;
         smem += col_s_bytes;
@@ -763,7 +787,10 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         extras->counted = true;
         last_counted = true;
     }
-    if (plan.walk)
+    if (plan.transposed)
+        log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles of 256 positions on {} blocks{})", L.str(), walk_t.entry,
+                  rows, L.K, taps, (rows + 255) / 256, walk_t_blocks, partials.defined() ? ", channel sums" : "");
+    else if (plan.walk)
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} tiles on {} blocks{})", L.str(),
                   walk_for(L, t, partials.defined(), plain).entry, rows, L.K, taps,
                   blocks, sms, partials.defined() ? ", channel sums" : "");
@@ -771,7 +798,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {}{})", L.str(), t.entry, rows, L.K, taps, blocks,
                   p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"),
                   partials.defined() ? ", channel sums" : "");
-    launch(t, plan.walk, p, smem);
+    launch(plan, p, smem);
     last_layout = layout;
     C.view().storage->written = true;
     if (partials.defined()) {

@@ -67,10 +67,21 @@ WalkCost walk_cost(int bn, bool plain_rows) {
     return plain_rows ? WalkCost{0.655, 1.5} : WalkCost{0.68, 3.0};
 }
 } // namespace
+bool transposed_suits(const ConvLayer& L, int sms) { return L.K > 32 && L.K <= 64 && (positions_of(L) + 255) / 256 >= sms; }
+
+WalkTile walk_t_for(const ConvLayer& L) {
+    WalkTile w;
+    w.stages = 4;
+    w.smem = w.stages * (64 * 128 + 256 * 128) + 256 * 128 + 1024;
+    w.entry = fmt::format("kiln_conv_fprop_walkt_{}_64_s4", L.dtype == DType::Float16 ? "f16" : "bf16");
+    return w;
+}
+
 FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible,
-                     bool plain_rows) {
+                     bool plain_rows, bool transposed_possible) {
     const int64_t tiles_m = (positions_of(L) + 127) / 128;
     const int64_t ktiles = (taps_of(L) + 63) / 64;
+    if (L.K <= 64 && transposed_possible && transposed_suits(L, sms)) return {tile_of(L, 64), false, 0, true};
     if (L.K <= 64) return {tile_of(L, 64), walk_possible && ktiles <= kNarrowWalkKtiles};
     struct Option { int bn; bool walk; double per_ktile, fixed; };
     const Option options[] = {
@@ -116,6 +127,7 @@ WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums, bool 
 }
 
 std::string describe(const ConvLayer& L, const FpropPlan& plan, bool column_sums, bool plain_rows) {
+    if (plan.transposed) return walk_t_for(L).entry;
     return plan.walk ? walk_for(L, plan.tile, column_sums, plain_rows).entry : plan.tile.entry;
 }
 

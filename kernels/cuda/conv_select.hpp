@@ -30,19 +30,25 @@ ConvTile tile_of(const ConvLayer& L, int bn);
 ConvTile mma_tile(const ConvLayer& L);
 
 // How fprop runs a layer: the tile, and whether a block per SM walks the tiles (conv_walk.cuh)
-// instead of one tile a block.
+// instead of one tile a block; or (`transposed`) the 64-channel walk with the roles exchanged
+// (conv_walk_t.cuh: 64 channels x 256 positions a tile).
 struct FpropPlan {
     ConvTile tile;
     bool walk = false;
     double us = 0;   // the model's estimate (0: not modelled, the 64-wide tile of K <= 64)
+    bool transposed = false;
 };
 
 // The plan by a cost model (conv_select.cpp), on `sms` SMs, the patches brought by TMA or
 // gathered, the walk considered where walk_possible (of the 64-wide tile where K <= 64, else of
 // the 128-wide one) and the 192- and 256-wide walks where wide_walk_possible (plain_rows as
-// walk_for's).
+// walk_for's). At most 64 output channels: the transposed walk where transposed_possible (its
+// host conditions: patches by TMA, plain 16-bit rows of the layer's dtype, no histogram), more
+// than 32 channels and a wave of its 256-position tiles, else the 64-wide tile.
 FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible = false,
-                     bool plain_rows = true);
+                     bool plain_rows = true, bool transposed_possible = false);
+// Whether the transposed walk suits L by the rule above (not its host conditions).
+bool transposed_suits(const ConvLayer& L, int sms);
 
 // The widest one-tile kernel fprop_plan may choose for L (whose stages must fit in shared
 // memory; the walk's buffers are checked where it would run).
@@ -64,6 +70,9 @@ bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms);
 // (column_sums: the entry that adds the channel sums, the 256-wide walk's own; plain_rows: C's
 // rows are plain, not a strided gradient's grouped rows, and C has the layer's dtype.)
 WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums = false, bool plain_rows = true);
+// The transposed walk's kernel: 4 stages of the filter's 64 rows and 256 positions' patches, the
+// staged 256 x 64 tile of O past them.
+WalkTile walk_t_for(const ConvLayer& L);
 
 // The entry a plan launches (with column_sums: adding the channel sums; plain_rows as walk_for's).
 std::string describe(const ConvLayer& L, const FpropPlan& plan, bool column_sums = false, bool plain_rows = true);

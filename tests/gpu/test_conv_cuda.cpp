@@ -12,6 +12,7 @@
 #include <kiln/kiln.hpp>
 
 #include "kernels/cuda/conv_cuda.hpp"
+#include "kernels/cuda/conv_select.hpp"
 #include "runtime/cuda/device_backend.hpp"
 
 #include <cmath>
@@ -1155,6 +1156,79 @@ TEST_CASE("gpu conv: the 192-wide walk") {
     for (DType dt : {DType::Float16, DType::BFloat16})
         check_walked_phases(gpu, cpu, conv_layer(dt, 24, 192, 512, {1, 57, 57}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}),
                             "_192_s4", seed, "by phase kiln_conv_fprop_walk_", nullptr);
+}
+
+// The transposed walk (64 channels x 256 positions a tile, conv_walk_t.cuh): kiln's choice for
+// at most 64 output channels over a wave of its tiles, forced by KILN_CONV_KERNEL=walkt
+// elsewhere; 64, 56 and 40 channels (rows of C and of the filter past them), 3x3 and 1x1, C 64
+// and 128, positions not a multiple of 256 (47 x 28 x 28), 3D; plain, with alpha, a bias and ReLU
+// or its slope, against the 64-wide walk and one tile a block (KILN_CONV_KERNEL=walk, =tile),
+// im2col and the CPU's magnitudes, every position written (the output first filled with NaN);
+// its channel sums against the output's, and the same bits again; a stride-1 gradient into 64
+// channels on it.
+TEST_CASE("gpu conv: the transposed walk") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (!sm90(gpu)) return;
+    uint32_t seed = 8100;
+    struct Case {
+        int64_t N, C, K, D, HW, RS;
+    };
+    const Case cases[] = {{47, 64, 64, 1, 28, 3}, {47, 128, 56, 1, 28, 1}, {47, 64, 40, 1, 28, 3}, {3, 64, 64, 6, 20, 3}};
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Case& k : cases) {
+            const int64_t pad = k.RS / 2, pd = k.D > 1 ? pad : 0;
+            const ConvLayer L = conv_layer(dt, k.N, k.C, k.K, {k.D, k.HW, k.HW}, {k.D > 1 ? k.RS : 1, k.RS, k.RS}, {pd, pad, pad});
+            INFO(L.str());
+            const bool chosen = gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walkt_") == 0;
+            CHECK(chosen == gemm::transposed_suits(L, cuda::cuda_backend(gpu).info().multiprocessors));
+            const test::ScopedEnv forced("KILN_CONV_KERNEL", "walkt");
+            CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walkt_") == 0);
+            CHECK(gemm::conv_fprop_kernel(gpu, L, true) == gemm::conv_fprop_kernel(gpu, L));
+            const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
+                       B = pair(gpu, gpu, {k.K}, DType::Float32, ++seed);
+            for (int variant = 0; variant < 3; ++variant) {
+                INFO("variant " << variant);
+                ConvOptions o;
+                if (variant == 1) o.relu = true, o.bias = B.gpu;
+                if (variant == 2) o.alpha = 0.75, o.relu = true, o.slope = 0.125, o.bias = B.gpu;
+                Tensor Ot = gpu.empty(L.output_shape(), dt), Ow = gpu.empty(L.output_shape(), dt),
+                       Oi = gpu.empty(L.output_shape(), dt), Om = gpu.empty(L.output_shape(), DType::Float32);
+                Ot.assign(Expr(std::nan("")));
+                fprop_conv(L, I.gpu, F.gpu, Ot, o);
+                for (const char* other : {"walk", "tile", "im2col"}) {
+                    const test::ScopedEnv e("KILN_CONV_KERNEL", other);
+                    CHECK(gemm::conv_fprop_kernel(gpu, L).find("walkt") == std::string::npos);
+                    fprop_conv(L, I.gpu, F.gpu, std::string(other) == "im2col" ? Oi : Ow, o);
+                }
+                ConvOptions m;
+                m.alpha = o.alpha;
+                if (o.bias) m.bias = B.abs;
+                fprop_conv(L, I.abs, F.abs, Om, m);
+                CHECK(count_off(Ot, Ow, Om, dt) == 0);
+                CHECK(count_off(Ot, Oi, Om, dt) == 0);
+            }
+            ConvOptions ob;
+            ob.relu = true, ob.bias = B.gpu;
+            Tensor Os = gpu.empty(L.output_shape(), dt), sums = gpu.empty({k.K}, DType::Float32),
+                   again = gpu.empty({k.K}, DType::Float32);
+            ob.bsum = sums;
+            fprop_conv(L, I.gpu, F.gpu, Os, ob);
+            CHECK(gemm::last_conv_summed());
+            CHECK(sums_off(gpu, Os, sums, k.K) == 0);
+            ob.bsum = again;
+            fprop_conv(L, I.gpu, F.gpu, Os, ob);
+            CHECK(again.to_vector<float>() == sums.to_vector<float>());
+        }
+    // A stride-1 gradient into 64 channels: the convolution of E on the transposed walk.
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        const ConvLayer L = conv_layer(dt, 40, 64, 128, {1, 28, 28}, {1, 3, 3}, {0, 1, 1});
+        INFO(L.str());
+        const test::ScopedEnv forced("KILN_CONV_KERNEL", "walkt");
+        CHECK(conv_kernel(gpu, L, "bprop").find("walkt") != std::string::npos);
+        const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed);
+        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
+    }
 }
 
 // A strided gradient's phases in one launch (the phased walk, conv_dgrad_phased): against the

@@ -91,6 +91,20 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(long_k.tile.bn == 64);
     CHECK(!long_k.walk);
     CHECK(describe(narrow, fprop_plan(narrow, kSms, true, false)) == "kiln_conv_fprop_f16_64_s4");
+    // The transposed walk (64 channels x 256 positions a tile) where it can run, over 32 to 64
+    // channels and at least a wave of its tiles (ResNet-50's 64-channel layers at 56x56: 3136).
+    const FpropPlan t64 = fprop_plan(narrow, kSms, true, true, false, true, true);
+    CHECK(t64.transposed);
+    CHECK(describe(narrow, t64) == "kiln_conv_fprop_walkt_f16_64_s4");
+    CHECK(transposed_suits(layer2d(256, 64, 40, 56, 1, 0, 1), kSms));
+    CHECK(!fprop_plan(narrow, kSms, true, true, false, true, false).transposed);
+    CHECK(!fprop_plan(layer2d(256, 64, 32, 56, 3, 1, 1), kSms, true, true, false, true, true).transposed);
+    CHECK(!fprop_plan(layer2d(2, 64, 64, 56, 3, 1, 1), kSms, true, true, false, true, true).transposed);   // 25 tiles
+    CHECK(!fprop_plan(layer2d(64, 64, 128, 112, 3, 1, 1), kSms, true, true, true, true, true).transposed);
+    const WalkTile wt = walk_t_for(layer2d(2, 64, 64, 8, 3, 1, 1));
+    CHECK(wt.entry == "kiln_conv_fprop_walkt_f16_64_s4");
+    CHECK(wt.smem == 4 * (64 * 128 + 256 * 128) + 256 * 128 + 1024);
+    CHECK(wt.smem <= 227 * 1024);
     // The walk only where it may run, over more tiles than SMs.
     const ConvLayer vgg2 = layer2d(64, 64, 128, 112, 3, 1, 1);
     CHECK(fprop_plan(vgg2, kSms, true, true).walk);

@@ -57,6 +57,21 @@ __device__ __forceinline__ void tma_load_im2col(int rank, void* dst, const CUten
     }
 }
 
+// A k-tile's channel block cb and tap (t, r, s) within a window of taps, stepped along from the
+// first (divisions on the issuing thread's path per k-tile made it slower than the multiplies).
+struct TapStep {
+    int cb = 0, s = 0, r = 0, t = 0;
+    __device__ __forceinline__ void next(int cblocks, const TapWindow& w) {
+        if (++cb == cblocks) {
+            cb = 0;
+            if (++s == w.S) {
+                s = 0;
+                if (++r == w.R) r = 0, ++t;
+            }
+        }
+    }
+};
+
 // The producer by TMA in im2col mode (one thread: two copies a stage; several issuers measured
 // slower here): the tile at (m0, n0), k-tile kt being channels 64 cb .. 64 cb + 63 of tap
 // (t, r, s), kt = tap * C / 64 + cb, as in the filter's KTRSC order. `it` counts stage uses
@@ -71,24 +86,16 @@ __device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned c
     const ConvShape& g = p.shape;
     const RowOrigin o = row_origin(g, m0);
     const int cblocks = g.C / Cfg::BK;
-    // The k-tile's channel block and tap, stepped along (divisions on the issuing thread's path
-    // per k-tile made it slower than the multiplies).
-    int cb = 0, s = 0, r = 0, t = 0;
-    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+    TapStep step;
+    for (int kt = 0; kt < ktiles; ++kt, ++it, step.next(cblocks, w)) {
         const int st = it % STAGES;
         if (it >= STAGES) mbar_wait(&ring.empty[st], ((it / STAGES) - 1) & 1);
         unsigned char* stage = smem + st * Cfg::kStageBytes;
         mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
-        tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
-                        uint16_t(w.ow + s * g.dil_w), uint16_t(w.oh + r * g.dil_h), uint16_t(w.od + t * g.dil_d));
+        tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], step.cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
+                        uint16_t(w.ow + step.s * g.dil_w), uint16_t(w.oh + step.r * g.dil_h),
+                        uint16_t(w.od + step.t * g.dil_d));
         tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], w.k_first + kt * Cfg::BK, n0, 0);
-        if (++cb == cblocks) {
-            cb = 0;
-            if (++s == w.S) {
-                s = 0;
-                if (++r == w.R) r = 0, ++t;
-            }
-        }
     }
 }
 template <class T, int BN, int STAGES>
@@ -152,16 +159,16 @@ __device__ __forceinline__ void conv_produce_gather(const ConvParams& p, unsigne
 // The start of a convolution kernel's block (thread 0 prefetches the descriptors and sets up the
 // ring; everyone waits, then for the grids before unless the one before is a sibling phase,
 // siblings as ConvParams::siblings): each stage full after `full_arrivals` arrivals with the TMA
-// bytes, empty once lane 0 of each of the two consumers' warps is done.
+// bytes, empty once lane 0 of each of the consumers' warps is done (`consumers` warpgroups).
 template <int STAGES>
 __device__ __forceinline__ void conv_block_start(Ring<STAGES>& ring, int full_arrivals, const CUtensorMap* map0,
-                                                 const CUtensorMap* map1, uint32_t siblings = 0) {
+                                                 const CUtensorMap* map1, uint32_t siblings = 0, int consumers = 2) {
     if (threadIdx.x == 0) {
         tma_prefetch_descriptor(map0);
         if (map1) tma_prefetch_descriptor(map1);
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&ring.full[s], full_arrivals);
-            mbar_init(&ring.empty[s], 4 * 2);
+            mbar_init(&ring.empty[s], 4 * consumers);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
