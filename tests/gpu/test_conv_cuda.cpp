@@ -1051,6 +1051,40 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
     }
 }
 
+// fprop of L with a bias and ReLU on the path kiln takes (as the environment has it) against one
+// tile a block (KILN_CONV_KERNEL=tile), im2col and the GEMM, to the CPU's magnitudes; then with a
+// bsum: the same output, and channel sums equal to the output's (rows past M left out).
+void check_fprop_beside_tile(Context& gpu, const ConvLayer& L, uint32_t& seed) {
+    const DType dt = L.dtype;
+    const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
+               B = pair(gpu, gpu, {L.K}, DType::Float32, ++seed);
+    ConvOptions o;
+    o.relu = true, o.bias = B.gpu;
+    Tensor Ow = gpu.empty(L.output_shape(), dt), Ot = gpu.empty(L.output_shape(), dt),
+           Oi = gpu.empty(L.output_shape(), dt), Om = gpu.empty(L.output_shape(), DType::Float32);
+    fprop_conv(L, I.gpu, F.gpu, Ow, o);
+    {
+        const test::ScopedEnv tile("KILN_CONV_KERNEL", "tile");
+        fprop_conv(L, I.gpu, F.gpu, Ot, o);
+    }
+    {
+        const test::ScopedEnv im2col("KILN_CONV_KERNEL", "im2col");
+        fprop_conv(L, I.gpu, F.gpu, Oi, o);
+    }
+    ConvOptions m;
+    m.bias = B.abs;
+    fprop_conv(L, I.abs, F.abs, Om, m);
+    CHECK(count_off(Ow, Ot, Om, dt) == 0);
+    CHECK(count_off(Ow, Oi, Om, dt) == 0);
+    Tensor Os = gpu.empty(L.output_shape(), dt), sums = gpu.empty({L.K}, DType::Float32);
+    ConvOptions ob = o;
+    ob.bsum = sums;
+    fprop_conv(L, I.gpu, F.gpu, Os, ob);
+    CHECK(gemm::last_conv_summed());
+    CHECK(count_off(Os, Ow, Om, dt) == 0);
+    CHECK(sums_off(gpu, Os, sums, L.K) == 0);
+}
+
 // The 256-wide walk (KILN_CONV_KERNEL=walk over more than 128 output channels): on the GEMM's
 // persistent kernel into plain rows, by TMA, with a bias and ReLU and a partial last column of
 // tiles (296 channels), against the one-tile kernel, im2col and the GEMM; a strided bprop's
@@ -1070,34 +1104,7 @@ TEST_CASE("gpu conv: the 256-wide walk stores plain rows and a phase's grouped r
         CHECK(gemm::conv_fprop_kernel(gpu, L).find("_256_s4") != std::string::npos);
         CHECK(conv_kernel(gpu, L, "fprop+bsum") == "implicit-gemm " + gemm::conv_fprop_kernel(gpu, L, true));
         CHECK(gemm::conv_fprop_kernel(gpu, L, true).find("_256_s4_cols") != std::string::npos);
-        const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
-                   B = pair(gpu, gpu, {L.K}, DType::Float32, ++seed);
-        ConvOptions o;
-        o.relu = true, o.bias = B.gpu;
-        Tensor Ow = gpu.empty(L.output_shape(), dt), Ot = gpu.empty(L.output_shape(), dt),
-               Oi = gpu.empty(L.output_shape(), dt), Om = gpu.empty(L.output_shape(), DType::Float32);
-        fprop_conv(L, I.gpu, F.gpu, Ow, o);
-        {
-            const test::ScopedEnv tile("KILN_CONV_KERNEL", "tile");
-            fprop_conv(L, I.gpu, F.gpu, Ot, o);
-        }
-        {
-            const test::ScopedEnv im2col("KILN_CONV_KERNEL", "im2col");
-            fprop_conv(L, I.gpu, F.gpu, Oi, o);
-        }
-        ConvOptions m;
-        m.bias = B.abs;
-        fprop_conv(L, I.abs, F.abs, Om, m);
-        CHECK(count_off(Ow, Ot, Om, dt) == 0);
-        CHECK(count_off(Ow, Oi, Om, dt) == 0);
-        // bsum: the persistent kernel adds the channel sums, equal to the output's.
-        Tensor Os = gpu.empty(L.output_shape(), dt), sums = gpu.empty({L.K}, DType::Float32);
-        ConvOptions ob = o;
-        ob.bsum = sums;
-        fprop_conv(L, I.gpu, F.gpu, Os, ob);
-        CHECK(gemm::last_conv_summed());
-        CHECK(count_off(Os, Ow, Om, dt) == 0);
-        CHECK(sums_off(gpu, Os, sums, L.K) == 0);
+        check_fprop_beside_tile(gpu, L, seed);   // (the bsum: the persistent kernel adds it as it stores)
     }
     // (An odd image: phases of 29 and 28 positions a row, not one launch: each its walk.)
     for (DType dt : {DType::Float16, DType::BFloat16})
@@ -1123,33 +1130,7 @@ TEST_CASE("gpu conv: the 192-wide walk") {
             CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
             CHECK(gemm::conv_fprop_kernel(gpu, L).find("_192_s4 ") != std::string::npos);
             CHECK(gemm::conv_fprop_kernel(gpu, L, true) == gemm::conv_fprop_kernel(gpu, L));
-            const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
-                       B = pair(gpu, gpu, {K}, DType::Float32, ++seed);
-            ConvOptions o;
-            o.relu = true, o.bias = B.gpu;
-            Tensor Ow = gpu.empty(L.output_shape(), dt), Ot = gpu.empty(L.output_shape(), dt),
-                   Oi = gpu.empty(L.output_shape(), dt), Om = gpu.empty(L.output_shape(), DType::Float32);
-            fprop_conv(L, I.gpu, F.gpu, Ow, o);
-            {
-                const test::ScopedEnv tile("KILN_CONV_KERNEL", "tile");
-                fprop_conv(L, I.gpu, F.gpu, Ot, o);
-            }
-            {
-                const test::ScopedEnv im2col("KILN_CONV_KERNEL", "im2col");
-                fprop_conv(L, I.gpu, F.gpu, Oi, o);
-            }
-            ConvOptions m;
-            m.bias = B.abs;
-            fprop_conv(L, I.abs, F.abs, Om, m);
-            CHECK(count_off(Ow, Ot, Om, dt) == 0);
-            CHECK(count_off(Ow, Oi, Om, dt) == 0);
-            Tensor Os = gpu.empty(L.output_shape(), dt), sums = gpu.empty({K}, DType::Float32);
-            ConvOptions ob = o;
-            ob.bsum = sums;
-            fprop_conv(L, I.gpu, F.gpu, Os, ob);
-            CHECK(gemm::last_conv_summed());
-            CHECK(count_off(Os, Ow, Om, dt) == 0);
-            CHECK(sums_off(gpu, Os, sums, K) == 0);
+            check_fprop_beside_tile(gpu, L, seed);
         }
     // (Each phase: 512 channels into 192 over 147 or more row tiles, the 4-tap phase's 32
     // k-tiles priced lowest 192 wide.)
