@@ -386,8 +386,8 @@ TEST_CASE("gpu conv: the implicit-GEMM kernel on sm_90: tails of rows, taps and 
             const ConvLayer L = conv_layer(dt, 48, 64, K, {1, 28, 28}, {1, 3, 3}, {0, 1, 1});
             INFO(L.str());
             // 9 k-tiles a tile and 3 tiles an SM: the walk by the cost model (wider than 64
-            // channels) and by the narrow tile's rule (at most 12 k-tiles).
-            CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
+            // channels); 64 channels over a wave of 256-position tiles, the transposed walk.
+            CHECK(gemm::conv_fprop_kernel(gpu, L).find(K == 64 ? "kiln_conv_fprop_walkt_" : "kiln_conv_fprop_walk_") == 0);
             setenv("KILN_CONV_KERNEL", "walk", 1);
             CHECK(gemm::conv_fprop_kernel(gpu, L).find("kiln_conv_fprop_walk_") == 0);
             const Pair I = pair(gpu, gpu, L.input_shape(), dt, ++seed), F = pair(gpu, gpu, L.filter_shape(), dt, ++seed),
