@@ -38,7 +38,8 @@ namespace {
 // fprop walk, conv_walk.cuh, where it applies), 2 "tile" (fprop one tile a block, never the
 // walk), 3 "balanced" and 4 "sliced" (the update's split: wgrad_split_choice), 5 "mma" (on
 // sm_90 too, what other GPUs run: the mma.sync fprop, the update by im2col), 6 "walkt" (the
-// transposed walk, conv_walk_t.cuh, wherever it can run; "walk" and "tile" never take it);
+// transposed walk, conv_walk_t.cuh, wherever it can run: at most 128 channels; "walk" and "tile"
+// never take it);
 // unset: kiln's choice. Read at each call.
 std::optional<int> conv_kernel_choice() {
     return env::choice("KILN_CONV_KERNEL", {"im2col", "walk", "tile", "balanced", "sliced", "mma", "walkt"});
@@ -60,7 +61,7 @@ template <class CanWalk>
 FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, bool plain_rows, CanWalk&& can_walk,
                        bool can_walk_t) {
     const std::optional<int> forced = conv_kernel_choice();
-    if (forced == 6 && can_walk_t) return {tile_of(L, 64), false, 0, true};
+    if (forced == 6 && can_walk_t) return {tile_of(L, L.K <= 64 ? 64 : 128), false, 0, true};
     const bool wide = forced != 2 && L.K > 128 && can_walk(tile_of(L, 256)) && can_walk(tile_of(L, 192));
     FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)), wide,
                                 plain_rows, can_walk_t && forced != 1 && forced != 2);
@@ -539,7 +540,7 @@ FpropPlan expected_plan(Context& ctx, const ConvLayer& L, bool plain_rows) {
             return output_ok && walk_fits_tiles(L, u, sms) &&
                    walk_for(L, u, false, plain_rows).smem <= be.info().max_shared_optin;
         },
-        output_ok && plain_rows && L.K <= 64 && walk_t_for(L).smem <= be.info().max_shared_optin);
+        output_ok && plain_rows && L.K <= 128 && walk_t_for(L).smem <= be.info().max_shared_optin);
 }
 } // namespace
 
@@ -674,10 +675,11 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                walk_for(L, u, false, plain).smem <= be.info().max_shared_optin &&
                (u.bn <= 128 || !count);   // (the wider walks count no histogram)
     };
-    // The transposed walk (conv_walk_t.cuh): at most 64 channels, the patches by TMA, plain 16-bit
+    // The transposed walk (conv_walk_t.cuh): at most 128 channels, the patches by TMA, plain 16-bit
     // rows of the layer's dtype, no histogram.
     const WalkTile walk_t = walk_t_for(L);
-    const bool walk_t_runs = L.K <= 64 && p.im2col_rank && rows_of_16_bytes(g) && plain && !count &&
+    const int walk_t_width = L.K <= 64 ? 64 : 128;
+    const bool walk_t_runs = L.K <= 128 && p.im2col_rank && rows_of_16_bytes(g) && plain && !count &&
                              walk_t.smem <= be.info().max_shared_optin;
     const int64_t walk_t_blocks = std::min<int64_t>(sms, (rows + 255) / 256);
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
@@ -695,7 +697,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             CUtensorMap map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 256);
             void* params[] = {&q, &map_b, &patches, &map_c};
             CUfunction f = be.precompiled(kiln_conv_sm90_image, walk_t.entry, walk_t.smem);
-            be.launch_precompiled(f, unsigned(walk_t_blocks), 1, 1, 256, unsigned(walk_t.smem), params,
+            be.launch_precompiled(f, unsigned(walk_t_blocks), 1, 1, unsigned(128 * (walk_t_width / 64 + 1)),
+                                  unsigned(walk_t.smem), params,
                                   {.programmatic = be.programmatic_launches()});
         } else if (x.walk) {
             // C by TMA: on the GEMM's persistent kernel in boxes of 64 rows x 128 bytes, its
@@ -733,7 +736,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             if (bn != 192 && u.smem <= be.info().max_shared_optin) candidates.push_back({u, false});   // (192: the walk only)
             if (walk_runs(u)) candidates.push_back({u, true});
         }
-        if (walk_t_runs) candidates.push_back({tile_of(L, 64), false, 0, true});
+        if (walk_t_runs && L.K <= 64) candidates.push_back({tile_of(L, 64), false, 0, true});
         const std::string key = fmt::format("fprop {} {} pixels {}/{} out {} {}x{} rows16 {} plain {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",
                                             L.str(), dtype_name(L.dtype), layout.pixel, layout.row, dtype_name(C.dtype()), c.s_row, c.s_col,
                                             rows_of_16_bytes(g), plain, p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
@@ -760,12 +763,12 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // of tiles' column sums (the warps' sums past the tile's bias, added in warp order); the
     // walk, each warp's running sums over its block's tiles (WarpColSums), a row a warp, added
     // into the block's first at its end; the transposed walk, each thread's two channels in
-    // registers over its block's tiles, a row of 64 a block.
+    // registers over its block's tiles, a row of 64 a consumer a block.
     Tensor partials;
     const int col_s_bytes = plan.walk || plan.transposed ? 0 : conv_col_sum_bytes(t.bn);
     if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
         smem + col_s_bytes <= be.info().max_shared_optin) {
-        partials = plan.transposed ? ctx.empty({walk_t_blocks, 64}, DType::Float32)
+        partials = plan.transposed ? ctx.empty({walk_t_blocks, int64_t(walk_t_width)}, DType::Float32)
                    : plan.walk     ? ctx.empty({int64_t(sms) * 8, tiles_n * t.bn}, DType::Float32)
                                    : ctx.empty({g.tiles_m, L.K}, DType::Float32);
         g.col_partials = reinterpret_cast<float*>(detail::data_of(partials));

@@ -76,9 +76,10 @@ bool transposed_suits(const ConvLayer& L, int sms) { return L.K > 32 && L.K <= 6
 
 WalkTile walk_t_for(const ConvLayer& L) {
     WalkTile w;
-    w.stages = 4;
-    w.smem = w.stages * (64 * 128 + 256 * 128) + 256 * 128 + 1024;
-    w.entry = fmt::format("kiln_conv_fprop_walkt_{}_64_s4", L.dtype == DType::Float16 ? "f16" : "bf16");
+    const int width = L.K <= 64 ? 64 : 128;
+    w.stages = width == 64 ? 4 : 3;
+    w.smem = w.stages * (width * 128 + 256 * 128) + width / 64 * 256 * 128 + 1024;
+    w.entry = fmt::format("kiln_conv_fprop_walkt_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", width, w.stages);
     return w;
 }
 

@@ -70,8 +70,9 @@ bool walk_fits_tiles(const ConvLayer& L, const ConvTile& t, int sms);
 // (column_sums: the entry that adds the channel sums, the 256-wide walk's own; plain_rows: C's
 // rows are plain, not a strided gradient's grouped rows, and C has the layer's dtype.)
 WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums = false, bool plain_rows = true);
-// The transposed walk's kernel: 4 stages of the filter's 64 rows and 256 positions' patches, the
-// staged 256 x 64 tile of O past them.
+// The transposed walk's kernel: up to 64 channels one consumer, 4 stages of the filter's 64 rows
+// and 256 positions' patches, the staged 256 x 64 tile of O past them; up to 128 two consumers,
+// 3 stages of 128 rows and 256 positions, 256 x 128 staged.
 WalkTile walk_t_for(const ConvLayer& L);
 
 // The entry a plan launches (with column_sums: adding the channel sums; plain_rows as walk_for's).

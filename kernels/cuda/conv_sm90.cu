@@ -2,7 +2,7 @@
 // and weight gradient (sm90/conv_wgrad.cuh) per 16-bit dtype and tile width. Entry names:
 // kiln_conv_fprop_<dtype>_<BN>_s<stages>, kiln_conv_fprop_walk_<dtype>_<BN>_s<stages>[_bsum] (sm90/conv_walk.cuh),
 // kiln_conv_fprop_pers_<dtype>_256_s4[_cols] (sm90/conv_persistent.cuh),
-// kiln_conv_fprop_walkt_<dtype>_64_s4 (at most 64 output channels, the roles exchanged: sm90/conv_walk_t.cuh),
+// kiln_conv_fprop_walkt_<dtype>_<64_s4|128_s3> (the roles exchanged: sm90/conv_walk_t.cuh),
 // kiln_conv_dgrad_phases_<dtype>_<BN>_s<stages> (a strided gradient's phases in one walk, conv_walk.cuh),
 // kiln_conv_wgrad_<dtype>_<BN>_s<stages>, kiln_conv_wgrad_bal_<dtype>_<BN>_s<stages> (the balanced split).
 #include "kernels/cuda/sm90/conv_fprop.cuh"
@@ -67,16 +67,19 @@ KILN_CONV_PHASES(f16, __half, 128, 5)
 KILN_CONV_PHASES(bf16, __nv_bfloat16, 128, 5)
 KILN_CONV_PHASES(f16, __half, 256, 3)
 KILN_CONV_PHASES(bf16, __nv_bfloat16, 256, 3)
-// The 64-channel walk with the roles exchanged (conv_walk_t.cuh): map0 the filter, map1 the
-// image's im2col descriptor, map_c C in boxes of 256 rows x 128 bytes; a producer and one consumer.
-#define KILN_CONV_WALK_T(tn, T, ST)                                                                              \
-    extern "C" __global__ void __launch_bounds__(256, 1) kiln_conv_fprop_walkt_##tn##_64_s##ST(                 \
+// The narrow walk with the roles exchanged (conv_walk_t.cuh): map0 the filter, map1 the image's
+// im2col descriptor, map_c C in boxes of 256 rows x 128 bytes; a producer and a consumer per 64
+// channels (BN = 64 CONSUMERS).
+#define KILN_CONV_WALK_T(tn, T, BN, ST, CONSUMERS)                                                               \
+    extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1) kiln_conv_fprop_walkt_##tn##_##BN##_s##ST( \
         const __grid_constant__ ConvParams p, const __grid_constant__ CUtensorMap map0,                         \
         const __grid_constant__ CUtensorMap map1, const __grid_constant__ CUtensorMap map_c) {                  \
-        conv_fprop_walk_t<T, ST>(p, &map0, &map1, &map_c);                                                      \
+        conv_fprop_walk_t<T, ST, CONSUMERS>(p, &map0, &map1, &map_c);                                           \
     }
-KILN_CONV_WALK_T(f16, __half, 4)
-KILN_CONV_WALK_T(bf16, __nv_bfloat16, 4)
+KILN_CONV_WALK_T(f16, __half, 64, 4, 1)
+KILN_CONV_WALK_T(bf16, __nv_bfloat16, 64, 4, 1)
+KILN_CONV_WALK_T(f16, __half, 128, 3, 2)
+KILN_CONV_WALK_T(bf16, __nv_bfloat16, 128, 3, 2)
 // On the GEMM's persistent kernel: the same three maps; _cols with the channel sums (kColSums).
 #define KILN_CONV_PERSISTENT(tn, T, LEAN, suffix)                                                                \
     extern "C" __global__ void __launch_bounds__(384, 1) kiln_conv_fprop_pers_##tn##_256_s4##suffix(            \

@@ -1139,10 +1139,11 @@ TEST_CASE("gpu conv: the 192-wide walk") {
                             "_192_s4", seed, "by phase kiln_conv_fprop_walk_", nullptr);
 }
 
-// The transposed walk (64 channels x 256 positions a tile, conv_walk_t.cuh): kiln's choice for
-// at most 64 output channels over a wave of its tiles, forced by KILN_CONV_KERNEL=walkt
-// elsewhere; 64, 56 and 40 channels (rows of C and of the filter past them), 3x3 and 1x1, C 64
-// and 128, positions not a multiple of 256 (47 x 28 x 28), 3D; plain, with alpha, a bias and ReLU
+// The transposed walk (64 or 128 channels x 256 positions a tile, conv_walk_t.cuh): kiln's
+// choice for at most 64 output channels over a wave of its tiles, forced by KILN_CONV_KERNEL=walkt
+// elsewhere; 64, 56 and 40 channels (rows of C and of the filter past them) on one consumer, 128
+// and 96 on two, 3x3 and 1x1, C 64 and 128, positions not a multiple of 256 (47 x 28 x 28), 3D;
+// plain, with alpha, a bias and ReLU
 // or its slope, against the 64-wide walk and one tile a block (KILN_CONV_KERNEL=walk, =tile),
 // im2col and the CPU's magnitudes, every position written (the output first filled with NaN);
 // its channel sums against the output's, and the same bits again; a stride-1 gradient into 64
@@ -1155,7 +1156,8 @@ TEST_CASE("gpu conv: the transposed walk") {
     struct Case {
         int64_t N, C, K, D, HW, RS;
     };
-    const Case cases[] = {{47, 64, 64, 1, 28, 3}, {47, 128, 56, 1, 28, 1}, {47, 64, 40, 1, 28, 3}, {3, 64, 64, 6, 20, 3}};
+    const Case cases[] = {{47, 64, 64, 1, 28, 3},  {47, 128, 56, 1, 28, 1}, {47, 64, 40, 1, 28, 3},
+                          {3, 64, 64, 6, 20, 3},   {47, 64, 128, 1, 28, 3}, {47, 128, 96, 1, 28, 1}};
     for (DType dt : {DType::Float16, DType::BFloat16})
         for (const Case& k : cases) {
             const int64_t pad = k.RS / 2, pd = k.D > 1 ? pad : 0;

@@ -106,6 +106,11 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(wt.entry == "kiln_conv_fprop_walkt_f16_64_s4");
     CHECK(wt.smem == 4 * (64 * 128 + 256 * 128) + 256 * 128 + 1024);
     CHECK(wt.smem <= 227 * 1024);
+    const WalkTile wt2 = walk_t_for(layer2d(2, 64, 128, 8, 3, 1, 1));   // two consumers, 3 stages
+    CHECK(wt2.entry == "kiln_conv_fprop_walkt_f16_128_s3");
+    CHECK(wt2.smem == 3 * (128 * 128 + 256 * 128) + 2 * 256 * 128 + 1024);
+    CHECK(wt2.smem <= 227 * 1024);
+    CHECK(!transposed_suits(layer2d(256, 64, 128, 56, 3, 1, 1), kSms));   // (not measured past 64)
     // The walk only where it may run, over more tiles than SMs.
     const ConvLayer vgg2 = layer2d(64, 64, 128, 112, 3, 1, 1);
     CHECK(fprop_plan(vgg2, kSms, true, true).walk);
