@@ -1,20 +1,19 @@
-// The narrow walk with the product's roles exchanged: O^T = F . patches^T. With at most 64
-// output channels the usual tile (128 positions x 64 channels, conv_walk.cuh) multiplies m64n64k16
-// on each consumer, reading 4 KB of shared memory per 32 tensor cycles, and with the stages' TMA
-// writes beside it asks more of shared memory than its 128 bytes a cycle give: the tensor cores
-// wait on it. Here the filter's 64 rows are wgmma's M (8 KB a stage) and 256 output positions its
-// N (their patches, two im2col boxes of 128, 32 KB): one consumer multiplies m64n256k16, 10 KB
-// read per 128 cycles. Up to 128 channels two consumers take 64 each (the GEMM's 128 x 256 tile,
-// 3 stages). A block per SM takes tiles blockIdx.x, + gridDim.x, ...; its producer runs
-// ahead across them by TMA as in the walk; a consumer's 128 accumulators are a tile of O^T
-// (channel rows, position columns), rounded with the bias and activation and written transposed
-// by stmatrix into its 256-row x 128-byte slice (the 128-byte swizzle, as O's rows in NHWC), which
-// one lane hands to TMA while the next tile multiplies. The channel sums (kColSums) are row sums
-// here: each thread's two channels over its positions, added in registers across the block's
-// tiles, then over the quad, into the block's row of col_partials (64 floats a consumer):
-// deterministic.
-// For 16-bit output of the layer's dtype in plain rows, 16 bytes apart, without beta, stochastic
-// rounding or a histogram (the host checks: conv_cuda.cpp, fprop_plan's channel-major option).
+// The narrow walk with the product's roles exchanged: O^T = F . patches^T. With at most 64 output
+// channels the usual tile (128 positions x 64 channels, conv_walk.cuh) multiplies m64n64k16 on each
+// consumer, reading 4 KB of shared memory per 32 tensor cycles, and with the stages' TMA writes beside
+// it asks more of shared memory than its 128 bytes a cycle give: the tensor cores wait on it. Here the
+// filter's 64 rows are wgmma's M (8 KB a stage) and 256 output positions its N (their patches, two
+// im2col boxes of 128, 32 KB): one consumer multiplies m64n256k16, 10 KB read per 128 cycles. Up to 128
+// channels two consumers take 64 each (the GEMM's 128 x 256 tile, 3 stages). A block per SM takes tiles
+// blockIdx.x, + gridDim.x, ...; its producer runs ahead across them by TMA as in the walk; a consumer's
+// 128 accumulators are a tile of O^T (channel rows, position columns), rounded with the bias and
+// activation and written transposed by stmatrix into its 256-row x 128-byte slice (the 128-byte
+// swizzle, as O's rows in NHWC), which one lane hands to TMA while the next tile multiplies. The
+// channel sums (kColSums) are row sums here: each thread's two channels over its positions, added in
+// registers across the block's tiles, then over the quad, into the block's row of col_partials (64
+// floats a consumer): deterministic. For 16-bit output of the layer's dtype in plain rows, 16 bytes
+// apart, without beta, stochastic rounding or a histogram (the host checks: conv_cuda.cpp, walk_t_runs;
+// fprop_plan's `transposed`).
 #pragma once
 #include "kernels/cuda/sm90/conv_fprop.cuh"
 
