@@ -678,7 +678,6 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // The transposed walk (conv_walk_t.cuh): at most 128 channels, the patches by TMA, plain 16-bit
     // rows of the layer's dtype, no histogram.
     const WalkTile walk_t = walk_t_for(L);
-    const int walk_t_width = L.K <= 64 ? 64 : 128;
     const bool walk_t_runs = L.K <= 128 && p.im2col_rank && rows_of_16_bytes(g) && plain && !count &&
                              walk_t.smem <= be.info().max_shared_optin;
     const int64_t walk_t_blocks = std::min<int64_t>(sms, (rows + 255) / 256);
@@ -697,7 +696,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             CUtensorMap map_c = detail::tensor_map(h.c, C.dtype(), uint64_t(h.n), uint64_t(h.m), 1, h.c_sm, 0, 64, 256);
             void* params[] = {&q, &map_b, &patches, &map_c};
             CUfunction f = be.precompiled(kiln_conv_sm90_image, walk_t.entry, walk_t.smem);
-            be.launch_precompiled(f, unsigned(walk_t_blocks), 1, 1, unsigned(128 * (walk_t_width / 64 + 1)),
+            // (A producer warpgroup and a consumer per 64 channels of the tile.)
+            be.launch_precompiled(f, unsigned(walk_t_blocks), 1, 1, unsigned(128 * (u.bn / 64 + 1)),
                                   unsigned(walk_t.smem), params,
                                   {.programmatic = be.programmatic_launches()});
         } else if (x.walk) {
@@ -768,7 +768,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     const int col_s_bytes = plan.walk || plan.transposed ? 0 : conv_col_sum_bytes(t.bn);
     if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
         smem + col_s_bytes <= be.info().max_shared_optin) {
-        partials = plan.transposed ? ctx.empty({walk_t_blocks, int64_t(walk_t_width)}, DType::Float32)
+        partials = plan.transposed ? ctx.empty({walk_t_blocks, int64_t(t.bn)}, DType::Float32)
                    : plan.walk     ? ctx.empty({int64_t(sms) * 8, tiles_n * t.bn}, DType::Float32)
                                    : ctx.empty({g.tiles_m, L.K}, DType::Float32);
         g.col_partials = reinterpret_cast<float*>(detail::data_of(partials));

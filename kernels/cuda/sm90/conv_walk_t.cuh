@@ -60,13 +60,6 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, ui
                  : "memory");
 }
 
-// A packed pair's two values as floats.
-__device__ __forceinline__ float2 unpack2(uint32_t v, bool bf16) {
-    if (bf16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xFFFF0000u));
-    const __half2 h = *reinterpret_cast<const __half2*>(&v);
-    return __half22float2(h);
-}
-
 template <class T, int STAGES, int CONSUMERS>
 __device__ __forceinline__ void conv_fprop_walk_t(const ConvParams& p, const CUtensorMap* map_f, const CUtensorMap* map_a,
                                                   const CUtensorMap* map_c) {
@@ -122,18 +115,12 @@ __device__ __forceinline__ void conv_fprop_walk_t(const ConvParams& p, const CUt
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const int jj = j + i / 2, h = i % 2;
-                    float v0 = g.alpha * acc[4 * jj + 2 * h] + bias[h], v1 = g.alpha * acc[4 * jj + 2 * h + 1] + bias[h];
-                    if constexpr (act.value == kActRelu) {
-                        v0 = relu_keep_nan(v0);
-                        v1 = relu_keep_nan(v1);
-                    } else if constexpr (act.value == kActLeaky) {
-                        v0 = v0 > 0.f ? v0 : v0 * g.slope;
-                        v1 = v1 > 0.f ? v1 : v1 * g.slope;
-                    }
+                    const float v0 = activate<act.value>(g.alpha * acc[4 * jj + 2 * h] + bias[h], g.slope),
+                                v1 = activate<act.value>(g.alpha * acc[4 * jj + 2 * h + 1] + bias[h], g.slope);
                     v[i] = pack2(v0, v1, bf16.value ? kBF16 : kF16);
                     if (col_sums) {
                         const int pos = 8 * jj + 2 * q;   // (columns past the channels hold zeros: no bias, A's rows zero)
-                        const float2 r = unpack2(v[i], bf16.value);
+                        const float2 r = unpack2(v[i], bf16.value ? kBF16 : kF16);
                         sums[h] += (pos < m_left ? r.x : 0.f) + (pos + 1 < m_left ? r.y : 0.f);
                     }
                 }

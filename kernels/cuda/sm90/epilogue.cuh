@@ -156,6 +156,13 @@ __device__ __forceinline__ void rounded_row_sums(const uint32_t (&results)[BN / 
 #pragma unroll
     for (int c = 1; c < kChains; ++c) row_sum[0] += d[c][0], row_sum[1] += d[c][2];
 }
+// The activation ACT of a value: none, ReLU, or leaky ReLU with the slope.
+template <int ACT>
+__device__ __forceinline__ float activate(float v, float slope) {
+    if constexpr (ACT == kActRelu) return relu_keep_nan(v);
+    else if constexpr (ACT == kActLeaky) return v > 0.f ? v : v * slope;
+    else return v;
+}
 // The register epilogue's rounding: alpha, the tile's bias (bias_s), the activation, then C's
 // 16-bit dtype, each pair handed to put(j, h, packed) (row g + 8h, columns 8j + 2q, + 1).
 template <bool BF16, int ACT, int BN, class Put>
@@ -167,15 +174,8 @@ __device__ __forceinline__ void round_pairs(const GemmParams& p, const float (&a
         const float2 b = *reinterpret_cast<const float2*>(bias_s + 8 * j + 2 * q);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            float v0 = alpha * acc[4 * j + 2 * h] + b.x, v1 = alpha * acc[4 * j + 2 * h + 1] + b.y;
-            if constexpr (ACT == kActRelu) {
-                v0 = relu_keep_nan(v0);
-                v1 = relu_keep_nan(v1);
-            } else if constexpr (ACT == kActLeaky) {
-                v0 = v0 > 0.f ? v0 : v0 * slope;
-                v1 = v1 > 0.f ? v1 : v1 * slope;
-            }
-            put(j, h, pack2(v0, v1, BF16 ? kBF16 : kF16));
+            const float v0 = alpha * acc[4 * j + 2 * h] + b.x, v1 = alpha * acc[4 * j + 2 * h + 1] + b.y;
+            put(j, h, pack2(activate<ACT>(v0, slope), activate<ACT>(v1, slope), BF16 ? kBF16 : kF16));
         }
     }
 }
