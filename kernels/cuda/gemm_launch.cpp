@@ -414,7 +414,9 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     // in warp order into a row of `col_partials` a row of tiles; the persistent kernels' each
     // warp's running sums over the block's tiles into a row of its own a block (every entry
     // written, zeros where the block did not go), added in warp order into the block's first.
-    // Then one JIT reduction over those rows, in order: the same bits in every run.
+    // Then their sum over those rows, in order (the same bits in every run): the persistent
+    // kernel's last block adds them into a float32 `col_sums` in a row (col_out), else one JIT
+    // reduction does.
     Tensor col_partials;
     const int col_s_bytes = k.persistent ? 0 : (k.threads - 128) / 32 * k.bn * 4;
     const auto col_s_fits = [&] {   // beside the one-tile kernel's static and dynamic shared memory
@@ -428,6 +430,11 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
         p.flags |= kColSums;
         q.flags |= kColSums;
         smem += col_s_bytes;
+        if (k.persistent && (q.col_out = p.col_out = kernel_col_sums(*col_sums, N, p))) {
+            q.col_done = p.col_done = reinterpret_cast<uint32_t*>(be.zeroed_scratch(sizeof(uint32_t)));
+            q.col_rows = p.col_rows = int32_t(blocks);
+            q.col_stride = p.col_stride = 8 * int64_t(p.tiles_n) * k.bn;
+        }
     }
     const char* twin = lean_twin(k, p, dt, bsum != nullptr);
     last_launch_b_share = share_b;
@@ -523,9 +530,13 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     if (col_partials.defined()) {
         col_partials.view().storage->written = true;
         Tensor sums = *col_sums;
-        const Slice each = k.persistent ? Slice::range(0, col_partials.shape()[0], 8) : Slice::all();
-        const Tensor rows = col_partials.slice({each, Slice::range(0, N)});
-        sums.assign(reshape(sum(rows.expr(), 0, true), sums.shape()));
+        if (p.col_out) {
+            sums.view().storage->written = true;
+        } else {
+            const Slice each = k.persistent ? Slice::range(0, col_partials.shape()[0], 8) : Slice::all();
+            const Tensor rows = col_partials.slice({each, Slice::range(0, N)});
+            sums.assign(reshape(sum(rows.expr(), 0, true), sums.shape()));
+        }
         if (summed) *summed = true;
     }
     return counted;

@@ -29,6 +29,12 @@ Mat mat(const Tensor& t);
 // The device address of t's first element (its view's offset applied).
 char* data_of(const Tensor& t);
 
+// Where the kernel may add its column sums' partial rows into `sums` itself (GemmParams::col_out):
+// n float32 values in a row, apart from the bytes of C that p describes (the last block writes
+// them while its own stores of C may still be under way); null where the host adds them (a JIT
+// reduction).
+float* kernel_col_sums(const Tensor& sums, int64_t n, const GemmParams& p);
+
 // t itself where it is contiguous, else a contiguous copy made on ctx (t's own context by
 // default): an operand the precompiled kernels read as dense memory.
 Tensor contiguous(const Tensor& t, Context& ctx);

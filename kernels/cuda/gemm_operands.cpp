@@ -26,6 +26,17 @@ char* data_of(const Tensor& t) {
     return static_cast<char*>(t.view().storage->data) + t.offset() * dtype_size(t.dtype());
 }
 
+float* kernel_col_sums(const Tensor& sums, int64_t n, const GemmParams& p) {
+    if (sums.dtype() != DType::Float32 || sums.size() != n || !sums.is_contiguous()) return nullptr;
+    const char* s = data_of(sums);
+    const char* c = static_cast<const char*>(p.c);
+    const int64_t last = int64_t(p.batch - 1) * p.c_batch + int64_t(p.m - 1) * p.c_sm + int64_t(p.n - 1) * p.c_sn +
+                         (p.c_group ? int64_t(p.m) * p.c_sg : 0);
+    const int64_t c_bytes = (last + 1) * (p.c_dtype == kF32 ? 4 : 2);
+    const bool apart = s + 4 * n <= c || s >= c + c_bytes;
+    return apart ? reinterpret_cast<float*>(const_cast<char*>(s)) : nullptr;
+}
+
 Tensor contiguous(const Tensor& t, Context& ctx) { return t.is_contiguous() ? t : ctx.eval(t.expr()); }
 
 Tensor float32_bias(const Tensor& bias, int64_t n, Context& ctx) {

@@ -426,6 +426,57 @@ __device__ __forceinline__ void add_block_col_rows(const GemmParams& p, int i) {
     }
 }
 
+// kColSums with col_out (a float32 bsum of N contiguous values): the grid's last block to get
+// here adds the blocks' partial rows (col_rows of them, col_stride floats apart, each finished)
+// into col_out and sets the count col_done back to zero, so that the call needs no reduction
+// kernel after this one (nor the host time to launch it). Called by NT threads `i` of every
+// block, on named barrier 1, after their rows are written. The last block's warps each take
+// 32 / gw columns of 4 floats, gw lanes a column splitting the rows between them (gw as many as
+// the threads allow, up to 32), each lane adding its rows in order and the lanes' sums then
+// combined by a butterfly (the same bits in every lane and every run).
+template <int NT>
+__device__ __forceinline__ void last_block_col_sums(const GemmParams& p, int i) {
+    if (!p.col_out) return;
+    __threadfence();   // this thread's rows, before the count says they are in
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+    uint32_t last = 0;
+    if (i == 0) last = atomicAdd(p.col_done, 1u) == gridDim.x * gridDim.y * gridDim.z - 1;
+    asm volatile("{\n .reg .pred l;\n setp.ne.u32 l, %1, 0;\n bar.red.or.pred l, 1, %2, l;\n selp.u32 %0, 1, 0, l;\n}"
+                 : "=r"(last)
+                 : "r"(last), "n"(NT)
+                 : "memory");
+    if (!last) return;
+    __threadfence();   // the other blocks' rows, after their count
+    const int w4 = (p.n + 3) / 4;
+    int gw = 1;
+    while (gw < 32 && 2 * gw * w4 <= NT) gw *= 2;
+    const int per_warp = 32 / gw, lane = i % 32, grp = lane / per_warp;
+    for (int c4 = (i / 32) * per_warp + lane % per_warp; c4 - lane % per_warp < w4; c4 += NT / 32 * per_warp) {
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (c4 < w4) {
+            const float4* col = reinterpret_cast<const float4*>(p.col_partials) + c4;
+#pragma unroll 8
+            for (int r = grp; r < p.col_rows; r += gw) {
+                const float4 v = __ldcg(col + r * (p.col_stride / 4));
+                s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+            }
+        }
+        for (int off = per_warp; off < 32; off *= 2) {
+            s.x += __shfl_xor_sync(0xffffffffu, s.x, off);
+            s.y += __shfl_xor_sync(0xffffffffu, s.y, off);
+            s.z += __shfl_xor_sync(0xffffffffu, s.z, off);
+            s.w += __shfl_xor_sync(0xffffffffu, s.w, off);
+        }
+        if (grp == 0 && c4 < w4) {
+            const float v[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (4 * c4 + e < p.n) p.col_out[4 * c4 + e] = v[e];
+        }
+    }
+    if (i == 0) *p.col_done = 0u;
+}
+
 // kColSums (LEAN == kGeneral only; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN
 // floats of shared memory, collects each warp's column sums of the values as stored; their sum
 // in warp order (the same bits in every run) goes to col_partials' row m0 / BM.
