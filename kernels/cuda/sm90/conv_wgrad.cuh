@@ -180,7 +180,14 @@ __device__ __forceinline__ void conv_wgrad_balanced(const ConvParams& p, const C
                              : "memory");
             continue;
         }
-        // The later runs that share this tile, in run order: each one's partial once tagged.
+        // Its own sums staged, then the later runs that share this tile added into them, in run
+        // order, each one's partial once tagged: each thread adds its own elements (the layout
+        // it staged and the later runs stored), all of a partial's loads in flight at once (the
+        // accumulators' registers are free by then).
+        consumers_sync();   // both consumers are done with the stages
+        float* tile = reinterpret_cast<float*>(smem);
+        stage_accumulators<BN>(tile, acc, row0, lane % 4);
+        constexpr int ld = tile_ld(BN);
         const int64_t tile_end = int64_t(sg.tile + 1) * ktiles;
         for (int64_t b = int64_t(blockIdx.x) + 1; b < runs && run_begin(b) < tile_end; ++b) {
             if (ctid == 0) {
@@ -194,24 +201,18 @@ __device__ __forceinline__ void conv_wgrad_balanced(const ConvParams& p, const C
             }
             consumers_sync();
             const float4* theirs = reinterpret_cast<const float4*>(p.part_sums + b * (BM * BN));
-            // (4 loads in flight: more would not fit beside the 256-wide tile's accumulators.)
+            float4 v[BN / 8];
 #pragma unroll
-            for (int j0 = 0; j0 < BN / 8; j0 += 4) {
-                float4 v[4];
+            for (int j = 0; j < BN / 8; ++j) v[j] = __ldcg(theirs + j * 256 + ctid);
 #pragma unroll
-                for (int j = 0; j < 4; ++j) v[j] = __ldcg(theirs + (j0 + j) * 256 + ctid);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    acc[4 * (j0 + j)] += v[j].x;
-                    acc[4 * (j0 + j) + 1] += v[j].y;
-                    acc[4 * (j0 + j) + 2] += v[j].z;
-                    acc[4 * (j0 + j) + 3] += v[j].w;
-                }
+            for (int j = 0; j < BN / 8; ++j) {
+                float2* const lo = reinterpret_cast<float2*>(tile + row0 * ld + 8 * j + 2 * (lane % 4));
+                float2* const hi = reinterpret_cast<float2*>(tile + (row0 + 8) * ld + 8 * j + 2 * (lane % 4));
+                const float2 a = *lo, h = *hi;
+                *lo = make_float2(a.x + v[j].x, a.y + v[j].y);
+                *hi = make_float2(h.x + v[j].z, h.y + v[j].w);
             }
         }
-        consumers_sync();   // both consumers are done with the stages
-        float* tile = reinterpret_cast<float*>(smem);
-        stage_accumulators<BN>(tile, acc, row0, lane % 4);
         consumers_sync();
         const int tile_n = sg.tile % g.tiles_n;
         finish_tile<BM, BN, 256>(g, tile, sg.tile / g.tiles_n * BM, tile_n * BN, tile_n, 0, ctid, nullptr);
