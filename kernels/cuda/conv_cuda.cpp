@@ -768,6 +768,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // adds the rows into a float32 bsum in a row (col_out), else a JIT reduction after the
     // launch does.
     Tensor partials;
+    const int64_t sums_every = plan.walk ? 8 : 1;   // (the walk leaves a block's sums in the first of its 8 rows)
     const int col_s_bytes = plan.walk || plan.transposed ? 0 : conv_col_sum_bytes(t.bn);
     if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
         smem + col_s_bytes <= be.info().max_shared_optin) {
@@ -784,8 +785,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             g.col_out = detail::kernel_col_sums(*extras->column_sums, L.K, g);
         if (g.col_out) {
             g.col_done = reinterpret_cast<uint32_t*>(be.zeroed_scratch(sizeof(uint32_t)));
-            g.col_rows = int32_t(plan.transposed ? walk_t_blocks : one_tile ? g.tiles_m : sms);
-            g.col_stride = plan.transposed ? int64_t(t.bn) : one_tile ? int64_t(L.K) : 8 * tiles_n * t.bn;
+            g.col_rows = int32_t(partials.shape()[0] / sums_every);
+            g.col_stride = sums_every * partials.shape()[1];
         }
     }
     // A histogram: each epilogue warp's counters (8 warps: the two consumers) past the kernel's
@@ -824,8 +825,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             sums.view().storage->written = true;
             last_in_kernel = true;
         } else {
-            // (The walk leaves each block's sums in the first of its 8 rows.)
-            const Slice rows = plan.walk ? Slice::range(0, partials.shape()[0], 8) : Slice::all();
+            const Slice rows = Slice::range(0, partials.shape()[0], sums_every);
             sums.assign(reshape(sum(partials.slice({rows, Slice::range(0, L.K)}).expr(), 0, true), sums.shape()));
         }
         extras->summed = last_summed = true;

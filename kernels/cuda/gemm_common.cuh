@@ -350,16 +350,23 @@ __device__ __forceinline__ void finish_tile(const GemmParams& p, float* tile, in
 // barrier: the tile's partial-sum stores are ordered before the count, which is a release;
 // the last tile's count is an acquire, so it sees every other tile's sums.)
 
+// One thread, once its block's stores are ordered before it (a barrier after them): counts the
+// block on `counter`, zero before the launch; true for the last of `arrivals`, which sets the
+// counter back to zero for the next launch.
+__device__ __forceinline__ bool count_arrival(uint32_t* counter, uint32_t arrivals) {
+    uint32_t before;
+    asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+    const bool last = before == arrivals - 1;
+    if (last) atomicExch(counter, 0u);
+    return last;
+}
+
 // One thread, once the tile's partial sums are stored and ordered before it: true for the
 // row's last tile.
 __device__ __forceinline__ bool bsum_count_tile(const GemmParams& p, int tile_m, int z) {
-    uint32_t* turn = p.bsum_turns + int64_t(z) * p.tiles_m + tile_m;
-    uint32_t before;
-    asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(before) : "l"(turn) : "memory");
     // With split-K in a cluster each block of a tile counts its own share of the rows.
-    const bool last = before == uint32_t(p.tiles_n * (p.k_cluster ? p.k_splits : 1) - 1);
-    if (last) atomicExch(turn, 0u);
-    return last;
+    return count_arrival(p.bsum_turns + int64_t(z) * p.tiles_m + tile_m,
+                         uint32_t(p.tiles_n * (p.k_cluster ? p.k_splits : 1)));
 }
 
 // The row's last tile: the sums of rows [m0, m0 + ROWS) over the row's tiles, by `nthreads`

@@ -432,8 +432,8 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
         smem += col_s_bytes;
         if (k.persistent && (q.col_out = p.col_out = kernel_col_sums(*col_sums, N, p))) {
             q.col_done = p.col_done = reinterpret_cast<uint32_t*>(be.zeroed_scratch(sizeof(uint32_t)));
-            q.col_rows = p.col_rows = int32_t(blocks);
-            q.col_stride = p.col_stride = 8 * int64_t(p.tiles_n) * k.bn;
+            q.col_rows = p.col_rows = int32_t(col_partials.shape()[0] / 8);   // (a block's first of its 8 rows)
+            q.col_stride = p.col_stride = 8 * col_partials.shape()[1];
         }
     }
     const char* twin = lean_twin(k, p, dt, bsum != nullptr);

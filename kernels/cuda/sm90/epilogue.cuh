@@ -427,26 +427,24 @@ __device__ __forceinline__ void add_block_col_rows(const GemmParams& p, int i) {
 }
 
 // kColSums with col_out (a float32 bsum of N contiguous values): the grid's last block to get
-// here adds the blocks' partial rows (col_rows of them, col_stride floats apart, each finished)
-// into col_out and sets the count col_done back to zero, so that the call needs no reduction
-// kernel after this one (nor the host time to launch it). Called by NT threads `i` of every
-// block, on named barrier 1, after their rows are written. The last block's warps each take
+// here (count_arrival on col_done, the handshake of bsum_count_tile) adds the blocks' partial
+// rows (col_rows of them, col_stride floats apart, each finished) into col_out, so that the call
+// needs no reduction kernel after this one (nor the host time to launch it). Called by NT
+// threads `i` of every block, on named barrier 1, after their rows are written. The last block's warps each take
 // 32 / gw columns of 4 floats, gw lanes a column splitting the rows between them (gw as many as
 // the threads allow, up to 32), each lane adding its rows in order and the lanes' sums then
 // combined by a butterfly (the same bits in every lane and every run).
 template <int NT>
 __device__ __forceinline__ void last_block_col_sums(const GemmParams& p, int i) {
     if (!p.col_out) return;
-    __threadfence();   // this thread's rows, before the count says they are in
-    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
-    uint32_t last = 0;
-    if (i == 0) last = atomicAdd(p.col_done, 1u) == gridDim.x * gridDim.y * gridDim.z - 1;
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");   // the block's rows are in
+    uint32_t last = i == 0 && count_arrival(p.col_done, gridDim.x * gridDim.y * gridDim.z);
     asm volatile("{\n .reg .pred l;\n setp.ne.u32 l, %1, 0;\n bar.red.or.pred l, 1, %2, l;\n selp.u32 %0, 1, 0, l;\n}"
                  : "=r"(last)
                  : "r"(last), "n"(NT)
                  : "memory");
     if (!last) return;
-    __threadfence();   // the other blocks' rows, after their count
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");   // the other blocks' rows, after their count
     const int w4 = (p.n + 3) / 4;
     int gw = 1;
     while (gw < 32 && 2 * gw * w4 <= NT) gw *= 2;
@@ -474,7 +472,6 @@ __device__ __forceinline__ void last_block_col_sums(const GemmParams& p, int i) 
                 if (4 * c4 + e < p.n) p.col_out[4 * c4 + e] = v[e];
         }
     }
-    if (i == 0) *p.col_done = 0u;
 }
 
 // kColSums (LEAN == kGeneral only; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN
