@@ -737,7 +737,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
             if (bn != 192 && u.smem <= be.info().max_shared_optin) candidates.push_back({u, false});   // (192: the walk only)
             if (walk_runs(u)) candidates.push_back({u, true});
         }
-        if (walk_t_runs && L.K <= 64) candidates.push_back({tile_of(L, 64), false, 0, true});
+        if (walk_t_runs) candidates.push_back({tile_of(L, L.K <= 64 ? 64 : 128), false, 0, true});
         const std::string key = fmt::format("fprop {} {} pixels {}/{} out {} {}x{} rows16 {} plain {} patches {} relu {} beta {} bias {} sr {} on {} ({} SMs)",
                                             L.str(), dtype_name(L.dtype), layout.pixel, layout.row, dtype_name(C.dtype()), c.s_row, c.s_col,
                                             rows_of_16_bytes(g), plain, p.im2col_rank, o.relu, o.beta != 0, o.bias.has_value(),
@@ -767,7 +767,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // registers over its block's tiles, a row of 64 a consumer a block. The grid's last block
     // adds the rows into a float32 bsum in a row (col_out), else a JIT reduction after the
     // launch does.
-    Tensor partials;
+    Tensor partials, col_mid;
     const int64_t sums_every = plan.walk ? 8 : 1;   // (the walk leaves a block's sums in the first of its 8 rows)
     const int col_s_bytes = plan.walk || plan.transposed ? 0 : conv_col_sum_bytes(t.bn);
     if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
@@ -783,11 +783,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         const bool one_tile = !plan.walk && !plan.transposed;
         if (p.siblings == 0 && (!one_tile || (L.K % 4 == 0 && g.tiles_m <= 2 * sms)))
             g.col_out = detail::kernel_col_sums(*extras->column_sums, L.K, g);
-        if (g.col_out) {
-            g.col_done = reinterpret_cast<uint32_t*>(be.zeroed_scratch(sizeof(uint32_t)));
-            g.col_rows = int32_t(partials.shape()[0] / sums_every);
-            g.col_stride = sums_every * partials.shape()[1];
-        }
+        if (g.col_out)
+            col_mid = detail::col_sum_groups(be, ctx, g, partials.shape()[0] / sums_every, sums_every * partials.shape()[1],
+                                             partials.shape()[1]);
     }
     // A histogram: each epilogue warp's counters (8 warps: the two consumers) past the kernel's
     // dynamic shared memory (16-byte aligned), where they fit beside its static and dynamic

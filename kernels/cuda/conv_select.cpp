@@ -72,7 +72,13 @@ WalkCost walk_cost(int bn, bool plain_rows) {
 // 64-wide tile, which shared memory held back: on an H100, ResNet-50's 64-channel 3x3 0.146 ms
 // against the 64-wide walk's 0.189, its 64-channel 1x1 0.079 against 0.083. Up to 32 channels
 // half its rows would be empty; under a wave of its tiles the 128-position tiles spread wider.
-bool transposed_suits(const ConvLayer& L, int sms) { return L.K > 32 && L.K <= 64 && (positions_of(L) + 255) / 256 >= sms; }
+// Over 65-128 channels (two consumers, 3 stages) it is one of fprop_plan's options: per 256
+// positions 0.8 us a k-tile and 1.6 a tile, fitted to an H100's kernel times (ResNet-50's
+// 128-channel 3x3 fprop 0.096 ms against the 128-wide walk's 0.113, bprop 0.101 against 0.119;
+// VGG-A's conv2 fprop 0.197 against 0.256, conv3 bprop 0.197 against the one-tile 0.214).
+bool transposed_suits(const ConvLayer& L, int sms) {
+    return L.K > 32 && L.K <= 128 && (positions_of(L) + 255) / 256 >= sms;
+}
 
 WalkTile walk_t_for(const ConvLayer& L) {
     WalkTile w;
@@ -87,7 +93,8 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
                      bool plain_rows, bool transposed_possible) {
     const int64_t tiles_m = (positions_of(L) + 127) / 128;
     const int64_t ktiles = (taps_of(L) + 63) / 64;
-    if (L.K <= 64 && transposed_possible && transposed_suits(L, sms)) return {tile_of(L, 64), false, 0, true};
+    const bool transposed = transposed_possible && transposed_suits(L, sms);
+    if (L.K <= 64 && transposed) return {tile_of(L, 64), false, 0, true};
     if (L.K <= 64) return {tile_of(L, 64), walk_possible && ktiles <= kNarrowWalkKtiles};
     struct Option { int bn; bool walk; double per_ktile, fixed; };
     const Option options[] = {
@@ -105,6 +112,11 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
         const int64_t blocks = tiles_m * ((L.K + o.bn - 1) / o.bn), rounds = (blocks + sms - 1) / sms;
         const double us = double(rounds) * (double(ktiles) * o.per_ktile + o.fixed);
         if (best.tile.bn == 0 || us < best_us) best = {tile_of(L, o.bn), o.walk, us}, best_us = us;
+    }
+    if (transposed) {   // (L.K <= 128: the 128-wide tile, 256 positions a tile)
+        const int64_t rounds = ((positions_of(L) + 255) / 256 + sms - 1) / sms;
+        const double us = double(rounds) * (double(ktiles) * 0.8 + 1.6);
+        if (us < best_us) best = {tile_of(L, 128), false, us, true}, best_us = us;
     }
     return best;
 }

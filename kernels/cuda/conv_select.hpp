@@ -30,8 +30,8 @@ ConvTile tile_of(const ConvLayer& L, int bn);
 ConvTile mma_tile(const ConvLayer& L);
 
 // How fprop runs a layer: the tile, and whether a block per SM walks the tiles (conv_walk.cuh)
-// instead of one tile a block; or (`transposed`) the 64-channel walk with the roles exchanged
-// (conv_walk_t.cuh: 64 channels x 256 positions a tile).
+// instead of one tile a block; or (`transposed`) the walk with the roles exchanged
+// (conv_walk_t.cuh: 64 or 128 channels x 256 positions a tile).
 struct FpropPlan {
     ConvTile tile;
     bool walk = false;
@@ -42,9 +42,10 @@ struct FpropPlan {
 // The plan by a cost model (conv_select.cpp), on `sms` SMs, the patches brought by TMA or
 // gathered, the walk considered where walk_possible (of the 64-wide tile where K <= 64, else of
 // the 128-wide one) and the 192- and 256-wide walks where wide_walk_possible (plain_rows as
-// walk_for's). At most 64 output channels: the transposed walk where transposed_possible (its
-// host conditions: patches by TMA, plain 16-bit rows of the layer's dtype, no histogram), more
-// than 32 channels and a wave of its 256-position tiles, else the 64-wide tile.
+// walk_for's). The transposed walk where transposed_possible (its host conditions: patches by
+// TMA, plain 16-bit rows of the layer's dtype, no histogram), 33-128 channels and a wave of its
+// 256-position tiles: at most 64 channels always, 65-128 where the model prefers it; else at
+// most 64 channels the 64-wide tile.
 FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk_possible, bool wide_walk_possible = false,
                      bool plain_rows = true, bool transposed_possible = false);
 // Whether the transposed walk suits L by the rule above (not its host conditions).

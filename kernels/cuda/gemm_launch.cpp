@@ -417,7 +417,7 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     // Then their sum over those rows, in order (the same bits in every run): the persistent
     // kernel's last block adds them into a float32 `col_sums` in a row (col_out), else one JIT
     // reduction does.
-    Tensor col_partials;
+    Tensor col_partials, col_mid;
     const int col_s_bytes = k.persistent ? 0 : (k.threads - 128) / 32 * k.bn * 4;
     const auto col_s_fits = [&] {   // beside the one-tile kernel's static and dynamic shared memory
         const std::string e = k.entry + (b_shared ? "_shb" : "");
@@ -431,9 +431,11 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
         q.flags |= kColSums;
         smem += col_s_bytes;
         if (k.persistent && (q.col_out = p.col_out = kernel_col_sums(*col_sums, N, p))) {
-            q.col_done = p.col_done = reinterpret_cast<uint32_t*>(be.zeroed_scratch(sizeof(uint32_t)));
-            q.col_rows = p.col_rows = int32_t(col_partials.shape()[0] / 8);   // (a block's first of its 8 rows)
-            q.col_stride = p.col_stride = 8 * col_partials.shape()[1];
+            // (a block's first of its 8 rows)
+            col_mid = col_sum_groups(be, ctx, p, col_partials.shape()[0] / 8, 8 * col_partials.shape()[1],
+                                     col_partials.shape()[1]);
+            q.col_rows = p.col_rows, q.col_stride = p.col_stride, q.col_group = p.col_group;
+            q.col_done = p.col_done, q.col_mid = p.col_mid, q.col_mid_stride = p.col_mid_stride;
         }
     }
     const char* twin = lean_twin(k, p, dt, bsum != nullptr);

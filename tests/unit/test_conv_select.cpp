@@ -46,7 +46,8 @@ TEST_CASE("conv plans: the seeds' layers take the tiles, walks and splits measur
     // balanced split's against the slices' in the run of 2026-12-04; the 256-wide walk, on the
     // GEMM's persistent kernel, from kernel times of every candidate on an H100, 2026-12-06; the
     // 192-wide walk for AlexNet's 192 and 384 channels and the transposed walk for ResNet-50's
-    // 64-channel 3x3 from the H100's run of 2026-12-07: 0.99x and 1.00x cuDNN, from 0.62x and 0.78x)
+    // 64-channel 3x3 from the H100's run of 2026-12-07: 0.99x and 1.00x cuDNN, from 0.62x and 0.78x;
+    // the 128-wide transposed walk from the H100's of 2026-12-07, forced beside the default)
     const char* const BALANCED = "kiln_conv_wgrad_bal_f16_256_s4 balanced over 132";
     const Chosen layers[] = {
         {"alexnet conv2", 128, 64, 192, 27, 5, 2, 1, "kiln_conv_fprop_walk_f16_192_s4", "kiln_conv_wgrad_f16_256_s4 split 10"},
@@ -55,12 +56,12 @@ TEST_CASE("conv plans: the seeds' layers take the tiles, walks and splits measur
         {"overfeat conv3", 128, 256, 512, 12, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 3"},
         {"overfeat conv4", 128, 512, 1024, 12, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", BALANCED},
         {"overfeat conv5", 128, 1024, 1024, 12, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", BALANCED},
-        {"vgg_a conv2", 64, 64, 128, 112, 3, 1, 1, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 26"},
+        {"vgg_a conv2", 64, 64, 128, 112, 3, 1, 1, "kiln_conv_fprop_walkt_f16_128_s3", "kiln_conv_wgrad_f16_128_s6 split 26"},
         {"vgg_a conv3", 64, 128, 256, 56, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 14"},
         {"vgg_a conv6", 64, 512, 512, 28, 3, 1, 1, "kiln_conv_fprop_pers_f16_256_s4", BALANCED},
         {"vgg_a conv7", 64, 512, 512, 14, 3, 1, 1, "kiln_conv_fprop_f16_128_s6", BALANCED},
         {"resnet50 s2_3x3", 256, 64, 64, 56, 3, 1, 1, "kiln_conv_fprop_walkt_f16_64_s4", "kiln_conv_wgrad_f16_64_s8 split 26"},
-        {"resnet50 s3_3x3s2", 256, 128, 128, 56, 3, 1, 2, "kiln_conv_fprop_walk_f16_128_s5", "kiln_conv_wgrad_f16_128_s6 split 14"},
+        {"resnet50 s3_3x3s2", 256, 128, 128, 56, 3, 1, 2, "kiln_conv_fprop_walkt_f16_128_s3", "kiln_conv_wgrad_f16_128_s6 split 14"},
         {"resnet50 s3_proj", 256, 256, 512, 56, 1, 0, 2, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 33"},
         {"resnet50 s4_3x3s2", 256, 256, 256, 28, 3, 1, 2, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 7"},
         {"resnet50 s4_proj", 256, 512, 1024, 28, 1, 0, 2, "kiln_conv_fprop_pers_f16_256_s4", "kiln_conv_wgrad_f16_256_s4 split 8"},
@@ -101,7 +102,7 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(!fprop_plan(narrow, kSms, true, true, false, true, false).transposed);
     CHECK(!fprop_plan(layer2d(256, 64, 32, 56, 3, 1, 1), kSms, true, true, false, true, true).transposed);
     CHECK(!fprop_plan(layer2d(2, 64, 64, 56, 3, 1, 1), kSms, true, true, false, true, true).transposed);   // 25 tiles
-    CHECK(!fprop_plan(layer2d(64, 64, 128, 112, 3, 1, 1), kSms, true, true, true, true, true).transposed);
+    CHECK(!fprop_plan(layer2d(256, 64, 128, 56, 3, 1, 1), kSms, true, true, true, true, false).transposed);
     const WalkTile wt = walk_t_for(layer2d(2, 64, 64, 8, 3, 1, 1));
     CHECK(wt.entry == "kiln_conv_fprop_walkt_f16_64_s4");
     CHECK(wt.smem == 4 * (64 * 128 + 256 * 128) + 256 * 128 + 1024);
@@ -110,7 +111,23 @@ TEST_CASE("conv plans: the rules behind them") {
     CHECK(wt2.entry == "kiln_conv_fprop_walkt_f16_128_s3");
     CHECK(wt2.smem == 3 * (128 * 128 + 256 * 128) + 2 * 256 * 128 + 1024);
     CHECK(wt2.smem <= 227 * 1024);
-    CHECK(!transposed_suits(layer2d(256, 64, 128, 56, 3, 1, 1), kSms));   // (not measured past 64)
+    // Over 65-128 channels the 128-wide transposed walk where the model prefers it: ResNet-50's
+    // 128-channel 3x3 (6 rounds of 784 tiles, 18 k-tiles: 96 us against the 128-wide walk's 108)
+    // and its gradient into 128 channels from 512 (8 k-tiles); not over 2 rounds of 144 tiles,
+    // where the 128-wide walk's 3 of 288 cost less, nor past 128 channels.
+    const ConvLayer s3 = layer2d(256, 128, 128, 28, 3, 1, 1), s3b = layer2d(256, 512, 128, 28, 1, 0, 1);
+    const FpropPlan t128 = fprop_plan(s3, kSms, true, true, true, true, true);
+    CHECK(t128.transposed);
+    CHECK(t128.tile.bn == 128);
+    CHECK(t128.us == Approx(6 * (18 * 0.8 + 1.6)));
+    CHECK(describe(s3, t128) == "kiln_conv_fprop_walkt_f16_128_s3");
+    CHECK(fprop_plan(s3b, kSms, true, true, true, true, true).transposed);
+    CHECK(!fprop_plan(s3, kSms, true, true, true, true, false).transposed);
+    const ConvLayer few = layer2d(47, 64, 128, 28, 3, 1, 1);
+    CHECK(transposed_suits(few, kSms));
+    CHECK(!fprop_plan(few, kSms, true, true, true, true, true).transposed);
+    CHECK(fprop_plan(few, kSms, true, true, true, true, true).walk);
+    CHECK(!transposed_suits(layer2d(256, 64, 192, 56, 3, 1, 1), kSms));
     // The walk only where it may run, over more tiles than SMs.
     const ConvLayer vgg2 = layer2d(64, 64, 128, 112, 3, 1, 1);
     CHECK(fprop_plan(vgg2, kSms, true, true).walk);

@@ -219,7 +219,7 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     if (col_sums) {
         sums.finish(g.tiles_n, lane / 4, q);
         add_block_col_rows<BN>(g, 128 * c + ctid);
-        last_block_col_sums<256>(g, 128 * c + ctid);
+        last_block_col_sums<256>(g, 128 * c + ctid, blockIdx.x, 1);
     }
     // (The block's shared memory stays until TMA or the bulk copies have read it.)
     if ((p.c_by_tma && lane == 0) || (!p.c_by_tma && lane < 16)) tma_store_wait_all();

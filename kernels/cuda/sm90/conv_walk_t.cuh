@@ -143,7 +143,7 @@ __device__ __forceinline__ void conv_fprop_walk_t(const ConvParams& p, const CUt
             sums[h] += __shfl_xor_sync(0xffffffffu, sums[h], 2);
             if (q == 0) g.col_partials[int64_t(blockIdx.x) * kChannels + ch0 + 8 * h] = sums[h];
         }
-        last_block_col_sums<128 * CONSUMERS>(g, ctid + 128 * c);
+        last_block_col_sums<128 * CONSUMERS>(g, ctid + 128 * c, blockIdx.x, 1);
     }
     // (The block's shared memory stays until TMA has read the last slice.)
     if (ctid == 0) tma_store_wait_all();

@@ -426,36 +426,24 @@ __device__ __forceinline__ void add_block_col_rows(const GemmParams& p, int i) {
     }
 }
 
-// kColSums with col_out (a float32 bsum of N contiguous values): the grid's last block to get
-// here (count_arrival on col_done, the handshake of bsum_count_tile) adds the blocks' partial
-// rows (col_rows of them, col_stride floats apart, each finished) into col_out, so that the call
-// needs no reduction kernel after this one (nor the host time to launch it). Called by NT
-// threads `i` of every block, on named barrier 1, after their rows are written. The last block's warps each take
-// 32 / gw columns of 4 floats, gw lanes a column splitting the rows between them (gw as many as
-// the threads allow, up to 32), each lane adding its rows in order and the lanes' sums then
-// combined by a butterfly (the same bits in every lane and every run).
+// NT threads `i` add `rows` rows of `src` (`stride` floats apart, a multiple of 4, as is src's
+// start) into dst's n floats. Each warp takes 32 / gw columns of 4 floats, gw lanes a column
+// splitting the rows between them (gw as many as the threads allow, up to 32), each lane adding
+// its rows in order and the lanes' sums then combined by a butterfly: the same bits in every lane
+// and every run.
 template <int NT>
-__device__ __forceinline__ void last_block_col_sums(const GemmParams& p, int i) {
-    if (!p.col_out) return;
-    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");   // the block's rows are in
-    uint32_t last = i == 0 && count_arrival(p.col_done, gridDim.x * gridDim.y * gridDim.z);
-    asm volatile("{\n .reg .pred l;\n setp.ne.u32 l, %1, 0;\n bar.red.or.pred l, 1, %2, l;\n selp.u32 %0, 1, 0, l;\n}"
-                 : "=r"(last)
-                 : "r"(last), "n"(NT)
-                 : "memory");
-    if (!last) return;
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");   // the other blocks' rows, after their count
-    const int w4 = (p.n + 3) / 4;
+__device__ __forceinline__ void add_partial_rows(const float* src, int64_t stride, int rows, float* dst, int n, int i) {
+    const int w4 = (n + 3) / 4;
     int gw = 1;
     while (gw < 32 && 2 * gw * w4 <= NT) gw *= 2;
     const int per_warp = 32 / gw, lane = i % 32, grp = lane / per_warp;
     for (int c4 = (i / 32) * per_warp + lane % per_warp; c4 - lane % per_warp < w4; c4 += NT / 32 * per_warp) {
         float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
         if (c4 < w4) {
-            const float4* col = reinterpret_cast<const float4*>(p.col_partials) + c4;
+            const float4* col = reinterpret_cast<const float4*>(src) + c4;
 #pragma unroll 8
-            for (int r = grp; r < p.col_rows; r += gw) {
-                const float4 v = __ldcg(col + r * (p.col_stride / 4));
+            for (int r = grp; r < rows; r += gw) {
+                const float4 v = __ldcg(col + r * (stride / 4));
                 s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
             }
         }
@@ -469,9 +457,50 @@ __device__ __forceinline__ void last_block_col_sums(const GemmParams& p, int i) 
             const float v[4] = {s.x, s.y, s.z, s.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                if (4 * c4 + e < p.n) p.col_out[4 * c4 + e] = v[e];
+                if (4 * c4 + e < n) dst[4 * c4 + e] = v[e];
         }
     }
+}
+
+// NT threads `i` of a block, on named barrier 1, once their stores are in: counts the block on
+// `counter` (count_arrival, the handshake of bsum_count_tile); true in every thread of the last
+// of `arrivals` blocks, which then sees the others' stores.
+template <int NT>
+__device__ __forceinline__ bool last_arrival(uint32_t* counter, uint32_t arrivals, int i) {
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+    uint32_t last = i == 0 && count_arrival(counter, arrivals);
+    asm volatile("{\n .reg .pred l;\n setp.ne.u32 l, %1, 0;\n bar.red.or.pred l, 1, %2, l;\n selp.u32 %0, 1, 0, l;\n}"
+                 : "=r"(last)
+                 : "r"(last), "n"(NT)
+                 : "memory");
+    if (last) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    return last != 0;
+}
+
+// kColSums with col_out (a float32 bsum of N contiguous values): the partial rows (col_rows of
+// them, col_stride floats apart, each finished) added up in the kernel, so that the call needs no
+// reduction kernel after this one (nor the host time to launch it). One block adding every row
+// is bound by one SM's reads from L2 at the kernel's tail (~12 us for 132 rows of 1024 channels),
+// so the rows go in groups of col_group: the last block of a group to arrive adds its rows into
+// the group's row of col_mid (col_mid_stride floats apart), and the last group's adds those rows
+// into col_out; a single group adds straight into col_out. Fixed groups, each added in order:
+// the same bits in every run. Called by NT threads `i` of every block after its share of partial
+// row `row` is written, `per_row` blocks writing each row.
+template <int NT>
+__device__ __forceinline__ void last_block_col_sums(const GemmParams& p, int i, int row, int per_row) {
+    if (!p.col_out) return;
+    const int size = p.col_group, groups = (p.col_rows + size - 1) / size;
+    if (groups == 1) {
+        if (last_arrival<NT>(p.col_done, uint32_t(p.col_rows * per_row), i))
+            add_partial_rows<NT>(p.col_partials, p.col_stride, p.col_rows, p.col_out, p.n, i);
+        return;
+    }
+    const int g = row / size, in_group = min(size, p.col_rows - g * size);
+    if (!last_arrival<NT>(p.col_done + 1 + g, uint32_t(in_group * per_row), i)) return;
+    add_partial_rows<NT>(p.col_partials + int64_t(g) * size * p.col_stride, p.col_stride, in_group,
+                         p.col_mid + int64_t(g) * p.col_mid_stride, p.n, i);
+    if (last_arrival<NT>(p.col_done, uint32_t(groups), i))
+        add_partial_rows<NT>(p.col_mid, p.col_mid_stride, groups, p.col_out, p.n, i);
 }
 
 // kColSums (LEAN == kGeneral only; a convolution's bsum per channel): col_s, (NTHREADS / 32) x BN

@@ -234,7 +234,7 @@ __device__ __forceinline__ void persistent_body(const GemmParams& p, const CUten
         if (p.flags & kColSums) {
             col_sums.finish(p.tiles_n, g, q);
             add_block_col_rows<BN>(p, ctid + 128 * c);
-            last_block_col_sums<256>(p, ctid + 128 * c);
+            last_block_col_sums<256>(p, ctid + 128 * c, blockIdx.x, 1);
         }
     }
     hist_flush_block(p, smem, ctid + 128 * c);
