@@ -577,13 +577,12 @@ bool pointwise_implicit(Context& ctx, const ConvLayer& L, bool into_view) {
 }
 
 namespace {
-thread_local bool last_counted = false, last_summed = false, last_in_kernel = false;
+thread_local bool last_counted = false, last_summed = false;
 thread_local ImageLayout last_layout;
 } // namespace
 
 bool last_conv_counted() { return last_counted; }
 bool last_conv_summed() { return last_summed; }
-bool last_conv_sums_in_kernel() { return last_in_kernel; }
 ImageLayout last_conv_layout() { return last_layout; }
 
 bool patches_by_tma(Context& ctx, const ConvLayer& L) {
@@ -594,7 +593,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                          StoreExtras* extras, ImageLayout layout, uint32_t siblings) {
     const StoreCount* count = extras ? extras->count : nullptr;
     if (extras) extras->counted = false, extras->summed = false;
-    last_counted = false, last_summed = false, last_in_kernel = false, last_layout = {};
+    last_counted = false, last_summed = false, last_layout = {};
     Context& ctx = C.context();
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     if (!takes(be, L) || I5.dtype() != L.dtype || F.dtype() != L.dtype) return false;
@@ -764,11 +763,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // of tiles' column sums (the warps' sums past the tile's bias, added in warp order); the
     // walk, each warp's running sums over its block's tiles (WarpColSums), a row a warp, added
     // into the block's first at its end; the transposed walk, each thread's two channels in
-    // registers over its block's tiles, a row of 64 a consumer a block. The grid's last block
-    // adds the rows into a float32 bsum in a row (col_out), else a JIT reduction after the
-    // launch does.
-    Tensor partials, col_mid;
-    const int64_t sums_every = plan.walk ? 8 : 1;   // (the walk leaves a block's sums in the first of its 8 rows)
+    // registers over its block's tiles, a row of 64 a consumer a block.
+    Tensor partials;
     const int col_s_bytes = plan.walk || plan.transposed ? 0 : conv_col_sum_bytes(t.bn);
     if (extras && extras->column_sums && rows_of_16_bytes(g) && (!plan.walk || tiles_n <= 64) &&
         smem + col_s_bytes <= be.info().max_shared_optin) {
@@ -778,14 +774,6 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         g.col_partials = reinterpret_cast<float*>(detail::data_of(partials));
         g.flags |= kColSums;
         smem += col_s_bytes;
-        // (One launch: no siblings sharing the count. The one-tile kernel's rows, K floats
-        // apart, where they start 16 bytes apart and are few enough for one block to add.)
-        const bool one_tile = !plan.walk && !plan.transposed;
-        if (p.siblings == 0 && (!one_tile || (L.K % 4 == 0 && g.tiles_m <= 2 * sms)))
-            g.col_out = detail::kernel_col_sums(*extras->column_sums, L.K, g);
-        if (g.col_out)
-            col_mid = detail::col_sum_groups(be, ctx, g, partials.shape()[0] / sums_every, sums_every * partials.shape()[1],
-                                             partials.shape()[1]);
     }
     // A histogram: each epilogue warp's counters (8 warps: the two consumers) past the kernel's
     // dynamic shared memory (16-byte aligned), where they fit beside its static and dynamic
@@ -819,13 +807,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     if (partials.defined()) {
         partials.view().storage->written = true;
         Tensor sums = *extras->column_sums;
-        if (g.col_out) {
-            sums.view().storage->written = true;
-            last_in_kernel = true;
-        } else {
-            const Slice rows = Slice::range(0, partials.shape()[0], sums_every);
-            sums.assign(reshape(sum(partials.slice({rows, Slice::range(0, L.K)}).expr(), 0, true), sums.shape()));
-        }
+        // (The walk leaves each block's sums in the first of its 8 rows.)
+        const Slice rows = plan.walk ? Slice::range(0, partials.shape()[0], 8) : Slice::all();
+        sums.assign(reshape(sum(partials.slice({rows, Slice::range(0, L.K)}).expr(), 0, true), sums.shape()));
         extras->summed = last_summed = true;
     }
     return true;

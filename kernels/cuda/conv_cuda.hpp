@@ -136,12 +136,11 @@ bool conv_wgrad_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& E5,
                          const StoreCount* count = nullptr, bool* counted = nullptr, ImageLayout layout = {});
 
 // Whether the last conv_fprop_implicit or conv_wgrad_implicit on this thread counted its output
-// in its store path, whether the last conv_fprop_implicit added up its channels there, and
-// whether its kernel also added up the blocks' partial sums (no reduction after it); the layout
-// of the image the last of them ran on ({0, 0} where it declined or read a dense image) (tests).
+// in its store path, and whether the last conv_fprop_implicit added up its channels there; the
+// layout of the image the last of them ran on ({0, 0} where it declined or read a dense image)
+// (tests).
 bool last_conv_counted();
 bool last_conv_summed();
-bool last_conv_sums_in_kernel();
 ImageLayout last_conv_layout();
 
 // Whether TMA's im2col descriptor can bring L's patches on ctx's GPU (the wgmma kernels', its

@@ -414,10 +414,8 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     // in warp order into a row of `col_partials` a row of tiles; the persistent kernels' each
     // warp's running sums over the block's tiles into a row of its own a block (every entry
     // written, zeros where the block did not go), added in warp order into the block's first.
-    // Then their sum over those rows, in order (the same bits in every run): the persistent
-    // kernel's last block adds them into a float32 `col_sums` in a row (col_out), else one JIT
-    // reduction does.
-    Tensor col_partials, col_mid;
+    // Then one JIT reduction over those rows, in order: the same bits in every run.
+    Tensor col_partials;
     const int col_s_bytes = k.persistent ? 0 : (k.threads - 128) / 32 * k.bn * 4;
     const auto col_s_fits = [&] {   // beside the one-tile kernel's static and dynamic shared memory
         const std::string e = k.entry + (b_shared ? "_shb" : "");
@@ -430,13 +428,6 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
         p.flags |= kColSums;
         q.flags |= kColSums;
         smem += col_s_bytes;
-        if (k.persistent && (q.col_out = p.col_out = kernel_col_sums(*col_sums, N, p))) {
-            // (a block's first of its 8 rows)
-            col_mid = col_sum_groups(be, ctx, p, col_partials.shape()[0] / 8, 8 * col_partials.shape()[1],
-                                     col_partials.shape()[1]);
-            q.col_rows = p.col_rows, q.col_stride = p.col_stride, q.col_group = p.col_group;
-            q.col_done = p.col_done, q.col_mid = p.col_mid, q.col_mid_stride = p.col_mid_stride;
-        }
     }
     const char* twin = lean_twin(k, p, dt, bsum != nullptr);
     last_launch_b_share = share_b;
@@ -532,13 +523,9 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     if (col_partials.defined()) {
         col_partials.view().storage->written = true;
         Tensor sums = *col_sums;
-        if (p.col_out) {
-            sums.view().storage->written = true;
-        } else {
-            const Slice each = k.persistent ? Slice::range(0, col_partials.shape()[0], 8) : Slice::all();
-            const Tensor rows = col_partials.slice({each, Slice::range(0, N)});
-            sums.assign(reshape(sum(rows.expr(), 0, true), sums.shape()));
-        }
+        const Slice each = k.persistent ? Slice::range(0, col_partials.shape()[0], 8) : Slice::all();
+        const Tensor rows = col_partials.slice({each, Slice::range(0, N)});
+        sums.assign(reshape(sum(rows.expr(), 0, true), sums.shape()));
         if (summed) *summed = true;
     }
     return counted;

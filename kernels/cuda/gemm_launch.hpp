@@ -29,17 +29,6 @@ Mat mat(const Tensor& t);
 // The device address of t's first element (its view's offset applied).
 char* data_of(const Tensor& t);
 
-// Where the kernel may add its column sums' partial rows into `sums` itself (GemmParams::col_out):
-// n float32 values in a row, apart from the bytes of C that p describes (the last block writes
-// them while its own stores of C may still be under way); null where the host adds them (a JIT
-// reduction).
-float* kernel_col_sums(const Tensor& sums, int64_t n, const GemmParams& p);
-// With p.col_out set: the kernel's partial rows (`rows` of them, `stride` floats apart, each
-// `width` >= p.n floats) in groups of about sqrt(rows) (last_block_col_sums), their counters in
-// be's zeroed scratch and their rows in the returned tensor (undefined for one group), which the
-// caller keeps alive until the launch.
-Tensor col_sum_groups(cuda::CudaBackend& be, Context& ctx, GemmParams& p, int64_t rows, int64_t stride, int64_t width);
-
 // t itself where it is contiguous, else a contiguous copy made on ctx (t's own context by
 // default): an operand the precompiled kernels read as dense memory.
 Tensor contiguous(const Tensor& t, Context& ctx);

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -25,35 +24,6 @@ namespace kiln::gemm::detail {
 
 char* data_of(const Tensor& t) {
     return static_cast<char*>(t.view().storage->data) + t.offset() * dtype_size(t.dtype());
-}
-
-float* kernel_col_sums(const Tensor& sums, int64_t n, const GemmParams& p) {
-    if (sums.dtype() != DType::Float32 || sums.size() != n || !sums.is_contiguous()) return nullptr;
-    const char* s = data_of(sums);
-    const char* c = static_cast<const char*>(p.c);
-    const int64_t last = int64_t(p.batch - 1) * p.c_batch + int64_t(p.m - 1) * p.c_sm + int64_t(p.n - 1) * p.c_sn +
-                         (p.c_group ? int64_t(p.m) * p.c_sg : 0);
-    const int64_t c_bytes = (last + 1) * (p.c_dtype == kF32 ? 4 : 2);
-    const bool apart = s + 4 * n <= c || s >= c + c_bytes;
-    return apart ? reinterpret_cast<float*>(const_cast<char*>(s)) : nullptr;
-}
-
-Tensor col_sum_groups(cuda::CudaBackend& be, Context& ctx, GemmParams& p, int64_t rows, int64_t stride, int64_t width) {
-    // Up to 16 rows one group; else about sqrt(rows) groups of about sqrt(rows) rows, so that
-    // the two levels read alike (132 rows: 11 groups of 12).
-    const int64_t size = rows <= 16 ? rows : int64_t(std::ceil(std::sqrt(double(rows))));
-    const int64_t groups = (rows + size - 1) / size;
-    p.col_rows = int32_t(rows), p.col_stride = stride, p.col_group = int32_t(size);
-    p.col_done = reinterpret_cast<uint32_t*>(be.zeroed_scratch(sizeof(uint32_t) * size_t(1 + groups)));
-    if (groups == 1) {
-        p.col_mid = nullptr, p.col_mid_stride = 0;
-        return Tensor();
-    }
-    Tensor mid = ctx.empty({groups, width}, DType::Float32);
-    mid.view().storage->written = true;
-    p.col_mid = reinterpret_cast<float*>(data_of(mid));
-    p.col_mid_stride = width;
-    return mid;
 }
 
 Tensor contiguous(const Tensor& t, Context& ctx) { return t.is_contiguous() ? t : ctx.eval(t.expr()); }

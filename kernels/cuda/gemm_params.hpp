@@ -71,15 +71,6 @@ struct GemmParams {
     void* bsum;               // kBsum: the sums, element (z, m) at z * bsum_sb + m * bsum_sm
     float* col_partials;      // kColSums: [tiles_m][N] float32, row of tiles tm's sums of C's
                               // columns as stored (a convolution's per-channel bsum)
-    float* col_out;           // kColSums, where the grid's last block adds the partial rows up
-                              // (last_block_col_sums): N float32 sums; else null (the host does)
-    uint32_t* col_done;       // col_out: the blocks finished, zero before and after
-    int64_t col_stride;       // col_out: floats from one block's partial row to the next (a
-                              // multiple of 4, as is the rows' start)
-    int32_t col_rows;         // col_out: the partial rows, one a block (or a row of blocks)
-    int32_t col_group;        // col_out: rows a group (last_block_col_sums), all of them in one
-    float* col_mid;           // col_out with more than one group: a row of N sums a group,
-    int64_t col_mid_stride;   // col_mid_stride floats apart (a multiple of 4)
     int64_t bsum_sb, bsum_sm;
     int32_t bsum_dtype;       // GemmDType of bsum
     uint32_t bsum_epoch;      // this launch's tag for bsum_tagged (never 0: the words start zeroed)

@@ -991,12 +991,10 @@ TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
 }
 
 // bsum where the implicit kernel's 16-bit register epilogue stores (16-bit output, no beta): each
-// row of tiles' column sums of the values as stored on the one-tile kernel 64, 128 and 256 wide
-// (gathered patches and by TMA), each block's on the walk, with rows and channels past the last
-// tile; the rows added by the grid's last block where bsum is float32 in a row (on the one-tile
-// kernel, where they are at most 2 a multiprocessor), else after the kernel. Against the sums of
-// the output as stored (the JIT reduction the other paths run), the same bits in a second run;
-// float32 output and beta keep the reduction.
+// row of tiles' column sums of the values as stored, added up after the kernel, on the one-tile
+// kernel 64, 128 and 256 wide (gathered patches and by TMA) and on the walk, with rows and
+// channels past the last tile. Against the sums of the output as stored (the JIT reduction the
+// other paths run), the same bits in a second run; float32 output and beta keep the reduction.
 TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per channel, deterministically") {
     REQUIRE_GPU();
     Context ctx(ContextOptions{"cuda"});
@@ -1026,16 +1024,8 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
             const ConvLayer& L = c.L;
             std::optional<test::ScopedEnv> forced;
             if (*c.kernel) forced.emplace("KILN_CONV_KERNEL", c.kernel);
-            const std::string kernel = gemm::conv_fprop_kernel(ctx, L);
-            INFO(L.str() << " " << kernel);
-            CHECK(kernel.find(c.width) != std::string::npos);
-            // (The walks' blocks each leave a row of partial sums, the one-tile kernel's rows of
-            // tiles one each: the grid's last block adds them up, on the one-tile kernel where
-            // they are at most 2 a multiprocessor, K floats apart, K a multiple of 4.)
-            const bool walked = kernel.find("_walk") != std::string::npos || kernel.find("_pers_") != std::string::npos;
-            const int64_t tile_rows = (numel(L.output_shape()) / L.K + 127) / 128;
-            const int sms = cuda::cuda_backend(ctx).info().multiprocessors;
-            const bool in_kernel = walked || (L.K % 4 == 0 && tile_rows <= 2 * sms);
+            INFO(L.str() << " " << gemm::conv_fprop_kernel(ctx, L));
+            CHECK(gemm::conv_fprop_kernel(ctx, L).find(c.width) != std::string::npos);
             Tensor I = random(L.input_shape(), dt), F = random(L.filter_shape(), dt);
             for (DType out : {dt, DType::Float32})
                 for (bool beta : {false, true}) {
@@ -1049,7 +1039,6 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
                     const Tensor before = ctx.eval(O.expr());
                     fprop_conv(L, I, F, O, o);
                     CHECK(gemm::last_conv_summed() == (out == dt && !beta));
-                    CHECK(gemm::last_conv_sums_in_kernel() == (gemm::last_conv_summed() && in_kernel));
                     CHECK(sums_off(ctx, O, bs, L.K) == 0);
                     const std::vector<float> got = bs.to_vector<float>();
                     // The same call again from the same output: the same sums, bit for bit.
@@ -1057,14 +1046,12 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
                     o.bsum = again;
                     fprop_conv(L, I, F, O2, o);
                     CHECK(again.to_vector<float>() == got);
-                    // A bsum the kernel cannot write in a row (every other float of a buffer):
-                    // the partials added up after it.
+                    // Into a strided bsum (every other float of a buffer): the output's sums.
                     Tensor wide = ctx.empty({2 * L.K}, DType::Float32);
                     Tensor O3 = ctx.eval(before.expr());
                     o.bsum = wide.slice({Slice::range(0, 2 * L.K, 2)});
                     fprop_conv(L, I, F, O3, o);
                     CHECK(gemm::last_conv_summed() == (out == dt && !beta));
-                    CHECK_FALSE(gemm::last_conv_sums_in_kernel());
                     CHECK(sums_off(ctx, O3, *o.bsum, L.K) == 0);
                 }
         }

@@ -226,7 +226,6 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
     if (reg_epilogue) {
         store_tile_16bit<T, BM, BN, 256>(g, acc, smem, bias_s, m0, n0, tile_n, 0, row0, q, tid - 128, nullptr, nullptr, 0,
                                          BM, bias_s + BN);
-        if (g.flags & kColSums) last_block_col_sums<256>(g, tid - 128, tile_m, g.tiles_n);
     } else {
         float* tile = reinterpret_cast<float*>(smem);
         stage_accumulators<BN>(tile, acc, row0, q);

@@ -14,9 +14,8 @@
 // layer's output at about a third of the bandwidth that TMA's do.) Nothing in the store path
 // waits for the other warps. The channel sums (kColSums) stay in each warp's registers across
 // the block's tiles of one column of tiles (WarpColSums), so they take no shared memory and no
-// barrier a tile; the grid's last block adds the blocks' rows (last_block_col_sums). The 256-wide
-// tile here serves a strided gradient's grouped rows and C of another 16-bit dtype (plain rows of
-// the layer's dtype walk on the GEMM's persistent kernel,
+// barrier a tile. The 256-wide tile here serves a strided gradient's grouped rows and C of another
+// 16-bit dtype (plain rows of the layer's dtype walk on the GEMM's persistent kernel,
 // conv_persistent.cuh, with 4 stages). It (3 stages) rounds its results straight into the slice and
 // stores them at once: its 128 accumulators and 64 rounded registers, held across the next
 // tile's first multiplies, spilled. Its channel sums (the entry ending _bsum) take each group of
@@ -219,7 +218,6 @@ __device__ __forceinline__ void conv_fprop_walk(const ConvParams& p, const CUten
     if (col_sums) {
         sums.finish(g.tiles_n, lane / 4, q);
         add_block_col_rows<BN>(g, 128 * c + ctid);
-        last_block_col_sums<256>(g, 128 * c + ctid, blockIdx.x, 1);
     }
     // (The block's shared memory stays until TMA or the bulk copies have read it.)
     if ((p.c_by_tma && lane == 0) || (!p.c_by_tma && lane < 16)) tma_store_wait_all();

@@ -11,8 +11,7 @@
 // swizzle, as O's rows in NHWC), which one lane hands to TMA while the next tile multiplies. The
 // channel sums (kColSums) are row sums here: each thread's two channels over its positions, added in
 // registers across the block's tiles, then over the quad, into the block's row of col_partials (64
-// floats a consumer), the rows added by the grid's last block where the host gives col_out
-// (last_block_col_sums): deterministic. For 16-bit output of the layer's dtype in plain rows, 16 bytes
+// floats a consumer): deterministic. For 16-bit output of the layer's dtype in plain rows, 16 bytes
 // apart, without beta, stochastic rounding or a histogram (the host checks: conv_cuda.cpp, walk_t_runs;
 // fprop_plan's `transposed`).
 #pragma once
@@ -143,7 +142,6 @@ __device__ __forceinline__ void conv_fprop_walk_t(const ConvParams& p, const CUt
             sums[h] += __shfl_xor_sync(0xffffffffu, sums[h], 2);
             if (q == 0) g.col_partials[int64_t(blockIdx.x) * kChannels + ch0 + 8 * h] = sums[h];
         }
-        last_block_col_sums<128 * CONSUMERS>(g, ctid + 128 * c, blockIdx.x, 1);
     }
     // (The block's shared memory stays until TMA has read the last slice.)
     if (ctid == 0) tma_store_wait_all();

@@ -32,8 +32,7 @@ namespace kiln::gemm {
 // over several tiles per row: the consumers store the tile's row sums as tagged partials and
 // the bsum warps of the block that adds the row read them (add_bsum_rows). Column sums
 // (kColSums): each warp's running sums in registers, into a row of its own (WarpColSums), the
-// block's 8 rows added into its first at the end, and the blocks' first rows by the grid's last
-// block where the host gives col_out (last_block_col_sums).
+// block's 8 rows added into its first at the end.
 //
 // The body takes its producer as `produce(smem, ring, at, z, ktiles, it)`, called by thread 0 for
 // each of the block's tiles in order (tile `at` of batch entry z, its k-tiles; `it` counts stage
@@ -234,7 +233,6 @@ __device__ __forceinline__ void persistent_body(const GemmParams& p, const CUten
         if (p.flags & kColSums) {
             col_sums.finish(p.tiles_n, g, q);
             add_block_col_rows<BN>(p, ctid + 128 * c);
-            last_block_col_sums<256>(p, ctid + 128 * c, blockIdx.x, 1);
         }
     }
     hist_flush_block(p, smem, ctid + 128 * c);
