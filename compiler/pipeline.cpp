@@ -40,8 +40,8 @@ Plan plan_assignment(const NodePtr& expr, const View& dst_in, bool debug) {
     root = canonicalise(root, &cs);
     if (debug) {
         if (cs.changed())
-            log_debug("after canonicalise ({} folded, {} identities, {} operand orders):\n{}", cs.folded, cs.identities,
-                      cs.reordered, graph_str(root));
+            log_debug("after canonicalise ({} folded, {} identities, {} squares, {} operand orders):\n{}", cs.folded,
+                      cs.identities, cs.squares, cs.reordered, graph_str(root));
         else
             log_debug("canonicalise: no change");
     }

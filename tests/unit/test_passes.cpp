@@ -13,6 +13,7 @@
 #include "ir/node.hpp"
 #include "ir/view_ops.hpp"
 
+#include <cmath>
 #include <memory>
 
 using namespace kiln;
@@ -48,6 +49,40 @@ TEST_CASE("canonicalise folds constants and strips identities") {
     CanonicaliseStats none;
     canonicalise(exp(a).node(), &none);
     CHECK_FALSE(none.changed());
+}
+
+TEST_CASE("canonicalise: a float's x**2 is x*x, elsewhere pow stays") {
+    Expr a = leaf(host_view({3, 5})), h = leaf(host_view({3, 5}, DType::Float16));
+    CanonicaliseStats st;
+    NodePtr r = canonicalise(power(a, 2.0).node(), &st);
+    CHECK(st.squares == 1);
+    CHECK(r->op == OpKind::Mul);
+    REQUIRE(r->inputs.size() == 2);
+    CHECK(r->inputs[0] == a.node());
+    CHECK(r->inputs[1] == a.node());
+    CHECK(r->dtype == DType::Float32);
+    CHECK(canonicalise(power(h, 2.0).node())->op == OpKind::Mul);   // float16 stays float16
+    CHECK(canonicalise(power(h, 2.0).node())->dtype == DType::Float16);
+    // Not where the exponent is another value, a tensor, or the base; nor where x**2 changes the
+    // dtype (int8 ** 2.0 is float32), nor for integers.
+    CHECK(canonicalise(power(a, 3.0).node())->op == OpKind::Pow);
+    CHECK(canonicalise(power(a, 0.5).node())->op == OpKind::Pow);
+    CHECK(canonicalise(power(a, a).node())->op == OpKind::Pow);
+    CHECK(canonicalise(power(Expr(2.0), a).node())->op == OpKind::Pow);
+    CHECK(canonicalise(power(leaf(host_view({3}, DType::Int8)), 2.0).node())->op == OpKind::Pow);
+    CHECK(canonicalise(power(leaf(host_view({3}, DType::Int32)), scalar(2, DType::Int32)).node())->op == OpKind::Pow);
+    // The CPU backend's x*x against the powf the expression names: the same values, NaN, infinities,
+    // signed zeros and overflow included.
+    Context ctx(ContextOptions{"cpu"});
+    const std::vector<float> xs = {-3.5f, -0.0f, 0.0f, 1e-30f, 2e19f, -2e19f, std::nanf(""), INFINITY, -INFINITY, 1.1f};
+    Tensor x = ctx.array(xs, {int64_t(xs.size())});
+    const std::vector<float> got = ctx.eval(power(x, 2.0)).to_vector<float>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+        INFO(xs[i]);
+        const float want = std::pow(xs[i], 2.0f);
+        if (std::isnan(want)) CHECK(std::isnan(got[i]));
+        else CHECK(got[i] == want);
+    }
 }
 
 TEST_CASE("canonicalise: integer constants fold with the kernel's wrap-around, casts with its saturation") {
