@@ -624,6 +624,18 @@ template <> __device__ __forceinline__ uint4 kiln_ldg_shift<uint4>(const void* a
     return make_uint4(__funnelshift_r(y0, y1, r), __funnelshift_r(y1, y2, r), __funnelshift_r(y2, y3, r),
                       __funnelshift_r(y3, y4, r));
 }
+// The same word where the buffer's elements are 4 bytes: each element read on its own boundary,
+// without the second word and the selects the shift takes.
+template <class W> __device__ W kiln_ldg_words(const void* at);
+template <> __device__ __forceinline__ unsigned kiln_ldg_words<unsigned>(const void* at) { return *(const unsigned*)at; }
+template <> __device__ __forceinline__ uint2 kiln_ldg_words<uint2>(const void* at) {
+    const unsigned* p = (const unsigned*)at;
+    return make_uint2(p[0], p[1]);
+}
+template <> __device__ __forceinline__ uint4 kiln_ldg_words<uint4>(const void* at) {
+    const unsigned* p = (const unsigned*)at;
+    return make_uint4(p[0], p[1], p[2], p[3]);
+}
 // A group's word to global memory in one store. Written as plain C++, the compiler may split
 // it into 4-byte stores where it cannot prove the address 16-byte aligned (a row's phase is
 // known only at run time); the row kernels check the alignment themselves.

@@ -546,9 +546,9 @@ void Emitter::emit_row_kernel(RowEntry entry) {
                     for (int g = 0; g < n / vw; ++g)
                         for (int w = 0; w < gw.words; ++w) {
                             const std::string mem =
-                                !shifting || !shifted(buf)
-                                    ? fmt::format("*(const {}*)({})", wt, word_at(buf, g, w, gw))
-                                    : fmt::format("kiln_ldg_shift<{}>({}, s{})", wt, word_at(buf, g, w, gw), buf);
+                                !shifting || !shifted(buf) ? fmt::format("*(const {}*)({})", wt, word_at(buf, g, w, gw))
+                                : dtype_size(t) == 4       ? fmt::format("kiln_ldg_words<{}>({})", wt, word_at(buf, g, w, gw))
+                                                           : fmt::format("kiln_ldg_shift<{}>({}, s{})", wt, word_at(buf, g, w, gw), buf);
                             const std::string addr =
                                 fmt::format("xs{} + (qs{}) * {} + {}", buf, g ? fmt::format(" + {} * (unsigned)row_threads", g) : "",
                                             vw * dtype_size(t), w * gw.per_word * dtype_size(t));
@@ -603,9 +603,14 @@ void Emitter::emit_row_kernel(RowEntry entry) {
             };
             // Rows whose vectors are all in phase (every row when the row length is a multiple of
             // V) run a copy of the loops without the shifts; the shifting copy goes a group at a
-            // time (its two words per load would otherwise spill).
+            // time (its two words per load would otherwise spill) unless every buffer it shifts
+            // has 4-byte elements, which it reads one by one (kiln_ldg_words) and steps as the
+            // copy in phase does.
+            bool words_only = true;
+            for (size_t buf : vec_loads)
+                if (shifted(buf) && dtype_size(k_.buffers[buf].dtype) != 4) words_only = false;
             auto vector_loops = [&](bool shifting) {
-                if (step > vw && !shifting) vector_loop(step, true, shifting);
+                if (step > vw && (!shifting || words_only)) vector_loop(step, true, shifting);
                 vector_loop(vw, false, shifting);
             };
             if (registers) {
@@ -662,13 +667,14 @@ void Emitter::emit_row_kernel(RowEntry entry) {
             close();
             close();
             close();
+            // A thread's slots grow with j: the first past the row ends its part of the pass (the
+            // threads past the row's last group would otherwise walk their empty slots to per_thread).
             line("#pragma unroll 1");
             open("for (; j < per_thread; ++j)");
             line("const long long rslot = {};", row_index("j"));
-            open("if (live && rslot < nr)");
+            line("if (!live || rslot >= nr) break;");
             line("const long long ri = rslot + h >= nr ? rslot + h - nr : rslot + h;");
             emit_row_element(bi, slot, first_use, "j");
-            close();
             close();
         }
         hoisted_.clear();

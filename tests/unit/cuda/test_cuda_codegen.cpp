@@ -401,7 +401,7 @@ TEST_CASE("row kernels load rows 16 bytes at a time from their first group bound
     }
 }
 
-TEST_CASE("row kernels read a vector out of the row's phase as shifted 16-byte words") {
+TEST_CASE("row kernels read a vector out of the row's phase as shifted 16-byte words, or 4-byte elements one by one") {
     for (DType dt : {DType::Float32, DType::BFloat16}) {
         // out = x * w: x and out laid out alike (in phase), w a row vector (its own phase).
         test::KernelBuilder b("kiln_rowshift", "PR");
@@ -419,8 +419,14 @@ TEST_CASE("row kernels read a vector out of the row's phase as shifted 16-byte w
                                         "* {}) & 15);",
                                         size)) != std::string::npos);
         CHECK(src.code.find("if ((s2) == 0)") != std::string::npos);
-        CHECK(src.code.find("kiln_ldg_shift<uint4>(b2 + 0 + q, s2)") != std::string::npos);
+        // 16-bit elements: the two aligned words around the group, shifted, a group a step. 4-byte
+        // ones: each element on its own boundary, in steps of several groups as in phase.
+        const bool words = dt == DType::Float32;
+        CHECK((src.code.find("kiln_ldg_shift<uint4>(b2 + 0 + q, s2)") != std::string::npos) == !words);
+        CHECK((src.code.find("kiln_ldg_words<uint4>(b2 + 0 + q)") != std::string::npos) == words);
+        CHECK((src.code.find("kiln_ldg_words<uint4>(b2 + 0 + q + 3 * ((long long)G << 2))") != std::string::npos) == words);
         CHECK(src.code.find("kiln_ldg_shift<uint4>(b1") == std::string::npos);
+        CHECK(src.code.find("kiln_ldg_words<uint4>(b1") == std::string::npos);
         CHECK(src.code.find("const uint4 w2_0_0 = *(const uint4*)(b2 + 0 + q);") != std::string::npos);
         require_compiles("rowshift", src);
     }
