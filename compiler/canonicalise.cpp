@@ -149,19 +149,15 @@ struct Canon {
             if (scalar_is(ins[1], 1) && keeps(ins[0])) { ++st.identities; return ins[0]; }
             if (scalar_is(ins[0], 1) && keeps(ins[1])) { ++st.identities; return ins[1]; }
             break;
-        case OpKind::Div:
-            if (scalar_is(ins[1], 1) && keeps(ins[0])) { ++st.identities; return ins[0]; }
-            break;
-        case OpKind::Pow:
+        case OpKind::Div: case OpKind::Pow:
             if (scalar_is(ins[1], 1) && keeps(ins[0])) { ++st.identities; return ins[0]; }
             // x**2 of a float as x*x: one multiply, correctly rounded, against powf (a libdevice
             // call the kernel pays for at run time and NVRTC at compile time, ~6 ms a kernel).
-            if (is_float(n.dtype) && scalar_is(ins[1], 2) && keeps(ins[0])) {
+            if (n.op == OpKind::Pow && is_float(n.dtype) && scalar_is(ins[1], 2) && keeps(ins[0])) {
                 ++st.squares;
                 Node m = n;
                 m.op = OpKind::Mul;
-                m.inputs = {ins[0], ins[0]};
-                return intern(std::move(m));
+                return rebuild(m, {ins[0], ins[0]});
             }
             break;
         case OpKind::Neg:

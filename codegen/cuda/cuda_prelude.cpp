@@ -625,13 +625,9 @@ template <> __device__ __forceinline__ uint4 kiln_ldg_shift<uint4>(const void* a
                       __funnelshift_r(y3, y4, r));
 }
 // The same word where the buffer's elements are 4 bytes: each element read on its own boundary,
-// without the second word and the selects the shift takes.
+// without the second word and the selects the shift takes. (Only the 16-byte word: a row with
+// 4-byte elements moves groups of 4, and one with wider ones takes no groups.)
 template <class W> __device__ W kiln_ldg_words(const void* at);
-template <> __device__ __forceinline__ unsigned kiln_ldg_words<unsigned>(const void* at) { return *(const unsigned*)at; }
-template <> __device__ __forceinline__ uint2 kiln_ldg_words<uint2>(const void* at) {
-    const unsigned* p = (const unsigned*)at;
-    return make_uint2(p[0], p[1]);
-}
 template <> __device__ __forceinline__ uint4 kiln_ldg_words<uint4>(const void* at) {
     const unsigned* p = (const unsigned*)at;
     return make_uint4(p[0], p[1], p[2], p[3]);
