@@ -806,10 +806,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     C.view().storage->written = true;
     if (partials.defined()) {
         partials.view().storage->written = true;
-        Tensor sums = *extras->column_sums;
-        // (The walk leaves each block's sums in the first of its 8 rows.)
-        const Slice rows = plan.walk ? Slice::range(0, partials.shape()[0], 8) : Slice::all();
-        sums.assign(reshape(sum(partials.slice({rows, Slice::range(0, L.K)}).expr(), 0, true), sums.shape()));
+        detail::add_col_partials(partials, plan.walk, L.K, *extras->column_sums);
         extras->summed = last_summed = true;
     }
     return true;

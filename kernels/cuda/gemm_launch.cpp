@@ -264,6 +264,11 @@ int detail::counters_at(cuda::CudaBackend& be, CUfunction f, int smem, int bytes
     return at + bytes + be.static_shared(f) <= be.info().max_shared_optin ? at : -1;
 }
 
+void detail::add_col_partials(const Tensor& partials, bool every_8th, int64_t n, Tensor sums) {
+    const Slice rows = every_8th ? Slice::range(0, partials.shape()[0], 8) : Slice::all();
+    sums.assign(reshape(sum(partials.slice({rows, Slice::range(0, n)}).expr(), 0, true), sums.shape()));
+}
+
 bool detail::col_sums_in_epilogue(const GemmKernel& k, const GemmParams& p, DType dt) {
     if (!env::flag("KILN_GEMM_COLSUMS").value_or(true)) return false;
     if (k.path != GemmPath::Wgmma || k.splits != 1 || k.b_in_registers || p.batch != 1 || !rows_of_16_bytes(p)) return false;
@@ -522,10 +527,7 @@ bool detail::run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& c
     if (bsum) bsum->view().storage->written = true;
     if (col_partials.defined()) {
         col_partials.view().storage->written = true;
-        Tensor sums = *col_sums;
-        const Slice each = k.persistent ? Slice::range(0, col_partials.shape()[0], 8) : Slice::all();
-        const Tensor rows = col_partials.slice({each, Slice::range(0, N)});
-        sums.assign(reshape(sum(rows.expr(), 0, true), sums.shape()));
+        add_col_partials(col_partials, k.persistent, N, *col_sums);
         if (summed) *summed = true;
     }
     return counted;

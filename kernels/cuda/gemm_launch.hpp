@@ -90,6 +90,11 @@ int counters_at(cuda::CudaBackend& be, CUfunction f, int smem, int bytes);
 bool run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,
                 DType dt, const Tensor* bsum, int c_rank, const Tensor* col_sums = nullptr, bool* summed = nullptr);
 
+// kColSums' last step: `sums` (n float32) = the sum over the rows of `partials` (rows x at least
+// n; with `every_8th`, rows 0, 8, ...: a block's first of its 8, where the walks and the persistent
+// kernels leave its sums), in row order by one JIT reduction: the same bits in every run.
+void add_col_partials(const Tensor& partials, bool every_8th, int64_t n, Tensor sums);
+
 // Whether kernel k adds C's column sums in its epilogue (kColSums): a wgmma kernel, unsplit, one
 // tile a block (the general kernel) or persistent (its kLeanCols twin: C of the operands' dtype
 // dt, both operands K-major, no bsum, at most 32 columns of tiles), not B in registers, into

@@ -1053,6 +1053,19 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
                     fprop_conv(L, I, F, O3, o);
                     CHECK(gemm::last_conv_summed() == (out == dt && !beta));
                     CHECK(sums_off(ctx, O3, *o.bsum, L.K) == 0);
+                    // bsum beside the bias in one buffer: the sums land next to what the kernel
+                    // reads, the bias untouched.
+                    Tensor shared = ctx.empty({2 * L.K}, DType::Float32);
+                    Tensor bias2 = shared.slice({Slice::range(0, L.K)});
+                    bias2.assign(o.bias->expr());
+                    const std::vector<float> bias_values = o.bias->to_vector<float>();
+                    Tensor O4 = ctx.eval(before.expr());
+                    o.bias = bias2;
+                    o.bsum = shared.slice({Slice::range(L.K, 2 * L.K)});
+                    fprop_conv(L, I, F, O4, o);
+                    CHECK(gemm::last_conv_summed() == (out == dt && !beta));
+                    CHECK(sums_off(ctx, O4, *o.bsum, L.K) == 0);
+                    CHECK(bias2.to_vector<float>() == bias_values);
                 }
         }
     }
