@@ -90,9 +90,10 @@ int counters_at(cuda::CudaBackend& be, CUfunction f, int smem, int bytes);
 bool run_kernel(Context& ctx, cuda::CudaBackend& be, const GemmKernel& chosen, GemmParams p, const Mat& a, const Mat& b,
                 DType dt, const Tensor* bsum, int c_rank, const Tensor* col_sums = nullptr, bool* summed = nullptr);
 
-// kColSums' last step: `sums` (n float32) = the sum over the rows of `partials` (rows x at least
-// n; with `every_8th`, rows 0, 8, ...: a block's first of its 8, where the walks and the persistent
-// kernels leave its sums), in row order by one JIT reduction: the same bits in every run.
+// kColSums' last step: `sums` (n values of any float dtype, shaped as the caller's bsum) = the sum
+// over the rows of the float32 `partials` (rows x at least n; with `every_8th`, rows 0, 8, ...: a
+// block's first of its 8, where the walks and the persistent kernels leave its sums), in row order
+// by one JIT reduction: the same bits in every run.
 void add_col_partials(const Tensor& partials, bool every_8th, int64_t n, Tensor sums);
 
 // Whether kernel k adds C's column sums in its epilogue (kColSums): a wgmma kernel, unsplit, one
