@@ -62,7 +62,8 @@ FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, bool pl
                        bool can_walk_t) {
     const std::optional<int> forced = conv_kernel_choice();
     if (forced == 6 && can_walk_t) return {tile_of(L, L.K <= 64 ? 64 : 128), false, 0, true};
-    const bool wide = forced != 2 && L.K > 128 && can_walk(tile_of(L, 256)) && can_walk(tile_of(L, 192));
+    const bool wide = forced != 2 && L.K > 128 && can_walk(tile_of(L, 256)) &&
+                      (channel_halves(L) || can_walk(tile_of(L, 192)));   // (halves: no 192-wide walk)
     FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)), wide,
                                 plain_rows, can_walk_t && forced != 1 && forced != 2);
     if (forced == 1 && wide) plan = {tile_of(L, 256), true};
@@ -174,13 +175,14 @@ bool takes(cuda::CudaBackend& be, const ConvLayer& L) {
 }
 
 // The rank of the TMA im2col descriptor that can bring L's patches (sm90/conv_fprop.cuh), or 0
-// for the gather. TMA takes a k-tile of 64 channels of one tap, so C must be a multiple of 64;
+// for the gather. TMA takes a k-tile of 64 channels of one tap, so C must be a multiple of 64,
+// or with `halves` (fprop's kernels over channel_halves layers) 32 channels of one tap a half;
 // the descriptor has the image's axes other than unpadded ones of size 1 (W always; H, D where
 // used), and holds, per axis, the output positions' window as corners relative to the image's
 // ends: from -pad to (out - 1) stride + 1 - size - pad, each within a range that shrinks with
 // the rank (2^15, 2^7, 2^4), with a stride of at most 8 and the filter's offsets within 16 bits.
-int im2col_rank(const ConvLayer& L, const void* image) {
-    if (L.C % 64 != 0 || reinterpret_cast<uintptr_t>(image) % 16 != 0) return 0;
+int im2col_rank(const ConvLayer& L, const void* image, bool halves = false) {
+    if (L.C % (halves && channel_halves(L) ? 32 : 64) != 0 || reinterpret_cast<uintptr_t>(image) % 16 != 0) return 0;
     // (An axis of ones with padding is used: its one output position may read the padding.)
     auto used = [&](int a) { return L.image[a] != 1 || L.filter[a] != 1 || L.output[a] != 1 || L.pad[a] != 0; };
     const int rank = used(0) ? 5 : used(1) ? 4 : 3;
@@ -195,11 +197,12 @@ int im2col_rank(const ConvLayer& L, const void* image) {
 }
 
 // The im2col descriptor of rank `rank` for the image I (N, D, H, W, C) of L: boxes of `pixels`
-// output positions x 64 channels in the 128-byte swizzle, axes innermost first (C, W, H, D, N; an
-// unused D or H folds into N), the pixels where `layout` puts them. Nothing where the driver
-// refuses a view's descriptor (a dense image's refusal is an error).
+// output positions x 64 channels in the 128-byte swizzle (`halves`: 32 channels in the 64-byte
+// one), axes innermost first (C, W, H, D, N; an unused D or H folds into N), the pixels where
+// `layout` puts them. Nothing where the driver refuses a view's descriptor (a dense image's
+// refusal is an error).
 std::optional<CUtensorMap> im2col_map(const ConvLayer& L, const void* image, int rank, uint32_t pixels = 128,
-                                      ImageLayout layout = {}) {
+                                      ImageLayout layout = {}, bool halves = false) {
     const size_t es = dtype_size(L.dtype);
     cuuint64_t dims[5], strides[4];
     cuuint32_t elem[5] = {1, 1, 1, 1, 1};
@@ -224,8 +227,9 @@ std::optional<CUtensorMap> im2col_map(const ConvLayer& L, const void* image, int
     CUtensorMap map;
     const CUresult r = cuda::driver().cuTensorMapEncodeIm2col(
         &map, L.dtype == DType::Float16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        cuuint32_t(rank), const_cast<void*>(image), dims, strides, lower, upper, 64, pixels, elem,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cuuint32_t(rank), const_cast<void*>(image), dims, strides, lower, upper, halves ? 32 : 64, pixels, elem,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, halves ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (view && r != CUDA_SUCCESS) {
         log_debug("conv: the driver refuses the im2col descriptor of {} over pixels {} and rows {} elements apart",
@@ -532,15 +536,16 @@ namespace {
 FpropPlan expected_plan(Context& ctx, const ConvLayer& L, bool plain_rows) {
     cuda::CudaBackend& be = cuda::cuda_backend(ctx);
     const int sms = be.info().multiprocessors;
-    const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
+    const bool tma = im2col_rank(L, nullptr, true) != 0;   // (allocations are 16-byte aligned)
     const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
+    const bool halves = channel_halves(L);
     return fprop_choice(
         L, sms, tma, plain_rows,
         [&](const ConvTile& u) {
-            return output_ok && walk_fits_tiles(L, u, sms) &&
+            return output_ok && walk_fits_tiles(L, u, sms) && (!halves || (u.bn == 256 && plain_rows)) &&
                    walk_for(L, u, false, plain_rows).smem <= be.info().max_shared_optin;
         },
-        output_ok && plain_rows && L.K <= 128 && walk_t_for(L).smem <= be.info().max_shared_optin);
+        output_ok && !halves && plain_rows && L.K <= 128 && walk_t_for(L).smem <= be.info().max_shared_optin);
 }
 } // namespace
 
@@ -556,9 +561,9 @@ std::string conv_fprop_kernel(Context& ctx, const ConvLayer& L, bool column_sums
             return walk_for(L, wide, true, plain_rows).entry + " (tuned)";
         return *tuned;
     }
-    const bool tma = im2col_rank(L, nullptr) != 0;   // (allocations are 16-byte aligned)
+    const bool tma = im2col_rank(L, nullptr, true) != 0;   // (allocations are 16-byte aligned)
     const std::string name = describe(L, expected_plan(ctx, L, plain_rows), column_sums, plain_rows);
-    return tma ? name + " (patches by TMA)" : name;
+    return !tma ? name : channel_halves(L) ? name + " (patches by TMA in 32-channel halves)" : name + " (patches by TMA)";
 }
 
 std::optional<double> conv_fprop_estimate_us(Context& ctx, const ConvLayer& L) {
@@ -602,8 +607,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     if (!layout_fits(L, I, layout)) return false;
     std::optional<CUtensorMap> map_a;   // (the image's patches by TMA where the descriptor holds them)
     const bool mma = mma_kernels(be);
-    const int rank = mma ? 0 : im2col_rank(L, detail::data_of(I));
-    if (rank) map_a = im2col_map(L, detail::data_of(I), rank, 128, layout);
+    const bool halves = !mma && channel_halves(L);   // (A in halves: the `_h` entries, tile_of and walk_for)
+    const int rank = mma ? 0 : im2col_rank(L, detail::data_of(I), true);
+    if (rank) map_a = im2col_map(L, detail::data_of(I), rank, 128, layout, halves);
     if (layout.pixel && !map_a) return false;
     Context::Impl& impl = context_impl(ctx);
     const Tensor Fc = aligned16(F, ctx);
@@ -671,14 +677,14 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // more tiles than SMs, the patches come by TMA, the register epilogue stores and its
     // buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
     auto walk_runs = [&](const ConvTile& u) {
-        return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) &&
+        return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) && (!halves || (u.bn == 256 && plain)) &&
                walk_for(L, u, false, plain).smem <= be.info().max_shared_optin &&
                (u.bn <= 128 || !count);   // (the wider walks count no histogram)
     };
     // The transposed walk (conv_walk_t.cuh): at most 128 channels, the patches by TMA, plain 16-bit
     // rows of the layer's dtype, no histogram.
     const WalkTile walk_t = walk_t_for(L);
-    const bool walk_t_runs = L.K <= 128 && p.im2col_rank && rows_of_16_bytes(g) && plain && !count &&
+    const bool walk_t_runs = L.K <= 128 && !halves && p.im2col_rank && rows_of_16_bytes(g) && plain && !count &&
                              walk_t.smem <= be.info().max_shared_optin;
     const int64_t walk_t_blocks = std::min<int64_t>(sms, (rows + 255) / 256);
     // Launches tile u (walking or one tile a block) with parameters q; smem: the one-tile
@@ -799,7 +805,8 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
                   blocks, sms, partials.defined() ? ", channel sums" : "");
     else
         log_debug("conv: fprop {} -> {} ({} x {} x {}, {} blocks, patches {}{})", L.str(), t.entry, rows, L.K, taps, blocks,
-                  p.im2col_rank ? fmt::format("by TMA im2col, rank {}", p.im2col_rank) : std::string("gathered"),
+                  p.im2col_rank ? fmt::format("by TMA im2col, rank {}{}", p.im2col_rank, halves ? ", 32-channel halves" : "")
+                                : std::string(halves ? "gathered in 32-channel halves" : "gathered"),
                   partials.defined() ? ", channel sums" : "");
     launch(plan, p, smem);
     last_layout = layout;

@@ -14,12 +14,15 @@ namespace kiln::gemm {
 int64_t positions_of(const ConvLayer& L) { return L.N * L.output[0] * L.output[1] * L.output[2]; }
 int64_t taps_of(const ConvLayer& L) { return L.filter[0] * L.filter[1] * L.filter[2] * L.C; }
 
+bool channel_halves(const ConvLayer& L) { return L.C % 32 == 0 && L.C % 64 != 0; }
+
 ConvTile tile_of(const ConvLayer& L, int bn) {
     ConvTile t;
     t.bn = bn;
     t.stages = t.bn == 64 ? 4 : t.bn == 128 ? 6 : 4;
     t.smem = t.stages * (128 * 128 + t.bn * 128) + t.bn * 4 + 1024;
-    t.entry = fmt::format("kiln_conv_fprop_{}_{}_s{}", L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, t.stages);
+    t.entry = fmt::format("kiln_conv_fprop_{}{}_{}_s{}", channel_halves(L) ? "h_" : "",
+                          L.dtype == DType::Float16 ? "f16" : "bf16", t.bn, t.stages);
     return t;
 }
 
@@ -93,6 +96,9 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
                      bool plain_rows, bool transposed_possible) {
     const int64_t tiles_m = (positions_of(L) + 127) / 128;
     const int64_t ktiles = (taps_of(L) + 63) / 64;
+    // (Patches in halves: the one-tile kernels and the 256-wide persistent walk alone.)
+    const bool halves = channel_halves(L);
+    if (halves) walk_possible = false, wide_walk_possible = wide_walk_possible && plain_rows, transposed_possible = false;
     const bool transposed = transposed_possible && transposed_suits(L, sms);
     if (L.K <= 64 && transposed) return {tile_of(L, 64), false, 0, true};
     if (L.K <= 64) return {tile_of(L, 64), walk_possible && ktiles <= kNarrowWalkKtiles};
@@ -107,7 +113,7 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
     FpropPlan best;
     double best_us = 0;
     for (const Option& o : options) {
-        if (o.walk && !(o.bn > 128 ? wide_walk_possible : walk_possible)) continue;
+        if (o.walk && !(o.bn > 128 ? wide_walk_possible && (!halves || o.bn == 256) : walk_possible)) continue;
         if (o.bn > 128 && o.bn / 2 >= L.K) continue;   // half the tile or more past the channels
         const int64_t blocks = tiles_m * ((L.K + o.bn - 1) / o.bn), rounds = (blocks + sms - 1) / sms;
         const double us = double(rounds) * (double(ktiles) * o.per_ktile + o.fixed);
@@ -133,8 +139,8 @@ WalkTile walk_for(const ConvLayer& L, const ConvTile& t, bool column_sums, bool 
     if (t.bn == 256 && plain_rows) {
         w.stages = 4, w.persistent = true;
         w.smem = persistent_smem(128, 256);
-        w.entry = fmt::format("kiln_conv_fprop_pers_{}_256_s4{}", L.dtype == DType::Float16 ? "f16" : "bf16",
-                              column_sums ? "_cols" : "");
+        w.entry = fmt::format("kiln_conv_fprop_pers_{}{}_256_s4{}", channel_halves(L) ? "h_" : "",
+                              L.dtype == DType::Float16 ? "f16" : "bf16", column_sums ? "_cols" : "");
         return w;
     }
     w.stages = t.bn == 64 ? 6 : t.bn == 128 ? 5 : t.bn == 192 ? 4 : 3;

@@ -15,6 +15,12 @@ namespace kiln::gemm {
 int64_t positions_of(const ConvLayer& L);
 int64_t taps_of(const ConvLayer& L);
 
+// Whether fprop's kernels take L's patches in halves of 32 channels (sm90/conv_fprop.cuh, the
+// `_h` entries): C a multiple of 32 but not of 64, which k-tiles of 64 channels of one tap would
+// pad. Those kernels: the one-tile ones and the 256-wide walk on the persistent kernel (into
+// plain rows); fprop_plan takes no other walk for such a layer.
+bool channel_halves(const ConvLayer& L);
+
 // The tile: 128 output positions x BN output channels, as many stages as fit beside it; the
 // 64-wide one with 4 stages, two blocks an SM, so that one's pipeline fill and epilogue overlap
 // the other's multiplies (its tiles are short: 9 k-tiles for 3x3 over 64 channels). The 192-wide
@@ -121,13 +127,15 @@ WgradPlan wgrad_plan(const ConvLayer& L, int sms, int only_bn = 0, WgradSplit sp
 // takes it (ResNet-50's 1x1 stride-2 layers into 256-1024 channels).
 bool pointwise_prefers_implicit(const ConvLayer& L, int sms, bool into_view = false);
 
-// A layer whose channels are a multiple of 8 but not of 64 (Overfeat's second layer, 96),
-// whose patches the kernels gather 16 bytes at a time, runs over its channels padded with zeros
-// to the next multiple of 64, whose patches TMA brings whole, where that adds at most a third
-// to the taps (16-bit, a position's padded channels within the fold's staging): those channels,
-// or 0 where it does not. (fprop pads only where the cost model puts the padded layer and
-// pad_copy_us under the gathered one: Overfeat's 96 channels, 5x5, into 256, a 256-wide tile
-// gathering 38 k-tiles, about 190 us on the H200, against 50 k-tiles by TMA, about 140.)
+// A layer whose channels are a multiple of 8 but not of 64 (Overfeat's second layer, 96) runs
+// over its channels padded with zeros to the next multiple of 64, whose patches TMA brings
+// whole, where that adds at most a third to the taps (16-bit, a position's padded channels
+// within the fold's staging): those channels, or 0 where it does not. The update pads wherever
+// its kernel then takes the layer; fprop only where the cost model puts the padded layer and
+// pad_copy_us under the layer itself, whose patches the kernels gather 16 bytes at a time
+// (a 256-wide tile gathering Overfeat's 38 k-tiles, about 190 us on the H200, against 50 by
+// TMA padded, about 140) or, where channel_halves, bring by TMA in halves (38 k-tiles by TMA:
+// never padded).
 int64_t tma_padded_channels(const ConvLayer& L);
 // The copy that pads L's image to `channels`: the padded image written, then read again, and
 // the image read, at HBM's pace.

@@ -2,6 +2,8 @@
 // and weight gradient (sm90/conv_wgrad.cuh) per 16-bit dtype and tile width. Entry names:
 // kiln_conv_fprop_<dtype>_<BN>_s<stages>, kiln_conv_fprop_walk_<dtype>_<BN>_s<stages>[_bsum] (sm90/conv_walk.cuh),
 // kiln_conv_fprop_pers_<dtype>_256_s4[_cols] (sm90/conv_persistent.cuh),
+// kiln_conv_fprop_h_<dtype>_<BN>_s<stages>, kiln_conv_fprop_pers_h_<dtype>_256_s4[_cols] (A in halves: C a
+// multiple of 32 but not of 64),
 // kiln_conv_fprop_walkt_<dtype>_<64_s4|128_s3> (the roles exchanged: sm90/conv_walk_t.cuh),
 // kiln_conv_dgrad_phases_<dtype>_<BN>_s<stages> (a strided gradient's phases in one walk, conv_walk.cuh),
 // kiln_conv_wgrad_<dtype>_<BN>_s<stages>, kiln_conv_wgrad_bal_<dtype>_<BN>_s<stages> (the balanced split).
@@ -31,6 +33,14 @@ using namespace kiln::gemm;
 KILN_CONV_DTYPES(fprop, conv_fprop, 64, 4, 2)
 KILN_CONV_DTYPES(fprop, conv_fprop, 128, 6, 1)
 KILN_CONV_DTYPES(fprop, conv_fprop, 256, 4, 1)
+// The same over A in halves.
+template <class T, int BN, int ST>
+__device__ __forceinline__ void conv_fprop_halves(const ConvParams& p, const CUtensorMap* map_b, const CUtensorMap* map_a) {
+    conv_fprop<T, BN, ST, true>(p, map_b, map_a);
+}
+KILN_CONV_DTYPES(fprop_h, conv_fprop_halves, 64, 4, 2)
+KILN_CONV_DTYPES(fprop_h, conv_fprop_halves, 128, 6, 1)
+KILN_CONV_DTYPES(fprop_h, conv_fprop_halves, 256, 4, 1)
 // The walk: a third map, C in boxes of 16 rows x 128 bytes (with p.c_by_tma).
 #define KILN_CONV_WALK(tn, T, BN, ST)                                                                            \
     extern "C" __global__ void __launch_bounds__(384, 1) kiln_conv_fprop_walk_##tn##_##BN##_s##ST(              \
@@ -81,16 +91,20 @@ KILN_CONV_WALK_T(bf16, __nv_bfloat16, 64, 4, 1)
 KILN_CONV_WALK_T(f16, __half, 128, 3, 2)
 KILN_CONV_WALK_T(bf16, __nv_bfloat16, 128, 3, 2)
 // On the GEMM's persistent kernel: the same three maps; _cols with the channel sums (kColSums).
-#define KILN_CONV_PERSISTENT(tn, T, LEAN, suffix)                                                                \
-    extern "C" __global__ void __launch_bounds__(384, 1) kiln_conv_fprop_pers_##tn##_256_s4##suffix(            \
+#define KILN_CONV_PERSISTENT(tn, T, LEAN, HALVES, h, suffix)                                                    \
+    extern "C" __global__ void __launch_bounds__(384, 1) kiln_conv_fprop_pers_##h##tn##_256_s4##suffix(         \
         const __grid_constant__ ConvParams p, const __grid_constant__ CUtensorMap map0,                         \
         const __grid_constant__ CUtensorMap map1, const __grid_constant__ CUtensorMap map_c) {                  \
-        conv_fprop_persistent<T, LEAN>(p, &map0, &map1, &map_c);                                                \
+        conv_fprop_persistent<T, LEAN, HALVES>(p, &map0, &map1, &map_c);                                        \
     }
-KILN_CONV_PERSISTENT(f16, __half, kLeanPlain, )
-KILN_CONV_PERSISTENT(bf16, __nv_bfloat16, kLeanPlain, )
-KILN_CONV_PERSISTENT(f16, __half, kLeanCols, _cols)
-KILN_CONV_PERSISTENT(bf16, __nv_bfloat16, kLeanCols, _cols)
+KILN_CONV_PERSISTENT(f16, __half, kLeanPlain, false, , )
+KILN_CONV_PERSISTENT(bf16, __nv_bfloat16, kLeanPlain, false, , )
+KILN_CONV_PERSISTENT(f16, __half, kLeanCols, false, , _cols)
+KILN_CONV_PERSISTENT(bf16, __nv_bfloat16, kLeanCols, false, , _cols)
+KILN_CONV_PERSISTENT(f16, __half, kLeanPlain, true, h_, )
+KILN_CONV_PERSISTENT(bf16, __nv_bfloat16, kLeanPlain, true, h_, )
+KILN_CONV_PERSISTENT(f16, __half, kLeanCols, true, h_, _cols)
+KILN_CONV_PERSISTENT(bf16, __nv_bfloat16, kLeanCols, true, h_, _cols)
 // The weight gradient: map0 E, map1 the image's im2col descriptor.
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 64, 8, 1)
 KILN_CONV_DTYPES(wgrad, conv_wgrad, 128, 6, 1)

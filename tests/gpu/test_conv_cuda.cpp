@@ -688,16 +688,18 @@ TEST_CASE("gpu conv: channels a multiple of 8 but not of 64 padded to 64 where T
     REQUIRE_GPU();
     Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
     if (!sm90(gpu)) return;
-    // fprop pads where the cost model says the padded layer by TMA wins (K past 64); the update
-    // wherever the taps grow by at most a third (96 and 160 channels, not 40).
+    // fprop pads where the cost model says the padded layer by TMA wins (K past 64; never where
+    // TMA brings the patches in 32-channel halves instead); the update wherever the taps grow by
+    // at most a third (96 and 160 channels, not 40).
     struct Padded {
         Case c;
         bool fprop, update;
     };
     const std::vector<Padded> layers = {
-        {{3, 96, 256, {1, 12, 12}, {1, 5, 5}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}}, true, true},     // Overfeat's conv2, smaller
-        {{2, 160, 72, {1, 9, 11}, {1, 3, 3}, {0, 1, 1}, {1, 2, 1}, {1, 1, 2}}, true, true},     // 160 to 192; stride, dilation
+        {{3, 96, 256, {1, 12, 12}, {1, 5, 5}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}}, false, true},    // Overfeat's conv2, smaller
+        {{2, 160, 72, {1, 9, 11}, {1, 3, 3}, {0, 1, 1}, {1, 2, 1}, {1, 1, 2}}, false, true},    // 160 to 192; stride, dilation
         {{2, 96, 48, {1, 10, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false, true},    // K <= 64: not modelled
+        {{2, 48, 96, {1, 10, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, true, true},     // 48 to 64
         {{2, 40, 96, {1, 10, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false, false},   // 40 to 64: too many taps
         {{1, 6152, 72, {1, 3, 4}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, false, false},   // past the fold's 12 KiB
     };
@@ -722,6 +724,69 @@ TEST_CASE("gpu conv: channels a multiple of 8 but not of 64 padded to 64 where T
             CHECK(conv_kernel(gpu, D, "update") == conv_kernel(gpu, L, "update"));
             CHECK(agree(gpu, cpu, D.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(D, F.*side, I.*side, o); }) == 0);
             CHECK(agree(gpu, cpu, D.filter_shape(), dt, [&](Tensor& o, Side side) { update_conv(D, E.*side, I.*side, o); }) == 0);
+        }
+}
+
+// fprop over channels a multiple of 32 but not of 64: the `_h` kernels, A in halves of 32
+// channels of one tap, by TMA (an odd number of halves: the last k-tile's second half past the
+// channels, zeros) or gathered where the descriptor cannot hold the geometry (stride 9); the
+// one-tile kernels 64, 128 and 256 wide and the persistent walk; 1D, 2D, 3D; every epilogue and
+// bsum, into the layer's dtype and float32, against the CPU. An infinity in the image reaches
+// exactly the outputs whose windows hold it.
+TEST_CASE("gpu conv: channels a multiple of 32 but not of 64 by TMA in 32-channel halves") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (!sm90(gpu)) return;
+    struct Halves {
+        Case c;
+        const char* entry;   // what the plan's kernel name holds
+        bool tma;
+    };
+    const std::vector<Halves> layers = {
+        {{2, 96, 48, {1, 10, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, "kiln_conv_fprop_h_f16_64_s4", true},
+        {{3, 96, 128, {1, 12, 12}, {1, 5, 5}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}}, "kiln_conv_fprop_h_f16_128_s6", true},
+        {{2, 160, 200, {1, 9, 11}, {1, 3, 3}, {0, 1, 1}, {1, 2, 1}, {1, 1, 2}}, "kiln_conv_fprop_h_f16_128_s6", true},
+        {{8, 96, 192, {1, 40, 40}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, "kiln_conv_fprop_h_f16_256_s4", true},
+        {{3, 32, 72, {1, 1, 50}, {1, 1, 5}, {0, 0, 2}, {1, 1, 3}, {1, 1, 2}}, "kiln_conv_fprop_h_f16_128_s6", true},   // 1D
+        {{1, 32, 40, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {1, 2, 1}, {1, 1, 1}}, "kiln_conv_fprop_h_f16_64_s4", true},    // 3D
+        {{2, 96, 128, {1, 40, 40}, {1, 3, 3}, {0, 1, 1}, {1, 9, 9}, {1, 1, 1}}, "kiln_conv_fprop_h_f16_128_s6", false},
+        {{32, 96, 256, {1, 24, 24}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}}, "kiln_conv_fprop_pers_h_f16_256_s4", true},
+    };
+    uint32_t seed = 9500;
+    for (DType dt : {DType::Float16, DType::BFloat16})
+        for (const Halves& t : layers) {
+            const Case& c = t.c;
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            std::string entry = t.entry;
+            if (dt == DType::BFloat16) entry.replace(entry.find("f16"), 3, "bf16");
+            const std::string path = conv_kernel(gpu, L, "fprop");
+            INFO(L.str() << ": " << path);
+            CHECK(path.find(entry) != std::string::npos);
+            CHECK((path.find("(patches by TMA in 32-channel halves)") != std::string::npos) == t.tma);
+            CHECK(path.find("padded") == std::string::npos);
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed);
+            check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
+            if (c.N < 32) continue;
+            // An infinity in image 1's middle pixel, its last channel (the last half of a tap).
+            std::vector<float> iv = I.cpu.to_vector<float>();
+            const int64_t hw = c.image[1] * c.image[2];
+            iv[size_t(((1 * hw) + hw / 2) * c.C + c.C - 1)] = INFINITY;
+            const Tensor Ig = gpu.array(iv, L.input_shape(), dt), Ic = cpu.array(iv, L.input_shape(), dt);
+            Tensor Og = gpu.empty(L.output_shape(), dt), Oc = cpu.empty(L.output_shape(), dt);
+            fprop_conv(L, Ig, F.gpu, Og);
+            fprop_conv(L, Ic, F.cpu, Oc);
+            const std::vector<float> g = Og.to_vector<float>(), w = Oc.to_vector<float>();
+            int64_t finite = 0, off = 0;
+            for (size_t i = 0; i < g.size(); ++i) {
+                finite += std::isfinite(w[i]);
+                if (std::isfinite(w[i]) != std::isfinite(g[i]) ||
+                    (std::isfinite(w[i]) && std::fabs(g[i] - w[i]) > 0.05 * (1 + std::fabs(w[i]))))
+                    ++off;
+            }
+            CHECK(finite < int64_t(g.size()));
+            CHECK(finite > int64_t(g.size()) / 2);
+            CHECK(off == 0);
         }
 }
 

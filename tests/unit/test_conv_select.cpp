@@ -279,6 +279,37 @@ TEST_CASE("conv plans: pointwise layers on the implicit kernel, channels padded 
     CHECK(padded + pad_copy_us(L, 128) < gathered);
 }
 
+TEST_CASE("conv plans: channels a multiple of 32 but not of 64 take their patches in halves") {
+    CHECK(channel_halves(layer2d(2, 96, 64, 9, 3, 1, 1)));
+    CHECK(channel_halves(layer2d(2, 32, 64, 9, 3, 1, 1)));
+    CHECK(channel_halves(layer2d(2, 160, 64, 9, 3, 1, 1)));
+    CHECK(!channel_halves(layer2d(2, 64, 64, 9, 3, 1, 1)));
+    CHECK(!channel_halves(layer2d(2, 128, 64, 9, 3, 1, 1)));
+    CHECK(!channel_halves(layer2d(2, 40, 64, 9, 3, 1, 1)));
+    // Overfeat's conv2: 38 k-tiles by TMA on the 256-wide persistent walk (the `_h` entries),
+    // under the layer padded to 128 channels (50 k-tiles) and its copy.
+    const ConvLayer L = layer2d(128, 96, 256, 24, 5, 0, 1), P = layer2d(128, 128, 256, 24, 5, 0, 1);
+    const FpropPlan h = fprop_plan(L, kSms, true, true, true);
+    CHECK(describe(L, h) == "kiln_conv_fprop_pers_h_f16_256_s4");
+    CHECK(describe(L, h, true) == "kiln_conv_fprop_pers_h_f16_256_s4_cols");
+    CHECK(h.us + 1 < fprop_plan(P, kSms, true, true, true).us + pad_copy_us(L, 128));
+    CHECK(tile_of(L, 128).entry == "kiln_conv_fprop_h_f16_128_s6");
+    CHECK(tile_of(conv_layer(DType::BFloat16, 2, 96, 64, {1, 9, 9}, {1, 3, 3}, {0, 1, 1}), 64).entry ==
+          "kiln_conv_fprop_h_bf16_64_s4");
+    // No other walk, transposed or not, has halves: one tile a block there, and the persistent
+    // walk only into plain rows.
+    for (int64_t k : {48, 96, 128, 192, 256, 384}) {
+        const ConvLayer M = layer2d(256, 96, k, 28, 3, 1, 1);
+        for (bool plain : {true, false}) {
+            const FpropPlan x = fprop_plan(M, kSms, true, true, true, plain, true);
+            INFO(M.str() << " plain " << plain << ": " << describe(M, x, false, plain));
+            CHECK(!x.transposed);
+            CHECK((!x.walk || (x.tile.bn == 256 && plain)));
+            CHECK(describe(M, x, false, plain).find("_h_") != std::string::npos);
+        }
+    }
+}
+
 TEST_CASE("conv plans: the mma.sync kernel's tile for other GPUs than sm_90") {
     // 64 channels wide up to K = 64, else 128; bfloat16 names its own entry; the 128-wide tile's
     // 4 stages (80 KiB) fit the 99 KiB an sm_86/sm_89 block may have, two blocks an A100's SM.

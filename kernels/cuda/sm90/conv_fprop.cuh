@@ -16,6 +16,12 @@
 //   full when thread 0's TMA bytes and all 128 threads have arrived; each thread arrives for a
 //   stage once its copies into it are complete and fenced for the tensor cores' (async proxy)
 //   reads, STAGES - 2 stages behind its issue, so that several stages' copies are in flight.
+//
+// Where C is a multiple of 32 but not of 64 (Overfeat's 96 channels), HALVES kernels take A in
+// halves (kKHalves, ring.cuh): each half of a k-tile is 32 channels of one tap, so a k-tile may
+// span two taps, and no k-tile multiplies padding channels (a k-tile of 64 channels of one tap
+// would multiply 128 for 96). TMA brings a half in boxes of 128 positions x 32 channels in the
+// 64-byte swizzle (conv_produce_tma_halves); the gather writes the same layout.
 #pragma once
 #include "kernels/cuda/conv_params.hpp"
 #include "kernels/cuda/gemm_common.cuh"
@@ -105,9 +111,42 @@ __device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned c
     conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it, whole_window(p.shape));
 }
 
-// The gathering producer, thread `tid` (0..127): row tid of the tile (output position m0 + tid),
-// every k-tile.
+// The producer by TMA for A in halves (HALVES kernels, the whole filter): two copies of 32
+// channels a k-tile, each of its own tap's window (map_a: boxes of 32 channels in the 64-byte
+// swizzle), then B's 64 columns. Where the taps hold an odd number of halves, the last k-tile's
+// second half reads channels C .. C + 31, past the image's, which TMA fills with zeros (B's
+// columns past the taps are zeros too).
 template <class T, int BN, int STAGES>
+__device__ __forceinline__ void conv_produce_tma_halves(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
+                                                        const CUtensorMap* map_a, const CUtensorMap* map_b, int m0,
+                                                        int n0, int ktiles, int& it) {
+    using Cfg = WgConfig<T, BN, 2, STAGES>;
+    const ConvShape& g = p.shape;
+    const RowOrigin o = row_origin(g, m0);
+    const TapWindow w = whole_window(g);
+    const int cblocks = g.C / 32, halves = p.gemm.k / 32;
+    TapStep step;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int st = it % STAGES;
+        if (it >= STAGES) mbar_wait(&ring.empty[st], ((it / STAGES) - 1) & 1);
+        unsigned char* stage = smem + st * Cfg::kStageBytes;
+        mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int half = 2 * kt + h;
+            tma_load_im2col(p.im2col_rank, stage + h * (Cfg::kABytes / 2), map_a, &ring.full[st],
+                            half < halves ? step.cb * 32 : g.C, o.w0, o.h0, o.d0, o.n, uint16_t(w.ow + step.s * g.dil_w),
+                            uint16_t(w.oh + step.r * g.dil_h), uint16_t(w.od + step.t * g.dil_d));
+            if (half + 1 < halves) step.next(cblocks, w);
+        }
+        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
+    }
+}
+
+// The gathering producer, thread `tid` (0..127): row tid of the tile (output position m0 + tid),
+// every k-tile; HALVES: into A's halves (chunk j of row r in half j / 4, at r * 64 + 16 (j % 4 ^
+// r / 2 % 4) in it).
+template <class T, int BN, int STAGES, bool HALVES = false>
 __device__ __forceinline__ void conv_produce_gather(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
                                                     const CUtensorMap* map_b, int m0, int n0, int ktiles, int tid) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
@@ -118,8 +157,8 @@ __device__ __forceinline__ void conv_produce_gather(const ConvParams& p, unsigne
     const RowOrigin o = row_origin(g, row_ok ? m : 0);
     const T* img = static_cast<const T*>(p.image) + int64_t(o.n) * g.D * g.H * g.W * g.C;
     int c = 0, s = 0, r = 0, t = 0;   // the next chunk's filter tap and channel
-    const uint32_t row = smem_u32(smem) + uint32_t(tid) * 128;
-    const int swz = tid & 7;
+    const uint32_t row = smem_u32(smem) + uint32_t(tid) * (HALVES ? 64 : 128);
+    const int swz = HALVES ? (tid >> 1) & 3 : tid & 7;
     for (int kt = 0; kt < ktiles; ++kt) {
         const int st = kt % STAGES;
         if (kt >= STAGES) mbar_wait(&ring.empty[st], ((kt / STAGES) - 1) & 1);
@@ -134,7 +173,8 @@ __device__ __forceinline__ void conv_produce_gather(const ConvParams& p, unsigne
             const bool ok = row_ok && t < g.T && unsigned(d) < unsigned(g.D) && unsigned(h) < unsigned(g.H) &&
                             unsigned(w) < unsigned(g.W);
             const T* src = ok ? img + (int64_t(d * g.H + h) * g.W + w) * g.C + c : static_cast<const T*>(p.image);
-            conv_cp_async16(dst + uint32_t((j ^ swz) << 4), src, ok ? 16 : 0);
+            const uint32_t at = HALVES ? uint32_t(j / 4 * (Cfg::kABytes / 2) + (((j % 4) ^ swz) << 4)) : uint32_t((j ^ swz) << 4);
+            conv_cp_async16(dst + at, src, ok ? 16 : 0);
             c += 8;
             if (c == g.C) {
                 c = 0;
@@ -183,8 +223,8 @@ __device__ __forceinline__ void conv_block_end(uint32_t siblings) {
 
 // One 128 x BN tile of O per block: blockIdx.x = tile_m * tiles_n + tile_n (the blocks of one
 // row of tiles, which read the same patches, run side by side). p.im2col_rank 0 gathers A; 3, 4
-// or 5 loads it by TMA through map_a, an im2col descriptor of that rank.
-template <class T, int BN, int STAGES>
+// or 5 loads it by TMA through map_a, an im2col descriptor of that rank. HALVES: A in halves.
+template <class T, int BN, int STAGES, bool HALVES = false>
 __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMap* map_b, const CUtensorMap* map_a) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
     constexpr int BM = Cfg::BM;
@@ -204,9 +244,12 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
     if (wg == 0) {
         if (tma_a) {
             int it = 0;
-            if (tid == 0) conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it);
+            if (tid == 0) {
+                if constexpr (HALVES) conv_produce_tma_halves<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it);
+                else conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it);
+            }
         } else {
-            conv_produce_gather<T, BN, STAGES>(p, smem, ring, map_b, m0, n0, ktiles, tid);
+            conv_produce_gather<T, BN, STAGES, HALVES>(p, smem, ring, map_b, m0, n0, ktiles, tid);
         }
         return;
     }
@@ -219,7 +262,7 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
         for (int i = tid - 128; i < BN; i += 256) bias_s[i] = bias && n0 + i < g.n ? __ldg(g.bias + n0 + i) : 0.f;
     }
     float acc[BN / 2];
-    consume_only_tile<T, BN, 2, STAGES, 0, 0>(acc, smem, ring, c, lane, ktiles);
+    consume_only_tile<T, BN, 2, STAGES, HALVES ? kKHalves : 0, 0>(acc, smem, ring, c, lane, ktiles);
     asm volatile("bar.sync 1, 256;" ::: "memory");   // both consumers are done with the stages
     const int q = lane % 4;
     const int row0 = 64 * c + 16 * warp + lane / 4;

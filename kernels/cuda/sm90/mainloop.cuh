@@ -22,7 +22,7 @@ __device__ __forceinline__ StageDescs stage0_descs(const unsigned char* smem, in
     using Cfg = WgConfig<T, BN, CONSUMERS, STAGES>;
     const unsigned char* sa = smem + c * 8192;
     const unsigned char* sb = smem + Cfg::kABytes;
-    return {ta == 0 ? smem_desc(sa, 16) : smem_desc(sa, 8192),
+    return {ta == 0 ? smem_desc(sa, 16) : ta == kKHalves ? smem_desc_k64(smem + c * 4096) : smem_desc(sa, 8192),
             tb == 0 ? smem_desc(sb, 16) : BN == 16 ? smem_desc_mn32(sb) : smem_desc(sb, 8192)};
 }
 
@@ -40,10 +40,12 @@ __device__ __forceinline__ void consume_stage(float (&acc)[BN / 2], StageDescs d
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kSteps; ++kk) {
-        // K-major: the next 32 bytes of each swizzled row; M/N-major: the next 16 (or 8) rows of k.
-        const uint64_t da = a_hi | (a_lo + (TA == 0 ? 32 * kk : 2048 * kk) / 16);
+        // K-major: the next 32 bytes of each swizzled row (in halves: of the half's rows, the
+        // second half BM rows of 64 bytes after the first); M/N-major: the next 16 (or 8) rows of k.
+        const int a_step = TA == 0 ? 32 * kk : TA == kKHalves ? Cfg::BM * 64 * (kk / 2) + 32 * (kk % 2) : 2048 * kk;
+        const uint64_t da = a_hi | (a_lo + a_step / 16);
         const uint64_t db = b_hi | (b_lo + (TB == 0 ? 32 * kk : BN == 16 ? 512 * kk : 2048 * kk) / 16);
-        Wgmma<BN, T, TA, TB>::run(acc, da, db);
+        Wgmma<BN, T, TA == 1 ? 1 : 0, TB>::run(acc, da, db);
     }
     wgmma_commit();
     fence_regs(acc);

@@ -170,6 +170,12 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo) {
     const uint32_t a = smem_u32(p);
     return uint64_t((a & 0x3FFFF) >> 4) | uint64_t((lbo & 0x3FFFF) >> 4) << 16 | uint64_t(1024 >> 4) << 32 | 1ull << 62;
 }
+// A K-major tile in the 64-byte swizzle (a convolution's patches in 32-channel halves, ring.cuh):
+// rows of 64 bytes, 8-row groups 512 bytes apart (SBO); the leading offset is unused.
+__device__ __forceinline__ uint64_t smem_desc_k64(const void* p) {
+    const uint32_t a = smem_u32(p);
+    return uint64_t((a & 0x3FFFF) >> 4) | uint64_t(1) << 16 | uint64_t(512 >> 4) << 32 | 2ull << 62;
+}
 // An N-major tile 16 elements wide (the narrow tiles' B): rows of 32 bytes (one k each) in the
 // 32-byte swizzle, 8-k groups 256 bytes apart; the tile is one block along n (no LBO).
 __device__ __forceinline__ uint64_t smem_desc_mn32(const void* p) {

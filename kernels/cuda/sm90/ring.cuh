@@ -12,6 +12,12 @@
 
 namespace kiln::gemm {
 
+// How a stage holds A (the consumers' TA): K-major, a 128-byte swizzled row of k per row of m
+// (0); M-major (1); or K-major in two halves (kKHalves), the k-tile's first 32 16-bit k in one
+// region of BM rows of 64 bytes in the 64-byte swizzle, its last 32 in a second one after it,
+// for a convolution whose taps are 32 channels wide but not 64, each half of one tap.
+constexpr int kKHalves = 2;
+
 template <class T, int BN, int CONSUMERS, int STAGES>
 struct WgConfig {
     static constexpr int BM = 64 * CONSUMERS;
