@@ -63,7 +63,7 @@ FpropPlan fprop_choice(const ConvLayer& L, int sms, bool patches_by_tma, bool pl
     const std::optional<int> forced = conv_kernel_choice();
     if (forced == 6 && can_walk_t) return {tile_of(L, L.K <= 64 ? 64 : 128), false, 0, true};
     const bool wide = forced != 2 && L.K > 128 && can_walk(tile_of(L, 256)) &&
-                      (channel_halves(L) || can_walk(tile_of(L, 192)));   // (halves: no 192-wide walk)
+                      (!walk_has_kernel(L, 192, plain_rows) || can_walk(tile_of(L, 192)));
     FpropPlan plan = fprop_plan(L, sms, patches_by_tma, forced != 2 && can_walk(tile_of(L, L.K <= 64 ? 64 : 128)), wide,
                                 plain_rows, can_walk_t && forced != 1 && forced != 2);
     if (forced == 1 && wide) plan = {tile_of(L, 256), true};
@@ -538,14 +538,13 @@ FpropPlan expected_plan(Context& ctx, const ConvLayer& L, bool plain_rows) {
     const int sms = be.info().multiprocessors;
     const bool tma = im2col_rank(L, nullptr, true) != 0;   // (allocations are 16-byte aligned)
     const bool output_ok = tma && L.K % 8 == 0 && context_impl(ctx).stochastic_round_bits == 0;
-    const bool halves = channel_halves(L);
     return fprop_choice(
         L, sms, tma, plain_rows,
         [&](const ConvTile& u) {
-            return output_ok && walk_fits_tiles(L, u, sms) && (!halves || (u.bn == 256 && plain_rows)) &&
+            return output_ok && walk_fits_tiles(L, u, sms) && walk_has_kernel(L, u.bn, plain_rows) &&
                    walk_for(L, u, false, plain_rows).smem <= be.info().max_shared_optin;
         },
-        output_ok && !halves && plain_rows && L.K <= 128 && walk_t_for(L).smem <= be.info().max_shared_optin);
+        output_ok && !channel_halves(L) && plain_rows && L.K <= 128 && walk_t_for(L).smem <= be.info().max_shared_optin);
 }
 } // namespace
 
@@ -677,7 +676,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
     // more tiles than SMs, the patches come by TMA, the register epilogue stores and its
     // buffers fit. The cost model, KILN_CONV_KERNEL=walk or the tuner chooses it.
     auto walk_runs = [&](const ConvTile& u) {
-        return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) && (!halves || (u.bn == 256 && plain)) &&
+        return walk_fits_tiles(L, u, sms) && p.im2col_rank && rows_of_16_bytes(g) && walk_has_kernel(L, u.bn, plain) &&
                walk_for(L, u, false, plain).smem <= be.info().max_shared_optin &&
                (u.bn <= 128 || !count);   // (the wider walks count no histogram)
     };

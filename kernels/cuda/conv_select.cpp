@@ -15,6 +15,9 @@ int64_t positions_of(const ConvLayer& L) { return L.N * L.output[0] * L.output[1
 int64_t taps_of(const ConvLayer& L) { return L.filter[0] * L.filter[1] * L.filter[2] * L.C; }
 
 bool channel_halves(const ConvLayer& L) { return L.C % 32 == 0 && L.C % 64 != 0; }
+bool walk_has_kernel(const ConvLayer& L, int bn, bool plain_rows) {
+    return !channel_halves(L) || (bn == 256 && plain_rows);
+}
 
 ConvTile tile_of(const ConvLayer& L, int bn) {
     ConvTile t;
@@ -96,12 +99,11 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
                      bool plain_rows, bool transposed_possible) {
     const int64_t tiles_m = (positions_of(L) + 127) / 128;
     const int64_t ktiles = (taps_of(L) + 63) / 64;
-    // (Patches in halves: the one-tile kernels and the 256-wide persistent walk alone.)
-    const bool halves = channel_halves(L);
-    if (halves) walk_possible = false, wide_walk_possible = wide_walk_possible && plain_rows, transposed_possible = false;
-    const bool transposed = transposed_possible && transposed_suits(L, sms);
+    // (Patches in halves: no transposed walk; of the others, walk_has_kernel's.)
+    const bool transposed = transposed_possible && !channel_halves(L) && transposed_suits(L, sms);
     if (L.K <= 64 && transposed) return {tile_of(L, 64), false, 0, true};
-    if (L.K <= 64) return {tile_of(L, 64), walk_possible && ktiles <= kNarrowWalkKtiles};
+    if (L.K <= 64)
+        return {tile_of(L, 64), walk_possible && walk_has_kernel(L, 64, plain_rows) && ktiles <= kNarrowWalkKtiles};
     struct Option { int bn; bool walk; double per_ktile, fixed; };
     const Option options[] = {
         {128, false, patches_by_tma ? 0.377 : 0.9, 2.8},
@@ -113,7 +115,8 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
     FpropPlan best;
     double best_us = 0;
     for (const Option& o : options) {
-        if (o.walk && !(o.bn > 128 ? wide_walk_possible && (!halves || o.bn == 256) : walk_possible)) continue;
+        if (o.walk && !((o.bn > 128 ? wide_walk_possible : walk_possible) && walk_has_kernel(L, o.bn, plain_rows)))
+            continue;
         if (o.bn > 128 && o.bn / 2 >= L.K) continue;   // half the tile or more past the channels
         const int64_t blocks = tiles_m * ((L.K + o.bn - 1) / o.bn), rounds = (blocks + sms - 1) / sms;
         const double us = double(rounds) * (double(ktiles) * o.per_ktile + o.fixed);

@@ -20,6 +20,9 @@ int64_t taps_of(const ConvLayer& L);
 // pad. Those kernels: the one-tile ones and the 256-wide walk on the persistent kernel (into
 // plain rows); fprop_plan takes no other walk for such a layer.
 bool channel_halves(const ConvLayer& L);
+// Whether the walk of the bn-wide tile has a kernel for L's patches (plain_rows as walk_for's):
+// every walk, but over channel_halves layers only the 256-wide persistent one into plain rows.
+bool walk_has_kernel(const ConvLayer& L, int bn, bool plain_rows);
 
 // The tile: 128 output positions x BN output channels, as many stages as fit beside it; the
 // 64-wide one with 4 stages, two blocks an SM, so that one's pipeline fill and epilogue overlap
