@@ -735,8 +735,9 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         // Each tile width the channels fill at least half of (and whose stages fit), one tile a
         // block, and where it can run its walk.
         std::vector<FpropPlan> candidates;
-        for (int bn : {64, 128, 192, 256}) {
+        for (int bn : {64, 96, 128, 192, 256}) {
             if (bn > 64 && bn / 2 >= L.K) break;
+            if (bn == 96 && !(L.K > 64 && L.K <= 96 && p.im2col_rank && !halves)) continue;   // (fprop_plan's rule)
             const ConvTile u = tile_of(L, bn);
             if (bn != 192 && u.smem <= be.info().max_shared_optin) candidates.push_back({u, false});   // (192: the walk only)
             if (walk_runs(u)) candidates.push_back({u, true});

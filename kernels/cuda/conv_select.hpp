@@ -21,13 +21,15 @@ int64_t taps_of(const ConvLayer& L);
 // plain rows); fprop_plan takes no other walk for such a layer.
 bool channel_halves(const ConvLayer& L);
 // Whether the walk of the bn-wide tile has a kernel for L's patches (plain_rows as walk_for's):
-// every walk, but over channel_halves layers only the 256-wide persistent one into plain rows.
+// every walk but of the 96-wide tile (one tile a block only), and over channel_halves layers only
+// the 256-wide persistent one into plain rows.
 bool walk_has_kernel(const ConvLayer& L, int bn, bool plain_rows);
 
 // The tile: 128 output positions x BN output channels, as many stages as fit beside it; the
 // 64-wide one with 4 stages, two blocks an SM, so that one's pipeline fill and epilogue overlap
-// the other's multiplies (its tiles are short: 9 k-tiles for 3x3 over 64 channels). The 192-wide
-// tile only walks (its `entry`, a one-tile kernel's name, is never launched).
+// the other's multiplies (its tiles are short: 9 k-tiles for 3x3 over 64 channels). The 96-wide
+// one (6 stages, one tile a block, not in halves) for 65-96 channels; the 192-wide tile only walks
+// (its `entry`, a one-tile kernel's name, is never launched).
 struct ConvTile {
     int bn = 0, stages = 0, smem = 0;
     std::string entry;

@@ -1,6 +1,6 @@
 // kiln's precompiled convolution kernels for sm_90a: implicit-GEMM fprop (sm90/conv_fprop.cuh)
 // and weight gradient (sm90/conv_wgrad.cuh) per 16-bit dtype and tile width. Entry names:
-// kiln_conv_fprop_<dtype>_<BN>_s<stages>, kiln_conv_fprop_walk_<dtype>_<BN>_s<stages>[_bsum] (sm90/conv_walk.cuh),
+// kiln_conv_fprop_<dtype>_<64|96|128|256>_s<stages>, kiln_conv_fprop_walk_<dtype>_<BN>_s<stages>[_bsum] (sm90/conv_walk.cuh),
 // kiln_conv_fprop_pers_<dtype>_256_s4[_cols] (sm90/conv_persistent.cuh),
 // kiln_conv_fprop_h_<dtype>_<BN>_s<stages>, kiln_conv_fprop_pers_h_<dtype>_256_s4[_cols] (A in halves: C a
 // multiple of 32 but not of 64),
@@ -33,6 +33,8 @@ using namespace kiln::gemm;
 KILN_CONV_DTYPES(fprop, conv_fprop, 64, 4, 2)
 KILN_CONV_DTYPES(fprop, conv_fprop, 128, 6, 1)
 KILN_CONV_DTYPES(fprop, conv_fprop, 256, 4, 1)
+// 65-96 output channels, where a 128-wide tile would multiply a quarter of its columns for nothing.
+KILN_CONV_DTYPES(fprop, conv_fprop, 96, 6, 1)
 // The same over A in halves.
 template <class T, int BN, int ST>
 __device__ __forceinline__ void conv_fprop_halves(const ConvParams& p, const CUtensorMap* map_b, const CUtensorMap* map_a) {

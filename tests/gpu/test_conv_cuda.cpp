@@ -790,6 +790,76 @@ TEST_CASE("gpu conv: channels a multiple of 32 but not of 64 by TMA in 32-channe
         }
 }
 
+// Output channels 65-96 with the patches by TMA: the 96-wide one-tile kernel (a 128-wide tile
+// would multiply a quarter of its columns for nothing): 96, 88, 80 and 72 channels (columns past
+// K in the tile), 1D, 2D, 3D, stride and dilation; every epilogue and bsum, into the layer's
+// dtype and float32, against the CPU; bprop into 96 channels (Overfeat's conv2, smaller), plain
+// and with alpha and beta; an infinity in the image reaching exactly the windows that hold it.
+TEST_CASE("gpu conv: 65-96 output channels on the 96-wide tile") {
+    REQUIRE_GPU();
+    Context gpu(ContextOptions{"cuda"}), cpu(ContextOptions{"cpu"});
+    if (!sm90(gpu)) return;
+    const std::vector<Case> layers = {
+        {2, 64, 96, {1, 10, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+        {3, 128, 72, {1, 12, 12}, {1, 5, 5}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}},
+        {3, 64, 80, {1, 1, 50}, {1, 1, 5}, {0, 0, 2}, {1, 1, 3}, {1, 1, 2}},     // 1D
+        {1, 64, 88, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {1, 2, 1}, {1, 1, 1}},      // 3D
+        {32, 64, 96, {1, 12, 12}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},   // 36 rows of tiles
+        {32, 192, 72, {1, 9, 9}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+    };
+    uint32_t seed = 9700;
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+        const std::string entry = dt == DType::Float16 ? "kiln_conv_fprop_f16_96_s6" : "kiln_conv_fprop_bf16_96_s6";
+        for (const Case& c : layers) {
+            const ConvLayer L = conv_layer(dt, c.N, c.C, c.K, c.image, c.filter, c.pad, c.stride, c.dilation);
+            const std::string path = conv_kernel(gpu, L, "fprop");
+            INFO(L.str() << ": " << path);
+            CHECK(path.find(entry + " (patches by TMA)") != std::string::npos);
+            {   // KILN_CONV_KERNEL=walk: no 96-wide walk, the same kernel
+                const test::ScopedEnv walk("KILN_CONV_KERNEL", "walk");
+                CHECK(conv_kernel(gpu, L, "fprop").find(entry) != std::string::npos);
+            }
+            const Pair I = pair(gpu, cpu, L.input_shape(), dt, ++seed), F = pair(gpu, cpu, L.filter_shape(), dt, ++seed),
+                       X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed);
+            check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
+            if (c.N < 32) continue;
+            // An infinity in image 1's middle pixel, its last channel.
+            std::vector<float> iv = I.cpu.to_vector<float>();
+            const int64_t hw = c.image[1] * c.image[2];
+            iv[size_t(((1 * hw) + hw / 2) * c.C + c.C - 1)] = INFINITY;
+            const Tensor Ig = gpu.array(iv, L.input_shape(), dt), Ic = cpu.array(iv, L.input_shape(), dt);
+            Tensor Og = gpu.empty(L.output_shape(), dt), Oc = cpu.empty(L.output_shape(), dt);
+            fprop_conv(L, Ig, F.gpu, Og);
+            fprop_conv(L, Ic, F.cpu, Oc);
+            const std::vector<float> g = Og.to_vector<float>(), w = Oc.to_vector<float>();
+            int64_t finite = 0, off = 0;
+            for (size_t i = 0; i < g.size(); ++i) {
+                finite += std::isfinite(w[i]);
+                if (std::isfinite(w[i]) != std::isfinite(g[i]) ||
+                    (std::isfinite(w[i]) && std::fabs(g[i] - w[i]) > 0.05 * (1 + std::fabs(w[i]))))
+                    ++off;
+            }
+            CHECK(finite < int64_t(g.size()));
+            CHECK(finite > int64_t(g.size()) / 2);
+            CHECK(off == 0);
+        }
+        // bprop into 96 channels: E's 256 channels by TMA with the flipped filter.
+        const ConvLayer L = conv_layer(dt, 8, 96, 256, {1, 12, 12}, {1, 5, 5}, {0, 0, 0});
+        const std::string path = conv_kernel(gpu, L, "bprop");
+        INFO(L.str() << ": " << path);
+        CHECK(path.find(entry) != std::string::npos);
+        const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+                   X = pair(gpu, cpu, L.input_shape(), dt, ++seed);
+        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
+        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
+                  o.assign((X.*side).expr());
+                  ConvOptions ab;
+                  ab.alpha = 0.5, ab.beta = side == &Pair::abs ? 0.5 : -0.25;
+                  bprop_conv(L, F.*side, E.*side, o, ab);
+              }) == 0);
+    }
+}
+
 // Stride-1 layers without W padding whose C channels (under 64) times S taps along W fill
 // k-tiles of 64 read their W taps as channels (taps_as_channels: a view whose pixels overlap),
 // fprop and update alike, every epilogue, against the CPU; a strided image (not contiguous) is
@@ -1024,9 +1094,10 @@ TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
     }
     if (!implicit) return;
     // More tiles than SMs: the one-tile kernel and the walk, with a bias and ReLU, into rows of
-    // 16 bytes (the register epilogue); rows of 68 channels take the general epilogue.
+    // 16 bytes (the register epilogue; 96 channels: the 96-wide tile, whose lanes past two rows
+    // of 12 chunks idle); rows of 68 channels take the general epilogue (on the 96-wide tile).
     const DType dt = DType::BFloat16;
-    for (int64_t K : {128, 68}) {
+    for (int64_t K : {128, 96, 68}) {
         const ConvLayer L = conv_layer(dt, 48, 64, K, {1, 28, 28}, {1, 3, 3}, {0, 1, 1});
         INFO(L.str());
         Tensor I = random(L.input_shape(), dt), F = random(L.filter_shape(), dt);
@@ -1034,7 +1105,7 @@ TEST_CASE("gpu conv: named outputs are counted in the epilogue's store path") {
         o.relu = true, o.bias = random({K}, DType::Float32);
         Tensor O = ctx.empty(L.output_shape(), dt);
         for (const char* kernel : {"tile", "walk"}) {
-            if (K == 68 && std::string(kernel) == "walk") continue;   // the walk stores rows of 16 bytes only
+            if (K != 128 && std::string(kernel) == "walk") continue;   // (no 96-wide walk; rows of 16 bytes only)
             INFO(kernel);
             const test::ScopedEnv forced("KILN_CONV_KERNEL", kernel);
             check_named(O, 1, [&] { fprop_conv(L, I, F, O, o); });
@@ -1075,7 +1146,8 @@ TEST_CASE("gpu conv: bsum added up in the implicit kernel's store path, per chan
         const std::vector<Case> cases = {
             {conv_layer(dt, 3, 64, 40, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}), "", "_64_"},      // 429 rows, 40 of 64 channels
             {conv_layer(dt, 3, 24, 200, {1, 13, 11}, {1, 3, 3}, {0, 1, 1}), "", "kiln_"},    // gathered patches
-            {conv_layer(dt, 47, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "tile", "_128_"},   // 288 rows of tiles, the last partly full
+            {conv_layer(dt, 47, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "tile", "_96_"},    // 288 rows of tiles, the last partly full
+            {conv_layer(dt, 47, 64, 128, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "tile", "_128_"},
             {conv_layer(dt, 47, 64, 72, {1, 28, 28}, {1, 3, 3}, {0, 1, 1}), "walk", "_walk_"},
             // The walk's running sums: 64 wide; 5 columns of tiles, which blocks leave and come
             // back to on any SM count not a multiple of 5, the last row of tiles partly full.

@@ -310,6 +310,39 @@ TEST_CASE("conv plans: channels a multiple of 32 but not of 64 take their patche
     }
 }
 
+TEST_CASE("conv plans: 65-96 output channels take the 96-wide tile where its k-tiles cost less") {
+    // Overfeat's conv2 gradient (E's 256 channels into 96 by TMA, 100 k-tiles, 5 rounds of 576
+    // tiles): 5 x (100 x 0.29 + 2.6) us against the 128-wide tile's 202, its walk's 221 and the
+    // transposed walk's 3 rounds of 288 tiles (245).
+    const ConvLayer o2b = layer2d(128, 256, 96, 20, 5, 4, 1);
+    const FpropPlan p = fprop_plan(o2b, kSms, true, true, true, true, true);
+    CHECK(describe(o2b, p) == "kiln_conv_fprop_f16_96_s6");
+    CHECK(!p.walk);
+    CHECK(!p.transposed);
+    CHECK(p.us == Approx(5 * (100 * 0.29 + 2.6)));
+    CHECK(describe(o2b, p, true) == "kiln_conv_fprop_f16_96_s6");   // (it adds the channel sums itself)
+    const ConvTile t = tile_of(o2b, 96);
+    CHECK(t.stages == 6);
+    CHECK(t.smem == 6 * (128 * 128 + 96 * 128) + 96 * 4 + 1024);
+    CHECK(t.smem + conv_col_sum_bytes(96) <= 227 * 1024);
+    CHECK(tile_of(conv_layer(DType::BFloat16, 2, 64, 80, {1, 9, 9}, {1, 3, 3}, {0, 1, 1}), 96).entry ==
+          "kiln_conv_fprop_bf16_96_s6");
+    // No walk of it: KILN_CONV_KERNEL=walk and the tuner keep it one tile a block.
+    CHECK(!walk_has_kernel(o2b, 96, true));
+    CHECK(walk_has_kernel(o2b, 128, true));
+    // 65-96 channels only, the patches by TMA, not in halves.
+    for (int64_t k : {72, 80, 88, 96}) CHECK(fprop_plan(layer2d(128, 256, k, 20, 5, 4, 1), kSms, true, true).tile.bn == 96);
+    CHECK(fprop_plan(layer2d(128, 256, 97, 20, 5, 4, 1), kSms, true, true).tile.bn != 96);
+    CHECK(fprop_plan(layer2d(128, 256, 64, 20, 5, 4, 1), kSms, true, true).tile.bn == 64);
+    CHECK(fprop_plan(o2b, kSms, false, false).tile.bn != 96);
+    CHECK(fprop_plan(layer2d(128, 96, 96, 20, 5, 4, 1), kSms, true, true).tile.bn != 96);   // halves
+    // Where the walk's fixed cost a third wins over short k-loops (9 k-tiles, 3 rounds of 294
+    // row tiles), the 128-wide walk stays.
+    const ConvLayer short_k = layer2d(48, 64, 72, 28, 3, 1, 1);
+    CHECK(describe(short_k, fprop_plan(short_k, kSms, true, true)) == "kiln_conv_fprop_walk_f16_128_s5");
+    CHECK(describe(short_k, fprop_plan(short_k, kSms, true, false)) == "kiln_conv_fprop_f16_96_s6");
+}
+
 TEST_CASE("conv plans: the mma.sync kernel's tile for other GPUs than sm_90") {
     // 64 channels wide up to K = 64, else 128; bfloat16 names its own entry; the 128-wide tile's
     // 4 stages (80 KiB) fit the 99 KiB an sm_86/sm_89 block may have, two blocks an A100's SM.

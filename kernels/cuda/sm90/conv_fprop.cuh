@@ -21,7 +21,7 @@
 // halves (kKHalves, ring.cuh): each half of a k-tile is 32 channels of one tap, so a k-tile may
 // span two taps, and no k-tile multiplies padding channels (a k-tile of 64 channels of one tap
 // would multiply 128 for 96). TMA brings a half in boxes of 128 positions x 32 channels in the
-// 64-byte swizzle (conv_produce_tma_halves); the gather writes the same layout.
+// 64-byte swizzle (conv_produce_tma); the gather writes the same layout.
 #pragma once
 #include "kernels/cuda/conv_params.hpp"
 #include "kernels/cuda/gemm_common.cuh"
@@ -84,47 +84,19 @@ struct TapStep {
 // across the tiles a block takes (stage it % STAGES, use it / STAGES). The descriptor map_a was
 // made for the image with this layer's padding, strides and output size (conv_cuda.cpp).
 // `w`: the taps (a strided gradient's phase: its own, conv_params.hpp), the whole filter by default.
-template <class T, int BN, int STAGES>
+// HALVES (the whole filter; map_a: boxes of 32 channels in the 64-byte swizzle): a k-tile is two
+// halves of 32 channels, each its own copy of its own tap's window; where the taps hold an odd
+// number of halves, the last k-tile's second half reads channels C .. C + 31, past the image's,
+// which TMA fills with zeros (B's columns past the taps are zeros too).
+template <class T, int BN, int STAGES, bool HALVES = false>
 __device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
                                                  const CUtensorMap* map_a, const CUtensorMap* map_b, int m0, int n0,
                                                  int ktiles, int& it, const TapWindow& w) {
     using Cfg = WgConfig<T, BN, 2, STAGES>;
+    constexpr int kParts = HALVES ? 2 : 1, kPartK = Cfg::BK / kParts;
     const ConvShape& g = p.shape;
     const RowOrigin o = row_origin(g, m0);
-    const int cblocks = g.C / Cfg::BK;
-    TapStep step;
-    for (int kt = 0; kt < ktiles; ++kt, ++it, step.next(cblocks, w)) {
-        const int st = it % STAGES;
-        if (it >= STAGES) mbar_wait(&ring.empty[st], ((it / STAGES) - 1) & 1);
-        unsigned char* stage = smem + st * Cfg::kStageBytes;
-        mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
-        tma_load_im2col(p.im2col_rank, stage, map_a, &ring.full[st], step.cb * Cfg::BK, o.w0, o.h0, o.d0, o.n,
-                        uint16_t(w.ow + step.s * g.dil_w), uint16_t(w.oh + step.r * g.dil_h),
-                        uint16_t(w.od + step.t * g.dil_d));
-        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], w.k_first + kt * Cfg::BK, n0, 0);
-    }
-}
-template <class T, int BN, int STAGES>
-__device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
-                                                 const CUtensorMap* map_a, const CUtensorMap* map_b, int m0, int n0,
-                                                 int ktiles, int& it) {
-    conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it, whole_window(p.shape));
-}
-
-// The producer by TMA for A in halves (HALVES kernels, the whole filter): two copies of 32
-// channels a k-tile, each of its own tap's window (map_a: boxes of 32 channels in the 64-byte
-// swizzle), then B's 64 columns. Where the taps hold an odd number of halves, the last k-tile's
-// second half reads channels C .. C + 31, past the image's, which TMA fills with zeros (B's
-// columns past the taps are zeros too).
-template <class T, int BN, int STAGES>
-__device__ __forceinline__ void conv_produce_tma_halves(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
-                                                        const CUtensorMap* map_a, const CUtensorMap* map_b, int m0,
-                                                        int n0, int ktiles, int& it) {
-    using Cfg = WgConfig<T, BN, 2, STAGES>;
-    const ConvShape& g = p.shape;
-    const RowOrigin o = row_origin(g, m0);
-    const TapWindow w = whole_window(g);
-    const int cblocks = g.C / 32, halves = p.gemm.k / 32;
+    const int cblocks = g.C / kPartK, parts = HALVES ? p.gemm.k / kPartK : 0;
     TapStep step;
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int st = it % STAGES;
@@ -132,15 +104,22 @@ __device__ __forceinline__ void conv_produce_tma_halves(const ConvParams& p, uns
         unsigned char* stage = smem + st * Cfg::kStageBytes;
         mbar_expect_tx(&ring.full[st], Cfg::kABytes + Cfg::kBBytes);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int half = 2 * kt + h;
-            tma_load_im2col(p.im2col_rank, stage + h * (Cfg::kABytes / 2), map_a, &ring.full[st],
-                            half < halves ? step.cb * 32 : g.C, o.w0, o.h0, o.d0, o.n, uint16_t(w.ow + step.s * g.dil_w),
-                            uint16_t(w.oh + step.r * g.dil_h), uint16_t(w.od + step.t * g.dil_d));
-            if (half + 1 < halves) step.next(cblocks, w);
+        for (int h = 0; h < kParts; ++h) {
+            const int part = kParts * kt + h;
+            tma_load_im2col(p.im2col_rank, stage + h * (Cfg::kABytes / kParts), map_a, &ring.full[st],
+                            !HALVES || part < parts ? step.cb * kPartK : g.C, o.w0, o.h0, o.d0, o.n,
+                            uint16_t(w.ow + step.s * g.dil_w), uint16_t(w.oh + step.r * g.dil_h),
+                            uint16_t(w.od + step.t * g.dil_d));
+            if (!HALVES || part + 1 < parts) step.next(cblocks, w);
         }
-        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], kt * Cfg::BK, n0, 0);
+        tma_load(stage + Cfg::kABytes, map_b, &ring.full[st], w.k_first + kt * Cfg::BK, n0, 0);
     }
+}
+template <class T, int BN, int STAGES, bool HALVES = false>
+__device__ __forceinline__ void conv_produce_tma(const ConvParams& p, unsigned char* smem, Ring<STAGES>& ring,
+                                                 const CUtensorMap* map_a, const CUtensorMap* map_b, int m0, int n0,
+                                                 int ktiles, int& it) {
+    conv_produce_tma<T, BN, STAGES, HALVES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it, whole_window(p.shape));
 }
 
 // The gathering producer, thread `tid` (0..127): row tid of the tile (output position m0 + tid),
@@ -245,8 +224,7 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
         if (tma_a) {
             int it = 0;
             if (tid == 0) {
-                if constexpr (HALVES) conv_produce_tma_halves<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it);
-                else conv_produce_tma<T, BN, STAGES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it);
+                conv_produce_tma<T, BN, STAGES, HALVES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it);
             }
         } else {
             conv_produce_gather<T, BN, STAGES, HALVES>(p, smem, ring, map_b, m0, n0, ktiles, tid);

@@ -9,7 +9,7 @@
 // time; the host gives 1: a row of tiles after another, neighbours reading the same patches).
 // LEAN kLeanPlain, or kLeanCols with the channel sums (kColSums: each warp's running sums in a
 // row of its own of col_partials, [gridDim.x x 8][tiles_n x 256], tiles_n <= 64, the block's
-// added into its first at the end). HALVES: A in halves (conv_produce_tma_halves).
+// added into its first at the end). HALVES: A in halves (conv_produce_tma's).
 #pragma once
 #include "kernels/cuda/sm90/conv_fprop.cuh"
 #include "kernels/cuda/sm90/persistent.cuh"
@@ -28,10 +28,7 @@ __device__ __forceinline__ void conv_fprop_persistent(const ConvParams& p, const
     }
     persistent_body<T, STAGES, HALVES ? kKHalves : 0, 0, false, LEAN>(
         p.gemm, map_c, [&](unsigned char* smem, Ring<STAGES>& ring, const Tile& at, int, int ktiles, int& it) {
-            if constexpr (HALVES)
-                conv_produce_tma_halves<T, 256, STAGES>(p, smem, ring, map_a, map_b, at.m * Cfg::BM, at.n * 256, ktiles, it);
-            else
-                conv_produce_tma<T, 256, STAGES>(p, smem, ring, map_a, map_b, at.m * Cfg::BM, at.n * 256, ktiles, it);
+            conv_produce_tma<T, 256, STAGES, HALVES>(p, smem, ring, map_a, map_b, at.m * Cfg::BM, at.n * 256, ktiles, it);
         });
 }
 

@@ -280,14 +280,22 @@ __device__ __forceinline__ void add_chunk(const GemmParams& p, uint4 v, float (&
     }
 }
 // kColSums: a warp's sums of its BN / 8 chunks (each lane's cs, lanes BN / 8 apart sharing a
-// chunk) added over the lanes and written to row `warp` of col_s (BN floats a row).
+// chunk) added over the lanes and written to row `warp` of col_s (BN floats a row). Where BN / 8
+// does not divide 32 (the 96-wide tile: 12 chunks, two rows a pass, lanes 24-31 idle with zeros)
+// the second row's lanes add into the first's.
 template <int BN>
 __device__ __forceinline__ void warp_col_sums(float (&cs)[8], float* col_s, int warp, int lane) {
     constexpr int kChunks = BN / 8;
+    if constexpr (32 % kChunks == 0) {
 #pragma unroll
-    for (int off = kChunks; off < 32; off *= 2)
+        for (int off = kChunks; off < 32; off *= 2)
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], off);
+            for (int i = 0; i < 8; ++i) cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], off);
+    } else {
+        static_assert(32 / kChunks == 2, "two rows a pass");
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cs[i] += __shfl_down_sync(0xffffffffu, cs[i], kChunks);
+    }
     if (lane < kChunks) {
         float4* at = reinterpret_cast<float4*>(col_s + warp * BN + 8 * lane);
         at[0] = make_float4(cs[0], cs[1], cs[2], cs[3]);
@@ -497,7 +505,8 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     // then overlap the last stores' latency (faster than after them on one-wave products).
     if (LEAN != kLeanPlain && p.bsum_cluster)
         add_owned_rows<BM>(p, row_sums - (int(blockIdx.x) % p.tiles_n) * BM, sums_in, m0, z, tid, NTHREADS);
-    // Each row: BN / 8 chunks of 16 bytes, a lane per chunk.
+    // Each row: BN / 8 chunks of 16 bytes, a lane per chunk (lanes past whole rows idle: 24-31
+    // of the 96-wide tile's 12 chunks a row).
     constexpr int kChunks = BN / 8, kRowsPerPass = 32 / kChunks;
     const int warp = tid / 32, lane = tid % 32;
     // kHist: each warp counts the values it stores (the lean twins hold no counting code).
@@ -508,7 +517,8 @@ __device__ __forceinline__ void store_tile_16bit(const GemmParams& p, const floa
     // kColSums: this thread's rows' sums of its chunk's 8 columns
     const bool col_sums = LEAN == kGeneral && (p.flags & kColSums);
     float cs[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int r = rows_begin + warp * kRowsPerPass + r_in; r < rows_end; r += (NTHREADS / 32) * kRowsPerPass) {
+    const int r_first = r_in < kRowsPerPass ? rows_begin + warp * kRowsPerPass + r_in : rows_end;
+    for (int r = r_first; r < rows_end; r += (NTHREADS / 32) * kRowsPerPass) {
         const int m = m0 + r;
         if (m >= p.m) break;
         const uint4 v = *reinterpret_cast<const uint4*>(tile + r * LD + 8 * chunk);
