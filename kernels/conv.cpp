@@ -354,10 +354,12 @@ std::optional<ConvLayer> channels_padded(Context& ctx, const ConvLayer& L) {
 // A layer whose channels are a multiple of 8 but not of 64 as the same layer over its channels
 // padded to the next multiple of 64, whose patches TMA brings (conv_select.hpp's
 // tma_padded_channels): for the update wherever the weight-gradient kernel then takes it, for
-// fprop where the cost model puts the padded layer and its copy under the layer itself.
+// fprop where the cost model puts the padded layer and its copy under the layer itself, and never
+// where TMA brings the patches in halves (the padding only adds taps and a copy there).
 std::optional<ConvLayer> channels_for_tma(Context& ctx, const ConvLayer& L, bool forward) {
     const int64_t c64 = gemm::tma_padded_channels(L);
     if (c64 == 0 || !gemm::fold_fits(L.N, L.image, L.C, {0, 0, 0}, L.image, c64)) return std::nullopt;
+    if (forward && gemm::channel_halves(L)) return std::nullopt;
     ConvLayer P = L;
     P.C = c64;
     P.deconv = false;

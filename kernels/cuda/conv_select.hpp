@@ -139,8 +139,8 @@ bool pointwise_prefers_implicit(const ConvLayer& L, int sms, bool into_view = fa
 // its kernel then takes the layer; fprop only where the cost model puts the padded layer and
 // pad_copy_us under the layer itself, whose patches the kernels gather 16 bytes at a time
 // (a 256-wide tile gathering Overfeat's 38 k-tiles, about 190 us on the H200, against 50 by
-// TMA padded, about 140) or, where channel_halves, bring by TMA in halves (38 k-tiles by TMA:
-// never padded).
+// TMA padded, about 140); never where channel_halves, whose patches TMA brings in halves (no
+// k-tile of padding: the padded layer would only add taps and the copy).
 int64_t tma_padded_channels(const ConvLayer& L);
 // The copy that pads L's image to `channels`: the padded image written, then read again, and
 // the image read, at HBM's pace.
