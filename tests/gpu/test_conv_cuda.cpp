@@ -104,6 +104,21 @@ int64_t sums_off(Context& ctx, const Tensor& O, const Tensor& sums, int64_t K) {
     return off;
 }
 
+// bprop of L on the GPU against the CPU: plain, and with alpha 0.5 and beta into an output
+// first holding X.
+void check_bprop_alpha_beta(Context& gpu, Context& cpu, const ConvLayer& L, uint32_t& seed) {
+    const DType dt = L.dtype;
+    const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
+               X = pair(gpu, cpu, L.input_shape(), dt, ++seed);
+    CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
+    CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
+              o.assign((X.*side).expr());
+              ConvOptions ab;
+              ab.alpha = 0.5, ab.beta = side == &Pair::abs ? 0.5 : -0.25;
+              bprop_conv(L, F.*side, E.*side, o, ab);
+          }) == 0);
+}
+
 // L's strided bprop on the forced walk (or, with `forced` null, kiln's choice), by phase (each
 // phase more tiles than SMs, its rows landing in grad_I's strided view), plain and with alpha and
 // beta, against the CPU; the path holds `walk` (the phases' walk, or the phased walk of all of
@@ -116,16 +131,7 @@ void check_walked_phases(Context& gpu, Context& cpu, const ConvLayer& L, const c
     INFO(path);
     CHECK(path.find(walk_name) != std::string::npos);
     CHECK(path.find(width) != std::string::npos);
-    const DType dt = L.dtype;
-    const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
-               X = pair(gpu, cpu, L.input_shape(), dt, ++seed);
-    CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
-    CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
-              o.assign((X.*side).expr());
-              ConvOptions ab;
-              ab.alpha = 0.5, ab.beta = side == &Pair::abs ? 0.5 : -0.25;
-              bprop_conv(L, F.*side, E.*side, o, ab);
-          }) == 0);
+    check_bprop_alpha_beta(gpu, cpu, L, seed);
 }
 
 // fprop of L (I into an output first holding X, B a bias) on the GPU against the CPU, into
@@ -160,6 +166,30 @@ void check_fprop_epilogues(Context& gpu, Context& cpu, const ConvLayer& L, const
                 CHECK(count_off(bg, bc, bmag, DType::Float32, 2 * ulp(out) + 1e-5) == 0);
             }
         }
+}
+
+// fprop of L over I with an infinity in image 1's middle pixel, its last channel, on the GPU and
+// the CPU: the outputs whose windows hold it are infinite or NaN on both, every other one finite
+// and close, and they are some but under half of them.
+void check_infinity_windows(Context& gpu, Context& cpu, const ConvLayer& L, const Pair& I, const Pair& F) {
+    std::vector<float> iv = I.cpu.to_vector<float>();
+    const int64_t hw = L.image[0] * L.image[1] * L.image[2];
+    iv[size_t(((1 * hw) + hw / 2) * L.C + L.C - 1)] = INFINITY;
+    const Tensor Ig = gpu.array(iv, L.input_shape(), L.dtype), Ic = cpu.array(iv, L.input_shape(), L.dtype);
+    Tensor Og = gpu.empty(L.output_shape(), L.dtype), Oc = cpu.empty(L.output_shape(), L.dtype);
+    fprop_conv(L, Ig, F.gpu, Og);
+    fprop_conv(L, Ic, F.cpu, Oc);
+    const std::vector<float> g = Og.to_vector<float>(), w = Oc.to_vector<float>();
+    int64_t finite = 0, off = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+        finite += std::isfinite(w[i]);
+        if (std::isfinite(w[i]) != std::isfinite(g[i]) ||
+            (std::isfinite(w[i]) && std::fabs(g[i] - w[i]) > 0.05 * (1 + std::fabs(w[i]))))
+            ++off;
+    }
+    CHECK(finite < int64_t(g.size()));
+    CHECK(finite > int64_t(g.size()) / 2);
+    CHECK(off == 0);
 }
 
 // Whether gpu is an sm_90 GPU, which the implicit-GEMM kernels (sm_90a code) run on; else says
@@ -768,25 +798,7 @@ TEST_CASE("gpu conv: channels a multiple of 32 but not of 64 by TMA in 32-channe
                        X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed);
             check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
             if (c.N < 32) continue;
-            // An infinity in image 1's middle pixel, its last channel (the last half of a tap).
-            std::vector<float> iv = I.cpu.to_vector<float>();
-            const int64_t hw = c.image[1] * c.image[2];
-            iv[size_t(((1 * hw) + hw / 2) * c.C + c.C - 1)] = INFINITY;
-            const Tensor Ig = gpu.array(iv, L.input_shape(), dt), Ic = cpu.array(iv, L.input_shape(), dt);
-            Tensor Og = gpu.empty(L.output_shape(), dt), Oc = cpu.empty(L.output_shape(), dt);
-            fprop_conv(L, Ig, F.gpu, Og);
-            fprop_conv(L, Ic, F.cpu, Oc);
-            const std::vector<float> g = Og.to_vector<float>(), w = Oc.to_vector<float>();
-            int64_t finite = 0, off = 0;
-            for (size_t i = 0; i < g.size(); ++i) {
-                finite += std::isfinite(w[i]);
-                if (std::isfinite(w[i]) != std::isfinite(g[i]) ||
-                    (std::isfinite(w[i]) && std::fabs(g[i] - w[i]) > 0.05 * (1 + std::fabs(w[i]))))
-                    ++off;
-            }
-            CHECK(finite < int64_t(g.size()));
-            CHECK(finite > int64_t(g.size()) / 2);
-            CHECK(off == 0);
+            check_infinity_windows(gpu, cpu, L, I, F);   // (its last channel: the last half of a tap)
         }
 }
 
@@ -823,40 +835,14 @@ TEST_CASE("gpu conv: 65-96 output channels on the 96-wide tile") {
                        X = pair(gpu, cpu, L.output_shape(), dt, ++seed), B = pair(gpu, cpu, {L.K}, DType::Float32, ++seed);
             check_fprop_epilogues(gpu, cpu, L, I, F, X, B, true);
             if (c.N < 32) continue;
-            // An infinity in image 1's middle pixel, its last channel.
-            std::vector<float> iv = I.cpu.to_vector<float>();
-            const int64_t hw = c.image[1] * c.image[2];
-            iv[size_t(((1 * hw) + hw / 2) * c.C + c.C - 1)] = INFINITY;
-            const Tensor Ig = gpu.array(iv, L.input_shape(), dt), Ic = cpu.array(iv, L.input_shape(), dt);
-            Tensor Og = gpu.empty(L.output_shape(), dt), Oc = cpu.empty(L.output_shape(), dt);
-            fprop_conv(L, Ig, F.gpu, Og);
-            fprop_conv(L, Ic, F.cpu, Oc);
-            const std::vector<float> g = Og.to_vector<float>(), w = Oc.to_vector<float>();
-            int64_t finite = 0, off = 0;
-            for (size_t i = 0; i < g.size(); ++i) {
-                finite += std::isfinite(w[i]);
-                if (std::isfinite(w[i]) != std::isfinite(g[i]) ||
-                    (std::isfinite(w[i]) && std::fabs(g[i] - w[i]) > 0.05 * (1 + std::fabs(w[i]))))
-                    ++off;
-            }
-            CHECK(finite < int64_t(g.size()));
-            CHECK(finite > int64_t(g.size()) / 2);
-            CHECK(off == 0);
+            check_infinity_windows(gpu, cpu, L, I, F);
         }
         // bprop into 96 channels: E's 256 channels by TMA with the flipped filter.
         const ConvLayer L = conv_layer(dt, 8, 96, 256, {1, 12, 12}, {1, 5, 5}, {0, 0, 0});
         const std::string path = conv_kernel(gpu, L, "bprop");
         INFO(L.str() << ": " << path);
         CHECK(path.find(entry) != std::string::npos);
-        const Pair F = pair(gpu, cpu, L.filter_shape(), dt, ++seed), E = pair(gpu, cpu, L.output_shape(), dt, ++seed),
-                   X = pair(gpu, cpu, L.input_shape(), dt, ++seed);
-        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) { bprop_conv(L, F.*side, E.*side, o); }) == 0);
-        CHECK(agree(gpu, cpu, L.input_shape(), dt, [&](Tensor& o, Side side) {
-                  o.assign((X.*side).expr());
-                  ConvOptions ab;
-                  ab.alpha = 0.5, ab.beta = side == &Pair::abs ? 0.5 : -0.25;
-                  bprop_conv(L, F.*side, E.*side, o, ab);
-              }) == 0);
+        check_bprop_alpha_beta(gpu, cpu, L, seed);
     }
 }
 
