@@ -737,7 +737,7 @@ bool conv_fprop_implicit(const ConvLayer& L, const Tensor& I5, const Tensor& F, 
         std::vector<FpropPlan> candidates;
         for (int bn : {64, 96, 128, 192, 256}) {
             if (bn > 64 && bn / 2 >= L.K) break;
-            if (bn == 96 && !(L.K > 64 && L.K <= 96 && p.im2col_rank && !halves)) continue;   // (fprop_plan's rule)
+            if (bn == 96 && !tile_96_suits(L, p.im2col_rank != 0)) continue;
             const ConvTile u = tile_of(L, bn);
             if (bn != 192 && u.smem <= be.info().max_shared_optin) candidates.push_back({u, false});   // (192: the walk only)
             if (walk_runs(u)) candidates.push_back({u, true});

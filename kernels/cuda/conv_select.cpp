@@ -18,6 +18,9 @@ bool channel_halves(const ConvLayer& L) { return L.C % 32 == 0 && L.C % 64 != 0;
 bool walk_has_kernel(const ConvLayer& L, int bn, bool plain_rows) {
     return bn != 96 && (!channel_halves(L) || (bn == 256 && plain_rows));
 }
+bool tile_96_suits(const ConvLayer& L, bool patches_by_tma) {
+    return L.K > 64 && L.K <= 96 && patches_by_tma && !channel_halves(L);
+}
 
 ConvTile tile_of(const ConvLayer& L, int bn) {
     ConvTile t;
@@ -121,7 +124,7 @@ FpropPlan fprop_plan(const ConvLayer& L, int sms, bool patches_by_tma, bool walk
         if (o.walk && !((o.bn > 128 ? wide_walk_possible : walk_possible) && walk_has_kernel(L, o.bn, plain_rows)))
             continue;
         if (o.bn > 128 && o.bn / 2 >= L.K) continue;   // half the tile or more past the channels
-        if (o.bn == 96 && !(L.K <= 96 && patches_by_tma && !channel_halves(L))) continue;
+        if (o.bn == 96 && !tile_96_suits(L, patches_by_tma)) continue;
         const int64_t blocks = tiles_m * ((L.K + o.bn - 1) / o.bn), rounds = (blocks + sms - 1) / sms;
         const double us = double(rounds) * (double(ktiles) * o.per_ktile + o.fixed);
         if (best.tile.bn == 0 || us < best_us) best = {tile_of(L, o.bn), o.walk, us}, best_us = us;

@@ -24,6 +24,9 @@ bool channel_halves(const ConvLayer& L);
 // every walk but of the 96-wide tile (one tile a block only), and over channel_halves layers only
 // the 256-wide persistent one into plain rows.
 bool walk_has_kernel(const ConvLayer& L, int bn, bool plain_rows);
+// Whether the 96-wide one-tile kernel may run L: 65-96 output channels, the patches by TMA
+// (patches_by_tma), not in halves (it has no `_h` entry).
+bool tile_96_suits(const ConvLayer& L, bool patches_by_tma);
 
 // The tile: 128 output positions x BN output channels, as many stages as fit beside it; the
 // 64-wide one with 4 stages, two blocks an SM, so that one's pipeline fill and epilogue overlap

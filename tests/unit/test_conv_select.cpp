@@ -331,6 +331,9 @@ TEST_CASE("conv plans: 65-96 output channels take the 96-wide tile where its k-t
     CHECK(!walk_has_kernel(o2b, 96, true));
     CHECK(walk_has_kernel(o2b, 128, true));
     // 65-96 channels only, the patches by TMA, not in halves.
+    CHECK(tile_96_suits(o2b, true));
+    CHECK(!tile_96_suits(o2b, false));
+    CHECK(!tile_96_suits(layer2d(128, 96, 96, 20, 5, 4, 1), true));
     for (int64_t k : {72, 80, 88, 96}) CHECK(fprop_plan(layer2d(128, 256, k, 20, 5, 4, 1), kSms, true, true).tile.bn == 96);
     CHECK(fprop_plan(layer2d(128, 256, 97, 20, 5, 4, 1), kSms, true, true).tile.bn != 96);
     CHECK(fprop_plan(layer2d(128, 256, 64, 20, 5, 4, 1), kSms, true, true).tile.bn == 64);

@@ -223,9 +223,7 @@ __device__ __forceinline__ void conv_fprop(const ConvParams& p, const CUtensorMa
     if (wg == 0) {
         if (tma_a) {
             int it = 0;
-            if (tid == 0) {
-                conv_produce_tma<T, BN, STAGES, HALVES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it);
-            }
+            if (tid == 0) conv_produce_tma<T, BN, STAGES, HALVES>(p, smem, ring, map_a, map_b, m0, n0, ktiles, it);
         } else {
             conv_produce_gather<T, BN, STAGES, HALVES>(p, smem, ring, map_b, m0, n0, ktiles, tid);
         }
