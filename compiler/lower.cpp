@@ -427,7 +427,11 @@ struct Lowerer {
         }
         int b = add_buffer(src.dtype, false, map_strides(nd.shape, s), bs);
         int len = new_iparam((int32_t)src.shape[axis]);
-        KILN_CHECK_INTERNAL(src_strides[axis] == (int32_t)src_strides[axis], "take: stride along the axis overflows int32");
+        if (src_strides[axis] != (int32_t)src_strides[axis])
+            fail(Error::Kind::Value,
+                 "take: the source {} {} has a stride of {} elements along axis {}; take reads at strides of at most "
+                 "2^31 - 1 elements (take from a copy with that axis last)",
+                 dtype_name(src.dtype), shape_str(src.shape), src_strides[axis], axis);
         int stride = new_iparam((int32_t)src_strides[axis]);
         // Negative indices count from the end; out-of-range ones are clipped into [0, len).
         int i = value(nd.inputs[1]);

@@ -436,6 +436,9 @@ Expr reduce(OpKind op, const Expr& a, int axis, bool keepdims) {
     if (count == 0 && !accumulates)
         fail(Error::Kind::Value, "{}: zero-size reduction over {} of {} has no identity; reduce a non-empty axis",
              name, axis == kAllAxes ? std::string("all axes") : fmt::format("axis {}", axis), describe(a));
+    if ((op == OpKind::ArgMax || op == OpKind::ArgMin) && count > INT32_MAX)
+        fail(Error::Kind::Value, "{}: {} elements over {} of {}; positions are int32, so at most 2^31 - 1 ({}) elements a reduction",
+             name, count, axis == kAllAxes ? std::string("all axes") : fmt::format("axis {}", axis), describe(a), INT32_MAX);
     if (n.rank() == 0) {  // nothing to reduce: NumPy returns the value (argmax/argmin: index 0)
         if (op == OpKind::ArgMax || op == OpKind::ArgMin) return scalar(0, DType::Int32);
         return cast(a, accumulates ? accumulated(n.dtype) : n.dtype);
@@ -533,6 +536,9 @@ Expr take(const Expr& a, const Expr& indices, std::optional<int> axis_opt) {
     }
     if (src.shape()[axis] == 0)
         fail(Error::Kind::Index, "take: cannot take from an empty axis {} of {}", axis, describe(src));
+    if (src.shape()[axis] > INT32_MAX)
+        fail(Error::Kind::Value, "take: axis {} of {} holds {} elements; take indexes at most 2^31 - 1 ({}) along an axis",
+             axis, describe(src), src.shape()[axis], INT32_MAX);
     Shape out(src.shape().begin(), src.shape().begin() + axis);
     out.insert(out.end(), indices.shape().begin(), indices.shape().end());
     out.insert(out.end(), src.shape().begin() + axis + 1, src.shape().end());

@@ -354,6 +354,9 @@ PoolLayer make_pool_layer(DType dtype, PoolOp op, int64_t N, int64_t C, Dims3 im
     if (N > kMaxLayerDim || C > kMaxLayerDim || J > kMaxLayerDim || pad_c > kMaxLayerDim || str_c > kMaxLayerDim)
         fail(Error::Kind::Value, "{}: N={}, C={}, J={}, pad_c={}, str_c={}: each is at most 2^31 - 1 ({})", name, N, C, J,
              pad_c, str_c, kMaxLayerDim);
+    if (str_c < 0 || stride[0] < 0 || stride[1] < 0 || stride[2] < 0)
+        fail(Error::Kind::Value, "{}: str_c={}, stride {}x{}x{}: strides are at least 1 (0: the window's size along that axis)",
+             name, str_c, stride[0], stride[1], stride[2]);
     PoolLayer L;
     L.op = op, L.dtype = dtype, L.N = N, L.C = C, L.J = J, L.pad_c = pad_c, L.image = image, L.window = window, L.pad = pad;
     L.str_c = str_c < 1 ? J : str_c;

@@ -103,6 +103,8 @@ Context::Context(ContextOptions opts) : impl_(std::make_unique<Impl>()) {
 }
 
 void Context::record_to(const std::string& path) {
+    if (const size_t nul = path.find('\0'); nul != std::string::npos)
+        fail(Error::Kind::Value, "record_to: the path holds a NUL character (at offset {}); a file path cannot", nul);
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->record = path.empty() ? nullptr : std::make_unique<ManifestWriter>(path);
 }

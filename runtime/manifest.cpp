@@ -30,9 +30,20 @@ void refuse_compile(const kir::Kernel& kernel, const std::string& target, const 
 }
 
 ManifestWriter::ManifestWriter(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    // Opened without blocking (a FIFO no process reads would wait forever), blocking again after.
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd_ < 0 && errno == ENXIO)
+        fail(Error::Kind::Runtime, "KILN_RECORD: the manifest {} is a FIFO that no process reads; give a file path, or "
+             "start its reader first", path_);
     if (fd_ < 0)
         fail(Error::Kind::Runtime, "KILN_RECORD: cannot open the manifest {} for appending: {}", path_, std::strerror(errno));
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+        const int e = errno;
+        ::close(fd_);
+        fd_ = -1;
+        fail(Error::Kind::Runtime, "KILN_RECORD: cannot set up the manifest {} for writing: {}", path_, std::strerror(e));
+    }
 }
 
 ManifestWriter::~ManifestWriter() {

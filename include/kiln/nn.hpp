@@ -76,7 +76,7 @@ struct KILN_API PoolLayer {
     std::string str() const;
 };
 
-// str_c, stride entries < 1: the window's size along that axis.
+// str_c, stride entries 0: the window's size along that axis (negative ones are an error).
 KILN_API PoolLayer pool_layer(DType dtype, PoolOp op, int64_t N, int64_t C, Dims3 image = {1, 1, 1}, int64_t J = 1,
                               Dims3 window = {1, 1, 1}, int64_t pad_c = 0, Dims3 pad = {0, 0, 0}, int64_t str_c = 0,
                               Dims3 stride = {0, 0, 0});

@@ -264,6 +264,23 @@ TEST_CASE("take: axis out of range and axis on a 0-d source") {
     has_all(m, {"take", "0-d"});
 }
 
+// (Lazy operands of 2^31 + 5 elements, never allocated.)
+TEST_CASE("take and argmax: axes past int32's positions") {
+    const int64_t big = int64_t(1) << 31 | 5;
+    const Expr along = kiln::iota({big}, 0), rows = kiln::iota({2, big}, 1);
+    Tensor i = typed({2}, DType::Int32);
+    std::string m = error_of([&] { (void)kiln::take(along, i); }, Error::Kind::Value);
+    has_all(m, {"take", "axis 0", "2147483653 elements", "2^31 - 1"});
+    m = error_of([&] { (void)kiln::take(rows, i, 1); }, Error::Kind::Value);
+    has_all(m, {"take", "axis 1", "(2, 2147483653)"});
+    CHECK(kiln::take(rows, i, 0).shape() == Shape{2, big});   // a short axis is fine
+    m = error_of([&] { (void)kiln::argmax(along, 0); }, Error::Kind::Value);
+    has_all(m, {"argmax", "2147483653 elements", "int32"});
+    m = error_of([&] { (void)kiln::argmin(rows, kiln::kAllAxes); }, Error::Kind::Value);
+    has_all(m, {"argmin", "all axes", "4294967306 elements"});
+    CHECK(kiln::argmax(rows, 0).shape() == Shape{1, big});   // (the reduced axis kept, as neon keeps it)
+}
+
 TEST_CASE("reshape: wrong element count") {
     Tensor a = f32({2, 3});
     std::string m = error_of([&] { (void)kiln::reshape(a, {4, 2}); }, Error::Kind::Value);

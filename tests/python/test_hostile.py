@@ -373,3 +373,85 @@ def test_context_seed_checks_its_value():
     a = np.asarray(kiln.random.uniform(size=(4,), ctx=ctx))
     ctx.seed(0)
     np.testing.assert_array_equal(np.asarray(kiln.random.uniform(size=(4,), ctx=ctx)), a)
+
+
+def test_gathers_and_argmax_past_int32_positions_are_kiln_errors():
+    big = 2**31 + 5   # a broadcast view, never allocated
+    wide = kiln.broadcast_to(kiln.asarray(np.arange(3, dtype=np.float32)).reshape(3, 1), (3, big))
+    idx = kiln.asarray(np.array([0], np.int32))
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.take(wide, idx, axis=1)
+    check(e, "take", "axis 1", "2147483653 elements", "2^31 - 1")
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.argmax(wide)
+    check(e, "argmax", "6442450959 elements", "int32")
+    assert kiln.argmax(wide, axis=0).shape == (big,)   # a short reduction is fine
+
+
+def test_take_along_axis_clips_into_the_row():
+    x = kiln.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+    for idx, want in (([[9]], [3, 7, 11]), ([[-5]], [0, 4, 8]), ([[-1]], [3, 7, 11]), ([[2**40]], [3, 7, 11])):
+        for dt in (np.int64, np.int32) if idx[0][0] < 2**31 else (np.int64,):
+            got = kiln.take_along_axis(x, kiln.asarray(np.array(idx, dt), dtype=kiln.int64 if dt == np.int64 else None),
+                                       axis=1)
+            assert np.asarray(got).ravel().tolist() == want, (idx, dt)
+    got = kiln.take_along_axis(x, kiln.asarray(np.array([[7]], np.uint64), dtype=kiln.uint64), axis=1)
+    assert np.asarray(got).ravel().tolist() == [3, 7, 11]
+    got = kiln.take_along_axis(x, kiln.asarray(np.array([[200]], np.uint8)), axis=1)
+    assert np.asarray(got).ravel().tolist() == [3, 7, 11]
+
+
+def test_expand_dims_names_the_axis_given_and_refuses_a_repeat():
+    x = kiln.zeros((3, 4))
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.expand_dims(x, axis=(0, 0))
+    check(e, "expand_dims", "(0, 0)", "more than once")
+    with pytest.raises(kiln.InvalidArgument) as e:
+        kiln.expand_dims(x, axis=(-1, -6))
+    check(e, "expand_dims", "axis -6", "rank 4", "-4 to 3")
+    assert kiln.expand_dims(x, axis=(0, -1)).shape == (1, 3, 4, 1)
+
+
+@pytest.mark.parametrize("fn", ["sum", "prod", "mean"])
+def test_reductions_return_the_dtype_asked_for(fn):
+    # (Integers wrap as NumPy's do; a mean is taken in floats, so it is asked for in one.)
+    a = np.arange(1, 25, dtype=np.int8)
+    for dt in (np.float16,) if fn == "mean" else (np.int8, np.int16, np.float16):
+        want = getattr(np, fn)(a, dtype=dt)
+        got = getattr(kiln, fn)(kiln.asarray(a), dtype=dt)
+        assert got.dtype == dt, (fn, dt)
+        np.testing.assert_allclose(np.asarray(got).astype(np.float64), np.float64(want), rtol=2e-3)
+    assert getattr(kiln, fn)(kiln.asarray(a), axis=(), dtype=np.float16).dtype == np.float16
+
+
+def test_pool_layer_refuses_strides_below_one():
+    for name in ("str_c", "str_d", "str_h", "str_w"):
+        for v in (0, -1, -2**31):
+            with pytest.raises(kiln.InvalidArgument) as e:
+                kiln.pool_layer(np.float32, "max", 1, 4, H=6, W=6, R=2, S=2, **{name: v})
+            check(e, "pool_layer", f"{name}={v}", "at least 1")
+    assert kiln.pool_layer(np.float32, "max", 1, 4, H=6, W=6, R=2, S=2).dimO == (1, 3, 3, 4)
+
+
+def test_numpy_and_list_bool_masks_index_as_kiln_masks_do():
+    h = np.arange(12, dtype=np.float32).reshape(3, 4)
+    m = h % 3 == 0
+    x = kiln.asarray(h)
+    np.testing.assert_array_equal(np.asarray(x[m]), h[m])
+    np.testing.assert_array_equal(np.asarray(x[[True, False, True]]), h[[True, False, True]])
+    x[m] = -1.0
+    h[m] = -1.0
+    np.testing.assert_array_equal(np.asarray(x), h)
+    with pytest.raises(IndexError, match="as a mask only as the whole key"):
+        x[np.array([True, False, True]), 0]
+
+
+def test_messages_for_bad_values_say_what_was_given():
+    x = kiln.asarray(np.ones((3, 4), np.float32))
+    with pytest.raises(kiln.InvalidArgument, match=r"ddof=-inf; the degrees of freedom removed"):
+        kiln.var(x, correction=-np.inf)
+    for value, what in (("abc", "strings"), ([1, "a"], "strings"), (np.array([1j]), "complex numbers")):
+        with pytest.raises(kiln.DTypeError, match=f"kiln cannot hold {what} "):
+            kiln.asarray(value)
+    with pytest.raises(kiln.InvalidArgument, match="NUL"):
+        kiln.Context("cpu").record_to("a\x00b")

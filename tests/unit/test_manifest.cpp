@@ -15,6 +15,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace kiln;
@@ -74,7 +75,7 @@ TEST_CASE("record_to appends each kernel once, as text that regenerates it") {
     std::remove(path.c_str());
 }
 
-TEST_CASE("KILN_RECORD records every context's kernels; an unwritable path is an error naming it") {
+TEST_CASE("KILN_RECORD records every context's kernels; an unwritable path, a FIFO nobody reads, a NUL are errors") {
     const std::string path = temp_path("env");
     std::remove(path.c_str());
     setenv("KILN_RECORD", path.c_str(), 1);
@@ -91,6 +92,25 @@ TEST_CASE("KILN_RECORD records every context's kernels; an unwritable path is an
         FAIL("no error");
     } catch (const Error& e) {
         CHECK(std::string(e.what()).find("/nonexistent-dir/m.jsonl") != std::string::npos);
+    }
+    // A FIFO that no process reads: an error, not a wait for a reader that never comes.
+    const std::string fifo = temp_path("fifo");
+    std::remove(fifo.c_str());
+    REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+    try {
+        ctx.record_to(fifo);
+        FAIL("no error");
+    } catch (const Error& e) {
+        CHECK(std::string(e.what()).find("FIFO that no process reads") != std::string::npos);
+    }
+    std::remove(fifo.c_str());
+    // A path holding a NUL: an error, not a shorter path.
+    try {
+        ctx.record_to(std::string("m\0.jsonl", 8));
+        FAIL("no error");
+    } catch (const Error& e) {
+        CHECK(e.kind() == Error::Kind::Value);
+        CHECK(std::string(e.what()).find("NUL") != std::string::npos);
     }
 }
 

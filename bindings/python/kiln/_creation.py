@@ -451,10 +451,15 @@ def expand_dims(a, axis):
     shape = list(a.shape)
     axes = _shape(axis, "expand_dims", "axis")
     out_rank = len(shape) + len(axes)
-    norm = sorted(ax + out_rank if ax < 0 else ax for ax in axes)
-    for ax in norm:
-        if not 0 <= ax < out_rank:
-            raise _kiln.InvalidArgument(f"expand_dims: axis {ax} is out of range for a result of rank {out_rank}")
+    norm = []
+    for ax in axes:
+        if not -out_rank <= ax < out_rank:
+            raise _kiln.InvalidArgument(f"expand_dims: axis {ax} is out of range for a result of rank {out_rank} "
+                                        f"(valid: {-out_rank} to {out_rank - 1})")
+        norm.append(ax + out_rank if ax < 0 else ax)
+    if len(set(norm)) != len(norm):
+        raise _kiln.InvalidArgument(f"expand_dims: axis {tuple(axes)} names a position of the result more than once")
+    for ax in sorted(norm):
         shape.insert(ax, 1)
     return a.reshape(tuple(shape))
 

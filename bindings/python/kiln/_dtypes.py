@@ -150,7 +150,10 @@ def from_host(np_dtype):
         if np_dtype.itemsize == 1:
             return DType.int8 if k == "i" else DType.uint8
         return DType.int32
-    raise _kiln.DTypeError(f"kiln cannot hold {np_dtype.name} data; valid dtypes: {_VALID}")
+    kinds = {"U": "strings", "S": "bytes", "O": "Python objects", "c": "complex numbers", "M": "datetimes",
+             "m": "timedeltas", "V": "structured or void records"}
+    what = kinds.get(k, "NumPy dtype")
+    raise _kiln.DTypeError(f"kiln cannot hold {what} (NumPy dtype {np_dtype.str!r}); valid dtypes: {_VALID}")
 
 
 _kiln._set_dtypes(list(_REPORTED), dtype)

@@ -504,9 +504,15 @@ def take_along_axis(x, indices, axis=-1):
                                     f"shape {tuple(x.shape)} outside axis {a}")
     if isinstance(x, Expr) or not x.is_contiguous:
         x = x.copy() if isinstance(x, Tensor) else x.eval()
+    # Negative indices count from the end; out-of-range ones are clipped into [0, n), as take
+    # clips them (never into another row), in the indices' own width before the int32 cast.
     n = x.shape[a]
-    idx = _kiln.astype(indices, DType.int32)
-    idx = _kiln.where(idx < 0, idx + n, idx)
+    if indices._dtype == DType.uint64:
+        idx = _kiln.minimum(indices, n - 1)
+    else:
+        idx = indices if indices._dtype == DType.int64 else _kiln.astype(indices, DType.int64)
+        idx = _kiln.clip(_kiln.where(idx < 0, idx + n, idx), 0, n - 1)
+    idx = _kiln.astype(idx, DType.int32)
     linear = None
     stride = 1
     for d in reversed(range(x.ndim)):

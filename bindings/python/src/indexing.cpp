@@ -121,6 +121,21 @@ bool several_array_indices(nb::handle key) {
     return n >= 2;
 }
 
+nb::object host_mask_uploaded(nb::handle key, nb::handle ctx) {
+    nb::object array = nb::borrow(key);
+    if (nb::isinstance<nb::list>(key)) {   // a list of bools, as NumPy reads it
+        if (nb::len(key) == 0 || !PyBool_Check(key[0].ptr())) return nb::borrow(key);
+        array = nb::module_::import_("numpy").attr("asarray")(key);
+    }
+    if (nb::isinstance<PyTensor>(array) || nb::isinstance<PyExpr>(array) || !nb::hasattr(array, "__array_interface__") ||
+        !nb::hasattr(array, "dtype"))
+        return nb::borrow(key);
+    nb::object dt = array.attr("dtype");
+    if (!nb::hasattr(dt, "kind") || !nb::isinstance<nb::str>(dt.attr("kind")) || nb::cast<std::string>(dt.attr("kind")) != "b")
+        return nb::borrow(key);
+    return nb::module_::import_("kiln").attr("asarray")(array, nb::arg("ctx") = ctx);
+}
+
 bool is_whole(nb::handle key) {
     if (key.ptr() == Py_Ellipsis || is_full_slice(key)) return true;
     if (nb::isinstance<nb::tuple>(key) && nb::len(key) == 1) return is_whole(key[0]);

@@ -16,5 +16,8 @@ bool is_whole(nb::handle key);  // `:`, `...`: the whole tensor
 bool is_mask(nb::handle key);
 // A tuple with two or more array indices (NumPy's advanced indexing; kiln/_host_functions.py).
 bool several_array_indices(nb::handle key);
+// A NumPy bool array as the whole key: uploaded into ctx as a bool tensor, so that it indexes
+// as a mask, as in NumPy; any other key unchanged.
+nb::object host_mask_uploaded(nb::handle key, nb::handle ctx);
 
 } // namespace kiln::py

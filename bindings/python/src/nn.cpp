@@ -177,6 +177,12 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             else if (op == "avg") kind = PoolOp::Avg;
             else if (op == "l2") kind = PoolOp::L2;
             else throw Error(fmt::format("pool_layer: op='{}'; it is 'max', 'avg' or 'l2'", op), Error::Kind::Value);
+            const std::pair<const char*, std::optional<int64_t>> strides[] = {
+                {"str_c", str_c}, {"str_d", str_d}, {"str_h", str_h}, {"str_w", str_w}};
+            for (const auto& [name, v] : strides)
+                if (v && *v < 1)
+                    throw Error(fmt::format("pool_layer: {}={}; strides are at least 1 (None: the window's size)", name, *v),
+                                Error::Kind::Value);
             return pool_layer(dtype_arg(dtype, "pool_layer"), kind, N, C, {D, H, W}, J, {T, R, S}, pad_c, {pad_d, pad_h, pad_w},
                               str_c.value_or(0), {str_d.value_or(0), str_h.value_or(0), str_w.value_or(0)});
         },

@@ -116,7 +116,11 @@ const std::vector<ReductionOp>& reduction_ops() {
 Expr reduce(Reduction r, const Expr& x0, nb::handle axis, nb::handle keepdims_arg, double ddof, nb::handle dtype, const char* op) {
     const bool keepdims = bool_value(keepdims_arg, "keepdims", op);
     Expr x = x0;
-    if (dtype.is_valid() && !dtype.is_none()) x = cast(x, dtype_arg(dtype, op));
+    // dtype (sum, prod, mean): the operand's and the result's dtype, as NumPy's; integers are
+    // added in a wider type and wrapped into it at the end, the same bits as adding in it.
+    std::optional<DType> want;
+    if (dtype.is_valid() && !dtype.is_none()) x = cast(x, *(want = dtype_arg(dtype, op)));
+    const auto as_wanted = [&](const Expr& e) { return want && e.dtype() != *want ? cast(e, *want) : e; };
     const int rank = x.rank();
     if ((r == Reduction::ArgMax || r == Reduction::ArgMin) && (nb::isinstance<nb::tuple>(axis) || nb::isinstance<nb::list>(axis)))
         throw Error(fmt::format("{}: axis must be an int or None (the flattened index), not a tuple", op), Error::Kind::Type);
@@ -127,7 +131,7 @@ Expr reduce(Reduction r, const Expr& x0, nb::handle axis, nb::handle keepdims_ar
         if (r == Reduction::ArgMax || r == Reduction::ArgMin)
             throw Error(fmt::format("{}: axis=() reduces nothing; give one axis or None", op), Error::Kind::Value);
         if (r == Reduction::Var || r == Reduction::Std) return multiply(cast(x, DType::Float32), 0.0);
-        return r == Reduction::Mean ? cast(x, is_float(x.dtype()) ? x.dtype() : DType::Float32) : x;
+        return as_wanted(r == Reduction::Mean ? cast(x, is_float(x.dtype()) ? x.dtype() : DType::Float32) : x);
     }
     if (ax.all || (int)ax.list.size() == rank) {
         count = x.size();
@@ -146,14 +150,17 @@ Expr reduce(Reduction r, const Expr& x0, nb::handle axis, nb::handle keepdims_ar
         }
     }
     if (ddof != 0 && (r == Reduction::Var || r == Reduction::Std)) {
-        if (ddof < 0 || ddof >= count)
+        if (!(ddof >= 0))   // (NaN too)
+            throw Error(fmt::format("{}: ddof={}; the degrees of freedom removed (ddof or correction) are 0 or more", op, ddof),
+                        Error::Kind::Value);
+        if (ddof >= count)
             throw Error(fmt::format("{}: ddof={} needs more than {} elements per reduction (there are {})", op, ddof, ddof,
                                     count),
                         Error::Kind::Value);
         double f = (double)count / (double)(count - ddof);
         y = r == Reduction::Var ? multiply(y, Expr(f)) : multiply(y, Expr(std::sqrt(f)));
     }
-    return y;
+    return as_wanted(y);
 }
 
 nb::object clip_call(nb::handle a, nb::handle lo, nb::handle hi, nb::handle out) {

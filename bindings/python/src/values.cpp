@@ -166,7 +166,9 @@ void bind_values(nb::module_& m) {
             if (s.t.rank() == 0) throw Error("len() of a 0-d tensor", Error::Kind::Type);
             return s.t.shape()[0];
         })
-        .def("__getitem__", [](const PyTensor& s, nb::handle key) -> nb::object {
+        .def("__getitem__", [](const PyTensor& s, nb::handle key_arg) -> nb::object {
+            const nb::object uploaded_mask = host_mask_uploaded(key_arg, s.ctx);
+            const nb::handle key = uploaded_mask;
             if (is_whole(key)) return nb::cast(s);
             // Masks and several index arrays: shapes that depend on the data, or NumPy's
             // advanced indexing, computed on the host (kiln/_host_functions.py).
@@ -181,13 +183,18 @@ void bind_values(nb::module_& m) {
                 uploaded = nb::module_::import_("kiln").attr("asarray")(ix.gather, "ctx"_a = s.ctx);
                 idx = nb::inst_ptr<PyTensor>(uploaded)->t.expr();
             }
-            if (is_float(idx.dtype()) || idx.dtype() == DType::Bool)
-                throw Error(fmt::format("index: a {} tensor cannot index; use an integer tensor (for a mask, kiln.where)",
-                                        dtype_name(idx.dtype())),
+            if (is_float(idx.dtype()))
+                throw Error(fmt::format("index: a {} array cannot index; use integers", dtype_name(idx.dtype())),
+                            Error::Kind::Index);
+            if (idx.dtype() == DType::Bool)
+                throw Error("index: a bool array indexes as a mask only as the whole key (x[mask]); beside other "
+                            "indices, select with kiln.where or integer indices",
                             Error::Kind::Index);
             return wrap(take(ix.view.expr(), idx, ix.gather_axis), s.ctx);
         }, "key"_a.none())
-        .def("__setitem__", [](PyTensor& s, nb::handle key, nb::handle value) {
+        .def("__setitem__", [](PyTensor& s, nb::handle key_arg, nb::handle value) {
+            const nb::object uploaded_mask = host_mask_uploaded(key_arg, s.ctx);
+            const nb::handle key = uploaded_mask;
             if (is_mask(key)) {
                 nb::module_::import_("kiln._host_functions").attr("mask_setitem")(nb::cast(s), key, value);
                 return;
