@@ -122,14 +122,16 @@ bool several_array_indices(nb::handle key) {
 }
 
 nb::object host_mask_uploaded(nb::handle key, nb::handle ctx) {
+    // (The common keys, at no cost: ints, slices, tuples, ..., None, kiln's own arrays.)
+    if (PyLong_Check(key.ptr()) || PySlice_Check(key.ptr()) || PyTuple_Check(key.ptr()) || key.ptr() == Py_Ellipsis ||
+        key.is_none() || nb::isinstance<PyTensor>(key) || nb::isinstance<PyExpr>(key))
+        return nb::borrow(key);
     nb::object array = nb::borrow(key);
     if (nb::isinstance<nb::list>(key)) {   // a list of bools, as NumPy reads it
         if (nb::len(key) == 0 || !PyBool_Check(key[0].ptr())) return nb::borrow(key);
         array = nb::module_::import_("numpy").attr("asarray")(key);
     }
-    if (nb::isinstance<PyTensor>(array) || nb::isinstance<PyExpr>(array) || !nb::hasattr(array, "__array_interface__") ||
-        !nb::hasattr(array, "dtype"))
-        return nb::borrow(key);
+    if (!nb::hasattr(array, "__array_interface__") || !nb::hasattr(array, "dtype")) return nb::borrow(key);
     nb::object dt = array.attr("dtype");
     if (!nb::hasattr(dt, "kind") || !nb::isinstance<nb::str>(dt.attr("kind")) || nb::cast<std::string>(dt.attr("kind")) != "b")
         return nb::borrow(key);
