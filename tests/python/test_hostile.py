@@ -455,3 +455,58 @@ def test_messages_for_bad_values_say_what_was_given():
             kiln.asarray(value)
     with pytest.raises(kiln.InvalidArgument, match="NUL"):
         kiln.Context("cpu").record_to("a\x00b")
+
+
+def test_a_python_dlpack_deleter_is_not_called_after_the_interpreter_tore_it_down():
+    # A producer whose deleter is a ctypes callback: kiln holds the last assignment's graph until
+    # the next one, so the shared memory outlives `del t` and is released at shutdown, when the
+    # callback may be gone (it crashed the process). The deleter still runs while Python lives.
+    r = run_python("""
+        import ctypes
+        import numpy as np
+        import kiln
+
+        class DLDevice(ctypes.Structure):
+            _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+        class DLDataType(ctypes.Structure):
+            _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+        class DLTensor(ctypes.Structure):
+            _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int),
+                        ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                        ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+        class Managed(ctypes.Structure):
+            pass
+        DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(Managed))
+        Managed._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER)]
+        live = {}
+        def deleter(p):
+            live.pop(ctypes.addressof(p.contents))
+            print("deleted", flush=True)
+        the_deleter = DELETER(deleter)
+        new_capsule = ctypes.pythonapi.PyCapsule_New
+        new_capsule.restype = ctypes.py_object
+        new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+        class Producer:
+            def __init__(self, n):
+                self.a = np.arange(n, dtype=np.float32)
+            def __dlpack_device__(self):
+                return (1, 0)
+            def __dlpack__(self, stream=None, max_version=None, **kw):
+                m = Managed()
+                shape = (ctypes.c_int64 * 1)(self.a.size)
+                m.dl_tensor.data, m.dl_tensor.device, m.dl_tensor.ndim = self.a.ctypes.data, DLDevice(1, 0), 1
+                m.dl_tensor.dtype, m.dl_tensor.shape, m.deleter = DLDataType(2, 32, 1), shape, the_deleter
+                live[ctypes.addressof(m)] = (m, shape, self.a)
+                return new_capsule(ctypes.addressof(m), b"dltensor", None)
+
+        cpu = kiln.Context("cpu")   # host memory is shared only with a CPU context
+        t = kiln.from_dlpack(Producer(1000), ctx=cpu)
+        print(float(kiln.sum(t)), flush=True)
+        u = kiln.from_dlpack(Producer(10), ctx=cpu)
+        print(float(kiln.sum(u)), flush=True)   # its graph holds u until the next assignment
+        del t, u   # t's memory goes back now; u's at shutdown, without its deleter
+        print("end", flush=True)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["499500.0", "45.0", "deleted", "end"]

@@ -241,6 +241,15 @@ nb::tuple dlpack_device(const PyTensor& s) {
     return nb::make_tuple(dev.kind == DeviceKind::CUDA ? (int)kDLCUDA : (int)kDLCPU, dev.index);
 }
 
+// Whether the interpreter has begun its shutdown (its modules may be half torn down).
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+}
+
 // Takes over a producer's managed tensor: the capsule is marked used (so the producer's capsule
 // destructor leaves it alone) and the returned function calls its deleter, with the GIL, when
 // kiln's last view of the memory dies.
@@ -248,7 +257,10 @@ template <class Managed>
 std::function<void()> take_over(nb::handle capsule, Managed* m, const char* used_name) {
     PyCapsule_SetName(capsule.ptr(), used_name);
     return [m] {
-        if (!m->deleter) return;
+        // A producer's deleter may be Python code (a ctypes callback) that the interpreter's
+        // shutdown has already torn down: once it is finalizing, the memory is left to the
+        // process's end instead.
+        if (!m->deleter || !Py_IsInitialized() || interpreter_finalizing()) return;
         PyGILState_STATE g = PyGILState_Ensure();
         m->deleter(m);
         PyGILState_Release(g);
