@@ -7,6 +7,9 @@
 #include "runtime/cache/file_io.hpp"
 
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <string_view>
@@ -108,6 +111,41 @@ std::string DiskCache::path_for(const DiskCacheKey& key) const {
     }
     const std::string hex = fmt::format("{:016x}", h.value());
     return fmt::format("{}/{}/{}.bin", dir_ == "/" ? "" : dir_, hex.substr(0, 2), hex);
+}
+
+namespace {
+bool lower_hex(std::string_view s, size_t n) {
+    if (s.size() != n) return false;
+    for (char c : s)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    return true;
+}
+} // namespace
+
+std::vector<DiskCache::EntryFile> DiskCache::entry_files() const {
+    namespace fs = std::filesystem;
+    std::vector<EntryFile> out;
+    if (dir_.empty()) return out;
+    std::error_code ec;
+    // Neither walk follows a link to a directory: a subdirectory is a real one of this directory.
+    for (auto sub = fs::directory_iterator(dir_, ec); !ec && sub != fs::directory_iterator(); sub.increment(ec)) {
+        const std::string two = sub->path().filename().string();
+        if (!lower_hex(two, 2) || !sub->is_directory(ec) || sub->is_symlink(ec)) continue;
+        std::error_code ec2;
+        for (auto f = fs::directory_iterator(sub->path(), ec2); !ec2 && f != fs::directory_iterator(); f.increment(ec2)) {
+            const fs::path& p = f->path();
+            const std::string stem = p.stem().string();
+            if (p.extension() != ".bin" || !lower_hex(stem, 16) || stem.compare(0, 2, two) != 0) continue;
+            std::error_code ec3;
+            if (!f->is_regular_file(ec3) || f->is_symlink(ec3)) continue;
+            char magic[sizeof kMagic] = {};
+            std::ifstream in(p, std::ios::binary);
+            if (!in.read(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof kMagic) != 0) continue;
+            const uintmax_t size = f->file_size(ec3);
+            if (!ec3) out.push_back({p.string(), (uint64_t)size});
+        }
+    }
+    return out;
 }
 
 DiskCacheKey cuda_kernel_key(const std::string& kernel_key, const std::string& source, const std::string& arch,

@@ -69,6 +69,15 @@ public:
     // Where the entry for `key` lives (whether or not it exists).
     std::string path_for(const DiskCacheKey& key) const;
 
+    // The entries in the directory: regular files at <2 hex>/<16 hex>.bin (the hex's first two
+    // digits naming the subdirectory) that begin with the entry magic. Anything else in the
+    // directory is not kiln's, so that eviction (kiln-warmup --prune) never removes it.
+    struct EntryFile {
+        std::string path;
+        uint64_t size = 0;
+    };
+    std::vector<EntryFile> entry_files() const;
+
     bool enabled() const { return enabled_.load(std::memory_order_relaxed); }   // false once writes failed
     const std::string& dir() const { return dir_; }
     DiskCacheStats stats() const;

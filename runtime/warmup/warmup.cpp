@@ -262,10 +262,9 @@ int main(int argc, char** argv) {
         std::vector<File> files;
         uintmax_t total = 0;
         std::error_code ec;
-        for (auto it = fs::recursive_directory_iterator(disk.dir(), ec); !ec && it != fs::recursive_directory_iterator();
-             it.increment(ec)) {
-            if (!it->is_regular_file(ec) || it->path().extension() != ".bin") continue;
-            files.push_back({it->path(), it->file_size(ec), fs::last_write_time(it->path(), ec)});
+        // Only kiln's entries: whatever else the directory holds stays (DiskCache::entry_files).
+        for (const cache::DiskCache::EntryFile& e : disk.entry_files()) {
+            files.push_back({e.path, e.size, fs::last_write_time(e.path, ec)});
             total += files.back().size;
         }
         std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.t < b.t; });

@@ -595,10 +595,24 @@ TEST_CASE("cpu: the example's manifest warmed with --arch cpu runs under KILN_AS
     r = run_example(w.dir, "KILN_ASSERT_NO_COMPILE=1");
     CHECK(r.status == 0);
 
-    // --prune counts CPU entries like any other.
+    // --prune counts CPU entries like any other, and only kiln's entries: other files, even
+    // .bin files where an entry could be, stay.
+    std::vector<std::string> foreign = {w.dir + "/weights.bin", w.dir + "/data/model.bin",
+                                        w.dir + "/ab/0123456789abcdef.bin",    // not an entry's header
+                                        w.dir + "/ab/ab23456789abcdef.bin",    // nor this
+                                        w.dir + "/cd/ab23456789abcdef.bin"};   // a header, in the wrong directory
+    {
+        std::ifstream e(files[2], std::ios::binary);
+        std::string entry((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
+        for (size_t i = 0; i < foreign.size(); ++i) {
+            fs::create_directories(fs::path(foreign[i]).parent_path());
+            std::ofstream(foreign[i], std::ios::binary) << (i == 4 ? entry : "not kiln's");
+        }
+    }
     r = run(fmt::format("--cache-dir {} --prune 0", w.dir));
     CHECK(r.status == 0);
     CHECK(r.out.find(fmt::format("pruned {} entries", n)) != std::string::npos);
+    for (const std::string& f : foreign) CHECK(fs::exists(f));
     r = run(fmt::format("{} --arch cpu --cache-dir {} --check", w.manifest, w.dir));
     CHECK(r.status == 1);
     CHECK(r.out.find(fmt::format("0 cached, {} missing", n)) != std::string::npos);
