@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 namespace kiln {
@@ -27,6 +28,13 @@ template <typename... Args>
 std::string shown(const json& v) {
     std::string s = v.dump(-1, ' ', true, json::error_handler_t::replace);
     return s.size() > 64 ? s.substr(0, 64) + "..." : s;
+}
+
+// A string from the line as a message shows it: as it is when short and printable ASCII, else
+// as JSON (control characters escaped, so none reaches the terminal), cut as shown() cuts.
+std::string shown(const std::string& s) {
+    const bool plain = s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    return plain ? s : shown(json(s));
 }
 
 // nlohmann's message without its "[json.exception.parse_error.101] parse error at line 1,
@@ -109,7 +117,7 @@ ManifestLine parse_manifest_line(std::string_view text, std::string_view path, s
             kManifestFormat);
     if (!(f->is_number_float() ? f->get<double>() == kManifestFormat : *f == kManifestFormat))
         bad(w, "manifest format {} is not one this kiln reads (it reads format {}){}", shown(*f), kManifestFormat,
-            l.kiln.empty() ? std::string() : fmt::format("; the line was recorded by kiln {}", l.kiln));
+            l.kiln.empty() ? std::string() : fmt::format("; the line was recorded by kiln {}", shown(l.kiln)));
     l.backend = string_field(j, "backend", true, "where the kernel ran: cuda or cpu", w);
     if (l.backend != "cuda" && l.backend != "cpu") bad(w, "unknown backend {}; valid: cuda, cpu", shown(j.at("backend")));
     l.target = string_field(j, "target", true, "the architecture it ran on: sm_XX, or the CPU's label", w);

@@ -40,7 +40,13 @@ bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == 
 
 std::map<std::string, Entry> read_manifests(const std::vector<std::string>& paths) {
     std::map<std::string, Entry> entries;
+    // The first kMaxReported bad lines' messages, and how many there were in all (a file of
+    // random bytes has millions).
     std::vector<std::string> problems;
+    size_t bad_lines = 0;
+    auto problem = [&](std::string message) {
+        if (bad_lines++ < kMaxReported) problems.push_back(std::move(message));
+    };
     for (const std::string& path : paths) {
         std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(path.c_str(), "rb"), &std::fclose);
         if (!in) bad_input(fmt::format("cannot read manifest {}: {}", path, std::strerror(errno)));
@@ -49,8 +55,8 @@ std::map<std::string, Entry> read_manifests(const std::vector<std::string>& path
         for (LineRead r; (r = next_line(in.get(), line, kMaxManifestLineLength)) != LineRead::End;) {
             ++lineno;
             if (r == LineRead::TooLong) {
-                problems.push_back(fmt::format("{}:{}: the line is longer than {} bytes; a manifest line holds one kernel", path,
-                                               lineno, kMaxManifestLineLength));
+                problem(fmt::format("{}:{}: the line is longer than {} bytes; a manifest line holds one kernel", path, lineno,
+                                    kMaxManifestLineLength));
                 continue;
             }
             if (blank(line)) continue;
@@ -68,18 +74,17 @@ std::map<std::string, Entry> read_manifests(const std::vector<std::string>& path
                 // A CPU line's target names the recording host's CPU; it is warmed for this one.
                 e.recorded_archs.insert(ml.backend == "cpu" ? std::string(kCpu) : ml.target);
             } catch (const Error& err) {
-                problems.push_back(err.what());
+                problem(err.what());
             }
         }
         if (std::ferror(in.get())) bad_input(fmt::format("cannot read manifest {} after line {}: {}", path, lineno, std::strerror(errno)));
     }
-    if (!problems.empty()) {
-        for (size_t i = 0; i < problems.size() && i < kMaxReported; ++i)
-            std::fprintf(stderr, "kiln-warmup: %s\n", problems[i].c_str());
-        if (problems.size() > kMaxReported)
-            std::fprintf(stderr, "kiln-warmup: ... and %zu more bad lines\n", problems.size() - kMaxReported);
-        std::fprintf(stderr, "kiln-warmup: %zu bad manifest line%s: nothing was compiled\n", problems.size(),
-                     problems.size() == 1 ? "" : "s");
+    if (bad_lines > 0) {
+        for (const std::string& p : problems) std::fprintf(stderr, "kiln-warmup: %s\n", p.c_str());
+        if (bad_lines > kMaxReported)
+            std::fprintf(stderr, "kiln-warmup: ... and %zu more bad lines\n", bad_lines - kMaxReported);
+        std::fprintf(stderr, "kiln-warmup: %zu bad manifest line%s: nothing was compiled\n", bad_lines,
+                     bad_lines == 1 ? "" : "s");
         std::exit(2);
     }
     return entries;

@@ -140,6 +140,16 @@ void check_manifest_path(const std::string& path) {
         bad_input(fmt::format("cannot read manifest {}: it is a directory; a manifest is a JSON-lines file that "
                               "KILN_RECORD=path writes",
                               path));
+    // A device, FIFO or socket never ends (/dev/zero, /dev/urandom) or blocks until a writer comes.
+    if (!fs::is_regular_file(st))
+        bad_input(fmt::format("cannot read manifest {}: it is a {}, not a regular file; a manifest is a JSON-lines file "
+                              "that KILN_RECORD=path writes",
+                              path,
+                              fs::is_character_file(st) ? "character device"
+                              : fs::is_block_file(st)   ? "block device"
+                              : fs::is_fifo(st)         ? "FIFO"
+                              : fs::is_socket(st)       ? "socket"
+                                                        : "special file"));
     if (::access(path.c_str(), R_OK) != 0) bad_input(fmt::format("cannot read manifest {}: {}", path, std::strerror(errno)));
 }
 

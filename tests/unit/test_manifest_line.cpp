@@ -89,6 +89,15 @@ TEST_CASE("manifest line: each bad line is an error naming the file, the line an
     // A format version this kiln does not read; an unknown backend; a target that is not one.
     CHECK(line_error(R"({"format":2,"kiln":"9.0",)" + ok_fields + "}") ==
           "m.jsonl:7: manifest format 2 is not one this kiln reads (it reads format 1); the line was recorded by kiln 9.0");
+    // A version that is not short printable ASCII is shown as JSON, escaped and cut: no control
+    // character reaches the terminal, and a megabyte of it is not printed.
+    const std::string esc = line_error(R"({"format":2,"kiln":"\u001b]0;x\u0007\u001b[2J)" + std::string(1000000, 'A') +
+                                       "\"," + ok_fields + "}");
+    CHECK(esc.rfind("m.jsonl:7: manifest format 2 is not one this kiln reads (it reads format 1); the line was recorded by "
+                    "kiln \"\\u001b]0;x\\u0007\\u001b[2JAAA",
+                    0) == 0);
+    CHECK(esc.size() < 300);
+    CHECK(esc.find('\x1b') == std::string::npos);
     CHECK(line_error(R"({"format":1,"backend":"gpu","target":"sm_90","kernel":"rank 0"})") ==
           "m.jsonl:7: unknown backend \"gpu\"; valid: cuda, cpu");
     CHECK(line_error(R"({"format":1,"backend":"cuda","target":"sm90","kernel":"rank 0"})") ==

@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <set>
 #include <thread>
@@ -271,6 +272,17 @@ TEST_CASE("kiln-warmup refuses bad arguments and manifests, naming the line") {
     r = run("/nonexistent/manifest.jsonl");
     CHECK(r.status == 2);
     CHECK(r.out.find("cannot read manifest /nonexistent/manifest.jsonl: No such file or directory") != std::string::npos);
+    // Many bad lines: the first 20 named, the rest counted.
+    {
+        std::ofstream f(bad);
+        for (int i = 0; i < 5000; ++i) f << "not json " << i << "\n";
+    }
+    r = run(fmt::format("{} --cache-dir /tmp/kiln-warmup-unused", bad));
+    CHECK(r.status == 2);
+    CHECK(r.out.find(":20: ") != std::string::npos);
+    CHECK(r.out.find(":21: ") == std::string::npos);
+    CHECK(r.out.find("... and 4980 more bad lines") != std::string::npos);
+    CHECK(r.out.find("5000 bad manifest lines: nothing was compiled") != std::string::npos);
     std::remove(bad.c_str());
 }
 
@@ -343,6 +355,8 @@ TEST_CASE("kiln-warmup: arguments and cache directories that cannot work are ref
     Workspace w("args");
     const std::string file = w.dir + ".file";
     { std::ofstream(file) << "x"; }
+    std::remove((w.dir + ".fifo").c_str());
+    REQUIRE(::mkfifo((w.dir + ".fifo").c_str(), 0600) == 0);
     struct Case {
         std::string args, message;
     };
@@ -355,6 +369,12 @@ TEST_CASE("kiln-warmup: arguments and cache directories that cannot work are ref
         {fmt::format("--cache-dir {} --prune 0", file), "is not a directory"},
         {fmt::format("/tmp --cache-dir {}", w.dir),
          "cannot read manifest /tmp: it is a directory; a manifest is a JSON-lines file that KILN_RECORD=path writes"},
+        // Files that never end or block until a writer comes: refused before they are opened.
+        {fmt::format("/dev/zero --cache-dir {}", w.dir),
+         "cannot read manifest /dev/zero: it is a character device, not a regular file; a manifest is a JSON-lines file "
+         "that KILN_RECORD=path writes"},
+        {fmt::format("{}.fifo --cache-dir {}", w.dir, w.dir),
+         fmt::format("cannot read manifest {}.fifo: it is a FIFO, not a regular file", w.dir)},
         {fmt::format("{} --cache-dir ''", w.manifest), "--cache-dir: an empty path"},
         {fmt::format("{} --jobs 0", w.manifest), "--jobs 0: not a number of parallel compiles; valid: an integer from 1 to 1024"},
         {fmt::format("{} --jobs 4x", w.manifest), "--jobs 4x: not a number"},
@@ -375,6 +395,7 @@ TEST_CASE("kiln-warmup: arguments and cache directories that cannot work are ref
     Run r = run(fmt::format("--cache-dir {} --prune 1.5GiB", w.dir));
     CHECK(r.status == 0);
     std::remove(file.c_str());
+    std::remove((w.dir + ".fifo").c_str());
 }
 
 #ifdef KILN_HAVE_NVRTC
