@@ -1,8 +1,10 @@
 #include "runtime/cpu/thread_pool.hpp"
 
 #include "compiler/env.hpp"
+#include "compiler/log.hpp"
 
 #include <optional>
+#include <system_error>
 
 namespace kiln::cpu {
 
@@ -17,7 +19,18 @@ int default_num_threads() {
 }
 
 ThreadPool::ThreadPool(int threads) {
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_main(); });
+    // A system short of threads or memory for their stacks refuses some: the pool keeps the
+    // workers it got (none: every job runs on the calling thread) rather than fail every launch.
+    for (int i = 1; i < threads; ++i) {
+        try {
+            workers_.emplace_back([this] { worker_main(); });
+        } catch (const std::system_error& e) {
+            log_warn("the CPU backend asked for {} threads, but the system started only {} ({}); it runs with those "
+                     "(KILN_NUM_THREADS sets the number)",
+                     threads, i, e.what());
+            break;
+        }
+    }
 }
 
 ThreadPool::~ThreadPool() {

@@ -19,6 +19,7 @@ int default_num_threads();
 class ThreadPool {
 public:
     // `threads` counts the calling thread, which takes part in every job: 1 means no workers.
+    // Where the system starts fewer, the pool has those (size() says how many), with a warning.
     explicit ThreadPool(int threads);
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;

@@ -3,8 +3,18 @@
 #include "tests/support/catch.hpp"
 #include "tests/unit/llvm/cpu_support.hpp"
 
+#include "runtime/cpu/thread_pool.hpp"
+
+#include <atomic>
+#include <cstdio>
 #include <stdexcept>
 #include <thread>
+
+#include <csignal>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace kiln;
 using namespace kiln::test;
@@ -157,4 +167,46 @@ TEST_CASE("cpu jit: launches from several threads share the pool") {
     for (int t = 0; t < 4; ++t)
         for (int64_t i = 0; i < n; ++i) bad += out[t][i] != (float)(t + 1) * x[i] + y[i];
     CHECK(bad == 0);
+}
+
+TEST_CASE("cpu thread pool: a system that starts fewer threads than asked leaves a smaller pool that works") {
+    // In a child process whose address space has room for few thread stacks: the pool keeps the
+    // workers the system started (it used to end the process with std::terminate), and a job
+    // still covers every index.
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        long pages = 0;
+        if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+            if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+            std::fclose(f);
+        }
+        const rlim_t room = (rlim_t)pages * (rlim_t)::sysconf(_SC_PAGESIZE) + (rlim_t(256) << 20);
+        const rlimit limit{room, room};
+        if (pages == 0 || ::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(3);
+        int code = 0;
+        try {
+            cpu::ThreadPool pool(cpu::kMaxThreads);
+            if (pool.size() >= cpu::kMaxThreads || pool.size() < 1) code = 4;
+            std::atomic<int64_t> sum{0};
+            pool.parallel_for(1000, [&](int64_t i) { sum += i; });
+            if (sum != 999 * 1000 / 2) code = 5;
+        } catch (...) {
+            code = 6;
+        }
+        ::_exit(code);
+    }
+    // (A child stuck for a minute fails the case rather than hanging the suite.)
+    int status = 0;
+    pid_t got = 0;
+    for (int waited = 0; (got = ::waitpid(child, &status, WNOHANG)) == 0 && waited < 600; ++waited) ::usleep(100000);
+    if (got == 0) {
+        ::kill(child, SIGKILL);
+        ::waitpid(child, &status, 0);
+        FAIL("the child did not end within 60 s");
+    }
+    REQUIRE(got == child);
+    INFO("status " << status);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
 }
