@@ -6,6 +6,7 @@
 #include "runtime/cache/entry_format.hpp"
 #include "runtime/cache/file_io.hpp"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -222,7 +223,17 @@ void DiskCache::store(const DiskCacheKey& key, const std::vector<char>& binary) 
         const WriteResult w = write_file_atomic(path, {header, binary}, sync_);
         if (!w.ok) {
             write_failures_.fetch_add(1, std::memory_order_relaxed);
-            disable(fmt::format("cannot write {} ({} failed: {})", path, w.step, error_text(w.error)));
+            // A directory standing at the entry's path blocks that entry alone (load() leaves it:
+            // it is not kiln's to delete); every other failure says the directory cannot be written.
+            const bool path_taken = std::strcmp(w.step, "rename") == 0 &&
+                                    (w.error == EISDIR || w.error == ENOTEMPTY || w.error == EEXIST);
+            if (!path_taken) {
+                disable(fmt::format("cannot write {} ({} failed: {})", path, w.step, error_text(w.error)));
+            } else if (first_warning_for(path)) {
+                log_warn("kernel cache: cannot store {}: a directory is in its place; this kernel is kept in memory "
+                         "only (the other entries are stored)",
+                         path);
+            }
             return;
         }
         writes_.fetch_add(1, std::memory_order_relaxed);

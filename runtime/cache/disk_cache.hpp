@@ -20,7 +20,8 @@
 //
 // Failure: store() never throws. The first write that fails (read-only or full directory,
 // missing permissions) turns the object into memory-only mode — stores become no-ops — with one
-// log_warn, printed once per directory per process. load() keeps reading, so a read-only,
+// log_warn, printed once per directory per process. A directory standing at one entry's path
+// fails that entry alone, with a warning once per path. load() keeps reading, so a read-only,
 // pre-warmed cache keeps working. KILN_CACHE_FSYNC=1 adds fsync before each rename.
 #pragma once
 #include <atomic>

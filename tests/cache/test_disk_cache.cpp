@@ -274,6 +274,27 @@ TEST_CASE("a directory or a FIFO at an entry's path is rejected without blocking
     CHECK(fs::is_directory(c.path_for(a)));     // a directory is not ours to delete
 }
 
+TEST_CASE("a directory at one entry's path fails that entry alone, with one warning") {
+    TempDir t;
+    DiskCache c = open_cache(t.path());
+    const DiskCacheKey a = make_key(20), b = make_key(21);
+    fs::create_directories(c.path_for(a) + "/inside");   // not empty: rename cannot replace it
+    StderrCapture cap;
+    c.store(a, make_binary(20, 0));
+    c.store(a, make_binary(20, 0));
+    CHECK(c.enabled());
+    c.store(b, make_binary(21, 0));
+    CHECK(c.load(b) == std::optional<std::vector<char>>(make_binary(21, 0)));
+    CHECK_FALSE(c.load(a).has_value());
+    CHECK(fs::is_directory(c.path_for(a)));
+    const std::string err = cap.text();
+    CHECK(count_warnings(err) == 1);
+    CHECK(count_lines_with(err, "a directory is in its place") == 1);
+    CHECK(c.stats().write_failures == 2);
+    CHECK(c.stats().writes == 1);
+    CHECK(count_temp_files(t.path()) == 0);
+}
+
 TEST_CASE("a read-only cache directory degrades to memory-only with one warning") {
     TempDir t;
     const std::string dir = t / "cache";
