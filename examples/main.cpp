@@ -29,9 +29,7 @@ double time_ms(F f, int reps = 5) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
-}  // namespace
-
-int main() {
+int run() {
     using namespace kiln;
     Context ctx;
     const int64_t M = 512, N = 1024;
@@ -90,4 +88,16 @@ int main() {
                 (unsigned long long)c.memory_hits);
     std::printf("%s\n", ok ? "all results match the reference" : "MISMATCH");
     return ok ? 0 : 1;
+}
+
+}  // namespace
+
+// A kiln error (a bad KILN_* value, a device that cannot be used) is a message and exit status 2.
+int main() {
+    try {
+        return run();
+    } catch (const kiln::Error& e) {
+        std::fprintf(stderr, "kiln-example: %s\n", e.what());
+        return 2;
+    }
 }

@@ -6,7 +6,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <csignal>
+#include <ctime>
+
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #ifndef KILN_VERSION
@@ -50,6 +55,40 @@ ManifestWriter::~ManifestWriter() {
     if (fd_ >= 0) ::close(fd_);
 }
 
+namespace {
+// A write to a pipe or FIFO whose reader has gone raises SIGPIPE, which ends a program that has
+// not set it aside: for the duration of a manifest write this thread blocks it, so that the
+// write fails with EPIPE (a kiln::Error) instead, and a SIGPIPE that write left pending is
+// taken before the mask is restored.
+class SigpipeBlocked {
+public:
+    SigpipeBlocked() {
+        sigemptyset(&pipe_);
+        sigaddset(&pipe_, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+        sigset_t pending;
+        sigpending(&pending);
+        was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    }
+    ~SigpipeBlocked() {
+        sigset_t pending;
+        sigpending(&pending);
+        if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+            const timespec now{0, 0};
+            while (sigtimedwait(&pipe_, nullptr, &now) < 0 && errno == EINTR) {
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+    SigpipeBlocked(const SigpipeBlocked&) = delete;
+    SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+private:
+    sigset_t pipe_, old_;
+    bool was_pending_ = false;
+};
+} // namespace
+
 void ManifestWriter::add(const kir::Kernel& kernel, const std::string& key, const std::string& backend,
                          const std::string& target) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -58,6 +97,9 @@ void ManifestWriter::add(const kir::Kernel& kernel, const std::string& key, cons
         manifest_line_json({kManifestFormat, KILN_VERSION, backend, target, kernel.name, kernel_text(kernel)}) + "\n";
     const char* p = line.data();
     size_t left = line.size();
+    const int saved_errno = errno;
+    SigpipeBlocked no_sigpipe;
+    errno = saved_errno;
     while (left > 0) {
         ssize_t n = ::write(fd_, p, left);
         if (n < 0 && errno == EINTR) continue;

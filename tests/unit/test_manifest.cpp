@@ -10,11 +10,14 @@
 #include "runtime/manifest_line.hpp"
 #include "tests/support/cache_dir.hpp"
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -102,6 +105,24 @@ TEST_CASE("KILN_RECORD records every context's kernels; an unwritable path, a FI
         FAIL("no error");
     } catch (const Error& e) {
         CHECK(std::string(e.what()).find("FIFO that no process reads") != std::string::npos);
+    }
+    // A FIFO whose reader goes away: the next line's write is an error (EPIPE), not SIGPIPE
+    // ending the process, and no SIGPIPE is left pending.
+    {
+        const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+        REQUIRE(reader >= 0);
+        Context rec(ContextOptions{"cpu"});
+        rec.record_to(fifo);
+        ::close(reader);
+        try {
+            run_some_expressions(rec);
+            FAIL("no error");
+        } catch (const Error& e) {
+            CHECK(std::string(e.what()).find("Broken pipe") != std::string::npos);
+        }
+        sigset_t pending;
+        sigpending(&pending);
+        CHECK(sigismember(&pending, SIGPIPE) == 0);
     }
     std::remove(fifo.c_str());
     // A path holding a NUL: an error, not a shorter path.
