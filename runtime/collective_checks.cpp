@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -240,9 +241,16 @@ NcclId read_id_file(const std::string& path, int rank, double timeout_s) {
     auto start = std::chrono::steady_clock::now();
     auto sleep = std::chrono::milliseconds(1);
     for (;;) {
+        // Only a regular file: a device never ends (/dev/zero) and a FIFO blocks past the timeout.
+        std::error_code ec;
+        const std::filesystem::file_status st = std::filesystem::status(path, ec);
+        if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+            fail(Error::Kind::Value, "Communicator: the id file {} is not a regular file; rank 0 writes the id there "
+                 "(KILN_NCCL_ID_FILE)", path);
         std::ifstream f(path);
         if (f) {
             std::string text;
+            f.width(4 * sizeof(NcclId::bytes));   // at most this much of a file that is not an id
             f >> text;
             return NcclId::from_hex(text);   // rank 0 renames a whole file into place
         }

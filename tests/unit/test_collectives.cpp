@@ -202,6 +202,12 @@ TEST_CASE("collectives: the id file is written whole and waited for, with a time
                Contains("rank 3 waited 0 s for rank 0 to write the id file"));
     { std::ofstream(path) << "not an id\n"; }
     CHECK_THAT(error_message([&] { collective::read_id_file(path, 1, 1); }), Contains("an id is 256 hex digits"));
+    // A file far longer than an id is refused after reading a little of it; a device is refused
+    // before it is opened.
+    { std::ofstream(path) << std::string(50 << 20, 'a'); }
+    CHECK_THAT(error_message([&] { collective::read_id_file(path, 1, 1); }), Contains("got 512 characters"));
+    CHECK_THAT(error_message([&] { collective::read_id_file("/dev/zero", 1, 1); }),
+               Contains("the id file /dev/zero is not a regular file"));
     CHECK_THAT(error_message([&] { collective::write_id_file((dir / "missing" / "id").string(), id); }),
                Contains("could not write the id file"));
     std::filesystem::remove_all(dir);
