@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <csignal>
 #include <ctime>
 
 #include <fcntl.h>
@@ -97,9 +96,7 @@ void ManifestWriter::add(const kir::Kernel& kernel, const std::string& key, cons
         manifest_line_json({kManifestFormat, KILN_VERSION, backend, target, kernel.name, kernel_text(kernel)}) + "\n";
     const char* p = line.data();
     size_t left = line.size();
-    const int saved_errno = errno;
     SigpipeBlocked no_sigpipe;
-    errno = saved_errno;
     while (left > 0) {
         ssize_t n = ::write(fd_, p, left);
         if (n < 0 && errno == EINTR) continue;
