@@ -173,7 +173,10 @@ std::optional<std::vector<char>> DiskCache::load(const DiskCacheKey& key) {
                  removed ? " (removed)" : "");
     };
     try {
-        ReadResult r = read_file(path, kMaxEntrySize);
+        EntryCheck head = EntryCheck::Ok;
+        ReadResult r = read_file(path, kMaxEntrySize, kFixedHeaderSize, [&](std::span<const char> h, uint64_t size) {
+            return (head = check_head(h, size)) == EntryCheck::Ok;
+        });
         switch (r.status) {
         case ReadStatus::NotFound:
             misses_.fetch_add(1, std::memory_order_relaxed);
@@ -184,6 +187,7 @@ std::optional<std::vector<char>> DiskCache::load(const DiskCacheKey& key) {
             return std::nullopt;
         case ReadStatus::NotRegular: reject(r.id, "not a regular file"); return std::nullopt;
         case ReadStatus::TooLarge: reject(r.id, "larger than any entry"); return std::nullopt;
+        case ReadStatus::Refused: reject(r.id, describe(head)); return std::nullopt;
         case ReadStatus::Ok: break;
         }
         const ParsedEntry e = verify_entry(r.data, identity(kiln_version_, key));

@@ -90,49 +90,41 @@ std::vector<char> serialize_header(const EntryIdentity& id, std::span<const char
     return out;
 }
 
-ParsedEntry parse_entry(std::span<const char> file) {
-    ParsedEntry e;
-    if (file.empty()) return e;   // Truncated
+EntryCheck check_head(std::span<const char> head, uint64_t file_size) {
+    const uint64_t have = std::min<uint64_t>(head.size(), file_size);
+    if (have == 0) return EntryCheck::Truncated;
     // A prefix of the magic is a truncated file; anything else is not ours.
-    const size_t magic_bytes = std::min(file.size(), sizeof kMagic);
-    if (std::memcmp(file.data(), kMagic, magic_bytes) != 0) {
-        e.check = EntryCheck::BadMagic;
-        return e;
-    }
-    if (file.size() < kOffsetFormatVersion + 4) {
-        e.check = EntryCheck::Truncated;
-        return e;
-    }
+    const size_t magic_bytes = static_cast<size_t>(std::min<uint64_t>(have, sizeof kMagic));
+    if (std::memcmp(head.data(), kMagic, magic_bytes) != 0) return EntryCheck::BadMagic;
+    if (have < kOffsetFormatVersion + 4) return EntryCheck::Truncated;
     // The format version comes right after the magic in every version, so it is read before
     // anything whose position a future version might change.
-    if (get_u32(file, kOffsetFormatVersion) != kFormatVersion) {
-        e.check = EntryCheck::BadFormatVersion;
-        return e;
-    }
-    if (file.size() < kFixedHeaderSize) {
-        e.check = EntryCheck::Truncated;
-        return e;
-    }
+    if (get_u32(head, kOffsetFormatVersion) != kFormatVersion) return EntryCheck::BadFormatVersion;
+    if (have < kFixedHeaderSize) return EntryCheck::Truncated;
+    const uint64_t kiln_len = get_u32(head, kOffsetKilnVersionLength);
+    const uint64_t tool_len = get_u32(head, kOffsetToolchainLength);
+    const uint64_t arch_len = get_u32(head, kOffsetArchLength);
+    const uint64_t material_len = get_u64(head, kOffsetMaterialLength);
+    const uint64_t binary_size = get_u64(head, kOffsetBinarySize);
+    if (kiln_len > kMaxLabelLength || tool_len > kMaxLabelLength || arch_len > kMaxLabelLength ||
+        material_len > kMaxMaterialLength || binary_size > kMaxBinarySize)
+        return EntryCheck::FieldTooLarge;
+    // Each term is bounded above, so the sum cannot overflow 64 bits.
+    const uint64_t expected = kFixedHeaderSize + kiln_len + tool_len + arch_len + material_len + binary_size;
+    if (file_size < expected) return EntryCheck::Truncated;
+    if (file_size > expected) return EntryCheck::TrailingBytes;
+    return EntryCheck::Ok;
+}
+
+ParsedEntry parse_entry(std::span<const char> file) {
+    ParsedEntry e;
+    e.check = check_head(file, file.size());
+    if (e.check != EntryCheck::Ok) return e;
     const uint64_t kiln_len = get_u32(file, kOffsetKilnVersionLength);
     const uint64_t tool_len = get_u32(file, kOffsetToolchainLength);
     const uint64_t arch_len = get_u32(file, kOffsetArchLength);
     const uint64_t material_len = get_u64(file, kOffsetMaterialLength);
     const uint64_t binary_size = get_u64(file, kOffsetBinarySize);
-    if (kiln_len > kMaxLabelLength || tool_len > kMaxLabelLength || arch_len > kMaxLabelLength ||
-        material_len > kMaxMaterialLength || binary_size > kMaxBinarySize) {
-        e.check = EntryCheck::FieldTooLarge;
-        return e;
-    }
-    // Each term is bounded above, so the sum cannot overflow 64 bits.
-    const uint64_t expected = kFixedHeaderSize + kiln_len + tool_len + arch_len + material_len + binary_size;
-    if (file.size() < expected) {
-        e.check = EntryCheck::Truncated;
-        return e;
-    }
-    if (file.size() > expected) {
-        e.check = EntryCheck::TrailingBytes;
-        return e;
-    }
     size_t at = kFixedHeaderSize;
     auto take = [&](uint64_t n) {
         std::string_view s(file.data() + at, static_cast<size_t>(n));

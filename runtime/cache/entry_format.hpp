@@ -95,6 +95,11 @@ bool entry_fits(const EntryIdentity& id, size_t binary_size);
 // The bytes that precede the binary in the file. Precondition: entry_fits (else InternalError).
 std::vector<char> serialize_header(const EntryIdentity& id, std::span<const char> binary);
 
+// The structural checks that need only the file's first kFixedHeaderSize bytes (`head`: fewer
+// for a shorter file) and its size: magic, format version, limits, exact size. A reader makes
+// them before it reads the rest, so that a large file that is not an entry is never read whole.
+EntryCheck check_head(std::span<const char> head, uint64_t file_size);
+
 // A file split into its fields, after the structural checks (magic, format version, limits,
 // exact size). The views point into the parsed buffer. The checksum is not verified here.
 struct ParsedEntry {

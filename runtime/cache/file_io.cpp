@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
@@ -57,7 +58,7 @@ void sync_directory(const std::string& dir) {
 
 } // namespace
 
-ReadResult read_file(const std::string& path, size_t max_size) {
+ReadResult read_file(const std::string& path, size_t max_size, size_t head_bytes, const HeadCheck& check) {
     ReadResult r;
     int fd;
     do {
@@ -88,20 +89,36 @@ ReadResult read_file(const std::string& path, size_t max_size) {
     }
     // Cache files are replaced, never modified in place, so the size from fstat holds; if the
     // file is shorter after all, the short read is kept and the format check rejects it.
-    r.data.resize(static_cast<size_t>(st.st_size));
+    const size_t size = static_cast<size_t>(st.st_size);
     size_t got = 0;
-    while (got < r.data.size()) {
-        ssize_t n = ::read(fd, r.data.data() + got, r.data.size() - got);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            r.error = errno;
+    // Reads up to `until` bytes; false on a read error (r then says so).
+    auto read_until = [&](size_t until) {
+        while (got < until) {
+            ssize_t n = ::read(fd, r.data.data() + got, until - got);
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                r.error = errno;
+                ::close(fd);
+                r.data.clear();
+                return false;
+            }
+            if (n == 0) break;
+            got += static_cast<size_t>(n);
+        }
+        return true;
+    };
+    if (check) {
+        r.data.resize(std::min(size, head_bytes));
+        if (!read_until(r.data.size())) return r;
+        if (!check(std::span<const char>(r.data.data(), got), static_cast<uint64_t>(size))) {
             ::close(fd);
             r.data.clear();
+            r.status = ReadStatus::Refused;
             return r;
         }
-        if (n == 0) break;
-        got += static_cast<size_t>(n);
     }
+    r.data.resize(size);
+    if (!read_until(size)) return r;
     r.data.resize(got);
     ::close(fd);
     r.status = ReadStatus::Ok;

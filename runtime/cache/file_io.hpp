@@ -10,6 +10,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -29,6 +30,7 @@ enum class ReadStatus {
     NotFound,     // no such file (or a parent is missing / not a directory)
     NotRegular,   // a directory, FIFO, device...: never opened for reading beyond open(2)
     TooLarge,     // larger than max_size: not read
+    Refused,      // its head did not pass the caller's check: the rest not read
     Error,        // open/fstat/read failed; see error
 };
 
@@ -36,11 +38,16 @@ struct ReadResult {
     ReadStatus status = ReadStatus::Error;
     int error = 0;               // errno for NotFound and Error
     std::vector<char> data;      // Ok: the whole file
-    FileId id;                   // Ok, NotRegular, TooLarge: the file that was opened
+    FileId id;                   // Ok, NotRegular, TooLarge, Refused: the file that was opened
 };
 
-// Reads a whole regular file through one descriptor. Never blocks on a FIFO.
-ReadResult read_file(const std::string& path, size_t max_size);
+// Whether a file whose first bytes are `head` and whose size is `size` is worth reading whole.
+using HeadCheck = std::function<bool(std::span<const char> head, uint64_t size)>;
+
+// Reads a whole regular file through one descriptor. Never blocks on a FIFO. With `check`, the
+// first head_bytes (all of a shorter file) are read first and the rest only where check
+// accepts them, so that a large file that is not what the caller wants costs one small read.
+ReadResult read_file(const std::string& path, size_t max_size, size_t head_bytes = 0, const HeadCheck& check = {});
 
 struct WriteResult {
     bool ok = false;

@@ -71,15 +71,22 @@ struct Result {
 
 // --check of one entry: reads the file at the key's path and compares every field, writing nothing.
 Result check_entry(const cache::DiskCache& disk, const cache::DiskCacheKey& dkey) {
-    cache::ReadResult r = cache::read_file(disk.path_for(dkey), size_t(1) << 31);
-    if (r.status == cache::ReadStatus::NotFound) return {Outcome::Missing, ""};
-    if (r.status != cache::ReadStatus::Ok) return {Outcome::Damaged, "unreadable"};
-    cache::ParsedEntry e = cache::verify_entry(r.data, {KILN_VERSION, dkey.toolchain, dkey.arch, dkey.material});
     using C = cache::EntryCheck;
-    if (e.check == C::Ok) return {Outcome::Cached, ""};
-    const bool stale = e.check == C::KilnVersionMismatch || e.check == C::ToolchainMismatch || e.check == C::ArchMismatch ||
-                       e.check == C::MaterialMismatch || e.check == C::BadFormatVersion;
-    return {stale ? Outcome::Stale : Outcome::Damaged, cache::describe(e.check)};
+    C head = C::Ok;
+    cache::ReadResult r = cache::read_file(disk.path_for(dkey), cache::kMaxEntrySize, cache::kFixedHeaderSize,
+                                           [&](std::span<const char> h, uint64_t size) {
+                                               return (head = cache::check_head(h, size)) == C::Ok;
+                                           });
+    if (r.status == cache::ReadStatus::NotFound) return {Outcome::Missing, ""};
+    if (r.status == cache::ReadStatus::TooLarge) return {Outcome::Damaged, "larger than any entry"};
+    if (r.status != cache::ReadStatus::Ok && r.status != cache::ReadStatus::Refused) return {Outcome::Damaged, "unreadable"};
+    const C check = r.status == cache::ReadStatus::Refused
+                        ? head
+                        : cache::verify_entry(r.data, {KILN_VERSION, dkey.toolchain, dkey.arch, dkey.material}).check;
+    if (check == C::Ok) return {Outcome::Cached, ""};
+    const bool stale = check == C::KilnVersionMismatch || check == C::ToolchainMismatch || check == C::ArchMismatch ||
+                       check == C::MaterialMismatch || check == C::BadFormatVersion;
+    return {stale ? Outcome::Stale : Outcome::Damaged, cache::describe(check)};
 }
 
 // A kernel counts as compiled only once its entry is on disk and reads back: a cache whose

@@ -7,6 +7,7 @@
 #include "tests/cache/cache_test_support.hpp"
 
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -272,6 +273,75 @@ TEST_CASE("a directory or a FIFO at an entry's path is rejected without blocking
     CHECK(c.stats().rejected == 2);
     check_replaced(c, b, make_binary(11, 0));   // the FIFO was removed
     CHECK(fs::is_directory(c.path_for(a)));     // a directory is not ours to delete
+}
+
+namespace {
+// Bytes this process has had from read(2) so far (/proc/self/io's rchar).
+uint64_t bytes_read_so_far() {
+    std::ifstream io("/proc/self/io");
+    std::string field;
+    uint64_t v = 0;
+    while (io >> field >> v)
+        if (field == "rchar:") return v;
+    FAIL("/proc/self/io has no rchar line");
+    return 0;
+}
+} // namespace
+
+TEST_CASE("a large file that is not an entry is rejected after reading its header alone") {
+    TempDir t;
+    DiskCache c = open_cache(t.path());
+    const DiskCacheKey k = make_key(12);
+    const std::vector<char> bin = make_binary(12, 0, 700);
+    // 1 GiB, under the largest entry's size: sparse, so it takes no disk. Zeros (not ours), and
+    // then a valid entry's header whose sizes the file does not have.
+    for (const bool with_header : {false, true}) {
+        INFO((with_header ? "a valid header, then 1 GiB" : "1 GiB of zeros"));
+        fs::create_directories(fs::path(c.path_for(k)).parent_path());
+        {
+            std::ofstream f(c.path_for(k), std::ios::binary);
+            if (with_header) {
+                const std::vector<char> e = valid_entry(k, bin);
+                f.write(e.data(), static_cast<std::streamsize>(e.size()));
+            }
+        }
+        REQUIRE(::truncate(c.path_for(k).c_str(), off_t(1) << 30) == 0);
+        const uint64_t before = bytes_read_so_far();
+        CHECK_FALSE(c.load(k).has_value());
+        CHECK(bytes_read_so_far() - before < 4096);   // the 48-byte header (and /proc/self/io itself)
+        check_replaced(c, k, bin);
+    }
+    CHECK(c.stats().rejected == 2);
+}
+
+TEST_CASE("read_file with a head check hands it the head and the size, and reads the rest only if it passes") {
+    TempDir t;
+    const std::string path = t.path() + "/f.bin";
+    const std::vector<char> bytes = make_binary(3, 0, 5000);
+    write_bytes(path, bytes);
+    for (const bool pass : {false, true}) {
+        std::vector<char> head;
+        uint64_t size = 0;
+        const ReadResult r = read_file(path, 1 << 20, 100, [&](std::span<const char> h, uint64_t s) {
+            head.assign(h.begin(), h.end());
+            size = s;
+            return pass;
+        });
+        CHECK(head == std::vector<char>(bytes.begin(), bytes.begin() + 100));
+        CHECK(size == bytes.size());
+        CHECK(r.status == (pass ? ReadStatus::Ok : ReadStatus::Refused));
+        CHECK(r.data == (pass ? bytes : std::vector<char>{}));
+    }
+    // A file shorter than the head: the check sees all of it.
+    write_bytes(path, std::vector<char>(bytes.begin(), bytes.begin() + 30));
+    size_t seen = 0;
+    const ReadResult r = read_file(path, 1 << 20, 100, [&](std::span<const char> h, uint64_t s) {
+        seen = h.size();
+        return s == 30;
+    });
+    CHECK(seen == 30);
+    CHECK(r.status == ReadStatus::Ok);
+    CHECK(r.data.size() == 30);
 }
 
 TEST_CASE("a directory at one entry's path fails that entry alone, with one warning") {

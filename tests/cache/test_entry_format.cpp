@@ -86,6 +86,32 @@ TEST_CASE("an empty binary is a valid entry") {
     CHECK(p.binary_offset == f.size());
 }
 
+TEST_CASE("the fixed header and the size alone give every structural verdict") {
+    const std::vector<char> bin = make_binary(2, 0, 300);
+    const std::vector<char> good = entry(kId, bin);
+    std::vector<std::vector<char>> files = {good};
+    for (size_t n : {size_t(0), size_t(1), size_t(5), size_t(8), size_t(11), size_t(12), kFixedHeaderSize - 1,
+                     kFixedHeaderSize, kFixedHeaderSize + 7, good.size() - 1})
+        files.emplace_back(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n));
+    auto changed = [&](auto&& change) {
+        std::vector<char> f = good;
+        change(f);
+        files.push_back(f);
+    };
+    changed([](std::vector<char>& f) { f[0] = 'X'; });
+    changed([](std::vector<char>& f) { put_le(f, kOffsetFormatVersion, 4, kFormatVersion + 1); });
+    changed([](std::vector<char>& f) { put_le(f, kOffsetMaterialLength, 8, uint64_t(1) << 63); });
+    changed([&](std::vector<char>& f) { put_le(f, kOffsetBinarySize, 8, bin.size() + 1); });
+    changed([](std::vector<char>& f) { f.push_back(0); });
+    for (const std::vector<char>& f : files) {
+        INFO("a file of " << f.size() << " bytes");
+        const std::span<const char> head(f.data(), std::min(f.size(), kFixedHeaderSize));
+        CHECK(check_head(head, f.size()) == parse_entry(f).check);
+    }
+    CHECK(check_head(std::span<const char>(good.data(), kFixedHeaderSize), good.size()) == EntryCheck::Ok);
+    CHECK(check_head(std::span<const char>(good.data(), kFixedHeaderSize), uint64_t(1) << 40) == EntryCheck::TrailingBytes);
+}
+
 TEST_CASE("each kind of damage is reported as its own check") {
     const std::vector<char> bin = make_binary(1, 0, 300);
     const std::vector<char> good = entry(kId, bin);

@@ -224,6 +224,15 @@ TEST_CASE("warm-up from a manifest makes every stage a disk hit for each arch; r
     r = run(fmt::format("{} --cache-dir {} --check", manifest, dir));  // sm_90 only, as recorded
     CHECK(r.status == 0);
     CHECK(r.out.find(fmt::format("{} kernels x archs: {} cached", stages.size(), stages.size())) != std::string::npos);
+    // An entry grown to 1 GiB (sparse) is damaged by its header alone: --check does not read it.
+    REQUIRE(::truncate(damaged.c_str(), off_t(1) << 30) == 0);
+    r = run(fmt::format("{} --cache-dir {} --check", manifest, dir));
+    CHECK(r.status == 1);
+    CHECK(r.out.find("0 missing, 0 stale, 1 damaged") != std::string::npos);
+    CHECK(r.out.find("longer than its header") != std::string::npos);
+    r = run(fmt::format("{} --cache-dir {}", manifest, dir));
+    CHECK(r.status == 0);
+    CHECK(fs::file_size(damaged) < (size_t(1) << 20));
 
     // --prune 0 evicts everything: every module of every kernel, for both archs.
     size_t modules = 0;
