@@ -7,7 +7,11 @@ clock around back-to-back calls bracketed by synchronize, median of 5 batches af
 cuDNN autotuned (torch.backends.cudnn.benchmark). The floor is the layer's FLOPs at the dense
 16-bit rate cuBLAS reaches in the same run (an 8192^3 matmul). fprop is also timed with the
 fused epilogue (bias, ReLU and bsum, the per-channel sums batch norm takes) against kiln's plain
-fprop, its sums checked against the output's. Prints a table and writes JSON.
+fprop, its sums checked against the output's. With --fused-parts, each part of that epilogue is
+timed alone too (bias; bias and ReLU; bsum), and the GPU kernels of a plain and of a fused call
+are listed with their durations (PyTorch's profiler, which sees every kernel of the process), so
+that what the fused epilogue costs can be placed: in the convolution's kernel, or in what runs
+after it. Prints a table and writes JSON.
 
     PYTHONPATH=... python3 examples/benchmarks/conv.py [--nets alexnet,vgg] [--dtypes float16] [--json conv.json]
 """
@@ -47,6 +51,23 @@ NETS = {
 OPS = ("fprop", "bprop", "update")
 
 
+def call_kernels(fn, sync, calls=10):
+    """The GPU kernels one call of fn runs, [(name, mean microseconds a call)], from PyTorch's
+    profiler over `calls` calls after a warm-up call, the costliest first."""
+    from torch.profiler import DeviceType, ProfilerActivity, profile
+    fn()
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        sync()
+    totals = {}
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            totals[e.name] = totals.get(e.name, 0.0) + e.time_range.elapsed_us()
+    return [(name, us / calls) for name, us in sorted(totals.items(), key=lambda kv: -kv[1])]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nets", default=",".join(NETS))
@@ -54,6 +75,8 @@ def main():
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--layers", default="", help="only these layer names (comma-separated)")
     ap.add_argument("--json", default="conv.json")
+    ap.add_argument("--fused-parts", action="store_true",
+                    help="fprop: also time each part of the fused epilogue and list the kernels of a call")
     args = ap.parse_args()
     both = torch_beside_kiln("conv")
     if both is None:
@@ -158,6 +181,16 @@ def main():
                         row["fused_over_plain"] = row["fused_ms"] / k_ms - 1
                         fused = f"{100 * row['fused_over_plain']:+6.1f}%"
                         row["fused_path"] = kiln.conv_kernel(layer, "fprop+bsum")
+                        if args.fused_parts:
+                            parts = {
+                                "bias": lambda: kiln.fprop_conv(layer, kI, kF, kO, bias=kB),
+                                "bias+relu": lambda: kiln.fprop_conv(layer, kI, kF, kO, bias=kB, relu=True),
+                                "bsum": lambda: kiln.fprop_conv(layer, kI, kF, kO, bsum=kS),
+                            }
+                            row["fused_parts"] = {part: median_time_ms(f, sync, **timing) / k_ms - 1
+                                                  for part, f in parts.items()}
+                            row["kernels"] = {"plain": call_kernels(run_kiln, sync),
+                                              "fused": call_kernels(run_fused, sync)}
                         if row["fused_err"] > 1e-3:
                             print(f"conv: {net} {name} {dt}: bsum off from the output's sums by {row['fused_err']:.1e}")
                     result["layers"].append(row)
@@ -166,6 +199,12 @@ def main():
                           f"{fused:>7}  {paths[op]}"
                           + (f" (fused: {row['fused_path']})" if row.get("fused_path", paths[op]) != paths[op] else ""),
                           flush=True)
+                    if "fused_parts" in row:
+                        print("    fused parts over plain: " + ", ".join(f"{part} {100 * v:+.1f}%" for part, v in
+                                                                       row["fused_parts"].items()), flush=True)
+                        for who, ks in row["kernels"].items():
+                            print(f"    {who} call's kernels: " + "; ".join(f"{k} {us:.1f} us" for k, us in ks),
+                                  flush=True)
                 del x, w, e, o, gi, gw, kI, kF, kE, kO, kGI, kGW, bias, sums, kB, kS
                 torch.cuda.empty_cache()
     summary = []
