@@ -267,6 +267,25 @@ Tensor& batched_dot(const Tensor& A, const Tensor& B, Tensor& C, const DotOption
         if (cuda_product(A, B, C, opts, op, named.store())) named.counted();
         return C;
     }
+    // Entry by entry, an entry's results must not land where a later entry reads: where C or
+    // bsum shares memory with an operand (or with each other), the entries go to fresh
+    // outputs, copied once all are done.
+    const auto overlaps = [&](const Tensor& out) {
+        return shares_storage(out, A) || shares_storage(out, B) || (opts.bias && shares_storage(out, *opts.bias));
+    };
+    if (batch > 1 && (overlaps(C) || (opts.bsum && (overlaps(*opts.bsum) || shares_storage(*opts.bsum, C))))) {
+        DotOptions fresh = opts;
+        Tensor c = C.context().empty(C.shape(), C.dtype());
+        if (opts.beta != 0) c.assign(C.expr());
+        if (opts.bsum) fresh.bsum = C.context().empty(opts.bsum->shape(), opts.bsum->dtype());
+        batched_dot(A, B, c, fresh);
+        C.assign(c.expr());
+        if (opts.bsum) {
+            Tensor bsum = *opts.bsum;
+            bsum.assign(fresh.bsum->expr());
+        }
+        return C;
+    }
     for (int64_t i = 0; i < batch; ++i) {
         DotOptions o;
         auto [a, b, c] = entry(i, o);

@@ -93,6 +93,17 @@ def test_batched_dot(cpu):
     np.testing.assert_allclose(bsum.get(), C.get().sum(axis=2), rtol=1e-5, atol=1e-5)
 
 
+def test_batched_dot_into_an_operand(cpu):
+    h = np.arange(32, dtype=np.float32).reshape(2, 4, 4) / 10
+    for a, b, c in ((lambda X: X, lambda X: X[0], lambda X: X), (lambda X: X[::-1], lambda X: X, lambda X: X),
+                    (lambda X: X, lambda X: X, lambda X: X[::-1])):
+        X = cpu.array(h.copy())
+        want = np.matmul(a(h), b(h))
+        out = c(X)
+        kiln.batched_dot(a(X), b(X), out)
+        np.testing.assert_allclose(out.get(), want, rtol=1e-6)
+
+
 def test_misuse(cpu):
     A, B, C = cpu.ones((4, 3)), cpu.ones((5, 2)), cpu.empty((4, 2))
     with pytest.raises(kiln.InvalidArgument, match=r"A's columns \(3\) must equal B's rows \(5\)"):

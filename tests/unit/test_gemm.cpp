@@ -239,6 +239,76 @@ TEST_CASE("dot and batched_dot") {
     CHECK(bad == 0);
 }
 
+TEST_CASE("batched_dot into outputs that overlap its operands computes as if into fresh memory") {
+    Context& ctx = cpu();
+    const int64_t batch = 3, n = 4;
+    std::vector<float> h((size_t)(batch * n * n));
+    std::mt19937 g(8);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto& x : h) x = u(g);
+    // The product of batch entry b of (a, b) from host copies: shared = -1 for entry 0's matrix.
+    auto want = [&](const std::vector<float>& a, int a_entry, const std::vector<float>& b, int b_entry, int64_t e,
+                    const std::vector<float>& c, double beta) {
+        std::vector<double> out((size_t)(n * n));
+        const int64_t ea = a_entry < 0 ? e : a_entry, eb = b_entry < 0 ? e : b_entry;
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                double s = beta * c[(size_t)((e * n + i) * n + j)];
+                for (int64_t k = 0; k < n; ++k) s += (double)a[(size_t)((ea * n + i) * n + k)] * b[(size_t)((eb * n + k) * n + j)];
+                out[(size_t)(i * n + j)] = s;
+            }
+        return out;
+    };
+    struct Case {
+        const char* what;
+        int a_entry, b_entry;   // -1: the batch itself; 0: its entry 0 shared by every entry
+        bool reversed_c;
+        double beta;
+    };
+    for (const Case cs : {Case{"C = X, B = X[0]", -1, 0, false, 0.0}, Case{"C = X, A = X[0]", 0, -1, false, 0.0},
+                          Case{"C = X reversed, A = B = X", -1, -1, true, 0.0}, Case{"C = X, B = X[0], beta 0.5", -1, 0, false, 0.5}}) {
+        INFO(cs.what);
+        Tensor X = ctx.array(h, {batch, n, n});
+        Tensor A = cs.a_entry < 0 ? X : X[0], B = cs.b_entry < 0 ? X : X[0];
+        Tensor C = cs.reversed_c ? X.slice({Slice{batch - 1, Slice::kNone, -1, false}, Slice::all(), Slice::all()}) : X;
+        DotOptions o;
+        o.beta = cs.beta;
+        batched_dot(A, B, C, o);
+        const std::vector<float> got = C.to_vector<float>();
+        std::vector<float> c_before = h;
+        if (cs.reversed_c)
+            for (int64_t e = 0; e < batch; ++e)
+                std::copy_n(h.begin() + (batch - 1 - e) * n * n, n * n, c_before.begin() + e * n * n);
+        double worst = 0;
+        for (int64_t e = 0; e < batch; ++e) {
+            const std::vector<double> w = want(h, cs.a_entry, h, cs.b_entry, e, c_before, cs.beta);
+            for (int64_t i = 0; i < n * n; ++i) worst = std::max(worst, std::fabs(got[(size_t)(e * n * n + i)] - w[(size_t)i]));
+        }
+        CHECK(worst < 1e-5);
+    }
+    // bsum in A's memory: entry e's sums in column 0 of X[batch - 1 - e], which a later entry reads.
+    Tensor X = ctx.array(h, {batch, n, n});
+    Tensor Y = ctx.array(h, {batch, n, n});
+    DotOptions o;
+    o.bsum = X.slice({Slice{batch - 1, Slice::kNone, -1, false}, Slice::all(), Slice::range(0, 1)});
+    Tensor C = ctx.empty({batch, n, n});
+    batched_dot(X, Y, C, o);
+    const std::vector<float> c = C.to_vector<float>(), x = X.to_vector<float>();
+    double worst = 0;
+    for (int64_t e = 0; e < batch; ++e) {
+        const std::vector<double> w = want(h, -1, h, -1, e, h, 0.0);
+        for (int64_t i = 0; i < n; ++i) {
+            double row = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                worst = std::max(worst, std::fabs(c[(size_t)((e * n + i) * n + j)] - w[(size_t)(i * n + j)]));
+                row += c[(size_t)((e * n + i) * n + j)];
+            }
+            worst = std::max(worst, std::fabs(x[(size_t)(((batch - 1 - e) * n + i) * n)] - row));
+        }
+    }
+    CHECK(worst < 1e-5);
+}
+
 TEST_CASE("compound_dot: misuse names the operands, shapes and dtypes") {
     Context& ctx = cpu();
     Tensor A = ctx.ones({4, 3}), B = ctx.ones({5, 2}), C = ctx.empty({4, 2});
