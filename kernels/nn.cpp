@@ -13,8 +13,12 @@
 #include "kernels/cuda/pool_cuda.hpp"
 #endif
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 namespace kiln {
 
@@ -318,12 +322,72 @@ Tensor tap_view(const Tensor& p, const PoolLayer& L, int64_t tap) {
                     along(s, L.output[2], L.stride[2]), along(j, L.K, L.str_c)});
 }
 
+// The taps of L's window that read the input at some output position, in tap order. Any other
+// tap reads padding alone: it adds nothing to a sum or a count, never wins a max (the padding
+// is -inf there), and its share of a gradient lands in the padding, which is dropped. So a
+// window far larger than its input (mostly padding: an LRN of J channels over fewer) costs a
+// pass per tap that reads the input rather than one per tap. Each axis (channels, depth,
+// height, width) keeps its offsets as ranges; an offset inside them may still read padding
+// only (a stride past the input's size) where there would be too many ranges.
+class InputTaps {
+public:
+    explicit InputTaps(const PoolLayer& L) : L_(L) {
+        axes_[0] = offsets(L.J, L.C, L.pad_c, L.str_c, L.K);
+        for (int a = 0; a < 3; ++a) axes_[a + 1] = offsets(L.window[a], L.image[a], L.pad[a], L.stride[a], L.output[a]);
+        for (const auto& ranges : axes_) {
+            int64_t n = 0;
+            for (auto [lo, hi] : ranges) n += hi - lo;
+            count_ = count_ > INT64_MAX / std::max<int64_t>(n, 1) ? INT64_MAX : count_ * n;
+        }
+    }
+    int64_t count() const { return count_; }
+    // f(tap, n): the n-th of them, tap as tap_view numbers it.
+    template <class F>
+    void each(F&& f) const {
+        int64_t n = 0;
+        for (auto [j0, j1] : axes_[0])
+            for (int64_t j = j0; j < j1; ++j)
+                for (auto [t0, t1] : axes_[1])
+                    for (int64_t t = t0; t < t1; ++t)
+                        for (auto [r0, r1] : axes_[2])
+                            for (int64_t r = r0; r < r1; ++r)
+                                for (auto [s0, s1] : axes_[3])
+                                    for (int64_t s = s0; s < s1; ++s)
+                                        f(((j * L_.window[0] + t) * L_.window[1] + r) * L_.window[2] + s, n++);
+    }
+
+private:
+    using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+    // Output o's window reads the input at offsets [pad - o st, pad + in - o st), within [0, w):
+    // the outputs from o_lo to o_hi read some. Windows a stride of at most the input's size
+    // apart read one range together; otherwise each its own, merged where they touch.
+    static Ranges offsets(int64_t w, int64_t in, int64_t pad, int64_t st, int64_t out) {
+        const int64_t o_hi = std::min(out - 1, (pad + in - 1) / st), o_lo = pad < w ? 0 : (pad - w) / st + 1;
+        if (o_lo > o_hi) return {};
+        if (in >= st || o_hi - o_lo >= kMaxRanges) return {{std::max<int64_t>(0, pad - o_hi * st), std::min(w, pad + in - o_lo * st)}};
+        Ranges r;
+        for (int64_t o = o_hi; o >= o_lo; --o) {
+            const int64_t lo = std::max<int64_t>(0, pad - o * st), hi = std::min(w, pad + in - o * st);
+            if (!r.empty() && lo <= r.back().second) r.back().second = std::max(r.back().second, hi);
+            else r.emplace_back(lo, hi);
+        }
+        return r;
+    }
+    static constexpr int64_t kMaxRanges = 4096;
+    const PoolLayer& L_;
+    std::array<Ranges, 4> axes_;
+    int64_t count_ = 1;
+};
+
 // The sum over each channel's window of e (an expression of the 5-D input's shape, zeros
 // past it): pooling's count of a window's elements inside the input (e ones), LRN's sums.
 Expr window_sum(Context& ctx, const Expr& e, const Shape& s, const PoolLayer& L) {
     const Tensor p = padded(ctx, e, s, L, 0.0);
-    Expr acc = tap_view(p, L, 0).expr();
-    for (int64_t k = 1; k < L.taps(); ++k) acc = bounded(ctx, acc + tap_view(p, L, k).expr(), k, L.taps());
+    const InputTaps taps(L);
+    Expr acc;
+    taps.each([&](int64_t k, int64_t n) {
+        acc = n == 0 ? tap_view(p, L, k).expr() : bounded(ctx, acc + tap_view(p, L, k).expr(), n, taps.count());
+    });
     return acc;
 }
 
@@ -421,12 +485,15 @@ Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::op
     const Tensor P = padded(I5, L, L.op == PoolOp::Max ? -INFINITY : 0.0);
     Expr r;
     if (L.op == PoolOp::Max) {
+        // Tap 0 first, whether or not it reads the input (then -inf, as the kernels start).
         Expr best = tap_view(P, L, 0).expr(), idx = scalar(0, DType::Int32);
-        for (int64_t k = 1; k < L.taps(); ++k) {
+        const InputTaps taps(L);
+        taps.each([&](int64_t k, int64_t n) {
+            if (k == 0) return;
             const Expr v = tap_view(P, L, k).expr(), up = greater(v, best);
-            if (A5) idx = bounded(ctx, where(up, scalar((double)k, DType::Int32), idx), k, L.taps());
-            best = bounded(ctx, where(up, v, best), k, L.taps());   // (idx read the previous best)
-        }
+            if (A5) idx = bounded(ctx, where(up, scalar((double)k, DType::Int32), idx), n, taps.count());
+            best = bounded(ctx, where(up, v, best), n, taps.count());   // (idx read the previous best)
+        });
         if (A5) {
             Tensor a = *A5;
             a.assign(idx);   // a scalar 0 for a one-tap window: broadcast
@@ -434,10 +501,11 @@ Tensor& fprop_pool(const PoolLayer& L, const Tensor& I, Tensor& O, const std::op
         r = best;
     } else {
         Expr acc = Expr(0.0);
-        for (int64_t k = 0; k < L.taps(); ++k) {
+        const InputTaps taps(L);
+        taps.each([&](int64_t k, int64_t n) {
             const Expr v = tap_view(P, L, k).expr();
-            acc = bounded(ctx, acc + (L.op == PoolOp::L2 ? v * v : v), k, L.taps());
-        }
+            acc = bounded(ctx, acc + (L.op == PoolOp::L2 ? v * v : v), n, taps.count());
+        });
         if (L.op == PoolOp::L2) {
             r = sqrt(acc);
         } else {
@@ -487,14 +555,14 @@ Tensor& bprop_pool(const PoolLayer& L, const Tensor& E, Tensor& grad_I, const st
     if (L.op == PoolOp::Avg) {
         count = ctx.eval(window_sum(ctx, ctx.ones(G5.shape(), DType::Float32).expr(), G5.shape(), L));
     }
-    for (int64_t k = 0; k < L.taps(); ++k) {
+    InputTaps(L).each([&](int64_t k, int64_t) {
         Tensor g = tap_view(Gp, L, k);
         Expr share;
         if (L.op == PoolOp::Max) share = where(equal(A5->expr(), scalar((double)k, DType::Int32)), E5.expr(), Expr(0.0));
         else if (L.op == PoolOp::Avg) share = E5.expr() * (Expr(1.0) / count->expr());   // as the kernels
         else share = where(greater(Y5->expr(), 0.0), E5.expr() * tap_view(*Xp, L, k).expr() / Y5->expr(), Expr(0.0));
         g.assign(g.expr() + share);
-    }
+    });
     const Tensor inner = Gp.slice({Slice::all(), Slice::range(L.pad[0], L.pad[0] + L.image[0]),
                                    Slice::range(L.pad[1], L.pad[1] + L.image[1]), Slice::range(L.pad[2], L.pad[2] + L.image[2]),
                                    Slice::range(L.pad_c, L.pad_c + L.C)});

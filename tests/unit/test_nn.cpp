@@ -324,6 +324,9 @@ TEST_CASE("nn: pooling max, avg and l2 with overlap, padding and channel windows
         {2, 3, {1, 7, 6}, 1, {1, 3, 3}, 0, {0, 1, 1}, 0, {1, 2, 2}},   // 3x3/2 pad 1: overlapping, AlexNet-style
         {1, 4, {1, 1, 9}, 1, {1, 1, 2}, 0, {0, 0, 0}, 0, {0, 0, 0}},   // 1D, default stride = window
         {1, 6, {3, 4, 4}, 2, {2, 2, 2}, 0, {1, 0, 0}, 1, {1, 1, 2}},   // 3D, with 2-channel windows at channel stride 1
+        // Windows mostly padding, a stride past the input: taps 0, 3-5 and 8 of 9 read the input
+        {1, 2, {1, 1, 3}, 1, {1, 1, 9}, 0, {0, 0, 8}, 0, {0, 0, 5}},
+        {1, 2, {1, 1, 2}, 9, {1, 1, 1}, 8, {0, 0, 0}, 5, {0, 0, 0}},   // and along the channels: 3, 4 and 8
     };
     for (PoolOp pop : {PoolOp::Max, PoolOp::Avg, PoolOp::L2})
         for (const PoolCase& c : pcases) {
@@ -416,6 +419,33 @@ TEST_CASE("nn: pooling and LRN in float16 and bfloat16 on the CPU against float6
         CHECK(count_far(O.to_vector<float>(), want, tol) == 0);
         CHECK(count_far(D.to_vector<float>(), dn, tol) == 0);
     }
+}
+
+TEST_CASE("nn: a window far wider than its input runs a pass per tap that reads the input, not per tap") {
+    Context ctx(ContextOptions{"cpu"});
+    const int64_t C = 3;
+    // Every channel's window of 7 or more holds all 3 channels: the same sums, in the same order.
+    const PoolLayer wide = lrn_layer(DType::Float32, 2, C, {1, 2, 2}, (1 << 14) + 1), narrow = lrn_layer(DType::Float32, 2, C, {1, 2, 2}, 7);
+    std::vector<double> x = random_values((size_t)numel(wide.input_shape()), 43);
+    Tensor X = make(ctx, x, wide.input_shape());
+    Tensor O1 = ctx.empty(wide.input_shape()), D1 = ctx.empty(wide.input_shape()), O2 = ctx.empty(wide.input_shape()),
+           D2 = ctx.empty(wide.input_shape());
+    const uint64_t before = ctx.counters().launches;
+    fprop_lrn(wide, X, O1, D1, 1.0, 0.0, 0.3, 0.75);
+    CHECK(ctx.counters().launches - before < 20);   // (a pass for each 32 of its 16385 taps: 512)
+    fprop_lrn(narrow, X, O2, D2, 1.0, 0.0, 0.3, 0.75);
+    CHECK(O1.to_vector<float>() == O2.to_vector<float>());
+    CHECK(D1.to_vector<float>() == D2.to_vector<float>());
+    // Pooling: 4096 x 4096 windows 4095 apart, padded by 4095, over one element: of their 2^24
+    // taps, 4 read it (one for each of the 2 x 2 windows).
+    const PoolLayer pool = pool_layer(DType::Float32, PoolOp::Max, 1, 1, {1, 1, 1}, 1, {1, 4096, 4096}, 0, {0, 4095, 4095}, 0,
+                                      {0, 4095, 4095});
+    REQUIRE(pool.output_shape() == Shape{1, 2, 2, 1});
+    Tensor I = ctx.full(pool.input_shape(), 2.5, DType::Float32), P = ctx.empty(pool.output_shape());
+    Tensor A = ctx.empty(pool.output_shape(), DType::Int32);
+    fprop_pool(pool, I, P, A);
+    CHECK(P.to_vector<float>() == std::vector<float>{2.5f, 2.5f, 2.5f, 2.5f});
+    CHECK(A.to_vector<int32_t>() == std::vector<int32_t>{4095 * 4096 + 4095, 4095 * 4096, 4095, 0});
 }
 
 TEST_CASE("nn: LRN across channels, forward against float64 and backward against finite differences") {
