@@ -6,6 +6,7 @@
 #include "runtime/host_convert.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_set>
@@ -521,6 +522,12 @@ void Context::assign(Tensor& dst, const Expr& e) {
     // An int64 or uint64 destination takes any literal its integer value holds exactly.
     if (const Node& n = *e.node(); n.op == OpKind::Scalar && n.weak && n.dtype == DType::Int32)
         check_literal_fits(e, dst.dtype(), "assign");
+    // As NumPy: a float literal that is not finite has no integer to become (t[...] = nan into int8).
+    if (const Node& n = *e.node(); n.op == OpKind::Scalar && is_float(n.dtype) && is_integer(dst.dtype()) &&
+                                   !std::isfinite(n.value))
+        fail(Error::Kind::Value, "assign: cannot store {} in a {} tensor: an integer has no {}",
+             std::isnan(n.value) ? "nan" : n.value > 0 ? "inf" : "-inf", dtype_name(dst.dtype()),
+             std::isnan(n.value) ? "NaN" : "infinity");
     if (dst.size() == 0) {
         check_readable(e.node(), "assign");
         return;

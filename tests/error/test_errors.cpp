@@ -5,6 +5,7 @@
 // wording may improve without breaking the tests, as long as the key facts stay.
 #include "tests/support/catch.hpp"
 
+#include <cmath>
 #include <kiln/kiln.hpp>
 
 #include <functional>
@@ -216,6 +217,16 @@ TEST_CASE("floor_divide, remainder, fmod: an integer literal outside the tensor'
     has_all(m, {"remainder", "literal -1", "out of range for uint8", "uint8 (2, 2)", "0 to 255"});
     m = error_of([&] { (void)kiln::fmod(200, i8); }, Error::Kind::Value);
     has_all(m, {"fmod", "literal 200", "out of range for int8"});
+}
+
+TEST_CASE("assign: a float literal that is not finite into an integer tensor (NumPy raises too)") {
+    Tensor i8 = typed({3}, DType::Int8), u32 = typed({2}, DType::UInt32);
+    std::string m = error_of([&] { i8[kiln::all] = std::nan(""); }, Error::Kind::Value);
+    has_all(m, {"assign", "nan", "int8", "no NaN"});
+    m = error_of([&] { u32[kiln::all] = -INFINITY; }, Error::Kind::Value);
+    has_all(m, {"assign", "-inf", "uint32", "no infinity"});
+    i8[kiln::all] = 3.75;   // finite: converted as any float is
+    CHECK(i8.to_vector<float>() == std::vector<float>{3, 3, 3});
 }
 
 TEST_CASE("sgn: bool operand") {

@@ -510,3 +510,54 @@ def test_a_python_dlpack_deleter_is_not_called_after_the_interpreter_tore_it_dow
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["499500.0", "45.0", "deleted", "end"]
+
+
+def test_values_kiln_cannot_store_are_errors_not_silent_conversions():
+    t = kiln.zeros((2,), dtype=kiln.int8)
+    for value, what in ((float("inf"), "inf"), (float("-inf"), "-inf"), (float("nan"), "nan"), (np.float32("nan"), "nan")):
+        with pytest.raises(kiln.InvalidArgument, match=f"assign: cannot store {what} in a int8 tensor"):
+            t.fill(value)
+        with pytest.raises(kiln.InvalidArgument, match="an integer has no"):
+            kiln.full((2,), value, dtype=kiln.int8)
+    assert np.asarray(t).tolist() == [0, 0]
+    t.fill(3.75)   # finite: converted as any float is
+    assert np.asarray(t).tolist() == [3, 3]
+    f = kiln.zeros((2,))
+    for store in (lambda: kiln.full((2,), 1j), lambda: f.__setitem__(0, 1j), lambda: f.__setitem__(..., np.array([1j, 2]))):
+        with pytest.raises(kiln.DTypeError, match="assign: kiln cannot hold complex numbers"):
+            store()
+    assert np.asarray(f).tolist() == [0, 0]
+
+
+def test_text_with_a_lone_surrogate_is_a_kiln_error():
+    t = kiln.zeros((2,))
+    with pytest.raises(kiln.InvalidArgument, match=r"set_hist_tag: tag '\\udc80' holds a lone surrogate"):
+        kiln.set_hist_tag(t, "\udc80")
+
+    class Odd:   # a type whose name has one: messages escape it
+        pass
+    Odd.__qualname__ = "Odd\udc80"
+    with pytest.raises(kiln.DTypeError, match=r"fill: an operand of type .*Odd\\udc80"):
+        t.fill(Odd())
+
+
+def test_a_long_repeat_stops_on_ctrl_c():
+    import signal
+    import time
+    code = """
+        import kiln, sys
+        layer = kiln.pool_layer(kiln.float32, 'max', 1, 1, W=4, S=2)
+        I, O = kiln.ones((1, 4, 1)), kiln.empty((1, 2, 1))
+        print('running', flush=True)
+        kiln.fprop_pool(layer, I, O, repeat=10**15)
+    """
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "running"
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert "KeyboardInterrupt" in err, err

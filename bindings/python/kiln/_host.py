@@ -90,6 +90,10 @@ def assign_host(target, value):
     a = np.asarray(value)
     if a.dtype == object:
         raise _kiln.DTypeError(f"assign: cannot assign {type(value).__name__} data of NumPy dtype object")
+    try:
+        _dtypes.from_host(a.dtype)   # complex numbers, strings, datetimes: not silently cast
+    except _kiln.DTypeError as e:
+        raise _kiln.DTypeError(f"assign: {e}") from None
     from ._creation import exact_ints, upload, write_host
 
     a = exact_ints(value, a, target._dtype, "assign")

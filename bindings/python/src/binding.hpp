@@ -6,6 +6,7 @@
 #include <kiln/kiln.hpp>
 #include <nanobind/nanobind.h>
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -81,7 +82,10 @@ int64_t int_value(nb::handle h, const char* name, const char* op);
 bool bool_value(nb::handle h, const char* name, const char* op);
 // The type of h as messages name it ("NoneType", "numpy.ndarray").
 std::string py_type_name(nb::handle h);
-// A str argument `name` of op: a kiln.DTypeError naming the type for anything else.
+// str(h) as UTF-8 for a message: lone surrogates escaped (\udc80), "(unprintable)" where str() fails.
+std::string shown_text(nb::handle h);
+// A str argument `name` of op: a kiln.DTypeError naming the type for anything else, a
+// kiln.InvalidArgument for text with a lone surrogate (UTF-8 has no encoding for it).
 std::string str_value(nb::handle h, const char* name, const char* op);
 // A real argument `name` of op (int, float, NumPy real scalars): a kiln.DTypeError naming the
 // type for anything else (a str is not parsed).
@@ -105,6 +109,24 @@ void run_unlocked(PyContext& pc, F&& f) {
     nb::gil_scoped_release unlocked;
     std::lock_guard<std::mutex> one_at_a_time(pc.busy);
     f();
+}
+
+// f() `repeat` times (neon's repeat=, for timing; check_repeat first) as run_unlocked runs it.
+// Between runs, at most every 50 ms, the GIL is taken back to check for signals, so that
+// Ctrl-C stops a long repetition with KeyboardInterrupt.
+template <class F>
+void repeat_unlocked(PyContext& pc, int64_t repeat, F&& f) {
+    nb::gil_scoped_release unlocked;
+    std::lock_guard<std::mutex> one_at_a_time(pc.busy);
+    auto checked = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r < repeat; ++r) {
+        f();
+        if (r + 1 < repeat && std::chrono::steady_clock::now() - checked > std::chrono::milliseconds(50)) {
+            nb::gil_scoped_acquire held;
+            if (PyErr_CheckSignals() != 0) throw nb::python_error();
+            checked = std::chrono::steady_clock::now();
+        }
+    }
 }
 
 // A signature string for stubs (nb::sig), kept alive for the life of the process.

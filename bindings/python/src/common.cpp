@@ -81,10 +81,25 @@ bool numpy_scalar(nb::handle h, Expr& out) {
 
 } // namespace
 
+std::string shown_text(nb::handle h) {
+    nb::object s = nb::steal(PyObject_Str(h.ptr()));
+    if (!s.is_valid()) {
+        PyErr_Clear();
+        return "(unprintable)";
+    }
+    // Lone surrogates (which UTF-8 cannot hold) as \udc80 escapes.
+    nb::object bytes = nb::steal(PyUnicode_AsEncodedString(s.ptr(), "utf-8", "backslashreplace"));
+    if (!bytes.is_valid()) {
+        PyErr_Clear();
+        return "(unprintable)";
+    }
+    return std::string(PyBytes_AS_STRING(bytes.ptr()), (size_t)PyBytes_GET_SIZE(bytes.ptr()));
+}
+
 std::string py_type_name(nb::handle h) {
     nb::handle t = h.type();
-    std::string mod = nb::hasattr(t, "__module__") ? nb::cast<std::string>(nb::str(t.attr("__module__"))) : "";
-    std::string name = nb::cast<std::string>(nb::str(t.attr("__qualname__")));
+    std::string mod = nb::hasattr(t, "__module__") ? shown_text(t.attr("__module__")) : "";
+    std::string name = shown_text(t.attr("__qualname__"));
     return mod.empty() || mod == "builtins" ? name : mod + "." + name;
 }
 
@@ -238,7 +253,15 @@ bool bool_value(nb::handle h, const char* name, const char* op) {
 std::string str_value(nb::handle h, const char* name, const char* op) {
     if (!nb::isinstance<nb::str>(h))
         throw Error(fmt::format("{}: {} must be a str, got {}", op, name, py_type_name(h)), Error::Kind::Type);
-    return nb::cast<std::string>(h);
+    Py_ssize_t n = 0;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
+    if (!utf8) {
+        PyErr_Clear();
+        throw Error(fmt::format("{}: {} '{}' holds a lone surrogate, which UTF-8 cannot encode; use text without one", op,
+                                name, shown_text(h)),
+                    Error::Kind::Value);
+    }
+    return std::string(utf8, (size_t)n);
 }
 
 double real_value(nb::handle h, const char* name, const char* op) {

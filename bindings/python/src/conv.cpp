@@ -88,8 +88,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             PyTensor& o = out_tensor(O, "O", op);
             const ConvOptions opts = options(X, bias, bsum, alpha, beta, relu, brelu, slope, op);
             check_repeat(repeat, op);
-            run_unlocked(owner(o), [&] {
-                for (int64_t r = 0; r < repeat; ++r) fprop_conv(layer, i.t, f.t, o.t, opts);
+            repeat_unlocked(owner(o), repeat, [&] {
+                fprop_conv(layer, i.t, f.t, o.t, opts);
             });
             return nb::borrow(O);
         },
@@ -107,8 +107,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             PyTensor& g = out_tensor(grad_I, "grad_I", op);
             const ConvOptions opts = options(X, bias, bsum, alpha, beta, relu, brelu, slope, op);
             check_repeat(repeat, op);
-            run_unlocked(owner(g), [&] {
-                for (int64_t r = 0; r < repeat; ++r) bprop_conv(layer, f.t, e.t, g.t, opts);
+            repeat_unlocked(owner(g), repeat, [&] {
+                bprop_conv(layer, f.t, e.t, g.t, opts);
             });
             return nb::borrow(grad_I);
         },
@@ -125,8 +125,8 @@ void bind_conv(nb::module_& m, nb::handle context_class) {
             PyTensor& g = out_tensor(grad_F, "grad_F", op);
             const std::optional<Tensor> gb = optional_tensor(grad_bias, "grad_bias", op);
             check_repeat(repeat, op);
-            run_unlocked(owner(g), [&] {
-                for (int64_t r = 0; r < repeat; ++r) update_conv(layer, i.t, e.t, g.t, alpha, beta, gb);
+            repeat_unlocked(owner(g), repeat, [&] {
+                update_conv(layer, i.t, e.t, g.t, alpha, beta, gb);
             });
             return nb::borrow(grad_F);
         },

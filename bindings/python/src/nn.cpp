@@ -58,10 +58,9 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             PyTensor G = value_of(gamma, op), B = value_of(beta, op);
             PyTensor R;
             if (!residual.is_none()) R = value_of(residual, op);
-            run_unlocked(owner(Y), [&] {
-                for (int64_t r = 0; r < repeat; ++r)
-                    compound_fprop_bn(X.t, S.t, V.t, GM.t, GV.t, G.t, B.t, Y.t, eps, rho, compute_batch_sum, accumbeta, relu,
-                                      inference, R.t);
+            repeat_unlocked(owner(Y), repeat, [&] {
+                compound_fprop_bn(X.t, S.t, V.t, GM.t, GV.t, G.t, B.t, Y.t, eps, rho, compute_batch_sum, accumbeta, relu,
+                                  inference, R.t);
             });
             return nb::borrow(y);
         },
@@ -85,8 +84,8 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
                      &GB = out_tensor(grad_beta, "grad_beta", op);
             PyTensor DI = value_of(delta_in, op), X = value_of(x, op), S = value_of(xsum, op), V = value_of(xvar, op),
                      G = value_of(gamma, op);
-            run_unlocked(owner(DO), [&] {
-                for (int64_t r = 0; r < repeat; ++r) compound_bprop_bn(DO.t, GG.t, GB.t, DI.t, X.t, S.t, V.t, G.t, eps);
+            repeat_unlocked(owner(DO), repeat, [&] {
+                compound_bprop_bn(DO.t, GG.t, GB.t, DI.t, X.t, S.t, V.t, G.t, eps);
             });
             return nb::borrow(delta_out);
         },
@@ -198,8 +197,8 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             PyTensor i = value_of(I, op);
             PyTensor& o = out_tensor(O, "O", op);
             std::optional<Tensor> a = optional_tensor(argmax, "argmax", op);
-            run_unlocked(owner(o), [&] {
-                for (int64_t r = 0; r < repeat; ++r) fprop_pool(layer, i.t, o.t, a, alpha, beta);
+            repeat_unlocked(owner(o), repeat, [&] {
+                fprop_pool(layer, i.t, o.t, a, alpha, beta);
             });
             return nb::borrow(O);
         },
@@ -216,8 +215,8 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             std::optional<Tensor> a = optional_tensor(argmax, "argmax", op), x, y;
             if (!X.is_none()) x = value_of(X, op).t;
             if (!Y.is_none()) y = value_of(Y, op).t;
-            run_unlocked(owner(g), [&] {
-                for (int64_t r = 0; r < repeat; ++r) bprop_pool(layer, e.t, g.t, a, alpha, beta, x, y);
+            repeat_unlocked(owner(g), repeat, [&] {
+                bprop_pool(layer, e.t, g.t, a, alpha, beta, x, y);
             });
             return nb::borrow(O);
         },
@@ -244,8 +243,8 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             const auto [alpha, beta, ascale, bpower] = lrn_scalars(alpha_arg, beta_arg, ascale_arg, bpower_arg, op);
             PyTensor i = value_of(I, op);
             PyTensor &o = out_tensor(O, "O", op), &d = out_tensor(denom, "denom", op);
-            run_unlocked(owner(o), [&] {
-                for (int64_t r = 0; r < repeat; ++r) fprop_lrn(layer, i.t, o.t, d.t, alpha, beta, ascale, bpower);
+            repeat_unlocked(owner(o), repeat, [&] {
+                fprop_lrn(layer, i.t, o.t, d.t, alpha, beta, ascale, bpower);
             });
             return nb::borrow(O);
         },
@@ -263,8 +262,8 @@ void bind_nn(nb::module_& m, nb::handle context_class) {
             const auto [alpha, beta, ascale, bpower] = lrn_scalars(alpha_arg, beta_arg, ascale_arg, bpower_arg, op);
             PyTensor i = value_of(I, op), o = value_of(O, op), e = value_of(E, op), d = value_of(denom, op);
             PyTensor& g = out_tensor(delta, "delta", op);
-            run_unlocked(owner(g), [&] {
-                for (int64_t r = 0; r < repeat; ++r) bprop_lrn(layer, i.t, o.t, e.t, g.t, d.t, alpha, beta, ascale, bpower);
+            repeat_unlocked(owner(g), repeat, [&] {
+                bprop_lrn(layer, i.t, o.t, e.t, g.t, d.t, alpha, beta, ascale, bpower);
             });
             return nb::borrow(delta);
         },
