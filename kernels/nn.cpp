@@ -339,6 +339,8 @@ public:
             for (auto [lo, hi] : ranges) n += hi - lo;
             count_ = count_ > INT64_MAX / std::max<int64_t>(n, 1) ? INT64_MAX : count_ * n;
         }
+        // (Output 0 reads the input at offset pad along every axis: make_pool_layer keeps pad < window.)
+        KILN_CHECK_INTERNAL(count_ >= 1, "pooling: no tap of {} reads the input", L.str());
     }
     int64_t count() const { return count_; }
     // f(tap, n): the n-th of them, tap as tap_view numbers it.

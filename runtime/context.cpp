@@ -525,7 +525,7 @@ void Context::assign(Tensor& dst, const Expr& e) {
     // As NumPy: a float literal that is not finite has no integer to become (t[...] = nan into int8).
     if (const Node& n = *e.node(); n.op == OpKind::Scalar && is_float(n.dtype) && is_integer(dst.dtype()) &&
                                    !std::isfinite(n.value))
-        fail(Error::Kind::Value, "assign: cannot store {} in a {} tensor: an integer has no {}",
+        fail(Error::Kind::Value, "assign: cannot store {} in a tensor of {}: an integer has no {}",
              std::isnan(n.value) ? "nan" : n.value > 0 ? "inf" : "-inf", dtype_name(dst.dtype()),
              std::isnan(n.value) ? "NaN" : "infinity");
     if (dst.size() == 0) {

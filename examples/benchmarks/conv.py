@@ -19,6 +19,7 @@ import argparse
 import datetime
 import json
 import math
+import os
 import statistics
 import sys
 
@@ -78,6 +79,10 @@ def main():
     ap.add_argument("--fused-parts", action="store_true",
                     help="fprop: also time each part of the fused epilogue and list the kernels of a call")
     args = ap.parse_args()
+    if args.fused_parts:
+        # The profiler's CUPTI torn down after each profile (PyTorch's Kineto keeps it otherwise in
+        # some versions, which slows the kernels timed after it).
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")
     both = torch_beside_kiln("conv")
     if both is None:
         return 0

@@ -60,30 +60,32 @@ void sync_directory(const std::string& dir) {
 
 ReadResult read_file(const std::string& path, size_t max_size, size_t head_bytes, const HeadCheck& check) {
     ReadResult r;
-    int fd;
+    struct Descriptor {   // closed on every way out, a throwing check or allocation included
+        int fd = -1;
+        ~Descriptor() {
+            if (fd >= 0) ::close(fd);
+        }
+    } d;
     do {
         // O_NONBLOCK: opening a FIFO someone left at the path must not wait for a writer.
-        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
+        d.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    } while (d.fd < 0 && errno == EINTR);
+    if (d.fd < 0) {
         r.error = errno;
         r.status = (errno == ENOENT || errno == ENOTDIR) ? ReadStatus::NotFound : ReadStatus::Error;
         return r;
     }
     struct stat st;
-    if (::fstat(fd, &st) != 0) {
+    if (::fstat(d.fd, &st) != 0) {
         r.error = errno;
-        ::close(fd);
         return r;
     }
     r.id = id_of(st);
     if (!S_ISREG(st.st_mode)) {
-        ::close(fd);
         r.status = ReadStatus::NotRegular;
         return r;
     }
     if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) > max_size) {
-        ::close(fd);
         r.status = ReadStatus::TooLarge;
         return r;
     }
@@ -94,11 +96,10 @@ ReadResult read_file(const std::string& path, size_t max_size, size_t head_bytes
     // Reads up to `until` bytes; false on a read error (r then says so).
     auto read_until = [&](size_t until) {
         while (got < until) {
-            ssize_t n = ::read(fd, r.data.data() + got, until - got);
+            ssize_t n = ::read(d.fd, r.data.data() + got, until - got);
             if (n < 0) {
                 if (errno == EINTR) continue;
                 r.error = errno;
-                ::close(fd);
                 r.data.clear();
                 return false;
             }
@@ -111,7 +112,6 @@ ReadResult read_file(const std::string& path, size_t max_size, size_t head_bytes
         r.data.resize(std::min(size, head_bytes));
         if (!read_until(r.data.size())) return r;
         if (!check(std::span<const char>(r.data.data(), got), static_cast<uint64_t>(size))) {
-            ::close(fd);
             r.data.clear();
             r.status = ReadStatus::Refused;
             return r;
@@ -120,7 +120,6 @@ ReadResult read_file(const std::string& path, size_t max_size, size_t head_bytes
     r.data.resize(size);
     if (!read_until(size)) return r;
     r.data.resize(got);
-    ::close(fd);
     r.status = ReadStatus::Ok;
     return r;
 }

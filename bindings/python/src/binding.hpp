@@ -112,18 +112,23 @@ void run_unlocked(PyContext& pc, F&& f) {
 }
 
 // f() `repeat` times (neon's repeat=, for timing; check_repeat first) as run_unlocked runs it.
-// Between runs, at most every 50 ms, the GIL is taken back to check for signals, so that
-// Ctrl-C stops a long repetition with KeyboardInterrupt.
+// Between runs, at most every 50 ms, the context is let go and the GIL taken back to check for
+// signals, so that Ctrl-C stops a long repetition with KeyboardInterrupt (a signal handler may
+// then use the context itself: busy is not held while it runs).
 template <class F>
 void repeat_unlocked(PyContext& pc, int64_t repeat, F&& f) {
     nb::gil_scoped_release unlocked;
-    std::lock_guard<std::mutex> one_at_a_time(pc.busy);
+    std::unique_lock<std::mutex> one_at_a_time(pc.busy);
     auto checked = std::chrono::steady_clock::now();
     for (int64_t r = 0; r < repeat; ++r) {
         f();
         if (r + 1 < repeat && std::chrono::steady_clock::now() - checked > std::chrono::milliseconds(50)) {
-            nb::gil_scoped_acquire held;
-            if (PyErr_CheckSignals() != 0) throw nb::python_error();
+            one_at_a_time.unlock();
+            {
+                nb::gil_scoped_acquire held;
+                if (PyErr_CheckSignals() != 0) throw nb::python_error();
+            }
+            one_at_a_time.lock();
             checked = std::chrono::steady_clock::now();
         }
     }
