@@ -149,6 +149,12 @@ std::vector<DiskCache::EntryFile> DiskCache::entry_files() const {
     return out;
 }
 
+ReadResult read_entry_file(const std::string& path, EntryCheck& head) {
+    head = EntryCheck::Ok;
+    return read_file(path, kMaxEntrySize, kFixedHeaderSize,
+                     [&](std::span<const char> h, uint64_t size) { return (head = check_head(h, size)) == EntryCheck::Ok; });
+}
+
 DiskCacheKey cuda_kernel_key(const std::string& kernel_key, const std::string& source, const std::string& arch,
                              const std::string& toolchain) {
     return DiskCacheKey{kernel_key + "\n" + source, arch, toolchain};
@@ -174,9 +180,7 @@ std::optional<std::vector<char>> DiskCache::load(const DiskCacheKey& key) {
     };
     try {
         EntryCheck head = EntryCheck::Ok;
-        ReadResult r = read_file(path, kMaxEntrySize, kFixedHeaderSize, [&](std::span<const char> h, uint64_t size) {
-            return (head = check_head(h, size)) == EntryCheck::Ok;
-        });
+        ReadResult r = read_entry_file(path, head);
         switch (r.status) {
         case ReadStatus::NotFound:
             misses_.fetch_add(1, std::memory_order_relaxed);

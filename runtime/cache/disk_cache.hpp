@@ -24,6 +24,9 @@
 // fails that entry alone, with a warning once per path. load() keeps reading, so a read-only,
 // pre-warmed cache keeps working. KILN_CACHE_FSYNC=1 adds fsync before each rename.
 #pragma once
+#include "runtime/cache/entry_format.hpp"
+#include "runtime/cache/file_io.hpp"
+
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -110,6 +113,11 @@ DiskCacheKey cuda_kernel_key(const std::string& kernel_key, const std::string& s
 // (through CpuJit::disk_key), so an object from another CPU or LLVM is never loaded.
 DiskCacheKey cpu_kernel_key(const std::string& kernel_key, const std::string& kernel_text, const std::string& symbol,
                             const std::string& cpu_name, const std::string& machine, const std::string& llvm_version);
+
+// The file at `path` read as an entry is: its fixed header first, its verdict (check_head) into
+// `head`, and the rest only where that is Ok (else ReadStatus::Refused); at most kMaxEntrySize.
+// DiskCache::load and kiln-warmup --check read entries through it.
+ReadResult read_entry_file(const std::string& path, EntryCheck& head);
 
 // KILN_CACHE_DIR if set and non-empty, else $XDG_CACHE_HOME/kiln if XDG_CACHE_HOME is an
 // absolute path, else $HOME/.cache/kiln (HOME, else the password database). "" if none is known.

@@ -90,54 +90,67 @@ std::vector<char> serialize_header(const EntryIdentity& id, std::span<const char
     return out;
 }
 
-EntryCheck check_head(std::span<const char> head, uint64_t file_size) {
+namespace {
+// The fixed header's verdict and lengths (valid where check is Ok).
+struct Head {
+    EntryCheck check = EntryCheck::Truncated;
+    uint64_t kiln_len = 0, tool_len = 0, arch_len = 0, material_len = 0, binary_size = 0;
+};
+Head read_head(std::span<const char> head, uint64_t file_size) {
+    Head h;
     const uint64_t have = std::min<uint64_t>(head.size(), file_size);
-    if (have == 0) return EntryCheck::Truncated;
+    if (have == 0) return h;   // Truncated
     // A prefix of the magic is a truncated file; anything else is not ours.
     const size_t magic_bytes = static_cast<size_t>(std::min<uint64_t>(have, sizeof kMagic));
-    if (std::memcmp(head.data(), kMagic, magic_bytes) != 0) return EntryCheck::BadMagic;
-    if (have < kOffsetFormatVersion + 4) return EntryCheck::Truncated;
+    if (std::memcmp(head.data(), kMagic, magic_bytes) != 0) {
+        h.check = EntryCheck::BadMagic;
+        return h;
+    }
+    if (have < kOffsetFormatVersion + 4) return h;
     // The format version comes right after the magic in every version, so it is read before
     // anything whose position a future version might change.
-    if (get_u32(head, kOffsetFormatVersion) != kFormatVersion) return EntryCheck::BadFormatVersion;
-    if (have < kFixedHeaderSize) return EntryCheck::Truncated;
-    const uint64_t kiln_len = get_u32(head, kOffsetKilnVersionLength);
-    const uint64_t tool_len = get_u32(head, kOffsetToolchainLength);
-    const uint64_t arch_len = get_u32(head, kOffsetArchLength);
-    const uint64_t material_len = get_u64(head, kOffsetMaterialLength);
-    const uint64_t binary_size = get_u64(head, kOffsetBinarySize);
-    if (kiln_len > kMaxLabelLength || tool_len > kMaxLabelLength || arch_len > kMaxLabelLength ||
-        material_len > kMaxMaterialLength || binary_size > kMaxBinarySize)
-        return EntryCheck::FieldTooLarge;
+    if (get_u32(head, kOffsetFormatVersion) != kFormatVersion) {
+        h.check = EntryCheck::BadFormatVersion;
+        return h;
+    }
+    if (have < kFixedHeaderSize) return h;
+    h.kiln_len = get_u32(head, kOffsetKilnVersionLength);
+    h.tool_len = get_u32(head, kOffsetToolchainLength);
+    h.arch_len = get_u32(head, kOffsetArchLength);
+    h.material_len = get_u64(head, kOffsetMaterialLength);
+    h.binary_size = get_u64(head, kOffsetBinarySize);
+    if (h.kiln_len > kMaxLabelLength || h.tool_len > kMaxLabelLength || h.arch_len > kMaxLabelLength ||
+        h.material_len > kMaxMaterialLength || h.binary_size > kMaxBinarySize) {
+        h.check = EntryCheck::FieldTooLarge;
+        return h;
+    }
     // Each term is bounded above, so the sum cannot overflow 64 bits.
-    const uint64_t expected = kFixedHeaderSize + kiln_len + tool_len + arch_len + material_len + binary_size;
-    if (file_size < expected) return EntryCheck::Truncated;
-    if (file_size > expected) return EntryCheck::TrailingBytes;
-    return EntryCheck::Ok;
+    const uint64_t expected = kFixedHeaderSize + h.kiln_len + h.tool_len + h.arch_len + h.material_len + h.binary_size;
+    h.check = file_size < expected ? EntryCheck::Truncated : file_size > expected ? EntryCheck::TrailingBytes : EntryCheck::Ok;
+    return h;
 }
+} // namespace
+
+EntryCheck check_head(std::span<const char> head, uint64_t file_size) { return read_head(head, file_size).check; }
 
 ParsedEntry parse_entry(std::span<const char> file) {
     ParsedEntry e;
-    e.check = check_head(file, file.size());
+    const Head h = read_head(file, file.size());
+    e.check = h.check;
     if (e.check != EntryCheck::Ok) return e;
-    const uint64_t kiln_len = get_u32(file, kOffsetKilnVersionLength);
-    const uint64_t tool_len = get_u32(file, kOffsetToolchainLength);
-    const uint64_t arch_len = get_u32(file, kOffsetArchLength);
-    const uint64_t material_len = get_u64(file, kOffsetMaterialLength);
-    const uint64_t binary_size = get_u64(file, kOffsetBinarySize);
     size_t at = kFixedHeaderSize;
     auto take = [&](uint64_t n) {
         std::string_view s(file.data() + at, static_cast<size_t>(n));
         at += static_cast<size_t>(n);
         return s;
     };
-    e.id.kiln_version = take(kiln_len);
-    e.id.toolchain = take(tool_len);
-    e.id.arch = take(arch_len);
-    e.id.material = take(material_len);
+    e.id.kiln_version = take(h.kiln_len);
+    e.id.toolchain = take(h.tool_len);
+    e.id.arch = take(h.arch_len);
+    e.id.material = take(h.material_len);
     e.checksum = get_u64(file, kOffsetChecksum);
     e.binary_offset = at;
-    e.binary_size = static_cast<size_t>(binary_size);
+    e.binary_size = static_cast<size_t>(h.binary_size);
     e.check = EntryCheck::Ok;
     return e;
 }

@@ -73,10 +73,7 @@ struct Result {
 Result check_entry(const cache::DiskCache& disk, const cache::DiskCacheKey& dkey) {
     using C = cache::EntryCheck;
     C head = C::Ok;
-    cache::ReadResult r = cache::read_file(disk.path_for(dkey), cache::kMaxEntrySize, cache::kFixedHeaderSize,
-                                           [&](std::span<const char> h, uint64_t size) {
-                                               return (head = cache::check_head(h, size)) == C::Ok;
-                                           });
+    const cache::ReadResult r = cache::read_entry_file(disk.path_for(dkey), head);
     if (r.status == cache::ReadStatus::NotFound) return {Outcome::Missing, ""};
     if (r.status == cache::ReadStatus::TooLarge) return {Outcome::Damaged, "larger than any entry"};
     if (r.status != cache::ReadStatus::Ok && r.status != cache::ReadStatus::Refused) return {Outcome::Damaged, "unreadable"};
